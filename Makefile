@@ -1,0 +1,42 @@
+# moeplan — front door. `make demo` runs the main job, `make test` runs the tests.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-fast test-browser bench lint fmt typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "torch==2.13.0"
+	$(BIN)/pip install -q -e ".[runtime,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/moeplan plan
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/pytest
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow"
+
+test-browser: $(STAMP)
+	$(BIN)/pytest -m browser
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy src/moeplan/specs src/moeplan/cost src/moeplan/sim src/moeplan/planners
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

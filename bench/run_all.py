@@ -1,0 +1,61 @@
+"""Run every ``bench/bench_*.py`` and print one table.
+
+Each benchmark module defines ``run() -> list[dict]``; each dict has ``name`` (what was
+measured), ``value`` and ``unit``, and — because this machine is shared and noisy — a
+``reference`` measured in the same run and ``ratio`` (value / reference or the speedup, as
+the row's ``note`` says), plus optional ``target`` text. Run one file alone with
+``python bench/bench_x.py``; run all with ``make bench``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str]) -> int:
+    here = Path(__file__).parent
+    only = set(argv)
+    rows: list[dict] = []
+    for path in sorted(here.glob("bench_*.py")):
+        if only and path.stem not in only:
+            continue
+        t0 = time.perf_counter()
+        for row in _load(path).run():
+            rows.append({"bench": path.stem, **row})
+        print(f"{path.stem}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    table = Table(title="moeplan benchmarks")
+    for col in ("bench", "name", "value", "unit", "reference", "ratio", "target", "note"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(_fmt(r.get(c, "")) for c in
+                        ("bench", "name", "value", "unit", "reference", "ratio", "target", "note")))
+    Console(width=200).print(table)
+    out = here.parent / "out" / "bench.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
