@@ -1,0 +1,1 @@
+"""moeplan.export package."""

@@ -1,0 +1,1 @@
+"""moeplan.planners package."""
