@@ -1,0 +1,68 @@
+"""Specs: what is served (ModelSpec, Workload, RoutingProfile) and on what (ClusterSpec).
+
+Pure data + validation. ``load_model``/``load_cluster`` resolve preset names (package data);
+a path to a user's ``config.json`` is read by the CLI (:func:`moeplan.cli._common`) and passed
+here as a dict via :meth:`ModelSpec.from_config`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moeplan.errors import MoeplanError
+from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
+from moeplan.specs.model import ModelSpec, ModuleInfo
+from moeplan.specs.presets import MODEL_FILES, cluster_table, model_config
+from moeplan.specs.workload import RoutingProfile, Workload
+
+__all__ = [
+    "ClusterSpec", "GPUSpec", "LinkSpec", "ModelSpec", "ModuleInfo", "RoutingProfile",
+    "Workload", "cluster_names", "load_cluster", "load_model", "model_from_dict",
+    "model_names",
+]
+
+
+def model_names() -> list[str]:
+    """Names of the shipped model presets."""
+    return list(MODEL_FILES)
+
+
+def cluster_names() -> list[str]:
+    """Names of the shipped cluster presets."""
+    return list(cluster_table()["clusters"])
+
+
+def model_from_dict(config: Any, name: str) -> ModelSpec:
+    """A ModelSpec from a config dict; any malformed input becomes a :class:`MoeplanError`."""
+    try:
+        return ModelSpec.from_config(config, name=name)
+    except MoeplanError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError,
+            OverflowError) as err:
+        raise MoeplanError(f"config[{name}] is not a valid MoE config: "
+                           f"{type(err).__name__}: {err}") from None
+
+
+def load_model(name: str) -> ModelSpec:
+    """The preset model ``name`` (e.g. ``deepseek-v3``)."""
+    return model_from_dict(model_config(name), name=name)
+
+
+def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
+    """The preset cluster ``name``; ``nodes`` replaces its node count."""
+    table = cluster_table()
+    if name not in table["clusters"]:
+        raise MoeplanError(f"cluster ({name!r}) is not a preset; choose one of "
+                           f"{', '.join(table['clusters'])}")
+    c = table["clusters"][name]
+    g = table["gpus"][c["gpu"]]
+    li, lo = table["links"][c["intra"]], table["links"][c["inter"]]
+    cluster = ClusterSpec(
+        name=name, num_nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
+        gpu=GPUSpec(name=c["gpu"], flops_bf16=g["flops_bf16"], mem_bytes=g["mem_bytes"],
+                    mem_bw=g["mem_bw"]),
+        intra=LinkSpec(kind=li["kind"], bw=li["bw"], latency=li["latency"]),
+        inter=LinkSpec(kind=lo["kind"], bw=lo["bw"], latency=lo["latency"]),
+        profile=c.get("profile"), source=c["source"])
+    return cluster if nodes is None else cluster.with_nodes(nodes)

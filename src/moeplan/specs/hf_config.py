@@ -1,0 +1,167 @@
+"""Map a model ``config.json`` (Hugging Face or DeepSeek-native keys) to ModelSpec fields.
+
+Supported families: DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts, ``first_k_dense_replace``,
+grouped routing), Qwen2-MoE / Qwen3-MoE, Mixtral, GPT-OSS, and unknown MoE architectures that
+use the usual key names (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``,
+``num_experts_per_tok``, ``moe_intermediate_size``...). DeepSeek's own inference configs
+(``dim``, ``n_layers``, ``inter_dim``, ``moe_inter_dim``...) are translated first by
+:func:`native_to_hf`.
+
+Every missing or ill-typed key raises :class:`MoeplanError` naming the key and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moeplan.errors import MoeplanError
+
+# DeepSeek inference ModelArgs key -> Hugging Face key
+_NATIVE_KEYS = {
+    "dim": "hidden_size", "inter_dim": "intermediate_size",
+    "moe_inter_dim": "moe_intermediate_size", "n_layers": "num_hidden_layers",
+    "n_dense_layers": "first_k_dense_replace", "n_heads": "num_attention_heads",
+    "n_routed_experts": "n_routed_experts", "n_shared_experts": "n_shared_experts",
+    "n_activated_experts": "num_experts_per_tok", "n_expert_groups": "n_group",
+    "n_limited_groups": "topk_group", "route_scale": "routed_scaling_factor",
+    "score_func": "scoring_func", "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    "vocab_size": "vocab_size",
+}
+
+
+def is_native(config: dict[str, Any]) -> bool:
+    """True for DeepSeek's inference ``ModelArgs`` key names (``dim``, ``n_layers``...)."""
+    return "dim" in config and "n_layers" in config and "hidden_size" not in config
+
+
+def native_to_hf(config: dict[str, Any]) -> dict[str, Any]:
+    """Translate DeepSeek-native keys into a Hugging Face-style DeepSeek config dict."""
+    out: dict[str, Any] = {_NATIVE_KEYS[k]: v for k, v in config.items() if k in _NATIVE_KEYS}
+    version = "DeepseekV3ForCausalLM" if config.get("score_func") == "sigmoid" \
+        else "DeepseekV2ForCausalLM"
+    out["architectures"] = [version]
+    out["model_type"] = "deepseek_v3" if "V3" in version else "deepseek_v2"
+    out["num_key_value_heads"] = out.get("num_attention_heads")
+    out.setdefault("n_group", 1)
+    out.setdefault("topk_group", 1)
+    out.setdefault("scoring_func", "softmax")
+    if config.get("dtype") == "fp8":
+        out["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3"}
+    return out
+
+
+def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None,
+         kind: type = int) -> Any:
+    for k in keys:
+        if k in cfg and cfg[k] is not None:
+            v = cfg[k]
+            if kind is int:
+                if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v):
+                    raise MoeplanError(f"config[{name}].{k} ({v!r}) must be an integer")
+                return int(v)
+            if kind is float:
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise MoeplanError(f"config[{name}].{k} ({v!r}) must be a number")
+                return float(v)
+            return v
+    if default is None:
+        raise MoeplanError(f"config[{name}] is missing required key {' or '.join(keys)!r}")
+    return default
+
+
+def _arch(cfg: dict[str, Any]) -> str:
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return archs[0]
+    return str(cfg.get("model_type", "unknown"))
+
+
+def _weight_bytes(cfg: dict[str, Any]) -> tuple[float, float]:
+    q = cfg.get("quantization_config")
+    method = q.get("quant_method") if isinstance(q, dict) else None
+    if method == "fp8":
+        return 1.0, 1.0
+    if method == "mxfp4":  # GPT-OSS: experts in MXFP4 (4 bits + one 8-bit scale per 32)
+        return 2.0, 4.25 / 8
+    return 2.0, 2.0
+
+
+def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """Keyword arguments of :class:`ModelSpec` for ``config`` (HF or DeepSeek-native)."""
+    if not isinstance(config, dict):
+        raise MoeplanError(f"config[{name}] must be a JSON object, got {type(config).__name__}")
+    cfg = native_to_hf(config) if is_native(config) else config
+    arch = _arch(cfg)
+    g = lambda *keys, **kw: _get(cfg, name, *keys, **kw)  # noqa: E731
+    hidden = g("hidden_size")
+    heads = g("num_attention_heads")
+    mla = "kv_lora_rank" in cfg and cfg.get("kv_lora_rank")
+    kw: dict[str, Any] = dict(
+        name=name, architecture=arch, num_layers=g("num_hidden_layers"), hidden_size=hidden,
+        vocab_size=g("vocab_size"), num_attention_heads=heads,
+        num_kv_heads=g("num_key_value_heads", default=heads),
+        head_dim=g("head_dim", default=hidden // heads if heads else 0),
+        num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
+        top_k=g("num_experts_per_tok", "experts_per_token"),
+        moe_intermediate_size=g("moe_intermediate_size", "intermediate_size"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    )
+    kw["weight_bytes"], kw["expert_weight_bytes"] = _weight_bytes(cfg)
+    kw["active_counts_embedding"] = str(cfg.get("model_type", "")).startswith(("qwen", "mixtral"))
+    if mla:
+        kw.update(attention="mla", q_lora_rank=g("q_lora_rank", default=0),
+                  kv_lora_rank=g("kv_lora_rank"), qk_nope_head_dim=g("qk_nope_head_dim"),
+                  qk_rope_head_dim=g("qk_rope_head_dim"), v_head_dim=g("v_head_dim"))
+    model_type = str(cfg.get("model_type", ""))
+    _family_fields(cfg, name, model_type, kw)
+    return kw
+
+
+def _family_fields(cfg: dict[str, Any], name: str, model_type: str, kw: dict[str, Any]) -> None:
+    g = lambda *keys, **kw2: _get(cfg, name, *keys, **kw2)  # noqa: E731
+    n_layers = kw["num_layers"]
+    if "n_routed_experts" in cfg or model_type.startswith(("deepseek", "kimi")):
+        n_shared = g("n_shared_experts", default=0)
+        kw.update(num_shared_experts=n_shared,
+                  shared_intermediate_size=n_shared * kw["moe_intermediate_size"],
+                  dense_intermediate_size=g("intermediate_size", default=0),
+                  first_k_dense=g("first_k_dense_replace", default=0),
+                  moe_layer_freq=g("moe_layer_freq", default=1),
+                  n_group=g("n_group", default=1), topk_group=g("topk_group", default=1),
+                  routed_scaling_factor=g("routed_scaling_factor", default=1.0, kind=float),
+                  scoring_func=str(cfg.get("scoring_func", "softmax")),
+                  router_bias=cfg.get("topk_method") == "noaux_tc"
+                  or cfg.get("scoring_func") == "sigmoid")
+        return
+    if model_type.startswith("qwen"):
+        shared = g("shared_expert_intermediate_size", default=0)
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list) or not all(isinstance(i, int) for i in mlp_only):
+            raise MoeplanError(f"config[{name}].mlp_only_layers ({mlp_only!r}) must be a list "
+                               "of layer indices")
+        kw.update(num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
+                  shared_expert_gate=bool(shared), dense_layers=tuple(mlp_only),
+                  dense_intermediate_size=g("intermediate_size", default=0),
+                  moe_layer_freq=g("decoder_sparse_step", default=1),
+                  qk_norm=model_type.startswith("qwen3"),
+                  attention_bias=bool(cfg.get("attention_bias", model_type == "qwen2_moe")))
+        return
+    if model_type == "gpt_oss":
+        types = cfg.get("layer_types") or []
+        if not isinstance(types, list) or len(types) not in (0, n_layers):
+            raise MoeplanError(f"config[{name}].layer_types (length {len(types)}) must list "
+                               f"one type per layer ({n_layers})")
+        kw.update(attention_bias=True, attention_out_bias=True, attention_sinks=True,
+                  expert_bias=True, router_bias=True,
+                  moe_intermediate_size=g("intermediate_size"),
+                  sliding_window=g("sliding_window", default=0),
+                  sliding_layers=tuple(i for i, t in enumerate(types)
+                                       if t == "sliding_attention"))
+        return
+    # Mixtral and unknown architectures with the usual keys
+    kw.update(attention_bias=bool(cfg.get("attention_bias", False)),
+              sliding_window=0)
+    if "moe_intermediate_size" not in cfg:
+        kw["moe_intermediate_size"] = g("intermediate_size")
