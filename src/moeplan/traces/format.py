@@ -1,0 +1,325 @@
+"""Routing-trace format: one in-memory type, columnar files, streaming and a seeded split.
+
+DESIGN.md "Files and formats": a trace is columnar, one row per (token occurrence, MoE layer)
+with columns ``request_id``, ``position``, ``token_id``, ``layer``, ``experts`` (k ids, -1
+padded for dynamic k) and optional ``weights``. On disk that long layout is what we write
+(Parquet via pyarrow, or ``.npz``). In memory the planners use the dense equivalent,
+:class:`RoutingTrace`: per occurrence ``request_id``, ``position``, ``token_id`` and
+``experts[N, L, k]`` (int16), because every occurrence carries all L MoE layers. ``layer`` is
+the index among MoE layers (0 .. L-1), not the decoder-layer number.
+
+Streaming: :func:`iter_trace` yields :class:`RoutingTrace` chunks that always hold whole
+requests (a request is never cut between chunks), reading Parquet row group by row group;
+``.npz`` cannot be read partially and is loaded column by column (documented limit).
+The train/test split is by request and seeded (:func:`is_test_request`), so it can be applied
+chunk by chunk without holding the trace.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from moeplan.errors import MoeplanError, require
+
+COLUMNS = ("request_id", "position", "token_id", "layer", "experts")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoutingTrace:
+    """Dense routing trace: N token occurrences x L MoE layers x k routed experts.
+
+    ``experts[n, l, j]`` is the j-th expert chosen for occurrence n at MoE layer l (highest
+    gate weight first where known), -1 where a dynamic top-k chose fewer than k.
+    ``weights`` (optional) has the same shape, float32.
+    """
+
+    request_id: np.ndarray  # [N] int64
+    position: np.ndarray  # [N] int32
+    token_id: np.ndarray  # [N] int64
+    experts: np.ndarray  # [N, L, k] int16
+    num_experts: int
+    weights: np.ndarray | None = None  # [N, L, k] float32
+
+    def __post_init__(self) -> None:
+        n = len(self.token_id)
+        require(self.experts.ndim == 3, f"trace.experts (ndim {self.experts.ndim}) must be [N, L, k]")
+        require(len(self.request_id) == n and len(self.position) == n
+                and self.experts.shape[0] == n,
+                f"trace columns (lengths {len(self.request_id)}, {len(self.position)}, {n}, "
+                f"{self.experts.shape[0]}) must have equal length")
+        require(self.num_experts >= 1, f"trace.num_experts ({self.num_experts}) must be >= 1")
+        if n and self.experts.size:
+            lo, hi = int(self.experts.min()), int(self.experts.max())
+            require(lo >= -1 and hi < self.num_experts,
+                    f"trace.experts (range {lo}..{hi}) must lie in -1..{self.num_experts - 1}")
+        if self.weights is not None:
+            require(self.weights.shape == self.experts.shape,
+                    f"trace.weights (shape {self.weights.shape}) must match experts "
+                    f"{self.experts.shape}")
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_id)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.experts.shape[1])
+
+    @property
+    def top_k(self) -> int:
+        return int(self.experts.shape[2])
+
+    def take(self, mask_or_index: np.ndarray) -> RoutingTrace:
+        """The occurrences selected by a boolean mask or an index array."""
+        w = None if self.weights is None else self.weights[mask_or_index]
+        return RoutingTrace(request_id=self.request_id[mask_or_index],
+                            position=self.position[mask_or_index],
+                            token_id=self.token_id[mask_or_index],
+                            experts=self.experts[mask_or_index], num_experts=self.num_experts,
+                            weights=w)
+
+
+def concat(parts: list[RoutingTrace]) -> RoutingTrace:
+    """Concatenate chunks (same L, k, E) into one trace."""
+    require(len(parts) > 0, "trace (0 chunks) must not be empty")
+    has_w = all(p.weights is not None for p in parts)
+    return RoutingTrace(
+        request_id=np.concatenate([p.request_id for p in parts]),
+        position=np.concatenate([p.position for p in parts]),
+        token_id=np.concatenate([p.token_id for p in parts]),
+        experts=np.concatenate([p.experts for p in parts]),
+        num_experts=parts[0].num_experts,
+        weights=np.concatenate([p.weights for p in parts]) if has_w else None)  # type: ignore[misc]
+
+
+def is_test_request(request_id: np.ndarray, seed: int, test_fraction: float) -> np.ndarray:
+    """Seeded, stateless split by request: True where the request belongs to the test split.
+
+    A splitmix64-style hash of (request_id, seed) mapped to [0, 1); the same request always
+    lands on the same side, whichever chunk it arrives in.
+    """
+    require(0.0 < test_fraction < 1.0, f"test_fraction ({test_fraction}) must lie in (0, 1)")
+    with np.errstate(over="ignore"):
+        z = request_id.astype(np.uint64) + np.uint64(seed * 0x9E3779B97F4A7C15 % 2**64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(2**53) < test_fraction
+
+
+def split(trace: RoutingTrace, seed: int = 0,
+          test_fraction: float = 0.25) -> tuple[RoutingTrace, RoutingTrace]:
+    """(train, test) split by request, seeded."""
+    test = is_test_request(trace.request_id, seed, test_fraction)
+    return trace.take(~test), trace.take(test)
+
+
+# ---------------------------------------------------------------- long <-> dense conversion
+def to_long(trace: RoutingTrace) -> dict[str, np.ndarray]:
+    """Long (file) layout: one row per (occurrence, layer)."""
+    n, num_layers, k = trace.experts.shape
+    cols = {
+        "request_id": np.repeat(trace.request_id, num_layers),
+        "position": np.repeat(trace.position, num_layers),
+        "token_id": np.repeat(trace.token_id, num_layers),
+        "layer": np.tile(np.arange(num_layers, dtype=np.int16), n),
+        "experts": trace.experts.reshape(n * num_layers, k),
+    }
+    if trace.weights is not None:
+        cols["weights"] = trace.weights.reshape(n * num_layers, k)
+    return cols
+
+
+def from_long(cols: dict[str, np.ndarray], num_experts: int | None,
+              num_layers: int | None = None) -> RoutingTrace:
+    """Dense trace from long columns; rows must be grouped per occurrence, layers 0..L-1."""
+    for c in COLUMNS:
+        require(c in cols, f"trace column ({c}) is missing; need {', '.join(COLUMNS)}")
+    layer = np.asarray(cols["layer"]).astype(np.int64)
+    require(len(layer) > 0, "trace (0 rows) must not be empty")
+    num_l = int(layer.max()) + 1 if num_layers is None else num_layers
+    rows = len(layer)
+    require(rows % num_l == 0 and np.array_equal(layer.reshape(-1, num_l)[0], np.arange(num_l))
+            and bool((layer.reshape(-1, num_l) == np.arange(num_l)).all()),
+            f"trace.layer (rows {rows}) must cycle 0..{num_l - 1} for every occurrence")
+    experts = np.asarray(cols["experts"])
+    require(experts.ndim == 2 and experts.shape[0] == rows,
+            f"trace.experts (shape {experts.shape}) must be [rows, k]")
+    k = experts.shape[1]
+    e_max = int(experts.max()) + 1 if num_experts is None else num_experts
+    first = slice(0, rows, num_l)
+    w = cols.get("weights")
+    return RoutingTrace(
+        request_id=np.asarray(cols["request_id"])[first].astype(np.int64),
+        position=np.asarray(cols["position"])[first].astype(np.int32),
+        token_id=np.asarray(cols["token_id"])[first].astype(np.int64),
+        experts=experts.astype(np.int16).reshape(-1, num_l, k),
+        num_experts=e_max,
+        weights=None if w is None else np.asarray(w, dtype=np.float32).reshape(-1, num_l, k))
+
+
+# ---------------------------------------------------------------- files
+def _atomic_target(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def save_trace(trace: RoutingTrace, path: str | os.PathLike[str],
+               row_group_occurrences: int = 65536) -> None:
+    """Write ``.npz`` or ``.parquet`` atomically (temp file + os.replace)."""
+    path = Path(path)
+    fd, tmp = _atomic_target(path)
+    os.close(fd)
+    try:
+        if path.suffix == ".npz":
+            with open(tmp, "wb") as fh:
+                np.savez(fh, num_experts=np.int64(trace.num_experts), **to_long(trace))
+        elif path.suffix == ".parquet":
+            _write_parquet(trace, tmp, row_group_occurrences)
+        else:
+            raise MoeplanError(f"trace path ({path}) must end in .npz or .parquet")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _arrow_table(trace: RoutingTrace):  # type: ignore[no-untyped-def]
+    import pyarrow as pa
+
+    cols = to_long(trace)
+    k = trace.top_k
+    arrays = {c: pa.array(cols[c]) for c in ("request_id", "position", "token_id", "layer")}
+    arrays["experts"] = pa.FixedSizeListArray.from_arrays(pa.array(cols["experts"].ravel()), k)
+    if "weights" in cols:
+        arrays["weights"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(cols["weights"].ravel()), k)
+    meta = {b"moeplan.num_experts": str(trace.num_experts).encode()}
+    return pa.table(arrays).replace_schema_metadata(meta)
+
+
+def _write_parquet(trace: RoutingTrace, path: str, row_group_occurrences: int) -> None:
+    import pyarrow.parquet as pq
+
+    table = _arrow_table(trace)
+    pq.write_table(table, path, row_group_size=row_group_occurrences * trace.num_layers)
+
+
+class TraceWriter:
+    """Streaming Parquet writer: append chunks, then ``close()`` renames into place."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        require(self.path.suffix == ".parquet",
+                f"trace path ({self.path}) must end in .parquet for streaming writes")
+        fd, self._tmp = _atomic_target(self.path)
+        os.close(fd)
+        self._writer = None
+
+    def write(self, chunk: RoutingTrace) -> None:
+        import pyarrow.parquet as pq
+
+        table = _arrow_table(chunk)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._tmp, table.schema)
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        require(self._writer is not None, f"trace ({self.path}) must not be empty")
+        self._writer.close()  # type: ignore[union-attr]
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+def _corrupt(path: Path, err: Exception) -> MoeplanError:
+    return MoeplanError(f"trace file ({path}) cannot be read: {type(err).__name__}")
+
+
+def _iter_long_parquet(path: Path) -> Iterator[tuple[dict[str, np.ndarray], int | None]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.schema_arrow.metadata or {}
+        e = meta.get(b"moeplan.num_experts")
+        num_experts = int(e) if e is not None else None
+        for rg in range(pf.num_row_groups):
+            tab = pf.read_row_group(rg)
+            cols = {}
+            for name in tab.column_names:
+                col = tab.column(name).combine_chunks()
+                if name in ("experts", "weights"):
+                    k = col.type.list_size
+                    cols[name] = col.flatten().to_numpy().reshape(-1, k)
+                else:
+                    cols[name] = col.to_numpy()
+            yield cols, num_experts
+    except MoeplanError:
+        raise
+    except Exception as err:  # pyarrow raises many types on a damaged file
+        raise _corrupt(path, err) from err
+
+
+def _load_npz(path: Path) -> tuple[dict[str, np.ndarray], int | None]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            cols = {k: z[k] for k in z.files if k != "num_experts"}
+            num_experts = int(z["num_experts"]) if "num_experts" in z.files else None
+    except Exception as err:
+        raise _corrupt(path, err) from err
+    return cols, num_experts
+
+
+def iter_trace(path: str | os.PathLike[str], chunk_occurrences: int = 65536,
+               num_experts: int | None = None) -> Iterator[RoutingTrace]:
+    """Stream a trace file as chunks of whole requests (about ``chunk_occurrences`` each)."""
+    path = Path(path)
+    require(path.exists(), f"trace path ({path}) does not exist")
+    if path.suffix == ".npz":
+        cols, e = _load_npz(path)
+        parts: Iterator[tuple[dict[str, np.ndarray], int | None]] = iter([(cols, e)])
+    elif path.suffix == ".parquet":
+        parts = _iter_long_parquet(path)
+    else:
+        raise MoeplanError(f"trace path ({path}) must end in .npz or .parquet")
+    carry: RoutingTrace | None = None
+    seen = False
+    for cols, e in parts:
+        dense = from_long(cols, num_experts or e)
+        if carry is not None:
+            dense = concat([carry, dense])
+        rid = dense.request_id
+        if len(rid) == 0:
+            continue
+        # hold back the last request: it may continue in the next row group
+        other = np.flatnonzero(rid != rid[-1])
+        cut = int(other[-1]) + 1 if len(other) else 0
+        for lo in range(0, cut, chunk_occurrences):
+            hi = min(cut, lo + chunk_occurrences)
+            # extend hi to the end of its request
+            while hi < cut and rid[hi] == rid[hi - 1]:
+                hi += 1
+            if lo < hi:
+                seen = True
+                yield dense.take(slice(lo, hi))  # type: ignore[arg-type]
+        carry = dense.take(slice(cut, None))  # type: ignore[arg-type]
+    if carry is not None and carry.num_tokens:
+        seen = True
+        yield carry
+    require(seen, f"trace ({path}) must not be empty")
+
+
+def load_trace(path: str | os.PathLike[str], num_experts: int | None = None) -> RoutingTrace:
+    """Whole trace in memory (concatenation of :func:`iter_trace`)."""
+    return concat(list(iter_trace(path, chunk_occurrences=1 << 30, num_experts=num_experts)))
