@@ -1,0 +1,150 @@
+"""Fused AR-A2A communication (MixServe §III-D, Algorithms 1-2) as an overlapped schedule.
+
+Both algorithms are the same two-resource pipeline on one rank of an ``n``-node, ``m``-GPU
+per node layout (MoE TP = m intra-node, EP = n inter-node):
+
+- the inter-node link carries ``n-1`` pairwise rounds (Dispatch or Combine), one peer node
+  per round, each a chunk of ``a`` bytes (the rank's 1/m hidden slice of the tokens that go
+  to / come from that node);
+- the intra-node link carries ``n`` TP collectives, one per chunk (AG for Alg. 2, RS plus
+  the top-k weighting for Alg. 1). Chunk 1 is the local one and needs no inter round;
+  chunk ``i+1`` can start only after inter round ``i`` has arrived.
+
+The *modelled* time is the critical path of that pipeline in closed form:
+``end = max_j (arrival_j + sum_{i>=j} intra_i)``; with equal rounds it is
+``max(n*t_intra, (n-1)*t_inter + t_intra)``. RS-Combine then ends with one AG of the
+rank's output (Alg. 1 line 19). :func:`simulate_rounds` replays the same schedule round by
+round with an event queue, as the independent check the tests compare against.
+The *sequential* RS -> A2A -> AG alternative moves the same bytes with no overlap.
+
+Departures: Alg. 1's pseudo-code sends the same slice to every peer; we price each round as
+the 1/n share of the combine volume (what Fig. 8/9 and the O(n) analysis assume). The top-k
+weighting compute of Alg. 1 is an optional per-chunk term (0 by default).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moeplan.errors import require
+from moeplan.planners.strategy_comm import Link, all_gather, reduce_scatter
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FusedTime:
+    """Seconds of one fused collective and of its sequential RS/AG + A2A equivalent."""
+
+    fused: float
+    sequential: float
+    inter_rounds: int
+    intra_rounds: int
+
+    @property
+    def saving(self) -> float:
+        return self.sequential - self.fused
+
+
+def critical_path(inter: Sequence[float], intra: Sequence[float]) -> float:
+    """Closed-form finish time: ``len(intra) == len(inter) + 1``; chunk 0 is local."""
+    require(len(intra) == len(inter) + 1,
+            f"intra rounds ({len(intra)}) must be inter rounds ({len(inter)}) + 1")
+    arrival = [0.0]
+    for t in inter:
+        arrival.append(arrival[-1] + t)
+    best, tail = 0.0, 0.0
+    for j in range(len(intra) - 1, -1, -1):
+        tail += intra[j]
+        best = max(best, arrival[j] + tail)
+    return best
+
+
+def uniform_overlap(n: int, t_inter: float, t_intra: float) -> float:
+    """Closed form for equal rounds: ``max(n*t_intra, (n-1)*t_inter + t_intra)``."""
+    return max(n * t_intra, (n - 1) * t_inter + t_intra)
+
+
+def simulate_rounds(inter: Sequence[float], intra: Sequence[float]) -> float:
+    """Round-by-round event simulation of the pipeline (independent of the closed form).
+
+    Two resources (inter link, intra link) each run one round at a time in issue order;
+    intra round ``j`` (j >= 1) becomes ready when inter round ``j`` completes.
+    """
+    events: list[tuple[float, int, str, int]] = []
+    seq = 0
+    ready = [False] * len(intra)
+    ready[0] = True
+    inter_next, intra_next, intra_busy, finish = 0, 0, False, 0.0
+
+    def push(t: float, kind: str, idx: int) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, seq, kind, idx))
+        seq += 1
+
+    if inter:
+        push(inter[0], "inter_done", 0)
+        inter_next = 1
+    now = 0.0
+    while True:
+        if not intra_busy and intra_next < len(intra) and ready[intra_next]:
+            push(now + intra[intra_next], "intra_done", intra_next)
+            intra_busy, intra_next = True, intra_next + 1
+        if not events:
+            break
+        now, _, kind, idx = heapq.heappop(events)
+        if kind == "inter_done":
+            ready[idx + 1] = True
+            if inter_next < len(inter):
+                push(now + inter[inter_next], "inter_done", inter_next)
+                inter_next += 1
+        else:
+            intra_busy, finish = False, now
+    require(intra_next == len(intra), "simulate_rounds: schedule did not complete")
+    return finish
+
+
+def ag_dispatch(*, nodes: int, tp: int, chunk_bytes: float, intra: Link, inter: Link) -> FusedTime:
+    """Alg. 2: ``nodes-1`` inter Dispatch rounds overlapped with ``nodes`` intra AGs.
+
+    ``chunk_bytes``: bytes one rank sends to one peer node (its 1/tp hidden slice).
+    """
+    t_x = inter.time(chunk_bytes)
+    t_ag = all_gather(chunk_bytes * tp, tp, intra)
+    fused = uniform_overlap(nodes, t_x, t_ag)
+    seq = (nodes - 1) * t_x + all_gather(chunk_bytes * tp * nodes, tp, intra)
+    return FusedTime(fused=fused, sequential=seq, inter_rounds=nodes - 1, intra_rounds=nodes)
+
+
+def rs_combine(
+    *,
+    nodes: int,
+    tp: int,
+    chunk_bytes: float,
+    output_bytes: float,
+    intra: Link,
+    inter: Link,
+    weighting_s: float = 0.0,
+) -> FusedTime:
+    """Alg. 1: ``nodes-1`` inter Combine rounds overlapped with ``nodes`` intra RS (+ top-k
+    weighting), then one intra AG of the rank's ``output_bytes`` (full hidden, its DP tokens).
+    """
+    t_x = inter.time(chunk_bytes)
+    t_rs = reduce_scatter(chunk_bytes * tp, tp, intra) + weighting_s
+    t_ag = all_gather(output_bytes, tp, intra)
+    fused = uniform_overlap(nodes, t_x, t_rs) + t_ag
+    seq = (reduce_scatter(chunk_bytes * tp * nodes, tp, intra) + nodes * weighting_s
+           + (nodes - 1) * t_x + t_ag)
+    return FusedTime(fused=fused, sequential=seq, inter_rounds=nodes - 1, intra_rounds=nodes)
+
+
+def round_times(
+    *, nodes: int, tp: int, chunk_bytes: float, intra: Link, inter: Link, kind: str
+) -> tuple[list[float], list[float]]:
+    """Per-round (inter, intra) durations of Alg. 1 (``kind='rs'``) or Alg. 2 (``'ag'``),
+    for replaying with :func:`simulate_rounds` or ``moeplan.sim``."""
+    require(kind in ("rs", "ag"), f"kind ({kind}) must be 'rs' or 'ag'")
+    t_x = inter.time(chunk_bytes)
+    coll = reduce_scatter if kind == "rs" else all_gather
+    t_i = coll(chunk_bytes * tp, tp, intra)
+    return [t_x] * (nodes - 1), [t_i] * nodes
