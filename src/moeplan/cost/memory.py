@@ -1,0 +1,99 @@
+"""Memory per GPU: weights, KV cache, activations and communication buffers (bytes).
+
+Building blocks that every planner combines for its own layout. Conventions:
+
+- Attention weights are split by ``tp``; MLA's latent projections (``kv_a``, ``q_a``) are
+  replicated across TP ranks (as SGLang/vLLM do), heads are split.
+- Routed experts: ``num_local_experts`` whole experts, each split ``tp`` ways.
+- KV cache: GQA heads split by ``tp`` (replicated when ``tp > num_kv_heads``); MLA's latent is
+  replicated on every TP rank.
+- Activations: the live hidden/intermediate tensors of one forward step of ``tokens``
+  tokens (the largest intermediate is the MLP/expert up-projection).
+- ``RESERVED_BYTES`` covers the CUDA context, allocator fragmentation and NCCL's own
+  buffers (aiconfigurator's system.yaml uses 3.5 GiB "other" + ~0.4 GiB NCCL for H100).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.specs import ModelSpec
+from moeplan.specs.model import ACT_BYTES
+
+RESERVED_BYTES = 4 * 1024**3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryBreakdown:
+    """Bytes per GPU by kind."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+    buffers: float
+    reserved: float = RESERVED_BYTES
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.buffers + self.reserved
+
+    def to_dict(self) -> dict[str, float]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache,
+                "activations": self.activations, "buffers": self.buffers,
+                "reserved": self.reserved, "total": self.total}
+
+
+def attn_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
+    """One layer's attention weights on one TP rank."""
+    h = model.hidden_size
+    if model.attention == "mla":
+        replicated = (h * (model.kv_lora_rank + model.qk_rope_head_dim)
+                      + (h * model.q_lora_rank if model.q_lora_rank else 0))
+        split = model.attn_linear_params - replicated
+        return (replicated + split / tp + 2 * h) * model.weight_bytes
+    return ((model.attn_params - 2 * h) / tp + 2 * h) * model.weight_bytes
+
+
+def expert_weight_bytes(model: ModelSpec, num_local_experts: float, tp: int = 1) -> float:
+    """Routed experts held by one GPU in one layer (plus the replicated router)."""
+    return (num_local_experts * model.expert_params / tp * model.expert_weight_bytes
+            + model.router_params * model.weight_bytes)
+
+
+def shared_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
+    return model.shared_params / tp * model.weight_bytes
+
+
+def dense_mlp_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
+    return model.dense_mlp_params / tp * model.weight_bytes
+
+
+def embedding_bytes(model: ModelSpec, tp: int = 1) -> float:
+    """Embedding + lm-head (vocab-parallel over ``tp``)."""
+    return (model.embedding_params + model.lm_head_params) / tp * model.weight_bytes
+
+
+def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1) -> float:
+    """KV bytes one token adds to one layer on one TP rank."""
+    per = model.kv_bytes_per_token_layer()
+    if model.attention == "mla":
+        return float(per)
+    return per / min(tp, model.num_kv_heads)
+
+
+def activation_bytes(model: ModelSpec, tokens: int, tp: int = 1) -> float:
+    """Peak live activations of one forward step over ``tokens`` tokens on one rank."""
+    inter = max(model.moe_intermediate_size * model.top_k, model.dense_intermediate_size,
+                model.shared_intermediate_size)
+    per_token = (4 * model.hidden_size + 2 * inter / tp) * ACT_BYTES
+    return tokens * per_token
+
+
+def a2a_buffer_bytes(model: ModelSpec, tokens: int, k: float) -> float:
+    """Send + receive buffers of an all-to-all moving ``tokens * k`` hidden states."""
+    return 2 * tokens * k * model.hidden_bytes
+
+
+def weights_floor_per_gpu(model: ModelSpec, num_gpus: int) -> float:
+    """Lower bound: all weights spread evenly over ``num_gpus`` GPUs, nothing else."""
+    return model.weight_bytes_total() / num_gpus

@@ -1,0 +1,172 @@
+"""CostModel: one cost model under every planner (compute, attention, experts, collectives).
+
+``CostModel(cluster, profile)`` answers "how long does this take on one GPU of this cluster":
+
+- GEMMs through the profile's fitted model (:class:`Roofline` from measurements, or FinDEP's
+  α-β over m·n·k). With no profile, a roofline from the GPU's datasheet numbers at 70 %
+  of peak FLOP/s and 80 % of memory bandwidth with a 5 µs launch cost (the efficiencies the
+  H100 fit finds: 748/989 TFLOP/s and 2.67/3.35 TB/s).
+- Attention core (scores, softmax, values): the profile's α-β over
+  ``q_tokens * keys * heads * (d_k + d_v)`` when it has one (FinDEP Eq. 8), else a roofline
+  of its FLOPs (at half the GEMM rate: softmax and masking) against the KV-cache read.
+- Grouped expert GEMMs: one launch for all local experts (as fused-MoE kernels do) for a
+  roofline profile — compute and weight traffic add up over experts; FinDEP's α-β profile
+  keeps the paper's per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
+- Collectives through :func:`moeplan.cost.collectives.collective_time`, with the profile's
+  measured intra-node fits where they exist.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+from moeplan.cost.collectives import collective_time
+from moeplan.cost.linear import AlphaBeta, Roofline
+from moeplan.cost.profile import HardwareProfile
+from moeplan.specs import ClusterSpec, ModelSpec
+
+DEFAULT_ALPHA = 5e-6
+DEFAULT_FLOPS_EFF = 0.70
+DEFAULT_BW_EFF = 0.80
+
+
+class CostModel:
+    """Seconds per operation on one GPU of ``cluster`` (see module docstring)."""
+
+    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile | None = None) -> None:
+        self.cluster = cluster
+        self.profile = profile
+        self._roof = Roofline(alpha=DEFAULT_ALPHA,
+                              flops=cluster.gpu.flops_bf16 * DEFAULT_FLOPS_EFF,
+                              bw=cluster.gpu.mem_bw * DEFAULT_BW_EFF)
+
+    def __repr__(self) -> str:
+        return f"CostModel({self.cluster.name}, profile={self.profile_name})"
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile.name if self.profile else "roofline(datasheet)"
+
+    @cached_property
+    def _gemm(self) -> Roofline | AlphaBeta:
+        return self.profile.gemm if self.profile else self._roof
+
+    # ---- compute ---------------------------------------------------------------------
+    def gemm(self, m: float, n: float, k: float) -> float:
+        """bf16 GEMM ``[m, k] x [k, n]``; zero for an empty operand."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        g = self._gemm
+        if isinstance(g, AlphaBeta):
+            return g(m * n * k)
+        return g(m, n, k)
+
+    def grouped_gemm(self, m: float, n: float, k: float, groups: float) -> float:
+        """``groups`` GEMMs of ``[m, k] x [k, n]`` with different weights, one launch."""
+        if groups <= 0 or m <= 0:
+            return 0.0
+        g = self._gemm
+        if isinstance(g, AlphaBeta):
+            return groups * g(m * n * k)
+        padded = math.ceil(m / g.tile_m) * g.tile_m
+        compute = 2.0 * padded * n * k * groups / g.flops
+        memory = 2.0 * (m * k + k * n + m * n) * groups / g.bw
+        return g.alpha + max(compute, memory)
+
+    def attention_core(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
+                       tp: int = 1, layer: int | None = None) -> float:
+        """Scores + softmax + values for ``num_seqs`` sequences of ``q_len`` new tokens
+        attending (causally) to ``ctx_len`` keys in total, heads split ``tp`` ways."""
+        if num_seqs <= 0 or q_len <= 0:
+            return 0.0
+        keys = ctx_len - (q_len - 1) / 2.0  # mean keys per query under the causal mask
+        if layer is not None and model.is_sliding_layer(layer):
+            keys = min(keys, model.sliding_window)
+        heads = max(1.0, model.num_attention_heads / tp)
+        macs = num_seqs * q_len * keys * heads * (model.q_dim + model.vo_dim)
+        if self.profile is not None and self.profile.attention is not None:
+            return self.profile.attention(macs)
+        roof = self._gemm if isinstance(self._gemm, Roofline) else self._roof
+        kv_read = num_seqs * ctx_len * model.kv_bytes_per_token_layer() / (
+            1 if model.attention == "mla" else min(tp, model.num_kv_heads))
+        return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
+
+    def attention_layer(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
+                        tp: int = 1, layer: int | None = None) -> float:
+        """One attention layer (projections + core) on one TP rank."""
+        t = num_seqs * q_len
+        h, nh = model.hidden_size, model.num_attention_heads / tp
+        if model.attention == "mla":
+            proj = (self.gemm(t, model.kv_lora_rank + model.qk_rope_head_dim, h)
+                    + self.gemm(t, nh * (model.qk_nope_head_dim + model.v_head_dim),
+                                model.kv_lora_rank)
+                    + self.gemm(t, h, nh * model.v_head_dim))
+            if model.q_lora_rank:
+                proj += (self.gemm(t, model.q_lora_rank, h)
+                         + self.gemm(t, nh * model.q_dim, model.q_lora_rank))
+            else:
+                proj += self.gemm(t, nh * model.q_dim, h)
+        else:
+            kv = max(1.0, model.num_kv_heads / tp)
+            proj = (self.gemm(t, (nh + 2 * kv) * model.head_dim, h)
+                    + self.gemm(t, h, nh * model.head_dim))
+        return proj + self.attention_core(model, num_seqs, q_len, ctx_len, tp, layer)
+
+    def expert_ffn(self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float,
+                   tp: int = 1) -> float:
+        """SwiGLU routed experts on one GPU: gate+up then down, each expert ``tokens_per_expert``."""
+        i = model.moe_intermediate_size / tp
+        h = model.hidden_size
+        return (self.grouped_gemm(tokens_per_expert, 2 * i, h, num_local_experts)
+                + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts))
+
+    def _swiglu(self, tokens: float, inter: float, tp: int, h: int) -> float:
+        if inter <= 0 or tokens <= 0:
+            return 0.0
+        return self.gemm(tokens, 2 * inter / tp, h) + self.gemm(tokens, h, inter / tp)
+
+    def shared_expert(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
+        return self._swiglu(tokens, model.shared_intermediate_size, tp, model.hidden_size)
+
+    def dense_mlp(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
+        return self._swiglu(tokens, model.dense_intermediate_size, tp, model.hidden_size)
+
+    def router(self, model: ModelSpec, tokens: float) -> float:
+        return self.gemm(tokens, model.num_experts, model.hidden_size)
+
+    # ---- communication -----------------------------------------------------------------
+    def _intra_fit(self, op: str, n: int, nbytes: float) -> float | None:
+        if self.profile is None:
+            return None
+        m = self.profile.collective(op, n)
+        return None if m is None else float(m(nbytes))
+
+    def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float:
+        """Collective over ``group_size`` ranks spanning ``nodes`` nodes (nccl-tests bytes)."""
+        return collective_time(op, nbytes, group_size, nodes, self.cluster, self._intra_fit)
+
+    def p2p(self, nbytes: float, inter_node: bool) -> float:
+        """Point-to-point send between two GPUs (pipeline stages)."""
+        if nbytes <= 0:
+            return 0.0
+        return (self.cluster.inter if inter_node else self.cluster.intra).time(nbytes)
+
+    def link_transfer(self, nbytes: float, inter_node: bool) -> float:
+        """``nbytes`` over one GPU's link: latency + bytes / bandwidth."""
+        return self.p2p(nbytes, inter_node)
+
+    def a2e(self, bytes_per_expert_gpu: float, ag: int, eg: int) -> float:
+        """FinDEP A2E (= E2A) of one chunk: each of ``eg`` expert GPUs receives
+        ``bytes_per_expert_gpu`` from ``ag`` attention GPUs (Eq. 4/9).
+
+        Uses the profile's fitted (ag, eg) coefficients when present; otherwise the slower of
+        the senders' and receivers' links, inter-node when ``ag + eg`` spans nodes.
+        """
+        if bytes_per_expert_gpu <= 0:
+            return 0.0
+        if self.profile is not None and (ag, eg) in self.profile.a2e:
+            return self.profile.a2e[(ag, eg)](bytes_per_expert_gpu)
+        link = self.cluster.inter if ag + eg > self.cluster.gpus_per_node else self.cluster.intra
+        send = bytes_per_expert_gpu * eg / ag
+        return link.latency + max(bytes_per_expert_gpu, send) / link.bw
