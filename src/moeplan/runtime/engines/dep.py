@@ -1,0 +1,181 @@
+"""DEP engine (FinDEP §2–3): attention ranks and expert ranks apart, fine-grained pipelining.
+
+Ranks ``0..ag-1`` (AG) hold ``r1`` micro-batches of ``ma`` sequences each, attention weights and
+the shared experts; ranks ``ag..`` (EG) hold ``E/eg`` consecutive routed experts. Per layer ``t``
+and micro-batch ``i`` the AG runs ``A(t,i)`` (attention + router) and ``S(t,i)`` (shared
+expert) in the plan's ``order`` (ASAS: A1 S1 A2 S2 …; AASS: A1 A2 … S1 S2 …). The tokens of a
+micro-batch are cut into ``r2`` chunks; chunk ``j`` goes out as soon as ``A(t,i)`` ends
+(``A2E(t,i,j)``, non-blocking ``isend`` of per-expert counts then rows to each EG rank), the EG
+computes ``E(t,i,j)`` and returns it (``E2A(t,i,j)``, non-blocking). ``A(t+1,i)`` waits for all
+``E2A(t,i,·)`` and ``S(t,i)`` — the dependency rules of FinDEP Eq. 5 — so while the EG works
+on micro-batch ``i`` the AG computes ``A``/``S`` of the others. Departure: the paper's ``me``
+(tokens per expert per chunk) is an outcome here, not an input: chunks are equal token ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from moeplan.errors import require
+from moeplan.runtime.config import MoEConfig
+from moeplan.runtime.mesh import Mesh
+from moeplan.runtime.model import LayerWeights, attention, rms
+from moeplan.runtime.moe_layer import experts_by_id, local_experts, route, shared_out
+from moeplan.runtime.permute import Permutation, combine, gather_rows, permute
+from moeplan.runtime.timeline import Timeline
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DepParams:
+    ag: int
+    eg: int
+    r1: int
+    r2: int
+    ma: int
+    order: str
+
+    @classmethod
+    def from_mesh(cls, mesh: Mesh) -> DepParams:
+        d = mesh.details
+        return cls(ag=mesh.ag, eg=mesh.eg, r1=d["r1"], r2=d["r2"], ma=d["ma"],
+                   order=d.get("order", "ASAS"))
+
+    def tag(self, t: int, i: int, j: int, kind: int) -> int:
+        return ((t * self.r1 + i) * self.r2 + j) * 3 + kind
+
+
+def ag_schedule(order: str, r1: int) -> list[tuple[str, int]]:
+    """AG task order within one layer."""
+    if order == "ASAS":
+        return [(k, i) for i in range(r1) for k in ("A", "S")]
+    return [("A", i) for i in range(r1)] + [("S", i) for i in range(r1)]
+
+
+@dataclass
+class _MicroBatch:
+    """AG state of one micro-batch in the current layer."""
+
+    h: torch.Tensor | None = None
+    u: torch.Tensor | None = None
+    perms: list[Permutation] = field(default_factory=list)
+    recvs: list[list[tuple[object, torch.Tensor]]] = field(default_factory=list)
+    sends: list[object] = field(default_factory=list)
+    shared: torch.Tensor | None = None
+
+
+def _send_chunk(u: torch.Tensor, perm: Permutation, p: DepParams, tag: tuple[int, int, int],
+                ag_rank: int) -> tuple[list[object], list[tuple[object, torch.Tensor]]]:
+    """A2E of one chunk: counts then rows to every EG rank; post the E2A receives."""
+    rows = gather_rows(u, perm)
+    per = perm.counts.numel() // p.eg
+    counts = perm.counts.view(p.eg, per)
+    sizes = counts.sum(dim=1).tolist()
+    sends, recvs = [], []
+    for k, part in enumerate(torch.split(rows, sizes)):
+        dst = p.ag + k
+        sends.append(dist.isend(counts[k].contiguous(), dst, tag=p.tag(*tag, 0)))
+        if sizes[k]:
+            sends.append(dist.isend(part.contiguous(), dst, tag=p.tag(*tag, 1)))
+            buf = rows.new_empty(sizes[k], rows.shape[1])
+            recvs.append((dist.irecv(buf, dst, tag=p.tag(*tag, 2)), buf))
+    return sends, recvs
+
+
+def _attention_task(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, p: DepParams, t: int, i: int,
+                    rank: int, tl: Timeline) -> _MicroBatch:
+    mb = _MicroBatch()
+    with tl.span(f"A{t}.{i}"):
+        mb.h = x + attention(rms(x), w.attn, cfg)
+        mb.u = rms(mb.h.reshape(-1, x.shape[-1]))
+        r = route(mb.u, w.moe, cfg)
+    for j, (ids, wts, u) in enumerate(zip(r.ids.tensor_split(p.r2), r.weights.tensor_split(p.r2),
+                                          mb.u.tensor_split(p.r2), strict=True)):
+        perm = permute(ids, wts, cfg.num_experts)
+        with tl.span(f"A2E{t}.{i}.{j}", "send"):
+            sends, recvs = _send_chunk(u, perm, p, (t, i, j), rank)
+        mb.perms.append(perm)
+        mb.sends += sends
+        mb.recvs.append(recvs)
+    return mb
+
+
+def _finish(mb: _MicroBatch, p: DepParams, name: str, tl: Timeline) -> torch.Tensor:
+    """Wait for every E2A of the micro-batch and combine: ``h + routed + shared``."""
+    outs = []
+    with tl.span(f"E2A{name}", "recv"):
+        for perm, recvs in zip(mb.perms, mb.recvs, strict=True):
+            for work, _ in recvs:
+                work.wait()
+            y = torch.cat([b for _, b in recvs]) if recvs else mb.u.new_zeros(0, mb.u.shape[1])
+            outs.append(combine(y, perm))
+        for s in mb.sends:
+            s.wait()
+    return mb.h + (torch.cat(outs) + mb.shared).view_as(mb.h)
+
+
+def run_dep_attention(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, p: DepParams,
+                      rank: int, tl: Timeline) -> torch.Tensor:
+    """AG rank: ``x [r1*ma, S, H]`` -> output after all layers."""
+    xs = list(x.split(p.ma))
+    require(len(xs) == p.r1, f"batch ({x.shape[0]}) must equal r1*ma ({p.r1}*{p.ma})")
+    pending: dict[int, _MicroBatch] = {}
+    for t, w in enumerate(layers):
+        for kind, i in ag_schedule(p.order, p.r1):
+            if kind == "A":
+                if i in pending:
+                    xs[i] = _finish(pending.pop(i), p, f"{t - 1}.{i}", tl)
+                pending[i] = _attention_task(xs[i], w, cfg, p, t, i, rank, tl)
+            else:
+                with tl.span(f"S{t}.{i}"):
+                    pending[i].shared = shared_out(pending[i].u, w.moe)
+    for i in sorted(pending):
+        xs[i] = _finish(pending.pop(i), p, f"{len(layers) - 1}.{i}", tl)
+    return torch.cat(xs)
+
+
+def _expert_chunk(w_local, p: DepParams, tag: tuple[int, int, int], hidden: int, tl: Timeline
+                  ) -> list[object]:
+    """EG: receive chunk ``tag`` from every AG rank, compute, send results back (non-blocking)."""
+    per = w_local.w_gate.shape[0]
+    with tl.span(f"A2E{tag[0]}.{tag[1]}.{tag[2]}", "recv"):
+        counts = [torch.empty(per, dtype=torch.long) for _ in range(p.ag)]
+        for a, c in enumerate(counts):
+            dist.irecv(c, a, tag=p.tag(*tag, 0)).wait()
+        bufs = [torch.empty(int(c.sum()), hidden) for c in counts]
+        works = [dist.irecv(b, a, tag=p.tag(*tag, 1)) for a, b in enumerate(bufs) if b.shape[0]]
+        for work in works:
+            work.wait()
+    with tl.span(f"E{tag[0]}.{tag[1]}.{tag[2]}"):
+        rows = torch.cat(bufs)
+        ids = torch.cat([torch.repeat_interleave(torch.arange(per), c) for c in counts])
+        y = experts_by_id(rows, ids, w_local)
+    sends = []
+    for a, part in enumerate(torch.split(y, [b.shape[0] for b in bufs])):
+        if part.shape[0]:
+            sends.append(dist.isend(part.contiguous(), a, tag=p.tag(*tag, 2)))
+    return sends
+
+
+def run_dep_expert(layers: list[LayerWeights], cfg: MoEConfig, p: DepParams, rank: int,
+                   tl: Timeline) -> None:
+    """EG rank: serve every (layer, micro-batch, chunk) in order."""
+    k = rank - p.ag
+    per = cfg.num_experts // p.eg
+    sends: list[object] = []
+    for t, w in enumerate(layers):
+        w_local = local_experts(w.moe, k * per, (k + 1) * per)
+        for i in range(p.r1):
+            for j in range(p.r2):
+                sends += _expert_chunk(w_local, p, (t, i, j), cfg.hidden_size, tl)
+    for s in sends:
+        s.wait()
+
+
+def check_dep(p: DepParams, cfg: MoEConfig, seq: int) -> None:
+    require(cfg.num_experts % p.eg == 0,
+            f"model.num_experts ({cfg.num_experts}) must be divisible by eg ({p.eg})")
+    require(p.r2 <= p.ma * seq, f"plan.details.r2 ({p.r2}) must be <= tokens per micro-batch "
+            f"({p.ma * seq})")

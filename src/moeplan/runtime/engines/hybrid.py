@@ -1,0 +1,104 @@
+"""Hybrid TP-EP engine (MixServe §III-C/D): attention TP inside a node + DP across nodes, MoE
+TP inside a node + EP across nodes, with the fused AG-Dispatch / RS-Combine collectives.
+
+Per layer on TP rank ``t`` of node ``a``: attention on this rank's heads, all-reduce in TP;
+route (replicated in the node); fused AG-Dispatch sends only hidden slice ``t`` of the rows to
+the other nodes and all-gathers it in TP; experts run TP-sharded (intermediate dim), giving
+partial sums; fused RS-Combine returns them and reduce-scatters in TP; top-k weighting on the
+``H/m`` slice (Alg. 1 line 17); shared-expert partials are reduce-scattered the same way; one
+TP all-gather restores full width. ``fused=False`` runs the unfused sequence (full-width
+all-to-all dispatch/combine + TP all-reduce) for comparison. Requires ``attn.tp == moe.tp``
+and ``pp == 1`` (the paper's case); other shapes are rejected with a clear error.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from moeplan.errors import require
+from moeplan.runtime.collectives import (
+    combine_back,
+    dispatch,
+    fused_ag_dispatch,
+    fused_rs_combine,
+)
+from moeplan.runtime.config import MoEConfig
+from moeplan.runtime.groups import RankGroups
+from moeplan.runtime.mesh import Mesh
+from moeplan.runtime.model import LayerWeights, attention, rms
+from moeplan.runtime.moe_layer import (
+    MoEWeights,
+    experts_by_id,
+    local_experts,
+    route,
+    shard_tp,
+    shared_out,
+)
+from moeplan.runtime.permute import combine, gather_rows, permute
+from moeplan.runtime.timeline import Timeline
+
+
+def check_hybrid(mesh: Mesh, cfg: MoEConfig) -> None:
+    require(mesh.pp == 1 and mesh.attn_tp == mesh.moe_tp,
+            f"plan.layout (pp={mesh.pp}, attn.tp={mesh.attn_tp}, moe.tp={mesh.moe_tp}) must have "
+            "pp=1 and attn.tp == moe.tp for the hybrid TP-EP runtime")
+    require(cfg.num_heads % mesh.attn_tp == 0,
+            f"model.num_heads ({cfg.num_heads}) must be divisible by attn.tp ({mesh.attn_tp})")
+    require(cfg.num_experts % mesh.moe_ep == 0,
+            f"model.num_experts ({cfg.num_experts}) must be divisible by moe.ep ({mesh.moe_ep})")
+    require(cfg.hidden_size % mesh.moe_tp == 0 and cfg.moe_intermediate_size % mesh.moe_tp == 0,
+            f"model widths (hidden {cfg.hidden_size}, moe_intermediate {cfg.moe_intermediate_size}) "
+            f"must be divisible by moe.tp ({mesh.moe_tp})")
+
+
+def _local_moe(w: MoEWeights, g: RankGroups, num_experts: int) -> MoEWeights:
+    n, e = g.size("moe_ep"), g.local_rank("moe_ep")
+    per = num_experts // n
+    return shard_tp(local_experts(w, e * per, (e + 1) * per), g.size("moe_tp"), g.local_rank("moe_tp"))
+
+
+def hybrid_moe(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline,
+               fused: bool = True) -> torch.Tensor:
+    """MoE block: ``x [T, H]`` replicated in the TP group -> ``[T, H]`` replicated."""
+    m, t = g.size("moe_tp"), g.local_rank("moe_tp")
+    tp = g.handles["moe_tp"]
+    lw = _local_moe(w, g, cfg.num_experts)
+    with tl.span("route"):
+        r = route(x, w, cfg)
+        perm = permute(r.ids, r.weights, cfg.num_experts)
+        rows = gather_rows(x, perm)
+    with tl.span("dispatch", "comm"):
+        if fused:
+            d = fused_ag_dispatch(rows.chunk(m, dim=1)[t], perm.counts, g)
+        else:
+            d = dispatch(rows, perm.counts, g.handles["moe_ep"], g.size("moe_ep"))
+    with tl.span("experts"):
+        partial = experts_by_id(d.rows, d.local_expert, lw)
+        shared = shared_out(x, lw)
+    with tl.span("combine", "comm"):
+        if not fused:
+            y = combine(combine_back(partial, d, g.handles["moe_ep"]), perm) + shared
+            dist.all_reduce(y, group=tp)
+            return y
+        y_slice = combine(torch.cat(fused_rs_combine(partial, d, g)), perm)
+        s_slice = torch.empty_like(y_slice)
+        dist.reduce_scatter(s_slice, [c.contiguous() for c in shared.chunk(m, dim=1)], group=tp)
+        parts = [torch.empty_like(y_slice) for _ in range(m)]
+        dist.all_gather(parts, y_slice + s_slice, group=tp)
+        return torch.cat(parts, dim=1)
+
+
+def run_hybrid(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: RankGroups,
+               tl: Timeline, fused: bool = True) -> torch.Tensor:
+    """Forward this node's sequences ``x [B, S, H]`` (replicated in the TP group)."""
+    m, t = g.size("attn_tp"), g.local_rank("attn_tp")
+    for i, w in enumerate(layers):
+        with tl.span(f"attn{i}"):
+            a = attention(rms(x), w.attn, cfg, tp=m, rank=t)
+        with tl.span("attn_allreduce", "comm"):
+            dist.all_reduce(a, group=g.handles["attn_tp"])
+        h = x + a
+        flat = h.reshape(-1, h.shape[-1])
+        x = (flat + hybrid_moe(rms(flat), w.moe, cfg, g, tl, fused)).view_as(x)
+    return x

@@ -1,0 +1,134 @@
+"""Pipeline engine (SMIDT §3): stages cut at module boundaries, per-module TP/EP/DPMoE.
+
+Stage ``s`` owns ranks ``[s·r, (s+1)·r)`` and a run of modules ``attn_l`` / ``moe_l``. Inside a
+stage the activations of the current micro-batch are replicated on all ``r`` ranks. An
+attention module with ``(tp, 1, d)`` splits the sequences over ``d`` DP groups, shards heads over
+``tp``, all-reduces in TP and all-gathers over DP (the re-sharding SMIDT charges between
+layouts). An MoE module with ``(tp, ep, d)`` splits tokens over ``d`` DPMoE replicas; inside a
+replica each of the ``ep`` ranks applies its ``E/ep`` experts (TP-sharded ``tp`` ways) to the
+rows routed to them, and one all-reduce over the replica's ``ep·tp`` ranks sums the partials.
+Departure: with tokens replicated inside a replica, EP needs that all-reduce instead of an
+all-to-all; the volume differs from SMIDT's cost model but the arithmetic is the same.
+Between stages, rank ``j`` of stage ``s`` sends to rank ``j`` of stage ``s+1``, synchronously
+(``send``) or asynchronously (``isend``; the next micro-batch starts before the send ends).
+Dense ``mlp`` modules are rejected: the runtime model has an MoE block in every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import torch.distributed as dist
+
+from moeplan.errors import MoeplanError, require
+from moeplan.runtime.config import MoEConfig
+from moeplan.runtime.groups import RankGroups
+from moeplan.runtime.mesh import Mesh, StageModule
+from moeplan.runtime.model import LayerWeights, attention, rms
+from moeplan.runtime.moe_layer import local_experts, moe_forward, shard_tp
+from moeplan.runtime.timeline import Timeline
+
+
+def check_pipeline(mesh: Mesh, cfg: MoEConfig) -> None:
+    """Modules must be attn_0, moe_0, attn_1, … in order; shapes must divide the model."""
+    mods = [m for st in mesh.stages for m in st]
+    expect = [(k, layer) for layer in range(len(mods) // 2) for k in ("attn", "moe")]
+    got = [(m.kind, m.layer) for m in mods]
+    if got != expect:
+        raise MoeplanError(f"plan.layout.stages modules ({got[:4]}...) must be attn_0, moe_0, attn_1, "
+                           "moe_1, ... (dense mlp modules are not executed by the runtime)")
+    for m in mods:
+        if m.kind == "attn":
+            require(m.ep == 1 and cfg.num_heads % m.tp == 0,
+                    f"attn module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
+                    f"num_heads ({cfg.num_heads})")
+        else:
+            require(cfg.num_experts % m.ep == 0 and cfg.moe_intermediate_size % m.tp == 0,
+                    f"moe module {m.layer} (tp={m.tp}, ep={m.ep}) must divide num_experts "
+                    f"({cfg.num_experts}) and moe_intermediate_size ({cfg.moe_intermediate_size})")
+
+
+def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.Tensor:
+    """All-gather unequal parts along dim 0 (padded to the largest) and concatenate them."""
+    cap = max(sizes)
+    padded = part.new_zeros(cap, *part.shape[1:])
+    padded[: part.shape[0]] = part
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
+
+
+def _axis(m: StageModule, name: str) -> str:
+    return f"tp{m.tp}.ep{m.ep}.d{m.dpmoe}.{name}"
+
+
+def attn_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
+                ) -> torch.Tensor:
+    """``x [B, S, H]`` replicated -> replicated, attention DP over ``dpmoe``, TP over ``tp``."""
+    d, t = g.local_rank(_axis(m, "dpmoe")), g.local_rank(_axis(m, "tp"))
+    parts = list(x.tensor_split(m.dpmoe))
+    a = attention(rms(parts[d]), w.attn, cfg, tp=m.tp, rank=t)
+    if m.tp > 1:
+        dist.all_reduce(a, group=g.handles[_axis(m, "tp")])
+    y = parts[d] + a
+    if m.dpmoe == 1:
+        return y
+    return gather_split(y, [p.shape[0] for p in parts], g.handles[_axis(m, "dpmoe")])
+
+
+def moe_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
+               ) -> torch.Tensor:
+    """``x [B, S, H]`` replicated -> replicated; DPMoE replicas, EP·TP inside a replica."""
+    d, e, t = (g.local_rank(_axis(m, a)) for a in ("dpmoe", "ep", "tp"))
+    flat = x.reshape(-1, x.shape[-1])
+    parts = list(flat.tensor_split(m.dpmoe))
+    per = cfg.num_experts // m.ep
+    lw = shard_tp(local_experts(w.moe, e * per, (e + 1) * per), m.tp, t)
+    if e != 0:  # shared experts counted once per replica (on EP index 0)
+        lw = replace(lw, shared_gate=None, shared_up=None, shared_down=None)
+    y = moe_forward(rms(parts[d]), lw, cfg, expert_offset=e * per)
+    if m.ep * m.tp > 1:
+        dist.all_reduce(y, group=g.handles[_axis(m, "replica")])
+    y = parts[d] + y
+    if m.dpmoe > 1:
+        y = gather_split(y, [p.shape[0] for p in parts], g.handles[_axis(m, "dpmoe")])
+    return y.view_as(x)
+
+
+def run_stage(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, mesh: Mesh,
+              g: RankGroups, stage: int, tl: Timeline, name: str) -> torch.Tensor:
+    for m in mesh.stages[stage]:
+        with tl.span(f"{m.kind}{m.layer}.{name}"):
+            fn = attn_module if m.kind == "attn" else moe_module
+            x = fn(x, layers[m.layer], cfg, m, g)
+    return x
+
+
+def run_pp(x: torch.Tensor | None, layers: list[LayerWeights], cfg: MoEConfig, mesh: Mesh,
+           g: RankGroups, tl: Timeline, *, micro_batches: int, shape: tuple[int, ...],
+           async_send: bool) -> torch.Tensor | None:
+    """Forward ``micro_batches`` micro-batches; stage 0 gets ``x``; the last stage returns output."""
+    rank = g.rank
+    s, r = mesh.stage_of(rank), mesh.stage_size
+    chunks = list(x.tensor_split(micro_batches)) if s == 0 else None
+    sizes = [len(c) for c in torch.arange(shape[0]).tensor_split(micro_batches)]
+    outs, sends = [], []
+    for i in range(micro_batches):
+        if s == 0:
+            h = chunks[i]
+        else:
+            h = torch.empty(sizes[i], *shape[1:])
+            with tl.span(f"recv{i}", "recv"):
+                dist.recv(h, rank - r, tag=i)
+        h = run_stage(h, layers, cfg, mesh, g, s, tl, f"mb{i}")
+        if s == mesh.pp - 1:
+            outs.append(h)
+        elif async_send:
+            sends.append(dist.isend(h, rank + r, tag=i))
+        else:
+            with tl.span(f"send{i}", "send"):
+                dist.send(h, rank + r, tag=i)
+    for w in sends:
+        w.wait()
+    return torch.cat(outs) if outs else None

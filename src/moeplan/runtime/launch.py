@@ -1,0 +1,87 @@
+"""``torchrun --nproc-per-node N -m moeplan.runtime.launch --plan plan.json [options]``.
+
+Reads the plan, validates it against ``WORLD_SIZE`` *before* creating the process group (so a
+mismatched plan gives the same one-line error on every rank and exit status 2, never a hang),
+then initialises gloo (CPU) or NCCL (CUDA) with a collective timeout and runs the plan. A
+distributed failure (a peer that died, a timeout) is one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from moeplan.errors import MoeplanError
+
+
+def read_plan(path: str) -> dict[str, Any]:
+    """Parse a plan.json file (user errors as :class:`MoeplanError`)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError as err:
+        raise MoeplanError(f"plan ({path}) file not found") from err
+    except json.JSONDecodeError as err:
+        raise MoeplanError(f"plan ({path}) is not valid JSON: {err.msg} at line {err.lineno}") from err
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="moeplan.runtime.launch", description=__doc__.split("\n")[0])
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--scale", default="small", choices=["small", "full"])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--unfused", action="store_true")
+    ap.add_argument("--sync-send", action="store_true")
+    ap.add_argument("--micro-batches", type=int, default=None)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--trace", default=None)
+    ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def options(args: argparse.Namespace) -> Any:
+    from moeplan.runtime.runner import RunOptions
+
+    return RunOptions(model=args.model, scale=args.scale, tokens=args.tokens, seq=args.seq,
+                      seed=args.seed, check=not args.no_check, fused=not args.unfused,
+                      async_send=not args.sync_send, micro_batches=args.micro_batches,
+                      timeout_s=args.timeout, trace=args.trace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        from moeplan.runtime.runner import prepare, run_rank
+
+        plan, opts = read_plan(args.plan), options(args)
+        prepare(plan, world, opts)  # before any collective: same error on every rank
+        from moeplan.runtime.spawn import init_distributed
+
+        init_distributed(rank, world, timeout_s=opts.timeout_s)
+        report = run_rank(rank, world, plan, opts)
+    except MoeplanError as err:
+        print(f"moeplan: error: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # distributed failure: one line, not a traceback
+        text = " ".join(str(err).split())[:400]
+        print(f"moeplan: error: rank {rank}: {type(err).__name__}: {text}", file=sys.stderr)
+        return 1
+    print(json.dumps(report) if args.json else
+          f"rank {rank} ({report['role']}): {report['wall_s'] * 1e3:.1f} ms, "
+          f"max abs err {report['max_abs_err']}")
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Rank arithmetic from a ``plan.json`` (schema ``moeplan.plan/1``, docs/API.md). Pure Python.
+
+No torch here, so the planner side and tests can use it. A :class:`Mesh` says, for every rank,
+its role (attention / expert / both), its coordinates on each axis, and lists every process
+group as a tuple of ranks keyed by axis name; :mod:`moeplan.runtime.groups` turns those lists
+into ``torch.distributed`` groups in one place.
+
+Rank order (like picotron's ``arange(world).view(pp, dp, tp)``): the pipeline stage is the
+slowest axis; inside a stage of ``r = world/pp`` ranks TP is the fastest axis, so TP groups are
+contiguous ranks (intra-node, as MixServe assumes) and DP/EP groups stride by ``tp``. For the
+``pipeline`` family each module's ``(tp, ep, dpmoe)`` is laid out ``[dpmoe, ep, tp]`` inside its
+stage. For ``dep``, ranks ``0..ag-1`` are attention and ``ag..world-1`` experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeplan.errors import MoeplanError, require
+
+SCHEMA = "moeplan.plan/1"
+FAMILIES = ("strategy", "ep", "dep", "pipeline")
+
+Groups = dict[str, tuple[tuple[int, ...], ...]]
+
+
+def grid_groups(ranks: list[int], axes: list[tuple[str, int]]) -> Groups:
+    """Groups along each named axis of ``ranks`` viewed as a row-major grid (last axis fastest)."""
+    sizes = [s for _, s in axes]
+    n = 1
+    for s in sizes:
+        n *= s
+    assert n == len(ranks), (axes, len(ranks))
+    out: Groups = {}
+    for a, (name, size) in enumerate(axes):
+        stride = 1
+        for s in sizes[a + 1:]:
+            stride *= s
+        groups = []
+        for i in range(len(ranks)):
+            if (i // stride) % size == 0:
+                groups.append(tuple(ranks[i + j * stride] for j in range(size)))
+        out[name] = tuple(groups)
+    return out
+
+
+def _int(layout: dict[str, Any], key: str, where: str = "plan.layout") -> int:
+    value = layout.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise MoeplanError(f"{where}.{key} ({value!r}) must be a positive integer")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageModule:
+    """One module of a pipeline stage: ``kind`` attn|moe|mlp, ``layer``, ``tp*ep*dpmoe``."""
+
+    kind: str
+    layer: int
+    tp: int
+    ep: int
+    dpmoe: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Mesh:
+    """Parallel layout of one plan; ``groups`` maps axis name to all its rank tuples."""
+
+    family: str
+    world_size: int
+    pp: int = 1
+    attn_tp: int = 1
+    attn_dp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+    ag: int = 0
+    eg: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+    stages: tuple[tuple[StageModule, ...], ...] = ()
+
+    @property
+    def stage_size(self) -> int:
+        return self.world_size // self.pp
+
+    def stage_of(self, rank: int) -> int:
+        return rank // self.stage_size
+
+    def role(self, rank: int) -> str:
+        """``attention`` or ``expert`` for DEP; ``both`` for colocated families."""
+        if self.family == "dep":
+            return "attention" if rank < self.ag else "expert"
+        return "both"
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of ``rank`` on every axis of this family."""
+        require(0 <= rank < self.world_size, f"rank ({rank}) must be in [0, {self.world_size})")
+        if self.family == "dep":
+            return {"ag": rank, "eg": -1} if rank < self.ag else {"ag": -1, "eg": rank - self.ag}
+        local = rank % self.stage_size
+        return {"pp": self.stage_of(rank), "attn_tp": local % self.attn_tp,
+                "attn_dp": local // self.attn_tp, "moe_tp": local % self.moe_tp,
+                "moe_ep": local // self.moe_tp}
+
+    def module_coords(self, rank: int, module: StageModule) -> dict[str, int]:
+        """``tp``/``ep``/``dpmoe`` coordinates of ``rank`` for a pipeline module."""
+        local = rank % self.stage_size
+        return {"tp": local % module.tp, "ep": (local // module.tp) % module.ep,
+                "dpmoe": local // (module.tp * module.ep)}
+
+    def group_lists(self) -> Groups:
+        """Every group of every axis (same order on every rank)."""
+        if self.family == "dep":
+            return {"world": (tuple(range(self.world_size)),),
+                    "ag": (tuple(range(self.ag)),), "eg": (tuple(range(self.ag, self.world_size)),)}
+        out: Groups = {"world": (tuple(range(self.world_size)),)}
+        r = self.stage_size
+        out["pp"] = tuple(tuple(range(i, self.world_size, r)) for i in range(r))
+        for s in range(self.pp):
+            ranks = list(range(s * r, (s + 1) * r))
+            if self.family != "pipeline":
+                attn = grid_groups(ranks, [("attn_dp", self.attn_dp), ("attn_tp", self.attn_tp)])
+                moe = grid_groups(ranks, [("moe_ep", self.moe_ep), ("moe_tp", self.moe_tp)])
+                for name, gs in [*attn.items(), *moe.items()]:
+                    out[name] = out.get(name, ()) + gs
+            for m in self.stages[s] if self.stages else ():
+                key = f"tp{m.tp}.ep{m.ep}.d{m.dpmoe}"
+                g = grid_groups(ranks, [("dpmoe", m.dpmoe), ("ep", m.ep), ("tp", m.tp)])
+                g["replica"] = grid_groups(ranks, [("d", m.dpmoe), ("r", m.ep * m.tp)])["r"]
+                for axis, gs in g.items():
+                    name = f"{key}.{axis}"
+                    if gs[0] not in out.get(name, ()):
+                        out[name] = out.get(name, ()) + gs
+        return out
+
+    def group_of(self, axis: str, rank: int) -> tuple[int, ...]:
+        """The ranks of ``axis`` that contain ``rank``."""
+        for g in self.group_lists()[axis]:
+            if rank in g:
+                return g
+        raise MoeplanError(f"axis ({axis}) has no group containing rank {rank}")
+
+
+def mesh_from_plan(plan: dict[str, Any], world_size: int | None = None) -> Mesh:
+    """Validate ``plan`` and build its :class:`Mesh`; ``world_size`` is the launch's, if known."""
+    if not isinstance(plan, dict):
+        raise MoeplanError(f"plan ({type(plan).__name__}) must be a JSON object")
+    require(plan.get("schema") == SCHEMA, f"plan.schema ({plan.get('schema')!r}) must be {SCHEMA!r}")
+    family = plan.get("family")
+    require(family in FAMILIES, f"plan.family ({family!r}) must be one of {', '.join(FAMILIES)}")
+    layout = plan.get("layout")
+    require(isinstance(layout, dict), f"plan.layout ({layout!r}) must be an object")
+    world = _int(layout, "world_size")
+    if world_size is not None:
+        require(world == world_size,
+                f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})")
+    details = plan.get("details") or {}
+    if family == "dep":
+        return _dep_mesh(layout, world, details)
+    if family == "pipeline":
+        return _pipeline_mesh(layout, world, details)
+    return _strategy_mesh(family, layout, world, details)
+
+
+def _strategy_mesh(family: str, layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+    attn, moe = layout.get("attn") or {}, layout.get("moe") or {}
+    pp = _int(layout, "pp") if "pp" in layout else 1
+    require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
+    a_tp, a_dp = _int(attn, "tp", "plan.layout.attn"), _int(attn, "dp", "plan.layout.attn")
+    m_tp, m_ep = _int(moe, "tp", "plan.layout.moe"), _int(moe, "ep", "plan.layout.moe")
+    r = world // pp
+    require(a_tp * a_dp == r, f"plan.layout.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})")
+    require(m_tp * m_ep == r, f"plan.layout.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})")
+    if family == "ep":
+        require(a_tp == 1 and m_tp == 1 and pp == 1,
+                f"plan.layout (attn.tp={a_tp}, moe.tp={m_tp}, pp={pp}) must be 1, 1, 1 for family ep")
+    return Mesh(family=family, world_size=world, pp=pp, attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp,
+                moe_ep=m_ep, details=details)
+
+
+def _dep_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+    ag, eg = _int(layout, "ag"), _int(layout, "eg")
+    require(ag + eg == world, f"plan.layout ag+eg ({ag}+{eg}) must equal world_size ({world})")
+    for key in ("r1", "r2", "ma"):
+        _int(details, key, "plan.details")
+    order = details.get("order", "ASAS")
+    require(order in ("ASAS", "AASS"), f"plan.details.order ({order!r}) must be ASAS or AASS")
+    return Mesh(family="dep", world_size=world, ag=ag, eg=eg, details=details)
+
+
+def _pipeline_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+    pp = _int(layout, "pp")
+    require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
+    stages = layout.get("stages")
+    require(isinstance(stages, list) and len(stages) == pp,
+            f"plan.layout.stages (length {len(stages) if isinstance(stages, list) else stages!r}) "
+            f"must be a list of pp={pp} stages")
+    r = world // pp
+    parsed = []
+    for s, st in enumerate(stages):
+        mods = []
+        for m in st.get("modules") or []:
+            where = f"plan.layout.stages[{s}].modules"
+            mod = StageModule(kind=str(m.get("kind")), layer=int(m.get("layer", -1)),
+                              tp=_int(m, "tp", where), ep=_int(m, "ep", where),
+                              dpmoe=_int(m, "dpmoe", where))
+            require(mod.kind in ("attn", "moe", "mlp"), f"{where}.kind ({mod.kind!r}) must be attn, moe or mlp")
+            require(mod.tp * mod.ep * mod.dpmoe == r,
+                    f"{where} tp*ep*dpmoe ({mod.tp}*{mod.ep}*{mod.dpmoe}) must equal world_size/pp ({r})")
+            mods.append(mod)
+        require(bool(mods), f"plan.layout.stages[{s}].modules (empty) must list at least one module")
+        parsed.append(tuple(mods))
+    return Mesh(family="pipeline", world_size=world, pp=pp, details=details, stages=tuple(parsed))

@@ -1,0 +1,158 @@
+"""Run one plan on this rank: validate, build groups, pick the engine, check, record a trace.
+
+:func:`prepare` is pure validation (same error on every rank, before any collective, so a bad
+plan never hangs). :func:`run_rank` runs the engine of the plan's family on this rank:
+``ep`` → :mod:`.engines.ep`; ``strategy`` → :mod:`.engines.hybrid`; ``dep`` →
+:mod:`.engines.dep`; ``pipeline`` → :mod:`.engines.pp`. With ``check`` every rank also runs the
+single-process reference on the same weights and inputs and reports its max abs error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from moeplan.errors import MoeplanError, require
+from moeplan.runtime.config import MoEConfig, from_model_spec
+from moeplan.runtime.mesh import Mesh, mesh_from_plan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunOptions:
+    """What to run: model (preset/config or an explicit ``config``), tokens, checks, trace."""
+
+    model: str | None = None
+    scale: str = "small"
+    config: MoEConfig | None = None
+    tokens: int = 64
+    seq: int = 8
+    seed: int = 0
+    check: bool = True
+    fused: bool = True
+    async_send: bool = True
+    micro_batches: int | None = None
+    timeout_s: float = 60.0
+    trace: str | None = None
+
+    def __post_init__(self) -> None:
+        require(self.seq >= 1, f"seq ({self.seq}) must be >= 1")
+        require(self.tokens >= self.seq, f"tokens ({self.tokens}) must be >= seq ({self.seq})")
+
+
+def model_config(plan: dict[str, Any], opts: RunOptions) -> MoEConfig:
+    """The runtime config: explicit, else ``opts.model`` / ``plan.model`` through moeplan.specs."""
+    if opts.config is not None:
+        return opts.config
+    name = opts.model or plan.get("model")
+    if not name:
+        return MoEConfig()
+    try:
+        from moeplan.specs import load_model
+    except ImportError as err:
+        if opts.model:
+            raise MoeplanError(f"model ({name}) needs moeplan.specs, which is not available") from err
+        return MoEConfig()
+    return from_model_spec(load_model(name), opts.scale)
+
+
+def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Mesh, MoEConfig, int]:
+    """Validate plan against the launch; returns (mesh, config, global batch in sequences)."""
+    mesh = mesh_from_plan(plan, world_size)
+    cfg = model_config(plan, opts)
+    batch = opts.tokens // opts.seq
+    if mesh.family == "dep":
+        from moeplan.runtime.engines.dep import DepParams, check_dep
+
+        p = DepParams.from_mesh(mesh)
+        check_dep(p, cfg, opts.seq)
+        batch = p.ag * p.r1 * p.ma
+    elif mesh.family == "pipeline":
+        from moeplan.runtime.engines.pp import check_pipeline
+
+        check_pipeline(mesh, cfg)
+        cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2)
+    elif mesh.family == "strategy":
+        from moeplan.runtime.engines.hybrid import check_hybrid
+
+        check_hybrid(mesh, cfg)
+        require(batch >= mesh.attn_dp, f"tokens/seq ({batch}) must be >= attn.dp ({mesh.attn_dp})")
+    else:
+        require(cfg.num_experts % mesh.moe_ep == 0,
+                f"model.num_experts ({cfg.num_experts}) must be divisible by ep ({mesh.moe_ep})")
+        require(batch >= mesh.attn_dp, f"tokens/seq ({batch}) must be >= attn.dp ({mesh.attn_dp})")
+    return mesh, cfg, batch
+
+
+def _with_layers(cfg: MoEConfig, n: int) -> MoEConfig:
+    return MoEConfig(**{**asdict(cfg), "num_layers": n})
+
+
+def _local_input(mesh: Mesh, rank: int, x: Any) -> Any:
+    if mesh.family == "ep":
+        return x.tensor_split(mesh.world_size)[rank]
+    if mesh.family == "strategy":
+        return x.tensor_split(mesh.attn_dp)[mesh.coords(rank)["attn_dp"]]
+    if mesh.family == "dep":
+        return x.tensor_split(mesh.ag)[rank] if rank < mesh.ag else None
+    return x if mesh.stage_of(rank) == 0 else None
+
+
+def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOptions,
+             rank: int, tl: Any, shape: tuple[int, ...]) -> Any:
+    from moeplan.runtime.groups import build_groups
+
+    if mesh.family == "dep":
+        from moeplan.runtime.engines import dep
+
+        p = dep.DepParams.from_mesh(mesh)
+        if rank < mesh.ag:
+            return dep.run_dep_attention(x, layers, cfg, p, rank, tl)
+        dep.run_dep_expert(layers, cfg, p, rank, tl)
+        return None
+    g = build_groups(mesh, rank)
+    if mesh.family == "ep":
+        from moeplan.runtime.engines.ep import run_ep
+
+        return run_ep(x, layers, cfg, g, tl)
+    if mesh.family == "strategy":
+        from moeplan.runtime.engines.hybrid import run_hybrid
+
+        return run_hybrid(x, layers, cfg, g, tl, fused=opts.fused)
+    from moeplan.runtime.engines.pp import run_pp
+
+    return run_pp(x, layers, cfg, mesh, g, tl, micro_batches=opts.micro_batches or mesh.pp,
+                  shape=shape, async_send=opts.async_send)
+
+
+def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions) -> dict[str, Any]:
+    """Run ``plan`` on this rank (process group already initialised); returns a JSON-able report."""
+    import torch
+    import torch.distributed as dist
+
+    from moeplan.runtime.model import init_model, make_inputs, reference_forward
+    from moeplan.runtime.timeline import Timeline, write_trace
+
+    mesh, cfg, batch = prepare(plan, world_size, opts)
+    layers = init_model(cfg, opts.seed)
+    x = make_inputs(cfg, batch, opts.seq, opts.seed + 1)
+    tl = Timeline(rank)
+    dist.barrier()
+    tl.reset()
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape))
+    wall = time.perf_counter() - start
+    err = None
+    if opts.check and out is not None:
+        with torch.no_grad():
+            full = reference_forward(x, layers, cfg)
+        ref = full if mesh.family == "pipeline" else _local_input(mesh, rank, full)
+        err = float((out - ref).abs().max()) if out.numel() else 0.0
+    events: list[Any] = [None] * world_size if rank == 0 else None
+    dist.gather_object(tl.trace_events(), events, dst=0)
+    if rank == 0 and opts.trace:
+        write_trace([e for ev in events for e in ev], opts.trace, family=mesh.family,
+                    plan_layout=plan.get("layout"), source="moeplan.runtime (measured)")
+    return {"rank": rank, "role": mesh.role(rank), "max_abs_err": err, "wall_s": wall,
+            "tokens": batch * opts.seq, "family": mesh.family}

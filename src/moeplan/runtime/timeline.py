@@ -1,0 +1,64 @@
+"""Per-rank timelines in Chrome trace event JSON (the simulator's format; opens in Perfetto).
+
+Events are complete events ``{"name", "ph": "X", "ts" µs, "dur" µs, "pid": rank, "tid": lane}``
+plus ``"M"`` metadata naming the lanes. Times are taken with ``time.perf_counter`` relative to
+``t0`` (set right after a barrier, so ranks share an origin to within the barrier's skew).
+Inside the code times are seconds; only the exported JSON uses microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+LANES = {"compute": 0, "send": 1, "recv": 2, "comm": 3}
+
+
+class Timeline:
+    """Records intervals of one rank on named lanes (compute, send, recv, comm)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.t0 = time.perf_counter()
+        self.events: list[dict[str, Any]] = []
+
+    def reset(self) -> None:
+        self.t0 = time.perf_counter()
+        self.events.clear()
+
+    def add(self, name: str, lane: str, start: float, end: float) -> None:
+        """Record ``[start, end]`` (perf_counter seconds) on ``lane``."""
+        self.events.append({"name": name, "ph": "X", "ts": (start - self.t0) * 1e6,
+                            "dur": max(end - start, 0.0) * 1e6, "pid": self.rank,
+                            "tid": LANES[lane]})
+
+    @contextmanager
+    def span(self, name: str, lane: str = "compute") -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, lane, start, time.perf_counter())
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "tid": 0,
+                 "args": {"name": f"rank {self.rank}"}}]
+        meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
+                  "args": {"name": lane}} for lane, tid in LANES.items()]
+        return meta + self.events
+
+
+def write_trace(events: list[dict[str, Any]], path: str | Path, **meta: Any) -> None:
+    """Write ``{"traceEvents": events, ...meta}`` atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"traceEvents": events, **meta}, f)
+    os.replace(tmp, path)
