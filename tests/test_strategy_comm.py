@@ -121,3 +121,14 @@ def test_moe_allreduce_buffer_grows_when_moe_tp_spans_dp_groups():
 def test_negative_link_is_rejected():
     with pytest.raises(MoeplanError, match="alpha"):
         Link(alpha=-1.0, beta=0.0)
+
+
+def test_full_mesh_link_follows_eq1_literally():
+    """On a full mesh (HCCS) RS = alpha + beta * size / d and intra A2A rounds overlap."""
+    mesh = Link(alpha=10e-6, beta=1 / 30e9, mesh=True)
+    assert reduce_scatter(8e6, 8, mesh) == pytest.approx(10e-6 + 1e6 / 30e9)
+    links = Links(intra=mesh, inter=INTER, gpus_per_node=8)
+    piece = 1e6
+    want = (10e-6 + piece / 30e9) + 6 * (20e-6 + piece / 25e9)
+    assert all_to_all(8e6, 8, 4, links) == pytest.approx(want)
+    assert all_to_all(8e6, 8, 1, links) == pytest.approx(10e-6 + piece / 30e9)

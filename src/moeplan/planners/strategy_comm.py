@@ -11,8 +11,11 @@ TP group is innermost (contiguous ranks), so a TP group of degree ``t`` is intra
 
 Departures from the paper, and why:
 - Eq. 1 says RS/AG cost is proportional to ``size/degree`` (one full-duplex round over
-  dedicated pair links). Our link bandwidth is *per GPU per direction* (DESIGN.md), so a GPU
-  must push ``(degree-1)/degree * size`` bytes: ``RS = AG = alpha + beta*size*(d-1)/d``.
+  dedicated pair links). That holds on a full-mesh fabric (``Link.mesh``, e.g. HCCS, where
+  the spec's bandwidth is read as per pair link): ``RS = AG = alpha + beta*size/d``, and the
+  intra-node pairwise A2A rounds run at once. On a switched fabric (NVSwitch, PCIe, the
+  network) bandwidth is *per GPU per direction* (DESIGN.md), so a GPU must push
+  ``(d-1)/d * size`` bytes: ``RS = AG = alpha + beta*size*(d-1)/d``.
 - Eq. 2 writes ``AR(size) = RS(size/d) + AG(size/d)``; with Eq. 1 that would scale as
   ``size/d**2``, contradicting Table I (``O(bsh/d)`` per round). We read the ``size/d`` as
   the per-peer message and price ``AR(size, d) = RS(size, d) + AG(size, d)``.
@@ -34,10 +37,15 @@ from moeplan.errors import require
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Link:
-    """One link level: ``t(bytes) = alpha + beta * bytes`` (seconds, seconds per byte)."""
+    """One link level: ``t(bytes) = alpha + beta * bytes`` (seconds, seconds per byte).
+
+    ``mesh``: a fully connected fabric with a dedicated link per GPU pair (HCCS), where a
+    rank's transfers to different peers run at once (paper §II-B, Table I "1 round").
+    """
 
     alpha: float
     beta: float
+    mesh: bool = False
 
     def __post_init__(self) -> None:
         require(self.alpha >= 0, f"link.alpha ({self.alpha}) must be >= 0")
@@ -84,6 +92,8 @@ def reduce_scatter(size: float, degree: int, link: Link) -> float:
     """Eq. 1: reduce-scatter of a ``size``-byte input over ``degree`` ranks."""
     if degree <= 1:
         return 0.0
+    if link.mesh:
+        return link.alpha + link.beta * size / degree
     return link.alpha + link.beta * size * (degree - 1) / degree
 
 
@@ -113,6 +123,8 @@ def all_to_all(size: float, degree: int, stride: int, links: Links) -> float:
         return 0.0
     intra, inter = pairwise_rounds(degree, stride, links.gpus_per_node)
     piece = size / degree
+    if links.intra.mesh:
+        intra = min(intra, 1)
     return intra * links.intra.time(piece) + inter * links.inter.time(piece)
 
 

@@ -1,0 +1,230 @@
+"""Evaluate one MixServe strategy: memory (Eq. 8), per-layer compute (Eq. 4) and
+communication (Eqs. 1-3, 5 or the fused Algs. 1-2), service time (Eq. 6), metrics (7-11).
+
+Compute goes through the calibrated models of :mod:`moeplan.cost` (``attention_layer``,
+``expert_ffn``, ``shared_expert``, ``dense_mlp``, ``gemm``); links are read from the cost
+model's ``link_transfer`` as alpha-beta pairs; P2P from its ``p2p``.
+
+Placement and departures (the paper leaves these open):
+- Attention runs on ``ceil(b/attn_dp)`` requests per rank; the MoE block sees all ``b*s``
+  tokens of the stage, ``k`` copies each, spread over ``num_experts`` experts, times the
+  routing profile's imbalance over EP ranks (max/mean) for the busiest rank. Shared experts
+  and dense MLPs are sharded like attention (TP = ``attn_tp``, replicated over DP).
+- Decode attends over the mean context ``L_in + L_out/2``.
+- Memory (Eq. 8) uses the real per-module weights of the worst pipeline stage (embedding on
+  the first, lm-head on the last), the KV cache of ``ceil(b/dp)`` requests of ``L_in+L_out``
+  tokens (MLA's latent replicated on every TP rank, GQA heads split), prefill activations,
+  A2A buffers, Alg. 1's staging buffer when fused, and the reserved runtime bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from moeplan.cost import memory as mem
+from moeplan.planners.fused import ag_dispatch, rs_combine
+from moeplan.planners.queueing import service_metrics
+from moeplan.planners.strategy_comm import Link, Links, layer_comm, p2p_boundaries
+from moeplan.planners.strategy_space import Strategy, stage_shape
+from moeplan.specs import ClusterSpec, ModelSpec, Workload
+
+#: intra-node link kinds that are full meshes (a dedicated link per GPU pair)
+MESH_KINDS = ("hccs", "full-mesh")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseTime:
+    """Eq. 6 for one phase, split by kind (seconds per step of the whole batch)."""
+
+    compute_s: float
+    comm_s: float
+    p2p_s: float
+    comm_unfused_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.comm_s + self.p2p_s
+
+    @property
+    def comm_share(self) -> float:
+        return (self.comm_s + self.p2p_s) / self.total_s if self.total_s > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StrategyResult:
+    """One evaluated strategy (times in seconds, memory in bytes per GPU)."""
+
+    strategy: Strategy
+    ttft_s: float
+    itl_s: float
+    throughput_tokens_per_s: float
+    num_gpus: int
+    mem_bytes_per_gpu: float
+    mem_capacity_bytes: float
+    memory: dict
+    prefill: PhaseTime
+    decode: PhaseTime
+    rho: float | None
+    stable: bool
+
+    @property
+    def fits(self) -> bool:
+        return self.mem_bytes_per_gpu <= self.mem_capacity_bytes
+
+    @property
+    def throughput_per_gpu(self) -> float:
+        return self.throughput_tokens_per_s / self.num_gpus
+
+
+def links_from(cost_model: object, cluster: ClusterSpec) -> Links:
+    """Alpha-beta of both link levels from ``cost_model.link_transfer`` (else the spec)."""
+    def level(inter: bool) -> Link:
+        spec = cluster.inter if inter else cluster.intra
+        mesh = not inter and spec.kind in MESH_KINDS
+        lt = getattr(cost_model, "link_transfer", None)
+        if lt is None:
+            return Link(alpha=spec.latency, beta=1.0 / spec.bw, mesh=mesh)
+        a = float(lt(0.0, inter))
+        return Link(alpha=a, beta=(float(lt(1e9, inter)) - a) / 1e9, mesh=mesh)
+    return Links(intra=level(False), inter=level(True), gpus_per_node=cluster.gpus_per_node)
+
+
+def divisibility_error(model: ModelSpec, s: Strategy) -> str | None:
+    """The first divisibility rule ``s`` breaks for ``model`` (None when it fits the shape)."""
+    if model.num_attention_heads % s.attn_tp:
+        return (f"model.num_attention_heads ({model.num_attention_heads}) must be divisible "
+                f"by attn.tp ({s.attn_tp})")
+    if model.num_experts % s.moe_ep:
+        return f"model.num_experts ({model.num_experts}) must be divisible by moe.ep ({s.moe_ep})"
+    if model.moe_intermediate_size % s.moe_tp:
+        return (f"model.moe_intermediate_size ({model.moe_intermediate_size}) must be "
+                f"divisible by moe.tp ({s.moe_tp})")
+    if s.pp > model.num_layers:
+        return f"pp ({s.pp}) must be <= model.num_layers ({model.num_layers})"
+    return None
+
+
+class StrategyEvaluator:
+    """Callable ``Strategy -> StrategyResult`` for one (model, cluster, workload, cost)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                 cost_model: object) -> None:
+        self.model, self.cluster, self.workload, self.cm = model, cluster, workload, cost_model
+        self.links = links_from(cost_model, cluster)
+        routing = workload.routing_for(model.top_k)
+        self._routing = routing
+        self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
+        self._cache: dict[tuple, float] = {}
+
+    def __call__(self, s: Strategy) -> StrategyResult | None:
+        if divisibility_error(self.model, s) is not None:
+            return None
+        w = self.workload
+        pre = self.phase_time(s, w.isl, w.isl)
+        dec = self.phase_time(s, 1, w.isl + w.osl / 2)
+        m = service_metrics(prefill_s=pre.total_s, decode_s=dec.total_s, batch=w.batch,
+                            isl=w.isl, osl=w.osl, rate=w.rate)
+        memory = self.memory(s)
+        return StrategyResult(
+            strategy=s, ttft_s=m.ttft_s, itl_s=m.itl_s,
+            throughput_tokens_per_s=m.throughput_tokens_per_s, num_gpus=s.world_size,
+            mem_bytes_per_gpu=memory.total, mem_capacity_bytes=self.cluster.gpu.mem_bytes,
+            memory=memory.to_dict(), prefill=pre, decode=dec, rho=m.rho, stable=m.stable)
+
+    # ---- compute (Eq. 4) -------------------------------------------------------------
+    def _cached(self, key: tuple, fn) -> float:
+        v = self._cache.get(key)
+        if v is None:
+            v = self._cache[key] = float(fn())
+        return v
+
+    def layer_compute(self, s: Strategy, q_len: int, ctx: float) -> tuple[float, float]:
+        """(one MoE layer, one dense layer) compute seconds on the busiest rank."""
+        md, cm, b = self.model, self.cm, self.workload.batch
+        seqs = math.ceil(b / s.attn_dp)
+        tokens = seqs * q_len
+        attn = self._cached(("attn", seqs, q_len, ctx, s.attn_tp), lambda: cm.attention_layer(
+            md, seqs, q_len, ctx, tp=s.attn_tp))
+        imb = self._routing.imbalance(0, groups=s.moe_ep) if s.moe_ep > 1 else 1.0
+        moe = 0.0
+        for k, count in self._moe_kinds.items():
+            tpe = max(1, math.ceil(b * q_len * k * imb / md.num_experts))
+            moe += count * self._cached(
+                ("exp", tpe, s.moe_ep, s.moe_tp),
+                lambda tpe=tpe: cm.expert_ffn(md, tpe, md.num_experts // s.moe_ep, tp=s.moe_tp))
+        moe /= max(1, md.num_moe_layers)
+        if md.num_shared_experts:
+            moe += self._cached(("sh", tokens, s.attn_tp),
+                                lambda: cm.shared_expert(md, tokens, tp=s.attn_tp))
+        moe += self._cached(("rt", tokens), lambda: cm.gemm(tokens, md.num_experts,
+                                                            md.hidden_size))
+        dense = 0.0
+        if md.num_dense_layers:
+            dense = self._cached(("mlp", tokens, s.attn_tp),
+                                 lambda: cm.dense_mlp(md, tokens, tp=s.attn_tp))
+        return attn + moe, attn + dense
+
+    # ---- communication (Eqs. 1-3, 5; Algs. 1-2) -----------------------------------------
+    def layer_comm(self, s: Strategy, q_len: int) -> tuple[float, float, float]:
+        """(MoE layer, dense layer, MoE layer unfused) communication seconds."""
+        md, b = self.model, self.workload.batch
+        k = self._routing.mean_over_layers()
+        tok = q_len * md.hidden_bytes
+        args = dict(token_bytes=tok, top_k=k, batch=b, attn_tp=s.attn_tp, attn_dp=s.attn_dp,
+                    moe_tp=s.moe_tp, moe_ep=s.moe_ep, links=self.links)
+        moe = layer_comm(**args).total
+        dense = layer_comm(**args, is_moe=False).total
+        if not s.fused:
+            return moe, dense, moe
+        nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
+        # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
+        x = math.ceil(b / s.moe_ep) * tok
+        chunk = x * k / (nodes * per_node)
+        fa = dict(nodes=nodes, tp=per_node, chunk_bytes=chunk, intra=self.links.intra,
+                  inter=self.links.inter)
+        ag, rs = ag_dispatch(**fa), rs_combine(**fa, output_bytes=x)
+        attn = layer_comm(**dict(args, moe_tp=1, moe_ep=1)).attn_allreduce
+        return attn + ag.fused + rs.fused, dense, attn + ag.sequential + rs.sequential
+
+    def phase_time(self, s: Strategy, q_len: int, ctx: float) -> PhaseTime:
+        """Eq. 6: all layers' compute + communication, plus (pp-1) P2P transfers."""
+        md = self.model
+        moe_c, dense_c = self.layer_compute(s, q_len, ctx)
+        moe_m, dense_m, moe_u = self.layer_comm(s, q_len)
+        nm, nd = md.num_moe_layers, md.num_dense_layers
+        nbytes = math.ceil(self.workload.batch / s.attn_dp) * q_len * md.hidden_bytes
+        intra, inter = p2p_boundaries(s.pp, self.cluster.num_nodes)
+        p2p = (intra * self.cm.p2p(nbytes, False) + inter * self.cm.p2p(nbytes, True)
+               if s.pp > 1 else 0.0)
+        return PhaseTime(compute_s=nm * moe_c + nd * dense_c, comm_s=nm * moe_m + nd * dense_m,
+                         p2p_s=p2p, comm_unfused_s=nm * moe_u + nd * dense_m)
+
+    # ---- memory (Eq. 8) --------------------------------------------------------------
+    def memory(self, s: Strategy) -> mem.MemoryBreakdown:
+        """Bytes per GPU on the worst pipeline stage."""
+        md, w = self.model, self.workload
+        seqs = math.ceil(w.batch / s.attn_dp)
+        per_stage = math.ceil(md.num_layers / s.pp)
+        attn = mem.attn_weight_bytes(md, s.attn_tp)
+        moe = (attn + mem.expert_weight_bytes(md, md.num_experts / s.moe_ep, s.moe_tp)
+               + mem.shared_weight_bytes(md, s.attn_tp))
+        dense = attn + mem.dense_mlp_weight_bytes(md, s.attn_tp)
+        emb = md.embedding_params / s.attn_tp * md.weight_bytes
+        head = md.lm_head_params / s.attn_tp * md.weight_bytes
+        worst = 0.0
+        for st in range(s.pp):
+            layers = range(st * per_stage, min(md.num_layers, (st + 1) * per_stage))
+            wts = sum(moe if md.is_moe_layer(i) else dense for i in layers)
+            wts += (emb if st == 0 else 0.0) + (head if st == s.pp - 1 else 0.0)
+            worst = max(worst, wts)
+        kv = mem.kv_bytes_per_token_layer(md, s.attn_tp) * per_stage * seqs * (w.isl + w.osl)
+        tokens = seqs * w.isl
+        act = mem.activation_bytes(md, tokens, s.attn_tp)
+        k = self._routing.mean_over_layers()
+        buf = mem.a2a_buffer_bytes(md, tokens, k) / (s.moe_tp if s.fused else 1)
+        buf = buf if s.moe_ep > 1 else 0.0
+        if s.fused:
+            buf += tokens * md.hidden_bytes
+        return mem.MemoryBreakdown(weights=worst, kv_cache=kv, activations=act, buffers=buf)
