@@ -15,6 +15,8 @@ and 90th-percentile absolute percentage error (as fractions) on those rows.
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +63,7 @@ class Piecewise:
             raise ValueError("piecewise model needs len(segments) - 1 breakpoints")
 
     def __call__(self, x: float) -> float:
-        i = int(np.searchsorted(self.breaks, x, side="right"))
-        return self.segments[i](x)
+        return self.segments[bisect.bisect_right(self.breaks, x)](x)
 
     def predict(self, x: ArrayLike) -> np.ndarray:
         xa = np.asarray(x, dtype=float)
@@ -132,7 +133,10 @@ class Roofline:
     tile_m: int = 64
 
     def __call__(self, m: float, n: float, k: float) -> float:
-        return float(self.predict(np.array([m]), np.array([n]), np.array([k]))[0])
+        padded = math.ceil(m / self.tile_m) * self.tile_m
+        compute = 2.0 * padded * n * k / self.flops
+        memory = 2.0 * (m * k + k * n + m * n) / self.bw
+        return self.alpha + (compute if compute > memory else memory)
 
     def predict(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
         ma, na, ka = (np.asarray(v, float) for v in (m, n, k))

@@ -7,6 +7,9 @@ here as a dict via :meth:`ModelSpec.from_config`.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from moeplan.errors import MoeplanError
@@ -45,8 +48,26 @@ def model_from_dict(config: Any, name: str) -> ModelSpec:
 
 
 def load_model(name: str) -> ModelSpec:
-    """The preset model ``name`` (e.g. ``deepseek-v3``)."""
+    """The preset model ``name`` (e.g. ``deepseek-v3``), or the ``config.json`` at a path.
+
+    Reading a user's config file here is the specs layer's one file access; it is for the
+    CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
+    """
+    if name.endswith(".json") or "/" in name or os.sep in name:
+        return model_from_dict(_read_config_file(name), name=Path(name).stem)
     return model_from_dict(model_config(name), name=name)
+
+
+def _read_config_file(path: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise MoeplanError(f"model ({path!r}) could not be read: {err.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise MoeplanError(f"model config {path} is not valid JSON: {err.msg} at line "
+                           f"{err.lineno} column {err.colno}") from None
 
 
 def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:

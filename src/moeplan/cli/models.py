@@ -1,0 +1,122 @@
+"""``moeplan models``, ``moeplan clusters``, ``moeplan inspect``: what is shipped, and a model's sizes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, fmt_bytes, fmt_count, print_json
+from moeplan.cost import memory as mem
+from moeplan.errors import require
+from moeplan.specs import cluster_names, load_cluster, load_model, model_names
+from moeplan.specs.presets import model_sources
+
+JSON = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def models(json_out: JSON = False) -> None:
+    """List the shipped model presets with total and activated parameters."""
+    rows = []
+    for name in model_names():
+        m = load_model(name)
+        rows.append({"name": name, "architecture": m.architecture, "params_total": m.params_total,
+                     "params_active": m.params_active, "layers": m.num_layers,
+                     "experts": m.num_experts, "top_k": m.top_k, "attention": m.attention})
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="Model presets")
+    for c in ("name", "architecture", "total", "active", "layers", "experts", "top-k", "attention"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["name"], r["architecture"], fmt_count(r["params_total"]),
+                  fmt_count(r["params_active"]), str(r["layers"]), str(r["experts"]),
+                  str(r["top_k"]), r["attention"])
+    console.print(t)
+
+
+def clusters(json_out: JSON = False) -> None:
+    """List the shipped cluster presets."""
+    rows = []
+    for name in cluster_names():
+        c = load_cluster(name)
+        rows.append({"name": name, "nodes": c.num_nodes, "gpus_per_node": c.gpus_per_node,
+                     "gpu": c.gpu.name, "flops_bf16": c.gpu.flops_bf16,
+                     "mem_bytes": c.gpu.mem_bytes, "intra_bw": c.intra.bw,
+                     "intra_kind": c.intra.kind, "inter_bw": c.inter.bw,
+                     "profile": c.profile, "source": c.source})
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="Cluster presets (bandwidth per GPU per direction)")
+    for col in ("name", "GPUs", "GPU", "bf16", "memory", "intra", "inter", "profile"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], f"{r['nodes']}x{r['gpus_per_node']}", r["gpu"],
+                  f"{r['flops_bf16'] / 1e12:.0f} TF/s", fmt_bytes(r["mem_bytes"]),
+                  f"{r['intra_kind']} {r['intra_bw'] / 1e9:.0f} GB/s",
+                  f"{r['inter_bw'] / 1e9:.1f} GB/s", r["profile"] or "roofline")
+    console.print(t)
+
+
+def inspect(
+    model: Annotated[str, typer.Argument(help="Preset name or path to a config.json.")],
+    cluster: Annotated[str | None, typer.Option(help="Cluster preset for the memory floor.")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Degree (GPUs) for the memory floor.")] = None,
+    context: Annotated[int, typer.Option(help="Context length for attention FLOPs.")] = 4096,
+    json_out: JSON = False,
+) -> None:
+    """Sizes, FLOPs per token, KV cache per token and the weight floor per GPU of a model."""
+    require(context >= 1, f"context ({context}) must be >= 1")
+    m = load_model(model)
+    out = {"name": m.name, "architecture": m.architecture, "params_total": m.params_total,
+           "params_active": m.params_active, "kv_bytes_per_token": m.kv_bytes_per_token,
+           "weight_bytes": m.weight_bytes_total(), "hidden_bytes_per_token": m.hidden_bytes,
+           "flops_per_token_decode": m.flops_per_token(context, "decode"),
+           "flops_per_token_prefill": m.flops_per_token(context, "prefill"),
+           "context": context, "source": model_sources().get(m.name, ""),
+           "modules": [{"name": i.name, "params": i.params, "flops_per_token": i.flops_per_token,
+                        "count": i.count} for i in m.modules(context)]}
+    if cluster is not None:
+        c = load_cluster(cluster, nodes)
+        n = gpus or c.num_gpus
+        require(n >= 1, f"gpus ({n}) must be >= 1")
+        floor = mem.weights_floor_per_gpu(m, n)
+        out["memory"] = {"cluster": c.name, "gpus": n, "weights_floor_per_gpu": floor,
+                         "gpu_mem_bytes": c.gpu.mem_bytes, "fits": floor < c.gpu.mem_bytes}
+    if json_out:
+        print_json(out)
+        return
+    _print_inspect(out)
+
+
+def _print_inspect(out: dict) -> None:
+    console.print(f"[bold]{out['name']}[/] ({out['architecture']}): "
+                  f"{fmt_count(out['params_total'])} parameters, "
+                  f"{fmt_count(out['params_active'])} activated per token")
+    console.print(f"weights {fmt_bytes(out['weight_bytes'])}, KV cache "
+                  f"{fmt_bytes(out['kv_bytes_per_token'])} per token, "
+                  f"{out['flops_per_token_decode'] / 1e9:.1f} GFLOP per decode token at context "
+                  f"{out['context']}")
+    t = Table()
+    for c in ("module", "layers", "params", "GFLOP/token"):
+        t.add_column(c)
+    for i in out["modules"]:
+        t.add_row(i["name"], str(i["count"]), fmt_count(i["params"]),
+                  f"{i['flops_per_token'] / 1e9:.2f}")
+    console.print(t)
+    if "memory" in out:
+        mm = out["memory"]
+        verdict = "fits" if mm["fits"] else "does NOT fit"
+        console.print(f"weights alone over {mm['gpus']} GPUs of {mm['cluster']}: "
+                      f"{fmt_bytes(mm['weights_floor_per_gpu'])} per GPU of "
+                      f"{fmt_bytes(mm['gpu_mem_bytes'])} — {verdict}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models")(models)
+    app.command("clusters")(clusters)
+    app.command("inspect")(inspect)
