@@ -10,11 +10,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[runtime,dev]"
+	$(BIN)/pip install -q -e ".[runtime,dev,hf]"
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/moeplan plan
+	$(BIN)/moeplan inspect deepseek-v3 --cluster h100-sxm-8
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
