@@ -86,8 +86,9 @@ def links_from(cost_model: object, cluster: ClusterSpec) -> Links:
         lt = getattr(cost_model, "link_transfer", None)
         if lt is None:
             return Link(alpha=spec.latency, beta=1.0 / spec.bw, mesh=mesh)
-        a = float(lt(0.0, inter))
-        return Link(alpha=a, beta=(float(lt(1e9, inter)) - a) / 1e9, mesh=mesh)
+        t1, t2 = float(lt(1e6, inter)), float(lt(2e6, inter))
+        beta = (t2 - t1) / 1e6
+        return Link(alpha=max(0.0, t1 - beta * 1e6), beta=beta, mesh=mesh)
     return Links(intra=level(False), inter=level(True), gpus_per_node=cluster.gpus_per_node)
 
 
