@@ -11,7 +11,8 @@ permutation code (:mod:`moeplan.runtime.permute`).
   renormalised, times ``routed_scaling_factor`` (as in DeepSeek's reference code).
 - :func:`topp_routing`: SMIDT §2 / DESIGN.md "Top-P": experts by descending probability until the
   cumulative probability reaches ``p`` (the expert that crosses ``p`` is included), clamped to
-  ``[k_min, k_max]``. Vectorised: one sort and one cumsum, no loop over tokens. The cumulative
+  ``[k_min, k_max]``; ties go to the lower expert id (the planner's ``moeplan.planners.topp``
+  rule). Vectorised: one sort and one cumsum, no loop over tokens. The cumulative
   sum is taken in fp64 so ties at ``p`` do not depend on fp32 summation order. ``p <= 0`` gives
   ``k = k_min`` (possibly 0). Weights are the selected probabilities, renormalised on request.
 """
@@ -107,7 +108,7 @@ def topp_k(probs: torch.Tensor, p: float, k_min: int, k_max: int) -> torch.Tenso
     require(0 <= k_min <= k_max <= probs.shape[1],
             f"k_min ({k_min}) and k_max ({k_max}) must satisfy 0 <= k_min <= k_max <= "
             f"{probs.shape[1]}")
-    sorted_probs = torch.sort(probs, dim=-1, descending=True).values
+    sorted_probs = torch.sort(probs, dim=-1, descending=True, stable=True).values
     cum = torch.cumsum(sorted_probs.double(), dim=-1)
     k = torch.zeros(probs.shape[0], dtype=torch.long) if p <= 0 else (cum < p).sum(dim=-1) + 1
     return k.clamp(min=k_min, max=k_max)
@@ -123,7 +124,8 @@ def topp_routing(
     k_max = num_experts if k_max is None else k_max
     probs = torch.softmax(logits.float(), dim=-1)
     k = topp_k(probs, p, k_min, k_max)
-    weights, ids = torch.topk(probs, k_max, dim=-1)  # sorted descending
+    weights, ids = torch.sort(probs, dim=-1, descending=True, stable=True)  # ties: lower id first
+    weights, ids = weights[:, :k_max], ids[:, :k_max]
     keep = torch.arange(k_max)[None, :] < k[:, None]
     weights = torch.where(keep, weights, torch.zeros_like(weights))
     ids = torch.where(keep, ids, torch.full_like(ids, -1))
