@@ -1,0 +1,182 @@
+"""``moeplan strategy``: MixServe hybrid TP/EP/DP/PP analysis, baselines, Pareto, exports.
+
+Thin: parse flags, build specs and the cost model, call
+:func:`moeplan.planners.strategy.analyze`, print (rich tables or one JSON object), and
+optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError, require
+from moeplan.export.launcher import write_launcher
+from moeplan.export.sglang import ExportResult, sglang_args
+from moeplan.export.vllm import vllm_args
+from moeplan.planners.strategy import (
+    RANK_BY,
+    Analysis,
+    StrategyResult,
+    analyze,
+    gains,
+    result_dict,
+    to_plan_dict,
+)
+from moeplan.specs import Workload, load_cluster, load_model, model_from_dict
+
+EXPORTS = ("sglang", "vllm")
+
+
+def load_model_arg(name: str):
+    """A preset name, or a path to a Hugging Face ``config.json``."""
+    path = Path(name)
+    if path.suffix == ".json" or path.is_file():
+        require(path.is_file(), f"--model ({name}) is not a preset and not a readable file")
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise MoeplanError(f"--model ({name}) is not valid JSON: {err}") from None
+        return model_from_dict(config, name=path.stem)
+    return load_model(name)
+
+
+def export_for(engine: str, r: StrategyResult, model_path: str, nodes: int) -> ExportResult:
+    require(engine in EXPORTS, f"--export ({engine}) must be one of {EXPORTS}")
+    fn = sglang_args if engine == "sglang" else vllm_args
+    return fn(r.strategy, model_path=model_path, num_nodes=nodes)
+
+
+def pareto_html(a: Analysis, title: str) -> str:
+    """Plotly figure: every ranked strategy, the Pareto front as a line."""
+    import plotly.graph_objects as go
+
+    def trace(rs, name, mode):
+        return go.Scatter(x=[r.ttft_s * 1e3 for r in rs], y=[r.throughput_per_gpu for r in rs],
+                          text=[r.strategy.label() for r in rs], name=name, mode=mode)
+    fig = go.Figure([trace(a.strategies, "strategies", "markers"),
+                     trace(a.pareto, "Pareto front", "lines+markers")])
+    base = [r for r in a.baselines.values() if r is not None and r.fits]
+    fig.add_trace(go.Scatter(x=[r.ttft_s * 1e3 for r in base],
+                             y=[r.throughput_per_gpu for r in base], mode="markers",
+                             marker={"symbol": "x", "size": 11},
+                             text=[n for n, r in a.baselines.items() if r in base],
+                             name="baselines"))
+    fig.update_layout(title=title, xaxis_title="TTFT (ms)",
+                      yaxis_title="throughput per GPU (tokens/s)")
+    return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str) -> None:
+    console.print(f"[bold]{title}[/bold]: {a.evaluated} strategies evaluated in "
+                  f"{a.search_s * 1e3:.1f} ms; rejected: {a.rejected_shape} shape, "
+                  f"{a.rejected_memory} memory, {a.rejected_slo} SLO")
+    if not a.strategies:
+        console.print("no strategy meets the SLOs")
+        return
+    t = Table(title="Top strategies")
+    for c in ("#", "strategy", "TTFT", "ITL", "tokens/s", "tok/s/GPU", "mem/GPU",
+              "comm share (prefill)", "fused saves"):
+        t.add_column(c)
+    for i, r in enumerate(a.strategies[:top], 1):
+        saving = r.prefill.comm_unfused_s - r.prefill.comm_s
+        t.add_row(str(i), r.strategy.label(), fmt_time(r.ttft_s), fmt_time(r.itl_s),
+                  f"{r.throughput_tokens_per_s:.0f}", f"{r.throughput_per_gpu:.1f}",
+                  fmt_bytes(r.mem_bytes_per_gpu), f"{r.prefill.comm_share:.0%}",
+                  fmt_time(saving) if r.strategy.fused else "-")
+    console.print(t)
+    best = a.strategies[0]
+    b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)")
+    for c in ("baseline", "strategy", "fits", "TTFT", "ITL", "tokens/s", "TTFT x", "ITL x",
+              "throughput x"):
+        b.add_column(c)
+    for name, r in a.baselines.items():
+        if r is None:
+            b.add_row(name, "-", "shape", *["-"] * 6)
+            continue
+        g = gains(best, r) or {}
+        b.add_row(name, r.strategy.label(), "yes" if r.fits else "no", fmt_time(r.ttft_s),
+                  fmt_time(r.itl_s), f"{r.throughput_tokens_per_s:.0f}",
+                  *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")))
+    console.print(b)
+    if export is not None:
+        console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
+        for w in export.warnings:
+            console.print(f"warning: {w}")
+
+
+def strategy(
+    model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")],
+    cluster: Annotated[str, typer.Option(help="Cluster preset.")],
+    isl: Annotated[int, typer.Option(help="Prompt length L_in (tokens).")] = 2048,
+    osl: Annotated[int, typer.Option(help="Output length L_out (tokens).")] = 256,
+    batch: Annotated[int, typer.Option(help="Requests served together (b).")] = 16,
+    rate: Annotated[float | None, typer.Option(help="Arrival rate (req/s) for M/M/1.")] = None,
+    nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
+    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
+    itl_slo: Annotated[float | None, typer.Option(help="ITL SLO (ms).")] = None,
+    rank_by: Annotated[str, typer.Option(help=f"One of {RANK_BY}.")] = "throughput",
+    any_divisor: Annotated[bool, typer.Option(help="Allow any divisor, not only 2^k.")] = False,
+    profile: Annotated[str | None, typer.Option(help="Hardware profile name.")] = None,
+    top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
+    export: Annotated[str | None, typer.Option(help="sglang or vllm.")] = None,
+    model_path: Annotated[str | None, typer.Option(help="Checkpoint path for exports.")] = None,
+    launcher: Annotated[Path | None, typer.Option(help="Write the export as a .sh.")] = None,
+    pareto: Annotated[Path | None, typer.Option(help="Write the Pareto figure (HTML).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write plan.json of the #1 strategy.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Rank hybrid TP/EP/DP/PP strategies (MixServe) and compare with the named baselines."""
+    require(top >= 1, f"--top ({top}) must be >= 1")
+    require(ttft_slo is None or ttft_slo > 0, f"--ttft-slo ({ttft_slo}) must be > 0 ms")
+    require(itl_slo is None or itl_slo > 0, f"--itl-slo ({itl_slo}) must be > 0 ms")
+    require(launcher is None or export is not None, "--launcher needs --export")
+    m = load_model_arg(model)
+    c = load_cluster(cluster, nodes)
+    w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
+    a = analyze(m, c, w, cost_model_for(c, profile), any_divisor=any_divisor,
+                ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
+                itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by)
+    best = a.best
+    exp = None
+    if export is not None and best is not None:
+        exp = export_for(export, best, model_path or model, c.num_nodes)
+        if launcher is not None and exp.args:
+            write_launcher(launcher, exp.args, comments=[best.strategy.label(), *exp.warnings])
+    if pareto is not None:
+        write_atomic(pareto, pareto_html(a, f"{m.name} on {c.name}"))
+    if out is not None and best is not None:
+        plan = to_plan_dict(best, model=model, cluster=c.name, baselines=a.baselines)
+        write_atomic(out, json.dumps(plan, indent=2))
+    title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
+    if json_out:
+        print_json(_json(a, top, exp, model, c.name, best))
+    else:
+        _print_human(a, top, exp, title)
+
+
+def _json(a: Analysis, top: int, exp: ExportResult | None, model: str, cluster: str,
+          best: StrategyResult | None) -> dict:
+    base = {n: (None if r is None else {**result_dict(r),
+                                        "gains": gains(best, r) if best else None})
+            for n, r in a.baselines.items()}
+    obj = {"model": model, "cluster": cluster,
+           "strategies": [result_dict(r) for r in a.strategies[:top]],
+           "baselines": base, "search_ms": a.search_s * 1e3, "evaluated": a.evaluated,
+           "rejected": {"shape": a.rejected_shape, "memory": a.rejected_memory,
+                        "slo": a.rejected_slo},
+           "pareto": [result_dict(r) for r in a.pareto],
+           "plan": to_plan_dict(best, model=model, cluster=cluster) if best else None}
+    if exp is not None:
+        obj["export"] = exp.as_dict()
+    return obj
+
+
+def register(app: typer.Typer) -> None:
+    app.command("strategy")(strategy)
