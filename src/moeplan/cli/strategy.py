@@ -96,13 +96,14 @@ def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str)
     for c in ("baseline", "strategy", "fits", "TTFT", "ITL", "tokens/s", "TTFT x", "ITL x",
               "throughput x"):
         b.add_column(c)
-    for name, r in a.baselines.items():
-        if r is None:
+    for name, base in a.baselines.items():
+        if base is None:
             b.add_row(name, "-", "shape", *["-"] * 6)
             continue
-        g = gains(best, r) or {}
-        b.add_row(name, r.strategy.label(), "yes" if r.fits else "no", fmt_time(r.ttft_s),
-                  fmt_time(r.itl_s), f"{r.throughput_tokens_per_s:.0f}",
+        g = gains(best, base) or {}
+        b.add_row(name, base.strategy.label(), "yes" if base.fits else "no",
+                  fmt_time(base.ttft_s), fmt_time(base.itl_s),
+                  f"{base.throughput_tokens_per_s:.0f}",
                   *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")))
     console.print(b)
     if export is not None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.strategy_cost import StrategyEvaluator, StrategyResult
+from moeplan.planners.strategy_cost import CostLike, StrategyEvaluator, StrategyResult
 from moeplan.planners.strategy_space import (
     Strategy,
     enumerate_strategies,
@@ -95,7 +95,7 @@ def analyze(
     model: ModelSpec,
     cluster: ClusterSpec,
     workload: Workload,
-    cost_model: object,
+    cost_model: CostLike | None,
     *,
     any_divisor: bool = False,
     ttft_slo_s: float | None = None,
@@ -110,7 +110,13 @@ def analyze(
     """
     key = rank_key(rank_by)
     t0 = time.perf_counter()
-    ev = evaluate or StrategyEvaluator(model, cluster, workload, cost_model)
+    ev: Evaluate
+    if evaluate is not None:
+        ev = evaluate
+    elif cost_model is None:
+        raise MoeplanError("analyze: cost_model (None) is needed when no evaluate is given")
+    else:
+        ev = StrategyEvaluator(model, cluster, workload, cost_model)
     results, shape_bad = [], 0
     for s in enumerate_strategies(cluster.num_nodes, cluster.gpus_per_node, any_divisor):
         r = ev(s)
@@ -135,7 +141,7 @@ def analyze(
 
 
 def evaluate_mixserve_default(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                              cost_model: object) -> StrategyResult | None:
+                              cost_model: CostLike) -> StrategyResult | None:
     """The paper's TP-intra / EP-inter fused hybrid, evaluated (None if shape breaks)."""
     ev = StrategyEvaluator(model, cluster, workload, cost_model)
     return ev(mixserve_default(cluster.num_nodes, cluster.gpus_per_node))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 from moeplan.cost import memory as mem
 from moeplan.planners.fused import ag_dispatch, rs_combine
@@ -78,7 +79,7 @@ class StrategyResult:
         return self.throughput_tokens_per_s / self.num_gpus
 
 
-def links_from(cost_model: object, cluster: ClusterSpec) -> Links:
+def links_from(cost_model: CostLike | None, cluster: ClusterSpec) -> Links:
     """Alpha-beta of both link levels from ``cost_model.link_transfer`` (else the spec)."""
     def level(inter: bool) -> Link:
         spec = cluster.inter if inter else cluster.intra
@@ -107,11 +108,25 @@ def divisibility_error(model: ModelSpec, s: Strategy) -> str | None:
     return None
 
 
+class CostLike(Protocol):
+    """The part of :class:`moeplan.cost.CostModel` the analyzer uses (tests pass fakes)."""
+
+    def attention_layer(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
+                        tp: int = 1) -> float: ...
+    def expert_ffn(self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float,
+                   tp: int = 1) -> float: ...
+    def shared_expert(self, model: ModelSpec, tokens: float, tp: int = 1) -> float: ...
+    def dense_mlp(self, model: ModelSpec, tokens: float, tp: int = 1) -> float: ...
+    def gemm(self, m: float, n: float, k: float) -> float: ...
+    def p2p(self, nbytes: float, inter_node: bool) -> float: ...
+    def link_transfer(self, nbytes: float, inter_node: bool) -> float: ...
+
+
 class StrategyEvaluator:
     """Callable ``Strategy -> StrategyResult`` for one (model, cluster, workload, cost)."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                 cost_model: object) -> None:
+                 cost_model: CostLike) -> None:
         self.model, self.cluster, self.workload, self.cm = model, cluster, workload, cost_model
         self.links = links_from(cost_model, cluster)
         routing = workload.routing_for(model.top_k)
@@ -124,7 +139,7 @@ class StrategyEvaluator:
             return None
         w = self.workload
         pre = self.phase_time(s, w.isl, w.isl)
-        dec = self.phase_time(s, 1, w.isl + w.osl / 2)
+        dec = self.phase_time(s, 1, w.isl + w.osl // 2)
         m = service_metrics(prefill_s=pre.total_s, decode_s=dec.total_s, batch=w.batch,
                             isl=w.isl, osl=w.osl, rate=w.rate)
         memory = self.memory(s)
@@ -141,7 +156,7 @@ class StrategyEvaluator:
             v = self._cache[key] = float(fn())
         return v
 
-    def layer_compute(self, s: Strategy, q_len: int, ctx: float) -> tuple[float, float]:
+    def layer_compute(self, s: Strategy, q_len: int, ctx: int) -> tuple[float, float]:
         """(one MoE layer, one dense layer) compute seconds on the busiest rank."""
         md, cm, b = self.model, self.cm, self.workload.batch
         seqs = math.ceil(b / s.attn_dp)
@@ -173,23 +188,23 @@ class StrategyEvaluator:
         md, b = self.model, self.workload.batch
         k = self._routing.mean_over_layers()
         tok = q_len * md.hidden_bytes
-        args = dict(token_bytes=tok, top_k=k, batch=b, attn_tp=s.attn_tp, attn_dp=s.attn_dp,
-                    moe_tp=s.moe_tp, moe_ep=s.moe_ep, links=self.links)
-        moe = layer_comm(**args).total
-        dense = layer_comm(**args, is_moe=False).total
+        c = layer_comm(token_bytes=tok, top_k=k, batch=b, attn_tp=s.attn_tp,
+                       attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, links=self.links)
+        dense = 2 * c.attn_allreduce  # a dense MLP all-reduces like attention (Eq. 5, no A2A)
         if not s.fused:
-            return moe, dense, moe
+            return c.total, dense, c.total
         nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
         # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
         x = math.ceil(b / s.moe_ep) * tok
         chunk = x * k / (nodes * per_node)
-        fa = dict(nodes=nodes, tp=per_node, chunk_bytes=chunk, intra=self.links.intra,
-                  inter=self.links.inter)
-        ag, rs = ag_dispatch(**fa), rs_combine(**fa, output_bytes=x)
-        attn = layer_comm(**dict(args, moe_tp=1, moe_ep=1)).attn_allreduce
+        intra, inter = self.links.intra, self.links.inter
+        ag = ag_dispatch(nodes=nodes, tp=per_node, chunk_bytes=chunk, intra=intra, inter=inter)
+        rs = rs_combine(nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x,
+                        intra=intra, inter=inter)
+        attn = c.attn_allreduce
         return attn + ag.fused + rs.fused, dense, attn + ag.sequential + rs.sequential
 
-    def phase_time(self, s: Strategy, q_len: int, ctx: float) -> PhaseTime:
+    def phase_time(self, s: Strategy, q_len: int, ctx: int) -> PhaseTime:
         """Eq. 6: all layers' compute + communication, plus (pp-1) P2P transfers."""
         md = self.model
         moe_c, dense_c = self.layer_compute(s, q_len, ctx)
