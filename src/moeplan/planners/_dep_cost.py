@@ -1,0 +1,227 @@
+"""FinDEP instance: task durations and memory limits from a model, a cluster and a cost model.
+
+Durations (FinDEP Eqs. 1–4, 7–11, through :class:`moeplan.cost.CostModel`, so a
+:class:`HardwareProfile` such as ``findep-a`` — the paper's Fig. 7 A6000 coefficients — or
+the datasheet roofline):
+
+- ``t_a(ma)``: one attention layer over ``ma`` prompts of ``S`` tokens (prefill,
+  ``ctx = S``) plus the router GEMM (routing is decided on the AG before A2E).
+- ``t_s(ma)``: the shared experts over ``ma·S`` tokens (0 without shared experts).
+- ``me = ma·ag·top_k·S / (r2·E)`` tokens per expert per chunk (Eq. 5's last rule), times the
+  routing ``imbalance`` (max/mean expert load) for the busiest expert GPU.
+- ``t_e(me)``: ``ceil(E/eg)`` local experts, ``me`` tokens each.
+- ``t_a2e(me) = t_e2a(me)``: ``me·ceil(E/eg)`` hidden states into each expert GPU
+  (:meth:`CostModel.a2e`: the profile's (ag, eg) fit, else the slower of sender and receiver
+  links, inter-node when ``ag + eg`` spans nodes).
+- Dense layers (``first_k_dense`` …): attention + dense MLP on the AG, placed first.
+
+Memory (Algorithm 1's ``getMaxR1``) per GPU, against ``mem_bytes - RESERVED_BYTES``:
+
+- AG: embeddings/lm-head, attention (+ router) of every layer, shared experts of MoE layers,
+  dense MLPs; KV cache of ``r1·ma`` prompts; one micro-batch's live activations; per
+  in-flight micro-batch its residual stream and A2E/E2A send/receive buffers.
+- EG: ``ceil(E/eg)`` experts per MoE layer; per in-flight micro-batch the receive and send
+  buffers of the tokens routed to this GPU (times ``imbalance``).
+
+``batch`` caps ``r1·ma`` (samples per AG GPU per iteration, Algorithm 1's ``B``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from moeplan.cost import CostModel
+from moeplan.cost import memory as mem
+from moeplan.errors import MoeplanError, require
+from moeplan.planners._dep_schedule import DepTimes
+from moeplan.specs import ClusterSpec, ModelSpec
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepProblem:
+    """One FinDEP instance as Algorithm 1 sees it.
+
+    ``times(ma, r2)`` gives the task durations; ``max_r1(ma)`` the largest ``r1`` that fits
+    memory and ``batch`` (0: even ``r1 = 1`` does not fit); ``me_per_ma`` is
+    ``ag·top_k·S/E`` (so ``me = ma·me_per_ma/r2``). Tests build instances from
+    α-β coefficients directly; :func:`dep_problem` builds them from specs and a cost model.
+    """
+
+    ag: int
+    eg: int
+    seq_len: int
+    layers: int
+    dense_layers: int = 0
+    batch: int = 64
+    r2_max: int = 32
+    times: Callable[[int, int], DepTimes]
+    max_r1: Callable[[int], int]
+    me_per_ma: float = 0.0
+    label: str = ""
+    memory: Callable[[int, int], dict[str, float]] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        require(self.ag >= 1, f"ag ({self.ag}) must be >= 1")
+        require(self.eg >= 1, f"eg ({self.eg}) must be >= 1")
+        require(self.seq_len >= 1, f"seq ({self.seq_len}) must be > 0")
+        require(self.layers >= 1, f"layers ({self.layers}) must be >= 1 MoE layer")
+        require(self.batch >= 1, f"batch ({self.batch}) must be >= 1")
+        require(self.r2_max >= 1, f"r2_max ({self.r2_max}) must be >= 1")
+
+    def tokens(self, ma: int, r1: int) -> int:
+        """Prompt tokens one iteration processes over the whole AG."""
+        return r1 * ma * self.ag * self.seq_len
+
+    @property
+    def ma_max(self) -> int:
+        """Largest ``ma`` with ``max_r1(ma) >= 1`` (0 if none)."""
+        lo, hi = 0, self.batch  # max_r1 is non-increasing in ma
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.max_r1(mid) >= 1:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def alpha_beta_problem(*, ag: int, eg: int, seq_len: int, layers: int, coeffs: dict[str, tuple[float, float]],
+                       tokens_per_expert: float, mem_limit: int, batch: int = 64,
+                       r2_max: int = 32, dense_layers: int = 0) -> DepProblem:
+    """An instance with the paper's linear models: ``coeffs[k] = (alpha, beta)`` for
+    ``k`` in attn/shared/dense (per sample) and expert/comm (per token per expert), with
+    ``me = ma * tokens_per_expert / r2`` and memory ``r1 * ma <= mem_limit``."""
+
+    def times(ma: int, r2: int) -> DepTimes:
+        me = ma * tokens_per_expert / r2
+        lin = {k: a + b * (ma if k in ("attn", "shared", "dense") else me)
+               for k, (a, b) in coeffs.items()}
+        return DepTimes(attn=lin["attn"], shared=lin.get("shared", 0.0), expert=lin["expert"],
+                        a2e=lin["comm"], e2a=lin["comm"], dense=lin.get("dense", 0.0))
+
+    return DepProblem(ag=ag, eg=eg, seq_len=seq_len, layers=layers, dense_layers=dense_layers,
+                      batch=batch, r2_max=r2_max, times=times, me_per_ma=tokens_per_expert,
+                      max_r1=lambda ma: min(mem_limit, batch) // ma, label="alpha-beta")
+
+
+def dep_problem(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, ag: int, eg: int,
+                seq_len: int, layers: int | None = None, batch: int = 64, r2_max: int = 32,
+                imbalance: float = 1.0) -> DepProblem:
+    """The FinDEP instance of ``model`` on ``ag + eg`` GPUs of ``cluster`` for prompts of
+    ``seq_len`` tokens; ``layers`` keeps only the first layers (the paper's reduced models).
+
+    Raises :class:`MoeplanError` for impossible inputs (GPU count, memory), one line each.
+    """
+    require(seq_len > 0, f"seq ({seq_len}) must be > 0")
+    require(ag >= 1 and eg >= 1, f"ag ({ag}) and eg ({eg}) must both be >= 1")
+    require(ag + eg <= cluster.num_gpus,
+            f"ag + eg ({ag} + {eg} = {ag + eg}) must be <= the cluster's GPUs ({cluster.num_gpus})")
+    require(imbalance >= 1.0, f"imbalance ({imbalance}) must be >= 1")
+    if layers is not None:
+        require(layers >= 1, f"layers ({layers}) must be >= 1")
+        model = model.with_layers(min(layers, model.num_layers))
+    n_moe = model.num_moe_layers
+    require(n_moe >= 1, f"model {model.name} with {model.num_layers} layers has no MoE layer")
+    local = math.ceil(model.num_experts / eg)
+    cap = cluster.gpu.mem_bytes - mem.RESERVED_BYTES
+    per_exp = ag * model.top_k * seq_len / model.num_experts  # me * r2 / ma
+    mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local,
+                      imbalance=imbalance)
+    for side, fixed in (("EG", mm.eg_weights), ("AG", mm.ag_weights)):
+        if fixed > cap:
+            raise MoeplanError(
+                f"model {model.name} does not fit the {side}: weights need {fixed / GIB:.1f} GiB"
+                f" per {side} GPU (ag={ag}, eg={eg}), each {cluster.gpu.name} has {cap / GIB:.1f} GiB"
+                f" usable")
+
+    @lru_cache(maxsize=1024)
+    def ag_side(ma: int) -> tuple[float, float, float]:
+        tok = ma * seq_len
+        attn = cm.attention_layer(model, ma, seq_len, seq_len)
+        return (attn + cm.router(model, tok), cm.shared_expert(model, tok),
+                attn + cm.dense_mlp(model, tok))
+
+    @lru_cache(maxsize=4096)
+    def eg_side(me: float) -> tuple[float, float]:
+        return cm.expert_ffn(model, me, local), cm.a2e(me * local * model.hidden_bytes, ag, eg)
+
+    def times(ma: int, r2: int) -> DepTimes:
+        attn, shared, dense = ag_side(ma)
+        expert, comm = eg_side(ma * per_exp / r2 * imbalance)
+        return DepTimes(attn=attn, shared=shared, expert=expert, a2e=comm, e2a=comm, dense=dense)
+
+    def max_r1(ma: int) -> int:
+        return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, cap)))
+
+    problem = DepProblem(ag=ag, eg=eg, seq_len=seq_len, layers=n_moe,
+                         dense_layers=model.num_layers - n_moe, batch=batch, r2_max=r2_max,
+                         times=times, max_r1=max_r1, me_per_ma=per_exp,
+                         label=f"{model.name}@{cluster.name}",
+                         memory=mm.breakdown)
+    if problem.ma_max < 1:
+        need = max(mm.ag_bytes(1, 1), mm.eg_bytes(1, 1))
+        raise MoeplanError(f"one prompt of {seq_len} tokens does not fit: needs {need / GIB:.1f}"
+                           f" GiB per GPU (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
+                           f"{cap / GIB:.1f} GiB usable")
+    return problem
+
+
+@dataclass(frozen=True, kw_only=True)
+class _MemoryModel:
+    """Bytes per AG / EG GPU for ``r1`` micro-batches of ``ma`` prompts (module docstring)."""
+
+    model: ModelSpec
+    ag: int
+    eg: int
+    seq_len: int
+    local: int
+    imbalance: float
+
+    @property
+    def ag_weights(self) -> float:
+        m = self.model
+        per_moe = mem.attn_weight_bytes(m) + mem.shared_weight_bytes(m) + m.router_params * m.weight_bytes
+        per_dense = mem.attn_weight_bytes(m) + mem.dense_mlp_weight_bytes(m)
+        return (mem.embedding_bytes(m) + m.num_moe_layers * per_moe
+                + (m.num_layers - m.num_moe_layers) * per_dense)
+
+    @property
+    def eg_weights(self) -> float:
+        m = self.model
+        return m.num_moe_layers * mem.expert_weight_bytes(m, self.local)
+
+    def _ag_terms(self, ma: int) -> tuple[float, float]:
+        """(bytes independent of r1, bytes per in-flight micro-batch) on one AG GPU."""
+        m, tok = self.model, ma * self.seq_len
+        kv = tok * m.num_layers * mem.kv_bytes_per_token_layer(m)
+        inflight = tok * m.hidden_bytes + mem.a2a_buffer_bytes(m, tok, m.top_k)
+        return self.ag_weights + mem.activation_bytes(m, tok), kv + inflight
+
+    def _eg_terms(self, ma: int) -> tuple[float, float]:
+        m = self.model
+        routed = ma * self.ag * self.seq_len / self.eg * self.imbalance
+        return self.eg_weights, mem.a2a_buffer_bytes(m, math.ceil(routed), m.top_k)
+
+    def ag_bytes(self, ma: int, r1: int) -> float:
+        fixed, per = self._ag_terms(ma)
+        return fixed + r1 * per
+
+    def eg_bytes(self, ma: int, r1: int) -> float:
+        fixed, per = self._eg_terms(ma)
+        return fixed + r1 * per
+
+    def max_r1(self, ma: int, cap: float) -> int:
+        best = []
+        for fixed, per in (self._ag_terms(ma), self._eg_terms(ma)):
+            best.append(int((cap - fixed) // per) if cap >= fixed else 0)
+        return max(0, min(best))
+
+    def breakdown(self, ma: int, r1: int) -> dict[str, float]:
+        return {"ag_bytes": self.ag_bytes(ma, r1) + mem.RESERVED_BYTES,
+                "eg_bytes": self.eg_bytes(ma, r1) + mem.RESERVED_BYTES,
+                "ag_weights": self.ag_weights, "eg_weights": self.eg_weights}

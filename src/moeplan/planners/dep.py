@@ -1,0 +1,290 @@
+"""FinDEP: fine-grained scheduling of disaggregated expert parallelism (paper 000, §3–§4).
+
+Attention (+ shared experts) run on ``ag`` GPUs, routed experts on ``eg`` GPUs. A prompt batch
+is cut into ``r1`` micro-batches of ``ma`` prompts per AG GPU, and the expert part of each
+micro-batch into ``r2`` chunks of ``me`` tokens per expert; the AG runs its attention (A) and
+shared-expert (S) tasks in order ``ASAS`` or ``AASS``. The task graph, its exact fast
+makespan and the paper's closed form (Eqs. 12–13, corrected) are in
+:mod:`moeplan.planners._dep_schedule`; durations and memory in
+:mod:`moeplan.planners._dep_cost`; brute force and CP-SAT in :mod:`moeplan.planners._dep_verify`.
+
+What is here:
+
+- :func:`solve` — Algorithm 1: ``ma`` from the memory cap down, ``r1`` = the largest that
+  fits memory, skip an ``r1`` already seen (Pareto), both orders, best ``r2``. The ``r2``
+  search is a binary search on the sign of ``f(r2+1) - f(r2)`` (the paper's Theorem 4 says
+  the objective is convex in ``1/r2``, hence unimodal in ``r2``) plus a look at both
+  neighbours. Every candidate is scored by the exact makespan of the simulated schedule, not
+  by an approximation: the closed form for ASAS (exact there, see ``_dep_schedule``), the
+  O(r1)-per-layer recurrence for AASS.
+- :func:`search_groups` — the offline phase: every ``(ag, eg)`` split of a GPU budget.
+- :class:`OnlineSolver` — the online phase: ``solve(seq_len)`` re-plans per prompt length
+  with the per-``(ag, eg)`` work cached.
+- Baselines on the same simulator, each with its best knobs by brute force:
+  :func:`pppipe` (MegaScale-Infer: ``r2 = 1``, shared expert inside the attention task, A2E
+  after it; best ``(ma, r1)``) and :func:`naive` (``r1 = r2 = 1``, same fused task; best
+  ``ma``).
+
+Findings (tests pin them; numbers in docs/benchmarks/dep.md):
+
+- Theorem 1/2 (throughput increases with ``ma`` for fixed ``r1``) holds on the exact simulator
+  for the paper's linear cost models — every path length is affine in ``ma`` with a
+  non-negative intercept — and is property-tested on random instances.
+- Theorem 3 (non-decreasing in ``r1`` for fixed ``ma``) is property-tested the same way.
+- Algorithm 1 against brute force over the whole (ma, r1, r2, order) grid, and ASAS/AASS
+  against the CP-SAT job-shop optimum: see docs/benchmarks/dep.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from moeplan.planners._dep_cost import DepProblem, alpha_beta_problem, dep_problem
+from moeplan.planners._dep_schedule import (
+    ORDERS,
+    DepConfig,
+    DepTimes,
+    build_graph,
+    closed_form_applies,
+    closed_form_makespan,
+    makespan,
+)
+
+__all__ = [
+    "ORDERS", "DepConfig", "DepProblem", "DepResult", "DepTimes", "OnlineSolver",
+    "alpha_beta_problem", "brute_force", "dep_problem", "evaluate", "naive", "pppipe",
+    "search_groups", "solve",
+]
+
+Evaluator = Callable[[DepProblem, DepConfig, str], float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DepResult:
+    """A configuration of ``variant`` (findep, pppipe, naive) and its predicted iteration."""
+
+    variant: str
+    config: DepConfig
+    makespan: float  # seconds per iteration (all layers, r1 micro-batches)
+    tokens: int  # prompt tokens per iteration over the AG
+    times: DepTimes
+    me: float  # tokens per expert per chunk
+    evaluations: int = 0
+    solve_s: float = 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Prompt tokens per second of the whole deployment."""
+        return self.tokens / self.makespan
+
+    def config_dict(self, problem: DepProblem) -> dict[str, object]:
+        c = self.config
+        return {"ma": c.ma, "r1": c.r1, "r2": c.r2, "me": self.me, "order": c.order,
+                "ag": problem.ag, "eg": problem.eg}
+
+
+def evaluate(problem: DepProblem, cfg: DepConfig, variant: str = "findep") -> float:
+    """Makespan (s) of ``cfg``'s semi-active schedule, exactly as the simulator computes it."""
+    times = problem.times(cfg.ma, cfg.r2)
+    if variant == "findep" and closed_form_applies(times, cfg, problem.dense_layers):
+        return closed_form_makespan(times, cfg.r1, cfg.r2, problem.layers, problem.dense_layers)
+    return makespan(times, cfg, problem.layers, problem.dense_layers, variant)
+
+
+def _result(problem: DepProblem, variant: str, cfg: DepConfig, span: float, evals: int,
+            t0: float) -> DepResult:
+    return DepResult(variant=variant, config=cfg, makespan=span,
+                     tokens=problem.tokens(cfg.ma, cfg.r1), times=problem.times(cfg.ma, cfg.r2),
+                     me=cfg.ma * problem.me_per_ma / cfg.r2, evaluations=evals,
+                     solve_s=time.perf_counter() - t0)
+
+
+def best_r2(problem: DepProblem, ma: int, r1: int, order: str,
+            evaluate: Evaluator = evaluate, start: int | None = None) -> tuple[int, float, int]:
+    """``(r2, makespan, evaluations)`` minimizing the makespan for fixed ``(ma, r1, order)``.
+
+    Without ``start``: binary search on the sign of ``f(r2+1) - f(r2)`` (unimodal by
+    Theorem 4), then both neighbours. With ``start`` (a good guess, e.g. the other order's
+    best ``r2``): descend from ``start`` one step at a time while ``f`` decreases.
+    """
+    seen: dict[int, float] = {}
+
+    def f(r2: int) -> float:
+        if r2 not in seen:
+            seen[r2] = evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), "findep")
+        return seen[r2]
+
+    if start is None:
+        lo, hi = 1, problem.r2_max
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if f(mid + 1) < f(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        for r2 in (lo - 1, lo + 1):
+            if 1 <= r2 <= problem.r2_max:
+                f(r2)
+    else:
+        r2 = start
+        for step in (1, -1):
+            while 1 <= r2 + step <= problem.r2_max and f(r2 + step) < f(r2):
+                r2 += step
+    r2 = min(seen, key=lambda r: (seen[r], r))
+    return r2, seen[r2], len(seen)
+
+
+def lower_bound(problem: DepProblem, ma: int, r1: int) -> float:
+    """A makespan no order and no ``r2`` can beat: the AG's total work, or the EG's / a
+    link's total work at ``r2 = 1`` plus the first attention (splitting a task into ``r2``
+    chunks never shrinks its total time when every cost has a non-negative fixed part)."""
+    t = problem.times(ma, 1)
+    prefix = problem.dense_layers * r1 * t.dense
+    work = problem.layers * r1
+    return prefix + max(work * (t.attn + t.shared),
+                        t.attn + work * max(t.expert, t.a2e, t.e2a))
+
+
+def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
+          evaluate: Evaluator = evaluate) -> DepResult:
+    """Algorithm 1 (see module docstring); raises ``ValueError`` if nothing fits.
+
+    The first order gets the full ``r2`` search; later orders start from its ``r2`` and are
+    skipped when :func:`lower_bound` shows they cannot win.
+    """
+    t0 = time.perf_counter()
+    best: tuple[float, DepConfig, float] | None = None
+    evals, prev_r1 = 0, 0
+    for ma in range(problem.ma_max, 0, -1):
+        r1 = problem.max_r1(ma)
+        if r1 == 0 or r1 == prev_r1:
+            continue  # not on the (ma, r1) Pareto front
+        prev_r1 = r1
+        start: int | None = None
+        for order in orders:
+            tokens = problem.tokens(ma, r1)
+            if start is not None and best is not None and tokens / lower_bound(problem, ma, r1) <= best[0]:
+                continue
+            r2, span, n = best_r2(problem, ma, r1, order, evaluate, start)
+            evals += n
+            start = r2
+            if best is None or tokens / span > best[0]:
+                best = (tokens / span, DepConfig(ma=ma, r1=r1, r2=r2, order=order), span)
+    if best is None:
+        raise ValueError(f"{problem.label}: no (ma, r1) fits memory")
+    return _result(problem, "findep", best[1], best[2], evals, t0)
+
+
+def _grid_best(problem: DepProblem, variant: str, configs: Iterable[DepConfig],
+               evaluate: Evaluator) -> DepResult:
+    t0 = time.perf_counter()
+    best: tuple[float, DepConfig, float] | None = None
+    n = 0
+    for cfg in configs:
+        span = evaluate(problem, cfg, "findep" if variant == "findep" else "pppipe")
+        n += 1
+        tps = problem.tokens(cfg.ma, cfg.r1) / span
+        if best is None or tps > best[0]:
+            best = (tps, cfg, span)
+    if best is None:
+        raise ValueError(f"{problem.label}: no (ma, r1) fits memory")
+    return _result(problem, variant, best[1], best[2], n, t0)
+
+
+def feasible_pairs(problem: DepProblem) -> list[tuple[int, int]]:
+    """Every ``(ma, r1)`` that fits memory and the batch cap."""
+    return [(ma, r1) for ma in range(1, problem.ma_max + 1)
+            for r1 in range(1, problem.max_r1(ma) + 1)]
+
+
+def pppipe(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
+    """Best PPPipe (MegaScale-Infer ping-pong pipeline) by brute force over ``(ma, r1)``."""
+    cfgs = (DepConfig(ma=ma, r1=r1, r2=1) for ma, r1 in feasible_pairs(problem))
+    return _grid_best(problem, "pppipe", cfgs, evaluate)
+
+
+def naive(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
+    """Best naive DEP (no pipelining: ``r1 = r2 = 1``, shared expert in the attention task)."""
+    cfgs = (DepConfig(ma=ma, r1=1, r2=1) for ma in range(1, problem.ma_max + 1))
+    return _grid_best(problem, "naive", cfgs, evaluate)
+
+
+def brute_force(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
+    """Best FinDEP configuration over the whole (ma, r1, r2, order) grid."""
+    cfgs = (DepConfig(ma=ma, r1=r1, r2=r2, order=o) for ma, r1 in feasible_pairs(problem)
+            for r2 in range(1, problem.r2_max + 1) for o in ORDERS)
+    return _grid_best(problem, "findep", cfgs, evaluate)
+
+
+def schedule(problem: DepProblem, result: DepResult, layers: int | None = None):
+    """The simulated :class:`moeplan.sim.Schedule` of ``result`` (optionally fewer layers)."""
+    from moeplan.sim import simulate
+
+    variant = "findep" if result.variant == "findep" else "pppipe"
+    graph = build_graph(result.times, result.config, problem.layers if layers is None else layers,
+                        problem.dense_layers, variant)
+    return simulate(graph).check()
+
+
+def search_groups(make_problem: Callable[[int, int], DepProblem], gpus: int,
+                  planner: Callable[[DepProblem], DepResult] = solve,
+                  ) -> tuple[DepProblem, DepResult]:
+    """Offline phase: the ``(ag, eg)`` split of ``gpus`` GPUs with the highest throughput.
+
+    ``make_problem(ag, eg)`` builds an instance; splits that raise (memory) are skipped.
+    Raises ``ValueError`` when no split is feasible.
+    """
+    from moeplan.errors import MoeplanError
+
+    best: tuple[DepProblem, DepResult] | None = None
+    for ag in range(1, gpus):
+        try:
+            problem = make_problem(ag, gpus - ag)
+        except MoeplanError:
+            continue
+        res = planner(problem)
+        if best is None or res.throughput > best[1].throughput:
+            best = (problem, res)
+    if best is None:
+        raise ValueError(f"no (ag, eg) split of {gpus} GPUs fits memory")
+    return best
+
+
+class OnlineSolver:
+    """Online phase (FinDEP Fig. 6): re-plan ``(ma, r1, r2, order)`` per prompt length.
+
+    ``make_problem(seq_len)`` builds the instance for fixed ``(ag, eg)``; instances are cached
+    per ``seq_len`` (their cost-model lookups too), so a repeated shape costs a dict lookup
+    and a new one costs one Algorithm 1 run.
+    """
+
+    def __init__(self, make_problem: Callable[[int], DepProblem], cache_size: int = 256) -> None:
+        self._make = make_problem
+        self._cache: dict[int, DepResult] = {}
+        self._size = cache_size
+
+    def solve(self, seq_len: int) -> DepResult:
+        hit = self._cache.get(seq_len)
+        if hit is None:
+            if len(self._cache) >= self._size:
+                self._cache.pop(next(iter(self._cache)))
+            hit = self._cache[seq_len] = solve(self._make(seq_len))
+        return hit
+
+
+_REPORT_API = ("DepReport", "chrome_traces", "plan_dep", "plan_dict", "report_dict", "schedules",
+               "utilization")
+
+
+__all__ += list(_REPORT_API)
+
+
+def __getattr__(name: str):
+    """End-to-end API (:mod:`moeplan.planners._dep_report`), loaded on first use."""
+    if name in _REPORT_API:
+        from moeplan.planners import _dep_report
+
+        return getattr(_dep_report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
