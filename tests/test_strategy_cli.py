@@ -68,3 +68,22 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     code, out, err = run(args, capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_verify_replays_fused_rounds_on_simulator(tmp_path, capsys):
+    gantt = tmp_path / "g.html"
+    code, out, _ = run(["--model", "qwen3-235b-a22b", "--cluster", "mixserve-910b", "--json",
+                        "--top", "1", "--verify", "--gantt", str(gantt)], capsys)
+    assert code == 0
+    v = json.loads(out)["verify"]
+    assert v["strategy"].endswith("fused")
+    for key in ("prefill_fused", "prefill_sequential", "decode_fused", "decode_sequential"):
+        assert v[key]["gap"] < 1e-9
+    assert v["prefill_fused"]["simulated_s"] < v["prefill_sequential"]["simulated_s"]
+    assert "plotly" in gantt.read_text()
+
+
+def test_gantt_on_one_node_is_a_user_error(tmp_path, capsys):
+    code, _, err = run(["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--gantt",
+                        str(tmp_path / "g.html")], capsys)
+    assert code == 2 and "no fused layout" in err and not (tmp_path / "g.html").exists()

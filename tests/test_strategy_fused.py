@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.planners.fused import (
+    FusedLayer,
     ag_dispatch,
     critical_path,
+    layer_schedules,
     round_times,
     rs_combine,
     simulate_rounds,
@@ -89,3 +91,16 @@ def test_matches_project_simulator():
     schedule = sim.simulate(g).check()
     ag = ag_dispatch(nodes=4, tp=8, chunk_bytes=3e6, intra=INTRA, inter=INTER)
     assert schedule.makespan == pytest.approx(ag.fused, rel=1e-12)
+
+
+@given(st.integers(2, 8), st.sampled_from([2, 4, 8]), st.floats(1e3, 1e8), st.floats(1e3, 1e8))
+@settings(max_examples=30, deadline=None)
+def test_layer_schedules_on_simulator_match_closed_forms(nodes, tp, chunk, out):
+    """One layer = AG-Dispatch then RS-Combine: fused and sequential makespans on moeplan.sim
+    equal the closed-form sums."""
+    layer = FusedLayer(nodes=nodes, tp=tp, chunk_bytes=chunk, output_bytes=out, intra=INTRA,
+                       inter=INTER)
+    ag, rs = layer.times()
+    sched = layer_schedules(layer)
+    assert sched["fused"].makespan == pytest.approx(ag.fused + rs.fused, rel=1e-9)
+    assert sched["sequential"].makespan == pytest.approx(ag.sequential + rs.sequential, rel=1e-9)

@@ -20,6 +20,7 @@ from moeplan.errors import MoeplanError, require
 from moeplan.export.launcher import write_launcher
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
+from moeplan.planners.fused import layer_schedules
 from moeplan.planners.strategy import (
     RANK_BY,
     Analysis,
@@ -29,7 +30,10 @@ from moeplan.planners.strategy import (
     result_dict,
     to_plan_dict,
 )
-from moeplan.specs import Workload, load_cluster, load_model, model_from_dict
+from moeplan.planners.strategy_cost import StrategyEvaluator
+from moeplan.planners.strategy_space import Strategy, fusable, mixserve_default
+from moeplan.sim import gantt_html
+from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model, model_from_dict
 
 EXPORTS = ("sglang", "vllm")
 
@@ -71,6 +75,29 @@ def pareto_html(a: Analysis, title: str) -> str:
     fig.update_layout(title=title, xaxis_title="TTFT (ms)",
                       yaxis_title="throughput per GPU (tokens/s)")
     return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def fused_target(a: Analysis, c: ClusterSpec) -> Strategy | None:
+    """The #1 strategy when fused, else the paper's default hybrid when it is fusable."""
+    if a.best is not None and a.best.strategy.fused:
+        return a.best.strategy
+    s = mixserve_default(c.num_nodes, c.gpus_per_node)
+    return s if fusable(s, c.num_nodes, c.gpus_per_node) else None
+
+
+def verify_fused(ev: StrategyEvaluator, s: Strategy, isl: int) -> dict:
+    """Closed-form fused/sequential layer times against their replay on ``moeplan.sim``."""
+    out: dict = {"strategy": s.label()}
+    for phase, q_len in (("prefill", isl), ("decode", 1)):
+        layer = ev.fused_layer(s, q_len)
+        ag, rs = layer.times()
+        sched = layer_schedules(layer)
+        for kind, closed in (("fused", ag.fused + rs.fused),
+                             ("sequential", ag.sequential + rs.sequential)):
+            sim = sched[kind].makespan
+            out[f"{phase}_{kind}"] = {"closed_form_s": closed, "simulated_s": sim,
+                                      "gap": abs(sim - closed) / closed if closed else 0.0}
+    return out
 
 
 def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str) -> None:
@@ -131,6 +158,10 @@ def strategy(
     launcher: Annotated[Path | None, typer.Option(help="Write the export as a .sh.")] = None,
     pareto: Annotated[Path | None, typer.Option(help="Write the Pareto figure (HTML).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write plan.json of the #1 strategy.")] = None,
+    gantt: Annotated[Path | None, typer.Option(help="Write the fused vs sequential Gantt "
+                                                    "of one MoE layer (HTML).")] = None,
+    verify: Annotated[bool, typer.Option(help="Replay the fused rounds on the simulator "
+                                              "and print the gap.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Rank hybrid TP/EP/DP/PP strategies (MixServe) and compare with the named baselines."""
@@ -141,7 +172,8 @@ def strategy(
     m = load_model_arg(model)
     c = load_cluster(cluster, nodes)
     w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
-    a = analyze(m, c, w, cost_model_for(c, profile), any_divisor=any_divisor,
+    cm = cost_model_for(c, profile)
+    a = analyze(m, c, w, cm, any_divisor=any_divisor,
                 ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
                 itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by)
     best = a.best
@@ -155,11 +187,38 @@ def strategy(
     if out is not None and best is not None:
         plan = to_plan_dict(best, model=model, cluster=c.name, baselines=a.baselines)
         write_atomic(out, json.dumps(plan, indent=2))
+    target = fused_target(a, c)
+    ev = StrategyEvaluator(m, c, w, cm)
+    checked = verify_fused(ev, target, isl) if verify and target is not None else None
+    if gantt is not None:
+        require(target is not None, f"--gantt: cluster {c.name} has no fused layout (one node)")
+        assert target is not None
+        html = gantt_html(layer_schedules(ev.fused_layer(target, isl)),
+                          title=f"one MoE layer, prefill: {target.label()}",
+                          include_plotlyjs=True)
+        write_atomic(gantt, html)
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
     if json_out:
-        print_json(_json(a, top, exp, model, c.name, best))
-    else:
-        _print_human(a, top, exp, title)
+        obj = _json(a, top, exp, model, c.name, best)
+        if verify:
+            obj["verify"] = checked
+        print_json(obj)
+        return
+    _print_human(a, top, exp, title)
+    if verify:
+        _print_verify(checked)
+
+
+def _print_verify(checked: dict | None) -> None:
+    if checked is None:
+        console.print("verify: no fused layout on this cluster (one node)")
+        return
+    console.print(f"verify (exhaustive enumeration; fused rounds replayed on moeplan.sim) "
+                  f"for {checked['strategy']}:")
+    for key, v in checked.items():
+        if key != "strategy":
+            console.print(f"  {key}: closed form {fmt_time(v['closed_form_s'])}, simulated "
+                          f"{fmt_time(v['simulated_s'])}, gap {v['gap']:.2e}")
 
 
 def _json(a: Analysis, top: int, exp: ExportResult | None, model: str, cluster: str,

@@ -148,3 +148,64 @@ def round_times(
     coll = reduce_scatter if kind == "rs" else all_gather
     t_i = coll(chunk_bytes * tp, tp, intra)
     return [t_x] * (nodes - 1), [t_i] * nodes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FusedLayer:
+    """Shape of one MoE layer's fused communication on one rank (see module docstring)."""
+
+    nodes: int
+    tp: int
+    chunk_bytes: float
+    output_bytes: float
+    intra: Link
+    inter: Link
+
+    def times(self) -> tuple[FusedTime, FusedTime]:
+        """(AG-Dispatch, RS-Combine) closed-form times."""
+        ag = ag_dispatch(nodes=self.nodes, tp=self.tp, chunk_bytes=self.chunk_bytes,
+                         intra=self.intra, inter=self.inter)
+        rs = rs_combine(nodes=self.nodes, tp=self.tp, chunk_bytes=self.chunk_bytes,
+                        output_bytes=self.output_bytes, intra=self.intra, inter=self.inter)
+        return ag, rs
+
+
+def layer_schedules(layer: FusedLayer) -> dict:
+    """AG-Dispatch then RS-Combine of one layer replayed on ``moeplan.sim``: ``{"fused":
+    Schedule, "sequential": Schedule}`` on two resources (intra link, inter link)."""
+    from moeplan.sim import TaskGraph, simulate
+
+    n, tp, a = layer.nodes, layer.tp, layer.chunk_bytes
+    t_x = layer.inter.time(a)
+    t_ag, t_rs = all_gather(a * tp, tp, layer.intra), reduce_scatter(a * tp, tp, layer.intra)
+    t_out = all_gather(layer.output_bytes, tp, layer.intra)
+    fused = TaskGraph()
+    last = _pipeline(fused, "dispatch", "ag", [t_x] * (n - 1), [t_ag] * n, [])
+    last = _pipeline(fused, "combine", "rs", [t_x] * (n - 1), [t_rs] * n, last)
+    fused.add("ag_out", "intra link", t_out, last, kind="ag")
+    seq = TaskGraph()
+    chain: list[int] = []
+    steps = [("dispatch", "inter link", t_x, n - 1),
+             ("ag", "intra link", all_gather(a * tp * n, tp, layer.intra), 1),
+             ("rs", "intra link", reduce_scatter(a * tp * n, tp, layer.intra), 1),
+             ("combine", "inter link", t_x, n - 1), ("ag_out", "intra link", t_out, 1)]
+    for name, res, dur, count in steps:
+        for i in range(count):
+            chain = [seq.add(f"{name}{i}", res, dur, chain, kind=name.split("_")[0])]
+    return {"fused": simulate(fused).check(), "sequential": simulate(seq).check()}
+
+
+def _pipeline(g, inter_name: str, intra_name: str, inter: Sequence[float],
+              intra: Sequence[float], after: list[int]) -> list[int]:
+    """Add one fused algorithm's rounds after tasks ``after``; returns its last intra task.
+
+    Tasks on one resource run in insertion order (``moeplan.sim.simulate``), so only the
+    cross-resource edge (intra chunk j waits for inter round j) is explicit.
+    """
+    arrivals = [g.add(f"{inter_name}{i + 1}", "inter link", t, after, kind=inter_name)
+                for i, t in enumerate(inter)]
+    last = after
+    for j, t in enumerate(intra):
+        deps = after + ([arrivals[j - 1]] if j else [])
+        last = [g.add(f"{intra_name}{j}", "intra link", t, deps, kind=intra_name)]
+    return last

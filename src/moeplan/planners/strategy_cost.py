@@ -11,6 +11,9 @@ Placement and departures (the paper leaves these open):
   routing profile's imbalance over EP ranks (max/mean) for the busiest rank. Shared experts
   and dense MLPs are sharded like attention (TP = ``attn_tp``, replicated over DP).
 - Decode attends over the mean context ``L_in + L_out/2``.
+- A fused strategy uses, per phase, the cheaper of the overlapped Algs. 1-2 and the same
+  sharded bytes sent sequentially (RS -> A2A -> AG): with tiny decode messages the ``n``
+  intra rounds cost more latency than one collective.
 - Memory (Eq. 8) uses the real per-module weights of the worst pipeline stage (embedding on
   the first, lm-head on the last), the KV cache of ``ceil(b/dp)`` requests of ``L_in+L_out``
   tokens (MLA's latent replicated on every TP rank, GQA heads split), prefill activations,
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moeplan.cost import memory as mem
-from moeplan.planners.fused import ag_dispatch, rs_combine
+from moeplan.planners.fused import FusedLayer
 from moeplan.planners.queueing import service_metrics
 from moeplan.planners.strategy_comm import Link, Links, layer_comm, p2p_boundaries
 from moeplan.planners.strategy_space import Strategy, stage_shape
@@ -193,16 +196,20 @@ class StrategyEvaluator:
         dense = 2 * c.attn_allreduce  # a dense MLP all-reduces like attention (Eq. 5, no A2A)
         if not s.fused:
             return c.total, dense, c.total
+        ag, rs = self.fused_layer(s, q_len).times()
+        attn, seq = c.attn_allreduce, ag.sequential + rs.sequential
+        # latency-bound steps (decode) may prefer the sequential RS -> A2A -> AG: take the
+        # cheaper schedule per phase, as a runtime with both paths would
+        return attn + min(ag.fused + rs.fused, seq), dense, attn + seq
+
+    def fused_layer(self, s: Strategy, q_len: int) -> FusedLayer:
+        """Shape of Algs. 1-2 for one MoE layer of ``s`` (MoE TP = node, EP = nodes)."""
         nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
         # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
-        x = math.ceil(b / s.moe_ep) * tok
-        chunk = x * k / (nodes * per_node)
-        intra, inter = self.links.intra, self.links.inter
-        ag = ag_dispatch(nodes=nodes, tp=per_node, chunk_bytes=chunk, intra=intra, inter=inter)
-        rs = rs_combine(nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x,
-                        intra=intra, inter=inter)
-        attn = c.attn_allreduce
-        return attn + ag.fused + rs.fused, dense, attn + ag.sequential + rs.sequential
+        x = math.ceil(self.workload.batch / s.moe_ep) * q_len * self.model.hidden_bytes
+        chunk = x * self._routing.mean_over_layers() / (nodes * per_node)
+        return FusedLayer(nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x,
+                          intra=self.links.intra, inter=self.links.inter)
 
     def phase_time(self, s: Strategy, q_len: int, ctx: int) -> PhaseTime:
         """Eq. 6: all layers' compute + communication, plus (pp-1) P2P transfers."""
