@@ -187,16 +187,7 @@ def strategy(
     if out is not None and best is not None:
         plan = to_plan_dict(best, model=model, cluster=c.name, baselines=a.baselines)
         write_atomic(out, json.dumps(plan, indent=2))
-    target = fused_target(a, c)
-    ev = StrategyEvaluator(m, c, w, cm)
-    checked = verify_fused(ev, target, isl) if verify and target is not None else None
-    if gantt is not None:
-        require(target is not None, f"--gantt: cluster {c.name} has no fused layout (one node)")
-        assert target is not None
-        html = gantt_html(layer_schedules(ev.fused_layer(target, isl)),
-                          title=f"one MoE layer, prefill: {target.label()}",
-                          include_plotlyjs=True)
-        write_atomic(gantt, html)
+    checked = _fused_outputs(a, StrategyEvaluator(m, c, w, cm), c, isl, gantt, verify)
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
     if json_out:
         obj = _json(a, top, exp, model, c.name, best)
@@ -207,6 +198,20 @@ def strategy(
     _print_human(a, top, exp, title)
     if verify:
         _print_verify(checked)
+
+
+def _fused_outputs(a: Analysis, ev: StrategyEvaluator, c: ClusterSpec, isl: int,
+                   gantt: Path | None, verify: bool) -> dict | None:
+    """``--verify`` result and the ``--gantt`` file for the fused layout (if any)."""
+    target = fused_target(a, c)
+    if gantt is not None:
+        if target is None:
+            raise MoeplanError(f"--gantt: cluster {c.name} has no fused layout (one node)")
+        html = gantt_html(layer_schedules(ev.fused_layer(target, isl)),
+                          title=f"one MoE layer, prefill: {target.label()}",
+                          include_plotlyjs=True)
+        write_atomic(gantt, html)
+    return verify_fused(ev, target, isl) if verify and target is not None else None
 
 
 def _print_verify(checked: dict | None) -> None:
