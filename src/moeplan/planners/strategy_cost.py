@@ -136,6 +136,9 @@ class StrategyEvaluator:
         self._routing = routing
         self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
         self._cache: dict[tuple, float] = {}
+        self._moe_prefix = [0]
+        for i in range(model.num_layers):
+            self._moe_prefix.append(self._moe_prefix[-1] + int(model.is_moe_layer(i)))
 
     def __call__(self, s: Strategy) -> StrategyResult | None:
         if divisibility_error(self.model, s) is not None:
@@ -238,8 +241,10 @@ class StrategyEvaluator:
         head = md.lm_head_params / s.attn_tp * md.weight_bytes
         worst = 0.0
         for st in range(s.pp):
-            layers = range(st * per_stage, min(md.num_layers, (st + 1) * per_stage))
-            wts = sum(moe if md.is_moe_layer(i) else dense for i in layers)
+            lo = min(md.num_layers, st * per_stage)
+            hi = min(md.num_layers, (st + 1) * per_stage)
+            n_moe = self._moe_prefix[hi] - self._moe_prefix[lo]
+            wts = n_moe * moe + (hi - lo - n_moe) * dense
             wts += (emb if st == 0 else 0.0) + (head if st == s.pp - 1 else 0.0)
             worst = max(worst, wts)
         kv = mem.kv_bytes_per_token_layer(md, s.attn_tp) * per_stage * seqs * (w.isl + w.osl)
