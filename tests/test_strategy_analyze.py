@@ -169,3 +169,15 @@ def test_meets_slo_bounds():
     r = _fake_result(mixserve_default(2, 8), 1.0, 0.05, 10.0, 0.5)
     assert meets_slo(r, 1.0, 0.05) and not meets_slo(r, 0.9, None)
     assert not meets_slo(r, None, 0.04)
+
+
+def test_unstable_queue_ranks_after_stable_ones():
+    """A saturated deployment (rho >= 1) never outranks a stable one, whatever its capacity."""
+    model, cluster = load_model("deepseek-v3"), load_cluster("mixserve-910b")
+    w = Workload(batch=16, isl=2048, osl=256, rate=1.0)
+    a = analyze(model, cluster, w, cost_model_for(cluster))
+    flags = [r.stable for r in a.strategies]
+    assert True in flags and False in flags
+    assert flags == sorted(flags, reverse=True)
+    assert all(math.isinf(r.ttft_s) for r in a.strategies if not r.stable)
+    assert all(r.rho is not None and r.rho >= 1 for r in a.strategies if not r.stable)
