@@ -6,9 +6,10 @@ order: stable by expert), built on :func:`~moeplan.kernels.positions.stable_posi
 - :func:`permute`: one counting-sort pass instead of ``nonzero`` + ``argsort`` + scatter; the
   padded slots (``-1``, tokens with fewer experts) are dropped by writing them to a spare row.
 - :func:`gather_rows`: ``x[token_index]`` (Triton row copy on CUDA).
-- :func:`combine`: a *gather* over each token's ``k`` rows via ``inverse [T, K]``, accumulated
-  in fp32, instead of the reference's ``index_add_`` scatter in the activation dtype. It is
-  deterministic (no atomics) and at least as accurate in bf16 (tests allow 1e-2 relative).
+- :func:`combine`: on CUDA a Triton *gather* over each token's ``k`` rows via
+  ``inverse [T, K]`` (deterministic, no atomics); elsewhere the reference's ``index_add_``
+  scatter. Both accumulate in fp32 (the reference accumulates in the activation dtype), so bf16
+  is at least as accurate (tests allow 1e-2 relative).
 """
 
 from __future__ import annotations
@@ -64,12 +65,10 @@ def slot_weights(perm: Permutation, *, weighted: bool = True) -> torch.Tensor:
 
 def combine(y: torch.Tensor, perm: Permutation, *, weighted: bool = True) -> torch.Tensor:
     """``out[t] = sum over t's rows of weight * y[row]`` (inverse of :func:`gather_rows`)."""
-    w = slot_weights(perm, weighted=weighted)
     if triton_enabled(y):
         from moeplan.kernels._triton import combine_triton
 
-        return combine_triton(y, perm.inverse, w)
-    num_tokens, k = perm.inverse.shape
-    padded = torch.cat([y, y.new_zeros(1, y.shape[1])])  # row N = zeros for unused slots
-    rows = padded[torch.where(perm.inverse >= 0, perm.inverse, y.shape[0])]  # [T, K, H]
-    return torch.einsum("tkh,tk->th", rows.float(), w).to(y.dtype)
+        return combine_triton(y, perm.inverse, slot_weights(perm, weighted=weighted))
+    rows = y.float() * perm.weight.float()[:, None] if weighted else y.float()
+    out = torch.zeros(perm.num_tokens, y.shape[1], dtype=torch.float32, device=y.device)
+    return out.index_add_(0, perm.token_index, rows).to(y.dtype)

@@ -2,8 +2,8 @@
 
 Same result as :func:`moeplan.runtime.collectives.token_plan` (a :class:`ShufflePlan` whose
 ``order [n * cap]`` lists each device's tokens in original order, ``-1`` padding), computed with
-:func:`~moeplan.kernels.positions.stable_positions` — a one-hot prefix sum for the handful of
-devices in a TP group instead of a full argsort, or the Triton two-pass kernel on CUDA.
+:func:`~moeplan.kernels.positions.stable_positions` — the Triton two-pass counting sort on
+CUDA (no full sort, no atomics), one stable argsort without ``nonzero`` elsewhere.
 """
 
 from __future__ import annotations
