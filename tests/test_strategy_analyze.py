@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.fused import ag_dispatch, rs_combine
-from moeplan.planners.strategy import analyze, meets_slo, pareto_front, rank_key, to_plan_dict
+from moeplan.planners.strategy import (
+    analyze,
+    meets_slo,
+    pareto_front,
+    rank_key,
+    to_plan_dict,
+    zipf_routing,
+)
 from moeplan.planners.strategy_comm import all_reduce
 from moeplan.planners.strategy_cost import PhaseTime, StrategyEvaluator, StrategyResult
 from moeplan.planners.strategy_space import Strategy, enumerate_strategies, mixserve_default
@@ -181,3 +188,30 @@ def test_unstable_queue_ranks_after_stable_ones():
     assert flags == sorted(flags, reverse=True)
     assert all(math.isinf(r.ttft_s) for r in a.strategies if not r.stable)
     assert all(r.rho is not None and r.rho >= 1 for r in a.strategies if not r.stable)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.0, 1.5), st.integers(0, 1000))
+def test_imbalance_grows_with_ep_degree(skew, seed):
+    """Finer contiguous expert groups can only raise max/mean load (nested partitions)."""
+    model, cluster = load_model("qwen3-235b-a22b"), load_cluster("mixserve-910b")
+    w = Workload(routing=zipf_routing(model.num_experts, model.top_k, skew, seed))
+    ev = StrategyEvaluator(model, cluster, w, FakeCost())
+    imb = [ev.imbalance(ep) for ep in (1, 2, 4, 8, 16, 32)]
+    assert imb[0] == 1.0
+    assert all(a <= b * (1 + 1e-12) for a, b in zip(imb, imb[1:], strict=False))
+
+
+def test_expert_skew_hurts_wide_ep_more_than_the_hybrid():
+    """§I: EP suffers load imbalance at high degree; EP32 loses more TTFT than TP8 x EP4."""
+    model, cluster = load_model("deepseek-v3"), load_cluster("mixserve-910b")
+    cm = cost_model_for(cluster)
+    mix = mixserve_default(4, 8)
+    ep = Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
+    out = []
+    for skew in (0.0, 0.8):
+        w = Workload(batch=16, isl=2048, osl=256,
+                     routing=zipf_routing(model.num_experts, model.top_k, skew, 3))
+        ev = StrategyEvaluator(model, cluster, w, cm)
+        out.append(ev(ep).ttft_s / ev(mix).ttft_s)
+    assert out[1] > out[0] > 1.0

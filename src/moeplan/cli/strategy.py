@@ -29,6 +29,7 @@ from moeplan.planners.strategy import (
     gains,
     result_dict,
     to_plan_dict,
+    zipf_routing,
 )
 from moeplan.planners.strategy_cost import StrategyEvaluator
 from moeplan.planners.strategy_space import Strategy, fusable, mixserve_default
@@ -150,6 +151,9 @@ def strategy(
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
     itl_slo: Annotated[float | None, typer.Option(help="ITL SLO (ms).")] = None,
     rank_by: Annotated[str, typer.Option(help=f"One of {RANK_BY}.")] = "throughput",
+    expert_skew: Annotated[float, typer.Option(help="Zipf skew of expert load (0 = "
+                                                     "balanced).")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the expert shuffle for --expert-skew.")] = 0,
     any_divisor: Annotated[bool, typer.Option(help="Allow any divisor, not only 2^k.")] = False,
     profile: Annotated[str | None, typer.Option(help="Hardware profile name.")] = None,
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
@@ -171,7 +175,8 @@ def strategy(
     require(launcher is None or export is not None, "--launcher needs --export")
     m = load_model_arg(model)
     c = load_cluster(cluster, nodes)
-    w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
+    routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
+    w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
     cm = cost_model_for(c, profile)
     a = analyze(m, c, w, cm, any_divisor=any_divisor,
                 ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,

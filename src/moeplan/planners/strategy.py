@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.strategy_cost import CostLike, StrategyEvaluator, StrategyResult
 from moeplan.planners.strategy_space import (
@@ -28,7 +30,7 @@ from moeplan.planners.strategy_space import (
     mixserve_default,
     named_baselines,
 )
-from moeplan.specs import ClusterSpec, ModelSpec, Workload
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile, Workload
 
 RANK_BY = ("throughput", "ttft", "itl")
 GIB = 1024**3
@@ -138,6 +140,16 @@ def analyze(
                     rejected_shape=shape_bad, rejected_memory=len(results) - len(fitting),
                     rejected_slo=len(fitting) - len(kept), search_s=search_s,
                     pareto=tuple(pareto_front(kept)))
+
+
+def zipf_routing(num_experts: int, top_k: int, skew: float, seed: int = 0) -> RoutingProfile:
+    """Static top-k routing whose expert loads follow Zipf(``skew``), experts shuffled by
+    ``seed`` (0 = balanced). One load row, applied to every MoE layer."""
+    require(skew >= 0, f"expert skew ({skew}) must be >= 0")
+    load = 1.0 / np.arange(1, num_experts + 1, dtype=float) ** skew
+    load = np.random.default_rng(seed).permutation(load)
+    return RoutingProfile(top_k=top_k, expert_load=(tuple(float(v) for v in load),),
+                          source=f"zipf({skew}, seed={seed})")
 
 
 def evaluate_mixserve_default(model: ModelSpec, cluster: ClusterSpec, workload: Workload,

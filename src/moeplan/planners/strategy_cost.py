@@ -8,7 +8,8 @@ model's ``link_transfer`` as alpha-beta pairs; P2P from its ``p2p``.
 Placement and departures (the paper leaves these open):
 - Attention runs on ``ceil(b/attn_dp)`` requests per rank; the MoE block sees all ``b*s``
   tokens of the stage, ``k`` copies each, spread over ``num_experts`` experts, times the
-  routing profile's imbalance over EP ranks (max/mean) for the busiest rank. Shared experts
+  routing profile's imbalance over EP ranks (max/mean) for the busiest rank; the busiest
+  rank also receives that factor times the mean dispatch/combine bytes. Shared experts
   and dense MLPs are sharded like attention (TP = ``attn_tp``, replicated over DP).
 - Decode attends over the mean context ``L_in + L_out/2``.
 - A fused strategy uses, per phase, the cheaper of the overlapped Algs. 1-2 and the same
@@ -169,7 +170,7 @@ class StrategyEvaluator:
         tokens = seqs * q_len
         attn = self._cached(("attn", seqs, q_len, ctx, s.attn_tp), lambda: cm.attention_layer(
             md, seqs, q_len, ctx, tp=s.attn_tp))
-        imb = self._routing.imbalance(0, groups=s.moe_ep) if s.moe_ep > 1 else 1.0
+        imb = self.imbalance(s.moe_ep)
         moe = 0.0
         for k, count in self._moe_kinds.items():
             tpe = max(1, math.ceil(b * q_len * k * imb / md.num_experts))
@@ -188,6 +189,14 @@ class StrategyEvaluator:
                                  lambda: cm.dense_mlp(md, tokens, tp=s.attn_tp))
         return attn + moe, attn + dense
 
+    def imbalance(self, ep: int) -> float:
+        """Mean over MoE layers of max/mean load over ``ep`` contiguous expert groups."""
+        if ep <= 1:
+            return 1.0
+        return self._cached(("imb", ep), lambda: sum(
+            self._routing.imbalance(i, groups=ep) for i in range(self.model.num_moe_layers)
+        ) / self.model.num_moe_layers)
+
     # ---- communication (Eqs. 1-3, 5; Algs. 1-2) -----------------------------------------
     def layer_comm(self, s: Strategy, q_len: int) -> tuple[float, float, float]:
         """(MoE layer, dense layer, MoE layer unfused) communication seconds."""
@@ -198,7 +207,9 @@ class StrategyEvaluator:
                        attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, links=self.links)
         dense = 2 * c.attn_allreduce  # a dense MLP all-reduces like attention (Eq. 5, no A2A)
         if not s.fused:
-            return c.total, dense, c.total
+            moe = (c.attn_allreduce + c.moe_allreduce
+                   + self.imbalance(s.moe_ep) * (c.dispatch + c.combine))
+            return moe, dense, moe
         ag, rs = self.fused_layer(s, q_len).times()
         attn, seq = c.attn_allreduce, ag.sequential + rs.sequential
         # latency-bound steps (decode) may prefer the sequential RS -> A2A -> AG: take the
@@ -210,7 +221,8 @@ class StrategyEvaluator:
         nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
         # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
         x = math.ceil(self.workload.batch / s.moe_ep) * q_len * self.model.hidden_bytes
-        chunk = x * self._routing.mean_over_layers() / (nodes * per_node)
+        chunk = x * self._routing.mean_over_layers() * self.imbalance(s.moe_ep) / (
+            nodes * per_node)
         return FusedLayer(nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x,
                           intra=self.links.intra, inter=self.links.inter)
 
