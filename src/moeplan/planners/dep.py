@@ -93,6 +93,9 @@ def evaluate(problem: DepProblem, cfg: DepConfig, variant: str = "findep") -> fl
     return makespan(times, cfg, problem.layers, problem.dense_layers, variant)
 
 
+_exact = evaluate
+
+
 def _result(problem: DepProblem, variant: str, cfg: DepConfig, span: float, evals: int,
             t0: float) -> DepResult:
     return DepResult(variant=variant, config=cfg, makespan=span,
@@ -151,9 +154,11 @@ def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
           evaluate: Evaluator = evaluate) -> DepResult:
     """Algorithm 1 (see module docstring); raises ``ValueError`` if nothing fits.
 
-    The first order gets the full ``r2`` search; later orders start from its ``r2`` and are
-    skipped when :func:`lower_bound` shows they cannot win.
+    The first order gets the full ``r2`` search; later orders start from its ``r2``. With the
+    default (exact) evaluator they are skipped when :func:`lower_bound` shows they cannot win
+    (the bound is about the simulated schedule, so it is not applied to other evaluators).
     """
+    prune = evaluate is _exact
     t0 = time.perf_counter()
     best: tuple[float, DepConfig, float] | None = None
     evals, prev_r1 = 0, 0
@@ -165,7 +170,8 @@ def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
         start: int | None = None
         for order in orders:
             tokens = problem.tokens(ma, r1)
-            if start is not None and best is not None and tokens / lower_bound(problem, ma, r1) <= best[0]:
+            if (prune and start is not None and best is not None
+                    and tokens / lower_bound(problem, ma, r1) <= best[0]):
                 continue
             r2, span, n = best_r2(problem, ma, r1, order, evaluate, start)
             evals += n
