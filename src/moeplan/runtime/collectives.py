@@ -38,7 +38,7 @@ class Dispatched:
 def _expert_ids(recv_counts: torch.Tensor) -> torch.Tensor:
     """Local expert of each received row; ``recv_counts [sources, E_local]``, source-major."""
     e_local = recv_counts.shape[1]
-    ids = torch.arange(e_local).repeat(recv_counts.shape[0])
+    ids = torch.arange(e_local, device=recv_counts.device).repeat(recv_counts.shape[0])
     return torch.repeat_interleave(ids, recv_counts.reshape(-1))
 
 
@@ -157,8 +157,8 @@ def token_plan(dest: torch.Tensor, n: int) -> ShufflePlan:
     cap = max(int(counts.max()) if dest.numel() else 0, 1)
     idx = torch.argsort(dest, stable=True)
     start = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(dest.numel()) - start[dest[idx]]
-    order = torch.full((n * cap,), -1, dtype=torch.long)
+    pos = torch.arange(dest.numel(), device=dest.device) - start[dest[idx]]
+    order = torch.full((n * cap,), -1, dtype=torch.long, device=dest.device)
     order[dest[idx] * cap + pos] = idx
     return ShufflePlan(order=order, cap=cap, counts=counts, num_tokens=int(dest.numel()))
 

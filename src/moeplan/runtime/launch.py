@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--micro-batches", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--trace", default=None)
+    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     return ap
 
@@ -52,7 +53,7 @@ def options(args: argparse.Namespace) -> Any:
     return RunOptions(model=args.model, scale=args.scale, tokens=args.tokens, seq=args.seq,
                       seed=args.seed, check=not args.no_check, fused=not args.unfused,
                       async_send=not args.sync_send, micro_batches=args.micro_batches,
-                      timeout_s=args.timeout, trace=args.trace)
+                      timeout_s=args.timeout, trace=args.trace, warmup=args.warmup)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ def attention(x: torch.Tensor, w: AttnWeights, cfg: MoEConfig, tp: int = 1, rank
     q, k, v = (
         (x @ m[:, cols]).view(b, s, heads, d).transpose(1, 2) for m in (w.wq, w.wk, w.wv)
     )
-    mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+    mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
     scores = (q @ k.transpose(-1, -2)) / d**0.5
     ctx = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v  # [B, h, S, d]
     return ctx.transpose(1, 2).reshape(b, s, heads * d) @ w.wo[cols, :]
@@ -141,3 +141,14 @@ def load_safetensors(paths: list[str | Path], cfg: MoEConfig) -> list[LayerWeigh
         a = [get(f"model.layers.{i}.self_attn.{n}_proj.weight") for n in ("q", "k", "v", "o")]
         layers.append(LayerWeights(attn=AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3]), moe=moe))
     return layers
+
+
+def to_device(layers: list[LayerWeights], device: torch.device | str) -> list[LayerWeights]:
+    """Copy every weight tensor of ``layers`` to ``device``."""
+    from dataclasses import fields, replace
+
+    def move(obj):
+        return replace(obj, **{f.name: None if getattr(obj, f.name) is None else
+                               getattr(obj, f.name).to(device) for f in fields(obj)})
+
+    return [LayerWeights(attn=move(lw.attn), moe=move(lw.moe)) for lw in layers]

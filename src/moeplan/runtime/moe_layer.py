@@ -76,7 +76,7 @@ def grouped_swiglu(x: torch.Tensor, expert: torch.Tensor, counts: torch.Tensor, 
     if method == "segment":
         return _segment_swiglu(x, counts, w_gate, w_up, w_down)
     num_experts, cap = counts.numel(), int(counts.max())
-    pos = torch.arange(x.shape[0]) - offsets(counts)[expert]
+    pos = torch.arange(x.shape[0], device=x.device) - offsets(counts)[expert]
     padded = x.new_zeros(num_experts, cap, x.shape[1])
     padded[expert, pos] = x
     h = F.silu(torch.bmm(padded, w_gate)) * torch.bmm(padded, w_up)  # [E, C, I]

@@ -45,8 +45,8 @@ def permute(ids: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Permu
     experts = flat[slots]
     order = torch.argsort(experts, stable=True)
     sorted_slots = slots[order]
-    inverse = torch.full((num_tokens * k,), -1, dtype=torch.long)
-    inverse[sorted_slots] = torch.arange(sorted_slots.numel())
+    inverse = torch.full((num_tokens * k,), -1, dtype=torch.long, device=ids.device)
+    inverse[sorted_slots] = torch.arange(sorted_slots.numel(), device=ids.device)
     return Permutation(
         token_index=torch.div(sorted_slots, max(k, 1), rounding_mode="floor"),
         expert=experts[order],
@@ -64,7 +64,7 @@ def gather_rows(x: torch.Tensor, perm: Permutation) -> torch.Tensor:
 
 def combine(y: torch.Tensor, perm: Permutation, *, weighted: bool = True) -> torch.Tensor:
     """Inverse of :func:`gather_rows`: ``out[t] = sum over rows of t of weight * y[row]``."""
-    out = torch.zeros(perm.num_tokens, y.shape[1], dtype=y.dtype)
+    out = y.new_zeros(perm.num_tokens, y.shape[1])
     rows = y * perm.weight[:, None].to(y.dtype) if weighted else y
     return out.index_add_(0, perm.token_index, rows)
 

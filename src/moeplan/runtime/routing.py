@@ -110,7 +110,7 @@ def topp_k(probs: torch.Tensor, p: float, k_min: int, k_max: int) -> torch.Tenso
             f"{probs.shape[1]}")
     sorted_probs = torch.sort(probs, dim=-1, descending=True, stable=True).values
     cum = torch.cumsum(sorted_probs.double(), dim=-1)
-    k = torch.zeros(probs.shape[0], dtype=torch.long) if p <= 0 else (cum < p).sum(dim=-1) + 1
+    k = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device) if p <= 0 else (cum < p).sum(dim=-1) + 1
     return k.clamp(min=k_min, max=k_max)
 
 
@@ -126,7 +126,7 @@ def topp_routing(
     k = topp_k(probs, p, k_min, k_max)
     weights, ids = torch.sort(probs, dim=-1, descending=True, stable=True)  # ties: lower id first
     weights, ids = weights[:, :k_max], ids[:, :k_max]
-    keep = torch.arange(k_max)[None, :] < k[:, None]
+    keep = torch.arange(k_max, device=logits.device)[None, :] < k[:, None]
     weights = torch.where(keep, weights, torch.zeros_like(weights))
     ids = torch.where(keep, ids, torch.full_like(ids, -1))
     if renormalize:

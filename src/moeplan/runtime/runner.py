@@ -34,6 +34,7 @@ class RunOptions:
     micro_batches: int | None = None
     timeout_s: float = 60.0
     trace: str | None = None
+    warmup: int = 0
 
     def __post_init__(self) -> None:
         require(self.seq >= 1, f"seq ({self.seq}) must be >= 1")
@@ -125,18 +126,68 @@ def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOpt
                   shape=shape, async_send=opts.async_send)
 
 
+def predicted_path(trace: str) -> str:
+    """``out.json`` -> ``out.predicted.json`` (the simulator's timeline next to the measured)."""
+    return trace[:-5] + ".predicted.json" if trace.endswith(".json") else trace + ".predicted.json"
+
+
+def _write_traces(mesh: Mesh, cfg: MoEConfig, plan: dict[str, Any], opts: RunOptions,
+                  gathered: list[Any], link_s: float | None) -> dict[str, Any]:
+    """Rank 0: merged measured trace, and for DEP the simulator's prediction beside it."""
+    from moeplan.runtime.timeline import write_trace
+
+    events = [e for ev, _ in gathered for e in ev]
+    measured = max(w for _, w in gathered)
+    info: dict[str, Any] = {"measured_makespan_s": measured}
+    if not opts.trace:
+        return info
+    write_trace(events, opts.trace, family=mesh.family, plan_layout=plan.get("layout"),
+                source="moeplan.runtime (measured)", otherData={"measured_makespan_s": measured})
+    info["trace"] = opts.trace
+    if mesh.family == "dep" and link_s is not None:
+        from moeplan.runtime.dep_predict import predicted_trace
+        from moeplan.runtime.engines.dep import DepParams
+
+        pred = predicted_trace(events, DepParams.from_mesh(mesh), cfg.num_layers, opts.seq,
+                               link_s, measured)
+        if pred is not None:
+            path = predicted_path(opts.trace)
+            write_trace(pred.pop("traceEvents"), path, **pred)
+            info.update(predicted_trace=path,
+                        predicted_makespan_s=pred["otherData"]["predicted_makespan_s"])
+    return info
+
+
+def _calibrate(mesh: Mesh, cfg: MoEConfig, opts: RunOptions, rank: int, device: str
+               ) -> float | None:
+    if mesh.family != "dep" or not opts.trace:
+        return None
+    from moeplan.runtime.dep_predict import calibrate_link, chunk_rows
+    from moeplan.runtime.engines.dep import DepParams
+
+    p = DepParams.from_mesh(mesh)
+    return calibrate_link(p, chunk_rows(p, opts.seq, cfg.top_k), cfg.hidden_size, rank,
+                          device=device)
+
+
 def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions) -> dict[str, Any]:
     """Run ``plan`` on this rank (process group already initialised); returns a JSON-able report."""
     import torch
     import torch.distributed as dist
 
-    from moeplan.runtime.model import init_model, make_inputs, reference_forward
-    from moeplan.runtime.timeline import Timeline, write_trace
+    from moeplan.runtime.model import init_model, make_inputs, reference_forward, to_device
+    from moeplan.runtime.timeline import Timeline
 
     mesh, cfg, batch = prepare(plan, world_size, opts)
-    layers = init_model(cfg, opts.seed)
-    x = make_inputs(cfg, batch, opts.seq, opts.seed + 1)
-    tl = Timeline(rank)
+    cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    layers = to_device(init_model(cfg, opts.seed), device)
+    x = make_inputs(cfg, batch, opts.seq, opts.seed + 1).to(device)
+    tl = Timeline(rank, torch.cuda.synchronize if cuda else None)
+    with torch.no_grad():
+        for _ in range(opts.warmup):  # first calls pay one-off allocation and dispatch costs
+            _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape))
+    link_s = _calibrate(mesh, cfg, opts, rank, str(device))
     dist.barrier()
     tl.reset()
     start = time.perf_counter()
@@ -149,10 +200,18 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
             full = reference_forward(x, layers, cfg)
         ref = full if mesh.family == "pipeline" else _local_input(mesh, rank, full)
         err = float((out - ref).abs().max()) if out.numel() else 0.0
-    events: list[Any] = [None] * world_size if rank == 0 else None
-    dist.gather_object(tl.trace_events(), events, dst=0)
-    if rank == 0 and opts.trace:
-        write_trace([e for ev in events for e in ev], opts.trace, family=mesh.family,
-                    plan_layout=plan.get("layout"), source="moeplan.runtime (measured)")
-    return {"rank": rank, "role": mesh.role(rank), "max_abs_err": err, "wall_s": wall,
-            "tokens": batch * opts.seq, "family": mesh.family}
+    gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+    dist.gather_object((tl.trace_events(), wall), gathered, dst=0)
+    report = {"rank": rank, "role": mesh.role(rank), "max_abs_err": err, "wall_s": wall,
+              "tokens": batch * opts.seq, "family": mesh.family}
+    if rank == 0:
+        report.update(_write_traces(mesh, cfg, plan, opts, gathered, link_s))
+    return report
+
+
+def spawned_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions) -> dict[str, Any]:
+    """Entry of one process started by ``moeplan run``: init the group, run the plan."""
+    from moeplan.runtime.spawn import init_distributed
+
+    init_distributed(rank, world_size, timeout_s=opts.timeout_s)
+    return run_rank(rank, world_size, plan, opts)

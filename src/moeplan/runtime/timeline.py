@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,9 @@ LANES = {"compute": 0, "send": 1, "recv": 2, "comm": 3}
 class Timeline:
     """Records intervals of one rank on named lanes (compute, send, recv, comm)."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, sync: Callable[[], None] | None = None) -> None:
         self.rank = rank
+        self.sync = sync  # e.g. torch.cuda.synchronize, so spans measure device work
         self.t0 = time.perf_counter()
         self.events: list[dict[str, Any]] = []
 
@@ -44,6 +45,8 @@ class Timeline:
         try:
             yield
         finally:
+            if self.sync is not None:
+                self.sync()
             self.add(name, lane, start, time.perf_counter())
 
     def trace_events(self) -> list[dict[str, Any]]:
@@ -61,4 +64,5 @@ def write_trace(events: list[dict[str, Any]], path: str | Path, **meta: Any) -> 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump({"traceEvents": events, **meta}, f)
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)

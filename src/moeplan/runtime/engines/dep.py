@@ -141,16 +141,17 @@ def _expert_chunk(w_local, p: DepParams, tag: tuple[int, int, int], hidden: int,
     """EG: receive chunk ``tag`` from every AG rank, compute, send results back (non-blocking)."""
     per = w_local.w_gate.shape[0]
     with tl.span(f"A2E{tag[0]}.{tag[1]}.{tag[2]}", "recv"):
-        counts = [torch.empty(per, dtype=torch.long) for _ in range(p.ag)]
+        dev = w_local.w_gate.device
+        counts = [torch.empty(per, dtype=torch.long, device=dev) for _ in range(p.ag)]
         for a, c in enumerate(counts):
             dist.irecv(c, a, tag=p.tag(*tag, 0)).wait()
-        bufs = [torch.empty(int(c.sum()), hidden) for c in counts]
+        bufs = [torch.empty(int(c.sum()), hidden, device=dev) for c in counts]
         works = [dist.irecv(b, a, tag=p.tag(*tag, 1)) for a, b in enumerate(bufs) if b.shape[0]]
         for work in works:
             work.wait()
     with tl.span(f"E{tag[0]}.{tag[1]}.{tag[2]}"):
         rows = torch.cat(bufs)
-        ids = torch.cat([torch.repeat_interleave(torch.arange(per), c) for c in counts])
+        ids = torch.cat([torch.repeat_interleave(torch.arange(per, device=dev), c) for c in counts])
         y = experts_by_id(rows, ids, w_local)
     sends = []
     for a, part in enumerate(torch.split(y, [b.shape[0] for b in bufs])):

@@ -118,7 +118,7 @@ def run_pp(x: torch.Tensor | None, layers: list[LayerWeights], cfg: MoEConfig, m
         if s == 0:
             h = chunks[i]
         else:
-            h = torch.empty(sizes[i], *shape[1:])
+            h = torch.empty(sizes[i], *shape[1:], device=layers[0].attn.wq.device)
             with tl.span(f"recv{i}", "recv"):
                 dist.recv(h, rank - r, tag=i)
         h = run_stage(h, layers, cfg, mesh, g, s, tl, f"mb{i}")
