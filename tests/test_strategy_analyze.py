@@ -215,3 +215,16 @@ def test_expert_skew_hurts_wide_ep_more_than_the_hybrid():
         ev = StrategyEvaluator(model, cluster, w, cm)
         out.append(ev(ep).ttft_s / ev(mix).ttft_s)
     assert out[1] > out[0] > 1.0
+
+
+def test_node_counts_enumerate_smaller_deployments():
+    model, cluster = load_model("qwen3-235b-a22b"), load_cluster("mixserve-910b")
+    w = Workload(batch=16, isl=2048, osl=256)
+    a = analyze(model, cluster, w, cost_model_for(cluster), node_counts=[1, 2, 4])
+    want = sum(len(enumerate_strategies(n, 8)) for n in (1, 2, 4))
+    assert a.evaluated + a.rejected_shape == want
+    assert {r.num_gpus for r in a.strategies} <= {8, 16, 32}
+    assert all(r.strategy.world_size == r.num_gpus for r in a.strategies)
+    assert len({r.num_gpus for r in a.pareto}) > 1
+    with pytest.raises(MoeplanError, match="node count"):
+        analyze(model, cluster, w, cost_model_for(cluster), node_counts=[8])

@@ -109,12 +109,13 @@ def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str)
         console.print("no strategy meets the SLOs")
         return
     t = Table(title="Top strategies")
-    for c in ("#", "strategy", "TTFT", "ITL", "tokens/s", "tok/s/GPU", "mem/GPU",
+    for c in ("#", "strategy", "GPUs", "TTFT", "ITL", "tokens/s", "tok/s/GPU", "mem/GPU",
               "comm share (prefill)", "fused saves"):
         t.add_column(c)
     for i, r in enumerate(a.strategies[:top], 1):
         saving = r.prefill.comm_unfused_s - r.prefill.comm_s
-        t.add_row(str(i), r.strategy.label(), fmt_time(r.ttft_s), fmt_time(r.itl_s),
+        t.add_row(str(i), r.strategy.label(), str(r.num_gpus), fmt_time(r.ttft_s),
+                  fmt_time(r.itl_s),
                   f"{r.throughput_tokens_per_s:.0f}", f"{r.throughput_per_gpu:.1f}",
                   fmt_bytes(r.mem_bytes_per_gpu), f"{r.prefill.comm_share:.0%}",
                   fmt_time(saving) if r.strategy.fused else "-")
@@ -154,6 +155,8 @@ def strategy(
     expert_skew: Annotated[float, typer.Option(help="Zipf skew of expert load (0 = "
                                                      "balanced).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the expert shuffle for --expert-skew.")] = 0,
+    all_sizes: Annotated[bool, typer.Option(help="Also rank deployments on fewer nodes "
+                                                 "(1, 2, 4, ... of them).")] = False,
     any_divisor: Annotated[bool, typer.Option(help="Allow any divisor, not only 2^k.")] = False,
     profile: Annotated[str | None, typer.Option(help="Hardware profile name.")] = None,
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
@@ -178,7 +181,8 @@ def strategy(
     routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
     w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
     cm = cost_model_for(c, profile)
-    a = analyze(m, c, w, cm, any_divisor=any_divisor,
+    sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
+    a = analyze(m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
                 ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
                 itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by)
     best = a.best

@@ -104,8 +104,13 @@ def analyze(
     itl_slo_s: float | None = None,
     rank_by: str = "throughput",
     evaluate: Evaluate | None = None,
+    node_counts: Sequence[int] | None = None,
 ) -> Analysis:
     """Rank every strategy of the grammar for ``model`` on ``cluster`` under ``workload``.
+
+    ``node_counts`` (e.g. ``[1, 2, 4]``) also enumerates smaller deployments of the same
+    machines, which is what gives the throughput-per-GPU vs TTFT Pareto front its shape;
+    the named baselines always use the whole cluster.
 
     Raises :class:`MoeplanError` when no strategy fits memory (naming the per-GPU bytes the
     most frugal strategy needs) or no strategy fits the model's shape.
@@ -114,18 +119,25 @@ def analyze(
     t0 = time.perf_counter()
     ev: Evaluate
     if evaluate is not None:
+        require(node_counts is None, "analyze: node_counts needs the built-in evaluator")
         ev = evaluate
     elif cost_model is None:
         raise MoeplanError("analyze: cost_model (None) is needed when no evaluate is given")
     else:
         ev = StrategyEvaluator(model, cluster, workload, cost_model)
-    results, shape_bad = [], 0
-    for s in enumerate_strategies(cluster.num_nodes, cluster.gpus_per_node, any_divisor):
-        r = ev(s)
-        if r is None:
-            shape_bad += 1
-        else:
-            results.append(r)
+    results: list[StrategyResult] = []
+    shape_bad = 0
+    for n in node_counts or [cluster.num_nodes]:
+        require(1 <= n <= cluster.num_nodes,
+                f"node count ({n}) must be in [1, {cluster.num_nodes}]")
+        ev_n = ev if n == cluster.num_nodes else StrategyEvaluator(
+            model, cluster.with_nodes(n), workload, cost_model)  # type: ignore[arg-type]
+        for s in enumerate_strategies(n, cluster.gpus_per_node, any_divisor):
+            r = ev_n(s)
+            if r is None:
+                shape_bad += 1
+            else:
+                results.append(r)
     if not results:
         raise MoeplanError(f"model {model.name} fits no strategy shape on {cluster.name} "
                            f"(heads {model.num_attention_heads}, experts {model.num_experts})")
@@ -184,7 +196,7 @@ def result_dict(r: StrategyResult) -> dict:
     s = r.strategy
     return {
         "attn": {"tp": s.attn_tp, "dp": s.attn_dp}, "moe": {"tp": s.moe_tp, "ep": s.moe_ep},
-        "pp": s.pp, "fused": s.fused, "label": s.label(),
+        "pp": s.pp, "fused": s.fused, "label": s.label(), "num_gpus": r.num_gpus,
         "ttft_s": _num(r.ttft_s), "itl_s": _num(r.itl_s),
         "throughput_tokens_per_s": _num(r.throughput_tokens_per_s),
         "throughput_per_gpu": _num(r.throughput_per_gpu),
