@@ -8,6 +8,7 @@ optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -52,10 +53,18 @@ def load_model_arg(name: str):
     return load_model(name)
 
 
-def export_for(engine: str, r: StrategyResult, model_path: str, nodes: int) -> ExportResult:
+def export_for(engine: str, r: StrategyResult, model: str, model_path: str | None,
+               nodes: int) -> ExportResult:
+    """Engine arguments for ``r``; without ``--model-path`` the model argument stands in
+    (its folder when it is a config.json) and a warning says so."""
     require(engine in EXPORTS, f"--export ({engine}) must be one of {EXPORTS}")
     fn = sglang_args if engine == "sglang" else vllm_args
-    return fn(r.strategy, model_path=model_path, num_nodes=nodes)
+    path = model_path or (str(Path(model).parent) if model.endswith(".json") else model)
+    exp = fn(r.strategy, model_path=path, num_nodes=nodes)
+    if model_path is None:
+        note = f"--model-path not given: replace {path!r} with the checkpoint folder or HF id"
+        exp = replace(exp, warnings=(*exp.warnings, note))
+    return exp
 
 
 def pareto_html(a: Analysis, title: str) -> str:
@@ -188,7 +197,7 @@ def strategy(
     best = a.best
     exp = None
     if export is not None and best is not None:
-        exp = export_for(export, best, model_path or model, c.num_nodes)
+        exp = export_for(export, best, model, model_path, c.num_nodes)
         if launcher is not None and exp.args:
             write_launcher(launcher, exp.args, comments=[best.strategy.label(), *exp.warnings])
     if pareto is not None:
