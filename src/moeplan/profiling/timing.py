@@ -1,0 +1,81 @@
+"""Timing discipline for micro-benchmarks.
+
+- warm-up calls first (kernel selection, allocator, caches);
+- CUDA: one pair of CUDA events around each call, read after ``synchronize``; CPU:
+  ``perf_counter`` around each call followed by a synchronize (a no-op on CPU);
+- the median over ``repeats`` calls (robust to the other tenants of a shared machine);
+- inputs are fresh ``randn`` tensors (never zeros: zeros hit fast paths in some kernels and
+  compress well on the wire), in several copies used in rotation so a call does not find the
+  previous call's operands in L2 — enough copies to cover ``ROTATE_BYTES`` on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from moeplan.errors import MoeplanError
+
+ROTATE_BYTES = 256 * 2**20  # 5x the H100's 50 MB L2
+MAX_COPIES = 8
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cuda`` or ``cpu``; a missing CUDA device is a user error."""
+    if name not in ("cuda", "cpu"):
+        raise MoeplanError(f"device ({name}) must be cuda or cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise MoeplanError("device (cuda) is not available on this machine; use --device cpu")
+    return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copies_for(nbytes: float, device: torch.device) -> int:
+    """How many input copies to rotate through (2 on CPU, to save memory)."""
+    if device.type != "cuda":
+        return 2
+    return int(min(MAX_COPIES, max(2, math.ceil(ROTATE_BYTES / max(nbytes, 1.0)))))
+
+
+def random_inputs(shapes: Sequence[tuple[int, ...]], *, dtype: torch.dtype, device: torch.device,
+                  gen: torch.Generator, copies: int | None = None) -> list[tuple[torch.Tensor, ...]]:
+    """``copies`` sets of fresh ``randn`` tensors of ``shapes`` (drawn on CPU, then moved)."""
+    nbytes = sum(math.prod(s) for s in shapes) * torch.finfo(dtype).bits / 8
+    n = copies if copies is not None else copies_for(nbytes, device)
+    return [tuple(torch.randn(*s, generator=gen).to(device=device, dtype=dtype) for s in shapes)
+            for _ in range(n)]
+
+
+def median_time(fn: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], *,
+                device: torch.device, warmup: int = 3, repeats: int = 10) -> float:
+    """Median seconds of ``fn(*inputs[i % len(inputs)])`` over ``repeats`` timed calls."""
+    if repeats < 1:
+        raise MoeplanError(f"repeats ({repeats}) must be >= 1")
+    for i in range(warmup):
+        fn(*inputs[i % len(inputs)])
+    synchronize(device)
+    times = []
+    for r in range(repeats):
+        args = inputs[(warmup + r) % len(inputs)]
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        else:
+            t0 = time.perf_counter()
+            fn(*args)
+            synchronize(device)
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
