@@ -48,29 +48,29 @@ def cpsat_optimum(times: DepTimes, cfg: DepConfig, layers: int, *, time_limit_s:
     hint = heur["ASAS"]
     horizon = round(hint.makespan / unit) + 1
     m = cp_model.CpModel()
-    start = [m.NewIntVar(0, horizon, f"s{i}") for i in range(len(g))]
-    ivs = [m.NewFixedSizeIntervalVar(start[i], dur[i], f"iv{i}") for i in range(len(g))]
+    start = [m.new_int_var(0, horizon, f"s{i}") for i in range(len(g))]
+    ivs = [m.new_fixed_size_interval_var(start[i], dur[i], f"iv{i}") for i in range(len(g))]
     for r in range(len(g.resources)):
-        m.AddNoOverlap([ivs[i] for i in g.tasks_on(r)])
+        m.add_no_overlap([ivs[i] for i in g.tasks_on(r)])
     for i, ps in enumerate(g.preds):
         for p in ps:
-            m.Add(start[i] >= start[p] + dur[p])
-    span = m.NewIntVar(0, horizon, "makespan")
+            m.add(start[i] >= start[p] + dur[p])
+    span = m.new_int_var(0, horizon, "makespan")
     for i in range(len(g)):
-        m.Add(span >= start[i] + dur[i])
-        m.AddHint(start[i], round(hint.start[i] / unit))
-    m.Minimize(span)
+        m.add(span >= start[i] + dur[i])
+        m.add_hint(start[i], round(hint.start[i] / unit))
+    m.minimize(span)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
-    status = solver.Solve(m)
+    status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise RuntimeError(f"CP-SAT returned {solver.StatusName(status)}")
-    opt = solver.ObjectiveValue() * unit
+        raise RuntimeError(f"CP-SAT returned {solver.status_name(status)}")
+    opt = solver.objective_value * unit
     best = min(s.makespan for s in heur.values())
     return {"layers": layers, "ma": cfg.ma, "r1": cfg.r1, "r2": cfg.r2, "tasks": len(g),
-            "status": solver.StatusName(status), "optimum_s": opt,
-            "bound_s": solver.BestObjectiveBound() * unit,
+            "status": solver.status_name(status), "optimum_s": opt,
+            "bound_s": solver.best_objective_bound * unit,
             "asas_s": heur["ASAS"].makespan, "aass_s": heur["AASS"].makespan,
             "gap_best": (best - opt) / opt, "gap_asas": (heur["ASAS"].makespan - opt) / opt,
             "gap_aass": (heur["AASS"].makespan - opt) / opt,

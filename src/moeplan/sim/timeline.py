@@ -201,18 +201,18 @@ def simulate(graph: TaskGraph, order: Mapping[str | int, Sequence[int]] | None =
     res_prev = _resource_predecessors(graph, order)
     topo = _topological_order(graph, res_prev)
     dur, preds = graph.dur, graph.preds
-    start = [0.0] * len(dur)
-    end = [0.0] * len(dur)
+    t_start = [0.0] * len(dur)
+    t_end = [0.0] * len(dur)
     for i in topo:
         rp = res_prev[i]
-        s = end[rp] if rp >= 0 else 0.0
+        s = t_end[rp] if rp >= 0 else 0.0
         for p in preds[i]:
-            e = end[p]
+            e = t_end[p]
             if e > s:
                 s = e
-        start[i] = s
-        end[i] = s + dur[i]
-    return Schedule(graph=graph, start=np.asarray(start), end=np.asarray(end), mode="fixed")
+        t_start[i] = s
+        t_end[i] = s + dur[i]
+    return Schedule(graph=graph, start=np.asarray(t_start), end=np.asarray(t_end), mode="fixed")
 
 
 def _pass_insertion_order(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -291,10 +291,10 @@ def simulate_list(graph: TaskGraph, rule: str = "fifo") -> Schedule:
     for i, ps in enumerate(graph.preds):
         for p in ps:
             succ[p].append(i)
-    ready: list[list[tuple[float, int, int]]] = [[] for _ in graph.resources]
+    ready: list[list[tuple[float, float, int]]] = [[] for _ in graph.resources]
     for i in range(n):
         if indeg[i] == 0:
-            ready[res[i]].append((0.0, prio[i], i) if fifo else (prio[i], 0.0, i))  # type: ignore[arg-type]
+            ready[res[i]].append((0.0, float(prio[i]), i) if fifo else (float(prio[i]), 0.0, i))
     for q in ready:
         heapq.heapify(q)
     running = [False] * len(graph.resources)
@@ -322,8 +322,8 @@ def simulate_list(graph: TaskGraph, rule: str = "fifo") -> Schedule:
             for s in succ[i]:
                 indeg[s] -= 1
                 if indeg[s] == 0:
-                    key = (now, prio[s], s) if fifo else (prio[s], now, s)
-                    heapq.heappush(ready[res[s]], key)  # type: ignore[arg-type]
+                    key = (now, float(prio[s]), s) if fifo else (float(prio[s]), now, s)
+                    heapq.heappush(ready[res[s]], key)
                     touched.append(res[s])
         for r in sorted(set(touched)):
             dispatch(r, now)
