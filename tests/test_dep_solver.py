@@ -152,3 +152,11 @@ def test_model_that_does_not_fit_the_eg_says_how_much_it_needs():
     with pytest.raises(MoeplanError, match=r"does not fit the EG: .* GiB per EG GPU"):
         dep.dep_problem(load_model("deepseek-v3"), cl, cost_model_for(cl), ag=3, eg=5,
                         seq_len=1024)
+
+
+def test_online_solver_for_a_deployment_matches_algorithm_1():
+    cl = load_cluster("findep-c")
+    model, cm = load_model("deepseek-v2").with_layers(3), cost_model_for(cl)
+    online = dep.OnlineSolver.for_deployment(model, cl, cm, ag=3, eg=5, batch=8)
+    direct = dep.solve(dep.dep_problem(model, cl, cm, ag=3, eg=5, seq_len=4096, batch=8))
+    assert online.solve(4096).config == direct.config

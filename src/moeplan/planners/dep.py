@@ -270,15 +270,21 @@ def search_groups(make_problem: Callable[[int, int], DepProblem], gpus: int,
 class OnlineSolver:
     """Online phase (FinDEP Fig. 6): re-plan ``(ma, r1, r2, order)`` per prompt length.
 
-    ``make_problem(seq_len)`` builds the instance for fixed ``(ag, eg)``; instances are cached
-    per ``seq_len`` (their cost-model lookups too), so a repeated shape costs a dict lookup
-    and a new one costs one Algorithm 1 run.
+    ``(ag, eg)`` are fixed offline; ``make_problem(seq_len)`` builds the instance for a prompt
+    length. A repeated length costs a dict lookup; a new one costs one Algorithm 1 run
+    (median ~3 ms on the paper's grid). :meth:`for_deployment` wires it to the cost model.
     """
 
     def __init__(self, make_problem: Callable[[int], DepProblem], cache_size: int = 256) -> None:
         self._make = make_problem
         self._cache: dict[int, DepResult] = {}
         self._size = cache_size
+
+    @classmethod
+    def for_deployment(cls, model, cluster, cm, *, ag: int, eg: int, **kw) -> OnlineSolver:
+        """Online solver of ``model`` on ``ag + eg`` GPUs; ``kw`` as for :func:`dep_problem`."""
+        return cls(lambda seq_len: dep_problem(model, cluster, cm, ag=ag, eg=eg,
+                                               seq_len=seq_len, **kw))
 
     def solve(self, seq_len: int) -> DepResult:
         hit = self._cache.get(seq_len)
