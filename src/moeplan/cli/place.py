@@ -1,0 +1,139 @@
+"""``moeplan place``: Sem-MoE expert placement and data scheduling vs baselines.
+
+Thin: build the model, cluster and cost model, stream the trace file into
+:func:`moeplan.planners.placement.place`, print a methods table (or one JSON object), and
+optionally write the SGLang ``--init-expert-location`` JSON, the scheduling tables and a
+plotly heatmap, all atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cost import cost_model_for
+from moeplan.errors import require
+from moeplan.export.expert_location import write_sglang_expert_location, write_tables
+from moeplan.planners.placement import (
+    PlaceConfig,
+    PlacementResult,
+    cost_evaluator,
+    physical_to_logical,
+    place,
+)
+from moeplan.specs import load_cluster
+from moeplan.traces.format import iter_trace
+
+
+def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str:
+    """Two panels: device of every expert per layer; P(device | token) of frequent tokens."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    y = res.methods["semmoe"].y
+    conf = res.token_conf
+    order = np.argsort(conf.argmax(axis=1) * 2.0 - conf.max(axis=1), kind="stable")
+    order = order[:: max(1, len(order) // top_tokens)][:top_tokens]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "expert -> device (Sem-MoE), per MoE layer", "P(device | token), tokens by device"))
+    fig.add_trace(go.Heatmap(z=y, colorscale="Viridis", colorbar={"title": "device", "x": 0.45},
+                             hovertemplate="layer %{y} expert %{x}: device %{z}<extra></extra>"),
+                  1, 1)
+    fig.add_trace(go.Heatmap(z=conf[order].T, colorscale="Blues",
+                             x=[str(t) for t in res.token_ids[order]],
+                             hovertemplate="token %{x} device %{y}: %{z:.2f}<extra></extra>"),
+                  1, 2)
+    fig.update_xaxes(title_text="expert", row=1, col=1)
+    fig.update_yaxes(title_text="MoE layer", row=1, col=1)
+    fig.update_xaxes(title_text="token id", showticklabels=False, row=1, col=2)
+    fig.update_yaxes(title_text="device", row=1, col=2)
+    fig.update_layout(title=title)
+    return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def _print_table(res: PlacementResult) -> None:
+    t = Table(title=f"expert placement, EP{res.ep}, attention-{res.mode.upper()} "
+                    f"(held-out split)")
+    for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", "MoE layer"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for name, m in res.methods.items():
+        x = m.metrics
+        t.add_row(name, f"{x['lar']:.3f}", f"{x['imbalance']:.3f}", f"{x['balancedness']:.3f}",
+                  fmt_bytes(x["a2a_bytes_per_layer"]), fmt_time(x["moe_layer_time_s"]))
+    console.print(t)
+    extra = " (fell back to contiguous: no gain on validation)" if res.fallback else ""
+    console.print(f"solve {fmt_time(res.solve_s)}; co-clustering objective "
+                  f"{res.objective['cocluster']:.3f} vs paper greedy "
+                  f"{res.objective['greedy']:.3f}{extra}")
+
+
+def place_cmd(
+    trace: Annotated[Path, typer.Option("--trace", help="Trace file (.parquet or .npz)")],
+    model: Annotated[str, typer.Option(help="Model preset or config.json")],
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (devices)")],
+    mode: Annotated[str, typer.Option(help="Attention parallelism: dp or tp")] = "dp",
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines",
+                                            help="Also plan EPLB and transition")] = True,
+    cluster: Annotated[str, typer.Option(help="Cluster preset for the cost model")]
+    = "h100-sxm-8",
+    step_tokens: Annotated[int, typer.Option(help="Tokens per step for bytes/time")] = 8192,
+    seed: Annotated[int, typer.Option(help="Split seed")] = 0,
+    export_sglang: Annotated[Path | None, typer.Option(
+        "--export-sglang", help="Write SGLang --init-expert-location JSON")] = None,
+    tables: Annotated[Path | None, typer.Option(
+        "--tables", help="Write token/request scheduling tables (.npz)")] = None,
+    heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Write heatmap HTML")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+) -> None:
+    """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
+    from moeplan.cli.strategy import load_model_arg
+
+    m = load_model_arg(model)
+    require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
+    require(ep >= 1 and m.num_experts % ep == 0,
+            f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})")
+    cl = load_cluster(cluster)
+    nodes = cl.nodes_spanned(ep)
+    require(ep <= cl.num_gpus * max(1, nodes),
+            f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})")
+    cfg = PlaceConfig(ep=ep, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens)
+    require(trace.exists(), f"--trace ({trace}) does not exist")
+    res = place(lambda: iter_trace(trace, num_experts=m.num_experts),
+                num_layers=m.num_moe_layers, num_experts=m.num_experts,
+                hidden_bytes=m.hidden_bytes,
+                evaluate=cost_evaluator(cost_model_for(cl), m, ep, nodes), cfg=cfg)
+    _write_outputs(res, m, export_sglang, tables, heatmap)
+    if as_json:
+        out: dict[str, Any] = res.to_dict()
+        out.update({"model": model, "cluster": cluster, "trace": str(trace)})
+        print_json(out)
+    else:
+        _print_table(res)
+
+
+def _write_outputs(res: PlacementResult, m: Any, export_sglang: Path | None,
+                   tables: Path | None, heatmap: Path | None) -> None:
+    if export_sglang is not None:
+        write_sglang_expert_location(export_sglang,
+                                     physical_to_logical(res.methods["semmoe"].y, res.ep),
+                                     ep=res.ep, num_hidden_layers=m.num_layers,
+                                     moe_layers=m.moe_layers)
+    if tables is not None:
+        arrays = {"token_ids": res.token_ids, "device": res.token_conf.argmax(axis=1),
+                  "confidence": res.token_conf, "layer_device": res.layer_device,
+                  "layer_conf": res.layer_conf, "expert_device": res.methods["semmoe"].y}
+        if res.markov is not None:
+            arrays.update(markov_next=res.markov.next, markov_conf=res.markov.conf)
+        write_tables(tables, **arrays)
+    if heatmap is not None:
+        write_atomic(heatmap, heatmap_html(res, f"Sem-MoE placement, EP{res.ep}"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("place")(place_cmd)

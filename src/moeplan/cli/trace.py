@@ -1,0 +1,135 @@
+"""``moeplan trace synth|import|stats``: make, import and describe routing traces.
+
+Thin: parse flags, call :mod:`moeplan.traces`, print a rich table or one JSON object.
+Files are written atomically by the trace writers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, print_json
+from moeplan.errors import require
+from moeplan.traces.format import TraceWriter, iter_trace, load_trace, save_trace
+from moeplan.traces.stats import trace_stats
+from moeplan.traces.synthetic import SynthConfig, iter_synthesize
+
+trace_app = typer.Typer(help="Routing traces: synthesize, import real dumps, statistics.",
+                        no_args_is_help=True)
+
+
+def _model(name: str):  # type: ignore[no-untyped-def]
+    from moeplan.cli.strategy import load_model_arg
+
+    return load_model_arg(name)
+
+
+@trace_app.command("synth")
+def synth(
+    out: Annotated[Path, typer.Option("--out", help="Output .parquet (streamed) or .npz")],
+    model: Annotated[str, typer.Option(help="Model preset or config.json")] = "deepseek-v2-lite",
+    requests: Annotated[int, typer.Option(help="Number of requests")] = 1024,
+    seed: Annotated[int, typer.Option(help="Random seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+) -> None:
+    """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
+    m = _model(model)
+    require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
+    cfg = SynthConfig(num_layers=m.num_moe_layers, num_experts=m.num_experts, top_k=m.top_k,
+                      vocab_size=min(m.vocab_size, 32000), num_requests=requests, seed=seed,
+                      num_groups=_groups(m.num_experts))
+    n = 0
+    if out.suffix == ".parquet":
+        w = TraceWriter(out)
+        try:
+            for chunk in iter_synthesize(cfg):
+                w.write(chunk)
+                n += chunk.num_tokens
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+    else:
+        from moeplan.traces.format import concat
+
+        tr = concat(list(iter_synthesize(cfg)))
+        save_trace(tr, out)
+        n = tr.num_tokens
+    info = {"out": str(out), "occurrences": n, "requests": requests,
+            "layers": cfg.num_layers, "experts": cfg.num_experts, "top_k": cfg.top_k,
+            "seed": seed}
+    if as_json:
+        print_json(info)
+    else:
+        console.print(f"wrote {n} token occurrences x {cfg.num_layers} MoE layers "
+                      f"({requests} requests, E={cfg.num_experts}, k={cfg.top_k}) to {out}")
+
+
+def _groups(num_experts: int) -> int:
+    """Largest divisor of E that is <= 16 (semantic groups of the generator)."""
+    return max(g for g in range(1, 17) if num_experts % g == 0)
+
+
+@trace_app.command("import")
+def import_(
+    src: Annotated[list[Path], typer.Argument(help="SGLang dump file(s) (.pt)")],
+    out: Annotated[Path, typer.Option("--out", help="Output .parquet/.npz (per_token) or "
+                                      ".json (stat)")],
+    kind: Annotated[str, typer.Option("--from", help="sglang-per-token | sglang-stat")]
+    = "sglang-per-token",
+    num_experts: Annotated[int | None, typer.Option(help="Routed experts per layer")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+) -> None:
+    """Import SGLang expert-distribution dumps (``torch.load(weights_only=True)`` only)."""
+    from moeplan.traces import sglang
+
+    require(kind in ("sglang-per-token", "sglang-stat"),
+            f"--from ({kind}) must be sglang-per-token or sglang-stat")
+    if kind == "sglang-stat":
+        load = sglang.read_stat(src, num_experts=num_experts)
+        sglang.write_load_json(out, load)
+        info = {"out": str(out), "layers": int(load.shape[0]), "experts": int(load.shape[1])}
+    else:
+        tr = sglang.read_per_token(src, num_experts=num_experts)
+        save_trace(tr, out)
+        info = {"out": str(out), "occurrences": tr.num_tokens, "layers": tr.num_layers,
+                "experts": tr.num_experts, "top_k": tr.top_k}
+    if as_json:
+        print_json(info)
+    else:
+        console.print(" ".join(f"{k}={v}" for k, v in info.items()))
+
+
+@trace_app.command("stats")
+def stats(
+    path: Annotated[Path, typer.Argument(help="Trace file (.parquet or .npz)")],
+    ep: Annotated[int, typer.Option(help="EP degree for the next-layer device statistic")] = 8,
+    seed: Annotated[int, typer.Option(help="Split seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+) -> None:
+    """Sizes and the statistics Sem-MoE reports (kurtosis, static predictor, look-back)."""
+    s = trace_stats(load_trace(path), ep=ep, seed=seed)
+    if as_json:
+        print_json(s)
+        return
+    table = Table(title=f"trace {path}")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for k, v in s.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"n={a}: {b:.3f}" for a, b in v.items())
+        elif isinstance(v, float):
+            v = f"{v:.4f}"
+        table.add_row(k, str(v))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trace_app, name="trace")
+
+
+__all__ = ["register", "iter_trace"]
