@@ -16,6 +16,7 @@ from rich.table import Table
 from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
 from moeplan.cli.strategy import load_model_arg
 from moeplan.cost import cost_model_for
+from moeplan.errors import require
 from moeplan.planners import dep
 from moeplan.specs import load_cluster
 
@@ -42,6 +43,8 @@ def dep_command(
         "--gantt", help="Write the FinDEP vs PPPipe Gantt chart (.html plotly, .png matplotlib).")] = None,
     trace: Annotated[str | None, typer.Option(
         "--trace", help="Write the Chrome trace JSON (Perfetto) of both schedules.")] = None,
+    timeline_layers: Annotated[int, typer.Option(
+        "--timeline-layers", help="MoE layers drawn in --gantt/--trace (0 = all).")] = 4,
     out: Annotated[str | None, typer.Option("--out", help="Write plan.json here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -52,7 +55,8 @@ def dep_command(
     report = dep.plan_dep(spec, cl, cm, seq_len=seq, ag=ag, eg=eg, gpus=gpus, layers=layers,
                           batch=batch, imbalance=imbalance, verify=verify)
     if gantt or trace:
-        _write_timelines(report, gantt, trace)
+        require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
+        _write_timelines(report, gantt, trace, timeline_layers or None)
     if out:
         write_atomic(out, json.dumps(dep.plan_dict(report), indent=2) + "\n")
     if as_json:
@@ -61,11 +65,14 @@ def dep_command(
         _print_human(report)
 
 
-def _write_timelines(report, gantt: str | None, trace: str | None) -> None:
+def _write_timelines(report, gantt: str | None, trace: str | None, layers: int | None) -> None:
     from moeplan.sim import chrome_trace, gantt_html, gantt_png
 
-    scheds = dep.schedules(report)
-    title = f"{report.model} on {report.cluster}, S={report.seq_len}"
+    moe = report.problem.layers
+    shown = moe if layers is None else min(layers, moe)
+    scheds = dep.schedules(report, shown)
+    title = (f"{report.model} on {report.cluster}, S={report.seq_len}, "
+             f"{shown} of {moe} MoE layers")
     if gantt:
         data = gantt_png(scheds, title=title) if gantt.endswith(".png") else gantt_html(
             scheds, title=title, include_plotlyjs=True)

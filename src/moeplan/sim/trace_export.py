@@ -124,8 +124,8 @@ def gantt_png(schedules: Schedule | Mapping[str, Schedule], *, title: str = "Tim
                         for lab, r in rows][::-1])
     ax.set_xlabel("time (ms)")
     ax.set_title(title)
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()], loc="upper right",
-              fontsize="small")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize="small")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
