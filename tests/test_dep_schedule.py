@@ -13,6 +13,7 @@ from moeplan.planners._dep_schedule import (
     VARIANTS,
     DepConfig,
     DepTimes,
+    aass_estimate,
     build_graph,
     closed_form_applies,
     closed_form_makespan,
@@ -117,3 +118,17 @@ def test_config_validation(field, value):
 def test_times_validation():
     with pytest.raises(ValueError, match="expert"):
         DepTimes(attn=1.0, shared=0.0, expert=-1.0, a2e=0.1, e2a=0.1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances())
+def test_aass_estimate_never_exceeds_the_simulated_makespan(inst):
+    """The AASS screen may only under-estimate (so skipping on it loses nothing it knows of)."""
+    times, cfg, layers, dense, _ = inst
+    times = DepTimes(attn=times.attn, shared=times.shared, expert=times.expert, a2e=times.a2e,
+                     e2a=times.a2e, dense=times.dense)
+    sim = makespan(times, DepConfig(ma=1, r1=cfg.r1, r2=cfg.r2, order="AASS"), layers, dense)
+    est = aass_estimate(times, cfg.r1, cfg.r2, layers, dense)
+    assert est <= sim * (1 + 1e-9)
+    if cfg.r1 == 1:
+        assert est == pytest.approx(sim, rel=1e-9)

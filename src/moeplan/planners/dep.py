@@ -55,6 +55,7 @@ from moeplan.planners._dep_schedule import (
     ORDERS,
     DepConfig,
     DepTimes,
+    aass_estimate,
     build_graph,
     closed_form_applies,
     closed_form_makespan,
@@ -114,7 +115,8 @@ def _result(problem: DepProblem, variant: str, cfg: DepConfig, span: float, eval
 
 
 def best_r2(problem: DepProblem, ma: int, r1: int, order: str,
-            evaluate: Evaluator = evaluate, start: int | None = None) -> tuple[int, float, int]:
+            evaluate: Evaluator = evaluate, start: int | None = None,
+            variant: str = "findep") -> tuple[int, float, int]:
     """``(r2, makespan, evaluations)`` minimizing the makespan for fixed ``(ma, r1, order)``.
 
     Without ``start``: binary search on the sign of ``f(r2+1) - f(r2)`` (unimodal by
@@ -125,7 +127,7 @@ def best_r2(problem: DepProblem, ma: int, r1: int, order: str,
 
     def f(r2: int) -> float:
         if r2 not in seen:
-            seen[r2] = evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), "findep")
+            seen[r2] = evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant)
         return seen[r2]
 
     if start is None:
@@ -148,26 +150,22 @@ def best_r2(problem: DepProblem, ma: int, r1: int, order: str,
     return r2, seen[r2], len(seen)
 
 
-def lower_bound(problem: DepProblem, ma: int, r1: int) -> float:
-    """A makespan no order and no ``r2`` can beat: the AG's total work, or the EG's / a
-    link's total work at ``r2 = 1`` plus the first attention (splitting a task into ``r2``
-    chunks never shrinks its total time when every cost has a non-negative fixed part)."""
-    t = problem.times(ma, 1)
-    prefix = problem.dense_layers * r1 * t.dense
-    work = problem.layers * r1
-    return prefix + max(work * (t.attn + t.shared),
-                        t.attn + work * max(t.expert, t.a2e, t.e2a))
+def _aass_screen(problem: DepProblem, cfg: DepConfig, variant: str) -> float:
+    """Evaluator for ranking AASS candidates cheaply (:func:`aass_estimate`)."""
+    t = problem.times(cfg.ma, cfg.r2)
+    return aass_estimate(t, cfg.r1, cfg.r2, problem.layers, problem.dense_layers)
 
 
 def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
           evaluate: Evaluator = evaluate) -> DepResult:
     """Algorithm 1 (see module docstring); raises ``ValueError`` if nothing fits.
 
-    The first order gets the full ``r2`` search; later orders start from its ``r2``. With the
-    default (exact) evaluator they are skipped when :func:`lower_bound` shows they cannot win
-    (the bound is about the simulated schedule, so it is not applied to other evaluators).
+    With the default (exact) evaluator, AASS candidates are first ranked by
+    :func:`aass_estimate` (O(1), exact on >99 % of instances); an order whose estimate cannot
+    beat the incumbent is skipped, otherwise its ``r2`` is refined with exact evaluations
+    starting from the estimate's best. Other evaluators are used as given for every order.
     """
-    prune = evaluate is _exact
+    screen = evaluate is _exact
     t0 = time.perf_counter()
     best: tuple[float, DepConfig, float] | None = None
     evals, prev_r1 = 0, 0
@@ -176,15 +174,15 @@ def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
         if r1 == 0 or r1 == prev_r1:
             continue  # not on the (ma, r1) Pareto front
         prev_r1 = r1
-        start: int | None = None
+        tokens = problem.tokens(ma, r1)
         for order in orders:
-            tokens = problem.tokens(ma, r1)
-            if (prune and start is not None and best is not None
-                    and tokens / lower_bound(problem, ma, r1) <= best[0]):
-                continue
+            start = None
+            if screen and order == "AASS":
+                start, est, _ = best_r2(problem, ma, r1, order, _aass_screen)
+                if best is not None and tokens / est <= best[0]:
+                    continue
             r2, span, n = best_r2(problem, ma, r1, order, evaluate, start)
             evals += n
-            start = r2
             if best is None or tokens / span > best[0]:
                 best = (tokens / span, DepConfig(ma=ma, r1=r1, r2=r2, order=order), span)
     if best is None:
