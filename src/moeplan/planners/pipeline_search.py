@@ -1,0 +1,279 @@
+"""SMIDT's partition search over module cost tables (paper 001, §4.2, Eq. 1, Algorithms 1–2).
+
+Input: for each of the ``n = 2N`` modules, the parallel choices that fit ``t·e·d = r`` with their
+duration (s) and per-GPU memory (bytes). Output: stage boundaries ``0 = b_0 < … < b_S = n`` and
+one choice per module minimising the bottleneck stage duration (Eq. 1) subject to per-GPU memory
+``<= M`` in every stage.
+
+* :func:`search_partition` — Algorithm 1 (binary search on the bottleneck) around Algorithm 2
+  (FEASIBLE: greedy sliding window, each window's best duration from a multiple-choice knapsack).
+* :func:`exhaustive_partition` — every boundary set, each stage by exact Pareto enumeration of
+  all choice combinations: the oracle for small instances.
+* :func:`naive_dp_partition` — the O(n²)-knapsack dynamic program the paper contrasts with
+  (every window, then a min-max partition DP); exact, used as the benchmark reference.
+
+Memory discretization (:func:`discretize`): a choice of ``m`` bytes weighs ``ceil(m·R/M)``
+units against a capacity of ``R`` units, so a selection that fits in units fits in bytes
+(conservative: never over-commits memory; may reject a selection within ``n·M/R`` bytes of the
+limit). All three solvers take the *same* units, so the search is checked on the very problem it
+solves; its result is within ``eps`` of that problem's optimum.
+
+Departures / additions: the paper starts ``d_lo = 0``; we start at the lower bound
+``max(max_m min t, Σ min t / S)`` and set ``d_hi`` to the bottleneck actually found, which only
+shortens the search. FEASIBLE may use fewer than ``S`` stages; the plan is then split (sub-windows
+never cost more) so that exactly ``S`` stages are returned. Knapsack tables are cached per window
+start, so windows are reused across binary-search iterations as well as within one window growth.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.errors import require
+
+INF = float("inf")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Partition:
+    """A solved partition: boundaries, one choice index per module, stage durations."""
+
+    bounds: tuple[int, ...]
+    choice: tuple[int, ...]
+    stage_times: tuple[float, ...]
+    bottleneck: float
+    feasible_calls: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.bounds[0] == 0 and all(a < b for a, b in itertools.pairwise(self.bounds)),
+                f"partition.bounds ({self.bounds}) must start at 0 and increase")
+        require(len(self.choice) == self.bounds[-1], "partition.choice must cover every module")
+
+
+def discretize(mems: Sequence[np.ndarray], capacity: float,
+               resolution: int = 512) -> tuple[tuple[np.ndarray, ...], int]:
+    """Memory bytes → integer units, rounded up; returns (units per module, capacity units)."""
+    require(capacity > 0, f"memory capacity ({capacity}) must be positive")
+    require(resolution >= 1, f"resolution ({resolution}) must be >= 1")
+    scale = resolution / float(capacity)
+    out = tuple(np.ceil(np.asarray(m, dtype=np.float64) * scale * (1 + 1e-12)).astype(np.int64)
+                for m in mems)
+    return out, int(resolution)
+
+
+def _pareto(times: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Indices of non-dominated choices (fewest units for a time), in units order."""
+    order = np.lexsort((times, units))
+    keep, best = [], INF
+    for i in order:
+        if times[i] < best:
+            keep.append(int(i))
+            best = float(times[i])
+    return np.asarray(keep, dtype=np.int64)
+
+
+class WindowKnapsack:
+    """Multiple-choice knapsack over windows ``[left, right)``, cached per ``left``.
+
+    ``table(left, right)[c]`` is the least total duration of modules ``left..right-1`` with
+    at most ``c`` memory units; a window grows by one module in ``O(capacity · choices)``.
+    """
+
+    def __init__(self, times: Sequence[np.ndarray], units: Sequence[np.ndarray],
+                 capacity: int) -> None:
+        require(len(times) == len(units) and len(times) >= 1, "times/units: one per module")
+        self.n, self.capacity = len(times), int(capacity)
+        self.times = [np.asarray(t, dtype=np.float64) for t in times]
+        self.units = [np.asarray(u, dtype=np.int64) for u in units]
+        self.keep = [_pareto(t, u) for t, u in zip(self.times, self.units, strict=True)]
+        tmin = np.array([t.min() for t in self.times])
+        umin = np.array([u.min() for u in self.units])
+        self.prefix_t = np.concatenate([[0.0], np.cumsum(tmin)])
+        self.prefix_u = np.concatenate([[0], np.cumsum(umin)])
+        fast = [int(np.lexsort((u, t))[0]) for t, u in zip(self.times, self.units, strict=True)]
+        self.fast_u = np.concatenate([[0], np.cumsum([u[i] for u, i in zip(self.units, fast,
+                                                                            strict=True)])])
+        self._cache: dict[int, list[np.ndarray]] = {}
+        self.grown = 0
+
+    def table(self, left: int, right: int) -> np.ndarray:
+        rows = self._cache.setdefault(left, [])
+        while len(rows) < right - left:
+            prev = rows[-1] if rows else np.zeros(self.capacity + 1)
+            rows.append(self._add(prev, left + len(rows)))
+        return rows[right - left - 1]
+
+    def _add(self, prev: np.ndarray, m: int) -> np.ndarray:
+        self.grown += 1
+        out = np.full(self.capacity + 1, INF)
+        for i in self.keep[m]:
+            w = int(self.units[m][i])
+            if w <= self.capacity:
+                np.minimum(out[w:], prev[:self.capacity + 1 - w] + self.times[m][i], out=out[w:])
+        return out
+
+    def best(self, left: int, right: int) -> float:
+        """Least duration of window ``[left, right)`` within memory (inf if none fits)."""
+        if self.prefix_u[right] - self.prefix_u[left] > self.capacity:
+            return INF
+        if self.fast_u[right] - self.fast_u[left] <= self.capacity:
+            return float(self.prefix_t[right] - self.prefix_t[left])
+        return float(self.table(left, right)[self.capacity])
+
+    def lower(self, left: int, right: int) -> float:
+        """Memory-free lower bound on the window's duration."""
+        return float(self.prefix_t[right] - self.prefix_t[left])
+
+    def choose(self, left: int, right: int) -> list[int]:
+        """Choices achieving :meth:`best` for the window (backtracking the cached tables)."""
+        if self.fast_u[right] - self.fast_u[left] <= self.capacity:
+            return [int(np.lexsort((u, t))[0]) for t, u in
+                    zip(self.times[left:right], self.units[left:right], strict=True)]
+        cap, picks = self.capacity, []
+        for m in range(right - 1, left - 1, -1):
+            cur = self.table(left, m + 1)[cap]
+            prev = self.table(left, m) if m > left else np.zeros(self.capacity + 1)
+            cands = [(prev[cap - int(self.units[m][i])] + self.times[m][i], int(i))
+                     for i in self.keep[m] if int(self.units[m][i]) <= cap]
+            val, pick = min(cands)
+            assert val <= cur + 1e-12 * max(1.0, abs(cur)), "knapsack backtrack lost its path"
+            picks.append(pick)
+            cap -= int(self.units[m][pick])
+        return picks[::-1]
+
+
+def _fits(value: float, limit: float) -> bool:
+    return value <= limit and value < INF
+
+
+def feasible(ks: WindowKnapsack, limit: float, stages: int) -> list[int] | None:
+    """Algorithm 2: greedy longest windows with duration ``<= limit``; bounds or None."""
+    bounds, left = [0], 0
+    while left < ks.n:
+        if len(bounds) > stages or not _fits(ks.best(left, left + 1), limit):
+            return None
+        # memory-free bound caps how far the window can reach
+        reach = int(np.searchsorted(ks.prefix_t, ks.prefix_t[left] + limit, side="right")) - 1
+        right = left + 1
+        while right < min(reach, ks.n) and _fits(ks.best(left, right + 1), limit):
+            right += 1
+        bounds.append(right)
+        left = right
+    return bounds if len(bounds) - 1 <= stages else None
+
+
+def _split_to(ks: WindowKnapsack, bounds: list[int], stages: int) -> list[int]:
+    """Split windows (never raising a stage's duration) until there are ``stages``."""
+    bounds = list(bounds)
+    while len(bounds) - 1 < stages:
+        spans = [(ks.best(a, b), a, b) for a, b in itertools.pairwise(bounds) if b - a >= 2]
+        _, a, b = max(spans)
+        cut = min(range(a + 1, b), key=lambda k: max(ks.best(a, k), ks.best(k, b)))
+        bounds = sorted({*bounds, cut})
+    return bounds
+
+
+def _result(ks: WindowKnapsack, bounds: Sequence[int], calls: int = 0) -> Partition:
+    choice: list[int] = []
+    times = []
+    for a, b in itertools.pairwise(bounds):
+        choice += ks.choose(a, b)
+        times.append(ks.best(a, b))
+    return Partition(bounds=tuple(bounds), choice=tuple(choice), stage_times=tuple(times),
+                     bottleneck=max(times), feasible_calls=calls)
+
+
+def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
+                     stages: int, *, eps: float = 1e-4,
+                     knapsack: WindowKnapsack | None = None) -> Partition | None:
+    """Algorithm 1: binary search on the bottleneck; None when no plan fits memory."""
+    ks = knapsack or WindowKnapsack(times, units, capacity)
+    require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
+    lo = max(max(float(t.min()) for t in ks.times), ks.lower(0, ks.n) / stages)
+    hi_bounds = feasible(ks, INF, stages)
+    if hi_bounds is None:
+        return None
+    calls = 1
+    best = hi_bounds
+    hi = max(ks.best(a, b) for a, b in itertools.pairwise(best))
+    while hi - lo > eps:
+        mid = 0.5 * (lo + hi)
+        got = feasible(ks, mid, stages)
+        calls += 1
+        if got is None:
+            lo = mid
+        else:
+            best = got
+            hi = max(ks.best(a, b) for a, b in itertools.pairwise(got))
+    return _result(ks, _split_to(ks, best, stages), calls)
+
+
+def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int):
+    """Exact (units, time, choices) Pareto front of all choice combinations of a window."""
+    front = [(0, 0.0, ())]
+    for t, u in zip(times, units, strict=True):
+        cand = [(fu + int(u[i]), ft + float(t[i]), fc + (i,))
+                for fu, ft, fc in front for i in range(len(t)) if fu + int(u[i]) <= capacity]
+        cand.sort(key=lambda x: (x[0], x[1]))
+        front, best = [], INF
+        for c in cand:
+            if c[1] < best:
+                front.append(c)
+                best = c[1]
+    return front
+
+
+def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray],
+                         capacity: int, stages: int) -> Partition | None:
+    """Exact optimum: every boundary set × exact per-stage choice enumeration (small n only)."""
+    n = len(times)
+    require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
+    memo: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+
+    def stage(a: int, b: int) -> tuple[float, tuple[int, ...]]:
+        if (a, b) not in memo:
+            front = _stage_front(times[a:b], units[a:b], capacity)
+            memo[a, b] = (front[-1][1], front[-1][2]) if front else (INF, ())
+        return memo[a, b]
+
+    best_val, best_bounds = INF, None
+    for cuts in itertools.combinations(range(1, n), stages - 1):
+        bounds = (0, *cuts, n)
+        val = max(stage(a, b)[0] for a, b in itertools.pairwise(bounds))
+        if val < best_val:
+            best_val, best_bounds = val, bounds
+    if best_bounds is None:
+        return None
+    choice = sum((stage(a, b)[1] for a, b in itertools.pairwise(best_bounds)), ())
+    st = tuple(stage(a, b)[0] for a, b in itertools.pairwise(best_bounds))
+    return Partition(bounds=best_bounds, choice=choice, stage_times=st, bottleneck=best_val)
+
+
+def naive_dp_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
+                       stages: int) -> Partition | None:
+    """Reference: knapsack for every window (O(n²) growths), then min-max partition DP."""
+    ks = WindowKnapsack(times, units, capacity)
+    n = ks.n
+    require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
+    cost = np.full((n + 1, n + 1), INF)
+    for a in range(n):
+        for b in range(a + 1, n + 1):
+            cost[a, b] = ks.table(a, b)[ks.capacity]
+    f = np.full((stages + 1, n + 1), INF)
+    arg = np.zeros((stages + 1, n + 1), dtype=np.int64)
+    f[0, 0] = 0.0
+    for s in range(1, stages + 1):
+        for b in range(s, n + 1):
+            vals = np.maximum(f[s - 1, :b], cost[:b, b])
+            arg[s, b] = int(np.argmin(vals))
+            f[s, b] = vals[arg[s, b]]
+    if not np.isfinite(f[stages, n]):
+        return None
+    bounds = [n]
+    for s in range(stages, 0, -1):
+        bounds.append(int(arg[s, bounds[-1]]))
+    return _result(ks, bounds[::-1])
