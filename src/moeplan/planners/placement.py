@@ -65,7 +65,7 @@ class PlaceConfig:
     seed: int = 0
     max_tokens: int = 4096
     slack: float = 0.05
-    balance_tol: float = 1.05
+    balance_tol: float = 1.03
     step_tokens: int = 8192
     lookback: int = 1
     guard: bool = True

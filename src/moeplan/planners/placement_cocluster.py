@@ -44,9 +44,22 @@ class CoClustering:
     objective: float
 
 
+def _lpt(freq: np.ndarray, ep: int) -> np.ndarray:
+    """Longest-processing-time packing: heaviest row into the lightest cluster."""
+    x = np.zeros(len(freq), dtype=np.int64)
+    load = np.zeros(ep)
+    for i in np.argsort(-freq, kind="stable"):
+        c = int(np.argmin(load))
+        x[i] = c
+        load[c] += freq[i]
+    return x
+
+
 def row_cap(freq: np.ndarray, ep: int, slack: float) -> float:
-    """Largest row load allowed per cluster: (1 + slack) x mean, at least the largest row."""
-    return float(max((1.0 + slack) * freq.sum() / ep, freq.max(initial=0.0)))
+    """Largest row load allowed per cluster: (1 + slack) x mean, raised to the largest load of
+    the LPT packing so that a feasible clustering always exists."""
+    load = np.bincount(_lpt(freq, ep), weights=freq, minlength=ep)
+    return float(max((1.0 + slack) * freq.sum() / ep, load.max(initial=0.0)))
 
 
 def objective(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
@@ -131,7 +144,8 @@ def _greedy_rows(g: np.ndarray, freq: np.ndarray, cap: float) -> np.ndarray:
         c = int(np.argmax(score))
         x[i] = c
         load[c] += freq[i]
-    return x
+    x = _repair(x, g, freq, cap)
+    return x if _accepting_feasible(x, freq, ep, cap) else _lpt(freq, ep)
 
 
 def _accepting_feasible(x: np.ndarray, freq: np.ndarray, ep: int, cap: float) -> bool:

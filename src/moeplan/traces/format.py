@@ -305,14 +305,14 @@ def iter_trace(path: str | os.PathLike[str], chunk_occurrences: int = 65536,
         # hold back the last request: it may continue in the next row group
         other = np.flatnonzero(rid != rid[-1])
         cut = int(other[-1]) + 1 if len(other) else 0
-        for lo in range(0, cut, chunk_occurrences):
+        lo = 0
+        while lo < cut:
             hi = min(cut, lo + chunk_occurrences)
-            # extend hi to the end of its request
-            while hi < cut and rid[hi] == rid[hi - 1]:
+            while hi < cut and rid[hi] == rid[hi - 1]:  # extend to the end of the request
                 hi += 1
-            if lo < hi:
-                seen = True
-                yield dense.take(slice(lo, hi))  # type: ignore[arg-type]
+            seen = True
+            yield dense.take(slice(lo, hi))  # type: ignore[arg-type]
+            lo = hi
         carry = dense.take(slice(cut, None))  # type: ignore[arg-type]
     if carry is not None and carry.num_tokens:
         seen = True

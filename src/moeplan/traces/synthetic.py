@@ -47,7 +47,7 @@ class SynthConfig:
     min_len: int = 64
     max_len: int = 448
     zipf_s: float = 1.1
-    num_topics: int = 16
+    num_topics: int = 64
     groups_per_topic: int = 2
     topic_share: float = 0.6
     topic_strength: float = 0.8
