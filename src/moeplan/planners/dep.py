@@ -270,7 +270,7 @@ class OnlineSolver:
 
     ``(ag, eg)`` are fixed offline; ``make_problem(seq_len)`` builds the instance for a prompt
     length. A repeated length costs a dict lookup; a new one costs one Algorithm 1 run
-    (median ~3 ms on the paper's grid). :meth:`for_deployment` wires it to the cost model.
+    (median ~2.3 ms on the paper's grid). :meth:`for_deployment` wires it to the cost model.
     """
 
     def __init__(self, make_problem: Callable[[int], DepProblem], cache_size: int = 256) -> None:
