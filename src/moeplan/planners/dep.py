@@ -14,12 +14,14 @@ What is here:
   fits memory, skip an ``r1`` already seen (Pareto), both orders, best ``r2``. The ``r2``
   search is a binary search on the sign of ``f(r2+1) - f(r2)`` (the paper's Theorem 4 says
   the objective is convex in ``1/r2``, hence unimodal in ``r2``) plus a look at both
-  neighbours. Every candidate is scored by the exact makespan of the simulated schedule, not
-  by an approximation: the closed form for ASAS (exact there, see ``_dep_schedule``), the
-  O(r1)-per-layer recurrence for AASS.
+  neighbours. ASAS candidates are scored by the corrected closed form, which is the exact
+  simulated makespan (``_dep_schedule``). AASS candidates are ranked by our closed-form
+  analogue (``aass_estimate``: exact on >99.9 % of random instances, never above), skipped
+  when it cannot beat the incumbent, and otherwise refined with the exact O(r1)-per-layer
+  recurrence; the returned makespan is always exact.
 - :func:`search_groups` — the offline phase: every ``(ag, eg)`` split of a GPU budget.
 - :class:`OnlineSolver` — the online phase: ``solve(seq_len)`` re-plans per prompt length
-  with the per-``(ag, eg)`` work cached.
+  for a fixed ``(ag, eg)``, caching results per length.
 - Baselines on the same simulator, each with its best knobs by brute force:
   :func:`pppipe` (MegaScale-Infer: ``r2 = 1``, shared expert inside the attention task, A2E
   after it; best ``(ma, r1)``) and :func:`naive` (``r1 = r2 = 1``, same fused task; best
@@ -29,6 +31,8 @@ Findings (tests pin them; tables and commands in docs/benchmarks/dep.md):
 
 - The corrected closed form equals the simulator for ASAS (``_dep_schedule``); Eq. 13 as
   printed double-counts ``(r2-1)·Y`` and is off by up to 69 %.
+- Algorithm 1 solves a paper instance in ~2.3 ms (median, max 2.7 ms), ~300x faster than
+  brute force over the grid.
 - Theorems 1–3 hold on the exact simulator for the paper's linear (α-β) cost models
   (property tests on random instances). Theorem 1 fails once GEMMs are padded to tiles (as
   real kernels and the roofline cost model do): a pinned counter-example loses >10 % going
