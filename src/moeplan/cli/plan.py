@@ -1,0 +1,203 @@
+"""``moeplan plan``: compare every family, explain the winner, draw it, export it.
+
+Artifacts in ``--out`` (each written atomically): ``plan.json``, ``report.html``,
+``sglang.sh``, ``vllm.sh``, ``timeline.json`` and, when placement ran,
+``expert_location.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError, require
+from moeplan.planners.plan import FAMILIES, PlanResult, plan
+from moeplan.specs import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
+
+SYNTH_LAYERS = 8
+FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
+                "dep": "disaggregated (FinDEP)"}
+
+
+def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
+    if path is None:
+        return Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise MoeplanError(f"workload ({path}) could not be read: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise MoeplanError(f"workload ({path}) is not valid JSON: {err.msg}") from None
+    require(isinstance(data, dict), f"workload ({path}) must be a JSON object")
+    allowed = {"phase", "batch", "isl", "osl", "rate"}
+    extra = sorted(set(data) - allowed)
+    require(not extra, f"workload.{extra[0] if extra else ''} is not a workload field "
+            f"(allowed: {', '.join(sorted(allowed))})")
+    try:
+        return Workload(**data)
+    except TypeError as err:
+        raise MoeplanError(f"workload ({path}) is malformed: {err}") from None
+
+
+def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any:
+    """Sem-MoE on the winner's EP group (a synthetic trace with the model's shape if none)."""
+    from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
+    from moeplan.traces.format import iter_trace
+    from moeplan.traces.synthetic import SynthConfig, synthesize
+
+    m, c = result.model, result.cluster
+    ep = _winner_ep(result)
+    if ep <= 1 or m.num_experts % ep:
+        ep = math.gcd(m.num_experts, c.gpus_per_node)
+    if ep <= 1:
+        return None
+    cfg = PlaceConfig(ep=ep, mode="dp", baselines=True, seed=seed)
+    ev = cost_evaluator(cm, m, ep, c.nodes_spanned(ep))
+    layers = m.num_moe_layers
+    if trace is not None:
+        require(Path(trace).exists(), f"--trace ({trace}) does not exist")
+        src: Any = lambda: iter_trace(trace, num_experts=m.num_experts)  # noqa: E731
+    else:
+        # No trace: estimate the gain on a small synthetic trace with the model's shape,
+        # on its first SYNTH_LAYERS MoE layers (a per-layer statistic; keeps plan fast).
+        layers = min(SYNTH_LAYERS, layers)
+        groups = math.gcd(16, m.num_experts)
+        src = synthesize(SynthConfig(num_layers=layers, num_experts=m.num_experts,
+                                     top_k=m.top_k, num_requests=96, num_groups=groups,
+                                     groups_per_topic=min(2, groups), seed=seed))
+    return place(src, num_layers=layers, num_experts=m.num_experts,
+                 hidden_bytes=m.hidden_bytes, evaluate=ev, cfg=cfg)
+
+
+def _winner_ep(result: PlanResult) -> int:
+    w = result.winner
+    layout = w.plan.get("layout", {})
+    if w.family == "strategy":
+        return int(layout.get("moe", {}).get("ep", 1))
+    if w.family == "dep":
+        return int(layout.get("eg", 1))
+    eps = [mod.get("ep", 1) for s in layout.get("stages", []) for mod in s.get("modules", [])]
+    return int(max(eps, default=1))
+
+
+def plan_cmd(
+    model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")]
+    = "qwen3-235b-a22b",
+    cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "smidt-a40",
+    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    layers: Annotated[int | None, typer.Option(
+        help="Keep only the first L decoder layers (the FinDEP paper's reduced models).")] = None,
+    isl: Annotated[int, typer.Option(help="Prompt length (tokens).")] = 2048,
+    osl: Annotated[int, typer.Option(help="Output length (tokens).")] = 256,
+    batch: Annotated[int, typer.Option(help="Concurrent prompts.")] = 32,
+    rate: Annotated[float | None, typer.Option(help="Arrival rate (requests/s).")] = None,
+    workload: Annotated[str | None, typer.Option(
+        help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate).")]
+    = None,
+    trace: Annotated[str | None, typer.Option(help="Routing trace for Sem-MoE placement.")] = None,
+    families: Annotated[str, typer.Option(help="Comma-separated: strategy,pipeline,dep.")]
+    = ",".join(FAMILIES),
+    profile: Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
+    = None,
+    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
+    placement: Annotated[bool, typer.Option("--placement/--no-placement",
+                                            help="Run Sem-MoE placement on the winner.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic trace and splits.")] = 0,
+    out: Annotated[str | None, typer.Option(help="Artifact folder (default out/<model>-<cluster>).")]
+    = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress display.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
+    t_start = time.perf_counter()
+    m: ModelSpec = load_model(model)
+    if layers is not None:
+        require(layers >= 1, f"layers ({layers}) must be >= 1")
+        m = m.with_layers(min(layers, m.num_layers))
+    c: ClusterSpec = load_cluster(cluster, nodes)
+    w = _workload(workload, isl, osl, batch, rate)
+    fams = tuple(f.strip() for f in families.split(",") if f.strip())
+    require(bool(fams) and all(f in FAMILIES for f in fams),
+            f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
+    require(ttft_slo is None or ttft_slo > 0, f"ttft-slo ({ttft_slo}) must be positive")
+    cm = cost_model_for(c, profile)
+    outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
+    show = not (quiet or json_out)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err_console, disable=not show, transient=True) as prog:
+        task = prog.add_task("planning", total=None)
+        result = plan(m, c, w, cm, families=fams,
+                      ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
+                      progress=lambda f: prog.update(task, description=f"planning: {f}"))
+        place_res = None
+        if placement:
+            prog.update(task, description="placement: Sem-MoE on the winner's EP group")
+            place_res = _placement(result, trace, cm, seed)
+        prog.update(task, description="writing report")
+        from moeplan.report.plan_report import write_artifacts
+
+        files = write_artifacts(outdir, result, place_res, cm, model_arg=model,
+                                trace=trace)
+    elapsed = time.perf_counter() - t_start
+    if json_out:
+        print_json(_json(result, place_res, files, elapsed))
+        return
+    _print_human(result, place_res, files, elapsed)
+
+
+def _json(result: PlanResult, place_res: Any, files: dict[str, str], elapsed: float) -> dict:
+    out: dict[str, Any] = {
+        "model": result.model.name, "cluster": result.cluster.name,
+        "winner": result.winner.summary(),
+        "ranking": [c.summary() for c in result.candidates],
+        "skipped": result.skipped, "explanation": result.explanation,
+        "plan": result.winner.plan, "artifacts": files, "elapsed_s": elapsed,
+        "timings_s": result.timings,
+    }
+    if place_res is not None:
+        out["placement"] = place_res.to_dict()
+    return out
+
+
+def _print_human(result: PlanResult, place_res: Any, files: dict[str, str],
+                 elapsed: float) -> None:
+    m, c, w = result.model, result.cluster, result.workload
+    console.print(f"[bold]{m.name}[/] on [bold]{c.name}[/] ({c.num_gpus} × {c.gpu.name}), "
+                  f"{w.batch} prompts × {w.isl} tokens")
+    t = Table(title="Best plan of each family (ranked by prompt tokens/s per GPU)")
+    for col in ("#", "family", "plan", "GPUs", "tokens/s/GPU", "TTFT", "ITL", "mem/GPU",
+                "bound"):
+        t.add_column(col)
+    for i, cand in enumerate(result.candidates, 1):
+        t.add_row(str(i), FAMILY_NAMES[cand.family], cand.label, str(cand.gpus),
+                  f"{cand.per_gpu:,.0f}", fmt_time(cand.ttft_s),
+                  fmt_time(cand.itl_s) if cand.itl_s else "—",
+                  fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,
+                  style="bold green" if i == 1 else None)
+    console.print(t)
+    for fam, why in result.skipped.items():
+        console.print(f"[yellow]{FAMILY_NAMES[fam]} not planned:[/] {why}")
+    for line in result.explanation:
+        console.print(line)
+    if place_res is not None:
+        sem, base = place_res.methods["semmoe"].metrics, place_res.methods["contiguous"].metrics
+        console.print(f"Sem-MoE placement on EP{place_res.ep}: LAR {sem['lar']:.3f} vs "
+                      f"{base['lar']:.3f} contiguous; MoE layer "
+                      f"{fmt_time(sem['moe_layer_time_s'])} vs "
+                      f"{fmt_time(base['moe_layer_time_s'])}.")
+    console.print(f"Artifacts in [bold]{files['dir']}[/]: " + ", ".join(
+        Path(p).name for k, p in files.items() if k != "dir"))
+    console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)

@@ -1,0 +1,135 @@
+"""plotly figures of the ``moeplan plan`` report, one function per picture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from moeplan.planners.plan import Candidate, PlanResult
+
+FAMILY_NAMES = {"strategy": "Colocated hybrid (MixServe)", "pipeline": "Pipelined (SMIDT)",
+                "dep": "Disaggregated (FinDEP)"}
+COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62"}
+GIB = 1024**3
+
+
+def families_bar(result: PlanResult) -> go.Figure:
+    """Prompt tokens/s per GPU of each family's best plan and of the named baselines."""
+    names, values, colors, hover = [], [], [], []
+    for c in result.candidates:
+        names.append(FAMILY_NAMES[c.family])
+        values.append(c.per_gpu)
+        colors.append(COLORS[c.family])
+        hover.append(c.label)
+    for label, value, fam in baseline_rows(result):
+        names.append(label)
+        values.append(value)
+        colors.append("#b8bfd0")
+        hover.append(fam)
+    fig = go.Figure(go.Bar(x=values, y=names, orientation="h", marker_color=colors,
+                           text=[f"{v:,.0f}" for v in values], textposition="auto",
+                           hovertext=hover))
+    fig.update_layout(title="Prefill throughput per GPU (prompt tokens/s), best plans and baselines",
+                      yaxis={"autorange": "reversed"}, height=160 + 32 * len(names),
+                      margin={"l": 260})
+    return fig
+
+
+def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
+    """(label, prompt tokens/s per GPU, family) of every family's named baselines."""
+    rows: list[tuple[str, float, str]] = []
+    w = result.workload
+    tokens = w.batch * w.isl
+    for c in result.candidates:
+        if c.family == "strategy":
+            for name, r in c.detail.baselines.items():
+                if r is not None and r.fits:
+                    rows.append((f"MixServe baseline: {name}",
+                                 tokens / r.prefill.total_s / r.num_gpus, "strategy"))
+        elif c.family == "dep":
+            rep = c.detail
+            for key in ("pppipe", "naive"):
+                res, prob = getattr(rep, key), rep.baseline_problems[key]
+                rows.append((f"FinDEP baseline: {key}", res.throughput / (prob.ag + prob.eg), "dep"))
+        elif c.family == "pipeline":
+            for name, b in (c.plan.get("baselines") or {}).items():
+                tps = b.get("throughput_tokens_per_s") if isinstance(b, dict) else None
+                if tps:
+                    rows.append((f"SMIDT baseline: {name}", tps / result.cluster.num_gpus,
+                                 "pipeline"))
+    return rows
+
+
+def dep_gantt(c: Candidate, layers: int = 2) -> go.Figure:
+    """FinDEP's schedule next to PPPipe's (first ``layers`` MoE layers)."""
+    from moeplan.planners._dep_report import schedules
+    from moeplan.sim import gantt_figure
+
+    fig = gantt_figure(schedules(c.detail, layers=layers),
+                       title=f"FinDEP vs PPPipe, first {layers} layers (simulated)")
+    return fig
+
+
+def pareto(c: Candidate) -> go.Figure:
+    """MixServe: every fitting strategy, throughput per GPU vs TTFT, the Pareto front."""
+    a = c.detail
+    rs = [r for r in a.strategies if np.isfinite(r.ttft_s)]
+    front = [r for r in a.pareto if np.isfinite(r.ttft_s)]
+
+    def scatter(items: list[Any], name: str, mode: str, **kw: Any) -> go.Scatter:
+        return go.Scatter(x=[r.ttft_s * 1e3 for r in items], y=[r.throughput_per_gpu for r in items],
+                          text=[r.strategy.label() for r in items], name=name, mode=mode, **kw)
+
+    fig = go.Figure([scatter(rs, "strategies", "markers", marker={"color": "#9aa6c4"}),
+                     scatter(front, "Pareto front", "lines+markers",
+                             marker={"color": COLORS["strategy"]})])
+    base = [(n, r) for n, r in a.baselines.items() if r is not None and r.fits
+            and np.isfinite(r.ttft_s)]
+    if base:
+        fig.add_trace(go.Scatter(x=[r.ttft_s * 1e3 for _, r in base],
+                                 y=[r.throughput_per_gpu for _, r in base], mode="markers+text",
+                                 text=[n for n, _ in base], textposition="top center",
+                                 marker={"symbol": "x", "size": 11, "color": "#c0392b"},
+                                 name="named baselines"))
+    fig.update_layout(title="MixServe: throughput per GPU vs TTFT",
+                      xaxis_title="TTFT (ms)", yaxis_title="tokens/s per GPU", xaxis_type="log")
+    return fig
+
+
+def pipeline_stages(c: Candidate, mem_limit: float) -> go.Figure:
+    """SMIDT: time and memory per GPU of each stage."""
+    from plotly.subplots import make_subplots
+
+    stages = c.plan["layout"]["stages"]
+    x = [f"stage {i} (modules {s['start_module']}-{s['end_module']})" for i, s in enumerate(stages)]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("stage time (ms)", "memory per GPU (GiB)"))
+    fig.add_trace(go.Bar(x=x, y=[s.get("time_s", 0) * 1e3 for s in stages], name="time",
+                         marker_color=COLORS["pipeline"]), 1, 1)
+    fig.add_trace(go.Bar(x=x, y=[s.get("mem_bytes_per_gpu", 0) / GIB for s in stages],
+                         name="memory", marker_color="#8e6fd8"), 1, 2)
+    fig.add_hline(y=mem_limit / GIB, line_dash="dash", annotation_text="GPU memory", row=1, col=2)
+    fig.update_layout(title="SMIDT stages: balanced time, memory within the limit",
+                      showlegend=False)
+    return fig
+
+
+def placement_figures(placement: Any) -> list[go.Figure]:
+    """Sem-MoE: LAR and imbalance per method, and the expert -> device map per layer."""
+    methods = placement.methods
+    names = list(methods)
+    lar = [methods[n].metrics.get("lar", 0.0) for n in names]
+    imb = [methods[n].metrics.get("imbalance", 0.0) for n in names]
+    bars = go.Figure([go.Bar(x=names, y=lar, name="LAR (higher is better)",
+                             marker_color="#2f9e62"),
+                      go.Bar(x=names, y=imb, name="imbalance max/mean (lower is better)",
+                             marker_color="#c0392b")])
+    bars.update_layout(title=f"Expert placement on EP{placement.ep}: local activation rate and "
+                       "load imbalance (held-out tokens)", barmode="group")
+    y = methods["semmoe"].y
+    heat = go.Figure(go.Heatmap(z=y, colorscale="Viridis", colorbar={"title": "device"},
+                                hovertemplate="layer %{y}, expert %{x}: device %{z}<extra></extra>"))
+    heat.update_layout(title="Sem-MoE placement: device of each expert, per MoE layer",
+                       xaxis_title="logical expert", yaxis_title="MoE layer")
+    return [bars, heat]

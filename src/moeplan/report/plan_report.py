@@ -1,0 +1,225 @@
+"""Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
+
+Every file is written atomically (temp file + rename in the same folder). The timeline is the
+winner's simulated schedule on :mod:`moeplan.sim`: FinDEP's own task graph; for MixServe a
+per-layer compute → communication chain of the prefill step (Eq. 6 adds them, no overlap);
+for SMIDT the stages' micro-batch pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from moeplan.atomic import write_atomic
+from moeplan.planners.plan import Candidate, PlanResult
+from moeplan.report import figures
+from moeplan.report.html import Section, render
+from moeplan.sim import Schedule, TaskGraph, chrome_trace, simulate
+
+GIB = 1024**3
+
+
+def strategy_timeline(c: Candidate, layers: int) -> Schedule:
+    """MixServe prefill step: per layer compute then communication (then P2P per stage)."""
+    p = c.plan["predicted"]["prefill_s"]
+    g = TaskGraph()
+    prev: list[int] = []
+    for i in range(layers):
+        a = g.add(f"L{i} compute", "GPU compute", p["compute"] / layers, prev, kind="compute")
+        b = g.add(f"L{i} comm", "interconnect", p["comm"] / layers, [a], kind="communication")
+        prev = [b]
+    if p.get("p2p", 0) > 0:
+        g.add("PP P2P", "interconnect", p["p2p"], prev, kind="p2p")
+    return simulate(g).check()
+
+
+def pipeline_timeline(c: Candidate, micro_batches: int = 4) -> Schedule:
+    """SMIDT: ``micro_batches`` micro-batches flowing through the stages."""
+    stages = c.plan["layout"]["stages"]
+    g = TaskGraph()
+    last: dict[int, int] = {}
+    for mb in range(micro_batches):
+        prev: list[int] = []
+        for s, st in enumerate(stages):
+            deps = prev + ([last[s]] if s in last else [])
+            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.get("time_s", 0.0) / micro_batches,
+                      deps, kind=f"micro-batch {mb}")
+            last[s] = t
+            prev = [t]
+    return simulate(g).check()
+
+
+def winner_trace(result: PlanResult) -> dict[str, Any]:
+    w = result.winner
+    meta = {"model": result.model.name, "cluster": result.cluster.name, "family": w.family,
+            "label": w.label}
+    if w.family == "dep":
+        from moeplan.planners._dep_report import chrome_traces
+
+        return chrome_traces(w.detail, layers=min(4, w.detail.problem.layers))
+    if w.family == "pipeline":
+        return chrome_trace({w.label: pipeline_timeline(w)}, metadata=meta)
+    return chrome_trace({w.label: strategy_timeline(w, result.model.num_layers)}, metadata=meta)
+
+
+def _launchers(outdir: Path, result: PlanResult, model_arg: str) -> dict[str, str]:
+    """sglang.sh / vllm.sh for the best colocated strategy, with plain caveats."""
+    from moeplan.export.launcher import write_launcher
+    from moeplan.export.sglang import sglang_args
+    from moeplan.export.vllm import vllm_args
+
+    strat = next((c for c in result.candidates if c.family == "strategy"), None)
+    files = {}
+    for engine, fn in (("sglang", sglang_args), ("vllm", vllm_args)):
+        path = outdir / f"{engine}.sh"
+        if strat is None:
+            write_atomic(path, "#!/usr/bin/env bash\necho 'moeplan: no colocated strategy was "
+                         "planned (strategy family skipped), nothing to launch' >&2\nexit 1\n")
+            files[engine] = str(path)
+            continue
+        best = min((r for r in strat.detail.strategies if r.strategy.label() == strat.label),
+                   key=lambda r: r.prefill.total_s)
+        exp = fn(best.strategy, model_path=model_arg, num_nodes=result.cluster.num_nodes)
+        notes = [f"moeplan plan: {result.model.name} on {result.cluster.name}",
+                 f"strategy: {strat.label}"]
+        if result.winner.family != "strategy":
+            notes.append(f"the overall winner is the {result.winner.family} family "
+                         f"({result.winner.label}), which {engine} cannot launch; this is the "
+                         f"best colocated strategy, {result.winner.per_gpu / strat.per_gpu:.2f}x "
+                         "slower per GPU by moeplan's model")
+        notes += [f"WARNING: {x}" for x in exp.warnings]
+        if exp.expressible and exp.args:
+            write_launcher(path, exp.args, notes)
+        else:
+            body = "\n".join(f"# {n}" for n in notes)
+            write_atomic(path, f"#!/usr/bin/env bash\n{body}\necho 'moeplan: {engine} cannot "
+                         "express this strategy; see the warnings above' >&2\nexit 1\n")
+            path.chmod(0o755)
+        files[engine] = str(path)
+    return files
+
+
+def write_artifacts(outdir: Path, result: PlanResult, placement: Any, cm: Any, *,
+                    model_arg: str, trace: str | None) -> dict[str, str]:
+    """Write every artifact; returns ``{kind: path}`` (plus ``dir``)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {"dir": str(outdir)}
+    plan = dict(result.winner.plan)
+    plan["ranking"] = [c.summary() for c in result.candidates]
+    if placement is not None and trace is not None:
+        from moeplan.planners.placement import physical_to_logical
+
+        p2l = physical_to_logical(placement.methods["semmoe"].y, placement.ep)
+        plan.setdefault("details", {})
+        plan["details"] = {**plan["details"], "placement": {
+            "ep": placement.ep, "physical_to_logical_map": p2l.tolist(),
+            "moe_layers": list(result.model.moe_layers)}}
+        from moeplan.export.expert_location import write_sglang_expert_location
+
+        write_sglang_expert_location(outdir / "expert_location.json", p2l, ep=placement.ep,
+                                     num_hidden_layers=result.model.num_layers,
+                                     moe_layers=result.model.moe_layers)
+        files["expert_location"] = str(outdir / "expert_location.json")
+    files["plan"] = str(write_atomic(outdir / "plan.json", json.dumps(plan, indent=1,
+                                                                      default=_np)))
+    files["timeline"] = str(write_atomic(outdir / "timeline.json",
+                                         json.dumps(winner_trace(result), default=_np)))
+    files.update(_launchers(outdir, result, model_arg))
+    html = render_report(result, placement, cm, trace)
+    files["report"] = str(write_atomic(outdir / "report.html", html))
+    return files
+
+
+def _np(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(type(o).__name__)
+
+
+def render_report(result: PlanResult, placement: Any, cm: Any, trace: str | None) -> str:
+    m, c, w = result.model, result.cluster, result.workload
+    summary = Section(title="Verdict", paragraphs=list(result.explanation))
+    summary.table(["#", "family", "plan", "GPUs", "prompt tokens/s/GPU", "TTFT (ms)",
+                   "ITL (ms)", "memory/GPU (GiB)", "bound"],
+                  [[i, figures.FAMILY_NAMES[x.family], x.label, x.gpus, f"{x.per_gpu:,.0f}",
+                    f"{x.ttft_s * 1e3:.1f}", f"{x.itl_s * 1e3:.2f}" if x.itl_s else "—",
+                    f"{x.mem_bytes_per_gpu / GIB:.1f}", x.bound]
+                   for i, x in enumerate(result.candidates, 1)], highlight=0)
+    for fam, why in result.skipped.items():
+        summary.paragraphs.append(f"{figures.FAMILY_NAMES[fam]} was not planned: {why}")
+    summary.figures.append(figures.families_bar(result))
+    sections = [summary]
+    by_family = {x.family: x for x in result.candidates}
+    if "dep" in by_family:
+        d = by_family["dep"]
+        sections.append(Section(
+            title="Disaggregated (FinDEP): schedule",
+            paragraphs=[f"FinDEP {d.label}: {d.extra['speedup_vs_pppipe']:.2f}x PPPipe and "
+                        f"{d.extra['speedup_vs_naive']:.2f}x naive DEP on the same simulator."],
+            figures=[figures.dep_gantt(d)]))
+    if "pipeline" in by_family:
+        sections.append(Section(title="Pipelined (SMIDT): stages",
+                                figures=[figures.pipeline_stages(by_family["pipeline"],
+                                                                 c.gpu.mem_bytes)]))
+    if "strategy" in by_family:
+        s = by_family["strategy"]
+        sections.append(Section(title="Colocated hybrid (MixServe): Pareto front",
+                                paragraphs=[f"{len(s.detail.strategies)} strategies fit memory; "
+                                            f"{s.detail.rejected_memory} were rejected for memory "
+                                            f"and {s.detail.rejected_shape} for shape."],
+                                figures=[figures.pareto(s)]))
+    if placement is not None:
+        sem = placement.methods["semmoe"].metrics
+        sections.append(Section(
+            title=f"Expert placement (Sem-MoE) on EP{placement.ep}",
+            paragraphs=[f"Trace: {trace or 'none given; a synthetic trace with the model shape, first '}"
+                        f"{'' if trace else str(placement.methods['semmoe'].y.shape[0]) + ' MoE layers (no expert_location.json is exported from it)'}."
+                        f" Sem-MoE keeps {100 * sem['lar']:.1f}% of expert activations on the "
+                        f"token's own GPU."],
+            figures=figures.placement_figures(placement), side_by_side=True))
+        sections[-1].table(["method", "LAR", "imbalance", "a2a bytes/layer", "MoE layer (ms)"],
+                           [[k, f"{v.metrics['lar']:.3f}", f"{v.metrics['imbalance']:.3f}",
+                             f"{v.metrics['a2a_bytes_per_layer']:.3g}",
+                             f"{v.metrics['moe_layer_time_s'] * 1e3:.3f}"]
+                            for k, v in placement.methods.items()])
+    sections.append(_error_section(cm))
+    sections.append(_inputs_section(m, c, w, cm))
+    return render(f"moeplan: {m.name} on {c.name}",
+                  f"{c.num_gpus} × {c.gpu.name}, {w.batch} prompts × {w.isl} tokens "
+                  f"(+{w.osl} out)", sections)
+
+
+def _error_section(cm: Any) -> Section:
+    s = Section(title="How far to trust the cost model")
+    prof = cm.profile
+    if prof is None or not prof.quality:
+        s.paragraphs.append(
+            f"Cost model: {cm.profile_name}. No measured table exists for this GPU, so times "
+            "come from datasheet rooflines (70% of peak FLOP/s, 80% of memory bandwidth); their "
+            "error is unmeasured. On H100 the fitted model's held-out errors are below.")
+        from moeplan.cost import load_profile
+
+        prof = load_profile("h100_sxm")
+    s.paragraphs.append(f"Held-out error of profile {prof.name} ({prof.source}).")
+    s.table(["fit", "R²", "held-out median error", "held-out p90 error", "rows"],
+            [[k, f"{q.r2:.4f}", f"{100 * (q.heldout_median_ape or 0):.1f}%",
+              f"{100 * (q.heldout_p90_ape or 0):.1f}%", f"{q.n_fit}+{q.n_heldout}"]
+             for k, q in prof.quality.items()])
+    return s
+
+
+def _inputs_section(m: Any, c: Any, w: Any, cm: Any) -> Section:
+    s = Section(title="Inputs")
+    s.table(["input", "value"], [
+        ["model", f"{m.name} ({m.architecture}), {m.num_layers} layers, {m.num_experts} experts, "
+                  f"top-{m.top_k}, {m.params_total / 1e9:.1f}B params"],
+        ["cluster", f"{c.name}: {c.num_nodes}×{c.gpus_per_node} {c.gpu.name}, "
+                    f"{c.gpu.mem_bytes / GIB:.0f} GiB, intra {c.intra.kind} "
+                    f"{c.intra.bw / 1e9:.1f} GB/s, inter {c.inter.kind} {c.inter.bw / 1e9:.2f} GB/s"],
+        ["cluster source", c.source],
+        ["workload", f"batch {w.batch}, isl {w.isl}, osl {w.osl}, rate {w.rate}"],
+        ["cost model", cm.profile_name],
+    ])
+    return s
