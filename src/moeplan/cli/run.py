@@ -25,7 +25,8 @@ def run_command(
         "--model", help="Model preset or config.json (default: the plan's model).")] = None,
     scale: Annotated[str, typer.Option("--scale", help="small (CPU-sized) or full.")] = "small",
     tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,
-    seq: Annotated[int, typer.Option("--seq", help="Tokens per sequence.")] = 8,
+    seq: Annotated[int | None, typer.Option(
+        "--seq", help="Tokens per sequence (default: the plan's seq_len, else 8).")] = None,
     trace: Annotated[str | None, typer.Option(
         "--trace", help="Write the measured Chrome trace here (DEP: also .predicted.json).")] = None,
     unfused: Annotated[bool, typer.Option(

@@ -10,7 +10,7 @@ single-process reference on the same weights and inputs and reports its max abs 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
@@ -26,7 +26,7 @@ class RunOptions:
     scale: str = "small"
     config: MoEConfig | None = None
     tokens: int = 64
-    seq: int = 8
+    seq: int | None = None
     seed: int = 0
     check: bool = True
     fused: bool = True
@@ -37,8 +37,19 @@ class RunOptions:
     warmup: int = 0
 
     def __post_init__(self) -> None:
-        require(self.seq >= 1, f"seq ({self.seq}) must be >= 1")
-        require(self.tokens >= self.seq, f"tokens ({self.tokens}) must be >= seq ({self.seq})")
+        if self.seq is not None:
+            require(self.seq >= 1, f"seq ({self.seq}) must be >= 1")
+            require(self.tokens >= self.seq, f"tokens ({self.tokens}) must be >= seq ({self.seq})")
+
+
+def resolve(plan: dict[str, Any], opts: RunOptions) -> RunOptions:
+    """Fill ``seq`` from the plan's ``details.seq_len`` (FinDEP plans carry it), else 8."""
+    if opts.seq is not None:
+        return opts
+    details = plan.get("details") if isinstance(plan, dict) else None
+    seq = (details or {}).get("seq_len", 8)
+    require(isinstance(seq, int) and seq >= 1, f"plan.details.seq_len ({seq!r}) must be >= 1")
+    return replace(opts, seq=seq)
 
 
 def model_config(plan: dict[str, Any], opts: RunOptions) -> MoEConfig:
@@ -60,7 +71,9 @@ def model_config(plan: dict[str, Any], opts: RunOptions) -> MoEConfig:
 def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Mesh, MoEConfig, int]:
     """Validate plan against the launch; returns (mesh, config, global batch in sequences)."""
     mesh = mesh_from_plan(plan, world_size)
+    opts = resolve(plan, opts)
     cfg = model_config(plan, opts)
+    require(opts.tokens >= opts.seq, f"tokens ({opts.tokens}) must be >= seq ({opts.seq})")
     batch = opts.tokens // opts.seq
     if mesh.family == "dep":
         from moeplan.runtime.engines.dep import DepParams, check_dep
@@ -178,6 +191,7 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
     from moeplan.runtime.model import init_model, make_inputs, reference_forward, to_device
     from moeplan.runtime.timeline import Timeline
 
+    opts = resolve(plan, opts)
     mesh, cfg, batch = prepare(plan, world_size, opts)
     cuda = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")

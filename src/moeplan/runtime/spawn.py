@@ -51,6 +51,9 @@ def _entry(rank: int, world: int, port: int, out_dir: str, fn: Callable[..., Any
            args: tuple[Any, ...]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # as torchrun: no oversubscription
     try:
         report = {"ok": True, "result": fn(rank, world, *args)}
     except MoeplanError as err:

@@ -1,0 +1,167 @@
+"""Launch paths: ``moeplan run`` (spawns its ranks), torchrun, bad plans, dead ranks, CUDA."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import pytest
+import torch
+
+from moeplan.cli import main
+from moeplan.runtime.spawn import init_distributed, spawn_world
+
+
+def _cli(args: list[str]) -> int:
+    try:
+        main(args)
+    except SystemExit as ex:
+        return int(ex.code or 0)
+    return 0
+
+
+def _write(tmp_path, plan: dict, name: str = "plan.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(plan))
+    return str(path)
+
+
+def _dep_plan(ag: int = 1, eg: int = 1) -> dict:
+    return {"schema": "moeplan.plan/1", "family": "dep",
+            "layout": {"world_size": ag + eg, "ag": ag, "eg": eg},
+            "details": {"ma": 2, "r1": 2, "r2": 2, "order": "ASAS"}}
+
+
+def _ep_plan(w: int) -> dict:
+    return {"schema": "moeplan.plan/1", "family": "ep",
+            "layout": {"world_size": w, "attn": {"tp": 1, "dp": w}, "moe": {"tp": 1, "ep": w}, "pp": 1}}
+
+
+@pytest.mark.timeout(240)
+def test_cli_run_dep_checks_reference_and_writes_measured_and_predicted(tmp_path, capsys):
+    """One command: reference check passes, measured trace has every rank, simulator trace beside it."""
+    trace = tmp_path / "dep.json"
+    assert _cli(["run", "--plan", _write(tmp_path, _dep_plan()), "--trace", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["max_abs_err"] <= 1e-5
+    measured = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in measured if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    names = {e["name"] for e in spans}
+    assert {"A0.0", "S0.1", "E1.1.1"} <= names  # attention, shared, expert tasks all recorded
+    predicted = json.loads((tmp_path / "dep.predicted.json").read_text())
+    sim_names = {e["name"] for e in predicted["traceEvents"] if e["ph"] == "X"}
+    assert {"A0.0", "S0.1", "E1.1.1", "A2E1.1.1", "E2A1.1.1"} <= sim_names
+    assert predicted["otherData"]["predicted_makespan_s"] > 0
+
+
+def test_cli_run_world_mismatch_is_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--plan", _write(tmp_path, _ep_plan(4)), "--nproc", "2"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["moeplan: error: plan.layout.world_size (4) must equal the launch world size (2)"]
+
+
+def test_cli_run_bad_json_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--plan", str(path)])
+    assert info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_torchrun_mismatched_plan_same_error_on_every_rank(tmp_path):
+    """A plan for 3 ranks launched on 2: each rank prints the same line and exits 2, no hang."""
+    plan = _write(tmp_path, _ep_plan(3))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "-m", "moeplan.runtime.launch", "--plan", plan]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert time.monotonic() - start < 100
+    line = "moeplan: error: plan.layout.world_size (3) must equal the launch world size (2)"
+    assert proc.stderr.count(line) == 2, proc.stderr[-2000:]
+    assert proc.returncode != 0
+    assert "exitcode  : 2" in proc.stderr
+
+
+def _dies(rank: int, world: int) -> str:
+    init_distributed(rank, world, timeout_s=5)
+    import torch.distributed as dist
+
+    if rank == 1:
+        os._exit(3)
+    x = torch.ones(4)
+    for _ in range(3):
+        dist.all_reduce(x)
+    return "finished"
+
+
+@pytest.mark.timeout(120)
+def test_dead_rank_makes_the_others_fail_not_hang():
+    """Rank 1 dies after init; rank 0's collective raises (timeout or closed peer) in bounded time."""
+    start = time.monotonic()
+    reports = spawn_world(_dies, 2, deadline_s=60)
+    assert time.monotonic() - start < 60
+    assert reports[1]["kind"] == "died"
+    assert not reports[0]["ok"] and reports[0]["kind"] == "runtime", reports[0]
+    assert "\n" not in reports[0]["error"]
+
+
+def _cuda_ep(rank: int, world: int) -> float:
+    from moeplan.runtime.runner import RunOptions, run_rank
+
+    init_distributed(rank, world, backend="nccl")
+    return run_rank(rank, world, _ep_plan(world), RunOptions(tokens=32, seq=8))["max_abs_err"]
+
+
+@unittest.skipUnless(torch.cuda.is_available() and torch.cuda.device_count() >= 2, "needs 2 GPUs")
+def test_nccl_ep_engine_matches_reference():
+    reports = spawn_world(_cuda_ep, 2, deadline_s=120)
+    assert all(r["ok"] for r in reports), reports
+    assert max(r["result"] for r in reports) <= 1e-4  # TF32/cuBLAS on GPU; fp32 on CPU is 1e-5
+
+
+def _stalls(rank: int, world: int) -> str:
+    init_distributed(rank, world, timeout_s=3)
+    import torch.distributed as dist
+
+    if rank == 1:
+        time.sleep(12)  # alive but never joins the collective
+        os._exit(0)
+    dist.all_reduce(torch.ones(2))
+    return "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_stalled_rank_gives_timeout_error_not_hang():
+    """A peer that never joins: the collective times out (init_process_group timeout)."""
+    start = time.monotonic()
+    reports = spawn_world(_stalls, 2, deadline_s=60)
+    assert time.monotonic() - start < 60
+    assert not reports[0]["ok"] and reports[0]["kind"] == "runtime"
+    assert "timed out" in reports[0]["error"].lower() or "timeout" in reports[0]["error"].lower()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
+    """plan.json written by ``moeplan dep`` (real spec, FinDEP solver) executes and checks out."""
+    plan = tmp_path / "dep.json"
+    assert _cli(["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-a", "--seq", "16",
+                 "--ag", "1", "--eg", "1", "--layers", "2", "--batch", "4", "--out", str(plan),
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert _cli(["run", "--plan", str(plan), "--trace", str(tmp_path / "t.json"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["max_abs_err"] <= 1e-5
+    assert (tmp_path / "t.predicted.json").exists()
