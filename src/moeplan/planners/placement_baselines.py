@@ -126,7 +126,7 @@ def transition_exact(t: np.ndarray, ep: int, time_limit_s: float = 10.0) -> np.n
 
 
 def transition_placement(t: np.ndarray, hotness: np.ndarray, ep: int, *, tol: float = 1.05,
-                         exact_max_terms: int = 4096) -> np.ndarray:
+                         exact_max_terms: int = 1024) -> np.ndarray:
     """Balanced inter-layer-affinity placement (exact when small, sweeps otherwise)."""
     num_l, e, _ = t.shape
     if (num_l - 1) * e * e * ep <= exact_max_terms:
