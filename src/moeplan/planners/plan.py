@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -164,22 +164,27 @@ def dep_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
 
 def pipeline_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                        cm: CostModel) -> Candidate:
-    """SMIDT's module-level partition over every PP degree."""
+    """SMIDT's module-level partition over every PP degree, scored on the prefill phase."""
     from moeplan.planners import pipeline as pl
 
     t0 = time.perf_counter()
-    res = pl.plan_pipeline(model, cluster, workload, cm)
+    res = pl.plan_pipeline(model, cluster, replace(workload, phase="prefill"), cm)
     d = res.to_plan_dict()
     d.update({"model": model.name, "cluster": cluster.name})
-    pred = d.get("predicted", {})
-    tps = float(pred.get("throughput_tokens_per_s") or res.throughput_tokens_per_s)
-    stages = d["layout"].get("stages", [])
-    mem_pg = max((s.get("mem_bytes_per_gpu", 0.0) for s in stages), default=0.0)
-    bound = str(pred.get("bound") or "compute (bottleneck stage)")
-    return Candidate(family="pipeline", label=f"PP{d['layout']['pp']} module-level",
-                     gpus=cluster.num_gpus, prefill_tokens_per_s=tps,
-                     ttft_s=workload.batch * workload.isl / tps, mem_bytes_per_gpu=mem_pg,
-                     bound=bound, plan=d, detail=res, search_s=time.perf_counter() - t0)
+    p = res.plan
+    tps = p.throughput_tokens_per_s
+    top = max(range(len(p.stages)), key=lambda i: p.stages[i].time_s + p.stages[i].p2p_s)
+    st = p.stages[top]
+    inter = cluster.num_nodes > 1 and st.p2p_s > 0
+    bound = (f"compute (stage {top} of {p.pp} is the bottleneck)" if st.time_s >= st.p2p_s
+             else f"{'inter' if inter else 'intra'}-node communication (stage {top} sends)")
+    hi, lo = p.mem_spread()
+    return Candidate(family="pipeline", label=f"PP{p.pp}, module-level stages",
+                     gpus=res.world_size, prefill_tokens_per_s=tps,
+                     ttft_s=workload.batch * workload.isl / tps, mem_bytes_per_gpu=hi,
+                     bound=bound, plan=d, detail=res, search_s=time.perf_counter() - t0,
+                     extra={"speedup_vs_uniform": res.speedup("uniform"),
+                            "mem_spread_max_over_min": hi / lo if lo else None})
 
 
 ADAPTERS: dict[str, Adapter] = {"strategy": strategy_candidate, "pipeline": pipeline_candidate,

@@ -54,10 +54,9 @@ def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
                 res, prob = getattr(rep, key), rep.baseline_problems[key]
                 rows.append((f"FinDEP baseline: {key}", res.throughput / (prob.ag + prob.eg), "dep"))
         elif c.family == "pipeline":
-            for name, b in (c.plan.get("baselines") or {}).items():
-                tps = b.get("throughput_tokens_per_s") if isinstance(b, dict) else None
-                if tps:
-                    rows.append((f"SMIDT baseline: {name}", tps / result.cluster.num_gpus,
+            for name, b in c.detail.baselines.items():
+                if b is not None:
+                    rows.append((f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus,
                                  "pipeline"))
     return rows
 
@@ -99,19 +98,23 @@ def pareto(c: Candidate) -> go.Figure:
 
 
 def pipeline_stages(c: Candidate, mem_limit: float) -> go.Figure:
-    """SMIDT: time and memory per GPU of each stage."""
+    """SMIDT: time and memory per GPU of each stage, next to time-balanced layer-level PP."""
     from plotly.subplots import make_subplots
 
-    stages = c.plan["layout"]["stages"]
-    x = [f"stage {i} (modules {s['start_module']}-{s['end_module']})" for i, s in enumerate(stages)]
+    res = c.detail
     fig = make_subplots(rows=1, cols=2, subplot_titles=("stage time (ms)", "memory per GPU (GiB)"))
-    fig.add_trace(go.Bar(x=x, y=[s.get("time_s", 0) * 1e3 for s in stages], name="time",
-                         marker_color=COLORS["pipeline"]), 1, 1)
-    fig.add_trace(go.Bar(x=x, y=[s.get("mem_bytes_per_gpu", 0) / GIB for s in stages],
-                         name="memory", marker_color="#8e6fd8"), 1, 2)
+    plans = [("SMIDT", res.plan, COLORS["pipeline"])]
+    tb = res.baselines.get("time_balanced")
+    if tb is not None:
+        plans.append(("time-balanced layer PP", tb, "#9aa6c4"))
+    for name, p, color in plans:
+        x = [f"stage {i}" for i in range(len(p.stages))]
+        fig.add_trace(go.Bar(x=x, y=[s.time_s * 1e3 for s in p.stages], name=name,
+                             marker_color=color, legendgroup=name), 1, 1)
+        fig.add_trace(go.Bar(x=x, y=[s.mem_bytes_per_gpu / GIB for s in p.stages], name=name,
+                             marker_color=color, legendgroup=name, showlegend=False), 1, 2)
     fig.add_hline(y=mem_limit / GIB, line_dash="dash", annotation_text="GPU memory", row=1, col=2)
-    fig.update_layout(title="SMIDT stages: balanced time, memory within the limit",
-                      showlegend=False)
+    fig.update_layout(title="SMIDT stages vs time-balanced layer-level PP", barmode="group")
     return fig
 
 
@@ -126,10 +129,11 @@ def placement_figures(placement: Any) -> list[go.Figure]:
                       go.Bar(x=names, y=imb, name="imbalance max/mean (lower is better)",
                              marker_color="#c0392b")])
     bars.update_layout(title=f"Expert placement on EP{placement.ep}: local activation rate and "
-                       "load imbalance (held-out tokens)", barmode="group")
+                       "load imbalance (held-out tokens)", barmode="group", height=380)
     y = methods["semmoe"].y
     heat = go.Figure(go.Heatmap(z=y, colorscale="Viridis", colorbar={"title": "device"},
                                 hovertemplate="layer %{y}, expert %{x}: device %{z}<extra></extra>"))
     heat.update_layout(title="Sem-MoE placement: device of each expert, per MoE layer",
-                       xaxis_title="logical expert", yaxis_title="MoE layer")
+                       xaxis_title="logical expert", yaxis_title="MoE layer",
+                       height=260 + 12 * y.shape[0])
     return [bars, heat]

@@ -36,16 +36,16 @@ def strategy_timeline(c: Candidate, layers: int) -> Schedule:
 
 
 def pipeline_timeline(c: Candidate, micro_batches: int = 4) -> Schedule:
-    """SMIDT: ``micro_batches`` micro-batches flowing through the stages."""
-    stages = c.plan["layout"]["stages"]
+    """SMIDT: ``micro_batches`` micro-batches flowing through the stages (no P2P shown)."""
+    stages = c.detail.plan.stages
     g = TaskGraph()
     last: dict[int, int] = {}
     for mb in range(micro_batches):
         prev: list[int] = []
         for s, st in enumerate(stages):
             deps = prev + ([last[s]] if s in last else [])
-            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.get("time_s", 0.0) / micro_batches,
-                      deps, kind=f"micro-batch {mb}")
+            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.time_s, deps,
+                      kind=f"micro-batch {mb}")
             last[s] = t
             prev = [t]
     return simulate(g).check()
@@ -177,8 +177,11 @@ def render_report(result: PlanResult, placement: Any, cm: Any, trace: str | None
             paragraphs=[f"Trace: {trace or 'none given; a synthetic trace with the model shape, first '}"
                         f"{'' if trace else str(placement.methods['semmoe'].y.shape[0]) + ' MoE layers (no expert_location.json is exported from it)'}."
                         f" Sem-MoE keeps {100 * sem['lar']:.1f}% of expert activations on the "
-                        f"token's own GPU."],
-            figures=figures.placement_figures(placement), side_by_side=True))
+                        f"token's own GPU."
+                        + (" Sem-MoE did not beat contiguous placement on the validation split,"
+                           " so its guard kept contiguous placement." if placement.fallback
+                           else "")],
+            figures=figures.placement_figures(placement)))
         sections[-1].table(["method", "LAR", "imbalance", "a2a bytes/layer", "MoE layer (ms)"],
                            [[k, f"{v.metrics['lar']:.3f}", f"{v.metrics['imbalance']:.3f}",
                              f"{v.metrics['a2a_bytes_per_layer']:.3g}",
@@ -194,11 +197,17 @@ def render_report(result: PlanResult, placement: Any, cm: Any, trace: str | None
 def _error_section(cm: Any) -> Section:
     s = Section(title="How far to trust the cost model")
     prof = cm.profile
-    if prof is None or not prof.quality:
+    if prof is not None and not prof.quality:
+        s.paragraphs.append(
+            f"Cost model: profile {prof.name} ({prof.source}). Its coefficients are published, "
+            "not fitted here, so moeplan cannot state their error; for reference, the held-out "
+            "errors of the H100 model fitted to NVIDIA's measurements are below.")
+    elif prof is None:
         s.paragraphs.append(
             f"Cost model: {cm.profile_name}. No measured table exists for this GPU, so times "
             "come from datasheet rooflines (70% of peak FLOP/s, 80% of memory bandwidth); their "
             "error is unmeasured. On H100 the fitted model's held-out errors are below.")
+    if prof is None or not prof.quality:
         from moeplan.cost import load_profile
 
         prof = load_profile("h100_sxm")

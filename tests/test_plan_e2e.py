@@ -1,0 +1,109 @@
+"""``moeplan plan`` end to end: artifacts exist and parse, plan.json feeds the runtime mesh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moeplan.cost import cost_model_for
+from moeplan.planners.plan import Candidate, plan
+from moeplan.runtime.mesh import mesh_from_plan
+from moeplan.specs import Workload, load_cluster, load_model
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "moeplan", *args], capture_output=True,
+                          text=True, timeout=280)
+
+
+CASES = [
+    ("deepseek-v2", "findep-a", ["--layers", "8"]),
+    ("qwen3-235b-a22b", "smidt-a40", []),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[c[1] for c in CASES])
+def planned(request, tmp_path_factory):
+    model, cluster, extra = request.param
+    out = tmp_path_factory.mktemp(cluster)
+    p = run("plan", "--model", model, "--cluster", cluster, *extra, "--out", str(out),
+            "--json", "--quiet")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), out
+
+
+def test_every_artifact_exists_and_parses(planned):
+    out, folder = planned
+    for name in ("plan.json", "timeline.json"):
+        json.loads((folder / name).read_text())
+    html = (folder / "report.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in html
+    assert "cdn.plot.ly" not in html  # self-contained: works offline
+    for sh in ("sglang.sh", "vllm.sh"):
+        path = folder / sh
+        assert os.access(path, os.X_OK)
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm"}
+    assert not list(folder.glob(".*.tmp"))  # no temp files left behind
+
+
+def test_plan_json_round_trips_into_the_runtime_mesh(planned):
+    out, folder = planned
+    saved = json.loads((folder / "plan.json").read_text())
+    assert saved["schema"] == "moeplan.plan/1"
+    mesh = mesh_from_plan(saved)
+    assert mesh.world_size == saved["layout"]["world_size"] == out["winner"]["gpus"]
+    assert mesh.family == saved["family"] == out["winner"]["family"]
+
+
+def test_ranking_is_by_tokens_per_gpu_and_explained(planned):
+    out, _ = planned
+    per_gpu = [c["prefill_tokens_per_s_per_gpu"] for c in out["ranking"]]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    assert out["winner"]["family"] in out["explanation"][0] or "wins" in out["explanation"][0]
+    assert len(out["ranking"]) + len(out["skipped"]) == 3
+
+
+def test_timeline_is_a_chrome_trace(planned):
+    _, folder = planned
+    trace = json.loads((folder / "timeline.json").read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert xs and all(e["dur"] >= 0 for e in xs)
+
+
+def _fake(family: str, tps: float, gpus: int) -> Candidate:
+    return Candidate(family=family, label=family, gpus=gpus, prefill_tokens_per_s=tps,
+                     ttft_s=1.0, mem_bytes_per_gpu=1e9, bound="compute", plan={})
+
+
+def test_rank_with_fake_adapters_and_slo():
+    m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
+    adapters = {"strategy": lambda *a: _fake("strategy", 800, 8),
+                "pipeline": lambda *a: _fake("pipeline", 300, 2),  # best per GPU
+                "dep": lambda *a: _fake("dep", 900, 8)}
+    r = plan(m, c, Workload(), cost_model_for(c), adapters=adapters)
+    assert [x.family for x in r.candidates] == ["pipeline", "dep", "strategy"]
+    assert "1.33x" in r.explanation[-1]
+    from moeplan.errors import MoeplanError
+
+    with pytest.raises(MoeplanError):  # every candidate has TTFT 1 s > the 0.5 s SLO
+        plan(m, c, Workload(), cost_model_for(c), adapters=adapters, ttft_slo_s=0.5)
+
+
+def test_model_that_fits_nowhere_names_the_smallest_cluster():
+    p = run("plan", "--model", "kimi-k2", "--cluster", "findep-b", "--quiet", "--no-placement",
+            "--out", "/tmp/moeplan-nofit")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "smallest preset that would" in lines[0], p.stderr
+    assert not Path("/tmp/moeplan-nofit/plan.json").exists()
+
+
+def test_bad_families_one_line():
+    p = run("plan", "--families", "strategy,magic", "--quiet")
+    assert p.returncode == 2 and "families" in p.stderr and len(p.stderr.strip().splitlines()) == 1
