@@ -39,6 +39,11 @@ def hybrid(tp, ep_):
                               "moe": {"tp": tp, "ep": ep_}, "pp": 1})
 
 
+def tp_ep(w, token_plan):
+    return _plan("strategy", {"world_size": w, "attn": {"tp": w, "dp": 1}, "moe": {"tp": 1, "ep": w},
+                              "pp": 1}, {"token_plan": token_plan})
+
+
 def dep(ag, eg, r1, r2, ma, order):
     return _plan("dep", {"world_size": ag + eg, "ag": ag, "eg": eg},
                  {"ma": ma, "r1": r1, "r2": r2, "order": order})
@@ -68,6 +73,7 @@ CHECKS = {
         "hybrid_ep2_fused": (hybrid(1, 2), _opts(V3)),
         "hybrid_ep2_unfused": (hybrid(1, 2), _opts(V3, fused=False)),
         "dep_1_1_asas": (dep(1, 1, 2, 2, 2, "ASAS"), _opts()),
+        "tp_ep_predicted": (tp_ep(2, "predicted"), _opts(TOPP)),
         "pp2_sync": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(async_send=False)),
         "pp2_async": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(TOPP, micro_batches=3)),
         "pp1_tp_ep": (pp(2, [[((2, 1), (1, 2, 1)), ((1, 2), (2, 1, 1))]]), _opts()),
@@ -77,6 +83,7 @@ CHECKS = {
         "hybrid_ep3_fused": (hybrid(1, 3), _opts()),
         "hybrid_tp3": (hybrid(3, 1), _opts(V3)),
         "dep_1_2_aass": (dep(1, 2, 3, 2, 1, "AASS"), _opts(V3)),
+        "tp_ep_round_robin": (tp_ep(3, "round_robin"), _opts()),
         "dep_2_1_asas": (dep(2, 1, 2, 3, 1, "ASAS"), _opts(TOPP)),
         "pp3": (pp(3, [[((1, 1), (1, 1, 1))]] * 3), _opts(micro_batches=4)),
         "pp1_dpmoe3": (pp(3, [[((1, 3), (1, 3, 1)), ((3, 1), (1, 1, 3))]]), _opts()),
@@ -87,6 +94,8 @@ CHECKS = {
         "hybrid_tp2_ep2_unfused": (hybrid(2, 2), _opts(fused=False)),
         "hybrid_ep4_fused": (hybrid(1, 4), _opts(TOPP)),
         "dep_2_2_aass": (dep(2, 2, 2, 3, 1, "AASS"), _opts()),
+        "tp_ep_predicted_v3": (tp_ep(4, "predicted"), _opts(V3)),
+        "tp_ep_contiguous": (tp_ep(4, "contiguous"), _opts()),
         "dep_1_3_asas": (dep(1, 3, 3, 2, 2, "ASAS"), _opts(V3)),
         "pp2_mixed": (pp(4, [[((2, 1), (1, 2, 1))], [((1, 2), (1, 1, 2))]]), _opts(micro_batches=2)),
         "pp4_sync": (pp(4, [[((1, 1), (1, 1, 1))]] * 4), _opts(async_send=False)),

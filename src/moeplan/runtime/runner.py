@@ -86,6 +86,10 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
 
         check_pipeline(mesh, cfg)
         cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2)
+    elif is_tp_ep(mesh):
+        require(cfg.num_heads % mesh.attn_tp == 0 and cfg.num_experts % mesh.moe_ep == 0,
+                f"model (num_heads {cfg.num_heads}, num_experts {cfg.num_experts}) must be "
+                f"divisible by attn.tp = moe.ep ({mesh.attn_tp})")
     elif mesh.family == "strategy":
         from moeplan.runtime.engines.hybrid import check_hybrid
 
@@ -98,6 +102,13 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
     return mesh, cfg, batch
 
 
+def is_tp_ep(mesh: Mesh) -> bool:
+    """Attention TP and MoE EP over the same ranks (Sem-MoE's attention-TP case)."""
+    r = mesh.stage_size
+    return (mesh.family == "strategy" and mesh.pp == 1 and r > 1 and mesh.attn_tp == r
+            and mesh.moe_ep == r)
+
+
 def _with_layers(cfg: MoEConfig, n: int) -> MoEConfig:
     return MoEConfig(**{**asdict(cfg), "num_layers": n})
 
@@ -105,6 +116,8 @@ def _with_layers(cfg: MoEConfig, n: int) -> MoEConfig:
 def _local_input(mesh: Mesh, rank: int, x: Any) -> Any:
     if mesh.family == "ep":
         return x.tensor_split(mesh.world_size)[rank]
+    if is_tp_ep(mesh):
+        return x
     if mesh.family == "strategy":
         return x.tensor_split(mesh.attn_dp)[mesh.coords(rank)["attn_dp"]]
     if mesh.family == "dep":
@@ -113,7 +126,7 @@ def _local_input(mesh: Mesh, rank: int, x: Any) -> Any:
 
 
 def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOptions,
-             rank: int, tl: Any, shape: tuple[int, ...]) -> Any:
+             rank: int, tl: Any, shape: tuple[int, ...], extra: dict[str, Any]) -> Any:
     from moeplan.runtime.groups import build_groups
 
     if mesh.family == "dep":
@@ -129,6 +142,12 @@ def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOpt
         from moeplan.runtime.engines.ep import run_ep
 
         return run_ep(x, layers, cfg, g, tl)
+    if is_tp_ep(mesh):
+        from moeplan.runtime.engines.tp_ep import run_tp_ep
+
+        out, rows = run_tp_ep(x, layers, cfg, g, tl, mesh.details.get("token_plan", "predicted"))
+        extra["local_rows"] = rows
+        return out
     if mesh.family == "strategy":
         from moeplan.runtime.engines.hybrid import run_hybrid
 
@@ -198,26 +217,29 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
     layers = to_device(init_model(cfg, opts.seed), device)
     x = make_inputs(cfg, batch, opts.seq, opts.seed + 1).to(device)
     tl = Timeline(rank, torch.cuda.synchronize if cuda else None)
+    extra: dict[str, Any] = {}
     with torch.no_grad():
         for _ in range(opts.warmup):  # first calls pay one-off allocation and dispatch costs
-            _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape))
+            _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape),
+                     extra)
     link_s = _calibrate(mesh, cfg, opts, rank, str(device))
     dist.barrier()
     tl.reset()
     start = time.perf_counter()
     with torch.no_grad():
-        out = _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape))
+        out = _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape),
+                     extra)
     wall = time.perf_counter() - start
     err = None
     if opts.check and out is not None:
         with torch.no_grad():
             full = reference_forward(x, layers, cfg)
-        ref = full if mesh.family == "pipeline" else _local_input(mesh, rank, full)
+        ref = _local_input(mesh, rank, full) if mesh.family != "pipeline" else full
         err = float((out - ref).abs().max()) if out.numel() else 0.0
     gathered: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object((tl.trace_events(), wall), gathered, dst=0)
     report = {"rank": rank, "role": mesh.role(rank), "max_abs_err": err, "wall_s": wall,
-              "tokens": batch * opts.seq, "family": mesh.family}
+              "tokens": batch * opts.seq, "family": mesh.family, **extra}
     if rank == 0:
         report.update(_write_traces(mesh, cfg, plan, opts, gathered, link_s))
     return report
