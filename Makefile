@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/moeplan inspect deepseek-v3 --cluster h100-sxm-8
+	$(BIN)/moeplan plan --model qwen3-235b-a22b --cluster smidt-a40 --out out/demo-qwen3-235b-smidt-a40
+	$(BIN)/moeplan plan --model deepseek-v2 --layers 8 --cluster findep-a --out out/demo-deepseek-v2-findep-a
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -24,6 +25,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow"
 
 test-browser: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
 	$(BIN)/pytest -m browser
 
 bench: $(STAMP)
