@@ -39,6 +39,19 @@ def hybrid(tp, ep_):
                               "moe": {"tp": tp, "ep": ep_}, "pp": 1})
 
 
+def ep_placed(w, slots, seed):
+    """EP plan with a random expert placement of ``slots`` physical slots over BASE's experts."""
+    g = torch.Generator().manual_seed(seed)
+    maps = []
+    for _ in range(BASE.num_layers):
+        extra = torch.randint(0, BASE.num_experts, (slots - BASE.num_experts,), generator=g)
+        phys = torch.cat([torch.arange(BASE.num_experts), extra])
+        maps.append(phys[torch.randperm(slots, generator=g)].tolist())
+    plan = ep(w)
+    plan["details"] = {"placement": {"physical_to_logical_map": maps}}
+    return plan
+
+
 def tp_ep(w, token_plan):
     return _plan("strategy", {"world_size": w, "attn": {"tp": w, "dp": 1}, "moe": {"tp": 1, "ep": w},
                               "pp": 1}, {"token_plan": token_plan})
@@ -69,6 +82,7 @@ def _opts(cfg=BASE, **kw):
 CHECKS = {
     2: {
         "ep": (ep(2), _opts()),
+        "ep_placement_replicas": (ep_placed(2, 14, 0), _opts()),
         "hybrid_tp2": (hybrid(2, 1), _opts()),
         "hybrid_ep2_fused": (hybrid(1, 2), _opts(V3)),
         "hybrid_ep2_unfused": (hybrid(1, 2), _opts(V3, fused=False)),
@@ -80,6 +94,7 @@ CHECKS = {
     },
     3: {
         "ep_topp": (ep(3), _opts(TOPP)),
+        "ep_placement_permuted": (ep_placed(3, 12, 1), _opts()),
         "hybrid_ep3_fused": (hybrid(1, 3), _opts()),
         "hybrid_tp3": (hybrid(3, 1), _opts(V3)),
         "dep_1_2_aass": (dep(1, 2, 3, 2, 1, "AASS"), _opts(V3)),
@@ -90,6 +105,7 @@ CHECKS = {
     },
     4: {
         "ep_v3": (ep(4), _opts(V3)),
+        "ep_placement_eplb": (ep_placed(4, 16, 2), _opts(TOPP)),
         "hybrid_tp2_ep2_fused": (hybrid(2, 2), _opts(V3)),
         "hybrid_tp2_ep2_unfused": (hybrid(2, 2), _opts(fused=False)),
         "hybrid_ep4_fused": (hybrid(1, 4), _opts(TOPP)),

@@ -119,3 +119,31 @@ def test_mesh_module_does_not_import_torch():
     code = "import sys, moeplan.runtime.mesh; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_placement_routes_rows_to_replicas_of_their_expert():
+    """Every row lands on a slot holding its logical expert; replicas are used round-robin."""
+    from moeplan.runtime.placement import make_placement, to_physical
+
+    phys = [3, 0, 1, 2, 3, 3, 0, 4]  # expert 3 has 3 replicas, expert 0 two
+    pl = make_placement(phys, 5, ep=4)
+    ids, _ = _random_routing(30, 3, 5, 11)
+    out = to_physical(ids, pl)
+    for t in range(30):
+        for k in range(3):
+            e = int(ids[t, k])
+            if e < 0:
+                assert int(out[t, k]) == -1
+                continue
+            slots = [p for p, x in enumerate(phys) if x == e]
+            assert int(out[t, k]) == slots[(t + k) % len(slots)]
+
+
+@pytest.mark.parametrize("phys, match", [([0, 1, 2], "divisible"), ([0, 1, 1, 1], "missing"),
+                                         ([0, 1, 2, 9], "logical expert ids")])
+def test_bad_placement_raises_one_line_error(phys, match):
+    from moeplan.errors import MoeplanError
+    from moeplan.runtime.placement import make_placement
+
+    with pytest.raises(MoeplanError, match=match):
+        make_placement(phys, 3, ep=2)

@@ -96,8 +96,11 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         check_hybrid(mesh, cfg)
         require(batch >= mesh.attn_dp, f"tokens/seq ({batch}) must be >= attn.dp ({mesh.attn_dp})")
     else:
-        require(cfg.num_experts % mesh.moe_ep == 0,
-                f"model.num_experts ({cfg.num_experts}) must be divisible by ep ({mesh.moe_ep})")
+        from moeplan.runtime.placement import placements
+
+        if placements(mesh.details, cfg.num_layers, cfg.num_experts, mesh.moe_ep) is None:
+            require(cfg.num_experts % mesh.moe_ep == 0,
+                    f"model.num_experts ({cfg.num_experts}) must be divisible by ep ({mesh.moe_ep})")
         require(batch >= mesh.attn_dp, f"tokens/seq ({batch}) must be >= attn.dp ({mesh.attn_dp})")
     return mesh, cfg, batch
 
@@ -140,8 +143,10 @@ def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOpt
     g = build_groups(mesh, rank)
     if mesh.family == "ep":
         from moeplan.runtime.engines.ep import run_ep
+        from moeplan.runtime.placement import placements
 
-        return run_ep(x, layers, cfg, g, tl)
+        pl = placements(mesh.details, cfg.num_layers, cfg.num_experts, mesh.moe_ep)
+        return run_ep(x, layers, cfg, g, tl, pl)
     if is_tp_ep(mesh):
         from moeplan.runtime.engines.tp_ep import run_tp_ep
 
