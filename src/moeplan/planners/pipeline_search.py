@@ -89,12 +89,15 @@ class WindowKnapsack:
         self.n, self.capacity = len(times), int(capacity)
         self.times = [np.asarray(t, dtype=np.float64) for t in times]
         self.units = [np.asarray(u, dtype=np.int64) for u in units]
-        self.keep = [_pareto(t, u) for t, u in zip(self.times, self.units, strict=True)]
+        memo: dict[bytes, np.ndarray] = {}  # identical modules (e.g. attention) share fronts
+        self.keep = [memo.setdefault(t.tobytes() + u.tobytes(), _pareto(t, u)) if len(t) > 1
+                     else np.zeros(1, dtype=np.int64)
+                     for t, u in zip(self.times, self.units, strict=True)]
         tmin = np.array([t.min() for t in self.times])
         umin = np.array([u.min() for u in self.units])
         self.prefix_t = np.concatenate([[0.0], np.cumsum(tmin)])
         self.prefix_u = np.concatenate([[0], np.cumsum(umin)])
-        fast = [int(np.lexsort((u, t))[0]) for t, u in zip(self.times, self.units, strict=True)]
+        fast = [int(k[np.argmin(t[k])]) for t, k in zip(self.times, self.keep, strict=True)]
         self.fast_u = np.concatenate([[0], np.cumsum([u[i] for u, i in zip(self.units, fast,
                                                                             strict=True)])])
         self._cache: dict[int, list[np.ndarray]] = {}
@@ -131,8 +134,8 @@ class WindowKnapsack:
     def choose(self, left: int, right: int) -> list[int]:
         """Choices achieving :meth:`best` for the window (backtracking the cached tables)."""
         if self.fast_u[right] - self.fast_u[left] <= self.capacity:
-            return [int(np.lexsort((u, t))[0]) for t, u in
-                    zip(self.times[left:right], self.units[left:right], strict=True)]
+            return [int(k[np.argmin(t[k])]) for t, k in
+                    zip(self.times[left:right], self.keep[left:right], strict=True)]
         cap, picks = self.capacity, []
         for m in range(right - 1, left - 1, -1):
             cur = self.table(left, m + 1)[cap]
@@ -151,18 +154,27 @@ def _fits(value: float, limit: float) -> bool:
 
 
 def feasible(ks: WindowKnapsack, limit: float, stages: int) -> list[int] | None:
-    """Algorithm 2: greedy longest windows with duration ``<= limit``; bounds or None."""
+    """Algorithm 2: greedy longest windows with duration ``<= limit``; bounds or None.
+
+    A window's best duration only grows with its right end (paper §4.2), so the longest
+    feasible window from ``left`` is found by bisection over the right end instead of one
+    step at a time; the knapsack tables behind it are still grown one module at a time.
+    """
     bounds, left = [0], 0
     while left < ks.n:
         if len(bounds) > stages or not _fits(ks.best(left, left + 1), limit):
             return None
         # memory-free bound caps how far the window can reach
         reach = int(np.searchsorted(ks.prefix_t, ks.prefix_t[left] + limit, side="right")) - 1
-        right = left + 1
-        while right < min(reach, ks.n) and _fits(ks.best(left, right + 1), limit):
-            right += 1
-        bounds.append(right)
-        left = right
+        good, bad = left + 1, min(reach, ks.n) + 1  # best(left, good) fits; bad is beyond
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if _fits(ks.best(left, mid), limit):
+                good = mid
+            else:
+                bad = mid
+        bounds.append(good)
+        left = good
     return bounds if len(bounds) - 1 <= stages else None
 
 
@@ -193,6 +205,8 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
     """Algorithm 1: binary search on the bottleneck; None when no plan fits memory."""
     ks = knapsack or WindowKnapsack(times, units, capacity)
     require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
+    if stages == 1:  # one window: the knapsack answers directly
+        return None if ks.best(0, ks.n) == INF else _result(ks, [0, ks.n], 0)
     lo = max(max(float(t.min()) for t in ks.times), ks.lower(0, ks.n) / stages)
     hi_bounds = feasible(ks, INF, stages)
     if hi_bounds is None:
@@ -200,6 +214,16 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
     calls = 1
     best = hi_bounds
     hi = max(ks.best(a, b) for a, b in itertools.pairwise(best))
+    # gallop up from the lower bound (the optimum is usually close to it), then bisect
+    step = max(eps, 0.01 * lo)
+    while lo + step < hi:
+        got = feasible(ks, lo + step, stages)
+        calls += 1
+        if got is not None:
+            best = got
+            hi = max(ks.best(a, b) for a, b in itertools.pairwise(got))
+            break
+        lo, step = lo + step, 2 * step
     while hi - lo > eps:
         mid = 0.5 * (lo + hi)
         got = feasible(ks, mid, stages)

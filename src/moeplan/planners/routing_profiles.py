@@ -81,7 +81,7 @@ def mean_k_from_shape(num_layers: int, top_k: int, *, mean: float, amplitude: fl
 
 def synthetic_top_p_mean_k(num_layers: int, num_experts: int, p: float, *, k_max: int,
                            k_min: int = 1, tokens: int = 1024, seed: int = 0,
-                           sharpness: tuple[float, float] = (1.0, 3.0)) -> tuple[float, ...]:
+                           sharpness: tuple[float, float] = (0.5, 4.0)) -> tuple[float, ...]:
     """Mean k per layer from Top-P routing over synthetic router logits.
 
     Logits are ``N(0, s_l^2)`` per token and expert, with the scale ``s_l`` of layer ``l``

@@ -1,0 +1,199 @@
+"""``moeplan pipeline``: SMIDT module-level pipeline partition with DPMoE, and its baselines.
+
+Thin: parse flags, read the routing profile (``--routing-profile`` JSON file, or ``--top-p``
+through :func:`moeplan.planners.routing_profiles.synthetic_top_p_mean_k`), build specs and the
+cost model, call :func:`moeplan.planners.pipeline.plan_pipeline`, print a rich table or one
+JSON object, and optionally write the plotly figure and ``plan.json`` (atomically).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli.strategy import load_model_arg
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError, require
+from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
+from moeplan.planners.routing_profiles import profile_from_dict, synthetic_top_p_mean_k
+from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
+
+BASELINES = ("uniform", "time_balanced", "no_pp")
+
+
+def read_routing_profile(path: str, model: ModelSpec) -> RoutingProfile:
+    """A profile JSON file, or the name of a shipped one (``presets/routing/<name>.json``)."""
+    file = Path(path)
+    if not file.is_file():
+        shipped = resources.files("moeplan.specs.presets").joinpath("routing", f"{path}.json")
+        require(shipped.is_file(), f"--routing-profile ({path}) is not a file or a shipped profile")
+        text = shipped.read_text(encoding="utf-8")
+    else:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise MoeplanError(f"--routing-profile ({path}) cannot be read: {err}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise MoeplanError(f"--routing-profile ({path}) is not valid JSON: {err}") from None
+    return profile_from_dict(data, num_moe_layers=model.num_moe_layers, top_k=model.top_k)
+
+
+def routing_for(model: ModelSpec, profile: str | None, top_p: float | None) -> RoutingProfile:
+    require(profile is None or top_p is None, "--routing-profile and --top-p are exclusive")
+    if profile is not None:
+        return read_routing_profile(profile, model)
+    if top_p is not None:
+        mean_k = synthetic_top_p_mean_k(model.num_moe_layers, model.num_experts, top_p,
+                                        k_max=model.top_k)
+        return RoutingProfile(top_k=model.top_k, mean_k=mean_k,
+                              source=f"synthetic top-p {top_p} (seed 0)")
+    return RoutingProfile.static(model.top_k)
+
+
+def pipeline_command(
+    model: Annotated[str, typer.Option("--model", help="Model preset or path to a config.json.")],
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. smidt-a40).")],
+    pp: Annotated[str, typer.Option("--pp", help="PP degree, or 'auto' (every divisor).")] = "auto",
+    routing_profile: Annotated[str | None, typer.Option(
+        "--routing-profile", help="Routing profile JSON (mean_k per MoE layer) or shipped name.")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        "--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile.")] = None,
+    isl: Annotated[int, typer.Option("--isl", help="Prompt length (tokens).")] = 1000,
+    osl: Annotated[int, typer.Option("--osl", help="Output length (tokens).")] = 50,
+    batch: Annotated[int, typer.Option("--batch", help="Requests in flight.")] = 64,
+    phase: Annotated[str, typer.Option("--phase", help="prefill, decode or both.")] = "both",
+    sync_pp: Annotated[bool, typer.Option(
+        "--sync-pp", help="Blocking PP sends (default: asynchronous, SMIDT §4.3).")] = False,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Exact optimum of the same problem (exhaustive when small).")] = False,
+    figure: Annotated[str | None, typer.Option("--figure", help="Write a plotly HTML figure.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Write plan.json here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
+    spec = load_model_arg(model)
+    cl = load_cluster(cluster)
+    degree = None if pp == "auto" else _int_flag("--pp", pp)
+    routing = routing_for(spec, routing_profile, top_p)
+    workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
+    res = plan_pipeline(spec, cl, workload, cost_model_for(cl), pp=degree,
+                        async_pp=not sync_pp, verify=verify)
+    if figure:
+        write_atomic(figure, figure_html(res))
+    if out:
+        write_atomic(out, json.dumps(res.to_plan_dict(), indent=2) + "\n")
+    if as_json:
+        print_json(result_dict(res))
+    else:
+        _print_human(res, routing)
+
+
+def _int_flag(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise MoeplanError(f"{name} ({value}) must be an integer or 'auto'") from None
+
+
+def _plan_dict(p: PipelinePlan) -> dict:
+    return {"pp": p.pp, "throughput_tokens_per_s": p.throughput_tokens_per_s,
+            "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
+            "bottleneck_s": p.bottleneck_s, "period_s": p.period_s,
+            "stages": [s.to_dict() for s in p.stages]}
+
+
+def result_dict(res: PipelineResult) -> dict:
+    """The ``--json`` object (keys per the SMIDT issue)."""
+    d = _plan_dict(res.plan)
+    d.update({
+        "model": res.model, "cluster": res.cluster, "world_size": res.world_size,
+        "async_pp": res.async_pp, "mem_limit_bytes": res.mem_limit_bytes,
+        "baselines": {k: None if v is None else _plan_dict(v) for k, v in res.baselines.items()},
+        "speedup_vs_uniform": res.speedup("uniform"),
+        "speedup_vs_time_balanced": res.speedup("time_balanced"),
+        "speedup_vs_no_pp": res.speedup("no_pp"),
+        "per_pp": {str(s): None if p is None else {"bottleneck_s": p.bottleneck_s,
+                                                     "throughput_tokens_per_s":
+                                                         p.throughput_tokens_per_s}
+                   for s, p in res.per_pp.items()},
+        "search_ms": res.search_s * 1e3,
+    })
+    if res.verify is not None:
+        d.update(res.verify)
+    return d
+
+
+def _compact(stage) -> str:
+    """Runs of equal choices, e.g. ``attn0-3 t1d4 · moe0-3 t2d2``."""
+    runs: list[list] = []
+    for m, c in stage.modules:
+        label = f"t{c.tp}" + (f"e{c.ep}" if c.ep > 1 else "") + (f"d{c.dpmoe}" if c.dpmoe > 1 else "")
+        if runs and runs[-1][0] == (m.kind, label):
+            runs[-1][2] = m.layer
+        else:
+            runs.append([(m.kind, label), m.layer, m.layer])
+    return " ".join(f"{k}{a}{'' if a == b else f'-{b}'}:{lab}" for (k, lab), a, b in runs)
+
+
+def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
+    p = res.plan
+    console.print(f"[bold]SMIDT[/bold] {res.model} on {res.cluster} ({res.world_size} GPUs), "
+                  f"routing: {routing.source}, mean k {routing.mean_over_layers():.2f}; "
+                  f"PP {p.pp} x {p.r} GPUs, {'async' if res.async_pp else 'sync'} sends")
+    t = Table(title="stages (modules [start, end), parallel choice per run of layers)")
+    for col in ("stage", "modules", "choices", "time", "p2p", "mem/GPU", "limit"):
+        t.add_column(col)
+    for j, s in enumerate(p.stages):
+        t.add_row(str(j), f"[{s.start_module}, {s.end_module})", _compact(s), fmt_time(s.time_s),
+                  fmt_time(s.p2p_s), fmt_bytes(s.mem_bytes_per_gpu), fmt_bytes(res.mem_limit_bytes))
+    console.print(t)
+    b = Table(title="SMIDT vs baselines (same cost model)")
+    for col in ("plan", "pp", "bottleneck", "throughput tok/s", "speedup", "mem/GPU max/min"):
+        b.add_column(col)
+    for name, plan in [("smidt", p), *((k, res.baselines.get(k)) for k in BASELINES)]:
+        if plan is None:
+            b.add_row(name, "-", "-", "no plan fits", "-", "-")
+            continue
+        hi, lo = plan.mem_spread()
+        b.add_row(name, str(plan.pp), fmt_time(plan.bottleneck_s),
+                  f"{plan.throughput_tokens_per_s:,.0f}",
+                  f"{p.throughput_tokens_per_s / plan.throughput_tokens_per_s:.2f}x",
+                  f"{fmt_bytes(hi)} / {fmt_bytes(lo)} ({hi / lo:.2f})")
+    console.print(b)
+    console.print(f"search: {res.search_s * 1e3:.1f} ms over PP degrees {sorted(res.per_pp)}")
+    if res.verify is not None:
+        v = res.verify
+        console.print(f"verify ({v['method']}): optimum bottleneck "
+                      f"{fmt_time(v['exhaustive_bottleneck_s'])}, gap {fmt_time(v['gap_s'])}")
+
+
+def figure_html(res: PipelineResult) -> str:
+    """Plotly page: stage time (compute + P2P) and memory per GPU, SMIDT vs baselines."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("stage time (ms)", "memory per GPU (GiB)"))
+    plans = [("smidt", res.plan)] + [(k, v) for k, v in res.baselines.items() if v is not None]
+    for name, plan in plans:
+        x = [f"{name} PP{plan.pp} s{j}" for j in range(plan.pp)]
+        fig.add_bar(x=x, y=[s.time_s * 1e3 for s in plan.stages], name=f"{name} compute",
+                    row=1, col=1)
+        fig.add_bar(x=x, y=[s.p2p_s * 1e3 for s in plan.stages], name=f"{name} p2p", row=1, col=1)
+        fig.add_bar(x=x, y=[s.mem_bytes_per_gpu / 2**30 for s in plan.stages],
+                    name=f"{name} memory", row=1, col=2)
+    fig.add_hline(y=res.mem_limit_bytes / 2**30, line_dash="dash", row=1, col=2,
+                  annotation_text="GPU memory")
+    fig.update_layout(barmode="stack", title=f"SMIDT plan: {res.model} on {res.cluster}",
+                      height=520)
+    return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pipeline")(pipeline_command)
