@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -110,11 +111,12 @@ def test_search_equals_exhaustive_on_real_tables(mname, layers, frac):
     for pp in pp_degrees(model, cluster, None):
         dt = degree_tables(model, cluster, wl, cm, pp, ev, resolution=256)
         times = dt.times()
-        fastest = [int(u[np.argmin(t)]) for t, u in zip(times, dt.units, strict=True)]
-        least = _least_capacity([int(u.min()) for u in dt.units], pp)
+        fastest = [int(u[np.argmin(t)]) + b for t, u, b in zip(times, dt.units, dt.base,
+                                                                 strict=True)]
+        least = math.ceil(_least_capacity(list(dt.base), pp))
         cap = int(least + frac * max(0, sum(fastest) - least))
-        got = search_partition(times, dt.units, cap, pp, eps=1e-7)
-        exact = exhaustive_partition(times, dt.units, cap, pp)
+        got = search_partition(times, dt.units, cap, pp, eps=1e-7, base=dt.base)
+        exact = exhaustive_partition(times, dt.units, cap, pp, base=dt.base)
         assert (got is None) == (exact is None)
         assert exact is not None  # cap >= least: some partition fits
         assert exact.bottleneck <= got.bottleneck + 1e-12
@@ -123,7 +125,7 @@ def test_search_equals_exhaustive_on_real_tables(mname, layers, frac):
     assert compared >= 3
 
 
-def _least_capacity(units: list[int], parts: int) -> int:
+def _least_capacity(units: list[float], parts: int) -> float:
     """Smallest capacity at which ``units`` cut into ``parts`` contiguous runs fit (brute)."""
     n = len(units)
     return min(max(sum(units[a:b]) for a, b in itertools.pairwise((0, *cuts, n)))
@@ -142,7 +144,7 @@ def test_smidt_is_never_slower_than_layer_baselines_at_the_same_degree():
     checked = 0
     for pp in (2, 4, 8):
         dt = degree_tables(model, cluster, wl, cm, pp, ev, resolution=512)
-        part = search_partition(dt.times(), dt.units, dt.cap_units, pp, eps=1e-6)
+        part = search_partition(dt.times(), dt.units, dt.cap_units, pp, eps=1e-6, base=dt.base)
         for name, base in baselines_for_degree(dt, rounds=4, async_pp=True).items():
             if base is None:
                 continue
@@ -195,3 +197,14 @@ def test_plan_dict_and_speedups_for_qwen3_on_smidt_a40():
     assert set(res.baselines) == {"uniform", "time_balanced", "no_pp"}
     for name in res.baselines:
         assert res.speedup(name) is not None and math.isfinite(res.speedup(name))
+
+
+def test_memory_named_by_no_plan_error_is_enough():
+    """With 2 % more than the memory the error names, a plan exists."""
+    model, cluster = load_model("deepseek-v3"), load_cluster("a100-sxm-8")
+    with pytest.raises(MoeplanError, match="no plan fits") as err:
+        plan_pipeline(model, cluster, WORKLOAD, cost_model_for(cluster), baselines=False)
+    need = float(str(err.value).split("needs at least ")[1].split(" GiB")[0]) * 2**30
+    bigger = replace(cluster, gpu=replace(cluster.gpu, mem_bytes=need * 1.02))
+    res = plan_pipeline(model, bigger, WORKLOAD, cost_model_for(bigger), baselines=False)
+    _check_plan(res, model, bigger, WORKLOAD)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -35,11 +36,11 @@ def _instance(seed: int):
     stages = int(rng.integers(1, min(n, 4) + 1))
     need = sum(float(m.min()) for m in mems) / stages
     cap_bytes = float(rng.uniform(0.9, 2.0)) * need + 4e9
-    units, cap = discretize(mems, cap_bytes, resolution=int(rng.integers(8, 64)))
-    return times, mems, units, cap, cap_bytes, stages
+    units, base, cap = discretize(mems, cap_bytes, resolution=int(rng.integers(8, 64)))
+    return times, mems, units, base, cap, cap_bytes, stages
 
 
-def _joint_brute_force(times, units, cap, stages):
+def _joint_brute_force(times, units, base, cap, stages):
     """Every boundary set × every joint choice assignment (no per-stage decomposition)."""
     n, best = len(times), float("inf")
     for cuts in itertools.combinations(range(1, n), stages - 1):
@@ -47,7 +48,9 @@ def _joint_brute_force(times, units, cap, stages):
         for assign in itertools.product(*(range(len(t)) for t in times)):
             worst = 0.0
             for a, b in itertools.pairwise(bounds):
-                if sum(int(units[m][assign[m]]) for m in range(a, b)) > cap:
+                room = math.floor(cap - float(np.cumsum(np.r_[0.0, base])[b]
+                                              - np.cumsum(np.r_[0.0, base])[a]))
+                if sum(int(units[m][assign[m]]) for m in range(a, b)) > room:
                     worst = float("inf")
                     break
                 worst = max(worst, sum(float(times[m][assign[m]]) for m in range(a, b)))
@@ -55,13 +58,13 @@ def _joint_brute_force(times, units, cap, stages):
     return best
 
 
-def _check_partition(part, times, mems, units, cap, cap_bytes, stages):
+def _check_partition(part, times, mems, units, base, cap, cap_bytes, stages):
     assert part.bounds[0] == 0 and part.bounds[-1] == len(times)
     assert len(part.bounds) - 1 == stages
     for (a, b), st in zip(itertools.pairwise(part.bounds), part.stage_times, strict=True):
-        used_units = sum(int(units[m][part.choice[m]]) for m in range(a, b))
+        used_units = sum(int(units[m][part.choice[m]]) + base[m] for m in range(a, b))
         used_bytes = sum(float(mems[m][part.choice[m]]) for m in range(a, b))
-        assert used_units <= cap and used_bytes <= cap_bytes
+        assert used_units <= cap + 1e-9 and used_bytes <= cap_bytes
         assert sum(float(times[m][part.choice[m]]) for m in range(a, b)) == pytest.approx(st)
 
 
@@ -70,15 +73,15 @@ def test_search_matches_exhaustive_on_random_instances(block):
     """240 random instances: search bottleneck within eps of the exact optimum; same feasibility."""
     solved = 0
     for seed in range(block * 30, block * 30 + 30):
-        times, mems, units, cap, cap_bytes, stages = _instance(seed)
-        got = search_partition(times, units, cap, stages, eps=EPS)
-        exact = exhaustive_partition(times, units, cap, stages)
+        times, mems, units, base, cap, cap_bytes, stages = _instance(seed)
+        got = search_partition(times, units, cap, stages, eps=EPS, base=base)
+        exact = exhaustive_partition(times, units, cap, stages, base=base)
         assert (got is None) == (exact is None), seed
         if exact is None:
             continue
         assert exact.bottleneck - 1e-9 <= got.bottleneck <= exact.bottleneck + EPS, seed
-        _check_partition(got, times, mems, units, cap, cap_bytes, stages)
-        _check_partition(exact, times, mems, units, cap, cap_bytes, stages)
+        _check_partition(got, times, mems, units, base, cap, cap_bytes, stages)
+        _check_partition(exact, times, mems, units, base, cap, cap_bytes, stages)
         solved += 1
     assert solved >= 20  # most instances are feasible, so the comparison is not vacuous
 
@@ -87,12 +90,12 @@ def test_exhaustive_and_naive_dp_agree_with_joint_brute_force():
     """Oracles cross-checked: per-stage exhaustive and the O(n^2) DP equal joint enumeration."""
     checked = 0
     for seed in range(1000, 1200):
-        times, _, units, cap, _, stages = _instance(seed)
+        times, _, units, base, cap, _, stages = _instance(seed)
         if len(times) > 6:
             continue
-        brute = _joint_brute_force(times, units, cap, stages)
-        exact = exhaustive_partition(times, units, cap, stages)
-        naive = naive_dp_partition(times, units, cap, stages)
+        brute = _joint_brute_force(times, units, base, cap, stages)
+        exact = exhaustive_partition(times, units, cap, stages, base=base)
+        naive = naive_dp_partition(times, units, cap, stages, base=base)
         if brute == float("inf"):
             assert exact is None and naive is None
         else:
@@ -128,6 +131,7 @@ def test_discretize_rounds_up_so_unit_fit_implies_byte_fit():
     """ceil rounding: any selection within the unit capacity is within the byte capacity."""
     rng = np.random.default_rng(3)
     mems = [rng.uniform(0, 5e9, size=3) for _ in range(6)]
-    units, cap = discretize(mems, 8e9, resolution=37)
-    for u, m in zip(units, mems, strict=True):
-        assert np.all(u * (8e9 / cap) >= m)
+    units, base, cap = discretize(mems, 8e9, resolution=37)
+    for u, b, m in zip(units, base, mems, strict=True):
+        assert np.all((u + b) * (8e9 / cap) >= m)
+        assert u.min() == 0  # the cheapest choice is the exact base

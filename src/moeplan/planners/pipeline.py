@@ -161,6 +161,7 @@ class DegreeTables:
     capacity: float
     reserve: float
     units: tuple[np.ndarray, ...]
+    base: np.ndarray
     cap_units: int
     p2p: list[float]
 
@@ -179,10 +180,10 @@ def degree_tables(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm
     capacity = cluster.gpu.mem_bytes - reserve
     if capacity <= 0:
         return None
-    units, cap_units = discretize([t.mems() for t in tables], capacity, resolution)
+    units, base, cap_units = discretize([t.mems() for t in tables], capacity, resolution)
     p2p = [p2p_seconds(cm, ctx, j) if j < pp - 1 else 0.0 for j in range(pp)]
     return DegreeTables(ctx=ctx, tables=tables, capacity=capacity, reserve=reserve,
-                        units=units, cap_units=cap_units, p2p=p2p)
+                        units=units, base=base, cap_units=cap_units, p2p=p2p)
 
 
 def assemble(method: str, dt: DegreeTables, bounds: tuple[int, ...], choice: tuple[int, ...],
@@ -272,7 +273,7 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     parts: dict[int, Partition] = {}
     for s, dt in degrees.items():
         part = None if dt is None else search_partition(dt.times(), dt.units, dt.cap_units, s,
-                                                        eps=eps)
+                                                        eps=eps, base=dt.base)
         per_pp[s] = None if part is None else assemble("smidt", dt, part.bounds, part.choice,
                                                         rounds)
         if part is not None:
@@ -302,7 +303,7 @@ def _verify(dt: DegreeTables | None, plan: PipelinePlan) -> dict:
     n = len(dt.tables)
     small = n <= 12 and dt.ctx.pp * dt.ctx.r <= 8
     solver = exhaustive_partition if small else naive_dp_partition
-    exact = solver(dt.times(), dt.units, dt.cap_units, dt.ctx.pp)
+    exact = solver(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, base=dt.base)
     assert exact is not None, "search found a plan the exact solver calls infeasible"
     return {"method": "exhaustive" if small else "exact_dp",
             "exhaustive_bottleneck_s": exact.bottleneck,

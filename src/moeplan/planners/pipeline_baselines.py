@@ -15,6 +15,7 @@ SMIDT plan (the paper's baselines are the best of a manual search over the same 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -61,8 +62,9 @@ def _layer_bounds_uniform(num_layers: int, stages: int) -> tuple[int, ...]:
 def _fits(dt: DegreeTables, bounds: tuple[int, ...], picks: tuple[int, ...]) -> bool:
     """Memory check in the search's units, so SMIDT's search space contains the baseline."""
     used = np.concatenate([[0], np.cumsum([dt.units[m][picks[m]] for m in range(len(picks))])])
-    return all(used[b] - used[a] <= dt.cap_units for a, b in zip(bounds[:-1], bounds[1:],
-                                                                  strict=True))
+    pre_b = np.concatenate([[0.0], np.cumsum(dt.base)])
+    return all(used[b] - used[a] <= math.floor(dt.cap_units - (pre_b[b] - pre_b[a]))
+               for a, b in zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _balanced_bounds(dt: DegreeTables, picks: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -70,8 +72,9 @@ def _balanced_bounds(dt: DegreeTables, picks: tuple[int, ...]) -> tuple[int, ...
     times = np.array([dt.tables[m].costs[picks[m]].time_s for m in range(n)])
     layer_t = times.reshape(-1, 2).sum(axis=1)
     layer_u = np.array([dt.units[m][picks[m]] for m in range(n)]).reshape(-1, 2).sum(axis=1)
+    layer_b = dt.base.reshape(-1, 2).sum(axis=1)
     part = search_partition([np.array([v]) for v in layer_t], [np.array([u]) for u in layer_u],
-                            dt.cap_units, dt.ctx.pp, eps=1e-7)
+                            dt.cap_units, dt.ctx.pp, eps=1e-7, base=layer_b)
     return None if part is None else tuple(2 * b for b in part.bounds)
 
 

@@ -12,11 +12,13 @@ one choice per module minimising the bottleneck stage duration (Eq. 1) subject t
 * :func:`naive_dp_partition` — the O(n²)-knapsack dynamic program the paper contrasts with
   (every window, then a min-max partition DP); exact, used as the benchmark reference.
 
-Memory discretization (:func:`discretize`): a choice of ``m`` bytes weighs ``ceil(m·R/M)``
-units against a capacity of ``R`` units, so a selection that fits in units fits in bytes
-(conservative: never over-commits memory; may reject a selection within ``n·M/R`` bytes of the
-limit). All three solvers take the *same* units, so the search is checked on the very problem it
-solves; its result is within ``eps`` of that problem's optimum.
+Memory discretization (:func:`discretize`): with ``u = M/R`` bytes per unit, each module's
+cheapest choice is its *base* ``b`` (kept exact, as a float number of units) and a choice of
+``m`` bytes weighs ``ceil((m - b)/u)`` extra units; a window fits when its extra units are at
+most ``floor(R - Σ base)``. So a selection that fits in units fits in bytes (conservative: never
+over-commits memory), and only modules that pick a larger-than-minimal choice lose (under one
+unit each) to rounding. All three solvers take the *same* units and bases, so the search is
+checked on the very problem it solves; its result is within ``eps`` of that optimum.
 
 Departures / additions: the paper starts ``d_lo = 0``; we start at the lower bound
 ``max(max_m min t, Σ min t / S)`` and set ``d_hi`` to the bottleneck actually found, which only
@@ -28,6 +30,7 @@ start, so windows are reused across binary-search iterations as well as within o
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,15 +57,17 @@ class Partition:
         require(len(self.choice) == self.bounds[-1], "partition.choice must cover every module")
 
 
-def discretize(mems: Sequence[np.ndarray], capacity: float,
-               resolution: int = 512) -> tuple[tuple[np.ndarray, ...], int]:
-    """Memory bytes → integer units, rounded up; returns (units per module, capacity units)."""
+def discretize(mems: Sequence[np.ndarray], capacity: float, resolution: int = 512,
+               ) -> tuple[tuple[np.ndarray, ...], np.ndarray, int]:
+    """Memory bytes → (extra units per choice, base units per module, capacity units)."""
     require(capacity > 0, f"memory capacity ({capacity}) must be positive")
     require(resolution >= 1, f"resolution ({resolution}) must be >= 1")
     scale = resolution / float(capacity)
-    out = tuple(np.ceil(np.asarray(m, dtype=np.float64) * scale * (1 + 1e-12)).astype(np.int64)
-                for m in mems)
-    return out, int(resolution)
+    arrs = [np.asarray(m, dtype=np.float64) * scale for m in mems]
+    base = np.array([a.min() for a in arrs])
+    extra = tuple(np.ceil((a - b) * (1 + 1e-12)).astype(np.int64)
+                  for a, b in zip(arrs, base, strict=True))
+    return extra, base * (1 + 1e-12), int(resolution)
 
 
 def _pareto(times: np.ndarray, units: np.ndarray) -> np.ndarray:
@@ -76,6 +81,15 @@ def _pareto(times: np.ndarray, units: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+def _prefix_base(base: Sequence[float] | None, n: int) -> np.ndarray:
+    arr = np.zeros(n) if base is None else np.asarray(base, dtype=np.float64)
+    return np.concatenate([[0.0], np.cumsum(arr)])
+
+
+def _room(capacity: int, prefix_b: np.ndarray, left: int, right: int) -> int:
+    return math.floor(capacity - (prefix_b[right] - prefix_b[left]))
+
+
 class WindowKnapsack:
     """Multiple-choice knapsack over windows ``[left, right)``, cached per ``left``.
 
@@ -84,7 +98,7 @@ class WindowKnapsack:
     """
 
     def __init__(self, times: Sequence[np.ndarray], units: Sequence[np.ndarray],
-                 capacity: int) -> None:
+                 capacity: int, base: Sequence[float] | None = None) -> None:
         require(len(times) == len(units) and len(times) >= 1, "times/units: one per module")
         self.n, self.capacity = len(times), int(capacity)
         self.times = [np.asarray(t, dtype=np.float64) for t in times]
@@ -97,6 +111,7 @@ class WindowKnapsack:
         umin = np.array([u.min() for u in self.units])
         self.prefix_t = np.concatenate([[0.0], np.cumsum(tmin)])
         self.prefix_u = np.concatenate([[0], np.cumsum(umin)])
+        self.prefix_b = _prefix_base(base, self.n)
         fast = [int(k[np.argmin(t[k])]) for t, k in zip(self.times, self.keep, strict=True)]
         self.fast_u = np.concatenate([[0], np.cumsum([u[i] for u, i in zip(self.units, fast,
                                                                             strict=True)])])
@@ -119,13 +134,18 @@ class WindowKnapsack:
                 np.minimum(out[w:], prev[:self.capacity + 1 - w] + self.times[m][i], out=out[w:])
         return out
 
+    def room(self, left: int, right: int) -> int:
+        """Units left for the window's extra units once its bases are paid (< 0: none)."""
+        return _room(self.capacity, self.prefix_b, left, right)
+
     def best(self, left: int, right: int) -> float:
         """Least duration of window ``[left, right)`` within memory (inf if none fits)."""
-        if self.prefix_u[right] - self.prefix_u[left] > self.capacity:
+        room = self.room(left, right)
+        if self.prefix_u[right] - self.prefix_u[left] > room:
             return INF
-        if self.fast_u[right] - self.fast_u[left] <= self.capacity:
+        if self.fast_u[right] - self.fast_u[left] <= room:
             return float(self.prefix_t[right] - self.prefix_t[left])
-        return float(self.table(left, right)[self.capacity])
+        return float(self.table(left, right)[room])
 
     def lower(self, left: int, right: int) -> float:
         """Memory-free lower bound on the window's duration."""
@@ -133,10 +153,10 @@ class WindowKnapsack:
 
     def choose(self, left: int, right: int) -> list[int]:
         """Choices achieving :meth:`best` for the window (backtracking the cached tables)."""
-        if self.fast_u[right] - self.fast_u[left] <= self.capacity:
+        cap, picks = self.room(left, right), []
+        if self.fast_u[right] - self.fast_u[left] <= cap:
             return [int(k[np.argmin(t[k])]) for t, k in
                     zip(self.times[left:right], self.keep[left:right], strict=True)]
-        cap, picks = self.capacity, []
         for m in range(right - 1, left - 1, -1):
             cur = self.table(left, m + 1)[cap]
             prev = self.table(left, m) if m > left else np.zeros(self.capacity + 1)
@@ -201,9 +221,9 @@ def _result(ks: WindowKnapsack, bounds: Sequence[int], calls: int = 0) -> Partit
 
 def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
                      stages: int, *, eps: float = 1e-4,
-                     knapsack: WindowKnapsack | None = None) -> Partition | None:
+                     base: Sequence[float] | None = None) -> Partition | None:
     """Algorithm 1: binary search on the bottleneck; None when no plan fits memory."""
-    ks = knapsack or WindowKnapsack(times, units, capacity)
+    ks = WindowKnapsack(times, units, capacity, base)
     require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
     if stages == 1:  # one window: the knapsack answers directly
         return None if ks.best(0, ks.n) == INF else _result(ks, [0, ks.n], 0)
@@ -252,15 +272,18 @@ def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capac
 
 
 def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray],
-                         capacity: int, stages: int) -> Partition | None:
+                         capacity: int, stages: int,
+                         base: Sequence[float] | None = None) -> Partition | None:
     """Exact optimum: every boundary set × exact per-stage choice enumeration (small n only)."""
     n = len(times)
     require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
     memo: dict[tuple[int, int], tuple[float, tuple[int, ...]]] = {}
+    prefix_b = _prefix_base(base, n)
 
     def stage(a: int, b: int) -> tuple[float, tuple[int, ...]]:
         if (a, b) not in memo:
-            front = _stage_front(times[a:b], units[a:b], capacity)
+            room = _room(capacity, prefix_b, a, b)
+            front = _stage_front(times[a:b], units[a:b], room) if room >= 0 else []
             memo[a, b] = (front[-1][1], front[-1][2]) if front else (INF, ())
         return memo[a, b]
 
@@ -278,15 +301,16 @@ def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray
 
 
 def naive_dp_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                       stages: int) -> Partition | None:
+                       stages: int, base: Sequence[float] | None = None) -> Partition | None:
     """Reference: knapsack for every window (O(n²) growths), then min-max partition DP."""
-    ks = WindowKnapsack(times, units, capacity)
+    ks = WindowKnapsack(times, units, capacity, base)
     n = ks.n
     require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
     cost = np.full((n + 1, n + 1), INF)
     for a in range(n):
         for b in range(a + 1, n + 1):
-            cost[a, b] = ks.table(a, b)[ks.capacity]
+            room = ks.room(a, b)
+            cost[a, b] = ks.table(a, b)[room] if room >= 0 else INF
     f = np.full((stages + 1, n + 1), INF)
     arg = np.zeros((stages + 1, n + 1), dtype=np.int64)
     f[0, 0] = 0.0
