@@ -69,3 +69,18 @@ def test_unsafe_pickles_are_refused(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(MoeplanError):
         read_per_token([tmp_path / "junk.pt"])
+
+
+def test_cli_import_writes_a_trace(tmp_path, capsys):
+    """moeplan trace import --from sglang-per-token writes a readable trace file."""
+    from moeplan.cli import main
+    from moeplan.traces.format import load_trace
+
+    rng = np.random.default_rng(1)
+    p2l = np.tile(np.arange(8), (3, 1))
+    _per_token_dump(tmp_path / "d.pt", rng, p2l)
+    main(["trace", "import", str(tmp_path / "d.pt"), "--out", str(tmp_path / "t.npz"),
+          "--num-experts", "8", "--json"])
+    tr = load_trace(tmp_path / "t.npz")
+    assert tr.num_layers == 2 and tr.num_experts == 8
+    assert '"occurrences"' in capsys.readouterr().out

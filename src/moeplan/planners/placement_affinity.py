@@ -52,8 +52,12 @@ def _count_layer(experts: np.ndarray, rows: np.ndarray, num_rows: int, e: int) -
 
 
 def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
-                 max_tokens: int = 16384) -> Affinity:
-    """Two streaming passes: token frequencies, then counts for the frequent tokens."""
+                 max_tokens: int = 16384,
+                 on_chunk: Callable[[RoutingTrace], None] | None = None) -> Affinity:
+    """Two streaming passes: token frequencies, then counts for the frequent tokens.
+
+    ``on_chunk`` (optional) sees every chunk of the second pass, so callers can gather other
+    statistics without a third read of the trace."""
     freq_all: dict[int, int] = {}
     hot = np.zeros((num_layers, num_experts))
     occ = 0
@@ -73,6 +77,8 @@ def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
     counts = np.zeros((num_layers, len(token_ids), num_experts), dtype=np.float32)
     aff = Affinity(token_ids=token_ids, counts=counts, freq=freq, hotness=hot, occurrences=occ)
     for chunk in train():
+        if on_chunk is not None:
+            on_chunk(chunk)
         rows = aff.rows_of(chunk.token_id)
         for layer in range(num_layers):
             counts[layer] += _count_layer(chunk.experts[:, layer], rows, len(token_ids),

@@ -19,7 +19,6 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from moeplan.planners.eplb import rebalance_experts
-from moeplan.planners.placement_affinity import ChunkSource
 from moeplan.planners.placement_cocluster import _swap_repair
 
 
@@ -39,23 +38,18 @@ def eplb_placement(hotness: np.ndarray, ep: int, num_nodes: int = 1,
     return y, phy2log
 
 
-def transition_counts(train: ChunkSource, num_layers: int, num_experts: int,
-                      max_occurrences: int = 262144) -> np.ndarray:
-    """T [L, E, E]: T[l][e, e'] pairs (e at l-1, e' at l) over the first occurrences."""
+def transition_counts(experts: np.ndarray, num_experts: int) -> np.ndarray:
+    """T [L, E, E] of one chunk: T[l][e, e'] pairs (e at layer l-1, e' at layer l)."""
     e = num_experts
-    t = np.zeros((num_layers, e * e))
-    seen = 0
-    for chunk in train():
-        ex = chunk.experts[: max(max_occurrences - seen, 0)].astype(np.int64)
-        seen += len(ex)
-        for layer in range(1, num_layers):
-            a, b = ex[:, layer - 1], ex[:, layer]
-            pair = (a[:, :, None] * e + b[:, None, :])
-            ok = (a[:, :, None] >= 0) & (b[:, None, :] >= 0)
-            t[layer] += np.bincount(pair[ok], minlength=e * e)
-        if seen >= max_occurrences:
-            break
-    return t.reshape(num_layers, e, e)
+    num_l = experts.shape[1]
+    t = np.zeros((num_l, e * e))
+    ex = experts.astype(np.int64)
+    for layer in range(1, num_l):
+        a, b = ex[:, layer - 1], ex[:, layer]
+        pair = (a[:, :, None] * e + b[:, None, :])
+        ok = (a[:, :, None] >= 0) & (b[:, None, :] >= 0)
+        t[layer] = np.bincount(pair[ok], minlength=e * e)
+    return t.reshape(num_l, e, e)
 
 
 def transition_objective(t: np.ndarray, y: np.ndarray) -> float:

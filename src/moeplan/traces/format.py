@@ -171,7 +171,7 @@ def _atomic_target(path: Path) -> tuple[int, str]:
 
 
 def save_trace(trace: RoutingTrace, path: str | os.PathLike[str],
-               row_group_occurrences: int = 65536) -> None:
+               row_group_occurrences: int = 8192) -> None:
     """Write ``.npz`` or ``.parquet`` atomically (temp file + os.replace)."""
     path = Path(path)
     fd, tmp = _atomic_target(path)
@@ -214,8 +214,9 @@ def _write_parquet(trace: RoutingTrace, path: str, row_group_occurrences: int) -
 class TraceWriter:
     """Streaming Parquet writer: append chunks, then ``close()`` renames into place."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], row_group_occurrences: int = 8192) -> None:
         self.path = Path(path)
+        self.row_group_occurrences = row_group_occurrences
         require(self.path.suffix == ".parquet",
                 f"trace path ({self.path}) must end in .parquet for streaming writes")
         fd, self._tmp = _atomic_target(self.path)
@@ -228,7 +229,9 @@ class TraceWriter:
         table = _arrow_table(chunk)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._tmp, table.schema)
-        self._writer.write_table(table)
+        # row groups of whole occurrences; small groups keep the reader's memory bounded
+        self._writer.write_table(table, row_group_size=self.row_group_occurrences
+                                 * chunk.num_layers)
 
     def close(self) -> None:
         require(self._writer is not None, f"trace ({self.path}) must not be empty")
@@ -281,6 +284,29 @@ def _load_npz(path: Path) -> tuple[dict[str, np.ndarray], int | None]:
     return cols, num_experts
 
 
+def _whole_occurrences(parts: Iterator[tuple[dict[str, np.ndarray], int | None]]
+                       ) -> Iterator[tuple[dict[str, np.ndarray], int | None]]:
+    """Re-cut row groups so that each holds whole occurrences (all L layer rows)."""
+    pending: dict[str, np.ndarray] | None = None
+    num_l: int | None = None
+    e: int | None = None
+    for cols, e in parts:
+        if pending is not None:
+            cols = {k: np.concatenate([pending[k], cols[k]]) for k in cols}
+        if "layer" not in cols or len(cols["layer"]) == 0:
+            yield cols, e
+            continue
+        layer = np.asarray(cols["layer"])
+        num_l = int(layer.max()) + 1 if num_l is None else max(num_l, int(layer.max()) + 1)
+        ends = np.flatnonzero(layer == num_l - 1)
+        cut = int(ends[-1]) + 1 if len(ends) else 0
+        pending = {k: v[cut:] for k, v in cols.items()}
+        if cut:
+            yield {k: v[:cut] for k, v in cols.items()}, e
+    if pending is not None and len(pending["layer"]):
+        yield pending, e
+
+
 def iter_trace(path: str | os.PathLike[str], chunk_occurrences: int = 65536,
                num_experts: int | None = None) -> Iterator[RoutingTrace]:
     """Stream a trace file as chunks of whole requests (about ``chunk_occurrences`` each)."""
@@ -295,7 +321,7 @@ def iter_trace(path: str | os.PathLike[str], chunk_occurrences: int = 65536,
         raise MoeplanError(f"trace path ({path}) must end in .npz or .parquet")
     carry: RoutingTrace | None = None
     seen = False
-    for cols, e in parts:
+    for cols, e in _whole_occurrences(parts):
         dense = from_long(cols, num_experts or e)
         if carry is not None:
             dense = concat([carry, dense])
