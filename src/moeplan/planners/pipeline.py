@@ -164,9 +164,11 @@ class DegreeTables:
     base: np.ndarray
     cap_units: int
     p2p: list[float]
+    time_arrays: tuple[np.ndarray, ...]
 
-    def times(self) -> list[np.ndarray]:
-        return [t.times() for t in self.tables]
+    def times(self) -> tuple[np.ndarray, ...]:
+        """Duration of every choice, per module (the search's input)."""
+        return self.time_arrays
 
 
 def degree_tables(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostModel,
@@ -183,7 +185,8 @@ def degree_tables(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm
     units, base, cap_units = discretize([t.mems() for t in tables], capacity, resolution)
     p2p = [p2p_seconds(cm, ctx, j) if j < pp - 1 else 0.0 for j in range(pp)]
     return DegreeTables(ctx=ctx, tables=tables, capacity=capacity, reserve=reserve,
-                        units=units, base=base, cap_units=cap_units, p2p=p2p)
+                        units=units, base=base, cap_units=cap_units, p2p=p2p,
+                        time_arrays=tuple(t.times() for t in tables))
 
 
 def assemble(method: str, dt: DegreeTables, bounds: tuple[int, ...], choice: tuple[int, ...],

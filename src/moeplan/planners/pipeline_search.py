@@ -107,8 +107,11 @@ class WindowKnapsack:
         self.keep = [memo.setdefault(t.tobytes() + u.tobytes(), _pareto(t, u)) if len(t) > 1
                      else np.zeros(1, dtype=np.int64)
                      for t, u in zip(self.times, self.units, strict=True)]
-        tmin = np.array([t.min() for t in self.times])
-        umin = np.array([u.min() for u in self.units])
+        # per module: the Pareto choices as python (units, time) pairs, fewest units first
+        self.pairs = [[(int(u[i]), float(t[i])) for i in k]
+                      for t, u, k in zip(self.times, self.units, self.keep, strict=True)]
+        tmin = np.array([min(p[1] for p in pairs) for pairs in self.pairs])
+        umin = np.array([pairs[0][0] for pairs in self.pairs])
         self.prefix_t = np.concatenate([[0.0], np.cumsum(tmin)])
         self.prefix_u = np.concatenate([[0], np.cumsum(umin)])
         self.prefix_b = _prefix_base(base, self.n)
@@ -116,22 +119,35 @@ class WindowKnapsack:
         self.fast_u = np.concatenate([[0], np.cumsum([u[i] for u, i in zip(self.units, fast,
                                                                             strict=True)])])
         self._cache: dict[int, list[np.ndarray]] = {}
+        self._suffix: list[np.ndarray] = [np.zeros(self.capacity + 1)]  # [n-j, n) at index j
         self.grown = 0
 
     def table(self, left: int, right: int) -> np.ndarray:
+        if right == self.n:  # windows ending at the last module share one right-anchored chain
+            return self.suffix(left)
         rows = self._cache.setdefault(left, [])
         while len(rows) < right - left:
             prev = rows[-1] if rows else np.zeros(self.capacity + 1)
             rows.append(self._add(prev, left + len(rows)))
         return rows[right - left - 1]
 
+    def suffix(self, left: int) -> np.ndarray:
+        """Knapsack table of ``[left, n)``, grown from the right end (shared by all lefts)."""
+        while len(self._suffix) <= self.n - left:
+            self._suffix.append(self._add(self._suffix[-1], self.n - len(self._suffix)))
+        return self._suffix[self.n - left]
+
     def _add(self, prev: np.ndarray, m: int) -> np.ndarray:
         self.grown += 1
-        out = np.full(self.capacity + 1, INF)
-        for i in self.keep[m]:
-            w = int(self.units[m][i])
-            if w <= self.capacity:
-                np.minimum(out[w:], prev[:self.capacity + 1 - w] + self.times[m][i], out=out[w:])
+        size = self.capacity + 1
+        (w0, t0), *rest = self.pairs[m]
+        out = np.empty(size)
+        out[:w0] = INF
+        if w0 < size:
+            np.add(prev[:size - w0], t0, out=out[w0:])
+        for w, t in rest:
+            if w < size:
+                np.minimum(out[w:], prev[:size - w] + t, out=out[w:])
         return out
 
     def room(self, left: int, right: int) -> int:
@@ -157,33 +173,51 @@ class WindowKnapsack:
         if self.fast_u[right] - self.fast_u[left] <= cap:
             return [int(k[np.argmin(t[k])]) for t, k in
                     zip(self.times[left:right], self.keep[left:right], strict=True)]
+        if right == self.n:  # walk the right-anchored chain forwards
+            for m in range(left, right):
+                pick = self._step(m, self.suffix(m)[cap], self.suffix(m + 1), cap)
+                picks.append(pick)
+                cap -= int(self.units[m][pick])
+            return picks
         for m in range(right - 1, left - 1, -1):
-            cur = self.table(left, m + 1)[cap]
-            prev = self.table(left, m) if m > left else np.zeros(self.capacity + 1)
-            cands = [(prev[cap - int(self.units[m][i])] + self.times[m][i], int(i))
-                     for i in self.keep[m] if int(self.units[m][i]) <= cap]
-            val, pick = min(cands)
-            assert val <= cur + 1e-12 * max(1.0, abs(cur)), "knapsack backtrack lost its path"
+            prev = self.table(left, m) if m > left else self._suffix[0]
+            pick = self._step(m, self.table(left, m + 1)[cap], prev, cap)
             picks.append(pick)
             cap -= int(self.units[m][pick])
         return picks[::-1]
+
+    def _step(self, m: int, cur: float, rest: np.ndarray, cap: int) -> int:
+        """The choice of module ``m`` that, with the best of ``rest``, attains ``cur``."""
+        cands = [(rest[cap - int(self.units[m][i])] + self.times[m][i], int(i))
+                 for i in self.keep[m] if int(self.units[m][i]) <= cap]
+        val, pick = min(cands)
+        assert val <= cur + 1e-12 * max(1.0, abs(cur)), "knapsack backtrack lost its path"
+        return pick
 
 
 def _fits(value: float, limit: float) -> bool:
     return value <= limit and value < INF
 
 
-def feasible(ks: WindowKnapsack, limit: float, stages: int) -> list[int] | None:
-    """Algorithm 2: greedy longest windows with duration ``<= limit``; bounds or None.
+def feasible(ks: WindowKnapsack, limit: float,
+             stages: int) -> tuple[list[int] | None, float]:
+    """Algorithm 2: greedy longest windows with duration ``<= limit``.
 
-    A window's best duration only grows with its right end (paper §4.2), so the longest
-    feasible window from ``left`` is found by bisection over the right end instead of one
-    step at a time; the knapsack tables behind it are still grown one module at a time.
+    Returns ``(bounds or None, next_limit)``. A window's best duration only grows with its
+    right end (paper §4.2), so the longest window from ``left`` is found by bisection over the
+    right end. ``next_limit`` is the least limit above ``limit`` at which the greedy would cut
+    differently (the cheapest one-module extension of any of its windows): the greedy makes
+    the same cuts, and so fails again, for every limit below it — a valid lower bound on the
+    optimum after a failure (addition to the paper; it lets the search skip dead ranges).
     """
-    bounds, left = [0], 0
+    bounds, left, nxt = [0], 0, INF
     while left < ks.n:
-        if len(bounds) > stages or not _fits(ks.best(left, left + 1), limit):
-            return None
+        first = ks.best(left, left + 1)
+        if not _fits(first, limit):
+            return None, min(nxt, first)
+        if len(bounds) == stages:  # the last stage must take every remaining module
+            whole = ks.best(left, ks.n)
+            return (bounds + [ks.n], nxt) if _fits(whole, limit) else (None, min(nxt, whole))
         # memory-free bound caps how far the window can reach
         reach = int(np.searchsorted(ks.prefix_t, ks.prefix_t[left] + limit, side="right")) - 1
         good, bad = left + 1, min(reach, ks.n) + 1  # best(left, good) fits; bad is beyond
@@ -193,9 +227,11 @@ def feasible(ks: WindowKnapsack, limit: float, stages: int) -> list[int] | None:
                 good = mid
             else:
                 bad = mid
+        if good < ks.n:
+            nxt = min(nxt, ks.best(left, good + 1))
         bounds.append(good)
         left = good
-    return bounds if len(bounds) - 1 <= stages else None
+    return bounds, nxt
 
 
 def _split_to(ks: WindowKnapsack, bounds: list[int], stages: int) -> list[int]:
@@ -228,30 +264,21 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
     if stages == 1:  # one window: the knapsack answers directly
         return None if ks.best(0, ks.n) == INF else _result(ks, [0, ks.n], 0)
     lo = max(max(float(t.min()) for t in ks.times), ks.lower(0, ks.n) / stages)
-    hi_bounds = feasible(ks, INF, stages)
-    if hi_bounds is None:
+    best, _ = feasible(ks, INF, stages)
+    if best is None:
         return None
     calls = 1
-    best = hi_bounds
     hi = max(ks.best(a, b) for a, b in itertools.pairwise(best))
-    # gallop up from the lower bound (the optimum is usually close to it), then bisect
     step = max(eps, 0.01 * lo)
-    while lo + step < hi:
-        got = feasible(ks, lo + step, stages)
-        calls += 1
-        if got is not None:
-            best = got
-            hi = max(ks.best(a, b) for a, b in itertools.pairwise(got))
-            break
-        lo, step = lo + step, 2 * step
+    galloping = True  # the optimum is usually close to the lower bound: gallop, then bisect
     while hi - lo > eps:
-        mid = 0.5 * (lo + hi)
-        got = feasible(ks, mid, stages)
+        mid = min(lo + step, 0.5 * (lo + hi)) if galloping else 0.5 * (lo + hi)
+        got, nxt = feasible(ks, mid, stages)
         calls += 1
         if got is None:
-            lo = mid
+            lo, step = max(mid, min(nxt, hi)), 2 * step
         else:
-            best = got
+            best, galloping = got, False
             hi = max(ks.best(a, b) for a, b in itertools.pairwise(got))
     return _result(ks, _split_to(ks, best, stages), calls)
 
