@@ -41,6 +41,7 @@ from moeplan.planners.pipeline_search import (
     Partition,
     discretize,
     exhaustive_partition,
+    level_memory,
     naive_dp_partition,
     search_partition,
 )
@@ -259,9 +260,11 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
                   cost_model: CostModel, *, pp: int | None = None, async_pp: bool = True,
                   eps: float = 1e-4, resolution: int = 512, rounds: int = 4,
                   evaluate: Evaluator | None = None, verify: bool = False,
-                  baselines: bool = True) -> PipelineResult:
+                  baselines: bool = True, level: bool = True) -> PipelineResult:
     """SMIDT plan for ``model`` on ``cluster`` serving ``workload`` (see module docstring).
 
+    ``level``: after the search, keep its bottleneck but lower the peak memory per GPU
+    (:func:`.pipeline_search.level_memory`) when that costs under 1 % throughput (fill).
     Raises :class:`MoeplanError` when no PP degree has a plan within GPU memory, naming the
     smallest memory per GPU that would fit.
     """
@@ -277,10 +280,13 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     for s, dt in degrees.items():
         part = None if dt is None else search_partition(dt.times(), dt.units, dt.cap_units, s,
                                                         eps=eps, base=dt.base)
-        per_pp[s] = None if part is None else assemble("smidt", dt, part.bounds, part.choice,
-                                                        rounds)
-        if part is not None:
-            parts[s] = part
+        if part is None or dt is None:
+            per_pp[s] = None
+            continue
+        parts[s] = part
+        per_pp[s] = assemble("smidt", dt, part.bounds, part.choice, rounds)
+        if level:
+            per_pp[s] = _leveled(dt, part, per_pp[s], rounds)
     search_s = time.perf_counter() - t0
     best = _choose([p for p in per_pp.values() if p is not None], async_pp)
     if best is None:
@@ -298,6 +304,17 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     return PipelineResult(model=model.name, cluster=cluster.name, world_size=cluster.num_gpus,
                           mem_limit_bytes=cluster.gpu.mem_bytes, async_pp=async_pp, plan=best,
                           per_pp=per_pp, baselines=base, search_s=search_s, verify=check)
+
+
+def _leveled(dt: DegreeTables, part: Partition, plan: PipelinePlan,
+             rounds: int) -> PipelinePlan:
+    """The same bottleneck with the least peak memory, unless it costs >= 1 % throughput."""
+    even = level_memory(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, part.bottleneck,
+                        base=dt.base)
+    if even is None:
+        return plan
+    alt = assemble("smidt", dt, even.bounds, even.choice, rounds)
+    return alt if alt.throughput_tokens_per_s >= 0.99 * plan.throughput_tokens_per_s else plan
 
 
 def _verify(dt: DegreeTables | None, plan: PipelinePlan) -> dict:

@@ -101,6 +101,7 @@ class WindowKnapsack:
                  capacity: int, base: Sequence[float] | None = None) -> None:
         require(len(times) == len(units) and len(times) >= 1, "times/units: one per module")
         self.n, self.capacity = len(times), int(capacity)
+        self.limit_units = self.capacity  # may be lowered (<= capacity) to level memory
         self.times = [np.asarray(t, dtype=np.float64) for t in times]
         self.units = [np.asarray(u, dtype=np.int64) for u in units]
         memo: dict[bytes, np.ndarray] = {}  # identical modules (e.g. attention) share fronts
@@ -152,7 +153,7 @@ class WindowKnapsack:
 
     def room(self, left: int, right: int) -> int:
         """Units left for the window's extra units once its bases are paid (< 0: none)."""
-        return _room(self.capacity, self.prefix_b, left, right)
+        return _room(self.limit_units, self.prefix_b, left, right)
 
     def best(self, left: int, right: int) -> float:
         """Least duration of window ``[left, right)`` within memory (inf if none fits)."""
@@ -281,6 +282,31 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
             best, galloping = got, False
             hi = max(ks.best(a, b) for a, b in itertools.pairwise(got))
     return _result(ks, _split_to(ks, best, stages), calls)
+
+
+def level_memory(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
+                 stages: int, limit: float, base: Sequence[float] | None = None,
+                 ) -> Partition | None:
+    """Least per-GPU memory (in units) at which a plan with bottleneck ``<= limit`` exists.
+
+    A secondary objective after the search (addition to the paper): with the bottleneck fixed,
+    bisect the memory cap so that the heaviest stage holds as little as possible, which moves
+    modules towards stages with spare memory and leaves headroom on every GPU.
+    """
+    ks = WindowKnapsack(times, units, capacity, base)
+    lo, hi = -1, capacity  # feasible at hi (the caller's plan), infeasible at lo
+    if feasible(ks, limit, stages)[0] is None:
+        return None
+    while hi - lo > 1:
+        ks.limit_units = (lo + hi) // 2
+        if feasible(ks, limit, stages)[0] is None:
+            lo = ks.limit_units
+        else:
+            hi = ks.limit_units
+    ks.limit_units = hi
+    bounds, _ = feasible(ks, limit, stages)
+    assert bounds is not None
+    return _result(ks, _split_to(ks, bounds, stages))
 
 
 def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int):
