@@ -12,6 +12,7 @@ from moeplan.planners.pipeline_search import (
     WindowKnapsack,
     discretize,
     exhaustive_partition,
+    level_memory,
     naive_dp_partition,
     search_partition,
 )
@@ -135,3 +136,26 @@ def test_discretize_rounds_up_so_unit_fit_implies_byte_fit():
     for u, b, m in zip(units, base, mems, strict=True):
         assert np.all((u + b) * (8e9 / cap) >= m)
         assert u.min() == 0  # the cheapest choice is the exact base
+
+
+def test_level_memory_finds_the_least_peak_memory_at_the_bottleneck():
+    """Leveling keeps the bottleneck and no plan within it fits one unit less (exhaustive)."""
+    checked = 0
+    for seed in range(2000, 2120):
+        times, _, units, base, cap, _, stages = _instance(seed)
+        if len(times) > 8:
+            continue
+        opt = exhaustive_partition(times, units, cap, stages, base=base)
+        if opt is None:
+            continue
+        limit = opt.bottleneck + 1e-9  # float sums differ in order between the solvers
+        even = level_memory(times, units, cap, stages, limit, base=base)
+        assert even is not None and even.bottleneck <= limit
+        peak = max(math.ceil(sum(int(units[m][even.choice[m]]) + base[m] for m in range(a, b))
+                             - 1e-9)
+                   for a, b in itertools.pairwise(even.bounds))
+        assert peak <= cap
+        tighter = exhaustive_partition(times, units, peak - 1, stages, base=base)
+        assert tighter is None or tighter.bottleneck > limit
+        checked += 1
+    assert checked >= 30
