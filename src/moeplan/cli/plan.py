@@ -23,7 +23,7 @@ from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import FAMILIES, PlanResult, plan
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 
-SYNTH_LAYERS = 8
+SYNTH_LAYERS = 4
 FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
                 "dep": "disaggregated (FinDEP)"}
 
@@ -72,7 +72,7 @@ def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any
         layers = min(SYNTH_LAYERS, layers)
         groups = math.gcd(16, m.num_experts)
         src = synthesize(SynthConfig(num_layers=layers, num_experts=m.num_experts,
-                                     top_k=m.top_k, num_requests=96, num_groups=groups,
+                                     top_k=m.top_k, num_requests=48, num_groups=groups,
                                      groups_per_topic=min(2, groups), seed=seed))
     return place(src, num_layers=layers, num_experts=m.num_experts,
                  hidden_bytes=m.hidden_bytes, evaluate=ev, cfg=cfg)
