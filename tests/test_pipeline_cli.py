@@ -89,3 +89,26 @@ def test_no_plan_names_the_memory_needed(capsys):
     _, _, err = _run(capsys, "--model", "kimi-k2", "--cluster", "findep-b")
     need = float(err.split("needs at least ")[1].split(" GiB")[0])
     assert need > 24.0  # findep-b GPUs have 24 GiB
+
+
+def test_routing_trace_gives_per_layer_mean_k(capsys, tmp_path, small_model):
+    """--routing-trace: mean k per MoE layer = valid ids per token, counted directly."""
+    import numpy as np
+
+    from moeplan.planners.topp import softmax, top_p_route
+    from moeplan.traces.format import RoutingTrace, save_trace
+
+    rng = np.random.default_rng(1)
+    n, layers, experts = 64, 4, 128
+    ids = np.stack([top_p_route(softmax(rng.standard_normal((n, experts)) * (1 + layer)),
+                                0.6, k_max=8)[0] for layer in range(layers)], axis=1)
+    trace = RoutingTrace(request_id=np.zeros(n, dtype=np.int64), position=np.arange(n),
+                         token_id=np.arange(n), experts=ids.astype(np.int16),
+                         num_experts=experts)
+    path = tmp_path / "trace.npz"
+    save_trace(trace, path)
+    code, out, _ = _run(capsys, "--model", small_model, "--cluster", "a100-sxm-8",
+                        "--routing-trace", str(path), "--json")
+    assert code == 0
+    want = [sum(int((ids[t, layer] >= 0).sum()) for t in range(n)) / n for layer in range(layers)]
+    assert json.loads(out)["routing"]["mean_k"] == pytest.approx(want)

@@ -21,7 +21,11 @@ from moeplan.cli.strategy import load_model_arg
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
-from moeplan.planners.routing_profiles import profile_from_dict, synthetic_top_p_mean_k
+from moeplan.planners.routing_profiles import (
+    mean_k_from_trace,
+    profile_from_dict,
+    synthetic_top_p_mean_k,
+)
 from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
 
 BASELINES = ("uniform", "time_balanced", "no_pp")
@@ -46,10 +50,20 @@ def read_routing_profile(path: str, model: ModelSpec) -> RoutingProfile:
     return profile_from_dict(data, num_moe_layers=model.num_moe_layers, top_k=model.top_k)
 
 
-def routing_for(model: ModelSpec, profile: str | None, top_p: float | None) -> RoutingProfile:
-    require(profile is None or top_p is None, "--routing-profile and --top-p are exclusive")
+def routing_for(model: ModelSpec, profile: str | None, top_p: float | None,
+                trace: str | None = None) -> RoutingProfile:
+    given = sum(x is not None for x in (profile, top_p, trace))
+    require(given <= 1, "--routing-profile, --routing-trace and --top-p are exclusive")
     if profile is not None:
         return read_routing_profile(profile, model)
+    if trace is not None:
+        from moeplan.traces.format import load_trace
+
+        mean_k = mean_k_from_trace(load_trace(trace).experts)
+        require(len(mean_k) == model.num_moe_layers,
+                f"--routing-trace layers ({len(mean_k)}) must equal the model's MoE layers "
+                f"({model.num_moe_layers})")
+        return RoutingProfile(top_k=model.top_k, mean_k=mean_k, source=f"trace {trace}")
     if top_p is not None:
         mean_k = synthetic_top_p_mean_k(model.num_moe_layers, model.num_experts, top_p,
                                         k_max=model.top_k)
@@ -64,6 +78,8 @@ def pipeline_command(
     pp: Annotated[str, typer.Option("--pp", help="PP degree, or 'auto' (every divisor).")] = "auto",
     routing_profile: Annotated[str | None, typer.Option(
         "--routing-profile", help="Routing profile JSON (mean_k per MoE layer) or shipped name.")] = None,
+    routing_trace: Annotated[str | None, typer.Option(
+        "--routing-trace", help="Routing trace (.parquet/.npz): mean k per MoE layer.")] = None,
     top_p: Annotated[float | None, typer.Option(
         "--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile.")] = None,
     isl: Annotated[int, typer.Option("--isl", help="Prompt length (tokens).")] = 1000,
@@ -82,7 +98,7 @@ def pipeline_command(
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
     degree = None if pp == "auto" else _int_flag("--pp", pp)
-    routing = routing_for(spec, routing_profile, top_p)
+    routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
     res = plan_pipeline(spec, cl, workload, cost_model_for(cl), pp=degree,
                         async_pp=not sync_pp, verify=verify)
@@ -91,7 +107,7 @@ def pipeline_command(
     if out:
         write_atomic(out, json.dumps(res.to_plan_dict(), indent=2) + "\n")
     if as_json:
-        print_json(result_dict(res))
+        print_json(result_dict(res, routing))
     else:
         _print_human(res, routing)
 
@@ -110,12 +126,13 @@ def _plan_dict(p: PipelinePlan) -> dict:
             "stages": [s.to_dict() for s in p.stages]}
 
 
-def result_dict(res: PipelineResult) -> dict:
+def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
     """The ``--json`` object (keys per the SMIDT issue)."""
     d = _plan_dict(res.plan)
     d.update({
         "model": res.model, "cluster": res.cluster, "world_size": res.world_size,
         "async_pp": res.async_pp, "mem_limit_bytes": res.mem_limit_bytes,
+        "routing": {"source": routing.source, "mean_k": list(routing.mean_k or ())},
         "baselines": {k: None if v is None else _plan_dict(v) for k, v in res.baselines.items()},
         "speedup_vs_uniform": res.speedup("uniform"),
         "speedup_vs_time_balanced": res.speedup("time_balanced"),
