@@ -149,14 +149,18 @@ def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
 
 
 def _compact(stage) -> str:
-    """Runs of equal choices, e.g. ``attn0-3 t1d4 · moe0-3 t2d2``."""
+    """Per module kind, runs of consecutive layers with one choice: ``attn0-11:t1d4 moe0-8:t2d2``."""
     runs: list[list] = []
-    for m, c in stage.modules:
-        label = f"t{c.tp}" + (f"e{c.ep}" if c.ep > 1 else "") + (f"d{c.dpmoe}" if c.dpmoe > 1 else "")
-        if runs and runs[-1][0] == (m.kind, label):
-            runs[-1][2] = m.layer
-        else:
-            runs.append([(m.kind, label), m.layer, m.layer])
+    for kind in ("attn", "mlp", "moe"):
+        for m, c in stage.modules:
+            if m.kind != kind:
+                continue
+            label = (f"t{c.tp}" + (f"e{c.ep}" if c.ep > 1 else "")
+                     + (f"d{c.dpmoe}" if c.dpmoe > 1 else ""))
+            if runs and runs[-1][0] == (kind, label) and runs[-1][2] == m.layer - 1:
+                runs[-1][2] = m.layer
+            else:
+                runs.append([(kind, label), m.layer, m.layer])
     return " ".join(f"{k}{a}{'' if a == b else f'-{b}'}:{lab}" for (k, lab), a, b in runs)
 
 
@@ -185,7 +189,8 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
                   f"{p.throughput_tokens_per_s / plan.throughput_tokens_per_s:.2f}x",
                   f"{fmt_bytes(hi)} / {fmt_bytes(lo)} ({hi / lo:.2f})")
     console.print(b)
-    console.print(f"search: {res.search_s * 1e3:.1f} ms over PP degrees {sorted(res.per_pp)}")
+    console.print(f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
+                  f"{sorted(res.per_pp)}")
     if res.verify is not None:
         v = res.verify
         console.print(f"verify ({v['method']}): optimum bottleneck "
