@@ -70,15 +70,22 @@ def discretize(mems: Sequence[np.ndarray], capacity: float, resolution: int = 51
     return extra, base * (1 + 1e-12), int(resolution)
 
 
-def _pareto(times: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """Indices of non-dominated choices (fewest units for a time), in units order."""
-    order = np.lexsort((times, units))
-    keep, best = [], INF
-    for i in order:
-        if times[i] < best:
-            keep.append(int(i))
-            best = float(times[i])
-    return np.asarray(keep, dtype=np.int64)
+def _pareto_all(times: list[np.ndarray], units: list[np.ndarray]) -> list[np.ndarray]:
+    """Indices of each module's non-dominated choices (fewest units for a time), in units
+    order; vectorised over modules with equally many choices."""
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(times)
+    groups: dict[int, list[int]] = {}
+    for m, t in enumerate(times):
+        groups.setdefault(len(t), []).append(m)
+    for ms in groups.values():
+        tt = np.stack([times[m] for m in ms])
+        order = np.lexsort((tt, np.stack([units[m] for m in ms])), axis=1)
+        ts = np.take_along_axis(tt, order, axis=1)
+        keep = np.ones(ts.shape, dtype=bool)
+        keep[:, 1:] = ts[:, 1:] < np.minimum.accumulate(ts, axis=1)[:, :-1]
+        for row, m in enumerate(ms):
+            out[m] = order[row][keep[row]]
+    return out
 
 
 def _prefix_base(base: Sequence[float] | None, n: int) -> np.ndarray:
@@ -104,12 +111,9 @@ class WindowKnapsack:
         self.limit_units = self.capacity  # may be lowered (<= capacity) to level memory
         self.times = [np.asarray(t, dtype=np.float64) for t in times]
         self.units = [np.asarray(u, dtype=np.int64) for u in units]
-        memo: dict[bytes, np.ndarray] = {}  # identical modules (e.g. attention) share fronts
-        self.keep = [memo.setdefault(t.tobytes() + u.tobytes(), _pareto(t, u)) if len(t) > 1
-                     else np.zeros(1, dtype=np.int64)
-                     for t, u in zip(self.times, self.units, strict=True)]
+        self.keep = _pareto_all(self.times, self.units)
         # per module: the Pareto choices as python (units, time) pairs, fewest units first
-        self.pairs = [[(int(u[i]), float(t[i])) for i in k]
+        self.pairs = [list(zip(u[k].tolist(), t[k].tolist(), strict=True))
                       for t, u, k in zip(self.times, self.units, self.keep, strict=True)]
         tmin = np.array([min(p[1] for p in pairs) for pairs in self.pairs])
         umin = np.array([pairs[0][0] for pairs in self.pairs])
