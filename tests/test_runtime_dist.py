@@ -62,14 +62,16 @@ def dep(ag, eg, r1, r2, ma, order):
                  {"ma": ma, "r1": r1, "r2": r2, "order": order})
 
 
-def pp(world, stages):
-    """``stages``: per stage a list of (attn (tp, d), moe (tp, ep, d)) per layer."""
+def pp(world, stages, dense=()):
+    """``stages``: per stage a list of (attn (tp, d), moe (tp, ep, d)) per layer; layers in
+    ``dense`` are ``mlp`` modules (ep must be 1)."""
     out, layer = [], 0
     for st in stages:
         mods = []
         for (atp, ad), (mtp, mep, md) in st:
             mods += [{"kind": "attn", "layer": layer, "tp": atp, "ep": 1, "dpmoe": ad},
-                     {"kind": "moe", "layer": layer, "tp": mtp, "ep": mep, "dpmoe": md}]
+                     {"kind": "mlp" if layer in dense else "moe", "layer": layer, "tp": mtp,
+                      "ep": mep, "dpmoe": md}]
             layer += 1
         out.append({"modules": mods})
     return _plan("pipeline", {"world_size": world, "pp": len(stages), "stages": out})
@@ -91,6 +93,8 @@ CHECKS = {
         "pp2_sync": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(async_send=False)),
         "pp2_async": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(TOPP, micro_batches=3)),
         "pp1_tp_ep": (pp(2, [[((2, 1), (1, 2, 1)), ((1, 2), (2, 1, 1))]]), _opts()),
+        "pp2_dense_first": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]], dense=(0,)),
+                            _opts(V3)),
     },
     3: {
         "ep_topp": (ep(3), _opts(TOPP)),
@@ -114,6 +118,8 @@ CHECKS = {
         "tp_ep_contiguous": (tp_ep(4, "contiguous"), _opts()),
         "dep_1_3_asas": (dep(1, 3, 3, 2, 2, "ASAS"), _opts(V3)),
         "pp2_mixed": (pp(4, [[((2, 1), (1, 2, 1))], [((1, 2), (1, 1, 2))]]), _opts(micro_batches=2)),
+        "pp2_dense_tp2_dp2": (pp(4, [[((2, 1), (2, 1, 1)), ((1, 2), (1, 1, 2))], [((2, 1), (1, 2, 1))]],
+                                 dense=(0, 1)), _opts(micro_batches=3)),
         "pp4_sync": (pp(4, [[((1, 1), (1, 1, 1))]] * 4), _opts(async_send=False)),
     },
 }
@@ -145,8 +151,13 @@ def _worker(rank: int, world: int) -> dict[str, float | None]:
 
 
 @functools.cache
+def _reports(world: int) -> tuple[dict, ...]:
+    """One spawn per world size, cached even when it fails (no re-spawn per test)."""
+    return tuple(spawn_world(_worker, world, deadline_s=170))
+
+
 def _results(world: int) -> dict[str, float]:
-    reports = spawn_world(_worker, world, deadline_s=170)
+    reports = _reports(world)
     bad = [r for r in reports if not r["ok"]]
     assert not bad, bad
     merged: dict[str, float] = {}

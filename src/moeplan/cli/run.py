@@ -50,7 +50,7 @@ def run_command(
     if not isinstance(world, int) or world < 1:
         raise MoeplanError(f"--nproc ({world!r}) must be a positive integer")
     opts = RunOptions(model=model, scale=scale, tokens=tokens, seq=seq, check=not no_check,
-                      fused=not unfused, async_send=not sync_send, micro_batches=micro_batches,
+                      fused=not unfused, async_send=False if sync_send else None, micro_batches=micro_batches,
                       timeout_s=timeout, trace=trace, warmup=1)
     prepare(doc, world, opts)  # user errors before any process starts
     reports = spawn_world(spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60)

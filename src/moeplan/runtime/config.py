@@ -19,7 +19,8 @@ from moeplan.errors import MoeplanError, require
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MoEConfig:
-    """Shapes and routing of the model the runtime executes (all layers MoE)."""
+    """Shapes and routing of the model the runtime executes. Layers listed in ``dense_layers``
+    have a dense SwiGLU MLP instead of an MoE block (DeepSeek's ``first_k_dense_replace``)."""
 
     hidden_size: int = 64
     num_heads: int = 4
@@ -35,6 +36,8 @@ class MoEConfig:
     norm_topk_prob: bool = True
     top_p: float | None = None
     k_min: int = 1
+    dense_layers: tuple[int, ...] = ()
+    dense_intermediate_size: int = 64
 
     def __post_init__(self) -> None:
         require(self.hidden_size % self.num_heads == 0,

@@ -52,7 +52,7 @@ def options(args: argparse.Namespace) -> Any:
 
     return RunOptions(model=args.model, scale=args.scale, tokens=args.tokens, seq=args.seq,
                       seed=args.seed, check=not args.no_check, fused=not args.unfused,
-                      async_send=not args.sync_send, micro_batches=args.micro_batches,
+                      async_send=False if args.sync_send else None, micro_batches=args.micro_batches,
                       timeout_s=args.timeout, trace=args.trace, warmup=args.warmup)
 
 

@@ -16,7 +16,7 @@ import torch
 
 from moeplan.errors import MoeplanError
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.moe_layer import MoEWeights, init_moe_weights, moe_forward
+from moeplan.runtime.moe_layer import MoEWeights, init_moe_weights, moe_forward, swiglu
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,9 +30,21 @@ class AttnWeights:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DenseWeights:
+    """Dense SwiGLU MLP: ``w_gate, w_up [H, I]``, ``w_down [I, H]``."""
+
+    w_gate: torch.Tensor
+    w_up: torch.Tensor
+    w_down: torch.Tensor
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LayerWeights:
+    """One decoder layer: attention and either an MoE block or a dense MLP (``mlp``)."""
+
     attn: AttnWeights
-    moe: MoEWeights
+    moe: MoEWeights | None
+    mlp: DenseWeights | None = None
 
 
 def init_model(cfg: MoEConfig, seed: int = 0) -> list[LayerWeights]:
@@ -42,8 +54,15 @@ def init_model(cfg: MoEConfig, seed: int = 0) -> list[LayerWeights]:
     layers = []
     for _ in range(cfg.num_layers):
         a = [torch.randn(h, h, generator=gen) / h**0.5 for _ in range(4)]
-        layers.append(LayerWeights(attn=AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3]),
-                                   moe=init_moe_weights(cfg, gen)))
+        attn = AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3])
+        if len(layers) in cfg.dense_layers:
+            i = cfg.dense_intermediate_size
+            mlp = DenseWeights(w_gate=torch.randn(h, i, generator=gen) / h**0.5,
+                               w_up=torch.randn(h, i, generator=gen) / h**0.5,
+                               w_down=torch.randn(i, h, generator=gen) / i**0.5)
+            layers.append(LayerWeights(attn=attn, moe=None, mlp=mlp))
+        else:
+            layers.append(LayerWeights(attn=attn, moe=init_moe_weights(cfg, gen)))
     return layers
 
 
@@ -70,6 +89,8 @@ def reference_layer(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig) -> torch.T
     """One decoder layer on ``x [B, S, H]``."""
     h = x + attention(rms(x), w.attn, cfg)
     flat = h.reshape(-1, h.shape[-1])
+    if w.mlp is not None:
+        return (flat + swiglu(rms(flat), w.mlp.w_gate, w.mlp.w_up, w.mlp.w_down)).view_as(x)
     return (flat + moe_forward(rms(flat), w.moe, cfg)).view_as(x)
 
 
@@ -107,6 +128,8 @@ def save_safetensors(layers: list[LayerWeights], path: str | Path) -> None:
 
     tensors: dict[str, torch.Tensor] = {}
     for i, lw in enumerate(layers):
+        if lw.moe is None:
+            raise MoeplanError(f"layer {i} (dense) cannot be saved: only MoE layers are supported")
         tensors.update(_moe_tensors(i, lw.moe))
         for n in ("q", "k", "v", "o"):
             tensors[f"model.layers.{i}.self_attn.{n}_proj.weight"] = getattr(lw.attn, f"w{n}").T.contiguous()
@@ -151,4 +174,5 @@ def to_device(layers: list[LayerWeights], device: torch.device | str) -> list[La
         return replace(obj, **{f.name: None if getattr(obj, f.name) is None else
                                getattr(obj, f.name).to(device) for f in fields(obj)})
 
-    return [LayerWeights(attn=move(lw.attn), moe=move(lw.moe)) for lw in layers]
+    return [LayerWeights(attn=move(lw.attn), moe=None if lw.moe is None else move(lw.moe),
+                         mlp=None if lw.mlp is None else move(lw.mlp)) for lw in layers]

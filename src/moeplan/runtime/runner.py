@@ -30,7 +30,7 @@ class RunOptions:
     seed: int = 0
     check: bool = True
     fused: bool = True
-    async_send: bool = True
+    async_send: bool | None = None
     micro_batches: int | None = None
     timeout_s: float = 60.0
     trace: str | None = None
@@ -82,10 +82,10 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         check_dep(p, cfg, opts.seq)
         batch = p.ag * p.r1 * p.ma
     elif mesh.family == "pipeline":
-        from moeplan.runtime.engines.pp import check_pipeline
+        from moeplan.runtime.engines.pp import check_pipeline, dense_layers
 
+        cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2, dense_layers(mesh))
         check_pipeline(mesh, cfg)
-        cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2)
     elif is_tp_ep(mesh):
         require(cfg.num_heads % mesh.attn_tp == 0 and cfg.num_experts % mesh.moe_ep == 0,
                 f"model (num_heads {cfg.num_heads}, num_experts {cfg.num_experts}) must be "
@@ -112,8 +112,8 @@ def is_tp_ep(mesh: Mesh) -> bool:
             and mesh.moe_ep == r)
 
 
-def _with_layers(cfg: MoEConfig, n: int) -> MoEConfig:
-    return MoEConfig(**{**asdict(cfg), "num_layers": n})
+def _with_layers(cfg: MoEConfig, n: int, dense: tuple[int, ...]) -> MoEConfig:
+    return MoEConfig(**{**asdict(cfg), "num_layers": n, "dense_layers": dense})
 
 
 def _local_input(mesh: Mesh, rank: int, x: Any) -> Any:
@@ -159,8 +159,11 @@ def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOpt
         return run_hybrid(x, layers, cfg, g, tl, fused=opts.fused)
     from moeplan.runtime.engines.pp import run_pp
 
-    return run_pp(x, layers, cfg, mesh, g, tl, micro_batches=opts.micro_batches or mesh.pp,
-                  shape=shape, async_send=opts.async_send)
+    micro = opts.micro_batches or mesh.details.get("microbatches") or mesh.pp
+    async_send = opts.async_send if opts.async_send is not None else bool(
+        mesh.details.get("async_pp", True))
+    return run_pp(x, layers, cfg, mesh, g, tl, micro_batches=min(int(micro), shape[0]),
+                  shape=shape, async_send=async_send)
 
 
 def predicted_path(trace: str) -> str:

@@ -11,7 +11,8 @@ Departure: with tokens replicated inside a replica, EP needs that all-reduce ins
 all-to-all; the volume differs from SMIDT's cost model but the arithmetic is the same.
 Between stages, rank ``j`` of stage ``s`` sends to rank ``j`` of stage ``s+1``, synchronously
 (``send``) or asynchronously (``isend``; the next micro-batch starts before the send ends).
-Dense ``mlp`` modules are rejected: the runtime model has an MoE block in every layer.
+Dense ``mlp`` modules (DeepSeek's first dense layers) run a dense SwiGLU, TP over ``tp`` and
+DP over ``dpmoe`` like an MoE module without experts.
 """
 
 from __future__ import annotations
@@ -26,27 +27,36 @@ from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.groups import RankGroups
 from moeplan.runtime.mesh import Mesh, StageModule
 from moeplan.runtime.model import LayerWeights, attention, rms
-from moeplan.runtime.moe_layer import local_experts, moe_forward, shard_tp
+from moeplan.runtime.moe_layer import local_experts, moe_forward, shard_tp, swiglu
 from moeplan.runtime.timeline import Timeline
 
 
 def check_pipeline(mesh: Mesh, cfg: MoEConfig) -> None:
-    """Modules must be attn_0, moe_0, attn_1, … in order; shapes must divide the model."""
+    """Modules must be attn_0, moe_0|mlp_0, attn_1, … in order; shapes must divide the model."""
     mods = [m for st in mesh.stages for m in st]
-    expect = [(k, layer) for layer in range(len(mods) // 2) for k in ("attn", "moe")]
     got = [(m.kind, m.layer) for m in mods]
-    if got != expect:
-        raise MoeplanError(f"plan.layout.stages modules ({got[:4]}...) must be attn_0, moe_0, attn_1, "
-                           "moe_1, ... (dense mlp modules are not executed by the runtime)")
+    expect = [(k, layer) for layer in range(len(mods) // 2) for k in ("attn", "ffn")]
+    if [(k if k == "attn" else "ffn", layer) for k, layer in got] != expect:
+        raise MoeplanError(f"plan.layout.stages modules ({got[:4]}...) must be attn_0, moe_0 (or "
+                           "mlp_0), attn_1, moe_1, ... in order")
     for m in mods:
         if m.kind == "attn":
             require(m.ep == 1 and cfg.num_heads % m.tp == 0,
                     f"attn module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
                     f"num_heads ({cfg.num_heads})")
+        elif m.kind == "mlp":
+            require(m.ep == 1 and cfg.dense_intermediate_size % m.tp == 0,
+                    f"mlp module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
+                    f"dense_intermediate_size ({cfg.dense_intermediate_size})")
         else:
             require(cfg.num_experts % m.ep == 0 and cfg.moe_intermediate_size % m.tp == 0,
                     f"moe module {m.layer} (tp={m.tp}, ep={m.ep}) must divide num_experts "
                     f"({cfg.num_experts}) and moe_intermediate_size ({cfg.moe_intermediate_size})")
+
+
+def dense_layers(mesh: Mesh) -> tuple[int, ...]:
+    """Layers the plan runs as dense MLP modules."""
+    return tuple(m.layer for st in mesh.stages for m in st if m.kind == "mlp")
 
 
 def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.Tensor:
@@ -83,11 +93,15 @@ def moe_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule,
     d, e, t = (g.local_rank(_axis(m, a)) for a in ("dpmoe", "ep", "tp"))
     flat = x.reshape(-1, x.shape[-1])
     parts = list(flat.tensor_split(m.dpmoe))
-    per = cfg.num_experts // m.ep
-    lw = shard_tp(local_experts(w.moe, e * per, (e + 1) * per), m.tp, t)
-    if e != 0:  # shared experts counted once per replica (on EP index 0)
-        lw = replace(lw, shared_gate=None, shared_up=None, shared_down=None)
-    y = moe_forward(rms(parts[d]), lw, cfg, expert_offset=e * per)
+    if w.mlp is not None:  # dense MLP module: TP over the intermediate dim
+        cols = [c.chunk(m.tp, dim=1)[t] for c in (w.mlp.w_gate, w.mlp.w_up)]
+        y = swiglu(rms(parts[d]), cols[0], cols[1], w.mlp.w_down.chunk(m.tp, dim=0)[t])
+    else:
+        per = cfg.num_experts // m.ep
+        lw = shard_tp(local_experts(w.moe, e * per, (e + 1) * per), m.tp, t)
+        if e != 0:  # shared experts counted once per replica (on EP index 0)
+            lw = replace(lw, shared_gate=None, shared_up=None, shared_down=None)
+        y = moe_forward(rms(parts[d]), lw, cfg, expert_offset=e * per)
     if m.ep * m.tp > 1:
         dist.all_reduce(y, group=g.handles[_axis(m, "replica")])
     y = parts[d] + y
