@@ -35,21 +35,13 @@ from moeplan.planners.strategy import (
 from moeplan.planners.strategy_cost import StrategyEvaluator
 from moeplan.planners.strategy_space import Strategy, fusable, mixserve_default
 from moeplan.sim import gantt_html
-from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model, model_from_dict
+from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model
 
 EXPORTS = ("sglang", "vllm")
 
 
 def load_model_arg(name: str):
-    """A preset name, or a path to a Hugging Face ``config.json``."""
-    path = Path(name)
-    if path.suffix == ".json" or path.is_file():
-        require(path.is_file(), f"--model ({name}) is not a preset and not a readable file")
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise MoeplanError(f"--model ({name}) is not valid JSON: {err}") from None
-        return model_from_dict(config, name=path.stem)
+    """A preset name, or a path to a Hugging Face ``config.json`` (see ``specs.load_model``)."""
     return load_model(name)
 
 

@@ -53,7 +53,7 @@ def load_model(name: str) -> ModelSpec:
     Reading a user's config file here is the specs layer's one file access; it is for the
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
-    if name.endswith(".json") or "/" in name or os.sep in name:
+    if name.endswith(".json") or "/" in name or os.sep in name or Path(name).is_file():
         return model_from_dict(_read_config_file(name), name=Path(name).stem)
     return model_from_dict(model_config(name), name=name)
 
