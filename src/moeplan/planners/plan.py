@@ -238,6 +238,12 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
         r = ranked[1]
         out.append(f"Runner-up: {names[r.family]} ({r.label}) at {r.per_gpu:,.0f} tokens/s per "
                    f"GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
+    for c in ranked:
+        if c.family == "strategy" and c.plan.get("layout", {}).get("pp", 1) > 1:
+            out.append("Caveat: MixServe prices pipeline parallelism as one batch walking through "
+                       "the stages (its Eq. 6), without micro-batch pipelining; SMIDT's pipeline "
+                       "model overlaps micro-batches, so its PP plans look better by comparison.")
+            break
     return out
 
 
