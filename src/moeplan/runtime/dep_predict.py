@@ -2,8 +2,8 @@
 
 Task durations for the simulator are calibrated from the same run: ``attn``, ``shared`` and
 ``expert`` are the medians of the measured ``A``, ``S`` and ``E`` spans; ``a2e = e2a`` is half
-the median round trip of one chunk-sized message between AG rank 0 and EG rank ``ag``, timed
-right before the run (:func:`calibrate_link`). The FinDEP task graph for the plan's
+the median round trip of one chunk's messages (counts + rows out, rows back) between AG rank 0
+and EG rank ``ag``, timed right before the run (:func:`calibrate_link`). The FinDEP task graph for the plan's
 ``(ma, r1, r2, order)`` is then simulated by :func:`moeplan.planners.dep.schedule` and written
 as a Chrome trace next to the measured one. The difference between the two makespans is the
 simulator's error on this machine for this schedule (the measured spans include Python
@@ -22,20 +22,25 @@ import torch.distributed as dist
 from moeplan.runtime.engines.dep import DepParams
 
 
-def calibrate_link(p: DepParams, rows: int, hidden: int, rank: int, rounds: int = 5,
+def calibrate_link(p: DepParams, rows: int, hidden: int, rank: int, rounds: int = 10,
                    device: str = "cpu") -> float | None:
-    """Half the median round trip (s) of a ``[rows, hidden]`` fp32 message, AG 0 <-> EG ``ag``."""
+    """Half the median round trip (s) of one chunk's messages between AG 0 and EG ``ag``:
+    forward the per-expert counts then ``[rows, hidden]`` fp32 rows (as A2E does), back the rows
+    (as E2A does). Returned as both ``a2e`` and ``e2a``."""
     if rank not in (0, p.ag):
         return None
     buf = torch.zeros(max(rows, 1), hidden, device=device)
+    counts = torch.zeros(8, dtype=torch.long, device=device)
     peer = p.ag if rank == 0 else 0
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
         if rank == 0:
+            dist.send(counts, peer)
             dist.send(buf, peer)
             dist.recv(buf, peer)
         else:
+            dist.recv(counts, peer)
             dist.recv(buf, peer)
             dist.send(buf, peer)
         times.append(time.perf_counter() - start)

@@ -136,41 +136,74 @@ def run_dep_attention(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfi
     return torch.cat(xs)
 
 
-def _expert_chunk(w_local, p: DepParams, tag: tuple[int, int, int], hidden: int, tl: Timeline
-                  ) -> list[object]:
-    """EG: receive chunk ``tag`` from every AG rank, compute, send results back (non-blocking)."""
-    per = w_local.w_gate.shape[0]
-    with tl.span(f"A2E{tag[0]}.{tag[1]}.{tag[2]}", "recv"):
-        dev = w_local.w_gate.device
-        counts = [torch.empty(per, dtype=torch.long, device=dev) for _ in range(p.ag)]
-        for a, c in enumerate(counts):
-            dist.irecv(c, a, tag=p.tag(*tag, 0)).wait()
-        bufs = [torch.empty(int(c.sum()), hidden, device=dev) for c in counts]
-        works = [dist.irecv(b, a, tag=p.tag(*tag, 1)) for a, b in enumerate(bufs) if b.shape[0]]
-        for work in works:
-            work.wait()
-    with tl.span(f"E{tag[0]}.{tag[1]}.{tag[2]}"):
-        rows = torch.cat(bufs)
-        ids = torch.cat([torch.repeat_interleave(torch.arange(per, device=dev), c) for c in counts])
+@dataclass
+class _Incoming:
+    """EG side of one chunk: posted receives of the counts, then of the rows."""
+
+    tag: tuple[int, int, int]
+    counts: list[tuple[object, torch.Tensor]]
+    rows: list[tuple[object, torch.Tensor]] | None = None
+
+    def counts_arrived(self) -> bool:
+        return all(w.is_completed() for w, _ in self.counts)
+
+    def post_rows(self, p: DepParams, hidden: int) -> None:
+        """Post the row receives (sizes from the counts). gloo moves data only once the
+        receive is posted, so posting early is what lets A2E overlap the expert compute."""
+        if self.rows is None:
+            for w, _ in self.counts:
+                w.wait()
+            self.rows = []
+            for a, (_, c) in enumerate(self.counts):
+                buf = c.new_empty(int(c.sum()), hidden, dtype=torch.float32)
+                work = dist.irecv(buf, a, tag=p.tag(*self.tag, 1)) if buf.shape[0] else None
+                self.rows.append((work, buf))
+
+
+def _post_counts(p: DepParams, tag: tuple[int, int, int], per: int, dev: torch.device) -> _Incoming:
+    counts = [torch.empty(per, dtype=torch.long, device=dev) for _ in range(p.ag)]
+    return _Incoming(tag=tag, counts=[(dist.irecv(c, a, tag=p.tag(*tag, 0)), c)
+                                      for a, c in enumerate(counts)])
+
+
+def _expert_compute(inc: _Incoming, w_local, p: DepParams, tl: Timeline) -> list[object]:
+    """E(t,i,j) on the received rows, then non-blocking E2A back to every AG rank."""
+    per, dev = w_local.w_gate.shape[0], w_local.w_gate.device
+    with tl.span("E{}.{}.{}".format(*inc.tag)):
+        rows = torch.cat([b for _, b in inc.rows])
+        ids = torch.cat([torch.repeat_interleave(torch.arange(per, device=dev), c)
+                         for _, c in inc.counts])
         y = experts_by_id(rows, ids, w_local)
     sends = []
-    for a, part in enumerate(torch.split(y, [b.shape[0] for b in bufs])):
+    for a, part in enumerate(torch.split(y, [b.shape[0] for _, b in inc.rows])):
         if part.shape[0]:
-            sends.append(dist.isend(part.contiguous(), a, tag=p.tag(*tag, 2)))
+            sends.append(dist.isend(part.contiguous(), a, tag=p.tag(*inc.tag, 2)))
     return sends
 
 
 def run_dep_expert(layers: list[LayerWeights], cfg: MoEConfig, p: DepParams, rank: int,
                    tl: Timeline) -> None:
-    """EG rank: serve every (layer, micro-batch, chunk) in order."""
+    """EG rank: serve every (layer, micro-batch, chunk) in order; the next chunk's receives are
+    posted before computing the current one (A2E(j+1) overlaps E(j))."""
     k = rank - p.ag
     per = cfg.num_experts // p.eg
+    dev = layers[0].attn.wq.device
+    tags = [(t, i, j) for t in range(len(layers)) for i in range(p.r1) for j in range(p.r2)]
+    nxt = _post_counts(p, tags[0], per, dev)
     sends: list[object] = []
-    for t, w in enumerate(layers):
-        w_local = local_experts(w.moe, k * per, (k + 1) * per)
-        for i in range(p.r1):
-            for j in range(p.r2):
-                sends += _expert_chunk(w_local, p, (t, i, j), cfg.hidden_size, tl)
+    for n, tag in enumerate(tags):
+        inc = nxt
+        with tl.span("A2E{}.{}.{}".format(*tag), "recv"):
+            inc.post_rows(p, cfg.hidden_size)
+            for w, _ in inc.rows:
+                if w is not None:
+                    w.wait()
+        if n + 1 < len(tags):
+            nxt = _post_counts(p, tags[n + 1], per, dev)
+            if nxt.counts_arrived():
+                nxt.post_rows(p, cfg.hidden_size)
+        w = layers[tag[0]].moe
+        sends += _expert_compute(inc, local_experts(w, k * per, (k + 1) * per), p, tl)
     for s in sends:
         s.wait()
 
