@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeplan.errors import require
 from moeplan.traces.format import RoutingTrace
 from moeplan.traces.stats import majority_device
 
@@ -58,19 +59,23 @@ def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
 
     ``on_chunk`` (optional) sees every chunk of the second pass, so callers can gather other
     statistics without a third read of the trace."""
-    freq_all: dict[int, int] = {}
+    freq_all = np.zeros(0, dtype=np.int64)  # indexed by token id, grows as ids appear
     hot = np.zeros((num_layers, num_experts))
     occ = 0
     for chunk in train():
-        ids, cnt = np.unique(chunk.token_id, return_counts=True)
-        for t, c in zip(ids.tolist(), cnt.tolist(), strict=True):
-            freq_all[t] = freq_all.get(t, 0) + c
+        require(chunk.token_id.min(initial=0) >= 0,
+                f"trace.token_id (min {chunk.token_id.min()}) must be >= 0")
+        c = np.bincount(chunk.token_id)
+        if len(c) > len(freq_all):
+            freq_all = np.concatenate([freq_all, np.zeros(len(c) - len(freq_all), np.int64)])
+        freq_all[: len(c)] += c
         occ += chunk.num_tokens
-        for layer in range(num_layers):
-            ex = chunk.experts[:, layer].ravel()
-            hot[layer] += np.bincount(ex[ex >= 0], minlength=num_experts)
-    ids = np.fromiter(freq_all.keys(), dtype=np.int64, count=len(freq_all))
-    cnt = np.fromiter(freq_all.values(), dtype=np.float64, count=len(freq_all))
+        ex = chunk.experts.reshape(chunk.num_tokens, -1) + \
+            (np.arange(num_layers) * num_experts).repeat(chunk.top_k)
+        ex = ex[chunk.experts.reshape(chunk.num_tokens, -1) >= 0]
+        hot += np.bincount(ex, minlength=num_layers * num_experts).reshape(num_layers, -1)
+    ids = np.flatnonzero(freq_all)
+    cnt = freq_all[ids].astype(np.float64)
     keep = np.argsort(-cnt, kind="stable")[:max_tokens]
     order = np.argsort(ids[keep])
     token_ids, freq = ids[keep][order], cnt[keep][order]

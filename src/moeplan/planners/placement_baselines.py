@@ -87,14 +87,14 @@ def transition_exact(t: np.ndarray, ep: int, time_limit_s: float = 10.0) -> np.n
     num_l, e, _ = t.shape
     scale = 1000.0 / max(float(t.max()), 1e-12)
     md = cp_model.CpModel()
-    a = {(l_, x, c): md.NewBoolVar(f"a{l_}_{x}_{c}") for l_ in range(num_l) for x in range(e)
+    a = {(l_, x, c): md.new_bool_var(f"a{l_}_{x}_{c}") for l_ in range(num_l) for x in range(e)
          for c in range(ep)}
     for l_ in range(num_l):
         for x in range(e):
-            md.AddExactlyOne(a[l_, x, c] for c in range(ep))
+            md.add_exactly_one(a[l_, x, c] for c in range(ep))
         for c in range(ep):
-            md.Add(sum(a[l_, x, c] for x in range(e)) == e // ep)
-    md.Add(a[0, 0, 0] == 1)  # symmetry: device labels are interchangeable
+            md.add(sum(a[l_, x, c] for x in range(e)) == e // ep)
+    md.add(a[0, 0, 0] == 1)  # symmetry: device labels are interchangeable
     terms = []
     for l_ in range(1, num_l):
         for x in range(e):
@@ -103,18 +103,18 @@ def transition_exact(t: np.ndarray, ep: int, time_limit_s: float = 10.0) -> np.n
                 if w <= 0:
                     continue
                 for c in range(ep):
-                    b = md.NewBoolVar("")
-                    md.AddImplication(b, a[l_ - 1, x, c])
-                    md.AddImplication(b, a[l_, z, c])
+                    b = md.new_bool_var("")
+                    md.add_implication(b, a[l_ - 1, x, c])
+                    md.add_implication(b, a[l_, z, c])
                     terms.append(w * b)
-    md.Maximize(sum(terms))
+    md.maximize(sum(terms))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = 1
-    solver.Solve(md)
+    solver.solve(md)
     y = np.zeros((num_l, e), dtype=np.int64)
     for (l_, x, c), var in a.items():
-        if solver.Value(var):
+        if solver.value(var):
             y[l_, x] = c
     return y
 

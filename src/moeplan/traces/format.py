@@ -323,7 +323,7 @@ def iter_trace(path: str | os.PathLike[str], chunk_occurrences: int = 65536,
     seen = False
     for cols, e in _whole_occurrences(parts):
         dense = from_long(cols, num_experts or e)
-        if carry is not None:
+        if carry is not None and carry.num_tokens:
             dense = concat([carry, dense])
         rid = dense.request_id
         if len(rid) == 0:
