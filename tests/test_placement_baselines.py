@@ -50,11 +50,21 @@ def test_eplb_placement_is_equal_count_and_balanced():
     """EPLB without replicas: E/C experts per device; load no worse than contiguous."""
     rng = np.random.default_rng(0)
     hot = rng.pareto(1.5, size=(4, 16)) + 1
-    y, phy2log = base.eplb_placement(hot, 4)
+    y, rep = base.eplb_placement(hot, 4)
     cont = base.contiguous(4, 16, 4)
     for layer in range(4):
         assert (np.bincount(y[layer], minlength=4) == 4).all()
-        assert sorted(phy2log[layer]) == list(range(16))
+        assert (rep[layer].sum(axis=1) == 1).all()
+        assert (rep[layer].argmax(axis=1) == y[layer]).all()
         ld = np.bincount(y[layer], weights=hot[layer], minlength=4)
         lc = np.bincount(cont[layer], weights=hot[layer], minlength=4)
         assert ld.max() <= lc.max() + 1e-9
+
+
+def test_eplb_redundant_slots_replicate_the_hottest_experts():
+    """With redundant slots every device holds E/C + r copies and the hottest expert gets >1."""
+    hot = np.array([[100.0, 1, 1, 1, 1, 1, 1, 1]])
+    y, rep = base.eplb_placement(hot, 2, redundant=1)
+    assert (rep[0].sum(axis=0) == 5).all()
+    assert rep[0, 0].sum() >= 2
+    assert rep[0, np.arange(8), y[0]].min() >= 1

@@ -96,3 +96,46 @@ def test_plan_details_carry_the_full_layer_map():
         row = d["physical_to_logical_map"][i + 1]
         assert [y[i, e] for e in row] == list(np.repeat(np.arange(4), 8))
     assert set(d["metrics"]) == {"lar", "imbalance", "a2a_bytes_per_layer", "moe_layer_time_s"}
+
+
+def test_replicated_tally_matches_a_loop():
+    """Replica-aware metrics equal a per-activation loop (local if a copy is on the source;
+    otherwise the load splits evenly over the expert's copies)."""
+    from moeplan.planners.placement_metrics import Tally
+
+    rng = np.random.default_rng(0)
+    n, num_l, k, e, ep = 30, 2, 2, 6, 3
+    experts = rng.integers(-1, e, size=(n, num_l, k))
+    src = rng.integers(0, ep, size=(n, num_l))
+    rep = np.zeros((num_l, e, ep))
+    for layer in range(num_l):
+        rep[layer, np.arange(e), rng.integers(0, ep, size=e)] = 1
+        rep[layer, 0, :] += 1  # expert 0 everywhere twice-ish
+    t = Tally(num_layers=num_l, ep=ep)
+    t.add(experts, rep, src)
+    local = np.zeros(num_l)
+    load = np.zeros((num_l, ep))
+    for i in range(n):
+        for layer in range(num_l):
+            for ex in experts[i, layer]:
+                if ex < 0:
+                    continue
+                s = src[i, layer]
+                if rep[layer, ex, s] > 0:
+                    local[layer] += 1
+                    load[layer, s] += 1
+                else:
+                    load[layer] += rep[layer, ex] / rep[layer, ex].sum()
+    assert np.allclose(t.local, local) and np.allclose(t.load, load)
+
+
+def test_redundant_slots_never_lower_lar_and_export_equal_slots():
+    """Replicas only add local activations; every device exports E/C + r physical slots."""
+    tr = synthesize(SynthConfig(**dict(SMALL, num_requests=150)))
+    plain = _place(tr, 4, guard=False)
+    red = _place(tr, 4, guard=False, redundant=2)
+    assert red.methods["semmoe"].metrics["lar"] >= plain.methods["semmoe"].metrics["lar"]
+    p2l = physical_to_logical(red.methods["semmoe"].replicas, 4)
+    assert p2l.shape == (8, 32 + 2 * 4)
+    for layer in range(8):
+        assert set(p2l[layer]) == set(range(32))

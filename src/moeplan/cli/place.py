@@ -82,6 +82,8 @@ def place_cmd(
     cluster: Annotated[str, typer.Option(help="Cluster preset for the cost model")]
     = "h100-sxm-8",
     step_tokens: Annotated[int, typer.Option(help="Tokens per step for bytes/time")] = 8192,
+    redundant: Annotated[int, typer.Option(
+        help="Redundant expert slots per GPU (Sem-MoE and EPLB)")] = 0,
     seed: Annotated[int, typer.Option(help="Split seed")] = 0,
     export_sglang: Annotated[Path | None, typer.Option(
         "--export-sglang", help="Write SGLang --init-expert-location JSON")] = None,
@@ -102,7 +104,8 @@ def place_cmd(
     nodes = cl.nodes_spanned(ep)
     require(ep <= cl.num_gpus * max(1, nodes),
             f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})")
-    cfg = PlaceConfig(ep=ep, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens)
+    cfg = PlaceConfig(ep=ep, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens,
+                      redundant=redundant)
     require(trace.exists(), f"--trace ({trace}) does not exist")
     res = place(lambda: iter_trace(trace, num_experts=m.num_experts),
                 num_layers=m.num_moe_layers, num_experts=m.num_experts,
@@ -120,8 +123,9 @@ def place_cmd(
 def _write_outputs(res: PlacementResult, m: Any, export_sglang: Path | None,
                    tables: Path | None, heatmap: Path | None) -> None:
     if export_sglang is not None:
-        write_sglang_expert_location(export_sglang,
-                                     physical_to_logical(res.methods["semmoe"].y, res.ep),
+        sem = res.methods["semmoe"]
+        write_sglang_expert_location(export_sglang, physical_to_logical(
+                                     sem.y if sem.replicas is None else sem.replicas, res.ep),
                                      ep=res.ep, num_hidden_layers=m.num_layers,
                                      moe_layers=m.moe_layers)
     if tables is not None:

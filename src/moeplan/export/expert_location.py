@@ -87,7 +87,8 @@ def plan_details(res: Any, *, num_hidden_layers: int, moe_layers: Sequence[int])
     from moeplan.planners.placement import physical_to_logical
 
     sem = res.methods["semmoe"]
-    loc = sglang_expert_location(physical_to_logical(sem.y, res.ep), ep=res.ep,
+    placement = sem.y if sem.replicas is None else sem.replicas
+    loc = sglang_expert_location(physical_to_logical(placement, res.ep), ep=res.ep,
                                  num_hidden_layers=num_hidden_layers, moe_layers=moe_layers)
     keys = ("lar", "imbalance", "a2a_bytes_per_layer", "moe_layer_time_s")
     return {**loc, "ep": res.ep, "mode": res.mode, "fallback": res.fallback,

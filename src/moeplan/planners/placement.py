@@ -69,19 +69,22 @@ class PlaceConfig:
     step_tokens: int = 8192
     lookback: int = 1
     guard: bool = True
+    redundant: int = 0  # extra expert slots per device (Sem-MoE and EPLB)
 
     def __post_init__(self) -> None:
         require(self.ep >= 1, f"ep ({self.ep}) must be >= 1")
         require(self.mode in ("dp", "tp"), f"mode ({self.mode!r}) must be 'dp' or 'tp'")
         require(self.balance_tol >= 1.0, f"balance_tol ({self.balance_tol}) must be >= 1")
         require(self.lookback in (1, 2), f"lookback ({self.lookback}) must be 1 or 2")
+        require(self.redundant >= 0, f"redundant ({self.redundant}) must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MethodResult:
     name: str
-    y: np.ndarray  # [L, E] device of each logical expert
+    y: np.ndarray  # [L, E] device of each logical expert (its primary copy)
     metrics: dict[str, Any]
+    replicas: np.ndarray | None = None  # [L, E, C] copies per device with redundant slots
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,9 +112,18 @@ class PlacementResult:
 
 
 def physical_to_logical(y: np.ndarray, ep: int) -> np.ndarray:
-    """[L, E] physical slot -> logical expert: device 0's experts (ascending), device 1's..."""
-    return np.stack([np.argsort(yl * yl.shape[0] + np.arange(len(yl)), kind="stable")
-                     for yl in y])
+    """[L, P] physical slot -> logical expert: device 0's experts (ascending), device 1's...
+
+    ``y`` is [L, E] (one copy each, P = E) or replica counts [L, E, C] (P = E + redundant)."""
+    if y.ndim == 2:
+        return np.stack([np.argsort(yl * yl.shape[0] + np.arange(len(yl)), kind="stable")
+                         for yl in y])
+    rep = y.astype(np.int64)
+    per = rep.sum(axis=1)  # [L, C]
+    require(bool((per == per[0, 0]).all()),
+            f"replicas per device ({per.min()}..{per.max()}) must be equal on every device")
+    return np.stack([np.concatenate([np.repeat(np.arange(rep.shape[1]), rep[layer, :, c])
+                                     for c in range(ep)]) for layer in range(rep.shape[0])])
 
 
 # ---------------------------------------------------------------- sources and validation
@@ -250,9 +262,10 @@ def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.nd
                 if cfg.mode == "dp" else None
             for name in res.methods:
                 srcs = _sources_for(name, chunk, res, aff, cfg, markovs, dp)
+                m = res.methods[name]
                 tallies[split_name].setdefault(name, Tally(
                     num_layers=chunk.num_layers, ep=cfg.ep)).add(
-                    chunk.experts, res.methods[name].y, srcs)
+                    chunk.experts, m.y if m.replicas is None else m.replicas, srcs)
     return {s: {k: summarize(t, num_experts=num_experts, hidden_bytes=hidden_bytes,
                              step_tokens=cfg.step_tokens, evaluate=evaluate)
                 for k, t in tl.items()} for s, tl in tallies.items()}
@@ -272,6 +285,7 @@ def _markov_only(chunk: RoutingTrace, y: np.ndarray, markov: MarkovTable | None,
 
 # ---------------------------------------------------------------- the planner
 def _semmoe(aff: Affinity, cfg: PlaceConfig) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """(row clusters x, balanced placement y, objectives normalised by train activations)."""
     w = aff.counts
     ours, greedy = cc.solve(w, aff.freq, cfg.ep, slack=cfg.slack, seed=cfg.seed)
     y = cc.balance_experts(w, ours.x, aff.hotness, cfg.ep, tol=cfg.balance_tol)
@@ -315,7 +329,9 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
                        max_tokens=cfg.max_tokens, on_chunk=count_transitions)
     require(aff.occurrences > 0 and len(aff.token_ids) > 0,
             "trace train split (0 occurrences) must not be empty; add requests")
-    _, y_sem, obj = _semmoe(aff, cfg)
+    x_sem, y_sem, obj = _semmoe(aff, cfg)
+    rep_sem = cc.add_replicas(aff.counts, x_sem, y_sem, cfg.ep, cfg.redundant) \
+        if cfg.redundant else None
     conf = token_table(cc.gains(aff.counts, y_sem, cfg.ep))
     layer_dev, layer_conf = _layer_tables(aff, y_sem, cfg.ep)
     markovs: dict[str, MarkovTable | None] = {}
@@ -325,13 +341,14 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
     methods = {"contiguous": MethodResult(name="contiguous", y=base.contiguous(
         num_layers, num_experts, cfg.ep), metrics={})}
     if cfg.baselines:
-        methods["eplb"] = MethodResult(name="eplb", y=base.eplb_placement(aff.hotness, cfg.ep)[0],
-                                       metrics={})
+        y_e, rep_e = base.eplb_placement(aff.hotness, cfg.ep, redundant=cfg.redundant)
+        methods["eplb"] = MethodResult(name="eplb", y=y_e, metrics={},
+                                       replicas=rep_e if cfg.redundant else None)
         y_tr = base.transition_placement(trans, aff.hotness, cfg.ep, tol=cfg.balance_tol)
         methods["transition"] = MethodResult(name="transition", y=y_tr, metrics={})
         if cfg.mode == "tp":
             markovs["transition"] = fit_markov(fit_src, y_tr, cfg.ep, cfg.lookback)
-    methods["semmoe"] = MethodResult(name="semmoe", y=y_sem, metrics={})
+    methods["semmoe"] = MethodResult(name="semmoe", y=y_sem, metrics={}, replicas=rep_sem)
     res = PlacementResult(ep=cfg.ep, mode=cfg.mode, methods=methods, solve_s=solve_s,
                           token_ids=aff.token_ids, token_conf=conf, layer_device=layer_dev,
                           layer_conf=layer_conf, markov=markovs.get("semmoe"), objective=obj,
@@ -350,7 +367,8 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
     if fallback:
         methods["semmoe"] = MethodResult(name="semmoe", y=methods["contiguous"].y, metrics={})
         test["semmoe"] = test["contiguous"]
-    final = {k: MethodResult(name=k, y=m.y, metrics=test[k]) for k, m in methods.items()}
+    final = {k: MethodResult(name=k, y=m.y, metrics=test[k], replicas=m.replicas)
+             for k, m in methods.items()}
     return _with_methods(res, final, fallback)
 
 

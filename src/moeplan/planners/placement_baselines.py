@@ -27,15 +27,20 @@ def contiguous(num_layers: int, num_experts: int, ep: int) -> np.ndarray:
     return np.tile(np.arange(num_experts) // (num_experts // ep), (num_layers, 1))
 
 
-def eplb_placement(hotness: np.ndarray, ep: int, num_nodes: int = 1,
-                   num_groups: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(y [L, E] device of each logical expert, phy2log [L, E]) from EPLB without replicas."""
+def eplb_placement(hotness: np.ndarray, ep: int, num_nodes: int = 1, num_groups: int = 1,
+                   redundant: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """EPLB (global policy unless groups/nodes are given) with ``redundant`` extra slots per
+    device: (y [L, E] device of each expert's first copy, replica counts [L, E, C])."""
     num_l, e = hotness.shape
-    phy2log, _, _ = rebalance_experts(hotness, e, num_groups, num_nodes, ep)
+    num_phy = e + redundant * ep
+    phy2log, _, _ = rebalance_experts(hotness, num_phy, num_groups, num_nodes, ep)
+    dev = np.arange(num_phy) // (num_phy // ep)
     y = np.empty((num_l, e), dtype=np.int64)
+    rep = np.zeros((num_l, e, ep))
     for layer in range(num_l):
-        y[layer, phy2log[layer]] = np.arange(e) // (e // ep)
-    return y, phy2log
+        y[layer, phy2log[layer][::-1]] = dev[::-1]  # first physical copy wins
+        np.add.at(rep[layer], (phy2log[layer], dev), 1.0)
+    return y, rep
 
 
 def transition_counts(experts: np.ndarray, num_experts: int) -> np.ndarray:

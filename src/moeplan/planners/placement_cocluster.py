@@ -283,3 +283,23 @@ def _swap_repair(m: np.ndarray, h: np.ndarray, yl: np.ndarray, ep: int, tol: flo
 def _imb(h: np.ndarray, yl: np.ndarray, ep: int) -> float:
     load = np.bincount(yl, weights=h, minlength=ep)
     return float(load.max() / max(load.mean(), 1e-12))
+
+
+def add_replicas(w: np.ndarray, x: np.ndarray, y: np.ndarray, ep: int,
+                 per_device: int) -> np.ndarray:
+    """Redundant slots: replica counts [L, E, C] = the placement y plus, on every device,
+    ``per_device`` replicas of the experts its rows activate most that live elsewhere
+    (greedy by affinity; each replica only adds local activations)."""
+    num_l, _, e = w.shape
+    rep = np.zeros((num_l, e, ep))
+    rep[np.arange(num_l)[:, None], np.arange(e)[None, :], y] = 1.0
+    if per_device <= 0:
+        return rep
+    onehot = np.eye(ep, dtype=w.dtype)[x]
+    for layer in range(num_l):
+        m = (w[layer].T @ onehot).astype(np.float64)  # [E, C]
+        m[np.arange(e), y[layer]] = -np.inf  # already local there
+        for c in range(ep):
+            for ex in np.argsort(-m[:, c], kind="stable")[:per_device]:
+                rep[layer, ex, c] += 1.0
+    return rep

@@ -47,7 +47,12 @@ class Tally:
         self.src_tokens = np.zeros((self.num_layers, self.ep))
 
     def add(self, experts: np.ndarray, y: np.ndarray, src: np.ndarray) -> None:
-        """experts [n, L, k]; y [L, E] device of each expert; src [n, L] source devices."""
+        """experts [n, L, k]; src [n, L] source devices; y [L, E] device of each expert, or
+        replica counts [L, E, C] (redundant slots: local if any replica sits on the source
+        device, else the activation is split evenly over the expert's replicas)."""
+        if y.ndim == 3:
+            self._add_replicated(experts, y, src)
+            return
         ep = self.ep
         self.tokens += experts.shape[0]
         for layer in range(self.num_layers):
@@ -60,6 +65,23 @@ class Tally:
             self.total[layer] += valid.sum()
             self.load[layer] += np.bincount(dev[valid], minlength=ep)
             self.send[layer] += np.bincount(s[valid & ~loc], minlength=ep)
+            self.src_tokens[layer] += np.bincount(src[:, layer], minlength=ep)
+
+    def _add_replicated(self, experts: np.ndarray, rep: np.ndarray, src: np.ndarray) -> None:
+        ep = self.ep
+        self.tokens += experts.shape[0]
+        frac = rep / np.maximum(rep.sum(axis=2, keepdims=True), 1e-12)  # [L, E, C]
+        for layer in range(self.num_layers):
+            ex = experts[:, layer].astype(np.int64)
+            valid = ex >= 0
+            s = np.broadcast_to(src[:, layer][:, None], ex.shape)
+            loc = valid & (rep[layer][np.maximum(ex, 0), s] > 0)
+            remote = valid & ~loc
+            self.local[layer] += loc.sum()
+            self.total[layer] += valid.sum()
+            per_expert = np.bincount(ex[remote], minlength=rep.shape[1])
+            self.load[layer] += np.bincount(s[loc], minlength=ep) + per_expert @ frac[layer]
+            self.send[layer] += np.bincount(s[remote], minlength=ep)
             self.src_tokens[layer] += np.bincount(src[:, layer], minlength=ep)
 
 
