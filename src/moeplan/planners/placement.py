@@ -266,7 +266,11 @@ def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.nd
                 tallies[split_name].setdefault(name, Tally(
                     num_layers=chunk.num_layers, ep=cfg.ep)).add(
                     chunk.experts, m.y if m.replicas is None else m.replicas, srcs)
-    return {s: {k: summarize(t, num_experts=num_experts, hidden_bytes=hidden_bytes,
+    def slots(name: str) -> int:  # physical experts of the method (replicas included)
+        rep = res.methods[name].replicas
+        return num_experts if rep is None else int(round(rep[0].sum()))
+
+    return {s: {k: summarize(t, num_experts=slots(k), hidden_bytes=hidden_bytes,
                              step_tokens=cfg.step_tokens, evaluate=evaluate)
                 for k, t in tl.items()} for s, tl in tallies.items()}
 
