@@ -75,3 +75,12 @@ def test_unknown_presets_get_one_line():
 
 def test_missing_file_gets_one_line(tmp_path):
     _one_line_error(run("inspect", str(tmp_path / "nope.json")), "could not be read")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("inspect", "mixtral-8x7b", "--no-such-flag"), "No such option"),
+    (("no-such-command",), "No such command"),
+    (("inspect", "mixtral-8x7b", "--context", "abc"), "--context"),
+])
+def test_usage_errors_get_one_line(args, needle):
+    _one_line_error(run(*args), needle)

@@ -55,12 +55,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(ex.exit_code)
     except SystemExit:
         raise
-    except Exception as err:  # click usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(2)
+    except Exception as err:  # usage errors (typer's vendored click) arrive here
+        fmt = getattr(err, "format_message", None)
+        code = getattr(err, "exit_code", None)
+        if callable(fmt) and isinstance(code, int):
+            ctx = getattr(err, "ctx", None)
+            where = f" (see 'moeplan {ctx.info_name} --help')" if ctx and ctx.parent else ""
+            print(f"moeplan: error: {' '.join(str(fmt()).split())}{where}", file=sys.stderr)
+            sys.exit(code)
         raise
 
 
