@@ -89,11 +89,21 @@ def test_rank_with_fake_adapters_and_slo():
                 "dep": lambda *a: _fake("dep", 900, 8)}
     r = plan(m, c, Workload(), cost_model_for(c), adapters=adapters)
     assert [x.family for x in r.candidates] == ["pipeline", "dep", "strategy"]
-    assert "1.33x" in r.explanation[-1]
+    assert "1.33x" in r.explanation[2]
     from moeplan.errors import MoeplanError
 
     with pytest.raises(MoeplanError):  # every candidate has TTFT 1 s > the 0.5 s SLO
         plan(m, c, Workload(), cost_model_for(c), adapters=adapters, ttft_slo_s=0.5)
+
+
+def test_ties_prefer_the_launchable_colocated_plan():
+    m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
+    adapters = {"strategy": lambda *a: _fake("strategy", 800.0, 8),
+                "pipeline": lambda *a: _fake("pipeline", 801.0, 8),
+                "dep": lambda *a: _fake("dep", 700.0, 8)}
+    r = plan(m, c, Workload(), cost_model_for(c), adapters=adapters)
+    assert [x.family for x in r.candidates] == ["strategy", "pipeline", "dep"]
+    assert "ties" in r.explanation[2]
 
 
 def test_model_that_fits_nowhere_names_the_smallest_cluster():

@@ -36,6 +36,7 @@ from moeplan.errors import MoeplanError, require
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
 FAMILIES = ("strategy", "pipeline", "dep")
+TIE = 0.005  # plans within 0.5 % per GPU are tied
 GIB = 1024**3
 
 
@@ -217,7 +218,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
         timings[f] = time.perf_counter() - t0
     if not cands:
         raise MoeplanError(_nothing_fits(model, cluster, skipped))
-    ranked = tuple(sorted(cands, key=lambda c: -c.per_gpu))
+    ranked = tuple(sorted(cands, key=lambda c: (-c.per_gpu, c.family != "strategy")))
+    best = ranked[0].per_gpu
+    # Within TIE of the best, prefer the colocated plan: SGLang/vLLM can launch it as is.
+    def key(c: Candidate) -> tuple[bool, bool, float]:
+        behind = c.per_gpu < best * (1 - TIE)
+        return behind, not behind and c.family != "strategy", -c.per_gpu
+
+    ranked = tuple(sorted(ranked, key=key))
     return PlanResult(model=model, cluster=cluster, workload=workload, candidates=ranked,
                       skipped=skipped, explanation=explain(ranked, cluster), timings=timings)
 
@@ -236,8 +244,13 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
                    "limits throughput.")
     if len(ranked) > 1:
         r = ranked[1]
-        out.append(f"Runner-up: {names[r.family]} ({r.label}) at {r.per_gpu:,.0f} tokens/s per "
-                   f"GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
+        if r.per_gpu >= w.per_gpu * (1 - TIE):
+            out.append(f"{names[r.family]} ({r.label}) ties it at {r.per_gpu:,.0f} tokens/s per "
+                       f"GPU (within {100 * TIE:.1f}%); the colocated plan is preferred on ties "
+                       "because SGLang and vLLM can launch it as is.")
+        else:
+            out.append(f"Runner-up: {names[r.family]} ({r.label}) at {r.per_gpu:,.0f} tokens/s "
+                       f"per GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
     for c in ranked:
         if c.family == "strategy" and c.plan.get("layout", {}).get("pp", 1) > 1:
             out.append("Caveat: MixServe prices pipeline parallelism as one batch walking through "
