@@ -39,6 +39,12 @@ def hybrid(tp, ep_):
                               "moe": {"tp": tp, "ep": ep_}, "pp": 1})
 
 
+def strat(w, atp, mtp):
+    """Strategy plan with different attention and MoE TP degrees (re-sharded around the MoE)."""
+    return _plan("strategy", {"world_size": w, "attn": {"tp": atp, "dp": w // atp},
+                              "moe": {"tp": mtp, "ep": w // mtp}, "pp": 1})
+
+
 def ep_placed(w, slots, seed):
     """EP plan with a random expert placement of ``slots`` physical slots over BASE's experts."""
     g = torch.Generator().manual_seed(seed)
@@ -88,6 +94,7 @@ CHECKS = {
         "hybrid_tp2": (hybrid(2, 1), _opts()),
         "hybrid_ep2_fused": (hybrid(1, 2), _opts(V3)),
         "hybrid_ep2_unfused": (hybrid(1, 2), _opts(V3, fused=False)),
+        "reshard_attn_dp2_moe_tp2": (strat(2, 1, 2), _opts()),
         "dep_1_1_asas": (dep(1, 1, 2, 2, 2, "ASAS"), _opts()),
         "tp_ep_predicted": (tp_ep(2, "predicted"), _opts(TOPP)),
         "pp2_sync": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(async_send=False)),
@@ -101,6 +108,7 @@ CHECKS = {
         "ep_placement_permuted": (ep_placed(3, 12, 1), _opts()),
         "hybrid_ep3_fused": (hybrid(1, 3), _opts()),
         "hybrid_tp3": (hybrid(3, 1), _opts(V3)),
+        "reshard_attn_dp3_moe_tp3": (strat(3, 1, 3), _opts(TOPP, fused=False)),
         "dep_1_2_aass": (dep(1, 2, 3, 2, 1, "AASS"), _opts(V3)),
         "tp_ep_round_robin": (tp_ep(3, "round_robin"), _opts()),
         "dep_2_1_asas": (dep(2, 1, 2, 3, 1, "ASAS"), _opts(TOPP)),
@@ -113,6 +121,9 @@ CHECKS = {
         "hybrid_tp2_ep2_fused": (hybrid(2, 2), _opts(V3)),
         "hybrid_tp2_ep2_unfused": (hybrid(2, 2), _opts(fused=False)),
         "hybrid_ep4_fused": (hybrid(1, 4), _opts(TOPP)),
+        "reshard_attn_tp2_moe_ep4": (strat(4, 2, 1), _opts(V3)),
+        "reshard_attn_dp4_moe_tp2_ep2": (strat(4, 1, 2), _opts(fused=False)),
+        "reshard_attn_tp1_moe_tp4": (strat(4, 1, 4), _opts()),
         "dep_2_2_aass": (dep(2, 2, 2, 3, 1, "AASS"), _opts()),
         "tp_ep_predicted_v3": (tp_ep(4, "predicted"), _opts(V3)),
         "tp_ep_contiguous": (tp_ep(4, "contiguous"), _opts()),

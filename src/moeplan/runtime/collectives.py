@@ -186,3 +186,21 @@ def shuffled_all_gather(y: torch.Tensor, plan: ShufflePlan, group: object) -> to
     out = y.new_empty(plan.num_tokens, y.shape[1])
     out[plan.order[valid]] = flat[valid]
     return out
+
+
+def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.Tensor:
+    """All-gather unequal parts along dim 0 (padded to the largest) and concatenate them."""
+    cap = max(sizes)
+    padded = part.new_zeros(cap, *part.shape[1:])
+    padded[: part.shape[0]] = part
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
+
+
+def gather_sizes(n: int, group: object, size: int, device: torch.device | str = "cpu") -> list[int]:
+    """Every member's ``n`` (e.g. its row count), in group order."""
+    t = torch.tensor([n], dtype=torch.long, device=device)
+    out = [torch.zeros_like(t) for _ in range(size)]
+    dist.all_gather(out, t, group=group)
+    return [int(v) for v in out]

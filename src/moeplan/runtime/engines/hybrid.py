@@ -7,8 +7,9 @@ the other nodes and all-gathers it in TP; experts run TP-sharded (intermediate d
 partial sums; fused RS-Combine returns them and reduce-scatters in TP; top-k weighting on the
 ``H/m`` slice (Alg. 1 line 17); shared-expert partials are reduce-scattered the same way; one
 TP all-gather restores full width. ``fused=False`` runs the unfused sequence (full-width
-all-to-all dispatch/combine + TP all-reduce) for comparison. Requires ``attn.tp == moe.tp``
-and ``pp == 1`` (the paper's case); other shapes are rejected with a clear error.
+all-to-all dispatch/combine + TP all-reduce) for comparison. When ``attn.tp != moe.tp`` the
+tokens are re-sharded between the two layouts around the MoE block (:func:`resharded_moe`).
+Requires ``pp == 1``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from moeplan.runtime.collectives import (
     dispatch,
     fused_ag_dispatch,
     fused_rs_combine,
+    gather_sizes,
+    gather_split,
 )
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.groups import RankGroups
@@ -40,9 +43,8 @@ from moeplan.runtime.timeline import Timeline
 
 
 def check_hybrid(mesh: Mesh, cfg: MoEConfig) -> None:
-    require(mesh.pp == 1 and mesh.attn_tp == mesh.moe_tp,
-            f"plan.layout (pp={mesh.pp}, attn.tp={mesh.attn_tp}, moe.tp={mesh.moe_tp}) must have "
-            "pp=1 and attn.tp == moe.tp for the hybrid TP-EP runtime")
+    require(mesh.pp == 1, f"plan.layout.pp ({mesh.pp}) must be 1 for a strategy plan in the runtime "
+            "(pipelined plans run through the pipeline family)")
     require(cfg.num_heads % mesh.attn_tp == 0,
             f"model.num_heads ({cfg.num_heads}) must be divisible by attn.tp ({mesh.attn_tp})")
     require(cfg.num_experts % mesh.moe_ep == 0,
@@ -89,6 +91,24 @@ def hybrid_moe(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl
         return torch.cat(parts, dim=1)
 
 
+def resharded_moe(flat: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline,
+                  fused: bool) -> torch.Tensor:
+    """MoE when ``attn.tp != moe.tp``: ``flat [T, H]`` is replicated in the attention TP group.
+    Each attention-TP rank owns one share of the tokens; a MoE TP group works on the union of
+    its members' shares (all-gather), so every token is computed once; the owners' rows are then
+    all-gathered back to the attention layout (the re-sharding MixServe/SMIDT charge)."""
+    shares = list(flat.tensor_split(g.size("attn_tp")))
+    mine = shares[g.local_rank("attn_tp")]
+    sizes = gather_sizes(mine.shape[0], g.handles["moe_tp"], g.size("moe_tp"), flat.device)
+    with tl.span("reshard_in", "comm"):
+        tokens = gather_split(mine, sizes, g.handles["moe_tp"])
+    y = hybrid_moe(tokens, w, cfg, g, tl, fused)
+    start = sum(sizes[: g.local_rank("moe_tp")])
+    with tl.span("reshard_out", "comm"):
+        return gather_split(y[start:start + mine.shape[0]], [len(p) for p in shares],
+                            g.handles["attn_tp"])
+
+
 def run_hybrid(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: RankGroups,
                tl: Timeline, fused: bool = True) -> torch.Tensor:
     """Forward this node's sequences ``x [B, S, H]`` (replicated in the TP group)."""
@@ -100,5 +120,6 @@ def run_hybrid(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: R
             dist.all_reduce(a, group=g.handles["attn_tp"])
         h = x + a
         flat = h.reshape(-1, h.shape[-1])
-        x = (flat + hybrid_moe(rms(flat), w.moe, cfg, g, tl, fused)).view_as(x)
+        moe = hybrid_moe if g.size("attn_tp") == g.size("moe_tp") else resharded_moe
+        x = (flat + moe(rms(flat), w.moe, cfg, g, tl, fused)).view_as(x)
     return x

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from moeplan.errors import MoeplanError, require
+from moeplan.runtime.collectives import gather_split
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.groups import RankGroups
 from moeplan.runtime.mesh import Mesh, StageModule
@@ -57,16 +58,6 @@ def check_pipeline(mesh: Mesh, cfg: MoEConfig) -> None:
 def dense_layers(mesh: Mesh) -> tuple[int, ...]:
     """Layers the plan runs as dense MLP modules."""
     return tuple(m.layer for st in mesh.stages for m in st if m.kind == "mlp")
-
-
-def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.Tensor:
-    """All-gather unequal parts along dim 0 (padded to the largest) and concatenate them."""
-    cap = max(sizes)
-    padded = part.new_zeros(cap, *part.shape[1:])
-    padded[: part.shape[0]] = part
-    parts = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(parts, padded, group=group)
-    return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
 
 
 def _axis(m: StageModule, name: str) -> str:
