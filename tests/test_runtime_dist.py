@@ -17,32 +17,69 @@ from moeplan.runtime.runner import RunOptions, run_rank
 from moeplan.runtime.spawn import init_distributed, spawn_world
 
 TOL = 1e-5
-BASE = MoEConfig(hidden_size=48, num_heads=12, num_layers=2, num_experts=12, top_k=3,
-                 moe_intermediate_size=24, shared_intermediate_size=24)
-V3 = MoEConfig(**{**{f: getattr(BASE, f) for f in BASE.__slots__}, "top_k": 4, "n_group": 4,
-                  "topk_group": 2, "scoring": "sigmoid", "routed_scaling_factor": 2.5})
-TOPP = MoEConfig(**{**{f: getattr(BASE, f) for f in BASE.__slots__}, "top_k": 6, "top_p": 0.6,
-                    "norm_topk_prob": False})
+BASE = MoEConfig(
+    hidden_size=48,
+    num_heads=12,
+    num_layers=2,
+    num_experts=12,
+    top_k=3,
+    moe_intermediate_size=24,
+    shared_intermediate_size=24,
+)
+V3 = MoEConfig(
+    **{
+        **{f: getattr(BASE, f) for f in BASE.__slots__},
+        "top_k": 4,
+        "n_group": 4,
+        "topk_group": 2,
+        "scoring": "sigmoid",
+        "routed_scaling_factor": 2.5,
+    }
+)
+TOPP = MoEConfig(
+    **{
+        **{f: getattr(BASE, f) for f in BASE.__slots__},
+        "top_k": 6,
+        "top_p": 0.6,
+        "norm_topk_prob": False,
+    }
+)
 
 
 def _plan(family, layout, details=None):
-    return {"schema": "moeplan.plan/1", "family": family, "layout": layout, "details": details or {}}
+    return {
+        "schema": "moeplan.plan/1",
+        "family": family,
+        "layout": layout,
+        "details": details or {},
+    }
 
 
 def ep(w):
-    return _plan("ep", {"world_size": w, "attn": {"tp": 1, "dp": w}, "moe": {"tp": 1, "ep": w}, "pp": 1})
+    return _plan(
+        "ep", {"world_size": w, "attn": {"tp": 1, "dp": w}, "moe": {"tp": 1, "ep": w}, "pp": 1}
+    )
 
 
 def hybrid(tp, ep_):
     w = tp * ep_
-    return _plan("strategy", {"world_size": w, "attn": {"tp": tp, "dp": ep_},
-                              "moe": {"tp": tp, "ep": ep_}, "pp": 1})
+    return _plan(
+        "strategy",
+        {"world_size": w, "attn": {"tp": tp, "dp": ep_}, "moe": {"tp": tp, "ep": ep_}, "pp": 1},
+    )
 
 
 def strat(w, atp, mtp):
     """Strategy plan with different attention and MoE TP degrees (re-sharded around the MoE)."""
-    return _plan("strategy", {"world_size": w, "attn": {"tp": atp, "dp": w // atp},
-                              "moe": {"tp": mtp, "ep": w // mtp}, "pp": 1})
+    return _plan(
+        "strategy",
+        {
+            "world_size": w,
+            "attn": {"tp": atp, "dp": w // atp},
+            "moe": {"tp": mtp, "ep": w // mtp},
+            "pp": 1,
+        },
+    )
 
 
 def ep_placed(w, slots, seed):
@@ -59,13 +96,19 @@ def ep_placed(w, slots, seed):
 
 
 def tp_ep(w, token_plan):
-    return _plan("strategy", {"world_size": w, "attn": {"tp": w, "dp": 1}, "moe": {"tp": 1, "ep": w},
-                              "pp": 1}, {"token_plan": token_plan})
+    return _plan(
+        "strategy",
+        {"world_size": w, "attn": {"tp": w, "dp": 1}, "moe": {"tp": 1, "ep": w}, "pp": 1},
+        {"token_plan": token_plan},
+    )
 
 
 def dep(ag, eg, r1, r2, ma, order):
-    return _plan("dep", {"world_size": ag + eg, "ag": ag, "eg": eg},
-                 {"ma": ma, "r1": r1, "r2": r2, "order": order})
+    return _plan(
+        "dep",
+        {"world_size": ag + eg, "ag": ag, "eg": eg},
+        {"ma": ma, "r1": r1, "r2": r2, "order": order},
+    )
 
 
 def pp(world, stages, dense=()):
@@ -75,9 +118,16 @@ def pp(world, stages, dense=()):
     for st in stages:
         mods = []
         for (atp, ad), (mtp, mep, md) in st:
-            mods += [{"kind": "attn", "layer": layer, "tp": atp, "ep": 1, "dpmoe": ad},
-                     {"kind": "mlp" if layer in dense else "moe", "layer": layer, "tp": mtp,
-                      "ep": mep, "dpmoe": md}]
+            mods += [
+                {"kind": "attn", "layer": layer, "tp": atp, "ep": 1, "dpmoe": ad},
+                {
+                    "kind": "mlp" if layer in dense else "moe",
+                    "layer": layer,
+                    "tp": mtp,
+                    "ep": mep,
+                    "dpmoe": md,
+                },
+            ]
             layer += 1
         out.append({"modules": mods})
     return _plan("pipeline", {"world_size": world, "pp": len(stages), "stages": out})
@@ -97,11 +147,19 @@ CHECKS = {
         "reshard_attn_dp2_moe_tp2": (strat(2, 1, 2), _opts()),
         "dep_1_1_asas": (dep(1, 1, 2, 2, 2, "ASAS"), _opts()),
         "tp_ep_predicted": (tp_ep(2, "predicted"), _opts(TOPP)),
-        "pp2_sync": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(async_send=False)),
-        "pp2_async": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]), _opts(TOPP, micro_batches=3)),
+        "pp2_sync": (
+            pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]),
+            _opts(async_send=False),
+        ),
+        "pp2_async": (
+            pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]]),
+            _opts(TOPP, micro_batches=3),
+        ),
         "pp1_tp_ep": (pp(2, [[((2, 1), (1, 2, 1)), ((1, 2), (2, 1, 1))]]), _opts()),
-        "pp2_dense_first": (pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]], dense=(0,)),
-                            _opts(V3)),
+        "pp2_dense_first": (
+            pp(2, [[((1, 1), (1, 1, 1))], [((1, 1), (1, 1, 1))]], dense=(0,)),
+            _opts(V3),
+        ),
     },
     3: {
         "ep_topp": (ep(3), _opts(TOPP)),
@@ -128,9 +186,16 @@ CHECKS = {
         "tp_ep_predicted_v3": (tp_ep(4, "predicted"), _opts(V3)),
         "tp_ep_contiguous": (tp_ep(4, "contiguous"), _opts()),
         "dep_1_3_asas": (dep(1, 3, 3, 2, 2, "ASAS"), _opts(V3)),
-        "pp2_mixed": (pp(4, [[((2, 1), (1, 2, 1))], [((1, 2), (1, 1, 2))]]), _opts(micro_batches=2)),
-        "pp2_dense_tp2_dp2": (pp(4, [[((2, 1), (2, 1, 1)), ((1, 2), (1, 1, 2))], [((2, 1), (1, 2, 1))]],
-                                 dense=(0, 1)), _opts(micro_batches=3)),
+        "pp2_mixed": (
+            pp(4, [[((2, 1), (1, 2, 1))], [((1, 2), (1, 1, 2))]]),
+            _opts(micro_batches=2),
+        ),
+        "pp2_dense_tp2_dp2": (
+            pp(
+                4, [[((2, 1), (2, 1, 1)), ((1, 2), (1, 1, 2))], [((2, 1), (1, 2, 1))]], dense=(0, 1)
+            ),
+            _opts(micro_batches=3),
+        ),
         "pp4_sync": (pp(4, [[((1, 1), (1, 1, 1))]] * 4), _opts(async_send=False)),
     },
 }
@@ -143,7 +208,9 @@ def _shuffle_check(rank: int, world: int) -> float:
     from moeplan.runtime.collectives import shuffled_all_gather, shuffled_reduce_scatter, token_plan
 
     t, h = 13, 8
-    partials = [torch.randn(t, h, generator=torch.Generator().manual_seed(100 + r)) for r in range(world)]
+    partials = [
+        torch.randn(t, h, generator=torch.Generator().manual_seed(100 + r)) for r in range(world)
+    ]
     dest = torch.randint(0, max(world - 1, 1), (t,), generator=torch.Generator().manual_seed(7))
     plan = token_plan(dest, world)  # last device gets no tokens when world > 1
     mine = shuffled_reduce_scatter(partials[rank], plan, dist.group.WORLD, rank)

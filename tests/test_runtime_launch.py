@@ -31,21 +31,29 @@ def _write(tmp_path, plan: dict, name: str = "plan.json") -> str:
 
 
 def _dep_plan(ag: int = 1, eg: int = 1) -> dict:
-    return {"schema": "moeplan.plan/1", "family": "dep",
-            "layout": {"world_size": ag + eg, "ag": ag, "eg": eg},
-            "details": {"ma": 2, "r1": 2, "r2": 2, "order": "ASAS"}}
+    return {
+        "schema": "moeplan.plan/1",
+        "family": "dep",
+        "layout": {"world_size": ag + eg, "ag": ag, "eg": eg},
+        "details": {"ma": 2, "r1": 2, "r2": 2, "order": "ASAS"},
+    }
 
 
 def _ep_plan(w: int) -> dict:
-    return {"schema": "moeplan.plan/1", "family": "ep",
-            "layout": {"world_size": w, "attn": {"tp": 1, "dp": w}, "moe": {"tp": 1, "ep": w}, "pp": 1}}
+    return {
+        "schema": "moeplan.plan/1",
+        "family": "ep",
+        "layout": {"world_size": w, "attn": {"tp": 1, "dp": w}, "moe": {"tp": 1, "ep": w}, "pp": 1},
+    }
 
 
 @pytest.mark.timeout(240)
 def test_cli_run_dep_checks_reference_and_writes_measured_and_predicted(tmp_path, capsys):
     """One command: reference check passes, measured trace has every rank, simulator trace beside it."""
     trace = tmp_path / "dep.json"
-    assert _cli(["run", "--plan", _write(tmp_path, _dep_plan()), "--trace", str(trace), "--json"]) == 0
+    assert (
+        _cli(["run", "--plan", _write(tmp_path, _dep_plan()), "--trace", str(trace), "--json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["max_abs_err"] <= 1e-5
     measured = json.loads(trace.read_text())["traceEvents"]
@@ -65,7 +73,9 @@ def test_cli_run_world_mismatch_is_one_line_exit_2(tmp_path, capsys):
         main(["run", "--plan", _write(tmp_path, _ep_plan(4)), "--nproc", "2"])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["moeplan: error: plan.layout.world_size (4) must equal the launch world size (2)"]
+    assert err == [
+        "moeplan: error: plan.layout.world_size (4) must equal the launch world size (2)"
+    ]
 
 
 def test_cli_run_bad_json_is_one_line_exit_2(tmp_path, capsys):
@@ -81,11 +91,25 @@ def test_cli_run_bad_json_is_one_line_exit_2(tmp_path, capsys):
 def test_torchrun_mismatched_plan_same_error_on_every_rank(tmp_path):
     """A plan for 3 ranks launched on 2: each rank prints the same line and exits 2, no hang."""
     plan = _write(tmp_path, _ep_plan(3))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "-m", "moeplan.runtime.launch", "--plan", plan]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "moeplan.runtime.launch",
+        "--plan",
+        plan,
+    ]
     start = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert time.monotonic() - start < 100
     line = "moeplan: error: plan.layout.world_size (3) must equal the launch world size (2)"
     assert proc.stderr.count(line) == 2, proc.stderr[-2000:]
@@ -157,11 +181,59 @@ def test_stalled_rank_gives_timeout_error_not_hang():
 def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
     """plan.json written by ``moeplan dep`` (real spec, FinDEP solver) executes and checks out."""
     plan = tmp_path / "dep.json"
-    assert _cli(["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-a", "--seq", "16",
-                 "--ag", "1", "--eg", "1", "--layers", "2", "--batch", "4", "--out", str(plan),
-                 "--json"]) == 0
+    assert (
+        _cli(
+            [
+                "dep",
+                "--model",
+                "deepseek-v2-lite",
+                "--cluster",
+                "findep-a",
+                "--seq",
+                "16",
+                "--ag",
+                "1",
+                "--eg",
+                "1",
+                "--layers",
+                "2",
+                "--batch",
+                "4",
+                "--out",
+                str(plan),
+                "--json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert _cli(["run", "--plan", str(plan), "--trace", str(tmp_path / "t.json"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["max_abs_err"] <= 1e-5
     assert (tmp_path / "t.predicted.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_mixserve_planner_plan_runs_on_eight_ranks(tmp_path, capsys):
+    """plan.json of the best MixServe strategy (8 GPUs) executes on 8 CPU ranks and checks out."""
+    plan = tmp_path / "s.json"
+    assert (
+        _cli(
+            [
+                "strategy",
+                "--model",
+                "qwen3-30b-a3b",
+                "--cluster",
+                "h100-sxm-8",
+                "--out",
+                str(plan),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert _cli(["run", "--plan", str(plan), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["world_size"] == 8 and out["max_abs_err"] <= 1e-5

@@ -11,13 +11,25 @@ from moeplan.runtime.mesh import grid_groups, mesh_from_plan
 
 
 def _plan(family: str, layout: dict, details: dict | None = None) -> dict:
-    return {"schema": "moeplan.plan/1", "family": family, "layout": layout, "details": details or {}}
+    return {
+        "schema": "moeplan.plan/1",
+        "family": family,
+        "layout": layout,
+        "details": details or {},
+    }
 
 
 def _strategy(w: int, pp: int, atp: int, mtp: int) -> dict:
     r = w // pp
-    return _plan("strategy", {"world_size": w, "pp": pp, "attn": {"tp": atp, "dp": r // atp},
-                              "moe": {"tp": mtp, "ep": r // mtp}})
+    return _plan(
+        "strategy",
+        {
+            "world_size": w,
+            "pp": pp,
+            "attn": {"tp": atp, "dp": r // atp},
+            "moe": {"tp": mtp, "ep": r // mtp},
+        },
+    )
 
 
 def _divisors(n: int) -> list[int]:
@@ -35,8 +47,11 @@ def test_strategy_groups_partition_ranks_and_match_coords(w):
             for axis in ("pp", "attn_tp", "attn_dp", "moe_tp", "moe_ep"):
                 flat = sorted(x for g in groups[axis] for x in g)
                 assert flat == list(range(w)), axis
-                others = [a for a in ("pp", "attn_tp", "attn_dp") if a != axis] if axis.startswith(
-                    ("attn", "pp")) else [a for a in ("pp", "moe_tp", "moe_ep") if a != axis]
+                others = (
+                    [a for a in ("pp", "attn_tp", "attn_dp") if a != axis]
+                    if axis.startswith(("attn", "pp"))
+                    else [a for a in ("pp", "moe_tp", "moe_ep") if a != axis]
+                )
                 for g in groups[axis]:
                     coords = [mesh.coords(x) for x in g]
                     assert sorted(c[axis] for c in coords) == list(range(len(g)))
@@ -55,14 +70,18 @@ def test_grid_groups_brute_force():
     for i, (name, _) in enumerate(axes):
         expect = {}
         for idx, c in enumerate(coords):
-            key = c[:i] + c[i + 1:]
+            key = c[:i] + c[i + 1 :]
             expect.setdefault(key, []).append(ranks[idx])
         assert sorted(got[name]) == sorted(tuple(v) for v in expect.values())
 
 
 def test_dep_roles():
-    mesh = mesh_from_plan(_plan("dep", {"world_size": 5, "ag": 2, "eg": 3},
-                                {"ma": 1, "r1": 2, "r2": 2, "order": "AASS"}), 5)
+    mesh = mesh_from_plan(
+        _plan(
+            "dep", {"world_size": 5, "ag": 2, "eg": 3}, {"ma": 1, "r1": 2, "r2": 2, "order": "AASS"}
+        ),
+        5,
+    )
     assert [mesh.role(r) for r in range(5)] == ["attention"] * 2 + ["expert"] * 3
     assert mesh.coords(3) == {"ag": -1, "eg": 1}
 
@@ -70,10 +89,22 @@ def test_dep_roles():
 def test_pipeline_module_groups():
     """Per-module (tp, ep, dpmoe) groups inside each stage, laid out [dpmoe, ep, tp]."""
     mod = {"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 2}
-    plan = _plan("pipeline", {"world_size": 8, "pp": 2, "stages": [
-        {"modules": [{"kind": "attn", "layer": 0, "tp": 4, "ep": 1, "dpmoe": 1}, mod]},
-        {"modules": [{"kind": "attn", "layer": 1, "tp": 2, "ep": 1, "dpmoe": 2},
-                     {**mod, "layer": 1}]}]})
+    plan = _plan(
+        "pipeline",
+        {
+            "world_size": 8,
+            "pp": 2,
+            "stages": [
+                {"modules": [{"kind": "attn", "layer": 0, "tp": 4, "ep": 1, "dpmoe": 1}, mod]},
+                {
+                    "modules": [
+                        {"kind": "attn", "layer": 1, "tp": 2, "ep": 1, "dpmoe": 2},
+                        {**mod, "layer": 1},
+                    ]
+                },
+            ],
+        },
+    )
     mesh = mesh_from_plan(plan, 8)
     g = mesh.group_lists()
     assert g["pp"] == ((0, 4), (1, 5), (2, 6), (3, 7))
@@ -82,20 +113,50 @@ def test_pipeline_module_groups():
     assert mesh.module_coords(6, mesh.stages[1][1]) == {"tp": 0, "ep": 0, "dpmoe": 1}
 
 
-@pytest.mark.parametrize("plan, world, match", [
-    (_strategy(4, 1, 2, 2), 2, r"world_size \(4\) must equal the launch world size \(2\)"),
-    (_plan("strategy", {"world_size": 4, "attn": {"tp": 3, "dp": 1}, "moe": {"tp": 2, "ep": 2}}), 4,
-     r"attn tp\*dp"),
-    (_plan("dep", {"world_size": 4, "ag": 1, "eg": 2}, {"ma": 1, "r1": 1, "r2": 1}), 4, "ag\\+eg"),
-    (_plan("dep", {"world_size": 3, "ag": 1, "eg": 2}, {"ma": 1, "r1": 1, "r2": 1, "order": "SASA"}),
-     3, "order"),
-    (_plan("bogus", {"world_size": 1}), 1, "family"),
-    ({"schema": "x"}, 1, "schema"),
-    (_plan("pipeline", {"world_size": 4, "pp": 2, "stages": [
-        {"modules": [{"kind": "attn", "layer": 0, "tp": 4, "ep": 1, "dpmoe": 1}]},
-        {"modules": [{"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 1}]}]}), 4,
-     r"tp\*ep\*dpmoe"),
-])
+@pytest.mark.parametrize(
+    "plan, world, match",
+    [
+        (_strategy(4, 1, 2, 2), 2, r"world_size \(4\) must equal the launch world size \(2\)"),
+        (
+            _plan(
+                "strategy", {"world_size": 4, "attn": {"tp": 3, "dp": 1}, "moe": {"tp": 2, "ep": 2}}
+            ),
+            4,
+            r"attn tp\*dp",
+        ),
+        (
+            _plan("dep", {"world_size": 4, "ag": 1, "eg": 2}, {"ma": 1, "r1": 1, "r2": 1}),
+            4,
+            "ag\\+eg",
+        ),
+        (
+            _plan(
+                "dep",
+                {"world_size": 3, "ag": 1, "eg": 2},
+                {"ma": 1, "r1": 1, "r2": 1, "order": "SASA"},
+            ),
+            3,
+            "order",
+        ),
+        (_plan("bogus", {"world_size": 1}), 1, "family"),
+        ({"schema": "x"}, 1, "schema"),
+        (
+            _plan(
+                "pipeline",
+                {
+                    "world_size": 4,
+                    "pp": 2,
+                    "stages": [
+                        {"modules": [{"kind": "attn", "layer": 0, "tp": 4, "ep": 1, "dpmoe": 1}]},
+                        {"modules": [{"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 1}]},
+                    ],
+                },
+            ),
+            4,
+            r"tp\*ep\*dpmoe",
+        ),
+    ],
+)
 def test_bad_plans_raise_one_line_errors(plan, world, match):
     with pytest.raises(MoeplanError, match=match) as info:
         mesh_from_plan(plan, world)

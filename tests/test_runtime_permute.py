@@ -57,20 +57,34 @@ def test_grouped_swiglu_matches_per_row_loop(method):
     ids, w = _random_routing(30, 2, 5, 3)
     perm = permute(ids, w, 5)
     g = torch.Generator().manual_seed(0)
-    wg, wu, wd = torch.randn(5, 8, 6, generator=g), torch.randn(5, 8, 6, generator=g), torch.randn(5, 6, 8, generator=g)
+    wg, wu, wd = (
+        torch.randn(5, 8, 6, generator=g),
+        torch.randn(5, 8, 6, generator=g),
+        torch.randn(5, 6, 8, generator=g),
+    )
     x = gather_rows(torch.randn(30, 8, generator=g), perm)
     y = grouped_swiglu(x, perm.expert, perm.counts, wg, wu, wd, method=method)
     for n in range(x.shape[0]):
         e = int(perm.expert[n])
-        assert torch.allclose(y[n], swiglu(x[n:n + 1], wg[e], wu[e], wd[e])[0], atol=1e-5)
+        assert torch.allclose(y[n], swiglu(x[n : n + 1], wg[e], wu[e], wd[e])[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("cfg", [
-    MoEConfig(num_experts=8, top_k=2, shared_intermediate_size=16),
-    MoEConfig(num_experts=16, top_k=4, n_group=4, topk_group=2, scoring="sigmoid",
-              routed_scaling_factor=2.5, norm_topk_prob=True),
-    MoEConfig(num_experts=8, top_k=6, top_p=0.6, k_min=1, norm_topk_prob=False),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        MoEConfig(num_experts=8, top_k=2, shared_intermediate_size=16),
+        MoEConfig(
+            num_experts=16,
+            top_k=4,
+            n_group=4,
+            topk_group=2,
+            scoring="sigmoid",
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+        ),
+        MoEConfig(num_experts=8, top_k=6, top_p=0.6, k_min=1, norm_topk_prob=False),
+    ],
+)
 def test_moe_forward_matches_per_token_loop(cfg):
     """The grouped MoE layer equals sum_k w_k * expert_k(x_t) + shared(x_t) token by token."""
     w = init_model(cfg, seed=3)[0].moe
@@ -81,9 +95,9 @@ def test_moe_forward_matches_per_token_loop(cfg):
         ref = torch.zeros(cfg.hidden_size)
         for e, wt in zip(r.ids[t].tolist(), r.weights[t].tolist(), strict=True):
             if e >= 0:
-                ref += wt * swiglu(x[t:t + 1], w.w_gate[e], w.w_up[e], w.w_down[e])[0]
+                ref += wt * swiglu(x[t : t + 1], w.w_gate[e], w.w_up[e], w.w_down[e])[0]
         if w.shared_gate is not None:
-            ref += swiglu(x[t:t + 1], w.shared_gate, w.shared_up, w.shared_down)[0]
+            ref += swiglu(x[t : t + 1], w.shared_gate, w.shared_up, w.shared_down)[0]
         assert torch.allclose(y[t], ref, atol=1e-5)
 
 
@@ -139,8 +153,10 @@ def test_placement_routes_rows_to_replicas_of_their_expert():
             assert int(out[t, k]) == slots[(t + k) % len(slots)]
 
 
-@pytest.mark.parametrize("phys, match", [([0, 1, 2], "divisible"), ([0, 1, 1, 1], "missing"),
-                                         ([0, 1, 2, 9], "logical expert ids")])
+@pytest.mark.parametrize(
+    "phys, match",
+    [([0, 1, 2], "divisible"), ([0, 1, 1, 1], "missing"), ([0, 1, 2, 9], "logical expert ids")],
+)
 def test_bad_placement_raises_one_line_error(phys, match):
     from moeplan.errors import MoeplanError
     from moeplan.runtime.placement import make_placement

@@ -48,7 +48,7 @@ def _naive_grouped(scores, bias, k, n_group, topk_group, v3):
     choice = [s + (bias[i] if bias is not None else 0.0) for i, s in enumerate(scores)]
     gscore = []
     for g in range(n_group):
-        vals = sorted(choice[g * per:(g + 1) * per], reverse=True)
+        vals = sorted(choice[g * per : (g + 1) * per], reverse=True)
         gscore.append(sum(vals[:2]) if v3 else vals[0])
     groups = sorted(range(n_group), key=lambda g: -gscore[g])[:topk_group]
     allowed = [i for i in range(e) if i // per in groups]
@@ -60,11 +60,21 @@ def test_grouped_topk_matches_naive_loop(v3):
     """Group selection then expert selection equals a per-token loop (V2 softmax, V3 sigmoid+bias)."""
     x = _logits(50, 16, 1)
     bias = torch.randn(16, generator=torch.Generator().manual_seed(2)) * 0.3 if v3 else None
-    r = grouped_topk(x, 4, n_group=4, topk_group=2, scoring="sigmoid" if v3 else "softmax",
-                     bias=bias, renormalize=v3, scaling=2.5)
+    r = grouped_topk(
+        x,
+        4,
+        n_group=4,
+        topk_group=2,
+        scoring="sigmoid" if v3 else "softmax",
+        bias=bias,
+        renormalize=v3,
+        scaling=2.5,
+    )
     scores = torch.sigmoid(x) if v3 else torch.softmax(x, -1)
     for t in range(50):
-        ids = _naive_grouped(scores[t].tolist(), None if bias is None else bias.tolist(), 4, 4, 2, v3)
+        ids = _naive_grouped(
+            scores[t].tolist(), None if bias is None else bias.tolist(), 4, 4, 2, v3
+        )
         assert sorted(r.ids[t].tolist()) == sorted(ids)
         w = scores[t, r.ids[t]]
         w = w / w.sum() if v3 else w
@@ -72,8 +82,12 @@ def test_grouped_topk_matches_naive_loop(v3):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), p=st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.95, 1.0]),
-       k_min=st.integers(0, 2), k_span=st.integers(0, 6))
+@given(
+    seed=st.integers(0, 10_000),
+    p=st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.95, 1.0]),
+    k_min=st.integers(0, 2),
+    k_span=st.integers(0, 6),
+)
 def test_topp_matches_naive_loop(seed, p, k_min, k_span):
     """Top-P picks experts by descending probability until cumulative >= p, within [k_min, k_max]."""
     e = 8
@@ -85,7 +99,7 @@ def test_topp_matches_naive_loop(seed, p, k_min, k_span):
         expect = _naive_topp(probs[t].tolist(), p, k_min, k_max)
         got = [i for i in r.ids[t].tolist() if i >= 0]
         assert got == expect
-        assert all(i == -1 for i in r.ids[t].tolist()[len(got):])
+        assert all(i == -1 for i in r.ids[t].tolist()[len(got) :])
         assert math.isclose(float(r.weights[t].sum()), float(probs[t, expect].sum()), abs_tol=1e-5)
 
 

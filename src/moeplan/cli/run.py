@@ -19,23 +19,39 @@ from moeplan.errors import MoeplanError
 
 def run_command(
     plan: Annotated[str, typer.Option("--plan", help="plan.json (schema moeplan.plan/1).")],
-    nproc: Annotated[int | None, typer.Option(
-        "--nproc", help="Processes to start; default: the plan's world_size.")] = None,
-    model: Annotated[str | None, typer.Option(
-        "--model", help="Model preset or config.json (default: the plan's model).")] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option("--nproc", help="Processes to start; default: the plan's world_size."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model preset or config.json (default: the plan's model)."),
+    ] = None,
     scale: Annotated[str, typer.Option("--scale", help="small (CPU-sized) or full.")] = "small",
     tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,
-    seq: Annotated[int | None, typer.Option(
-        "--seq", help="Tokens per sequence (default: the plan's seq_len, else 8).")] = None,
-    trace: Annotated[str | None, typer.Option(
-        "--trace", help="Write the measured Chrome trace here (DEP: also .predicted.json).")] = None,
-    unfused: Annotated[bool, typer.Option(
-        "--unfused", help="Hybrid TP-EP: unfused collectives instead of MixServe's fused ones.")] = False,
+    seq: Annotated[
+        int | None,
+        typer.Option("--seq", help="Tokens per sequence (default: the plan's seq_len, else 8)."),
+    ] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            "--trace", help="Write the measured Chrome trace here (DEP: also .predicted.json)."
+        ),
+    ] = None,
+    unfused: Annotated[
+        bool,
+        typer.Option(
+            "--unfused", help="Hybrid TP-EP: unfused collectives instead of MixServe's fused ones."
+        ),
+    ] = False,
     sync_send: Annotated[bool, typer.Option("--sync-send", help="PP: blocking sends.")] = False,
-    micro_batches: Annotated[int | None, typer.Option(
-        "--micro-batches", help="PP micro-batches (default pp).")] = None,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", help="Collective timeout in seconds.")] = 60.0,
+    micro_batches: Annotated[
+        int | None, typer.Option("--micro-batches", help="PP micro-batches (default pp).")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Collective timeout in seconds.")
+    ] = 60.0,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the reference check.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -49,9 +65,19 @@ def run_command(
     world = nproc if nproc is not None else (layout or {}).get("world_size")
     if not isinstance(world, int) or world < 1:
         raise MoeplanError(f"--nproc ({world!r}) must be a positive integer")
-    opts = RunOptions(model=model, scale=scale, tokens=tokens, seq=seq, check=not no_check,
-                      fused=not unfused, async_send=False if sync_send else None, micro_batches=micro_batches,
-                      timeout_s=timeout, trace=trace, warmup=1)
+    opts = RunOptions(
+        model=model,
+        scale=scale,
+        tokens=tokens,
+        seq=seq,
+        check=not no_check,
+        fused=False if unfused else None,
+        async_send=False if sync_send else None,
+        micro_batches=micro_batches,
+        timeout_s=timeout,
+        trace=trace,
+        warmup=1,
+    )
     prepare(doc, world, opts)  # user errors before any process starts
     reports = spawn_world(spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60)
     _finish(reports, world, as_json)
@@ -61,12 +87,28 @@ def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
     failed = [(r, rep) for r, rep in enumerate(reports) if not rep["ok"]]
     ranks = [rep["result"] for rep in reports if rep["ok"]]
     errs = [r["max_abs_err"] for r in ranks if r["max_abs_err"] is not None]
-    summary = {"world_size": world, "ok": not failed, "max_abs_err": max(errs) if errs else None,
-               "ranks": ranks, "failures": [{"rank": r, **rep} for r, rep in failed]}
+    summary = {
+        "world_size": world,
+        "ok": not failed,
+        "max_abs_err": max(errs) if errs else None,
+        "ranks": ranks,
+        "failures": [{"rank": r, **rep} for r, rep in failed],
+    }
     if ranks and ranks[0]["rank"] == 0:
-        summary.update({k: v for k, v in ranks[0].items()
-                        if k in ("family", "trace", "predicted_trace", "measured_makespan_s",
-                                 "predicted_makespan_s")})
+        summary.update(
+            {
+                k: v
+                for k, v in ranks[0].items()
+                if k
+                in (
+                    "family",
+                    "trace",
+                    "predicted_trace",
+                    "measured_makespan_s",
+                    "predicted_makespan_s",
+                )
+            }
+        )
     if as_json:
         print_json(summary)
     else:
@@ -88,10 +130,14 @@ def _print_human(s: dict[str, Any]) -> None:
         t.add_row(str(r["rank"]), r["role"], fmt_time(r["wall_s"]), err)
     console.print(t)
     if s.get("trace"):
-        console.print(f"measured timeline: {s['trace']} (makespan {fmt_time(s['measured_makespan_s'])})")
+        console.print(
+            f"measured timeline: {s['trace']} (makespan {fmt_time(s['measured_makespan_s'])})"
+        )
     if s.get("predicted_trace"):
-        console.print(f"simulated timeline: {s['predicted_trace']} "
-                      f"(makespan {fmt_time(s['predicted_makespan_s'])})")
+        console.print(
+            f"simulated timeline: {s['predicted_trace']} "
+            f"(makespan {fmt_time(s['predicted_makespan_s'])})"
+        )
 
 
 def register(app: typer.Typer) -> None:

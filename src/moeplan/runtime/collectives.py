@@ -56,8 +56,9 @@ def dispatch(rows: torch.Tensor, counts: torch.Tensor, group: object, n: int) ->
     recv = recv_counts.sum(dim=1).tolist()
     out = rows.new_empty(sum(recv), rows.shape[1])
     dist.all_to_all_single(out, rows.contiguous(), recv, send, group=group)
-    return Dispatched(rows=out, local_expert=_expert_ids(recv_counts), send_splits=send,
-                      recv_splits=recv)
+    return Dispatched(
+        rows=out, local_expert=_expert_ids(recv_counts), send_splits=send, recv_splits=recv
+    )
 
 
 def combine_back(y: torch.Tensor, d: Dispatched, group: object) -> torch.Tensor:
@@ -67,8 +68,9 @@ def combine_back(y: torch.Tensor, d: Dispatched, group: object) -> torch.Tensor:
     return out
 
 
-def _pairwise(blocks: list[torch.Tensor], recv_rows: list[int], width: int, g: RankGroups,
-              tag: int) -> tuple[list[tuple[int, object, torch.Tensor]], list[object]]:
+def _pairwise(
+    blocks: list[torch.Tensor], recv_rows: list[int], width: int, g: RankGroups, tag: int
+) -> tuple[list[tuple[int, object, torch.Tensor]], list[object]]:
     """Post rounds i=1..n-1: send ``blocks[(e+i)%n]`` to EP peer e+i, receive from e-i."""
     ep = g.ranks["moe_ep"]
     n, e = len(ep), g.local_rank("moe_ep")
@@ -86,8 +88,9 @@ def _tp_all_gather(x: torch.Tensor, g: RankGroups) -> tuple[object, list[torch.T
     return dist.all_gather(parts, x.contiguous(), group=g.handles["moe_tp"], async_op=True), parts
 
 
-def fused_ag_dispatch(x_slice: torch.Tensor, dest_counts: torch.Tensor, g: RankGroups,
-                      tag: int = 0) -> Dispatched:
+def fused_ag_dispatch(
+    x_slice: torch.Tensor, dest_counts: torch.Tensor, g: RankGroups, tag: int = 0
+) -> Dispatched:
     """MixServe Alg. 2. ``x_slice [N, H/m]``: this TP rank's hidden slice of the rows, sorted by
     destination EP node then expert; ``dest_counts [E]`` rows per expert. Returns full-width rows
     from every EP node (source-major), like :func:`dispatch`."""
@@ -108,8 +111,12 @@ def fused_ag_dispatch(x_slice: torch.Tensor, dest_counts: torch.Tensor, g: RankG
         full.append(torch.cat(parts, dim=1))
     for s in sends:
         s.wait()
-    return Dispatched(rows=torch.cat(full), local_expert=_expert_ids(recv_counts),
-                      send_splits=send, recv_splits=recv)
+    return Dispatched(
+        rows=torch.cat(full),
+        local_expert=_expert_ids(recv_counts),
+        send_splits=send,
+        recv_splits=recv,
+    )
 
 
 def _tp_reduce_scatter(x: torch.Tensor, g: RankGroups) -> tuple[object, torch.Tensor]:
@@ -119,8 +126,9 @@ def _tp_reduce_scatter(x: torch.Tensor, g: RankGroups) -> tuple[object, torch.Te
     return dist.reduce_scatter(out, parts, group=g.handles["moe_tp"], async_op=True), out
 
 
-def fused_rs_combine(partial: torch.Tensor, d: Dispatched, g: RankGroups, tag: int = 1000
-                     ) -> list[torch.Tensor]:
+def fused_rs_combine(
+    partial: torch.Tensor, d: Dispatched, g: RankGroups, tag: int = 1000
+) -> list[torch.Tensor]:
     """MixServe Alg. 1. ``partial [M, H]``: TP-partial expert outputs of the rows received in
     ``d`` (source-major). Returns, per destination EP node order, this TP rank's reduced hidden
     slice ``[rows sent to node b, H/m]`` of the outputs of the rows it dispatched."""
@@ -163,8 +171,9 @@ def token_plan(dest: torch.Tensor, n: int) -> ShufflePlan:
     return ShufflePlan(order=order, cap=cap, counts=counts, num_tokens=int(dest.numel()))
 
 
-def shuffled_reduce_scatter(partial: torch.Tensor, plan: ShufflePlan, group: object, rank: int
-                            ) -> torch.Tensor:
+def shuffled_reduce_scatter(
+    partial: torch.Tensor, plan: ShufflePlan, group: object, rank: int
+) -> torch.Tensor:
     """Sum ``partial [T, H]`` over the group; rank d receives its ``counts[d]`` tokens' rows."""
     valid = plan.order >= 0
     padded = partial.new_zeros(plan.order.numel(), partial.shape[1])

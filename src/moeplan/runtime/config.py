@@ -40,18 +40,26 @@ class MoEConfig:
     dense_intermediate_size: int = 64
 
     def __post_init__(self) -> None:
-        require(self.hidden_size % self.num_heads == 0,
-                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})")
-        require(self.num_experts % self.n_group == 0,
-                f"num_experts ({self.num_experts}) must be divisible by n_group ({self.n_group})")
-        require(1 <= self.top_k <= self.num_experts,
-                f"top_k ({self.top_k}) must be in [1, num_experts={self.num_experts}]")
-        require(self.scoring in ("softmax", "sigmoid"),
-                f"scoring ({self.scoring}) must be softmax or sigmoid")
+        require(
+            self.hidden_size % self.num_heads == 0,
+            f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})",
+        )
+        require(
+            self.num_experts % self.n_group == 0,
+            f"num_experts ({self.num_experts}) must be divisible by n_group ({self.n_group})",
+        )
+        require(
+            1 <= self.top_k <= self.num_experts,
+            f"top_k ({self.top_k}) must be in [1, num_experts={self.num_experts}]",
+        )
+        require(
+            self.scoring in ("softmax", "sigmoid"),
+            f"scoring ({self.scoring}) must be softmax or sigmoid",
+        )
         require(self.num_layers >= 1, f"num_layers ({self.num_layers}) must be >= 1")
 
 
-_SMALL = {"hidden_size": 64, "num_heads": 4, "num_layers": 2, "moe_intermediate_size": 32}
+_SMALL = {"hidden_size": 64, "num_heads": 8, "num_layers": 2, "moe_intermediate_size": 32}
 
 
 def from_model_spec(spec: Any, scale: str = "small", *, num_layers: int | None = None) -> MoEConfig:
@@ -67,20 +75,30 @@ def from_model_spec(spec: Any, scale: str = "small", *, num_layers: int | None =
         raise MoeplanError(f"model.num_experts ({experts}) must be > 0 to run an MoE layer")
     if scale == "full":
         shared = int(getattr(spec, "shared_intermediate_size", 0) or 0)
-        return MoEConfig(hidden_size=spec.hidden_size, num_heads=spec.num_attention_heads,
-                         num_layers=num_layers or spec.num_moe_layers, num_experts=experts,
-                         top_k=top_k, moe_intermediate_size=spec.moe_intermediate_size,
-                         shared_intermediate_size=shared,
-                         scoring="sigmoid" if sigmoid else "softmax", n_group=n_group,
-                         topk_group=topk_group,
-                         routed_scaling_factor=float(getattr(spec, "routed_scaling_factor", 1.0) or 1.0))
+        return MoEConfig(
+            hidden_size=spec.hidden_size,
+            num_heads=spec.num_attention_heads,
+            num_layers=num_layers or spec.num_moe_layers,
+            num_experts=experts,
+            top_k=top_k,
+            moe_intermediate_size=spec.moe_intermediate_size,
+            shared_intermediate_size=shared,
+            scoring="sigmoid" if sigmoid else "softmax",
+            n_group=n_group,
+            topk_group=topk_group,
+            routed_scaling_factor=float(getattr(spec, "routed_scaling_factor", 1.0) or 1.0),
+        )
     small_experts = min(experts, 16)
     n_group = math.gcd(n_group, small_experts)
     topk_group = min(topk_group, n_group)
     top_k = min(top_k, topk_group * small_experts // n_group)
-    return MoEConfig(**{**_SMALL, "num_layers": num_layers or _SMALL["num_layers"]},
-                     num_experts=small_experts, top_k=top_k,
-                     shared_intermediate_size=32 * shared_n,
-                     scoring="sigmoid" if sigmoid else "softmax", n_group=n_group,
-                     topk_group=topk_group,
-                     routed_scaling_factor=float(getattr(spec, "routed_scaling_factor", 1.0) or 1.0))
+    return MoEConfig(
+        **{**_SMALL, "num_layers": num_layers or _SMALL["num_layers"]},
+        num_experts=small_experts,
+        top_k=top_k,
+        shared_intermediate_size=32 * shared_n,
+        scoring="sigmoid" if sigmoid else "softmax",
+        n_group=n_group,
+        topk_group=topk_group,
+        routed_scaling_factor=float(getattr(spec, "routed_scaling_factor", 1.0) or 1.0),
+    )

@@ -3,8 +3,8 @@
 Task durations for the simulator are calibrated from the same run: ``attn``, ``shared`` and
 ``expert`` are the medians of the measured ``A``, ``S`` and ``E`` spans; ``a2e = e2a`` is half
 the median round trip of one chunk's messages (counts + rows out, rows back) between AG rank 0
-and EG rank ``ag``, timed right before the run (:func:`calibrate_link`). The FinDEP task graph for the plan's
-``(ma, r1, r2, order)`` is then simulated by :func:`moeplan.planners.dep.schedule` and written
+and EG rank ``ag``, timed right before the run (:func:`calibrate_link`). The FinDEP task graph
+for the plan's ``(ma, r1, r2, order)`` is then simulated by :func:`moeplan.planners.dep.schedule` and written
 as a Chrome trace next to the measured one. The difference between the two makespans is the
 simulator's error on this machine for this schedule (the measured spans include Python
 overheads and gloo's CPU transfers that the model treats as separate resources).
@@ -22,8 +22,9 @@ import torch.distributed as dist
 from moeplan.runtime.engines.dep import DepParams
 
 
-def calibrate_link(p: DepParams, rows: int, hidden: int, rank: int, rounds: int = 10,
-                   device: str = "cpu") -> float | None:
+def calibrate_link(
+    p: DepParams, rows: int, hidden: int, rank: int, rounds: int = 10, device: str = "cpu"
+) -> float | None:
     """Half the median round trip (s) of one chunk's messages between AG 0 and EG ``ag``:
     forward the per-expert counts then ``[rows, hidden]`` fp32 rows (as A2E does), back the rows
     (as E2A does). Returned as both ``a2e`` and ``e2a``."""
@@ -53,29 +54,68 @@ def chunk_rows(p: DepParams, seq: int, top_k: int) -> int:
 
 
 def _median(events: list[dict[str, Any]], prefix: str, lane: int) -> float:
-    durs = [e["dur"] for e in events if e.get("ph") == "X" and e["tid"] == lane
-            and e["name"].startswith(prefix) and e["name"][len(prefix):][:1].isdigit()]
+    durs = [
+        e["dur"]
+        for e in events
+        if e.get("ph") == "X"
+        and e["tid"] == lane
+        and e["name"].startswith(prefix)
+        and e["name"][len(prefix) :][:1].isdigit()
+    ]
     return statistics.median(durs) * 1e-6 if durs else 0.0
 
 
-def predicted_trace(events: list[dict[str, Any]], p: DepParams, layers: int, seq: int,
-                    link_s: float, measured_s: float) -> dict[str, Any] | None:
+def predicted_trace(
+    events: list[dict[str, Any]],
+    p: DepParams,
+    layers: int,
+    seq: int,
+    link_s: float,
+    measured_s: float,
+) -> dict[str, Any] | None:
     """Chrome trace of the simulator's schedule for this plan, or None if the planner is absent."""
     try:
         from moeplan.planners.dep import DepConfig, DepProblem, DepResult, DepTimes, schedule
         from moeplan.sim import chrome_trace
     except ImportError:
         return None
-    times = DepTimes(attn=_median(events, "A", 0), shared=_median(events, "S", 0),
-                     expert=_median(events, "E", 0), a2e=link_s, e2a=link_s)
+    times = DepTimes(
+        attn=_median(events, "A", 0),
+        shared=_median(events, "S", 0),
+        expert=_median(events, "E", 0),
+        a2e=link_s,
+        e2a=link_s,
+    )
     cfg = DepConfig(ma=p.ma, r1=p.r1, r2=p.r2, order=p.order)
-    problem = DepProblem(ag=p.ag, eg=p.eg, seq_len=seq, layers=layers,
-                         times=lambda ma, r2: times, max_r1=lambda ma: p.r1)
-    result = DepResult(variant="findep", config=cfg, makespan=0.0,
-                       tokens=problem.tokens(p.ma, p.r1), times=times, me=0.0)
+    problem = DepProblem(
+        ag=p.ag,
+        eg=p.eg,
+        seq_len=seq,
+        layers=layers,
+        times=lambda ma, r2: times,
+        max_r1=lambda ma: p.r1,
+    )
+    result = DepResult(
+        variant="findep",
+        config=cfg,
+        makespan=0.0,
+        tokens=problem.tokens(p.ma, p.r1),
+        times=times,
+        me=0.0,
+    )
     sched = schedule(problem, result)
-    return chrome_trace({"simulated (calibrated)": sched}, metadata={
-        "source": "moeplan.sim (predicted)", "measured_makespan_s": measured_s,
-        "predicted_makespan_s": float(sched.makespan),
-        "calibrated_times_s": {"attn": times.attn, "shared": times.shared,
-                               "expert": times.expert, "a2e": times.a2e, "e2a": times.e2a}})
+    return chrome_trace(
+        {"simulated (calibrated)": sched},
+        metadata={
+            "source": "moeplan.sim (predicted)",
+            "measured_makespan_s": measured_s,
+            "predicted_makespan_s": float(sched.makespan),
+            "calibrated_times_s": {
+                "attn": times.attn,
+                "shared": times.shared,
+                "expert": times.expert,
+                "a2e": times.a2e,
+                "e2a": times.e2a,
+            },
+        },
+    )

@@ -25,7 +25,9 @@ def read_plan(path: str) -> dict[str, Any]:
     except FileNotFoundError as err:
         raise MoeplanError(f"plan ({path}) file not found") from err
     except json.JSONDecodeError as err:
-        raise MoeplanError(f"plan ({path}) is not valid JSON: {err.msg} at line {err.lineno}") from err
+        raise MoeplanError(
+            f"plan ({path}) is not valid JSON: {err.msg} at line {err.lineno}"
+        ) from err
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,10 +52,20 @@ def parser() -> argparse.ArgumentParser:
 def options(args: argparse.Namespace) -> Any:
     from moeplan.runtime.runner import RunOptions
 
-    return RunOptions(model=args.model, scale=args.scale, tokens=args.tokens, seq=args.seq,
-                      seed=args.seed, check=not args.no_check, fused=not args.unfused,
-                      async_send=False if args.sync_send else None, micro_batches=args.micro_batches,
-                      timeout_s=args.timeout, trace=args.trace, warmup=args.warmup)
+    return RunOptions(
+        model=args.model,
+        scale=args.scale,
+        tokens=args.tokens,
+        seq=args.seq,
+        seed=args.seed,
+        check=not args.no_check,
+        fused=False if args.unfused else None,
+        async_send=False if args.sync_send else None,
+        micro_batches=args.micro_batches,
+        timeout_s=args.timeout,
+        trace=args.trace,
+        warmup=args.warmup,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         text = " ".join(str(err).split())[:400]
         print(f"moeplan: error: rank {rank}: {type(err).__name__}: {text}", file=sys.stderr)
         return 1
-    print(json.dumps(report) if args.json else
-          f"rank {rank} ({report['role']}): {report['wall_s'] * 1e3:.1f} ms, "
-          f"max abs err {report['max_abs_err']}")
+    print(
+        json.dumps(report)
+        if args.json
+        else f"rank {rank} ({report['role']}): {report['wall_s'] * 1e3:.1f} ms, "
+        f"max abs err {report['max_abs_err']}"
+    )
     import torch.distributed as dist
 
     dist.destroy_process_group()

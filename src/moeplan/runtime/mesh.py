@@ -35,7 +35,7 @@ def grid_groups(ranks: list[int], axes: list[tuple[str, int]]) -> Groups:
     out: Groups = {}
     for a, (name, size) in enumerate(axes):
         stride = 1
-        for s in sizes[a + 1:]:
+        for s in sizes[a + 1 :]:
             stride *= s
         groups = []
         for i in range(len(ranks)):
@@ -98,21 +98,31 @@ class Mesh:
         if self.family == "dep":
             return {"ag": rank, "eg": -1} if rank < self.ag else {"ag": -1, "eg": rank - self.ag}
         local = rank % self.stage_size
-        return {"pp": self.stage_of(rank), "attn_tp": local % self.attn_tp,
-                "attn_dp": local // self.attn_tp, "moe_tp": local % self.moe_tp,
-                "moe_ep": local // self.moe_tp}
+        return {
+            "pp": self.stage_of(rank),
+            "attn_tp": local % self.attn_tp,
+            "attn_dp": local // self.attn_tp,
+            "moe_tp": local % self.moe_tp,
+            "moe_ep": local // self.moe_tp,
+        }
 
     def module_coords(self, rank: int, module: StageModule) -> dict[str, int]:
         """``tp``/``ep``/``dpmoe`` coordinates of ``rank`` for a pipeline module."""
         local = rank % self.stage_size
-        return {"tp": local % module.tp, "ep": (local // module.tp) % module.ep,
-                "dpmoe": local // (module.tp * module.ep)}
+        return {
+            "tp": local % module.tp,
+            "ep": (local // module.tp) % module.ep,
+            "dpmoe": local // (module.tp * module.ep),
+        }
 
     def group_lists(self) -> Groups:
         """Every group of every axis (same order on every rank)."""
         if self.family == "dep":
-            return {"world": (tuple(range(self.world_size)),),
-                    "ag": (tuple(range(self.ag)),), "eg": (tuple(range(self.ag, self.world_size)),)}
+            return {
+                "world": (tuple(range(self.world_size)),),
+                "ag": (tuple(range(self.ag)),),
+                "eg": (tuple(range(self.ag, self.world_size)),),
+            }
         out: Groups = {"world": (tuple(range(self.world_size)),)}
         r = self.stage_size
         out["pp"] = tuple(tuple(range(i, self.world_size, r)) for i in range(r))
@@ -145,15 +155,19 @@ def mesh_from_plan(plan: dict[str, Any], world_size: int | None = None) -> Mesh:
     """Validate ``plan`` and build its :class:`Mesh`; ``world_size`` is the launch's, if known."""
     if not isinstance(plan, dict):
         raise MoeplanError(f"plan ({type(plan).__name__}) must be a JSON object")
-    require(plan.get("schema") == SCHEMA, f"plan.schema ({plan.get('schema')!r}) must be {SCHEMA!r}")
+    require(
+        plan.get("schema") == SCHEMA, f"plan.schema ({plan.get('schema')!r}) must be {SCHEMA!r}"
+    )
     family = plan.get("family")
     require(family in FAMILIES, f"plan.family ({family!r}) must be one of {', '.join(FAMILIES)}")
     layout = plan.get("layout")
     require(isinstance(layout, dict), f"plan.layout ({layout!r}) must be an object")
     world = _int(layout, "world_size")
     if world_size is not None:
-        require(world == world_size,
-                f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})")
+        require(
+            world == world_size,
+            f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})",
+        )
     details = plan.get("details") or {}
     if family == "dep":
         return _dep_mesh(layout, world, details)
@@ -162,20 +176,36 @@ def mesh_from_plan(plan: dict[str, Any], world_size: int | None = None) -> Mesh:
     return _strategy_mesh(family, layout, world, details)
 
 
-def _strategy_mesh(family: str, layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+def _strategy_mesh(
+    family: str, layout: dict[str, Any], world: int, details: dict[str, Any]
+) -> Mesh:
     attn, moe = layout.get("attn") or {}, layout.get("moe") or {}
     pp = _int(layout, "pp") if "pp" in layout else 1
     require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
     a_tp, a_dp = _int(attn, "tp", "plan.layout.attn"), _int(attn, "dp", "plan.layout.attn")
     m_tp, m_ep = _int(moe, "tp", "plan.layout.moe"), _int(moe, "ep", "plan.layout.moe")
     r = world // pp
-    require(a_tp * a_dp == r, f"plan.layout.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})")
-    require(m_tp * m_ep == r, f"plan.layout.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})")
+    require(
+        a_tp * a_dp == r, f"plan.layout.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})"
+    )
+    require(
+        m_tp * m_ep == r, f"plan.layout.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})"
+    )
     if family == "ep":
-        require(a_tp == 1 and m_tp == 1 and pp == 1,
-                f"plan.layout (attn.tp={a_tp}, moe.tp={m_tp}, pp={pp}) must be 1, 1, 1 for family ep")
-    return Mesh(family=family, world_size=world, pp=pp, attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp,
-                moe_ep=m_ep, details=details)
+        require(
+            a_tp == 1 and m_tp == 1 and pp == 1,
+            f"plan.layout (attn.tp={a_tp}, moe.tp={m_tp}, pp={pp}) must be 1, 1, 1 for family ep",
+        )
+    return Mesh(
+        family=family,
+        world_size=world,
+        pp=pp,
+        attn_tp=a_tp,
+        attn_dp=a_dp,
+        moe_tp=m_tp,
+        moe_ep=m_ep,
+        details=details,
+    )
 
 
 def _dep_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
@@ -192,22 +222,35 @@ def _pipeline_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) 
     pp = _int(layout, "pp")
     require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
     stages = layout.get("stages")
-    require(isinstance(stages, list) and len(stages) == pp,
-            f"plan.layout.stages (length {len(stages) if isinstance(stages, list) else stages!r}) "
-            f"must be a list of pp={pp} stages")
+    require(
+        isinstance(stages, list) and len(stages) == pp,
+        f"plan.layout.stages (length {len(stages) if isinstance(stages, list) else stages!r}) "
+        f"must be a list of pp={pp} stages",
+    )
     r = world // pp
     parsed = []
     for s, st in enumerate(stages):
         mods = []
         for m in st.get("modules") or []:
             where = f"plan.layout.stages[{s}].modules"
-            mod = StageModule(kind=str(m.get("kind")), layer=int(m.get("layer", -1)),
-                              tp=_int(m, "tp", where), ep=_int(m, "ep", where),
-                              dpmoe=_int(m, "dpmoe", where))
-            require(mod.kind in ("attn", "moe", "mlp"), f"{where}.kind ({mod.kind!r}) must be attn, moe or mlp")
-            require(mod.tp * mod.ep * mod.dpmoe == r,
-                    f"{where} tp*ep*dpmoe ({mod.tp}*{mod.ep}*{mod.dpmoe}) must equal world_size/pp ({r})")
+            mod = StageModule(
+                kind=str(m.get("kind")),
+                layer=int(m.get("layer", -1)),
+                tp=_int(m, "tp", where),
+                ep=_int(m, "ep", where),
+                dpmoe=_int(m, "dpmoe", where),
+            )
+            require(
+                mod.kind in ("attn", "moe", "mlp"),
+                f"{where}.kind ({mod.kind!r}) must be attn, moe or mlp",
+            )
+            require(
+                mod.tp * mod.ep * mod.dpmoe == r,
+                f"{where} tp*ep*dpmoe ({mod.tp}*{mod.ep}*{mod.dpmoe}) must equal world_size/pp ({r})",
+            )
             mods.append(mod)
-        require(bool(mods), f"plan.layout.stages[{s}].modules (empty) must list at least one module")
+        require(
+            bool(mods), f"plan.layout.stages[{s}].modules (empty) must list at least one module"
+        )
         parsed.append(tuple(mods))
     return Mesh(family="pipeline", world_size=world, pp=pp, details=details, stages=tuple(parsed))

@@ -57,9 +57,11 @@ def init_model(cfg: MoEConfig, seed: int = 0) -> list[LayerWeights]:
         attn = AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3])
         if len(layers) in cfg.dense_layers:
             i = cfg.dense_intermediate_size
-            mlp = DenseWeights(w_gate=torch.randn(h, i, generator=gen) / h**0.5,
-                               w_up=torch.randn(h, i, generator=gen) / h**0.5,
-                               w_down=torch.randn(i, h, generator=gen) / i**0.5)
+            mlp = DenseWeights(
+                w_gate=torch.randn(h, i, generator=gen) / h**0.5,
+                w_up=torch.randn(h, i, generator=gen) / h**0.5,
+                w_down=torch.randn(i, h, generator=gen) / i**0.5,
+            )
             layers.append(LayerWeights(attn=attn, moe=None, mlp=mlp))
         else:
             layers.append(LayerWeights(attn=attn, moe=init_moe_weights(cfg, gen)))
@@ -70,15 +72,15 @@ def rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
 
 
-def attention(x: torch.Tensor, w: AttnWeights, cfg: MoEConfig, tp: int = 1, rank: int = 0) -> torch.Tensor:
+def attention(
+    x: torch.Tensor, w: AttnWeights, cfg: MoEConfig, tp: int = 1, rank: int = 0
+) -> torch.Tensor:
     """Causal MHA on ``x [B, S, H]`` using heads of TP rank ``rank``; returns a partial sum."""
     b, s, h = x.shape
     heads = cfg.num_heads // tp
     d = h // cfg.num_heads
     cols = slice(rank * heads * d, (rank + 1) * heads * d)
-    q, k, v = (
-        (x @ m[:, cols]).view(b, s, heads, d).transpose(1, 2) for m in (w.wq, w.wk, w.wv)
-    )
+    q, k, v = ((x @ m[:, cols]).view(b, s, heads, d).transpose(1, 2) for m in (w.wq, w.wk, w.wv))
     mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
     scores = (q @ k.transpose(-1, -2)) / d**0.5
     ctx = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v  # [B, h, S, d]
@@ -132,7 +134,9 @@ def save_safetensors(layers: list[LayerWeights], path: str | Path) -> None:
             raise MoeplanError(f"layer {i} (dense) cannot be saved: only MoE layers are supported")
         tensors.update(_moe_tensors(i, lw.moe))
         for n in ("q", "k", "v", "o"):
-            tensors[f"model.layers.{i}.self_attn.{n}_proj.weight"] = getattr(lw.attn, f"w{n}").T.contiguous()
+            tensors[f"model.layers.{i}.self_attn.{n}_proj.weight"] = getattr(
+                lw.attn, f"w{n}"
+            ).T.contiguous()
     save_file(tensors, str(path))
 
 
@@ -152,15 +156,26 @@ def load_safetensors(paths: list[str | Path], cfg: MoEConfig) -> list[LayerWeigh
     layers = []
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}.mlp."
-        ex = [[get(f"{p}experts.{e}.{n}_proj.weight") for e in range(cfg.num_experts)]
-              for n in ("gate", "up", "down")]
+        ex = [
+            [get(f"{p}experts.{e}.{n}_proj.weight") for e in range(cfg.num_experts)]
+            for n in ("gate", "up", "down")
+        ]
         has_shared = f"{p}shared_experts.gate_proj.weight" in t
-        sh = [get(f"{p}shared_experts.{n}_proj.weight") if has_shared else None
-              for n in ("gate", "up", "down")]
+        sh = [
+            get(f"{p}shared_experts.{n}_proj.weight") if has_shared else None
+            for n in ("gate", "up", "down")
+        ]
         bias = t.get(p + "gate.e_score_correction_bias")
-        moe = MoEWeights(gate=get(p + "gate.weight"), bias=None if bias is None else bias.float(),
-                         w_gate=torch.stack(ex[0]), w_up=torch.stack(ex[1]), w_down=torch.stack(ex[2]),
-                         shared_gate=sh[0], shared_up=sh[1], shared_down=sh[2])
+        moe = MoEWeights(
+            gate=get(p + "gate.weight"),
+            bias=None if bias is None else bias.float(),
+            w_gate=torch.stack(ex[0]),
+            w_up=torch.stack(ex[1]),
+            w_down=torch.stack(ex[2]),
+            shared_gate=sh[0],
+            shared_up=sh[1],
+            shared_down=sh[2],
+        )
         a = [get(f"model.layers.{i}.self_attn.{n}_proj.weight") for n in ("q", "k", "v", "o")]
         layers.append(LayerWeights(attn=AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3]), moe=moe))
     return layers
@@ -171,8 +186,19 @@ def to_device(layers: list[LayerWeights], device: torch.device | str) -> list[La
     from dataclasses import fields, replace
 
     def move(obj):
-        return replace(obj, **{f.name: None if getattr(obj, f.name) is None else
-                               getattr(obj, f.name).to(device) for f in fields(obj)})
+        return replace(
+            obj,
+            **{
+                f.name: None if getattr(obj, f.name) is None else getattr(obj, f.name).to(device)
+                for f in fields(obj)
+            },
+        )
 
-    return [LayerWeights(attn=move(lw.attn), moe=None if lw.moe is None else move(lw.moe),
-                         mlp=None if lw.mlp is None else move(lw.mlp)) for lw in layers]
+    return [
+        LayerWeights(
+            attn=move(lw.attn),
+            moe=None if lw.moe is None else move(lw.moe),
+            mlp=None if lw.mlp is None else move(lw.mlp),
+        )
+        for lw in layers
+    ]

@@ -38,38 +38,68 @@ class MoEWeights:
 
 def init_moe_weights(cfg: MoEConfig, gen: torch.Generator) -> MoEWeights:
     """Random weights (std 1/sqrt(fan_in)) drawn from ``gen``."""
-    h, i, e, s = cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.shared_intermediate_size
+    h, i, e, s = (
+        cfg.hidden_size,
+        cfg.moe_intermediate_size,
+        cfg.num_experts,
+        cfg.shared_intermediate_size,
+    )
 
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen) / shape[-2] ** 0.5
 
     bias = torch.randn(e, generator=gen) * 0.1 if cfg.scoring == "sigmoid" else None
     shared = (rand(h, s), rand(h, s), rand(s, h)) if s > 0 else (None, None, None)
-    return MoEWeights(gate=rand(h, e), bias=bias, w_gate=rand(e, h, i), w_up=rand(e, h, i),
-                      w_down=rand(e, i, h), shared_gate=shared[0], shared_up=shared[1],
-                      shared_down=shared[2])
+    return MoEWeights(
+        gate=rand(h, e),
+        bias=bias,
+        w_gate=rand(e, h, i),
+        w_up=rand(e, h, i),
+        w_down=rand(e, i, h),
+        shared_gate=shared[0],
+        shared_up=shared[1],
+        shared_down=shared[2],
+    )
 
 
 def route(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig) -> Routing:
     """Router for tokens ``x [T, H]`` with the configured scheme."""
     logits = x @ w.gate
     if cfg.top_p is not None:
-        return topp_routing(logits, cfg.top_p, k_min=cfg.k_min, k_max=cfg.top_k,
-                            renormalize=cfg.norm_topk_prob)
+        return topp_routing(
+            logits, cfg.top_p, k_min=cfg.k_min, k_max=cfg.top_k, renormalize=cfg.norm_topk_prob
+        )
     if cfg.n_group > 1 or cfg.scoring == "sigmoid":
-        return grouped_topk(logits, cfg.top_k, n_group=cfg.n_group, topk_group=cfg.topk_group,
-                            scoring=cfg.scoring, bias=w.bias, renormalize=cfg.norm_topk_prob,
-                            scaling=cfg.routed_scaling_factor)
+        return grouped_topk(
+            logits,
+            cfg.top_k,
+            n_group=cfg.n_group,
+            topk_group=cfg.topk_group,
+            scoring=cfg.scoring,
+            bias=w.bias,
+            renormalize=cfg.norm_topk_prob,
+            scaling=cfg.routed_scaling_factor,
+        )
     return softmax_topk(logits, cfg.top_k, renormalize=cfg.norm_topk_prob)
 
 
-def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+def swiglu(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
+) -> torch.Tensor:
     """Dense SwiGLU MLP ``(silu(x Wg) * x Wu) Wd``."""
     return (F.silu(x @ w_gate) * (x @ w_up)) @ w_down
 
 
-def grouped_swiglu(x: torch.Tensor, expert: torch.Tensor, counts: torch.Tensor, w_gate: torch.Tensor,
-                   w_up: torch.Tensor, w_down: torch.Tensor, *, method: str = "bmm") -> torch.Tensor:
+def grouped_swiglu(
+    x: torch.Tensor,
+    expert: torch.Tensor,
+    counts: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+    *,
+    method: str = "bmm",
+) -> torch.Tensor:
     """SwiGLU of rows ``x [N, H]`` sorted by ``expert [N]`` (``counts [E]`` rows per expert)."""
     if x.shape[0] == 0:
         return x.new_zeros(0, w_down.shape[2])
@@ -83,21 +113,29 @@ def grouped_swiglu(x: torch.Tensor, expert: torch.Tensor, counts: torch.Tensor, 
     return torch.bmm(h, w_down)[expert, pos]  # [N, H]
 
 
-def _segment_swiglu(x: torch.Tensor, counts: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
-                    w_down: torch.Tensor) -> torch.Tensor:
+def _segment_swiglu(
+    x: torch.Tensor,
+    counts: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+) -> torch.Tensor:
     out = x.new_empty(x.shape[0], w_down.shape[2])
     start = 0
     for e, c in enumerate(counts.tolist()):
         if c:
-            out[start:start + c] = swiglu(x[start:start + c], w_gate[e], w_up[e], w_down[e])
+            out[start : start + c] = swiglu(x[start : start + c], w_gate[e], w_up[e], w_down[e])
             start += c
     return out
 
 
-def expert_rows(x: torch.Tensor, perm: Permutation, w: MoEWeights, method: str = "bmm") -> torch.Tensor:
+def expert_rows(
+    x: torch.Tensor, perm: Permutation, w: MoEWeights, method: str = "bmm"
+) -> torch.Tensor:
     """Routed-expert outputs for the permuted rows of ``x [T, H]`` (unweighted), ``[N, H]``."""
-    return grouped_swiglu(gather_rows(x, perm), perm.expert, perm.counts, w.w_gate, w.w_up,
-                          w.w_down, method=method)
+    return grouped_swiglu(
+        gather_rows(x, perm), perm.expert, perm.counts, w.w_gate, w.w_up, w.w_down, method=method
+    )
 
 
 def shared_out(x: torch.Tensor, w: MoEWeights) -> torch.Tensor:
@@ -107,8 +145,9 @@ def shared_out(x: torch.Tensor, w: MoEWeights) -> torch.Tensor:
     return swiglu(x, w.shared_gate, w.shared_up, w.shared_down)
 
 
-def moe_forward(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, *, method: str = "bmm",
-                expert_offset: int = 0) -> torch.Tensor:
+def moe_forward(
+    x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, *, method: str = "bmm", expert_offset: int = 0
+) -> torch.Tensor:
     """Reference MoE layer ``x [T, H]`` -> ``[T, H]`` (no residual). If ``w`` holds only experts
     ``expert_offset..`` (an EP shard), rows routed elsewhere are dropped (partial output)."""
     r = route(x, w, cfg)
@@ -128,23 +167,32 @@ def shard_tp(w: MoEWeights, tp: int, rank: int) -> MoEWeights:
     def rows(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.chunk(tp, dim=-2)[rank].contiguous()
 
-    return replace(w, w_gate=cols(w.w_gate), w_up=cols(w.w_up), w_down=rows(w.w_down),
-                   shared_gate=cols(w.shared_gate), shared_up=cols(w.shared_up),
-                   shared_down=rows(w.shared_down))
+    return replace(
+        w,
+        w_gate=cols(w.w_gate),
+        w_up=cols(w.w_up),
+        w_down=rows(w.w_down),
+        shared_gate=cols(w.shared_gate),
+        shared_up=cols(w.shared_up),
+        shared_down=rows(w.shared_down),
+    )
 
 
 def local_experts(w: MoEWeights, start: int, stop: int) -> MoEWeights:
     """Keep routed experts ``start..stop-1`` (EP shard); router and shared experts are kept."""
-    return replace(w, w_gate=w.w_gate[start:stop], w_up=w.w_up[start:stop],
-                   w_down=w.w_down[start:stop])
+    return replace(
+        w, w_gate=w.w_gate[start:stop], w_up=w.w_up[start:stop], w_down=w.w_down[start:stop]
+    )
 
 
-def experts_by_id(rows: torch.Tensor, expert: torch.Tensor, w: MoEWeights, method: str = "bmm"
-                  ) -> torch.Tensor:
+def experts_by_id(
+    rows: torch.Tensor, expert: torch.Tensor, w: MoEWeights, method: str = "bmm"
+) -> torch.Tensor:
     """Expert outputs for rows in any order (``expert [M]`` local ids); output in input order."""
     order = torch.argsort(expert, stable=True)
     counts = torch.bincount(expert, minlength=w.w_gate.shape[0])
     out = rows.new_empty(rows.shape[0], w.w_down.shape[2])
-    out[order] = grouped_swiglu(rows[order], expert[order], counts, w.w_gate, w.w_up, w.w_down,
-                                method=method)
+    out[order] = grouped_swiglu(
+        rows[order], expert[order], counts, w.w_gate, w.w_up, w.w_down, method=method
+    )
     return out

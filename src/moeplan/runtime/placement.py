@@ -37,12 +37,16 @@ def make_placement(phys_to_log: list[int], num_experts: int, ep: int) -> Placeme
     """Validate one layer's map and build its replica table."""
     p = len(phys_to_log)
     require(p % ep == 0, f"placement physical experts ({p}) must be divisible by ep ({ep})")
-    require(all(isinstance(e, int) and 0 <= e < num_experts for e in phys_to_log),
-            f"placement entries must be logical expert ids in [0, {num_experts})")
+    require(
+        all(isinstance(e, int) and 0 <= e < num_experts for e in phys_to_log),
+        f"placement entries must be logical expert ids in [0, {num_experts})",
+    )
     m = torch.tensor(phys_to_log, dtype=torch.long)
     replicas = torch.bincount(m, minlength=num_experts)
-    require(bool((replicas > 0).all()),
-            f"placement must hold every logical expert (missing {int((replicas == 0).sum())})")
+    require(
+        bool((replicas > 0).all()),
+        f"placement must hold every logical expert (missing {int((replicas == 0).sum())})",
+    )
     table = torch.full((num_experts, int(replicas.max())), -1, dtype=torch.long)
     for e in range(num_experts):
         slots = torch.nonzero(m == e).flatten()
@@ -50,15 +54,18 @@ def make_placement(phys_to_log: list[int], num_experts: int, ep: int) -> Placeme
     return Placement(phys_to_log=m, table=table, replicas=replicas)
 
 
-def placements(details: dict[str, Any], num_layers: int, num_experts: int, ep: int
-               ) -> list[Placement] | None:
+def placements(
+    details: dict[str, Any], num_layers: int, num_experts: int, ep: int
+) -> list[Placement] | None:
     """Per-layer placements from ``plan.details`` (None when the plan has none)."""
     maps = ((details or {}).get("placement") or {}).get("physical_to_logical_map")
     if maps is None:
         return None
-    require(isinstance(maps, list) and len(maps) >= num_layers,
-            f"placement.physical_to_logical_map ({len(maps) if isinstance(maps, list) else maps!r} "
-            f"layers) must list at least {num_layers} layers")
+    require(
+        isinstance(maps, list) and len(maps) >= num_layers,
+        f"placement.physical_to_logical_map ({len(maps) if isinstance(maps, list) else maps!r} "
+        f"layers) must list at least {num_layers} layers",
+    )
     return [make_placement(list(maps[i]), num_experts, ep) for i in range(num_layers)]
 
 

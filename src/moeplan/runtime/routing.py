@@ -34,9 +34,11 @@ class Routing:
     weights: torch.Tensor
 
     def __post_init__(self) -> None:
-        require(self.ids.shape == self.weights.shape,
-                f"routing.ids shape ({tuple(self.ids.shape)}) must equal weights shape "
-                f"({tuple(self.weights.shape)})")
+        require(
+            self.ids.shape == self.weights.shape,
+            f"routing.ids shape ({tuple(self.ids.shape)}) must equal weights shape "
+            f"({tuple(self.weights.shape)})",
+        )
 
     @property
     def k_per_token(self) -> torch.Tensor:
@@ -72,12 +74,16 @@ def grouped_topk(
     Step 4: top-``k`` experts among the kept groups (by biased score); weights from unbiased scores.
     """
     num_tokens, num_experts = logits.shape
-    require(num_experts % n_group == 0,
-            f"num_experts ({num_experts}) must be divisible by n_group ({n_group})")
+    require(
+        num_experts % n_group == 0,
+        f"num_experts ({num_experts}) must be divisible by n_group ({n_group})",
+    )
     require(1 <= topk_group <= n_group, f"topk_group ({topk_group}) must be in [1, {n_group}]")
     per_group = num_experts // n_group
-    require(1 <= k <= topk_group * per_group,
-            f"top_k ({k}) must be in [1, topk_group*experts_per_group={topk_group * per_group}]")
+    require(
+        1 <= k <= topk_group * per_group,
+        f"top_k ({k}) must be in [1, topk_group*experts_per_group={topk_group * per_group}]",
+    )
     require(scoring in ("softmax", "sigmoid"), f"scoring ({scoring}) must be softmax or sigmoid")
     # Step 1: expert scores
     x = logits.float()
@@ -105,17 +111,26 @@ def grouped_topk(
 
 def topp_k(probs: torch.Tensor, p: float, k_min: int, k_max: int) -> torch.Tensor:
     """Experts per token under Top-P: smallest k with sorted cumsum >= p, clamped. ``[T]``."""
-    require(0 <= k_min <= k_max <= probs.shape[1],
-            f"k_min ({k_min}) and k_max ({k_max}) must satisfy 0 <= k_min <= k_max <= "
-            f"{probs.shape[1]}")
+    require(
+        0 <= k_min <= k_max <= probs.shape[1],
+        f"k_min ({k_min}) and k_max ({k_max}) must satisfy 0 <= k_min <= k_max <= {probs.shape[1]}",
+    )
     sorted_probs = torch.sort(probs, dim=-1, descending=True, stable=True).values
     cum = torch.cumsum(sorted_probs.double(), dim=-1)
-    k = torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device) if p <= 0 else (cum < p).sum(dim=-1) + 1
+    k = (
+        torch.zeros(probs.shape[0], dtype=torch.long, device=probs.device)
+        if p <= 0
+        else (cum < p).sum(dim=-1) + 1
+    )
     return k.clamp(min=k_min, max=k_max)
 
 
 def topp_routing(
-    logits: torch.Tensor, p: float, *, k_min: int = 1, k_max: int | None = None,
+    logits: torch.Tensor,
+    p: float,
+    *,
+    k_min: int = 1,
+    k_max: int | None = None,
     renormalize: bool = False,
 ) -> Routing:
     """Top-P dynamic routing. Returns ``[T, k_max]`` padded with ``-1`` beyond each token's k."""

@@ -29,7 +29,7 @@ class RunOptions:
     seq: int | None = None
     seed: int = 0
     check: bool = True
-    fused: bool = True
+    fused: bool | None = None
     async_send: bool | None = None
     micro_batches: int | None = None
     timeout_s: float = 60.0
@@ -63,7 +63,9 @@ def model_config(plan: dict[str, Any], opts: RunOptions) -> MoEConfig:
         from moeplan.specs import load_model
     except ImportError as err:
         if opts.model:
-            raise MoeplanError(f"model ({name}) needs moeplan.specs, which is not available") from err
+            raise MoeplanError(
+                f"model ({name}) needs moeplan.specs, which is not available"
+            ) from err
         return MoEConfig()
     return from_model_spec(load_model(name), opts.scale)
 
@@ -87,9 +89,11 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2, dense_layers(mesh))
         check_pipeline(mesh, cfg)
     elif is_tp_ep(mesh):
-        require(cfg.num_heads % mesh.attn_tp == 0 and cfg.num_experts % mesh.moe_ep == 0,
-                f"model (num_heads {cfg.num_heads}, num_experts {cfg.num_experts}) must be "
-                f"divisible by attn.tp = moe.ep ({mesh.attn_tp})")
+        require(
+            cfg.num_heads % mesh.attn_tp == 0 and cfg.num_experts % mesh.moe_ep == 0,
+            f"model (num_heads {cfg.num_heads}, num_experts {cfg.num_experts}) must be "
+            f"divisible by attn.tp = moe.ep ({mesh.attn_tp})",
+        )
     elif mesh.family == "strategy":
         from moeplan.runtime.engines.hybrid import check_hybrid
 
@@ -99,8 +103,10 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         from moeplan.runtime.placement import placements
 
         if placements(mesh.details, cfg.num_layers, cfg.num_experts, mesh.moe_ep) is None:
-            require(cfg.num_experts % mesh.moe_ep == 0,
-                    f"model.num_experts ({cfg.num_experts}) must be divisible by ep ({mesh.moe_ep})")
+            require(
+                cfg.num_experts % mesh.moe_ep == 0,
+                f"model.num_experts ({cfg.num_experts}) must be divisible by ep ({mesh.moe_ep})",
+            )
         require(batch >= mesh.attn_dp, f"tokens/seq ({batch}) must be >= attn.dp ({mesh.attn_dp})")
     return mesh, cfg, batch
 
@@ -108,8 +114,13 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
 def is_tp_ep(mesh: Mesh) -> bool:
     """Attention TP and MoE EP over the same ranks (Sem-MoE's attention-TP case)."""
     r = mesh.stage_size
-    return (mesh.family == "strategy" and mesh.pp == 1 and r > 1 and mesh.attn_tp == r
-            and mesh.moe_ep == r)
+    return (
+        mesh.family == "strategy"
+        and mesh.pp == 1
+        and r > 1
+        and mesh.attn_tp == r
+        and mesh.moe_ep == r
+    )
 
 
 def _with_layers(cfg: MoEConfig, n: int, dense: tuple[int, ...]) -> MoEConfig:
@@ -128,8 +139,17 @@ def _local_input(mesh: Mesh, rank: int, x: Any) -> Any:
     return x if mesh.stage_of(rank) == 0 else None
 
 
-def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOptions,
-             rank: int, tl: Any, shape: tuple[int, ...], extra: dict[str, Any]) -> Any:
+def _execute(
+    mesh: Mesh,
+    cfg: MoEConfig,
+    layers: list[Any],
+    x: Any,
+    opts: RunOptions,
+    rank: int,
+    tl: Any,
+    shape: tuple[int, ...],
+    extra: dict[str, Any],
+) -> Any:
     from moeplan.runtime.groups import build_groups
 
     if mesh.family == "dep":
@@ -150,20 +170,31 @@ def _execute(mesh: Mesh, cfg: MoEConfig, layers: list[Any], x: Any, opts: RunOpt
     if is_tp_ep(mesh):
         from moeplan.runtime.engines.tp_ep import run_tp_ep
 
-        out, rows = run_tp_ep(x, layers, cfg, g, tl, mesh.details.get("token_plan", "predicted"))
+        out, rows = run_tp_ep(x, layers, cfg, g, tl, mesh.details.get("token_plan", "contiguous"))
         extra["local_rows"] = rows
         return out
     if mesh.family == "strategy":
         from moeplan.runtime.engines.hybrid import run_hybrid
 
-        return run_hybrid(x, layers, cfg, g, tl, fused=opts.fused)
+        fused = opts.fused if opts.fused is not None else bool(mesh.details.get("fused", True))
+        return run_hybrid(x, layers, cfg, g, tl, fused=fused)
     from moeplan.runtime.engines.pp import run_pp
 
     micro = opts.micro_batches or mesh.details.get("microbatches") or mesh.pp
-    async_send = opts.async_send if opts.async_send is not None else bool(
-        mesh.details.get("async_pp", True))
-    return run_pp(x, layers, cfg, mesh, g, tl, micro_batches=min(int(micro), shape[0]),
-                  shape=shape, async_send=async_send)
+    async_send = (
+        opts.async_send if opts.async_send is not None else bool(mesh.details.get("async_pp", True))
+    )
+    return run_pp(
+        x,
+        layers,
+        cfg,
+        mesh,
+        g,
+        tl,
+        micro_batches=min(int(micro), shape[0]),
+        shape=shape,
+        async_send=async_send,
+    )
 
 
 def predicted_path(trace: str) -> str:
@@ -171,8 +202,14 @@ def predicted_path(trace: str) -> str:
     return trace[:-5] + ".predicted.json" if trace.endswith(".json") else trace + ".predicted.json"
 
 
-def _write_traces(mesh: Mesh, cfg: MoEConfig, plan: dict[str, Any], opts: RunOptions,
-                  gathered: list[Any], link_s: float | None) -> dict[str, Any]:
+def _write_traces(
+    mesh: Mesh,
+    cfg: MoEConfig,
+    plan: dict[str, Any],
+    opts: RunOptions,
+    gathered: list[Any],
+    link_s: float | None,
+) -> dict[str, Any]:
     """Rank 0: merged measured trace, and for DEP the simulator's prediction beside it."""
     from moeplan.runtime.timeline import write_trace
 
@@ -181,33 +218,43 @@ def _write_traces(mesh: Mesh, cfg: MoEConfig, plan: dict[str, Any], opts: RunOpt
     info: dict[str, Any] = {"measured_makespan_s": measured}
     if not opts.trace:
         return info
-    write_trace(events, opts.trace, family=mesh.family, plan_layout=plan.get("layout"),
-                source="moeplan.runtime (measured)", otherData={"measured_makespan_s": measured})
+    write_trace(
+        events,
+        opts.trace,
+        family=mesh.family,
+        plan_layout=plan.get("layout"),
+        source="moeplan.runtime (measured)",
+        otherData={"measured_makespan_s": measured},
+    )
     info["trace"] = opts.trace
     if mesh.family == "dep" and link_s is not None:
         from moeplan.runtime.dep_predict import predicted_trace
         from moeplan.runtime.engines.dep import DepParams
 
-        pred = predicted_trace(events, DepParams.from_mesh(mesh), cfg.num_layers, opts.seq,
-                               link_s, measured)
+        pred = predicted_trace(
+            events, DepParams.from_mesh(mesh), cfg.num_layers, opts.seq, link_s, measured
+        )
         if pred is not None:
             path = predicted_path(opts.trace)
             write_trace(pred.pop("traceEvents"), path, **pred)
-            info.update(predicted_trace=path,
-                        predicted_makespan_s=pred["otherData"]["predicted_makespan_s"])
+            info.update(
+                predicted_trace=path, predicted_makespan_s=pred["otherData"]["predicted_makespan_s"]
+            )
     return info
 
 
-def _calibrate(mesh: Mesh, cfg: MoEConfig, opts: RunOptions, rank: int, device: str
-               ) -> float | None:
+def _calibrate(
+    mesh: Mesh, cfg: MoEConfig, opts: RunOptions, rank: int, device: str
+) -> float | None:
     if mesh.family != "dep" or not opts.trace:
         return None
     from moeplan.runtime.dep_predict import calibrate_link, chunk_rows
     from moeplan.runtime.engines.dep import DepParams
 
     p = DepParams.from_mesh(mesh)
-    return calibrate_link(p, chunk_rows(p, opts.seq, cfg.top_k), cfg.hidden_size, rank,
-                          device=device)
+    return calibrate_link(
+        p, chunk_rows(p, opts.seq, cfg.top_k), cfg.hidden_size, rank, device=device
+    )
 
 
 def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions) -> dict[str, Any]:
@@ -228,15 +275,25 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
     extra: dict[str, Any] = {}
     with torch.no_grad():
         for _ in range(opts.warmup):  # first calls pay one-off allocation and dispatch costs
-            _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape),
-                     extra)
+            _execute(
+                mesh,
+                cfg,
+                layers,
+                _local_input(mesh, rank, x),
+                opts,
+                rank,
+                tl,
+                tuple(x.shape),
+                extra,
+            )
     link_s = _calibrate(mesh, cfg, opts, rank, str(device))
     dist.barrier()
     tl.reset()
     start = time.perf_counter()
     with torch.no_grad():
-        out = _execute(mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape),
-                     extra)
+        out = _execute(
+            mesh, cfg, layers, _local_input(mesh, rank, x), opts, rank, tl, tuple(x.shape), extra
+        )
     wall = time.perf_counter() - start
     err = None
     if opts.check and out is not None:
@@ -246,14 +303,23 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
         err = float((out - ref).abs().max()) if out.numel() else 0.0
     gathered: list[Any] | None = [None] * world_size if rank == 0 else None
     dist.gather_object((tl.trace_events(), wall), gathered, dst=0)
-    report = {"rank": rank, "role": mesh.role(rank), "max_abs_err": err, "wall_s": wall,
-              "tokens": batch * opts.seq, "family": mesh.family, **extra}
+    report = {
+        "rank": rank,
+        "role": mesh.role(rank),
+        "max_abs_err": err,
+        "wall_s": wall,
+        "tokens": batch * opts.seq,
+        "family": mesh.family,
+        **extra,
+    }
     if rank == 0:
         report.update(_write_traces(mesh, cfg, plan, opts, gathered, link_s))
     return report
 
 
-def spawned_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions) -> dict[str, Any]:
+def spawned_rank(
+    rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions
+) -> dict[str, Any]:
     """Entry of one process started by ``moeplan run``: init the group, run the plan."""
     from moeplan.runtime.spawn import init_distributed
 

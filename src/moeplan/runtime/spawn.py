@@ -28,8 +28,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_distributed(rank: int, world_size: int, *, timeout_s: float = 60.0,
-                     backend: str | None = None) -> str:
+def init_distributed(
+    rank: int, world_size: int, *, timeout_s: float = 60.0, backend: str | None = None
+) -> str:
     """``init_process_group`` from env (gloo on CPU, NCCL on CUDA) with a collective timeout."""
     import torch
     import torch.distributed as dist
@@ -37,8 +38,9 @@ def init_distributed(rank: int, world_size: int, *, timeout_s: float = 60.0,
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
     return backend
 
 
@@ -47,13 +49,21 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:400]}"
 
 
-def _entry(rank: int, world: int, port: int, out_dir: str, fn: Callable[..., Any],
-           args: tuple[Any, ...]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+def _entry(
+    rank: int, world: int, port: int, out_dir: str, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))  # as torchrun: no oversubscription
+    torch.set_num_threads(
+        max(1, (os.cpu_count() or 1) // world)
+    )  # as torchrun: no oversubscription
     try:
         report = {"ok": True, "result": fn(rank, world, *args)}
     except MoeplanError as err:
@@ -68,16 +78,23 @@ def _entry(rank: int, world: int, port: int, out_dir: str, fn: Callable[..., Any
     Path(out_dir, f"{rank}.json").write_text(json.dumps(report))
 
 
-def spawn_world(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *,
-                deadline_s: float = 120.0) -> list[dict[str, Any]]:
+def spawn_world(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple[Any, ...] = (),
+    *,
+    deadline_s: float = 120.0,
+) -> list[dict[str, Any]]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes; one report each."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="moeplan-run-") as out_dir:
-        procs = [ctx.Process(target=_entry, args=(r, world_size, port, out_dir, fn, args))
-                 for r in range(world_size)]
+        procs = [
+            ctx.Process(target=_entry, args=(r, world_size, port, out_dir, fn, args))
+            for r in range(world_size)
+        ]
         for p in procs:
             p.start()
         end = time.monotonic() + deadline_s
@@ -88,11 +105,22 @@ def spawn_world(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] =
             if p.is_alive():
                 p.terminate()
                 p.join(5)
-                reports.append({"ok": False, "kind": "hung", "error": f"rank {r} still running "
-                                f"after {deadline_s:.0f} s; terminated"})
+                reports.append(
+                    {
+                        "ok": False,
+                        "kind": "hung",
+                        "error": f"rank {r} still running after {deadline_s:.0f} s; terminated",
+                    }
+                )
                 continue
             path = Path(out_dir, f"{r}.json")
-            reports.append(json.loads(path.read_text()) if path.exists() else
-                           {"ok": False, "kind": "died", "error": f"rank {r} exited with code "
-                            f"{p.exitcode} without reporting"})
+            reports.append(
+                json.loads(path.read_text())
+                if path.exists()
+                else {
+                    "ok": False,
+                    "kind": "died",
+                    "error": f"rank {r} exited with code {p.exitcode} without reporting",
+                }
+            )
     return reports

@@ -35,9 +35,16 @@ class Timeline:
 
     def add(self, name: str, lane: str, start: float, end: float) -> None:
         """Record ``[start, end]`` (perf_counter seconds) on ``lane``."""
-        self.events.append({"name": name, "ph": "X", "ts": (start - self.t0) * 1e6,
-                            "dur": max(end - start, 0.0) * 1e6, "pid": self.rank,
-                            "tid": LANES[lane]})
+        self.events.append(
+            {
+                "name": name,
+                "ph": "X",
+                "ts": (start - self.t0) * 1e6,
+                "dur": max(end - start, 0.0) * 1e6,
+                "pid": self.rank,
+                "tid": LANES[lane],
+            }
+        )
 
     @contextmanager
     def span(self, name: str, lane: str = "compute") -> Iterator[None]:
@@ -50,10 +57,19 @@ class Timeline:
             self.add(name, lane, start, time.perf_counter())
 
     def trace_events(self) -> list[dict[str, Any]]:
-        meta = [{"name": "process_name", "ph": "M", "pid": self.rank, "tid": 0,
-                 "args": {"name": f"rank {self.rank}"}}]
-        meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
-                  "args": {"name": lane}} for lane, tid in LANES.items()]
+        meta = [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": self.rank,
+                "tid": 0,
+                "args": {"name": f"rank {self.rank}"},
+            }
+        ]
+        meta += [
+            {"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": lane}}
+            for lane, tid in LANES.items()
+        ]
         return meta + self.events
 
 

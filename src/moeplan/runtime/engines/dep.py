@@ -40,8 +40,9 @@ class DepParams:
     @classmethod
     def from_mesh(cls, mesh: Mesh) -> DepParams:
         d = mesh.details
-        return cls(ag=mesh.ag, eg=mesh.eg, r1=d["r1"], r2=d["r2"], ma=d["ma"],
-                   order=d.get("order", "ASAS"))
+        return cls(
+            ag=mesh.ag, eg=mesh.eg, r1=d["r1"], r2=d["r2"], ma=d["ma"], order=d.get("order", "ASAS")
+        )
 
     def tag(self, t: int, i: int, j: int, kind: int) -> int:
         return ((t * self.r1 + i) * self.r2 + j) * 3 + kind
@@ -66,8 +67,9 @@ class _MicroBatch:
     shared: torch.Tensor | None = None
 
 
-def _send_chunk(u: torch.Tensor, perm: Permutation, p: DepParams, tag: tuple[int, int, int],
-                ag_rank: int) -> tuple[list[object], list[tuple[object, torch.Tensor]]]:
+def _send_chunk(
+    u: torch.Tensor, perm: Permutation, p: DepParams, tag: tuple[int, int, int], ag_rank: int
+) -> tuple[list[object], list[tuple[object, torch.Tensor]]]:
     """A2E of one chunk: counts then rows to every EG rank; post the E2A receives."""
     rows = gather_rows(u, perm)
     per = perm.counts.numel() // p.eg
@@ -84,15 +86,29 @@ def _send_chunk(u: torch.Tensor, perm: Permutation, p: DepParams, tag: tuple[int
     return sends, recvs
 
 
-def _attention_task(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, p: DepParams, t: int, i: int,
-                    rank: int, tl: Timeline) -> _MicroBatch:
+def _attention_task(
+    x: torch.Tensor,
+    w: LayerWeights,
+    cfg: MoEConfig,
+    p: DepParams,
+    t: int,
+    i: int,
+    rank: int,
+    tl: Timeline,
+) -> _MicroBatch:
     mb = _MicroBatch()
     with tl.span(f"A{t}.{i}"):
         mb.h = x + attention(rms(x), w.attn, cfg)
         mb.u = rms(mb.h.reshape(-1, x.shape[-1]))
         r = route(mb.u, w.moe, cfg)
-    for j, (ids, wts, u) in enumerate(zip(r.ids.tensor_split(p.r2), r.weights.tensor_split(p.r2),
-                                          mb.u.tensor_split(p.r2), strict=True)):
+    for j, (ids, wts, u) in enumerate(
+        zip(
+            r.ids.tensor_split(p.r2),
+            r.weights.tensor_split(p.r2),
+            mb.u.tensor_split(p.r2),
+            strict=True,
+        )
+    ):
         perm = permute(ids, wts, cfg.num_experts)
         with tl.span(f"A2E{t}.{i}.{j}", "send"):
             sends, recvs = _send_chunk(u, perm, p, (t, i, j), rank)
@@ -116,8 +132,14 @@ def _finish(mb: _MicroBatch, p: DepParams, name: str, tl: Timeline) -> torch.Ten
     return mb.h + (torch.cat(outs) + mb.shared).view_as(mb.h)
 
 
-def run_dep_attention(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, p: DepParams,
-                      rank: int, tl: Timeline) -> torch.Tensor:
+def run_dep_attention(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    p: DepParams,
+    rank: int,
+    tl: Timeline,
+) -> torch.Tensor:
     """AG rank: ``x [r1*ma, S, H]`` -> output after all layers."""
     xs = list(x.split(p.ma))
     require(len(xs) == p.r1, f"batch ({x.shape[0]}) must equal r1*ma ({p.r1}*{p.ma})")
@@ -162,8 +184,9 @@ class _Incoming:
 
 def _post_counts(p: DepParams, tag: tuple[int, int, int], per: int, dev: torch.device) -> _Incoming:
     counts = [torch.empty(per, dtype=torch.long, device=dev) for _ in range(p.ag)]
-    return _Incoming(tag=tag, counts=[(dist.irecv(c, a, tag=p.tag(*tag, 0)), c)
-                                      for a, c in enumerate(counts)])
+    return _Incoming(
+        tag=tag, counts=[(dist.irecv(c, a, tag=p.tag(*tag, 0)), c) for a, c in enumerate(counts)]
+    )
 
 
 def _expert_compute(inc: _Incoming, w_local, p: DepParams, tl: Timeline) -> list[object]:
@@ -171,8 +194,9 @@ def _expert_compute(inc: _Incoming, w_local, p: DepParams, tl: Timeline) -> list
     per, dev = w_local.w_gate.shape[0], w_local.w_gate.device
     with tl.span("E{}.{}.{}".format(*inc.tag)):
         rows = torch.cat([b for _, b in inc.rows])
-        ids = torch.cat([torch.repeat_interleave(torch.arange(per, device=dev), c)
-                         for _, c in inc.counts])
+        ids = torch.cat(
+            [torch.repeat_interleave(torch.arange(per, device=dev), c) for _, c in inc.counts]
+        )
         y = experts_by_id(rows, ids, w_local)
     sends = []
     for a, part in enumerate(torch.split(y, [b.shape[0] for _, b in inc.rows])):
@@ -181,8 +205,9 @@ def _expert_compute(inc: _Incoming, w_local, p: DepParams, tl: Timeline) -> list
     return sends
 
 
-def run_dep_expert(layers: list[LayerWeights], cfg: MoEConfig, p: DepParams, rank: int,
-                   tl: Timeline) -> None:
+def run_dep_expert(
+    layers: list[LayerWeights], cfg: MoEConfig, p: DepParams, rank: int, tl: Timeline
+) -> None:
     """EG rank: serve every (layer, micro-batch, chunk) in order; the next chunk's receives are
     posted before computing the current one (A2E(j+1) overlaps E(j))."""
     k = rank - p.ag
@@ -209,7 +234,11 @@ def run_dep_expert(layers: list[LayerWeights], cfg: MoEConfig, p: DepParams, ran
 
 
 def check_dep(p: DepParams, cfg: MoEConfig, seq: int) -> None:
-    require(cfg.num_experts % p.eg == 0,
-            f"model.num_experts ({cfg.num_experts}) must be divisible by eg ({p.eg})")
-    require(p.r2 <= p.ma * seq, f"plan.details.r2 ({p.r2}) must be <= tokens per micro-batch "
-            f"({p.ma * seq})")
+    require(
+        cfg.num_experts % p.eg == 0,
+        f"model.num_experts ({cfg.num_experts}) must be divisible by eg ({p.eg})",
+    )
+    require(
+        p.r2 <= p.ma * seq,
+        f"plan.details.r2 ({p.r2}) must be <= tokens per micro-batch ({p.ma * seq})",
+    )

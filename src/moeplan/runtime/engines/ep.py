@@ -21,8 +21,15 @@ from moeplan.runtime.placement import Placement, physical_weights, to_physical
 from moeplan.runtime.timeline import Timeline
 
 
-def ep_moe(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, g: RankGroups, axis: str,
-           tl: Timeline, placement: Placement | None = None) -> torch.Tensor:
+def ep_moe(
+    x: torch.Tensor,
+    w: LayerWeights,
+    cfg: MoEConfig,
+    g: RankGroups,
+    axis: str,
+    tl: Timeline,
+    placement: Placement | None = None,
+) -> torch.Tensor:
     """MoE block over the EP group ``axis``: ``x [T, H]`` (already normalised) -> ``[T, H]``.
     With a ``placement``, rows go to physical slots (``P/ep`` per rank) instead of experts."""
     n, e = g.size(axis), g.local_rank(axis)
@@ -44,8 +51,14 @@ def ep_moe(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, g: RankGroups, axis
         return combine(back, perm) + shared_out(x, w.moe)
 
 
-def run_ep(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: RankGroups,
-           tl: Timeline, placement: list[Placement] | None = None) -> torch.Tensor:
+def run_ep(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    g: RankGroups,
+    tl: Timeline,
+    placement: list[Placement] | None = None,
+) -> torch.Tensor:
     """Forward this rank's sequences ``x [B, S, H]`` through all layers."""
     for i, w in enumerate(layers):
         with tl.span(f"attn{i}"):

@@ -43,25 +43,37 @@ from moeplan.runtime.timeline import Timeline
 
 
 def check_hybrid(mesh: Mesh, cfg: MoEConfig) -> None:
-    require(mesh.pp == 1, f"plan.layout.pp ({mesh.pp}) must be 1 for a strategy plan in the runtime "
-            "(pipelined plans run through the pipeline family)")
-    require(cfg.num_heads % mesh.attn_tp == 0,
-            f"model.num_heads ({cfg.num_heads}) must be divisible by attn.tp ({mesh.attn_tp})")
-    require(cfg.num_experts % mesh.moe_ep == 0,
-            f"model.num_experts ({cfg.num_experts}) must be divisible by moe.ep ({mesh.moe_ep})")
-    require(cfg.hidden_size % mesh.moe_tp == 0 and cfg.moe_intermediate_size % mesh.moe_tp == 0,
-            f"model widths (hidden {cfg.hidden_size}, moe_intermediate {cfg.moe_intermediate_size}) "
-            f"must be divisible by moe.tp ({mesh.moe_tp})")
+    require(
+        mesh.pp == 1,
+        f"plan.layout.pp ({mesh.pp}) must be 1 for a strategy plan in the runtime "
+        "(pipelined plans run through the pipeline family)",
+    )
+    require(
+        cfg.num_heads % mesh.attn_tp == 0,
+        f"model.num_heads ({cfg.num_heads}) must be divisible by attn.tp ({mesh.attn_tp})",
+    )
+    require(
+        cfg.num_experts % mesh.moe_ep == 0,
+        f"model.num_experts ({cfg.num_experts}) must be divisible by moe.ep ({mesh.moe_ep})",
+    )
+    require(
+        cfg.hidden_size % mesh.moe_tp == 0 and cfg.moe_intermediate_size % mesh.moe_tp == 0,
+        f"model widths (hidden {cfg.hidden_size}, moe_intermediate {cfg.moe_intermediate_size}) "
+        f"must be divisible by moe.tp ({mesh.moe_tp})",
+    )
 
 
 def _local_moe(w: MoEWeights, g: RankGroups, num_experts: int) -> MoEWeights:
     n, e = g.size("moe_ep"), g.local_rank("moe_ep")
     per = num_experts // n
-    return shard_tp(local_experts(w, e * per, (e + 1) * per), g.size("moe_tp"), g.local_rank("moe_tp"))
+    return shard_tp(
+        local_experts(w, e * per, (e + 1) * per), g.size("moe_tp"), g.local_rank("moe_tp")
+    )
 
 
-def hybrid_moe(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline,
-               fused: bool = True) -> torch.Tensor:
+def hybrid_moe(
+    x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline, fused: bool = True
+) -> torch.Tensor:
     """MoE block: ``x [T, H]`` replicated in the TP group -> ``[T, H]`` replicated."""
     m, t = g.size("moe_tp"), g.local_rank("moe_tp")
     tp = g.handles["moe_tp"]
@@ -91,8 +103,9 @@ def hybrid_moe(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl
         return torch.cat(parts, dim=1)
 
 
-def resharded_moe(flat: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline,
-                  fused: bool) -> torch.Tensor:
+def resharded_moe(
+    flat: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGroups, tl: Timeline, fused: bool
+) -> torch.Tensor:
     """MoE when ``attn.tp != moe.tp``: ``flat [T, H]`` is replicated in the attention TP group.
     Each attention-TP rank owns one share of the tokens; a MoE TP group works on the union of
     its members' shares (all-gather), so every token is computed once; the owners' rows are then
@@ -105,12 +118,19 @@ def resharded_moe(flat: torch.Tensor, w: MoEWeights, cfg: MoEConfig, g: RankGrou
     y = hybrid_moe(tokens, w, cfg, g, tl, fused)
     start = sum(sizes[: g.local_rank("moe_tp")])
     with tl.span("reshard_out", "comm"):
-        return gather_split(y[start:start + mine.shape[0]], [len(p) for p in shares],
-                            g.handles["attn_tp"])
+        return gather_split(
+            y[start : start + mine.shape[0]], [len(p) for p in shares], g.handles["attn_tp"]
+        )
 
 
-def run_hybrid(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: RankGroups,
-               tl: Timeline, fused: bool = True) -> torch.Tensor:
+def run_hybrid(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    g: RankGroups,
+    tl: Timeline,
+    fused: bool = True,
+) -> torch.Tensor:
     """Forward this node's sequences ``x [B, S, H]`` (replicated in the TP group)."""
     m, t = g.size("attn_tp"), g.local_rank("attn_tp")
     for i, w in enumerate(layers):

@@ -38,21 +38,29 @@ def check_pipeline(mesh: Mesh, cfg: MoEConfig) -> None:
     got = [(m.kind, m.layer) for m in mods]
     expect = [(k, layer) for layer in range(len(mods) // 2) for k in ("attn", "ffn")]
     if [(k if k == "attn" else "ffn", layer) for k, layer in got] != expect:
-        raise MoeplanError(f"plan.layout.stages modules ({got[:4]}...) must be attn_0, moe_0 (or "
-                           "mlp_0), attn_1, moe_1, ... in order")
+        raise MoeplanError(
+            f"plan.layout.stages modules ({got[:4]}...) must be attn_0, moe_0 (or "
+            "mlp_0), attn_1, moe_1, ... in order"
+        )
     for m in mods:
         if m.kind == "attn":
-            require(m.ep == 1 and cfg.num_heads % m.tp == 0,
-                    f"attn module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
-                    f"num_heads ({cfg.num_heads})")
+            require(
+                m.ep == 1 and cfg.num_heads % m.tp == 0,
+                f"attn module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
+                f"num_heads ({cfg.num_heads})",
+            )
         elif m.kind == "mlp":
-            require(m.ep == 1 and cfg.dense_intermediate_size % m.tp == 0,
-                    f"mlp module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
-                    f"dense_intermediate_size ({cfg.dense_intermediate_size})")
+            require(
+                m.ep == 1 and cfg.dense_intermediate_size % m.tp == 0,
+                f"mlp module {m.layer} (tp={m.tp}, ep={m.ep}) needs ep=1 and tp dividing "
+                f"dense_intermediate_size ({cfg.dense_intermediate_size})",
+            )
         else:
-            require(cfg.num_experts % m.ep == 0 and cfg.moe_intermediate_size % m.tp == 0,
-                    f"moe module {m.layer} (tp={m.tp}, ep={m.ep}) must divide num_experts "
-                    f"({cfg.num_experts}) and moe_intermediate_size ({cfg.moe_intermediate_size})")
+            require(
+                cfg.num_experts % m.ep == 0 and cfg.moe_intermediate_size % m.tp == 0,
+                f"moe module {m.layer} (tp={m.tp}, ep={m.ep}) must divide num_experts "
+                f"({cfg.num_experts}) and moe_intermediate_size ({cfg.moe_intermediate_size})",
+            )
 
 
 def dense_layers(mesh: Mesh) -> tuple[int, ...]:
@@ -64,8 +72,9 @@ def _axis(m: StageModule, name: str) -> str:
     return f"tp{m.tp}.ep{m.ep}.d{m.dpmoe}.{name}"
 
 
-def attn_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
-                ) -> torch.Tensor:
+def attn_module(
+    x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
+) -> torch.Tensor:
     """``x [B, S, H]`` replicated -> replicated, attention DP over ``dpmoe``, TP over ``tp``."""
     d, t = g.local_rank(_axis(m, "dpmoe")), g.local_rank(_axis(m, "tp"))
     parts = list(x.tensor_split(m.dpmoe))
@@ -78,8 +87,9 @@ def attn_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule
     return gather_split(y, [p.shape[0] for p in parts], g.handles[_axis(m, "dpmoe")])
 
 
-def moe_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
-               ) -> torch.Tensor:
+def moe_module(
+    x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
+) -> torch.Tensor:
     """``x [B, S, H]`` replicated -> replicated; DPMoE replicas, EP·TP inside a replica."""
     d, e, t = (g.local_rank(_axis(m, a)) for a in ("dpmoe", "ep", "tp"))
     flat = x.reshape(-1, x.shape[-1])
@@ -101,8 +111,16 @@ def moe_module(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule,
     return y.view_as(x)
 
 
-def run_stage(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, mesh: Mesh,
-              g: RankGroups, stage: int, tl: Timeline, name: str) -> torch.Tensor:
+def run_stage(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    mesh: Mesh,
+    g: RankGroups,
+    stage: int,
+    tl: Timeline,
+    name: str,
+) -> torch.Tensor:
     for m in mesh.stages[stage]:
         with tl.span(f"{m.kind}{m.layer}.{name}"):
             fn = attn_module if m.kind == "attn" else moe_module
@@ -110,10 +128,19 @@ def run_stage(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, mesh:
     return x
 
 
-def run_pp(x: torch.Tensor | None, layers: list[LayerWeights], cfg: MoEConfig, mesh: Mesh,
-           g: RankGroups, tl: Timeline, *, micro_batches: int, shape: tuple[int, ...],
-           async_send: bool) -> torch.Tensor | None:
-    """Forward ``micro_batches`` micro-batches; stage 0 gets ``x``; the last stage returns output."""
+def run_pp(
+    x: torch.Tensor | None,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    mesh: Mesh,
+    g: RankGroups,
+    tl: Timeline,
+    *,
+    micro_batches: int,
+    shape: tuple[int, ...],
+    async_send: bool,
+) -> torch.Tensor | None:
+    """Forward ``micro_batches`` micro-batches; stage 0 gets ``x``; the last stage returns."""
     rank = g.rank
     s, r = mesh.stage_of(rank), mesh.stage_size
     chunks = list(x.tensor_split(micro_batches)) if s == 0 else None

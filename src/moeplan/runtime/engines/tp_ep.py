@@ -10,8 +10,8 @@ Alg. 3). The token plan only changes where tokens go, never the result, so any p
 correct; a good one keeps rows local (LAR, Sem-MoE's local activation rate).
 
 Token plans (``details.token_plan``): ``contiguous`` (equal token slices: the usual AR+slice
-baseline), ``round_robin``, ``predicted``. Departure: Sem-MoE predicts a token's device from
-token-id and Markov tables built offline; here ``predicted`` routes the residual stream *before*
+baseline, and the default), ``round_robin``, ``predicted``. Departure: Sem-MoE predicts a
+token's device from token-id and Markov tables built offline; here ``predicted`` routes the residual stream *before*
 attention (available on every rank without communication) and sends the token to the rank of
 its predicted top-1 expert — a stand-in for the tables, which need real traces.
 """
@@ -43,8 +43,9 @@ def token_dest(kind: str, x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, n: i
     return top1 // (cfg.num_experts // n)
 
 
-def local_rows(dest: torch.Tensor, x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, n: int
-               ) -> tuple[int, int]:
+def local_rows(
+    dest: torch.Tensor, x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, n: int
+) -> tuple[int, int]:
     """(rows whose expert lives on the token's rank, all rows): LAR's numerator, denominator."""
     ids = route(x, w.moe, cfg).ids
     valid = ids >= 0
@@ -52,11 +53,19 @@ def local_rows(dest: torch.Tensor, x: torch.Tensor, w: LayerWeights, cfg: MoECon
     return int((home & valid).sum()), int(valid.sum())
 
 
-def run_tp_ep(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: RankGroups,
-              tl: Timeline, plan_kind: str = "predicted") -> tuple[torch.Tensor, list[tuple[int, int]]]:
+def run_tp_ep(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    cfg: MoEConfig,
+    g: RankGroups,
+    tl: Timeline,
+    plan_kind: str = "predicted",
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
     """Forward replicated ``x [B, S, H]``; returns the output and per layer (local, all) rows."""
-    require(plan_kind in TOKEN_PLANS, f"plan.details.token_plan ({plan_kind!r}) must be one of "
-            f"{', '.join(TOKEN_PLANS)}")
+    require(
+        plan_kind in TOKEN_PLANS,
+        f"plan.details.token_plan ({plan_kind!r}) must be one of {', '.join(TOKEN_PLANS)}",
+    )
     n, r = g.size("attn_tp"), g.local_rank("attn_tp")
     group = g.handles["attn_tp"]
     lar = []
@@ -66,7 +75,7 @@ def run_tp_ep(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig, g: Ra
         plan = token_plan(dest, n)
         with tl.span(f"attn{i}"):
             a = attention(rms(x), w.attn, cfg, tp=n, rank=r).reshape(-1, x.shape[-1])
-        mine_idx = plan.order[r * plan.cap: r * plan.cap + int(plan.counts[r])]
+        mine_idx = plan.order[r * plan.cap : r * plan.cap + int(plan.counts[r])]
         with tl.span("shuffled_reduce_scatter", "comm"):
             h = flat_x[mine_idx] + shuffled_reduce_scatter(a, plan, group, r)
         u = rms(h)
