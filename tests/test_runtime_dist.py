@@ -36,6 +36,9 @@ V3 = MoEConfig(
         "routed_scaling_factor": 2.5,
     }
 )
+NONE = MoEConfig(  # Top-P with p = 0, k_min = 0: every token routed to no expert (empty a2a)
+    **{**{f: getattr(BASE, f) for f in BASE.__slots__}, "top_p": 0.0, "k_min": 0}
+)
 TOPP = MoEConfig(
     **{
         **{f: getattr(BASE, f) for f in BASE.__slots__},
@@ -140,6 +143,8 @@ def _opts(cfg=BASE, **kw):
 CHECKS = {
     2: {
         "ep": (ep(2), _opts()),
+        "ep_zero_experts": (ep(2), _opts(NONE)),
+        "hybrid_zero_experts_fused": (hybrid(1, 2), _opts(NONE)),
         "ep_placement_replicas": (ep_placed(2, 14, 0), _opts()),
         "hybrid_tp2": (hybrid(2, 1), _opts()),
         "hybrid_ep2_fused": (hybrid(1, 2), _opts(V3)),
