@@ -237,3 +237,26 @@ def test_mixserve_planner_plan_runs_on_eight_ranks(tmp_path, capsys):
     assert _cli(["run", "--plan", str(plan), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["world_size"] == 8 and out["max_abs_err"] <= 1e-5
+
+
+@pytest.mark.timeout(240)
+def test_cli_run_reads_safetensors_weights(tmp_path, capsys):
+    """--weights: a complete file runs and checks out; a file missing a tensor is one-line exit 2."""
+    from moeplan.runtime.config import MoEConfig
+    from moeplan.runtime.model import init_model, save_safetensors
+
+    good = tmp_path / "good.safetensors"
+    save_safetensors(init_model(MoEConfig(), seed=9), good)
+    plan = _write(tmp_path, _ep_plan(2))
+    assert _cli(["run", "--plan", plan, "--weights", str(good), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["max_abs_err"] <= 1e-5
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(good))
+    del tensors["model.layers.1.mlp.experts.3.up_proj.weight"]
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad))
+    assert _cli(["run", "--plan", plan, "--weights", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all("experts.3.up_proj.weight" in line for line in err)

@@ -33,6 +33,10 @@ def run_command(
         int | None,
         typer.Option("--seq", help="Tokens per sequence (default: the plan's seq_len, else 8)."),
     ] = None,
+    weights: Annotated[
+        list[str] | None,
+        typer.Option("--weights", help="safetensors file(s) with the model's weights (repeat)."),
+    ] = None,
     trace: Annotated[
         str | None,
         typer.Option(
@@ -77,6 +81,7 @@ def run_command(
         timeout_s=timeout,
         trace=trace,
         warmup=1,
+        weights=tuple(weights or ()),
     )
     prepare(doc, world, opts)  # user errors before any process starts
     reports = spawn_world(spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60)
@@ -116,7 +121,8 @@ def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
     if failed:
         for r, rep in failed:
             print(f"moeplan: error: rank {r}: {rep['error']}", file=sys.stderr)
-        raise typer.Exit(2 if all(rep["kind"] == "user" for _, rep in failed) else 1)
+        # sys.exit, not typer.Exit: click returns (drops) Exit codes when standalone_mode=False
+        sys.exit(2 if all(rep["kind"] == "user" for _, rep in failed) else 1)
 
 
 def _print_human(s: dict[str, Any]) -> None:

@@ -44,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--micro-batches", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--trace", default=None)
+    ap.add_argument("--weights", action="append", default=[])
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     return ap
@@ -65,6 +66,7 @@ def options(args: argparse.Namespace) -> Any:
         timeout_s=args.timeout,
         trace=args.trace,
         warmup=args.warmup,
+        weights=tuple(args.weights),
     )
 
 

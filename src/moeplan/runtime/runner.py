@@ -35,6 +35,7 @@ class RunOptions:
     timeout_s: float = 60.0
     trace: str | None = None
     warmup: int = 0
+    weights: tuple[str, ...] = ()  # safetensors files; default: seeded random weights
 
     def __post_init__(self) -> None:
         if self.seq is not None:
@@ -269,7 +270,12 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
     mesh, cfg, batch = prepare(plan, world_size, opts)
     cuda = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
-    layers = to_device(init_model(cfg, opts.seed), device)
+    if opts.weights:
+        from moeplan.runtime.model import load_safetensors
+
+        layers = to_device(load_safetensors(list(opts.weights), cfg), device)
+    else:
+        layers = to_device(init_model(cfg, opts.seed), device)
     x = make_inputs(cfg, batch, opts.seq, opts.seed + 1).to(device)
     tl = Timeline(rank, torch.cuda.synchronize if cuda else None)
     extra: dict[str, Any] = {}
