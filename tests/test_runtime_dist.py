@@ -72,15 +72,16 @@ def hybrid(tp, ep_):
     )
 
 
-def strat(w, atp, mtp):
-    """Strategy plan with different attention and MoE TP degrees (re-sharded around the MoE)."""
+def strat(w, atp, mtp, pp=1):
+    """Strategy plan: attention and MoE TP degrees (re-sharded when they differ), PP degree."""
+    r = w // pp
     return _plan(
         "strategy",
         {
             "world_size": w,
-            "attn": {"tp": atp, "dp": w // atp},
-            "moe": {"tp": mtp, "ep": w // mtp},
-            "pp": 1,
+            "attn": {"tp": atp, "dp": r // atp},
+            "moe": {"tp": mtp, "ep": r // mtp},
+            "pp": pp,
         },
     )
 
@@ -150,6 +151,7 @@ CHECKS = {
         "hybrid_ep2_fused": (hybrid(1, 2), _opts(V3)),
         "hybrid_ep2_unfused": (hybrid(1, 2), _opts(V3, fused=False)),
         "reshard_attn_dp2_moe_tp2": (strat(2, 1, 2), _opts()),
+        "strategy_pp2": (strat(2, 1, 1, pp=2), _opts(micro_batches=2)),
         "dep_1_1_asas": (dep(1, 1, 2, 2, 2, "ASAS"), _opts()),
         "tp_ep_predicted": (tp_ep(2, "predicted"), _opts(TOPP)),
         "pp2_sync": (
@@ -172,6 +174,7 @@ CHECKS = {
         "hybrid_ep3_fused": (hybrid(1, 3), _opts()),
         "hybrid_tp3": (hybrid(3, 1), _opts(V3)),
         "reshard_attn_dp3_moe_tp3": (strat(3, 1, 3), _opts(TOPP, fused=False)),
+        "strategy_pp3": (strat(3, 1, 1, pp=3), _opts(V3)),
         "dep_1_2_aass": (dep(1, 2, 3, 2, 1, "AASS"), _opts(V3)),
         "tp_ep_round_robin": (tp_ep(3, "round_robin"), _opts()),
         "dep_2_1_asas": (dep(2, 1, 2, 3, 1, "ASAS"), _opts(TOPP)),
@@ -187,6 +190,7 @@ CHECKS = {
         "reshard_attn_tp2_moe_ep4": (strat(4, 2, 1), _opts(V3)),
         "reshard_attn_dp4_moe_tp2_ep2": (strat(4, 1, 2), _opts(fused=False)),
         "reshard_attn_tp1_moe_tp4": (strat(4, 1, 4), _opts()),
+        "strategy_pp2_tp2": (strat(4, 2, 1, pp=2), _opts(micro_batches=3)),
         "dep_2_2_aass": (dep(2, 2, 2, 3, 1, "AASS"), _opts()),
         "tp_ep_predicted_v3": (tp_ep(4, "predicted"), _opts(V3)),
         "tp_ep_contiguous": (tp_ep(4, "contiguous"), _opts()),

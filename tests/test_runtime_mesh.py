@@ -161,3 +161,20 @@ def test_bad_plans_raise_one_line_errors(plan, world, match):
     with pytest.raises(MoeplanError, match=match) as info:
         mesh_from_plan(plan, world)
     assert "\n" not in str(info.value)
+
+
+def test_strategy_with_pp_becomes_even_pipeline_stages():
+    """pp > 1 strategy: layers split evenly (remainder first), modules carry attn/moe layouts."""
+    from moeplan.runtime.mesh import strategy_as_pipeline
+
+    mesh = mesh_from_plan(_strategy(8, 2, 2, 1), 8)
+    pipe = strategy_as_pipeline(mesh, 5)
+    assert [len(st) // 2 for st in pipe.stages] == [3, 2]
+    layers = [m.layer for st in pipe.stages for m in st if m.kind == "moe"]
+    assert layers == [0, 1, 2, 3, 4]
+    attn = pipe.stages[1][0]
+    moe = pipe.stages[1][1]
+    assert (attn.tp, attn.ep, attn.dpmoe) == (2, 1, 2)
+    assert (moe.tp, moe.ep, moe.dpmoe) == (1, 4, 1)
+    with pytest.raises(MoeplanError, match="must be >= pp"):
+        strategy_as_pipeline(mesh, 1)

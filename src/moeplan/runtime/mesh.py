@@ -151,6 +151,32 @@ class Mesh:
         raise MoeplanError(f"axis ({axis}) has no group containing rank {rank}")
 
 
+def strategy_as_pipeline(mesh: Mesh, num_layers: int) -> Mesh:
+    """A ``strategy`` mesh with ``pp > 1`` as pipeline stages: decoder layers split evenly over
+    the stages (earlier stages take the remainder), each layer's attention with
+    ``(attn.tp, 1, attn.dp)`` and MoE with ``(moe.tp, moe.ep, 1)`` — MixServe's PP across
+    decoder layers in SMIDT's module vocabulary."""
+    require(num_layers >= mesh.pp, f"model layers ({num_layers}) must be >= pp ({mesh.pp})")
+    base, extra = divmod(num_layers, mesh.pp)
+    stages, layer = [], 0
+    for s in range(mesh.pp):
+        mods = []
+        for _ in range(base + (s < extra)):
+            mods += [
+                StageModule(kind="attn", layer=layer, tp=mesh.attn_tp, ep=1, dpmoe=mesh.attn_dp),
+                StageModule(kind="moe", layer=layer, tp=mesh.moe_tp, ep=mesh.moe_ep, dpmoe=1),
+            ]
+            layer += 1
+        stages.append(tuple(mods))
+    return Mesh(
+        family="pipeline",
+        world_size=mesh.world_size,
+        pp=mesh.pp,
+        details=mesh.details,
+        stages=tuple(stages),
+    )
+
+
 def mesh_from_plan(plan: dict[str, Any], world_size: int | None = None) -> Mesh:
     """Validate ``plan`` and build its :class:`Mesh`; ``world_size`` is the launch's, if known."""
     if not isinstance(plan, dict):

@@ -15,7 +15,7 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, require
 from moeplan.runtime.config import MoEConfig, from_model_spec
-from moeplan.runtime.mesh import Mesh, mesh_from_plan
+from moeplan.runtime.mesh import Mesh, mesh_from_plan, strategy_as_pipeline
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,6 +78,9 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
     cfg = model_config(plan, opts)
     require(opts.tokens >= opts.seq, f"tokens ({opts.tokens}) must be >= seq ({opts.seq})")
     batch = opts.tokens // opts.seq
+    if mesh.family == "strategy" and mesh.pp > 1:  # PP across decoder layers: pipeline engine
+        cfg = _with_layers(cfg, max(cfg.num_layers, mesh.pp), ())
+        mesh = strategy_as_pipeline(mesh, cfg.num_layers)
     if mesh.family == "dep":
         from moeplan.runtime.engines.dep import DepParams, check_dep
 

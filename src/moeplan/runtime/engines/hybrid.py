@@ -9,7 +9,8 @@ partial sums; fused RS-Combine returns them and reduce-scatters in TP; top-k wei
 TP all-gather restores full width. ``fused=False`` runs the unfused sequence (full-width
 all-to-all dispatch/combine + TP all-reduce) for comparison. When ``attn.tp != moe.tp`` the
 tokens are re-sharded between the two layouts around the MoE block (:func:`resharded_moe`).
-Requires ``pp == 1``.
+Requires ``pp == 1``; strategy plans with ``pp > 1`` run on the pipeline engine
+(:func:`moeplan.runtime.mesh.strategy_as_pipeline`).
 """
 
 from __future__ import annotations
