@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,14 +43,14 @@ def _expert_ids(recv_counts: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(ids, recv_counts.reshape(-1))
 
 
-def exchange_counts(counts: torch.Tensor, n: int, group: object) -> torch.Tensor:
+def exchange_counts(counts: torch.Tensor, n: int, group: Any) -> torch.Tensor:
     """All-to-all of per-expert counts ``[E]`` -> ``[n, E/n]`` counts received from each peer."""
     recv = torch.empty_like(counts)
     dist.all_to_all_single(recv, counts.contiguous(), group=group)
     return recv.view(n, -1)
 
 
-def dispatch(rows: torch.Tensor, counts: torch.Tensor, group: object, n: int) -> Dispatched:
+def dispatch(rows: torch.Tensor, counts: torch.Tensor, group: Any, n: int) -> Dispatched:
     """Send rows sorted by expert (``counts [E]``, experts contiguous per rank) to their ranks."""
     recv_counts = exchange_counts(counts, n, group)
     send = counts.view(n, -1).sum(dim=1).tolist()
@@ -61,7 +62,7 @@ def dispatch(rows: torch.Tensor, counts: torch.Tensor, group: object, n: int) ->
     )
 
 
-def combine_back(y: torch.Tensor, d: Dispatched, group: object) -> torch.Tensor:
+def combine_back(y: torch.Tensor, d: Dispatched, group: Any) -> torch.Tensor:
     """Inverse of :func:`dispatch`: return expert outputs to the ranks that sent the rows."""
     out = y.new_empty(sum(d.send_splits), y.shape[1])
     dist.all_to_all_single(out, y.contiguous(), d.send_splits, d.recv_splits, group=group)
@@ -70,7 +71,7 @@ def combine_back(y: torch.Tensor, d: Dispatched, group: object) -> torch.Tensor:
 
 def _pairwise(
     blocks: list[torch.Tensor], recv_rows: list[int], width: int, g: RankGroups, tag: int
-) -> tuple[list[tuple[int, object, torch.Tensor]], list[object]]:
+) -> tuple[list[tuple[int, Any, torch.Tensor]], list[Any]]:
     """Post rounds i=1..n-1: send ``blocks[(e+i)%n]`` to EP peer e+i, receive from e-i."""
     ep = g.ranks["moe_ep"]
     n, e = len(ep), g.local_rank("moe_ep")
@@ -83,7 +84,7 @@ def _pairwise(
     return posted, sends
 
 
-def _tp_all_gather(x: torch.Tensor, g: RankGroups) -> tuple[object, list[torch.Tensor]]:
+def _tp_all_gather(x: torch.Tensor, g: RankGroups) -> tuple[Any, list[torch.Tensor]]:
     parts = [torch.empty_like(x) for _ in range(g.size("moe_tp"))]
     return dist.all_gather(parts, x.contiguous(), group=g.handles["moe_tp"], async_op=True), parts
 
@@ -100,7 +101,7 @@ def fused_ag_dispatch(
     recv = recv_counts.sum(dim=1).tolist()
     blocks = list(torch.split(x_slice, send))
     posted, sends = _pairwise(blocks, recv, x_slice.shape[1], g, tag)
-    gathered: dict[int, tuple[object, list[torch.Tensor]]] = {e: _tp_all_gather(blocks[e], g)}
+    gathered: dict[int, tuple[Any, list[torch.Tensor]]] = {e: _tp_all_gather(blocks[e], g)}
     for src, req, buf in posted:  # overlap: AG of block i runs while later rounds arrive
         req.wait()
         gathered[src] = _tp_all_gather(buf, g)
@@ -119,7 +120,7 @@ def fused_ag_dispatch(
     )
 
 
-def _tp_reduce_scatter(x: torch.Tensor, g: RankGroups) -> tuple[object, torch.Tensor]:
+def _tp_reduce_scatter(x: torch.Tensor, g: RankGroups) -> tuple[Any, torch.Tensor]:
     m = g.size("moe_tp")
     parts = [p.contiguous() for p in x.chunk(m, dim=1)]
     out = torch.empty_like(parts[g.local_rank("moe_tp")])
@@ -172,7 +173,7 @@ def token_plan(dest: torch.Tensor, n: int) -> ShufflePlan:
 
 
 def shuffled_reduce_scatter(
-    partial: torch.Tensor, plan: ShufflePlan, group: object, rank: int
+    partial: torch.Tensor, plan: ShufflePlan, group: Any, rank: int
 ) -> torch.Tensor:
     """Sum ``partial [T, H]`` over the group; rank d receives its ``counts[d]`` tokens' rows."""
     valid = plan.order >= 0
@@ -183,7 +184,7 @@ def shuffled_reduce_scatter(
     return out[: int(plan.counts[rank])]
 
 
-def shuffled_all_gather(y: torch.Tensor, plan: ShufflePlan, group: object) -> torch.Tensor:
+def shuffled_all_gather(y: torch.Tensor, plan: ShufflePlan, group: Any) -> torch.Tensor:
     """Gather every device's rows ``y [counts[d], H]`` and restore the original token order."""
     n = plan.counts.numel()
     padded = y.new_zeros(plan.cap, y.shape[1])
@@ -197,7 +198,7 @@ def shuffled_all_gather(y: torch.Tensor, plan: ShufflePlan, group: object) -> to
     return out
 
 
-def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.Tensor:
+def gather_split(part: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
     """All-gather unequal parts along dim 0 (padded to the largest) and concatenate them."""
     cap = max(sizes)
     padded = part.new_zeros(cap, *part.shape[1:])
@@ -207,7 +208,7 @@ def gather_split(part: torch.Tensor, sizes: list[int], group: object) -> torch.T
     return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=True)])
 
 
-def gather_sizes(n: int, group: object, size: int, device: torch.device | str = "cpu") -> list[int]:
+def gather_sizes(n: int, group: Any, size: int, device: torch.device | str = "cpu") -> list[int]:
     """Every member's ``n`` (e.g. its row count), in group order."""
     t = torch.tensor([n], dtype=torch.long, device=device)
     out = [torch.zeros_like(t) for _ in range(size)]

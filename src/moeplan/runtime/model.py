@@ -46,12 +46,18 @@ class LayerWeights:
     moe: MoEWeights | None
     mlp: DenseWeights | None = None
 
+    @property
+    def experts(self) -> MoEWeights:
+        """The MoE block (internal invariant: only called on MoE layers)."""
+        assert self.moe is not None, "dense layer has no MoE block"
+        return self.moe
+
 
 def init_model(cfg: MoEConfig, seed: int = 0) -> list[LayerWeights]:
     """Deterministic random weights for ``cfg.num_layers`` layers."""
     gen = torch.Generator().manual_seed(seed)
     h = cfg.hidden_size
-    layers = []
+    layers: list[LayerWeights] = []
     for _ in range(cfg.num_layers):
         a = [torch.randn(h, h, generator=gen) / h**0.5 for _ in range(4)]
         attn = AttnWeights(wq=a[0], wk=a[1], wv=a[2], wo=a[3])
@@ -93,7 +99,7 @@ def reference_layer(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig) -> torch.T
     flat = h.reshape(-1, h.shape[-1])
     if w.mlp is not None:
         return (flat + swiglu(rms(flat), w.mlp.w_gate, w.mlp.w_up, w.mlp.w_down)).view_as(x)
-    return (flat + moe_forward(rms(flat), w.moe, cfg)).view_as(x)
+    return (flat + moe_forward(rms(flat), w.experts, cfg)).view_as(x)
 
 
 def reference_forward(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig) -> torch.Tensor:

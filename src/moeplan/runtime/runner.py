@@ -37,6 +37,12 @@ class RunOptions:
     warmup: int = 0
     weights: tuple[str, ...] = ()  # safetensors files; default: seeded random weights
 
+    @property
+    def seq_len(self) -> int:
+        """``seq`` once :func:`resolve` has filled it (internal invariant)."""
+        assert self.seq is not None, "resolve() fills seq"
+        return self.seq
+
     def __post_init__(self) -> None:
         if self.seq is not None:
             require(self.seq >= 1, f"seq ({self.seq}) must be >= 1")
@@ -76,8 +82,8 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
     mesh = mesh_from_plan(plan, world_size)
     opts = resolve(plan, opts)
     cfg = model_config(plan, opts)
-    require(opts.tokens >= opts.seq, f"tokens ({opts.tokens}) must be >= seq ({opts.seq})")
-    batch = opts.tokens // opts.seq
+    require(opts.tokens >= opts.seq_len, f"tokens ({opts.tokens}) must be >= seq ({opts.seq_len})")
+    batch = opts.tokens // opts.seq_len
     if mesh.family == "strategy" and mesh.pp > 1:  # PP across decoder layers: pipeline engine
         cfg = _with_layers(cfg, max(cfg.num_layers, mesh.pp), ())
         mesh = strategy_as_pipeline(mesh, cfg.num_layers)
@@ -85,7 +91,7 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         from moeplan.runtime.engines.dep import DepParams, check_dep
 
         p = DepParams.from_mesh(mesh)
-        check_dep(p, cfg, opts.seq)
+        check_dep(p, cfg, opts.seq_len)
         batch = p.ag * p.r1 * p.ma
     elif mesh.family == "pipeline":
         from moeplan.runtime.engines.pp import check_pipeline, dense_layers
@@ -236,7 +242,7 @@ def _write_traces(
         from moeplan.runtime.engines.dep import DepParams
 
         pred = predicted_trace(
-            events, DepParams.from_mesh(mesh), cfg.num_layers, opts.seq, link_s, measured
+            events, DepParams.from_mesh(mesh), cfg.num_layers, opts.seq_len, link_s, measured
         )
         if pred is not None:
             path = predicted_path(opts.trace)
@@ -257,7 +263,7 @@ def _calibrate(
 
     p = DepParams.from_mesh(mesh)
     return calibrate_link(
-        p, chunk_rows(p, opts.seq, cfg.top_k), cfg.hidden_size, rank, device=device
+        p, chunk_rows(p, opts.seq_len, cfg.top_k), cfg.hidden_size, rank, device=device
     )
 
 
@@ -279,7 +285,7 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
         layers = to_device(load_safetensors(list(opts.weights), cfg), device)
     else:
         layers = to_device(init_model(cfg, opts.seed), device)
-    x = make_inputs(cfg, batch, opts.seq, opts.seed + 1).to(device)
+    x = make_inputs(cfg, batch, opts.seq_len, opts.seed + 1).to(device)
     tl = Timeline(rank, torch.cuda.synchronize if cuda else None)
     extra: dict[str, Any] = {}
     with torch.no_grad():
@@ -317,7 +323,7 @@ def run_rank(rank: int, world_size: int, plan: dict[str, Any], opts: RunOptions)
         "role": mesh.role(rank),
         "max_abs_err": err,
         "wall_s": wall,
-        "tokens": batch * opts.seq,
+        "tokens": batch * opts.seq_len,
         "family": mesh.family,
         **extra,
     }

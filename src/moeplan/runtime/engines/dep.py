@@ -15,6 +15,7 @@ on micro-batch ``i`` the AG computes ``A``/``S`` of the others. Departure: the p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,7 +24,13 @@ from moeplan.errors import require
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.mesh import Mesh
 from moeplan.runtime.model import LayerWeights, attention, rms
-from moeplan.runtime.moe_layer import experts_by_id, local_experts, route, shared_out
+from moeplan.runtime.moe_layer import (
+    MoEWeights,
+    experts_by_id,
+    local_experts,
+    route,
+    shared_out,
+)
 from moeplan.runtime.permute import Permutation, combine, gather_rows, permute
 from moeplan.runtime.timeline import Timeline
 
@@ -62,14 +69,14 @@ class _MicroBatch:
     h: torch.Tensor | None = None
     u: torch.Tensor | None = None
     perms: list[Permutation] = field(default_factory=list)
-    recvs: list[list[tuple[object, torch.Tensor]]] = field(default_factory=list)
-    sends: list[object] = field(default_factory=list)
+    recvs: list[list[tuple[Any, torch.Tensor]]] = field(default_factory=list)
+    sends: list[Any] = field(default_factory=list)
     shared: torch.Tensor | None = None
 
 
 def _send_chunk(
     u: torch.Tensor, perm: Permutation, p: DepParams, tag: tuple[int, int, int], ag_rank: int
-) -> tuple[list[object], list[tuple[object, torch.Tensor]]]:
+) -> tuple[list[Any], list[tuple[Any, torch.Tensor]]]:
     """A2E of one chunk: counts then rows to every EG rank; post the E2A receives."""
     rows = gather_rows(u, perm)
     per = perm.counts.numel() // p.eg
@@ -100,7 +107,7 @@ def _attention_task(
     with tl.span(f"A{t}.{i}"):
         mb.h = x + attention(rms(x), w.attn, cfg)
         mb.u = rms(mb.h.reshape(-1, x.shape[-1]))
-        r = route(mb.u, w.moe, cfg)
+        r = route(mb.u, w.experts, cfg)
     for j, (ids, wts, u) in enumerate(
         zip(
             r.ids.tensor_split(p.r2),
@@ -152,7 +159,7 @@ def run_dep_attention(
                 pending[i] = _attention_task(xs[i], w, cfg, p, t, i, rank, tl)
             else:
                 with tl.span(f"S{t}.{i}"):
-                    pending[i].shared = shared_out(pending[i].u, w.moe)
+                    pending[i].shared = shared_out(pending[i].u, w.experts)
     for i in sorted(pending):
         xs[i] = _finish(pending.pop(i), p, f"{len(layers) - 1}.{i}", tl)
     return torch.cat(xs)
@@ -163,8 +170,8 @@ class _Incoming:
     """EG side of one chunk: posted receives of the counts, then of the rows."""
 
     tag: tuple[int, int, int]
-    counts: list[tuple[object, torch.Tensor]]
-    rows: list[tuple[object, torch.Tensor]] | None = None
+    counts: list[tuple[Any, torch.Tensor]]
+    rows: list[tuple[Any, torch.Tensor]] | None = None
 
     def counts_arrived(self) -> bool:
         return all(w.is_completed() for w, _ in self.counts)
@@ -189,7 +196,7 @@ def _post_counts(p: DepParams, tag: tuple[int, int, int], per: int, dev: torch.d
     )
 
 
-def _expert_compute(inc: _Incoming, w_local, p: DepParams, tl: Timeline) -> list[object]:
+def _expert_compute(inc: _Incoming, w_local: MoEWeights, p: DepParams, tl: Timeline) -> list[Any]:
     """E(t,i,j) on the received rows, then non-blocking E2A back to every AG rank."""
     per, dev = w_local.w_gate.shape[0], w_local.w_gate.device
     with tl.span("E{}.{}.{}".format(*inc.tag)):
@@ -215,7 +222,7 @@ def run_dep_expert(
     dev = layers[0].attn.wq.device
     tags = [(t, i, j) for t in range(len(layers)) for i in range(p.r1) for j in range(p.r2)]
     nxt = _post_counts(p, tags[0], per, dev)
-    sends: list[object] = []
+    sends: list[Any] = []
     for n, tag in enumerate(tags):
         inc = nxt
         with tl.span("A2E{}.{}.{}".format(*tag), "recv"):
@@ -227,7 +234,7 @@ def run_dep_expert(
             nxt = _post_counts(p, tags[n + 1], per, dev)
             if nxt.counts_arrived():
                 nxt.post_rows(p, cfg.hidden_size)
-        w = layers[tag[0]].moe
+        w = layers[tag[0]].experts
         sends += _expert_compute(inc, local_experts(w, k * per, (k + 1) * per), p, tl)
     for s in sends:
         s.wait()

@@ -34,10 +34,10 @@ def ep_moe(
     With a ``placement``, rows go to physical slots (``P/ep`` per rank) instead of experts."""
     n, e = g.size(axis), g.local_rank(axis)
     slots = cfg.num_experts if placement is None else placement.num_slots
-    experts = w.moe if placement is None else physical_weights(w.moe, placement)
+    experts = w.experts if placement is None else physical_weights(w.experts, placement)
     per = slots // n
     with tl.span("route"):
-        r = route(x, w.moe, cfg)
+        r = route(x, w.experts, cfg)
         ids = r.ids if placement is None else to_physical(r.ids, placement)
         perm = permute(ids, r.weights, slots)
         rows = gather_rows(x, perm)
@@ -48,7 +48,7 @@ def ep_moe(
     with tl.span("combine", "comm"):
         back = combine_back(y, d, g.handles[axis])
     with tl.span("shared"):
-        return combine(back, perm) + shared_out(x, w.moe)
+        return combine(back, perm) + shared_out(x, w.experts)
 
 
 def run_ep(

@@ -142,5 +142,5 @@ def run_hybrid(
         h = x + a
         flat = h.reshape(-1, h.shape[-1])
         moe = hybrid_moe if g.size("attn_tp") == g.size("moe_tp") else resharded_moe
-        x = (flat + moe(rms(flat), w.moe, cfg, g, tl, fused)).view_as(x)
+        x = (flat + moe(rms(flat), w.experts, cfg, g, tl, fused)).view_as(x)
     return x

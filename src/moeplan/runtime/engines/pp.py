@@ -99,7 +99,7 @@ def moe_module(
         y = swiglu(rms(parts[d]), cols[0], cols[1], w.mlp.w_down.chunk(m.tp, dim=0)[t])
     else:
         per = cfg.num_experts // m.ep
-        lw = shard_tp(local_experts(w.moe, e * per, (e + 1) * per), m.tp, t)
+        lw = shard_tp(local_experts(w.experts, e * per, (e + 1) * per), m.tp, t)
         if e != 0:  # shared experts counted once per replica (on EP index 0)
             lw = replace(lw, shared_gate=None, shared_up=None, shared_down=None)
         y = moe_forward(rms(parts[d]), lw, cfg, expert_offset=e * per)
@@ -157,7 +157,8 @@ def run_pp(
         if s == mesh.pp - 1:
             outs.append(h)
         elif async_send:
-            sends.append(dist.isend(h, rank + r, tag=i))
+            with tl.span(f"isend{i} (posted)", "send"):
+                sends.append(dist.isend(h, rank + r, tag=i))
         else:
             with tl.span(f"send{i}", "send"):
                 dist.send(h, rank + r, tag=i)

@@ -39,7 +39,7 @@ def token_dest(kind: str, x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, n: i
         return torch.arange(t, device=x.device) * n // max(t, 1)
     if kind == "round_robin":
         return torch.arange(t, device=x.device) % n
-    top1 = route(rms(x), w.moe, cfg).ids[:, 0].clamp_min(0)
+    top1 = route(rms(x), w.experts, cfg).ids[:, 0].clamp_min(0)
     return top1 // (cfg.num_experts // n)
 
 
@@ -47,7 +47,7 @@ def local_rows(
     dest: torch.Tensor, x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, n: int
 ) -> tuple[int, int]:
     """(rows whose expert lives on the token's rank, all rows): LAR's numerator, denominator."""
-    ids = route(x, w.moe, cfg).ids
+    ids = route(x, w.experts, cfg).ids
     valid = ids >= 0
     home = (ids // (cfg.num_experts // n)) == dest[:, None]
     return int((home & valid).sum()), int(valid.sum())
