@@ -260,3 +260,16 @@ def test_cli_run_reads_safetensors_weights(tmp_path, capsys):
     assert _cli(["run", "--plan", plan, "--weights", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err and all("experts.3.up_proj.weight" in line for line in err)
+
+
+def test_cli_run_bad_token_plan_is_one_line_exit_2(tmp_path, capsys):
+    """Layout/details errors are caught before any process starts."""
+    plan = {
+        "schema": "moeplan.plan/1",
+        "family": "strategy",
+        "layout": {"world_size": 2, "attn": {"tp": 2, "dp": 1}, "moe": {"tp": 1, "ep": 2}, "pp": 1},
+        "details": {"token_plan": "psychic"},
+    }
+    assert _cli(["run", "--plan", _write(tmp_path, plan)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "plan.details.token_plan ('psychic')" in err[0]

@@ -99,6 +99,13 @@ def prepare(plan: dict[str, Any], world_size: int, opts: RunOptions) -> tuple[Me
         cfg = _with_layers(cfg, sum(len(s) for s in mesh.stages) // 2, dense_layers(mesh))
         check_pipeline(mesh, cfg)
     elif is_tp_ep(mesh):
+        from moeplan.runtime.engines.tp_ep import TOKEN_PLANS
+
+        kind = mesh.details.get("token_plan", "contiguous")
+        require(
+            kind in TOKEN_PLANS,
+            f"plan.details.token_plan ({kind!r}) must be one of {', '.join(TOKEN_PLANS)}",
+        )
         require(
             cfg.num_heads % mesh.attn_tp == 0 and cfg.num_experts % mesh.moe_ep == 0,
             f"model (num_heads {cfg.num_heads}, num_experts {cfg.num_experts}) must be "
