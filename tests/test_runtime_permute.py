@@ -163,3 +163,32 @@ def test_bad_placement_raises_one_line_error(phys, match):
 
     with pytest.raises(MoeplanError, match=match):
         make_placement(phys, 3, ep=2)
+
+
+@pytest.mark.parametrize("style", ["mixtral", "qwen2"])
+def test_safetensors_other_checkpoint_names(tmp_path, style):
+    """Mixtral (block_sparse_moe, w1/w3/w2) and Qwen2-MoE (shared_expert) names load the same."""
+    from safetensors.torch import load_file, save_file
+
+    cfg = MoEConfig(num_experts=4, top_k=2, shared_intermediate_size=16 if style == "qwen2" else 0)
+    layers = init_model(cfg, seed=6)
+    save_safetensors(layers, tmp_path / "ds.safetensors")
+    renamed = {}
+    for key, value in load_file(str(tmp_path / "ds.safetensors")).items():
+        if style == "mixtral":
+            key = key.replace(".mlp.", ".block_sparse_moe.")
+            for ours, theirs in (("gate", "w1"), ("up", "w3"), ("down", "w2")):
+                key = (
+                    key.replace(f"{ours}_proj.weight", f"{theirs}.weight")
+                    if ".experts." in key
+                    else key
+                )
+        else:
+            key = key.replace(".shared_experts.", ".shared_expert.")
+        renamed[key] = value
+    assert renamed.keys() != load_file(str(tmp_path / "ds.safetensors")).keys()
+    save_file(renamed, str(tmp_path / "other.safetensors"))
+    loaded = load_safetensors([tmp_path / "other.safetensors"], cfg)
+    x = torch.randn(10, cfg.hidden_size)
+    for a, b in zip(layers, loaded, strict=True):
+        assert torch.equal(moe_forward(x, a.moe, cfg), moe_forward(x, b.moe, cfg))

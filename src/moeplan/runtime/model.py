@@ -146,13 +146,33 @@ def save_safetensors(layers: list[LayerWeights], path: str | Path) -> None:
     save_file(tensors, str(path))
 
 
+_MIXTRAL = {"gate": "w1", "up": "w3", "down": "w2"}
+
+
+def _alias(t: dict[str, torch.Tensor], i: int) -> None:
+    """Rename layer ``i``'s Mixtral (``block_sparse_moe``, ``w1/w3/w2``) and Qwen2-MoE
+    (``shared_expert``) keys to the DeepSeek names in place."""
+    old = f"model.layers.{i}.block_sparse_moe."
+    new = f"model.layers.{i}.mlp."
+    for key in [k for k in t if k.startswith(old)]:
+        rest = key[len(old) :]
+        for ours, theirs in _MIXTRAL.items():
+            rest = rest.replace(f".{theirs}.weight", f".{ours}_proj.weight")
+        t[new + rest] = t.pop(key)
+    for key in [k for k in t if k.startswith(f"{new}shared_expert.")]:
+        t[key.replace(".shared_expert.", ".shared_experts.")] = t.pop(key)
+
+
 def load_safetensors(paths: list[str | Path], cfg: MoEConfig) -> list[LayerWeights]:
-    """Load ``cfg.num_layers`` layers from safetensors shards (Hugging Face DeepSeek/Qwen names)."""
+    """Load ``cfg.num_layers`` layers from safetensors shards (Hugging Face DeepSeek/Qwen names;
+    Mixtral's ``block_sparse_moe.experts.E.w1/w3/w2`` and Qwen2-MoE's ``shared_expert`` too)."""
     from safetensors.torch import load_file
 
     t: dict[str, torch.Tensor] = {}
     for p in paths:
         t.update(load_file(str(p)))
+    for i in range(cfg.num_layers):
+        _alias(t, i)
 
     def get(key: str) -> torch.Tensor:
         if key not in t:
