@@ -44,7 +44,9 @@ _register_commands()
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``moeplan`` console script."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # returns typer.Exit's code here
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except MoeplanError as err:
         print(f"moeplan: error: {err}", file=sys.stderr)
         sys.exit(2)
