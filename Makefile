@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
-	$(BIN)/pytest -m browser
+	MOEPLAN_UPDATE_SCREENSHOT=1 $(BIN)/pytest -m browser
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -6,6 +6,7 @@ Skipped (with the reason) when Chromium is absent; ``make test-browser`` install
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -53,7 +54,9 @@ def test_every_figure_renders_without_console_errors(report, tmp_path):
 
 
 def test_screenshot_for_the_docs(report, tmp_path):
-    shot = Path(__file__).resolve().parent.parent / "docs" / "report.png"
+    """Screenshot of the report; ``make test-browser`` refreshes ``docs/report.png`` with it."""
+    docs = Path(__file__).resolve().parent.parent / "docs" / "report.png"
+    shot = docs if os.environ.get("MOEPLAN_UPDATE_SCREENSHOT") else tmp_path / "report.png"
     p = _chrome([f"--screenshot={shot}", "--window-size=1280,2400", "--hide-scrollbars",
                  report.as_uri()], tmp_path)
     assert shot.exists() and shot.stat().st_size > 20_000, p.stderr[-2000:]

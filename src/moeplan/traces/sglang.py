@@ -15,7 +15,7 @@ Layout (as written by SGLang's ``_StatAccumulator.dump`` / ``_DetailAccumulator.
   physical ids to logical ones with that map, keeps the layers that routed anything (the MoE
   layers) and the first ``top_k`` columns that are ever used.
 
-Request ids: the recorder keeps no request ids (``rids`` is a TODO upstream). An extend
+Request ids: the recorder keeps no request ids (SGLang leaves ``rids`` unrecorded). An extend
 (prefill) pass is split into requests by ``extend_seq_lens``; every token of a decode pass
 becomes its own request. Positions are the recorded ones.
 
