@@ -284,9 +284,8 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
             per_pp[s] = None
             continue
         parts[s] = part
-        per_pp[s] = assemble("smidt", dt, part.bounds, part.choice, rounds)
-        if level:
-            per_pp[s] = _leveled(dt, part, per_pp[s], rounds)
+        plan = assemble("smidt", dt, part.bounds, part.choice, rounds)
+        per_pp[s] = _leveled(dt, part, plan, rounds) if level else plan
     search_s = time.perf_counter() - t0
     best = _choose([p for p in per_pp.values() if p is not None], async_pp)
     if best is None:

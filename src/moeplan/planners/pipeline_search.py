@@ -88,7 +88,7 @@ def _pareto_all(times: list[np.ndarray], units: list[np.ndarray]) -> list[np.nda
     return out
 
 
-def _prefix_base(base: Sequence[float] | None, n: int) -> np.ndarray:
+def _prefix_base(base: Sequence[float] | np.ndarray | None, n: int) -> np.ndarray:
     arr = np.zeros(n) if base is None else np.asarray(base, dtype=np.float64)
     return np.concatenate([[0.0], np.cumsum(arr)])
 
@@ -105,7 +105,7 @@ class WindowKnapsack:
     """
 
     def __init__(self, times: Sequence[np.ndarray], units: Sequence[np.ndarray],
-                 capacity: int, base: Sequence[float] | None = None) -> None:
+                 capacity: int, base: Sequence[float] | np.ndarray | None = None) -> None:
         require(len(times) == len(units) and len(times) >= 1, "times/units: one per module")
         self.n, self.capacity = len(times), int(capacity)
         self.limit_units = self.capacity  # may be lowered (<= capacity) to level memory
@@ -262,7 +262,7 @@ def _result(ks: WindowKnapsack, bounds: Sequence[int], calls: int = 0) -> Partit
 
 def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
                      stages: int, *, eps: float = 1e-4,
-                     base: Sequence[float] | None = None) -> Partition | None:
+                     base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
     """Algorithm 1: binary search on the bottleneck; None when no plan fits memory."""
     ks = WindowKnapsack(times, units, capacity, base)
     require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
@@ -289,7 +289,7 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
 
 
 def level_memory(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                 stages: int, limit: float, base: Sequence[float] | None = None,
+                 stages: int, limit: float, base: Sequence[float] | np.ndarray | None = None,
                  ) -> Partition | None:
     """Least per-GPU memory (in units) at which a plan with bottleneck ``<= limit`` exists.
 
@@ -315,7 +315,7 @@ def level_memory(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capac
 
 def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int):
     """Exact (units, time, choices) Pareto front of all choice combinations of a window."""
-    front = [(0, 0.0, ())]
+    front: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, ())]
     for t, u in zip(times, units, strict=True):
         cand = [(fu + int(u[i]), ft + float(t[i]), fc + (i,))
                 for fu, ft, fc in front for i in range(len(t)) if fu + int(u[i]) <= capacity]
@@ -330,7 +330,7 @@ def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capac
 
 def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray],
                          capacity: int, stages: int,
-                         base: Sequence[float] | None = None) -> Partition | None:
+                         base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
     """Exact optimum: every boundary set × exact per-stage choice enumeration (small n only)."""
     n = len(times)
     require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
@@ -358,7 +358,7 @@ def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray
 
 
 def naive_dp_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                       stages: int, base: Sequence[float] | None = None) -> Partition | None:
+                       stages: int, base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
     """Reference: knapsack for every window (O(n²) growths), then min-max partition DP."""
     ks = WindowKnapsack(times, units, capacity, base)
     n = ks.n

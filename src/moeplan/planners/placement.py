@@ -262,10 +262,10 @@ def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.nd
                 if cfg.mode == "dp" else None
             for name in res.methods:
                 srcs = _sources_for(name, chunk, res, aff, cfg, markovs, dp)
-                m = res.methods[name]
+                meth = res.methods[name]
                 tallies[split_name].setdefault(name, Tally(
                     num_layers=chunk.num_layers, ep=cfg.ep)).add(
-                    chunk.experts, m.y if m.replicas is None else m.replicas, srcs)
+                    chunk.experts, meth.y if meth.replicas is None else meth.replicas, srcs)
     def slots(name: str) -> int:  # physical experts of the method (replicas included)
         rep = res.methods[name].replicas
         return num_experts if rep is None else int(round(rep[0].sum()))

@@ -117,6 +117,7 @@ def profile_from_dict(data: Mapping, *, num_moe_layers: int | None = None,
     mean_k = data.get("mean_k")
     require(isinstance(mean_k, Sequence) and not isinstance(mean_k, str) and len(mean_k) > 0,
             "routing_profile.mean_k must be a non-empty list of numbers")
+    assert mean_k is not None  # checked just above
     vals = tuple(float(v) for v in mean_k)
     k = int(data.get("top_k", top_k if top_k is not None else max(1, round(max(vals)))))
     if num_moe_layers is not None:
