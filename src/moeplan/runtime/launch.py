@@ -12,10 +12,13 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from moeplan.errors import MoeplanError
+
+LINGER_S = 3.0  # after a user error, wait so every rank prints before torchrun tears down
 
 
 def read_plan(path: str) -> dict[str, Any]:
@@ -74,16 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
+        from moeplan.runtime.mesh import mesh_from_plan
+
+        plan = read_plan(args.plan)
+        mesh_from_plan(plan, world)  # pure and fast: every rank reaches it at once
         from moeplan.runtime.runner import prepare, run_rank
 
-        plan, opts = read_plan(args.plan), options(args)
+        opts = options(args)
         prepare(plan, world, opts)  # before any collective: same error on every rank
         from moeplan.runtime.spawn import init_distributed
 
         init_distributed(rank, world, timeout_s=opts.timeout_s)
         report = run_rank(rank, world, plan, opts)
     except MoeplanError as err:
-        print(f"moeplan: error: {err}", file=sys.stderr)
+        print(f"moeplan: error: {err}", file=sys.stderr, flush=True)
+        if world > 1:  # torchrun stops the peers at the first exit: let them report too
+            time.sleep(LINGER_S)
         return 2
     except Exception as err:  # distributed failure: one line, not a traceback
         text = " ".join(str(err).split())[:400]
