@@ -245,7 +245,8 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
     if len(ranked) > 1:
         r = ranked[1]
         if r.per_gpu >= w.per_gpu * (1 - TIE):
-            out.append(f"{names[r.family]} ({r.label}) ties it at {r.per_gpu:,.0f} tokens/s per "
+            first = names[r.family][0].upper() + names[r.family][1:]
+            out.append(f"{first} ({r.label}) ties it at {r.per_gpu:,.0f} tokens/s per "
                        f"GPU (within {100 * TIE:.1f}%); the colocated plan is preferred on ties "
                        "because SGLang and vLLM can launch it as is.")
         else:
