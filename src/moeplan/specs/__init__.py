@@ -7,7 +7,6 @@ here as a dict via :meth:`ModelSpec.from_config`.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -59,15 +58,9 @@ def load_model(name: str) -> ModelSpec:
 
 
 def _read_config_file(path: str) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise MoeplanError(f"model ({path!r}) could not be read: {err.strerror}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise MoeplanError(f"model config {path} is not valid JSON: {err.msg} at line "
-                           f"{err.lineno} column {err.colno}") from None
+    from moeplan.specs.hf_config import read_config_file  # bounded reader (issue 17)
+
+    return read_config_file(path)
 
 
 def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:

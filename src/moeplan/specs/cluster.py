@@ -4,13 +4,19 @@ Bandwidths are bytes/s per GPU per direction; latencies are seconds. ``intra`` i
 link inside a node (NVSwitch, NVLink pairs, PCIe, HCCS), ``inter`` the network between nodes
 (InfiniBand/RoCE bandwidth per GPU). ``profile`` names a shipped :class:`HardwareProfile`
 (fitted α-β coefficients) used by default for this cluster's GPUs, when one exists.
+
+Size limits (issue 17): at most :data:`MAX_NODES` nodes of :data:`MAX_GPUS_PER_NODE` GPUs;
+every rate and size must be a finite positive number.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from moeplan.errors import require
+from moeplan.errors import check_float, check_int
+
+MAX_NODES = 4096  # 32768 GPUs at 8 per node: above the largest published MoE deployments
+MAX_GPUS_PER_NODE = 64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -24,8 +30,7 @@ class GPUSpec:
 
     def __post_init__(self) -> None:
         for f in ("flops_bf16", "mem_bytes", "mem_bw"):
-            v = getattr(self, f)
-            require(v > 0, f"gpu[{self.name}].{f} ({v}) must be positive")
+            check_float(f"gpu[{self.name}].{f}", getattr(self, f), positive=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,8 +42,8 @@ class LinkSpec:
     latency: float
 
     def __post_init__(self) -> None:
-        require(self.bw > 0, f"link[{self.kind}].bw ({self.bw}) must be positive")
-        require(self.latency >= 0, f"link[{self.kind}].latency ({self.latency}) must be >= 0")
+        check_float(f"link[{self.kind}].bw", self.bw, positive=True)
+        check_float(f"link[{self.kind}].latency", self.latency, 0.0)
 
     def time(self, nbytes: float) -> float:
         """Seconds to move ``nbytes`` over this link: latency + bytes / bandwidth."""
@@ -59,10 +64,8 @@ class ClusterSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("num_nodes", "gpus_per_node"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1,
-                    f"cluster[{self.name}].{f} ({v!r}) must be a positive integer")
+        check_int(f"cluster[{self.name}].num_nodes", self.num_nodes, 1, MAX_NODES)
+        check_int(f"cluster[{self.name}].gpus_per_node", self.gpus_per_node, 1, MAX_GPUS_PER_NODE)
 
     @property
     def num_gpus(self) -> int:
@@ -70,7 +73,7 @@ class ClusterSpec:
 
     def with_nodes(self, nodes: int) -> ClusterSpec:
         """The same machines, ``nodes`` of them."""
-        require(isinstance(nodes, int) and nodes >= 1, f"nodes ({nodes!r}) must be >= 1")
+        check_int("nodes", nodes, 1, MAX_NODES)
         name = self.name if nodes == self.num_nodes else f"{self.name}x{nodes}n"
         return replace(self, num_nodes=nodes, name=name)
 

@@ -8,25 +8,91 @@ use the usual key names (``num_experts`` / ``num_local_experts`` / ``n_routed_ex
 :func:`native_to_hf`.
 
 Every missing or ill-typed key raises :class:`MoeplanError` naming the key and the rule.
+
+Bad bytes (issue 17): :func:`read_json_file` is the bounded JSON reader of every user file
+(config.json, plan.json): it opens regular files only (a FIFO or device would block), caps the
+size (:data:`MAX_JSON_BYTES`), decodes strict UTF-8, refuses ``NaN``/``Infinity``, integer
+literals longer than :data:`MAX_INT_DIGITS` digits, floats that overflow, nesting deeper than
+the interpreter can parse, and lone surrogates (they would crash the first print). Integer keys
+are bounded by the model-size limits of :mod:`moeplan.specs.model` *before* anything is sized
+from them, so the error names the config key.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import MoeplanError, check_float, check_int, show
+from moeplan.specs.model import (
+    MAX_CONTEXT,
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_ROUTED_SCALE,
+    MAX_VOCAB,
+)
+
+MAX_JSON_BYTES = 16 * 2**20  # real config.json / plan.json files are < 1 MiB
+MAX_INT_DIGITS = 30  # no size in a real config needs more digits (int64 has 19)
+
+# per-key upper bounds (lower bound 0; ModelSpec then requires > 0 where it must)
+_KEY_MAX = {
+    "num_hidden_layers": MAX_LAYERS,
+    "first_k_dense_replace": MAX_LAYERS,
+    "moe_layer_freq": MAX_LAYERS,
+    "decoder_sparse_step": MAX_LAYERS,
+    "hidden_size": MAX_HIDDEN,
+    "vocab_size": MAX_VOCAB,
+    "num_attention_heads": MAX_HEADS,
+    "num_key_value_heads": MAX_HEADS,
+    "head_dim": MAX_HEAD_DIM,
+    "q_lora_rank": MAX_HIDDEN,
+    "kv_lora_rank": MAX_HIDDEN,
+    "qk_nope_head_dim": MAX_HEAD_DIM,
+    "qk_rope_head_dim": MAX_HEAD_DIM,
+    "v_head_dim": MAX_HEAD_DIM,
+    "num_experts": MAX_EXPERTS,
+    "num_local_experts": MAX_EXPERTS,
+    "n_routed_experts": MAX_EXPERTS,
+    "num_experts_per_tok": MAX_EXPERTS,
+    "experts_per_token": MAX_EXPERTS,
+    "n_shared_experts": MAX_EXPERTS,
+    "n_group": MAX_EXPERTS,
+    "topk_group": MAX_EXPERTS,
+    "moe_intermediate_size": MAX_INTERMEDIATE,
+    "intermediate_size": MAX_INTERMEDIATE,
+    "shared_expert_intermediate_size": MAX_INTERMEDIATE,
+    "sliding_window": MAX_CONTEXT,
+}
 
 # DeepSeek inference ModelArgs key -> Hugging Face key
 _NATIVE_KEYS = {
-    "dim": "hidden_size", "inter_dim": "intermediate_size",
-    "moe_inter_dim": "moe_intermediate_size", "n_layers": "num_hidden_layers",
-    "n_dense_layers": "first_k_dense_replace", "n_heads": "num_attention_heads",
-    "n_routed_experts": "n_routed_experts", "n_shared_experts": "n_shared_experts",
-    "n_activated_experts": "num_experts_per_tok", "n_expert_groups": "n_group",
-    "n_limited_groups": "topk_group", "route_scale": "routed_scaling_factor",
-    "score_func": "scoring_func", "q_lora_rank": "q_lora_rank",
-    "kv_lora_rank": "kv_lora_rank", "qk_nope_head_dim": "qk_nope_head_dim",
-    "qk_rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim",
+    "dim": "hidden_size",
+    "inter_dim": "intermediate_size",
+    "moe_inter_dim": "moe_intermediate_size",
+    "n_layers": "num_hidden_layers",
+    "n_dense_layers": "first_k_dense_replace",
+    "n_heads": "num_attention_heads",
+    "n_routed_experts": "n_routed_experts",
+    "n_shared_experts": "n_shared_experts",
+    "n_activated_experts": "num_experts_per_tok",
+    "n_expert_groups": "n_group",
+    "n_limited_groups": "topk_group",
+    "route_scale": "routed_scaling_factor",
+    "score_func": "scoring_func",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
     "vocab_size": "vocab_size",
 }
 
@@ -39,8 +105,11 @@ def is_native(config: dict[str, Any]) -> bool:
 def native_to_hf(config: dict[str, Any]) -> dict[str, Any]:
     """Translate DeepSeek-native keys into a Hugging Face-style DeepSeek config dict."""
     out: dict[str, Any] = {_NATIVE_KEYS[k]: v for k, v in config.items() if k in _NATIVE_KEYS}
-    version = "DeepseekV3ForCausalLM" if config.get("score_func") == "sigmoid" \
+    version = (
+        "DeepseekV3ForCausalLM"
+        if config.get("score_func") == "sigmoid"
         else "DeepseekV2ForCausalLM"
+    )
     out["architectures"] = [version]
     out["model_type"] = "deepseek_v3" if "V3" in version else "deepseek_v2"
     out["num_key_value_heads"] = out.get("num_attention_heads")
@@ -52,30 +121,108 @@ def native_to_hf(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None,
-         kind: type = int) -> Any:
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer literal of {len(text)} digits exceeds {MAX_INT_DIGITS}")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"number {text[:20]} overflows a float")
+    return v
+
+
+def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
+    """Parse the JSON file at ``path``; every failure is one :class:`MoeplanError` line."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MoeplanError(f"{what} ({path}) must be a regular file")
+    if st.st_size > MAX_JSON_BYTES:
+        raise MoeplanError(
+            f"{what} ({path}, {st.st_size} bytes) must be at most {MAX_JSON_BYTES} bytes"
+        )
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_JSON_BYTES + 1)
+    except OSError as err:
+        raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MoeplanError(f"{what} ({path}) is not UTF-8 text: byte {err.start}") from None
+    try:
+        obj = json.loads(
+            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_reject_constant
+        )
+    except json.JSONDecodeError as err:
+        raise MoeplanError(
+            f"{what} ({path}) is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    except RecursionError:
+        raise MoeplanError(f"{what} ({path}) is nested too deeply to be JSON we read") from None
+    except ValueError as err:
+        raise MoeplanError(f"{what} ({path}) is not valid JSON: {err}") from None
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise MoeplanError(
+            f"{what} ({path}) has a string with a lone surrogate (invalid Unicode)"
+        ) from None
+    return obj
+
+
+def read_config_file(path: str | os.PathLike[str]) -> Any:
+    """A user's model ``config.json`` as parsed JSON (see :func:`read_json_file`)."""
+    return read_json_file(Path(path), "model config")
+
+
+def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None, kind: type = int) -> Any:
     for k in keys:
         if k in cfg and cfg[k] is not None:
             v = cfg[k]
+            field = f"config[{name}].{k}"
             if kind is int:
-                if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v):
-                    raise MoeplanError(f"config[{name}].{k} ({v!r}) must be an integer")
-                return int(v)
+                return check_int(field, v, 0, _KEY_MAX.get(k))
             if kind is float:
-                if isinstance(v, bool) or not isinstance(v, int | float):
-                    raise MoeplanError(f"config[{name}].{k} ({v!r}) must be a number")
-                return float(v)
+                return check_float(field, v, 0.0)
             return v
     if default is None:
         raise MoeplanError(f"config[{name}] is missing required key {' or '.join(keys)!r}")
     return default
 
 
-def _arch(cfg: dict[str, Any]) -> str:
+def _text(cfg: dict[str, Any], name: str, key: str, default: str) -> str:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str) or len(v) > 200:
+        raise MoeplanError(f"config[{name}].{key} ({show(v)}) must be a short string")
+    return v
+
+
+def _flag(cfg: dict[str, Any], name: str, key: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise MoeplanError(f"config[{name}].{key} ({show(v)}) must be true or false")
+    return v
+
+
+def _arch(cfg: dict[str, Any], name: str) -> str:
     archs = cfg.get("architectures")
     if isinstance(archs, list) and archs and isinstance(archs[0], str):
-        return archs[0]
-    return str(cfg.get("model_type", "unknown"))
+        return _text({"architectures": archs[0]}, name, "architectures", "")
+    return _text(cfg, name, "model_type", "unknown")
 
 
 def _weight_bytes(cfg: dict[str, Any]) -> tuple[float, float]:
@@ -93,28 +240,37 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
     if not isinstance(config, dict):
         raise MoeplanError(f"config[{name}] must be a JSON object, got {type(config).__name__}")
     cfg = native_to_hf(config) if is_native(config) else config
-    arch = _arch(cfg)
+    arch = _arch(cfg, name)
     g = lambda *keys, **kw: _get(cfg, name, *keys, **kw)  # noqa: E731
     hidden = g("hidden_size")
     heads = g("num_attention_heads")
     mla = "kv_lora_rank" in cfg and cfg.get("kv_lora_rank")
     kw: dict[str, Any] = dict(
-        name=name, architecture=arch, num_layers=g("num_hidden_layers"), hidden_size=hidden,
-        vocab_size=g("vocab_size"), num_attention_heads=heads,
+        name=name,
+        architecture=arch,
+        num_layers=g("num_hidden_layers"),
+        hidden_size=hidden,
+        vocab_size=g("vocab_size"),
+        num_attention_heads=heads,
         num_kv_heads=g("num_key_value_heads", default=heads),
         head_dim=g("head_dim", default=hidden // heads if heads else 0),
         num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
         top_k=g("num_experts_per_tok", "experts_per_token"),
         moe_intermediate_size=g("moe_intermediate_size", "intermediate_size"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_flag(cfg, name, "tie_word_embeddings", False),
     )
     kw["weight_bytes"], kw["expert_weight_bytes"] = _weight_bytes(cfg)
-    kw["active_counts_embedding"] = str(cfg.get("model_type", "")).startswith(("qwen", "mixtral"))
+    model_type = _text(cfg, name, "model_type", "")
+    kw["active_counts_embedding"] = model_type.startswith(("qwen", "mixtral"))
     if mla:
-        kw.update(attention="mla", q_lora_rank=g("q_lora_rank", default=0),
-                  kv_lora_rank=g("kv_lora_rank"), qk_nope_head_dim=g("qk_nope_head_dim"),
-                  qk_rope_head_dim=g("qk_rope_head_dim"), v_head_dim=g("v_head_dim"))
-    model_type = str(cfg.get("model_type", ""))
+        kw.update(
+            attention="mla",
+            q_lora_rank=g("q_lora_rank", default=0),
+            kv_lora_rank=g("kv_lora_rank"),
+            qk_nope_head_dim=g("qk_nope_head_dim"),
+            qk_rope_head_dim=g("qk_rope_head_dim"),
+            v_head_dim=g("v_head_dim"),
+        )
     _family_fields(cfg, name, model_type, kw)
     return kw
 
@@ -124,44 +280,70 @@ def _family_fields(cfg: dict[str, Any], name: str, model_type: str, kw: dict[str
     n_layers = kw["num_layers"]
     if "n_routed_experts" in cfg or model_type.startswith(("deepseek", "kimi")):
         n_shared = g("n_shared_experts", default=0)
-        kw.update(num_shared_experts=n_shared,
-                  shared_intermediate_size=n_shared * kw["moe_intermediate_size"],
-                  dense_intermediate_size=g("intermediate_size", default=0),
-                  first_k_dense=g("first_k_dense_replace", default=0),
-                  moe_layer_freq=g("moe_layer_freq", default=1),
-                  n_group=g("n_group", default=1), topk_group=g("topk_group", default=1),
-                  routed_scaling_factor=g("routed_scaling_factor", default=1.0, kind=float),
-                  scoring_func=str(cfg.get("scoring_func", "softmax")),
-                  router_bias=cfg.get("topk_method") == "noaux_tc"
-                  or cfg.get("scoring_func") == "sigmoid")
+        kw.update(
+            num_shared_experts=n_shared,
+            shared_intermediate_size=n_shared * kw["moe_intermediate_size"],
+            dense_intermediate_size=g("intermediate_size", default=0),
+            first_k_dense=g("first_k_dense_replace", default=0),
+            moe_layer_freq=g("moe_layer_freq", default=1),
+            n_group=g("n_group", default=1),
+            topk_group=g("topk_group", default=1),
+            routed_scaling_factor=check_float(
+                f"config[{name}].routed_scaling_factor",
+                g("routed_scaling_factor", default=1.0, kind=float),
+                hi=MAX_ROUTED_SCALE,
+                positive=True,
+            ),
+            scoring_func=_text(cfg, name, "scoring_func", "softmax"),
+            router_bias=cfg.get("topk_method") == "noaux_tc"
+            or cfg.get("scoring_func") == "sigmoid",
+        )
         return
     if model_type.startswith("qwen"):
         shared = g("shared_expert_intermediate_size", default=0)
         mlp_only = cfg.get("mlp_only_layers") or []
-        if not isinstance(mlp_only, list) or not all(isinstance(i, int) for i in mlp_only):
-            raise MoeplanError(f"config[{name}].mlp_only_layers ({mlp_only!r}) must be a list "
-                               "of layer indices")
-        kw.update(num_shared_experts=1 if shared else 0, shared_intermediate_size=shared,
-                  shared_expert_gate=bool(shared), dense_layers=tuple(mlp_only),
-                  dense_intermediate_size=g("intermediate_size", default=0),
-                  moe_layer_freq=g("decoder_sparse_step", default=1),
-                  qk_norm=model_type.startswith("qwen3"),
-                  attention_bias=bool(cfg.get("attention_bias", model_type == "qwen2_moe")))
+        if (
+            not isinstance(mlp_only, list)
+            or len(mlp_only) > n_layers
+            or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n_layers
+                for i in mlp_only
+            )
+        ):
+            raise MoeplanError(
+                f"config[{name}].mlp_only_layers ({show(mlp_only)}) must be a "
+                f"list of layer indices in [0, {n_layers})"
+            )
+        kw.update(
+            num_shared_experts=1 if shared else 0,
+            shared_intermediate_size=shared,
+            shared_expert_gate=bool(shared),
+            dense_layers=tuple(sorted(set(mlp_only))),
+            dense_intermediate_size=g("intermediate_size", default=0),
+            moe_layer_freq=g("decoder_sparse_step", default=1),
+            qk_norm=model_type.startswith("qwen3"),
+            attention_bias=_flag(cfg, name, "attention_bias", model_type == "qwen2_moe"),
+        )
         return
     if model_type == "gpt_oss":
         types = cfg.get("layer_types") or []
         if not isinstance(types, list) or len(types) not in (0, n_layers):
-            raise MoeplanError(f"config[{name}].layer_types (length {len(types)}) must list "
-                               f"one type per layer ({n_layers})")
-        kw.update(attention_bias=True, attention_out_bias=True, attention_sinks=True,
-                  expert_bias=True, router_bias=True,
-                  moe_intermediate_size=g("intermediate_size"),
-                  sliding_window=g("sliding_window", default=0),
-                  sliding_layers=tuple(i for i, t in enumerate(types)
-                                       if t == "sliding_attention"))
+            raise MoeplanError(
+                f"config[{name}].layer_types ({show(types)}) must list "
+                f"one type per layer ({n_layers})"
+            )
+        kw.update(
+            attention_bias=True,
+            attention_out_bias=True,
+            attention_sinks=True,
+            expert_bias=True,
+            router_bias=True,
+            moe_intermediate_size=g("intermediate_size"),
+            sliding_window=g("sliding_window", default=0),
+            sliding_layers=tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
+        )
         return
     # Mixtral and unknown architectures with the usual keys
-    kw.update(attention_bias=bool(cfg.get("attention_bias", False)),
-              sliding_window=0)
+    kw.update(attention_bias=_flag(cfg, name, "attention_bias", False), sliding_window=0)
     if "moe_intermediate_size" not in cfg:
         kw["moe_intermediate_size"] = g("intermediate_size")

@@ -26,16 +26,60 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
 - Weight storage: ``weight_bytes`` for non-expert weights and ``expert_weight_bytes`` for
   routed experts. Defaults follow the checkpoint's quantization (fp8 → 1 byte, GPT-OSS's
   MXFP4 experts → 4.25 bits); everything else is bf16. KV cache and activations are bf16.
+- Size limits (issue 17): every dimension is bounded by a ``MAX_*`` constant below, checked
+  before anything is sized from it, so a corrupt config fails in microseconds with one line
+  instead of allocating for 10^8 layers. The limits are far above every released MoE (largest
+  shipped preset: 94 layers, 7168 hidden, 384 experts, 201088 vocabulary).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError, check_int, require, show
 
 ACT_BYTES = 2  # bf16 activations and KV cache
+
+# Upper bounds on a model's shape: ~10x beyond any released model (see the module docstring).
+MAX_LAYERS = 1024
+MAX_HIDDEN = 2**20
+MAX_EXPERTS = 65536
+MAX_VOCAB = 2**24
+MAX_HEADS = 8192
+MAX_HEAD_DIM = 2**14
+MAX_INTERMEDIATE = 2**22
+MAX_CONTEXT = 2**30  # tokens (sliding windows)
+MAX_ROUTED_SCALE = 1000.0  # routed_scaling_factor (DeepSeek-V2: 16, Kimi-K2: 2.827)
+MAX_WEIGHT_BYTES = 8.0  # bytes per parameter (fp64)
+SCORING_FUNCS = ("softmax", "sigmoid")
+
+# integer fields: (lower bound, upper bound)
+_INT_FIELDS: dict[str, tuple[int, int]] = {
+    "num_layers": (1, MAX_LAYERS),
+    "hidden_size": (1, MAX_HIDDEN),
+    "vocab_size": (1, MAX_VOCAB),
+    "num_attention_heads": (1, MAX_HEADS),
+    "num_kv_heads": (1, MAX_HEADS),
+    "head_dim": (0, MAX_HEAD_DIM),
+    "num_experts": (1, MAX_EXPERTS),
+    "top_k": (1, MAX_EXPERTS),
+    "moe_intermediate_size": (1, MAX_INTERMEDIATE),
+    "q_lora_rank": (0, MAX_HIDDEN),
+    "kv_lora_rank": (0, MAX_HIDDEN),
+    "qk_nope_head_dim": (0, MAX_HEAD_DIM),
+    "qk_rope_head_dim": (0, MAX_HEAD_DIM),
+    "v_head_dim": (0, MAX_HEAD_DIM),
+    "num_shared_experts": (0, MAX_EXPERTS),
+    "shared_intermediate_size": (0, MAX_INTERMEDIATE),
+    "dense_intermediate_size": (0, MAX_INTERMEDIATE),
+    "first_k_dense": (0, MAX_LAYERS),
+    "moe_layer_freq": (1, MAX_LAYERS),
+    "n_group": (1, MAX_EXPERTS),
+    "topk_group": (1, MAX_EXPERTS),
+    "sliding_window": (0, MAX_CONTEXT),
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,50 +140,80 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
-        for f in ("num_layers", "hidden_size", "vocab_size", "num_attention_heads",
-                  "num_kv_heads", "num_experts", "top_k", "moe_intermediate_size"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                    f"{p}.{f} ({v!r}) must be a positive integer")
-        require(self.attention in ("gqa", "mla"),
-                f"{p}.attention ({self.attention!r}) must be 'gqa' or 'mla'")
+        self._check_bounds(p)
+        require(
+            self.attention in ("gqa", "mla"),
+            f"{p}.attention ({self.attention!r}) must be 'gqa' or 'mla'",
+        )
         if self.attention == "gqa":
             require(self.head_dim > 0, f"{p}.head_dim ({self.head_dim}) must be positive")
-            require(self.num_attention_heads % self.num_kv_heads == 0,
-                    f"{p}.num_attention_heads ({self.num_attention_heads}) must be divisible "
-                    f"by num_kv_heads ({self.num_kv_heads})")
+            require(
+                self.num_attention_heads % self.num_kv_heads == 0,
+                f"{p}.num_attention_heads ({self.num_attention_heads}) must be divisible "
+                f"by num_kv_heads ({self.num_kv_heads})",
+            )
         else:
             for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                require(getattr(self, f) > 0,
-                        f"{p}.{f} ({getattr(self, f)}) must be positive for MLA attention")
-        require(self.top_k <= self.num_experts,
-                f"{p}.top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
-        require(self.n_group >= 1 and self.num_experts % self.n_group == 0,
-                f"{p}.num_experts ({self.num_experts}) must be divisible by n_group "
-                f"({self.n_group})")
-        require(1 <= self.topk_group <= self.n_group,
-                f"{p}.topk_group ({self.topk_group}) must be in [1, n_group={self.n_group}]")
-        require(0 <= self.first_k_dense <= self.num_layers,
-                f"{p}.first_k_dense ({self.first_k_dense}) must be in [0, num_layers]")
-        require(self.moe_layer_freq >= 1,
-                f"{p}.moe_layer_freq ({self.moe_layer_freq}) must be >= 1")
-        for f in ("num_shared_experts", "shared_intermediate_size", "dense_intermediate_size",
-                  "q_lora_rank", "sliding_window"):
-            require(getattr(self, f) >= 0, f"{p}.{f} ({getattr(self, f)}) must be >= 0")
-        require(self.weight_bytes > 0 and self.expert_weight_bytes > 0,
-                f"{p}.weight_bytes ({self.weight_bytes}) must be positive")
-        flags = tuple(self._is_moe(i) for i in range(self.num_layers))
+                require(
+                    getattr(self, f) > 0,
+                    f"{p}.{f} ({getattr(self, f)}) must be positive for MLA attention",
+                )
+        require(
+            self.top_k <= self.num_experts,
+            f"{p}.top_k ({self.top_k}) must be <= num_experts ({self.num_experts})",
+        )
+        require(
+            self.n_group >= 1 and self.num_experts % self.n_group == 0,
+            f"{p}.num_experts ({self.num_experts}) must be divisible by n_group ({self.n_group})",
+        )
+        require(
+            1 <= self.topk_group <= self.n_group,
+            f"{p}.topk_group ({self.topk_group}) must be in [1, n_group={self.n_group}]",
+        )
+        require(
+            0 <= self.first_k_dense <= self.num_layers,
+            f"{p}.first_k_dense ({self.first_k_dense}) must be in [0, num_layers]",
+        )
+        dense = set(self.dense_layers)
+        flags = tuple(
+            i >= self.first_k_dense and i not in dense and (i + 1) % self.moe_layer_freq == 0
+            for i in range(self.num_layers)
+        )
         require(any(flags), f"{p} has no MoE layer (first_k_dense={self.first_k_dense})")
         if not all(flags):
-            require(self.dense_intermediate_size > 0,
-                    f"{p}.dense_intermediate_size ({self.dense_intermediate_size}) must be "
-                    "positive when the model has dense layers")
+            require(
+                self.dense_intermediate_size > 0,
+                f"{p}.dense_intermediate_size ({self.dense_intermediate_size}) must be "
+                "positive when the model has dense layers",
+            )
         object.__setattr__(self, "_moe_flags", flags)
 
-    def _is_moe(self, layer: int) -> bool:
-        if layer < self.first_k_dense or layer in self.dense_layers:
-            return False
-        return (layer + 1) % self.moe_layer_freq == 0
+    def _check_bounds(self, p: str) -> None:
+        """Types and size limits, before anything is sized from them."""
+        for f, (lo, hi) in _INT_FIELDS.items():
+            check_int(f"{p}.{f}", getattr(self, f), lo, hi)
+        for f in ("dense_layers", "sliding_layers"):
+            v = getattr(self, f)
+            require(
+                isinstance(v, tuple)
+                and len(v) <= self.num_layers
+                and all(isinstance(i, int) and 0 <= i < self.num_layers for i in v),
+                f"{p}.{f} ({show(v)}) must be layer indices in [0, {self.num_layers})",
+            )
+        for f in ("routed_scaling_factor", "weight_bytes", "expert_weight_bytes"):
+            v = getattr(self, f)
+            hi = MAX_ROUTED_SCALE if f == "routed_scaling_factor" else MAX_WEIGHT_BYTES
+            require(
+                isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and 0 < v <= hi,
+                f"{p}.{f} ({show(v)}) must be a finite number in (0, {hi:g}]",
+            )
+        require(
+            self.scoring_func in SCORING_FUNCS,
+            f"{p}.scoring_func ({show(self.scoring_func)}) must be one of {SCORING_FUNCS}",
+        )
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -165,9 +239,14 @@ class ModelSpec:
         """Same shape with ``num_layers`` decoder layers (keeps the dense prefix if it fits)."""
         require(num_layers >= 1, f"layers ({num_layers}) must be >= 1")
         fkd = min(self.first_k_dense, max(0, num_layers - 1))
-        return replace(self, num_layers=num_layers, first_k_dense=fkd, _moe_flags=(),
-                       sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
-                       dense_layers=tuple(i for i in self.dense_layers if i < num_layers))
+        return replace(
+            self,
+            num_layers=num_layers,
+            first_k_dense=fkd,
+            _moe_flags=(),
+            sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
+            dense_layers=tuple(i for i in self.dense_layers if i < num_layers),
+        )
 
     # ---- per-layer parameters -------------------------------------------------------------
     @property
@@ -188,8 +267,11 @@ class ModelSpec:
         h, nh = self.hidden_size, self.num_attention_heads
         if self.attention == "mla":
             qd = nh * self.q_dim
-            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qd
-                 if self.q_lora_rank else h * qd)
+            q = (
+                h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qd
+                if self.q_lora_rank
+                else h * qd
+            )
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * nh * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv_a + kv_b + nh * self.v_head_dim * h
@@ -242,11 +324,18 @@ class ModelSpec:
 
     @property
     def params_total(self) -> int:
-        moe = self.num_moe_layers * (self.num_experts * self.expert_params + self.shared_params
-                                     + self.router_params)
+        moe = self.num_moe_layers * (
+            self.num_experts * self.expert_params + self.shared_params + self.router_params
+        )
         dense = self.num_dense_layers * self.dense_mlp_params
-        return (self.num_layers * self.attn_params + moe + dense + self.embedding_params
-                + self.lm_head_params + self.hidden_size)
+        return (
+            self.num_layers * self.attn_params
+            + moe
+            + dense
+            + self.embedding_params
+            + self.lm_head_params
+            + self.hidden_size
+        )
 
     @property
     def params_active(self) -> int:
@@ -331,28 +420,58 @@ class ModelSpec:
         nm, nd, nl = self.num_moe_layers, self.num_dense_layers, self.num_layers
         attn_f = sum(self.attn_proj_flops + self.attn_core_flops(context, i) for i in range(nl))
         out = [
-            ModuleInfo(name="attention", params=nl * self.attn_params,
-                       flops_per_token=attn_f, count=nl),
-            ModuleInfo(name="routed_experts", params=nm * self.num_experts * self.expert_params,
-                       flops_per_token=nm * self.top_k * self.expert_flops, count=nm),
-            ModuleInfo(name="router", params=nm * self.router_params,
-                       flops_per_token=nm * self.router_flops, count=nm),
+            ModuleInfo(
+                name="attention", params=nl * self.attn_params, flops_per_token=attn_f, count=nl
+            ),
+            ModuleInfo(
+                name="routed_experts",
+                params=nm * self.num_experts * self.expert_params,
+                flops_per_token=nm * self.top_k * self.expert_flops,
+                count=nm,
+            ),
+            ModuleInfo(
+                name="router",
+                params=nm * self.router_params,
+                flops_per_token=nm * self.router_flops,
+                count=nm,
+            ),
         ]
         if self.shared_intermediate_size:
-            out.append(ModuleInfo(name="shared_experts", params=nm * self.shared_params,
-                                  flops_per_token=nm * self.shared_flops, count=nm))
+            out.append(
+                ModuleInfo(
+                    name="shared_experts",
+                    params=nm * self.shared_params,
+                    flops_per_token=nm * self.shared_flops,
+                    count=nm,
+                )
+            )
         if nd:
-            out.append(ModuleInfo(name="dense_mlp", params=nd * self.dense_mlp_params,
-                                  flops_per_token=nd * self.dense_mlp_flops, count=nd))
-        out.append(ModuleInfo(name="embedding", params=self.embedding_params,
-                              flops_per_token=0.0, count=1))
-        out.append(ModuleInfo(name="lm_head", params=self.lm_head_params + self.hidden_size,
-                              flops_per_token=2.0 * self.vocab_size * self.hidden_size, count=1))
+            out.append(
+                ModuleInfo(
+                    name="dense_mlp",
+                    params=nd * self.dense_mlp_params,
+                    flops_per_token=nd * self.dense_mlp_flops,
+                    count=nd,
+                )
+            )
+        out.append(
+            ModuleInfo(name="embedding", params=self.embedding_params, flops_per_token=0.0, count=1)
+        )
+        out.append(
+            ModuleInfo(
+                name="lm_head",
+                params=self.lm_head_params + self.hidden_size,
+                flops_per_token=2.0 * self.vocab_size * self.hidden_size,
+                count=1,
+            )
+        )
         return out
 
     def weight_bytes_total(self) -> float:
         experts = self.num_moe_layers * self.num_experts * self.expert_params
-        return experts * self.expert_weight_bytes + (self.params_total - experts) * self.weight_bytes
+        return (
+            experts * self.expert_weight_bytes + (self.params_total - experts) * self.weight_bytes
+        )
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod

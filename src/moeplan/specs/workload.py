@@ -8,11 +8,16 @@ trace, Sem-MoE/EPLB), or both. Layer indices are indices into the model's MoE la
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 
-from moeplan.errors import require
+from moeplan.errors import check_float, check_int, require, show
+from moeplan.specs.model import MAX_CONTEXT, MAX_EXPERTS, MAX_LAYERS
 
 PHASES = ("prefill", "decode", "both")
+MAX_BATCH = 2**20  # concurrent sequences (issue 17: bound every size a user can type)
+MAX_RATE = 1e9  # requests per second
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,15 +30,35 @@ class RoutingProfile:
     source: str = "static"
 
     def __post_init__(self) -> None:
-        require(self.top_k >= 1, f"routing.top_k ({self.top_k}) must be >= 1")
+        check_int("routing.top_k", self.top_k, 1, MAX_EXPERTS)
         if self.mean_k is not None:
-            require(len(self.mean_k) >= 1, "routing.mean_k must not be empty")
+            require(
+                isinstance(self.mean_k, tuple | list) and 1 <= len(self.mean_k) <= MAX_LAYERS,
+                f"routing.mean_k ({show(self.mean_k)}) must list 1..{MAX_LAYERS} layers",
+            )
             for i, k in enumerate(self.mean_k):
-                require(k > 0, f"routing.mean_k[{i}] ({k}) must be positive")
+                check_float(f"routing.mean_k[{i}]", k, hi=MAX_EXPERTS, positive=True)
         if self.expert_load is not None:
+            require(
+                isinstance(self.expert_load, tuple | list) and len(self.expert_load) <= MAX_LAYERS,
+                f"routing.expert_load ({show(self.expert_load)}) must list at most "
+                f"{MAX_LAYERS} layers",
+            )
             for i, row in enumerate(self.expert_load):
-                require(len(row) > 0 and min(row) >= 0 and sum(row) > 0,
-                        f"routing.expert_load[{i}] must be non-negative with a positive sum")
+                require(
+                    isinstance(row, tuple | list)
+                    and 0 < len(row) <= MAX_EXPERTS
+                    and all(
+                        isinstance(x, numbers.Real)
+                        and not isinstance(x, bool)
+                        and math.isfinite(x)
+                        and x >= 0
+                        for x in row
+                    )
+                    and sum(row) > 0,
+                    f"routing.expert_load[{i}] ({show(row)}) must be finite, "
+                    "non-negative, with a positive sum",
+                )
 
     @classmethod
     def static(cls, k: int) -> RoutingProfile:
@@ -58,7 +83,7 @@ class RoutingProfile:
         row = self.expert_load[layer % len(self.expert_load)]
         if groups and len(row) % groups == 0:
             size = len(row) // groups
-            row = tuple(sum(row[g * size:(g + 1) * size]) for g in range(groups))
+            row = tuple(sum(row[g * size : (g + 1) * size]) for g in range(groups))
         return max(row) / (sum(row) / len(row))
 
     def mean_over_layers(self) -> float:
@@ -79,12 +104,14 @@ class Workload:
     routing: RoutingProfile | None = field(default=None)
 
     def __post_init__(self) -> None:
-        require(self.phase in PHASES, f"workload.phase ({self.phase!r}) must be one of {PHASES}")
-        require(self.batch >= 1, f"workload.batch ({self.batch}) must be >= 1")
-        require(self.isl >= 1, f"workload.isl ({self.isl}) must be >= 1")
-        require(self.osl >= 0, f"workload.osl ({self.osl}) must be >= 0")
-        require(self.rate is None or self.rate > 0,
-                f"workload.rate ({self.rate}) must be positive")
+        require(
+            self.phase in PHASES, f"workload.phase ({show(self.phase)}) must be one of {PHASES}"
+        )
+        check_int("workload.batch", self.batch, 1, MAX_BATCH)
+        check_int("workload.isl", self.isl, 1, MAX_CONTEXT)
+        check_int("workload.osl", self.osl, 0, MAX_CONTEXT)
+        if self.rate is not None:
+            check_float("workload.rate", self.rate, hi=MAX_RATE, positive=True)
 
     def routing_for(self, top_k: int) -> RoutingProfile:
         """The routing profile, or static ``top_k`` routing when none was given."""
