@@ -18,7 +18,7 @@ import time
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners import dep
-from moeplan.planners._dep_verify import cpsat_optimum
+from moeplan.planners.dep.verify import cpsat_optimum
 from moeplan.specs import load_cluster, load_model
 
 LAYERS = {"deepseek-v2": {"findep-a": 8, "findep-b": 4, "findep-c": 16, "findep-d": 16},

@@ -14,15 +14,15 @@ import time
 import numpy as np
 
 from moeplan.cost import cost_model_for
-from moeplan.planners.pipeline import degree_tables, pp_degrees
-from moeplan.planners.pipeline_cost import cost_model_evaluator
-from moeplan.planners.pipeline_search import (
+from moeplan.planners.pipeline.cost import cost_model_evaluator
+from moeplan.planners.pipeline.search import (
     exhaustive_partition,
     naive_dp_partition,
     search_partition,
 )
-from moeplan.planners.routing_profiles import synthetic_top_p_mean_k
+from moeplan.planners.pipeline.stages import degree_tables, pp_degrees
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
+from moeplan.traces.routing_profiles import synthetic_top_p_mean_k
 
 
 def _tables(model_name: str, cluster_name: str, layers: int | None = None):

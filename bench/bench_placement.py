@@ -33,9 +33,9 @@ CHILD = r"""
 import json, resource, sys, time
 import numpy as np
 from moeplan.cost import cost_model_for
-from moeplan.planners import placement_cocluster as cc
-from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
-from moeplan.planners.placement_affinity import fit_affinity
+from moeplan.planners.placement import cocluster as cc
+from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
+from moeplan.planners.placement.affinity import fit_affinity
 from moeplan.specs import load_cluster, load_model
 from moeplan.traces.format import iter_trace
 path = sys.argv[1]

@@ -7,9 +7,9 @@ import statistics
 import time
 
 from moeplan.cost import cost_model_for
-from moeplan.planners.strategy import analyze
-from moeplan.planners.strategy_cost import StrategyEvaluator
-from moeplan.planners.strategy_space import mixserve_default
+from moeplan.planners.strategy.analyzer import analyze
+from moeplan.planners.strategy.cost import StrategyEvaluator
+from moeplan.planners.strategy.space import mixserve_default
 from moeplan.specs import Workload, load_cluster, load_model
 
 CASES = [("deepseek-v3", "mixserve-910b", None), ("qwen3-235b-a22b", "h100-sxm-8", 4)]

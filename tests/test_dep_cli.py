@@ -83,7 +83,7 @@ def test_plan_dict_and_traces_for_moeplan_plan():
     cl = load_cluster("findep-c")
     r = dep.plan_dep(load_model("qwen3-235b-a22b"), cl, cost_model_for(cl), seq_len=1024,
                      ag=4, eg=4, layers=2, batch=4)
-    p = dep.plan_dict(r)
+    p = dep.to_plan(r).to_dict()
     assert p["schema"] == "moeplan.plan/1" and p["layout"] == {"world_size": 8, "ag": 4, "eg": 4}
     assert set(p["details"]) >= {"ma", "r1", "r2", "me", "order"}
     assert p["predicted"]["throughput_tokens_per_s"] == pytest.approx(r.findep.throughput)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners._dep_schedule import DepConfig, DepTimes
-from moeplan.planners._dep_verify import cpsat_optimum
+from moeplan.planners.dep.schedule import DepConfig, DepTimes
+from moeplan.planners.dep.verify import cpsat_optimum
 
 pos = st.floats(0.05, 3.0)
 

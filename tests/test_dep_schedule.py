@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners._dep_schedule import (
+from moeplan.planners.dep.schedule import (
     ORDERS,
     VARIANTS,
     DepConfig,

@@ -7,7 +7,7 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners import dep
-from moeplan.planners.dep import DepConfig, DepProblem, DepTimes
+from moeplan.planners.dep.solver import DepConfig, DepProblem, DepTimes
 from moeplan.sim import simulate
 from moeplan.specs import load_cluster, load_model
 

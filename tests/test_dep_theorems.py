@@ -14,7 +14,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners.dep import (
+from moeplan.planners.dep.solver import (
     ORDERS,
     DepConfig,
     DepProblem,

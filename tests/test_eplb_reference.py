@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.eplb import rebalance_experts
+from moeplan.planners.placement.eplb import rebalance_experts
 
 REF = Path("/work/shared/data/eplb_reference_vectors.json")
 DATA = json.loads(REF.read_text()) if REF.exists() else None

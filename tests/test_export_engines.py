@@ -11,7 +11,7 @@ from moeplan.errors import MoeplanError
 from moeplan.export.launcher import render_launcher, write_launcher
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import vllm_args
-from moeplan.planners.strategy_space import Strategy, enumerate_strategies
+from moeplan.planners.strategy.space import Strategy, enumerate_strategies
 
 
 def _flags(args: tuple[str, ...]) -> dict[str, str]:

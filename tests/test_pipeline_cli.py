@@ -95,8 +95,8 @@ def test_routing_trace_gives_per_layer_mean_k(capsys, tmp_path, small_model):
     """--routing-trace: mean k per MoE layer = valid ids per token, counted directly."""
     import numpy as np
 
-    from moeplan.planners.topp import softmax, top_p_route
     from moeplan.traces.format import RoutingTrace, save_trace
+    from moeplan.traces.topp import softmax, top_p_route
 
     rng = np.random.default_rng(1)
     n, layers, experts = 64, 4, 128

@@ -17,15 +17,15 @@ from moeplan.planners.pipeline import (
     plan_pipeline,
     pp_degrees,
 )
-from moeplan.planners.pipeline_baselines import baselines_for_degree
-from moeplan.planners.pipeline_cost import (
+from moeplan.planners.pipeline.baselines import baselines_for_degree
+from moeplan.planners.pipeline.cost import (
     StageContext,
     cost_model_evaluator,
     memory_reserve,
     module_memory,
     modules_of,
 )
-from moeplan.planners.pipeline_search import exhaustive_partition, search_partition
+from moeplan.planners.pipeline.search import exhaustive_partition, search_partition
 from moeplan.runtime.mesh import mesh_from_plan
 from moeplan.specs import (
     RoutingProfile,
@@ -63,7 +63,7 @@ def _check_plan(res, model, cluster, workload):
     assert seen == list(range(2 * model.num_layers))
     assert [(m.kind, m.layer) for st in plan.stages for m, _ in st.modules] == [
         (m.kind, m.layer) for m in mods]
-    mesh = mesh_from_plan(res.to_plan_dict())  # the runtime's parser accepts the layout
+    mesh = mesh_from_plan(res.to_plan().to_dict())  # the runtime's parser accepts the layout
     assert mesh.pp == plan.pp
 
 
@@ -192,7 +192,7 @@ def test_plan_dict_and_speedups_for_qwen3_on_smidt_a40():
         top_k=8, mean_k=tuple(2 + 6 * np.abs(np.sin(np.linspace(0, 4, 94))))))
     res = plan_pipeline(model, cluster, wl, cost_model_for(cluster))
     _check_plan(res, model, cluster, wl)
-    d = res.to_plan_dict()
+    d = res.to_plan().to_dict()
     assert d["family"] == "pipeline" and d["layout"]["world_size"] == 32
     assert set(res.baselines) == {"uniform", "time_balanced", "no_pp"}
     for name in res.baselines:

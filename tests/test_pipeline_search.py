@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from moeplan.planners.pipeline_search import (
+from moeplan.planners.pipeline.search import (
     WindowKnapsack,
     discretize,
     exhaustive_partition,

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from moeplan.planners import placement_baselines as base
+from moeplan.planners.placement import baselines as base
 
 
 def _placements(e, ep):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners import placement_cocluster as cc
+from moeplan.planners.placement import cocluster as cc
 
 
 def _instance(seed, layers=2, rows=5, experts=4):
@@ -122,7 +122,7 @@ def test_balance_repair_reaches_tolerance():
 
 
 def _lpt_imbalance(h, ep):
-    from moeplan.planners.eplb import balanced_packing
+    from moeplan.planners.placement.eplb import balanced_packing
 
     pack, _ = balanced_packing(h[None, :], ep)
     load = np.bincount(pack[0], weights=h, minlength=ep)

@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 
 from moeplan.cost import cost_model_for
-from moeplan.planners.placement import PlaceConfig, cost_evaluator, physical_to_logical, place
-from moeplan.planners.placement_metrics import roofline_evaluator
+from moeplan.planners.placement.metrics import roofline_evaluator
+from moeplan.planners.placement.planner import (
+    PlaceConfig,
+    cost_evaluator,
+    physical_to_logical,
+    place,
+)
 from moeplan.specs import load_cluster, load_model
 from moeplan.traces.synthetic import SynthConfig, synthesize, uniform_trace
 
@@ -101,7 +106,7 @@ def test_plan_details_carry_the_full_layer_map():
 def test_replicated_tally_matches_a_loop():
     """Replica-aware metrics equal a per-activation loop (local if a copy is on the source;
     otherwise the load splits evenly over the expert's copies)."""
-    from moeplan.planners.placement_metrics import Tally
+    from moeplan.planners.placement.metrics import Tally
 
     rng = np.random.default_rng(0)
     n, num_l, k, e, ep = 30, 2, 2, 6, 3

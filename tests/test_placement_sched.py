@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners.placement_sched import (
+from moeplan.planners.placement.sched import (
     request_scores,
     schedule_requests,
     token_plan,

@@ -5,7 +5,7 @@ import sys
 
 
 def test_planning_imports_leave_torch_out():
-    code = ("import sys; import moeplan.planners.placement, moeplan.planners.eplb, "
+    code = ("import sys; import moeplan.planners.placement.planner, moeplan.planners.placement.eplb, "
             "moeplan.traces.format, moeplan.traces.synthetic, moeplan.traces.stats, "
             "moeplan.traces.sglang, moeplan.traces.hf_recorder, moeplan.cli.place, "
             "moeplan.cli.trace, moeplan.export.expert_location; "

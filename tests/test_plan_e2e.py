@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from moeplan.cost import cost_model_for
-from moeplan.planners.plan import TIE, Candidate, plan
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import TIE, Candidate, plan
 from moeplan.runtime.mesh import mesh_from_plan
 from moeplan.specs import Workload, load_cluster, load_model
 
@@ -81,7 +82,9 @@ def test_timeline_is_a_chrome_trace(planned):
 
 def _fake(family: str, tps: float, gpus: int) -> Candidate:
     return Candidate(family=family, label=family, gpus=gpus, prefill_tokens_per_s=tps,
-                     ttft_s=1.0, mem_bytes_per_gpu=1e9, bound="compute", plan={})
+                     ttft_s=1.0, mem_bytes_per_gpu=1e9, bound="compute",
+                     plan=Plan(family=family, model="m", cluster="c",
+                               layout={"world_size": gpus}))
 
 
 def test_rank_with_fake_adapters_and_slo():

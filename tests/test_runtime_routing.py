@@ -111,7 +111,7 @@ def test_topp_zero_p_gives_k_min_zero_tokens():
 
 def test_topp_agrees_with_planner_numpy_version():
     """Torch Top-P and the planner's numpy Top-P give the same experts and weights."""
-    topp = pytest.importorskip("moeplan.planners.topp")
+    topp = pytest.importorskip("moeplan.traces.topp")
     x = _logits(300, 16, 4)
     for p, k_min, k_max in ((0.7, 1, 8), (0.5, 2, 16), (0.95, 1, 4), (1.0, 1, 16)):
         r = topp_routing(x, p, k_min=k_min, k_max=k_max)

@@ -11,18 +11,18 @@ from hypothesis import strategies as st
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
-from moeplan.planners.fused import ag_dispatch, rs_combine
-from moeplan.planners.strategy import (
+from moeplan.planners.strategy.analyzer import (
     analyze,
     meets_slo,
     pareto_front,
     rank_key,
-    to_plan_dict,
+    to_plan,
     zipf_routing,
 )
-from moeplan.planners.strategy_comm import all_reduce
-from moeplan.planners.strategy_cost import PhaseTime, StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy_space import Strategy, enumerate_strategies, mixserve_default
+from moeplan.planners.strategy.comm import all_reduce
+from moeplan.planners.strategy.cost import PhaseTime, StrategyEvaluator, StrategyResult
+from moeplan.planners.strategy.fused import ag_dispatch, rs_combine
+from moeplan.planners.strategy.space import Strategy, enumerate_strategies, mixserve_default
 from moeplan.specs import Workload, load_cluster, load_model
 
 
@@ -158,7 +158,7 @@ def test_plan_dict_layout_invariants():
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("mixserve-h20")
     a = analyze(model, cluster, Workload(batch=8, isl=512, osl=64), cost_model_for(cluster))
     for r in a.strategies:
-        p = to_plan_dict(r, model="qwen3-30b-a3b", cluster=cluster.name, baselines=a.baselines)
+        p = to_plan(r, model="qwen3-30b-a3b", cluster=cluster.name, baselines=a.baselines).to_dict()
         lay = p["layout"]
         assert p["schema"] == "moeplan.plan/1" and p["family"] == "strategy"
         assert (lay["attn"]["tp"] * lay["attn"]["dp"] == lay["moe"]["tp"] * lay["moe"]["ep"]

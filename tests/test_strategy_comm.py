@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.strategy_comm import (
+from moeplan.planners.strategy.comm import (
     Link,
     Links,
     all_gather,

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.planners.fused import (
+from moeplan.planners.strategy.comm import Link, all_gather, reduce_scatter
+from moeplan.planners.strategy.fused import (
     FusedLayer,
     ag_dispatch,
     critical_path,
@@ -17,7 +18,6 @@ from moeplan.planners.fused import (
     simulate_rounds,
     uniform_overlap,
 )
-from moeplan.planners.strategy_comm import Link, all_gather, reduce_scatter
 
 INTRA = Link(alpha=10e-6, beta=1 / 400e9)
 INTER = Link(alpha=20e-6, beta=1 / 25e9)

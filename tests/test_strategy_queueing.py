@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.queueing import mm1_wait, service_metrics
+from moeplan.planners.strategy.queueing import mm1_wait, service_metrics
 
 
 def test_mm1_wait_hand_computation():

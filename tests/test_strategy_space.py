@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.strategy_space import (
+from moeplan.planners.strategy.space import (
     Strategy,
     degrees,
     enumerate_strategies,

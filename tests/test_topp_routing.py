@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.routing_profiles import (
+from moeplan.specs import load_model
+from moeplan.traces.routing_profiles import (
     mean_k_from_shape,
     mean_k_from_trace,
     profile_from_dict,
     profile_to_dict,
     synthetic_top_p_mean_k,
 )
-from moeplan.planners.topp import softmax, top_p_counts, top_p_route
-from moeplan.specs import load_model
+from moeplan.traces.topp import softmax, top_p_counts, top_p_route
 
 
 def _reference(row: np.ndarray, p: float, k_min: int, k_max: int) -> list[int]:

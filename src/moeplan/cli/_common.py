@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from moeplan.atomic import write_atomic
+from moeplan.io import write_atomic
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
 

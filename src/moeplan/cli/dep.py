@@ -1,7 +1,7 @@
 """``moeplan dep``: FinDEP schedule for disaggregated attention/expert GPUs, with baselines.
 
 Thin: parse flags, build specs and the cost model, call
-:func:`moeplan.planners.dep.plan_dep`, print (rich tables or one JSON object), and optionally
+:func:`moeplan.planners.dep.solver.plan_dep`, print (rich tables or one JSON object), and optionally
 write the Gantt chart (HTML or PNG), the Chrome trace and ``plan.json``, all atomically.
 """
 
@@ -58,7 +58,7 @@ def dep_command(
         require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
         _write_timelines(report, gantt, trace, timeline_layers or None)
     if out:
-        write_atomic(out, json.dumps(dep.plan_dict(report), indent=2) + "\n")
+        write_atomic(out, dep.to_plan(report).to_json())
     if as_json:
         print_json(dep.report_dict(report))
     else:

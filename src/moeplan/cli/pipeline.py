@@ -1,8 +1,8 @@
 """``moeplan pipeline``: SMIDT module-level pipeline partition with DPMoE, and its baselines.
 
 Thin: parse flags, read the routing profile (``--routing-profile`` JSON file, or ``--top-p``
-through :func:`moeplan.planners.routing_profiles.synthetic_top_p_mean_k`), build specs and the
-cost model, call :func:`moeplan.planners.pipeline.plan_pipeline`, print a rich table or one
+through :func:`moeplan.traces.routing_profiles.synthetic_top_p_mean_k`), build specs and the
+cost model, call :func:`moeplan.planners.pipeline.planner.plan_pipeline`, print a rich table or one
 JSON object, and optionally write the plotly figure and ``plan.json`` (atomically).
 """
 
@@ -21,12 +21,12 @@ from moeplan.cli.strategy import load_model_arg
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
-from moeplan.planners.routing_profiles import (
+from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
+from moeplan.traces.routing_profiles import (
     mean_k_from_trace,
     profile_from_dict,
     synthetic_top_p_mean_k,
 )
-from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
 
 BASELINES = ("uniform", "time_balanced", "no_pp")
 
@@ -105,7 +105,7 @@ def pipeline_command(
     if figure:
         write_atomic(figure, figure_html(res))
     if out:
-        write_atomic(out, json.dumps(res.to_plan_dict(), indent=2) + "\n")
+        write_atomic(out, res.to_plan().to_json())
     if as_json:
         print_json(result_dict(res, routing))
     else:

@@ -1,7 +1,7 @@
 """``moeplan place``: Sem-MoE expert placement and data scheduling vs baselines.
 
 Thin: build the model, cluster and cost model, stream the trace file into
-:func:`moeplan.planners.placement.place`, print a methods table (or one JSON object), and
+:func:`moeplan.planners.placement.planner.place`, print a methods table (or one JSON object), and
 optionally write the SGLang ``--init-expert-location`` JSON, the scheduling tables and a
 plotly heatmap, all atomically.
 """
@@ -19,7 +19,7 @@ from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_
 from moeplan.cost import cost_model_for
 from moeplan.errors import require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
-from moeplan.planners.placement import (
+from moeplan.planners.placement.planner import (
     PlaceConfig,
     PlacementResult,
     cost_evaluator,

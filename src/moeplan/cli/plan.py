@@ -20,7 +20,7 @@ from rich.table import Table
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.plan import FAMILIES, PlanResult, plan
+from moeplan.planners.rank import FAMILIES, PlanResult, plan
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
 
 SYNTH_LAYERS = 4
@@ -50,7 +50,7 @@ def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | No
 
 def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any:
     """Sem-MoE on the winner's EP group (a synthetic trace with the model's shape if none)."""
-    from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
+    from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
     from moeplan.traces.format import iter_trace
     from moeplan.traces.synthetic import SynthConfig, synthesize
 
@@ -80,7 +80,7 @@ def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any
 
 def _winner_ep(result: PlanResult) -> int:
     w = result.winner
-    layout = w.plan.get("layout", {})
+    layout = w.plan.layout
     if w.family == "strategy":
         return int(layout.get("moe", {}).get("ep", 1))
     if w.family == "dep":
@@ -131,6 +131,9 @@ def plan_cmd(
     require(ttft_slo is None or ttft_slo > 0, f"ttft-slo ({ttft_slo}) must be positive")
     cm = cost_model_for(c, profile)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
+    from moeplan.report.plan_report import check_outdir, write_artifacts
+
+    check_outdir(outdir)
     show = not (quiet or json_out)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, disable=not show, transient=True) as prog:
@@ -143,8 +146,6 @@ def plan_cmd(
             prog.update(task, description="placement: Sem-MoE on the winner's EP group")
             place_res = _placement(result, trace, cm, seed)
         prog.update(task, description="writing report")
-        from moeplan.report.plan_report import write_artifacts
-
         files = write_artifacts(outdir, result, place_res, cm, model_arg=model,
                                 trace=trace)
     elapsed = time.perf_counter() - t_start
@@ -160,7 +161,7 @@ def _json(result: PlanResult, place_res: Any, files: dict[str, str], elapsed: fl
         "winner": result.winner.summary(),
         "ranking": [c.summary() for c in result.candidates],
         "skipped": result.skipped, "explanation": result.explanation,
-        "plan": result.winner.plan, "artifacts": files, "elapsed_s": elapsed,
+        "plan": result.winner.plan.to_dict(), "artifacts": files, "elapsed_s": elapsed,
         "timings_s": result.timings,
     }
     if place_res is not None:

@@ -1,7 +1,7 @@
 """``moeplan strategy``: MixServe hybrid TP/EP/DP/PP analysis, baselines, Pareto, exports.
 
 Thin: parse flags, build specs and the cost model, call
-:func:`moeplan.planners.strategy.analyze`, print (rich tables or one JSON object), and
+:func:`moeplan.planners.strategy.analyzer.analyze`, print (rich tables or one JSON object), and
 optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically.
 """
 
@@ -21,19 +21,19 @@ from moeplan.errors import MoeplanError, require
 from moeplan.export.launcher import write_launcher
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
-from moeplan.planners.fused import layer_schedules
-from moeplan.planners.strategy import (
+from moeplan.planners.strategy.analyzer import (
     RANK_BY,
     Analysis,
     StrategyResult,
     analyze,
     gains,
     result_dict,
-    to_plan_dict,
+    to_plan,
     zipf_routing,
 )
-from moeplan.planners.strategy_cost import StrategyEvaluator
-from moeplan.planners.strategy_space import Strategy, fusable, mixserve_default
+from moeplan.planners.strategy.cost import StrategyEvaluator
+from moeplan.planners.strategy.fused import layer_schedules
+from moeplan.planners.strategy.space import Strategy, fusable, mixserve_default
 from moeplan.sim import gantt_html
 from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model
 
@@ -195,7 +195,7 @@ def strategy(
     if pareto is not None:
         write_atomic(pareto, pareto_html(a, f"{m.name} on {c.name}"))
     if out is not None and best is not None:
-        plan = to_plan_dict(best, model=model, cluster=c.name, baselines=a.baselines)
+        plan = to_plan(best, model=model, cluster=c.name, baselines=a.baselines).to_dict()
         write_atomic(out, json.dumps(plan, indent=2))
     checked = _fused_outputs(a, StrategyEvaluator(m, c, w, cm), c, isl, gantt, verify)
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
@@ -247,7 +247,7 @@ def _json(a: Analysis, top: int, exp: ExportResult | None, model: str, cluster: 
            "rejected": {"shape": a.rejected_shape, "memory": a.rejected_memory,
                         "slo": a.rejected_slo},
            "pareto": [result_dict(r) for r in a.pareto],
-           "plan": to_plan_dict(best, model=model, cluster=cluster) if best else None}
+           "plan": to_plan(best, model=model, cluster=cluster).to_dict() if best else None}
     if exp is not None:
         obj["export"] = exp.as_dict()
     return obj

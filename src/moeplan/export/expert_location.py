@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,7 @@ from typing import Any
 import numpy as np
 
 from moeplan.errors import require
-
-
-def _atomic_write(path: Path, write: Any, binary: bool) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+from moeplan.io import atomic_path, write_atomic
 
 
 def sglang_expert_location(phy2log_moe: np.ndarray, *, ep: int, num_hidden_layers: int,
@@ -64,14 +51,16 @@ def write_sglang_expert_location(path: str | os.PathLike[str], phy2log_moe: np.n
     """Write the ``--init-expert-location`` JSON atomically."""
     obj = sglang_expert_location(phy2log_moe, ep=ep, num_hidden_layers=num_hidden_layers,
                                  moe_layers=moe_layers)
-    return _atomic_write(Path(path), lambda fh: json.dump(obj, fh), binary=False)
+    return write_atomic(path, json.dumps(obj))
 
 
 def write_tables(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
     """Write named numpy tables to one ``.npz`` atomically."""
     path = Path(path)
     require(path.suffix == ".npz", f"table path ({path}) must end in .npz")
-    return _atomic_write(path, lambda fh: np.savez(fh, **arrays), binary=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    return Path(path)
 
 
 def read_tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
@@ -82,9 +71,9 @@ def read_tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 def plan_details(res: Any, *, num_hidden_layers: int, moe_layers: Sequence[int]) -> dict[str, Any]:
     """``details.placement`` of plan.json (docs/API.md) from a
-    :class:`moeplan.planners.placement.PlacementResult`: the Sem-MoE physical_to_logical_map
+    :class:`moeplan.planners.placement.planner.PlacementResult`: the Sem-MoE physical_to_logical_map
     over all decoder layers (dense layers trivial) plus its held-out metrics."""
-    from moeplan.planners.placement import physical_to_logical
+    from moeplan.planners.placement.planner import physical_to_logical
 
     sem = res.methods["semmoe"]
     placement = sem.y if sem.replicas is None else sem.replicas

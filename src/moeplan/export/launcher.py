@@ -6,13 +6,12 @@ so a failure never leaves a partial launcher behind (DESIGN.md, "Bad input and f
 
 from __future__ import annotations
 
-import os
 import shlex
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from moeplan.errors import require
+from moeplan.io import write_atomic
 
 
 def render_launcher(args: Sequence[str], comments: Sequence[str] = ()) -> str:
@@ -39,13 +38,4 @@ def write_launcher(path: str | Path, args: Sequence[str], comments: Sequence[str
     text = render_launcher(args, comments)
     directory = target.parent if str(target.parent) else Path(".")
     require(directory.is_dir(), f"launcher path ({target}) must be in an existing directory")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(target, text, executable=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import require
-from moeplan.planners.strategy_space import Strategy
+from moeplan.planners.strategy.space import Strategy
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

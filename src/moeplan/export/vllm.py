@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from moeplan.errors import require
 from moeplan.export.sglang import ExportResult
-from moeplan.planners.strategy_space import Strategy
+from moeplan.planners.strategy.space import Strategy
 
 
 def vllm_args(

@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from moeplan.planners.plan import Candidate, PlanResult
+from moeplan.planners.rank import Candidate, PlanResult
+from moeplan.units import GIB
 
 FAMILY_NAMES = {"strategy": "Colocated hybrid (MixServe)", "pipeline": "Pipelined (SMIDT)",
                 "dep": "Disaggregated (FinDEP)"}
 COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62"}
-GIB = 1024**3
 
 
 def families_bar(result: PlanResult) -> go.Figure:
@@ -63,7 +63,7 @@ def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
 
 def dep_gantt(c: Candidate, layers: int = 2) -> go.Figure:
     """FinDEP's schedule next to PPPipe's (first ``layers`` MoE layers)."""
-    from moeplan.planners._dep_report import schedules
+    from moeplan.planners.dep.planner import schedules
     from moeplan.sim import gantt_figure
 
     fig = gantt_figure(schedules(c.detail, layers=layers),

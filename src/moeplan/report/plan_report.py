@@ -1,6 +1,7 @@
 """Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
 
-Every file is written atomically (temp file + rename in the same folder). The timeline is the
+The files are written as one set (:class:`moeplan.io.OutputSet`): staged in a hidden folder
+next to ``--out`` and swapped in together, so an interrupted run never leaves a mix. The timeline is the
 winner's simulated schedule on :mod:`moeplan.sim`: FinDEP's own task graph; for MixServe a
 per-layer compute → communication chain of the prefill step (Eq. 6 adds them, no overlap);
 for SMIDT the stages' micro-batch pipeline.
@@ -9,21 +10,24 @@ for SMIDT the stages' micro-batch pipeline.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from moeplan.atomic import write_atomic
-from moeplan.planners.plan import Candidate, PlanResult
+import numpy as np
+
+from moeplan.io import OutputSet
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.report import figures
 from moeplan.report.html import Section, render
 from moeplan.sim import Schedule, TaskGraph, chrome_trace, simulate
-
-GIB = 1024**3
+from moeplan.units import GIB
 
 
 def strategy_timeline(c: Candidate, layers: int) -> Schedule:
     """MixServe prefill step: per layer compute then communication (then P2P per stage)."""
-    p = c.plan["predicted"]["prefill_s"]
+    p = c.plan.predicted["prefill_s"]
     g = TaskGraph()
     prev: list[int] = []
     for i in range(layers):
@@ -56,7 +60,7 @@ def winner_trace(result: PlanResult) -> dict[str, Any]:
     meta = {"model": result.model.name, "cluster": result.cluster.name, "family": w.family,
             "label": w.label}
     if w.family == "dep":
-        from moeplan.planners._dep_report import chrome_traces
+        from moeplan.planners.dep.planner import chrome_traces
 
         return chrome_traces(w.detail, layers=min(4, w.detail.problem.layers))
     if w.family == "pipeline":
@@ -64,20 +68,30 @@ def winner_trace(result: PlanResult) -> dict[str, Any]:
     return chrome_trace({w.label: strategy_timeline(w, result.model.num_layers)}, metadata=meta)
 
 
-def _launchers(outdir: Path, result: PlanResult, model_arg: str) -> dict[str, str]:
+ARTIFACTS = frozenset({"plan.json", "report.html", "timeline.json", "sglang.sh", "vllm.sh",
+                       "expert_location.json"})
+
+
+def check_outdir(outdir: Path) -> None:
+    """Refuse an ``--out`` that would lose a user's files, before any planning is done."""
+    OutputSet(outdir, known=set(ARTIFACTS))
+
+
+def _launchers(out: OutputSet, result: PlanResult, model_arg: str) -> dict[str, str]:
     """sglang.sh / vllm.sh for the best colocated strategy, with plain caveats."""
-    from moeplan.export.launcher import write_launcher
+    from moeplan.export.launcher import render_launcher
     from moeplan.export.sglang import sglang_args
     from moeplan.export.vllm import vllm_args
 
     strat = next((c for c in result.candidates if c.family == "strategy"), None)
     files = {}
     for engine, fn in (("sglang", sglang_args), ("vllm", vllm_args)):
-        path = outdir / f"{engine}.sh"
+        name = f"{engine}.sh"
         if strat is None:
-            write_atomic(path, "#!/usr/bin/env bash\necho 'moeplan: no colocated strategy was "
-                         "planned (strategy family skipped), nothing to launch' >&2\nexit 1\n")
-            files[engine] = str(path)
+            files[engine] = str(out.write(
+                name, "#!/usr/bin/env bash\necho 'moeplan: no colocated strategy was "
+                "planned (strategy family skipped), nothing to launch' >&2\nexit 1\n",
+                executable=True))
             continue
         best = min((r for r in strat.detail.strategies if r.strategy.label() == strat.label),
                    key=lambda r: r.prefill.total_s)
@@ -91,44 +105,50 @@ def _launchers(outdir: Path, result: PlanResult, model_arg: str) -> dict[str, st
                          "slower per GPU by moeplan's model")
         notes += [f"WARNING: {x}" for x in exp.warnings]
         if exp.expressible and exp.args:
-            write_launcher(path, exp.args, notes)
+            text = render_launcher(exp.args, notes)
         else:
             body = "\n".join(f"# {n}" for n in notes)
-            write_atomic(path, f"#!/usr/bin/env bash\n{body}\necho 'moeplan: {engine} cannot "
-                         "express this strategy; see the warnings above' >&2\nexit 1\n")
-            path.chmod(0o755)
-        files[engine] = str(path)
+            text = (f"#!/usr/bin/env bash\n{body}\necho 'moeplan: {engine} cannot "
+                    "express this strategy; see the warnings above' >&2\nexit 1\n")
+        files[engine] = str(out.write(name, text, executable=True))
     return files
 
 
-def write_artifacts(outdir: Path, result: PlanResult, placement: Any, cm: Any, *,
-                    model_arg: str, trace: str | None) -> dict[str, str]:
-    """Write every artifact; returns ``{kind: path}`` (plus ``dir``)."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, str] = {"dir": str(outdir)}
-    plan = dict(result.winner.plan)
-    plan["ranking"] = [c.summary() for c in result.candidates]
+def winner_plan(result: PlanResult, placement: Any, trace: str | None) -> Plan:
+    """The winner's :class:`Plan` with the ranking and (when traced) its expert placement."""
+    plan = replace(result.winner.plan, ranking=[c.summary() for c in result.candidates])
     if placement is not None and trace is not None:
         from moeplan.planners.placement import physical_to_logical
 
         p2l = physical_to_logical(placement.methods["semmoe"].y, placement.ep)
-        plan.setdefault("details", {})
-        plan["details"] = {**plan["details"], "placement": {
+        plan = replace(plan, details={**plan.details, "placement": {
             "ep": placement.ep, "physical_to_logical_map": p2l.tolist(),
-            "moe_layers": list(result.model.moe_layers)}}
-        from moeplan.export.expert_location import write_sglang_expert_location
+            "moe_layers": list(result.model.moe_layers)}})
+    return plan
 
-        write_sglang_expert_location(outdir / "expert_location.json", p2l, ep=placement.ep,
-                                     num_hidden_layers=result.model.num_layers,
-                                     moe_layers=result.model.moe_layers)
-        files["expert_location"] = str(outdir / "expert_location.json")
-    files["plan"] = str(write_atomic(outdir / "plan.json", json.dumps(plan, indent=1,
-                                                                      default=_np)))
-    files["timeline"] = str(write_atomic(outdir / "timeline.json",
-                                         json.dumps(winner_trace(result), default=_np)))
-    files.update(_launchers(outdir, result, model_arg))
-    html = render_report(result, placement, cm, trace)
-    files["report"] = str(write_atomic(outdir / "report.html", html))
+
+def write_artifacts(outdir: Path, result: PlanResult, placement: Any, cm: Any, *,
+                    model_arg: str, trace: str | None) -> dict[str, str]:
+    """Write every artifact as one set (:class:`moeplan.io.OutputSet`); ``{kind: path}``."""
+    files: dict[str, str] = {"dir": str(outdir)}
+    plan = winner_plan(result, placement, trace)
+    html = render_report(result, placement, cm, trace)  # before any file: it may fail
+    with OutputSet(outdir, known=set(ARTIFACTS)) as out:
+        if "placement" in plan.details:
+            from moeplan.export.expert_location import write_sglang_expert_location
+
+            write_sglang_expert_location(out.path("expert_location.json"),
+                                         np.asarray(plan.details["placement"]
+                                                    ["physical_to_logical_map"]),
+                                         ep=placement.ep,
+                                         num_hidden_layers=result.model.num_layers,
+                                         moe_layers=result.model.moe_layers)
+            files["expert_location"] = str(outdir / "expert_location.json")
+        files["plan"] = str(out.write("plan.json", plan.to_json()))
+        files["timeline"] = str(out.write("timeline.json",
+                                          json.dumps(winner_trace(result), default=_np)))
+        files.update(_launchers(out, result, model_arg))
+        files["report"] = str(out.write("report.html", html))
     return files
 
 

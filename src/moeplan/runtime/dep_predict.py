@@ -4,7 +4,7 @@ Task durations for the simulator are calibrated from the same run: ``attn``, ``s
 ``expert`` are the medians of the measured ``A``, ``S`` and ``E`` spans; ``a2e = e2a`` is half
 the median round trip of one chunk's messages (counts + rows out, rows back) between AG rank 0
 and EG rank ``ag``, timed right before the run (:func:`calibrate_link`). The FinDEP task graph
-for the plan's ``(ma, r1, r2, order)`` is then simulated by :func:`moeplan.planners.dep.schedule` and written
+for the plan's ``(ma, r1, r2, order)`` is then simulated by :func:`moeplan.planners.dep.solver.schedule` and written
 as a Chrome trace next to the measured one. The difference between the two makespans is the
 simulator's error on this machine for this schedule (the measured spans include Python
 overheads and gloo's CPU transfers that the model treats as separate resources).
@@ -75,7 +75,7 @@ def predicted_trace(
 ) -> dict[str, Any] | None:
     """Chrome trace of the simulator's schedule for this plan, or None if the planner is absent."""
     try:
-        from moeplan.planners.dep import DepConfig, DepProblem, DepResult, DepTimes, schedule
+        from moeplan.planners.dep.solver import DepConfig, DepProblem, DepResult, DepTimes, schedule
         from moeplan.sim import chrome_trace
     except ImportError:
         return None

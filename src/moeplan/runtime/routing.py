@@ -11,7 +11,7 @@ permutation code (:mod:`moeplan.runtime.permute`).
   renormalised, times ``routed_scaling_factor`` (as in DeepSeek's reference code).
 - :func:`topp_routing`: SMIDT §2 / DESIGN.md "Top-P": experts by descending probability until the
   cumulative probability reaches ``p`` (the expert that crosses ``p`` is included), clamped to
-  ``[k_min, k_max]``; ties go to the lower expert id (the planner's ``moeplan.planners.topp``
+  ``[k_min, k_max]``; ties go to the lower expert id (the planner's ``moeplan.traces.topp``
   rule). Vectorised: one sort and one cumsum, no loop over tokens. The cumulative
   sum is taken in fp64 so ties at ``p`` do not depend on fp32 summation order. ``p <= 0`` gives
   ``k = k_min`` (possibly 0). Weights are the selected probabilities, renormalised on request.

@@ -9,13 +9,13 @@ Inside the code times are seconds; only the exported JSON uses microseconds.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from moeplan.io import write_atomic
 
 LANES = {"compute": 0, "send": 1, "recv": 2, "comm": 3}
 
@@ -75,10 +75,4 @@ class Timeline:
 
 def write_trace(events: list[dict[str, Any]], path: str | Path, **meta: Any) -> None:
     """Write ``{"traceEvents": events, ...meta}`` atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"traceEvents": events, **meta}, f)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"traceEvents": events, **meta}))

@@ -73,10 +73,9 @@ def read_stat(paths: Sequence[Path], num_experts: int | None = None) -> np.ndarr
 
 def write_load_json(path: Path, load: np.ndarray) -> None:
     """Write ``{"expert_load": [[...] per layer]}`` atomically."""
-    from moeplan.export.expert_location import _atomic_write
+    from moeplan.io import write_atomic
 
-    obj = {"expert_load": load.tolist()}
-    _atomic_write(Path(path), lambda fh: json.dump(obj, fh), binary=False)
+    write_atomic(path, json.dumps({"expert_load": load.tolist()}))
 
 
 def _record_rows(rec: dict[str, Any], p2l: np.ndarray | None, next_rid: int):

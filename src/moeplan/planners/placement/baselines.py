@@ -1,7 +1,7 @@
 """Baseline expert placements Sem-MoE is compared with (paper 002, §4.3 and §4.6).
 
 - ``contiguous``: expert e on device e // (E / C) (SGLang's default), requests round robin;
-- ``eplb``: DeepSeek EPLB (:mod:`moeplan.planners.eplb`) on the train hotness, no redundant
+- ``eplb``: DeepSeek EPLB (:mod:`moeplan.planners.placement.eplb`) on the train hotness, no redundant
   slots unless asked (physical experts = E), global policy;
 - ``transition``: inter-layer affinity placement in the spirit of ExFlow / MoETuner: equal
   experts per device, minimising the expert-to-expert transitions between consecutive layers
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from moeplan.planners.eplb import rebalance_experts
-from moeplan.planners.placement_cocluster import _swap_repair
+from moeplan.planners.placement.cocluster import _swap_repair
+from moeplan.planners.placement.eplb import rebalance_experts
 
 
 def contiguous(num_layers: int, num_experts: int, ep: int) -> np.ndarray:

@@ -1,8 +1,8 @@
 """FinDEP end to end: plan a model on a cluster, compare with the baselines, verify, export.
 
 :func:`plan_dep` is what the CLI (``moeplan dep``) and ``moeplan plan`` call; it returns a
-:class:`DepReport`. :func:`report_dict` is the ``--json`` object, :func:`plan_dict` the
-``plan.json`` (schema ``moeplan.plan/1``, family ``dep``, docs/API.md) and
+:class:`DepReport`. :func:`report_dict` is the ``--json`` object, :func:`to_plan` the
+:class:`Plan` (schema ``moeplan.plan/1``, family ``dep``, docs/API.md) and
 :func:`chrome_traces` the Chrome trace of the chosen schedule next to PPPipe's.
 """
 
@@ -14,10 +14,9 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
-from moeplan.planners._dep_cost import DepProblem, dep_problem
-from moeplan.planners._dep_schedule import DepConfig
-from moeplan.planners._dep_verify import cpsat_optimum
-from moeplan.planners.dep import (
+from moeplan.planners.dep.problem import DepProblem, dep_problem
+from moeplan.planners.dep.schedule import DepConfig
+from moeplan.planners.dep.solver import (
     DepResult,
     brute_force,
     naive,
@@ -26,6 +25,8 @@ from moeplan.planners.dep import (
     search_groups,
     solve,
 )
+from moeplan.planners.dep.verify import cpsat_optimum
+from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec
 
 CPSAT_MAX = 4  # r1, r2 <= 4 and 2 layers: CP-SAT proves optimality in seconds
@@ -155,22 +156,21 @@ def report_dict(report: DepReport) -> dict[str, Any]:
     return out
 
 
-def plan_dict(report: DepReport) -> dict[str, Any]:
-    """``plan.json`` of the chosen FinDEP deployment (schema ``moeplan.plan/1``)."""
+def to_plan(report: DepReport) -> Plan:
+    """The :class:`~moeplan.planners.plan.Plan` of the chosen FinDEP deployment."""
     p, f = report.problem, report.findep
     c = f.config
-    return {
-        "schema": "moeplan.plan/1", "family": "dep", "model": report.model,
-        "cluster": report.cluster,
-        "layout": {"world_size": p.ag + p.eg, "ag": p.ag, "eg": p.eg},
-        "details": {"ma": c.ma, "r1": c.r1, "r2": c.r2, "me": f.me, "order": c.order,
+    return Plan(
+        family="dep", model=report.model, cluster=report.cluster,
+        layout={"world_size": p.ag + p.eg, "ag": p.ag, "eg": p.eg},
+        details={"ma": c.ma, "r1": c.r1, "r2": c.r2, "me": f.me, "order": c.order,
                     "seq_len": report.seq_len, "profile": report.profile},
-        "predicted": {"throughput_tokens_per_s": f.throughput, "iteration_s": f.makespan,
+        predicted={"throughput_tokens_per_s": f.throughput, "iteration_s": f.makespan,
                       "tokens_per_iteration": f.tokens, "utilization": utilization(p, f),
                       "memory_per_gpu": p.memory(c.ma, c.r1) if p.memory else None},
-        "baselines": {k: _summary(report.baseline_problems[k], getattr(report, k))
-                      for k in ("pppipe", "naive")},
-    }
+        baselines={k: _summary(report.baseline_problems[k], getattr(report, k))
+                   for k in ("pppipe", "naive")},
+    )
 
 
 def chrome_traces(report: DepReport, layers: int | None = None) -> dict[str, Any]:

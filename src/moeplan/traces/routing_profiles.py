@@ -9,7 +9,7 @@ all pure functions (file reading lives in the CLI):
   padded for dynamic k (DESIGN.md trace format), either dense ``[tokens, layers, k_max]`` or
   columnar rows ``experts[rows, k_max]`` with a ``layer[rows]`` column.
 * :func:`mean_k_from_shape` — a parametric layer shape (flat, ramp, valley, wave) around a mean.
-* :func:`synthetic_top_p_mean_k` — Top-P routing (:mod:`moeplan.planners.topp`) applied to
+* :func:`synthetic_top_p_mean_k` — Top-P routing (:mod:`moeplan.traces.topp`) applied to
   seeded synthetic router logits whose sharpness varies by layer; used by ``--top-p`` when no
   measured profile is given. Departure: the paper measures real checkpoints; no weights can be
   downloaded here, so the sharpness schedule is an assumption stated in the profile's source.
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.topp import softmax, top_p_counts
 from moeplan.specs.workload import RoutingProfile
+from moeplan.traces.topp import softmax, top_p_counts
 
 SCHEMA = "moeplan.routing_profile/1"
 SHAPES = ("flat", "ramp", "valley", "wave")

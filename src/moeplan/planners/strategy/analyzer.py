@@ -2,10 +2,10 @@
 
 Entry point :func:`analyze` — a pure function over specs and a cost model: it enumerates the
 strategy grammar (:mod:`strategy_space`), evaluates each with an evaluator
-(default :class:`~moeplan.planners.strategy_cost.StrategyEvaluator`: Eqs. 4-11 and the fused
+(default :class:`~moeplan.planners.strategy.cost.StrategyEvaluator`: Eqs. 4-11 and the fused
 Algs. 1-2), drops what breaks divisibility or memory (Eq. 8), applies the TTFT/ITL SLOs,
 ranks, and evaluates the named baselines of §IV-A on the same footing. :func:`pareto_front`
-gives the throughput-per-GPU vs TTFT front; :func:`to_plan_dict` the ``plan.json`` of family
+gives the throughput-per-GPU vs TTFT front; :func:`to_plan` the :class:`Plan` of family
 ``strategy`` (docs/API.md).
 
 Ranking (the paper names no single objective): stable queues first, then the chosen metric —
@@ -23,17 +23,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.strategy_cost import CostLike, StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy_space import (
+from moeplan.planners.plan import Plan
+from moeplan.planners.strategy.cost import CostLike, StrategyEvaluator, StrategyResult
+from moeplan.planners.strategy.space import (
     Strategy,
     enumerate_strategies,
     mixserve_default,
     named_baselines,
 )
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile, Workload
+from moeplan.units import GIB
 
 RANK_BY = ("throughput", "ttft", "itl")
-GIB = 1024**3
 
 Evaluate = Callable[[Strategy], StrategyResult | None]
 
@@ -210,9 +211,9 @@ def result_dict(r: StrategyResult) -> dict:
     }
 
 
-def to_plan_dict(r: StrategyResult, *, model: str = "", cluster: str = "",
-                 baselines: dict[str, StrategyResult | None] | None = None) -> dict:
-    """``plan.json`` (schema ``moeplan.plan/1``) of family ``strategy`` for result ``r``."""
+def to_plan(r: StrategyResult, *, model: str = "", cluster: str = "",
+            baselines: dict[str, StrategyResult | None] | None = None) -> Plan:
+    """The :class:`~moeplan.planners.plan.Plan` of family ``strategy`` for result ``r``."""
     d = result_dict(r)
     predicted = {k: d[k] for k in ("ttft_s", "itl_s", "throughput_tokens_per_s",
                                    "mem_bytes_per_gpu", "comm_share_prefill",
@@ -220,7 +221,6 @@ def to_plan_dict(r: StrategyResult, *, model: str = "", cluster: str = "",
                                    "stable")}
     base = {name: (None if b is None else {**result_dict(b), "gains": gains(r, b)})
             for name, b in (baselines or {}).items()}
-    return {"schema": "moeplan.plan/1", "family": "strategy", "model": model,
-            "cluster": cluster, "layout": r.strategy.layout(),
-            "details": {"fused": r.strategy.fused, "label": r.strategy.label()},
-            "predicted": predicted, "baselines": base}
+    return Plan(family="strategy", model=model, cluster=cluster, layout=r.strategy.layout(),
+                details={"fused": r.strategy.fused, "label": r.strategy.label()},
+                predicted=predicted, baselines=base)

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from moeplan.planners.pipeline import DegreeTables, PipelinePlan, _choose, assemble
-from moeplan.planners.pipeline_cost import Choice
-from moeplan.planners.pipeline_search import search_partition
+from moeplan.planners.pipeline.cost import Choice
+from moeplan.planners.pipeline.search import search_partition
+from moeplan.planners.pipeline.stages import DegreeTables, PipelinePlan, assemble, choose_plan
 
 
 def homogeneous_configs(dt: DegreeTables) -> list[tuple[int, ...]]:
@@ -92,7 +92,7 @@ def baselines_for_degree(dt: DegreeTables, rounds: int,
         balanced = _balanced_bounds(dt, picks)
         if balanced is not None:
             found["time_balanced"].append(assemble("time_balanced", dt, balanced, picks, rounds))
-    return {k: _choose(v, async_pp) for k, v in found.items()}
+    return {k: choose_plan(v, async_pp) for k, v in found.items()}
 
 
 def all_baselines(degrees: Mapping[int, DegreeTables | None], rounds: int,
@@ -107,7 +107,7 @@ def all_baselines(degrees: Mapping[int, DegreeTables | None], rounds: int,
             if plan is None:
                 continue
             per["no_pp" if pp == 1 else name].append(plan)
-    out = {k: _choose(v, async_pp) for k, v in per.items()}
+    out = {k: choose_plan(v, async_pp) for k, v in per.items()}
     if out["no_pp"] is not None:
         out["no_pp"] = _renamed(out["no_pp"], "no_pp")
     return out

@@ -36,10 +36,9 @@ from functools import lru_cache
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError, require
-from moeplan.planners._dep_schedule import DepTimes
+from moeplan.planners.dep.schedule import DepTimes
 from moeplan.specs import ClusterSpec, ModelSpec
-
-GIB = 1024**3
+from moeplan.units import GIB
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moeplan.cost import memory as mem
-from moeplan.planners.fused import FusedLayer
-from moeplan.planners.queueing import service_metrics
-from moeplan.planners.strategy_comm import Link, Links, layer_comm, p2p_boundaries
-from moeplan.planners.strategy_space import Strategy, stage_shape
+from moeplan.planners.strategy.comm import Link, Links, layer_comm, p2p_boundaries
+from moeplan.planners.strategy.fused import FusedLayer
+from moeplan.planners.strategy.queueing import service_metrics
+from moeplan.planners.strategy.space import Strategy, stage_shape
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
 #: intra-node link kinds that are full meshes (a dedicated link per GPU pair)

@@ -5,8 +5,8 @@ is cut into ``r1`` micro-batches of ``ma`` prompts per AG GPU, and the expert pa
 micro-batch into ``r2`` chunks of ``me`` tokens per expert; the AG runs its attention (A) and
 shared-expert (S) tasks in order ``ASAS`` or ``AASS``. The task graph, its exact fast
 makespan and the paper's closed form (Eqs. 12–13, corrected) are in
-:mod:`moeplan.planners._dep_schedule`; durations and memory in
-:mod:`moeplan.planners._dep_cost`; brute force and CP-SAT in :mod:`moeplan.planners._dep_verify`.
+:mod:`moeplan.planners.dep.schedule`; durations and memory in
+:mod:`moeplan.planners.dep.problem`; brute force and CP-SAT in :mod:`moeplan.planners.dep.verify`.
 
 What is here:
 
@@ -54,8 +54,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from moeplan.planners._dep_cost import DepProblem, alpha_beta_problem, dep_problem
-from moeplan.planners._dep_schedule import (
+from moeplan.planners.dep.problem import DepProblem, alpha_beta_problem, dep_problem
+from moeplan.planners.dep.schedule import (
     ORDERS,
     DepConfig,
     DepTimes,
@@ -295,19 +295,3 @@ class OnlineSolver:
                 self._cache.pop(next(iter(self._cache)))
             hit = self._cache[seq_len] = solve(self._make(seq_len))
         return hit
-
-
-_REPORT_API = ("DepReport", "chrome_traces", "plan_dep", "plan_dict", "report_dict", "schedules",
-               "utilization")
-
-
-__all__ += list(_REPORT_API)
-
-
-def __getattr__(name: str):
-    """End-to-end API (:mod:`moeplan.planners._dep_report`), loaded on first use."""
-    if name in _REPORT_API:
-        from moeplan.planners import _dep_report
-
-        return getattr(_dep_report, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.errors import require
-from moeplan.planners.strategy_comm import Link, all_gather, reduce_scatter
+from moeplan.planners.strategy.comm import Link, all_gather, reduce_scatter
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from moeplan.errors import require
-from moeplan.planners import placement_baselines as base
-from moeplan.planners import placement_cocluster as cc
-from moeplan.planners.placement_affinity import (
+from moeplan.planners.placement import baselines as base
+from moeplan.planners.placement import cocluster as cc
+from moeplan.planners.placement.affinity import (
     Affinity,
     ChunkSource,
     MarkovTable,
@@ -41,8 +41,8 @@ from moeplan.planners.placement_affinity import (
     fit_markov,
     markov_key,
 )
-from moeplan.planners.placement_metrics import Evaluator, Tally, summarize
-from moeplan.planners.placement_sched import (
+from moeplan.planners.placement.metrics import Evaluator, Tally, summarize
+from moeplan.planners.placement.sched import (
     predict_devices,
     request_scores,
     schedule_requests,

@@ -2,7 +2,7 @@
 scheduling subproblem with *free* task order on every resource).
 
 For fixed ``(ma, r1, r2)`` the tasks, durations and precedence edges are those of
-:func:`moeplan.planners._dep_schedule.build_graph`; CP-SAT may order the tasks on each of the
+:func:`moeplan.planners.dep.schedule.build_graph`; CP-SAT may order the tasks on each of the
 four resources (AG, A→E link, EG, E→A link) any way it likes, so its optimum is a lower bound
 on every fixed order (ASAS, AASS, and the FIFO order on links and EG). Durations are scaled to
 integers (``unit`` seconds, about 10^5 units in all) and the heuristics are re-simulated with
@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from moeplan.planners._dep_schedule import ORDERS, DepConfig, DepTimes, build_graph
+from moeplan.planners.dep.schedule import ORDERS, DepConfig, DepTimes, build_graph
 from moeplan.sim import simulate
 
 FIELDS = ("attn", "shared", "expert", "a2e", "e2a")

@@ -1,0 +1,144 @@
+"""SMIDT: the pipeline planner entry point :func:`plan_pipeline` (paper 001, §4).
+
+For every PP degree it builds the cost tables (:mod:`.stages`), runs the search of Eq. 1
+(:mod:`.search`), scores each degree's plan (:func:`.stages.pipeline_throughput`) and compares
+with the baselines (:mod:`.baselines`) on the same tables.
+"""
+
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError, require
+from moeplan.planners.pipeline.baselines import all_baselines
+from moeplan.planners.pipeline.cost import (
+    Evaluator,
+    StageContext,
+    build_tables,
+    cost_model_evaluator,
+    memory_reserve,
+    modules_of,
+)
+from moeplan.planners.pipeline.search import (
+    Partition,
+    exhaustive_partition,
+    level_memory,
+    naive_dp_partition,
+    search_partition,
+)
+from moeplan.planners.pipeline.stages import (
+    DegreeTables,
+    PipelinePlan,
+    PipelineResult,
+    assemble,
+    choose_plan,
+    degree_tables,
+    pp_degrees,
+)
+from moeplan.specs import ClusterSpec, ModelSpec, Workload
+from moeplan.units import GIB
+
+
+def smallest_memory_needed(degrees: dict[int, DegreeTables | None], model: ModelSpec,
+                           cluster: ClusterSpec, workload: Workload, evaluate: Evaluator,
+                           ) -> float:
+    """Least GPU memory with which some PP degree has a plan (time ignored)."""
+    best = math.inf
+    for pp in degrees:
+        routing = workload.routing_for(model.top_k)
+        ctx = StageContext(model=model, workload=workload, routing=routing, pp=pp,
+                           r=cluster.num_gpus // pp, gpus_per_node=cluster.gpus_per_node)
+        tables = build_tables(modules_of(model, routing), ctx, evaluate)
+        mins = np.array([t.mems().min() for t in tables])
+        best = min(best, memory_reserve(ctx) + _min_max_partition(mins, pp))
+    return best
+
+
+def _min_max_partition(values: np.ndarray, parts: int) -> float:
+    """Least possible largest sum when cutting ``values`` into ``parts`` contiguous runs."""
+    lo, hi = float(values.max()), float(values.sum())
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        count, run = 1, 0.0
+        for v in values:
+            if run + v > mid:
+                count, run = count + 1, 0.0
+            run += v
+        lo, hi = (lo, mid) if count <= parts else (mid, hi)
+    return hi
+
+
+def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                  cost_model: CostModel, *, pp: int | None = None, async_pp: bool = True,
+                  eps: float = 1e-4, resolution: int = 512, rounds: int = 4,
+                  evaluate: Evaluator | None = None, verify: bool = False,
+                  baselines: bool = True, level: bool = True) -> PipelineResult:
+    """SMIDT plan for ``model`` on ``cluster`` serving ``workload`` (see module docstring).
+
+    ``level``: after the search, keep its bottleneck but lower the peak memory per GPU
+    (:func:`.pipeline_search.level_memory`) when that costs under 1 % throughput (fill).
+    Raises :class:`MoeplanError` when no PP degree has a plan within GPU memory, naming the
+    smallest memory per GPU that would fit.
+    """
+    require(rounds >= 1, f"rounds ({rounds}) must be >= 1")
+    evaluate = evaluate or cost_model_evaluator(cost_model)
+    t0 = time.perf_counter()
+    degrees = {s: degree_tables(model, cluster, workload, cost_model, s, evaluate, resolution)
+               for s in pp_degrees(model, cluster, pp)}
+    per_pp: dict[int, PipelinePlan | None] = {}
+    parts: dict[int, Partition] = {}
+    for s, dt in degrees.items():
+        part = None if dt is None else search_partition(dt.times(), dt.units, dt.cap_units, s,
+                                                        eps=eps, base=dt.base)
+        if part is None or dt is None:
+            per_pp[s] = None
+            continue
+        parts[s] = part
+        plan = assemble("smidt", dt, part.bounds, part.choice, rounds)
+        per_pp[s] = _leveled(dt, part, plan, rounds) if level else plan
+    search_s = time.perf_counter() - t0
+    best = choose_plan([p for p in per_pp.values() if p is not None], async_pp)
+    if best is None:
+        need = smallest_memory_needed(degrees, model, cluster, workload, evaluate)
+        raise MoeplanError(
+            f"no plan fits: {model.name} on {cluster.name} needs at least {need / GIB:.1f} GiB "
+            f"per GPU for pp in {sorted(degrees)} (has {cluster.gpu.mem_bytes / GIB:.1f} GiB)")
+    if baselines:
+        for s in pp_degrees(model, cluster, None):
+            if s not in degrees:
+                degrees[s] = degree_tables(model, cluster, workload, cost_model, s, evaluate,
+                                           resolution)
+    base = all_baselines(degrees, rounds, async_pp) if baselines else {}
+    check = _verify(degrees[best.pp], best) if verify else None
+    return PipelineResult(model=model.name, cluster=cluster.name, world_size=cluster.num_gpus,
+                          mem_limit_bytes=cluster.gpu.mem_bytes, async_pp=async_pp, plan=best,
+                          per_pp=per_pp, baselines=base, search_s=search_s, verify=check)
+
+
+def _leveled(dt: DegreeTables, part: Partition, plan: PipelinePlan,
+             rounds: int) -> PipelinePlan:
+    """The same bottleneck with the least peak memory, unless it costs >= 1 % throughput."""
+    even = level_memory(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, part.bottleneck,
+                        base=dt.base)
+    if even is None:
+        return plan
+    alt = assemble("smidt", dt, even.bounds, even.choice, rounds)
+    return alt if alt.throughput_tokens_per_s >= 0.99 * plan.throughput_tokens_per_s else plan
+
+
+def _verify(dt: DegreeTables | None, plan: PipelinePlan) -> dict:
+    """Exact optimum of the same discretized problem for the chosen PP degree."""
+    assert dt is not None
+    n = len(dt.tables)
+    small = n <= 12 and dt.ctx.pp * dt.ctx.r <= 8
+    solver = exhaustive_partition if small else naive_dp_partition
+    exact = solver(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, base=dt.base)
+    assert exact is not None, "search found a plan the exact solver calls infeasible"
+    return {"method": "exhaustive" if small else "exact_dp",
+            "exhaustive_bottleneck_s": exact.bottleneck,
+            "gap_s": plan.bottleneck_s - exact.bottleneck}

@@ -1,0 +1,283 @@
+"""``moeplan plan``: every deployment family on one cost model, ranked, with the winner explained.
+
+Families (each planner's own search, unchanged):
+
+- ``strategy`` — colocated hybrid TP/EP/DP/PP (MixServe, :mod:`moeplan.planners.strategy.analyzer`);
+- ``pipeline`` — module-level pipeline stages with DPMoE (SMIDT, :mod:`moeplan.planners.pipeline.planner`);
+- ``dep`` — disaggregated attention/expert GPUs (FinDEP, :mod:`moeplan.planners.dep.solver`).
+
+**Common footing (a decision the papers leave open).** The four papers optimise different
+objectives: FinDEP and SMIDT report prefill throughput of fixed-length prompts, MixServe
+TTFT/ITL/throughput including decode. The one quantity all three families model is the
+*prefill* of ``workload.batch`` prompts of ``workload.isl`` tokens, so plans are ranked by
+**prompt tokens per second per GPU** for that batch (every family gets the same number of
+concurrent prompts; FinDEP splits them over its attention GPUs). TTFT here is that batch's
+service time without queueing. Decode metrics are reported where the family models them
+(MixServe's ITL) and are not used for ranking. A TTFT SLO filters plans before ranking.
+
+What bounds the winner (compute, memory, intra- or inter-node communication) comes from the
+family's own breakdown: MixServe's compute/communication split of the prefill step,
+FinDEP's per-resource utilisation in the simulated schedule, SMIDT's bottleneck stage.
+Sem-MoE placement is applied to the winner's EP group when a routing trace is given (or a
+synthetic one with the model's shape), and its gain is reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.cost.memory import RESERVED_BYTES
+from moeplan.errors import MoeplanError, require
+from moeplan.planners.plan import Plan
+from moeplan.specs import ClusterSpec, ModelSpec, Workload
+from moeplan.units import GIB
+
+FAMILIES = ("strategy", "pipeline", "dep")
+TIE = 0.005  # plans within 0.5 % per GPU are tied
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One family's best plan on the common footing."""
+
+    family: str
+    label: str
+    gpus: int
+    prefill_tokens_per_s: float
+    ttft_s: float
+    mem_bytes_per_gpu: float
+    bound: str
+    plan: Plan
+    itl_s: float | None = None
+    detail: Any = None
+    search_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_gpu(self) -> float:
+        return self.prefill_tokens_per_s / self.gpus
+
+    def summary(self) -> dict[str, Any]:
+        return {"family": self.family, "label": self.label, "gpus": self.gpus,
+                "prefill_tokens_per_s": self.prefill_tokens_per_s,
+                "prefill_tokens_per_s_per_gpu": self.per_gpu, "ttft_s": self.ttft_s,
+                "itl_s": self.itl_s, "mem_bytes_per_gpu": self.mem_bytes_per_gpu,
+                "bound": self.bound, "search_ms": self.search_s * 1e3, **self.extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanResult:
+    """Ranked candidates, families that could not plan (and why), and the explanation."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    candidates: tuple[Candidate, ...]
+    skipped: dict[str, str]
+    explanation: list[str]
+    placement: Any = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def winner(self) -> Candidate:
+        return self.candidates[0]
+
+
+Adapter = Callable[[ModelSpec, ClusterSpec, Workload, CostModel], Candidate]
+
+
+def _bound_from_shares(compute: float, intra: float, inter: float) -> str:
+    parts = {"compute": compute, "intra-node communication": intra,
+             "inter-node communication": inter}
+    return max(parts, key=lambda k: parts[k])
+
+
+def strategy_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                       cm: CostModel) -> Candidate:
+    """MixServe's analyzer; the strategy with the highest prefill throughput."""
+    from moeplan.planners import strategy as st
+
+    t0 = time.perf_counter()
+    a = st.analyze(model, cluster, workload, cm)
+    require(bool(a.strategies), f"no MixServe strategy meets the SLOs on {cluster.name}")
+    tokens = workload.batch * workload.isl
+    best = max(a.strategies, key=lambda r: (tokens / r.prefill.total_s, -r.num_gpus))
+    p = best.prefill
+    inter = best.strategy.moe_ep > 1 and cluster.num_nodes > 1 or best.strategy.pp > 1 \
+        and cluster.num_nodes > 1
+    comm = p.comm_s + p.p2p_s
+    bound = _bound_from_shares(p.compute_s, 0 if inter else comm, comm if inter else 0)
+    plan = st.to_plan(best, model=model.name, cluster=cluster.name, baselines=a.baselines)
+    return Candidate(family="strategy", label=best.strategy.label(), gpus=best.num_gpus,
+                     prefill_tokens_per_s=tokens / p.total_s, ttft_s=p.total_s,
+                     itl_s=best.itl_s if math.isfinite(best.itl_s) else None,
+                     mem_bytes_per_gpu=best.mem_bytes_per_gpu, bound=bound, plan=plan,
+                     detail=a, search_s=time.perf_counter() - t0,
+                     extra={"comm_share_prefill": p.comm_share})
+
+
+def dep_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                  cm: CostModel) -> Candidate:
+    """FinDEP over every (ag, eg) split of the cluster; the batch is split over the AG."""
+    from moeplan.planners import dep as rep
+    from moeplan.planners.dep.problem import dep_problem
+    from moeplan.planners.dep.solver import naive, pppipe, search_groups
+
+    t0 = time.perf_counter()
+    n = cluster.num_gpus
+
+    def make(ag: int, eg: int):
+        return dep_problem(model, cluster, cm, ag=ag, eg=eg, seq_len=workload.isl,
+                           batch=max(1, math.ceil(workload.batch / ag)))
+
+    try:
+        problem, result = search_groups(make, n)
+        pp_problem, pp = search_groups(make, n, pppipe)
+        nv_problem, nv = search_groups(make, n, naive)
+    except ValueError:
+        make(1, n - 1)  # raises the memory error of the roomiest split
+        raise
+    report = rep.DepReport(model=model.name, cluster=cluster.name, profile=cm.profile_name,
+                           seq_len=workload.isl, problem=problem, findep=result, pppipe=pp,
+                           naive=nv, baseline_problems={"pppipe": pp_problem, "naive": nv_problem},
+                           search_s=time.perf_counter() - t0)
+    util = rep.utilization(problem, result)
+    top = max(util, key=lambda k: util[k])
+    inter = problem.ag + problem.eg > cluster.gpus_per_node
+    bound = ("compute" if top in ("AG", "EG") or "AG" in top or "EG" in top
+             else ("inter" if inter else "intra") + "-node communication")
+    c = result.config
+    mem = problem.memory(c.ma, c.r1) if problem.memory else {}
+    mem_total = max(mem.get("ag_bytes", 0.0), mem.get("eg_bytes", 0.0)) + RESERVED_BYTES
+    label = f"AG {problem.ag} + EG {problem.eg}, ma={c.ma} r1={c.r1} r2={c.r2} {c.order}"
+    return Candidate(family="dep", label=label, gpus=problem.ag + problem.eg,
+                     prefill_tokens_per_s=result.throughput, ttft_s=result.makespan,
+                     mem_bytes_per_gpu=mem_total, bound=f"{bound} ({top} busiest)",
+                     plan=rep.to_plan(report), detail=report,
+                     search_s=time.perf_counter() - t0,
+                     extra={"speedup_vs_pppipe": report.speedup_vs_pppipe,
+                            "speedup_vs_naive": report.speedup_vs_naive, "utilization": util})
+
+
+def pipeline_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                       cm: CostModel) -> Candidate:
+    """SMIDT's module-level partition over every PP degree, scored on the prefill phase."""
+    from moeplan.planners import pipeline as pl
+
+    t0 = time.perf_counter()
+    res = pl.plan_pipeline(model, cluster, replace(workload, phase="prefill"), cm)
+    p = res.plan
+    tps = p.throughput_tokens_per_s
+    top = max(range(len(p.stages)), key=lambda i: p.stages[i].time_s + p.stages[i].p2p_s)
+    st = p.stages[top]
+    inter = cluster.num_nodes > 1 and st.p2p_s > 0
+    bound = (f"compute (stage {top} of {p.pp} is the bottleneck)" if st.time_s >= st.p2p_s
+             else f"{'inter' if inter else 'intra'}-node communication (stage {top} sends)")
+    hi, lo = p.mem_spread()
+    return Candidate(family="pipeline", label=f"PP{p.pp}, module-level stages",
+                     gpus=res.world_size, prefill_tokens_per_s=tps,
+                     ttft_s=workload.batch * workload.isl / tps, mem_bytes_per_gpu=hi,
+                     bound=bound, plan=res.to_plan(), detail=res, search_s=time.perf_counter() - t0,
+                     extra={"speedup_vs_uniform": res.speedup("uniform"),
+                            "mem_spread_max_over_min": hi / lo if lo else None})
+
+
+ADAPTERS: dict[str, Adapter] = {"strategy": strategy_candidate, "pipeline": pipeline_candidate,
+                                "dep": dep_candidate}
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostModel, *,
+         families: Sequence[str] = FAMILIES, ttft_slo_s: float | None = None,
+         adapters: dict[str, Adapter] | None = None,
+         progress: Callable[[str], None] | None = None) -> PlanResult:
+    """Run every requested family, rank by prefill tokens/s per GPU, explain the winner."""
+    adapters = adapters or ADAPTERS
+    for f in families:
+        require(f in adapters, f"families ({f!r}) must be among {', '.join(adapters)}")
+    cands, skipped, timings = [], {}, {}
+    for f in families:
+        if progress:
+            progress(f)
+        t0 = time.perf_counter()
+        try:
+            c = adapters[f](model, cluster, workload, cm)
+        except (MoeplanError, ValueError) as err:
+            skipped[f] = str(err)
+        else:
+            if ttft_slo_s is not None and c.ttft_s > ttft_slo_s:
+                skipped[f] = (f"best plan's TTFT {c.ttft_s * 1e3:.1f} ms exceeds the SLO "
+                              f"{ttft_slo_s * 1e3:.1f} ms")
+            else:
+                cands.append(c)
+        timings[f] = time.perf_counter() - t0
+    if not cands:
+        raise MoeplanError(_nothing_fits(model, cluster, skipped))
+    ranked = tuple(sorted(cands, key=lambda c: (-c.per_gpu, c.family != "strategy")))
+    best = ranked[0].per_gpu
+    # Within TIE of the best, prefer the colocated plan: SGLang/vLLM can launch it as is.
+    def key(c: Candidate) -> tuple[bool, bool, float]:
+        behind = c.per_gpu < best * (1 - TIE)
+        return behind, not behind and c.family != "strategy", -c.per_gpu
+
+    ranked = tuple(sorted(ranked, key=key))
+    return PlanResult(model=model, cluster=cluster, workload=workload, candidates=ranked,
+                      skipped=skipped, explanation=explain(ranked, cluster), timings=timings)
+
+
+def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
+    """A few plain sentences: who won, by how much, what bounds it."""
+    w = ranked[0]
+    names = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
+             "dep": "disaggregated (FinDEP)"}
+    out = [f"The {names[w.family]} plan wins: {w.label}, {w.per_gpu:,.0f} prompt tokens/s per "
+           f"GPU on {w.gpus} GPUs ({w.prefill_tokens_per_s:,.0f} tokens/s in all)."]
+    out.append(f"It is bound by {w.bound}; it uses {w.mem_bytes_per_gpu / GIB:.1f} GiB of "
+               f"{cluster.gpu.mem_bytes / GIB:.0f} GiB per GPU.")
+    if w.mem_bytes_per_gpu > 0.9 * cluster.gpu.mem_bytes:
+        out.append("Memory is nearly full: a larger batch would not fit, so memory also "
+                   "limits throughput.")
+    if len(ranked) > 1:
+        r = ranked[1]
+        if r.per_gpu >= w.per_gpu * (1 - TIE):
+            first = names[r.family][0].upper() + names[r.family][1:]
+            out.append(f"{first} ({r.label}) ties it at {r.per_gpu:,.0f} tokens/s per "
+                       f"GPU (within {100 * TIE:.1f}%); the colocated plan is preferred on ties "
+                       "because SGLang and vLLM can launch it as is.")
+        else:
+            out.append(f"Runner-up: {names[r.family]} ({r.label}) at {r.per_gpu:,.0f} tokens/s "
+                       f"per GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
+    for c in ranked:
+        if c.family == "strategy" and c.plan.layout.get("pp", 1) > 1:
+            out.append("Caveat: MixServe prices pipeline parallelism as one batch walking through "
+                       "the stages (its Eq. 6), without micro-batch pipelining; SMIDT's pipeline "
+                       "model overlaps micro-batches, so its PP plans look better by comparison.")
+            break
+    return out
+
+
+def _nothing_fits(model: ModelSpec, cluster: ClusterSpec, skipped: dict[str, str]) -> str:
+    from moeplan.cost import memory as mem
+    from moeplan.specs import cluster_names, load_cluster
+
+    need = mem.weights_floor_per_gpu(model, 1)
+    options = []
+    for name in cluster_names():
+        c = load_cluster(name)
+        for nodes in (c.num_nodes, 2 * c.num_nodes, 4 * c.num_nodes, 8 * c.num_nodes):
+            usable = (c.gpu.mem_bytes - mem.RESERVED_BYTES) * c.gpus_per_node * nodes
+            if usable > 1.3 * need:  # weights + room for KV cache and activations
+                options.append((c.gpu.mem_bytes * c.gpus_per_node * nodes, name, nodes,
+                                c.num_nodes))
+                break
+    reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+    if not options:
+        return f"model {model.name} fits no family on {cluster.name} ({reasons})"
+    _, name, nodes, base = min(options)
+    hint = name if nodes == base else f"{name} --nodes {nodes}"
+    return (f"model {model.name} ({need / GIB:.0f} GiB of weights) fits no family on "
+            f"{cluster.name}; the smallest preset that would is {hint} ({reasons})")
