@@ -6,18 +6,32 @@ are discovered automatically: every module here with a ``register(app)`` functio
 commands, so a new command is a new file.
 
 User mistakes raise :class:`moeplan.errors.MoeplanError`; :func:`main` prints its one line on
-stderr and exits with status 2, never a traceback.
+stderr and exits with status 2, never a traceback. Top-level handling (issue 17):
+
+- an ``OSError`` (unwritable ``--out``, a directory given as a file…) is one line, status 2;
+- any other exception is a bug in moeplan: one line naming it and pointing at ``--debug``
+  (first argument) or ``MOEPLAN_DEBUG=1``, which re-raise it with the traceback; status 1;
+- warnings (NumPy ``RuntimeWarning``…) are collected instead of printed: a failing command
+  still prints exactly its one error line, a succeeding one a one-line summary;
+- SIGTERM raises :class:`moeplan.errors.Terminated`, so atomic writers remove their temp files;
+  status 143 (SIGINT: 130);
+- a bare ``moeplan`` (or a bare command group) prints its help and exits 0.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+import warnings
 
 import typer
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import MoeplanError, Terminated, sigterm_raises
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "MOEPLAN_DEBUG"
 
 app = typer.Typer(
     name="moeplan",
@@ -41,31 +55,81 @@ def _register_commands() -> None:
 _register_commands()
 
 
+@app.callback()
+def _global(
+    debug: bool = typer.Option(False, DEBUG_FLAG, help=f"Show tracebacks (or {DEBUG_ENV}=1)."),
+) -> None:
+    """Plan, verify, show, export and run Mixture-of-Experts serving across many GPUs."""
+    del debug  # handled by main() before parsing
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"moeplan: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _usage_error(err: Exception) -> int | None:
+    """Exit code of typer's (vendored click's) usage errors after printing them; else None."""
+    fmt = getattr(err, "format_message", None)
+    code = getattr(err, "exit_code", None)
+    if not (callable(fmt) and isinstance(code, int)):
+        return None
+    if type(err).__name__ == "NoArgsIsHelpError":  # help already printed on stdout
+        return 0
+    ctx = getattr(err, "ctx", None)
+    where = f" (see 'moeplan {ctx.info_name} --help')" if ctx and ctx.parent else ""
+    print(f"moeplan: error: {' '.join(str(fmt()).split())}{where}", file=sys.stderr)
+    return code
+
+
+def _summarise(caught: list[warnings.WarningMessage]) -> None:
+    if caught:
+        first = " ".join(str(caught[0].message).split())[:160]
+        print(
+            f"moeplan: warning: {len(caught)} warning(s), first: {first} "
+            f"(run 'moeplan {DEBUG_FLAG} ...' to see them)",
+            file=sys.stderr,
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``moeplan`` console script."""
-    try:
-        rc = app(args=argv, standalone_mode=False)  # returns typer.Exit's code here
-        if isinstance(rc, int) and rc:
-            sys.exit(rc)
-    except MoeplanError as err:
-        print(f"moeplan: error: {err}", file=sys.stderr)
-        sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
-        print("moeplan: aborted", file=sys.stderr)
-        sys.exit(130)
-    except typer.Exit as ex:
-        sys.exit(ex.exit_code)
-    except SystemExit:
-        raise
-    except Exception as err:  # usage errors (typer's vendored click) arrive here
-        fmt = getattr(err, "format_message", None)
-        code = getattr(err, "exit_code", None)
-        if callable(fmt) and isinstance(code, int):
-            ctx = getattr(err, "ctx", None)
-            where = f" (see 'moeplan {ctx.info_name} --help')" if ctx and ctx.parent else ""
-            print(f"moeplan: error: {' '.join(str(fmt()).split())}{where}", file=sys.stderr)
-            sys.exit(code)
-        raise
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if args[:1] == [DEBUG_FLAG]:
+        debug, args = True, args[1:]
+    with warnings.catch_warnings(record=not debug) as caught, sigterm_raises():
+        try:
+            rc = app(args=args, standalone_mode=False)  # returns typer.Exit's code here
+        except MoeplanError as err:
+            _fail(f"error: {err}", 2)
+        except (typer.Abort, KeyboardInterrupt):
+            _fail("aborted", 130)
+        except Terminated as sig:
+            _fail(f"terminated (signal {sig.signum})", 128 + sig.signum)
+        except typer.Exit as ex:
+            sys.exit(ex.exit_code)
+        except SystemExit:
+            raise
+        except Exception as err:
+            code = _usage_error(err)
+            if code is not None:
+                sys.exit(code)
+            if debug:
+                raise
+            if isinstance(err, OSError):
+                where = f" ({err.filename})" if err.filename else ""
+                _fail(f"error: {err.strerror or type(err).__name__}{where}", 2)
+            text = " ".join(str(err).split())[:200]
+            _fail(
+                f"internal error: {type(err).__name__}: {text} (this is a bug in moeplan; "
+                f"run 'moeplan {DEBUG_FLAG} ...' or set {DEBUG_ENV}=1 for the traceback)",
+                1,
+            )
+        if caught:
+            _summarise(caught)
+    if isinstance(rc, int) and rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":

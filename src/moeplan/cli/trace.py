@@ -1,7 +1,8 @@
 """``moeplan trace synth|import|stats``: make, import and describe routing traces.
 
 Thin: parse flags, call :mod:`moeplan.traces`, print a rich table or one JSON object.
-Files are written atomically by the trace writers.
+Files are written atomically by the trace writers (temp file removed on failure and on
+SIGTERM, which the CLI turns into an exception). Flags are checked before any work.
 """
 
 from __future__ import annotations
@@ -13,13 +14,29 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, print_json
-from moeplan.errors import require
-from moeplan.traces.format import TraceWriter, iter_trace, load_trace, save_trace
+from moeplan.errors import check_int, require
+from moeplan.traces.format import (
+    MAX_TRACE_EXPERTS,
+    TraceWriter,
+    iter_trace,
+    load_trace,
+    save_trace,
+)
 from moeplan.traces.stats import trace_stats
 from moeplan.traces.synthetic import SynthConfig, iter_synthesize
 
-trace_app = typer.Typer(help="Routing traces: synthesize, import real dumps, statistics.",
-                        no_args_is_help=True)
+MAX_REQUESTS = 2**24  # synthetic requests (about 4.5e9 occurrences at the default lengths)
+MAX_SEED = 2**63 - 1
+
+
+def _trace_out(out: Path) -> None:
+    require(out.suffix in (".npz", ".parquet"), f"--out ({out}) must end in .npz or .parquet")
+    require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
+
+
+trace_app = typer.Typer(
+    help="Routing traces: synthesize, import real dumps, statistics.", no_args_is_help=True
+)
 
 
 def _model(name: str):  # type: ignore[no-untyped-def]
@@ -37,36 +54,48 @@ def synth(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
+    check_int("--requests", requests, 1, MAX_REQUESTS)
+    check_int("--seed", seed, 0, MAX_SEED)
+    _trace_out(out)
     m = _model(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
-    cfg = SynthConfig(num_layers=m.num_moe_layers, num_experts=m.num_experts, top_k=m.top_k,
-                      vocab_size=min(m.vocab_size, 32000), num_requests=requests, seed=seed,
-                      num_groups=_groups(m.num_experts))
+    cfg = SynthConfig(
+        num_layers=m.num_moe_layers,
+        num_experts=m.num_experts,
+        top_k=m.top_k,
+        vocab_size=min(m.vocab_size, 32000),
+        num_requests=requests,
+        seed=seed,
+        num_groups=_groups(m.num_experts),
+    )
     n = 0
     if out.suffix == ".parquet":
-        w = TraceWriter(out)
-        try:
+        with TraceWriter(out) as w:
             for chunk in iter_synthesize(cfg):
                 w.write(chunk)
                 n += chunk.num_tokens
-            w.close()
-        except BaseException:
-            w.abort()
-            raise
     else:
         from moeplan.traces.format import concat
 
         tr = concat(list(iter_synthesize(cfg)))
         save_trace(tr, out)
         n = tr.num_tokens
-    info = {"out": str(out), "occurrences": n, "requests": requests,
-            "layers": cfg.num_layers, "experts": cfg.num_experts, "top_k": cfg.top_k,
-            "seed": seed}
+    info = {
+        "out": str(out),
+        "occurrences": n,
+        "requests": requests,
+        "layers": cfg.num_layers,
+        "experts": cfg.num_experts,
+        "top_k": cfg.top_k,
+        "seed": seed,
+    }
     if as_json:
         print_json(info)
     else:
-        console.print(f"wrote {n} token occurrences x {cfg.num_layers} MoE layers "
-                      f"({requests} requests, E={cfg.num_experts}, k={cfg.top_k}) to {out}")
+        console.print(
+            f"wrote {n} token occurrences x {cfg.num_layers} MoE layers "
+            f"({requests} requests, E={cfg.num_experts}, k={cfg.top_k}) to {out}"
+        )
 
 
 def _groups(num_experts: int) -> int:
@@ -77,18 +106,29 @@ def _groups(num_experts: int) -> int:
 @trace_app.command("import")
 def import_(
     src: Annotated[list[Path], typer.Argument(help="SGLang dump file(s) (.pt)")],
-    out: Annotated[Path, typer.Option("--out", help="Output .parquet/.npz (per_token) or "
-                                      ".json (stat)")],
-    kind: Annotated[str, typer.Option("--from", help="sglang-per-token | sglang-stat")]
-    = "sglang-per-token",
+    out: Annotated[
+        Path, typer.Option("--out", help="Output .parquet/.npz (per_token) or .json (stat)")
+    ],
+    kind: Annotated[
+        str, typer.Option("--from", help="sglang-per-token | sglang-stat")
+    ] = "sglang-per-token",
     num_experts: Annotated[int | None, typer.Option(help="Routed experts per layer")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Import SGLang expert-distribution dumps (``torch.load(weights_only=True)`` only)."""
     from moeplan.traces import sglang
 
-    require(kind in ("sglang-per-token", "sglang-stat"),
-            f"--from ({kind}) must be sglang-per-token or sglang-stat")
+    require(
+        kind in ("sglang-per-token", "sglang-stat"),
+        f"--from ({kind}) must be sglang-per-token or sglang-stat",
+    )
+    if num_experts is not None:
+        check_int("--num-experts", num_experts, 1, MAX_TRACE_EXPERTS)
+    if kind == "sglang-stat":
+        require(out.suffix == ".json", f"--out ({out}) must end in .json for --from sglang-stat")
+        require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
+    else:
+        _trace_out(out)
     if kind == "sglang-stat":
         load = sglang.read_stat(src, num_experts=num_experts)
         sglang.write_load_json(out, load)
@@ -96,8 +136,13 @@ def import_(
     else:
         tr = sglang.read_per_token(src, num_experts=num_experts)
         save_trace(tr, out)
-        info = {"out": str(out), "occurrences": tr.num_tokens, "layers": tr.num_layers,
-                "experts": tr.num_experts, "top_k": tr.top_k}
+        info = {
+            "out": str(out),
+            "occurrences": tr.num_tokens,
+            "layers": tr.num_layers,
+            "experts": tr.num_experts,
+            "top_k": tr.top_k,
+        }
     if as_json:
         print_json(info)
     else:
@@ -112,6 +157,8 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Sizes and the statistics Sem-MoE reports (kurtosis, static predictor, look-back)."""
+    check_int("--ep", ep, 1, MAX_TRACE_EXPERTS)
+    check_int("--seed", seed, 0, MAX_SEED)
     s = trace_stats(load_trace(path), ep=ep, seed=seed)
     if as_json:
         print_json(s)

@@ -11,15 +11,18 @@
 - next-layer device prediction looking back n = 1..5 layers: the device of an occurrence at a
   layer is the device holding most of its k experts under contiguous EP placement; a table
   from the previous n devices to the most frequent next device is fitted on train and scored
-  on test (the paper reports ~70 % at n = 5).
+  on test (the paper reports ~70 % at n = 5). The table is sparse (only the keys seen in
+  training), so memory is O(occurrences), not O(ep^n); an unseen key predicts device 0.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from moeplan.errors import require
+from moeplan.errors import check_int, require
 from moeplan.traces.format import RoutingTrace, split
+
+MAX_LOOKBACK = 5  # Sem-MoE Fig. 6(c) looks back 1..5 layers
 
 
 def _counts(trace: RoutingTrace, layer: int, rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -46,8 +49,9 @@ def activation_kurtosis(trace: RoutingTrace, min_occurrences: int = 20) -> np.nd
     return np.concatenate(out)
 
 
-def static_predictor_scores(train: RoutingTrace, test: RoutingTrace,
-                            min_prob: float = 0.5) -> dict[str, float]:
+def static_predictor_scores(
+    train: RoutingTrace, test: RoutingTrace, min_prob: float = 0.5
+) -> dict[str, float]:
     """Micro precision / recall / F1 of the static token -> expert-set predictor."""
     uniq, inv_tr, cnt = np.unique(train.token_id, return_inverse=True, return_counts=True)
     k, e = train.top_k, train.num_experts
@@ -79,15 +83,29 @@ def majority_device(experts: np.ndarray, expert_device: np.ndarray, ep: int) -> 
     dev = np.where(experts >= 0, expert_device[np.maximum(experts, 0)], ep)
     votes = np.zeros((*experts.shape[:-1], ep + 1), dtype=np.int32)
     for j in range(experts.shape[-1]):
-        np.put_along_axis(votes, dev[..., j:j + 1],
-                          np.take_along_axis(votes, dev[..., j:j + 1], -1) + 1, -1)
+        np.put_along_axis(
+            votes, dev[..., j : j + 1], np.take_along_axis(votes, dev[..., j : j + 1], -1) + 1, -1
+        )
     return votes[..., :ep].argmax(axis=-1)
 
 
-def lookback_accuracy(train: RoutingTrace, test: RoutingTrace, ep: int,
-                      max_lookback: int = 5) -> list[float]:
+def _fit_table(key: np.ndarray, nxt: np.ndarray, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted seen keys and, per key, the most frequent next device (ties: lowest)."""
+    pair, cnt = np.unique(key * ep + nxt, return_counts=True)
+    k, dev = pair // ep, pair % ep
+    order = np.lexsort((dev, -cnt, k))  # per key: highest count first, then lowest device
+    k, dev = k[order], dev[order]
+    first = np.r_[True, k[1:] != k[:-1]]
+    return k[first], dev[first]
+
+
+def lookback_accuracy(
+    train: RoutingTrace, test: RoutingTrace, ep: int, max_lookback: int = 5
+) -> list[float]:
     """Accuracy of predicting the next layer's device from the previous n devices."""
     e = train.num_experts
+    check_int("ep", ep, 1, e)
+    check_int("max_lookback", max_lookback, 1, MAX_LOOKBACK)
     require(e % ep == 0, f"num_experts ({e}) must be divisible by ep ({ep})")
     dev_of = np.arange(e) // (e // ep)
     d_tr = majority_device(train.experts.astype(np.int64), dev_of, ep)  # [N, L]
@@ -96,34 +114,41 @@ def lookback_accuracy(train: RoutingTrace, test: RoutingTrace, ep: int,
     for n in range(1, max_lookback + 1):
         hits = total = 0
         for layer in range(n, train.num_layers):
-            key_tr = np.zeros(len(d_tr), dtype=np.int64)
+            key_tr = np.zeros(len(d_tr), dtype=np.int64)  # ep <= 2^15, n <= 5: < 2^63
             key_te = np.zeros(len(d_te), dtype=np.int64)
             for back in range(1, n + 1):
                 key_tr = key_tr * ep + d_tr[:, layer - back]
                 key_te = key_te * ep + d_te[:, layer - back]
-            table = np.zeros((ep ** n, ep), dtype=np.int64)
-            np.add.at(table, (key_tr, d_tr[:, layer]), 1)
-            pred = table.argmax(axis=1)
-            hits += int((pred[key_te] == d_te[:, layer]).sum())
+            keys, best = _fit_table(key_tr, d_tr[:, layer], ep)
+            at = np.searchsorted(keys, key_te).clip(max=max(len(keys) - 1, 0))
+            seen = (keys[at] == key_te) if len(keys) else np.zeros(len(key_te), bool)
+            pred = np.where(seen, best[at] if len(keys) else 0, 0)
+            hits += int((pred == d_te[:, layer]).sum())
             total += len(d_te)
         out.append(hits / max(total, 1))
     return out
 
 
-def trace_stats(trace: RoutingTrace, *, ep: int = 8, seed: int = 0,
-                test_fraction: float = 0.25) -> dict[str, object]:
+def trace_stats(
+    trace: RoutingTrace, *, ep: int = 8, seed: int = 0, test_fraction: float = 0.25
+) -> dict[str, object]:
     """All the statistics above plus sizes, as one JSON-able dict."""
+    check_int("--ep", ep, 1, trace.num_experts)
     require(trace.num_tokens > 0, "trace (0 occurrences) must not be empty")
     train, test = split(trace, seed=seed, test_fraction=test_fraction)
-    require(train.num_tokens > 0 and test.num_tokens > 0,
-            f"trace ({len(np.unique(trace.request_id))} requests) needs requests in both "
-            "the train and the test split")
+    require(
+        train.num_tokens > 0 and test.num_tokens > 0,
+        f"trace ({len(np.unique(trace.request_id))} requests) needs requests in both "
+        "the train and the test split",
+    )
     kurt = activation_kurtosis(train)
     out: dict[str, object] = {
         "occurrences": trace.num_tokens,
         "requests": int(len(np.unique(trace.request_id))),
         "distinct_tokens": int(len(np.unique(trace.token_id))),
-        "layers": trace.num_layers, "experts": trace.num_experts, "top_k": trace.top_k,
+        "layers": trace.num_layers,
+        "experts": trace.num_experts,
+        "top_k": trace.top_k,
         "kurtosis_median": float(np.median(kurt)) if len(kurt) else float("nan"),
         "kurtosis_frac_above_8": float((kurt > 8).mean()) if len(kurt) else float("nan"),
     }
