@@ -1,0 +1,470 @@
+"""Iteration-level engine model: continuous batching as SGLang and vLLM V1 schedule it.
+
+Policies (:class:`EngineConfig`):
+
+- ``prefill-first`` (SGLang's default scheduler): when prefill work can be admitted, the
+  iteration is a prefill batch of up to ``chunk_tokens`` prompt tokens (the request being
+  chunked first, then new requests in arrival order; decoding requests wait); otherwise it is
+  a decode batch of every decoding request. ``chunk_tokens = 0`` disables chunking.
+- ``mixed`` (vLLM V1, SGLang ``--enable-mixed-chunk``): every decoding request contributes one
+  token, the rest of the ``chunk_tokens`` budget goes to prompt chunks.
+
+Requests are admitted in arrival order (FCFS, no skipping) while ``max_running`` and the KV
+pool allow: admission allocates the whole (re)prefill — prompt plus tokens already generated,
+the prefix-cache hit included — and requires room for ``admit_reserve`` times the outstanding
+output tokens of every running request (SGLang's ``new_token_ratio``; vLLM allocates on
+demand: 0). Each decode step allocates one token per decoding request; when the pool is full
+the most recently admitted request is preempted (vLLM's recompute preemption: its KV is freed,
+it goes back to the head of the queue, and later re-prefills its prompt and generated tokens,
+counted separately as recomputed tokens). The pool is never over-committed (checked).
+
+Timing: the last prefill chunk of a request produces its first token (TTFT = end of that
+iteration); each later decode step produces one token. Iteration times come from an
+evaluator ``Batch -> seconds`` (:class:`moeplan.serve.iteration.IterationModel` or a test
+fake); decode contexts are bucketed before the call (:func:`bucket`): relative error of the
+context at most 1/64, exact below 64 tokens.
+
+Events are kept on a heap keyed ``(time, priority, seq)``: at equal times arrivals
+(priority 0) are queued before an iteration end (1) schedules the next batch, so a request
+arriving exactly when an iteration ends joins the next one; ``seq`` breaks remaining ties.
+
+Attention-DP ranks are modelled as one scheduler over their pooled KV with balanced dispatch
+(the iteration time takes the busiest rank); a request must fit in one rank's pool.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.errors import require
+from moeplan.serve.iteration import Batch
+from moeplan.serve.workload import Requests
+
+POLICIES = ("prefill-first", "mixed")
+ARRIVAL, ITER_END = 0, 1
+WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+Evaluator = Callable[[Batch], float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineConfig:
+    """Scheduler knobs; ``kv_tokens`` is the pooled KV capacity, ``kv_tokens_per_rank`` one
+    attention-DP rank's pool (the largest request it can hold)."""
+
+    policy: str = "prefill-first"
+    chunk_tokens: int = 8192
+    max_running: int = 1024
+    kv_tokens: int
+    kv_tokens_per_rank: int = 0  # 0: same as kv_tokens
+    admit_reserve: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(
+            self.policy in POLICIES, f"engine.policy ({self.policy!r}) must be one of {POLICIES}"
+        )
+        require(self.chunk_tokens >= 0, f"engine.chunk_tokens ({self.chunk_tokens}) must be >= 0")
+        require(self.max_running >= 1, f"engine.max_running ({self.max_running}) must be >= 1")
+        require(self.kv_tokens >= 1, f"engine.kv_tokens ({self.kv_tokens}) must be >= 1")
+        require(
+            0.0 <= self.admit_reserve <= 1.0,
+            f"engine.admit_reserve ({self.admit_reserve}) must be in [0, 1]",
+        )
+        if self.policy == "mixed":
+            require(
+                self.chunk_tokens > self.max_running,
+                f"engine.chunk_tokens ({self.chunk_tokens}) must exceed max_running "
+                f"({self.max_running}) under the mixed policy (decodes share the budget)",
+            )
+        if self.kv_tokens_per_rank == 0:
+            object.__setattr__(self, "kv_tokens_per_rank", self.kv_tokens)
+
+
+def bucket(ctx: int) -> int:
+    """``ctx`` rounded to a grid of relative step 1/32 (exact below 64): the memo key."""
+    s = ctx.bit_length() - 6
+    if s <= 0:
+        return ctx
+    return ((ctx >> s) << s) + (1 << (s - 1))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimResult:
+    """Everything a run produced (times in seconds, counts in tokens unless named)."""
+
+    arrival_s: np.ndarray
+    admit_s: np.ndarray  # start of the iteration that first admitted the request
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    iter_start_s: np.ndarray
+    iter_end_s: np.ndarray
+    iter_decode: np.ndarray  # decode tokens per iteration
+    iter_prefill: np.ndarray  # prefill tokens per iteration (recomputation included)
+    iter_kv: np.ndarray  # KV tokens allocated during the iteration
+    itl_s: np.ndarray  # inter-token gaps, weighted by itl_weight
+    itl_weight: np.ndarray
+    kv_capacity: int
+    preemptions: int
+    prefill_tokens: int  # first-time prompt tokens prefilled (cache hits excluded)
+    recomputed_tokens: int  # re-prefilled after preemption
+    output_tokens: int
+
+
+class Engine:
+    """One simulation run; use :func:`simulate`."""
+
+    def __init__(
+        self, reqs: Requests, cfg: EngineConfig, evaluate: Evaluator, fast_forward: bool = True
+    ) -> None:
+        big = int(np.max(reqs.isl + reqs.osl))
+        require(
+            big <= cfg.kv_tokens_per_rank,
+            f"request isl+osl ({big}) must fit the KV pool of one rank "
+            f"({cfg.kv_tokens_per_rank} tokens)",
+        )
+        self.r, self.cfg, self.evaluate = reqs, cfg, evaluate
+        n = len(reqs)
+        self.isl, self.osl = reqs.isl.tolist(), reqs.osl.tolist()
+        self.cached = reqs.cached.tolist()
+        self.arrival = reqs.arrival_s.tolist()
+        self.first = [math.nan] * n
+        self.admit = [math.nan] * n
+        self.now = 0.0
+        self.finish = [math.nan] * n
+        self.state = [WAIT] * n
+        self.produced = [0] * n
+        self.left = [0] * n  # prompt tokens still to prefill
+        self.prefill_ctx = [0] * n
+        self.base_ctx = [0] * n
+        self.base_prod = [0] * n
+        self.s0 = [0] * n
+        self.epoch = [0] * n
+        self.last_tok = [0.0] * n
+        self.hi = reqs.cached.tolist()  # highest prompt position ever prefilled
+        self.last_dec_end = 0.0
+        self.pending: tuple[list[tuple[int, int]], int, int] = ([], 0, 0)
+        self.waiting: deque[int] = deque()
+        self.prefilling: deque[int] = deque()
+        self.running: dict[int, None] = {}
+        self.entrants: list[int] = []
+        self.finishers: list[tuple[int, int, int, int]] = []
+        self.n_dec = self.sum_ctx = self.kv_used = self.remaining = 0
+        self.step = 0  # decode steps executed
+        self.seq = 0
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.next_arrival = 0
+        self.preemptions = self.prefill_tokens = self.recomputed = self.out_tokens = 0
+        self.segs: list[tuple[float, float, int, int, int, int, int]] = []
+        self.fast = fast_forward
+        self.itl: list[float] = []
+        self.itl_w: list[int] = []
+
+    # ---- event heap ---------------------------------------------------------------------
+    def _push(self, t: float, prio: int, x: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, prio, self.seq, x))
+
+    def _push_arrival(self, t: float | None = None) -> None:
+        i = self.next_arrival
+        if i < len(self.arrival):
+            if t is not None:
+                self.arrival[i] = t
+            self._push(self.arrival[i], ARRIVAL, i)
+            self.next_arrival = i + 1
+
+    def run(self) -> SimResult:
+        closed = self.r.closed
+        for _ in range(closed or 1):
+            self._push_arrival(0.0 if closed else None)
+        busy = False
+        heap = self.heap
+        while heap:
+            t, prio, _, x = heapq.heappop(heap)
+            if prio == ARRIVAL:
+                self.waiting.append(x)
+                if not closed:
+                    self._push_arrival()
+            else:
+                self._end(t)
+                busy = False
+            if not busy and not (heap and heap[0][0] <= t and heap[0][1] == ARRIVAL):
+                busy = self._start(t)
+        assert not self.running and not self.waiting, "engine stopped with work left"
+        return self._result()
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def _start(self, t: float) -> bool:
+        """Form and launch the next iteration at ``t``; False when there is nothing to run."""
+        cfg = self.cfg
+        self.now = t
+        budget = cfg.chunk_tokens or (1 << 62)
+        if cfg.policy == "mixed":
+            n_dec = self._alloc_decode()
+            chunks = self._take_prefill(budget - n_dec)
+        else:
+            chunks = self._take_prefill(budget)
+            n_dec = 0 if chunks else self._alloc_decode()
+        if not chunks and not n_dec:
+            return False
+        assert self.kv_used <= cfg.kv_tokens, "KV pool over-committed"
+        if not chunks:
+            return self._start_decode(t, n_dec)
+        pre = tuple((q, bucket(self.prefill_ctx[r] + q)) for r, q in chunks)
+        ctx = bucket((self.sum_ctx + n_dec + n_dec // 2) // n_dec) if n_dec else 0
+        dur = self._time(Batch(n_dec, ctx, pre))
+        self.pending = (chunks, n_dec, 1)
+        self._record(t, dur, 1, n_dec, sum(q for _, q in chunks), self.kv_used, 0)
+        self._push(t + dur, ITER_END, 0)
+        return True
+
+    def _time(self, batch: Batch) -> float:
+        dur = self.evaluate(batch)
+        require(dur > 0 and math.isfinite(dur), f"iteration time ({dur}) must be positive")
+        return dur
+
+    def _record(
+        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: int, kv_step: int
+    ) -> None:
+        """``count`` iterations of ``d`` seconds from ``t0`` (expanded in :meth:`_result`)."""
+        self.segs.append((t0, d, count, dec, pre, kv0, kv_step))
+
+    def _start_decode(self, t: float, n: int) -> bool:
+        """Decode-only steps, fast-forwarded: with no prefill work the batch stays the same
+        until the next finish, arrival or full KV pool, and the mean context grows by one per
+        step, so steps are timed one bucket segment at a time. One step is already allocated."""
+        k_max = self.finishers[0][0] - self.step if self.finishers else 1
+        k_max = min(k_max, 1 + (self.cfg.kv_tokens - self.kv_used) // n)
+        if not self.fast:
+            k_max = 1
+        t_arr = self.heap[0][0] if self.heap else math.inf
+        c = (self.sum_ctx + n + n // 2) // n
+        done, end, kv0 = 0, t, self.kv_used
+        while done < k_max:
+            x = c + done
+            key = bucket(x)
+            shift = x.bit_length() - 6
+            span = min(k_max - done, (((x >> shift) + 1) << shift) - x if shift > 0 else 1)
+            d = self._time(Batch(n, key, ()))
+            if end + span * d >= t_arr:
+                span = min(span, max(1, math.ceil((t_arr - end) / d)))
+            self._record(end, d, span, n, 0, kv0 + done * n, n)
+            done += span
+            end += span * d
+            if end >= t_arr:
+                break
+        self.kv_used += (done - 1) * n
+        self.pending = ([], n, done)
+        self._push(end, ITER_END, 0)
+        return True
+
+    def _alloc_decode(self) -> int:
+        """Allocate one KV slot per decoding request, preempting the newest when full."""
+        if self.n_dec == 0:
+            return 0
+        while self.kv_used + self.n_dec > self.cfg.kv_tokens:
+            self._preempt(next(reversed(self.running)))
+        self.kv_used += self.n_dec
+        return self.n_dec
+
+    def _take_prefill(self, budget: int) -> list[tuple[int, int]]:
+        """Prompt chunks for this iteration: requests being prefilled first, then admissions."""
+        chunks: list[tuple[int, int]] = []
+        for r in self.prefilling:
+            if budget <= 0:
+                return chunks
+            q = min(self.left[r], budget)
+            chunks.append((r, q))
+            budget -= q
+        cfg = self.cfg
+        while budget > 0 and self.waiting and len(self.running) < cfg.max_running:
+            r = self.waiting[0]
+            need = self.isl[r] + self.produced[r]
+            rem = self.osl[r] - self.produced[r]
+            if self.kv_used + need + cfg.admit_reserve * (self.remaining + rem) > cfg.kv_tokens:
+                break
+            self.waiting.popleft()
+            if math.isnan(self.admit[r]):
+                self.admit[r] = self.now
+            self.state[r] = PREFILL
+            self.running[r] = None
+            self.kv_used += need
+            self.remaining += rem
+            self.left[r] = need - self.cached[r]
+            self.prefill_ctx[r] = self.cached[r]
+            self.prefilling.append(r)
+            q = min(self.left[r], budget)
+            chunks.append((r, q))
+            budget -= q
+        return chunks
+
+    def _preempt(self, r: int) -> None:
+        """Recompute preemption: free ``r``'s KV and put it back at the head of the queue."""
+        if self.state[r] == DECODE:
+            k = self.step - self.s0[r]
+            ctx = self.base_ctx[r] + k
+            self.produced[r] = self.base_prod[r] + k
+            self.n_dec -= 1
+            self.sum_ctx -= ctx
+            self.kv_used -= ctx
+            if k > 0:
+                self.last_tok[r] = self.last_dec_end
+        else:
+            self.kv_used -= self.isl[r] + self.produced[r]
+            self.prefilling.remove(r)
+        self.remaining -= self.osl[r] - self.produced[r]
+        self.epoch[r] += 1
+        self.state[r] = WAIT
+        del self.running[r]
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    # ---- iteration end --------------------------------------------------------------------
+    def _end(self, t: float) -> None:
+        chunks, n_dec, k = self.pending
+        if n_dec:
+            self._decode_done(t, n_dec, k)
+        for r, q in chunks:
+            self._chunk_done(t, r, q)
+
+    def _decode_done(self, t: float, n_dec: int, k: int) -> None:
+        self.step += k
+        self.sum_ctx += n_dec * k
+        self.remaining -= n_dec * k
+        self.out_tokens += n_dec * k
+        first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
+        fresh = 0
+        for r, ep in self.entrants:
+            if self.epoch[r] == ep and self.state[r] == DECODE:
+                self.itl.append(first_end - self.last_tok[r])
+                self.itl_w.append(1)
+                fresh += 1
+        self.entrants = []
+        if n_dec > fresh:
+            self.itl.append(first_end - self.last_dec_end)
+            self.itl_w.append(n_dec - fresh)
+        if k > 1:
+            self._itl_segments(k)
+        self.last_dec_end = t
+        fin = self.finishers
+        while fin and fin[0][0] <= self.step:
+            _, _, r, ep = heapq.heappop(fin)
+            if self.epoch[r] != ep or self.state[r] != DECODE:
+                continue
+            j = self.step - self.s0[r]
+            assert self.base_prod[r] + j == self.osl[r], "decode finished at the wrong step"
+            self.produced[r] = self.osl[r]
+            self.n_dec -= 1
+            ctx = self.base_ctx[r] + j
+            self.sum_ctx -= ctx
+            self._finish(r, t, ctx)
+
+    def _first_end(self, k: int) -> float:
+        """End time of the first of the last ``k`` decode steps (their segments are last)."""
+        i, left = len(self.segs) - 1, k
+        while self.segs[i][2] < left:
+            left -= self.segs[i][2]
+            i -= 1
+        t0, d, count = self.segs[i][:3]
+        return t0 + d * (count - left + 1)
+
+    def _itl_segments(self, k: int) -> None:
+        """Gaps of steps 2..k of a fast-forward: each step's duration, for every sequence."""
+        i, left = len(self.segs) - 1, k
+        while left > 0:
+            _, d, count, n = self.segs[i][:4]
+            steps = min(count, left) - (1 if left <= count else 0)
+            if steps > 0:
+                self.itl.append(d)
+                self.itl_w.append(steps * n)
+            left -= count
+            i -= 1
+
+    def _chunk_done(self, t: float, r: int, q: int) -> None:
+        start = self.prefill_ctx[r]
+        end = start + q
+        fresh = max(0, min(end, self.isl[r]) - max(start, self.hi[r]))
+        self.hi[r] = max(self.hi[r], min(end, self.isl[r]))
+        self.prefill_tokens += fresh
+        self.recomputed += q - fresh
+        self.prefill_ctx[r] = end
+        self.left[r] -= q
+        if self.left[r]:
+            return
+        if self.prefilling[0] == r:
+            self.prefilling.popleft()
+        else:
+            self.prefilling.remove(r)
+        self.produced[r] += 1
+        self.remaining -= 1
+        self.out_tokens += 1
+        if math.isnan(self.first[r]):
+            self.first[r] = t
+        else:
+            self.itl.append(t - self.last_tok[r])
+            self.itl_w.append(1)
+        self.last_tok[r] = t
+        if self.produced[r] == self.osl[r]:
+            self._finish(r, t, end)
+            return
+        self.state[r] = DECODE
+        self.base_ctx[r], self.base_prod[r], self.s0[r] = end, self.produced[r], self.step
+        self.n_dec += 1
+        self.sum_ctx += end
+        self.seq += 1
+        heapq.heappush(
+            self.finishers, (self.step + self.osl[r] - self.produced[r], self.seq, r, self.epoch[r])
+        )
+        self.entrants.append((r, self.epoch[r]))
+
+    def _finish(self, r: int, t: float, ctx: int) -> None:
+        self.kv_used -= ctx
+        del self.running[r]
+        self.state[r] = DONE
+        self.finish[r] = t
+        if self.r.closed:
+            self._push_arrival(t)
+
+    def _result(self) -> SimResult:
+        f = np.asarray
+        t0, d, count, dec, pre, kv0, kv_step = (f(c) for c in zip(*self.segs, strict=True))
+        idx = np.repeat(np.arange(len(count)), count)
+        j = np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count)
+        start = t0[idx] + d[idx] * j
+        return SimResult(
+            arrival_s=f(self.arrival),
+            admit_s=f(self.admit),
+            first_token_s=f(self.first),
+            finish_s=f(self.finish),
+            isl=self.r.isl,
+            osl=self.r.osl,
+            iter_start_s=start,
+            iter_end_s=start + d[idx],
+            iter_decode=dec[idx],
+            iter_prefill=pre[idx],
+            iter_kv=kv0[idx] + kv_step[idx] * j,
+            itl_s=f(self.itl),
+            itl_weight=f(self.itl_w, dtype=np.int64),
+            kv_capacity=self.cfg.kv_tokens,
+            preemptions=self.preemptions,
+            prefill_tokens=self.prefill_tokens,
+            recomputed_tokens=self.recomputed,
+            output_tokens=self.out_tokens,
+        )
+
+
+def simulate(
+    reqs: Requests, cfg: EngineConfig, evaluate: Evaluator, *, fast_forward: bool = True
+) -> SimResult:
+    """Run ``reqs`` through the engine ``cfg`` with iteration times from ``evaluate``.
+
+    ``fast_forward=False`` steps decode iterations one at a time (the reference the
+    fast-forward is tested against)."""
+    return Engine(reqs, cfg, evaluate, fast_forward).run()

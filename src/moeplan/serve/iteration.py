@@ -1,0 +1,282 @@
+"""Iteration time: one engine step of a batch mixing prefill chunks and decode tokens.
+
+Built only from :class:`moeplan.cost.CostModel`'s public methods (``attention_layer``,
+``attention_core``, ``expert_ffn``, ``shared_expert``, ``dense_mlp``, ``router``, ``gemm``,
+``collective``, ``p2p``), so a measured kernel database behind them is used automatically.
+
+Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GPUs:
+
+- Between blocks the stage's tokens are *scattered*, ``T / W`` per GPU. A block sharded ``t``
+  ways gathers its tokens over its TP group first (``all_gather``) and reduce-scatters after
+  (``reduce_scatter``); for pure TP this is Megatron's two all-reduces per layer, for attention
+  DP + EP (SGLang's DP attention) it is none. MixServe §III-B3 uses the same RS/AG pair.
+- Attention runs on the busiest attention-DP rank (requests dealt to ranks largest first):
+  projections over its ``T_r`` tokens (``attention_layer - attention_core`` at one token per
+  sequence), the decode sequences' core at their mean context (exact: the core is linear in
+  the summed context), and one core call per prefill chunk at its real context.
+- MoE: router and shared experts on ``T_r`` tokens (shared experts sharded like attention);
+  routed experts on the busiest EP rank: ``T k imbalance / moe_ep`` token copies over its
+  ``E / moe_ep`` experts (``expert_ffn``, split ``moe_tp``), dispatch and combine all-to-all
+  over the EP group (bytes scaled by the imbalance, the busiest receiver), AG/RS over
+  ``moe_tp``. ``imbalance`` = the routing profile's max/mean over EP ranks for that layer
+  times the caller's factor (e.g. after EPLB); ``k`` = the profile's mean activated experts.
+- Dense layers: ``dense_mlp`` sharded ``dense_tp`` ways.
+- The last stage adds the lm-head GEMM for one logit row per sequence.
+
+Pipeline (SMIDT §IV, vLLM/SGLang PP): the batch is split into ``m = min(micro_batches,
+sequences)`` micro-batches that circulate through the ``pp`` stages; the busiest micro-batch's
+stage times ``s_j`` and P2P sends ``p_j`` give the steady-state period of the cyclic flow
+shop in which every micro-batch must leave the last stage before re-entering the first:
+``period = max(sum_j (s_j + p_j), m * max_j s_j)`` (the loop latency, or the bottleneck stage
+serving ``m`` micro-batches). One engine iteration = one period; every sequence of the batch
+advances one step. With ``pp = 1`` the period is the stage time.
+
+Departures: engine CPU overheads and CUDA-graph padding are not modelled; communication is
+not overlapped with compute (SGLang's two-batch overlap would hide part of it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import lru_cache
+from typing import NamedTuple
+
+from moeplan.cost import CostModel
+from moeplan.serve.layout import ServeLayout, stage_layers
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+
+class Batch(NamedTuple):
+    """One iteration's work: ``decode`` sequences at mean context ``decode_ctx`` (keys,
+    the new token included) and prefill chunks ``(new_tokens, context_after_chunk)``."""
+
+    decode: int = 0
+    decode_ctx: int = 0
+    prefill: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return self.decode + sum(q for q, _ in self.prefill)
+
+    @property
+    def sequences(self) -> int:
+        return self.decode + len(self.prefill)
+
+
+def busiest_part(batch: Batch, parts: int) -> Batch:
+    """The largest of ``parts`` shares: decode sequences dealt evenly (ceil), prefill chunks
+    assigned largest first to the least-loaded share (LPT)."""
+    if parts <= 1:
+        return batch
+    dec = -(-batch.decode // parts)
+    if not batch.prefill:
+        return Batch(dec, batch.decode_ctx, ())
+    bins: list[list[tuple[int, int]]] = [[] for _ in range(parts)]
+    load = [0] * parts
+    for chunk in sorted(batch.prefill, key=lambda c: (-c[0], -c[1])):
+        j = load.index(min(load))
+        bins[j].append(chunk)
+        load[j] += chunk[0]
+    j = load.index(max(load))
+    return Batch(dec, batch.decode_ctx, tuple(bins[j]))
+
+
+class _Layer(NamedTuple):
+    moe: bool
+    sliding: bool
+    k: float
+    imbalance: float
+
+
+class IterationModel:
+    """Seconds per engine iteration for one (model, cluster, cost, layout, routing); memoised
+    per :class:`Batch`. Call it with a batch; :meth:`breakdown` explains the time."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        cost: CostModel,
+        layout: ServeLayout,
+        routing: RoutingProfile | None = None,
+        imbalance: float = 1.0,
+    ) -> None:
+        layout.validate(model, cluster)
+        self.model, self.cluster, self.cost, self.layout = model, cluster, cost, layout
+        route = routing if routing is not None else RoutingProfile.static(model.top_k)
+        moe_index = {layer: i for i, layer in enumerate(model.moe_layers)}
+        gpn = cluster.gpus_per_node
+        w = layout.stage_gpus
+        self._nodes = {
+            "attn": -(-layout.attn_tp // gpn),
+            "moe_tp": -(-layout.moe_tp // gpn),
+            "dense": -(-layout.dense_tp // gpn),
+            "ep": min(layout.moe_ep, -(-w // gpn)),
+        }
+        self._stages: list[Counter[_Layer]] = []
+        for layers in stage_layers(model, layout.pp):
+            c: Counter[_Layer] = Counter()
+            for layer in layers:
+                moe = model.is_moe_layer(layer)
+                i = moe_index.get(layer, 0)
+                c[
+                    _Layer(
+                        moe,
+                        model.is_sliding_layer(layer),
+                        route.k(i) if moe else 0.0,
+                        route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
+                    )
+                ] += 1
+            self._stages.append(c)
+        self._p2p_inter = [((s + 1) * w) % gpn == 0 or w >= gpn for s in range(layout.pp - 1)]
+        self._cache: dict[Batch, float] = {}
+        self._parts: dict[tuple, float | tuple[float, float]] = {}
+
+    def __call__(self, batch: Batch) -> float:
+        t = self._cache.get(batch)
+        if t is None:
+            t = self._cache[batch] = self.breakdown(batch)["period_s"]
+        return t
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+    # ---- pieces (each memoised: decode runs repeat the same token counts) ------------------
+    def _memo(self, key: tuple, fn, *args):  # type: ignore[no-untyped-def]
+        v = self._parts.get(key)
+        if v is None:
+            v = self._parts[key] = fn(*args)
+        return v
+
+    def _attention(self, rank: Batch, sliding: bool) -> float:
+        return self._memo(("attn", rank, sliding), self._attention_raw, rank, sliding)
+
+    def _attention_raw(self, rank: Batch, sliding: bool) -> float:
+        cm, md, tp = self.cost, self.model, self.layout.attn_tp
+        layer = self.model.sliding_layers[0] if sliding else None
+        t_r = rank.tokens
+        proj = cm.attention_layer(md, t_r, 1, 1, tp) - cm.attention_core(md, t_r, 1, 1, tp)
+        core = cm.attention_core(md, rank.decode, 1, rank.decode_ctx, tp, layer)
+        for q, ctx in rank.prefill:
+            core += cm.attention_core(md, 1, q, ctx, tp, layer)
+        return proj + core
+
+    def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
+        """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``."""
+        if group <= 1 or tokens <= 0:
+            return 0.0
+        nbytes = tokens * self.model.hidden_bytes
+        cm = self.cost
+        return cm.collective("all_gather", nbytes, group, nodes) + cm.collective(
+            "reduce_scatter", nbytes, group, nodes
+        )
+
+    def _moe(self, t_mb: int, t_r: int, k: float, imb: float) -> tuple[float, float]:
+        """(compute, communication) of one MoE layer on the busiest GPU."""
+        cm, md, lay = self.cost, self.model, self.layout
+        e_local = md.num_experts / lay.moe_ep
+        copies = t_mb * k * imb / lay.moe_ep
+        compute = (
+            cm.router(md, t_r)
+            + cm.shared_expert(md, t_r, lay.attn_tp)
+            + cm.expert_ffn(md, copies / e_local, e_local, lay.moe_tp)
+        )
+        group_tokens = t_mb / lay.moe_ep
+        comm = self._gather_scatter(group_tokens, lay.moe_tp, self._nodes["moe_tp"])
+        if lay.moe_ep > 1:
+            a2a = group_tokens * k * imb * md.hidden_bytes
+            comm += 2 * cm.collective("all_to_all", a2a, lay.moe_ep, self._nodes["ep"])
+        return compute, comm
+
+    def _stage(self, s: int, mb: Batch, rank: Batch) -> dict[str, float]:
+        """Seconds of stage ``s`` for micro-batch ``mb`` (busiest DP rank ``rank``)."""
+        lay, md, cm = self.layout, self.model, self.cost
+        t_mb, t_r = mb.tokens, rank.tokens
+        out = {"attention": 0.0, "moe": 0.0, "dense": 0.0, "comm": 0.0, "lm_head": 0.0}
+        attn_comm = self._memo(
+            ("gs", t_r, lay.attn_tp), self._gather_scatter, t_r, lay.attn_tp, self._nodes["attn"]
+        )
+        dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
+        for layer, count in self._stages[s].items():
+            out["attention"] += count * self._attention(rank, layer.sliding)
+            out["comm"] += count * attn_comm
+            if layer.moe:
+                comp, comm = self._memo(
+                    ("moe", t_mb, t_r, layer.k, layer.imbalance),
+                    self._moe,
+                    t_mb,
+                    t_r,
+                    layer.k,
+                    layer.imbalance,
+                )
+                out["moe"] += count * comp
+                out["comm"] += count * comm
+            else:
+                out["dense"] += count * self._memo(
+                    ("mlp", dense_tokens), cm.dense_mlp, md, dense_tokens, lay.dense_tp
+                )
+                out["comm"] += count * self._memo(
+                    ("gs", dense_tokens, lay.dense_tp),
+                    self._gather_scatter,
+                    dense_tokens,
+                    lay.dense_tp,
+                    self._nodes["dense"],
+                )
+        if s == lay.pp - 1:
+            out["lm_head"] = cm.gemm(rank.sequences, md.vocab_size / lay.attn_tp, md.hidden_size)
+        return out
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        """Period and its parts (seconds): per-kind sums over stages of the busiest
+        micro-batch, P2P, pipeline latency, bottleneck stage and the micro-batch count."""
+        lay = self.layout
+        if batch.sequences == 0:
+            return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
+        m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
+        mb = busiest_part(batch, m)
+        rank = busiest_part(mb, lay.attn_dp)
+        parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
+        stage_s = [sum(p.values()) for p in parts]
+        p2p_bytes = mb.tokens / lay.stage_gpus * self.model.hidden_bytes
+        p2p = sum(self.cost.p2p(p2p_bytes, inter) for inter in self._p2p_inter)
+        latency = sum(stage_s) + p2p
+        period = max(latency, m * max(stage_s))
+        out = {k: sum(p[k] for p in parts) for k in parts[0]}
+        out.update(
+            period_s=period,
+            latency_s=latency,
+            p2p=p2p,
+            micro_batches=m,
+            bottleneck_stage=int(stage_s.index(max(stage_s))),
+            bubble_s=period - sum(stage_s) / lay.pp * m if lay.pp > 1 else 0.0,
+        )
+        return out
+
+
+@lru_cache(maxsize=256)
+def iteration_model(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layout: ServeLayout,
+    routing: RoutingProfile | None = None,
+    imbalance: float = 1.0,
+) -> IterationModel:
+    """The memoised :class:`IterationModel` of this deployment (one per argument tuple)."""
+    return IterationModel(model, cluster, cost, layout, routing, imbalance)
+
+
+def iteration_time(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layout: ServeLayout,
+    batch: Batch,
+    *,
+    routing: RoutingProfile | None = None,
+    imbalance: float = 1.0,
+) -> float:
+    """Seconds of one engine iteration of ``batch`` (memoised; see module docstring)."""
+    return iteration_model(model, cluster, cost, layout, routing, imbalance)(batch)

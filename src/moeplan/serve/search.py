@@ -1,0 +1,371 @@
+"""Searches over the serving simulator: engine knobs per layout, and the largest SLO rate.
+
+- :func:`engine_config`: SGLang / vLLM V1 defaults for a GPU (read from their sources):
+  SGLang ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384, the
+  prefill-first scheduler, ``max_running_requests = max_total_num_tokens // 2`` per DP rank
+  capped at 4096 (its request-pool size), ``new_token_ratio`` 0.7 (its initial value; SGLang
+  decays it towards 0.1 — we keep it constant). vLLM V1 OpenAI server: 8192 batched tokens and
+  1024 sequences on GPUs with >= 70 GiB (except A100), else 2048 and 256; mixed batches,
+  on-demand KV (no reserve).
+- :func:`max_rate_meeting_slo`: bisection on the arrival rate of a simulated open workload,
+  same seed at every rate (common random numbers), until the bracket is within ``rel_tol``.
+- :func:`evaluate_layouts`: for each layout, candidate ``(max_running, chunk_tokens)`` pairs
+  are ranked by an analytic estimate (:func:`analytic_rate`) and the best ``top_k`` are
+  simulated (rate bisection under the SLO); the winner is then simulated on the user's
+  workload. Every search takes an evaluator factory so tests can pass fakes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.serve.engine import EngineConfig, Evaluator, simulate
+from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.metrics import SLO, ServeMetrics, summarize
+from moeplan.serve.workload import ServeWorkload, generate
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+GIB = 1024**3
+ENGINES = ("sglang", "vllm")
+SGLANG_RUNNING_CAP = 4096
+SGLANG_NEW_TOKEN_RATIO = 0.7
+CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+CHUNKS = (2048, 4096, 8192, 16384)
+SEARCH_REQUESTS = 400
+EvaluatorFactory = Callable[[ServeLayout], Evaluator]
+
+
+def default_chunk(engine: str, cluster: ClusterSpec) -> int:
+    mem, name = cluster.gpu.mem_bytes, cluster.gpu.name.lower()
+    if engine == "vllm":
+        return 8192 if mem >= 70 * GIB and "a100" not in name else 2048
+    return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
+
+
+def engine_config(
+    engine: str,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    *,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
+) -> EngineConfig:
+    """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
+    the memory model (raises :class:`MoeplanError` when the weights do not fit)."""
+    if engine not in ENGINES:
+        raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
+    chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
+    per_rank = kv_capacity_tokens(model, cluster, layout, chunk or 16384)
+    dp = layout.attn_dp
+    if engine == "vllm":
+        big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
+        cap = max_running or (1024 if big else 256)
+        return EngineConfig(
+            policy="mixed",
+            chunk_tokens=max(chunk, cap + 1),
+            max_running=cap,
+            kv_tokens=per_rank * dp,
+            kv_tokens_per_rank=per_rank,
+        )
+    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
+    return EngineConfig(
+        policy="prefill-first",
+        chunk_tokens=chunk,
+        max_running=cap,
+        kv_tokens=per_rank * dp,
+        kv_tokens_per_rank=per_rank,
+        admit_reserve=SGLANG_NEW_TOKEN_RATIO,
+    )
+
+
+def max_rate_meeting_slo(
+    run: Callable[[float], ServeMetrics],
+    slo: SLO,
+    *,
+    hi: float,
+    rel_tol: float = 0.03,
+    max_steps: int = 14,
+) -> float:
+    """Largest rate ``r`` with ``run(r).meets(slo)`` (bisection; 0 when even ``hi/1024``
+    fails). ``hi`` is doubled until it fails (at most 6 times)."""
+    for _ in range(6):
+        if not run(hi).meets(slo):
+            break
+        hi *= 2.0
+    else:
+        return hi
+    lo = hi / 1024.0
+    if not run(lo).meets(slo):
+        return 0.0
+    for _ in range(max_steps):
+        if hi - lo <= rel_tol * lo:
+            break
+        mid = math.sqrt(lo * hi) if hi > 4 * lo else 0.5 * (lo + hi)
+        if run(mid).meets(slo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """Analytic steady state at ``batch`` concurrent requests (seconds, requests/s)."""
+
+    batch: int
+    tpot_s: float
+    ttft_s: float
+    rate_rps: float
+
+
+def analytic_rate(evaluate: Evaluator, cfg: EngineConfig, isl: int, osl: int, slo: SLO) -> Estimate:
+    """Closed-form estimate: with ``B`` requests in flight each request costs ``osl`` decode
+    steps of the batch and its share of prefill batches, so ``rate = B / (osl d(B) + B p)``
+    and ``TPOT = d(B) + B p / osl``; ``B`` is the largest power of two (<= the cap and the
+    KV bound) whose TPOT meets the SLO."""
+    chunk = cfg.chunk_tokens or isl
+    per_chunk = max(1, chunk // isl)
+    q = min(isl, chunk)
+    p = evaluate(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
+    kv_bound = max(1, int(cfg.kv_tokens / (isl + osl / 2)))
+    top = min(cfg.max_running, kv_bound)
+    best = None
+    b = 1
+    while b <= top:
+        d = evaluate(Batch(b, isl + osl // 2, ()))
+        tpot = d + b * p / max(1, osl)
+        est = Estimate(batch=b, tpot_s=tpot, ttft_s=p, rate_rps=b / (osl * d + b * p))
+        if best is None or slo.tpot_s is None or tpot <= slo.tpot_s:
+            best = est
+        b = b * 2 if b * 2 <= top or b == top else top
+    assert best is not None
+    return best
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeResult:
+    """The serving answer for one layout (``metrics`` None when infeasible)."""
+
+    layout: ServeLayout
+    feasible: bool
+    reason: str = ""
+    engine: EngineConfig | None = None
+    metrics: ServeMetrics | None = None
+    max_rate_meeting_slo_rps: float | None = None
+    meets_slo: bool = False
+    bound: str = ""
+    estimate: Estimate | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.layout.label
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.metrics.to_dict() if self.metrics is not None else {}
+        if m:
+            m["max_rate_meeting_slo_rps"] = self.max_rate_meeting_slo_rps
+        e = self.engine
+        return {
+            "label": self.label,
+            "gpus": self.layout.gpus,
+            "layout": self.layout.to_dict(),
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "meets_slo": self.meets_slo,
+            "bound": self.bound,
+            "engine": None
+            if e is None
+            else {
+                "policy": e.policy,
+                "chunk_tokens": e.chunk_tokens,
+                "max_running": e.max_running,
+                "kv_tokens": e.kv_tokens,
+            },
+            "metrics": m,
+        }
+
+
+def _bound(bd: dict[str, float], metrics: ServeMetrics) -> str:
+    """What limits the layout at its operating point (largest share of the decode step)."""
+    if metrics.preemptions > 0 or metrics.kv_peak_utilisation > 0.95:
+        return "KV capacity"
+    parts = {
+        "attention compute": bd.get("attention", 0.0),
+        "expert compute": bd.get("moe", 0.0) + bd.get("dense", 0.0),
+        "communication": bd.get("comm", 0.0) + bd.get("p2p", 0.0),
+        "pipeline bubbles": max(0.0, bd.get("bubble_s", 0.0)),
+    }
+    return max(parts, key=lambda k: parts[k])
+
+
+def _candidates(
+    engine: str, model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout
+) -> list[EngineConfig]:
+    base = engine_config(engine, model, cluster, layout)
+    out = [base]
+    for chunk in CHUNKS:
+        for cap in CAPS:
+            if cap >= base.max_running or (engine == "vllm" and chunk <= cap):
+                continue
+            try:
+                out.append(
+                    engine_config(
+                        engine, model, cluster, layout, chunk_tokens=chunk, max_running=cap
+                    )
+                )
+            except MoeplanError:
+                continue
+    return out
+
+
+def _run(
+    cfg: EngineConfig, workload: ServeWorkload, evaluate: Evaluator, gpus: int, slo: SLO
+) -> ServeMetrics:
+    return summarize(simulate(generate(workload), cfg, evaluate), gpus, slo)
+
+
+def _has_limits(slo: SLO) -> bool:
+    return slo.ttft_s is not None or slo.tpot_s is not None
+
+
+def evaluate_layout(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layout: ServeLayout,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    top_k: int = 2,
+    evaluator_factory: EvaluatorFactory | None = None,
+    routing: RoutingProfile | None = None,
+    search_requests: int = SEARCH_REQUESTS,
+) -> ServeResult:
+    """Search the engine knobs of ``layout`` and simulate ``workload`` with the best ones."""
+    try:
+        layout.validate(model, cluster)
+        cands = _candidates(engine, model, cluster, layout)
+        evaluate = (
+            evaluator_factory(layout)
+            if evaluator_factory is not None
+            else IterationModel(model, cluster, cost, layout, routing)
+        )
+    except MoeplanError as err:
+        return ServeResult(layout=layout, feasible=False, reason=str(err))
+    big = workload.isl.max + workload.osl.max
+    cands = [c for c in cands if big <= c.kv_tokens_per_rank]
+    if not cands:
+        return ServeResult(
+            layout=layout,
+            feasible=False,
+            reason=f"request isl+osl ({big}) must fit one rank's KV pool",
+        )
+    isl, osl = workload.isl.mean, workload.osl.mean
+    ranked = sorted(
+        ((analytic_rate(evaluate, c, isl, osl, slo), c) for c in cands),
+        key=lambda ec: -ec[0].rate_rps,
+    )
+    probe = replace(
+        workload,
+        num_requests=min(search_requests, workload.num_requests),
+        rate=1.0,
+        concurrency=None,
+    )
+    best: tuple[float, Estimate, EngineConfig] | None = None
+    for est, cfg in ranked[:top_k]:
+        rate = est.rate_rps
+        if _has_limits(slo):
+            rate = max_rate_meeting_slo(
+                lambda r, cfg=cfg: _run(cfg, probe.with_rate(r), evaluate, layout.gpus, slo),
+                slo,
+                hi=1.5 * est.rate_rps,
+            )
+        if best is None or rate > best[0]:
+            best = (rate, est, cfg)
+    assert best is not None
+    rate, est, cfg = best
+    metrics = _run(cfg, workload, evaluate, layout.gpus, slo)
+    bd = (
+        evaluate.breakdown(Batch(est.batch, isl + osl // 2, ()))
+        if isinstance(evaluate, IterationModel)
+        else {}
+    )
+    return ServeResult(
+        layout=layout,
+        feasible=True,
+        engine=cfg,
+        metrics=metrics,
+        max_rate_meeting_slo_rps=rate if _has_limits(slo) else None,
+        meets_slo=metrics.meets(slo),
+        bound=_bound(bd, metrics),
+        estimate=est,
+        breakdown=bd,
+    )
+
+
+def evaluate_layouts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layouts: Sequence[ServeLayout],
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    top_k: int = 2,
+    evaluator_factory: EvaluatorFactory | None = None,
+    routing: RoutingProfile | None = None,
+    search_requests: int = SEARCH_REQUESTS,
+) -> list[ServeResult]:
+    """:func:`evaluate_layout` for each layout, in the given order (see :func:`rank_results`)."""
+    return [
+        evaluate_layout(
+            model,
+            cluster,
+            cost,
+            lay,
+            workload,
+            slo,
+            engine=engine,
+            top_k=top_k,
+            evaluator_factory=evaluator_factory,
+            routing=routing,
+            search_requests=search_requests,
+        )
+        for lay in layouts
+    ]
+
+
+OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
+
+
+def rank_results(
+    results: Sequence[ServeResult], objective: str = "throughput-per-gpu"
+) -> list[ServeResult]:
+    """Best first: feasible before infeasible, SLO-meeting before not, then the objective
+    (output tokens/s per GPU; goodput per GPU; fewest GPUs then throughput; lowest p90 E2E)."""
+    if objective not in OBJECTIVES:
+        raise MoeplanError(f"objective ({objective!r}) must be one of {OBJECTIVES}")
+
+    def key(r: ServeResult) -> tuple:
+        m = r.metrics
+        if m is None:
+            return (1, 1, 0.0)
+        score = {
+            "throughput-per-gpu": -m.output_tokens_per_s_per_gpu,
+            "goodput": -m.goodput_rps_per_gpu,
+            "min-gpus": r.layout.gpus - 1e-9 * m.output_tokens_per_s_per_gpu,
+            "latency": m.e2e_p90_s,
+        }[objective]
+        return (0, 0 if r.meets_slo else 1, score)
+
+    return sorted(results, key=key)

@@ -1,0 +1,222 @@
+"""Serving workloads: request arrivals and prompt/output length distributions, seeded.
+
+- Arrivals: ``poisson`` (exponential gaps at ``rate``), ``gamma`` (bursty: gamma gaps with
+  coefficient of variation ``cv``; cv = 1 is Poisson), or rows given by the caller
+  (:func:`requests_from_rows`, e.g. read from a file by the CLI). A *closed* workload
+  (``concurrency`` set, no rate) keeps that many requests in flight: the engine issues the next
+  request when one finishes (see :mod:`moeplan.serve.engine`).
+- Lengths: ``fixed``, ``uniform`` on ``[low, high]``, ``lognormal`` with median ``mean`` and
+  shape ``sigma`` clipped to ``[low, high]``.
+- ``prefix_hit``: fraction of every prompt found in the prefix cache (occupies KV, is attended
+  to, is not prefilled).
+
+Arrival times are generated for rate 1 and divided by ``rate``, so the same seed at two
+rates gives the same request sequence on a scaled clock (common random numbers: the rate
+searches of :mod:`moeplan.serve.search` compare like with like).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.errors import require
+
+ARRIVALS = ("poisson", "gamma")
+LENGTH_KINDS = ("fixed", "uniform", "lognormal")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LengthDist:
+    """Token-count distribution (see module docstring)."""
+
+    kind: str = "fixed"
+    mean: int = 1024
+    low: int = 1
+    high: int = 0  # 0: no upper clip for lognormal, ``mean`` for fixed
+    sigma: float = 0.5
+
+    def __post_init__(self) -> None:
+        require(
+            self.kind in LENGTH_KINDS, f"length.kind ({self.kind!r}) must be one of {LENGTH_KINDS}"
+        )
+        require(self.mean >= 1, f"length.mean ({self.mean}) must be >= 1")
+        require(self.low >= 1, f"length.low ({self.low}) must be >= 1")
+        require(
+            self.high == 0 or self.high >= self.low,
+            f"length.high ({self.high}) must be >= low ({self.low})",
+        )
+        if self.kind == "uniform":
+            require(self.high >= self.low, f"length.high ({self.high}) must be set for uniform")
+        require(self.sigma > 0, f"length.sigma ({self.sigma}) must be positive")
+
+    @classmethod
+    def parse(cls, text: str) -> LengthDist:
+        """``"512"``, ``"fixed:512"``, ``"uniform:128:1024"``, ``"lognormal:512:0.8"``."""
+        parts = text.strip().split(":")
+        try:
+            if len(parts) == 1:
+                return cls(kind="fixed", mean=int(parts[0]))
+            kind, args = parts[0], [float(p) for p in parts[1:]]
+        except ValueError:
+            raise_bad(text)
+        if kind == "fixed" and len(args) == 1:
+            return cls(kind="fixed", mean=int(args[0]))
+        if kind == "uniform" and len(args) == 2:
+            lo, hi = int(args[0]), int(args[1])
+            return cls(kind="uniform", mean=max(1, (lo + hi) // 2), low=lo, high=hi)
+        if kind == "lognormal" and len(args) in (2, 3):
+            return cls(
+                kind="lognormal",
+                mean=int(args[0]),
+                sigma=args[1],
+                high=int(args[2]) if len(args) == 3 else 0,
+            )
+        raise_bad(text)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(n, self.mean, dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)
+        x = np.rint(self.mean * np.exp(self.sigma * rng.standard_normal(n))).astype(np.int64)
+        return np.clip(x, self.low, self.high or np.iinfo(np.int64).max)
+
+    @property
+    def max(self) -> int:
+        """Largest value the distribution can produce (``mean * e^(4 sigma)`` when unclipped)."""
+        if self.kind == "fixed":
+            return self.mean
+        if self.kind == "uniform" or self.high:
+            return self.high
+        return int(self.mean * np.exp(4 * self.sigma))
+
+
+def raise_bad(text: str) -> None:
+    require(
+        False,
+        f"length ({text!r}) must be N, fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX]",
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServeWorkload:
+    """Open (``rate``) or closed (``concurrency``) request stream with length distributions."""
+
+    num_requests: int = 1000
+    rate: float | None = 1.0
+    concurrency: int | None = None
+    arrival: str = "poisson"
+    cv: float = 1.0
+    isl: LengthDist = LengthDist(mean=1024)
+    osl: LengthDist = LengthDist(mean=256)
+    prefix_hit: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.num_requests >= 1, f"workload.num_requests ({self.num_requests}) must be >= 1")
+        require(
+            (self.rate is None) != (self.concurrency is None),
+            f"workload needs exactly one of rate ({self.rate}) and concurrency "
+            f"({self.concurrency})",
+        )
+        require(self.rate is None or self.rate > 0, f"workload.rate ({self.rate}) must be > 0")
+        require(
+            self.concurrency is None or self.concurrency >= 1,
+            f"workload.concurrency ({self.concurrency}) must be >= 1",
+        )
+        require(
+            self.arrival in ARRIVALS,
+            f"workload.arrival ({self.arrival!r}) must be one of {ARRIVALS}",
+        )
+        require(self.cv > 0, f"workload.cv ({self.cv}) must be positive")
+        require(
+            0.0 <= self.prefix_hit < 1.0,
+            f"workload.prefix_hit ({self.prefix_hit}) must be in [0, 1)",
+        )
+
+    def with_rate(self, rate: float) -> ServeWorkload:
+        return ServeWorkload(
+            num_requests=self.num_requests,
+            rate=rate,
+            arrival=self.arrival,
+            cv=self.cv,
+            isl=self.isl,
+            osl=self.osl,
+            prefix_hit=self.prefix_hit,
+            seed=self.seed,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Requests:
+    """Arrays, one entry per request: arrival (s), prompt and output tokens, cached prefix."""
+
+    arrival_s: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    cached: np.ndarray
+    closed: int = 0  # > 0: closed loop with this many in flight (arrival_s ignored)
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        for f in ("isl", "osl", "cached"):
+            require(
+                len(getattr(self, f)) == n,
+                f"requests.{f} has {len(getattr(self, f))} rows, arrival_s has {n}",
+            )
+        require(n >= 1, "requests must not be empty")
+        require(bool(np.all(self.isl >= 1)), "requests.isl must be >= 1 for every request")
+        require(bool(np.all(self.osl >= 1)), "requests.osl must be >= 1 for every request")
+        require(
+            bool(np.all((self.cached >= 0) & (self.cached < self.isl))),
+            "requests.cached must be in [0, isl) for every request",
+        )
+        require(
+            bool(np.all(np.isfinite(self.arrival_s))) and bool(np.all(self.arrival_s >= 0)),
+            "requests.arrival_s must be finite and >= 0",
+        )
+        require(
+            bool(np.all(np.diff(self.arrival_s) >= 0)),
+            "requests.arrival_s must be sorted (non-decreasing)",
+        )
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def requests_from_rows(arrival_s, isl, osl, prefix_hit: float = 0.0) -> Requests:
+    """Requests from given columns (sorted by arrival here; ties keep their order)."""
+    a = np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(a, kind="stable")
+    i = np.asarray(isl, dtype=np.int64)[order]
+    return Requests(
+        arrival_s=a[order],
+        isl=i,
+        osl=np.asarray(osl, dtype=np.int64)[order],
+        cached=np.minimum(i - 1, np.floor(prefix_hit * i).astype(np.int64)),
+    )
+
+
+def generate(w: ServeWorkload) -> Requests:
+    """The request stream of ``w`` (same seed, same stream)."""
+    rng = np.random.default_rng(w.seed)
+    n = w.num_requests
+    if w.arrival == "poisson":
+        gaps = rng.exponential(1.0, size=n)
+    else:
+        shape = 1.0 / (w.cv * w.cv)
+        gaps = rng.gamma(shape, 1.0 / shape, size=n)
+    isl = w.isl.sample(rng, n)
+    osl = w.osl.sample(rng, n)
+    if w.rate is None:
+        return Requests(
+            arrival_s=np.zeros(n),
+            isl=isl,
+            osl=osl,
+            cached=np.minimum(isl - 1, np.floor(w.prefix_hit * isl).astype(np.int64)),
+            closed=int(w.concurrency or 0),
+        )
+    reqs = requests_from_rows(np.cumsum(gaps) / w.rate, isl, osl, w.prefix_hit)
+    return reqs
