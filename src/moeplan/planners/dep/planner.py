@@ -60,17 +60,37 @@ class DepReport:
         return self.findep.throughput / self.naive.throughput
 
 
-def plan_dep(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, seq_len: int,
-             ag: int | None = None, eg: int | None = None, gpus: int | None = None,
-             layers: int | None = None, batch: int = 64, imbalance: float = 1.0,
-             verify: bool = False, cpsat_time_limit_s: float = 10.0) -> DepReport:
+def plan_dep(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cm: CostModel,
+    *,
+    seq_len: int,
+    ag: int | None = None,
+    eg: int | None = None,
+    gpus: int | None = None,
+    layers: int | None = None,
+    batch: int = 64,
+    imbalance: float = 1.0,
+    verify: bool = False,
+    cpsat_time_limit_s: float = 10.0,
+) -> DepReport:
     """Plan FinDEP for fixed ``ag``/``eg`` or the best split of ``gpus`` GPUs (see module)."""
-    require(seq_len > 0, f"seq ({seq_len}) must be > 0")
+    require(seq_len > 0, f"isl ({seq_len}) must be > 0")
     require(batch >= 1, f"batch ({batch}) must be >= 1")
 
     def make(a: int, e: int) -> DepProblem:
-        return dep_problem(model, cluster, cm, ag=a, eg=e, seq_len=seq_len, layers=layers,
-                           batch=batch, imbalance=imbalance)
+        return dep_problem(
+            model,
+            cluster,
+            cm,
+            ag=a,
+            eg=e,
+            seq_len=seq_len,
+            layers=layers,
+            batch=batch,
+            imbalance=imbalance,
+        )
 
     t0 = time.perf_counter()
     if ag is not None or eg is not None:
@@ -82,8 +102,10 @@ def plan_dep(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, seq_len: 
         pp, nv = pppipe(problem), naive(problem)
     else:
         n = cluster.num_gpus if gpus is None else gpus
-        require(2 <= n <= cluster.num_gpus,
-                f"gpus ({n}) must be between 2 and the cluster's {cluster.num_gpus} GPUs")
+        require(
+            2 <= n <= cluster.num_gpus,
+            f"gpus ({n}) must be between 2 and the cluster's {cluster.num_gpus} GPUs",
+        )
         try:
             problem, result = search_groups(make, n)
             pp_problem, pp = search_groups(make, n, pppipe)
@@ -92,10 +114,18 @@ def plan_dep(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, seq_len: 
             make(1, n - 1)  # raises the memory error of the roomiest split
             raise MoeplanError(str(err)) from None
     search_s = time.perf_counter() - t0
-    report = DepReport(model=model.name, cluster=cluster.name, profile=cm.profile_name,
-                       seq_len=seq_len, problem=problem, findep=result, pppipe=pp, naive=nv,
-                       baseline_problems={"pppipe": pp_problem, "naive": nv_problem},
-                       search_s=search_s)
+    report = DepReport(
+        model=model.name,
+        cluster=cluster.name,
+        profile=cm.profile_name,
+        seq_len=seq_len,
+        problem=problem,
+        findep=result,
+        pppipe=pp,
+        naive=nv,
+        baseline_problems={"pppipe": pp_problem, "naive": nv_problem},
+        search_s=search_s,
+    )
     return _verified(report, cpsat_time_limit_s) if verify else report
 
 
@@ -107,8 +137,9 @@ def _verified(report: DepReport, cpsat_time_limit_s: float) -> DepReport:
     bf = brute_force(p)
     bf_s = time.perf_counter() - t0
     small = DepConfig(ma=c.ma, r1=min(c.r1, CPSAT_MAX), r2=min(c.r2, CPSAT_MAX), order=c.order)
-    cp = cpsat_optimum(p.times(small.ma, small.r2), small, min(p.layers, 2),
-                       time_limit_s=cpsat_time_limit_s)
+    cp = cpsat_optimum(
+        p.times(small.ma, small.r2), small, min(p.layers, 2), time_limit_s=cpsat_time_limit_s
+    )
     cp["clipped"] = (small.r1, small.r2) != (c.r1, c.r2) or p.layers > 2
     return replace(report, bruteforce=bf, bruteforce_s=bf_s, cpsat=cp)
 
@@ -117,8 +148,12 @@ def busy_seconds(problem: DepProblem, result: DepResult) -> dict[str, float]:
     """Busy time per resource in one iteration (sum of its task durations)."""
     c, t = result.config, result.times
     work, chunks = problem.layers * c.r1, problem.layers * c.r1 * c.r2
-    return {"AG": problem.dense_layers * c.r1 * t.dense + work * (t.attn + t.shared),
-            "A2E": chunks * t.a2e, "EG": chunks * t.expert, "E2A": chunks * t.e2a}
+    return {
+        "AG": problem.dense_layers * c.r1 * t.dense + work * (t.attn + t.shared),
+        "A2E": chunks * t.a2e,
+        "EG": chunks * t.expert,
+        "E2A": chunks * t.e2a,
+    }
 
 
 def utilization(problem: DepProblem, result: DepResult) -> dict[str, float]:
@@ -126,30 +161,45 @@ def utilization(problem: DepProblem, result: DepResult) -> dict[str, float]:
 
 
 def _summary(problem: DepProblem, result: DepResult) -> dict[str, Any]:
-    return {"config": result.config_dict(problem), "throughput_tokens_per_s": result.throughput,
-            "iteration_s": result.makespan, "tokens_per_iteration": result.tokens,
-            "utilization": utilization(problem, result)}
+    return {
+        "config": result.config_dict(problem),
+        "throughput_tokens_per_s": result.throughput,
+        "iteration_s": result.makespan,
+        "tokens_per_iteration": result.tokens,
+        "utilization": utilization(problem, result),
+    }
 
 
 def report_dict(report: DepReport) -> dict[str, Any]:
     """The ``moeplan dep --json`` object."""
     p, f = report.problem, report.findep
     out: dict[str, Any] = {
-        "model": report.model, "cluster": report.cluster, "profile": report.profile,
-        "seq_len": report.seq_len, "layers": p.layers + p.dense_layers, "moe_layers": p.layers,
+        "model": report.model,
+        "cluster": report.cluster,
+        "profile": report.profile,
+        "seq_len": report.seq_len,
+        "layers": p.layers + p.dense_layers,
+        "moe_layers": p.layers,
         **_summary(p, f),
         "memory_per_gpu": p.memory(f.config.ma, f.config.r1) if p.memory else None,
-        "baselines": {k: _summary(report.baseline_problems[k], getattr(report, k))
-                      for k in ("pppipe", "naive")},
+        "baselines": {
+            k: _summary(report.baseline_problems[k], getattr(report, k))
+            for k in ("pppipe", "naive")
+        },
         "speedup_vs_pppipe": report.speedup_vs_pppipe,
         "speedup_vs_naive": report.speedup_vs_naive,
-        "solve_ms": f.solve_s * 1e3, "evaluations": f.evaluations,
+        "solve_ms": f.solve_s * 1e3,
+        "evaluations": f.evaluations,
         "search_ms": report.search_s * 1e3,
     }
     if report.bruteforce is not None:
         bf = report.bruteforce
-        out["bruteforce"] = {"throughput_tokens_per_s": bf.throughput, "ms": report.bruteforce_s * 1e3,
-                             "evaluations": bf.evaluations, "config": bf.config_dict(p)}
+        out["bruteforce"] = {
+            "throughput_tokens_per_s": bf.throughput,
+            "ms": report.bruteforce_s * 1e3,
+            "evaluations": bf.evaluations,
+            "config": bf.config_dict(p),
+        }
         out["gap_vs_bruteforce"] = (bf.throughput - f.throughput) / bf.throughput
     if report.cpsat is not None:
         out["cpsat"] = report.cpsat
@@ -161,15 +211,30 @@ def to_plan(report: DepReport) -> Plan:
     p, f = report.problem, report.findep
     c = f.config
     return Plan(
-        family="dep", model=report.model, cluster=report.cluster,
+        family="dep",
+        model=report.model,
+        cluster=report.cluster,
         layout={"world_size": p.ag + p.eg, "ag": p.ag, "eg": p.eg},
-        details={"ma": c.ma, "r1": c.r1, "r2": c.r2, "me": f.me, "order": c.order,
-                    "seq_len": report.seq_len, "profile": report.profile},
-        predicted={"throughput_tokens_per_s": f.throughput, "iteration_s": f.makespan,
-                      "tokens_per_iteration": f.tokens, "utilization": utilization(p, f),
-                      "memory_per_gpu": p.memory(c.ma, c.r1) if p.memory else None},
-        baselines={k: _summary(report.baseline_problems[k], getattr(report, k))
-                   for k in ("pppipe", "naive")},
+        details={
+            "ma": c.ma,
+            "r1": c.r1,
+            "r2": c.r2,
+            "me": f.me,
+            "order": c.order,
+            "seq_len": report.seq_len,
+            "profile": report.profile,
+        },
+        predicted={
+            "throughput_tokens_per_s": f.throughput,
+            "iteration_s": f.makespan,
+            "tokens_per_iteration": f.tokens,
+            "utilization": utilization(p, f),
+            "memory_per_gpu": p.memory(c.ma, c.r1) if p.memory else None,
+        },
+        baselines={
+            k: _summary(report.baseline_problems[k], getattr(report, k))
+            for k in ("pppipe", "naive")
+        },
     )
 
 
@@ -177,9 +242,10 @@ def chrome_traces(report: DepReport, layers: int | None = None) -> dict[str, Any
     """Chrome trace JSON with the FinDEP schedule and PPPipe's as two processes."""
     from moeplan.sim import chrome_trace
 
-    return chrome_trace(schedules(report, layers),
-                        metadata={"model": report.model, "cluster": report.cluster,
-                                  "seq_len": report.seq_len})
+    return chrome_trace(
+        schedules(report, layers),
+        metadata={"model": report.model, "cluster": report.cluster, "seq_len": report.seq_len},
+    )
 
 
 def schedules(report: DepReport, layers: int | None = None) -> dict[str, Any]:

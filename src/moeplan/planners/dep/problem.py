@@ -89,28 +89,66 @@ class DepProblem:
         return lo
 
 
-def alpha_beta_problem(*, ag: int, eg: int, seq_len: int, layers: int, coeffs: dict[str, tuple[float, float]],
-                       tokens_per_expert: float, mem_limit: int, batch: int = 64,
-                       r2_max: int = 32, dense_layers: int = 0) -> DepProblem:
+def alpha_beta_problem(
+    *,
+    ag: int,
+    eg: int,
+    seq_len: int,
+    layers: int,
+    coeffs: dict[str, tuple[float, float]],
+    tokens_per_expert: float,
+    mem_limit: int,
+    batch: int = 64,
+    r2_max: int = 32,
+    dense_layers: int = 0,
+) -> DepProblem:
     """An instance with the paper's linear models: ``coeffs[k] = (alpha, beta)`` for
     ``k`` in attn/shared/dense (per sample) and expert/comm (per token per expert), with
     ``me = ma * tokens_per_expert / r2`` and memory ``r1 * ma <= mem_limit``."""
 
     def times(ma: int, r2: int) -> DepTimes:
         me = ma * tokens_per_expert / r2
-        lin = {k: a + b * (ma if k in ("attn", "shared", "dense") else me)
-               for k, (a, b) in coeffs.items()}
-        return DepTimes(attn=lin["attn"], shared=lin.get("shared", 0.0), expert=lin["expert"],
-                        a2e=lin["comm"], e2a=lin["comm"], dense=lin.get("dense", 0.0))
+        lin = {
+            k: a + b * (ma if k in ("attn", "shared", "dense") else me)
+            for k, (a, b) in coeffs.items()
+        }
+        return DepTimes(
+            attn=lin["attn"],
+            shared=lin.get("shared", 0.0),
+            expert=lin["expert"],
+            a2e=lin["comm"],
+            e2a=lin["comm"],
+            dense=lin.get("dense", 0.0),
+        )
 
-    return DepProblem(ag=ag, eg=eg, seq_len=seq_len, layers=layers, dense_layers=dense_layers,
-                      batch=batch, r2_max=r2_max, times=times, me_per_ma=tokens_per_expert,
-                      max_r1=lambda ma: min(mem_limit, batch) // ma, label="alpha-beta")
+    return DepProblem(
+        ag=ag,
+        eg=eg,
+        seq_len=seq_len,
+        layers=layers,
+        dense_layers=dense_layers,
+        batch=batch,
+        r2_max=r2_max,
+        times=times,
+        me_per_ma=tokens_per_expert,
+        max_r1=lambda ma: min(mem_limit, batch) // ma,
+        label="alpha-beta",
+    )
 
 
-def dep_problem(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, ag: int, eg: int,
-                seq_len: int, layers: int | None = None, batch: int = 64, r2_max: int = 32,
-                imbalance: float = 1.0) -> DepProblem:
+def dep_problem(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cm: CostModel,
+    *,
+    ag: int,
+    eg: int,
+    seq_len: int,
+    layers: int | None = None,
+    batch: int = 64,
+    r2_max: int = 32,
+    imbalance: float = 1.0,
+) -> DepProblem:
     """The FinDEP instance of ``model`` on ``ag + eg`` GPUs of ``cluster`` for prompts of
     ``seq_len`` tokens; ``layers`` keeps only the first layers (the paper's reduced models).
 
@@ -118,8 +156,10 @@ def dep_problem(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, ag: in
     """
     require(seq_len > 0, f"seq ({seq_len}) must be > 0")
     require(ag >= 1 and eg >= 1, f"ag ({ag}) and eg ({eg}) must both be >= 1")
-    require(ag + eg <= cluster.num_gpus,
-            f"ag + eg ({ag} + {eg} = {ag + eg}) must be <= the cluster's GPUs ({cluster.num_gpus})")
+    require(
+        ag + eg <= cluster.num_gpus,
+        f"ag + eg ({ag} + {eg} = {ag + eg}) must be <= the cluster's GPUs ({cluster.num_gpus})",
+    )
     require(imbalance >= 1.0, f"imbalance ({imbalance}) must be >= 1")
     if layers is not None:
         require(layers >= 1, f"layers ({layers}) must be >= 1")
@@ -129,21 +169,24 @@ def dep_problem(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, ag: in
     local = math.ceil(model.num_experts / eg)
     cap = cluster.gpu.mem_bytes - mem.RESERVED_BYTES
     per_exp = ag * model.top_k * seq_len / model.num_experts  # me * r2 / ma
-    mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local,
-                      imbalance=imbalance)
+    mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local, imbalance=imbalance)
     for side, fixed in (("EG", mm.eg_weights), ("AG", mm.ag_weights)):
         if fixed > cap:
             raise MoeplanError(
                 f"model {model.name} does not fit the {side}: weights need {fixed / GIB:.1f} GiB"
                 f" per {side} GPU (ag={ag}, eg={eg}), each {cluster.gpu.name} has {cap / GIB:.1f} GiB"
-                f" usable")
+                f" usable"
+            )
 
     @lru_cache(maxsize=1024)
     def ag_side(ma: int) -> tuple[float, float, float]:
         tok = ma * seq_len
         attn = cm.attention_layer(model, ma, seq_len, seq_len)
-        return (attn + cm.router(model, tok), cm.shared_expert(model, tok),
-                attn + cm.dense_mlp(model, tok))
+        return (
+            attn + cm.router(model, tok),
+            cm.shared_expert(model, tok),
+            attn + cm.dense_mlp(model, tok),
+        )
 
     @lru_cache(maxsize=4096)
     def eg_side(me: float) -> tuple[float, float]:
@@ -157,16 +200,27 @@ def dep_problem(model: ModelSpec, cluster: ClusterSpec, cm: CostModel, *, ag: in
     def max_r1(ma: int) -> int:
         return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, cap)))
 
-    problem = DepProblem(ag=ag, eg=eg, seq_len=seq_len, layers=n_moe,
-                         dense_layers=model.num_layers - n_moe, batch=batch, r2_max=r2_max,
-                         times=times, max_r1=max_r1, me_per_ma=per_exp,
-                         label=f"{model.name}@{cluster.name}",
-                         memory=mm.breakdown)
+    problem = DepProblem(
+        ag=ag,
+        eg=eg,
+        seq_len=seq_len,
+        layers=n_moe,
+        dense_layers=model.num_layers - n_moe,
+        batch=batch,
+        r2_max=r2_max,
+        times=times,
+        max_r1=max_r1,
+        me_per_ma=per_exp,
+        label=f"{model.name}@{cluster.name}",
+        memory=mm.breakdown,
+    )
     if problem.ma_max < 1:
         need = max(mm.ag_bytes(1, 1), mm.eg_bytes(1, 1))
-        raise MoeplanError(f"one prompt of {seq_len} tokens does not fit: needs {need / GIB:.1f}"
-                           f" GiB per GPU (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
-                           f"{cap / GIB:.1f} GiB usable")
+        raise MoeplanError(
+            f"one prompt of {seq_len} tokens does not fit: needs {need / GIB:.1f}"
+            f" GiB per GPU (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
+            f"{cap / GIB:.1f} GiB usable"
+        )
     return problem
 
 
@@ -184,10 +238,15 @@ class _MemoryModel:
     @property
     def ag_weights(self) -> float:
         m = self.model
-        per_moe = mem.attn_weight_bytes(m) + mem.shared_weight_bytes(m) + m.router_params * m.weight_bytes
+        per_moe = (
+            mem.attn_weight_bytes(m) + mem.shared_weight_bytes(m) + m.router_params * m.weight_bytes
+        )
         per_dense = mem.attn_weight_bytes(m) + mem.dense_mlp_weight_bytes(m)
-        return (mem.embedding_bytes(m) + m.num_moe_layers * per_moe
-                + (m.num_layers - m.num_moe_layers) * per_dense)
+        return (
+            mem.embedding_bytes(m)
+            + m.num_moe_layers * per_moe
+            + (m.num_layers - m.num_moe_layers) * per_dense
+        )
 
     @property
     def eg_weights(self) -> float:
@@ -221,6 +280,9 @@ class _MemoryModel:
         return max(0, min(best))
 
     def breakdown(self, ma: int, r1: int) -> dict[str, float]:
-        return {"ag_bytes": self.ag_bytes(ma, r1) + mem.RESERVED_BYTES,
-                "eg_bytes": self.eg_bytes(ma, r1) + mem.RESERVED_BYTES,
-                "ag_weights": self.ag_weights, "eg_weights": self.eg_weights}
+        return {
+            "ag_bytes": self.ag_bytes(ma, r1) + mem.RESERVED_BYTES,
+            "eg_bytes": self.eg_bytes(ma, r1) + mem.RESERVED_BYTES,
+            "ag_weights": self.ag_weights,
+            "eg_weights": self.eg_weights,
+        }

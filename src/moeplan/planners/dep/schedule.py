@@ -84,8 +84,9 @@ class DepConfig:
             raise ValueError(f"DepConfig.order ({self.order!r}) must be one of {ORDERS}")
 
 
-def build_graph(times: DepTimes, cfg: DepConfig, layers: int, dense_layers: int = 0,
-                variant: str = "findep") -> TaskGraph:
+def build_graph(
+    times: DepTimes, cfg: DepConfig, layers: int, dense_layers: int = 0, variant: str = "findep"
+) -> TaskGraph:
     """Task graph of ``dense_layers`` dense layers then ``layers`` MoE layers.
 
     Tasks are added in an order that is also each resource's execution order, so
@@ -122,8 +123,9 @@ def build_graph(times: DepTimes, cfg: DepConfig, layers: int, dense_layers: int 
     return g
 
 
-def _chunks(ready: float, l1: float, q: float, l2: float, r2: int,
-            c1: float, e: float, c2: float) -> tuple[float, float, float]:
+def _chunks(
+    ready: float, l1: float, q: float, l2: float, r2: int, c1: float, e: float, c2: float
+) -> tuple[float, float, float]:
     """Link/EG/link chains of one micro-batch whose ``r2`` chunks are all ready at ``ready``.
 
     With chain free times ``l1``, ``q``, ``l2``: A2E(j) starts at ``s1 + j·c1``
@@ -140,8 +142,9 @@ def _chunks(ready: float, l1: float, q: float, l2: float, r2: int,
     return s1 + r2 * c1, e_last + e, x_last + c2
 
 
-def makespan(times: DepTimes, cfg: DepConfig, layers: int, dense_layers: int = 0,
-             variant: str = "findep") -> float:
+def makespan(
+    times: DepTimes, cfg: DepConfig, layers: int, dense_layers: int = 0, variant: str = "findep"
+) -> float:
     """Exact makespan of :func:`build_graph`'s semi-active schedule, O(r1) per layer.
 
     Dense layers come first and keep the AG busy back to back (each ``D(t,i)`` only waits for
@@ -171,8 +174,9 @@ def _periodic_tail(flat: list[float], prev: list[float], remaining: int) -> floa
     return None
 
 
-def _run_python(layers: int, r1: int, r2: int, ta: float, ts: float, c1: float, e: float,
-                c2: float, aass: bool) -> float:
+def _run_python(
+    layers: int, r1: int, r2: int, ta: float, ts: float, c1: float, e: float, c2: float, aass: bool
+) -> float:
     ag = l1 = q = l2 = 0.0
     back = [0.0] * r1
     a_end = [0.0] * r1
@@ -198,8 +202,9 @@ def _run_python(layers: int, r1: int, r2: int, ta: float, ts: float, c1: float, 
     return max(ag, l1, q, l2, *back)
 
 
-def _run_numpy(layers: int, r1: int, r2: int, ta: float, ts: float, c1: float, e: float,
-               c2: float, aass: bool) -> float:
+def _run_numpy(
+    layers: int, r1: int, r2: int, ta: float, ts: float, c1: float, e: float, c2: float, aass: bool
+) -> float:
     """:func:`_run_python` with every chain of a layer solved by one cumulative max:
     a chain of equal tasks ``P`` apart at best, ready at ``ready_i``, free from ``first``,
     starts task ``i`` at ``i·P + max(first, max_{l<=i}(ready_l - l·P))``."""
@@ -238,16 +243,20 @@ def closed_form_applies(times: DepTimes, cfg: DepConfig, dense_layers: int = 0) 
     return cfg.order == "ASAS" and times.a2e == times.e2a
 
 
-def closed_form_makespan(times: DepTimes, r1: int, r2: int, layers: int,
-                         dense_layers: int = 0) -> float:
+def closed_form_makespan(
+    times: DepTimes, r1: int, r2: int, layers: int, dense_layers: int = 0
+) -> float:
     """FinDEP Eq. 13's denominator for ASAS, corrected (module docstring), plus the dense
     prefix ``dense_layers·r1·t_dense``: seconds."""
     x = times.attn + times.shared
     y = max(times.expert, times.a2e)
     f = max(x, r2 * y)
     g = times.attn + times.a2e + times.expert + times.e2a + (r2 - 1) * y
-    return (dense_layers * r1 * times.dense + (layers - 1) * max(g, r1 * f)
-            + max(r1 * x, g + (r1 - 1) * f))
+    return (
+        dense_layers * r1 * times.dense
+        + (layers - 1) * max(g, r1 * f)
+        + max(r1 * x, g + (r1 - 1) * f)
+    )
 
 
 def aass_estimate(times: DepTimes, r1: int, r2: int, layers: int, dense_layers: int = 0) -> float:
@@ -262,5 +271,8 @@ def aass_estimate(times: DepTimes, r1: int, r2: int, layers: int, dense_layers: 
     x = times.attn + times.shared
     y = max(times.expert, times.a2e)
     g = times.attn + times.a2e + times.expert + times.e2a + (r2 - 1) * y
-    return (dense_layers * r1 * times.dense + (layers - 1) * max(g, r1 * max(x, r2 * y))
-            + max(r1 * x, g + (r1 - 1) * max(times.attn, r2 * y)))
+    return (
+        dense_layers * r1 * times.dense
+        + (layers - 1) * max(g, r1 * max(x, r2 * y))
+        + max(r1 * x, g + (r1 - 1) * max(times.attn, r2 * y))
+    )

@@ -11,10 +11,10 @@ makespan and the paper's closed form (Eqs. 12–13, corrected) are in
 What is here:
 
 - :func:`solve` — Algorithm 1: ``ma`` from the memory cap down, ``r1`` = the largest that
-  fits memory, skip an ``r1`` already seen (Pareto), both orders, best ``r2``. The ``r2``
-  search is a binary search on the sign of ``f(r2+1) - f(r2)`` (the paper's Theorem 4 says
-  the objective is convex in ``1/r2``, hence unimodal in ``r2``) plus a look at both
-  neighbours. ASAS candidates are scored by the corrected closed form, which is the exact
+  fits memory, skip an ``r1`` already seen (Pareto), both orders, best ``r2``. Departure: every
+  ``r2 <= r2_max`` is scanned (:func:`best_r2`) instead of relying on Theorem 4's convexity in
+  ``1/r2`` — tile-padded GEMMs break unimodality (issue 16's findep-c counter-example lost
+  3.5 % to a binary search). ASAS candidates are scored by the corrected closed form, which is the exact
   simulated makespan (``_dep_schedule``). AASS candidates are ranked by our closed-form
   analogue (``aass_estimate``: exact on >99.9 % of random instances, never above), skipped
   when it cannot beat the incumbent, and otherwise refined with the exact O(r1)-per-layer
@@ -50,6 +50,7 @@ Findings (tests pin them; tables and commands in docs/benchmarks/dep.md):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -67,9 +68,20 @@ from moeplan.planners.dep.schedule import (
 )
 
 __all__ = [
-    "ORDERS", "DepConfig", "DepProblem", "DepResult", "DepTimes", "OnlineSolver",
-    "alpha_beta_problem", "brute_force", "dep_problem", "evaluate", "naive", "pppipe",
-    "search_groups", "solve",
+    "ORDERS",
+    "DepConfig",
+    "DepProblem",
+    "DepResult",
+    "DepTimes",
+    "OnlineSolver",
+    "alpha_beta_problem",
+    "brute_force",
+    "dep_problem",
+    "evaluate",
+    "naive",
+    "pppipe",
+    "search_groups",
+    "solve",
 ]
 
 Evaluator = Callable[[DepProblem, DepConfig, str], float]
@@ -95,8 +107,15 @@ class DepResult:
 
     def config_dict(self, problem: DepProblem) -> dict[str, object]:
         c = self.config
-        return {"ma": c.ma, "r1": c.r1, "r2": c.r2, "me": self.me, "order": c.order,
-                "ag": problem.ag, "eg": problem.eg}
+        return {
+            "ma": c.ma,
+            "r1": c.r1,
+            "r2": c.r2,
+            "me": self.me,
+            "order": c.order,
+            "ag": problem.ag,
+            "eg": problem.eg,
+        }
 
 
 def evaluate(problem: DepProblem, cfg: DepConfig, variant: str = "findep") -> float:
@@ -110,48 +129,61 @@ def evaluate(problem: DepProblem, cfg: DepConfig, variant: str = "findep") -> fl
 _exact = evaluate
 
 
-def _result(problem: DepProblem, variant: str, cfg: DepConfig, span: float, evals: int,
-            t0: float) -> DepResult:
-    return DepResult(variant=variant, config=cfg, makespan=span,
-                     tokens=problem.tokens(cfg.ma, cfg.r1), times=problem.times(cfg.ma, cfg.r2),
-                     me=cfg.ma * problem.me_per_ma / cfg.r2, evaluations=evals,
-                     solve_s=time.perf_counter() - t0)
+def _result(
+    problem: DepProblem, variant: str, cfg: DepConfig, span: float, evals: int, t0: float
+) -> DepResult:
+    return DepResult(
+        variant=variant,
+        config=cfg,
+        makespan=span,
+        tokens=problem.tokens(cfg.ma, cfg.r1),
+        times=problem.times(cfg.ma, cfg.r2),
+        me=cfg.ma * problem.me_per_ma / cfg.r2,
+        evaluations=evals,
+        solve_s=time.perf_counter() - t0,
+    )
 
 
-def best_r2(problem: DepProblem, ma: int, r1: int, order: str,
-            evaluate: Evaluator = evaluate, start: int | None = None,
-            variant: str = "findep") -> tuple[int, float, int]:
+def best_r2(
+    problem: DepProblem,
+    ma: int,
+    r1: int,
+    order: str,
+    evaluate: Evaluator = evaluate,
+    lower: Evaluator | None = None,
+    variant: str = "findep",
+    incumbent: float = math.inf,
+) -> tuple[int, float, int]:
     """``(r2, makespan, evaluations)`` minimizing the makespan for fixed ``(ma, r1, order)``.
 
-    Without ``start``: binary search on the sign of ``f(r2+1) - f(r2)`` (unimodal by
-    Theorem 4), then both neighbours. With ``start`` (a good guess, e.g. the other order's
-    best ``r2``): descend from ``start`` one step at a time while ``f`` decreases.
+    Every ``r2`` in ``1..r2_max`` is considered: tile-padded GEMMs make the makespan
+    non-unimodal in ``r2`` (issue 16: 0.886, 0.929, 0.928, 1.020, … with the minimum at
+    ``r2 = 1``), so Theorem 4's convexity cannot be used to stop early. Without ``lower``
+    every ``r2`` is evaluated. With ``lower`` (an O(1) bound never above the exact makespan,
+    e.g. :func:`aass_estimate`), candidates are evaluated exactly in increasing order of
+    their bound until the bound reaches the best exact makespan or ``incumbent`` — the result
+    is the same as the full exact scan (branch and bound). Returns ``(0, inf, n)`` when every
+    bound is at least ``incumbent``.
     """
-    seen: dict[int, float] = {}
-
-    def f(r2: int) -> float:
-        if r2 not in seen:
-            seen[r2] = evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant)
-        return seen[r2]
-
-    if start is None:
-        lo, hi = 1, problem.r2_max
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if f(mid + 1) < f(mid):
-                lo = mid + 1
-            else:
-                hi = mid
-        for r2 in (lo - 1, lo + 1):
-            if 1 <= r2 <= problem.r2_max:
-                f(r2)
-    else:
-        r2 = start
-        for step in (1, -1):
-            while 1 <= r2 + step <= problem.r2_max and f(r2 + step) < f(r2):
-                r2 += step
-    r2 = min(seen, key=lambda r: (seen[r], r))
-    return r2, seen[r2], len(seen)
+    rng = range(1, problem.r2_max + 1)
+    if lower is None:
+        spans = [
+            (evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant), r2)
+            for r2 in rng
+        ]
+        span, r2 = min(spans)
+        return r2, span, len(spans)
+    bounds = sorted(
+        (lower(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant), r2) for r2 in rng
+    )
+    best, evals = (math.inf, 0), 0
+    for bound, r2 in bounds:
+        if bound >= min(best[0], incumbent):
+            break
+        span = evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant)
+        evals += 1
+        best = min(best, (span, r2))
+    return best[1], best[0], evals
 
 
 def _aass_screen(problem: DepProblem, cfg: DepConfig, variant: str) -> float:
@@ -160,14 +192,16 @@ def _aass_screen(problem: DepProblem, cfg: DepConfig, variant: str) -> float:
     return aass_estimate(t, cfg.r1, cfg.r2, problem.layers, problem.dense_layers)
 
 
-def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
-          evaluate: Evaluator = evaluate) -> DepResult:
+def solve(
+    problem: DepProblem, *, orders: Iterable[str] = ORDERS, evaluate: Evaluator = evaluate
+) -> DepResult:
     """Algorithm 1 (see module docstring); raises ``ValueError`` if nothing fits.
 
     With the default (exact) evaluator, AASS candidates are first ranked by
     :func:`aass_estimate` (O(1), exact on >99 % of instances); an order whose estimate cannot
-    beat the incumbent is skipped, otherwise its ``r2`` is refined with exact evaluations
-    starting from the estimate's best. Other evaluators are used as given for every order.
+    beat the incumbent is skipped, otherwise its ``r2`` values are evaluated exactly in
+    increasing order of the estimate (branch and bound, :func:`best_r2`). Other evaluators
+    are used as given for every order and every ``r2``.
     """
     screen = evaluate is _exact
     t0 = time.perf_counter()
@@ -180,22 +214,20 @@ def solve(problem: DepProblem, *, orders: Iterable[str] = ORDERS,
         prev_r1 = r1
         tokens = problem.tokens(ma, r1)
         for order in orders:
-            start = None
-            if screen and order == "AASS":
-                start, est, _ = best_r2(problem, ma, r1, order, _aass_screen)
-                if best is not None and tokens / est <= best[0]:
-                    continue
-            r2, span, n = best_r2(problem, ma, r1, order, evaluate, start)
+            lower = _aass_screen if screen and order == "AASS" else None
+            incumbent = math.inf if best is None else tokens / best[0]
+            r2, span, n = best_r2(problem, ma, r1, order, evaluate, lower, incumbent=incumbent)
             evals += n
-            if best is None or tokens / span > best[0]:
+            if r2 and (best is None or tokens / span > best[0]):
                 best = (tokens / span, DepConfig(ma=ma, r1=r1, r2=r2, order=order), span)
     if best is None:
         raise ValueError(f"{problem.label}: no (ma, r1) fits memory")
     return _result(problem, "findep", best[1], best[2], evals, t0)
 
 
-def _grid_best(problem: DepProblem, variant: str, configs: Iterable[DepConfig],
-               evaluate: Evaluator) -> DepResult:
+def _grid_best(
+    problem: DepProblem, variant: str, configs: Iterable[DepConfig], evaluate: Evaluator
+) -> DepResult:
     t0 = time.perf_counter()
     best: tuple[float, DepConfig, float] | None = None
     n = 0
@@ -212,8 +244,9 @@ def _grid_best(problem: DepProblem, variant: str, configs: Iterable[DepConfig],
 
 def feasible_pairs(problem: DepProblem) -> list[tuple[int, int]]:
     """Every ``(ma, r1)`` that fits memory and the batch cap."""
-    return [(ma, r1) for ma in range(1, problem.ma_max + 1)
-            for r1 in range(1, problem.max_r1(ma) + 1)]
+    return [
+        (ma, r1) for ma in range(1, problem.ma_max + 1) for r1 in range(1, problem.max_r1(ma) + 1)
+    ]
 
 
 def pppipe(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
@@ -230,8 +263,12 @@ def naive(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
 
 def brute_force(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
     """Best FinDEP configuration over the whole (ma, r1, r2, order) grid."""
-    cfgs = (DepConfig(ma=ma, r1=r1, r2=r2, order=o) for ma, r1 in feasible_pairs(problem)
-            for r2 in range(1, problem.r2_max + 1) for o in ORDERS)
+    cfgs = (
+        DepConfig(ma=ma, r1=r1, r2=r2, order=o)
+        for ma, r1 in feasible_pairs(problem)
+        for r2 in range(1, problem.r2_max + 1)
+        for o in ORDERS
+    )
     return _grid_best(problem, "findep", cfgs, evaluate)
 
 
@@ -240,14 +277,21 @@ def schedule(problem: DepProblem, result: DepResult, layers: int | None = None):
     from moeplan.sim import simulate
 
     variant = "findep" if result.variant == "findep" else "pppipe"
-    graph = build_graph(result.times, result.config, problem.layers if layers is None else layers,
-                        problem.dense_layers, variant)
+    graph = build_graph(
+        result.times,
+        result.config,
+        problem.layers if layers is None else layers,
+        problem.dense_layers,
+        variant,
+    )
     return simulate(graph).check()
 
 
-def search_groups(make_problem: Callable[[int, int], DepProblem], gpus: int,
-                  planner: Callable[[DepProblem], DepResult] = solve,
-                  ) -> tuple[DepProblem, DepResult]:
+def search_groups(
+    make_problem: Callable[[int, int], DepProblem],
+    gpus: int,
+    planner: Callable[[DepProblem], DepResult] = solve,
+) -> tuple[DepProblem, DepResult]:
     """Offline phase: the ``(ag, eg)`` split of ``gpus`` GPUs with the highest throughput.
 
     ``make_problem(ag, eg)`` builds an instance; splits that raise (memory) are skipped.
@@ -285,8 +329,9 @@ class OnlineSolver:
     @classmethod
     def for_deployment(cls, model, cluster, cm, *, ag: int, eg: int, **kw) -> OnlineSolver:
         """Online solver of ``model`` on ``ag + eg`` GPUs; ``kw`` as for :func:`dep_problem`."""
-        return cls(lambda seq_len: dep_problem(model, cluster, cm, ag=ag, eg=eg,
-                                               seq_len=seq_len, **kw))
+        return cls(
+            lambda seq_len: dep_problem(model, cluster, cm, ag=ag, eg=eg, seq_len=seq_len, **kw)
+        )
 
     def solve(self, seq_len: int) -> DepResult:
         hit = self._cache.get(seq_len)

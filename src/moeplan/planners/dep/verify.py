@@ -22,7 +22,9 @@ from moeplan.sim import simulate
 FIELDS = ("attn", "shared", "expert", "a2e", "e2a")
 
 
-def _rounded(times: DepTimes, cfg: DepConfig, layers: int, resolution: float) -> tuple[DepTimes, float]:
+def _rounded(
+    times: DepTimes, cfg: DepConfig, layers: int, resolution: float
+) -> tuple[DepTimes, float]:
     tasks_per_layer = cfg.r1 * (2 + 3 * cfg.r2)
     total = layers * tasks_per_layer * max(getattr(times, f) for f in FIELDS)
     unit = total / resolution if total > 0 else 1.0
@@ -30,8 +32,15 @@ def _rounded(times: DepTimes, cfg: DepConfig, layers: int, resolution: float) ->
     return replace(times, **vals), unit
 
 
-def cpsat_optimum(times: DepTimes, cfg: DepConfig, layers: int, *, time_limit_s: float = 10.0,
-                  workers: int = 2, resolution: float = 1e5) -> dict[str, Any]:
+def cpsat_optimum(
+    times: DepTimes,
+    cfg: DepConfig,
+    layers: int,
+    *,
+    time_limit_s: float = 10.0,
+    workers: int = 2,
+    resolution: float = 1e5,
+) -> dict[str, Any]:
     """Optimal makespan with free per-resource order vs the ASAS and AASS schedules.
 
     Returns ``optimum_s``, ``bound_s`` (CP-SAT's proven lower bound), ``status``
@@ -68,10 +77,19 @@ def cpsat_optimum(times: DepTimes, cfg: DepConfig, layers: int, *, time_limit_s:
         raise RuntimeError(f"CP-SAT returned {solver.status_name(status)}")
     opt = solver.objective_value * unit
     best = min(s.makespan for s in heur.values())
-    return {"layers": layers, "ma": cfg.ma, "r1": cfg.r1, "r2": cfg.r2, "tasks": len(g),
-            "status": solver.status_name(status), "optimum_s": opt,
-            "bound_s": solver.best_objective_bound * unit,
-            "asas_s": heur["ASAS"].makespan, "aass_s": heur["AASS"].makespan,
-            "gap_best": (best - opt) / opt, "gap_asas": (heur["ASAS"].makespan - opt) / opt,
-            "gap_aass": (heur["AASS"].makespan - opt) / opt,
-            "ms": (time.perf_counter() - t0) * 1e3}
+    return {
+        "layers": layers,
+        "ma": cfg.ma,
+        "r1": cfg.r1,
+        "r2": cfg.r2,
+        "tasks": len(g),
+        "status": solver.status_name(status),
+        "optimum_s": opt,
+        "bound_s": solver.best_objective_bound * unit,
+        "asas_s": heur["ASAS"].makespan,
+        "aass_s": heur["AASS"].makespan,
+        "gap_best": (best - opt) / opt,
+        "gap_asas": (heur["ASAS"].makespan - opt) / opt,
+        "gap_aass": (heur["AASS"].makespan - opt) / opt,
+        "ms": (time.perf_counter() - t0) * 1e3,
+    }
