@@ -36,8 +36,7 @@ def small_model(tmp_path):
 def test_json_has_the_issue_keys(capsys, tmp_path):
     code, out, _ = _run(capsys, "--model", "qwen3-235b-a22b", "--cluster", "smidt-a40",
                         "--routing-profile", "qwen3-235b-a22b-topp", "--phase", "prefill",
-                        "--json", "--out", str(tmp_path / "plan.json"),
-                        "--figure", str(tmp_path / "fig.html"))
+                        "--json", "--out", str(tmp_path / "pipe"))
     assert code == 0
     d = json.loads(out)  # exactly one JSON object on stdout
     for key in ("pp", "stages", "bottleneck_s", "throughput_tokens_per_s", "baselines",
@@ -49,9 +48,9 @@ def test_json_has_the_issue_keys(capsys, tmp_path):
     for name in ("uniform", "time_balanced", "no_pp"):
         assert "throughput_tokens_per_s" in d["baselines"][name]
     assert d["bottleneck_s"] == max(st["time_s"] for st in d["stages"])
-    plan = json.loads((tmp_path / "plan.json").read_text())
+    plan = json.loads((tmp_path / "pipe" / "plan.json").read_text())
     assert plan["schema"] == "moeplan.plan/1" and plan["family"] == "pipeline"
-    assert "plotly" in (tmp_path / "fig.html").read_text()[:20000].lower()
+    assert "plotly" in (tmp_path / "pipe" / "stages.html").read_text()[:20000].lower()
 
 
 def test_verify_reports_the_exhaustive_optimum(capsys, small_model):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 
-from moeplan.io import write_atomic
+from moeplan.io import OutputSet, write_atomic
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
 
@@ -49,3 +51,40 @@ def fmt_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{unit}"
     return f"{n:.0f}"
+
+
+# ---- one vocabulary for workload and output flags (the same names and defaults everywhere)
+DEFAULT_ISL = 2048
+DEFAULT_OSL = 256
+DEFAULT_BATCH = 32
+
+IslOpt = Annotated[int, typer.Option("--isl", help="Prompt length per request (input tokens).")]
+OslOpt = Annotated[int, typer.Option("--osl", help="Output length per request (tokens).")]
+BatchOpt = Annotated[int, typer.Option("--batch", help="Concurrent requests served together.")]
+OutDirOpt = Annotated[str | None, typer.Option(
+    "--out", help="Folder for this command's files (plan.json and its figures); written as a "
+                  "unit, an existing folder of earlier moeplan output is replaced.")]
+
+
+def check_out(out: str | None, known: set[str]) -> None:
+    """Refuse an ``--out`` folder that holds files this command does not write (before work)."""
+    if out:
+        OutputSet(out, known=known)
+
+
+def write_outputs(out: str | None, known: set[str],
+                  files: dict[str, str | bytes | Callable[[], str | bytes]]) -> dict[str, str]:
+    """Write ``{name: data or a function making it}`` into folder ``out`` as one set.
+
+    ``known`` is every name the command can write (an earlier run's files among them are
+    replaced). Every producer runs before anything is published (:class:`moeplan.io.OutputSet`),
+    so a failure leaves an earlier set untouched. Returns ``{name: final path}``.
+    """
+    if not out:
+        return {}
+    data = {name: (make() if callable(make) else make) for name, make in files.items()}
+    written = {}
+    with OutputSet(out, known=known | set(data)) as outputs:
+        for name, blob in data.items():
+            written[name] = str(outputs.write(name, blob, executable=name.endswith(".sh")))
+    return written

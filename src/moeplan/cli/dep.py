@@ -1,8 +1,8 @@
 """``moeplan dep``: FinDEP schedule for disaggregated attention/expert GPUs, with baselines.
 
-Thin: parse flags, build specs and the cost model, call
-:func:`moeplan.planners.dep.solver.plan_dep`, print (rich tables or one JSON object), and optionally
-write the Gantt chart (HTML or PNG), the Chrome trace and ``plan.json``, all atomically.
+Thin: parse flags, build specs and the cost model, call :func:`moeplan.planners.dep.plan_dep`,
+print (rich tables or one JSON object). ``--out DIR`` writes ``plan.json``, ``timeline.json``
+(Chrome trace of the FinDEP and PPPipe schedules, opens in Perfetto) and ``gantt.html`` as one set.
 """
 
 from __future__ import annotations
@@ -13,18 +13,29 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    DEFAULT_ISL,
+    IslOpt,
+    OutDirOpt,
+    check_out,
+    console,
+    fmt_bytes,
+    fmt_time,
+    print_json,
+    write_outputs,
+)
 from moeplan.cli.strategy import load_model_arg
 from moeplan.cost import cost_model_for
 from moeplan.errors import require
 from moeplan.planners import dep
+from moeplan.sim import chrome_trace, gantt_html
 from moeplan.specs import load_cluster
 
 
 def dep_command(
     model: Annotated[str, typer.Option("--model", help="Model preset or path to a config.json.")],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. findep-a).")],
-    seq: Annotated[int, typer.Option("--seq", help="Prompt length S in tokens.")],
+    isl: IslOpt = DEFAULT_ISL,
     ag: Annotated[int | None, typer.Option("--ag", help="Attention-group GPUs.")] = None,
     eg: Annotated[int | None, typer.Option("--eg", help="Expert-group GPUs.")] = None,
     gpus: Annotated[int | None, typer.Option(
@@ -33,52 +44,47 @@ def dep_command(
         "--layers", help="Keep only the first L decoder layers (the paper's reduced models).")] = None,
     profile: Annotated[str | None, typer.Option(
         "--profile", help="HardwareProfile name (default: the cluster's; 'roofline' forces datasheet).")] = None,
-    batch: Annotated[int, typer.Option(
-        "--batch", help="Max prompts per AG GPU per iteration (r1*ma), Algorithm 1's B.")] = 64,
+    max_batch: Annotated[int, typer.Option(
+        "--max-batch", help="Max prompts per AG GPU per iteration (r1*ma), Algorithm 1's B.")] = 64,
     imbalance: Annotated[float, typer.Option(
         "--imbalance", help="Routing imbalance (max/mean expert load) on the EG.")] = 1.0,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Brute force over (ma, r1, r2, order) and the CP-SAT optimum.")] = False,
-    gantt: Annotated[str | None, typer.Option(
-        "--gantt", help="Write the FinDEP vs PPPipe Gantt chart (.html plotly, .png matplotlib).")] = None,
-    trace: Annotated[str | None, typer.Option(
-        "--trace", help="Write the Chrome trace JSON (Perfetto) of both schedules.")] = None,
     timeline_layers: Annotated[int, typer.Option(
-        "--timeline-layers", help="MoE layers drawn in --gantt/--trace (0 = all).")] = 4,
-    out: Annotated[str | None, typer.Option("--out", help="Write plan.json here.")] = None,
+        "--timeline-layers", help="MoE layers drawn in timeline.json / gantt.html (0 = all).")] = 4,
+    out: OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Plan FinDEP (Algorithm 1) and compare it with PPPipe and naive DEP on one simulator."""
+    require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
+    check_out(out, OUTPUTS)
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
     cm = cost_model_for(cl, profile)
-    report = dep.plan_dep(spec, cl, cm, seq_len=seq, ag=ag, eg=eg, gpus=gpus, layers=layers,
-                          batch=batch, imbalance=imbalance, verify=verify)
-    if gantt or trace:
-        require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
-        _write_timelines(report, gantt, trace, timeline_layers or None)
+    report = dep.plan_dep(spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers,
+                          batch=max_batch, imbalance=imbalance, verify=verify)
     if out:
-        write_atomic(out, dep.to_plan(report).to_json())
+        title, scheds = _schedules(report, timeline_layers or None)
+        write_outputs(out, OUTPUTS, {
+            "plan.json": dep.to_plan(report).to_json(),
+            "timeline.json": json.dumps(chrome_trace(scheds)),
+            "gantt.html": gantt_html(scheds, title=title, include_plotlyjs=True)})
     if as_json:
         print_json(dep.report_dict(report))
     else:
         _print_human(report)
 
 
-def _write_timelines(report, gantt: str | None, trace: str | None, layers: int | None) -> None:
-    from moeplan.sim import chrome_trace, gantt_html, gantt_png
+OUTPUTS = {"plan.json", "timeline.json", "gantt.html"}
 
+
+def _schedules(report: dep.DepReport, layers: int | None) -> tuple[str, dict]:
+    """(title, the FinDEP and PPPipe schedules over the first ``layers`` MoE layers)."""
     moe = report.problem.layers
     shown = moe if layers is None else min(layers, moe)
-    scheds = dep.schedules(report, shown)
     title = (f"{report.model} on {report.cluster}, S={report.seq_len}, "
              f"{shown} of {moe} MoE layers")
-    if gantt:
-        data = gantt_png(scheds, title=title) if gantt.endswith(".png") else gantt_html(
-            scheds, title=title, include_plotlyjs=True)
-        write_atomic(gantt, data)
-    if trace:
-        write_atomic(trace, json.dumps(chrome_trace(scheds)))
+    return title, dep.schedules(report, shown)
 
 
 def _config_text(cfg: dict) -> str:

@@ -16,7 +16,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    DEFAULT_BATCH,
+    DEFAULT_ISL,
+    DEFAULT_OSL,
+    BatchOpt,
+    IslOpt,
+    OslOpt,
+    OutDirOpt,
+    check_out,
+    console,
+    fmt_bytes,
+    fmt_time,
+    print_json,
+    write_outputs,
+)
 from moeplan.cli.strategy import load_model_arg
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
@@ -82,19 +96,19 @@ def pipeline_command(
         "--routing-trace", help="Routing trace (.parquet/.npz): mean k per MoE layer.")] = None,
     top_p: Annotated[float | None, typer.Option(
         "--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile.")] = None,
-    isl: Annotated[int, typer.Option("--isl", help="Prompt length (tokens).")] = 1000,
-    osl: Annotated[int, typer.Option("--osl", help="Output length (tokens).")] = 50,
-    batch: Annotated[int, typer.Option("--batch", help="Requests in flight.")] = 64,
+    isl: IslOpt = DEFAULT_ISL,
+    osl: OslOpt = DEFAULT_OSL,
+    batch: BatchOpt = DEFAULT_BATCH,
     phase: Annotated[str, typer.Option("--phase", help="prefill, decode or both.")] = "both",
     sync_pp: Annotated[bool, typer.Option(
         "--sync-pp", help="Blocking PP sends (default: asynchronous, SMIDT §4.3).")] = False,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Exact optimum of the same problem (exhaustive when small).")] = False,
-    figure: Annotated[str | None, typer.Option("--figure", help="Write a plotly HTML figure.")] = None,
-    out: Annotated[str | None, typer.Option("--out", help="Write plan.json here.")] = None,
+    out: OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
+    check_out(out, OUTPUTS)
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
     degree = None if pp == "auto" else _int_flag("--pp", pp)
@@ -102,14 +116,15 @@ def pipeline_command(
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
     res = plan_pipeline(spec, cl, workload, cost_model_for(cl), pp=degree,
                         async_pp=not sync_pp, verify=verify)
-    if figure:
-        write_atomic(figure, figure_html(res))
-    if out:
-        write_atomic(out, res.to_plan().to_json())
+    write_outputs(out, OUTPUTS, {"plan.json": res.to_plan().to_json(),
+                                 "stages.html": lambda: figure_html(res)})
     if as_json:
         print_json(result_dict(res, routing))
     else:
         _print_human(res, routing)
+
+
+OUTPUTS = {"plan.json", "stages.html"}
 
 
 def _int_flag(name: str, value: str) -> int:

@@ -7,18 +7,31 @@ optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    DEFAULT_BATCH,
+    DEFAULT_ISL,
+    DEFAULT_OSL,
+    BatchOpt,
+    IslOpt,
+    OslOpt,
+    OutDirOpt,
+    check_out,
+    console,
+    fmt_bytes,
+    fmt_time,
+    print_json,
+    write_outputs,
+)
 from moeplan.cost import cost_model_for
-from moeplan.errors import MoeplanError, require
-from moeplan.export.launcher import write_launcher
+from moeplan.errors import require
+from moeplan.export.launcher import render_launcher
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
 from moeplan.planners.strategy.analyzer import (
@@ -145,9 +158,9 @@ def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str)
 def strategy(
     model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")],
     cluster: Annotated[str, typer.Option(help="Cluster preset.")],
-    isl: Annotated[int, typer.Option(help="Prompt length L_in (tokens).")] = 2048,
-    osl: Annotated[int, typer.Option(help="Output length L_out (tokens).")] = 256,
-    batch: Annotated[int, typer.Option(help="Requests served together (b).")] = 16,
+    isl: IslOpt = DEFAULT_ISL,
+    osl: OslOpt = DEFAULT_OSL,
+    batch: BatchOpt = DEFAULT_BATCH,
     rate: Annotated[float | None, typer.Option(help="Arrival rate (req/s) for M/M/1.")] = None,
     nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
@@ -163,11 +176,7 @@ def strategy(
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
     export: Annotated[str | None, typer.Option(help="sglang or vllm.")] = None,
     model_path: Annotated[str | None, typer.Option(help="Checkpoint path for exports.")] = None,
-    launcher: Annotated[Path | None, typer.Option(help="Write the export as a .sh.")] = None,
-    pareto: Annotated[Path | None, typer.Option(help="Write the Pareto figure (HTML).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Write plan.json of the #1 strategy.")] = None,
-    gantt: Annotated[Path | None, typer.Option(help="Write the fused vs sequential Gantt "
-                                                    "of one MoE layer (HTML).")] = None,
+    out: OutDirOpt = None,
     verify: Annotated[bool, typer.Option(help="Replay the fused rounds on the simulator "
                                               "and print the gap.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -176,7 +185,7 @@ def strategy(
     require(top >= 1, f"--top ({top}) must be >= 1")
     require(ttft_slo is None or ttft_slo > 0, f"--ttft-slo ({ttft_slo}) must be > 0 ms")
     require(itl_slo is None or itl_slo > 0, f"--itl-slo ({itl_slo}) must be > 0 ms")
-    require(launcher is None or export is not None, "--launcher needs --export")
+    check_out(out, OUTPUTS)
     m = load_model_arg(model)
     c = load_cluster(cluster, nodes)
     routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
@@ -190,14 +199,21 @@ def strategy(
     exp = None
     if export is not None and best is not None:
         exp = export_for(export, best, model, model_path, c.num_nodes)
-        if launcher is not None and exp.args:
-            write_launcher(launcher, exp.args, comments=[best.strategy.label(), *exp.warnings])
-    if pareto is not None:
-        write_atomic(pareto, pareto_html(a, f"{m.name} on {c.name}"))
-    if out is not None and best is not None:
-        plan = to_plan(best, model=model, cluster=c.name, baselines=a.baselines).to_dict()
-        write_atomic(out, json.dumps(plan, indent=2))
-    checked = _fused_outputs(a, StrategyEvaluator(m, c, w, cm), c, isl, gantt, verify)
+    ev = StrategyEvaluator(m, c, w, cm)
+    target = fused_target(a, c)
+    files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
+    if best is not None:
+        files["plan.json"] = to_plan(best, model=model, cluster=c.name,
+                                     baselines=a.baselines).to_json()
+    if exp is not None and exp.args:
+        files[f"{exp.engine}.sh"] = render_launcher(exp.args, [best.strategy.label(),
+                                                              *exp.warnings])
+    if target is not None:
+        files["gantt.html"] = lambda: gantt_html(
+            layer_schedules(ev.fused_layer(target, isl)),
+            title=f"one MoE layer, prefill: {target.label()}", include_plotlyjs=True)
+    write_outputs(out, OUTPUTS, files)
+    checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
     if json_out:
         obj = _json(a, top, exp, model, c.name, best)
@@ -210,18 +226,7 @@ def strategy(
         _print_verify(checked)
 
 
-def _fused_outputs(a: Analysis, ev: StrategyEvaluator, c: ClusterSpec, isl: int,
-                   gantt: Path | None, verify: bool) -> dict | None:
-    """``--verify`` result and the ``--gantt`` file for the fused layout (if any)."""
-    target = fused_target(a, c)
-    if gantt is not None:
-        if target is None:
-            raise MoeplanError(f"--gantt: cluster {c.name} has no fused layout (one node)")
-        html = gantt_html(layer_schedules(ev.fused_layer(target, isl)),
-                          title=f"one MoE layer, prefill: {target.label()}",
-                          include_plotlyjs=True)
-        write_atomic(gantt, html)
-    return verify_fused(ev, target, isl) if verify and target is not None else None
+OUTPUTS = {"plan.json", "pareto.html", "gantt.html", "sglang.sh", "vllm.sh"}
 
 
 def _print_verify(checked: dict | None) -> None:
