@@ -20,12 +20,10 @@ from rich.table import Table
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.rank import FAMILIES, PlanResult, plan
-from moeplan.specs import ClusterSpec, ModelSpec, Workload, load_cluster, load_model
+from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
+from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 SYNTH_LAYERS = 4
-FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
-                "dep": "disaggregated (FinDEP)"}
 
 
 def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
@@ -139,6 +137,7 @@ def plan_cmd(
                   console=err_console, disable=not show, transient=True) as prog:
         task = prog.add_task("planning", total=None)
         result = plan(m, c, w, cm, families=fams,
+                      alternatives=[load_cluster(n) for n in cluster_names()],
                       ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
                       progress=lambda f: prog.update(task, description=f"planning: {f}"))
         place_res = None

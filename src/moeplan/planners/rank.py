@@ -38,7 +38,12 @@ from moeplan.specs import ClusterSpec, ModelSpec, Workload
 from moeplan.units import GIB
 
 FAMILIES = ("strategy", "pipeline", "dep")
+FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
+                "dep": "disaggregated (FinDEP)"}
 TIE = 0.005  # plans within 0.5 % per GPU are tied
+# A suggested cluster must hold the weights with 30 % to spare for KV cache and activations
+# (a rule of thumb for the hint in the "fits no family" error, not used for planning).
+WEIGHTS_HEADROOM = 1.3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +144,7 @@ def dep_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
         problem, result = search_groups(make, n)
         pp_problem, pp = search_groups(make, n, pppipe)
         nv_problem, nv = search_groups(make, n, naive)
-    except ValueError:
+    except MoeplanError:
         make(1, n - 1)  # raises the memory error of the roomiest split
         raise
     report = rep.DepReport(model=model.name, cluster=cluster.name, profile=cm.profile_name,
@@ -194,8 +199,12 @@ ADAPTERS: dict[str, Adapter] = {"strategy": strategy_candidate, "pipeline": pipe
 def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostModel, *,
          families: Sequence[str] = FAMILIES, ttft_slo_s: float | None = None,
          adapters: dict[str, Adapter] | None = None,
-         progress: Callable[[str], None] | None = None) -> PlanResult:
-    """Run every requested family, rank by prefill tokens/s per GPU, explain the winner."""
+         progress: Callable[[str], None] | None = None,
+         alternatives: Sequence[ClusterSpec] = ()) -> PlanResult:
+    """Run every requested family, rank by prefill tokens/s per GPU, explain the winner.
+
+    ``alternatives``: clusters to suggest when nothing fits (the CLI passes the presets).
+    """
     adapters = adapters or ADAPTERS
     for f in families:
         require(f in adapters, f"families ({f!r}) must be among {', '.join(adapters)}")
@@ -206,7 +215,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
         t0 = time.perf_counter()
         try:
             c = adapters[f](model, cluster, workload, cm)
-        except (MoeplanError, ValueError) as err:
+        except MoeplanError as err:
             skipped[f] = str(err)
         else:
             if ttft_slo_s is not None and c.ttft_s > ttft_slo_s:
@@ -216,7 +225,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
                 cands.append(c)
         timings[f] = time.perf_counter() - t0
     if not cands:
-        raise MoeplanError(_nothing_fits(model, cluster, skipped))
+        raise MoeplanError(_nothing_fits(model, cluster, skipped, alternatives))
     ranked = tuple(sorted(cands, key=lambda c: (-c.per_gpu, c.family != "strategy")))
     best = ranked[0].per_gpu
     # Within TIE of the best, prefer the colocated plan: SGLang/vLLM can launch it as is.
@@ -232,8 +241,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
 def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
     """A few plain sentences: who won, by how much, what bounds it."""
     w = ranked[0]
-    names = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
-             "dep": "disaggregated (FinDEP)"}
+    names = FAMILY_NAMES
     out = [f"The {names[w.family]} plan wins: {w.label}, {w.per_gpu:,.0f} prompt tokens/s per "
            f"GPU on {w.gpus} GPUs ({w.prefill_tokens_per_s:,.0f} tokens/s in all)."]
     out.append(f"It is bound by {w.bound}; it uses {w.mem_bytes_per_gpu / GIB:.1f} GiB of "
@@ -260,17 +268,18 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
     return out
 
 
-def _nothing_fits(model: ModelSpec, cluster: ClusterSpec, skipped: dict[str, str]) -> str:
+def _nothing_fits(model: ModelSpec, cluster: ClusterSpec, skipped: dict[str, str],
+                  alternatives: Sequence[ClusterSpec]) -> str:
+    """The error when no family fits, naming the smallest of ``alternatives`` that would."""
     from moeplan.cost import memory as mem
-    from moeplan.specs import cluster_names, load_cluster
 
     need = mem.weights_floor_per_gpu(model, 1)
     options = []
-    for name in cluster_names():
-        c = load_cluster(name)
+    for c in alternatives:
+        name = c.name
         for nodes in (c.num_nodes, 2 * c.num_nodes, 4 * c.num_nodes, 8 * c.num_nodes):
             usable = (c.gpu.mem_bytes - mem.RESERVED_BYTES) * c.gpus_per_node * nodes
-            if usable > 1.3 * need:  # weights + room for KV cache and activations
+            if usable > WEIGHTS_HEADROOM * need:
                 options.append((c.gpu.mem_bytes * c.gpus_per_node * nodes, name, nodes,
                                 c.num_nodes))
                 break

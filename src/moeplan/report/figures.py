@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from moeplan.planners import rank
 from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.units import GIB
 
-FAMILY_NAMES = {"strategy": "Colocated hybrid (MixServe)", "pipeline": "Pipelined (SMIDT)",
-                "dep": "Disaggregated (FinDEP)"}
+FAMILY_NAMES = {k: v[0].upper() + v[1:] for k, v in rank.FAMILY_NAMES.items()}
 COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62"}
 
 

@@ -110,9 +110,9 @@ def plan_dep(
             problem, result = search_groups(make, n)
             pp_problem, pp = search_groups(make, n, pppipe)
             nv_problem, nv = search_groups(make, n, naive)
-        except ValueError as err:
+        except MoeplanError:
             make(1, n - 1)  # raises the memory error of the roomiest split
-            raise MoeplanError(str(err)) from None
+            raise
     search_s = time.perf_counter() - t0
     report = DepReport(
         model=model.name,

@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from moeplan.errors import MoeplanError
 from moeplan.planners.dep.problem import DepProblem, alpha_beta_problem, dep_problem
 from moeplan.planners.dep.schedule import (
     ORDERS,
@@ -221,7 +222,7 @@ def solve(
             if r2 and (best is None or tokens / span > best[0]):
                 best = (tokens / span, DepConfig(ma=ma, r1=r1, r2=r2, order=order), span)
     if best is None:
-        raise ValueError(f"{problem.label}: no (ma, r1) fits memory")
+        raise MoeplanError(f"{problem.label}: no (ma, r1) fits memory")
     return _result(problem, "findep", best[1], best[2], evals, t0)
 
 
@@ -238,7 +239,7 @@ def _grid_best(
         if best is None or tps > best[0]:
             best = (tps, cfg, span)
     if best is None:
-        raise ValueError(f"{problem.label}: no (ma, r1) fits memory")
+        raise MoeplanError(f"{problem.label}: no (ma, r1) fits memory")
     return _result(problem, variant, best[1], best[2], n, t0)
 
 
@@ -295,10 +296,8 @@ def search_groups(
     """Offline phase: the ``(ag, eg)`` split of ``gpus`` GPUs with the highest throughput.
 
     ``make_problem(ag, eg)`` builds an instance; splits that raise (memory) are skipped.
-    Raises ``ValueError`` when no split is feasible.
+    Raises :class:`MoeplanError` when no split is feasible.
     """
-    from moeplan.errors import MoeplanError
-
     best: tuple[DepProblem, DepResult] | None = None
     for ag in range(1, gpus):
         try:
@@ -309,7 +308,7 @@ def search_groups(
         if best is None or res.throughput > best[1].throughput:
             best = (problem, res)
     if best is None:
-        raise ValueError(f"no (ag, eg) split of {gpus} GPUs fits memory")
+        raise MoeplanError(f"no (ag, eg) split of {gpus} GPUs fits memory")
     return best
 
 
