@@ -84,16 +84,21 @@ class StrategyResult:
 
 
 def links_from(cost_model: CostLike | None, cluster: ClusterSpec) -> Links:
-    """Alpha-beta of both link levels from ``cost_model.link_transfer`` (else the spec)."""
+    """Alpha-beta of both link levels from ``cost_model.link_transfer`` (else the spec).
+
+    A mesh fabric's spec bandwidth is per GPU (DESIGN.md), shared by its ``gpus_per_node - 1``
+    pair links, so one pair link gets that fraction (issue 16: HCCS's 30 GB/s is per NPU).
+    """
     def level(inter: bool) -> Link:
         spec = cluster.inter if inter else cluster.intra
         mesh = not inter and spec.kind in MESH_KINDS
+        share = max(1, cluster.gpus_per_node - 1) if mesh else 1
         lt = getattr(cost_model, "link_transfer", None)
         if lt is None:
-            return Link(alpha=spec.latency, beta=1.0 / spec.bw, mesh=mesh)
+            return Link(alpha=spec.latency, beta=share / spec.bw, mesh=mesh)
         t1, t2 = float(lt(1e6, inter)), float(lt(2e6, inter))
         beta = (t2 - t1) / 1e6
-        return Link(alpha=max(0.0, t1 - beta * 1e6), beta=beta, mesh=mesh)
+        return Link(alpha=max(0.0, t1 - beta * 1e6), beta=beta * share, mesh=mesh)
     return Links(intra=level(False), inter=level(True), gpus_per_node=cluster.gpus_per_node)
 
 

@@ -1,0 +1,53 @@
+"""Every preset link's bandwidth equals what its ``source`` text states (issue 16, item 9).
+
+Each row names the figure the source quotes, how it converts to the preset convention
+(bytes/s per GPU per direction, clusters.json ``_note``) and the expected number; the test
+checks the figure really is in the source text and the preset equals the conversion, so a
+number and its source cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from moeplan.cost import cost_model_for
+from moeplan.planners.strategy.cost import links_from
+from moeplan.specs import load_cluster
+from moeplan.specs.presets import cluster_table
+
+GB = 1e9
+# link: (figure quoted in its source, per-GPU per-direction bytes/s that figure implies)
+EXPECTED = {
+    "nvlink-pair-a6000": ("~25 GB/s per direction", 25 * GB),  # PCIe hop dominates
+    "pcie4": ("~25 GB/s achievable", 25 * GB),
+    "nvlink-h20": ("900 GB/s bidirectional", 900 * GB / 2),
+    "nvlink3": ("600 GB/s bidirectional", 600 * GB / 2),
+    "nvlink4": ("450 GB/s per direction", 450 * GB),
+    "nvlink-semmoe": ("900 GB/s premium bandwidth (bidirectional)", 900 * GB / 2),
+    # 480 Gb/s bidirectional per pair link, 7 pair links per NPU in the 8-NPU full mesh
+    "hccs": ("480 Gb/s = 60 GB/s bidirectional per pair link", 480 / 8 * GB / 2 * 7),
+    "ib-100g-node": ("100 Gb/s InfiniBand per node", 100 / 8 * GB / 8),
+    "ib-8x200g": ("8 x 200 Gb/s InfiniBand per node", 200 / 8 * GB),
+    "ib-400g-node": ("400 Gb/s InfiniBand per node", 400 / 8 * GB / 8),
+    "ib-h20-findep": ("one 400 Gb/s NIC per node", 400 / 8 * GB / 8),
+    "roce-200g": ("200 Gb/s RoCE per NPU", 200 / 8 * GB),
+    "cx7-ndr": ("50 GB/s per GPU", 50 * GB),
+    "cx6-hdr": ("25 GB/s per GPU", 25 * GB),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_link_bandwidth_matches_its_source(name):
+    link = cluster_table()["links"][name]
+    figure, want = EXPECTED[name]
+    assert figure in link["source"], (name, link["source"])
+    assert link["bw"] == pytest.approx(want, rel=1e-9), name
+
+
+def test_hccs_pair_link_is_a_seventh_of_the_npu_bandwidth():
+    """The strategy planner's full-mesh reading: one pair link = per-NPU bandwidth / 7."""
+    cl = load_cluster("mixserve-910b")
+    links = links_from(cost_model_for(cl), cl)
+    assert links.intra.mesh
+    assert 1 / links.intra.beta == pytest.approx(30 * GB, rel=1e-3)
+    assert 1 / links.inter.beta == pytest.approx(25 * GB, rel=1e-3)
