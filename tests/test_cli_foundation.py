@@ -10,8 +10,9 @@ import pytest
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "moeplan", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "moeplan", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_models_json():
@@ -47,18 +48,46 @@ def _one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("content,needles", [
-    ("{not json", ("not valid JSON",)),
-    ('{"hidden_size": 4096}', ("missing required key",)),
-    (json.dumps({"hidden_size": 0, "num_hidden_layers": 2, "vocab_size": 10,
-                 "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 2,
-                 "moe_intermediate_size": 8, "model_type": "mixtral"}), ("hidden_size", "(0)")),
-    (json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
-                 "num_attention_heads": 2, "num_experts": 6, "num_experts_per_tok": 2,
-                 "moe_intermediate_size": 8, "n_routed_experts": 6, "n_group": 4,
-                 "model_type": "deepseek_v3"}), ("num_experts (6)", "n_group (4)")),
-    ("[1, 2]", ("JSON object",)),
-])
+@pytest.mark.parametrize(
+    "content,needles",
+    [
+        ("{not json", ("not valid JSON",)),
+        ('{"hidden_size": 4096}', ("missing required key",)),
+        (
+            json.dumps(
+                {
+                    "hidden_size": 0,
+                    "num_hidden_layers": 2,
+                    "vocab_size": 10,
+                    "num_attention_heads": 2,
+                    "num_experts": 4,
+                    "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 8,
+                    "model_type": "mixtral",
+                }
+            ),
+            ("hidden_size", "(0)"),
+        ),
+        (
+            json.dumps(
+                {
+                    "hidden_size": 64,
+                    "num_hidden_layers": 2,
+                    "vocab_size": 10,
+                    "num_attention_heads": 2,
+                    "num_experts": 6,
+                    "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 8,
+                    "n_routed_experts": 6,
+                    "n_group": 4,
+                    "model_type": "deepseek_v3",
+                }
+            ),
+            ("num_experts (6)", "n_group (4)"),
+        ),
+        ("[1, 2]", ("JSON object",)),
+    ],
+)
 def test_bad_config_gets_one_line(tmp_path, content, needles):
     f = tmp_path / "config.json"
     f.write_text(content)
@@ -69,18 +98,22 @@ def test_unknown_presets_get_one_line():
     _one_line_error(run("inspect", "gpt-9"), "gpt-9", "not a preset")
     _one_line_error(run("inspect", "mixtral-8x7b", "--cluster", "dgx-9"), "dgx-9", "not a preset")
     _one_line_error(run("calibrate", "--measured", "tpu"), "measured")
-    _one_line_error(run("inspect", "mixtral-8x7b", "--cluster", "h100-sxm-8", "--nodes", "0"),
-                    "nodes")
+    _one_line_error(
+        run("inspect", "mixtral-8x7b", "--cluster", "h100-sxm-8", "--nodes", "0"), "nodes"
+    )
 
 
 def test_missing_file_gets_one_line(tmp_path):
     _one_line_error(run("inspect", str(tmp_path / "nope.json")), "could not be read")
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("inspect", "mixtral-8x7b", "--no-such-flag"), "No such option"),
-    (("no-such-command",), "No such command"),
-    (("inspect", "mixtral-8x7b", "--context", "abc"), "--context"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (("inspect", "mixtral-8x7b", "--no-such-flag"), "No such option"),
+        (("no-such-command",), "No such command"),
+        (("inspect", "mixtral-8x7b", "--context", "abc"), "--context"),
+    ],
+)
 def test_usage_errors_get_one_line(args, needle):
     _one_line_error(run(*args), needle)

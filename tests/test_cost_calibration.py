@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -57,13 +59,52 @@ def test_roofline_fit_recovers_parameters():
     assert fit.bw == pytest.approx(2e12, rel=1e-3)
 
 
+#: Least-squares fits differ around 1e-11 (relative) between BLAS builds and CPUs.
+FIT_RTOL = 1e-6
+_SIZES = np.geomspace(1.0, 1e11, 45)  # bytes / FLOPs: every regime of every model
+_DIMS = 2.0 ** np.arange(0, 17, 2)  # GEMM m, n, k
+
+
+def _assert_same_model(got: Any, want: Any, where: str) -> None:
+    """Same kind and breakpoints, same predictions within FIT_RTOL everywhere.
+
+    Predictions, not coefficients: an NNLS coefficient pinned at 0.0 by one build can be
+    1e-25 on another, which is the same model.
+    """
+    assert type(got) is type(want), where
+    if isinstance(want, Roofline):
+        m, n, k = (a.ravel() for a in np.meshgrid(_DIMS, _DIMS, _DIMS))
+        assert got.tile_m == want.tile_m, where
+        assert got.predict(m, n, k) == pytest.approx(want.predict(m, n, k), rel=FIT_RTOL), where
+        return
+    if isinstance(want, Piecewise):
+        assert got.breaks == pytest.approx(want.breaks, rel=FIT_RTOL), where
+    assert got.predict(_SIZES) == pytest.approx(want.predict(_SIZES), rel=FIT_RTOL), where
+
+
 def test_shipped_profiles_match_a_fresh_fit():
     fresh, _ = calibrate("h100_sxm", "test", read_gemm("h100_sxm"), read_nccl("h100_sxm"))
     shipped = load_profile("h100_sxm")
-    assert shipped.gemm == fresh.gemm
+    _assert_same_model(shipped.gemm, fresh.gemm, "gemm")
+    assert shipped.collectives.keys() == fresh.collectives.keys()
     for op, by_n in fresh.collectives.items():
+        assert shipped.collectives[op].keys() == by_n.keys(), op
         for n, model in by_n.items():
-            assert shipped.collectives[op][n] == model
+            _assert_same_model(shipped.collectives[op][n], model, f"{op}/{n}")
+
+
+def test_model_comparison_tolerates_rounding_but_not_a_different_fit():
+    """The comparison above: 1e-11 relative noise passes; a 1e-4 change or a new kind fails."""
+    ab = AlphaBeta(alpha=2e-5, beta=3e-11)
+    _assert_same_model(AlphaBeta(alpha=2e-5 * (1 + 1e-11), beta=3e-11 * (1 - 1e-11)), ab, "x")
+    _assert_same_model(AlphaBeta(alpha=2e-5, beta=1e-30), AlphaBeta(alpha=2e-5, beta=0.0), "x")
+    with pytest.raises(AssertionError):
+        _assert_same_model(AlphaBeta(alpha=2e-5, beta=3e-11 * (1 + 1e-4)), ab, "x")
+    with pytest.raises(AssertionError):
+        _assert_same_model(Piecewise(segments=(ab,)), ab, "x")
+    roof = Roofline(alpha=4e-6, flops=6e14, bw=2e12)
+    with pytest.raises(AssertionError):
+        _assert_same_model(Roofline(alpha=4e-6, flops=6e14 * (1 + 1e-4), bw=2e12), roof, "x")
 
 
 def test_findep_profile_is_the_papers_fig7_in_seconds():

@@ -21,7 +21,9 @@ def test_chrome_trace_has_one_complete_event_per_task_in_microseconds():
     json.dumps(tr)  # serializable
     xs = [e for e in tr["traceEvents"] if e["ph"] == "X"]
     assert [(e["name"], e["ts"], e["dur"]) for e in xs] == [
-        ("A0", 0.0, pytest.approx(2000.0)), ("E0", pytest.approx(2000.0), pytest.approx(1000.0))]
+        ("A0", 0.0, pytest.approx(2000.0)),
+        ("E0", pytest.approx(2000.0), pytest.approx(1000.0)),
+    ]
     threads = {e["args"]["name"] for e in tr["traceEvents"] if e["name"] == "thread_name"}
     assert threads == {"AG", "EG"}
 

@@ -16,9 +16,15 @@ from moeplan.specs.presets import model_config
 
 # (total, activated) in billions, as published by each model's authors.
 PUBLISHED = {
-    "deepseek-v3": (671, 37), "kimi-k2": (1040, 32), "deepseek-v2": (236, 21),
-    "deepseek-v2-lite": (15.7, 2.4), "qwen3-235b-a22b": (235, 22), "qwen3-30b-a3b": (30.5, 3.3),
-    "qwen2-57b-a14b": (57, 14), "mixtral-8x7b": (46.7, 12.9), "gpt-oss-120b": (117, 5.1),
+    "deepseek-v3": (671, 37),
+    "kimi-k2": (1040, 32),
+    "deepseek-v2": (236, 21),
+    "deepseek-v2-lite": (15.7, 2.4),
+    "qwen3-235b-a22b": (235, 22),
+    "qwen3-30b-a3b": (30.5, 3.3),
+    "qwen2-57b-a14b": (57, 14),
+    "mixtral-8x7b": (46.7, 12.9),
+    "gpt-oss-120b": (117, 5.1),
 }
 
 
@@ -72,13 +78,34 @@ def test_dense_prefix_and_moe_layers():
 
 def test_native_and_hf_deepseek_v3_agree():
     native = model_from_dict(model_config("deepseek-v3") | {}, "hf")
-    raw = json.loads(json.dumps(native_to_hf({
-        "vocab_size": 129280, "dim": 7168, "inter_dim": 18432, "moe_inter_dim": 2048,
-        "n_layers": 61, "n_dense_layers": 3, "n_heads": 128, "n_routed_experts": 256,
-        "n_shared_experts": 1, "n_activated_experts": 8, "n_expert_groups": 8,
-        "n_limited_groups": 4, "route_scale": 2.5, "score_func": "sigmoid", "q_lora_rank": 1536,
-        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-        "v_head_dim": 128, "dtype": "fp8"})))
+    raw = json.loads(
+        json.dumps(
+            native_to_hf(
+                {
+                    "vocab_size": 129280,
+                    "dim": 7168,
+                    "inter_dim": 18432,
+                    "moe_inter_dim": 2048,
+                    "n_layers": 61,
+                    "n_dense_layers": 3,
+                    "n_heads": 128,
+                    "n_routed_experts": 256,
+                    "n_shared_experts": 1,
+                    "n_activated_experts": 8,
+                    "n_expert_groups": 8,
+                    "n_limited_groups": 4,
+                    "route_scale": 2.5,
+                    "score_func": "sigmoid",
+                    "q_lora_rank": 1536,
+                    "kv_lora_rank": 512,
+                    "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64,
+                    "v_head_dim": 128,
+                    "dtype": "fp8",
+                }
+            )
+        )
+    )
     from_native = model_from_dict(raw, "native")
     assert from_native.params_total == native.params_total
     assert from_native.kv_bytes_per_token == native.kv_bytes_per_token
@@ -87,8 +114,9 @@ def test_native_and_hf_deepseek_v3_agree():
 def test_flops_per_token_is_twice_active_params_plus_attention():
     m = load_model("mixtral-8x7b")
     f = m.flops_per_token(1, "decode")
-    linear = 2 * (m.params_active - m.embedding_params - m.hidden_size
-                  - m.num_layers * 2 * m.hidden_size)
+    linear = 2 * (
+        m.params_active - m.embedding_params - m.hidden_size - m.num_layers * 2 * m.hidden_size
+    )
     assert f == pytest.approx(linear + m.num_layers * m.attn_core_flops(1), rel=1e-6)
 
 
@@ -97,13 +125,16 @@ def test_with_layers_keeps_shape():
     assert m.num_layers == 4 and m.num_moe_layers == 3 and m.first_k_dense == 1
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("num_hidden_layers", 0, "num_layers"),
-    ("hidden_size", -5, "hidden_size"),
-    ("num_experts_per_tok", 400, "top_k"),
-    ("n_group", 7, "n_group"),
-    ("num_key_value_heads", 3, "num_kv_heads"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("num_hidden_layers", 0, "num_layers"),
+        ("hidden_size", -5, "hidden_size"),
+        ("num_experts_per_tok", 400, "top_k"),
+        ("n_group", 7, "n_group"),
+        ("num_key_value_heads", 3, "num_kv_heads"),
+    ],
+)
 def test_bad_values_name_field_value_rule(field, value, needle):
     cfg = dict(model_config("deepseek-v3"))
     cfg[field] = value
@@ -128,24 +159,58 @@ def test_unknown_preset():
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-10, 10**6)
+    | st.floats(allow_nan=False)
     | st.text(max_size=5),
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-    max_leaves=5)
+    max_leaves=5,
+)
 
 
-@settings(max_examples=150, deadline=None)
-@given(base=st.sampled_from(list(PUBLISHED)),
-       mutations=st.dictionaries(st.sampled_from([
-           "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-           "num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
-           "moe_intermediate_size", "intermediate_size", "kv_lora_rank", "q_lora_rank",
-           "first_k_dense_replace", "n_group", "topk_group", "layer_types", "head_dim",
-           "mlp_only_layers", "decoder_sparse_step", "vocab_size", "quantization_config",
-           "moe_layer_freq", "sliding_window", "shared_expert_intermediate_size"]), _json,
-           max_size=4),
-       drop=st.lists(st.sampled_from(["hidden_size", "num_hidden_layers", "vocab_size",
-                                      "num_experts_per_tok", "model_type"]), max_size=2))
+@settings(max_examples=150)
+@given(
+    base=st.sampled_from(list(PUBLISHED)),
+    mutations=st.dictionaries(
+        st.sampled_from(
+            [
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "num_experts",
+                "n_routed_experts",
+                "num_local_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "intermediate_size",
+                "kv_lora_rank",
+                "q_lora_rank",
+                "first_k_dense_replace",
+                "n_group",
+                "topk_group",
+                "layer_types",
+                "head_dim",
+                "mlp_only_layers",
+                "decoder_sparse_step",
+                "vocab_size",
+                "quantization_config",
+                "moe_layer_freq",
+                "sliding_window",
+                "shared_expert_intermediate_size",
+            ]
+        ),
+        _json,
+        max_size=4,
+    ),
+    drop=st.lists(
+        st.sampled_from(
+            ["hidden_size", "num_hidden_layers", "vocab_size", "num_experts_per_tok", "model_type"]
+        ),
+        max_size=2,
+    ),
+)
 def test_mutated_configs_raise_only_validation_errors(base, mutations, drop):
     cfg = dict(model_config(base))
     cfg.update(mutations)
@@ -159,7 +224,7 @@ def test_mutated_configs_raise_only_validation_errors(base, mutations, drop):
     assert m.params_total > 0 and m.params_active <= m.params_total
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(_json)
 def test_random_json_raises_only_validation_errors(obj):
     with pytest.raises(MoeplanError):
