@@ -4,6 +4,13 @@ Spawns one process per rank itself (no torchrun needed), runs the plan's engine,
 rank against the single-process reference and, with ``--trace``, writes the measured
 per-rank timeline (Chrome trace JSON) — for DEP plans also the simulator's prediction beside it
 (``<trace>.predicted.json``). torch is imported only when the command runs.
+
+Robustness (issue 17): ``--timeout`` (finite, > 0, <= ``MAX_TIMEOUT_S``), ``--nproc``,
+``--tokens``, ``--seq`` and ``--micro-batches`` are checked and the plan is read with the bounded
+JSON reader and validated before any process starts; a malformed plan is one line. The spawner
+bounds every wait (other ranks get the timeout plus a margin after one fails), stops its
+children with SIGTERM then SIGKILL, and forwards a SIGTERM/SIGINT it receives to them. Exit 2
+when every failing rank failed on user input, 1 for a fault.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from typing import Annotated, Any
 import typer
 
 from moeplan.cli._common import console, fmt_time, print_json
-from moeplan.errors import MoeplanError
+from moeplan.errors import MoeplanError, check_int, require, show
+
+MAX_TOKENS = 2**24  # tokens in one global batch of a local run
 
 
 def run_command(
@@ -60,15 +69,26 @@ def run_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run a plan on local processes and check it against a single-process reference."""
-    from moeplan.runtime.launch import read_plan
-    from moeplan.runtime.runner import RunOptions, prepare, spawned_rank
-    from moeplan.runtime.spawn import spawn_world
+    from moeplan.runtime.launch import read_plan, validate_plan
+    from moeplan.runtime.runner import RunOptions, spawned_rank
+    from moeplan.runtime.spawn import KILL_GRACE_S, MAX_WORLD, check_timeout, spawn_world
 
+    timeout = check_timeout(timeout)
+    check_int("--tokens", tokens, 1, MAX_TOKENS)
+    for flag, v in (("--seq", seq), ("--micro-batches", micro_batches)):
+        if v is not None:
+            check_int(flag, v, 1, MAX_TOKENS)
     doc = read_plan(plan)
-    layout = doc.get("layout") if isinstance(doc, dict) else None
+    require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
+    layout = doc.get("layout")
+    require(
+        layout is None or isinstance(layout, dict),
+        f"plan.layout ({show(layout)}) must be a JSON object",
+    )
     world = nproc if nproc is not None else (layout or {}).get("world_size")
-    if not isinstance(world, int) or world < 1:
-        raise MoeplanError(f"--nproc ({world!r}) must be a positive integer")
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise MoeplanError(f"--nproc ({show(world)}) must be a positive integer")
+    check_int("--nproc", world, 1, MAX_WORLD)
     opts = RunOptions(
         model=model,
         scale=scale,
@@ -83,8 +103,14 @@ def run_command(
         warmup=1,
         weights=tuple(weights or ()),
     )
-    prepare(doc, world, opts)  # user errors before any process starts
-    reports = spawn_world(spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60)
+    validate_plan(plan, doc, world, opts)  # user errors before any process starts
+    reports = spawn_world(
+        spawned_rank,
+        world,
+        (doc, opts),
+        deadline_s=4 * timeout + 60,
+        grace_s=timeout + KILL_GRACE_S,
+    )
     _finish(reports, world, as_json)
 
 

@@ -171,6 +171,8 @@ def stats(
             v = ", ".join(f"n={a}: {b:.3f}" for a, b in v.items())
         elif isinstance(v, float):
             v = f"{v:.4f}"
+        elif v is None:
+            v = "n/a (no token seen 20 times in the train split)"
         table.add_row(k, str(v))
     console.print(table)
 

@@ -4,6 +4,8 @@ Reads the plan, validates it against ``WORLD_SIZE`` *before* creating the proces
 mismatched plan gives the same one-line error on every rank and exit status 2, never a hang),
 then initialises gloo (CPU) or NCCL (CUDA) with a collective timeout and runs the plan. A
 distributed failure (a peer that died, a timeout) is one line on stderr and exit status 1.
+``--timeout`` is checked (finite, > 0, at most ``MAX_TIMEOUT_S``) and the plan read with the
+bounded JSON reader (regular file, size cap, UTF-8) before anything else (issue 17).
 """
 
 from __future__ import annotations
@@ -18,19 +20,33 @@ from typing import Any
 
 from moeplan.errors import MoeplanError
 
+PLAN_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
 LINGER_S = 3.0  # after a user error, wait so every rank prints before torchrun tears down
 
 
 def read_plan(path: str) -> dict[str, Any]:
-    """Parse a plan.json file (user errors as :class:`MoeplanError`)."""
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError as err:
-        raise MoeplanError(f"plan ({path}) file not found") from err
-    except json.JSONDecodeError as err:
-        raise MoeplanError(
-            f"plan ({path}) is not valid JSON: {err.msg} at line {err.lineno}"
-        ) from err
+    """Parse a plan.json file (every failure a one-line :class:`MoeplanError`)."""
+    from moeplan.specs.hf_config import read_json_file
+
+    doc = read_json_file(Path(path), "plan")
+    if not isinstance(doc, dict):
+        raise MoeplanError(f"plan ({path}) must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def validate_plan(path: str, plan: dict[str, Any], world: int, opts: Any) -> None:
+    """The runtime's checks of ``plan`` for ``world`` ranks; a tampered field is one line."""
+    from moeplan.runtime.mesh import mesh_from_plan
+    from moeplan.runtime.runner import prepare
+
+    try:  # pure and fast
+        mesh_from_plan(plan, world)
+        prepare(plan, world, opts)
+    except MoeplanError:
+        raise
+    except PLAN_SHAPE_ERRORS as err:  # the plan reader assumed a field's type
+        text = " ".join(str(err).split())[:200]
+        raise MoeplanError(f"plan ({path}) is malformed: {type(err).__name__}: {text}") from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
 
 def options(args: argparse.Namespace) -> Any:
     from moeplan.runtime.runner import RunOptions
+    from moeplan.runtime.spawn import check_timeout
+
+    check_timeout(args.timeout)
 
     return RunOptions(
         model=args.model,
@@ -77,14 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        from moeplan.runtime.mesh import mesh_from_plan
-
         plan = read_plan(args.plan)
-        mesh_from_plan(plan, world)  # pure and fast: every rank reaches it at once
-        from moeplan.runtime.runner import prepare, run_rank
-
         opts = options(args)
-        prepare(plan, world, opts)  # before any collective: same error on every rank
+        from moeplan.runtime.runner import run_rank
+
+        validate_plan(args.plan, plan, world, opts)  # every rank, before any collective
         from moeplan.runtime.spawn import init_distributed
 
         init_distributed(rank, world, timeout_s=opts.timeout_s)

@@ -149,8 +149,9 @@ def trace_stats(
         "layers": trace.num_layers,
         "experts": trace.num_experts,
         "top_k": trace.top_k,
-        "kurtosis_median": float(np.median(kurt)) if len(kurt) else float("nan"),
-        "kurtosis_frac_above_8": float((kurt > 8).mean()) if len(kurt) else float("nan"),
+        # None (JSON null, not NaN) when no token occurs min_occurrences times
+        "kurtosis_median": float(np.median(kurt)) if len(kurt) else None,
+        "kurtosis_frac_above_8": float((kurt > 8).mean()) if len(kurt) else None,
     }
     out.update({f"static_{k}": v for k, v in static_predictor_scores(train, test).items()})
     if trace.num_experts % ep == 0 and trace.num_layers > 1:
