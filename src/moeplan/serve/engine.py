@@ -255,7 +255,11 @@ class Engine:
             d = self._time(Batch(n, key, ()))
             if end + span * d >= t_arr:
                 span = min(span, max(1, math.ceil((t_arr - end) / d)))
-            self._record(end, d, span, n, 0, kv0 + done * n, n)
+            last = self.segs[-1] if done else None
+            if last is not None and last[1] == d:  # same duration: extend the segment
+                self.segs[-1] = (*last[:2], last[2] + span, *last[3:])
+            else:
+                self._record(end, d, span, n, 0, kv0 + done * n, n)
             done += span
             end += span * d
             if end >= t_arr:

@@ -27,8 +27,9 @@ Pipeline (SMIDT §IV, vLLM/SGLang PP): the batch is split into ``m = min(micro_b
 sequences)`` micro-batches that circulate through the ``pp`` stages; the busiest micro-batch's
 stage times ``s_j`` and P2P sends ``p_j`` give the steady-state period of the cyclic flow
 shop in which every micro-batch must leave the last stage before re-entering the first:
-``period = max(sum_j (s_j + p_j), m * max_j s_j)`` (the loop latency, or the bottleneck stage
-serving ``m`` micro-batches). One engine iteration = one period; every sequence of the batch
+``period = max(sum_j (s_j + p_j), m * max_j max(s_j, p_j))`` (the loop latency, or the
+bottleneck stage or link serving ``m`` micro-batches; :func:`pipeline_period`, checked against
+:func:`moeplan.sim.simulate_list` in the tests). One engine iteration = one period; every sequence of the batch
 advances one step. With ``pp = 1`` the period is the stage time.
 
 Departures: engine CPU overheads and CUDA-graph padding are not modelled; communication is
@@ -80,6 +81,14 @@ def busiest_part(batch: Batch, parts: int) -> Batch:
         load[j] += chunk[0]
     j = load.index(max(load))
     return Batch(dec, batch.decode_ctx, tuple(bins[j]))
+
+
+def pipeline_period(stage_s: list[float], p2p_s: list[float], m: int) -> float:
+    """Steady-state period of ``m`` identical micro-batches circulating through stages of
+    ``stage_s`` seconds joined by sends of ``p2p_s`` seconds (each stage and link exclusive,
+    a micro-batch re-enters stage 0 only after leaving the last stage)."""
+    latency = sum(stage_s) + sum(p2p_s)
+    return max(latency, m * max(max(stage_s), max(p2p_s, default=0.0)))
 
 
 class _Layer(NamedTuple):
@@ -240,9 +249,10 @@ class IterationModel:
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
         stage_s = [sum(p.values()) for p in parts]
         p2p_bytes = mb.tokens / lay.stage_gpus * self.model.hidden_bytes
-        p2p = sum(self.cost.p2p(p2p_bytes, inter) for inter in self._p2p_inter)
+        sends = [self.cost.p2p(p2p_bytes, inter) for inter in self._p2p_inter]
+        p2p = sum(sends)
         latency = sum(stage_s) + p2p
-        period = max(latency, m * max(stage_s))
+        period = pipeline_period(stage_s, sends, m)
         out = {k: sum(p[k] for p in parts) for k in parts[0]}
         out.update(
             period_s=period,

@@ -1,0 +1,347 @@
+"""Every family's deployments ranked on one serving footing: tokens/s per GPU under SLOs.
+
+``moeplan plan`` first runs each family's own search (:func:`moeplan.planners.rank.plan`:
+MixServe's strategy analysis, SMIDT's pipeline partition, FinDEP's disaggregated schedule —
+each scored by its paper's own analytic figure). This module then answers the question a user
+asks of all of them on the same footing: serving a stream of requests with continuous batching
+(:mod:`moeplan.serve.engine`), how many output tokens/s per GPU does each deployment deliver
+while its TTFT and TPOT stay within the SLOs?
+
+Steps (decisions the papers leave open, pinned by tests):
+
+1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of
+   its ranked strategies (fused and unfused variants of one layout are the same deployment
+   here: the serving iteration model does not price the fused RS-Combine/AG-Dispatch overlap).
+   SMIDT: its chosen PP degree with each stage's dominant module layout — SMIDT's per-module
+   ``(t, e, d)`` choices are summarised by the most common attention and MoE choice over all
+   stages, DPMoE replication ``d`` counted into the MoE EP span (a pipeline is still simulated
+   as ``pp`` stages with micro-batches, not as a sum). FinDEP: its plan is a prefill batch
+   schedule of disaggregated attention/expert GPUs; serving it (attention–FFN disaggregated
+   decode) is not simulated yet — its analytic figure is reported beside, never ranked.
+2. **Prune.** Every layout gets a closed-form estimate (:func:`moeplan.serve.search.analytic_rate`)
+   of the rate it sustains under the TPOT SLO; the best ``keep`` by estimated output tokens/s
+   per GPU are simulated, always including each family's best.
+3. **Simulate.** :func:`moeplan.serve.search.evaluate_layout` searches the engine knobs
+   (running-request cap, prefill chunk) and the largest Poisson rate meeting the SLOs, then
+   simulates the user's workload — at the user's rate when given, else at that largest rate.
+4. **Rank** by the objective (default: output tokens/s per GPU at the largest rate meeting the
+   SLOs, i.e. SLO-bound capacity per GPU); plans that meet the SLOs come first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import Candidate, PlanResult
+from moeplan.serve.engine import simulate
+from moeplan.serve.iteration import IterationModel
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.metrics import SLO, ServeMetrics, summarize
+from moeplan.serve.search import (
+    ServeResult,
+    analytic_rate,
+    engine_config,
+    evaluate_layout,
+    rank_results,
+)
+from moeplan.serve.workload import ServeWorkload, generate
+from moeplan.specs import ClusterSpec, ModelSpec
+
+OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
+DEFAULT_KEEP = 6  # layouts simulated after pruning (each costs ~0.3-0.6 s on 2 cores)
+MAX_STRATEGY_LAYOUTS = 24  # MixServe layouts estimated (its ranked list, distinct layouts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One deployment to serve: its family, the family's plan, and the serving layout."""
+
+    family: str
+    label: str
+    layout: ServeLayout
+    plan: Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """A deployment with its serving answer (``result.metrics`` None when infeasible)."""
+
+    entry: Entry
+    result: ServeResult
+    estimate_tokens_per_s_per_gpu: float
+
+    @property
+    def metrics(self) -> ServeMetrics | None:
+        return self.result.metrics
+
+    def summary(self) -> dict[str, Any]:
+        """One ranked candidate of ``moeplan plan --json`` (keys per the interface)."""
+        m = self.metrics
+        keys = (
+            "ttft_p50_s",
+            "ttft_p90_s",
+            "tpot_p50_s",
+            "tpot_p90_s",
+            "e2e_p90_s",
+            "output_tokens_per_s",
+            "output_tokens_per_s_per_gpu",
+            "goodput_rps",
+            "kv_utilisation",
+            "preemptions",
+        )
+        metrics = {} if m is None else {k: getattr(m, k) for k in keys}
+        if m is not None:
+            metrics["max_rate_meeting_slo_rps"] = self.result.max_rate_meeting_slo_rps
+            metrics["requests"] = m.requests
+        return {
+            "family": self.entry.family,
+            "label": self.entry.label,
+            "layout": self.entry.layout.label,
+            "gpus": self.entry.layout.gpus,
+            "meets_slo": self.result.meets_slo,
+            "feasible": self.result.feasible,
+            "reason": self.result.reason,
+            "bound": self.result.bound,
+            "engine": self.result.to_dict()["engine"],
+            "metrics": metrics,
+            "estimate_output_tokens_per_s_per_gpu": self.estimate_tokens_per_s_per_gpu,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeRanking:
+    """The serving answer of ``moeplan plan``: ranked deployments, Pareto front, notes."""
+
+    objective: str
+    slo: SLO
+    workload: ServeWorkload
+    ranked: tuple[Served, ...]
+    pruned: tuple[tuple[Entry, float], ...]
+    not_served: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def winner(self) -> Served:
+        return self.ranked[0]
+
+    def pareto(self) -> list[dict[str, Any]]:
+        """Simulated points not dominated in (tokens/s per GPU, tokens/s per user)."""
+        pts = []
+        for s in self.ranked:
+            m = s.metrics
+            if m is None or not m.mean_tpot_s > 0:
+                continue
+            pts.append(
+                {
+                    "label": f"{s.entry.family}: {s.entry.layout.label}",
+                    "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+                    "tokens_per_s_per_user": 1.0 / m.mean_tpot_s,
+                    "meets_slo": s.result.meets_slo,
+                }
+            )
+        front = [
+            p
+            for p in pts
+            if not any(
+                q["tokens_per_s_per_gpu"] >= p["tokens_per_s_per_gpu"]
+                and q["tokens_per_s_per_user"] >= p["tokens_per_s_per_user"]
+                and q != p
+                and (q["tokens_per_s_per_gpu"], q["tokens_per_s_per_user"])
+                != (p["tokens_per_s_per_gpu"], p["tokens_per_s_per_user"])
+                for q in pts
+            )
+        ]
+        return sorted(front, key=lambda p: -p["tokens_per_s_per_gpu"])
+
+
+def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> list[Entry]:
+    """Distinct layouts of MixServe's ranked strategies (its own order), at most a cap."""
+    from moeplan.planners import strategy as st
+
+    out, seen = [], set()
+    for r in c.detail.strategies:
+        s = r.strategy
+        key = (s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep, s.pp)
+        if key in seen:
+            continue
+        seen.add(key)
+        lay = ServeLayout(
+            attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
+        )
+        plan = st.to_plan(r, model=model.name, cluster=cluster.name)
+        out.append(Entry(family="strategy", label=s.label(), layout=lay, plan=plan))
+        if len(out) >= MAX_STRATEGY_LAYOUTS:
+            break
+    return out
+
+
+def pipeline_entry(c: Candidate) -> Entry:
+    """SMIDT's plan as ``pp`` stages with the dominant attention and MoE choice (docstring)."""
+    p = c.detail.plan
+    attn: Counter[tuple[int, int]] = Counter()
+    moe: Counter[tuple[int, int]] = Counter()
+    for stage in p.stages:
+        for ref, choice in stage.modules:
+            if ref.kind == "attn":
+                attn[(choice.tp, choice.dpmoe)] += 1
+            elif ref.kind == "moe":
+                moe[(choice.tp, choice.ep * choice.dpmoe)] += 1
+    a_tp, a_dp = attn.most_common(1)[0][0] if attn else (p.r, 1)
+    m_tp, m_ep = moe.most_common(1)[0][0] if moe else (a_tp, a_dp)
+    lay = ServeLayout(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep, pp=p.pp)
+    return Entry(family="pipeline", label=c.label, layout=lay, plan=c.plan)
+
+
+def entries_of(result: PlanResult) -> tuple[list[Entry], dict[str, str]]:
+    """Serving layouts of every planned family, and why a family is not served."""
+    entries: list[Entry] = []
+    not_served: dict[str, str] = {}
+    for c in result.candidates:
+        if c.family == "strategy":
+            entries += strategy_entries(c, result.model, result.cluster)
+        elif c.family == "pipeline":
+            entries.append(pipeline_entry(c))
+        else:
+            not_served[c.family] = (
+                "its plan is a prefill batch schedule of disaggregated attention/expert GPUs; "
+                "serving it under load (attention-FFN disaggregated decode) is not simulated "
+                "yet, so it is shown with its analytic figure and not ranked"
+            )
+    return entries, not_served
+
+
+def _estimate(
+    entry: Entry,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    engine: str,
+) -> float:
+    """Closed-form output tokens/s per GPU of ``entry`` under the TPOT SLO (0 if infeasible)."""
+    try:
+        ev = IterationModel(model, cluster, cost, entry.layout)
+        cfg = engine_config(engine, model, cluster, entry.layout)
+    except MoeplanError:
+        return 0.0
+    est = analytic_rate(ev, cfg, workload.isl.mean, workload.osl.mean, slo)
+    return est.rate_rps * workload.osl.mean / entry.layout.gpus
+
+
+def _final_run(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    r: ServeResult,
+    workload: ServeWorkload,
+    slo: SLO,
+) -> ServeResult:
+    """Re-simulate ``r`` at its largest SLO-meeting rate (no rate was given by the user)."""
+    rate = r.max_rate_meeting_slo_rps
+    if not r.feasible or r.engine is None or not rate:
+        return r
+    ev = IterationModel(model, cluster, cost, r.layout)
+    m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
+    return replace(r, metrics=m, meets_slo=m.meets(slo))
+
+
+def serve_rank(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    objective: str = "throughput-per-gpu",
+    engine: str = "sglang",
+    keep: int = DEFAULT_KEEP,
+    rate_given: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> ServeRanking:
+    """Rank every family's deployments by the serving answer (module docstring)."""
+    if objective not in OBJECTIVES:
+        raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
+    model, cluster = result.model, result.cluster
+    entries, not_served = entries_of(result)
+    scored = [(e, _estimate(e, model, cluster, cost, workload, slo, engine)) for e in entries]
+    scored.sort(key=lambda es: -es[1])
+    chosen = [es for es in scored if es[1] > 0][:keep]
+    for fam in {e.family for e, _ in scored}:
+        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
+        if best is not None and best not in chosen:
+            chosen.append(best)
+    pruned = tuple(es for es in scored if es not in chosen)
+    served = []
+    for i, (e, est) in enumerate(chosen):
+        if progress:
+            progress(f"serving simulation {i + 1}/{len(chosen)}: {e.layout.label}")
+        r = evaluate_layout(model, cluster, cost, e.layout, workload, slo, engine=engine)
+        if not rate_given:
+            r = _final_run(model, cluster, cost, r, workload, slo)
+        served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=est))
+    if not served:
+        raise MoeplanError(
+            f"no deployment of {model.name} on {cluster.name} can serve "
+            f"isl {workload.isl.mean} + osl {workload.osl.mean} tokens "
+            "(KV cache or weights do not fit any layout)"
+        )
+    # ties under the objective (e.g. every plan that keeps up with a given rate serves the
+    # same tokens/s) are broken by SLO-bound capacity per GPU: the stable sort keeps it
+    served.sort(key=lambda s: -_capacity_per_gpu(s.result, workload))
+    order = rank_results([s.result for s in served], objective)
+    by_id = {id(s.result): s for s in served}
+    ranked = tuple(by_id[id(r)] for r in order)
+    return ServeRanking(
+        objective=objective,
+        slo=slo,
+        workload=workload,
+        ranked=ranked,
+        pruned=pruned,
+        not_served=not_served,
+    )
+
+
+def _capacity_per_gpu(r: ServeResult, workload: ServeWorkload) -> float:
+    """Output tokens/s per GPU at the largest rate meeting the SLOs (0 when unknown)."""
+    rate = r.max_rate_meeting_slo_rps or 0.0
+    return rate * workload.osl.mean / r.layout.gpus
+
+
+def no_plan_meets(ranking: ServeRanking) -> str:
+    """The one-line error when no deployment meets the SLOs: the best any plan reaches."""
+    done = [s for s in ranking.ranked if s.metrics is not None]
+    slo = ranking.slo
+    pct = int(slo.percentile)
+    if not done:
+        return "no deployment could be simulated: " + "; ".join(
+            f"{s.entry.label}: {s.result.reason}" for s in ranking.ranked[:3]
+        )
+    ttft = min(done, key=lambda s: s.metrics.at_percentile(slo.percentile)[0])  # type: ignore[union-attr]
+    tpot = min(done, key=lambda s: s.metrics.at_percentile(slo.percentile)[1])  # type: ignore[union-attr]
+    t1 = ttft.metrics.at_percentile(slo.percentile)[0]  # type: ignore[union-attr]
+    t2 = tpot.metrics.at_percentile(slo.percentile)[1]  # type: ignore[union-attr]
+    limits = ", ".join(
+        x
+        for x in (
+            None if slo.ttft_s is None else f"TTFT p{pct} <= {slo.ttft_s * 1e3:.0f} ms",
+            None if slo.tpot_s is None else f"TPOT p{pct} <= {slo.tpot_s * 1e3:.1f} ms",
+        )
+        if x
+    )
+    return (
+        f"no deployment meets the SLOs ({limits}) at rate {ranking.workload.rate} req/s: "
+        f"the best TTFT p{pct} any plan reaches is {t1 * 1e3:.0f} ms "
+        f"({ttft.entry.layout.label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
+        f"({tpot.entry.layout.label})"
+    )
+
+
+def served_plan(s: Served, ranking: ServeRanking) -> Plan:
+    """The winner's :class:`Plan` with its serving prediction in ``predicted.serving``."""
+    serving = {"objective": ranking.objective, "slo": ranking.slo.to_dict(), **s.summary()}
+    return replace(s.entry.plan, predicted={**s.entry.plan.predicted, "serving": serving})

@@ -1,0 +1,219 @@
+"""Serving engine oracles: single request, M/D/1 queueing, conservation, KV bounds, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moeplan.cost import cost_model_for
+from moeplan.serve import (
+    Batch,
+    EngineConfig,
+    IterationModel,
+    LengthDist,
+    ServeLayout,
+    ServeWorkload,
+    generate,
+    requests_from_rows,
+    simulate,
+    summarize,
+)
+from moeplan.serve.engine import bucket
+from moeplan.specs import load_cluster, load_model
+
+
+def const(d: float):
+    return lambda batch: d
+
+
+def _cfg(**kw) -> EngineConfig:
+    base = {
+        "policy": "prefill-first",
+        "chunk_tokens": 2048,
+        "max_running": 64,
+        "kv_tokens": 1 << 30,
+    }
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def real():
+    model = load_model("qwen3-30b-a3b")
+    cluster = load_cluster("h100-sxm-8")
+    layout = ServeLayout(attn_tp=2, attn_dp=1, moe_tp=1, moe_ep=2)
+    return IterationModel(model, cluster, cost_model_for(cluster), layout)
+
+
+def test_single_request_ttft_is_its_prefill_iterations(real):
+    """Alone, TTFT = the sum of its prefill chunk iterations at their real contexts."""
+    reqs = requests_from_rows([0.0], [5000], [40])
+    res = simulate(reqs, _cfg(chunk_tokens=2048), real)
+    chunks = [(2048, 2048), (2048, 4096), (904, 5000)]
+    exact = sum(real(Batch(0, 0, ((q, c),))) for q, c in chunks)
+    bucketed = sum(real(Batch(0, 0, ((q, bucket(c)),))) for q, c in chunks)
+    ttft = res.first_token_s[0] - res.arrival_s[0]
+    assert ttft == pytest.approx(bucketed, rel=1e-12)
+    assert ttft == pytest.approx(exact, rel=1 / 64)
+
+
+def test_single_request_tpot_is_the_decode_iteration_time(real):
+    """Alone, TPOT = mean decode iteration time over its contexts (bucketing <= 1/64)."""
+    isl, osl = 700, 300
+    res = simulate(requests_from_rows([1.0], [isl], [osl]), _cfg(), real)
+    steps = [real(Batch(1, isl + j, ())) for j in range(1, osl)]
+    tpot = (res.finish_s[0] - res.first_token_s[0]) / (osl - 1)
+    assert tpot == pytest.approx(np.mean(steps), rel=1 / 64)
+    fake = simulate(requests_from_rows([1.0], [isl], [osl]), _cfg(), const(0.02))
+    assert (fake.finish_s[0] - fake.first_token_s[0]) / (osl - 1) == pytest.approx(0.02)
+    assert fake.first_token_s[0] - 1.0 == pytest.approx(0.02)
+
+
+def _md1(n: int, seed: int, rate: float, d: float, osl: int):
+    w = ServeWorkload(
+        num_requests=n, rate=rate, isl=LengthDist(mean=4000), osl=LengthDist(mean=osl), seed=seed
+    )
+    reqs = generate(w)
+    return reqs, simulate(reqs, _cfg(chunk_tokens=8192, max_running=1), const(d))
+
+
+def test_md1_sample_path_is_lindley():
+    """Batch cap 1, fixed service D: every wait follows W' = max(0, W + D - gap) exactly."""
+    d, osl = 0.01, 10
+    reqs, res = _md1(3000, 1, 6.0, d, osl)
+    service = osl * d  # one prefill iteration (first token) + osl-1 decode iterations
+    wait, expect = 0.0, []
+    for gap in np.diff(reqs.arrival_s, prepend=reqs.arrival_s[0]):
+        wait = max(0.0, wait + service - gap) if expect else 0.0
+        expect.append(wait)
+    np.testing.assert_allclose(res.admit_s - res.arrival_s, expect, atol=1e-9)
+    np.testing.assert_allclose(res.finish_s - res.admit_s, service, rtol=1e-9)
+
+
+def test_md1_mean_wait_matches_pollaczek_khinchine():
+    """Poisson arrivals, cap 1, fixed service: mean wait = rho D / 2(1 - rho) within 3 %."""
+    d, osl, rate = 0.01, 10, 5.0
+    service = osl * d
+    rho = rate * service
+    _, res = _md1(100_000, 0, rate, d, osl)
+    wait = float((res.admit_s - res.arrival_s).mean())
+    assert wait == pytest.approx(rho * service / (2 * (1 - rho)), rel=0.03)
+
+
+def _check_run(reqs, cfg, res):
+    assert np.all(np.isfinite(res.finish_s)), "every request finishes"
+    assert res.output_tokens == int(reqs.osl.sum())
+    assert res.prefill_tokens == int((reqs.isl - reqs.cached).sum())
+    assert int(res.iter_prefill.sum()) == res.prefill_tokens + res.recomputed_tokens
+    assert int(res.iter_kv.max()) <= cfg.kv_tokens
+    assert np.all(res.first_token_s >= res.arrival_s)
+    assert np.all(res.finish_s >= res.first_token_s)
+    assert np.all(res.iter_start_s[1:] >= res.iter_end_s[:-1] - 1e-12), "iterations overlap"
+    if res.preemptions == 0:
+        assert res.recomputed_tokens == 0
+    dec = int(res.iter_decode.sum())
+    assert res.output_tokens - len(reqs) - res.preemptions <= dec <= res.output_tokens - len(reqs)
+
+
+@settings(derandomize=True, deadline=None, max_examples=40)
+@given(
+    n=st.integers(1, 40),
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["prefill-first", "mixed"]),
+    chunk=st.sampled_from([0, 64, 256]),
+    cap=st.integers(1, 16),
+    kv_extra=st.integers(0, 600),
+    hit=st.sampled_from([0.0, 0.5]),
+)
+def test_random_workloads_conserve_tokens_and_kv(n, seed, policy, chunk, cap, kv_extra, hit):
+    """Every output token once, every prompt token prefilled once (recompute apart), KV bounded."""
+    rng = np.random.default_rng(seed)
+    isl, osl = rng.integers(1, 200, n), rng.integers(1, 60, n)
+    reqs = requests_from_rows(np.sort(rng.exponential(0.05, n).cumsum()), isl, osl, hit)
+    if policy == "mixed":
+        chunk = max(chunk, cap + 1)
+    kv = int((isl + osl).max()) + kv_extra
+    cfg = _cfg(policy=policy, chunk_tokens=chunk, max_running=cap, kv_tokens=kv)
+    res = simulate(reqs, cfg, lambda b: 1e-3 + 1e-5 * b.tokens + 1e-8 * b.decode * b.decode_ctx)
+    _check_run(reqs, cfg, res)
+
+
+def test_tight_kv_preempts_and_recomputes():
+    """A pool smaller than the running set's growth forces recompute preemptions."""
+    reqs = requests_from_rows(np.zeros(12), np.full(12, 100), np.full(12, 200))
+    cfg = _cfg(policy="mixed", chunk_tokens=4096, max_running=12, kv_tokens=1200)
+    res = simulate(reqs, cfg, const(1e-3))
+    assert res.preemptions > 0 and res.recomputed_tokens > 0
+    _check_run(reqs, cfg, res)
+
+
+def test_same_seed_same_results():
+    w = ServeWorkload(
+        num_requests=300,
+        rate=30.0,
+        isl=LengthDist.parse("lognormal:300:0.7"),
+        osl=LengthDist.parse("uniform:10:200"),
+        seed=3,
+    )
+    cfg = _cfg(kv_tokens=20_000)
+    a = simulate(generate(w), cfg, lambda b: 1e-3 + 2e-6 * b.tokens)
+    b = simulate(generate(w), cfg, lambda b: 1e-3 + 2e-6 * b.tokens)
+    for f in ("first_token_s", "finish_s", "iter_end_s", "itl_s"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_fast_forward_equals_single_steps():
+    """Decode fast-forward reproduces one-step-at-a-time simulation."""
+    w = ServeWorkload(
+        num_requests=200,
+        rate=8.0,
+        isl=LengthDist.parse("uniform:50:500"),
+        osl=LengthDist.parse("uniform:20:300"),
+        seed=11,
+    )
+    cfg = _cfg(kv_tokens=15_000, max_running=32)
+
+    def ev(b: Batch) -> float:
+        return 2e-3 + 1e-5 * b.tokens + 3e-9 * b.decode * b.decode_ctx
+
+    fast, slow = (simulate(generate(w), cfg, ev, fast_forward=f) for f in (True, False))
+    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.iter_end_s, slow.iter_end_s, rtol=1e-9)
+    np.testing.assert_array_equal(fast.iter_kv, slow.iter_kv)
+    assert fast.preemptions == slow.preemptions
+    ms = [summarize(r, 8) for r in (fast, slow)]
+    assert ms[0].itl_p90_s == pytest.approx(ms[1].itl_p90_s, rel=1e-9)
+    assert (
+        fast.itl_weight.sum()
+        == slow.itl_weight.sum()
+        == int((w_osl := generate(w).osl).sum() - len(w_osl))
+    )
+
+
+def test_arrival_at_iteration_end_joins_next_iteration():
+    """Heap key (time, priority, seq): an arrival at an iteration's end is queued first."""
+    reqs = requests_from_rows([0.0, 1.0], [10, 10], [3, 3])
+    res = simulate(reqs, _cfg(policy="mixed", chunk_tokens=64, max_running=4), const(1.0))
+    assert res.first_token_s.tolist() == [1.0, 2.0]
+    assert res.iter_decode[1] == 1 and res.iter_prefill[1] == 10
+
+
+def test_closed_loop_keeps_concurrency():
+    """concurrency=C: C requests in flight, the next issued when one finishes."""
+    w = ServeWorkload(
+        num_requests=50, rate=None, concurrency=4, isl=LengthDist(mean=20), osl=LengthDist(mean=5)
+    )
+    res = simulate(generate(w), _cfg(max_running=64), const(0.01))
+    assert res.iter_decode.max() <= 4
+    starts = np.sort(res.arrival_s)
+    assert np.all(starts[:4] == 0.0) and np.all(np.isin(starts[4:], res.finish_s))
+
+
+def test_request_larger_than_kv_is_rejected():
+    from moeplan.errors import MoeplanError
+
+    with pytest.raises(MoeplanError, match="KV pool"):
+        simulate(requests_from_rows([0.0], [900], [200]), _cfg(kv_tokens=1000), const(1e-3))
