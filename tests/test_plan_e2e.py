@@ -62,16 +62,58 @@ def test_plan_json_round_trips_into_the_runtime_mesh(planned):
     assert mesh.family == saved["family"] == out["winner"]["family"]
 
 
-def test_ranking_is_by_tokens_per_gpu_and_explained(planned):
+def test_analytic_ranking_is_by_tokens_per_gpu_and_explained(planned):
+    """Each family's own figure (prefill of one batch) stays available, ranked per GPU."""
     out, _ = planned
-    per_gpu = [c["prefill_tokens_per_s_per_gpu"] for c in out["ranking"]]
+    analytic = out["analytic"]
+    per_gpu = [c["prefill_tokens_per_s_per_gpu"] for c in analytic["ranking"]]
     # descending, except that plans tied within TIE may swap (colocated first)
     assert all(b <= a * (1 + TIE) / (1 - TIE) for a, b in zip(per_gpu, per_gpu[1:], strict=False))
     assert per_gpu[0] >= max(per_gpu) * (1 - TIE)
-    first = out["explanation"][0]  # names the winner's layout and its rate per GPU
-    assert out["winner"]["label"] in first, first
-    assert f"{out['winner']['prefill_tokens_per_s_per_gpu']:,.0f} prompt tokens/s per GPU" in first
-    assert len(out["ranking"]) + len(out["skipped"]) == 3
+    first = analytic["explanation"][0]  # names the leader's layout and its rate per GPU
+    lead = analytic["ranking"][0]
+    assert lead["label"] in first, first
+    assert f"{lead['prefill_tokens_per_s_per_gpu']:,.0f} prompt tokens/s per GPU" in first
+    assert len(analytic["ranking"]) + len(out["skipped"]) == 3
+
+
+def test_serving_candidates_are_ranked_slo_first_then_by_throughput_per_gpu(planned):
+    """The interface keys of issue 14, and the order: plans meeting the SLOs first, then
+    output tokens/s per GPU (the default objective), the winner first."""
+    out, _ = planned
+    assert out["objective"] == "throughput-per-gpu"
+    assert set(out["slo"]) >= {"ttft_s", "tpot_s"}
+    cands = out["candidates"]
+    assert cands and out["winner"]["label"] == cands[0]["label"]
+    keys = {"ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "e2e_p90_s",
+            "output_tokens_per_s", "output_tokens_per_s_per_gpu", "goodput_rps",
+            "max_rate_meeting_slo_rps", "kv_utilisation", "preemptions"}
+    done = [c for c in cands if c["metrics"]]
+    for c in done:
+        assert {"family", "label", "gpus", "meets_slo", "metrics"} <= set(c)
+        assert keys <= set(c["metrics"])
+        m = c["metrics"]
+        if c["meets_slo"]:
+            assert m["ttft_p90_s"] <= out["slo"]["ttft_s"] and m["tpot_p90_s"] <= out["slo"]["tpot_s"]
+    meets = [c["meets_slo"] for c in done]
+    assert meets == sorted(meets, reverse=True)
+    ok = [c["metrics"]["output_tokens_per_s_per_gpu"] for c in done if c["meets_slo"]]
+    assert ok == sorted(ok, reverse=True)
+    # the winner's sentence names it and its throughput per GPU
+    first = out["explanation"][0]
+    assert cands[0]["layout"] in first
+    assert f"{cands[0]['metrics']['output_tokens_per_s_per_gpu']:,.1f} output tokens/s" in first
+
+
+def test_pareto_front_is_not_dominated(planned):
+    """Brute force: no point of the front is dominated by any simulated candidate."""
+    out, _ = planned
+    pts = [(c["metrics"]["output_tokens_per_s_per_gpu"], 1.0 / c["metrics"]["tpot_p50_s"])
+           for c in out["candidates"] if c["metrics"] and c["metrics"]["tpot_p50_s"] > 0]
+    assert out["pareto"]
+    for p in out["pareto"]:
+        x, y = p["tokens_per_s_per_gpu"], p["tokens_per_s_per_user"]
+        assert not any(a > x * (1 + 1e-9) and b > y * (1 + 1e-9) for a, b in pts), p
 
 
 def test_timeline_is_a_valid_schedule_of_the_winner(planned):

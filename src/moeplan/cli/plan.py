@@ -1,8 +1,12 @@
 """``moeplan plan``: compare every family, explain the winner, draw it, export it.
 
-Artifacts in ``--out`` (each written atomically): ``plan.json``, ``report.html``,
-``sglang.sh``, ``vllm.sh``, ``timeline.json`` and, when placement ran,
-``expert_location.json``.
+Two steps: each family's own search with its paper's analytic figure
+(:func:`moeplan.planners.rank.plan`), then every family's deployments on one serving footing —
+continuous batching under the TTFT/TPOT SLOs, ranked by the objective
+(:func:`moeplan.serve.rank.serve_rank`). The serving winner is exported.
+
+Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``sglang.sh``,
+``vllm.sh``, ``timeline.json`` and, when placement ran, ``expert_location.json``.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,9 +26,42 @@ from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.rank import (
+    ServeRanking,
+    describe,
+    no_plan_meets,
+    serve_explanation,
+    serve_rank,
+    served_plan,
+)
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 SYNTH_LAYERS = 4
+DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
+DEFAULT_TPOT_SLO_MS = 100.0  # 10 tokens/s per user, faster than reading speed
+MIN_REQUESTS, MAX_REQUESTS = 50, 100_000
+ANALYTIC_NOTE = ("each family's own figure from its paper's model: prompt tokens/s per GPU for "
+                 "the prefill of one batch of --batch prompts (MixServe, SMIDT, FinDEP); shown "
+                 "beside the serving simulation, not used to rank")
+
+
+def _serve_workload(w: Workload, requests: int, rate: float | None, concurrency: int | None,
+                    isl_dist: str | None, osl_dist: str | None, seed: int) -> ServeWorkload:
+    """The request stream of the serving footing (a placeholder rate when none is given:
+    each plan is then simulated at its own largest SLO-meeting rate)."""
+    isl = LengthDist.parse(isl_dist) if isl_dist else LengthDist(mean=w.isl)
+    osl = LengthDist.parse(osl_dist) if osl_dist else LengthDist(mean=w.osl)
+    given = rate if rate is not None else w.rate
+    return ServeWorkload(num_requests=requests, rate=None if concurrency else (given or 1.0),
+                         concurrency=concurrency, isl=isl, osl=osl, seed=seed)
+
+
+def _workload_dict(ranking: ServeRanking) -> dict[str, Any]:
+    sw = ranking.workload
+    return {"requests": sw.num_requests, "rate_rps": sw.rate if ranking.rate_given else None,
+            "concurrency": sw.concurrency, "isl": describe(sw.isl), "osl": describe(sw.osl),
+            "arrival": sw.arrival, "seed": sw.seed}
 
 
 def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
@@ -97,7 +135,27 @@ def plan_cmd(
     isl: Annotated[int, typer.Option(help="Prompt length (tokens).")] = 2048,
     osl: Annotated[int, typer.Option(help="Output length (tokens).")] = 256,
     batch: Annotated[int, typer.Option(help="Concurrent prompts.")] = 32,
-    rate: Annotated[float | None, typer.Option(help="Arrival rate (requests/s).")] = None,
+    rate: Annotated[float | None, typer.Option(
+        help="Poisson arrival rate (requests/s). Default: each plan at the largest rate that "
+             "meets the SLOs (its SLO-bound capacity).")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        help="Closed loop: this many requests in flight (instead of --rate).")] = None,
+    isl_dist: Annotated[str | None, typer.Option(
+        help="Prompt length distribution: N, uniform:LO:HI or lognormal:MEAN:SIGMA "
+             "(replaces --isl).")] = None,
+    osl_dist: Annotated[str | None, typer.Option(
+        help="Output length distribution, as --isl-dist (replaces --osl).")] = None,
+    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]
+    = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: Annotated[float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")]
+    = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: Annotated[float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")]
+    = 90.0,
+    objective: Annotated[str, typer.Option(
+        help="throughput-per-gpu (output tokens/s per GPU meeting the SLOs), goodput, "
+             "min-gpus or latency (p90 end-to-end).")] = "throughput-per-gpu",
+    engine: Annotated[str, typer.Option(help="Scheduler modelled: sglang or vllm.")] = "sglang",
+    requests: Annotated[int, typer.Option(help="Requests simulated per deployment.")] = 500,
     workload: Annotated[str | None, typer.Option(
         help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate).")]
     = None,
@@ -106,7 +164,6 @@ def plan_cmd(
     = ",".join(FAMILIES),
     profile: Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
     = None,
-    ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
     placement: Annotated[bool, typer.Option("--placement/--no-placement",
                                             help="Run Sem-MoE placement on the winner.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic trace and splits.")] = 0,
@@ -126,7 +183,13 @@ def plan_cmd(
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
     require(bool(fams) and all(f in FAMILIES for f in fams),
             f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
-    require(ttft_slo is None or ttft_slo > 0, f"ttft-slo ({ttft_slo}) must be positive")
+    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    require(MIN_REQUESTS <= requests <= MAX_REQUESTS,
+            f"--requests ({requests}) must be in {MIN_REQUESTS}..{MAX_REQUESTS}")
+    slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
+    sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
+    if isl_dist or osl_dist:
+        w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = cost_model_for(c, profile)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir, write_artifacts
@@ -138,8 +201,12 @@ def plan_cmd(
         task = prog.add_task("planning", total=None)
         result = plan(m, c, w, cm, families=fams,
                       alternatives=[load_cluster(n) for n in cluster_names()],
-                      ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
                       progress=lambda f: prog.update(task, description=f"planning: {f}"))
+        ranking = serve_rank(result, cm, sw, slo, objective=objective, engine=engine,
+                             rate_given=rate is not None or concurrency is not None,
+                             progress=lambda t: prog.update(task, description=t))
+        if not ranking.winner.result.meets_slo:
+            raise MoeplanError(no_plan_meets(ranking))
         place_res = None
         if placement:
             prog.update(task, description="placement: Sem-MoE on the winner's EP group")
@@ -149,18 +216,31 @@ def plan_cmd(
                                 trace=trace)
     elapsed = time.perf_counter() - t_start
     if json_out:
-        print_json(_json(result, place_res, files, elapsed))
+        print_json(_json(result, ranking, place_res, files, elapsed))
         return
-    _print_human(result, place_res, files, elapsed)
+    _print_human(result, ranking, place_res, files, elapsed)
 
 
-def _json(result: PlanResult, place_res: Any, files: dict[str, str], elapsed: float) -> dict:
+def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict[str, str],
+          elapsed: float) -> dict:
+    win = ranking.winner
     out: dict[str, Any] = {
         "model": result.model.name, "cluster": result.cluster.name,
-        "winner": result.winner.summary(),
-        "ranking": [c.summary() for c in result.candidates],
-        "skipped": result.skipped, "explanation": result.explanation,
-        "plan": result.winner.plan.to_dict(), "artifacts": files, "elapsed_s": elapsed,
+        "objective": ranking.objective,
+        "slo": {"ttft_s": ranking.slo.ttft_s, "tpot_s": ranking.slo.tpot_s,
+                "percentile": ranking.slo.percentile},
+        "workload": _workload_dict(ranking),
+        "candidates": [s.summary() for s in ranking.ranked],
+        "pareto": ranking.pareto(),
+        "not_served": ranking.not_served,
+        "pruned": [{"family": e.family, "label": e.label, "layout": e.layout.label,
+                    "estimate_output_tokens_per_s_per_gpu": v} for e, v in ranking.pruned],
+        "winner": win.summary(),
+        "analytic": {"note": ANALYTIC_NOTE,
+                     "ranking": [c.summary() for c in result.candidates],
+                     "explanation": result.explanation},
+        "skipped": result.skipped, "explanation": serve_explanation(ranking, result),
+        "plan": served_plan(win, ranking).to_dict(), "artifacts": files, "elapsed_s": elapsed,
         "timings_s": result.timings,
     }
     if place_res is not None:
@@ -168,12 +248,42 @@ def _json(result: PlanResult, place_res: Any, files: dict[str, str], elapsed: fl
     return out
 
 
-def _print_human(result: PlanResult, place_res: Any, files: dict[str, str],
-                 elapsed: float) -> None:
-    m, c, w = result.model, result.cluster, result.workload
-    console.print(f"[bold]{m.name}[/] on [bold]{c.name}[/] ({c.num_gpus} × {c.gpu.name}), "
-                  f"{w.batch} prompts × {w.isl} tokens")
-    t = Table(title="Best plan of each family (ranked by prompt tokens/s per GPU)")
+def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
+                 files: dict[str, str], elapsed: float) -> None:
+    m, c = result.model, result.cluster
+    sw, slo = ranking.workload, ranking.slo
+    load = (f"{sw.rate:g} req/s" if sw.rate is not None and ranking.rate_given
+            else f"{sw.concurrency} in flight" if sw.concurrency else "each plan's SLO capacity")
+    console.print(f"[bold]{m.name}[/] on [bold]{c.name}[/] ({c.num_gpus} × {c.gpu.name}); "
+                  f"requests of {describe(sw.isl)} prompt + {describe(sw.osl)} output tokens "
+                  f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {slo.ttft_s * 1e3:.0f} ms, "
+                  f"TPOT ≤ {slo.tpot_s * 1e3:.0f} ms")
+    st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
+                     f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
+    for col in ("#", "family", "layout", "GPUs", "SLO", f"TTFT p{slo.percentile:g}",
+                f"TPOT p{slo.percentile:g}", "output tok/s/GPU", "max rate (req/s)", "bound"):
+        st.add_column(col)
+    pct = slo.percentile
+    for i, s in enumerate(ranking.ranked, 1):
+        mt = s.metrics
+        if mt is None:
+            st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout.label,
+                       str(s.entry.layout.gpus), "—", "—", "—", "—", "—", s.result.reason[:40])
+            continue
+        ttft, tpot = mt.at_percentile(pct)
+        mr = s.result.max_rate_meeting_slo_rps
+        st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout.label,
+                   str(s.entry.layout.gpus), "yes" if s.result.meets_slo else "no",
+                   fmt_time(ttft), fmt_time(tpot), f"{mt.output_tokens_per_s_per_gpu:,.1f}",
+                   "—" if mr is None else f"{mr:.2f}", s.result.bound,
+                   style="bold green" if i == 1 else None)
+    console.print(st)
+    for fam, why in ranking.not_served.items():
+        console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
+    for line in serve_explanation(ranking, result):
+        console.print(line)
+    t = Table(title="Each family's own analytic figure (prefill of one batch, "
+                    "ranked by prompt tokens/s per GPU; not the serving ranking)")
     for col in ("#", "family", "plan", "GPUs", "tokens/s/GPU", "TTFT", "ITL", "mem/GPU",
                 "bound"):
         t.add_column(col)
@@ -186,8 +296,6 @@ def _print_human(result: PlanResult, place_res: Any, files: dict[str, str],
     console.print(t)
     for fam, why in result.skipped.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not planned:[/] {why}")
-    for line in result.explanation:
-        console.print(line)
     if place_res is not None:
         sem, base = place_res.methods["semmoe"].metrics, place_res.methods["contiguous"].metrics
         console.print(f"Sem-MoE placement on EP{place_res.ep}: LAR {sem['lar']:.3f} vs "

@@ -50,7 +50,7 @@ from moeplan.serve.search import (
     evaluate_layout,
     rank_results,
 )
-from moeplan.serve.workload import ServeWorkload, generate
+from moeplan.serve.workload import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
@@ -124,23 +124,26 @@ class ServeRanking:
     ranked: tuple[Served, ...]
     pruned: tuple[tuple[Entry, float], ...]
     not_served: dict[str, str] = field(default_factory=dict)
+    rate_given: bool = True
+    """False: no rate was given; each plan's metrics are at its largest SLO-meeting rate."""
 
     @property
     def winner(self) -> Served:
         return self.ranked[0]
 
     def pareto(self) -> list[dict[str, Any]]:
-        """Simulated points not dominated in (tokens/s per GPU, tokens/s per user)."""
+        """Simulated points not dominated in (output tokens/s per GPU, tokens/s per user =
+        1 / median TPOT)."""
         pts = []
         for s in self.ranked:
             m = s.metrics
-            if m is None or not m.mean_tpot_s > 0:
+            if m is None or not m.tpot_p50_s > 0:
                 continue
             pts.append(
                 {
                     "label": f"{s.entry.family}: {s.entry.layout.label}",
                     "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
-                    "tokens_per_s_per_user": 1.0 / m.mean_tpot_s,
+                    "tokens_per_s_per_user": 1.0 / m.tpot_p50_s,
                     "meets_slo": s.result.meets_slo,
                 }
             )
@@ -244,8 +247,15 @@ def _final_run(
 ) -> ServeResult:
     """Re-simulate ``r`` at its largest SLO-meeting rate (no rate was given by the user)."""
     rate = r.max_rate_meeting_slo_rps
-    if not r.feasible or r.engine is None or not rate:
+    if not r.feasible or r.engine is None:
         return r
+    if not rate:
+        return replace(
+            r,
+            meets_slo=False,
+            bound="SLOs unreachable at any rate",
+            reason="even a lone request misses the SLOs; metrics at a placeholder rate of 1 req/s",
+        )
     ev = IterationModel(model, cluster, cost, r.layout)
     m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
     return replace(r, metrics=m, meets_slo=m.meets(slo))
@@ -303,6 +313,7 @@ def serve_rank(
         ranked=ranked,
         pruned=pruned,
         not_served=not_served,
+        rate_given=rate_given,
     )
 
 
@@ -339,6 +350,68 @@ def no_plan_meets(ranking: ServeRanking) -> str:
         f"({ttft.entry.layout.label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
         f"({tpot.entry.layout.label})"
     )
+
+
+def describe(d: LengthDist) -> str:
+    """``2048``, ``uniform 128..1024`` or ``lognormal mean 512 (sigma 0.8)`` tokens."""
+    if d.kind == "fixed":
+        return f"{d.mean}"
+    if d.kind == "uniform":
+        return f"uniform {d.low}..{d.high}"
+    return f"{d.kind} mean {d.mean} (sigma {d.sigma:g})"
+
+
+def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
+    """Plain sentences: who wins on the serving footing, what bounds it, how close the SLOs
+    are, and how the families' own analytic figures compare."""
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    w = ranking.winner
+    m = w.metrics
+    if m is None:
+        return [f"No deployment could be simulated: {w.result.reason}"]
+    slo, pct = ranking.slo, ranking.slo.percentile
+    ttft, tpot = m.at_percentile(pct)
+    at = (
+        "at a given load"
+        if ranking.rate_given
+        else f"at its largest SLO-meeting rate, {w.result.max_rate_meeting_slo_rps:.2f} req/s"
+    )
+    out = [
+        f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout.label} wins on "
+        f"{w.entry.layout.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
+        f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, "
+        f"{m.requests} requests)."
+    ]
+    out.append(
+        f"It is bound by {w.result.bound}. SLO use at p{pct:g}: TTFT "
+        f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
+        f"TPOT {tpot * 1e3:.1f} of {slo.tpot_s * 1e3:.0f} ms ({tpot / slo.tpot_s:.0%}); "  # type: ignore[operator]
+        f"KV cache {m.kv_utilisation:.0%} used on average, {m.preemptions} preemptions."
+    )
+    if len(ranking.ranked) > 1 and ranking.ranked[1].metrics is not None:
+        r = ranking.ranked[1]
+        rm = r.metrics
+        assert rm is not None
+        ratio = (
+            m.output_tokens_per_s_per_gpu / rm.output_tokens_per_s_per_gpu
+            if rm.output_tokens_per_s_per_gpu
+            else float("inf")
+        )
+        out.append(
+            f"Runner-up: {FAMILY_NAMES[r.entry.family]} {r.entry.layout.label} at "
+            f"{rm.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU"
+            f"{'' if r.result.meets_slo else ' (misses the SLOs)'}; the winner is "
+            f"{ratio:.2f}x per GPU."
+        )
+    a = result.winner
+    if a.family != w.entry.family:
+        out.append(
+            f"By the families' own analytic figures (prefill of one batch) "
+            f"{FAMILY_NAMES[a.family]} ({a.label}) leads; under load with both SLOs the "
+            f"ranking differs — the serving simulation decides."
+        )
+    return out
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:

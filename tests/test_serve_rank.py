@@ -1,0 +1,128 @@
+"""Families ranked on the serving footing (moeplan.serve.rank): order, pruning, SLO errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError
+from moeplan.planners.rank import plan
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.rank import no_plan_meets, pipeline_entry, serve_rank, served_plan
+from moeplan.specs import Workload, load_cluster, load_model
+
+FAMS = ("strategy", "pipeline")
+
+
+@pytest.fixture(scope="module")
+def planned():
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    cm = cost_model_for(c)
+    result = plan(m, c, Workload(batch=16, isl=1024, osl=128), cm, families=FAMS)
+    wl = ServeWorkload(
+        num_requests=120, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128), seed=3
+    )
+    return result, cm, wl
+
+
+def test_slo_meeting_plans_come_first_then_throughput_per_gpu(planned):
+    result, cm, wl = planned
+    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), keep=3, rate_given=False)
+    done = [s for s in ranking.ranked if s.metrics is not None]
+    meets = [s.result.meets_slo for s in done]
+    assert meets == sorted(meets, reverse=True)
+    ok = [s.metrics.output_tokens_per_s_per_gpu for s in done if s.result.meets_slo]
+    assert ok == sorted(ok, reverse=True)
+    for s in done:  # a plan said to meet the SLOs does, at the SLO's percentile
+        if s.result.meets_slo:
+            ttft, tpot = s.metrics.at_percentile(90.0)
+            assert ttft <= 2.0 and tpot <= 0.1
+
+
+def test_pruning_keeps_the_best_estimates_and_each_familys_best(planned):
+    result, cm, wl = planned
+    keep = 2
+    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), keep=keep)
+    simulated = {id(s.entry): s.estimate_tokens_per_s_per_gpu for s in ranking.ranked}
+    assert len(simulated) <= keep + len(FAMS)
+    kth = sorted(simulated.values(), reverse=True)[keep - 1]
+    families = {s.entry.family for s in ranking.ranked}
+    for entry, est in ranking.pruned:  # nothing pruned beats the keep-th simulated estimate
+        assert est <= kth * (1 + 1e-12) or entry.family not in families
+    for fam in families:  # a family's best estimate is simulated, never pruned
+        best_pruned = max((v for e, v in ranking.pruned if e.family == fam), default=0.0)
+        best_sim = max(
+            s.estimate_tokens_per_s_per_gpu for s in ranking.ranked if s.entry.family == fam
+        )
+        assert best_sim >= best_pruned
+
+
+def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
+    result, cm, wl = planned
+    slo = SLO(ttft_s=1e-4, tpot_s=1e-4)
+    ranking = serve_rank(result, cm, wl, slo, keep=2)
+    assert not any(s.result.meets_slo for s in ranking.ranked)
+    msg = no_plan_meets(ranking)
+    best = min(s.metrics.ttft_p90_s for s in ranking.ranked if s.metrics is not None)
+    assert "no deployment meets the SLOs" in msg and f"{best * 1e3:.0f} ms" in msg
+
+
+def test_pipeline_entry_keeps_the_pipeline_depth_and_stage_width(planned):
+    result, _, _ = planned
+    cand = next(c for c in result.candidates if c.family == "pipeline")
+    e = pipeline_entry(cand)
+    p = cand.detail.plan
+    assert e.layout.pp == p.pp and e.layout.stage_gpus == p.r
+    attn = {(ch.tp, ch.dpmoe) for st in p.stages for ref, ch in st.modules if ref.kind == "attn"}
+    assert (e.layout.attn_tp, e.layout.attn_dp) in attn
+
+
+def test_served_plan_carries_the_serving_prediction(planned):
+    result, cm, wl = planned
+    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), keep=1)
+    plan_ = served_plan(ranking.winner, ranking)
+    serving = plan_.predicted["serving"]
+    assert serving["label"] == ranking.winner.entry.label
+    assert serving["slo"]["tpot_s"] == pytest.approx(0.1)
+    assert plan_.family == ranking.winner.entry.family
+
+
+def test_unknown_objective_is_rejected(planned):
+    result, cm, wl = planned
+    with pytest.raises(MoeplanError, match="objective"):
+        serve_rank(result, cm, wl, SLO(ttft_s=1.0), objective="fastest")
+
+
+def test_cli_impossible_slo_is_one_line_exit_2(tmp_path):
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "moeplan",
+            "plan",
+            "--model",
+            "qwen3-30b-a3b",
+            "--cluster",
+            "h100-sxm-8",
+            "--families",
+            "strategy",
+            "--no-placement",
+            "--ttft-slo",
+            "0.1",
+            "--requests",
+            "60",
+            "--quiet",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no deployment meets the SLOs" in lines[0]
+    assert not (tmp_path / "o").exists()
