@@ -91,23 +91,31 @@ def max_rate_meeting_slo(
     *,
     hi: float,
     rel_tol: float = 0.03,
-    max_steps: int = 14,
+    max_steps: int = 40,
 ) -> float:
-    """Largest rate ``r`` with ``run(r).meets(slo)`` (bisection; 0 when even ``hi/1024``
-    fails). ``hi`` is doubled until it fails (at most 6 times)."""
-    for _ in range(6):
-        if not run(hi).meets(slo):
-            break
-        hi *= 2.0
+    """Largest rate ``r`` with ``run(r).meets(slo)``, assuming it is monotone in ``r``: the
+    bracket is found by doubling / halving from ``hi`` (at most ``max_steps`` times each;
+    0 when nothing passes, the last rate tried when everything does), then bisected until
+    ``(hi - lo) <= rel_tol * lo``."""
+    if run(hi).meets(slo):
+        lo = hi
+        for _ in range(max_steps):
+            hi = 2.0 * lo
+            if not run(hi).meets(slo):
+                break
+            lo = hi
+        else:
+            return lo
     else:
-        return hi
-    lo = hi / 1024.0
-    if not run(lo).meets(slo):
-        return 0.0
-    for _ in range(max_steps):
-        if hi - lo <= rel_tol * lo:
-            break
-        mid = math.sqrt(lo * hi) if hi > 4 * lo else 0.5 * (lo + hi)
+        for _ in range(max_steps):
+            lo = hi / 2.0
+            if run(lo).meets(slo):
+                break
+            hi = lo
+        else:
+            return 0.0
+    while hi - lo > rel_tol * lo:
+        mid = 0.5 * (lo + hi)
         if run(mid).meets(slo):
             lo = mid
         else:
