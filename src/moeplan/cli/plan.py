@@ -128,6 +128,9 @@ def _winner_ep(result: PlanResult) -> int:
 def plan_cmd(
     model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")]
     = "qwen3-235b-a22b",
+    model_path: Annotated[str | None, typer.Option(
+        "--model-path", help="What the launch scripts load: a Hugging Face repo id or a local "
+        "model folder (default: the preset's repo, or the config.json's folder).")] = None,
     cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "smidt-a40",
     nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
     layers: Annotated[int | None, typer.Option(
@@ -178,6 +181,9 @@ def plan_cmd(
     if layers is not None:
         require(layers >= 1, f"layers ({layers}) must be >= 1")
         m = m.with_layers(min(layers, m.num_layers))
+    from moeplan.export.plan_export import model_path_for, truncation_warning
+
+    launch_path = model_path_for(model, model_path)  # a bad --model-path fails before planning
     c: ClusterSpec = load_cluster(cluster, nodes)
     w = _workload(workload, isl, osl, batch, rate)
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
@@ -213,10 +219,14 @@ def plan_cmd(
             place_res = _placement(result, trace, cm, seed)
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, result, place_res, cm, model_arg=model,
-                                trace=trace)
+                                trace=trace, model_path=launch_path, serving=ranking)
     elapsed = time.perf_counter() - t_start
+    truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
+    if truncated and not json_out:
+        err_console.print(f"[yellow]warning:[/] {truncated}")
     if json_out:
-        print_json(_json(result, ranking, place_res, files, elapsed))
+        print_json({**_json(result, ranking, place_res, files, elapsed),
+                    "warnings": [truncated] if truncated else []})
         return
     _print_human(result, ranking, place_res, files, elapsed)
 

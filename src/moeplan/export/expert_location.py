@@ -27,30 +27,43 @@ from moeplan.errors import require
 from moeplan.io import atomic_path, write_atomic
 
 
-def sglang_expert_location(phy2log_moe: np.ndarray, *, ep: int, num_hidden_layers: int,
-                           moe_layers: Sequence[int]) -> dict[str, Any]:
+def sglang_expert_location(
+    phy2log_moe: np.ndarray, *, ep: int, num_hidden_layers: int, moe_layers: Sequence[int]
+) -> dict[str, Any]:
     """The JSON object: MoE layers' rows from ``phy2log_moe`` [L_moe, P], others trivial."""
     num_moe, num_phy = phy2log_moe.shape
-    require(num_moe == len(moe_layers),
-            f"placement layers ({num_moe}) must equal the model's MoE layers ({len(moe_layers)})")
-    require(num_phy % ep == 0,
-            f"physical experts ({num_phy}) must be divisible by ep ({ep}) (equal per GPU)")
+    require(
+        num_moe == len(moe_layers),
+        f"placement layers ({num_moe}) must equal the model's MoE layers ({len(moe_layers)})",
+    )
+    require(
+        num_phy % ep == 0,
+        f"physical experts ({num_phy}) must be divisible by ep ({ep}) (equal per GPU)",
+    )
     num_log = int(phy2log_moe.max()) + 1
     trivial = (np.arange(num_phy) % num_log).tolist()
     rows = [trivial for _ in range(num_hidden_layers)]
     for i, layer in enumerate(moe_layers):
-        require(0 <= layer < num_hidden_layers,
-                f"moe layer ({layer}) must lie in 0..{num_hidden_layers - 1}")
+        require(
+            0 <= layer < num_hidden_layers,
+            f"moe layer ({layer}) must lie in 0..{num_hidden_layers - 1}",
+        )
         rows[layer] = [int(v) for v in phy2log_moe[i]]
     return {"physical_to_logical_map": rows}
 
 
-def write_sglang_expert_location(path: str | os.PathLike[str], phy2log_moe: np.ndarray, *,
-                                 ep: int, num_hidden_layers: int,
-                                 moe_layers: Sequence[int]) -> Path:
+def write_sglang_expert_location(
+    path: str | os.PathLike[str],
+    phy2log_moe: np.ndarray,
+    *,
+    ep: int,
+    num_hidden_layers: int,
+    moe_layers: Sequence[int],
+) -> Path:
     """Write the ``--init-expert-location`` JSON atomically."""
-    obj = sglang_expert_location(phy2log_moe, ep=ep, num_hidden_layers=num_hidden_layers,
-                                 moe_layers=moe_layers)
+    obj = sglang_expert_location(
+        phy2log_moe, ep=ep, num_hidden_layers=num_hidden_layers, moe_layers=moe_layers
+    )
     return write_atomic(path, json.dumps(obj))
 
 
@@ -77,8 +90,17 @@ def plan_details(res: Any, *, num_hidden_layers: int, moe_layers: Sequence[int])
 
     sem = res.methods["semmoe"]
     placement = sem.y if sem.replicas is None else sem.replicas
-    loc = sglang_expert_location(physical_to_logical(placement, res.ep), ep=res.ep,
-                                 num_hidden_layers=num_hidden_layers, moe_layers=moe_layers)
+    loc = sglang_expert_location(
+        physical_to_logical(placement, res.ep),
+        ep=res.ep,
+        num_hidden_layers=num_hidden_layers,
+        moe_layers=moe_layers,
+    )
     keys = ("lar", "imbalance", "a2a_bytes_per_layer", "moe_layer_time_s")
-    return {**loc, "ep": res.ep, "mode": res.mode, "fallback": res.fallback,
-            "metrics": {k: sem.metrics[k] for k in keys}}
+    return {
+        **loc,
+        "ep": res.ep,
+        "mode": res.mode,
+        "fallback": res.fallback,
+        "metrics": {k: sem.metrics[k] for k in keys},
+    }

@@ -1,7 +1,11 @@
-"""Write a launch script (``.sh``) for exported engine arguments, atomically.
+"""Launch scripts (``.sh``) for exported engine arguments, written atomically.
 
-The script is written to a temporary file in the target directory and renamed into place,
-so a failure never leaves a partial launcher behind (DESIGN.md, "Bad input and failure").
+One script per engine. A multi-node plan gets one script for every node: it reads
+``NODE_RANK`` (0 .. nodes-1) from the environment and runs that node's exact command (a
+``case`` over the ranks), so every rank's arguments are in the file and can be checked.
+``HERE`` is set to the script's own folder, so files written next to it (the
+``expert_location.json``) are found wherever the script is run from. A strategy the engine
+cannot express gets a script that explains why and exits 1.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from pathlib import Path
 from moeplan.errors import require
 from moeplan.io import write_atomic
 
+HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
 
-def render_launcher(args: Sequence[str], comments: Sequence[str] = ()) -> str:
-    """Bash text running ``args``; ``${VAR}`` placeholders are left for the shell to expand."""
+
+def _quote(a: str) -> str:
+    return f'"{a}"' if "${" in a and '"' not in a else shlex.quote(a)
+
+
+def render_command(args: Sequence[str], indent: str = "") -> str:
+    """One command, a flag and its value per line; ``${VAR}`` left for the shell."""
     require(len(args) > 0, "launcher args (empty) must name a command")
-    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
-    lines += [f"# {c}" for c in comments]
-    quoted = [f'"{a}"' if "${" in a and '"' not in a else shlex.quote(a) for a in args]
+    quoted = [_quote(a) for a in args]
     body, cur = [], quoted[0]
     for a in quoted[1:]:
         if a.startswith("--"):
@@ -28,12 +36,54 @@ def render_launcher(args: Sequence[str], comments: Sequence[str] = ()) -> str:
         else:
             cur += " " + a
     body.append(cur)
-    lines.append(" \\\n  ".join(body))
+    return indent + f" \\\n{indent}  ".join(body)
+
+
+def _head(comments: Sequence[str], preamble: Sequence[str]) -> list[str]:
+    return ["#!/usr/bin/env bash", "set -euo pipefail", *[f"# {c}" for c in comments], *preamble]
+
+
+def render_launcher(
+    args: Sequence[str], comments: Sequence[str] = (), preamble: Sequence[str] = ()
+) -> str:
+    """Bash text running ``args`` (one node)."""
+    return "\n".join([*_head(comments, preamble), render_command(args)]) + "\n"
+
+
+def render_per_node(
+    commands: Sequence[Sequence[Sequence[str]]],
+    comments: Sequence[str] = (),
+    preamble: Sequence[str] = (),
+) -> str:
+    """Bash text running ``commands[r]`` (one or more commands) on the node ``NODE_RANK = r``."""
+    n = len(commands)
+    require(n >= 1, "launcher commands (empty) must cover at least one node")
+    if n == 1 and len(commands[0]) == 1:
+        return render_launcher(commands[0][0], comments, preamble)
+    lines = _head(comments, preamble)
+    lines += [
+        f'NODE_RANK="${{NODE_RANK:?set NODE_RANK to this node\'s rank, 0..{n - 1}}}"',
+        'case "${NODE_RANK}" in',
+    ]
+    for rank, cmds in enumerate(commands):
+        lines.append(f"  {rank})")
+        lines += [render_command(c, indent="    ") for c in cmds]
+        lines.append("    ;;")
+    lines += [
+        f'  *) echo "moeplan: NODE_RANK (${{NODE_RANK}}) must be 0..{n - 1}" >&2; exit 2 ;;',
+        "esac",
+    ]
     return "\n".join(lines) + "\n"
 
 
+def render_refusal(engine: str, comments: Sequence[str], reason: str) -> str:
+    """A script that says why ``engine`` cannot launch this plan and exits 1."""
+    msg = shlex.quote(f"moeplan: {engine} cannot launch this plan: {reason}")
+    return "\n".join([*_head(comments, ()), f"echo {msg} >&2", "exit 1"]) + "\n"
+
+
 def write_launcher(path: str | Path, args: Sequence[str], comments: Sequence[str] = ()) -> Path:
-    """Write an executable launcher atomically; returns its path."""
+    """Write an executable one-node launcher atomically; returns its path."""
     target = Path(path)
     text = render_launcher(args, comments)
     directory = target.parent if str(target.parent) else Path(".")

@@ -1,14 +1,17 @@
 """SGLang launch arguments for a MixServe strategy (pure: strategy in, argument list out).
 
-Flag names checked against the SGLang docs (server arguments, expert parallelism,
-DP attention guides): ``--tp-size`` is the GPU count of one pipeline stage (every node of it),
-``--dp-size`` with ``--enable-dp-attention`` splits attention into ``dp`` groups of
-``tp/dp`` GPUs, ``--ep-size`` shards experts (MoE TP = ``tp/ep``), ``--moe-a2a-backend
-deepep`` needs ``ep_size == tp_size``, ``--pp-size`` pipelines layers, and multi-node runs
-take ``--nnodes --node-rank --dist-init-addr`` (one command per node).
+Flag semantics (SGLang docs, server arguments and expert parallelism pages): ``--tp-size`` is
+the GPU count of one pipeline stage (every node of it); attention DP (``--attn-dp-size N`` in
+the pinned 0.5.2x line, ``--dp-size N --enable-dp-attention`` before it) splits attention into
+``N`` groups of ``tp/N`` GPUs; ``--ep-size`` shards experts (MoE TP = ``tp/ep``);
+``--moe-a2a-backend deepep`` needs ``ep_size == tp_size`` and DeepEP-capable hardware and
+models (:mod:`moeplan.export.constraints`); ``--pp-size`` pipelines layers; multi-node runs take
+``--nnodes --node-rank --dist-init-addr`` (one command per node). A Sem-MoE placement goes in
+with ``--init-expert-location FILE`` and, when it replicates experts,
+``--ep-num-redundant-experts N``.
 
-What SGLang cannot express is said plainly in ``warnings`` (and ``expressible`` is False when
-the flags would describe a different strategy): there is no fused RS-Combine/AG-Dispatch.
+What SGLang cannot express is said plainly in ``warnings``: there is no fused
+RS-Combine/AG-Dispatch, and without DeepEP the MoE dispatch is all-gather/all-reduce.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import require
+from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
 from moeplan.planners.strategy.space import Strategy
 
 
@@ -29,8 +33,12 @@ class ExportResult:
     expressible: bool
 
     def as_dict(self) -> dict:
-        return {"engine": self.engine, "args": list(self.args), "warnings": list(self.warnings),
-                "expressible": self.expressible}
+        return {
+            "engine": self.engine,
+            "args": list(self.args),
+            "warnings": list(self.warnings),
+            "expressible": self.expressible,
+        }
 
 
 def multinode_args(num_nodes: int, node_rank: int, init_addr: str) -> list[str]:
@@ -38,43 +46,85 @@ def multinode_args(num_nodes: int, node_rank: int, init_addr: str) -> list[str]:
     require(0 <= node_rank < num_nodes, f"node_rank ({node_rank}) must be in [0, {num_nodes})")
     if num_nodes == 1:
         return []
-    return ["--nnodes", str(num_nodes), "--node-rank", str(node_rank),
-            "--dist-init-addr", init_addr]
+    return [
+        "--nnodes",
+        str(num_nodes),
+        "--node-rank",
+        str(node_rank),
+        "--dist-init-addr",
+        init_addr,
+    ]
+
+
+def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
+    """Attention-DP flags in the spelling ``version`` accepts (none for attn_dp == 1)."""
+    if attn_dp <= 1:
+        return []
+    if version.attn_dp_flag == "--attn-dp-size":
+        return ["--attn-dp-size", str(attn_dp)]
+    return ["--dp-size", str(attn_dp), "--enable-dp-attention"]
 
 
 def sglang_args(
     strategy: Strategy,
     *,
     model_path: str,
+    target: Target,
     num_nodes: int,
     node_rank: int = 0,
     init_addr: str = "${MASTER_ADDR}:5000",
+    expert_location: str | None = None,
+    redundant_experts: int = 0,
+    version: EngineVersion = SGLANG,
 ) -> ExportResult:
     """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``."""
     s = strategy
     tp = s.stage_size
-    args = ["python", "-m", "sglang.launch_server", "--model-path", model_path,
-            "--tp-size", str(tp)]
+    args = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_path,
+        "--tp-size",
+        str(tp),
+        *attn_dp_args(s.attn_dp, version),
+    ]
     warnings: list[str] = []
-    if s.attn_dp > 1:
-        args += ["--dp-size", str(s.attn_dp), "--enable-dp-attention"]
     if s.moe_ep > 1:
         args += ["--ep-size", str(s.moe_ep)]
-        if s.moe_ep == tp:
+        blockers = deepep_blockers(target, num_nodes)
+        if s.moe_ep == tp and not blockers:
             args += ["--moe-a2a-backend", "deepep"]
-        else:
+        elif s.moe_ep != tp:
             warnings.append(
                 f"SGLang's deepep backend needs ep_size == tp_size ({s.moe_ep} != {tp}); "
                 f"MoE TP{s.moe_tp} x EP{s.moe_ep} runs with --moe-a2a-backend none, which "
-                "dispatches by all-gather/all-reduce instead of the modelled all-to-all")
+                "dispatches by all-gather/all-reduce instead of the modelled all-to-all"
+            )
+        else:
+            warnings.append(
+                "no --moe-a2a-backend deepep: " + "; ".join(blockers) + ". EP runs "
+                "on the default backend (all-gather/all-reduce dispatch), slower "
+                "than the modelled all-to-all"
+            )
+    if expert_location is not None:
+        args += ["--init-expert-location", expert_location]
+        if redundant_experts:
+            args += ["--ep-num-redundant-experts", str(redundant_experts)]
     if s.pp > 1:
         args += ["--pp-size", str(s.pp)]
         if s.attn_dp > 1:
-            warnings.append("pipeline parallelism together with DP attention depends on the "
-                            "SGLang version; check that your release supports both")
+            warnings.append(
+                "pipeline parallelism together with DP attention depends on the "
+                "SGLang version; check that your release supports both"
+            )
     if s.fused:
-        warnings.append("SGLang has no fused RS-Combine / AG-Dispatch: it runs the sequential "
-                        "RS -> A2A -> AG schedule, so expect the unfused prediction")
+        warnings.append(
+            "SGLang has no fused RS-Combine / AG-Dispatch: it runs the sequential "
+            "RS -> A2A -> AG schedule, so expect the unfused prediction"
+        )
     args += multinode_args(num_nodes, node_rank, init_addr)
-    return ExportResult(engine="sglang", args=tuple(args), warnings=tuple(warnings),
-                        expressible=True)
+    return ExportResult(
+        engine="sglang", args=tuple(args), warnings=tuple(warnings), expressible=True
+    )

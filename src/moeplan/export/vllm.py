@@ -1,67 +1,114 @@
 """vLLM launch arguments for a MixServe strategy (pure: strategy in, argument list out).
 
-Flag names checked against the vLLM docs (data-parallel and expert-parallel deployment):
+Flag semantics (vLLM docs, data-parallel and expert-parallel deployment):
 ``--tensor-parallel-size`` (attention TP), ``--data-parallel-size`` (attention DP),
 ``--pipeline-parallel-size``, ``--enable-expert-parallel``. vLLM's MoE layers form one group
 of ``TP x DP`` GPUs: with ``--enable-expert-parallel`` it is all EP (``EP = TP x DP``, MoE
 TP = 1), without it all TP (MoE TP = TP x DP). A hybrid MoE TP x EP with both > 1 cannot be
-expressed: we return no arguments and say so, rather than flags for another strategy.
+expressed: :func:`vllm_args` returns no arguments and says so, and :func:`unexpressible`
+tells a caller to pick another strategy (the report exports the best one vLLM can run).
 Multi-node DP uses ``--data-parallel-size-local``, ``--data-parallel-address``,
 ``--data-parallel-rpc-port`` and, on the other nodes, ``--data-parallel-start-rank``
-``--headless``. vLLM has no fused AR-A2A.
+``--headless``; TP/PP across nodes runs on a Ray cluster. Replicated experts are asked for with
+``--enable-eplb --eplb-config '{"num_redundant_experts": N}'``; vLLM's EPLB then places them
+itself from its own load statistics — a static placement map cannot be passed to vLLM.
+vLLM has no fused AR-A2A.
 """
 
 from __future__ import annotations
 
+import json
+
 from moeplan.errors import require
+from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.sglang import ExportResult
 from moeplan.planners.strategy.space import Strategy
+
+
+def unexpressible(s: Strategy) -> str | None:
+    """Why vLLM cannot run ``s`` (None when it can)."""
+    if s.moe_tp > 1 and s.moe_ep > 1:
+        return (
+            f"vLLM cannot express MoE TP{s.moe_tp} x EP{s.moe_ep}: its MoE group is all EP "
+            f"(EP = TP x DP = {s.attn_tp * s.attn_dp}) or all TP"
+        )
+    return None
 
 
 def vllm_args(
     strategy: Strategy,
     *,
     model_path: str,
+    target: Target,
     num_nodes: int,
     node_rank: int = 0,
     address: str = "${MASTER_ADDR}",
     rpc_port: int = 13345,
+    redundant_experts: int = 0,
 ) -> ExportResult:
     """``vllm serve`` arguments for ``strategy`` on node ``node_rank``."""
     require(0 <= node_rank < num_nodes, f"node_rank ({node_rank}) must be in [0, {num_nodes})")
     s = strategy
-    group = s.attn_tp * s.attn_dp
-    if s.moe_tp > 1 and s.moe_ep > 1:
+    why = unexpressible(s)
+    if why is not None:
         return ExportResult(
-            engine="vllm", args=(), expressible=False,
-            warnings=(f"vLLM cannot express MoE TP{s.moe_tp} x EP{s.moe_ep}: its MoE group is "
-                      f"all EP (EP = TP x DP = {group}) or all TP; no arguments emitted",))
+            engine="vllm", args=(), expressible=False, warnings=(why + "; no arguments emitted",)
+        )
     args = ["vllm", "serve", model_path, "--tensor-parallel-size", str(s.attn_tp)]
     warnings: list[str] = []
     if s.attn_dp > 1:
         args += ["--data-parallel-size", str(s.attn_dp)]
     if s.moe_ep > 1:
         args += ["--enable-expert-parallel"]
+        args += _eplb(redundant_experts, target, warnings)
+    elif redundant_experts:
+        warnings.append(
+            f"{redundant_experts} redundant experts were placed, but this strategy "
+            "has no expert parallelism, so there is nothing to replicate in vLLM"
+        )
     if s.pp > 1:
         args += ["--pipeline-parallel-size", str(s.pp)]
     if num_nodes > 1:
         args += _multinode(s, num_nodes, node_rank, address, rpc_port, warnings)
     if s.fused:
-        warnings.append("vLLM has no fused RS-Combine / AG-Dispatch: expect the unfused "
-                        "prediction")
-    return ExportResult(engine="vllm", args=tuple(args), warnings=tuple(warnings),
-                        expressible=True)
+        warnings.append("vLLM has no fused RS-Combine / AG-Dispatch: expect the unfused prediction")
+    return ExportResult(engine="vllm", args=tuple(args), warnings=tuple(warnings), expressible=True)
 
 
-def _multinode(s: Strategy, nodes: int, rank: int, address: str, port: int,
-               warnings: list[str]) -> list[str]:
+def _eplb(redundant: int, target: Target, warnings: list[str]) -> list[str]:
+    if redundant <= 0:
+        return []
+    blockers = vllm_eplb_blockers(target)
+    if blockers:
+        warnings.append(
+            f"{redundant} redundant experts were advised but not emitted: " + "; ".join(blockers)
+        )
+        return []
+    warnings.append(
+        "vLLM's EPLB chooses which experts to replicate from its own load "
+        "statistics; moeplan's placement map cannot be passed to vLLM"
+    )
+    return ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": redundant})]
+
+
+def _multinode(
+    s: Strategy, nodes: int, rank: int, address: str, port: int, warnings: list[str]
+) -> list[str]:
     if s.attn_dp >= nodes and s.attn_dp % nodes == 0 and s.pp == 1:
         local = s.attn_dp // nodes
-        out = ["--data-parallel-size-local", str(local), "--data-parallel-address", address,
-               "--data-parallel-rpc-port", str(port)]
+        out = [
+            "--data-parallel-size-local",
+            str(local),
+            "--data-parallel-address",
+            address,
+            "--data-parallel-rpc-port",
+            str(port),
+        ]
         if rank > 0:
             out += ["--data-parallel-start-rank", str(rank * local), "--headless"]
         return out
-    warnings.append("TP/PP across nodes in vLLM runs on a Ray cluster: `ray start` on every "
-                    "node, then run this command once on the head node")
+    warnings.append(
+        "TP/PP across nodes in vLLM runs on a Ray cluster: `ray start` on every "
+        "node, then run this command once on the head node"
+    )
     return ["--distributed-executor-backend", "ray"]

@@ -13,6 +13,7 @@ from moeplan.units import GIB
 
 FAMILY_NAMES = {k: v[0].upper() + v[1:] for k, v in rank.FAMILY_NAMES.items()}
 COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62"}
+GANTT_LABEL_PX = 10  # smallest readable label; names that do not fit a bar at this size hide
 
 
 def families_bar(result: PlanResult) -> go.Figure:
@@ -28,12 +29,23 @@ def families_bar(result: PlanResult) -> go.Figure:
         values.append(value)
         colors.append("#b8bfd0")
         hover.append(fam)
-    fig = go.Figure(go.Bar(x=values, y=names, orientation="h", marker_color=colors,
-                           text=[f"{v:,.0f}" for v in values], textposition="auto",
-                           hovertext=hover))
-    fig.update_layout(title="Prefill throughput per GPU (prompt tokens/s), best plans and baselines",
-                      yaxis={"autorange": "reversed"}, height=160 + 32 * len(names),
-                      margin={"l": 260})
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=names,
+            orientation="h",
+            marker_color=colors,
+            text=[f"{v:,.0f}" for v in values],
+            textposition="auto",
+            hovertext=hover,
+        )
+    )
+    fig.update_layout(
+        title="Prefill throughput per GPU (prompt tokens/s), best plans and baselines",
+        yaxis={"autorange": "reversed"},
+        height=160 + 32 * len(names),
+        margin={"l": 260},
+    )
     return fig
 
 
@@ -46,54 +58,127 @@ def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
         if c.family == "strategy":
             for name, r in c.detail.baselines.items():
                 if r is not None and r.fits:
-                    rows.append((f"MixServe baseline: {name}",
-                                 tokens / r.prefill.total_s / r.num_gpus, "strategy"))
+                    rows.append(
+                        (
+                            f"MixServe baseline: {name}",
+                            tokens / r.prefill.total_s / r.num_gpus,
+                            "strategy",
+                        )
+                    )
         elif c.family == "dep":
             rep = c.detail
             for key in ("pppipe", "naive"):
                 res, prob = getattr(rep, key), rep.baseline_problems[key]
-                rows.append((f"FinDEP baseline: {key}", res.throughput / (prob.ag + prob.eg), "dep"))
+                rows.append(
+                    (f"FinDEP baseline: {key}", res.throughput / (prob.ag + prob.eg), "dep")
+                )
         elif c.family == "pipeline":
             for name, b in c.detail.baselines.items():
                 if b is not None:
-                    rows.append((f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus,
-                                 "pipeline"))
+                    rows.append(
+                        (f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus, "pipeline")
+                    )
     return rows
 
 
 def dep_gantt(c: Candidate, layers: int = 2) -> go.Figure:
-    """FinDEP's schedule next to PPPipe's (first ``layers`` MoE layers)."""
+    """FinDEP's schedule next to PPPipe's (first ``layers`` MoE layers).
+
+    Task names are drawn inside their bar only where they fit (plotly ``uniformtext`` hides the
+    rest; every name stays in the hover text), so labels never overlap each other or spill
+    into neighbouring bars.
+    """
     from moeplan.planners.dep.planner import schedules
     from moeplan.sim import gantt_figure
 
-    fig = gantt_figure(schedules(c.detail, layers=layers),
-                       title=f"FinDEP vs PPPipe, first {layers} layers (simulated)")
+    fig = gantt_figure(
+        schedules(c.detail, layers=layers),
+        title=f"FinDEP vs PPPipe, first {layers} layers (simulated)",
+    )
+    fig.update_traces(
+        textposition="inside", insidetextanchor="middle", constraintext="both", textangle=0
+    )
+    fig.update_layout(
+        uniformtext={"minsize": GANTT_LABEL_PX, "mode": "hide"},
+        yaxis={"automargin": True},
+        legend={"orientation": "h", "y": -0.15},
+    )
     return fig
 
 
-def pareto(c: Candidate) -> go.Figure:
-    """MixServe: every fitting strategy, throughput per GPU vs TTFT, the Pareto front."""
-    a = c.detail
-    rs = [r for r in a.strategies if np.isfinite(r.ttft_s)]
-    front = [r for r in a.pareto if np.isfinite(r.ttft_s)]
+def pareto_points(a: Any, workload: Any) -> list[tuple[float, float, Any]]:
+    """(ITL ms, prompt tokens/s per GPU for the batch, result) of every fitting strategy with a
+    finite ITL: two of the verdict table's columns."""
+    tokens = workload.batch * workload.isl
+    return [
+        (r.itl_s * 1e3, tokens / r.prefill.total_s / r.num_gpus, r)
+        for r in a.strategies
+        if np.isfinite(r.itl_s) and r.prefill.total_s > 0
+    ]
 
-    def scatter(items: list[Any], name: str, mode: str, **kw: Any) -> go.Scatter:
-        return go.Scatter(x=[r.ttft_s * 1e3 for r in items], y=[r.throughput_per_gpu for r in items],
-                          text=[r.strategy.label() for r in items], name=name, mode=mode, **kw)
 
-    fig = go.Figure([scatter(rs, "strategies", "markers", marker={"color": "#9aa6c4"}),
-                     scatter(front, "Pareto front", "lines+markers",
-                             marker={"color": COLORS["strategy"]})])
-    base = [(n, r) for n, r in a.baselines.items() if r is not None and r.fits
-            and np.isfinite(r.ttft_s)]
-    if base:
-        fig.add_trace(go.Scatter(x=[r.ttft_s * 1e3 for _, r in base],
-                                 y=[r.throughput_per_gpu for _, r in base], mode="markers+text",
-                                 text=[n for n, _ in base], textposition="top center",
-                                 marker={"symbol": "x", "size": 11, "color": "#c0392b"},
-                                 name="named baselines"))
-    fig.update_layout(title="MixServe: throughput per GPU vs TTFT",
-                      xaxis_title="TTFT (ms)", yaxis_title="tokens/s per GPU", xaxis_type="log")
+def front(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """Points no other point beats on both axes (lower ITL, higher throughput)."""
+    out: list[tuple[float, float, Any]] = []
+    best = -np.inf
+    for p in sorted(points, key=lambda p: (p[0], -p[1])):
+        if p[1] > best:
+            out.append(p)
+            best = p[1]
+    return out
+
+
+def pareto(c: Candidate, workload: Any) -> go.Figure:
+    """MixServe: every fitting strategy, prompt tokens/s per GPU vs decode ITL (the table's
+    columns), with its Pareto front and the strategy the verdict table shows."""
+    pts = pareto_points(c.detail, workload)
+
+    def scatter(
+        items: list[tuple[float, float, Any]], name: str, mode: str, **kw: Any
+    ) -> go.Scatter:
+        hover = [
+            f"{r.strategy.label()}<br>batch prefill {r.prefill.total_s * 1e3:.1f} ms<br>"
+            f"MixServe end-to-end: {r.throughput_per_gpu:,.0f} output tokens/s/GPU, "
+            f"queueing TTFT {r.ttft_s * 1e3:.1f} ms"
+            for *_, r in items
+        ]
+        return go.Scatter(
+            x=[p[0] for p in items],
+            y=[p[1] for p in items],
+            text=hover,
+            hoverinfo="text+x+y",
+            name=name,
+            mode=mode,
+            **kw,
+        )
+
+    fig = go.Figure(
+        [
+            scatter(pts, "strategies", "markers", marker={"color": "#9aa6c4"}),
+            scatter(
+                front(pts), "Pareto front", "lines+markers", marker={"color": COLORS["strategy"]}
+            ),
+        ]
+    )
+    if c.itl_s:
+        fig.add_trace(
+            go.Scatter(
+                x=[c.itl_s * 1e3],
+                y=[c.per_gpu],
+                mode="markers+text",
+                text=["verdict table row"],
+                textposition="top center",
+                marker={"symbol": "star", "size": 14, "color": "#c0392b"},
+                name=f"in the table: {c.label}",
+            )
+        )
+    fig.update_layout(
+        title="MixServe: prompt tokens/s per GPU (batch prefill) vs decode ITL",
+        xaxis_title="ITL (ms)",
+        yaxis_title="prompt tokens/s per GPU",
+        xaxis_type="log",
+        legend={"orientation": "h", "y": -0.2},
+    )
     return fig
 
 
@@ -109,10 +194,29 @@ def pipeline_stages(c: Candidate, mem_limit: float) -> go.Figure:
         plans.append(("time-balanced layer PP", tb, "#9aa6c4"))
     for name, p, color in plans:
         x = [f"stage {i}" for i in range(len(p.stages))]
-        fig.add_trace(go.Bar(x=x, y=[s.time_s * 1e3 for s in p.stages], name=name,
-                             marker_color=color, legendgroup=name), 1, 1)
-        fig.add_trace(go.Bar(x=x, y=[s.mem_bytes_per_gpu / GIB for s in p.stages], name=name,
-                             marker_color=color, legendgroup=name, showlegend=False), 1, 2)
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[s.time_s * 1e3 for s in p.stages],
+                name=name,
+                marker_color=color,
+                legendgroup=name,
+            ),
+            1,
+            1,
+        )
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=[s.mem_bytes_per_gpu / GIB for s in p.stages],
+                name=name,
+                marker_color=color,
+                legendgroup=name,
+                showlegend=False,
+            ),
+            1,
+            2,
+        )
     fig.add_hline(y=mem_limit / GIB, line_dash="dash", annotation_text="GPU memory", row=1, col=2)
     fig.update_layout(title="SMIDT stages vs time-balanced layer-level PP", barmode="group")
     return fig
@@ -124,16 +228,33 @@ def placement_figures(placement: Any) -> list[go.Figure]:
     names = list(methods)
     lar = [methods[n].metrics.get("lar", 0.0) for n in names]
     imb = [methods[n].metrics.get("imbalance", 0.0) for n in names]
-    bars = go.Figure([go.Bar(x=names, y=lar, name="LAR (higher is better)",
-                             marker_color="#2f9e62"),
-                      go.Bar(x=names, y=imb, name="imbalance max/mean (lower is better)",
-                             marker_color="#c0392b")])
-    bars.update_layout(title=f"Expert placement on EP{placement.ep}: local activation rate and "
-                       "load imbalance (held-out tokens)", barmode="group", height=380)
+    bars = go.Figure(
+        [
+            go.Bar(x=names, y=lar, name="LAR (higher is better)", marker_color="#2f9e62"),
+            go.Bar(
+                x=names, y=imb, name="imbalance max/mean (lower is better)", marker_color="#c0392b"
+            ),
+        ]
+    )
+    bars.update_layout(
+        title=f"Expert placement on EP{placement.ep}: local activation rate and "
+        "load imbalance (held-out tokens)",
+        barmode="group",
+        height=380,
+    )
     y = methods["semmoe"].y
-    heat = go.Figure(go.Heatmap(z=y, colorscale="Viridis", colorbar={"title": "device"},
-                                hovertemplate="layer %{y}, expert %{x}: device %{z}<extra></extra>"))
-    heat.update_layout(title="Sem-MoE placement: device of each expert, per MoE layer",
-                       xaxis_title="logical expert", yaxis_title="MoE layer",
-                       height=260 + 12 * y.shape[0])
+    heat = go.Figure(
+        go.Heatmap(
+            z=y,
+            colorscale="Viridis",
+            colorbar={"title": "device"},
+            hovertemplate="layer %{y}, expert %{x}: device %{z}<extra></extra>",
+        )
+    )
+    heat.update_layout(
+        title="Sem-MoE placement: device of each expert, per MoE layer",
+        xaxis_title="logical expert",
+        yaxis_title="MoE layer",
+        height=260 + 12 * y.shape[0],
+    )
     return [bars, heat]

@@ -64,15 +64,24 @@ def render(title: str, subtitle: str, sections: Sequence[Section]) -> str:
         inner += [_table_html(*t) for t in s.tables]
         figs = []
         for k, fig in enumerate(s.figures):
-            figs.append('<div class="figure">' + fig.to_html(
-                full_html=False, include_plotlyjs=first, div_id=f"fig-{n}-{k}",
-                config={"displaylogo": False, "responsive": True}) + "</div>")
+            figs.append(
+                '<div class="figure">'
+                + fig.to_html(
+                    full_html=False,
+                    include_plotlyjs=first,
+                    div_id=f"fig-{n}-{k}",
+                    config={"displaylogo": False, "responsive": True},
+                )
+                + "</div>"
+            )
             first = False
         if figs:
             cls = "grid" if s.side_by_side and len(figs) > 1 else ""
             inner.append(f'<div class="{cls}">{"".join(figs)}</div>')
         parts.append(f"<section>{''.join(inner)}</section>")
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
-            f"<main>{''.join(parts)}</main></body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header>"
+        f"<main>{''.join(parts)}</main></body></html>"
+    )

@@ -1,5 +1,7 @@
 """Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
 
+Launch scripts come from :mod:`moeplan.export.plan_export` (the best strategy each engine can
+run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`.
 The files are written as one set (:class:`moeplan.io.OutputSet`): staged in a hidden folder
 next to ``--out`` and swapped in together, so an interrupted run never leaves a mix. The timeline is the
 winner's simulated schedule on :mod:`moeplan.sim`: FinDEP's own task graph; for MixServe a
@@ -16,13 +18,26 @@ from typing import Any
 
 import numpy as np
 
+from moeplan.export.constraints import Target
+from moeplan.export.plan_export import (
+    PREFILL_UNIT,
+    ExportContext,
+    LaunchExport,
+    Option,
+    analytic_options,
+    engine_export,
+    model_path_for,
+    serving_options,
+)
 from moeplan.io import OutputSet
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import Candidate, PlanResult
-from moeplan.report import figures
-from moeplan.report.html import Section, render
+from moeplan.report.sections import render_report
 from moeplan.sim import Schedule, TaskGraph, chrome_trace, simulate
+from moeplan.specs import ModelSpec, load_model
 from moeplan.units import GIB
+
+ENGINES = ("sglang", "vllm")
 
 
 def strategy_timeline(c: Candidate, layers: int) -> Schedule:
@@ -48,8 +63,7 @@ def pipeline_timeline(c: Candidate, micro_batches: int = 4) -> Schedule:
         prev: list[int] = []
         for s, st in enumerate(stages):
             deps = prev + ([last[s]] if s in last else [])
-            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.time_s, deps,
-                      kind=f"micro-batch {mb}")
+            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.time_s, deps, kind=f"micro-batch {mb}")
             last[s] = t
             prev = [t]
     return simulate(g).check()
@@ -57,8 +71,12 @@ def pipeline_timeline(c: Candidate, micro_batches: int = 4) -> Schedule:
 
 def winner_trace(result: PlanResult) -> dict[str, Any]:
     w = result.winner
-    meta = {"model": result.model.name, "cluster": result.cluster.name, "family": w.family,
-            "label": w.label}
+    meta = {
+        "model": result.model.name,
+        "cluster": result.cluster.name,
+        "family": w.family,
+        "label": w.label,
+    }
     if w.family == "dep":
         from moeplan.planners.dep.planner import chrome_traces
 
@@ -68,8 +86,9 @@ def winner_trace(result: PlanResult) -> dict[str, Any]:
     return chrome_trace({w.label: strategy_timeline(w, result.model.num_layers)}, metadata=meta)
 
 
-ARTIFACTS = frozenset({"plan.json", "report.html", "timeline.json", "sglang.sh", "vllm.sh",
-                       "expert_location.json"})
+ARTIFACTS = frozenset(
+    {"plan.json", "report.html", "timeline.json", "sglang.sh", "vllm.sh", "expert_location.json"}
+)
 
 
 def check_outdir(outdir: Path) -> None:
@@ -77,77 +96,128 @@ def check_outdir(outdir: Path) -> None:
     OutputSet(outdir, known=set(ARTIFACTS))
 
 
-def _launchers(out: OutputSet, result: PlanResult, model_arg: str) -> dict[str, str]:
-    """sglang.sh / vllm.sh for the best colocated strategy, with plain caveats."""
-    from moeplan.export.launcher import render_launcher
-    from moeplan.export.sglang import sglang_args
-    from moeplan.export.vllm import vllm_args
-
-    strat = next((c for c in result.candidates if c.family == "strategy"), None)
-    files = {}
-    for engine, fn in (("sglang", sglang_args), ("vllm", vllm_args)):
-        name = f"{engine}.sh"
-        if strat is None:
-            files[engine] = str(out.write(
-                name, "#!/usr/bin/env bash\necho 'moeplan: no colocated strategy was "
-                "planned (strategy family skipped), nothing to launch' >&2\nexit 1\n",
-                executable=True))
-            continue
-        best = min((r for r in strat.detail.strategies if r.strategy.label() == strat.label),
-                   key=lambda r: r.prefill.total_s)
-        exp = fn(best.strategy, model_path=model_arg, num_nodes=result.cluster.num_nodes)
-        notes = [f"moeplan plan: {result.model.name} on {result.cluster.name}",
-                 f"strategy: {strat.label}"]
-        if result.winner.family != "strategy":
-            notes.append(f"the overall winner is the {result.winner.family} family "
-                         f"({result.winner.label}), which {engine} cannot launch; this is the "
-                         f"best colocated strategy, {result.winner.per_gpu / strat.per_gpu:.2f}x "
-                         "slower per GPU by moeplan's model")
-        notes += [f"WARNING: {x}" for x in exp.warnings]
-        if exp.expressible and exp.args:
-            text = render_launcher(exp.args, notes)
-        else:
-            body = "\n".join(f"# {n}" for n in notes)
-            text = (f"#!/usr/bin/env bash\n{body}\necho 'moeplan: {engine} cannot "
-                    "express this strategy; see the warnings above' >&2\nexit 1\n")
-        files[engine] = str(out.write(name, text, executable=True))
-    return files
+def launch_exports(
+    result: PlanResult, plan: Plan, *, model_path: str, full: ModelSpec, serving: Any = None
+) -> dict[str, LaunchExport]:
+    """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
+    serving ranking's order when there is one, else by the analytic prefill figure."""
+    place = plan.details.get("placement")
+    width = len(place["physical_to_logical_map"][0]) if place else None
+    ctx = ExportContext(
+        model_path=model_path,
+        target=Target.of(result.model, result.cluster),
+        planned_layers=result.model.num_layers,
+        full_layers=full.num_layers,
+        placement_ep=place["ep"] if place else None,
+        placement_width=width,
+        notes=tuple(_fit_notes(result, full)),
+    )
+    if serving is not None:
+        options = serving_options(serving)
+        winner = options[0] if options else None
+    else:
+        options = analytic_options(result)
+        w = result.winner
+        winner = Option(
+            strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
+        )
+    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
 
 
-def winner_plan(result: PlanResult, placement: Any, trace: str | None) -> Plan:
-    """The winner's :class:`Plan` with the ranking and (when traced) its expert placement."""
-    plan = replace(result.winner.plan, ranking=[c.summary() for c in result.candidates])
+def _fit_notes(result: PlanResult, full: ModelSpec) -> list[str]:
+    """When the plan was made on a truncated model: whether the full model's weights fit."""
+    m, c = result.model, result.cluster
+    if m.num_layers >= full.num_layers:
+        return []
+    from moeplan.cost.memory import RESERVED_BYTES, weights_floor_per_gpu
+
+    need = weights_floor_per_gpu(full, c.num_gpus)
+    usable = c.gpu.mem_bytes - RESERVED_BYTES
+    if need <= usable:
+        return []
+    return [
+        f"the full model's weights alone need {need / GIB:.1f} GiB per GPU even spread over "
+        f"all {c.num_gpus} GPUs; {c.gpu.name} has {usable / GIB:.1f} GiB usable: this "
+        "launch will run out of memory"
+    ]
+
+
+def winner_plan(result: PlanResult, placement: Any, trace: str | None, serving: Any = None) -> Plan:
+    """The winner's :class:`Plan` (the serving winner when ``serving`` is given) with the
+    ranking and (when traced) its expert placement."""
+    if serving is not None:
+        from moeplan.serve.rank import served_plan
+
+        plan = replace(
+            served_plan(serving.winner, serving), ranking=[s.summary() for s in serving.ranked]
+        )
+    else:
+        plan = replace(result.winner.plan, ranking=[c.summary() for c in result.candidates])
     if placement is not None and trace is not None:
         from moeplan.planners.placement import physical_to_logical
 
-        p2l = physical_to_logical(placement.methods["semmoe"].y, placement.ep)
-        plan = replace(plan, details={**plan.details, "placement": {
-            "ep": placement.ep, "physical_to_logical_map": p2l.tolist(),
-            "moe_layers": list(result.model.moe_layers)}})
+        sem = placement.methods["semmoe"]
+        phys = sem.y if sem.replicas is None else sem.replicas
+        p2l = physical_to_logical(phys, placement.ep)
+        plan = replace(
+            plan,
+            details={
+                **plan.details,
+                "placement": {
+                    "ep": placement.ep,
+                    "physical_to_logical_map": p2l.tolist(),
+                    "moe_layers": list(result.model.moe_layers),
+                },
+            },
+        )
     return plan
 
 
-def write_artifacts(outdir: Path, result: PlanResult, placement: Any, cm: Any, *,
-                    model_arg: str, trace: str | None) -> dict[str, str]:
-    """Write every artifact as one set (:class:`moeplan.io.OutputSet`); ``{kind: path}``."""
+def write_artifacts(
+    outdir: Path,
+    result: PlanResult,
+    placement: Any,
+    cm: Any,
+    *,
+    model_arg: str,
+    trace: str | None,
+    model_path: str | None = None,
+    serving: Any = None,
+) -> dict[str, str]:
+    """Write every artifact as one set (:class:`moeplan.io.OutputSet`); ``{kind: path}``.
+
+    ``model_path``: what the launch scripts load (default: :func:`model_path_for`); the model
+    they launch is ``model_arg`` in full, so a plan on fewer layers is flagged. ``serving``: the
+    serving ranking (:mod:`moeplan.serve.rank`), whose winner plan.json holds and whose order
+    the launch scripts follow.
+    """
     files: dict[str, str] = {"dir": str(outdir)}
-    plan = winner_plan(result, placement, trace)
-    html = render_report(result, placement, cm, trace)  # before any file: it may fail
+    plan = winner_plan(result, placement, trace, serving)
+    full = load_model(model_arg)
+    exports = launch_exports(
+        result, plan, model_path=model_path_for(model_arg, model_path), full=full, serving=serving
+    )
+    html = render_report(
+        result, placement, cm, trace, exports, full.num_layers, serving
+    )  # before any file: it may fail
     with OutputSet(outdir, known=set(ARTIFACTS)) as out:
         if "placement" in plan.details:
             from moeplan.export.expert_location import write_sglang_expert_location
 
-            write_sglang_expert_location(out.path("expert_location.json"),
-                                         np.asarray(plan.details["placement"]
-                                                    ["physical_to_logical_map"]),
-                                         ep=placement.ep,
-                                         num_hidden_layers=result.model.num_layers,
-                                         moe_layers=result.model.moe_layers)
+            write_sglang_expert_location(
+                out.path("expert_location.json"),
+                np.asarray(plan.details["placement"]["physical_to_logical_map"]),
+                ep=placement.ep,
+                num_hidden_layers=result.model.num_layers,
+                moe_layers=result.model.moe_layers,
+            )
             files["expert_location"] = str(outdir / "expert_location.json")
         files["plan"] = str(out.write("plan.json", plan.to_json()))
-        files["timeline"] = str(out.write("timeline.json",
-                                          json.dumps(winner_trace(result), default=_np)))
-        files.update(_launchers(out, result, model_arg))
+        files["timeline"] = str(
+            out.write("timeline.json", json.dumps(winner_trace(result), default=_np))
+        )
+        for engine, ex in exports.items():
+            files[engine] = str(out.write(f"{engine}.sh", ex.text, executable=True))
         files["report"] = str(out.write("report.html", html))
     return files
 
@@ -156,99 +226,3 @@ def _np(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
     raise TypeError(type(o).__name__)
-
-
-def render_report(result: PlanResult, placement: Any, cm: Any, trace: str | None) -> str:
-    m, c, w = result.model, result.cluster, result.workload
-    summary = Section(title="Verdict", paragraphs=list(result.explanation))
-    summary.table(["#", "family", "plan", "GPUs", "prompt tokens/s/GPU", "TTFT (ms)",
-                   "ITL (ms)", "memory/GPU (GiB)", "bound"],
-                  [[i, figures.FAMILY_NAMES[x.family], x.label, x.gpus, f"{x.per_gpu:,.0f}",
-                    f"{x.ttft_s * 1e3:.1f}", f"{x.itl_s * 1e3:.2f}" if x.itl_s else "—",
-                    f"{x.mem_bytes_per_gpu / GIB:.1f}", x.bound]
-                   for i, x in enumerate(result.candidates, 1)], highlight=0)
-    for fam, why in result.skipped.items():
-        summary.paragraphs.append(f"{figures.FAMILY_NAMES[fam]} was not planned: {why}")
-    summary.figures.append(figures.families_bar(result))
-    sections = [summary]
-    by_family = {x.family: x for x in result.candidates}
-    if "dep" in by_family:
-        d = by_family["dep"]
-        sections.append(Section(
-            title="Disaggregated (FinDEP): schedule",
-            paragraphs=[f"FinDEP {d.label}: {d.extra['speedup_vs_pppipe']:.2f}x PPPipe and "
-                        f"{d.extra['speedup_vs_naive']:.2f}x naive DEP on the same simulator."],
-            figures=[figures.dep_gantt(d)]))
-    if "pipeline" in by_family:
-        sections.append(Section(title="Pipelined (SMIDT): stages",
-                                figures=[figures.pipeline_stages(by_family["pipeline"],
-                                                                 c.gpu.mem_bytes)]))
-    if "strategy" in by_family:
-        s = by_family["strategy"]
-        sections.append(Section(title="Colocated hybrid (MixServe): Pareto front",
-                                paragraphs=[f"{len(s.detail.strategies)} strategies fit memory; "
-                                            f"{s.detail.rejected_memory} were rejected for memory "
-                                            f"and {s.detail.rejected_shape} for shape."],
-                                figures=[figures.pareto(s)]))
-    if placement is not None:
-        sem = placement.methods["semmoe"].metrics
-        sections.append(Section(
-            title=f"Expert placement (Sem-MoE) on EP{placement.ep}",
-            paragraphs=[f"Trace: {trace or 'none given; a synthetic trace with the model shape, first '}"
-                        f"{'' if trace else str(placement.methods['semmoe'].y.shape[0]) + ' MoE layers (no expert_location.json is exported from it)'}."
-                        f" Sem-MoE keeps {100 * sem['lar']:.1f}% of expert activations on the "
-                        f"token's own GPU."
-                        + (" Sem-MoE did not beat contiguous placement on the validation split,"
-                           " so its guard kept contiguous placement." if placement.fallback
-                           else "")],
-            figures=figures.placement_figures(placement)))
-        sections[-1].table(["method", "LAR", "imbalance", "a2a bytes/layer", "MoE layer (ms)"],
-                           [[k, f"{v.metrics['lar']:.3f}", f"{v.metrics['imbalance']:.3f}",
-                             f"{v.metrics['a2a_bytes_per_layer']:.3g}",
-                             f"{v.metrics['moe_layer_time_s'] * 1e3:.3f}"]
-                            for k, v in placement.methods.items()])
-    sections.append(_error_section(cm))
-    sections.append(_inputs_section(m, c, w, cm))
-    return render(f"moeplan: {m.name} on {c.name}",
-                  f"{c.num_gpus} × {c.gpu.name}, {w.batch} prompts × {w.isl} tokens "
-                  f"(+{w.osl} out)", sections)
-
-
-def _error_section(cm: Any) -> Section:
-    s = Section(title="How far to trust the cost model")
-    prof = cm.profile
-    if prof is not None and not prof.quality:
-        s.paragraphs.append(
-            f"Cost model: profile {prof.name} ({prof.source}). Its coefficients are published, "
-            "not fitted here, so moeplan cannot state their error; for reference, the held-out "
-            "errors of the H100 model fitted to NVIDIA's measurements are below.")
-    elif prof is None:
-        s.paragraphs.append(
-            f"Cost model: {cm.profile_name}. No measured table exists for this GPU, so times "
-            "come from datasheet rooflines (70% of peak FLOP/s, 80% of memory bandwidth); their "
-            "error is unmeasured. On H100 the fitted model's held-out errors are below.")
-    if prof is None or not prof.quality:
-        from moeplan.cost import load_profile
-
-        prof = load_profile("h100_sxm")
-    s.paragraphs.append(f"Held-out error of profile {prof.name} ({prof.source}).")
-    s.table(["fit", "R²", "held-out median error", "held-out p90 error", "rows"],
-            [[k, f"{q.r2:.4f}", f"{100 * (q.heldout_median_ape or 0):.1f}%",
-              f"{100 * (q.heldout_p90_ape or 0):.1f}%", f"{q.n_fit}+{q.n_heldout}"]
-             for k, q in prof.quality.items()])
-    return s
-
-
-def _inputs_section(m: Any, c: Any, w: Any, cm: Any) -> Section:
-    s = Section(title="Inputs")
-    s.table(["input", "value"], [
-        ["model", f"{m.name} ({m.architecture}), {m.num_layers} layers, {m.num_experts} experts, "
-                  f"top-{m.top_k}, {m.params_total / 1e9:.1f}B params"],
-        ["cluster", f"{c.name}: {c.num_nodes}×{c.gpus_per_node} {c.gpu.name}, "
-                    f"{c.gpu.mem_bytes / GIB:.0f} GiB, intra {c.intra.kind} "
-                    f"{c.intra.bw / 1e9:.1f} GB/s, inter {c.inter.kind} {c.inter.bw / 1e9:.2f} GB/s"],
-        ["cluster source", c.source],
-        ["workload", f"batch {w.batch}, isl {w.isl}, osl {w.osl}, rate {w.rate}"],
-        ["cost model", cm.profile_name],
-    ])
-    return s

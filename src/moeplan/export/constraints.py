@@ -1,0 +1,334 @@
+"""What SGLang and vLLM accept, per pinned version, as data; and checks of an argument list.
+
+Every rule below names its source (read for facts; nothing is copied). The exports in
+:mod:`moeplan.export.sglang` and :mod:`moeplan.export.vllm` consult these tables before they
+emit a flag, and the tests run :func:`check_sglang` / :func:`check_vllm` on every argument list
+the exports produce: an argument list that breaks a rule is a bug, and a strategy the engine
+cannot express is said in plain words instead.
+
+Pinned versions (``PINNED``):
+
+- **SGLang 0.5.2x** (the line issue 16 names): ``--attn-dp-size N`` sets attention DP; the older
+  ``--dp-size N --enable-dp-attention`` spelling is deprecated and resolves to it (sgl-project/
+  sglang PR #41818 "Add --attn-dp-size and deprecate --enable-dp-attention", and its test
+  ``--dp-size N --enable-dp-attention`` -> ``--attn-dp-size N``). ``SGLANG_LEGACY`` is the same
+  rule set for releases before that PR, which know only the old spelling.
+- **vLLM 0.11+** (``--eplb-config`` JSON; ``EPLBConfig`` in vllm/config/parallel.py since 0.10.2).
+
+Facts encoded (sources):
+
+- SGLang ``--moe-a2a-backend deepep`` needs ``ep_size == tp_size``; hybrid MoE TP x EP runs
+  only on the ``none`` backend (sglang docs/advanced_features/expert_parallelism.md).
+  ``tp_size % ep_size == 0`` (same page). DeepEP itself needs SM90 GPUs, NVLink with full P2P
+  between every pair of GPUs in a node, and RDMA between nodes (deepseek-ai/DeepEP README,
+  "Requirements"); SGLang's DeepEP MoE path exists for DeepSeek V2/V3 (and Kimi K2, which uses
+  ``DeepseekV3ForCausalLM``) and Qwen3-MoE (``_DEEPEP_V2_VALIDATED_ARCHITECTURES`` in
+  server_args.py lists DeepseekV3/V4 and Qwen3Moe); GPT-OSS and Mixtral have none.
+- SGLang ``--init-expert-location FILE``: ``.json`` read with ``json.loads`` and a
+  ``physical_to_logical_map`` [layers, physical experts] (srt/eplb/expert_location.py,
+  ``compute_initial_expert_location_metadata``); physical experts = experts +
+  ``--ep-num-redundant-experts``, an equal number per EP rank; redundant experts need EP > 1.
+- SGLang multi-node: ``--nnodes --node-rank --dist-init-addr`` on every node; ``tp*pp`` GPUs.
+- vLLM: ``--enable-expert-parallel`` makes the MoE group all EP with EP = TP x DP
+  (docs/serving/expert_parallel_deployment.md); ``--enable-eplb`` needs
+  ``--enable-expert-parallel``, TP x DP > 1 and a CUDA/ROCm device, and
+  ``num_redundant_experts`` > 0 needs EPLB (ParallelConfig validation); EPLB runs only on models
+  implementing vLLM's ``MixtureOfExperts`` interface (DeepSeek V2/V3, Qwen3-MoE; not
+  ``GptOssForCausalLM``, whose class lacks it). Multi-node DP: ``--data-parallel-size-local``,
+  ``--data-parallel-address``, ``--data-parallel-rpc-port``, and on other nodes
+  ``--data-parallel-start-rank`` (= cumulative local DP) with ``--headless``.
+
+Departures: the GPU table maps moeplan's preset GPU names to compute capability; a GPU it does
+not know (``gpu-96g``) is treated as unsupported by DeepEP, which is the safe answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moeplan.specs import ClusterSpec, ModelSpec
+
+# Compute capability (major*10 + minor) of moeplan's preset GPUs; None = not a CUDA device.
+GPU_SM: dict[str, int | None] = {
+    "a10": 86,
+    "a40": 86,
+    "a6000": 86,
+    "a100-80g": 80,
+    "h20": 90,
+    "h100-sxm": 90,
+    "h200-sxm": 90,
+    "ascend-910b": None,
+}
+DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
+FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
+RDMA_INTER = frozenset({"ib", "roce"})
+SGLANG_DEEPEP_ARCHITECTURES = frozenset(
+    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
+)
+VLLM_EPLB_ARCHITECTURES = frozenset(
+    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineVersion:
+    """One pinned engine release: its name, version text and the flag spellings it accepts."""
+
+    engine: str
+    version: str
+    attn_dp_flag: str  # "--attn-dp-size" or the legacy "--dp-size" + "--enable-dp-attention"
+    known_flags: frozenset[str]
+    source: str
+
+
+_SGLANG_COMMON = frozenset(
+    {
+        "--model-path",
+        "--tp-size",
+        "--ep-size",
+        "--pp-size",
+        "--moe-a2a-backend",
+        "--init-expert-location",
+        "--ep-num-redundant-experts",
+        "--enable-eplb",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--trust-remote-code",
+    }
+)
+SGLANG = EngineVersion(
+    engine="sglang",
+    version="0.5.2x",
+    attn_dp_flag="--attn-dp-size",
+    known_flags=_SGLANG_COMMON | {"--attn-dp-size"},
+    source="sgl-project/sglang PR #41818 (--attn-dp-size)",
+)
+SGLANG_LEGACY = EngineVersion(
+    engine="sglang",
+    version="0.5.x before PR #41818",
+    attn_dp_flag="--enable-dp-attention",
+    known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention"},
+    source="sglang server_args.py (enable_dp_attention, dp_size)",
+)
+VLLM = EngineVersion(
+    engine="vllm",
+    version="0.11+",
+    attn_dp_flag="--data-parallel-size",
+    known_flags=frozenset(
+        {
+            "--tensor-parallel-size",
+            "--data-parallel-size",
+            "--pipeline-parallel-size",
+            "--enable-expert-parallel",
+            "--enable-eplb",
+            "--eplb-config",
+            "--data-parallel-size-local",
+            "--data-parallel-address",
+            "--data-parallel-rpc-port",
+            "--data-parallel-start-rank",
+            "--headless",
+            "--distributed-executor-backend",
+            "--trust-remote-code",
+        }
+    ),
+    source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
+)
+PINNED = {"sglang": SGLANG, "vllm": VLLM}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Target:
+    """What the constraints depend on: the model's architecture and the machines."""
+
+    architecture: str
+    num_experts: int
+    gpu: str
+    intra: str
+    inter: str
+    num_nodes: int
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, cluster: ClusterSpec) -> Target:
+        return cls(
+            architecture=model.architecture,
+            num_experts=model.num_experts,
+            gpu=cluster.gpu.name,
+            intra=cluster.intra.kind,
+            inter=cluster.inter.kind,
+            num_nodes=cluster.num_nodes,
+            gpus_per_node=cluster.gpus_per_node,
+        )
+
+    @property
+    def cuda(self) -> bool:
+        return GPU_SM.get(self.gpu, 0) is not None
+
+
+def deepep_blockers(t: Target, nodes: int) -> list[str]:
+    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can)."""
+    out = []
+    if t.architecture not in SGLANG_DEEPEP_ARCHITECTURES:
+        out.append(f"SGLang has no DeepEP MoE path for {t.architecture}")
+    sm = GPU_SM.get(t.gpu)
+    if sm is None or sm < DEEPEP_MIN_SM:
+        have = (
+            "not a CUDA GPU"
+            if t.gpu in GPU_SM and sm is None
+            else (f"SM{sm}" if sm else "of unknown compute capability")
+        )
+        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {t.gpu} is {have}")
+    if t.gpus_per_node > 1 and t.intra not in FULL_P2P_INTRA:
+        out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {t.intra} is not")
+    if nodes > 1 and t.inter not in RDMA_INTER:
+        out.append(f"DeepEP needs RDMA between nodes; {t.inter} is not")
+    return out
+
+
+def vllm_eplb_blockers(t: Target) -> list[str]:
+    """Why vLLM's EPLB cannot run on ``t`` (empty: it can)."""
+    out = []
+    if not t.cuda:
+        out.append(f"vLLM's EPLB runs on CUDA/ROCm devices only, not {t.gpu}")
+    if t.architecture not in VLLM_EPLB_ARCHITECTURES:
+        out.append(f"vLLM's EPLB does not support {t.architecture} (no MixtureOfExperts)")
+    return out
+
+
+def flags(args: Sequence[str]) -> dict[str, str]:
+    """``{--flag: value}``; a flag followed by another flag (or nothing) maps to ``""``."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if a.startswith("--"):
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            out[a] = "" if nxt.startswith("--") else nxt
+    return out
+
+
+def _int(f: dict[str, str], key: str, default: int = 1) -> int:
+    return int(f[key]) if key in f else default
+
+
+def _unknown(f: dict[str, str], v: EngineVersion) -> list[str]:
+    return [f"{k} is not a flag of {v.engine} {v.version}" for k in f if k not in v.known_flags]
+
+
+def check_sglang(
+    args: Sequence[str],
+    t: Target,
+    *,
+    gpus_used: int,
+    version: EngineVersion = SGLANG,
+    location_width: int | None = None,
+) -> list[str]:
+    """Every rule of the pinned SGLang ``version`` that ``args`` (one node's command) breaks.
+
+    ``gpus_used``: GPUs the plan occupies; ``location_width``: physical experts per layer of the
+    ``--init-expert-location`` file, when one is passed.
+    """
+    f = flags(args)
+    bad = _unknown(f, version)
+    tp, ep, pp = _int(f, "--tp-size"), _int(f, "--ep-size"), _int(f, "--pp-size")
+    attn_dp = (
+        _int(f, "--attn-dp-size")
+        if "--attn-dp-size" in f
+        else (_int(f, "--dp-size") if "--enable-dp-attention" in f else 1)
+    )
+    if "--dp-size" in f and "--enable-dp-attention" not in f:
+        bad.append("--dp-size without --enable-dp-attention replicates the whole model")
+    if tp % attn_dp:
+        bad.append(f"tp_size ({tp}) must be divisible by the attention DP size ({attn_dp})")
+    if tp % ep:
+        bad.append(f"tp_size ({tp}) must be divisible by ep_size ({ep})")
+    backend = f.get("--moe-a2a-backend", "none")
+    nodes = _int(f, "--nnodes")
+    if backend == "deepep":
+        if ep != tp:
+            bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")
+        bad += deepep_blockers(t, nodes)
+    redundant = _int(f, "--ep-num-redundant-experts", 0)
+    if redundant and ep <= 1:
+        bad.append("--ep-num-redundant-experts needs ep_size > 1")
+    if "--init-expert-location" in f and location_width is not None:
+        want = t.num_experts + redundant
+        if location_width != want:
+            bad.append(
+                f"expert location has {location_width} physical experts per layer; "
+                f"experts + redundant = {want}"
+            )
+    if (t.num_experts + redundant) % ep:
+        bad.append(
+            f"physical experts ({t.num_experts + redundant}) must split evenly over ep_size ({ep})"
+        )
+    if tp * pp != gpus_used:
+        bad.append(f"tp_size x pp_size ({tp * pp}) must equal the plan's GPUs ({gpus_used})")
+    if nodes > 1:
+        rank = _int(f, "--node-rank", -1)
+        if not 0 <= rank < nodes or "--dist-init-addr" not in f:
+            bad.append("multi-node SGLang needs --node-rank in [0, nnodes) and --dist-init-addr")
+        if gpus_used != nodes * t.gpus_per_node:
+            bad.append(f"{nodes} nodes x {t.gpus_per_node} GPUs != the plan's {gpus_used} GPUs")
+    elif gpus_used > t.gpus_per_node:
+        bad.append(f"{gpus_used} GPUs span nodes but --nnodes is missing")
+    return bad
+
+
+def check_vllm(
+    args: Sequence[str],
+    t: Target,
+    *,
+    gpus_used: int,
+    node_rank: int = 0,
+    version: EngineVersion = VLLM,
+) -> list[str]:
+    """Every rule of the pinned vLLM ``version`` that ``args`` (node ``node_rank``) breaks."""
+    f = flags(args)
+    bad = _unknown(f, version)
+    tp, dp = _int(f, "--tensor-parallel-size"), _int(f, "--data-parallel-size")
+    pp = _int(f, "--pipeline-parallel-size")
+    if tp * dp * pp != gpus_used:
+        bad.append(f"TP x DP x PP ({tp * dp * pp}) must equal the plan's GPUs ({gpus_used})")
+    if "--enable-eplb" in f:
+        if "--enable-expert-parallel" not in f:
+            bad.append("--enable-eplb needs --enable-expert-parallel")
+        if tp * dp <= 1:
+            bad.append("--enable-eplb needs TP x DP > 1")
+        bad += vllm_eplb_blockers(t)
+    if "--eplb-config" in f:
+        try:
+            cfg = json.loads(f["--eplb-config"])
+        except ValueError:
+            cfg = None
+        red = cfg.get("num_redundant_experts", 0) if isinstance(cfg, dict) else None
+        if not isinstance(red, int) or red < 0:
+            bad.append("--eplb-config must be a JSON object with num_redundant_experts >= 0")
+        elif red and "--enable-eplb" not in f:
+            bad.append("num_redundant_experts > 0 needs --enable-eplb")
+    gpus_node = t.gpus_per_node
+    if gpus_used > gpus_node:
+        bad += _vllm_multinode(f, tp, dp, pp, gpus_used // gpus_node, node_rank)
+    return bad
+
+
+def _vllm_multinode(
+    f: dict[str, str], tp: int, dp: int, pp: int, nodes: int, rank: int
+) -> list[str]:
+    if f.get("--distributed-executor-backend") == "ray":
+        return [] if rank == 0 else ["a Ray deployment runs its command on the head node only"]
+    local = _int(f, "--data-parallel-size-local", 0)
+    bad = []
+    if pp != 1 or local * nodes != dp or "--data-parallel-address" not in f:
+        bad.append(
+            "multi-node vLLM DP needs --data-parallel-size-local x nodes == DP, "
+            "--data-parallel-address and no PP (else a Ray cluster)"
+        )
+    if rank > 0 and (
+        _int(f, "--data-parallel-start-rank", -1) != rank * local or "--headless" not in f
+    ):
+        bad.append(f"node {rank} needs --data-parallel-start-rank {rank * local} --headless")
+    if rank == 0 and ("--headless" in f or "--data-parallel-start-rank" in f):
+        bad.append("node 0 serves the API: no --headless / --data-parallel-start-rank")
+    return bad
