@@ -66,8 +66,8 @@ def _simulate_rows(model, cluster, cost, layout) -> list[dict]:
     tokens = int(reqs.osl.sum())
     base = min(_token_loop(tokens) for _ in range(3))
     rows = []
+    it = IterationModel(model, cluster, cost, layout)
     for label in ("cold", "warm"):
-        it = IterationModel(model, cluster, cost, layout) if label == "cold" else it
         t0 = time.perf_counter()
         res = simulate(reqs, cfg, it)
         dt = time.perf_counter() - t0
