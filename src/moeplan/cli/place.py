@@ -3,11 +3,14 @@
 Thin: build the model, cluster and cost model, stream the trace file into
 :func:`moeplan.planners.placement.planner.place`, print a methods table (or one JSON object), and
 optionally write the SGLang ``--init-expert-location`` JSON, the scheduling tables and a
-plotly heatmap, all atomically.
+plotly heatmap, all atomically (mode 0666 less the umask, like any file the user writes). With
+``--export-sglang`` it prints the SGLang flags that go with the file: ``--init-expert-location``,
+``--ep-size`` and, when ``--redundant`` replicated experts, ``--ep-num-redundant-experts``.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,15 +42,34 @@ def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str
     conf = res.token_conf
     order = np.argsort(conf.argmax(axis=1) * 2.0 - conf.max(axis=1), kind="stable")
     order = order[:: max(1, len(order) // top_tokens)][:top_tokens]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        "expert -> device (Sem-MoE), per MoE layer", "P(device | token), tokens by device"))
-    fig.add_trace(go.Heatmap(z=y, colorscale="Viridis", colorbar={"title": "device", "x": 0.45},
-                             hovertemplate="layer %{y} expert %{x}: device %{z}<extra></extra>"),
-                  1, 1)
-    fig.add_trace(go.Heatmap(z=conf[order].T, colorscale="Blues",
-                             x=[str(t) for t in res.token_ids[order]],
-                             hovertemplate="token %{x} device %{y}: %{z:.2f}<extra></extra>"),
-                  1, 2)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=(
+            "expert -> device (Sem-MoE), per MoE layer",
+            "P(device | token), tokens by device",
+        ),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=y,
+            colorscale="Viridis",
+            colorbar={"title": "device", "x": 0.45},
+            hovertemplate="layer %{y} expert %{x}: device %{z}<extra></extra>",
+        ),
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=conf[order].T,
+            colorscale="Blues",
+            x=[str(t) for t in res.token_ids[order]],
+            hovertemplate="token %{x} device %{y}: %{z:.2f}<extra></extra>",
+        ),
+        1,
+        2,
+    )
     fig.update_xaxes(title_text="expert", row=1, col=1)
     fig.update_yaxes(title_text="MoE layer", row=1, col=1)
     fig.update_xaxes(title_text="token id", showticklabels=False, row=1, col=2)
@@ -57,19 +79,26 @@ def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str
 
 
 def _print_table(res: PlacementResult) -> None:
-    t = Table(title=f"expert placement, EP{res.ep}, attention-{res.mode.upper()} "
-                    f"(held-out split)")
+    t = Table(title=f"expert placement, EP{res.ep}, attention-{res.mode.upper()} (held-out split)")
     for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", "MoE layer"):
         t.add_column(col, justify="left" if col == "method" else "right")
     for name, m in res.methods.items():
         x = m.metrics
-        t.add_row(name, f"{x['lar']:.3f}", f"{x['imbalance']:.3f}", f"{x['balancedness']:.3f}",
-                  fmt_bytes(x["a2a_bytes_per_layer"]), fmt_time(x["moe_layer_time_s"]))
+        t.add_row(
+            name,
+            f"{x['lar']:.3f}",
+            f"{x['imbalance']:.3f}",
+            f"{x['balancedness']:.3f}",
+            fmt_bytes(x["a2a_bytes_per_layer"]),
+            fmt_time(x["moe_layer_time_s"]),
+        )
     console.print(t)
     extra = " (fell back to contiguous: no gain on validation)" if res.fallback else ""
-    console.print(f"solve {fmt_time(res.solve_s)}; co-clustering objective "
-                  f"{res.objective['cocluster']:.3f} vs paper greedy "
-                  f"{res.objective['greedy']:.3f}{extra}")
+    console.print(
+        f"solve {fmt_time(res.solve_s)}; co-clustering objective "
+        f"{res.objective['cocluster']:.3f} vs paper greedy "
+        f"{res.objective['greedy']:.3f}{extra}"
+    )
 
 
 def place_cmd(
@@ -77,20 +106,23 @@ def place_cmd(
     model: Annotated[str, typer.Option(help="Model preset or config.json")],
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (devices)")],
     mode: Annotated[str, typer.Option(help="Attention parallelism: dp or tp")] = "dp",
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines",
-                                            help="Also plan EPLB and transition")] = True,
-    cluster: Annotated[str, typer.Option(help="Cluster preset for the cost model")]
-    = "h100-sxm-8",
+    baselines: Annotated[
+        bool, typer.Option("--baselines/--no-baselines", help="Also plan EPLB and transition")
+    ] = True,
+    cluster: Annotated[str, typer.Option(help="Cluster preset for the cost model")] = "h100-sxm-8",
     step_tokens: Annotated[int, typer.Option(help="Tokens per step for bytes/time")] = 8192,
-    redundant: Annotated[int, typer.Option(
-        help="Redundant expert slots per GPU (Sem-MoE and EPLB)")] = 0,
+    redundant: Annotated[
+        int, typer.Option(help="Redundant expert slots per GPU (Sem-MoE and EPLB)")
+    ] = 0,
     seed: Annotated[int, typer.Option(help="Split seed")] = 0,
-    export_sglang: Annotated[Path | None, typer.Option(
-        "--export-sglang", help="Write SGLang --init-expert-location JSON")] = None,
-    tables: Annotated[Path | None, typer.Option(
-        "--tables", help="Write token/request scheduling tables (.npz)")] = None,
-    heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Write heatmap HTML")]
-    = None,
+    export_sglang: Annotated[
+        Path | None,
+        typer.Option("--export-sglang", help="Write SGLang --init-expert-location JSON"),
+    ] = None,
+    tables: Annotated[
+        Path | None, typer.Option("--tables", help="Write token/request scheduling tables (.npz)")
+    ] = None,
+    heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Write heatmap HTML")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
@@ -98,45 +130,90 @@ def place_cmd(
 
     m = load_model_arg(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
-    require(ep >= 1 and m.num_experts % ep == 0,
-            f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})")
+    require(
+        ep >= 1 and m.num_experts % ep == 0,
+        f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})",
+    )
     cl = load_cluster(cluster)
     nodes = cl.nodes_spanned(ep)
-    require(ep <= cl.num_gpus * max(1, nodes),
-            f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})")
-    cfg = PlaceConfig(ep=ep, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens,
-                      redundant=redundant)
+    require(
+        ep <= cl.num_gpus * max(1, nodes),
+        f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})",
+    )
+    cfg = PlaceConfig(
+        ep=ep,
+        mode=mode,
+        baselines=baselines,
+        seed=seed,
+        step_tokens=step_tokens,
+        redundant=redundant,
+    )
     require(trace.exists(), f"--trace ({trace}) does not exist")
-    res = place(lambda: iter_trace(trace, num_experts=m.num_experts),
-                num_layers=m.num_moe_layers, num_experts=m.num_experts,
-                hidden_bytes=m.hidden_bytes,
-                evaluate=cost_evaluator(cost_model_for(cl), m, ep, nodes), cfg=cfg)
-    _write_outputs(res, m, export_sglang, tables, heatmap)
+    res = place(
+        lambda: iter_trace(trace, num_experts=m.num_experts),
+        num_layers=m.num_moe_layers,
+        num_experts=m.num_experts,
+        hidden_bytes=m.hidden_bytes,
+        evaluate=cost_evaluator(cost_model_for(cl), m, ep, nodes),
+        cfg=cfg,
+    )
+    flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     if as_json:
         out: dict[str, Any] = res.to_dict()
         out.update({"model": model, "cluster": cluster, "trace": str(trace)})
+        if flags:
+            out["sglang_flags"] = flags
         print_json(out)
     else:
         _print_table(res)
+        if flags:
+            console.print(
+                "SGLang launch flags for this file (one EP group of "
+                f"{res.ep} GPUs): [bold]{shlex.join(flags)}[/]"
+            )
 
 
-def _write_outputs(res: PlacementResult, m: Any, export_sglang: Path | None,
-                   tables: Path | None, heatmap: Path | None) -> None:
+def sglang_flags(path: Path, ep: int, physical: int, num_experts: int) -> list[str]:
+    """The SGLang flags that go with an ``--export-sglang`` file of ``physical`` experts per
+    layer: the file (absolute, SGLang reads it relative to its own working folder), the EP size
+    it was placed for, and the redundant experts when it replicates any."""
+    out = ["--init-expert-location", str(path.resolve()), "--ep-size", str(ep)]
+    if physical > num_experts:
+        out += ["--ep-num-redundant-experts", str(physical - num_experts)]
+    return out
+
+
+def _write_outputs(
+    res: PlacementResult,
+    m: Any,
+    export_sglang: Path | None,
+    tables: Path | None,
+    heatmap: Path | None,
+) -> list[str]:
+    """Write the requested files; the SGLang flags for the expert-location file, if written."""
+    flags: list[str] = []
     if export_sglang is not None:
         sem = res.methods["semmoe"]
-        write_sglang_expert_location(export_sglang, physical_to_logical(
-                                     sem.y if sem.replicas is None else sem.replicas, res.ep),
-                                     ep=res.ep, num_hidden_layers=m.num_layers,
-                                     moe_layers=m.moe_layers)
+        p2l = physical_to_logical(sem.y if sem.replicas is None else sem.replicas, res.ep)
+        write_sglang_expert_location(
+            export_sglang, p2l, ep=res.ep, num_hidden_layers=m.num_layers, moe_layers=m.moe_layers
+        )
+        flags = sglang_flags(export_sglang, res.ep, int(p2l.shape[1]), m.num_experts)
     if tables is not None:
-        arrays = {"token_ids": res.token_ids, "device": res.token_conf.argmax(axis=1),
-                  "confidence": res.token_conf, "layer_device": res.layer_device,
-                  "layer_conf": res.layer_conf, "expert_device": res.methods["semmoe"].y}
+        arrays = {
+            "token_ids": res.token_ids,
+            "device": res.token_conf.argmax(axis=1),
+            "confidence": res.token_conf,
+            "layer_device": res.layer_device,
+            "layer_conf": res.layer_conf,
+            "expert_device": res.methods["semmoe"].y,
+        }
         if res.markov is not None:
             arrays.update(markov_next=res.markov.next, markov_conf=res.markov.conf)
         write_tables(tables, **arrays)
     if heatmap is not None:
         write_atomic(heatmap, heatmap_html(res, f"Sem-MoE placement, EP{res.ep}"))
+    return flags
 
 
 def register(app: typer.Typer) -> None:

@@ -51,6 +51,9 @@ def synth(
     model: Annotated[str, typer.Option(help="Model preset or config.json")] = "deepseek-v2-lite",
     requests: Annotated[int, typer.Option(help="Number of requests")] = 1024,
     seed: Annotated[int, typer.Option(help="Random seed")] = 0,
+    layers: Annotated[int | None, typer.Option(
+        help="Keep only the first L decoder layers (as `plan --layers`): the trace then has "
+             "that truncated model's MoE layers")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
@@ -59,6 +62,9 @@ def synth(
     _trace_out(out)
     m = _model(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
+    if layers is not None:
+        require(layers >= 1, f"--layers ({layers}) must be >= 1")
+        m = m.with_layers(min(layers, m.num_layers))
     cfg = SynthConfig(
         num_layers=m.num_moe_layers,
         num_experts=m.num_experts,
