@@ -8,7 +8,7 @@ per-rank timeline (Chrome trace JSON) — for DEP plans also the simulator's pre
 Robustness (issue 17): ``--timeout`` (finite, > 0, <= ``MAX_TIMEOUT_S``), ``--nproc``,
 ``--tokens``, ``--seq`` and ``--micro-batches`` are checked and the plan is read with the bounded
 JSON reader and validated before any process starts; a malformed plan is one line. The spawner
-bounds every wait (other ranks get the timeout plus a margin after one fails), stops its
+bounds every wait (other ranks get RUN_GRACE_S to report after one fails), stops its
 children with SIGTERM then SIGKILL, and forwards a SIGTERM/SIGINT it receives to them. Exit 2
 when every failing rank failed on user input, 1 for a fault.
 """
@@ -71,7 +71,7 @@ def run_command(
     """Run a plan on local processes and check it against a single-process reference."""
     from moeplan.runtime.launch import read_plan, validate_plan
     from moeplan.runtime.runner import RunOptions, spawned_rank
-    from moeplan.runtime.spawn import KILL_GRACE_S, MAX_WORLD, check_timeout, spawn_world
+    from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
     check_int("--tokens", tokens, 1, MAX_TOKENS)
@@ -109,7 +109,7 @@ def run_command(
         world,
         (doc, opts),
         deadline_s=4 * timeout + 60,
-        grace_s=timeout + KILL_GRACE_S,
+        grace_s=RUN_GRACE_S,
     )
     _finish(reports, world, as_json)
 

@@ -8,10 +8,8 @@ through a pipe (JSON bytes, never pickle; no temp folder). A
 one still running when the run is given up is stopped and reported as ``kind="hung"``.
 
 Bounded (issue 17): every wait has a deadline. Once a rank has failed, the others get
-``grace_s`` (the collective timeout plus a margin: they are either finishing or blocked in a
-collective that will time out) to report; then every live child gets SIGTERM, after
-:data:`KILL_GRACE_S` SIGKILL, and is reaped — a SIGSTOPped worker included (SIGKILL ends a
-stopped process). A SIGTERM/SIGINT to the parent stops the children the same way before the
+``grace_s`` to report; then every live child gets SIGTERM (and SIGCONT, so a SIGSTOPped one
+acts on it), after :data:`KILL_GRACE_S` SIGKILL, and is reaped. A SIGTERM/SIGINT to the parent stops the children the same way before the
 parent exits; if the parent is SIGKILLed, the kernel kills the children
 (``PR_SET_PDEATHSIG``). Children write nothing on stderr (the C++ stack frames of a failed
 rendezvous went there) unless ``MOEPLAN_DEBUG=1``.
@@ -36,6 +34,7 @@ MAX_TIMEOUT_S = 3600.0  # --timeout: one collective may wait at most an hour
 MAX_WORLD = 1024  # local processes
 KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 PEER_GRACE_S = 10.0  # default: how long the other ranks get to report after one failed
+RUN_GRACE_S = 3.0  # `moeplan run`: peers of a failed rank report within ~2 s (issue 17)
 MAX_REPORT_BYTES = 1 << 24
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -152,6 +151,7 @@ def _stop(procs: list[Any]) -> set[int]:
     for p in live:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGTERM)
+            os.kill(p.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
     end = time.monotonic() + KILL_GRACE_S
     for p in live:
         p.join(max(end - time.monotonic(), 0.0))
