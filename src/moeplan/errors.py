@@ -60,9 +60,9 @@ def check_int(field: str, value: Any, lo: int | None = None, hi: int | None = No
         isinstance(v, numbers.Real)
         and not isinstance(v, numbers.Integral)
         and math.isfinite(v)
-        and v == int(v)
+        and value == int(value)  # value, not v: the same object, typed Any (Real has no __int__)
     ):
-        v = int(v)
+        v = int(value)
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise MoeplanError(f"{field} ({show(value)}) must be an integer")
     v = int(v)

@@ -202,13 +202,13 @@ class ModelSpec:
             )
         for f in ("routed_scaling_factor", "weight_bytes", "expert_weight_bytes"):
             v = getattr(self, f)
-            hi = MAX_ROUTED_SCALE if f == "routed_scaling_factor" else MAX_WEIGHT_BYTES
+            top = MAX_ROUTED_SCALE if f == "routed_scaling_factor" else MAX_WEIGHT_BYTES
             require(
                 isinstance(v, int | float)
                 and not isinstance(v, bool)
                 and math.isfinite(v)
-                and 0 < v <= hi,
-                f"{p}.{f} ({show(v)}) must be a finite number in (0, {hi:g}]",
+                and 0 < v <= top,
+                f"{p}.{f} ({show(v)}) must be a finite number in (0, {top:g}]",
             )
         require(
             self.scoring_func in SCORING_FUNCS,
