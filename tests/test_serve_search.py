@@ -23,12 +23,13 @@ from moeplan.serve import (
     simulate,
     summarize,
 )
+from moeplan.serve.metrics import INTERFACE_METRICS
 from moeplan.serve.search import analytic_rate
 from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
 H100 = load_cluster("h100-sxm-8")
-INTERFACE_KEYS = {
+INTERFACE_KEYS = {  # issue 14, "Interface"
     "ttft_p50_s",
     "ttft_p90_s",
     "tpot_p50_s",
@@ -177,6 +178,10 @@ def test_evaluate_layouts_with_the_cost_model():
         assert r.metrics.output_tokens_per_s == pytest.approx(
             w.osl.mean * w.num_requests / r.metrics.duration_s
         )
+
+
+def test_interface_constant_is_the_issues_list():
+    assert set(INTERFACE_METRICS) == INTERFACE_KEYS
 
 
 def test_rank_rejects_unknown_objective():

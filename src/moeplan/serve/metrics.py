@@ -26,6 +26,20 @@ from moeplan.errors import require
 from moeplan.serve.engine import SimResult
 
 DEFAULT_PERCENTILE = 90.0
+#: Keys other tools rely on (issue 14, "Interface"): ``moeplan plan`` and ``serve-sim`` JSON.
+INTERFACE_METRICS = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "e2e_p90_s",
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "goodput_rps",
+    "max_rate_meeting_slo_rps",
+    "kv_utilisation",
+    "preemptions",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

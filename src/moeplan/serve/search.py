@@ -24,7 +24,7 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.serve.engine import EngineConfig, Evaluator, simulate
+from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
@@ -69,7 +69,7 @@ def engine_config(
         cap = max_running or (1024 if big else 256)
         return EngineConfig(
             policy="mixed",
-            chunk_tokens=max(chunk, cap + 1),
+            chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
             max_running=cap,
             kv_tokens=per_rank * dp,
             kv_tokens_per_rank=per_rank,
@@ -240,6 +240,14 @@ def _run(
     return summarize(simulate(generate(workload), cfg, evaluate), gpus, slo)
 
 
+def run_workload(
+    cfg: EngineConfig, workload: ServeWorkload, evaluate: Evaluator, gpus: int, slo: SLO
+) -> tuple[SimResult, ServeMetrics]:
+    """Simulate ``workload`` on engine ``cfg``: the raw run and its metrics."""
+    res = simulate(generate(workload), cfg, evaluate)
+    return res, summarize(res, gpus, slo)
+
+
 def _has_limits(slo: SLO) -> bool:
     return slo.ttft_s is not None or slo.tpot_s is not None
 
@@ -257,11 +265,26 @@ def evaluate_layout(
     evaluator_factory: EvaluatorFactory | None = None,
     routing: RoutingProfile | None = None,
     search_requests: int = SEARCH_REQUESTS,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
 ) -> ServeResult:
-    """Search the engine knobs of ``layout`` and simulate ``workload`` with the best ones."""
+    """Search the engine knobs of ``layout`` and simulate ``workload`` with the best ones;
+    ``chunk_tokens`` / ``max_running`` fix a knob instead (both given: no knob search)."""
     try:
         layout.validate(model, cluster)
-        cands = _candidates(engine, model, cluster, layout)
+        if chunk_tokens is None and max_running is None:
+            cands = _candidates(engine, model, cluster, layout)
+        else:
+            cands = [
+                engine_config(
+                    engine,
+                    model,
+                    cluster,
+                    layout,
+                    chunk_tokens=chunk_tokens,
+                    max_running=max_running,
+                )
+            ]
         evaluate = (
             evaluator_factory(layout)
             if evaluator_factory is not None

@@ -1,0 +1,339 @@
+"""``moeplan serve-sim``: simulate serving one deployment under load (TTFT, TPOT, tokens/s/GPU).
+
+The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
+a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
+attention–FFN disaggregated and is not simulated by this engine model, said in one line).
+Thin: parse → specs → :func:`moeplan.serve.evaluate_layout` → print. The engine knobs
+(running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
+``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError, require
+from moeplan.planners.plan import Plan
+from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
+from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
+from moeplan.specs import load_cluster, load_model
+from moeplan.specs.hf_config import read_json_file
+
+DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
+DEFAULT_TPOT_SLO_MS = 100.0
+MAX_REQUESTS = 200_000
+LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
+
+
+def layout_from_plan(plan: Plan) -> ServeLayout:
+    """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
+    common module choice over all stages, DPMoE counted into the MoE EP span)."""
+    lay = plan.layout
+    try:
+        if plan.family == "strategy":
+            return ServeLayout(
+                attn_tp=int(lay["attn"]["tp"]),
+                attn_dp=int(lay["attn"]["dp"]),
+                moe_tp=int(lay["moe"]["tp"]),
+                moe_ep=int(lay["moe"]["ep"]),
+                pp=int(lay.get("pp", 1)),
+            )
+        if plan.family == "pipeline":
+            mods = [m for s in lay["stages"] for m in s["modules"]]
+            attn = [(int(m["tp"]), int(m["dpmoe"])) for m in mods if m["kind"] == "attn"]
+            moe = [
+                (int(m["tp"]), int(m["ep"]) * int(m["dpmoe"])) for m in mods if m["kind"] == "moe"
+            ]
+            a = max(set(attn), key=attn.count) if attn else (1, 1)
+            e = max(set(moe), key=moe.count) if moe else a
+            return ServeLayout(
+                attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=int(lay["pp"])
+            )
+    except (KeyError, TypeError, ValueError) as err:
+        raise MoeplanError(
+            f"plan.layout is malformed for family {plan.family!r}: {type(err).__name__}: {err}"
+        ) from None
+    raise MoeplanError(
+        f"plan.family ({plan.family!r}) is not simulated by serve-sim: only "
+        "strategy and pipeline plans (attention-FFN disaggregated serving of a "
+        "dep plan is not modelled); give the layout with --attn-tp ... instead"
+    )
+
+
+def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> LengthDist:
+    require(fixed is None or dist is None, f"--{name} and --{name}-dist are exclusive")
+    require(fixed is None or fixed >= 1, f"--{name} ({fixed}) must be >= 1")
+    return LengthDist.parse(dist) if dist else LengthDist(mean=fixed or default)
+
+
+def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[ServeLayout, Plan | None]:
+    given = [k for k, v in flags.items() if v is not None]
+    if plan_path is None:
+        return ServeLayout(**{k: v for k, v in flags.items() if v is not None}), None
+    require(
+        not given,
+        f"--plan and layout flags ({', '.join('--' + g.replace('_', '-') for g in given)})"
+        " are exclusive",
+    )
+    plan = Plan.from_dict(read_json_file(plan_path, "plan"))
+    return layout_from_plan(plan), plan
+
+
+def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
+    m = r.metrics.to_dict() if r.metrics is not None else {}
+    m["max_rate_meeting_slo_rps"] = r.max_rate_meeting_slo_rps
+    m["rate_simulated_rps"] = rate
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
+
+
+def serve_sim(
+    model: Annotated[
+        str | None, typer.Option(help="Model preset or config.json (default: the plan's).")
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(help="Cluster preset (default: the plan's).")
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    plan: Annotated[
+        str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
+    ] = None,
+    attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
+    attn_dp: Annotated[int | None, typer.Option(help="Attention DP degree (default 1).")] = None,
+    moe_tp: Annotated[int | None, typer.Option(help="MoE TP degree (default 1).")] = None,
+    moe_ep: Annotated[int | None, typer.Option(help="MoE EP degree (default 1).")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pipeline stages (default 1).")] = None,
+    micro_batches: Annotated[
+        int | None, typer.Option(help="Micro-batches in flight with PP (default pp).")
+    ] = None,
+    rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop: requests in flight.")
+    ] = None,
+    arrival: Annotated[str, typer.Option(help="poisson or gamma (bursty, see --cv).")] = "poisson",
+    cv: Annotated[
+        float, typer.Option(help="Gamma arrivals: coefficient of variation of the gaps.")
+    ] = 1.0,
+    isl: Annotated[
+        int | None, typer.Option(help="Prompt tokens per request (default 2048).")
+    ] = None,
+    osl: Annotated[
+        int | None, typer.Option(help="Output tokens per request (default 256).")
+    ] = None,
+    isl_dist: Annotated[
+        str | None,
+        typer.Option(help="Prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA[:MAX]."),
+    ] = None,
+    osl_dist: Annotated[
+        str | None, typer.Option(help="Output lengths (same forms as --isl-dist).")
+    ] = None,
+    prefix_hit: Annotated[
+        float, typer.Option(help="Fraction of every prompt found in the prefix cache.")
+    ] = 0.0,
+    ttft_slo: Annotated[
+        float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")
+    ] = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: Annotated[
+        float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")
+    ] = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: Annotated[
+        float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
+    ] = 90.0,
+    engine: Annotated[str, typer.Option(help="Scheduler modelled: sglang or vllm.")] = "sglang",
+    chunk_tokens: Annotated[
+        int | None, typer.Option(help="Prefill chunk / token budget (default: searched).")
+    ] = None,
+    max_running: Annotated[
+        int | None, typer.Option(help="Running-request cap (default: searched).")
+    ] = None,
+    requests: Annotated[int, typer.Option(help="Requests simulated.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths.")] = 0,
+    profile: Annotated[
+        str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
+    ] = None,
+    trace_out: Annotated[
+        str | None, typer.Option(help="Write a Chrome trace of the iterations here.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
+    goodput and the largest request rate that meets the SLOs."""
+    flags = dict(
+        zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
+    )
+    layout, the_plan = _layout(plan, flags)
+    require(model or the_plan, "--model is required without --plan")
+    require(cluster or the_plan, "--cluster is required without --plan")
+    m = load_model(model or the_plan.model)  # type: ignore[union-attr]
+    c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
+    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    require(1 <= requests <= MAX_REQUESTS, f"--requests ({requests}) must be in 1..{MAX_REQUESTS}")
+    require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")
+    require(
+        slo_percentile in (50.0, 90.0, 99.0),
+        f"--slo-percentile ({slo_percentile}) must be 50, 90 or 99",
+    )
+    require(
+        chunk_tokens is None or chunk_tokens >= 0, f"--chunk-tokens ({chunk_tokens}) must be >= 0"
+    )
+    require(max_running is None or max_running >= 1, f"--max-running ({max_running}) must be >= 1")
+    slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
+    w = ServeWorkload(
+        num_requests=requests,
+        rate=None if concurrency else (rate or 1.0),
+        concurrency=concurrency,
+        arrival=arrival,
+        cv=cv,
+        isl=_lengths(isl, isl_dist, "isl", 2048),
+        osl=_lengths(osl, osl_dist, "osl", 256),
+        prefix_hit=prefix_hit,
+        seed=seed,
+    )
+    cm = cost_model_for(c, profile)
+    r = evaluate_layout(
+        m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens, max_running=max_running
+    )
+    if not r.feasible:
+        raise MoeplanError(r.reason)
+    assert r.engine is not None
+    at = rate
+    if rate is None and concurrency is None:
+        at = r.max_rate_meeting_slo_rps or None
+        require(
+            at is not None,
+            f"no rate meets the SLOs on {layout.label}: even a lone request "
+            "misses them; raise --ttft-slo/--tpot-slo or change the layout",
+        )
+        w = w.with_rate(at)  # type: ignore[arg-type]
+    sim, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
+    r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
+    out = _payload(m.name, c.name, r, w, slo, at, engine)
+    if trace_out:
+        write_atomic(
+            trace_out,
+            json.dumps(
+                serve_trace(sim, label=layout.label, metadata={"model": m.name, "cluster": c.name})
+            ),
+        )
+        out["trace"] = trace_out
+    if json_out:
+        print_json(out)
+    else:
+        _print_human(out, r)
+
+
+def _payload(
+    model: str,
+    cluster: str,
+    r: ServeResult,
+    w: ServeWorkload,
+    slo: SLO,
+    rate: float | None,
+    engine: str,
+) -> dict[str, Any]:
+    e = r.engine
+    assert e is not None
+    return {
+        "model": model,
+        "cluster": cluster,
+        "label": r.label,
+        "gpus": r.layout.gpus,
+        "layout": r.layout.to_dict(),
+        "engine": {
+            "name": engine,
+            "policy": e.policy,
+            "chunk_tokens": e.chunk_tokens,
+            "max_running": e.max_running,
+            "kv_tokens": e.kv_tokens,
+            "kv_tokens_per_rank": e.kv_tokens_per_rank,
+        },
+        "workload": {
+            "requests": w.num_requests,
+            "rate_rps": rate,
+            "concurrency": w.concurrency,
+            "arrival": w.arrival,
+            "cv": w.cv,
+            "isl": w.isl.kind,
+            "isl_mean": w.isl.mean,
+            "osl": w.osl.kind,
+            "osl_mean": w.osl.mean,
+            "prefix_hit": w.prefix_hit,
+            "seed": w.seed,
+        },
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile},
+        "meets_slo": r.meets_slo,
+        "bound": r.bound,
+        "metrics": _metrics_dict(r, rate),
+    }
+
+
+def _ms(v: Any) -> str:
+    return "—" if v is None else fmt_time(float(v))
+
+
+def _print_human(out: dict[str, Any], r: ServeResult) -> None:
+    m, e, w = out["metrics"], out["engine"], out["workload"]
+    load = (
+        f"{w['rate_rps']:.3g} req/s Poisson"
+        if w["rate_rps"]
+        else f"{w['concurrency']} in flight (closed loop)"
+    )
+    console.print(
+        f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "
+        f"({out['gpus']} GPUs), {e['name']} scheduler ({e['policy']}, chunk "
+        f"{e['chunk_tokens']} tokens, cap {e['max_running']} requests), {load}, "
+        f"{w['requests']} requests (simulated; times from the cost model)."
+    )
+    t = Table(title="Latency per request (simulated)")
+    for col in ("metric", "p50", "p90", "p99"):
+        t.add_column(col, justify="right" if col != "metric" else "left")
+    for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e")):
+        t.add_row(name, *(_ms(m.get(f"{key}_p{p}_s")) for p in (50, 90, 99)))
+    console.print(t)
+    g = out["gpus"]
+    rows = [
+        ("output tokens/s (total)", f"{m['output_tokens_per_s']:,.0f}"),
+        ("output tokens/s per GPU", f"{m['output_tokens_per_s_per_gpu']:,.1f}"),
+        ("prompt+output tokens/s per GPU", f"{m['total_tokens_per_s_per_gpu']:,.1f}"),
+        (
+            "goodput (requests/s meeting both SLOs)",
+            f"{m['goodput_rps']:.3f} "
+            f"({m['goodput_rps_per_gpu']:.4f} per GPU, {100 * m['slo_attainment']:.1f} % of requests)",
+        ),
+        (
+            "largest Poisson rate meeting the SLOs",
+            "—"
+            if m["max_rate_meeting_slo_rps"] is None
+            else f"{m['max_rate_meeting_slo_rps']:.3g} req/s ({m['max_rate_meeting_slo_rps'] / g:.3g} per GPU)",
+        ),
+        (
+            "KV cache",
+            f"{m['kv_capacity_tokens']:,} tokens pooled, mean use "
+            f"{100 * m['kv_utilisation']:.1f} %, peak {100 * m['kv_peak_utilisation']:.1f} %",
+        ),
+        ("preemptions (recomputed tokens)", f"{m['preemptions']} ({m['recomputed_tokens']:,})"),
+    ]
+    for k, v in rows:
+        console.print(f"  {k}: [bold]{v}[/]")
+    slo = out["slo"]
+    p = int(slo["percentile"])
+    verdict = "[green]meets[/]" if r.meets_slo else "[red]misses[/]"
+    console.print(
+        f"SLOs at p{p}: TTFT {m[f'ttft_p{p}_s'] * 1e3:.1f} / {slo['ttft_s'] * 1e3:.0f} ms, "
+        f"TPOT {m[f'tpot_p{p}_s'] * 1e3:.1f} / {slo['tpot_s'] * 1e3:.0f} ms: {verdict}. "
+        f"Bound at the operating point: {r.bound}."
+    )
+    if "trace" in out:
+        console.print(f"Chrome trace: {out['trace']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve-sim")(serve_sim)
