@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-browser bench lint fmt typecheck clean
+.PHONY: demo test test-fast test-browser bench fuzz lint fmt typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ test-browser: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+fuzz: $(STAMP)  # issue 17: ~250 malformed inputs through the CLI, 30 s limit each (~10 min)
+	$(BIN)/python bench/fuzz_all.py --cases 150
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
