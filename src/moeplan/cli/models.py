@@ -84,9 +84,13 @@ def inspect(
         c = load_cluster(cluster, nodes)
         n = gpus or c.num_gpus
         require(n >= 1, f"gpus ({n}) must be >= 1")
-        floor = mem.weights_floor_per_gpu(m, n)
-        out["memory"] = {"cluster": c.name, "gpus": n, "weights_floor_per_gpu": floor,
-                         "gpu_mem_bytes": c.gpu.mem_bytes, "fits": floor < c.gpu.mem_bytes}
+        floor = mem.floor_breakdown(m, n)  # the planners' memory model, one token
+        out["memory"] = {"cluster": c.name, "gpus": n,
+                         "weights_floor_per_gpu": floor.weights,
+                         "reserved_per_gpu": floor.reserved,
+                         "floor_per_gpu": floor.total,
+                         "gpu_mem_bytes": c.gpu.mem_bytes,
+                         "fits": floor.fits(c.gpu.mem_bytes)}
     if json_out:
         print_json(out)
         return
@@ -111,9 +115,12 @@ def _print_inspect(out: dict) -> None:
     if "memory" in out:
         mm = out["memory"]
         verdict = "fits" if mm["fits"] else "does NOT fit"
-        console.print(f"weights alone over {mm['gpus']} GPUs of {mm['cluster']}: "
-                      f"{fmt_bytes(mm['weights_floor_per_gpu'])} per GPU of "
-                      f"{fmt_bytes(mm['gpu_mem_bytes'])} — {verdict}")
+        console.print(f"least memory per GPU over {mm['gpus']} GPUs of {mm['cluster']}: "
+                      f"{fmt_bytes(mm['weights_floor_per_gpu'])} of weights + "
+                      f"{fmt_bytes(mm['reserved_per_gpu'])} runtime reserve (+ KV cache and "
+                      f"activations) = {fmt_bytes(mm['floor_per_gpu'])} of "
+                      f"{fmt_bytes(mm['gpu_mem_bytes'])} — {verdict} (the planners' memory "
+                      "model; a plan also needs room for its batch)")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,12 @@ Building blocks that every planner combines for its own layout. Conventions:
   tokens (the largest intermediate is the MLP/expert up-projection).
 - ``RESERVED_BYTES`` covers the CUDA context, allocator fragmentation and NCCL's own
   buffers (aiconfigurator's system.yaml uses 3.5 GiB "other" + ~0.4 GiB NCCL for H100).
+
+One memory model for every family and command (issue 16): a planner describes a GPU's
+bytes as a :class:`MemoryBreakdown` (weights + KV + activations + buffers + the reserve);
+its fit check is :func:`fits` (``total <= GPU memory``, i.e. the rest within
+:func:`usable_bytes`) and the figure it reports is ``total`` — the same number, so no plan
+can be reported above the GPU's memory. ``moeplan inspect`` uses :func:`floor_breakdown`.
 """
 
 from __future__ import annotations
@@ -37,18 +43,28 @@ class MemoryBreakdown:
     def total(self) -> float:
         return self.weights + self.kv_cache + self.activations + self.buffers + self.reserved
 
+    def fits(self, gpu_mem_bytes: float) -> bool:
+        """Whether this fits a GPU of ``gpu_mem_bytes`` (the one fit check; see module)."""
+        return self.total <= gpu_mem_bytes
+
     def to_dict(self) -> dict[str, float]:
-        return {"weights": self.weights, "kv_cache": self.kv_cache,
-                "activations": self.activations, "buffers": self.buffers,
-                "reserved": self.reserved, "total": self.total}
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "activations": self.activations,
+            "buffers": self.buffers,
+            "reserved": self.reserved,
+            "total": self.total,
+        }
 
 
 def attn_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
     """One layer's attention weights on one TP rank."""
     h = model.hidden_size
     if model.attention == "mla":
-        replicated = (h * (model.kv_lora_rank + model.qk_rope_head_dim)
-                      + (h * model.q_lora_rank if model.q_lora_rank else 0))
+        replicated = h * (model.kv_lora_rank + model.qk_rope_head_dim) + (
+            h * model.q_lora_rank if model.q_lora_rank else 0
+        )
         split = model.attn_linear_params - replicated
         return (replicated + split / tp + 2 * h) * model.weight_bytes
     return ((model.attn_params - 2 * h) / tp + 2 * h) * model.weight_bytes
@@ -56,8 +72,10 @@ def attn_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
 
 def expert_weight_bytes(model: ModelSpec, num_local_experts: float, tp: int = 1) -> float:
     """Routed experts held by one GPU in one layer (plus the replicated router)."""
-    return (num_local_experts * model.expert_params / tp * model.expert_weight_bytes
-            + model.router_params * model.weight_bytes)
+    return (
+        num_local_experts * model.expert_params / tp * model.expert_weight_bytes
+        + model.router_params * model.weight_bytes
+    )
 
 
 def shared_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
@@ -83,8 +101,11 @@ def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1) -> float:
 
 def activation_bytes(model: ModelSpec, tokens: int, tp: int = 1) -> float:
     """Peak live activations of one forward step over ``tokens`` tokens on one rank."""
-    inter = max(model.moe_intermediate_size * model.top_k, model.dense_intermediate_size,
-                model.shared_intermediate_size)
+    inter = max(
+        model.moe_intermediate_size * model.top_k,
+        model.dense_intermediate_size,
+        model.shared_intermediate_size,
+    )
     per_token = (4 * model.hidden_size + 2 * inter / tp) * ACT_BYTES
     return tokens * per_token
 
@@ -97,3 +118,25 @@ def a2a_buffer_bytes(model: ModelSpec, tokens: int, k: float) -> float:
 def weights_floor_per_gpu(model: ModelSpec, num_gpus: int) -> float:
     """Lower bound: all weights spread evenly over ``num_gpus`` GPUs, nothing else."""
     return model.weight_bytes_total() / num_gpus
+
+
+def usable_bytes(gpu_mem_bytes: float) -> float:
+    """The one usable-memory figure: a GPU's memory less :data:`RESERVED_BYTES`."""
+    return gpu_mem_bytes - RESERVED_BYTES
+
+
+def fits(breakdown: MemoryBreakdown, gpu_mem_bytes: float) -> bool:
+    """The one fit check every family uses: ``breakdown.total <= gpu_mem_bytes``."""
+    return breakdown.fits(gpu_mem_bytes)
+
+
+def floor_breakdown(model: ModelSpec, num_gpus: int, tokens: int = 1) -> MemoryBreakdown:
+    """Least any plan on ``num_gpus`` GPUs can need per GPU: weights spread evenly, the KV
+    cache and activations of ``tokens`` tokens spread evenly, and the reserve."""
+    kv = tokens * model.num_layers * kv_bytes_per_token_layer(model) / num_gpus
+    return MemoryBreakdown(
+        weights=weights_floor_per_gpu(model, num_gpus),
+        kv_cache=kv,
+        activations=activation_bytes(model, tokens) / num_gpus,
+        buffers=0.0,
+    )

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.cost import CostModel
-from moeplan.cost.memory import RESERVED_BYTES
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
@@ -158,7 +157,7 @@ def dep_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
              else ("inter" if inter else "intra") + "-node communication")
     c = result.config
     mem = problem.memory(c.ma, c.r1) if problem.memory else {}
-    mem_total = max(mem.get("ag_bytes", 0.0), mem.get("eg_bytes", 0.0)) + RESERVED_BYTES
+    mem_total = max(mem.get("ag_bytes", 0.0), mem.get("eg_bytes", 0.0))  # reserve included
     label = f"AG {problem.ag} + EG {problem.eg}, ma={c.ma} r1={c.r1} r2={c.r2} {c.order}"
     return Candidate(family="dep", label=label, gpus=problem.ag + problem.eg,
                      prefill_tokens_per_s=result.throughput, ttft_s=result.makespan,
@@ -278,7 +277,7 @@ def _nothing_fits(model: ModelSpec, cluster: ClusterSpec, skipped: dict[str, str
     for c in alternatives:
         name = c.name
         for nodes in (c.num_nodes, 2 * c.num_nodes, 4 * c.num_nodes, 8 * c.num_nodes):
-            usable = (c.gpu.mem_bytes - mem.RESERVED_BYTES) * c.gpus_per_node * nodes
+            usable = mem.usable_bytes(c.gpu.mem_bytes) * c.gpus_per_node * nodes
             if usable > WEIGHTS_HEADROOM * need:
                 options.append((c.gpu.mem_bytes * c.gpus_per_node * nodes, name, nodes,
                                 c.num_nodes))

@@ -15,7 +15,9 @@ the datasheet roofline):
   links, inter-node when ``ag + eg`` spans nodes).
 - Dense layers (``first_k_dense`` …): attention + dense MLP on the AG, placed first.
 
-Memory (Algorithm 1's ``getMaxR1``) per GPU, against ``mem_bytes - RESERVED_BYTES``:
+Memory (Algorithm 1's ``getMaxR1``) per GPU, as :class:`moeplan.cost.memory.MemoryBreakdown`
+(reserve included) checked with its ``fits`` against the GPU's memory — the same total the
+plan reports (issue 16: ``moeplan plan`` used to add the reserve a second time):
 
 - AG: embeddings/lm-head, attention (+ router) of every layer, shared experts of MoE layers,
   dense MLPs; KV cache of ``r1·ma`` prompts; one micro-batch's live activations; per
@@ -32,6 +34,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
@@ -62,7 +65,7 @@ class DepProblem:
     max_r1: Callable[[int], int]
     me_per_ma: float = 0.0
     label: str = ""
-    memory: Callable[[int, int], dict[str, float]] | None = field(default=None, repr=False)
+    memory: Callable[[int, int], dict[str, Any]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         require(self.ag >= 1, f"ag ({self.ag}) must be >= 1")
@@ -167,7 +170,8 @@ def dep_problem(
     n_moe = model.num_moe_layers
     require(n_moe >= 1, f"model {model.name} with {model.num_layers} layers has no MoE layer")
     local = math.ceil(model.num_experts / eg)
-    cap = cluster.gpu.mem_bytes - mem.RESERVED_BYTES
+    gpu_mem = cluster.gpu.mem_bytes
+    cap = mem.usable_bytes(gpu_mem)
     per_exp = ag * model.top_k * seq_len / model.num_experts  # me * r2 / ma
     mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local, imbalance=imbalance)
     for side, fixed in (("EG", mm.eg_weights), ("AG", mm.ag_weights)):
@@ -198,7 +202,7 @@ def dep_problem(
         return DepTimes(attn=attn, shared=shared, expert=expert, a2e=comm, e2a=comm, dense=dense)
 
     def max_r1(ma: int) -> int:
-        return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, cap)))
+        return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, gpu_mem)))
 
     problem = DepProblem(
         ag=ag,
@@ -215,11 +219,11 @@ def dep_problem(
         memory=mm.breakdown,
     )
     if problem.ma_max < 1:
-        need = max(mm.ag_bytes(1, 1), mm.eg_bytes(1, 1))
+        need = max(mm.ag_memory(1, 1).total, mm.eg_memory(1, 1).total)
         raise MoeplanError(
             f"one prompt of {seq_len} tokens does not fit: needs {need / GIB:.1f}"
-            f" GiB per GPU (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
-            f"{cap / GIB:.1f} GiB usable"
+            f" GiB per GPU with the runtime reserve (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
+            f"{gpu_mem / GIB:.1f} GiB"
         )
     return problem
 
@@ -253,36 +257,51 @@ class _MemoryModel:
         m = self.model
         return m.num_moe_layers * mem.expert_weight_bytes(m, self.local)
 
-    def _ag_terms(self, ma: int) -> tuple[float, float]:
-        """(bytes independent of r1, bytes per in-flight micro-batch) on one AG GPU."""
+    def ag_memory(self, ma: int, r1: int) -> mem.MemoryBreakdown:
+        """One AG GPU: weights, KV of ``r1·ma`` prompts, one micro-batch's activations, and
+        per in-flight micro-batch its residual stream and A2E/E2A buffers."""
         m, tok = self.model, ma * self.seq_len
         kv = tok * m.num_layers * mem.kv_bytes_per_token_layer(m)
         inflight = tok * m.hidden_bytes + mem.a2a_buffer_bytes(m, tok, m.top_k)
-        return self.ag_weights + mem.activation_bytes(m, tok), kv + inflight
+        return mem.MemoryBreakdown(
+            weights=self.ag_weights,
+            kv_cache=r1 * kv,
+            activations=mem.activation_bytes(m, tok),
+            buffers=r1 * inflight,
+        )
 
-    def _eg_terms(self, ma: int) -> tuple[float, float]:
+    def eg_memory(self, ma: int, r1: int) -> mem.MemoryBreakdown:
+        """One EG GPU: its experts and per in-flight micro-batch the routed tokens' buffers."""
         m = self.model
         routed = ma * self.ag * self.seq_len / self.eg * self.imbalance
-        return self.eg_weights, mem.a2a_buffer_bytes(m, math.ceil(routed), m.top_k)
+        buf = mem.a2a_buffer_bytes(m, math.ceil(routed), m.top_k)
+        return mem.MemoryBreakdown(
+            weights=self.eg_weights, kv_cache=0.0, activations=0.0, buffers=r1 * buf
+        )
 
-    def ag_bytes(self, ma: int, r1: int) -> float:
-        fixed, per = self._ag_terms(ma)
-        return fixed + r1 * per
-
-    def eg_bytes(self, ma: int, r1: int) -> float:
-        fixed, per = self._eg_terms(ma)
-        return fixed + r1 * per
-
-    def max_r1(self, ma: int, cap: float) -> int:
+    def max_r1(self, ma: int, gpu_mem_bytes: float) -> int:
+        """Largest ``r1`` whose AG and EG breakdowns both fit (``MemoryBreakdown.fits``)."""
         best = []
-        for fixed, per in (self._ag_terms(ma), self._eg_terms(ma)):
-            best.append(int((cap - fixed) // per) if cap >= fixed else 0)
+        for side in (self.ag_memory, self.eg_memory):
+            fixed = side(ma, 0).total
+            per = side(ma, 1).total - fixed
+            if fixed > gpu_mem_bytes:
+                best.append(0)
+                continue
+            r1 = int((gpu_mem_bytes - fixed) // per) if per > 0 else 1 << 30
+            while r1 > 0 and not side(ma, r1).fits(gpu_mem_bytes):  # float rounding guard
+                r1 -= 1
+            best.append(r1)
         return max(0, min(best))
 
-    def breakdown(self, ma: int, r1: int) -> dict[str, float]:
+    def breakdown(self, ma: int, r1: int) -> dict[str, object]:
+        """Totals per side (``ag_bytes``/``eg_bytes``, reserve included) and both breakdowns."""
+        a, e = self.ag_memory(ma, r1), self.eg_memory(ma, r1)
         return {
-            "ag_bytes": self.ag_bytes(ma, r1) + mem.RESERVED_BYTES,
-            "eg_bytes": self.eg_bytes(ma, r1) + mem.RESERVED_BYTES,
+            "ag_bytes": a.total,
+            "eg_bytes": e.total,
             "ag_weights": self.ag_weights,
             "eg_weights": self.eg_weights,
+            "ag": a.to_dict(),
+            "eg": e.to_dict(),
         }
