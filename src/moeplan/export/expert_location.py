@@ -71,8 +71,9 @@ def write_tables(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
     """Write named numpy tables to one ``.npz`` atomically."""
     path = Path(path)
     require(path.suffix == ".npz", f"table path ({path}) must end in .npz")
+    named: dict[str, Any] = arrays  # typed so mypy keeps savez's keyword arguments apart
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **named)
     return Path(path)
 
 

@@ -30,6 +30,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -264,7 +265,8 @@ def save_trace(
     with atomic_path(path) as tmp:
         if path.suffix == ".npz":
             with open(tmp, "wb") as fh:
-                np.savez(fh, num_experts=np.int64(trace.num_experts), **to_long(trace))
+                arrays: dict[str, Any] = to_long(trace)  # typed so mypy keeps savez's kwargs apart
+                np.savez(fh, num_experts=np.int64(trace.num_experts), **arrays)
         else:
             _write_parquet(trace, str(tmp), row_group_occurrences)
 
@@ -305,7 +307,7 @@ class TraceWriter:
         )
         self._ctx = atomic_path(self.path)
         self._tmp = self._ctx.__enter__()
-        self._writer = None
+        self._writer: Any = None  # a pyarrow ParquetWriter once the first chunk arrives
 
     def __enter__(self) -> TraceWriter:
         return self
