@@ -1,4 +1,4 @@
-"""Kernel benchmark: grouped MoE and permutation (moeplan.kernels) vs loop / runtime reference.
+"""Kernel benchmark: grouped MoE and permutation (moeplan.runtime.kernels) vs loop / runtime reference.
 
 On CPU this measures the torch fallbacks; on a CUDA machine with Triton the same rows measure
 the Triton kernels (bf16). Ratios are speedups (reference time / kernel time), same run.
@@ -30,7 +30,7 @@ def run() -> list[dict]:
     rows.append({"name": f"permute+gather {pairs_tokens * k} pairs, H={h} ({dev.type})",
                  "value": perm * 1e3, "unit": "ms", "reference": ref * 1e3, "ratio": ref / perm,
                  "target": ">= 50% of copy bandwidth at >= 64k pairs (GPU)",
-                 "note": "reference = moeplan.runtime.permute; ratio = speedup"})
+                 "note": "reference = moeplan.runtime.layers.permute; ratio = speedup"})
     nbytes = pairs_tokens * k * h * mb.bench_dtype(dev).itemsize
     copy = mb.copy_bandwidth(max(nbytes, 1 << 20), device=dev, gen=gen)
     rows.append({"name": "permute+gather bandwidth vs copy ceiling", "value": 2 * nbytes / perm / 1e9,

@@ -2,7 +2,7 @@
 
 Each preset's expert shapes (hidden size, expert width, top-k; widths divided by ``--scale``
 on CPU) run with ``--experts`` local experts at several token counts through
-``moeplan.kernels.grouped_moe`` (permute, gather, grouped SwiGLU, combine). The prediction is
+``moeplan.runtime.kernels.grouped_moe`` (permute, gather, grouped SwiGLU, combine). The prediction is
 the cost model's ``CostModel.expert_ffn`` formula (two grouped GEMMs; permutation is not priced)
 from a calibrated profile: ``--profile FILE`` (HardwareProfile JSON, e.g. from
 ``moeplan calibrate --device cuda --out``), else a ``--quick`` calibration run first.
@@ -28,13 +28,21 @@ from moeplan.profiling.timing import resolve_device
 from moeplan.specs import load_model, model_names
 
 
-def compare(device: str, profile: HardwareProfile, *, experts: int, scale: int,
-            tokens: list[int], repeats: int) -> list[dict]:
+def compare(
+    device: str,
+    profile: HardwareProfile,
+    *,
+    experts: int,
+    scale: int,
+    tokens: list[int],
+    repeats: int,
+) -> list[dict]:
     dev = resolve_device(device)
     gen = torch.Generator().manual_seed(0)
     meas = Measurements(
         copy_bw=mb.copy_bandwidth(16 << 20, device=dev, gen=gen),
-        gemm_flops=mb.gemm_ceiling(256, device=dev, gen=gen))
+        gemm_flops=mb.gemm_ceiling(256, device=dev, gen=gen),
+    )
     cm = CostModel(local_cluster(dev, meas), profile)
     rows = []
     for name in model_names():
@@ -45,9 +53,19 @@ def compare(device: str, profile: HardwareProfile, *, experts: int, scale: int,
             measured = mb.bench_moe(t, k, e, h, i, device=dev, gen=gen, repeats=repeats)
             m = t * k / e
             pred = cm.grouped_gemm(m, 2 * i, h, e) + cm.grouped_gemm(m, h, i, e)
-            rows.append({"model": name, "tokens": t, "experts": e, "top_k": k, "hidden": h,
-                         "inter": i, "measured_s": measured, "predicted_s": pred,
-                         "ape": abs(pred - measured) / measured})
+            rows.append(
+                {
+                    "model": name,
+                    "tokens": t,
+                    "experts": e,
+                    "top_k": k,
+                    "hidden": h,
+                    "inter": i,
+                    "measured_s": measured,
+                    "predicted_s": pred,
+                    "ape": abs(pred - measured) / measured,
+                }
+            )
     return rows
 
 
@@ -63,19 +81,32 @@ def main() -> None:
         profile = HardwareProfile.from_dict(json.loads(Path(a.profile).read_text()))
     else:
         profile = run_calibration(a.device, quick=True)[0]
-    rows = compare(a.device, profile, experts=a.experts, scale=8 if cpu else 1,
-                   tokens=[64, 256, 1024] if cpu else [1024, 4096, 16384, 65536],
-                   repeats=3 if cpu else 20)
+    rows = compare(
+        a.device,
+        profile,
+        experts=a.experts,
+        scale=8 if cpu else 1,
+        tokens=[64, 256, 1024] if cpu else [1024, 4096, 16384, 65536],
+        repeats=3 if cpu else 20,
+    )
     med = float(np.median([r["ape"] for r in rows]))
     if a.json:
-        print(json.dumps({"device": a.device, "profile": profile.name, "rows": rows,
-                          "median_ape": med}, indent=1))
+        print(
+            json.dumps(
+                {"device": a.device, "profile": profile.name, "rows": rows, "median_ape": med},
+                indent=1,
+            )
+        )
         return
     for r in rows:
-        print(f"{r['model']:16s} T={r['tokens']:6d} E={r['experts']} k={r['top_k']} "
-              f"measured {r['measured_s'] * 1e3:9.3f} ms  predicted {r['predicted_s'] * 1e3:9.3f} ms "
-              f" APE {100 * r['ape']:6.1f}%")
-    print(f"median absolute percentage error: {100 * med:.1f}% ({a.device}, profile {profile.name})")
+        print(
+            f"{r['model']:16s} T={r['tokens']:6d} E={r['experts']} k={r['top_k']} "
+            f"measured {r['measured_s'] * 1e3:9.3f} ms  predicted {r['predicted_s'] * 1e3:9.3f} ms "
+            f" APE {100 * r['ape']:6.1f}%"
+        )
+    print(
+        f"median absolute percentage error: {100 * med:.1f}% ({a.device}, profile {profile.name})"
+    )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,8 @@ import unittest
 import pytest
 import torch
 
-from moeplan import kernels as K
-from moeplan.runtime import permute as ref
-from moeplan.runtime.collectives import token_plan as ref_token_plan
+from moeplan.runtime import kernels as K
+from moeplan.runtime.layers import permute as ref
 
 HAVE = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
 pytestmark = pytest.mark.skipif(not HAVE, reason="needs CUDA and Triton")
@@ -38,10 +37,12 @@ class TritonKernels(unittest.TestCase):
             for f in ("token_index", "expert", "weight", "counts", "inverse"):
                 self.assertTrue(torch.equal(getattr(a, f).cpu(), getattr(b, f)), f)
 
-    def test_token_plan(self):
-        dest = torch.randint(0, 8, (10_000,), generator=torch.Generator().manual_seed(0))
-        a, b = K.token_plan(dest.cuda(), 8), ref_token_plan(dest, 8)
-        self.assertTrue(torch.equal(a.order.cpu(), b.order))
+    def test_runtime_permute_uses_kernels_on_cuda(self):
+        """The runtime's permute on a CUDA tensor (kernel path) equals its CPU path."""
+        ids, w = self._ids(5000, 8, 160, 4)
+        a, b = ref.permute(ids.cuda(), w.cuda(), 160), ref.permute(ids, w, 160)
+        for f in ("token_index", "expert", "weight", "counts", "inverse"):
+            self.assertTrue(torch.equal(getattr(a, f).cpu(), getattr(b, f)), f)
 
     def test_gather_combine(self):
         for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
@@ -52,16 +53,20 @@ class TritonKernels(unittest.TestCase):
             rows = K.gather_rows(x.cuda(), pc)
             self.assertTrue(torch.equal(rows.cpu(), ref.gather_rows(x, perm)))
             got = K.combine(rows, pc).cpu()
-            self.assertLessEqual(_rel(got, ref.combine(ref.gather_rows(x, perm).float(), perm)),
-                                 tol)
+            self.assertLessEqual(
+                _rel(got, ref.combine(ref.gather_rows(x, perm).float(), perm)), tol
+            )
 
     def test_grouped_moe_bf16(self):
         ids, w = self._ids(4096, 8, 32, 2)
         x = torch.randn(4096, 256)
         g = torch.Generator().manual_seed(3)
-        ws = [torch.randn(*s, generator=g) / s[-2] ** 0.5
-              for s in ((32, 256, 128), (32, 256, 128), (32, 128, 256))]
+        ws = [
+            torch.randn(*s, generator=g) / s[-2] ** 0.5
+            for s in ((32, 256, 128), (32, 256, 128), (32, 128, 256))
+        ]
         want = K.grouped_moe(x, ids, w, *ws)  # fp32 CPU fallback, itself tested vs runtime
-        got = K.grouped_moe(x.cuda().bfloat16(), ids.cuda(), w.cuda(),
-                            *[t.cuda().bfloat16() for t in ws])
+        got = K.grouped_moe(
+            x.cuda().bfloat16(), ids.cuda(), w.cuda(), *[t.cuda().bfloat16() for t in ws]
+        )
         self.assertLessEqual(_rel(got.cpu(), want), 1e-2)

@@ -214,14 +214,18 @@ def _shuffle_check(rank: int, world: int) -> float:
     """Sem-MoE shuffled reduce-scatter / all-gather vs summing every rank's partials locally."""
     import torch.distributed as dist
 
-    from moeplan.runtime.collectives import shuffled_all_gather, shuffled_reduce_scatter, token_plan
+    from moeplan.runtime.comm.shuffle import (
+        shuffle_plan,
+        shuffled_all_gather,
+        shuffled_reduce_scatter,
+    )
 
     t, h = 13, 8
     partials = [
         torch.randn(t, h, generator=torch.Generator().manual_seed(100 + r)) for r in range(world)
     ]
     dest = torch.randint(0, max(world - 1, 1), (t,), generator=torch.Generator().manual_seed(7))
-    plan = token_plan(dest, world)  # last device gets no tokens when world > 1
+    plan = shuffle_plan(dest, world)  # last device gets no tokens when world > 1
     mine = shuffled_reduce_scatter(partials[rank], plan, dist.group.WORLD, rank)
     total = sum(partials)
     err = float((mine - total[dest == rank]).abs().max()) if mine.numel() else 0.0

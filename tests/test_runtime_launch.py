@@ -243,7 +243,8 @@ def test_mixserve_planner_plan_runs_on_eight_ranks(tmp_path, capsys):
 def test_cli_run_reads_safetensors_weights(tmp_path, capsys):
     """--weights: a complete file runs and checks out; a file missing a tensor is one-line exit 2."""
     from moeplan.runtime.config import MoEConfig
-    from moeplan.runtime.model import init_model, save_safetensors
+    from moeplan.runtime.layers.model import init_model
+    from moeplan.runtime.layers.weights import save_safetensors
 
     good = tmp_path / "good.safetensors"
     save_safetensors(init_model(MoEConfig(), seed=9), good)

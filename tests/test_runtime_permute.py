@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.runtime.config import MoEConfig, from_model_spec
-from moeplan.runtime.model import init_model, load_safetensors, save_safetensors
-from moeplan.runtime.moe_layer import grouped_swiglu, moe_forward, route, swiglu
-from moeplan.runtime.permute import combine, gather_rows, permute
+from moeplan.runtime.layers.model import init_model
+from moeplan.runtime.layers.moe import grouped_swiglu, moe_forward, route, swiglu
+from moeplan.runtime.layers.permute import combine, gather_rows, permute
+from moeplan.runtime.layers.weights import load_safetensors, save_safetensors
 
 
 def _random_routing(t: int, k: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +64,7 @@ def test_grouped_swiglu_matches_per_row_loop(method):
         torch.randn(5, 6, 8, generator=g),
     )
     x = gather_rows(torch.randn(30, 8, generator=g), perm)
-    y = grouped_swiglu(x, perm.expert, perm.counts, wg, wu, wd, method=method)
+    y = grouped_swiglu(x, perm.counts, wg, wu, wd, method=method)
     for n in range(x.shape[0]):
         e = int(perm.expert[n])
         assert torch.allclose(y[n], swiglu(x[n : n + 1], wg[e], wu[e], wd[e])[0], atol=1e-5)
@@ -137,7 +138,7 @@ def test_mesh_module_does_not_import_torch():
 
 def test_placement_routes_rows_to_replicas_of_their_expert():
     """Every row lands on a slot holding its logical expert; replicas are used round-robin."""
-    from moeplan.runtime.placement import make_placement, to_physical
+    from moeplan.runtime.layers.placement import make_placement, to_physical
 
     phys = [3, 0, 1, 2, 3, 3, 0, 4]  # expert 3 has 3 replicas, expert 0 two
     pl = make_placement(phys, 5, ep=4)
@@ -159,7 +160,7 @@ def test_placement_routes_rows_to_replicas_of_their_expert():
 )
 def test_bad_placement_raises_one_line_error(phys, match):
     from moeplan.errors import MoeplanError
-    from moeplan.runtime.placement import make_placement
+    from moeplan.runtime.layers.placement import make_placement
 
     with pytest.raises(MoeplanError, match=match):
         make_placement(phys, 3, ep=2)

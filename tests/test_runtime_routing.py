@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
-from moeplan.runtime.routing import grouped_topk, softmax_topk, topp_k, topp_routing
+from moeplan.runtime.layers.routing import grouped_topk, softmax_topk, topp_k, topp_routing
 
 
 def _logits(t: int, e: int, seed: int) -> torch.Tensor:

@@ -8,5 +8,5 @@
   :mod:`moeplan.cost.calibrate` does (seeded 20 % held out), report R² and held-out error.
 - :mod:`.moe_layer`: one MoE layer measured vs the cost model's prediction.
 
-Only this package, :mod:`moeplan.kernels` and :mod:`moeplan.runtime` import torch.
+Only this package, :mod:`moeplan.runtime` (kernels included) import torch.
 """

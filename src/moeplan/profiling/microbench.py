@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from moeplan import kernels as K
-from moeplan.kernels.grouped import loop_moe
 from moeplan.profiling.shapes import AttnShape
 from moeplan.profiling.timing import median_time, random_inputs
+from moeplan.runtime import kernels as K
+from moeplan.runtime.kernels import loop_moe
 
 
 def bench_dtype(device: torch.device) -> torch.dtype:
@@ -87,7 +87,7 @@ def bench_moe(tokens: int, k: int, num_experts: int, h: int, i: int, *, device: 
 def bench_permutation(tokens: int, k: int, num_experts: int, h: int, *, device: torch.device,
                       gen: torch.Generator, repeats: int = 10, reference: bool = False) -> float:
     """Index build + row gather of ``tokens x k`` token-expert pairs of width ``h``."""
-    from moeplan.runtime import permute as ref
+    from moeplan.runtime.layers import permute as ref
 
     mod = ref if reference else K
     inputs = [(x, *_routing(tokens, k, num_experts, gen, device)) for (x,) in

@@ -1,8 +1,8 @@
-"""Rank arithmetic from a ``plan.json`` (schema ``moeplan.plan/1``, docs/API.md). Pure Python.
+"""Rank arithmetic of a :class:`~moeplan.planners.plan.Plan` (``plan.json``, docs/API.md). Pure.
 
 No torch here, so the planner side and tests can use it. A :class:`Mesh` says, for every rank,
 its role (attention / expert / both), its coordinates on each axis, and lists every process
-group as a tuple of ranks keyed by axis name; :mod:`moeplan.runtime.groups` turns those lists
+group as a tuple of ranks keyed by axis name; :mod:`moeplan.runtime.comm.groups` turns those lists
 into ``torch.distributed`` groups in one place.
 
 Rank order (like picotron's ``arange(world).view(pp, dp, tp)``): the pipeline stage is the
@@ -14,13 +14,12 @@ stage. For ``dep``, ranks ``0..ag-1`` are attention and ``ag..world-1`` experts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
-
-SCHEMA = "moeplan.plan/1"
-FAMILIES = ("strategy", "ep", "dep", "pipeline")
+from moeplan.planners.plan import Plan
 
 Groups = dict[str, tuple[tuple[int, ...], ...]]
 
@@ -177,29 +176,27 @@ def strategy_as_pipeline(mesh: Mesh, num_layers: int) -> Mesh:
     )
 
 
-def mesh_from_plan(plan: dict[str, Any], world_size: int | None = None) -> Mesh:
-    """Validate ``plan`` and build its :class:`Mesh`; ``world_size`` is the launch's, if known."""
-    if not isinstance(plan, dict):
+def as_plan(plan: Plan | Mapping[str, Any]) -> Plan:
+    """``plan`` as a :class:`Plan`; a decoded ``plan.json`` object goes through
+    :meth:`Plan.from_dict`. Departure from the planners' files: a hand-written plan may omit
+    ``model`` and ``cluster`` (the runtime then runs its default model), as before the Plan type."""
+    if isinstance(plan, Plan):
+        return plan
+    if not isinstance(plan, Mapping):
         raise MoeplanError(f"plan ({type(plan).__name__}) must be a JSON object")
-    require(
-        plan.get("schema") == SCHEMA, f"plan.schema ({plan.get('schema')!r}) must be {SCHEMA!r}"
-    )
-    family = plan.get("family")
-    require(family in FAMILIES, f"plan.family ({family!r}) must be one of {', '.join(FAMILIES)}")
-    layout = plan.get("layout")
-    require(isinstance(layout, dict), f"plan.layout ({layout!r}) must be an object")
-    world = _int(layout, "world_size")
+    return Plan.from_dict({"model": "", "cluster": "", **plan})
+
+
+def mesh_from_plan(plan: Plan | Mapping[str, Any], world_size: int | None = None) -> Mesh:
+    """Validate ``plan`` and build its :class:`Mesh`; ``world_size`` is the launch's, if known."""
+    p = as_plan(plan)
+    world = p.world_size
     if world_size is not None:
         require(
             world == world_size,
             f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})",
         )
-    details = plan.get("details") or {}
-    if family == "dep":
-        return _dep_mesh(layout, world, details)
-    if family == "pipeline":
-        return _pipeline_mesh(layout, world, details)
-    return _strategy_mesh(family, layout, world, details)
+    return _BUILDERS[p.family](p.family, p.layout, world, p.details)
 
 
 def _strategy_mesh(
@@ -234,7 +231,7 @@ def _strategy_mesh(
     )
 
 
-def _dep_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+def _dep_mesh(family: str, layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
     ag, eg = _int(layout, "ag"), _int(layout, "eg")
     require(ag + eg == world, f"plan.layout ag+eg ({ag}+{eg}) must equal world_size ({world})")
     for key in ("r1", "r2", "ma"):
@@ -244,7 +241,9 @@ def _dep_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Me
     return Mesh(family="dep", world_size=world, ag=ag, eg=eg, details=details)
 
 
-def _pipeline_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+def _pipeline_mesh(
+    family: str, layout: dict[str, Any], world: int, details: dict[str, Any]
+) -> Mesh:
     pp = _int(layout, "pp")
     require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
     stages = layout.get("stages")
@@ -280,3 +279,11 @@ def _pipeline_mesh(layout: dict[str, Any], world: int, details: dict[str, Any]) 
         )
         parsed.append(tuple(mods))
     return Mesh(family="pipeline", world_size=world, pp=pp, details=details, stages=tuple(parsed))
+
+
+_BUILDERS = {
+    "strategy": _strategy_mesh,
+    "ep": _strategy_mesh,
+    "dep": _dep_mesh,
+    "pipeline": _pipeline_mesh,
+}

@@ -1,7 +1,9 @@
 """Per-rank timelines in Chrome trace event JSON (the simulator's format; opens in Perfetto).
 
 Events are complete events ``{"name", "ph": "X", "ts" µs, "dur" µs, "pid": rank, "tid": lane}``
-plus ``"M"`` metadata naming the lanes. Times are taken with ``time.perf_counter`` relative to
+plus ``"M"`` metadata naming the rank and its lanes, built by the simulator's own builders
+(:func:`moeplan.sim.trace_export.complete_event`, :func:`~moeplan.sim.trace_export.lane_metadata`)
+so measured and predicted traces cannot drift apart. Times are taken with ``time.perf_counter`` relative to
 ``t0`` (set right after a barrier, so ranks share an origin to within the barrier's skew).
 Inside the code times are seconds; only the exported JSON uses microseconds.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.io import write_atomic
+from moeplan.sim.trace_export import complete_event, lane_metadata
 
 LANES = {"compute": 0, "send": 1, "recv": 2, "comm": 3}
 
@@ -36,14 +39,13 @@ class Timeline:
     def add(self, name: str, lane: str, start: float, end: float) -> None:
         """Record ``[start, end]`` (perf_counter seconds) on ``lane``."""
         self.events.append(
-            {
-                "name": name,
-                "ph": "X",
-                "ts": (start - self.t0) * 1e6,
-                "dur": max(end - start, 0.0) * 1e6,
-                "pid": self.rank,
-                "tid": LANES[lane],
-            }
+            complete_event(
+                name,
+                pid=self.rank,
+                tid=LANES[lane],
+                start_s=start - self.t0,
+                dur_s=max(end - start, 0.0),
+            )
         )
 
     @contextmanager
@@ -57,20 +59,8 @@ class Timeline:
             self.add(name, lane, start, time.perf_counter())
 
     def trace_events(self) -> list[dict[str, Any]]:
-        meta = [
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": self.rank,
-                "tid": 0,
-                "args": {"name": f"rank {self.rank}"},
-            }
-        ]
-        meta += [
-            {"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": lane}}
-            for lane, tid in LANES.items()
-        ]
-        return meta + self.events
+        lanes = {tid: lane for lane, tid in LANES.items()}
+        return lane_metadata(self.rank, f"rank {self.rank}", lanes) + self.events
 
 
 def write_trace(events: list[dict[str, Any]], path: str | Path, **meta: Any) -> None:

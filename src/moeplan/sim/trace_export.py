@@ -4,7 +4,8 @@
   one complete event (``"ph": "X"``, microseconds) per task, one process per schedule and one
   thread per resource, named by metadata events. It opens in https://ui.perfetto.dev and
   chrome://tracing, and is the same format the runtime writes, so predicted and measured
-  timelines sit side by side.
+  timelines sit side by side: the runtime builds its events with :func:`complete_event` and
+  :func:`lane_metadata`, the same builders.
 - :func:`gantt_figure` / :func:`gantt_html` build a plotly Gantt chart (one horizontal bar per
   task, one colour per task kind); :func:`gantt_png` renders the same with matplotlib (Agg).
 
@@ -30,27 +31,39 @@ def _named(schedules: Schedule | Mapping[str, Schedule]) -> dict[str, Schedule]:
     return {"schedule": schedules} if isinstance(schedules, Schedule) else dict(schedules)
 
 
+def complete_event(name: str, *, pid: int, tid: int, start_s: float, dur_s: float,
+                   **fields: Any) -> dict[str, Any]:
+    """One complete (``"ph": "X"``) event; times in seconds in, microseconds out."""
+    return {"name": name, "ph": "X", "ts": start_s * 1e6, "dur": dur_s * 1e6, "pid": pid,
+            "tid": tid, **fields}
+
+
+def lane_metadata(pid: int, process: str, threads: Mapping[int, str]) -> list[dict[str, Any]]:
+    """Metadata events naming process ``pid`` and its threads (``tid -> name``), in order."""
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process}},
+        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+         "args": {"sort_index": pid}}]
+    for tid, name in threads.items():
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                       "args": {"name": name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                       "args": {"sort_index": tid}})
+    return events
+
+
 def chrome_trace(schedules: Schedule | Mapping[str, Schedule], *,
                  metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Chrome trace-event object for one schedule or several named ones (one process each)."""
     events: list[dict[str, Any]] = []
     for pid, (label, sched) in enumerate(_named(schedules).items(), start=1):
         g = sched.graph
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                       "args": {"name": label}})
-        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                       "args": {"sort_index": pid}})
-        for tid, rname in enumerate(g.resources, start=1):
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                           "args": {"name": rname}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                           "args": {"sort_index": tid}})
-        ts = sched.start * 1e6
-        dur = (sched.end - sched.start) * 1e6
+        events += lane_metadata(pid, label, dict(enumerate(g.resources, start=1)))
         for i, name in enumerate(g.names):
-            events.append({"ph": "X", "name": name, "cat": g.kinds[i] or "task", "pid": pid,
-                           "tid": g.res[i] + 1, "ts": float(ts[i]), "dur": float(dur[i]),
-                           "args": {"task": i, "preds": list(g.preds[i])}})
+            events.append(complete_event(
+                name, pid=pid, tid=g.res[i] + 1, start_s=float(sched.start[i]),
+                dur_s=float(sched.end[i] - sched.start[i]), cat=g.kinds[i] or "task",
+                args={"task": i, "preds": list(g.preds[i])}))
     other = {"makespan_s": {k: s.makespan for k, s in _named(schedules).items()}}
     other.update(metadata or {})
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -21,18 +21,24 @@ import torch
 import torch.distributed as dist
 
 from moeplan.errors import require
+from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.mesh import Mesh
-from moeplan.runtime.model import LayerWeights, attention, rms
-from moeplan.runtime.moe_layer import (
+from moeplan.runtime.engines import dep_predict
+from moeplan.runtime.engines.base import Engine, RunContext
+from moeplan.runtime.layers.decoder import Local
+from moeplan.runtime.layers.model import LayerWeights, rms
+from moeplan.runtime.layers.moe import (
     MoEWeights,
     experts_by_id,
     local_experts,
     route,
     shared_out,
 )
-from moeplan.runtime.permute import Permutation, combine, gather_rows, permute
+from moeplan.runtime.layers.permute import Permutation, combine, gather_rows, permute
+from moeplan.runtime.mesh import Mesh, StageModule
 from moeplan.runtime.timeline import Timeline
+
+_ATTN = StageModule(kind="attn", layer=-1, tp=1, ep=1, dpmoe=1)  # AG attention: whole heads
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,7 +111,7 @@ def _attention_task(
 ) -> _MicroBatch:
     mb = _MicroBatch()
     with tl.span(f"A{t}.{i}"):
-        mb.h = x + attention(rms(x), w.attn, cfg)
+        mb.h = Local(cfg=cfg).attn(x, w, _ATTN)
         mb.u = rms(mb.h.reshape(-1, x.shape[-1]))
         r = route(mb.u, w.experts, cfg)
     for j, (ids, wts, u) in enumerate(
@@ -249,3 +255,49 @@ def check_dep(p: DepParams, cfg: MoEConfig, seq: int) -> None:
         p.r2 <= p.ma * seq,
         f"plan.details.r2 ({p.r2}) must be <= tokens per micro-batch ({p.ma * seq})",
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepEngine(Engine):
+    """AG ranks take ``r1*ma`` sequences each; EG ranks take none and return nothing."""
+
+    params: DepParams
+
+    def global_batch(self, seq: int, tokens: int) -> int:
+        check_dep(self.params, self.cfg, seq)
+        return self.params.ag * self.params.r1 * self.params.ma
+
+    def groups(self, rank: int) -> RankGroups | None:
+        return None  # point-to-point on the world group only
+
+    def local_input(self, x: torch.Tensor, rank: int) -> torch.Tensor | None:
+        return x.tensor_split(self.mesh.ag)[rank] if rank < self.mesh.ag else None
+
+    def run(
+        self, x: torch.Tensor | None, layers: list[LayerWeights], ctx: RunContext
+    ) -> torch.Tensor | None:
+        if ctx.rank < self.mesh.ag:
+            assert x is not None
+            return run_dep_attention(x, layers, self.cfg, self.params, ctx.rank, ctx.tl)
+        run_dep_expert(layers, self.cfg, self.params, ctx.rank, ctx.tl)
+        return None
+
+    def calibrate(self, ctx: RunContext, device: str) -> float | None:
+        if not ctx.opts.trace:
+            return None
+        p = self.params
+        rows = dep_predict.chunk_rows(p, ctx.opts.seq_len, self.cfg.top_k)
+        return dep_predict.calibrate_link(p, rows, self.cfg.hidden_size, ctx.rank, device=device)
+
+    def predicted_trace(
+        self, events: list[dict[str, Any]], link_s: float | None, measured_s: float, seq: int
+    ) -> dict[str, Any] | None:
+        if link_s is None:
+            return None
+        return dep_predict.predicted_trace(
+            events, self.params, self.cfg.num_layers, seq, link_s, measured_s
+        )
+
+
+def build(mesh: Mesh, cfg: MoEConfig) -> DepEngine:
+    return DepEngine(mesh=mesh, cfg=cfg, params=DepParams.from_mesh(mesh))

@@ -10,28 +10,26 @@ TP all-gather restores full width. ``fused=False`` runs the unfused sequence (fu
 all-to-all dispatch/combine + TP all-reduce) for comparison. When ``attn.tp != moe.tp`` the
 tokens are re-sharded between the two layouts around the MoE block (:func:`resharded_moe`).
 Requires ``pp == 1``; strategy plans with ``pp > 1`` run on the pipeline engine
-(:func:`moeplan.runtime.mesh.strategy_as_pipeline`).
+(:func:`moeplan.runtime.mesh.strategy_as_pipeline`). The layer loop is the shared one
+(:func:`moeplan.runtime.layers.decoder.forward`) with :class:`HybridLayout` applied.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from moeplan.errors import require
-from moeplan.runtime.collectives import (
-    combine_back,
-    dispatch,
-    fused_ag_dispatch,
-    fused_rs_combine,
-    gather_sizes,
-    gather_split,
-)
+from moeplan.runtime.comm.collectives import combine_back, dispatch, gather_sizes, gather_split
+from moeplan.runtime.comm.fused import fused_ag_dispatch, fused_rs_combine
+from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.groups import RankGroups
-from moeplan.runtime.mesh import Mesh
-from moeplan.runtime.model import LayerWeights, attention, rms
-from moeplan.runtime.moe_layer import (
+from moeplan.runtime.engines.base import Engine, RunContext, require_dp_batch
+from moeplan.runtime.layers.decoder import decoder_modules, forward
+from moeplan.runtime.layers.model import LayerWeights, attention, rms
+from moeplan.runtime.layers.moe import (
     MoEWeights,
     experts_by_id,
     local_experts,
@@ -39,7 +37,8 @@ from moeplan.runtime.moe_layer import (
     shard_tp,
     shared_out,
 )
-from moeplan.runtime.permute import combine, gather_rows, permute
+from moeplan.runtime.layers.permute import combine, gather_rows, permute
+from moeplan.runtime.mesh import Mesh, StageModule
 from moeplan.runtime.timeline import Timeline
 
 
@@ -124,23 +123,52 @@ def resharded_moe(
         )
 
 
-def run_hybrid(
-    x: torch.Tensor,
-    layers: list[LayerWeights],
-    cfg: MoEConfig,
-    g: RankGroups,
-    tl: Timeline,
-    fused: bool = True,
-) -> torch.Tensor:
-    """Forward this node's sequences ``x [B, S, H]`` (replicated in the TP group)."""
-    m, t = g.size("attn_tp"), g.local_rank("attn_tp")
-    for i, w in enumerate(layers):
-        with tl.span(f"attn{i}"):
-            a = attention(rms(x), w.attn, cfg, tp=m, rank=t)
-        with tl.span("attn_allreduce", "comm"):
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HybridLayout:
+    """Attention TP (all-reduce of the heads' partial sums); MoE TP-EP, re-sharded when
+    ``attn.tp != moe.tp``."""
+
+    cfg: MoEConfig
+    g: RankGroups
+    tl: Timeline
+    fused: bool
+
+    def attn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        g = self.g
+        a = attention(rms(x), w.attn, self.cfg, tp=g.size("attn_tp"), rank=g.local_rank("attn_tp"))
+        with self.tl.span("attn_allreduce", "comm"):
             dist.all_reduce(a, group=g.handles["attn_tp"])
-        h = x + a
-        flat = h.reshape(-1, h.shape[-1])
-        moe = hybrid_moe if g.size("attn_tp") == g.size("moe_tp") else resharded_moe
-        x = (flat + moe(rms(flat), w.experts, cfg, g, tl, fused)).view_as(x)
-    return x
+        return x + a
+
+    def ffn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        moe = hybrid_moe if self.g.size("attn_tp") == self.g.size("moe_tp") else resharded_moe
+        return (flat + moe(rms(flat), w.experts, self.cfg, self.g, self.tl, self.fused)).view_as(x)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HybridEngine(Engine):
+    """This node's sequences ``[B, S, H]``, replicated in the attention TP group."""
+
+    def global_batch(self, seq: int, tokens: int) -> int:
+        batch = tokens // seq
+        require_dp_batch(batch, self.mesh.attn_dp)
+        return batch
+
+    def local_input(self, x: torch.Tensor, rank: int) -> torch.Tensor:
+        return x.tensor_split(self.mesh.attn_dp)[self.mesh.coords(rank)["attn_dp"]]
+
+    def run(
+        self, x: torch.Tensor | None, layers: list[LayerWeights], ctx: RunContext
+    ) -> torch.Tensor:
+        assert x is not None and ctx.groups is not None
+        fused = ctx.opts.fused
+        if fused is None:
+            fused = bool(self.mesh.details.get("fused", True))
+        layout = HybridLayout(cfg=self.cfg, g=ctx.groups, tl=ctx.tl, fused=fused)
+        return forward(x, layers, layout, decoder_modules(layers), ctx.tl)
+
+
+def build(mesh: Mesh, cfg: MoEConfig) -> HybridEngine:
+    check_hybrid(mesh, cfg)
+    return HybridEngine(mesh=mesh, cfg=cfg)

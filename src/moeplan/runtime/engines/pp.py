@@ -12,23 +12,26 @@ all-to-all; the volume differs from SMIDT's cost model but the arithmetic is the
 Between stages, rank ``j`` of stage ``s`` sends to rank ``j`` of stage ``s+1``, synchronously
 (``send``) or asynchronously (``isend``; the next micro-batch starts before the send ends).
 Dense ``mlp`` modules (DeepSeek's first dense layers) run a dense SwiGLU, TP over ``tp`` and
-DP over ``dpmoe`` like an MoE module without experts.
+DP over ``dpmoe`` like an MoE module without experts. Each stage runs the shared layer loop
+(:func:`moeplan.runtime.layers.decoder.forward`) over its modules with :class:`PipelineLayout`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from moeplan.errors import MoeplanError, require
-from moeplan.runtime.collectives import gather_split
+from moeplan.runtime.comm.collectives import gather_split
+from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.groups import RankGroups
+from moeplan.runtime.engines.base import Engine, RunContext, with_layers
+from moeplan.runtime.layers.decoder import forward
+from moeplan.runtime.layers.model import LayerWeights, attention, rms
+from moeplan.runtime.layers.moe import local_experts, moe_forward, shard_tp, swiglu
 from moeplan.runtime.mesh import Mesh, StageModule
-from moeplan.runtime.model import LayerWeights, attention, rms
-from moeplan.runtime.moe_layer import local_experts, moe_forward, shard_tp, swiglu
 from moeplan.runtime.timeline import Timeline
 
 
@@ -72,6 +75,20 @@ def _axis(m: StageModule, name: str) -> str:
     return f"tp{m.tp}.ep{m.ep}.d{m.dpmoe}.{name}"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PipelineLayout:
+    """Per-module layouts of SMIDT: each module carries its own ``(tp, ep, dpmoe)``."""
+
+    cfg: MoEConfig
+    g: RankGroups
+
+    def attn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        return attn_module(x, w, self.cfg, m, self.g)
+
+    def ffn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        return ffn_module(x, w, self.cfg, m, self.g)
+
+
 def attn_module(
     x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
 ) -> torch.Tensor:
@@ -87,7 +104,7 @@ def attn_module(
     return gather_split(y, [p.shape[0] for p in parts], g.handles[_axis(m, "dpmoe")])
 
 
-def moe_module(
+def ffn_module(
     x: torch.Tensor, w: LayerWeights, cfg: MoEConfig, m: StageModule, g: RankGroups
 ) -> torch.Tensor:
     """``x [B, S, H]`` replicated -> replicated; DPMoE replicas, EP·TP inside a replica."""
@@ -109,23 +126,6 @@ def moe_module(
     if m.dpmoe > 1:
         y = gather_split(y, [p.shape[0] for p in parts], g.handles[_axis(m, "dpmoe")])
     return y.view_as(x)
-
-
-def run_stage(
-    x: torch.Tensor,
-    layers: list[LayerWeights],
-    cfg: MoEConfig,
-    mesh: Mesh,
-    g: RankGroups,
-    stage: int,
-    tl: Timeline,
-    name: str,
-) -> torch.Tensor:
-    for m in mesh.stages[stage]:
-        with tl.span(f"{m.kind}{m.layer}.{name}"):
-            fn = attn_module if m.kind == "attn" else moe_module
-            x = fn(x, layers[m.layer], cfg, m, g)
-    return x
 
 
 def run_pp(
@@ -153,7 +153,7 @@ def run_pp(
             h = torch.empty(sizes[i], *shape[1:], device=layers[0].attn.wq.device)
             with tl.span(f"recv{i}", "recv"):
                 dist.recv(h, rank - r, tag=i)
-        h = run_stage(h, layers, cfg, mesh, g, s, tl, f"mb{i}")
+        h = forward(h, layers, PipelineLayout(cfg=cfg, g=g), mesh.stages[s], tl, f".mb{i}")
         if s == mesh.pp - 1:
             outs.append(h)
         elif async_send:
@@ -165,3 +165,42 @@ def run_pp(
     for w in sends:
         w.wait()
     return torch.cat(outs) if outs else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineEngine(Engine):
+    """Stage 0 takes the whole batch; the last stage's ranks return it."""
+
+    def local_input(self, x: torch.Tensor, rank: int) -> torch.Tensor | None:
+        return x if self.mesh.stage_of(rank) == 0 else None
+
+    def reference_output(self, full: torch.Tensor, rank: int) -> torch.Tensor:
+        return full
+
+    def run(
+        self, x: torch.Tensor | None, layers: list[LayerWeights], ctx: RunContext
+    ) -> torch.Tensor | None:
+        assert ctx.groups is not None
+        d, opts = self.mesh.details, ctx.opts
+        micro = opts.micro_batches or d.get("microbatches") or self.mesh.pp
+        async_send = opts.async_send
+        if async_send is None:
+            async_send = bool(d.get("async_pp", True))
+        return run_pp(
+            x,
+            layers,
+            self.cfg,
+            self.mesh,
+            ctx.groups,
+            ctx.tl,
+            micro_batches=min(int(micro), ctx.shape[0]),
+            shape=ctx.shape,
+            async_send=async_send,
+        )
+
+
+def build(mesh: Mesh, cfg: MoEConfig) -> PipelineEngine:
+    """Pipeline engine; the model gets one layer per attn/ffn module pair, ``mlp`` ones dense."""
+    cfg = with_layers(cfg, sum(len(s) for s in mesh.stages) // 2, dense_layers(mesh))
+    check_pipeline(mesh, cfg)
+    return PipelineEngine(mesh=mesh, cfg=cfg)

@@ -2,7 +2,7 @@
 
 All routers return a :class:`Routing` with ``ids`` ``[T, K]`` (int64, ``-1`` pads unused slots)
 and ``weights`` ``[T, K]`` (fp32, ``0`` on pads), so fixed-k and dynamic-k routing feed the same
-permutation code (:mod:`moeplan.runtime.permute`).
+permutation code (:mod:`moeplan.runtime.layers.permute`).
 
 - :func:`softmax_topk`: Mixtral/Qwen style; optional renormalisation of the k weights.
 - :func:`grouped_topk`: DeepSeek-V2 (softmax scores, group score = best expert of the group) and

@@ -1,4 +1,4 @@
-"""Triton kernels (imported only when :func:`moeplan.kernels.triton_enabled` is true).
+"""Triton kernels (imported only when :func:`moeplan.runtime.kernels.triton_enabled` is true).
 
 Not exercised on machines without CUDA + Triton; ``tests/test_kernels_triton.py`` compares
 every kernel here with the torch reference when both are present.
@@ -36,7 +36,7 @@ def _pos_kernel(keys_ptr, base_ptr, pos_ptr, n, bins, BLOCK: tl.constexpr, BINS:
 
 
 def stable_positions_triton(keys: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-pass block counting sort; see :mod:`moeplan.kernels.positions`."""
+    """Two-pass block counting sort; see :mod:`moeplan.runtime.kernels.positions`."""
     keys = keys.contiguous()
     n = keys.numel()
     bins_p2 = triton.next_power_of_2(max(num_bins, 2))
@@ -69,14 +69,16 @@ def gather_rows_triton(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         return out
     block_h = min(1024, triton.next_power_of_2(x.shape[1]))
     grid = (index.numel(), triton.cdiv(x.shape[1], block_h))
-    _gather_kernel[grid](x, index.contiguous(), out, x.shape[1], x.stride(0), out.stride(0),
-                         BLOCK_H=block_h)
+    _gather_kernel[grid](
+        x, index.contiguous(), out, x.shape[1], x.stride(0), out.stride(0), BLOCK_H=block_h
+    )
     return out
 
 
 @triton.jit
-def _combine_kernel(y_ptr, inv_ptr, w_ptr, out_ptr, h, stride_y, stride_o, K: tl.constexpr,
-                    BLOCK_H: tl.constexpr):
+def _combine_kernel(
+    y_ptr, inv_ptr, w_ptr, out_ptr, h, stride_y, stride_o, K: tl.constexpr, BLOCK_H: tl.constexpr
+):
     t = tl.program_id(0)
     col = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     acc = tl.zeros([BLOCK_H], dtype=tl.float32)
@@ -98,6 +100,15 @@ def combine_triton(y: torch.Tensor, inverse: torch.Tensor, weight_tk: torch.Tens
         return out
     block_h = min(1024, triton.next_power_of_2(y.shape[1]))
     grid = (num_tokens, triton.cdiv(y.shape[1], block_h))
-    _combine_kernel[grid](y, inverse.contiguous(), weight_tk.contiguous(), out, y.shape[1],
-                          y.stride(0), out.stride(0), K=k, BLOCK_H=block_h)
+    _combine_kernel[grid](
+        y,
+        inverse.contiguous(),
+        weight_tk.contiguous(),
+        out,
+        y.shape[1],
+        y.stride(0),
+        out.stride(0),
+        K=k,
+        BLOCK_H=block_h,
+    )
     return out

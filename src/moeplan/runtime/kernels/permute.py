@@ -1,7 +1,9 @@
 """Variable-k permutation (SMIDT's dynamic top-k), row gather and weighted combine.
 
-Drop-in replacements for :mod:`moeplan.runtime.permute` (same :class:`Permutation`, same row
-order: stable by expert), built on :func:`~moeplan.kernels.positions.stable_positions`:
+Drop-in replacements for the reference in :mod:`moeplan.runtime.layers.permute` (same
+:class:`Permutation`, same row order: stable by expert), built on
+:func:`~moeplan.runtime.kernels.positions.stable_positions`. The reference uses them on CUDA
+when Triton is present; tests compare them with the reference on CPU.
 
 - :func:`permute`: one counting-sort pass instead of ``nonzero`` + ``argsort`` + scatter; the
   padded slots (``-1``, tokens with fewer experts) are dropped by writing them to a spare row.
@@ -14,11 +16,33 @@ order: stable by expert), built on :func:`~moeplan.kernels.positions.stable_posi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from moeplan.kernels._backend import triton_enabled
-from moeplan.kernels.positions import stable_positions
-from moeplan.runtime.permute import Permutation
+from moeplan.runtime.kernels._backend import triton_enabled
+from moeplan.runtime.kernels.positions import stable_positions
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Permutation:
+    """Rows sorted by expert.
+
+    ``token_index [N]``: source token of row n; ``expert [N]``: its expert (non-decreasing);
+    ``weight [N]``: its routing weight; ``counts [E]``: rows per expert; ``inverse [T, K]``:
+    row of slot (t, k), ``-1`` for unused slots; ``num_tokens``: T.
+    """
+
+    token_index: torch.Tensor
+    expert: torch.Tensor
+    weight: torch.Tensor
+    counts: torch.Tensor
+    inverse: torch.Tensor
+    num_tokens: int
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.token_index.numel())
 
 
 def _scatter_rows(pos: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
@@ -36,8 +60,9 @@ def permute(ids: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Permu
     slots = torch.arange(num_tokens * k, device=ids.device)
     return Permutation(
         token_index=_scatter_rows(pos, torch.div(slots, max(k, 1), rounding_mode="floor"), n),
-        expert=torch.repeat_interleave(torch.arange(num_experts, device=ids.device), counts,
-                                       output_size=n),
+        expert=torch.repeat_interleave(
+            torch.arange(num_experts, device=ids.device), counts, output_size=n
+        ),
         weight=_scatter_rows(pos, weights.reshape(-1), n),
         counts=counts,
         inverse=pos.view(num_tokens, k),
@@ -48,7 +73,7 @@ def permute(ids: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Permu
 def gather_rows(x: torch.Tensor, perm: Permutation) -> torch.Tensor:
     """Permuted activations ``[N, H]`` from tokens ``x [T, H]``."""
     if triton_enabled(x):
-        from moeplan.kernels._triton import gather_rows_triton
+        from moeplan.runtime.kernels._triton import gather_rows_triton
 
         return gather_rows_triton(x, perm.token_index)
     return x.index_select(0, perm.token_index)
@@ -66,7 +91,7 @@ def slot_weights(perm: Permutation, *, weighted: bool = True) -> torch.Tensor:
 def combine(y: torch.Tensor, perm: Permutation, *, weighted: bool = True) -> torch.Tensor:
     """``out[t] = sum over t's rows of weight * y[row]`` (inverse of :func:`gather_rows`)."""
     if triton_enabled(y):
-        from moeplan.kernels._triton import combine_triton
+        from moeplan.runtime.kernels._triton import combine_triton
 
         return combine_triton(y, perm.inverse, slot_weights(perm, weighted=weighted))
     rows = y.float() * perm.weight.float()[:, None] if weighted else y.float()

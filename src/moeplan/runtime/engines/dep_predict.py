@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from moeplan.runtime.engines.dep import DepParams
+from moeplan.planners.dep.solver import DepConfig, DepProblem, DepResult, DepTimes, schedule
+from moeplan.sim import chrome_trace
+
+if TYPE_CHECKING:
+    from moeplan.runtime.engines.dep import DepParams
 
 
 def calibrate_link(
@@ -72,13 +76,8 @@ def predicted_trace(
     seq: int,
     link_s: float,
     measured_s: float,
-) -> dict[str, Any] | None:
-    """Chrome trace of the simulator's schedule for this plan, or None if the planner is absent."""
-    try:
-        from moeplan.planners.dep.solver import DepConfig, DepProblem, DepResult, DepTimes, schedule
-        from moeplan.sim import chrome_trace
-    except ImportError:
-        return None
+) -> dict[str, Any]:
+    """Chrome trace of the simulator's schedule for this plan (calibrated task times)."""
     times = DepTimes(
         attn=_median(events, "A", 0),
         shared=_median(events, "S", 0),

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from moeplan.errors import require
-from moeplan.runtime.moe_layer import MoEWeights
+from moeplan.runtime.layers.moe import MoEWeights
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import torch
 
-from moeplan.kernels._backend import triton_enabled
+from moeplan.runtime.kernels._backend import triton_enabled
 
 
 def stable_positions(keys: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(pos [N] int64, counts [num_bins] int64)`` for 1-D integer ``keys`` (``-1`` = pad)."""
     keys = keys.reshape(-1)
     if keys.numel() == 0:
-        return (torch.empty(0, dtype=torch.long, device=keys.device),
-                torch.zeros(num_bins, dtype=torch.long, device=keys.device))
+        return (
+            torch.empty(0, dtype=torch.long, device=keys.device),
+            torch.zeros(num_bins, dtype=torch.long, device=keys.device),
+        )
     if triton_enabled(keys):
-        from moeplan.kernels._triton import stable_positions_triton
+        from moeplan.runtime.kernels._triton import stable_positions_triton
 
         return stable_positions_triton(keys, num_bins)
     return stable_positions_torch(keys, num_bins)

@@ -1,9 +1,10 @@
 """MoE layer: router, SwiGLU routed experts computed per expert group, shared experts.
 
-Grouped computation (no loop over tokens): rows sorted by expert (:mod:`.permute`) are either
-packed into a padded ``[E, C, H]`` buffer and multiplied with one ``torch.bmm`` per projection
-(``method="bmm"``), or multiplied segment by segment (``method="segment"``, one ``mm`` per
-non-empty expert — cheaper when load is very skewed). Expert weights ``w_gate, w_up [E, H, I]``,
+Grouped computation (no loop over tokens): rows sorted by expert (:mod:`.permute`) go through
+:func:`moeplan.runtime.kernels.grouped_swiglu` — packed into a padded ``[E, C, H]`` buffer and
+multiplied with one ``torch.bmm`` per projection (``method="bmm"``; on CUDA bf16 the ragged
+``torch._grouped_mm``), or segment by segment (``method="segment"``, one ``mm`` per non-empty
+expert — cheaper when load is very skewed). Expert weights ``w_gate, w_up [E, H, I]``,
 ``w_down [E, I, H]``; tensor parallelism shards ``I`` (:func:`shard_tp`), so each TP rank's
 output is a partial sum. Shared experts are one SwiGLU MLP of width
 ``num_shared_experts * moe_intermediate_size`` (DeepSeek). Departures: Qwen2-MoE's sigmoid
@@ -15,11 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.permute import Permutation, combine, gather_rows, offsets, permute
-from moeplan.runtime.routing import Routing, grouped_topk, softmax_topk, topp_routing
+from moeplan.runtime.kernels import grouped_swiglu, swiglu
+from moeplan.runtime.layers.permute import Permutation, combine, gather_rows, permute
+from moeplan.runtime.layers.routing import Routing, grouped_topk, softmax_topk, topp_routing
+
+__all__ = [
+    "MoEWeights",
+    "expert_rows",
+    "experts_by_id",
+    "grouped_swiglu",
+    "init_moe_weights",
+    "local_experts",
+    "moe_forward",
+    "route",
+    "shard_tp",
+    "shared_out",
+    "swiglu",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,58 +98,12 @@ def route(x: torch.Tensor, w: MoEWeights, cfg: MoEConfig) -> Routing:
     return softmax_topk(logits, cfg.top_k, renormalize=cfg.norm_topk_prob)
 
 
-def swiglu(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor
-) -> torch.Tensor:
-    """Dense SwiGLU MLP ``(silu(x Wg) * x Wu) Wd``."""
-    return (F.silu(x @ w_gate) * (x @ w_up)) @ w_down
-
-
-def grouped_swiglu(
-    x: torch.Tensor,
-    expert: torch.Tensor,
-    counts: torch.Tensor,
-    w_gate: torch.Tensor,
-    w_up: torch.Tensor,
-    w_down: torch.Tensor,
-    *,
-    method: str = "bmm",
-) -> torch.Tensor:
-    """SwiGLU of rows ``x [N, H]`` sorted by ``expert [N]`` (``counts [E]`` rows per expert)."""
-    if x.shape[0] == 0:
-        return x.new_zeros(0, w_down.shape[2])
-    if method == "segment":
-        return _segment_swiglu(x, counts, w_gate, w_up, w_down)
-    num_experts, cap = counts.numel(), int(counts.max())
-    pos = torch.arange(x.shape[0], device=x.device) - offsets(counts)[expert]
-    padded = x.new_zeros(num_experts, cap, x.shape[1])
-    padded[expert, pos] = x
-    h = F.silu(torch.bmm(padded, w_gate)) * torch.bmm(padded, w_up)  # [E, C, I]
-    return torch.bmm(h, w_down)[expert, pos]  # [N, H]
-
-
-def _segment_swiglu(
-    x: torch.Tensor,
-    counts: torch.Tensor,
-    w_gate: torch.Tensor,
-    w_up: torch.Tensor,
-    w_down: torch.Tensor,
-) -> torch.Tensor:
-    out = x.new_empty(x.shape[0], w_down.shape[2])
-    start = 0
-    for e, c in enumerate(counts.tolist()):
-        if c:
-            out[start : start + c] = swiglu(x[start : start + c], w_gate[e], w_up[e], w_down[e])
-            start += c
-    return out
-
-
 def expert_rows(
     x: torch.Tensor, perm: Permutation, w: MoEWeights, method: str = "bmm"
 ) -> torch.Tensor:
     """Routed-expert outputs for the permuted rows of ``x [T, H]`` (unweighted), ``[N, H]``."""
     return grouped_swiglu(
-        gather_rows(x, perm), perm.expert, perm.counts, w.w_gate, w.w_up, w.w_down, method=method
+        gather_rows(x, perm), perm.counts, w.w_gate, w.w_up, w.w_down, method=method
     )
 
 
@@ -192,7 +161,5 @@ def experts_by_id(
     order = torch.argsort(expert, stable=True)
     counts = torch.bincount(expert, minlength=w.w_gate.shape[0])
     out = rows.new_empty(rows.shape[0], w.w_down.shape[2])
-    out[order] = grouped_swiglu(
-        rows[order], expert[order], counts, w.w_gate, w.w_up, w.w_down, method=method
-    )
+    out[order] = grouped_swiglu(rows[order], counts, w.w_gate, w.w_up, w.w_down, method=method)
     return out

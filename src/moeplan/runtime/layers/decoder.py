@@ -1,0 +1,86 @@
+"""The one decoder layer loop; every parallel layout is applied to it from outside.
+
+Like gpt-fast (one model file, ``apply_tp(model)`` from outside), the model is a list of
+*modules* — ``attn_l`` then ``moe_l`` (or ``mlp_l`` for DeepSeek's first dense layers) for each
+layer ``l``, SMIDT's module vocabulary (:class:`~moeplan.runtime.mesh.StageModule`) — and
+:func:`forward` walks them in order. What a module does on this rank is the :class:`Layout`'s
+business: :class:`Local` is the single-process reference; the engines
+(:mod:`moeplan.runtime.engines`) supply layouts with TP, EP, DP, re-sharding and their
+collectives. A pipeline stage runs the same loop over its slice of modules.
+
+Both module kinds include their residual: ``attn`` returns ``x + attn(rms(x))`` and ``ffn``
+returns ``h + moe(rms(h))`` (or the dense MLP), in the layout's own token sharding.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from moeplan.runtime.config import MoEConfig
+from moeplan.runtime.layers.model import LayerWeights, attention, rms
+from moeplan.runtime.layers.moe import moe_forward, swiglu
+from moeplan.runtime.mesh import StageModule
+
+
+class Layout(Protocol):
+    """How one rank runs each kind of module (residual included)."""
+
+    def attn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor: ...
+
+    def ffn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor: ...
+
+
+def decoder_modules(layers: list[LayerWeights]) -> tuple[StageModule, ...]:
+    """``attn_0, moe_0|mlp_0, attn_1, …`` for ``layers`` (no parallel degrees: all 1)."""
+    mods = []
+    for i, w in enumerate(layers):
+        mods.append(StageModule(kind="attn", layer=i, tp=1, ep=1, dpmoe=1))
+        kind = "mlp" if w.mlp is not None else "moe"
+        mods.append(StageModule(kind=kind, layer=i, tp=1, ep=1, dpmoe=1))
+    return tuple(mods)
+
+
+def forward(
+    x: torch.Tensor,
+    layers: list[LayerWeights],
+    layout: Layout,
+    modules: tuple[StageModule, ...],
+    tl: Any = None,
+    suffix: str = "",
+) -> torch.Tensor:
+    """Run ``modules`` in order on ``x``; each one a span ``{kind}{layer}{suffix}`` of ``tl``."""
+    for m in modules:
+        with tl.span(f"{m.kind}{m.layer}{suffix}") if tl is not None else nullcontext():
+            fn = layout.attn if m.kind == "attn" else layout.ffn
+            x = fn(x, layers[m.layer], m)
+    return x
+
+
+def local_ffn(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig) -> torch.Tensor:
+    """Dense MLP or MoE block of ``x [..., H]`` without residual, on one device."""
+    flat = rms(x.reshape(-1, x.shape[-1]))
+    if w.mlp is not None:
+        return swiglu(flat, w.mlp.w_gate, w.mlp.w_up, w.mlp.w_down).view_as(x)
+    return moe_forward(flat, w.experts, cfg).view_as(x)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Local:
+    """Single-process layout: every head, every expert, every token on this device."""
+
+    cfg: MoEConfig
+
+    def attn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        return x + attention(rms(x), w.attn, self.cfg)
+
+    def ffn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor:
+        return x + local_ffn(x, w, self.cfg)
+
+
+def reference_forward(x: torch.Tensor, layers: list[LayerWeights], cfg: MoEConfig) -> torch.Tensor:
+    """The single-process reference every engine is checked against: ``x [B, S, H]``."""
+    return forward(x, layers, Local(cfg=cfg), decoder_modules(layers))
