@@ -16,52 +16,164 @@ from rich.table import Table
 
 from moeplan.cli._common import console, err_console, print_json, write_atomic
 from moeplan.cost.calibrate import calibrate as fit_all
+from moeplan.errors import MoeplanError
 from moeplan.measured import MEASURED, read_gemm, read_nccl
 
 
 def calibrate(
-    measured: Annotated[str, typer.Option(
-        help=f"Measurement set: one of {', '.join(MEASURED)}, or a folder with "
-             "gemm_perf.parquet and nccl_perf.parquet.")] = "h100_sxm",
+    measured: Annotated[
+        str,
+        typer.Option(
+            help=f"Measurement set: one of {', '.join(MEASURED)}, or a folder with "
+            "gemm_perf.parquet and nccl_perf.parquet."
+        ),
+    ] = "h100_sxm",
     seed: Annotated[int, typer.Option(help="Seed of the 20% held-out split.")] = 0,
-    out: Annotated[str | None, typer.Option(help="Write the fitted HardwareProfile JSON here.")] = None,
-    device: Annotated[str | None, typer.Option(
-        help="Measure this machine instead: cuda or cpu (micro-benchmarks, then the same fits).")] = None,
+    out: Annotated[
+        str | None, typer.Option(help="Write the fitted HardwareProfile JSON here.")
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="Measure this machine instead: cuda or cpu (micro-benchmarks, then the same fits)."
+        ),
+    ] = None,
     quick: Annotated[bool, typer.Option(help="With --device: small sizes, few repeats.")] = False,
-    name: Annotated[str | None, typer.Option(
-        help="With --device: profile name (e.g. h100-measured).")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="With --device: profile name (e.g. h100-measured).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    kernels: Annotated[
+        bool,
+        typer.Option(
+            help="Evaluate the kernel database instead: held-out whole shapes, leave-one-GPU-out "
+            "and roofline error per GPU x engine x op x regime."
+        ),
+    ] = False,
+    op: Annotated[
+        list[str] | None, typer.Option(help="With --kernels: only these operations (repeatable).")
+    ] = None,
+    folds: Annotated[
+        int | None,
+        typer.Option(help="With --kernels: evaluate only this many of the 5 shape folds (faster)."),
+    ] = None,
+    errors_out: Annotated[
+        str | None,
+        typer.Option(
+            help="With --kernels: write the per-source error table (heldout_errors.json)."
+        ),
+    ] = None,
 ) -> None:
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
+    if kernels:
+        _kernels(op, seed, folds, errors_out, json_out)
+        return
+    if op or folds is not None or errors_out:
+        raise MoeplanError("--op, --folds and --errors-out need --kernels")
     if device is not None:
         profile, report = _measure(device, quick, seed, name, progress=not json_out)
         measured = f"device:{device}"
     else:
-        profile, report = fit_all(measured, f"moeplan calibrate --measured {measured} --seed {seed}",
-                                  read_gemm(measured), read_nccl(measured), seed=seed)
+        profile, report = fit_all(
+            measured,
+            f"moeplan calibrate --measured {measured} --seed {seed}",
+            read_gemm(measured),
+            read_nccl(measured),
+            seed=seed,
+        )
     if out:
         write_atomic(out, json.dumps(profile.to_dict(), indent=1))
-    fits = [{"op": r.op, "num_gpus": r.num_gpus, "scope": r.scope or "all sizes",
-             "r2": _num(r.quality.r2), "heldout_median_ape": r.quality.heldout_median_ape,
-             "heldout_p90_ape": r.quality.heldout_p90_ape, "n_fit": r.quality.n_fit,
-             "n_heldout": r.quality.n_heldout} for r in report]
+    fits = [
+        {
+            "op": r.op,
+            "num_gpus": r.num_gpus,
+            "scope": r.scope or "all sizes",
+            "r2": _num(r.quality.r2),
+            "heldout_median_ape": r.quality.heldout_median_ape,
+            "heldout_p90_ape": r.quality.heldout_p90_ape,
+            "n_fit": r.quality.n_fit,
+            "n_heldout": r.quality.n_heldout,
+        }
+        for r in report
+    ]
     if json_out:
-        print_json({"measured": measured, "seed": seed, "profile": out or profile.to_dict(),
-                    "fits": fits})
+        print_json(
+            {"measured": measured, "seed": seed, "profile": out or profile.to_dict(), "fits": fits}
+        )
         return
     t = Table(title=f"Calibration on {measured} (20% of rows held out, seed {seed})")
     for c in ("op", "GPUs", "scope", "R²", "held-out median APE", "held-out p90 APE", "rows"):
         t.add_column(c)
     for f in fits:
-        t.add_row(f["op"], str(f["num_gpus"]), f["scope"], _pct(f["r2"], 1, ".4f"),
-                  _pct(f["heldout_median_ape"]), _pct(f["heldout_p90_ape"]),
-                  f"{f['n_fit']}+{f['n_heldout']}")
+        t.add_row(
+            f["op"],
+            str(f["num_gpus"]),
+            f["scope"],
+            _pct(f["r2"], 1, ".4f"),
+            _pct(f["heldout_median_ape"]),
+            _pct(f["heldout_p90_ape"]),
+            f"{f['n_fit']}+{f['n_heldout']}",
+        )
     console.print(t)
     g = profile.gemm
-    console.print(f"GEMM roofline: {g.flops / 1e12:.3g} TFLOP/s effective, "  # type: ignore[union-attr]
-                  f"{g.bw / 1e12:.3g} TB/s, {g.alpha * 1e6:.1f} µs launch")  # type: ignore[union-attr]
+    console.print(
+        f"GEMM roofline: {g.flops / 1e12:.3g} TFLOP/s effective, "  # type: ignore[union-attr]
+        f"{g.bw / 1e12:.3g} TB/s, {g.alpha * 1e6:.1f} µs launch"
+    )  # type: ignore[union-attr]
     if out:
         console.print(f"profile written to {out}")
+
+
+def _kernels(
+    ops: list[str] | None, seed: int, folds: int | None, errors_out: str | None, json_out: bool
+) -> None:
+    """``--kernels``: held-out evaluation of the kernel database, per regime."""
+    from moeplan.cost.calibrate import kernel_calibration
+    from moeplan.cost.kerneldb import OPS
+    from moeplan.kernel_tables import kernel_db
+
+    for o in ops or []:
+        if o not in OPS:
+            raise MoeplanError(f"op ({o!r}) must be one of {', '.join(OPS)}")
+    if folds is not None and folds < 1:
+        raise MoeplanError(f"folds ({folds}) must be >= 1")
+    rows, errors = kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds)
+    if errors_out:
+        write_atomic(
+            errors_out, json.dumps({"seed": seed, "folds": folds or 5, "errors": errors}, indent=1)
+        )
+    if json_out:
+        print_json(
+            {
+                "seed": seed,
+                "folds": folds or 5,
+                "rows": [r.to_dict() for r in rows],
+                "errors": errors,
+                "errors_out": errors_out,
+            }
+        )
+        return
+    t = Table(
+        title="Kernel database error (|predicted/measured - 1|): held-out whole shapes "
+        "(interpolated), leave-one-GPU-out (transferred), datasheet roofline"
+    )
+    for c in ("GPU", "engine", "op", "method", "regime", "load", "rows", "median", "p90"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(
+            r.gpu,
+            r.engine,
+            r.op,
+            r.method,
+            r.regime,
+            r.load,
+            str(r.n),
+            f"{r.median:.1%}",
+            f"{r.p90:.1%}",
+        )
+    console.print(t)
+    if errors_out:
+        console.print(f"error table written to {errors_out}")
 
 
 def _num(x: float) -> float | None:
@@ -80,14 +192,24 @@ def _measure(device: str, quick: bool, seed: int, name: str | None, *, progress:
 
     from moeplan.profiling.calibrate import run_calibration
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, disable=not progress,
-                  transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=not progress,
+        transient=True,
+    ) as bar:
         task = bar.add_task("measuring", total=None)
         profile, report, _, _ = run_calibration(
-            device, quick=quick, seed=seed, name=name,
+            device,
+            quick=quick,
+            seed=seed,
+            name=name,
             on_plan=lambda n: bar.update(task, total=n),
-            on_job=lambda label: bar.update(task, advance=1, description=label))
+            on_job=lambda label: bar.update(task, advance=1, description=label),
+        )
     return profile, report
 
 

@@ -27,8 +27,12 @@ import numpy as np
 from moeplan.cost.linear import FitQuality, Piecewise, Roofline, quality
 from moeplan.cost.profile import HardwareProfile
 
-OPS = {"all_gather": "all_gather", "all_reduce": "all_reduce", "alltoall": "all_to_all",
-       "reduce_scatter": "reduce_scatter"}
+OPS = {
+    "all_gather": "all_gather",
+    "all_reduce": "all_reduce",
+    "alltoall": "all_to_all",
+    "reduce_scatter": "reduce_scatter",
+}
 DTYPE_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "float": 4, "float32": 4}
 
 
@@ -75,11 +79,22 @@ def fit_gemm(rows: GemmRows, seed: int = 0) -> tuple[Roofline, list[FitRow]]:
     model = Roofline.fit(rows.m[fit], rows.n[fit], rows.k[fit], rows.latency[fit])
     pred = model.predict(rows.m, rows.n, rows.k)
     big = rows.m * rows.n * rows.k >= 2.0**30
-    out = [FitRow(op="gemm", num_gpus=1, scope="all shapes",
-                  quality=quality(pred[fit], rows.latency[fit], pred[test], rows.latency[test])),
-           FitRow(op="gemm", num_gpus=1, scope="m*n*k >= 2^30",
-                  quality=quality(pred[fit & big], rows.latency[fit & big], pred[test & big],
-                                  rows.latency[test & big]))]
+    out = [
+        FitRow(
+            op="gemm",
+            num_gpus=1,
+            scope="all shapes",
+            quality=quality(pred[fit], rows.latency[fit], pred[test], rows.latency[test]),
+        ),
+        FitRow(
+            op="gemm",
+            num_gpus=1,
+            scope="m*n*k >= 2^30",
+            quality=quality(
+                pred[fit & big], rows.latency[fit & big], pred[test & big], rows.latency[test & big]
+            ),
+        ),
+    ]
     return model, out
 
 
@@ -94,20 +109,37 @@ def fit_nccl(rows: NcclRows, seed: int = 0) -> tuple[dict[str, dict[int, Piecewi
             f, t = sel & ~test, sel & test
             model = Piecewise.fit(rows.nbytes[f], rows.latency[f])
             models.setdefault(op, {})[int(n)] = model
-            q = quality(model.predict(rows.nbytes[f]), rows.latency[f],
-                        model.predict(rows.nbytes[t]), rows.latency[t])
+            q = quality(
+                model.predict(rows.nbytes[f]),
+                rows.latency[f],
+                model.predict(rows.nbytes[t]),
+                rows.latency[t],
+            )
             report.append(FitRow(op=op, num_gpus=int(n), quality=q))
     return models, report
 
 
-def calibrate(name: str, source: str, gemm: GemmRows, nccl: NcclRows,
-              seed: int = 0) -> tuple[HardwareProfile, list[FitRow]]:
+def calibrate(
+    name: str, source: str, gemm: GemmRows, nccl: NcclRows, seed: int = 0
+) -> tuple[HardwareProfile, list[FitRow]]:
     """Fit every model and return the profile with its fit report."""
     gemm_model, gemm_report = fit_gemm(gemm, seed)
     colls, nccl_report = fit_nccl(nccl, seed)
     report = gemm_report + nccl_report
     qual = {"gemm": gemm_report[0].quality, "gemm/large": gemm_report[1].quality}
     qual.update({f"{r.op}/{r.num_gpus}": r.quality for r in nccl_report})
-    profile = HardwareProfile(name=name, source=source, gemm=gemm_model,
-                              collectives=colls, quality=qual)  # type: ignore[arg-type]
+    profile = HardwareProfile(
+        name=name, source=source, gemm=gemm_model, collectives=colls, quality=qual
+    )  # type: ignore[arg-type]
     return profile, report
+
+
+def kernel_calibration(
+    db, ops: list[str] | None = None, seed: int = 0, max_folds: int | None = None
+):
+    """Held-out evaluation of the kernel database (:mod:`moeplan.cost.kerneldb.evaluate`):
+    per GPU x engine x op x regime rows, and the per-source error table it ships."""
+    from moeplan.cost.kerneldb.evaluate import error_table, evaluate_all, summarize
+
+    rows = summarize(evaluate_all(db, ops, seed=seed, max_folds=max_folds))
+    return rows, error_table(rows)

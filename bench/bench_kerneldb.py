@@ -1,0 +1,130 @@
+"""Kernel database speed: predictions per second, cold and memoised, and table loading.
+
+References measured in the same run: a bare Python α-β evaluation (what the old cost model
+did per operation) for the per-call rates, and reading the same Parquet files with pyarrow
+alone for the load time.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from moeplan.cost.kerneldb import KernelDB, device_for
+from moeplan.kernel_tables import read_errors, read_tables, table_devices
+from moeplan.specs import load_cluster
+
+
+def _alpha_beta_rate(n: int) -> float:
+    t0 = time.perf_counter()
+    acc = 0.0
+    for i in range(n):
+        acc += 3e-6 + 1e-12 * i
+    return n / (time.perf_counter() - t0)
+
+
+def run() -> list[dict]:
+    t0 = time.perf_counter()
+    tables = read_tables()
+    load = time.perf_counter() - t0
+    import pyarrow.parquet as pq
+
+    root = Path(str(resources.files("moeplan").joinpath("data", "measured", "kernels")))
+    t0 = time.perf_counter()
+    for p in root.glob("*/*/*/*/*.parquet"):
+        pq.read_table(p)
+    raw = time.perf_counter() - t0
+    db = KernelDB(tables, table_devices(), read_errors())
+    dev = device_for(load_cluster("h100-sxm-8"))
+    t0 = time.perf_counter()
+    db.predict(
+        "moe",
+        dev,
+        "sglang",
+        num_tokens=1,
+        hidden_size=4096,
+        inter_size=14336,
+        topk=2,
+        num_experts=8,
+    )
+    build = time.perf_counter() - t0
+    shapes = [
+        dict(num_tokens=int(n), hidden_size=4096, inter_size=14336, topk=2, num_experts=8)
+        for n in np.unique(np.geomspace(1, 60000, 400).astype(int))
+    ]
+    t0 = time.perf_counter()
+    for s in shapes:
+        db.predict("moe", dev, "sglang", **s)
+    cold = len(shapes) / (time.perf_counter() - t0)
+    reps = 20
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        for s in shapes:
+            db.predict("moe", dev, "sglang", **s)
+    warm = reps * len(shapes) / (time.perf_counter() - t0)
+    cols = {
+        "num_tokens": np.arange(1, 10001),
+        "hidden_size": np.full(10000, 4096),
+        "inter_size": np.full(10000, 14336),
+        "topk": np.full(10000, 2),
+        "num_experts": np.full(10000, 8),
+    }
+    t0 = time.perf_counter()
+    db.predict_many("moe", dev, "sglang", cols)
+    batch = 10000 / (time.perf_counter() - t0)
+    ref = _alpha_beta_rate(200_000)
+    return [
+        {
+            "name": "read all kernel tables",
+            "value": load,
+            "unit": "s",
+            "reference": raw,
+            "ratio": load / raw,
+            "target": "once per process",
+            "note": "reference = pyarrow read of the same files",
+        },
+        {
+            "name": "first MoE prediction (fit + residual field of one kernel variant)",
+            "value": build,
+            "unit": "s",
+            "reference": 1 / ref,
+            "ratio": build * ref,
+            "target": "once per variant",
+            "note": "reference = one bare alpha-beta evaluation",
+        },
+        {
+            "name": "MoE predictions, distinct shapes",
+            "value": cold,
+            "unit": "evals/s",
+            "reference": ref,
+            "ratio": cold / ref,
+            "target": "",
+            "note": "reference = bare alpha-beta evaluations/s",
+        },
+        {
+            "name": "MoE predictions, memoised (planner loop)",
+            "value": warm,
+            "unit": "evals/s",
+            "reference": ref,
+            "ratio": warm / ref,
+            "target": ">= 100k evals/s",
+            "note": "reference = bare alpha-beta evaluations/s",
+        },
+        {
+            "name": "MoE predictions, one 10k-row table",
+            "value": batch,
+            "unit": "rows/s",
+            "reference": ref,
+            "ratio": batch / ref,
+            "target": "",
+            "note": "reference = bare alpha-beta evaluations/s",
+        },
+    ]
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row)

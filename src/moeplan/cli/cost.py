@@ -1,0 +1,226 @@
+"""``moeplan cost``: predicted time of one kernel for given shapes on a GPU and engine.
+
+One shape from flags, or many from a Parquet/CSV table (``--table``) whose columns are named
+as in NVIDIA's measured tables (see ``moeplan cost --help``). Each row gets ``predicted_ms``,
+``source`` (measured / interpolated / transferred / roofline) and that source's held-out
+median and p90 error; ``--out FILE.parquet`` writes the table with those columns added
+(atomically). Flags that do not belong to the operation are rejected.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from moeplan.cli._common import console, print_json, write_atomic
+from moeplan.cost.kerneldb import ENGINES, FAMILIES, OPS, Device, Prediction, device_for
+from moeplan.errors import MoeplanError
+from moeplan.specs import cluster_names, cluster_table, load_cluster
+
+Opt = typer.Option
+
+
+def _device(cluster: str | None, gpu: str | None) -> tuple[Device, str]:
+    if cluster and gpu:
+        raise MoeplanError("give --cluster or --gpu, not both")
+    if gpu:
+        for name in cluster_names():
+            c = load_cluster(name)
+            if c.gpu.name == gpu:
+                return device_for(c), f"{gpu} (links of cluster {name})"
+        raise MoeplanError(
+            f"gpu ({gpu!r}) is not a GPU preset; choose one of "
+            f"{', '.join(sorted(cluster_table()['gpus']))}"
+        )
+    name = cluster or "h100-sxm-8"
+    return device_for(load_cluster(name)), f"{load_cluster(name).gpu.name} (cluster {name})"
+
+
+def _read_table(path: str) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise MoeplanError(f"table ({path!r}) does not exist")
+    try:
+        if p.suffix.lower() == ".csv":
+            import pyarrow.csv as pcsv
+
+            t = pcsv.read_csv(p)
+        else:
+            import pyarrow.parquet as pq
+
+            t = pq.read_table(p)
+    except Exception as err:  # pyarrow raises several types for bad files
+        raise MoeplanError(
+            f"table {path} could not be read: {' '.join(str(err).split())}"
+        ) from None
+    if t.num_rows == 0:
+        raise MoeplanError(f"table {path} has no rows")
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+
+
+def _write_out(path: str, cols: dict[str, np.ndarray], preds: list[Prediction]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not path.endswith(".parquet"):
+        raise MoeplanError(f"out ({path!r}) must end in .parquet")
+    data = {c: np.asarray(v) for c, v in cols.items()}
+    data["predicted_ms"] = np.array([p.seconds * 1e3 for p in preds])
+    data["source"] = np.array([p.source for p in preds])
+    data["error_median"] = np.array([np.nan if p.error is None else p.error for p in preds])
+    data["error_p90"] = np.array([np.nan if p.error_p90 is None else p.error_p90 for p in preds])
+    buf = io.BytesIO()
+    pq.write_table(pa.table(data), buf)
+    write_atomic(path, buf.getvalue())
+
+
+def cost(
+    op: Annotated[str, typer.Argument(help=f"Operation: {', '.join(OPS)}.")],
+    engine: Annotated[str, Opt(help=f"Serving engine: {', '.join(ENGINES)}.")] = "sglang",
+    cluster: Annotated[str | None, Opt(help="Cluster preset (default h100-sxm-8).")] = None,
+    gpu: Annotated[str | None, Opt(help="GPU preset instead of a cluster.")] = None,
+    table: Annotated[
+        str | None, Opt(help="Parquet/CSV of shapes, columns as in the measured tables.")
+    ] = None,
+    out: Annotated[
+        str | None,
+        Opt(help="Write the table with predicted_ms, source and errors added (.parquet)."),
+    ] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print one JSON object.")] = False,
+    num_tokens: Annotated[int | None, Opt(help="moe: tokens entering the EP group.")] = None,
+    hidden_size: Annotated[int | None, Opt(help="moe / deepep: hidden size.")] = None,
+    inter_size: Annotated[int | None, Opt(help="moe: expert intermediate size.")] = None,
+    topk: Annotated[int | None, Opt(help="moe: experts per token.")] = None,
+    num_experts: Annotated[int | None, Opt(help="moe / deepep: routed experts.")] = None,
+    moe_tp_size: Annotated[int | None, Opt(help="moe: TP inside each expert.")] = None,
+    moe_ep_size: Annotated[int | None, Opt(help="moe: EP degree.")] = None,
+    distribution: Annotated[
+        str | None, Opt(help="moe: balanced, random or power_law_<alpha>.")
+    ] = None,
+    moe_dtype: Annotated[
+        str | None, Opt(help="moe: bfloat16, fp8, fp8_block, int4_wo, w4a16_mxfp4.")
+    ] = None,
+    batch_size: Annotated[int | None, Opt(help="attention / mla: sequences.")] = None,
+    isl: Annotated[int | None, Opt(help="attention / mla: input (context) length.")] = None,
+    step: Annotated[int | None, Opt(help="generation: decode step (keys = isl + step).")] = None,
+    num_heads: Annotated[int | None, Opt(help="attention / mla: query heads per GPU.")] = None,
+    num_key_value_heads: Annotated[int | None, Opt(help="attention: KV heads per GPU.")] = None,
+    head_dim: Annotated[int | None, Opt(help="attention: head dimension.")] = None,
+    window_size: Annotated[int | None, Opt(help="attention: sliding window (0 = none).")] = None,
+    attn_dtype: Annotated[str | None, Opt(help="attention: bfloat16 or fp8.")] = None,
+    kv_cache_dtype: Annotated[str | None, Opt(help="attention / mla: KV cache dtype.")] = None,
+    mla_dtype: Annotated[str | None, Opt(help="mla: compute dtype.")] = None,
+    message_size: Annotated[int | None, Opt(help="allreduce: bf16 elements.")] = None,
+    num_gpus: Annotated[int | None, Opt(help="allreduce: GPUs.")] = None,
+    num_token: Annotated[int | None, Opt(help="deepep: tokens per rank.")] = None,
+    num_topk: Annotated[int | None, Opt(help="deepep: experts per token.")] = None,
+    sms: Annotated[int | None, Opt(help="deepep normal: SMs given to the kernel.")] = None,
+    kernel_source: Annotated[
+        str | None, Opt(help="A measured kernel of the engine (default: the engine's usual one).")
+    ] = None,
+) -> None:
+    """Predicted time of one operation (per GPU) with its source and held-out error."""
+    if op not in FAMILIES:
+        raise MoeplanError(f"op ({op!r}) must be one of {', '.join(OPS)}")
+    fam = FAMILIES[op]
+    flags = {k: v for k, v in locals().items() if k in _SHAPE_FLAGS and v is not None}
+    bad = [k for k in flags if k not in fam.columns]
+    if bad:
+        raise MoeplanError(
+            f"--{bad[0].replace('_', '-')} does not apply to {op} "
+            f"(its columns: {', '.join(fam.columns)})"
+        )
+    if table is not None and flags:
+        raise MoeplanError("give shapes by flags or by --table, not both")
+    cols = _read_table(table) if table else {k: np.asarray([v]) for k, v in flags.items()}
+    dev, where = _device(cluster, gpu)
+    from moeplan.kernel_tables import kernel_db
+
+    query = {c: v for c, v in cols.items() if c in fam.columns}
+    preds = kernel_db().predict_many(op, dev, engine, query)
+    if out:
+        _write_out(out, cols, preds)
+    _report(op, engine, where, cols, preds, json_out, out)
+
+
+_SHAPE_FLAGS = (
+    "num_tokens",
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+    "distribution",
+    "moe_dtype",
+    "batch_size",
+    "isl",
+    "step",
+    "num_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "window_size",
+    "attn_dtype",
+    "kv_cache_dtype",
+    "mla_dtype",
+    "message_size",
+    "num_gpus",
+    "num_token",
+    "num_topk",
+    "sms",
+    "kernel_source",
+)
+
+
+def _report(
+    op: str,
+    engine: str,
+    where: str,
+    cols: dict[str, np.ndarray],
+    preds: list[Prediction],
+    json_out: bool,
+    out: str | None,
+) -> None:
+    names = list(cols)
+    rows = []
+    for i, p in enumerate(preds):
+        r = {
+            c: np.asarray(cols[c])[i].item()
+            if hasattr(np.asarray(cols[c])[i], "item")
+            else cols[c][i]
+            for c in names
+        }
+        r.update(
+            predicted_ms=p.seconds * 1e3,
+            source=p.source,
+            error_median=p.error,
+            error_p90=p.error_p90,
+            detail=p.detail,
+        )
+        rows.append(r)
+    if json_out:
+        print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows})
+        return
+    t = Table(title=f"{op} on one GPU: {where}, engine {engine} (time per call, per GPU)")
+    for c in [*names, "predicted", "source", "held-out error (median / p90)"]:
+        t.add_column(c)
+    for r, p in zip(rows, preds, strict=True):
+        err = (
+            "exact row"
+            if p.source == "measured"
+            else ("not evaluated" if p.error is None else f"{p.error:.0%} / {p.error_p90:.0%}")
+        )
+        t.add_row(*[str(r[c]) for c in names], f"{p.seconds * 1e3:.4f} ms", p.source, err)
+    console.print(t)
+    console.print(f"kernel table: {preds[0].detail}", markup=False)
+    if out:
+        console.print(f"table with predictions written to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("cost")(cost)

@@ -1,0 +1,306 @@
+"""KernelDB: predicted kernel times per GPU and engine, each with its source and error.
+
+``KernelDB(tables, devices, errors)`` holds NVIDIA's measured tables (:class:`KernelTable`,
+read by :mod:`moeplan.kernel_tables`), the datasheet :class:`Device` of each table GPU, and
+the held-out errors per ``(gpu, engine, op, source)`` computed by :mod:`.evaluate`.
+``predict_many(op, device, engine, columns)`` answers a whole table at once:
+
+1. the row's variant: its dtype columns must match; the kernel is the engine's default for
+   that dtype (most measured rows, gated SwiGLU, CUDA-graph all-reduce) unless named;
+2. on a GPU with tables: ``measured`` for an exact row, else ``interpolated`` (shape line or
+   neighbouring shapes, :mod:`.variant`), else — outside the measured box — the GPU's own
+   analytic model, ``transferred``;
+3. on other GPUs (or when the engine has no table for this op/dtype on this GPU): the
+   reference table GPU's model with its efficiencies scaled by this GPU's datasheet, plus the
+   reference's residual correction, ``transferred``;
+4. no table for the engine and op anywhere: ``roofline`` (70 % of peak FLOP/s, 80 % of
+   bandwidth, 5 µs floor — the CostModel's defaults).
+
+Variant models are built on first use and cached on the database object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from moeplan.cost.kerneldb.device import Device
+from moeplan.cost.kerneldb.families import DTYPE_ALIASES, FAMILIES, Family
+from moeplan.cost.kerneldb.fit import Analytic
+from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.cost.kerneldb.variant import KernelTable, VariantModel
+from moeplan.errors import MoeplanError
+
+ENGINES = ("sglang", "vllm", "trtllm")
+ROOFLINE = Analytic(floor=5e-6, per_work=0.0, flops_eff=0.70, bw_eff=0.80)
+_AVOID = ("nongated", "situ", "eager")
+_MAY_BE_ZERO = ("step", "window_size")
+MEMO_SIZE = 200_000  # memoised scalar predictions kept before the memo is cleared
+ErrorKey = tuple[str, str, str, str]
+
+
+class KernelDB:
+    """Measured kernel tables + transfer model (see module docstring)."""
+
+    def __init__(
+        self,
+        tables: Iterable[KernelTable],
+        devices: Mapping[str, Device],
+        errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
+    ) -> None:
+        self.tables: dict[tuple[str, str, str], KernelTable] = {}
+        for t in tables:
+            self.tables[(t.gpu, t.engine, t.op)] = t
+        self.devices = dict(devices)
+        self.errors = dict(errors or {})
+        self._variants: dict[tuple, VariantModel | None] = {}
+        self._memo: dict[tuple, Prediction] = {}
+        self._variant_keys: dict[tuple[str, str, str], dict[tuple, int]] = {}
+
+    # ---- variants ------------------------------------------------------------------------
+    def variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:
+        """Variant keys (values of the family's variant columns) -> row count (cached)."""
+        ck = (gpu, engine, op)
+        if ck not in self._variant_keys:
+            self._variant_keys[ck] = self._count_variants(gpu, engine, op)
+        return self._variant_keys[ck]
+
+    def _count_variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:
+        t = self.tables.get((gpu, engine, op))
+        if t is None:
+            return {}
+        fam = FAMILIES[op]
+        keys = (
+            [
+                tuple(str(v) for v in k)
+                for k in zip(
+                    *(np.asarray(t.columns[c]).astype(str) for c in fam.variant_cols), strict=True
+                )
+            ]
+            if fam.variant_cols
+            else [()] * len(t.latency)
+        )
+        out: dict[tuple, int] = {}
+        for k in keys:
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    def choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
+        """The variant whose non-kernel columns equal ``want``; kernel by preference."""
+        fam = FAMILIES[op]
+        best, score = None, None
+        for key, n in self.variants(gpu, engine, op).items():
+            vals = dict(zip(fam.variant_cols, key, strict=True))
+            if any(vals[c] != str(want[c]) for c in want if c in vals):
+                continue
+            ks = vals.get("kernel_source", "")
+            s = (not any(a in ks.lower() for a in _AVOID), "graph" in ks.lower(), n)
+            if score is None or s > score:
+                best, score = key, s
+        return best
+
+    def variant(self, gpu: str, engine: str, op: str, key: tuple) -> VariantModel | None:
+        vk = (gpu, engine, op, key)
+        if vk not in self._variants:
+            t = self.tables.get((gpu, engine, op))
+            fam = FAMILIES[op]
+            if t is None:
+                self._variants[vk] = None
+            else:
+                sel = np.ones(len(t.latency), bool)
+                for c, v in zip(fam.variant_cols, key, strict=True):
+                    sel &= np.asarray(t.columns[c]).astype(str) == v
+                cols = {c: np.asarray(t.columns[c])[sel] for c in fam.columns}
+                label = f"{gpu}/{engine}/{op}@{t.version}[{','.join(key)}]"
+                self._variants[vk] = VariantModel(
+                    fam, cols, t.latency[sel], self.devices[gpu], label
+                )
+        return self._variants[vk]
+
+    # ---- prediction ----------------------------------------------------------------------
+    def error(
+        self, gpu: str | None, engine: str, op: str, source: str
+    ) -> tuple[float, float] | None:
+        if source == "measured":
+            return (0.0, 0.0)
+        return self.errors.get((gpu or "other", engine, op, source))
+
+    def predict(
+        self, op: str, device: Device, engine: str = "sglang", **shape: object
+    ) -> Prediction:
+        """One row (see :meth:`predict_many`), memoised: planners ask the same shapes often."""
+        key = (op, device, engine, tuple(sorted(shape.items())))
+        hit = self._memo.get(key)
+        if hit is None:
+            cols = {k: np.asarray([v]) for k, v in shape.items()}
+            hit = self.predict_many(op, device, engine, cols)[0]
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = hit
+        return hit
+
+    def predict_many(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> list[Prediction]:
+        """Predictions for every row of ``columns`` (named as in the measured tables)."""
+        fam = _family(op)
+        if engine not in ENGINES:
+            raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+        cols, n = normalize(fam, columns)
+        out: list[Prediction | None] = [None] * n
+        groups: dict[tuple, list[int]] = {}
+        vcols = [c for c in fam.variant_cols if c != "kernel_source"]
+        for i in range(n):
+            want = {c: str(cols[c][i]) for c in vcols}
+            if "kernel_source" in cols:
+                want["kernel_source"] = str(cols["kernel_source"][i])
+            groups.setdefault(tuple(sorted(want.items())), []).append(i)
+        for want_items, idx in groups.items():
+            sub = {c: np.asarray(cols[c])[idx] for c in cols}
+            for j, p in zip(
+                idx, self._predict_group(fam, device, engine, dict(want_items), sub), strict=True
+            ):
+                out[j] = p
+        return out  # type: ignore[return-value]
+
+    def _predict_group(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        want: dict[str, str],
+        cols: dict[str, np.ndarray],
+    ) -> list[Prediction]:
+        n = len(next(iter(cols.values())))
+        own = device.table
+        key = self.choose(own, engine, fam.op, want) if own else None
+        if key is not None:
+            return self._on_table(fam, device, engine, key, cols, n)
+        for ref in _refs(device.reference):
+            rkey = self.choose(ref, engine, fam.op, want)
+            if rkey is None:  # same engine, other dtype: keep the row's dtype in the features
+                rkey = self.choose(ref, engine, fam.op, {})
+            if rkey is not None:
+                return self._transfer(fam, device, engine, ref, rkey, cols, n)
+        t = ROOFLINE.predict(fam.features(cols), device, fam.link)
+        err = self.error(own, engine, fam.op, "roofline")
+        return [
+            Prediction(
+                seconds=float(s),
+                source="roofline",
+                error=_e(err, 0),
+                error_p90=_e(err, 1),
+                detail=f"datasheet roofline of {device.name}",
+            )
+            for s in t
+        ]
+
+    def _on_table(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        key: tuple,
+        cols: dict[str, np.ndarray],
+        n: int,
+    ) -> list[Prediction]:
+        vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
+        assert vm is not None
+        exact, line = vm.lookup(cols, n)
+        f = fam.features(cols)
+        base = vm.model.predict(f, device, fam.link)
+        corr, _, inside = vm.field.query(f.coords)
+        out = []
+        for i in range(n):
+            if np.isfinite(exact[i]):
+                s, src = exact[i], "measured"
+            elif np.isfinite(line[i]):
+                s, src = base[i] * np.exp(line[i]), "interpolated"
+            elif inside[i]:
+                s, src = base[i] * np.exp(corr[i]), "interpolated"
+            else:
+                s, src = base[i], "transferred"
+            err = self.error(device.table, engine, fam.op, src)
+            out.append(
+                Prediction(
+                    seconds=float(s),
+                    source=src,
+                    error=_e(err, 0),  # type: ignore[arg-type]
+                    error_p90=_e(err, 1),
+                    detail=vm.label,
+                )
+            )
+        return out
+
+    def _transfer(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        ref: str,
+        key: tuple,
+        cols: dict[str, np.ndarray],
+        n: int,
+    ) -> list[Prediction]:
+        vm = self.variant(ref, engine, fam.op, key)
+        assert vm is not None
+        f = fam.features(cols)
+        corr, _, inside = vm.field.query(f.coords)
+        t = vm.model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))
+        err = self.error(device.table, engine, fam.op, "transferred")
+        detail = f"{vm.label} scaled to {device.name} datasheet"
+        return [
+            Prediction(
+                seconds=float(s),
+                source="transferred",
+                error=_e(err, 0),
+                error_p90=_e(err, 1),
+                detail=detail,
+            )
+            for s in t
+        ]
+
+
+def _e(err: tuple[float, float] | None, i: int) -> float | None:
+    return None if err is None else err[i]
+
+
+def _refs(reference: str) -> list[str]:
+    other = "a100_sxm" if reference == "h100_sxm" else "h100_sxm"
+    return [reference, other]
+
+
+def _family(op: str) -> Family:
+    if op not in FAMILIES:
+        raise MoeplanError(f"op ({op!r}) must be one of {', '.join(FAMILIES)}")
+    return FAMILIES[op]
+
+
+def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """Columns with defaults filled, dtype aliases resolved and values checked (one line)."""
+    lens = {len(np.atleast_1d(v)) for v in columns.values()}
+    n = lens.pop() if len(lens) == 1 else 0
+    if n == 0:
+        raise MoeplanError(f"{fam.op} columns must be non-empty and of equal length")
+    cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
+    for c, v in fam.defaults.items():
+        cols.setdefault(c, np.full(n, v))
+    need = [c for c in fam.columns if c != "kernel_source"]
+    missing = [c for c in need if c not in cols]
+    if missing:
+        raise MoeplanError(f"{fam.op} needs column(s) {', '.join(missing)}")
+    for c in need:
+        a = cols[c]
+        if a.dtype.kind in "iuf":
+            v = a.astype(float)
+            floor_ok = v >= 0 if c in _MAY_BE_ZERO else v > 0
+            if not np.all(np.isfinite(v) & floor_ok):
+                bad = v[~(np.isfinite(v) & floor_ok)][0]
+                rule = ">= 0" if c in _MAY_BE_ZERO else "> 0"
+                raise MoeplanError(f"{fam.op}.{c} ({bad:g}) must be finite and {rule}")
+        elif c not in fam.variant_cols and c != "distribution":
+            raise MoeplanError(f"{fam.op}.{c} ({str(a[0])!r}) must be a number")
+        elif c.endswith("dtype"):
+            cols[c] = np.array([DTYPE_ALIASES.get(str(x), str(x)) for x in a])
+    return cols, n

@@ -1,0 +1,270 @@
+"""Held-out evaluation of the kernel database: whole shapes held out, and whole GPUs.
+
+- Whole shapes: within each kernel variant, the distinct shapes (all columns but the token
+  axes) are split into :data:`FOLDS` seeded folds; each fold's shapes — every token count of
+  them — are predicted by a model and residual field built without them, the way
+  :class:`~.db.KernelDB` predicts a shape it has not measured.
+- Leave one GPU out: the variant of the same dtype on the other table GPU (learned from A100
+  to predict H100, and the reverse), its efficiencies scaled by the datasheet.
+- Roofline: the datasheet roofline (:data:`~.db.ROOFLINE`) on every row.
+
+Errors are absolute relative errors ``|predicted / measured - 1|``, summarised per GPU x
+engine x op x regime (tokens <= 64, 65-1024, > 1024; for ``moe`` also balanced vs power-law
+load) as median and 90th percentile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB
+from moeplan.cost.kerneldb.families import FAMILIES
+from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
+
+FOLDS = 5
+REGIMES = (("tokens<=64", 0, 64), ("65-1024", 65, 1024), (">1024", 1025, float("inf")))
+GPUS = ("h100_sxm", "a100_sxm")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scored:
+    """Per-row errors of one evaluation (arrays of equal length)."""
+
+    gpu: str
+    engine: str
+    op: str
+    method: str  # heldout_shape | leave_one_gpu_out | roofline
+    err: np.ndarray
+    tokens: np.ndarray
+    load: np.ndarray  # "balanced" / "power_law" / "" per row
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErrorRow:
+    """Median / p90 error of one (gpu, engine, op, method, regime, load) cell."""
+
+    gpu: str
+    engine: str
+    op: str
+    method: str
+    regime: str
+    load: str
+    n: int
+    median: float
+    p90: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def _rows(db: KernelDB, gpu: str, engine: str, op: str, key: tuple):
+    t = db.tables[(gpu, engine, op)]
+    fam = FAMILIES[op]
+    sel = np.ones(len(t.latency), bool)
+    for c, v in zip(fam.variant_cols, key, strict=True):
+        sel &= np.asarray(t.columns[c]).astype(str) == v
+    return dedupe(
+        {c: np.asarray(t.columns[c])[sel] for c in fam.columns}, t.latency[sel], fam.columns
+    )
+
+
+def _load(op: str, cols) -> np.ndarray:
+    if op != "moe":
+        return np.full(len(next(iter(cols.values()))), "")
+    d = np.asarray(cols["distribution"]).astype(str)
+    return np.where(np.char.startswith(d, "power_law"), "power_law", "balanced")
+
+
+def heldout_shapes(
+    db: KernelDB,
+    gpu: str,
+    engine: str,
+    op: str,
+    seed: int = 0,
+    folds: int = FOLDS,
+    max_folds: int | None = None,
+) -> Scored | None:
+    """Whole-shape held-out errors of every variant of (gpu, engine, op)."""
+    fam = FAMILIES[op]
+    dev = db.devices[gpu]
+    errs, toks, loads = [], [], []
+    for key in db.variants(gpu, engine, op):
+        cols, y = _rows(db, gpu, engine, op, key)
+        shapes = row_keys(cols, fam.shape_cols, len(y))
+        uniq = sorted(set(shapes))
+        if len(uniq) < 2:
+            continue
+        rng = np.random.default_rng([seed, len(uniq)])
+        fold_of = dict(zip(uniq, rng.permutation(len(uniq)) % folds, strict=True))
+        fold = np.array([fold_of[s] for s in shapes])
+        for fo in range(min(folds, max_folds or folds)):
+            test = fold == fo
+            if not test.any() or test.all():
+                continue
+            vm = VariantModel(fam, {c: v[~test] for c, v in cols.items()}, y[~test], dev, "")
+            tc = {c: v[test] for c, v in cols.items()}
+            f = fam.features(tc)
+            corr, _, inside = vm.field.query(f.coords)
+            pred = vm.model.predict(f, dev, fam.link) * np.exp(np.where(inside, corr, 0.0))
+            errs.append(np.abs(pred / y[test] - 1))
+            toks.append(f.tokens)
+            loads.append(_load(op, tc))
+    if not errs:
+        return None
+    return Scored(
+        gpu=gpu,
+        engine=engine,
+        op=op,
+        method="heldout_shape",
+        err=np.concatenate(errs),
+        tokens=np.concatenate(toks),
+        load=np.concatenate(loads),
+    )
+
+
+def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) -> Scored | None:
+    """Predict every row of ``dst`` from the ``src`` variant of the same dtype."""
+    fam = FAMILIES[op]
+    if (src, engine, op) not in db.tables or (dst, engine, op) not in db.tables:
+        return None
+    dev = db.devices[dst]
+    errs, toks, loads = [], [], []
+    for key in db.variants(dst, engine, op):
+        want = {c: v for c, v in zip(fam.variant_cols, key, strict=True) if c != "kernel_source"}
+        skey = db.choose(src, engine, op, want)
+        if skey is None:
+            continue
+        vm = db.variant(src, engine, op, skey)
+        cols, y = _rows(db, dst, engine, op, key)
+        f = fam.features(cols)
+        corr, _, inside = vm.field.query(f.coords)  # type: ignore[union-attr]
+        pred = vm.model.predict(f, dev, fam.link) * np.exp(np.where(inside, corr, 0.0))  # type: ignore[union-attr]
+        errs.append(np.abs(pred / y - 1))
+        toks.append(f.tokens)
+        loads.append(_load(op, cols))
+    if not errs:
+        return None
+    return Scored(
+        gpu=dst,
+        engine=engine,
+        op=op,
+        method="leave_one_gpu_out",
+        err=np.concatenate(errs),
+        tokens=np.concatenate(toks),
+        load=np.concatenate(loads),
+    )
+
+
+def roofline(db: KernelDB, gpu: str, engine: str, op: str) -> Scored | None:
+    t = db.tables.get((gpu, engine, op))
+    if t is None:
+        return None
+    fam = FAMILIES[op]
+    cols, y = dedupe(t.columns, t.latency, fam.columns)
+    f = fam.features(cols)
+    err = np.abs(ROOFLINE.predict(f, db.devices[gpu], fam.link) / y - 1)
+    return Scored(
+        gpu=gpu,
+        engine=engine,
+        op=op,
+        method="roofline",
+        err=err,
+        tokens=f.tokens,
+        load=_load(op, cols),
+    )
+
+
+def summarize(scored: Iterable[Scored]) -> list[ErrorRow]:
+    """Median / p90 per regime and load (plus an ``all`` row per evaluation)."""
+    out = []
+    for s in scored:
+        cells = [("all", "all", np.ones(len(s.err), bool))]
+        for name, lo, hi in REGIMES if s.op != "allreduce" else ():  # no token axis
+            cells.append((name, "all", (s.tokens >= lo) & (s.tokens <= hi)))
+        for load in sorted(set(s.load.tolist()) - {""}):
+            for name, lo, hi in REGIMES:
+                cells.append((name, load, (s.tokens >= lo) & (s.tokens <= hi) & (s.load == load)))
+        for regime, load, sel in cells:
+            if sel.any():
+                out.append(
+                    ErrorRow(
+                        gpu=s.gpu,
+                        engine=s.engine,
+                        op=s.op,
+                        method=s.method,
+                        regime=regime,
+                        load=load,
+                        n=int(sel.sum()),
+                        median=float(np.median(s.err[sel])),
+                        p90=float(np.percentile(s.err[sel], 90)),
+                    )
+                )
+    return out
+
+
+def evaluate_all(
+    db: KernelDB, ops: Iterable[str] | None = None, seed: int = 0, max_folds: int | None = None
+) -> list[Scored]:
+    """Every evaluation for every (gpu, engine, op) with tables."""
+    out = []
+    for gpu, engine, op in sorted(db.tables):
+        if ops is not None and op not in ops:
+            continue
+        other = GPUS[1] if gpu == GPUS[0] else GPUS[0]
+        for s in (
+            heldout_shapes(db, gpu, engine, op, seed, max_folds=max_folds),
+            leave_one_gpu_out(db, other, gpu, engine, op),
+            roofline(db, gpu, engine, op),
+        ):
+            if s is not None:
+                out.append(s)
+    return out
+
+
+SOURCE_OF = {
+    "heldout_shape": "interpolated",
+    "leave_one_gpu_out": "transferred",
+    "roofline": "roofline",
+}
+
+
+def error_table(rows: Iterable[ErrorRow]) -> list[dict[str, object]]:
+    """The ``all``-regime rows as the database's per-source error table; GPUs without tables
+    ("other") get the larger of the two leave-one-GPU-out / roofline figures."""
+    out: list[dict[str, object]] = []
+    other: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for r in rows:
+        if r.regime != "all" or r.load != "all":
+            continue
+        src = SOURCE_OF[r.method]
+        out.append(
+            {
+                "gpu": r.gpu,
+                "engine": r.engine,
+                "op": r.op,
+                "source": src,
+                "median": r.median,
+                "p90": r.p90,
+                "n": r.n,
+            }
+        )
+        if src != "interpolated":
+            k = (r.engine, r.op, src)
+            prev = other.get(k, (0.0, 0.0))
+            other[k] = (max(prev[0], r.median), max(prev[1], r.p90))
+    for (engine, op, src), (med, p90) in sorted(other.items()):
+        out.append(
+            {
+                "gpu": "other",
+                "engine": engine,
+                "op": op,
+                "source": src,
+                "median": med,
+                "p90": p90,
+                "n": 0,
+            }
+        )
+    return out

@@ -1,0 +1,373 @@
+"""Operation families: which columns name a shape, and the work each row does.
+
+For each family the analytic model (:mod:`.fit`) needs, per row, the FLOPs, the bytes moved
+(HBM for kernels, the intra-node link for communication), a per-row *work* count charged at a
+fixed cost each (tokens routed and permuted on every EP rank; sequences an attention kernel
+sets up), and smooth coordinates (log2 of the shape) in which neighbouring measurements are
+compared. Formulas:
+
+- ``moe`` (fused MoE, SwiGLU, on the busiest EP rank, :mod:`.load`):
+  FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k`` — ``P`` pairs on the
+  rank, ``hit`` distinct local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 /
+  mxfp4 0.5).
+- ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
+  with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
+  in the cache dtype of ``c`` bytes); work ``b``.
+- ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
+  bytes ``b ctx 2 kv d c + 4 b h d``, work ``b``.
+- ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
+  FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``.
+- ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
+  FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``.
+- ``allreduce`` (engine custom all-reduce, ``m`` bf16 elements on ``n`` GPUs):
+  link bytes ``2 (n-1)/n 2 m``.
+- ``deepep_{normal,ll}_{dispatch,combine}`` (8 ranks in one node): normal kernels send each
+  token once per *destination rank* (expected distinct ranks among its top-k experts),
+  low-latency kernels once per *expert*; dispatch in fp8 (1 byte/element), combine in bf16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.cost.kerneldb.load import busiest_rank
+
+Columns = Mapping[str, np.ndarray]
+
+# DeepSeek-V3 MLA dimensions (config.json: qk_nope_head_dim 128, qk_rope_head_dim 64,
+# v_head_dim 128, kv_lora_rank 512) — the model NVIDIA's MLA tables were collected for.
+MLA_QK, MLA_V, MLA_LATENT = 192, 128, 576
+DEEPEP_RANKS = 8  # node_num 1: one 8-GPU NVLink node
+BF16 = 2.0
+WEIGHT_BYTES = {
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0,
+    "int8": 1.0,
+    "int8_wo": 1.0,
+    "int4_wo": 0.5,
+    "w4a16_mxfp4": 0.5,
+    "mxfp4": 0.5,
+    "int4": 0.5,
+}
+FP8_COMPUTE = {"fp8", "fp8_block"}
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Features:
+    """Per-row model inputs (arrays of equal length)."""
+
+    flops: np.ndarray
+    nbytes: np.ndarray
+    work: np.ndarray
+    fp8: np.ndarray
+    tokens: np.ndarray
+    coords: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Family:
+    """One operation family: its columns, defaults and feature function."""
+
+    op: str
+    variant_cols: tuple[str, ...]
+    shape_cols: tuple[str, ...]
+    x_cols: tuple[str, ...]
+    defaults: Mapping[str, object]
+    features: Callable[[Columns], Features]
+    link: bool = False  # bytes move over the intra-node link, not HBM
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.variant_cols + self.shape_cols + self.x_cols
+
+
+def _f(cols: Columns, name: str) -> np.ndarray:
+    return np.asarray(cols[name], dtype=float)
+
+
+def _l2(x: np.ndarray) -> np.ndarray:
+    return np.log2(np.maximum(x, 1e-9))
+
+
+def _moe(cols: Columns) -> Features:
+    n, h = _f(cols, "num_tokens"), _f(cols, "hidden_size")
+    inter = _f(cols, "inter_size") / _f(cols, "moe_tp_size")
+    e, k, ep = _f(cols, "num_experts"), _f(cols, "topk"), _f(cols, "moe_ep_size")
+    dist = np.asarray(cols["distribution"]).astype(str)
+    pairs, hit = np.empty(len(n)), np.empty(len(n))
+    for i in range(len(n)):
+        pairs[i], hit[i] = busiest_rank(n[i], int(e[i]), int(k[i]), int(ep[i]), dist[i])
+    dtype = np.asarray(cols["moe_dtype"]).astype(str)
+    wbytes = np.array([WEIGHT_BYTES.get(d, BF16) for d in dtype])
+    code = np.array(
+        [
+            0.0
+            if d in ("balanced", "uniform", "random")
+            else 3.0 - 4.0 * (float(d.rsplit("_", 1)[-1]) - 1.0)
+            for d in dist
+        ]
+    )
+    coords = np.stack([_l2(n), _l2(h), _l2(inter), _l2(e / ep), _l2(k), _l2(ep), code], 1)
+    return Features(
+        flops=6.0 * pairs * h * inter,
+        nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * n * h,
+        work=n * k,
+        fp8=np.isin(dtype, list(FP8_COMPUTE)),
+        tokens=n,
+        coords=coords,
+    )
+
+
+def _kv_bytes(cols: Columns) -> np.ndarray:
+    kv = np.asarray(cols["kv_cache_dtype"]).astype(str)
+    return np.where(np.char.startswith(kv, "fp8") | (kv == "int8"), 1.0, BF16)
+
+
+def _mean_keys(s: np.ndarray, w: np.ndarray) -> np.ndarray:
+    win = np.where(w > 0, np.minimum(w, s), s)
+    return (win * (win + 1) / 2 + (s - win) * win) / np.maximum(s, 1)
+
+
+def _attn_common(cols: Columns) -> tuple[np.ndarray, ...]:
+    return (
+        _f(cols, "batch_size"),
+        _f(cols, "num_heads"),
+        _f(cols, "num_key_value_heads"),
+        _f(cols, "head_dim"),
+        _f(cols, "window_size"),
+        _kv_bytes(cols),
+    )
+
+
+def _attn_fp8(cols: Columns) -> np.ndarray:
+    return np.char.startswith(np.asarray(cols["attn_dtype"]).astype(str), "fp8")
+
+
+def _context_attention(cols: Columns) -> Features:
+    b, h, kv, d, w, c = _attn_common(cols)
+    s = _f(cols, "isl")
+    keys = _mean_keys(s, w)
+    coords = np.stack([_l2(b), _l2(s), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4], 1)
+    return Features(
+        flops=4 * b * s * h * d * keys,
+        nbytes=b * s * d * (2 * BF16 * h + 2 * kv * c),
+        work=b,
+        fp8=_attn_fp8(cols),
+        tokens=b * s,
+        coords=coords,
+    )
+
+
+def _generation_attention(cols: Columns) -> Features:
+    b, h, kv, d, w, c = _attn_common(cols)
+    ctx = _f(cols, "isl") + _f(cols, "step")
+    keys = np.where(w > 0, np.minimum(ctx, w), ctx)
+    coords = np.stack([_l2(b), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4], 1)
+    return Features(
+        flops=4 * b * h * d * keys,
+        nbytes=b * keys * 2 * kv * d * c + 2 * BF16 * b * h * d,
+        work=b,
+        fp8=_attn_fp8(cols),
+        tokens=b,
+        coords=coords,
+    )
+
+
+def _mla_fp8(cols: Columns) -> np.ndarray:
+    return np.char.startswith(np.asarray(cols["mla_dtype"]).astype(str), "fp8")
+
+
+def _context_mla(cols: Columns) -> Features:
+    b, s, h = _f(cols, "batch_size"), _f(cols, "isl"), _f(cols, "num_heads")
+    keys = _mean_keys(s, np.zeros_like(s))
+    coords = np.stack([_l2(b), _l2(s), _l2(h)], 1)
+    return Features(
+        flops=2 * b * s * h * keys * (MLA_QK + MLA_V),
+        nbytes=BF16 * b * s * h * (2 * MLA_QK + 2 * MLA_V),
+        work=b,
+        fp8=_mla_fp8(cols),
+        tokens=b * s,
+        coords=coords,
+    )
+
+
+def _generation_mla(cols: Columns) -> Features:
+    b, h = _f(cols, "batch_size"), _f(cols, "num_heads")
+    ctx = _f(cols, "isl") + _f(cols, "step")
+    coords = np.stack([_l2(b), _l2(ctx), _l2(h)], 1)
+    return Features(
+        flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
+        nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) + BF16 * b * h * (2 * MLA_LATENT - 64),
+        work=b,
+        fp8=_mla_fp8(cols),
+        tokens=b,
+        coords=coords,
+    )
+
+
+def _allreduce(cols: Columns) -> Features:
+    m, n = _f(cols, "message_size"), _f(cols, "num_gpus")
+    z = np.zeros_like(m)
+    return Features(
+        flops=z,
+        nbytes=2 * (n - 1) / n * BF16 * m,
+        work=z,
+        fp8=np.zeros(len(m), bool),
+        tokens=m,
+        coords=np.stack([_l2(m), _l2(n)], 1),
+    )
+
+
+def dest_ranks(num_experts: np.ndarray, topk: np.ndarray, ranks: int = DEEPEP_RANKS) -> np.ndarray:
+    """Expected distinct ranks among a token's ``topk`` experts (uniform, without repeats)."""
+    e, k = np.asarray(num_experts, float), np.asarray(topk, float)
+    miss = np.ones_like(e)
+    for i in range(int(k.max(initial=0))):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            term = np.nan_to_num(np.clip((e - e / ranks - i) / (e - i), 0.0, 1.0))
+        miss = np.where(i < k, miss * term, miss)
+    return ranks * (1.0 - miss)
+
+
+def _deepep(per_rank: bool, elem_bytes: float) -> Callable[[Columns], Features]:
+    def feats(cols: Columns) -> Features:
+        t, h = _f(cols, "num_token"), _f(cols, "hidden_size")
+        k, e = _f(cols, "num_topk"), _f(cols, "num_experts")
+        copies = dest_ranks(e, k) * (DEEPEP_RANKS - 1) / DEEPEP_RANKS if per_rank else k
+        z = np.zeros_like(t)
+        coords = np.stack([_l2(t), _l2(h), _l2(k), _l2(e)], 1)
+        return Features(
+            flops=z,
+            nbytes=t * copies * h * elem_bytes,
+            work=t,
+            fp8=np.zeros(len(t), bool),
+            tokens=t,
+            coords=coords,
+        )
+
+    return feats
+
+
+_ATTN_VARIANT = ("kernel_source", "attn_dtype", "kv_cache_dtype")
+_ATTN_SHAPE = ("num_heads", "num_key_value_heads", "head_dim", "window_size")
+_ATTN_DEFAULTS = {
+    "attn_dtype": "bfloat16",
+    "kv_cache_dtype": "bfloat16",
+    "window_size": 0,
+    "step": 0,
+}
+_MLA_VARIANT = ("kernel_source", "mla_dtype", "kv_cache_dtype")
+_MLA_DEFAULTS = {"mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "step": 0}
+_DEEPEP_SHAPE = ("hidden_size", "num_topk", "num_experts")
+
+FAMILIES: dict[str, Family] = {
+    f.op: f
+    for f in (
+        Family(
+            op="moe",
+            variant_cols=("kernel_source", "moe_dtype"),
+            shape_cols=(
+                "hidden_size",
+                "inter_size",
+                "topk",
+                "num_experts",
+                "moe_tp_size",
+                "moe_ep_size",
+                "distribution",
+            ),
+            x_cols=("num_tokens",),
+            defaults={
+                "moe_dtype": "bfloat16",
+                "moe_tp_size": 1,
+                "moe_ep_size": 1,
+                "distribution": "balanced",
+            },
+            features=_moe,
+        ),
+        Family(
+            op="context_attention",
+            variant_cols=_ATTN_VARIANT,
+            shape_cols=_ATTN_SHAPE,
+            x_cols=("batch_size", "isl"),
+            defaults=_ATTN_DEFAULTS,
+            features=_context_attention,
+        ),
+        Family(
+            op="generation_attention",
+            variant_cols=_ATTN_VARIANT,
+            shape_cols=_ATTN_SHAPE,
+            x_cols=("batch_size", "isl", "step"),
+            defaults=_ATTN_DEFAULTS,
+            features=_generation_attention,
+        ),
+        Family(
+            op="context_mla",
+            variant_cols=_MLA_VARIANT,
+            shape_cols=("num_heads",),
+            x_cols=("batch_size", "isl"),
+            defaults=_MLA_DEFAULTS,
+            features=_context_mla,
+        ),
+        Family(
+            op="generation_mla",
+            variant_cols=_MLA_VARIANT,
+            shape_cols=("num_heads",),
+            x_cols=("batch_size", "isl", "step"),
+            defaults=_MLA_DEFAULTS,
+            features=_generation_mla,
+        ),
+        Family(
+            op="allreduce",
+            variant_cols=("kernel_source",),
+            shape_cols=("num_gpus",),
+            x_cols=("message_size",),
+            defaults={},
+            features=_allreduce,
+            link=True,
+        ),
+        Family(
+            op="deepep_normal_dispatch",
+            variant_cols=("sms",),
+            shape_cols=_DEEPEP_SHAPE,
+            x_cols=("num_token",),
+            defaults={},
+            features=_deepep(True, 1.0),
+            link=True,
+        ),
+        Family(
+            op="deepep_normal_combine",
+            variant_cols=("sms",),
+            shape_cols=_DEEPEP_SHAPE,
+            x_cols=("num_token",),
+            defaults={},
+            features=_deepep(True, BF16),
+            link=True,
+        ),
+        Family(
+            op="deepep_ll_dispatch",
+            variant_cols=(),
+            shape_cols=_DEEPEP_SHAPE,
+            x_cols=("num_token",),
+            defaults={},
+            features=_deepep(False, 1.0),
+            link=True,
+        ),
+        Family(
+            op="deepep_ll_combine",
+            variant_cols=(),
+            shape_cols=_DEEPEP_SHAPE,
+            x_cols=("num_token",),
+            defaults={},
+            features=_deepep(False, BF16),
+            link=True,
+        ),
+    )
+}
+
+OPS = tuple(FAMILIES)

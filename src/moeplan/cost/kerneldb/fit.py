@@ -1,0 +1,120 @@
+"""The analytic per-family model and the residual field that corrects it between measurements.
+
+Model (seconds, one GPU): ``t = floor + ||(per_work work, flops / (e_f F), bytes / (e_b B))||_p``
+— the three costs overlap as a p-norm (``p = 1``: they add up; ``p -> inf``: only the largest
+counts; kernels that pipeline loads with math sit in between, so ``p`` is fitted) — with ``F`` the datasheet tensor peak (fp8 rows: the fp8 peak) and ``B`` the HBM bandwidth
+(the intra-node link bandwidth for communication families). ``e_f`` and ``e_b`` are the
+kernel family's compute and memory efficiencies — what transfers to another GPU; the floor
+(launch and synchronisation) and the per-work cost (routing, permutation, per-sequence setup)
+transfer as times. Fitted by least squares on log time (relative error), all four positive.
+
+Residual field: the log ratio measured / model of every measured row, kept in the family's
+smooth coordinates (log2 of shape and token axes). A query's correction is the inverse-
+distance-weighted mean of its :data:`NEIGHBOURS` nearest rows — along its own shape's token
+axis when the shape was measured, across neighbouring shapes otherwise. Outside the measured
+coordinate box the field is not used (no silent extrapolation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.cost.kerneldb.device import Device
+from moeplan.cost.kerneldb.families import Features
+
+NEIGHBOURS = 8
+SOFTEN = 0.3  # log2 units added to neighbour distances (weights 1 / (d + SOFTEN)^2)
+NEAR = 2.5  # a query farther than this (log2 units) from every row is outside the table
+# floor s, per-work s, compute eff., memory eff., overlap p - 1; efficiencies stay <= 1
+GUESS = (2e-5, 1e-9, 0.4, 0.7, 3.0)
+LOWER = (1e-8, 1e-14, 1e-3, 1e-3, 1e-2)
+UPPER = (1e-2, 1e-4, 1.0, 1.0, 50.0)
+FIT_ROWS = 6000  # rows used by the least-squares fit (an even stride through the table)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Analytic:
+    """Fitted floor, per-work cost and efficiencies of one kernel family on one GPU."""
+
+    floor: float
+    per_work: float
+    flops_eff: float
+    bw_eff: float
+    overlap: float = 4.0
+
+    def predict(self, f: Features, device: Device, link: bool) -> np.ndarray:
+        peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+        bw = device.link_bw if link else device.mem_bw
+        compute = f.flops / (self.flops_eff * peak)
+        memory = f.nbytes / (self.bw_eff * bw)
+        work = self.per_work * f.work
+        top = np.maximum(np.maximum(compute, memory), work)
+        p = self.overlap
+        safe = np.where(top > 0, top, 1.0)
+        norm = safe * ((work / safe) ** p + (compute / safe) ** p + (memory / safe) ** p) ** (1 / p)
+        return self.floor + np.where(top > 0, norm, 0.0)
+
+    @classmethod
+    def fit(cls, f: Features, y: np.ndarray, device: Device, link: bool) -> Analytic:
+        from scipy.optimize import least_squares
+
+        step = max(1, len(y) // FIT_ROWS)
+        f = Features(**{k: getattr(f, k)[::step] for k in Features.__slots__})
+        logy = np.log(y[::step])
+
+        def resid(th: np.ndarray) -> np.ndarray:
+            a, b, ef, eb, p = np.exp(th)
+            return (
+                np.log(
+                    cls(floor=a, per_work=b, flops_eff=ef, bw_eff=eb, overlap=1 + p).predict(
+                        f, device, link
+                    )
+                )
+                - logy
+            )
+
+        r = least_squares(
+            resid, x0=np.log(np.asarray(GUESS)), method="trf", bounds=(np.log(LOWER), np.log(UPPER))
+        )
+        a, b, ef, eb, p = np.exp(r.x)
+        return cls(
+            floor=float(a),
+            per_work=float(b),
+            flops_eff=float(ef),
+            bw_eff=float(eb),
+            overlap=float(1 + p),
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "floor_s": self.floor,
+            "per_work_s": self.per_work,
+            "flops_eff": self.flops_eff,
+            "bw_eff": self.bw_eff,
+            "overlap": self.overlap,
+        }
+
+
+class ResidualField:
+    """Log residuals of measured rows, queried by nearest neighbours in smooth coordinates."""
+
+    def __init__(self, coords: np.ndarray, residual: np.ndarray) -> None:
+        from scipy.spatial import cKDTree
+
+        self.coords = coords
+        self.residual = residual
+        self.lo = coords.min(axis=0) - 1e-9
+        self.hi = coords.max(axis=0) + 1e-9
+        self._tree = cKDTree(coords)
+
+    def query(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(log correction, distance to the nearest row, inside the measured box)."""
+        k = min(NEIGHBOURS, len(self.residual))
+        d, j = self._tree.query(coords, k=k)
+        d, j = d.reshape(len(coords), k), j.reshape(len(coords), k)
+        w = 1.0 / (d + SOFTEN) ** 2
+        corr = (self.residual[j] * w).sum(axis=1) / w.sum(axis=1)
+        inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (d[:, 0] <= NEAR)
+        return corr, d[:, 0], inside

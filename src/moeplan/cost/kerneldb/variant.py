@@ -1,0 +1,111 @@
+"""One measured kernel variant (GPU x engine x op x kernel/dtype): model, residuals, lookups.
+
+Built from the table rows of that variant (duplicates averaged by their median):
+
+- the :class:`~.fit.Analytic` model fitted to all rows;
+- exact lookup: a row measured with the very same columns is returned as ``measured``;
+- lines: along the last token axis of one shape (all other columns equal), the log residual
+  is interpolated linearly in log2 of that axis — never beyond the line's ends;
+- the :class:`~.fit.ResidualField` across shapes for everything else inside the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from moeplan.cost.kerneldb.device import Device
+from moeplan.cost.kerneldb.families import Family
+from moeplan.cost.kerneldb.fit import Analytic, ResidualField
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KernelTable:
+    """Rows of one measured table: ``columns`` (arrays) and ``latency`` in seconds."""
+
+    gpu: str
+    engine: str
+    op: str
+    version: str
+    columns: Mapping[str, np.ndarray]
+    latency: np.ndarray
+    origin: str = ""
+
+
+def row_keys(cols: Mapping[str, np.ndarray], names: tuple[str, ...], n: int) -> list[tuple]:
+    """Hashable per-row keys over ``names`` (numbers as floats, the rest as strings)."""
+    parts = []
+    for c in names:
+        a = np.asarray(cols[c])
+        parts.append(a.astype(float).tolist() if a.dtype.kind in "iuf" else a.astype(str).tolist())
+    return list(zip(*parts, strict=True)) if parts else [()] * n
+
+
+def dedupe(
+    cols: Mapping[str, np.ndarray], y: np.ndarray, names: tuple[str, ...]
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One row per distinct key over ``names``; latency = median of the duplicates."""
+    keys = row_keys(cols, names, len(y))
+    index: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        index.setdefault(k, []).append(i)
+    first = np.array([v[0] for v in index.values()], dtype=int)
+    med = np.array([y[v[0]] if len(v) == 1 else float(np.median(y[v])) for v in index.values()])
+    return {c: np.asarray(cols[c])[first] for c in names}, med
+
+
+class VariantModel:
+    """Model + residual lookups of one kernel variant on its own (table) GPU."""
+
+    def __init__(
+        self,
+        family: Family,
+        cols: Mapping[str, np.ndarray],
+        y: np.ndarray,
+        device: Device,
+        label: str,
+    ) -> None:
+        self.family, self.device, self.label = family, device, label
+        self.cols, self.y = dedupe(cols, y, family.columns)
+        self.features = family.features(self.cols)
+        self.model = Analytic.fit(self.features, self.y, device, family.link)
+        self.residual = np.log(self.y) - np.log(
+            self.model.predict(self.features, device, family.link)
+        )
+        self.field = ResidualField(self.features.coords, self.residual)
+        names = family.shape_cols + family.x_cols
+        keys = row_keys(self.cols, names, len(self.y))
+        self.exact = dict(zip(keys, self.y.tolist(), strict=True))
+        self._lines = self._build_lines(keys)
+
+    @property
+    def rows(self) -> int:
+        return len(self.y)
+
+    def _build_lines(self, keys: list[tuple]) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+        acc: dict[tuple, list[tuple[float, float]]] = {}
+        for k, r in zip(keys, self.residual.tolist(), strict=True):
+            acc.setdefault(k[:-1], []).append((float(np.log2(max(k[-1], 1e-9))), r))
+        out = {}
+        for k, pts in acc.items():
+            pts.sort()
+            out[k] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+        return out
+
+    def lookup(self, cols: Mapping[str, np.ndarray], n: int):
+        """Exact latencies (nan when not measured) and line-interpolated log residuals
+        (nan when the row's shape line does not bracket it)."""
+        names = self.family.shape_cols + self.family.x_cols
+        keys = row_keys(cols, names, n)
+        exact = np.array([self.exact.get(k, np.nan) for k in keys])
+        line = np.full(n, np.nan)
+        for i, k in enumerate(keys):
+            pts = self._lines.get(k[:-1])
+            if pts is None or len(pts[0]) < 2:
+                continue
+            x = float(np.log2(max(k[-1], 1e-9)))
+            if pts[0][0] <= x <= pts[0][-1]:
+                line[i] = float(np.interp(x, pts[0], pts[1]))
+        return exact, line

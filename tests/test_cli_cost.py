@@ -1,0 +1,120 @@
+"""``moeplan cost``: one shape from flags, a table in and out, one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from moeplan.cli import main
+from moeplan.kernel_tables import kernel_db
+
+MOE = ["--hidden-size", "4096", "--inter-size", "14336", "--topk", "2", "--num-experts", "8"]
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as ex:
+        code = int(ex.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_one_shape_json_matches_the_table(capsys) -> None:
+    t = kernel_db().tables[("a100_sxm", "vllm", "moe")]
+    i = 0
+    args = [
+        "--num-tokens",
+        str(t.columns["num_tokens"][i]),
+        "--hidden-size",
+        str(t.columns["hidden_size"][i]),
+        "--inter-size",
+        str(t.columns["inter_size"][i]),
+        "--topk",
+        str(t.columns["topk"][i]),
+        "--num-experts",
+        str(t.columns["num_experts"][i]),
+        "--distribution",
+        str(t.columns["distribution"][i]),
+    ]
+    code, out, err = run(
+        capsys, "cost", "moe", "--engine", "vllm", "--cluster", "a100-sxm-8", *args, "--json"
+    )
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    assert row["source"] == "measured"
+    assert row["predicted_ms"] == pytest.approx(t.latency[i] * 1e3, rel=1e-6)
+
+
+def test_human_output_names_source_and_error(capsys) -> None:
+    code, out, _ = run(capsys, "cost", "moe", "--num-tokens", "100", *MOE, "--gpu", "h200-sxm")
+    assert code == 0
+    assert "transferred" in out and "per GPU" in out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_table_in_parquet_out(capsys, tmp_path, fmt) -> None:
+    shapes = pa.table(
+        {
+            "batch_size": [1, 4, 16],
+            "isl": [1024, 3000, 8192],
+            "num_heads": [32, 32, 64],
+            "num_key_value_heads": [8, 8, 8],
+            "head_dim": [128, 128, 128],
+            "note": ["a", "b", "c"],
+        }
+    )
+    src = tmp_path / f"shapes.{fmt}"
+    (pq.write_table if fmt == "parquet" else pcsv.write_csv)(shapes, src)
+    dst = tmp_path / "out.parquet"
+    code, out, err = run(
+        capsys, "cost", "context_attention", "--table", str(src), "--out", str(dst), "--json"
+    )
+    assert code == 0, err
+    rows = json.loads(out)["rows"]
+    got = pq.read_table(dst)
+    assert got.column("note").to_pylist() == ["a", "b", "c"]
+    assert np.allclose(got.column("predicted_ms").to_numpy(), [r["predicted_ms"] for r in rows])
+    assert set(got.column("source").to_pylist()) <= {"measured", "interpolated", "transferred"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([src.name, dst.name])
+    # causal prefill grows superlinearly with the prompt at fixed batch
+    assert rows[2]["predicted_ms"] > rows[1]["predicted_ms"] > rows[0]["predicted_ms"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["cost", "moe", "--num-tokens", "4", *MOE, "--isl", "3"], "--isl does not apply to moe"),
+        (["cost", "nope"], "op ('nope')"),
+        (["cost", "moe", "--num-tokens", "0", *MOE], "moe.num_tokens (0) must be"),
+        (["cost", "moe", "--num-tokens", "4"], "needs column"),
+        (["cost", "moe", "--num-tokens", "4", *MOE, "--engine", "tgi"], "engine ('tgi')"),
+        (["cost", "moe", "--num-tokens", "4", *MOE, "--gpu", "tpu"], "gpu ('tpu')"),
+        (["cost", "moe", "--num-tokens", "4", *MOE, "--distribution", "zipf"], "distribution"),
+        (["cost", "moe", "--table", "/nonexistent/x.parquet"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, args, needle) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert needle in err and err.count("\n") == 1
+
+
+def test_bad_table_and_out_are_one_line(capsys, tmp_path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    code, _, err = run(capsys, "cost", "moe", "--table", str(bad))
+    assert code == 2 and "could not be read" in err and err.count("\n") == 1
+    good = tmp_path / "s.csv"
+    good.write_text("num_tokens,hidden_size,inter_size,topk,num_experts\n4,4096,14336,2,8\n")
+    code, _, err = run(
+        capsys, "cost", "moe", "--table", str(good), "--out", str(tmp_path / "o.csv")
+    )
+    assert code == 2 and "must end in .parquet" in err
+    assert not (tmp_path / "o.csv").exists()

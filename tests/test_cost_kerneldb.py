@@ -1,0 +1,270 @@
+"""Kernel database: exact rows, interpolation, transfer, sources, expert load (oracles)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moeplan.cost.kerneldb import Device, KernelDB, device_for
+from moeplan.cost.kerneldb.families import FAMILIES, Features, dest_ranks
+from moeplan.cost.kerneldb.fit import Analytic
+from moeplan.cost.kerneldb.load import busiest_rank, eplb_busiest
+from moeplan.errors import MoeplanError
+from moeplan.kernel_tables import kernel_db, read_tables, table_devices
+from moeplan.specs import load_cluster
+
+H100 = device_for(load_cluster("h100-sxm-8"))
+A100 = device_for(load_cluster("a100-sxm-8"))
+
+
+@pytest.fixture(scope="module")
+def db() -> KernelDB:
+    return kernel_db()
+
+
+def _table(db: KernelDB, gpu: str, engine: str, op: str):
+    return db.tables[(gpu, engine, op)]
+
+
+def test_database_is_cached() -> None:
+    assert kernel_db() is kernel_db()
+
+
+@pytest.mark.parametrize(
+    ("gpu", "engine", "op"),
+    [
+        ("a100_sxm", "vllm", "moe"),
+        ("h100_sxm", "sglang", "context_mla"),
+        ("h100_sxm", "trtllm", "allreduce"),
+        ("h100_sxm", "sglang", "deepep_ll_dispatch"),
+    ],
+)
+def test_exact_rows_are_measured_and_equal_to_the_table(db: KernelDB, gpu, engine, op) -> None:
+    t = _table(db, gpu, engine, op)
+    fam = FAMILIES[op]
+    dev = A100 if gpu == "a100_sxm" else H100
+    rng = np.random.default_rng(0)
+    idx = rng.choice(len(t.latency), size=25, replace=False)
+    cols = {c: np.asarray(t.columns[c])[idx] for c in fam.columns}
+    preds = db.predict_many(op, dev, engine, cols)
+    for i, p in zip(idx, preds, strict=True):
+        same = np.ones(len(t.latency), bool)
+        for c in fam.columns:
+            same &= np.asarray(t.columns[c]) == np.asarray(t.columns[c])[i]
+        assert p.source == "measured"
+        assert p.seconds == pytest.approx(float(np.median(t.latency[same])), rel=1e-9)
+
+
+def test_token_axis_interpolation_of_dropped_rows() -> None:
+    """Drop every other token count of A100 vLLM MoE; the dropped rows come back from the
+    shape lines within the held-out bar."""
+    t = next(x for x in read_tables() if (x.gpu, x.engine, x.op) == ("a100_sxm", "vllm", "moe"))
+    n = np.asarray(t.columns["num_tokens"])
+    levels = np.unique(n)
+    drop = np.isin(n, levels[1:-1:2])
+    kept = type(t)(
+        gpu=t.gpu,
+        engine=t.engine,
+        op=t.op,
+        version=t.version,
+        columns={c: v[~drop] for c, v in t.columns.items()},
+        latency=t.latency[~drop],
+    )
+    small = KernelDB([kept], table_devices())
+    cols = {c: np.asarray(v)[drop] for c, v in t.columns.items() if c in FAMILIES["moe"].columns}
+    preds = small.predict_many("moe", A100, "vllm", cols)
+    assert {p.source for p in preds} == {"interpolated"}
+    err = np.abs(np.array([p.seconds for p in preds]) / t.latency[drop] - 1)
+    assert np.median(err) <= 0.05 and np.percentile(err, 90) <= 0.25
+
+
+def test_outside_the_table_is_transferred_not_interpolated(db: KernelDB) -> None:
+    p = db.predict(
+        "moe",
+        A100,
+        "vllm",
+        num_tokens=10**7,
+        hidden_size=4096,
+        inter_size=14336,
+        topk=2,
+        num_experts=8,
+        distribution="power_law_1.2",
+    )
+    assert p.source == "transferred"
+    inside = db.predict(
+        "moe",
+        A100,
+        "vllm",
+        num_tokens=100,
+        hidden_size=4096,
+        inter_size=14336,
+        topk=2,
+        num_experts=8,
+        distribution="power_law_1.2",
+    )
+    assert inside.source == "interpolated"
+
+
+def test_gpu_without_tables_is_transferred_and_scales_with_the_datasheet(db: KernelDB) -> None:
+    h200 = device_for(load_cluster("h200-sxm-8"))
+    shape = dict(num_tokens=8192, hidden_size=4096, inter_size=14336, topk=2, num_experts=8)
+    p200 = db.predict("moe", h200, "vllm", **shape)
+    assert p200.source == "transferred" and "h200" in p200.detail
+    # same FLOP/s as H100, more bandwidth: a large (compute-bound) layer within the H100's
+    # own model, a small (weight-bound) one faster
+    small = dict(shape, num_tokens=1)
+    h100_model = Device(
+        name="h100-like",
+        flops_bf16=H100.flops_bf16,
+        flops_fp8=H100.flops_fp8,
+        mem_bw=H100.mem_bw,
+        link_bw=H100.link_bw,
+    )
+    assert (
+        db.predict("moe", h200, "vllm", **small).seconds
+        < db.predict("moe", h100_model, "vllm", **small).seconds
+    )
+
+
+def test_no_table_for_the_op_is_roofline() -> None:
+    only_moe = KernelDB([t for t in read_tables() if t.op == "moe"], table_devices())
+    p = only_moe.predict(
+        "context_attention",
+        H100,
+        "sglang",
+        batch_size=1,
+        isl=1024,
+        num_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+    )
+    assert p.source == "roofline"
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "msg"),
+    [
+        ("moe", {"num_tokens": 4}, "needs column"),
+        ("nope", {}, "must be one of"),
+        ("moe", dict(num_tokens=-1, hidden_size=1, inter_size=1, topk=1, num_experts=1), "> 0"),
+        (
+            "moe",
+            dict(num_tokens=4, hidden_size=64, inter_size=64, topk=2, num_experts=6, moe_ep_size=4),
+            "divide",
+        ),
+        (
+            "moe",
+            dict(
+                num_tokens=4,
+                hidden_size=64,
+                inter_size=64,
+                topk=2,
+                num_experts=8,
+                distribution="zipf",
+            ),
+            "distribution",
+        ),
+    ],
+)
+def test_bad_shapes_are_one_line_errors(db: KernelDB, op, shape, msg) -> None:
+    with pytest.raises(MoeplanError, match=msg) as err:
+        db.predict(op, H100, "sglang", **shape)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_engine(db: KernelDB) -> None:
+    with pytest.raises(MoeplanError, match="engine"):
+        db.predict("allreduce", H100, "tgi", message_size=1024, num_gpus=8)
+
+
+# ---- analytic model and work formulas ----------------------------------------------------
+def test_fit_recovers_the_parameters_of_synthetic_data() -> None:
+    rng = np.random.default_rng(1)
+    n = 400
+    f = Features(
+        flops=10 ** rng.uniform(6, 13, n),
+        nbytes=10 ** rng.uniform(4, 10, n),
+        work=10 ** rng.uniform(0, 4, n),
+        fp8=rng.random(n) < 0.3,
+        tokens=np.ones(n),
+        coords=np.zeros((n, 1)),
+    )
+    truth = Analytic(floor=2e-5, per_work=3e-8, flops_eff=0.55, bw_eff=0.8, overlap=2.0)
+    y = truth.predict(f, H100, False)
+    got = Analytic.fit(f, y, H100, False)
+    assert np.max(np.abs(got.predict(f, H100, False) / y - 1)) < 1e-3
+    for k in ("floor", "flops_eff", "bw_eff"):
+        assert getattr(got, k) == pytest.approx(getattr(truth, k), rel=0.02)
+
+
+@pytest.mark.parametrize(("e", "k"), [(16, 4), (8, 2), (32, 8), (8, 8)])
+def test_distinct_destination_ranks_equal_brute_force(e: int, k: int) -> None:
+    per = e // 8
+    ranks = [len({x // per for x in c}) for c in itertools.combinations(range(e), k)]
+    assert dest_ranks(np.array([e]), np.array([k]))[0] == pytest.approx(np.mean(ranks))
+
+
+def test_balanced_and_random_loads_have_closed_forms() -> None:
+    assert busiest_rank(64, 256, 8, 8, "balanced") == (64.0, 32.0)
+    assert busiest_rank(2, 256, 8, 8, "balanced") == (2.0, 2.0)
+    pairs, hit = busiest_rank(3, 16, 2, 2, "random")
+    assert pairs == 3.0 and hit == pytest.approx(8 * (1 - (1 - 2 / 16) ** 3))
+
+
+def test_random_hit_count_matches_monte_carlo() -> None:
+    rng = np.random.default_rng(2)
+    e, k, ep, n = 64, 4, 4, 20
+    hits = []
+    for _ in range(4000):
+        chosen = np.concatenate([rng.choice(e, k, replace=False) for _ in range(n)])
+        hits.append(len(set(chosen[chosen < e // ep].tolist())))
+    assert busiest_rank(n, e, k, ep, "random")[1] == pytest.approx(np.mean(hits), rel=0.02)
+
+
+@settings(derandomize=True, deadline=None, max_examples=60)
+@given(
+    st.integers(1, 4096),
+    st.sampled_from([(64, 8), (128, 8), (256, 16)]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1.01, 1.2, 1.5]),
+)
+def test_power_law_busiest_rank_is_bounded(n, ek, k, alpha) -> None:
+    e, ep = ek
+    pairs, hit = busiest_rank(n, e, k, ep, f"power_law_{alpha}")
+    assert n * k / ep * 0.999 - 1 <= pairs <= n * k + 0.5
+    assert 0 <= hit <= e / ep
+
+
+def _opt_makespan(loads: list[float], ranks: int, cap: int) -> float:
+    best = math.inf
+    for assign in itertools.product(range(ranks), repeat=len(loads)):
+        if max(assign.count(r) for r in range(ranks)) > cap:
+            continue
+        best = min(
+            best,
+            max(sum(x for x, a in zip(loads, assign, strict=True) if a == r) for r in range(ranks)),
+        )
+    return best
+
+
+@settings(derandomize=True, deadline=None, max_examples=40)
+@given(
+    st.lists(st.integers(0, 50), min_size=4, max_size=8).filter(lambda v: len(v) % 2 == 0),
+    st.sampled_from([0, 2]),
+)
+def test_eplb_packing_is_within_the_lpt_bound_of_the_optimum(counts, redundant) -> None:
+    ep = 2
+    load, _ = eplb_busiest(np.array(counts), ep, redundant)
+    reps = np.ones(len(counts), int)
+    c = np.array(counts, float)
+    for _ in range(redundant):
+        reps[int(np.argmax(c / reps))] += 1
+    replicas = np.repeat(c / reps, reps).tolist()
+    opt = _opt_makespan(replicas, ep, (len(counts) + redundant) // ep)
+    assert opt - 1e-9 <= load <= 4 / 3 * opt + 1e-9
+    assert load >= sum(counts) / ep - 1e-9
