@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
@@ -20,6 +20,9 @@ from moeplan.runtime.config import MoEConfig, from_model_spec
 from moeplan.runtime.mesh import as_plan, mesh_from_plan
 from moeplan.runtime.options import RunOptions, resolve
 from moeplan.specs import load_model
+
+if TYPE_CHECKING:
+    from moeplan.runtime.engines.base import Engine
 
 __all__ = ["RunOptions", "model_config", "predicted_path", "prepare", "run_rank", "spawned_rank"]
 
@@ -36,7 +39,7 @@ def model_config(plan: Plan, opts: RunOptions) -> MoEConfig:
     return from_model_spec(load_model(name), opts.scale)
 
 
-def prepare(plan: PlanLike, world_size: int, opts: RunOptions) -> tuple[Any, int]:
+def prepare(plan: PlanLike, world_size: int, opts: RunOptions) -> tuple[Engine, int]:
     """Validate ``plan`` against the launch; returns (engine, global batch in sequences)."""
     from moeplan.runtime.engines import engine_for
 
@@ -55,7 +58,7 @@ def predicted_path(trace: str) -> str:
 
 
 def _write_traces(
-    engine: Any, plan: Plan, opts: RunOptions, gathered: list[Any], link_s: float | None
+    engine: Engine, plan: Plan, opts: RunOptions, gathered: list[Any], link_s: float | None
 ) -> dict[str, Any]:
     """Rank 0: merged measured trace, and the engine's simulator prediction beside it."""
     from moeplan.runtime.timeline import write_trace
