@@ -88,6 +88,8 @@ def test_without_rate_it_runs_at_the_largest_rate_meeting_the_slos(capsys):
         (["--isl-dist", "uniform:9:5"], "exclusive"),
         (["--osl", "0"], "--osl"),
         (["--prefix-hit", "1.5"], "prefix_hit"),
+        (["--cv", "2"], "--arrival gamma"),
+        (["--micro-batches", "2"], "--pp > 1"),
         (["--attn-tp", "3", "--moe-tp", "3"], "num_attention_heads"),
         (["--engine", "trt"], "--engine"),
         (["--ttft-slo", "0"], "--ttft-slo"),
@@ -136,3 +138,11 @@ def test_pipeline_plan_layout_takes_each_blocks_most_common_choice():
     )
     lay = layout_from_plan(plan)
     assert (lay.attn_tp, lay.attn_dp, lay.moe_tp, lay.moe_ep, lay.pp) == (2, 1, 1, 2, 2)
+
+
+def test_closed_loop_concurrency_runs_and_says_so(capsys):
+    code, out, err = _run(capsys, *BASE, "--attn-tp", "2", "--moe-ep", "2", "--concurrency", "8")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["workload"]["concurrency"] == 8 and doc["workload"]["rate_rps"] is None
+    assert doc["metrics"]["requests"] == 150

@@ -76,6 +76,10 @@ def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> Le
 
 def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[ServeLayout, Plan | None]:
     given = [k for k, v in flags.items() if v is not None]
+    require(
+        flags["micro_batches"] is None or (flags["pp"] or 1) > 1,
+        "--micro-batches applies to pipelines only (--pp > 1)",
+    )
     if plan_path is None:
         return ServeLayout(**{k: v for k, v in flags.items() if v is not None}), None
     require(
@@ -173,18 +177,12 @@ def serve_sim(
     require(cluster or the_plan, "--cluster is required without --plan")
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
-    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
-    require(1 <= requests <= MAX_REQUESTS, f"--requests ({requests}) must be in 1..{MAX_REQUESTS}")
+    _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
     require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")
     require(
         slo_percentile in (50.0, 90.0, 99.0),
         f"--slo-percentile ({slo_percentile}) must be 50, 90 or 99",
     )
-    require(
-        chunk_tokens is None or chunk_tokens >= 0, f"--chunk-tokens ({chunk_tokens}) must be >= 0"
-    )
-    require(max_running is None or max_running >= 1, f"--max-running ({max_running}) must be >= 1")
     slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
     w = ServeWorkload(
         num_requests=requests,
@@ -205,7 +203,7 @@ def serve_sim(
         raise MoeplanError(r.reason)
     assert r.engine is not None
     at = rate
-    if rate is None and concurrency is None:
+    if rate is None and concurrency is None:  # run at the largest rate meeting the SLOs
         at = r.max_rate_meeting_slo_rps or None
         require(
             at is not None,
@@ -217,17 +215,42 @@ def serve_sim(
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)
     if trace_out:
-        write_atomic(
-            trace_out,
-            json.dumps(
-                serve_trace(sim, label=layout.label, metadata={"model": m.name, "cluster": c.name})
-            ),
-        )
+        meta = {"model": m.name, "cluster": c.name}
+        write_atomic(trace_out, json.dumps(serve_trace(sim, label=layout.label, metadata=meta)))
         out["trace"] = trace_out
     if json_out:
         print_json(out)
     else:
         _print_human(out, r)
+
+
+def _check_flags(
+    engine: str,
+    rate: float | None,
+    concurrency: int | None,
+    requests: int,
+    chunk_tokens: int | None,
+    max_running: int | None,
+    arrival: str,
+    cv: float,
+) -> None:
+    """One-line errors for flags that would otherwise be ignored or meaningless."""
+    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    require(rate is None or rate > 0, f"--rate ({rate}) must be positive")
+    require(1 <= requests <= MAX_REQUESTS, f"--requests ({requests}) must be in 1..{MAX_REQUESTS}")
+    require(
+        chunk_tokens is None or chunk_tokens >= 0, f"--chunk-tokens ({chunk_tokens}) must be >= 0"
+    )
+    require(max_running is None or max_running >= 1, f"--max-running ({max_running}) must be >= 1")
+    require(
+        cv == 1.0 or arrival == "gamma",
+        f"--cv ({cv}) applies to --arrival gamma only (arrival is {arrival!r})",
+    )
+    require(
+        concurrency is None or arrival == "poisson",
+        "--arrival applies to open workloads (--rate), not --concurrency",
+    )
 
 
 def _payload(

@@ -1,12 +1,6 @@
 """Searches over the serving simulator: engine knobs per layout, and the largest SLO rate.
 
-- :func:`engine_config`: SGLang / vLLM V1 defaults for a GPU (read from their sources):
-  SGLang ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384, the
-  prefill-first scheduler, ``max_running_requests = max_total_num_tokens // 2`` per DP rank
-  capped at 4096 (its request-pool size), ``new_token_ratio`` 0.7 (its initial value; SGLang
-  decays it towards 0.1 — we keep it constant). vLLM V1 OpenAI server: 8192 batched tokens and
-  1024 sequences on GPUs with >= 70 GiB (except A100), else 2048 and 256; mixed batches,
-  on-demand KV (no reserve).
+- Engine defaults and the knob candidates: :mod:`moeplan.serve.knobs`.
 - :func:`max_rate_meeting_slo`: bisection on the arrival rate of a simulated open workload,
   same seed at every rate (common random numbers), until the bracket is within ``rel_tol``.
 - :func:`evaluate_layouts`: for each layout, candidate ``(max_running, chunk_tokens)`` pairs
@@ -26,63 +20,27 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
+from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
 from moeplan.serve.workload import ServeWorkload, generate
+
+__all__ = [
+    "ENGINES",
+    "ServeResult",
+    "analytic_rate",
+    "default_chunk",
+    "engine_config",
+    "evaluate_layout",
+    "evaluate_layouts",
+    "max_rate_meeting_slo",
+    "rank_results",
+    "run_workload",
+]
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
-GIB = 1024**3
-ENGINES = ("sglang", "vllm")
-SGLANG_RUNNING_CAP = 4096
-SGLANG_NEW_TOKEN_RATIO = 0.7
-CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-CHUNKS = (2048, 4096, 8192, 16384)
 SEARCH_REQUESTS = 400
 EvaluatorFactory = Callable[[ServeLayout], Evaluator]
-
-
-def default_chunk(engine: str, cluster: ClusterSpec) -> int:
-    mem, name = cluster.gpu.mem_bytes, cluster.gpu.name.lower()
-    if engine == "vllm":
-        return 8192 if mem >= 70 * GIB and "a100" not in name else 2048
-    return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
-
-
-def engine_config(
-    engine: str,
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    layout: ServeLayout,
-    *,
-    chunk_tokens: int | None = None,
-    max_running: int | None = None,
-) -> EngineConfig:
-    """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
-    the memory model (raises :class:`MoeplanError` when the weights do not fit)."""
-    if engine not in ENGINES:
-        raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
-    chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
-    per_rank = kv_capacity_tokens(model, cluster, layout, chunk or 16384)
-    dp = layout.attn_dp
-    if engine == "vllm":
-        big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
-        cap = max_running or (1024 if big else 256)
-        return EngineConfig(
-            policy="mixed",
-            chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
-            max_running=cap,
-            kv_tokens=per_rank * dp,
-            kv_tokens_per_rank=per_rank,
-        )
-    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
-    return EngineConfig(
-        policy="prefill-first",
-        chunk_tokens=chunk,
-        max_running=cap,
-        kv_tokens=per_rank * dp,
-        kv_tokens_per_rank=per_rank,
-        admit_reserve=SGLANG_NEW_TOKEN_RATIO,
-    )
 
 
 def max_rate_meeting_slo(
@@ -214,26 +172,6 @@ def _bound(bd: dict[str, float], metrics: ServeMetrics) -> str:
     return max(parts, key=lambda k: parts[k])
 
 
-def _candidates(
-    engine: str, model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout
-) -> list[EngineConfig]:
-    base = engine_config(engine, model, cluster, layout)
-    out = [base]
-    for chunk in CHUNKS:
-        for cap in CAPS:
-            if cap >= base.max_running or (engine == "vllm" and chunk <= cap):
-                continue
-            try:
-                out.append(
-                    engine_config(
-                        engine, model, cluster, layout, chunk_tokens=chunk, max_running=cap
-                    )
-                )
-            except MoeplanError:
-                continue
-    return out
-
-
 def _run(
     cfg: EngineConfig, workload: ServeWorkload, evaluate: Evaluator, gpus: int, slo: SLO
 ) -> ServeMetrics:
@@ -250,6 +188,38 @@ def run_workload(
 
 def _has_limits(slo: SLO) -> bool:
     return slo.ttft_s is not None or slo.tpot_s is not None
+
+
+def _best_knobs(
+    cands: list[EngineConfig],
+    evaluate: Evaluator,
+    workload: ServeWorkload,
+    slo: SLO,
+    gpus: int,
+    top_k: int,
+    search_requests: int,
+) -> tuple[float, Estimate, EngineConfig]:
+    """Rank ``cands`` analytically, bisect the SLO rate of the best ``top_k``, keep the best."""
+    isl, osl = workload.isl.mean, workload.osl.mean
+    ranked = sorted(
+        ((analytic_rate(evaluate, c, isl, osl, slo), c) for c in cands),
+        key=lambda ec: -ec[0].rate_rps,
+    )
+    n = min(search_requests, workload.num_requests)
+    probe = replace(workload, num_requests=n, rate=1.0, concurrency=None)
+    best: tuple[float, Estimate, EngineConfig] | None = None
+    for est, cfg in ranked[:top_k]:
+        rate = est.rate_rps
+        if _has_limits(slo):
+            rate = max_rate_meeting_slo(
+                lambda r, cfg=cfg: _run(cfg, probe.with_rate(r), evaluate, gpus, slo),
+                slo,
+                hi=1.5 * est.rate_rps,
+            )
+        if best is None or rate > best[0]:
+            best = (rate, est, cfg)
+    assert best is not None
+    return best
 
 
 def evaluate_layout(
@@ -272,19 +242,7 @@ def evaluate_layout(
     ``chunk_tokens`` / ``max_running`` fix a knob instead (both given: no knob search)."""
     try:
         layout.validate(model, cluster)
-        if chunk_tokens is None and max_running is None:
-            cands = _candidates(engine, model, cluster, layout)
-        else:
-            cands = [
-                engine_config(
-                    engine,
-                    model,
-                    cluster,
-                    layout,
-                    chunk_tokens=chunk_tokens,
-                    max_running=max_running,
-                )
-            ]
+        cands = candidates(engine, model, cluster, layout, chunk_tokens, max_running)
         evaluate = (
             evaluator_factory(layout)
             if evaluator_factory is not None
@@ -295,38 +253,15 @@ def evaluate_layout(
     big = workload.isl.max + workload.osl.max
     cands = [c for c in cands if big <= c.kv_tokens_per_rank]
     if not cands:
-        return ServeResult(
-            layout=layout,
-            feasible=False,
-            reason=f"request isl+osl ({big}) must fit one rank's KV pool",
-        )
-    isl, osl = workload.isl.mean, workload.osl.mean
-    ranked = sorted(
-        ((analytic_rate(evaluate, c, isl, osl, slo), c) for c in cands),
-        key=lambda ec: -ec[0].rate_rps,
+        reason = f"request isl+osl ({big}) must fit one rank's KV pool"
+        return ServeResult(layout=layout, feasible=False, reason=reason)
+    rate, est, cfg = _best_knobs(
+        cands, evaluate, workload, slo, layout.gpus, top_k, search_requests
     )
-    probe = replace(
-        workload,
-        num_requests=min(search_requests, workload.num_requests),
-        rate=1.0,
-        concurrency=None,
-    )
-    best: tuple[float, Estimate, EngineConfig] | None = None
-    for est, cfg in ranked[:top_k]:
-        rate = est.rate_rps
-        if _has_limits(slo):
-            rate = max_rate_meeting_slo(
-                lambda r, cfg=cfg: _run(cfg, probe.with_rate(r), evaluate, layout.gpus, slo),
-                slo,
-                hi=1.5 * est.rate_rps,
-            )
-        if best is None or rate > best[0]:
-            best = (rate, est, cfg)
-    assert best is not None
-    rate, est, cfg = best
     metrics = _run(cfg, workload, evaluate, layout.gpus, slo)
+    ctx = workload.isl.mean + workload.osl.mean // 2
     bd = (
-        evaluate.breakdown(Batch(est.batch, isl + osl // 2, ()))
+        evaluate.breakdown(Batch(est.batch, ctx, ()))
         if isinstance(evaluate, IterationModel)
         else {}
     )

@@ -1,0 +1,111 @@
+"""Engine knobs: SGLang / vLLM V1 defaults for a GPU, and the candidates a search tries.
+
+Defaults read from the engines' sources (server_args.py / arg_utils.py):
+
+- SGLang: ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; the
+  prefill-first scheduler; ``max_running_requests = max_total_num_tokens // 2`` per DP rank,
+  capped by its request pool (4096 here); ``new_token_ratio`` 0.7 reserved for future output
+  at admission (its initial value; SGLang decays it towards 0.1 while nothing is retracted —
+  we keep it constant, a conservative departure).
+- vLLM V1 (OpenAI server): 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB
+  except A100, else 2048 and 256; mixed prefill/decode batches; KV allocated on demand.
+
+The KV pool comes from :func:`moeplan.serve.layout.kv_capacity_tokens` with the chunk as the
+activation budget (no chunking: 16384 tokens assumed).
+"""
+
+from __future__ import annotations
+
+from moeplan.errors import MoeplanError
+from moeplan.serve.config import EngineConfig
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.specs import ClusterSpec, ModelSpec
+
+GIB = 1024**3
+ENGINES = ("sglang", "vllm")
+SGLANG_RUNNING_CAP = 4096
+SGLANG_NEW_TOKEN_RATIO = 0.7
+UNCHUNKED_ACTIVATION_TOKENS = 16384
+CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+CHUNKS = (2048, 4096, 8192, 16384)
+
+
+def default_chunk(engine: str, cluster: ClusterSpec) -> int:
+    mem, name = cluster.gpu.mem_bytes, cluster.gpu.name.lower()
+    if engine == "vllm":
+        return 8192 if mem >= 70 * GIB and "a100" not in name else 2048
+    return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
+
+
+def engine_config(
+    engine: str,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    *,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
+) -> EngineConfig:
+    """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
+    the memory model (raises :class:`MoeplanError` when the weights do not fit)."""
+    if engine not in ENGINES:
+        raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
+    chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
+    per_rank = kv_capacity_tokens(model, cluster, layout, chunk or UNCHUNKED_ACTIVATION_TOKENS)
+    dp = layout.attn_dp
+    if engine == "vllm":
+        big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
+        cap = max_running or (1024 if big else 256)
+        return EngineConfig(
+            policy="mixed",
+            chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
+            max_running=cap,
+            kv_tokens=per_rank * dp,
+            kv_tokens_per_rank=per_rank,
+        )
+    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
+    return EngineConfig(
+        policy="prefill-first",
+        chunk_tokens=chunk,
+        max_running=cap,
+        kv_tokens=per_rank * dp,
+        kv_tokens_per_rank=per_rank,
+        admit_reserve=SGLANG_NEW_TOKEN_RATIO,
+    )
+
+
+def candidates(
+    engine: str,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
+) -> list[EngineConfig]:
+    """Configurations a search tries: the engine's defaults, then every smaller cap in
+    :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
+    base = engine_config(
+        engine, model, cluster, layout, chunk_tokens=chunk_tokens, max_running=max_running
+    )
+    if chunk_tokens is not None and max_running is not None:
+        return [base]
+    out = [base]
+    chunks = CHUNKS if chunk_tokens is None else (chunk_tokens,)
+    caps = CAPS if max_running is None else (max_running,)
+    for chunk in chunks:
+        for cap in caps:
+            if (cap, chunk) == (base.max_running, base.chunk_tokens):
+                continue
+            if (max_running is None and cap >= base.max_running) or (
+                engine == "vllm" and chunk <= cap
+            ):
+                continue
+            try:
+                out.append(
+                    engine_config(
+                        engine, model, cluster, layout, chunk_tokens=chunk, max_running=cap
+                    )
+                )
+            except MoeplanError:
+                continue
+    return out
