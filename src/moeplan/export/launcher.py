@@ -62,7 +62,7 @@ def render_per_node(
         return render_launcher(commands[0][0], comments, preamble)
     lines = _head(comments, preamble)
     lines += [
-        f'NODE_RANK="${{NODE_RANK:?set NODE_RANK to this node\'s rank, 0..{n - 1}}}"',
+        f'NODE_RANK="${{NODE_RANK:?set NODE_RANK to the rank of this node, 0..{n - 1}}}"',
         'case "${NODE_RANK}" in',
     ]
     for rank, cmds in enumerate(commands):

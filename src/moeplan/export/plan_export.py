@@ -29,7 +29,7 @@ from moeplan.errors import require
 from moeplan.export import constraints as cons
 from moeplan.export.launcher import HERE, render_per_node, render_refusal
 from moeplan.export.sglang import sglang_args
-from moeplan.export.vllm import vllm_args
+from moeplan.export.vllm import RAY_PORT, vllm_args
 from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import model_names
 
@@ -44,7 +44,6 @@ DEFAULT_MODEL_PATHS = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "gpt-oss-120b": "openai/gpt-oss-120b",
 }
-RAY_PORT = 6379  # Ray's default GCS port
 
 
 def model_path_for(model_arg: str, model_path: str | None) -> str:
@@ -243,11 +242,7 @@ def _vllm_nodes(
             notes += r.warnings
         out.append([list(r.args)])
     if "--distributed-executor-backend" in out[0][0]:
-        head = ["ray", "start", "--head", "--port", str(RAY_PORT)]
-        out = [[head, out[0][0]]] + [
-            [["ray", "start", "--address", f"${{MASTER_ADDR}}:{RAY_PORT}", "--block"]]
-            for _ in range(1, nodes)
-        ]
+        out[0].insert(0, ["ray", "start", "--head", "--port", str(RAY_PORT)])
     return out
 
 

@@ -9,7 +9,8 @@ expressed: :func:`vllm_args` returns no arguments and says so, and :func:`unexpr
 tells a caller to pick another strategy (the report exports the best one vLLM can run).
 Multi-node DP uses ``--data-parallel-size-local``, ``--data-parallel-address``,
 ``--data-parallel-rpc-port`` and, on the other nodes, ``--data-parallel-start-rank``
-``--headless``; TP/PP across nodes runs on a Ray cluster. Replicated experts are asked for with
+``--headless``; TP/PP across nodes runs on a Ray cluster (node 0 starts the head and runs
+``vllm serve``, the other nodes' command joins it with ``ray start``). Replicated experts are asked for with
 ``--enable-eplb --eplb-config '{"num_redundant_experts": N}'``; vLLM's EPLB then places them
 itself from its own load statistics — a static placement map cannot be passed to vLLM.
 vLLM has no fused AR-A2A.
@@ -23,6 +24,8 @@ from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.sglang import ExportResult
 from moeplan.planners.strategy.space import Strategy
+
+RAY_PORT = 6379  # Ray's default GCS port
 
 
 def unexpressible(s: Strategy) -> str | None:
@@ -70,6 +73,9 @@ def vllm_args(
         args += ["--pipeline-parallel-size", str(s.pp)]
     if num_nodes > 1:
         args += _multinode(s, num_nodes, node_rank, address, rpc_port, warnings)
+        if node_rank > 0 and "--distributed-executor-backend" in args:
+            # A Ray cluster: the other nodes join it and the head node runs vllm serve.
+            args = ["ray", "start", "--address", f"{address}:{RAY_PORT}", "--block"]
     if s.fused:
         warnings.append("vLLM has no fused RS-Combine / AG-Dispatch: expect the unfused prediction")
     return ExportResult(engine="vllm", args=tuple(args), warnings=tuple(warnings), expressible=True)

@@ -1,0 +1,201 @@
+"""Engine constraints (export/constraints.py): each rule against hand-made violating argument
+lists, the hardware/model table against the sources' statements, and every argument list the
+exports emit (whole strategy space, 1-4 nodes, every node rank) against the rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hst
+
+from moeplan.export import constraints as cons
+from moeplan.export.sglang import sglang_args
+from moeplan.export.vllm import vllm_args
+from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.specs import load_cluster, load_model
+
+
+def target(
+    arch="DeepseekV3ForCausalLM", gpu="h100-sxm", intra="nvswitch", inter="ib", nodes=1, experts=256
+) -> cons.Target:
+    return cons.Target(
+        architecture=arch,
+        num_experts=experts,
+        gpu=gpu,
+        intra=intra,
+        inter=inter,
+        num_nodes=nodes,
+        gpus_per_node=8,
+    )
+
+
+# What the sources say, written out by hand (not derived from the tables under test):
+# DeepEP needs SM90 + full NVLink P2P inside a node + RDMA across nodes (DeepEP README);
+# SGLang's DeepEP path: DeepSeek V2/V3 (Kimi K2 is DeepseekV3ForCausalLM) and Qwen3-MoE.
+DEEPEP_CLUSTERS = {"findep-c", "findep-d", "mixserve-h20", "h100-sxm-8", "h200-sxm-8"}
+DEEPEP_MODELS = {
+    "deepseek-v2",
+    "deepseek-v2-lite",
+    "deepseek-v3",
+    "kimi-k2",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+}
+
+
+def test_deepep_table_matches_the_sources_for_every_preset():
+    from moeplan.specs import cluster_names, model_names
+
+    for mn in model_names():
+        for cn in cluster_names():
+            c = load_cluster(cn)
+            t = cons.Target.of(load_model(mn), c)
+            ok = not cons.deepep_blockers(t, c.num_nodes)
+            assert ok == (mn in DEEPEP_MODELS and cn in DEEPEP_CLUSTERS), (mn, cn)
+
+
+def test_deepep_blockers_name_the_reason():
+    a6000 = cons.deepep_blockers(target(gpu="a6000", intra="nvlink-pairs"), 1)
+    assert any("SM86" in b for b in a6000) and any("nvlink-pairs" in b for b in a6000)
+    assert any("GptOss" in b for b in cons.deepep_blockers(target(arch="GptOssForCausalLM"), 1))
+    assert any("RDMA" in b for b in cons.deepep_blockers(target(inter="ethernet"), 2))
+    assert not cons.deepep_blockers(target(inter="ethernet"), 1)  # one node needs no RDMA
+
+
+VALID = [
+    "python",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "m",
+    "--tp-size",
+    "8",
+    "--attn-dp-size",
+    "8",
+    "--ep-size",
+    "8",
+    "--moe-a2a-backend",
+    "deepep",
+]
+
+
+@pytest.mark.parametrize(
+    "change,rule",
+    [
+        ({"--ep-size": "4"}, "ep_size == tp_size"),
+        ({"--enable-dp-attention": ""}, "not a flag of sglang 0.5.2x"),
+        ({"--attn-dp-size": "3"}, "divisible by the attention DP size"),
+        (
+            {"--ep-num-redundant-experts": "8", "--ep-size": "1", "--moe-a2a-backend": "none"},
+            "needs ep_size > 1",
+        ),
+        ({"--ep-num-redundant-experts": "4"}, "split evenly"),
+        ({"--nnodes": "2"}, "--node-rank in [0, nnodes)"),
+        ({"--tp-size": "16", "--ep-size": "16"}, "plan's GPUs"),
+    ],
+)
+def test_each_sglang_rule_catches_its_violation(change, rule):
+    f = cons.flags(VALID)
+    f.update(change)
+    args = [a for k, v in f.items() for a in ([k, v] if v else [k])]
+    assert not cons.check_sglang(VALID, target(), gpus_used=8)
+    bad = cons.check_sglang(args, target(), gpus_used=8)
+    assert any(rule in b for b in bad), bad
+
+
+def test_sglang_location_width_must_be_experts_plus_redundant():
+    args = [*VALID, "--init-expert-location", "x.json", "--ep-num-redundant-experts", "8"]
+    assert not cons.check_sglang(args, target(), gpus_used=8, location_width=264)
+    assert cons.check_sglang(args, target(), gpus_used=8, location_width=256)
+
+
+def test_legacy_spelling_is_valid_only_for_the_legacy_release():
+    s = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    old = sglang_args(
+        s, model_path="m", target=target(), num_nodes=1, version=cons.SGLANG_LEGACY
+    ).args
+    new = sglang_args(s, model_path="m", target=target(), num_nodes=1).args
+    assert "--enable-dp-attention" in old and "--attn-dp-size" in new
+    assert not cons.check_sglang(old, target(), gpus_used=8, version=cons.SGLANG_LEGACY)
+    assert cons.check_sglang(old, target(), gpus_used=8)
+    assert cons.check_sglang(new, target(), gpus_used=8, version=cons.SGLANG_LEGACY)
+
+
+VLLM_OK = [
+    "vllm",
+    "serve",
+    "m",
+    "--tensor-parallel-size",
+    "1",
+    "--data-parallel-size",
+    "8",
+    "--enable-expert-parallel",
+    "--enable-eplb",
+    "--eplb-config",
+    '{"num_redundant_experts": 8}',
+]
+
+
+@pytest.mark.parametrize(
+    "drop,t,rule",
+    [
+        ("--enable-expert-parallel", target(), "needs --enable-expert-parallel"),
+        (None, target(arch="GptOssForCausalLM"), "does not support GptOssForCausalLM"),
+        (None, target(gpu="ascend-910b", intra="hccs", inter="roce"), "CUDA/ROCm"),
+        ("--enable-eplb", target(), "needs --enable-eplb"),
+    ],
+)
+def test_each_vllm_rule_catches_its_violation(drop, t, rule):
+    assert not cons.check_vllm(VLLM_OK, target(), gpus_used=8)
+    args = [a for a in VLLM_OK if a != drop]
+    assert any(rule in b for b in cons.check_vllm(args, t, gpus_used=8))
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+@pytest.mark.parametrize("where", ["h100", "a6000", "ascend"])
+def test_every_emitted_arg_list_passes_the_rules(nodes, where):
+    t = {
+        "h100": target(nodes=nodes),
+        "a6000": target(gpu="a6000", intra="nvlink-pairs", nodes=nodes),
+        "ascend": target(
+            arch="Qwen3MoeForCausalLM",
+            gpu="ascend-910b",
+            intra="hccs",
+            inter="roce",
+            nodes=nodes,
+            experts=128,
+        ),
+    }[where]
+    for s in enumerate_strategies(nodes, 8):
+        for rank in range(nodes):
+            sg = sglang_args(s, model_path="m", target=t, num_nodes=nodes, node_rank=rank)
+            assert not cons.check_sglang(sg.args, t, gpus_used=s.world_size), (s, rank)
+            vl = vllm_args(s, model_path="m", target=t, num_nodes=nodes, node_rank=rank)
+            if vl.args[:2] == ("ray", "start"):  # a Ray worker node joins the head
+                head = vllm_args(s, model_path="m", target=t, num_nodes=nodes).args
+                assert rank > 0 and cons.flags(head)["--distributed-executor-backend"] == "ray"
+            elif vl.expressible:
+                assert not cons.check_vllm(vl.args, t, gpus_used=s.world_size, node_rank=rank)
+            else:
+                assert "cannot express" in vl.warnings[0] and s.moe_tp > 1 and s.moe_ep > 1
+        if where != "h100":
+            assert "deepep" not in sglang_args(s, model_path="m", target=t, num_nodes=nodes).args
+
+
+@given(redundant=hst.integers(0, 64), ep=hst.sampled_from([2, 4, 8]))
+def test_vllm_eplb_only_where_it_runs(redundant, ep):
+    s = Strategy(attn_tp=1, attn_dp=ep, moe_tp=1, moe_ep=ep)
+    for t, runs in (
+        (target(), True),
+        (target(arch="GptOssForCausalLM"), False),
+        (target(gpu="ascend-910b", intra="hccs", inter="roce"), False),
+    ):
+        r = vllm_args(s, model_path="m", target=t, num_nodes=1, redundant_experts=redundant)
+        f = cons.flags(r.args)
+        assert ("--enable-eplb" in f) == (runs and redundant > 0)
+        if "--eplb-config" in f:
+            assert json.loads(f["--eplb-config"]) == {"num_redundant_experts": redundant}
+        assert not cons.check_vllm(r.args, t, gpus_used=ep)
+        assert (redundant > 0 and not runs) == any("not emitted" in w for w in r.warnings)

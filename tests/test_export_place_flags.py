@@ -1,0 +1,99 @@
+"""``moeplan place --export-sglang``: the file SGLang reads and the flags that go with it
+(``--ep-num-redundant-experts`` when ``--redundant`` replicated experts), written with the
+user's normal permissions; and ``trace synth --layers`` makes a trace ``plan --layers`` takes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from moeplan.export import constraints as cons
+from moeplan.specs import load_cluster, load_model
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    p = subprocess.run(
+        [sys.executable, "-m", "moeplan", *args], capture_output=True, text=True, timeout=600
+    )
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("place") / "t.npz"
+    rc, out, err = run(
+        "trace",
+        "synth",
+        "--model",
+        "deepseek-v2-lite",
+        "--requests",
+        "32",
+        "--out",
+        str(path),
+        "--json",
+    )
+    assert rc == 0, err
+    return path
+
+
+def test_trace_synth_layers_matches_plan_layers(tmp_path):
+    """The README pair: a trace of the first L layers has that model's MoE layers."""
+    path = tmp_path / "t4.npz"
+    rc, out, err = run(
+        "trace",
+        "synth",
+        "--model",
+        "deepseek-v2-lite",
+        "--layers",
+        "4",
+        "--requests",
+        "8",
+        "--out",
+        str(path),
+        "--json",
+    )
+    assert rc == 0, err
+    assert json.loads(out)["layers"] == load_model("deepseek-v2-lite").with_layers(4).num_moe_layers
+    rc, _, err = run(
+        "trace", "synth", "--model", "deepseek-v2-lite", "--layers", "0", "--out", str(path)
+    )
+    assert rc == 2 and "--layers (0)" in err
+
+
+@pytest.mark.parametrize("redundant", [0, 1])
+def test_place_prints_the_flags_for_its_file(trace, tmp_path, redundant):
+    loc = tmp_path / "loc.json"
+    old = os.umask(0o027)
+    try:
+        rc, out, err = run(
+            "place",
+            "--trace",
+            str(trace),
+            "--model",
+            "deepseek-v2-lite",
+            "--ep",
+            "8",
+            "--redundant",
+            str(redundant),
+            "--no-baselines",
+            "--export-sglang",
+            str(loc),
+            "--json",
+        )
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    flags = json.loads(out)["sglang_flags"]
+    f = cons.flags(flags)
+    width = len(json.loads(loc.read_text())["physical_to_logical_map"][0])
+    assert width == 64 + 8 * redundant and f["--ep-size"] == "8"
+    assert f["--init-expert-location"] == str(loc.resolve())
+    assert f.get("--ep-num-redundant-experts") == (str(8 * redundant) if redundant else None)
+    assert loc.stat().st_mode & 0o777 == 0o640  # 0666 less the umask, not mkstemp's 0600
+    t = cons.Target.of(load_model("deepseek-v2-lite"), load_cluster("h100-sxm-8"))
+    args = ["--tp-size", "8", "--attn-dp-size", "8", *flags]
+    assert not cons.check_sglang(args, t, gpus_used=8, location_width=width)

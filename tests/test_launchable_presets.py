@@ -1,0 +1,89 @@
+"""Acceptance (issue 16): every preset model on every cluster preset it fits gets launch
+scripts whose every node's arguments pass the pinned SGLang and vLLM rules, or a script that
+says plainly why the engine cannot launch the plan.
+
+Planned through the Python API. The fast test plans the colocated family (what the engines
+launch) for every pair; the slow one plans every family, so the gap to an overall winner of
+another family is exercised too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError
+from moeplan.export import constraints as cons
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import FAMILIES, TIE, plan
+from moeplan.report.plan_report import launch_exports
+from moeplan.specs import Workload, cluster_names, load_cluster, load_model, model_names
+
+WORKLOAD = Workload(phase="both", batch=32, isl=2048, osl=256)
+
+
+def planned(families):
+    """(model, cluster, PlanResult) of every preset pair that fits."""
+    out = []
+    for mn in model_names():
+        for cn in cluster_names():
+            m, c = load_model(mn), load_cluster(cn)
+            try:
+                out.append(
+                    (mn, cn, plan(m, c, WORKLOAD, cost_model_for(c, None), families=families))
+                )
+            except MoeplanError as err:
+                assert "fits no family" in str(err) or "no MixServe strategy" in str(err), err
+    return out
+
+
+def check_exports(mn, cn, result) -> dict[str, int]:
+    """Every launched node passes its engine's rules; a refusal says why. Returns counts."""
+    exports = launch_exports(
+        result, result.winner.plan, model_path=f"org/{mn}", full=load_model(mn)
+    )
+    t = cons.Target.of(result.model, result.cluster)
+    strat = next(c for c in result.candidates if c.family == "strategy")
+    seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0}
+    for engine, ex in exports.items():
+        assert ex.text.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
+        assert "org/" + mn in ex.text and f" {mn} " not in ex.text.split("model path:")[1][:60]
+        if ex.label is None:  # the engine can run none of the strategies: say so, exit 1
+            assert engine == "vllm" and ex.text.rstrip().endswith("exit 1"), (mn, cn, engine)
+            assert all(
+                s.strategy.moe_tp > 1 and s.strategy.moe_ep > 1 for s in strat.detail.strategies
+            ), (mn, cn)
+            assert "cannot express" in ex.text
+            seen["refused"] += 1
+            continue
+        assert len(ex.node_args) == result.cluster.num_nodes
+        world = strat.detail.strategies[0].num_gpus
+        for rank, args in enumerate(ex.node_args):
+            if engine == "sglang":
+                assert not cons.check_sglang(args, t, gpus_used=world), (mn, cn, rank)
+                seen["deepep"] += "deepep" in args
+            elif args[0] == "vllm":
+                assert not cons.check_vllm(args, t, gpus_used=world, node_rank=rank), (mn, cn)
+        assert ex.gap >= 1 - TIE, (mn, cn, engine, ex.gap)  # nothing launchable beats the winner
+        seen[engine] += 1
+    return seen
+
+
+def test_every_preset_pair_launches_or_says_why():
+    rows = planned(("strategy",))
+    totals = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0}
+    for mn, cn, result in rows:
+        for k, v in check_exports(mn, cn, result).items():
+            totals[k] += v
+    assert len(rows) >= 100  # 9 models x 15 clusters, less those that do not fit
+    assert totals["sglang"] == len(rows)  # SGLang expresses every colocated strategy
+    assert totals["vllm"] + totals["refused"] == len(rows)
+    assert 0 < totals["deepep"] < len(rows)
+
+
+@pytest.mark.slow
+def test_every_preset_pair_with_every_family():
+    for mn, cn, result in planned(FAMILIES):
+        if any(c.family == "strategy" for c in result.candidates):
+            check_exports(mn, cn, result)
+        assert isinstance(result.winner.plan, Plan)
