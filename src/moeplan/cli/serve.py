@@ -92,7 +92,7 @@ def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[ServeL
 
 
 def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
-    m = r.metrics.to_dict() if r.metrics is not None else {}
+    m: dict[str, Any] = r.metrics.to_dict() if r.metrics is not None else {}
     m["max_rate_meeting_slo_rps"] = r.max_rate_meeting_slo_rps
     m["rate_simulated_rps"] = rate
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
@@ -173,8 +173,8 @@ def serve_sim(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
     layout, the_plan = _layout(plan, flags)
-    require(model or the_plan, "--model is required without --plan")
-    require(cluster or the_plan, "--cluster is required without --plan")
+    require(bool(model or the_plan), "--model is required without --plan")
+    require(bool(cluster or the_plan), "--cluster is required without --plan")
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)

@@ -87,7 +87,7 @@ class Engine:
         self.waiting: deque[int] = deque()
         self.prefilling: deque[int] = deque()
         self.running: dict[int, None] = {}
-        self.entrants: list[int] = []
+        self.entrants: list[tuple[int, int]] = []
         self.finishers: list[tuple[int, int, int, int]] = []
         self.n_dec = self.sum_ctx = self.kv_used = self.remaining = 0
         self.step = 0  # decode steps executed

@@ -135,7 +135,7 @@ class ServeResult:
         return self.layout.label
 
     def to_dict(self) -> dict[str, Any]:
-        m = self.metrics.to_dict() if self.metrics is not None else {}
+        m: dict[str, Any] = self.metrics.to_dict() if self.metrics is not None else {}
         if m:
             m["max_rate_meeting_slo_rps"] = self.max_rate_meeting_slo_rps
         e = self.engine
@@ -211,11 +211,11 @@ def _best_knobs(
     for est, cfg in ranked[:top_k]:
         rate = est.rate_rps
         if _has_limits(slo):
-            rate = max_rate_meeting_slo(
-                lambda r, cfg=cfg: _run(cfg, probe.with_rate(r), evaluate, gpus, slo),
-                slo,
-                hi=1.5 * est.rate_rps,
-            )
+
+            def run(r: float, cfg: EngineConfig = cfg) -> ServeMetrics:
+                return _run(cfg, probe.with_rate(r), evaluate, gpus, slo)
+
+            rate = max_rate_meeting_slo(run, slo, hi=1.5 * est.rate_rps)
         if best is None or rate > best[0]:
             best = (rate, est, cfg)
     assert best is not None

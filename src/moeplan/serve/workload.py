@@ -18,10 +18,11 @@ searches of :mod:`moeplan.serve.search` compare like with like).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
-from moeplan.errors import require
+from moeplan.errors import MoeplanError, require
 
 ARRIVALS = ("poisson", "gamma")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal")
@@ -93,10 +94,9 @@ class LengthDist:
         return int(self.mean * np.exp(4 * self.sigma))
 
 
-def raise_bad(text: str) -> None:
-    require(
-        False,
-        f"length ({text!r}) must be N, fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX]",
+def raise_bad(text: str) -> NoReturn:
+    raise MoeplanError(
+        f"length ({text!r}) must be N, fixed:N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX]"
     )
 
 
