@@ -61,17 +61,33 @@ class Candidate:
     detail: Any = None
     search_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    launchable_as: dict[str, Any] | None = None
+    """A non-strategy plan that is really a colocated one (a one-stage SMIDT plan with one
+    choice per module kind): the strategy layout plus ``replicas`` (pipeline/launchable.py)."""
 
     @property
     def per_gpu(self) -> float:
         return self.prefill_tokens_per_s / self.gpus
+
+    @property
+    def colocated(self) -> bool:
+        """Launchable by SGLang/vLLM as a colocated TP/EP/DP layout."""
+        return self.family == "strategy" or self.launchable_as is not None
+
+    @property
+    def name(self) -> str:
+        """What the plan is: its family, or "colocated" for a one-stage SMIDT plan."""
+        if self.family == "pipeline" and self.launchable_as is not None:
+            return "colocated (SMIDT module search, one stage)"
+        return FAMILY_NAMES[self.family]
 
     def summary(self) -> dict[str, Any]:
         return {"family": self.family, "label": self.label, "gpus": self.gpus,
                 "prefill_tokens_per_s": self.prefill_tokens_per_s,
                 "prefill_tokens_per_s_per_gpu": self.per_gpu, "ttft_s": self.ttft_s,
                 "itl_s": self.itl_s, "mem_bytes_per_gpu": self.mem_bytes_per_gpu,
-                "bound": self.bound, "search_ms": self.search_s * 1e3, **self.extra}
+                "bound": self.bound, "search_ms": self.search_s * 1e3,
+                "launchable_as": self.launchable_as, **self.extra}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +188,7 @@ def pipeline_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
                        cm: CostModel) -> Candidate:
     """SMIDT's module-level partition over every PP degree, scored on the prefill phase."""
     from moeplan.planners import pipeline as pl
+    from moeplan.planners.pipeline.launchable import colocated_layout, describe
 
     t0 = time.perf_counter()
     res = pl.plan_pipeline(model, cluster, replace(workload, phase="prefill"), cm)
@@ -180,10 +197,14 @@ def pipeline_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     top = max(range(len(p.stages)), key=lambda i: p.stages[i].time_s + p.stages[i].p2p_s)
     st = p.stages[top]
     inter = cluster.num_nodes > 1 and st.p2p_s > 0
-    bound = (f"compute (stage {top} of {p.pp} is the bottleneck)" if st.time_s >= st.p2p_s
+    bound = ("compute" if p.pp == 1 else f"compute (stage {top} of {p.pp} is the bottleneck)"
+             if st.time_s >= st.p2p_s
              else f"{'inter' if inter else 'intra'}-node communication (stage {top} sends)")
     hi, lo = p.mem_spread()
-    return Candidate(family="pipeline", label=f"PP{p.pp}, module-level stages",
+    layout = colocated_layout(p)
+    label = (describe(layout) if layout else f"PP{p.pp}, module-level stages" if p.pp > 1
+             else "one stage, a layout per module (no pipeline)")
+    return Candidate(family="pipeline", label=label, launchable_as=layout,
                      gpus=res.world_size, prefill_tokens_per_s=tps,
                      ttft_s=workload.batch * workload.isl / tps, mem_bytes_per_gpu=hi,
                      bound=bound, plan=res.to_plan(), detail=res, search_s=time.perf_counter() - t0,
@@ -225,12 +246,12 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
         timings[f] = time.perf_counter() - t0
     if not cands:
         raise MoeplanError(_nothing_fits(model, cluster, skipped, alternatives))
-    ranked = tuple(sorted(cands, key=lambda c: (-c.per_gpu, c.family != "strategy")))
+    ranked = tuple(sorted(cands, key=lambda c: (-c.per_gpu, not c.colocated)))
     best = ranked[0].per_gpu
     # Within TIE of the best, prefer the colocated plan: SGLang/vLLM can launch it as is.
     def key(c: Candidate) -> tuple[bool, bool, float]:
         behind = c.per_gpu < best * (1 - TIE)
-        return behind, not behind and c.family != "strategy", -c.per_gpu
+        return behind, not behind and not c.colocated, -c.per_gpu
 
     ranked = tuple(sorted(ranked, key=key))
     return PlanResult(model=model, cluster=cluster, workload=workload, candidates=ranked,
@@ -240,8 +261,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
 def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
     """A few plain sentences: who won, by how much, what bounds it."""
     w = ranked[0]
-    names = FAMILY_NAMES
-    out = [f"The {names[w.family]} plan wins: {w.label}, {w.per_gpu:,.0f} prompt tokens/s per "
+    out = [f"The {w.name} plan wins: {w.label}, {w.per_gpu:,.0f} prompt tokens/s per "
            f"GPU on {w.gpus} GPUs ({w.prefill_tokens_per_s:,.0f} tokens/s in all)."]
     out.append(f"It is bound by {w.bound}; it uses {w.mem_bytes_per_gpu / GIB:.1f} GiB of "
                f"{cluster.gpu.mem_bytes / GIB:.0f} GiB per GPU.")
@@ -251,12 +271,12 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
     if len(ranked) > 1:
         r = ranked[1]
         if r.per_gpu >= w.per_gpu * (1 - TIE):
-            first = names[r.family][0].upper() + names[r.family][1:]
+            first = r.name[0].upper() + r.name[1:]
             out.append(f"{first} ({r.label}) ties it at {r.per_gpu:,.0f} tokens/s per "
                        f"GPU (within {100 * TIE:.1f}%); the colocated plan is preferred on ties "
                        "because SGLang and vLLM can launch it as is.")
         else:
-            out.append(f"Runner-up: {names[r.family]} ({r.label}) at {r.per_gpu:,.0f} tokens/s "
+            out.append(f"Runner-up: {r.name} ({r.label}) at {r.per_gpu:,.0f} tokens/s "
                        f"per GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
     for c in ranked:
         if c.family == "strategy" and c.plan.layout.get("pp", 1) > 1:

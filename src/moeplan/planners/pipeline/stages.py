@@ -58,11 +58,17 @@ class StagePlan:
     p2p_s: float = 0.0
 
     def to_dict(self) -> dict:
-        return {"start_module": self.start_module, "end_module": self.end_module,
-                "modules": [{"kind": m.kind, "layer": m.layer, "tp": c.tp, "ep": c.ep,
-                             "dpmoe": c.dpmoe} for m, c in self.modules],
-                "time_s": self.time_s, "mem_bytes_per_gpu": self.mem_bytes_per_gpu,
-                "p2p_s": self.p2p_s}
+        return {
+            "start_module": self.start_module,
+            "end_module": self.end_module,
+            "modules": [
+                {"kind": m.kind, "layer": m.layer, "tp": c.tp, "ep": c.ep, "dpmoe": c.dpmoe}
+                for m, c in self.modules
+            ],
+            "time_s": self.time_s,
+            "mem_bytes_per_gpu": self.mem_bytes_per_gpu,
+            "p2p_s": self.p2p_s,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,11 +92,16 @@ class PipelinePlan:
 
     def summary(self) -> dict:
         hi, lo = self.mem_spread()
-        return {"method": self.method, "pp": self.pp, "bottleneck_s": self.bottleneck_s,
-                "throughput_tokens_per_s": self.throughput_tokens_per_s,
-                "stage_time_s": [s.time_s for s in self.stages],
-                "stage_modules": [[s.start_module, s.end_module] for s in self.stages],
-                "mem_bytes_per_gpu_max": hi, "mem_bytes_per_gpu_min": lo}
+        return {
+            "method": self.method,
+            "pp": self.pp,
+            "bottleneck_s": self.bottleneck_s,
+            "throughput_tokens_per_s": self.throughput_tokens_per_s,
+            "stage_time_s": [s.time_s for s in self.stages],
+            "stage_modules": [[s.start_module, s.end_module] for s in self.stages],
+            "mem_bytes_per_gpu_max": hi,
+            "mem_bytes_per_gpu_min": lo,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,42 +121,74 @@ class PipelineResult:
 
     def speedup(self, name: str) -> float | None:
         base = self.baselines.get(name)
-        return None if base is None else self.plan.throughput_tokens_per_s / base.throughput_tokens_per_s
+        return (
+            None
+            if base is None
+            else self.plan.throughput_tokens_per_s / base.throughput_tokens_per_s
+        )
 
     def to_plan(self) -> Plan:
         """The :class:`~moeplan.planners.plan.Plan` of family ``pipeline`` (docs/API.md)."""
         p = self.plan
         hi, lo = p.mem_spread()
         return Plan(
-            family="pipeline", model=self.model, cluster=self.cluster,
-            layout={"world_size": self.world_size, "pp": p.pp,
-                       "stages": [{k: v for k, v in s.to_dict().items()
-                                   if k in ("start_module", "end_module", "modules")}
-                                  for s in p.stages]},
-            details={"end_module": "exclusive", "async_pp": self.async_pp,
-                        "microbatches": p.microbatches, "micro_batch": p.micro_batch,
-                        "stage_time_s": [s.time_s for s in p.stages],
-                        "stage_p2p_s": [s.p2p_s for s in p.stages],
-                        "mem_bytes_per_gpu": [s.mem_bytes_per_gpu for s in p.stages],
-                        "mem_limit_bytes": self.mem_limit_bytes},
-            predicted={"throughput_tokens_per_s": p.throughput_tokens_per_s,
-                          "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
-                          "bottleneck_s": p.bottleneck_s, "period_s": p.period_s,
-                          "mem_bytes_per_gpu_max": hi, "mem_bytes_per_gpu_min": lo},
-            baselines={k: (None if v is None else v.summary())
-                       for k, v in self.baselines.items()},
+            family="pipeline",
+            model=self.model,
+            cluster=self.cluster,
+            layout={
+                "world_size": self.world_size,
+                "pp": p.pp,
+                "stages": [
+                    {
+                        k: v
+                        for k, v in s.to_dict().items()
+                        if k in ("start_module", "end_module", "modules")
+                    }
+                    for s in p.stages
+                ],
+            },
+            details={
+                "end_module": "exclusive",
+                "async_pp": self.async_pp,
+                "microbatches": p.microbatches,
+                "micro_batch": p.micro_batch,
+                "stage_time_s": [s.time_s for s in p.stages],
+                "stage_p2p_s": [s.p2p_s for s in p.stages],
+                "mem_bytes_per_gpu": [s.mem_bytes_per_gpu for s in p.stages],
+                "mem_limit_bytes": self.mem_limit_bytes,
+                "launchable_as": _launchable(p),
+            },
+            predicted={
+                "throughput_tokens_per_s": p.throughput_tokens_per_s,
+                "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
+                "bottleneck_s": p.bottleneck_s,
+                "period_s": p.period_s,
+                "mem_bytes_per_gpu_max": hi,
+                "mem_bytes_per_gpu_min": lo,
+            },
+            baselines={k: (None if v is None else v.summary()) for k, v in self.baselines.items()},
         )
 
 
-def pipeline_throughput(stage_times: list[float], p2p: list[float], tokens_per_mb: float,
-                        microbatches: int) -> tuple[float, float, float]:
+def _launchable(plan: PipelinePlan) -> dict | None:
+    from moeplan.planners.pipeline.launchable import colocated_layout  # imports this module
+
+    return colocated_layout(plan)
+
+
+def pipeline_throughput(
+    stage_times: list[float], p2p: list[float], tokens_per_mb: float, microbatches: int
+) -> tuple[float, float, float]:
     """(async period, async tokens/s, sync tokens/s) — see module docstring."""
     fill = sum(stage_times) + sum(p2p)
     per_async = max(max(c, p) for c, p in zip(stage_times, p2p, strict=True))
     per_sync = max(c + p for c, p in zip(stage_times, p2p, strict=True))
     work = microbatches * tokens_per_mb
-    return (per_async, work / (fill + (microbatches - 1) * per_async),
-            work / (fill + (microbatches - 1) * per_sync))
+    return (
+        per_async,
+        work / (fill + (microbatches - 1) * per_async),
+        work / (fill + (microbatches - 1) * per_sync),
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,12 +210,25 @@ class DegreeTables:
         return self.time_arrays
 
 
-def degree_tables(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostModel,
-                  pp: int, evaluate: Evaluator, resolution: int) -> DegreeTables | None:
+def degree_tables(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    cm: CostModel,
+    pp: int,
+    evaluate: Evaluator,
+    resolution: int,
+) -> DegreeTables | None:
     """Cost tables and memory units for PP degree ``pp``; None if nothing can fit."""
     routing = workload.routing_for(model.top_k)
-    ctx = StageContext(model=model, workload=workload, routing=routing, pp=pp,
-                       r=cluster.num_gpus // pp, gpus_per_node=cluster.gpus_per_node)
+    ctx = StageContext(
+        model=model,
+        workload=workload,
+        routing=routing,
+        pp=pp,
+        r=cluster.num_gpus // pp,
+        gpus_per_node=cluster.gpus_per_node,
+    )
     tables = build_tables(modules_of(model, routing), ctx, evaluate)
     reserve = memory_reserve(ctx)
     capacity = cluster.gpu.mem_bytes - reserve
@@ -180,35 +236,61 @@ def degree_tables(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm
         return None
     units, base, cap_units = discretize([t.mems() for t in tables], capacity, resolution)
     p2p = [p2p_seconds(cm, ctx, j) if j < pp - 1 else 0.0 for j in range(pp)]
-    return DegreeTables(ctx=ctx, tables=tables, capacity=capacity, reserve=reserve,
-                        units=units, base=base, cap_units=cap_units, p2p=p2p,
-                        time_arrays=tuple(t.times() for t in tables))
+    return DegreeTables(
+        ctx=ctx,
+        tables=tables,
+        capacity=capacity,
+        reserve=reserve,
+        units=units,
+        base=base,
+        cap_units=cap_units,
+        p2p=p2p,
+        time_arrays=tuple(t.times() for t in tables),
+    )
 
 
-def assemble(method: str, dt: DegreeTables, bounds: tuple[int, ...], choice: tuple[int, ...],
-             rounds: int) -> PipelinePlan:
+def assemble(
+    method: str, dt: DegreeTables, bounds: tuple[int, ...], choice: tuple[int, ...], rounds: int
+) -> PipelinePlan:
     """A PipelinePlan from boundaries and per-module choice indices."""
     stages = []
     for j, (a, b) in enumerate(itertools.pairwise(bounds)):
         mods = tuple((dt.tables[m].module, dt.tables[m].choices[choice[m]]) for m in range(a, b))
         costs = [dt.tables[m].costs[choice[m]] for m in range(a, b)]
-        stages.append(StagePlan(start_module=a, end_module=b, modules=mods,
-                                time_s=sum(c.time_s for c in costs),
-                                mem_bytes_per_gpu=dt.reserve + sum(c.mem_bytes for c in costs),
-                                p2p_s=dt.p2p[j]))
+        stages.append(
+            StagePlan(
+                start_module=a,
+                end_module=b,
+                modules=mods,
+                time_s=sum(c.time_s for c in costs),
+                mem_bytes_per_gpu=dt.reserve + sum(c.mem_bytes for c in costs),
+                p2p_s=dt.p2p[j],
+            )
+        )
     pp = dt.ctx.pp
     m = rounds * pp
     times = [s.time_s for s in stages]
     period, thr, thr_sync = pipeline_throughput(times, dt.p2p, dt.ctx.tokens_per_microbatch(), m)
-    return PipelinePlan(method=method, pp=pp, r=dt.ctx.r, stages=tuple(stages),
-                        bottleneck_s=max(times), period_s=period, throughput_tokens_per_s=thr,
-                        throughput_sync_tokens_per_s=thr_sync, microbatches=m,
-                        micro_batch=dt.ctx.micro_batch)
+    return PipelinePlan(
+        method=method,
+        pp=pp,
+        r=dt.ctx.r,
+        stages=tuple(stages),
+        bottleneck_s=max(times),
+        period_s=period,
+        throughput_tokens_per_s=thr,
+        throughput_sync_tokens_per_s=thr_sync,
+        microbatches=m,
+        micro_batch=dt.ctx.micro_batch,
+    )
 
 
 def choose_plan(plans: list[PipelinePlan], async_pp: bool) -> PipelinePlan | None:
-    key = (lambda p: p.throughput_tokens_per_s) if async_pp else (
-        lambda p: p.throughput_sync_tokens_per_s)
+    key = (
+        (lambda p: p.throughput_tokens_per_s)
+        if async_pp
+        else (lambda p: p.throughput_sync_tokens_per_s)
+    )
     return max(plans, key=key) if plans else None
 
 
