@@ -8,7 +8,6 @@ optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -31,7 +30,9 @@ from moeplan.cli._common import (
 )
 from moeplan.cost import cost_model_for
 from moeplan.errors import require
+from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
+from moeplan.export.plan_export import model_path_for
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
 from moeplan.planners.strategy.analyzer import (
@@ -59,15 +60,16 @@ def load_model_arg(name: str):
 
 
 def export_for(engine: str, r: StrategyResult, model: str, model_path: str | None,
-               nodes: int) -> ExportResult:
-    """Engine arguments for ``r``; without ``--model-path`` the model argument stands in
-    (its folder when it is a config.json) and a warning says so."""
+               nodes: int, target: Target) -> ExportResult:
+    """Engine arguments for ``r`` on ``target``'s model and machines; without
+    ``--model-path`` the preset's Hugging Face repo (a config.json's folder) stands in and a
+    warning says so."""
     require(engine in EXPORTS, f"--export ({engine}) must be one of {EXPORTS}")
     fn = sglang_args if engine == "sglang" else vllm_args
-    path = model_path or (str(Path(model).parent) if model.endswith(".json") else model)
-    exp = fn(r.strategy, model_path=path, num_nodes=nodes)
+    path = model_path_for(model, model_path)
+    exp = fn(r.strategy, model_path=path, target=target, num_nodes=nodes)
     if model_path is None:
-        note = f"--model-path not given: replace {path!r} with the checkpoint folder or HF id"
+        note = f"--model-path not given: {path!r} is loaded; pass --model-path for a local copy"
         exp = replace(exp, warnings=(*exp.warnings, note))
     return exp
 
@@ -198,7 +200,7 @@ def strategy(
     best = a.best
     exp = None
     if export is not None and best is not None:
-        exp = export_for(export, best, model, model_path, c.num_nodes)
+        exp = export_for(export, best, model, model_path, c.num_nodes, Target.of(m, c))
     ev = StrategyEvaluator(m, c, w, cm)
     target = fused_target(a, c)
     files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
