@@ -7,20 +7,22 @@ file in several versions the newest is read. DeepEP is a library shared by the e
 tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike.
 
 :func:`kernel_db` builds the :class:`~moeplan.cost.kerneldb.KernelDB` once per process
-(tables, the table GPUs' datasheet devices from the cluster presets, the shipped held-out
-errors ``heldout_errors.json``).
+(each table read on first use, the table GPUs' datasheet devices from the cluster presets,
+the shipped held-out errors ``heldout_errors.json``).
 """
 
 from __future__ import annotations
 
 import json
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
 from moeplan.specs import load_cluster
 
@@ -77,12 +79,14 @@ def _read(
 ) -> KernelTable:
     import pyarrow.parquet as pq
 
+    fam = FAMILIES[op]
     try:
-        table = pq.read_table(path)
+        pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)
+        wanted = {rename.get(c, c) for c in fam.columns} | set(lat)
+        table = pf.read(columns=sorted(wanted & set(pf.schema_arrow.names)))
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise MoeplanError(f"kernel table {path} could not be read: {err}") from None
     have = set(table.column_names)
-    fam = FAMILIES[op]
     cols: dict[str, np.ndarray] = {}
     n = table.num_rows
     for c in fam.columns:
@@ -109,8 +113,10 @@ def _read(
     )
 
 
-def read_tables(root: Path | None = None) -> list[KernelTable]:
-    """Every shipped table, the newest version per (gpu, op, engine)."""
+def table_loaders(
+    root: Path | None = None,
+) -> dict[tuple[str, str, str], Callable[[], KernelTable]]:
+    """``(gpu, engine, op) -> loader`` of every shipped table, the newest version of each."""
     root = root or kernels_dir()
     newest: dict[tuple[str, str, str], Path] = {}
     for path in sorted(root.glob("*/*/*/*/*.parquet")):
@@ -120,13 +126,20 @@ def read_tables(root: Path | None = None) -> list[KernelTable]:
         key = (gpu, path.name, engine)
         if key not in newest or _version_key(version) > _version_key(newest[key].parent.name):
             newest[key] = path
-    out = []
+    out: dict[tuple[str, str, str], Callable[[], KernelTable]] = {}
     for (gpu, name, engine), path in sorted(newest.items()):
         engines = ENGINES if name.startswith("wideep_deepep") else (engine,)
         for op, rename, lat, scale in FILES[name]:
             for eng in engines:
-                out.append(_read(path, op, rename, lat, scale, gpu, eng, path.parent.name))
+                out[(gpu, eng, op)] = partial(
+                    _read, path, op, rename, lat, scale, gpu, eng, path.parent.name
+                )
     return out
+
+
+def read_tables(root: Path | None = None) -> list[KernelTable]:
+    """Every shipped table, read now (the database itself reads them lazily)."""
+    return [load() for load in table_loaders(root).values()]
 
 
 def table_devices() -> dict[str, Device]:
@@ -144,4 +157,4 @@ def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tup
 @cache
 def kernel_db() -> KernelDB:
     """The process-wide kernel database (tables read once, models built on first use)."""
-    return KernelDB(read_tables(), table_devices(), read_errors())
+    return KernelDB(LazyTables(table_loaders()), table_devices(), read_errors())

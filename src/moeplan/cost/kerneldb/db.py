@@ -29,7 +29,7 @@ from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import DTYPE_ALIASES, FAMILIES, Family
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.sources import Prediction
-from moeplan.cost.kerneldb.variant import KernelTable, VariantModel
+from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
 ENGINES = ("sglang", "vllm", "trtllm")
@@ -45,13 +45,15 @@ class KernelDB:
 
     def __init__(
         self,
-        tables: Iterable[KernelTable],
+        tables: Iterable[KernelTable] | LazyTables,
         devices: Mapping[str, Device],
         errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
     ) -> None:
-        self.tables: dict[tuple[str, str, str], KernelTable] = {}
-        for t in tables:
-            self.tables[(t.gpu, t.engine, t.op)] = t
+        self.tables: Mapping[tuple[str, str, str], KernelTable]
+        if isinstance(tables, LazyTables):
+            self.tables = tables
+        else:
+            self.tables = {(t.gpu, t.engine, t.op): t for t in tables}
         self.devices = dict(devices)
         self.errors = dict(errors or {})
         self._variants: dict[tuple, VariantModel | None] = {}

@@ -11,7 +11,7 @@ Built from the table rows of that variant (duplicates averaged by their median):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +32,28 @@ class KernelTable:
     columns: Mapping[str, np.ndarray]
     latency: np.ndarray
     origin: str = ""
+
+
+class LazyTables(Mapping[tuple[str, str, str], KernelTable]):
+    """``(gpu, engine, op) -> KernelTable``, each read by its loader on first access."""
+
+    def __init__(self, loaders: Mapping[tuple[str, str, str], Callable[[], KernelTable]]) -> None:
+        self._loaders = dict(loaders)
+        self._cache: dict[tuple[str, str, str], KernelTable] = {}
+
+    def __getitem__(self, key: tuple[str, str, str]) -> KernelTable:
+        if key not in self._cache:
+            self._cache[key] = self._loaders[key]()
+        return self._cache[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._loaders
 
 
 def row_keys(cols: Mapping[str, np.ndarray], names: tuple[str, ...], n: int) -> list[tuple]:
