@@ -11,7 +11,8 @@ inside the EP group: ``(e ± i) mod n``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -19,20 +20,40 @@ import torch.distributed as dist
 from moeplan.runtime.comm.collectives import Dispatched, exchange_counts, expert_ids
 from moeplan.runtime.comm.groups import RankGroups
 
+T = TypeVar("T")
 
-def _pairwise(
-    blocks: list[torch.Tensor], recv_rows: list[int], width: int, g: RankGroups, tag: int
-) -> tuple[list[tuple[int, Any, torch.Tensor]], list[Any]]:
-    """Post rounds i=1..n-1: send ``blocks[(e+i)%n]`` to EP peer e+i, receive from e-i."""
+
+def _exchange(
+    blocks: list[torch.Tensor],
+    recv_rows: list[int],
+    g: RankGroups,
+    tag: int,
+    tp_op: Callable[[torch.Tensor, RankGroups], tuple[Any, T]],
+) -> list[T]:
+    """Pairwise EP rounds i=1..n-1 (send ``blocks[(e+i)%n]`` to EP peer e+i, receive
+    ``recv_rows[e-i]`` rows from e-i), all posted at once; ``tp_op`` (an async TP collective)
+    starts on this rank's own block at once and on every block as it arrives, so it overlaps
+    the later rounds. Returns ``tp_op``'s results in EP source order, all completed."""
     ep = g.ranks["moe_ep"]
     n, e = len(ep), g.local_rank("moe_ep")
     posted, sends = [], []
     for i in range(1, n):
         dst, src = (e + i) % n, (e - i) % n
         sends.append(dist.isend(blocks[dst].contiguous(), ep[dst], tag=tag + i))
-        buf = blocks[0].new_empty(recv_rows[src], width)
+        buf = blocks[0].new_empty(recv_rows[src], blocks[0].shape[1])
         posted.append((src, dist.irecv(buf, ep[src], tag=tag + i), buf))
-    return posted, sends
+    started = {e: tp_op(blocks[e], g)}
+    for src, req, buf in posted:
+        req.wait()
+        started[src] = tp_op(buf, g)
+    out = []
+    for src in range(n):
+        work, value = started[src]
+        work.wait()
+        out.append(value)
+    for req in sends:
+        req.wait()
+    return out
 
 
 def _tp_all_gather(x: torch.Tensor, g: RankGroups) -> tuple[Any, list[torch.Tensor]]:
@@ -46,23 +67,12 @@ def fused_ag_dispatch(
     """MixServe Alg. 2. ``x_slice [N, H/m]``: this TP rank's hidden slice of the rows, sorted by
     destination EP node then expert; ``dest_counts [E]`` rows per expert. Returns full-width rows
     from every EP node (source-major), like :func:`dispatch`."""
-    n, e = g.size("moe_ep"), g.local_rank("moe_ep")
+    n = g.size("moe_ep")
     recv_counts = exchange_counts(dest_counts, n, g.handles["moe_ep"])
     send = dest_counts.view(n, -1).sum(dim=1).tolist()
     recv = recv_counts.sum(dim=1).tolist()
     blocks = list(torch.split(x_slice, send))
-    posted, sends = _pairwise(blocks, recv, x_slice.shape[1], g, tag)
-    gathered: dict[int, tuple[Any, list[torch.Tensor]]] = {e: _tp_all_gather(blocks[e], g)}
-    for src, req, buf in posted:  # overlap: AG of block i runs while later rounds arrive
-        req.wait()
-        gathered[src] = _tp_all_gather(buf, g)
-    full = []
-    for src in range(n):
-        work, parts = gathered[src]
-        work.wait()
-        full.append(torch.cat(parts, dim=1))
-    for s in sends:
-        s.wait()
+    full = [torch.cat(parts, dim=1) for parts in _exchange(blocks, recv, g, tag, _tp_all_gather)]
     return Dispatched(
         rows=torch.cat(full),
         local_expert=expert_ids(recv_counts),
@@ -84,18 +94,5 @@ def fused_rs_combine(
     """MixServe Alg. 1. ``partial [M, H]``: TP-partial expert outputs of the rows received in
     ``d`` (source-major). Returns, per destination EP node order, this TP rank's reduced hidden
     slice ``[rows sent to node b, H/m]`` of the outputs of the rows it dispatched."""
-    n, e = g.size("moe_ep"), g.local_rank("moe_ep")
     blocks = list(torch.split(partial, d.recv_splits))
-    posted, sends = _pairwise(blocks, d.send_splits, partial.shape[1], g, tag)
-    reduced = {e: _tp_reduce_scatter(blocks[e], g)}
-    for src, req, buf in posted:  # overlap: RS of block i runs while later rounds arrive
-        req.wait()
-        reduced[src] = _tp_reduce_scatter(buf, g)
-    out = []
-    for b in range(n):
-        work, t = reduced[b]
-        work.wait()
-        out.append(t)
-    for s in sends:
-        s.wait()
-    return out
+    return _exchange(blocks, d.send_splits, g, tag, _tp_reduce_scatter)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -24,6 +24,7 @@ from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.layers.model import LayerWeights, attention, rms
 from moeplan.runtime.layers.moe import moe_forward, swiglu
 from moeplan.runtime.mesh import StageModule
+from moeplan.runtime.timeline import Timeline
 
 
 class Layout(Protocol):
@@ -49,7 +50,7 @@ def forward(
     layers: list[LayerWeights],
     layout: Layout,
     modules: tuple[StageModule, ...],
-    tl: Any = None,
+    tl: Timeline | None = None,
     suffix: str = "",
 ) -> torch.Tensor:
     """Run ``modules`` in order on ``x``; each one a span ``{kind}{layer}{suffix}`` of ``tl``."""
