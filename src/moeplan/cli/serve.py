@@ -196,8 +196,17 @@ def serve_sim(
         seed=seed,
     )
     cm = cost_model_for(c, profile)
-    r = evaluate_layout(
-        m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens, max_running=max_running
+    r = evaluate_layout(  # the rate search runs on the same request stream as the report
+        m,
+        c,
+        cm,
+        layout,
+        w,
+        slo,
+        engine=engine,
+        chunk_tokens=chunk_tokens,
+        max_running=max_running,
+        search_requests=requests,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)

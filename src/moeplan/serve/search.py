@@ -159,17 +159,42 @@ class ServeResult:
         }
 
 
-def _bound(bd: dict[str, float], metrics: ServeMetrics) -> str:
-    """What limits the layout at its operating point (largest share of the decode step)."""
-    if metrics.preemptions > 0 or metrics.kv_peak_utilisation > 0.95:
+KV_FULL = 0.95  # peak KV use above which the pool, not the GPUs, bounds the batch
+
+
+def _bound(
+    bd: dict[str, float],
+    metrics: ServeMetrics,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    batch: int,
+) -> str:
+    """What limits the layout at its operating point: the KV pool when it preempts or fills,
+    else the largest part of the decode step of ``batch`` sequences. Compute vs memory
+    bandwidth by the roofline ridge: a GEMM over ``m`` tokens with ``w``-byte weights is
+    memory-bound when ``2 m / w < peak FLOP/s / bandwidth``; communication is inter-node
+    when a stage spans nodes."""
+    if metrics.preemptions > 0 or metrics.kv_peak_utilisation > KV_FULL:
         return "KV capacity"
     parts = {
-        "attention compute": bd.get("attention", 0.0),
-        "expert compute": bd.get("moe", 0.0) + bd.get("dense", 0.0),
+        "attention": bd.get("attention", 0.0),
+        "experts": bd.get("moe", 0.0) + bd.get("dense", 0.0),
         "communication": bd.get("comm", 0.0) + bd.get("p2p", 0.0),
         "pipeline bubbles": max(0.0, bd.get("bubble_s", 0.0)),
     }
-    return max(parts, key=lambda k: parts[k])
+    top = max(parts, key=lambda k: parts[k])
+    ridge = cluster.gpu.flops_bf16 / cluster.gpu.mem_bw
+    if top == "attention":
+        m, w = math.ceil(batch / layout.attn_dp), model.weight_bytes
+    elif top == "experts":
+        m, w = batch * model.top_k / model.num_experts, model.expert_weight_bytes
+    elif top == "communication":
+        inter = layout.stage_gpus > cluster.gpus_per_node
+        return ("inter" if inter else "intra") + "-node communication"
+    else:
+        return top
+    return ("memory bandwidth" if 2 * m / w < ridge else "compute") + f" ({top})"
 
 
 def _run(
@@ -272,7 +297,7 @@ def evaluate_layout(
         metrics=metrics,
         max_rate_meeting_slo_rps=rate if _has_limits(slo) else None,
         meets_slo=metrics.meets(slo),
-        bound=_bound(bd, metrics),
+        bound=_bound(bd, metrics, model, cluster, layout, est.batch),
         estimate=est,
         breakdown=bd,
     )
