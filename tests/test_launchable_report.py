@@ -138,3 +138,15 @@ def test_gantt_labels_do_not_overlap_when_rendered(demo, tmp_path):
     assert fixed["labels"] > 0 and fixed["bad"] == [], fixed
     raw = gantt_figure(schedules(d.detail, layers=2), title="without the fix")
     assert gantt_check(raw, tmp_path, "raw")["bad"], "the check must see the old overlaps"
+
+
+def test_placement_on_another_ep_than_the_winner_says_so(demo):
+    from moeplan.report.sections import _ep_note, winner_ep
+
+    result, _ = demo
+    layout = result.winner.plan.layout
+    expected = layout["moe"]["ep"] if result.winner.family == "strategy" else layout["eg"]
+    assert winner_ep(result) == expected
+    assert _ep_note(8, 8) == ""
+    assert "has no expert parallelism" in _ep_note(1, 8)
+    assert "runs EP16" in _ep_note(16, 8) and "estimate on EP8" in _ep_note(16, 8)

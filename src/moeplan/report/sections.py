@@ -54,7 +54,7 @@ def render_report(
     if "strategy" in by_family:
         sections.append(_pareto_section(result, by_family["strategy"]))
     if placement is not None:
-        sections.append(_placement_section(result, placement, trace))
+        sections.append(_placement_section(result, placement, trace, serving))
     if exports:
         sections.append(_launch_section(exports))
     sections.append(_error_section(cm))
@@ -182,7 +182,9 @@ def _pareto_section(result: PlanResult, s: Any) -> Section:
     )
 
 
-def _placement_section(result: PlanResult, placement: Any, trace: str | None) -> Section:
+def _placement_section(
+    result: PlanResult, placement: Any, trace: str | None, serving: Any = None
+) -> Section:
     sem_res = placement.methods["semmoe"]
     sem = sem_res.metrics
     if trace:
@@ -192,7 +194,7 @@ def _placement_section(result: PlanResult, placement: Any, trace: str | None) ->
             f"No trace was given: a synthetic trace with the model's shape, first "
             f"{sem_res.y.shape[0]} MoE layers (no expert_location.json is exported from it)."
         )
-    ep_note = _ep_note(result, placement.ep)
+    ep_note = _ep_note(winner_ep(result, serving), placement.ep)
     text = (
         f"{src}{ep_note} Sem-MoE keeps {100 * sem['lar']:.1f}% of expert activations on the "
         "token's own GPU."
@@ -223,16 +225,22 @@ def _placement_section(result: PlanResult, placement: Any, trace: str | None) ->
     return s
 
 
-def _ep_note(result: PlanResult, ep: int) -> str:
-    """Say when the placement's EP group is not the winner's."""
+def winner_ep(result: PlanResult, serving: Any = None) -> int:
+    """The EP degree of the plan the report's verdict picks (the serving winner if any)."""
+    if serving is not None:
+        return int(serving.winner.entry.layout.moe_ep)
     w = result.winner
     layout = w.plan.layout
     if w.family == "strategy":
-        win_ep = int(layout.get("moe", {}).get("ep", 1))
-    elif w.family == "dep":
-        win_ep = int(layout.get("eg", 1))
-    else:
-        return ""
+        return int(layout.get("moe", {}).get("ep", 1))
+    if w.family == "dep":
+        return int(layout.get("eg", 1))
+    eps = [m.get("ep", 1) for st in layout.get("stages", []) for m in st.get("modules", [])]
+    return int(max(eps, default=1))
+
+
+def _ep_note(win_ep: int, ep: int) -> str:
+    """Say when the placement's EP group is not the winner's."""
     if win_ep == ep:
         return ""
     what = "has no expert parallelism" if win_ep <= 1 else f"runs EP{win_ep}"
