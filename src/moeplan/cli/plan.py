@@ -84,18 +84,26 @@ def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | No
         raise MoeplanError(f"workload ({path}) is malformed: {err}") from None
 
 
-def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any:
-    """Sem-MoE on the winner's EP group (a synthetic trace with the model's shape if none)."""
+def _placement_ep(ranking: ServeRanking, model: Any) -> tuple[int, str | None]:
+    """The served winner's real EP degree, or 0 and a plain sentence saying why no placement."""
+    w = ranking.winner.entry
+    ep = w.layout.moe_ep
+    if ep <= 1:
+        return 0, (f"Sem-MoE placement skipped: the winner ({w.label}) has no expert "
+                   "parallelism, so every GPU holds the experts it runs and nothing is placed.")
+    if model.num_experts % ep:
+        return 0, (f"Sem-MoE placement skipped: {model.num_experts} experts do not divide "
+                   f"evenly over the winner's EP{ep}.")
+    return ep, None
+
+
+def _placement(result: PlanResult, ep: int, trace: str | None, cm: Any, seed: int) -> Any:
+    """Sem-MoE on the winner's EP group of ``ep`` GPUs (a synthetic trace if none given)."""
     from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
     from moeplan.traces.format import iter_trace
     from moeplan.traces.synthetic import SynthConfig, synthesize
 
     m, c = result.model, result.cluster
-    ep = _winner_ep(result)
-    if ep <= 1 or m.num_experts % ep:
-        ep = math.gcd(m.num_experts, c.gpus_per_node)
-    if ep <= 1:
-        return None
     cfg = PlaceConfig(ep=ep, mode="dp", baselines=True, seed=seed)
     ev = cost_evaluator(cm, m, ep, c.nodes_spanned(ep))
     layers = m.num_moe_layers
@@ -112,17 +120,6 @@ def _placement(result: PlanResult, trace: str | None, cm: Any, seed: int) -> Any
                                      groups_per_topic=min(2, groups), seed=seed))
     return place(src, num_layers=layers, num_experts=m.num_experts,
                  hidden_bytes=m.hidden_bytes, evaluate=ev, cfg=cfg)
-
-
-def _winner_ep(result: PlanResult) -> int:
-    w = result.winner
-    layout = w.plan.layout
-    if w.family == "strategy":
-        return int(layout.get("moe", {}).get("ep", 1))
-    if w.family == "dep":
-        return int(layout.get("eg", 1))
-    eps = [mod.get("ep", 1) for s in layout.get("stages", []) for mod in s.get("modules", [])]
-    return int(max(eps, default=1))
 
 
 def plan_cmd(
@@ -213,10 +210,11 @@ def plan_cmd(
                              progress=lambda t: prog.update(task, description=t))
         if not ranking.winner.result.meets_slo:
             raise MoeplanError(no_plan_meets(ranking))
-        place_res = None
+        place_res, place_note = None, None
         if placement:
             prog.update(task, description="placement: Sem-MoE on the winner's EP group")
-            place_res = _placement(result, trace, cm, seed)
+            ep, place_note = _placement_ep(ranking, m)
+            place_res = _placement(result, ep, trace, cm, seed) if ep else None
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, result, place_res, cm, model_arg=model,
                                 trace=trace, model_path=launch_path, serving=ranking)
@@ -226,9 +224,12 @@ def plan_cmd(
         err_console.print(f"[yellow]warning:[/] {truncated}")
     if json_out:
         print_json({**_json(result, ranking, place_res, files, elapsed),
+                    **({"placement_skipped": place_note} if place_note else {}),
                     "warnings": [truncated] if truncated else []})
         return
     _print_human(result, ranking, place_res, files, elapsed)
+    if place_note:
+        console.print(place_note)
 
 
 def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict[str, str],
