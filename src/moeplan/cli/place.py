@@ -161,16 +161,14 @@ def place_cmd(
     if as_json:
         out: dict[str, Any] = res.to_dict()
         out.update({"model": model, "cluster": cluster, "trace": str(trace)})
-        if flags:
-            out["sglang_flags"] = flags
-        print_json(out)
-    else:
-        _print_table(res)
-        if flags:
-            console.print(
-                "SGLang launch flags for this file (one EP group of "
-                f"{res.ep} GPUs): [bold]{shlex.join(flags)}[/]"
-            )
+        print_json({**out, "sglang_flags": flags} if flags else out)
+        return
+    _print_table(res)
+    if flags:
+        console.print(
+            f"SGLang launch flags for this file (one EP group of {res.ep} GPUs): "
+            f"[bold]{shlex.join(flags)}[/]"
+        )
 
 
 def sglang_flags(path: Path, ep: int, physical: int, num_experts: int) -> list[str]:

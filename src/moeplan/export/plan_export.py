@@ -267,6 +267,19 @@ Builder = Callable[[Any, ExportContext, int, list[str]], list[list[list[str]]] |
 BUILDERS: dict[str, Builder] = {"sglang": _sglang_nodes, "vllm": _vllm_nodes}
 
 
+def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
+    """The comment lines every script of ``engine`` starts with."""
+    v = cons.PINNED[engine]
+    head = [
+        f"moeplan plan: {result.model.name} on {result.cluster.name}; {v.engine} {v.version} flags",
+        f"model path: {ctx.model_path}",
+    ]
+    trunc = truncation_warning(ctx.planned_layers, ctx.full_layers)
+    if trunc:
+        head.insert(0, f"WARNING: {trunc}")
+    return head + [f"WARNING: {n}" for n in ctx.notes]
+
+
 def engine_export(
     engine: str,
     result: Any,
@@ -277,15 +290,7 @@ def engine_export(
     """The launch script of ``engine``: the first of ``options`` (best first) the engine can
     run under its pinned rules; ``winner`` is what the predicted gap is measured against
     (default: the first option)."""
-    head = [
-        f"moeplan plan: {result.model.name} on {result.cluster.name}; "
-        f"{cons.PINNED[engine].engine} {cons.PINNED[engine].version} flags",
-        f"model path: {ctx.model_path}",
-    ]
-    trunc = truncation_warning(ctx.planned_layers, ctx.full_layers)
-    if trunc:
-        head.insert(0, f"WARNING: {trunc}")
-    head += [f"WARNING: {n}" for n in ctx.notes]
+    head = _head(engine, result, ctx)
     if not options:
         return LaunchExport(
             engine=engine,

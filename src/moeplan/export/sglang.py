@@ -65,6 +65,27 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
     return ["--dp-size", str(attn_dp), "--enable-dp-attention"]
 
 
+def _ep_args(s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str]) -> list[str]:
+    """``--ep-size`` and, where SGLang and the hardware allow it, the DeepEP backend."""
+    if s.moe_ep <= 1:
+        return []
+    blockers = deepep_blockers(target, nodes)
+    if s.moe_ep == tp and not blockers:
+        return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]
+    if s.moe_ep != tp:
+        warnings.append(
+            f"SGLang's deepep backend needs ep_size == tp_size ({s.moe_ep} != {tp}); "
+            f"MoE TP{s.moe_tp} x EP{s.moe_ep} runs with --moe-a2a-backend none, which "
+            "dispatches by all-gather/all-reduce instead of the modelled all-to-all"
+        )
+    else:
+        warnings.append(
+            "no --moe-a2a-backend deepep: " + "; ".join(blockers) + ". EP runs on the default "
+            "backend (all-gather/all-reduce dispatch), slower than the modelled all-to-all"
+        )
+    return ["--ep-size", str(s.moe_ep)]
+
+
 def sglang_args(
     strategy: Strategy,
     *,
@@ -91,23 +112,7 @@ def sglang_args(
         *attn_dp_args(s.attn_dp, version),
     ]
     warnings: list[str] = []
-    if s.moe_ep > 1:
-        args += ["--ep-size", str(s.moe_ep)]
-        blockers = deepep_blockers(target, num_nodes)
-        if s.moe_ep == tp and not blockers:
-            args += ["--moe-a2a-backend", "deepep"]
-        elif s.moe_ep != tp:
-            warnings.append(
-                f"SGLang's deepep backend needs ep_size == tp_size ({s.moe_ep} != {tp}); "
-                f"MoE TP{s.moe_tp} x EP{s.moe_ep} runs with --moe-a2a-backend none, which "
-                "dispatches by all-gather/all-reduce instead of the modelled all-to-all"
-            )
-        else:
-            warnings.append(
-                "no --moe-a2a-backend deepep: " + "; ".join(blockers) + ". EP runs "
-                "on the default backend (all-gather/all-reduce dispatch), slower "
-                "than the modelled all-to-all"
-            )
+    args += _ep_args(s, tp, target, num_nodes, warnings)
     if expert_location is not None:
         args += ["--init-expert-location", expert_location]
         if redundant_experts:
