@@ -47,6 +47,7 @@ def check_exports(mn, cn, result) -> dict[str, int]:
     seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0}
     for engine, ex in exports.items():
         assert ex.text.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
+        assert ("vllm-ascend" in ex.text) == (cn == "mixserve-910b")
         assert "org/" + mn in ex.text and f" {mn} " not in ex.text.split("model path:")[1][:60]
         if ex.label is None:  # the engine can run none of the strategies: say so, exit 1
             assert engine == "vllm" and ex.text.rstrip().endswith("exit 1"), (mn, cn, engine)

@@ -277,6 +277,12 @@ def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
     trunc = truncation_warning(ctx.planned_layers, ctx.full_layers)
     if trunc:
         head.insert(0, f"WARNING: {trunc}")
+    if not ctx.target.cuda:
+        head.append(
+            f"{ctx.target.gpu} is not a CUDA GPU: run the engine's NPU build "
+            "(SGLang with sgl-kernel-npu, vLLM with the vllm-ascend plugin); the "
+            "parallelism flags are the same"
+        )
     return head + [f"WARNING: {n}" for n in ctx.notes]
 
 
