@@ -45,6 +45,11 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
     # issue 12: ModelSpec.from_hf_config (specs/model.py) imports specs.hf_config inside the
     # function, and hf_config imports specs.model at top level.
     frozenset({"moeplan.specs.model", "moeplan.specs.hf_config"}): "issue 12",
+    # issue 12: stages._launchable imports pipeline.launchable inside the function, and
+    # launchable imports stages (PipelinePlan) at top level.
+    frozenset({"moeplan.planners.pipeline.stages", "moeplan.planners.pipeline.launchable"}): (
+        "issue 12"
+    ),
 }
 #: File I/O in the planning core, known and owned elsewhere: {(module, call): reason}.
 KNOWN_IO: dict[tuple[str, str], str] = {
@@ -65,7 +70,8 @@ KNOWN_IO: dict[tuple[str, str], str] = {
 #: ``ci`` profile, but ``HYPOTHESIS_PROFILE=dev`` cannot randomize them) — issue 12.
 KNOWN_PROFILE_OVERRIDES = frozenset(
     {
-        "test_cost_kerneldb.py", "test_robust_config.py", "test_robust_traces.py",
+        "test_cost_kerneldb.py", "test_fuzz_cli.py", "test_robust_config.py",
+        "test_robust_traces.py",
         "test_serve_engine.py", "test_serve_iteration.py", "test_serve_workload.py",
     }
 )  # fmt: skip
