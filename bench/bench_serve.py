@@ -140,6 +140,47 @@ def run() -> list[dict]:
     return rows
 
 
+MIXSERVE_BASELINES = {  # MixServe Table II, H20 column (2 x 8 H20)
+    "vLLM TP8 PP2": ServeLayout(attn_tp=8, moe_tp=8, pp=2),
+    "vLLM TP8+DP2, EP16": ServeLayout(attn_tp=8, attn_dp=2, moe_ep=16),
+    "vLLM TP4+DP4, EP16": ServeLayout(attn_tp=4, attn_dp=4, moe_ep=16),
+    "Tutel TP8+DP2, TP8+EP2": ServeLayout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2),
+    "Tutel TP4+DP4, TP4+EP4": ServeLayout(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4),
+}
+
+
+def mixserve_comparison() -> None:
+    """MixServe §IV-B setup simulated: mean TTFT / p50 ITL (ms) at 2, 4, 8 req/s, batch cap
+    16, ShareGPT-like lengths (lognormal prompt median 300, output median 200, <= 4096)."""
+    from moeplan.serve.search import run_workload
+
+    cluster = load_cluster("mixserve-h20")
+    cost = cost_model_for(cluster)
+    print("| model | layout | 2 req/s | 4 req/s | 8 req/s |\n|---|---|---|---|---|")
+    for name in ("deepseek-v3", "qwen3-235b-a22b"):
+        model = load_model(name)
+        for label, lay in MIXSERVE_BASELINES.items():
+            cells = []
+            for rate in (2.0, 4.0, 8.0):
+                w = ServeWorkload(
+                    num_requests=400,
+                    rate=rate,
+                    seed=0,
+                    isl=LengthDist.parse("lognormal:300:1.0:3072"),
+                    osl=LengthDist.parse("lognormal:200:0.8:1024"),
+                )
+                cfg = engine_config("vllm", model, cluster, lay, max_running=16)
+                it = IterationModel(model, cluster, cost, lay)
+                _, m = run_workload(cfg, w, it, lay.gpus, SLO())
+                cells.append(f"{m.mean_ttft_s * 1e3:,.0f} / {m.itl_p50_s * 1e3:.1f}")
+            print(f"| {name} | {label} | " + " | ".join(cells) + " |")
+
+
 if __name__ == "__main__":
-    for row in run():
-        print(row)
+    import sys
+
+    if "--papers" in sys.argv:
+        mixserve_comparison()
+    else:
+        for row in run():
+            print(row)
