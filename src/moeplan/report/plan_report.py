@@ -3,10 +3,13 @@
 Launch scripts come from :mod:`moeplan.export.plan_export` (the best strategy each engine can
 run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`.
 The files are written as one set (:class:`moeplan.io.OutputSet`): staged in a hidden folder
-next to ``--out`` and swapped in together, so an interrupted run never leaves a mix. The timeline is the
-winner's simulated schedule on :mod:`moeplan.sim`: FinDEP's own task graph; for MixServe a
-per-layer compute → communication chain of the prefill step (Eq. 6 adds them, no overlap);
-for SMIDT the stages' micro-batch pipeline.
+next to ``--out`` and swapped in together, so an interrupted run never leaves a mix.
+
+``timeline.json`` (Chrome trace, opens in Perfetto): with a serving ranking, the serving
+winner's simulated engine iterations (:func:`moeplan.serve.rank.serving_trace`); without one,
+the analytic leader's schedule on :mod:`moeplan.sim` — FinDEP's own task graph; for MixServe a
+per-layer compute → communication chain of the prefill step (Eq. 6 adds them, no overlap); for
+SMIDT the stages' micro-batch pipeline.
 """
 
 from __future__ import annotations
@@ -200,6 +203,12 @@ def write_artifacts(
     html = render_report(
         result, placement, cm, trace, exports, full.num_layers, serving
     )  # before any file: it may fail
+    if serving is not None:  # the served winner's engine iterations (issue 14)
+        from moeplan.serve.rank import serving_trace
+
+        timeline = serving_trace(serving, result.model, result.cluster, cm)
+    else:  # the analytic leader's task schedule
+        timeline = winner_trace(result)
     with OutputSet(outdir, known=set(ARTIFACTS)) as out:
         if "placement" in plan.details:
             from moeplan.export.expert_location import write_sglang_expert_location
@@ -213,9 +222,7 @@ def write_artifacts(
             )
             files["expert_location"] = str(outdir / "expert_location.json")
         files["plan"] = str(out.write("plan.json", plan.to_json()))
-        files["timeline"] = str(
-            out.write("timeline.json", json.dumps(winner_trace(result), default=_np))
-        )
+        files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
         for engine, ex in exports.items():
             files[engine] = str(out.write(f"{engine}.sh", ex.text, executable=True))
         files["report"] = str(out.write("report.html", html))

@@ -414,6 +414,26 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
     return out
 
 
+def serving_trace(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
+                  cost: CostModel) -> dict[str, Any]:
+    """Chrome trace of the winner's simulated run (one event per engine iteration), at the
+    load its metrics were taken: the user's rate or concurrency, else its largest SLO rate."""
+    from moeplan.serve.trace import serve_trace
+
+    w = ranking.winner
+    r = w.result
+    meta = {"family": w.entry.family, "label": w.entry.label, "layout": w.entry.layout.label}
+    if r.engine is None:
+        return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
+    wl = ranking.workload
+    if not ranking.rate_given and r.max_rate_meeting_slo_rps:
+        wl = wl.with_rate(r.max_rate_meeting_slo_rps)
+    meta["rate_rps"] = wl.rate
+    meta["requests"] = wl.num_requests
+    res = simulate(generate(wl), r.engine, IterationModel(model, cluster, cost, r.layout))
+    return serve_trace(res, label=w.entry.layout.label, metadata=meta)
+
+
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:
     """The winner's :class:`Plan` with its serving prediction in ``predicted.serving``."""
     serving = {"objective": ranking.objective, "slo": ranking.slo.to_dict(), **s.summary()}
