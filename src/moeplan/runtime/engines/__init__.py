@@ -13,8 +13,9 @@ family         engine
 
 Every family of :data:`moeplan.planners.plan.FAMILIES` has an entry (a test checks it). The
 engines apply their parallel layout to the one layer loop
-(:func:`moeplan.runtime.layers.decoder.forward`); DEP keeps FinDEP's own schedule (micro-batches
-interleaved across layers) and shares the attention and expert blocks.
+(:func:`moeplan.runtime.layers.decoder.forward`); DEP's attention ranks run one such loop per
+micro-batch and advance them in FinDEP's interleaved order
+(:func:`~moeplan.runtime.layers.decoder.steps`); its expert ranks serve chunks in arrival order.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ computes ``E(t,i,j)`` and returns it (``E2A(t,i,j)``, non-blocking). ``A(t+1,i)`
 ``E2A(t,i,·)`` and ``S(t,i)`` — the dependency rules of FinDEP Eq. 5 — so while the EG works
 on micro-batch ``i`` the AG computes ``A``/``S`` of the others. Departure: the paper's ``me``
 (tokens per expert per chunk) is an outcome here, not an input: chunks are equal token ranges.
+The AG runs the shared layer loop (:func:`moeplan.runtime.layers.decoder.steps`) once per
+micro-batch with :class:`DepLayout` and advances the loops in the schedule's order.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.engines import dep_predict
 from moeplan.runtime.engines.base import Engine, RunContext
-from moeplan.runtime.layers.decoder import Local
+from moeplan.runtime.layers.decoder import Local, decoder_modules, steps
 from moeplan.runtime.layers.model import LayerWeights, rms
 from moeplan.runtime.layers.moe import (
     MoEWeights,
@@ -145,6 +147,28 @@ def _finish(mb: _MicroBatch, p: DepParams, name: str, tl: Timeline) -> torch.Ten
     return mb.h + (torch.cat(outs) + mb.shared).view_as(mb.h)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DepLayout:
+    """AG side of micro-batch ``i``: ``attn`` = wait for the previous layer's E2A and combine
+    (if any), then ``A(t,i)`` (attention + router + A2E sends); ``ffn`` = ``S(t,i)``."""
+
+    cfg: MoEConfig
+    p: DepParams
+    i: int
+    rank: int
+    tl: Timeline
+
+    def attn(self, x: Any, w: LayerWeights, m: StageModule) -> _MicroBatch:
+        if isinstance(x, _MicroBatch):
+            x = _finish(x, self.p, f"{m.layer - 1}.{self.i}", self.tl)
+        return _attention_task(x, w, self.cfg, self.p, m.layer, self.i, self.rank, self.tl)
+
+    def ffn(self, mb: _MicroBatch, w: LayerWeights, m: StageModule) -> _MicroBatch:
+        with self.tl.span(f"S{m.layer}.{self.i}"):
+            mb.shared = shared_out(mb.u, w.experts)
+        return mb
+
+
 def run_dep_attention(
     x: torch.Tensor,
     layers: list[LayerWeights],
@@ -153,22 +177,22 @@ def run_dep_attention(
     rank: int,
     tl: Timeline,
 ) -> torch.Tensor:
-    """AG rank: ``x [r1*ma, S, H]`` -> output after all layers."""
+    """AG rank: ``x [r1*ma, S, H]`` -> output after all layers. One shared layer loop per
+    micro-batch (:func:`~moeplan.runtime.layers.decoder.steps`), advanced in the plan's order:
+    each ``A`` of the schedule is the next attention module, each ``S`` the next ffn module."""
     xs = list(x.split(p.ma))
     require(len(xs) == p.r1, f"batch ({x.shape[0]}) must equal r1*ma ({p.r1}*{p.ma})")
-    pending: dict[int, _MicroBatch] = {}
-    for t, w in enumerate(layers):
-        for kind, i in ag_schedule(p.order, p.r1):
-            if kind == "A":
-                if i in pending:
-                    xs[i] = _finish(pending.pop(i), p, f"{t - 1}.{i}", tl)
-                pending[i] = _attention_task(xs[i], w, cfg, p, t, i, rank, tl)
-            else:
-                with tl.span(f"S{t}.{i}"):
-                    pending[i].shared = shared_out(pending[i].u, w.experts)
-    for i in sorted(pending):
-        xs[i] = _finish(pending.pop(i), p, f"{len(layers) - 1}.{i}", tl)
-    return torch.cat(xs)
+    modules = decoder_modules(layers)
+    loops = [
+        steps(xs[i], layers, DepLayout(cfg=cfg, p=p, i=i, rank=rank, tl=tl), modules)
+        for i in range(p.r1)
+    ]
+    last: dict[int, _MicroBatch] = {}
+    for _ in layers:
+        for _, i in ag_schedule(p.order, p.r1):
+            last[i] = next(loops[i])
+    name = f"{len(layers) - 1}"
+    return torch.cat([_finish(last[i], p, f"{name}.{i}", tl) for i in range(p.r1)])
 
 
 @dataclass

@@ -6,17 +6,21 @@ layer ``l``, SMIDT's module vocabulary (:class:`~moeplan.runtime.mesh.StageModul
 :func:`forward` walks them in order. What a module does on this rank is the :class:`Layout`'s
 business: :class:`Local` is the single-process reference; the engines
 (:mod:`moeplan.runtime.engines`) supply layouts with TP, EP, DP, re-sharding and their
-collectives. A pipeline stage runs the same loop over its slice of modules.
+collectives. A pipeline stage runs the same loop over its slice of modules; the DEP engine
+runs one loop per micro-batch and interleaves them (:func:`steps`).
 
 Both module kinds include their residual: ``attn`` returns ``x + attn(rms(x))`` and ``ffn``
-returns ``h + moe(rms(h))`` (or the dense MLP), in the layout's own token sharding.
+returns ``h + moe(rms(h))`` (or the dense MLP), in the layout's own token sharding. What passes
+between modules is a tensor for every layout but DEP's, whose ``ffn`` returns a micro-batch
+whose expert outputs are still in flight (its next ``attn`` waits for them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -45,6 +49,24 @@ def decoder_modules(layers: list[LayerWeights]) -> tuple[StageModule, ...]:
     return tuple(mods)
 
 
+def steps(
+    x: Any,
+    layers: list[LayerWeights],
+    layout: Layout,
+    modules: tuple[StageModule, ...],
+    tl: Timeline | None = None,
+    suffix: str = "",
+) -> Iterator[Any]:
+    """The layer loop, one module at a time: yields the activations after each module (a span
+    ``{kind}{layer}{suffix}`` of ``tl`` each, when given). :func:`forward` runs it to the end;
+    the DEP engine advances one loop per micro-batch in FinDEP's interleaved order."""
+    for m in modules:
+        with tl.span(f"{m.kind}{m.layer}{suffix}") if tl is not None else nullcontext():
+            fn = layout.attn if m.kind == "attn" else layout.ffn
+            x = fn(x, layers[m.layer], m)
+        yield x
+
+
 def forward(
     x: torch.Tensor,
     layers: list[LayerWeights],
@@ -53,12 +75,11 @@ def forward(
     tl: Timeline | None = None,
     suffix: str = "",
 ) -> torch.Tensor:
-    """Run ``modules`` in order on ``x``; each one a span ``{kind}{layer}{suffix}`` of ``tl``."""
-    for m in modules:
-        with tl.span(f"{m.kind}{m.layer}{suffix}") if tl is not None else nullcontext():
-            fn = layout.attn if m.kind == "attn" else layout.ffn
-            x = fn(x, layers[m.layer], m)
-    return x
+    """Run ``modules`` in order on ``x`` (see :func:`steps`)."""
+    out = x
+    for out in steps(x, layers, layout, modules, tl, suffix):  # noqa: B007 (keep the last)
+        pass
+    return out
 
 
 def local_ffn(x: torch.Tensor, w: LayerWeights, cfg: MoEConfig) -> torch.Tensor:
