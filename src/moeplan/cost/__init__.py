@@ -44,12 +44,15 @@ def load_profile(name: str) -> HardwareProfile:
     return HardwareProfile.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def cost_model_for(cluster: ClusterSpec, profile: str | None = None) -> CostModel:
+def cost_model_for(cluster: ClusterSpec, profile: str | None = None,
+                   engine: str | None = None) -> CostModel:
     """The cost model of ``cluster``: the named profile, else the cluster's own, else roofline.
 
-    ``profile='roofline'`` forces the datasheet roofline.
+    ``profile='roofline'`` forces the datasheet roofline. ``engine`` (sglang, vllm, trtllm)
+    prices fused MoE, attention/MLA and intra-node all-reduce/all-to-all from the kernel
+    database (:mod:`moeplan.cost.kerneldb`); ``None`` keeps the model without it.
     """
     name = profile if profile is not None else cluster.profile
     if name is None or name == "roofline":
-        return CostModel(cluster)
-    return CostModel(cluster, load_profile(name))
+        return CostModel(cluster, engine=engine)
+    return CostModel(cluster, load_profile(name), engine=engine)

@@ -14,6 +14,16 @@
   keeps the paper's per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
 - Collectives through :func:`moeplan.cost.collectives.collective_time`, with the profile's
   measured intra-node fits where they exist.
+
+``CostModel(cluster, profile, engine="sglang" | "vllm" | "trtllm")`` prices the operations
+whose kernels differ by engine from NVIDIA's measured kernel tables and the model that
+transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
+``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
+decode), intra-node ``all_reduce`` (the engine's custom all-reduce) and intra-node
+``all_to_all`` (DeepEP normal kernels). GEMMs, projections, shared/dense MLPs, other
+collectives, inter-node traffic, P2P and FinDEP's A2E keep the paths above.
+:meth:`CostModel.provenance` says, per operation, which sources priced it and their held-out
+error. ``engine=None`` is exactly the model above.
 """
 
 from __future__ import annotations
@@ -22,8 +32,18 @@ import math
 from functools import cached_property
 
 from moeplan.cost.collectives import collective_time
+from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
+from moeplan.cost.kerneldb.families import DEEPEP_RANKS
+from moeplan.cost.kerneldb.pricing import (
+    ALLREDUCE_GPUS,
+    BF16_BYTES,
+    all_to_all,
+    attention_query,
+    moe_shape,
+)
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.cost.profile import HardwareProfile
+from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
 
 DEFAULT_ALPHA = 5e-6
@@ -34,15 +54,55 @@ DEFAULT_BW_EFF = 0.80
 class CostModel:
     """Seconds per operation on one GPU of ``cluster`` (see module docstring)."""
 
-    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile | None = None) -> None:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        profile: HardwareProfile | None = None,
+        engine: str | None = None,
+        kernels: KernelDB | None = None,
+    ) -> None:
         self.cluster = cluster
         self.profile = profile
-        self._roof = Roofline(alpha=DEFAULT_ALPHA,
-                              flops=cluster.gpu.flops_bf16 * DEFAULT_FLOPS_EFF,
-                              bw=cluster.gpu.mem_bw * DEFAULT_BW_EFF)
+        self.engine = engine
+        self._roof = Roofline(
+            alpha=DEFAULT_ALPHA,
+            flops=cluster.gpu.flops_bf16 * DEFAULT_FLOPS_EFF,
+            bw=cluster.gpu.mem_bw * DEFAULT_BW_EFF,
+        )
+        self._kdb: KernelDB | None = None
+        self._prov: dict[tuple[str, str], list] = {}
+        if engine is not None:
+            if engine not in ENGINES:
+                raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+            if kernels is None:  # the process-wide database (reads package data on first use)
+                from moeplan.kernel_tables import kernel_db
+
+                kernels = kernel_db()
+            self._kdb = kernels
+            self._device = device_for(cluster)
 
     def __repr__(self) -> str:
-        return f"CostModel({self.cluster.name}, profile={self.profile_name})"
+        eng = f", engine={self.engine}" if self.engine else ""
+        return f"CostModel({self.cluster.name}, profile={self.profile_name}{eng})"
+
+    # ---- kernel database ---------------------------------------------------------------
+    def _kernel(self, op: str, shape: dict) -> float:
+        assert self._kdb is not None and self.engine is not None
+        p = self._kdb.predict(op, self._device, self.engine, **shape)
+        self._note(op, p)
+        return p.seconds
+
+    def _note(self, op: str, p: Prediction) -> None:
+        cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
+        cell[0] += 1
+
+    def provenance(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
+        """``{op: {source: {"calls", "error_median", "error_p90"}}}`` of every operation this
+        model priced from the kernel database (empty without an engine)."""
+        out: dict[str, dict[str, dict[str, float | int | None]]] = {}
+        for (op, src), (n, med, p90) in sorted(self._prov.items()):
+            out.setdefault(op, {})[src] = {"calls": n, "error_median": med, "error_p90": p90}
+        return out
 
     @property
     def profile_name(self) -> str:
@@ -74,12 +134,25 @@ class CostModel:
         memory = 2.0 * (m * k + k * n + m * n) * groups / g.bw
         return g.alpha + max(compute, memory)
 
-    def attention_core(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
-                       tp: int = 1, layer: int | None = None) -> float:
+    def attention_core(
+        self,
+        model: ModelSpec,
+        num_seqs: int,
+        q_len: int,
+        ctx_len: int,
+        tp: int = 1,
+        layer: int | None = None,
+    ) -> float:
         """Scores + softmax + values for ``num_seqs`` sequences of ``q_len`` new tokens
         attending (causally) to ``ctx_len`` keys in total, heads split ``tp`` ways."""
         if num_seqs <= 0 or q_len <= 0:
             return 0.0
+        if self._kdb is not None:
+            sliding = layer is not None and model.is_sliding_layer(layer)
+            op, shape, factor = attention_query(
+                model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding
+            )
+            return factor * self._kernel(op, shape)
         keys = ctx_len - (q_len - 1) / 2.0  # mean keys per query under the causal mask
         if layer is not None and model.is_sliding_layer(layer):
             keys = min(keys, model.sliding_window)
@@ -88,38 +161,58 @@ class CostModel:
         if self.profile is not None and self.profile.attention is not None:
             return self.profile.attention(macs)
         roof = self._gemm if isinstance(self._gemm, Roofline) else self._roof
-        kv_read = num_seqs * ctx_len * model.kv_bytes_per_token_layer() / (
-            1 if model.attention == "mla" else min(tp, model.num_kv_heads))
+        kv_read = (
+            num_seqs
+            * ctx_len
+            * model.kv_bytes_per_token_layer()
+            / (1 if model.attention == "mla" else min(tp, model.num_kv_heads))
+        )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
-    def attention_layer(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
-                        tp: int = 1, layer: int | None = None) -> float:
+    def attention_layer(
+        self,
+        model: ModelSpec,
+        num_seqs: int,
+        q_len: int,
+        ctx_len: int,
+        tp: int = 1,
+        layer: int | None = None,
+    ) -> float:
         """One attention layer (projections + core) on one TP rank."""
         t = num_seqs * q_len
         h, nh = model.hidden_size, model.num_attention_heads / tp
         if model.attention == "mla":
-            proj = (self.gemm(t, model.kv_lora_rank + model.qk_rope_head_dim, h)
-                    + self.gemm(t, nh * (model.qk_nope_head_dim + model.v_head_dim),
-                                model.kv_lora_rank)
-                    + self.gemm(t, h, nh * model.v_head_dim))
+            proj = (
+                self.gemm(t, model.kv_lora_rank + model.qk_rope_head_dim, h)
+                + self.gemm(t, nh * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank)
+                + self.gemm(t, h, nh * model.v_head_dim)
+            )
             if model.q_lora_rank:
-                proj += (self.gemm(t, model.q_lora_rank, h)
-                         + self.gemm(t, nh * model.q_dim, model.q_lora_rank))
+                proj += self.gemm(t, model.q_lora_rank, h) + self.gemm(
+                    t, nh * model.q_dim, model.q_lora_rank
+                )
             else:
                 proj += self.gemm(t, nh * model.q_dim, h)
         else:
             kv = max(1.0, model.num_kv_heads / tp)
-            proj = (self.gemm(t, (nh + 2 * kv) * model.head_dim, h)
-                    + self.gemm(t, h, nh * model.head_dim))
+            proj = self.gemm(t, (nh + 2 * kv) * model.head_dim, h) + self.gemm(
+                t, h, nh * model.head_dim
+            )
         return proj + self.attention_core(model, num_seqs, q_len, ctx_len, tp, layer)
 
-    def expert_ffn(self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float,
-                   tp: int = 1) -> float:
+    def expert_ffn(
+        self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float, tp: int = 1
+    ) -> float:
         """SwiGLU routed experts on one GPU: gate+up then down, each expert ``tokens_per_expert``."""
+        if self._kdb is not None:
+            shape = moe_shape(model, tokens_per_expert, num_local_experts, tp)
+            if shape is not None:
+                return self._kernel("moe", shape)
         i = model.moe_intermediate_size / tp
         h = model.hidden_size
-        return (self.grouped_gemm(tokens_per_expert, 2 * i, h, num_local_experts)
-                + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts))
+        return self.grouped_gemm(
+            tokens_per_expert, 2 * i, h, num_local_experts
+        ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts)
 
     def _swiglu(self, tokens: float, inter: float, tp: int, h: int) -> float:
         if inter <= 0 or tokens <= 0:
@@ -144,6 +237,16 @@ class CostModel:
 
     def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float:
         """Collective over ``group_size`` ranks spanning ``nodes`` nodes (nccl-tests bytes)."""
+        if self._kdb is not None and nodes <= 1 and nbytes > 0:
+            if op == "all_reduce" and group_size in ALLREDUCE_GPUS:
+                return self._kernel(
+                    "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
+                )
+            if op == "all_to_all" and group_size == DEEPEP_RANKS:
+                p = all_to_all(self._kdb, self._device, self.engine or "", nbytes)
+                if p is not None:
+                    self._note("all_to_all", p)
+                    return p.seconds
         return collective_time(op, nbytes, group_size, nodes, self.cluster, self._intra_fit)
 
     def p2p(self, nbytes: float, inter_node: bool) -> float:

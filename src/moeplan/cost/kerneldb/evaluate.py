@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB
-from moeplan.cost.kerneldb.families import FAMILIES
+from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB, peak_time
+from moeplan.cost.kerneldb.device import Device
+from moeplan.cost.kerneldb.families import FAMILIES, Features
 from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
 
 FOLDS = 5
@@ -107,22 +108,10 @@ def heldout_shapes(
             vm = VariantModel(fam, {c: v[~test] for c, v in cols.items()}, y[~test], dev, "")
             tc = {c: v[test] for c, v in cols.items()}
             f = fam.features(tc)
-            corr, _, inside = vm.field.query(f.coords)
-            pred = vm.model.predict(f, dev, fam.link) * np.exp(np.where(inside, corr, 0.0))
-            errs.append(np.abs(pred / y[test] - 1))
+            errs.append(np.abs(_predict(vm, f, dev) / y[test] - 1))
             toks.append(f.tokens)
             loads.append(_load(op, tc))
-    if not errs:
-        return None
-    return Scored(
-        gpu=gpu,
-        engine=engine,
-        op=op,
-        method="heldout_shape",
-        err=np.concatenate(errs),
-        tokens=np.concatenate(toks),
-        load=np.concatenate(loads),
-    )
+    return _scored(gpu, engine, op, "heldout_shape", errs, toks, loads)
 
 
 def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) -> Scored | None:
@@ -138,20 +127,33 @@ def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) ->
         if skey is None:
             continue
         vm = db.variant(src, engine, op, skey)
+        assert vm is not None
         cols, y = _rows(db, dst, engine, op, key)
         f = fam.features(cols)
-        corr, _, inside = vm.field.query(f.coords)  # type: ignore[union-attr]
-        pred = vm.model.predict(f, dev, fam.link) * np.exp(np.where(inside, corr, 0.0))  # type: ignore[union-attr]
-        errs.append(np.abs(pred / y - 1))
+        errs.append(np.abs(_predict(vm, f, dev) / y - 1))
         toks.append(f.tokens)
         loads.append(_load(op, cols))
+    return _scored(dst, engine, op, "leave_one_gpu_out", errs, toks, loads)
+
+
+def _predict(vm: VariantModel, f: Features, dev: Device) -> np.ndarray:
+    """What the database answers off its measured rows: model x residual, datasheet floor."""
+    link = vm.family.link
+    corr, _, inside = vm.field.query(f.coords)
+    pred = vm.model.predict(f, dev, link) * np.exp(np.where(inside, corr, 0.0))
+    return np.maximum(pred, peak_time(f, dev, link))
+
+
+def _scored(
+    gpu: str, engine: str, op: str, method: str, errs: list, toks: list, loads: list
+) -> Scored | None:
     if not errs:
         return None
     return Scored(
-        gpu=dst,
+        gpu=gpu,
         engine=engine,
         op=op,
-        method="leave_one_gpu_out",
+        method=method,
         err=np.concatenate(errs),
         tokens=np.concatenate(toks),
         load=np.concatenate(loads),

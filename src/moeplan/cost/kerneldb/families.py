@@ -14,9 +14,10 @@ compared. Formulas:
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
   in the cache dtype of ``c`` bytes); work ``b``.
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
-  bytes ``b ctx 2 kv d c + 4 b h d``, work ``b``.
+  bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
+  sequence and KV head: the tables' time at one key grows with KV heads, not query heads).
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
-  FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``.
+  FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
   FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``.
 - ``allreduce`` (engine custom all-reduce, ``m`` bf16 elements on ``n`` GPUs):
@@ -172,7 +173,7 @@ def _generation_attention(cols: Columns) -> Features:
     return Features(
         flops=4 * b * h * d * keys,
         nbytes=b * keys * 2 * kv * d * c + 2 * BF16 * b * h * d,
-        work=b,
+        work=b * kv,
         fp8=_attn_fp8(cols),
         tokens=b,
         coords=coords,
@@ -190,7 +191,7 @@ def _context_mla(cols: Columns) -> Features:
     return Features(
         flops=2 * b * s * h * keys * (MLA_QK + MLA_V),
         nbytes=BF16 * b * s * h * (2 * MLA_QK + 2 * MLA_V),
-        work=b,
+        work=b * h,
         fp8=_mla_fp8(cols),
         tokens=b * s,
         coords=coords,

@@ -1,0 +1,128 @@
+"""Translate the CostModel's questions into kernel-database queries (pure).
+
+- ``expert_ffn(model, tokens_per_expert, local, tp)`` -> one fused-MoE call (``moe``) on an EP
+  rank holding ``local`` experts: ``ep = round(E / local)``, a virtual layer of
+  ``local * ep`` experts, ``num_tokens = tokens_per_expert * local * ep / top_k`` entering the
+  EP group with a balanced load (the planner already put its imbalance into
+  ``tokens_per_expert``); the weight dtype from ``model.expert_weight_bytes`` (1 byte: fp8
+  block scales as DeepSeek/Qwen ship them; 0.5: MXFP4 for GPT-OSS, int4 weight-only
+  otherwise).
+- ``attention_core`` -> ``generation_attention`` / ``generation_mla`` for one new token
+  (``isl = 1``, ``step = ctx - 1``: the tables' decode convention), else ``context_attention``
+  / ``context_mla`` over ``q_len`` tokens; a prefix (``ctx_len > q_len``, chunked prefill)
+  scales the time by the ratio of mean keys per query, ``(ctx - (q-1)/2) / ((q+1)/2)``
+  (departure: the tables have no chunked-prefill rows). Heads per GPU are heads / tp
+  (KV heads at least one).
+- ``all_reduce`` inside one node -> the engine's custom all-reduce (``message_size`` = bf16
+  elements). ``all_to_all`` inside one node -> the DeepEP normal kernels' analytic model
+  (dispatch in fp8 + combine in bf16 averaged: one call prices one direction) on the bytes a
+  rank sends; the per-token term is left out (the bytes alone do not say how many tokens).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from moeplan.cost.kerneldb.db import KernelDB
+from moeplan.cost.kerneldb.device import Device
+from moeplan.cost.kerneldb.families import FAMILIES, Features
+from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.specs import ModelSpec
+
+ALLREDUCE_GPUS = (2, 4, 8)  # group sizes the custom all-reduce tables cover
+BF16_BYTES = 2
+
+
+def moe_dtype(model: ModelSpec) -> str:
+    b = model.expert_weight_bytes
+    if b >= 2:
+        return "bfloat16"
+    if b >= 1:
+        return "fp8_block"
+    return "w4a16_mxfp4" if "gptoss" in model.architecture.lower().replace("_", "") else "int4_wo"
+
+
+def moe_shape(
+    model: ModelSpec, tokens_per_expert: float, local: float, tp: int
+) -> dict[str, object] | None:
+    """The fused-MoE query for one EP rank, or ``None`` when it has no integral layout."""
+    if local <= 0 or tokens_per_expert <= 0 or abs(local - round(local)) > 1e-9:
+        return None
+    local_i = int(round(local))
+    ep = max(1, round(model.num_experts / local_i))
+    experts = local_i * ep
+    inter = model.moe_intermediate_size
+    if inter % tp:
+        return None
+    return {
+        "num_tokens": tokens_per_expert * experts / model.top_k,
+        "hidden_size": model.hidden_size,
+        "inter_size": inter,
+        "topk": min(model.top_k, experts),
+        "num_experts": experts,
+        "moe_tp_size": tp,
+        "moe_ep_size": ep,
+        "distribution": "balanced",
+        "moe_dtype": moe_dtype(model),
+    }
+
+
+def prefix_factor(q_len: int, ctx_len: int) -> float:
+    """Mean keys per query with a prefix over mean keys without one (causal)."""
+    return max(1.0, (ctx_len - (q_len - 1) / 2.0) / ((q_len + 1) / 2.0))
+
+
+def attention_query(
+    model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int, sliding: bool
+) -> tuple[str, dict[str, object], float]:
+    """(op, shape, time factor) for the attention core of one TP rank."""
+    heads = max(1, math.ceil(model.num_attention_heads / tp))
+    decode = q_len == 1
+    if model.attention == "mla":
+        op = "generation_mla" if decode else "context_mla"
+        shape: dict[str, object] = {"batch_size": num_seqs, "num_heads": heads}
+    else:
+        op = "generation_attention" if decode else "context_attention"
+        shape = {
+            "batch_size": num_seqs,
+            "num_heads": heads,
+            "num_key_value_heads": max(1, math.ceil(model.num_kv_heads / tp)),
+            "head_dim": model.head_dim,
+            "window_size": model.sliding_window if sliding else 0,
+        }
+    if decode:
+        shape.update(isl=1, step=max(0, ctx_len - 1))
+        return op, shape, 1.0
+    shape.update(isl=q_len)
+    return op, shape, prefix_factor(q_len, ctx_len)
+
+
+def all_to_all(db: KernelDB, device: Device, engine: str, nbytes: float) -> Prediction | None:
+    """One direction of a DeepEP normal all-to-all sending ``nbytes`` per rank (8 ranks)."""
+    times, errs = [], []
+    for op in ("deepep_normal_dispatch", "deepep_normal_combine"):
+        key = db.choose(device.reference, engine, op, {"sms": "24"})
+        vm = db.variant(device.reference, engine, op, key) if key else None
+        if vm is None:
+            return None
+        f = Features(
+            flops=np.zeros(1),
+            nbytes=np.array([nbytes]),
+            work=np.zeros(1),
+            fp8=np.zeros(1, bool),
+            tokens=np.zeros(1),
+            coords=np.zeros((1, len(FAMILIES[op].x_cols))),
+        )
+        times.append(float(vm.model.predict(f, device, True)[0]))
+        err = db.error(device.table, engine, op, "transferred")
+        errs.append(err)
+    e = [x for x in errs if x is not None]
+    return Prediction(
+        seconds=float(np.mean(times)),
+        source="transferred",
+        error=max(x[0] for x in e) if e else None,
+        error_p90=max(x[1] for x in e) if e else None,
+        detail="DeepEP normal dispatch/combine model on bytes per rank",
+    )
