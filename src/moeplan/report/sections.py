@@ -31,6 +31,7 @@ def render_report(
     sections = [_verdict(result, full_layers, serving is not None)]
     if serving is not None:
         sections.insert(0, _serving_section(result, serving))
+        sections.insert(1, _serving_figures(result, serving, cm))
     by_family = {x.family: x for x in result.candidates}
     if "dep" in by_family:
         d = by_family["dep"]
@@ -161,6 +162,27 @@ def _serving_section(result: PlanResult, serving: Any) -> Section:
         "The next section ranks each family's own analytic figure (prefill "
         "of one batch), a different quantity; it is shown for reference."
     )
+    return s
+
+
+def _serving_figures(result: PlanResult, serving: Any, cm: Any) -> Section:
+    """Pareto front, latency distributions and latency against load of the top plans."""
+    from moeplan.report import serving as fig
+    from moeplan.serve.rank import serving_curves
+
+    curves = serving_curves(serving, result.model, result.cluster, cm)
+    s = Section(
+        title="Under load: throughput, latency distributions, latency against rate",
+        paragraphs=[
+            "Every deployment simulated with continuous batching: output tokens/s per GPU "
+            "against tokens/s per user; the per-request TTFT and TPOT of the top plans at "
+            "their operating point; and their p90 latencies as the Poisson arrival rate "
+            "grows from a quarter to 1.25x the largest rate meeting the SLOs.",
+        ],
+        figures=[fig.serving_pareto(serving), fig.latency_distributions(curves, serving.slo)],
+    )
+    if curves["rate"]:
+        s.figures.append(fig.latency_rate(curves, serving.slo))
     return s
 
 

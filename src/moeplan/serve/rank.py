@@ -16,8 +16,10 @@ Steps (decisions the papers leave open, pinned by tests):
    ``(t, e, d)`` choices are summarised by the most common attention and MoE choice over all
    stages, DPMoE replication ``d`` counted into the MoE EP span (a pipeline is still simulated
    as ``pp`` stages with micro-batches, not as a sum). FinDEP: its plan is a prefill batch
-   schedule of disaggregated attention/expert GPUs; serving it (attention–FFN disaggregated
-   decode) is not simulated yet — its analytic figure is reported beside, never ranked.
+   schedule of disaggregated attention/expert GPUs — its analytic figure is reported beside,
+   never ranked. Disaggregated serving is ranked as two more families
+   (:mod:`moeplan.serve.disagg_rank`): ``pd`` (prefill/decode pools, KV transfer, x:y rate
+   matching) and ``afd`` (attention–FFN disaggregated decode on FinDEP's schedule).
 2. **Prune.** Every layout gets a closed-form estimate (:func:`moeplan.serve.search.analytic_rate`)
    of the rate it sustains under the TPOT SLO; the best ``keep`` by estimated output tokens/s
    per GPU are simulated, always including each family's best.
@@ -211,9 +213,9 @@ def entries_of(result: PlanResult) -> tuple[list[Entry], dict[str, str]]:
             entries.append(pipeline_entry(c))
         else:
             not_served[c.family] = (
-                "its plan is a prefill batch schedule of disaggregated attention/expert GPUs; "
-                "serving it under load (attention-FFN disaggregated decode) is not simulated "
-                "yet, so it is shown with its analytic figure and not ranked"
+                "its plan is a prefill batch schedule of disaggregated attention/expert GPUs, "
+                "shown with its analytic figure and not ranked; its schedule serves decode "
+                "under load as the attention-FFN disaggregated family (afd)"
             )
     return entries, not_served
 
@@ -294,6 +296,13 @@ def serve_rank(
         if not rate_given:
             r = _final_run(model, cluster, cost, r, workload, slo)
         served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=est))
+    from moeplan.serve.disagg_rank import served_disaggregated
+
+    disagg, why = served_disaggregated(
+        result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress
+    )
+    served += disagg
+    not_served.update(why)
     if not served:
         raise MoeplanError(
             f"no deployment of {model.name} on {cluster.name} can serve "
@@ -412,6 +421,52 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
             f"ranking differs — the serving simulation decides."
         )
     return out
+
+
+CURVE_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)  # of each plan's largest SLO-meeting rate
+CURVE_REQUESTS = 300  # requests per point of a latency-rate curve
+
+
+def _operating_workload(ranking: ServeRanking, s: Served) -> ServeWorkload:
+    """The load ``s``'s metrics were taken at: the user's, else its largest SLO rate."""
+    rate = s.result.max_rate_meeting_slo_rps
+    if not ranking.rate_given and rate:
+        return ranking.workload.with_rate(rate)
+    return ranking.workload
+
+
+def serving_curves(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
+                   cost: CostModel, *, top: int = 3,
+                   fractions: tuple[float, ...] = CURVE_FRACTIONS) -> dict[str, Any]:
+    """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
+    p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
+    open-loop workloads only). Same seed at every rate (common random numbers)."""
+    from moeplan.serve.metrics import request_latencies
+
+    latency: dict[str, dict[str, list[float]]] = {}
+    rate_curves: dict[str, list[dict[str, float]]] = {}
+    done = [x for x in ranking.ranked if x.result.engine is not None][:top]
+    for x in done:
+        label = f"{x.entry.family}: {x.entry.layout.label}"
+        ev = IterationModel(model, cluster, cost, x.result.layout)
+        res = simulate(generate(_operating_workload(ranking, x)), x.result.engine, ev)
+        ttft, tpot, _ = request_latencies(res)
+        latency[label] = {"ttft_s": [float(v) for v in ttft],
+                          "tpot_s": [float(v) for v in tpot if v == v]}
+        base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
+        if not base or ranking.workload.concurrency is not None:
+            continue
+        probe = replace(ranking.workload,
+                        num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests))
+        pts = []
+        for f in fractions:
+            m = summarize(simulate(generate(probe.with_rate(base * f)), x.result.engine, ev),
+                          x.result.layout.gpus, ranking.slo)
+            pts.append({"rate_rps": base * f, "ttft_p90_s": m.ttft_p90_s,
+                        "tpot_p90_s": m.tpot_p90_s,
+                        "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu})
+        rate_curves[label] = pts
+    return {"latency": latency, "rate": rate_curves}
 
 
 def serving_trace(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
