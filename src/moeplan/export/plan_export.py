@@ -172,13 +172,15 @@ def serving_options(serving: Any) -> list[Option]:
         m, lay = s.metrics, s.entry.layout
         if m is None:
             continue
-        st = Strategy(
-            attn_tp=lay.attn_tp,
-            attn_dp=lay.attn_dp,
-            moe_tp=lay.moe_tp,
-            moe_ep=lay.moe_ep,
-            pp=lay.pp,
-        )
+        st = None  # disaggregated pools are not one engine (export/sglang.py sglang_pd_commands)
+        if s.entry.family not in ("pd", "afd"):
+            st = Strategy(
+                attn_tp=lay.attn_tp,
+                attn_dp=lay.attn_dp,
+                moe_tp=lay.moe_tp,
+                moe_ep=lay.moe_ep,
+                pp=lay.pp,
+            )
         out.append(
             Option(
                 strategy=st,

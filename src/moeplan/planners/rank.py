@@ -38,7 +38,9 @@ from moeplan.units import GIB
 
 FAMILIES = ("strategy", "pipeline", "dep")
 FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
-                "dep": "disaggregated (FinDEP)"}
+                "dep": "disaggregated (FinDEP)",
+                "pd": "prefill/decode disaggregated (DistServe, SGLang/vLLM PD)",
+                "afd": "attention-FFN disaggregated decode (FinDEP schedule)"}
 TIE = 0.005  # plans within 0.5 % per GPU are tied
 # A suggested cluster must hold the weights with 30 % to spare for KV cache and activations
 # (a rule of thumb for the hint in the "fits no family" error, not used for planning).

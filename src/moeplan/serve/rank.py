@@ -41,7 +41,7 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import Candidate, PlanResult
-from moeplan.serve.engine import simulate
+from moeplan.serve.engine import SimResult, simulate
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
@@ -58,6 +58,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
 DEFAULT_KEEP = 6  # layouts simulated after pruning (each costs ~0.3-0.6 s on 2 cores)
 MAX_STRATEGY_LAYOUTS = 24  # MixServe layouts estimated (its ranked list, distinct layouts)
+IDLE_FRACTION = 64  # "near idle": this fraction of the analytic rate estimate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,19 +248,22 @@ def _final_run(
     workload: ServeWorkload,
     slo: SLO,
 ) -> ServeResult:
-    """Re-simulate ``r`` at its largest SLO-meeting rate (no rate was given by the user)."""
+    """Re-simulate ``r`` at its largest SLO-meeting rate (no rate was given by the user).
+
+    When no rate meets the SLOs, the run is at a near-idle rate (1/64 of the analytic
+    estimate), so its latencies show what a lone request gets; it is marked as missing them.
+    """
     rate = r.max_rate_meeting_slo_rps
     if not r.feasible or r.engine is None:
         return r
-    if not rate:
-        return replace(
-            r,
-            meets_slo=False,
-            bound="SLOs unreachable at any rate",
-            reason="even a lone request misses the SLOs; metrics at a placeholder rate of 1 req/s",
-        )
+    idle = not rate
+    if idle:
+        rate = (r.estimate.rate_rps if r.estimate is not None else 1.0) / IDLE_FRACTION
     ev = IterationModel(model, cluster, cost, r.layout)
     m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
+    if idle:
+        return replace(r, metrics=m, meets_slo=False, bound="SLOs unreachable at any rate",
+                       reason=f"misses the SLOs even near idle ({rate:.3g} req/s)")
     return replace(r, metrics=m, meets_slo=m.meets(slo))
 
 
@@ -448,8 +452,7 @@ def serving_curves(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
         label = f"{x.entry.family}: {x.entry.layout.label}"
-        ev = IterationModel(model, cluster, cost, x.result.layout)
-        res = simulate(generate(_operating_workload(ranking, x)), x.result.engine, ev)
+        res = _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
         ttft, tpot, _ = request_latencies(res)
         latency[label] = {"ttft_s": [float(v) for v in ttft],
                           "tpot_s": [float(v) for v in tpot if v == v]}
@@ -460,7 +463,7 @@ def serving_curves(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec
                         num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests))
         pts = []
         for f in fractions:
-            m = summarize(simulate(generate(probe.with_rate(base * f)), x.result.engine, ev),
+            m = summarize(_rerun(x, probe.with_rate(base * f), model, cluster, cost),
                           x.result.layout.gpus, ranking.slo)
             pts.append({"rate_rps": base * f, "ttft_p90_s": m.ttft_p90_s,
                         "tpot_p90_s": m.tpot_p90_s,
@@ -485,8 +488,20 @@ def serving_trace(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
         wl = wl.with_rate(r.max_rate_meeting_slo_rps)
     meta["rate_rps"] = wl.rate
     meta["requests"] = wl.num_requests
-    res = simulate(generate(wl), r.engine, IterationModel(model, cluster, cost, r.layout))
+    res = _rerun(w, wl, model, cluster, cost)
     return serve_trace(res, label=w.entry.layout.label, metadata=meta)
+
+
+def _rerun(x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec,
+           cost: CostModel) -> SimResult:
+    """Simulate ``x``'s deployment on ``wl`` again (disaggregated pools run their own pools:
+    :class:`moeplan.serve.disagg.DisaggResult`)."""
+    r = x.result
+    rerun = getattr(r, "rerun", None)
+    if rerun is not None:
+        return rerun(wl)
+    assert r.engine is not None
+    return simulate(generate(wl), r.engine, IterationModel(model, cluster, cost, r.layout))
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:

@@ -1,0 +1,363 @@
+"""Search of the disaggregated families: pool layouts and the x:y ratio, then simulation.
+
+Families (issue 15): ``pd`` — prefill and decode pools of colocated instances; ``afd`` —
+the same prefill pool with attention–FFN disaggregated decode instances (FinDEP's schedule
+per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
+
+1. **Instance capacities (analytic, no simulation).** Prefill instance of layout ``P``:
+   ``mu_p`` = requests/s when its prefill batches are full (chunks of the engine's budget),
+   and its lone-request TTFT (+ KV transfer) must be within the TTFT SLO. Decode instance
+   ``D``: the largest batch ``B`` (powers of two, up to the KV bound and the running cap)
+   whose decode step meets ``TPOT_MARGIN`` × the TPOT SLO; ``mu_d = B / ((osl-1) d(B))``.
+2. **Rate matching.** For each pair ``(P, D)`` every ``(x, y)`` with ``x·|P| + y·|D|`` within
+   the GPU budget is scored by ``min(x mu_p, y mu_d) · osl / gpus`` (output tokens/s per GPU
+   at the rate both pools sustain); the best per pair is kept.
+3. **Simulate the best ``keep``.** Bisection on the Poisson rate (same seed at every rate)
+   for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
+   queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
+   first half's (plus a small floor) at both pools — a queue that grows without bound fails.
+   Then the user's workload is simulated at the user's rate or at that largest rate.
+
+Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
+node (DP over the rest) with EP over the instance, plus pure TP within a node; AFD
+instances with ``ag`` in {1/8, 1/4, 3/8, 1/2, 3/4} of the instance. Pipelines are not
+tried as pools.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config
+from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.knobs import SGLANG_NEW_TOKEN_RATIO, SGLANG_RUNNING_CAP, engine_config
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.metrics import SLO, ServeMetrics, summarize
+from moeplan.serve.pd import (
+    DecodeLayout,
+    PDLayout,
+    PDRun,
+    PoolSetup,
+    kv_transfer_s,
+    simulate_pd,
+    transfer_inter_node,
+)
+from moeplan.serve.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_slo
+from moeplan.serve.workload import ServeWorkload, generate
+from moeplan.specs import ClusterSpec, ModelSpec
+
+FAMILIES = ("pd", "afd")
+TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
+QUEUE_GROWTH = 2.0  # second-half mean wait allowed over the first half's (stability test)
+AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """Everything the search holds fixed: the serving footing of ``moeplan plan``."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    cost: CostModel
+    workload: ServeWorkload
+    slo: SLO
+    engine: str = "sglang"
+
+    @property
+    def reserve(self) -> float:
+        return SGLANG_NEW_TOKEN_RATIO if self.engine == "sglang" else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """One instance kind with its analytic capacity (requests/s) and scheduler."""
+
+    layout: ServeLayout | AFDLayout
+    cfg: EngineConfig
+    evaluate: Evaluator
+    rate: float
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A rate-matched deployment with its estimate (output tokens/s per GPU)."""
+
+    layout: PDLayout
+    setup: PoolSetup
+    estimate: float
+    rho: tuple[float, float]  # analytic load of the prefill / decode pool at the matched rate
+    decode_note: str
+
+
+def _powers(limit: int) -> Iterator[int]:
+    g = 1
+    while g <= limit:
+        yield g
+        g *= 2
+
+
+def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[ServeLayout]:
+    """Candidate colocated instance layouts up to ``max_gpus`` (module docstring)."""
+    out = []
+    gpn = cluster.gpus_per_node
+    for g in _powers(max_gpus):
+        for tp in _powers(min(g, gpn)):
+            out.append(ServeLayout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
+        if 1 < g <= gpn:
+            out.append(ServeLayout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
+    valid = []
+    for lay in out:
+        try:
+            valid.append(lay.validate(model, cluster))
+        except MoeplanError:
+            continue
+    return valid
+
+
+def afd_layouts(max_gpus: int) -> list[AFDLayout]:
+    """Candidate AFD instances: power-of-two sizes, ``ag`` a share of it (docstring)."""
+    out = []
+    for g in _powers(max_gpus):
+        ags = sorted({max(1, round(g * s)) for s in AFD_AG_SHARES if 1 <= round(g * s) < g})
+        out += [AFDLayout(ag=a, eg=g - a) for a in ags]
+    return out
+
+
+def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
+    """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO)."""
+    try:
+        cfg = engine_config(c.engine, c.model, c.cluster, lay)
+        ev = IterationModel(c.model, c.cluster, c.cost, lay)
+    except MoeplanError:
+        return None
+    isl = c.workload.isl.mean
+    if c.workload.isl.max > cfg.kv_tokens_per_rank:
+        return None
+    chunk = cfg.chunk_tokens or isl
+    q = min(isl, chunk)
+    per_chunk = max(1, chunk // isl) * lay.attn_dp
+    full = ev(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
+    alone = sum(
+        ev(Batch(0, 0, ((min(q, isl - s), s + min(q, isl - s)),))) for s in range(0, isl, q)
+    )
+    if c.slo.ttft_s is not None and alone > c.slo.ttft_s:
+        return None
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=f"{alone * 1e3:.0f} ms")
+
+
+def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tuple[int, float]:
+    """Largest power-of-two batch (or ``top``) whose decode step is within ``tpot``."""
+    best = (0, 0.0)
+    b = 1
+    while b <= top:
+        d = ev(Batch(b, ctx, ()))
+        if tpot is not None and d > tpot:
+            break
+        best = (b, d)
+        b = b * 2 if b * 2 <= top or b == top else top
+    return best
+
+
+def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
+    """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve)."""
+    w, md = c.workload, c.model
+    big = w.isl.max + w.osl.max + 1
+    ctx = w.isl.mean + w.osl.mean // 2
+    tpot = None if c.slo.tpot_s is None else TPOT_MARGIN * c.slo.tpot_s
+    try:
+        if isinstance(lay, AFDLayout):
+            ev: Evaluator = AFDIteration(md, c.cluster, c.cost, lay)
+            per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
+            ranks = lay.ag
+        else:
+            ev = IterationModel(md, c.cluster, c.cost, lay)
+            per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
+            ranks = lay.attn_dp
+    except MoeplanError:
+        return None
+    if big > per_rank:
+        return None
+    kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
+    b, d = _largest_batch(ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), tpot)
+    if b == 0:
+        return None
+    try:
+        cfg = _decode_cfg(c, lay, b)
+    except MoeplanError:
+        return None
+    why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
+    rate = b / (max(1, w.osl.mean - 1) * d)
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=f"batch {b} ({why})")
+
+
+def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
+    if isinstance(lay, AFDLayout):
+        return afd_engine_config(c.model, c.cluster, lay, cap, c.reserve)
+    per_rank = kv_capacity_tokens(c.model, c.cluster, lay, cap + 1)
+    return EngineConfig(
+        policy="mixed",
+        chunk_tokens=cap + 1,
+        max_running=cap,
+        kv_tokens=per_rank * lay.attn_dp,
+        kv_tokens_per_rank=per_rank,
+        admit_reserve=c.reserve,
+    )
+
+
+def rate_match(
+    mu_p: float, gp: int, mu_d: float, gd: int, budget: int
+) -> tuple[int, int, float] | None:
+    """``(x, y, rate)`` maximising ``min(x mu_p, y mu_d) / (x gp + y gd)`` within ``budget``
+    GPUs (ties: fewer GPUs); None when one instance of each does not fit."""
+    best: tuple[float, int, int, int, float] | None = None
+    for x in range(1, (budget - gd) // gp + 1):
+        for y in range(1, (budget - x * gp) // gd + 1):
+            rate = min(x * mu_p, y * mu_d)
+            gpus = x * gp + y * gd
+            key = (rate / gpus, -gpus)
+            if best is None or key > best[:2]:
+                best = (key[0], key[1], x, y, rate)
+    return None if best is None else (best[2], best[3], best[4])
+
+
+def candidates(c: Context, family: str) -> list[Candidate]:
+    """Every rate-matched (prefill layout, decode layout, x, y), best estimate first."""
+    n = c.cluster.num_gpus
+    pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
+    decs_l: list[DecodeLayout] = (
+        list(afd_layouts(n - 1))
+        if family == "afd"
+        else list(serve_layouts(c.model, c.cluster, n - 1))
+    )
+    decs = [d for lay in decs_l if (d := decode_pool(c, lay))]
+    out = []
+    osl = c.workload.osl.mean
+    for p in pres:
+        for d in decs:
+            m = rate_match(p.rate, p.layout.gpus, d.rate, d.layout.gpus, n)
+            if m is None:
+                continue
+            x, y, rate = m
+            assert isinstance(p.layout, ServeLayout)
+            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y)
+            inter = transfer_inter_node(c.cluster, pd)
+            setup = PoolSetup(
+                layout=pd,
+                prefill_cfg=p.cfg,
+                decode_cfg=d.cfg,
+                prefill_eval=p.evaluate,
+                decode_eval=d.evaluate,
+                transfer=_transfer_fn(c, p.layout, inter),
+            )
+            out.append(
+                Candidate(
+                    layout=pd,
+                    setup=setup,
+                    estimate=rate * osl / pd.gpus,
+                    rho=(rate / (x * p.rate), rate / (y * d.rate)),
+                    decode_note=d.note,
+                )
+            )
+    out.sort(key=lambda k: (-k.estimate, k.layout.gpus))
+    return out
+
+
+def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int], float]:
+    memo: dict[int, float] = {}
+
+    def seconds(isl: int) -> float:
+        t = memo.get(isl)
+        if t is None:
+            t = memo[isl] = kv_transfer_s(c.model, c.cost, prefill, isl, inter)
+        return t
+
+    return seconds
+
+
+def stable(run: PDRun, slo: SLO) -> bool:
+    """Neither pool's queue grows: second-half mean wait within ``QUEUE_GROWTH`` times the
+    first half's plus a floor of 5 % of the TTFT SLO (or 10 ms without one)."""
+    floor = 0.05 * slo.ttft_s if slo.ttft_s is not None else 0.01
+    for w in run.waits():
+        w = w[~np.isnan(w)]
+        if len(w) < 4:
+            continue
+        h = len(w) // 2
+        if float(w[h:].mean()) > QUEUE_GROWTH * float(w[:h].mean()) + floor:
+            return False
+    return True
+
+
+def run_metrics(
+    c: Context, setup: PoolSetup, workload: ServeWorkload
+) -> tuple[PDRun, ServeMetrics]:
+    run = simulate_pd(generate(workload), setup)
+    return run, summarize(run.result, setup.layout.gpus, c.slo)
+
+
+def evaluate_candidate(
+    c: Context, k: Candidate, *, rate_given: bool, search_requests: int = SEARCH_REQUESTS
+) -> DisaggResult:
+    """Largest stable SLO-meeting rate, then the user's workload (module docstring, step 3)."""
+    w = c.workload
+    probe = replace(
+        w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None
+    )
+
+    class _Probe:
+        def __init__(self, m: ServeMetrics, ok: bool) -> None:
+            self.m, self.ok = m, ok
+
+        def meets(self, slo: SLO) -> bool:
+            return self.ok and self.m.meets(slo)
+
+    def probe_run(r: float) -> _Probe:
+        run, m = run_metrics(c, k.setup, probe.with_rate(r))
+        return _Probe(m, stable(run, c.slo))
+
+    hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
+    best = max_rate_meeting_slo(probe_run, c.slo, hi=hi, max_steps=8)  # type: ignore[arg-type]
+    rate = w.rate if rate_given and w.rate else best or hi
+    _, m = run_metrics(c, k.setup, w.with_rate(rate))
+    meets = m.meets(c.slo) and (rate_given or best > 0)
+    return DisaggResult(
+        setup=k.setup,
+        rho=k.rho,
+        layout=k.layout,  # type: ignore[arg-type]
+        feasible=True,
+        reason="" if best > 0 else "no rate meets the SLOs with both pools stable",
+        engine=k.setup.decode_cfg,
+        metrics=m,
+        max_rate_meeting_slo_rps=best,
+        meets_slo=meets,
+        bound=bound(k),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DisaggResult(ServeResult):
+    """A :class:`ServeResult` of a disaggregated deployment; :meth:`rerun` simulates its pools
+    on another workload (the report's curves and timeline)."""
+
+    setup: PoolSetup | None = None
+    rho: tuple[float, float] = (0.0, 0.0)
+
+    def rerun(self, workload: ServeWorkload) -> SimResult:
+        assert self.setup is not None
+        return simulate_pd(generate(workload), self.setup).result
+
+
+def bound(k: Candidate) -> str:
+    """Which pool limits the matched rate, and what caps it."""
+    rp, rd = k.rho
+    if rp >= rd:
+        return f"prefill pool compute ({k.layout.x} instances at the TTFT SLO)"
+    return f"decode pool: {k.decode_note}"

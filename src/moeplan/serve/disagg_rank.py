@@ -1,0 +1,149 @@
+"""The disaggregated families in ``moeplan plan``'s serving ranking (:mod:`moeplan.serve.rank`).
+
+``pd`` is served when the colocated family (MixServe) was planned — its pools are colocated
+layouts; ``afd`` when FinDEP was planned — its decode instances run FinDEP's schedule. Each
+family's rate-matched candidates are estimated analytically (:func:`disagg.candidates`) and
+only its best ``keep`` are simulated (pruned before simulating: ``moeplan plan`` stays
+within its time budget). Plans: a PD deployment is a ``strategy`` plan of its decode instance
+with both pools in ``details.disaggregation`` (the SGLang/vLLM PD launch is built from it
+in :mod:`moeplan.export`); an AFD deployment is
+a ``dep`` plan of one decode instance (``seq_len`` 1, the decode step's ``ma, r1, r2, order``
+at the operating batch) that the runtime's DEP engine can run — no public engine launches
+attention–FFN disaggregation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import PlanResult
+from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
+from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate
+from moeplan.serve.metrics import SLO
+from moeplan.serve.pd import PDLayout
+from moeplan.serve.rank import Entry, Served
+from moeplan.serve.workload import ServeWorkload
+
+KEEP = 1  # simulated candidates per family (each ~0.4-0.6 s on 2 cores)
+NEEDS = {"pd": "strategy", "afd": "dep"}
+
+
+def _strategy(lay: Any) -> Strategy:
+    return Strategy(
+        attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
+    )
+
+
+def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
+    """Plan of a colocated-decode PD deployment (module docstring); the launch commands
+    are built from ``details.disaggregation`` by :func:`moeplan.export.sglang.sglang_pd_commands`
+    and :func:`moeplan.export.vllm.vllm_pd_commands`."""
+    lay = k.layout
+    dec = lay.decode
+    assert not isinstance(dec, AFDLayout)
+    return Plan(
+        family="strategy",
+        model=model,
+        cluster=cluster,
+        layout=_strategy(dec).layout(),
+        details={"label": lay.label, "disaggregation": lay.to_dict()},
+    )
+
+
+def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Plan:
+    """``dep`` plan of one AFD decode instance at ``batch`` sequences and ``ctx`` keys."""
+    lay = k.layout
+    dec = lay.decode
+    assert isinstance(dec, AFDLayout)
+    ev = k.setup.decode_eval
+    assert isinstance(ev, AFDIteration)
+    b = bucket_up(max(1, -(-batch // dec.ag)))
+    pick = ev.pick(b, ctx)
+    c = pick.config
+    return Plan(
+        family="dep",
+        model=model,
+        cluster=cluster,
+        layout={"world_size": dec.gpus, "ag": dec.ag, "eg": dec.eg},
+        details={
+            "ma": c.ma,
+            "r1": c.r1,
+            "r2": c.r2,
+            "me": pick.me,
+            "order": c.order,
+            "seq_len": 1,
+            "phase": "decode",
+            "context": ctx,
+            "label": lay.label,
+            "disaggregation": lay.to_dict(),
+            "launch": "no public engine launches attention-FFN disaggregation; this plan.json "
+            "runs on moeplan's runtime DEP engine (moeplan run)",
+        },
+        predicted={"iteration_s": pick.makespan, "tokens_per_iteration": pick.tokens},
+    )
+
+
+def served_disaggregated(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    rate_given: bool = True,
+    progress: Callable[[str], None] | None = None,
+    keep: int = KEEP,
+) -> tuple[list[Served], dict[str, str]]:
+    """Served PD and AFD deployments, and why a family was not served."""
+    planned = {c.family for c in result.candidates}
+    out: list[Served] = []
+    why: dict[str, str] = {}
+    if workload.rate is None:
+        return [], {
+            f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
+            "not a closed loop (--concurrency)"
+            for f in NEEDS
+        }
+    ctx = Context(
+        model=result.model,
+        cluster=result.cluster,
+        cost=cost,
+        workload=workload,
+        slo=slo,
+        engine=engine,
+    )
+    for fam, need in NEEDS.items():
+        if need not in planned:
+            why[fam] = f"its pools build on the {need} family, which was not planned"
+            continue
+        ks = candidates(ctx, fam)
+        if not ks:
+            why[fam] = (
+                f"no rate-matched pair of instances fits {result.cluster.num_gpus} GPUs "
+                "with both pools meeting the SLOs analytically (each pool needs its own "
+                "copy of the weights)"
+            )
+            continue
+        for k in ks[:keep]:
+            if progress:
+                progress(f"serving simulation ({fam}): {k.layout.label}")
+            out.append(_served(ctx, k, fam, rate_given))
+    return out, why
+
+
+def _served(ctx: Context, k: Candidate, fam: str, rate_given: bool) -> Served:
+    r = evaluate_candidate(ctx, k, rate_given=rate_given)
+    name, cl = ctx.model.name, ctx.cluster.name
+    if fam == "pd":
+        plan = pd_plan(k, name, cl)
+    else:
+        w = ctx.workload
+        b = k.setup.decode_cfg.max_running
+        plan = afd_plan(k, name, cl, b, w.isl.mean + w.osl.mean // 2)
+    lay: PDLayout = k.layout
+    entry = Entry(family=fam, label=lay.label, layout=lay, plan=plan)  # type: ignore[arg-type]
+    return Served(entry=entry, result=r, estimate_tokens_per_s_per_gpu=k.estimate)
