@@ -27,6 +27,7 @@ from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.engines import dep_predict
 from moeplan.runtime.engines.base import Engine, RunContext
+from moeplan.runtime.engines.dep_params import DepParams, ag_schedule
 from moeplan.runtime.layers.decoder import Local, decoder_modules, steps
 from moeplan.runtime.layers.model import LayerWeights, rms
 from moeplan.runtime.layers.moe import (
@@ -41,33 +42,6 @@ from moeplan.runtime.mesh import Mesh, StageModule
 from moeplan.runtime.timeline import Timeline
 
 _ATTN = StageModule(kind="attn", layer=-1, tp=1, ep=1, dpmoe=1)  # AG attention: whole heads
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DepParams:
-    ag: int
-    eg: int
-    r1: int
-    r2: int
-    ma: int
-    order: str
-
-    @classmethod
-    def from_mesh(cls, mesh: Mesh) -> DepParams:
-        d = mesh.details
-        return cls(
-            ag=mesh.ag, eg=mesh.eg, r1=d["r1"], r2=d["r2"], ma=d["ma"], order=d.get("order", "ASAS")
-        )
-
-    def tag(self, t: int, i: int, j: int, kind: int) -> int:
-        return ((t * self.r1 + i) * self.r2 + j) * 3 + kind
-
-
-def ag_schedule(order: str, r1: int) -> list[tuple[str, int]]:
-    """AG task order within one layer."""
-    if order == "ASAS":
-        return [(k, i) for i in range(r1) for k in ("A", "S")]
-    return [("A", i) for i in range(r1)] + [("S", i) for i in range(r1)]
 
 
 @dataclass

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from moeplan.planners.dep.solver import DepConfig, DepProblem, DepResult, DepTimes, schedule
+from moeplan.runtime.engines.dep_params import DepParams
 from moeplan.sim import chrome_trace
-
-if TYPE_CHECKING:
-    from moeplan.runtime.engines.dep import DepParams
 
 
 def calibrate_link(
