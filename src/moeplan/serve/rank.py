@@ -42,7 +42,7 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.serve.engine import SimResult, simulate
-from moeplan.serve.iteration import IterationModel
+from moeplan.serve.iteration import IterationModel, iteration_model
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
 from moeplan.serve.search import (
@@ -501,7 +501,7 @@ def _rerun(x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec,
     if rerun is not None:
         return rerun(wl)
     assert r.engine is not None
-    return simulate(generate(wl), r.engine, IterationModel(model, cluster, cost, r.layout))
+    return simulate(generate(wl), r.engine, iteration_model(model, cluster, cost, r.layout))
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:
