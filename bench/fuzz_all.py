@@ -328,7 +328,7 @@ def flag_cases(tmp: Path) -> list[Case]:
                 "1",
                 "--eg",
                 "1",
-                "--seq",
+                "--isl",
                 "128",
                 "--out",
                 str(d),

@@ -52,7 +52,7 @@ def test_cli_run_dep_checks_reference_and_writes_measured_and_predicted(tmp_path
     """One command: reference check passes, measured trace has every rank, simulator trace beside it."""
     trace = tmp_path / "dep.json"
     assert (
-        _cli(["run", "--plan", _write(tmp_path, _dep_plan()), "--trace", str(trace), "--json"]) == 0
+        _cli(["run", "--plan", _write(tmp_path, _dep_plan()), "--timeline", str(trace), "--json"]) == 0
     )
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["max_abs_err"] <= 1e-5
@@ -180,7 +180,7 @@ def test_stalled_rank_gives_timeout_error_not_hang():
 @pytest.mark.timeout(240)
 def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
     """plan.json written by ``moeplan dep`` (real spec, FinDEP solver) executes and checks out."""
-    plan = tmp_path / "dep.json"
+    plan = tmp_path / "dep" / "plan.json"
     assert (
         _cli(
             [
@@ -189,7 +189,7 @@ def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
                 "deepseek-v2-lite",
                 "--cluster",
                 "findep-a",
-                "--seq",
+                "--isl",
                 "16",
                 "--ag",
                 "1",
@@ -197,17 +197,17 @@ def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
                 "1",
                 "--layers",
                 "2",
-                "--batch",
+                "--max-batch",
                 "4",
                 "--out",
-                str(plan),
+                str(plan.parent),
                 "--json",
             ]
         )
         == 0
     )
     capsys.readouterr()
-    assert _cli(["run", "--plan", str(plan), "--trace", str(tmp_path / "t.json"), "--json"]) == 0
+    assert _cli(["run", "--plan", str(plan), "--timeline", str(tmp_path / "t.json"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["max_abs_err"] <= 1e-5
     assert (tmp_path / "t.predicted.json").exists()

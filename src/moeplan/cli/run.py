@@ -1,12 +1,12 @@
 """``moeplan run``: execute a plan.json on local processes (gloo on CPU, NCCL on CUDA).
 
 Spawns one process per rank itself (no torchrun needed), runs the plan's engine, checks every
-rank against the single-process reference and, with ``--trace``, writes the measured
+rank against the single-process reference and, with ``--timeline``, writes the measured
 per-rank timeline (Chrome trace JSON) — for DEP plans also the simulator's prediction beside it
-(``<trace>.predicted.json``). torch is imported only when the command runs.
+(``<timeline>.predicted.json``). torch is imported only when the command runs.
 
 Robustness (issue 17): ``--timeout`` (finite, > 0, <= ``MAX_TIMEOUT_S``), ``--nproc``,
-``--tokens``, ``--seq`` and ``--micro-batches`` are checked and the plan is read with the bounded
+``--tokens``, ``--isl`` and ``--micro-batches`` are checked and the plan is read with the bounded
 JSON reader and validated before any process starts; a malformed plan is one line. The spawner
 bounds every wait (other ranks get RUN_GRACE_S to report after one fails), stops its
 children with SIGTERM then SIGKILL, and forwards a SIGTERM/SIGINT it receives to them. Exit 2
@@ -40,7 +40,7 @@ def run_command(
     tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,
     seq: Annotated[
         int | None,
-        typer.Option("--seq", help="Tokens per sequence (default: the plan's seq_len, else 8)."),
+        typer.Option("--isl", help="Tokens per sequence (default: the plan's seq_len, else 8)."),
     ] = None,
     weights: Annotated[
         list[str] | None,
@@ -49,7 +49,8 @@ def run_command(
     trace: Annotated[
         str | None,
         typer.Option(
-            "--trace", help="Write the measured Chrome trace here (DEP: also .predicted.json)."
+            "--timeline",
+            help="Write the measured Chrome trace here (DEP: also .predicted.json).",
         ),
     ] = None,
     unfused: Annotated[
@@ -75,7 +76,7 @@ def run_command(
 
     timeout = check_timeout(timeout)
     check_int("--tokens", tokens, 1, MAX_TOKENS)
-    for flag, v in (("--seq", seq), ("--micro-batches", micro_batches)):
+    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
             check_int(flag, v, 1, MAX_TOKENS)
     doc = read_plan(plan)
