@@ -15,7 +15,10 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
 3. **Simulate the best ``keep``.** Bisection on the Poisson rate (same seed at every rate)
    for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
    queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
-   first half's (plus a small floor) at both pools — a queue that grows without bound fails.
+   first half's (plus a small floor) at both pools — a queue that grows without bound fails —
+   the busiest prefill instance is busy at most ``RHO_MAX`` of the arrival window, and the
+   rate is at most ``RHO_MAX`` of the decode pool's capacity at its batch cap (a short probe
+   run cannot show a slowly growing queue; these loads can).
    Then the user's workload is simulated at the user's rate or at that largest rate.
 
 Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
@@ -56,6 +59,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 FAMILIES = ("pd", "afd")
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 QUEUE_GROWTH = 2.0  # second-half mean wait allowed over the first half's (stability test)
+RHO_MAX = 0.95  # highest load accepted: prefill busy fraction, rate over decode capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -95,6 +99,7 @@ class Candidate:
     estimate: float
     rho: tuple[float, float]  # analytic load of the prefill / decode pool at the matched rate
     decode_note: str
+    capacity: tuple[float, float] = (0.0, 0.0)  # requests/s of the prefill / decode pool
 
 
 def _powers(limit: int) -> Iterator[int]:
@@ -264,6 +269,7 @@ def candidates(c: Context, family: str) -> list[Candidate]:
                     estimate=rate * osl / pd.gpus,
                     rho=(rate / (x * p.rate), rate / (y * d.rate)),
                     decode_note=d.note,
+                    capacity=(x * p.rate, y * d.rate),
                 )
             )
     out.sort(key=lambda k: (-k.estimate, k.layout.gpus))
@@ -321,7 +327,8 @@ def evaluate_candidate(
 
     def probe_run(r: float) -> _Probe:
         run, m = run_metrics(c, k.setup, probe.with_rate(r))
-        return _Probe(m, stable(run, c.slo))
+        loads = run.prefill_utilisation() <= RHO_MAX and r <= RHO_MAX * k.capacity[1]
+        return _Probe(m, loads and stable(run, c.slo))
 
     hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
     best = max_rate_meeting_slo(probe_run, c.slo, hi=hi, max_steps=8)  # type: ignore[arg-type]

@@ -1,0 +1,131 @@
+"""Attention–FFN disaggregated decode on FinDEP's schedule (issue 15): Algorithm 1 on decode
+shapes against brute force and PPPipe, the serving evaluator against the schedule, and the
+families' place in ``moeplan plan``'s ranking."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from moeplan.cost import CostModel, cost_model_for
+from moeplan.errors import MoeplanError
+from moeplan.planners.dep import brute_force, evaluate, pppipe, solve
+from moeplan.planners.dep.decode import decode_problem
+from moeplan.planners.dep.schedule import DepConfig
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import FAMILY_NAMES, PlanResult
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
+from moeplan.serve.disagg_rank import served_disaggregated
+from moeplan.serve.iteration import Batch
+from moeplan.specs import Workload, load_cluster, load_model
+
+# (model, layers kept, cluster, nodes, ag, eg): shared experts (DeepSeek-V2, FinDEP's α-β
+# profile), none (Qwen3), MLA on a datasheet roofline, inter-node A2E.
+CASES = [
+    ("deepseek-v2", 8, "findep-a", None, 3, 5),
+    ("qwen3-30b-a3b", 12, "h100-sxm-8", 2, 4, 4),
+    ("deepseek-v3", 6, "h200-sxm-8", 2, 2, 10),
+]
+SHAPES = [(1, 512), (6, 4096), (16, 1024), (40, 2048)]
+
+
+def _problem(case, batch, ctx):
+    name, layers, cl, nodes, ag, eg = case
+    m = load_model(name).with_layers(layers)
+    c = load_cluster(cl, nodes)
+    return decode_problem(m, c, cost_model_for(c, None), ag=ag, eg=eg, batch=batch, ctx=ctx)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_algorithm1_within_one_percent_of_brute_force_and_above_pppipe(case):
+    """On a grid of decode shapes, Algorithm 1's pick is within 1 % of the brute-force best
+    over (ma, r1, r2, order) and never below the best PPPipe."""
+    for batch, ctx in SHAPES:
+        p = _problem(case, batch, ctx)
+        alg, bf, pp = solve(p), brute_force(p), pppipe(p)
+        assert alg.throughput >= 0.99 * bf.throughput, (batch, ctx, alg.config, bf.config)
+        assert alg.throughput >= pp.throughput * (1 - 1e-9), (batch, ctx)
+        assert alg.config.r1 * alg.config.ma <= batch
+
+
+def test_decode_durations_are_one_token_per_sequence():
+    """t_a is one attention layer of ma one-token queries over ctx keys plus the router;
+    me = ma ag top_k / (r2 E)."""
+    m = load_model("qwen3-30b-a3b").with_layers(4)
+    c = load_cluster("h100-sxm-8", 2)
+    cm = CostModel(c)
+    p = decode_problem(m, c, cm, ag=4, eg=4, batch=32, ctx=3000)
+    t = p.times(8, 2)
+    assert t.attn == pytest.approx(cm.attention_layer(m, 8, 1, 3000) + cm.router(m, 8))
+    me = 8 * 4 * m.top_k / (2 * m.num_experts)
+    local = math.ceil(m.num_experts / 4)
+    assert t.expert == pytest.approx(cm.expert_ffn(m, me, local))
+    assert t.a2e == pytest.approx(cm.a2e(me * local * m.hidden_bytes, 4, 4))
+    assert p.tokens(8, 4) == 8 * 4 * 4 and p.max_r1(8) == 4
+
+
+def test_step_time_is_the_schedule_of_the_pick():
+    """An AFD decode step = the makespan of Algorithm 1's pick on ceil(b/ag) sequences per
+    AG GPU (padded to cover them) + the lm-head; a repeated shape hits the memo."""
+    m = load_model("deepseek-v2").with_layers(8)
+    c = load_cluster("findep-a")
+    cm = cost_model_for(c, None)
+    ev = AFDIteration(m, c, cm, AFDLayout(ag=3, eg=5))
+    for seqs, ctx in ((1, 256), (7, 1024), (50, 2048)):
+        b = bucket_up(-(-seqs // 3))
+        pick = solve(decode_problem(m, c, cm, ag=3, eg=5, batch=b, ctx=coarse_ctx(ctx)))
+        k = pick.config
+        cfg = DepConfig(ma=math.ceil(b / k.r1), r1=k.r1, r2=k.r2, order=k.order)
+        span = evaluate(decode_problem(m, c, cm, ag=3, eg=5, batch=b, ctx=ctx), cfg)
+        want = span + cm.gemm(b, m.vocab_size, m.hidden_size)
+        assert ev(Batch(seqs, ctx, ())) == pytest.approx(want, rel=1e-12)
+        n = ev.cache_size
+        ev(Batch(seqs, ctx, ()))
+        assert ev.cache_size == n
+    one_token_chunks = Batch(2, 1000, ((1, 1000), (1, 1000)))
+    assert ev(one_token_chunks) == ev(Batch(4, 1000, ()))
+    with pytest.raises(MoeplanError, match="decode steps only"):
+        ev(Batch(0, 0, ((64, 64),)))
+
+
+def test_expert_weights_that_do_not_fit_are_refused():
+    m = load_model("deepseek-v3")
+    c = load_cluster("h100-sxm-8", 2)
+    with pytest.raises(MoeplanError, match="does not fit the EG"):
+        AFDIteration(m, c, CostModel(c), AFDLayout(ag=8, eg=4))
+
+
+def test_pd_and_afd_are_ranked_families_with_plans():
+    """Both families come back served on the same footing, with plans that round-trip."""
+    m = load_model("qwen3-30b-a3b")
+    c = load_cluster("h100-sxm-8", 2)
+    result = PlanResult(
+        model=m,
+        cluster=c,
+        workload=Workload(phase="both", batch=8, isl=1024, osl=128),
+        candidates=(SimpleNamespace(family="strategy"), SimpleNamespace(family="dep")),  # type: ignore[arg-type]
+        skipped={},
+        explanation=[],
+    )
+    w = ServeWorkload(
+        num_requests=200, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128)
+    )
+    served, why = served_disaggregated(
+        result, CostModel(c), w, SLO(ttft_s=1.0, tpot_s=0.05), rate_given=False
+    )
+    assert why == {}
+    fams = {s.entry.family: s for s in served}
+    assert set(fams) == {"pd", "afd"} and all(f in FAMILY_NAMES for f in fams)
+    for s in served:
+        summ = s.summary()
+        assert summ["gpus"] <= c.num_gpus and summ["metrics"]["output_tokens_per_s_per_gpu"] > 0
+        assert Plan.from_json(s.entry.plan.to_json()).family == s.entry.plan.family
+    afd = fams["afd"].entry.plan
+    assert afd.family == "dep" and afd.details["seq_len"] == 1
+    assert afd.details["r2"] <= afd.details["ma"]  # the runtime's DEP check (r2 <= ma * seq)
+    closed = ServeWorkload(num_requests=50, rate=None, concurrency=8)
+    none, why = served_disaggregated(result, CostModel(c), closed, SLO())
+    assert none == [] and set(why) == {"pd", "afd"}

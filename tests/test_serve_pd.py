@@ -1,0 +1,195 @@
+"""Prefill/decode disaggregation on the serving engine (issue 15): oracles for the KV
+transfer, the pools against standalone engine runs, rate matching and pool stability."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.serve import (
+    SLO,
+    EngineConfig,
+    LengthDist,
+    ServeLayout,
+    ServeWorkload,
+    generate,
+    simulate,
+    summarize,
+)
+from moeplan.serve.disagg import Context, candidates, evaluate_candidate, rate_match, stable
+from moeplan.serve.metrics import request_latencies
+from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
+from moeplan.specs import LinkSpec, load_cluster, load_model
+
+PRE = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=64, kv_tokens=200_000)
+DEC = EngineConfig(
+    policy="mixed", chunk_tokens=129, max_running=128, kv_tokens=400_000, admit_reserve=0.0
+)
+
+
+def prefill_time(batch):  # fake evaluator: 2 ms + 10 us per prompt token
+    return 2e-3 + 1e-5 * batch.tokens
+
+
+def decode_time(batch):  # fake evaluator: 8 ms + 20 us per sequence (context-free)
+    return 8e-3 + 2e-5 * batch.sequences
+
+
+def _layout(x=1, y=1):
+    return PDLayout(prefill=ServeLayout(), decode=ServeLayout(), x=x, y=y)
+
+
+def _setup(transfer, x=1, y=1):
+    return PoolSetup(
+        layout=_layout(x, y),
+        prefill_cfg=PRE,
+        decode_cfg=DEC,
+        prefill_eval=prefill_time,
+        decode_eval=decode_time,
+        transfer=transfer,
+    )
+
+
+def _workload(rate=20.0, n=300, seed=3):
+    return ServeWorkload(
+        num_requests=n,
+        rate=rate,
+        isl=LengthDist(kind="uniform", mean=600, low=100, high=1100),
+        osl=LengthDist(kind="uniform", mean=60, low=1, high=120),
+        seed=seed,
+    )
+
+
+def test_kv_transfer_is_bytes_over_bandwidth_plus_latency():
+    """One request's KV: latency + prompt KV bytes / (senders x link bandwidth)."""
+    c = load_cluster("h100-sxm-8", 2)
+    cm = CostModel(c)
+    for name, tp in (("deepseek-v3", 4), ("qwen3-235b-a22b", 4), ("qwen3-235b-a22b", 1)):
+        m = load_model(name)
+        lay = ServeLayout(attn_tp=tp, attn_dp=8 // tp, moe_ep=8)
+        nbytes = m.kv_bytes_per_token * 3000
+        senders = 1 if m.attention == "mla" else min(tp, m.num_kv_heads)
+        want = c.inter.latency + nbytes / senders / c.inter.bw
+        assert kv_senders(m, lay) == senders
+        assert kv_transfer_s(m, cm, lay, 3000, True) == pytest.approx(want, rel=1e-12)
+        intra = c.intra.latency + nbytes / senders / c.intra.bw
+        assert kv_transfer_s(m, cm, lay, 3000, False) == pytest.approx(intra, rel=1e-12)
+
+
+def test_infinite_link_pd_equals_the_standalone_pools():
+    """With an infinitely fast link and one instance of each: PD TTFT = the prefill pool's
+    TTFT and PD TPOT = the decode pool's TPOT, each from its own standalone engine run."""
+    c = load_cluster("h100-sxm-8", 2)
+    c = replace(c, inter=LinkSpec(kind="ideal", bw=1e300, latency=0.0))
+    m = load_model("qwen3-30b-a3b")
+    cm = CostModel(c)
+    reqs = generate(_workload())
+    run = simulate_pd(reqs, _setup(lambda isl: kv_transfer_s(m, cm, ServeLayout(), isl, True)))
+    alone_pre = simulate(replace(reqs, osl=np.ones(len(reqs), dtype=np.int64)), PRE, prefill_time)
+    ttft, tpot, _ = request_latencies(run.result)
+    assert np.allclose(ttft, alone_pre.first_token_s - reqs.arrival_s, rtol=0, atol=1e-12)
+    many = reqs.osl > 1
+    order = np.argsort(alone_pre.first_token_s[many], kind="stable")
+    dec_reqs = replace(
+        reqs,
+        arrival_s=alone_pre.first_token_s[many][order],
+        isl=reqs.isl[many][order] + 1,
+        osl=reqs.osl[many][order] - 1,
+        cached=reqs.isl[many][order],
+    )
+    alone_dec = simulate(dec_reqs, DEC, decode_time)
+    dec_tpot = (alone_dec.finish_s - dec_reqs.arrival_s) / dec_reqs.osl
+    assert np.allclose(np.sort(tpot[many]), np.sort(dec_tpot), rtol=1e-12, atol=0)
+
+
+def test_lone_request_closed_form():
+    """One request: TTFT = prefill iteration + transfer; TPOT = the batch-1 decode step."""
+    reqs = replace(generate(_workload(n=1)), isl=np.array([800]), osl=np.array([40]))
+    run = simulate_pd(reqs, _setup(lambda isl: 1e-3 + isl * 1e-6))
+    ttft, tpot, _ = request_latencies(run.result)
+    assert ttft[0] == pytest.approx(2e-3 + 1e-5 * 800 + 1e-3 + 800e-6, rel=1e-12)
+    assert tpot[0] == pytest.approx(8e-3 + 2e-5, rel=1e-12)
+    assert run.transfer_s[0] == pytest.approx(1e-3 + 800e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("x,y", [(1, 1), (2, 3), (3, 2)])
+def test_every_token_once_and_causal_times(x, y):
+    """Token conservation and order: arrival <= admission <= KV arrival <= finish."""
+    reqs = generate(_workload(rate=40.0))
+    run = simulate_pd(reqs, _setup(lambda isl: 2e-4, x, y))
+    r = run.result
+    assert r.output_tokens == int(reqs.osl.sum())
+    assert sum(int(p.prefill_tokens) for p in run.prefill_runs) == int(reqs.isl.sum())
+    dec_out = sum(int(d.output_tokens) for d in run.decode_runs)
+    assert dec_out == int((reqs.osl - 1).sum())
+    assert np.all(r.arrival_s <= r.admit_s) and np.all(r.admit_s < r.first_token_s)
+    assert np.all(r.first_token_s <= r.finish_s)
+    assert len(run.prefill_runs) == x and len(run.decode_runs) == y
+
+
+def test_closed_loop_is_refused():
+    w = ServeWorkload(num_requests=10, rate=None, concurrency=4)
+    with pytest.raises(MoeplanError, match="open arrival stream"):
+        simulate_pd(generate(w), _setup(lambda isl: 0.0))
+
+
+@settings(max_examples=60)
+@given(
+    mu_p=st.floats(0.1, 50),
+    gp=st.sampled_from([1, 2, 4, 8]),
+    mu_d=st.floats(0.1, 50),
+    gd=st.sampled_from([1, 2, 4, 8]),
+    budget=st.integers(2, 40),
+)
+def test_rate_match_is_the_best_split(mu_p, gp, mu_d, gd, budget):
+    """No (x, y) within the budget sustains more requests/s per GPU than the pick."""
+    got = rate_match(mu_p, gp, mu_d, gd, budget)
+    if gp + gd > budget:
+        assert got is None
+        return
+    assert got is not None
+    x, y, rate = got
+    assert x * gp + y * gd <= budget and rate == min(x * mu_p, y * mu_d)
+    for a in range(1, budget // gp + 1):
+        for b in range(1, (budget - a * gp) // gd + 1):
+            assert min(a * mu_p, b * mu_d) / (a * gp + b * gd) <= rate / (x * gp + y * gd) * (
+                1 + 1e-12
+            )
+
+
+def test_queue_growth_is_detected():
+    """The stability test fails a deployment whose decode pool cannot keep up."""
+    slow = replace(_setup(lambda isl: 1e-4), decode_eval=lambda b: 0.05 + 1e-3 * b.sequences)
+    run = simulate_pd(generate(_workload(rate=80.0, n=400)), slow)
+    assert not stable(run, SLO(ttft_s=1.0, tpot_s=0.1))
+    calm = simulate_pd(generate(_workload(rate=5.0, n=400)), _setup(lambda isl: 1e-4))
+    assert stable(calm, SLO(ttft_s=1.0, tpot_s=0.1))
+
+
+def test_chosen_rate_keeps_both_pools_stable():
+    """At the searched rate the best rate-matched PD deployment meets the SLOs, and over a
+    longer run neither pool's queue grows: prefill utilisation < 1, analytic loads < 1, and
+    the second half of the requests waits no longer than the first (within the floor)."""
+    m = load_model("qwen3-30b-a3b")
+    c = load_cluster("h100-sxm-8", 2)
+    w = ServeWorkload(
+        num_requests=300, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128), seed=1
+    )
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    ctx = Context(model=m, cluster=c, cost=CostModel(c), workload=w, slo=slo)
+    k = candidates(ctx, "pd")[0]
+    assert all(r <= 1.0 + 1e-9 for r in k.rho)
+    r = evaluate_candidate(ctx, k, rate_given=False, search_requests=200)
+    assert r.meets_slo and r.max_rate_meeting_slo_rps > 0
+    long = replace(w, num_requests=1200).with_rate(r.max_rate_meeting_slo_rps)
+    run = simulate_pd(generate(long), k.setup)
+    assert run.prefill_utilisation() < 1.0
+    assert stable(run, slo)
+    m2 = summarize(run.result, k.layout.gpus, slo)
+    assert m2.output_tokens_per_s > 0
