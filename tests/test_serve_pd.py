@@ -193,3 +193,44 @@ def test_chosen_rate_keeps_both_pools_stable():
     assert stable(run, slo)
     m2 = summarize(run.result, k.layout.gpus, slo)
     assert m2.output_tokens_per_s > 0
+
+
+def test_sglang_pd_launch_lists_every_instance_in_the_router():
+    """Each prefill/decode server carries its mode, transfer backend (prefill: bootstrap
+    port); the router lists every prefill with its bootstrap port and every decode server."""
+    from moeplan.export.constraints import Target
+    from moeplan.export.sglang import PD_BOOTSTRAP_PORT, sglang_pd_commands
+    from moeplan.export.vllm import vllm_pd_commands
+    from moeplan.planners.strategy.space import Strategy
+
+    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
+    t = Target.of(m, c)
+    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    cmds = sglang_pd_commands(pre, dec, x=2, y=1, model_path="deepseek-ai/DeepSeek-V3", target=t)
+    roles = [(k.role, k.instance, k.node_rank) for k in cmds]
+    assert roles == [
+        ("prefill", 0, 0),
+        ("prefill", 1, 0),
+        ("decode", 0, 0),
+        ("decode", 0, 1),
+        ("router", 0, 0),
+    ]
+    for k in cmds[:-1]:
+        a = list(k.args)
+        assert a[a.index("--disaggregation-mode") + 1] == k.role
+        assert a[a.index("--disaggregation-transfer-backend") + 1] == "mooncake"
+        assert ("--disaggregation-bootstrap-port" in a) == (k.role == "prefill")
+    router = list(cmds[-1].args)
+    assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    assert router.count("--prefill") == 2 and router.count("--decode") == 1
+    i = router.index("--prefill")
+    assert router[i + 1] == "http://${PREFILL_0_ADDR}:30000" and router[i + 2] == str(
+        PD_BOOTSTRAP_PORT
+    )
+    vcmds, notes = vllm_pd_commands(pre, dec, x=2, y=1, model_path="m", target=t)
+    assert len(vcmds) == 3 and all("--kv-transfer-config" in v for v in vcmds)
+    assert "no PD router" in notes[0]
+    hybrid = Strategy(attn_tp=8, attn_dp=1, moe_tp=2, moe_ep=4)
+    none, why = vllm_pd_commands(hybrid, dec, x=1, y=1, model_path="m", target=t)
+    assert none == [] and "cannot be launched by vLLM" in why[0]

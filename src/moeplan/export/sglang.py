@@ -133,3 +133,82 @@ def sglang_args(
     return ExportResult(
         engine="sglang", args=tuple(args), warnings=tuple(warnings), expressible=True
     )
+
+
+# ---- prefill/decode disaggregation (issue 15) ---------------------------------------------
+PD_BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
+PD_TRANSFER_BACKENDS = ("mooncake", "nixl")  # --disaggregation-transfer-backend choices used
+PD_SERVER_PORT = 30000
+PD_ROUTER_PORT = 8000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PDCommand:
+    """One command of a PD deployment: ``role`` prefill/decode/router, its instance and the
+    node within the instance (``${PREFILL_<i>_ADDR}`` etc. name each instance's node 0)."""
+
+    role: str
+    instance: int
+    node_rank: int
+    args: tuple[str, ...]
+
+
+def sglang_pd_commands(
+    prefill: Strategy,
+    decode: Strategy,
+    *,
+    x: int,
+    y: int,
+    model_path: str,
+    target: Target,
+    transfer_backend: str = "mooncake",
+) -> list[PDCommand]:
+    """SGLang PD launch: ``x`` prefill and ``y`` decode servers (each with its own layout,
+    ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
+    bootstrap port), then ``sglang_router.launch_router --pd-disaggregation`` listing every
+    prefill (with its bootstrap port) and decode server, round-robin on both (the policy
+    :mod:`moeplan.serve.pd` simulates). An instance spanning several nodes gets one command
+    per node (``--nnodes --node-rank --dist-init-addr`` of its node 0)."""
+    require(
+        transfer_backend in PD_TRANSFER_BACKENDS,
+        f"transfer_backend ({transfer_backend!r}) must be one of {PD_TRANSFER_BACKENDS}",
+    )
+    require(x >= 1 and y >= 1, f"x ({x}) and y ({y}) must both be >= 1")
+    out: list[PDCommand] = []
+    router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    for role, s, count in (("prefill", prefill, x), ("decode", decode, y)):
+        nodes = -(-s.world_size // target.gpus_per_node)
+        for i in range(count):
+            addr = f"${{{role.upper()}_{i}_ADDR}}"
+            pd = [
+                "--disaggregation-mode",
+                role,
+                "--disaggregation-transfer-backend",
+                transfer_backend,
+            ]
+            if role == "prefill":
+                pd += ["--disaggregation-bootstrap-port", str(PD_BOOTSTRAP_PORT)]
+            pd += ["--host", "0.0.0.0", "--port", str(PD_SERVER_PORT)]
+            for rank in range(nodes):
+                r = sglang_args(
+                    s,
+                    model_path=model_path,
+                    target=target,
+                    num_nodes=nodes,
+                    node_rank=rank,
+                    init_addr=f"{addr}:5000",
+                )
+                out.append(PDCommand(role=role, instance=i, node_rank=rank, args=(*r.args, *pd)))
+            url = f"http://{addr}:{PD_SERVER_PORT}"
+            router += (
+                ["--prefill", url, str(PD_BOOTSTRAP_PORT)]
+                if role == "prefill"
+                else [
+                    "--decode",
+                    url,
+                ]
+            )
+    router += ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
+    router += ["--host", "0.0.0.0", "--port", str(PD_ROUTER_PORT)]
+    out.append(PDCommand(role="router", instance=0, node_rank=0, args=tuple(router)))
+    return out

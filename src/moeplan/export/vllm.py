@@ -118,3 +118,44 @@ def _multinode(
         "node, then run this command once on the head node"
     )
     return ["--distributed-executor-backend", "ray"]
+
+
+# ---- prefill/decode disaggregation (issue 15) ---------------------------------------------
+PD_CONNECTOR = "NixlConnector"
+PD_PROXY_NOTE = (
+    "vLLM has no PD router of its own: a proxy must send each request to a prefill instance "
+    "(max_tokens 1) and then to a decode instance (vLLM's disaggregated-serving examples ship "
+    "one); moeplan emits the instances only"
+)
+
+
+def vllm_pd_commands(
+    prefill: Strategy,
+    decode: Strategy,
+    *,
+    x: int,
+    y: int,
+    model_path: str,
+    target: Target,
+) -> tuple[list[list[str]], list[str]]:
+    """``vllm serve`` of ``x`` prefill and ``y`` decode instances with
+    ``--kv-transfer-config`` (NixlConnector, ``kv_role`` kv_both), node 0 of each instance;
+    and the sentences a user must read. When a pool's layout is one vLLM cannot express
+    (:func:`unexpressible`) no command is emitted and the sentence says why."""
+    cmds: list[list[str]] = []
+    notes = [PD_PROXY_NOTE]
+    kv = json.dumps({"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"})
+    for role, s, count in (("prefill", prefill, x), ("decode", decode, y)):
+        nodes = -(-s.world_size // target.gpus_per_node)
+        r = vllm_args(
+            s,
+            model_path=model_path,
+            target=target,
+            num_nodes=nodes,
+            address=f"${{{role.upper()}_0_ADDR}}",
+        )
+        if not r.expressible:
+            return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]
+        notes += [f"{role}: {w}" for w in r.warnings]
+        cmds += [[*r.args, "--kv-transfer-config", kv] for _ in range(count)]
+    return cmds, notes
