@@ -13,6 +13,8 @@ when it fails, and ends before the limit. Inputs are seeded mutations of:
 - tampered ``plan.json`` and bad ``--timeout`` → ``run --plan``;
 - out-of-range flags.
 
+The limit is 30 s per case (``plan``: 120 s, a valid full-size plan is slow on 2 cores).
+
 ``python bench/fuzz_all.py [--cases N] [--root CHECKOUT] [--limit S]`` prints one JSON line
 per failing case and a summary; ``--root`` runs another checkout's ``src`` (for before/after
 figures). ``run()`` returns the summary rows for ``bench/run_all.py``.
@@ -56,6 +58,7 @@ BAD_VALUES: list[Any] = [
 ]
 RAW_VALUES = ["Infinity", "-Infinity", "NaN", "1" * 4300, "1e999"]
 PRESETS = ("deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-120b")
+PLAN_LIMIT_FACTOR = 4  # a valid full-model `plan` takes ~40 s on a loaded 2-core machine
 Case = tuple[str, list[str], str]  # (what, argv, expected exit: "0", "2" or "any")
 
 
@@ -399,6 +402,11 @@ def run_case(argv: list[str], root: Path, limit: float) -> dict[str, Any]:
     }
 
 
+def _limit(argv: list[str], limit: float) -> float:
+    """``plan`` searches every family of a full-size model: give it PLAN_LIMIT_FACTOR x."""
+    return limit * PLAN_LIMIT_FACTOR if argv[:1] == ["plan"] else limit
+
+
 def all_cases(seed: int, n: int, tmp: Path) -> list[Case]:
     rng = random.Random(seed)
     return (
@@ -416,7 +424,7 @@ def fuzz(
     with tempfile.TemporaryDirectory(prefix="moeplan-fuzz-") as d:
         cases = all_cases(seed, n, Path(d))
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda c: run_case(c[1], root, limit), cases))
+            results = list(pool.map(lambda c: run_case(c[1], root, _limit(c[1], limit)), cases))
     bad = []
     for (what, argv, expect), r in zip(cases, results, strict=True):
         r["accepted_bad"] = expect != "any" and r["rc"] is not None and str(r["rc"]) != expect
