@@ -133,3 +133,21 @@ def test_case3_trace_synth_sigterm_leaves_no_hidden_temp_file(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines() == ["moeplan: terminated (signal 15)"]
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--ep", "0"], "--ep (0) must be >= 1"),
+        (["--ep", "-1"], "--ep (-1) must be >= 1"),
+        (["--seed", "-1"], "--seed (-1) must be >= 0"),
+    ],
+)
+def test_case9_trace_stats_flags_are_one_line(tmp_path, capsys, flags, needle):
+    from moeplan.traces.format import save_trace
+    from moeplan.traces.synthetic import uniform_trace
+
+    path = tmp_path / "t.npz"
+    save_trace(uniform_trace(num_requests=4, length=4, num_layers=2, num_experts=8, top_k=2), path)
+    code, _, err = _run(capsys, ["trace", "stats", str(path), *flags])
+    assert code == 2 and err == [f"moeplan: error: {needle}"], err

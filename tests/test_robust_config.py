@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
-from moeplan.specs import ModelSpec, load_model
+from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_model
 from moeplan.specs.model import MAX_EXPERTS, MAX_HIDDEN, MAX_LAYERS
 from moeplan.specs.presets import model_config
 
@@ -181,3 +181,31 @@ def test_fuzz_config_bytes_give_spec_or_one_line(tmp_path_factory, preset, at, j
         load_model(str(path))
     except MoeplanError as err:
         assert "\n" not in str(err)
+
+
+def test_case6_cluster_nodes_beyond_any_deployment_rejected():
+    from moeplan.specs import load_cluster
+    from moeplan.specs.cluster import MAX_NODES
+
+    _one_line_error(lambda: load_cluster("h100-sxm-8", nodes=10**6), "nodes", str(MAX_NODES))
+    _one_line_error(lambda: load_cluster("h100-sxm-8", nodes=0), "nodes")
+    assert load_cluster("h100-sxm-8", nodes=MAX_NODES).num_gpus == 8 * MAX_NODES
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda: Workload(batch=4.5), "workload.batch (4.5) must be an integer"),
+        (lambda: Workload(rate=float("nan")), "workload.rate"),
+        (
+            lambda: RoutingProfile(top_k=2, mean_k=("x",)),
+            "routing.mean_k[0] ('x') must be a number",
+        ),
+        (
+            lambda: RoutingProfile(top_k=2, expert_load=((1.0, float("inf")),)),
+            "routing.expert_load[0]",
+        ),
+    ],
+)
+def test_case9_10_workload_and_routing_profile_types(make, needle):
+    _one_line_error(make, needle)
