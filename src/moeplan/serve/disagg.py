@@ -233,8 +233,8 @@ def rate_match(
     return None if best is None else (best[2], best[3], best[4])
 
 
-def candidates(c: Context, family: str) -> list[Candidate]:
-    """Every rate-matched (prefill layout, decode layout, x, y), best estimate first."""
+def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
+    """Every prefill and decode instance kind that fits and meets its SLO on its own."""
     n = c.cluster.num_gpus
     pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
     decs_l: list[DecodeLayout] = (
@@ -242,7 +242,35 @@ def candidates(c: Context, family: str) -> list[Candidate]:
         if family == "afd"
         else list(serve_layouts(c.model, c.cluster, n - 1))
     )
-    decs = [d for lay in decs_l if (d := decode_pool(c, lay))]
+    return pres, [d for lay in decs_l if (d := decode_pool(c, lay))]
+
+
+def why_none(c: Context, family: str) -> str:
+    """Why ``family`` has no rate-matched candidate on the cluster (one sentence)."""
+    n = c.cluster.num_gpus
+    pres, decs = pools(c, family)
+    kind = "attention-FFN disaggregated" if family == "afd" else "colocated"
+    if not pres:
+        return (
+            f"no prefill instance of at most {n - 1} GPUs holds the weights and meets the "
+            "TTFT SLO with a lone request"
+        )
+    if not decs:
+        return (
+            f"no {kind} decode instance of at most {n - 1} GPUs holds the weights, the KV of "
+            "a request and meets the TPOT SLO"
+        )
+    gp, gd = min(p.layout.gpus for p in pres), min(d.layout.gpus for d in decs)
+    return (
+        f"the smallest prefill ({gp} GPUs) and decode ({gd} GPUs) instances need "
+        f"{gp + gd} GPUs; the cluster has {n}"
+    )
+
+
+def candidates(c: Context, family: str) -> list[Candidate]:
+    """Every rate-matched (prefill layout, decode layout, x, y), best estimate first."""
+    n = c.cluster.num_gpus
+    pres, decs = pools(c, family)
     out = []
     osl = c.workload.osl.mean
     for p in pres:

@@ -22,7 +22,7 @@ from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
-from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate
+from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout
 from moeplan.serve.rank import Entry, Served
@@ -122,11 +122,7 @@ def served_disaggregated(
             continue
         ks = candidates(ctx, fam)
         if not ks:
-            why[fam] = (
-                f"no rate-matched pair of instances fits {result.cluster.num_gpus} GPUs "
-                "with both pools meeting the SLOs analytically (each pool needs its own "
-                "copy of the weights)"
-            )
+            why[fam] = why_none(ctx, fam)
             continue
         for k in ks[:keep]:
             if progress:
