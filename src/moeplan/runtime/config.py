@@ -59,7 +59,12 @@ class MoEConfig:
         require(self.num_layers >= 1, f"num_layers ({self.num_layers}) must be >= 1")
 
 
-_SMALL = {"hidden_size": 64, "num_heads": 8, "num_layers": 2, "moe_intermediate_size": 32}
+_SMALL: dict[str, Any] = {
+    "hidden_size": 64,
+    "num_heads": 8,
+    "num_layers": 2,
+    "moe_intermediate_size": 32,
+}
 
 
 def from_model_spec(spec: Any, scale: str = "small", *, num_layers: int | None = None) -> MoEConfig:

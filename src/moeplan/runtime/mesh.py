@@ -252,6 +252,7 @@ def _pipeline_mesh(
         f"plan.layout.stages (length {len(stages) if isinstance(stages, list) else stages!r}) "
         f"must be a list of pp={pp} stages",
     )
+    assert isinstance(stages, list)  # checked just above
     r = world // pp
     parsed = []
     for s, st in enumerate(stages):

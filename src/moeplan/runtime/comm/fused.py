@@ -36,7 +36,8 @@ def _exchange(
     the later rounds. Returns ``tp_op``'s results in EP source order, all completed."""
     ep = g.ranks["moe_ep"]
     n, e = len(ep), g.local_rank("moe_ep")
-    posted, sends = [], []
+    posted: list[tuple[int, Any, torch.Tensor]] = []
+    sends: list[Any] = []
     for i in range(1, n):
         dst, src = (e + i) % n, (e - i) % n
         sends.append(dist.isend(blocks[dst].contiguous(), ep[dst], tag=tag + i))

@@ -16,6 +16,7 @@ micro-batch with :class:`DepLayout` and advances the loops in the schedule's ord
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +49,15 @@ _ATTN = StageModule(kind="attn", layer=-1, tp=1, ep=1, dpmoe=1)  # AG attention:
 class _MicroBatch:
     """AG state of one micro-batch in the current layer."""
 
-    h: torch.Tensor | None = None
-    u: torch.Tensor | None = None
+    h: torch.Tensor
+    u: torch.Tensor
     perms: list[Permutation] = field(default_factory=list)
     recvs: list[list[tuple[Any, torch.Tensor]]] = field(default_factory=list)
     sends: list[Any] = field(default_factory=list)
     shared: torch.Tensor | None = None
+
+
+AGState = torch.Tensor | _MicroBatch  # what passes between modules on an AG rank
 
 
 def _send_chunk(
@@ -85,10 +89,9 @@ def _attention_task(
     rank: int,
     tl: Timeline,
 ) -> _MicroBatch:
-    mb = _MicroBatch()
     with tl.span(f"A{t}.{i}"):
-        mb.h = Local(cfg=cfg).attn(x, w, _ATTN)
-        mb.u = rms(mb.h.reshape(-1, x.shape[-1]))
+        h = Local(cfg=cfg).attn(x, w, _ATTN)
+        mb = _MicroBatch(h=h, u=rms(h.reshape(-1, x.shape[-1])))
         r = route(mb.u, w.experts, cfg)
     for j, (ids, wts, u) in enumerate(
         zip(
@@ -109,6 +112,7 @@ def _attention_task(
 
 def _finish(mb: _MicroBatch, p: DepParams, name: str, tl: Timeline) -> torch.Tensor:
     """Wait for every E2A of the micro-batch and combine: ``h + routed + shared``."""
+    assert mb.shared is not None, "S(t,i) runs before A(t+1,i)"
     outs = []
     with tl.span(f"E2A{name}", "recv"):
         for perm, recvs in zip(mb.perms, mb.recvs, strict=True):
@@ -132,12 +136,13 @@ class DepLayout:
     rank: int
     tl: Timeline
 
-    def attn(self, x: Any, w: LayerWeights, m: StageModule) -> _MicroBatch:
+    def attn(self, x: AGState, w: LayerWeights, m: StageModule) -> AGState:
         if isinstance(x, _MicroBatch):
             x = _finish(x, self.p, f"{m.layer - 1}.{self.i}", self.tl)
         return _attention_task(x, w, self.cfg, self.p, m.layer, self.i, self.rank, self.tl)
 
-    def ffn(self, mb: _MicroBatch, w: LayerWeights, m: StageModule) -> _MicroBatch:
+    def ffn(self, mb: AGState, w: LayerWeights, m: StageModule) -> AGState:
+        assert isinstance(mb, _MicroBatch), "ffn follows attn"
         with self.tl.span(f"S{m.layer}.{self.i}"):
             mb.shared = shared_out(mb.u, w.experts)
         return mb
@@ -157,16 +162,20 @@ def run_dep_attention(
     xs = list(x.split(p.ma))
     require(len(xs) == p.r1, f"batch ({x.shape[0]}) must equal r1*ma ({p.r1}*{p.ma})")
     modules = decoder_modules(layers)
-    loops = [
+    loops: list[Iterator[AGState]] = [
         steps(xs[i], layers, DepLayout(cfg=cfg, p=p, i=i, rank=rank, tl=tl), modules)
         for i in range(p.r1)
     ]
-    last: dict[int, _MicroBatch] = {}
+    last: dict[int, AGState] = {}
     for _ in layers:
         for _, i in ag_schedule(p.order, p.r1):
             last[i] = next(loops[i])
-    name = f"{len(layers) - 1}"
-    return torch.cat([_finish(last[i], p, f"{name}.{i}", tl) for i in range(p.r1)])
+    outs = []
+    for i in range(p.r1):  # the last layer's E2A, in micro-batch order
+        mb = last[i]
+        assert isinstance(mb, _MicroBatch), "every loop ends after an ffn module"
+        outs.append(_finish(mb, p, f"{len(layers) - 1}.{i}", tl))
+    return torch.cat(outs)
 
 
 @dataclass
@@ -176,6 +185,12 @@ class _Incoming:
     tag: tuple[int, int, int]
     counts: list[tuple[Any, torch.Tensor]]
     rows: list[tuple[Any, torch.Tensor]] | None = None
+
+    @property
+    def received(self) -> list[tuple[Any, torch.Tensor]]:
+        """The posted row receives (internal invariant: after :meth:`post_rows`)."""
+        assert self.rows is not None, "post_rows() first"
+        return self.rows
 
     def counts_arrived(self) -> bool:
         return all(w.is_completed() for w, _ in self.counts)
@@ -204,13 +219,13 @@ def _expert_compute(inc: _Incoming, w_local: MoEWeights, p: DepParams, tl: Timel
     """E(t,i,j) on the received rows, then non-blocking E2A back to every AG rank."""
     per, dev = w_local.w_gate.shape[0], w_local.w_gate.device
     with tl.span("E{}.{}.{}".format(*inc.tag)):
-        rows = torch.cat([b for _, b in inc.rows])
+        rows = torch.cat([b for _, b in inc.received])
         ids = torch.cat(
             [torch.repeat_interleave(torch.arange(per, device=dev), c) for _, c in inc.counts]
         )
         y = experts_by_id(rows, ids, w_local)
     sends = []
-    for a, part in enumerate(torch.split(y, [b.shape[0] for _, b in inc.rows])):
+    for a, part in enumerate(torch.split(y, [b.shape[0] for _, b in inc.received])):
         if part.shape[0]:
             sends.append(dist.isend(part.contiguous(), a, tag=p.tag(*inc.tag, 2)))
     return sends
@@ -231,7 +246,7 @@ def run_dep_expert(
         inc = nxt
         with tl.span("A2E{}.{}.{}".format(*tag), "recv"):
             inc.post_rows(p, cfg.hidden_size)
-            for w, _ in inc.rows:
+            for w, _ in inc.received:
                 if w is not None:
                     w.wait()
         if n + 1 < len(tags):

@@ -19,6 +19,7 @@ DP over ``dpmoe`` like an MoE module without experts. Each stage runs the shared
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -143,9 +144,10 @@ def run_pp(
     """Forward ``micro_batches`` micro-batches; stage 0 gets ``x``; the last stage returns."""
     rank = g.rank
     s, r = mesh.stage_of(rank), mesh.stage_size
-    chunks = list(x.tensor_split(micro_batches)) if s == 0 else None
+    chunks = list(x.tensor_split(micro_batches)) if x is not None else []
     sizes = [len(c) for c in torch.arange(shape[0]).tensor_split(micro_batches)]
-    outs, sends = [], []
+    outs: list[torch.Tensor] = []
+    sends: list[Any] = []
     for i in range(micro_batches):
         if s == 0:
             h = chunks[i]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -30,13 +30,15 @@ from moeplan.runtime.layers.moe import moe_forward, swiglu
 from moeplan.runtime.mesh import StageModule
 from moeplan.runtime.timeline import Timeline
 
+A = TypeVar("A")  # what passes between modules: activations (a tensor, except on DEP)
 
-class Layout(Protocol):
+
+class Layout(Protocol[A]):
     """How one rank runs each kind of module (residual included)."""
 
-    def attn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor: ...
+    def attn(self, x: A, w: LayerWeights, m: StageModule) -> A: ...
 
-    def ffn(self, x: torch.Tensor, w: LayerWeights, m: StageModule) -> torch.Tensor: ...
+    def ffn(self, x: A, w: LayerWeights, m: StageModule) -> A: ...
 
 
 def decoder_modules(layers: list[LayerWeights]) -> tuple[StageModule, ...]:
@@ -50,13 +52,13 @@ def decoder_modules(layers: list[LayerWeights]) -> tuple[StageModule, ...]:
 
 
 def steps(
-    x: Any,
+    x: A,
     layers: list[LayerWeights],
-    layout: Layout,
+    layout: Layout[A],
     modules: tuple[StageModule, ...],
     tl: Timeline | None = None,
     suffix: str = "",
-) -> Iterator[Any]:
+) -> Iterator[A]:
     """The layer loop, one module at a time: yields the activations after each module (a span
     ``{kind}{layer}{suffix}`` of ``tl`` each, when given). :func:`forward` runs it to the end;
     the DEP engine advances one loop per micro-batch in FinDEP's interleaved order."""
@@ -70,7 +72,7 @@ def steps(
 def forward(
     x: torch.Tensor,
     layers: list[LayerWeights],
-    layout: Layout,
+    layout: Layout[torch.Tensor],
     modules: tuple[StageModule, ...],
     tl: Timeline | None = None,
     suffix: str = "",

@@ -13,7 +13,9 @@ output is a partial sum. Shared experts are one SwiGLU MLP of width
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -109,7 +111,7 @@ def expert_rows(
 
 def shared_out(x: torch.Tensor, w: MoEWeights) -> torch.Tensor:
     """Shared-expert output ``[T, H]`` (zeros when the model has none)."""
-    if w.shared_gate is None:
+    if w.shared_gate is None or w.shared_up is None or w.shared_down is None:
         return torch.zeros_like(x)
     return swiglu(x, w.shared_gate, w.shared_up, w.shared_down)
 
@@ -130,20 +132,23 @@ def moe_forward(
 def shard_tp(w: MoEWeights, tp: int, rank: int) -> MoEWeights:
     """Slice the intermediate dim of routed and shared experts for TP rank ``rank`` of ``tp``."""
 
-    def cols(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.chunk(tp, dim=-1)[rank].contiguous()
+    def cols(t: torch.Tensor) -> torch.Tensor:
+        return t.chunk(tp, dim=-1)[rank].contiguous()
 
-    def rows(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.chunk(tp, dim=-2)[rank].contiguous()
+    def rows(t: torch.Tensor) -> torch.Tensor:
+        return t.chunk(tp, dim=-2)[rank].contiguous()
+
+    def maybe(fn: Callable[[torch.Tensor], torch.Tensor], t: torch.Tensor | None) -> Any:
+        return None if t is None else fn(t)
 
     return replace(
         w,
         w_gate=cols(w.w_gate),
         w_up=cols(w.w_up),
         w_down=rows(w.w_down),
-        shared_gate=cols(w.shared_gate),
-        shared_up=cols(w.shared_up),
-        shared_down=rows(w.shared_down),
+        shared_gate=maybe(cols, w.shared_gate),
+        shared_up=maybe(cols, w.shared_up),
+        shared_down=maybe(rows, w.shared_down),
     )
 
 

@@ -29,7 +29,7 @@ def _moe_tensors(layer: int, w: MoEWeights) -> dict[str, torch.Tensor]:
         out[q + "gate_proj.weight"] = w.w_gate[e].T.contiguous()
         out[q + "up_proj.weight"] = w.w_up[e].T.contiguous()
         out[q + "down_proj.weight"] = w.w_down[e].T.contiguous()
-    if w.shared_gate is not None:
+    if w.shared_gate is not None and w.shared_up is not None and w.shared_down is not None:
         out[p + "shared_experts.gate_proj.weight"] = w.shared_gate.T.contiguous()
         out[p + "shared_experts.up_proj.weight"] = w.shared_up.T.contiguous()
         out[p + "shared_experts.down_proj.weight"] = w.shared_down.T.contiguous()
