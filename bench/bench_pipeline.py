@@ -15,6 +15,7 @@ import numpy as np
 
 from moeplan.cost import cost_model_for
 from moeplan.planners.pipeline.cost import cost_model_evaluator
+from moeplan.planners.pipeline.planner import _search_degrees
 from moeplan.planners.pipeline.search import (
     exhaustive_partition,
     naive_dp_partition,
@@ -61,7 +62,8 @@ def run() -> list[dict]:
          "value": search_s * 1e3, "unit": "ms", "reference": naive_s * 1e3,
          "ratio": naive_s / search_s, "target": "<= 50 ms (paper: 0.2 s)",
          "note": f"ratio = naive O(n^2) DP / search; PP {sorted(dts)}; max bottleneck gap "
-                 f"vs exact DP {gap * 1e3:.4f} ms (eps 0.1 ms)"},
+                 f"vs exact DP {gap * 1e3:.4f} ms (relative eps 1e-4)"},
+        _certified_row(dts, search_s),
         {"name": "cost tables (cost-model evaluations), all PP degrees, same instance",
          "value": build_s * 1e3, "unit": "ms", "reference": search_s * 1e3,
          "ratio": build_s / search_s, "target": "",
@@ -78,6 +80,23 @@ def run() -> list[dict]:
                  "note": f"ratio = exhaustive / search; equal within eps: {same} "
                          "(paper: exhaustive 2.9 h for 12 layers on 8 GPUs)"})
     return rows
+
+
+def _certified_row(dts, search_s: float) -> dict:
+    """What plan_pipeline runs: the search of every degree, then the adaptive-resolution
+    certificate (refine.py) for each degree that could still win at its lower bound."""
+    runs, res = [], {}
+    for _ in range(5):
+        fresh = dict(dts)
+        t0 = time.perf_counter()
+        res, _ = _search_degrees(fresh, 1e-4, 4, True)
+        runs.append(time.perf_counter() - t0)
+    cert_s = statistics.median(runs)
+    best = max((p for p in res.values() if p is not None), key=lambda p: p.throughput_tokens_per_s)
+    return {"name": "smidt search + resolution certificate (plan_pipeline's path), same instance",
+            "value": cert_s * 1e3, "unit": "ms", "reference": search_s * 1e3,
+            "ratio": cert_s / search_s, "target": "<= 50 ms",
+            "note": f"reference = the search alone at 512 units; winner PP{best.pp}"}
 
 
 if __name__ == "__main__":

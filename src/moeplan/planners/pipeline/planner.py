@@ -5,7 +5,6 @@ For every PP degree it builds the cost tables (:mod:`.stages`), runs the search 
 with the baselines (:mod:`.baselines`) on the same tables.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -24,6 +23,7 @@ from moeplan.planners.pipeline.cost import (
     memory_reserve,
     modules_of,
 )
+from moeplan.planners.pipeline.refine import certified_partition
 from moeplan.planners.pipeline.search import (
     Partition,
     exhaustive_partition,
@@ -44,15 +44,25 @@ from moeplan.specs import ClusterSpec, ModelSpec, Workload
 from moeplan.units import GIB
 
 
-def smallest_memory_needed(degrees: dict[int, DegreeTables | None], model: ModelSpec,
-                           cluster: ClusterSpec, workload: Workload, evaluate: Evaluator,
-                           ) -> float:
+def smallest_memory_needed(
+    degrees: dict[int, DegreeTables | None],
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    evaluate: Evaluator,
+) -> float:
     """Least GPU memory with which some PP degree has a plan (time ignored)."""
     best = math.inf
     for pp in degrees:
         routing = workload.routing_for(model.top_k)
-        ctx = StageContext(model=model, workload=workload, routing=routing, pp=pp,
-                           r=cluster.num_gpus // pp, gpus_per_node=cluster.gpus_per_node)
+        ctx = StageContext(
+            model=model,
+            workload=workload,
+            routing=routing,
+            pp=pp,
+            r=cluster.num_gpus // pp,
+            gpus_per_node=cluster.gpus_per_node,
+        )
         tables = build_tables(modules_of(model, routing), ctx, evaluate)
         mins = np.array([t.mems().min() for t in tables])
         best = min(best, memory_reserve(ctx) + _min_max_partition(mins, pp))
@@ -73,13 +83,26 @@ def _min_max_partition(values: np.ndarray, parts: int) -> float:
     return hi
 
 
-def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                  cost_model: CostModel, *, pp: int | None = None, async_pp: bool = True,
-                  eps: float = 1e-4, resolution: int = 512, rounds: int = 4,
-                  evaluate: Evaluator | None = None, verify: bool = False,
-                  baselines: bool = True, level: bool = True) -> PipelineResult:
+def plan_pipeline(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    cost_model: CostModel,
+    *,
+    pp: int | None = None,
+    async_pp: bool = True,
+    eps: float = 1e-4,
+    resolution: int = 512,
+    rounds: int = 4,
+    evaluate: Evaluator | None = None,
+    verify: bool = False,
+    baselines: bool = True,
+    level: bool = True,
+) -> PipelineResult:
     """SMIDT plan for ``model`` on ``cluster`` serving ``workload`` (see module docstring).
 
+    ``eps`` is the search's relative tolerance; ``resolution`` the starting memory resolution,
+    refined (x4, :mod:`.refine`) until the plan is certified within 0.2 % of a lower bound.
     ``level``: after the search, keep its bottleneck but lower the peak memory per GPU
     (:func:`.pipeline_search.level_memory`) when that costs under 1 % throughput (fill).
     Raises :class:`MoeplanError` when no PP degree has a plan within GPU memory, naming the
@@ -88,43 +111,97 @@ def plan_pipeline(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
     require(rounds >= 1, f"rounds ({rounds}) must be >= 1")
     evaluate = evaluate or cost_model_evaluator(cost_model)
     t0 = time.perf_counter()
-    degrees = {s: degree_tables(model, cluster, workload, cost_model, s, evaluate, resolution)
-               for s in pp_degrees(model, cluster, pp)}
-    per_pp: dict[int, PipelinePlan | None] = {}
-    parts: dict[int, Partition] = {}
-    for s, dt in degrees.items():
-        part = None if dt is None else search_partition(dt.times(), dt.units, dt.cap_units, s,
-                                                        eps=eps, base=dt.base)
-        if part is None or dt is None:
-            per_pp[s] = None
-            continue
-        parts[s] = part
-        plan = assemble("smidt", dt, part.bounds, part.choice, rounds)
-        per_pp[s] = _leveled(dt, part, plan, rounds) if level else plan
+    degrees = {
+        s: degree_tables(model, cluster, workload, cost_model, s, evaluate, resolution)
+        for s in pp_degrees(model, cluster, pp)
+    }
+    per_pp, parts = _search_degrees(degrees, eps, rounds, async_pp)
+    if level:
+        per_pp = {
+            s: p if p is None else _leveled(degrees[s], parts[s], p, rounds)
+            for s, p in per_pp.items()
+        }
     search_s = time.perf_counter() - t0
     best = choose_plan([p for p in per_pp.values() if p is not None], async_pp)
     if best is None:
         need = smallest_memory_needed(degrees, model, cluster, workload, evaluate)
         raise MoeplanError(
             f"no plan fits: {model.name} on {cluster.name} needs at least {need / GIB:.1f} GiB "
-            f"per GPU for pp in {sorted(degrees)} (has {cluster.gpu.mem_bytes / GIB:.1f} GiB)")
+            f"per GPU for pp in {sorted(degrees)} (has {cluster.gpu.mem_bytes / GIB:.1f} GiB)"
+        )
     if baselines:
         for s in pp_degrees(model, cluster, None):
             if s not in degrees:
-                degrees[s] = degree_tables(model, cluster, workload, cost_model, s, evaluate,
-                                           resolution)
+                degrees[s] = degree_tables(
+                    model, cluster, workload, cost_model, s, evaluate, resolution
+                )
     base = all_baselines(degrees, rounds, async_pp) if baselines else {}
     check = _verify(degrees[best.pp], best) if verify else None
-    return PipelineResult(model=model.name, cluster=cluster.name, world_size=cluster.num_gpus,
-                          mem_limit_bytes=cluster.gpu.mem_bytes, async_pp=async_pp, plan=best,
-                          per_pp=per_pp, baselines=base, search_s=search_s, verify=check)
+    return PipelineResult(
+        model=model.name,
+        cluster=cluster.name,
+        world_size=cluster.num_gpus,
+        mem_limit_bytes=cluster.gpu.mem_bytes,
+        async_pp=async_pp,
+        plan=best,
+        per_pp=per_pp,
+        baselines=base,
+        search_s=search_s,
+        verify=check,
+    )
 
 
-def _leveled(dt: DegreeTables, part: Partition, plan: PipelinePlan,
-             rounds: int) -> PipelinePlan:
+def _search_degrees(
+    degrees: dict[int, DegreeTables | None], eps: float, rounds: int, async_pp: bool
+) -> tuple[dict[int, PipelinePlan | None], dict[int, Partition]]:
+    """Search every degree at the starting resolution, then refine the memory resolution
+    (:func:`.refine.certified_partition`) of each degree that could still win at its lower
+    bound — best first, so the bar rises as degrees are refined."""
+    per_pp: dict[int, PipelinePlan | None] = {}
+    parts: dict[int, Partition] = {}
+    for s, dt in degrees.items():
+        part = (
+            None
+            if dt is None
+            else search_partition(dt.times(), dt.units, dt.cap_units, s, eps=eps, base=dt.base)
+        )
+        per_pp[s] = (
+            None
+            if part is None or dt is None
+            else assemble("smidt", dt, part.bounds, part.choice, rounds)
+        )
+        if part is not None:
+            parts[s] = part
+
+    def rate(p: PipelinePlan) -> float:
+        return p.throughput_tokens_per_s if async_pp else p.throughput_sync_tokens_per_s
+
+    bar = max((rate(p) for p in per_pp.values() if p is not None), default=0.0)
+    for s in sorted(parts, key=lambda d: -rate(per_pp[d])):  # type: ignore[arg-type]
+        plan = per_pp[s]
+        assert plan is not None
+
+        def worth(part: Partition, low: float, plan: PipelinePlan = plan, bar: float = bar) -> bool:
+            return rate(plan) * part.bottleneck / low > bar
+
+        dt, part = certified_partition(
+            degrees[s],
+            eps=eps,
+            worth=worth,  # type: ignore[arg-type]
+            first=parts[s],
+        )
+        assert part is not None  # a finer resolution keeps every coarser plan feasible
+        degrees[s], parts[s] = dt, part
+        per_pp[s] = assemble("smidt", dt, part.bounds, part.choice, rounds)
+        bar = max(bar, rate(per_pp[s]))  # type: ignore[arg-type]
+    return per_pp, parts
+
+
+def _leveled(dt: DegreeTables, part: Partition, plan: PipelinePlan, rounds: int) -> PipelinePlan:
     """The same bottleneck with the least peak memory, unless it costs >= 1 % throughput."""
-    even = level_memory(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, part.bottleneck,
-                        base=dt.base)
+    even = level_memory(
+        dt.times(), dt.units, dt.cap_units, dt.ctx.pp, part.bottleneck, base=dt.base
+    )
     if even is None:
         return plan
     alt = assemble("smidt", dt, even.bounds, even.choice, rounds)
@@ -139,6 +216,8 @@ def _verify(dt: DegreeTables | None, plan: PipelinePlan) -> dict:
     solver = exhaustive_partition if small else naive_dp_partition
     exact = solver(dt.times(), dt.units, dt.cap_units, dt.ctx.pp, base=dt.base)
     assert exact is not None, "search found a plan the exact solver calls infeasible"
-    return {"method": "exhaustive" if small else "exact_dp",
-            "exhaustive_bottleneck_s": exact.bottleneck,
-            "gap_s": plan.bottleneck_s - exact.bottleneck}
+    return {
+        "method": "exhaustive" if small else "exact_dp",
+        "exhaustive_bottleneck_s": exact.bottleneck,
+        "gap_s": plan.bottleneck_s - exact.bottleneck,
+    }

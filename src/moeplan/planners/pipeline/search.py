@@ -52,21 +52,37 @@ class Partition:
     feasible_calls: int = 0
 
     def __post_init__(self) -> None:
-        require(self.bounds[0] == 0 and all(a < b for a, b in itertools.pairwise(self.bounds)),
-                f"partition.bounds ({self.bounds}) must start at 0 and increase")
+        require(
+            self.bounds[0] == 0 and all(a < b for a, b in itertools.pairwise(self.bounds)),
+            f"partition.bounds ({self.bounds}) must start at 0 and increase",
+        )
         require(len(self.choice) == self.bounds[-1], "partition.choice must cover every module")
 
 
-def discretize(mems: Sequence[np.ndarray], capacity: float, resolution: int = 512,
-               ) -> tuple[tuple[np.ndarray, ...], np.ndarray, int]:
-    """Memory bytes → (extra units per choice, base units per module, capacity units)."""
+def discretize(
+    mems: Sequence[np.ndarray], capacity: float, resolution: int = 512, rounding: str = "up"
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, int]:
+    """Memory bytes → (extra units per choice, base units per module, capacity units).
+
+    ``rounding='up'`` (the search's problem) never over-commits memory; ``'down'`` is a
+    relaxation — every selection that fits in bytes fits in its units — whose optimum is a
+    lower bound on the exact one (:mod:`.refine` uses the pair to certify a resolution).
+    """
     require(capacity > 0, f"memory capacity ({capacity}) must be positive")
     require(resolution >= 1, f"resolution ({resolution}) must be >= 1")
+    require(rounding in ("up", "down"), f"rounding ({rounding!r}) must be 'up' or 'down'")
     scale = resolution / float(capacity)
     arrs = [np.asarray(m, dtype=np.float64) * scale for m in mems]
     base = np.array([a.min() for a in arrs])
-    extra = tuple(np.ceil((a - b) * (1 + 1e-12)).astype(np.int64)
-                  for a, b in zip(arrs, base, strict=True))
+    if rounding == "down":
+        extra = tuple(
+            np.floor((a - b) * (1 - 1e-12)).astype(np.int64)
+            for a, b in zip(arrs, base, strict=True)
+        )
+        return extra, base * (1 - 1e-12), int(resolution)
+    extra = tuple(
+        np.ceil((a - b) * (1 + 1e-12)).astype(np.int64) for a, b in zip(arrs, base, strict=True)
+    )
     return extra, base * (1 + 1e-12), int(resolution)
 
 
@@ -104,8 +120,13 @@ class WindowKnapsack:
     at most ``c`` memory units; a window grows by one module in ``O(capacity · choices)``.
     """
 
-    def __init__(self, times: Sequence[np.ndarray], units: Sequence[np.ndarray],
-                 capacity: int, base: Sequence[float] | np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        times: Sequence[np.ndarray],
+        units: Sequence[np.ndarray],
+        capacity: int,
+        base: Sequence[float] | np.ndarray | None = None,
+    ) -> None:
         require(len(times) == len(units) and len(times) >= 1, "times/units: one per module")
         self.n, self.capacity = len(times), int(capacity)
         self.limit_units = self.capacity  # may be lowered (<= capacity) to level memory
@@ -113,16 +134,19 @@ class WindowKnapsack:
         self.units = [np.asarray(u, dtype=np.int64) for u in units]
         self.keep = _pareto_all(self.times, self.units)
         # per module: the Pareto choices as python (units, time) pairs, fewest units first
-        self.pairs = [list(zip(u[k].tolist(), t[k].tolist(), strict=True))
-                      for t, u, k in zip(self.times, self.units, self.keep, strict=True)]
+        self.pairs = [
+            list(zip(u[k].tolist(), t[k].tolist(), strict=True))
+            for t, u, k in zip(self.times, self.units, self.keep, strict=True)
+        ]
         tmin = np.array([min(p[1] for p in pairs) for pairs in self.pairs])
         umin = np.array([pairs[0][0] for pairs in self.pairs])
         self.prefix_t = np.concatenate([[0.0], np.cumsum(tmin)])
         self.prefix_u = np.concatenate([[0], np.cumsum(umin)])
         self.prefix_b = _prefix_base(base, self.n)
         fast = [int(k[np.argmin(t[k])]) for t, k in zip(self.times, self.keep, strict=True)]
-        self.fast_u = np.concatenate([[0], np.cumsum([u[i] for u, i in zip(self.units, fast,
-                                                                            strict=True)])])
+        self.fast_u = np.concatenate(
+            [[0], np.cumsum([u[i] for u, i in zip(self.units, fast, strict=True)])]
+        )
         self._cache: dict[int, list[np.ndarray]] = {}
         self._suffix: list[np.ndarray] = [np.zeros(self.capacity + 1)]  # [n-j, n) at index j
         self.grown = 0
@@ -149,10 +173,10 @@ class WindowKnapsack:
         out = np.empty(size)
         out[:w0] = INF
         if w0 < size:
-            np.add(prev[:size - w0], t0, out=out[w0:])
+            np.add(prev[: size - w0], t0, out=out[w0:])
         for w, t in rest:
             if w < size:
-                np.minimum(out[w:], prev[:size - w] + t, out=out[w:])
+                np.minimum(out[w:], prev[: size - w] + t, out=out[w:])
         return out
 
     def room(self, left: int, right: int) -> int:
@@ -176,8 +200,10 @@ class WindowKnapsack:
         """Choices achieving :meth:`best` for the window (backtracking the cached tables)."""
         cap, picks = self.room(left, right), []
         if self.fast_u[right] - self.fast_u[left] <= cap:
-            return [int(k[np.argmin(t[k])]) for t, k in
-                    zip(self.times[left:right], self.keep[left:right], strict=True)]
+            return [
+                int(k[np.argmin(t[k])])
+                for t, k in zip(self.times[left:right], self.keep[left:right], strict=True)
+            ]
         if right == self.n:  # walk the right-anchored chain forwards
             for m in range(left, right):
                 pick = self._step(m, self.suffix(m)[cap], self.suffix(m + 1), cap)
@@ -193,8 +219,11 @@ class WindowKnapsack:
 
     def _step(self, m: int, cur: float, rest: np.ndarray, cap: int) -> int:
         """The choice of module ``m`` that, with the best of ``rest``, attains ``cur``."""
-        cands = [(rest[cap - int(self.units[m][i])] + self.times[m][i], int(i))
-                 for i in self.keep[m] if int(self.units[m][i]) <= cap]
+        cands = [
+            (rest[cap - int(self.units[m][i])] + self.times[m][i], int(i))
+            for i in self.keep[m]
+            if int(self.units[m][i]) <= cap
+        ]
         val, pick = min(cands)
         assert val <= cur + 1e-12 * max(1.0, abs(cur)), "knapsack backtrack lost its path"
         return pick
@@ -204,8 +233,7 @@ def _fits(value: float, limit: float) -> bool:
     return value <= limit and value < INF
 
 
-def feasible(ks: WindowKnapsack, limit: float,
-             stages: int) -> tuple[list[int] | None, float]:
+def feasible(ks: WindowKnapsack, limit: float, stages: int) -> tuple[list[int] | None, float]:
     """Algorithm 2: greedy longest windows with duration ``<= limit``.
 
     Returns ``(bounds or None, next_limit)``. A window's best duration only grows with its
@@ -256,14 +284,28 @@ def _result(ks: WindowKnapsack, bounds: Sequence[int], calls: int = 0) -> Partit
     for a, b in itertools.pairwise(bounds):
         choice += ks.choose(a, b)
         times.append(ks.best(a, b))
-    return Partition(bounds=tuple(bounds), choice=tuple(choice), stage_times=tuple(times),
-                     bottleneck=max(times), feasible_calls=calls)
+    return Partition(
+        bounds=tuple(bounds),
+        choice=tuple(choice),
+        stage_times=tuple(times),
+        bottleneck=max(times),
+        feasible_calls=calls,
+    )
 
 
-def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                     stages: int, *, eps: float = 1e-4,
-                     base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
-    """Algorithm 1: binary search on the bottleneck; None when no plan fits memory."""
+def search_partition(
+    times: Sequence[np.ndarray],
+    units: Sequence[np.ndarray],
+    capacity: int,
+    stages: int,
+    *,
+    eps: float = 1e-4,
+    base: Sequence[float] | np.ndarray | None = None,
+) -> Partition | None:
+    """Algorithm 1: binary search on the bottleneck; None when no plan fits memory.
+
+    ``eps`` is *relative*: the search stops when the bracket is within ``eps`` of the
+    bottleneck found (issue 16: an absolute 0.1 ms cost up to 3.6 % on ~1 ms stages)."""
     ks = WindowKnapsack(times, units, capacity, base)
     require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
     if stages == 1:  # one window: the knapsack answers directly
@@ -274,9 +316,9 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
         return None
     calls = 1
     hi = max(ks.best(a, b) for a, b in itertools.pairwise(best))
-    step = max(eps, 0.01 * lo)
+    step = max(eps * lo, 0.01 * lo)
     galloping = True  # the optimum is usually close to the lower bound: gallop, then bisect
-    while hi - lo > eps:
+    while hi - lo > eps * hi:
         mid = min(lo + step, 0.5 * (lo + hi)) if galloping else 0.5 * (lo + hi)
         got, nxt = feasible(ks, mid, stages)
         calls += 1
@@ -288,9 +330,14 @@ def search_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], c
     return _result(ks, _split_to(ks, best, stages), calls)
 
 
-def level_memory(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                 stages: int, limit: float, base: Sequence[float] | np.ndarray | None = None,
-                 ) -> Partition | None:
+def level_memory(
+    times: Sequence[np.ndarray],
+    units: Sequence[np.ndarray],
+    capacity: int,
+    stages: int,
+    limit: float,
+    base: Sequence[float] | np.ndarray | None = None,
+) -> Partition | None:
     """Least per-GPU memory (in units) at which a plan with bottleneck ``<= limit`` exists.
 
     A secondary objective after the search (addition to the paper): with the bottleneck fixed,
@@ -317,8 +364,12 @@ def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capac
     """Exact (units, time, choices) Pareto front of all choice combinations of a window."""
     front: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, ())]
     for t, u in zip(times, units, strict=True):
-        cand = [(fu + int(u[i]), ft + float(t[i]), fc + (i,))
-                for fu, ft, fc in front for i in range(len(t)) if fu + int(u[i]) <= capacity]
+        cand = [
+            (fu + int(u[i]), ft + float(t[i]), fc + (i,))
+            for fu, ft, fc in front
+            for i in range(len(t))
+            if fu + int(u[i]) <= capacity
+        ]
         cand.sort(key=lambda x: (x[0], x[1]))
         front, best = [], INF
         for c in cand:
@@ -328,9 +379,13 @@ def _stage_front(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capac
     return front
 
 
-def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray],
-                         capacity: int, stages: int,
-                         base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
+def exhaustive_partition(
+    times: Sequence[np.ndarray],
+    units: Sequence[np.ndarray],
+    capacity: int,
+    stages: int,
+    base: Sequence[float] | np.ndarray | None = None,
+) -> Partition | None:
     """Exact optimum: every boundary set × exact per-stage choice enumeration (small n only)."""
     n = len(times)
     require(1 <= stages <= n, f"pp ({stages}) must be in [1, modules ({n})]")
@@ -357,8 +412,13 @@ def exhaustive_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray
     return Partition(bounds=best_bounds, choice=choice, stage_times=st, bottleneck=best_val)
 
 
-def naive_dp_partition(times: Sequence[np.ndarray], units: Sequence[np.ndarray], capacity: int,
-                       stages: int, base: Sequence[float] | np.ndarray | None = None) -> Partition | None:
+def naive_dp_partition(
+    times: Sequence[np.ndarray],
+    units: Sequence[np.ndarray],
+    capacity: int,
+    stages: int,
+    base: Sequence[float] | np.ndarray | None = None,
+) -> Partition | None:
     """Reference: knapsack for every window (O(n²) growths), then min-max partition DP."""
     ks = WindowKnapsack(times, units, capacity, base)
     n = ks.n
