@@ -4,7 +4,8 @@ Families (issue 15): ``pd`` — prefill and decode pools of colocated instances;
 the same prefill pool with attention–FFN disaggregated decode instances (FinDEP's schedule
 per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
 
-1. **Instance capacities (analytic, no simulation).** Prefill instance of layout ``P``:
+1. **Instance capacities (analytic, no simulation).** Prefill instance of layout ``P``
+   (its engine's default chunk per attention-DP rank, as SGLang schedules each DP rank):
    ``mu_p`` = requests/s when its prefill batches are full (chunks of the engine's budget),
    and its lone-request TTFT (+ KV transfer) must be within the TTFT SLO. Decode instance
    ``D``: the largest batch ``B`` (powers of two, up to the KV bound and the running cap)
@@ -30,7 +31,7 @@ tried as pools.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -40,7 +41,12 @@ from moeplan.errors import MoeplanError
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.knobs import SGLANG_NEW_TOKEN_RATIO, SGLANG_RUNNING_CAP, engine_config
+from moeplan.serve.knobs import (
+    SGLANG_NEW_TOKEN_RATIO,
+    SGLANG_RUNNING_CAP,
+    default_chunk,
+    engine_config,
+)
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
 from moeplan.serve.pd import (
@@ -139,7 +145,8 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
 def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO)."""
     try:
-        cfg = engine_config(c.engine, c.model, c.cluster, lay)
+        chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
+        cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
         ev = IterationModel(c.model, c.cluster, c.cost, lay)
     except MoeplanError:
         return None
@@ -317,10 +324,16 @@ def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int
 
 
 def stable(run: PDRun, slo: SLO) -> bool:
-    """Neither pool's queue grows: second-half mean wait within ``QUEUE_GROWTH`` times the
-    first half's plus a floor of 5 % of the TTFT SLO (or 10 ms without one)."""
+    """Neither pool's queue grows (:func:`queue_stable` of both pools' waits)."""
+    return queue_stable(run.waits(), slo)
+
+
+def queue_stable(waits: Iterable[np.ndarray], slo: SLO) -> bool:
+    """Every queue is bounded: per queue (waits in arrival order, NaN skipped) the second
+    half's mean wait is within ``QUEUE_GROWTH`` times the first half's plus a floor of 5 %
+    of the TTFT SLO (or 10 ms without one)."""
     floor = 0.05 * slo.ttft_s if slo.ttft_s is not None else 0.01
-    for w in run.waits():
+    for w in waits:
         w = w[~np.isnan(w)]
         if len(w) < 4:
             continue

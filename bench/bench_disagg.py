@@ -1,0 +1,207 @@
+"""Colocated vs prefill/decode (PD) vs attention–FFN disaggregated decode (AFD), served.
+
+For DeepSeek-V3 and Qwen3-235B-A22B on 2x8 and 4x8 H100 / H200 and 2x8 H20
+(``mixserve-h20``), at two SLO pairs, each family's best deployment on the same serving
+footing (Poisson arrivals, prompt 2048 / output 256 tokens, SGLang scheduler, the datasheet
+cost model): its largest Poisson rate meeting the SLOs (p90) and the output tokens/s per
+GPU that rate is (``rate * osl / GPUs``: SLO-bound capacity per GPU), and what bounds it.
+
+- colocated: attention TP within a node × DP, MoE EP over the instance (and pure TP within a
+  node), instances of the whole cluster or half of it (per-GPU figures: a half-size instance
+  stands for two replicas); pruned by :func:`moeplan.serve.search.analytic_rate`, the best two
+  simulated with their engine-knob search (:func:`moeplan.serve.search.evaluate_layout`),
+  then their rate re-searched under the PD probe's standard: SLOs met *and* the queue not
+  growing (:func:`moeplan.serve.disagg.queue_stable`) on a probe of at least three times the
+  running-request cap (a shorter one never fills the engine; PD's probe is guarded instead
+  by its pools' analytic loads). ``evaluate_layout``'s own rate uses
+  the SLOs only and, on a short probe, can accept an overloaded rate (issue noted in
+  docs/benchmarks/disaggregation.md).
+- pd / afd: :mod:`moeplan.serve.disagg` — rate-matched pools, the best one simulated.
+
+Rows for ``run()``: per (cluster, model, SLO) the PD and AFD capacity per GPU with the
+colocated one as the reference (``ratio`` = family / colocated; 0 when the family cannot
+serve). ``python bench/bench_disagg.py --table`` prints the markdown table of
+docs/benchmarks/disaggregation.md. Runtime ≲ 3 minutes on 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError
+from moeplan.serve import SLO, IterationModel, LengthDist, ServeWorkload
+from moeplan.serve.disagg import (
+    Context,
+    candidates,
+    evaluate_candidate,
+    queue_stable,
+    serve_layouts,
+    why_none,
+)
+from moeplan.serve.knobs import engine_config
+from moeplan.serve.search import (
+    analytic_rate,
+    evaluate_layout,
+    max_rate_meeting_slo,
+    run_workload,
+)
+from moeplan.specs import load_cluster, load_model
+
+MODELS = ("deepseek-v3", "qwen3-235b-a22b")
+CLUSTERS = (
+    ("h100-sxm-8", 2),
+    ("h100-sxm-8", 4),
+    ("h200-sxm-8", 2),
+    ("h200-sxm-8", 4),
+    ("mixserve-h20", 2),
+)
+SLOS = {
+    "relaxed (TTFT 2 s, TPOT 100 ms)": SLO(ttft_s=2.0, tpot_s=0.1),
+    "tight (TTFT 1 s, TPOT 40 ms)": SLO(ttft_s=1.0, tpot_s=0.04),
+}
+ISL, OSL = 2048, 256
+REQUESTS, SEARCH = 300, 160
+PROBE_MAX = 1500
+
+
+def _workload() -> ServeWorkload:
+    return ServeWorkload(
+        num_requests=REQUESTS, rate=1.0, isl=LengthDist(mean=ISL), osl=LengthDist(mean=OSL), seed=0
+    )
+
+
+def _row(family: str, label: str, gpus: int, rate: float, m, bound: str) -> dict:
+    return {
+        "family": family,
+        "label": label,
+        "gpus": gpus,
+        "rate": rate,
+        "per_gpu": rate * OSL / gpus if gpus else 0.0,
+        "ttft_p90_s": m.ttft_p90_s if m else float("nan"),
+        "tpot_p90_s": m.tpot_p90_s if m else float("nan"),
+        "bound": bound,
+    }
+
+
+class _Probe:
+    def __init__(self, m, ok: bool) -> None:
+        self.m, self.ok = m, ok
+
+    def meets(self, slo: SLO) -> bool:
+        return self.ok and self.m.meets(slo)
+
+
+def stable_rate(cfg, ev, gpus: int, slo: SLO, hi: float) -> float:
+    """Largest rate meeting the SLOs with a bounded queue (the PD probe's standard, so the
+    families are compared alike: :func:`moeplan.serve.disagg.queue_stable`)."""
+    # a probe shorter than a few batch caps never fills the engine, so it cannot show overload
+    probe = replace(_workload(), num_requests=min(PROBE_MAX, max(SEARCH, 3 * cfg.max_running)))
+
+    def run(rate: float) -> _Probe:
+        res, m = run_workload(cfg, probe.with_rate(rate), ev, gpus, slo)
+        return _Probe(m, queue_stable([res.admit_s - res.arrival_s], slo))
+
+    return max_rate_meeting_slo(run, slo, hi=hi, max_steps=8)  # type: ignore[arg-type]
+
+
+def colocated(model, cluster, cost, slo: SLO) -> dict:
+    """Best colocated instance (module docstring)."""
+    n = cluster.num_gpus
+    scored = []
+    for lay in serve_layouts(model, cluster, n):
+        if lay.gpus not in (n, n // 2):
+            continue
+        try:
+            cfg = engine_config("sglang", model, cluster, lay)
+        except MoeplanError:
+            continue
+        est = analytic_rate(IterationModel(model, cluster, cost, lay), cfg, ISL, OSL, slo)
+        scored.append((est.rate_rps / lay.gpus, lay))
+    scored.sort(key=lambda s: -s[0])
+    best = None
+    for _, lay in scored[:2]:
+        r = evaluate_layout(
+            model, cluster, cost, lay, _workload(), slo, top_k=1, search_requests=SEARCH
+        )
+        if not r.feasible or r.engine is None:
+            continue
+        ev = IterationModel(model, cluster, cost, lay)
+        hi = r.max_rate_meeting_slo_rps or (r.estimate.rate_rps if r.estimate else 1.0)
+        rate = stable_rate(r.engine, ev, lay.gpus, slo, hi)
+        if best is None or rate / lay.gpus > best[0] / best[1].layout.gpus:
+            _, m = run_workload(r.engine, _workload().with_rate(rate or hi), ev, lay.gpus, slo)
+            best = (rate, r, m)
+    if best is None:
+        return _row("colocated", "fits no layout", 0, 0.0, None, "weights do not fit")
+    rate, r, m = best
+    return _row("colocated", r.layout.label, r.layout.gpus, rate, m, r.bound)
+
+
+def disaggregated(family: str, model, cluster, cost, slo: SLO) -> dict:
+    ctx = Context(model=model, cluster=cluster, cost=cost, workload=_workload(), slo=slo)
+    ks = candidates(ctx, family)
+    if not ks:
+        return _row(family, "—", 0, 0.0, None, why_none(ctx, family))
+    r = evaluate_candidate(ctx, ks[0], rate_given=False, search_requests=SEARCH)
+    rate = r.max_rate_meeting_slo_rps or 0.0
+    return _row(family, ks[0].layout.label, ks[0].layout.gpus, rate, r.metrics, r.bound)
+
+
+def scenarios():
+    for cname, nodes in CLUSTERS:
+        cluster = load_cluster(cname, nodes)
+        cost = cost_model_for(cluster)
+        for mname in MODELS:
+            model = load_model(mname)
+            for sname, slo in SLOS.items():
+                rows = [colocated(model, cluster, cost, slo)]
+                rows += [disaggregated(f, model, cluster, cost, slo) for f in ("pd", "afd")]
+                yield f"{cluster.gpu.name} {nodes}x8", mname, sname, rows
+
+
+def run() -> list[dict]:
+    out = []
+    for where, mname, sname, rows in scenarios():
+        ref = rows[0]["per_gpu"]
+        for r in rows[1:]:
+            out.append(
+                {
+                    "name": f"{r['family']} vs colocated: {mname}, {where}, {sname}",
+                    "value": r["per_gpu"],
+                    "unit": "output tokens/s per GPU at the SLO rate",
+                    "reference": ref,
+                    "ratio": r["per_gpu"] / ref if ref else float("nan"),
+                    "target": "informational (which family wins, and why)",
+                    "note": f"{r['label']}; bound: {r['bound']}",
+                }
+            )
+    return out
+
+
+def table() -> None:
+    print(
+        "| cluster | model | SLO | family | deployment | GPUs | max rate (req/s) | "
+        "tok/s/GPU | TTFT p90 (ms) | TPOT p90 (ms) | bound |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for where, mname, sname, rows in scenarios():
+        for r in rows:
+            print(
+                f"| {where} | {mname} | {sname.split(' ')[0]} | {r['family']} | {r['label']} "
+                f"| {r['gpus']} | {r['rate']:.2f} | {r['per_gpu']:.1f} | "
+                f"{r['ttft_p90_s'] * 1e3:.0f} | {r['tpot_p90_s'] * 1e3:.1f} | {r['bound']} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    if "--table" in sys.argv:
+        table()
+    else:
+        for row in run():
+            print(row)
+    print(f"elapsed {time.perf_counter() - t0:.1f} s", file=sys.stderr)
