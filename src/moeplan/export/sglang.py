@@ -153,6 +153,21 @@ class PDCommand:
     args: tuple[str, ...]
 
 
+def pd_pools(
+    prefill: Strategy, decode: Strategy, x: int, y: int, target: Target
+) -> list[tuple[str, Strategy, int, int]]:
+    """``(role, layout, instances, nodes per instance)`` of both pools."""
+    return [
+        (role, s, count, -(-s.world_size // target.gpus_per_node))
+        for role, s, count in (("prefill", prefill, x), ("decode", decode, y))
+    ]
+
+
+def pd_address(role: str, instance: int) -> str:
+    """The shell variable naming node 0 of a pool instance, e.g. ``${PREFILL_0_ADDR}``."""
+    return f"${{{role.upper()}_{instance}_ADDR}}"
+
+
 def sglang_pd_commands(
     prefill: Strategy,
     decode: Strategy,
@@ -176,10 +191,9 @@ def sglang_pd_commands(
     require(x >= 1 and y >= 1, f"x ({x}) and y ({y}) must both be >= 1")
     out: list[PDCommand] = []
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-    for role, s, count in (("prefill", prefill, x), ("decode", decode, y)):
-        nodes = -(-s.world_size // target.gpus_per_node)
+    for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         for i in range(count):
-            addr = f"${{{role.upper()}_{i}_ADDR}}"
+            addr = pd_address(role, i)
             pd = [
                 "--disaggregation-mode",
                 role,

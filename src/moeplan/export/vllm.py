@@ -22,7 +22,7 @@ import json
 
 from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
-from moeplan.export.sglang import ExportResult
+from moeplan.export.sglang import ExportResult, pd_address, pd_pools
 from moeplan.planners.strategy.space import Strategy
 
 RAY_PORT = 6379  # Ray's default GCS port
@@ -145,14 +145,9 @@ def vllm_pd_commands(
     cmds: list[list[str]] = []
     notes = [PD_PROXY_NOTE]
     kv = json.dumps({"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"})
-    for role, s, count in (("prefill", prefill, x), ("decode", decode, y)):
-        nodes = -(-s.world_size // target.gpus_per_node)
+    for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         r = vllm_args(
-            s,
-            model_path=model_path,
-            target=target,
-            num_nodes=nodes,
-            address=f"${{{role.upper()}_0_ADDR}}",
+            s, model_path=model_path, target=target, num_nodes=nodes, address=pd_address(role, 0)
         )
         if not r.expressible:
             return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]

@@ -154,11 +154,17 @@ def afd_engine_config(
     per_ag = -(-cap // layout.ag)
     per_rank = ag_kv_tokens(model, cluster, layout.ag, layout.eg, per_ag)
     require(per_rank >= 1, f"{layout.label}: no memory left for KV cache on the AG")
+    return decode_engine_config(cap, per_rank, layout.ag, reserve)
+
+
+def decode_engine_config(cap: int, per_rank: int, ranks: int, reserve: float) -> EngineConfig:
+    """A decode pool's scheduler: mixed batches with room for every running sequence plus
+    one arrival's one-token step, ``cap`` running, ``ranks`` KV pools of ``per_rank``."""
     return EngineConfig(
         policy="mixed",
         chunk_tokens=cap + 1,
         max_running=cap,
-        kv_tokens=per_rank * layout.ag,
+        kv_tokens=per_rank * ranks,
         kv_tokens_per_rank=per_rank,
         admit_reserve=reserve,
     )

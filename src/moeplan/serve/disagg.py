@@ -38,7 +38,7 @@ import numpy as np
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config
+from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import (
@@ -214,14 +214,7 @@ def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
     if isinstance(lay, AFDLayout):
         return afd_engine_config(c.model, c.cluster, lay, cap, c.reserve)
     per_rank = kv_capacity_tokens(c.model, c.cluster, lay, cap + 1)
-    return EngineConfig(
-        policy="mixed",
-        chunk_tokens=cap + 1,
-        max_running=cap,
-        kv_tokens=per_rank * lay.attn_dp,
-        kv_tokens_per_rank=per_rank,
-        admit_reserve=c.reserve,
-    )
+    return decode_engine_config(cap, per_rank, lay.attn_dp, c.reserve)
 
 
 def rate_match(
