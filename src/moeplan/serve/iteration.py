@@ -20,6 +20,14 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   over the EP group (bytes scaled by the imbalance, the busiest receiver), AG/RS over
   ``moe_tp``. ``imbalance`` = the routing profile's max/mean over EP ranks for that layer
   times the caller's factor (e.g. after EPLB); ``k`` = the profile's mean activated experts.
+- Local activation rate (Sem-MoE §3, "LAR"): by default a token's ``k`` activations land on
+  the EP ranks uniformly, so ``1 - 1/moe_ep`` of the dispatch/combine bytes leave the GPU
+  (the collective's pairwise formula keeps ``1/n`` local). Given a placement's measured
+  ``lar`` (the fraction of activations whose expert sits on the token's own EP rank), the
+  bytes handed to the collective are scaled by ``(1 - lar) / (1 - 1/moe_ep)``, so the bytes
+  that leave the GPU are ``(1 - lar)`` of the total: ``lar = 1/moe_ep`` is today's time,
+  ``lar = 1`` removes the all-to-all. Departure: the intra/inter-node split of the remote
+  bytes stays the uniform one (the collective's), which is exact on one node.
 - Dense layers: ``dense_mlp`` sharded ``dense_tp`` ways.
 - The last stage adds the lm-head GEMM for one logit row per sequence.
 
@@ -40,10 +48,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
 from moeplan.cost import CostModel
+from moeplan.errors import require
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
@@ -91,6 +101,20 @@ def pipeline_period(stage_s: list[float], p2p_s: list[float], m: int) -> float:
     return max(latency, m * max(max(stage_s), max(p2p_s, default=0.0)))
 
 
+def a2a_scale(lar: float | None, ep: int) -> float:
+    """Factor on the all-to-all bytes for local activation rate ``lar`` over ``ep`` ranks:
+    ``(1 - lar) / (1 - 1/ep)`` (1 when ``lar`` is None or ``ep`` is 1; module docstring)."""
+    if lar is None:
+        return 1.0
+    require(
+        isinstance(lar, int | float) and 0.0 <= lar <= 1.0,
+        f"lar ({lar!r}) must be a fraction in [0, 1]",
+    )
+    if ep <= 1:
+        return 1.0
+    return (1.0 - lar) / (1.0 - 1.0 / ep)
+
+
 class _Layer(NamedTuple):
     moe: bool
     sliding: bool
@@ -110,9 +134,11 @@ class IterationModel:
         layout: ServeLayout,
         routing: RoutingProfile | None = None,
         imbalance: float = 1.0,
+        lar: float | None = None,
     ) -> None:
         layout.validate(model, cluster)
         self.model, self.cluster, self.cost, self.layout = model, cluster, cost, layout
+        self._a2a_scale = a2a_scale(lar, layout.moe_ep)
         route = routing if routing is not None else RoutingProfile.static(model.top_k)
         moe_index = {layer: i for i, layer in enumerate(model.moe_layers)}
         gpn = cluster.gpus_per_node
@@ -195,7 +221,7 @@ class IterationModel:
         group_tokens = t_mb / lay.moe_ep
         comm = self._gather_scatter(group_tokens, lay.moe_tp, self._nodes["moe_tp"])
         if lay.moe_ep > 1:
-            a2a = group_tokens * k * imb * md.hidden_bytes
+            a2a = group_tokens * k * imb * md.hidden_bytes * self._a2a_scale
             comm += 2 * cm.collective("all_to_all", a2a, lay.moe_ep, self._nodes["ep"])
         return compute, comm
 
@@ -273,9 +299,29 @@ def iteration_model(
     layout: ServeLayout,
     routing: RoutingProfile | None = None,
     imbalance: float = 1.0,
+    lar: float | None = None,
 ) -> IterationModel:
     """The memoised :class:`IterationModel` of this deployment (one per argument tuple)."""
-    return IterationModel(model, cluster, cost, layout, routing, imbalance)
+    return IterationModel(model, cluster, cost, layout, routing, imbalance, lar)
+
+
+def evaluator_factory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    *,
+    routing: RoutingProfile | None = None,
+    imbalance: float = 1.0,
+    lar: float | None = None,
+) -> Callable[[ServeLayout], IterationModel]:
+    """Layout -> iteration model with a placement's measured ``imbalance`` and ``lar``
+    (the ``evaluator_factory`` of :func:`moeplan.serve.search.evaluate_layout`)."""
+    a2a_scale(lar, 2)  # validate now, not at the first layout
+
+    def make(layout: ServeLayout) -> IterationModel:
+        return IterationModel(model, cluster, cost, layout, routing, imbalance, lar)
+
+    return make
 
 
 def iteration_time(
@@ -287,6 +333,7 @@ def iteration_time(
     *,
     routing: RoutingProfile | None = None,
     imbalance: float = 1.0,
+    lar: float | None = None,
 ) -> float:
     """Seconds of one engine iteration of ``batch`` (memoised; see module docstring)."""
-    return iteration_model(model, cluster, cost, layout, routing, imbalance)(batch)
+    return iteration_model(model, cluster, cost, layout, routing, imbalance, lar)(batch)
