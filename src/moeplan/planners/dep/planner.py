@@ -179,6 +179,7 @@ def report_dict(report: DepReport) -> dict[str, Any]:
         "profile": report.profile,
         "seq_len": report.seq_len,
         "layers": p.layers + p.dense_layers,
+        "a2e_model": p.a2e_source,
         "moe_layers": p.layers,
         **_summary(p, f),
         "memory_per_gpu": p.memory(f.config.ma, f.config.r1) if p.memory else None,
@@ -223,6 +224,7 @@ def to_plan(report: DepReport) -> Plan:
             "order": c.order,
             "seq_len": report.seq_len,
             "profile": report.profile,
+            "a2e_model": p.a2e_source,
         },
         predicted={
             "throughput_tokens_per_s": f.throughput,

@@ -11,8 +11,9 @@ the datasheet roofline):
   routing ``imbalance`` (max/mean expert load) for the busiest expert GPU.
 - ``t_e(me)``: ``ceil(E/eg)`` local experts, ``me`` tokens each.
 - ``t_a2e(me) = t_e2a(me)``: ``me·ceil(E/eg)`` hidden states into each expert GPU
-  (:meth:`CostModel.a2e`: the profile's (ag, eg) fit, else the slower of sender and receiver
-  links, inter-node when ``ag + eg`` spans nodes).
+  (:func:`.link.a2e_seconds`: the profile's (ag, eg) fit, interpolated between its fitted
+  splits for the others; without fits :meth:`CostModel.a2e`, the slower of sender and
+  receiver links, inter-node when ``ag + eg`` spans nodes).
 - Dense layers (``first_k_dense`` …): attention + dense MLP on the AG, placed first.
 
 Memory (Algorithm 1's ``getMaxR1``) per GPU, as :class:`moeplan.cost.memory.MemoryBreakdown`
@@ -39,6 +40,7 @@ from typing import Any
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.dep.link import a2e_seconds, a2e_source
 from moeplan.planners.dep.schedule import DepTimes
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.units import GIB
@@ -66,6 +68,7 @@ class DepProblem:
     me_per_ma: float = 0.0
     label: str = ""
     memory: Callable[[int, int], dict[str, Any]] | None = field(default=None, repr=False)
+    a2e_source: str = ""  # fitted / interpolated / link (:mod:`.link`); "" when not from specs
 
     def __post_init__(self) -> None:
         require(self.ag >= 1, f"ag ({self.ag}) must be >= 1")
@@ -194,7 +197,9 @@ def dep_problem(
 
     @lru_cache(maxsize=4096)
     def eg_side(me: float) -> tuple[float, float]:
-        return cm.expert_ffn(model, me, local), cm.a2e(me * local * model.hidden_bytes, ag, eg)
+        return cm.expert_ffn(model, me, local), a2e_seconds(
+            cm, me * local * model.hidden_bytes, ag, eg
+        )
 
     def times(ma: int, r2: int) -> DepTimes:
         attn, shared, dense = ag_side(ma)
@@ -217,6 +222,7 @@ def dep_problem(
         me_per_ma=per_exp,
         label=f"{model.name}@{cluster.name}",
         memory=mm.breakdown,
+        a2e_source=a2e_source(cm, ag, eg),
     )
     if problem.ma_max < 1:
         need = max(mm.ag_memory(1, 1).total, mm.eg_memory(1, 1).total)
