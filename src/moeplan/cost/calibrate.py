@@ -21,11 +21,12 @@ scored on the held-out rows (median and p90 absolute percentage error, as fracti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from moeplan.cost.linear import FitQuality, Piecewise, Roofline, quality
-from moeplan.cost.profile import HardwareProfile
+from moeplan.cost.profile import CommModel, HardwareProfile
 
 OPS = {
     "all_gather": "all_gather",
@@ -128,9 +129,10 @@ def calibrate(
     report = gemm_report + nccl_report
     qual = {"gemm": gemm_report[0].quality, "gemm/large": gemm_report[1].quality}
     qual.update({f"{r.op}/{r.num_gpus}": r.quality for r in nccl_report})
+    collectives = cast("dict[str, dict[int, CommModel]]", colls)  # Piecewise is a CommModel
     profile = HardwareProfile(
-        name=name, source=source, gemm=gemm_model, collectives=colls, quality=qual
-    )  # type: ignore[arg-type]
+        name=name, source=source, gemm=gemm_model, collectives=collectives, quality=qual
+    )
     return profile, report
 
 
