@@ -129,3 +129,34 @@ def test_pd_and_afd_are_ranked_families_with_plans():
     closed = ServeWorkload(num_requests=50, rate=None, concurrency=8)
     none, why = served_disaggregated(result, CostModel(c), closed, SLO())
     assert none == [] and set(why) == {"pd", "afd"}
+
+
+@pytest.mark.slow
+def test_afd_plan_runs_on_the_runtime_dep_engine():
+    """The exported AFD plan.json (decode-shaped: one token per sequence, the pick's ma, r1,
+    r2 and order) runs on the runtime's DEP engine on gloo and matches the single-process
+    reference. Attention there has no KV cache: the schedule is a decode step's, the
+    attention is over the new token only (docs/benchmarks/disaggregation.md)."""
+    from moeplan.runtime.runner import RunOptions, spawned_rank
+    from moeplan.runtime.spawn import spawn_world
+    from moeplan.serve.disagg import Context, candidates
+    from moeplan.serve.disagg_rank import afd_plan
+
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8", 2)
+    w = ServeWorkload(
+        num_requests=50, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128)
+    )
+    ctx = Context(model=m, cluster=c, cost=CostModel(c), workload=w, slo=SLO(ttft_s=1, tpot_s=0.05))
+    k = next(k for k in candidates(ctx, "afd") if k.layout.decode.gpus <= 4)
+    plan = Plan.from_json(afd_plan(k, m.name, c.name, 8, 1088).to_json())
+    world = plan.world_size
+    reports = spawn_world(
+        spawned_rank, world, (plan, RunOptions(tokens=8, seed=0, timeout_s=60)), deadline_s=240
+    )
+    assert len(reports) == world and all(r["ok"] for r in reports)
+    roles = [r["result"]["role"] for r in reports]
+    assert (
+        roles.count("attention") == plan.layout["ag"] and roles.count("expert") == plan.layout["eg"]
+    )
+    errs = [r["result"]["max_abs_err"] for r in reports if r["result"]["role"] == "attention"]
+    assert max(errs) <= 1e-5
