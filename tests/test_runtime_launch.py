@@ -216,8 +216,9 @@ def test_findep_planner_plan_runs_and_matches_reference(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_mixserve_planner_plan_runs_on_eight_ranks(tmp_path, capsys):
-    """plan.json of the best MixServe strategy (8 GPUs) executes on 8 CPU ranks and checks out."""
-    plan = tmp_path / "s.json"
+    """plan.json of the best MixServe strategy (8 GPUs) executes on 8 CPU ranks and checks out;
+    ``run --plan`` takes the ``--out`` folder that holds it."""
+    plan = tmp_path / "s"
     assert (
         _cli(
             [

@@ -16,6 +16,7 @@ when every failing rank failed on user input, 1 for a fault.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,7 +28,8 @@ MAX_TOKENS = 2**24  # tokens in one global batch of a local run
 
 
 def run_command(
-    plan: Annotated[str, typer.Option("--plan", help="plan.json (schema moeplan.plan/1).")],
+    plan: Annotated[str, typer.Option(
+        "--plan", help="plan.json (schema moeplan.plan/1), or a folder holding one.")],
     nproc: Annotated[
         int | None,
         typer.Option("--nproc", help="Processes to start; default: the plan's world_size."),
@@ -79,6 +81,8 @@ def run_command(
     for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
             check_int(flag, v, 1, MAX_TOKENS)
+    if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
+        plan = str(Path(plan) / "plan.json")  # an --out folder of plan/dep/strategy/pipeline
     doc = read_plan(plan)
     require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
     layout = doc.get("layout")
