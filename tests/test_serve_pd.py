@@ -234,3 +234,46 @@ def test_sglang_pd_launch_lists_every_instance_in_the_router():
     hybrid = Strategy(attn_tp=8, attn_dp=1, moe_tp=2, moe_ep=4)
     none, why = vllm_pd_commands(hybrid, dec, x=1, y=1, model_path="m", target=t)
     assert none == [] and "cannot be launched by vLLM" in why[0]
+
+
+def test_pd_instances_sharing_a_node_get_their_own_gpus_and_ports(tmp_path):
+    """Two 4-GPU prefill instances on one 8-GPU node: --base-gpu-id 0 and 4, distinct server
+    and bootstrap ports, all listed by the router; the rendered script is valid bash."""
+    import subprocess
+
+    from moeplan.export.constraints import Target
+    from moeplan.export.sglang import sglang_pd_commands, sglang_pd_script
+
+    m, c = load_model("qwen3-235b-a22b"), load_cluster("h200-sxm-8", 2)
+    pd = PDLayout(
+        prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8, moe_ep=8), x=2, y=1
+    )
+    from moeplan.export.sglang import pd_strategy
+
+    cmds = sglang_pd_commands(
+        pd_strategy(pd.prefill),
+        pd_strategy(pd.decode),
+        x=2,
+        y=1,
+        model_path="q",
+        target=Target.of(m, c),
+    )
+
+    def flag(k, name):
+        a = list(k.args)
+        return a[a.index(name) + 1] if name in a else None
+
+    pre = [k for k in cmds if k.role == "prefill"]
+    assert [flag(k, "--base-gpu-id") for k in pre] == ["0", "4"]
+    assert flag(cmds[2], "--base-gpu-id") is None  # the decode instance fills a node
+    ports = [flag(k, "--port") for k in cmds[:-1]]
+    assert len(set(ports)) == 3
+    assert len({flag(k, "--disaggregation-bootstrap-port") for k in pre}) == 2
+    router = " ".join(cmds[-1].args)
+    for k, p in zip(cmds[:-1], ports, strict=True):
+        assert f"_{k.instance}_ADDR}}:{p}" in router
+    script = tmp_path / "sglang_pd.sh"
+    script.write_text(sglang_pd_script(pd, model_path="q", target=Target.of(m, c)))
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    text = script.read_text()
+    assert all(f"{k.role}_{k.instance}_{k.node_rank})" in text for k in cmds)

@@ -17,6 +17,7 @@ RS-Combine/AG-Dispatch, and without DeepEP the MoE dispatch is all-gather/all-re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
@@ -182,8 +183,10 @@ def sglang_pd_commands(
     ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
     bootstrap port), then ``sglang_router.launch_router --pd-disaggregation`` listing every
     prefill (with its bootstrap port) and decode server, round-robin on both (the policy
-    :mod:`moeplan.serve.pd` simulates). An instance spanning several nodes gets one command
-    per node (``--nnodes --node-rank --dist-init-addr`` of its node 0)."""
+    :mod:`moeplan.serve.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
+    smaller than a node gets ``--base-gpu-id``, and every server its own port (and prefill
+    bootstrap port), so instances sharing a host do not collide. An instance spanning several
+    nodes gets one command per node (``--nnodes --node-rank --dist-init-addr`` of its node 0)."""
     require(
         transfer_backend in PD_TRANSFER_BACKENDS,
         f"transfer_backend ({transfer_backend!r}) must be one of {PD_TRANSFER_BACKENDS}",
@@ -191,18 +194,18 @@ def sglang_pd_commands(
     require(x >= 1 and y >= 1, f"x ({x}) and y ({y}) must both be >= 1")
     out: list[PDCommand] = []
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    gpu = 0  # instances laid out on consecutive GPUs, prefill first
     for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         for i in range(count):
             addr = pd_address(role, i)
-            pd = [
-                "--disaggregation-mode",
-                role,
-                "--disaggregation-transfer-backend",
-                transfer_backend,
-            ]
+            port, boot = PD_SERVER_PORT + len(out), PD_BOOTSTRAP_PORT + i  # unique per host
+            pd = ["--disaggregation-mode", role, "--disaggregation-transfer-backend"]
+            pd += [transfer_backend, "--host", "0.0.0.0", "--port", str(port)]
             if role == "prefill":
-                pd += ["--disaggregation-bootstrap-port", str(PD_BOOTSTRAP_PORT)]
-            pd += ["--host", "0.0.0.0", "--port", str(PD_SERVER_PORT)]
+                pd += ["--disaggregation-bootstrap-port", str(boot)]
+            if s.world_size < target.gpus_per_node:  # several instances share a node
+                pd += ["--base-gpu-id", str(gpu % target.gpus_per_node)]
+            gpu += s.world_size
             for rank in range(nodes):
                 r = sglang_args(
                     s,
@@ -210,19 +213,56 @@ def sglang_pd_commands(
                     target=target,
                     num_nodes=nodes,
                     node_rank=rank,
-                    init_addr=f"{addr}:5000",
+                    init_addr=f"{addr}:{5000 + len(out)}",
                 )
                 out.append(PDCommand(role=role, instance=i, node_rank=rank, args=(*r.args, *pd)))
-            url = f"http://{addr}:{PD_SERVER_PORT}"
-            router += (
-                ["--prefill", url, str(PD_BOOTSTRAP_PORT)]
-                if role == "prefill"
-                else [
-                    "--decode",
-                    url,
-                ]
-            )
+            url = f"http://{addr}:{port}"
+            router += ["--prefill", url, str(boot)] if role == "prefill" else ["--decode", url]
     router += ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
     router += ["--host", "0.0.0.0", "--port", str(PD_ROUTER_PORT)]
     out.append(PDCommand(role="router", instance=0, node_rank=0, args=tuple(router)))
     return out
+
+
+def pd_strategy(layout: Any) -> Strategy:
+    """The engine layout of one pool instance (a :class:`moeplan.serve.ServeLayout`)."""
+    return Strategy(
+        attn_tp=layout.attn_tp,
+        attn_dp=layout.attn_dp,
+        moe_tp=layout.moe_tp,
+        moe_ep=layout.moe_ep,
+        pp=layout.pp,
+    )
+
+
+def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
+    """Bash launch of a PD deployment (:class:`moeplan.serve.pd.PDLayout` with colocated
+    pools): the command of ``ROLE`` (prefill, decode or router), ``INSTANCE`` and
+    ``NODE_RANK``, each instance's node 0 named by ``PREFILL_<i>_ADDR`` / ``DECODE_<i>_ADDR``."""
+    from moeplan.export.launcher import render_command
+
+    cmds = sglang_pd_commands(
+        pd_strategy(pd.prefill),
+        pd_strategy(pd.decode),
+        x=pd.x,
+        y=pd.y,
+        model_path=model_path,
+        target=target,
+    )
+    lines = [
+        "#!/usr/bin/env bash",
+        "set -euo pipefail",
+        f"# moeplan plan: SGLang prefill/decode disaggregation, {pd.label}",
+        "# run with ROLE=prefill|decode|router, INSTANCE and NODE_RANK (default 0) on each node;",
+        "# export PREFILL_<i>_ADDR and DECODE_<i>_ADDR (node 0 of each instance) everywhere",
+        'TARGET="${ROLE:?set ROLE to prefill, decode or router}_${INSTANCE:-0}_${NODE_RANK:-0}"',
+        'case "${TARGET}" in',
+    ]
+    for k in cmds:
+        lines += [
+            f"  {k.role}_{k.instance}_{k.node_rank})",
+            render_command(k.args, "    "),
+            "    ;;",
+        ]
+    lines += ['  *) echo "moeplan: no command for ${TARGET}" >&2; exit 2 ;;', "esac"]
+    return "\n".join(lines) + "\n"

@@ -90,7 +90,15 @@ def winner_trace(result: PlanResult) -> dict[str, Any]:
 
 
 ARTIFACTS = frozenset(
-    {"plan.json", "report.html", "timeline.json", "sglang.sh", "vllm.sh", "expert_location.json"}
+    {
+        "plan.json",
+        "report.html",
+        "timeline.json",
+        "sglang.sh",
+        "vllm.sh",
+        "expert_location.json",
+        "sglang_pd.sh",
+    }
 )
 
 
@@ -225,6 +233,15 @@ def write_artifacts(
         files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
         for engine, ex in exports.items():
             files[engine] = str(out.write(f"{engine}.sh", ex.text, executable=True))
+        if serving is not None and serving.winner.entry.family == "pd":  # issue 15
+            from moeplan.export.sglang import sglang_pd_script
+
+            pd = sglang_pd_script(
+                serving.winner.entry.layout,
+                model_path=model_path_for(model_arg, model_path),
+                target=Target.of(result.model, result.cluster),
+            )
+            files["sglang_pd"] = str(out.write("sglang_pd.sh", pd, executable=True))
         files["report"] = str(out.write("report.html", html))
     return files
 
