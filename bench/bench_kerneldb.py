@@ -26,6 +26,30 @@ def _alpha_beta_rate(n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def _layer_rates() -> tuple[float, float]:
+    from moeplan.cost import cost_model_for
+    from moeplan.specs import load_model
+
+    c, m = load_cluster("h100-sxm-8"), load_model("deepseek-v3")
+    rates = []
+    for engine in ("sglang", None):
+        cm = cost_model_for(c, engine=engine)
+        cm.expert_ffn(m, 8, 32)  # build the variants outside the timing
+        cm.attention_layer(m, 8, 1, 2048, tp=8)
+        cm.collective("all_reduce", 1 << 20, 8)
+        cm.collective("all_to_all", 1 << 20, 8)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            for i in range(100):
+                tokens = 64 * (i + 1)
+                cm.attention_layer(m, tokens // 64, 1, 2048, tp=8)
+                cm.expert_ffn(m, tokens * m.top_k / m.num_experts, m.num_experts / 8)
+                cm.collective("all_to_all", tokens * m.hidden_bytes * m.top_k / 8, 8)
+                cm.collective("all_reduce", tokens * m.hidden_bytes, 8)
+        rates.append(1000 / (time.perf_counter() - t0))
+    return rates[0], rates[1]
+
+
 def run() -> list[dict]:
     t0 = time.perf_counter()
     tables = read_tables()
@@ -76,6 +100,7 @@ def run() -> list[dict]:
     db.predict_many("moe", dev, "sglang", cols)
     batch = 10000 / (time.perf_counter() - t0)
     ref = _alpha_beta_rate(200_000)
+    layer, layer_ref = _layer_rates()
     return [
         {
             "name": "read all kernel tables",
@@ -112,6 +137,16 @@ def run() -> list[dict]:
             "ratio": warm / ref,
             "target": ">= 100k evals/s",
             "note": "reference = bare alpha-beta evaluations/s",
+        },
+        {
+            "name": "DeepSeek-V3 layer cost (attention+MoE+a2a+all-reduce), engine=sglang, "
+            "100 token counts x 10 passes",
+            "value": layer,
+            "unit": "evals/s",
+            "reference": layer_ref,
+            "ratio": layer / layer_ref,
+            "target": "",
+            "note": "reference = the same loop on CostModel without an engine (same run)",
         },
         {
             "name": "MoE predictions, one 10k-row table",

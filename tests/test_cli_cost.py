@@ -118,3 +118,29 @@ def test_bad_table_and_out_are_one_line(capsys, tmp_path) -> None:
     )
     assert code == 2 and "must end in .parquet" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_calibrate_kernels_reports_regimes_and_writes_errors(capsys, tmp_path) -> None:
+    dst = tmp_path / "errors.json"
+    code, out, err = run(
+        capsys,
+        "calibrate",
+        "--kernels",
+        "--op",
+        "deepep_ll_dispatch",
+        "--folds",
+        "1",
+        "--errors-out",
+        str(dst),
+        "--json",
+    )
+    assert code == 0, err
+    got = json.loads(out)
+    cells = {(r["gpu"], r["engine"], r["method"], r["regime"]) for r in got["rows"]}
+    assert ("h100_sxm", "sglang", "heldout_shape", "tokens<=64") in cells
+    assert ("h100_sxm", "sglang", "roofline", "all") in cells
+    written = json.loads(dst.read_text())["errors"]
+    assert {"gpu", "engine", "op", "source", "median", "p90"} <= written[0].keys()
+    assert all(r["median"] >= 0 for r in written)
+    code, _, err = run(capsys, "calibrate", "--folds", "1")
+    assert code == 2 and "need --kernels" in err

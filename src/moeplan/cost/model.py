@@ -49,6 +49,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
+A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
 
 
 class CostModel:
@@ -71,6 +72,7 @@ class CostModel:
         )
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
+        self._a2a: dict[float, Prediction | None] = {}
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -243,7 +245,11 @@ class CostModel:
                     "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
                 )
             if op == "all_to_all" and group_size == DEEPEP_RANKS:
-                p = all_to_all(self._kdb, self._device, self.engine or "", nbytes)
+                p = self._a2a.get(nbytes)
+                if p is None:
+                    p = all_to_all(self._kdb, self._device, self.engine or "", nbytes)
+                    if len(self._a2a) < A2A_MEMO:
+                        self._a2a[nbytes] = p
                 if p is not None:
                     self._note("all_to_all", p)
                     return p.seconds

@@ -259,7 +259,8 @@ class KernelDB:
         assert vm is not None
         f = fam.features(cols)
         corr, _, inside = vm.field.query(f.coords)
-        t = vm.model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))
+        model = vm.model.scaled(vm.device, device, fam.link)
+        t = model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))
         t = np.maximum(t, peak_time(f, device, fam.link))
         err = self.error(device.table, engine, fam.op, "transferred")
         detail = f"{vm.label} scaled to {device.name} datasheet"

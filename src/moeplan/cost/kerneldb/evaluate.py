@@ -140,7 +140,8 @@ def _predict(vm: VariantModel, f: Features, dev: Device) -> np.ndarray:
     """What the database answers off its measured rows: model x residual, datasheet floor."""
     link = vm.family.link
     corr, _, inside = vm.field.query(f.coords)
-    pred = vm.model.predict(f, dev, link) * np.exp(np.where(inside, corr, 0.0))
+    model = vm.model.scaled(vm.device, dev, link)
+    pred = model.predict(f, dev, link) * np.exp(np.where(inside, corr, 0.0))
     return np.maximum(pred, peak_time(f, dev, link))
 
 

@@ -87,6 +87,23 @@ class Analytic:
             overlap=float(1 + p),
         )
 
+    def scaled(self, src: Device, dst: Device, link: bool) -> Analytic:
+        """This model moved from GPU ``src`` to ``dst``: efficiencies stay (they multiply the
+        datasheet peaks), the per-work cost scales with the bandwidth ratio (routing,
+        permutation and per-sequence setup are memory-latency-bound work) and the floor with
+        its square root (half launch/synchronisation, half memory latency). Chosen among four
+        scalings by the leave-one-GPU-out error (docs/benchmarks/kerneldb.md)."""
+        if src == dst:
+            return self
+        r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
+        return Analytic(
+            floor=self.floor * r**0.5,
+            per_work=self.per_work * r,
+            flops_eff=self.flops_eff,
+            bw_eff=self.bw_eff,
+            overlap=self.overlap,
+        )
+
     def to_dict(self) -> dict[str, float]:
         return {
             "floor_s": self.floor,

@@ -115,7 +115,7 @@ def all_to_all(db: KernelDB, device: Device, engine: str, nbytes: float) -> Pred
             tokens=np.zeros(1),
             coords=np.zeros((1, len(FAMILIES[op].x_cols))),
         )
-        times.append(float(vm.model.predict(f, device, True)[0]))
+        times.append(float(vm.model.scaled(vm.device, device, True).predict(f, device, True)[0]))
         err = db.error(device.table, engine, op, "transferred")
         errs.append(err)
     e = [x for x in errs if x is not None]
