@@ -18,12 +18,14 @@ paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import NamedTuple
 
 from moeplan.cli.pipeline import read_routing_profile
 from moeplan.cost import cost_model_for
+from moeplan.errors import MoeplanError
 from moeplan.planners import strategy as st
 from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
@@ -31,6 +33,7 @@ from moeplan.planners.strategy.space import Strategy, mixserve_default, named_ba
 from moeplan.serve import (
     SLO,
     Batch,
+    EngineConfig,
     IterationModel,
     LengthDist,
     ServeLayout,
@@ -293,6 +296,40 @@ class SmidtRec(NamedTuple):
     tokens_per_s: float
 
 
+def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
+    """SMIDT's plan read as ``d`` independent replicas (DPMoE ``d`` = replicated experts, as
+    :mod:`moeplan.planners.pipeline.launchable` reads one-stage plans): with the dominant
+    attention choice ``(t_a, d_a)`` and a MoE choice ``(t_m, e_m, d_m)``, ``d_m`` replicas of
+    attention TP ``t_a`` x DP ``d_a / d_m``, MoE TP ``t_m`` x EP ``e_m``, same PP. One per
+    MoE choice with ``d_m > 1`` dividing ``d_a``, most used first (SMIDT mixes ``d`` per
+    layer to fit memory; one ``d`` for all layers may not fit)."""
+    mods: dict[str, Counter] = {"attn": Counter(), "moe": Counter()}
+    for stage in p.stages:
+        for ref, c in stage.modules:
+            if ref.kind in mods:
+                mods[ref.kind][(c.tp, c.ep, c.dpmoe)] += 1
+    ta, _, da = mods["attn"].most_common(1)[0][0]
+    return [
+        (ServeLayout(attn_tp=ta, attn_dp=da // d, moe_tp=t, moe_ep=e, pp=p.pp), d)
+        for (t, e, d), _ in mods["moe"].most_common()
+        if d > 1 and da % d == 0
+    ]
+
+
+def _served(model, cluster, p, arm: str) -> list[tuple[str, ServeLayout, int, EngineConfig]]:
+    """(arm, layout, replicas, engine): the plan as :func:`pipeline_entry` serves it (DPMoE
+    counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
+    fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None)
+    lay = pipeline_entry(fake).layout  # type: ignore[arg-type]
+    out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
+    for rep, n in dpmoe_replicas(p) if arm == "smidt" else []:
+        try:
+            return [*out, ("smidt-replicas", rep, n, engine_config("sglang", model, cluster, rep))]
+        except MoeplanError:  # this replica does not hold the model
+            continue
+    return out
+
+
 def smidt_records(requests: int = 256, cases=SMIDT_CASES) -> list[SmidtRec]:
     out = []
     for cname, nodes, mname, prof, tasks in cases:
@@ -302,39 +339,28 @@ def smidt_records(requests: int = 256, cases=SMIDT_CASES) -> list[SmidtRec]:
         for task, isl, osl in tasks:
             work = Workload(phase="both", batch=SMIDT_BATCH, isl=isl, osl=osl, routing=route)
             res = plan_pipeline(model, cluster, work, cost)
-            lens = dict(isl=LengthDist(mean=isl), osl=LengthDist(mean=osl))
-            w = ServeWorkload(num_requests=requests, rate=None, concurrency=SMIDT_BATCH, **lens)
-            for arm, p in {"smidt": res.plan, **res.baselines}.items():
-                if p is None:
-                    continue
-                fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None)
-                lay = pipeline_entry(fake).layout  # type: ignore[arg-type]
-                cfg = engine_config("sglang", model, cluster, lay)
-                it = IterationModel(model, cluster, cost, lay, route)
-                tps = run_workload(cfg, w, it, lay.gpus, SLO())[1].total_tokens_per_s
-                out.append(
-                    SmidtRec(
-                        cname,
-                        nodes,
-                        task,
-                        osl <= 1,
-                        arm,
-                        p.pp,
-                        lay.label,
-                        p.throughput_tokens_per_s,
-                        tps,
+            lens = dict(isl=LengthDist(mean=isl), osl=LengthDist(mean=osl), seed=0)
+            for plan_arm, p in {"smidt": res.plan, **res.baselines}.items():
+                for arm, lay, n, cfg in _served(model, cluster, p, plan_arm) if p else []:
+                    w = ServeWorkload(
+                        num_requests=requests // n, rate=None, concurrency=SMIDT_BATCH // n, **lens
                     )
-                )
+                    it = IterationModel(model, cluster, cost, lay, route)
+                    tps = n * run_workload(cfg, w, it, lay.gpus, SLO())[1].total_tokens_per_s
+                    label = lay.label + (f" x{n} replicas" if n > 1 else "")
+                    rec = (cname, nodes, task, osl <= 1, arm, p.pp, label)
+                    out.append(SmidtRec(*rec, p.throughput_tokens_per_s, tps))
     return out
 
 
-def smidt_speedups(recs: list[SmidtRec], key: str = "tokens_per_s") -> dict[tuple, float]:
-    """(cluster, nodes, task, baseline) -> SMIDT / baseline (``key``: simulated or analytic)."""
+def smidt_speedups(recs: list[SmidtRec], key: str = "tokens_per_s", arm: str = "smidt"):
+    """(cluster, nodes, task, baseline) -> ``arm`` / baseline (``key``: simulated or
+    analytic)."""
     at = {(r.cluster, r.nodes, r.task, r.arm): getattr(r, key) for r in recs}
     return {
-        (c, n, t, a): at[(c, n, t, "smidt")] / v
+        (c, n, t, a): at[(c, n, t, arm)] / v
         for (c, n, t, a), v in at.items()
-        if a != "smidt" and (c, n, t, "smidt") in at
+        if not a.startswith("smidt") and (c, n, t, arm) in at
     }
 
 
@@ -387,12 +413,15 @@ def smidt_rows(recs: list[SmidtRec]) -> list[dict]:
     rows = []
     ana = smidt_speedups(recs, "analytic_tokens_per_s")
     pre = {(r.cluster, r.nodes, r.task): r.prefill_only for r in recs}
-    for (c, n, task, base), s in smidt_speedups(recs).items():
-        kind = "no_pp" if base == "no_pp" else "pp"
-        rng = SMIDT_PAPER.get((c, n, kind, pre[(c, n, task)])) or SMIDT_PAPER[(c, n, "all", None)]
-        note = f"{_agree(s, *rng)}; planner's analytic ratio {ana[(c, n, task, base)]:.2f}"
-        name = f"SMIDT tokens/s x vs {base}, {c} x{n} nodes, {task}"
-        rows.append(_row(name, s, (rng[0] + rng[1]) / 2, f"in {rng[0]}-{rng[1]}", note))
+    for arm in ("smidt", "smidt-replicas"):
+        for (c, n, task, base), s in smidt_speedups(recs, arm=arm).items():
+            kind = "no_pp" if base == "no_pp" else "pp"
+            rng = (
+                SMIDT_PAPER.get((c, n, kind, pre[(c, n, task)])) or SMIDT_PAPER[(c, n, "all", None)]
+            )
+            note = f"{_agree(s, *rng)}; planner's analytic ratio {ana[(c, n, task, base)]:.2f}"
+            name = f"SMIDT tokens/s x, {arm} vs {base}, {c} x{n} nodes, {task}"
+            rows.append(_row(name, s, (rng[0] + rng[1]) / 2, f"in {rng[0]}-{rng[1]}", note))
     at = {(r.cluster, r.nodes, r.task, r.arm): r.tokens_per_s for r in recs}
     for c, n, task in pre:
         best_pp = max(at.get((c, n, task, a), 0.0) for a in ("uniform", "time_balanced"))
