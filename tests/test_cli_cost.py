@@ -144,3 +144,44 @@ def test_calibrate_kernels_reports_regimes_and_writes_errors(capsys, tmp_path) -
     assert all(r["median"] >= 0 for r in written)
     code, _, err = run(capsys, "calibrate", "--folds", "1")
     assert code == 2 and "need --kernels" in err
+
+
+def test_expert_counts_from_a_trace(capsys, tmp_path) -> None:
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([1024] * 128))
+    base = [
+        "cost",
+        "moe",
+        "--hidden-size",
+        "2048",
+        "--inter-size",
+        "768",
+        "--topk",
+        "8",
+        "--moe-ep-size",
+        "8",
+        "--json",
+    ]
+    code, out, err = run(capsys, *base, "--expert-counts", str(counts))
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    assert row["num_experts"] == 128 and row["num_tokens"] == 16384
+    assert row["rank_pairs"] == 16384 and row["source"] == "interpolated"
+    code, out, _ = run(
+        capsys, *base[:-1], "--num-tokens", "16384", "--num-experts", "128", "--json"
+    )
+    assert json.loads(out)["rows"][0]["predicted_ms"] == pytest.approx(row["predicted_ms"])
+    for extra, needle in (
+        (["--num-experts", "64"], "disagrees"),
+        (["--distribution", "balanced"], "exclude"),
+        (["--redundant-experts", "-1"], ">= 0"),
+        (["--eplb", "--moe-ep-size", "3"], "divisible"),
+    ):
+        code, _, err = run(capsys, *base, "--expert-counts", str(counts), *extra)
+        assert code == 2 and needle in err and err.count("\n") == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    code, _, err = run(capsys, *base, "--expert-counts", str(bad))
+    assert code == 2 and "could not be read" in err
+    code, _, err = run(capsys, *base, "--redundant-experts", "4")
+    assert code == 2 and "need --expert-counts" in err

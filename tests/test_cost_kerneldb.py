@@ -272,3 +272,39 @@ def test_eplb_packing_is_within_the_lpt_bound_of_the_optimum(counts, redundant) 
     opt = _opt_makespan(replicas, ep, (len(counts) + redundant) // ep)
     assert opt - 1e-9 <= load <= 4 / 3 * opt + 1e-9
     assert load >= sum(counts) / ep - 1e-9
+
+
+def test_trace_load_uniform_counts_equal_the_balanced_row(db: KernelDB) -> None:
+    from moeplan.cost.kerneldb.pricing import explicit_load
+
+    shape = dict(hidden_size=2048, inter_size=768, moe_dtype="bfloat16")
+    balanced = db.predict(
+        "moe", H100, "sglang", num_tokens=16384, topk=8, num_experts=128, moe_ep_size=8, **shape
+    )
+    assert balanced.source == "measured"
+    uniform = explicit_load(np.full(128, 1024.0), topk=8, ep=8)
+    got = db.predict("moe", H100, "sglang", **uniform, **shape)
+    assert got.source == "interpolated"
+    assert got.seconds == pytest.approx(balanced.seconds, rel=1e-9)
+    skew = np.array([1024.0] * 128)
+    skew[:16] *= 4  # the first EP rank gets 4x the tokens
+    skew[16:] *= (128 * 1024 - 16 * 4096) / (112 * 1024)
+    hot = db.predict("moe", H100, "sglang", **explicit_load(skew, 8, 8), **shape)
+    spread = db.predict("moe", H100, "sglang", **explicit_load(skew, 8, 8, redundant=8), **shape)
+    assert hot.seconds > 1.5 * got.seconds
+    assert got.seconds <= spread.seconds < hot.seconds
+
+
+def test_explicit_distribution_needs_its_load(db: KernelDB) -> None:
+    with pytest.raises(MoeplanError, match="rank_pairs"):
+        db.predict(
+            "moe",
+            H100,
+            "sglang",
+            num_tokens=64,
+            hidden_size=2048,
+            inter_size=768,
+            topk=8,
+            num_experts=128,
+            distribution="explicit",
+        )

@@ -123,6 +123,23 @@ def cost(
     kernel_source: Annotated[
         str | None, Opt(help="A measured kernel of the engine (default: the engine's usual one).")
     ] = None,
+    expert_counts: Annotated[
+        str | None,
+        Opt(
+            help="moe: JSON list of tokens routed to each expert in one batch (a routing "
+            "trace); sets num_experts and num_tokens, prices the busiest EP rank."
+        ),
+    ] = None,
+    redundant_experts: Annotated[
+        int, Opt(help="With --expert-counts: EPLB redundant expert replicas.")
+    ] = 0,
+    eplb: Annotated[
+        bool,
+        Opt(
+            help="With --expert-counts: place experts by EPLB's greedy packing "
+            "(default: contiguous experts per rank)."
+        ),
+    ] = False,
 ) -> None:
     """Predicted time of one operation (per GPU) with its source and held-out error."""
     if op not in FAMILIES:
@@ -137,15 +154,58 @@ def cost(
         )
     if table is not None and flags:
         raise MoeplanError("give shapes by flags or by --table, not both")
+    if expert_counts is not None:
+        flags = _with_counts(op, flags, expert_counts, redundant_experts, eplb)
+    elif redundant_experts or eplb:
+        raise MoeplanError("--redundant-experts and --eplb need --expert-counts")
     cols = _read_table(table) if table else {k: np.asarray([v]) for k, v in flags.items()}
     dev, where = _device(cluster, gpu)
     from moeplan.kernel_tables import kernel_db
 
-    query = {c: v for c, v in cols.items() if c in fam.columns}
+    query = {c: v for c, v in cols.items() if c in fam.columns or c in _LOAD_COLS}
     preds = kernel_db().predict_many(op, dev, engine, query)
     if out:
         _write_out(out, cols, preds)
     _report(op, engine, where, cols, preds, json_out, out)
+
+
+_LOAD_COLS = ("rank_pairs", "rank_hit")
+
+
+def _with_counts(op: str, flags: dict, path: str, redundant: int, eplb: bool) -> dict:
+    """Shape flags + the busiest rank's load from per-expert counts (a routing trace)."""
+    import json
+
+    from moeplan.cost.kerneldb.pricing import explicit_load
+
+    if op != "moe":
+        raise MoeplanError(f"--expert-counts applies to moe, not {op}")
+    if redundant < 0:
+        raise MoeplanError(f"redundant_experts ({redundant}) must be >= 0")
+    if "topk" not in flags:
+        raise MoeplanError("--expert-counts needs --topk")
+    try:
+        counts = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise MoeplanError(f"expert counts {path} could not be read as JSON: {err}") from None
+    if not isinstance(counts, list) or not all(isinstance(c, int | float) for c in counts):
+        raise MoeplanError(f"expert counts {path} must be a JSON list of numbers")
+    load = explicit_load(
+        np.asarray(counts, float),
+        int(flags["topk"]),
+        int(flags.get("moe_ep_size", 1)),
+        redundant,
+        eplb,
+    )
+    for key in ("num_experts", "num_tokens"):
+        if key in flags and float(flags[key]) != float(load[key]):  # type: ignore[arg-type]
+            raise MoeplanError(
+                f"--{key.replace('_', '-')} ({flags[key]}) disagrees with "
+                f"--expert-counts ({load[key]:g})"
+            )
+    if "distribution" in flags:
+        raise MoeplanError("--distribution and --expert-counts exclude each other")
+    return {**flags, **load}
 
 
 _SHAPE_FLAGS = (

@@ -31,7 +31,13 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import DTYPE_ALIASES, FAMILIES, Family, Features
+from moeplan.cost.kerneldb.families import (
+    DTYPE_ALIASES,
+    EXPLICIT,
+    FAMILIES,
+    Family,
+    Features,
+)
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
@@ -214,7 +220,7 @@ class KernelDB:
     ) -> list[Prediction]:
         vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
         assert vm is not None
-        exact, line = vm.lookup(cols, n)
+        exact, line = self._lookup(vm, cols, n)
         f = fam.features(cols)
         base = vm.model.predict(f, device, fam.link)
         corr, _, inside = vm.field.query(f.coords)
@@ -244,6 +250,19 @@ class KernelDB:
                 )
             )
         return out
+
+    @staticmethod
+    def _lookup(vm: VariantModel, cols: dict[str, np.ndarray], n: int):
+        """Exact rows and shape-line residuals; a row with an explicit (trace) load takes the
+        residual of the balanced line of its shape, never a measured latency."""
+        if "distribution" not in cols:
+            return vm.lookup(cols, n)
+        explicit = np.asarray(cols["distribution"]).astype(str) == EXPLICIT
+        if not explicit.any():
+            return vm.lookup(cols, n)
+        as_balanced = dict(cols, distribution=np.where(explicit, "balanced", cols["distribution"]))
+        exact, line = vm.lookup(as_balanced, n)
+        return np.where(explicit, np.nan, exact), line
 
     def _transfer(
         self,

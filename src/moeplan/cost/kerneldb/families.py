@@ -9,7 +9,10 @@ compared. Formulas:
 - ``moe`` (fused MoE, SwiGLU, on the busiest EP rank, :mod:`.load`):
   FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k`` — ``P`` pairs on the
   rank, ``hit`` distinct local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 /
-  mxfp4 0.5).
+  mxfp4 0.5). ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing
+  trace's per-expert counts); it sits at the balanced rows' load coordinate, so the residual
+  field corrects it like a balanced shape with that much work (departure: no table row has a
+  measured trace load).
 - ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
   in the cache dtype of ``c`` bytes); work ``b``.
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moeplan.cost.kerneldb.load import busiest_rank
+from moeplan.errors import MoeplanError
 
 Columns = Mapping[str, np.ndarray]
 
@@ -57,6 +61,9 @@ WEIGHT_BYTES = {
 }
 FP8_COMPUTE = {"fp8", "fp8_block"}
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+#: ``distribution`` of a row whose busiest-rank load is given (``rank_pairs``, ``rank_hit``:
+#: per-expert counts from a routing trace, optionally after EPLB, see :func:`.load.eplb_busiest`)
+EXPLICIT = "explicit"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,14 +109,23 @@ def _moe(cols: Columns) -> Features:
     e, k, ep = _f(cols, "num_experts"), _f(cols, "topk"), _f(cols, "moe_ep_size")
     dist = np.asarray(cols["distribution"]).astype(str)
     pairs, hit = np.empty(len(n)), np.empty(len(n))
+    explicit = dist == EXPLICIT
+    if explicit.any() and not {"rank_pairs", "rank_hit"} <= set(cols):
+        raise MoeplanError(
+            f"distribution ({EXPLICIT!r}) needs rank_pairs and rank_hit "
+            "(per-expert counts, see moeplan cost --expert-counts)"
+        )
     for i in range(len(n)):
-        pairs[i], hit[i] = busiest_rank(n[i], int(e[i]), int(k[i]), int(ep[i]), dist[i])
+        if explicit[i]:
+            pairs[i], hit[i] = float(cols["rank_pairs"][i]), float(cols["rank_hit"][i])
+        else:
+            pairs[i], hit[i] = busiest_rank(n[i], int(e[i]), int(k[i]), int(ep[i]), dist[i])
     dtype = np.asarray(cols["moe_dtype"]).astype(str)
     wbytes = np.array([WEIGHT_BYTES.get(d, BF16) for d in dtype])
     code = np.array(
         [
             0.0
-            if d in ("balanced", "uniform", "random")
+            if d in ("balanced", "uniform", "random", EXPLICIT)
             else 3.0 - 4.0 * (float(d.rsplit("_", 1)[-1]) - 1.0)
             for d in dist
         ]

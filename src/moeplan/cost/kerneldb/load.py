@@ -80,6 +80,19 @@ def _power_law(n: int, e: int, k: int, ep: int, alpha: float) -> tuple[float, fl
     return float(chosen.sum(axis=1).mean()), float((chosen > 0).sum(axis=1).mean())
 
 
+def contiguous_busiest(counts: np.ndarray, ep: int) -> tuple[float, float]:
+    """Busiest rank's (pairs, experts hit) when rank ``r`` holds experts
+    ``[r E/ep, (r+1) E/ep)`` — the engines' placement without EPLB."""
+    c = np.asarray(counts, dtype=float)
+    require(
+        len(c) > 0 and len(c) % ep == 0,
+        f"num_experts ({len(c)}) must be divisible by moe_ep_size ({ep})",
+    )
+    per_rank = c.reshape(ep, -1)
+    j = int(np.argmax(per_rank.sum(axis=1)))
+    return float(per_rank[j].sum()), float((per_rank[j] > 0).sum())
+
+
 def eplb_busiest(counts: np.ndarray, ep: int, redundant: int = 0) -> tuple[float, float]:
     """Busiest rank's (pairs, replicas hit) for per-expert ``counts`` and ``redundant`` extra
     expert replicas (EPLB): replicate the hottest, then pack replicas on ranks (LPT)."""

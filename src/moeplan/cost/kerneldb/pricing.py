@@ -1,4 +1,7 @@
-"""Translate the CostModel's questions into kernel-database queries (pure).
+"""Translate the CostModel's (and ``moeplan cost``'s) questions into kernel-database queries.
+
+Pure. ``explicit_load`` turns per-expert token counts (a routing trace, optionally with EPLB
+redundant experts) into the busiest rank's load for a ``moe`` query.
 
 - ``expert_ffn(model, tokens_per_expert, local, tp)`` -> one fused-MoE call (``moe``) on an EP
   rank holding ``local`` experts: ``ep = round(E / local)``, a virtual layer of
@@ -27,8 +30,10 @@ import numpy as np
 
 from moeplan.cost.kerneldb.db import KernelDB
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Features
+from moeplan.cost.kerneldb.families import EXPLICIT, FAMILIES, Features
+from moeplan.cost.kerneldb.load import contiguous_busiest, eplb_busiest
 from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.errors import MoeplanError
 from moeplan.specs import ModelSpec
 
 ALLREDUCE_GPUS = (2, 4, 8)  # group sizes the custom all-reduce tables cover
@@ -66,6 +71,32 @@ def moe_shape(
         "moe_ep_size": ep,
         "distribution": "balanced",
         "moe_dtype": moe_dtype(model),
+    }
+
+
+def explicit_load(
+    counts: np.ndarray, topk: int, ep: int, redundant: int = 0, eplb: bool = False
+) -> dict[str, object]:
+    """The ``moe`` columns of a batch with per-expert token ``counts`` (a routing trace) on
+    ``ep`` ranks: the busiest rank's pairs and experts, with experts placed contiguously
+    (no EPLB) or, with ``eplb`` or ``redundant`` replicas, packed by EPLB's greedy."""
+    c = np.asarray(counts, dtype=float)
+    if c.ndim != 1 or len(c) == 0 or np.any(c < 0) or not np.all(np.isfinite(c)):
+        raise MoeplanError("expert counts must be a non-empty list of numbers >= 0")
+    if c.sum() <= 0:
+        raise MoeplanError("expert counts must route at least one token")
+    if eplb or redundant:
+        pairs, hit = eplb_busiest(c, ep, redundant)
+    else:
+        pairs, hit = contiguous_busiest(c, ep)
+    return {
+        "num_tokens": float(c.sum()) / topk,
+        "num_experts": len(c),
+        "topk": topk,
+        "moe_ep_size": ep,
+        "distribution": EXPLICIT,
+        "rank_pairs": pairs,
+        "rank_hit": hit,
     }
 
 
