@@ -160,3 +160,44 @@ def test_afd_plan_runs_on_the_runtime_dep_engine():
     )
     errs = [r["result"]["max_abs_err"] for r in reports if r["result"]["role"] == "attention"]
     assert max(errs) <= 1e-5
+
+
+def test_serve_sim_refuses_disaggregated_plans(tmp_path, capsys):
+    """serve-sim simulates one engine: a PD or AFD plan.json is refused in one line (exit 2)
+    instead of being served as its decode instance alone."""
+    from moeplan.cli import main
+
+    for kind, plan in (
+        (
+            "pd",
+            Plan(
+                family="strategy",
+                model="qwen3-30b-a3b",
+                cluster="h100-sxm-8",
+                layout={
+                    "world_size": 8,
+                    "attn": {"tp": 1, "dp": 8},
+                    "moe": {"tp": 1, "ep": 8},
+                    "pp": 1,
+                },
+                details={"disaggregation": {"kind": "pd"}},
+            ),
+        ),
+        (
+            "afd",
+            Plan(
+                family="dep",
+                model="qwen3-30b-a3b",
+                cluster="h100-sxm-8",
+                layout={"world_size": 4, "ag": 2, "eg": 2},
+                details={"disaggregation": {"kind": "afd"}},
+            ),
+        ),
+    ):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(plan.to_json())
+        with pytest.raises(SystemExit) as ex:
+            main(["serve-sim", "--plan", str(path), "--rate", "2"])
+        err = capsys.readouterr().err
+        assert ex.value.code == 2 and f"disaggregation ({kind})" in err
+        assert len(err.strip().splitlines()) == 1

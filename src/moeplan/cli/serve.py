@@ -37,6 +37,13 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
     """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
     common module choice over all stages, DPMoE counted into the MoE EP span)."""
     lay = plan.layout
+    pools = plan.details.get("disaggregation")
+    if pools is not None:  # issue 15: PD / AFD pools, not one engine
+        kind = pools.get("kind") if isinstance(pools, dict) else pools
+        raise MoeplanError(
+            f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "
+            "simulates one engine; `moeplan plan` simulates its prefill and decode pools"
+        )
     try:
         if plan.family == "strategy":
             return ServeLayout(

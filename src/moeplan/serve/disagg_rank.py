@@ -64,6 +64,9 @@ def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Pl
     b = bucket_up(max(1, -(-batch // dec.ag)))
     pick = ev.pick(b, ctx)
     c = pick.config
+    # the runtime cuts a micro-batch's ma tokens into r2 chunks: a chunk needs a token (never
+    # hit by Algorithm 1 on 90 decode shapes tried, where r2 > 1 only at ma = 128)
+    r2 = min(c.r2, c.ma)
     return Plan(
         family="dep",
         model=model,
@@ -72,8 +75,8 @@ def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Pl
         details={
             "ma": c.ma,
             "r1": c.r1,
-            "r2": c.r2,
-            "me": pick.me,
+            "r2": r2,
+            "me": pick.me * c.r2 / r2,
             "order": c.order,
             "seq_len": 1,
             "phase": "decode",
