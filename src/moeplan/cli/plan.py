@@ -160,7 +160,9 @@ def plan_cmd(
         help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate).")]
     = None,
     trace: Annotated[str | None, typer.Option(help="Routing trace for Sem-MoE placement.")] = None,
-    families: Annotated[str, typer.Option(help="Comma-separated: strategy,pipeline,dep.")]
+    families: Annotated[str, typer.Option(
+        help="Comma-separated: strategy,pipeline,dep. Served with them: prefill/decode pools "
+             "(pd) with strategy, attention-FFN disaggregated decode (afd) with dep.")]
     = ",".join(FAMILIES),
     profile: Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
     = None,
