@@ -277,3 +277,25 @@ def test_pd_instances_sharing_a_node_get_their_own_gpus_and_ports(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     text = script.read_text()
     assert all(f"{k.role}_{k.instance}_{k.node_rank})" in text for k in cmds)
+
+
+@settings(max_examples=25)
+@given(
+    x=st.integers(1, 3),
+    y=st.integers(1, 3),
+    rate=st.floats(1.0, 80.0),
+    seed=st.integers(0, 10_000),
+    latency=st.floats(0.0, 0.05),
+)
+def test_random_pd_runs_conserve_tokens_and_repeat(x, y, rate, seed, latency):
+    """Any pools, rate and link: every output token once, KV arrives after the prefill plus
+    its transfer, the decode pool never starts a request before its KV, same seed same run."""
+    reqs = generate(_workload(rate=rate, n=120, seed=seed))
+    setup = _setup(lambda isl: latency + isl * 1e-7, x, y)
+    a, b = simulate_pd(reqs, setup), simulate_pd(reqs, setup)
+    assert np.array_equal(a.result.finish_s, b.result.finish_s)
+    assert a.result.output_tokens == int(reqs.osl.sum())
+    assert np.all(a.kv_arrival_s >= a.result.admit_s + a.transfer_s - 1e-12)
+    for run, idx in a.decode_index:
+        assert np.all(run.admit_s >= a.kv_arrival_s[idx] - 1e-12)
+        assert int(run.output_tokens) == int((reqs.osl[idx] - 1).sum())
