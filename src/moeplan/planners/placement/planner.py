@@ -11,7 +11,9 @@ Pipeline (all pure numpy; the chunk source is the only thing that touches files)
 4. tables: token -> device confidences (attention-DP request scheduling, Algorithm 2),
    per-layer token -> device and the device n-gram Markov table (attention-TP, Algorithm 3);
 5. guard: on ``val`` the Sem-MoE plan must beat contiguous placement's predicted MoE-layer
-   time, else it falls back to contiguous (so a trace without structure never gets worse);
+   time in a paired bootstrap over requests at a stated confidence, with its load balance
+   within a margin (:mod:`.guard`), else it falls back to contiguous (so a trace without
+   structure never gets worse);
 6. metrics of every method on ``test`` in one streaming pass (:mod:`.placement_metrics`).
 
 Departures from the paper: exact assignment / transportation steps instead of greedy passes;
@@ -41,6 +43,7 @@ from moeplan.planners.placement.affinity import (
     fit_markov,
     markov_key,
 )
+from moeplan.planners.placement.guard import RequestTally, decide
 from moeplan.planners.placement.metrics import Evaluator, Tally, summarize
 from moeplan.planners.placement.sched import (
     predict_devices,
@@ -248,8 +251,10 @@ def _sources_for(name: str, chunk: RoutingTrace, res: PlacementResult, aff: Affi
 def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.ndarray]],
               res: PlacementResult, aff: Affinity, cfg: PlaceConfig,
               markovs: dict[str, MarkovTable | None], num_experts: int, hidden_bytes: int,
-              evaluate: Evaluator) -> dict[str, dict[str, dict[str, Any]]]:
-    """One streaming pass; metrics per split (e.g. val, test) and method."""
+              evaluate: Evaluator, per_request: dict[str, RequestTally] | None = None,
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """One streaming pass; metrics per split (e.g. val, test) and method; ``per_request``
+    tallies (by method) the ``val`` split request by request for the guard."""
     tallies: dict[str, dict[str, Tally]] = {k: {} for k in splits}
     states = {k: _DPState(mask=np.zeros(cfg.ep, dtype=bool)) for k in splits}
     for full in src():
@@ -266,6 +271,8 @@ def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.nd
                 tallies[split_name].setdefault(name, Tally(
                     num_layers=chunk.num_layers, ep=cfg.ep)).add(
                     chunk.experts, meth.y if meth.replicas is None else meth.replicas, srcs)
+                if per_request is not None and split_name == "val" and name in per_request:
+                    per_request[name].add(chunk.request_id, chunk.experts, meth.y, srcs)
     def slots(name: str) -> int:  # physical experts of the method (replicas included)
         rep = res.methods[name].replicas
         return num_experts if rep is None else int(round(rep[0].sum()))
@@ -359,15 +366,23 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
                           fallback=False)
     splits = {"test": masks["test"], "val": masks["val"]} if cfg.guard else \
         {"test": masks["test"]}
+    per_request = {k: RequestTally(num_layers=num_layers, ep=cfg.ep)
+                   for k in ("semmoe", "contiguous")} if cfg.guard else None
     metrics = _evaluate(src, splits, res, aff, cfg, markovs, num_experts=num_experts,
-                        hidden_bytes=hidden_bytes, evaluate=evaluate)
+                        hidden_bytes=hidden_bytes, evaluate=evaluate, per_request=per_request)
     test = metrics["test"]
     require(bool(test), "trace test split (0 occurrences) must not be empty; add requests")
-    val = metrics.get("val") or {}
-    # guard: without a gain on validation, Sem-MoE is contiguous placement + round robin,
-    # whose held-out metrics are the contiguous row's by construction
-    fallback = bool(val) and val["semmoe"]["moe_layer_time_s"] >= \
-        0.995 * val["contiguous"]["moe_layer_time_s"]
+    # guard (.guard): a paired bootstrap over validation requests; without a gain at the
+    # stated confidence, Sem-MoE is contiguous placement + round robin, whose held-out
+    # metrics are the contiguous row's by construction
+    verdict = None
+    if per_request is not None and per_request["semmoe"].tokens:
+        verdict = decide(per_request["semmoe"], per_request["contiguous"],
+                         num_experts=num_experts, step_tokens=cfg.step_tokens,
+                         hidden_bytes=hidden_bytes, evaluate=evaluate,
+                         balance_tol=cfg.balance_tol, seed=cfg.seed)
+        res.extra["guard"] = verdict
+    fallback = verdict is not None and not verdict["keep"]
     if fallback:
         methods["semmoe"] = MethodResult(name="semmoe", y=methods["contiguous"].y, metrics={})
         test["semmoe"] = test["contiguous"]
