@@ -109,9 +109,15 @@ class PlacementResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON summary (``moeplan place --json``)."""
-        return {"ep": self.ep, "mode": self.mode, "solve_s": self.solve_s,
-                "fallback": self.fallback, "objective": self.objective,
-                "methods": {k: v.metrics for k, v in self.methods.items()}, **self.extra}
+        return {
+            "ep": self.ep,
+            "mode": self.mode,
+            "solve_s": self.solve_s,
+            "fallback": self.fallback,
+            "objective": self.objective,
+            "methods": {k: v.metrics for k, v in self.methods.items()},
+            **self.extra,
+        }
 
 
 def physical_to_logical(y: np.ndarray, ep: int) -> np.ndarray:
@@ -119,28 +125,41 @@ def physical_to_logical(y: np.ndarray, ep: int) -> np.ndarray:
 
     ``y`` is [L, E] (one copy each, P = E) or replica counts [L, E, C] (P = E + redundant)."""
     if y.ndim == 2:
-        return np.stack([np.argsort(yl * yl.shape[0] + np.arange(len(yl)), kind="stable")
-                         for yl in y])
+        return np.stack(
+            [np.argsort(yl * yl.shape[0] + np.arange(len(yl)), kind="stable") for yl in y]
+        )
     rep = y.astype(np.int64)
     per = rep.sum(axis=1)  # [L, C]
-    require(bool((per == per[0, 0]).all()),
-            f"replicas per device ({per.min()}..{per.max()}) must be equal on every device")
-    return np.stack([np.concatenate([np.repeat(np.arange(rep.shape[1]), rep[layer, :, c])
-                                     for c in range(ep)]) for layer in range(rep.shape[0])])
+    require(
+        bool((per == per[0, 0]).all()),
+        f"replicas per device ({per.min()}..{per.max()}) must be equal on every device",
+    )
+    return np.stack(
+        [
+            np.concatenate(
+                [np.repeat(np.arange(rep.shape[1]), rep[layer, :, c]) for c in range(ep)]
+            )
+            for layer in range(rep.shape[0])
+        ]
+    )
 
 
 # ---------------------------------------------------------------- sources and validation
-def as_source(trace: RoutingTrace | ChunkSource, *, num_layers: int,
-              num_experts: int) -> ChunkSource:
+def as_source(
+    trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: int
+) -> ChunkSource:
     """A re-iterable, validated chunk source from arrays or a chunk factory."""
 
     def check(chunk: RoutingTrace) -> RoutingTrace:
-        require(chunk.num_layers == num_layers,
-                f"trace layers ({chunk.num_layers}) must equal the model's MoE layers "
-                f"({num_layers})")
+        require(
+            chunk.num_layers == num_layers,
+            f"trace layers ({chunk.num_layers}) must equal the model's MoE layers ({num_layers})",
+        )
         hi = int(chunk.experts.max(initial=-1))
-        require(hi < num_experts,
-                f"trace expert ids (max {hi}) must be < the model's num_experts ({num_experts})")
+        require(
+            hi < num_experts,
+            f"trace expert ids (max {hi}) must be < the model's num_experts ({num_experts})",
+        )
         return chunk
 
     def source() -> Iterator[RoutingTrace]:
@@ -196,8 +215,9 @@ class _DPState:
     rr: int = 0
 
 
-def _dp_sources(chunk: RoutingTrace, aff: Affinity, table: np.ndarray, st: _DPState,
-                ep: int) -> tuple[np.ndarray, np.ndarray]:
+def _dp_sources(
+    chunk: RoutingTrace, aff: Affinity, table: np.ndarray, st: _DPState, ep: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(Sem-MoE device, round-robin device) per occurrence."""
     req, num_r = _request_order(chunk.request_id)
     scores = request_scores(table, aff.rows_of(chunk.token_id), req, num_r)
@@ -207,8 +227,14 @@ def _dp_sources(chunk: RoutingTrace, aff: Affinity, table: np.ndarray, st: _DPSt
     return dev[req], rr[req]
 
 
-def _tp_sources(chunk: RoutingTrace, aff: Affinity, res: PlacementResult, y: np.ndarray,
-                markov: MarkovTable | None, ep: int) -> np.ndarray:
+def _tp_sources(
+    chunk: RoutingTrace,
+    aff: Affinity,
+    res: PlacementResult,
+    y: np.ndarray,
+    markov: MarkovTable | None,
+    ep: int,
+) -> np.ndarray:
     """Per occurrence and layer: token table or Markov table, whichever is more confident."""
     n, num_l = chunk.num_tokens, chunk.num_layers
     rows = aff.rows_of(chunk.token_id)
@@ -223,8 +249,9 @@ def _tp_sources(chunk: RoutingTrace, aff: Affinity, res: PlacementResult, y: np.
             src[:, layer] = tok_dev
             continue
         key = markov_key(actual, layer, markov.lookback, ep)
-        src[:, layer] = predict_devices(tok_dev, tok_conf, markov.next[layer][key],
-                                        markov.conf[layer][key])
+        src[:, layer] = predict_devices(
+            tok_dev, tok_conf, markov.next[layer][key], markov.conf[layer][key]
+        )
     return src
 
 
@@ -233,9 +260,15 @@ def _position_split(n: int, num_l: int, ep: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- evaluation
-def _sources_for(name: str, chunk: RoutingTrace, res: PlacementResult, aff: Affinity,
-                 cfg: PlaceConfig, markovs: dict[str, MarkovTable | None],
-                 dp: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+def _sources_for(
+    name: str,
+    chunk: RoutingTrace,
+    res: PlacementResult,
+    aff: Affinity,
+    cfg: PlaceConfig,
+    markovs: dict[str, MarkovTable | None],
+    dp: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray:
     n, num_l = chunk.num_tokens, chunk.num_layers
     y = res.methods[name].y
     if dp is not None:
@@ -248,11 +281,18 @@ def _sources_for(name: str, chunk: RoutingTrace, res: PlacementResult, aff: Affi
     return _position_split(n, num_l, cfg.ep)
 
 
-def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.ndarray]],
-              res: PlacementResult, aff: Affinity, cfg: PlaceConfig,
-              markovs: dict[str, MarkovTable | None], num_experts: int, hidden_bytes: int,
-              evaluate: Evaluator, per_request: dict[str, RequestTally] | None = None,
-              ) -> dict[str, dict[str, dict[str, Any]]]:
+def _evaluate(
+    src: ChunkSource,
+    splits: dict[str, Callable[[RoutingTrace], np.ndarray]],
+    res: PlacementResult,
+    aff: Affinity,
+    cfg: PlaceConfig,
+    markovs: dict[str, MarkovTable | None],
+    num_experts: int,
+    hidden_bytes: int,
+    evaluate: Evaluator,
+    per_request: dict[str, RequestTally] | None = None,
+) -> dict[str, dict[str, dict[str, Any]]]:
     """One streaming pass; metrics per split (e.g. val, test) and method; ``per_request``
     tallies (by method) the ``val`` split request by request for the guard."""
     tallies: dict[str, dict[str, Tally]] = {k: {} for k in splits}
@@ -263,27 +303,42 @@ def _evaluate(src: ChunkSource, splits: dict[str, Callable[[RoutingTrace], np.nd
             if not m.any():
                 continue
             chunk = full.take(m)
-            dp = _dp_sources(chunk, aff, res.token_conf, states[split_name], cfg.ep) \
-                if cfg.mode == "dp" else None
+            dp = (
+                _dp_sources(chunk, aff, res.token_conf, states[split_name], cfg.ep)
+                if cfg.mode == "dp"
+                else None
+            )
             for name in res.methods:
                 srcs = _sources_for(name, chunk, res, aff, cfg, markovs, dp)
                 meth = res.methods[name]
-                tallies[split_name].setdefault(name, Tally(
-                    num_layers=chunk.num_layers, ep=cfg.ep)).add(
-                    chunk.experts, meth.y if meth.replicas is None else meth.replicas, srcs)
+                tallies[split_name].setdefault(
+                    name, Tally(num_layers=chunk.num_layers, ep=cfg.ep)
+                ).add(chunk.experts, meth.y if meth.replicas is None else meth.replicas, srcs)
                 if per_request is not None and split_name == "val" and name in per_request:
                     per_request[name].add(chunk.request_id, chunk.experts, meth.y, srcs)
+
     def slots(name: str) -> int:  # physical experts of the method (replicas included)
         rep = res.methods[name].replicas
         return num_experts if rep is None else int(round(rep[0].sum()))
 
-    return {s: {k: summarize(t, num_experts=slots(k), hidden_bytes=hidden_bytes,
-                             step_tokens=cfg.step_tokens, evaluate=evaluate)
-                for k, t in tl.items()} for s, tl in tallies.items()}
+    return {
+        s: {
+            k: summarize(
+                t,
+                num_experts=slots(k),
+                hidden_bytes=hidden_bytes,
+                step_tokens=cfg.step_tokens,
+                evaluate=evaluate,
+            )
+            for k, t in tl.items()
+        }
+        for s, tl in tallies.items()
+    }
 
 
-def _markov_only(chunk: RoutingTrace, y: np.ndarray, markov: MarkovTable | None,
-                 ep: int) -> np.ndarray:
+def _markov_only(
+    chunk: RoutingTrace, y: np.ndarray, markov: MarkovTable | None, ep: int
+) -> np.ndarray:
     """ExFlow-style: a token goes where its previous layer's experts mostly were."""
     src = _position_split(chunk.num_tokens, chunk.num_layers, ep)
     if markov is None:
@@ -301,8 +356,11 @@ def _semmoe(aff: Affinity, cfg: PlaceConfig) -> tuple[np.ndarray, np.ndarray, di
     ours, greedy = cc.solve(w, aff.freq, cfg.ep, slack=cfg.slack, seed=cfg.seed)
     y = cc.balance_experts(w, ours.x, aff.hotness, cfg.ep, tol=cfg.balance_tol)
     total = float(w.sum()) or 1.0
-    obj = {"cocluster": ours.objective / total, "greedy": greedy.objective / total,
-           "balanced": cc.objective(w, ours.x, y) / total}
+    obj = {
+        "cocluster": ours.objective / total,
+        "greedy": greedy.objective / total,
+        "balanced": cc.objective(w, ours.x, y) / total,
+    }
     return ours.x, y, obj
 
 
@@ -318,11 +376,20 @@ def _layer_tables(aff: Affinity, y: np.ndarray, ep: int) -> tuple[np.ndarray, np
     return dev, conf
 
 
-def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: int,
-          hidden_bytes: int, evaluate: Evaluator, cfg: PlaceConfig) -> PlacementResult:
+def place(
+    trace: RoutingTrace | ChunkSource,
+    *,
+    num_layers: int,
+    num_experts: int,
+    hidden_bytes: int,
+    evaluate: Evaluator,
+    cfg: PlaceConfig,
+) -> PlacementResult:
     """Plan Sem-MoE and the baselines on ``trace``; metrics on the held-out split."""
-    require(num_experts % cfg.ep == 0,
-            f"model.num_experts ({num_experts}) must be divisible by ep ({cfg.ep})")
+    require(
+        num_experts % cfg.ep == 0,
+        f"model.num_experts ({num_experts}) must be divisible by ep ({cfg.ep})",
+    )
     src = as_source(trace, num_layers=num_layers, num_experts=num_experts)
     masks = _split_masks(cfg)
     fit_src = _subset(src, masks["fit"])
@@ -336,40 +403,73 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
             trans[:] += base.transition_counts(part, num_experts)
 
     t0 = time.perf_counter()
-    aff = fit_affinity(fit_src, num_layers=num_layers, num_experts=num_experts,
-                       max_tokens=cfg.max_tokens, on_chunk=count_transitions)
-    require(aff.occurrences > 0 and len(aff.token_ids) > 0,
-            "trace train split (0 occurrences) must not be empty; add requests")
+    aff = fit_affinity(
+        fit_src,
+        num_layers=num_layers,
+        num_experts=num_experts,
+        max_tokens=cfg.max_tokens,
+        on_chunk=count_transitions,
+    )
+    require(
+        aff.occurrences > 0 and len(aff.token_ids) > 0,
+        "trace train split (0 occurrences) must not be empty; add requests",
+    )
     x_sem, y_sem, obj = _semmoe(aff, cfg)
-    rep_sem = cc.add_replicas(aff.counts, x_sem, y_sem, cfg.ep, cfg.redundant) \
-        if cfg.redundant else None
+    rep_sem = (
+        cc.add_replicas(aff.counts, x_sem, y_sem, cfg.ep, cfg.redundant) if cfg.redundant else None
+    )
     conf = token_table(cc.gains(aff.counts, y_sem, cfg.ep))
     layer_dev, layer_conf = _layer_tables(aff, y_sem, cfg.ep)
     markovs: dict[str, MarkovTable | None] = {}
     if cfg.mode == "tp":
         markovs["semmoe"] = fit_markov(fit_src, y_sem, cfg.ep, cfg.lookback)
     solve_s = time.perf_counter() - t0
-    methods = {"contiguous": MethodResult(name="contiguous", y=base.contiguous(
-        num_layers, num_experts, cfg.ep), metrics={})}
+    methods = {
+        "contiguous": MethodResult(
+            name="contiguous", y=base.contiguous(num_layers, num_experts, cfg.ep), metrics={}
+        )
+    }
     if cfg.baselines:
         y_e, rep_e = base.eplb_placement(aff.hotness, cfg.ep, redundant=cfg.redundant)
-        methods["eplb"] = MethodResult(name="eplb", y=y_e, metrics={},
-                                       replicas=rep_e if cfg.redundant else None)
+        methods["eplb"] = MethodResult(
+            name="eplb", y=y_e, metrics={}, replicas=rep_e if cfg.redundant else None
+        )
         y_tr = base.transition_placement(trans, aff.hotness, cfg.ep, tol=cfg.balance_tol)
         methods["transition"] = MethodResult(name="transition", y=y_tr, metrics={})
         if cfg.mode == "tp":
             markovs["transition"] = fit_markov(fit_src, y_tr, cfg.ep, cfg.lookback)
     methods["semmoe"] = MethodResult(name="semmoe", y=y_sem, metrics={}, replicas=rep_sem)
-    res = PlacementResult(ep=cfg.ep, mode=cfg.mode, methods=methods, solve_s=solve_s,
-                          token_ids=aff.token_ids, token_conf=conf, layer_device=layer_dev,
-                          layer_conf=layer_conf, markov=markovs.get("semmoe"), objective=obj,
-                          fallback=False)
-    splits = {"test": masks["test"], "val": masks["val"]} if cfg.guard else \
-        {"test": masks["test"]}
-    per_request = {k: RequestTally(num_layers=num_layers, ep=cfg.ep)
-                   for k in ("semmoe", "contiguous")} if cfg.guard else None
-    metrics = _evaluate(src, splits, res, aff, cfg, markovs, num_experts=num_experts,
-                        hidden_bytes=hidden_bytes, evaluate=evaluate, per_request=per_request)
+    res = PlacementResult(
+        ep=cfg.ep,
+        mode=cfg.mode,
+        methods=methods,
+        solve_s=solve_s,
+        token_ids=aff.token_ids,
+        token_conf=conf,
+        layer_device=layer_dev,
+        layer_conf=layer_conf,
+        markov=markovs.get("semmoe"),
+        objective=obj,
+        fallback=False,
+    )
+    splits = {"test": masks["test"], "val": masks["val"]} if cfg.guard else {"test": masks["test"]}
+    per_request = (
+        {k: RequestTally(num_layers=num_layers, ep=cfg.ep) for k in ("semmoe", "contiguous")}
+        if cfg.guard
+        else None
+    )
+    metrics = _evaluate(
+        src,
+        splits,
+        res,
+        aff,
+        cfg,
+        markovs,
+        num_experts=num_experts,
+        hidden_bytes=hidden_bytes,
+        evaluate=evaluate,
+        per_request=per_request,
+    )
     test = metrics["test"]
     require(bool(test), "trace test split (0 occurrences) must not be empty; add requests")
     # guard (.guard): a paired bootstrap over validation requests; without a gain at the
@@ -377,27 +477,45 @@ def place(trace: RoutingTrace | ChunkSource, *, num_layers: int, num_experts: in
     # metrics are the contiguous row's by construction
     verdict = None
     if per_request is not None and per_request["semmoe"].tokens:
-        verdict = decide(per_request["semmoe"], per_request["contiguous"],
-                         num_experts=num_experts, step_tokens=cfg.step_tokens,
-                         hidden_bytes=hidden_bytes, evaluate=evaluate,
-                         balance_tol=cfg.balance_tol, seed=cfg.seed)
+        verdict = decide(
+            per_request["semmoe"],
+            per_request["contiguous"],
+            num_experts=num_experts,
+            step_tokens=cfg.step_tokens,
+            hidden_bytes=hidden_bytes,
+            evaluate=evaluate,
+            balance_tol=cfg.balance_tol,
+            seed=cfg.seed,
+        )
         res.extra["guard"] = verdict
     fallback = verdict is not None and not verdict["keep"]
     if fallback:
         methods["semmoe"] = MethodResult(name="semmoe", y=methods["contiguous"].y, metrics={})
         test["semmoe"] = test["contiguous"]
-    final = {k: MethodResult(name=k, y=m.y, metrics=test[k], replicas=m.replicas)
-             for k, m in methods.items()}
+    final = {
+        k: MethodResult(name=k, y=m.y, metrics=test[k], replicas=m.replicas)
+        for k, m in methods.items()
+    }
     return _with_methods(res, final, fallback)
 
 
-def _with_methods(res: PlacementResult, methods: dict[str, MethodResult],
-                  fallback: bool) -> PlacementResult:
-    return PlacementResult(ep=res.ep, mode=res.mode, methods=methods, solve_s=res.solve_s,
-                           token_ids=res.token_ids, token_conf=res.token_conf,
-                           layer_device=res.layer_device, layer_conf=res.layer_conf,
-                           markov=res.markov, objective=res.objective, fallback=fallback,
-                           extra=res.extra)
+def _with_methods(
+    res: PlacementResult, methods: dict[str, MethodResult], fallback: bool
+) -> PlacementResult:
+    return PlacementResult(
+        ep=res.ep,
+        mode=res.mode,
+        methods=methods,
+        solve_s=res.solve_s,
+        token_ids=res.token_ids,
+        token_conf=res.token_conf,
+        layer_device=res.layer_device,
+        layer_conf=res.layer_conf,
+        markov=res.markov,
+        objective=res.objective,
+        fallback=fallback,
+        extra=res.extra,
+    )
 
 
 def cost_evaluator(cost_model: Any, model: Any, ep: int, nodes: int = 1) -> Evaluator:
@@ -406,9 +524,9 @@ def cost_evaluator(cost_model: Any, model: Any, ep: int, nodes: int = 1) -> Eval
 
     def evaluate(tokens_per_expert: float, num_local_experts: int, send_bytes: float) -> float:
         comp = cost_model.expert_ffn(model, tokens_per_expert, num_local_experts)
-        comm = cost_model.collective("all_to_all", max(send_bytes, 1.0), ep, nodes) if ep > 1 \
-            else 0.0
+        comm = (
+            cost_model.collective("all_to_all", max(send_bytes, 1.0), ep, nodes) if ep > 1 else 0.0
+        )
         return float(comp + 2.0 * comm)
 
     return evaluate
-
