@@ -16,7 +16,7 @@ micro-batch with :class:`DepLayout` and advances the loops in the schedule's ord
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,9 @@ class _MicroBatch:
 
 
 AGState = torch.Tensor | _MicroBatch  # what passes between modules on an AG rank
+#: Attention of a micro-batch with its residual, ``(x, layer weights, layer) -> h``; None: the
+#: shared layer loop's own (a decode step attends over a KV cache: :mod:`.dep_decode`).
+Attend = Callable[[torch.Tensor, LayerWeights, int], torch.Tensor]
 
 
 def _send_chunk(
@@ -88,9 +91,10 @@ def _attention_task(
     i: int,
     rank: int,
     tl: Timeline,
+    attend: Attend | None = None,
 ) -> _MicroBatch:
     with tl.span(f"A{t}.{i}"):
-        h = Local(cfg=cfg).attn(x, w, _ATTN)
+        h = Local(cfg=cfg).attn(x, w, _ATTN) if attend is None else attend(x, w, t)
         mb = _MicroBatch(h=h, u=rms(h.reshape(-1, x.shape[-1])))
         r = route(mb.u, w.experts, cfg)
     for j, (ids, wts, u) in enumerate(
@@ -135,11 +139,14 @@ class DepLayout:
     i: int
     rank: int
     tl: Timeline
+    attend: Attend | None = None
 
     def attn(self, x: AGState, w: LayerWeights, m: StageModule) -> AGState:
         if isinstance(x, _MicroBatch):
             x = _finish(x, self.p, f"{m.layer - 1}.{self.i}", self.tl)
-        return _attention_task(x, w, self.cfg, self.p, m.layer, self.i, self.rank, self.tl)
+        return _attention_task(
+            x, w, self.cfg, self.p, m.layer, self.i, self.rank, self.tl, self.attend
+        )
 
     def ffn(self, mb: AGState, w: LayerWeights, m: StageModule) -> AGState:
         assert isinstance(mb, _MicroBatch), "ffn follows attn"
@@ -155,15 +162,24 @@ def run_dep_attention(
     p: DepParams,
     rank: int,
     tl: Timeline,
+    attend: Callable[[int], Attend] | None = None,
 ) -> torch.Tensor:
     """AG rank: ``x [r1*ma, S, H]`` -> output after all layers. One shared layer loop per
     micro-batch (:func:`~moeplan.runtime.layers.decoder.steps`), advanced in the plan's order:
-    each ``A`` of the schedule is the next attention module, each ``S`` the next ffn module."""
+    each ``A`` of the schedule is the next attention module, each ``S`` the next ffn module.
+    ``attend(i)``: micro-batch ``i``'s attention instead of the loop's (a decode step's)."""
     xs = list(x.split(p.ma))
     require(len(xs) == p.r1, f"batch ({x.shape[0]}) must equal r1*ma ({p.r1}*{p.ma})")
     modules = decoder_modules(layers)
     loops: list[Iterator[AGState]] = [
-        steps(xs[i], layers, DepLayout(cfg=cfg, p=p, i=i, rank=rank, tl=tl), modules)
+        steps(
+            xs[i],
+            layers,
+            DepLayout(
+                cfg=cfg, p=p, i=i, rank=rank, tl=tl, attend=None if attend is None else attend(i)
+            ),
+            modules,
+        )
         for i in range(p.r1)
     ]
     last: dict[int, AGState] = {}
