@@ -23,7 +23,7 @@ from moeplan.planners.pipeline.cost import (
     memory_reserve,
     modules_of,
 )
-from moeplan.planners.pipeline.refine import certified_partition
+from moeplan.planners.pipeline.refine import certified_partition, memory_free_bound
 from moeplan.planners.pipeline.search import (
     Partition,
     exhaustive_partition,
@@ -65,22 +65,8 @@ def smallest_memory_needed(
         )
         tables = build_tables(modules_of(model, routing), ctx, evaluate)
         mins = np.array([t.mems().min() for t in tables])
-        best = min(best, memory_reserve(ctx) + _min_max_partition(mins, pp))
+        best = min(best, memory_reserve(ctx) + memory_free_bound(list(mins), pp, upper=True))
     return best
-
-
-def _min_max_partition(values: np.ndarray, parts: int) -> float:
-    """Least possible largest sum when cutting ``values`` into ``parts`` contiguous runs."""
-    lo, hi = float(values.max()), float(values.sum())
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        count, run = 1, 0.0
-        for v in values:
-            if run + v > mid:
-                count, run = count + 1, 0.0
-            run += v
-        lo, hi = (lo, mid) if count <= parts else (mid, hi)
-    return hi
 
 
 def plan_pipeline(

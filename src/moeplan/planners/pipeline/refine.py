@@ -30,8 +30,11 @@ TOL = 0.002  # certified gap to a lower bound before refining further
 MAX_RESOLUTION = 8192  # units per GPU memory: 16x the default 512
 
 
-def memory_free_bound(times: list[float], stages: int, iters: int = 60) -> float:
-    """Least bottleneck of a contiguous split of ``times`` into at most ``stages`` runs."""
+def memory_free_bound(
+    times: list[float], stages: int, iters: int = 60, upper: bool = False
+) -> float:
+    """Least bottleneck of a contiguous split of ``times`` into at most ``stages`` runs
+    (bisection: the bracket's low end, or with ``upper`` its feasible high end)."""
     lo, hi = max(times), sum(times)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
@@ -41,7 +44,7 @@ def memory_free_bound(times: list[float], stages: int, iters: int = 60) -> float
                 count, run = count + 1, 0.0
             run += v
         lo, hi = (lo, mid) if count <= stages else (mid, hi)
-    return lo
+    return hi if upper else lo
 
 
 def certified_partition(
