@@ -19,7 +19,15 @@ from moeplan.kernel_tables import kernel_db
 MEDIAN, P90, DEEPEP, LOGO = 0.10, 0.25, 0.15, 0.20
 GPUS = ("h100_sxm", "a100_sxm")
 ENGINES = ("sglang", "vllm", "trtllm")
-OPS = ("moe", "context_attention", "generation_attention", "context_mla", "generation_mla")
+OPS = (
+    "moe",
+    "context_attention",
+    "generation_attention",
+    "context_mla",
+    "generation_mla",
+    "context_mla_module",
+    "generation_mla_module",
+)
 
 # (gpu, engine, op) -> measured figure of a cell that misses the held-out bar
 MISSES = {
@@ -71,6 +79,7 @@ def _heldout_bar(gpu: str, engine: str, op: str, max_folds: int | None) -> None:
         ("a100_sxm", "vllm", "moe"),
         ("h100_sxm", "sglang", "context_mla"),
         ("a100_sxm", "trtllm", "context_attention"),
+        ("h100_sxm", "vllm", "generation_mla_module"),
     ],
 )
 def test_heldout_bar_on_one_fold(gpu: str, engine: str, op: str) -> None:

@@ -34,6 +34,8 @@ FILES = {
     "generation_attention_perf.parquet": [("generation_attention", {}, ("latency",), 1e-3)],
     "context_mla_perf.parquet": [("context_mla", {}, ("latency",), 1e-3)],
     "generation_mla_perf.parquet": [("generation_mla", {}, ("latency",), 1e-3)],
+    "mla_context_module_perf.parquet": [("context_mla_module", {}, ("latency",), 1e-3)],
+    "mla_generation_module_perf.parquet": [("generation_mla_module", {}, ("latency",), 1e-3)],
     "custom_allreduce_perf.parquet": [("allreduce", {}, ("latency",), 1e-3)],
     "wideep_deepep_normal_perf.parquet": [
         (

@@ -123,6 +123,9 @@ def cost(
     kernel_source: Annotated[
         str | None, Opt(help="A measured kernel of the engine (default: the engine's usual one).")
     ] = None,
+    gemm_type: Annotated[
+        str | None, Opt(help="mla modules: projection GEMM dtype (bfloat16, fp8_block).")
+    ] = None,
     expert_counts: Annotated[
         str | None,
         Opt(
@@ -234,6 +237,7 @@ _SHAPE_FLAGS = (
     "num_topk",
     "sms",
     "kernel_source",
+    "gemm_type",
 )
 
 

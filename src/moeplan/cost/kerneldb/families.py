@@ -23,6 +23,9 @@ compared. Formulas:
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
   FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``.
+- ``{context,generation}_mla_module`` (the whole DeepSeek-V3 MLA block): the core's terms
+  plus the projections' FLOPs ``2 t W`` and weight bytes ``W w`` (``t`` tokens, ``W`` the
+  projection weights per GPU with ``h`` heads, absorbed W_UK/W_UV when decoding).
 - ``allreduce`` (engine custom all-reduce, ``m`` bf16 elements on ``n`` GPUs):
   link bytes ``2 (n-1)/n 2 m``.
 - ``deepep_{normal,ll}_{dispatch,combine}`` (8 ranks in one node): normal kernels send each
@@ -37,16 +40,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import col as _f
+from moeplan.cost.kerneldb.base import l2 as _l2
+from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, _allreduce, _deepep, dest_ranks  # noqa: F401
 from moeplan.cost.kerneldb.load import busiest_rank
 from moeplan.errors import MoeplanError
-
-Columns = Mapping[str, np.ndarray]
 
 # DeepSeek-V3 MLA dimensions (config.json: qk_nope_head_dim 128, qk_rope_head_dim 64,
 # v_head_dim 128, kv_lora_rank 512) — the model NVIDIA's MLA tables were collected for.
 MLA_QK, MLA_V, MLA_LATENT = 192, 128, 576
-DEEPEP_RANKS = 8  # node_num 1: one 8-GPU NVLink node
-BF16 = 2.0
 WEIGHT_BYTES = {
     "bfloat16": 2.0,
     "float16": 2.0,
@@ -67,18 +70,6 @@ EXPLICIT = "explicit"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Features:
-    """Per-row model inputs (arrays of equal length)."""
-
-    flops: np.ndarray
-    nbytes: np.ndarray
-    work: np.ndarray
-    fp8: np.ndarray
-    tokens: np.ndarray
-    coords: np.ndarray
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class Family:
     """One operation family: its columns, defaults and feature function."""
 
@@ -93,14 +84,6 @@ class Family:
     @property
     def columns(self) -> tuple[str, ...]:
         return self.variant_cols + self.shape_cols + self.x_cols
-
-
-def _f(cols: Columns, name: str) -> np.ndarray:
-    return np.asarray(cols[name], dtype=float)
-
-
-def _l2(x: np.ndarray) -> np.ndarray:
-    return np.log2(np.maximum(x, 1e-9))
 
 
 def _moe(cols: Columns) -> Features:
@@ -228,44 +211,30 @@ def _generation_mla(cols: Columns) -> Features:
     )
 
 
-def _allreduce(cols: Columns) -> Features:
-    m, n = _f(cols, "message_size"), _f(cols, "num_gpus")
-    z = np.zeros_like(m)
-    return Features(
-        flops=z,
-        nbytes=2 * (n - 1) / n * BF16 * m,
-        work=z,
-        fp8=np.zeros(len(m), bool),
-        tokens=m,
-        coords=np.stack([_l2(m), _l2(n)], 1),
-    )
+# DeepSeek-V3 projection sizes (config.json: hidden_size 7168, q_lora_rank 1536): the
+# module tables time the whole MLA block, projections included.
+DSV3_HIDDEN, DSV3_Q_LORA, MLA_KV_LORA, MLA_ROPE = 7168, 1536, 512, 64
+GEMM_BYTES = {"bfloat16": 2.0, "fp8_block": 1.0, "fp8": 1.0}
 
 
-def dest_ranks(num_experts: np.ndarray, topk: np.ndarray, ranks: int = DEEPEP_RANKS) -> np.ndarray:
-    """Expected distinct ranks among a token's ``topk`` experts (uniform, without repeats)."""
-    e, k = np.asarray(num_experts, float), np.asarray(topk, float)
-    miss = np.ones_like(e)
-    for i in range(int(k.max(initial=0))):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            term = np.nan_to_num(np.clip((e - e / ranks - i) / (e - i), 0.0, 1.0))
-        miss = np.where(i < k, miss * term, miss)
-    return ranks * (1.0 - miss)
+def _module(core: Callable[[Columns], Features], absorbed: bool) -> Callable[[Columns], Features]:
+    """MLA module = the core kernel + DeepSeek-V3's projections on the same tokens: q_a, q_b,
+    kv_a, o and kv_b (prefill) or the absorbed W_UK / W_UV per head (decode)."""
+    kv_b = 2 * MLA_KV_LORA * MLA_V if absorbed else MLA_KV_LORA * (MLA_QK - MLA_ROPE + MLA_V)
+    per_head = MLA_QK * DSV3_Q_LORA + MLA_V * DSV3_HIDDEN + kv_b
 
-
-def _deepep(per_rank: bool, elem_bytes: float) -> Callable[[Columns], Features]:
     def feats(cols: Columns) -> Features:
-        t, h = _f(cols, "num_token"), _f(cols, "hidden_size")
-        k, e = _f(cols, "num_topk"), _f(cols, "num_experts")
-        copies = dest_ranks(e, k) * (DEEPEP_RANKS - 1) / DEEPEP_RANKS if per_rank else k
-        z = np.zeros_like(t)
-        coords = np.stack([_l2(t), _l2(h), _l2(k), _l2(e)], 1)
+        c = core(cols)
+        weights = DSV3_HIDDEN * (DSV3_Q_LORA + MLA_LATENT) + _f(cols, "num_heads") * per_head
+        gemm = np.asarray(cols["gemm_type"]).astype(str)
+        wb = np.array([GEMM_BYTES.get(g, BF16) for g in gemm])
         return Features(
-            flops=z,
-            nbytes=t * copies * h * elem_bytes,
-            work=t,
-            fp8=np.zeros(len(t), bool),
-            tokens=t,
-            coords=coords,
+            flops=c.flops + 2 * c.tokens * weights,
+            nbytes=c.nbytes + weights * wb + 2 * BF16 * c.tokens * DSV3_HIDDEN,
+            work=c.work,
+            fp8=np.char.startswith(gemm, "fp8"),
+            tokens=c.tokens,
+            coords=c.coords,
         )
 
     return feats
@@ -338,6 +307,22 @@ FAMILIES: dict[str, Family] = {
             x_cols=("batch_size", "isl", "step"),
             defaults=_MLA_DEFAULTS,
             features=_generation_mla,
+        ),
+        Family(
+            op="context_mla_module",
+            variant_cols=(*_MLA_VARIANT, "gemm_type"),
+            shape_cols=("num_heads",),
+            x_cols=("batch_size", "isl"),
+            defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
+            features=_module(_context_mla, absorbed=False),
+        ),
+        Family(
+            op="generation_mla_module",
+            variant_cols=(*_MLA_VARIANT, "gemm_type"),
+            shape_cols=("num_heads",),
+            x_cols=("batch_size", "isl", "step"),
+            defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
+            features=_module(_generation_mla, absorbed=True),
         ),
         Family(
             op="allreduce",
