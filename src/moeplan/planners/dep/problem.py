@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -201,11 +201,13 @@ def dep_problem(
             cm, me * local * model.hidden_bytes, ag, eg
         )
 
+    @lru_cache(maxsize=8192)
     def times(ma: int, r2: int) -> DepTimes:
         attn, shared, dense = ag_side(ma)
         expert, comm = eg_side(ma * per_exp / r2 * imbalance)
         return DepTimes(attn=attn, shared=shared, expert=expert, a2e=comm, e2a=comm, dense=dense)
 
+    @lru_cache(maxsize=1024)
     def max_r1(ma: int) -> int:
         return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, gpu_mem)))
 
@@ -245,7 +247,7 @@ class _MemoryModel:
     local: int
     imbalance: float
 
-    @property
+    @cached_property
     def ag_weights(self) -> float:
         m = self.model
         per_moe = (
@@ -258,7 +260,7 @@ class _MemoryModel:
             + (m.num_layers - m.num_moe_layers) * per_dense
         )
 
-    @property
+    @cached_property
     def eg_weights(self) -> float:
         m = self.model
         return m.num_moe_layers * mem.expert_weight_bytes(m, self.local)

@@ -167,6 +167,8 @@ def best_r2(
     bound is at least ``incumbent``.
     """
     rng = range(1, problem.r2_max + 1)
+    if evaluate is _exact and variant == "findep" and order == "ASAS":
+        return _best_r2_asas(problem, ma, r1, rng)
     if lower is None:
         spans = [
             (evaluate(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant), r2)
@@ -174,9 +176,15 @@ def best_r2(
         ]
         span, r2 = min(spans)
         return r2, span, len(spans)
-    bounds = sorted(
-        (lower(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant), r2) for r2 in rng
-    )
+    if lower is _aass_screen:  # the same estimate, without a DepConfig per r2
+        layers, dense = problem.layers, problem.dense_layers
+        bounds = sorted(
+            (aass_estimate(problem.times(ma, r2), r1, r2, layers, dense), r2) for r2 in rng
+        )
+    else:
+        bounds = sorted(
+            (lower(problem, DepConfig(ma=ma, r1=r1, r2=r2, order=order), variant), r2) for r2 in rng
+        )
     best, evals = (math.inf, 0), 0
     for bound, r2 in bounds:
         if bound >= min(best[0], incumbent):
@@ -185,6 +193,21 @@ def best_r2(
         evals += 1
         best = min(best, (span, r2))
     return best[1], best[0], evals
+
+
+def _best_r2_asas(problem: DepProblem, ma: int, r1: int, rng: range) -> tuple[int, float, int]:
+    """:func:`best_r2` for ASAS with the exact evaluator, without building a DepConfig per
+    ``r2``: the same :func:`evaluate` arithmetic (closed form when it applies)."""
+    best = (math.inf, 0)
+    for r2 in rng:
+        t = problem.times(ma, r2)
+        if t.a2e == t.e2a:  # closed_form_applies for ASAS
+            span = closed_form_makespan(t, r1, r2, problem.layers, problem.dense_layers)
+        else:
+            cfg = DepConfig(ma=ma, r1=r1, r2=r2, order="ASAS")
+            span = makespan(t, cfg, problem.layers, problem.dense_layers, "findep")
+        best = min(best, (span, r2))
+    return best[1], best[0], len(rng)
 
 
 def _aass_screen(problem: DepProblem, cfg: DepConfig, variant: str) -> float:
