@@ -72,9 +72,9 @@ class PDLayout:
 
     @property
     def label(self) -> str:
-        return (
-            f"PD {self.x}x[{self.prefill.label}] : {self.y}x[{self.decode.label}]"
-            f" ({self.x}:{self.y})"
+        return (  # no square brackets: rich reads them as markup
+            f"PD {self.x}x({self.prefill.label}) : {self.y}x({self.decode.label}),"
+            f" {self.x}:{self.y}"
         )
 
     @property
