@@ -38,6 +38,16 @@ def _strategy(lay: Any) -> Strategy:
     )
 
 
+def pools(k: Candidate) -> dict[str, Any]:
+    """Both pools, their analytic loads at the matched rate and their capacities (req/s)."""
+    return {
+        **k.layout.to_dict(),
+        "analytic_load": {"prefill": k.rho[0], "decode": k.rho[1]},
+        "capacity_rps": {"prefill": k.capacity[0], "decode": k.capacity[1]},
+        "decode_batch": k.decode_note,
+    }
+
+
 def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
     """Plan of a colocated-decode PD deployment (module docstring); the launch commands
     are built from ``details.disaggregation`` by :func:`moeplan.export.sglang.sglang_pd_commands`
@@ -50,7 +60,7 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
         model=model,
         cluster=cluster,
         layout=_strategy(dec).layout(),
-        details={"label": lay.label, "disaggregation": lay.to_dict()},
+        details={"label": lay.label, "disaggregation": pools(k)},
     )
 
 
@@ -82,7 +92,7 @@ def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Pl
             "phase": "decode",
             "context": ctx,
             "label": lay.label,
-            "disaggregation": lay.to_dict(),
+            "disaggregation": pools(k),
             "launch": "no public engine launches attention-FFN disaggregation; this plan.json "
             "runs on moeplan's runtime DEP engine (moeplan run)",
         },
