@@ -50,9 +50,10 @@ def _timed(fn, *args):
 
 
 def run() -> list[dict]:
-    solve_s, bf_s, gaps, speedups = [], [], [], []
+    solve_s, bf_s, gaps, speedups, cold_s = [], [], [], [], []
     for _, p in instances():
-        dep.solve(p)  # warm the cost-model caches, as the online phase would be
+        cold, t_cold = _timed(dep.solve, p)  # first solve: cost model and task times cold
+        cold_s.append(t_cold)
         res, ts = min((_timed(dep.solve, p) for _ in range(3)), key=lambda x: x[1])
         bf, tb = _timed(dep.brute_force, p)
         solve_s.append(ts)
@@ -68,6 +69,10 @@ def run() -> list[dict]:
         {"name": f"Algorithm 1 solve, max of {n} instances", "value": max(solve_s) * 1e3,
          "unit": "ms", "reference": max(bf_s) * 1e3, "ratio": max(solve_s) / max(bf_s),
          "target": "<= 10 ms", "note": "reference = slowest brute force"},
+        {"name": f"Algorithm 1 first (cold) solve, median of {n} instances",
+         "value": statistics.median(cold_s) * 1e3, "unit": "ms", "reference": med_bf * 1e3,
+         "ratio": statistics.median(cold_s) / med_bf, "target": "<= 10 ms",
+         "note": f"max {max(cold_s) * 1e3:.1f} ms; includes the cost-model evaluations"},
         {"name": "Algorithm 1 gap vs brute force, max", "value": max(gaps), "unit": "fraction",
          "reference": 0.0, "ratio": max(gaps), "target": "<= 0.01", "note": "throughput gap"},
         {"name": "FinDEP speedup vs best PPPipe (batch 64), min..max", "value": max(speedups),
