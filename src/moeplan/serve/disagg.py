@@ -25,7 +25,9 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
 Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
 node (DP over the rest) with EP over the instance, plus pure TP within a node; AFD
 instances with ``ag`` in {1/8, 1/4, 3/8, 1/2, 3/4} of the instance. Pipelines are not
-tried as pools.
+tried as pools: with PP2/PP4 prefill instances added, the analytic capacity ranked a PP4
+prefill pool first and its simulation gave 35 % less than the non-PP pick (DeepSeek-V3 on
+4×8 H200), so PP prefill pools (SMIDT) need their own estimate first.
 """
 
 from __future__ import annotations
