@@ -23,7 +23,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
@@ -164,6 +164,17 @@ def _stop(procs: list[Any]) -> set[int]:
     return stopped
 
 
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Block SIGTERM/SIGINT in the block (bounded: at most ~2 x KILL_GRACE_S); then deliver."""
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _collect(
     procs: list[Any], conns: list[Any], deadline_s: float, grace_s: float
 ) -> tuple[list[dict[str, Any] | None], float | None]:
@@ -224,7 +235,8 @@ def spawn_world(
                 conns.append(recv)
             reports, failed_at = _collect(procs, conns, deadline_s, grace_s)
         finally:
-            stopped = _stop(procs)
+            with _signals_deferred():  # a second SIGTERM/SIGINT must not cut the cleanup
+                stopped = _stop(procs)
             for c in conns:
                 c.close()
     why = (
