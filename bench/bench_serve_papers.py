@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -174,23 +175,31 @@ SLO_FACTOR = 5.0  # SLO = 5x the latency at the lightest load (§4.3)
 SEMMOE_PAPER = {"deepseek-v2-lite": (1.31, 3.21, 0.37), "qwen3-30b-a3b": (1.98, 1.11, 0.43)}
 
 
-def semmoe_placements(model, cost, requests: int = 256) -> dict[str, tuple[float, float]]:
-    """Method -> (held-out LAR, load imbalance) of the placement planner on a synthetic trace
-    of the model's shape (validation guard off: the planned Sem-MoE placement is kept), plus
-    ``semmoe-lar-only`` (Sem-MoE's LAR with contiguous imbalance) and ``paper-lar``:
-    contiguous with LAR raised by the paper's §4.5 gain (read as points)."""
-    shape = dict(num_layers=model.num_moe_layers, num_experts=model.num_experts)
-    trace = synthesize(
-        SynthConfig(
-            **shape, top_k=model.top_k, num_requests=requests, num_groups=model.num_experts // 4
-        )
+@lru_cache(maxsize=2)
+def _trace(model, requests: int):
+    cfg = SynthConfig(
+        num_layers=model.num_moe_layers,
+        num_experts=model.num_experts,
+        top_k=model.top_k,
+        num_requests=requests,
+        num_groups=model.num_experts // 4,
     )
+    return synthesize(cfg)
+
+
+def semmoe_placements(model, cost, requests: int = 256, mode: str = "dp"):
+    """Method -> (held-out LAR, load imbalance) of the placement planner (attention-``mode``
+    data scheduling) on a synthetic trace of the model's shape (validation guard off: the
+    planned Sem-MoE placement is kept), plus ``semmoe-lar-only`` (Sem-MoE's LAR with
+    contiguous imbalance) and ``paper-lar``: contiguous with LAR raised by the paper's §4.5
+    gain (read as points)."""
     res = place(
-        trace,
-        **shape,
+        _trace(model, requests),
+        num_layers=model.num_moe_layers,
+        num_experts=model.num_experts,
         hidden_bytes=model.hidden_bytes,
         evaluate=cost_evaluator(cost, model, 8),
-        cfg=PlaceConfig(ep=8, guard=False),
+        cfg=PlaceConfig(ep=8, mode=mode, guard=False),
     )
     out = {k: (v.metrics["lar"], v.metrics["imbalance"]) for k, v in res.methods.items()}
     lar0, imb0 = out["contiguous"]
@@ -260,6 +269,55 @@ def semmoe_records(requests: int = 1500, trace_requests: int = 256, models=SEMMO
 def _comm_share(it: IterationModel, running: int) -> float:
     bd = it.breakdown(Batch(min(running, 256), SEMMOE_ISL + SEMMOE_OSL // 2, ()))
     return bd["comm"] / bd["period_s"]
+
+
+SEMMOE_TP_LAYOUT = ServeLayout(attn_tp=8, moe_ep=8)  # attention-TP scenario (§4.4, Table 1)
+# Table 1: p99 TTFT (ms) at 1 req/s of (SGLang, MoETuner, Sem-MoE) per input length
+SEMMOE_TABLE1 = {
+    "deepseek-v2-lite": {
+        256: (84.87, 80.96, 75.63),
+        512: (98.10, 92.17, 88.69),
+        1024: (111.19, 119.76, 100.74),
+    },
+    "qwen3-30b-a3b": {
+        256: (85.72, 87.24, 74.46),
+        512: (104.76, 101.86, 83.87),
+        1024: (107.73, 107.36, 103.69),
+    },
+}
+TP_ARMS = ("contiguous", "transition", "semmoe")  # SGLang, MoETuner-like, Sem-MoE (Table 1)
+
+
+class TpRec(NamedTuple):
+    """Attention-TP scenario: one placement at one input length, p99 TTFT at 1 req/s
+    (simulated and Table 1's)."""
+
+    model: str
+    isl: int
+    placement: str
+    lar: float
+    imbalance: float
+    ttft_p99_s: float
+    paper_ttft_p99_s: float
+
+
+def semmoe_tp_records(requests: int = 100, trace_requests: int = 256, models=SEMMOE_MODELS):
+    cluster, lay = load_cluster("semmoe-8"), SEMMOE_TP_LAYOUT
+    cost = cost_model_for(cluster)
+    out = []
+    for mname in models:
+        model = load_model(mname)
+        cfg = engine_config("sglang", model, cluster, lay)
+        places = semmoe_placements(model, cost, trace_requests, mode="tp")
+        for isl, paper in SEMMOE_TABLE1[mname].items():
+            lens = dict(isl=LengthDist(mean=isl), osl=LengthDist(mean=SEMMOE_OSL // 2))
+            w = ServeWorkload(num_requests=requests, rate=1.0, seed=0, **lens)
+            for name, ttft in zip(TP_ARMS, paper, strict=True):
+                lar, imb = places[name]
+                it = IterationModel(model, cluster, cost, lay, imbalance=imb, lar=lar)
+                m = run_workload(cfg, w, it, lay.gpus, SLO())[1]
+                out.append(TpRec(mname, isl, name, lar, imb, m.ttft_p99_s, ttft / 1e3))
+    return out
 
 
 # ---- SMIDT §5.2 ----------------------------------------------------------------------------
@@ -419,6 +477,18 @@ def semmoe_rows(recs: list[SemRec]) -> list[dict]:
     return rows
 
 
+def semmoe_tp_rows(recs: list[TpRec]) -> list[dict]:
+    at = {(r.model, r.isl, r.placement): r for r in recs}
+    rows = []
+    for (model, isl, arm), r in at.items():
+        if arm != "contiguous":
+            base = at[(model, isl, "contiguous")]
+            s, paper = base.ttft_p99_s / r.ttft_p99_s, base.paper_ttft_p99_s / r.paper_ttft_p99_s
+            name = f"Sem-MoE attention-TP p99 TTFT x, {arm} vs SGLang, {model}, isl {isl}"
+            rows.append(_row(name, s, paper, "> 1", _agree(s, paper, paper)))
+    return rows
+
+
 def smidt_rows(recs: list[SmidtRec]) -> list[dict]:
     rows = []
     ana = smidt_speedups(recs, "analytic_tokens_per_s")
@@ -443,7 +513,7 @@ def smidt_rows(recs: list[SmidtRec]) -> list[dict]:
 def run() -> list[dict]:
     t0 = time.perf_counter()
     rows = mixserve_rows(mixserve_records()) + semmoe_rows(semmoe_records())
-    rows += smidt_rows(smidt_records())
+    rows += semmoe_tp_rows(semmoe_tp_records()) + smidt_rows(smidt_records())
     dt = time.perf_counter() - t0
     note = "all three comparisons"
     wall = dict(name="bench_serve_papers wall time", value=dt, unit="s", reference=None)
@@ -477,13 +547,13 @@ def print_table(recs: list) -> None:
 
 if __name__ == "__main__":
     t0 = time.perf_counter()
-    ms, sem, sm = mixserve_records(), semmoe_records(), smidt_records()
-    for recs in (ms, sem, sm):
+    ms, sem, tp, sm = mixserve_records(), semmoe_records(), semmoe_tp_records(), smidt_records()
+    for recs in (ms, sem, tp, sm):
         print_table(recs)
     for c, m in MIXSERVE_CASES:
         cl = load_cluster(c)
         print(
             f"\n{c} {m} fused / unfused: {fused_breakdown(load_model(m), cl, cost_model_for(cl))}"
         )
-    print_table(mixserve_rows(ms) + semmoe_rows(sem) + smidt_rows(sm))
+    print_table(mixserve_rows(ms) + semmoe_rows(sem) + semmoe_tp_rows(tp) + smidt_rows(sm))
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")
