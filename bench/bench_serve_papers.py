@@ -18,11 +18,10 @@ paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, namedtuple
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import NamedTuple
 
 from moeplan.cli.pipeline import read_routing_profile
 from moeplan.cost import cost_model_for
@@ -118,19 +117,11 @@ def mixserve_arms(model, cluster, cost) -> dict[str, tuple[ServeLayout, float, f
     return arms
 
 
-class MsRec(NamedTuple):
-    """One MixServe arm at one rate: mean TTFT from arrival (open loop, queueing included;
-    NaN for the fused estimate) and after admission, p50 ITL, total tokens/s."""
-
-    cluster: str
-    model: str
-    arm: str
-    layout: str
-    rate: float
-    ttft_s: float
-    ttft_admitted_s: float
-    itl_s: float
-    tokens_per_s: float
+# One MixServe arm at one rate: mean TTFT from arrival (open loop, queueing included; NaN for
+# the fused estimate) and after admission, p50 ITL, total tokens/s.
+MsRec = namedtuple(
+    "MsRec", "cluster model arm layout rate ttft_s ttft_admitted_s itl_s tokens_per_s"
+)
 
 
 def mixserve_records(requests: int = 400, cases=MIXSERVE_CASES) -> list[MsRec]:
@@ -219,19 +210,11 @@ class _E2E:
         return self.m.e2e_p90_s <= self.limit_s
 
 
-class SemRec(NamedTuple):
-    """One placement under one SLO: LAR, imbalance, the SLO, the largest Poisson rate meeting
-    it, total tokens/s there, and communication's share of a 256-sequence decode step."""
-
-    model: str
-    placement: str
-    lar: float
-    imbalance: float
-    slo: str
-    slo_s: float
-    max_rate: float
-    tokens_per_s: float
-    comm_share: float
+# One placement under one SLO: LAR, imbalance, the SLO, the largest Poisson rate meeting it,
+# total tokens/s there, and communication's share of a 256-sequence decode step.
+SemRec = namedtuple(
+    "SemRec", "model placement lar imbalance slo slo_s max_rate tokens_per_s comm_share"
+)
 
 
 def semmoe_records(requests: int = 1500, trace_requests: int = 256, models=SEMMOE_MODELS):
@@ -288,17 +271,9 @@ SEMMOE_TABLE1 = {
 TP_ARMS = ("contiguous", "transition", "semmoe")  # SGLang, MoETuner-like, Sem-MoE (Table 1)
 
 
-class TpRec(NamedTuple):
-    """Attention-TP scenario: one placement at one input length, p99 TTFT at 1 req/s
-    (simulated and Table 1's)."""
-
-    model: str
-    isl: int
-    placement: str
-    lar: float
-    imbalance: float
-    ttft_p99_s: float
-    paper_ttft_p99_s: float
+# Attention-TP scenario: one placement at one input length, p99 TTFT at 1 req/s (simulated and
+# Table 1's).
+TpRec = namedtuple("TpRec", "model isl placement lar imbalance ttft_p99_s paper_ttft_p99_s")
 
 
 def semmoe_tp_records(requests: int = 100, trace_requests: int = 256, models=SEMMOE_MODELS):
@@ -345,19 +320,11 @@ SMIDT_PAPER = {
 }
 
 
-class SmidtRec(NamedTuple):
-    """One arm of one task: its plan's PP degree, served layout, the planner's analytic
-    tokens/s and the simulated total tokens/s (closed loop of ``SMIDT_BATCH``)."""
-
-    cluster: str
-    nodes: int
-    task: str
-    prefill_only: bool
-    arm: str
-    pp: int
-    layout: str
-    analytic_tokens_per_s: float
-    tokens_per_s: float
+# One arm of one task: its plan's PP degree, served layout, the planner's analytic tokens/s and
+# the simulated total tokens/s (closed loop of ``SMIDT_BATCH``).
+SmidtRec = namedtuple(
+    "SmidtRec", "cluster nodes task prefill_only arm pp layout analytic_tokens_per_s tokens_per_s"
+)
 
 
 def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
