@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -126,3 +127,29 @@ def test_cli_impossible_slo_is_one_line_exit_2(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "no deployment meets the SLOs" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def _linear(b):  # iteration seconds: 5 ms + 1 ms per decode sequence + 10 us per prompt token
+    return 0.005 + 0.001 * b.decode + 1e-5 * sum(q for q, _ in b.prefill)
+
+
+def test_rate_probe_rejects_an_overloaded_run_that_still_meets_percentile_slos():
+    """Closed form: with d(B) = 5 ms + 1 ms * B and 64 output tokens, a request stream of
+    rate r needs B = r * 64 * d(B) sequences in flight, i.e. B = 0.32 r / (1 - 0.064 r):
+    above r = 1/0.064 = 15.6 req/s no batch keeps up. A finite run at 3x that rate can still
+    show modest percentiles; the stability test must reject it and accept a light load. The
+    probe is as long as the search makes it (three request lifetimes at that rate)."""
+    from moeplan.serve import EngineConfig, generate, simulate
+    from moeplan.serve.metrics import run_stable
+    from moeplan.serve.search import probe_requests
+
+    cfg = EngineConfig(policy="prefill-first", chunk_tokens=8192, max_running=100_000,
+                       kv_tokens=10**9)
+    slo = SLO(ttft_s=2.0, tpot_s=0.2)
+    wl = ServeWorkload(num_requests=400, rate=1.0, isl=LengthDist(mean=128),
+                       osl=LengthDist(mean=64), seed=1)
+    assert probe_requests(47.0, wl, slo, 400) >= 2000
+    light = simulate(generate(wl.with_rate(4.0)), cfg, _linear)
+    heavy = simulate(generate(replace(wl, num_requests=2000).with_rate(47.0)), cfg, _linear)
+    assert run_stable(light, slo)
+    assert not run_stable(heavy, slo)

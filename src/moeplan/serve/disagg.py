@@ -33,10 +33,8 @@ prefill pool first and its simulation gave 35 % less than the non-PP pick (DeepS
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
@@ -50,7 +48,7 @@ from moeplan.serve.knobs import (
     engine_config,
 )
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
-from moeplan.serve.metrics import SLO, ServeMetrics, summarize
+from moeplan.serve.metrics import SLO, Probe, ServeMetrics, queue_stable, summarize
 from moeplan.serve.pd import (
     DecodeLayout,
     PDLayout,
@@ -66,7 +64,6 @@ from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = ("pd", "afd")
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
-QUEUE_GROWTH = 2.0  # second-half mean wait allowed over the first half's (stability test)
 RHO_MAX = 0.95  # highest load accepted: prefill busy fraction, rate over decode capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
@@ -323,21 +320,6 @@ def stable(run: PDRun, slo: SLO) -> bool:
     return queue_stable(run.waits(), slo)
 
 
-def queue_stable(waits: Iterable[np.ndarray], slo: SLO) -> bool:
-    """Every queue is bounded: per queue (waits in arrival order, NaN skipped) the second
-    half's mean wait is within ``QUEUE_GROWTH`` times the first half's plus a floor of 5 %
-    of the TTFT SLO (or 10 ms without one)."""
-    floor = 0.05 * slo.ttft_s if slo.ttft_s is not None else 0.01
-    for w in waits:
-        w = w[~np.isnan(w)]
-        if len(w) < 4:
-            continue
-        h = len(w) // 2
-        if float(w[h:].mean()) > QUEUE_GROWTH * float(w[:h].mean()) + floor:
-            return False
-    return True
-
-
 def run_metrics(
     c: Context, setup: PoolSetup, workload: ServeWorkload
 ) -> tuple[PDRun, ServeMetrics]:
@@ -354,17 +336,10 @@ def evaluate_candidate(
         w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None
     )
 
-    class _Probe:
-        def __init__(self, m: ServeMetrics, ok: bool) -> None:
-            self.m, self.ok = m, ok
-
-        def meets(self, slo: SLO) -> bool:
-            return self.ok and self.m.meets(slo)
-
-    def probe_run(r: float) -> _Probe:
+    def probe_run(r: float) -> Probe:
         run, m = run_metrics(c, k.setup, probe.with_rate(r))
         loads = run.prefill_utilisation() <= RHO_MAX and r <= RHO_MAX * k.capacity[1]
-        return _Probe(m, loads and stable(run, c.slo))
+        return Probe(m, loads and stable(run, c.slo))
 
     hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
     best = max_rate_meeting_slo(probe_run, c.slo, hi=hi, max_steps=8)  # type: ignore[arg-type]

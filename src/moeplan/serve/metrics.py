@@ -18,6 +18,7 @@ Definitions (the names used in JSON keys and the CLI):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -194,3 +195,44 @@ def summarize(res: SimResult, gpus: int, slo: SLO | None = None) -> ServeMetrics
         recomputed_tokens=res.recomputed_tokens,
         iterations=len(res.iter_end_s),
     )
+
+
+QUEUE_GROWTH = 2.0  # second-half mean wait allowed over the first half's (stability test)
+
+
+def queue_stable(waits: Iterable[np.ndarray], slo: SLO, floor_s: float | None = None) -> bool:
+    """Every queue is bounded: per queue (waits in arrival order, NaN skipped) the second
+    half's mean wait is within ``QUEUE_GROWTH`` times the first half's plus a floor
+    (``floor_s``; default 5 % of the TTFT SLO, or 10 ms without one). A finite run at an
+    overloaded rate can still meet percentile SLOs while its queue grows without bound; this
+    test catches it."""
+    if floor_s is None:
+        floor_s = 0.05 * slo.ttft_s if slo.ttft_s is not None else 0.01
+    for w in waits:
+        w = w[~np.isnan(w)]
+        if len(w) < 4:
+            continue
+        h = len(w) // 2
+        if float(w[h:].mean()) > QUEUE_GROWTH * float(w[:h].mean()) + floor_s:
+            return False
+    return True
+
+
+def run_stable(res: SimResult, slo: SLO) -> bool:
+    """A colocated run is stable: neither the time to first token nor the time per output
+    token grows from the first half of the requests (by arrival) to the second (floors: 5 %
+    of each SLO, or 10 ms / 1 ms without one)."""
+    order = np.argsort(res.arrival_s, kind="stable")
+    ttft, tpot, _ = request_latencies(res)
+    tpot_floor = 0.05 * slo.tpot_s if slo.tpot_s is not None else 0.001
+    return queue_stable((ttft[order],), slo) and queue_stable((tpot[order],), slo, tpot_floor)
+
+
+class Probe:
+    """A rate probe's metrics and whether the run was stable; ``meets`` needs both."""
+
+    def __init__(self, metrics: ServeMetrics, stable: bool) -> None:
+        self.metrics, self.stable = metrics, stable
+
+    def meets(self, slo: SLO) -> bool:
+        return self.stable and self.metrics.meets(slo)

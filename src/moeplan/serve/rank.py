@@ -137,7 +137,7 @@ class ServeRanking:
     def pareto(self) -> list[dict[str, Any]]:
         """Simulated points not dominated in (output tokens/s per GPU, tokens/s per user =
         1 / median TPOT)."""
-        pts = []
+        pts: list[dict[str, Any]] = []
         for s in self.ranked:
             m = s.metrics
             if m is None or not m.tpot_p50_s > 0:
@@ -257,13 +257,18 @@ def _final_run(
     if not r.feasible or r.engine is None:
         return r
     idle = not rate
-    if idle:
+    if not rate:
         rate = (r.estimate.rate_rps if r.estimate is not None else 1.0) / IDLE_FRACTION
     ev = IterationModel(model, cluster, cost, r.layout)
     m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
     if idle:
-        return replace(r, metrics=m, meets_slo=False, bound="SLOs unreachable at any rate",
-                       reason=f"misses the SLOs even near idle ({rate:.3g} req/s)")
+        return replace(
+            r,
+            metrics=m,
+            meets_slo=False,
+            bound="SLOs unreachable at any rate",
+            reason=f"misses the SLOs even near idle ({rate:.3g} req/s)",
+        )
     return replace(r, metrics=m, meets_slo=m.meets(slo))
 
 
@@ -439,9 +444,15 @@ def _operating_workload(ranking: ServeRanking, s: Served) -> ServeWorkload:
     return ranking.workload
 
 
-def serving_curves(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
-                   cost: CostModel, *, top: int = 3,
-                   fractions: tuple[float, ...] = CURVE_FRACTIONS) -> dict[str, Any]:
+def serving_curves(
+    ranking: ServeRanking,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    *,
+    top: int = 3,
+    fractions: tuple[float, ...] = CURVE_FRACTIONS,
+) -> dict[str, Any]:
     """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
     p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
     open-loop workloads only). Same seed at every rate (common random numbers)."""
@@ -454,33 +465,49 @@ def serving_curves(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec
         label = f"{x.entry.family}: {x.entry.layout.label}"
         res = _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
         ttft, tpot, _ = request_latencies(res)
-        latency[label] = {"ttft_s": [float(v) for v in ttft],
-                          "tpot_s": [float(v) for v in tpot if v == v]}
+        latency[label] = {
+            "ttft_s": [float(v) for v in ttft],
+            "tpot_s": [float(v) for v in tpot if v == v],
+        }
         base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
         if not base or ranking.workload.concurrency is not None:
             continue
-        probe = replace(ranking.workload,
-                        num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests))
+        probe = replace(
+            ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
+        )
         pts = []
         for f in fractions:
-            m = summarize(_rerun(x, probe.with_rate(base * f), model, cluster, cost),
-                          x.result.layout.gpus, ranking.slo)
-            pts.append({"rate_rps": base * f, "ttft_p90_s": m.ttft_p90_s,
-                        "tpot_p90_s": m.tpot_p90_s,
-                        "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu})
+            m = summarize(
+                _rerun(x, probe.with_rate(base * f), model, cluster, cost),
+                x.result.layout.gpus,
+                ranking.slo,
+            )
+            pts.append(
+                {
+                    "rate_rps": base * f,
+                    "ttft_p90_s": m.ttft_p90_s,
+                    "tpot_p90_s": m.tpot_p90_s,
+                    "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+                }
+            )
         rate_curves[label] = pts
     return {"latency": latency, "rate": rate_curves}
 
 
-def serving_trace(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
-                  cost: CostModel) -> dict[str, Any]:
+def serving_trace(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
     """Chrome trace of the winner's simulated run (one event per engine iteration), at the
     load its metrics were taken: the user's rate or concurrency, else its largest SLO rate."""
     from moeplan.serve.trace import serve_trace
 
     w = ranking.winner
     r = w.result
-    meta = {"family": w.entry.family, "label": w.entry.label, "layout": w.entry.layout.label}
+    meta: dict[str, Any] = {
+        "family": w.entry.family,
+        "label": w.entry.label,
+        "layout": w.entry.layout.label,
+    }
     if r.engine is None:
         return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
     wl = ranking.workload
@@ -492,8 +519,9 @@ def serving_trace(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
     return serve_trace(res, label=w.entry.layout.label, metadata=meta)
 
 
-def _rerun(x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec,
-           cost: CostModel) -> SimResult:
+def _rerun(
+    x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> SimResult:
     """Simulate ``x``'s deployment on ``wl`` again (disaggregated pools run their own pools:
     :class:`moeplan.serve.disagg.DisaggResult`)."""
     r = x.result

@@ -22,7 +22,7 @@ from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.metrics import SLO, ServeMetrics, summarize
+from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload import ServeWorkload, generate
 
 __all__ = [
@@ -40,11 +40,23 @@ __all__ = [
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 SEARCH_REQUESTS = 400
+# A rate probe must outlast the requests it sends: its arrival window covers at least this
+# many request lifetimes (TTFT SLO + osl x TPOT SLO), so an overloaded rate shows a growing
+# queue instead of a batch that never filled (capped at MAX_PROBE_REQUESTS).
+PROBE_LIFETIMES = 3.0
+MAX_PROBE_REQUESTS = 3000
+
+
+def probe_requests(rate: float, workload: ServeWorkload, slo: SLO, floor: int) -> int:
+    """Requests in a rate probe at ``rate`` (see ``PROBE_LIFETIMES``); at least ``floor``."""
+    life = (slo.ttft_s or 0.0) + workload.osl.mean * (slo.tpot_s or 0.0)
+    want = math.ceil(PROBE_LIFETIMES * rate * life)
+    return max(floor, min(MAX_PROBE_REQUESTS, want))
 EvaluatorFactory = Callable[[ServeLayout], Evaluator]
 
 
 def max_rate_meeting_slo(
-    run: Callable[[float], ServeMetrics],
+    run: Callable[[float], ServeMetrics | Probe],
     slo: SLO,
     *,
     hi: float,
@@ -185,6 +197,8 @@ def _bound(
     }
     top = max(parts, key=lambda k: parts[k])
     ridge = cluster.gpu.flops_bf16 / cluster.gpu.mem_bw
+    m: float
+    w: float
     if top == "attention":
         m, w = math.ceil(batch / layout.attn_dp), model.weight_bytes
     elif top == "experts":
@@ -237,8 +251,10 @@ def _best_knobs(
         rate = est.rate_rps
         if _has_limits(slo):
 
-            def run(r: float, cfg: EngineConfig = cfg) -> ServeMetrics:
-                return _run(cfg, probe.with_rate(r), evaluate, gpus, slo)
+            def run(r: float, cfg: EngineConfig = cfg) -> Probe:
+                wl = replace(probe, num_requests=probe_requests(r, workload, slo, n))
+                res = simulate(generate(wl.with_rate(r)), cfg, evaluate)
+                return Probe(summarize(res, gpus, slo), run_stable(res, slo))
 
             rate = max_rate_meeting_slo(run, slo, hi=1.5 * est.rate_rps)
         if best is None or rate > best[0]:
