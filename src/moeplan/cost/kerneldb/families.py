@@ -44,7 +44,7 @@ from moeplan.cost.kerneldb.base import BF16, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, _allreduce, _deepep, dest_ranks  # noqa: F401
-from moeplan.cost.kerneldb.load import busiest_rank
+from moeplan.cost.kerneldb.load import busiest_rank_many
 from moeplan.errors import MoeplanError
 
 # DeepSeek-V3 MLA dimensions (config.json: qk_nope_head_dim 128, qk_rope_head_dim 64,
@@ -98,11 +98,13 @@ def _moe(cols: Columns) -> Features:
             f"distribution ({EXPLICIT!r}) needs rank_pairs and rank_hit "
             "(per-expert counts, see moeplan cost --expert-counts)"
         )
-    for i in range(len(n)):
-        if explicit[i]:
-            pairs[i], hit[i] = float(cols["rank_pairs"][i]), float(cols["rank_hit"][i])
-        else:
-            pairs[i], hit[i] = busiest_rank(n[i], int(e[i]), int(k[i]), int(ep[i]), dist[i])
+    if (~explicit).any():
+        pairs[~explicit], hit[~explicit] = busiest_rank_many(
+            n[~explicit], e[~explicit], k[~explicit], ep[~explicit], dist[~explicit]
+        )
+    if explicit.any():
+        pairs[explicit] = np.asarray(cols["rank_pairs"], float)[explicit]
+        hit[explicit] = np.asarray(cols["rank_hit"], float)[explicit]
     dtype = np.asarray(cols["moe_dtype"]).astype(str)
     wbytes = np.array([WEIGHT_BYTES.get(d, BF16) for d in dtype])
     code = np.array(

@@ -10,8 +10,9 @@ The layer waits for the busiest rank, so that rank is the one priced.
 - ``power_law_<alpha>``: expert loads drawn from ``x^-alpha`` on ``[1, 0.8 N]`` (``[0.01, 2]``
   when ``N k <= E``) and scaled to ``N k`` pairs, contiguous experts per rank, busiest rank
   taken — the generator NVIDIA's tables were collected with (aiconfigurator
-  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). The expectation is a
-  seeded average over :data:`DRAWS` draws, so it is deterministic.
+  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). The expectation is an
+  average over :data:`DRAWS` draws of common random numbers (the same seeded uniforms for
+  every shape with the same expert count), so it is deterministic and vectorised.
 - explicit per-expert counts (a routing trace), optionally with EPLB redundant experts: the
   hottest experts get replicas (load split evenly), replicas go to ranks by longest-processing-
   time-first under equal slot counts (DeepSeek EPLB's greedy packing, Sec. "EPLB").
@@ -67,17 +68,80 @@ def power_law_alpha(distribution: str) -> float:
 
 @lru_cache(maxsize=65536)
 def _power_law(n: int, e: int, k: int, ep: int, alpha: float) -> tuple[float, float]:
-    rng = np.random.default_rng([SEED, n, e, k, ep, int(alpha * 1000)])
-    lo, hi = (1.0, n * 0.8) if n * k > e else (0.01, 2.0)
-    hi = max(hi, lo * 1.0001)
-    u = rng.random((DRAWS, e))
-    a = 1.0 - alpha
-    x = ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
-    loads = np.round(x / x.sum(axis=1, keepdims=True) * n * k)
-    per_rank = loads.reshape(DRAWS, ep, e // ep)
-    busiest = per_rank.sum(axis=2).argmax(axis=1)
-    chosen = per_rank[np.arange(DRAWS), busiest]
-    return float(chosen.sum(axis=1).mean()), float((chosen > 0).sum(axis=1).mean())
+    p, h = power_law_many(
+        np.array([n], float), np.array([e]), np.array([k], float), np.array([ep]), np.array([alpha])
+    )
+    return float(p[0]), float(h[0])
+
+
+@lru_cache(maxsize=64)
+def _uniforms(e: int) -> np.ndarray:
+    """Common random numbers: the same seeded ``DRAWS x e`` uniforms for every shape with
+    ``e`` experts, so the expectation is a smooth, deterministic function of the shape."""
+    return np.random.default_rng([SEED, e]).random((DRAWS, e))
+
+
+CHUNK_ELEMS = 4_000_000  # shapes x draws x experts evaluated at once
+
+
+def power_law_many(
+    n: np.ndarray, e: np.ndarray, k: np.ndarray, ep: np.ndarray, alpha: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised power-law busiest rank (see module docstring) for many shapes."""
+    keys = np.stack([n, e, k, ep, alpha], axis=1).astype(float)
+    uniq, back = np.unique(keys, axis=0, return_inverse=True)
+    if len(uniq) < len(n):
+        p, h = power_law_many(*uniq.T)
+        return p[back.ravel()], h[back.ravel()]
+    pairs, hit = np.empty(len(n)), np.empty(len(n))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(e.astype(int).tolist(), ep.astype(int).tolist(), strict=True)):
+        groups.setdefault(key, []).append(i)
+    for (ee, pp), rows in groups.items():
+        u = _uniforms(ee)
+        step = max(1, CHUNK_ELEMS // (DRAWS * ee))
+        for start in range(0, len(rows), step):
+            j = np.array(rows[start : start + step])
+            pairs[j], hit[j] = _busiest(u, n[j], k[j], alpha[j], pp)
+    return pairs, hit
+
+
+def _busiest(
+    u: np.ndarray, n: np.ndarray, k: np.ndarray, alpha: np.ndarray, ep: int
+) -> tuple[np.ndarray, np.ndarray]:
+    ee = u.shape[1]
+    nn, kk, a = n[:, None, None], k[:, None, None], 1.0 - alpha[:, None, None]
+    big = nn * kk > ee
+    lo = np.where(big, 1.0, 0.01)
+    hi = np.maximum(np.where(big, nn * 0.8, 2.0), lo * 1.0001)
+    x = ((hi**a - lo**a) * u[None] + lo**a) ** (1.0 / a)
+    loads = np.round(x / x.sum(axis=2, keepdims=True) * nn * kk)
+    per_rank = loads.reshape(len(n), DRAWS, ep, ee // ep)
+    best = per_rank.sum(axis=3).argmax(axis=2)
+    chosen = np.take_along_axis(per_rank, best[:, :, None, None], axis=2)[:, :, 0, :]
+    return chosen.sum(axis=2).mean(axis=1), (chosen > 0).sum(axis=2).mean(axis=1)
+
+
+def busiest_rank_many(
+    n: np.ndarray, e: np.ndarray, k: np.ndarray, ep: np.ndarray, dist: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`busiest_rank` over arrays (power-law rows vectorised)."""
+    bad = (ep < 1) | (np.mod(e, np.maximum(ep, 1)) != 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        require(False, f"moe_ep_size ({ep[i]:g}) must divide num_experts ({e[i]:g})")
+    local, pairs = e / ep, n * k / ep
+    hit = np.minimum(local, pairs)
+    rnd = dist == "random"
+    hit = np.where(rnd, local * (1.0 - (1.0 - k / e) ** n), hit)
+    pl = ~(rnd | np.isin(dist, ["balanced", "uniform"]))
+    if pl.any():
+        alpha = np.array([power_law_alpha(d) for d in dist[pl]])
+        p, h = power_law_many(np.round(n[pl]), e[pl], k[pl], ep[pl], alpha)
+        pairs, hit = pairs.copy(), hit.copy()
+        pairs[pl], hit[pl] = p, h
+    zero = n <= 0
+    return np.where(zero, 0.0, pairs), np.where(zero, 0.0, hit)
 
 
 def contiguous_busiest(counts: np.ndarray, ep: int) -> tuple[float, float]:
