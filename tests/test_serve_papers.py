@@ -147,3 +147,29 @@ def test_semmoe_higher_lar_raises_the_rate_meeting_a_ttft_slo():
         rates.append(it(Batch(0, 0, ((4096, 4096),))))
     assert rates[2] >= rates[0] * 0.98  # within the bisection's tolerance
     assert rates[3] < rates[1]
+
+
+def test_smidt_pp_beats_no_pp_on_32_a40_and_too_deep_pp_declines():
+    """SMIDT §5.2 (Fig. 6): on 4 x 8 A40 (PCIe, 100 Gb/s IB) Qwen3-235B prefill-only (MMLU
+    400:1, Top-P profile) is faster with PP than with one stage over all 32 GPUs, and the
+    throughput falls again when PP goes past the sweet spot (PP16 < PP4)."""
+    from moeplan.cli.pipeline import read_routing_profile
+
+    cl, model = load_cluster("smidt-a40"), load_model("qwen3-235b-a22b")
+    cost, route = cost_model_for(cl), read_routing_profile("qwen3-235b-a22b-topp", model)
+    w = ServeWorkload(
+        num_requests=96,
+        rate=None,
+        concurrency=64,
+        seed=0,
+        isl=LengthDist(mean=400),
+        osl=LengthDist(mean=1),
+    )
+    tps = {}
+    for pp in (1, 4, 16):
+        lay = ServeLayout(attn_dp=32 // pp, moe_ep=32 // pp, pp=pp)
+        cfg = engine_config("sglang", model, cl, lay)
+        it = IterationModel(model, cl, cost, lay, route)
+        tps[pp] = run_workload(cfg, w, it, lay.gpus, SLO())[1].total_tokens_per_s
+    assert tps[4] > 2 * tps[1]
+    assert tps[16] < tps[4]
