@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import cast
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def plan_pipeline(
     per_pp, parts = _search_degrees(degrees, eps, rounds, async_pp)
     if level:
         per_pp = {
-            s: p if p is None else _leveled(degrees[s], parts[s], p, rounds)
+            s: p if p is None else _leveled(cast(DegreeTables, degrees[s]), parts[s], p, rounds)
             for s, p in per_pp.items()
         }
     search_s = time.perf_counter() - t0
@@ -171,7 +172,7 @@ def _search_degrees(
             return rate(plan) * part.bottleneck / low > bar
 
         dt, part = certified_partition(
-            degrees[s],
+            cast(DegreeTables, degrees[s]),  # a degree with a plan has its tables
             eps=eps,
             worth=worth,  # type: ignore[arg-type]
             first=parts[s],

@@ -140,7 +140,7 @@ def decide(
     w = np.stack(
         [np.bincount(rng.integers(0, num_r, num_r), minlength=num_r) for _ in range(resamples)]
     ).astype(np.float64)  # [B, R]
-    kw = dict(
+    kw: dict[str, Any] = dict(
         num_experts=num_experts,
         step_tokens=step_tokens,
         hidden_bytes=hidden_bytes,
