@@ -39,7 +39,7 @@ from moeplan.cost.kerneldb.families import (
     Features,
 )
 from moeplan.cost.kerneldb.fit import Analytic
-from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.cost.kerneldb.sources import Prediction, Source
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
@@ -226,6 +226,7 @@ class KernelDB:
         corr, _, inside = vm.field.query(f.coords)
         peak = peak_time(f, device, fam.link)
         out = []
+        src: Source  # one of the four source labels (annotation only)
         for i in range(n):
             if np.isfinite(exact[i]):
                 s, src = exact[i], "measured"
