@@ -28,7 +28,7 @@ from moeplan.specs import load_cluster
 
 ENGINES = ("sglang", "vllm", "trtllm")
 #: parquet file -> [(op, {our column: table column}, latency column(s), scale to seconds)]
-FILES = {
+FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
     "moe_perf.parquet": [("moe", {}, ("latency",), 1e-3)],
     "context_attention_perf.parquet": [("context_attention", {}, ("latency",), 1e-3)],
     "generation_attention_perf.parquet": [("generation_attention", {}, ("latency",), 1e-3)],
