@@ -41,7 +41,7 @@ from moeplan.serve import (
     engine_config,
     max_rate_meeting_slo,
 )
-from moeplan.serve.metrics import ServeMetrics
+from moeplan.serve.metrics import Probe, ServeMetrics, run_stable
 from moeplan.serve.rank import pipeline_entry
 from moeplan.serve.search import run_workload
 from moeplan.specs import Workload, load_cluster, load_model
@@ -227,24 +227,26 @@ def semmoe_records(requests: int = 1500, trace_requests: int = 256, models=SEMMO
         model = load_model(mname)
         cfg = engine_config("sglang", model, cluster, lay)
 
-        def sim(rate: float, it: IterationModel, cfg=cfg) -> ServeMetrics:
-            return run_workload(cfg, w.with_rate(rate), it, lay.gpus, SLO())[1]
+        def sim(rate: float, it: IterationModel, cfg=cfg):
+            return run_workload(cfg, w.with_rate(rate), it, lay.gpus, SLO())
 
         places = semmoe_placements(model, cost, trace_requests)
         lar0, imb0 = places["contiguous"]
-        light = sim(LIGHT_RATE, IterationModel(model, cluster, cost, lay, imbalance=imb0, lar=lar0))
+        base = IterationModel(model, cluster, cost, lay, imbalance=imb0, lar=lar0)
+        light = sim(LIGHT_RATE, base)[1]
         limits = {"ttft": SLO_FACTOR * light.ttft_p90_s, "e2e": SLO_FACTOR * light.e2e_p90_s}
         for name, (lar, imb) in places.items():
             it = IterationModel(model, cluster, cost, lay, imbalance=imb, lar=lar)
             share = _comm_share(it, cfg.max_running)
             for kind, lim in limits.items():
+                slo = SLO(ttft_s=lim) if kind == "ttft" else SLO()
 
-                def judge(r: float, it=it, kind=kind, lim=lim):
-                    return sim(r, it) if kind == "ttft" else _E2E(sim(r, it), lim)
+                def judge(r: float, it=it, kind=kind, lim=lim, slo=slo) -> Probe:
+                    res, m = sim(r, it)  # a growing queue fails too (serve.metrics.run_stable)
+                    return Probe(m if kind == "ttft" else _E2E(m, lim), run_stable(res, slo))  # type: ignore[arg-type]
 
-                slo = SLO(ttft_s=lim)
-                rate = max_rate_meeting_slo(judge, slo, hi=4 * LIGHT_RATE, rel_tol=0.02)  # type: ignore[arg-type]
-                tps = sim(rate, it).total_tokens_per_s
+                rate = max_rate_meeting_slo(judge, SLO(ttft_s=lim), hi=4 * LIGHT_RATE, rel_tol=0.02)
+                tps = sim(rate, it)[1].total_tokens_per_s
                 out.append(SemRec(mname, name, lar, imb, kind, lim, rate, tps, share))
     return out
 
