@@ -254,3 +254,22 @@ def test_sigterm_to_moeplan_run_reaches_its_workers(tmp_path):
     assert err.strip().splitlines() == ["moeplan: terminated (signal 15)"]
     assert not any(_alive(w) for w in workers)
     assert _tmp_run_dirs() <= before
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["--timeout", "nan"], "--timeout (nan)"), (["--timeout", "0"], "--timeout (0)")],
+)
+def test_case4_torchrun_entry_validates_timeout(tmp_path, args, needle):
+    """``python -m moeplan.runtime.launch`` (what torchrun starts): one line, exit 2."""
+    p = subprocess.run(
+        [sys.executable, "-m", "moeplan.runtime.launch", "--plan", str(_dep_plan(tmp_path)), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "1", "PYTHONWARNINGS": "ignore"},
+    )
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"moeplan: error: {needle} must be {'a finite number' if 'nan' in needle else 'positive'}"
+    ]
