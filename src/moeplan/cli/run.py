@@ -28,8 +28,10 @@ MAX_TOKENS = 2**24  # tokens in one global batch of a local run
 
 
 def run_command(
-    plan: Annotated[str, typer.Option(
-        "--plan", help="plan.json (schema moeplan.plan/1), or a folder holding one.")],
+    plan: Annotated[
+        str,
+        typer.Option("--plan", help="plan.json (schema moeplan.plan/1), or a folder holding one."),
+    ],
     nproc: Annotated[
         int | None,
         typer.Option("--nproc", help="Processes to start; default: the plan's world_size."),

@@ -51,9 +51,13 @@ def synth(
     model: Annotated[str, typer.Option(help="Model preset or config.json")] = "deepseek-v2-lite",
     requests: Annotated[int, typer.Option(help="Number of requests")] = 1024,
     seed: Annotated[int, typer.Option(help="Random seed")] = 0,
-    layers: Annotated[int | None, typer.Option(
-        help="Keep only the first L decoder layers (as `plan --layers`): the trace then has "
-             "that truncated model's MoE layers")] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            help="Keep only the first L decoder layers (as `plan --layers`): the trace then has "
+            "that truncated model's MoE layers"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
 ) -> None:
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
