@@ -14,7 +14,7 @@ from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, plac
 from moeplan.specs import load_cluster, load_model
 from moeplan.traces.synthetic import SynthConfig, synthesize
 
-LAYERS, REQUESTS = 4, 512
+LAYERS, REQUESTS, SPLIT_SEED = 8, 512, 3
 
 
 @pytest.fixture(scope="module")
@@ -31,29 +31,28 @@ def qwen_case():
         )
     )
     ev = cost_evaluator(cost_model_for(load_cluster("h100-sxm-8")), m, 8)
-
-    def run(guard: bool):
-        return place(
-            tr,
-            num_layers=LAYERS,
-            num_experts=m.num_experts,
-            hidden_bytes=m.hidden_bytes,
-            evaluate=ev,
-            cfg=PlaceConfig(ep=8, seed=1, guard=guard),
-        )
-
-    return run(True), run(False)
+    return place(
+        tr,
+        num_layers=LAYERS,
+        num_experts=m.num_experts,
+        hidden_bytes=m.hidden_bytes,
+        evaluate=ev,
+        cfg=PlaceConfig(ep=8, seed=SPLIT_SEED),
+    )
 
 
 def test_issue_case_keeps_the_held_out_gain(qwen_case):
-    guarded, free = qwen_case
-    sem, con = free.methods["semmoe"].metrics, free.methods["contiguous"].metrics
-    assert sem["lar"] > 1.5 * con["lar"]  # the gain is real on held-out requests ...
+    """qwen3-30b-a3b EP8 (8 MoE layers, 512 requests, split seed 3): the old point estimate
+    on ~80 validation requests (>= 0.995 x contiguous: fall back) rejected Sem-MoE although it
+    is more local and faster on the held-out requests; the bootstrap guard keeps it."""
+    g = qwen_case.extra["guard"]
+    assert 50 <= g["requests"] <= 120
+    assert g["val_time_ratio"] >= 0.995  # the old guard's verdict: fall back
+    assert not qwen_case.fallback, g  # the new one keeps it ...
+    sem = qwen_case.methods["semmoe"].metrics
+    con = qwen_case.methods["contiguous"].metrics
+    assert sem["lar"] > 1.5 * con["lar"]  # ... and the gain is real on held-out requests
     assert sem["moe_layer_time_s"] < con["moe_layer_time_s"]
-    g = guarded.extra["guard"]
-    assert 50 <= g["requests"] <= 120  # ... the decision is made on ~80 validation requests
-    assert not guarded.fallback, g  # ... and the guard keeps it
-    assert guarded.methods["semmoe"].metrics["lar"] == pytest.approx(sem["lar"])
 
 
 def _tally_pair(rng, n_req: int, local_shift: float):

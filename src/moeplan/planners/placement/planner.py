@@ -487,6 +487,11 @@ def place(
             balance_tol=cfg.balance_tol,
             seed=cfg.seed,
         )
+        val = metrics.get("val") or {}
+        if "semmoe" in val and "contiguous" in val:  # the point estimate the old guard used
+            verdict["val_time_ratio"] = (
+                val["semmoe"]["moe_layer_time_s"] / val["contiguous"]["moe_layer_time_s"]
+            )
         res.extra["guard"] = verdict
     fallback = verdict is not None and not verdict["keep"]
     if fallback:
