@@ -112,3 +112,36 @@ def test_engines_differ_and_unknown_engine_is_rejected() -> None:
     assert all(math.isfinite(v) and v > 0 for v in times.values())
     with pytest.raises(MoeplanError, match="engine"):
         CostModel(c, engine="tgi")
+
+
+def test_mla_layer_from_the_engines_module_table() -> None:
+    """DeepSeek-V3 attention layer with vLLM on H100 = the measured module row; SGLang has
+    no module table and keeps projections + core; engine=None is untouched."""
+    import numpy as np
+
+    c = load_cluster("h100-sxm-8")
+    m = load_model("deepseek-v3")
+    t = kernel_db().tables[("h100_sxm", "vllm", "generation_mla_module")]
+    cols = t.columns
+    sel = (
+        (cols["num_heads"] == 16)
+        & (cols["batch_size"] == 32)
+        & (cols["step"] == 4096)
+        & (cols["gemm_type"] == "fp8_block")
+        & (cols["kv_cache_dtype"] == "bfloat16")
+        & (cols["kernel_source"] == "FLASH_ATTN_MLA")
+    )
+    if sel.sum() == 0:
+        pytest.skip("row not in the table")
+    cm = CostModel(c, engine="vllm")
+    got = cm.attention_layer(m, 32, 1, 4097, tp=8)
+    assert cm.provenance() == {
+        "generation_mla_module": {"measured": {"calls": 1, "error_median": 0.0, "error_p90": 0.0}}
+    }
+    assert got == pytest.approx(float(np.median(t.latency[sel])), rel=1e-9)
+    sg = CostModel(c, engine="sglang")
+    sg.attention_layer(m, 32, 1, 4097, tp=8)
+    assert "generation_mla_module" not in sg.provenance()
+    # a prefix adds the core's extra keys on top of the module's prefill
+    vl = CostModel(c, engine="vllm")
+    assert vl.attention_layer(m, 1, 1024, 4096, tp=8) > vl.attention_layer(m, 1, 1024, 1024, tp=8)

@@ -19,7 +19,8 @@
 whose kernels differ by engine from NVIDIA's measured kernel tables and the model that
 transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
 ``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
-decode), intra-node ``all_reduce`` (the engine's custom all-reduce) and intra-node
+decode), ``attention_layer`` of DeepSeek-V3-shaped MLA models where the engine has module
+tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's custom all-reduce) and intra-node
 ``all_to_all`` (DeepEP normal kernels). GEMMs, projections, shared/dense MLPs, other
 collectives, inter-node traffic, P2P and FinDEP's A2E keep the paths above.
 :meth:`CostModel.provenance` says, per operation, which sources priced it and their held-out
@@ -39,6 +40,7 @@ from moeplan.cost.kerneldb.pricing import (
     BF16_BYTES,
     all_to_all,
     attention_query,
+    mla_module_query,
     moe_shape,
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
@@ -97,6 +99,24 @@ class CostModel:
     def _note(self, op: str, p: Prediction) -> None:
         cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
         cell[0] += 1
+
+    def _mla_module(
+        self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int
+    ) -> float | None:
+        """The whole MLA block from the engine's module table (DeepSeek-V3-shaped models on
+        a GPU whose reference has one), else ``None``. A prefix adds core time only."""
+        if self._kdb is None or num_seqs <= 0 or q_len <= 0:
+            return None
+        q = mla_module_query(model, num_seqs, q_len, ctx_len, tp)
+        if q is None or (self._device.reference, self.engine, q[0]) not in self._kdb.tables:
+            return None
+        op, shape = q
+        t = self._kernel(op, shape)
+        if q_len > 1 and ctx_len > q_len:  # decode rows already hold ctx (step = ctx - 1)
+            t += self.attention_core(model, num_seqs, q_len, ctx_len, tp) - self.attention_core(
+                model, num_seqs, q_len, q_len, tp
+            )
+        return t
 
     def provenance(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
         """``{op: {source: {"calls", "error_median", "error_p90"}}}`` of every operation this
@@ -181,6 +201,9 @@ class CostModel:
         layer: int | None = None,
     ) -> float:
         """One attention layer (projections + core) on one TP rank."""
+        module = self._mla_module(model, num_seqs, q_len, ctx_len, tp)
+        if module is not None:
+            return module
         t = num_seqs * q_len
         h, nh = model.hidden_size, model.num_attention_heads / tp
         if model.attention == "mla":

@@ -100,6 +100,37 @@ def explicit_load(
     }
 
 
+#: (hidden, q_lora, kv_lora, rope, nope, v) of DeepSeek-V3 — the module tables' model
+DSV3_MLA = (7168, 1536, 512, 64, 128, 128)
+
+
+def mla_module_query(
+    model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int
+) -> tuple[str, dict[str, object]] | None:
+    """The MLA module query of one TP rank (the prefix is left to the caller), or ``None``
+    when the model's MLA is not DeepSeek-V3's shape or heads do not split ``tp`` ways."""
+    dims = (
+        model.hidden_size,
+        model.q_lora_rank,
+        model.kv_lora_rank,
+        model.qk_rope_head_dim,
+        model.qk_nope_head_dim,
+        model.v_head_dim,
+    )
+    if model.attention != "mla" or dims != DSV3_MLA or model.num_attention_heads % tp:
+        return None
+    shape: dict[str, object] = {
+        "batch_size": num_seqs,
+        "num_heads": model.num_attention_heads // tp,
+        "gemm_type": "fp8_block" if model.weight_bytes == 1 else "bfloat16",
+    }
+    if q_len == 1:
+        shape.update(isl=1, step=max(0, ctx_len - 1))
+        return "generation_mla_module", shape
+    shape.update(isl=q_len)
+    return "context_mla_module", shape
+
+
 def prefix_factor(q_len: int, ctx_len: int) -> float:
     """Mean keys per query with a prefix over mean keys without one (causal)."""
     return max(1.0, (ctx_len - (q_len - 1) / 2.0) / ((q_len + 1) / 2.0))
