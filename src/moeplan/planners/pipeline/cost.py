@@ -42,6 +42,7 @@ import numpy as np
 
 from moeplan.cost import CostModel, memory
 from moeplan.errors import require
+from moeplan.planners.strategy.cost import MESH_KINDS
 from moeplan.specs import ModelSpec, RoutingProfile, Workload
 
 KINDS = ("attn", "moe", "mlp")
@@ -75,7 +76,9 @@ class Choice:
         return self.tp * self.ep * self.dpmoe
 
     def short(self) -> str:
-        return f"t{self.tp}e{self.ep}d{self.dpmoe}" if self.ep > 1 or self.dpmoe > 1 else f"t{self.tp}"
+        return (
+            f"t{self.tp}e{self.ep}d{self.dpmoe}" if self.ep > 1 or self.dpmoe > 1 else f"t{self.tp}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,16 +147,25 @@ class ModuleTable:
 def modules_of(model: ModelSpec, routing: RoutingProfile) -> list[ModuleRef]:
     """The 2N modules in order; MoE modules carry their layer's mean k."""
     if routing.mean_k is not None:
-        require(len(routing.mean_k) == model.num_moe_layers,
-                f"routing profile length ({len(routing.mean_k)}) must equal the model's MoE "
-                f"layers ({model.num_moe_layers})")
+        require(
+            len(routing.mean_k) == model.num_moe_layers,
+            f"routing profile length ({len(routing.mean_k)}) must equal the model's MoE "
+            f"layers ({model.num_moe_layers})",
+        )
     out: list[ModuleRef] = []
     moe_i = 0
     for layer in range(model.num_layers):
         out.append(ModuleRef(index=len(out), kind="attn", layer=layer))
         if model.is_moe_layer(layer):
-            out.append(ModuleRef(index=len(out), kind="moe", layer=layer, moe_index=moe_i,
-                                 mean_k=min(routing.k(moe_i), float(model.num_experts))))
+            out.append(
+                ModuleRef(
+                    index=len(out),
+                    kind="moe",
+                    layer=layer,
+                    moe_index=moe_i,
+                    mean_k=min(routing.k(moe_i), float(model.num_experts)),
+                )
+            )
             moe_i += 1
         else:
             out.append(ModuleRef(index=len(out), kind="mlp", layer=layer))
@@ -175,8 +187,11 @@ def choices_for(module: ModuleRef, model: ModelSpec, r: int) -> list[Choice]:
             if model.dense_intermediate_size % t == 0:
                 out.append(Choice(tp=t, ep=1, dpmoe=r // t))
         elif model.moe_intermediate_size % t == 0:
-            out += [Choice(tp=t, ep=e, dpmoe=r // (t * e)) for e in _divisors(r // t)
-                    if model.num_experts % e == 0]
+            out += [
+                Choice(tp=t, ep=e, dpmoe=r // (t * e))
+                for e in _divisors(r // t)
+                if model.num_experts % e == 0
+            ]
     return out
 
 
@@ -184,8 +199,9 @@ def _tp_comm(cm: CostModel, ctx: StageContext, tokens: float, t: int) -> float:
     """All-gather in + reduce-scatter out over the TP group (canonical layout)."""
     nbytes = tokens * ctx.model.hidden_bytes
     nodes = ctx.span(t)
-    return (cm.collective("all_gather", nbytes, t, nodes)
-            + cm.collective("reduce_scatter", nbytes, t, nodes))
+    return cm.collective("all_gather", nbytes, t, nodes) + cm.collective(
+        "reduce_scatter", nbytes, t, nodes
+    )
 
 
 def _dense_cost(cm: CostModel, m: ModuleRef, c: Choice, ctx: StageContext) -> tuple[float, float]:
@@ -194,8 +210,9 @@ def _dense_cost(cm: CostModel, m: ModuleRef, c: Choice, ctx: StageContext) -> tu
         group_seqs = math.ceil(seqs / c.dpmoe)
         tokens = group_seqs * q
         if m.kind == "attn":
-            comp += rep * cm.attention_layer(ctx.model, group_seqs, q, int(context), tp=c.tp,
-                                             layer=m.layer)
+            comp += rep * cm.attention_layer(
+                ctx.model, group_seqs, q, int(context), tp=c.tp, layer=m.layer
+            )
         else:
             comp += rep * cm.dense_mlp(ctx.model, tokens, tp=c.tp)
         comm += rep * _tp_comm(cm, ctx, tokens, c.tp)
@@ -214,12 +231,16 @@ def _moe_cost(cm: CostModel, m: ModuleRef, c: Choice, ctx: StageContext) -> tupl
         hit = local * -math.expm1(rank_tokens * c.ep * k * math.log1p(-1 / model.num_experts))
         active = max(min(local, hit), 1e-9)
         per_expert = rank_tokens * c.ep * k / model.num_experts * skew * local / active
-        comp += rep * (cm.router(model, rank_tokens)
-                       + cm.expert_ffn(model, per_expert, active, tp=c.tp)
-                       + cm.shared_expert(model, rank_tokens, tp=c.tp))
+        comp += rep * (
+            cm.router(model, rank_tokens)
+            + cm.expert_ffn(model, per_expert, active, tp=c.tp)
+            + cm.shared_expert(model, rank_tokens, tp=c.tp)
+        )
         a2a = rank_tokens * k * skew * model.hidden_bytes
-        comm += rep * (2 * cm.collective("all_to_all", a2a, c.ep, ctx.span(c.ep, c.tp))
-                       + _tp_comm(cm, ctx, rank_tokens, c.tp))
+        comm += rep * (
+            2 * cm.collective("all_to_all", a2a, c.ep, ctx.span(c.ep, c.tp))
+            + _tp_comm(cm, ctx, rank_tokens, c.tp)
+        )
     return comp, comm
 
 
@@ -235,8 +256,9 @@ def module_memory(m: ModuleRef, c: Choice, ctx: StageContext, last_index: int) -
     elif m.kind == "mlp":
         mem = memory.dense_mlp_weight_bytes(model, c.tp)
     else:
-        mem = (memory.expert_weight_bytes(model, model.num_experts / c.ep, c.tp)
-               + memory.shared_weight_bytes(model, c.tp))
+        mem = memory.expert_weight_bytes(
+            model, model.num_experts / c.ep, c.tp
+        ) + memory.shared_weight_bytes(model, c.tp)
     if m.index == 0:
         mem += model.embedding_params * model.weight_bytes / ctx.r
     if m.index == last_index:
@@ -255,16 +277,23 @@ def cost_model_evaluator(cm: CostModel) -> Evaluator:
     return evaluate
 
 
-def build_tables(modules: Sequence[ModuleRef], ctx: StageContext,
-                 evaluate: Evaluator) -> list[ModuleTable]:
+def build_tables(
+    modules: Sequence[ModuleRef], ctx: StageContext, evaluate: Evaluator
+) -> list[ModuleTable]:
     """Cost table of every module for the stage context (one PP degree)."""
     tables = []
     for m in modules:
         choices = choices_for(m, ctx.model, ctx.r)
-        require(len(choices) > 0, f"module {m.kind}{m.layer}: no (tp, ep, dpmoe) with "
-                f"tp*ep*dpmoe = {ctx.r} divides its heads/experts")
-        tables.append(ModuleTable(module=m, choices=tuple(choices),
-                                  costs=tuple(evaluate(m, c, ctx) for c in choices)))
+        require(
+            len(choices) > 0,
+            f"module {m.kind}{m.layer}: no (tp, ep, dpmoe) with "
+            f"tp*ep*dpmoe = {ctx.r} divides its heads/experts",
+        )
+        tables.append(
+            ModuleTable(
+                module=m, choices=tuple(choices), costs=tuple(evaluate(m, c, ctx) for c in choices)
+            )
+        )
     return tables
 
 
@@ -277,12 +306,23 @@ def memory_reserve(ctx: StageContext) -> float:
     model = ctx.model
     tokens = min(PREFILL_CHUNK, max((seqs * q for _, seqs, q, _ in ctx.passes()), default=1))
     k = max(ctx.routing.k(i) for i in range(max(1, model.num_moe_layers)))
-    return (memory.RESERVED_BYTES + memory.activation_bytes(model, tokens, tp=1)
-            + memory.a2a_buffer_bytes(model, math.ceil(tokens / ctx.r), k))
+    return (
+        memory.RESERVED_BYTES
+        + memory.activation_bytes(model, tokens, tp=1)
+        + memory.a2a_buffer_bytes(model, math.ceil(tokens / ctx.r), k)
+    )
 
 
 def p2p_seconds(cm: CostModel, ctx: StageContext, boundary: int) -> float:
-    """Activation send from stage ``boundary`` to the next, per micro-batch, one GPU's shard."""
+    """Activation send from stage ``boundary`` to the next, per micro-batch, one GPU's shard.
+
+    Inside a node on a full-mesh fabric (HCCS) one GPU pair has one of its ``gpus_per_node - 1``
+    pair links, so the shard moves at that share of the per-GPU bandwidth (as the strategy
+    planner reads the mesh, :func:`moeplan.planners.strategy.cost.links_from`)."""
     inter = ctx.r >= ctx.gpus_per_node or ((boundary + 1) * ctx.r) % ctx.gpus_per_node == 0
-    return sum(rep * cm.p2p(seqs * q * ctx.model.hidden_bytes / ctx.r, inter)
-               for rep, seqs, q, _ in ctx.passes())
+    mesh = not inter and cm.cluster.intra.kind in MESH_KINDS
+    share = max(1, ctx.gpus_per_node - 1) if mesh else 1
+    return sum(
+        rep * cm.p2p(seqs * q * ctx.model.hidden_bytes / ctx.r * share, inter)
+        for rep, seqs, q, _ in ctx.passes()
+    )
