@@ -9,7 +9,7 @@ numbers the papers publish; ``docs/benchmarks/papers.md`` records them and expla
   placements (``place`` on a synthetic trace of the model's shape) priced in the iteration
   model; the largest rate meeting 5x the lightest-load TTFT or E2E (p90) and its tokens/s.
 - SMIDT §5.2 (paper 001): its plan and baselines (uniform, time-balanced, no PP) served as
-  ServeLayouts (``serve.rank.pipeline_entry``) on a closed loop (offline task): tokens/s.
+  ServeLayouts (``serve.rank.pipeline_entries``) on a closed loop (offline task): tokens/s.
 
 ``run()``: one row per published claim; ``value`` = simulated ratio, ``reference`` = the
 paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
@@ -42,7 +42,7 @@ from moeplan.serve import (
     max_rate_meeting_slo,
 )
 from moeplan.serve.metrics import Probe, ServeMetrics, run_stable
-from moeplan.serve.rank import pipeline_entry
+from moeplan.serve.rank import pipeline_entries
 from moeplan.serve.search import run_workload
 from moeplan.specs import Workload, load_cluster, load_model
 from moeplan.traces.synthetic import SynthConfig, synthesize
@@ -350,10 +350,10 @@ def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
 
 
 def _served(model, cluster, p, arm: str) -> list[tuple[str, ServeLayout, int, EngineConfig]]:
-    """(arm, layout, replicas, engine): the plan as :func:`pipeline_entry` serves it (DPMoE
+    """(arm, layout, replicas, engine): the plan as :func:`pipeline_entries` serves it (DPMoE
     counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
     fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None)
-    lay = pipeline_entry(fake).layout  # type: ignore[arg-type]
+    lay = pipeline_entries(fake)[-1].layout  # type: ignore[arg-type]  # the EP-span reading
     out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
     for rep, n in dpmoe_replicas(p) if arm == "smidt" else []:
         try:

@@ -12,7 +12,7 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.rank import no_plan_meets, pipeline_entry, serve_rank, served_plan
+from moeplan.serve.rank import no_plan_meets, pipeline_entries, serve_rank, served_plan
 from moeplan.specs import Workload, load_cluster, load_model
 
 FAMS = ("strategy", "pipeline")
@@ -71,14 +71,38 @@ def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
     assert "no deployment meets the SLOs" in msg and f"{best * 1e3:.0f} ms" in msg
 
 
-def test_pipeline_entry_keeps_the_pipeline_depth_and_stage_width(planned):
+def test_pipeline_entries_keep_the_pipeline_depth_and_its_gpus(planned):
+    """Every reading of SMIDT's plan keeps its PP depth, uses all of its GPUs, and takes an
+    attention choice the plan uses; a replica reading splits the attention DP by ``d``."""
     result, _, _ = planned
     cand = next(c for c in result.candidates if c.family == "pipeline")
-    e = pipeline_entry(cand)
     p = cand.detail.plan
-    assert e.layout.pp == p.pp and e.layout.stage_gpus == p.r
     attn = {(ch.tp, ch.dpmoe) for st in p.stages for ref, ch in st.modules if ref.kind == "attn"}
-    assert (e.layout.attn_tp, e.layout.attn_dp) in attn
+    for e in pipeline_entries(cand):
+        assert e.layout.pp == p.pp and e.gpus == p.pp * p.r
+        assert (e.layout.attn_tp, e.layout.attn_dp * e.replicas) in attn
+
+
+def test_replicas_scale_totals_not_per_gpu_figures():
+    """d replicas at rate r serve like one replica at r/d: per-GPU and latency unchanged,
+    totals and rates times d."""
+    from moeplan.serve.rank import _all_replicas, _per_replica
+    from moeplan.serve.search import evaluate_layout
+
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    cm = cost_model_for(c)
+    wl = ServeWorkload(num_requests=80, rate=2.0, isl=LengthDist(mean=512),
+                       osl=LengthDist(mean=64), seed=2)
+    from moeplan.serve import ServeLayout
+
+    one = evaluate_layout(m, c, cm, ServeLayout(attn_tp=4, moe_ep=4), _per_replica(wl, 2),
+                          SLO(ttft_s=2.0, tpot_s=0.1))
+    both = _all_replicas(one, 2)
+    assert _per_replica(wl, 2).rate == pytest.approx(1.0)
+    assert both.metrics.output_tokens_per_s == pytest.approx(2 * one.metrics.output_tokens_per_s)
+    assert both.metrics.output_tokens_per_s_per_gpu == one.metrics.output_tokens_per_s_per_gpu
+    assert both.metrics.ttft_p90_s == one.metrics.ttft_p90_s and both.metrics.gpus == 8
+    assert both.max_rate_meeting_slo_rps == pytest.approx(2 * one.max_rate_meeting_slo_rps)
 
 
 def test_served_plan_carries_the_serving_prediction(planned):

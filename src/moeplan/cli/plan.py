@@ -280,13 +280,13 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
     for i, s in enumerate(ranking.ranked, 1):
         mt = s.metrics
         if mt is None:
-            st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout.label,
-                       str(s.entry.layout.gpus), "—", "—", "—", "—", "—", s.result.reason[:40])
+            st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
+                       str(s.entry.gpus), "—", "—", "—", "—", "—", s.result.reason[:40])
             continue
         ttft, tpot = mt.at_percentile(pct)
         mr = s.result.max_rate_meeting_slo_rps
-        st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout.label,
-                   str(s.entry.layout.gpus), "yes" if s.result.meets_slo else "no",
+        st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
+                   str(s.entry.gpus), "yes" if s.result.meets_slo else "no",
                    fmt_time(ttft), fmt_time(tpot), f"{mt.output_tokens_per_s_per_gpu:,.1f}",
                    "—" if mr is None else f"{mr:.2f}", s.result.bound,
                    style="bold green" if i == 1 else None)

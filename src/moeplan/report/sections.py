@@ -137,8 +137,8 @@ def _serving_section(result: PlanResult, serving: Any) -> Section:
             [
                 i,
                 figures.FAMILY_NAMES[x.entry.family],
-                x.entry.layout.label,
-                x.entry.layout.gpus,
+                x.entry.layout_label,
+                x.entry.gpus,
                 "yes" if x.result.meets_slo else "no",
                 *cells,
             ]

@@ -69,6 +69,17 @@ class Entry:
     label: str
     layout: ServeLayout
     plan: Plan
+    replicas: int = 1
+    """Independent instances of ``layout`` (SMIDT's DPMoE replicas); each gets 1/replicas of
+    the load, so per-GPU metrics are one instance's and totals scale by ``replicas``."""
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus * self.replicas
+
+    @property
+    def layout_label(self) -> str:
+        return self.layout.label + (f" x{self.replicas} replicas" if self.replicas > 1 else "")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +116,8 @@ class Served:
         return {
             "family": self.entry.family,
             "label": self.entry.label,
-            "layout": self.entry.layout.label,
-            "gpus": self.entry.layout.gpus,
+            "layout": self.entry.layout_label,
+            "gpus": self.entry.gpus,
             "meets_slo": self.result.meets_slo,
             "feasible": self.result.feasible,
             "reason": self.result.reason,
@@ -144,7 +155,7 @@ class ServeRanking:
                 continue
             pts.append(
                 {
-                    "label": f"{s.entry.family}: {s.entry.layout.label}",
+                    "label": f"{s.entry.family}: {s.entry.layout_label}",
                     "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
                     "tokens_per_s_per_user": 1.0 / m.tpot_p50_s,
                     "meets_slo": s.result.meets_slo,
@@ -186,21 +197,33 @@ def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> li
     return out
 
 
-def pipeline_entry(c: Candidate) -> Entry:
-    """SMIDT's plan as ``pp`` stages with the dominant attention and MoE choice (docstring)."""
+def pipeline_entries(c: Candidate) -> list[Entry]:
+    """SMIDT's plan as ``pp`` stages with the dominant attention and MoE choice.
+
+    Two readings of DPMoE replication ``d`` of the dominant MoE choice ``(t, e, d)``: as ``d``
+    independent replicas (attention DP ``d_a / d`` each; how engines launch it, see
+    :mod:`moeplan.planners.pipeline.launchable`) when ``d`` divides the attention DP, and as
+    one EP group ``e·d`` wide. Both are estimated; pruning keeps the better (a replica must
+    hold all the weights on fewer GPUs, so it may not fit).
+    """
     p = c.detail.plan
     attn: Counter[tuple[int, int]] = Counter()
-    moe: Counter[tuple[int, int]] = Counter()
+    moe: Counter[tuple[int, int, int]] = Counter()
     for stage in p.stages:
         for ref, choice in stage.modules:
             if ref.kind == "attn":
                 attn[(choice.tp, choice.dpmoe)] += 1
             elif ref.kind == "moe":
-                moe[(choice.tp, choice.ep * choice.dpmoe)] += 1
+                moe[(choice.tp, choice.ep, choice.dpmoe)] += 1
     a_tp, a_dp = attn.most_common(1)[0][0] if attn else (p.r, 1)
-    m_tp, m_ep = moe.most_common(1)[0][0] if moe else (a_tp, a_dp)
-    lay = ServeLayout(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep, pp=p.pp)
-    return Entry(family="pipeline", label=c.label, layout=lay, plan=c.plan)
+    m_tp, m_ep, d = moe.most_common(1)[0][0] if moe else (a_tp, a_dp, 1)
+    out = []
+    if d > 1 and a_dp % d == 0:
+        rep = ServeLayout(attn_tp=a_tp, attn_dp=a_dp // d, moe_tp=m_tp, moe_ep=m_ep, pp=p.pp)
+        out.append(Entry(family="pipeline", label=c.label, layout=rep, plan=c.plan, replicas=d))
+    lay = ServeLayout(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep * d, pp=p.pp)
+    out.append(Entry(family="pipeline", label=c.label, layout=lay, plan=c.plan))
+    return out
 
 
 def entries_of(result: PlanResult) -> tuple[list[Entry], dict[str, str]]:
@@ -211,7 +234,7 @@ def entries_of(result: PlanResult) -> tuple[list[Entry], dict[str, str]]:
         if c.family == "strategy":
             entries += strategy_entries(c, result.model, result.cluster)
         elif c.family == "pipeline":
-            entries.append(pipeline_entry(c))
+            entries += pipeline_entries(c)
         else:
             not_served[c.family] = (
                 "its plan is a prefill batch schedule of disaggregated attention/expert GPUs, "
@@ -301,10 +324,13 @@ def serve_rank(
     for i, (e, est) in enumerate(chosen):
         if progress:
             progress(f"serving simulation {i + 1}/{len(chosen)}: {e.layout.label}")
-        r = evaluate_layout(model, cluster, cost, e.layout, workload, slo, engine=engine)
+        wl = _per_replica(workload, e.replicas)
+        r = evaluate_layout(model, cluster, cost, e.layout, wl, slo, engine=engine)
         if not rate_given:
-            r = _final_run(model, cluster, cost, r, workload, slo)
-        served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=est))
+            r = _final_run(model, cluster, cost, r, wl, slo)
+        served.append(
+            Served(entry=e, result=_all_replicas(r, e.replicas), estimate_tokens_per_s_per_gpu=est)
+        )
     from moeplan.serve.disagg_rank import served_disaggregated
 
     disagg, why = served_disaggregated(
@@ -335,10 +361,40 @@ def serve_rank(
     )
 
 
+def _per_replica(workload: ServeWorkload, replicas: int) -> ServeWorkload:
+    """One replica's share of the load (round-robin over ``replicas`` instances)."""
+    if replicas == 1:
+        return workload
+    if workload.concurrency is not None:
+        return replace(workload, concurrency=max(1, workload.concurrency // replicas))
+    return replace(workload, rate=(workload.rate or 1.0) / replicas)
+
+
+def _all_replicas(r: ServeResult, replicas: int) -> ServeResult:
+    """One replica's result as the whole deployment's: totals and rates times ``replicas``,
+    per-GPU figures and latencies unchanged."""
+    if replicas == 1 or r.metrics is None:
+        return r
+    m = r.metrics
+    scaled = replace(
+        m,
+        gpus=m.gpus * replicas,
+        requests=m.requests * replicas,
+        output_tokens_per_s=m.output_tokens_per_s * replicas,
+        total_tokens_per_s=m.total_tokens_per_s * replicas,
+        goodput_rps=m.goodput_rps * replicas,
+    )
+    rate = r.max_rate_meeting_slo_rps
+    return replace(
+        r, metrics=scaled, max_rate_meeting_slo_rps=None if rate is None else rate * replicas
+    )
+
+
 def _capacity_per_gpu(r: ServeResult, workload: ServeWorkload) -> float:
     """Output tokens/s per GPU at the largest rate meeting the SLOs (0 when unknown)."""
     rate = r.max_rate_meeting_slo_rps or 0.0
-    return rate * workload.osl.mean / r.layout.gpus
+    gpus = r.metrics.gpus if r.metrics is not None else r.layout.gpus
+    return rate * workload.osl.mean / gpus
 
 
 def no_plan_meets(ranking: ServeRanking) -> str:
@@ -365,8 +421,8 @@ def no_plan_meets(ranking: ServeRanking) -> str:
     return (
         f"no deployment meets the SLOs ({limits}) at rate {ranking.workload.rate} req/s: "
         f"the best TTFT p{pct} any plan reaches is {t1 * 1e3:.0f} ms "
-        f"({ttft.entry.layout.label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
-        f"({tpot.entry.layout.label})"
+        f"({ttft.entry.layout_label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
+        f"({tpot.entry.layout_label})"
     )
 
 
@@ -396,8 +452,8 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
         else f"at its largest SLO-meeting rate, {w.result.max_rate_meeting_slo_rps:.2f} req/s"
     )
     out = [
-        f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout.label} wins on "
-        f"{w.entry.layout.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
+        f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout_label} wins on "
+        f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
         f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, "
         f"{m.requests} requests)."
     ]
@@ -417,7 +473,7 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
             else float("inf")
         )
         out.append(
-            f"Runner-up: {FAMILY_NAMES[r.entry.family]} {r.entry.layout.label} at "
+            f"Runner-up: {FAMILY_NAMES[r.entry.family]} {r.entry.layout_label} at "
             f"{rm.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU"
             f"{'' if r.result.meets_slo else ' (misses the SLOs)'}; the winner is "
             f"{ratio:.2f}x per GPU."
@@ -462,7 +518,7 @@ def serving_curves(
     rate_curves: dict[str, list[dict[str, float]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
-        label = f"{x.entry.family}: {x.entry.layout.label}"
+        label = f"{x.entry.family}: {x.entry.layout_label}"
         res = _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
         ttft, tpot, _ = request_latencies(res)
         latency[label] = {
@@ -506,7 +562,7 @@ def serving_trace(
     meta: dict[str, Any] = {
         "family": w.entry.family,
         "label": w.entry.label,
-        "layout": w.entry.layout.label,
+        "layout": w.entry.layout_label,
     }
     if r.engine is None:
         return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
@@ -516,7 +572,7 @@ def serving_trace(
     meta["rate_rps"] = wl.rate
     meta["requests"] = wl.num_requests
     res = _rerun(w, wl, model, cluster, cost)
-    return serve_trace(res, label=w.entry.layout.label, metadata=meta)
+    return serve_trace(res, label=w.entry.layout_label, metadata=meta)
 
 
 def _rerun(
@@ -529,6 +585,7 @@ def _rerun(
     if rerun is not None:
         return rerun(wl)
     assert r.engine is not None
+    wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
     return simulate(generate(wl), r.engine, iteration_model(model, cluster, cost, r.layout))
 
 
