@@ -58,8 +58,17 @@ def test_plan_json_round_trips_into_the_runtime_mesh(planned):
     saved = json.loads((folder / "plan.json").read_text())
     assert saved["schema"] == "moeplan.plan/1"
     mesh = mesh_from_plan(saved)
-    assert mesh.world_size == saved["layout"]["world_size"] == out["winner"]["gpus"]
-    assert mesh.family == saved["family"] == out["winner"]["family"]
+    assert mesh.world_size == saved["layout"]["world_size"]
+    pools = saved["details"].get("disaggregation")
+    if pools is None:  # colocated: the plan is the whole deployment
+        assert mesh.world_size == out["winner"]["gpus"]
+        assert mesh.family == saved["family"] == out["winner"]["family"]
+    else:  # P/D or AFD: plan.json is one runnable instance, the pools are in details
+        assert pools["gpus"] == out["winner"]["gpus"]
+        assert pools["kind"] == out["winner"]["family"]
+        inst = {"pd": "decode", "afd": "decode"}[pools["kind"]]
+        if saved["family"] == "strategy":
+            assert mesh.world_size == pools[inst]["gpus"]
 
 
 def test_analytic_ranking_is_by_tokens_per_gpu_and_explained(planned):
@@ -128,7 +137,8 @@ def test_timeline_is_the_serving_winners_engine_iterations(planned):
     tol = 1e-9 * (xs[-1]["ts"] + xs[-1]["dur"])
     assert all(b["ts"] >= a["ts"] + a["dur"] - tol for a, b in zip(xs, xs[1:], strict=False))
     assert [e["args"]["iteration"] for e in xs] == list(range(len(xs)))
-    if meta["preemptions"] == 0 and meta["shown"] == meta["iterations"]:
+    colocated = out["winner"]["family"] in ("strategy", "pipeline")
+    if colocated and meta["preemptions"] == 0 and meta["shown"] == meta["iterations"]:
         isl = int(out["workload"]["isl"])
         assert sum(e["args"]["prefill_tokens"] for e in xs) == meta["requests"] * isl
 

@@ -154,7 +154,12 @@ def plan_cmd(
     objective: Annotated[str, typer.Option(
         help="throughput-per-gpu (output tokens/s per GPU meeting the SLOs), goodput, "
              "min-gpus or latency (p90 end-to-end).")] = "throughput-per-gpu",
-    engine: Annotated[str, typer.Option(help="Scheduler modelled: sglang or vllm.")] = "sglang",
+    engine: Annotated[str, typer.Option(
+        help="Engine modelled: sglang or vllm — its scheduler and, unless --cost-engine none, "
+             "its measured kernels (moeplan.cost.kerneldb).")] = "sglang",
+    cost_engine: Annotated[str, typer.Option(
+        help="'engine' (price kernels from the engine's measured tables) or 'none' "
+             "(the calibrated GEMM/NCCL model alone).")] = "engine",
     requests: Annotated[int, typer.Option(help="Requests simulated per deployment.")] = 500,
     workload: Annotated[str | None, typer.Option(
         help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate).")]
@@ -189,13 +194,16 @@ def plan_cmd(
     require(bool(fams) and all(f in FAMILIES for f in fams),
             f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
+    require(cost_engine in ("engine", "none"),
+            f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'")
     require(MIN_REQUESTS <= requests <= MAX_REQUESTS,
             f"--requests ({requests}) must be in {MIN_REQUESTS}..{MAX_REQUESTS}")
     slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
     sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
-    cm = cost_model_for(c, profile)
+    cm = cost_model_for(c, profile, engine=None if cost_engine == "none" else engine)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir, write_artifacts
 
