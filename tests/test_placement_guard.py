@@ -170,3 +170,16 @@ def test_full_qwen3_30b_ep8_case_the_point_estimate_rejected():
     assert not res.fallback, res.extra["guard"]
     assert sem["lar"] > 1.5 * con["lar"]
     assert sem["moe_layer_time_s"] < con["moe_layer_time_s"]
+
+
+def test_too_few_validation_requests_fall_back():
+    """A clear locality gain on 10 requests is not enough evidence: fall back."""
+    from moeplan.planners.placement.guard import MIN_REQUESTS
+
+    ev = roofline_evaluator(expert_flops=1e6, gpu_flops=1e12, a2a_bw=1e9)
+    kw = dict(
+        num_experts=8, step_tokens=1024, hidden_bytes=1024, evaluate=ev, balance_tol=1.03, seed=0
+    )
+    few = _tally_pair(np.random.default_rng(0), MIN_REQUESTS // 2, 0.5)
+    v = decide(few[1], few[0], **kw)
+    assert not v["keep"] and v["requests"] < MIN_REQUESTS

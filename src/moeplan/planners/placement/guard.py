@@ -26,7 +26,8 @@ resample for both placements) give the statistics below. Sem-MoE is kept iff all
    co-clustering balances experts on ``fit`` to ``balance_tol`` (1.02–1.03), which does not
    carry over to held-out requests (up to 1.18), so the margin bounds the drift accepted.
 
-A trace without structure fails 1 (about half the resamples) and falls back.
+A trace without structure fails 1 (about half the resamples) and falls back. With fewer
+than ``MIN_REQUESTS`` (20) validation requests nothing is decided on evidence: fall back.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from moeplan.planners.placement.metrics import Evaluator
 BOOTSTRAP = 200
 CONFIDENCE = 0.8
 LOCALITY_CONFIDENCE = 0.95
+MIN_REQUESTS = 20  # fewer validation requests: too little evidence either way, fall back
 BALANCE_MARGIN = 0.15
 
 
@@ -157,10 +159,16 @@ def decide(
     p_local = float((local_gain > 0).mean())
     p_slower = float((ratio >= 1.0).mean())
     p_drift = float((drift > balance_margin).mean())
-    keep = p_local >= locality_confidence and p_slower < confidence and p_drift < confidence
+    keep = (
+        num_r >= MIN_REQUESTS
+        and p_local >= locality_confidence
+        and p_slower < confidence
+        and p_drift < confidence
+    )
     return {
         "keep": bool(keep),
         "requests": num_r,
+        "min_requests": MIN_REQUESTS,
         "resamples": resamples,
         "p_more_local": p_local,
         "locality_confidence": locality_confidence,
