@@ -80,10 +80,11 @@ def inspect(
            "context": context, "source": model_sources().get(m.name, ""),
            "modules": [{"name": i.name, "params": i.params, "flops_per_token": i.flops_per_token,
                         "count": i.count} for i in m.modules(context)]}
+    require(gpus is None or gpus >= 1, f"--gpus ({gpus}) must be >= 1")
+    require(gpus is None or cluster is not None, "--gpus needs --cluster (the GPUs it counts)")
     if cluster is not None:
         c = load_cluster(cluster, nodes)
         n = gpus or c.num_gpus
-        require(n >= 1, f"gpus ({n}) must be >= 1")
         floor = mem.floor_breakdown(m, n)  # the planners' memory model, one token
         out["memory"] = {"cluster": c.name, "gpus": n,
                          "weights_floor_per_gpu": floor.weights,

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
 from moeplan.cost import cost_model_for
-from moeplan.errors import require
+from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.planners.placement.planner import (
     PlaceConfig,
@@ -32,6 +32,8 @@ from moeplan.planners.placement.planner import (
 from moeplan.specs import load_cluster
 from moeplan.traces.format import iter_trace
 
+MAX_STEP_TOKENS = 1 << 24  # tokens per step; far beyond any engine's batch
+MAX_SEED = 2**32 - 1  # numpy's seed range
 
 def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str:
     """Two panels: device of every expert per layer; P(device | token) of frequent tokens."""
@@ -128,6 +130,8 @@ def place_cmd(
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
     from moeplan.cli.strategy import load_model_arg
 
+    check_int("--step-tokens", step_tokens, 1, MAX_STEP_TOKENS)
+    check_int("--seed", seed, 0, MAX_SEED)
     m = load_model_arg(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
     require(

@@ -11,7 +11,6 @@ Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``s
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import replace
@@ -24,7 +23,7 @@ from rich.table import Table
 
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
 from moeplan.cost import cost_model_for
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError, check_int, require
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.rank import (
@@ -67,12 +66,9 @@ def _workload_dict(ranking: ServeRanking) -> dict[str, Any]:
 def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
     if path is None:
         return Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise MoeplanError(f"workload ({path}) could not be read: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise MoeplanError(f"workload ({path}) is not valid JSON: {err.msg}") from None
+    from moeplan.specs.hf_config import read_json_file
+
+    data = read_json_file(path, "workload")  # bounded: regular file, UTF-8, sane sizes
     require(isinstance(data, dict), f"workload ({path}) must be a JSON object")
     allowed = {"phase", "batch", "isl", "osl", "rate"}
     extra = sorted(set(data) - allowed)
@@ -194,6 +190,7 @@ def plan_cmd(
     require(bool(fams) and all(f in FAMILIES for f in fams),
             f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    check_int("--seed", seed, 0, 2**32 - 1)
     require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
     require(cost_engine in ("engine", "none"),
             f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'")

@@ -29,7 +29,7 @@ from moeplan.cli._common import (
     write_outputs,
 )
 from moeplan.cost import cost_model_for
-from moeplan.errors import require
+from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
 from moeplan.export.plan_export import model_path_for
@@ -188,6 +188,7 @@ def strategy(
     require(ttft_slo is None or ttft_slo > 0, f"--ttft-slo ({ttft_slo}) must be > 0 ms")
     require(itl_slo is None or itl_slo > 0, f"--itl-slo ({itl_slo}) must be > 0 ms")
     check_out(out, OUTPUTS)
+    check_int("--seed", seed, 0, 2**32 - 1)
     m = load_model_arg(model)
     c = load_cluster(cluster, nodes)
     routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None

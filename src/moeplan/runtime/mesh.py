@@ -45,6 +45,8 @@ def grid_groups(ranks: list[int], axes: list[tuple[str, int]]) -> Groups:
 
 
 def _int(layout: dict[str, Any], key: str, where: str = "plan.layout") -> int:
+    if not isinstance(layout, dict):
+        raise MoeplanError(f"{where} ({type(layout).__name__}) must be a JSON object")
     value = layout.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise MoeplanError(f"{where}.{key} ({value!r}) must be a positive integer")
@@ -202,7 +204,7 @@ def mesh_from_plan(plan: Plan | Mapping[str, Any], world_size: int | None = None
 def _strategy_mesh(
     family: str, layout: dict[str, Any], world: int, details: dict[str, Any]
 ) -> Mesh:
-    attn, moe = layout.get("attn") or {}, layout.get("moe") or {}
+    attn, moe = layout.get("attn", {}), layout.get("moe", {})
     pp = _int(layout, "pp") if "pp" in layout else 1
     require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
     a_tp, a_dp = _int(attn, "tp", "plan.layout.attn"), _int(attn, "dp", "plan.layout.attn")

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError, check_float, check_int, require
 from moeplan.specs.workload import RoutingProfile
 from moeplan.traces.topp import softmax, top_p_counts
 
@@ -118,8 +118,10 @@ def profile_from_dict(data: Mapping, *, num_moe_layers: int | None = None,
     require(isinstance(mean_k, Sequence) and not isinstance(mean_k, str) and len(mean_k) > 0,
             "routing_profile.mean_k must be a non-empty list of numbers")
     assert mean_k is not None  # checked just above
-    vals = tuple(float(v) for v in mean_k)
-    k = int(data.get("top_k", top_k if top_k is not None else max(1, round(max(vals)))))
+    vals = tuple(check_float(f"routing_profile.mean_k[{i}]", v) for i, v in enumerate(mean_k))
+    k = check_int("routing_profile.top_k",
+                  data.get("top_k", top_k if top_k is not None else max(1, round(max(vals)))),
+                  1, 1024)
     if num_moe_layers is not None:
         require(len(vals) == num_moe_layers,
                 f"routing_profile.mean_k length ({len(vals)}) must equal the model's "
