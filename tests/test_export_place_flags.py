@@ -31,7 +31,7 @@ def trace(tmp_path_factory):
         "--model",
         "deepseek-v2-lite",
         "--requests",
-        "32",
+        "256",
         "--out",
         str(path),
         "--json",
