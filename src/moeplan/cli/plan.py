@@ -306,7 +306,7 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
                 "bound"):
         t.add_column(col)
     for i, cand in enumerate(result.candidates, 1):
-        t.add_row(str(i), FAMILY_NAMES[cand.family], cand.label, str(cand.gpus),
+        t.add_row(str(i), cand.name, cand.label, str(cand.gpus),
                   f"{cand.per_gpu:,.0f}", fmt_time(cand.ttft_s),
                   fmt_time(cand.itl_s) if cand.itl_s else "—",
                   fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,

@@ -206,6 +206,24 @@ def pipeline_entries(c: Candidate) -> list[Entry]:
     one EP group ``e·d`` wide. Both are estimated; pruning keeps the better (a replica must
     hold all the weights on fewer GPUs, so it may not fit).
     """
+    la = c.launchable_as
+    if la is not None:  # a one-stage plan that is a colocated layout (pipeline/launchable.py)
+        lay = ServeLayout(
+            attn_tp=la["attn"]["tp"],
+            attn_dp=la["attn"]["dp"],
+            moe_tp=la["moe"]["tp"],
+            moe_ep=la["moe"]["ep"],
+            pp=la.get("pp", 1),
+        )
+        return [
+            Entry(
+                family="pipeline",
+                label=c.label,
+                layout=lay,
+                plan=c.plan,
+                replicas=int(la.get("replicas", 1)),
+            )
+        ]
     p = c.detail.plan
     attn: Counter[tuple[int, int]] = Counter()
     moe: Counter[tuple[int, int, int]] = Counter()
