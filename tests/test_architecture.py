@@ -41,19 +41,7 @@ CORE = ("specs", "cost", "sim", "planners", "serve")
 CORE_MAY_IMPORT = ("moeplan.errors", "moeplan.units", "moeplan.traces")
 
 #: Import cycles known and owned elsewhere: {modules of the cycle: reason}.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    # issue 12: ModelSpec.from_hf_config (specs/model.py) imports specs.hf_config inside the
-    # function, and hf_config imports specs.model at top level.
-    frozenset({"moeplan.specs.model", "moeplan.specs.hf_config"}): "issue 12",
-    # issue 12: stages._launchable imports pipeline.launchable inside the function, and
-    # launchable imports stages (PipelinePlan) at top level.
-    frozenset({"moeplan.planners.pipeline.stages", "moeplan.planners.pipeline.launchable"}): (
-        "issue 12"
-    ),
-    # issue 15: serve.rank imports serve.disagg_rank inside rank_families, and disagg_rank
-    # imports serve.rank (Entry, Served) at top level.
-    frozenset({"moeplan.serve.rank", "moeplan.serve.disagg_rank"}): "issue 15",
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 #: File I/O in the planning core, known and owned elsewhere: {(module, call): reason}.
 KNOWN_IO: dict[tuple[str, str], str] = {
     # issue 12: preset and profile files are read inside specs/cost; the loaders belong at the

@@ -23,9 +23,9 @@ from moeplan.planners.rank import PlanResult
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
 from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
+from moeplan.serve.entries import Entry, Served
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout
-from moeplan.serve.rank import Entry, Served
 from moeplan.serve.workload import ServeWorkload
 
 KEEP = 1  # simulated candidates per family (each ~0.4-0.6 s on 2 cores)

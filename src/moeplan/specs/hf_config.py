@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import MoeplanError, check_float, check_int, show
-from moeplan.specs.model import (
+from moeplan.specs.limits import (
     MAX_CONTEXT,
     MAX_EXPERTS,
     MAX_HEAD_DIM,

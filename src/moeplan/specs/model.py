@@ -39,20 +39,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.errors import MoeplanError, check_int, require, show
+from moeplan.specs.limits import (  # noqa: F401 (re-exported)
+    MAX_CONTEXT,
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_ROUTED_SCALE,
+    MAX_VOCAB,
+    MAX_WEIGHT_BYTES,
+)
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
-# Upper bounds on a model's shape: ~10x beyond any released model (see the module docstring).
-MAX_LAYERS = 1024
-MAX_HIDDEN = 2**20
-MAX_EXPERTS = 65536
-MAX_VOCAB = 2**24
-MAX_HEADS = 8192
-MAX_HEAD_DIM = 2**14
-MAX_INTERMEDIATE = 2**22
-MAX_CONTEXT = 2**30  # tokens (sliding windows)
-MAX_ROUTED_SCALE = 1000.0  # routed_scaling_factor (DeepSeek-V2: 16, Kimi-K2: 2.827)
-MAX_WEIGHT_BYTES = 8.0  # bytes per parameter (fp64)
 SCORING_FUNCS = ("softmax", "sigmoid")
 
 # integer fields: (lower bound, upper bound)

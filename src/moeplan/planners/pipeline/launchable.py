@@ -13,10 +13,12 @@ it is. Non-uniform choices or ``d_a`` not a multiple of ``d_m`` have no such lay
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.planners.pipeline.cost import Choice
-from moeplan.planners.pipeline.stages import PipelinePlan
+
+if TYPE_CHECKING:  # annotations only: stages imports this module
+    from moeplan.planners.pipeline.stages import PipelinePlan
 
 
 def _uniform(plan: PipelinePlan) -> dict[str, Choice] | None:

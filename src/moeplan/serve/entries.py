@@ -1,0 +1,80 @@
+"""What the serving ranking ranks: a deployment to serve (:class:`Entry`) and its answer
+(:class:`Served`). Shared by :mod:`moeplan.serve.rank` (colocated families) and
+:mod:`moeplan.serve.disagg_rank` (P/D and attention-FFN pools)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from moeplan.planners.plan import Plan
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.metrics import ServeMetrics
+from moeplan.serve.search import ServeResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One deployment to serve: its family, the family's plan, and the serving layout."""
+
+    family: str
+    label: str
+    layout: ServeLayout
+    plan: Plan
+    replicas: int = 1
+    """Independent instances of ``layout`` (SMIDT's DPMoE replicas); each gets 1/replicas of
+    the load, so per-GPU metrics are one instance's and totals scale by ``replicas``."""
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.gpus * self.replicas
+
+    @property
+    def layout_label(self) -> str:
+        return self.layout.label + (f" x{self.replicas} replicas" if self.replicas > 1 else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """A deployment with its serving answer (``result.metrics`` None when infeasible)."""
+
+    entry: Entry
+    result: ServeResult
+    estimate_tokens_per_s_per_gpu: float
+
+    @property
+    def metrics(self) -> ServeMetrics | None:
+        return self.result.metrics
+
+    def summary(self) -> dict[str, Any]:
+        """One ranked candidate of ``moeplan plan --json`` (keys per the interface)."""
+        m = self.metrics
+        keys = (
+            "ttft_p50_s",
+            "ttft_p90_s",
+            "tpot_p50_s",
+            "tpot_p90_s",
+            "e2e_p90_s",
+            "output_tokens_per_s",
+            "output_tokens_per_s_per_gpu",
+            "goodput_rps",
+            "kv_utilisation",
+            "preemptions",
+        )
+        metrics = {} if m is None else {k: getattr(m, k) for k in keys}
+        if m is not None:
+            metrics["max_rate_meeting_slo_rps"] = self.result.max_rate_meeting_slo_rps
+            metrics["requests"] = m.requests
+        return {
+            "family": self.entry.family,
+            "label": self.entry.label,
+            "layout": self.entry.layout_label,
+            "gpus": self.entry.gpus,
+            "meets_slo": self.result.meets_slo,
+            "feasible": self.result.feasible,
+            "reason": self.result.reason,
+            "bound": self.result.bound,
+            "engine": self.result.to_dict()["engine"],
+            "metrics": metrics,
+            "estimate_output_tokens_per_s_per_gpu": self.estimate_tokens_per_s_per_gpu,
+        }
