@@ -16,14 +16,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import (
-    DEFAULT_BATCH,
-    DEFAULT_ISL,
-    DEFAULT_OSL,
-    BatchOpt,
-    IslOpt,
-    OslOpt,
-    OutDirOpt,
     check_out,
     console,
     fmt_bytes,
@@ -96,15 +90,15 @@ def pipeline_command(
         "--routing-trace", help="Routing trace (.parquet/.npz): mean k per MoE layer.")] = None,
     top_p: Annotated[float | None, typer.Option(
         "--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile.")] = None,
-    isl: IslOpt = DEFAULT_ISL,
-    osl: OslOpt = DEFAULT_OSL,
-    batch: BatchOpt = DEFAULT_BATCH,
+    isl: opt.IslOpt = opt.DEFAULT_ISL,
+    osl: opt.OslOpt = opt.DEFAULT_OSL,
+    batch: opt.BatchOpt = opt.DEFAULT_BATCH,
     phase: Annotated[str, typer.Option("--phase", help="prefill, decode or both.")] = "both",
     sync_pp: Annotated[bool, typer.Option(
         "--sync-pp", help="Blocking PP sends (default: asynchronous, SMIDT §4.3).")] = False,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Exact optimum of the same problem (exhaustive when small).")] = False,
-    out: OutDirOpt = None,
+    out: opt.OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
