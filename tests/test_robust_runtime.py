@@ -216,7 +216,7 @@ def test_case1_sigstopped_worker_ends_moeplan_run(tmp_path):
     before = _tmp_run_dirs()
     proc = _moeplan_run(_dep_plan(tmp_path, ma=256), timeout)
     workers = _wait_for_workers(proc, 2)
-    time.sleep(1.0)
+    time.sleep(0.1)  # past rendezvous, before the forward pass ends (it takes ~1 s)
     os.kill(workers[-1], signal.SIGSTOP)
     stopped_at = time.monotonic()
     try:

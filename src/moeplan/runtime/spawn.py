@@ -178,11 +178,13 @@ def _signals_deferred() -> Iterator[None]:
 def _collect(
     procs: list[Any], conns: list[Any], deadline_s: float, grace_s: float
 ) -> tuple[list[dict[str, Any] | None], float | None]:
-    """Reports as they arrive, until all exited, the deadline, or grace after a failure."""
+    """Reports as they arrive, until all exited, the deadline, or ``grace_s`` after a failure or
+    after the last report (a rank that hangs or is stopped on its way out is then stopped)."""
     reports: list[dict[str, Any] | None] = [None] * len(procs)
     done = [False] * len(procs)
     end = time.monotonic() + deadline_s
     failed_at: float | None = None
+    reported_at: float | None = None
     while True:
         for r, c in enumerate(conns):
             if not done[r]:
@@ -192,7 +194,11 @@ def _collect(
         )
         if failed_at is None and failed:
             failed_at = time.monotonic()
+        if reported_at is None and all(done):
+            reported_at = time.monotonic()  # every rank answered: exiting is all that is left
         limit = end if failed_at is None else min(end, failed_at + grace_s)
+        if reported_at is not None:  # a rank stopped (or hung) after its report is not waited on
+            limit = min(limit, reported_at + grace_s)
         now = time.monotonic()
         pending = [r for r, p in enumerate(procs) if p.exitcode is None or not done[r]]
         if not pending or now >= limit:
