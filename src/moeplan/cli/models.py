@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,7 +18,7 @@ JSON = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 def models(json_out: JSON = False) -> None:
     """List the shipped model presets with total and activated parameters."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in model_names():
         m = load_model(name)
         rows.append({"name": name, "architecture": m.architecture, "params_total": m.params_total,
@@ -39,7 +39,7 @@ def models(json_out: JSON = False) -> None:
 
 def clusters(json_out: JSON = False) -> None:
     """List the shipped cluster presets."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in cluster_names():
         c = load_cluster(name)
         rows.append({"name": name, "nodes": c.num_nodes, "gpus_per_node": c.gpus_per_node,

@@ -56,6 +56,10 @@ def _serve_workload(w: Workload, requests: int, rate: float | None, concurrency:
                          concurrency=concurrency, isl=isl, osl=osl, seed=seed)
 
 
+def _ms(seconds: float | None) -> str:
+    return "none" if seconds is None else f"{seconds * 1e3:.0f} ms"
+
+
 def _workload_dict(ranking: ServeRanking) -> dict[str, Any]:
     sw = ranking.workload
     return {"requests": sw.num_requests, "rate_rps": sw.rate if ranking.rate_given else None,
@@ -274,8 +278,8 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
             else f"{sw.concurrency} in flight" if sw.concurrency else "each plan's SLO capacity")
     console.print(f"[bold]{m.name}[/] on [bold]{c.name}[/] ({c.num_gpus} × {c.gpu.name}); "
                   f"requests of {describe(sw.isl)} prompt + {describe(sw.osl)} output tokens "
-                  f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {slo.ttft_s * 1e3:.0f} ms, "
-                  f"TPOT ≤ {slo.tpot_s * 1e3:.0f} ms")
+                  f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {_ms(slo.ttft_s)}, "
+                  f"TPOT ≤ {_ms(slo.tpot_s)}")
     st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
                      f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
     for col in ("#", "family", "layout", "GPUs", "SLO", f"TTFT p{slo.percentile:g}",

@@ -208,7 +208,7 @@ def strategy(
     if best is not None:
         files["plan.json"] = to_plan(best, model=model, cluster=c.name,
                                      baselines=a.baselines).to_json()
-    if exp is not None and exp.args:
+    if exp is not None and exp.args and best is not None:
         files[f"{exp.engine}.sh"] = render_launcher(exp.args, [best.strategy.label(),
                                                               *exp.warnings])
     if target is not None:
