@@ -12,7 +12,8 @@ from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.units import GIB
 
 FAMILY_NAMES = {k: v[0].upper() + v[1:] for k, v in rank.FAMILY_NAMES.items()}
-COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62"}
+COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62", "pd": "#8e44ad",
+          "afd": "#16a0a0"}
 GANTT_LABEL_PX = 10  # smallest readable label; names that do not fit a bar at this size hide
 
 

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 from moeplan.report.figures import COLORS, FAMILY_NAMES
 
 DASHES = ("solid", "dash", "dot", "dashdot")
+LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
 
 
 def serving_pareto(ranking: Any) -> go.Figure:
@@ -52,13 +53,14 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per request", "TPOT per request"))
     for i, (label, lat) in enumerate(curves["latency"].items()):
         dash = DASHES[i % len(DASHES)]
+        color = LINE_COLORS[i % len(LINE_COLORS)]
         for col, key in ((1, "ttft_s"), (2, "tpot_s")):
             v = np.sort(np.asarray(lat[key], dtype=float)) * 1e3
             if not len(v):
                 continue
             fig.add_scatter(x=v, y=np.arange(1, len(v) + 1) / len(v), mode="lines",
                             name=label, legendgroup=label, showlegend=col == 1,
-                            line={"dash": dash}, row=1, col=col)
+                            line={"dash": dash, "color": color}, row=1, col=col)
     for col, limit in ((1, slo.ttft_s), (2, slo.tpot_s)):
         if limit is not None:
             fig.add_vline(x=limit * 1e3, line_dash="dash", line_color="#c33", row=1, col=col)
@@ -75,11 +77,12 @@ def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
                                                         f"TPOT p{slo.percentile:g}"))
     for i, (label, pts) in enumerate(curves["rate"].items()):
         dash = DASHES[i % len(DASHES)]
+        color = LINE_COLORS[i % len(LINE_COLORS)]
         x = [p["rate_rps"] for p in pts]
         for col, key in ((1, "ttft_p90_s"), (2, "tpot_p90_s")):
             fig.add_scatter(x=x, y=[p[key] * 1e3 for p in pts], mode="lines+markers",
                             name=label, legendgroup=label, showlegend=col == 1,
-                            line={"dash": dash}, row=1, col=col)
+                            line={"dash": dash, "color": color}, row=1, col=col)
     for col, limit in ((1, slo.ttft_s), (2, slo.tpot_s)):
         if limit is not None:
             fig.add_hline(y=limit * 1e3, line_dash="dash", line_color="#c33", row=1, col=col)
