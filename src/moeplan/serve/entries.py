@@ -9,7 +9,7 @@ from typing import Any
 
 from moeplan.planners.plan import Plan
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.metrics import ServeMetrics
+from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
 from moeplan.serve.search import ServeResult
 
 
@@ -49,18 +49,8 @@ class Served:
     def summary(self) -> dict[str, Any]:
         """One ranked candidate of ``moeplan plan --json`` (keys per the interface)."""
         m = self.metrics
-        keys = (
-            "ttft_p50_s",
-            "ttft_p90_s",
-            "tpot_p50_s",
-            "tpot_p90_s",
-            "e2e_p90_s",
-            "output_tokens_per_s",
-            "output_tokens_per_s_per_gpu",
-            "goodput_rps",
-            "kv_utilisation",
-            "preemptions",
-        )
+        # every interface key but the SLO rate, which the search result carries
+        keys = [k for k in INTERFACE_METRICS if k != "max_rate_meeting_slo_rps"]
         metrics = {} if m is None else {k: getattr(m, k) for k in keys}
         if m is not None:
             metrics["max_rate_meeting_slo_rps"] = self.result.max_rate_meeting_slo_rps
