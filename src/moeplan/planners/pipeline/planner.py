@@ -18,11 +18,8 @@ from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline.baselines import all_baselines
 from moeplan.planners.pipeline.cost import (
     Evaluator,
-    StageContext,
-    build_tables,
     cost_model_evaluator,
     memory_reserve,
-    modules_of,
 )
 from moeplan.planners.pipeline.refine import certified_partition, memory_free_bound
 from moeplan.planners.pipeline.search import (
@@ -40,6 +37,7 @@ from moeplan.planners.pipeline.stages import (
     choose_plan,
     degree_tables,
     pp_degrees,
+    stage_tables,
 )
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 from moeplan.units import GIB
@@ -55,16 +53,7 @@ def smallest_memory_needed(
     """Least GPU memory with which some PP degree has a plan (time ignored)."""
     best = math.inf
     for pp in degrees:
-        routing = workload.routing_for(model.top_k)
-        ctx = StageContext(
-            model=model,
-            workload=workload,
-            routing=routing,
-            pp=pp,
-            r=cluster.num_gpus // pp,
-            gpus_per_node=cluster.gpus_per_node,
-        )
-        tables = build_tables(modules_of(model, routing), ctx, evaluate)
+        ctx, tables = stage_tables(model, cluster, workload, pp, evaluate)
         mins = np.array([t.mems().min() for t in tables])
         best = min(best, memory_reserve(ctx) + memory_free_bound(list(mins), pp, upper=True))
     return best

@@ -210,6 +210,22 @@ class DegreeTables:
         return self.time_arrays
 
 
+def stage_tables(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, pp: int, evaluate: Evaluator
+) -> tuple[StageContext, list[ModuleTable]]:
+    """The stage context of PP degree ``pp`` and every module's choice table."""
+    routing = workload.routing_for(model.top_k)
+    ctx = StageContext(
+        model=model,
+        workload=workload,
+        routing=routing,
+        pp=pp,
+        r=cluster.num_gpus // pp,
+        gpus_per_node=cluster.gpus_per_node,
+    )
+    return ctx, build_tables(modules_of(model, routing), ctx, evaluate)
+
+
 def degree_tables(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -220,16 +236,7 @@ def degree_tables(
     resolution: int,
 ) -> DegreeTables | None:
     """Cost tables and memory units for PP degree ``pp``; None if nothing can fit."""
-    routing = workload.routing_for(model.top_k)
-    ctx = StageContext(
-        model=model,
-        workload=workload,
-        routing=routing,
-        pp=pp,
-        r=cluster.num_gpus // pp,
-        gpus_per_node=cluster.gpus_per_node,
-    )
-    tables = build_tables(modules_of(model, routing), ctx, evaluate)
+    ctx, tables = stage_tables(model, cluster, workload, pp, evaluate)
     reserve = memory_reserve(ctx)
     capacity = cluster.gpu.mem_bytes - reserve
     if capacity <= 0:
