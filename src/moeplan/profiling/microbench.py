@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from moeplan.profiling.shapes import AttnShape
-from moeplan.profiling.timing import median_time, random_inputs
+from moeplan.profiling.timing import median_time, randn, random_inputs
 from moeplan.runtime import kernels as K
 from moeplan.runtime.kernels import loop_moe
 
@@ -26,18 +26,23 @@ def bench_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def bench_gemm(m: int, n: int, k: int, *, device: torch.device, gen: torch.Generator,
-               repeats: int = 10) -> float:
+def bench_gemm(
+    m: int, n: int, k: int, *, device: torch.device, gen: torch.Generator, repeats: int = 10
+) -> float:
     """``[m, k] x [k, n]``."""
     inputs = random_inputs([(m, k), (k, n)], dtype=bench_dtype(device), device=device, gen=gen)
     return median_time(torch.mm, inputs, device=device, repeats=repeats)
 
 
-def bench_attention(s: AttnShape, *, device: torch.device, gen: torch.Generator,
-                    repeats: int = 10) -> float:
+def bench_attention(
+    s: AttnShape, *, device: torch.device, gen: torch.Generator, repeats: int = 10
+) -> float:
     """``scaled_dot_product_attention`` (causal for prefill) with GQA/MLA head dims."""
-    shapes = [(s.num_seqs, s.heads, s.q_len, s.qk_dim), (s.num_seqs, s.kv_heads, s.ctx_len, s.qk_dim),
-              (s.num_seqs, s.kv_heads, s.ctx_len, s.v_dim)]
+    shapes = [
+        (s.num_seqs, s.heads, s.q_len, s.qk_dim),
+        (s.num_seqs, s.kv_heads, s.ctx_len, s.qk_dim),
+        (s.num_seqs, s.kv_heads, s.ctx_len, s.v_dim),
+    ]
     inputs = random_inputs(shapes, dtype=bench_dtype(device), device=device, gen=gen)
     causal, gqa = s.q_len > 1, s.kv_heads != s.heads
 
@@ -47,51 +52,89 @@ def bench_attention(s: AttnShape, *, device: torch.device, gen: torch.Generator,
     return median_time(fn, inputs, device=device, repeats=repeats)
 
 
-def _routing(tokens: int, k: int, experts: int, gen: torch.Generator, device: torch.device
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def _routing(
+    tokens: int, k: int, experts: int, gen: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Balanced-in-expectation routing: ``k`` distinct random experts per token."""
     ids = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :k]
     return ids.to(device), torch.rand(tokens, k, generator=gen).to(device)
 
 
-def _expert_weights(experts: int, h: int, i: int, dtype: torch.dtype, device: torch.device,
-                    gen: torch.Generator) -> list[torch.Tensor]:
-    return [(torch.randn(*s, generator=gen) / s[-2] ** 0.5).to(device=device, dtype=dtype)
-            for s in ((experts, h, i), (experts, h, i), (experts, i, h))]
+def _expert_weights(
+    experts: int, h: int, i: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator
+) -> list[torch.Tensor]:
+    return [
+        randn(*s, dtype=dtype, device=device, gen=gen, scale=s[-2] ** -0.5)
+        for s in ((experts, h, i), (experts, h, i), (experts, i, h))
+    ]
 
 
-def bench_expert_ffn(tokens_per_expert: int, num_experts: int, h: int, i: int, *,
-                     device: torch.device, gen: torch.Generator, repeats: int = 10) -> float:
+def bench_expert_ffn(
+    tokens_per_expert: int,
+    num_experts: int,
+    h: int,
+    i: int,
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 10,
+) -> float:
     """Grouped SwiGLU of ``num_experts`` experts with ``tokens_per_expert`` sorted rows each."""
     dtype = bench_dtype(device)
     w = _expert_weights(num_experts, h, i, dtype, device, gen)
     counts = torch.full((num_experts,), tokens_per_expert, dtype=torch.long, device=device)
-    inputs = random_inputs([(tokens_per_expert * num_experts, h)], dtype=dtype, device=device,
-                           gen=gen)
-    return median_time(lambda x: K.grouped_swiglu(x, counts, *w), inputs, device=device,
-                       repeats=repeats)
+    inputs = random_inputs(
+        [(tokens_per_expert * num_experts, h)], dtype=dtype, device=device, gen=gen
+    )
+    return median_time(
+        lambda x: K.grouped_swiglu(x, counts, *w), inputs, device=device, repeats=repeats
+    )
 
 
-def bench_moe(tokens: int, k: int, num_experts: int, h: int, i: int, *, device: torch.device,
-              gen: torch.Generator, repeats: int = 5, loop: bool = False) -> float:
+def bench_moe(
+    tokens: int,
+    k: int,
+    num_experts: int,
+    h: int,
+    i: int,
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 5,
+    loop: bool = False,
+) -> float:
     """Routed experts of one layer (permute, gather, grouped SwiGLU, combine) or the loop."""
     dtype = bench_dtype(device)
     w = _expert_weights(num_experts, h, i, dtype, device, gen)
-    inputs = [(x, *_routing(tokens, k, num_experts, gen, device))
-              for (x,) in random_inputs([(tokens, h)], dtype=dtype, device=device, gen=gen)]
+    inputs = [
+        (x, *_routing(tokens, k, num_experts, gen, device))
+        for (x,) in random_inputs([(tokens, h)], dtype=dtype, device=device, gen=gen)
+    ]
     fn = loop_moe if loop else K.grouped_moe
-    return median_time(lambda x, ids, wt: fn(x, ids, wt, *w), inputs, device=device,
-                       repeats=repeats)
+    return median_time(
+        lambda x, ids, wt: fn(x, ids, wt, *w), inputs, device=device, repeats=repeats
+    )
 
 
-def bench_permutation(tokens: int, k: int, num_experts: int, h: int, *, device: torch.device,
-                      gen: torch.Generator, repeats: int = 10, reference: bool = False) -> float:
+def bench_permutation(
+    tokens: int,
+    k: int,
+    num_experts: int,
+    h: int,
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 10,
+    reference: bool = False,
+) -> float:
     """Index build + row gather of ``tokens x k`` token-expert pairs of width ``h``."""
     from moeplan.runtime.layers import permute as ref
 
     mod = ref if reference else K
-    inputs = [(x, *_routing(tokens, k, num_experts, gen, device)) for (x,) in
-              random_inputs([(tokens, h)], dtype=bench_dtype(device), device=device, gen=gen)]
+    inputs = [
+        (x, *_routing(tokens, k, num_experts, gen, device))
+        for (x,) in random_inputs([(tokens, h)], dtype=bench_dtype(device), device=device, gen=gen)
+    ]
 
     def fn(x: torch.Tensor, ids: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
         return mod.gather_rows(x, mod.permute(ids, wt, num_experts))
@@ -99,17 +142,21 @@ def bench_permutation(tokens: int, k: int, num_experts: int, h: int, *, device: 
     return median_time(fn, inputs, device=device, repeats=repeats)
 
 
-def copy_bandwidth(nbytes: int, *, device: torch.device, gen: torch.Generator,
-                   repeats: int = 10) -> float:
+def copy_bandwidth(
+    nbytes: int, *, device: torch.device, gen: torch.Generator, repeats: int = 10
+) -> float:
     """Device-to-device copy ceiling in bytes/s (read + write counted)."""
     n = max(1, nbytes // 4)
-    inputs = [(a, torch.empty_like(a)) for (a,) in
-              random_inputs([(n,)], dtype=torch.float32, device=device, gen=gen, copies=2)]
+    inputs = [
+        (a, torch.empty_like(a))
+        for (a,) in random_inputs([(n,)], dtype=torch.float32, device=device, gen=gen, copies=2)
+    ]
     t = median_time(lambda a, b: b.copy_(a), inputs, device=device, repeats=repeats)
     return 2.0 * n * 4 / t
 
 
-def gemm_ceiling(size: int, *, device: torch.device, gen: torch.Generator,
-                 repeats: int = 10) -> float:
+def gemm_ceiling(
+    size: int, *, device: torch.device, gen: torch.Generator, repeats: int = 10
+) -> float:
     """FLOP/s of a ``size``-cubed GEMM (bf16 on CUDA, fp32 on CPU)."""
     return 2.0 * size**3 / bench_gemm(size, size, size, device=device, gen=gen, repeats=repeats)

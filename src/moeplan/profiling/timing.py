@@ -6,7 +6,9 @@
 - the median over ``repeats`` calls (robust to the other tenants of a shared machine);
 - inputs are fresh ``randn`` tensors (never zeros: zeros hit fast paths in some kernels and
   compress well on the wire), in several copies used in rotation so a call does not find the
-  previous call's operands in L2 — enough copies to cover ``ROTATE_BYTES`` on CUDA.
+  previous call's operands in L2 — enough copies to cover ``ROTATE_BYTES`` on CUDA. They are
+  drawn on the device itself by a generator seeded from the caller's CPU generator (drawing
+  gigabytes of expert weights on the CPU and copying them took longer than timing them).
 """
 
 from __future__ import annotations
@@ -46,17 +48,49 @@ def copies_for(nbytes: float, device: torch.device) -> int:
     return int(min(MAX_COPIES, max(2, math.ceil(ROTATE_BYTES / max(nbytes, 1.0)))))
 
 
-def random_inputs(shapes: Sequence[tuple[int, ...]], *, dtype: torch.dtype, device: torch.device,
-                  gen: torch.Generator, copies: int | None = None) -> list[tuple[torch.Tensor, ...]]:
-    """``copies`` sets of fresh ``randn`` tensors of ``shapes`` (drawn on CPU, then moved)."""
+def device_generator(gen: torch.Generator, device: torch.device) -> torch.Generator:
+    """A generator on ``device`` seeded from ``gen`` (``gen`` itself on CPU)."""
+    if device.type == "cpu":
+        return gen
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def randn(
+    *shape: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator, scale: float = 1.0
+) -> torch.Tensor:
+    """``randn(shape) * scale`` drawn on ``device`` (see :func:`device_generator`)."""
+    g = device_generator(gen, device)
+    t = torch.randn(
+        *shape, generator=g, device=device, dtype=torch.float32 if device.type == "cpu" else dtype
+    )
+    if scale != 1.0:
+        t.mul_(scale)
+    return t.to(dtype)
+
+
+def random_inputs(
+    shapes: Sequence[tuple[int, ...]],
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    gen: torch.Generator,
+    copies: int | None = None,
+) -> list[tuple[torch.Tensor, ...]]:
+    """``copies`` sets of fresh ``randn`` tensors of ``shapes``, drawn on ``device``."""
     nbytes = sum(math.prod(s) for s in shapes) * torch.finfo(dtype).bits / 8
     n = copies if copies is not None else copies_for(nbytes, device)
-    return [tuple(torch.randn(*s, generator=gen).to(device=device, dtype=dtype) for s in shapes)
-            for _ in range(n)]
+    return [tuple(randn(*s, dtype=dtype, device=device, gen=gen) for s in shapes) for _ in range(n)]
 
 
-def median_time(fn: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], *,
-                device: torch.device, warmup: int = 3, repeats: int = 10) -> float:
+def median_time(
+    fn: Callable[..., Any],
+    inputs: Sequence[tuple[Any, ...]],
+    *,
+    device: torch.device,
+    warmup: int = 3,
+    repeats: int = 10,
+) -> float:
     """Median seconds of ``fn(*inputs[i % len(inputs)])`` over ``repeats`` timed calls."""
     if repeats < 1:
         raise MoeplanError(f"repeats ({repeats}) must be >= 1")

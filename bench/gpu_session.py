@@ -1,0 +1,286 @@
+"""Every GPU measurement of issue 18 in one run (GPU time is scarce: one process, many steps).
+
+    PYTHONPATH=src python bench/gpu_session.py --out DIR [--steps tests,ceilings,...]
+
+Steps (each guarded: a failing step is recorded and the next one runs):
+
+- ``env``: GPU, driver, torch, Triton versions.
+- ``tests``: the CUDA/Triton correctness tests (``tests/test_kernels_triton.py``,
+  ``tests/test_kernels_permute.py``) — log in ``pytest.log``.
+- ``ceilings``: device-to-device copy bandwidth (read + write) and an 8192³ bf16 GEMM.
+- ``kernels``: ``bench/bench_kernels.py`` rows, the grouped experts alone (FLOP/s against the
+  GEMM ceiling) and the routed-expert path split into its parts (where the time goes).
+- ``calibrate``: ``moeplan calibrate --device cuda`` → ``h100-measured.json`` + ``calibrate.json``.
+- ``tables``: NVIDIA's H100 SGLang rows (fused MoE, context/generation attention) measured with
+  our kernels (:mod:`moeplan.profiling.tables`) → ``tables.json``.
+- ``runtime``: the runtime's MoE layer and attention (``moeplan.runtime.layers``) at full model
+  widths, bf16, one GPU → ``runtime.json``.
+
+Everything lands in ``session.json`` (rewritten after each step); predictions are added on any
+machine afterwards by ``bench/gpu_vs_tables.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STEPS = ("env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime")
+
+
+def step_env(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    smi = subprocess.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+            "--format=csv,noheader",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        import triton
+
+        tv = triton.__version__
+    except ImportError:
+        tv = None
+    p = torch.cuda.get_device_properties(0)
+    return {
+        "nvidia_smi": smi.stdout.strip(),
+        "torch": torch.__version__,
+        "triton": tv,
+        "cuda": torch.version.cuda,
+        "device": p.name,
+        "sms": p.multi_processor_count,
+        "grouped_mm": hasattr(torch, "_grouped_mm"),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def step_tests(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rs",
+        "tests/test_kernels_triton.py",
+        "tests/test_kernels_permute.py",
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    (out / "pytest.log").write_text(p.stdout + p.stderr)
+    return {"returncode": p.returncode, "summary": (p.stdout.strip().splitlines() or [""])[-1]}
+
+
+def step_ceilings(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    from moeplan.profiling import microbench as mb
+
+    d, g = torch.device("cuda"), torch.Generator().manual_seed(0)
+    return {
+        "copy_Bps": mb.copy_bandwidth(1 << 30, device=d, gen=g, repeats=50),
+        "gemm_flops": mb.gemm_ceiling(8192, device=d, gen=g, repeats=50),
+    }
+
+
+def _parts(tokens: int, k: int, e: int, h: int, i: int) -> dict[str, float]:
+    """Median seconds of each part of the routed-expert path at one shape."""
+    from moeplan.profiling.microbench import _expert_weights, _routing
+    from moeplan.profiling.timing import median_time, random_inputs
+    from moeplan.runtime import kernels as K
+
+    d, g = torch.device("cuda"), torch.Generator().manual_seed(1)
+    w = _expert_weights(e, h, i, torch.bfloat16, d, g)
+    ((x,),) = random_inputs([(tokens, h)], dtype=torch.bfloat16, device=d, gen=g, copies=1)
+    ids, wt = _routing(tokens, k, e, g, d)
+    perm = K.permute(ids, wt, e)
+    rows = K.gather_rows(x, perm)
+    y = K.grouped_swiglu(rows, perm.counts, *w)
+    one = [()]
+    return {
+        "permute": median_time(lambda: K.permute(ids, wt, e), one, device=d, repeats=20),
+        "gather": median_time(lambda: K.gather_rows(x, perm), one, device=d, repeats=20),
+        "grouped_swiglu": median_time(
+            lambda: K.grouped_swiglu(rows, perm.counts, *w), one, device=d, repeats=20
+        ),
+        "combine": median_time(lambda: K.combine(y, perm), one, device=d, repeats=20),
+        "whole": median_time(lambda: K.grouped_moe(x, ids, wt, *w), one, device=d, repeats=20),
+    }
+
+
+def step_kernels(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, "bench")
+    import bench_kernels
+    from moeplan.profiling import microbench as mb
+
+    d, g = torch.device("cuda"), torch.Generator().manual_seed(0)
+    rows = bench_kernels.run()
+    tokens, h, i, e, k = 16384, 4096, 1536, 128, 8
+    ffn = mb.bench_expert_ffn(tokens * k // e, e, h, i, device=d, gen=g, repeats=20)
+    flops = 3 * 2 * tokens * k * h * i
+    parts = {f"T{t}": _parts(t, k, e, h, i) for t in (1024, 16384, 65536)}
+    prof = ""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        from moeplan.profiling.microbench import _expert_weights, _routing
+        from moeplan.runtime import kernels as K
+
+        w = _expert_weights(e, h, i, torch.bfloat16, d, g)
+        x = torch.randn(tokens, h, device=d, dtype=torch.bfloat16)
+        ids, wt = _routing(tokens, k, e, g, d)
+        for _ in range(3):
+            K.grouped_moe(x, ids, wt, *w)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for _ in range(5):
+                K.grouped_moe(x, ids, wt, *w)
+            torch.cuda.synchronize()
+        prof = p.key_averages().table(sort_by="cuda_time_total", row_limit=25)
+    except Exception as err:  # profiling is diagnostic only
+        prof = f"profiler failed: {err!r}"
+    (out / "profile.txt").write_text(prof)
+    return {
+        "bench_rows": rows,
+        "grouped_ffn_s": ffn,
+        "grouped_ffn_flops": flops / ffn,
+        "parts": parts,
+        "shape": {"tokens": tokens, "h": h, "i": i, "e": e, "k": k},
+    }
+
+
+def step_calibrate(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from moeplan.cli import main; main()",
+        "calibrate",
+        "--device",
+        "cuda",
+        "--name",
+        "h100-measured",
+        "--out",
+        str(out / "h100-measured.json"),
+        "--json",
+    ]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    (out / "calibrate.json").write_text(p.stdout or p.stderr)
+    return {"returncode": p.returncode, "seconds": time.time() - t0, "stderr": p.stderr[-2000:]}
+
+
+def step_tables(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    from moeplan.profiling import tables as T
+
+    d, g = torch.device("cuda"), torch.Generator().manual_seed(0)
+    t0 = time.time()
+    data = {
+        "context_attention": T.measure_attention(
+            T.attention_rows("context_attention", 120), "context_attention", device=d, gen=g
+        ),
+        "generation_attention": T.measure_attention(
+            T.attention_rows("generation_attention", 120), "generation_attention", device=d, gen=g
+        ),
+    }
+    (out / "tables.json").write_text(json.dumps(data))
+    data["moe"] = T.measure_moe(T.moe_rows(), device=d, gen=g)
+    (out / "tables.json").write_text(json.dumps(data))
+    return {"rows": {k: len(v) for k, v in data.items()}, "seconds": time.time() - t0}
+
+
+def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    from moeplan.profiling.timing import median_time
+    from moeplan.runtime.config import from_model_spec
+    from moeplan.runtime.layers.model import attention, init_model, rms
+    from moeplan.runtime.layers.moe import moe_forward
+    from moeplan.specs import load_model
+
+    d = torch.device("cuda")
+    rows = []
+    for name in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral-8x7b", "qwen2-57b-a14b"):
+        cfg = from_model_spec(load_model(name), "full", num_layers=1)
+        (lw,) = init_model(cfg, seed=0)
+        lw = _to(lw, d)
+        for t in (64, 512, 4096, 16384):
+            x = torch.randn(t, cfg.hidden_size, device=d, dtype=torch.bfloat16)
+            s = median_time(
+                lambda x=x, w=lw.experts, c=cfg: moe_forward(rms(x), w, c),
+                [(x,)],
+                device=d,
+                repeats=10,
+            )
+            rows.append({"op": "moe_layer", "model": name, "tokens": t, "measured_s": s})
+        for b, seq in ((1, 2048), (4, 2048), (1, 8192)):
+            x = torch.randn(b, seq, cfg.hidden_size, device=d, dtype=torch.bfloat16)
+            s = median_time(
+                lambda x=x, w=lw.attn, c=cfg: attention(rms(x), w, c), [(x,)], device=d, repeats=5
+            )
+            rows.append(
+                {
+                    "op": "attention",
+                    "model": name,
+                    "batch": b,
+                    "seq": seq,
+                    "heads": cfg.num_heads,
+                    "hidden": cfg.hidden_size,
+                    "measured_s": s,
+                }
+            )
+        lw = None
+        torch.cuda.empty_cache()
+    (out / "runtime.json").write_text(json.dumps(rows))
+    return {"rows": len(rows)}
+
+
+def _to(lw: Any, d: torch.device) -> Any:
+    from dataclasses import fields, replace
+
+    def move(obj: Any) -> Any:
+        if obj is None:
+            return None
+        return replace(
+            obj,
+            **{
+                f.name: None
+                if getattr(obj, f.name) is None
+                else getattr(obj, f.name).to(device=d, dtype=torch.bfloat16)
+                for f in fields(obj)
+            },
+        )
+
+    return replace(lw, attn=move(lw.attn), moe=move(lw.moe), mlp=move(lw.mlp))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", default=",".join(STEPS))
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {}
+    for name in a.steps.split(","):
+        t0 = time.time()
+        print(f"== {name}", flush=True)
+        try:
+            res[name] = globals()[f"step_{name}"](out, res)
+        except Exception:
+            res[name] = {"error": traceback.format_exc()[-3000:]}
+        res[name]["step_seconds"] = round(time.time() - t0, 1)
+        print(json.dumps(res[name], default=str)[:1500], flush=True)
+        (out / "session.json").write_text(json.dumps(res, indent=1, default=str))
+    os.sync()
+
+
+if __name__ == "__main__":
+    main()

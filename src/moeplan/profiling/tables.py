@@ -1,0 +1,181 @@
+"""Run NVIDIA's measured kernel-table shapes on this device with moeplan's own kernels.
+
+Three-way comparison (issue 18): for rows of the shipped tables (``moeplan/data/measured/
+kernels/<gpu>/...``, read through :func:`moeplan.kernel_tables.kernels_dir`), measure the same
+shape here and keep the table's latency beside ours; moeplan's predictions are added on any
+machine afterwards (``bench/gpu_vs_tables.py``), so GPU time is spent on measuring only.
+
+What is compared with what (the kernels are comparable, not identical):
+
+- ``moe`` (SGLang ``sglang_fused_moe_triton``, bf16, balanced): our routed-expert path
+  :func:`moeplan.runtime.kernels.grouped_moe` — permutation, row gather, grouped SwiGLU
+  (``torch._grouped_mm`` on Hopper), weighted combine. Like the table, the router GEMM is not
+  timed. An EP rank of the table (``moe_ep_size > 1``) sees all ``num_tokens`` tokens routed
+  over all experts and keeps the pairs of its ``num_experts / ep`` local experts (the others
+  are ``-1`` pads its permutation skips); TP splits ``inter_size``.
+- ``context_attention`` (FlashAttention-3 in the table) and ``generation_attention``
+  (decode, ``ctx = isl + step`` keys, FA3/FlashInfer): PyTorch's
+  ``scaled_dot_product_attention`` (FlashAttention-2 backend on CUDA for these head dims),
+  causal for prefill, GQA by ``enable_gqa``, contiguous KV (no paging). Rows with a sliding
+  window or head_dim > 256 are not sampled (SDPA's flash path has neither).
+
+Rows are sampled per shape family, seeded, so two runs measure the same rows.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from moeplan.profiling.timing import median_time, randn, random_inputs
+from moeplan.runtime import kernels as K
+
+MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+MAX_KV_BYTES = 4 * 2**30  # decode rows whose contiguous KV would exceed this are skipped
+#: (tp, ep) splits sampled per expert shape: the unsplit layer and typical serving splits
+MOE_SPLITS = ((1, 1), (1, 8), (2, 4), (8, 1), (1, 32))
+
+
+def _table(gpu: str, family: str, engine: str, name: str) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    from moeplan.kernel_tables import kernels_dir
+
+    base = Path(kernels_dir()) / gpu / family / engine
+    paths = sorted(base.glob(f"*/{name}.parquet"))
+    if not paths:
+        return []
+    return pq.read_table(paths[-1]).to_pylist()
+
+
+def moe_rows(gpu: str = "h100_sxm", engine: str = "sglang") -> list[dict[str, Any]]:
+    """bf16 balanced Triton fused-MoE rows at :data:`MOE_SPLITS` and :data:`MOE_TOKENS`."""
+    rows = [
+        r
+        for r in _table(gpu, "moe", engine, "moe_perf")
+        if r["moe_dtype"] == "bfloat16"
+        and r["distribution"] == "balanced"
+        and r["kernel_source"].endswith("fused_moe_triton")
+        and (r["moe_tp_size"], r["moe_ep_size"]) in MOE_SPLITS
+        and r["num_tokens"] in MOE_TOKENS
+    ]
+    return sorted(rows, key=_moe_key)
+
+
+def _moe_key(r: dict[str, Any]) -> tuple:
+    return (
+        r["hidden_size"],
+        r["inter_size"],
+        r["topk"],
+        r["num_experts"],
+        r["moe_tp_size"],
+        r["moe_ep_size"],
+        r["num_tokens"],
+    )
+
+
+def attention_rows(
+    op: str, n: int, gpu: str = "h100_sxm", engine: str = "sglang", seed: int = 0
+) -> list[dict[str, Any]]:
+    """``n`` seeded bf16 rows of ``context_attention`` / ``generation_attention``, spread over
+    head shapes (round robin over shape families), no sliding window, head_dim <= 256."""
+    fams: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in _table(gpu, "attention", engine, f"{op}_perf"):
+        if (r["attn_dtype"], r["kv_cache_dtype"], r["window_size"]) != ("bfloat16", "bfloat16", 0):
+            continue
+        if r["head_dim"] > 256 or _kv_bytes(r, op) > MAX_KV_BYTES:
+            continue
+        fams[(r["num_heads"], r["num_key_value_heads"], r["head_dim"])].append(r)
+    rng = random.Random(seed)
+    for v in fams.values():
+        rng.shuffle(v)
+    keys = sorted(fams)
+    out: list[dict[str, Any]] = []
+    i = 0
+    while len(out) < n and any(fams[k] for k in keys):
+        k = keys[i % len(keys)]
+        if fams[k]:
+            out.append(fams[k].pop())
+        i += 1
+    return out
+
+
+def _kv_bytes(r: dict[str, Any], op: str) -> float:
+    ctx = r["isl"] + (r["step"] if op == "generation_attention" else 0)
+    return 2.0 * 2 * r["batch_size"] * ctx * r["num_key_value_heads"] * r["head_dim"]
+
+
+def _routing(
+    tokens: int, k: int, experts: int, local: int, device: torch.device, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Balanced routing over all ``experts``; ids outside ``[0, local)`` become ``-1``."""
+    ids = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :k]
+    ids = torch.where(ids < local, ids, torch.full_like(ids, -1))
+    return ids.to(device), torch.rand(tokens, k, generator=gen).to(device)
+
+
+def measure_moe(
+    rows: Iterable[dict[str, Any]], *, device: torch.device, gen: torch.Generator, repeats: int = 10
+) -> list[dict[str, Any]]:
+    """Our grouped MoE at each row's local shape; weights drawn once per shape."""
+    by_shape: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_shape[_moe_key(r)[:-1]].append(r)
+    out = []
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    for (h, inter, k, e, tp, ep), rs in by_shape.items():
+        local, i = e // ep, math.ceil(inter / tp)
+        w = [
+            randn(*s, dtype=dtype, device=device, gen=gen, scale=s[-2] ** -0.5)
+            for s in ((local, h, i), (local, h, i), (local, i, h))
+        ]
+        for r in rs:
+            t = r["num_tokens"]
+            inputs = [
+                (x, *_routing(t, k, e, local, device, gen))
+                for (x,) in random_inputs([(t, h)], dtype=dtype, device=device, gen=gen)
+            ]
+            s = median_time(
+                lambda x, ids, wt, w=w: K.grouped_moe(x, ids, wt, *w),
+                inputs,
+                device=device,
+                repeats=repeats,
+            )
+            out.append({**r, "ours_ms": s * 1e3})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def measure_attention(
+    rows: Iterable[dict[str, Any]],
+    op: str,
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 10,
+) -> list[dict[str, Any]]:
+    """SDPA at each row's shape (decode: one query over ``isl + step`` keys)."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    out = []
+    for r in rows:
+        b, hq, hk, d = r["batch_size"], r["num_heads"], r["num_key_value_heads"], r["head_dim"]
+        decode = op == "generation_attention"
+        q_len = 1 if decode else r["isl"]
+        ctx = r["isl"] + r["step"] if decode else r["isl"]
+        shapes = [(b, hq, q_len, d), (b, hk, ctx, d), (b, hk, ctx, d)]
+        inputs = random_inputs(shapes, dtype=dtype, device=device, gen=gen)
+
+        fn = partial(F.scaled_dot_product_attention, is_causal=not decode, enable_gqa=hq != hk)
+        s = median_time(fn, inputs, device=device, repeats=repeats)
+        out.append({**r, "ours_ms": s * 1e3})
+        del inputs
+    return out
