@@ -1,22 +1,51 @@
-"""Collective communication times: ring/pairwise α-β formulas over a two-level hierarchy.
+"""Collective communication times: ring/pairwise and full-mesh α-β formulas, two-level hierarchy.
 
 Message-size convention (nccl-tests): ``nbytes`` is the per-rank buffer — all_reduce: the
 buffer reduced; all_gather: the *output* (n shards); reduce_scatter: the *input* (n shards);
 all_to_all: the bytes one rank sends in total (including its own shard).
 
-Formulas for a group of ``n`` ranks on one link level with latency ``a`` and per-direction
-bandwidth ``B`` (bytes/s per GPU):
+Switched fabrics (NVSwitch, PCIe, the network). A group of ``n`` ranks on one link level with
+latency ``a`` and per-direction bandwidth ``B`` (bytes/s per GPU, DESIGN.md):
 
 - ring all_reduce: ``2(n-1) a + 2 (n-1)/n * nbytes / B``
 - ring all_gather / reduce_scatter: ``(n-1) a + (n-1)/n * nbytes / B``
 - pairwise all_to_all: ``(n-1) a + (n-1)/n * nbytes / B``
 - P2P: ``a + nbytes / B``
 
+Full-mesh fabrics (:data:`MESH_KINDS`: HCCS on Ascend 910B). A node of ``G`` GPUs wires a
+dedicated link to every peer, so the spec's per-GPU bandwidth ``B`` is ``G-1`` pair links of
+``B/(G-1)`` each (:func:`pair_bandwidth`). A group of ``n <= G`` ranks reaches its ``n-1``
+peers over ``n-1`` of those links *at once* and can use no others, so the bandwidth a rank has
+for that collective is ``(n-1) * B/(G-1)``, not ``B``: a 2-rank group gets 1/7 of it on an
+8-NPU node (the previous model priced small HCCS groups up to 7x too cheap). Every rank sends
+``nbytes/n`` over each of its links in one round (MixServe §III-B2, Table I: RS/AG "1 round"
+over "dedicated links between each pair of NPUs", §II-B), so with ``P = B/(G-1)``:
+
+- mesh all_gather / reduce_scatter / all_to_all: ``a + nbytes / (n P)``
+  (= ``(n-1)/n * nbytes / ((n-1) P)``: the ring's volume at ``(n-1) P`` per rank)
+- mesh all_reduce (RS then AG): ``2 a + 2 nbytes / (n P)``
+
+Departure: the paper prices A2A as ``d-1`` pairwise rounds (Table I); on the mesh those
+rounds use disjoint links and run at once, so one round's latency is charged — the strategy
+planner reads the mesh the same way (``planners/strategy/comm.py``), so both agree.
+
+Why 910B HCCS is a per-pair-link figure (issue 16 asked; decided from sources, recorded in
+the ``hccs`` preset's ``source``): MixServe §IV-A says the Atlas 800T A2 node is
+"fully-connected via HCCS (up to 480 Gbps)" and §II-B attributes the low intra-node cost to
+"dedicated communication links, established between each pair of NPUs" and calls RoCE
+(200 Gb/s per NPU) "several times lower than that of HCCS" — true of 7 x 30 GB/s = 210 GB/s
+per NPU (8.4x), false of 30 GB/s per NPU (1.2x). Public 910B figures agree: 56 GB/s per
+NPU-to-NPU link, 392 GB/s per NPU over its 7 links (arthurchiao.art "GPU Performance (Data
+Sheets) Quick Reference", 2023: "one-to-one max bandwidth" vs "one-to-many total bw"); 480 Gb/s
+= 60 GB/s is that pair link (bidirectional). So the preset keeps 210 GB/s per NPU per direction
+and this module splits it per pair link.
+
 Groups spanning ``nodes > 1`` nodes (``g = n / nodes`` ranks per node) are hierarchical:
 all_reduce = intra reduce_scatter + inter all_reduce of ``nbytes / g`` + intra all_gather;
 all_gather / reduce_scatter = intra part on ``nbytes / nodes`` + inter part on ``nbytes / g``;
 all_to_all sends ``(n-g)/n`` of its bytes over the network and ``(g-1)/n`` over the intra
-link at the same time, so it takes the longer of the two plus both latencies.
+link at the same time, so it takes the longer of the two plus both latencies. The intra
+parts use the mesh formulas on a mesh fabric.
 
 When a :class:`HardwareProfile` has a measured fit for ``(op, n)`` inside one node, that fit
 replaces the intra-node formula.
@@ -30,26 +59,70 @@ from moeplan.specs import ClusterSpec, LinkSpec
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
+#: intra-node link kinds that are full meshes: one dedicated link per GPU pair (HCCS)
+MESH_KINDS = ("hccs", "full-mesh")
+
 IntraFit = Callable[[str, int, float], float | None]
 
 
+def _check_op(op: str) -> None:
+    if op not in COLLECTIVE_OPS:
+        raise ValueError(f"unknown collective op {op!r}; expected one of {COLLECTIVE_OPS}")
+
+
 def ring_time(op: str, nbytes: float, n: int, link: LinkSpec) -> float:
-    """One-level ring/pairwise formula (see module docstring)."""
+    """One-level ring/pairwise formula on a switched fabric (see module docstring)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
+    _check_op(op)
     frac = (n - 1) / n
-    if op == "all_reduce":
-        return 2 * (n - 1) * link.latency + 2 * frac * nbytes / link.bw
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) * link.latency + frac * nbytes / link.bw
-    raise ValueError(f"unknown collective op {op!r}; expected one of {COLLECTIVE_OPS}")
+    rounds = 2 if op == "all_reduce" else 1
+    return rounds * ((n - 1) * link.latency + frac * nbytes / link.bw)
 
 
-def collective_time(op: str, nbytes: float, n: int, nodes: int, cluster: ClusterSpec,
-                    intra_fit: IntraFit | None = None) -> float:
+def is_mesh(link: LinkSpec) -> bool:
+    """Whether ``link`` is a full mesh with a dedicated link per GPU pair."""
+    return link.kind in MESH_KINDS
+
+
+def pair_bandwidth(cluster: ClusterSpec) -> float:
+    """Bytes/s per direction of one GPU-pair link inside a node (the whole per-GPU bandwidth
+    on a switched fabric, ``bw / (gpus_per_node - 1)`` on a full mesh)."""
+    intra = cluster.intra
+    return intra.bw / max(1, cluster.gpus_per_node - 1) if is_mesh(intra) else intra.bw
+
+
+def mesh_time(op: str, nbytes: float, n: int, link: LinkSpec, pair_links: int) -> float:
+    """Full-mesh formula for ``n`` ranks whose GPU has ``pair_links`` links of
+    ``link.bw / pair_links`` each (module docstring); ``n - 1 <= pair_links`` in one node."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    _check_op(op)
+    links = max(1, min(n - 1, pair_links))
+    per_rank_bw = links * link.bw / max(1, pair_links)
+    rounds = 2 if op == "all_reduce" else 1
+    return rounds * (link.latency + (n - 1) / n * nbytes / per_rank_bw)
+
+
+def intra_time(op: str, nbytes: float, n: int, cluster: ClusterSpec) -> float:
+    """One node's formula for ``n`` ranks: mesh or ring by the intra link's kind."""
+    if is_mesh(cluster.intra):
+        return mesh_time(op, nbytes, n, cluster.intra, cluster.gpus_per_node - 1)
+    return ring_time(op, nbytes, n, cluster.intra)
+
+
+def collective_time(
+    op: str,
+    nbytes: float,
+    n: int,
+    nodes: int,
+    cluster: ClusterSpec,
+    intra_fit: IntraFit | None = None,
+) -> float:
     """Seconds for collective ``op`` over ``n`` ranks spread over ``nodes`` nodes."""
     if n <= 1 or nbytes <= 0:
         return 0.0
+    _check_op(op)
     nodes = max(1, min(nodes, n))
 
     def intra(o: str, b: float, m: int) -> float:
@@ -59,19 +132,20 @@ def collective_time(op: str, nbytes: float, n: int, nodes: int, cluster: Cluster
             t = intra_fit(o, m, b)
             if t is not None:
                 return t
-        return ring_time(o, b, m, cluster.intra)
+        return intra_time(o, b, m, cluster)
 
     if nodes == 1:
         return intra(op, nbytes, n)
     g = max(1, n // nodes)
     inter = cluster.inter
     if op == "all_reduce":
-        return (intra("reduce_scatter", nbytes, g) + ring_time("all_reduce", nbytes / g, nodes, inter)
-                + intra("all_gather", nbytes, g))
+        return (
+            intra("reduce_scatter", nbytes, g)
+            + ring_time("all_reduce", nbytes / g, nodes, inter)
+            + intra("all_gather", nbytes, g)
+        )
     if op in ("all_gather", "reduce_scatter"):
         return intra(op, nbytes / nodes, g) + ring_time(op, nbytes / g, nodes, inter)
-    if op == "all_to_all":
-        t_inter = (nodes - 1) * inter.latency + (n - g) / n * nbytes / inter.bw
-        t_intra = intra("all_to_all", nbytes * g / n, g) if g > 1 else 0.0
-        return max(t_inter, t_intra) + inter.latency
-    raise ValueError(f"unknown collective op {op!r}; expected one of {COLLECTIVE_OPS}")
+    t_inter = (nodes - 1) * inter.latency + (n - g) / n * nbytes / inter.bw
+    t_intra = intra("all_to_all", nbytes * g / n, g) if g > 1 else 0.0
+    return max(t_inter, t_intra) + inter.latency

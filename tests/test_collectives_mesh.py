@@ -1,0 +1,122 @@
+"""Collectives on a full-mesh fabric (Ascend 910B HCCS) against closed forms (issue 16).
+
+An 8-NPU Atlas 800T A2 node has a dedicated 30 GB/s-per-direction link per NPU pair
+(210 GB/s per NPU over 7 links, preset ``hccs``). A group of ``d`` NPUs reaches its ``d-1``
+peers over ``d-1`` links at once, so one round moves ``nbytes/d`` per link:
+RS = AG = A2A = ``a + nbytes/(d * 30 GB/s)``, AR = twice that. The closed forms below are
+written from that link count alone, not from the module's code.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moeplan.cost import CostModel
+from moeplan.cost.collectives import collective_time, pair_bandwidth, ring_time
+from moeplan.specs import load_cluster
+
+GB = 1e9
+PAIR = 30 * GB  # MixServe §IV-A: 480 Gb/s per NPU pair = 60 GB/s bidirectional
+A = 1e-5  # the preset's HCCS latency
+MB = 1e6
+
+
+@pytest.fixture(scope="module")
+def cl910():
+    return load_cluster("mixserve-910b")
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+@pytest.mark.parametrize("nbytes", [64 * 1024, 8 * MB, 256 * MB])
+def test_mesh_collectives_closed_form(cl910, d, nbytes):
+    cm = CostModel(cl910)
+    one_round = A + nbytes / (d * PAIR)
+    for op in ("reduce_scatter", "all_gather", "all_to_all"):
+        assert cm.collective(op, nbytes, d, nodes=1) == pytest.approx(one_round, rel=1e-12), op
+    assert cm.collective("all_reduce", nbytes, d, nodes=1) == pytest.approx(
+        2 * one_round, rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_per_npu_bandwidth_is_d_minus_1_pair_links(cl910, d):
+    """Bandwidth a rank sees for the collective, (d-1)/d * nbytes / (t - a) = (d-1) * 30 GB/s:
+    a pair of NPUs gets 1/7 of the per-NPU figure, the whole node all of it."""
+    nbytes = 1e9
+    t = collective_time("all_gather", nbytes, d, 1, cl910)
+    bw = (d - 1) / d * nbytes / (t - A)
+    assert bw == pytest.approx((d - 1) * PAIR, rel=1e-12)
+    assert bw == pytest.approx(cl910.intra.bw * (d - 1) / 7, rel=1e-12)
+    assert pair_bandwidth(cl910) == pytest.approx(PAIR)
+
+
+def test_small_groups_no_longer_priced_at_the_node_total(cl910):
+    """The defect: a 2-NPU group priced at 210 GB/s was 7x too cheap in bandwidth."""
+    nbytes = 512 * MB
+    old = ring_time("all_gather", nbytes, 2, cl910.intra) - A  # bandwidth term at 210 GB/s
+    new = collective_time("all_gather", nbytes, 2, 1, cl910) - A
+    assert new / old == pytest.approx(7.0, rel=1e-12)
+
+
+def test_hierarchical_all_reduce_uses_the_mesh_inside_each_node(cl910):
+    """TP32 over 4 nodes: mesh RS (8 NPUs) + ring AR of nbytes/8 over 4 NPUs' RoCE + mesh AG."""
+    b = 64 * MB
+    roce = cl910.inter  # 25 GB/s per NPU, 8 us
+    intra = A + b / (8 * PAIR)
+    inter = 2 * 3 * roce.latency + 2 * 3 / 4 * (b / 8) / roce.bw
+    got = CostModel(cl910).collective("all_reduce", b, 32, nodes=4)
+    assert got == pytest.approx(2 * intra + inter, rel=1e-12)
+
+
+def test_hierarchical_all_to_all_intra_share_on_the_mesh(cl910):
+    """EP16 over 2 nodes: 8/16 of the bytes on RoCE; the 7 local peers get b/16 each over
+    their own pair link, at the same time; the slower side wins."""
+    b = 256 * MB
+    roce = cl910.inter
+    t_inter = roce.latency + 8 / 16 * b / roce.bw
+    t_intra = A + b / 16 / PAIR
+    got = collective_time("all_to_all", b, 16, 2, cl910)
+    assert got == pytest.approx(max(t_inter, t_intra) + roce.latency, rel=1e-12)
+
+
+@settings(max_examples=60)
+@given(d=st.integers(2, 8), nbytes=st.floats(1e3, 1e10))
+def test_switched_fabric_is_unchanged(d, nbytes):
+    """NVSwitch (h100-sxm-8) keeps the ring formula at the full per-GPU bandwidth."""
+    c = load_cluster("h100-sxm-8")
+    link = c.intra
+    want = (d - 1) * link.latency + (d - 1) / d * nbytes / link.bw
+    assert collective_time("all_gather", nbytes, d, 1, c) == pytest.approx(want, rel=1e-12)
+    assert pair_bandwidth(c) == link.bw
+
+
+@settings(max_examples=60)
+@given(d=st.integers(2, 7), nbytes=st.floats(1e3, 1e10))
+def test_mesh_bandwidth_grows_with_the_group(d, nbytes):
+    """Adding a peer adds a link: the per-rank bandwidth term shrinks as d/(d+1)."""
+    c = load_cluster("mixserve-910b")
+    t = collective_time("reduce_scatter", nbytes, d, 1, c) - A
+    t_next = collective_time("reduce_scatter", nbytes, d + 1, 1, c) - A
+    assert t_next / t == pytest.approx(d / (d + 1), rel=1e-9)
+
+
+def test_mixserve_fig3_tp_worse_than_ep_at_32_and_both_grow_past_a_node(cl910):
+    """MixServe §II-B / Fig. 3 on 4 x Atlas 800T A2: AR (TP) and A2A (EP) on a full node
+    (d = 8) cost less than once they cross nodes; at d = 32 TP is worse than EP.
+    DeepSeek-R1 prefill shapes: 4096 tokens per DP group, hidden 7168, top-8, bf16."""
+    cm = CostModel(cl910)
+    tokens, hidden, k = 4096, 7168, 8
+    act = tokens * hidden * 2
+
+    def tp(d):
+        return cm.collective("all_reduce", act, d, nodes=max(1, d // 8))
+
+    def ep(d):  # dispatch: each rank holds tokens/d (DP attention), k copies each
+        return cm.collective("all_to_all", act / d * k, d, nodes=max(1, d // 8))
+
+    assert tp(32) > ep(32)
+    # the paper gives no factor, only "a significant increase" once d > 8
+    assert tp(8) < tp(16) < tp(32)
+    assert ep(8) < min(ep(16), ep(32))
