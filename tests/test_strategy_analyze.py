@@ -19,22 +19,31 @@ from moeplan.planners.strategy.analyzer import (
     to_plan,
     zipf_routing,
 )
-from moeplan.planners.strategy.comm import all_reduce
 from moeplan.planners.strategy.cost import PhaseTime, StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy.fused import ag_dispatch, rs_combine
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies, mixserve_default
 from moeplan.specs import Workload, load_cluster, load_model
 
 
 def _fake_result(s: Strategy, ttft: float, itl: float, thr: float, mem: float) -> StrategyResult:
     pt = PhaseTime(compute_s=1.0, comm_s=0.0, p2p_s=0.0, comm_unfused_s=0.0)
-    return StrategyResult(strategy=s, ttft_s=ttft, itl_s=itl, throughput_tokens_per_s=thr,
-                          num_gpus=s.world_size, mem_bytes_per_gpu=mem, mem_capacity_bytes=1.0,
-                          memory={}, prefill=pt, decode=pt, rho=None, stable=True)
+    return StrategyResult(
+        strategy=s,
+        ttft_s=ttft,
+        itl_s=itl,
+        throughput_tokens_per_s=thr,
+        num_gpus=s.world_size,
+        mem_bytes_per_gpu=mem,
+        mem_capacity_bytes=1.0,
+        memory={},
+        prefill=pt,
+        decode=pt,
+        rho=None,
+        stable=True,
+    )
 
 
 class FakeCost:
-    """Constant compute times and one alpha-beta link, for hand-computable Eq. 6."""
+    """Constant compute times and a simple collective law, for hand-computable Eq. 6."""
 
     def attention_layer(self, model, num_seqs, q_len, ctx_len, tp=1):
         return 1.0
@@ -54,15 +63,22 @@ class FakeCost:
     def p2p(self, nbytes, inter_node):
         return 0.25
 
-    def link_transfer(self, nbytes, inter_node):
-        return (2e-5 + nbytes / 25e9) if inter_node else (1e-5 + nbytes / 400e9)
+    def collective(self, op, nbytes, group_size, nodes=1):
+        scale = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.5}
+        return scale[op] * (1e-5 * group_size + nbytes / (400e9 if nodes == 1 else 25e9))
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.1, 10), st.floats(0.01, 1), st.floats(1, 1e4),
-                          st.floats(0, 2)), min_size=1, max_size=40),
-       st.sampled_from(["throughput", "ttft", "itl"]),
-       st.one_of(st.none(), st.floats(0.1, 10)), st.one_of(st.none(), st.floats(0.01, 1)))
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 10), st.floats(0.01, 1), st.floats(1, 1e4), st.floats(0, 2)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(["throughput", "ttft", "itl"]),
+    st.one_of(st.none(), st.floats(0.1, 10)),
+    st.one_of(st.none(), st.floats(0.01, 1)),
+)
 def test_analyze_ranking_and_filters_match_brute_force(values, rank_by, ttft_slo, itl_slo):
     space = enumerate_strategies(4, 8)
     table = {s: values[i % len(values)] for i, s in enumerate(space)}
@@ -73,10 +89,22 @@ def test_analyze_ranking_and_filters_match_brute_force(values, rank_by, ttft_slo
         with pytest.raises(MoeplanError, match="GiB per GPU"):
             analyze(model, cluster, Workload(), None, evaluate=ev)
         return
-    a = analyze(model, cluster, Workload(), None, evaluate=ev, rank_by=rank_by,
-                ttft_slo_s=ttft_slo, itl_slo_s=itl_slo)
-    want = [s for s in fits if (ttft_slo is None or table[s][0] <= ttft_slo)
-            and (itl_slo is None or table[s][1] <= itl_slo)]
+    a = analyze(
+        model,
+        cluster,
+        Workload(),
+        None,
+        evaluate=ev,
+        rank_by=rank_by,
+        ttft_slo_s=ttft_slo,
+        itl_slo_s=itl_slo,
+    )
+    want = [
+        s
+        for s in fits
+        if (ttft_slo is None or table[s][0] <= ttft_slo)
+        and (itl_slo is None or table[s][1] <= itl_slo)
+    ]
     col = {"ttft": 0, "itl": 1, "throughput": 2}[rank_by]
     sign = -1 if rank_by == "throughput" else 1
     got = [r.strategy for r in a.strategies]
@@ -92,9 +120,13 @@ def test_pareto_front_matches_brute_force(points):
     front = pareto_front(rs)
 
     def dominated(r):
-        return any(o.ttft_s <= r.ttft_s and o.throughput_per_gpu >= r.throughput_per_gpu
-                   and (o.ttft_s < r.ttft_s or o.throughput_per_gpu > r.throughput_per_gpu)
-                   for o in rs)
+        return any(
+            o.ttft_s <= r.ttft_s
+            and o.throughput_per_gpu >= r.throughput_per_gpu
+            and (o.ttft_s < r.ttft_s or o.throughput_per_gpu > r.throughput_per_gpu)
+            for o in rs
+        )
+
     want = {(r.ttft_s, r.throughput_per_gpu) for r in rs if not dominated(r)}
     assert {(r.ttft_s, r.throughput_per_gpu) for r in front} == want
 
@@ -108,12 +140,16 @@ def test_eq6_service_time_hand_computation():
     pre = ev.phase_time(s, 1024, 1024)
     assert pre.compute_s == pytest.approx(58 * (1 + 2 + 0.5) + 3 * (1 + 3))
     assert pre.p2p_s == pytest.approx(0.25)
-    links = ev.links
+    fake = FakeCost()
     x = 8 * 1024 * model.hidden_bytes
     chunk = x * 8 / (2 * 8)
-    fa = dict(nodes=2, tp=8, chunk_bytes=chunk, intra=links.intra, inter=links.inter)
-    attn = all_reduce(x, 8, links.intra)
-    moe = attn + ag_dispatch(**fa).fused + rs_combine(**fa, output_bytes=x).fused
+    ag = 1e-5 * 8 + chunk * 8 / 400e9  # one chunk's tp slices, TP8 inside a node
+    attn = 2 * (1e-5 * 8 + x / 400e9)
+    fused_ag = max(2 * ag, 0.25 + ag)  # Alg. 2: one inter round (P2P 0.25 s) overlapped
+    fused_rs = max(2 * ag, 0.25 + ag) + (1e-5 * 8 + x / 400e9)  # Alg. 1 + output AG
+    a2a = fake.collective("all_to_all", chunk * 2, 2, 2)
+    seq = 2 * (a2a + 1e-5 * 8 + chunk * 16 / 400e9) + (1e-5 * 8 + x / 400e9)
+    moe = attn + min(fused_ag + fused_rs, seq)
     dense = 2 * attn
     assert pre.comm_s == pytest.approx(58 * moe + 3 * dense, rel=1e-9)
 
@@ -123,8 +159,9 @@ def test_eq8_weights_of_pure_ep_match_model_totals():
     model, cluster = load_model("qwen3-235b-a22b"), load_cluster("mixserve-910b")
     ev = StrategyEvaluator(model, cluster, Workload(batch=1, isl=16, osl=1), FakeCost())
     mem = ev.memory(Strategy(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32))
-    routed = (model.num_moe_layers * model.num_experts * model.expert_params
-              * model.expert_weight_bytes)
+    routed = (
+        model.num_moe_layers * model.num_experts * model.expert_params * model.expert_weight_bytes
+    )
     assert mem.weights == pytest.approx(model.weight_bytes_total() - routed * 31 / 32, rel=1e-6)
 
 
@@ -146,8 +183,13 @@ def test_model_that_fits_nowhere_names_memory_needed():
 def test_hybrid_beats_pure_ep_and_tp_pp_for_prefill_on_910b(model_name):
     """Paper Fig. 10a direction on the 910B cluster (16 requests of 2048 tokens)."""
     model, cluster = load_model(model_name), load_cluster("mixserve-910b")
-    a = analyze(model, cluster, Workload(batch=16, isl=2048, osl=256),
-                cost_model_for(cluster), rank_by="ttft")
+    a = analyze(
+        model,
+        cluster,
+        Workload(batch=16, isl=2048, osl=256),
+        cost_model_for(cluster),
+        rank_by="ttft",
+    )
     mix = next(r for r in a.strategies if r.strategy == mixserve_default(4, 8))
     assert mix.ttft_s < a.baselines["vllm-dp-ep"].ttft_s
     assert mix.ttft_s < a.baselines["vllm-tp-pp"].ttft_s
@@ -161,8 +203,11 @@ def test_plan_dict_layout_invariants():
         p = to_plan(r, model="qwen3-30b-a3b", cluster=cluster.name, baselines=a.baselines).to_dict()
         lay = p["layout"]
         assert p["schema"] == "moeplan.plan/1" and p["family"] == "strategy"
-        assert (lay["attn"]["tp"] * lay["attn"]["dp"] == lay["moe"]["tp"] * lay["moe"]["ep"]
-                == lay["world_size"] // lay["pp"])
+        assert (
+            lay["attn"]["tp"] * lay["attn"]["dp"]
+            == lay["moe"]["tp"] * lay["moe"]["ep"]
+            == lay["world_size"] // lay["pp"]
+        )
         assert p["details"]["fused"] == r.strategy.fused
         assert math.isfinite(p["predicted"]["ttft_s"])
 
@@ -210,8 +255,12 @@ def test_expert_skew_hurts_wide_ep_more_than_the_hybrid():
     ep = Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
     out = []
     for skew in (0.0, 0.8):
-        w = Workload(batch=16, isl=2048, osl=256,
-                     routing=zipf_routing(model.num_experts, model.top_k, skew, 3))
+        w = Workload(
+            batch=16,
+            isl=2048,
+            osl=256,
+            routing=zipf_routing(model.num_experts, model.top_k, skew, 3),
+        )
         ev = StrategyEvaluator(model, cluster, w, cm)
         out.append(ev(ep).ttft_s / ev(mix).ttft_s)
     assert out[1] > out[0] > 1.0

@@ -1,82 +1,61 @@
-"""MixServe communication formulas (Eqs. 1-3, 5, P2P of Eq. 6) against hand computations
-and brute-force rank arithmetic."""
+"""MixServe communication structure (Eq. 5, P2P of Eq. 6): which collective over which group
+on which bytes, against brute-force rank arithmetic and a recording cost model; the time of
+each collective is the cost model's (tests/test_strategy_one_path.py checks the real one)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.comm import (
-    Link,
-    Links,
-    all_gather,
-    all_reduce,
-    all_to_all,
+    Collectives,
+    group_nodes,
     layer_comm,
     p2p_boundaries,
-    pairwise_rounds,
-    reduce_scatter,
     spans_nodes,
 )
 
-INTRA = Link(alpha=10e-6, beta=1 / 400e9)
-INTER = Link(alpha=20e-6, beta=1 / 25e9)
-LINKS = Links(intra=INTRA, inter=INTER, gpus_per_node=8)
+PROFILE = settings(max_examples=200)
 
 
-def test_reduce_scatter_and_all_gather_match_hand_computation():
-    """Eq. 1: alpha + beta * size * (d-1)/d."""
-    size = 8e6
-    want = 10e-6 + 8e6 * 3 / 4 / 400e9
-    assert reduce_scatter(size, 4, INTRA) == pytest.approx(want, rel=1e-12)
-    assert all_gather(size, 4, INTRA) == pytest.approx(want, rel=1e-12)
-    assert reduce_scatter(size, 1, INTRA) == 0.0
+class Recorder:
+    """A cost model whose every call is recorded and returns a distinct, checkable time."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def collective(self, op, nbytes, group_size, nodes=1):
+        self.calls.append((op, nbytes, group_size, nodes))
+        return {"all_reduce": 1e3, "all_gather": 1.0, "reduce_scatter": 2.0, "all_to_all": 5.0}[
+            op
+        ] * (nbytes * 1e-9 + group_size + 10 * nodes)
+
+    def p2p(self, nbytes, inter_node):
+        self.calls.append(("p2p", nbytes, inter_node))
+        return 1e-6 + nbytes / (25e9 if inter_node else 400e9)
 
 
-def test_all_reduce_is_rs_plus_ag():
-    """Eq. 2: AR(size, d) = RS(size, d) + AG(size, d) = 2 (alpha + beta size (d-1)/d)."""
-    want = 2 * (20e-6 + 1e6 * 7 / 8 / 25e9)
-    assert all_reduce(1e6, 8, INTER) == pytest.approx(want, rel=1e-12)
+def _brute_nodes(d: int, stride: int, g: int) -> int:
+    return len({(i * stride) // g for i in range(d)})
 
 
-def test_all_to_all_inter_node_group_matches_hand_computation():
-    """Eq. 3: EP4 with one rank per node: 3 inter rounds of size/4."""
-    size = 4e6
-    want = 3 * (20e-6 + 1e6 / 25e9)
-    assert all_to_all(size, 4, 8, LINKS) == pytest.approx(want, rel=1e-12)
-
-
-def test_all_to_all_mixed_group_splits_rounds_by_link():
-    """EP8 at stride 4 on 8-GPU nodes: 2 members per node -> 1 intra + 6 inter rounds."""
-    size = 8e6
-    piece = 1e6
-    want = (10e-6 + piece / 400e9) + 6 * (20e-6 + piece / 25e9)
-    assert all_to_all(size, 8, 4, LINKS) == pytest.approx(want, rel=1e-12)
-    assert all_to_all(size, 1, 4, LINKS) == 0.0
-
-
-@given(st.integers(0, 5), st.integers(0, 5), st.integers(1, 4))
-def test_pairwise_rounds_match_brute_force_xor_schedule(log_d, log_s, log_g):
-    """Count, for every member, XOR-pairwise partners on its own node."""
-    d, stride, g = 2**log_d, 2**log_s, 2**log_g
-    members = [i * stride for i in range(d)]
-    want = set()
-    for i in range(d):
-        same = sum(1 for j in range(1, d) if members[i] // g == members[i ^ j] // g)
-        want.add((same, d - 1 - same))
-    assert want == {pairwise_rounds(d, stride, g)}
-
-
+@PROFILE
 @given(st.integers(1, 64), st.integers(1, 16), st.integers(1, 16))
-def test_spans_nodes_matches_brute_force(d, stride, g):
-    members = [i * stride for i in range(d)]
-    assert spans_nodes(d, stride, g) == (len({m // g for m in members}) > 1)
+def test_group_nodes_and_spans_match_brute_force(d, stride, g):
+    assert group_nodes(d, stride, g) == _brute_nodes(d, stride, g)
+    assert spans_nodes(d, stride, g) == (_brute_nodes(d, stride, g) > 1)
 
 
+def test_group_nodes_rejects_empty_group():
+    with pytest.raises(MoeplanError, match="degree"):
+        group_nodes(0, 1, 8)
+
+
+@PROFILE
 @given(st.integers(0, 5), st.integers(0, 3))
 def test_p2p_boundaries_match_brute_force(log_pp, log_n):
     pp, n, g = 2**log_pp, 2**log_n, 8
@@ -88,47 +67,93 @@ def test_p2p_boundaries_match_brute_force(log_pp, log_n):
     assert p2p_boundaries(pp, n) == (pp - 1 - inter, inter)
 
 
-def test_layer_comm_mixserve_layout_hand_computation():
-    """Eq. 5, TP8+DP4 / TP8+EP4, b=16, one request = 1000 B: dp >= ep case."""
-    c = layer_comm(token_bytes=1000.0, top_k=8, batch=16, attn_tp=8, attn_dp=4, moe_tp=8,
-                   moe_ep=4, links=LINKS)
+@PROFILE
+@given(
+    st.sampled_from(["all_gather", "reduce_scatter", "all_to_all"]),
+    st.integers(1, 32),
+    st.integers(1, 16),
+    st.floats(0.0, 1e9),
+)
+def test_collectives_ask_the_cost_model_with_the_group_s_node_count(op, d, stride, nbytes):
+    rec = Recorder()
+    coll = Collectives(rec, 8)
+    t = coll.time(op, nbytes, d, stride)
+    if d <= 1 or nbytes <= 0:
+        assert t == 0.0 and rec.calls == []
+        return
+    assert rec.calls == [(op, nbytes, d, _brute_nodes(d, stride, 8))]
+    assert t == Recorder().collective(op, nbytes, d, _brute_nodes(d, stride, 8))
+    assert coll.time(op, nbytes, d, stride) == t and len(rec.calls) == 1  # memoised
+
+
+def test_all_reduce_is_eq2_rs_plus_ag_of_the_cost_model():
+    rec = Recorder()
+    got = Collectives(rec, 8).all_reduce(4e6, 16)
+    ref = Recorder()
+    assert got == ref.collective("reduce_scatter", 4e6, 16, 2) + ref.collective(
+        "all_gather", 4e6, 16, 2
+    )
+    assert {c[0] for c in rec.calls} == {"reduce_scatter", "all_gather"}
+
+
+def _ar(rec: Recorder, nbytes: float, d: int, stride: int = 1) -> float:
+    n = _brute_nodes(d, stride, 8)
+    return (
+        0.0
+        if d <= 1
+        else (
+            rec.collective("reduce_scatter", nbytes, d, n)
+            + rec.collective("all_gather", nbytes, d, n)
+        )
+    )
+
+
+def _layer(rec: Recorder, k: int, attn_tp: int, attn_dp: int, moe_tp: int, moe_ep: int, **kw):
+    """Eq. 5 for b = 16 requests of 1000 B each."""
+    return layer_comm(
+        token_bytes=1000.0,
+        top_k=k,
+        batch=16,
+        attn_tp=attn_tp,
+        attn_dp=attn_dp,
+        moe_tp=moe_tp,
+        moe_ep=moe_ep,
+        coll=Collectives(rec, 8),
+        **kw,
+    )
+
+
+def test_layer_comm_dp_at_least_ep_hand_computation():
+    """Eq. 5, TP8+DP4 / TP8+EP4, b=16, one request = 1000 B, k=8, imbalance 1.5."""
+    rec = Recorder()
+    c = _layer(rec, 8, 8, 4, 8, 4, imbalance=1.5)
     x = 4 * 1000.0
-    ar = 2 * (10e-6 + x * 7 / 8 / 400e9)
-    a2a = 3 * (20e-6 + x * 8 / 4 / 25e9)
-    assert c.attn_allreduce == pytest.approx(ar)
-    assert c.moe_allreduce == pytest.approx(ar)
-    assert c.dispatch == pytest.approx(a2a) and c.combine == pytest.approx(a2a)
-    assert c.total == pytest.approx(2 * ar + 2 * a2a)
+    assert c.attn_allreduce == _ar(rec, x, 8)
+    assert c.moe_allreduce == _ar(rec, x, 8)
+    # EP group: 4 ranks 8 apart = 4 nodes; the busiest receiver gets 1.5x the mean bytes
+    assert c.dispatch == c.combine == rec.collective("all_to_all", x * 8 * 1.5, 4, 4)
+    assert c.total == pytest.approx(2 * c.attn_allreduce + 2 * c.dispatch)
 
 
 def test_layer_comm_dp_smaller_than_ep_uses_redundancy_free_batch():
     """Eq. 5 else-branch: A2A(b/d_EP * s h k, d_DP); DP groups are strided by attn_tp."""
-    c = layer_comm(token_bytes=1000.0, top_k=2, batch=16, attn_tp=8, attn_dp=4, moe_tp=1,
-                   moe_ep=32, links=LINKS)
+    rec = Recorder()
+    c = _layer(rec, 2, 8, 4, 1, 32)
     size = math.ceil(16 / 32) * 1000.0 * 2
-    want = 3 * (20e-6 + size / 4 / 25e9)
-    assert c.dispatch == pytest.approx(want)
+    assert c.dispatch == rec.collective("all_to_all", size, 4, 4)
     assert c.moe_allreduce == 0.0
 
 
 def test_moe_allreduce_buffer_grows_when_moe_tp_spans_dp_groups():
-    c = layer_comm(token_bytes=1000.0, top_k=2, batch=16, attn_tp=4, attn_dp=8, moe_tp=8,
-                   moe_ep=4, links=LINKS)
-    x = 2 * 1000.0
-    assert c.moe_allreduce == pytest.approx(2 * (10e-6 + 2 * x * 7 / 8 / 400e9))
+    rec = Recorder()
+    c = _layer(rec, 2, 4, 8, 8, 4)
+    assert c.moe_allreduce == _ar(rec, 2 * 2 * 1000.0, 8)
+    assert c.attn_allreduce == _ar(rec, 2 * 1000.0, 4)
 
 
-def test_negative_link_is_rejected():
-    with pytest.raises(MoeplanError, match="alpha"):
-        Link(alpha=-1.0, beta=0.0)
-
-
-def test_full_mesh_link_follows_eq1_literally():
-    """On a full mesh (HCCS) RS = alpha + beta * size / d and intra A2A rounds overlap."""
-    mesh = Link(alpha=10e-6, beta=1 / 30e9, mesh=True)
-    assert reduce_scatter(8e6, 8, mesh) == pytest.approx(10e-6 + 1e6 / 30e9)
-    links = Links(intra=mesh, inter=INTER, gpus_per_node=8)
-    piece = 1e6
-    want = (10e-6 + piece / 30e9) + 6 * (20e-6 + piece / 25e9)
-    assert all_to_all(8e6, 8, 4, links) == pytest.approx(want)
-    assert all_to_all(8e6, 8, 1, links) == pytest.approx(10e-6 + piece / 30e9)
+def test_dense_layer_has_two_allreduces_and_no_all_to_all():
+    rec = Recorder()
+    c = _layer(rec, 2, 16, 1, 16, 1, is_moe=False)
+    assert c.attn_allreduce == c.moe_allreduce == _ar(rec, 16e3, 16)
+    assert c.dispatch == c.combine == 0.0
+    assert not any(call[0] == "all_to_all" for call in rec.calls)

@@ -62,17 +62,27 @@ def rank_key(rank_by: str) -> Callable[[StrategyResult], tuple]:
     require(rank_by in RANK_BY, f"rank_by ({rank_by!r}) must be one of {RANK_BY}")
 
     def key(r: StrategyResult) -> tuple:
-        metric = {"throughput": -r.throughput_tokens_per_s, "ttft": r.ttft_s,
-                  "itl": r.itl_s}[rank_by]
-        return (not r.stable, metric, r.ttft_s, r.itl_s, -r.throughput_tokens_per_s,
-                r.mem_bytes_per_gpu, r.strategy.key())
+        metric = {"throughput": -r.throughput_tokens_per_s, "ttft": r.ttft_s, "itl": r.itl_s}[
+            rank_by
+        ]
+        return (
+            not r.stable,
+            metric,
+            r.ttft_s,
+            r.itl_s,
+            -r.throughput_tokens_per_s,
+            r.mem_bytes_per_gpu,
+            r.strategy.key(),
+        )
+
     return key
 
 
 def meets_slo(r: StrategyResult, ttft_slo_s: float | None, itl_slo_s: float | None) -> bool:
     """Whether ``r`` meets both SLOs (``None`` = no bound)."""
-    return ((ttft_slo_s is None or r.ttft_s <= ttft_slo_s)
-            and (itl_slo_s is None or r.itl_s <= itl_slo_s))
+    return (ttft_slo_s is None or r.ttft_s <= ttft_slo_s) and (
+        itl_slo_s is None or r.itl_s <= itl_slo_s
+    )
 
 
 def pareto_front(results: Sequence[StrategyResult]) -> list[StrategyResult]:
@@ -89,9 +99,11 @@ def pareto_front(results: Sequence[StrategyResult]) -> list[StrategyResult]:
 
 def _no_fit_error(model: ModelSpec, cluster: ClusterSpec, fitted: list[StrategyResult]) -> str:
     least = min(fitted, key=lambda r: r.mem_bytes_per_gpu)
-    return (f"model {model.name} needs at least {least.mem_bytes_per_gpu / GIB:.1f} GiB per GPU "
-            f"({least.strategy.label()}) but cluster {cluster.name} has "
-            f"{cluster.gpu.mem_bytes / GIB:.1f} GiB per GPU: fits no strategy")
+    return (
+        f"model {model.name} needs at least {least.mem_bytes_per_gpu / GIB:.1f} GiB per GPU "
+        f"({least.strategy.label()}) but cluster {cluster.name} has "
+        f"{cluster.gpu.mem_bytes / GIB:.1f} GiB per GPU: fits no strategy"
+    )
 
 
 def analyze(
@@ -129,10 +141,14 @@ def analyze(
     results: list[StrategyResult] = []
     shape_bad = 0
     for n in node_counts or [cluster.num_nodes]:
-        require(1 <= n <= cluster.num_nodes,
-                f"node count ({n}) must be in [1, {cluster.num_nodes}]")
-        ev_n = ev if n == cluster.num_nodes else StrategyEvaluator(
-            model, cluster.with_nodes(n), workload, cost_model)  # type: ignore[arg-type]
+        require(
+            1 <= n <= cluster.num_nodes, f"node count ({n}) must be in [1, {cluster.num_nodes}]"
+        )
+        ev_n = (
+            ev
+            if n == cluster.num_nodes
+            else StrategyEvaluator(model, cluster.with_nodes(n), workload, cost_model)
+        )  # type: ignore[arg-type]
         for s in enumerate_strategies(n, cluster.gpus_per_node, any_divisor):
             r = ev_n(s)
             if r is None:
@@ -140,19 +156,28 @@ def analyze(
             else:
                 results.append(r)
     if not results:
-        raise MoeplanError(f"model {model.name} fits no strategy shape on {cluster.name} "
-                           f"(heads {model.num_attention_heads}, experts {model.num_experts})")
+        raise MoeplanError(
+            f"model {model.name} fits no strategy shape on {cluster.name} "
+            f"(heads {model.num_attention_heads}, experts {model.num_experts})"
+        )
     fitting = [r for r in results if r.fits]
     if not fitting:
         raise MoeplanError(_no_fit_error(model, cluster, results))
     kept = sorted((r for r in fitting if meets_slo(r, ttft_slo_s, itl_slo_s)), key=key)
     search_s = time.perf_counter() - t0
-    baselines = {name: ev(s) for name, s in named_baselines(cluster.num_nodes,
-                                                           cluster.gpus_per_node).items()}
-    return Analysis(strategies=tuple(kept), baselines=baselines, evaluated=len(results),
-                    rejected_shape=shape_bad, rejected_memory=len(results) - len(fitting),
-                    rejected_slo=len(fitting) - len(kept), search_s=search_s,
-                    pareto=tuple(pareto_front(kept)))
+    baselines = {
+        name: ev(s) for name, s in named_baselines(cluster.num_nodes, cluster.gpus_per_node).items()
+    }
+    return Analysis(
+        strategies=tuple(kept),
+        baselines=baselines,
+        evaluated=len(results),
+        rejected_shape=shape_bad,
+        rejected_memory=len(results) - len(fitting),
+        rejected_slo=len(fitting) - len(kept),
+        search_s=search_s,
+        pareto=tuple(pareto_front(kept)),
+    )
 
 
 def zipf_routing(num_experts: int, top_k: int, skew: float, seed: int = 0) -> RoutingProfile:
@@ -161,12 +186,16 @@ def zipf_routing(num_experts: int, top_k: int, skew: float, seed: int = 0) -> Ro
     require(skew >= 0, f"expert skew ({skew}) must be >= 0")
     load = 1.0 / np.arange(1, num_experts + 1, dtype=float) ** skew
     load = np.random.default_rng(seed).permutation(load)
-    return RoutingProfile(top_k=top_k, expert_load=(tuple(float(v) for v in load),),
-                          source=f"zipf({skew}, seed={seed})")
+    return RoutingProfile(
+        top_k=top_k,
+        expert_load=(tuple(float(v) for v in load),),
+        source=f"zipf({skew}, seed={seed})",
+    )
 
 
-def evaluate_mixserve_default(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                              cost_model: CostLike) -> StrategyResult | None:
+def evaluate_mixserve_default(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cost_model: CostLike
+) -> StrategyResult | None:
     """The paper's TP-intra / EP-inter fused hybrid, evaluated (None if shape breaks)."""
     ev = StrategyEvaluator(model, cluster, workload, cost_model)
     return ev(mixserve_default(cluster.num_nodes, cluster.gpus_per_node))
@@ -176,10 +205,11 @@ def gains(best: StrategyResult, baseline: StrategyResult | None) -> dict | None:
     """Speed-ups of ``best`` over ``baseline`` (>1 = better): TTFT, ITL, throughput."""
     if baseline is None:
         return None
-    return {"ttft": _ratio(baseline.ttft_s, best.ttft_s),
-            "itl": _ratio(baseline.itl_s, best.itl_s),
-            "throughput": _ratio(best.throughput_tokens_per_s,
-                                 baseline.throughput_tokens_per_s)}
+    return {
+        "ttft": _ratio(baseline.ttft_s, best.ttft_s),
+        "itl": _ratio(baseline.itl_s, best.itl_s),
+        "throughput": _ratio(best.throughput_tokens_per_s, baseline.throughput_tokens_per_s),
+    }
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -196,31 +226,72 @@ def result_dict(r: StrategyResult) -> dict:
     """JSON-ready view of one result (``inf`` becomes ``null``)."""
     s = r.strategy
     return {
-        "attn": {"tp": s.attn_tp, "dp": s.attn_dp}, "moe": {"tp": s.moe_tp, "ep": s.moe_ep},
-        "pp": s.pp, "fused": s.fused, "label": s.label(), "num_gpus": r.num_gpus,
-        "ttft_s": _num(r.ttft_s), "itl_s": _num(r.itl_s),
+        "attn": {"tp": s.attn_tp, "dp": s.attn_dp},
+        "moe": {"tp": s.moe_tp, "ep": s.moe_ep},
+        "pp": s.pp,
+        "fused": s.fused,
+        "label": s.label(),
+        "num_gpus": r.num_gpus,
+        "ttft_s": _num(r.ttft_s),
+        "itl_s": _num(r.itl_s),
         "throughput_tokens_per_s": _num(r.throughput_tokens_per_s),
         "throughput_per_gpu": _num(r.throughput_per_gpu),
-        "mem_bytes_per_gpu": r.mem_bytes_per_gpu, "fits": r.fits, "memory": r.memory,
-        "comm_share_prefill": r.prefill.comm_share, "comm_share_decode": r.decode.comm_share,
-        "prefill_s": {"compute": r.prefill.compute_s, "comm": r.prefill.comm_s,
-                      "p2p": r.prefill.p2p_s, "comm_unfused": r.prefill.comm_unfused_s},
-        "decode_s": {"compute": r.decode.compute_s, "comm": r.decode.comm_s,
-                     "p2p": r.decode.p2p_s, "comm_unfused": r.decode.comm_unfused_s},
-        "rho": _num(r.rho), "stable": r.stable,
+        "mem_bytes_per_gpu": r.mem_bytes_per_gpu,
+        "fits": r.fits,
+        "memory": r.memory,
+        "comm_share_prefill": r.prefill.comm_share,
+        "comm_share_decode": r.decode.comm_share,
+        "prefill_s": {
+            "compute": r.prefill.compute_s,
+            "comm": r.prefill.comm_s,
+            "p2p": r.prefill.p2p_s,
+            "comm_unfused": r.prefill.comm_unfused_s,
+        },
+        "decode_s": {
+            "compute": r.decode.compute_s,
+            "comm": r.decode.comm_s,
+            "p2p": r.decode.p2p_s,
+            "comm_unfused": r.decode.comm_unfused_s,
+        },
+        "rho": _num(r.rho),
+        "stable": r.stable,
     }
 
 
-def to_plan(r: StrategyResult, *, model: str = "", cluster: str = "",
-            baselines: dict[str, StrategyResult | None] | None = None) -> Plan:
+def to_plan(
+    r: StrategyResult,
+    *,
+    model: str = "",
+    cluster: str = "",
+    baselines: dict[str, StrategyResult | None] | None = None,
+) -> Plan:
     """The :class:`~moeplan.planners.plan.Plan` of family ``strategy`` for result ``r``."""
     d = result_dict(r)
-    predicted = {k: d[k] for k in ("ttft_s", "itl_s", "throughput_tokens_per_s",
-                                   "mem_bytes_per_gpu", "comm_share_prefill",
-                                   "comm_share_decode", "prefill_s", "decode_s", "rho",
-                                   "stable")}
-    base = {name: (None if b is None else {**result_dict(b), "gains": gains(r, b)})
-            for name, b in (baselines or {}).items()}
-    return Plan(family="strategy", model=model, cluster=cluster, layout=r.strategy.layout(),
-                details={"fused": r.strategy.fused, "label": r.strategy.label()},
-                predicted=predicted, baselines=base)
+    predicted = {
+        k: d[k]
+        for k in (
+            "ttft_s",
+            "itl_s",
+            "throughput_tokens_per_s",
+            "mem_bytes_per_gpu",
+            "comm_share_prefill",
+            "comm_share_decode",
+            "prefill_s",
+            "decode_s",
+            "rho",
+            "stable",
+        )
+    }
+    base = {
+        name: (None if b is None else {**result_dict(b), "gains": gains(r, b)})
+        for name, b in (baselines or {}).items()
+    }
+    return Plan(
+        family="strategy",
+        model=model,
+        cluster=cluster,
+        layout=r.strategy.layout(),
+        details={"fused": r.strategy.fused, "label": r.strategy.label()},
+        predicted=predicted,
+        baselines=base,
+    )

@@ -2,14 +2,16 @@
 communication (Eqs. 1-3, 5 or the fused Algs. 1-2), service time (Eq. 6), metrics (7-11).
 
 Compute goes through the calibrated models of :mod:`moeplan.cost` (``attention_layer``,
-``expert_ffn``, ``shared_expert``, ``dense_mlp``, ``gemm``); links are read from the cost
-model's ``link_transfer`` as alpha-beta pairs; P2P from its ``p2p``.
+``expert_ffn``, ``shared_expert``, ``dense_mlp``, ``gemm``); every collective and P2P through
+its ``collective`` and ``p2p`` (:class:`~moeplan.planners.strategy.comm.Collectives`), the
+same calls :mod:`moeplan.serve.iteration` makes: one cost path for every family.
 
 Placement and departures (the paper leaves these open):
 - Attention runs on ``ceil(b/attn_dp)`` requests per rank; the MoE block sees all ``b*s``
   tokens of the stage, ``k`` copies each, spread over ``num_experts`` experts, times the
   routing profile's imbalance over EP ranks (max/mean) for the busiest rank; the busiest
-  rank also receives that factor times the mean dispatch/combine bytes. Shared experts
+  rank also receives that factor times the mean dispatch/combine bytes (in the bytes handed
+  to the all-to-all, as the serving model does). Shared experts
   and dense MLPs are sharded like attention (TP = ``attn_tp``, replicated over DP).
 - Decode attends over the mean context ``L_in + L_out/2``.
 - A fused strategy uses, per phase, the cheaper of the overlapped Algs. 1-2 and the same
@@ -29,13 +31,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moeplan.cost import memory as mem
-from moeplan.planners.strategy.comm import Link, Links, layer_comm, p2p_boundaries
+from moeplan.planners.strategy.comm import Collectives, layer_comm, p2p_boundaries
 from moeplan.planners.strategy.fused import FusedLayer
 from moeplan.planners.strategy.queueing import service_metrics
 from moeplan.planners.strategy.space import Strategy, stage_shape
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
-#: intra-node link kinds that are full meshes (a dedicated link per GPU pair)
+#: intra-node link kinds that are full meshes (a dedicated link per GPU pair); read by the
+#: pipeline planner's P2P (the cost model prices collectives on them per GPU)
 MESH_KINDS = ("hccs", "full-mesh")
 
 
@@ -83,35 +86,20 @@ class StrategyResult:
         return self.throughput_tokens_per_s / self.num_gpus
 
 
-def links_from(cost_model: CostLike | None, cluster: ClusterSpec) -> Links:
-    """Alpha-beta of both link levels from ``cost_model.link_transfer`` (else the spec).
-
-    A mesh fabric's spec bandwidth is per GPU (DESIGN.md), shared by its ``gpus_per_node - 1``
-    pair links, so one pair link gets that fraction (issue 16: HCCS's 30 GB/s is per NPU).
-    """
-    def level(inter: bool) -> Link:
-        spec = cluster.inter if inter else cluster.intra
-        mesh = not inter and spec.kind in MESH_KINDS
-        share = max(1, cluster.gpus_per_node - 1) if mesh else 1
-        lt = getattr(cost_model, "link_transfer", None)
-        if lt is None:
-            return Link(alpha=spec.latency, beta=share / spec.bw, mesh=mesh)
-        t1, t2 = float(lt(1e6, inter)), float(lt(2e6, inter))
-        beta = (t2 - t1) / 1e6
-        return Link(alpha=max(0.0, t1 - beta * 1e6), beta=beta * share, mesh=mesh)
-    return Links(intra=level(False), inter=level(True), gpus_per_node=cluster.gpus_per_node)
-
-
 def divisibility_error(model: ModelSpec, s: Strategy) -> str | None:
     """The first divisibility rule ``s`` breaks for ``model`` (None when it fits the shape)."""
     if model.num_attention_heads % s.attn_tp:
-        return (f"model.num_attention_heads ({model.num_attention_heads}) must be divisible "
-                f"by attn.tp ({s.attn_tp})")
+        return (
+            f"model.num_attention_heads ({model.num_attention_heads}) must be divisible "
+            f"by attn.tp ({s.attn_tp})"
+        )
     if model.num_experts % s.moe_ep:
         return f"model.num_experts ({model.num_experts}) must be divisible by moe.ep ({s.moe_ep})"
     if model.moe_intermediate_size % s.moe_tp:
-        return (f"model.moe_intermediate_size ({model.moe_intermediate_size}) must be "
-                f"divisible by moe.tp ({s.moe_tp})")
+        return (
+            f"model.moe_intermediate_size ({model.moe_intermediate_size}) must be "
+            f"divisible by moe.tp ({s.moe_tp})"
+        )
     if s.pp > model.num_layers:
         return f"pp ({s.pp}) must be <= model.num_layers ({model.num_layers})"
     return None
@@ -120,24 +108,27 @@ def divisibility_error(model: ModelSpec, s: Strategy) -> str | None:
 class CostLike(Protocol):
     """The part of :class:`moeplan.cost.CostModel` the analyzer uses (tests pass fakes)."""
 
-    def attention_layer(self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int,
-                        tp: int = 1) -> float: ...
-    def expert_ffn(self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float,
-                   tp: int = 1) -> float: ...
+    def attention_layer(
+        self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int = 1
+    ) -> float: ...
+    def expert_ffn(
+        self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float, tp: int = 1
+    ) -> float: ...
     def shared_expert(self, model: ModelSpec, tokens: float, tp: int = 1) -> float: ...
     def dense_mlp(self, model: ModelSpec, tokens: float, tp: int = 1) -> float: ...
     def gemm(self, m: float, n: float, k: float) -> float: ...
     def p2p(self, nbytes: float, inter_node: bool) -> float: ...
-    def link_transfer(self, nbytes: float, inter_node: bool) -> float: ...
+    def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float: ...
 
 
 class StrategyEvaluator:
     """Callable ``Strategy -> StrategyResult`` for one (model, cluster, workload, cost)."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                 cost_model: CostLike) -> None:
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cost_model: CostLike
+    ) -> None:
         self.model, self.cluster, self.workload, self.cm = model, cluster, workload, cost_model
-        self.links = links_from(cost_model, cluster)
+        self.coll = Collectives(cost_model, cluster.gpus_per_node)
         routing = workload.routing_for(model.top_k)
         self._routing = routing
         self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
@@ -152,14 +143,29 @@ class StrategyEvaluator:
         w = self.workload
         pre = self.phase_time(s, w.isl, w.isl)
         dec = self.phase_time(s, 1, w.isl + w.osl // 2)
-        m = service_metrics(prefill_s=pre.total_s, decode_s=dec.total_s, batch=w.batch,
-                            isl=w.isl, osl=w.osl, rate=w.rate)
+        m = service_metrics(
+            prefill_s=pre.total_s,
+            decode_s=dec.total_s,
+            batch=w.batch,
+            isl=w.isl,
+            osl=w.osl,
+            rate=w.rate,
+        )
         memory = self.memory(s)
         return StrategyResult(
-            strategy=s, ttft_s=m.ttft_s, itl_s=m.itl_s,
-            throughput_tokens_per_s=m.throughput_tokens_per_s, num_gpus=s.world_size,
-            mem_bytes_per_gpu=memory.total, mem_capacity_bytes=self.cluster.gpu.mem_bytes,
-            memory=memory.to_dict(), prefill=pre, decode=dec, rho=m.rho, stable=m.stable)
+            strategy=s,
+            ttft_s=m.ttft_s,
+            itl_s=m.itl_s,
+            throughput_tokens_per_s=m.throughput_tokens_per_s,
+            num_gpus=s.world_size,
+            mem_bytes_per_gpu=memory.total,
+            mem_capacity_bytes=self.cluster.gpu.mem_bytes,
+            memory=memory.to_dict(),
+            prefill=pre,
+            decode=dec,
+            rho=m.rho,
+            stable=m.stable,
+        )
 
     # ---- compute (Eq. 4) -------------------------------------------------------------
     def _cached(self, key: tuple, fn) -> float:
@@ -173,48 +179,62 @@ class StrategyEvaluator:
         md, cm, b = self.model, self.cm, self.workload.batch
         seqs = math.ceil(b / s.attn_dp)
         tokens = seqs * q_len
-        attn = self._cached(("attn", seqs, q_len, ctx, s.attn_tp), lambda: cm.attention_layer(
-            md, seqs, q_len, ctx, tp=s.attn_tp))
+        attn = self._cached(
+            ("attn", seqs, q_len, ctx, s.attn_tp),
+            lambda: cm.attention_layer(md, seqs, q_len, ctx, tp=s.attn_tp),
+        )
         imb = self.imbalance(s.moe_ep)
         moe = 0.0
         for k, count in self._moe_kinds.items():
             tpe = max(1, math.ceil(b * q_len * k * imb / md.num_experts))
             moe += count * self._cached(
                 ("exp", tpe, s.moe_ep, s.moe_tp),
-                lambda tpe=tpe: cm.expert_ffn(md, tpe, md.num_experts // s.moe_ep, tp=s.moe_tp))
+                lambda tpe=tpe: cm.expert_ffn(md, tpe, md.num_experts // s.moe_ep, tp=s.moe_tp),
+            )
         moe /= max(1, md.num_moe_layers)
         if md.num_shared_experts:
-            moe += self._cached(("sh", tokens, s.attn_tp),
-                                lambda: cm.shared_expert(md, tokens, tp=s.attn_tp))
-        moe += self._cached(("rt", tokens), lambda: cm.gemm(tokens, md.num_experts,
-                                                            md.hidden_size))
+            moe += self._cached(
+                ("sh", tokens, s.attn_tp), lambda: cm.shared_expert(md, tokens, tp=s.attn_tp)
+            )
+        moe += self._cached(("rt", tokens), lambda: cm.gemm(tokens, md.num_experts, md.hidden_size))
         dense = 0.0
         if md.num_dense_layers:
-            dense = self._cached(("mlp", tokens, s.attn_tp),
-                                 lambda: cm.dense_mlp(md, tokens, tp=s.attn_tp))
+            dense = self._cached(
+                ("mlp", tokens, s.attn_tp), lambda: cm.dense_mlp(md, tokens, tp=s.attn_tp)
+            )
         return attn + moe, attn + dense
 
     def imbalance(self, ep: int) -> float:
         """Mean over MoE layers of max/mean load over ``ep`` contiguous expert groups."""
         if ep <= 1:
             return 1.0
-        return self._cached(("imb", ep), lambda: sum(
-            self._routing.imbalance(i, groups=ep) for i in range(self.model.num_moe_layers)
-        ) / self.model.num_moe_layers)
+        return self._cached(
+            ("imb", ep),
+            lambda: (
+                sum(self._routing.imbalance(i, groups=ep) for i in range(self.model.num_moe_layers))
+                / self.model.num_moe_layers
+            ),
+        )
 
     # ---- communication (Eqs. 1-3, 5; Algs. 1-2) -----------------------------------------
     def layer_comm(self, s: Strategy, q_len: int) -> tuple[float, float, float]:
         """(MoE layer, dense layer, MoE layer unfused) communication seconds."""
         md, b = self.model, self.workload.batch
         k = self._routing.mean_over_layers()
-        tok = q_len * md.hidden_bytes
-        c = layer_comm(token_bytes=tok, top_k=k, batch=b, attn_tp=s.attn_tp,
-                       attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, links=self.links)
+        c = layer_comm(
+            token_bytes=q_len * md.hidden_bytes,
+            top_k=k,
+            batch=b,
+            attn_tp=s.attn_tp,
+            attn_dp=s.attn_dp,
+            moe_tp=s.moe_tp,
+            moe_ep=s.moe_ep,
+            coll=self.coll,
+            imbalance=self.imbalance(s.moe_ep),
+        )
         dense = 2 * c.attn_allreduce  # a dense MLP all-reduces like attention (Eq. 5, no A2A)
         if not s.fused:
-            moe = (c.attn_allreduce + c.moe_allreduce
-                   + self.imbalance(s.moe_ep) * (c.dispatch + c.combine))
-            return moe, dense, moe
+            return c.total, dense, c.total
         ag, rs = self.fused_layer(s, q_len).times()
         attn, seq = c.attn_allreduce, ag.sequential + rs.sequential
         # latency-bound steps (decode) may prefer the sequential RS -> A2A -> AG: take the
@@ -222,14 +242,14 @@ class StrategyEvaluator:
         return attn + min(ag.fused + rs.fused, seq), dense, attn + seq
 
     def fused_layer(self, s: Strategy, q_len: int) -> FusedLayer:
-        """Shape of Algs. 1-2 for one MoE layer of ``s`` (MoE TP = node, EP = nodes)."""
+        """Algs. 1-2 for one MoE layer of ``s`` (MoE TP = node, EP = nodes), priced."""
         nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
         # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
         x = math.ceil(self.workload.batch / s.moe_ep) * q_len * self.model.hidden_bytes
-        chunk = x * self._routing.mean_over_layers() * self.imbalance(s.moe_ep) / (
-            nodes * per_node)
-        return FusedLayer(nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x,
-                          intra=self.links.intra, inter=self.links.inter)
+        chunk = x * self._routing.mean_over_layers() * self.imbalance(s.moe_ep) / (nodes * per_node)
+        return FusedLayer.priced(
+            nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x, coll=self.coll
+        )
 
     def phase_time(self, s: Strategy, q_len: int, ctx: int) -> PhaseTime:
         """Eq. 6: all layers' compute + communication, plus (pp-1) P2P transfers."""
@@ -239,10 +259,13 @@ class StrategyEvaluator:
         nm, nd = md.num_moe_layers, md.num_dense_layers
         nbytes = math.ceil(self.workload.batch / s.attn_dp) * q_len * md.hidden_bytes
         intra, inter = p2p_boundaries(s.pp, self.cluster.num_nodes)
-        p2p = (intra * self.cm.p2p(nbytes, False) + inter * self.cm.p2p(nbytes, True)
-               if s.pp > 1 else 0.0)
-        return PhaseTime(compute_s=nm * moe_c + nd * dense_c, comm_s=nm * moe_m + nd * dense_m,
-                         p2p_s=p2p, comm_unfused_s=nm * moe_u + nd * dense_m)
+        p2p = intra * self.coll.p2p(nbytes, False) + inter * self.coll.p2p(nbytes, True)
+        return PhaseTime(
+            compute_s=nm * moe_c + nd * dense_c,
+            comm_s=nm * moe_m + nd * dense_m,
+            p2p_s=p2p,
+            comm_unfused_s=nm * moe_u + nd * dense_m,
+        )
 
     # ---- memory (Eq. 8) --------------------------------------------------------------
     def memory(self, s: Strategy) -> mem.MemoryBreakdown:
@@ -251,8 +274,11 @@ class StrategyEvaluator:
         seqs = math.ceil(w.batch / s.attn_dp)
         per_stage = math.ceil(md.num_layers / s.pp)
         attn = mem.attn_weight_bytes(md, s.attn_tp)
-        moe = (attn + mem.expert_weight_bytes(md, md.num_experts / s.moe_ep, s.moe_tp)
-               + mem.shared_weight_bytes(md, s.attn_tp))
+        moe = (
+            attn
+            + mem.expert_weight_bytes(md, md.num_experts / s.moe_ep, s.moe_tp)
+            + mem.shared_weight_bytes(md, s.attn_tp)
+        )
         dense = attn + mem.dense_mlp_weight_bytes(md, s.attn_tp)
         emb = md.embedding_params / s.attn_tp * md.weight_bytes
         head = md.lm_head_params / s.attn_tp * md.weight_bytes

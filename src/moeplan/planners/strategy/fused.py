@@ -10,12 +10,16 @@ per node layout (MoE TP = m intra-node, EP = n inter-node):
   the top-k weighting for Alg. 1). Chunk 1 is the local one and needs no inter round;
   chunk ``i+1`` can start only after inter round ``i`` has arrived.
 
-The *modelled* time is the critical path of that pipeline in closed form:
-``end = max_j (arrival_j + sum_{i>=j} intra_i)``; with equal rounds it is
-``max(n*t_intra, (n-1)*t_inter + t_intra)``. RS-Combine then ends with one AG of the
-rank's output (Alg. 1 line 19). :func:`simulate_rounds` replays the same schedule round by
-round with an event queue, as the independent check the tests compare against.
-The *sequential* RS -> A2A -> AG alternative moves the same bytes with no overlap.
+Every step is priced by the cost model (:class:`~moeplan.planners.strategy.comm.Collectives`):
+an inter round is one ``p2p`` of ``a`` bytes between nodes, an intra step the ``all_gather`` /
+``reduce_scatter`` of the TP group inside one node (:meth:`FusedLayer.priced`). This module
+owns only the schedule. The *modelled* time is the critical path of that pipeline in closed
+form: ``end = max_j (arrival_j + sum_{i>=j} intra_i)``; with equal rounds it is
+``max(n*t_intra, (n-1)*t_inter + t_intra)``. RS-Combine then ends with one AG of the rank's
+output (Alg. 1 line 19). :func:`simulate_rounds` replays the same schedule round by round with
+an event queue, as the independent check the tests compare against. The *sequential*
+RS -> A2A -> AG alternative moves the same bytes with no overlap: one TP collective of all
+``n`` chunks and one ``all_to_all`` of ``n`` chunks over the EP group (one rank per node).
 
 Departures: Alg. 1's pseudo-code sends the same slice to every peer; we price each round as
 the 1/n share of the combine volume (what Fig. 8/9 and the O(n) analysis assume). The top-k
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.errors import require
-from moeplan.planners.strategy.comm import Link, all_gather, reduce_scatter
+from moeplan.planners.strategy.comm import Collectives
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,8 +52,10 @@ class FusedTime:
 
 def critical_path(inter: Sequence[float], intra: Sequence[float]) -> float:
     """Closed-form finish time: ``len(intra) == len(inter) + 1``; chunk 0 is local."""
-    require(len(intra) == len(inter) + 1,
-            f"intra rounds ({len(intra)}) must be inter rounds ({len(inter)}) + 1")
+    require(
+        len(intra) == len(inter) + 1,
+        f"intra rounds ({len(intra)}) must be inter rounds ({len(inter)}) + 1",
+    )
     arrival = [0.0]
     for t in inter:
         arrival.append(arrival[-1] + t)
@@ -104,70 +110,79 @@ def simulate_rounds(inter: Sequence[float], intra: Sequence[float]) -> float:
     return finish
 
 
-def ag_dispatch(*, nodes: int, tp: int, chunk_bytes: float, intra: Link, inter: Link) -> FusedTime:
-    """Alg. 2: ``nodes-1`` inter Dispatch rounds overlapped with ``nodes`` intra AGs.
-
-    ``chunk_bytes``: bytes one rank sends to one peer node (its 1/tp hidden slice).
-    """
-    t_x = inter.time(chunk_bytes)
-    t_ag = all_gather(chunk_bytes * tp, tp, intra)
-    fused = uniform_overlap(nodes, t_x, t_ag)
-    seq = (nodes - 1) * t_x + all_gather(chunk_bytes * tp * nodes, tp, intra)
-    return FusedTime(fused=fused, sequential=seq, inter_rounds=nodes - 1, intra_rounds=nodes)
-
-
-def rs_combine(
-    *,
-    nodes: int,
-    tp: int,
-    chunk_bytes: float,
-    output_bytes: float,
-    intra: Link,
-    inter: Link,
-    weighting_s: float = 0.0,
-) -> FusedTime:
-    """Alg. 1: ``nodes-1`` inter Combine rounds overlapped with ``nodes`` intra RS (+ top-k
-    weighting), then one intra AG of the rank's ``output_bytes`` (full hidden, its DP tokens).
-    """
-    t_x = inter.time(chunk_bytes)
-    t_rs = reduce_scatter(chunk_bytes * tp, tp, intra) + weighting_s
-    t_ag = all_gather(output_bytes, tp, intra)
-    fused = uniform_overlap(nodes, t_x, t_rs) + t_ag
-    seq = (reduce_scatter(chunk_bytes * tp * nodes, tp, intra) + nodes * weighting_s
-           + (nodes - 1) * t_x + t_ag)
-    return FusedTime(fused=fused, sequential=seq, inter_rounds=nodes - 1, intra_rounds=nodes)
-
-
-def round_times(
-    *, nodes: int, tp: int, chunk_bytes: float, intra: Link, inter: Link, kind: str
-) -> tuple[list[float], list[float]]:
-    """Per-round (inter, intra) durations of Alg. 1 (``kind='rs'``) or Alg. 2 (``'ag'``),
-    for replaying with :func:`simulate_rounds` or ``moeplan.sim``."""
-    require(kind in ("rs", "ag"), f"kind ({kind}) must be 'rs' or 'ag'")
-    t_x = inter.time(chunk_bytes)
-    coll = reduce_scatter if kind == "rs" else all_gather
-    t_i = coll(chunk_bytes * tp, tp, intra)
-    return [t_x] * (nodes - 1), [t_i] * nodes
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FusedLayer:
-    """Shape of one MoE layer's fused communication on one rank (see module docstring)."""
+    """One MoE layer's fused communication on one rank: its shape and the seconds of each
+    step (``t_*``, from the cost model via :meth:`priced`; see module docstring)."""
 
     nodes: int
     tp: int
     chunk_bytes: float
     output_bytes: float
-    intra: Link
-    inter: Link
+    t_inter: float  # one pairwise round: a chunk to one peer node
+    t_ag: float  # TP all-gather of one chunk's tp slices
+    t_rs: float  # TP reduce-scatter of one chunk
+    t_ag_all: float  # sequential path: TP all-gather of all n chunks
+    t_rs_all: float  # sequential path: TP reduce-scatter of all n chunks
+    t_a2a: float  # sequential path: all-to-all of n chunks over the EP group
+    t_ag_out: float  # Alg. 1 line 19: all-gather of the rank's output
+
+    def __post_init__(self) -> None:
+        require(
+            self.nodes >= 1 and self.tp >= 1,
+            f"fused layer (nodes {self.nodes}, tp {self.tp}) must be >= 1",
+        )
+
+    @classmethod
+    def priced(
+        cls, *, nodes: int, tp: int, chunk_bytes: float, output_bytes: float, coll: Collectives
+    ) -> FusedLayer:
+        """Price every step with ``coll``: TP groups are one node (contiguous ranks), the EP
+        group has one rank per node (stride ``tp``)."""
+        a, whole = chunk_bytes * tp, chunk_bytes * tp * nodes
+        return cls(
+            nodes=nodes,
+            tp=tp,
+            chunk_bytes=chunk_bytes,
+            output_bytes=output_bytes,
+            t_inter=coll.p2p(chunk_bytes, True) if nodes > 1 else 0.0,
+            t_ag=coll.all_gather(a, tp),
+            t_rs=coll.reduce_scatter(a, tp),
+            t_ag_all=coll.all_gather(whole, tp),
+            t_rs_all=coll.reduce_scatter(whole, tp),
+            t_a2a=coll.all_to_all(chunk_bytes * nodes, nodes, tp),
+            t_ag_out=coll.all_gather(output_bytes, tp),
+        )
 
     def times(self) -> tuple[FusedTime, FusedTime]:
         """(AG-Dispatch, RS-Combine) closed-form times."""
-        ag = ag_dispatch(nodes=self.nodes, tp=self.tp, chunk_bytes=self.chunk_bytes,
-                         intra=self.intra, inter=self.inter)
-        rs = rs_combine(nodes=self.nodes, tp=self.tp, chunk_bytes=self.chunk_bytes,
-                        output_bytes=self.output_bytes, intra=self.intra, inter=self.inter)
-        return ag, rs
+        return ag_dispatch(self), rs_combine(self)
+
+
+def ag_dispatch(layer: FusedLayer) -> FusedTime:
+    """Alg. 2: ``nodes-1`` inter Dispatch rounds overlapped with ``nodes`` intra AGs."""
+    n = layer.nodes
+    fused = uniform_overlap(n, layer.t_inter, layer.t_ag)
+    return FusedTime(
+        fused=fused, sequential=layer.t_a2a + layer.t_ag_all, inter_rounds=n - 1, intra_rounds=n
+    )
+
+
+def rs_combine(layer: FusedLayer, weighting_s: float = 0.0) -> FusedTime:
+    """Alg. 1: ``nodes-1`` inter Combine rounds overlapped with ``nodes`` intra RS (+ top-k
+    weighting), then one intra AG of the rank's output (full hidden, its DP tokens)."""
+    n = layer.nodes
+    fused = uniform_overlap(n, layer.t_inter, layer.t_rs + weighting_s) + layer.t_ag_out
+    seq = layer.t_rs_all + n * weighting_s + layer.t_a2a + layer.t_ag_out
+    return FusedTime(fused=fused, sequential=seq, inter_rounds=n - 1, intra_rounds=n)
+
+
+def round_times(layer: FusedLayer, kind: str) -> tuple[list[float], list[float]]:
+    """Per-round (inter, intra) durations of Alg. 1 (``kind='rs'``) or Alg. 2 (``'ag'``),
+    for replaying with :func:`simulate_rounds` or ``moeplan.sim``."""
+    require(kind in ("rs", "ag"), f"kind ({kind}) must be 'rs' or 'ag'")
+    t_i = layer.t_rs if kind == "rs" else layer.t_ag
+    return [layer.t_inter] * (layer.nodes - 1), [t_i] * layer.nodes
 
 
 def layer_schedules(layer: FusedLayer) -> dict:
@@ -175,35 +190,41 @@ def layer_schedules(layer: FusedLayer) -> dict:
     Schedule, "sequential": Schedule}`` on two resources (intra link, inter link)."""
     from moeplan.sim import TaskGraph, simulate
 
-    n, tp, a = layer.nodes, layer.tp, layer.chunk_bytes
-    t_x = layer.inter.time(a)
-    t_ag, t_rs = all_gather(a * tp, tp, layer.intra), reduce_scatter(a * tp, tp, layer.intra)
-    t_out = all_gather(layer.output_bytes, tp, layer.intra)
     fused = TaskGraph()
-    last = _pipeline(fused, "dispatch", "ag", [t_x] * (n - 1), [t_ag] * n, [])
-    last = _pipeline(fused, "combine", "rs", [t_x] * (n - 1), [t_rs] * n, last)
-    fused.add("ag_out", "intra link", t_out, last, kind="ag")
+    last = _pipeline(fused, "dispatch", "ag", *round_times(layer, "ag"), [])
+    last = _pipeline(fused, "combine", "rs", *round_times(layer, "rs"), last)
+    fused.add("ag_out", "intra link", layer.t_ag_out, last, kind="ag")
     seq = TaskGraph()
     chain: list[int] = []
-    steps = [("dispatch", "inter link", t_x, n - 1),
-             ("ag", "intra link", all_gather(a * tp * n, tp, layer.intra), 1),
-             ("rs", "intra link", reduce_scatter(a * tp * n, tp, layer.intra), 1),
-             ("combine", "inter link", t_x, n - 1), ("ag_out", "intra link", t_out, 1)]
-    for name, res, dur, count in steps:
-        for i in range(count):
-            chain = [seq.add(f"{name}{i}", res, dur, chain, kind=name.split("_")[0])]
+    steps = [
+        ("dispatch", "inter link", layer.t_a2a),
+        ("ag", "intra link", layer.t_ag_all),
+        ("rs", "intra link", layer.t_rs_all),
+        ("combine", "inter link", layer.t_a2a),
+        ("ag_out", "intra link", layer.t_ag_out),
+    ]
+    for name, res, dur in steps:
+        chain = [seq.add(name, res, dur, chain, kind=name.split("_")[0])]
     return {"fused": simulate(fused).check(), "sequential": simulate(seq).check()}
 
 
-def _pipeline(g, inter_name: str, intra_name: str, inter: Sequence[float],
-              intra: Sequence[float], after: list[int]) -> list[int]:
+def _pipeline(
+    g,
+    inter_name: str,
+    intra_name: str,
+    inter: Sequence[float],
+    intra: Sequence[float],
+    after: list[int],
+) -> list[int]:
     """Add one fused algorithm's rounds after tasks ``after``; returns its last intra task.
 
     Tasks on one resource run in insertion order (``moeplan.sim.simulate``), so only the
     cross-resource edge (intra chunk j waits for inter round j) is explicit.
     """
-    arrivals = [g.add(f"{inter_name}{i + 1}", "inter link", t, after, kind=inter_name)
-                for i, t in enumerate(inter)]
+    arrivals = [
+        g.add(f"{inter_name}{i + 1}", "inter link", t, after, kind=inter_name)
+        for i, t in enumerate(inter)
+    ]
     last = after
     for j, t in enumerate(intra):
         deps = after + ([arrivals[j - 1]] if j else [])
