@@ -19,8 +19,8 @@ import math
 
 import pytest
 
-from moeplan.cost import cost_model_for
-from moeplan.kernel_tables import engine_cost_model
+from moeplan.cost import CostModel, cost_model_for
+from moeplan.kernel_tables import kernel_db
 from moeplan.planners.strategy.analyzer import zipf_routing
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies
@@ -40,7 +40,8 @@ W = Workload(batch=16, isl=512, osl=64)
 
 def _cost(name: str, nodes: int | None, engine: str | None):
     cl = load_cluster(name, nodes)
-    return cl, (engine_cost_model(cl, engine=engine) if engine else cost_model_for(cl))
+    cm = cost_model_for(cl)
+    return cl, (CostModel(cl, cm.profile, engine=engine, kernels=kernel_db()) if engine else cm)
 
 
 def _nodes(d: int, stride: int, g: int) -> int:
