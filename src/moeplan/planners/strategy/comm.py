@@ -8,8 +8,8 @@ cost model's public collective API (:meth:`moeplan.cost.CostModel.collective`, `
 same calls the serving iteration model (:mod:`moeplan.serve.iteration`) and the other planners
 make (DESIGN.md "one cost path"). With an engine those calls use the kernel database (custom
 all-reduce, DeepEP); without one, the two-level α-β collectives of
-:mod:`moeplan.cost.collectives`. :class:`Collectives` memoises them per (op, bytes, group,
-nodes): they are pure.
+:mod:`moeplan.cost.collectives`. :class:`Collectives` memoises them per (op, bytes, degree,
+stride): they are pure.
 
 Placement (the rank grid): inside a pipeline stage ranks are numbered node-major and the
 TP group is innermost (contiguous ranks); the DP (attention) and EP (MoE) groups are strided
@@ -35,6 +35,7 @@ Departures from the paper, and why:
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +65,10 @@ def spans_nodes(degree: int, stride: int, gpus_per_node: int) -> bool:
     return group_nodes(degree, stride, gpus_per_node) > 1
 
 
+#: cost model -> gpus per node -> memoised seconds (weak: dropped with the cost model)
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class Collectives:
     """Memoised collective and P2P seconds from one cost model (see module docstring)."""
 
@@ -71,17 +76,21 @@ class Collectives:
 
     def __init__(self, cost_model: CollectiveCost, gpus_per_node: int) -> None:
         self.cm, self.gpus_per_node = cost_model, gpus_per_node
-        self._memo: dict[tuple, float] = {}
+        try:  # shared by every evaluator on this cost model (analyze, --all-sizes, the CLI)
+            memo = _MEMO.setdefault(cost_model, {})
+        except TypeError:  # a cost model that takes no weak reference keeps its own
+            memo = {}
+        self._memo: dict[tuple, float] = memo.setdefault(gpus_per_node, {})
 
     def time(self, op: str, nbytes: float, degree: int, stride: int = 1) -> float:
         """``op`` over ``degree`` ranks ``stride`` apart, ``nbytes`` in nccl-tests convention
         (AR: the buffer; AG: the output; RS: the input; A2A: what one rank sends in total)."""
         if degree <= 1 or nbytes <= 0:
             return 0.0
-        nodes = group_nodes(degree, stride, self.gpus_per_node)
-        key = (op, nbytes, degree, nodes)
+        key = (op, nbytes, degree, stride)
         v = self._memo.get(key)
         if v is None:
+            nodes = group_nodes(degree, stride, self.gpus_per_node)
             v = self._memo[key] = float(self.cm.collective(op, nbytes, degree, nodes))
         return v
 
