@@ -27,13 +27,13 @@ def _alpha_beta_rate(n: int) -> float:
 
 
 def _layer_rates() -> tuple[float, float]:
-    from moeplan.cost import cost_model_for
+    from moeplan.kernel_tables import engine_cost_model
     from moeplan.specs import load_model
 
     c, m = load_cluster("h100-sxm-8"), load_model("deepseek-v3")
     rates = []
     for engine in ("sglang", None):
-        cm = cost_model_for(c, engine=engine)
+        cm = engine_cost_model(c, engine=engine)
         cm.expert_ffn(m, 8, 32)  # build the variants outside the timing
         cm.attention_layer(m, 8, 1, 2048, tp=8)
         cm.collective("all_reduce", 1 << 20, 8)

@@ -55,15 +55,10 @@ KNOWN_IO: dict[tuple[str, str], str] = {
     ("moeplan.cost", ".iterdir"): "issue 12: profile_names",
     ("moeplan.cost", ".is_file"): "issue 12: load_profile",
     ("moeplan.cost", ".read_text"): "issue 12: load_profile",
-    # issue 13: CostModel(engine=...) without kernels= loads the kernel tables itself; the CLI
-    # should pass kernel_db() in.
-    ("moeplan.cost.model", "moeplan.kernel_tables.kernel_db"): "issue 13: CostModel.__init__",
 }
 #: Imports of edge packages from the planning core, known and owned elsewhere: {(module,
 #: imported module): reason}.
-KNOWN_EDGE_IMPORTS: dict[tuple[str, str], str] = {
-    ("moeplan.cost.model", "moeplan.kernel_tables"): "issue 13: CostModel.__init__ (see KNOWN_IO)",
-}
+KNOWN_EDGE_IMPORTS: dict[tuple[str, str], str] = {}
 
 #: Test files that pin ``derandomize=True`` in ``@settings`` (harmless under the default
 #: ``ci`` profile, but ``HYPOTHESIS_PROFILE=dev`` cannot randomize them) — issue 12.

@@ -26,7 +26,7 @@ def test_no_prediction_beats_the_datasheet(cluster_name: str) -> None:
     """Every preset model on every preset cluster, MoE and attention shapes: FLOP/s and
     bytes/s implied by each predicted time stay within the GPU's datasheet peaks."""
     cluster = load_cluster(cluster_name)
-    cm = CostModel(cluster, engine="sglang")
+    cm = CostModel(cluster, engine="sglang", kernels=kernel_db())
     bw = cluster.gpu.mem_bw * (1 + 1e-9)
     for name in MODELS:
         m = load_model(name)
@@ -72,7 +72,7 @@ def test_engine_none_is_the_old_model_exactly() -> None:
 def test_engine_prices_measured_kernels_and_reports_them() -> None:
     c = load_cluster("h100-sxm-8")
     m = load_model("deepseek-v3")
-    cm = CostModel(c, engine="sglang")
+    cm = CostModel(c, engine="sglang", kernels=kernel_db())
     t = kernel_db().tables[("h100_sxm", "sglang", "moe")]
     # DeepSeek-V3 fp8 MoE, EP8, 1024 tokens, balanced: a measured row of the table
     import numpy as np
@@ -105,7 +105,7 @@ def test_engines_differ_and_unknown_engine_is_rejected() -> None:
     c = load_cluster("h100-sxm-8")
     m = load_model("qwen3-30b-a3b")
     times = {
-        e: CostModel(c, engine=e).expert_ffn(m, 64, m.num_experts // 8)
+        e: CostModel(c, engine=e, kernels=kernel_db()).expert_ffn(m, 64, m.num_experts // 8)
         for e in ("sglang", "vllm", "trtllm")
     }
     assert len({round(v, 9) for v in times.values()}) == 3
@@ -133,15 +133,15 @@ def test_mla_layer_from_the_engines_module_table() -> None:
     )
     if sel.sum() == 0:
         pytest.skip("row not in the table")
-    cm = CostModel(c, engine="vllm")
+    cm = CostModel(c, engine="vllm", kernels=kernel_db())
     got = cm.attention_layer(m, 32, 1, 4097, tp=8)
     assert cm.provenance() == {
         "generation_mla_module": {"measured": {"calls": 1, "error_median": 0.0, "error_p90": 0.0}}
     }
     assert got == pytest.approx(float(np.median(t.latency[sel])), rel=1e-9)
-    sg = CostModel(c, engine="sglang")
+    sg = CostModel(c, engine="sglang", kernels=kernel_db())
     sg.attention_layer(m, 32, 1, 4097, tp=8)
     assert "generation_mla_module" not in sg.provenance()
     # a prefix adds the core's extra keys on top of the module's prefill
-    vl = CostModel(c, engine="vllm")
+    vl = CostModel(c, engine="vllm", kernels=kernel_db())
     assert vl.attention_layer(m, 1, 1024, 4096, tp=8) > vl.attention_layer(m, 1, 1024, 1024, tp=8)

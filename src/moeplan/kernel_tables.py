@@ -8,23 +8,43 @@ tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike.
 
 :func:`kernel_db` builds the :class:`~moeplan.cost.kerneldb.KernelDB` once per process
 (each table read on first use, the table GPUs' datasheet devices from the cluster presets,
-the shipped held-out errors ``heldout_errors.json``).
+the shipped held-out errors ``heldout_errors.json``) and :func:`engine_cost_model` hands it
+to a :class:`~moeplan.cost.CostModel` (the pure core never loads tables itself).
+
+Cold start: building one kernel variant (selection, dedupe, features, the SciPy fit and its
+residual field) takes 0.2–1 s, and a planner with an engine touches five or more. Built
+variants are therefore kept on disk by :class:`DiskStore` under :func:`cache_dir`, one pickle
+per variant named by a content key — SHA-256 of the table file, of every source file of
+``moeplan.cost.kerneldb`` and of this module, the table GPU's datasheet device and the Python,
+NumPy and SciPy versions — so a changed table, model or library is rebuilt, never served
+stale. Only files in a folder owned by the user and writable by no one else are read.
+``MOEPLAN_CACHE_DIR`` moves the folder; ``MOEPLAN_CACHE_DIR=off`` turns the store off.
+Numeric columns are read from Arrow buffers directly (``to_numpy`` on a chunked array
+imports pandas: 0.4 s).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import pickle
+import sys
+import tempfile
 from collections.abc import Callable
 from functools import cache, partial
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb.families import Family
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
-from moeplan.specs import load_cluster
+from moeplan.specs import ClusterSpec, load_cluster
 
 ENGINES = ("sglang", "vllm", "trtllm")
 #: parquet file -> [(op, {our column: table column}, latency column(s), scale to seconds)]
@@ -59,6 +79,10 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
 #: table GPU -> the cluster preset whose datasheet numbers it has
 TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
 ERRORS_FILE = "heldout_errors.json"
+CACHE_ENV = "MOEPLAN_CACHE_DIR"
+CACHE_OFF = ("", "0", "off", "none")
+#: sources whose change invalidates a stored variant (besides the table file itself)
+MODEL_SOURCES = ("cost/kerneldb", "kernel_tables.py")
 
 
 def kernels_dir() -> Path:
@@ -67,6 +91,24 @@ def kernels_dir() -> Path:
 
 def _version_key(v: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in v.replace("rc", ".rc.").split("."))
+
+
+def _numpy(column: Any) -> np.ndarray:
+    """One Arrow column as numpy without ``to_numpy`` (which imports pandas): numbers from
+    the value buffer, strings through their dictionary."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    if arr.null_count:
+        return np.asarray(arr.to_pylist())
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+        values = np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype())
+        return values[arr.offset : arr.offset + len(arr)].copy()
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        enc = arr.dictionary_encode()
+        words = np.array([str(w) for w in enc.dictionary.to_pylist()] or [""])
+        return words[_numpy(enc.indices)]
+    return np.asarray(arr.to_pylist())
 
 
 def _read(
@@ -94,14 +136,12 @@ def _read(
     for c in fam.columns:
         src = rename.get(c, c)
         if src in have:
-            cols[c] = table.column(src).to_numpy(zero_copy_only=False)
+            cols[c] = _numpy(table.column(src))
         elif c in fam.defaults:
             cols[c] = np.full(n, fam.defaults[c])
         else:
             raise MoeplanError(f"kernel table {path} lacks column {src!r}")
-    latency = (
-        sum(np.asarray(table.column(c).to_numpy(zero_copy_only=False), float) for c in lat) * scale
-    )
+    latency = sum(np.asarray(_numpy(table.column(c)), float) for c in lat) * scale
     ok = np.isfinite(latency) & (latency > 0)
     cols = {c: v[ok] for c, v in cols.items()}
     return KernelTable(
@@ -115,10 +155,9 @@ def _read(
     )
 
 
-def table_loaders(
-    root: Path | None = None,
-) -> dict[tuple[str, str, str], Callable[[], KernelTable]]:
-    """``(gpu, engine, op) -> loader`` of every shipped table, the newest version of each."""
+def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Path, tuple]]:
+    """``(gpu, engine, op) -> (file, read arguments)`` of every shipped table (newest
+    version of each)."""
     root = root or kernels_dir()
     newest: dict[tuple[str, str, str], Path] = {}
     for path in sorted(root.glob("*/*/*/*/*.parquet")):
@@ -128,15 +167,20 @@ def table_loaders(
         key = (gpu, path.name, engine)
         if key not in newest or _version_key(version) > _version_key(newest[key].parent.name):
             newest[key] = path
-    out: dict[tuple[str, str, str], Callable[[], KernelTable]] = {}
+    out: dict[tuple[str, str, str], tuple[Path, tuple]] = {}
     for (gpu, name, engine), path in sorted(newest.items()):
         engines = ENGINES if name.startswith("wideep_deepep") else (engine,)
         for op, rename, lat, scale in FILES[name]:
             for eng in engines:
-                out[(gpu, eng, op)] = partial(
-                    _read, path, op, rename, lat, scale, gpu, eng, path.parent.name
-                )
+                out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))
     return out
+
+
+def table_loaders(
+    root: Path | None = None,
+) -> dict[tuple[str, str, str], Callable[[], KernelTable]]:
+    """``(gpu, engine, op) -> loader`` of every shipped table, the newest version of each."""
+    return {k: partial(_read, path, *args) for k, (path, args) in table_files(root).items()}
 
 
 def read_tables(root: Path | None = None) -> list[KernelTable]:
@@ -156,7 +200,123 @@ def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tup
     return {(r["gpu"], r["engine"], r["op"], r["source"]): (r["median"], r["p90"]) for r in rows}
 
 
+# ---- built variants kept across processes --------------------------------------------
+def cache_dir() -> Path | None:
+    """Where built kernel variants are kept (``None``: not kept)."""
+    env = os.environ.get(CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in CACHE_OFF else Path(env) / "kerneldb"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "moeplan" / "kerneldb"
+
+
+@cache
+def _code_digest() -> str:
+    """SHA-256 of the modelling code and the libraries whose objects are pickled."""
+    import scipy
+
+    h = hashlib.sha256(f"{sys.version}|{np.__version__}|{scipy.__version__}".encode())
+    pkg = Path(__file__).parent
+    for rel in MODEL_SOURCES:
+        target = pkg / rel
+        for f in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+class DiskStore:
+    """Built variants and variant counts of the tables in ``files``, pickled in ``root``
+    under a content key (module docstring). Best effort: an unreadable, foreign or corrupt
+    file is a miss, a failed write is ignored (the variant is simply built again)."""
+
+    def __init__(
+        self, root: Path, files: dict[tuple[str, str, str], Path], devices: dict[str, Device]
+    ) -> None:
+        self.root, self.files, self.devices = root, files, devices
+        self._table_digest: dict[Path, str] = {}
+
+    def path(self, key: tuple) -> Path | None:
+        """The file of ``key`` (``(kind, gpu, engine, op, ...)``), ``None`` for an unknown table."""
+        gpu, engine, op = key[1:4]
+        table = self.files.get((gpu, engine, op))
+        if table is None:
+            return None
+        if table not in self._table_digest:
+            self._table_digest[table] = hashlib.sha256(table.read_bytes()).hexdigest()
+        text = f"{key!r}|{self.devices.get(gpu)!r}|{self._table_digest[table]}|{_code_digest()}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+        return self.root / f"{gpu}-{engine}-{op}-{key[0]}-{digest}.pkl"
+
+    def get(self, key: tuple) -> Any | None:
+        path = self.path(key)
+        try:
+            if path is None or not _trusted(path):
+                return None
+            with path.open("rb") as f:
+                return _Unpickler(f).load()
+        except Exception:  # a truncated or foreign pickle is a miss (rebuilt and rewritten)
+            return None
+
+    def put(self, key: tuple, value: Any) -> None:
+        path = self.path(key)
+        if path is None:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not _trusted(self.root):
+                return
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
+                    _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except (OSError, pickle.PicklingError, AttributeError, TypeError):
+            return  # not kept: built again next time
+
+
+class _Pickler(pickle.Pickler):
+    """Families (code, some holding local functions) are stored by name, not by value."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        return ("family", obj.op) if isinstance(obj, Family) else None
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and pid[:1] == ("family",) and pid[1] in FAMILIES:
+            return FAMILIES[pid[1]]
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+
+def _trusted(path: Path) -> bool:
+    """Owned by this user and writable by no one else (file and folder)."""
+    for p in (path, path.parent) if path.is_file() else (path,):
+        st = p.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
 @cache
 def kernel_db() -> KernelDB:
-    """The process-wide kernel database (tables read once, models built on first use)."""
-    return KernelDB(LazyTables(table_loaders()), table_devices(), read_errors())
+    """The process-wide kernel database (tables read once, models built on first use and
+    kept on disk by :class:`DiskStore` unless ``MOEPLAN_CACHE_DIR=off``)."""
+    files = table_files()
+    devices = table_devices()
+    root = cache_dir()
+    store = (
+        None if root is None else DiskStore(root, {k: p for k, (p, _) in files.items()}, devices)
+    )
+    loaders = {k: partial(_read, path, *args) for k, (path, args) in files.items()}
+    return KernelDB(LazyTables(loaders), devices, read_errors(), store=store)
+
+
+def engine_cost_model(
+    cluster: ClusterSpec, profile: str | None = None, engine: str | None = "sglang"
+) -> CostModel:
+    """:func:`moeplan.cost.cost_model_for` with the process-wide kernel database: the entry
+    point for a cost model that prices kernels from ``engine``'s tables (``None``: none)."""
+    return cost_model_for(cluster, profile, engine=engine, kernels=kernel_db() if engine else None)

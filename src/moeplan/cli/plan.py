@@ -22,8 +22,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
-from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, check_int, require
+from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.rank import (
@@ -85,15 +85,20 @@ def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | No
 
 
 def _placement_ep(ranking: ServeRanking, model: Any) -> tuple[int, str | None]:
-    """The served winner's real EP degree, or 0 and a plain sentence saying why no placement."""
+    """The served winner's real EP degree, or 0 and a plain sentence saying why no placement.
+    A disaggregated winner's pools are separate instances: its largest EP group is placed."""
+    from moeplan.report.sections import instance_eps
+
     w = ranking.winner.entry
-    ep = w.layout.moe_ep
+    pool, ep = max(instance_eps(w.layout), key=lambda p: p[1])
+    where = f"{pool} instances' " if pool else ""
     if ep <= 1:
         return 0, (f"Sem-MoE placement skipped: the winner ({w.label}) has no expert "
-                   "parallelism, so every GPU holds the experts it runs and nothing is placed.")
+                   f"parallelism{' in any instance' if pool else ''}, so every GPU holds the "
+                   "experts it runs and nothing is placed.")
     if model.num_experts % ep:
         return 0, (f"Sem-MoE placement skipped: {model.num_experts} experts do not divide "
-                   f"evenly over the winner's EP{ep}.")
+                   f"evenly over the winner's {where}EP{ep}.")
     return ep, None
 
 
@@ -204,7 +209,7 @@ def plan_cmd(
     sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
-    cm = cost_model_for(c, profile, engine=None if cost_engine == "none" else engine)
+    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir, write_artifacts
 

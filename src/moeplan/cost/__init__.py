@@ -11,6 +11,7 @@ from functools import cache
 from importlib import resources
 
 from moeplan.cost.collectives import COLLECTIVE_OPS, collective_time, ring_time
+from moeplan.cost.kerneldb import KernelDB
 from moeplan.cost.linear import AlphaBeta, FitQuality, Piecewise, Roofline
 from moeplan.cost.memory import MemoryBreakdown
 from moeplan.cost.model import CostModel
@@ -45,14 +46,16 @@ def load_profile(name: str) -> HardwareProfile:
 
 
 def cost_model_for(cluster: ClusterSpec, profile: str | None = None,
-                   engine: str | None = None) -> CostModel:
+                   engine: str | None = None, kernels: KernelDB | None = None) -> CostModel:
     """The cost model of ``cluster``: the named profile, else the cluster's own, else roofline.
 
     ``profile='roofline'`` forces the datasheet roofline. ``engine`` (sglang, vllm, trtllm)
     prices fused MoE, attention/MLA and intra-node all-reduce/all-to-all from the kernel
-    database (:mod:`moeplan.cost.kerneldb`); ``None`` keeps the model without it.
+    database ``kernels`` (:mod:`moeplan.cost.kerneldb`, loaded by the I/O layer:
+    :func:`moeplan.kernel_tables.kernel_db`; :func:`moeplan.kernel_tables.engine_cost_model`
+    does both); ``None`` keeps the model without it.
     """
     name = profile if profile is not None else cluster.profile
     if name is None or name == "roofline":
-        return CostModel(cluster, engine=engine)
-    return CostModel(cluster, load_profile(name), engine=engine)
+        return CostModel(cluster, engine=engine, kernels=kernels)
+    return CostModel(cluster, load_profile(name), engine=engine, kernels=kernels)

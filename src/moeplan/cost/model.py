@@ -12,6 +12,15 @@
 - Grouped expert GEMMs: one launch for all local experts (as fused-MoE kernels do) for a
   roofline profile — compute and weight traffic add up over experts; FinDEP's α-β profile
   keeps the paper's per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
+- Quantized weights (issue 13 item 4, ``model.quant``): a roofline GEMM or grouped-expert
+  GEMM reads its weight operand at the module's bytes per weight (scales included) and runs
+  at its compute dtype's datasheet rate — the bf16 rate for weight-only methods, the fp8 /
+  int8 rate (:data:`INT8_RATIO`, ``kerneldb.device.FP8_RATIO``) for fp8 and w8a8 — so a
+  decode (weight-bound) GEMM's time scales with the stored bytes. Source: ``roofline`` (no
+  measured quantized GEMM tables); FinDEP's α-β profile (``t(m n k)``) has no byte term and
+  is unchanged. With an engine the fused-MoE query carries the experts' kernel dtype
+  (``int4_wo`` / ``int8_wo`` / ``fp8`` / ``fp8_block`` / ``w4a16_mxfp4``), measured where the
+  engine's tables have it, else ``transferred``.
 - Collectives through :func:`moeplan.cost.collectives.collective_time`, with the profile's
   measured intra-node fits where they exist.
 
@@ -24,7 +33,9 @@ tables (the whole block, projections included), intra-node ``all_reduce`` (the e
 ``all_to_all`` (DeepEP normal kernels). GEMMs, projections, shared/dense MLPs, other
 collectives, inter-node traffic, P2P and FinDEP's A2E keep the paths above.
 :meth:`CostModel.provenance` says, per operation, which sources priced it and their held-out
-error. ``engine=None`` is exactly the model above.
+error. ``engine=None`` is exactly the model above. The database arrives as ``kernels=``
+(:func:`moeplan.kernel_tables.kernel_db`, read once per process; or
+:func:`moeplan.kernel_tables.engine_cost_model`): this module reads no files.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from functools import cached_property
 
 from moeplan.cost.collectives import collective_time
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
+from moeplan.cost.kerneldb.device import FP8_RATIO
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
 from moeplan.cost.kerneldb.pricing import (
     ALLREDUCE_GPUS,
@@ -47,11 +59,21 @@ from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.cost.profile import HardwareProfile
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs.quant import ModuleQuant
 
 DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
 A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
+#: int8 / bf16 dense tensor peak: 2x on every preset GPU (datasheets: A100 624 vs 312 TOPS,
+#: H100/H800 SXM 1979 vs 989, H20 296 vs 148, L40S 733 vs 362, A10 250 vs 125, A40 299 vs
+#: 150, RTX A6000 310 vs 155, B200 4.5 P vs 2.25 P, Ascend 910B ~640 vs ~313); other GPUs 1x.
+INT8_RATIO = dict.fromkeys(FP8_RATIO, 2.0)
+
+
+def _plain(w: ModuleQuant | None) -> bool:
+    """bf16 weights and compute (the unquantized model's path)."""
+    return w is None or (w.bytes_per_weight == BF16_BYTES and w.format.compute == "bf16")
 
 
 class CostModel:
@@ -78,10 +100,11 @@ class CostModel:
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-            if kernels is None:  # the process-wide database (reads package data on first use)
-                from moeplan.kernel_tables import kernel_db
-
-                kernels = kernel_db()
+            if kernels is None:  # the core reads no files: the I/O layer hands the tables in
+                raise MoeplanError(
+                    f"kernels (None) must be a KernelDB with engine ({engine!r}): pass "
+                    "moeplan.kernel_tables.kernel_db() or use kernel_tables.engine_cost_model"
+                )
             self._kdb = kernels
             self._device = device_for(cluster)
 
@@ -135,26 +158,46 @@ class CostModel:
         return self.profile.gemm if self.profile else self._roof
 
     # ---- compute ---------------------------------------------------------------------
-    def gemm(self, m: float, n: float, k: float) -> float:
-        """bf16 GEMM ``[m, k] x [k, n]``; zero for an empty operand."""
+    def compute_ratio(self, weight: ModuleQuant | None) -> float:
+        """Tensor peak of ``weight``'s compute dtype over the bf16 peak on this GPU."""
+        dtype = weight.format.compute if weight is not None else "bf16"
+        table = {"fp8": FP8_RATIO, "int8": INT8_RATIO}.get(dtype)
+        return 1.0 if table is None else table.get(self.cluster.gpu.name, 1.0)
+
+    def gemm(self, m: float, n: float, k: float, weight: ModuleQuant | None = None) -> float:
+        """GEMM ``[m, k] x [k, n]`` with bf16 activations; the ``[k, n]`` weight stored as
+        ``weight`` (default bf16, see module docstring); zero for an empty operand."""
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
         g = self._gemm
         if isinstance(g, AlphaBeta):
             return g(m * n * k)
-        return g(m, n, k)
+        if _plain(weight):
+            return g(m, n, k)
+        return self._roof_gemm(g, m, n, k, 1.0, weight)
 
-    def grouped_gemm(self, m: float, n: float, k: float, groups: float) -> float:
+    def _roof_gemm(
+        self, g: Roofline, m: float, n: float, k: float, groups: float, w: ModuleQuant | None
+    ) -> float:
+        padded = math.ceil(m / g.tile_m) * g.tile_m
+        if w is None or _plain(w):  # bf16 weights: the roofline's own arithmetic, unchanged
+            compute = 2.0 * padded * n * k * groups / g.flops
+            memory = 2.0 * (m * k + k * n + m * n) * groups / g.bw
+        else:
+            compute = 2.0 * padded * n * k * groups / (g.flops * self.compute_ratio(w))
+            memory = (BF16_BYTES * (m * k + m * n) + w.bytes_per_weight * k * n) * groups / g.bw
+        return g.alpha + max(compute, memory)
+
+    def grouped_gemm(
+        self, m: float, n: float, k: float, groups: float, weight: ModuleQuant | None = None
+    ) -> float:
         """``groups`` GEMMs of ``[m, k] x [k, n]`` with different weights, one launch."""
         if groups <= 0 or m <= 0:
             return 0.0
         g = self._gemm
         if isinstance(g, AlphaBeta):
             return groups * g(m * n * k)
-        padded = math.ceil(m / g.tile_m) * g.tile_m
-        compute = 2.0 * padded * n * k * groups / g.flops
-        memory = 2.0 * (m * k + k * n + m * n) * groups / g.bw
-        return g.alpha + max(compute, memory)
+        return self._roof_gemm(g, m, n, k, groups, weight)
 
     def attention_core(
         self,
@@ -206,23 +249,24 @@ class CostModel:
             return module
         t = num_seqs * q_len
         h, nh = model.hidden_size, model.num_attention_heads / tp
+        w = model.quant.attention
+
+        def gemm(m: float, n: float, k: float) -> float:
+            return self.gemm(m, n, k, w)
+
         if model.attention == "mla":
             proj = (
-                self.gemm(t, model.kv_lora_rank + model.qk_rope_head_dim, h)
-                + self.gemm(t, nh * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank)
-                + self.gemm(t, h, nh * model.v_head_dim)
+                gemm(t, model.kv_lora_rank + model.qk_rope_head_dim, h)
+                + gemm(t, nh * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank)
+                + gemm(t, h, nh * model.v_head_dim)
             )
             if model.q_lora_rank:
-                proj += self.gemm(t, model.q_lora_rank, h) + self.gemm(
-                    t, nh * model.q_dim, model.q_lora_rank
-                )
+                proj += gemm(t, model.q_lora_rank, h) + gemm(t, nh * model.q_dim, model.q_lora_rank)
             else:
-                proj += self.gemm(t, nh * model.q_dim, h)
+                proj += gemm(t, nh * model.q_dim, h)
         else:
             kv = max(1.0, model.num_kv_heads / tp)
-            proj = self.gemm(t, (nh + 2 * kv) * model.head_dim, h) + self.gemm(
-                t, h, nh * model.head_dim
-            )
+            proj = gemm(t, (nh + 2 * kv) * model.head_dim, h) + gemm(t, h, nh * model.head_dim)
         return proj + self.attention_core(model, num_seqs, q_len, ctx_len, tp, layer)
 
     def expert_ffn(
@@ -235,23 +279,26 @@ class CostModel:
                 return self._kernel("moe", shape)
         i = model.moe_intermediate_size / tp
         h = model.hidden_size
+        w = model.quant.experts
         return self.grouped_gemm(
-            tokens_per_expert, 2 * i, h, num_local_experts
-        ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts)
+            tokens_per_expert, 2 * i, h, num_local_experts, w
+        ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts, w)
 
-    def _swiglu(self, tokens: float, inter: float, tp: int, h: int) -> float:
+    def _swiglu(self, tokens: float, inter: float, tp: int, h: int, w: ModuleQuant) -> float:
         if inter <= 0 or tokens <= 0:
             return 0.0
-        return self.gemm(tokens, 2 * inter / tp, h) + self.gemm(tokens, h, inter / tp)
+        return self.gemm(tokens, 2 * inter / tp, h, w) + self.gemm(tokens, h, inter / tp, w)
 
     def shared_expert(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
-        return self._swiglu(tokens, model.shared_intermediate_size, tp, model.hidden_size)
+        q = model.quant.shared
+        return self._swiglu(tokens, model.shared_intermediate_size, tp, model.hidden_size, q)
 
     def dense_mlp(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
-        return self._swiglu(tokens, model.dense_intermediate_size, tp, model.hidden_size)
+        q = model.quant.dense
+        return self._swiglu(tokens, model.dense_intermediate_size, tp, model.hidden_size, q)
 
     def router(self, model: ModelSpec, tokens: float) -> float:
-        return self.gemm(tokens, model.num_experts, model.hidden_size)
+        return self.gemm(tokens, model.num_experts, model.hidden_size, model.quant.router)
 
     # ---- communication -----------------------------------------------------------------
     def _intra_fit(self, op: str, n: int, nbytes: float) -> float | None:

@@ -21,12 +21,15 @@ peak, bytes at HBM / link bandwidth). A few table rows are (up to 1.8x on some f
 where the collector's routing touched fewer expert weights than the shape implies); they
 are raised to that floor and labelled ``roofline``.
 
-Variant models are built on first use and cached on the database object.
+Variant models are built on first use and cached on the database object; an optional
+``store`` (``get(key)`` / ``put(key, value)``, e.g. :class:`moeplan.kernel_tables.DiskStore`)
+keeps built variants and variant counts across processes — this module does no I/O itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +54,14 @@ MEMO_SIZE = 200_000  # memoised scalar predictions kept before the memo is clear
 ErrorKey = tuple[str, str, str, str]
 
 
+class Store(Protocol):
+    """Where built variants outlive the process: ``get`` returns ``None`` on a miss."""
+
+    def get(self, key: tuple) -> Any | None: ...
+
+    def put(self, key: tuple, value: Any) -> None: ...
+
+
 class KernelDB:
     """Measured kernel tables + transfer model (see module docstring)."""
 
@@ -59,7 +70,9 @@ class KernelDB:
         tables: Iterable[KernelTable] | LazyTables,
         devices: Mapping[str, Device],
         errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
+        store: Store | None = None,
     ) -> None:
+        self._store = store
         self.tables: Mapping[tuple[str, str, str], KernelTable]
         if isinstance(tables, LazyTables):
             self.tables = tables
@@ -76,27 +89,43 @@ class KernelDB:
         """Variant keys (values of the family's variant columns) -> row count (cached)."""
         ck = (gpu, engine, op)
         if ck not in self._variant_keys:
-            self._variant_keys[ck] = self._count_variants(gpu, engine, op)
+            self._variant_keys[ck] = self._stored(
+                ("variants", *ck), lambda: self._count_variants(gpu, engine, op)
+            )
         return self._variant_keys[ck]
+
+    def _stored(self, key: tuple, build: Any) -> Any:
+        """``build()``, through the store when there is one (``None`` is never stored)."""
+        if self._store is None:
+            return build()
+        value = self._store.get(key)
+        if value is None:
+            value = build()
+            if value is not None:
+                self._store.put(key, value)
+        return value
 
     def _count_variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:
         t = self.tables.get((gpu, engine, op))
         if t is None:
             return {}
         fam = FAMILIES[op]
-        keys = (
-            [
-                tuple(str(v) for v in k)
-                for k in zip(
-                    *(np.asarray(t.columns[c]).astype(str) for c in fam.variant_cols), strict=True
-                )
-            ]
-            if fam.variant_cols
-            else [()] * len(t.latency)
-        )
+        if not fam.variant_cols:
+            return {(): len(t.latency)} if len(t.latency) else {}
+        code = np.zeros(len(t.latency), dtype=np.int64)  # one integer per distinct key
+        words = []
+        for c in fam.variant_cols:
+            u, inv = np.unique(np.asarray(t.columns[c]).astype(str), return_inverse=True)
+            code = code * len(u) + inv.reshape(-1)
+            words.append(u.tolist())
+        uniq, first, counts = np.unique(code, return_index=True, return_counts=True)
         out: dict[tuple, int] = {}
-        for k in keys:
-            out[k] = out.get(k, 0) + 1
+        for j in np.argsort(first):  # first-seen order, as the rows list them
+            rest, key = int(uniq[j]), []
+            for w in reversed(words):
+                rest, i = divmod(rest, len(w))
+                key.append(w[i])
+            out[tuple(reversed(key))] = int(counts[j])
         return out
 
     def choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
@@ -116,20 +145,23 @@ class KernelDB:
     def variant(self, gpu: str, engine: str, op: str, key: tuple) -> VariantModel | None:
         vk = (gpu, engine, op, key)
         if vk not in self._variants:
-            t = self.tables.get((gpu, engine, op))
-            fam = FAMILIES[op]
-            if t is None:
+            if (gpu, engine, op) not in self.tables:
                 self._variants[vk] = None
             else:
-                sel = np.ones(len(t.latency), bool)
-                for c, v in zip(fam.variant_cols, key, strict=True):
-                    sel &= np.asarray(t.columns[c]).astype(str) == v
-                cols = {c: np.asarray(t.columns[c])[sel] for c in fam.columns}
-                label = f"{gpu}/{engine}/{op}@{t.version}[{','.join(key)}]"
-                self._variants[vk] = VariantModel(
-                    fam, cols, t.latency[sel], self.devices[gpu], label
+                self._variants[vk] = self._stored(
+                    ("variant", *vk), lambda: self._build_variant(gpu, engine, op, key)
                 )
         return self._variants[vk]
+
+    def _build_variant(self, gpu: str, engine: str, op: str, key: tuple) -> VariantModel:
+        t = self.tables[(gpu, engine, op)]
+        fam = FAMILIES[op]
+        sel = np.ones(len(t.latency), bool)
+        for c, v in zip(fam.variant_cols, key, strict=True):
+            sel &= np.asarray(t.columns[c]).astype(str) == v
+        cols = {c: np.asarray(t.columns[c])[sel] for c in fam.columns}
+        label = f"{gpu}/{engine}/{op}@{t.version}[{','.join(key)}]"
+        return VariantModel(fam, cols, t.latency[sel], self.devices[gpu], label)
 
     # ---- prediction ----------------------------------------------------------------------
     def error(
