@@ -89,7 +89,8 @@ def test_decode_attention_is_kv_bandwidth_bound():
 def test_memory_blocks():
     m = load_model("deepseek-v3")
     assert mem.expert_weight_bytes(m, 32) == pytest.approx(
-        32 * m.expert_params * m.expert_weight_bytes + m.router_params * m.weight_bytes)
+        32 * m.expert_params * m.expert_weight_bytes
+        + m.router_params * m.quant.router.bytes_per_weight)
     assert mem.kv_bytes_per_token_layer(m, tp=8) == 576 * 2  # MLA latent replicated
     q = load_model("qwen3-235b-a22b")
     assert mem.kv_bytes_per_token_layer(q, tp=8) == 2 * 4 * 128 * 2 / 4  # 4 KV heads

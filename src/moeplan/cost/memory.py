@@ -9,6 +9,9 @@ Building blocks that every planner combines for its own layout. Conventions:
   replicated on every TP rank.
 - Activations: the live hidden/intermediate tensors of one forward step of ``tokens``
   tokens (the largest intermediate is the MLP/expert up-projection).
+- Weights are charged at their module class's bytes per weight, quantization scales and
+  zero points included (``model.quant``, issue 13 item 4): attention, routed experts, shared
+  experts, dense MLP, router, embedding and lm-head each have their own.
 - ``RESERVED_BYTES`` covers the CUDA context, allocator fragmentation and NCCL's own
   buffers (aiconfigurator's system.yaml uses 3.5 GiB "other" + ~0.4 GiB NCCL for H100).
 
@@ -66,29 +69,33 @@ def attn_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
             h * model.q_lora_rank if model.q_lora_rank else 0
         )
         split = model.attn_linear_params - replicated
-        return (replicated + split / tp + 2 * h) * model.weight_bytes
-    return ((model.attn_params - 2 * h) / tp + 2 * h) * model.weight_bytes
+        return (replicated + split / tp + 2 * h) * model.quant.attention.bytes_per_weight
+    return ((model.attn_params - 2 * h) / tp + 2 * h) * model.quant.attention.bytes_per_weight
 
 
 def expert_weight_bytes(model: ModelSpec, num_local_experts: float, tp: int = 1) -> float:
     """Routed experts held by one GPU in one layer (plus the replicated router)."""
     return (
-        num_local_experts * model.expert_params / tp * model.expert_weight_bytes
-        + model.router_params * model.weight_bytes
+        num_local_experts * model.expert_params / tp * model.quant.experts.bytes_per_weight
+        + model.router_params * model.quant.router.bytes_per_weight
     )
 
 
 def shared_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
-    return model.shared_params / tp * model.weight_bytes
+    return model.shared_params / tp * model.quant.shared.bytes_per_weight
 
 
 def dense_mlp_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
-    return model.dense_mlp_params / tp * model.weight_bytes
+    return model.dense_mlp_params / tp * model.quant.dense.bytes_per_weight
 
 
 def embedding_bytes(model: ModelSpec, tp: int = 1) -> float:
-    """Embedding + lm-head (vocab-parallel over ``tp``)."""
-    return (model.embedding_params + model.lm_head_params) / tp * model.weight_bytes
+    """Embedding + lm-head (vocab-parallel over ``tp``), each at its own bytes per weight."""
+    q = model.quant
+    return (
+        model.embedding_params * q.embedding.bytes_per_weight
+        + model.lm_head_params * q.lm_head.bytes_per_weight
+    ) / tp
 
 
 def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1) -> float:

@@ -5,7 +5,9 @@ grouped routing), Qwen2-MoE / Qwen3-MoE, Mixtral, GPT-OSS, and unknown MoE archi
 use the usual key names (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``,
 ``num_experts_per_tok``, ``moe_intermediate_size``...). DeepSeek's own inference configs
 (``dim``, ``n_layers``, ``inter_dim``, ``moe_inter_dim``...) are translated first by
-:func:`native_to_hf`.
+:func:`native_to_hf`. The weight quantization (``quantization_config``) is read by
+:func:`quant_rules` (:mod:`.quant_parse`); DeepSeek's native ``dtype: fp8`` means its fp8
+weights in 128x128 blocks.
 
 Every missing or ill-typed key raises :class:`MoeplanError` naming the key and the rule.
 
@@ -39,9 +41,12 @@ from moeplan.specs.limits import (
     MAX_ROUTED_SCALE,
     MAX_VOCAB,
 )
+from moeplan.specs.quant import QuantRules
+from moeplan.specs.quant_parse import parse_quantization
 
 MAX_JSON_BYTES = 16 * 2**20  # real config.json / plan.json files are < 1 MiB
 MAX_INT_DIGITS = 30  # no size in a real config needs more digits (int64 has 19)
+NATIVE_FP8_BLOCK = 128  # DeepSeek-V3 inference/model.py ModelArgs.block_size (fp8 weight blocks)
 
 # per-key upper bounds (lower bound 0; ModelSpec then requires > 0 where it must)
 _KEY_MAX = {
@@ -116,8 +121,13 @@ def native_to_hf(config: dict[str, Any]) -> dict[str, Any]:
     out.setdefault("n_group", 1)
     out.setdefault("topk_group", 1)
     out.setdefault("scoring_func", "softmax")
-    if config.get("dtype") == "fp8":
-        out["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3"}
+    if config.get("dtype") == "fp8":  # DeepSeek inference/model.py: ModelArgs block_size = 128
+        block = config.get("block_size", NATIVE_FP8_BLOCK)
+        out["quantization_config"] = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "weight_block_size": [block, block],
+        }
     return out
 
 
@@ -225,14 +235,10 @@ def _arch(cfg: dict[str, Any], name: str) -> str:
     return _text(cfg, name, "model_type", "unknown")
 
 
-def _weight_bytes(cfg: dict[str, Any]) -> tuple[float, float]:
-    q = cfg.get("quantization_config")
-    method = q.get("quant_method") if isinstance(q, dict) else None
-    if method == "fp8":
-        return 1.0, 1.0
-    if method == "mxfp4":  # GPT-OSS: experts in MXFP4 (4 bits + one 8-bit scale per 32)
-        return 2.0, 4.25 / 8
-    return 2.0, 2.0
+def quant_rules(config: dict[str, Any], name: str) -> QuantRules | None:
+    """The checkpoint's weight quantization (``None``: unquantized), see :mod:`.quant_parse`."""
+    cfg = native_to_hf(config) if is_native(config) else config
+    return parse_quantization(cfg.get("quantization_config"), name)
 
 
 def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]:
@@ -259,7 +265,6 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
         moe_intermediate_size=g("moe_intermediate_size", "intermediate_size"),
         tie_word_embeddings=_flag(cfg, name, "tie_word_embeddings", False),
     )
-    kw["weight_bytes"], kw["expert_weight_bytes"] = _weight_bytes(cfg)
     model_type = _text(cfg, name, "model_type", "")
     kw["active_counts_embedding"] = model_type.startswith(("qwen", "mixtral"))
     if mla:

@@ -23,9 +23,12 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
 - Dense layers: the first ``first_k_dense`` layers (DeepSeek ``first_k_dense_replace``),
   Qwen's ``mlp_only_layers`` and layers skipped by ``moe_layer_freq`` / ``decoder_sparse_step``
   use a dense SwiGLU MLP of ``dense_intermediate_size``.
-- Weight storage: ``weight_bytes`` for non-expert weights and ``expert_weight_bytes`` for
-  routed experts. Defaults follow the checkpoint's quantization (fp8 → 1 byte, GPT-OSS's
-  MXFP4 experts → 4.25 bits); everything else is bf16. KV cache and activations are bf16.
+- Weight storage (issue 13 item 4): ``quant`` (:class:`~moeplan.specs.quant.WeightQuant`)
+  gives the bytes per weight, scales and zero points included, of each module class, read
+  from the config's ``quantization_config`` (fp8 block, MXFP4, AWQ, GPTQ, bitsandbytes,
+  compressed-tensors; an unknown method is an error, never bf16). ``weight_bytes`` (attention)
+  and ``expert_weight_bytes`` (routed experts) are its two most used figures;
+  :meth:`ModelSpec.weight_bytes_total` sums every class. KV cache and activations are bf16.
 - Size limits (issue 17): every dimension is bounded by a ``MAX_*`` constant below, checked
   before anything is sized from it, so a corrupt config fails in microseconds with one line
   instead of allocating for 10^8 layers. The limits are far above every released MoE (largest
@@ -51,6 +54,7 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_VOCAB,
     MAX_WEIGHT_BYTES,
 )
+from moeplan.specs.quant import UNQUANTIZED, WeightQuant, linear_modules
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
@@ -135,8 +139,7 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_layers: tuple[int, ...] = ()
     active_counts_embedding: bool = False
-    weight_bytes: float = 2.0
-    expert_weight_bytes: float = 2.0
+    quant: WeightQuant = UNQUANTIZED
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -201,16 +204,19 @@ class ModelSpec:
                 and all(isinstance(i, int) and 0 <= i < self.num_layers for i in v),
                 f"{p}.{f} ({show(v)}) must be layer indices in [0, {self.num_layers})",
             )
-        for f in ("routed_scaling_factor", "weight_bytes", "expert_weight_bytes"):
-            v = getattr(self, f)
-            top = MAX_ROUTED_SCALE if f == "routed_scaling_factor" else MAX_WEIGHT_BYTES
-            require(
-                isinstance(v, int | float)
-                and not isinstance(v, bool)
-                and math.isfinite(v)
-                and 0 < v <= top,
-                f"{p}.{f} ({show(v)}) must be a finite number in (0, {top:g}]",
-            )
+        v = self.routed_scaling_factor
+        require(
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and 0 < v <= MAX_ROUTED_SCALE,
+            f"{p}.routed_scaling_factor ({show(v)}) must be a finite number in "
+            f"(0, {MAX_ROUTED_SCALE:g}]",
+        )
+        require(
+            isinstance(self.quant, WeightQuant),
+            f"{p}.quant ({show(self.quant)}) must be a WeightQuant",
+        )
         require(
             self.scoring_func in SCORING_FUNCS,
             f"{p}.scoring_func ({show(self.scoring_func)}) must be one of {SCORING_FUNCS}",
@@ -468,19 +474,46 @@ class ModelSpec:
         )
         return out
 
+    # ---- weight storage (quantization, see ``quant``) ------------------------------------
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per attention weight (scales included)."""
+        return self.quant.attention.bytes_per_weight
+
+    @property
+    def expert_weight_bytes(self) -> float:
+        """Bytes per routed-expert weight (scales included)."""
+        return self.quant.experts.bytes_per_weight
+
+    def weight_bytes_by_module(self) -> dict[str, tuple[int, float]]:
+        """Per module class: ``(parameters, bytes)`` over all layers; the final norm counts
+        with the lm-head (``quant`` classes, same sums as :meth:`modules`)."""
+        nm, nd = self.num_moe_layers, self.num_dense_layers
+        params = {
+            "attention": self.num_layers * self.attn_params,
+            "experts": nm * self.num_experts * self.expert_params,
+            "shared": nm * self.shared_params,
+            "dense": nd * self.dense_mlp_params,
+            "router": nm * self.router_params,
+            "embedding": self.embedding_params,
+            "lm_head": self.lm_head_params + self.hidden_size,
+        }
+        q = self.quant
+        return {c: (n, n * q.module(c).bytes_per_weight) for c, n in params.items()}
+
     def weight_bytes_total(self) -> float:
-        experts = self.num_moe_layers * self.num_experts * self.expert_params
-        return (
-            experts * self.expert_weight_bytes + (self.params_total - experts) * self.weight_bytes
-        )
+        """Bytes of every weight as the checkpoint stores them (scales included)."""
+        return sum(b for _, b in self.weight_bytes_by_module().values())
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: dict[str, Any], name: str = "custom") -> ModelSpec:
         """Build from a Hugging Face MoE ``config.json`` dict or DeepSeek's native keys."""
-        from moeplan.specs.hf_config import spec_kwargs_from_config
+        from moeplan.specs.hf_config import quant_rules, spec_kwargs_from_config
 
-        return cls(**spec_kwargs_from_config(config, name))
+        spec = cls(**spec_kwargs_from_config(config, name))
+        rules = quant_rules(config, name)
+        return spec if rules is None else replace(spec, quant=rules.resolve(linear_modules(spec)))
 
 
 def parse_error(name: str, err: Exception) -> MoeplanError:

@@ -54,7 +54,7 @@ WEIGHT_BYTES = {
     "bfloat16": 2.0,
     "float16": 2.0,
     "fp8": 1.0,
-    "fp8_block": 1.0,
+    "fp8_block": 1.0 + 4 / (128 * 128),  # + one fp32 scale per 128x128 block (DeepSeek-V3)
     "int8": 1.0,
     "int8_wo": 1.0,
     "int4_wo": 0.5,

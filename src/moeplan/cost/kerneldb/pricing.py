@@ -7,9 +7,10 @@ redundant experts) into the busiest rank's load for a ``moe`` query.
   rank holding ``local`` experts: ``ep = round(E / local)``, a virtual layer of
   ``local * ep`` experts, ``num_tokens = tokens_per_expert * local * ep / top_k`` entering the
   EP group with a balanced load (the planner already put its imbalance into
-  ``tokens_per_expert``); the weight dtype from ``model.expert_weight_bytes`` (1 byte: fp8
-  block scales as DeepSeek/Qwen ship them; 0.5: MXFP4 for GPT-OSS, int4 weight-only
-  otherwise).
+  ``tokens_per_expert``); the weight dtype is the routed experts' kernel dtype from the
+  checkpoint's quantization (``model.quant.experts``: ``fp8_block`` for DeepSeek/Kimi block
+  fp8, ``w4a16_mxfp4`` for GPT-OSS, ``int4_wo`` / ``int8_wo`` for AWQ / GPTQ /
+  compressed-tensors weight-only, ``int8`` for w8a8).
 - ``attention_core`` -> ``generation_attention`` / ``generation_mla`` for one new token
   (``isl = 1``, ``step = ctx - 1``: the tables' decode convention), else ``context_attention``
   / ``context_mla`` over ``q_len`` tokens; a prefix (``ctx_len > q_len``, chunked prefill)
@@ -41,12 +42,8 @@ BF16_BYTES = 2
 
 
 def moe_dtype(model: ModelSpec) -> str:
-    b = model.expert_weight_bytes
-    if b >= 2:
-        return "bfloat16"
-    if b >= 1:
-        return "fp8_block"
-    return "w4a16_mxfp4" if "gptoss" in model.architecture.lower().replace("_", "") else "int4_wo"
+    """The measured tables' ``moe_dtype`` of the model's routed experts."""
+    return model.quant.experts.format.kernel_dtype
 
 
 def moe_shape(
@@ -122,7 +119,9 @@ def mla_module_query(
     shape: dict[str, object] = {
         "batch_size": num_seqs,
         "num_heads": model.num_attention_heads // tp,
-        "gemm_type": "fp8_block" if model.weight_bytes == 1 else "bfloat16",
+        "gemm_type": "fp8_block"
+        if model.quant.attention.format.kernel_dtype == "fp8_block"
+        else "bfloat16",
     }
     if q_len == 1:
         shape.update(isl=1, step=max(0, ctx_len - 1))

@@ -1,0 +1,323 @@
+"""Read a Hugging Face ``quantization_config`` into :class:`~moeplan.specs.quant.QuantRules`.
+
+One reader per ``quant_method`` (issue 13 item 4); the storage each assumes is what the
+checkpoints of that method hold on disk:
+
+- ``fp8`` (transformers FineGrainedFP8, DeepSeek-V3 / Kimi-K2): e4m3 weights, one fp32
+  ``weight_scale_inv`` per ``weight_block_size`` block (per tensor without it: not counted);
+  activations quantized per token group, so GEMMs run at the fp8 rate.
+- ``mxfp4`` (GPT-OSS): 4-bit e2m1 weights with one 8-bit e8m0 scale per 32 (4.25 bits); bf16
+  activations.
+- ``awq`` (AutoAWQ; ``bits``/``w_bit``, ``group_size``/``q_group_size``, ``zero_point``):
+  packed weights, one fp16 scale and, with ``zero_point``, one packed ``bits``-bit zero per
+  group.
+- ``gptq`` (AutoGPTQ / GPTQModel): packed weights, one fp16 scale and one packed zero per group
+  (GPTQ checkpoints store ``qzeros`` even when symmetric); ``lm_head`` flag; optional
+  ``modules_in_block_to_quantize`` and GPTQModel ``dynamic`` ``-:`` exclusions.
+- ``bitsandbytes``: 4-bit nf4/fp4 in blocks of 64 with an fp32 absmax (double quantization:
+  an 8-bit absmax plus one fp32 per 256 blocks), or 8-bit LLM.int8 (per-row fp32 scale, not
+  counted); served dequantized, bf16 compute.
+- ``compressed-tensors`` (llm-compressor): ``config_groups`` of ``targets`` + ``weights`` (+
+  ``input_activations``), an ``ignore`` list; ``pack-quantized`` packs ``num_bits`` into int32,
+  ``int-quantized`` / ``naive-quantized`` keep one int8 per weight; group scales in
+  ``scale_dtype`` (default bf16, fp8 for 4-bit floats such as nvfp4), zero points
+  (asymmetric) in ``num_bits``; ``block`` strategy: one scale per ``block_structure``.
+
+Anything else — a different ``quant_method``, a sparse compressed-tensors format, a value
+of the wrong type — is one :class:`MoeplanError` line; never a silent bf16.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from moeplan.errors import MoeplanError, check_int, require, show
+from moeplan.specs.quant import BF16, QuantRules, WeightFormat, unsupported
+
+FP16_SCALE = 2  # AWQ / GPTQ scales are fp16
+FP32_SCALE = 4  # DeepSeek fp8 weight_scale_inv, bitsandbytes absmax
+E8M0_SCALE = 1  # OCP microscaling (MXFP4) shared exponent
+MXFP4_GROUP = 32  # OCP MX spec: 32 elements per shared scale
+BNB_BLOCK = 64  # bitsandbytes 4-bit blocksize (quantize_4bit default)
+BNB_NESTED_BLOCK = 256  # double quantization: absmax quantized in blocks of 256
+MAX_PATTERNS = 1000  # ignore / target entries a config may list
+MAX_PATTERN_CHARS = 300
+MAX_GROUP = 2**24
+# a quantified group that itself contains a quantifier: catastrophic backtracking in re.match
+_NESTED_QUANTIFIER = re.compile(r"\([^)]*[*+}][^)]*\)\s*[*+{]")
+_DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "float32": 4,
+    "float": 4,
+    "float8_e4m3fn": 1,
+    "float8_e8m0fnu": 1,
+    "uint8": 1,
+}
+
+
+def _field(name: str, key: str) -> str:
+    return f"config[{name}].quantization_config.{key}"
+
+
+def _int(
+    d: dict[str, Any], name: str, key: str, default: int, lo: int, hi: int, at: str = ""
+) -> int:
+    v = d.get(key)
+    return default if v is None else check_int(_field(name, at + key), v, lo, hi)
+
+
+def _bool(d: dict[str, Any], name: str, key: str, default: bool, at: str = "") -> bool:
+    v = d.get(key)
+    if v is None:
+        return default
+    require(isinstance(v, bool), f"{_field(name, at + key)} ({show(v)}) must be true or false")
+    return bool(v)
+
+
+def _choice(
+    d: dict[str, Any], name: str, key: str, allowed: tuple[str, ...], default: str, at: str = ""
+) -> str:
+    v = d.get(key)
+    if v is None:
+        return default
+    rule = f"must be one of {', '.join(allowed)}"
+    require(isinstance(v, str) and v in allowed, f"{_field(name, at + key)} ({show(v)}) {rule}")
+    return str(v)
+
+
+def _patterns(v: Any, name: str, key: str) -> tuple[str, ...]:
+    """A config's list of module names / patterns, bounded (see :data:`_NESTED_QUANTIFIER`)."""
+    if v is None:
+        return ()
+    ok = (
+        isinstance(v, list)
+        and len(v) <= MAX_PATTERNS
+        and all(isinstance(p, str) and 0 < len(p) <= MAX_PATTERN_CHARS for p in v)
+    )
+    require(ok, f"{_field(name, key)} ({show(v)}) must be a list of module names or patterns")
+    bad = [p for p in v if _NESTED_QUANTIFIER.search(p)]
+    require(not bad, f"{_field(name, key)} ({show(bad[:1])}) nests quantifiers in a pattern")
+    return tuple(v)
+
+
+def _not_convert(q: dict[str, Any], name: str, key: str = "modules_to_not_convert") -> tuple:
+    return _patterns(q.get(key), name, key)
+
+
+def _group(q: dict[str, Any], name: str, key: str) -> int:
+    """``group_size``: -1 is per channel (scales not counted, 0 here)."""
+    g = _int(q, name, key, 128, -1, MAX_GROUP)
+    require(g != 0, f"{_field(name, key)} (0) must be -1 (per channel) or positive")
+    return max(g, 0)
+
+
+def _block(v: Any, name: str, key: str) -> int:
+    """Weights per scale of a ``[rows, cols]`` block (``"128x128"`` accepted)."""
+    if isinstance(v, str) and re.fullmatch(r"\d{1,4}x\d{1,4}", v):
+        v = [int(x) for x in v.split("x")]
+    require(
+        isinstance(v, list) and len(v) == 2, f"{_field(name, key)} ({show(v)}) must be [rows, cols]"
+    )
+    rows, cols = (check_int(_field(name, key), b, 1, 2**12) for b in v)
+    return rows * cols
+
+
+def _one(method: str, fmt: WeightFormat, ignore: tuple, **kw: Any) -> QuantRules:
+    return QuantRules(method=method, groups=(((), fmt),), ignore=ignore, **kw)
+
+
+def _fp8(q: dict[str, Any], name: str) -> QuantRules:
+    block = q.get("weight_block_size")
+    group = 0 if block is None else _block(block, name, "weight_block_size")
+    kind = "fp8_block" if group else "fp8"
+    fmt = WeightFormat(
+        name=kind,
+        bits=8,
+        group_size=group,
+        scale_bytes=FP32_SCALE if group else 0,
+        compute="fp8",
+        kernel_dtype=kind,
+    )
+    return _one("fp8", fmt, _not_convert(q, name))
+
+
+def _mxfp4(q: dict[str, Any], name: str) -> QuantRules:
+    fmt = WeightFormat(
+        name="mxfp4",
+        bits=4,
+        group_size=MXFP4_GROUP,
+        scale_bytes=E8M0_SCALE,
+        kernel_dtype="w4a16_mxfp4",
+    )
+    return _one("mxfp4", fmt, _not_convert(q, name))
+
+
+def _int_format(bits: int, group: int, zero: bool) -> WeightFormat:
+    """Packed ``bits``-bit integers, an fp16 scale and a packed ``bits``-bit zero per group."""
+    return WeightFormat(
+        name=f"int{bits}",
+        bits=bits,
+        group_size=group,
+        scale_bytes=FP16_SCALE if group else 0,
+        zero_bytes=bits / 8 if zero and group else 0,
+        kernel_dtype="int4_wo" if bits <= 4 else "int8_wo",
+    )
+
+
+def _awq(q: dict[str, Any], name: str) -> QuantRules:
+    bits = _int(q, name, "bits" if "bits" in q else "w_bit", 4, 2, 8)
+    group = _group(q, name, "group_size" if "group_size" in q else "q_group_size")
+    fmt = _int_format(bits, group, _bool(q, name, "zero_point", True))
+    return _one("awq", fmt, _not_convert(q, name))
+
+
+def _gptq(q: dict[str, Any], name: str) -> QuantRules:
+    fmt = _int_format(_int(q, name, "bits", 4, 2, 8), _group(q, name, "group_size"), True)
+    blocks, key = q.get("modules_in_block_to_quantize"), "modules_in_block_to_quantize"
+    targets: tuple[str, ...] = ()
+    if blocks is not None:
+        ok = isinstance(blocks, list) and all(isinstance(b, list) for b in blocks)
+        require(ok, f"{_field(name, key)} ({show(blocks)}) must be a list of lists of names")
+        targets = _patterns([p for b in blocks for p in b], name, key)
+        require(bool(targets), f"{_field(name, key)} ({show(blocks)}) names no module")
+    dynamic = q.get("dynamic") or {}
+    require(
+        isinstance(dynamic, dict), f"{_field(name, 'dynamic')} ({show(dynamic)}) must be an object"
+    )
+    skip = _patterns(
+        [k[2:] for k in dynamic if isinstance(k, str) and k.startswith("-:")], name, "dynamic"
+    )
+    return QuantRules(
+        method="gptq",
+        groups=((targets, fmt),),
+        ignore=_not_convert(q, name) + skip,
+        lm_head=_bool(q, name, "lm_head", False),
+    )
+
+
+def _bnb(q: dict[str, Any], name: str) -> QuantRules:
+    four = _bool(q, name, "load_in_4bit", False)
+    eight = _bool(q, name, "load_in_8bit", False)
+    require(
+        four != eight,
+        f"{_field(name, 'load_in_4bit')} ({four}) and load_in_8bit ({eight}) "
+        "must have exactly one true",
+    )
+    if four:
+        kind = _choice(q, name, "bnb_4bit_quant_type", ("nf4", "fp4"), "fp4")
+        nested = _bool(q, name, "bnb_4bit_use_double_quant", False)
+        absmax = 1 + FP32_SCALE / BNB_NESTED_BLOCK if nested else FP32_SCALE
+        fmt = WeightFormat(
+            name=kind, bits=4, group_size=BNB_BLOCK, scale_bytes=absmax, kernel_dtype="int4_wo"
+        )
+    else:
+        fmt = WeightFormat(name="int8", bits=8, kernel_dtype="int8_wo")
+    return _one("bitsandbytes", fmt, _not_convert(q, name, "llm_int8_skip_modules"))
+
+
+_CT_PACKED = ("pack-quantized", "nvfp4-pack-quantized", "mxfp4-pack-quantized")
+_CT_UNPACKED = ("int-quantized", "naive-quantized", "float-quantized")
+_CT_STRATEGIES = ("tensor", "channel", "group", "tensor_group", "block")
+
+
+def _ct_compute(a: Any, name: str, at: str) -> str:
+    """GEMM compute dtype from ``input_activations`` (``None``: weight-only, bf16)."""
+    if a is None:
+        return "bf16"
+    require(isinstance(a, dict), f"{_field(name, at[:-1])} ({show(a)}) must be an object or null")
+    if _int(a, name, "num_bits", 8, 1, 16, at) >= 16:
+        return "bf16"
+    return "fp8" if _choice(a, name, "type", ("int", "float"), "int", at) == "float" else "int8"
+
+
+def _ct_weights(g: dict[str, Any], name: str, at: str, packed: bool) -> WeightFormat:
+    """One config group's weight format (``at``: the group's key path, ending in a dot)."""
+    w: Any = g.get("weights")
+    require(isinstance(w, dict), f"{_field(name, at + 'weights')} ({show(w)}) must be an object")
+    compute = _ct_compute(g.get("input_activations"), name, at + "input_activations.")
+    wat = at + "weights."
+    bits = check_int(_field(name, wat + "num_bits"), w.get("num_bits"), 1, 16)
+    kind = _choice(w, name, "type", ("int", "float"), "int", wat)
+    strategy = _choice(w, name, "strategy", _CT_STRATEGIES, "tensor", wat)
+    group = 0
+    if strategy in ("group", "tensor_group"):
+        group = check_int(_field(name, wat + "group_size"), w.get("group_size"), 1, MAX_GROUP)
+    elif strategy == "block":
+        group = _block(w.get("block_structure"), name, wat + "block_structure")
+    if bits >= 16:
+        return BF16
+    scale = _DTYPE_BYTES.get(str(w.get("scale_dtype") or "").removeprefix("torch."))
+    if scale is None:  # fp8 (nvfp4) / e8m0 (mxfp4) scales for 4-bit floats, else the bf16 model
+        scale = 1 if kind == "float" and bits == 4 else 2
+    stored = bits if packed or bits >= 8 else 8
+    zero = 0.0 if _bool(w, name, "symmetric", True, wat) or not group else stored / 8
+    if kind == "float":
+        kdt = ("fp8_block" if strategy == "block" else "fp8") if bits == 8 else "int4_wo"
+    else:
+        kdt = "int4_wo" if bits <= 4 else ("int8" if compute == "int8" else "int8_wo")
+    return WeightFormat(
+        name=f"{'fp' if kind == 'float' else 'int'}{bits}",
+        bits=stored,
+        group_size=group,
+        scale_bytes=scale,
+        zero_bytes=zero,
+        compute=compute,
+        kernel_dtype=kdt,
+    )
+
+
+def _compressed_tensors(q: dict[str, Any], name: str) -> QuantRules:
+    fmt_name = q.get("format") or "pack-quantized"
+    known = _CT_PACKED + _CT_UNPACKED
+    require(
+        fmt_name in known,
+        f"{_field(name, 'format')} ({show(fmt_name)}) is not supported: "
+        f"known formats are {', '.join(known)} (sparse formats are not modelled)",
+    )
+    require(
+        not q.get("sparsity_config"),
+        f"{_field(name, 'sparsity_config')} (set) is not "
+        "supported: sparse compressed-tensors checkpoints are not modelled",
+    )
+    cfg: Any = q.get("config_groups")
+    ok = isinstance(cfg, dict) and 0 < len(cfg) <= MAX_PATTERNS
+    require(ok, f"{_field(name, 'config_groups')} ({show(cfg)}) must be a non-empty object")
+    groups = []
+    for gname, g in cfg.items():
+        at = f"config_groups.{str(gname)[:40]}."
+        require(isinstance(g, dict), f"{_field(name, at[:-1])} ({show(g)}) must be an object")
+        targets = _patterns(g.get("targets"), name, at + "targets")
+        require(bool(targets), f"{_field(name, at + 'targets')} (empty) must name a module")
+        packed = (g.get("format") or fmt_name) in _CT_PACKED
+        groups.append((targets, _ct_weights(g, name, at, packed)))
+    return QuantRules(
+        method="compressed-tensors",
+        groups=tuple(groups),
+        ignore=_not_convert(q, name, "ignore"),
+        matcher="ct",
+    )
+
+
+READERS = {
+    "fp8": _fp8,
+    "mxfp4": _mxfp4,
+    "awq": _awq,
+    "gptq": _gptq,
+    "bitsandbytes": _bnb,
+    "compressed-tensors": _compressed_tensors,
+}
+
+
+def parse_quantization(q: Any, name: str) -> QuantRules | None:
+    """The rules of ``config.quantization_config`` (``None``: an unquantized checkpoint)."""
+    if q is None:
+        return None
+    if not isinstance(q, dict):
+        raise MoeplanError(f"config[{name}].quantization_config ({show(q)}) must be an object")
+    method = q.get("quant_method")
+    if not isinstance(method, str) or method.lower() not in READERS:
+        raise unsupported(name, method, READERS)
+    return READERS[method.lower()](q, name)
