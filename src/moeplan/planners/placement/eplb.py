@@ -2,36 +2,40 @@
 
 Reimplements ``rebalance_experts`` of deepseek-ai/EPLB (``eplb.py``) with the same semantics
 and tie-breaking, so it reproduces the published example and vLLM's cases exactly
-(``/work/shared/data/eplb_reference_vectors.json``). Used by Sem-MoE (paper 002, §4.3) as a
-load-balancing baseline.
+(``tests/data/eplb_reference_vectors.json``) and, on integer loads with ties, the reference's
+``phy2log``, ``log2phy`` (replica order) and ``logcnt`` element for element. Used by Sem-MoE
+(paper 002, §4.3) as a load-balancing baseline.
 
 Two policies, as in the original:
 - hierarchical (``num_groups % num_nodes == 0``): pack expert groups to nodes, replicate the
   heaviest experts within each node, pack physical experts to the node's GPUs;
 - global (otherwise): the same with one group and one node.
 
-Arithmetic is float32 as in the reference (``weight.float()``): group sums, pack weights,
-per-replica loads ``weight / logcnt``. ``argmax`` ties take the first index, as ``torch.max``.
+Tie-breaking, point by point (issue 16: the previous stable order differed from the reference
+on 38 of 55 random integer inputs):
+- ``balanced_packing`` visits items in ``weight.float().sort(-1, descending=True)`` order.
+  ``torch.sort`` is not stable: on CPU (the reference moves ``weight`` to the CPU) it runs
+  libstdc++'s ``std::sort`` — introsort: median-of-three pivot (``first+1, mid, last-1``),
+  Hoare partition, heapsort past ``2*floor(log2 n)`` levels, insertion sort for runs of
+  :data:`STD_SORT_THRESHOLD` — on (key, index) pairs compared by key only (NaN first).
+  :func:`torch_sort_desc` replays that algorithm, so equal weights land in the same order
+  (verified against torch 2.13's CPU sort, which this ordering matches for every capability
+  DEFAULT/AVX2/AVX512, including the heapsort fallback; ``tests/test_eplb_reference.py``).
+- The lightest pack with room is Python's ``min`` over packs, first on ties; pack weights
+  accumulate in float32 in visiting order, as the reference's 0-d float32 tensors do.
+- ``replicate_experts`` takes ``(weight / logcnt).max(-1).indices``: the first maximum
+  (``np.argmax``), with the division in float32.
 
-Where it differs from deepseek-ai/EPLB, exactly (issue 16: 38 of 55 random integer inputs):
-``balanced_packing`` visits items by descending weight. The reference uses
-``torch.sort(descending=True)``, whose order among *equal* weights is unspecified (stable
-for up to 16 items on CPU, not beyond; CUDA and torch versions differ); here equal weights
-are visited by ascending index (a stable sort), the same on every machine. What that changes:
-
-- global policy (``num_groups = 1`` or not divisible by ``num_nodes``): only items of equal
-  weight trade places, so every GPU's load and the replica count of experts of each weight
-  are identical to the reference; which of two equal experts sits on a slot, and the replica
-  order in ``log2phy``, can differ;
-- hierarchical policy: step 1 can swap two *groups* of equal total load but different
-  experts, and step 2's "first index" among experts of equal per-replica load follows the
-  resulting order, so only each *node's* load is guaranteed identical; GPU loads can differ
-  (as they can between two torch builds running the reference).
-
-``argsort_desc`` lets a caller pass the reference's order (e.g. ``torch.sort``'s indices)
-to reproduce one torch run bit for bit. Tests pin: the reference vectors exactly; identical
-node loads under any tie order and identical GPU loads in the global policy (hypothesis);
-identical GPU loads against torch.sort's order on 55 random 64-expert inputs.
+Where exact equality can still fail, and why: (1) step 1 sums each group's weights; torch's float32 reduction order is not numpy's,
+so when a group's partial sums are not exact in float32 (non-integer weights, or integer sums
+above 2**24) two groups' totals can differ in the last bit and two near-equal groups can swap
+(hierarchical policy with ``num_groups < num_experts`` only);
+(2) a torch build whose CPU sort dispatches to x86-simd-sort (``USE_X86_SIMD_SORT``: its
+AVX2/AVX512 key-value quicksort orders ties its own way, see ATen's ``SortingKernel.cpp``)
+or a future libstdc++ with another introsort would order ties differently; pass its order as
+``argsort_desc`` to reproduce it. :func:`stable_desc` is the machine-independent alternative
+(ties by ascending index); under any tie order every node's load is the same, and in the
+global policy every GPU's load and the replica count per weight too (tested).
 
 Departure: bad arguments raise :class:`moeplan.errors.MoeplanError` (a ValueError) naming the
 field instead of ``AssertionError``.
@@ -47,14 +51,121 @@ from moeplan.errors import require
 
 ArgsortDesc = Callable[[np.ndarray], np.ndarray]
 
+#: libstdc++ ``_S_threshold``: introsort leaves runs this short to the final insertion sort
+STD_SORT_THRESHOLD = 16
+
 
 def stable_desc(w: np.ndarray) -> np.ndarray:
-    """Indices by descending weight per row; ties by ascending index (module docstring)."""
+    """Indices by descending weight per row; ties by ascending index."""
     return np.argsort(-w, axis=-1, kind="stable")
 
 
+def torch_sort_desc(w: np.ndarray) -> np.ndarray:
+    """Per row, the indices ``torch.sort(w, -1, descending=True)`` returns on CPU (libstdc++
+    ``std::sort`` with a key-only comparator; module docstring)."""
+    w = np.asarray(w)
+    rows = w.reshape(-1, w.shape[-1]) if w.size else w.reshape(0, w.shape[-1])
+    out = np.empty(rows.shape, dtype=np.int64)
+    for r, row in enumerate(rows):
+        # integer ranks keep exactly the comparisons torch makes: NaN above everything (and
+        # NaNs tied), -0.0 tied with 0.0
+        key = np.unique(row, return_inverse=True)[1].reshape(-1).tolist()
+        out[r] = _std_sort_greater(key)
+    return out.reshape(w.shape)
+
+
+def _std_sort_greater(key: list[int]) -> list[int]:
+    """Positions 0..n-1 as libstdc++ ``std::sort`` leaves them under ``key[x] > key[y]``."""
+    a = list(range(len(key)))
+    n = len(a)
+    if n > 1:
+        _introsort_loop(a, key, 0, n, 2 * (n.bit_length() - 1))
+        head = min(n, STD_SORT_THRESHOLD)
+        for i in range(1, head):  # __insertion_sort(first, first + 16)
+            v = a[i]
+            if key[v] > key[a[0]]:
+                a[1 : i + 1] = a[0:i]
+                a[0] = v
+            else:
+                _linear_insert(a, key, i)
+        for i in range(head, n):  # __unguarded_insertion_sort
+            _linear_insert(a, key, i)
+    return a
+
+
+def _linear_insert(a: list[int], key: list[int], pos: int) -> None:
+    v, j = a[pos], pos - 1
+    kv = key[v]
+    while kv > key[a[j]]:
+        a[j + 1] = a[j]
+        j -= 1
+    a[j + 1] = v
+
+
+def _introsort_loop(a: list[int], key: list[int], first: int, last: int, depth: int) -> None:
+    while last - first > STD_SORT_THRESHOLD:
+        if depth == 0:
+            _heap_sort(a, key, first, last)
+            return
+        depth -= 1
+        # __move_median_to_first(first, first + 1, mid, last - 1)
+        p, q, r = first + 1, first + (last - first) // 2, last - 1
+        kp, kq, kr = key[a[p]], key[a[q]], key[a[r]]
+        if kp > kq:
+            m = q if kq > kr else (r if kp > kr else p)
+        else:
+            m = p if kp > kr else (r if kq > kr else q)
+        a[first], a[m] = a[m], a[first]
+        # __unguarded_partition(first + 1, last, pivot = first)
+        pk, lo, hi = key[a[first]], first + 1, last
+        while True:
+            while key[a[lo]] > pk:
+                lo += 1
+            hi -= 1
+            while pk > key[a[hi]]:
+                hi -= 1
+            if lo >= hi:
+                break
+            a[lo], a[hi] = a[hi], a[lo]
+            lo += 1
+        _introsort_loop(a, key, lo, last, depth)
+        last = lo
+
+
+def _heap_sort(a: list[int], key: list[int], first: int, last: int) -> None:
+    """``std::__partial_sort(first, last, last)``: make_heap, then sort_heap."""
+    length = last - first
+    for parent in range((length - 2) // 2, -1, -1):
+        _adjust_heap(a, key, first, parent, length, a[first + parent])
+    while last - first > 1:
+        last -= 1
+        v = a[last]
+        a[last] = a[first]
+        _adjust_heap(a, key, first, 0, last - first, v)
+
+
+def _adjust_heap(a: list[int], key: list[int], first: int, hole: int, length: int, v: int) -> None:
+    top = child = hole
+    while child < (length - 1) // 2:
+        child = 2 * (child + 1)
+        if key[a[first + child]] > key[a[first + child - 1]]:
+            child -= 1
+        a[first + hole] = a[first + child]
+        hole = child
+    if length % 2 == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        a[first + hole] = a[first + child - 1]
+        hole = child - 1
+    parent = (hole - 1) // 2  # __push_heap
+    while hole > top and key[a[first + parent]] > key[v]:
+        a[first + hole] = a[first + parent]
+        hole = parent
+        parent = (hole - 1) // 2
+    a[first + hole] = v
+
+
 def balanced_packing(
-    weight: np.ndarray, num_packs: int, argsort_desc: ArgsortDesc = stable_desc
+    weight: np.ndarray, num_packs: int, argsort_desc: ArgsortDesc = torch_sort_desc
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pack ``n`` weighted items into ``num_packs`` packs of ``n / num_packs`` items each.
 
@@ -101,7 +212,7 @@ def replicate_experts(
     logcnt = np.ones((n, num_log), dtype=np.int64)
     rows = np.arange(n)
     for i in range(num_log, num_phy):
-        red = np.argmax((weight / logcnt).astype(np.float32), axis=-1)
+        red = np.argmax(weight / logcnt.astype(np.float32), axis=-1)  # first max
         phy2log[:, i] = red
         rank[:, i] = logcnt[rows, red]
         logcnt[rows, red] += 1
@@ -120,7 +231,7 @@ def rebalance_experts_hierarchical(
     num_groups: int,
     num_nodes: int,
     num_gpus: int,
-    argsort_desc: ArgsortDesc = stable_desc,
+    argsort_desc: ArgsortDesc = torch_sort_desc,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hierarchical policy; returns (phy2log, phyrank, logcnt)."""
     num_layers, num_log = weight.shape
@@ -159,9 +270,7 @@ def rebalance_experts_hierarchical(
     )
 
     # Step 3: pack physical experts to GPUs
-    tokens_per_phy = np.take_along_axis(
-        (tokens_per_mlog / mlogcnt).astype(np.float32), phy2mlog, -1
-    )
+    tokens_per_phy = np.take_along_axis(tokens_per_mlog / mlogcnt.astype(np.float32), phy2mlog, -1)
     pack_index, rank_in_pack = balanced_packing(tokens_per_phy, num_gpus // num_nodes, argsort_desc)
     phy2pphy = pack_index * phy_per_gpu + rank_in_pack
     pphy2phy = _inverse(phy2pphy)
@@ -181,7 +290,7 @@ def rebalance_experts(
     num_groups: int,
     num_nodes: int,
     num_gpus: int,
-    argsort_desc: ArgsortDesc = stable_desc,
+    argsort_desc: ArgsortDesc = torch_sort_desc,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """DeepSeek EPLB entry point.
 
