@@ -29,9 +29,11 @@ whose kernels differ by engine from NVIDIA's measured kernel tables and the mode
 transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
 ``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
 decode), ``attention_layer`` of DeepSeek-V3-shaped MLA models where the engine has module
-tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's custom all-reduce) and intra-node
-``all_to_all`` (DeepEP normal kernels). GEMMs, projections, shared/dense MLPs, other
-collectives, inter-node traffic, P2P and FinDEP's A2E keep the paths above.
+tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's custom all-reduce) and
+``all_to_all`` over one 8-GPU node or whole 8-GPU nodes (DeepEP normal kernels; across nodes
+transferred to the RDMA link, :func:`.kerneldb.comm.deepep_internode`). GEMMs, projections,
+shared/dense MLPs, other collectives, other inter-node traffic, P2P and FinDEP's A2E keep the
+paths above.
 :meth:`CostModel.provenance` says, per operation, which sources priced it and their held-out
 error. ``engine=None`` is exactly the model above. The database arrives as ``kernels=``
 (:func:`moeplan.kernel_tables.kernel_db`, read once per process; or
@@ -45,6 +47,7 @@ from functools import cached_property
 
 from moeplan.cost.collectives import collective_time
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
+from moeplan.cost.kerneldb.comm import deepep_internode
 from moeplan.cost.kerneldb.device import FP8_RATIO
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
 from moeplan.cost.kerneldb.pricing import (
@@ -96,7 +99,7 @@ class CostModel:
         )
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
-        self._a2a: dict[float, Prediction | None] = {}
+        self._a2a: dict[tuple[float, int], Prediction | None] = {}
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -309,21 +312,33 @@ class CostModel:
 
     def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float:
         """Collective over ``group_size`` ranks spanning ``nodes`` nodes (nccl-tests bytes)."""
-        if self._kdb is not None and nodes <= 1 and nbytes > 0:
-            if op == "all_reduce" and group_size in ALLREDUCE_GPUS:
-                return self._kernel(
-                    "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
-                )
-            if op == "all_to_all" and group_size == DEEPEP_RANKS:
-                p = self._a2a.get(nbytes)
+        kdb_ar = op == "all_reduce" and group_size in ALLREDUCE_GPUS
+        if self._kdb is not None and nodes <= 1 and nbytes > 0 and kdb_ar:
+            return self._kernel(
+                "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
+            )
+        if self._kdb is not None and nbytes > 0 and op == "all_to_all":
+            # DeepEP: one 8-GPU node, or whole 8-GPU nodes (internode kernels, transferred)
+            whole = nodes <= 1 or self.cluster.gpus_per_node == DEEPEP_RANKS
+            if whole and group_size == DEEPEP_RANKS * max(1, nodes):
+                p = self._a2a.get((nbytes, nodes))
                 if p is None:
-                    p = all_to_all(self._kdb, self._device, self.engine or "", nbytes)
-                    if len(self._a2a) < A2A_MEMO:
-                        self._a2a[nbytes] = p
+                    p = self._deepep(nbytes, nodes)
                 if p is not None:
                     self._note("all_to_all", p)
                     return p.seconds
         return collective_time(op, nbytes, group_size, nodes, self.cluster, self._intra_fit)
+
+    def _deepep(self, nbytes: float, nodes: int) -> Prediction | None:
+        assert self._kdb is not None
+        eng = self.engine or ""
+        if nodes <= 1:
+            p = all_to_all(self._kdb, self._device, eng, nbytes)
+        else:
+            p = deepep_internode(self._kdb, self._device, eng, nbytes, nodes, self.cluster.inter.bw)
+        if len(self._a2a) < A2A_MEMO:
+            self._a2a[(nbytes, nodes)] = p
+        return p
 
     def p2p(self, nbytes: float, inter_node: bool) -> float:
         """Point-to-point send between two GPUs (pipeline stages)."""

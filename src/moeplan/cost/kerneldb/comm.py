@@ -1,16 +1,46 @@
-"""Communication families: engine all-reduce and DeepEP dispatch/combine (see families)."""
+"""Communication families: engine all-reduce and DeepEP dispatch/combine (see families), and
+DeepEP across nodes (:func:`deepep_internode`), transferred from the intra-node tables.
+
+Inter-node DeepEP (normal kernels, DeepEP README "internode"): a rank's tokens for another node
+go over RDMA to the rank with the same local index there, which forwards them over NVLink;
+the two links run at once. NVIDIA's tables hold only one 8-GPU node, so the inter-node time is
+*transferred*: the intra-node analytic model of dispatch and of combine (floor, link
+efficiency), learned on the table GPU's NVLink, is moved (:meth:`Analytic.scaled`, the rule
+every transfer uses: floor x sqrt of the bandwidth ratio, efficiency kept) to a device whose
+link is the cluster's inter-node bandwidth per GPU, and charged the remote share
+``(n - g)/n`` of the bytes; the local share ``(g - 1)/n`` is charged to the cluster GPU's NVLink
+model; the longer of the two counts (one direction = the mean of dispatch and combine, as
+inside a node). Closed form per direction, with ``a``, ``e`` the floor and link efficiency of
+the table GPU (link ``L_ref``) and ``B`` the inter-node bandwidth:
+``a sqrt(L_ref / B) + nbytes (n - g) / n / (e B)`` when RDMA is the bottleneck.
+
+Departures: the bytes are what the caller hands over (the cost model's all-to-all convention);
+DeepEP sends a token once per destination *node* over RDMA, which a caller that counts
+per-expert copies overstates. No internode table exists to hold out, so the prediction carries
+no error figure; the test compares it with DeepEP's published RDMA bandwidth on H800.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from moeplan.cost.kerneldb.base import BF16, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
+from moeplan.cost.kerneldb.sources import Prediction
+
+if TYPE_CHECKING:  # db and fit import this module through families
+    from moeplan.cost.kerneldb.db import KernelDB
+    from moeplan.cost.kerneldb.device import Device
+    from moeplan.cost.kerneldb.fit import Analytic
 
 DEEPEP_RANKS = 8  # node_num 1: one 8-GPU NVLink node
+DEEPEP_OPS = ("deepep_normal_dispatch", "deepep_normal_combine")
+DEEPEP_SMS = "24"  # the tables' SM budget of the normal kernels (SGLang's default)
 
 
 def _allreduce(cols: Columns) -> Features:
@@ -54,3 +84,62 @@ def _deepep(per_rank: bool, elem_bytes: float) -> Callable[[Columns], Features]:
         )
 
     return feats
+
+
+def _link_seconds(model: Analytic, device: Device, nbytes: float) -> float:
+    """The analytic model of a link family on ``nbytes`` (no FLOPs, no per-token work)."""
+    if nbytes <= 0:
+        return 0.0
+    one = np.zeros(1)
+    f = Features(
+        flops=one,
+        nbytes=np.array([nbytes]),
+        work=one,
+        fp8=np.zeros(1, bool),
+        tokens=one,
+        coords=np.zeros((1, 4)),
+    )
+    return float(model.predict(f, device, True)[0])
+
+
+def internode_seconds(
+    model: Analytic,
+    ref: Device,
+    device: Device,
+    inter_bw: float,
+    nbytes: float,
+    ranks: int,
+    nodes: int,
+) -> float:
+    """One DeepEP kernel over ``ranks`` GPUs on ``nodes`` full nodes (module docstring):
+    ``model`` fitted on GPU ``ref``'s NVLink; ``device`` the cluster's GPU; ``inter_bw`` its
+    inter-node bytes/s per GPU per direction; ``nbytes`` per rank, own shard included."""
+    g = ranks // nodes
+    rdma = replace(device, link_bw=inter_bw)
+    t_rdma = _link_seconds(model.scaled(ref, rdma, True), rdma, nbytes * (ranks - g) / ranks)
+    t_nvl = _link_seconds(model.scaled(ref, device, True), device, nbytes * (g - 1) / ranks)
+    return max(t_rdma, t_nvl)
+
+
+def deepep_internode(
+    db: KernelDB, device: Device, engine: str, nbytes: float, nodes: int, inter_bw: float
+) -> Prediction | None:
+    """One direction of a DeepEP normal all-to-all over ``nodes`` 8-GPU nodes (mean of
+    dispatch and combine), source ``transferred``; ``None`` without the intra-node tables."""
+    times = []
+    for op in DEEPEP_OPS:
+        key = db.choose(device.reference, engine, op, {"sms": DEEPEP_SMS})
+        vm = db.variant(device.reference, engine, op, key) if key else None
+        if vm is None:
+            return None
+        times.append(
+            internode_seconds(
+                vm.model, vm.device, device, inter_bw, nbytes, DEEPEP_RANKS * nodes, nodes
+            )
+        )
+    return Prediction(
+        seconds=float(np.mean(times)),
+        source="transferred",
+        detail=f"DeepEP normal internode ({nodes} nodes): intra-node model "
+        "moved to the RDMA link, no held-out rows",
+    )
