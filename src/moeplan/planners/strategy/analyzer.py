@@ -144,11 +144,10 @@ def analyze(
         require(
             1 <= n <= cluster.num_nodes, f"node count ({n}) must be in [1, {cluster.num_nodes}]"
         )
-        ev_n = (
-            ev
-            if n == cluster.num_nodes
-            else StrategyEvaluator(model, cluster.with_nodes(n), workload, cost_model)
-        )  # type: ignore[arg-type]
+        ev_n = ev
+        if n != cluster.num_nodes:  # node_counts needs the built-in evaluator (checked above)
+            assert cost_model is not None
+            ev_n = StrategyEvaluator(model, cluster.with_nodes(n), workload, cost_model)
         for s in enumerate_strategies(n, cluster.gpus_per_node, any_divisor):
             r = ev_n(s)
             if r is None:
