@@ -247,10 +247,19 @@ def _placement_section(
     return s
 
 
+def instance_eps(layout: Any) -> list[tuple[str, int]]:
+    """(instance pool, EP degree) of a served layout: ``prefill`` and ``decode`` for a P/D or
+    attention-FFN deployment (each pool is its own instance), one unnamed pool otherwise."""
+    if hasattr(layout, "prefill") and hasattr(layout, "decode"):
+        return [("prefill", int(layout.prefill.moe_ep)), ("decode", int(layout.decode.moe_ep))]
+    return [("", int(layout.moe_ep))]
+
+
 def winner_ep(result: PlanResult, serving: Any = None) -> int:
-    """The EP degree of the plan the report's verdict picks (the serving winner if any)."""
+    """The EP degree of the plan the report's verdict picks (the serving winner if any; of a
+    disaggregated one, its instance with the largest EP group)."""
     if serving is not None:
-        return int(serving.winner.entry.layout.moe_ep)
+        return max(ep for _, ep in instance_eps(serving.winner.entry.layout))
     w = result.winner
     layout = w.plan.layout
     if w.family == "strategy":
