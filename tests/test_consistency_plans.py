@@ -28,6 +28,7 @@ from moeplan.errors import MoeplanError
 from moeplan.planners import rank
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model
 from moeplan.specs.presets import MODEL_FILES
+from moeplan.specs.quant import CLASSES
 
 WORKLOAD = Workload(batch=32, isl=2048, osl=256)
 ISSUE_CASES = [
@@ -47,9 +48,13 @@ def prefill_flops_per_prompt_token(model, isl: int) -> float:
     return model.flops_per_token(isl, "prefill") - lm_head * (1 - 1 / isl)
 
 
-def gemm_peak(cm) -> float:
-    """The cost model's highest FLOP/s on one GPU (the fitted or datasheet roofline)."""
-    return max(2.0 * n**3 / cm.gemm(n, n, n) for n in (4096, 8192, 16384, 32768))
+def gemm_peak(cm, model=None) -> float:
+    """The cost model's highest FLOP/s on one GPU (the fitted or datasheet roofline), at the
+    fastest compute dtype of ``model``'s weights (fp8 checkpoints: the fp8 rate, issue 13)."""
+    weights = [None] + ([model.quant.module(c) for c in CLASSES] if model is not None else [])
+    return max(
+        2.0 * n**3 / cm.gemm(n, n, n, w) for n in (4096, 8192, 16384, 32768) for w in weights
+    )
 
 
 def candidates(model_name: str, cluster_name: str):
@@ -82,7 +87,7 @@ def check_memory(model, cluster, cands) -> None:
 
 def check_flops(model, cluster, cm, cands) -> None:
     per_token = prefill_flops_per_prompt_token(model, WORKLOAD.isl)
-    peak = gemm_peak(cm)
+    peak = gemm_peak(cm, model)
     for family, c in cands.items():
         implied = per_token * c.per_gpu
         assert implied <= peak * (1 + 1e-9), (
