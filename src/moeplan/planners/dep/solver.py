@@ -18,7 +18,10 @@ What is here:
   simulated makespan (``_dep_schedule``). AASS candidates are ranked by our closed-form
   analogue (``aass_estimate``: exact on >99.9 % of random instances, never above), skipped
   when it cannot beat the incumbent, and otherwise refined with the exact O(r1)-per-layer
-  recurrence; the returned makespan is always exact.
+  recurrence; the returned makespan is always exact. A ``(ma, r1)`` pair whose AG work alone
+  (:func:`ag_bound`) caps its throughput below the incumbent is skipped before any ``r2`` is
+  priced: it cannot change the incumbent, so the answer is unchanged, and a cold solve asks
+  the cost model for ~20 % fewer task times (issue 16: cold solve 12.5 ms vs a 10 ms target).
 - :func:`search_groups` — the offline phase: every ``(ag, eg)`` split of a GPU budget.
 - :class:`OnlineSolver` — the online phase: ``solve(seq_len)`` re-plans per prompt length
   for a fixed ``(ag, eg)``, caching results per length.
@@ -216,6 +219,31 @@ def _aass_screen(problem: DepProblem, cfg: DepConfig, variant: str) -> float:
     return aass_estimate(t, cfg.r1, cfg.r2, problem.layers, problem.dense_layers)
 
 
+#: a pair is skipped when its throughput bound is below the incumbent by this factor: the
+#: 1e-9 margin keeps float rounding in the bound from skipping a pair that could tie
+SKIP = 1 - 1e-9
+
+
+def pareto_pairs(problem: DepProblem) -> list[tuple[int, int]]:
+    """Algorithm 1's ``(ma, r1)`` candidates: ``ma`` from the memory cap down, ``r1`` = the
+    largest that fits, a repeated ``r1`` skipped (not on the Pareto front)."""
+    pairs, prev_r1 = [], 0
+    for ma in range(problem.ma_max, 0, -1):
+        r1 = problem.max_r1(ma)
+        if r1 and r1 != prev_r1:
+            pairs.append((ma, r1))
+            prev_r1 = r1
+    return pairs
+
+
+def ag_bound(problem: DepProblem, ma: int, r1: int) -> float:
+    """Seconds of work on the AG for ``(ma, r1)``: every A, S (and dense D) task runs on
+    that one resource, so no schedule of any ``r2`` or order is shorter. ``t_a``, ``t_s``
+    and ``t_dense`` depend on ``ma`` only (FinDEP §3.2), so ``r2 = 1`` gives them."""
+    t = problem.times(ma, 1)
+    return r1 * (problem.dense_layers * t.dense + problem.layers * (t.attn + t.shared))
+
+
 def solve(
     problem: DepProblem, *, orders: Iterable[str] = ORDERS, evaluate: Evaluator = evaluate
 ) -> DepResult:
@@ -224,19 +252,20 @@ def solve(
     With the default (exact) evaluator, AASS candidates are first ranked by
     :func:`aass_estimate` (O(1), exact on >99 % of instances); an order whose estimate cannot
     beat the incumbent is skipped, otherwise its ``r2`` values are evaluated exactly in
-    increasing order of the estimate (branch and bound, :func:`best_r2`). Other evaluators
-    are used as given for every order and every ``r2``.
+    increasing order of the estimate (branch and bound, :func:`best_r2`). A pair whose
+    throughput bound (:func:`ag_bound`) is below the incumbent is skipped unevaluated: it
+    cannot change the incumbent, so the answer is the same, and the cold solve — whose cost
+    is the cost model's task times per ``(ma, r2)`` — asks for one instead of ``r2_max``.
+    Other evaluators are used as given for every pair, order and ``r2``.
     """
     screen = evaluate is _exact
     t0 = time.perf_counter()
     best: tuple[float, DepConfig, float] | None = None
-    evals, prev_r1 = 0, 0
-    for ma in range(problem.ma_max, 0, -1):
-        r1 = problem.max_r1(ma)
-        if r1 == 0 or r1 == prev_r1:
-            continue  # not on the (ma, r1) Pareto front
-        prev_r1 = r1
+    evals = 0
+    for ma, r1 in pareto_pairs(problem):
         tokens = problem.tokens(ma, r1)
+        if screen and best is not None and tokens / ag_bound(problem, ma, r1) < best[0] * SKIP:
+            continue
         for order in orders:
             lower = _aass_screen if screen and order == "AASS" else None
             incumbent = math.inf if best is None else tokens / best[0]
