@@ -324,3 +324,29 @@ def test_mutated_quantization_configs_raise_only_validation_errors(method, field
         assert "\n" not in str(err)
         return
     assert 0 < m.weight_bytes_total() <= replace(m, quant=UNQUANTIZED).weight_bytes_total() * 4
+
+
+ARG_KEYS = ["num_bits", "type", "strategy", "group_size", "block_structure", "symmetric",
+            "scale_dtype"]  # fmt: skip
+ARG_VALUES = st.one_of(
+    JSON, st.sampled_from(["int", "float", "group", "block", "channel", "tensor_group", "128x128"])
+)
+
+
+@settings(max_examples=150)
+@given(
+    weights=st.dictionaries(st.sampled_from(ARG_KEYS), ARG_VALUES, max_size=6),
+    acts=st.none() | st.dictionaries(st.sampled_from(ARG_KEYS), ARG_VALUES, max_size=3),
+    targets=st.lists(st.sampled_from(["Linear", "re:.*experts.*", "re:(", "lm_head", ""]),
+                     max_size=3),
+)  # fmt: skip
+def test_mutated_compressed_tensors_groups_raise_only_validation_errors(weights, acts, targets):
+    """compressed-tensors groups with any argument values: a model or one error line."""
+    q = _ct(weights, acts)
+    q["config_groups"]["group_0"]["targets"] = targets
+    try:
+        m = _with("qwen3-30b-a3b", q)
+    except MoeplanError as err:
+        assert "\n" not in str(err)
+        return
+    assert 0 < m.expert_weight_bytes <= 8
