@@ -9,6 +9,8 @@ another family is exercised too.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from moeplan.cost import cost_model_for
@@ -22,6 +24,7 @@ from moeplan.specs import Workload, cluster_names, load_cluster, load_model, mod
 WORKLOAD = Workload(phase="both", batch=32, isl=2048, osl=256)
 
 
+@functools.cache  # shared with tests/test_runtime_preset_grid.py (the same planning, ~40 s)
 def planned(families):
     """(model, cluster, PlanResult) of every preset pair that fits."""
     out = []

@@ -6,15 +6,18 @@ plan never hangs): it builds the family's engine from the registry
 ``check`` every rank also runs the single-process reference on the same weights and inputs and
 reports its max abs error. Plans are :class:`~moeplan.planners.plan.Plan` objects; a decoded
 ``plan.json`` object is accepted and converted (:func:`moeplan.runtime.mesh.as_plan`).
+:func:`run_plans` runs many plans on one process group (one spawn for many plans: the preset
+grid test): a plan of ``w`` ranks runs on ranks ``0..w-1`` of a larger world, its groups are
+destroyed after it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from moeplan.errors import require
+from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.runtime.config import MoEConfig, from_model_spec
 from moeplan.runtime.mesh import as_plan, mesh_from_plan
@@ -24,7 +27,15 @@ from moeplan.specs import load_model
 if TYPE_CHECKING:
     from moeplan.runtime.engines.base import Engine
 
-__all__ = ["RunOptions", "model_config", "predicted_path", "prepare", "run_rank", "spawned_rank"]
+__all__ = [
+    "RunOptions",
+    "model_config",
+    "predicted_path",
+    "prepare",
+    "run_plans",
+    "run_rank",
+    "spawned_rank",
+]
 
 PlanLike = Plan | Mapping[str, Any]
 
@@ -116,12 +127,13 @@ def run_rank(rank: int, world_size: int, plan: PlanLike, opts: RunOptions) -> di
     layers = _weights(cfg, opts, device)
     x = make_inputs(cfg, batch, opts.seq_len, opts.seed + 1).to(device)
     tl = Timeline(rank, torch.cuda.synchronize if cuda else None)
+    team = _team(world_size)
     ctx = RunContext(rank=rank, shape=tuple(x.shape), groups=engine.groups(rank), tl=tl, opts=opts)
     with torch.no_grad():
         for _ in range(opts.warmup):  # first calls pay one-off allocation and dispatch costs
             engine.run(engine.local_input(x, rank), layers, ctx)
     link_s = engine.calibrate(ctx, str(device))
-    dist.barrier()
+    dist.barrier(group=team)
     tl.reset()
     start = time.perf_counter()
     with torch.no_grad():
@@ -133,7 +145,8 @@ def run_rank(rank: int, world_size: int, plan: PlanLike, opts: RunOptions) -> di
             ref = engine.reference_output(reference_forward(x, layers, cfg), rank)
         err = float((out - ref).abs().max()) if out.numel() else 0.0
     gathered: list[Any] | None = [None] * world_size if rank == 0 else None
-    dist.gather_object((tl.trace_events(), wall), gathered, dst=0)
+    dist.gather_object((tl.trace_events(), wall), gathered, dst=0, group=team)
+    _release(ctx.groups, team)
     report = {
         "rank": rank,
         "role": engine.mesh.role(rank),
@@ -147,6 +160,55 @@ def run_rank(rank: int, world_size: int, plan: PlanLike, opts: RunOptions) -> di
         assert gathered is not None
         report.update(_write_traces(engine, p, opts, gathered, link_s))
     return report
+
+
+def _team(world_size: int) -> Any:
+    """The group of the plan's ranks ``0..world_size-1`` (None: the whole process group).
+    Collective over the whole process group, like every ``new_group``."""
+    import torch.distributed as dist
+
+    whole = dist.get_world_size()
+    return None if world_size == whole else dist.new_group(list(range(world_size)))
+
+
+def _release(groups: Any, team: Any) -> None:
+    """Destroy this rank's groups of a finished plan (not the whole process group's): a
+    process that runs many plans would otherwise keep every plan's connections open."""
+    import torch.distributed as dist
+
+    handles = {id(h): h for h in (groups.handles.values() if groups is not None else ())}
+    if team is not None and team is not dist.GroupMember.NON_GROUP_MEMBER:
+        handles[id(team)] = team
+    for h in handles.values():
+        if h is not dist.group.WORLD and h is not dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(h)
+
+
+def run_plans(
+    rank: int, world_size: int, plans: Sequence[PlanLike], opts: Sequence[RunOptions]
+) -> list[dict[str, Any] | None]:
+    """Run ``plans`` one after another on one process group of ``world_size`` ranks (the
+    process group already initialised). A plan of ``w <= world_size`` ranks runs on ranks
+    ``0..w-1``; the others only take part in creating its groups (``new_group`` is collective
+    over the whole process group) and report None for it. A plan the runtime refuses (the same
+    validation on every rank, before any collective) reports ``{"error": line}``."""
+    out: list[dict[str, Any] | None] = []
+    for plan, o in zip(plans, opts, strict=True):
+        p = as_plan(plan)
+        w = p.world_size
+        require(w <= world_size, f"plan.layout.world_size ({w}) must be <= {world_size} ranks")
+        try:
+            if rank < w:
+                out.append(run_rank(rank, w, p, o))
+                continue
+            engine, _ = prepare(p, w, o)
+        except MoeplanError as err:
+            out.append({"error": str(err)})
+            continue
+        team = _team(w)  # the same collectives, in the same order, as run_rank's ranks
+        _release(engine.groups(rank), team)
+        out.append(None)
+    return out
 
 
 def spawned_rank(rank: int, world_size: int, plan: PlanLike, opts: RunOptions) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from moeplan.runtime.comm.groups import RankGroups
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.engines import dep_predict
 from moeplan.runtime.engines.base import Engine, RunContext
-from moeplan.runtime.engines.dep_params import DepParams, ag_schedule
+from moeplan.runtime.engines.dep_params import DepParams, ag_schedule, expert_bounds
 from moeplan.runtime.layers.decoder import Local, decoder_modules, steps
 from moeplan.runtime.layers.model import LayerWeights, rms
 from moeplan.runtime.layers.moe import (
@@ -68,9 +68,9 @@ def _send_chunk(
 ) -> tuple[list[Any], list[tuple[Any, torch.Tensor]]]:
     """A2E of one chunk: counts then rows to every EG rank; post the E2A receives."""
     rows = gather_rows(u, perm)
-    per = perm.counts.numel() // p.eg
-    counts = perm.counts.view(p.eg, per)
-    sizes = counts.sum(dim=1).tolist()
+    b = expert_bounds(perm.counts.numel(), p.eg)
+    counts = [perm.counts[b[k] : b[k + 1]] for k in range(p.eg)]
+    sizes = [int(c.sum()) for c in counts]
     sends, recvs = [], []
     for k, part in enumerate(torch.split(rows, sizes)):
         dst = p.ag + k
@@ -253,7 +253,8 @@ def run_dep_expert(
     """EG rank: serve every (layer, micro-batch, chunk) in order; the next chunk's receives are
     posted before computing the current one (A2E(j+1) overlaps E(j))."""
     k = rank - p.ag
-    per = cfg.num_experts // p.eg
+    lo, hi = expert_bounds(cfg.num_experts, p.eg)[k : k + 2]
+    per = hi - lo
     dev = layers[0].attn.wq.device
     tags = [(t, i, j) for t in range(len(layers)) for i in range(p.r1) for j in range(p.r2)]
     nxt = _post_counts(p, tags[0], per, dev)
@@ -270,15 +271,15 @@ def run_dep_expert(
             if nxt.counts_arrived():
                 nxt.post_rows(p, cfg.hidden_size)
         w = layers[tag[0]].experts
-        sends += _expert_compute(inc, local_experts(w, k * per, (k + 1) * per), p, tl)
+        sends += _expert_compute(inc, local_experts(w, lo, hi), p, tl)
     for s in sends:
         s.wait()
 
 
 def check_dep(p: DepParams, cfg: MoEConfig, seq: int) -> None:
     require(
-        cfg.num_experts % p.eg == 0,
-        f"model.num_experts ({cfg.num_experts}) must be divisible by eg ({p.eg})",
+        p.eg <= cfg.num_experts,
+        f"plan.layout.eg ({p.eg}) must be <= model.num_experts ({cfg.num_experts})",
     )
     require(
         p.r2 <= p.ma * seq,

@@ -35,6 +35,16 @@ class DepParams:
         return ((t * self.r1 + i) * self.r2 + j) * 3 + kind
 
 
+def expert_bounds(num_experts: int, eg: int) -> list[int]:
+    """Contiguous expert ranges of the EG ranks: EG rank ``k`` holds experts
+    ``bounds[k] .. bounds[k+1]-1``; when ``eg`` does not divide ``num_experts`` the first
+    ``num_experts mod eg`` ranks hold one expert more. The planner prices the fullest rank,
+    ``ceil(E/eg)`` experts (:mod:`moeplan.planners.dep.problem`), so e.g. FinDEP's AG 3 + EG 5
+    plans for 64 experts (13, 13, 13, 13, 12) run as planned."""
+    base, extra = divmod(num_experts, eg)
+    return [k * base + min(k, extra) for k in range(eg + 1)]
+
+
 def ag_schedule(order: str, r1: int) -> list[tuple[str, int]]:
     """AG task order within one layer."""
     if order == "ASAS":
