@@ -83,6 +83,15 @@ CASES = [
                             "group_size": 16}, {"num_bits": 4, "type": "float"},
                            format="nvfp4-pack-quantized")),
      0.5 + 1 / 16, 0.5 + 1 / 16, "fp8", "int4_wo"),
+    (("mixtral-8x7b", {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                       "ignore": ["lm_head", "model.layers.*.block_sparse_moe.gate",
+                                  "model.layers.*.self_attn*"]}),
+     0.5 + 1 / 16, 2.0, "fp8", "int4_wo"),  # NVIDIA NVFP4 MoE checkpoint: attention kept bf16
+    (("qwen3-30b-a3b", {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4",
+                        "exclude_modules": ["lm_head"]}),
+     0.5 + 1 / 16, 0.5 + 1 / 16, "bf16", "int4_wo"),
+    (("qwen3-30b-a3b", {"quant_method": "modelopt", "quant_algo": "FP8", "ignore": ["lm_head"]}),
+     1.0, 1.0, "fp8", "fp8"),
 ]  # fmt: skip
 
 
@@ -252,6 +261,7 @@ BAD = [
     ({"quant_method": "gptq", "bits": 4, "group_size": 0}, ("group_size",)),
     ({"quant_method": "awq", "bits": "four"}, ("bits",)),
     ({"quant_method": "bitsandbytes"}, ("load_in_4bit",)),
+    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, ("quant_algo", "MIXED")),
     ({"quant_method": "fp8", "weight_block_size": [128]}, ("weight_block_size",)),
     ({**_ct({"num_bits": 4}), "format": "marlin-24"}, ("format", "marlin-24")),
     (_ct({"num_bits": 4, "strategy": "group"}), ("group_size",)),
@@ -308,7 +318,8 @@ JSON = st.recursive(
 KEYS = ["bits", "w_bit", "group_size", "q_group_size", "zero_point", "lm_head", "dynamic",
         "modules_to_not_convert", "modules_in_block_to_quantize", "weight_block_size",
         "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
-        "llm_int8_skip_modules", "format", "config_groups", "ignore", "sparsity_config"]  # fmt: skip
+        "llm_int8_skip_modules", "format", "config_groups", "ignore", "sparsity_config",
+        "quant_algo", "exclude_modules"]  # fmt: skip
 
 
 @settings(max_examples=150)

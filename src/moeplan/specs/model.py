@@ -26,8 +26,9 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
 - Weight storage (issue 13 item 4): ``quant`` (:class:`~moeplan.specs.quant.WeightQuant`)
   gives the bytes per weight, scales and zero points included, of each module class, read
   from the config's ``quantization_config`` (fp8 block, MXFP4, AWQ, GPTQ, bitsandbytes,
-  compressed-tensors; an unknown method is an error, never bf16). ``weight_bytes`` (attention)
-  and ``expert_weight_bytes`` (routed experts) are its two most used figures;
+  compressed-tensors, ModelOpt; an unknown method is an error, never bf16).
+  ``weight_bytes`` (attention) and ``expert_weight_bytes`` (routed experts) are its two
+  most used figures;
   :meth:`ModelSpec.weight_bytes_total` sums every class. KV cache and activations are bf16.
 - Size limits (issue 17): every dimension is bounded by a ``MAX_*`` constant below, checked
   before anything is sized from it, so a corrupt config fails in microseconds with one line

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Protocol
 
 from moeplan.errors import MoeplanError, require, show
@@ -45,8 +46,9 @@ COMPUTE = ("bf16", "fp8", "int8")
 CLASSES = ("attention", "experts", "shared", "dense", "router", "embedding", "lm_head")
 #: classes whose linear weights a quantization method may cover (router / embedding never)
 QUANTIZABLE = ("attention", "experts", "shared", "dense", "lm_head")
-#: how a pattern list is matched: Hugging Face ``modules_to_not_convert`` or compressed-tensors
-MATCHERS = ("hf", "ct")
+#: how a pattern list is matched: Hugging Face ``modules_to_not_convert``, compressed-tensors
+#: ``re:`` / ``Linear`` targets, or ModelOpt's shell-style ``ignore`` globs
+MATCHERS = ("hf", "ct", "glob")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,6 +172,12 @@ def hf_excluded(name: str, patterns: Iterable[str]) -> bool:
     )
 
 
+def glob_excluded(name: str, patterns: Iterable[str]) -> bool:
+    """ModelOpt ``ignore`` / ``exclude_modules``: a shell glob (``model.layers.*.self_attn*``)
+    matching the module or one of its parents (``fnmatch``)."""
+    return any(fnmatchcase(name, p) or fnmatchcase(name, f"{p}.*") for p in patterns)
+
+
 def ct_match(name: str, targets: Iterable[str]) -> bool:
     """compressed-tensors targets / ignore: ``re:<regex>`` matched from the start of the name
     (``re.match``), ``Linear`` (every linear module), or the exact module name."""
@@ -210,7 +218,8 @@ class QuantRules:
                 if ct_match(name, targets):
                     return fmt
             return BF16
-        if hf_excluded(name, self.ignore) or (cls == "lm_head" and not self.lm_head):
+        excluded = glob_excluded if self.matcher == "glob" else hf_excluded
+        if excluded(name, self.ignore) or (cls == "lm_head" and not self.lm_head):
             return BF16
         for targets, fmt in self.groups:
             if not targets or any(name.endswith(t) for t in targets):

@@ -23,6 +23,10 @@ checkpoints of that method hold on disk:
   ``scale_dtype`` (default bf16, fp8 for 4-bit floats such as nvfp4), zero points
   (asymmetric) in ``num_bits``; ``block`` strategy: one scale per ``block_structure``.
 
+- ``modelopt`` (NVIDIA ModelOpt, ``quant_algo`` FP8 / NVFP4 / W4A16_NVFP4): e4m3 per tensor,
+  or e2m1 with one fp8 scale per 16; NVFP4 activations are charged at the fp8 rate (no fp4
+  datasheet rate in moeplan); ``ignore`` / ``exclude_modules`` are shell globs.
+
 Anything else — a different ``quant_method``, a sparse compressed-tensors format, a value
 of the wrong type — is one :class:`MoeplanError` line; never a silent bf16.
 """
@@ -301,7 +305,40 @@ def _compressed_tensors(q: dict[str, Any], name: str) -> QuantRules:
     )
 
 
+#: ModelOpt ``quant_algo`` -> (weight bits, compute): NVFP4 = e2m1 weights with one fp8
+#: (e4m3) scale per 16 (+ one fp32 per tensor, not counted); FP8 = e4m3 per tensor.
+_MODELOPT = {"FP8": (8, "fp8"), "NVFP4": (4, "fp8"), "W4A16_NVFP4": (4, "bf16")}
+NVFP4_GROUP = 16  # NVIDIA NVFP4: 16 elements per fp8 scale
+
+
+def _modelopt(q: dict[str, Any], name: str) -> QuantRules:
+    algo = str(q.get("quant_algo") or "").upper()
+    require(
+        algo in _MODELOPT,
+        f"{_field(name, 'quant_algo')} ({show(q.get('quant_algo'))}) "
+        f"must be one of {', '.join(_MODELOPT)} (per-layer MIXED_PRECISION is not modelled)",
+    )
+    bits, compute = _MODELOPT[algo]
+    if bits == 8:
+        fmt = WeightFormat(name="fp8", bits=8, compute="fp8", kernel_dtype="fp8")
+    else:
+        group = _int(q, name, "group_size", NVFP4_GROUP, 1, MAX_GROUP)
+        fmt = WeightFormat(
+            name="nvfp4",
+            bits=4,
+            group_size=group,
+            scale_bytes=1,
+            compute=compute,
+            kernel_dtype="int4_wo",
+        )
+    key = "ignore" if "ignore" in q else "exclude_modules"
+    return QuantRules(
+        method="modelopt", groups=(((), fmt),), ignore=_not_convert(q, name, key), matcher="glob"
+    )
+
+
 READERS = {
+    "modelopt": _modelopt,
     "fp8": _fp8,
     "mxfp4": _mxfp4,
     "awq": _awq,
