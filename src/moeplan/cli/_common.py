@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: JSON printing, units, atomic writes, rich console."""
+"""Shared CLI plumbing: JSON printing, units, atomic writes, rich console, shared options."""
 
 from __future__ import annotations
 
@@ -61,9 +61,14 @@ DEFAULT_BATCH = 32
 IslOpt = Annotated[int, typer.Option("--isl", help="Prompt length per request (input tokens).")]
 OslOpt = Annotated[int, typer.Option("--osl", help="Output length per request (tokens).")]
 BatchOpt = Annotated[int, typer.Option("--batch", help="Concurrent requests served together.")]
-OutDirOpt = Annotated[str | None, typer.Option(
-    "--out", help="Folder for this command's files (plan.json and its figures); written as a "
-                  "unit, an existing folder of earlier moeplan output is replaced.")]
+OutDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--out",
+        help="Folder for this command's files (plan.json and its figures); written as a "
+        "unit, an existing folder of earlier moeplan output is replaced.",
+    ),
+]
 
 
 def check_out(out: str | None, known: set[str]) -> None:
@@ -72,8 +77,9 @@ def check_out(out: str | None, known: set[str]) -> None:
         OutputSet(out, known=known)
 
 
-def write_outputs(out: str | None, known: set[str],
-                  files: dict[str, str | bytes | Callable[[], str | bytes]]) -> dict[str, str]:
+def write_outputs(
+    out: str | None, known: set[str], files: dict[str, str | bytes | Callable[[], str | bytes]]
+) -> dict[str, str]:
     """Write ``{name: data or a function making it}`` into folder ``out`` as one set.
 
     ``known`` is every name the command can write (an earlier run's files among them are
@@ -88,3 +94,48 @@ def write_outputs(out: str | None, known: set[str],
         for name, blob in data.items():
             written[name] = str(outputs.write(name, blob, executable=name.endswith(".sh")))
     return written
+
+
+# ---- the engine whose measured kernels price a plan (issue 13; as on ``moeplan plan``)
+ENGINES = ("sglang", "vllm", "trtllm", "none")
+DEFAULT_ENGINE = "sglang"
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Engine modelled: sglang, vllm or trtllm — its measured kernels "
+        "(moeplan.cost.kerneldb) price fused MoE, attention/MLA and intra-node all-reduce/"
+        "all-to-all; a GPU without tables gets them transferred by its datasheet. 'none': the "
+        "calibrated GEMM/NCCL model alone.",
+    ),
+]
+
+
+def engine_cost(cluster: Any, profile: str | None, engine: str) -> Any:
+    """The cost model of ``--engine`` (one line, exit 2, for an unknown engine)."""
+    from moeplan.errors import require
+    from moeplan.kernel_tables import engine_cost_model
+
+    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    return engine_cost_model(cluster, profile, None if engine == "none" else engine)
+
+
+def pricing_of(cm: Any) -> dict[str, Any]:
+    """``--json``'s ``pricing``: engine, tables and source mix of what ``cm`` priced so far."""
+    from moeplan.kernel_tables import pricing
+
+    return pricing(cm)
+
+
+def print_pricing(price: dict[str, Any]) -> None:
+    """The engine and source-mix line of the human output (``price``: :func:`pricing_of`)."""
+    from moeplan.kernel_tables import pricing_line
+
+    console.print(pricing_line(price))
+
+
+def with_pricing(plan: Any, price: dict[str, Any]) -> Any:
+    """``plan`` (a :class:`moeplan.planners.plan.Plan`) with ``details.pricing`` set."""
+    from dataclasses import replace
+
+    return replace(plan, details={**plan.details, "pricing": price})

@@ -3,6 +3,8 @@
 Thin: parse flags, build specs and the cost model, call :func:`moeplan.planners.dep.plan_dep`,
 print (rich tables or one JSON object). ``--out DIR`` writes ``plan.json``, ``timeline.json``
 (Chrome trace of the FinDEP and PPPipe schedules, opens in Perfetto) and ``gantt.html`` as one set.
+``--engine`` picks whose measured kernels price attention and experts (with the profile's
+α-β fits for the rest); the output and ``plan.json`` say which, and the mix of sources.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import (
     DEFAULT_ISL,
     IslOpt,
@@ -25,7 +28,6 @@ from moeplan.cli._common import (
     write_outputs,
 )
 from moeplan.cli.strategy import load_model_arg
-from moeplan.cost import cost_model_for
 from moeplan.errors import require
 from moeplan.planners import dep
 from moeplan.sim import chrome_trace, gantt_html
@@ -38,20 +40,48 @@ def dep_command(
     isl: IslOpt = DEFAULT_ISL,
     ag: Annotated[int | None, typer.Option("--ag", help="Attention-group GPUs.")] = None,
     eg: Annotated[int | None, typer.Option("--eg", help="Expert-group GPUs.")] = None,
-    gpus: Annotated[int | None, typer.Option(
-        "--gpus", help="GPU budget: search every (ag, eg) split (default: the whole cluster).")] = None,
-    layers: Annotated[int | None, typer.Option(
-        "--layers", help="Keep only the first L decoder layers (the paper's reduced models).")] = None,
-    profile: Annotated[str | None, typer.Option(
-        "--profile", help="HardwareProfile name (default: the cluster's; 'roofline' forces datasheet).")] = None,
-    max_batch: Annotated[int, typer.Option(
-        "--max-batch", help="Max prompts per AG GPU per iteration (r1*ma), Algorithm 1's B.")] = 64,
-    imbalance: Annotated[float, typer.Option(
-        "--imbalance", help="Routing imbalance (max/mean expert load) on the EG.")] = 1.0,
-    verify: Annotated[bool, typer.Option(
-        "--verify", help="Brute force over (ma, r1, r2, order) and the CP-SAT optimum.")] = False,
-    timeline_layers: Annotated[int, typer.Option(
-        "--timeline-layers", help="MoE layers drawn in timeline.json / gantt.html (0 = all).")] = 4,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus", help="GPU budget: search every (ag, eg) split (default: the whole cluster)."
+        ),
+    ] = None,
+    layers: Annotated[
+        int | None,
+        typer.Option(
+            "--layers", help="Keep only the first L decoder layers (the paper's reduced models)."
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="HardwareProfile name (default: the cluster's; 'roofline' forces datasheet).",
+        ),
+    ] = None,
+    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
+    max_batch: Annotated[
+        int,
+        typer.Option(
+            "--max-batch", help="Max prompts per AG GPU per iteration (r1*ma), Algorithm 1's B."
+        ),
+    ] = 64,
+    imbalance: Annotated[
+        float,
+        typer.Option("--imbalance", help="Routing imbalance (max/mean expert load) on the EG."),
+    ] = 1.0,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify", help="Brute force over (ma, r1, r2, order) and the CP-SAT optimum."
+        ),
+    ] = False,
+    timeline_layers: Annotated[
+        int,
+        typer.Option(
+            "--timeline-layers", help="MoE layers drawn in timeline.json / gantt.html (0 = all)."
+        ),
+    ] = 4,
     out: OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -60,19 +90,37 @@ def dep_command(
     check_out(out, OUTPUTS)
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
-    cm = cost_model_for(cl, profile)
-    report = dep.plan_dep(spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers,
-                          batch=max_batch, imbalance=imbalance, verify=verify)
+    cm = opt.engine_cost(cl, profile, engine)
+    report = dep.plan_dep(
+        spec,
+        cl,
+        cm,
+        seq_len=isl,
+        ag=ag,
+        eg=eg,
+        gpus=gpus,
+        layers=layers,
+        batch=max_batch,
+        imbalance=imbalance,
+        verify=verify,
+    )
+    price = opt.pricing_of(cm)
     if out:
         title, scheds = _schedules(report, timeline_layers or None)
-        write_outputs(out, OUTPUTS, {
-            "plan.json": dep.to_plan(report).to_json(),
-            "timeline.json": json.dumps(chrome_trace(scheds)),
-            "gantt.html": gantt_html(scheds, title=title, include_plotlyjs=True)})
+        write_outputs(
+            out,
+            OUTPUTS,
+            {
+                "plan.json": opt.with_pricing(dep.to_plan(report), price).to_json(),
+                "timeline.json": json.dumps(chrome_trace(scheds)),
+                "gantt.html": gantt_html(scheds, title=title, include_plotlyjs=True),
+            },
+        )
     if as_json:
-        print_json(dep.report_dict(report))
+        print_json({**dep.report_dict(report), "engine": engine, "pricing": price})
     else:
         _print_human(report)
+        opt.print_pricing(price)
 
 
 OUTPUTS = {"plan.json", "timeline.json", "gantt.html"}
@@ -82,50 +130,69 @@ def _schedules(report: dep.DepReport, layers: int | None) -> tuple[str, dict]:
     """(title, the FinDEP and PPPipe schedules over the first ``layers`` MoE layers)."""
     moe = report.problem.layers
     shown = moe if layers is None else min(layers, moe)
-    title = (f"{report.model} on {report.cluster}, S={report.seq_len}, "
-             f"{shown} of {moe} MoE layers")
+    title = f"{report.model} on {report.cluster}, S={report.seq_len}, {shown} of {moe} MoE layers"
     return title, dep.schedules(report, shown)
 
 
 def _config_text(cfg: dict) -> str:
-    return (f"ag={cfg['ag']} eg={cfg['eg']} ma={cfg['ma']} r1={cfg['r1']} r2={cfg['r2']} "
-            f"me={cfg['me']:.1f} {cfg['order']}")
+    return (
+        f"ag={cfg['ag']} eg={cfg['eg']} ma={cfg['ma']} r1={cfg['r1']} r2={cfg['r2']} "
+        f"me={cfg['me']:.1f} {cfg['order']}"
+    )
 
 
 def _print_human(report) -> None:
     d = dep.report_dict(report)
-    console.print(f"[bold]FinDEP[/bold] {d['model']} ({d['layers']} layers, {d['moe_layers']} MoE)"
-                  f" on {d['cluster']} (profile {d['profile']}), prompts of {d['seq_len']} tokens")
+    console.print(
+        f"[bold]FinDEP[/bold] {d['model']} ({d['layers']} layers, {d['moe_layers']} MoE)"
+        f" on {d['cluster']} (profile {d['profile']}), prompts of {d['seq_len']} tokens"
+    )
     console.print(f"chosen: {_config_text(d['config'])}")
-    console.print(f"throughput: {d['throughput_tokens_per_s']:,.0f} tokens/s "
-                  f"(iteration {fmt_time(d['iteration_s'])}, {d['tokens_per_iteration']:,} tokens)")
-    console.print(f"speedup: {d['speedup_vs_pppipe']:.3f}x vs best PPPipe, "
-                  f"{d['speedup_vs_naive']:.3f}x vs best naive DEP")
-    console.print(f"solve: {d['solve_ms']:.2f} ms ({d['evaluations']} schedule evaluations); "
-                  f"whole search incl. baselines {d['search_ms']:.0f} ms")
+    console.print(
+        f"throughput: {d['throughput_tokens_per_s']:,.0f} tokens/s "
+        f"(iteration {fmt_time(d['iteration_s'])}, {d['tokens_per_iteration']:,} tokens)"
+    )
+    console.print(
+        f"speedup: {d['speedup_vs_pppipe']:.3f}x vs best PPPipe, "
+        f"{d['speedup_vs_naive']:.3f}x vs best naive DEP"
+    )
+    console.print(
+        f"solve: {d['solve_ms']:.2f} ms ({d['evaluations']} schedule evaluations); "
+        f"whole search incl. baselines {d['search_ms']:.0f} ms"
+    )
     t = Table(title="where the time goes (busy fraction of the iteration)")
     for col in ("schedule", "config", "tokens/s", "AG", "A→E link", "EG", "E→A link"):
         t.add_column(col)
     rows = [("FinDEP", d), *((k, v) for k, v in d["baselines"].items())]
     for name, r in rows:
         u = r["utilization"]
-        t.add_row(name, _config_text(r["config"]), f"{r['throughput_tokens_per_s']:,.0f}",
-                  *(f"{u[k]:.0%}" for k in ("AG", "A2E", "EG", "E2A")))
+        t.add_row(
+            name,
+            _config_text(r["config"]),
+            f"{r['throughput_tokens_per_s']:,.0f}",
+            *(f"{u[k]:.0%}" for k in ("AG", "A2E", "EG", "E2A")),
+        )
     console.print(t)
     if d.get("memory_per_gpu"):
         m = d["memory_per_gpu"]
-        console.print(f"memory per GPU: AG {fmt_bytes(m['ag_bytes'])}, EG {fmt_bytes(m['eg_bytes'])}")
+        console.print(
+            f"memory per GPU: AG {fmt_bytes(m['ag_bytes'])}, EG {fmt_bytes(m['eg_bytes'])}"
+        )
     if "bruteforce" in d:
         bf = d["bruteforce"]
-        console.print(f"verify: brute force {bf['throughput_tokens_per_s']:,.0f} tokens/s "
-                      f"({bf['evaluations']} configs, {bf['ms']:.0f} ms); Algorithm 1 gap "
-                      f"{d['gap_vs_bruteforce']:.3%}")
+        console.print(
+            f"verify: brute force {bf['throughput_tokens_per_s']:,.0f} tokens/s "
+            f"({bf['evaluations']} configs, {bf['ms']:.0f} ms); Algorithm 1 gap "
+            f"{d['gap_vs_bruteforce']:.3%}"
+        )
     if "cpsat" in d:
         c = d["cpsat"]
         clip = " (clipped instance)" if c["clipped"] else ""
-        console.print(f"verify: CP-SAT {c['status']} on {c['layers']} layers, ma={c['ma']} "
-                      f"r1={c['r1']} r2={c['r2']}{clip}: ASAS {c['gap_asas']:+.2%}, "
-                      f"AASS {c['gap_aass']:+.2%} above the free-order optimum")
+        console.print(
+            f"verify: CP-SAT {c['status']} on {c['layers']} layers, ma={c['ma']} "
+            f"r1={c['r1']} r2={c['r2']}{clip}: ASAS {c['gap_asas']:+.2%}, "
+            f"AASS {c['gap_aass']:+.2%} above the free-order optimum"
+        )
 
 
 def register(app: typer.Typer) -> None:

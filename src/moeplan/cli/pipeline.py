@@ -4,6 +4,8 @@ Thin: parse flags, read the routing profile (``--routing-profile`` JSON file, or
 through :func:`moeplan.traces.routing_profiles.synthetic_top_p_mean_k`), build specs and the
 cost model, call :func:`moeplan.planners.pipeline.planner.plan_pipeline`, print a rich table or one
 JSON object, and optionally write the plotly figure and ``plan.json`` (atomically).
+``--engine`` picks whose measured kernels price the stages; the output and ``plan.json`` say
+which, and the mix of sources.
 """
 
 from __future__ import annotations
@@ -17,16 +19,8 @@ import typer
 from rich.table import Table
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import (
-    check_out,
-    console,
-    fmt_bytes,
-    fmt_time,
-    print_json,
-    write_outputs,
-)
+from moeplan.cli._common import check_out, console, fmt_bytes, fmt_time, print_json, write_outputs
 from moeplan.cli.strategy import load_model_arg
-from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
 from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
@@ -58,8 +52,9 @@ def read_routing_profile(path: str, model: ModelSpec) -> RoutingProfile:
     return profile_from_dict(data, num_moe_layers=model.num_moe_layers, top_k=model.top_k)
 
 
-def routing_for(model: ModelSpec, profile: str | None, top_p: float | None,
-                trace: str | None = None) -> RoutingProfile:
+def routing_for(
+    model: ModelSpec, profile: str | None, top_p: float | None, trace: str | None = None
+) -> RoutingProfile:
     given = sum(x is not None for x in (profile, top_p, trace))
     require(given <= 1, "--routing-profile, --routing-trace and --top-p are exclusive")
     if profile is not None:
@@ -68,15 +63,19 @@ def routing_for(model: ModelSpec, profile: str | None, top_p: float | None,
         from moeplan.traces.format import load_trace
 
         mean_k = mean_k_from_trace(load_trace(trace).experts)
-        require(len(mean_k) == model.num_moe_layers,
-                f"--routing-trace layers ({len(mean_k)}) must equal the model's MoE layers "
-                f"({model.num_moe_layers})")
+        require(
+            len(mean_k) == model.num_moe_layers,
+            f"--routing-trace layers ({len(mean_k)}) must equal the model's MoE layers "
+            f"({model.num_moe_layers})",
+        )
         return RoutingProfile(top_k=model.top_k, mean_k=mean_k, source=f"trace {trace}")
     if top_p is not None:
-        mean_k = synthetic_top_p_mean_k(model.num_moe_layers, model.num_experts, top_p,
-                                        k_max=model.top_k)
-        return RoutingProfile(top_k=model.top_k, mean_k=mean_k,
-                              source=f"synthetic top-p {top_p} (seed 0)")
+        mean_k = synthetic_top_p_mean_k(
+            model.num_moe_layers, model.num_experts, top_p, k_max=model.top_k
+        )
+        return RoutingProfile(
+            top_k=model.top_k, mean_k=mean_k, source=f"synthetic top-p {top_p} (seed 0)"
+        )
     return RoutingProfile.static(model.top_k)
 
 
@@ -84,20 +83,35 @@ def pipeline_command(
     model: Annotated[str, typer.Option("--model", help="Model preset or path to a config.json.")],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. smidt-a40).")],
     pp: Annotated[str, typer.Option("--pp", help="PP degree, or 'auto' (every divisor).")] = "auto",
-    routing_profile: Annotated[str | None, typer.Option(
-        "--routing-profile", help="Routing profile JSON (mean_k per MoE layer) or shipped name.")] = None,
-    routing_trace: Annotated[str | None, typer.Option(
-        "--routing-trace", help="Routing trace (.parquet/.npz): mean k per MoE layer.")] = None,
-    top_p: Annotated[float | None, typer.Option(
-        "--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile.")] = None,
+    routing_profile: Annotated[
+        str | None,
+        typer.Option(
+            "--routing-profile", help="Routing profile JSON (mean_k per MoE layer) or shipped name."
+        ),
+    ] = None,
+    routing_trace: Annotated[
+        str | None,
+        typer.Option(
+            "--routing-trace", help="Routing trace (.parquet/.npz): mean k per MoE layer."
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None,
+        typer.Option("--top-p", help="Top-P threshold in (0, 1]: synthetic dynamic top-k profile."),
+    ] = None,
     isl: opt.IslOpt = opt.DEFAULT_ISL,
     osl: opt.OslOpt = opt.DEFAULT_OSL,
     batch: opt.BatchOpt = opt.DEFAULT_BATCH,
     phase: Annotated[str, typer.Option("--phase", help="prefill, decode or both.")] = "both",
-    sync_pp: Annotated[bool, typer.Option(
-        "--sync-pp", help="Blocking PP sends (default: asynchronous, SMIDT §4.3).")] = False,
-    verify: Annotated[bool, typer.Option(
-        "--verify", help="Exact optimum of the same problem (exhaustive when small).")] = False,
+    sync_pp: Annotated[
+        bool,
+        typer.Option("--sync-pp", help="Blocking PP sends (default: asynchronous, SMIDT §4.3)."),
+    ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Exact optimum of the same problem (exhaustive when small)."),
+    ] = False,
+    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
     out: opt.OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -108,14 +122,22 @@ def pipeline_command(
     degree = None if pp == "auto" else _int_flag("--pp", pp)
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
-    res = plan_pipeline(spec, cl, workload, cost_model_for(cl), pp=degree,
-                        async_pp=not sync_pp, verify=verify)
-    write_outputs(out, OUTPUTS, {"plan.json": res.to_plan().to_json(),
-                                 "stages.html": lambda: figure_html(res)})
+    cm = opt.engine_cost(cl, None, engine)
+    res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
+    price = opt.pricing_of(cm)
+    write_outputs(
+        out,
+        OUTPUTS,
+        {
+            "plan.json": opt.with_pricing(res.to_plan(), price).to_json(),
+            "stages.html": lambda: figure_html(res),
+        },
+    )
     if as_json:
-        print_json(result_dict(res, routing))
+        print_json({**result_dict(res, routing), "engine": engine, "pricing": price})
     else:
         _print_human(res, routing)
+        opt.print_pricing(price)
 
 
 OUTPUTS = {"plan.json", "stages.html"}
@@ -129,29 +151,45 @@ def _int_flag(name: str, value: str) -> int:
 
 
 def _plan_dict(p: PipelinePlan) -> dict:
-    return {"pp": p.pp, "throughput_tokens_per_s": p.throughput_tokens_per_s,
-            "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
-            "bottleneck_s": p.bottleneck_s, "period_s": p.period_s,
-            "stages": [s.to_dict() for s in p.stages]}
+    return {
+        "pp": p.pp,
+        "throughput_tokens_per_s": p.throughput_tokens_per_s,
+        "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
+        "bottleneck_s": p.bottleneck_s,
+        "period_s": p.period_s,
+        "stages": [s.to_dict() for s in p.stages],
+    }
 
 
 def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
     """The ``--json`` object (keys per the SMIDT issue)."""
     d = _plan_dict(res.plan)
-    d.update({
-        "model": res.model, "cluster": res.cluster, "world_size": res.world_size,
-        "async_pp": res.async_pp, "mem_limit_bytes": res.mem_limit_bytes,
-        "routing": {"source": routing.source, "mean_k": list(routing.mean_k or ())},
-        "baselines": {k: None if v is None else _plan_dict(v) for k, v in res.baselines.items()},
-        "speedup_vs_uniform": res.speedup("uniform"),
-        "speedup_vs_time_balanced": res.speedup("time_balanced"),
-        "speedup_vs_no_pp": res.speedup("no_pp"),
-        "per_pp": {str(s): None if p is None else {"bottleneck_s": p.bottleneck_s,
-                                                     "throughput_tokens_per_s":
-                                                         p.throughput_tokens_per_s}
-                   for s, p in res.per_pp.items()},
-        "search_ms": res.search_s * 1e3,
-    })
+    d.update(
+        {
+            "model": res.model,
+            "cluster": res.cluster,
+            "world_size": res.world_size,
+            "async_pp": res.async_pp,
+            "mem_limit_bytes": res.mem_limit_bytes,
+            "routing": {"source": routing.source, "mean_k": list(routing.mean_k or ())},
+            "baselines": {
+                k: None if v is None else _plan_dict(v) for k, v in res.baselines.items()
+            },
+            "speedup_vs_uniform": res.speedup("uniform"),
+            "speedup_vs_time_balanced": res.speedup("time_balanced"),
+            "speedup_vs_no_pp": res.speedup("no_pp"),
+            "per_pp": {
+                str(s): None
+                if p is None
+                else {
+                    "bottleneck_s": p.bottleneck_s,
+                    "throughput_tokens_per_s": p.throughput_tokens_per_s,
+                }
+                for s, p in res.per_pp.items()
+            },
+            "search_ms": res.search_s * 1e3,
+        }
+    )
     if res.verify is not None:
         d.update(res.verify)
     return d
@@ -164,8 +202,11 @@ def _compact(stage) -> str:
         for m, c in stage.modules:
             if m.kind != kind:
                 continue
-            label = (f"t{c.tp}" + (f"e{c.ep}" if c.ep > 1 else "")
-                     + (f"d{c.dpmoe}" if c.dpmoe > 1 else ""))
+            label = (
+                f"t{c.tp}"
+                + (f"e{c.ep}" if c.ep > 1 else "")
+                + (f"d{c.dpmoe}" if c.dpmoe > 1 else "")
+            )
             if runs and runs[-1][0] == (kind, label) and runs[-1][2] == m.layer - 1:
                 runs[-1][2] = m.layer
             else:
@@ -175,15 +216,24 @@ def _compact(stage) -> str:
 
 def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
     p = res.plan
-    console.print(f"[bold]SMIDT[/bold] {res.model} on {res.cluster} ({res.world_size} GPUs), "
-                  f"routing: {routing.source}, mean k {routing.mean_over_layers():.2f}; "
-                  f"PP {p.pp} x {p.r} GPUs, {'async' if res.async_pp else 'sync'} sends")
+    console.print(
+        f"[bold]SMIDT[/bold] {res.model} on {res.cluster} ({res.world_size} GPUs), "
+        f"routing: {routing.source}, mean k {routing.mean_over_layers():.2f}; "
+        f"PP {p.pp} x {p.r} GPUs, {'async' if res.async_pp else 'sync'} sends"
+    )
     t = Table(title="stages (modules [start, end), parallel choice per run of layers)")
     for col in ("stage", "modules", "choices", "time", "p2p", "mem/GPU", "limit"):
         t.add_column(col)
     for j, s in enumerate(p.stages):
-        t.add_row(str(j), f"[{s.start_module}, {s.end_module})", _compact(s), fmt_time(s.time_s),
-                  fmt_time(s.p2p_s), fmt_bytes(s.mem_bytes_per_gpu), fmt_bytes(res.mem_limit_bytes))
+        t.add_row(
+            str(j),
+            f"[{s.start_module}, {s.end_module})",
+            _compact(s),
+            fmt_time(s.time_s),
+            fmt_time(s.p2p_s),
+            fmt_bytes(s.mem_bytes_per_gpu),
+            fmt_bytes(res.mem_limit_bytes),
+        )
     console.print(t)
     b = Table(title="SMIDT vs baselines (same cost model)")
     for col in ("plan", "pp", "bottleneck", "throughput tok/s", "speedup", "mem/GPU max/min"):
@@ -193,17 +243,25 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
             b.add_row(name, "-", "-", "no plan fits", "-", "-")
             continue
         hi, lo = plan.mem_spread()
-        b.add_row(name, str(plan.pp), fmt_time(plan.bottleneck_s),
-                  f"{plan.throughput_tokens_per_s:,.0f}",
-                  f"{p.throughput_tokens_per_s / plan.throughput_tokens_per_s:.2f}x",
-                  f"{fmt_bytes(hi)} / {fmt_bytes(lo)} ({hi / lo:.2f})")
+        b.add_row(
+            name,
+            str(plan.pp),
+            fmt_time(plan.bottleneck_s),
+            f"{plan.throughput_tokens_per_s:,.0f}",
+            f"{p.throughput_tokens_per_s / plan.throughput_tokens_per_s:.2f}x",
+            f"{fmt_bytes(hi)} / {fmt_bytes(lo)} ({hi / lo:.2f})",
+        )
     console.print(b)
-    console.print(f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
-                  f"{sorted(res.per_pp)}")
+    console.print(
+        f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
+        f"{sorted(res.per_pp)}"
+    )
     if res.verify is not None:
         v = res.verify
-        console.print(f"verify ({v['method']}): optimum bottleneck "
-                      f"{fmt_time(v['exhaustive_bottleneck_s'])}, gap {fmt_time(v['gap_s'])}")
+        console.print(
+            f"verify ({v['method']}): optimum bottleneck "
+            f"{fmt_time(v['exhaustive_bottleneck_s'])}, gap {fmt_time(v['gap_s'])}"
+        )
 
 
 def figure_html(res: PipelineResult) -> str:
@@ -214,15 +272,23 @@ def figure_html(res: PipelineResult) -> str:
     plans = [("smidt", res.plan)] + [(k, v) for k, v in res.baselines.items() if v is not None]
     for name, plan in plans:
         x = [f"{name} PP{plan.pp} s{j}" for j in range(plan.pp)]
-        fig.add_bar(x=x, y=[s.time_s * 1e3 for s in plan.stages], name=f"{name} compute",
-                    row=1, col=1)
+        fig.add_bar(
+            x=x, y=[s.time_s * 1e3 for s in plan.stages], name=f"{name} compute", row=1, col=1
+        )
         fig.add_bar(x=x, y=[s.p2p_s * 1e3 for s in plan.stages], name=f"{name} p2p", row=1, col=1)
-        fig.add_bar(x=x, y=[s.mem_bytes_per_gpu / 2**30 for s in plan.stages],
-                    name=f"{name} memory", row=1, col=2)
-    fig.add_hline(y=res.mem_limit_bytes / 2**30, line_dash="dash", row=1, col=2,
-                  annotation_text="GPU memory")
-    fig.update_layout(barmode="stack", title=f"SMIDT plan: {res.model} on {res.cluster}",
-                      height=520)
+        fig.add_bar(
+            x=x,
+            y=[s.mem_bytes_per_gpu / 2**30 for s in plan.stages],
+            name=f"{name} memory",
+            row=1,
+            col=2,
+        )
+    fig.add_hline(
+        y=res.mem_limit_bytes / 2**30, line_dash="dash", row=1, col=2, annotation_text="GPU memory"
+    )
+    fig.update_layout(
+        barmode="stack", title=f"SMIDT plan: {res.model} on {res.cluster}", height=520
+    )
     return fig.to_html(include_plotlyjs=True, full_html=True)
 
 

@@ -6,6 +6,8 @@ optionally write the SGLang ``--init-expert-location`` JSON, the scheduling tabl
 plotly heatmap, all atomically (mode 0666 less the umask, like any file the user writes). With
 ``--export-sglang`` it prints the SGLang flags that go with the file: ``--init-expert-location``,
 ``--ep-size`` and, when ``--redundant`` replicated experts, ``--ep-num-redundant-experts``.
+``--engine`` picks whose measured kernels price the MoE layer time of every method; the
+output says which, and the mix of sources.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
-from moeplan.cost import cost_model_for
 from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.planners.placement.planner import (
@@ -34,6 +36,7 @@ from moeplan.traces.format import iter_trace
 
 MAX_STEP_TOKENS = 1 << 24  # tokens per step; far beyond any engine's batch
 MAX_SEED = 2**32 - 1  # numpy's seed range
+
 
 def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str:
     """Two panels: device of every expert per layer; P(device | token) of frequent tokens."""
@@ -117,6 +120,7 @@ def place_cmd(
         int, typer.Option(help="Redundant expert slots per GPU (Sem-MoE and EPLB)")
     ] = 0,
     seed: Annotated[int, typer.Option(help="Split seed")] = 0,
+    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
     export_sglang: Annotated[
         Path | None,
         typer.Option("--export-sglang", help="Write SGLang --init-expert-location JSON"),
@@ -153,21 +157,32 @@ def place_cmd(
         redundant=redundant,
     )
     require(trace.exists(), f"--trace ({trace}) does not exist")
+    cm = opt.engine_cost(cl, None, engine)
     res = place(
         lambda: iter_trace(trace, num_experts=m.num_experts),
         num_layers=m.num_moe_layers,
         num_experts=m.num_experts,
         hidden_bytes=m.hidden_bytes,
-        evaluate=cost_evaluator(cost_model_for(cl), m, ep, nodes),
+        evaluate=cost_evaluator(cm, m, ep, nodes),
         cfg=cfg,
     )
+    price = opt.pricing_of(cm)
     flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     if as_json:
         out: dict[str, Any] = res.to_dict()
-        out.update({"model": model, "cluster": cluster, "trace": str(trace)})
+        out.update(
+            {
+                "model": model,
+                "cluster": cluster,
+                "trace": str(trace),
+                "engine": engine,
+                "pricing": price,
+            }
+        )
         print_json({**out, "sglang_flags": flags} if flags else out)
         return
     _print_table(res)
+    opt.print_pricing(price)
     if flags:
         console.print(
             f"SGLang launch flags for this file (one EP group of {res.ep} GPUs): "

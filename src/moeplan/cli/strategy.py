@@ -2,7 +2,9 @@
 
 Thin: parse flags, build specs and the cost model, call
 :func:`moeplan.planners.strategy.analyzer.analyze`, print (rich tables or one JSON object), and
-optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically.
+optionally write the Pareto figure, ``plan.json`` and a launcher, all atomically. ``--engine``
+picks whose measured kernels price the search; the output, ``plan.json`` and the launcher's
+header say which, and the mix of sources (measured / interpolated / transferred / roofline).
 """
 
 from __future__ import annotations
@@ -15,26 +17,31 @@ from rich.table import Table
 
 from moeplan.cli._common import (
     DEFAULT_BATCH,
+    DEFAULT_ENGINE,
     DEFAULT_ISL,
     DEFAULT_OSL,
     BatchOpt,
+    EngineOpt,
     IslOpt,
     OslOpt,
     OutDirOpt,
     check_out,
     console,
+    engine_cost,
     fmt_bytes,
     fmt_time,
+    pricing_of,
     print_json,
+    with_pricing,
     write_outputs,
 )
-from moeplan.cost import cost_model_for
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
 from moeplan.export.plan_export import model_path_for
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
+from moeplan.kernel_tables import pricing_line
 from moeplan.planners.strategy.analyzer import (
     RANK_BY,
     Analysis,
@@ -59,8 +66,9 @@ def load_model_arg(name: str):
     return load_model(name)
 
 
-def export_for(engine: str, r: StrategyResult, model: str, model_path: str | None,
-               nodes: int, target: Target) -> ExportResult:
+def export_for(
+    engine: str, r: StrategyResult, model: str, model_path: str | None, nodes: int, target: Target
+) -> ExportResult:
     """Engine arguments for ``r`` on ``target``'s model and machines; without
     ``--model-path`` the preset's Hugging Face repo (a config.json's folder) stands in and a
     warning says so."""
@@ -79,18 +87,34 @@ def pareto_html(a: Analysis, title: str) -> str:
     import plotly.graph_objects as go
 
     def trace(rs, name, mode):
-        return go.Scatter(x=[r.ttft_s * 1e3 for r in rs], y=[r.throughput_per_gpu for r in rs],
-                          text=[r.strategy.label() for r in rs], name=name, mode=mode)
-    fig = go.Figure([trace(a.strategies, "strategies", "markers"),
-                     trace(a.pareto, "Pareto front", "lines+markers")])
+        return go.Scatter(
+            x=[r.ttft_s * 1e3 for r in rs],
+            y=[r.throughput_per_gpu for r in rs],
+            text=[r.strategy.label() for r in rs],
+            name=name,
+            mode=mode,
+        )
+
+    fig = go.Figure(
+        [
+            trace(a.strategies, "strategies", "markers"),
+            trace(a.pareto, "Pareto front", "lines+markers"),
+        ]
+    )
     base = [r for r in a.baselines.values() if r is not None and r.fits]
-    fig.add_trace(go.Scatter(x=[r.ttft_s * 1e3 for r in base],
-                             y=[r.throughput_per_gpu for r in base], mode="markers",
-                             marker={"symbol": "x", "size": 11},
-                             text=[n for n, r in a.baselines.items() if r in base],
-                             name="baselines"))
-    fig.update_layout(title=title, xaxis_title="TTFT (ms)",
-                      yaxis_title="throughput per GPU (tokens/s)")
+    fig.add_trace(
+        go.Scatter(
+            x=[r.ttft_s * 1e3 for r in base],
+            y=[r.throughput_per_gpu for r in base],
+            mode="markers",
+            marker={"symbol": "x", "size": 11},
+            text=[n for n, r in a.baselines.items() if r in base],
+            name="baselines",
+        )
+    )
+    fig.update_layout(
+        title=title, xaxis_title="TTFT (ms)", yaxis_title="throughput per GPU (tokens/s)"
+    )
     return fig.to_html(include_plotlyjs=True, full_html=True)
 
 
@@ -109,47 +133,88 @@ def verify_fused(ev: StrategyEvaluator, s: Strategy, isl: int) -> dict:
         layer = ev.fused_layer(s, q_len)
         ag, rs = layer.times()
         sched = layer_schedules(layer)
-        for kind, closed in (("fused", ag.fused + rs.fused),
-                             ("sequential", ag.sequential + rs.sequential)):
+        for kind, closed in (
+            ("fused", ag.fused + rs.fused),
+            ("sequential", ag.sequential + rs.sequential),
+        ):
             sim = sched[kind].makespan
-            out[f"{phase}_{kind}"] = {"closed_form_s": closed, "simulated_s": sim,
-                                      "gap": abs(sim - closed) / closed if closed else 0.0}
+            out[f"{phase}_{kind}"] = {
+                "closed_form_s": closed,
+                "simulated_s": sim,
+                "gap": abs(sim - closed) / closed if closed else 0.0,
+            }
     return out
 
 
-def _print_human(a: Analysis, top: int, export: ExportResult | None, title: str) -> None:
-    console.print(f"[bold]{title}[/bold]: {a.evaluated} strategies evaluated in "
-                  f"{a.search_s * 1e3:.1f} ms; rejected: {a.rejected_shape} shape, "
-                  f"{a.rejected_memory} memory, {a.rejected_slo} SLO")
+def _print_human(
+    a: Analysis, top: int, export: ExportResult | None, title: str, price: dict
+) -> None:
+    console.print(
+        f"[bold]{title}[/bold]: {a.evaluated} strategies evaluated in "
+        f"{a.search_s * 1e3:.1f} ms; rejected: {a.rejected_shape} shape, "
+        f"{a.rejected_memory} memory, {a.rejected_slo} SLO"
+    )
+    console.print(pricing_line(price))
     if not a.strategies:
         console.print("no strategy meets the SLOs")
         return
     t = Table(title="Top strategies")
-    for c in ("#", "strategy", "GPUs", "TTFT", "ITL", "tokens/s", "tok/s/GPU", "mem/GPU",
-              "comm share (prefill)", "fused saves"):
+    for c in (
+        "#",
+        "strategy",
+        "GPUs",
+        "TTFT",
+        "ITL",
+        "tokens/s",
+        "tok/s/GPU",
+        "mem/GPU",
+        "comm share (prefill)",
+        "fused saves",
+    ):
         t.add_column(c)
     for i, r in enumerate(a.strategies[:top], 1):
         saving = r.prefill.comm_unfused_s - r.prefill.comm_s
-        t.add_row(str(i), r.strategy.label(), str(r.num_gpus), fmt_time(r.ttft_s),
-                  fmt_time(r.itl_s),
-                  f"{r.throughput_tokens_per_s:.0f}", f"{r.throughput_per_gpu:.1f}",
-                  fmt_bytes(r.mem_bytes_per_gpu), f"{r.prefill.comm_share:.0%}",
-                  fmt_time(saving) if r.strategy.fused else "-")
+        t.add_row(
+            str(i),
+            r.strategy.label(),
+            str(r.num_gpus),
+            fmt_time(r.ttft_s),
+            fmt_time(r.itl_s),
+            f"{r.throughput_tokens_per_s:.0f}",
+            f"{r.throughput_per_gpu:.1f}",
+            fmt_bytes(r.mem_bytes_per_gpu),
+            f"{r.prefill.comm_share:.0%}",
+            fmt_time(saving) if r.strategy.fused else "-",
+        )
     console.print(t)
     best = a.strategies[0]
     b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)")
-    for c in ("baseline", "strategy", "fits", "TTFT", "ITL", "tokens/s", "TTFT x", "ITL x",
-              "throughput x"):
+    for c in (
+        "baseline",
+        "strategy",
+        "fits",
+        "TTFT",
+        "ITL",
+        "tokens/s",
+        "TTFT x",
+        "ITL x",
+        "throughput x",
+    ):
         b.add_column(c)
     for name, base in a.baselines.items():
         if base is None:
             b.add_row(name, "-", "shape", *["-"] * 6)
             continue
         g = gains(best, base) or {}
-        b.add_row(name, base.strategy.label(), "yes" if base.fits else "no",
-                  fmt_time(base.ttft_s), fmt_time(base.itl_s),
-                  f"{base.throughput_tokens_per_s:.0f}",
-                  *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")))
+        b.add_row(
+            name,
+            base.strategy.label(),
+            "yes" if base.fits else "no",
+            fmt_time(base.ttft_s),
+            fmt_time(base.itl_s),
+            f"{base.throughput_tokens_per_s:.0f}",
+            *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")),
+        )
     console.print(b)
     if export is not None:
         console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
@@ -168,19 +233,23 @@ def strategy(
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
     itl_slo: Annotated[float | None, typer.Option(help="ITL SLO (ms).")] = None,
     rank_by: Annotated[str, typer.Option(help=f"One of {RANK_BY}.")] = "throughput",
-    expert_skew: Annotated[float, typer.Option(help="Zipf skew of expert load (0 = "
-                                                     "balanced).")] = 0.0,
+    expert_skew: Annotated[
+        float, typer.Option(help="Zipf skew of expert load (0 = balanced).")
+    ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the expert shuffle for --expert-skew.")] = 0,
-    all_sizes: Annotated[bool, typer.Option(help="Also rank deployments on fewer nodes "
-                                                 "(1, 2, 4, ... of them).")] = False,
+    all_sizes: Annotated[
+        bool, typer.Option(help="Also rank deployments on fewer nodes (1, 2, 4, ... of them).")
+    ] = False,
     any_divisor: Annotated[bool, typer.Option(help="Allow any divisor, not only 2^k.")] = False,
     profile: Annotated[str | None, typer.Option(help="Hardware profile name.")] = None,
+    engine: EngineOpt = DEFAULT_ENGINE,
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
     export: Annotated[str | None, typer.Option(help="sglang or vllm.")] = None,
     model_path: Annotated[str | None, typer.Option(help="Checkpoint path for exports.")] = None,
     out: OutDirOpt = None,
-    verify: Annotated[bool, typer.Option(help="Replay the fused rounds on the simulator "
-                                              "and print the gap.")] = False,
+    verify: Annotated[
+        bool, typer.Option(help="Replay the fused rounds on the simulator and print the gap.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Rank hybrid TP/EP/DP/PP strategies (MixServe) and compare with the named baselines."""
@@ -193,11 +262,20 @@ def strategy(
     c = load_cluster(cluster, nodes)
     routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
     w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
-    cm = cost_model_for(c, profile)
+    cm = engine_cost(c, profile, engine)
     sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
-    a = analyze(m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
-                ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
-                itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by)
+    a = analyze(
+        m,
+        c,
+        w,
+        cm,
+        any_divisor=any_divisor,
+        node_counts=sizes if all_sizes else None,
+        ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
+        itl_slo_s=None if itl_slo is None else itl_slo / 1e3,
+        rank_by=rank_by,
+    )
+    price = pricing_of(cm)  # what priced the ranking (before the figures add lookups)
     best = a.best
     exp = None
     if export is not None and best is not None:
@@ -206,25 +284,29 @@ def strategy(
     target = fused_target(a, c)
     files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
     if best is not None:
-        files["plan.json"] = to_plan(best, model=model, cluster=c.name,
-                                     baselines=a.baselines).to_json()
+        files["plan.json"] = with_pricing(
+            to_plan(best, model=model, cluster=c.name, baselines=a.baselines), price
+        ).to_json()
     if exp is not None and exp.args and best is not None:
-        files[f"{exp.engine}.sh"] = render_launcher(exp.args, [best.strategy.label(),
-                                                              *exp.warnings])
+        files[f"{exp.engine}.sh"] = render_launcher(
+            exp.args, [best.strategy.label(), pricing_line(price), *exp.warnings]
+        )
     if target is not None:
         files["gantt.html"] = lambda: gantt_html(
             layer_schedules(ev.fused_layer(target, isl)),
-            title=f"one MoE layer, prefill: {target.label()}", include_plotlyjs=True)
+            title=f"one MoE layer, prefill: {target.label()}",
+            include_plotlyjs=True,
+        )
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
     if json_out:
-        obj = _json(a, top, exp, model, c.name, best)
+        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price}
         if verify:
             obj["verify"] = checked
         print_json(obj)
         return
-    _print_human(a, top, exp, title)
+    _print_human(a, top, exp, title, price)
     if verify:
         _print_verify(checked)
 
@@ -236,26 +318,46 @@ def _print_verify(checked: dict | None) -> None:
     if checked is None:
         console.print("verify: no fused layout on this cluster (one node)")
         return
-    console.print(f"verify (exhaustive enumeration; fused rounds replayed on moeplan.sim) "
-                  f"for {checked['strategy']}:")
+    console.print(
+        f"verify (exhaustive enumeration; fused rounds replayed on moeplan.sim) "
+        f"for {checked['strategy']}:"
+    )
     for key, v in checked.items():
         if key != "strategy":
-            console.print(f"  {key}: closed form {fmt_time(v['closed_form_s'])}, simulated "
-                          f"{fmt_time(v['simulated_s'])}, gap {v['gap']:.2e}")
+            console.print(
+                f"  {key}: closed form {fmt_time(v['closed_form_s'])}, simulated "
+                f"{fmt_time(v['simulated_s'])}, gap {v['gap']:.2e}"
+            )
 
 
-def _json(a: Analysis, top: int, exp: ExportResult | None, model: str, cluster: str,
-          best: StrategyResult | None) -> dict:
-    base = {n: (None if r is None else {**result_dict(r),
-                                        "gains": gains(best, r) if best else None})
-            for n, r in a.baselines.items()}
-    obj = {"model": model, "cluster": cluster,
-           "strategies": [result_dict(r) for r in a.strategies[:top]],
-           "baselines": base, "search_ms": a.search_s * 1e3, "evaluated": a.evaluated,
-           "rejected": {"shape": a.rejected_shape, "memory": a.rejected_memory,
-                        "slo": a.rejected_slo},
-           "pareto": [result_dict(r) for r in a.pareto],
-           "plan": to_plan(best, model=model, cluster=cluster).to_dict() if best else None}
+def _json(
+    a: Analysis,
+    top: int,
+    exp: ExportResult | None,
+    model: str,
+    cluster: str,
+    best: StrategyResult | None,
+    price: dict,
+) -> dict:
+    base = {
+        n: (None if r is None else {**result_dict(r), "gains": gains(best, r) if best else None})
+        for n, r in a.baselines.items()
+    }
+    obj = {
+        "model": model,
+        "cluster": cluster,
+        "strategies": [result_dict(r) for r in a.strategies[:top]],
+        "baselines": base,
+        "search_ms": a.search_s * 1e3,
+        "evaluated": a.evaluated,
+        "rejected": {"shape": a.rejected_shape, "memory": a.rejected_memory, "slo": a.rejected_slo},
+        "pareto": [result_dict(r) for r in a.pareto],
+        "plan": (
+            with_pricing(to_plan(best, model=model, cluster=cluster), price).to_dict()
+            if best
+            else None
+        ),
+    }
     if exp is not None:
         obj["export"] = exp.as_dict()
     return obj

@@ -114,6 +114,7 @@ class ExportContext:
     placement_ep: int | None = None
     placement_width: int | None = None  # physical experts per layer of expert_location.json
     notes: tuple[str, ...] = ()  # said at the top of every script (e.g. the full model's fit)
+    pricing: str = ""  # which engine's kernels priced the plan (moeplan.kernel_tables.pricing_line)
 
     @property
     def truncated(self) -> bool:
@@ -276,6 +277,8 @@ def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
         f"moeplan plan: {result.model.name} on {result.cluster.name}; {v.engine} {v.version} flags",
         f"model path: {ctx.model_path}",
     ]
+    if ctx.pricing:
+        head.append(ctx.pricing)
     trunc = truncation_warning(ctx.planned_layers, ctx.full_layers)
     if trunc:
         head.insert(0, f"WARNING: {trunc}")

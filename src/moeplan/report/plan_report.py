@@ -108,10 +108,17 @@ def check_outdir(outdir: Path) -> None:
 
 
 def launch_exports(
-    result: PlanResult, plan: Plan, *, model_path: str, full: ModelSpec, serving: Any = None
+    result: PlanResult,
+    plan: Plan,
+    *,
+    model_path: str,
+    full: ModelSpec,
+    serving: Any = None,
+    pricing: str = "",
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
-    serving ranking's order when there is one, else by the analytic prefill figure."""
+    serving ranking's order when there is one, else by the analytic prefill figure.
+    ``pricing``: the header line naming the engine whose kernels priced the plan."""
     place = plan.details.get("placement")
     width = len(place["physical_to_logical_map"][0]) if place else None
     ctx = ExportContext(
@@ -122,6 +129,7 @@ def launch_exports(
         placement_ep=place["ep"] if place else None,
         placement_width=width,
         notes=tuple(_fit_notes(result, full)),
+        pricing=pricing,
     )
     if serving is not None:
         options = serving_options(serving)
@@ -205,8 +213,15 @@ def write_artifacts(
     files: dict[str, str] = {"dir": str(outdir)}
     plan = winner_plan(result, placement, trace, serving)
     full = load_model(model_arg)
+    from moeplan.kernel_tables import pricing, pricing_line
+
     exports = launch_exports(
-        result, plan, model_path=model_path_for(model_arg, model_path), full=full, serving=serving
+        result,
+        plan,
+        model_path=model_path_for(model_arg, model_path),
+        full=full,
+        serving=serving,
+        pricing=pricing_line(pricing(cm)),
     )
     html = render_report(
         result, placement, cm, trace, exports, full.num_layers, serving
