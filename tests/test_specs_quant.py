@@ -361,3 +361,23 @@ def test_mutated_compressed_tensors_groups_raise_only_validation_errors(weights,
         assert "\n" not in str(err)
         return
     assert 0 < m.expert_weight_bytes <= 8
+
+
+@pytest.mark.parametrize("case", ["qwen3_30b_a3b_awq", ("deepseek-v3", None)])
+def test_strategy_memory_of_pure_ep_matches_the_quantized_total(case):
+    """MixServe's memory with attention DP = MoE EP = 8: each GPU holds every weight but 7/8
+    of the routed experts, at their quantized bytes (embedding and lm-head in bf16)."""
+    from moeplan.cost import cost_model_for
+    from moeplan.planners.strategy.cost import StrategyEvaluator
+    from moeplan.planners.strategy.space import Strategy
+    from moeplan.specs import Workload
+
+    model, cluster = _model(case), load_cluster("h200-sxm-8")
+    ev = StrategyEvaluator(
+        model, cluster, Workload(batch=1, isl=16, osl=1), cost_model_for(cluster)
+    )
+    weights = ev.memory(Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)).weights
+    routed = model.weight_bytes_by_module()["experts"][1]
+    final_norm = 2 * model.hidden_size  # the one weight MixServe's memory leaves out
+    want = model.weight_bytes_total() - routed * 7 / 8 - final_norm
+    assert weights == pytest.approx(want, rel=1e-9)

@@ -251,7 +251,9 @@ class _MemoryModel:
     def ag_weights(self) -> float:
         m = self.model
         per_moe = (
-            mem.attn_weight_bytes(m) + mem.shared_weight_bytes(m) + m.router_params * m.weight_bytes
+            mem.attn_weight_bytes(m)
+            + mem.shared_weight_bytes(m)
+            + m.router_params * m.quant.router.bytes_per_weight
         )
         per_dense = mem.attn_weight_bytes(m) + mem.dense_mlp_weight_bytes(m)
         return (

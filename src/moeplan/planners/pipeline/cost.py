@@ -260,9 +260,9 @@ def module_memory(m: ModuleRef, c: Choice, ctx: StageContext, last_index: int) -
             model, model.num_experts / c.ep, c.tp
         ) + memory.shared_weight_bytes(model, c.tp)
     if m.index == 0:
-        mem += model.embedding_params * model.weight_bytes / ctx.r
+        mem += model.embedding_params * model.quant.embedding.bytes_per_weight / ctx.r
     if m.index == last_index:
-        mem += model.lm_head_params * model.weight_bytes / ctx.r
+        mem += model.lm_head_params * model.quant.lm_head.bytes_per_weight / ctx.r
     return float(mem)
 
 

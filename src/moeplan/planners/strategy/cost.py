@@ -280,8 +280,8 @@ class StrategyEvaluator:
             + mem.shared_weight_bytes(md, s.attn_tp)
         )
         dense = attn + mem.dense_mlp_weight_bytes(md, s.attn_tp)
-        emb = md.embedding_params / s.attn_tp * md.weight_bytes
-        head = md.lm_head_params / s.attn_tp * md.weight_bytes
+        emb = md.embedding_params / s.attn_tp * md.quant.embedding.bytes_per_weight
+        head = md.lm_head_params / s.attn_tp * md.quant.lm_head.bytes_per_weight
         worst = 0.0
         for st in range(s.pp):
             lo = min(md.num_layers, st * per_stage)
