@@ -142,12 +142,12 @@ def _pipeline(p: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
     r = min(p.world_size // len(stages), MAX_WORLD // n)
     out, i = [], 0
     for mods in kept:
-        st = []
+        small = []
         for m in mods:
             tp, ep, d = shrink(_sig(m)[1:], r)
-            st.append({"kind": m["kind"], "layer": i // 2, "tp": tp, "ep": ep, "dpmoe": d})
+            small.append({"kind": m["kind"], "layer": i // 2, "tp": tp, "ep": ep, "dpmoe": d})
             i += 1
-        out.append({"modules": st})
+        out.append({"modules": small})
     details = {
         "microbatches": min(p.details.get("microbatches") or n, 4),
         "async_pp": p.details.get("async_pp", True),
@@ -211,11 +211,10 @@ def _run_all(rank: int, world: int, plans: list[dict[str, Any]], cfgs: list[MoEC
     return run_plans(rank, world, plans, opts)
 
 
-@pytest.mark.slow
-def test_every_preset_winner_runs_at_reduced_scale():
+def run_grid(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Max abs error of each distinct reduced plan, all run in one spawn."""
     from moeplan.runtime.spawn import spawn_world
 
-    rows = grid()
     runs = _runs(rows)
     plans = [r["small"] for r in runs.values()]
     cfgs = [r["cfg"] for r in runs.values()]
@@ -232,6 +231,29 @@ def test_every_preset_winner_runs_at_reduced_scale():
         got = [r["max_abs_err"] for r in per_rank if r and r["max_abs_err"] is not None]
         assert got, key  # some rank produced output and checked it
         errs[key] = max(got)
+    return errs
+
+
+def short(family: str, layout: dict[str, Any]) -> str:
+    """A layout in one line: DEP ``AGa+EGe``; colocated degrees; per pipeline stage its
+    distinct modules as ``kind tp.ep.dpmoe``."""
+    if family == "dep":
+        return f"AG{layout['ag']}+EG{layout['eg']}"
+    if family in ("strategy", "ep"):
+        a, m = layout["attn"], layout["moe"]
+        return f"attn TP{a['tp']}xDP{a['dp']}, moe TP{m['tp']}xEP{m['ep']}, PP{layout['pp']}"
+    stages = []
+    for stage in layout["stages"]:
+        mods = [f"{m['kind'][0]}{m['tp']}.{m['ep']}.{m['dpmoe']}" for m in stage["modules"]]
+        stages.append("/".join(dict.fromkeys(mods)))
+    return f"{layout['world_size']} GPUs PP{layout['pp']} [{' | '.join(stages)}]"
+
+
+@pytest.mark.slow
+def test_every_preset_winner_runs_at_reduced_scale():
+    rows = grid()
+    runs = _runs(rows)
+    errs = run_grid(rows)
     for key, row in runs.items():
         tol = TOL * max(1.0, row["cfg"].routed_scaling_factor)
         assert errs[key] <= tol, (row["model"], row["cluster"], errs[key])
@@ -311,3 +333,15 @@ def test_dep_runs_uneven_experts_per_eg_rank(experts, eg):
         json.loads(plan.to_json()), 3 + eg, RunOptions(config=cfg, tokens=1 << 14)
     )
     assert batch == 3 * 2 * 1 and engine.mesh.eg == eg
+
+
+if __name__ == "__main__":  # the table: .venv/bin/python tests/test_runtime_preset_grid.py
+    ROWS = grid()
+    ERRS = run_grid(ROWS)
+    for row in ROWS:
+        print(
+            f"| {row['model']} | {row['cluster']} | {row['family']} | "
+            f"{short(row['family'], row['layout'])} | "
+            f"{short(row['family'], row['small']['layout'])} | "
+            f"ran, max abs err {ERRS[_key(row)]:.1e} |"
+        )
