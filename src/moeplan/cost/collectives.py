@@ -38,7 +38,10 @@ per NPU (8.4x), false of 30 GB/s per NPU (1.2x). Public 910B figures agree: 56 G
 NPU-to-NPU link, 392 GB/s per NPU over its 7 links (arthurchiao.art "GPU Performance (Data
 Sheets) Quick Reference", 2023: "one-to-one max bandwidth" vs "one-to-many total bw"); 480 Gb/s
 = 60 GB/s is that pair link (bidirectional). So the preset keeps 210 GB/s per NPU per direction
-and this module splits it per pair link.
+and this module splits it per pair link. Held-out check (``tests/test_collectives_mesh.py``):
+measured 910B all_gather bandwidth for 2/4/8 NPUs is 38/64/149 GB/s (gameofdimension/limulidae,
+HCCL via torch_npu) — growing with the group as the mesh predicts (2:4:8), where a per-NPU
+figure shared by all peers would make it fall; the links run at ~62 % of 30 GB/s there.
 
 Groups spanning ``nodes > 1`` nodes (``g = n / nodes`` ranks per node) are hierarchical:
 all_reduce = intra reduce_scatter + inter all_reduce of ``nbytes / g`` + intra all_gather;
