@@ -19,12 +19,19 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.placement import eplb
 from moeplan.planners.placement.eplb import rebalance_experts, stable_desc, torch_sort_desc
 
-torch = pytest.importorskip("torch")
+try:  # the oracle tests need torch; the reference vectors and load checks do not
+    import torch
+except ImportError:  # pragma: no cover - torch is in the dev environment
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="the torch oracle needs torch")
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread():
     """Tiny tensors: thread hand-offs cost 50x the work on a busy 2-core machine."""
+    if torch is None:
+        yield
+        return
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -117,6 +124,7 @@ def _tied_rows(draw):
     return rng.choice(np.array(vals, dtype=np.float32), size=(2, n))
 
 
+@needs_torch
 @settings(max_examples=150)
 @given(_tied_rows())
 def test_sort_order_is_torch_cpu_sort(w):
@@ -155,6 +163,7 @@ class _Gas:
         return self.adv.greater(self.i, other.i)
 
 
+@needs_torch
 @pytest.mark.parametrize("n", [64, 200])
 def test_sort_heapsort_fallback_is_torch_cpu_sort(n, monkeypatch):
     """Inputs that drive introsort past its depth limit (into heapsort), with and without
@@ -254,6 +263,7 @@ def _assert_same_maps(w, *args):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@needs_torch
 def test_torch_oracle_reproduces_the_published_vectors():
     """The oracle itself is checked against DeepSeek's published outputs."""
     for case in _cases("exact_cases"):
@@ -282,6 +292,7 @@ def _eplb_inputs(draw, max_groups=8):
     return np.array(w, dtype=np.float64).reshape(layers, experts), replicas, groups, nodes, gpus
 
 
+@needs_torch
 @settings(max_examples=200)
 @given(_eplb_inputs())
 def test_maps_equal_the_torch_oracle_on_tied_integer_loads(args):
@@ -290,6 +301,7 @@ def test_maps_equal_the_torch_oracle_on_tied_integer_loads(args):
     _assert_same_maps(w, *rest)
 
 
+@needs_torch
 @pytest.mark.parametrize(
     "policy, inputs", [((80, 3, 2, 8), 55), ((80, 8, 2, 8), 20), ((128, 4, 4, 16), 20)]
 )
