@@ -22,6 +22,8 @@ EXPECTED = {
     "nvlink-h20": ("900 GB/s bidirectional", 900 * GB / 2),
     "nvlink3": ("600 GB/s bidirectional", 600 * GB / 2),
     "nvlink4": ("450 GB/s per direction", 450 * GB),
+    "nvlink-h800": ("H800 NVLink 400 GB/s bidirectional", 400 * GB / 2),
+    "nvlink5": ("1.8 TB/s bidirectional per GPU", 1800 * GB / 2),
     "nvlink-semmoe": ("900 GB/s premium bandwidth (bidirectional)", 900 * GB / 2),
     # MixServe §IV-A's 480 Gb/s is one NPU-pair link (60 GB/s bidirectional); 7 pair links
     # per NPU in the 8-NPU full mesh (cost.collectives docstring: why per pair, not per NPU)
@@ -34,6 +36,11 @@ EXPECTED = {
     "cx7-ndr": ("50 GB/s per GPU", 50 * GB),
     "cx6-hdr": ("25 GB/s per GPU", 25 * GB),
 }
+
+
+def test_every_preset_link_is_checked():
+    """A link added to clusters.json without a row here would escape the source check."""
+    assert set(cluster_table()["links"]) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
