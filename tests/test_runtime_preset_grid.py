@@ -157,7 +157,8 @@ def _pipeline(p: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def reduce_plan(p: Plan, spec: ModelSpec) -> tuple[Plan, MoEConfig]:
     """``p`` on a small CPU world and ``spec`` narrowed (see the module docstring)."""
-    details: dict[str, Any] = {k: v for k, v in p.details.items() if k in ("fused",)}
+    keep = ("fused", "token_plan", "placement")  # the colocated engines' run-time choices
+    details: dict[str, Any] = {k: v for k, v in p.details.items() if k in keep}
     if p.family in ("strategy", "ep"):
         layout = _strategy(p)
     elif p.family == "dep":
