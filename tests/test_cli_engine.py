@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,7 +40,9 @@ from moeplan.kernel_tables import (
 from moeplan.planners import dep
 from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
+from moeplan.planners.rank import plan
 from moeplan.planners.strategy.analyzer import analyze
+from moeplan.report.plan_report import write_artifacts
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 from moeplan.specs.presets import model_config
 from moeplan.traces.format import iter_trace, save_trace
@@ -83,9 +86,11 @@ def _strategy(d: dict) -> float:
 
 def _lib_strategy(engine: str | None) -> float:
     c = load_cluster("h100-sxm-8")
-    return analyze(load_model(QWEN), c, WORKLOAD, engine_cost_model(c, None, engine)).strategies[
-        0
-    ].ttft_s
+    return (
+        analyze(load_model(QWEN), c, WORKLOAD, engine_cost_model(c, None, engine))
+        .strategies[0]
+        .ttft_s
+    )
 
 
 def _lib_pipeline(engine: str | None) -> float:
@@ -187,6 +192,20 @@ def test_launch_script_and_plan_name_the_pricing_engine(capsys, tmp_path):
     assert "no measured tables for a40: vllm kernels transferred from the a100_sxm" in text
     pplan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert pplan["details"]["pricing"]["transferred_gpu"] is True
+
+
+def test_plan_scripts_name_the_engine_that_priced_the_plan(tmp_path):
+    """``moeplan plan``'s artifacts: both engines' scripts name the pricing engine (vLLM's
+    kernels here), not the engine each script launches."""
+    m, c = load_model(QWEN), load_cluster("h100-sxm-8")
+    cm = engine_cost_model(c, None, "vllm")
+    result = plan(m, c, WORKLOAD, cm, families=("strategy",))
+    files = write_artifacts(tmp_path / "o", result, None, cm, model_arg=QWEN, trace=None)
+    for script in ("sglang", "vllm"):
+        text = Path(files[script]).read_text(encoding="utf-8")
+        head = [ln for ln in text.splitlines() if ln.startswith("# ")]
+        assert any("kernel prices: vllm kernels from NVIDIA's measured vllm tables" in ln
+                   for ln in head), script  # fmt: skip
 
 
 def test_cost_model_takes_the_tables_from_the_io_layer():

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
 from moeplan.errors import MoeplanError, check_int, require
-from moeplan.kernel_tables import engine_cost_model
+from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.rank import (
@@ -238,12 +238,14 @@ def plan_cmd(
     truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
     if truncated and not json_out:
         err_console.print(f"[yellow]warning:[/] {truncated}")
+    price = pricing(cm)  # which engine's kernels priced the plan, and the source mix
     if json_out:
         print_json({**_json(result, ranking, place_res, files, elapsed),
                     **({"placement_skipped": place_note} if place_note else {}),
-                    "warnings": [truncated] if truncated else []})
+                    "pricing": price, "warnings": [truncated] if truncated else []})
         return
     _print_human(result, ranking, place_res, files, elapsed)
+    console.print(pricing_line(price))
     if place_note:
         console.print(place_note)
 
