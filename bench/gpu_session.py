@@ -129,6 +129,25 @@ def step_kernels(out: Path, res: dict[str, Any]) -> dict[str, Any]:
     ffn = mb.bench_expert_ffn(tokens * k // e, e, h, i, device=d, gen=g, repeats=20)
     flops = 3 * 2 * tokens * k * h * i
     parts = {f"T{t}": _parts(t, k, e, h, i) for t in (1024, 16384, 65536)}
+    shapes = {
+        "bench": (16384, 4096, 1536, 128, 8),
+        "deepseek-v3": (16384, 7168, 2048, 256, 8),
+        "qwen3-30b-a3b": (16384, 2048, 768, 128, 8),
+        "decode-qwen3": (64, 2048, 768, 128, 8),
+    }
+    vs_loop = {}
+    for label, (t, hh, ii, ee, kk) in shapes.items():
+        grouped = mb.bench_moe(t, kk, ee, hh, ii, device=d, gen=g, repeats=10)
+        graphed = mb.bench_moe(t, kk, ee, hh, ii, device=d, gen=g, repeats=10, graph=True)
+        loop = mb.bench_moe(t, kk, ee, hh, ii, device=d, gen=g, repeats=3, loop=True)
+        vs_loop[label] = {
+            "shape": [t, hh, ii, ee, kk],
+            "grouped_s": grouped,
+            "graphed_s": graphed,
+            "loop_s": loop,
+            "ratio": loop / grouped,
+            "tflops": 6 * t * kk * hh * ii / grouped / 1e12,
+        }
     prof = ""
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -155,8 +174,50 @@ def step_kernels(out: Path, res: dict[str, Any]) -> dict[str, Any]:
         "grouped_ffn_s": ffn,
         "grouped_ffn_flops": flops / ffn,
         "parts": parts,
+        "vs_loop": vs_loop,
+        "permutation": _permutation_rows(),
         "shape": {"tokens": tokens, "h": h, "i": i, "e": e, "k": k},
     }
+
+
+def _permutation_rows() -> list[dict[str, Any]]:
+    """The layer's sync-free permutation (index build + gather), eager and graphed, against
+    the copy ceiling: bytes = rows written + rows read (one row per token-expert pair)."""
+    from moeplan.profiling import microbench as mb
+    from moeplan.profiling.microbench import _routing
+    from moeplan.profiling.timing import median_time, random_inputs
+    from moeplan.runtime.kernels.grouped import permuted_rows
+
+    d, g = torch.device("cuda"), torch.Generator().manual_seed(2)
+    copy = mb.copy_bandwidth(1 << 30, device=d, gen=g, repeats=20)
+    out = []
+    for pairs, h, e, k in (
+        (65536, 4096, 128, 8),
+        (131072, 4096, 128, 8),
+        (524288, 4096, 128, 8),
+        (65536, 7168, 256, 8),
+    ):
+        t = pairs // k
+        inputs = [
+            (x, _routing(t, k, e, g, d)[0])
+            for (x,) in random_inputs([(t, h)], dtype=torch.bfloat16, device=d, gen=g)
+        ]
+        fn = lambda x, ids, e=e: permuted_rows(x, ids, e)  # noqa: E731
+        nbytes = 2.0 * pairs * h * 2
+        for graph in (False, True):
+            s = median_time(fn, inputs, device=d, repeats=20, graph=graph)
+            out.append(
+                {
+                    "pairs": pairs,
+                    "h": h,
+                    "e": e,
+                    "graph": graph,
+                    "s": s,
+                    "GBps": nbytes / s / 1e9,
+                    "fraction_of_copy": nbytes / s / copy,
+                }
+            )
+    return out
 
 
 def step_calibrate(out: Path, res: dict[str, Any]) -> dict[str, Any]:
@@ -184,6 +245,10 @@ def step_tables(out: Path, res: dict[str, Any]) -> dict[str, Any]:
 
     d, g = torch.device("cuda"), torch.Generator().manual_seed(0)
     t0 = time.time()
+    if os.environ.get("MOEPLAN_TABLES_MOE_ONLY"):
+        data = {"moe": T.measure_moe(T.moe_rows(), device=d, gen=g)}
+        (out / "tables.json").write_text(json.dumps(data))
+        return {"rows": {k: len(v) for k, v in data.items()}, "seconds": time.time() - t0}
     data = {
         "context_attention": T.measure_attention(
             T.attention_rows("context_attention", 120), "context_attention", device=d, gen=g
@@ -213,18 +278,21 @@ def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
         lw = _to(lw, d)
         for t in (64, 512, 4096, 16384):
             x = torch.randn(t, cfg.hidden_size, device=d, dtype=torch.bfloat16)
-            s = median_time(
-                lambda x=x, w=lw.experts, c=cfg: moe_forward(rms(x), w, c),
-                [(x,)],
-                device=d,
-                repeats=10,
-            )
-            rows.append({"op": "moe_layer", "model": name, "tokens": t, "measured_s": s})
+            fn = lambda x, w=lw.experts, c=cfg: moe_forward(rms(x), w, c)  # noqa: E731
+            row = {
+                "op": "moe_layer",
+                "model": name,
+                "tokens": t,
+                "measured_s": median_time(fn, [(x,)], device=d, repeats=10),
+            }
+            try:
+                row["graph_s"] = median_time(fn, [(x,)], device=d, repeats=10, graph=True)
+            except Exception as err:  # a host sync in the layer makes capture fail: say so
+                row["graph_error"] = repr(err)[:300]
+            rows.append(row)
         for b, seq in ((1, 2048), (4, 2048), (1, 8192)):
             x = torch.randn(b, seq, cfg.hidden_size, device=d, dtype=torch.bfloat16)
-            s = median_time(
-                lambda x=x, w=lw.attn, c=cfg: attention(rms(x), w, c), [(x,)], device=d, repeats=5
-            )
+            fn = lambda x, w=lw.attn, c=cfg: attention(rms(x), w, c)  # noqa: E731
             rows.append(
                 {
                     "op": "attention",
@@ -233,7 +301,7 @@ def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
                     "seq": seq,
                     "heads": cfg.num_heads,
                     "hidden": cfg.hidden_size,
-                    "measured_s": s,
+                    "measured_s": median_time(fn, [(x,)], device=d, repeats=5),
                 }
             )
         lw = None

@@ -70,3 +70,32 @@ class TritonKernels(unittest.TestCase):
             x.cuda().bfloat16(), ids.cuda(), w.cuda(), *[t.cuda().bfloat16() for t in ws]
         )
         self.assertLessEqual(_rel(got.cpu(), want), 1e-2)
+
+    def test_grouped_moe_variable_k_and_cuda_graph(self):
+        """The sync-free path with ``-1`` pads (dynamic top-k) and empty experts; captured in
+        a CUDA graph, replays give the eager result."""
+        ids, w = self._ids(3000, 6, 64, 5)
+        ids[::3, 2:] = -1  # a third of the tokens keep 2 experts
+        ids[7] = -1  # a token with none
+        x = torch.randn(3000, 256)
+        g = torch.Generator().manual_seed(4)
+        ws = [
+            torch.randn(*s, generator=g) / s[-2] ** 0.5
+            for s in ((64, 256, 128), (64, 256, 128), (64, 128, 256))
+        ]
+        want = K.grouped_moe(x, ids, w, *ws)
+        args = (x.cuda().bfloat16(), ids.cuda(), w.cuda(), *[t.cuda().bfloat16() for t in ws])
+        got = K.grouped_moe(*args)
+        self.assertLessEqual(_rel(got.cpu(), want), 1e-2)
+        self.assertTrue(bool((got[7] == 0).all()))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            K.grouped_moe(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = K.grouped_moe(*args)
+        graph.replay()
+        torch.cuda.synchronize()
+        self.assertLessEqual(_rel(out.cpu(), got.cpu()), 1e-6)

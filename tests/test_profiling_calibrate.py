@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,11 +17,13 @@ from moeplan.profiling import calibrate as cal
 from moeplan.profiling.shapes import attention_gemms, attention_shapes, expert_gemms
 from moeplan.profiling.timing import median_time, random_inputs
 from moeplan.specs import load_cluster, load_model, model_names
+from moeplan.specs.quant import UNQUANTIZED
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "moeplan", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "moeplan", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_timer_warms_up_and_rotates_inputs():
@@ -32,16 +35,23 @@ def test_timer_warms_up_and_rotates_inputs():
 
 
 def test_random_inputs_are_fresh_and_nonzero():
-    sets = random_inputs([(64, 32)], dtype=torch.float32, device=torch.device("cpu"),
-                         gen=torch.Generator().manual_seed(0))
+    sets = random_inputs(
+        [(64, 32)],
+        dtype=torch.float32,
+        device=torch.device("cpu"),
+        gen=torch.Generator().manual_seed(0),
+    )
     assert len(sets) == 2 and not torch.equal(sets[0][0], sets[1][0])
     assert all(bool((s[0] != 0).all()) for s in sets)
 
 
 @pytest.mark.parametrize("name", model_names())
 def test_shapes_are_what_the_cost_model_prices(name):
-    """Summing the GEMM model over our shapes reproduces CostModel's attention/expert terms."""
-    model, cm = load_model(name), CostModel(load_cluster("h100-sxm-8"))
+    """Summing the GEMM model over our shapes reproduces CostModel's attention/expert terms.
+    Calibration times bf16 GEMMs, so the model is compared with its weights unquantized (the
+    cost model prices a quantized checkpoint's bytes and rate on top of these shapes)."""
+    model = replace(load_model(name), quant=UNQUANTIZED)
+    cm = CostModel(load_cluster("h100-sxm-8"))
     for t in (1, 300, 4096):
         proj = sum(cm.gemm(*s) for s in attention_gemms(model, t))
         want = cm.attention_layer(model, 1, t, t) - cm.attention_core(model, 1, t, t)
@@ -56,8 +66,12 @@ def test_shapes_are_what_the_cost_model_prices(name):
 def test_attention_units_match_cost_model(name):
     """AttnShape.macs is the x of the cost model's attention α-β (β = 1, α = 0)."""
     model = load_model(name)
-    prof = HardwareProfile(name="x", source="t", gemm=Roofline(alpha=0, flops=1, bw=1),
-                           attention=AlphaBeta(alpha=0.0, beta=1.0))
+    prof = HardwareProfile(
+        name="x",
+        source="t",
+        gemm=Roofline(alpha=0, flops=1, bw=1),
+        attention=AlphaBeta(alpha=0.0, beta=1.0),
+    )
     cm = CostModel(load_cluster("h100-sxm-8"), prof)
     for s in attention_shapes(model, [128, 1000], [1, 3]):
         assert s.macs == pytest.approx(cm.attention_core(model, s.num_seqs, s.q_len, s.ctx_len))
@@ -87,8 +101,9 @@ def test_fit_recovers_known_models():
 @pytest.fixture(scope="module")
 def quick_cpu(tmp_path_factory):
     out = tmp_path_factory.mktemp("cal") / "profile.json"
-    p = run("calibrate", "--device", "cpu", "--quick", "--json", "--out", str(out),
-            "--name", "cpu-test")
+    p = run(
+        "calibrate", "--device", "cpu", "--quick", "--json", "--out", str(out), "--name", "cpu-test"
+    )
     return p, out
 
 
@@ -106,8 +121,9 @@ def test_cli_quick_cpu_calibration(quick_cpu):
     assert prof.attention is not None and "cpu" in prof.source
 
 
-@pytest.mark.parametrize("args,needle", [(("--device", "tpu"), "device (tpu)"),
-                                          (("--device", "cuda"), "device (cuda)")])
+@pytest.mark.parametrize(
+    "args,needle", [(("--device", "tpu"), "device (tpu)"), (("--device", "cuda"), "device (cuda)")]
+)
 def test_cli_bad_device_one_line(args, needle):
     if args[1] == "cuda" and torch.cuda.is_available():
         pytest.skip("CUDA present")

@@ -63,6 +63,13 @@ def calibrate(
             help="With --kernels: write the per-source error table (heldout_errors.json)."
         ),
     ] = None,
+    rows_out: Annotated[
+        str | None,
+        typer.Option(
+            help="With --device: also write the own-kernel rows measured at the kernel tables' "
+            "shapes (JSON {op: [row]}, the tables' columns plus ours_s)."
+        ),
+    ] = None,
 ) -> None:
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
     if kernels:
@@ -70,9 +77,13 @@ def calibrate(
         return
     if op or folds is not None or errors_out:
         raise MoeplanError("--op, --folds and --errors-out need --kernels")
+    if rows_out and device is None:
+        raise MoeplanError("--rows-out needs --device")
     if device is not None:
-        profile, report = _measure(device, quick, seed, name, progress=not json_out)
+        profile, report, rows = _measure(device, quick, seed, name, progress=not json_out)
         measured = f"device:{device}"
+        if rows_out:
+            write_atomic(rows_out, json.dumps(rows))
     else:
         profile, report = fit_all(
             measured,
@@ -202,7 +213,7 @@ def _measure(device: str, quick: bool, seed: int, name: str | None, *, progress:
         transient=True,
     ) as bar:
         task = bar.add_task("measuring", total=None)
-        profile, report, _, _ = run_calibration(
+        profile, report, meas, _ = run_calibration(
             device,
             quick=quick,
             seed=seed,
@@ -210,7 +221,7 @@ def _measure(device: str, quick: bool, seed: int, name: str | None, *, progress:
             on_plan=lambda n: bar.update(task, total=n),
             on_job=lambda label: bar.update(task, advance=1, description=label),
         )
-    return profile, report
+    return profile, report, meas.tables
 
 
 def register(app: typer.Typer) -> None:

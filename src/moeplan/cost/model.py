@@ -46,6 +46,7 @@ import math
 from functools import cached_property
 
 from moeplan.cost.collectives import collective_time
+from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
 from moeplan.cost.kerneldb.device import FP8_RATIO
@@ -225,6 +226,9 @@ class CostModel:
         if layer is not None and model.is_sliding_layer(layer):
             keys = min(keys, model.sliding_window)
         heads = max(1.0, model.num_attention_heads / tp)
+        fits = self.profile.kernels if self.profile is not None else None
+        if fits is not None and (fits.decode if q_len <= 1 else fits.prefill) is not None:
+            return self._fitted_attention(model, num_seqs, q_len, ctx_len, keys, tp)
         macs = num_seqs * q_len * keys * heads * (model.q_dim + model.vo_dim)
         if self.profile is not None and self.profile.attention is not None:
             return self.profile.attention(macs)
@@ -236,6 +240,26 @@ class CostModel:
             / (1 if model.attention == "mla" else min(tp, model.num_kv_heads))
         )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
+
+    def _fitted_attention(
+        self, model: ModelSpec, seqs: int, q_len: int, ctx_len: int, keys: float, tp: int
+    ) -> float:
+        """The profile's own kernel fits (:mod:`moeplan.cost.kernel_fits`); a sliding window
+        shortens the context as ``keys`` says."""
+        fits = self.profile.kernels  # type: ignore[union-attr]
+        kv_split = 1 if model.attention == "mla" else min(tp, model.num_kv_heads)
+        shape = AttnShape(
+            seqs=seqs,
+            q_len=q_len,
+            ctx=keys + (q_len - 1) / 2.0 if q_len > 1 else min(keys, ctx_len),
+            heads=max(1.0, model.num_attention_heads / tp),
+            kv_heads=max(1.0, model.num_kv_heads / tp),
+            qk_dim=model.q_dim,
+            v_dim=model.vo_dim,
+            kv_bytes_per_token=model.kv_bytes_per_token_layer() / kv_split,
+        )
+        fit = fits.decode if q_len <= 1 else fits.prefill  # type: ignore[union-attr]
+        return fit(shape)  # type: ignore[misc]
 
     def attention_layer(
         self,
@@ -280,6 +304,20 @@ class CostModel:
             shape = moe_shape(model, tokens_per_expert, num_local_experts, tp)
             if shape is not None:
                 return self._kernel("moe", shape)
+        fits = self.profile.kernels if self.profile is not None else None
+        if fits is not None and fits.moe is not None and tokens_per_expert > 0:
+            k, e = model.top_k, model.num_experts
+            return fits.moe(
+                MoeShape(
+                    tokens=tokens_per_expert * e / k,
+                    hidden=model.hidden_size,
+                    inter=model.moe_intermediate_size / tp,
+                    top_k=k,
+                    experts=e,
+                    local_experts=num_local_experts,
+                    weight_bytes=model.quant.experts.bytes_per_weight,
+                )
+            )
         i = model.moe_intermediate_size / tp
         h = model.hidden_size
         w = model.quant.experts

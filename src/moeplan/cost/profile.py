@@ -9,6 +9,10 @@ A profile holds, for one GPU type:
 - ``collectives``: ``{op: {num_gpus: model}}`` for one node, ``x`` = message bytes in the
   nccl-tests convention (see :mod:`moeplan.cost.collectives`).
 - ``a2e``: FinDEP's A2E/E2A α-β per ``(ag, eg)``, ``x`` = bytes received per expert GPU.
+- ``kernels``: optional :class:`~moeplan.cost.kernel_fits.KernelFits` — the fused-MoE call and
+  the attention core (prefill, decode) fitted to this machine's own kernels at the measured
+  tables' shapes (``moeplan calibrate --device cuda``); when present the cost model prices
+  those operations with them instead of ``gemm``/``attention``.
 - ``quality``: a :class:`FitQuality` per fitted key (``"gemm"``, ``"all_reduce/8"``...).
 
 Serialized as JSON (``to_dict`` / ``from_dict``); shipped profiles live in
@@ -20,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from moeplan.cost.kernel_fits import KernelFits
 from moeplan.cost.linear import AlphaBeta, FitQuality, Piecewise, Roofline, model_from_dict
 from moeplan.errors import MoeplanError
 
@@ -40,41 +45,61 @@ class HardwareProfile:
     collectives: dict[str, dict[int, CommModel]] = field(default_factory=dict)
     a2e: dict[tuple[int, int], AlphaBeta] = field(default_factory=dict)
     quality: dict[str, FitQuality] = field(default_factory=dict)
+    kernels: KernelFits | None = None
 
     def collective(self, op: str, num_gpus: int) -> CommModel | None:
         return self.collectives.get(op, {}).get(num_gpus)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "name": self.name, "source": self.source,
+            "schema": SCHEMA,
+            "name": self.name,
+            "source": self.source,
             "gemm": self.gemm.to_dict(),
             "attention": self.attention.to_dict() if self.attention else None,
-            "collectives": {op: {str(n): m.to_dict() for n, m in by_n.items()}
-                            for op, by_n in self.collectives.items()},
+            "collectives": {
+                op: {str(n): m.to_dict() for n, m in by_n.items()}
+                for op, by_n in self.collectives.items()
+            },
             "a2e": [{"ag": ag, "eg": eg, **m.to_dict()} for (ag, eg), m in self.a2e.items()],
             "quality": {k: q.to_dict() for k, q in self.quality.items()},
+            **({"kernels": self.kernels.to_dict()} if self.kernels is not None else {}),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HardwareProfile:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise MoeplanError(f"profile.schema ({d.get('schema') if isinstance(d, dict) else d!r})"
-                               f" must be {SCHEMA!r}")
+            raise MoeplanError(
+                f"profile.schema ({d.get('schema') if isinstance(d, dict) else d!r})"
+                f" must be {SCHEMA!r}"
+            )
         try:
             gemm = model_from_dict(d["gemm"])
             attn = model_from_dict(d["attention"]) if d.get("attention") else None
-            colls = {op: {int(n): model_from_dict(m) for n, m in by_n.items()}
-                     for op, by_n in d.get("collectives", {}).items()}
-            a2e = {(int(e["ag"]), int(e["eg"])): AlphaBeta(alpha=e["alpha"], beta=e["beta"])
-                   for e in d.get("a2e", [])}
+            colls = {
+                op: {int(n): model_from_dict(m) for n, m in by_n.items()}
+                for op, by_n in d.get("collectives", {}).items()
+            }
+            a2e = {
+                (int(e["ag"]), int(e["eg"])): AlphaBeta(alpha=e["alpha"], beta=e["beta"])
+                for e in d.get("a2e", [])
+            }
             qual = {k: FitQuality(**q) for k, q in d.get("quality", {}).items()}
+            kernels = KernelFits.from_dict(d["kernels"]) if d.get("kernels") else None
         except (KeyError, TypeError, ValueError) as err:
             raise MoeplanError(f"profile[{d.get('name')}] is malformed: {err}") from None
         if not isinstance(gemm, Roofline | AlphaBeta):
             raise MoeplanError("profile.gemm must be a roofline or alpha_beta model")
-        return cls(name=str(d["name"]), source=str(d.get("source", "")), gemm=gemm,
-                   attention=attn if isinstance(attn, AlphaBeta) else None,
-                   collectives=colls, a2e=a2e, quality=qual)  # type: ignore[arg-type]
+        return cls(
+            name=str(d["name"]),
+            source=str(d.get("source", "")),
+            gemm=gemm,
+            attention=attn if isinstance(attn, AlphaBeta) else None,
+            collectives=colls,  # type: ignore[arg-type]
+            a2e=a2e,
+            quality=qual,
+            kernels=kernels,
+        )
 
 
 def findep_a6000_profile() -> HardwareProfile:
@@ -91,7 +116,9 @@ def findep_a6000_profile() -> HardwareProfile:
         source="FinDEP paper Fig. 7 (RTX A6000 micro-benchmarks), converted from ms to s",
         gemm=AlphaBeta(alpha=0.17 * ms, beta=8.59e-11 * ms),
         attention=AlphaBeta(alpha=0.15 * ms, beta=1.54e-11 * ms),
-        a2e={(1, 7): AlphaBeta(alpha=0.10 * ms, beta=9.61e-7 * ms),
-             (2, 6): AlphaBeta(alpha=0.01 * ms, beta=1.28e-6 * ms),
-             (4, 4): AlphaBeta(alpha=0.37 * ms, beta=2.55e-6 * ms)},
+        a2e={
+            (1, 7): AlphaBeta(alpha=0.10 * ms, beta=9.61e-7 * ms),
+            (2, 6): AlphaBeta(alpha=0.01 * ms, beta=1.28e-6 * ms),
+            (4, 4): AlphaBeta(alpha=0.37 * ms, beta=2.55e-6 * ms),
+        },
     )

@@ -28,6 +28,7 @@ import torch
 
 from moeplan.cost import CostModel, HardwareProfile
 from moeplan.cost.calibrate import FitRow, NcclRows, fit_nccl, heldout_mask
+from moeplan.cost.kernel_fits import fit_rows
 from moeplan.cost.linear import AlphaBeta, Roofline, quality
 from moeplan.errors import MoeplanError
 from moeplan.profiling import microbench as mb
@@ -53,19 +54,31 @@ class Sizes:
     def preset(cls, device: str, quick: bool, models: tuple[str, ...] | None = None) -> Sizes:
         for m in models or ():
             if m not in model_names():
-                raise MoeplanError(f"model ({m}) is not a preset; choose from {', '.join(model_names())}")
+                raise MoeplanError(
+                    f"model ({m}) is not a preset; choose from {', '.join(model_names())}"
+                )
         if quick:
-            return cls(models=models or ("qwen3-30b-a3b", "deepseek-v2-lite"),
-                       tokens=(1, 8, 32, 128), contexts=(64, 256), batches=(1, 4),
-                       scale=8 if device == "cpu" else 1, repeats=3, ceiling_gemm=256,
-                       ceiling_copy_bytes=16 << 20)
+            return cls(
+                models=models or ("qwen3-30b-a3b", "deepseek-v2-lite"),
+                tokens=(1, 8, 32, 128),
+                contexts=(64, 256),
+                batches=(1, 4),
+                scale=8 if device == "cpu" else 1,
+                repeats=3,
+                ceiling_gemm=256,
+                ceiling_copy_bytes=16 << 20,
+            )
         cpu = device == "cpu"
-        return cls(models=models or tuple(model_names()),
-                   tokens=(1, 16, 64, 256, 1024) if cpu else (1, 16, 64, 256, 1024, 4096, 16384),
-                   contexts=(256, 1024) if cpu else (512, 2048, 8192),
-                   batches=(1, 4) if cpu else (1, 8, 32), scale=4 if cpu else 1,
-                   repeats=5 if cpu else 20, ceiling_gemm=1024 if cpu else 8192,
-                   ceiling_copy_bytes=(64 << 20) if cpu else (1 << 30))
+        return cls(
+            models=models or tuple(model_names()),
+            tokens=(1, 16, 64, 256, 1024) if cpu else (1, 16, 64, 256, 1024, 4096, 16384),
+            contexts=(256, 1024) if cpu else (512, 2048, 8192),
+            batches=(1, 4) if cpu else (1, 8, 32),
+            scale=4 if cpu else 1,
+            repeats=5 if cpu else 20,
+            ceiling_gemm=1024 if cpu else 8192,
+            ceiling_copy_bytes=(64 << 20) if cpu else (1 << 30),
+        )
 
 
 @dataclass(kw_only=True)
@@ -79,6 +92,7 @@ class Measurements:
     nccl: list[tuple[str, int, float, float]] = field(default_factory=list)
     copy_bw: float = 0.0
     gemm_flops: float = 0.0
+    tables: dict[str, list[dict]] = field(default_factory=dict)  # kernel rows, ``ours_s`` added
 
 
 Job = tuple[str, Callable[[], None]]
@@ -89,24 +103,80 @@ def jobs(sizes: Sizes, device: torch.device, meas: Measurements, seed: int = 0) 
     gen = torch.Generator().manual_seed(seed)
     r = sizes.repeats
     out: list[Job] = [
-        ("copy ceiling", lambda: setattr(meas, "copy_bw", mb.copy_bandwidth(
-            sizes.ceiling_copy_bytes, device=device, gen=gen, repeats=r))),
-        ("GEMM ceiling", lambda: setattr(meas, "gemm_flops", mb.gemm_ceiling(
-            sizes.ceiling_gemm, device=device, gen=gen, repeats=r)))]
+        (
+            "copy ceiling",
+            lambda: setattr(
+                meas,
+                "copy_bw",
+                mb.copy_bandwidth(sizes.ceiling_copy_bytes, device=device, gen=gen, repeats=r),
+            ),
+        ),
+        (
+            "GEMM ceiling",
+            lambda: setattr(
+                meas,
+                "gemm_flops",
+                mb.gemm_ceiling(sizes.ceiling_gemm, device=device, gen=gen, repeats=r),
+            ),
+        ),
+    ]
     for name in sizes.models:
         model = load_model(name)
         for m, n, k in model_gemms(model, list(sizes.tokens), sizes.scale):
-            out.append((f"{name} gemm {m}x{n}x{k}", lambda m=m, n=n, k=k: meas.gemm.append(
-                (m, n, k, mb.bench_gemm(m, n, k, device=device, gen=gen, repeats=r)))))
+            out.append(
+                (
+                    f"{name} gemm {m}x{n}x{k}",
+                    lambda m=m, n=n, k=k: meas.gemm.append(
+                        (m, n, k, mb.bench_gemm(m, n, k, device=device, gen=gen, repeats=r))
+                    ),
+                )
+            )
         for s in attention_shapes(model, list(sizes.contexts), list(sizes.batches), sizes.scale):
-            out.append((f"{name} sdpa q{s.q_len} ctx{s.ctx_len}", lambda s=s: meas.attention.append(
-                (s.macs, mb.bench_attention(s, device=device, gen=gen, repeats=r)))))
+            out.append(
+                (
+                    f"{name} sdpa q{s.q_len} ctx{s.ctx_len}",
+                    lambda s=s: meas.attention.append(
+                        (s.macs, mb.bench_attention(s, device=device, gen=gen, repeats=r))
+                    ),
+                )
+            )
         out += _expert_jobs(name, sizes, device, gen, meas)
+    return out + _table_jobs(sizes, device, gen, meas)
+
+
+def _table_jobs(
+    sizes: Sizes, device: torch.device, gen: torch.Generator, meas: Measurements
+) -> list[Job]:
+    """Own kernels at the kernel tables' shapes (CUDA, full run) or CPU-sized ones."""
+    from moeplan.profiling import tables
+
+    rows = (
+        tables.table_rows()
+        if device.type == "cuda" and sizes.scale == 1 and sizes.repeats > 3
+        else tables.small_rows()
+    )
+    reps = min(sizes.repeats, 10)
+
+    def one(op: str, rs: list[dict]) -> None:
+        got = tables.measure_rows({op: rs}, device=device, gen=gen, repeats=reps)[op]
+        meas.tables.setdefault(op, []).extend(got)
+
+    out: list[Job] = []
+    for op, rs in rows.items():
+        step = 40 if op == "moe" else 20
+        for j in range(0, len(rs), step):
+            out.append(
+                (
+                    f"{op} rows {j}-{j + len(rs[j : j + step]) - 1}",
+                    lambda op=op, chunk=rs[j : j + step]: one(op, chunk),
+                )
+            )
     return out
 
 
-def _expert_jobs(name: str, sizes: Sizes, device: torch.device, gen: torch.Generator,
-                 meas: Measurements) -> list[Job]:
+def _expert_jobs(
+    name: str, sizes: Sizes, device: torch.device, gen: torch.Generator, meas: Measurements
+) -> list[Job]:
     model = load_model(name)
     h = -(-model.hidden_size // sizes.scale)
     i = -(-model.moe_intermediate_size // sizes.scale)
@@ -114,29 +184,70 @@ def _expert_jobs(name: str, sizes: Sizes, device: torch.device, gen: torch.Gener
     out: list[Job] = []
     for t in sizes.tokens:
         m = tokens_per_expert(model, t)
-        out.append((f"{name} experts {local}x{m}", lambda m=m: meas.expert.append(
-            (m, local, h, i, mb.bench_expert_ffn(m, local, h, i, device=device, gen=gen,
-                                                 repeats=sizes.repeats)))))
+        out.append(
+            (
+                f"{name} experts {local}x{m}",
+                lambda m=m: meas.expert.append(
+                    (
+                        m,
+                        local,
+                        h,
+                        i,
+                        mb.bench_expert_ffn(
+                            m, local, h, i, device=device, gen=gen, repeats=sizes.repeats
+                        ),
+                    )
+                ),
+            )
+        )
         nbytes = float(t * model.top_k * h * mb.bench_dtype(device).itemsize)
-        out.append((f"{name} permute {t}x{model.top_k}", lambda t=t, nbytes=nbytes: meas.permute.append(
-            (nbytes, mb.bench_permutation(t, model.top_k, model.num_experts, h, device=device,
-                                          gen=gen, repeats=sizes.repeats)))))
+        out.append(
+            (
+                f"{name} permute {t}x{model.top_k}",
+                lambda t=t, nbytes=nbytes: meas.permute.append(
+                    (
+                        nbytes,
+                        mb.bench_permutation(
+                            t,
+                            model.top_k,
+                            model.num_experts,
+                            h,
+                            device=device,
+                            gen=gen,
+                            repeats=sizes.repeats,
+                        ),
+                    )
+                ),
+            )
+        )
     return out
 
 
 def local_cluster(device: torch.device, meas: Measurements) -> ClusterSpec:
     """A one-GPU cluster whose datasheet numbers are the measured ceilings."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    mem = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 1 << 34
+    mem = (
+        torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 1 << 34
+    )
     link = LinkSpec(kind="local", bw=max(meas.copy_bw / 2, 1.0), latency=0.0)
-    return ClusterSpec(name=f"local-{device.type}", num_nodes=1, gpus_per_node=1,
-                       gpu=GPUSpec(name=name, flops_bf16=max(meas.gemm_flops, 1.0),
-                                   mem_bytes=float(mem), mem_bw=max(meas.copy_bw, 1.0)),
-                       intra=link, inter=link)
+    return ClusterSpec(
+        name=f"local-{device.type}",
+        num_nodes=1,
+        gpus_per_node=1,
+        gpu=GPUSpec(
+            name=name,
+            flops_bf16=max(meas.gemm_flops, 1.0),
+            mem_bytes=float(mem),
+            mem_bw=max(meas.copy_bw, 1.0),
+        ),
+        intra=link,
+        inter=link,
+    )
 
 
-def _fit_alpha_beta(op: str, rows: list[tuple[float, float]], seed: int
-                    ) -> tuple[AlphaBeta | None, FitRow | None]:
+def _fit_alpha_beta(
+    op: str, rows: list[tuple[float, float]], seed: int
+) -> tuple[AlphaBeta | None, FitRow | None]:
     if len(rows) < 3:
         return None, None
     x, y = (np.asarray(v, float) for v in zip(*rows, strict=True))
@@ -157,8 +268,9 @@ def _fit_gemm(meas: Measurements, seed: int) -> tuple[Roofline, list[FitRow]]:
     return model, [FitRow(op="gemm", num_gpus=1, scope="model shapes", quality=q)]
 
 
-def fit(meas: Measurements, name: str, source: str, cluster: ClusterSpec, seed: int = 0
-        ) -> tuple[HardwareProfile, list[FitRow]]:
+def fit(
+    meas: Measurements, name: str, source: str, cluster: ClusterSpec, seed: int = 0
+) -> tuple[HardwareProfile, list[FitRow]]:
     """Fit the profile from measurements; quality per fit (see module docstring)."""
     gemm_model, report = _fit_gemm(meas, seed)
     attn, attn_row = _fit_alpha_beta("attention", meas.attention, seed + 2)
@@ -167,27 +279,58 @@ def fit(meas: Measurements, name: str, source: str, cluster: ClusterSpec, seed: 
     colls = {}
     if meas.nccl:
         op, ng, nb, lat = (np.asarray(v) for v in zip(*meas.nccl, strict=True))
-        colls, nccl_rows = fit_nccl(NcclRows(op=op, num_gpus=ng.astype(int), nbytes=nb.astype(float),
-                                             latency=lat.astype(float)), seed)
+        colls, nccl_rows = fit_nccl(
+            NcclRows(
+                op=op, num_gpus=ng.astype(int), nbytes=nb.astype(float), latency=lat.astype(float)
+            ),
+            seed,
+        )
         report += nccl_rows
-    profile = HardwareProfile(name=name, source=source, gemm=gemm_model, attention=attn,
-                              collectives=colls)  # type: ignore[arg-type]
+    kernels = None
+    if meas.tables:
+        kernels = fit_rows(meas.tables, lambda op, r: float(r["ours_s"]), seed)
+        report += [
+            FitRow(op=f"{k} (own kernels)", num_gpus=1, scope="whole shapes held out", quality=q)
+            for k, q in kernels.quality.items()
+        ]
+    profile = HardwareProfile(
+        name=name,
+        source=source,
+        gemm=gemm_model,
+        attention=attn,
+        collectives=colls,  # type: ignore[arg-type]
+        kernels=kernels,
+    )
     cm = CostModel(cluster, profile)
     if meas.expert:
-        pred = [cm.grouped_gemm(mm, 2 * i, h, e) + cm.grouped_gemm(mm, h, i, e)
-                for mm, e, h, i, _ in meas.expert]
+        pred = [
+            cm.grouped_gemm(mm, 2 * i, h, e) + cm.grouped_gemm(mm, h, i, e)
+            for mm, e, h, i, _ in meas.expert
+        ]
         y = [row[-1] for row in meas.expert]
-        report.append(FitRow(op="expert_ffn", num_gpus=1, scope="predicted from gemm",
-                             quality=quality(pred, y, pred, y)))
+        report.append(
+            FitRow(
+                op="expert_ffn",
+                num_gpus=1,
+                scope="predicted from gemm",
+                quality=quality(pred, y, pred, y),
+            )
+        )
     qual = {r.op if r.num_gpus == 1 else f"{r.op}/{r.num_gpus}": r.quality for r in report}
     object.__setattr__(profile, "quality", qual)
     return profile, report
 
 
-def run_calibration(device: str, *, quick: bool, seed: int = 0, models: tuple[str, ...] | None = None,
-                    name: str | None = None, on_job: Callable[[str], None] | None = None,
-                    on_plan: Callable[[int], None] | None = None
-                    ) -> tuple[HardwareProfile, list[FitRow], Measurements, ClusterSpec]:
+def run_calibration(
+    device: str,
+    *,
+    quick: bool,
+    seed: int = 0,
+    models: tuple[str, ...] | None = None,
+    name: str | None = None,
+    on_job: Callable[[str], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> tuple[HardwareProfile, list[FitRow], Measurements, ClusterSpec]:
     """Measure everything on ``device`` and fit. ``on_plan(n)``/``on_job(label)``: progress."""
     dev = resolve_device(device)
     sizes = Sizes.preset(device, quick, models)
@@ -200,7 +343,9 @@ def run_calibration(device: str, *, quick: bool, seed: int = 0, models: tuple[st
         if on_job:
             on_job(label)
     cluster = local_cluster(dev, meas)
-    source = (f"moeplan calibrate --device {device}{' --quick' if quick else ''} --seed {seed} "
-              f"on {cluster.gpu.name}, torch {torch.__version__}")
+    source = (
+        f"moeplan calibrate --device {device}{' --quick' if quick else ''} --seed {seed} "
+        f"on {cluster.gpu.name}, torch {torch.__version__}"
+    )
     profile, report = fit(meas, name or f"measured-{device}", source, cluster, seed)
     return profile, report, meas, cluster

@@ -102,8 +102,10 @@ def bench_moe(
     gen: torch.Generator,
     repeats: int = 5,
     loop: bool = False,
+    graph: bool = False,
 ) -> float:
-    """Routed experts of one layer (permute, gather, grouped SwiGLU, combine) or the loop."""
+    """Routed experts of one layer (permute, gather, grouped SwiGLU, combine) or the loop;
+    ``graph``: replays of a captured CUDA graph (see :func:`median_time`)."""
     dtype = bench_dtype(device)
     w = _expert_weights(num_experts, h, i, dtype, device, gen)
     inputs = [
@@ -112,7 +114,11 @@ def bench_moe(
     ]
     fn = loop_moe if loop else K.grouped_moe
     return median_time(
-        lambda x, ids, wt: fn(x, ids, wt, *w), inputs, device=device, repeats=repeats
+        lambda x, ids, wt: fn(x, ids, wt, *w),
+        inputs,
+        device=device,
+        repeats=repeats,
+        graph=graph,
     )
 
 

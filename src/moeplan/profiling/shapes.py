@@ -79,14 +79,21 @@ def expert_gemms(model: ModelSpec, tokens: int, scale: int = 1) -> list[tuple[in
     return out
 
 
-def model_gemms(model: ModelSpec, tokens_list: list[int], scale: int = 1) -> list[tuple[int, int, int]]:
+def model_gemms(
+    model: ModelSpec, tokens_list: list[int], scale: int = 1
+) -> list[tuple[int, int, int]]:
     """All distinct GEMM shapes of the model over ``tokens_list``."""
-    shapes = {s for t in tokens_list for s in attention_gemms(model, t, scale) + expert_gemms(model, t, scale)}
+    shapes = {
+        s
+        for t in tokens_list
+        for s in attention_gemms(model, t, scale) + expert_gemms(model, t, scale)
+    }
     return sorted(shapes)
 
 
-def attention_shapes(model: ModelSpec, contexts: list[int], batches: list[int],
-                     scale: int = 1) -> list[AttnShape]:
+def attention_shapes(
+    model: ModelSpec, contexts: list[int], batches: list[int], scale: int = 1
+) -> list[AttnShape]:
     """Prefill (``q_len = ctx``, causal) and decode (``q_len = 1``) SDPA shapes.
 
     MLA is measured in its expanded form (``heads`` x ``q_dim``/``v_head_dim``, one KV head per
@@ -103,6 +110,15 @@ def attention_shapes(model: ModelSpec, contexts: list[int], batches: list[int],
     for ctx in contexts:
         for b in batches:
             for q_len in (ctx, 1):
-                out.append(AttnShape(num_seqs=b, q_len=q_len, ctx_len=ctx, heads=heads,
-                                     kv_heads=kv, qk_dim=qk, v_dim=v))
+                out.append(
+                    AttnShape(
+                        num_seqs=b,
+                        q_len=q_len,
+                        ctx_len=ctx,
+                        heads=heads,
+                        kv_heads=kv,
+                        qk_dim=qk,
+                        v_dim=v,
+                    )
+                )
     return out

@@ -122,6 +122,12 @@ def _routing(
     return ids.to(device), torch.rand(tokens, k, generator=gen).to(device)
 
 
+def _moe_call(
+    x: torch.Tensor, ids: torch.Tensor, wt: torch.Tensor, *, w: list[torch.Tensor]
+) -> torch.Tensor:
+    return K.grouped_moe(x, ids, wt, *w)
+
+
 def measure_moe(
     rows: Iterable[dict[str, Any]], *, device: torch.device, gen: torch.Generator, repeats: int = 10
 ) -> list[dict[str, Any]]:
@@ -143,13 +149,13 @@ def measure_moe(
                 (x, *_routing(t, k, e, local, device, gen))
                 for (x,) in random_inputs([(t, h)], dtype=dtype, device=device, gen=gen)
             ]
-            s = median_time(
-                lambda x, ids, wt, w=w: K.grouped_moe(x, ids, wt, *w),
-                inputs,
-                device=device,
-                repeats=repeats,
-            )
-            out.append({**r, "ours_ms": s * 1e3})
+            fn = partial(_moe_call, w=w)
+            s = median_time(fn, inputs, device=device, repeats=repeats)
+            row = {**r, "ours_ms": s * 1e3}
+            if device.type == "cuda":
+                g = median_time(fn, inputs, device=device, repeats=repeats, graph=True)
+                row["ours_graph_ms"] = g * 1e3
+            out.append(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return out
@@ -176,6 +182,89 @@ def measure_attention(
 
         fn = partial(F.scaled_dot_product_attention, is_causal=not decode, enable_gqa=hq != hk)
         s = median_time(fn, inputs, device=device, repeats=repeats)
-        out.append({**r, "ours_ms": s * 1e3})
+        row = {**r, "ours_ms": s * 1e3}
+        if device.type == "cuda":
+            g = median_time(fn, inputs, device=device, repeats=repeats, graph=True)
+            row["ours_graph_ms"] = g * 1e3
+        out.append(row)
         del inputs
     return out
+
+
+def small_rows(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Table-format rows at CPU-sized shapes (tests, ``calibrate --device cpu``): the same
+    columns as NVIDIA's rows, a few shape families, several token counts each."""
+    moe = [
+        {
+            "num_tokens": t,
+            "hidden_size": h,
+            "inter_size": i,
+            "topk": k,
+            "num_experts": e,
+            "moe_tp_size": 1,
+            "moe_ep_size": ep,
+        }
+        for h, i, k, e, ep in (
+            (64, 32, 2, 8, 1),
+            (96, 48, 4, 16, 2),
+            (128, 64, 2, 8, 2),
+            (64, 96, 4, 16, 1),
+            (128, 32, 1, 4, 1),
+        )
+        for t in (1, 4, 16, 64, 256)
+    ]
+    heads = ((2, 1, 32), (4, 2, 32), (4, 4, 16), (2, 2, 64), (8, 2, 16))
+    ctx = [
+        {
+            "batch_size": b,
+            "isl": s,
+            "num_heads": hq,
+            "num_key_value_heads": hk,
+            "head_dim": d,
+            "step": 0,
+        }
+        for hq, hk, d in heads
+        for b, s in ((1, 32), (2, 64), (1, 128))
+    ]
+    gen = [
+        {
+            "batch_size": b,
+            "isl": 1,
+            "num_heads": hq,
+            "num_key_value_heads": hk,
+            "head_dim": d,
+            "step": c - 1,
+        }
+        for hq, hk, d in heads
+        for b, c in ((1, 64), (4, 256), (8, 128))
+    ]
+    return {"moe": moe, "context_attention": ctx, "generation_attention": gen}
+
+
+def measure_rows(
+    rows: dict[str, list[dict[str, Any]]],
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 10,
+) -> dict[str, list[dict[str, Any]]]:
+    """Measure every op's rows (MoE grouped by shape) and add ``ours_s``: the CUDA-graph
+    replay time on CUDA (kernel time, as the tables are), the eager time elsewhere."""
+    out = {"moe": measure_moe(rows.get("moe", []), device=device, gen=gen, repeats=repeats)}
+    for op in ("context_attention", "generation_attention"):
+        out[op] = measure_attention(rows.get(op, []), op, device=device, gen=gen, repeats=repeats)
+    for rs in out.values():
+        for r in rs:
+            r["ours_s"] = r.get("ours_graph_ms", r["ours_ms"]) * 1e-3
+    return out
+
+
+def table_rows(n_attention: int = 120) -> dict[str, list[dict[str, Any]]]:
+    """NVIDIA's H100 SGLang row shapes measured by ``calibrate --device cuda``."""
+    return {
+        "moe": moe_rows(),
+        **{
+            op: attention_rows(op, n_attention)
+            for op in ("context_attention", "generation_attention")
+        },
+    }

@@ -83,6 +83,25 @@ def random_inputs(
     return [tuple(randn(*s, dtype=dtype, device=device, gen=gen) for s in shapes) for _ in range(n)]
 
 
+def _graphed(
+    fn: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], warmup: int
+) -> list[Callable[[], Any]]:
+    """One captured CUDA graph of ``fn(*args)`` per input set (warm-up on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(max(warmup, 1)):
+            fn(*inputs[i % len(inputs)])
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for args in inputs:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(*args)
+        graphs.append(g.replay)
+    return graphs
+
+
 def median_time(
     fn: Callable[..., Any],
     inputs: Sequence[tuple[Any, ...]],
@@ -90,26 +109,35 @@ def median_time(
     device: torch.device,
     warmup: int = 3,
     repeats: int = 10,
+    graph: bool = False,
 ) -> float:
-    """Median seconds of ``fn(*inputs[i % len(inputs)])`` over ``repeats`` timed calls."""
+    """Median seconds of ``fn(*inputs[i % len(inputs)])`` over ``repeats`` timed calls.
+
+    ``graph=True`` (CUDA only) captures each input set's call in a CUDA graph and times the
+    replays: GPU time without the host's launch overhead, as engines run decode batches.
+    """
     if repeats < 1:
         raise MoeplanError(f"repeats ({repeats}) must be >= 1")
+    if graph and device.type == "cuda":
+        calls = _graphed(fn, inputs, warmup)
+    else:
+        calls = [lambda args=args: fn(*args) for args in inputs]
     for i in range(warmup):
-        fn(*inputs[i % len(inputs)])
+        calls[i % len(calls)]()
     synchronize(device)
     times = []
     for r in range(repeats):
-        args = inputs[(warmup + r) % len(inputs)]
+        call = calls[(warmup + r) % len(calls)]
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(*args)
+            call()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e-3)
         else:
             t0 = time.perf_counter()
-            fn(*args)
+            call()
             synchronize(device)
             times.append(time.perf_counter() - t0)
     return float(np.median(times))

@@ -22,7 +22,9 @@ def _hist_kernel(keys_ptr, hist_ptr, n, bins, BLOCK: tl.constexpr, BINS: tl.cons
 
 
 @triton.jit
-def _pos_kernel(keys_ptr, base_ptr, pos_ptr, n, bins, BLOCK: tl.constexpr, BINS: tl.constexpr):
+def _pos_kernel(
+    keys_ptr, base_ptr, pos_ptr, n, bins, nblocks, BLOCK: tl.constexpr, BINS: tl.constexpr
+):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     k = tl.load(keys_ptr + offs, mask=offs < n, other=-1)
@@ -30,25 +32,31 @@ def _pos_kernel(keys_ptr, base_ptr, pos_ptr, n, bins, BLOCK: tl.constexpr, BINS:
     onehot = (k[:, None] == b[None, :]).to(tl.int32)
     rank = tl.sum(tl.cumsum(onehot, axis=0) * onehot, axis=1) - 1
     valid = (k >= 0) & (offs < n)
-    base = tl.load(base_ptr + pid * bins + tl.where(valid, k, 0), mask=valid, other=0)
+    base = tl.load(base_ptr + tl.where(valid, k, 0) * nblocks + pid, mask=valid, other=0)
     pos = tl.where(valid, base + rank, -1)
     tl.store(pos_ptr + offs, pos.to(tl.int64), mask=offs < n)
 
 
 def stable_positions_triton(keys: torch.Tensor, num_bins: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two-pass block counting sort; see :mod:`moeplan.runtime.kernels.positions`."""
+    """Two-pass block counting sort; see :mod:`moeplan.runtime.kernels.positions`.
+
+    The first row of (bin ``b``, block ``j``) is the exclusive prefix sum of the histogram laid
+    out bin-major (``hist.T`` flattened): one 1-D scan. (A ``cumsum`` over the block dimension
+    of ``[blocks, bins]`` was 0.36 ms at 16k tokens on an H100, a third of the permutation.)
+    No host synchronisation, so the permutation can be captured in a CUDA graph.
+    """
     keys = keys.contiguous()
     n = keys.numel()
     bins_p2 = triton.next_power_of_2(max(num_bins, 2))
     block = max(16, min(128, 8192 // bins_p2))
     nblocks = triton.cdiv(n, block)
-    hist = torch.zeros(nblocks, num_bins, dtype=torch.int64, device=keys.device)
+    hist = torch.empty(nblocks, num_bins, dtype=torch.int64, device=keys.device)
     _hist_kernel[(nblocks,)](keys, hist, n, num_bins, BLOCK=block, BINS=bins_p2)
     counts = hist.sum(0)
-    start = torch.cumsum(counts, 0) - counts
-    base = (start[None, :] + torch.cumsum(hist, 0) - hist).contiguous()
+    flat = hist.t().reshape(-1)  # bin-major: (b, j) at b * nblocks + j
+    base = torch.cumsum(flat, 0) - flat
     pos = torch.empty(n, dtype=torch.int64, device=keys.device)
-    _pos_kernel[(nblocks,)](keys, base, pos, n, num_bins, BLOCK=block, BINS=bins_p2)
+    _pos_kernel[(nblocks,)](keys, base, pos, n, num_bins, nblocks, BLOCK=block, BINS=bins_p2)
     return pos, counts
 
 

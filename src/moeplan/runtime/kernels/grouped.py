@@ -14,6 +14,15 @@ experts:
 :func:`grouped_moe` chains :func:`~moeplan.runtime.kernels.permute.permute`, ``gather_rows``,
 :func:`grouped_swiglu` and ``combine`` — the routed-expert part of an MoE layer for any k per
 token (``ids [T, K]`` with ``-1`` pads). Reference: :mod:`moeplan.runtime.layers.moe`.
+
+On CUDA with Triton and the ragged GEMM (:func:`_fused_ragged_moe`) it runs without a host
+synchronisation: rows are laid out for all ``T*K`` slots (the valid ones first, sorted by
+expert; the grouped GEMM stops at ``offs[-1]``, so the tail is never computed or read), the
+permutation's ``token_index``/``expert``/``weight`` arrays are not built (the combine reads
+each slot's weight where the router left it). The H100 profile of the eager path showed the
+index build's host sync and ~30 small launches costing 0.8 ms per layer whatever the batch —
+22x SGLang's fused kernel at one token. Without the sync the layer is capturable in a CUDA
+graph (what engines do for decode batches); ``bench/gpu_session.py`` times both.
 """
 
 from __future__ import annotations
@@ -94,6 +103,36 @@ def grouped_swiglu(
     return _padded(x, counts, w)
 
 
+def permuted_rows(
+    x: torch.Tensor, ids: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sync-free variable-k permutation on CUDA: ``(rows [T*K, H], pos [T, K], counts [E])``.
+
+    ``rows[:counts.sum()]`` are the valid slots' activations sorted by expert (stable), the
+    tail repeats token 0 (never read); ``pos`` is each slot's row (``-1`` for pads)."""
+    from moeplan.runtime.kernels._triton import gather_rows_triton
+    from moeplan.runtime.kernels.positions import stable_positions
+
+    num_tokens, k = ids.shape
+    n = num_tokens * k
+    pos, counts = stable_positions(ids.reshape(-1), num_experts)
+    token = torch.arange(n, device=x.device) // max(k, 1)
+    index = torch.zeros(n + 1, dtype=torch.long, device=x.device)
+    index[torch.where(pos >= 0, pos, n)] = token
+    return gather_rows_triton(x, index[:n]), pos.view(num_tokens, k), counts
+
+
+def _fused_ragged_moe(
+    x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, w: Weights
+) -> torch.Tensor:
+    """Sync-free routed experts (CUDA, Triton, bf16 ragged GEMM); see the module docstring."""
+    from moeplan.runtime.kernels._triton import combine_triton
+
+    rows, pos, counts = permuted_rows(x, ids, w[0].shape[0])
+    y = _ragged(rows, counts, w)
+    return combine_triton(y, pos, torch.where(pos >= 0, weights.float(), 0.0))
+
+
 def grouped_moe(
     x: torch.Tensor,
     ids: torch.Tensor,
@@ -103,6 +142,10 @@ def grouped_moe(
     w_down: torch.Tensor,
 ) -> torch.Tensor:
     """Routed experts of one MoE layer: ``x [T, H]``, ``ids/weights [T, K]`` -> ``[T, H]``."""
+    from moeplan.runtime.kernels._backend import triton_enabled
+
+    if ids.numel() and triton_enabled(x) and _ragged_ok(x, w_gate):
+        return _fused_ragged_moe(x, ids, weights, (w_gate, w_up, w_down))
     perm = permute(ids, weights, w_gate.shape[0])
     rows = gather_rows(x, perm)
     return combine(grouped_swiglu(rows, perm.counts, w_gate, w_up, w_down), perm)

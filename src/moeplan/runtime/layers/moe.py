@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from moeplan.runtime.config import MoEConfig
-from moeplan.runtime.kernels import grouped_swiglu, swiglu
+from moeplan.runtime.kernels import grouped_moe, grouped_swiglu, swiglu
 from moeplan.runtime.layers.permute import Permutation, combine, gather_rows, permute
 from moeplan.runtime.layers.routing import Routing, grouped_topk, softmax_topk, topp_routing
 
@@ -125,6 +125,8 @@ def moe_forward(
     n_local = w.w_gate.shape[0]
     ids = r.ids - expert_offset
     ids = torch.where((r.ids >= 0) & (ids >= 0) & (ids < n_local), ids, torch.full_like(ids, -1))
+    if x.is_cuda and method == "bmm":  # the sync-free fused path (kernels.grouped_moe)
+        return grouped_moe(x, ids, r.weights, w.w_gate, w.w_up, w.w_down) + shared_out(x, w)
     perm = permute(ids, r.weights, n_local)
     return combine(expert_rows(x, perm, w, method), perm) + shared_out(x, w)
 
