@@ -177,6 +177,48 @@ def profile_vs_engines() -> list[dict[str, Any]]:
     return out
 
 
+def _runtime_model(name: str) -> ModelSpec:
+    """The preset as the runtime builds it at full width (``runtime.config.from_model_spec``):
+    plain MHA with ``head_dim = hidden / heads``, bf16 weights, the MoE block unchanged."""
+    from moeplan.specs.quant import UNQUANTIZED
+
+    m = load_model(name)
+    return replace(
+        m,
+        attention="gqa",
+        num_kv_heads=m.num_attention_heads,
+        head_dim=m.hidden_size // m.num_attention_heads,
+        quant=UNQUANTIZED,
+    )
+
+
+def runtime_compare(data: Path) -> list[dict[str, Any]]:
+    """The runtime's MoE layer and attention (one GPU, bf16, ``runtime.json``) against the cost
+    model's prediction for the same shapes: the h100-measured profile and the SGLang tables."""
+    cl = load_cluster("h100-sxm-8")
+    models = {
+        "profile": CostModel(cl, load_profile("h100-measured")),
+        "sglang tables": CostModel(cl, None, engine="sglang", kernels=kernel_db()),
+    }
+    out = []
+    for r in json.loads((data / "runtime.json").read_text()):
+        m = _runtime_model(r["model"])
+        row = dict(r)
+        for label, cm in models.items():
+            if r["op"] == "moe_layer":
+                t = r["tokens"]
+                pred = (
+                    cm.router(m, t)
+                    + cm.shared_expert(m, t)
+                    + cm.expert_ffn(m, t * m.top_k / m.num_experts, m.num_experts)
+                )
+            else:
+                pred = cm.attention_layer(m, r["batch"], r["seq"], r["seq"])
+            row[label] = pred
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA))
@@ -186,12 +228,15 @@ def main() -> None:
     rows = compare(Path(a.data))
     summary = summarise(rows)
     engines = profile_vs_engines()
+    runtime = runtime_compare(Path(a.data))
     if a.out:
         Path(a.out).write_text(
-            json.dumps({"summary": summary, "engines": engines, "rows": rows}, indent=1)
+            json.dumps(
+                {"summary": summary, "engines": engines, "runtime": runtime, "rows": rows}, indent=1
+            )
         )
     if a.json:
-        print(json.dumps({"summary": summary, "engines": engines}, indent=1))
+        print(json.dumps({"summary": summary, "engines": engines, "runtime": runtime}, indent=1))
         return
 
     def cell(v: Any) -> str:
@@ -207,6 +252,22 @@ def main() -> None:
             f"{s['op']:22s} {s['regime']:13s} {s['rows']:5d}  {cell(s.get('ours')):>13s}  "
             f"{cell(s.get('ours_graph')):>13s}  {cell(s.get('profile')):>13s}  "
             f"{cell(s.get('db')):>13s}"
+        )
+
+
+def print_runtime(runtime: list[dict[str, Any]]) -> None:
+    print("\nruntime layers on one H100 (ms): measured eager / CUDA graph vs predicted")
+    print(
+        f"{'op':10s} {'model':17s} {'shape':>12s} {'eager':>8s} {'graph':>8s} "
+        f"{'profile':>8s} {'tables':>8s}"
+    )
+    for r in runtime:
+        shape = str(r["tokens"]) if r["op"] == "moe_layer" else f"{r['batch']}x{r['seq']}"
+        g = r.get("graph_s")
+        print(
+            f"{r['op']:10s} {r['model']:17s} {shape:>12s} {1e3 * r['measured_s']:8.3f} "
+            f"{'-' if g is None else f'{1e3 * g:.3f}':>8s} {1e3 * r['profile']:8.3f} "
+            f"{1e3 * r['sglang tables']:8.3f}"
         )
 
 
