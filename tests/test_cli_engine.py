@@ -271,12 +271,19 @@ def test_store_misses_on_a_changed_table_a_corrupt_or_foreign_file(tmp_path):
     files = {k: p for k, (p, _) in table_files().items()}
     other = tmp_path / "moe_perf.parquet"  # same rows, one more byte: another content key
     other.write_bytes(files[STORE_KEY].read_bytes() + b"\0")
-    store = DiskStore(root, {**files, STORE_KEY: other}, table_devices())
-    assert store.get(("variants", *STORE_KEY)) is None
+    stale = DiskStore(root, {**files, STORE_KEY: other}, table_devices())
+    store = DiskStore(root, files, table_devices())
+    key = ("variants", *STORE_KEY)
+    assert stale.get(key) is None and store.get(key) is not None
     for path in root.glob("*.pkl"):
         path.write_bytes(b"not a pickle")
     assert _predict(_db(root)) == built  # rebuilt and rewritten
     assert all(pickle.loads(p.read_bytes()) is not None for p in root.glob("*-variants-*.pkl"))
-    for path in root.glob("*.pkl"):
-        path.chmod(0o666)  # writable by others: never unpickled
-    assert DiskStore(root, files, table_devices()).get(("variants", *STORE_KEY)) is None
+    (counts,) = root.glob("a100_sxm-vllm-moe-variants-*.pkl")
+    counts.chmod(0o620)  # writable by others: never unpickled
+    assert store.get(key) is None
+    counts.chmod(0o600)
+    assert store.get(key) is not None
+    stale.put(key, {("x",): 1})  # the newer table's file replaces the older one
+    assert len(list(root.glob("a100_sxm-vllm-moe-variants-*.pkl"))) == 1
+    assert store.get(key) is None and stale.get(key) == {("x",): 1}

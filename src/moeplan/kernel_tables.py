@@ -18,6 +18,7 @@ per variant named by a content key — SHA-256 of the table file, of every sourc
 ``moeplan.cost.kerneldb`` and of this module, the table GPU's datasheet device and the Python,
 NumPy and SciPy versions — so a changed table, model or library is rebuilt, never served
 stale. Only files in a folder owned by the user and writable by no one else are read.
+A variant's file from an older table or model is removed when its new one is written.
 ``MOEPLAN_CACHE_DIR`` moves the folder; ``MOEPLAN_CACHE_DIR=off`` turns the store off.
 Numeric columns are read from Arrow buffers directly (``to_numpy`` on a chunked array
 imports pandas: 0.4 s).
@@ -243,9 +244,15 @@ class DiskStore:
             return None
         if table not in self._table_digest:
             self._table_digest[table] = hashlib.sha256(table.read_bytes()).hexdigest()
-        text = f"{key!r}|{self.devices.get(gpu)!r}|{self._table_digest[table]}|{_code_digest()}"
-        digest = hashlib.sha256(text.encode()).hexdigest()[:32]
-        return self.root / f"{gpu}-{engine}-{op}-{key[0]}-{digest}.pkl"
+        text = f"{self.devices.get(gpu)!r}|{self._table_digest[table]}|{_code_digest()}"
+        content = hashlib.sha256(text.encode()).hexdigest()[:24]
+        return self.root / f"{self._stem(key)}-{content}.pkl"
+
+    @staticmethod
+    def _stem(key: tuple) -> str:
+        """The part of a file name that names the variant (not the content it was built from)."""
+        gpu, engine, op = key[1:4]
+        return f"{gpu}-{engine}-{op}-{key[0]}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}"
 
     def get(self, key: tuple) -> Any | None:
         path = self.path(key)
@@ -270,6 +277,9 @@ class DiskStore:
                 with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
                     _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
                 os.replace(tmp, path)
+                for old in self.root.glob(f"{self._stem(key)}-*.pkl"):
+                    if old != path:  # built from an older table or model: one file per variant
+                        old.unlink(missing_ok=True)
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
