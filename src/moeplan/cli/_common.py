@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from moeplan.io import OutputSet, write_atomic
+
+if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
+    from moeplan.cost import CostModel
+    from moeplan.planners.plan import Plan
+    from moeplan.specs import ClusterSpec
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
 
@@ -111,7 +116,7 @@ EngineOpt = Annotated[
 ]
 
 
-def engine_cost(cluster: Any, profile: str | None, engine: str) -> Any:
+def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostModel:
     """The cost model of ``--engine`` (one line, exit 2, for an unknown engine)."""
     from moeplan.errors import require
     from moeplan.kernel_tables import engine_cost_model
@@ -120,7 +125,7 @@ def engine_cost(cluster: Any, profile: str | None, engine: str) -> Any:
     return engine_cost_model(cluster, profile, None if engine == "none" else engine)
 
 
-def pricing_of(cm: Any) -> dict[str, Any]:
+def pricing_of(cm: CostModel) -> dict[str, Any]:
     """``--json``'s ``pricing``: engine, tables and source mix of what ``cm`` priced so far."""
     from moeplan.kernel_tables import pricing
 
@@ -134,8 +139,8 @@ def print_pricing(price: dict[str, Any]) -> None:
     console.print(pricing_line(price))
 
 
-def with_pricing(plan: Any, price: dict[str, Any]) -> Any:
-    """``plan`` (a :class:`moeplan.planners.plan.Plan`) with ``details.pricing`` set."""
+def with_pricing(plan: Plan, price: dict[str, Any]) -> Plan:
+    """``plan`` with ``details.pricing`` set."""
     from dataclasses import replace
 
     return replace(plan, details={**plan.details, "pricing": price})
