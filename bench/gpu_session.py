@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-STEPS = ("env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime")
+STEPS = ("env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime", "quant")
 
 
 def step_env(out: Path, res: dict[str, Any]) -> dict[str, Any]:
@@ -308,6 +308,69 @@ def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.empty_cache()
     (out / "runtime.json").write_text(json.dumps(rows))
     return {"rows": len(rows)}
+
+
+def step_quant(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    """Weight-only int4 (tinygemm, group 128) and fp8 (``_scaled_mm``) GEMMs against bf16 at
+    the same shapes: checks the cost model's byte-ratio (decode) and datasheet-rate (fp8)
+    pricing of quantized checkpoints."""
+    from moeplan.profiling.timing import median_time
+
+    d = torch.device("cuda")
+    rows: list[dict[str, Any]] = []
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (7168, 2048)):
+        wb = torch.randn(k, n, device=d, dtype=torch.bfloat16)
+        int4 = None
+        try:
+            q = torch.randint(0, 16, (n, k), dtype=torch.int32, device=d)
+            packed = torch._convert_weight_to_int4pack(
+                (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), 8
+            )
+            sz = torch.randn(k // 128, n, 2, dtype=torch.bfloat16, device=d)
+            int4 = (packed, sz)
+        except Exception as err:
+            rows.append({"n": n, "k": k, "int4_error": repr(err)[:300]})
+        fp8 = None
+        try:
+            w8 = torch.randn(n, k, device=d).to(torch.float8_e4m3fn)
+            one = torch.ones((), device=d)
+            fp8 = (w8, one)
+        except Exception as err:
+            rows.append({"n": n, "k": k, "fp8_error": repr(err)[:300]})
+        for m in (1, 8, 32, 128, 512, 4096, 16384):
+            x = torch.randn(m, k, device=d, dtype=torch.bfloat16)
+            row: dict[str, Any] = {
+                "m": m,
+                "n": n,
+                "k": k,
+                "bf16_s": median_time(torch.mm, [(x, wb)], device=d, repeats=20),
+            }
+            if int4 is not None and m <= 512:
+                try:
+                    row["int4_s"] = median_time(
+                        lambda x, q=int4: torch._weight_int4pack_mm(x, q[0], 128, q[1]),
+                        [(x,)],
+                        device=d,
+                        repeats=20,
+                    )
+                except Exception as err:
+                    row["int4_error"] = repr(err)[:300]
+            if fp8 is not None:
+                try:
+                    x8 = x.to(torch.float8_e4m3fn)
+                    row["fp8_s"] = median_time(
+                        lambda a, f=fp8: torch._scaled_mm(
+                            a, f[0].t(), f[1], f[1], out_dtype=torch.bfloat16
+                        ),
+                        [(x8,)],
+                        device=d,
+                        repeats=20,
+                    )
+                except Exception as err:
+                    row["fp8_error"] = repr(err)[:300]
+            rows.append(row)
+    (out / "quant.json").write_text(json.dumps(rows))
+    return {"rows": len(rows), "first": rows[:2]}
 
 
 def _to(lw: Any, d: torch.device) -> Any:
