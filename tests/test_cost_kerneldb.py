@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.cost.kerneldb import Device, KernelDB, device_for
-from moeplan.cost.kerneldb.families import FAMILIES, Features, dest_ranks
-from moeplan.cost.kerneldb.fit import Analytic
+from moeplan.cost.kerneldb.families import FAMILIES, Features, WaveFeatures, dest_ranks
+from moeplan.cost.kerneldb.fit import Analytic, _weighted_median
 from moeplan.cost.kerneldb.load import busiest_rank, eplb_busiest
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import kernel_db, read_tables, table_devices
@@ -338,3 +338,45 @@ def test_deepep_transferred_to_h800_matches_deepseeks_published_bandwidth(
     copies = dest_ranks(np.array([256]), np.array([8]))[0] * 7 / 8
     implied = 4096 * 7168 * copies * elem_bytes / (gbps * 1e9)
     assert p.seconds == pytest.approx(implied, rel=0.30)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.floats(-3, 3), st.integers(1, 9)), min_size=1, max_size=12))
+def test_weighted_median_of_the_residual_field_equals_brute_force(pairs) -> None:
+    """Integer weights: the weighted median is the lower median of the values repeated."""
+    r = np.array([[v for v, _ in pairs]])
+    w = np.array([[float(c) for _, c in pairs]])
+    expanded = sorted(v for v, c in pairs for _ in range(c))
+    assert _weighted_median(r, w)[0] == expanded[math.ceil(len(expanded) / 2) - 1]
+
+
+@pytest.mark.parametrize(
+    ("ctas", "waves_a100", "waves_h100"), [(1, 1, 1), (108, 1, 1), (120, 2, 1), (264, 3, 2)]
+)
+def test_serial_block_work_is_paid_once_per_wave_over_the_sms(ctas, waves_a100, waves_h100) -> None:
+    """Closed form: only the per-work term, ``ceil(ctas / SMs)`` waves (A100 108, H100 132)."""
+    m = Analytic(floor=0.0, per_work=1e-6, flops_eff=1.0, bw_eff=1.0)
+    z = np.zeros(1)
+    f = WaveFeatures(
+        flops=z,
+        nbytes=z,
+        work=np.ones(1),
+        fp8=np.zeros(1, bool),
+        tokens=z,
+        coords=np.zeros((1, 3)),
+        ctas=np.array([float(ctas)]),
+    )
+    assert m.predict(f, A100, False)[0] == pytest.approx(1e-6 * waves_a100)
+    assert m.predict(f, H100, False)[0] == pytest.approx(1e-6 * waves_h100)
+
+
+def test_kernel_terms_apply_when_the_query_names_no_kernel(db: KernelDB) -> None:
+    """A query without ``kernel_source`` is priced with the chosen variant's kernel terms
+    (TRT-LLM decode with 128 query heads on one KV head: the MMHA fallback)."""
+    shape = dict(
+        batch_size=48, isl=1, step=3000, num_heads=128, num_key_value_heads=1, head_dim=128
+    )
+    bare = db.predict("generation_attention", H100, "trtllm", **shape)
+    named = db.predict("generation_attention", H100, "trtllm", kernel_source="torch_flow", **shape)
+    assert bare.seconds == pytest.approx(named.seconds, rel=1e-12)
+    assert bare.source == named.source == "interpolated"

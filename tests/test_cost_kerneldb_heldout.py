@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeplan.cost.kerneldb.evaluate import heldout_shapes, leave_one_gpu_out
+from moeplan.cost.kerneldb.evaluate import heldout_shapes, holdout, leave_one_gpu_out, variant_rows
+from moeplan.cost.kerneldb.families import FAMILIES
 from moeplan.kernel_tables import kernel_db
 
 MEDIAN, P90, DEEPEP, LOGO = 0.10, 0.25, 0.15, 0.20
@@ -31,20 +32,19 @@ OPS = (
 
 # (gpu, engine, op) -> measured figure of a cell that misses the held-out bar
 MISSES = {
-    ("h100_sxm", "trtllm", "moe"): "p90 42.1 %",
-    ("a100_sxm", "trtllm", "generation_attention"): "median 12.9 %, p90 55.3 %",
-    ("h100_sxm", "trtllm", "generation_attention"): "p90 30.4 %",
-    ("a100_sxm", "vllm", "context_mla"): "p90 33.7 %",
-    ("a100_sxm", "trtllm", "generation_mla"): "p90 88.7 %",
-    ("a100_sxm", "vllm", "generation_mla"): "median 14.3 %, p90 64.8 %",
+    ("h100_sxm", "trtllm", "moe"): "p90 25.4 % (CUTLASS tactic per shape: 307 of 4680 shapes "
+    "run 2-5x off every neighbour)",
+    ("a100_sxm", "trtllm", "generation_attention"): "p90 29.4 % (7.3 % of its rows beat the "
+    "A100's HBM bandwidth, 4.3 % by more than 1.25x: no prediction may)",
+    ("a100_sxm", "vllm", "generation_mla"): "p90 53.0 % (isolated 3-7x spikes; h = 1 runs "
+    "another kernel, 3.5x slower than h = 2)",
 }
 LOGO_MISSES = {
     ("h100_sxm", "sglang", "moe"): "21.9 %",
-    ("a100_sxm", "vllm", "moe"): "27.9 %",
+    ("a100_sxm", "vllm", "moe"): "27.4 %",
     ("h100_sxm", "vllm", "moe"): "30.4 %",
-    ("h100_sxm", "trtllm", "moe"): "38.7 %",
+    ("h100_sxm", "trtllm", "moe"): "38.8 %",
     ("h100_sxm", "sglang", "generation_attention"): "28.6 %",
-    ("h100_sxm", "trtllm", "generation_attention"): "23.4 %",
     ("h100_sxm", "trtllm", "context_attention"): "22.3 %",
 }
 
@@ -129,3 +129,42 @@ def test_leave_one_gpu_out_bar_every_cell(gpu: str, engine: str, op: str) -> Non
     other = GPUS[1] if gpu == GPUS[0] else GPUS[0]
     s = leave_one_gpu_out(kernel_db(), other, gpu, engine, op)
     assert s is not None and float(np.median(s.err)) <= LOGO
+
+
+def _held_out_shapes(gpu: str, engine: str, op: str, key: tuple, pick) -> np.ndarray:
+    """Errors of the rows ``pick(columns)`` selects, every token count of those shapes held out
+    of the fit and the residual field."""
+    db = kernel_db()
+    cols, y = variant_rows(db, gpu, engine, op, key)
+    test = pick(cols)
+    assert 0 < test.sum() < len(y)
+    err, _ = holdout(FAMILIES[op], cols, y, test, db.devices[gpu])
+    return err
+
+
+def test_trtllm_decode_falls_back_to_mmha_beyond_group_32() -> None:
+    """TRT-LLM decode, query-head groups > 32 (h 96-128 on kv 1-2: 10-15x slower than kv 4)
+    held out together: predicted from the MMHA term and the other fallback shapes."""
+    err = _held_out_shapes(
+        "h100_sxm",
+        "trtllm",
+        "generation_attention",
+        ("torch_flow", "bfloat16", "bfloat16"),
+        lambda c: (c["num_heads"] / c["num_key_value_heads"] > 32) & (c["num_heads"] >= 96),
+    )
+    assert np.median(err) <= MEDIAN and np.percentile(err, 90) <= P90
+
+
+def test_trtllm_mla_decode_waves_over_the_sms() -> None:
+    """A100 TRT-LLM MLA decode with 128 heads (two 64-head blocks per sequence) held out —
+    outside the measured head range, so the analytic model alone answers: the serial-key term
+    paid per wave of blocks over the 108 SMs keeps it within the p90 bar at the median
+    (h = 128 runs the time of h = 64 while ``2 b`` blocks fit on the SMs, up to 1.7x beyond)."""
+    err = _held_out_shapes(
+        "a100_sxm",
+        "trtllm",
+        "generation_mla",
+        ("default", "bfloat16", "bfloat16"),
+        lambda c: c["num_heads"] == 128,
+    )
+    assert np.median(err) <= P90

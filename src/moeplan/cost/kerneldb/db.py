@@ -253,7 +253,7 @@ class KernelDB:
         vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
         assert vm is not None
         exact, line = self._lookup(vm, cols, n)
-        f = fam.features(cols)
+        f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
         base = vm.model.predict(f, device, fam.link)
         corr, _, inside = vm.field.query(f.coords)
         peak = peak_time(f, device, fam.link)
@@ -309,7 +309,7 @@ class KernelDB:
     ) -> list[Prediction]:
         vm = self.variant(ref, engine, fam.op, key)
         assert vm is not None
-        f = fam.features(cols)
+        f = vm.featurize(cols)
         corr, _, inside = vm.field.query(f.coords)
         model = vm.model.scaled(vm.device, device, fam.link)
         t = model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))

@@ -15,14 +15,14 @@ load) as median and 90th percentile.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB, peak_time
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Features
+from moeplan.cost.kerneldb.families import FAMILIES, Family, Features
 from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
 
 FOLDS = 5
@@ -61,7 +61,8 @@ class ErrorRow:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def _rows(db: KernelDB, gpu: str, engine: str, op: str, key: tuple):
+def variant_rows(db: KernelDB, gpu: str, engine: str, op: str, key: tuple):
+    """The deduplicated rows (columns, latency) of one variant's table."""
     t = db.tables[(gpu, engine, op)]
     fam = FAMILIES[op]
     sel = np.ones(len(t.latency), bool)
@@ -93,7 +94,7 @@ def heldout_shapes(
     dev = db.devices[gpu]
     errs, toks, loads = [], [], []
     for key in db.variants(gpu, engine, op):
-        cols, y = _rows(db, gpu, engine, op, key)
+        cols, y = variant_rows(db, gpu, engine, op, key)
         shapes = row_keys(cols, fam.shape_cols, len(y))
         uniq = sorted(set(shapes))
         if len(uniq) < 2:
@@ -105,13 +106,21 @@ def heldout_shapes(
             test = fold == fo
             if not test.any() or test.all():
                 continue
-            vm = VariantModel(fam, {c: v[~test] for c, v in cols.items()}, y[~test], dev, "")
-            tc = {c: v[test] for c, v in cols.items()}
-            f = fam.features(tc)
-            errs.append(np.abs(_predict(vm, f, dev) / y[test] - 1))
+            err, f = holdout(fam, cols, y, test, dev)
+            errs.append(err)
             toks.append(f.tokens)
-            loads.append(_load(op, tc))
+            loads.append(_load(op, {c: v[test] for c, v in cols.items()}))
     return _scored(gpu, engine, op, "heldout_shape", errs, toks, loads)
+
+
+def holdout(
+    fam: Family, cols: Mapping[str, np.ndarray], y: np.ndarray, test: np.ndarray, dev: Device
+) -> tuple[np.ndarray, Features]:
+    """Errors of the ``test`` rows predicted by a variant built from the other rows (and the
+    test rows' features)."""
+    vm = VariantModel(fam, {c: v[~test] for c, v in cols.items()}, y[~test], dev, "")
+    f = vm.featurize({c: v[test] for c, v in cols.items()})
+    return np.abs(_predict(vm, f, dev) / y[test] - 1), f
 
 
 def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) -> Scored | None:
@@ -128,8 +137,8 @@ def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) ->
             continue
         vm = db.variant(src, engine, op, skey)
         assert vm is not None
-        cols, y = _rows(db, dst, engine, op, key)
-        f = fam.features(cols)
+        cols, y = variant_rows(db, dst, engine, op, key)
+        f = vm.featurize({c: v for c, v in cols.items() if c != "kernel_source"})
         errs.append(np.abs(_predict(vm, f, dev) / y - 1))
         toks.append(f.tokens)
         loads.append(_load(op, cols))

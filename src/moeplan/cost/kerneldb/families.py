@@ -19,10 +19,25 @@ compared. Formulas:
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
   bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
   sequence and KV head: the tables' time at one key grows with KV heads, not query heads).
+  TensorRT-LLM (``kernel_source = torch_flow``): its XQA kernels serve head groups
+  ``g = h / kv`` of up to :data:`XQA_MAX_GROUP`; larger groups fall back to the generic
+  masked-MHA kernel, one block per *query* head, each reading its group's K/V (partly from L2:
+  :data:`MMHA_KV_SHARE` of the per-query-head traffic reaches HBM), so KV bytes and work count
+  ``max(kv, MMHA_KV_SHARE h)`` heads (measured on both GPUs: h = 64-128 with kv = 1-2 run
+  10-15x slower than kv = 4, and 0.44-0.47x an MHA layer with h KV heads). Which kernel runs
+  is also a field coordinate (MMHA path: g > 32, and g = 1, which TRT-LLM 1.0 on Ampere runs
+  on MMHA too), so a held-out shape is corrected by shapes on its own kernel path.
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
-  FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``.
+  FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``, work ``b``.
+  vLLM's Triton MLA decode (``vllm_triton_mla``) runs :data:`TRITON_MLA_BLOCK_H` heads per
+  program and re-reads the latent cache for each head block: cache bytes x ``ceil(h / 16)``
+  (measured: 16 -> 64 -> 128 heads cost 1 : 3.8 : 7.5 at large batch x context).
+  TensorRT-LLM's MLA decode (``default``; A100 TRT-LLM 1.0 runs 15 ms for one sequence of
+  128k keys whatever the heads or batch up to the SM count) walks a sequence's keys serially in
+  one block per sequence and :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block,
+  ``b ceil(h / 64)`` blocks, paid once per wave over the SMs (:class:`WaveFeatures`).
 - ``{context,generation}_mla_module`` (the whole DeepSeek-V3 MLA block): the core's terms
   plus the projections' FLOPs ``2 t W`` and weight bytes ``W w`` (``t`` tokens, ``W`` the
   projection weights per GPU with ``h`` heads, absorbed W_UK/W_UV when decoding).
@@ -36,7 +51,7 @@ compared. Formulas:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -69,6 +84,28 @@ DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 EXPLICIT = "explicit"
 
 
+#: TensorRT-LLM decode attention (XQA / masked MHA, see module docstring)
+TRTLLM_ATTENTION = "torch_flow"
+XQA_MAX_GROUP = 32  # largest query-head group XQA serves (tables: g = 32 fast, 48-128 not)
+MMHA_KV_SHARE = 0.5  # HBM share of per-query-head K/V reads on the MMHA path (tables: 0.44-0.47)
+PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
+TRITON_MLA = "vllm_triton_mla"
+TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
+TRTLLM_MLA = "default"
+TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
+#: residual-field distance weight of the token axis for kernels that pick a tactic per shape
+#: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
+TACTIC_TOKEN_WEIGHT = 3.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WaveFeatures(Features):
+    """Features of a kernel whose per-work cost runs serially inside each of ``ctas`` thread
+    blocks: the work term is paid once per wave of blocks over the SMs (:mod:`.fit`)."""
+
+    ctas: np.ndarray
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Family:
     """One operation family: its columns, defaults and feature function."""
@@ -80,6 +117,17 @@ class Family:
     defaults: Mapping[str, object]
     features: Callable[[Columns], Features]
     link: bool = False  # bytes move over the intra-node link, not HBM
+    field_weights: tuple[float, ...] = ()  # residual-field distance weight per coordinate
+    robust_field: bool = False  # weighted median of the neighbours (fit.ResidualField)
+    #: kernel_source prefixes of autotuned kernels (a GEMM tactic picked per shape, so single
+    #: shapes run 2-5x off their neighbours): robust field, token axis x TACTIC_TOKEN_WEIGHT
+    tactic_kernels: tuple[str, ...] = ()
+
+    def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
+        """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
+        if self.tactic_kernels and kernel.startswith(self.tactic_kernels):
+            return (TACTIC_TOKEN_WEIGHT,), True
+        return self.field_weights, self.robust_field
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -166,15 +214,26 @@ def _context_attention(cols: Columns) -> Features:
     )
 
 
+def _kernel(cols: Columns) -> np.ndarray:
+    """The rows' ``kernel_source`` ("" where the query names none)."""
+    n = len(next(iter(cols.values())))
+    return np.asarray(cols.get("kernel_source", np.full(n, ""))).astype(str)
+
+
 def _generation_attention(cols: Columns) -> Features:
     b, h, kv, d, w, c = _attn_common(cols)
     ctx = _f(cols, "isl") + _f(cols, "step")
     keys = np.where(w > 0, np.minimum(ctx, w), ctx)
-    coords = np.stack([_l2(b), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4], 1)
+    trt = _kernel(cols) == TRTLLM_ATTENTION
+    group = h / kv
+    mmha = trt & (group > XQA_MAX_GROUP)
+    heads = np.where(mmha, np.maximum(kv, MMHA_KV_SHARE * h), kv)  # K/V heads read from HBM
+    path = PATH_COORD * (mmha | (trt & (group == 1)))
+    coords = np.stack([_l2(b), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
     return Features(
         flops=4 * b * h * d * keys,
-        nbytes=b * keys * 2 * kv * d * c + 2 * BF16 * b * h * d,
-        work=b * kv,
+        nbytes=b * keys * 2 * heads * d * c + 2 * BF16 * b * h * d,
+        work=b * heads,
         fp8=_attn_fp8(cols),
         tokens=b,
         coords=coords,
@@ -202,14 +261,18 @@ def _context_mla(cols: Columns) -> Features:
 def _generation_mla(cols: Columns) -> Features:
     b, h = _f(cols, "batch_size"), _f(cols, "num_heads")
     ctx = _f(cols, "isl") + _f(cols, "step")
-    coords = np.stack([_l2(b), _l2(ctx), _l2(h)], 1)
-    return Features(
+    kernel = _kernel(cols)
+    reads = np.where(kernel == TRITON_MLA, np.ceil(h / TRITON_MLA_BLOCK_H), 1.0)
+    serial = kernel == TRTLLM_MLA  # other kernels: one block, ``b`` work units
+    return WaveFeatures(
         flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
-        nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) + BF16 * b * h * (2 * MLA_LATENT - 64),
-        work=b,
+        nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) * reads
+        + BF16 * b * h * (2 * MLA_LATENT - 64),
+        work=np.where(serial, ctx, b),
         fp8=_mla_fp8(cols),
         tokens=b,
-        coords=coords,
+        coords=np.stack([_l2(b), _l2(ctx), _l2(h)], 1),
+        ctas=np.where(serial, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK), 1.0),
     )
 
 
@@ -230,13 +293,11 @@ def _module(core: Callable[[Columns], Features], absorbed: bool) -> Callable[[Co
         weights = DSV3_HIDDEN * (DSV3_Q_LORA + MLA_LATENT) + _f(cols, "num_heads") * per_head
         gemm = np.asarray(cols["gemm_type"]).astype(str)
         wb = np.array([GEMM_BYTES.get(g, BF16) for g in gemm])
-        return Features(
+        return replace(  # keeps the core's type (WaveFeatures: its blocks)
+            c,
             flops=c.flops + 2 * c.tokens * weights,
             nbytes=c.nbytes + weights * wb + 2 * BF16 * c.tokens * DSV3_HIDDEN,
-            work=c.work,
             fp8=np.char.startswith(gemm, "fp8"),
-            tokens=c.tokens,
-            coords=c.coords,
         )
 
     return feats
@@ -277,6 +338,7 @@ FAMILIES: dict[str, Family] = {
                 "distribution": "balanced",
             },
             features=_moe,
+            tactic_kernels=("moe_torch_flow",),  # TRT-LLM's MoE, autotuned per shape
         ),
         Family(
             op="context_attention",
@@ -301,6 +363,7 @@ FAMILIES: dict[str, Family] = {
             x_cols=("batch_size", "isl"),
             defaults=_MLA_DEFAULTS,
             features=_context_mla,
+            robust_field=True,
         ),
         Family(
             op="generation_mla",
@@ -309,6 +372,7 @@ FAMILIES: dict[str, Family] = {
             x_cols=("batch_size", "isl", "step"),
             defaults=_MLA_DEFAULTS,
             features=_generation_mla,
+            robust_field=True,
         ),
         Family(
             op="context_mla_module",

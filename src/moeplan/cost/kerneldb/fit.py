@@ -7,17 +7,27 @@ counts; kernels that pipeline loads with math sit in between, so ``p`` is fitted
 kernel family's compute and memory efficiencies — what transfers to another GPU; the floor
 (launch and synchronisation) and the per-work cost (routing, permutation, per-sequence setup)
 transfer as times. Fitted by least squares on log time (relative error), all four positive.
+A family whose per-work cost runs serially inside each thread block (``ctas`` blocks of ``work``
+each, :class:`~.families.WaveFeatures`) pays it once per *wave*: ``ceil(ctas / SMs)`` waves
+over the GPU's streaming multiprocessors (:data:`SM_COUNT`, a datasheet number, so the wave
+count transfers to another GPU).
 
 Residual field: the log ratio measured / model of every measured row, kept in the family's
 smooth coordinates (log2 of shape and token axes). A query's correction is the inverse-
 distance-weighted mean of its :data:`NEIGHBOURS` nearest rows — along its own shape's token
 axis when the shape was measured, across neighbouring shapes otherwise. Outside the measured
-coordinate box the field is not used (no silent extrapolation).
+coordinate box the field is not used (no silent extrapolation). A family may weight its
+coordinates in the neighbour search (``Family.field_weights``: a token axis weighted up makes
+the neighbours *other shapes at the same token count* rather than one shape's other token
+counts) and take the weighted *median* of the neighbours instead of the mean
+(``Family.robust_field``): in tables where single shapes run 2-5x off their neighbours (a
+kernel tactic picked per shape, e.g. TRT-LLM's CUTLASS fused MoE), one such shape then cannot
+drag a held-out neighbour with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -32,6 +42,30 @@ GUESS = (2e-5, 1e-9, 0.4, 0.7, 3.0)
 LOWER = (1e-8, 1e-14, 1e-3, 1e-3, 1e-2)
 UPPER = (1e-2, 1e-4, 1.0, 1.0, 50.0)
 FIT_ROWS = 6000  # rows used by the least-squares fit (an even stride through the table)
+MIN_FIT_ROWS = 10  # fewer physically possible rows than this: fit them all
+#: streaming multiprocessors per GPU preset (NVIDIA architecture whitepapers / datasheets:
+#: A100 108, H100 / H800 / H200 SXM 132, H20 78 (gpu-96g: H20-class, as its preset), B200 148,
+#: L40S 142, A6000 84, A10 72, A40 84). Ascend 910B and unknown GPUs: A100's 108 (the 910B's
+#: AI cores are not SMs; no like-for-like figure).
+SM_COUNT = {
+    "a100-80g": 108,
+    "h100-sxm": 132,
+    "h800": 132,
+    "h200-sxm": 132,
+    "h20": 78,
+    "gpu-96g": 78,
+    "b200": 148,
+    "l40s": 142,
+    "a6000": 84,
+    "a10": 72,
+    "a40": 84,
+}
+DEFAULT_SMS = 108
+
+
+def sm_count(device: Device) -> int:
+    """Streaming multiprocessors of ``device`` (:data:`SM_COUNT`; unknown GPUs: A100's)."""
+    return SM_COUNT.get(device.name, DEFAULT_SMS)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +84,9 @@ class Analytic:
         compute = f.flops / (self.flops_eff * peak)
         memory = f.nbytes / (self.bw_eff * bw)
         work = self.per_work * f.work
+        ctas = getattr(f, "ctas", None)
+        if ctas is not None:  # serial per-block work, once per wave of blocks over the SMs
+            work = work * np.ceil(ctas / sm_count(device))
         top = np.maximum(np.maximum(compute, memory), work)
         p = self.overlap
         safe = np.where(top > 0, top, 1.0)
@@ -60,8 +97,16 @@ class Analytic:
     def fit(cls, f: Features, y: np.ndarray, device: Device, link: bool) -> Analytic:
         from scipy.optimize import least_squares
 
+        from moeplan.cost.kerneldb.db import peak_time  # (db imports this module)
+
+        # rows faster than the datasheet allows (collector artefacts, e.g. A100 TRT-LLM decode
+        # rows above the HBM bandwidth) say nothing about the kernel's efficiency: not fitted
+        ok = y >= peak_time(f, device, link)
+        if MIN_FIT_ROWS <= ok.sum() < len(y):
+            f = replace(f, **{x.name: getattr(f, x.name)[ok] for x in fields(f)})
+            y = y[ok]
         step = max(1, len(y) // FIT_ROWS)
-        f = Features(**{k: getattr(f, k)[::step] for k in Features.__slots__})
+        f = replace(f, **{x.name: getattr(f, x.name)[::step] for x in fields(f)})
         logy = np.log(y[::step])
 
         def resid(th: np.ndarray) -> np.ndarray:
@@ -117,21 +162,42 @@ class Analytic:
 class ResidualField:
     """Log residuals of measured rows, queried by nearest neighbours in smooth coordinates."""
 
-    def __init__(self, coords: np.ndarray, residual: np.ndarray) -> None:
+    def __init__(
+        self,
+        coords: np.ndarray,
+        residual: np.ndarray,
+        weights: tuple[float, ...] = (),
+        robust: bool = False,
+    ) -> None:
         from scipy.spatial import cKDTree
 
         self.coords = coords
         self.residual = residual
         self.lo = coords.min(axis=0) - 1e-9
         self.hi = coords.max(axis=0) + 1e-9
-        self._tree = cKDTree(coords)
+        w = np.ones(coords.shape[1])
+        w[: len(weights)] = weights[: coords.shape[1]]
+        self.weights, self.robust = w, robust
+        self._tree = cKDTree(coords * w)
 
     def query(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log correction, distance to the nearest row, inside the measured box)."""
         k = min(NEIGHBOURS, len(self.residual))
-        d, j = self._tree.query(coords, k=k)
+        d, j = self._tree.query(coords * self.weights, k=k)
         d, j = d.reshape(len(coords), k), j.reshape(len(coords), k)
         w = 1.0 / (d + SOFTEN) ** 2
-        corr = (self.residual[j] * w).sum(axis=1) / w.sum(axis=1)
-        inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (d[:, 0] <= NEAR)
-        return corr, d[:, 0], inside
+        r = self.residual[j]
+        corr = _weighted_median(r, w) if self.robust else (r * w).sum(axis=1) / w.sum(axis=1)
+        # nearness in unweighted log2 units (the weights only rank the neighbours)
+        near = np.sqrt(((self.coords[j] - coords[:, None, :]) ** 2).sum(axis=2)).min(axis=1)
+        inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (near <= NEAR)
+        return corr, near, inside
+
+
+def _weighted_median(r: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Row-wise weighted median of ``r`` (rows of neighbours) with weights ``w``."""
+    order = np.argsort(r, axis=1)
+    rs, ws = np.take_along_axis(r, order, 1), np.take_along_axis(w, order, 1)
+    cum = np.cumsum(ws, axis=1) / ws.sum(axis=1, keepdims=True)
+    idx = np.minimum((cum < 0.5).sum(axis=1), r.shape[1] - 1)
+    return rs[np.arange(len(r)), idx]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import Family
+from moeplan.cost.kerneldb.families import Family, Features
 from moeplan.cost.kerneldb.fit import Analytic, ResidualField
 
 
@@ -91,12 +91,14 @@ class VariantModel:
     ) -> None:
         self.family, self.device, self.label = family, device, label
         self.cols, self.y = dedupe(cols, y, family.columns)
+        self.key = {c: str(np.asarray(self.cols[c])[0]) for c in family.variant_cols if len(y)}
         self.features = family.features(self.cols)
         self.model = Analytic.fit(self.features, self.y, device, family.link)
         self.residual = np.log(self.y) - np.log(
             self.model.predict(self.features, device, family.link)
         )
-        self.field = ResidualField(self.features.coords, self.residual)
+        weights, robust = family.field_options(self.key.get("kernel_source", ""))
+        self.field = ResidualField(self.features.coords, self.residual, weights, robust)
         names = family.shape_cols + family.x_cols
         keys = row_keys(self.cols, names, len(self.y))
         self.exact = dict(zip(keys, self.y.tolist(), strict=True))
@@ -105,6 +107,14 @@ class VariantModel:
     @property
     def rows(self) -> int:
         return len(self.y)
+
+    def featurize(self, cols: Mapping[str, np.ndarray]) -> Features:
+        """The family's features of query rows priced by this variant: columns the query
+        leaves out (the kernel, typically) take this variant's values, so kernel-specific
+        terms (:mod:`.families`) apply to every row this variant answers."""
+        n = len(next(iter(cols.values())))
+        full = {c: np.full(n, v) for c, v in self.key.items() if c not in cols}
+        return self.family.features({**cols, **full})
 
     def _build_lines(self, keys: list[tuple]) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
         acc: dict[tuple, list[tuple[float, float]]] = {}
