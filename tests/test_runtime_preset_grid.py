@@ -53,6 +53,7 @@ SEQ, TOKENS = 4, 64  # 16 sequences: every DP degree, micro-batch and chunk coun
 WIDTH = {"hidden_size": 64, "num_heads": 8, "moe_intermediate_size": 16}
 DENSE_WIDTH = 32
 MAX_STAGES, MAX_R = 2, (2, 3)  # pipeline stages; FinDEP (r1, r2)
+KIND = {"attn": "a", "moe": "e", "mlp": "d"}  # table: attention, experts, dense MLP modules
 
 
 def narrow_config(spec: ModelSpec, layers: int = 2) -> MoEConfig:
@@ -246,7 +247,7 @@ def run_grid(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def short(family: str, layout: dict[str, Any]) -> str:
     """A layout in one line: DEP ``AGa+EGe``; colocated degrees; per pipeline stage its
-    distinct modules as ``kind tp.ep.dpmoe``."""
+    distinct modules as ``{a|e|d}tp.ep.dpmoe`` (attention, experts, dense MLP)."""
     if family == "dep":
         return f"AG{layout['ag']}+EG{layout['eg']}"
     if family in ("strategy", "ep"):
@@ -254,7 +255,7 @@ def short(family: str, layout: dict[str, Any]) -> str:
         return f"attn TP{a['tp']}xDP{a['dp']}, moe TP{m['tp']}xEP{m['ep']}, PP{layout['pp']}"
     stages = []
     for stage in layout["stages"]:
-        mods = [f"{m['kind'][0]}{m['tp']}.{m['ep']}.{m['dpmoe']}" for m in stage["modules"]]
+        mods = [f"{KIND[m['kind']]}{m['tp']}.{m['ep']}.{m['dpmoe']}" for m in stage["modules"]]
         stages.append("/".join(dict.fromkeys(mods)))
     return f"{layout['world_size']} GPUs PP{layout['pp']} [{' | '.join(stages)}]"
 
