@@ -348,11 +348,12 @@ def test_dep_runs_uneven_experts_per_eg_rank(experts, eg):
 
 if __name__ == "__main__":  # the table: .venv/bin/python tests/test_runtime_preset_grid.py
     ROWS = grid()
-    ERRS = run_grid(ROWS)
+    ERRS, RUNS = run_grid(ROWS), _runs(ROWS)
     for row in (r for r in ROWS if r["winner"]):
+        rep = RUNS[_key(row)]  # the run this plan shares (same reduced plan), on rep's model
         print(
             f"| {row['model']} | {row['cluster']} | {row['family']} | "
             f"{short(row['family'], row['layout'])} | "
             f"{short(row['family'], row['small']['layout'])} | "
-            f"ran, max abs err {ERRS[_key(row)]:.1e} |"
+            f"ran as {rep['model']} on {rep['cluster']}, max abs err {ERRS[_key(row)]:.1e} |"
         )
