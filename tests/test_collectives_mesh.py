@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.cost.collectives import collective_time, pair_bandwidth, ring_time
-from moeplan.specs import load_cluster
+from moeplan.planners.pipeline.cost import StageContext, p2p_seconds
+from moeplan.planners.strategy.comm import p2p_boundaries
+from moeplan.planners.strategy.cost import StrategyEvaluator
+from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.pd import kv_senders, kv_transfer_s
+from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 GB = 1e9
 PAIR = 30 * GB  # MixServe §IV-A: 480 Gb/s per NPU pair = 60 GB/s bidirectional
@@ -145,3 +152,70 @@ def test_measured_910b_bandwidth_grows_with_the_group_as_the_mesh_predicts(cl910
         assert 0.45 <= meas[n] / model[n] <= 1.0, (n, meas[n], model[n])
     old = {n: nbytes / ring_time(op, nbytes, n, cl910.intra) / GB for n in meas}
     assert old[2] / old[8] > 1.5 and meas[2] / old[2] < 0.1  # what the old model said
+
+
+# ---- point-to-point: one GPU pair owns one pair link (reviewers' item 2) ----------------
+
+
+@pytest.mark.parametrize("nbytes", [1e3, 8 * MB, 1e9])
+def test_p2p_inside_a_910b_node_is_one_pair_link(cl910, nbytes):
+    cm = CostModel(cl910)
+    assert cm.p2p(nbytes, False) == pytest.approx(A + nbytes / PAIR, rel=1e-12)
+    assert cm.link_transfer(nbytes, False) == cm.p2p(nbytes, False)
+    roce = cl910.inter  # across nodes: the NPU's own RoCE port, as before
+    assert cm.p2p(nbytes, True) == pytest.approx(roce.latency + nbytes / roce.bw, rel=1e-12)
+
+
+def _stage_ctx(cl, model, w: Workload, pp: int) -> StageContext:
+    return StageContext(
+        model=model,
+        workload=w,
+        routing=RoutingProfile.static(model.top_k),
+        pp=pp,
+        r=cl.num_gpus // pp,
+        gpus_per_node=cl.gpus_per_node,
+    )
+
+
+@pytest.mark.parametrize(("name", "share"), [("mixserve-910b", 7.0), ("h100-sxm-8", 1.0)])
+def test_pp_send_of_the_pipeline_planner_is_cost_model_p2p(name, share):
+    """SMIDT PP16 on 4 x 8 GPUs (2 GPUs per stage): an intra-node boundary sends one GPU's
+    shard to its peer at one pair link — 1/7 of 210 GB/s on HCCS, all 450 GB/s on NVSwitch
+    (unchanged) — exactly ``CostModel.p2p``; the node boundary uses the NIC."""
+    cl = load_cluster(name, 4)
+    model, w = load_model("qwen3-30b-a3b"), Workload(batch=16, isl=512, osl=8)
+    cm, ctx = CostModel(cl), _stage_ctx(cl, model, w, pp=16)
+    mb = ctx.micro_batch
+    shard = {512: mb * 512 * model.hidden_bytes / 2, 1: mb * model.hidden_bytes / 2}
+    reps = {512: 1.0, 1: 8.0}
+    intra = sum(reps[q] * (cl.intra.latency + b * share / cl.intra.bw) for q, b in shard.items())
+    inter = sum(reps[q] * cl.inter.time(b) for q, b in shard.items())
+    assert p2p_seconds(cm, ctx, 0) == pytest.approx(intra, rel=1e-12)  # GPUs 0-1 -> 2-3
+    assert p2p_seconds(cm, ctx, 3) == pytest.approx(inter, rel=1e-12)  # GPUs 6-7 -> node 1
+    assert p2p_seconds(cm, ctx, 0) == pytest.approx(
+        sum(reps[q] * cm.p2p(b, False) for q, b in shard.items()), rel=1e-12
+    )
+
+
+def test_pp_sends_and_kv_transfers_are_priced_alike_by_every_family(cl910):
+    """The same bytes over one intra-node 910B boundary: MixServe's P2P (Eq. 6), the serving
+    model's PP send, the pipeline planner's send and a P/D KV transfer all cost
+    ``a + bytes / 30 GB/s``."""
+    model, w = load_model("qwen3-235b-a22b"), Workload(batch=16, isl=512, osl=8)
+    cm = CostModel(cl910)
+    pp = 8  # 4 nodes, 2 stages of 4 NPUs per node: 4 intra and 3 inter boundaries
+    ev = StrategyEvaluator(model, cl910, w, cm)
+    s = Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=pp)
+    nbytes = w.batch * w.isl * model.hidden_bytes
+    n_intra, n_inter = p2p_boundaries(pp, cl910.num_nodes)
+    want = n_intra * (A + nbytes / PAIR) + n_inter * cl910.inter.time(nbytes)
+    assert ev.phase_time(s, w.isl, w.isl).p2p_s == pytest.approx(want, rel=1e-12)
+    serve = IterationModel(model, cl910, cm, ServeLayout(attn_tp=4, moe_tp=4, pp=pp))
+    got = serve.breakdown(Batch(prefill=((w.isl, w.isl),) * w.batch))["p2p"]
+    shard = 2 * w.isl * model.hidden_bytes / 4  # one micro-batch (16/8 requests) over 4 GPUs
+    assert got == pytest.approx(n_intra * (A + shard / PAIR) + n_inter * cl910.inter.time(shard))
+    prefill = ServeLayout(attn_tp=4, moe_tp=4)
+    kv = model.kv_bytes_for_context(w.isl) / kv_senders(model, prefill)
+    assert kv_transfer_s(model, cm, prefill, w.isl, False) == pytest.approx(
+        A + kv / PAIR, rel=1e-12
+    )

@@ -10,7 +10,10 @@ Oracles:
 - (b) for layouts where MixServe's Eq. 5 and the serving model describe the same traffic
   (``attn_dp == moe_ep``, ``moe_tp >= attn_tp``), the strategy planner's communication of a
   whole prefill or decode step equals ``moeplan.serve.iteration``'s, to rounding;
-- a counting cost model: every second of MixServe communication comes from a cost-model call.
+- a counting cost model: every second of MixServe communication comes from a cost-model call;
+- (c) a TP block's all-reduce is the cost model's ``all_reduce`` in MixServe, the serving
+  model and SMIDT alike: with an engine inside a node it is the engine's custom all-reduce,
+  looked up here directly in the kernel database; without one (α-β), Eq. 2's RS + AG.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ import math
 import pytest
 
 from moeplan.cost import CostModel, cost_model_for
+from moeplan.cost.kerneldb import device_for
 from moeplan.kernel_tables import kernel_db
+from moeplan.planners.pipeline.cost import Choice, StageContext, cost_model_evaluator, modules_of
 from moeplan.planners.strategy.analyzer import zipf_routing
+from moeplan.planners.strategy.comm import Collectives, layer_comm
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
-from moeplan.specs import Workload, load_cluster, load_model
+from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 CLUSTERS = [  # (preset, nodes, engine)
     ("h100-sxm-8", 2, None),
@@ -55,8 +61,8 @@ def _expected_layer_comm(cm, cl, model, w, s: Strategy, q: int, k: float, imb: f
     def c(op: str, nbytes: float, d: int, stride: int = 1) -> float:
         return 0.0 if d <= 1 else cm.collective(op, nbytes, d, _nodes(d, stride, g))
 
-    def ar(nbytes: float, d: int) -> float:  # Eq. 2
-        return c("reduce_scatter", nbytes, d) + c("all_gather", nbytes, d)
+    def ar(nbytes: float, d: int) -> float:  # a TP block's all-reduce: the cost model's
+        return c("all_reduce", nbytes, d)
 
     x = math.ceil(b / s.attn_dp) * q * hb
     attn = ar(x, s.attn_tp)
@@ -158,12 +164,12 @@ class Counting:
 @pytest.mark.parametrize(
     ("strategy", "moe_calls"),
     [
-        # attn RS+AG, MoE RS+AG, dispatch + combine
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4), 6),
-        # attn RS+AG, pure EP: dispatch + combine only
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32), 4),
-        # fused, 4 nodes: attn 2 + min(fused 4n+2 rounds, sequential 5) = 2 + 5
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4, fused=True), 7),
+        # attn AR, MoE AR, dispatch + combine
+        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4), 4),
+        # attn AR, pure EP: dispatch + combine only
+        (Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32), 3),
+        # fused, 4 nodes: attn AR + min(fused 4n+2 rounds, sequential RS/AG/A2A 5) = 1 + 5
+        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4, fused=True), 6),
         # pure DP attention + EP: no TP collective at all
         (Strategy(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32), 2),
     ],
@@ -174,3 +180,60 @@ def test_every_communication_second_is_a_cost_model_call(strategy, moe_calls):
     moe, dense, _ = ev.layer_comm(strategy, W.isl)
     assert moe == moe_calls
     assert ev.phase_time(strategy, W.isl, W.isl).comm_s == model.num_layers * moe_calls
+
+
+@pytest.mark.parametrize("q", [512, 1])
+def test_tp_all_reduce_is_the_engine_custom_all_reduce_in_every_family(q):
+    """TP8 on one H100 node with SGLang's kernels, prefill (512 tokens) and decode: MixServe's
+    attention AR, the serving model's and SMIDT's TP block all charge the custom all-reduce
+    table's prediction for the block's bytes, not RS + AG."""
+    cl = load_cluster("h100-sxm-8", 1)
+    cm = CostModel(cl, cost_model_for(cl).profile, engine="sglang", kernels=kernel_db())
+    model, b = load_model("qwen3-30b-a3b"), 4
+    nbytes = b * q * model.hidden_bytes
+    table = kernel_db().predict(
+        "allreduce", device_for(cl), "sglang", message_size=nbytes / 2, num_gpus=8
+    )
+    rs_ag = cm.collective("reduce_scatter", nbytes, 8) + cm.collective("all_gather", nbytes, 8)
+    assert abs(table.seconds / rs_ag - 1) > 0.05  # the two pricings differ: the test can fail
+    c = layer_comm(
+        token_bytes=q * model.hidden_bytes,
+        top_k=model.top_k,
+        batch=b,
+        attn_tp=8,
+        attn_dp=1,
+        moe_tp=8,
+        moe_ep=1,
+        coll=Collectives(cm, 8),
+    )
+    assert c.attn_allreduce == c.moe_allreduce == pytest.approx(table.seconds, rel=1e-12)
+    serve = IterationModel(model, cl, cm, ServeLayout(attn_tp=8, moe_tp=8))
+    batch = Batch(prefill=((q, q),) * b) if q > 1 else Batch(decode=b, decode_ctx=600)
+    step = serve.breakdown(batch)["comm"]
+    assert step == pytest.approx(2 * model.num_layers * table.seconds, rel=1e-12)
+    phase = "prefill" if q > 1 else "decode"
+    w = Workload(phase=phase, batch=b, isl=q if q > 1 else 600, osl=1 if q > 1 else 2)
+    ctx = StageContext(
+        model=model,
+        workload=w,
+        routing=RoutingProfile.static(model.top_k),
+        pp=1,
+        r=8,
+        gpus_per_node=8,
+    )
+    attn = modules_of(model, ctx.routing)[0]
+    comm = cost_model_evaluator(cm)(attn, Choice(tp=8, ep=1, dpmoe=1), ctx).comm_s
+    reps = 1 if q > 1 else w.osl
+    assert comm == pytest.approx(reps * table.seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize(("attn_tp", "nodes"), [(8, 1), (16, 2), (32, 4)])
+def test_without_an_engine_the_tp_all_reduce_is_eq2_rs_plus_ag(attn_tp, nodes):
+    """Eq. 2 holds for the α-β collectives inside a node and hierarchically across nodes."""
+    cl = load_cluster("h100-sxm-8", 4)
+    cm = CostModel(cl)
+    x = 16 * 512 * load_model("deepseek-v3").hidden_bytes
+    got = Collectives(cm, 8).all_reduce(x, attn_tp)
+    want = cm.collective("reduce_scatter", x, attn_tp, nodes)
+    want += cm.collective("all_gather", x, attn_tp, nodes)
+    assert got == pytest.approx(want, rel=1e-12)

@@ -43,9 +43,32 @@ measured 910B all_gather bandwidth for 2/4/8 NPUs is 38/64/149 GB/s (gameofdimen
 HCCL via torch_npu) — growing with the group as the mesh predicts (2:4:8), where a per-NPU
 figure shared by all peers would make it fall; the links run at ~62 % of 30 GB/s there.
 
-Groups spanning ``nodes > 1`` nodes (``g = n / nodes`` ranks per node) are hierarchical:
-all_reduce = intra reduce_scatter + inter all_reduce of ``nbytes / g`` + intra all_gather;
-all_gather / reduce_scatter = intra part on ``nbytes / nodes`` + inter part on ``nbytes / g``;
+Groups spanning ``nodes > 1`` nodes (``g = n / nodes`` ranks per node, rank ``(i, j)`` =
+local rank ``j`` of node ``i``) are hierarchical, the network step among the ``nodes`` peers
+of one local rank (all ``g`` of them at once, each on its own NIC). Per-GPU bytes of each
+step, with ``s = nbytes / n`` one rank's shard:
+
+- all_gather (output ``nbytes``): (1) inter all_gather among ``(·, j)``: each holds
+  ``nodes * s = nbytes / g`` after it, moving ``(nodes-1)/nodes * nbytes/g`` per GPU over the
+  network; (2) intra all_gather among ``(i, ·)`` of those ``nbytes/g`` pieces: every GPU
+  ends with all ``nbytes``, so it receives ``(g-1)/g * nbytes`` over the node's fabric — the
+  intra step's *output* is the full ``nbytes``, not ``nbytes / nodes``.
+- reduce_scatter (input ``nbytes``) is its mirror: intra reduce_scatter of ``nbytes``
+  (``(g-1)/g * nbytes`` per GPU; each keeps ``nbytes/g`` of partial sums), then inter
+  reduce_scatter of ``nbytes/g`` among ``(·, j)``.
+- all_reduce = intra reduce_scatter + inter all_reduce of ``nbytes / g`` + intra all_gather.
+  Since a ring all_reduce is exactly its reduce_scatter plus all_gather (latency included),
+  ``all_reduce(n) == reduce_scatter(n) + all_gather(n)`` across nodes as inside one node.
+
+This order (network step on ``1/g`` of the data) is the cheaper one whenever a GPU's
+network bandwidth is at most its intra-node bandwidth (every preset); the other order
+(intra first on ``nbytes / nodes``, then ``(nodes-1)/nodes * nbytes`` per GPU over the
+network) costs more. Until issue 16 the all_gather / reduce_scatter priced the intra step of
+one order and the inter step of the other (intra on ``nbytes / nodes``): RS + AG came out
+below the all_reduce of the same buffer — by up to 1.44x on 2 x H100 nodes, 1.65x on
+4 x 910B, 2.4x on 8 x findep-a — which no algorithm achieves
+(``tests/test_collectives_hierarchy.py``).
+
 all_to_all sends ``(n-g)/n`` of its bytes over the network and ``(g-1)/n`` over the intra
 link at the same time, so it takes the longer of the two plus both latencies. The intra
 parts use the mesh formulas on a mesh fabric.
@@ -148,7 +171,8 @@ def collective_time(
             + intra("all_gather", nbytes, g)
         )
     if op in ("all_gather", "reduce_scatter"):
-        return intra(op, nbytes / nodes, g) + ring_time(op, nbytes / g, nodes, inter)
+        # network step among same-local-rank peers on nbytes/g; intra step on all nbytes
+        return intra(op, nbytes, g) + ring_time(op, nbytes / g, nodes, inter)
     t_inter = (nodes - 1) * inter.latency + (n - g) / n * nbytes / inter.bw
     t_intra = intra("all_to_all", nbytes * g / n, g) if g > 1 else 0.0
     return max(t_inter, t_intra) + inter.latency

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from moeplan.cost.collectives import collective_time
+from moeplan.cost.collectives import collective_time, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
@@ -379,13 +379,18 @@ class CostModel:
         return p
 
     def p2p(self, nbytes: float, inter_node: bool) -> float:
-        """Point-to-point send between two GPUs (pipeline stages)."""
+        """Point-to-point send between two GPUs (pipeline stages, KV transfers, fused rounds):
+        latency + bytes / the bandwidth one GPU pair has — the GPU's NIC across nodes, its
+        whole per-GPU bandwidth on a switched fabric, one pair link
+        (:func:`~moeplan.cost.collectives.pair_bandwidth`) on a full mesh (HCCS)."""
         if nbytes <= 0:
             return 0.0
-        return (self.cluster.inter if inter_node else self.cluster.intra).time(nbytes)
+        if inter_node:
+            return self.cluster.inter.time(nbytes)
+        return self.cluster.intra.latency + nbytes / pair_bandwidth(self.cluster)
 
     def link_transfer(self, nbytes: float, inter_node: bool) -> float:
-        """``nbytes`` over one GPU's link: latency + bytes / bandwidth."""
+        """``nbytes`` from one GPU to one other: :meth:`p2p` (one pair's link)."""
         return self.p2p(nbytes, inter_node)
 
     def a2e(self, bytes_per_expert_gpu: float, ag: int, eg: int) -> float:

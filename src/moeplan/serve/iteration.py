@@ -9,7 +9,11 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
 - Between blocks the stage's tokens are *scattered*, ``T / W`` per GPU. A block sharded ``t``
   ways gathers its tokens over its TP group first (``all_gather``) and reduce-scatters after
   (``reduce_scatter``); for pure TP this is Megatron's two all-reduces per layer, for attention
-  DP + EP (SGLang's DP attention) it is none. MixServe §III-B3 uses the same RS/AG pair.
+  DP + EP (SGLang's DP attention) it is none. The pair is priced as one
+  ``collective("all_reduce", ...)`` of the block's ``tokens * hidden`` bytes: what SGLang and
+  vLLM run for a TP block (their custom all-reduce for small messages, NCCL for large; the
+  engine's measured table inside a node), and without an engine exactly the α-β RS + AG.
+  MixServe's evaluator (:mod:`moeplan.planners.strategy.comm`) makes the same call.
 - Attention runs on the busiest attention-DP rank (requests dealt to ranks largest first):
   projections over its ``T_r`` tokens (``attention_layer - attention_core`` at one token per
   sequence), the decode sequences' core at their mean context (exact: the core is linear in
@@ -199,14 +203,12 @@ class IterationModel:
         return proj + core
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
-        """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``."""
+        """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``:
+        the TP block's all-reduce of those tokens (module docstring)."""
         if group <= 1 or tokens <= 0:
             return 0.0
         nbytes = tokens * self.model.hidden_bytes
-        cm = self.cost
-        return cm.collective("all_gather", nbytes, group, nodes) + cm.collective(
-            "reduce_scatter", nbytes, group, nodes
-        )
+        return self.cost.collective("all_reduce", nbytes, group, nodes)
 
     def _moe(self, t_mb: int, t_r: int, k: float, imb: float) -> tuple[float, float]:
         """(compute, communication) of one MoE layer on the busiest GPU."""

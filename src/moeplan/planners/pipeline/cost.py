@@ -13,8 +13,10 @@ of requests in flight in the whole pipeline), summed over the workload's passes 
 
 * **Layout between modules** is canonical: tokens sharded over the stage's ``r`` GPUs. A module
   with ``t > 1`` all-gathers its input over its TP group and reduce-scatters its output
-  (``AG + RS`` = one ring all-reduce, so TP costs exactly its all-reduce), which also *is* the
-  re-sharding between attention and MoE layouts. Departure: this makes each module's cost
+  (``AG + RS`` moves what one all-reduce moves: priced as the cost model's ``all_reduce``,
+  the engine's custom all-reduce inside a node when it has one, as MixServe's evaluator and
+  the serving model price a TP block), which also *is* the re-sharding between attention
+  and MoE layouts. Departure: this makes each module's cost
   independent of its neighbours' choices — what the per-stage knapsack (and an exact check)
   needs; the paper leaves re-sharding implicit in its profiles.
 * **Attention / MLP**: ``ceil(mb/d)`` sequences per DP group, heads (or MLP columns) split ``t``.
@@ -42,7 +44,6 @@ import numpy as np
 
 from moeplan.cost import CostModel, memory
 from moeplan.errors import require
-from moeplan.planners.strategy.cost import MESH_KINDS
 from moeplan.specs import ModelSpec, RoutingProfile, Workload
 
 KINDS = ("attn", "moe", "mlp")
@@ -196,12 +197,9 @@ def choices_for(module: ModuleRef, model: ModelSpec, r: int) -> list[Choice]:
 
 
 def _tp_comm(cm: CostModel, ctx: StageContext, tokens: float, t: int) -> float:
-    """All-gather in + reduce-scatter out over the TP group (canonical layout)."""
-    nbytes = tokens * ctx.model.hidden_bytes
-    nodes = ctx.span(t)
-    return cm.collective("all_gather", nbytes, t, nodes) + cm.collective(
-        "reduce_scatter", nbytes, t, nodes
-    )
+    """All-gather in + reduce-scatter out over the TP group (canonical layout): one
+    all-reduce of the block's tokens (module docstring)."""
+    return cm.collective("all_reduce", tokens * ctx.model.hidden_bytes, t, ctx.span(t))
 
 
 def _dense_cost(cm: CostModel, m: ModuleRef, c: Choice, ctx: StageContext) -> tuple[float, float]:
@@ -314,15 +312,11 @@ def memory_reserve(ctx: StageContext) -> float:
 
 
 def p2p_seconds(cm: CostModel, ctx: StageContext, boundary: int) -> float:
-    """Activation send from stage ``boundary`` to the next, per micro-batch, one GPU's shard.
-
-    Inside a node on a full-mesh fabric (HCCS) one GPU pair has one of its ``gpus_per_node - 1``
-    pair links, so the shard moves at that share of the per-GPU bandwidth (as the strategy
-    planner reads the mesh, :func:`moeplan.planners.strategy.cost.links_from`)."""
+    """Activation send from stage ``boundary`` to the next, per micro-batch, one GPU's shard
+    to its counterpart GPU: :meth:`CostModel.p2p`, which prices one GPU pair's link (on a
+    full-mesh fabric such as HCCS, one of the ``gpus_per_node - 1`` pair links)."""
     inter = ctx.r >= ctx.gpus_per_node or ((boundary + 1) * ctx.r) % ctx.gpus_per_node == 0
-    mesh = not inter and cm.cluster.intra.kind in MESH_KINDS
-    share = max(1, ctx.gpus_per_node - 1) if mesh else 1
     return sum(
-        rep * cm.p2p(seqs * q * ctx.model.hidden_bytes / ctx.r * share, inter)
+        rep * cm.p2p(seqs * q * ctx.model.hidden_bytes / ctx.r, inter)
         for rep, seqs, q, _ in ctx.passes()
     )

@@ -20,11 +20,13 @@ Departures from the paper, and why:
   here: the cost model prices each whole collective (full mesh or switched fabric, and
   hierarchically when the group spans nodes; :mod:`moeplan.cost.collectives`). Earlier
   versions kept private α-β formulas with link α/β finite-differenced from ``link_transfer``.
-- Eq. 2 is kept as written, AR = RS + AG: an all-reduce is priced as the cost model's
-  ``reduce_scatter`` plus ``all_gather`` of the buffer — exactly what the serving iteration
-  model charges a TP block, so the two families price the same TP layout identically. The
-  cost model's own ``all_reduce`` (with an engine: the custom all-reduce table, 0.3-0.9x of
-  RS + AG inside a node) is therefore not used by either family for TP blocks.
+- Eq. 2 (AR = RS + AG) is not priced as two calls: a TP block's all-reduce is the cost
+  model's ``collective("all_reduce", ...)``, as the serving iteration model charges it, so
+  the two families price the same TP layout identically. Without an engine that call *is*
+  Eq. 2 (the α-β all_reduce equals its reduce_scatter plus all_gather, across nodes too);
+  with one, inside a node it is the engine's custom all-reduce (SGLang's and vLLM's TP
+  all-reduce: their one-/two-shot kernel for small messages, NCCL for large; the measured
+  table runs 0.3-0.9x of RS + AG). The fused Algs. 1-2 keep their RS / AG steps.
 - Eq. 5's MoE all-reduce: when the MoE TP group spans several attention DP groups
   (``moe_tp > attn_tp``) it must hold the union of their tokens, so its AR buffer is
   ``moe_tp/attn_tp`` times the attention one (the paper leaves this case implicit).
@@ -95,10 +97,9 @@ class Collectives:
         return v
 
     def all_reduce(self, nbytes: float, degree: int, stride: int = 1) -> float:
-        """Eq. 2: AR = RS + AG of the ``nbytes`` buffer (module docstring)."""
-        return self.time("reduce_scatter", nbytes, degree, stride) + self.time(
-            "all_gather", nbytes, degree, stride
-        )
+        """A TP block's all-reduce of the ``nbytes`` buffer: the cost model's ``all_reduce``
+        (Eq. 2 without an engine, the engine's custom all-reduce with one; module docstring)."""
+        return self.time("all_reduce", nbytes, degree, stride)
 
     def all_gather(self, nbytes: float, degree: int, stride: int = 1) -> float:
         return self.time("all_gather", nbytes, degree, stride)

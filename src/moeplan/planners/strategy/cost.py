@@ -37,10 +37,6 @@ from moeplan.planners.strategy.queueing import service_metrics
 from moeplan.planners.strategy.space import Strategy, stage_shape
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
-#: intra-node link kinds that are full meshes (a dedicated link per GPU pair); read by the
-#: pipeline planner's P2P (the cost model prices collectives on them per GPU)
-MESH_KINDS = ("hccs", "full-mesh")
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseTime:
