@@ -187,19 +187,18 @@ def _print_human(
             fmt_time(saving) if r.strategy.fused else "-",
         )
     console.print(t)
-    best = a.strategies[0]
+    console.print(_baselines_table(a, a.strategies[0]))
+    if export is not None:
+        console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
+        for w in export.warnings:
+            console.print(f"warning: {w}")
+
+
+def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
+    """The named baselines and the #1 strategy's gains over each."""
     b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)")
-    for c in (
-        "baseline",
-        "strategy",
-        "fits",
-        "TTFT",
-        "ITL",
-        "tokens/s",
-        "TTFT x",
-        "ITL x",
-        "throughput x",
-    ):
+    for c in ("baseline", "strategy", "fits", "TTFT", "ITL", "tokens/s", "TTFT x", "ITL x",
+              "throughput x"):  # fmt: skip
         b.add_column(c)
     for name, base in a.baselines.items():
         if base is None:
@@ -215,11 +214,7 @@ def _print_human(
             f"{base.throughput_tokens_per_s:.0f}",
             *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")),
         )
-    console.print(b)
-    if export is not None:
-        console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
-        for w in export.warnings:
-            console.print(f"warning: {w}")
+    return b
 
 
 def strategy(
