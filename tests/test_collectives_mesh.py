@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.cost.collectives import collective_time, pair_bandwidth, ring_time
+from moeplan.kernel_tables import kernel_db
 from moeplan.planners.pipeline.cost import StageContext, p2p_seconds
 from moeplan.planners.strategy.comm import p2p_boundaries
 from moeplan.planners.strategy.cost import StrategyEvaluator
@@ -45,6 +46,19 @@ def test_mesh_collectives_closed_form(cl910, d, nbytes):
     assert cm.collective("all_reduce", nbytes, d, nodes=1) == pytest.approx(
         2 * one_round, rel=1e-12
     )
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_engine_custom_all_reduce_is_not_transferred_to_the_mesh(cl910, engine):
+    """SGLang's and vLLM's custom all-reduce are CUDA kernels over NVLink peer memory; on
+    HCCS the engines run HCCL, so a TP all-reduce keeps the mesh closed form with an engine
+    (the kernel database would transfer A100's NVSwitch table, ignoring the pair links)."""
+    cm = CostModel(cl910, engine=engine, kernels=kernel_db())
+    for d in (2, 4, 8):
+        for nbytes in (64 * 1024, 16 * MB, 512 * MB):
+            want = 2 * (A + nbytes / (d * PAIR))
+            assert cm.collective("all_reduce", nbytes, d) == pytest.approx(want, rel=1e-12)
+    assert "allreduce" not in cm.provenance()
 
 
 @pytest.mark.parametrize("d", [2, 4, 8])

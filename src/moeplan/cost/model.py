@@ -29,8 +29,9 @@ whose kernels differ by engine from NVIDIA's measured kernel tables and the mode
 transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
 ``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
 decode), ``attention_layer`` of DeepSeek-V3-shaped MLA models where the engine has module
-tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's custom all-reduce) and
-``all_to_all`` over one 8-GPU node or whole 8-GPU nodes (DeepEP normal kernels; across nodes
+tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's
+custom all-reduce; not on a full-mesh fabric such as Ascend HCCS, where the engines run
+HCCL) and ``all_to_all`` over one 8-GPU node or whole 8-GPU nodes (DeepEP normal kernels; across nodes
 transferred to the RDMA link, :func:`.kerneldb.comm.deepep_internode`). GEMMs, projections,
 shared/dense MLPs, other collectives, other inter-node traffic, P2P and FinDEP's A2E keep the
 paths above.
@@ -45,7 +46,7 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from moeplan.cost.collectives import collective_time, pair_bandwidth
+from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
@@ -350,7 +351,10 @@ class CostModel:
 
     def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float:
         """Collective over ``group_size`` ranks spanning ``nodes`` nodes (nccl-tests bytes)."""
+        # the engines' custom all-reduce is a CUDA kernel over NVLink/NVSwitch peer memory;
+        # a full-mesh fabric (Ascend HCCS) runs HCCL, priced by the mesh formulas
         kdb_ar = op == "all_reduce" and group_size in ALLREDUCE_GPUS
+        kdb_ar = kdb_ar and not is_mesh(self.cluster.intra)
         if self._kdb is not None and nodes <= 1 and nbytes > 0 and kdb_ar:
             return self._kernel(
                 "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
