@@ -19,8 +19,8 @@ Reduced scale, the same for every pair:
   per EG rank, as the planner prices them: AG 1 + EG 3), else AG 2 + EG 2; ``r1``/``r2`` at
   most 2/3.
 
-Plans that reduce to the same (family, layout, details) run once, on the model of the first
-such pair. All of them run in one spawn (:func:`moeplan.runtime.runner.run_plans`: a plan of
+A winner runs on its own model, once per (model, family, reduced layout, details); another
+family's plan shares a run of the same reduced plan (on that run's model) or runs itself. All of them run in one spawn (:func:`moeplan.runtime.runner.run_plans`: a plan of
 ``w`` ranks on the first ``w`` ranks). The planning is the launch test's (cached), so in a full
 run this file adds only the spawn.
 """
@@ -205,11 +205,22 @@ def _key(row: dict[str, Any]) -> str:
     return json.dumps([small["family"], small["layout"], small["details"]], sort_keys=True)
 
 
+def run_of(rows: list[dict[str, Any]]) -> list[str]:
+    """The run each row's plan is checked by: a winner runs its reduced plan on its own model
+    (once per model and reduced plan); another family's plan shares any run of the same reduced
+    plan (the first row of a new one runs it)."""
+    which = {i: f"{_key(r)} {r['model']}" for i, r in enumerate(rows) if r["winner"]}
+    by_plan = {_key(rows[i]): k for i, k in which.items()}
+    for i, row in enumerate(rows):
+        which.setdefault(i, by_plan.setdefault(_key(row), _key(row)))
+    return [which[i] for i in range(len(rows))]
+
+
 def _runs(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Distinct (family, reduced layout, details): the first row of each."""
+    """Distinct runs, each with the row whose plan and model it runs."""
     out: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        out.setdefault(_key(row), row)
+    for key, row in zip(run_of(rows), rows, strict=True):
+        out.setdefault(key, row)
     return out
 
 
@@ -349,11 +360,11 @@ def test_dep_runs_uneven_experts_per_eg_rank(experts, eg):
 if __name__ == "__main__":  # the table: .venv/bin/python tests/test_runtime_preset_grid.py
     ROWS = grid()
     ERRS, RUNS = run_grid(ROWS), _runs(ROWS)
-    for row in (r for r in ROWS if r["winner"]):
-        rep = RUNS[_key(row)]  # the run this plan shares (same reduced plan), on rep's model
-        print(
-            f"| {row['model']} | {row['cluster']} | {row['family']} | "
-            f"{short(row['family'], row['layout'])} | "
-            f"{short(row['family'], row['small']['layout'])} | "
-            f"ran as {rep['model']} on {rep['cluster']}, max abs err {ERRS[_key(row)]:.1e} |"
-        )
+    for key, row in zip(run_of(ROWS), ROWS, strict=True):
+        if row["winner"]:
+            print(
+                f"| {row['model']} | {row['cluster']} | {row['family']} | "
+                f"{short(row['family'], row['layout'])} | "
+                f"{short(row['family'], row['small']['layout'])} | "
+                f"ran (as {RUNS[key]['cluster']}'s), max abs err {ERRS[key]:.1e} |"
+            )
