@@ -32,8 +32,10 @@ OPS = (
 
 # (gpu, engine, op) -> measured figure of a cell that misses the held-out bar
 MISSES = {
-    ("h100_sxm", "trtllm", "moe"): "p90 25.4 % (CUTLASS tactic per shape: 307 of 4680 shapes "
-    "run 2-5x off every neighbour)",
+    ("h100_sxm", "trtllm", "moe"): "p90 29.3 % (CUTLASS tactic per shape: 307 of 4680 "
+    "(layer, load) shapes run 2-5x off every neighbour)",
+    ("a100_sxm", "vllm", "moe"): "median 7.3 %, p90 32.4 % (106 layers; hidden 2048 / inter "
+    "768 over-predicted by 18 % from larger neighbours)",
     ("a100_sxm", "trtllm", "generation_attention"): "p90 29.4 % (7.3 % of its rows beat the "
     "A100's HBM bandwidth, 4.3 % by more than 1.25x: no prediction may)",
     ("a100_sxm", "vllm", "generation_mla"): "p90 53.0 % (isolated 3-7x spikes; h = 1 runs "
@@ -76,7 +78,7 @@ def _heldout_bar(gpu: str, engine: str, op: str, max_folds: int | None) -> None:
 @pytest.mark.parametrize(
     ("gpu", "engine", "op"),
     [
-        ("a100_sxm", "vllm", "moe"),
+        ("a100_sxm", "sglang", "moe"),
         ("h100_sxm", "sglang", "context_mla"),
         ("a100_sxm", "trtllm", "context_attention"),
         ("h100_sxm", "vllm", "generation_mla_module"),
@@ -87,8 +89,9 @@ def test_heldout_bar_on_one_fold(gpu: str, engine: str, op: str) -> None:
 
 
 def test_power_law_rows_of_the_expert_load_model() -> None:
-    """The busiest-rank load model on the tables' power-law rows (held out by shape)."""
-    s = heldout_shapes(kernel_db(), "a100_sxm", "vllm", "moe", max_folds=1)
+    """The busiest-rank load model on the tables' power-law rows, each layer held out with
+    its balanced rows (so the load model, not the balanced twin, predicts them)."""
+    s = heldout_shapes(kernel_db(), "a100_sxm", "sglang", "moe", max_folds=1)
     assert s is not None
     pl = s.load == "power_law"
     assert pl.sum() > 100 and float(np.median(s.err[pl])) <= MEDIAN
