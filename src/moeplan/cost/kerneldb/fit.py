@@ -97,11 +97,9 @@ class Analytic:
     def fit(cls, f: Features, y: np.ndarray, device: Device, link: bool) -> Analytic:
         from scipy.optimize import least_squares
 
-        from moeplan.cost.kerneldb.db import peak_time  # (db imports this module)
-
         # rows faster than the datasheet allows (collector artefacts, e.g. A100 TRT-LLM decode
         # rows above the HBM bandwidth) say nothing about the kernel's efficiency: not fitted
-        ok = y >= peak_time(f, device, link)
+        ok = y >= _datasheet_time(f, device, link)
         if MIN_FIT_ROWS <= ok.sum() < len(y):
             f = replace(f, **{x.name: getattr(f, x.name)[ok] for x in fields(f)})
             y = y[ok]
@@ -192,6 +190,13 @@ class ResidualField:
         near = np.sqrt(((self.coords[j] - coords[:, None, :]) ** 2).sum(axis=2)).min(axis=1)
         inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (near <= NEAR)
         return corr, near, inside
+
+
+def _datasheet_time(f: Features, device: Device, link: bool) -> np.ndarray:
+    """FLOPs at the tensor peak or bytes at full bandwidth, whichever is longer (as
+    ``db.peak_time``, which this module cannot import: db imports it)."""
+    flops = f.flops / np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+    return np.maximum(flops, f.nbytes / (device.link_bw if link else device.mem_bw))
 
 
 def _weighted_median(r: np.ndarray, w: np.ndarray) -> np.ndarray:
