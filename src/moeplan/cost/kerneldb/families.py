@@ -19,25 +19,22 @@ compared. Formulas:
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
   bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
   sequence and KV head: the tables' time at one key grows with KV heads, not query heads).
-  TensorRT-LLM (``kernel_source = torch_flow``): its XQA kernels serve head groups
-  ``g = h / kv`` of up to :data:`XQA_MAX_GROUP`; larger groups fall back to the generic
-  masked-MHA kernel, one block per *query* head, each reading its group's K/V (partly from L2:
-  :data:`MMHA_KV_SHARE` of the per-query-head traffic reaches HBM), so KV bytes and work count
-  ``max(kv, MMHA_KV_SHARE h)`` heads (measured on both GPUs: h = 64-128 with kv = 1-2 run
-  10-15x slower than kv = 4, and 0.44-0.47x an MHA layer with h KV heads). Which kernel runs
-  is also a field coordinate (MMHA path: g > 32, and g = 1, which TRT-LLM 1.0 on Ampere runs
-  on MMHA too), so a held-out shape is corrected by shapes on its own kernel path.
+  TensorRT-LLM (``torch_flow``): XQA serves head groups ``g = h / kv`` up to
+  :data:`XQA_MAX_GROUP`; larger groups fall back to masked MHA, one block per *query* head
+  reading its group's K/V (:data:`MMHA_KV_SHARE` of it from HBM, the rest L2 hits): KV bytes
+  and work count ``max(kv, h / 2)`` heads (both GPUs: h 64-128 on kv 1-2 run 10-15x slower
+  than kv 4, 0.44-0.47x an MHA layer of h KV heads). The kernel path (MMHA: g > 32, or g = 1,
+  MMHA too in TRT-LLM 1.0 on Ampere) is a field coordinate: shapes are corrected by their path.
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
   FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``, work ``b``.
-  vLLM's Triton MLA decode (``vllm_triton_mla``) runs :data:`TRITON_MLA_BLOCK_H` heads per
-  program and re-reads the latent cache for each head block: cache bytes x ``ceil(h / 16)``
-  (measured: 16 -> 64 -> 128 heads cost 1 : 3.8 : 7.5 at large batch x context).
-  TensorRT-LLM's MLA decode (``default``; A100 TRT-LLM 1.0 runs 15 ms for one sequence of
-  128k keys whatever the heads or batch up to the SM count) walks a sequence's keys serially in
-  one block per sequence and :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block,
-  ``b ceil(h / 64)`` blocks, paid once per wave over the SMs (:class:`WaveFeatures`).
+  vLLM's Triton decode (``vllm_triton_mla``) re-reads the latent cache per block of
+  :data:`TRITON_MLA_BLOCK_H` heads: cache bytes x ``ceil(h / 16)`` (16 : 64 : 128 heads cost
+  1 : 3.8 : 7.5 measured). TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
+  128k keys, whatever the heads) walks keys serially, one block per sequence and
+  :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block, ``b ceil(h / 64)`` blocks,
+  paid once per wave over the SMs (:class:`WaveFeatures`).
 - ``{context,generation}_mla_module`` (the whole DeepSeek-V3 MLA block): the core's terms
   plus the projections' FLOPs ``2 t W`` and weight bytes ``W w`` (``t`` tokens, ``W`` the
   projection weights per GPU with ``h`` heads, absorbed W_UK/W_UV when decoding).
@@ -117,7 +114,6 @@ class Family:
     defaults: Mapping[str, object]
     features: Callable[[Columns], Features]
     link: bool = False  # bytes move over the intra-node link, not HBM
-    field_weights: tuple[float, ...] = ()  # residual-field distance weight per coordinate
     robust_field: bool = False  # weighted median of the neighbours (fit.ResidualField)
     #: kernel_source prefixes of autotuned kernels (a GEMM tactic picked per shape, so single
     #: shapes run 2-5x off their neighbours): robust field, token axis x TACTIC_TOKEN_WEIGHT
@@ -127,7 +123,7 @@ class Family:
         """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
         if self.tactic_kernels and kernel.startswith(self.tactic_kernels):
             return (TACTIC_TOKEN_WEIGHT,), True
-        return self.field_weights, self.robust_field
+        return (), self.robust_field
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -374,21 +370,19 @@ FAMILIES: dict[str, Family] = {
             features=_generation_mla,
             robust_field=True,
         ),
-        Family(
-            op="context_mla_module",
-            variant_cols=(*_MLA_VARIANT, "gemm_type"),
-            shape_cols=("num_heads",),
-            x_cols=("batch_size", "isl"),
-            defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
-            features=_module(_context_mla, absorbed=False),
-        ),
-        Family(
-            op="generation_mla_module",
-            variant_cols=(*_MLA_VARIANT, "gemm_type"),
-            shape_cols=("num_heads",),
-            x_cols=("batch_size", "isl", "step"),
-            defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
-            features=_module(_generation_mla, absorbed=True),
+        *(
+            Family(
+                op=f"{phase}_mla_module",
+                variant_cols=(*_MLA_VARIANT, "gemm_type"),
+                shape_cols=("num_heads",),
+                x_cols=x_cols,
+                defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
+                features=_module(core, absorbed=phase == "generation"),
+            )
+            for phase, core, x_cols in (
+                ("context", _context_mla, ("batch_size", "isl")),
+                ("generation", _generation_mla, ("batch_size", "isl", "step")),
+            )
         ),
         Family(
             op="allreduce",
@@ -399,41 +393,19 @@ FAMILIES: dict[str, Family] = {
             features=_allreduce,
             link=True,
         ),
-        Family(
-            op="deepep_normal_dispatch",
-            variant_cols=("sms",),
-            shape_cols=_DEEPEP_SHAPE,
-            x_cols=("num_token",),
-            defaults={},
-            features=_deepep(True, 1.0),
-            link=True,
-        ),
-        Family(
-            op="deepep_normal_combine",
-            variant_cols=("sms",),
-            shape_cols=_DEEPEP_SHAPE,
-            x_cols=("num_token",),
-            defaults={},
-            features=_deepep(True, BF16),
-            link=True,
-        ),
-        Family(
-            op="deepep_ll_dispatch",
-            variant_cols=(),
-            shape_cols=_DEEPEP_SHAPE,
-            x_cols=("num_token",),
-            defaults={},
-            features=_deepep(False, 1.0),
-            link=True,
-        ),
-        Family(
-            op="deepep_ll_combine",
-            variant_cols=(),
-            shape_cols=_DEEPEP_SHAPE,
-            x_cols=("num_token",),
-            defaults={},
-            features=_deepep(False, BF16),
-            link=True,
+        *(
+            Family(
+                op=f"deepep_{kind}_{direction}",
+                variant_cols=("sms",) if kind == "normal" else (),
+                shape_cols=_DEEPEP_SHAPE,
+                x_cols=("num_token",),
+                defaults={},
+                # normal kernels: per destination rank; dispatch in fp8, combine in bf16
+                features=_deepep(kind == "normal", 1.0 if direction == "dispatch" else BF16),
+                link=True,
+            )
+            for kind in ("normal", "ll")
+            for direction in ("dispatch", "combine")
         ),
     )
 }

@@ -17,7 +17,7 @@ smooth coordinates (log2 of shape and token axes). A query's correction is the i
 distance-weighted mean of its :data:`NEIGHBOURS` nearest rows — along its own shape's token
 axis when the shape was measured, across neighbouring shapes otherwise. Outside the measured
 coordinate box the field is not used (no silent extrapolation). A family may weight its
-coordinates in the neighbour search (``Family.field_weights``: a token axis weighted up makes
+coordinates in the neighbour search (``Family.field_options``: a token axis weighted up makes
 the neighbours *other shapes at the same token count* rather than one shape's other token
 counts) and take the weighted *median* of the neighbours instead of the mean
 (``Family.robust_field``): in tables where single shapes run 2-5x off their neighbours (a
