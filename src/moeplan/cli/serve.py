@@ -19,7 +19,6 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
-from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
@@ -157,7 +156,20 @@ def serve_sim(
     slo_percentile: Annotated[
         float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
     ] = 90.0,
-    engine: Annotated[str, typer.Option(help="Scheduler modelled: sglang or vllm.")] = "sglang",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Engine modelled: sglang or vllm — its scheduler and, unless --cost-engine "
+            "none, its measured kernels (as `moeplan plan`)."
+        ),
+    ] = "sglang",
+    cost_engine: Annotated[
+        str,
+        typer.Option(
+            help="'engine' (price kernels from the engine's measured tables) or 'none' "
+            "(the calibrated GEMM/NCCL model alone)."
+        ),
+    ] = "engine",
     chunk_tokens: Annotated[
         int | None, typer.Option(help="Prefill chunk / token budget (default: searched).")
     ] = None,
@@ -202,7 +214,13 @@ def serve_sim(
         prefix_hit=prefix_hit,
         seed=seed,
     )
-    cm = cost_model_for(c, profile)
+    require(
+        cost_engine in ("engine", "none"),
+        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
+    )
+    from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+
+    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     r = evaluate_layout(  # the rate search runs on the same request stream as the report
         m,
         c,
@@ -230,6 +248,7 @@ def serve_sim(
     sim, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
         write_atomic(trace_out, json.dumps(serve_trace(sim, label=layout.label, metadata=meta)))
@@ -238,6 +257,7 @@ def serve_sim(
         print_json(out)
     else:
         _print_human(out, r)
+        console.print(pricing_line(out["pricing"]))
 
 
 def _check_flags(
