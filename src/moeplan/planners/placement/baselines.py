@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from moeplan.planners.placement.cocluster import _swap_repair
 from moeplan.planners.placement.eplb import rebalance_experts
@@ -74,6 +73,8 @@ def _layer_affinity(t: np.ndarray, y: np.ndarray, layer: int, ep: int) -> np.nda
 
 def transition_sweeps(t: np.ndarray, ep: int, sweeps: int = 3) -> np.ndarray:
     """Coordinate ascent: each layer's exact assignment given its neighbours."""
+    from scipy.optimize import linear_sum_assignment  # here: `moeplan` starts without scipy
+
     num_l, e, _ = t.shape
     per = e // ep
     y = contiguous(num_l, e, ep)

@@ -29,8 +29,6 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment, linprog
-from scipy.sparse import csr_matrix
 
 from moeplan.errors import require
 
@@ -79,6 +77,8 @@ def gains(w: np.ndarray, y: np.ndarray, ep: int) -> np.ndarray:
 def expert_step(w: np.ndarray, x: np.ndarray, ep: int,
                 price: np.ndarray | None = None, hot: np.ndarray | None = None) -> np.ndarray:
     """Exact expert placement per layer for fixed rows (optionally with device load prices)."""
+    from scipy.optimize import linear_sum_assignment  # here: `moeplan` starts without scipy
+
     num_l, _, e = w.shape
     per = e // ep
     onehot = np.eye(ep, dtype=w.dtype)[x]
@@ -112,6 +112,9 @@ def _repair(x: np.ndarray, g: np.ndarray, freq: np.ndarray, cap: float) -> np.nd
 
 def row_step(g: np.ndarray, freq: np.ndarray, cap: float) -> np.ndarray:
     """Rows for fixed experts: transportation LP (HiGHS), rounded and repaired to the caps."""
+    from scipy.optimize import linprog  # here: `moeplan` starts without scipy
+    from scipy.sparse import csr_matrix
+
     v, ep = g.shape
     n = v * ep
     cols = np.arange(n)
