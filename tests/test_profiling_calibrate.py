@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from moeplan.cost import CostModel, HardwareProfile
+from moeplan.cost.kernel_fits import MoeShape
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.profiling import calibrate as cal
 from moeplan.profiling.shapes import attention_gemms, attention_shapes, expert_gemms
@@ -116,9 +117,21 @@ def test_cli_quick_cpu_calibration(quick_cpu):
     assert {"gemm", "attention", "permute", "expert_ffn"} <= ops
     for f in doc["fits"]:
         assert {"op", "num_gpus", "r2", "heldout_median_ape", "heldout_p90_ape"} <= f.keys()
+    assert {"moe (own kernels)", "prefill (own kernels)", "decode (own kernels)"} <= ops
     prof = HardwareProfile.from_dict(json.loads(out.read_text()))
     assert prof.name == "cpu-test" and isinstance(prof.gemm, Roofline)
     assert prof.attention is not None and "cpu" in prof.source
+    # the own-kernel fits travel in the profile and price through the cost model
+    assert prof.kernels is not None and set(prof.kernels.quality) == {"moe", "prefill", "decode"}
+    model = load_model("qwen3-30b-a3b")
+    cm = CostModel(load_cluster("h100-sxm-8"), prof)
+    assert cm.expert_ffn(model, 4.0, 8) == pytest.approx(
+        prof.kernels.moe(
+            MoeShape(
+                tokens=4.0 * 128 / 8, hidden=2048, inter=768, top_k=8, experts=128, local_experts=8
+            )
+        )
+    )
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ def _table_jobs(
         if device.type == "cuda" and sizes.scale == 1 and sizes.repeats > 3
         else tables.small_rows()
     )
-    reps = min(sizes.repeats, 10)
+    reps = min(sizes.repeats, 10 if device.type == "cuda" else 2)
 
     def one(op: str, rs: list[dict]) -> None:
         got = tables.measure_rows({op: rs}, device=device, gen=gen, repeats=reps)[op]
