@@ -150,6 +150,7 @@ def test_cli_impossible_slo_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "no deployment meets the SLOs" in lines[0]
+    assert "TTFT p90 <= 0.1 ms" in lines[0], lines[0]  # the limit as given, not rounded to 0
     assert not (tmp_path / "o").exists()
 
 

@@ -365,8 +365,8 @@ def no_plan_meets(ranking: ServeRanking) -> str:
     limits = ", ".join(
         x
         for x in (
-            None if slo.ttft_s is None else f"TTFT p{pct} <= {slo.ttft_s * 1e3:.0f} ms",
-            None if slo.tpot_s is None else f"TPOT p{pct} <= {slo.tpot_s * 1e3:.1f} ms",
+            None if slo.ttft_s is None else f"TTFT p{pct} <= {slo.ttft_s * 1e3:.4g} ms",
+            None if slo.tpot_s is None else f"TPOT p{pct} <= {slo.tpot_s * 1e3:.4g} ms",
         )
         if x
     )
