@@ -10,6 +10,8 @@ a few cells run in the default suite on one of the five shape folds.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -68,8 +70,14 @@ def _cells(misses: dict, ops: tuple[str, ...]):
                 yield pytest.param(gpu, engine, op, marks=marks, id=f"{gpu}-{engine}-{op}")
 
 
+@functools.cache
+def _shapes(gpu: str, engine: str, op: str, max_folds: int | None):  # type: ignore[no-untyped-def]
+    """One held-out evaluation per cell and fold count, shared by the tests that read it."""
+    return heldout_shapes(kernel_db(), gpu, engine, op, max_folds=max_folds)
+
+
 def _heldout_bar(gpu: str, engine: str, op: str, max_folds: int | None) -> None:
-    s = heldout_shapes(kernel_db(), gpu, engine, op, max_folds=max_folds)
+    s = _shapes(gpu, engine, op, max_folds)
     assert s is not None and len(s.err) > 100
     med, p90 = float(np.median(s.err)), float(np.percentile(s.err, 90))
     assert med <= MEDIAN and p90 <= P90, f"median {med:.3f}, p90 {p90:.3f}"
@@ -91,7 +99,7 @@ def test_heldout_bar_on_one_fold(gpu: str, engine: str, op: str) -> None:
 def test_power_law_rows_of_the_expert_load_model() -> None:
     """The busiest-rank load model on the tables' power-law rows, each layer held out with
     its balanced rows (so the load model, not the balanced twin, predicts them)."""
-    s = heldout_shapes(kernel_db(), "a100_sxm", "sglang", "moe", max_folds=1)
+    s = _shapes("a100_sxm", "sglang", "moe", 1)
     assert s is not None
     pl = s.load == "power_law"
     assert pl.sum() > 100 and float(np.median(s.err[pl])) <= MEDIAN
