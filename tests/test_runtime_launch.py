@@ -278,3 +278,15 @@ def test_cli_run_bad_token_plan_is_one_line_exit_2(tmp_path, capsys):
     assert _cli(["run", "--plan", _write(tmp_path, plan)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "plan.details.token_plan ('psychic')" in err[0]
+
+
+def test_more_ranks_than_gpus_is_one_line_before_any_process(tmp_path, capsys, monkeypatch):
+    """NCCL refuses two ranks on one GPU ("Duplicate GPU detected", seen on an H100); the CLI
+    says so in one line, exit 2, before spawning (CUDA faked: one device)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _cli(["run", "--plan", _write(tmp_path, _dep_plan())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nproc (2) exceeds this machine's CUDA devices (1)" in err[0]

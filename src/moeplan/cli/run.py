@@ -111,6 +111,7 @@ def run_command(
         weights=tuple(weights or ()),
     )
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
+    _check_gpus(world)
     reports = spawn_world(
         spawned_rank,
         world,
@@ -119,6 +120,18 @@ def run_command(
         grace_s=RUN_GRACE_S,
     )
     _finish(reports, world, as_json)
+
+
+def _check_gpus(world: int) -> None:
+    """NCCL runs one rank per GPU (two ranks on one device fail with "Duplicate GPU detected",
+    seen on an H100): say so before starting any process."""
+    import torch
+
+    if torch.cuda.is_available() and world > (n := torch.cuda.device_count()):
+        raise MoeplanError(
+            f"--nproc ({world}) exceeds this machine's CUDA devices ({n}): NCCL runs one rank "
+            f"per GPU; run on {world} GPUs, or with CUDA_VISIBLE_DEVICES= on CPU (gloo)"
+        )
 
 
 def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
