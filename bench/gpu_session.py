@@ -266,7 +266,7 @@ def step_tables(out: Path, res: dict[str, Any]) -> dict[str, Any]:
 def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
     from moeplan.profiling.timing import median_time
     from moeplan.runtime.config import from_model_spec
-    from moeplan.runtime.layers.model import attention, init_model, rms
+    from moeplan.runtime.layers.model import attention, init_model, rms, to_device
     from moeplan.runtime.layers.moe import moe_forward
     from moeplan.specs import load_model
 
@@ -274,8 +274,7 @@ def step_runtime(out: Path, res: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for name in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral-8x7b", "qwen2-57b-a14b"):
         cfg = from_model_spec(load_model(name), "full", num_layers=1)
-        (lw,) = init_model(cfg, seed=0)
-        lw = _to(lw, d)
+        (lw,) = to_device(init_model(cfg, seed=0), d, torch.bfloat16)
         for t in (64, 512, 4096, 16384):
             x = torch.randn(t, cfg.hidden_size, device=d, dtype=torch.bfloat16)
             fn = lambda x, w=lw.experts, c=cfg: moe_forward(rms(x), w, c)  # noqa: E731
@@ -371,25 +370,6 @@ def step_quant(out: Path, res: dict[str, Any]) -> dict[str, Any]:
             rows.append(row)
     (out / "quant.json").write_text(json.dumps(rows))
     return {"rows": len(rows), "first": rows[:2]}
-
-
-def _to(lw: Any, d: torch.device) -> Any:
-    from dataclasses import fields, replace
-
-    def move(obj: Any) -> Any:
-        if obj is None:
-            return None
-        return replace(
-            obj,
-            **{
-                f.name: None
-                if getattr(obj, f.name) is None
-                else getattr(obj, f.name).to(device=d, dtype=torch.bfloat16)
-                for f in fields(obj)
-            },
-        )
-
-    return replace(lw, attn=move(lw.attn), moe=move(lw.moe), mlp=move(lw.mlp))
 
 
 def main() -> None:

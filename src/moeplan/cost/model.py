@@ -229,7 +229,7 @@ class CostModel:
         heads = max(1.0, model.num_attention_heads / tp)
         fits = self.profile.kernels if self.profile is not None else None
         if fits is not None and (fits.decode if q_len <= 1 else fits.prefill) is not None:
-            return self._fitted_attention(model, num_seqs, q_len, ctx_len, keys, tp)
+            return self._fitted_attention(model, num_seqs, q_len, keys, tp)
         macs = num_seqs * q_len * keys * heads * (model.q_dim + model.vo_dim)
         if self.profile is not None and self.profile.attention is not None:
             return self.profile.attention(macs)
@@ -243,7 +243,7 @@ class CostModel:
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
     def _fitted_attention(
-        self, model: ModelSpec, seqs: int, q_len: int, ctx_len: int, keys: float, tp: int
+        self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int
     ) -> float:
         """The profile's own kernel fits (:mod:`moeplan.cost.kernel_fits`); a sliding window
         shortens the context as ``keys`` says."""
@@ -252,7 +252,7 @@ class CostModel:
         shape = AttnShape(
             seqs=seqs,
             q_len=q_len,
-            ctx=keys + (q_len - 1) / 2.0 if q_len > 1 else min(keys, ctx_len),
+            ctx=keys + (q_len - 1) / 2.0,  # the keys of the last query (window-capped)
             heads=max(1.0, model.num_attention_heads / tp),
             kv_heads=max(1.0, model.num_kv_heads / tp),
             qk_dim=model.q_dim,

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from moeplan.profiling.timing import median_time, randn, random_inputs
+from moeplan.profiling import microbench as mb
+from moeplan.profiling.timing import median_time, random_inputs
 from moeplan.runtime import kernels as K
 
 MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
@@ -117,9 +118,8 @@ def _routing(
     tokens: int, k: int, experts: int, local: int, device: torch.device, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Balanced routing over all ``experts``; ids outside ``[0, local)`` become ``-1``."""
-    ids = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :k]
-    ids = torch.where(ids < local, ids, torch.full_like(ids, -1))
-    return ids.to(device), torch.rand(tokens, k, generator=gen).to(device)
+    ids, wt = mb._routing(tokens, k, experts, gen, device)
+    return torch.where(ids < local, ids, torch.full_like(ids, -1)), wt
 
 
 def _moe_call(
@@ -136,13 +136,10 @@ def measure_moe(
     for r in rows:
         by_shape[_moe_key(r)[:-1]].append(r)
     out = []
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = mb.bench_dtype(device)
     for (h, inter, k, e, tp, ep), rs in by_shape.items():
         local, i = e // ep, math.ceil(inter / tp)
-        w = [
-            randn(*s, dtype=dtype, device=device, gen=gen, scale=s[-2] ** -0.5)
-            for s in ((local, h, i), (local, h, i), (local, i, h))
-        ]
+        w = mb._expert_weights(local, h, i, dtype, device, gen)
         for r in rs:
             t = r["num_tokens"]
             inputs = [
@@ -170,7 +167,7 @@ def measure_attention(
     repeats: int = 10,
 ) -> list[dict[str, Any]]:
     """SDPA at each row's shape (decode: one query over ``isl + step`` keys)."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = mb.bench_dtype(device)
     out = []
     for r in rows:
         b, hq, hk, d = r["batch_size"], r["num_heads"], r["num_key_value_heads"], r["head_dim"]

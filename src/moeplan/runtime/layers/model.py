@@ -97,14 +97,18 @@ def make_inputs(cfg: MoEConfig, batch: int, seq: int, seed: int = 1) -> torch.Te
     return torch.randn(batch, seq, cfg.hidden_size, generator=torch.Generator().manual_seed(seed))
 
 
-def to_device(layers: list[LayerWeights], device: torch.device | str) -> list[LayerWeights]:
-    """Copy every weight tensor of ``layers`` to ``device``."""
+def to_device(
+    layers: list[LayerWeights], device: torch.device | str, dtype: torch.dtype | None = None
+) -> list[LayerWeights]:
+    """Copy every weight tensor of ``layers`` to ``device`` (cast to ``dtype`` when given)."""
 
     def move(obj: Any) -> Any:
         return replace(
             obj,
             **{
-                f.name: None if getattr(obj, f.name) is None else getattr(obj, f.name).to(device)
+                f.name: None
+                if getattr(obj, f.name) is None
+                else getattr(obj, f.name).to(device=device, dtype=dtype)
                 for f in fields(obj)
             },
         )
