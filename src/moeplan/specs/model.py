@@ -34,15 +34,21 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
   before anything is sized from it, so a corrupt config fails in microseconds with one line
   instead of allocating for 10^8 layers. The limits are far above every released MoE (largest
   shipped preset: 94 layers, 7168 hidden, 384 experts, 201088 vocabulary).
+
+Split by concern: this module holds the dataclass and the derived per-layer and per-token
+quantities; the validation run on construction is :mod:`moeplan.specs.model_checks`, the
+per-module tables (:class:`ModuleInfo`) are :mod:`moeplan.specs.model_summary`, and reading a
+``config.json`` into the fields is :mod:`moeplan.specs.hf_config`. Every name is still
+importable from here.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moeplan.errors import MoeplanError, check_int, require, show
+from moeplan.errors import MoeplanError, require
+from moeplan.specs import model_summary
 from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_CONTEXT,
     MAX_EXPERTS,
@@ -55,47 +61,11 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_VOCAB,
     MAX_WEIGHT_BYTES,
 )
+from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
+from moeplan.specs.model_summary import ModuleInfo
 from moeplan.specs.quant import UNQUANTIZED, WeightQuant, linear_modules
 
 ACT_BYTES = 2  # bf16 activations and KV cache
-
-SCORING_FUNCS = ("softmax", "sigmoid")
-
-# integer fields: (lower bound, upper bound)
-_INT_FIELDS: dict[str, tuple[int, int]] = {
-    "num_layers": (1, MAX_LAYERS),
-    "hidden_size": (1, MAX_HIDDEN),
-    "vocab_size": (1, MAX_VOCAB),
-    "num_attention_heads": (1, MAX_HEADS),
-    "num_kv_heads": (1, MAX_HEADS),
-    "head_dim": (0, MAX_HEAD_DIM),
-    "num_experts": (1, MAX_EXPERTS),
-    "top_k": (1, MAX_EXPERTS),
-    "moe_intermediate_size": (1, MAX_INTERMEDIATE),
-    "q_lora_rank": (0, MAX_HIDDEN),
-    "kv_lora_rank": (0, MAX_HIDDEN),
-    "qk_nope_head_dim": (0, MAX_HEAD_DIM),
-    "qk_rope_head_dim": (0, MAX_HEAD_DIM),
-    "v_head_dim": (0, MAX_HEAD_DIM),
-    "num_shared_experts": (0, MAX_EXPERTS),
-    "shared_intermediate_size": (0, MAX_INTERMEDIATE),
-    "dense_intermediate_size": (0, MAX_INTERMEDIATE),
-    "first_k_dense": (0, MAX_LAYERS),
-    "moe_layer_freq": (1, MAX_LAYERS),
-    "n_group": (1, MAX_EXPERTS),
-    "topk_group": (1, MAX_EXPERTS),
-    "sliding_window": (0, MAX_CONTEXT),
-}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ModuleInfo:
-    """One module kind of the model: total parameters and FLOPs per token (all layers)."""
-
-    name: str
-    params: int
-    flops_per_token: float
-    count: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,83 +115,8 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
-        self._check_bounds(p)
-        require(
-            self.attention in ("gqa", "mla"),
-            f"{p}.attention ({self.attention!r}) must be 'gqa' or 'mla'",
-        )
-        if self.attention == "gqa":
-            require(self.head_dim > 0, f"{p}.head_dim ({self.head_dim}) must be positive")
-            require(
-                self.num_attention_heads % self.num_kv_heads == 0,
-                f"{p}.num_attention_heads ({self.num_attention_heads}) must be divisible "
-                f"by num_kv_heads ({self.num_kv_heads})",
-            )
-        else:
-            for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                require(
-                    getattr(self, f) > 0,
-                    f"{p}.{f} ({getattr(self, f)}) must be positive for MLA attention",
-                )
-        require(
-            self.top_k <= self.num_experts,
-            f"{p}.top_k ({self.top_k}) must be <= num_experts ({self.num_experts})",
-        )
-        require(
-            self.n_group >= 1 and self.num_experts % self.n_group == 0,
-            f"{p}.num_experts ({self.num_experts}) must be divisible by n_group ({self.n_group})",
-        )
-        require(
-            1 <= self.topk_group <= self.n_group,
-            f"{p}.topk_group ({self.topk_group}) must be in [1, n_group={self.n_group}]",
-        )
-        require(
-            0 <= self.first_k_dense <= self.num_layers,
-            f"{p}.first_k_dense ({self.first_k_dense}) must be in [0, num_layers]",
-        )
-        dense = set(self.dense_layers)
-        flags = tuple(
-            i >= self.first_k_dense and i not in dense and (i + 1) % self.moe_layer_freq == 0
-            for i in range(self.num_layers)
-        )
-        require(any(flags), f"{p} has no MoE layer (first_k_dense={self.first_k_dense})")
-        if not all(flags):
-            require(
-                self.dense_intermediate_size > 0,
-                f"{p}.dense_intermediate_size ({self.dense_intermediate_size}) must be "
-                "positive when the model has dense layers",
-            )
-        object.__setattr__(self, "_moe_flags", flags)
-
-    def _check_bounds(self, p: str) -> None:
-        """Types and size limits, before anything is sized from them."""
-        for f, (lo, hi) in _INT_FIELDS.items():
-            check_int(f"{p}.{f}", getattr(self, f), lo, hi)
-        for f in ("dense_layers", "sliding_layers"):
-            v = getattr(self, f)
-            require(
-                isinstance(v, tuple)
-                and len(v) <= self.num_layers
-                and all(isinstance(i, int) and 0 <= i < self.num_layers for i in v),
-                f"{p}.{f} ({show(v)}) must be layer indices in [0, {self.num_layers})",
-            )
-        v = self.routed_scaling_factor
-        require(
-            isinstance(v, int | float)
-            and not isinstance(v, bool)
-            and math.isfinite(v)
-            and 0 < v <= MAX_ROUTED_SCALE,
-            f"{p}.routed_scaling_factor ({show(v)}) must be a finite number in "
-            f"(0, {MAX_ROUTED_SCALE:g}]",
-        )
-        require(
-            isinstance(self.quant, WeightQuant),
-            f"{p}.quant ({show(self.quant)}) must be a WeightQuant",
-        )
-        require(
-            self.scoring_func in SCORING_FUNCS,
-            f"{p}.scoring_func ({show(self.scoring_func)}) must be one of {SCORING_FUNCS}",
-        )
+        check_bounds(self, p)
+        object.__setattr__(self, "_moe_flags", check_structure(self, p))
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -425,55 +320,7 @@ class ModelSpec:
     # ---- summaries --------------------------------------------------------------------
     def modules(self, context: float = 4096.0) -> list[ModuleInfo]:
         """Per module kind: parameters and FLOPs per token (decode with ``context`` keys)."""
-        nm, nd, nl = self.num_moe_layers, self.num_dense_layers, self.num_layers
-        attn_f = sum(self.attn_proj_flops + self.attn_core_flops(context, i) for i in range(nl))
-        out = [
-            ModuleInfo(
-                name="attention", params=nl * self.attn_params, flops_per_token=attn_f, count=nl
-            ),
-            ModuleInfo(
-                name="routed_experts",
-                params=nm * self.num_experts * self.expert_params,
-                flops_per_token=nm * self.top_k * self.expert_flops,
-                count=nm,
-            ),
-            ModuleInfo(
-                name="router",
-                params=nm * self.router_params,
-                flops_per_token=nm * self.router_flops,
-                count=nm,
-            ),
-        ]
-        if self.shared_intermediate_size:
-            out.append(
-                ModuleInfo(
-                    name="shared_experts",
-                    params=nm * self.shared_params,
-                    flops_per_token=nm * self.shared_flops,
-                    count=nm,
-                )
-            )
-        if nd:
-            out.append(
-                ModuleInfo(
-                    name="dense_mlp",
-                    params=nd * self.dense_mlp_params,
-                    flops_per_token=nd * self.dense_mlp_flops,
-                    count=nd,
-                )
-            )
-        out.append(
-            ModuleInfo(name="embedding", params=self.embedding_params, flops_per_token=0.0, count=1)
-        )
-        out.append(
-            ModuleInfo(
-                name="lm_head",
-                params=self.lm_head_params + self.hidden_size,
-                flops_per_token=2.0 * self.vocab_size * self.hidden_size,
-                count=1,
-            )
-        )
-        return out
+        return model_summary.modules(self, context)
 
     # ---- weight storage (quantization, see ``quant``) ------------------------------------
     @property
@@ -489,18 +336,7 @@ class ModelSpec:
     def weight_bytes_by_module(self) -> dict[str, tuple[int, float]]:
         """Per module class: ``(parameters, bytes)`` over all layers; the final norm counts
         with the lm-head (``quant`` classes, same sums as :meth:`modules`)."""
-        nm, nd = self.num_moe_layers, self.num_dense_layers
-        params = {
-            "attention": self.num_layers * self.attn_params,
-            "experts": nm * self.num_experts * self.expert_params,
-            "shared": nm * self.shared_params,
-            "dense": nd * self.dense_mlp_params,
-            "router": nm * self.router_params,
-            "embedding": self.embedding_params,
-            "lm_head": self.lm_head_params + self.hidden_size,
-        }
-        q = self.quant
-        return {c: (n, n * q.module(c).bytes_per_weight) for c, n in params.items()}
+        return model_summary.weight_bytes_by_module(self)
 
     def weight_bytes_total(self) -> float:
         """Bytes of every weight as the checkpoint stores them (scales included)."""
