@@ -1,0 +1,225 @@
+"""What ``moeplan plan`` and its report show of a serving ranking (:mod:`moeplan.serve.rank`).
+
+:func:`no_plan_meets` is the one-line error when no deployment meets the SLOs (the best TTFT
+and TPOT any plan reaches); :func:`serve_explanation` the plain sentences (who wins, what
+bounds it, how much of each SLO it uses, the runner-up, and whether the families' own analytic
+figures agree); :func:`describe` a length distribution in words. :func:`serving_curves` and
+:func:`serving_trace` simulate the top plans again — at their operating point, and at
+fractions of their largest SLO-meeting rate with the same seed (common random numbers) — for
+the report's latency and rate charts and the winner's Chrome trace. :func:`served_plan` is
+the winner's :class:`~moeplan.planners.plan.Plan` with its serving prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import PlanResult
+from moeplan.serve.engine import SimResult, simulate
+from moeplan.serve.entries import Served
+from moeplan.serve.iteration import iteration_model
+from moeplan.serve.metrics import summarize
+from moeplan.serve.ranking import ServeRanking, _per_replica
+from moeplan.serve.workload import LengthDist, ServeWorkload, generate
+from moeplan.specs import ClusterSpec, ModelSpec
+
+
+def no_plan_meets(ranking: ServeRanking) -> str:
+    """The one-line error when no deployment meets the SLOs: the best any plan reaches."""
+    done = [s for s in ranking.ranked if s.metrics is not None]
+    slo = ranking.slo
+    pct = int(slo.percentile)
+    if not done:
+        return "no deployment could be simulated: " + "; ".join(
+            f"{s.entry.label}: {s.result.reason}" for s in ranking.ranked[:3]
+        )
+    ttft = min(done, key=lambda s: s.metrics.at_percentile(slo.percentile)[0])  # type: ignore[union-attr]
+    tpot = min(done, key=lambda s: s.metrics.at_percentile(slo.percentile)[1])  # type: ignore[union-attr]
+    t1 = ttft.metrics.at_percentile(slo.percentile)[0]  # type: ignore[union-attr]
+    t2 = tpot.metrics.at_percentile(slo.percentile)[1]  # type: ignore[union-attr]
+    limits = ", ".join(
+        x
+        for x in (
+            None if slo.ttft_s is None else f"TTFT p{pct} <= {slo.ttft_s * 1e3:.4g} ms",
+            None if slo.tpot_s is None else f"TPOT p{pct} <= {slo.tpot_s * 1e3:.4g} ms",
+        )
+        if x
+    )
+    return (
+        f"no deployment meets the SLOs ({limits}) at rate {ranking.workload.rate} req/s: "
+        f"the best TTFT p{pct} any plan reaches is {t1 * 1e3:.0f} ms "
+        f"({ttft.entry.layout_label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
+        f"({tpot.entry.layout_label})"
+    )
+
+
+def describe(d: LengthDist) -> str:
+    """``2048``, ``uniform 128..1024`` or ``lognormal mean 512 (sigma 0.8)`` tokens."""
+    if d.kind == "fixed":
+        return f"{d.mean}"
+    if d.kind == "uniform":
+        return f"uniform {d.low}..{d.high}"
+    return f"{d.kind} mean {d.mean} (sigma {d.sigma:g})"
+
+
+def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
+    """Plain sentences: who wins on the serving footing, what bounds it, how close the SLOs
+    are, and how the families' own analytic figures compare."""
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    w = ranking.winner
+    m = w.metrics
+    if m is None:
+        return [f"No deployment could be simulated: {w.result.reason}"]
+    slo, pct = ranking.slo, ranking.slo.percentile
+    ttft, tpot = m.at_percentile(pct)
+    at = (
+        "at a given load"
+        if ranking.rate_given
+        else f"at its largest SLO-meeting rate, {w.result.max_rate_meeting_slo_rps:.2f} req/s"
+    )
+    out = [
+        f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout_label} wins on "
+        f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
+        f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, "
+        f"{m.requests} requests)."
+    ]
+    out.append(
+        f"It is bound by {w.result.bound}. SLO use at p{pct:g}: TTFT "
+        f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
+        f"TPOT {tpot * 1e3:.1f} of {slo.tpot_s * 1e3:.0f} ms ({tpot / slo.tpot_s:.0%}); "  # type: ignore[operator]
+        f"KV cache {m.kv_utilisation:.0%} used on average, {m.preemptions} preemptions."
+    )
+    if len(ranking.ranked) > 1 and ranking.ranked[1].metrics is not None:
+        r = ranking.ranked[1]
+        rm = r.metrics
+        assert rm is not None
+        ratio = (
+            m.output_tokens_per_s_per_gpu / rm.output_tokens_per_s_per_gpu
+            if rm.output_tokens_per_s_per_gpu
+            else float("inf")
+        )
+        out.append(
+            f"Runner-up: {FAMILY_NAMES[r.entry.family]} {r.entry.layout_label} at "
+            f"{rm.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU"
+            f"{'' if r.result.meets_slo else ' (misses the SLOs)'}; the winner is "
+            f"{ratio:.2f}x per GPU."
+        )
+    a = result.winner
+    if a.family != w.entry.family:
+        out.append(
+            f"By the families' own analytic figures (prefill of one batch) "
+            f"{FAMILY_NAMES[a.family]} ({a.label}) leads; under load with both SLOs the "
+            f"ranking differs — the serving simulation decides."
+        )
+    return out
+
+
+CURVE_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)  # of each plan's largest SLO-meeting rate
+CURVE_REQUESTS = 300  # requests per point of a latency-rate curve
+
+
+def _operating_workload(ranking: ServeRanking, s: Served) -> ServeWorkload:
+    """The load ``s``'s metrics were taken at: the user's, else its largest SLO rate."""
+    rate = s.result.max_rate_meeting_slo_rps
+    if not ranking.rate_given and rate:
+        return ranking.workload.with_rate(rate)
+    return ranking.workload
+
+
+def serving_curves(
+    ranking: ServeRanking,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    *,
+    top: int = 3,
+    fractions: tuple[float, ...] = CURVE_FRACTIONS,
+) -> dict[str, Any]:
+    """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
+    p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
+    open-loop workloads only). Same seed at every rate (common random numbers)."""
+    from moeplan.serve.metrics import request_latencies
+
+    latency: dict[str, dict[str, list[float]]] = {}
+    rate_curves: dict[str, list[dict[str, float]]] = {}
+    done = [x for x in ranking.ranked if x.result.engine is not None][:top]
+    for x in done:
+        label = f"{x.entry.family}: {x.entry.layout_label}"
+        res = _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
+        ttft, tpot, _ = request_latencies(res)
+        latency[label] = {
+            "ttft_s": [float(v) for v in ttft],
+            "tpot_s": [float(v) for v in tpot if v == v],
+        }
+        base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
+        if not base or ranking.workload.concurrency is not None:
+            continue
+        probe = replace(
+            ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
+        )
+        pts = []
+        for f in fractions:
+            m = summarize(
+                _rerun(x, probe.with_rate(base * f), model, cluster, cost),
+                x.result.layout.gpus,
+                ranking.slo,
+            )
+            pts.append(
+                {
+                    "rate_rps": base * f,
+                    "ttft_p90_s": m.ttft_p90_s,
+                    "tpot_p90_s": m.tpot_p90_s,
+                    "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+                }
+            )
+        rate_curves[label] = pts
+    return {"latency": latency, "rate": rate_curves}
+
+
+def serving_trace(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
+    """Chrome trace of the winner's simulated run (one event per engine iteration), at the
+    load its metrics were taken: the user's rate or concurrency, else its largest SLO rate."""
+    from moeplan.serve.trace import serve_trace
+
+    w = ranking.winner
+    r = w.result
+    meta: dict[str, Any] = {
+        "family": w.entry.family,
+        "label": w.entry.label,
+        "layout": w.entry.layout_label,
+    }
+    if r.engine is None:
+        return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
+    wl = ranking.workload
+    if not ranking.rate_given and r.max_rate_meeting_slo_rps:
+        wl = wl.with_rate(r.max_rate_meeting_slo_rps)
+    meta["rate_rps"] = wl.rate
+    meta["requests"] = wl.num_requests
+    res = _rerun(w, wl, model, cluster, cost)
+    return serve_trace(res, label=w.entry.layout_label, metadata=meta)
+
+
+def _rerun(
+    x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> SimResult:
+    """Simulate ``x``'s deployment on ``wl`` again (disaggregated pools run their own pools:
+    :class:`moeplan.serve.disagg.DisaggResult`)."""
+    r = x.result
+    rerun = getattr(r, "rerun", None)
+    if rerun is not None:
+        return rerun(wl)
+    assert r.engine is not None
+    wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
+    return simulate(generate(wl), r.engine, iteration_model(model, cluster, cost, r.layout))
+
+
+def served_plan(s: Served, ranking: ServeRanking) -> Plan:
+    """The winner's :class:`Plan` with its serving prediction in ``predicted.serving``."""
+    serving = {"objective": ranking.objective, "slo": ranking.slo.to_dict(), **s.summary()}
+    return replace(s.entry.plan, predicted={**s.entry.plan.predicted, "serving": serving})
