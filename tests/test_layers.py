@@ -19,7 +19,8 @@ import moeplan
 #: tests/test_architecture.py).
 PLANNING = ["specs", "cost", "sim", "planners", "serve"]
 #: Edges that read and write files or talk to the user; torch stays a lazy, in-function import.
-EDGES = ["traces", "report", "export", "cli", "measured", "kernel_tables", "io", "units", "errors"]
+EDGES = ["traces", "report", "export", "cli", "measured", "kernel_tables", "kernel_store", "io",
+         "units", "errors"]  # fmt: skip
 #: The only places allowed to import torch (or triton) at import time.
 TORCH = ["runtime", "profiling"]
 #: Not a library module: ``python -m moeplan`` runs the CLI.

@@ -11,27 +11,17 @@ tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike.
 the shipped held-out errors ``heldout_errors.json``) and :func:`engine_cost_model` hands it
 to a :class:`~moeplan.cost.CostModel` (the pure core never loads tables itself).
 
-Cold start: building one kernel variant (selection, dedupe, features, the SciPy fit and its
-residual field) takes 0.2–1 s, and a planner with an engine touches five or more. Built
-variants are therefore kept on disk by :class:`DiskStore` under :func:`cache_dir`, one pickle
-per variant named by a content key — SHA-256 of the table file, of every source file of
-``moeplan.cost.kerneldb`` and of this module, the table GPU's datasheet device and the Python,
-NumPy and SciPy versions — so a changed table, model or library is rebuilt, never served
-stale. Only files in a folder owned by the user and writable by no one else are read.
-A variant's file from an older table or model is removed when its new one is written.
-``MOEPLAN_CACHE_DIR`` moves the folder; ``MOEPLAN_CACHE_DIR=off`` turns the store off.
+Built variants are kept on disk between processes by :class:`~moeplan.kernel_store.DiskStore`
+(:mod:`moeplan.kernel_store`: content keys, trust checks, the size cap;
+``MOEPLAN_CACHE_DIR`` moves the folder, ``MOEPLAN_CACHE_DIR=off`` turns the store off,
+``MOEPLAN_CACHE_MAX_MB`` caps its size); its names are re-exported here.
 Numeric columns are read from Arrow buffers directly (``to_numpy`` on a chunked array
 imports pandas: 0.4 s).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import pickle
-import sys
-import tempfile
 from collections.abc import Callable
 from functools import cache, partial
 from importlib import resources
@@ -42,9 +32,22 @@ import numpy as np
 
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
-from moeplan.cost.kerneldb.families import Family
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
+from moeplan.kernel_store import (  # noqa: F401 (re-exported)
+    CACHE_ENV,
+    CACHE_MAX_ENV,
+    CACHE_MAX_MB,
+    CACHE_OFF,
+    MODEL_SOURCES,
+    DiskStore,
+    _code_digest,
+    _Pickler,
+    _trusted,
+    _Unpickler,
+    cache_dir,
+    cache_max_bytes,
+)
 from moeplan.specs import ClusterSpec, load_cluster
 
 ENGINES = ("sglang", "vllm", "trtllm")
@@ -80,10 +83,6 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
 #: table GPU -> the cluster preset whose datasheet numbers it has
 TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
 ERRORS_FILE = "heldout_errors.json"
-CACHE_ENV = "MOEPLAN_CACHE_DIR"
-CACHE_OFF = ("", "0", "off", "none")
-#: sources whose change invalidates a stored variant (besides the table file itself)
-MODEL_SOURCES = ("cost/kerneldb", "kernel_tables.py")
 
 
 def kernels_dir() -> Path:
@@ -199,115 +198,6 @@ def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tup
         return {}
     rows = json.loads(path.read_text(encoding="utf-8"))["errors"]
     return {(r["gpu"], r["engine"], r["op"], r["source"]): (r["median"], r["p90"]) for r in rows}
-
-
-# ---- built variants kept across processes --------------------------------------------
-def cache_dir() -> Path | None:
-    """Where built kernel variants are kept (``None``: not kept)."""
-    env = os.environ.get(CACHE_ENV)
-    if env is not None:
-        return None if env.strip().lower() in CACHE_OFF else Path(env) / "kerneldb"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "moeplan" / "kerneldb"
-
-
-@cache
-def _code_digest() -> str:
-    """SHA-256 of the modelling code and the libraries whose objects are pickled."""
-    import scipy
-
-    h = hashlib.sha256(f"{sys.version}|{np.__version__}|{scipy.__version__}".encode())
-    pkg = Path(__file__).parent
-    for rel in MODEL_SOURCES:
-        target = pkg / rel
-        for f in sorted(target.rglob("*.py")) if target.is_dir() else [target]:
-            h.update(f.name.encode() + f.read_bytes())
-    return h.hexdigest()
-
-
-class DiskStore:
-    """Built variants and variant counts of the tables in ``files``, pickled in ``root``
-    under a content key (module docstring). Best effort: an unreadable, foreign or corrupt
-    file is a miss, a failed write is ignored (the variant is simply built again)."""
-
-    def __init__(
-        self, root: Path, files: dict[tuple[str, str, str], Path], devices: dict[str, Device]
-    ) -> None:
-        self.root, self.files, self.devices = root, files, devices
-        self._table_digest: dict[Path, str] = {}
-
-    def path(self, key: tuple) -> Path | None:
-        """The file of ``key`` (``(kind, gpu, engine, op, ...)``), ``None`` for an unknown table."""
-        gpu, engine, op = key[1:4]
-        table = self.files.get((gpu, engine, op))
-        if table is None:
-            return None
-        if table not in self._table_digest:
-            self._table_digest[table] = hashlib.sha256(table.read_bytes()).hexdigest()
-        text = f"{self.devices.get(gpu)!r}|{self._table_digest[table]}|{_code_digest()}"
-        content = hashlib.sha256(text.encode()).hexdigest()[:24]
-        return self.root / f"{self._stem(key)}-{content}.pkl"
-
-    @staticmethod
-    def _stem(key: tuple) -> str:
-        """The part of a file name that names the variant (not the content it was built from)."""
-        gpu, engine, op = key[1:4]
-        return f"{gpu}-{engine}-{op}-{key[0]}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}"
-
-    def get(self, key: tuple) -> Any | None:
-        path = self.path(key)
-        try:
-            if path is None or not _trusted(path):
-                return None
-            with path.open("rb") as f:
-                return _Unpickler(f).load()
-        except Exception:  # a truncated or foreign pickle is a miss (rebuilt and rewritten)
-            return None
-
-    def put(self, key: tuple, value: Any) -> None:
-        path = self.path(key)
-        if path is None:
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not _trusted(self.root):
-                return
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
-                    _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-                os.replace(tmp, path)
-                for old in self.root.glob(f"{self._stem(key)}-*.pkl"):
-                    if old != path:  # built from an older table or model: one file per variant
-                        old.unlink(missing_ok=True)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        except (OSError, pickle.PicklingError, AttributeError, TypeError):
-            return  # not kept: built again next time
-
-
-class _Pickler(pickle.Pickler):
-    """Families (code, some holding local functions) are stored by name, not by value."""
-
-    def persistent_id(self, obj: Any) -> Any:
-        return ("family", obj.op) if isinstance(obj, Family) else None
-
-
-class _Unpickler(pickle.Unpickler):
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, tuple) and pid[:1] == ("family",) and pid[1] in FAMILIES:
-            return FAMILIES[pid[1]]
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-
-
-def _trusted(path: Path) -> bool:
-    """Owned by this user and writable by no one else (file and folder)."""
-    for p in (path, path.parent) if path.is_file() else (path,):
-        st = p.stat()
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return False
-    return True
 
 
 @cache
