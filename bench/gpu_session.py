@@ -10,7 +10,8 @@ Steps (each guarded: a failing step is recorded and the next one runs):
 - ``ceilings``: device-to-device copy bandwidth (read + write) and an 8192³ bf16 GEMM.
 - ``kernels``: ``bench/bench_kernels.py`` rows, the grouped experts alone (FLOP/s against the
   GEMM ceiling) and the routed-expert path split into its parts (where the time goes).
-- ``calibrate``: ``moeplan calibrate --device cuda`` → ``h100-measured.json`` + ``calibrate.json``.
+- ``calibrate``: ``moeplan calibrate --device cuda`` → ``<profile-name>.json`` (``--profile-name``,
+  default ``h100-measured``), ``calibrate_rows.json`` (the own-kernel rows) + ``calibrate.json``.
 - ``tables``: NVIDIA's H100 SGLang rows (fused MoE, context/generation attention) measured with
   our kernels (:mod:`moeplan.profiling.tables`) → ``tables.json``.
 - ``runtime``: the runtime's MoE layer and attention (``moeplan.runtime.layers``) at full model
@@ -34,6 +35,8 @@ from typing import Any
 
 import torch
 
+#: name of the profile ``calibrate`` writes (``--profile-name``; one per GPU model)
+PROFILE_NAME = ["h100-measured"]
 STEPS = ("env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime", "quant")
 
 
@@ -229,9 +232,11 @@ def step_calibrate(out: Path, res: dict[str, Any]) -> dict[str, Any]:
         "--device",
         "cuda",
         "--name",
-        "h100-measured",
+        PROFILE_NAME[0],
         "--out",
-        str(out / "h100-measured.json"),
+        str(out / f"{PROFILE_NAME[0]}.json"),
+        "--rows-out",
+        str(out / "calibrate_rows.json"),
         "--json",
     ]
     t0 = time.time()
@@ -376,7 +381,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", default=",".join(STEPS))
+    ap.add_argument("--profile-name", default=PROFILE_NAME[0], help="calibrate's profile name")
     a = ap.parse_args()
+    PROFILE_NAME[0] = a.profile_name
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {}

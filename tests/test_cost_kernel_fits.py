@@ -148,15 +148,20 @@ def test_profile_round_trip_and_cost_model_uses_the_fits():
     )
 
 
-def _rows() -> dict:
-    return json.loads((DATA / "calibrate_rows.json").read_text())
+def _rows(data: Path = DATA) -> dict:
+    return json.loads((data / "calibrate_rows.json").read_text())
 
 
-def test_shipped_profile_is_reproducible_from_the_committed_rows():
-    """``h100-measured``'s own-kernel fits are what fitting the committed H100 rows gives."""
-    shipped = load_profile("h100-measured").kernels
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [("h100-measured", DATA), ("h200-measured", DATA.parent / "gpu_h200_2026-11-23")],
+)
+def test_shipped_profile_is_reproducible_from_the_committed_rows(name: str, data: Path):
+    """A shipped ``*-measured`` profile's own-kernel fits are what fitting the committed rows
+    of that GPU gives."""
+    shipped = load_profile(name).kernels
     assert shipped is not None
-    refit = fit_rows(_rows(), lambda op, r: float(r["ours_s"]))
+    refit = fit_rows(_rows(data), lambda op, r: float(r["ours_s"]))
     for key in ("moe", "prefill", "decode"):
         a, b = getattr(shipped, key), getattr(refit, key)
         for f in ("floor", "flops", "bw"):
@@ -165,7 +170,7 @@ def test_shipped_profile_is_reproducible_from_the_committed_rows():
         assert shipped.quality[key].heldout_median_ape == pytest.approx(
             refit.quality[key].heldout_median_ape, abs=0.01
         )
-    # whole-shape held-out error of the fits on the H100's own kernels (calibrate's table)
+    # whole-shape held-out error of the fits on the GPU's own kernels (calibrate's table)
     assert shipped.quality["moe"].heldout_median_ape < 0.10
     assert shipped.quality["prefill"].heldout_median_ape < 0.20
     assert shipped.quality["decode"].heldout_median_ape < 0.20

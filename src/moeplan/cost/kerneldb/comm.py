@@ -6,7 +6,8 @@ go over RDMA to the rank with the same local index there, which forwards them ov
 the two links run at once. NVIDIA's tables hold only one 8-GPU node, so the inter-node time is
 *transferred*: the intra-node analytic model of dispatch and of combine (floor, link
 efficiency), learned on the table GPU's NVLink, is moved (:meth:`Analytic.scaled`, the rule
-every transfer uses: floor x sqrt of the bandwidth ratio, efficiency kept) to a device whose
+every communication transfer uses: floor x sqrt of the link bandwidth ratio, efficiency
+kept) to a device whose
 link is the cluster's inter-node bandwidth per GPU, and charged the remote share
 ``(n - g)/n`` of the bytes; the local share ``(g - 1)/n`` is charged to the cluster GPU's NVLink
 model; the longer of the two counts (one direction = the mean of dispatch and combine, as

@@ -6,7 +6,7 @@ counts; kernels that pipeline loads with math sit in between, so ``p`` is fitted
 (the intra-node link bandwidth for communication families). ``e_f`` and ``e_b`` are the
 kernel family's compute and memory efficiencies — what transfers to another GPU; the floor
 (launch and synchronisation) and the per-work cost (routing, permutation, per-sequence setup)
-transfer as times. Fitted by least squares on log time (relative error), all four positive.
+transfer as times, scaled by the SM clock and the bandwidth ratio (:meth:`Analytic.scaled`). Fitted by least squares on log time (relative error), all four positive.
 A family whose per-work cost runs serially inside each thread block (``ctas`` blocks of ``work``
 each, :class:`~.families.WaveFeatures`) pays it once per *wave*: ``ceil(ctas / SMs)`` waves
 over the GPU's streaming multiprocessors (:data:`SM_COUNT`, a datasheet number, so the wave
@@ -61,11 +61,36 @@ SM_COUNT = {
     "a40": 84,
 }
 DEFAULT_SMS = 108
+#: maximum SM clock (MHz) per GPU preset, what a kernel's fixed floor scales by
+#: (:meth:`Analytic.scaled`): H100 SXM and H200 1980 as ``nvidia-smi --query-gpu=clocks.max.sm``
+#: reported on the cards of bench/data/gpu_h{1,2}00_*; H800 (the H100 SXM die) 1980; A100 SXM
+#: 1410, L40S 2520, RTX A6000 1800, A10 1695, A40 1740 (NVIDIA datasheets, boost clock).
+#: GPUs missing here (H20, B200, gpu-96g, Ascend 910B: no like-for-like published figure)
+#: keep the floor of the table GPU they borrow from.
+SM_CLOCK_MHZ = {
+    "h100-sxm": 1980,
+    "h200-sxm": 1980,
+    "h800": 1980,
+    "a100-80g": 1410,
+    "l40s": 2520,
+    "a6000": 1800,
+    "a10": 1695,
+    "a40": 1740,
+}
+TABLE_PRESET = {"h100_sxm": "h100-sxm", "a100_sxm": "a100-80g"}
 
 
 def sm_count(device: Device) -> int:
     """Streaming multiprocessors of ``device`` (:data:`SM_COUNT`; unknown GPUs: A100's)."""
     return SM_COUNT.get(device.name, DEFAULT_SMS)
+
+
+def sm_clock(device: Device) -> float:
+    """Maximum SM clock of ``device`` in MHz (:data:`SM_CLOCK_MHZ`); a GPU without a figure
+    takes its reference table GPU's (so its floor is the reference's)."""
+    if device.name in SM_CLOCK_MHZ:
+        return SM_CLOCK_MHZ[device.name]
+    return SM_CLOCK_MHZ[TABLE_PRESET[device.reference]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -134,13 +159,19 @@ class Analytic:
         """This model moved from GPU ``src`` to ``dst``: efficiencies stay (they multiply the
         datasheet peaks), the per-work cost scales with the bandwidth ratio (routing,
         permutation and per-sequence setup are memory-latency-bound work) and the floor with
-        its square root (half launch/synchronisation, half memory latency). Chosen among four
-        scalings by the leave-one-GPU-out error (docs/benchmarks/kerneldb.md)."""
+        the SM clock ratio (launch, block scheduling and synchronisation are counted in GPU
+        cycles); a communication kernel's floor (``link``: synchronisation across the link)
+        with the square root of the link bandwidth ratio (slower links, slower handshakes).
+        Evidence for kernels: NVIDIA's H100 and H200 GEMM tables (same TRT-LLM build, same SMs
+        and clock, 1.43x the HBM bandwidth) — kernels of a few microseconds run 0.99x on the
+        H200 (a bandwidth-scaled floor says 0.84x), weight-read-bound ones 0.72x (1 / 1.43 =
+        0.70); on A100 <-> H100 the clock rule lowers the leave-one-GPU-out median of the
+        kernel cells (docs/benchmarks/kerneldb.md)."""
         if src == dst:
             return self
         r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
         return Analytic(
-            floor=self.floor * r**0.5,
+            floor=self.floor * (r**0.5 if link else sm_clock(src) / sm_clock(dst)),
             per_work=self.per_work * r,
             flops_eff=self.flops_eff,
             bw_eff=self.bw_eff,
