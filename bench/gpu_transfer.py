@@ -13,9 +13,11 @@ The H100 rows are fitted (:func:`moeplan.cost.kernel_fits.fit_rows`), the fits a
 the H200 by one of the scalings below and every H200 row is predicted:
 
 - ``none``: the H100 times as they are;
-- ``kerneldb``: the kernel database's rule — rates x the datasheet peak ratio (FLOP/s 989 /
-  989 TFLOP/s, HBM 4.8 / 3.35 TB/s), the floor x sqrt(bandwidth ratio), per-token / per-
-  sequence costs x the bandwidth ratio;
+- ``kerneldb``: the kernel database's rule (:meth:`~moeplan.cost.kerneldb.fit.Analytic.scaled`)
+  — rates x the datasheet peak ratio (FLOP/s 989 / 989 TFLOP/s, HBM 4.8 / 3.35 TB/s), the
+  floor x the SM clock ratio (1980 / 1980 MHz), per-token / per-sequence costs x the
+  bandwidth ratio;
+- ``sqrt floor``: the rule it replaced — the floor x sqrt(bandwidth ratio) instead;
 - ``rates``: rates x the datasheet ratio, floor and per-work costs kept (launch and setup
   times do not follow HBM bandwidth);
 - ``ceilings``: as ``rates`` but with the ceilings measured on each card in the same session
@@ -23,8 +25,11 @@ the H200 by one of the scalings below and every H200 row is predicted:
 - ``h200 fit``: the reference — the H200's own fit, whole shapes held out (5 folds), as
   ``moeplan calibrate`` reports it.
 
-Prints median / p90 |predicted / measured - 1| per operation. CPU only, from committed data:
-``.venv/bin/python bench/gpu_transfer.py`` (``--json`` for the rows).
+Prints median / p90 |predicted / measured - 1| per operation. Then the runtime's MoE layer and
+attention layer (``--steps runtime``: 4 models at full width, one GPU, bf16; the MoE layer
+CUDA-graph replayed) on each card against the cost model with that card's own profile, with
+the H100 profile as it is, and with NVIDIA's SGLang tables (transferred to the H200).
+CPU only, from committed data: ``.venv/bin/python bench/gpu_transfer.py`` (``--json``).
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ def scalings(src: KernelFits) -> dict[str, KernelFits]:
     (g1, c1), (g2, c2) = ceilings(SRC), ceilings(DST)
     return {
         "none": src,
-        "kerneldb": scaled(src, fr, br, br**-0.5, 1 / br),
+        "kerneldb": scaled(src, fr, br, 1.0, 1 / br),  # SM clocks equal (fit.SM_CLOCK_MHZ)
+        "sqrt floor": scaled(src, fr, br, br**-0.5, 1 / br),
         "rates": scaled(src, fr, br, 1.0, 1.0),
         "ceilings": scaled(src, g2 / g1, c2 / c1, 1.0, 1.0),
     }
@@ -125,6 +131,43 @@ def reference(rows: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[float, f
     return out
 
 
+def runtime_layers() -> dict[str, dict[str, tuple[float, float]]]:
+    """Median / max |predicted / measured - 1| of the runtime layers per GPU x cost model."""
+    from gpu_vs_tables import _runtime_model
+    from moeplan.cost import CostModel, load_profile
+    from moeplan.kernel_tables import kernel_db
+
+    out = {}
+    for gpu, cluster, data in (("H100", "h100-sxm-8", SRC), ("H200", "h200-sxm-8", DST)):
+        cl = load_cluster(cluster)
+        models = {
+            "own profile": CostModel(cl, load_profile(f"{gpu.lower()}-measured")),
+            "h100 profile": CostModel(cl, load_profile("h100-measured")),
+            "sglang tables": CostModel(cl, None, engine="sglang", kernels=kernel_db()),
+        }
+        rows = json.loads((data / "runtime.json").read_text())
+        for label, cm in models.items():
+            errs: dict[str, list[float]] = {"moe_layer": [], "attention": []}
+            for r in rows:
+                m = _runtime_model(r["model"])
+                if r["op"] == "moe_layer":
+                    t = r["tokens"]
+                    pred = (
+                        cm.router(m, t)
+                        + cm.shared_expert(m, t)
+                        + cm.expert_ffn(m, t * m.top_k / m.num_experts, m.num_experts)
+                    )
+                    meas = r.get("graph_s", r["measured_s"])
+                else:
+                    pred, meas = (
+                        cm.attention_layer(m, r["batch"], r["seq"], r["seq"]),
+                        r["measured_s"],
+                    )
+                errs[r["op"]].append(abs(pred / meas - 1))
+            out[f"{gpu} {label}"] = {k: (float(np.median(v)), max(v)) for k, v in errs.items()}
+    return out
+
+
 def run() -> dict[str, dict[str, tuple[float, float]]]:
     src_rows, dst_rows = load_rows(SRC), load_rows(DST)
     fits = fit_rows(src_rows, lambda op, r: r["ours_s"])
@@ -140,15 +183,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    table = run()
+    table, layers = run(), runtime_layers()
     if a.json:
-        print(json.dumps(table, indent=1))
+        print(json.dumps({"transfer": table, "runtime_layers": layers}, indent=1))
         return
     print("H100 own-kernel fits moved to the H200, error against the H200's measured rows")
     print("(median / p90 of |predicted / measured - 1|)\n")
-    print(f"{'scaling':10s}" + "".join(f"{k:>18s}" for k, _ in KEYS))
+    print(f"{'scaling':12s}" + "".join(f"{k:>18s}" for k, _ in KEYS))
     for name, cells in table.items():
-        print(f"{name:10s}" + "".join(f"{m:>9.1%} / {p:<6.1%}" for m, p in cells.values()))
+        print(f"{name:12s}" + "".join(f"{m:>9.1%} / {p:<6.1%}" for m, p in cells.values()))
+    print("\nruntime layers vs the cost model (median / max |predicted / measured - 1|)\n")
+    print(f"{'GPU, cost model':22s}{'MoE layer':>18s}{'attention layer':>18s}")
+    for name, cells in layers.items():
+        print(f"{name:22s}" + "".join(f"{m:>9.1%} / {p:<6.1%}" for m, p in cells.values()))
 
 
 if __name__ == "__main__":
