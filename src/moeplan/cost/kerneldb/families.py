@@ -85,6 +85,9 @@ EXPLICIT = "explicit"
 TRTLLM_ATTENTION = "torch_flow"
 XQA_MAX_GROUP = 32  # largest query-head group XQA serves (tables: g = 32 fast, 48-128 not)
 MMHA_KV_SHARE = 0.5  # HBM share of per-query-head K/V reads on the MMHA path (tables: 0.44-0.47)
+#: per-block cost of masked MHA (one block per query head) relative to an XQA block (one per
+#: KV head), at one key and b = 256: A100 16 / 62 ns, H100 10 / 40 ns (g = 1 and g > 32 alike)
+MMHA_BLOCK_WORK = 0.25
 PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
 TRITON_MLA = "vllm_triton_mla"
 TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
@@ -224,12 +227,14 @@ def _generation_attention(cols: Columns) -> Features:
     group = h / kv
     mmha = trt & (group > XQA_MAX_GROUP)
     heads = np.where(mmha, np.maximum(kv, MMHA_KV_SHARE * h), kv)  # K/V heads read from HBM
-    path = PATH_COORD * (mmha | (trt & (group == 1)))
-    coords = np.stack([_l2(b), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
+    on_mmha = mmha | (trt & (group == 1))
+    path = PATH_COORD * on_mmha
+    grid = np.where(on_mmha, h, kv)  # blocks per sequence: per query head on MMHA
+    coords = np.stack([_l2(b * grid), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
     return Features(
         flops=4 * b * h * d * keys,
         nbytes=b * keys * 2 * heads * d * c + 2 * BF16 * b * h * d,
-        work=b * heads,
+        work=b * grid * np.where(on_mmha, MMHA_BLOCK_WORK, 1.0),
         fp8=_attn_fp8(cols),
         tokens=b,
         coords=coords,
