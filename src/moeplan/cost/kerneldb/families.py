@@ -91,6 +91,9 @@ MMHA_BLOCK_WORK = 0.25
 PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
 TRITON_MLA = "vllm_triton_mla"
 TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
+TRITON_MLA_SPLITS = 4  # KV splits per (sequence, head block) program (vLLM 0.14 TritonMLA)
+TRITON_MLA_SETUP_KEYS = 64.0  # a program's fixed cost in keys (5-6 us a wave at 2 keys / 82 ns)
+TRITON_MLA_ONE_HEAD = 4.7  # per-key cost of the non-grouped kernel (h = 1) over the grouped
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
@@ -263,17 +266,29 @@ def _generation_mla(cols: Columns) -> Features:
     b, h = _f(cols, "batch_size"), _f(cols, "num_heads")
     ctx = _f(cols, "isl") + _f(cols, "step")
     kernel = _kernel(cols)
-    reads = np.where(kernel == TRITON_MLA, np.ceil(h / TRITON_MLA_BLOCK_H), 1.0)
-    serial = kernel == TRTLLM_MLA  # other kernels: one block, ``b`` work units
+    triton = kernel == TRITON_MLA
+    head_blocks = np.ceil(h / TRITON_MLA_BLOCK_H)
+    reads = np.where(triton, head_blocks, 1.0)
+    trt = kernel == TRTLLM_MLA  # other kernels: one block, ``b`` work units
+    one_head = triton & (h == 1)  # vLLM's non-grouped decode kernel
+    per_block = np.where(
+        triton,
+        ctx / TRITON_MLA_SPLITS * np.where(one_head, TRITON_MLA_ONE_HEAD, 1.0)
+        + TRITON_MLA_SETUP_KEYS,
+        ctx,
+    )
+    ctas = np.where(
+        triton, b * head_blocks * TRITON_MLA_SPLITS, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK)
+    )
     return WaveFeatures(
         flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
         nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) * reads
         + BF16 * b * h * (2 * MLA_LATENT - 64),
-        work=np.where(serial, ctx, b),
+        work=np.where(trt | triton, per_block, b),
         fp8=_mla_fp8(cols),
         tokens=b,
-        coords=np.stack([_l2(b), _l2(ctx), _l2(h)], 1),
-        ctas=np.where(serial, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK), 1.0),
+        coords=np.stack([_l2(b), _l2(ctx), _l2(h), PATH_COORD * one_head], 1),
+        ctas=np.where(trt | triton, ctas, 1.0),
     )
 
 
