@@ -18,20 +18,26 @@ compared. Formulas:
   in the cache dtype of ``c`` bytes); work ``b``.
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
   bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
-  sequence and KV head: the tables' time at one key grows with KV heads, not query heads).
+  sequence and KV head: the tables' time at one key grows with KV heads, not query heads, and
+  is one function of the grid size ``b kv`` whatever the group size — every engine, both GPUs
+  — so the residual field's first coordinate is ``log2 b kv``, not ``log2 b``).
   TensorRT-LLM (``torch_flow``): XQA serves head groups ``g = h / kv`` up to
   :data:`XQA_MAX_GROUP`; larger groups fall back to masked MHA, one block per *query* head
   reading its group's K/V (:data:`MMHA_KV_SHARE` of it from HBM, the rest L2 hits): KV bytes
   and work count ``max(kv, h / 2)`` heads (both GPUs: h 64-128 on kv 1-2 run 10-15x slower
   than kv 4, 0.44-0.47x an MHA layer of h KV heads). The kernel path (MMHA: g > 32, or g = 1,
   MMHA too in TRT-LLM 1.0 on Ampere) is a field coordinate: shapes are corrected by their path.
+  An MMHA block (one per query head: grid ``b h``) costs :data:`MMHA_BLOCK_WORK` of an XQA
+  block: work ``b h / 4`` on that path.
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
   FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``, work ``b``.
   vLLM's Triton decode (``vllm_triton_mla``) re-reads the latent cache per block of
   :data:`TRITON_MLA_BLOCK_H` heads: cache bytes x ``ceil(h / 16)`` (16 : 64 : 128 heads cost
-  1 : 3.8 : 7.5 measured). TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
+  1 : 3.8 : 7.5 measured); its ``b ceil(h / 16)`` x :data:`TRITON_MLA_SPLITS` programs each
+  walk ``ctx / 4`` keys serially (+ a fixed cost), paid once per wave over the SMs; h = 1 runs
+  the non-grouped kernel (slower per key, a field coordinate of its own). TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
   128k keys, whatever the heads) walks keys serially, one block per sequence and
   :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block, ``b ceil(h / 64)`` blocks,
   paid once per wave over the SMs (:class:`WaveFeatures`).
@@ -91,9 +97,18 @@ MMHA_BLOCK_WORK = 0.25
 PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
 TRITON_MLA = "vllm_triton_mla"
 TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
-TRITON_MLA_SPLITS = 4  # KV splits per (sequence, head block) program (vLLM 0.14 TritonMLA)
-TRITON_MLA_SETUP_KEYS = 64.0  # a program's fixed cost in keys (5-6 us a wave at 2 keys / 82 ns)
-TRITON_MLA_ONE_HEAD = 4.7  # per-key cost of the non-grouped kernel (h = 1) over the grouped
+#: KV splits of vLLM's Triton MLA decode: programs per (sequence, 16-head block); A100 tables,
+#: 64k keys: flat while b ceil(h/16) 4 <= 108 SMs, x2 beyond (h 2-16: b 16 -> 32; 32: 8 -> 16;
+#: 64: 4 -> 8; 128: 2 -> 4)
+TRITON_MLA_SPLITS = 4
+#: a program's fixed cost in keys: 5-6 us a wave of programs at 2 keys (h 64-128, b 1024)
+#: over 97 ns a key (h 2, one sequence, 32k -> 64k keys)
+TRITON_MLA_SETUP_KEYS = 64.0
+#: h = 1 runs vLLM's non-grouped kernel: 4.7x the grouped kernel's time a key (one sequence,
+#: 64k keys: 7.8 / 1.65 ms; b 2-16: 4.7-4.9x) with twice the programs resident (flat up to
+#: b 32, x2 at 64 where the grouped kernel doubles from 16 to 32)
+TRITON_MLA_ONE_HEAD = 4.7
+TRITON_MLA_ONE_HEAD_RESIDENT = 2.0
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
@@ -262,33 +277,32 @@ def _context_mla(cols: Columns) -> Features:
     )
 
 
+def _triton_mla_programs(b: np.ndarray, h: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """vLLM's Triton MLA decode: (keys each program walks, in units of the grouped kernel's
+    per-key time; resident programs in the grid, as :class:`WaveFeatures` blocks). A split
+    without keys (``ctx`` < :data:`TRITON_MLA_SPLITS`) exits at once."""
+    one = h == 1  # the non-grouped kernel: slower per key, two programs resident per SM
+    keys = ctx / TRITON_MLA_SPLITS * np.where(one, TRITON_MLA_ONE_HEAD, 1.0)
+    programs = b * np.ceil(h / TRITON_MLA_BLOCK_H) * np.minimum(ctx, TRITON_MLA_SPLITS)
+    return keys + TRITON_MLA_SETUP_KEYS, programs / np.where(one, TRITON_MLA_ONE_HEAD_RESIDENT, 1)
+
+
 def _generation_mla(cols: Columns) -> Features:
     b, h = _f(cols, "batch_size"), _f(cols, "num_heads")
     ctx = _f(cols, "isl") + _f(cols, "step")
     kernel = _kernel(cols)
-    triton = kernel == TRITON_MLA
-    head_blocks = np.ceil(h / TRITON_MLA_BLOCK_H)
-    reads = np.where(triton, head_blocks, 1.0)
-    trt = kernel == TRTLLM_MLA  # other kernels: one block, ``b`` work units
-    one_head = triton & (h == 1)  # vLLM's non-grouped decode kernel
-    per_block = np.where(
-        triton,
-        ctx / TRITON_MLA_SPLITS * np.where(one_head, TRITON_MLA_ONE_HEAD, 1.0)
-        + TRITON_MLA_SETUP_KEYS,
-        ctx,
-    )
-    ctas = np.where(
-        triton, b * head_blocks * TRITON_MLA_SPLITS, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK)
-    )
+    triton, trt = kernel == TRITON_MLA, kernel == TRTLLM_MLA  # others: ``b`` work, one block
+    reads = np.where(triton, np.ceil(h / TRITON_MLA_BLOCK_H), 1.0)
+    tri_work, tri_ctas = _triton_mla_programs(b, h, ctx)
     return WaveFeatures(
         flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
         nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) * reads
         + BF16 * b * h * (2 * MLA_LATENT - 64),
-        work=np.where(trt | triton, per_block, b),
+        work=np.where(triton, tri_work, np.where(trt, ctx, b)),
         fp8=_mla_fp8(cols),
         tokens=b,
-        coords=np.stack([_l2(b), _l2(ctx), _l2(h), PATH_COORD * one_head], 1),
-        ctas=np.where(trt | triton, ctas, 1.0),
+        coords=np.stack([_l2(b), _l2(ctx), _l2(h), PATH_COORD * (triton & (h == 1))], 1),
+        ctas=np.where(triton, tri_ctas, np.where(trt, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK), 1)),
     )
 
 
