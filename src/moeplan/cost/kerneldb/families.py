@@ -28,7 +28,10 @@ compared. Formulas:
   than kv 4, 0.44-0.47x an MHA layer of h KV heads). The kernel path (MMHA: g > 32, or g = 1,
   MMHA too in TRT-LLM 1.0 on Ampere) is a field coordinate: shapes are corrected by their path.
   An MMHA block (one per query head: grid ``b h``) costs :data:`MMHA_BLOCK_WORK` of an XQA
-  block: work ``b h / 4`` on that path.
+  block: work ``b h / 4`` on that path. TensorRT-LLM also declines XQA when its blocks would
+  not fill a quarter of the GPU's SMs (:func:`_xqa_declines`, TensorRT-LLM's own rule): small
+  batches of few KV heads at short contexts run MMHA as well (the SM count of the GPU the
+  row runs on, so the rule moves with the GPU on transfer).
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
@@ -90,6 +93,13 @@ EXPLICIT = "explicit"
 #: TensorRT-LLM decode attention (XQA / masked MHA, see module docstring)
 TRTLLM_ATTENTION = "torch_flow"
 XQA_MAX_GROUP = 32  # largest query-head group XQA serves (tables: g = 32 fast, 48-128 not)
+#: TensorRT-LLM's XQA dispatch (decoderXQAConstants.h: kEnableMinBlockFactor 4,
+#: kMinHistoryTokensPerBlock 128): below that block count it runs masked MHA (A100 tables, one
+#: key: b kv 32-64 run 12 us whatever the heads, b kv < 27 grow with b h, 19.6 us at b h 128)
+XQA_MIN_BLOCK_FACTOR = 4.0
+XQA_HISTORY_PER_BLOCK = 128.0
+#: streaming multiprocessors of the GPU a row runs on (a column the variant fills, fit.SM_COUNT)
+SM_COUNT_COLUMN = "_sm_count"
 MMHA_KV_SHARE = 0.5  # HBM share of per-query-head K/V reads on the MMHA path (tables: 0.44-0.47)
 #: per-block cost of masked MHA (one block per query head) relative to an XQA block (one per
 #: KV head), at one key and b = 256: A100 16 / 62 ns, H100 10 / 40 ns (g = 1 and g > 32 alike)
@@ -237,13 +247,24 @@ def _kernel(cols: Columns) -> np.ndarray:
     return np.asarray(cols.get("kernel_source", np.full(n, ""))).astype(str)
 
 
+def _xqa_declines(cols: Columns, seq_heads: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """TensorRT-LLM runs XQA only where its blocks would fill a quarter of the SMs
+    (``DecoderXQARunner::mayHavePerfGain``): ``b kv max(1, ctx // 128) 4 >= SMs``; else masked
+    MHA. The SM count is the GPU the row runs on (:data:`SM_COUNT_COLUMN`, filled by
+    :class:`~.variant.VariantModel`); without it every row is taken to run XQA."""
+    if SM_COUNT_COLUMN not in cols:
+        return np.zeros(len(ctx), bool)
+    blocks = seq_heads * np.maximum(1.0, np.floor(ctx / XQA_HISTORY_PER_BLOCK))
+    return blocks * XQA_MIN_BLOCK_FACTOR < _f(cols, SM_COUNT_COLUMN)
+
+
 def _generation_attention(cols: Columns) -> Features:
     b, h, kv, d, w, c = _attn_common(cols)
     ctx = _f(cols, "isl") + _f(cols, "step")
     keys = np.where(w > 0, np.minimum(ctx, w), ctx)
     trt = _kernel(cols) == TRTLLM_ATTENTION
     group = h / kv
-    mmha = trt & (group > XQA_MAX_GROUP)
+    mmha = trt & ((group > XQA_MAX_GROUP) | _xqa_declines(cols, b * kv, ctx))
     heads = np.where(mmha, np.maximum(kv, MMHA_KV_SHARE * h), kv)  # K/V heads read from HBM
     on_mmha = mmha | (trt & (group == 1))
     path = PATH_COORD * on_mmha
