@@ -1,0 +1,160 @@
+"""Decode attention and MLA kernel terms of the kernel database, pinned against the table rows
+they model (NVIDIA's measured tables are the oracle; docs/benchmarks/kerneldb-notes-attn.md).
+
+- the residual field's grid coordinate ``b kv``: at one key, decode time is one function of
+  the grid size, not of the batch or the query heads;
+- TensorRT-LLM's XQA dispatch (XQA only where its blocks fill a quarter of the SMs, else
+  masked MHA): the context at which one sequence's time *falls* although the context doubles
+  is where the rule switches to XQA, and it moves with the GPU's SM count;
+- the masked-MHA block cost relative to an XQA block;
+- vLLM's Triton MLA decode: programs of ``ceil(h/16)`` heads x 4 KV splits, paid per wave over
+  the A100's 108 SMs; the one-head (non-grouped) kernel's per-key cost and residency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moeplan.cost.kerneldb.evaluate import variant_rows
+from moeplan.cost.kerneldb.families import (
+    MMHA_BLOCK_WORK,
+    SM_COUNT_COLUMN,
+    TRITON_MLA_BLOCK_H,
+    TRITON_MLA_ONE_HEAD,
+    TRITON_MLA_ONE_HEAD_RESIDENT,
+    TRITON_MLA_SPLITS,
+    _xqa_declines,
+)
+from moeplan.cost.kerneldb.fit import SM_COUNT
+from moeplan.kernel_tables import kernel_db
+
+SMS = {"a100_sxm": SM_COUNT["a100-80g"], "h100_sxm": SM_COUNT["h100-sxm"]}
+BF16 = ("bfloat16", "bfloat16")
+
+
+def _rows(gpu: str, engine: str, op: str, kernel: str) -> dict[str, np.ndarray]:
+    cols, y = variant_rows(kernel_db(), gpu, engine, op, (kernel, *BF16))
+    out = {c: np.asarray(v) for c, v in cols.items() if c != "kernel_source"}
+    out["ctx"] = out["isl"].astype(float) + out["step"]
+    out["y"] = y
+    return out
+
+
+def _dispersion(logy: np.ndarray, key: np.ndarray) -> float:
+    """Mean standard deviation of ``logy`` within groups of equal ``key``."""
+    return float(np.mean([np.std(logy[key == k]) for k in np.unique(key) if (key == k).sum() > 1]))
+
+
+@pytest.mark.parametrize(
+    ("gpu", "engine", "kernel"),
+    [
+        ("a100_sxm", "sglang", "flash_attention"),
+        ("h100_sxm", "sglang", "fa3"),
+        ("a100_sxm", "vllm", "vllm_flash_attn"),
+        ("h100_sxm", "vllm", "vllm_flash_attn_fa3"),
+        ("a100_sxm", "trtllm", "torch_flow"),
+        ("h100_sxm", "trtllm", "torch_flow"),
+    ],
+)
+def test_decode_time_at_one_key_follows_the_grid_size(gpu: str, engine: str, kernel: str) -> None:
+    """Rows at the shortest context, groups of up to 16 query heads (TensorRT-LLM: its XQA
+    rows): the log time varies far less among rows of equal ``b kv`` than among rows of equal
+    batch or equal ``b h`` — the grid size is the coordinate in which they are smooth."""
+    r = _rows(gpu, engine, "generation_attention", kernel)
+    b, h, kv = r["batch_size"], r["num_heads"], r["num_key_value_heads"]
+    sel = (r["ctx"] == r["ctx"].min()) & (r["head_dim"] == 128) & (r["window_size"] == 0)
+    sel &= h / kv <= 16
+    if engine == "trtllm":
+        sel &= (h > kv) & ~_xqa_declines(
+            {SM_COUNT_COLUMN: np.full(len(b), SMS[gpu])}, b * kv, r["ctx"]
+        )
+    logy = np.log(r["y"][sel])
+    grid = _dispersion(logy, (b * kv)[sel])
+    assert sel.sum() > 100
+    assert grid < 0.5 * _dispersion(logy, b[sel])
+    assert grid < 0.7 * _dispersion(logy, (b * h)[sel])
+
+
+@pytest.mark.parametrize("gpu", ["a100_sxm", "h100_sxm"])
+def test_trtllm_switches_to_xqa_where_its_blocks_fill_a_quarter_of_the_sms(gpu: str) -> None:
+    """One sequence, 16 query heads on 1, 2, 4 or 8 KV heads: at every context where the rule
+    gives some of them XQA and leaves the others to masked MHA, each XQA row — more KV heads,
+    more bytes — is faster than every masked-MHA row (on each GPU at its own SM count)."""
+    r = _rows(gpu, "trtllm", "generation_attention", "torch_flow")
+    sms = {SM_COUNT_COLUMN: np.full(len(r["y"]), SMS[gpu])}
+    declines = _xqa_declines(sms, r["batch_size"] * r["num_key_value_heads"], r["ctx"])
+    line = (r["batch_size"] == 1) & (r["num_heads"] == 16) & (r["head_dim"] == 128)
+    line &= (r["window_size"] == 0) & (r["num_key_value_heads"] < 16)
+    split = 0
+    for ctx in np.unique(r["ctx"][line]):
+        at = line & (r["ctx"] == ctx)
+        if declines[at].all() or not declines[at].any():
+            continue
+        split += 1
+        assert r["y"][at & ~declines].max() < r["y"][at & declines].min(), ctx
+    assert split >= 3
+
+
+def test_xqa_threshold_moves_with_the_sm_count() -> None:
+    """128 heads on 8 KV heads, one sequence of 512 keys: 32 blocks, x 4 = 128 >= A100's 108
+    SMs (XQA) but < H100's 132 (masked MHA) — and the H100 runs it 1.5x slower than the A100."""
+    t = {}
+    for gpu in SMS:
+        r = _rows(gpu, "trtllm", "generation_attention", "torch_flow")
+        row = (r["batch_size"] == 1) & (r["num_heads"] == 128) & (r["num_key_value_heads"] == 8)
+        row &= (r["ctx"] == 512) & (r["head_dim"] == 128) & (r["window_size"] == 0)
+        declines = _xqa_declines(
+            {SM_COUNT_COLUMN: np.array([SMS[gpu]])}, np.array([8.0]), np.array([512.0])
+        )
+        assert bool(declines[0]) == (gpu == "h100_sxm")
+        t[gpu] = float(np.median(r["y"][row]))
+    assert t["h100_sxm"] > 1.3 * t["a100_sxm"]
+
+
+@pytest.mark.parametrize("gpu", ["a100_sxm", "h100_sxm"])
+def test_mmha_block_costs_a_quarter_of_an_xqa_block(gpu: str) -> None:
+    """256 sequences at one key: time per masked-MHA block (one per query head; g = 1 and
+    g > 32) over time per XQA block (one per KV head, kv = 8) is MMHA_BLOCK_WORK +- 20 %."""
+    r = _rows(gpu, "trtllm", "generation_attention", "torch_flow")
+    h, kv = r["num_heads"], r["num_key_value_heads"]
+    sel = (r["batch_size"] == 256) & (r["ctx"] == r["ctx"].min()) & (r["head_dim"] == 128)
+    xqa = np.median((r["y"] / (256 * kv))[sel & (kv == 8) & (h <= 64)])
+    for mmha in (h == kv, h / kv > 32):
+        ratio = np.median((r["y"] / (256 * h))[sel & mmha]) / xqa
+        assert abs(ratio / MMHA_BLOCK_WORK - 1) < 0.2, ratio
+
+
+def _mla_decode(h: int, ctx: float) -> tuple[np.ndarray, np.ndarray]:
+    r = _rows("a100_sxm", "vllm", "generation_mla", "vllm_triton_mla")
+    line = (r["num_heads"] == h) & (r["ctx"] == ctx)
+    order = np.argsort(r["batch_size"][line])
+    return r["batch_size"][line][order], r["y"][line][order]
+
+
+@pytest.mark.parametrize("h", [2, 16, 32, 64, 128])
+def test_triton_mla_decode_waves_over_the_sms(h: int) -> None:
+    """A100 vLLM MLA decode, 32,768 keys: flat in the batch while its ``b ceil(h/16) 4``
+    programs fit the 108 SMs, then ~2x at the first batch that needs a second wave."""
+    b, t = _mla_decode(h, 32768.0)
+    programs = b * np.ceil(h / TRITON_MLA_BLOCK_H) * TRITON_MLA_SPLITS
+    one = programs <= SMS["a100_sxm"]
+    assert one.sum() >= 2 and (~one).any()
+    first = t[one]
+    assert first.max() < 1.2 * first.min()
+    assert t[one.sum()] > 1.7 * first.max()
+
+
+def test_triton_mla_decode_one_head_runs_the_non_grouped_kernel() -> None:
+    """h = 1 over h = 2, one wave (b <= 16), 32k-64k keys: TRITON_MLA_ONE_HEAD +- 15 %; its
+    programs stay one wave up to twice the grouped kernel's batch (b 32), two at b 64."""
+    for ctx in (32768.0, 65536.0):
+        b1, t1 = _mla_decode(1, ctx)
+        b2, t2 = _mla_decode(2, ctx)
+        both = np.intersect1d(b1[b1 <= 16], b2)
+        ratio = t1[np.isin(b1, both)] / t2[np.isin(b2, both)]
+        assert len(ratio) >= 4 and np.all(np.abs(ratio / TRITON_MLA_ONE_HEAD - 1) < 0.15), ratio
+    b, t = _mla_decode(1, 65536.0)
+    waves = np.ceil(b * TRITON_MLA_SPLITS / TRITON_MLA_ONE_HEAD_RESIDENT / SMS["a100_sxm"])
+    assert t[waves == 1].max() < 1.25 * t[waves == 1].min()
+    assert t[waves == 2].min() > 1.7 * t[waves == 1].max()
