@@ -7,6 +7,7 @@ they model (NVIDIA's measured tables are the oracle; docs/benchmarks/kerneldb-no
   masked MHA): the context at which one sequence's time *falls* although the context doubles
   is where the rule switches to XQA, and it moves with the GPU's SM count;
 - the masked-MHA block cost relative to an XQA block;
+- prefill blocks' latency: the same per wave on both GPUs (it transfers unscaled);
 - vLLM's Triton MLA decode: programs of ``ceil(h/16)`` heads x 4 KV splits, paid per wave over
   the A100's 108 SMs; the one-head (non-grouped) kernel's per-key cost and residency.
 """
@@ -18,6 +19,8 @@ import pytest
 
 from moeplan.cost.kerneldb.evaluate import variant_rows
 from moeplan.cost.kerneldb.families import (
+    FLASH_TILE_Q,
+    FMHA_V2_TILE_Q,
     MMHA_BLOCK_WORK,
     SM_COUNT_COLUMN,
     TRITON_MLA_BLOCK_H,
@@ -36,7 +39,7 @@ BF16 = ("bfloat16", "bfloat16")
 def _rows(gpu: str, engine: str, op: str, kernel: str) -> dict[str, np.ndarray]:
     cols, y = variant_rows(kernel_db(), gpu, engine, op, (kernel, *BF16))
     out = {c: np.asarray(v) for c, v in cols.items() if c != "kernel_source"}
-    out["ctx"] = out["isl"].astype(float) + out["step"]
+    out["ctx"] = out["isl"].astype(float) + out.get("step", 0)
     out["y"] = y
     return out
 
@@ -123,6 +126,29 @@ def test_mmha_block_costs_a_quarter_of_an_xqa_block(gpu: str) -> None:
     for mmha in (h == kv, h / kv > 32):
         ratio = np.median((r["y"] / (256 * h))[sel & mmha]) / xqa
         assert abs(ratio / MMHA_BLOCK_WORK - 1) < 0.2, ratio
+
+
+@pytest.mark.parametrize(
+    ("engine", "kernels", "tile"),
+    [
+        ("trtllm", ("torch_flow", "torch_flow"), FMHA_V2_TILE_Q),
+        ("sglang", ("flash_attention", "fa3"), FLASH_TILE_Q),
+    ],
+)
+@pytest.mark.parametrize("isl", [16, 32])
+def test_prefill_block_latency_is_the_same_on_both_gpus(engine, kernels, tile, isl) -> None:
+    """Short prefills (b h >= 2048 blocks): the time per block, times the GPU's SMs (the time
+    per wave), is the same on A100 and H100 within 12 % — the H100 is faster per block by its
+    SM count (1.22x), not by its HBM bandwidth (1.64x)."""
+    wave = {}
+    for gpu, kernel in zip(SMS, kernels, strict=True):
+        r = _rows(gpu, engine, "context_attention", kernel)
+        sel = (r["isl"] == isl) & (r["head_dim"] == 128) & (r["window_size"] == 0)
+        blocks = (r["batch_size"] * r["num_heads"] * np.ceil(isl / tile))[sel]
+        big = blocks >= 2048
+        assert big.sum() > 50
+        wave[gpu] = np.polyfit(blocks[big], r["y"][sel][big], 1)[0] * SMS[gpu]
+    assert abs(wave["a100_sxm"] / wave["h100_sxm"] - 1) < 0.12, wave
 
 
 def _mla_decode(h: int, ctx: float) -> tuple[np.ndarray, np.ndarray]:

@@ -47,7 +47,6 @@ LOGO_MISSES = {
     ("h100_sxm", "vllm", "moe"): "30.4 %",
     ("h100_sxm", "trtllm", "moe"): "38.8 %",
     ("h100_sxm", "sglang", "generation_attention"): "28.6 %",
-    ("h100_sxm", "trtllm", "context_attention"): "22.3 %",
 }
 
 

@@ -15,7 +15,12 @@ compared. Formulas:
   measured trace load).
 - ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
-  in the cache dtype of ``c`` bytes); work ``b``.
+  in the cache dtype of ``c`` bytes); per-work: each of the ``b h ceil(s / tile)`` blocks
+  (64 query rows in TensorRT-LLM's fmha_v2, 128 in FlashAttention) costs a fixed latency,
+  paid once per wave over the SMs (:class:`WaveFeatures`). That latency is the same on both
+  table GPUs (s = 16: TensorRT-LLM 3.35 / 3.28 us a wave on A100 / H100, SGLang 0.76 / 0.80
+  us), so it moves to another GPU unscaled (``Family.wave_latency_transfers``) and the SM
+  count carries the GPU: the H100 is 1.2x faster per (sequence, head), not the 1.6x of HBM.
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
   bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
   sequence and KV head: the tables' time at one key grows with KV heads, not query heads, and
@@ -93,6 +98,11 @@ EXPLICIT = "explicit"
 #: TensorRT-LLM decode attention (XQA / masked MHA, see module docstring)
 TRTLLM_ATTENTION = "torch_flow"
 XQA_MAX_GROUP = 32  # largest query-head group XQA serves (tables: g = 32 fast, 48-128 not)
+#: query rows per prefill block (head 128): TensorRT-LLM's fmha_v2 flash attention
+#: (``fmha_v2_flash_attention_bf16_64_128_S_qkv_128_*``: 64 Q x 128 KV), FlashAttention 2 / 3
+#: (kBlockM 128)
+FMHA_V2_TILE_Q = 64
+FLASH_TILE_Q = 128
 #: TensorRT-LLM's XQA dispatch (decoderXQAConstants.h: kEnableMinBlockFactor 4,
 #: kMinHistoryTokensPerBlock 128): below that block count it runs masked MHA (A100 tables, one
 #: key: b kv 32-64 run 12 us whatever the heads, b kv < 27 grow with b h, 19.6 us at b h 128)
@@ -149,6 +159,9 @@ class Family:
     #: kernel_source prefixes of autotuned kernels (a GEMM tactic picked per shape, so single
     #: shapes run 2-5x off their neighbours): robust field, token axis x TACTIC_TOKEN_WEIGHT
     tactic_kernels: tuple[str, ...] = ()
+    #: the per-work cost is a block's latency paid per wave over the SMs (WaveFeatures) and
+    #: moves to another GPU as a time (fit.Analytic.scaled): the wave count carries the SMs
+    wave_latency_transfers: bool = False
 
     def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
         """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
@@ -231,13 +244,15 @@ def _context_attention(cols: Columns) -> Features:
     s = _f(cols, "isl")
     keys = _mean_keys(s, w)
     coords = np.stack([_l2(b), _l2(s), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4], 1)
-    return Features(
+    tile = np.where(_kernel(cols) == TRTLLM_ATTENTION, FMHA_V2_TILE_Q, FLASH_TILE_Q)
+    return WaveFeatures(
         flops=4 * b * s * h * d * keys,
         nbytes=b * s * d * (2 * BF16 * h + 2 * kv * c),
-        work=b,
+        work=tile,  # query rows a block holds
         fp8=_attn_fp8(cols),
         tokens=b * s,
         coords=coords,
+        ctas=b * h * np.ceil(s / tile),
     )
 
 
@@ -398,6 +413,7 @@ FAMILIES: dict[str, Family] = {
             x_cols=("batch_size", "isl"),
             defaults=_ATTN_DEFAULTS,
             features=_context_attention,
+            wave_latency_transfers=True,  # a prefill block's latency: same on A100 and H100
         ),
         Family(
             op="generation_attention",

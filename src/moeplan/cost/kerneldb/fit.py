@@ -77,6 +77,7 @@ class Analytic:
     flops_eff: float
     bw_eff: float
     overlap: float = 4.0
+    scale_work: bool = True  # False: the per-work cost moves to another GPU unscaled (scaled)
 
     def predict(self, f: Features, device: Device, link: bool) -> np.ndarray:
         peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
@@ -135,13 +136,15 @@ class Analytic:
         datasheet peaks), the per-work cost scales with the bandwidth ratio (routing,
         permutation and per-sequence setup are memory-latency-bound work) and the floor with
         its square root (half launch/synchronisation, half memory latency). Chosen among four
-        scalings by the leave-one-GPU-out error (docs/benchmarks/kerneldb.md)."""
+        scalings by the leave-one-GPU-out error (docs/benchmarks/kerneldb.md). A model with
+        ``scale_work`` off (a family's per-wave block latency, ``Family.wave_latency_transfers``)
+        keeps its per-work cost: the wave count carries the GPU's SMs."""
         if src == dst:
             return self
         r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
         return Analytic(
             floor=self.floor * r**0.5,
-            per_work=self.per_work * r,
+            per_work=self.per_work * (r if self.scale_work else 1.0),
             flops_eff=self.flops_eff,
             bw_eff=self.bw_eff,
             overlap=self.overlap,

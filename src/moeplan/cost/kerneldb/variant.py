@@ -12,7 +12,7 @@ Built from the table rows of that variant (duplicates averaged by their median):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -94,6 +94,8 @@ class VariantModel:
         self.key = {c: str(np.asarray(self.cols[c])[0]) for c in family.variant_cols if len(y)}
         self.features = self.featurize(self.cols)
         self.model = Analytic.fit(self.features, self.y, device, family.link)
+        if family.wave_latency_transfers:
+            self.model = replace(self.model, scale_work=False)
         self.residual = np.log(self.y) - np.log(
             self.model.predict(self.features, device, family.link)
         )
