@@ -38,8 +38,6 @@ MISSES = {
     "(layer, load) shapes run 2-5x off every neighbour)",
     ("a100_sxm", "vllm", "moe"): "median 7.3 %, p90 32.4 % (106 layers; hidden 2048 / inter "
     "768 over-predicted by 18 % from larger neighbours)",
-    ("a100_sxm", "vllm", "generation_mla"): "p90 32.5 % (isolated 3-7x spikes; h = 1 (another "
-    "kernel) and h = 128 held out lie outside the measured head range)",
 }
 LOGO_MISSES = {
     ("h100_sxm", "sglang", "moe"): "21.9 %",

@@ -162,6 +162,9 @@ class Family:
     #: the per-work cost is a block's latency paid per wave over the SMs (WaveFeatures) and
     #: moves to another GPU as a time (fit.Analytic.scaled): the wave count carries the SMs
     wave_latency_transfers: bool = False
+    #: kernel_source values whose floor is host time the kernel's own time overlaps: the
+    #: floor joins the p-norm (fit.Analytic.fit) instead of adding to it
+    host_floor_kernels: tuple[str, ...] = ()
 
     def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
         """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
@@ -440,6 +443,8 @@ FAMILIES: dict[str, Family] = {
             defaults=_MLA_DEFAULTS,
             features=_generation_mla,
             robust_field=True,
+            # A100 vLLM 0.14: ~300 us whatever the shape, and max(floor, kernel) beyond it
+            host_floor_kernels=(TRITON_MLA,),
         ),
         *(
             Family(

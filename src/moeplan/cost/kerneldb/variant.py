@@ -93,13 +93,15 @@ class VariantModel:
         self.cols, self.y = dedupe(cols, y, family.columns)
         self.key = {c: str(np.asarray(self.cols[c])[0]) for c in family.variant_cols if len(y)}
         self.features = self.featurize(self.cols)
-        self.model = Analytic.fit(self.features, self.y, device, family.link)
+        kernel = self.key.get("kernel_source", "")
+        host = kernel in family.host_floor_kernels
+        self.model = Analytic.fit(self.features, self.y, device, family.link, floor_in_norm=host)
         if family.wave_latency_transfers:
             self.model = replace(self.model, scale_work=False)
         self.residual = np.log(self.y) - np.log(
             self.model.predict(self.features, device, family.link)
         )
-        weights, robust = family.field_options(self.key.get("kernel_source", ""))
+        weights, robust = family.field_options(kernel)
         self.field = ResidualField(self.features.coords, self.residual, weights, robust)
         names = family.shape_cols + family.x_cols
         keys = row_keys(self.cols, names, len(self.y))
