@@ -268,7 +268,8 @@ def _kernel(cols: Columns) -> np.ndarray:
 def _xqa_declines(cols: Columns, seq_heads: np.ndarray, ctx: np.ndarray) -> np.ndarray:
     """TensorRT-LLM runs XQA only where its blocks would fill a quarter of the SMs
     (``DecoderXQARunner::mayHavePerfGain``): ``b kv max(1, ctx // 128) 4 >= SMs``; else masked
-    MHA. The SM count is the GPU the row runs on (:data:`SM_COUNT_COLUMN`, filled by
+    MHA. ``ctx`` is the past length, not a sliding window (H100 window-128 rows: held-out p90
+    15.5 % with it, 16.0 % with the window). The SM count is the GPU the row runs on (:data:`SM_COUNT_COLUMN`, filled by
     :class:`~.variant.VariantModel`); without it every row is taken to run XQA."""
     if SM_COUNT_COLUMN not in cols:
         return np.zeros(len(ctx), bool)
