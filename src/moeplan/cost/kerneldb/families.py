@@ -45,7 +45,9 @@ compared. Formulas:
   :data:`TRITON_MLA_BLOCK_H` heads: cache bytes x ``ceil(h / 16)`` (16 : 64 : 128 heads cost
   1 : 3.8 : 7.5 measured); its ``b ceil(h / 16)`` x :data:`TRITON_MLA_SPLITS` programs each
   walk ``ctx / 4`` keys serially (+ a fixed cost), paid once per wave over the SMs; h = 1 runs
-  the non-grouped kernel (slower per key, a field coordinate of its own). TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
+  the non-grouped kernel (slower per key, a field coordinate of its own); the ~300 us floor of
+  vLLM 0.14 on the A100 is host time the kernel runs under (``Family.host_floor_kernels``).
+  TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
   128k keys, whatever the heads) walks keys serially, one block per sequence and
   :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block, ``b ceil(h / 64)`` blocks,
   paid once per wave over the SMs (:class:`WaveFeatures`).
@@ -269,8 +271,9 @@ def _xqa_declines(cols: Columns, seq_heads: np.ndarray, ctx: np.ndarray) -> np.n
     """TensorRT-LLM runs XQA only where its blocks would fill a quarter of the SMs
     (``DecoderXQARunner::mayHavePerfGain``): ``b kv max(1, ctx // 128) 4 >= SMs``; else masked
     MHA. ``ctx`` is the past length, not a sliding window (H100 window-128 rows: held-out p90
-    15.5 % with it, 16.0 % with the window). The SM count is the GPU the row runs on (:data:`SM_COUNT_COLUMN`, filled by
-    :class:`~.variant.VariantModel`); without it every row is taken to run XQA."""
+    15.5 % with it, 16.0 % with the window). The SM count is the GPU the row runs on
+    (:data:`SM_COUNT_COLUMN`, filled by :class:`~.variant.VariantModel`); without it every row
+    is taken to run XQA."""
     if SM_COUNT_COLUMN not in cols:
         return np.zeros(len(ctx), bool)
     blocks = seq_heads * np.maximum(1.0, np.floor(ctx / XQA_HISTORY_PER_BLOCK))
