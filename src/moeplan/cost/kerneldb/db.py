@@ -309,7 +309,7 @@ class KernelDB:
     ) -> list[Prediction]:
         vm = self.variant(ref, engine, fam.op, key)
         assert vm is not None
-        f = vm.featurize(cols)
+        f = vm.featurize(cols, device)
         corr, _, inside = vm.field.query(f.coords)
         model = vm.model.scaled(vm.device, device, fam.link)
         t = model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))

@@ -142,7 +142,7 @@ def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) ->
         vm = db.variant(src, engine, op, skey)
         assert vm is not None
         cols, y = variant_rows(db, dst, engine, op, key)
-        f = vm.featurize({c: v for c, v in cols.items() if c != "kernel_source"})
+        f = vm.featurize({c: v for c, v in cols.items() if c != "kernel_source"}, dev)
         errs.append(np.abs(_predict(vm, f, dev) / y - 1))
         toks.append(f.tokens)
         loads.append(_load(op, cols))

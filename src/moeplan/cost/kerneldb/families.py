@@ -15,23 +15,39 @@ compared. Formulas:
   measured trace load).
 - ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
-  in the cache dtype of ``c`` bytes); work ``b``.
+  in the cache dtype of ``c`` bytes); per-work: each of the ``b h ceil(s / tile)`` blocks
+  (64 query rows in TensorRT-LLM's fmha_v2, 128 in FlashAttention) costs a fixed latency,
+  paid once per wave over the SMs (:class:`WaveFeatures`). That latency is the same on both
+  table GPUs (s = 16: TensorRT-LLM 3.35 / 3.28 us a wave on A100 / H100, SGLang 0.76 / 0.80
+  us), so it moves to another GPU unscaled (``Family.wave_latency_transfers``) and the SM
+  count carries the GPU: the H100 is 1.2x faster per (sequence, head), not the 1.6x of HBM.
 - ``generation_attention`` (one new token, ``ctx = isl + step`` keys): FLOPs ``4 b h d ctx``,
   bytes ``b ctx 2 kv d c + 4 b h d``, work ``b kv`` (decode kernels run one block per
-  sequence and KV head: the tables' time at one key grows with KV heads, not query heads).
+  sequence and KV head: the tables' time at one key grows with KV heads, not query heads, and
+  is one function of the grid size ``b kv`` whatever the group size — every engine, both GPUs
+  — so the residual field's first coordinate is ``log2 b kv``, not ``log2 b``).
   TensorRT-LLM (``torch_flow``): XQA serves head groups ``g = h / kv`` up to
   :data:`XQA_MAX_GROUP`; larger groups fall back to masked MHA, one block per *query* head
   reading its group's K/V (:data:`MMHA_KV_SHARE` of it from HBM, the rest L2 hits): KV bytes
   and work count ``max(kv, h / 2)`` heads (both GPUs: h 64-128 on kv 1-2 run 10-15x slower
   than kv 4, 0.44-0.47x an MHA layer of h KV heads). The kernel path (MMHA: g > 32, or g = 1,
   MMHA too in TRT-LLM 1.0 on Ampere) is a field coordinate: shapes are corrected by their path.
+  An MMHA block (one per query head: grid ``b h``) costs :data:`MMHA_BLOCK_WORK` of an XQA
+  block: work ``b h / 4`` on that path. TensorRT-LLM also declines XQA when its blocks would
+  not fill a quarter of the GPU's SMs (:func:`_xqa_declines`, TensorRT-LLM's own rule): small
+  batches of few KV heads at short contexts run MMHA as well (the SM count of the GPU the
+  row runs on, so the rule moves with the GPU on transfer).
 - ``context_mla`` (DeepSeek MLA prefill, non-absorbed: q/k head dim 192, v 128):
   FLOPs ``2 b s h keys (192 + 128)``, bytes ``2 b s h (192 + 192 + 128 + 128)``, work ``b h``.
 - ``generation_mla`` (absorbed decode: latent 512 + rope 64 shared by all heads):
   FLOPs ``2 b h ctx (576 + 512)``, bytes ``b ctx 576 c + 2 b h (576 + 512)``, work ``b``.
   vLLM's Triton decode (``vllm_triton_mla``) re-reads the latent cache per block of
   :data:`TRITON_MLA_BLOCK_H` heads: cache bytes x ``ceil(h / 16)`` (16 : 64 : 128 heads cost
-  1 : 3.8 : 7.5 measured). TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
+  1 : 3.8 : 7.5 measured); its ``b ceil(h / 16)`` x :data:`TRITON_MLA_SPLITS` programs each
+  walk ``ctx / 4`` keys serially (+ a fixed cost), paid once per wave over the SMs; h = 1 runs
+  the non-grouped kernel (a field coordinate of its own); the ~300 us floor of
+  vLLM 0.14 on the A100 is host time the kernel runs under (``Family.host_floor_kernels``).
+  TensorRT-LLM's (``default``; A100 1.0: 15 ms for one sequence of
   128k keys, whatever the heads) walks keys serially, one block per sequence and
   :data:`TRTLLM_MLA_HEAD_BLOCK` heads: work ``ctx`` per block, ``b ceil(h / 64)`` blocks,
   paid once per wave over the SMs (:class:`WaveFeatures`).
@@ -84,10 +100,36 @@ EXPLICIT = "explicit"
 #: TensorRT-LLM decode attention (XQA / masked MHA, see module docstring)
 TRTLLM_ATTENTION = "torch_flow"
 XQA_MAX_GROUP = 32  # largest query-head group XQA serves (tables: g = 32 fast, 48-128 not)
+#: query rows per prefill block (head 128): TensorRT-LLM's fmha_v2 flash attention
+#: (``fmha_v2_flash_attention_bf16_64_128_S_qkv_128_*``: 64 Q x 128 KV), FlashAttention 2 / 3
+#: (kBlockM 128)
+FMHA_V2_TILE_Q = 64
+FLASH_TILE_Q = 128
+#: TensorRT-LLM's XQA dispatch (decoderXQAConstants.h: kEnableMinBlockFactor 4,
+#: kMinHistoryTokensPerBlock 128): below that block count it runs masked MHA (A100 tables, one
+#: key: b kv 32-64 run 12 us whatever the heads, b kv < 27 grow with b h, 19.6 us at b h 128)
+XQA_MIN_BLOCK_FACTOR = 4.0
+XQA_HISTORY_PER_BLOCK = 128.0
+#: streaming multiprocessors of the GPU a row runs on (a column the variant fills, fit.SM_COUNT)
+SM_COUNT_COLUMN = "_sm_count"
 MMHA_KV_SHARE = 0.5  # HBM share of per-query-head K/V reads on the MMHA path (tables: 0.44-0.47)
+#: per-block cost of masked MHA (one block per query head) relative to an XQA block (one per
+#: KV head), at one key and b = 256: A100 16 / 62 ns, H100 10 / 40 ns (g = 1 and g > 32 alike)
+MMHA_BLOCK_WORK = 0.25
 PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
 TRITON_MLA = "vllm_triton_mla"
 TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
+#: KV splits of vLLM's Triton MLA decode: programs per (sequence, 16-head block); A100 tables,
+#: 64k keys: flat while b ceil(h/16) 4 <= 108 SMs, x2 beyond (h 2-16: b 16 -> 32; 32: 8 -> 16;
+#: 64: 4 -> 8; 128: 2 -> 4)
+TRITON_MLA_SPLITS = 4
+#: a program's fixed cost in keys: 5-6 us a wave of programs at 2 keys (h 64-128, b 1024)
+#: over 97 ns a key (h 2, one sequence, 32k -> 64k keys)
+TRITON_MLA_SETUP_KEYS = 64.0
+#: h = 1 runs vLLM's non-grouped kernel (4.7x the grouped kernel's time a key in the A100
+#: rows). Only its own path coordinate models it: a per-key factor read from the h = 1 rows
+#: would predict those rows from themselves when the held-out evaluation holds h = 1 out
+#: (p90 23.3 % with it, 38.4 % without: the cell's figure is the latter).
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
@@ -118,6 +160,12 @@ class Family:
     #: kernel_source prefixes of autotuned kernels (a GEMM tactic picked per shape, so single
     #: shapes run 2-5x off their neighbours): robust field, token axis x TACTIC_TOKEN_WEIGHT
     tactic_kernels: tuple[str, ...] = ()
+    #: the per-work cost is a block's latency paid per wave over the SMs (WaveFeatures) and
+    #: moves to another GPU as a time (fit.Analytic.scaled): the wave count carries the SMs
+    wave_latency_transfers: bool = False
+    #: kernel_source values whose floor is host time the kernel's own time overlaps: the
+    #: floor joins the p-norm (fit.Analytic.fit) instead of adding to it
+    host_floor_kernels: tuple[str, ...] = ()
 
     def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
         """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
@@ -200,13 +248,15 @@ def _context_attention(cols: Columns) -> Features:
     s = _f(cols, "isl")
     keys = _mean_keys(s, w)
     coords = np.stack([_l2(b), _l2(s), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4], 1)
-    return Features(
+    tile = np.where(_kernel(cols) == TRTLLM_ATTENTION, FMHA_V2_TILE_Q, FLASH_TILE_Q)
+    return WaveFeatures(
         flops=4 * b * s * h * d * keys,
         nbytes=b * s * d * (2 * BF16 * h + 2 * kv * c),
-        work=b,
+        work=tile,  # query rows a block holds
         fp8=_attn_fp8(cols),
         tokens=b * s,
         coords=coords,
+        ctas=b * h * np.ceil(s / tile),
     )
 
 
@@ -216,20 +266,35 @@ def _kernel(cols: Columns) -> np.ndarray:
     return np.asarray(cols.get("kernel_source", np.full(n, ""))).astype(str)
 
 
+def _xqa_declines(cols: Columns, seq_heads: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """TensorRT-LLM runs XQA only where its blocks would fill a quarter of the SMs
+    (``DecoderXQARunner::mayHavePerfGain``): ``b kv max(1, ctx // 128) 4 >= SMs``; else masked
+    MHA. ``ctx`` is the past length, not a sliding window (H100 window-128 rows: held-out p90
+    15.5 % with it, 16.0 % with the window). The SM count is the GPU the row runs on
+    (:data:`SM_COUNT_COLUMN`, filled by :class:`~.variant.VariantModel`); without it every row
+    is taken to run XQA."""
+    if SM_COUNT_COLUMN not in cols:
+        return np.zeros(len(ctx), bool)
+    blocks = seq_heads * np.maximum(1.0, np.floor(ctx / XQA_HISTORY_PER_BLOCK))
+    return blocks * XQA_MIN_BLOCK_FACTOR < _f(cols, SM_COUNT_COLUMN)
+
+
 def _generation_attention(cols: Columns) -> Features:
     b, h, kv, d, w, c = _attn_common(cols)
     ctx = _f(cols, "isl") + _f(cols, "step")
     keys = np.where(w > 0, np.minimum(ctx, w), ctx)
     trt = _kernel(cols) == TRTLLM_ATTENTION
     group = h / kv
-    mmha = trt & (group > XQA_MAX_GROUP)
+    mmha = trt & ((group > XQA_MAX_GROUP) | _xqa_declines(cols, b * kv, ctx))
     heads = np.where(mmha, np.maximum(kv, MMHA_KV_SHARE * h), kv)  # K/V heads read from HBM
-    path = PATH_COORD * (mmha | (trt & (group == 1)))
-    coords = np.stack([_l2(b), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
+    on_mmha = mmha | (trt & (group == 1))
+    path = PATH_COORD * on_mmha
+    grid = np.where(on_mmha, h, kv)  # blocks per sequence: per query head on MMHA
+    coords = np.stack([_l2(b * grid), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
     return Features(
         flops=4 * b * h * d * keys,
         nbytes=b * keys * 2 * heads * d * c + 2 * BF16 * b * h * d,
-        work=b * heads,
+        work=b * grid * np.where(on_mmha, MMHA_BLOCK_WORK, 1.0),
         fp8=_attn_fp8(cols),
         tokens=b,
         coords=coords,
@@ -254,21 +319,31 @@ def _context_mla(cols: Columns) -> Features:
     )
 
 
+def _triton_mla_programs(b: np.ndarray, h: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """vLLM's Triton MLA decode: (keys each program walks, in units of the grouped kernel's
+    per-key time; resident programs in the grid, as :class:`WaveFeatures` blocks). A split
+    without keys (``ctx`` < :data:`TRITON_MLA_SPLITS`) exits at once."""
+    keys = ctx / TRITON_MLA_SPLITS
+    programs = b * np.ceil(h / TRITON_MLA_BLOCK_H) * np.minimum(ctx, TRITON_MLA_SPLITS)
+    return keys + TRITON_MLA_SETUP_KEYS, programs
+
+
 def _generation_mla(cols: Columns) -> Features:
     b, h = _f(cols, "batch_size"), _f(cols, "num_heads")
     ctx = _f(cols, "isl") + _f(cols, "step")
     kernel = _kernel(cols)
-    reads = np.where(kernel == TRITON_MLA, np.ceil(h / TRITON_MLA_BLOCK_H), 1.0)
-    serial = kernel == TRTLLM_MLA  # other kernels: one block, ``b`` work units
+    triton, trt = kernel == TRITON_MLA, kernel == TRTLLM_MLA  # others: ``b`` work, one block
+    reads = np.where(triton, np.ceil(h / TRITON_MLA_BLOCK_H), 1.0)
+    tri_work, tri_ctas = _triton_mla_programs(b, h, ctx)
     return WaveFeatures(
         flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
         nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) * reads
         + BF16 * b * h * (2 * MLA_LATENT - 64),
-        work=np.where(serial, ctx, b),
+        work=np.where(triton, tri_work, np.where(trt, ctx, b)),
         fp8=_mla_fp8(cols),
         tokens=b,
-        coords=np.stack([_l2(b), _l2(ctx), _l2(h)], 1),
-        ctas=np.where(serial, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK), 1.0),
+        coords=np.stack([_l2(b), _l2(ctx), _l2(h), PATH_COORD * (triton & (h == 1))], 1),
+        ctas=np.where(triton, tri_ctas, np.where(trt, b * np.ceil(h / TRTLLM_MLA_HEAD_BLOCK), 1)),
     )
 
 
@@ -343,6 +418,7 @@ FAMILIES: dict[str, Family] = {
             x_cols=("batch_size", "isl"),
             defaults=_ATTN_DEFAULTS,
             features=_context_attention,
+            wave_latency_transfers=True,  # a prefill block's latency: same on A100 and H100
         ),
         Family(
             op="generation_attention",
@@ -369,6 +445,8 @@ FAMILIES: dict[str, Family] = {
             defaults=_MLA_DEFAULTS,
             features=_generation_mla,
             robust_field=True,
+            # A100 vLLM 0.14: ~300 us whatever the shape, and max(floor, kernel) beyond it
+            host_floor_kernels=(TRITON_MLA,),
         ),
         *(
             Family(

@@ -10,7 +10,11 @@ transfer as times, scaled by the SM clock and the bandwidth ratio (:meth:`Analyt
 A family whose per-work cost runs serially inside each thread block (``ctas`` blocks of ``work``
 each, :class:`~.families.WaveFeatures`) pays it once per *wave*: ``ceil(ctas / SMs)`` waves
 over the GPU's streaming multiprocessors (:data:`SM_COUNT`, a datasheet number, so the wave
-count transfers to another GPU).
+count transfers to another GPU). Two family options (:class:`~.families.Family`) depart from
+this: a kernel whose floor is host time (``host_floor_kernels``) has the floor join the
+p-norm — the kernel's own time runs under it, ``max`` rather than sum — and a family whose
+per-wave cost is a block's latency (``wave_latency_transfers``) keeps that cost unscaled on
+another GPU (:meth:`Analytic.scaled`).
 
 Residual field: the log ratio measured / model of every measured row, kept in the family's
 smooth coordinates (log2 of shape and token axes). A query's correction is the inverse-
@@ -102,6 +106,8 @@ class Analytic:
     flops_eff: float
     bw_eff: float
     overlap: float = 4.0
+    scale_work: bool = True  # False: the per-work cost moves to another GPU unscaled (scaled)
+    floor_in_norm: bool = False  # the floor overlaps the other terms (host time, see fit)
 
     def predict(self, f: Features, device: Device, link: bool) -> np.ndarray:
         peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
@@ -112,14 +118,20 @@ class Analytic:
         ctas = getattr(f, "ctas", None)
         if ctas is not None:  # serial per-block work, once per wave of blocks over the SMs
             work = work * np.ceil(ctas / sm_count(device))
-        top = np.maximum(np.maximum(compute, memory), work)
+        floor = np.full(np.shape(work), self.floor if self.floor_in_norm else 0.0)
+        top = np.maximum(np.maximum(np.maximum(compute, memory), work), floor)
         p = self.overlap
         safe = np.where(top > 0, top, 1.0)
-        norm = safe * ((work / safe) ** p + (compute / safe) ** p + (memory / safe) ** p) ** (1 / p)
-        return self.floor + np.where(top > 0, norm, 0.0)
+        terms = (work / safe) ** p + (compute / safe) ** p + (memory / safe) ** p
+        norm = safe * (terms + (floor / safe) ** p) ** (1 / p)
+        return np.where(top > 0, norm, 0.0) + (0.0 if self.floor_in_norm else self.floor)
 
     @classmethod
-    def fit(cls, f: Features, y: np.ndarray, device: Device, link: bool) -> Analytic:
+    def fit(
+        cls, f: Features, y: np.ndarray, device: Device, link: bool, floor_in_norm: bool = False
+    ) -> Analytic:
+        """Least squares on log time; ``floor_in_norm``: the floor joins the p-norm instead
+        of adding to it (a host-side floor the kernel's own time overlaps)."""
         from scipy.optimize import least_squares
 
         # rows faster than the datasheet allows (collector artefacts, e.g. A100 TRT-LLM decode
@@ -136,9 +148,14 @@ class Analytic:
             a, b, ef, eb, p = np.exp(th)
             return (
                 np.log(
-                    cls(floor=a, per_work=b, flops_eff=ef, bw_eff=eb, overlap=1 + p).predict(
-                        f, device, link
-                    )
+                    cls(
+                        floor=a,
+                        per_work=b,
+                        flops_eff=ef,
+                        bw_eff=eb,
+                        overlap=1 + p,
+                        floor_in_norm=floor_in_norm,
+                    ).predict(f, device, link)
                 )
                 - logy
             )
@@ -153,6 +170,7 @@ class Analytic:
             flops_eff=float(ef),
             bw_eff=float(eb),
             overlap=float(1 + p),
+            floor_in_norm=floor_in_norm,
         )
 
     def scaled(self, src: Device, dst: Device, link: bool) -> Analytic:
@@ -166,16 +184,16 @@ class Analytic:
         and clock, 1.43x the HBM bandwidth) — kernels of a few microseconds run 0.99x on the
         H200 (a bandwidth-scaled floor says 0.84x), weight-read-bound ones 0.72x (1 / 1.43 =
         0.70); on A100 <-> H100 the clock rule lowers the leave-one-GPU-out median of the
-        kernel cells (docs/benchmarks/kerneldb.md)."""
+        kernel cells (docs/benchmarks/kerneldb.md). A model with ``scale_work`` off (a family's
+        per-wave block latency, ``Family.wave_latency_transfers``) keeps its per-work cost: the
+        wave count carries the GPU's SMs."""
         if src == dst:
             return self
         r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
-        return Analytic(
+        return replace(
+            self,
             floor=self.floor * (r**0.5 if link else sm_clock(src) / sm_clock(dst)),
-            per_work=self.per_work * r,
-            flops_eff=self.flops_eff,
-            bw_eff=self.bw_eff,
-            overlap=self.overlap,
+            per_work=self.per_work * (r if self.scale_work else 1.0),
         )
 
     def to_dict(self) -> dict[str, float]:

@@ -12,13 +12,13 @@ Built from the table rows of that variant (duplicates averaged by their median):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import Family, Features
-from moeplan.cost.kerneldb.fit import Analytic, ResidualField
+from moeplan.cost.kerneldb.families import SM_COUNT_COLUMN, Family, Features
+from moeplan.cost.kerneldb.fit import Analytic, ResidualField, sm_count
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,12 +92,16 @@ class VariantModel:
         self.family, self.device, self.label = family, device, label
         self.cols, self.y = dedupe(cols, y, family.columns)
         self.key = {c: str(np.asarray(self.cols[c])[0]) for c in family.variant_cols if len(y)}
-        self.features = family.features(self.cols)
-        self.model = Analytic.fit(self.features, self.y, device, family.link)
+        self.features = self.featurize(self.cols)
+        kernel = self.key.get("kernel_source", "")
+        host = kernel in family.host_floor_kernels
+        self.model = Analytic.fit(self.features, self.y, device, family.link, floor_in_norm=host)
+        if family.wave_latency_transfers:
+            self.model = replace(self.model, scale_work=False)
         self.residual = np.log(self.y) - np.log(
             self.model.predict(self.features, device, family.link)
         )
-        weights, robust = family.field_options(self.key.get("kernel_source", ""))
+        weights, robust = family.field_options(kernel)
         self.field = ResidualField(self.features.coords, self.residual, weights, robust)
         names = family.shape_cols + family.x_cols
         keys = row_keys(self.cols, names, len(self.y))
@@ -108,12 +112,14 @@ class VariantModel:
     def rows(self) -> int:
         return len(self.y)
 
-    def featurize(self, cols: Mapping[str, np.ndarray]) -> Features:
+    def featurize(self, cols: Mapping[str, np.ndarray], device: Device | None = None) -> Features:
         """The family's features of query rows priced by this variant: columns the query
         leaves out (the kernel, typically) take this variant's values, so kernel-specific
-        terms (:mod:`.families`) apply to every row this variant answers."""
+        terms (:mod:`.families`) apply to every row this variant answers; the rows run on
+        ``device`` (default: this variant's GPU), whose SM count kernel dispatch rules read."""
         n = len(next(iter(cols.values())))
         full = {c: np.full(n, v) for c, v in self.key.items() if c not in cols}
+        full[SM_COUNT_COLUMN] = np.full(n, float(sm_count(device or self.device)))
         return self.family.features({**cols, **full})
 
     def _build_lines(self, keys: list[tuple]) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
