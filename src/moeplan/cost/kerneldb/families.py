@@ -90,6 +90,11 @@ TRITON_MLA = "vllm_triton_mla"
 TRITON_MLA_BLOCK_H = 16  # vLLM triton_decode_attention: BLOCK_H heads per program
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
+#: fused-MoE kernels whose tables were collected with aiconfigurator's earlier power-law
+#: generator (:func:`.load._legacy_fix`): vLLM 0.14 and TRT-LLM 1.0 on A100 (their 1-token
+#: power-law rows keep every routed pair on one rank up to E / ep = k; A100 SGLang 0.5.10 and
+#: every H100 table fall with EP as the balanced rows do)
+LEGACY_LOAD_KERNELS = ("vllm_fused_moe", "moe_torch_flow")
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
 #: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
 TACTIC_TOKEN_WEIGHT = 3.0
@@ -143,8 +148,9 @@ def _moe(cols: Columns) -> Features:
             "(per-expert counts, see moeplan cost --expert-counts)"
         )
     if (~explicit).any():
+        legacy = np.isin(_kernel(cols), LEGACY_LOAD_KERNELS)[~explicit]
         pairs[~explicit], hit[~explicit] = busiest_rank_many(
-            n[~explicit], e[~explicit], k[~explicit], ep[~explicit], dist[~explicit]
+            n[~explicit], e[~explicit], k[~explicit], ep[~explicit], dist[~explicit], legacy
         )
     if explicit.any():
         pairs[explicit] = np.asarray(cols["rank_pairs"], float)[explicit]
