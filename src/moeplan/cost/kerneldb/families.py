@@ -95,6 +95,7 @@ TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 6
 #: power-law rows keep every routed pair on one rank up to E / ep = k; A100 SGLang 0.5.10 and
 #: every H100 table fall with EP as the balanced rows do)
 LEGACY_LOAD_KERNELS = ("vllm_fused_moe", "moe_torch_flow")
+VECTOR_ELEMS = 16  # Triton specialises arguments divisible by 16 (vectorised loads)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
 #: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
 TACTIC_TOKEN_WEIGHT = 3.0
@@ -165,7 +166,10 @@ def _moe(cols: Columns) -> Features:
             for d in dist
         ]
     )
-    coords = np.stack([_l2(n), _l2(h), _l2(inter), _l2(e / ep), _l2(k), _l2(ep), code], 1)
+    unaligned = PATH_COORD * (np.mod(inter, VECTOR_ELEMS) != 0)
+    coords = np.stack(
+        [_l2(n), _l2(h), _l2(inter), _l2(e / ep), _l2(k), _l2(ep), code, unaligned], 1
+    )
     return Features(
         flops=6.0 * pairs * h * inter,
         nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * n * h,
