@@ -8,11 +8,18 @@ The layer waits for the busiest rank, so that rank is the one priced.
   balanced router): ``hit = min(E / ep, N k / ep)``.
 - ``random``: uniform independent routing: ``hit = (E / ep) (1 - (1 - k / E)^N)``.
 - ``power_law_<alpha>``: expert loads drawn from ``x^-alpha`` on ``[1, 0.8 N]`` (``[0.01, 2]``
-  when ``N k <= E``) and scaled to ``N k`` pairs, contiguous experts per rank, busiest rank
-  taken — the generator NVIDIA's tables were collected with (aiconfigurator
-  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). The expectation is an
-  average over :data:`DRAWS` draws of common random numbers (the same seeded uniforms for
-  every shape with the same expert count), so it is deterministic and vectorised.
+  when ``N k <= E``), scaled to ``N k`` pairs and rounded, contiguous experts per rank,
+  busiest rank taken — the generator NVIDIA's tables were collected with (aiconfigurator
+  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). Rounding loses pairs (all
+  of them at ``N k << E``: every expert rounds to 0); the generator restores exactly ``N k``:
+  the current one caps each expert at ``N`` tokens and deals the deficit round-robin over the
+  ranks, each step to the rank's least loaded expert (:func:`_round_robin_fix`); the earlier
+  one (A100 vLLM 0.14 and TRT-LLM 1.0 tables, ``families.LEGACY_LOAD_KERNELS``) gives one
+  pair each to the most loaded experts in turn, ties in expert order, so at ``N k << E`` a
+  token's ``k`` pairs land on experts ``0..k-1``, one rank (:func:`_legacy_fix`). The
+  expectation is an average over :data:`DRAWS` draws of common random numbers (the same
+  seeded uniforms for every shape with the same expert count), so it is deterministic and
+  vectorised.
 - explicit per-expert counts (a routing trace), optionally with EPLB redundant experts: the
   hottest experts get replicas (load split evenly), replicas go to ranks by longest-processing-
   time-first under equal slot counts (DeepSeek EPLB's greedy packing, Sec. "EPLB").
@@ -102,7 +109,9 @@ def power_law_many(
         return p[back.ravel()], h[back.ravel()]
     pairs, hit = np.empty(len(n)), np.empty(len(n))
     groups: dict[tuple[int, int, bool], list[int]] = {}
-    for i, key in enumerate(zip(e.astype(int).tolist(), ep.astype(int).tolist(), old > 0)):
+    for i, key in enumerate(
+        zip(e.astype(int).tolist(), ep.astype(int).tolist(), (old > 0).tolist(), strict=True)
+    ):
         groups.setdefault(key, []).append(i)
     for (ee, pp, lg), rows in groups.items():
         u = _uniforms(ee)
@@ -134,17 +143,22 @@ def _busiest(
     return pairs.mean(axis=1), hit.mean(axis=1)
 
 
-def _spread(m: np.ndarray, ep: int) -> np.ndarray:
+def _spread(m: np.ndarray, ep: int) -> np.ndarray:  # (shapes, draws) -> (..., ep)
     """``m`` unit steps dealt round-robin over ``ep`` ranks starting at rank 0: per rank."""
     m = np.maximum(m, 0.0)[..., None]
     r = np.arange(ep)
     return np.floor(m / ep) + (r < np.mod(m, ep))
 
 
-def _round_robin_fix(loads, delta, n, ep):
-    """aiconfigurator >= 2026 generator: clamp each expert to ``n`` tokens, then deal the
-    overflow and the rounding deficit round-robin over ranks, each step to the rank's least
-    loaded expert (so new experts get hit first); a surplus is taken from the rank's largest."""
+def _round_robin_fix(
+    loads: np.ndarray, delta: np.ndarray, n: np.ndarray, ep: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank (pairs, experts hit) after the current generator's fix: each expert capped at
+    ``n`` tokens, the overflow and then the rounding deficit dealt round-robin over the ranks
+    from rank 0, each step to the rank's least loaded expert (an empty one while there is
+    one); a surplus taken round-robin from the ranks' largest experts (a rank loses a hit only
+    when its experts hold one pair each). Ranks whose experts are all capped are not skipped
+    (the collector skips them; it needs ``N`` near ``k``)."""
     over = np.maximum(loads - n[..., None], 0.0).sum(axis=2)
     loads = np.minimum(loads, n[..., None])
     s, d, ee = loads.shape
@@ -157,10 +171,11 @@ def _round_robin_fix(loads, delta, n, ep):
     return pairs_r + inc - dec, hit_r
 
 
-def _legacy_fix(loads, delta, ep):
-    """Earlier generator: a deficit adds one pair to each of the most loaded experts in turn
-    (ties in expert order, so at N k <= E the pairs land on the first experts), a surplus is
-    taken from the least loaded non-empty experts; no per-expert clamp."""
+def _legacy_fix(loads: np.ndarray, delta: np.ndarray, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank (pairs, experts hit) after the earlier generator's fix: a deficit adds one
+    pair to each expert in descending load order (ties in expert order), a surplus takes one
+    from each of the least loaded non-empty experts, the rest from the largest one (the
+    collector: one at a time from the then-largest); no per-expert cap."""
     s, d, ee = loads.shape
     order = np.argsort(-loads, axis=2, kind="stable")
     pos = np.empty_like(order)
@@ -172,9 +187,7 @@ def _legacy_fix(loads, delta, ep):
     loads = loads - small
     rest = (minus[..., 0] - small.sum(axis=2))[..., None]
     top = loads.argmax(axis=2)[..., None]
-    np.put_along_axis(
-        loads, top, np.maximum(np.take_along_axis(loads, top, 2) - rest, 0.0), axis=2
-    )
+    np.put_along_axis(loads, top, np.maximum(np.take_along_axis(loads, top, 2) - rest, 0.0), axis=2)
     per = loads.reshape(s, d, ep, ee // ep)
     return per.sum(axis=3), (per > 0).sum(axis=3).astype(float)
 
