@@ -19,8 +19,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.cost.kerneldb.evaluate import heldout_shapes, holdout, variant_rows
-from moeplan.cost.kerneldb.families import FAMILIES, LEGACY_LOAD_KERNELS, VECTOR_ELEMS
+from moeplan.cost.kerneldb.evaluate import (
+    heldout_shapes,
+    holdout,
+    leave_one_gpu_out,
+    variant_rows,
+)
+from moeplan.cost.kerneldb.families import (
+    FAMILIES,
+    LEGACY_LOAD_KERNELS,
+    VECTOR_ELEMS,
+    moe_kernel_class,
+)
 from moeplan.cost.kerneldb.load import DRAWS, _busiest, _uniforms
 from moeplan.kernel_tables import kernel_db
 
@@ -196,3 +206,23 @@ def test_triton_layers_with_i_over_tp_not_a_multiple_of_16_h100() -> None:
     11.6 % median with the coordinate, 26 % or more without)."""
     key = ("vllm_unquantizedfusedmoe_triton_tritonexperts", "bfloat16")
     _check_unaligned("h100_sxm", "vllm", key, 0.15)
+
+
+def test_like_for_like_leave_one_gpu_out_drops_only_other_kernel_libraries() -> None:
+    """H100 TRT-LLM from A100's CUTLASS MoE: the like-for-like breakdown scores exactly the
+    rows of the gated CUTLASS variants, with the same per-row errors as the all-rows figure
+    (which keeps the non-gated CUTLASS kernel, another activation)."""
+    db = kernel_db()
+    every = leave_one_gpu_out(db, "a100_sxm", "h100_sxm", "trtllm", "moe")
+    like = leave_one_gpu_out(db, "a100_sxm", "h100_sxm", "trtllm", "moe", like_for_like=True)
+    assert every is not None and like is not None
+    keep, start = [], 0
+    for key in db.variants("h100_sxm", "trtllm", "moe"):
+        if db.choose("a100_sxm", "trtllm", "moe", {"moe_dtype": key[1]}) is None:
+            continue
+        n = len(variant_rows(db, "h100_sxm", "trtllm", "moe", key)[1])
+        keep.append(np.full(n, moe_kernel_class(key[0]) == "cutlass"))
+        start += n
+    mask = np.concatenate(keep)
+    assert start == len(every.err) and 0 < mask.sum() < len(mask)
+    np.testing.assert_array_equal(like.err, every.err[mask])

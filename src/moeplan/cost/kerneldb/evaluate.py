@@ -25,7 +25,7 @@ import numpy as np
 
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB, peak_time
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Family, Features
+from moeplan.cost.kerneldb.families import FAMILIES, Family, Features, moe_kernel_class
 from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
 
 FOLDS = 5
@@ -127,8 +127,13 @@ def holdout(
     return np.abs(_predict(vm, f, dev) / y[test] - 1), f
 
 
-def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) -> Scored | None:
-    """Predict every row of ``dst`` from the ``src`` variant of the same dtype."""
+def leave_one_gpu_out(
+    db: KernelDB, src: str, dst: str, engine: str, op: str, like_for_like: bool = False
+) -> Scored | None:
+    """Predict every row of ``dst`` from the ``src`` variant of the same dtype (the figure the
+    bars test). ``like_for_like`` (fused MoE; a reported breakdown only): only the ``dst``
+    variants whose kernel library matches the chosen ``src`` kernel's
+    (:func:`~.families.moe_kernel_class`: Triton from Triton, CUTLASS from CUTLASS)."""
     fam = FAMILIES[op]
     if (src, engine, op) not in db.tables or (dst, engine, op) not in db.tables:
         return None
@@ -139,6 +144,10 @@ def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) ->
         skey = db.choose(src, engine, op, want)
         if skey is None:
             continue
+        if like_for_like and op == "moe":
+            dk, sk = (dict(zip(fam.variant_cols, k, strict=True)) for k in (key, skey))
+            if moe_kernel_class(dk["kernel_source"]) != moe_kernel_class(sk["kernel_source"]):
+                continue
         vm = db.variant(src, engine, op, skey)
         assert vm is not None
         cols, y = variant_rows(db, dst, engine, op, key)

@@ -95,6 +95,20 @@ TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 6
 #: power-law rows keep every routed pair on one rank up to E / ep = k; A100 SGLang 0.5.10 and
 #: every H100 table fall with EP as the balanced rows do)
 LEGACY_LOAD_KERNELS = ("vllm_fused_moe", "moe_torch_flow")
+#: kernel library of a fused-MoE ``kernel_source`` (TRT-LLM's torch-flow MoE is its CUTLASS
+#: grouped GEMM: 1.3 names it ``moe_torch_flow_cutlass``, 1.0 ``moe_torch_flow``; vLLM 0.14's
+#: ``vllm_fused_moe`` is the Triton fused MoE that 0.24 names ``..._triton_tritonexperts``)
+MOE_LIBRARIES = ("marlin", "triton", "cutlass")
+MOE_LIBRARY_PREFIXES = {"vllm_fused_moe": "triton", "moe_torch_flow": "cutlass"}
+
+
+def moe_kernel_class(kernel: str) -> str:
+    """``library[/nongated]`` of a fused-MoE kernel: like-for-like kernels share it."""
+    lib = next((name for name in MOE_LIBRARIES if name in kernel), "")
+    lib = lib or next((v for p, v in MOE_LIBRARY_PREFIXES.items() if kernel.startswith(p)), kernel)
+    return lib + ("/nongated" if "nongated" in kernel else "")
+
+
 VECTOR_ELEMS = 16  # Triton specialises arguments divisible by 16 (vectorised loads)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
 #: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
