@@ -12,7 +12,11 @@ compared. Formulas:
   mxfp4 0.5). ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing
   trace's per-expert counts); it sits at the balanced rows' load coordinate, so the residual
   field corrects it like a balanced shape with that much work (departure: no table row has a
-  measured trace load).
+  measured trace load). Power-law rows take the load of the generator their table was
+  collected with (:data:`LEGACY_LOAD_KERNELS`, :mod:`.load`). Field coordinate: ``I / tp`` not
+  a multiple of :data:`VECTOR_ELEMS` (Triton specialises integer arguments divisible by 16;
+  GEMM2's operand rows are ``I / tp`` long: such layers run 1.2-1.8x slower than the aligned
+  fit in every Triton table, and are corrected by each other).
 - ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
   in the cache dtype of ``c`` bytes); work ``b``.
