@@ -177,7 +177,8 @@ def _legacy_fix(loads: np.ndarray, delta: np.ndarray, ep: int) -> tuple[np.ndarr
     from each of the least loaded non-empty experts, the rest from the largest one (the
     collector: one at a time from the then-largest); no per-expert cap."""
     s, d, ee = loads.shape
-    order = np.argsort(-loads, axis=2, kind="stable")
+    key = (loads.max() - loads).astype(np.int64) * ee + np.arange(ee)  # distinct: load desc, index
+    order = np.argsort(key, axis=2)
     pos = np.empty_like(order)
     np.put_along_axis(pos, order, np.arange(ee)[None, None, :], axis=2)
     plus = np.maximum(delta, 0.0)[..., None]
