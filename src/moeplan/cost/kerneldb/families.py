@@ -7,10 +7,14 @@ sets up), and smooth coordinates (log2 of the shape) in which neighbouring measu
 compared. Formulas:
 
 - ``moe`` (fused MoE, SwiGLU, on the busiest EP rank, :mod:`.load`):
-  FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k`` — ``P`` pairs on the
-  rank, ``hit`` distinct local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 /
-  mxfp4 0.5). ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing
-  trace's per-expert counts); it sits at the balanced rows' load coordinate, so the residual
+  FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k H`` — every EP rank
+  writes and combines all ``N k`` routed hidden vectors (with an expert map, Triton's fused MoE
+  writes zeros for the other ranks' pairs and ``moe_sum`` reads the whole ``N x k x H``
+  cache); a cost per routed pair regardless of ``H`` fitted worse (held-out p90 up to 2.5
+  points, docs/benchmarks/kerneldb-notes-moe.md) — ``P`` pairs on the rank, ``hit`` distinct
+  local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 / mxfp4 0.5).
+  ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing trace's
+  per-expert counts); it sits at the balanced rows' load coordinate, so the residual
   field corrects it like a balanced shape with that much work (departure: no table row has a
   measured trace load). Power-law rows take the load of the generator their table was
   collected with (:data:`LEGACY_LOAD_KERNELS`, :mod:`.load`). Field coordinate: ``I / tp`` not
@@ -113,6 +117,9 @@ def moe_kernel_class(kernel: str) -> str:
     return lib + ("/nongated" if "nongated" in kernel else "")
 
 
+#: hidden elements per unit of MoE routing work (scale only: keeps the per-work cost near the
+#: fit's starting guess)
+WORK_HIDDEN = 4096
 VECTOR_ELEMS = 16  # Triton specialises arguments divisible by 16 (vectorised loads)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
 #: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
@@ -191,7 +198,7 @@ def _moe(cols: Columns) -> Features:
     return Features(
         flops=6.0 * pairs * h * inter,
         nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * n * h,
-        work=n * k,
+        work=n * k * h / WORK_HIDDEN,
         fp8=np.isin(dtype, list(FP8_COMPUTE)),
         tokens=n,
         coords=coords,
