@@ -9,6 +9,8 @@
   fit. Splitting by load as well gave 0.8-2.5 points lower medians and 3-9 points lower p90.)
 - Leave one GPU out: the variant of the same dtype on the other table GPU (learned from A100
   to predict H100, and the reverse), its efficiencies scaled by the datasheet.
+  For fused MoE a like-for-like breakdown (:data:`LIKE_FOR_LIKE`, only where it differs):
+  the destination kernels whose library the source kernel shares; reported, not a bar.
 - Roofline: the datasheet roofline (:data:`~.db.ROOFLINE`) on every row.
 
 Errors are absolute relative errors ``|predicted / measured - 1|``, summarised per GPU x
@@ -19,19 +21,21 @@ load) as median and 90th percentile.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB, peak_time
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Family, Features
+from moeplan.cost.kerneldb.families import FAMILIES, Family, Features, moe_kernel_class
 from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
 
 FOLDS = 5
 LOAD_COLS = ("distribution",)  # not part of a held-out layer's identity (module docstring)
 REGIMES = (("tokens<=64", 0, 64), ("65-1024", 65, 1024), (">1024", 1025, float("inf")))
 GPUS = ("h100_sxm", "a100_sxm")
+#: method of the like-for-like-kernel leave-one-GPU-out breakdown (fused MoE; not a source)
+LIKE_FOR_LIKE = "leave_one_gpu_out_like_kernels"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,7 +45,7 @@ class Scored:
     gpu: str
     engine: str
     op: str
-    method: str  # heldout_shape | leave_one_gpu_out | roofline
+    method: str  # heldout_shape | leave_one_gpu_out | LIKE_FOR_LIKE | roofline
     err: np.ndarray
     tokens: np.ndarray
     load: np.ndarray  # "balanced" / "power_law" / "" per row
@@ -127,8 +131,13 @@ def holdout(
     return np.abs(_predict(vm, f, dev) / y[test] - 1), f
 
 
-def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) -> Scored | None:
-    """Predict every row of ``dst`` from the ``src`` variant of the same dtype."""
+def leave_one_gpu_out(
+    db: KernelDB, src: str, dst: str, engine: str, op: str, like_for_like: bool = False
+) -> Scored | None:
+    """Predict every row of ``dst`` from the ``src`` variant of the same dtype (the figure the
+    bars test). ``like_for_like`` (fused MoE; a reported breakdown only): only the ``dst``
+    variants whose kernel library matches the chosen ``src`` kernel's
+    (:func:`~.families.moe_kernel_class`: Triton from Triton, CUTLASS from CUTLASS)."""
     fam = FAMILIES[op]
     if (src, engine, op) not in db.tables or (dst, engine, op) not in db.tables:
         return None
@@ -139,6 +148,10 @@ def leave_one_gpu_out(db: KernelDB, src: str, dst: str, engine: str, op: str) ->
         skey = db.choose(src, engine, op, want)
         if skey is None:
             continue
+        if like_for_like and op == "moe":
+            dk, sk = (dict(zip(fam.variant_cols, k, strict=True)) for k in (key, skey))
+            if moe_kernel_class(dk["kernel_source"]) != moe_kernel_class(sk["kernel_source"]):
+                continue
         vm = db.variant(src, engine, op, skey)
         assert vm is not None
         cols, y = variant_rows(db, dst, engine, op, key)
@@ -230,9 +243,16 @@ def evaluate_all(
         if ops is not None and op not in ops:
             continue
         other = GPUS[1] if gpu == GPUS[0] else GPUS[0]
+        logo = leave_one_gpu_out(db, other, gpu, engine, op)
+        like = leave_one_gpu_out(db, other, gpu, engine, op, True) if op == "moe" else None
+        if like is not None and logo is not None and len(like.err) < len(logo.err):
+            like = replace(like, method=LIKE_FOR_LIKE)  # reported next to the tested figure
+        else:
+            like = None
         for s in (
             heldout_shapes(db, gpu, engine, op, seed, max_folds=max_folds),
-            leave_one_gpu_out(db, other, gpu, engine, op),
+            logo,
+            like,
             roofline(db, gpu, engine, op),
         ):
             if s is not None:
@@ -253,7 +273,7 @@ def error_table(rows: Iterable[ErrorRow]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     other: dict[tuple[str, str, str], tuple[float, float]] = {}
     for r in rows:
-        if r.regime != "all" or r.load != "all":
+        if r.regime != "all" or r.load != "all" or r.method not in SOURCE_OF:
             continue
         src = SOURCE_OF[r.method]
         out.append(

@@ -7,12 +7,20 @@ sets up), and smooth coordinates (log2 of the shape) in which neighbouring measu
 compared. Formulas:
 
 - ``moe`` (fused MoE, SwiGLU, on the busiest EP rank, :mod:`.load`):
-  FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k`` — ``P`` pairs on the
-  rank, ``hit`` distinct local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 /
-  mxfp4 0.5). ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing
-  trace's per-expert counts); it sits at the balanced rows' load coordinate, so the residual
+  FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k H`` — every EP rank
+  writes and combines all ``N k`` routed hidden vectors (with an expert map, Triton's fused MoE
+  writes zeros for the other ranks' pairs and ``moe_sum`` reads the whole ``N x k x H``
+  cache); a cost per routed pair regardless of ``H`` fitted worse (held-out p90 up to 2.5
+  points, docs/benchmarks/kerneldb-notes-moe.md) — ``P`` pairs on the rank, ``hit`` distinct
+  local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 / mxfp4 0.5).
+  ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing trace's
+  per-expert counts); it sits at the balanced rows' load coordinate, so the residual
   field corrects it like a balanced shape with that much work (departure: no table row has a
-  measured trace load).
+  measured trace load). Power-law rows take the load of the generator their table was
+  collected with (:data:`LEGACY_LOAD_KERNELS`, :mod:`.load`). Field coordinate: ``I / tp`` not
+  a multiple of :data:`VECTOR_ELEMS` (Triton specialises integer arguments divisible by 16;
+  GEMM2's operand rows are ``I / tp`` long: such layers run 1.2-1.8x slower than the aligned
+  fit in every Triton table, and are corrected by each other).
 - ``context_attention`` (causal prefill, sliding window ``W``): FLOPs ``4 b s h d keys``
   with ``keys`` the mean keys per query; bytes ``b s d (4 h + 2 kv c)`` (Q and O in bf16, K/V
   in the cache dtype of ``c`` bytes); per-work: each of the ``b h ceil(s / tile)`` blocks
@@ -132,6 +140,29 @@ TRITON_MLA_SETUP_KEYS = 64.0
 #: (p90 23.3 % with it, 38.4 % without: the cell's figure is the latter).
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
+#: fused-MoE kernels whose tables were collected with aiconfigurator's earlier power-law
+#: generator (:func:`.load._legacy_fix`): vLLM 0.14 and TRT-LLM 1.0 on A100 (their 1-token
+#: power-law rows keep every routed pair on one rank up to E / ep = k; A100 SGLang 0.5.10 and
+#: every H100 table fall with EP as the balanced rows do)
+LEGACY_LOAD_KERNELS = ("vllm_fused_moe", "moe_torch_flow")
+#: kernel library of a fused-MoE ``kernel_source`` (TRT-LLM's torch-flow MoE is its CUTLASS
+#: grouped GEMM: 1.3 names it ``moe_torch_flow_cutlass``, 1.0 ``moe_torch_flow``; vLLM 0.14's
+#: ``vllm_fused_moe`` is the Triton fused MoE that 0.24 names ``..._triton_tritonexperts``)
+MOE_LIBRARIES = ("marlin", "triton", "cutlass")
+MOE_LIBRARY_PREFIXES = {"vllm_fused_moe": "triton", "moe_torch_flow": "cutlass"}
+
+
+def moe_kernel_class(kernel: str) -> str:
+    """``library[/nongated]`` of a fused-MoE kernel: like-for-like kernels share it."""
+    lib = next((name for name in MOE_LIBRARIES if name in kernel), "")
+    lib = lib or next((v for p, v in MOE_LIBRARY_PREFIXES.items() if kernel.startswith(p)), kernel)
+    return lib + ("/nongated" if "nongated" in kernel else "")
+
+
+#: hidden elements per unit of MoE routing work (scale only: keeps the per-work cost near the
+#: fit's starting guess)
+WORK_HIDDEN = 4096
+VECTOR_ELEMS = 16  # Triton specialises arguments divisible by 16 (vectorised loads)
 #: residual-field distance weight of the token axis for kernels that pick a tactic per shape
 #: (``Family.tactic_kernels``, fit.py docstring): neighbours are then other shapes
 TACTIC_TOKEN_WEIGHT = 3.0
@@ -191,8 +222,9 @@ def _moe(cols: Columns) -> Features:
             "(per-expert counts, see moeplan cost --expert-counts)"
         )
     if (~explicit).any():
+        legacy = np.isin(_kernel(cols), LEGACY_LOAD_KERNELS)[~explicit]
         pairs[~explicit], hit[~explicit] = busiest_rank_many(
-            n[~explicit], e[~explicit], k[~explicit], ep[~explicit], dist[~explicit]
+            n[~explicit], e[~explicit], k[~explicit], ep[~explicit], dist[~explicit], legacy
         )
     if explicit.any():
         pairs[explicit] = np.asarray(cols["rank_pairs"], float)[explicit]
@@ -207,11 +239,14 @@ def _moe(cols: Columns) -> Features:
             for d in dist
         ]
     )
-    coords = np.stack([_l2(n), _l2(h), _l2(inter), _l2(e / ep), _l2(k), _l2(ep), code], 1)
+    unaligned = PATH_COORD * (np.mod(inter, VECTOR_ELEMS) != 0)
+    coords = np.stack(
+        [_l2(n), _l2(h), _l2(inter), _l2(e / ep), _l2(k), _l2(ep), code, unaligned], 1
+    )
     return Features(
         flops=6.0 * pairs * h * inter,
         nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * n * h,
-        work=n * k,
+        work=n * k * h / WORK_HIDDEN,
         fp8=np.isin(dtype, list(FP8_COMPUTE)),
         tokens=n,
         coords=coords,

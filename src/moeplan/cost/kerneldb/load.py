@@ -8,11 +8,18 @@ The layer waits for the busiest rank, so that rank is the one priced.
   balanced router): ``hit = min(E / ep, N k / ep)``.
 - ``random``: uniform independent routing: ``hit = (E / ep) (1 - (1 - k / E)^N)``.
 - ``power_law_<alpha>``: expert loads drawn from ``x^-alpha`` on ``[1, 0.8 N]`` (``[0.01, 2]``
-  when ``N k <= E``) and scaled to ``N k`` pairs, contiguous experts per rank, busiest rank
-  taken — the generator NVIDIA's tables were collected with (aiconfigurator
-  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). The expectation is an
-  average over :data:`DRAWS` draws of common random numbers (the same seeded uniforms for
-  every shape with the same expert count), so it is deterministic and vectorised.
+  when ``N k <= E``), scaled to ``N k`` pairs and rounded, contiguous experts per rank,
+  busiest rank taken — the generator NVIDIA's tables were collected with (aiconfigurator
+  ``power_law_logits_v3``, which swaps the busiest rank to rank 0). Rounding loses pairs (all
+  of them at ``N k << E``: every expert rounds to 0); the generator restores exactly ``N k``:
+  the current one caps each expert at ``N`` tokens and deals the deficit round-robin over the
+  ranks, each step to the rank's least loaded expert (:func:`_round_robin_fix`); the earlier
+  one (A100 vLLM 0.14 and TRT-LLM 1.0 tables, ``families.LEGACY_LOAD_KERNELS``) gives one
+  pair each to the most loaded experts in turn, ties in expert order, so at ``N k << E`` a
+  token's ``k`` pairs land on experts ``0..k-1``, one rank (:func:`_legacy_fix`). The
+  expectation is an average over :data:`DRAWS` draws of common random numbers (the same
+  seeded uniforms for every shape with the same expert count), so it is deterministic and
+  vectorised.
 - explicit per-expert counts (a routing trace), optionally with EPLB redundant experts: the
   hottest experts get replicas (load split evenly), replicas go to ranks by longest-processing-
   time-first under equal slot counts (DeepSeek EPLB's greedy packing, Sec. "EPLB").
@@ -85,29 +92,38 @@ CHUNK_ELEMS = 4_000_000  # shapes x draws x experts evaluated at once
 
 
 def power_law_many(
-    n: np.ndarray, e: np.ndarray, k: np.ndarray, ep: np.ndarray, alpha: np.ndarray
+    n: np.ndarray,
+    e: np.ndarray,
+    k: np.ndarray,
+    ep: np.ndarray,
+    alpha: np.ndarray,
+    legacy: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised power-law busiest rank (see module docstring) for many shapes."""
-    keys = np.stack([n, e, k, ep, alpha], axis=1).astype(float)
+    """Vectorised power-law busiest rank (see module docstring) for many shapes; ``legacy``
+    rows use the earlier generator's rounding fix (:func:`_legacy_fix`)."""
+    old = np.zeros(len(n)) if legacy is None else np.asarray(legacy, float)
+    keys = np.stack([n, e, k, ep, alpha, old], axis=1).astype(float)
     uniq, back = np.unique(keys, axis=0, return_inverse=True)
     if len(uniq) < len(n):
         p, h = power_law_many(*uniq.T)
         return p[back.ravel()], h[back.ravel()]
     pairs, hit = np.empty(len(n)), np.empty(len(n))
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, key in enumerate(zip(e.astype(int).tolist(), ep.astype(int).tolist(), strict=True)):
+    groups: dict[tuple[int, int, bool], list[int]] = {}
+    for i, key in enumerate(
+        zip(e.astype(int).tolist(), ep.astype(int).tolist(), (old > 0).tolist(), strict=True)
+    ):
         groups.setdefault(key, []).append(i)
-    for (ee, pp), rows in groups.items():
+    for (ee, pp, lg), rows in groups.items():
         u = _uniforms(ee)
         step = max(1, CHUNK_ELEMS // (DRAWS * ee))
         for start in range(0, len(rows), step):
             j = np.array(rows[start : start + step])
-            pairs[j], hit[j] = _busiest(u, n[j], k[j], alpha[j], pp)
+            pairs[j], hit[j] = _busiest(u, n[j], k[j], alpha[j], pp, bool(lg))
     return pairs, hit
 
 
 def _busiest(
-    u: np.ndarray, n: np.ndarray, k: np.ndarray, alpha: np.ndarray, ep: int
+    u: np.ndarray, n: np.ndarray, k: np.ndarray, alpha: np.ndarray, ep: int, legacy: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     ee = u.shape[1]
     nn, kk, a = n[:, None, None], k[:, None, None], 1.0 - alpha[:, None, None]
@@ -116,16 +132,77 @@ def _busiest(
     hi = np.maximum(np.where(big, nn * 0.8, 2.0), lo * 1.0001)
     x = ((hi**a - lo**a) * u[None] + lo**a) ** (1.0 / a)
     loads = np.round(x / x.sum(axis=2, keepdims=True) * nn * kk)
-    per_rank = loads.reshape(len(n), DRAWS, ep, ee // ep)
-    best = per_rank.sum(axis=3).argmax(axis=2)
-    chosen = np.take_along_axis(per_rank, best[:, :, None, None], axis=2)[:, :, 0, :]
-    return chosen.sum(axis=2).mean(axis=1), (chosen > 0).sum(axis=2).mean(axis=1)
+    delta = (nn * kk)[..., 0] - loads.sum(axis=2)  # (shapes, draws): pairs rounding lost
+    if legacy:
+        pairs_r, hit_r = _legacy_fix(loads, delta, ep)
+    else:
+        pairs_r, hit_r = _round_robin_fix(loads, delta, nn[..., 0], ep)
+    best = pairs_r.argmax(axis=2)[..., None]
+    pairs = np.take_along_axis(pairs_r, best, 2)[..., 0]
+    hit = np.take_along_axis(hit_r, best, 2)[..., 0]
+    return pairs.mean(axis=1), hit.mean(axis=1)
+
+
+def _spread(m: np.ndarray, ep: int) -> np.ndarray:  # (shapes, draws) -> (..., ep)
+    """``m`` unit steps dealt round-robin over ``ep`` ranks starting at rank 0: per rank."""
+    m = np.maximum(m, 0.0)[..., None]
+    r = np.arange(ep)
+    return np.floor(m / ep) + (r < np.mod(m, ep))
+
+
+def _round_robin_fix(
+    loads: np.ndarray, delta: np.ndarray, n: np.ndarray, ep: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank (pairs, experts hit) after the current generator's fix: each expert capped at
+    ``n`` tokens, the overflow and then the rounding deficit dealt round-robin over the ranks
+    from rank 0, each step to the rank's least loaded expert (an empty one while there is
+    one); a surplus taken round-robin from the ranks' largest experts (a rank loses a hit only
+    when its experts hold one pair each). Ranks whose experts are all capped are not skipped
+    (the collector skips them; it needs ``N`` near ``k``)."""
+    over = np.maximum(loads - n[..., None], 0.0).sum(axis=2)
+    loads = np.minimum(loads, n[..., None])
+    s, d, ee = loads.shape
+    per = loads.reshape(s, d, ep, ee // ep)
+    pairs_r, hit_r = per.sum(axis=3), (per > 0).sum(axis=3).astype(float)
+    inc = _spread(over, ep) + _spread(delta, ep)
+    dec = _spread(-delta, ep)
+    hit_r = np.minimum(hit_r + inc, ee // ep)
+    hit_r = np.maximum(hit_r - np.where(per.max(axis=3) <= 1, dec, 0.0), 0.0)
+    return pairs_r + inc - dec, hit_r
+
+
+def _legacy_fix(loads: np.ndarray, delta: np.ndarray, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank (pairs, experts hit) after the earlier generator's fix: a deficit adds one
+    pair to each expert in descending load order (ties in expert order), a surplus takes one
+    from each of the least loaded non-empty experts, the rest from the largest one (the
+    collector: one at a time from the then-largest); no per-expert cap."""
+    s, d, ee = loads.shape
+    key = (loads.max() - loads).astype(np.int64) * ee + np.arange(ee)  # distinct: load desc, index
+    order = np.argsort(key, axis=2)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(ee)[None, None, :], axis=2)
+    plus = np.maximum(delta, 0.0)[..., None]
+    loads = loads + np.floor(plus / ee) + (pos < np.mod(plus, ee))
+    minus = np.maximum(-delta, 0.0)[..., None]
+    small = (pos >= ee - minus) & (loads > 0)
+    loads = loads - small
+    rest = (minus[..., 0] - small.sum(axis=2))[..., None]
+    top = loads.argmax(axis=2)[..., None]
+    np.put_along_axis(loads, top, np.maximum(np.take_along_axis(loads, top, 2) - rest, 0.0), axis=2)
+    per = loads.reshape(s, d, ep, ee // ep)
+    return per.sum(axis=3), (per > 0).sum(axis=3).astype(float)
 
 
 def busiest_rank_many(
-    n: np.ndarray, e: np.ndarray, k: np.ndarray, ep: np.ndarray, dist: np.ndarray
+    n: np.ndarray,
+    e: np.ndarray,
+    k: np.ndarray,
+    ep: np.ndarray,
+    dist: np.ndarray,
+    legacy: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`busiest_rank` over arrays (power-law rows vectorised)."""
+    """:func:`busiest_rank` over arrays (power-law rows vectorised; ``legacy``: per row, the
+    earlier power-law generator)."""
     bad = (ep < 1) | (np.mod(e, np.maximum(ep, 1)) != 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -137,7 +214,8 @@ def busiest_rank_many(
     pl = ~(rnd | np.isin(dist, ["balanced", "uniform"]))
     if pl.any():
         alpha = np.array([power_law_alpha(d) for d in dist[pl]])
-        p, h = power_law_many(np.round(n[pl]), e[pl], k[pl], ep[pl], alpha)
+        old = None if legacy is None else np.asarray(legacy)[pl]
+        p, h = power_law_many(np.round(n[pl]), e[pl], k[pl], ep[pl], alpha, old)
         pairs, hit = pairs.copy(), hit.copy()
         pairs[pl], hit[pl] = p, h
     zero = n <= 0
