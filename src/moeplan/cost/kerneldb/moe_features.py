@@ -5,7 +5,7 @@ FLOPs ``6 P H I/tp``, bytes ``hit 3 H (I/tp) w + 4 N H``, work ``N k H`` — eve
 writes and combines all ``N k`` routed hidden vectors (with an expert map, Triton's fused MoE
 writes zeros for the other ranks' pairs and ``moe_sum`` reads the whole ``N x k x H``
 cache); a cost per routed pair regardless of ``H`` fitted worse (held-out p90 up to 2.5
-points, docs/benchmarks/kerneldb-notes-moe.md) — ``P`` pairs on the rank, ``hit`` distinct
+points, docs/benchmarks/kerneldb-moe.md) — ``P`` pairs on the rank, ``hit`` distinct
 local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 / mxfp4 0.5).
 ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing trace's
 per-expert counts); it sits at the balanced rows' load coordinate, so the residual
