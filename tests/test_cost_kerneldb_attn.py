@@ -1,5 +1,5 @@
 """Decode attention and MLA kernel terms of the kernel database, pinned against the table rows
-they model (NVIDIA's measured tables are the oracle; docs/benchmarks/kerneldb-notes-attn.md).
+they model (NVIDIA's measured tables are the oracle; docs/benchmarks/kerneldb-attention.md).
 
 - the residual field's grid coordinate ``b kv``: at one key, decode time is one function of
   the grid size, not of the batch or the query heads;
