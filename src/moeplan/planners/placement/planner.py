@@ -26,6 +26,7 @@ layer; the validation guard is ours.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -108,24 +109,55 @@ def place(
         f"model.num_experts ({num_experts}) must be divisible by ep ({cfg.ep})",
     )
     src = as_source(trace, num_layers=num_layers, num_experts=num_experts)
-    masks = _split_masks(cfg)
+    masks = _split_masks(cfg)  # step 1
     fit_src = _subset(src, masks["fit"])
+    res, aff, markovs = _plan(fit_src, cfg, num_layers=num_layers, num_experts=num_experts)
+    splits = {"test": masks["test"], "val": masks["val"]} if cfg.guard else {"test": masks["test"]}
+    per_request = (
+        {k: RequestTally(num_layers=num_layers, ep=cfg.ep) for k in ("semmoe", "contiguous")}
+        if cfg.guard
+        else None
+    )
+    metrics = _evaluate(  # step 6 (and the val tallies of step 5)
+        src,
+        splits,
+        res,
+        aff,
+        cfg,
+        markovs,
+        num_experts=num_experts,
+        hidden_bytes=hidden_bytes,
+        evaluate=evaluate,
+        per_request=per_request,
+    )
+    test = metrics["test"]
+    require(bool(test), "trace test split (0 occurrences) must not be empty; add requests")
+    verdict = _guard(
+        per_request,
+        metrics,
+        cfg,
+        num_experts=num_experts,
+        hidden_bytes=hidden_bytes,
+        evaluate=evaluate,
+    )
+    if verdict is not None:
+        res.extra["guard"] = verdict
+    return _finish(res, test, fallback=verdict is not None and not verdict["keep"])
+
+
+def _plan(
+    fit_src: ChunkSource, cfg: PlaceConfig, *, num_layers: int, num_experts: int
+) -> tuple[PlacementResult, Affinity, dict[str, MarkovTable | None]]:
+    """Steps 2-4 (and the baselines) on the fit split: the result without metrics, the
+    affinity model and the Markov tables by method (attention-TP)."""
     trans = np.zeros((num_layers, num_experts, num_experts))
-    budget = [262144]  # transition statistics from the first fit occurrences
-
-    def count_transitions(chunk: RoutingTrace) -> None:
-        if cfg.baselines and budget[0] > 0:
-            part = chunk.experts[: budget[0]]
-            budget[0] -= len(part)
-            trans[:] += base.transition_counts(part, num_experts)
-
     t0 = time.perf_counter()
     aff = fit_affinity(
         fit_src,
         num_layers=num_layers,
         num_experts=num_experts,
         max_tokens=cfg.max_tokens,
-        on_chunk=count_transitions,
+        on_chunk=_transition_counter(trans, cfg, num_experts),
     )
     require(
         aff.occurrences > 0 and len(aff.token_ids) > 0,
@@ -141,20 +173,9 @@ def place(
     if cfg.mode == "tp":
         markovs["semmoe"] = fit_markov(fit_src, y_sem, cfg.ep, cfg.lookback)
     solve_s = time.perf_counter() - t0
-    methods = {
-        "contiguous": MethodResult(
-            name="contiguous", y=base.contiguous(num_layers, num_experts, cfg.ep), metrics={}
-        )
-    }
-    if cfg.baselines:
-        y_e, rep_e = base.eplb_placement(aff.hotness, cfg.ep, redundant=cfg.redundant)
-        methods["eplb"] = MethodResult(
-            name="eplb", y=y_e, metrics={}, replicas=rep_e if cfg.redundant else None
-        )
-        y_tr = base.transition_placement(trans, aff.hotness, cfg.ep, tol=cfg.balance_tol)
-        methods["transition"] = MethodResult(name="transition", y=y_tr, metrics={})
-        if cfg.mode == "tp":
-            markovs["transition"] = fit_markov(fit_src, y_tr, cfg.ep, cfg.lookback)
+    methods = _baselines(
+        fit_src, aff, trans, cfg, markovs, num_layers=num_layers, num_experts=num_experts
+    )
     methods["semmoe"] = MethodResult(name="semmoe", y=y_sem, metrics={}, replicas=rep_sem)
     res = PlacementResult(
         ep=cfg.ep,
@@ -169,48 +190,92 @@ def place(
         objective=obj,
         fallback=False,
     )
-    splits = {"test": masks["test"], "val": masks["val"]} if cfg.guard else {"test": masks["test"]}
-    per_request = (
-        {k: RequestTally(num_layers=num_layers, ep=cfg.ep) for k in ("semmoe", "contiguous")}
-        if cfg.guard
-        else None
-    )
-    metrics = _evaluate(
-        src,
-        splits,
-        res,
-        aff,
-        cfg,
-        markovs,
-        num_experts=num_experts,
-        hidden_bytes=hidden_bytes,
-        evaluate=evaluate,
-        per_request=per_request,
-    )
-    test = metrics["test"]
-    require(bool(test), "trace test split (0 occurrences) must not be empty; add requests")
+    return res, aff, markovs
+
+
+def _transition_counter(
+    trans: np.ndarray, cfg: PlaceConfig, num_experts: int
+) -> Callable[[RoutingTrace], None]:
+    """``fit_affinity``'s ``on_chunk``: adds expert transition counts into ``trans``."""
+    budget = [262144]  # transition statistics from the first fit occurrences
+
+    def count_transitions(chunk: RoutingTrace) -> None:
+        if cfg.baselines and budget[0] > 0:
+            part = chunk.experts[: budget[0]]
+            budget[0] -= len(part)
+            trans[:] += base.transition_counts(part, num_experts)
+
+    return count_transitions
+
+
+def _baselines(
+    fit_src: ChunkSource,
+    aff: Affinity,
+    trans: np.ndarray,
+    cfg: PlaceConfig,
+    markovs: dict[str, MarkovTable | None],
+    *,
+    num_layers: int,
+    num_experts: int,
+) -> dict[str, MethodResult]:
+    """Contiguous placement, and with ``cfg.baselines`` EPLB and transition placement (the
+    latter's Markov table added to ``markovs`` in attention-TP)."""
+    methods = {
+        "contiguous": MethodResult(
+            name="contiguous", y=base.contiguous(num_layers, num_experts, cfg.ep), metrics={}
+        )
+    }
+    if cfg.baselines:
+        y_e, rep_e = base.eplb_placement(aff.hotness, cfg.ep, redundant=cfg.redundant)
+        methods["eplb"] = MethodResult(
+            name="eplb", y=y_e, metrics={}, replicas=rep_e if cfg.redundant else None
+        )
+        y_tr = base.transition_placement(trans, aff.hotness, cfg.ep, tol=cfg.balance_tol)
+        methods["transition"] = MethodResult(name="transition", y=y_tr, metrics={})
+        if cfg.mode == "tp":
+            markovs["transition"] = fit_markov(fit_src, y_tr, cfg.ep, cfg.lookback)
+    return methods
+
+
+def _guard(
+    per_request: dict[str, RequestTally] | None,
+    metrics: dict[str, dict[str, dict[str, Any]]],
+    cfg: PlaceConfig,
+    *,
+    num_experts: int,
+    hidden_bytes: int,
+    evaluate: Evaluator,
+) -> dict[str, Any] | None:
+    """Step 5's verdict, or None without guard tallies (``cfg.guard`` off, or no val tokens)."""
     # guard (.guard): a paired bootstrap over validation requests; without a gain at the
     # stated confidence, Sem-MoE is contiguous placement + round robin, whose held-out
     # metrics are the contiguous row's by construction
-    verdict = None
-    if per_request is not None and per_request["semmoe"].tokens:
-        verdict = decide(
-            per_request["semmoe"],
-            per_request["contiguous"],
-            num_experts=num_experts,
-            step_tokens=cfg.step_tokens,
-            hidden_bytes=hidden_bytes,
-            evaluate=evaluate,
-            balance_tol=cfg.balance_tol,
-            seed=cfg.seed,
+    if per_request is None or not per_request["semmoe"].tokens:
+        return None
+    verdict = decide(
+        per_request["semmoe"],
+        per_request["contiguous"],
+        num_experts=num_experts,
+        step_tokens=cfg.step_tokens,
+        hidden_bytes=hidden_bytes,
+        evaluate=evaluate,
+        balance_tol=cfg.balance_tol,
+        seed=cfg.seed,
+    )
+    val = metrics.get("val") or {}
+    if "semmoe" in val and "contiguous" in val:  # the point estimate the old guard used
+        verdict["val_time_ratio"] = (
+            val["semmoe"]["moe_layer_time_s"] / val["contiguous"]["moe_layer_time_s"]
         )
-        val = metrics.get("val") or {}
-        if "semmoe" in val and "contiguous" in val:  # the point estimate the old guard used
-            verdict["val_time_ratio"] = (
-                val["semmoe"]["moe_layer_time_s"] / val["contiguous"]["moe_layer_time_s"]
-            )
-        res.extra["guard"] = verdict
-    fallback = verdict is not None and not verdict["keep"]
+    return verdict
+
+
+def _finish(
+    res: PlacementResult, test: dict[str, dict[str, Any]], *, fallback: bool
+) -> PlacementResult:
+    """The result with each method's held-out metrics; on ``fallback`` Sem-MoE becomes the
+    contiguous placement (and its metrics the contiguous row's)."""
+    methods = res.methods
     if fallback:
         methods["semmoe"] = MethodResult(name="semmoe", y=methods["contiguous"].y, metrics={})
         test["semmoe"] = test["contiguous"]
