@@ -160,6 +160,50 @@ def dep_problem(
 
     Raises :class:`MoeplanError` for impossible inputs (GPU count, memory), one line each.
     """
+    model = _checked_model(
+        model, cluster, ag=ag, eg=eg, seq_len=seq_len, layers=layers, imbalance=imbalance
+    )
+    n_moe = model.num_moe_layers
+    local = math.ceil(model.num_experts / eg)
+    gpu_mem = cluster.gpu.mem_bytes
+    per_exp = ag * model.top_k * seq_len / model.num_experts  # me * r2 / ma
+    mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local, imbalance=imbalance)
+    _require_weights_fit(mm, cluster)
+
+    @lru_cache(maxsize=1024)
+    def max_r1(ma: int) -> int:
+        return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, gpu_mem)))
+
+    problem = DepProblem(
+        ag=ag,
+        eg=eg,
+        seq_len=seq_len,
+        layers=n_moe,
+        dense_layers=model.num_layers - n_moe,
+        batch=batch,
+        r2_max=r2_max,
+        times=_task_times(model, cm, mm, per_exp=per_exp),
+        max_r1=max_r1,
+        me_per_ma=per_exp,
+        label=f"{model.name}@{cluster.name}",
+        memory=mm.breakdown,
+        a2e_source=a2e_source(cm, ag, eg),
+    )
+    _require_one_prompt_fits(problem, mm, cluster)
+    return problem
+
+
+def _checked_model(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    *,
+    ag: int,
+    eg: int,
+    seq_len: int,
+    layers: int | None,
+    imbalance: float,
+) -> ModelSpec:
+    """:func:`dep_problem`'s input checks, in order; ``model`` cut to its first ``layers``."""
     require(seq_len > 0, f"seq ({seq_len}) must be > 0")
     require(ag >= 1 and eg >= 1, f"ag ({ag}) and eg ({eg}) must both be >= 1")
     require(
@@ -172,18 +216,27 @@ def dep_problem(
         model = model.with_layers(min(layers, model.num_layers))
     n_moe = model.num_moe_layers
     require(n_moe >= 1, f"model {model.name} with {model.num_layers} layers has no MoE layer")
-    local = math.ceil(model.num_experts / eg)
-    gpu_mem = cluster.gpu.mem_bytes
-    cap = mem.usable_bytes(gpu_mem)
-    per_exp = ag * model.top_k * seq_len / model.num_experts  # me * r2 / ma
-    mm = _MemoryModel(model=model, ag=ag, eg=eg, seq_len=seq_len, local=local, imbalance=imbalance)
+    return model
+
+
+def _require_weights_fit(mm: _MemoryModel, cluster: ClusterSpec) -> None:
+    """The weights of an EG GPU, then of an AG GPU, within the GPU's usable memory."""
+    cap = mem.usable_bytes(cluster.gpu.mem_bytes)
     for side, fixed in (("EG", mm.eg_weights), ("AG", mm.ag_weights)):
         if fixed > cap:
             raise MoeplanError(
-                f"model {model.name} does not fit the {side}: weights need {fixed / GIB:.1f} GiB"
-                f" per {side} GPU (ag={ag}, eg={eg}), each {cluster.gpu.name} has {cap / GIB:.1f} GiB"
-                f" usable"
+                f"model {mm.model.name} does not fit the {side}: weights need"
+                f" {fixed / GIB:.1f} GiB per {side} GPU (ag={mm.ag}, eg={mm.eg}), each"
+                f" {cluster.gpu.name} has {cap / GIB:.1f} GiB usable"
             )
+
+
+def _task_times(
+    model: ModelSpec, cm: CostModel, mm: _MemoryModel, *, per_exp: float
+) -> Callable[[int, int], DepTimes]:
+    """``times(ma, r2)`` (module docstring): AG-side durations per ``ma``, EG-side per ``me``,
+    each memoised."""
+    ag, eg, seq_len, local, imbalance = mm.ag, mm.eg, mm.seq_len, mm.local, mm.imbalance
 
     @lru_cache(maxsize=1024)
     def ag_side(ma: int) -> tuple[float, float, float]:
@@ -207,33 +260,18 @@ def dep_problem(
         expert, comm = eg_side(ma * per_exp / r2 * imbalance)
         return DepTimes(attn=attn, shared=shared, expert=expert, a2e=comm, e2a=comm, dense=dense)
 
-    @lru_cache(maxsize=1024)
-    def max_r1(ma: int) -> int:
-        return 0 if ma < 1 else max(0, min(batch // ma, mm.max_r1(ma, gpu_mem)))
+    return times
 
-    problem = DepProblem(
-        ag=ag,
-        eg=eg,
-        seq_len=seq_len,
-        layers=n_moe,
-        dense_layers=model.num_layers - n_moe,
-        batch=batch,
-        r2_max=r2_max,
-        times=times,
-        max_r1=max_r1,
-        me_per_ma=per_exp,
-        label=f"{model.name}@{cluster.name}",
-        memory=mm.breakdown,
-        a2e_source=a2e_source(cm, ag, eg),
-    )
+
+def _require_one_prompt_fits(problem: DepProblem, mm: _MemoryModel, cluster: ClusterSpec) -> None:
+    """At least one prompt per AG GPU (``ma_max >= 1``) fits memory on both sides."""
     if problem.ma_max < 1:
         need = max(mm.ag_memory(1, 1).total, mm.eg_memory(1, 1).total)
         raise MoeplanError(
-            f"one prompt of {seq_len} tokens does not fit: needs {need / GIB:.1f}"
-            f" GiB per GPU with the runtime reserve (ag={ag}, eg={eg}), a {cluster.gpu.name} has "
-            f"{gpu_mem / GIB:.1f} GiB"
+            f"one prompt of {mm.seq_len} tokens does not fit: needs {need / GIB:.1f}"
+            f" GiB per GPU with the runtime reserve (ag={mm.ag}, eg={mm.eg}), a"
+            f" {cluster.gpu.name} has {cluster.gpu.mem_bytes / GIB:.1f} GiB"
         )
-    return problem
 
 
 @dataclass(frozen=True, kw_only=True)
