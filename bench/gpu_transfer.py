@@ -133,7 +133,7 @@ def reference(rows: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[float, f
 
 def runtime_layers() -> dict[str, dict[str, tuple[float, float]]]:
     """Median / max |predicted / measured - 1| of the runtime layers per GPU x cost model."""
-    from gpu_vs_tables import _runtime_model
+    from gpu_vs_tables import runtime_prediction
     from moeplan.cost import CostModel, load_profile
     from moeplan.kernel_tables import kernel_db
 
@@ -149,21 +149,10 @@ def runtime_layers() -> dict[str, dict[str, tuple[float, float]]]:
         for label, cm in models.items():
             errs: dict[str, list[float]] = {"moe_layer": [], "attention": []}
             for r in rows:
-                m = _runtime_model(r["model"])
-                if r["op"] == "moe_layer":
-                    t = r["tokens"]
-                    pred = (
-                        cm.router(m, t)
-                        + cm.shared_expert(m, t)
-                        + cm.expert_ffn(m, t * m.top_k / m.num_experts, m.num_experts)
-                    )
-                    meas = r.get("graph_s", r["measured_s"])
-                else:
-                    pred, meas = (
-                        cm.attention_layer(m, r["batch"], r["seq"], r["seq"]),
-                        r["measured_s"],
-                    )
-                errs[r["op"]].append(abs(pred / meas - 1))
+                meas = (
+                    r.get("graph_s", r["measured_s"]) if r["op"] == "moe_layer" else r["measured_s"]
+                )
+                errs[r["op"]].append(abs(runtime_prediction(cm, r) / meas - 1))
             out[f"{gpu} {label}"] = {k: (float(np.median(v)), max(v)) for k, v in errs.items()}
     return out
 

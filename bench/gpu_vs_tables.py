@@ -202,21 +202,22 @@ def runtime_compare(data: Path) -> list[dict[str, Any]]:
     }
     out = []
     for r in json.loads((data / "runtime.json").read_text()):
-        m = _runtime_model(r["model"])
-        row = dict(r)
-        for label, cm in models.items():
-            if r["op"] == "moe_layer":
-                t = r["tokens"]
-                pred = (
-                    cm.router(m, t)
-                    + cm.shared_expert(m, t)
-                    + cm.expert_ffn(m, t * m.top_k / m.num_experts, m.num_experts)
-                )
-            else:
-                pred = cm.attention_layer(m, r["batch"], r["seq"], r["seq"])
-            row[label] = pred
-        out.append(row)
+        out.append({**r, **{label: runtime_prediction(cm, r) for label, cm in models.items()}})
     return out
+
+
+def runtime_prediction(cm: CostModel, r: dict[str, Any]) -> float:
+    """Seconds ``cm`` predicts for one ``runtime.json`` row (MoE layer: router, shared expert
+    and routed experts; attention: the whole layer)."""
+    m = _runtime_model(r["model"])
+    if r["op"] == "moe_layer":
+        t = r["tokens"]
+        return (
+            cm.router(m, t)
+            + cm.shared_expert(m, t)
+            + cm.expert_ffn(m, t * m.top_k / m.num_experts, m.num_experts)
+        )
+    return cm.attention_layer(m, r["batch"], r["seq"], r["seq"])
 
 
 def main() -> None:

@@ -15,22 +15,10 @@ import json
 import sys
 from collections.abc import Iterable
 
+from moeplan.cost.kerneldb.families import OPS
+
 GPUS = ("h100_sxm", "a100_sxm")
 ENGINES = ("sglang", "vllm", "trtllm")
-OPS = (
-    "moe",
-    "context_attention",
-    "generation_attention",
-    "context_mla",
-    "generation_mla",
-    "context_mla_module",
-    "generation_mla_module",
-    "allreduce",
-    "deepep_normal_dispatch",
-    "deepep_normal_combine",
-    "deepep_ll_dispatch",
-    "deepep_ll_combine",
-)
 METHODS = (
     ("heldout_shape", "held-out whole shapes (interpolated)"),
     ("leave_one_gpu_out", "leave-one-GPU-out (transferred)"),

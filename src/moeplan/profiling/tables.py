@@ -146,16 +146,22 @@ def measure_moe(
                 (x, *_routing(t, k, e, local, device, gen))
                 for (x,) in random_inputs([(t, h)], dtype=dtype, device=device, gen=gen)
             ]
-            fn = partial(_moe_call, w=w)
-            s = median_time(fn, inputs, device=device, repeats=repeats)
-            row = {**r, "ours_ms": s * 1e3}
-            if device.type == "cuda":
-                g = median_time(fn, inputs, device=device, repeats=repeats, graph=True)
-                row["ours_graph_ms"] = g * 1e3
-            out.append(row)
+            out.append(_timed_row(r, partial(_moe_call, w=w), inputs, device, repeats))
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return out
+
+
+def _timed_row(
+    r: dict[str, Any], fn: Any, inputs: list, device: torch.device, repeats: int
+) -> dict[str, Any]:
+    """``r`` with ``fn``'s median time over ``inputs`` (``ours_ms``) and, on CUDA, its
+    CUDA-graph replay time (``ours_graph_ms``: kernel time, as the tables are)."""
+    row = {**r, "ours_ms": median_time(fn, inputs, device=device, repeats=repeats) * 1e3}
+    if device.type == "cuda":
+        g = median_time(fn, inputs, device=device, repeats=repeats, graph=True)
+        row["ours_graph_ms"] = g * 1e3
+    return row
 
 
 def measure_attention(
@@ -178,12 +184,7 @@ def measure_attention(
         inputs = random_inputs(shapes, dtype=dtype, device=device, gen=gen)
 
         fn = partial(F.scaled_dot_product_attention, is_causal=not decode, enable_gqa=hq != hk)
-        s = median_time(fn, inputs, device=device, repeats=repeats)
-        row = {**r, "ours_ms": s * 1e3}
-        if device.type == "cuda":
-            g = median_time(fn, inputs, device=device, repeats=repeats, graph=True)
-            row["ours_graph_ms"] = g * 1e3
-        out.append(row)
+        out.append(_timed_row(r, fn, inputs, device, repeats))
         del inputs
     return out
 
