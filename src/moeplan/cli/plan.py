@@ -26,6 +26,7 @@ from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.capacity import DEFAULT_REQUESTS
 from moeplan.serve.rank import (
     ServeRanking,
     describe,
@@ -34,6 +35,7 @@ from moeplan.serve.rank import (
     serve_rank,
     served_plan,
 )
+from moeplan.serve.space_rank import require_steady
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 SYNTH_LAYERS = 4
@@ -165,7 +167,9 @@ def plan_cmd(
     cost_engine: Annotated[str, typer.Option(
         help="'engine' (price kernels from the engine's measured tables) or 'none' "
              "(the calibrated GEMM/NCCL model alone).")] = "engine",
-    requests: Annotated[int, typer.Option(help="Requests simulated per deployment.")] = 500,
+    requests: Annotated[int, typer.Option(
+        help="Requests measured per steady capacity probe (same count and seed for every "
+             "deployment; warm-up and drain requests come on top).")] = DEFAULT_REQUESTS,
     workload: Annotated[str | None, typer.Option(
         help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate).")]
     = None,
@@ -223,9 +227,11 @@ def plan_cmd(
                       progress=lambda f: prog.update(task, description=f"planning: {f}"))
         ranking = serve_rank(result, cm, sw, slo, objective=objective, engine=engine,
                              rate_given=rate is not None or concurrency is not None,
-                             progress=lambda t: prog.update(task, description=t))
+                             progress=lambda t: prog.update(task, description=t),
+                             requests=requests)
         if not ranking.winner.result.meets_slo:
             raise MoeplanError(no_plan_meets(ranking))
+        require_steady(ranking)
         place_res, place_note = None, None
         if placement:
             prog.update(task, description="placement: Sem-MoE on the winner's EP group")
@@ -270,7 +276,7 @@ def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict
                      "explanation": result.explanation},
         "skipped": result.skipped, "explanation": serve_explanation(ranking, result),
         "plan": served_plan(win, ranking).to_dict(), "artifacts": files, "elapsed_s": elapsed,
-        "timings_s": result.timings,
+        "timings_s": result.timings, "search": ranking.search,
     }
     if place_res is not None:
         out["placement"] = place_res.to_dict()

@@ -44,8 +44,9 @@ from dataclasses import replace
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import PlanResult
+from moeplan.serve.capacity import DEFAULT_REQUESTS
 from moeplan.serve.engine import simulate
-from moeplan.serve.entries import Entry, Served
+from moeplan.serve.entries import Entry
 from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
     MAX_STRATEGY_LAYOUTS,
     entries_of,
@@ -66,12 +67,11 @@ from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     serving_curves,
     serving_trace,
 )
-from moeplan.serve.ranking import ServeRanking, _all_replicas, _per_replica
+from moeplan.serve.ranking import ServeRanking
 from moeplan.serve.search import (
     ServeResult,
     analytic_rate,
     engine_config,
-    evaluate_layout,
     rank_results,
 )
 from moeplan.serve.workload import ServeWorkload, generate
@@ -144,37 +144,29 @@ def serve_rank(
     keep: int = DEFAULT_KEEP,
     rate_given: bool = True,
     progress: Callable[[str], None] | None = None,
+    requests: int = DEFAULT_REQUESTS,
 ) -> ServeRanking:
     """Rank every family's deployments by the serving answer (module docstring)."""
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
+    from moeplan.serve.space_rank import served_space
+
     model, cluster = result.model, result.cluster
-    entries, not_served = entries_of(result)
-    scored = [(e, _estimate(e, model, cluster, cost, workload, slo, engine)) for e in entries]
-    scored.sort(key=lambda es: -es[1])
-    chosen = [es for es in scored if es[1] > 0][:keep]
-    for fam in {e.family for e, _ in scored}:
-        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
-        if best is not None and best not in chosen:
-            chosen.append(best)
-    pruned = tuple(es for es in scored if es not in chosen)
-    served = []
-    for i, (e, est) in enumerate(chosen):
-        if progress:
-            progress(f"serving simulation {i + 1}/{len(chosen)}: {e.layout.label}")
-        wl = _per_replica(workload, e.replicas)
-        r = evaluate_layout(model, cluster, cost, e.layout, wl, slo, engine=engine)
-        if not rate_given:
-            r = _final_run(model, cluster, cost, r, wl, slo)
-        served.append(
-            Served(entry=e, result=_all_replicas(r, e.replicas), estimate_tokens_per_s_per_gpu=est)
-        )
+    served, pruned_list, not_served, cert, record = served_space(
+        result, cost, workload, slo, engine=engine, requests=requests,
+        rate_given=rate_given, progress=progress,
+    )
+    pruned = tuple(pruned_list)
     from moeplan.serve.disagg_rank import served_disaggregated
 
     disagg, why = served_disaggregated(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress
     )
-    served += disagg
+    from moeplan.serve.disagg_capacity import steady_disaggregated
+
+    served += steady_disaggregated(
+        disagg, workload, slo, requests=requests, rate_given=rate_given
+    )
     not_served.update(why)
     if not served:
         raise MoeplanError(
@@ -186,6 +178,10 @@ def serve_rank(
     # same tokens/s) are broken by SLO-bound capacity per GPU: the stable sort keeps it
     served.sort(key=lambda s: -_capacity_per_gpu(s.result, workload))
     order = rank_results([s.result for s in served], objective)
+    if objective == "throughput-per-gpu" and not rate_given:  # rank by SLO-bound capacity
+        order = sorted(
+            order, key=lambda r: (not r.meets_slo, -_capacity_per_gpu(r, workload))
+        )
     by_id = {id(s.result): s for s in served}
     ranked = tuple(by_id[id(r)] for r in order)
     return ServeRanking(
@@ -196,6 +192,8 @@ def serve_rank(
         pruned=pruned,
         not_served=not_served,
         rate_given=rate_given,
+        search={"certificate": cert.to_dict(), "winner_capacity": record},
+        certificate_sentence=cert.sentence(),
     )
 
 

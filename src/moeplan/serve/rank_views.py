@@ -84,9 +84,10 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
     out = [
         f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout_label} wins on "
         f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
-        f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, "
-        f"{m.requests} requests)."
+        f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, steady state over "
+        f"{m.requests} measured requests)."
     ]
+    out += _capacity_sentences(ranking, result)
     out.append(
         f"It is bound by {w.result.bound}. SLO use at p{pct:g}: TTFT "
         f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
@@ -115,6 +116,32 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
             f"{FAMILY_NAMES[a.family]} ({a.label}) leads; under load with both SLOs the "
             f"ranking differs — the serving simulation decides."
         )
+    return out
+
+
+def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
+    """The winner's confidence interval, the copies that fill the cluster, the certificate."""
+    out = []
+    rec = ranking.search.get("winner_capacity") or {}
+    w = ranking.winner
+    if rec and rec.get("layout") == w.entry.layout.label and not ranking.rate_given:
+        lo, hi = rec["ci95_rps_per_instance"]
+        out.append(
+            f"Capacity: {rec['rate_rps_per_instance']:.2f} req/s per instance (95 % interval "
+            f"{lo:.2f}..{hi:.2f}, +/-{rec['ci95_half_width_rel']:.1%}), limited by "
+            f"{rec['limited_by']}."
+        )
+    n = result.cluster.num_gpus
+    g = w.entry.gpus
+    m = w.metrics
+    if m is not None and g < n:
+        k = n // g
+        out.append(
+            f"It uses {g} of the cluster's {n} GPUs; {k} copies fill it "
+            f"({k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output tokens/s in all)."
+        )
+    if ranking.certificate_sentence:
+        out.append(ranking.certificate_sentence)
     return out
 
 

@@ -32,6 +32,9 @@ class ServeRanking:
     not_served: dict[str, str] = field(default_factory=dict)
     rate_given: bool = True
     """False: no rate was given; each plan's metrics are at its largest SLO-meeting rate."""
+    search: dict[str, Any] = field(default_factory=dict)
+    """The space search's certificate and the winner's capacity record (JSON ``search``)."""
+    certificate_sentence: str = ""
 
     @property
     def winner(self) -> Served:

@@ -1,0 +1,371 @@
+"""SLO-bound capacity: the one serving figure deployments are ranked by.
+
+**Definition.** The SLO-bound capacity of an engine instance is the largest sustained arrival
+rate at which the SLO percentiles (TTFT and TPOT at ``slo.percentile``) hold *in steady
+state*, at that rate and at every lower rate checked (:func:`_sustained`: a deployment sized
+for a load must also meet its SLOs when the load is lighter); per GPU it is that rate x the mean output length / the instance's GPUs, in output
+tokens/s per GPU. ``moeplan plan``, ``moeplan serve-sim``, the report and the JSON all use
+:func:`slo_capacity`.
+
+A probe at rate ``r`` (requests/s into one instance) simulates:
+
+- **Round-robin feed.** A deployment of ``replicas`` instances receives one Poisson (or gamma)
+  stream at ``replicas x r`` and deals it round-robin; the simulated instance receives every
+  ``replicas``-th arrival (:func:`instance_stream`), not a Poisson stream of its own.
+- **Warm-up excluded.** The first ``ceil(WARM_LIFETIMES x r x W)`` requests are not measured,
+  ``W`` = the request lifetime the SLOs allow (TTFT SLO + mean output length x TPOT SLO): by
+  Little's law the number in flight reaches its steady value ``r x lifetime`` after one
+  lifetime; a second lets the batch relax near the limit (with one, a TPOT-bound engine's
+  capacity from 300 measured requests was 14 % above that from 5,000; with two, 600 and
+  5,000 requests agree within 1 %: tests/test_serve_capacity.py).
+- **Drain excluded.** Arrivals continue for ``TAIL_LIFETIMES x r x W`` requests after the
+  measured ones, so the measured requests finish under full load, not while the queue empties.
+- **Measured**: ``requests`` requests (the same count and seed for every candidate). The
+  probe meets the SLOs when both percentiles are within their limits *and* the queue is
+  stable over the measured window (:func:`_no_growth`): an overloaded
+  rate (rho >= 1) never meets the SLOs, however short the run.
+
+Arrival gaps are drawn at unit rate and scaled by ``1/r`` (common random numbers: every rate
+sees the same request sequence on a scaled clock; longer streams extend shorter ones).
+
+**Confidence interval.** The percentile of ``n`` measured requests has a distribution-free
+95 % interval between the order statistics of ranks ``n p -/+ 1.96 sqrt(n p (1-p))`` (the
+binomial interval of a quantile, for independent requests); requests that share a queue are
+correlated and a window may still drift, so the interval is widened to hold the percentile
+of each half of the window (:func:`_levels`). The
+capacity's interval runs from the largest rate whose *upper* order statistics meet the SLOs
+to the smallest rate whose *lower* ones miss them, each found by bisection to ``RATE_TOL``;
+the bisection's own resolution is inside the interval. An estimate is *steady* when the
+interval's half-width is at most ``CI_TARGET`` of the capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from moeplan.errors import MoeplanError
+from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
+from moeplan.serve.workload import Requests, ServeWorkload, requests_from_rows
+
+DEFAULT_REQUESTS = 1000  # measured requests per probe, plan and serve-sim alike
+WARM_LIFETIMES = 2.0  # warm-up: two SLO lifetimes of arrivals (module docstring)
+TAIL_LIFETIMES = 1.0  # arrivals kept up one lifetime after the last measured request
+RATE_TOL = 0.01  # bisection resolution, relative
+CI_TARGET = 0.05  # steady when the 95 % interval's half-width is within 5 % of the capacity
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+# "Every lower rate": an engine can miss a TPOT limit at a moderate rate and meet it at a
+# higher one (under SGLang's prefill-first scheduler a queue batches prompts into fewer
+# prefill iterations that interrupt decoding less). Capacity is the largest rate below which
+# the checked rates all meet the SLOs: rates down to DOWN_CHECK^DOWN_STEPS (0.73) of it are
+# checked in steps of 10 % (this module's choice; a load 27 % below capacity is light).
+DOWN_CHECK = 0.9
+DOWN_STEPS = 3
+# Stability: at rho >= 1 the admission queue grows by about (rho - 1) seconds of waiting per
+# second of arrivals, however long it already is; a stable queue's two halves differ by
+# noise only. GROWTH_SLOPE = 0.02 flags rho >= ~1.02; GROWTH_FLOOR (1 % of the SLO) ignores
+# differences too small to matter. Both are this module's choices, checked by the
+# overload and 500-vs-5000-request tests.
+GROWTH_SLOPE = 0.02
+GROWTH_FLOOR = 0.01
+MAX_STEPS = 40  # halvings / growths when bracketing a rate
+
+
+def lifetime_s(workload: ServeWorkload, slo: SLO) -> float:
+    """The request lifetime the SLOs allow: TTFT SLO + mean output tokens x TPOT SLO."""
+    if slo.ttft_s is None and slo.tpot_s is None:
+        raise MoeplanError("slo (no TTFT and no TPOT limit) must bind one: capacity needs an SLO")
+    return (slo.ttft_s or 0.0) + workload.osl.mean * (slo.tpot_s or 0.0)
+
+
+def instance_stream(workload: ServeWorkload, rate: float, n: int, replicas: int) -> Requests:
+    """The first ``n`` requests one instance receives when a stream at ``replicas x rate`` is
+    dealt round-robin over ``replicas`` instances (module docstring)."""
+    d = max(1, replicas)
+    seed = workload.seed
+    rng = np.random.default_rng([seed, 0])
+    if workload.arrival == "poisson":
+        gaps = rng.exponential(1.0, size=n * d)
+    else:
+        shape = 1.0 / (workload.cv * workload.cv)
+        gaps = rng.gamma(shape, 1.0 / shape, size=n * d)
+    t = np.cumsum(gaps)[d - 1 :: d] / (rate * d)
+    isl = workload.isl.sample(np.random.default_rng([seed, 1]), n)
+    osl = workload.osl.sample(np.random.default_rng([seed, 2]), n)
+    return requests_from_rows(t, isl, osl, workload.prefix_hit)
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyProbe:
+    """One steady run at ``rate``: the run, its measured window, percentiles at three levels
+    (0 = lower order statistic, 1 = point, 2 = upper) and queue stability."""
+
+    rate: float
+    res: SimResult
+    window: slice
+    ttft: tuple[float, float, float]
+    tpot: tuple[float, float, float]
+    stable: bool
+
+    def meets(self, slo: SLO, level: int = 1) -> bool:
+        return (
+            self.stable
+            and (slo.ttft_s is None or self.ttft[level] <= slo.ttft_s)
+            and (slo.tpot_s is None or self.tpot[level] <= slo.tpot_s)
+        )
+
+    def limit(self, slo: SLO) -> str:
+        """What a failing probe misses first: the queue, the TTFT or the TPOT percentile."""
+        if not self.stable:
+            return "queue growth (rho >= 1)"
+        ttft = 0.0 if slo.ttft_s is None else self.ttft[1] / slo.ttft_s
+        tpot = 0.0 if slo.tpot_s is None else self.tpot[1] / slo.tpot_s
+        return "TTFT" if ttft >= tpot else "TPOT"
+
+
+def _no_growth(x: np.ndarray, t: np.ndarray, limit_s: float | None) -> bool:
+    """No queue growth over the measured window: the second half's mean of ``x`` (seconds,
+    by arrival time ``t``) exceeds the first half's by at most ``GROWTH_SLOPE`` x the time
+    between the halves' mean arrivals, or ``GROWTH_FLOOR`` x the SLO (noise)."""
+    ok = ~np.isnan(x)
+    x, t = x[ok], t[ok]
+    if len(x) < 4:
+        return True
+    h = len(x) // 2
+    rise = float(x[h:].mean() - x[:h].mean())
+    dt = float(t[h:].mean() - t[:h].mean())
+    floor = GROWTH_FLOOR * (limit_s if limit_s is not None else float(np.mean(x)))
+    return rise <= max(floor, GROWTH_SLOPE * dt)
+
+
+def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
+    """Lower bound, point percentile and upper bound of the ``p``-th percentile: the 95 %
+    order-statistic interval, widened to hold the percentiles of the window's two halves
+    (drift or correlation within the window shows as halves that disagree)."""
+    x = x[~np.isnan(x)]
+    n = len(x)
+    if n == 0:
+        return (0.0, 0.0, 0.0)
+    s = np.sort(x)
+    q = p / 100.0
+    half = Z95 * math.sqrt(n * q * (1.0 - q))
+    lo = min(n - 1, max(0, math.floor(n * q - half) - 1))
+    hi = min(n - 1, max(0, math.ceil(n * q + half) - 1))
+    halves = [float(np.percentile(h, p)) for h in (x[: n // 2], x[n // 2 :]) if len(h)]
+    return min([float(s[lo]), *halves]), float(np.percentile(x, p)), max([float(s[hi]), *halves])
+
+
+Runner = Callable[[Requests], SimResult]
+
+
+def steady_probe(
+    cfg: EngineConfig | None,
+    evaluate: Evaluator | None,
+    workload: ServeWorkload,
+    slo: SLO,
+    rate: float,
+    *,
+    requests: int,
+    replicas: int = 1,
+    ref_rps: float | None = None,
+    runner: Runner | None = None,
+) -> SteadyProbe:
+    """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
+    warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
+    search share them, so every rate measures the same requests (common random numbers).
+    ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
+    :func:`moeplan.serve.pd.simulate_pd`); default: :func:`simulate` with ``cfg``."""
+    life = lifetime_s(workload, slo)
+    ref = max(rate, ref_rps or rate)
+    warm = math.ceil(WARM_LIFETIMES * ref * life)
+    tail = math.ceil(TAIL_LIFETIMES * ref * life)
+    reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
+    if runner is None:
+        assert cfg is not None and evaluate is not None
+        res = simulate(reqs, cfg, evaluate)
+    else:
+        res = runner(reqs)
+    win = slice(warm, warm + requests)
+    ttft, tpot, _ = request_latencies(res)
+    tt, tp = ttft[win], tpot[win]
+    arr = res.arrival_s[win]
+    decode_limit = None if slo.tpot_s is None else slo.tpot_s * workload.osl.mean
+    stable = _no_growth(res.admit_s[win] - arr, arr, slo.ttft_s) and _no_growth(
+        res.finish_s[win] - res.first_token_s[win], arr, decode_limit
+    )
+    p = slo.percentile
+    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Capacity:
+    """SLO-bound capacity of one instance (requests/s into it) with its 95 % interval."""
+
+    rate_rps: float
+    point_high_rps: float  # the smallest rate found to miss the SLOs (bisection bracket)
+    low_rps: float
+    high_rps: float
+    requests: int
+    seed: int
+    replicas: int
+    limited_by: str
+    probes: int
+
+    @property
+    def ci_rel(self) -> float:
+        """Half-width of the 95 % interval over the capacity (inf when the capacity is 0)."""
+        if self.rate_rps <= 0:
+            return math.inf
+        return 0.5 * (self.high_rps - self.low_rps) / self.rate_rps
+
+    @property
+    def steady(self) -> bool:
+        return self.ci_rel <= CI_TARGET
+
+    def per_gpu(self, osl_mean: float, gpus: int) -> float:
+        """Output tokens/s per GPU at the capacity."""
+        return self.rate_rps * osl_mean / gpus
+
+    def to_dict(self, osl_mean: float, gpus: int) -> dict[str, Any]:
+        return {
+            "definition": "largest steady arrival rate meeting the SLO percentiles "
+            "(warm-up and drain excluded, round-robin feed) x output tokens / GPUs",
+            "rate_rps_per_instance": self.rate_rps,
+            "ci95_rps_per_instance": [self.low_rps, self.high_rps],
+            "ci95_half_width_rel": self.ci_rel,
+            "steady": self.steady,
+            "output_tokens_per_s_per_gpu": self.per_gpu(osl_mean, gpus),
+            "measured_requests": self.requests,
+            "seed": self.seed,
+            "round_robin_replicas": self.replicas,
+            "limited_by": self.limited_by,
+            "probes": self.probes,
+        }
+
+
+def _bracket(ok: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+    """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
+    starts from a guess ``lo < hi`` that need not hold (grows or halves until it does)."""
+    for _ in range(MAX_STEPS):
+        if ok(lo):
+            break
+        lo, hi = lo / 2.0, lo
+    else:
+        return 0.0, hi
+    for _ in range(MAX_STEPS):
+        if not ok(hi):
+            break
+        lo, hi = hi, 2.0 * hi
+    else:
+        return lo, math.inf
+    while hi - lo > RATE_TOL * lo:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo, hi
+
+
+def _sustained(ok: Callable[[float], bool], guess: float) -> tuple[float, float]:
+    """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
+    it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
+    below it (module docstring, "every lower rate")."""
+    lo, hi = _bracket(ok, guess / (1 + 4 * RATE_TOL), guess)
+    for _ in range(MAX_STEPS):
+        bad = next(
+            (lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1) if not ok(lo * DOWN_CHECK**k)),
+            None,
+        )
+        if bad is None or lo <= 0:
+            return lo, hi
+        lo, hi = _bracket(ok, bad * DOWN_CHECK, bad)
+    return lo, hi
+
+
+def slo_capacity(
+    cfg: EngineConfig | None,
+    evaluate: Evaluator | None,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    guess_rps: float,
+    requests: int = DEFAULT_REQUESTS,
+    replicas: int = 1,
+    interval: bool = True,
+    known: tuple[float, float] | None = None,
+    ref_rps: float | None = None,
+    runner: Runner | None = None,
+) -> tuple[Capacity, SteadyProbe | None]:
+    """The capacity of one instance (module docstring) and the probe at it (None when no
+    rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
+    ``interval=False`` skips the confidence-interval searches (low = high = the point);
+    ``known`` = a point bracket ``(lo, hi)`` found before (same workload and requests), kept;
+    ``ref_rps`` (at least the guess) sets the warm-up and tail of every probe: an upper bound
+    of the capacity keeps the warm-up at least one lifetime at every rate probed."""
+    probes: dict[float, SteadyProbe] = {}
+
+    g = max(guess_rps, 1e-6)
+    ref = max(g, ref_rps or g)
+
+    def probe(r: float) -> SteadyProbe:
+        if r not in probes:
+            probes[r] = steady_probe(
+                cfg, evaluate, workload, slo, r, requests=requests, replicas=replicas,
+                ref_rps=ref, runner=runner,
+            )
+        return probes[r]
+
+    if known is not None:
+        lo, hi = known
+    else:
+        lo, hi = _sustained(lambda r: probe(r).meets(slo, 1), g)
+    low, high = lo, hi
+    if interval and lo > 0:
+        low = min(lo, _bracket(lambda r: probe(r).meets(slo, 2), lo, hi)[0])
+        high = max(hi, _bracket(lambda r: probe(r).meets(slo, 0), lo, hi)[1])
+    limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
+    cap = Capacity(
+        rate_rps=lo,
+        point_high_rps=hi,
+        low_rps=low,
+        high_rps=high if math.isfinite(high) else lo,
+        requests=requests,
+        seed=workload.seed,
+        replicas=replicas,
+        limited_by=limited,
+        probes=len(probes),
+    )
+    return cap, (probe(lo) if lo > 0 else None)
+
+
+def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:
+    """Metrics of a probe's measured requests; throughput is the steady one: the arrival rate
+    x tokens per request (a stable queue serves what arrives), per instance and per GPU."""
+    r, w = p.res, p.window
+    sub = replace(
+        r,
+        arrival_s=r.arrival_s[w],
+        admit_s=r.admit_s[w],
+        first_token_s=r.first_token_s[w],
+        finish_s=r.finish_s[w],
+        isl=r.isl[w],
+        osl=r.osl[w],
+    )
+    m = summarize(sub, gpus, slo)
+    n = max(1, m.requests)
+    out_tok = float(sub.osl.sum()) / n * p.rate
+    tot_tok = out_tok + float(sub.isl.sum()) / n * p.rate
+    good = m.slo_attainment * p.rate
+    return replace(
+        m,
+        duration_s=m.requests / p.rate,
+        output_tokens_per_s=out_tok,
+        output_tokens_per_s_per_gpu=out_tok / gpus,
+        total_tokens_per_s=tot_tok,
+        total_tokens_per_s_per_gpu=tot_tok / gpus,
+        goodput_rps=good,
+        goodput_rps_per_gpu=good / gpus,
+    )

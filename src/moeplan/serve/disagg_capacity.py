@@ -1,0 +1,58 @@
+"""Disaggregated deployments (P/D pools, AFD decode) on the same steady footing as the rest.
+
+:mod:`moeplan.serve.disagg` picks each disaggregated family's rate-matched candidates by its
+analytic estimate and simulates them; this module replaces that simulation's figure by the
+SLO-bound capacity of :mod:`moeplan.serve.capacity` — the same definition, request count and
+seed as every colocated layout (the whole P/D deployment is one unit: one arrival stream,
+dealt round-robin over its prefill instances by :func:`moeplan.serve.pd.simulate_pd`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from moeplan.serve.capacity import slo_capacity, steady_probe, window_metrics
+from moeplan.serve.entries import Served
+from moeplan.serve.metrics import SLO
+from moeplan.serve.pd import simulate_pd
+from moeplan.serve.workload import Requests, ServeWorkload
+
+
+def steady_disaggregated(
+    served: list[Served], workload: ServeWorkload, slo: SLO, *, requests: int, rate_given: bool
+) -> list[Served]:
+    """``served`` with each deployment's capacity, metrics and SLO verdict re-taken in
+    steady state (at the given rate when there is one)."""
+    out = []
+    for s in served:
+        r = s.result
+        setup = getattr(r, "setup", None)
+        if setup is None or not r.feasible or workload.rate is None:
+            out.append(s)
+            continue
+
+        def run(reqs: Requests, setup=setup):  # type: ignore[no-untyped-def]
+            return simulate_pd(reqs, setup).result
+
+        gpus = setup.layout.gpus
+        guess = r.max_rate_meeting_slo_rps or s.estimate_tokens_per_s_per_gpu * gpus / max(
+            1, workload.osl.mean
+        )
+        cap, probe = slo_capacity(
+            None, None, workload, slo, guess_rps=max(guess, 1e-3), requests=requests,
+            runner=run, interval=False,
+        )
+        if rate_given:
+            probe = steady_probe(
+                None, None, workload, slo, workload.rate, requests=requests, runner=run
+            )
+        metrics = r.metrics if probe is None else window_metrics(probe, gpus, slo)
+        res = replace(
+            r,
+            metrics=metrics,
+            max_rate_meeting_slo_rps=cap.rate_rps,
+            meets_slo=probe is not None and probe.meets(slo),
+            reason=r.reason if probe is not None else "no rate meets the SLOs in steady state",
+        )
+        out.append(replace(s, result=res))
+    return out

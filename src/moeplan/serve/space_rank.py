@@ -1,0 +1,139 @@
+"""The colocated part of ``moeplan plan``'s serving ranking: the whole deployment space.
+
+The families' planners propose layouts (:func:`moeplan.serve.family_layouts.entries_of`);
+they do not decide what is simulated. Every layout of :mod:`moeplan.serve.space` is searched
+by SLO-bound capacity (:func:`moeplan.serve.space_search.search_space`); a layout a family
+proposed keeps that family's name and plan (its analytic figures and report sections), any
+other is a ``strategy`` deployment (the colocated hybrid grammar covers every layout here).
+
+With a given rate each simulated deployment is also run at it (round-robin: ``rate /
+replicas`` into each instance, steady window): it meets the SLOs only when that steady run
+does, so an unstable deployment (rho >= 1) never meets them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.planners.plan import Plan
+from moeplan.planners.rank import PlanResult
+from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.capacity import CI_TARGET, steady_probe, window_metrics
+from moeplan.serve.entries import Entry, Served
+from moeplan.serve.family_layouts import entries_of
+from moeplan.serve.metrics import SLO
+from moeplan.serve.ranking import ServeRanking, _all_replicas
+from moeplan.serve.search import ServeResult
+from moeplan.serve.space_search import Certificate, SpaceCandidate, search_space
+from moeplan.serve.workload import ServeWorkload
+
+
+def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
+    key = (c.layout, c.replicas)
+    if key in proposed:
+        return proposed[key]
+    lay = c.layout
+    s = Strategy(
+        attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
+    )
+    plan = Plan(
+        family="strategy",
+        model=result.model.name,
+        cluster=result.cluster.name,
+        layout=s.layout(),
+        details={"label": s.label(), "replicas": c.replicas, "proposed_by": "space search"},
+    )
+    return Entry(family="strategy", label=s.label(), layout=lay, plan=plan, replicas=c.replicas)
+
+
+def _result(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, rate_given: bool) -> ServeResult:
+    cap = c.capacity
+    assert cap is not None and c.cfg is not None and c.evaluate is not None
+    gpus = c.layout.gpus
+    probe = c.probe
+    if rate_given and workload.rate is not None:
+        probe = steady_probe(
+            c.cfg, c.evaluate, workload, slo, workload.rate / c.replicas,
+            requests=cap.requests, replicas=c.replicas,
+        )
+    if probe is None:
+        return ServeResult(
+            layout=c.layout, feasible=True, engine=c.cfg, meets_slo=False,
+            max_rate_meeting_slo_rps=0.0, estimate=c.estimate,
+            reason="misses the SLOs at every rate (steady state)",
+            bound="SLOs unreachable at any rate",
+        )
+    return ServeResult(
+        layout=c.layout,
+        feasible=True,
+        engine=c.cfg,
+        metrics=window_metrics(probe, gpus, slo),
+        max_rate_meeting_slo_rps=cap.rate_rps,
+        meets_slo=probe.meets(slo),
+        bound=f"the {cap.limited_by} limit" if rate_given is False else cap.limited_by,
+        estimate=c.estimate,
+    )
+
+
+def served_space(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str,
+    requests: int,
+    rate_given: bool,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[Served], list[tuple[Entry, float]], dict[str, str], Certificate, dict]:
+    """Served colocated deployments, those pruned by bound (with the bound per GPU), why a
+    family is not served, the certificate, and the winner's capacity record."""
+    entries, not_served = entries_of(result)
+    proposed = {(e.layout, e.replicas): e for e in entries}
+    cands, cert = search_space(
+        result.model, result.cluster, cost, workload, slo,
+        engine=engine, requests=requests, progress=progress,
+    )
+    osl = workload.osl.mean
+    served, pruned = [], []
+    for c in cands:
+        e = _entry(c, proposed, result)
+        if c.capacity is None:
+            if c.bound is not None:
+                pruned.append((e, c.bound_per_gpu(osl)))
+            continue
+        r = _all_replicas(_result(c, workload, slo, rate_given), c.replicas)
+        served.append(
+            Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=c.bound_per_gpu(osl))
+        )
+    top = cands[0] if cands and cands[0].capacity is not None else None
+    record = (
+        {}
+        if top is None or top.capacity is None
+        else {
+            **top.capacity.to_dict(osl, top.layout.gpus),
+            "layout": top.layout.label,
+            "replicas": top.replicas,
+            "spare_gpus": top.spare_gpus,
+        }
+    )
+    return served, pruned, not_served, cert, record
+
+
+def require_steady(ranking: ServeRanking) -> None:
+    """Raise when the winner's capacity interval is wider than the steady target: the closest
+    figure, its interval and the request count that would bring it within the target (the
+    half-width shrinks as 1/sqrt(requests))."""
+    rec = ranking.search.get("winner_capacity") or {}
+    if not rec or rec.get("steady", True):
+        return
+    ci, n = rec["ci95_half_width_rel"], rec["measured_requests"]
+    need = math.ceil(n * (ci / CI_TARGET) ** 2)
+    raise MoeplanError(
+        f"--requests ({n}) is too small for a steady estimate: the winner {rec['layout']} "
+        f"sustains {rec['output_tokens_per_s_per_gpu']:,.1f} output tokens/s per GPU "
+        f"+/- {ci:.1%} (95 %), over the {CI_TARGET:.0%} target; try --requests {need}"
+    )

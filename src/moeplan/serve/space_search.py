@@ -1,0 +1,226 @@
+"""Search the colocated deployment space by SLO-bound capacity, with a certificate.
+
+Every layout of :mod:`moeplan.serve.space` gets an upper bound of its capacity
+(:func:`moeplan.serve.bound.capacity_bound`, over every engine configuration the knob search
+may pick). The layout with the best analytic estimate (:func:`moeplan.serve.search.
+analytic_rate`, whose engine knobs every layout runs with) is simulated first, then the rest
+in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
+
+- its bound is at most ``C``: it cannot win — *pruned by bound*;
+- else one steady run at the rate that would give it ``C`` per GPU: if the SLOs miss there,
+  its capacity is below ``C`` (capacity is the largest rate below which every rate meets
+  the SLOs, :mod:`moeplan.serve.capacity`) — *beaten at the incumbent's rate*;
+- else its capacity is searched (:func:`moeplan.serve.capacity.slo_capacity`) and it may
+  become the incumbent.
+
+:class:`Certificate` records the proof: how many layouts the space holds, how many were
+simulated, beaten or pruned, the largest bound left unsimulated and the winner's capacity.
+The winner's capacity is then re-estimated with its 95 % interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.serve.batch_grid import GridEvaluator
+from moeplan.serve.bound import Bound, capacity_bound
+from moeplan.serve.capacity import (
+    DEFAULT_REQUESTS,
+    Capacity,
+    SteadyProbe,
+    slo_capacity,
+    steady_probe,
+)
+from moeplan.serve.engine import EngineConfig
+from moeplan.serve.iteration import IterationModel
+from moeplan.serve.knobs import candidates
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.memo_cost import MemoCost
+from moeplan.serve.metrics import SLO
+from moeplan.serve.search import Estimate, analytic_rate
+from moeplan.serve.space import copies, layouts
+from moeplan.serve.workload import ServeWorkload
+from moeplan.specs import ClusterSpec, ModelSpec
+
+
+@dataclass(kw_only=True)
+class SpaceCandidate:
+    """One layout of the space and what the search learned of it (per instance rates)."""
+
+    layout: ServeLayout
+    replicas: int
+    spare_gpus: int
+    reason: str = ""
+    bound: Bound | None = None
+    cfg: EngineConfig | None = None
+    estimate: Estimate | None = None
+    evaluate: GridEvaluator | None = None
+    capacity: Capacity | None = None
+    probe: SteadyProbe | None = None
+    beaten_at: float = 0.0
+    """Rate (per instance) of the one steady run at the incumbent's capacity (0: none)."""
+
+    def bound_per_gpu(self, osl: float) -> float:
+        return 0.0 if self.bound is None else self.bound.per_gpu(osl, self.layout.gpus)
+
+    def capacity_per_gpu(self, osl: float) -> float:
+        return 0.0 if self.capacity is None else self.capacity.per_gpu(osl, self.layout.gpus)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Certificate:
+    """Why no unsimulated layout can beat the winner (output tokens/s per GPU)."""
+
+    layouts: int
+    simulated: int
+    beaten_at_incumbent_rate: int
+    pruned_by_bound: int
+    infeasible: int
+    best_remaining_bound: float
+    winner_capacity: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layouts": self.layouts,
+            "simulated": self.simulated,
+            "beaten_at_incumbent_rate": self.beaten_at_incumbent_rate,
+            "pruned_by_bound": self.pruned_by_bound,
+            "infeasible": self.infeasible,
+            "best_remaining_bound": self.best_remaining_bound,
+            "winner_capacity": self.winner_capacity,
+            "units": "output tokens/s per GPU",
+        }
+
+    def sentence(self) -> str:
+        return (
+            f"Search: of {self.layouts} colocated layouts ({self.infeasible} infeasible), "
+            f"{self.simulated} had their capacity simulated, {self.beaten_at_incumbent_rate} "
+            f"missed the SLOs at the best capacity found so far (one steady run each), and "
+            f"{self.pruned_by_bound} were pruned because an upper bound of their capacity "
+            f"(at most {self.best_remaining_bound:,.0f} output tokens/s per GPU) is below "
+            f"the winner's simulated {self.winner_capacity:,.0f}: no layout left out can beat it."
+        )
+
+
+def _prepare(
+    c: SpaceCandidate,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    engine: str,
+) -> None:
+    """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload)."""
+    try:
+        cfgs = candidates(engine, model, cluster, c.layout)
+        ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout))
+    except MoeplanError as err:
+        c.reason = str(err)
+        return
+    big = workload.isl.max + workload.osl.max
+    cfgs = [k for k in cfgs if big <= k.kv_tokens_per_rank]
+    if not cfgs:
+        c.reason = f"request isl+osl ({big}) must fit one rank's KV pool"
+        return
+    isl, osl = workload.isl.mean, workload.osl.mean
+    base = cfgs[0].chunk_tokens  # the engine's default chunk: caps are what the estimate sees
+    est, cfg = max(
+        ((analytic_rate(ev, k, isl, osl, slo), k) for k in cfgs if k.chunk_tokens == base),
+        key=lambda ek: ek[0].rate_rps,
+    )
+    c.evaluate, c.cfg, c.estimate = ev, cfg, est
+    c.bound = capacity_bound(ev, cfgs, workload, slo)
+
+
+def _by_estimate(order: list[SpaceCandidate], osl: float) -> list[SpaceCandidate]:
+    """Simulation order: the best analytic estimate first (a strong incumbent early), then
+    decreasing bound."""
+    if not order:
+        return order
+    first = max(
+        order,
+        key=lambda c: 0.0 if c.estimate is None else c.estimate.rate_rps * osl / c.layout.gpus,
+    )
+    return [first] + [c for c in order if c is not first]
+
+
+def search_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    requests: int = DEFAULT_REQUESTS,
+    space: list[ServeLayout] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[SpaceCandidate], Certificate]:
+    """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
+    the certificate (module docstring)."""
+    osl = workload.osl.mean
+    cost = MemoCost(cost)  # type: ignore[assignment]  # shared across the layouts
+    cands = []
+    for lay in space if space is not None else layouts(model, cluster):
+        reps, spare = copies(cluster, lay)
+        c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare)
+        _prepare(c, model, cluster, cost, workload, slo, engine)
+        cands.append(c)
+    order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
+    best: SpaceCandidate | None = None
+    simulated = beaten = 0
+    remaining = 0.0
+    for i, c in enumerate(_by_estimate(order, osl)):
+        top = best.capacity_per_gpu(osl) if best is not None else 0.0
+        if top >= c.bound_per_gpu(osl):
+            continue  # pruned by bound (counted below)
+        if progress:
+            progress(f"capacity {i + 1}/{len(order)}: {c.layout.label}")
+        assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+        if top > 0:
+            r = top * c.layout.gpus / osl  # the incumbent's capacity per GPU, as this rate
+            p = steady_probe(
+                c.cfg, c.evaluate, workload, slo, r, requests=requests, replicas=c.replicas
+            )
+            c.beaten_at = r
+            if not p.meets(slo):
+                beaten += 1
+                continue
+        guess = min(c.bound.rate_rps, c.estimate.rate_rps if c.estimate else c.bound.rate_rps)
+        c.capacity, c.probe = slo_capacity(
+            c.cfg, c.evaluate, workload, slo, guess_rps=max(guess, c.beaten_at),
+            requests=requests, replicas=c.replicas, interval=False, ref_rps=c.bound.rate_rps,
+        )
+        simulated += 1
+        if c.capacity_per_gpu(osl) > top:
+            best = c
+    top = best.capacity_per_gpu(osl) if best is not None else 0.0
+    pruned = [c for c in order if c.capacity is None and c.beaten_at == 0.0]
+    remaining = max((c.bound_per_gpu(osl) for c in pruned), default=0.0)
+    done = sorted((c for c in order if c.capacity is not None), key=lambda c: -c.capacity_per_gpu(osl))
+    rest = [c for c in order if c.capacity is None]
+    # an incumbent found later than a layout's probe may beat its bound too: all counted
+    if done and done[0].capacity is not None and done[0].capacity.rate_rps > 0:
+        w = done[0]
+        assert w.cfg is not None and w.evaluate is not None
+        pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+        assert w.bound is not None
+        w.capacity, w.probe = slo_capacity(
+            w.cfg, w.evaluate, workload, slo, guess_rps=pt[0],
+            requests=requests, replicas=w.replicas, known=pt, ref_rps=w.bound.rate_rps,
+        )
+    cert = Certificate(
+        layouts=len(cands),
+        simulated=simulated,
+        beaten_at_incumbent_rate=beaten,
+        pruned_by_bound=len(pruned),
+        infeasible=len(cands) - len(order),
+        best_remaining_bound=remaining,
+        winner_capacity=done[0].capacity_per_gpu(osl) if done else 0.0,
+    )
+    return done + rest + [c for c in cands if c.bound is None], cert
