@@ -22,13 +22,18 @@ def _fake(b: Batch) -> float:  # 10 ms per iteration + 1 us per prompt token
 
 
 def _cfg() -> EngineConfig:
-    return EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=CAP,
-                        kv_tokens=10**7)
+    return EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=CAP, kv_tokens=10**7)
 
 
 def _wl(**kw) -> ServeWorkload:
-    return ServeWorkload(num_requests=100, rate=1.0, isl=LengthDist(mean=128),
-                         osl=LengthDist(mean=OSL), seed=kw.pop("seed", 0), **kw)
+    return ServeWorkload(
+        num_requests=100,
+        rate=1.0,
+        isl=LengthDist(mean=128),
+        osl=LengthDist(mean=OSL),
+        seed=kw.pop("seed", 0),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("d", [1, 4])
@@ -72,8 +77,7 @@ def test_capacity_interval_holds_the_longer_runs_estimate():
     interval widened by the bisection resolution. (Near a critical TTFT queue short runs
     overstate more than the interval says: bench/bench_space_search.py measures it.)"""
     slo = SLO(ttft_s=2.0, tpot_s=0.04)
-    cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256,
-                       kv_tokens=10**7)
+    cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
     short, _ = slo_capacity(cfg, _linear, _wl(), slo, guess_rps=20.0, requests=600)
     long, _ = slo_capacity(cfg, _linear, _wl(), slo, guess_rps=20.0, requests=2400)
     assert short.low_rps <= short.rate_rps <= short.high_rps

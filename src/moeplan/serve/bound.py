@@ -101,11 +101,18 @@ def _decode_bound(evaluate: Evaluator, b_max: int, ctx: int, step_s: float) -> f
 
 
 def _tpot_rate(
-    evaluate: Evaluator, b_max: int, ctx: int, tpot_s: float, pt: float, p: float, osl: float,
+    evaluate: Evaluator,
+    b_max: int,
+    ctx: int,
+    tpot_s: float,
+    pt: float,
+    p: float,
+    osl: float,
     hi: float,
 ) -> float:
     """Largest ``lam <= hi`` with ``lam osl <= (1 - f) D(tpot (1 - f))``, ``f = lam pt / P``
     the fraction of time in prefill iterations (prefill-first; module docstring)."""
+
     def ok(lam: float) -> bool:
         f = lam * pt / p
         if f >= 1.0:

@@ -73,6 +73,7 @@ DOWN_STEPS = 3
 # overload and 500-vs-5000-request tests.
 GROWTH_SLOPE = 0.02
 GROWTH_FLOOR = 0.01
+GROWTH_Z = 2.0  # standard errors of the halves' difference: noise, not growth
 MAX_STEPS = 40  # halvings / growths when bracketing a rate
 
 
@@ -130,17 +131,20 @@ class SteadyProbe:
 
 def _no_growth(x: np.ndarray, t: np.ndarray, limit_s: float | None) -> bool:
     """No queue growth over the measured window: the second half's mean of ``x`` (seconds,
-    by arrival time ``t``) exceeds the first half's by at most ``GROWTH_SLOPE`` x the time
-    between the halves' mean arrivals, or ``GROWTH_FLOOR`` x the SLO (noise)."""
+    by arrival time ``t``) exceeds the first half's by at most the largest of
+    ``GROWTH_SLOPE`` x the time between the halves' mean arrivals, ``GROWTH_FLOOR`` x the SLO,
+    and ``GROWTH_Z`` standard errors of the difference (the noise of a stable queue)."""
     ok = ~np.isnan(x)
     x, t = x[ok], t[ok]
     if len(x) < 4:
         return True
     h = len(x) // 2
-    rise = float(x[h:].mean() - x[:h].mean())
+    a, b = x[:h], x[h:]
+    rise = float(b.mean() - a.mean())
     dt = float(t[h:].mean() - t[:h].mean())
+    se = float(np.sqrt(a.var() / len(a) + b.var() / len(b)))
     floor = GROWTH_FLOOR * (limit_s if limit_s is not None else float(np.mean(x)))
-    return rise <= max(floor, GROWTH_SLOPE * dt)
+    return rise <= max(floor, GROWTH_SLOPE * dt, GROWTH_Z * se)
 
 
 def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
@@ -313,8 +317,15 @@ def slo_capacity(
     def probe(r: float) -> SteadyProbe:
         if r not in probes:
             probes[r] = steady_probe(
-                cfg, evaluate, workload, slo, r, requests=requests, replicas=replicas,
-                ref_rps=ref, runner=runner,
+                cfg,
+                evaluate,
+                workload,
+                slo,
+                r,
+                requests=requests,
+                replicas=replicas,
+                ref_rps=ref,
+                runner=runner,
             )
         return probes[r]
 

@@ -39,8 +39,14 @@ def steady_disaggregated(
             1, workload.osl.mean
         )
         cap, probe = slo_capacity(
-            None, None, workload, slo, guess_rps=max(guess, 1e-3), requests=requests,
-            runner=run, interval=False,
+            None,
+            None,
+            workload,
+            slo,
+            guess_rps=max(guess, 1e-3),
+            requests=requests,
+            runner=run,
+            interval=False,
         )
         if rate_given:
             probe = steady_probe(

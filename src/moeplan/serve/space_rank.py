@@ -56,13 +56,22 @@ def _result(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, rate_given: bo
     probe = c.probe
     if rate_given and workload.rate is not None:
         probe = steady_probe(
-            c.cfg, c.evaluate, workload, slo, workload.rate / c.replicas,
-            requests=cap.requests, replicas=c.replicas,
+            c.cfg,
+            c.evaluate,
+            workload,
+            slo,
+            workload.rate / c.replicas,
+            requests=cap.requests,
+            replicas=c.replicas,
         )
     if probe is None:
         return ServeResult(
-            layout=c.layout, feasible=True, engine=c.cfg, meets_slo=False,
-            max_rate_meeting_slo_rps=0.0, estimate=c.estimate,
+            layout=c.layout,
+            feasible=True,
+            engine=c.cfg,
+            meets_slo=False,
+            max_rate_meeting_slo_rps=0.0,
+            estimate=c.estimate,
             reason="misses the SLOs at every rate (steady state)",
             bound="SLOs unreachable at any rate",
         )
@@ -94,8 +103,14 @@ def served_space(
     entries, not_served = entries_of(result)
     proposed = {(e.layout, e.replicas): e for e in entries}
     cands, cert = search_space(
-        result.model, result.cluster, cost, workload, slo,
-        engine=engine, requests=requests, progress=progress,
+        result.model,
+        result.cluster,
+        cost,
+        workload,
+        slo,
+        engine=engine,
+        requests=requests,
+        progress=progress,
     )
     osl = workload.osl.mean
     served, pruned = [], []
@@ -106,9 +121,7 @@ def served_space(
                 pruned.append((e, c.bound_per_gpu(osl)))
             continue
         r = _all_replicas(_result(c, workload, slo, rate_given), c.replicas)
-        served.append(
-            Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=c.bound_per_gpu(osl))
-        )
+        served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=c.bound_per_gpu(osl)))
     top = cands[0] if cands and cands[0].capacity is not None else None
     record = (
         {}

@@ -191,10 +191,16 @@ def search_space(
             if not p.meets(slo):
                 beaten += 1
                 continue
-        guess = min(c.bound.rate_rps, c.estimate.rate_rps if c.estimate else c.bound.rate_rps)
         c.capacity, c.probe = slo_capacity(
-            c.cfg, c.evaluate, workload, slo, guess_rps=max(guess, c.beaten_at),
-            requests=requests, replicas=c.replicas, interval=False, ref_rps=c.bound.rate_rps,
+            c.cfg,
+            c.evaluate,
+            workload,
+            slo,
+            guess_rps=c.bound.rate_rps,  # the same start whatever the search order
+            requests=requests,
+            replicas=c.replicas,
+            interval=False,
+            ref_rps=c.bound.rate_rps,
         )
         simulated += 1
         if c.capacity_per_gpu(osl) > top:
@@ -202,7 +208,9 @@ def search_space(
     top = best.capacity_per_gpu(osl) if best is not None else 0.0
     pruned = [c for c in order if c.capacity is None and c.beaten_at == 0.0]
     remaining = max((c.bound_per_gpu(osl) for c in pruned), default=0.0)
-    done = sorted((c for c in order if c.capacity is not None), key=lambda c: -c.capacity_per_gpu(osl))
+    done = sorted(
+        (c for c in order if c.capacity is not None), key=lambda c: -c.capacity_per_gpu(osl)
+    )
     rest = [c for c in order if c.capacity is None]
     # an incumbent found later than a layout's probe may beat its bound too: all counted
     if done and done[0].capacity is not None and done[0].capacity.rate_rps > 0:
@@ -211,8 +219,15 @@ def search_space(
         pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
         assert w.bound is not None
         w.capacity, w.probe = slo_capacity(
-            w.cfg, w.evaluate, workload, slo, guess_rps=pt[0],
-            requests=requests, replicas=w.replicas, known=pt, ref_rps=w.bound.rate_rps,
+            w.cfg,
+            w.evaluate,
+            workload,
+            slo,
+            guess_rps=pt[0],
+            requests=requests,
+            replicas=w.replicas,
+            known=pt,
+            ref_rps=w.bound.rate_rps,
         )
     cert = Certificate(
         layouts=len(cands),
