@@ -12,15 +12,16 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.rank import no_plan_meets, pipeline_entries, serve_rank, served_plan
+from moeplan.serve.rank import pipeline_entries, serve_rank, served_plan
 from moeplan.specs import Workload, load_cluster, load_model
 
 FAMS = ("strategy", "pipeline")
 
 
 @pytest.fixture(scope="module")
-def planned():
-    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+def planned():  # two GPUs: the whole deployment space stays a few layouts
+    m = load_model("qwen3-30b-a3b")
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=2, name="h100-sxm-2")
     cm = cost_model_for(c)
     result = plan(m, c, Workload(batch=16, isl=1024, osl=128), cm, families=FAMS)
     wl = ServeWorkload(
@@ -31,11 +32,12 @@ def planned():
 
 def test_slo_meeting_plans_come_first_then_throughput_per_gpu(planned):
     result, cm, wl = planned
-    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), keep=3, rate_given=False)
+    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), rate_given=False)
     done = [s for s in ranking.ranked if s.metrics is not None]
     meets = [s.result.meets_slo for s in done]
     assert meets == sorted(meets, reverse=True)
-    ok = [s.metrics.output_tokens_per_s_per_gpu for s in done if s.result.meets_slo]
+    ok = [s.result.max_rate_meeting_slo_rps * wl.osl.mean / s.entry.gpus
+          for s in done if s.result.meets_slo]  # SLO-bound capacity per GPU
     assert ok == sorted(ok, reverse=True)
     for s in done:  # a plan said to meet the SLOs does, at the SLO's percentile
         if s.result.meets_slo:
@@ -43,32 +45,40 @@ def test_slo_meeting_plans_come_first_then_throughput_per_gpu(planned):
             assert ttft <= 2.0 and tpot <= 0.1
 
 
-def test_pruning_keeps_the_best_estimates_and_each_familys_best(planned):
+def test_certificate_accounts_for_every_layout_and_pruned_bounds_lose(planned):
+    """Every colocated layout of the space is simulated, beaten at the incumbent's rate, pruned
+    by a bound below the winner's capacity, or infeasible; families only name layouts."""
     result, cm, wl = planned
-    keep = 2
-    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), keep=keep)
-    simulated = {id(s.entry): s.estimate_tokens_per_s_per_gpu for s in ranking.ranked}
-    assert len(simulated) <= keep + len(FAMS)
-    kth = sorted(simulated.values(), reverse=True)[keep - 1]
-    families = {s.entry.family for s in ranking.ranked}
-    for entry, est in ranking.pruned:  # nothing pruned beats the keep-th simulated estimate
-        assert est <= kth * (1 + 1e-12) or entry.family not in families
-    for fam in families:  # a family's best estimate is simulated, never pruned
-        best_pruned = max((v for e, v in ranking.pruned if e.family == fam), default=0.0)
-        best_sim = max(
-            s.estimate_tokens_per_s_per_gpu for s in ranking.ranked if s.entry.family == fam
-        )
-        assert best_sim >= best_pruned
+    ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), rate_given=False)
+    cert = ranking.search["certificate"]
+    assert (cert["simulated"] + cert["beaten_at_incumbent_rate"] + cert["pruned_by_bound"]
+            + cert["infeasible"]) == cert["layouts"]
+    for _, bound in ranking.pruned:
+        assert bound <= cert["winner_capacity"] or cert["beaten_at_incumbent_rate"] > 0
+    w = ranking.winner
+    if w.entry.family in ("strategy", "pipeline"):
+        per_gpu = w.result.max_rate_meeting_slo_rps * wl.osl.mean / w.entry.gpus
+        assert per_gpu == pytest.approx(cert["winner_capacity"], rel=1e-9)
+        # explanation arithmetic: req/s x output tokens = the tokens/s printed
+        m = w.metrics
+        assert m.output_tokens_per_s == pytest.approx(
+            w.result.max_rate_meeting_slo_rps * wl.osl.mean, rel=1e-9)
 
 
 def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
+    """SLOs below a lone request's latency on every layout: one error naming the best TTFT
+    any layout reaches, which is the fastest lone-request prefill over the whole space."""
+    from moeplan.serve.bound import _prefill_batch
+    from moeplan.serve.iteration import IterationModel
+    from moeplan.serve.space import layouts
+
     result, cm, wl = planned
     slo = SLO(ttft_s=1e-4, tpot_s=1e-4)
-    ranking = serve_rank(result, cm, wl, slo, keep=2)
-    assert not any(s.result.meets_slo for s in ranking.ranked)
-    msg = no_plan_meets(ranking)
-    best = min(s.metrics.ttft_p90_s for s in ranking.ranked if s.metrics is not None)
-    assert "no deployment meets the SLOs" in msg and f"{best * 1e3:.0f} ms" in msg
+    with pytest.raises(MoeplanError, match="no deployment meets the SLOs") as err:
+        serve_rank(result, cm, wl, slo)
+    best = min(IterationModel(result.model, result.cluster, cm, lay)(_prefill_batch(1024, 1024))
+               for lay in layouts(result.model, result.cluster))
+    assert f"{best * 1e3:.1f} ms" in str(err.value)
 
 
 def test_pipeline_entries_keep_the_pipeline_depth_and_its_gpus(planned):

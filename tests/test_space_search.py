@@ -14,7 +14,7 @@ from moeplan.errors import MoeplanError
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.serve.capacity import slo_capacity
 from moeplan.serve.space import copies, layouts
-from moeplan.serve.space_search import SpaceCandidate, _prepare, search_space
+from moeplan.serve.space_search import SpaceCandidate, prepare, search_space
 from moeplan.specs import load_cluster, load_model
 
 REQUESTS = 150
@@ -28,8 +28,11 @@ def _brute(model, cluster):
         if at * ad != mt * me or at * ad * pp not in sizes:
             continue
         try:
-            out.add(ServeLayout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me, pp=pp)
-                    .validate(model, cluster))
+            out.add(
+                ServeLayout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me, pp=pp).validate(
+                    model, cluster
+                )
+            )
         except MoeplanError:
             continue
     return out
@@ -38,8 +41,11 @@ def _brute(model, cluster):
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_space_lists_every_layout_brute_force_finds(nodes):
     m = load_model("qwen3-30b-a3b")
-    c = load_cluster("h100-sxm-8").with_nodes(nodes) if nodes > 1 else replace(
-        load_cluster("h100-sxm-8"), gpus_per_node=4)
+    c = (
+        load_cluster("h100-sxm-8").with_nodes(nodes)
+        if nodes > 1
+        else replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
+    )
     got = layouts(m, c)
     assert len(got) == len(set(got))
     assert set(got) == _brute(m, c)
@@ -53,18 +59,27 @@ def exhaustive():
     m = load_model("qwen3-30b-a3b")
     c = replace(load_cluster("h100-sxm-8"), gpus_per_node=2, name="h100-sxm-2")
     cm = cost_model_for(c)
-    wl = ServeWorkload(num_requests=100, rate=1.0, isl=LengthDist(mean=1024),
-                       osl=LengthDist(mean=128), seed=1)
+    wl = ServeWorkload(
+        num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128), seed=1
+    )
     slo = SLO(ttft_s=1.0, tpot_s=0.03)
     every = []
     for lay in layouts(m, c):
         k, spare = copies(c, lay)
         s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare)
-        _prepare(s, m, c, cm, wl, slo, "sglang")
+        prepare(s, m, c, cm, wl, slo, "sglang")
         if s.bound is not None:
             s.capacity, _ = slo_capacity(
-                s.cfg, s.evaluate, wl, slo, guess_rps=s.bound.rate_rps, requests=REQUESTS,
-                replicas=k, interval=False, ref_rps=s.bound.rate_rps)
+                s.cfg,
+                s.evaluate,
+                wl,
+                slo,
+                guess_rps=s.bound.rate_rps,
+                requests=REQUESTS,
+                replicas=k,
+                interval=False,
+                ref_rps=s.bound.rate_rps,
+            )
         every.append(s)
     return m, c, cm, wl, slo, every
 
@@ -85,8 +100,9 @@ def test_searched_winner_equals_exhaustive_simulation(exhaustive):
     ranked, cert = search_space(m, c, cm, wl, slo, requests=REQUESTS)
     assert ranked[0].capacity_per_gpu(osl) >= 0.99 * best
     assert cert.layouts == len(every)
-    assert (cert.simulated + cert.beaten_at_incumbent_rate + cert.pruned_by_bound
-            + cert.infeasible) == cert.layouts
+    assert (
+        cert.simulated + cert.beaten_at_incumbent_rate + cert.pruned_by_bound + cert.infeasible
+    ) == cert.layouts
     assert cert.best_remaining_bound <= cert.winner_capacity
     for s in ranked:  # everything not simulated is pruned by a bound below the winner
         if s.capacity is None and s.beaten_at == 0.0 and s.bound is not None:

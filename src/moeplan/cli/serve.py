@@ -22,7 +22,10 @@ from moeplan.cli._common import console, fmt_time, print_json, write_atomic
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
+from moeplan.serve.capacity import DEFAULT_REQUESTS, steady_probe
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
+from moeplan.serve.sim_capacity import layout_capacity
+from moeplan.serve.space_rank import serve_result
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.hf_config import read_json_file
 
@@ -176,7 +179,13 @@ def serve_sim(
     max_running: Annotated[
         int | None, typer.Option(help="Running-request cap (default: searched).")
     ] = None,
-    requests: Annotated[int, typer.Option(help="Requests simulated.")] = 1000,
+    requests: Annotated[
+        int,
+        typer.Option(
+            help="Requests measured per steady capacity probe (warm-up and drain requests "
+            "come on top; the same default as moeplan plan)."
+        ),
+    ] = DEFAULT_REQUESTS,
     seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths.")] = 0,
     profile: Annotated[
         str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
@@ -221,33 +230,37 @@ def serve_sim(
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-    r = evaluate_layout(  # the rate search runs on the same request stream as the report
-        m,
-        c,
-        cm,
-        layout,
-        w,
-        slo,
-        engine=engine,
-        chunk_tokens=chunk_tokens,
-        max_running=max_running,
-        search_requests=requests,
-    )
-    if not r.feasible:
-        raise MoeplanError(r.reason)
-    assert r.engine is not None
-    at = rate
-    if rate is None and concurrency is None:  # run at the largest rate meeting the SLOs
-        at = r.max_rate_meeting_slo_rps or None
+    if concurrency is not None:  # a closed loop: the knob search and one run, as before
+        r = evaluate_layout(
+            m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens,
+            max_running=max_running, search_requests=requests,
+        )
+        if not r.feasible:
+            raise MoeplanError(r.reason)
+        assert r.engine is not None
+        sim, metrics = run_workload(
+            r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo
+        )
+        r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
+        at, cap_rec = None, None
+    else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
+        cand = layout_capacity(
+            m, c, cm, layout, w, slo, engine=engine, requests=requests,
+            chunk_tokens=chunk_tokens, max_running=max_running,
+        )
+        assert cand.capacity is not None
         require(
-            at is not None,
-            f"no rate meets the SLOs on {layout.label}: even a lone request "
+            rate is not None or cand.probe is not None,
+            f"no rate meets the SLOs on {layout.label} in steady state: even a light load "
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
-        w = w.with_rate(at)  # type: ignore[arg-type]
-    sim, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
-    r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
+        probe = _operating_probe(cand, w, slo, rate, requests)
+        r = serve_result(cand, w, slo, rate is not None, probe=probe)
+        at = rate if rate is not None else cand.capacity.rate_rps
+        sim = probe.res
+        cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    out["capacity"] = cap_rec
     out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
@@ -258,6 +271,15 @@ def serve_sim(
     else:
         _print_human(out, r)
         console.print(pricing_line(out["pricing"]))
+
+
+def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, requests: int):
+    """The steady run the metrics come from: at ``rate``, else the probe at capacity."""
+    if rate is None:
+        return cand.probe
+    return steady_probe(
+        cand.cfg, cand.evaluate, w, slo, rate, requests=requests, replicas=cand.replicas
+    )
 
 
 def _check_flags(

@@ -61,6 +61,8 @@ class Bound:
     prefill_tokens_per_s: float
     batch_max: int
     chunk_max: int
+    lone_ttft_s: float = 0.0
+    lone_tpot_s: float = 0.0
 
     def per_gpu(self, osl_mean: float, gpus: int) -> float:
         return self.rate_rps * osl_mean / gpus
@@ -157,7 +159,17 @@ def capacity_bound(
             rate = _tpot_rate(evaluate, b_max, ctx, tpot, pt, p, osl, rate)
     else:
         rate = min(p / pt, d / osl)
+    # a lone request: its prompt's prefill (one chunk at least) and a one-sequence decode step
+    ttft = evaluate(_prefill_batch(min(q_min, c_max), min(q_min, c_max)))
+    tpot = evaluate(Batch(1, ctx, ()))
+    if slo is not None and (
+        (slo.ttft_s is not None and ttft > slo.ttft_s)
+        or (slo.tpot_s is not None and tpot > slo.tpot_s)
+    ):
+        rate = 0.0
     return Bound(
+        lone_ttft_s=ttft,
+        lone_tpot_s=tpot,
         rate_rps=rate,
         decode_tokens_per_s=d,
         prefill_tokens_per_s=p,

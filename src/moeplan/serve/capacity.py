@@ -74,7 +74,8 @@ DOWN_STEPS = 3
 GROWTH_SLOPE = 0.02
 GROWTH_FLOOR = 0.01
 GROWTH_Z = 2.0  # standard errors of the halves' difference: noise, not growth
-MAX_STEPS = 40  # halvings / growths when bracketing a rate
+MAX_STEPS = 40  # growths when bracketing a rate
+MAX_HALVINGS = 10  # below 1/1024 of the starting rate (an upper bound) the capacity is 0
 
 
 def lifetime_s(workload: ServeWorkload, slo: SLO) -> float:
@@ -255,7 +256,7 @@ class Capacity:
 def _bracket(ok: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
     """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
     starts from a guess ``lo < hi`` that need not hold (grows or halves until it does)."""
-    for _ in range(MAX_STEPS):
+    for _ in range(MAX_HALVINGS):
         if ok(lo):
             break
         lo, hi = lo / 2.0, lo
@@ -279,11 +280,13 @@ def _sustained(ok: Callable[[float], bool], guess: float) -> tuple[float, float]
     below it (module docstring, "every lower rate")."""
     lo, hi = _bracket(ok, guess / (1 + 4 * RATE_TOL), guess)
     for _ in range(MAX_STEPS):
+        if lo <= 0:
+            return lo, hi
         bad = next(
             (lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1) if not ok(lo * DOWN_CHECK**k)),
             None,
         )
-        if bad is None or lo <= 0:
+        if bad is None:
             return lo, hi
         lo, hi = _bracket(ok, bad * DOWN_CHECK, bad)
     return lo, hi

@@ -2,7 +2,7 @@
 planned family's result.
 
 MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of its ranked strategies, in
-its own order, at most :data:`MAX_STRATEGY_LAYOUTS` (fused and unfused variants of one layout
+its own order, every one of them (fused and unfused variants of one layout
 are the same deployment here: the serving iteration model does not price the fused
 RS-Combine/AG-Dispatch overlap). SMIDT: its chosen PP degree with each stage's dominant module
 layout — SMIDT's per-module ``(t, e, d)`` choices are summarised by the most common attention
@@ -21,11 +21,10 @@ from moeplan.serve.entries import Entry
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec
 
-MAX_STRATEGY_LAYOUTS = 24  # MixServe layouts estimated (its ranked list, distinct layouts)
-
 
 def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> list[Entry]:
-    """Distinct layouts of MixServe's ranked strategies (its own order), at most a cap."""
+    """Distinct layouts of MixServe's ranked strategies (its own order): proposals into the
+    deployment space (:mod:`moeplan.serve.space_rank`), none dropped."""
     from moeplan.planners import strategy as st
 
     out, seen = [], set()
@@ -40,8 +39,6 @@ def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> li
         )
         plan = st.to_plan(r, model=model.name, cluster=cluster.name)
         out.append(Entry(family="strategy", label=s.label(), layout=lay, plan=plan))
-        if len(out) >= MAX_STRATEGY_LAYOUTS:
-            break
     return out
 
 

@@ -9,25 +9,20 @@ while its TTFT and TPOT stay within the SLOs?
 
 Steps (decisions the papers leave open, pinned by tests):
 
-1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of
-   its ranked strategies (fused and unfused variants of one layout are the same deployment
-   here: the serving iteration model does not price the fused RS-Combine/AG-Dispatch overlap).
-   SMIDT: its chosen PP degree with each stage's dominant module layout — SMIDT's per-module
-   ``(t, e, d)`` choices are summarised by the most common attention and MoE choice over all
-   stages, DPMoE replication ``d`` counted into the MoE EP span (a pipeline is still simulated
-   as ``pp`` stages with micro-batches, not as a sum). FinDEP: its plan is a prefill batch
-   schedule of disaggregated attention/expert GPUs — its analytic figure is reported beside,
-   never ranked. Disaggregated serving is ranked as two more families
-   (:mod:`moeplan.serve.disagg_rank`): ``pd`` (prefill/decode pools, KV transfer, x:y rate
-   matching) and ``afd`` (attention–FFN disaggregated decode on FinDEP's schedule).
-2. **Prune.** Every layout gets a closed-form estimate (:func:`moeplan.serve.search.analytic_rate`)
-   of the rate it sustains under the TPOT SLO; the best ``keep`` by estimated output tokens/s
-   per GPU are simulated, always including each family's best.
-3. **Simulate.** :func:`moeplan.serve.search.evaluate_layout` searches the engine knobs
-   (running-request cap, prefill chunk) and the largest Poisson rate meeting the SLOs, then
-   simulates the user's workload — at the user's rate when given, else at that largest rate.
-4. **Rank** by the objective (default: output tokens/s per GPU at the largest rate meeting the
-   SLOs, i.e. SLO-bound capacity per GPU); plans that meet the SLOs come first.
+1. **Proposals.** Each family's layouts (:mod:`moeplan.serve.family_layouts`: MixServe's
+   ranked strategies, SMIDT's pipeline and its DPMoE replicas) name and plan the layouts of
+   the deployment space they propose; they do not decide what is simulated.
+2. **Search the space** (:mod:`moeplan.serve.space_rank`): every colocated layout of
+   :mod:`moeplan.serve.space` (and any proposal outside it), replicated to fill the cluster,
+   ranked by SLO-bound capacity (:mod:`moeplan.serve.capacity`: the largest steady rate
+   meeting the SLO percentiles, warm-up and drain excluded, replicas fed round-robin), with
+   pruning by an upper bound of capacity and a certificate
+   (:mod:`moeplan.serve.space_search`). Disaggregated serving is ranked as two more families
+   (:mod:`moeplan.serve.disagg_rank`): ``pd`` and ``afd``, their capacity taken the same way
+   (:mod:`moeplan.serve.disagg_capacity`).
+3. **Rank** by the objective (default: output tokens/s per GPU at SLO-bound capacity); plans
+   that meet the SLOs come first. With a given rate each deployment is also run at it in
+   steady state: an unstable one (rho >= 1) never meets the SLOs.
 
 Split by concern, every name still importable from here: step 1 is
 :mod:`moeplan.serve.family_layouts`, the result type and replica arithmetic
@@ -46,9 +41,8 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.rank import PlanResult
 from moeplan.serve.capacity import DEFAULT_REQUESTS
 from moeplan.serve.engine import simulate
-from moeplan.serve.entries import Entry
+from moeplan.serve.entries import Entry, Served  # noqa: F401 (re-exported)
 from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
-    MAX_STRATEGY_LAYOUTS,
     entries_of,
     pipeline_entries,
     strategy_entries,
@@ -67,11 +61,16 @@ from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     serving_curves,
     serving_trace,
 )
-from moeplan.serve.ranking import ServeRanking
+from moeplan.serve.ranking import (  # noqa: F401 (re-exported)
+    ServeRanking,
+    _all_replicas,
+    _per_replica,
+)
 from moeplan.serve.search import (
     ServeResult,
     analytic_rate,
     engine_config,
+    evaluate_layout,  # noqa: F401 (re-exported)
     rank_results,
 )
 from moeplan.serve.workload import ServeWorkload, generate

@@ -15,26 +15,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.capacity import CI_TARGET, steady_probe, window_metrics
+from moeplan.serve.capacity import CI_TARGET, SteadyProbe, steady_probe, window_metrics
 from moeplan.serve.entries import Entry, Served
 from moeplan.serve.family_layouts import entries_of
+from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
 from moeplan.serve.ranking import ServeRanking, _all_replicas
 from moeplan.serve.search import ServeResult
+from moeplan.serve.space import layouts
 from moeplan.serve.space_search import Certificate, SpaceCandidate, search_space
 from moeplan.serve.workload import ServeWorkload
 
+IDLE_FRACTION = 64  # "a light load": this fraction of the analytic rate estimate
+
 
 def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
-    key = (c.layout, c.replicas)
-    if key in proposed:
-        return proposed[key]
+    if c.layout in proposed:
+        return replace(proposed[c.layout], replicas=c.replicas)
     lay = c.layout
     s = Strategy(
         attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
@@ -49,30 +53,45 @@ def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
     return Entry(family="strategy", label=s.label(), layout=lay, plan=plan, replicas=c.replicas)
 
 
-def _result(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, rate_given: bool) -> ServeResult:
+def serve_result(
+    c: SpaceCandidate,
+    workload: ServeWorkload,
+    slo: SLO,
+    rate_given: bool,
+    probe: SteadyProbe | None = None,
+) -> ServeResult:
+    """``c``'s result: metrics of the steady run at capacity, or at the given rate (``probe``
+    when already run)."""
     cap = c.capacity
     assert cap is not None and c.cfg is not None and c.evaluate is not None
     gpus = c.layout.gpus
-    probe = c.probe
-    if rate_given and workload.rate is not None:
+    if probe is None and not (rate_given and workload.rate is not None):
+        probe = c.probe
+    elif probe is None:
         probe = steady_probe(
             c.cfg,
             c.evaluate,
             workload,
             slo,
-            workload.rate / c.replicas,
+            workload.rate / c.replicas,  # type: ignore[operator]
             requests=cap.requests,
             replicas=c.replicas,
         )
-    if probe is None:
+    if probe is None:  # no rate meets the SLOs: what a light load gets (1/64 of the estimate)
+        assert c.estimate is not None
+        light = c.estimate.rate_rps / IDLE_FRACTION
+        p = steady_probe(
+            c.cfg, c.evaluate, workload, slo, light, requests=cap.requests, replicas=c.replicas
+        )
         return ServeResult(
             layout=c.layout,
             feasible=True,
             engine=c.cfg,
+            metrics=window_metrics(p, gpus, slo),
             meets_slo=False,
             max_rate_meeting_slo_rps=0.0,
             estimate=c.estimate,
-            reason="misses the SLOs at every rate (steady state)",
+            reason=f"misses the SLOs in steady state even at a light load ({light:.3g} req/s)",
             bound="SLOs unreachable at any rate",
         )
     return ServeResult(
@@ -101,7 +120,11 @@ def served_space(
     """Served colocated deployments, those pruned by bound (with the bound per GPU), why a
     family is not served, the certificate, and the winner's capacity record."""
     entries, not_served = entries_of(result)
-    proposed = {(e.layout, e.replicas): e for e in entries}
+    proposed: dict[ServeLayout, Entry] = {}
+    for e in entries:
+        proposed.setdefault(e.layout, e)
+    space = layouts(result.model, result.cluster)
+    space += [lay for lay in proposed if lay not in set(space)]  # e.g. SMIDT micro-batches
     cands, cert = search_space(
         result.model,
         result.cluster,
@@ -110,9 +133,11 @@ def served_space(
         slo,
         engine=engine,
         requests=requests,
+        space=space,
         progress=progress,
     )
     osl = workload.osl.mean
+    _require_reachable(cands, slo)
     served, pruned = [], []
     for c in cands:
         e = _entry(c, proposed, result)
@@ -120,7 +145,7 @@ def served_space(
             if c.bound is not None:
                 pruned.append((e, c.bound_per_gpu(osl)))
             continue
-        r = _all_replicas(_result(c, workload, slo, rate_given), c.replicas)
+        r = _all_replicas(serve_result(c, workload, slo, rate_given), c.replicas)
         served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=c.bound_per_gpu(osl)))
     top = cands[0] if cands and cands[0].capacity is not None else None
     record = (
@@ -134,6 +159,35 @@ def served_space(
         }
     )
     return served, pruned, not_served, cert, record
+
+
+def _require_reachable(cands: list[SpaceCandidate], slo: SLO) -> None:
+    """One line when even a lone request misses the SLOs on every layout: the best lone-request
+    TTFT and TPOT any layout reaches."""
+    bounded = [c for c in cands if c.bound is not None]
+    if not bounded or any(c.bound.rate_rps > 0 for c in bounded):  # type: ignore[union-attr]
+        return
+    t1 = min(bounded, key=lambda c: c.bound.lone_ttft_s)  # type: ignore[union-attr]
+    t2 = min(bounded, key=lambda c: c.bound.lone_tpot_s)  # type: ignore[union-attr]
+    assert t1.bound is not None and t2.bound is not None
+    limits = ", ".join(
+        x
+        for x in (
+            None
+            if slo.ttft_s is None
+            else f"TTFT p{slo.percentile:g} <= {slo.ttft_s * 1e3:.4g} ms",
+            None
+            if slo.tpot_s is None
+            else f"TPOT p{slo.percentile:g} <= {slo.tpot_s * 1e3:.4g} ms",
+        )
+        if x
+    )
+    raise MoeplanError(
+        f"no deployment meets the SLOs ({limits}) at any rate: the best TTFT p"
+        f"{slo.percentile:g} any layout reaches is {t1.bound.lone_ttft_s * 1e3:.1f} ms "
+        f"({t1.layout.label}, a lone request), the best TPOT is "
+        f"{t2.bound.lone_tpot_s * 1e3:.2f} ms ({t2.layout.label})"
+    )
 
 
 def require_steady(ranking: ServeRanking) -> None:

@@ -106,7 +106,7 @@ class Certificate:
         )
 
 
-def _prepare(
+def prepare(
     c: SpaceCandidate,
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -114,10 +114,13 @@ def _prepare(
     workload: ServeWorkload,
     slo: SLO,
     engine: str,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
 ) -> None:
-    """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload)."""
+    """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload);
+    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`)."""
     try:
-        cfgs = candidates(engine, model, cluster, c.layout)
+        cfgs = candidates(engine, model, cluster, c.layout, chunk_tokens, max_running)
         ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout))
     except MoeplanError as err:
         c.reason = str(err)
@@ -169,7 +172,7 @@ def search_space(
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
         c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare)
-        _prepare(c, model, cluster, cost, workload, slo, engine)
+        prepare(c, model, cluster, cost, workload, slo, engine)
         cands.append(c)
     order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
     best: SpaceCandidate | None = None
