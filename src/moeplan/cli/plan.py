@@ -269,7 +269,7 @@ def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict
         "pareto": ranking.pareto(),
         "not_served": ranking.not_served,
         "pruned": [{"family": e.family, "label": e.label, "layout": e.layout.label,
-                    "estimate_output_tokens_per_s_per_gpu": v} for e, v in ranking.pruned],
+                    "bound_output_tokens_per_s_per_gpu": v} for e, v in ranking.pruned],
         "winner": win.summary(),
         "analytic": {"note": ANALYTIC_NOTE,
                      "ranking": [c.summary() for c in result.candidates],

@@ -23,6 +23,7 @@ from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
 from moeplan.serve.capacity import DEFAULT_REQUESTS, steady_probe
+from moeplan.serve.ranking import _all_replicas
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
 from moeplan.serve.sim_capacity import layout_capacity
 from moeplan.serve.space_rank import serve_result
@@ -126,6 +127,13 @@ def serve_sim(
     micro_batches: Annotated[
         int | None, typer.Option(help="Micro-batches in flight with PP (default pp).")
     ] = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            help="Copies of the instance fed round-robin (--rate is their total); figures per "
+            "GPU are one instance's, as moeplan plan reports a replicated deployment."
+        ),
+    ] = 1,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
     concurrency: Annotated[
         int | None, typer.Option(help="Closed loop: requests in flight.")
@@ -244,8 +252,9 @@ def serve_sim(
         r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
         at, cap_rec = None, None
     else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
+        require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
         cand = layout_capacity(
-            m, c, cm, layout, w, slo, engine=engine, requests=requests,
+            m, c, cm, layout, w, slo, engine=engine, requests=requests, replicas=replicas,
             chunk_tokens=chunk_tokens, max_running=max_running,
         )
         assert cand.capacity is not None
@@ -255,8 +264,8 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         probe = _operating_probe(cand, w, slo, rate, requests)
-        r = serve_result(cand, w, slo, rate is not None, probe=probe)
-        at = rate if rate is not None else cand.capacity.rate_rps
+        r = _all_replicas(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
+        at = rate if rate is not None else cand.capacity.rate_rps * replicas
         sim = probe.res
         cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
     out = _payload(m.name, c.name, r, w, slo, at, engine)
@@ -278,7 +287,8 @@ def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, 
     if rate is None:
         return cand.probe
     return steady_probe(
-        cand.cfg, cand.evaluate, w, slo, rate, requests=requests, replicas=cand.replicas
+        cand.cfg, cand.evaluate, w, slo, rate / cand.replicas, requests=requests,
+        replicas=cand.replicas,
     )
 
 

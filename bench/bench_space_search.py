@@ -1,0 +1,72 @@
+"""The deployment-space search: steadiness of its winner, its certificate, and its speed.
+
+For each case: the colocated space searched by SLO-bound capacity
+(:func:`moeplan.serve.space_search.search_space`, the engine's measured-kernel cost model as
+``moeplan plan`` uses it) at each ``--requests`` count, same seed. Prints one JSON line per
+(case, requests): winner, capacity per GPU with its 95 % interval, the certificate, every
+simulated layout's bound vs capacity (the bound must never be below), wall and CPU seconds.
+
+Run: ``python bench/bench_space_search.py [--requests 500 5000] [--cases qwen8 dsv3-2x8 qwen16n]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from moeplan.kernel_tables import engine_cost_model
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.space_search import search_space
+from moeplan.specs import load_cluster, load_model
+
+CASES = {  # the questions of the search's design notes (model, cluster, nodes, isl, osl, SLOs)
+    "qwen8": ("qwen3-30b-a3b", "h100-sxm-8", 1, 1024, 256, 2.0, 0.05),
+    "dsv3-2x8": ("deepseek-v3", "h200-sxm-8", 2, 4096, 1024, 3.0, 0.1),
+    "qwen16n": ("qwen3-30b-a3b", "h100-sxm-8", 16, 1024, 256, 2.0, 0.05),
+}
+
+
+def run(case: str, requests: int) -> dict:
+    model, cluster, nodes, isl, osl, ttft, tpot = CASES[case]
+    m = load_model(model)
+    c = load_cluster(cluster)
+    c = c.with_nodes(nodes) if nodes != c.num_nodes else c
+    cm = engine_cost_model(c, None, engine="sglang")
+    wl = ServeWorkload(num_requests=requests, rate=1.0, isl=LengthDist(mean=isl),
+                       osl=LengthDist(mean=osl), seed=0)
+    slo = SLO(ttft_s=ttft, tpot_s=tpot)
+    t0, c0 = time.perf_counter(), time.process_time()
+    ranked, cert = search_space(m, c, cm, wl, slo, requests=requests)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    w = ranked[0]
+    cap = w.capacity
+    sims = [
+        {"layout": s.layout.label, "replicas": s.replicas,
+         "capacity": s.capacity_per_gpu(osl), "bound": s.bound_per_gpu(osl)}
+        for s in ranked if s.capacity is not None
+    ]
+    return {
+        "case": case, "requests": requests, "wall_s": wall, "cpu_s": cpu,
+        "winner": w.layout.label, "replicas": w.replicas, "spare_gpus": w.spare_gpus,
+        "capacity_tokens_per_s_per_gpu": w.capacity_per_gpu(osl),
+        "ci95_half_width_rel": None if cap is None else cap.ci_rel,
+        "limited_by": None if cap is None else cap.limited_by,
+        "certificate": cert.to_dict(),
+        "bound_never_below": all(s["bound"] >= s["capacity"] for s in sims),
+        "simulated": sims,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, nargs="+", default=[500, 5000])
+    ap.add_argument("--cases", nargs="+", default=["qwen8"], choices=sorted(CASES))
+    args = ap.parse_args()
+    for case in args.cases:
+        for n in args.requests:
+            print(json.dumps(run(case, n)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
