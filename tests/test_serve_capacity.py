@@ -87,3 +87,18 @@ def test_capacity_interval_holds_the_longer_runs_estimate():
 def test_lifetime_needs_an_slo():
     with pytest.raises(ValueError, match="capacity needs an SLO"):
         lifetime_s(_wl(), SLO())
+
+
+def test_too_few_requests_for_a_steady_estimate_is_one_line_exit_2(capsys):
+    """20 measured requests cannot bound a p90 (its distribution-free 95 % interval needs
+    n >= 35): serve-sim says so in one line with the closest figure, exit 2."""
+    from moeplan.cli import main
+
+    args = ["serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
+            "--osl", "64", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "20", "--json"]
+    with pytest.raises(SystemExit) as ex:
+        main(args)
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "too small for a steady estimate" in err[0]
+    assert "output tokens/s per GPU" in err[0] and "try --requests" in err[0]

@@ -26,7 +26,7 @@ from moeplan.serve.capacity import DEFAULT_REQUESTS, steady_probe
 from moeplan.serve.ranking import _all_replicas
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
 from moeplan.serve.sim_capacity import layout_capacity
-from moeplan.serve.space_rank import serve_result
+from moeplan.serve.space_rank import require_steady, serve_result
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.hf_config import read_json_file
 
@@ -268,6 +268,7 @@ def serve_sim(
         at = rate if rate is not None else cand.capacity.rate_rps * replicas
         sim = probe.res
         cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
+        require_steady({**cap_rec, "layout": layout.label})
     out = _payload(m.name, c.name, r, w, slo, at, engine)
     out["capacity"] = cap_rec
     out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations

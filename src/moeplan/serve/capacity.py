@@ -159,10 +159,12 @@ def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
     s = np.sort(x)
     q = p / 100.0
     half = Z95 * math.sqrt(n * q * (1.0 - q))
-    lo = min(n - 1, max(0, math.floor(n * q - half) - 1))
-    hi = min(n - 1, max(0, math.ceil(n * q + half) - 1))
+    lo_rank, hi_rank = math.floor(n * q - half), math.ceil(n * q + half)
+    # a distribution-free bound needs the rank inside the sample (p90: n >= 35)
+    low = float(s[lo_rank - 1]) if lo_rank >= 1 else 0.0
+    high = float(s[hi_rank - 1]) if hi_rank <= n else math.inf
     halves = [float(np.percentile(h, p)) for h in (x[: n // 2], x[n // 2 :]) if len(h)]
-    return min([float(s[lo]), *halves]), float(np.percentile(x, p)), max([float(s[hi]), *halves])
+    return min([low, *halves]), float(np.percentile(x, p)), max([high, *halves])
 
 
 Runner = Callable[[Requests], SimResult]

@@ -190,17 +190,17 @@ def _require_reachable(cands: list[SpaceCandidate], slo: SLO) -> None:
     )
 
 
-def require_steady(ranking: ServeRanking) -> None:
-    """Raise when the winner's capacity interval is wider than the steady target: the closest
-    figure, its interval and the request count that would bring it within the target (the
-    half-width shrinks as 1/sqrt(requests))."""
-    rec = ranking.search.get("winner_capacity") or {}
+def require_steady(ranking: ServeRanking | dict) -> None:
+    """Raise when the winner's capacity interval (or a capacity record's) is wider than the
+    steady target: the closest figure, its interval and the request count that would bring
+    it within the target (the half-width shrinks as 1/sqrt(requests))."""
+    rec = ranking if isinstance(ranking, dict) else ranking.search.get("winner_capacity") or {}
     if not rec or rec.get("steady", True):
         return
     ci, n = rec["ci95_half_width_rel"], rec["measured_requests"]
     need = math.ceil(n * (ci / CI_TARGET) ** 2)
     raise MoeplanError(
-        f"--requests ({n}) is too small for a steady estimate: the winner {rec['layout']} "
+        f"--requests ({n}) is too small for a steady estimate: {rec.get('layout', 'the layout')} "
         f"sustains {rec['output_tokens_per_s_per_gpu']:,.1f} output tokens/s per GPU "
         f"+/- {ci:.1%} (95 %), over the {CI_TARGET:.0%} target; try --requests {need}"
     )
