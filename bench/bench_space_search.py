@@ -6,7 +6,8 @@ For each case: the colocated space searched by SLO-bound capacity
 (case, requests): winner, capacity per GPU with its 95 % interval, the certificate, every
 simulated layout's bound vs capacity (the bound must never be below), wall and CPU seconds.
 
-Run: ``python bench/bench_space_search.py [--requests 500 5000] [--cases qwen8 dsv3-2x8 qwen16n]``.
+Run: ``python bench/bench_space_search.py [--requests 500 5000] [--cases qwen8 dsv3-2x8 qwen16n]
+[--exhaustive]`` (``--exhaustive``: every layout simulated — the search's oracle).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import time
 
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.space_search import search_space
+from moeplan.serve.capacity import slo_capacity
+from moeplan.serve.memo_cost import MemoCost
+from moeplan.serve.space import copies, layouts
+from moeplan.serve.space_search import SpaceCandidate, prepare, search_space
 from moeplan.specs import load_cluster, load_model
 
 CASES = {  # the questions of the search's design notes (model, cluster, nodes, isl, osl, SLOs)
@@ -58,14 +62,49 @@ def run(case: str, requests: int) -> dict:
     }
 
 
+def exhaustive(case: str, requests: int) -> dict:
+    """Every layout's capacity simulated (the oracle of the search): the best, and whether
+    each bound is at least its layout's simulated capacity."""
+    model, cluster, nodes, isl, osl, ttft, tpot = CASES[case]
+    m = load_model(model)
+    c = load_cluster(cluster)
+    c = c.with_nodes(nodes) if nodes != c.num_nodes else c
+    cm = MemoCost(engine_cost_model(c, None, engine="sglang"))
+    wl = ServeWorkload(num_requests=requests, rate=1.0, isl=LengthDist(mean=isl),
+                       osl=LengthDist(mean=osl), seed=0)
+    slo = SLO(ttft_s=ttft, tpot_s=tpot)
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = []
+    for lay in layouts(m, c):
+        k, spare = copies(c, lay)
+        s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare)
+        prepare(s, m, c, cm, wl, slo, "sglang")  # type: ignore[arg-type]
+        if s.bound is None:
+            continue
+        s.capacity, _ = slo_capacity(s.cfg, s.evaluate, wl, slo, guess_rps=s.bound.rate_rps,
+                                     requests=requests, replicas=k, interval=False,
+                                     ref_rps=s.bound.rate_rps)
+        rows.append({"layout": lay.label, "replicas": k, "capacity": s.capacity_per_gpu(osl),
+                     "bound": s.bound_per_gpu(osl)})
+    rows.sort(key=lambda r: -r["capacity"])
+    return {"case": case, "requests": requests, "mode": "exhaustive",
+            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+            "best": rows[0] if rows else None,
+            "bound_never_below": all(r["bound"] >= r["capacity"] for r in rows),
+            "violations": [r for r in rows if r["bound"] < r["capacity"]], "top5": rows[:5]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--cases", nargs="+", default=["qwen8"], choices=sorted(CASES))
+    ap.add_argument("--exhaustive", action="store_true",
+                    help="simulate every layout's capacity instead of searching")
     args = ap.parse_args()
     for case in args.cases:
         for n in args.requests:
-            print(json.dumps(run(case, n)), flush=True)
+            f = exhaustive if args.exhaustive else run
+            print(json.dumps(f(case, n)), flush=True)
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ def test_plan_json_round_trips_into_the_runtime_mesh(planned):
     mesh = mesh_from_plan(saved)
     assert mesh.world_size == saved["layout"]["world_size"]
     pools = saved["details"].get("disaggregation")
-    if pools is None:  # colocated: the plan is the whole deployment
-        assert mesh.world_size == out["winner"]["gpus"]
+    if pools is None:  # colocated: the plan is one instance, launched `replicas` times
+        assert mesh.world_size * saved["details"].get("replicas", 1) == out["winner"]["gpus"]
         assert mesh.family == saved["family"] == out["winner"]["family"]
     else:  # P/D or AFD: plan.json is one runnable instance, the pools are in details
         assert pools["gpus"] == out["winner"]["gpus"]

@@ -37,8 +37,13 @@ IDLE_FRACTION = 64  # "a light load": this fraction of the analytic rate estimat
 
 
 def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
-    if c.layout in proposed:
-        return replace(proposed[c.layout], replicas=c.replicas)
+    if c.layout in proposed:  # the family's plan, launched as often as the space replicates it
+        e = proposed[c.layout]
+        launches = max(1, c.replicas // e.replicas)
+        plan = e.plan
+        if launches > 1:
+            plan = replace(plan, details={**plan.details, "replicas": launches})
+        return replace(e, plan=plan, replicas=c.replicas)
     lay = c.layout
     s = Strategy(
         attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
