@@ -18,10 +18,9 @@ import time
 
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.capacity import slo_capacity
 from moeplan.serve.memo_cost import MemoCost
 from moeplan.serve.space import copies, layouts
-from moeplan.serve.space_search import SpaceCandidate, prepare, search_space
+from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, search_space
 from moeplan.specs import load_cluster, load_model
 
 CASES = {  # the questions of the search's design notes (model, cluster, nodes, isl, osl, SLOs)
@@ -37,8 +36,9 @@ def run(case: str, requests: int) -> dict:
     c = load_cluster(cluster)
     c = c.with_nodes(nodes) if nodes != c.num_nodes else c
     cm = engine_cost_model(c, None, engine="sglang")
-    wl = ServeWorkload(num_requests=requests, rate=1.0, isl=LengthDist(mean=isl),
-                       osl=LengthDist(mean=osl), seed=0)
+    wl = ServeWorkload(
+        num_requests=requests, rate=1.0, isl=LengthDist(mean=isl), osl=LengthDist(mean=osl), seed=0
+    )
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
     ranked, cert = search_space(m, c, cm, wl, slo, requests=requests)
@@ -46,13 +46,23 @@ def run(case: str, requests: int) -> dict:
     w = ranked[0]
     cap = w.capacity
     sims = [
-        {"layout": s.layout.label, "replicas": s.replicas,
-         "capacity": s.capacity_per_gpu(osl), "bound": s.bound_per_gpu(osl)}
-        for s in ranked if s.capacity is not None
+        {
+            "layout": s.layout.label,
+            "replicas": s.replicas,
+            "capacity": s.capacity_per_gpu(osl),
+            "bound": s.bound_per_gpu(osl),
+        }
+        for s in ranked
+        if s.capacity is not None
     ]
     return {
-        "case": case, "requests": requests, "wall_s": wall, "cpu_s": cpu,
-        "winner": w.layout.label, "replicas": w.replicas, "spare_gpus": w.spare_gpus,
+        "case": case,
+        "requests": requests,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "winner": w.layout.label,
+        "replicas": w.replicas,
+        "spare_gpus": w.spare_gpus,
         "capacity_tokens_per_s_per_gpu": w.capacity_per_gpu(osl),
         "ci95_half_width_rel": None if cap is None else cap.ci_rel,
         "limited_by": None if cap is None else cap.limited_by,
@@ -70,8 +80,9 @@ def exhaustive(case: str, requests: int) -> dict:
     c = load_cluster(cluster)
     c = c.with_nodes(nodes) if nodes != c.num_nodes else c
     cm = MemoCost(engine_cost_model(c, None, engine="sglang"))
-    wl = ServeWorkload(num_requests=requests, rate=1.0, isl=LengthDist(mean=isl),
-                       osl=LengthDist(mean=osl), seed=0)
+    wl = ServeWorkload(
+        num_requests=requests, rate=1.0, isl=LengthDist(mean=isl), osl=LengthDist(mean=osl), seed=0
+    )
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
     rows = []
@@ -81,25 +92,38 @@ def exhaustive(case: str, requests: int) -> dict:
         prepare(s, m, c, cm, wl, slo, "sglang")  # type: ignore[arg-type]
         if s.bound is None:
             continue
-        s.capacity, _ = slo_capacity(s.cfg, s.evaluate, wl, slo, guess_rps=s.bound.rate_rps,
-                                     requests=requests, replicas=k, interval=False,
-                                     ref_rps=s.bound.rate_rps)
-        rows.append({"layout": lay.label, "replicas": k, "capacity": s.capacity_per_gpu(osl),
-                     "bound": s.bound_per_gpu(osl)})
+        search_capacity(s, wl, slo, requests)
+        rows.append(
+            {
+                "layout": lay.label,
+                "replicas": k,
+                "capacity": s.capacity_per_gpu(osl),
+                "bound": s.bound_per_gpu(osl),
+            }
+        )
     rows.sort(key=lambda r: -r["capacity"])
-    return {"case": case, "requests": requests, "mode": "exhaustive",
-            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-            "best": rows[0] if rows else None,
-            "bound_never_below": all(r["bound"] >= r["capacity"] for r in rows),
-            "violations": [r for r in rows if r["bound"] < r["capacity"]], "top5": rows[:5]}
+    return {
+        "case": case,
+        "requests": requests,
+        "mode": "exhaustive",
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+        "best": rows[0] if rows else None,
+        "bound_never_below": all(r["bound"] >= r["capacity"] for r in rows),
+        "violations": [r for r in rows if r["bound"] < r["capacity"]],
+        "top5": rows[:5],
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--cases", nargs="+", default=["qwen8"], choices=sorted(CASES))
-    ap.add_argument("--exhaustive", action="store_true",
-                    help="simulate every layout's capacity instead of searching")
+    ap.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="simulate every layout's capacity instead of searching",
+    )
     args = ap.parse_args()
     for case in args.cases:
         for n in args.requests:

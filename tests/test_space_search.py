@@ -12,9 +12,8 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
-from moeplan.serve.capacity import slo_capacity
 from moeplan.serve.space import copies, layouts
-from moeplan.serve.space_search import SpaceCandidate, prepare, search_space
+from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, search_space
 from moeplan.specs import load_cluster, load_model
 
 REQUESTS = 150
@@ -69,17 +68,7 @@ def exhaustive():
         s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare)
         prepare(s, m, c, cm, wl, slo, "sglang")
         if s.bound is not None:
-            s.capacity, _ = slo_capacity(
-                s.cfg,
-                s.evaluate,
-                wl,
-                slo,
-                guess_rps=s.bound.rate_rps,
-                requests=REQUESTS,
-                replicas=k,
-                interval=False,
-                ref_rps=s.bound.rate_rps,
-            )
+            search_capacity(s, wl, slo, REQUESTS)
         every.append(s)
     return m, c, cm, wl, slo, every
 

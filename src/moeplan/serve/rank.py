@@ -34,21 +34,18 @@ steps 2–4 (:func:`serve_rank`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import PlanResult
 from moeplan.serve.capacity import DEFAULT_REQUESTS
-from moeplan.serve.engine import simulate
 from moeplan.serve.entries import Entry, Served  # noqa: F401 (re-exported)
 from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
     entries_of,
     pipeline_entries,
     strategy_entries,
 )
-from moeplan.serve.iteration import IterationModel
-from moeplan.serve.metrics import SLO, summarize
+from moeplan.serve.metrics import SLO
 from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
@@ -68,70 +65,12 @@ from moeplan.serve.ranking import (  # noqa: F401 (re-exported)
 )
 from moeplan.serve.search import (
     ServeResult,
-    analytic_rate,
-    engine_config,
     evaluate_layout,  # noqa: F401 (re-exported)
     rank_results,
 )
-from moeplan.serve.workload import ServeWorkload, generate
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.serve.workload import ServeWorkload
 
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
-DEFAULT_KEEP = 6  # layouts simulated after pruning (each costs ~0.3-0.6 s on 2 cores)
-IDLE_FRACTION = 64  # "near idle": this fraction of the analytic rate estimate
-
-
-def _estimate(
-    entry: Entry,
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    cost: CostModel,
-    workload: ServeWorkload,
-    slo: SLO,
-    engine: str,
-) -> float:
-    """Closed-form output tokens/s per GPU of ``entry`` under the TPOT SLO (0 if infeasible)."""
-    try:
-        ev = IterationModel(model, cluster, cost, entry.layout)
-        cfg = engine_config(engine, model, cluster, entry.layout)
-    except MoeplanError:
-        return 0.0
-    est = analytic_rate(ev, cfg, workload.isl.mean, workload.osl.mean, slo)
-    return est.rate_rps * workload.osl.mean / entry.layout.gpus
-
-
-def _final_run(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    cost: CostModel,
-    r: ServeResult,
-    workload: ServeWorkload,
-    slo: SLO,
-) -> ServeResult:
-    """Re-simulate ``r`` at its largest SLO-meeting rate (no rate was given by the user).
-
-    When no rate meets the SLOs, the run is at a near-idle rate (1/64 of the analytic
-    estimate), so its latencies show what a lone request gets; it is marked as missing them.
-    """
-    rate = r.max_rate_meeting_slo_rps
-    if not r.feasible or r.engine is None:
-        return r
-    idle = not rate
-    if not rate:
-        rate = (r.estimate.rate_rps if r.estimate is not None else 1.0) / IDLE_FRACTION
-    ev = IterationModel(model, cluster, cost, r.layout)
-    m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
-    if idle:
-        return replace(
-            r,
-            metrics=m,
-            meets_slo=False,
-            bound="SLOs unreachable at any rate",
-            reason=f"misses the SLOs even near idle ({rate:.3g} req/s)",
-        )
-    return replace(r, metrics=m, meets_slo=m.meets(slo))
-
-
 def serve_rank(
     result: PlanResult,
     cost: CostModel,
@@ -140,12 +79,15 @@ def serve_rank(
     *,
     objective: str = "throughput-per-gpu",
     engine: str = "sglang",
-    keep: int = DEFAULT_KEEP,
+    keep: int | None = None,
     rate_given: bool = True,
     progress: Callable[[str], None] | None = None,
     requests: int = DEFAULT_REQUESTS,
 ) -> ServeRanking:
-    """Rank every family's deployments by the serving answer (module docstring)."""
+    """Rank every family's deployments by the serving answer (module docstring). ``keep`` is
+    accepted for callers of the earlier top-``keep`` pruning and ignored: the search now
+    decides what to simulate, with a certificate."""
+    del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
     from moeplan.serve.space_rank import served_space

@@ -140,6 +140,49 @@ def prepare(
     c.bound = capacity_bound(ev, cfgs, workload, slo)
 
 
+REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
+
+
+def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
+    """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only:
+    the analytic estimate capped by the bound; warm-up and tail sized for ``REF_MARGIN`` x
+    that start (probes above it size their own)."""
+    assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+    est = c.estimate.rate_rps if c.estimate is not None else 0.0
+    guess = min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
+    c.capacity, c.probe = slo_capacity(
+        c.cfg,
+        c.evaluate,
+        workload,
+        slo,
+        guess_rps=guess,
+        requests=requests,
+        replicas=c.replicas,
+        interval=False,
+        ref_rps=min(c.bound.rate_rps, REF_MARGIN * guess),
+    )
+
+
+def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
+    """The winner's capacity again, its point bracket kept, with its 95 % interval."""
+    assert w.cfg is not None and w.evaluate is not None
+    assert w.bound is not None and w.capacity is not None
+    est = w.estimate.rate_rps if w.estimate is not None else 0.0
+    guess = min(w.bound.rate_rps, est) if est > 0 else w.bound.rate_rps
+    pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+    w.capacity, w.probe = slo_capacity(
+        w.cfg,
+        w.evaluate,
+        workload,
+        slo,
+        guess_rps=pt[0],
+        requests=requests,
+        replicas=w.replicas,
+        known=pt,
+        ref_rps=min(w.bound.rate_rps, REF_MARGIN * guess),
+    )
+
+
 def _by_estimate(order: list[SpaceCandidate], osl: float) -> list[SpaceCandidate]:
     """Simulation order: the best analytic estimate first (a strong incumbent early), then
     decreasing bound."""
@@ -194,17 +237,7 @@ def search_space(
             if not p.meets(slo):
                 beaten += 1
                 continue
-        c.capacity, c.probe = slo_capacity(
-            c.cfg,
-            c.evaluate,
-            workload,
-            slo,
-            guess_rps=c.bound.rate_rps,  # the same start whatever the search order
-            requests=requests,
-            replicas=c.replicas,
-            interval=False,
-            ref_rps=c.bound.rate_rps,
-        )
+        search_capacity(c, workload, slo, requests)
         simulated += 1
         if c.capacity_per_gpu(osl) > top:
             best = c
@@ -217,21 +250,7 @@ def search_space(
     rest = [c for c in order if c.capacity is None]
     # an incumbent found later than a layout's probe may beat its bound too: all counted
     if done and done[0].capacity is not None and done[0].capacity.rate_rps > 0:
-        w = done[0]
-        assert w.cfg is not None and w.evaluate is not None
-        pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
-        assert w.bound is not None
-        w.capacity, w.probe = slo_capacity(
-            w.cfg,
-            w.evaluate,
-            workload,
-            slo,
-            guess_rps=pt[0],
-            requests=requests,
-            replicas=w.replicas,
-            known=pt,
-            ref_rps=w.bound.rate_rps,
-        )
+        with_interval(done[0], workload, slo, requests)
     cert = Certificate(
         layouts=len(cands),
         simulated=simulated,
