@@ -136,10 +136,13 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     m = w.metrics
     if m is not None and g < n:
         k = n // g
-        out.append(
-            f"It uses {g} of the cluster's {n} GPUs; {k} copies fill it "
-            f"({k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output tokens/s in all)."
+        fill = (
+            f"one copy fits, {n - g} GPUs stay idle"
+            if k == 1
+            else f"{k} copies fill it: {k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output "
+            f"tokens/s in all{f', {n - k * g} GPUs idle' if n > k * g else ''}"
         )
+        out.append(f"It uses {g} of the cluster's {n} GPUs ({fill}).")
     if ranking.certificate_sentence:
         out.append(ranking.certificate_sentence)
     return out

@@ -102,7 +102,8 @@ class Certificate:
             f"missed the SLOs at the best capacity found so far (one steady run each), and "
             f"{self.pruned_by_bound} were pruned because an upper bound of their capacity "
             f"(at most {self.best_remaining_bound:,.0f} output tokens/s per GPU) is below "
-            f"the winner's simulated {self.winner_capacity:,.0f}: no layout left out can beat it."
+            f"the best colocated capacity simulated, {self.winner_capacity:,.0f}: no colocated "
+            "layout left out can beat it."
         )
 
 
