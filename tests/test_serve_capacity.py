@@ -102,3 +102,22 @@ def test_too_few_requests_for_a_steady_estimate_is_one_line_exit_2(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "too small for a steady estimate" in err[0]
     assert "output tokens/s per GPU" in err[0] and "try --requests" in err[0]
+
+
+def test_engine_horizon_keeps_everything_before_it():
+    """Stopping the engine at a horizon changes nothing that happened before it: requests
+    finished by then have the full run's times, the others have none (the run to the end is
+    the oracle)."""
+    from moeplan.serve.engine import simulate
+
+    reqs = instance_stream(_wl(), 20.0, 400, 1)
+    cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=64,
+                       kv_tokens=10**6)
+    full = simulate(reqs, cfg, _linear)
+    h = float(np.median(full.finish_s))
+    cut = simulate(reqs, cfg, _linear, horizon_s=h)
+    done = full.finish_s <= h
+    assert 0 < done.sum() < len(done)
+    assert np.array_equal(cut.finish_s[done], full.finish_s[done])
+    assert np.array_equal(cut.first_token_s[done], full.first_token_s[done])
+    assert np.isnan(cut.finish_s[~done]).all()

@@ -141,6 +141,8 @@ def _no_growth(x: np.ndarray, t: np.ndarray, limit_s: float | None) -> bool:
         return True
     h = len(x) // 2
     a, b = x[:h], x[h:]
+    if np.isinf(x).any():  # a request not done at the horizon: the queue outgrew the window
+        return False
     rise = float(b.mean() - a.mean())
     dt = float(t[h:].mean() - t[:h].mean())
     se = float(np.sqrt(a.var() / len(a) + b.var() / len(b)))
@@ -163,8 +165,10 @@ def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
     # a distribution-free bound needs the rank inside the sample (p90: n >= 35)
     low = float(s[lo_rank - 1]) if lo_rank >= 1 else 0.0
     high = float(s[hi_rank - 1]) if hi_rank <= n else math.inf
-    halves = [float(np.percentile(h, p)) for h in (x[: n // 2], x[n // 2 :]) if len(h)]
-    return min([low, *halves]), float(np.percentile(x, p)), max([high, *halves])
+    with np.errstate(invalid="ignore"):  # late requests are inf: a percentile may be nan
+        halves = [float(np.percentile(h, p)) for h in (x[: n // 2], x[n // 2 :]) if len(h)]
+        point = float(np.percentile(x, p))
+    return min([low, *halves]), point, max([high, *halves])
 
 
 Runner = Callable[[Requests], SimResult]
@@ -181,30 +185,37 @@ def steady_probe(
     replicas: int = 1,
     ref_rps: float | None = None,
     runner: Runner | None = None,
+    horizon: bool = False,
 ) -> SteadyProbe:
     """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
     warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
     search share them, so every rate measures the same requests (common random numbers).
     ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
-    :func:`moeplan.serve.pd.simulate_pd`); default: :func:`simulate` with ``cfg``."""
+    :func:`moeplan.serve.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
+    ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
+    only: a measured request not done by then misses an SLO — its end-to-end time exceeds
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late)."""
     life = lifetime_s(workload, slo)
     ref = max(rate, ref_rps or rate)
     warm = math.ceil(WARM_LIFETIMES * ref * life)
     tail = math.ceil(TAIL_LIFETIMES * ref * life)
     reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
+    win = slice(warm, warm + requests)
     if runner is None:
         assert cfg is not None and evaluate is not None
-        res = simulate(reqs, cfg, evaluate)
+        stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
+        res = simulate(reqs, cfg, evaluate, horizon_s=stop)
     else:
         res = runner(reqs)
-    win = slice(warm, warm + requests)
     ttft, tpot, _ = request_latencies(res)
-    tt, tp = ttft[win], tpot[win]
+    late = np.isnan(res.finish_s[win])
+    tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
+    tp = np.where(late & (res.osl[win] > 1), np.inf, tpot[win])
     arr = res.arrival_s[win]
     decode_limit = None if slo.tpot_s is None else slo.tpot_s * workload.osl.mean
-    stable = _no_growth(res.admit_s[win] - arr, arr, slo.ttft_s) and _no_growth(
-        res.finish_s[win] - res.first_token_s[win], arr, decode_limit
-    )
+    wait = np.where(np.isnan(res.admit_s[win]), np.inf, res.admit_s[win] - arr)
+    decode = np.where(late, np.inf, res.finish_s[win] - res.first_token_s[win])
+    stable = _no_growth(wait, arr, slo.ttft_s) and _no_growth(decode, arr, decode_limit)
     p = slo.percentile
     return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
 
@@ -331,6 +342,7 @@ def slo_capacity(
                 replicas=replicas,
                 ref_rps=ref,
                 runner=runner,
+                horizon=True,
             )
         return probes[r]
 
@@ -354,7 +366,20 @@ def slo_capacity(
         limited_by=limited,
         probes=len(probes),
     )
-    return cap, (probe(lo) if lo > 0 else None)
+    full = None  # the run at capacity again, to its end: its metrics are reported
+    if lo > 0:
+        full = steady_probe(
+            cfg,
+            evaluate,
+            workload,
+            slo,
+            lo,
+            requests=requests,
+            replicas=replicas,
+            ref_rps=ref,
+            runner=runner,
+        )
+    return cap, full
 
 
 def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:

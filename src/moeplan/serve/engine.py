@@ -55,7 +55,12 @@ class Engine:
     """One simulation run; use :func:`simulate`."""
 
     def __init__(
-        self, reqs: Requests, cfg: EngineConfig, evaluate: Evaluator, fast_forward: bool = True
+        self,
+        reqs: Requests,
+        cfg: EngineConfig,
+        evaluate: Evaluator,
+        fast_forward: bool = True,
+        horizon_s: float | None = None,
     ) -> None:
         big = int(np.max(reqs.isl + reqs.osl))
         require(
@@ -97,6 +102,7 @@ class Engine:
         self.preemptions = self.prefill_tokens = self.recomputed = self.out_tokens = 0
         self.segs: list[tuple[float, float, int, int, int, int, int]] = []
         self.fast = fast_forward
+        self.horizon = math.inf if horizon_s is None else horizon_s
         self.itl: list[float] = []
         self.itl_w: list[int] = []
 
@@ -121,6 +127,8 @@ class Engine:
         heap = self.heap
         while heap:
             t, prio, _, x = heapq.heappop(heap)
+            if t > self.horizon:  # stopped: requests not done keep NaN times
+                return self._result()
             if prio == ARRIVAL:
                 self.waiting.append(x)
                 if not closed:
@@ -398,10 +406,16 @@ class Engine:
 
 
 def simulate(
-    reqs: Requests, cfg: EngineConfig, evaluate: Evaluator, *, fast_forward: bool = True
+    reqs: Requests,
+    cfg: EngineConfig,
+    evaluate: Evaluator,
+    *,
+    fast_forward: bool = True,
+    horizon_s: float | None = None,
 ) -> SimResult:
     """Run ``reqs`` through the engine ``cfg`` with iteration times from ``evaluate``.
 
     ``fast_forward=False`` steps decode iterations one at a time (the reference the
-    fast-forward is tested against)."""
-    return Engine(reqs, cfg, evaluate, fast_forward).run()
+    fast-forward is tested against). ``horizon_s``: stop at the first event after this time
+    (requests not finished by then keep NaN first-token / finish times)."""
+    return Engine(reqs, cfg, evaluate, fast_forward, horizon_s).run()

@@ -232,7 +232,14 @@ def search_space(
         if top > 0:
             r = top * c.layout.gpus / osl  # the incumbent's capacity per GPU, as this rate
             p = steady_probe(
-                c.cfg, c.evaluate, workload, slo, r, requests=requests, replicas=c.replicas
+                c.cfg,
+                c.evaluate,
+                workload,
+                slo,
+                r,
+                requests=requests,
+                replicas=c.replicas,
+                horizon=True,
             )
             c.beaten_at = r
             if not p.meets(slo):
