@@ -50,6 +50,7 @@ def _timed(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
         "rc": p.returncode,
         "wall_s": time.perf_counter() - t0,
         "cpu_s": _child_cpu() - cpu0,
+        "stdout": p.stdout,
         "stdout_tail": p.stdout[-6000:],
         "stderr_tail": p.stderr[-2000:],
     }
@@ -84,8 +85,9 @@ def run_moeplan(requests: int, timeout: float) -> dict:
            str(q["ttft_ms"]), "--tpot-slo", str(q["tpot_ms"]), "--requests", str(requests),
            "--no-placement", "--json", "--out", out]
     r = _timed(cmd, timeout, env=dict(os.environ))
+    r.pop("stdout_tail")
     try:
-        d = json.loads(r.pop("stdout_tail") if r["rc"] == 0 else "{}")
+        d = json.loads(r.pop("stdout") if r["rc"] == 0 else "{}")
     except json.JSONDecodeError:
         d = {}
     if d:
@@ -107,6 +109,7 @@ def main() -> None:
     res["install"] = install(venv)
     if res["install"]["rc"] == 0:
         res["aiconfigurator_run"] = run_aiconfigurator(venv, args.timeout)
+        res["aiconfigurator_run"].pop("stdout")
     res["moeplan_run"] = run_moeplan(args.requests, args.timeout)
     a, m = res.get("aiconfigurator_run"), res["moeplan_run"]
     if a and a["rc"] == 0 and m["rc"] == 0:
