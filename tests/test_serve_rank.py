@@ -188,3 +188,17 @@ def test_rate_probe_rejects_an_overloaded_run_that_still_meets_percentile_slos()
     heavy = simulate(generate(replace(wl, num_requests=2000).with_rate(47.0)), cfg, _linear)
     assert run_stable(light, slo)
     assert not run_stable(heavy, slo)
+
+
+def test_a_given_rate_above_capacity_never_meets_the_slos(planned):
+    """At a fixed rate twice a deployment's SLO-bound capacity its queue grows: it must not be
+    reported as meeting the SLOs (steady run at the rate, replicas fed round-robin)."""
+    result, cm, wl = planned
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    free = serve_rank(result, cm, wl, slo, rate_given=False)
+    top = max(s.result.max_rate_meeting_slo_rps for s in free.ranked
+              if s.entry.family in ("strategy", "pipeline"))
+    ranking = serve_rank(result, cm, replace(wl, rate=2.0 * top), slo, rate_given=True)
+    for s in ranking.ranked:
+        if s.entry.family in ("strategy", "pipeline"):
+            assert not s.result.meets_slo, s.entry.layout_label
