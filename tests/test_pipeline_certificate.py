@@ -67,8 +67,10 @@ def test_certified_plan_is_within_its_bound_of_the_byte_optimum(seed):
         return
     assert part is not None
     assert cert.lower_bound_s <= best * (1 + 1e-9)  # a true lower bound
-    assert best * (1 - 1e-9) <= part.bottleneck <= cert.lower_bound_s * (1 + cert.gap_bound) * (
-        1 + 1e-9
+    assert (
+        best * (1 - 1e-9)
+        <= part.bottleneck
+        <= cert.lower_bound_s * (1 + cert.gap_bound) * (1 + 1e-9)
     )
     assert part.bottleneck <= best * (1 + 0.002) * (1 + EPS)
 

@@ -29,6 +29,7 @@ from moeplan.specs.hf_config import read_json_file
 DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
 DEFAULT_TPOT_SLO_MS = 100.0
 MAX_REQUESTS = 200_000
+MAX_THINK_MS = 3_600_000.0  # one hour: bounds the simulated clock; no interactive client idles longer
 LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 
 
@@ -104,6 +105,18 @@ def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
 
 
+def _think_s(think_ms: float, concurrency: int | None) -> float:
+    require(
+        math.isfinite(think_ms) and 0 <= think_ms <= MAX_THINK_MS,
+        f"--think-ms ({think_ms}) must be in [0, {MAX_THINK_MS:g}]",
+    )
+    require(
+        think_ms == 0 or concurrency is not None,
+        "--think-ms applies to a closed loop (--concurrency) only",
+    )
+    return think_ms / 1e3
+
+
 def serve_sim(
     model: Annotated[
         str | None, typer.Option(help="Model preset or config.json (default: the plan's).")
@@ -125,8 +138,15 @@ def serve_sim(
     ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Closed loop: requests in flight.")
+        int | None, typer.Option(help="Closed loop: clients, one request in flight each.")
     ] = None,
+    think_ms: Annotated[
+        float,
+        typer.Option(
+            help="Closed loop: mean think time (ms, exponential) before each client's next "
+            "request; 0 = resend at once, as bench_serving --max-concurrency."
+        ),
+    ] = 0.0,
     arrival: Annotated[str, typer.Option(help="poisson or gamma (bursty, see --cv).")] = "poisson",
     cv: Annotated[
         float, typer.Option(help="Gamma arrivals: coefficient of variation of the gaps.")
@@ -212,6 +232,7 @@ def serve_sim(
         isl=_lengths(isl, isl_dist, "isl", 2048),
         osl=_lengths(osl, osl_dist, "osl", 256),
         prefix_hit=prefix_hit,
+        think_s=_think_s(think_ms, concurrency),
         seed=seed,
     )
     require(
@@ -280,6 +301,11 @@ def _check_flags(
     )
     require(max_running is None or max_running >= 1, f"--max-running ({max_running}) must be >= 1")
     require(
+        concurrency is None or 1 <= concurrency <= requests,
+        f"--concurrency ({concurrency}) must be in 1..--requests ({requests}): clients beyond "
+        "the requests simulated would never send one",
+    )
+    require(
         cv == 1.0 or arrival == "gamma",
         f"--cv ({cv}) applies to --arrival gamma only (arrival is {arrival!r})",
     )
@@ -325,6 +351,7 @@ def _payload(
             "osl": w.osl.kind,
             "osl_mean": w.osl.mean,
             "prefix_hit": w.prefix_hit,
+            "think_s": w.think_s,
             "seed": w.seed,
         },
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile},

@@ -106,16 +106,19 @@ class Engine:
         heapq.heappush(self.heap, (t, prio, self.seq, x))
 
     def _push_arrival(self, t: float | None = None) -> None:
+        """Queue the next request: at its own arrival time (open), or ``t`` plus its think
+        time (closed loop: ``t`` is when its client's previous request finished, or 0)."""
         i = self.next_arrival
         if i < len(self.arrival):
             if t is not None:
-                self.arrival[i] = t
+                think = self.r.think_s
+                self.arrival[i] = t + (0.0 if think is None else float(think[i]))
             self._push(self.arrival[i], ARRIVAL, i)
             self.next_arrival = i + 1
 
     def run(self) -> SimResult:
         closed = self.r.closed
-        for _ in range(closed or 1):
+        for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
             self._push_arrival(0.0 if closed else None)
         busy = False
         heap = self.heap

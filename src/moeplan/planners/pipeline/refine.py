@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-INF = float("inf")
-
 from moeplan.planners.pipeline.exact import FrontTooLarge, byte_exact_search
 from moeplan.planners.pipeline.search import Partition, discretize, search_partition
 from moeplan.planners.pipeline.stages import DegreeTables
+
+INF = float("inf")
 
 TOL = 0.002  # certified gap to a lower bound before refining further
 MAX_RESOLUTION = 8192  # units per GPU memory: 16x the default 512
@@ -60,9 +60,7 @@ def _cert(part: Partition | None, low: float, method: str, limit: float) -> Cert
     if part is None:  # infeasible even relaxed: proven infeasible in bytes
         return Certificate(certified=True, lower_bound_s=INF, gap_bound=0.0, method=method)
     gap = max(0.0, part.bottleneck / low - 1) if low > 0 else INF
-    return Certificate(
-        certified=gap <= limit, lower_bound_s=low, gap_bound=gap, method=method
-    )
+    return Certificate(certified=gap <= limit, lower_bound_s=low, gap_bound=gap, method=method)
 
 
 def memory_free_bound(
