@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
+import numpy as np
+
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
@@ -241,6 +243,25 @@ class CostModel:
             / (1 if model.attention == "mla" else min(tp, model.num_kv_heads))
         )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
+
+    def decode_core_prices(
+        self, model: ModelSpec, num_seqs: int, ctxs: list[int], tp: int = 1,
+        layer: int | None = None,
+    ) -> list[float]:
+        """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
+        vectorised kernel-table query; not counted in the pricing provenance)."""
+        if self._kdb is None or num_seqs <= 0:
+            return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
+        sliding = layer is not None and model.is_sliding_layer(layer)
+        op, shape, _ = attention_query(model, num_seqs, 1, 1, tp, sliding)
+        n = len(ctxs)
+        cols = {k: [v] * n for k, v in shape.items()}
+        cols["step"] = [max(0, c - 1) for c in ctxs]
+        assert self.engine is not None
+        preds = self._kdb.predict_many(
+            op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
+        )
+        return [p.seconds for p in preds]
 
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int

@@ -53,14 +53,6 @@ class EngineConfig:
             object.__setattr__(self, "kv_tokens_per_rank", self.kv_tokens)
 
 
-def bucket(ctx: int) -> int:
-    """``ctx`` rounded to a grid of relative step 1/32 (exact below 64): the memo key."""
-    s = ctx.bit_length() - 6
-    if s <= 0:
-        return ctx
-    return ((ctx >> s) << s) + (1 << (s - 1))
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SimResult:
     """Everything a run produced (times in seconds, counts in tokens unless named)."""

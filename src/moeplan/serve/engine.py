@@ -21,8 +21,10 @@ counted separately as recomputed tokens). The pool is never over-committed (chec
 Timing: the last prefill chunk of a request produces its first token (TTFT = end of that
 iteration); each later decode step produces one token. Iteration times come from an
 evaluator ``Batch -> seconds`` (:class:`moeplan.serve.iteration.IterationModel` or a test
-fake); decode contexts are bucketed before the call (:func:`bucket`): relative error of the
-context at most 1/64, exact below 64 tokens.
+fake); decode contexts and prefill chunks' contexts are both rounded to the grid of
+:func:`bucket` before the call (the midpoint of a cell of relative width 1/64 to 1/32: error
+at most 1/64 of the context either way, exact below 64 tokens; a prefill chunk ending at
+2,048 tokens is priced at 2,080).
 
 Events are kept on a heap keyed ``(time, priority, seq)``: at equal times arrivals
 (priority 0) are queued before an iteration end (1) schedules the next batch, so a request
