@@ -1,4 +1,5 @@
-"""The engine's inputs and outputs: scheduler knobs, the memo-key bucketing, a run's record.
+"""The engine's inputs and outputs: scheduler knobs and a run's record (the memo-key grid is in
+:mod:`.grid`).
 
 Kept apart from :mod:`moeplan.serve.engine` (the event loop) so planners and the CLI can
 build configurations and read results without the scheduler; see that module for the

@@ -43,7 +43,8 @@ from collections import deque
 import numpy as np
 
 from moeplan.errors import require
-from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult, bucket
+from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult
+from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
 

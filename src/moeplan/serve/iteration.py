@@ -209,7 +209,7 @@ class IterationModel:
 
     def _decode_core(self, seqs: int, ctx: int, sliding: bool) -> float:
         """Decode attention core of ``seqs`` sequences at mean context ``ctx``, made
-        non-decreasing in ``ctx`` over the engine's context grid (:func:`.config.bucket_grid`):
+        non-decreasing in ``ctx`` over the engine's context grid (:func:`.grid.bucket_grid`):
         the price at ``ctx`` or at any grid context below it, whichever is larger. A decode
         step reads every cached key, so it cannot get cheaper with more keys; the kernel
         prices can (up to 7 % on A100 at a measured line's end, 32,767 -> 33,279 keys, where
