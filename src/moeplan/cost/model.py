@@ -347,6 +347,18 @@ class CostModel:
             tokens_per_expert, 2 * i, h, num_local_experts, w
         ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts, w)
 
+    def warm_expert_ffn(
+        self, model: ModelSpec, tokens_per_expert: list[float], num_local_experts: float,
+        tp: int = 1,
+    ) -> None:
+        """Price :meth:`expert_ffn` for many loads at once (one vectorised kernel-table pass;
+        later calls are memo hits with the same answers). A no-op without kernel tables."""
+        if self._kdb is None:
+            return
+        shapes = [moe_shape(model, x, num_local_experts, tp) for x in tokens_per_expert]
+        assert self.engine is not None
+        self._kdb.warm("moe", self._device, self.engine, [s for s in shapes if s is not None])
+
     def _swiglu(self, tokens: float, inter: float, tp: int, h: int, w: ModuleQuant) -> float:
         if inter <= 0 or tokens <= 0:
             return 0.0
