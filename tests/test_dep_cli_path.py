@@ -74,3 +74,22 @@ def test_the_report_says_what_the_user_waited_for(setup):
     d = report_dict(r)
     assert d["wall_ms"] >= d["search_ms"] + d["warmup_ms"] - 1e-6
     assert d["search_ms"] >= d["solve_ms"]
+
+
+def test_a_batch_cap_no_engine_runs_is_refused_in_one_line(setup):
+    from moeplan.errors import MoeplanError
+
+    m, cl, cm = setup
+    with pytest.raises(MoeplanError, match=r"max batch \(1000000000\) must be in 1\.\.4096"):
+        plan_dep(m, cl, cm, seq_len=1024, ag=3, eg=5, layers=8, batch=10**9)
+
+
+def test_a_batch_cap_whose_baselines_are_intractable_is_refused_before_planning():
+    """findep-d, 128-token prompts, cap 4,096: PPPipe's brute force over (ma, r1) on 31 splits
+    ran past 300 s; now refused after counting the grid (no schedule priced)."""
+    from moeplan.errors import MoeplanError
+
+    cl = load_cluster("findep-d")
+    cm = engine_cost_model(cl, None, engine="sglang")
+    with pytest.raises(MoeplanError, match="lower --max-batch"):
+        plan_dep(load_model("deepseek-v2"), cl, cm, seq_len=128, layers=8, batch=4096)
