@@ -19,11 +19,12 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError, check_int, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
 from moeplan.specs import load_cluster, load_model
+from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from moeplan.specs.hf_config import read_json_file
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
@@ -44,35 +45,75 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "
             "simulates one engine; `moeplan plan` simulates its prefill and decode pools"
         )
-    try:
-        if plan.family == "strategy":
-            return ServeLayout(
-                attn_tp=int(lay["attn"]["tp"]),
-                attn_dp=int(lay["attn"]["dp"]),
-                moe_tp=int(lay["moe"]["tp"]),
-                moe_ep=int(lay["moe"]["ep"]),
-                pp=int(lay.get("pp", 1)),
-            )
-        if plan.family == "pipeline":
-            mods = [m for s in lay["stages"] for m in s["modules"]]
-            attn = [(int(m["tp"]), int(m["dpmoe"])) for m in mods if m["kind"] == "attn"]
-            moe = [
-                (int(m["tp"]), int(m["ep"]) * int(m["dpmoe"])) for m in mods if m["kind"] == "moe"
-            ]
-            a = max(set(attn), key=attn.count) if attn else (1, 1)
-            e = max(set(moe), key=moe.count) if moe else a
-            return ServeLayout(
-                attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=int(lay["pp"])
-            )
-    except (KeyError, TypeError, ValueError) as err:
-        raise MoeplanError(
-            f"plan.layout is malformed for family {plan.family!r}: {type(err).__name__}: {err}"
-        ) from None
+    if plan.family == "strategy":
+        attn, moe = _section(lay, "attn"), _section(lay, "moe")
+        return ServeLayout(
+            attn_tp=_degree("attn.tp", attn.get("tp")),
+            attn_dp=_degree("attn.dp", attn.get("dp")),
+            moe_tp=_degree("moe.tp", moe.get("tp")),
+            moe_ep=_degree("moe.ep", moe.get("ep")),
+            pp=_degree("pp", lay.get("pp", 1)),
+        )
+    if plan.family == "pipeline":
+        return _pipeline_layout(lay)
     raise MoeplanError(
         f"plan.family ({plan.family!r}) is not simulated by serve-sim: only "
         "strategy and pipeline plans (attention-FFN disaggregated serving of a "
         "dep plan is not modelled); give the layout with --attn-tp ... instead"
     )
+
+
+# a parallel degree past every GPU a cluster spec can hold is corrupt (specs/cluster.py)
+MAX_DEGREE = MAX_NODES * MAX_GPUS_PER_NODE
+MODULE_KINDS = ("attn", "moe", "mlp")  # what the pipeline planner writes (planners/pipeline)
+
+
+def _degree(field: str, value: Any) -> int:
+    """A parallel degree read from plan.json: a JSON integer in 1..MAX_DEGREE (no strings,
+    fractions or booleans: a plan moeplan wrote holds integers)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MoeplanError(f"plan.layout.{field} ({value!r}) must be an integer")
+    return check_int(f"plan.layout.{field}", value, 1, MAX_DEGREE)
+
+
+def _section(lay: Any, key: str) -> dict:
+    require(isinstance(lay, dict), "plan.layout must be a JSON object")
+    sec = lay.get(key)
+    require(isinstance(sec, dict), f"plan.layout.{key} ({sec!r}) must be a JSON object")
+    return sec
+
+
+def _pipeline_layout(lay: Any) -> ServeLayout:
+    """A pipeline plan's serving layout: each block's most common module choice."""
+    require(isinstance(lay, dict), "plan.layout must be a JSON object")
+    stages = lay.get("stages")
+    require(
+        isinstance(stages, list) and len(stages) >= 1,
+        "plan.layout.stages must be a non-empty list",
+    )
+    attn, moe = [], []
+    for j, st in enumerate(stages):
+        mods = st.get("modules") if isinstance(st, dict) else None
+        require(
+            isinstance(mods, list) and len(mods) >= 1,
+            f"plan.layout.stages[{j}].modules must be a non-empty list",
+        )
+        for i, m in enumerate(mods):
+            where = f"stages[{j}].modules[{i}]"
+            require(isinstance(m, dict), f"plan.layout.{where} must be a JSON object")
+            kind = m.get("kind")
+            require(kind in MODULE_KINDS, f"plan.layout.{where}.kind ({kind!r}) must be one of "
+                    f"{', '.join(MODULE_KINDS)}")
+            tp, dp = _degree(f"{where}.tp", m.get("tp")), _degree(f"{where}.dpmoe", m.get("dpmoe"))
+            if kind == "attn":
+                attn.append((tp, dp))
+            elif kind == "moe":
+                moe.append((tp, _degree(f"{where}.ep", m.get("ep")) * dp))
+    a = max(set(attn), key=attn.count) if attn else (1, 1)
+    e = max(set(moe), key=moe.count) if moe else a
+    pp = _degree("pp", lay.get("pp"))
+    require(pp == len(stages), f"plan.layout.pp ({pp}) must equal its stages ({len(stages)})")
+    return ServeLayout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
 
 
 def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> LengthDist:
