@@ -79,6 +79,12 @@ def run_command(
     from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
+    if trace is not None:  # not a device, FIFO or folder: refused before any process starts
+        from moeplan.io import check_target
+        from moeplan.runtime.runner import predicted_path
+
+        check_target(trace)
+        check_target(predicted_path(trace))
     check_int("--tokens", tokens, 1, MAX_TOKENS)
     for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
