@@ -32,6 +32,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from moeplan.errors import MoeplanError, require, show
 from moeplan.io_recover import lock_folder, recover
@@ -70,6 +71,39 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     if os.path.lexists(parent) and not parent.is_dir():
         raise MoeplanError(f"output path ({target}): its folder ({parent}) is not a folder")
     return target
+
+
+def check_regular_file(path: str | os.PathLike[str], what: str) -> os.stat_result:
+    """The stat of ``path`` when it is a regular file (after symlinks); else one line naming
+    ``what`` and the path. A FIFO, device or folder is refused before anything opens it (a
+    FIFO would block the reader forever)."""
+    text = str(path)
+    require("\x00" not in text, f"{what} ({show(text)}) must not contain a NUL byte")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MoeplanError(f"{what} ({path}) does not exist") from None
+    except OSError as err:
+        raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MoeplanError(f"{what} ({path}) must be a regular file, not {_kind(st.st_mode)}")
+    return st
+
+
+def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, checked on the open descriptor
+    (opened non-blocking, so a FIFO swapped in after a check cannot block); one line else."""
+    check_regular_file(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as err:
+        raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise MoeplanError(f"{what} ({path}) must be a regular file, not {_kind(st.st_mode)}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _kind(mode: int) -> str:
