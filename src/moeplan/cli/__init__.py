@@ -47,13 +47,17 @@ def _quiet_sigint() -> object:
 _previous_sigint = _quiet_sigint()  # imports below take seconds (typer, rich, NumPy, ...)
 
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import importlib  # noqa: E402
 import pkgutil  # noqa: E402
 import warnings  # noqa: E402
+from typing import Any  # noqa: E402
 
 import typer  # noqa: E402
+import typer.main  # noqa: E402
 
-from moeplan.errors import MoeplanError, Terminated, sigterm_raises  # noqa: E402
+from moeplan.cli._bounds import guard_numbers  # noqa: E402
+from moeplan.errors import MoeplanError, Terminated, show, sigterm_raises  # noqa: E402
 from moeplan.textsafe import escape_controls, register_fallback  # noqa: E402
 
 DEBUG_FLAG = "--debug"
@@ -89,6 +93,20 @@ def _global(
 ) -> None:
     """Plan, verify, show, export and run Mixture-of-Experts serving across many GPUs."""
     del debug  # handled by main() before parsing
+
+
+@functools.cache
+def _command() -> Any:
+    """The Click command tree of :data:`app`, built once, every numeric flag bounded
+    (:mod:`moeplan.cli._bounds`)."""
+    return guard_numbers(typer.main.get_command(app))
+
+
+def _no_nul(args: list[str]) -> None:
+    """A NUL byte cannot be in a path or a name: refused before any flag is read."""
+    for i, a in enumerate(args):
+        if "\x00" in a:
+            raise MoeplanError(f"argument {i + 1} ({show(a)}) must not contain a NUL byte")
 
 
 def _fail(message: str, code: int) -> None:
@@ -151,7 +169,8 @@ def _main(args: list[str]) -> None:
         debug, args = True, args[1:]
     with warnings.catch_warnings(record=not debug) as caught, sigterm_raises():
         try:
-            rc = app(args=args, standalone_mode=False)  # returns typer.Exit's code here
+            _no_nul(args)
+            rc = _command()(args=args, standalone_mode=False)  # returns typer.Exit's code
         except MoeplanError as err:
             _fail(f"error: {err}", 2)
         except (typer.Abort, KeyboardInterrupt):

@@ -118,6 +118,7 @@ def run_command(
     )
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
     _check_gpus(world)
+    _check_capacity(doc, world, opts)
     reports = spawn_world(
         spawned_rank,
         world,
@@ -126,6 +127,17 @@ def run_command(
         grace_s=RUN_GRACE_S,
     )
     _finish(reports, world, as_json)
+
+
+def _check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
+    """Ranks and memory this machine cannot hold: one line before any process starts."""
+    from moeplan.runtime.capacity import check_capacity
+    from moeplan.runtime.mesh import as_plan
+    from moeplan.runtime.options import resolve
+    from moeplan.runtime.runner import model_config
+
+    p = as_plan(doc)
+    check_capacity(world, model_config(p, resolve(p, opts)), opts.tokens)
 
 
 def _check_gpus(world: int) -> None:
