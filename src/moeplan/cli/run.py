@@ -79,6 +79,10 @@ def run_command(
     from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
+    for w in weights or ():  # regular files (a FIFO would block every rank)
+        from moeplan.io import check_regular_file
+
+        check_regular_file(w, "--weights")
     if trace is not None:  # not a device, FIFO or folder: refused before any process starts
         from moeplan.io import check_target
         from moeplan.runtime.runner import predicted_path
