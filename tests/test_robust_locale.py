@@ -135,3 +135,11 @@ def test_ctrl_c_while_modules_load_is_one_line_and_130(after):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert (p.returncode, err) == (130, b"moeplan: aborted\n") or p.returncode == 0, err
+
+
+def test_control_characters_in_an_error_line_are_escaped(capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["inspect", "/nonexistent/\x1b]0;TITLE\x07\x1b[2J/config.json"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and "\x1b" not in err and "\x07" not in err
+    assert "\\x1b]0;TITLE" in err and len(err.strip().splitlines()) == 1
