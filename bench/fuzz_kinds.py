@@ -101,7 +101,7 @@ def number_cases(rng: random.Random, tmp: Path, n: int) -> list[Case]:
         for flag in ("--isl-dist", "--osl-dist"):
             argv = _fill(BASE["serve-sim"], tmp) + [flag, g]
             out.append((f"serve-sim {flag} {g[:16]}", argv, "2", {}))
-    for alpha in ("1e308", "inf", "nan", "-1", "1", "0", "1e-320", "101"):
+    for alpha in ("1e308", "inf", "nan", "-1", "1", "0", "-1e-320", "101"):
         argv = ["cost", "moe", "--num-tokens", "64", "--hidden-size", "2048", "--inter-size",
                 "768", "--topk", "8", "--num-experts", "128", "--distribution",
                 f"power_law_{alpha}"]  # fmt: skip
