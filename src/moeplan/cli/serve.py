@@ -20,6 +20,7 @@ from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
 from moeplan.errors import MoeplanError, check_int, require
+from moeplan.io import check_target
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
@@ -249,6 +250,8 @@ def serve_sim(
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs."""
+    if trace_out:
+        check_target(trace_out)  # not a device, FIFO or folder: refused before the work
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )

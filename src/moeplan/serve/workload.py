@@ -30,6 +30,7 @@ per cent between nearby rates (46 % of 1,500 requests got a lower TTFT from 18.6
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -67,25 +68,29 @@ class LengthDist:
 
     @classmethod
     def parse(cls, text: str) -> LengthDist:
-        """``"512"``, ``"fixed:512"``, ``"uniform:128:1024"``, ``"lognormal:512:0.8"``."""
+        """``"512"``, ``"fixed:512"``, ``"uniform:128:1024"``, ``"lognormal:512:0.8"``; every
+        number finite, token counts whole numbers in ``1..MAX_LENGTH``, ``sigma`` in
+        ``(0, MAX_SIGMA]`` (one line naming the part and the rule otherwise)."""
         parts = text.strip().split(":")
-        try:
-            if len(parts) == 1:
-                return cls(kind="fixed", mean=int(parts[0]))
-            kind, args = parts[0], [float(p) for p in parts[1:]]
-        except ValueError:
-            raise_bad(text)
+        if len(parts) == 1:
+            return cls(kind="fixed", mean=_tokens(text, parts[0]))
+        kind, args = parts[0], parts[1:]
         if kind == "fixed" and len(args) == 1:
-            return cls(kind="fixed", mean=int(args[0]))
+            return cls(kind="fixed", mean=_tokens(text, args[0]))
         if kind == "uniform" and len(args) == 2:
-            lo, hi = int(args[0]), int(args[1])
+            lo, hi = _tokens(text, args[0]), _tokens(text, args[1])
             return cls(kind="uniform", mean=max(1, (lo + hi) // 2), low=lo, high=hi)
         if kind == "lognormal" and len(args) in (2, 3):
+            sigma = _number(text, args[1])
+            require(
+                0 < sigma <= MAX_SIGMA,
+                f"length ({text!r}) sigma ({args[1]}) must be in (0, {MAX_SIGMA:g}]",
+            )
             return cls(
                 kind="lognormal",
-                mean=int(args[0]),
-                sigma=args[1],
-                high=int(args[2]) if len(args) == 3 else 0,
+                mean=_tokens(text, args[0]),
+                sigma=sigma,
+                high=_tokens(text, args[2]) if len(args) == 3 else 0,
             )
         raise_bad(text)
 
@@ -105,6 +110,33 @@ class LengthDist:
         if self.kind == "uniform" or self.high:
             return self.high
         return int(self.mean * np.exp(4 * self.sigma))
+
+
+#: Largest token count a length distribution names: 2^30, the longest context a model
+#: config may state (moeplan.specs.limits.MAX_CONTEXT).
+MAX_LENGTH = 2**30
+#: Largest lognormal sigma: e^(4 * 8) = 8e13 times the median at the distribution's stated
+#: maximum (``LengthDist.max``) is already beyond every context; more only overflows.
+MAX_SIGMA = 8.0
+
+
+def _number(text: str, part: str) -> float:
+    try:
+        v = float(part)
+    except ValueError:
+        raise_bad(text)
+    require(math.isfinite(v), f"length ({text!r}) part {part!r} must be a finite number")
+    return v
+
+
+def _tokens(text: str, part: str) -> int:
+    """A token count of the grammar: a whole number in 1..MAX_LENGTH."""
+    v = _number(text, part)
+    require(
+        v == int(v) and 1 <= v <= MAX_LENGTH,
+        f"length ({text!r}) part {part!r} must be a whole number of tokens in 1..{MAX_LENGTH}",
+    )
+    return int(v)
 
 
 def raise_bad(text: str) -> NoReturn:
