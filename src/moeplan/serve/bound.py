@@ -49,7 +49,7 @@ from moeplan.serve.workload import ServeWorkload
 GRID = 1.125  # ratio of the batch / chunk grid above FINE_FROM: the bound is loose by <= 12.5 %
 FINE_FROM = 64  # below it the grid doubles (those intervals never hold the maximum in practice)
 TPOT_PERCENTILE = 90.0  # the TPOT cut applies at SLO percentiles >= this (docstring)
-BUCKET_MARGIN = 1.0 / 32  # the engine's context bucketing (serve.config.bucket) rounds by <= 1/32
+BUCKET_MARGIN = 1.0 / 32  # the engine's context grid (serve.grid.bucket) rounds down by <= 1/64
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,8 +85,14 @@ def _throughput(values: list[int], time) -> float:  # type: ignore[no-untyped-de
 
 
 def _prefill_batch(c: int, q: int) -> Batch:
+    """``c`` prompt tokens as pieces of ``q`` tokens, each at the lowest context the engine's
+    grid can price it at (:data:`BUCKET_MARGIN` below its own length)."""
+
+    def low(n: int) -> int:
+        return max(n, 1) if n < 64 else math.floor(n * (1 - BUCKET_MARGIN))
+
     k, rem = divmod(c, q)
-    items = ((q, q),) * k + (((rem, rem),) if rem else ())
+    items = ((q, low(q)),) * k + (((rem, low(rem)),) if rem else ())
     return Batch(0, 0, items)
 
 
