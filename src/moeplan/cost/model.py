@@ -219,10 +219,8 @@ class CostModel:
             return 0.0
         if self._kdb is not None:
             sliding = layer is not None and model.is_sliding_layer(layer)
-            op, shape, factor = attention_query(
-                model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding
-            )
-            return factor * self._kernel(op, shape)
+            queries = attention_query(model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding)
+            return max(self._kernel(op, shape) for op, shape in queries)
         keys = ctx_len - (q_len - 1) / 2.0  # mean keys per query under the causal mask
         if layer is not None and model.is_sliding_layer(layer):
             keys = min(keys, model.sliding_window)
