@@ -115,64 +115,50 @@ class ServeLayout:
             require(ok, msg)
         return self
 
+    def memory_shape(self, model: ModelSpec) -> mem.InstanceShape:
+        """This layout as the memory model sees it (:class:`moeplan.cost.memory.InstanceShape`):
+        experts per GPU, the all-to-all's ``top_k`` tokens per token, no fused rounds."""
+        return mem.InstanceShape(
+            attn_tp=self.attn_tp,
+            attn_dp=self.attn_dp,
+            moe_tp=self.moe_tp,
+            moe_ep=self.moe_ep,
+            pp=self.pp,
+            dense_tp=self.dense_tp,
+            local_experts=model.num_experts / self.moe_ep,
+            k=model.top_k,
+        )
+
 
 def stage_layers(model: ModelSpec, pp: int) -> list[range]:
-    """Decoder layers of each pipeline stage: contiguous, counts differing by at most one."""
-    base, extra = divmod(model.num_layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        n = base + (1 if s < extra else 0)
-        out.append(range(start, start + n))
-        start += n
-    return out
+    """Decoder layers of each pipeline stage (:func:`moeplan.cost.memory.stage_layers`)."""
+    return mem.stage_layers(model.num_layers, pp)
 
 
 def stage_weight_bytes(
     model: ModelSpec, layout: ServeLayout, layers: range, first: bool, last: bool
 ) -> float:
-    """Weights on one GPU of the stage holding ``layers``."""
-    lay = layout
-    ep_local = model.num_experts / lay.moe_ep
-    total = 0.0
-    for i in layers:
-        total += mem.attn_weight_bytes(model, lay.attn_tp)
-        if model.is_moe_layer(i):
-            total += mem.expert_weight_bytes(model, ep_local, lay.moe_tp) + mem.shared_weight_bytes(
-                model, lay.attn_tp
-            )
-        else:
-            total += mem.dense_mlp_weight_bytes(model, lay.dense_tp)
-    emb = mem.embedding_bytes(model, lay.attn_tp)
-    share = (0.5 if first else 0.0) + (0.5 if last else 0.0)  # embedding first, lm-head last
-    return total + emb * share
+    """Weights on one GPU of the stage holding ``layers`` (:func:`moeplan.cost.memory.stage_weights`)."""
+    return mem.stage_weights(model, layout.memory_shape(model), layers, first, last)
 
 
 def kv_capacity_tokens(
     model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
-    activations of ``token_budget`` tokens, all-to-all buffers and the reserve.
+    activations of a step of ``token_budget`` tokens, all-to-all buffers and the reserve
+    (:func:`moeplan.cost.memory.kv_capacity`, the model the strategy planner's fit check
+    uses too).
 
     Raises :class:`MoeplanError` when the weights alone do not fit.
     """
     lay = layout
-    w = lay.stage_gpus
-    best = None
-    stages = stage_layers(model, lay.pp)
-    for s, layers in enumerate(stages):
-        weights = stage_weight_bytes(model, lay, layers, s == 0, s == lay.pp - 1)
-        per_rank_tokens = -(-token_budget // lay.attn_dp)
-        act = mem.activation_bytes(model, per_rank_tokens, lay.attn_tp)
-        buffers = mem.a2a_buffer_bytes(model, -(-token_budget // w), model.top_k)
-        free = cluster.gpu.mem_bytes - weights - act - buffers - mem.RESERVED_BYTES
-        if free <= 0:
-            need = (weights + act + buffers + mem.RESERVED_BYTES) / 1024**3
-            raise MoeplanError(
-                f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
-                f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
-            )
-        per_token = mem.kv_bytes_per_token_layer(model, lay.attn_tp) * len(layers)
-        tokens = int(free // per_token)
-        best = tokens if best is None else min(best, tokens)
-    assert best is not None
-    return best
+    tokens, need = mem.kv_capacity(
+        model, lay.memory_shape(model), cluster.gpu.mem_bytes, token_budget
+    )
+    if tokens <= 0:
+        raise MoeplanError(
+            f"layout ({lay.label}) needs {need / 1024**3:.1f} GiB per GPU before any KV cache; "
+            f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
+        )
+    return tokens

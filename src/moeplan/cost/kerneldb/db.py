@@ -45,7 +45,7 @@ from moeplan.cost.kerneldb.families import (
     Features,
 )
 from moeplan.cost.kerneldb.fit import Analytic
-from moeplan.cost.kerneldb.sources import Prediction, Source
+from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
