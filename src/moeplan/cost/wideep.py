@@ -20,9 +20,14 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   destination rank; low-latency kernels send every routed copy (``k`` per token) straight to
   its rank, ``(ep - g) / ep`` of them over RDMA. The busiest receiver's bytes scale by ``imb``.
 
+Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs (``DEEPEP_SMS``, the
+tables' setting) while the other micro-batch computes, and SGLang runs DeepGEMM on the rest
+(``configure_deep_gemm_num_sms(total - deepep SMs)`` in two_batch_overlap.py): the GEMMs of
+an overlapped prefill take ``SMs / (SMs - DEEPEP_SMS)`` longer (:func:`tbo_gemm_factor`);
+low-latency (decode) kernels leave DeepGEMM every SM there.
+
 Departures: uniform routing for the distinct-node count (DeepSeek-V3's node-limited routing
-caps it at 4 nodes, which uniform routing over <= 4 nodes respects); DeepEP normal's SMs are
-not taken from the concurrent GEMMs under two-batch overlap. Pure: no I/O.
+caps it at 4 nodes, which uniform routing over <= 4 nodes respects). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import numpy as np
 from moeplan.cost.kerneldb.base import BF16
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, _link_seconds, dest_ranks
 from moeplan.cost.kerneldb.families import EXPLICIT
+from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.errors import MoeplanError
@@ -48,6 +54,14 @@ if TYPE_CHECKING:
 PHASES = ("context", "generation")
 FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
 FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
+
+
+def tbo_gemm_factor(device: Device, phase: str) -> float:
+    """Slow-down of the GEMMs of an overlapped micro-batch (module docstring)."""
+    if phase != "context":
+        return 1.0
+    sms = sm_count(device)
+    return sms / (sms - int(DEEPEP_SMS))
 
 
 class WideMoE(NamedTuple):
@@ -83,6 +97,9 @@ class WideEP:
         self._note = note or (lambda op, p: None)
         self._memo: dict[tuple, WideMoE] = {}
         self._models: dict[int, ModelSpec] = {}
+
+    def tbo_gemm_factor(self, phase: str) -> float:
+        return tbo_gemm_factor(self._device, phase)
 
     def moe(
         self,
