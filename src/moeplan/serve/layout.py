@@ -35,6 +35,10 @@ class ServeLayout:
     pp: int = 1
     micro_batches: int = 0  # 0: one micro-batch per stage (vLLM/SGLang's default for PP)
     dense_tp: int = 0  # 0: same as attn_tp
+    #: extra expert replicas per MoE layer (EPLB's redundant experts, SGLang
+    #: ``--ep-num-redundant-experts``): ``num_experts + redundant_experts`` physical experts
+    #: split evenly over ``moe_ep``
+    redundant_experts: int = 0
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +65,14 @@ class ServeLayout:
         )
         if self.dense_tp == 0:
             object.__setattr__(self, "dense_tp", self.attn_tp)
+        require(
+            isinstance(self.redundant_experts, int) and self.redundant_experts >= 0,
+            f"layout.redundant_experts ({self.redundant_experts!r}) must be an integer >= 0",
+        )
+        require(
+            self.redundant_experts == 0 or self.moe_ep > 1,
+            f"--redundant-experts ({self.redundant_experts}) needs moe_ep > 1",
+        )
         object.__setattr__(self, "gpus", w * self.pp)
 
     @property
@@ -71,10 +83,12 @@ class ServeLayout:
     @property
     def label(self) -> str:
         s = f"attn TP{self.attn_tp}xDP{self.attn_dp} / MoE TP{self.moe_tp}xEP{self.moe_ep}"
+        s += f"+R{self.redundant_experts}" if self.redundant_experts else ""
         return s + (f" / PP{self.pp}x{self.micro_batches}mb" if self.pp > 1 else "")
 
     def to_dict(self) -> dict[str, int]:
-        return {
+        extra = {"redundant_experts": self.redundant_experts} if self.redundant_experts else {}
+        return extra | {
             "attn_tp": self.attn_tp,
             "attn_dp": self.attn_dp,
             "moe_tp": self.moe_tp,
@@ -94,8 +108,11 @@ class ServeLayout:
                 f"attn_tp ({self.attn_tp})",
             ),
             (
-                model.num_experts % self.moe_ep == 0,
-                f"model.num_experts ({model.num_experts}) must be divisible by moe_ep ({self.moe_ep})",
+                (model.num_experts + self.redundant_experts) % self.moe_ep == 0,
+                f"model.num_experts ({model.num_experts}) must be divisible by moe_ep ({self.moe_ep})"
+                if not self.redundant_experts
+                else f"--moe-ep ({self.moe_ep}) must divide num_experts + redundant experts "
+                f"({model.num_experts} + {self.redundant_experts})",
             ),
             (
                 model.moe_intermediate_size % self.moe_tp == 0,
@@ -125,7 +142,7 @@ class ServeLayout:
             moe_ep=self.moe_ep,
             pp=self.pp,
             dense_tp=self.dense_tp,
-            local_experts=model.num_experts / self.moe_ep,
+            local_experts=(model.num_experts + self.redundant_experts) / self.moe_ep,
             k=model.top_k,
         )
 
