@@ -39,6 +39,10 @@ class ServeLayout:
     #: ``--ep-num-redundant-experts``): ``num_experts + redundant_experts`` physical experts
     #: split evenly over ``moe_ep``
     redundant_experts: int = 0
+    #: MixServe's fused AR-A2A (Algorithms 1-2: AG-Dispatch, RS-Combine): MoE TP = one
+    #: node's GPUs, EP = the stage's nodes, the inter-node rounds overlapped with the
+    #: intra-node collectives (:mod:`moeplan.serve.fused`)
+    fused: bool = False
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,11 @@ class ServeLayout:
             self.redundant_experts == 0 or self.moe_ep > 1,
             f"--redundant-experts ({self.redundant_experts}) needs moe_ep > 1",
         )
+        require(
+            isinstance(self.fused, bool) and (not self.fused or min(self.moe_tp, self.moe_ep) > 1),
+            f"layout.fused ({self.fused!r}) needs moe_tp > 1 and moe_ep > 1 "
+            f"(got moe_tp {self.moe_tp}, moe_ep {self.moe_ep})",
+        )
         object.__setattr__(self, "gpus", w * self.pp)
 
     @property
@@ -84,10 +93,14 @@ class ServeLayout:
     def label(self) -> str:
         s = f"attn TP{self.attn_tp}xDP{self.attn_dp} / MoE TP{self.moe_tp}xEP{self.moe_ep}"
         s += f"+R{self.redundant_experts}" if self.redundant_experts else ""
+        s += " fused" if self.fused else ""
         return s + (f" / PP{self.pp}x{self.micro_batches}mb" if self.pp > 1 else "")
 
     def to_dict(self) -> dict[str, int]:
-        extra = {"redundant_experts": self.redundant_experts} if self.redundant_experts else {}
+        extra: dict[str, int] = (
+            {"redundant_experts": self.redundant_experts} if self.redundant_experts else {}
+        )
+        extra |= {"fused": True} if self.fused else {}
         return extra | {
             "attn_tp": self.attn_tp,
             "attn_dp": self.attn_dp,
@@ -124,6 +137,16 @@ class ServeLayout:
                 f"layout.pp ({self.pp}) must be <= model.num_layers ({model.num_layers})",
             ),
             (
+                not self.fused
+                or (
+                    self.moe_tp == cluster.gpus_per_node
+                    and self.stage_gpus == self.moe_ep * cluster.gpus_per_node
+                ),
+                f"layout.fused needs moe_tp ({self.moe_tp}) = GPUs per node "
+                f"({cluster.gpus_per_node}) and one EP rank per node of the stage "
+                f"(moe_ep {self.moe_ep})",
+            ),
+            (
                 self.gpus <= cluster.num_gpus,
                 f"layout gpus ({self.gpus}) must be <= cluster GPUs ({cluster.num_gpus})",
             ),
@@ -134,7 +157,7 @@ class ServeLayout:
 
     def memory_shape(self, model: ModelSpec) -> mem.InstanceShape:
         """This layout as the memory model sees it (:class:`moeplan.cost.memory.InstanceShape`):
-        experts per GPU, the all-to-all's ``top_k`` tokens per token, no fused rounds."""
+        experts per GPU (redundant ones included), ``top_k`` all-to-all copies per token."""
         return mem.InstanceShape(
             attn_tp=self.attn_tp,
             attn_dp=self.attn_dp,
@@ -144,6 +167,7 @@ class ServeLayout:
             dense_tp=self.dense_tp,
             local_experts=(model.num_experts + self.redundant_experts) / self.moe_ep,
             k=model.top_k,
+            fused=self.fused,
         )
 
 
