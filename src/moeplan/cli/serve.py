@@ -2,7 +2,8 @@
 
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
-attention–FFN disaggregated and is not simulated by this engine model, said in one line).
+attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
+is a prefill/decode pair of pools (``--pd``, :mod:`moeplan.cli.serve_pd`).
 Thin: parse → specs → :func:`moeplan.serve.evaluate_layout` → print. The engine knobs
 (running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
 ``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
@@ -19,6 +20,7 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, pd_line, read_pd, run_pd
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
@@ -115,6 +117,7 @@ def serve_sim(
     plan: Annotated[
         str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
     ] = None,
+    pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
     attn_dp: Annotated[int | None, typer.Option(help="Attention DP degree (default 1).")] = None,
     moe_tp: Annotated[int | None, typer.Option(help="MoE TP degree (default 1).")] = None,
@@ -191,7 +194,15 @@ def serve_sim(
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
-    layout, the_plan = _layout(plan, flags)
+    deployment = None
+    if pd is not None:
+        given = [k for k, v in flags.items() if v is not None] + (["plan"] if plan else [])
+        require(not given, f"--pd and --{given[0].replace('_', '-') if given else ''} are exclusive")
+        check_pd_flags(concurrency, chunk_tokens, max_running, trace_out)
+        deployment, the_plan = read_pd(pd)
+        layout = deployment.prefill
+    else:
+        layout, the_plan = _layout(plan, flags)
     require(bool(model or the_plan), "--model is required without --plan")
     require(bool(cluster or the_plan), "--cluster is required without --plan")
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
@@ -221,6 +232,18 @@ def serve_sim(
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    if deployment is not None:
+        rp, extra = run_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
+                           requests=requests)
+        out = _payload(m.name, c.name, rp, w, slo, extra["rate_simulated_rps"], engine)
+        out.update(extra, pricing=pricing(cm))
+        if json_out:
+            print_json(out)
+        else:
+            _print_human(out, rp)
+            console.print(pd_line(deployment, rp))
+            console.print(pricing_line(out["pricing"]))
+        return
     r = evaluate_layout(  # the rate search runs on the same request stream as the report
         m,
         c,
