@@ -73,3 +73,15 @@ def test_fused_layout_needs_a_node_per_ep_rank():
         ServeLayout(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1, fused=True)
     with pytest.raises(MoeplanError, match="layout.fused needs moe_tp"):
         ServeLayout(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4, fused=True).validate(MODEL, cl)
+
+
+def test_a_fused_strategy_plan_is_served_fused():
+    """serve-sim --plan of a fused MixServe plan simulates the fused layout."""
+    from moeplan.cli.serve import layout_from_plan
+    from moeplan.planners.strategy.analyzer import to_plan
+
+    cl = load_cluster("mixserve-h20")
+    ev = StrategyEvaluator(MODEL, cl, Workload(batch=16, isl=2048, osl=128), cost_model_for(cl))
+    r = ev(Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, fused=True))
+    lay = layout_from_plan(to_plan(r, model=MODEL.name, cluster=cl.name))
+    assert lay == ServeLayout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, fused=True)

@@ -53,6 +53,7 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
                 moe_tp=int(lay["moe"]["tp"]),
                 moe_ep=int(lay["moe"]["ep"]),
                 pp=int(lay.get("pp", 1)),
+                fused=bool(plan.details.get("fused", False)),
             )
         if plan.family == "pipeline":
             mods = [m for s in lay["stages"] for m in s["modules"]]
