@@ -116,3 +116,14 @@ def test_deepseek_v3_decode_step_grows_across_the_moe_table_edge() -> None:
     )
     steps = [it(Batch(decode=b * 128, decode_ctx=2000)) for b in (120, 128, 136, 144)]
     assert all(b > a for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def test_same_datasheet_gpu_keeps_its_own_interconnect() -> None:
+    """H800's NVLink has 400 of H100's 900 GB/s: its all-reduce is not the H100's measured
+    price but slower, by at most the bandwidth ratio."""
+    db = kernel_db()
+    h100, h800 = (device_for(load_cluster(c)) for c in ("h100-sxm-8", "h800-sxm-8"))
+    for m in (1024, 65536, 1 << 20, 1 << 24):
+        a = db.predict("allreduce", h100, "sglang", message_size=m, num_gpus=8).seconds
+        b = db.predict("allreduce", h800, "sglang", message_size=m, num_gpus=8).seconds
+        assert a < b <= a * h100.link_bw / h800.link_bw * (1 + 1e-9)

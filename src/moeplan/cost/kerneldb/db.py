@@ -340,16 +340,7 @@ class KernelDB:
         the reference did not measure keeps the reference's model and residual field, scaled."""
         vm = self.variant(ref, engine, fam.op, key)
         assert vm is not None
-        f = vm.featurize(cols, device)
-        model = vm.model.scaled(vm.device, device, fam.link)
-        t = model.predict(f, device, fam.link)
-        if same_dtype:
-            own, _, _ = self._own_prices(fam, vm.device, engine, key, cols, n)
-            t = own * t / vm.model.predict(vm.featurize(cols), vm.device, fam.link)
-        else:
-            corr, _, inside = vm.field.query(f.coords)
-            t = t * np.exp(np.where(inside, corr, 0.0))
-        t = np.maximum(t, peak_time(f, device, fam.link))
+        t = self.transferred_seconds(fam, device, engine, ref, key, cols, same_dtype)
         err = self.error(device.table, engine, fam.op, "transferred")
         detail = f"{vm.label} scaled to {device.name} datasheet"
         return [
@@ -362,6 +353,31 @@ class KernelDB:
             )
             for s in t
         ]
+
+    def transferred_seconds(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        ref: str,
+        key: tuple,
+        cols: dict[str, np.ndarray],
+        same_dtype: bool = True,
+    ) -> np.ndarray:
+        """Seconds of ``cols`` on ``device`` transferred from table GPU ``ref``'s variant
+        ``key`` (:meth:`_transfer`; the held-out evaluation calls it too)."""
+        vm = self.variant(ref, engine, fam.op, key)
+        assert vm is not None
+        n = len(next(iter(cols.values())))
+        f = vm.featurize(cols, device)
+        t = vm.model.scaled(vm.device, device, fam.link).predict(f, device, fam.link)
+        if same_dtype:
+            own, _, _ = self._own_prices(fam, vm.device, engine, key, cols, n)
+            t = own * t / vm.model.predict(vm.featurize(cols), vm.device, fam.link)
+        else:
+            corr, _, inside = vm.field.query(f.coords)
+            t = t * np.exp(np.where(inside, corr, 0.0))
+        return np.maximum(t, peak_time(f, device, fam.link))
 
 
 def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:
