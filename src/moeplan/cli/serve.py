@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
-from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, pd_line, read_pd, run_pd
+from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
@@ -197,9 +197,7 @@ def serve_sim(
     )
     deployment = None
     if pd is not None:
-        given = [k for k, v in flags.items() if v is not None] + (["plan"] if plan else [])
-        require(not given, f"--pd and --{given[0].replace('_', '-') if given else ''} are exclusive")
-        check_pd_flags(concurrency, chunk_tokens, max_running, trace_out)
+        check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
@@ -234,17 +232,8 @@ def serve_sim(
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if deployment is not None:
-        rp, extra = run_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
-                           requests=requests)
-        out = _payload(m.name, c.name, rp, w, slo, extra["rate_simulated_rps"], engine)
-        out.update(extra, pricing=pricing(cm))
-        if json_out:
-            print_json(out)
-        else:
-            _print_human(out, rp)
-            console.print(pd_line(deployment, rp))
-            console.print(pricing_line(out["pricing"]))
-        return
+        return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
+                       requests=requests, json_out=json_out)
     r = evaluate_layout(  # the rate search runs on the same request stream as the report
         m,
         c,

@@ -47,12 +47,16 @@ def read_pd(value: str) -> tuple[PDLayout, Plan | None]:
 
 
 def check_pd_flags(
+    layout_flags: dict[str, int | None],
+    plan: str | None,
     concurrency: int | None,
     chunk_tokens: int | None,
     max_running: int | None,
     trace_out: str | None,
 ) -> None:
     """One-line errors for serve-sim flags that a P/D simulation does not take."""
+    given = [k for k, v in layout_flags.items() if v is not None] + (["plan"] if plan else [])
+    require(not given, f"--pd and --{given[0].replace('_', '-') if given else ''} are exclusive")
     for flag, v in (
         ("--concurrency", concurrency),
         ("--chunk-tokens", chunk_tokens),
@@ -100,3 +104,33 @@ def pd_line(pd: PDLayout, r: DisaggResult) -> str:
         f"analytic capacities {r.rho[0]:.2f} (prefill) and {r.rho[1]:.2f} (decode) of the "
         "pool that limits: 1.00 marks the bottleneck."
     )
+
+
+def show_pd(
+    pd: PDLayout,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cm: CostModel,
+    w: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str,
+    rate: float | None,
+    requests: int,
+    json_out: bool,
+) -> None:
+    """Simulate ``pd`` and print it as serve-sim prints one engine (plus the pools' line)."""
+    from moeplan.cli._common import console, print_json
+    from moeplan.cli.serve import _payload, _print_human
+    from moeplan.kernel_tables import pricing, pricing_line
+
+    r, extra = run_pd(pd, model, cluster, cm, w, slo, engine=engine, rate=rate,
+                      requests=requests)
+    out = _payload(model.name, cluster.name, r, w, slo, extra["rate_simulated_rps"], engine)
+    out.update(extra, pricing=pricing(cm))
+    if json_out:
+        print_json(out)
+        return
+    _print_human(out, r)
+    console.print(pd_line(pd, r))
+    console.print(pricing_line(out["pricing"]))
