@@ -25,10 +25,11 @@ from moeplan.specs.hf_config import read_json_file
 PD_HELP = (
     "Simulate a P/D deployment: 'X*LAYOUT:Y*LAYOUT' (X prefill instances of one layout, Y "
     "decode instances of another) or a P/D plan.json. LAYOUT = dot-separated attn-tpN, "
-    "attn-dpN, moe-tpN, moe-epN, moe-rN (redundant experts), ppN, mbN, dense-tpN, fused; "
-    "omitted degrees are 1; or agN.egN (an attention-FFN disaggregated decode instance). "
-    "E.g. '4*attn-dp8.moe-ep8:1*attn-tp2.attn-dp16.moe-ep32'. Needs an open workload (--rate "
-    "or the SLO-rate search); excludes --plan and the layout flags."
+    "attn-dpN, moe-tpN, moe-epN, moe-rN (redundant experts), ppN, mbN (micro-batches), "
+    "dense-tpN, fused (MixServe AR-A2A); omitted degrees are 1; or agN.egN (an "
+    "attention-FFN disaggregated decode instance). E.g. 3*attn-dp8.moe-ep8:1*ag2.eg6 "
+    "or 2*attn-dp8.moe-ep8:1*attn-tp2.moe-tp2. Needs an open workload (--rate or the "
+    "SLO-rate search); excludes --plan and the layout flags."
 )
 
 
