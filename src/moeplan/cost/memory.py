@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.errors import require
 from moeplan.specs import ModelSpec
 from moeplan.specs.model import ACT_BYTES
 
@@ -167,7 +168,9 @@ def default_chunk_tokens(engine: str, gpu_mem_bytes: float, gpu_name: str) -> in
 class InstanceShape:
     """What memory needs to know of an instance's layout: per-block degrees, pipeline
     stages, routed experts held per GPU (``(E + redundant) / moe_ep``), the all-to-all's
-    experts per token ``k`` and whether MixServe's fused RS-Combine/AG-Dispatch runs."""
+    experts per token ``k``, whether MixServe's fused RS-Combine/AG-Dispatch runs, and the
+    KV cache's bytes relative to the model's own KV dtype (``kv_scale``: 0.5 for an fp8 cache
+    of a bf16 model)."""
 
     attn_tp: int
     attn_dp: int
@@ -178,6 +181,16 @@ class InstanceShape:
     local_experts: float
     k: float
     fused: bool = False
+    kv_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "dense_tp"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v >= 1, f"shape.{f} ({v!r}) must be an integer >= 1")
+        for f in ("local_experts", "k"):
+            v = getattr(self, f)
+            require(v >= 0, f"shape.{f} ({v!r}) must be >= 0")
+        require(self.kv_scale > 0, f"shape.kv_scale ({self.kv_scale!r}) must be > 0")
 
 
 def stage_layers(num_layers: int, pp: int) -> list[range]:
@@ -233,7 +246,7 @@ def instance_breakdown(
     """Bytes per GPU of the fullest stage holding ``kv_tokens_per_rank`` KV tokens per
     attention-DP rank while running a step of ``step_tokens`` tokens."""
     act, buf = step_bytes(model, shape, step_tokens)
-    kv_layer = kv_bytes_per_token_layer(model, shape.attn_tp) * kv_tokens_per_rank
+    kv_layer = kv_bytes_per_token_layer(model, shape.attn_tp) * shape.kv_scale * kv_tokens_per_rank
     stages = stage_layers(model.num_layers, shape.pp)
     best: MemoryBreakdown | None = None
     for i, layers in enumerate(stages):
@@ -255,7 +268,7 @@ def kv_capacity(
     that stage needs before any KV cache). The capacity is <= 0 when nothing fits; it is
     the largest ``n`` with ``instance_breakdown(..., n, ...).fits(gpu_mem_bytes)``."""
     act, buf = step_bytes(model, shape, step_tokens)
-    per_token = kv_bytes_per_token_layer(model, shape.attn_tp)
+    per_token = kv_bytes_per_token_layer(model, shape.attn_tp) * shape.kv_scale
     stages = stage_layers(model.num_layers, shape.pp)
     best: tuple[int, float] | None = None
     for i, layers in enumerate(stages):
