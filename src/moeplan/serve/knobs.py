@@ -45,13 +45,17 @@ def engine_config(
     *,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    kv_scale: float = 1.0,
 ) -> EngineConfig:
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
-    the memory model (raises :class:`MoeplanError` when the weights do not fit)."""
+    the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
+    the KV dtype's bytes over bf16's (``--kv-dtype fp8``: 0.5)."""
     if engine not in ENGINES:
         raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
     chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
-    per_rank = kv_capacity_tokens(model, cluster, layout, chunk or UNCHUNKED_ACTIVATION_TOKENS)
+    per_rank = kv_capacity_tokens(
+        model, cluster, layout, chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale
+    )
     dp = layout.attn_dp
     if engine == "vllm":
         big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
@@ -81,11 +85,18 @@ def candidates(
     layout: ServeLayout,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    kv_scale: float = 1.0,
 ) -> list[EngineConfig]:
     """Configurations a search tries: the engine's defaults, then every smaller cap in
     :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
     base = engine_config(
-        engine, model, cluster, layout, chunk_tokens=chunk_tokens, max_running=max_running
+        engine,
+        model,
+        cluster,
+        layout,
+        chunk_tokens=chunk_tokens,
+        max_running=max_running,
+        kv_scale=kv_scale,
     )
     if chunk_tokens is not None and max_running is not None:
         return [base]
@@ -103,7 +114,13 @@ def candidates(
             try:
                 out.append(
                     engine_config(
-                        engine, model, cluster, layout, chunk_tokens=chunk, max_running=cap
+                        engine,
+                        model,
+                        cluster,
+                        layout,
+                        chunk_tokens=chunk,
+                        max_running=cap,
+                        kv_scale=kv_scale,
                     )
                 )
             except MoeplanError:

@@ -165,10 +165,15 @@ def stage_weight_bytes(
 
 
 def kv_capacity_tokens(
-    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    token_budget: int,
+    kv_scale: float = 1.0,
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
-    activations of ``token_budget`` tokens, all-to-all buffers and the reserve.
+    activations of ``token_budget`` tokens, all-to-all buffers and the reserve; ``kv_scale``
+    = the KV dtype's bytes per element over bf16's.
 
     Raises :class:`MoeplanError` when the weights alone do not fit.
     """
@@ -188,7 +193,7 @@ def kv_capacity_tokens(
                 f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
                 f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
             )
-        per_token = mem.kv_bytes_per_token_layer(model, lay.attn_tp) * len(layers)
+        per_token = mem.kv_bytes_per_token_layer(model, lay.attn_tp) * len(layers) * kv_scale
         tokens = int(free // per_token)
         best = tokens if best is None else min(best, tokens)
     assert best is not None
