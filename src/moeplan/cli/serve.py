@@ -202,7 +202,7 @@ def serve_sim(
     ] = 0,
     tbo: Annotated[
         bool | None,
-        typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default: on with DeepEP)."),
+        typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
     mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
     mtp_accept: Annotated[
@@ -211,7 +211,7 @@ def serve_sim(
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
     a2a: Annotated[
         str,
-        typer.Option(help="MoE all-to-all: auto (DeepEP when EP spans nodes), deepep, nccl."),
+        typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
     ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
