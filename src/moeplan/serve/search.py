@@ -144,6 +144,7 @@ class ServeResult:
     bound: str = ""
     estimate: Estimate | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
+    knobs: InstanceKnobs | None = None  # the instance knobs the iterations were priced with
 
     @property
     def label(self) -> str:
@@ -324,6 +325,7 @@ def evaluate_layout(
         bound=_bound(bd, metrics, model, cluster, layout, est.batch),
         estimate=est,
         breakdown=bd,
+        knobs=knobs,
     )
 
 
