@@ -166,13 +166,15 @@ def _tbo_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: t
 def _redundant_values(
     model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple
 ) -> tuple:
-    """0 (when ``moe_ep`` divides E) and the smallest R > 0 making E + R divisible by EP."""
+    """0 when ``moe_ep`` divides E, else the smallest R making E + R divisible by EP (at most
+    E / :data:`MAX_REDUNDANT_FRACTION`). Replicas buy balance only against a routing profile
+    with per-expert loads, which the deployment search does not take: with balanced routing
+    they would cost memory and buy nothing, so they are tried where they enable an EP size."""
     ep, e = layout.moe_ep, model.num_experts
-    if ep <= 1:
+    if ep <= 1 or e % ep == 0:
         return (0,)
-    out = (0,) if e % ep == 0 else ()
-    r = ep - e % ep if e % ep else ep
-    return out + ((r,) if r <= e // MAX_REDUNDANT_FRACTION else ())
+    r = ep - e % ep
+    return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
 
 
 KNOB_ENTRIES: tuple[KnobEntry, ...] = (
