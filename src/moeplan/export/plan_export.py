@@ -192,7 +192,7 @@ def serving_options(serving: Any) -> list[Option]:
                 per_gpu=m.output_tokens_per_s_per_gpu,
                 unit=SERVING_UNIT,
                 knobs=s.result.knobs,
-                redundant=lay.redundant_experts,
+                redundant=getattr(lay, "redundant_experts", 0),  # PD / AFD pools: none
             )
         )
     return out
