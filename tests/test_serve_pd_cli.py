@@ -121,3 +121,8 @@ def test_given_deployment_from_text_equals_its_plan_json(capsys, tmp_path) -> No
     m = a["metrics"]
     assert m["ttft_p50_s"] >= prefill * (1 - 1e-9)
     assert m["tpot_p50_s"] >= decode * (1 - 1e-9)
+
+
+def test_cli_pd_refuses_one_engine_knobs(capsys) -> None:
+    code, out, err = _run(capsys, *BASE, "--pd", "1*attn-tp2.moe-tp2:1*attn-tp2.moe-tp2", "--tbo")
+    assert code == 2 and out == "" and "--tbo/--no-tbo does not apply to --pd" in err

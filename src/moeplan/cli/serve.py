@@ -188,24 +188,92 @@ def serve_sim(
     trace_out: Annotated[
         str | None, typer.Option(help="Write a Chrome trace of the iterations here.")
     ] = None,
+    phase: Annotated[
+        str | None,
+        typer.Option(help="prefill or decode: the steady step of that phase alone, per GPU."),
+    ] = None,
+    batch_per_gpu: Annotated[
+        int | None, typer.Option(help="--phase decode: sequences per GPU.")
+    ] = None,
+    tokens_per_gpu: Annotated[
+        int | None, typer.Option(help="--phase prefill: prompt tokens per GPU (prompts of --isl).")
+    ] = None,
+    context: Annotated[
+        int | None, typer.Option(help="--phase decode: KV tokens per sequence.")
+    ] = None,
+    redundant_experts: Annotated[
+        int, typer.Option(help="Redundant expert replicas per MoE layer (EPLB).")
+    ] = 0,
+    tbo: Annotated[
+        bool | None,
+        typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
+    ] = None,
+    mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
+    mtp_accept: Annotated[
+        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    a2a: Annotated[
+        str,
+        typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
+    ] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
-    goodput and the largest request rate that meets the SLOs."""
+    goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
+    step of one phase alone per GPU."""
+    from moeplan.cli.serve_phase import check_phase_flags, run_phase
+
+    phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
+    require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
     deployment = None
     if pd is not None:
         check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
+        knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
+                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
+                      "--a2a": None if a2a == "auto" else a2a}
+        bad = [k for k, v in knob_given.items() if v is not None]
+        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (pools run the "
+                "engine's defaults; redundant experts go in the layout: moe-rN)")
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
         layout, the_plan = _layout(plan, flags)
+    if redundant_experts and deployment is None:
+        layout = replace(layout, redundant_experts=redundant_experts)
     require(bool(model or the_plan), "--model is required without --plan")
     require(bool(cluster or the_plan), "--cluster is required without --plan")
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
+    knob_flags = dict(a2a=a2a, tbo=tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=kv_dtype)
+    if phase is not None:
+        layout.validate(m, c)
+        require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+        require(
+            cost_engine in ("engine", "none"),
+            f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
+        )
+        from moeplan.kernel_tables import engine_cost_model
+
+        cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+        per_gpu = batch_per_gpu if phase == "decode" else tokens_per_gpu
+        run_phase(
+            m,
+            c,
+            cm,
+            layout,
+            engine=engine,
+            phase=phase,
+            per_gpu=int(per_gpu),  # type: ignore[arg-type]
+            context=phase_ctx,
+            knob_flags=knob_flags,
+            json_out=json_out,
+        )
+        return
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
     require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")
     require(
@@ -234,6 +302,14 @@ def serve_sim(
     if deployment is not None:
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
                        requests=requests, json_out=json_out)
+    require(
+        mtp == 0,
+        f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "
+        "speculative decoding",
+    )
+    from moeplan.serve.instance_knobs import resolve_knobs
+
+    knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
     r = evaluate_layout(  # the rate search runs on the same request stream as the report
         m,
         c,
@@ -245,6 +321,7 @@ def serve_sim(
         chunk_tokens=chunk_tokens,
         max_running=max_running,
         search_requests=requests,
+        knobs=knobs,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)
@@ -258,9 +335,11 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         w = w.with_rate(at)  # type: ignore[arg-type]
-    sim, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
+    ev = IterationModel(m, c, cm, layout, knobs=knobs)
+    sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    out["knobs"] = knobs.to_dict()
     out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}

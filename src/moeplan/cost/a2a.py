@@ -11,14 +11,16 @@ exports (which flags are written), so the two always agree. Facts (sources):
 - vLLM's DeepEP all2all backends (``--all2all-backend deepep_high_throughput`` /
   ``deepep_low_latency``) run under ``--enable-expert-parallel`` (EP = TP x DP, no MoE TP:
   vllm docs/serving/expert_parallel_deployment.md). TRT-LLM's wide EP is not exported here.
-- ``auto`` picks DeepEP where it can run and the EP group spans more than one node — the
-  multi-node EP deployments of SGLang's and vLLM's guides — and the fused MoE otherwise
-  (both engines' default backend is the fused MoE: SGLang ``--moe-a2a-backend none``).
+- ``auto`` picks DeepEP wherever the engine can run it for the layout (what the exports
+  emit), the fused MoE otherwise; ``nccl`` keeps the engine's default fused MoE (SGLang
+  ``--moe-a2a-backend none``, vLLM's default all2all backend).
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -71,6 +73,38 @@ def deepep_blockers(
     engine: str | None, model: ModelSpec, cluster: ClusterSpec, moe_tp: int, moe_ep: int
 ) -> list[str]:
     """Why ``engine`` cannot run DeepEP for MoE TP ``moe_tp`` x EP ``moe_ep`` (empty: it can)."""
+    return layout_blockers(
+        engine,
+        HardwareFacts.of(model, cluster),
+        moe_tp,
+        moe_ep,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareFacts:
+    """What DeepEP's rules read of a model and a cluster (the exports build it from their
+    target, the cost model from the specs)."""
+
+    architecture: str
+    gpu: str
+    intra: str
+    inter: str
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, cluster: ClusterSpec) -> HardwareFacts:
+        return cls(
+            model.architecture,
+            cluster.gpu.name,
+            cluster.intra.kind,
+            cluster.inter.kind,
+            cluster.gpus_per_node,
+        )
+
+
+def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int) -> list[str]:
+    """:func:`deepep_blockers` on :class:`HardwareFacts`."""
     out = []
     if engine not in DEEPEP_ENGINES:
         out.append(f"engine {engine} has no DeepEP path moeplan prices (sglang, vllm)")
@@ -78,14 +112,9 @@ def deepep_blockers(
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:
         out.append(f"DeepEP runs without MoE TP (moe_tp {moe_tp} != 1)")
-    nodes = -(-moe_ep * moe_tp // cluster.gpus_per_node)
+    nodes = -(-moe_ep * moe_tp // hw.gpus_per_node)
     out += deepep_hardware_blockers(
-        model.architecture,
-        cluster.gpu.name,
-        cluster.intra.kind,
-        cluster.inter.kind,
-        cluster.gpus_per_node,
-        nodes,
+        hw.architecture, hw.gpu, hw.intra, hw.inter, hw.gpus_per_node, nodes
     )
     return out
 
@@ -93,21 +122,26 @@ def deepep_blockers(
 def moe_backend(
     a2a: str,
     engine: str | None,
-    model: ModelSpec,
-    cluster: ClusterSpec,
+    model: ModelSpec | HardwareFacts,
+    cluster: ClusterSpec | None,
     moe_tp: int,
     moe_ep: int,
 ) -> str:
     """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its all-to-all) for ``a2a`` in
-    :data:`A2A_CHOICES` (module docstring); ``deepep`` where it cannot run raises one line."""
+    :data:`A2A_CHOICES` (module docstring); ``deepep`` where it cannot run raises one line.
+    ``model`` may be the :class:`HardwareFacts` directly (``cluster`` then ``None``)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
     if a2a == "nccl":
         return "nccl"
-    blockers = deepep_blockers(engine, model, cluster, moe_tp, moe_ep)
+    if isinstance(model, HardwareFacts):
+        hw = model
+    else:
+        assert cluster is not None
+        hw = HardwareFacts.of(model, cluster)
+    blockers = layout_blockers(engine, hw, moe_tp, moe_ep)
     if a2a == "deepep":
         if blockers:
             raise MoeplanError(f"--a2a (deepep) cannot run here: {blockers[0]}")
         return "deepep"
-    multi_node = moe_ep * moe_tp > cluster.gpus_per_node
-    return "deepep" if not blockers and multi_node else "nccl"
+    return "nccl" if blockers else "deepep"

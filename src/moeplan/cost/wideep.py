@@ -21,10 +21,12 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   its rank, ``(ep - g) / ep`` of them over RDMA. The busiest receiver's bytes scale by ``imb``.
 
 Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs (``DEEPEP_SMS``, the
-tables' setting) while the other micro-batch computes, and SGLang runs DeepGEMM on the rest
-(``configure_deep_gemm_num_sms(total - deepep SMs)`` in two_batch_overlap.py): the GEMMs of
-an overlapped prefill take ``SMs / (SMs - DEEPEP_SMS)`` longer (:func:`tbo_gemm_factor`);
-low-latency (decode) kernels leave DeepGEMM every SM there.
+tables' setting) while the other micro-batch computes — SGLang runs DeepGEMM on the rest
+(``configure_deep_gemm_num_sms(total - deepep SMs)`` in two_batch_overlap.py) and the
+attention kernels share the GPU with DeepEP's resident blocks — so the compute of an
+overlapped prefill takes ``SMs / (SMs - DEEPEP_SMS)`` longer (:func:`tbo_gemm_factor`);
+low-latency (decode) kernels free every SM once their RDMA messages are issued
+(deepseek-ai/profile-data README, decoding).
 
 Departures: uniform routing for the distinct-node count (DeepSeek-V3's node-limited routing
 caps it at 4 nodes, which uniform routing over <= 4 nodes respects). Pure: no I/O.
@@ -57,7 +59,7 @@ FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch
 
 
 def tbo_gemm_factor(device: Device, phase: str) -> float:
-    """Slow-down of the GEMMs of an overlapped micro-batch (module docstring)."""
+    """Slow-down of the compute of an overlapped micro-batch (module docstring)."""
     if phase != "context":
         return 1.0
     sms = sm_count(device)

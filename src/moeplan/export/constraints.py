@@ -86,6 +86,12 @@ _SGLANG_COMMON = frozenset(
         "--init-expert-location",
         "--ep-num-redundant-experts",
         "--enable-eplb",
+        "--enable-two-batch-overlap",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--kv-cache-dtype",
         "--nnodes",
         "--node-rank",
         "--dist-init-addr",
@@ -125,6 +131,10 @@ VLLM = EngineVersion(
             "--headless",
             "--distributed-executor-backend",
             "--trust-remote-code",
+            "--all2all-backend",
+            "--enable-dbo",
+            "--speculative-config",
+            "--kv-cache-dtype",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
@@ -228,6 +238,8 @@ def check_sglang(
         if ep != tp:
             bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")
         bad += deepep_blockers(t, nodes)
+    if "--enable-two-batch-overlap" in f and backend != "deepep":
+        bad.append("--enable-two-batch-overlap needs --moe-a2a-backend deepep")
     redundant = _int(f, "--ep-num-redundant-experts", 0)
     if redundant and ep <= 1:
         bad.append("--ep-num-redundant-experts needs ep_size > 1")

@@ -19,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
+from moeplan.export.knob_flags import sglang_knob_args
 from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.instance_knobs import InstanceKnobs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,13 +69,21 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
     return ["--dp-size", str(attn_dp), "--enable-dp-attention"]
 
 
-def _ep_args(s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str]) -> list[str]:
-    """``--ep-size`` and, where SGLang and the hardware allow it, the DeepEP backend."""
+def _ep_args(
+    s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
+) -> list[str]:
+    """``--ep-size`` and the DeepEP backend where :func:`moeplan.cost.a2a.moe_backend` (the
+    cost model's decision) picks it for ``a2a``."""
     if s.moe_ep <= 1:
         return []
-    blockers = deepep_blockers(target, nodes)
-    if s.moe_ep == tp and not blockers:
+    hw = HardwareFacts(
+        target.architecture, target.gpu, target.intra, target.inter, target.gpus_per_node
+    )
+    if moe_backend(a2a, "sglang", hw, None, s.moe_tp, s.moe_ep) == "deepep":
         return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]
+    blockers = deepep_blockers(target, nodes)
+    if a2a == "nccl":
+        return ["--ep-size", str(s.moe_ep)]
     if s.moe_ep != tp:
         warnings.append(
             f"SGLang's deepep backend needs ep_size == tp_size ({s.moe_ep} != {tp}); "
@@ -98,8 +109,11 @@ def sglang_args(
     expert_location: str | None = None,
     redundant_experts: int = 0,
     version: EngineVersion = SGLANG,
+    knobs: InstanceKnobs | None = None,
 ) -> ExportResult:
-    """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``."""
+    """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``;
+    ``knobs``: the instance knobs the plan priced (MoE backend, two-batch overlap, MTP, KV
+    dtype; :mod:`moeplan.export.knob_flags`)."""
     s = strategy
     tp = s.stage_size
     args = [
@@ -113,11 +127,15 @@ def sglang_args(
         *attn_dp_args(s.attn_dp, version),
     ]
     warnings: list[str] = []
-    args += _ep_args(s, tp, target, num_nodes, warnings)
+    args += _ep_args(s, tp, target, num_nodes, warnings, knobs.a2a if knobs else "auto")
     if expert_location is not None:
         args += ["--init-expert-location", expert_location]
         if redundant_experts:
             args += ["--ep-num-redundant-experts", str(redundant_experts)]
+    elif redundant_experts and s.moe_ep > 1:  # SGLang's own EPLB places the replicas
+        args += ["--ep-num-redundant-experts", str(redundant_experts), "--enable-eplb"]
+    if knobs is not None:
+        args += sglang_knob_args(knobs)
     if s.pp > 1:
         args += ["--pp-size", str(s.pp)]
         if s.attn_dp > 1:

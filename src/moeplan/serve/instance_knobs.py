@@ -89,8 +89,8 @@ def resolve_knobs(
     mtp_accept: float | None = None,
     kv_dtype: str = "auto",
 ) -> InstanceKnobs:
-    """The knobs for these flags (``tbo=None``: on where it can run, the deployments'
-    setting), or one-line :class:`MoeplanError` (module docstring)."""
+    """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
+    :class:`MoeplanError` (module docstring)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
     backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep)
@@ -108,7 +108,7 @@ def resolve_knobs(
         require(mtp_accept is not None, f"--mtp ({mtp}) needs --mtp-accept P in (0, 1]")
     return InstanceKnobs(
         a2a=backend,
-        tbo=backend == "deepep" if tbo is None else tbo,
+        tbo=bool(tbo),
         mtp=mtp,
         mtp_accept=float(mtp_accept or 0.0),
         kv_dtype=kv_dtype,

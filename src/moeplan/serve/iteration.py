@@ -60,10 +60,15 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from moeplan.cost import CostModel
+from moeplan.cost.memory import kv_bytes_per_token_layer
+from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import require
 from moeplan.serve.fused import fused_comm, fused_layer
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+KV_BW_EFF = 0.8  # the CostModel roofline's HBM efficiency (cost.model.DEFAULT_BW_EFF)
 
 
 class Batch(NamedTuple):
@@ -143,9 +148,12 @@ class IterationModel:
         routing: RoutingProfile | None = None,
         imbalance: float = 1.0,
         lar: float | None = None,
+        knobs: InstanceKnobs | None = None,
     ) -> None:
         layout.validate(model, cluster)
         self.model, self.cluster, self.cost, self.layout = model, cluster, cost, layout
+        self.knobs = knobs or InstanceKnobs()
+        self._wide = cost.wide_ep if self.knobs.a2a == "deepep" else None
         self._a2a_scale = a2a_scale(lar, layout.moe_ep)
         route = routing if routing is not None else RoutingProfile.static(model.top_k)
         moe_index = {layer: i for i, layer in enumerate(model.moe_layers)}
@@ -196,7 +204,29 @@ class IterationModel:
     def _attention(self, rank: Batch, sliding: bool) -> float:
         return self._memo(("attn", rank, sliding), self._attention_raw, rank, sliding)
 
+    def _wide_attention(self, rank: Batch) -> float | None:
+        """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
+        ``None`` where they do not apply (no DeepEP, attention TP, other attention)."""
+        if self._wide is None or self.layout.attn_tp != 1:
+            return None
+        cm, md, kv = self.cost, self.model, self.knobs.kv_dtype
+        t = 0.0
+        if rank.decode:
+            d = cm.wide_mla(md, rank.decode, 1, rank.decode_ctx, kv)
+            if d is None:
+                return None
+            t += d
+        for q, ctx in rank.prefill:
+            p = cm.wide_mla(md, 1, q, ctx, kv)
+            if p is None:
+                return None
+            t += p
+        return t
+
     def _attention_raw(self, rank: Batch, sliding: bool) -> float:
+        wide = None if sliding else self._wide_attention(rank)
+        if wide is not None:
+            return wide
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         layer = self.model.sliding_layers[0] if sliding else None
         t_r = rank.tokens
@@ -204,6 +234,10 @@ class IterationModel:
         core = cm.attention_core(md, rank.decode, 1, rank.decode_ctx, tp, layer)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
+        if self.knobs.kv_scale < 1.0:  # an fp8 KV cache: the decode reads half the bytes
+            kv_read = rank.decode * rank.decode_ctx * kv_bytes_per_token_layer(md, tp)
+            saved = kv_read * (1.0 - self.knobs.kv_scale) / (self.cluster.gpu.mem_bw * KV_BW_EFF)
+            core = max(0.5 * core, core - saved)
         return proj + core
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
@@ -214,10 +248,23 @@ class IterationModel:
         nbytes = tokens * self.model.hidden_bytes
         return self.cost.collective("all_reduce", nbytes, group, nodes)
 
-    def _moe(self, t_mb: int, t_r: int, k: float, imb: float) -> tuple[float, float]:
+    def _moe(
+        self, t_mb: int, t_r: int, k: float, imb: float, prefill: bool = True
+    ) -> tuple[float, float]:
         """(compute, communication) of one MoE layer on the busiest GPU."""
         cm, md, lay = self.cost, self.model, self.layout
-        e_local = md.num_experts / lay.moe_ep
+        if self._wide is not None:  # DeepEP: context kernels with prefill chunks, else LL
+            w = self._wide.moe(
+                md,
+                t_mb / lay.stage_gpus,
+                lay.moe_ep,
+                redundant=lay.redundant_experts,
+                imbalance=imb,
+                phase="context" if prefill else "generation",
+            )
+            pre = cm.router(md, t_r) + cm.shared_expert(md, t_r, lay.attn_tp)
+            return pre + w.gemm, w.dispatch + w.combine
+        e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_mb * k * imb / lay.moe_ep
         compute = (
             cm.router(md, t_r)
@@ -234,6 +281,20 @@ class IterationModel:
             comm = fused_comm(layer)
         return compute, comm
 
+    def _dense_layer(self, t_mb: int) -> tuple[float, float]:
+        """(MLP, all-reduce) of one dense layer for a micro-batch of ``t_mb`` tokens."""
+        lay, md = self.layout, self.model
+        dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
+        mlp = self._memo(("mlp", dense_tokens), self.cost.dense_mlp, md, dense_tokens, lay.dense_tp)
+        gs = self._memo(
+            ("gs", dense_tokens, lay.dense_tp),
+            self._gather_scatter,
+            dense_tokens,
+            lay.dense_tp,
+            self._nodes["dense"],
+        )
+        return mlp, gs
+
     def _stage(self, s: int, mb: Batch, rank: Batch) -> dict[str, float]:
         """Seconds of stage ``s`` for micro-batch ``mb`` (busiest DP rank ``rank``)."""
         lay, md, cm = self.layout, self.model, self.cost
@@ -242,32 +303,25 @@ class IterationModel:
         attn_comm = self._memo(
             ("gs", t_r, lay.attn_tp), self._gather_scatter, t_r, lay.attn_tp, self._nodes["attn"]
         )
-        dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
         for layer, count in self._stages[s].items():
             out["attention"] += count * self._attention(rank, layer.sliding)
             out["comm"] += count * attn_comm
             if layer.moe:
                 comp, comm = self._memo(
-                    ("moe", t_mb, t_r, layer.k, layer.imbalance),
+                    ("moe", t_mb, t_r, layer.k, layer.imbalance, bool(mb.prefill)),
                     self._moe,
                     t_mb,
                     t_r,
                     layer.k,
                     layer.imbalance,
+                    bool(mb.prefill),
                 )
                 out["moe"] += count * comp
                 out["comm"] += count * comm
             else:
-                out["dense"] += count * self._memo(
-                    ("mlp", dense_tokens), cm.dense_mlp, md, dense_tokens, lay.dense_tp
-                )
-                out["comm"] += count * self._memo(
-                    ("gs", dense_tokens, lay.dense_tp),
-                    self._gather_scatter,
-                    dense_tokens,
-                    lay.dense_tp,
-                    self._nodes["dense"],
-                )
+                mlp, gs = self._dense_layer(t_mb)
+                out["dense"] += count * mlp
+                out["comm"] += count * gs
         if s == lay.pp - 1:
             out["lm_head"] = cm.gemm(rank.sequences, md.vocab_size / lay.attn_tp, md.hidden_size)
         return out
@@ -280,6 +334,8 @@ class IterationModel:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
+        if self.knobs.tbo and lay.pp == 1 and batch.sequences >= 2:
+            return self._two_batch(mb)
         rank = busiest_part(mb, lay.attn_dp)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
         stage_s = [sum(p.values()) for p in parts]
@@ -296,6 +352,46 @@ class IterationModel:
             micro_batches=m,
             bottleneck_stage=int(stage_s.index(max(stage_s))),
             bubble_s=period - sum(stage_s) / lay.pp * m if lay.pp > 1 else 0.0,
+        )
+        return out
+
+    def _two_batch(self, mb: Batch) -> dict[str, float]:
+        """Two-batch overlap (:mod:`moeplan.cost.overlap`): the batch in two halves (each the
+        larger share, an upper bound), each layer's attention and expert compute on the
+        ``compute`` resource, its dispatch and combine (half the communication each) on
+        ``comm``; ``overlap`` (<= 0) is the makespan minus the sum of every piece."""
+        half = busiest_part(mb, 2)
+        rank = busiest_part(half, self.layout.attn_dp)
+        parts = self._stage(0, half, rank)
+        chain: list[Piece] = []
+        attn_comm = self._gather_scatter(rank.tokens, self.layout.attn_tp, self._nodes["attn"])
+        for layer, count in self._stages[0].items():
+            attn = self._attention(rank, layer.sliding) + attn_comm
+            if not layer.moe:
+                chain += [Piece("compute", attn + sum(self._dense_layer(half.tokens)))] * count
+                continue
+            comp, comm = self._moe(
+                half.tokens, rank.tokens, layer.k, layer.imbalance, bool(half.prefill)
+            )
+            step = [
+                Piece("compute", attn),
+                Piece("comm", comm / 2),
+                Piece("compute", comp),
+                Piece("comm", comm / 2),
+            ]
+            chain += [p for p in step if p.seconds > 0] * count
+        chain.append(Piece("compute", parts["lm_head"]))
+        total = 2 * sum(parts.values())
+        span = makespan([chain, chain])
+        out = {k: 2 * v for k, v in parts.items()}
+        out.update(
+            period_s=span,
+            latency_s=span,
+            p2p=0.0,
+            micro_batches=1,
+            bottleneck_stage=0,
+            bubble_s=0.0,
+            overlap=span - total,
         )
         return out
 

@@ -17,7 +17,7 @@ Sliding-window layers are charged the full context (an over-estimate for GPT-OSS
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError, require
@@ -184,19 +184,22 @@ def stage_weight_bytes(
 
 
 def kv_capacity_tokens(
-    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    token_budget: int,
+    kv_scale: float = 1.0,
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
     activations of a step of ``token_budget`` tokens, all-to-all buffers and the reserve
     (:func:`moeplan.cost.memory.kv_capacity`, the model the strategy planner's fit check
-    uses too).
+    uses too); ``kv_scale`` = the KV dtype's bytes per element over the model's.
 
     Raises :class:`MoeplanError` when the weights alone do not fit.
     """
     lay = layout
-    tokens, need = mem.kv_capacity(
-        model, lay.memory_shape(model), cluster.gpu.mem_bytes, token_budget
-    )
+    shape = replace(lay.memory_shape(model), kv_scale=kv_scale)
+    tokens, need = mem.kv_capacity(model, shape, cluster.gpu.mem_bytes, token_budget)
     if tokens <= 0:
         raise MoeplanError(
             f"layout ({lay.label}) needs {need / 1024**3:.1f} GiB per GPU before any KV cache; "

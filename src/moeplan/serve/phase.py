@@ -22,7 +22,7 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
 - ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
 Two-batch overlap (``knobs.tbo``): the rank's sequences split in two halves, each priced at its
-own size (the split's cost: smaller kernels, and in prefill the GEMMs on the SMs DeepEP's
+own size (the split's cost: smaller kernels, and in prefill the compute on the SMs DeepEP's
 normal kernels leave, :func:`moeplan.cost.wideep.tbo_gemm_factor`), scheduled by :func:`moeplan.cost.overlap.makespan`
 as two chains of ``compute`` (attention, experts, dense) and ``comm`` (dispatch, combine)
 pieces; ``overlap`` (negative) is the makespan minus the sum of every piece.
@@ -226,9 +226,9 @@ class PhaseModel:
     def _forward(self, halves: list[MicroBatch]) -> dict[str, float]:
         """Breakdown of one forward pass over ``halves`` (one micro-batch, or two overlapped)."""
         chains = [self.steps(mb) for mb in halves]
-        if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs
+        if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs busy
             f = self._wide.tbo_gemm_factor("context" if halves[0].q > 1 else "generation")
-            chains = [[(k, s * f if k in ("moe", "dense") else s) for k, s in c] for c in chains]
+            chains = [[(k, s if k in COMM_KEYS else s * f) for k, s in c] for c in chains]
         out = dict.fromkeys(KEYS, 0.0)
         for chain in chains:
             for key, sec in chain:
