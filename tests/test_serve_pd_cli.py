@@ -126,3 +126,33 @@ def test_given_deployment_from_text_equals_its_plan_json(capsys, tmp_path) -> No
 def test_cli_pd_refuses_one_engine_knobs(capsys) -> None:
     code, out, err = _run(capsys, *BASE, "--pd", "1*attn-tp2.moe-tp2:1*attn-tp2.moe-tp2", "--tbo")
     assert code == 2 and out == "" and "--tbo/--no-tbo does not apply to --pd" in err
+
+
+def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
+    """A DeepSeek-V3 EP32 pool on 4x8 H100 with SGLang's kernels: priced with DeepEP (the
+    engine's all-to-all where it can run), and with two-batch overlap off or on, whichever
+    pool has more capacity (brute force over the two)."""
+    from moeplan.kernel_tables import engine_cost_model
+    from moeplan.serve.disagg import (
+        Context,
+        _decode_pool,
+        _prefill_pool,
+        decode_pool,
+        pool_knobs,
+        prefill_pool,
+    )
+    from moeplan.serve.metrics import SLO
+    from moeplan.serve.workload import LengthDist, ServeWorkload
+
+    md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
+    w = ServeWorkload(num_requests=10, rate=1.0, isl=LengthDist(mean=2000),
+                      osl=LengthDist(mean=100))
+    c = Context(model=md, cluster=cl, cost=engine_cost_model(cl, engine="sglang"), workload=w,
+                slo=SLO(ttft_s=2.0, tpot_s=0.1))
+    lay = ServeLayout(attn_dp=32, moe_ep=32)
+    knobs = pool_knobs(c, lay)
+    assert [k.a2a for k in knobs] == ["deepep", "deepep"] and [k.tbo for k in knobs] == [0, 1]
+    for best, one in ((prefill_pool, _prefill_pool), (decode_pool, _decode_pool)):
+        rates = [p.rate for k in knobs if (p := one(c, lay, k)) is not None]
+        pool = best(c, lay)
+        assert pool is not None and pool.rate == max(rates) and "DeepEP" in pool.note

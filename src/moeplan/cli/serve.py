@@ -237,8 +237,9 @@ def serve_sim(
                       "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
                       "--a2a": None if a2a == "auto" else a2a}
         bad = [k for k, v in knob_given.items() if v is not None]
-        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (pools run the "
-                "engine's defaults; redundant experts go in the layout: moe-rN)")
+        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
+                "engine's all-to-all and the better two-batch overlap setting; redundant experts "
+                "go in the layout: moe-rN)")
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
