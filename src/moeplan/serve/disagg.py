@@ -17,9 +17,12 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
    for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
    queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
    first half's (plus a small floor) at both pools — a queue that grows without bound fails —
-   the busiest prefill instance is busy at most ``RHO_MAX`` of the arrival window, and the
-   rate is at most ``RHO_MAX`` of the decode pool's capacity at its batch cap (a short probe
-   run cannot show a slowly growing queue; these loads can).
+   and the rate is at most ``RHO_MAX`` of each pool's capacity (prefill: full chunks; decode:
+   its batch cap; a short probe run cannot show a slowly growing queue, these loads can).
+   Not the prefill instances' busy fraction: a batching server is busy all the time well
+   below its capacity (each iteration takes what queued during the last one; with DeepEP's
+   per-step floor, a DeepSeek-V3 EP16 prefill instance is busy throughout at a third of its
+   capacity while its queue stays flat).
    Then the user's workload is simulated at the user's rate or at that largest rate.
 
 Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
@@ -69,7 +72,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = ("pd", "afd")
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
-RHO_MAX = 0.95  # highest load accepted: prefill busy fraction, rate over decode capacity
+RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -377,7 +380,7 @@ def evaluate_candidate(
 
     def probe_run(r: float) -> Probe:
         run, m = run_metrics(c, k.setup, probe.with_rate(r))
-        loads = run.prefill_utilisation() <= RHO_MAX and r <= RHO_MAX * k.capacity[1]
+        loads = r <= RHO_MAX * min(k.capacity)  # both pools below their capacity
         return Probe(m, loads and stable(run, c.slo))
 
     hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
