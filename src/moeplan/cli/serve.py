@@ -213,6 +213,10 @@ def serve_sim(
         str,
         typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
     ] = "auto",
+    routing_trace: Annotated[
+        str | None,
+        typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
@@ -233,6 +237,9 @@ def serve_sim(
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
     knob_flags = dict(a2a=a2a, tbo=tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=kv_dtype)
+    from moeplan.cli.serve_phase import trace_routing
+
+    routing = trace_routing(routing_trace, m) if routing_trace else None
     if phase is not None:
         layout.validate(m, c)
         require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -255,6 +262,7 @@ def serve_sim(
             context=phase_ctx,
             knob_flags=knob_flags,
             json_out=json_out,
+            routing=routing,
         )
         return
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
@@ -302,6 +310,7 @@ def serve_sim(
         max_running=max_running,
         search_requests=requests,
         knobs=knobs,
+        routing=routing,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)
@@ -315,7 +324,7 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         w = w.with_rate(at)  # type: ignore[arg-type]
-    ev = IterationModel(m, c, cm, layout, knobs=knobs)
+    ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
     sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)

@@ -16,7 +16,7 @@ from moeplan.errors import require
 from moeplan.serve.instance_knobs import KV_DTYPES, resolve_knobs
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.phase import KEYS, PHASES, PhaseModel
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
 def check_phase_flags(
@@ -47,6 +47,25 @@ def check_phase_flags(
     return int(isl or 2048)
 
 
+def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
+    """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
+    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.balance`)."""
+    import numpy as np
+
+    from moeplan.traces.format import load_trace
+
+    tr = load_trace(path, num_experts=model.num_experts)
+    rows = []
+    for layer in range(tr.experts.shape[1]):
+        ids = tr.experts[:, layer, :].astype(np.int64)
+        counts = np.bincount(ids[ids >= 0], minlength=model.num_experts)
+        require(counts.sum() > 0, f"--routing-trace ({path}) layer {layer} routes no token")
+        rows.append(tuple(float(x) for x in counts))
+    return RoutingProfile(
+        top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}"
+    )
+
+
 def run_phase(
     m: ModelSpec,
     c: ClusterSpec,
@@ -59,6 +78,7 @@ def run_phase(
     context: int,
     knob_flags: dict[str, Any],
     json_out: bool,
+    routing: RoutingProfile | None = None,
 ) -> None:
     """Price the phase step and print it (JSON or a table)."""
     require(
@@ -66,7 +86,7 @@ def run_phase(
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
     )
     knobs = resolve_knobs(cost.engine, m, c, layout, **knob_flags)
-    r = PhaseModel(m, c, cost, layout, knobs).step(phase, per_gpu, context)
+    r = PhaseModel(m, c, cost, layout, knobs, routing).step(phase, per_gpu, context)
     out: dict[str, Any] = {
         "model": m.name,
         "cluster": c.name,
@@ -83,6 +103,7 @@ def run_phase(
         "context": context,
         "tokens_per_step": r.tokens_per_step,
         "busiest_rank_imbalance": r.imbalance,
+        "routing": "balanced (static profile)" if routing is None else routing.source,
         "breakdown_ms": {k: v * 1e3 for k, v in r.breakdown.items()},
         "memory_gib_per_gpu": {k: v / 1024**3 for k, v in r.memory_bytes.items()},
         "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",

@@ -60,6 +60,7 @@ from moeplan.cost import CostModel
 from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import require
+from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -161,6 +162,7 @@ class IterationModel:
             "dense": -(-layout.dense_tp // gpn),
             "ep": min(layout.moe_ep, -(-w // gpn)),
         }
+        imbs = layer_imbalances(route, model, layout, imbalance, self._nodes["ep"])
         self._stages: list[Counter[_Layer]] = []
         for layers in stage_layers(model, layout.pp):
             c: Counter[_Layer] = Counter()
@@ -172,7 +174,7 @@ class IterationModel:
                         moe,
                         model.is_sliding_layer(layer),
                         route.k(i) if moe else 0.0,
-                        route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
+                        imbs[i] if moe else 1.0,
                     )
                 ] += 1
             self._stages.append(c)

@@ -40,13 +40,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.placement.eplb import rebalance_experts
+from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, stage_weight_bytes
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -84,29 +82,6 @@ class PhaseResult:
     tokens_per_step: float
     imbalance: float
     memory_bytes: dict[str, float] = field(default_factory=dict)
-
-
-def layer_imbalances(
-    route: RoutingProfile, model: ModelSpec, layout: ServeLayout, factor: float, nodes: int
-) -> list[float]:
-    """Busiest EP rank's load over the mean, per MoE layer (module docstring)."""
-    n_moe = len(model.moe_layers)
-    if route.expert_load is None or layout.moe_ep <= 1:
-        return [factor] * n_moe
-    out = []
-    for i in range(n_moe):
-        row = np.asarray(route.expert_load[i % len(route.expert_load)], float)
-        if layout.redundant_experts == 0 or len(row) != model.num_experts:
-            out.append(route.imbalance(i, groups=layout.moe_ep) * factor)
-            continue
-        groups = model.n_group if model.n_group % nodes == 0 else 1
-        phy2log, _, logcnt = rebalance_experts(
-            row[None, :], len(row) + layout.redundant_experts, groups, nodes, layout.moe_ep
-        )
-        slot_load = row[phy2log[0]] / logcnt[0][phy2log[0]]
-        per_gpu = slot_load.reshape(layout.moe_ep, -1).sum(axis=1)
-        out.append(float(per_gpu.max() / per_gpu.mean()) * factor)
-    return out
 
 
 class PhaseModel:
