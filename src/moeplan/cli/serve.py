@@ -222,7 +222,7 @@ def serve_sim(
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
     step of one phase alone per GPU."""
-    from moeplan.cli.serve_phase import check_phase_flags, run_phase
+    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags
 
     phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
     require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
@@ -241,29 +241,11 @@ def serve_sim(
 
     routing = trace_routing(routing_trace, m) if routing_trace else None
     if phase is not None:
-        layout.validate(m, c)
-        require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-        require(
-            cost_engine in ("engine", "none"),
-            f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-        )
-        from moeplan.kernel_tables import engine_cost_model
-
-        cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-        per_gpu = batch_per_gpu if phase == "decode" else tokens_per_gpu
-        run_phase(
-            m,
-            c,
-            cm,
-            layout,
-            engine=engine,
-            phase=phase,
-            per_gpu=int(per_gpu),  # type: ignore[arg-type]
-            context=phase_ctx,
-            knob_flags=knob_flags,
-            json_out=json_out,
-            routing=routing,
-        )
+        run_phase_flags(
+            m, c, layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
+            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
+            knob_flags=knob_flags, json_out=json_out, routing=routing,
+        )  # fmt: skip
         return
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
     require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")

@@ -15,7 +15,7 @@ from moeplan.cli._common import console, print_json
 from moeplan.errors import require
 from moeplan.serve.instance_knobs import KV_DTYPES, resolve_knobs
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.phase import KEYS, PHASES, PhaseModel
+from moeplan.serve.phase import KEYS, PHASES, PhaseModel, PhaseResult
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -61,9 +61,39 @@ def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
         counts = np.bincount(ids[ids >= 0], minlength=model.num_experts)
         require(counts.sum() > 0, f"--routing-trace ({path}) layer {layer} routes no token")
         rows.append(tuple(float(x) for x in counts))
-    return RoutingProfile(
-        top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}"
+    return RoutingProfile(top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}")
+
+
+def run_phase_flags(
+    m: ModelSpec,
+    c: ClusterSpec,
+    layout: ServeLayout,
+    *,
+    engine: str,
+    cost_engine: str,
+    profile: str | None,
+    phase: str,
+    per_gpu: int | None,
+    context: int,
+    knob_flags: dict[str, Any],
+    json_out: bool,
+    routing: RoutingProfile | None,
+) -> None:
+    """``serve-sim --phase``: check the flags the phase reads, build the cost model, run."""
+    from moeplan.kernel_tables import engine_cost_model
+    from moeplan.serve.search import ENGINES
+
+    layout.validate(m, c)
+    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    require(
+        cost_engine in ("engine", "none"),
+        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
+    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    run_phase(
+        m, c, cm, layout, engine=engine, phase=phase, per_gpu=int(per_gpu or 0),
+        context=context, knob_flags=knob_flags, json_out=json_out, routing=routing,
+    )  # fmt: skip
 
 
 def run_phase(
@@ -95,17 +125,8 @@ def run_phase(
         "gpus": layout.gpus,
         "layout": layout.to_dict(),
         "knobs": knobs.to_dict(),
-        "phase": phase,
-        "step_ms": r.step_s * 1e3,
-        "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
-        "tokens_kind": "output tokens" if phase == "decode" else "prompt tokens",
-        ("batch_per_gpu" if phase == "decode" else "tokens_per_gpu"): per_gpu,
-        "context": context,
-        "tokens_per_step": r.tokens_per_step,
-        "busiest_rank_imbalance": r.imbalance,
+        **_result(r, phase, per_gpu, context),
         "routing": "balanced (static profile)" if routing is None else routing.source,
-        "breakdown_ms": {k: v * 1e3 for k, v in r.breakdown.items()},
-        "memory_gib_per_gpu": {k: v / 1024**3 for k, v in r.memory_bytes.items()},
         "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
     }
     from moeplan.kernel_tables import pricing, pricing_line
@@ -114,23 +135,41 @@ def run_phase(
     if json_out:
         print_json(out)
         return
+    _print(out)
+    console.print(pricing_line(out["pricing"]))
+
+
+def _result(r: PhaseResult, phase: str, per_gpu: int, context: int) -> dict[str, Any]:
+    """The fixed JSON keys of a phase answer (module docstring), times in ms."""
+    return {
+        "phase": phase,
+        "step_ms": r.step_s * 1e3,
+        "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
+        "tokens_kind": "output tokens" if phase == "decode" else "prompt tokens",
+        ("batch_per_gpu" if phase == "decode" else "tokens_per_gpu"): per_gpu,
+        "context": context,
+        "tokens_per_step": r.tokens_per_step,
+        "busiest_rank_imbalance": r.imbalance,
+        "breakdown_ms": {k: v * 1e3 for k, v in r.breakdown.items()},
+        "memory_gib_per_gpu": {k: v / 1024**3 for k, v in r.memory_bytes.items()},
+    }
+
+
+def _print(out: dict[str, Any]) -> None:
+    knobs = ", ".join(f"{k}={v}" for k, v in out["knobs"].items() if v is not None)
     console.print(
-        f"[bold]{m.name}[/] on [bold]{c.name}[/], {layout.label}, {engine} "
-        f"({', '.join(f'{k}={v}' for k, v in knobs.to_dict().items() if v is not None)}): "
-        f"{phase} step, steady state of the phase alone, per GPU."
+        f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']}, "
+        f"{out['engine']} ({knobs}): {out['phase']} step, steady state of the phase alone, "
+        "per GPU."
     )
-    unit = "output" if phase == "decode" else "prompt"
-    what = (
-        f"{per_gpu} sequences at KV {context}"
-        if phase == "decode"
-        else (f"{per_gpu} prompt tokens in prompts of {context}")
-    )
+    if out["phase"] == "decode":
+        what = f"{out['batch_per_gpu']} sequences at KV {out['context']}"
+    else:
+        what = f"{out['tokens_per_gpu']} prompt tokens in prompts of {out['context']}"
     console.print(
         f"  {what}: step [bold]{out['step_ms']:.2f} ms[/], "
-        f"[bold]{r.tokens_per_s_per_gpu:,.0f}[/] {unit} tokens/s per GPU"
+        f"[bold]{out['tokens_per_s_per_gpu']:,.0f}[/] {out['tokens_kind']}/s per GPU"
     )
-    parts = ", ".join(
-        f"{k} {out['breakdown_ms'][k]:.2f}" for k in (*KEYS, "overlap") if k in out["breakdown_ms"]
-    )
+    bd = out["breakdown_ms"]
+    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*KEYS, "overlap") if k in bd)
     console.print(f"  breakdown (ms, sums to the step): {parts}")
-    console.print(pricing_line(out["pricing"]))
