@@ -4,6 +4,7 @@ answer the same question the same way for the same layout."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -72,3 +73,26 @@ def test_deepseek_v3_on_16_h800_nodes_fits_its_batch() -> None:
     cap = kv_capacity_tokens(md, cl, _serve_layout(s), default_chunk("sglang", cl))
     assert cap >= 64 * (4096 + 1786)
     assert ev.memory(s).fits(cl.gpu.mem_bytes)
+
+
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8"])
+def test_phase_memory_is_the_serving_pool_model(kv_dtype: str) -> None:
+    """serve-sim --phase sizes a step with the same model: DeepSeek-V3 at EP72 with 32
+    redundant experts on 9x8 H100, its bytes before KV equal the KV pool's, and a batch fits
+    exactly when the pool (same KV dtype) holds its KV tokens."""
+    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.phase import PhaseModel
+
+    md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 9)
+    lay = ServeLayout(attn_dp=72, moe_ep=72, redundant_experts=32)
+    knobs = InstanceKnobs(kv_dtype=kv_dtype)
+    pm = PhaseModel(md, cl, cost_model_for(cl), lay, knobs)
+    cap = kv_capacity_tokens(md, cl, lay, 72 * 256, kv_scale=knobs.kv_scale)
+    b = pm.memory(256, 2000, 256)
+    _, before_kv = mem.kv_capacity(
+        md, replace(lay.memory_shape(md), kv_scale=knobs.kv_scale), cl.gpu.mem_bytes, 72 * 256
+    )
+    assert sum(v for k, v in b.items() if k != "kv_cache") == pytest.approx(before_kv, rel=1e-12)
+    assert cap >= 256 * 2000
+    with pytest.raises(MoeplanError, match="phase step needs"):
+        pm.memory(1, cap + 1, 256)

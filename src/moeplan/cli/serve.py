@@ -217,12 +217,16 @@ def serve_sim(
         str,
         typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
     ] = "auto",
+    routing_trace: Annotated[
+        str | None,
+        typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
     step of one phase alone per GPU."""
-    from moeplan.cli.serve_phase import check_phase_flags, run_phase
+    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags
 
     phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
     require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
@@ -251,29 +255,15 @@ def serve_sim(
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
     knob_flags = dict(a2a=a2a, tbo=tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=kv_dtype)
-    if phase is not None:
-        layout.validate(m, c)
-        require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-        require(
-            cost_engine in ("engine", "none"),
-            f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-        )
-        from moeplan.kernel_tables import engine_cost_model
+    from moeplan.cli.serve_phase import trace_routing
 
-        cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-        per_gpu = batch_per_gpu if phase == "decode" else tokens_per_gpu
-        run_phase(
-            m,
-            c,
-            cm,
-            layout,
-            engine=engine,
-            phase=phase,
-            per_gpu=int(per_gpu),  # type: ignore[arg-type]
-            context=phase_ctx,
-            knob_flags=knob_flags,
-            json_out=json_out,
-        )
+    routing = trace_routing(routing_trace, m) if routing_trace else None
+    if phase is not None:
+        run_phase_flags(
+            m, c, layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
+            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
+            knob_flags=knob_flags, json_out=json_out, routing=routing,
+        )  # fmt: skip
         return
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
     require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")
@@ -323,6 +313,7 @@ def serve_sim(
         max_running=max_running,
         search_requests=requests,
         knobs=knobs,
+        routing=routing,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)
@@ -336,7 +327,7 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         w = w.with_rate(at)  # type: ignore[arg-type]
-    ev = IterationModel(m, c, cm, layout, knobs=knobs)
+    ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
     sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)

@@ -15,8 +15,8 @@ from moeplan.cli._common import console, print_json
 from moeplan.errors import require
 from moeplan.serve.instance_knobs import KV_DTYPES, resolve_knobs
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.phase import KEYS, PHASES, PhaseModel
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.serve.phase import KEYS, PHASES, PhaseModel, PhaseResult
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
 def check_phase_flags(
@@ -47,6 +47,55 @@ def check_phase_flags(
     return int(isl or 2048)
 
 
+def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
+    """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
+    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.balance`)."""
+    import numpy as np
+
+    from moeplan.traces.format import load_trace
+
+    tr = load_trace(path, num_experts=model.num_experts)
+    rows = []
+    for layer in range(tr.experts.shape[1]):
+        ids = tr.experts[:, layer, :].astype(np.int64)
+        counts = np.bincount(ids[ids >= 0], minlength=model.num_experts)
+        require(counts.sum() > 0, f"--routing-trace ({path}) layer {layer} routes no token")
+        rows.append(tuple(float(x) for x in counts))
+    return RoutingProfile(top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}")
+
+
+def run_phase_flags(
+    m: ModelSpec,
+    c: ClusterSpec,
+    layout: ServeLayout,
+    *,
+    engine: str,
+    cost_engine: str,
+    profile: str | None,
+    phase: str,
+    per_gpu: int | None,
+    context: int,
+    knob_flags: dict[str, Any],
+    json_out: bool,
+    routing: RoutingProfile | None,
+) -> None:
+    """``serve-sim --phase``: check the flags the phase reads, build the cost model, run."""
+    from moeplan.kernel_tables import engine_cost_model
+    from moeplan.serve.search import ENGINES
+
+    layout.validate(m, c)
+    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    require(
+        cost_engine in ("engine", "none"),
+        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
+    )
+    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    run_phase(
+        m, c, cm, layout, engine=engine, phase=phase, per_gpu=int(per_gpu or 0),
+        context=context, knob_flags=knob_flags, json_out=json_out, routing=routing,
+    )  # fmt: skip
+
+
 def run_phase(
     m: ModelSpec,
     c: ClusterSpec,
@@ -59,6 +108,7 @@ def run_phase(
     context: int,
     knob_flags: dict[str, Any],
     json_out: bool,
+    routing: RoutingProfile | None = None,
 ) -> None:
     """Price the phase step and print it (JSON or a table)."""
     require(
@@ -66,7 +116,7 @@ def run_phase(
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
     )
     knobs = resolve_knobs(cost.engine, m, c, layout, **knob_flags)
-    r = PhaseModel(m, c, cost, layout, knobs).step(phase, per_gpu, context)
+    r = PhaseModel(m, c, cost, layout, knobs, routing).step(phase, per_gpu, context)
     out: dict[str, Any] = {
         "model": m.name,
         "cluster": c.name,
@@ -75,6 +125,23 @@ def run_phase(
         "gpus": layout.gpus,
         "layout": layout.to_dict(),
         "knobs": knobs.to_dict(),
+        **_result(r, phase, per_gpu, context),
+        "routing": "balanced (static profile)" if routing is None else routing.source,
+        "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
+    }
+    from moeplan.kernel_tables import pricing, pricing_line
+
+    out["pricing"] = pricing(cost)
+    if json_out:
+        print_json(out)
+        return
+    _print(out)
+    console.print(pricing_line(out["pricing"]))
+
+
+def _result(r: PhaseResult, phase: str, per_gpu: int, context: int) -> dict[str, Any]:
+    """The fixed JSON keys of a phase answer (module docstring), times in ms."""
+    return {
         "phase": phase,
         "step_ms": r.step_s * 1e3,
         "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
@@ -85,31 +152,24 @@ def run_phase(
         "busiest_rank_imbalance": r.imbalance,
         "breakdown_ms": {k: v * 1e3 for k, v in r.breakdown.items()},
         "memory_gib_per_gpu": {k: v / 1024**3 for k, v in r.memory_bytes.items()},
-        "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
     }
-    from moeplan.kernel_tables import pricing, pricing_line
 
-    out["pricing"] = pricing(cost)
-    if json_out:
-        print_json(out)
-        return
+
+def _print(out: dict[str, Any]) -> None:
+    knobs = ", ".join(f"{k}={v}" for k, v in out["knobs"].items() if v is not None)
     console.print(
-        f"[bold]{m.name}[/] on [bold]{c.name}[/], {layout.label}, {engine} "
-        f"({', '.join(f'{k}={v}' for k, v in knobs.to_dict().items() if v is not None)}): "
-        f"{phase} step, steady state of the phase alone, per GPU."
+        f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']}, "
+        f"{out['engine']} ({knobs}): {out['phase']} step, steady state of the phase alone, "
+        "per GPU."
     )
-    unit = "output" if phase == "decode" else "prompt"
-    what = (
-        f"{per_gpu} sequences at KV {context}"
-        if phase == "decode"
-        else (f"{per_gpu} prompt tokens in prompts of {context}")
-    )
+    if out["phase"] == "decode":
+        what = f"{out['batch_per_gpu']} sequences at KV {out['context']}"
+    else:
+        what = f"{out['tokens_per_gpu']} prompt tokens in prompts of {out['context']}"
     console.print(
         f"  {what}: step [bold]{out['step_ms']:.2f} ms[/], "
-        f"[bold]{r.tokens_per_s_per_gpu:,.0f}[/] {unit} tokens/s per GPU"
+        f"[bold]{out['tokens_per_s_per_gpu']:,.0f}[/] {out['tokens_kind']}/s per GPU"
     )
-    parts = ", ".join(
-        f"{k} {out['breakdown_ms'][k]:.2f}" for k in (*KEYS, "overlap") if k in out["breakdown_ms"]
-    )
+    bd = out["breakdown_ms"]
+    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*KEYS, "overlap") if k in bd)
     console.print(f"  breakdown (ms, sums to the step): {parts}")
-    console.print(pricing_line(out["pricing"]))

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from moeplan.cost.kerneldb.base import BF16
-from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, _link_seconds, dest_ranks
+from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
 from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.pricing import moe_dtype
@@ -199,8 +199,8 @@ class WideEP:
             remote = md.top_k * (q.ep - g) / q.ep
             local = md.top_k * (g - 1) / q.ep
         rdma = replace(self._device, link_bw=self._cluster.inter.bw)
-        t_rdma = _link_seconds(vm.model.scaled(vm.device, rdma, True), rdma, per_token * remote)
-        t_nvl = _link_seconds(
+        t_rdma = link_seconds(vm.model.scaled(vm.device, rdma, True), rdma, per_token * remote)
+        t_nvl = link_seconds(
             vm.model.scaled(vm.device, self._device, True), self._device, per_token * local
         )
         self._note(

@@ -47,8 +47,14 @@ bottleneck stage or link serving ``m`` micro-batches; :func:`pipeline_period`, c
 :func:`moeplan.sim.simulate_list` in the tests). One engine iteration = one period; every sequence of the batch
 advances one step. With ``pp = 1`` the period is the stage time.
 
-Departures: engine CPU overheads and CUDA-graph padding are not modelled; communication is
-not overlapped with compute (SGLang's two-batch overlap would hide part of it).
+Instance knobs (:class:`~moeplan.serve.instance_knobs.InstanceKnobs`): with ``a2a = deepep``
+the MoE layer is DeepEP's (:mod:`moeplan.cost.wideep`: normal kernels for an iteration with
+prefill chunks, low-latency otherwise) and a DP-attention MLA block the wide-EP tables';
+``tbo`` overlaps two halves of the batch (:mod:`moeplan.serve.iteration_tbo`); an fp8 KV cache
+halves the decode KV read. The busiest EP rank's load comes from :mod:`moeplan.serve.balance`.
+
+Departures: engine CPU overheads and CUDA-graph padding are not modelled; without ``tbo``
+communication is not overlapped with compute.
 """
 
 from __future__ import annotations
@@ -61,10 +67,11 @@ from typing import NamedTuple
 
 from moeplan.cost import CostModel
 from moeplan.cost.memory import kv_bytes_per_token_layer
-from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import require
+from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration_tbo import TwoBatchMixin
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
@@ -135,9 +142,11 @@ class _Layer(NamedTuple):
     imbalance: float
 
 
-class IterationModel:
+class IterationModel(TwoBatchMixin):
     """Seconds per engine iteration for one (model, cluster, cost, layout, routing); memoised
     per :class:`Batch`. Call it with a batch; :meth:`breakdown` explains the time."""
+
+    _part = staticmethod(busiest_part)  # used by TwoBatchMixin
 
     def __init__(
         self,
@@ -165,6 +174,7 @@ class IterationModel:
             "dense": -(-layout.dense_tp // gpn),
             "ep": min(layout.moe_ep, -(-w // gpn)),
         }
+        imbs = layer_imbalances(route, model, layout, imbalance, self._nodes["ep"])
         self._stages: list[Counter[_Layer]] = []
         for layers in stage_layers(model, layout.pp):
             c: Counter[_Layer] = Counter()
@@ -176,7 +186,7 @@ class IterationModel:
                         moe,
                         model.is_sliding_layer(layer),
                         route.k(i) if moe else 0.0,
-                        route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
+                        imbs[i] if moe else 1.0,
                     )
                 ] += 1
             self._stages.append(c)
@@ -352,46 +362,6 @@ class IterationModel:
             micro_batches=m,
             bottleneck_stage=int(stage_s.index(max(stage_s))),
             bubble_s=period - sum(stage_s) / lay.pp * m if lay.pp > 1 else 0.0,
-        )
-        return out
-
-    def _two_batch(self, mb: Batch) -> dict[str, float]:
-        """Two-batch overlap (:mod:`moeplan.cost.overlap`): the batch in two halves (each the
-        larger share, an upper bound), each layer's attention and expert compute on the
-        ``compute`` resource, its dispatch and combine (half the communication each) on
-        ``comm``; ``overlap`` (<= 0) is the makespan minus the sum of every piece."""
-        half = busiest_part(mb, 2)
-        rank = busiest_part(half, self.layout.attn_dp)
-        parts = self._stage(0, half, rank)
-        chain: list[Piece] = []
-        attn_comm = self._gather_scatter(rank.tokens, self.layout.attn_tp, self._nodes["attn"])
-        for layer, count in self._stages[0].items():
-            attn = self._attention(rank, layer.sliding) + attn_comm
-            if not layer.moe:
-                chain += [Piece("compute", attn + sum(self._dense_layer(half.tokens)))] * count
-                continue
-            comp, comm = self._moe(
-                half.tokens, rank.tokens, layer.k, layer.imbalance, bool(half.prefill)
-            )
-            step = [
-                Piece("compute", attn),
-                Piece("comm", comm / 2),
-                Piece("compute", comp),
-                Piece("comm", comm / 2),
-            ]
-            chain += [p for p in step if p.seconds > 0] * count
-        chain.append(Piece("compute", parts["lm_head"]))
-        total = 2 * sum(parts.values())
-        span = makespan([chain, chain])
-        out = {k: 2 * v for k, v in parts.items()}
-        out.update(
-            period_s=span,
-            latency_s=span,
-            p2p=0.0,
-            micro_batches=1,
-            bottleneck_stage=0,
-            bubble_s=0.0,
-            overlap=span - total,
         )
         return out
 

@@ -38,17 +38,15 @@ Pure: the cost model is handed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass, field, replace
 
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.placement.eplb import rebalance_experts
+from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout, stage_weight_bytes
+from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 PHASES = ("prefill", "decode")
@@ -84,29 +82,6 @@ class PhaseResult:
     tokens_per_step: float
     imbalance: float
     memory_bytes: dict[str, float] = field(default_factory=dict)
-
-
-def layer_imbalances(
-    route: RoutingProfile, model: ModelSpec, layout: ServeLayout, factor: float, nodes: int
-) -> list[float]:
-    """Busiest EP rank's load over the mean, per MoE layer (module docstring)."""
-    n_moe = len(model.moe_layers)
-    if route.expert_load is None or layout.moe_ep <= 1:
-        return [factor] * n_moe
-    out = []
-    for i in range(n_moe):
-        row = np.asarray(route.expert_load[i % len(route.expert_load)], float)
-        if layout.redundant_experts == 0 or len(row) != model.num_experts:
-            out.append(route.imbalance(i, groups=layout.moe_ep) * factor)
-            continue
-        groups = model.n_group if model.n_group % nodes == 0 else 1
-        phy2log, _, logcnt = rebalance_experts(
-            row[None, :], len(row) + layout.redundant_experts, groups, nodes, layout.moe_ep
-        )
-        slot_load = row[phy2log[0]] / logcnt[0][phy2log[0]]
-        per_gpu = slot_load.reshape(layout.moe_ep, -1).sum(axis=1)
-        out.append(float(per_gpu.max() / per_gpu.mean()) * factor)
-    return out
 
 
 class PhaseModel:
@@ -297,29 +272,22 @@ class PhaseModel:
 
     def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
         """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
-        the KV dtype, activations, all-to-all buffers, reserve); raises when over the GPU."""
+        the KV dtype, activations and all-to-all buffers of a step of ``tokens`` per
+        attention rank, reserve) by the one memory model
+        (:func:`moeplan.cost.memory.instance_breakdown`); raises when over the GPU."""
         md, lay, gpu = self.model, self.layout, self.cluster.gpu
-        weights = stage_weight_bytes(md, lay, range(md.num_layers), True, True)
-        kv = (
-            seqs
-            * context
-            * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
-            * md.num_layers
-            * self.knobs.kv_scale
-        )
-        act = mem.activation_bytes(md, tokens, lay.attn_tp)
-        buffers = mem.a2a_buffer_bytes(md, -(-tokens // lay.attn_tp), md.top_k)
+        shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale)
+        b = mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
         out = {
-            "weights": weights,
-            "kv_cache": kv,
-            "activations": act,
-            "a2a_buffers": buffers,
-            "reserved": float(mem.RESERVED_BYTES),
+            "weights": b.weights,
+            "kv_cache": b.kv_cache,
+            "activations": b.activations,
+            "a2a_buffers": b.buffers,
+            "reserved": b.reserved,
         }
-        need = sum(out.values())
-        if need > gpu.mem_bytes:
+        if not b.fits(gpu.mem_bytes):
             raise MoeplanError(
-                f"phase step needs {need / 1024**3:.1f} GiB per GPU ({lay.label}, "
+                f"phase step needs {b.total / 1024**3:.1f} GiB per GPU ({lay.label}, "
                 f"{seqs} sequences x {context} tokens of KV); {gpu.name} has "
                 f"{gpu.mem_bytes / 1024**3:.1f} GiB"
             )

@@ -193,14 +193,7 @@ def serve_rank(
     search = knob_search or KnobSearch()
     tuned = [best_knobs(e, model, cluster, cost, workload, slo, engine, search) for e in entries]
     knobs_of = {id(e): kn for e, kn, _ in tuned}
-    scored = [(e, est) for e, _, est in tuned]
-    scored.sort(key=lambda es: -es[1])
-    chosen = [es for es in scored if es[1] > 0][:keep]
-    for fam in {e.family for e, _ in scored}:
-        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
-        if best is not None and best not in chosen:
-            chosen.append(best)
-    pruned = tuple(es for es in scored if es not in chosen)
+    chosen, pruned = _prune([(e, est) for e, _, est in tuned], keep)
     served = []
     for i, (e, est) in enumerate(chosen):
         if progress:
@@ -242,6 +235,19 @@ def serve_rank(
         not_served=not_served,
         rate_given=rate_given,
     )
+
+
+def _prune(
+    scored: list[tuple[Entry, float]], keep: int
+) -> tuple[list[tuple[Entry, float]], tuple[tuple[Entry, float], ...]]:
+    """The ``keep`` best estimates plus each family's best (simulated), and the rest."""
+    scored.sort(key=lambda es: -es[1])
+    chosen = [es for es in scored if es[1] > 0][:keep]
+    for fam in {e.family for e, _ in scored}:
+        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
+        if best is not None and best not in chosen:
+            chosen.append(best)
+    return chosen, tuple(es for es in scored if es not in chosen)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
