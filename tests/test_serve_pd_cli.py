@@ -156,3 +156,24 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
         rates = [p.rate for k in knobs if (p := one(c, lay, k)) is not None]
         pool = best(c, lay)
         assert pool is not None and pool.rate == max(rates) and "DeepEP" in pool.note
+
+
+def test_pd_launch_script_carries_each_pools_knobs() -> None:
+    """The P/D export passes what each pool was priced with: a DeepEP + two-batch-overlap
+    prefill pool gets SGLang's flags, a decode pool priced without knobs gets none."""
+    from moeplan.export.constraints import Target
+    from moeplan.export.sglang import pd_strategy, sglang_pd_commands
+    from moeplan.serve.instance_knobs import InstanceKnobs
+
+    target = Target(architecture="DeepseekV3ForCausalLM", num_experts=256, gpu="h100-sxm",
+                    intra="nvswitch", inter="ib", num_nodes=4, gpus_per_node=8)
+    pd = PDLayout(prefill=ServeLayout(attn_dp=16, moe_ep=16), decode=ServeLayout(attn_dp=16,
+                  moe_ep=16), x=1, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True))
+    assert pd.to_dict()["prefill"]["knobs"]["tbo"] is True and "knobs" not in pd.to_dict()["decode"]
+    cmds = sglang_pd_commands(pd_strategy(pd.prefill), pd_strategy(pd.decode), x=1, y=1,
+                              model_path="deepseek-ai/DeepSeek-V3", target=target,
+                              knobs=(pd.prefill_knobs, pd.decode_knobs))
+    by_role = {c.role: " ".join(c.args) for c in cmds if c.node_rank == 0}
+    assert "--moe-a2a-backend deepep" in by_role["prefill"]
+    assert "--enable-two-batch-overlap" in by_role["prefill"]
+    assert "--enable-two-batch-overlap" not in by_role["decode"]

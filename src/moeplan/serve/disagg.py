@@ -101,6 +101,7 @@ class Pool:
     evaluate: Evaluator
     rate: float
     note: str = ""
+    knobs: InstanceKnobs | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,7 +189,7 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
     if c.slo.ttft_s is not None and alone > c.slo.ttft_s:
         return None
     note = f"{alone * 1e3:.0f} ms{_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note)
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs)
 
 
 def _knob_note(knobs: InstanceKnobs | None) -> str:
@@ -248,7 +249,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
     rate = b / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note)
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
 
 def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
@@ -321,7 +322,8 @@ def candidates(c: Context, family: str) -> list[Candidate]:
                 continue
             x, y, rate = m
             assert isinstance(p.layout, ServeLayout)
-            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y)
+            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+                          prefill_knobs=p.knobs, decode_knobs=d.knobs)
             inter = transfer_inter_node(c.cluster, pd)
             setup = PoolSetup(
                 layout=pd,
