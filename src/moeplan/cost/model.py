@@ -286,7 +286,7 @@ class CostModel:
         if self._kdb is None or num_seqs <= 0:
             return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
         sliding = layer is not None and model.is_sliding_layer(layer)
-        op, shape, _ = attention_query(model, num_seqs, 1, 1, tp, sliding)
+        ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
         n = len(ctxs)
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]
