@@ -498,7 +498,8 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
     load = (
         f"{w['rate_rps']:.3g} req/s Poisson"
         if w["rate_rps"]
-        else f"{w['concurrency']} in flight (closed loop)"
+        else f"{w['concurrency']} clients (closed loop, "
+        + (f"{w['think_s'] * 1e3:g} ms mean think time)" if w["think_s"] else "no think time)")
     )
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "
