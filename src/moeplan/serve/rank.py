@@ -34,6 +34,7 @@ steps 2–4 (:func:`serve_rank`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
@@ -45,6 +46,7 @@ from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.metrics import SLO
 from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
@@ -83,6 +85,7 @@ def serve_rank(
     rate_given: bool = True,
     progress: Callable[[str], None] | None = None,
     requests: int = DEFAULT_REQUESTS,
+    knob_search: KnobSearch | None = None,
 ) -> ServeRanking:
     """Rank every family's deployments by the serving answer (module docstring). ``keep`` is
     accepted for callers of the earlier top-``keep`` pruning and ignored: the search now
@@ -95,7 +98,7 @@ def serve_rank(
     model, cluster = result.model, result.cluster
     served, pruned_list, not_served, cert, record = served_space(
         result, cost, workload, slo, engine=engine, requests=requests,
-        rate_given=rate_given, progress=progress,
+        rate_given=rate_given, progress=progress, knob_search=knob_search,
     )
     pruned = tuple(pruned_list)
     from moeplan.serve.disagg_rank import served_disaggregated
@@ -136,6 +139,18 @@ def serve_rank(
         search={"certificate": cert.to_dict(), "winner_capacity": record},
         certificate_sentence=cert.sentence(),
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnobSearch:
+    """The instance knobs of a deployment search: ``base`` holds the given ones (and the
+    defaults of the others), ``given`` names the :data:`KNOB_ENTRIES` entries not searched,
+    ``redundant`` the given redundant-expert count (``None``: searched)."""
+
+    base: InstanceKnobs = InstanceKnobs()
+    given: frozenset[str] = frozenset()
+    redundant: int | None = None
+    a2a: str | None = None  # the requested backend (auto / deepep / nccl), resolved per layout
 
 
 def _capacity_per_gpu(r: ServeResult, workload: ServeWorkload) -> float:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.memo_cost import MemoCost
 from moeplan.serve.metrics import SLO
 from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, with_interval
 from moeplan.serve.workload import ServeWorkload
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
 def layout_capacity(
@@ -28,10 +29,15 @@ def layout_capacity(
     replicas: int = 1,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    knobs: InstanceKnobs | None = None,
+    routing: RoutingProfile | None = None,
 ) -> SpaceCandidate:
     """``layout`` with its knobs, bound and capacity (raises when it cannot serve)."""
-    c = SpaceCandidate(layout=layout, replicas=replicas, spare_gpus=0)
-    prepare(c, model, cluster, MemoCost(cost), workload, slo, engine, chunk_tokens, max_running)  # type: ignore[arg-type]
+    c = SpaceCandidate(layout=layout, replicas=replicas, spare_gpus=0, knobs=knobs)
+    prepare(
+        c, model, cluster, MemoCost(cost), workload, slo, engine, chunk_tokens, max_running,  # type: ignore[arg-type]
+        routing=routing,
+    )
     if c.bound is None:
         raise MoeplanError(c.reason)
     search_capacity(c, workload, slo, requests)

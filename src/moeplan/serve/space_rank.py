@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
@@ -121,6 +122,7 @@ def served_space(
     requests: int,
     rate_given: bool,
     progress: Callable[[str], None] | None = None,
+    knob_search: Any = None,
 ) -> tuple[list[Served], list[tuple[Entry, float]], dict[str, str], Certificate, dict]:
     """Served colocated deployments, those pruned by bound (with the bound per GPU), why a
     family is not served, the certificate, and the winner's capacity record."""
@@ -140,6 +142,7 @@ def served_space(
         requests=requests,
         space=space,
         progress=progress,
+        knobs_for=_knobs_for(knob_search, cost, result),
     )
     osl = workload.osl.mean
     _require_reachable(cands, slo)
@@ -164,6 +167,31 @@ def served_space(
         }
     )
     return served, pruned, not_served, cert, record
+
+
+def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignore[no-untyped-def]
+    """Each layout's instance knobs: the given ones (``search.base``, a
+    :class:`moeplan.serve.rank.KnobSearch`) with the all-to-all backend resolved for the
+    layout (:func:`moeplan.cost.a2a.moe_backend`); without a search, the engine's defaults.
+    Knobs that are not given are not searched per layout here (None: the layout is skipped
+    when a given two-batch overlap needs DeepEP and the layout cannot have it)."""
+    from moeplan.cost.a2a import moe_backend
+    from moeplan.serve.instance_knobs import resolve_knobs
+
+    m, c = result.model, result.cluster
+
+    def knobs(lay: ServeLayout):  # type: ignore[no-untyped-def]
+        if search is None:
+            return resolve_knobs(cost.engine, m, c, lay)
+        base = search.base
+        if search.a2a is not None:
+            backend = moe_backend(search.a2a, cost.engine, m, c, lay.moe_tp, lay.moe_ep)
+            if base.tbo and backend != "deepep":
+                return None
+            base = replace(base, a2a=backend)
+        return base
+
+    return knobs
 
 
 def _require_reachable(cands: list[SpaceCandidate], slo: SLO) -> None:

@@ -36,6 +36,7 @@ from moeplan.serve.capacity import (
     steady_probe,
 )
 from moeplan.serve.engine import EngineConfig
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.knobs import candidates
 from moeplan.serve.layout import ServeLayout
@@ -44,7 +45,7 @@ from moeplan.serve.metrics import SLO
 from moeplan.serve.search import Estimate, analytic_rate
 from moeplan.serve.space import copies, layouts
 from moeplan.serve.workload import ServeWorkload
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
 @dataclass(kw_only=True)
@@ -61,6 +62,8 @@ class SpaceCandidate:
     evaluate: GridEvaluator | None = None
     capacity: Capacity | None = None
     probe: SteadyProbe | None = None
+    knobs: InstanceKnobs | None = None
+    """Instance knobs pricing its iterations (all-to-all backend, two-batch overlap, KV dtype)."""
     beaten_at: float = 0.0
     """Rate (per instance) of the one steady run at the incumbent's capacity (0: none)."""
 
@@ -117,12 +120,16 @@ def prepare(
     engine: str,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    routing: RoutingProfile | None = None,
 ) -> None:
     """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload);
-    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`)."""
+    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it."""
+    kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
     try:
-        cfgs = candidates(engine, model, cluster, c.layout, chunk_tokens, max_running)
-        ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout))
+        cfgs = candidates(
+            engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale
+        )
+        ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout, routing, knobs=c.knobs))
     except MoeplanError as err:
         c.reason = str(err)
         return
@@ -207,6 +214,7 @@ def search_space(
     requests: int = DEFAULT_REQUESTS,
     space: list[ServeLayout] | None = None,
     progress: Callable[[str], None] | None = None,
+    knobs_for: Callable[[ServeLayout], InstanceKnobs | None] | None = None,
 ) -> tuple[list[SpaceCandidate], Certificate]:
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
     the certificate (module docstring)."""
@@ -216,6 +224,16 @@ def search_space(
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
         c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare)
+        try:
+            c.knobs = knobs_for(lay) if knobs_for is not None else None
+        except MoeplanError as err:
+            c.reason = str(err)
+            cands.append(c)
+            continue
+        if knobs_for is not None and c.knobs is None:
+            c.reason = "the given two-batch overlap needs the DeepEP all-to-all on this layout"
+            cands.append(c)
+            continue
         prepare(c, model, cluster, cost, workload, slo, engine)
         cands.append(c)
     order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
