@@ -18,6 +18,7 @@ import time
 
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.instance_knobs import resolve_knobs
 from moeplan.serve.memo_cost import MemoCost
 from moeplan.serve.space import copies, layouts
 from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, search_space
@@ -41,7 +42,10 @@ def run(case: str, requests: int) -> dict:
     )
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
-    ranked, cert = search_space(m, c, cm, wl, slo, requests=requests)
+    ranked, cert = search_space(
+        m, c, cm, wl, slo, requests=requests,
+        knobs_for=lambda lay: resolve_knobs(cm.engine, m, c, lay),  # plan's default knobs
+    )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     w = ranked[0]
     cap = w.capacity
@@ -88,7 +92,8 @@ def exhaustive(case: str, requests: int) -> dict:
     rows = []
     for lay in layouts(m, c):
         k, spare = copies(c, lay)
-        s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare)
+        s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare,
+                           knobs=resolve_knobs(cm.engine, m, c, lay))
         prepare(s, m, c, cm, wl, slo, "sglang")  # type: ignore[arg-type]
         if s.bound is None:
             continue

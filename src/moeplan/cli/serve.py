@@ -26,10 +26,9 @@ from moeplan.io import check_target
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
 from moeplan.serve.capacity import DEFAULT_REQUESTS, steady_probe
-from moeplan.serve.ranking import _all_replicas
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
 from moeplan.serve.sim_capacity import layout_capacity
-from moeplan.serve.space_rank import require_steady, serve_result
+from moeplan.serve.space_rank import replicated, require_steady, serve_result
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from moeplan.specs.hf_config import read_json_file
@@ -408,7 +407,7 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         probe = _operating_probe(cand, w, slo, rate, requests)
-        r = _all_replicas(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
+        r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
         at = rate if rate is not None else cand.capacity.rate_rps * replicas
         sim = probe.res
         cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)

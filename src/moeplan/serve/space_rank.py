@@ -223,6 +223,12 @@ def _require_reachable(cands: list[SpaceCandidate], slo: SLO) -> None:
     )
 
 
+def replicated(r: ServeResult, replicas: int) -> ServeResult:
+    """One instance's result as ``replicas`` round-robin copies' (totals and rates times
+    ``replicas``; per-GPU figures and latencies unchanged)."""
+    return _all_replicas(r, replicas)
+
+
 def require_steady(ranking: ServeRanking | dict) -> None:
     """Raise when the winner's capacity interval (or a capacity record's) is wider than the
     steady target: the closest figure, its interval and the request count that would bring
