@@ -185,6 +185,11 @@ def plan_cmd(
     = ",".join(FAMILIES),
     profile: Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
     = None,
+    any_divisor: Annotated[bool | None, typer.Option(
+        "--any-divisor/--powers-of-two",
+        help="Strategy family degrees: every divisor of the GPU count, or powers of two only "
+             "(MixServe's rule). Default: every divisor when the GPU count is not a power "
+             "of two (e.g. --nodes 12), else powers of two.")] = None,
     placement: Annotated[bool, typer.Option("--placement/--no-placement",
                                             help="Run Sem-MoE placement on the winner.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic trace and splits.")] = 0,
@@ -244,6 +249,7 @@ def plan_cmd(
         task = prog.add_task("planning", total=None)
         result = plan(m, c, w, cm, families=fams,
                       alternatives=[load_cluster(n) for n in cluster_names()],
+                      any_divisor=any_divisor,
                       progress=lambda f: prog.update(task, description=f"planning: {f}"))
         ranking = serve_rank(result, cm, sw, slo, objective=objective, engine=engine,
                              rate_given=rate is not None or concurrency is not None,

@@ -2,7 +2,8 @@
 
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
-attention–FFN disaggregated and is not simulated by this engine model, said in one line).
+attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
+is a prefill/decode pair of pools (``--pd``, :mod:`moeplan.cli.serve_pd`).
 Thin: parse → specs → :func:`moeplan.serve.evaluate_layout` → print. The engine knobs
 (running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
 ``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
@@ -19,6 +20,7 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.io import check_target
 from moeplan.planners.plan import Plan
@@ -54,6 +56,7 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             moe_tp=_degree("moe.tp", moe.get("tp")),
             moe_ep=_degree("moe.ep", moe.get("ep")),
             pp=_degree("pp", lay.get("pp", 1)),
+            fused=plan.details.get("fused") is True,
         )
     if plan.family == "pipeline":
         return _pipeline_layout(lay)
@@ -170,6 +173,7 @@ def serve_sim(
     plan: Annotated[
         str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
     ] = None,
+    pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
     attn_dp: Annotated[int | None, typer.Option(help="Attention DP degree (default 1).")] = None,
     moe_tp: Annotated[int | None, typer.Option(help="MoE TP degree (default 1).")] = None,
@@ -284,17 +288,31 @@ def serve_sim(
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
     step of one phase alone per GPU."""
-    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags
-
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
+    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags
+
     phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
     require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
-    layout, the_plan = _layout(plan, flags)
-    if redundant_experts:
+    deployment = None
+    if pd is not None:
+        check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
+        knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
+                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
+                      "--a2a": None if a2a == "auto" else a2a}
+        bad = [k for k, v in knob_given.items() if v is not None]
+        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
+                "engine's all-to-all and the better two-batch overlap setting; redundant experts "
+                "go in the layout: moe-rN)")
+        deployment, the_plan = read_pd(pd)
+        layout = deployment.prefill
+    else:
+        layout, the_plan = _layout(plan, flags)
+    if redundant_experts and deployment is None:
         layout = replace(layout, redundant_experts=redundant_experts)
     require(bool(model or the_plan), "--model is required without --plan")
     require(bool(cluster or the_plan), "--cluster is required without --plan")
@@ -337,6 +355,9 @@ def serve_sim(
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    if deployment is not None:
+        return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
+                       requests=requests, json_out=json_out)
     require(
         mtp == 0,
         f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "

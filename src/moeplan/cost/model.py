@@ -256,10 +256,8 @@ class CostModel:
             return 0.0
         if self._kdb is not None:
             sliding = layer is not None and model.is_sliding_layer(layer)
-            op, shape, factor = attention_query(
-                model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding
-            )
-            return factor * self._kernel(op, shape)
+            queries = attention_query(model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding)
+            return max(self._kernel(op, shape) for op, shape in queries)
         keys = ctx_len - (q_len - 1) / 2.0  # mean keys per query under the causal mask
         if layer is not None and model.is_sliding_layer(layer):
             keys = min(keys, model.sliding_window)
@@ -288,7 +286,7 @@ class CostModel:
         if self._kdb is None or num_seqs <= 0:
             return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
         sliding = layer is not None and model.is_sliding_layer(layer)
-        op, shape, _ = attention_query(model, num_seqs, 1, 1, tp, sliding)
+        ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
         n = len(ctxs)
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]

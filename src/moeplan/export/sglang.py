@@ -196,10 +196,12 @@ def sglang_pd_commands(
     model_path: str,
     target: Target,
     transfer_backend: str = "mooncake",
+    knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
 ) -> list[PDCommand]:
     """SGLang PD launch: ``x`` prefill and ``y`` decode servers (each with its own layout,
     ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
-    bootstrap port), then ``sglang_router.launch_router --pd-disaggregation`` listing every
+    bootstrap port, and each pool's ``knobs``: its MoE backend and two-batch overlap flags),
+    then ``sglang_router.launch_router --pd-disaggregation`` listing every
     prefill (with its bootstrap port) and decode server, round-robin on both (the policy
     :mod:`moeplan.serve.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
     smaller than a node gets ``--base-gpu-id``, and every server its own port (and prefill
@@ -213,6 +215,7 @@ def sglang_pd_commands(
     out: list[PDCommand] = []
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
     gpu = 0  # instances laid out on consecutive GPUs, prefill first
+    pool_knobs = {"prefill": knobs[0], "decode": knobs[1]}
     for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         for i in range(count):
             addr = pd_address(role, i)
@@ -232,6 +235,7 @@ def sglang_pd_commands(
                     num_nodes=nodes,
                     node_rank=rank,
                     init_addr=f"{addr}:{5000 + len(out)}",
+                    knobs=pool_knobs[role],
                 )
                 out.append(PDCommand(role=role, instance=i, node_rank=rank, args=(*r.args, *pd)))
             url = f"http://{addr}:{port}"
@@ -266,6 +270,7 @@ def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
         y=pd.y,
         model_path=model_path,
         target=target,
+        knobs=(getattr(pd, "prefill_knobs", None), getattr(pd, "decode_knobs", None)),
     )
     lines = [
         "#!/usr/bin/env bash",

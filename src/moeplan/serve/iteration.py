@@ -32,6 +32,9 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   that leave the GPU are ``(1 - lar)`` of the total: ``lar = 1/moe_ep`` is today's time,
   ``lar = 1`` removes the all-to-all. Departure: the intra/inter-node split of the remote
   bytes stays the uniform one (the collective's), which is exact on one node.
+- A fused layout (MixServe's AR-A2A, ``layout.fused``) replaces the MoE block's TP
+  collectives and all-to-all by Algorithms 1-2 overlapped, or by the same sharded bytes sent
+  RS -> A2A -> AG when cheaper, as the strategy planner prices it (:mod:`moeplan.serve.fused`).
 - Dense layers: ``dense_mlp`` sharded ``dense_tp`` ways.
 - The last stage adds the lm-head GEMM for one logit row per sequence.
 
@@ -68,6 +71,7 @@ from moeplan.cost import CostModel
 from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
 from moeplan.serve.balance import layer_imbalances
+from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.grid import bucket_grid
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration_tbo import TwoBatchMixin
@@ -307,6 +311,9 @@ class IterationModel(TwoBatchMixin):
         if lay.moe_ep > 1:
             a2a = group_tokens * k * imb * md.hidden_bytes * self._a2a_scale
             comm += 2 * cm.collective("all_to_all", a2a, lay.moe_ep, self._nodes["ep"])
+        if lay.fused:  # MixServe's Algs. 1-2 or RS -> A2A -> AG (serve/fused.py)
+            layer = fused_layer(cm, md, lay.moe_ep, lay.moe_tp, t_mb, k, imb, self._a2a_scale)
+            comm = fused_comm(layer)
         return compute, comm
 
     def _dense_layer(self, t_mb: int) -> tuple[float, float]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from moeplan.cost.a2a import deepep_blockers
+from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
 from moeplan.serve.config import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
@@ -38,10 +39,8 @@ CHUNKS = (2048, 4096, 8192, 16384)
 
 
 def default_chunk(engine: str, cluster: ClusterSpec) -> int:
-    mem, name = cluster.gpu.mem_bytes, cluster.gpu.name.lower()
-    if engine == "vllm":
-        return 8192 if mem >= 70 * GIB and "a100" not in name else 2048
-    return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
+    """The engine's default step size on ``cluster``'s GPU (:func:`moeplan.cost.memory.default_chunk_tokens`)."""
+    return default_chunk_tokens(engine, cluster.gpu.mem_bytes, cluster.gpu.name)
 
 
 def engine_config(

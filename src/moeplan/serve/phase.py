@@ -38,7 +38,7 @@ Pure: the cost model is handed in.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
@@ -46,7 +46,7 @@ from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import MoeplanError, require
 from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout, stage_weight_bytes
+from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 PHASES = ("prefill", "decode")
@@ -272,29 +272,22 @@ class PhaseModel:
 
     def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
         """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
-        the KV dtype, activations, all-to-all buffers, reserve); raises when over the GPU."""
+        the KV dtype, activations and all-to-all buffers of a step of ``tokens`` per
+        attention rank, reserve) by the one memory model
+        (:func:`moeplan.cost.memory.instance_breakdown`); raises when over the GPU."""
         md, lay, gpu = self.model, self.layout, self.cluster.gpu
-        weights = stage_weight_bytes(md, lay, range(md.num_layers), True, True)
-        kv = (
-            seqs
-            * context
-            * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
-            * md.num_layers
-            * self.knobs.kv_scale
-        )
-        act = mem.activation_bytes(md, tokens, lay.attn_tp)
-        buffers = mem.a2a_buffer_bytes(md, -(-tokens // lay.attn_tp), md.top_k)
+        shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale)
+        b = mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
         out = {
-            "weights": weights,
-            "kv_cache": kv,
-            "activations": act,
-            "a2a_buffers": buffers,
-            "reserved": float(mem.RESERVED_BYTES),
+            "weights": b.weights,
+            "kv_cache": b.kv_cache,
+            "activations": b.activations,
+            "a2a_buffers": b.buffers,
+            "reserved": b.reserved,
         }
-        need = sum(out.values())
-        if need > gpu.mem_bytes:
+        if not b.fits(gpu.mem_bytes):
             raise MoeplanError(
-                f"phase step needs {need / 1024**3:.1f} GiB per GPU ({lay.label}, "
+                f"phase step needs {b.total / 1024**3:.1f} GiB per GPU ({lay.label}, "
                 f"{seqs} sequences x {context} tokens of KV); {gpu.name} has "
                 f"{gpu.mem_bytes / 1024**3:.1f} GiB"
             )

@@ -9,9 +9,9 @@ while its TTFT and TPOT stay within the SLOs?
 
 Steps (decisions the papers leave open, pinned by tests):
 
-1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of
-   its ranked strategies (fused and unfused variants of one layout are the same deployment
-   here: the serving iteration model does not price the fused RS-Combine/AG-Dispatch overlap).
+1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP, fused)``
+   layouts of its ranked strategies (a fused layout is priced with its overlapped
+   RS-Combine/AG-Dispatch, :mod:`moeplan.serve.fused`).
    SMIDT: its chosen PP degree with each stage's dominant module layout — SMIDT's per-module
    ``(t, e, d)`` choices are summarised by the most common attention and MoE choice over all
    stages, DPMoE replication ``d`` counted into the MoE EP span (a pipeline is still simulated
