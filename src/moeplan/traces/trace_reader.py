@@ -232,9 +232,10 @@ def iter_trace(
     else:
         raise MoeplanError(f"trace path ({path}) must end in .npz or .parquet")
     carry: RoutingTrace | None = None
-    seen = False
+    seen = routed = False
     for cols, e in _whole_occurrences(_checked(path, parts, num_experts)):
         dense = from_long(cols, num_experts or e)
+        routed = routed or bool((dense.experts >= 0).any())
         if carry is not None and carry.num_tokens:
             dense = concat([carry, dense])
         rid = dense.request_id
@@ -256,6 +257,7 @@ def iter_trace(
         seen = True
         yield carry
     require(seen, f"trace ({path}) must not be empty")
+    require(routed, f"trace ({path}) routes no token: every expert id is -1 (none chosen)")
 
 
 def load_trace(path: str | os.PathLike[str], num_experts: int | None = None) -> RoutingTrace:
