@@ -7,8 +7,8 @@ a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.serve.pd
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from moeplan.cost import CostModel
