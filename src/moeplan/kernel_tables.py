@@ -32,6 +32,7 @@ import numpy as np
 
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
 from moeplan.kernel_store import (  # noqa: F401 (re-exported)
@@ -80,6 +81,9 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
         ("deepep_ll_combine", {}, ("combine_avg_t_us",), 1e-6),
     ],
 }
+FILES.update(LAYER_FILES)  # the newer layer kinds (kerneldb.layer_families)
+#: cache dtype spellings of the newer tables -> the one the other tables use
+VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: table GPU -> the cluster preset whose datasheet numbers it has
 TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
 ERRORS_FILE = "heldout_errors.json"
@@ -124,9 +128,10 @@ def _read(
     import pyarrow.parquet as pq
 
     fam = FAMILIES[op]
+    where = ROW_FILTERS.get((path.name, op), {})
     try:
         pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)
-        wanted = {rename.get(c, c) for c in fam.columns} | set(lat)
+        wanted = {rename.get(c, c) for c in fam.columns} | set(lat) | set(where)
         table = pf.read(columns=sorted(wanted & set(pf.schema_arrow.names)))
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise MoeplanError(f"kernel table {path} could not be read: {err}") from None
@@ -143,6 +148,11 @@ def _read(
             raise MoeplanError(f"kernel table {path} lacks column {src!r}")
     latency = sum(np.asarray(_numpy(table.column(c)), float) for c in lat) * scale
     ok = np.isfinite(latency) & (latency > 0)
+    for c, v in where.items():  # rows of another op in the same file
+        ok &= _numpy(table.column(c)).astype(str) == v
+    for c, v in cols.items():
+        if v.dtype.kind in "US" and any(a in v for a in VALUE_ALIASES):
+            cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in v.tolist()])
     cols = {c: v[ok] for c, v in cols.items()}
     return KernelTable(
         gpu=gpu,

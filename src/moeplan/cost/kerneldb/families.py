@@ -226,3 +226,10 @@ FAMILIES: dict[str, Family] = {
 }
 
 OPS = tuple(FAMILIES)
+
+# The newer layer kinds (linear attention, state space, sparse attention, mHC) live in their
+# own module; it imports Family from here, so it is merged last.
+from moeplan.cost.kerneldb.layer_families import LAYER_FAMILIES  # noqa: E402
+
+FAMILIES.update(LAYER_FAMILIES)
+OPS = tuple(FAMILIES)
