@@ -50,6 +50,7 @@ from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     cache_max_bytes,
 )
 from moeplan.specs import ClusterSpec, load_cluster
+from moeplan.specs.presets import cluster_table
 
 ENGINES = ("sglang", "vllm", "trtllm")
 #: parquet file -> [(op, {our column: table column}, latency column(s), scale to seconds)]
@@ -84,8 +85,6 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
 FILES.update(LAYER_FILES)  # the newer layer kinds (kerneldb.layer_families)
 #: cache dtype spellings of the newer tables -> the one the other tables use
 VALUE_ALIASES = {"fp8_e4m3": "fp8"}
-#: table GPU -> the cluster preset whose datasheet numbers it has
-TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
 ERRORS_FILE = "heldout_errors.json"
 
 
@@ -198,8 +197,20 @@ def read_tables(root: Path | None = None) -> list[KernelTable]:
     return [load() for load in table_loaders(root).values()]
 
 
+def table_presets() -> dict[str, str]:
+    """Kernel-table GPU -> the cluster preset of its measured node: the preset whose GPU
+    record names those ``kernel_tables`` and whose profile is that GPU's measurement set."""
+    table = cluster_table()
+    out: dict[str, str] = {}
+    for name, c in table["clusters"].items():
+        kt = table["gpus"][c["gpu"]].get("kernel_tables")
+        if kt is not None and c.get("profile") == kt:
+            out.setdefault(kt, name)
+    return out
+
+
 def table_devices() -> dict[str, Device]:
-    return {gpu: device_for(load_cluster(preset)) for gpu, preset in TABLE_PRESETS.items()}
+    return {gpu: device_for(load_cluster(preset)) for gpu, preset in table_presets().items()}
 
 
 def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tuple[float, float]]:

@@ -15,7 +15,7 @@
 - Quantized weights (issue 13 item 4, ``model.quant``): a roofline GEMM or grouped-expert
   GEMM reads its weight operand at the module's bytes per weight (scales included) and runs
   at its compute dtype's datasheet rate — the bf16 rate for weight-only methods, the fp8 /
-  int8 rate (:data:`INT8_RATIO`, ``kerneldb.device.FP8_RATIO``) for fp8 and w8a8 — so a
+  int8 rate (the GPU record's ``fp8_ratio`` / ``int8_ratio``, :mod:`moeplan.specs.gpu`) for fp8 and w8a8 — so a
   decode (weight-bound) GEMM's time scales with the stored bytes. Source: ``roofline`` (no
   measured quantized GEMM tables); FinDEP's α-β profile (``t(m n k)``) has no byte term and
   is unchanged. With an engine the fused-MoE query carries the experts' kernel dtype
@@ -50,7 +50,6 @@ from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
-from moeplan.cost.kerneldb.device import FP8_RATIO
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
 from moeplan.cost.kerneldb.pricing import (
     ALLREDUCE_GPUS,
@@ -70,10 +69,6 @@ DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
 A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
-#: int8 / bf16 dense tensor peak: 2x on every preset GPU (datasheets: A100 624 vs 312 TOPS,
-#: H100/H800 SXM 1979 vs 989, H20 296 vs 148, L40S 733 vs 362, A10 250 vs 125, A40 299 vs
-#: 150, RTX A6000 310 vs 155, B200 4.5 P vs 2.25 P, Ascend 910B ~640 vs ~313); other GPUs 1x.
-INT8_RATIO = dict.fromkeys(FP8_RATIO, 2.0)
 
 
 def _plain(w: ModuleQuant | None) -> bool:
@@ -166,8 +161,9 @@ class CostModel:
     def compute_ratio(self, weight: ModuleQuant | None) -> float:
         """Tensor peak of ``weight``'s compute dtype over the bf16 peak on this GPU."""
         dtype = weight.format.compute if weight is not None else "bf16"
-        table = {"fp8": FP8_RATIO, "int8": INT8_RATIO}.get(dtype)
-        return 1.0 if table is None else table.get(self.cluster.gpu.name, 1.0)
+        g = self.cluster.gpu  # its record's rates (no record: the bf16 rate)
+        ratio = {"fp8": g.fp8_ratio, "int8": g.int8_ratio}.get(dtype)
+        return ratio or 1.0
 
     def gemm(self, m: float, n: float, k: float, weight: ModuleQuant | None = None) -> float:
         """GEMM ``[m, k] x [k, n]`` with bf16 activations; the ``[k, n]`` weight stored as

@@ -38,8 +38,9 @@ Facts encoded (sources):
   ``--data-parallel-address``, ``--data-parallel-rpc-port``, and on other nodes
   ``--data-parallel-start-rank`` (= cumulative local DP) with ``--headless``.
 
-Departures: the GPU table maps moeplan's preset GPU names to compute capability; a GPU it does
-not know (``gpu-96g``) is treated as unsupported by DeepEP, which is the safe answer.
+The GPU facts (compute capability, NCCL, DeepEP support) are the cluster preset's GPU record
+(:mod:`moeplan.specs.gpu`, each with its source); a GPU whose record does not state DeepEP
+support (``gpu-96g``: its source does not name the GPU) is treated as unsupported.
 """
 
 from __future__ import annotations
@@ -50,17 +51,6 @@ from dataclasses import dataclass
 
 from moeplan.specs import ClusterSpec, ModelSpec
 
-# Compute capability (major*10 + minor) of moeplan's preset GPUs; None = not a CUDA device.
-GPU_SM: dict[str, int | None] = {
-    "a10": 86,
-    "a40": 86,
-    "a6000": 86,
-    "a100-80g": 80,
-    "h20": 90,
-    "h100-sxm": 90,
-    "h200-sxm": 90,
-    "ascend-910b": None,
-}
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
 FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
 RDMA_INTER = frozenset({"ib", "roce"})
@@ -146,6 +136,9 @@ class Target:
     architecture: str
     num_experts: int
     gpu: str
+    gpu_sm: int | None  # compute capability major*10 + minor (None: not a CUDA device)
+    gpu_nccl: bool  # a CUDA GPU whose engines run NCCL
+    gpu_deepep: bool  # DeepEP runs on it (the GPU record's ``deepep``)
     intra: str
     inter: str
     num_nodes: int
@@ -157,6 +150,9 @@ class Target:
             architecture=model.architecture,
             num_experts=model.num_experts,
             gpu=cluster.gpu.name,
+            gpu_sm=cluster.gpu.sm_version,
+            gpu_nccl=cluster.gpu.nccl,
+            gpu_deepep=cluster.gpu.deepep,
             intra=cluster.intra.kind,
             inter=cluster.inter.kind,
             num_nodes=cluster.num_nodes,
@@ -165,7 +161,7 @@ class Target:
 
     @property
     def cuda(self) -> bool:
-        return GPU_SM.get(self.gpu, 0) is not None
+        return self.gpu_nccl
 
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
@@ -173,13 +169,14 @@ def deepep_blockers(t: Target, nodes: int) -> list[str]:
     out = []
     if t.architecture not in SGLANG_DEEPEP_ARCHITECTURES:
         out.append(f"SGLang has no DeepEP MoE path for {t.architecture}")
-    sm = GPU_SM.get(t.gpu)
-    if sm is None or sm < DEEPEP_MIN_SM:
-        have = (
-            "not a CUDA GPU"
-            if t.gpu in GPU_SM and sm is None
-            else (f"SM{sm}" if sm else "of unknown compute capability")
-        )
+    sm = t.gpu_sm
+    if not t.gpu_deepep:
+        if not t.gpu_nccl:
+            have = "not a CUDA GPU"
+        elif sm is None:
+            have = "of unstated compute capability"
+        else:
+            have = f"SM{sm}" + (" (no DeepEP support in its GPU record)" if sm >= DEEPEP_MIN_SM else "")
         out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {t.gpu} is {have}")
     if t.gpus_per_node > 1 and t.intra not in FULL_P2P_INTRA:
         out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {t.intra} is not")

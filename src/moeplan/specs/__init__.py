@@ -13,13 +13,14 @@ from typing import Any
 
 from moeplan.errors import MoeplanError
 from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
+from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.model import ModelSpec, ModuleInfo
 from moeplan.specs.presets import MODEL_FILES, cluster_table, model_config
 from moeplan.specs.workload import RoutingProfile, Workload
 
 __all__ = [
     "ClusterSpec", "GPUSpec", "LinkSpec", "ModelSpec", "ModuleInfo", "RoutingProfile",
-    "Workload", "cluster_names", "load_cluster", "load_model", "model_from_dict",
+    "Workload", "cluster_names", "gpu_records", "load_cluster", "load_model", "model_from_dict",
     "model_names",
 ]
 
@@ -32,6 +33,11 @@ def model_names() -> list[str]:
 def cluster_names() -> list[str]:
     """Names of the shipped cluster presets."""
     return list(cluster_table()["clusters"])
+
+
+def gpu_records() -> dict[str, GPUSpec]:
+    """Every preset GPU record (:mod:`moeplan.specs.gpu`), checked."""
+    return {name: gpu_from_record(name, rec) for name, rec in cluster_table()["gpus"].items()}
 
 
 def model_from_dict(config: Any, name: str) -> ModelSpec:
@@ -70,12 +76,13 @@ def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
         raise MoeplanError(f"cluster ({name!r}) is not a preset; choose one of "
                            f"{', '.join(table['clusters'])}")
     c = table["clusters"][name]
+    if c["gpu"] not in table["gpus"]:
+        raise MoeplanError(f"cluster[{name}].gpu ({c['gpu']!r}) has no record in gpus")
     g = table["gpus"][c["gpu"]]
     li, lo = table["links"][c["intra"]], table["links"][c["inter"]]
     cluster = ClusterSpec(
         name=name, num_nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
-        gpu=GPUSpec(name=c["gpu"], flops_bf16=g["flops_bf16"], mem_bytes=g["mem_bytes"],
-                    mem_bw=g["mem_bw"]),
+        gpu=gpu_from_record(c["gpu"], g),
         intra=LinkSpec(kind=li["kind"], bw=li["bw"], latency=li["latency"]),
         inter=LinkSpec(kind=lo["kind"], bw=lo["bw"], latency=lo["latency"]),
         profile=c.get("profile"), source=c["source"])

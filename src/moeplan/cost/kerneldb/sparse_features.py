@@ -7,7 +7,8 @@ projections included) for ``batch_size`` sequences of ``isl`` new tokens after a
 - **DSA** (DeepSeek-V3.2, GLM-5): the lightning indexer scores *every* cached key
   (``index_n_heads x index_head_dim`` in fp8: FLOPs ``2 ih id keys`` a query) and MLA attends
   the ``index_topk`` best (absorbed latent 576 + 512 a key and head); SGLang's dense-MHA
-  prefill kernel (``*_dense_mha_*``) attends every key with the non-absorbed heads instead;
+  prefill kernel (``*_dense_mha_*``) attends every key with the non-absorbed heads instead,
+  after decompressing every cached key's latent to per-head K / V;
 - **CSA** (DeepSeek-V4, ``compress_ratio`` 4): keys are compressed 4:1; the indexer scores the
   compressed keys and the core attends ``index_topk`` of them plus a sliding window of raw
   keys; **HCA** (ratio 128) attends every compressed key plus the window, no indexer;
@@ -122,13 +123,13 @@ def _dsa(cols: Columns) -> Features:
     t = b * s
     dense = np.char.find(row_kernels(cols), "dense") >= 0
     sparse = mean_capped(topk, p, s)
+    ctx = p + s
     core = np.where(
-        dense,
-        2 * t * h * keys * (nope + rope + v),
+        dense,  # + the prefix's latent decompressed to per-head K / V (kv_b on every key)
+        2 * t * h * keys * (nope + rope + v) + 2 * b * ctx * kvl * h * (nope + v),
         2 * t * h * sparse * (MLA_LATENT + MLA_V_LATENT),
     )
     index = 2 * t * ih * idim * keys
-    ctx = p + s
     cache = b * ctx * (MLA_LATENT * _kv_bytes(cols) + idim)  # latent cache + fp8 index keys
     shared = hid * (ql + kvl + rope) + hid * idim + hid * ih + ql * ih * idim
     per_head = ql * (nope + rope) + kvl * (nope + v) + v * hid
