@@ -12,10 +12,10 @@ included), the figure weight memory is sized from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from moeplan.specs.model import ModelSpec
+#: a :class:`~moeplan.specs.model.ModelSpec` (not imported: the model module imports this one)
+ModelSpec = Any
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
