@@ -60,6 +60,7 @@ from moeplan.cost.kerneldb.pricing import (
     moe_shape,
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
+from moeplan.cost.mixers import MIXER_KINDS, price_mixer
 from moeplan.cost.profile import HardwareProfile
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -97,6 +98,7 @@ class CostModel:
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
+        self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -122,6 +124,52 @@ class CostModel:
     def _note(self, op: str, p: Prediction) -> None:
         cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
         cell[0] += 1
+
+    def mixer_layer(
+        self,
+        model: ModelSpec,
+        layer: int,
+        num_seqs: int,
+        q_len: int,
+        ctx_len: int,
+        tp: int = 1,
+    ) -> float | None:
+        """Layer ``layer``'s whole mixer block on one TP rank when its kind has its own
+        measured tables (:mod:`.mixers`: DSA / CSA / HCA / MSA modules, GDN / KDA / Mamba-2
+        kernels + projections), else ``None`` (the attention paths price it)."""
+        m = model.layer_specs[layer].mixer
+        if self._kdb is None or self.engine is None or m.kind not in MIXER_KINDS:
+            return None
+        if num_seqs <= 0 or q_len <= 0:
+            return 0.0
+        w = model.quant.attention
+        total, preds = price_mixer(
+            self._kdb, self._device, self.engine, m, model.hidden_size,
+            w.format.kernel_dtype, (num_seqs, q_len, max(ctx_len, q_len), tp),
+            lambda a, b, c: self.gemm(a, b, c, w),
+        )  # fmt: skip
+        for op, p in preds:
+            self._note(op, p)
+        return total
+
+    def mixes_kinds(self, model: ModelSpec) -> bool:
+        """Whether some layer of ``model`` is priced by its kind (:meth:`mixer_layer`): then
+        :meth:`attention_layer` without a layer is the mean over the layers."""
+        return self._kdb is not None and self._mixer_groups(model) is not None
+
+    def _mixer_groups(self, model: ModelSpec) -> list[tuple[int, int]] | None:
+        """(first layer, layer count) per distinct mixer when any layer's kind is priced by
+        :meth:`mixer_layer`, else ``None`` (memoised per layer description)."""
+        specs = model.layer_specs
+        hit = self._groups.get(id(specs))
+        if hit is None or hit[0] is not specs:
+            firsts: dict[object, list[int]] = {}
+            for i, x in enumerate(specs):
+                firsts.setdefault(x.mixer, [i, 0])[1] += 1
+            priced = any(m.kind in MIXER_KINDS for m in firsts)  # type: ignore[attr-defined]
+            hit = (specs, [tuple(v) for v in firsts.values()] if priced else None)
+            self._groups[id(specs)] = hit
+        return hit[1]  # type: ignore[return-value]
 
     def _mla_module(
         self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int
@@ -267,7 +315,19 @@ class CostModel:
         tp: int = 1,
         layer: int | None = None,
     ) -> float:
-        """One attention layer (projections + core) on one TP rank."""
+        """One attention layer (projections + core) on one TP rank: layer ``layer``'s mixer
+        (:meth:`mixer_layer`), or without a layer the mean over the model's layers when
+        their mixers differ (``num_layers`` times it is the model's sum)."""
+        if layer is not None:
+            mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
+            if mixed is not None:
+                return mixed
+        elif self._kdb is not None and (groups := self._mixer_groups(model)) is not None:
+            n = model.num_layers
+            return sum(
+                count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
+                for i, count in groups
+            )
         module = self._mla_module(model, num_seqs, q_len, ctx_len, tp)
         if module is not None:
             return module

@@ -121,7 +121,7 @@ def a2a_scale(lar: float | None, ep: int) -> float:
 
 class _Layer(NamedTuple):
     moe: bool
-    sliding: bool
+    mixer: int  # the first layer with this layer's mixer (priced once for all of them)
     k: float
     imbalance: float
 
@@ -154,6 +154,9 @@ class IterationModel:
             "ep": min(layout.moe_ep, -(-w // gpn)),
         }
         self._stages: list[Counter[_Layer]] = []
+        first: dict[object, int] = {}
+        for j, spec in enumerate(model.layer_specs):
+            first.setdefault(spec.mixer, j)
         for layers in stage_layers(model, layout.pp):
             c: Counter[_Layer] = Counter()
             for layer in layers:
@@ -162,7 +165,7 @@ class IterationModel:
                 c[
                     _Layer(
                         moe,
-                        model.is_sliding_layer(layer),
+                        first[model.layer_specs[layer].mixer],
                         route.k(i) if moe else 0.0,
                         route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
                     )
@@ -189,14 +192,21 @@ class IterationModel:
             v = self._parts[key] = fn(*args)
         return v
 
-    def _attention(self, rank: Batch, sliding: bool) -> float:
-        return self._memo(("attn", rank, sliding), self._attention_raw, rank, sliding)
+    def _attention(self, rank: Batch, mixer: int) -> float:
+        return self._memo(("attn", rank, mixer), self._attention_raw, rank, mixer)
 
-    def _attention_raw(self, rank: Batch, sliding: bool) -> float:
+    def _attention_raw(self, rank: Batch, mixer: int) -> float:
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
-        layer = self.model.sliding_layers[0] if sliding else None
+        # a mixer kind with its own tables (DSA/CSA/HCA/MSA, GDN/KDA/Mamba-2): whole blocks
+        t = cm.mixer_layer(md, mixer, rank.decode, 1, rank.decode_ctx, tp)
+        if t is not None:
+            for q, ctx in rank.prefill:
+                t += cm.mixer_layer(md, mixer, 1, q, ctx, tp)  # type: ignore[operator]
+            return t
+        layer = mixer if md.is_sliding_layer(mixer) else None
         t_r = rank.tokens
-        proj = cm.attention_layer(md, t_r, 1, 1, tp) - cm.attention_core(md, t_r, 1, 1, tp)
+        one = mixer if cm.mixes_kinds(md) else None  # this layer's projections, not the mean
+        proj = cm.attention_layer(md, t_r, 1, 1, tp, one) - cm.attention_core(md, t_r, 1, 1, tp)
         core = cm.attention_core(md, rank.decode, 1, rank.decode_ctx, tp, layer)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
@@ -237,7 +247,7 @@ class IterationModel:
         )
         dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
         for layer, count in self._stages[s].items():
-            out["attention"] += count * self._attention(rank, layer.sliding)
+            out["attention"] += count * self._attention(rank, layer.mixer)
             out["comm"] += count * attn_comm
             if layer.moe:
                 comp, comm = self._memo(

@@ -18,7 +18,9 @@ projections included) for ``batch_size`` sequences of ``isl`` new tokens after a
 Mean keys a query sees with a prefix ``p`` and ``s`` new tokens: ``p + (s + 1) / 2``; capped by
 ``k`` selected keys the mean is :func:`mean_capped` (exact, per query). Bytes: the projection
 weights (``gemm_type`` bytes), the K/V cache once per sequence (the cache dtype) and the
-activations in and out; work: one setup per sequence. The projection weights per GPU are
+activations in and out; work: one setup per sequence. Cache bytes: the index keys of every
+cached key, and the keys the core attends — each query gathers its own selection (capped by
+the cache itself); a dense kernel reads the whole cache. The projection weights per GPU are
 ``shared + h per_head`` from each model's ``config.json`` (:data:`DSA_DIMS`, :data:`DSV4_FLASH`,
 :data:`MINIMAX_M3`). Coordinates (log2): batch, new tokens, prefix + 1, heads.
 """
@@ -130,7 +132,8 @@ def _dsa(cols: Columns) -> Features:
         2 * t * h * sparse * (MLA_LATENT + MLA_V_LATENT),
     )
     index = 2 * t * ih * idim * keys
-    cache = b * ctx * (MLA_LATENT * _kv_bytes(cols) + idim)  # latent cache + fp8 index keys
+    latent = MLA_LATENT * _kv_bytes(cols)  # a key's latent; the sparse kernels gather top-k
+    cache = b * ctx * idim + np.where(dense, b * ctx, np.minimum(t * sparse, b * ctx)) * latent
     shared = hid * (ql + kvl + rope) + hid * idim + hid * ih + ql * ih * idim
     per_head = ql * (nope + rope) + kvl * (nope + v) + v * hid
     return _assemble(cols, core + index, cache, shared + h * per_head, hid, dense)
@@ -148,7 +151,11 @@ def _dsv4(cols: Columns) -> Features:
     hd = d["head_dim"]
     core = 2 * t * h * attended * (2 * hd)
     index = np.where(csa, 2 * t * d["index_heads"] * d["index_dim"] * compressed, 0.0)
-    cache = b * ((p + s) / ratio + d["window"]) * hd * _kv_bytes(cols)
+    entry = hd * _kv_bytes(cols)  # one compressed / window entry
+    stored = b * ((p + s) / ratio + d["window"])
+    cache = np.minimum(t * attended, stored) * entry + np.where(
+        csa, b * (p + s) / ratio * d["index_dim"], 0.0
+    )
     hid = d["hidden"]
     compressor = hid * 2 * hd * np.where(csa, 2.0, 1.0)  # CSA's overlapping windows: 2x
     indexer = np.where(
@@ -168,7 +175,9 @@ def _msa(cols: Columns) -> Features:
     selected = (d["topk_blocks"] + d["local_blocks"]) * d["block"]
     core = 2 * t * h * mean_capped(selected, p, s) * 2 * hd
     index = 2 * t * d["index_heads"] * d["index_dim"] * keys
-    cache = b * (p + s) * (2 * kv * hd * _kv_bytes(cols) + d["index_dim"] * BF16)
+    kv_entry = 2 * kv * hd * _kv_bytes(cols)  # K and V of a key on this GPU
+    gathered = np.minimum(t * mean_capped(selected, p, s), b * (p + s)) * kv_entry
+    cache = gathered + b * (p + s) * d["index_dim"] * BF16
     shared = hid * d["index_dim"] * (d["index_heads"] + 1)
     weights = shared + h * 2 * hd * hid + kv * 2 * hd * hid
     return _assemble(cols, core + index, cache, weights, hid)
