@@ -47,6 +47,9 @@ def _linear() -> list[Family]:
                     x_cols=x,
                     defaults={},
                     features=_delta(decode),
+                    # a block's walk over its chunks is a latency: it moves to another GPU
+                    # unscaled and the GPU's SMs set the waves (InferSim's H20 rows)
+                    wave_latency_transfers=True,
                 )
             )
         out.append(

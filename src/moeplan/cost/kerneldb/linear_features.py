@@ -5,16 +5,20 @@ added by the caller (:mod:`moeplan.cost.mixers`):
 
 - the short causal convolution over the q/k/v channels (``causal_conv1d_fn`` in prefill,
   ``causal_conv1d_update`` in decode): ``C`` channels (GDN / KDA: ``2 nk dk + nv dv``; Mamba-2:
-  ``nheads head_dim + 2 n_groups d_state``), FLOPs ``2 d_conv C`` a token, bytes ``2 C`` in and
-  ``2 C`` out a token (bf16) plus, in decode, the conv state ``(d_conv - 1) C`` bf16 read and
-  written per sequence; work: one block per sequence;
+  ``nheads head_dim + 2 n_groups d_state``), bytes ``2 C`` in and ``2 C`` out a token (bf16)
+  plus, in decode, the conv state ``(d_conv - 1) C`` bf16 read and written per sequence;
+  work: one block per sequence;
 - the delta rule over the heads' ``dk x dv`` state. Prefill (chunked, chunks of
   :data:`CHUNK` tokens, fla's ``chunk_gated_delta_rule`` / ``chunk_kda``): FLOPs per token and
   value head ``4 dk dv`` (state read-out and update) + ``2 CHUNK (2 dk + dv)`` (intra-chunk
   ``K K^T``, ``A V``, ``Q K^T``), bytes: q/k/v/o in bf16 plus one fp32 state per chunk and value
   head written; decode (fused recurrent update): the fp32 state of every value head read and
-  written, FLOPs ``6 dk dv`` per value head and sequence. Work: one block per (sequence, value
-  head) — the grid of fla's kernels.
+  written. Work: one block per (sequence, value head) — the grid of fla's kernels.
+
+The convolution and the decode update are elementwise / matrix-vector work on CUDA cores:
+their FLOPs are not charged at the tensor-core peak (on an H20, 6.7x below the H100's in bf16
+tensor math but ~0.6x in CUDA-core math, that would price the update 4-5x too slow against
+InferSim's H20 rows); their time is bytes and the per-(sequence, head) work.
 
 Mamba-2's state-space scan has no table (NVIDIA's Mamba-2 table holds only its convolution);
 :mod:`moeplan.cost.mixers` prices it by the datasheet roofline and says so.
@@ -28,7 +32,7 @@ import numpy as np
 from moeplan.cost.kerneldb.base import BF16, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
-from moeplan.cost.kerneldb.feature_base import PATH_COORD, row_kernels
+from moeplan.cost.kerneldb.feature_base import PATH_COORD, WaveFeatures, row_kernels
 
 #: fla's chunk length of the chunked delta rule (fla ``chunk_gated_delta_rule``: BT = 64)
 CHUNK = 64.0
@@ -49,15 +53,13 @@ def _delta_dims(cols: Columns) -> tuple[np.ndarray, ...]:
     )
 
 
-def _conv_terms(
+def _conv_bytes(
     b: np.ndarray, s: np.ndarray, channels: np.ndarray, d_conv: np.ndarray, decode: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    t = b * s
-    flops = 2 * d_conv * channels * t
-    nbytes = 2 * BF16 * channels * t
+) -> np.ndarray:
+    nbytes = 2 * BF16 * channels * b * s
     if decode:
         nbytes = nbytes + 2 * BF16 * (d_conv - 1) * channels * b
-    return flops, nbytes
+    return nbytes
 
 
 def _delta(decode: bool):
@@ -69,11 +71,11 @@ def _delta(decode: bool):
         nk, dk, nv, dv = _delta_dims(cols)
         conv = is_conv(row_kernels(cols))
         channels = 2 * nk * dk + nv * dv
-        cf, cb = _conv_terms(b, s, channels, _f(cols, "d_conv"), decode)
+        cb = _conv_bytes(b, s, channels, _f(cols, "d_conv"), decode)
         t = b * s
         state = nv * dk * dv * FP32
         if decode:
-            rf = 6 * b * nv * dk * dv
+            rf = np.zeros_like(b)  # CUDA cores
             rb = 2 * b * state + BF16 * t * (2 * nk * dk + 2 * nv * dv)
         else:
             rf = t * nv * (4 * dk * dv + 2 * CHUNK * (2 * dk + dv))
@@ -81,13 +83,20 @@ def _delta(decode: bool):
         coords = [_l2(b), _l2(nk), _l2(nv), PATH_COORD * conv]
         if not decode:
             coords.insert(1, _l2(s))
-        return Features(
-            flops=np.where(conv, cf, rf),
+        # the convolution and the decode update run on CUDA cores, not tensor cores: their
+        # arithmetic is not charged at the tensor peak (module docstring)
+        cuda_cores = conv | decode
+        # the delta rule: one block per (sequence, value head) walks its chunks in order
+        # (decode: one step), paid once per wave of blocks over the SMs; the conv: one cost
+        # per sequence, in one wave
+        return WaveFeatures(
+            flops=np.where(cuda_cores, 0.0, rf),
             nbytes=np.where(conv, cb, rb),
-            work=np.where(conv, b, b * nv),
+            work=np.where(conv, b, np.ceil(s / CHUNK)),
             fp8=np.zeros(len(b), bool),
             tokens=t,
             coords=np.stack(coords, 1),
+            ctas=np.where(conv, 1.0, b * nv),
         )
 
     return feats
@@ -102,12 +111,12 @@ def _mamba2_conv(decode: bool):
         channels = _f(cols, "nheads") * _f(cols, "head_dim") + 2 * _f(cols, "n_groups") * _f(
             cols, "d_state"
         )
-        flops, nbytes = _conv_terms(b, s, channels, _f(cols, "d_conv"), decode)
+        nbytes = _conv_bytes(b, s, channels, _f(cols, "d_conv"), decode)
         coords = [_l2(b), _l2(channels)]
         if not decode:
             coords.insert(1, _l2(s))
         return Features(
-            flops=flops,
+            flops=np.zeros(len(b)),  # CUDA cores (module docstring)
             nbytes=nbytes,
             work=b,
             fp8=np.zeros(len(b), bool),
