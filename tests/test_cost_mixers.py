@@ -19,7 +19,7 @@ import pytest
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve.iteration import IterationModel
 from moeplan.specs import ModelSpec, load_cluster, load_model
-from moeplan.specs.layers import LayerSpec, Mixer
+from moeplan.specs.layers import Mixer
 
 KERNELS = resources.files("moeplan").joinpath("data", "measured", "kernels", "h100_sxm")
 
