@@ -72,8 +72,14 @@ def test_gdn_prefill_is_its_two_measured_kernels_plus_projections() -> None:
     cm, md = _cm(), _qwen35()
     shape = dict(phase="context", num_k_heads=16, num_v_heads=32, batch_size=4, seq_len=4096,
                  model_name="Qwen/Qwen3.5-35B-A3B")  # fmt: skip
-    conv = _rows("linear_attention/sglang/0.5.14/gdn_perf.parquet", kernel_source="causal_conv1d_fn", **shape)
-    rule = _rows("linear_attention/sglang/0.5.14/gdn_perf.parquet", kernel_source="chunk_gated_delta_rule", **shape)
+    conv = _rows(
+        "linear_attention/sglang/0.5.14/gdn_perf.parquet", kernel_source="causal_conv1d_fn", **shape
+    )
+    rule = _rows(
+        "linear_attention/sglang/0.5.14/gdn_perf.parquet",
+        kernel_source="chunk_gated_delta_rule",
+        **shape,
+    )
     t = 4 * 4096
     # in_proj: q, k (16 x 128 each), v and z (32 x 128 each), a and b (32 each); out_proj back
     proj = cm.gemm(t, 2 * 16 * 128 + 2 * 32 * 128 + 2 * 32, 2048) + cm.gemm(t, 2048, 32 * 128)
@@ -110,7 +116,9 @@ def test_dsa_layer_is_its_measured_module_row() -> None:
         step=131072,
     )  # fmt: skip
     assert len(want) >= 1
-    assert cm.mixer_layer(md, 0, 1, 1, 131073, 8) == pytest.approx(float(np.median(want)))  # step = keys - 1
+    assert cm.mixer_layer(md, 0, 1, 1, 131073, 8) == pytest.approx(
+        float(np.median(want))
+    )  # step = keys - 1
 
 
 def test_dsa_layers_are_priced_from_the_dsa_tables_not_dense_mla() -> None:

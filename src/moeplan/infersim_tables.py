@@ -53,7 +53,9 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
     root = root or infersim_dir()
     out = []
     for phase, roles in ROLES.items():
-        for path in sorted((root / "gdn" / ("decode" if phase == "generation" else "prefill") / GPU).glob("*.csv")):
+        for path in sorted(
+            (root / "gdn" / ("decode" if phase == "generation" else "prefill") / GPU).glob("*.csv")
+        ):
             with path.open(encoding="utf-8") as fh:
                 rows = list(csv.DictReader(fh))
             shape = _shape(path.stem)
@@ -69,8 +71,12 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
                 lat = np.array([sum(float(r[c]) for c in cols) for r in rows]) * 1e-6
                 out.append(
                     KernelTable(
-                        gpu=GPU, engine="sglang", op=f"{phase}_gdn", version="infersim@f2293da",
-                        columns={**base, "kernel_source": np.full(n, kernel)}, latency=lat,
+                        gpu=GPU,
+                        engine="sglang",
+                        op=f"{phase}_gdn",
+                        version="infersim@f2293da",
+                        columns={**base, "kernel_source": np.full(n, kernel)},
+                        latency=lat,
                         origin=str(path),
                     )  # fmt: skip
                 )

@@ -165,7 +165,9 @@ def ssm_scan(db: KernelDB, device: Device, engine: str, m: Mixer, num_seqs: int,
     f = ssm_scan_features(m, num_seqs, q_len, tp)
     seconds = float(ROOFLINE.predict(f, device, False)[0])
     proxy = "generation_gdn" if q_len == 1 else "context_gdn"
-    err = db.error(device.table, engine, proxy, "roofline") or db.error(None, engine, proxy, "roofline")
+    err = db.error(device.table, engine, proxy, "roofline") or db.error(
+        None, engine, proxy, "roofline"
+    )
     return Prediction(
         seconds=seconds,
         source="roofline",

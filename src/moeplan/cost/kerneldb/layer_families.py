@@ -122,7 +122,12 @@ LAYER_FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]]
     **{
         f"{prefix}_{p}_module_perf.parquet": [(f"{p}_{kind}_module", {}, _LAT, _MS)]
         for p, _ in _PHASES
-        for prefix, kind in (("dsa", "dsa"), ("dsv4_csa", "csa"), ("dsv4_hca", "hca"), ("msa", "msa"))
+        for prefix, kind in (
+            ("dsa", "dsa"),
+            ("dsv4_csa", "csa"),
+            ("dsv4_hca", "hca"),
+            ("msa", "msa"),
+        )
     },
 }
 

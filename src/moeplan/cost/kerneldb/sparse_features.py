@@ -177,8 +177,9 @@ def _msa(cols: Columns) -> Features:
     index = 2 * t * d["index_heads"] * d["index_dim"] * keys
     kv_entry = 2 * kv * hd * _kv_bytes(cols)  # K and V of a key on this GPU
     gathered = np.minimum(t * mean_capped(selected, p, s), b * (p + s)) * kv_entry
-    cache = gathered  # the index scores read the cached keys themselves (tables: ~0.67 of
-    # HBM bandwidth per (sequence, key) at K + V bytes alone, bf16 and fp8 caches alike)
+    # the index scores read every cached key's K (sglang's MiniMax kernels score blocks from
+    # the cache itself: decode rows at 131k keys run at the K bytes of every key)
+    cache = gathered + b * (p + s) * kv * hd * _kv_bytes(cols)
     shared = hid * d["index_dim"] * (d["index_heads"] + 1)
     weights = shared + h * 2 * hd * hid + kv * 2 * hd * hid
     return _assemble(cols, core + index, cache, weights, hid)
