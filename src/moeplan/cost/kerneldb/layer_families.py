@@ -22,7 +22,7 @@ variant (``kernel_source``) of the same op, and the layer's price is their sum
 
 from __future__ import annotations
 
-from moeplan.cost.kerneldb.families import Family
+from moeplan.cost.kerneldb.family import Family
 from moeplan.cost.kerneldb.linear_features import _delta, _mamba2_conv, _mhc
 from moeplan.cost.kerneldb.sparse_features import SPARSE_FEATURES
 
