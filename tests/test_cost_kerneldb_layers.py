@@ -16,12 +16,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from moeplan.cost.kerneldb import device_for
 from moeplan.cost.kerneldb.evaluate import heldout_shapes
+from moeplan.cost.kerneldb.evaluate_other import other_gpu
 from moeplan.cost.kerneldb.layer_families import LAYER_FAMILIES
-from moeplan.infersim_tables import gdn_tables
+from moeplan.infersim_tables import DSA_CLUSTER, dsa_tables, gdn_tables
 from moeplan.kernel_tables import kernel_db
+from moeplan.specs import load_cluster
 
-MEDIAN, P90 = 0.10, 0.25
+MEDIAN, P90, LOGO = 0.10, 0.25, 0.20
+#: ops whose H100 table holds one shape (nothing to hold out): leave-one-GPU-out only
+ONE_SHAPE = ("dsa_sparse_attn",)
 KERNELS = resources.files("moeplan").joinpath("data", "measured", "kernels", "h100_sxm")
 
 # (gpu, engine, op) -> measured figure of a cell that misses the bar (5 folds, seed 0)
@@ -65,7 +70,7 @@ def _bar(gpu: str, engine: str, op: str, max_folds: int | None) -> None:
 def _cells():
     db = kernel_db()
     for gpu, engine, op in sorted(db.tables):
-        if op not in LAYER_FAMILIES:
+        if op not in LAYER_FAMILIES or op in ONE_SHAPE:
             continue
         marks = []
         if (gpu, engine, op) in MISSES:
@@ -127,3 +132,24 @@ def test_infersim_h20_rows_sum_the_chunk_kernels() -> None:
     got = {str(t.columns["kernel_source"][0]): float(t.latency[0]) for t in ctx}
     assert got == {"causal_conv1d_fn": pytest.approx(65e-6),
                    "chunk_gated_delta_rule": pytest.approx(527e-6)}  # fmt: skip
+
+
+def _h800(phase: str) -> np.ndarray:
+    dev = device_for(load_cluster(DSA_CLUSTER))
+    (t,) = [t for t in dsa_tables() if f"/{phase}/" in t.origin]
+    s = other_gpu(kernel_db(), t, dev)
+    assert s is not None and len(s.err) == len(t.latency)
+    return s.err
+
+
+def test_sparse_attention_prefill_transfers_to_the_h800() -> None:
+    """InferSim's H800 FlashMLA sparse prefill (128 heads, top-2048, 4096 queries over 4k-128k
+    keys) predicted from the H100 kernel table (64 heads): within the leave-one-GPU-out bar
+    (measured: median 9.2 %, p90 11.5 %)."""
+    assert float(np.median(_h800("prefill"))) <= LOGO
+
+
+@pytest.mark.xfail(strict=True, reason="bar missed: median 101 % — the H800 rows time "
+                   "FlashMLA's decode kernel, the H100 table its prefill kernel at one query")  # fmt: skip
+def test_sparse_attention_decode_transfers_to_the_h800() -> None:
+    assert float(np.median(_h800("decode"))) <= LOGO

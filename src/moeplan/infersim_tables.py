@@ -81,3 +81,51 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
                     )  # fmt: skip
                 )
     return out
+
+
+DSA_GPU = "h800"
+DSA_CLUSTER = "h800-sxm-8"
+
+
+def dsa_tables(root: Path | None = None) -> list[KernelTable]:
+    """InferSim's H800 FlashMLA sparse-attention rows (``attn-128-576-2048``: 128 heads,
+    576-wide latents, top-2048) as ``dsa_sparse_attn`` rows: decode ``batch_size, kv_len``
+    (one query per sequence, KV cache ``kv_dtype``), prefill ``s_q`` queries of one sequence
+    each attending its top-k of ``s_kv`` keys (non-causal: InferSim's
+    ``flashmla_dsa_prefill.py``; a prefix of ``s_kv`` keys here), bf16 cache."""
+    root = root or infersim_dir()
+    out = []
+    for phase in ("decode", "prefill"):
+        for path in sorted((root / "dsa" / phase / DSA_GPU).glob("attn-*.csv")):
+            with path.open(encoding="utf-8") as fh:
+                rows = list(csv.DictReader(fh))
+            heads = int(path.stem.split("-")[1])
+            n = len(rows)
+            if phase == "decode":
+                cols = {
+                    "batch_size": np.array([int(r["batch_size"]) for r in rows]),
+                    "isl": np.ones(n, int),
+                    "step": np.array([int(r["kv_len"]) - 1 for r in rows]),
+                    "kv_cache_dtype": np.array([r["kv_dtype"] for r in rows]),
+                }
+            else:
+                cols = {
+                    "batch_size": np.ones(n, int),
+                    "isl": np.array([int(r["s_q"]) for r in rows]),
+                    "step": np.array([int(r["s_kv"]) for r in rows]),
+                    "kv_cache_dtype": np.full(n, "bfloat16"),
+                }
+            cols["num_heads"] = np.full(n, heads)
+            lat = np.array([float(r["latency_us"]) for r in rows]) * 1e-6
+            out.append(
+                KernelTable(
+                    gpu=DSA_GPU,
+                    engine="sglang",
+                    op="dsa_sparse_attn",
+                    version="infersim@f2293da",
+                    columns=cols,
+                    latency=lat,
+                    origin=str(path),
+                )  # fmt: skip
+            )
+    return out

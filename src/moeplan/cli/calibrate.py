@@ -149,10 +149,13 @@ def _kernels(
     if folds is not None and folds < 1:
         raise MoeplanError(f"folds ({folds}) must be >= 1")
     from moeplan.cost.kerneldb import device_for
-    from moeplan.infersim_tables import CLUSTER, gdn_tables
+    from moeplan.infersim_tables import CLUSTER, DSA_CLUSTER, dsa_tables, gdn_tables
     from moeplan.specs import load_cluster
 
-    others = [(device_for(load_cluster(CLUSTER)), gdn_tables())]  # InferSim's H20 GDN rows
+    others = [  # InferSim's H20 GDN and H800 sparse-attention rows
+        (device_for(load_cluster(CLUSTER)), gdn_tables()),
+        (device_for(load_cluster(DSA_CLUSTER)), dsa_tables()),
+    ]
     rows, errors = kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds, others=others)
     if errors_out:
         write_atomic(

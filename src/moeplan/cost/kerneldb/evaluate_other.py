@@ -1,9 +1,11 @@
 """Leave-one-GPU-out on a second GPU's measurements outside NVIDIA's tables (InferSim's H20
-Gated DeltaNet rows, read by :mod:`moeplan.infersim_tables`).
+Gated DeltaNet and H800 FlashMLA sparse-attention rows, read by
+:mod:`moeplan.infersim_tables`).
 
 Every row of the other GPU's table is predicted the way :class:`~.db.KernelDB` predicts a GPU
 without tables: the reference table GPU's variant of the same kernel role (convolution or
-delta rule: the engine's kernel with most rows), its efficiencies scaled by the other GPU's
+delta rule: the engine's kernel with most rows; other ops: the variant of the rows' dtypes, else the
+engine's default), its efficiencies scaled by the other GPU's
 datasheet, corrected by the reference's residual field inside its measured box. The errors
 are the ``transferred`` source's for that op (:func:`~.evaluate.error_table` folds them into
 the ``other`` GPUs' figure).
@@ -24,15 +26,10 @@ from moeplan.cost.kerneldb.variant import KernelTable
 def other_gpu(db: KernelDB, table: KernelTable, device: Device) -> Scored | None:
     """Errors of ``table``'s rows (one kernel role) predicted from ``device``'s reference."""
     fam, ref = FAMILIES[table.op], device.reference
-    conv = bool(is_conv(np.asarray(table.columns["kernel_source"][:1]))[0])
-    found = [
-        (n, k)
-        for k, n in db.variants(ref, table.engine, table.op).items()
-        if bool(is_conv(np.array([k[0]]))[0]) == conv
-    ]
-    if not found or not len(table.latency):
+    key = _reference_key(db, table, ref)
+    if key is None or not len(table.latency):
         return None
-    vm = db.variant(ref, table.engine, table.op, max(found)[1])
+    vm = db.variant(ref, table.engine, table.op, key)
     assert vm is not None
     cols = {c: np.asarray(v) for c, v in table.columns.items() if c in fam.columns}
     cols.pop("kernel_source", None)
@@ -46,6 +43,29 @@ def other_gpu(db: KernelDB, table: KernelTable, device: Device) -> Scored | None
         err=err,
         tokens=f.tokens,
         load=np.full(len(err), ""),
+    )
+
+
+def _reference_key(db: KernelDB, table: KernelTable, ref: str) -> tuple | None:
+    """The reference variant: same kernel role for the recurrent kinds (convolution or
+    delta rule, the kernel with most rows), else the one of the rows' dtypes, else the
+    engine's default (as :class:`~.db.KernelDB` transfers)."""
+    fam = FAMILIES[table.op]
+    if "kernel_source" in table.columns:
+        conv = bool(is_conv(np.asarray(table.columns["kernel_source"][:1]))[0])
+        found = [
+            (n, k)
+            for k, n in db.variants(ref, table.engine, table.op).items()
+            if bool(is_conv(np.array([k[0]]))[0]) == conv
+        ]
+        return max(found)[1] if found else None
+    want = {
+        c: str(np.asarray(table.columns[c])[0])
+        for c in fam.variant_cols
+        if c in table.columns and c != "kernel_source"
+    }
+    return db.choose(ref, table.engine, table.op, want) or db.choose(
+        ref, table.engine, table.op, {}
     )
 
 

@@ -12,6 +12,9 @@
   compressed attention blocks — ``sparse_attention/*/dsv4_{csa,hca}_*_module_perf``, the
   DeepSeek-V4-Flash rows (the model whose dimensions :mod:`.sparse_features` holds);
 - ``{context,generation}_msa_module``: MiniMax-M3 sparse attention — ``msa/sglang``;
+- ``dsa_sparse_attn``: the sparse MLA kernel alone (FlashMLA ``flash_mla_sparse_fwd``, GLM-5's
+  kernel-level ``sparse_attention/sglang/glm5_dsa_attn_module_perf``: one head count, so no
+  shape to hold out; its error is the leave-one-GPU-out one on InferSim's H800 rows);
 - ``mhc``: DeepSeek-V4's hyper-connection ``pre`` / ``post`` kernels — ``mhc/{sglang,vllm}``.
 
 Features: :mod:`.linear_features` (recurrent mixers, mHC) and :mod:`.sparse_features`. The
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from moeplan.cost.kerneldb.family import Family
 from moeplan.cost.kerneldb.linear_features import _delta, _mamba2_conv, _mhc
-from moeplan.cost.kerneldb.sparse_features import SPARSE_FEATURES
+from moeplan.cost.kerneldb.sparse_features import SPARSE_FEATURES, _sparse_attn
 
 _DELTA_SHAPE = ("num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv")
 _MAMBA_SHAPE = ("nheads", "head_dim", "n_groups", "d_state", "d_conv")
@@ -98,6 +101,14 @@ LAYER_FAMILIES: dict[str, Family] = {
         *_linear(),
         *_sparse(),
         Family(
+            op="dsa_sparse_attn",
+            variant_cols=("kernel_source", "kv_cache_dtype"),
+            shape_cols=("num_heads",),
+            x_cols=_MODULE_X,
+            defaults={"kv_cache_dtype": "bfloat16", "step": 0},
+            features=_sparse_attn,
+        ),
+        Family(
             op="mhc",
             variant_cols=("kernel_source", "mhc_op"),
             shape_cols=("hidden_size", "hc_mult", "num_sites", "sinkhorn_iters"),
@@ -119,6 +130,7 @@ LAYER_FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]]
     "kda_perf.parquet": [(f"{p}_kda", {}, _LAT, _MS) for p, _ in _PHASES],
     "mamba2_perf.parquet": [(f"{p}_mamba2_conv", {}, _LAT, _MS) for p, _ in _PHASES],
     "mhc_module_perf.parquet": [("mhc", {"mhc_op": "op_name"}, _LAT, _MS)],
+    "glm5_dsa_attn_module_perf.parquet": [("dsa_sparse_attn", {}, _LAT, _MS)],
     **{
         f"{prefix}_{p}_module_perf.parquet": [(f"{p}_{kind}_module", {}, _LAT, _MS)]
         for p, _ in _PHASES

@@ -185,6 +185,25 @@ def _msa(cols: Columns) -> Features:
     return _assemble(cols, core + index, cache, weights, hid)
 
 
+def _sparse_attn(cols: Columns) -> Features:
+    """The sparse MLA kernel alone (FlashMLA ``flash_mla_sparse_fwd``; GLM-5's kernel-level
+    table): every query attends its ``index_topk`` = 2048 selected latents (GLM-5 and
+    DeepSeek-V3.2 config.json), FLOPs ``2 h (576 + 512)`` a selected key, bytes: the gathered
+    latents (capped by the cache) and the queries / outputs in bf16."""
+    b, s, p, h, _ = _axes(cols)
+    t = b * s
+    sel = mean_capped(DSA_DIMS["GlmMoeDsaForCausalLM"][-1], p, s)
+    cache = np.minimum(t * sel, b * (p + s)) * MLA_LATENT * _kv_bytes(cols)
+    return Features(
+        flops=2 * t * h * sel * (MLA_LATENT + MLA_V_LATENT),
+        nbytes=cache + BF16 * t * h * (MLA_LATENT + MLA_V_LATENT),
+        work=b,
+        fp8=np.zeros(len(b), bool),
+        tokens=t,
+        coords=np.stack([_l2(b), _l2(s), _l2(p + 1), _l2(h)], 1),
+    )
+
+
 SPARSE_FEATURES: dict[str, Callable[[Columns], Features]] = {
     "dsa": _dsa,
     "csa": _dsv4,
