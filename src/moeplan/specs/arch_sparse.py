@@ -63,16 +63,14 @@ def deepseek_v4(c: Cfg) -> tuple[LayerSpec, ...]:
         num_kv_heads=c.int("num_key_value_heads", lo=1), head_dim=c.int("head_dim", lo=1),
         q_lora_rank=c.int("q_lora_rank", lo=1), qk_rope_head_dim=c.int("qk_rope_head_dim", lo=1),
         o_lora_rank=c.int("o_lora_rank", default=0), o_groups=c.int("o_groups", default=0),
-        window=c.int("sliding_window", lo=1, hi=MAX_CONTEXT), sinks=True,
+        window=c.int("sliding_window", lo=1, hi=MAX_CONTEXT), sinks=True, shared_kv=True,
     )  # fmt: skip
     index: dict[str, object] = dict(
         index_topk=c.int("index_topk", lo=1, hi=MAX_CONTEXT),
         index_n_heads=c.int("index_n_heads", lo=1), index_head_dim=c.int("index_head_dim", lo=1),
     )  # fmt: skip
     mixers = {
-        0: Mixer(kind="swa", **{k: v for k, v in common.items()  # type: ignore[arg-type]
-                                if k in ("num_heads", "num_kv_heads", "head_dim", "window",
-                                         "sinks")}),
+        0: Mixer(kind="swa", **common),  # type: ignore[arg-type]
         4: Mixer(kind="csa", compress_ratio=4, **common, **index),  # type: ignore[arg-type]
         128: Mixer(kind="hca", compress_ratio=128, **common),  # type: ignore[arg-type]
     }  # fmt: skip

@@ -65,7 +65,7 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
 )
 from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
 from moeplan.specs.model_summary import ModuleInfo
-from moeplan.specs.quant import UNQUANTIZED, WeightQuant
+from moeplan.specs.quant import UNQUANTIZED, ModuleQuant, WeightQuant
 from moeplan.specs.quant_modules import linear_modules
 
 ACT_BYTES = 2  # bf16 activations and KV cache
@@ -387,13 +387,18 @@ class ModelSpec:
     ) -> ModelSpec:
         """Build from a model ``config.json`` dict (any registered architecture, or DeepSeek's
         native keys); ``hf_quant``: the ``hf_quant_config.json`` beside it, if any."""
-        from moeplan.specs.model_reader import quant_rules, spec_kwargs
+        from moeplan.specs.model_reader import expert_format, quant_rules, spec_kwargs
 
         spec = cls(**spec_kwargs(config, name))
         rules = quant_rules(config, name, hf_quant)
         if rules is None:
             return spec
-        spec = replace(spec, quant=rules.resolve(linear_modules(spec)))
+        quant = rules.resolve(linear_modules(spec))
+        experts = expert_format(config, name)
+        if experts is not None:
+            mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
+            quant = replace(quant, experts=mq)
+        spec = replace(spec, quant=quant)
         if not rules.kv_bytes:
             return spec
         layers = tuple(

@@ -20,8 +20,8 @@ from moeplan.specs.config_reader import Cfg
 from moeplan.specs.hf_config import is_native, native_to_hf, spec_kwargs_from_config
 from moeplan.specs.layer_build import uniform_fields
 from moeplan.specs.limits import MAX_ROUTED_SCALE
-from moeplan.specs.quant import QuantRules
-from moeplan.specs.quant_parse import parse_quantization
+from moeplan.specs.quant import QuantRules, WeightFormat
+from moeplan.specs.quant_parse import E8M0_SCALE, MXFP4_GROUP, parse_quantization
 
 HF_QUANT_FILE = "hf_quant_config.json"
 
@@ -107,3 +107,22 @@ def _agree(q: Any, side: dict[str, Any], name: str) -> None:
             f"{show(algo)}) contradicts {HF_QUANT_FILE} quantization.quant_algo "
             f"({show(side_algo)}): the two files must describe one checkpoint"
         )
+
+
+#: DeepSeek-V4 ``expert_dtype``: routed experts stored apart from ``quantization_config``.
+#: ``fp4``: e2m1 weights with one ue8m0 scale per 32 (OCP MX FP4, ``scale_fmt: ue8m0``).
+EXPERT_DTYPES = {
+    "fp4": WeightFormat(name="mxfp4", bits=4, group_size=MXFP4_GROUP, scale_bytes=E8M0_SCALE,
+                        compute="fp8", kernel_dtype="w4a16_mxfp4"),
+}
+
+
+def expert_format(config: Any, name: str) -> WeightFormat | None:
+    """The routed experts' own storage when the config states one (``expert_dtype``)."""
+    if not isinstance(config, dict) or config.get("expert_dtype") is None:
+        return None
+    v = config["expert_dtype"]
+    if not isinstance(v, str) or v not in EXPERT_DTYPES:
+        raise MoeplanError(f"config[{name}].expert_dtype ({show(v)}) is not supported: supported "
+                           f"values are {', '.join(EXPERT_DTYPES)}")  # fmt: skip
+    return EXPERT_DTYPES[v]

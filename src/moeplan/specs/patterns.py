@@ -19,7 +19,8 @@ from __future__ import annotations
 from moeplan.errors import MoeplanError, show
 
 MATCH_BUDGET = 20_000_000  # NFA state-steps over one model's modules (~2 s worst case)
-MAX_REPEAT = 16  # {m,n} bounds unrolled into NFA states (configs use none)
+MAX_REPEAT = 16
+DFA_STATES = 50_000  # memoised DFA transitions kept per pattern (memory bound)  # {m,n} bounds unrolled into NFA states (configs use none)
 _CLASSES = {
     "d": lambda ch: ch.isdigit(),
     "w": lambda ch: ch.isalnum() or ch == "_",
@@ -206,6 +207,7 @@ class Regex:
         self.start, self.end = parser.alternation()
         if parser.i != len(pattern):
             raise parser.fail("has an unbalanced ')'")
+        self._dfa: dict[tuple, tuple[_Node, ...]] = {}
 
     def _closure(self, nodes: list[_Node], first: bool, last: bool) -> list[_Node]:
         """Every consuming state (and the end) reachable by epsilon moves; ``^`` / ``$``
@@ -225,24 +227,36 @@ class Regex:
                 out.append(n)
         return out
 
+    def _step(self, states: tuple[_Node, ...], ch: str, last: bool,
+              budget: list[int] | None) -> tuple[_Node, ...]:  # fmt: skip
+        """The states after ``ch`` (memoised: a lazily built DFA; NFA work only on a miss)."""
+        key = (tuple(id(n) for n in states), ch, last)
+        hit = self._dfa.get(key)
+        if hit is not None:
+            return hit
+        if budget is not None:
+            budget[0] -= len(states) + 1
+            if budget[0] < 0:
+                raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
+                                   f"of {MATCH_BUDGET} NFA steps (too many or too complex "
+                                   "patterns)")  # fmt: skip
+        nxt = [o for n in states if n is not self.end and n.test(ch) for o in n.out]
+        out = tuple(self._closure(nxt, False, last))
+        if len(self._dfa) < DFA_STATES:
+            self._dfa[key] = out
+        return out
+
     def match(self, name: str, budget: list[int] | None = None) -> bool:
-        """``re.match(pattern, name)``; ``budget`` (a one-item list) is charged one unit per
-        live state per character and the match refused once it runs out."""
-        states = self._closure([self.start], True, not name)
+        """``re.match(pattern, name)``; ``budget`` (a one-item list) is charged for the NFA
+        work of every step not already memoised, and the match refused once it runs out."""
+        states = tuple(self._closure([self.start], True, not name))
         for i, ch in enumerate(name):
-            if any(n is self.end for n in states):
+            if self.end in states:
                 return True
-            if budget is not None:
-                budget[0] -= len(states)
-                if budget[0] < 0:
-                    raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
-                                       f"of {MATCH_BUDGET} NFA steps (too many or too complex "
-                                       "patterns)")  # fmt: skip
-            nxt = [o for n in states if n.test is not None and n.test(ch) for o in n.out]
-            states = self._closure(nxt, False, i == len(name) - 1)
+            states = self._step(states, ch, i == len(name) - 1, budget)
             if not states:
                 return False
-        return any(n is self.end for n in states)
+        return self.end in states
 
 
 def glob_match(name: str, pattern: str) -> bool:
