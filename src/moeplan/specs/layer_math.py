@@ -78,7 +78,7 @@ def _v4_linear(m: Mixer, h: int) -> int:
     else:
         o = nh * hd * h
     overlap = 2 if m.compress_ratio == 4 else 1
-    comp = 2 * h * hd * overlap + m.compress_ratio * hd * overlap + hd
+    comp = 2 * h * hd * overlap + m.compress_ratio * hd * overlap + hd if m.compress_ratio else 0
     n = q + kv + o + comp
     if m.kind == "csa":
         n += _indexer(m, h, m.q_lora_rank) + 2 * h * m.index_head_dim * overlap
@@ -111,6 +111,8 @@ def _mamba2(m: Mixer, h: int) -> int:
 def mixer_linear_params(m: Mixer, h: int) -> int:
     """Projection weights (and biases) of the mixer: what its GEMMs multiply by."""
     k = m.kind
+    if k in ("csa", "hca") or (k == "swa" and m.shared_kv):
+        return _v4_linear(m, h)
     if k in ("mha", "swa", "chunked"):
         return _gqa_linear(m, h)
     if k == "msa":  # GQA plus the index branch's query and key projections
@@ -119,8 +121,6 @@ def mixer_linear_params(m: Mixer, h: int) -> int:
         return _mla_linear(m, h)
     if k == "dsa":
         return _mla_linear(m, h) + _indexer(m, h, m.q_lora_rank or h)
-    if k in ("csa", "hca"):
-        return _v4_linear(m, h)
     if k in ("gdn", "kda"):
         return _linear_attn(m, h)
     if k == "mamba2":
@@ -231,7 +231,8 @@ def kv_bytes_per_token(m: Mixer) -> float:
     rate before any window cap; compressed kinds: per token, i.e. an entry / ratio)."""
     k = m.kind
     if k in ("mha", "swa", "chunked"):
-        return float(m.num_kv_heads * (m.head_dim + m.vo_dim) * m.kv_bytes)
+        v = 0 if m.shared_kv else m.vo_dim  # DeepSeek-V4: one vector is K and V
+        return float(m.num_kv_heads * (m.head_dim + v) * m.kv_bytes)
     if k == "msa":
         gqa = m.num_kv_heads * (m.head_dim + m.vo_dim) * m.kv_bytes
         return float(gqa + m.index_n_heads * m.index_head_dim * m.kv_bytes)

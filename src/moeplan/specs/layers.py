@@ -123,6 +123,9 @@ class Mixer:
     qk_norm: bool = False  # per-head RMSNorm of q and k
     output_gate: bool = False  # Qwen3.5 gated attention: q_proj also emits a gate
     k_eq_v: bool = False  # Gemma-4 full-attention layers: V is K (no v_proj)
+    #: DeepSeek-V4: one cached vector per token serves as K and V (MQA over ``head_dim``),
+    #: low-rank q and grouped low-rank output (csa / hca always; its window-only layers too)
+    shared_kv: bool = False
     kv_bytes: int = 2  # bf16 cache unless the checkpoint states an fp8 KV cache
     state_bytes: int = 4  # recurrent state dtype (``mamba_ssm_dtype`` float32)
 

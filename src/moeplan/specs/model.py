@@ -65,7 +65,8 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
 )
 from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
 from moeplan.specs.model_summary import ModuleInfo
-from moeplan.specs.quant import UNQUANTIZED, WeightQuant, linear_modules
+from moeplan.specs.quant import UNQUANTIZED, ModuleQuant, WeightQuant
+from moeplan.specs.quant_modules import linear_modules
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
@@ -112,6 +113,7 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_layers: tuple[int, ...] = ()
     active_counts_embedding: bool = False
+    active_counts_lm_head: bool = True  # the family's "activated" figure includes the lm-head
     quant: WeightQuant = UNQUANTIZED
     #: one record per decoder layer (:mod:`moeplan.specs.layers`); empty: built from the
     #: uniform fields above (every layer the same attention, MoE / dense as the fields say)
@@ -119,6 +121,7 @@ class ModelSpec:
     #: vision / audio towers loaded with the model (weights only, not served)
     towers: tuple[Tower, ...] = ()
     gated_experts: bool = True  # SwiGLU experts (3 matrices); False: up/down only
+    module_prefix: str = "model.layers"  # the checkpoint's name of the decoder-layer list
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
     _layers: tuple[LayerSpec, ...] = field(default=(), repr=False, compare=False)
 
@@ -268,7 +271,8 @@ class ModelSpec:
         h = self.hidden_size
         layers = sum(layer_math.layer_params(x, h, active=True) for x in self._layers)
         emb = self.embedding_params if self.active_counts_embedding else 0
-        return layers + emb + self.lm_head_params + h
+        head = self.lm_head_params if self.active_counts_lm_head else 0
+        return layers + emb + head + h
 
     # ---- FLOPs per token (2 per multiply-accumulate) ----------------------------------
     @property
@@ -378,13 +382,31 @@ class ModelSpec:
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: dict[str, Any], name: str = "custom") -> ModelSpec:
-        """Build from a Hugging Face MoE ``config.json`` dict or DeepSeek's native keys."""
-        from moeplan.specs.hf_config import quant_rules, spec_kwargs_from_config
+    def from_config(
+        cls, config: dict[str, Any], name: str = "custom", hf_quant: Any = None
+    ) -> ModelSpec:
+        """Build from a model ``config.json`` dict (any registered architecture, or DeepSeek's
+        native keys); ``hf_quant``: the ``hf_quant_config.json`` beside it, if any."""
+        from moeplan.specs.model_reader import expert_format, quant_rules, spec_kwargs
 
-        spec = cls(**spec_kwargs_from_config(config, name))
-        rules = quant_rules(config, name)
-        return spec if rules is None else replace(spec, quant=rules.resolve(linear_modules(spec)))
+        spec = cls(**spec_kwargs(config, name))
+        rules = quant_rules(config, name, hf_quant)
+        if rules is None:
+            return spec
+        quant = rules.resolve(linear_modules(spec))
+        experts = expert_format(config, name)
+        if experts is not None:
+            mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
+            quant = replace(quant, experts=mq)
+        spec = replace(spec, quant=quant)
+        if not rules.kv_bytes:
+            return spec
+        layers = tuple(
+            replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache
+            else x
+            for x in spec.layer_specs
+        )
+        return replace(spec, layers=layers, _layers=(), _moe_flags=())
 
 
 def parse_error(name: str, err: Exception) -> MoeplanError:
