@@ -154,3 +154,28 @@ def test_serve_iteration_prices_each_mixer_kind() -> None:
     it(Batch(decode=8, decode_ctx=4096, prefill=((512, 512),)))
     prov = cm.provenance()
     assert "generation_gdn" in prov and "context_gdn" in prov
+
+
+def test_layers_without_a_mixer_cost_nothing_and_the_mean_is_the_layers_sum() -> None:
+    """Nemotron-3-Nano (Mamba-2, attention and MoE-only blocks): a block without a mixer
+    costs 0, and the per-layer mean is the brute-force sum over its layers / layers."""
+    cm, m = _cm("trtllm"), load_model("nemotron-3-nano-30b-a3b")
+    none = [i for i, x in enumerate(m.layer_specs) if x.mixer.kind == "none"]
+    assert none and all(cm.attention_layer(m, 8, 1, 4096, 1, i) == 0.0 for i in none)
+    brute = sum(cm.attention_layer(m, 8, 1, 4096, 1, i) for i in range(m.num_layers))
+    assert cm.attention_layer(m, 8, 1, 4096, 1) == pytest.approx(brute / m.num_layers)
+
+
+@pytest.mark.parametrize(
+    ("preset", "ops"),
+    [
+        ("glm-5-fp8", {"generation_dsa_module"}),
+        ("deepseek-v4-flash", {"generation_csa_module", "generation_hca_module"}),
+        ("minimax-m3", {"generation_msa_module", "generation_attention"}),
+    ],
+)
+def test_presets_of_the_new_kinds_are_priced_by_their_tables(preset: str, ops: set) -> None:
+    cm = engine_cost_model(load_cluster("h100-sxm-8"), None, "sglang")  # fresh provenance
+    m = load_model(preset)
+    assert cm.attention_layer(m, 16, 1, 65536, 8) > 0
+    assert ops <= set(cm.provenance())

@@ -136,8 +136,11 @@ class CostModel:
     ) -> float | None:
         """Layer ``layer``'s whole mixer block on one TP rank when its kind has its own
         measured tables (:mod:`.mixers`: DSA / CSA / HCA / MSA modules, GDN / KDA / Mamba-2
-        kernels + projections), else ``None`` (the attention paths price it)."""
+        kernels + projections), 0 for a layer without a mixer, else ``None`` (the attention
+        paths price it)."""
         m = model.layer_specs[layer].mixer
+        if m.kind == "none":  # a block without a mixer (Nemotron-H's MoE / MLP-only layers)
+            return 0.0
         if self._kdb is None or self.engine is None or m.kind not in MIXER_KINDS:
             return None
         if num_seqs <= 0 or q_len <= 0:
@@ -155,7 +158,7 @@ class CostModel:
     def mixes_kinds(self, model: ModelSpec) -> bool:
         """Whether some layer of ``model`` is priced by its kind (:meth:`mixer_layer`): then
         :meth:`attention_layer` without a layer is the mean over the layers."""
-        return self._kdb is not None and self._mixer_groups(model) is not None
+        return self._mixer_groups(model) is not None
 
     def _mixer_groups(self, model: ModelSpec) -> list[tuple[int, int]] | None:
         """(first layer, layer count) per distinct mixer when any layer's kind is priced by
@@ -166,7 +169,7 @@ class CostModel:
             firsts: dict[object, list[int]] = {}
             for i, x in enumerate(specs):
                 firsts.setdefault(x.mixer, [i, 0])[1] += 1
-            priced = any(m.kind in MIXER_KINDS for m in firsts)  # type: ignore[attr-defined]
+            priced = any(m.kind in (*MIXER_KINDS, "none") for m in firsts)  # type: ignore[attr-defined]
             hit = (specs, [tuple(v) for v in firsts.values()] if priced else None)
             self._groups[id(specs)] = hit
         return hit[1]  # type: ignore[return-value]
@@ -322,7 +325,7 @@ class CostModel:
             mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
             if mixed is not None:
                 return mixed
-        elif self._kdb is not None and (groups := self._mixer_groups(model)) is not None:
+        elif (groups := self._mixer_groups(model)) is not None:
             n = model.num_layers
             return sum(
                 count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
