@@ -29,7 +29,10 @@ whose kernels differ by engine from NVIDIA's measured kernel tables and the mode
 transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
 ``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
 decode), ``attention_layer`` of DeepSeek-V3-shaped MLA models where the engine has module
-tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's
+tables (the whole block, projections included), ``mixer_layer`` of the layer kinds with their
+own tables (DSA / CSA / HCA / MSA blocks, GDN / KDA / Mamba-2: :mod:`.mixers`; a block without
+a mixer costs nothing; ``attention_layer`` without a layer index is then the mean over the
+model's layers), intra-node ``all_reduce`` (the engine's
 custom all-reduce; not on a full-mesh fabric such as Ascend HCCS, where the engines run
 HCCL) and ``all_to_all`` over one 8-GPU node or whole 8-GPU nodes (DeepEP normal kernels; across nodes
 transferred to the RDMA link, :func:`.kerneldb.comm.deepep_internode`). GEMMs, projections,
@@ -60,7 +63,7 @@ from moeplan.cost.kerneldb.pricing import (
     moe_shape,
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
-from moeplan.cost.mixers import MIXER_KINDS, price_mixer
+from moeplan.cost.mixer_layers import MixerLayers
 from moeplan.cost.profile import HardwareProfile
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -77,7 +80,7 @@ def _plain(w: ModuleQuant | None) -> bool:
     return w is None or (w.bytes_per_weight == BF16_BYTES and w.format.compute == "bf16")
 
 
-class CostModel:
+class CostModel(MixerLayers):
     """Seconds per operation on one GPU of ``cluster`` (see module docstring)."""
 
     def __init__(
@@ -124,55 +127,6 @@ class CostModel:
     def _note(self, op: str, p: Prediction) -> None:
         cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
         cell[0] += 1
-
-    def mixer_layer(
-        self,
-        model: ModelSpec,
-        layer: int,
-        num_seqs: int,
-        q_len: int,
-        ctx_len: int,
-        tp: int = 1,
-    ) -> float | None:
-        """Layer ``layer``'s whole mixer block on one TP rank when its kind has its own
-        measured tables (:mod:`.mixers`: DSA / CSA / HCA / MSA modules, GDN / KDA / Mamba-2
-        kernels + projections), 0 for a layer without a mixer, else ``None`` (the attention
-        paths price it)."""
-        m = model.layer_specs[layer].mixer
-        if m.kind == "none":  # a block without a mixer (Nemotron-H's MoE / MLP-only layers)
-            return 0.0
-        if self._kdb is None or self.engine is None or m.kind not in MIXER_KINDS:
-            return None
-        if num_seqs <= 0 or q_len <= 0:
-            return 0.0
-        w = model.quant.attention
-        total, preds = price_mixer(
-            self._kdb, self._device, self.engine, m, model.hidden_size,
-            w.format.kernel_dtype, (num_seqs, q_len, max(ctx_len, q_len), tp),
-            lambda a, b, c: self.gemm(a, b, c, w),
-        )  # fmt: skip
-        for op, p in preds:
-            self._note(op, p)
-        return total
-
-    def mixes_kinds(self, model: ModelSpec) -> bool:
-        """Whether some layer of ``model`` is priced by its kind (:meth:`mixer_layer`): then
-        :meth:`attention_layer` without a layer is the mean over the layers."""
-        return self._mixer_groups(model) is not None
-
-    def _mixer_groups(self, model: ModelSpec) -> list[tuple[int, int]] | None:
-        """(first layer, layer count) per distinct mixer when any layer's kind is priced by
-        :meth:`mixer_layer`, else ``None`` (memoised per layer description)."""
-        specs = model.layer_specs
-        hit = self._groups.get(id(specs))
-        if hit is None or hit[0] is not specs:
-            firsts: dict[object, list[int]] = {}
-            for i, x in enumerate(specs):
-                firsts.setdefault(x.mixer, [i, 0])[1] += 1
-            priced = any(m.kind in (*MIXER_KINDS, "none") for m in firsts)  # type: ignore[attr-defined]
-            hit = (specs, [tuple(v) for v in firsts.values()] if priced else None)
-            self._groups[id(specs)] = hit
-        return hit[1]  # type: ignore[return-value]
 
     def _mla_module(
         self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int
