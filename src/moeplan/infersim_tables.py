@@ -26,7 +26,7 @@ GPU = "h20"
 #: the cluster preset of that GPU (its record gives the datasheet device)
 CLUSTER = "findep-c"
 #: (phase, table column(s) summed, kernel_source of the H100 tables' role)
-ROLES = {
+ROLES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "generation": [(("conv",), "causal_conv1d_update"), (("gdn_update",), "gated_delta_rule")],
     "context": [
         (("conv",), "causal_conv1d_fn"),

@@ -147,11 +147,11 @@ def _read(
             raise MoeplanError(f"kernel table {path} lacks column {src!r}")
     latency = sum(np.asarray(_numpy(table.column(c)), float) for c in lat) * scale
     ok = np.isfinite(latency) & (latency > 0)
-    for c, v in where.items():  # rows of another op in the same file
-        ok &= _numpy(table.column(c)).astype(str) == v
-    for c, v in cols.items():
-        if v.dtype.kind in "US" and any(a in v for a in VALUE_ALIASES):
-            cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in v.tolist()])
+    for c, value in where.items():  # rows of another op in the same file
+        ok &= _numpy(table.column(c)).astype(str) == value
+    for c, arr in cols.items():
+        if arr.dtype.kind in "US" and any(a in arr for a in VALUE_ALIASES):
+            cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in arr.tolist()])
     cols = {c: v[ok] for c, v in cols.items()}
     return KernelTable(
         gpu=gpu,

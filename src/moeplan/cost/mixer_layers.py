@@ -10,7 +10,8 @@ from moeplan.cost.mixers import MIXER_KINDS, price_mixer
 from moeplan.specs import ModelSpec
 
 if TYPE_CHECKING:
-    from moeplan.cost.kerneldb import KernelDB
+    from moeplan.cost.kerneldb import KernelDB, Prediction
+    from moeplan.specs.quant import ModuleQuant
 
 
 class MixerLayers:
@@ -21,6 +22,14 @@ class MixerLayers:
     engine: str | None
     _device: Any
     _groups: dict[int, tuple[object, list[tuple[int, int]] | None]]
+
+    if TYPE_CHECKING:  # CostModel's own
+
+        def gemm(
+            self, m: float, n: float, k: float, weight: ModuleQuant | None = None
+        ) -> float: ...
+
+        def _note(self, op: str, p: Prediction) -> None: ...
 
     def mixer_layer(
         self,
@@ -67,7 +76,6 @@ class MixerLayers:
             for i, x in enumerate(specs):
                 firsts.setdefault(x.mixer, [i, 0])[1] += 1
             priced = any(m.kind in (*MIXER_KINDS, "none") for m in firsts)  # type: ignore[attr-defined]
-            hit = (specs, [tuple(v) for v in firsts.values()] if priced else None)
+            hit = (specs, [(v[0], v[1]) for v in firsts.values()] if priced else None)
             self._groups[id(specs)] = hit
         return hit[1]  # type: ignore[return-value]
-
