@@ -153,3 +153,18 @@ def test_sparse_attention_prefill_transfers_to_the_h800() -> None:
                    "FlashMLA's decode kernel, the H100 table its prefill kernel at one query")  # fmt: skip
 def test_sparse_attention_decode_transfers_to_the_h800() -> None:
     assert float(np.median(_h800("decode"))) <= LOGO
+
+
+def test_every_new_price_states_its_error() -> None:
+    """The shipped error table (``moeplan calibrate --kernels --errors-out``) holds the
+    held-out error of every new cell with shapes to hold out, its roofline error, and the
+    leave-one-GPU-out error where a second GPU measured the op (InferSim H20 / H800)."""
+    db = kernel_db()
+    for gpu, engine, op in db.tables:
+        if op not in LAYER_FAMILIES:
+            continue
+        if op not in ONE_SHAPE:
+            assert db.error(gpu, engine, op, "interpolated") is not None, (engine, op)
+        assert db.error(gpu, engine, op, "roofline") is not None, (engine, op)
+    for op in ("context_gdn", "generation_gdn", "dsa_sparse_attn"):
+        assert db.error(None, "sglang", op, "transferred") is not None, op
