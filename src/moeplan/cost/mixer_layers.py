@@ -62,9 +62,10 @@ class MixerLayers:
         return total
 
     def mixes_kinds(self, model: ModelSpec) -> bool:
-        """Whether some layer of ``model`` is priced by its kind (:meth:`mixer_layer`): then
-        :meth:`attention_layer` without a layer is the mean over the layers."""
-        return self._mixer_groups(model) is not None
+        """Whether some layer of ``model`` is priced by its kind (:meth:`mixer_layer`, with an
+        engine's tables): then :meth:`attention_layer` without a layer is the mean over the
+        layers. Without an engine the profile's model prices every layer as before."""
+        return self._kdb is not None and self._mixer_groups(model) is not None
 
     def _mixer_groups(self, model: ModelSpec) -> list[tuple[int, int]] | None:
         """(first layer, layer count) per distinct mixer when any layer's kind is priced by

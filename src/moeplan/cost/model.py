@@ -279,7 +279,7 @@ class CostModel(MixerLayers):
             mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
             if mixed is not None:
                 return mixed
-        elif (groups := self._mixer_groups(model)) is not None:
+        elif self._kdb is not None and (groups := self._mixer_groups(model)) is not None:
             n = model.num_layers
             return sum(
                 count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
