@@ -118,6 +118,8 @@ class PipelineResult:
     baselines: dict[str, PipelinePlan | None]
     search_s: float
     verify: dict | None = field(default=None)
+    # the plan's distance to the byte-level optimum (:class:`.refine.Certificate` as a dict)
+    certificate: dict | None = field(default=None)
 
     def speedup(self, name: str) -> float | None:
         base = self.baselines.get(name)
