@@ -79,3 +79,45 @@ def test_plan_reads_its_trace_before_planning(tmp_path, capsys, bad):
     )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("broken", ["missing tensor", "not safetensors"])
+def test_run_refuses_bad_weights_before_spawning(tmp_path, capsys, monkeypatch, broken):
+    """A --weights file every rank would refuse (a missing tensor, or not a safetensors file)
+    was found inside the ranks: one line per rank. It is now one line, exit 2, and no
+    process starts."""
+    import json
+
+    pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    import moeplan.runtime.spawn as spawn
+    from moeplan.runtime.config import MoEConfig
+    from moeplan.runtime.layers.model import init_model
+    from moeplan.runtime.layers.weights import save_safetensors
+
+    def no_spawn(*a, **k):
+        raise AssertionError("a process was spawned")
+
+    monkeypatch.setattr(spawn, "spawn_world", no_spawn)
+    path = tmp_path / "w.safetensors"
+    if broken == "missing tensor":
+        from safetensors.torch import load_file, save_file
+
+        save_safetensors(init_model(MoEConfig(), seed=9), path)
+        tensors = load_file(str(path))
+        del tensors["model.layers.1.mlp.experts.3.up_proj.weight"]
+        save_file(tensors, str(path))
+    else:
+        path.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    plan = {
+        "schema": "moeplan.plan/1",
+        "family": "ep",
+        "layout": {"world_size": 2, "attn": {"tp": 1, "dp": 2}, "moe": {"tp": 1, "ep": 2},
+                   "pp": 1},
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    code, _, err = _run(capsys, "run", "--plan", str(tmp_path / "plan.json"), "--weights",
+                        str(path))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert ("experts.3.up_proj.weight" if broken == "missing tensor" else "safetensors") in lines[0]

@@ -49,14 +49,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moeplan.cost.a2a import (  # noqa: E402,F401 (one set of DeepEP facts, re-exported)
+    DEEPEP_ARCHITECTURES as SGLANG_DEEPEP_ARCHITECTURES,
+)
+from moeplan.cost.a2a import (  # noqa: E402,F401
+    DEEPEP_MIN_SM,
+    FULL_P2P_INTRA,
+    RDMA_INTER,
+    GpuFacts,
+    deepep_hardware_blockers,
+)
 from moeplan.specs import ClusterSpec, ModelSpec
 
-DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
-FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
-RDMA_INTER = frozenset({"ib", "roce"})
-SGLANG_DEEPEP_ARCHITECTURES = frozenset(
-    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
-)
 VLLM_EPLB_ARCHITECTURES = frozenset(
     {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
 )
@@ -83,6 +87,12 @@ _SGLANG_COMMON = frozenset(
         "--init-expert-location",
         "--ep-num-redundant-experts",
         "--enable-eplb",
+        "--enable-two-batch-overlap",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--kv-cache-dtype",
         "--nnodes",
         "--node-rank",
         "--dist-init-addr",
@@ -122,6 +132,10 @@ VLLM = EngineVersion(
             "--headless",
             "--distributed-executor-backend",
             "--trust-remote-code",
+            "--all2all-backend",
+            "--enable-dbo",
+            "--speculative-config",
+            "--kv-cache-dtype",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
@@ -163,26 +177,18 @@ class Target:
     def cuda(self) -> bool:
         return self.gpu_nccl
 
+    @property
+    def gpu_facts(self) -> GpuFacts:
+        return GpuFacts(self.gpu, self.gpu_sm, self.gpu_nccl, self.gpu_deepep)
+
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
-    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can)."""
-    out = []
-    if t.architecture not in SGLANG_DEEPEP_ARCHITECTURES:
-        out.append(f"SGLang has no DeepEP MoE path for {t.architecture}")
-    sm = t.gpu_sm
-    if not t.gpu_deepep:
-        if not t.gpu_nccl:
-            have = "not a CUDA GPU"
-        elif sm is None:
-            have = "of unstated compute capability"
-        else:
-            have = f"SM{sm}" + (" (no DeepEP support in its GPU record)" if sm >= DEEPEP_MIN_SM else "")
-        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {t.gpu} is {have}")
-    if t.gpus_per_node > 1 and t.intra not in FULL_P2P_INTRA:
-        out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {t.intra} is not")
-    if nodes > 1 and t.inter not in RDMA_INTER:
-        out.append(f"DeepEP needs RDMA between nodes; {t.inter} is not")
-    return out
+    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can);
+    the facts are :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too),
+    the GPU's from its record (:mod:`moeplan.specs.gpu`)."""
+    return deepep_hardware_blockers(
+        t.architecture, t.gpu_facts, t.intra, t.inter, t.gpus_per_node, nodes
+    )
 
 
 def vllm_eplb_blockers(t: Target) -> list[str]:
@@ -246,6 +252,8 @@ def check_sglang(
         if ep != tp:
             bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")
         bad += deepep_blockers(t, nodes)
+    if "--enable-two-batch-overlap" in f and backend != "deepep":
+        bad.append("--enable-two-batch-overlap needs --moe-a2a-backend deepep")
     redundant = _int(f, "--ep-num-redundant-experts", 0)
     if redundant and ep <= 1:
         bad.append("--ep-num-redundant-experts needs ep_size > 1")

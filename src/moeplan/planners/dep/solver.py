@@ -319,6 +319,9 @@ def naive(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
 
 def brute_force(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
     """Best FinDEP configuration over the whole (ma, r1, r2, order) grid."""
+    if problem.prefetch is not None:
+        mas = range(1, problem.ma_max + 1)
+        problem.prefetch([(ma, r2) for ma in mas for r2 in range(1, problem.r2_max + 1)])
     cfgs = (
         DepConfig(ma=ma, r1=r1, r2=r2, order=o)
         for ma, r1 in feasible_pairs(problem)

@@ -159,6 +159,7 @@ class PipelineResult:
                 "mem_bytes_per_gpu": [s.mem_bytes_per_gpu for s in p.stages],
                 "mem_limit_bytes": self.mem_limit_bytes,
                 "launchable_as": _launchable(p),
+                "certificate": self.certificate,  # distance to the byte-level optimum
             },
             predicted={
                 "throughput_tokens_per_s": p.throughput_tokens_per_s,
