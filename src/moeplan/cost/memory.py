@@ -91,11 +91,15 @@ def dense_mlp_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
 
 
 def embedding_bytes(model: ModelSpec, tp: int = 1) -> float:
-    """Embedding + lm-head (vocab-parallel over ``tp``), each at its own bytes per weight."""
+    """Embedding + lm-head (vocab-parallel over ``tp``), each at its own bytes per weight,
+    plus any vision / audio tower (loaded though not served; sharded over ``tp`` as vLLM's
+    default ``mm_encoder_tp_mode="weights"`` does)."""
     q = model.quant
+    towers = model.weight_bytes_by_module().get("towers", (0, 0.0))[1]
     return (
         model.embedding_params * q.embedding.bytes_per_weight
         + model.lm_head_params * q.lm_head.bytes_per_weight
+        + towers
     ) / tp
 
 

@@ -149,8 +149,16 @@ def _parse_float(text: str) -> float:
     return v
 
 
-def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
-    """Parse the JSON file at ``path``; every failure is one :class:`MoeplanError` line."""
+def _constant(name: str) -> float:
+    return float(name)  # "Infinity", "-Infinity", "NaN": what Python's json writes and reads
+
+
+def read_json_file(path: str | os.PathLike[str], what: str, constants: bool = False) -> Any:
+    """Parse the JSON file at ``path``; every failure is one :class:`MoeplanError` line.
+
+    ``constants``: accept ``Infinity`` / ``NaN`` (Hugging Face writes them into model configs,
+    e.g. Nemotron's ``time_step_limit``); a non-finite value in a key moeplan reads is then
+    refused by that key's check, naming the key."""
     if "\x00" in str(path):
         raise MoeplanError(f"{what} ({show(str(path))}) must not contain a NUL byte")
     try:  # non-blocking, checked on the descriptor: a FIFO or device is refused, never waited on
@@ -177,7 +185,10 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
         raise MoeplanError(f"{what} ({path}) is not UTF-8 text: byte {err.start}") from None
     try:
         obj = json.loads(
-            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_reject_constant
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_constant if constants else _reject_constant,
         )
     except json.JSONDecodeError as err:
         raise MoeplanError(
@@ -198,7 +209,7 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
 
 def read_config_file(path: str | os.PathLike[str]) -> Any:
     """A user's model ``config.json`` as parsed JSON (see :func:`read_json_file`)."""
-    return read_json_file(Path(path), "model config")
+    return read_json_file(Path(path), "model config", constants=True)
 
 
 def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None, kind: type = int) -> Any:
