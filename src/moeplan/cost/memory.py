@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.specs import ModelSpec
+from moeplan.specs import ModelSpec, layer_math
+from moeplan.specs.layers import LATENT_KINDS
 from moeplan.specs.model import ACT_BYTES
 
 RESERVED_BYTES = 4 * 1024**3
@@ -102,12 +103,51 @@ def embedding_bytes(model: ModelSpec, tp: int = 1) -> float:
     ) / tp
 
 
-def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1) -> float:
-    """KV bytes one token adds to one layer on one TP rank."""
-    per = model.kv_bytes_per_token_layer()
-    if model.attention == "mla":
-        return float(per)
-    return per / min(tp, model.num_kv_heads)
+def _kv_split(model: ModelSpec, layer: int, tp: int) -> int:
+    """TP ranks one layer's cache is split over: latent / shared-KV kinds are replicated on
+    every rank, K/V heads (and linear layers' state heads) are split up to their count."""
+    m = model.layer_specs[layer].mixer
+    if m.kind in LATENT_KINDS or m.shared_kv:
+        return 1
+    heads = m.num_kv_heads if m.has_kv_cache else (m.lin_value_heads or m.num_heads)
+    return max(1, min(tp, heads or 1))
+
+
+def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1, layer: int | None = None) -> float:
+    """KV bytes one token adds to decoder layer ``layer`` on one TP rank (per layer kind,
+    :mod:`moeplan.specs.layer_math`; linear layers 0); ``None``: the mean over layers, so
+    ``num_layers`` times it is the model's per-token figure."""
+    if layer is not None:
+        return model.kv_bytes_per_token_layer(layer) / _kv_split(model, layer, tp)
+    n = model.num_layers
+    return sum(kv_bytes_per_token_layer(model, tp, i) for i in range(n)) / n
+
+
+def cache_bytes(
+    model: ModelSpec, seqs: float, context: int, tp: int = 1, layers: range | None = None
+) -> float:
+    """Cache of ``seqs`` sequences of ``context`` tokens on one TP rank over ``layers`` (all
+    by default), each layer by its kind: full KV, window- or chunk-capped, compressed
+    (csa / hca) or the fixed recurrent state of linear layers."""
+    idx = range(model.num_layers) if layers is None else layers
+    specs = model.layer_specs
+    return seqs * sum(
+        layer_math.kv_bytes_for_context(specs[i].mixer, context) / _kv_split(model, i, tp)
+        for i in idx
+    )
+
+
+def fixed_bytes_per_seq(model: ModelSpec, tp: int = 1, layers: range | None = None) -> float:
+    """Cache one sequence holds whatever its length, on one TP rank: linear layers' state and
+    the full local window of csa / hca layers (what a token pool cannot share)."""
+    idx = range(model.num_layers) if layers is None else layers
+    specs = model.layer_specs
+    total = 0.0
+    for i in idx:
+        m = specs[i].mixer
+        fixed = layer_math.state_bytes_per_seq(m) + m.window * layer_math.window_bytes_per_token(m)
+        total += fixed / _kv_split(model, i, tp)
+    return total
 
 
 def activation_bytes(model: ModelSpec, tokens: int, tp: int = 1) -> float:

@@ -51,11 +51,17 @@ def engine_config(
     if engine not in ENGINES:
         raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
     chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
-    per_rank = kv_capacity_tokens(model, cluster, layout, chunk or UNCHUNKED_ACTIVATION_TOKENS)
+    budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
+    per_rank = kv_capacity_tokens(model, cluster, layout, budget)
     dp = layout.attn_dp
+    fixed = model.state_bytes_per_seq > 0 or any(
+        x.mixer.kind in ("csa", "hca") for x in model.layer_specs
+    )
     if engine == "vllm":
         big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
         cap = max_running or (1024 if big else 256)
+        if fixed:  # every running sequence holds its state: reserved before the token pool
+            per_rank = kv_capacity_tokens(model, cluster, layout, budget, -(-cap // dp))
         return EngineConfig(
             policy="mixed",
             chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
@@ -64,6 +70,8 @@ def engine_config(
             kv_tokens_per_rank=per_rank,
         )
     cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
+    if fixed:  # the running cap's states first (sized from the pool without them: one pass)
+        per_rank = kv_capacity_tokens(model, cluster, layout, budget, -(-cap // dp))
     return EngineConfig(
         policy="prefill-first",
         chunk_tokens=chunk,

@@ -147,11 +147,24 @@ def stage_weight_bytes(
     return total + emb * share
 
 
+#: a stage of only linear layers has no per-token cache: its pool is bounded by this instead
+MAX_POOL_TOKENS = 2**31 - 1
+
+
 def kv_capacity_tokens(
-    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    token_budget: int,
+    seqs: int = 0,
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
-    activations of ``token_budget`` tokens, all-to-all buffers and the reserve.
+    activations of ``token_budget`` tokens, all-to-all buffers, the reserve and the
+    length-independent cache of ``seqs`` running sequences per rank (linear layers' state,
+    csa / hca windows: :func:`moeplan.cost.memory.fixed_bytes_per_seq`). A token costs each
+    layer its kind's rate (:func:`moeplan.cost.memory.kv_bytes_per_token_layer`; linear
+    layers nothing, compressed layers an entry per ratio tokens, windowed layers their full
+    rate — the pool cannot know which tokens fall out of a window).
 
     Raises :class:`MoeplanError` when the weights alone do not fit.
     """
@@ -164,15 +177,16 @@ def kv_capacity_tokens(
         per_rank_tokens = -(-token_budget // lay.attn_dp)
         act = mem.activation_bytes(model, per_rank_tokens, lay.attn_tp)
         buffers = mem.a2a_buffer_bytes(model, -(-token_budget // w), model.top_k)
-        free = cluster.gpu.mem_bytes - weights - act - buffers - mem.RESERVED_BYTES
+        fixed = seqs * mem.fixed_bytes_per_seq(model, lay.attn_tp, layers)
+        free = cluster.gpu.mem_bytes - weights - act - buffers - fixed - mem.RESERVED_BYTES
         if free <= 0:
-            need = (weights + act + buffers + mem.RESERVED_BYTES) / 1024**3
+            need = (weights + act + buffers + fixed + mem.RESERVED_BYTES) / 1024**3
             raise MoeplanError(
                 f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
                 f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
             )
-        per_token = mem.kv_bytes_per_token_layer(model, lay.attn_tp) * len(layers)
-        tokens = int(free // per_token)
+        per_token = sum(mem.kv_bytes_per_token_layer(model, lay.attn_tp, i) for i in layers)
+        tokens = int(free // per_token) if per_token > 0 else MAX_POOL_TOKENS
         best = tokens if best is None else min(best, tokens)
     assert best is not None
     return best

@@ -286,7 +286,12 @@ class StrategyEvaluator:
             wts = n_moe * moe + (hi - lo - n_moe) * dense
             wts += (emb if st == 0 else 0.0) + (head if st == s.pp - 1 else 0.0)
             worst = max(worst, wts)
-        kv = mem.kv_bytes_per_token_layer(md, s.attn_tp) * per_stage * seqs * (w.isl + w.osl)
+        kv = max(  # the stage with the most cache, each layer by its kind
+            mem.cache_bytes(md, seqs, w.isl + w.osl, s.attn_tp,
+                            range(min(md.num_layers, st * per_stage),
+                                  min(md.num_layers, (st + 1) * per_stage)))
+            for st in range(s.pp)
+        )  # fmt: skip
         tokens = seqs * w.isl
         act = mem.activation_bytes(md, tokens, s.attn_tp)
         k = self._routing.mean_over_layers()
