@@ -124,6 +124,8 @@ class _Layer(NamedTuple):
     sliding: bool
     k: float
     imbalance: float
+    mixer: str = "mha"  # the layer's mixer kind (:mod:`moeplan.specs.layers`); "none": no mixer
+    ffn: str = "moe"  # its FFN kind; "none": no FFN (Nemotron-H's mixer-only blocks)
 
 
 class IterationModel:
@@ -159,12 +161,15 @@ class IterationModel:
             for layer in layers:
                 moe = model.is_moe_layer(layer)
                 i = moe_index.get(layer, 0)
+                spec = model.layer_specs[layer]
                 c[
                     _Layer(
                         moe,
                         model.is_sliding_layer(layer),
                         route.k(i) if moe else 0.0,
                         route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
+                        spec.mixer.kind,
+                        spec.ffn.kind,
                     )
                 ] += 1
             self._stages.append(c)
@@ -237,8 +242,11 @@ class IterationModel:
         )
         dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
         for layer, count in self._stages[s].items():
-            out["attention"] += count * self._attention(rank, layer.sliding)
-            out["comm"] += count * attn_comm
+            if layer.mixer != "none":
+                out["attention"] += count * self._attention(rank, layer.sliding)
+                out["comm"] += count * attn_comm
+            if layer.ffn == "none":
+                continue
             if layer.moe:
                 comp, comm = self._memo(
                     ("moe", t_mb, t_r, layer.k, layer.imbalance),
