@@ -49,7 +49,7 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, require
 from moeplan.specs import layer_math, model_summary
-from moeplan.specs.layer_build import legacy_layers
+from moeplan.specs.layer_build import legacy_layers, primary_layer
 from moeplan.specs.layers import LayerSpec, Tower
 from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_CONTEXT,
@@ -124,6 +124,7 @@ class ModelSpec:
     module_prefix: str = "model.layers"  # the checkpoint's name of the decoder-layer list
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
     _layers: tuple[LayerSpec, ...] = field(default=(), repr=False, compare=False)
+    _primary: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
@@ -132,6 +133,7 @@ class ModelSpec:
         layers = self.layers or legacy_layers(self, flags)
         object.__setattr__(self, "_layers", layers)
         object.__setattr__(self, "_moe_flags", tuple(x.is_moe for x in layers))
+        object.__setattr__(self, "_primary", primary_layer(layers))
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -321,11 +323,12 @@ class ModelSpec:
     # ---- memory per token (per layer kind: :mod:`moeplan.specs.layer_math`) --------------
     def kv_bytes_per_token_layer(self, layer: int | None = None) -> float:
         """Cache bytes one token adds to decoder layer ``layer`` (MLA: latent + rope key;
-        linear mixers: 0); ``None``: the mean over layers (``num_layers`` times it is the
-        model's per-token figure)."""
-        if layer is not None:
-            return layer_math.kv_bytes_per_token(self._layers[layer].mixer)
-        return self.kv_bytes_per_token / self.num_layers
+        linear mixers: 0); ``None``: a layer of the uniform attention the fields describe
+        (what the uniform attention path reads per cached token; totals over the model are
+        :attr:`kv_bytes_per_token` and :mod:`moeplan.cost.memory`)."""
+        if layer is None:
+            layer = self._primary
+        return layer_math.kv_bytes_per_token(self._layers[layer].mixer)
 
     @property
     def kv_bytes_per_token(self) -> float:
