@@ -1,8 +1,18 @@
 """ModelSpec: an MoE transformer's shape, from a Hugging Face ``config.json`` or DeepSeek's keys.
 
+One record per decoder layer (``layers``: :class:`~moeplan.specs.layers.LayerSpec`, a mixer —
+full, latent, windowed, chunked, sparse, compressed, linear or state-space attention — and an
+FFN); every total is summed over them (:mod:`moeplan.specs.layer_math`). The uniform fields
+(``attention``, ``num_kv_heads``, ``num_experts``...) describe the model's attention layers and
+its MoE / dense layers; a model built from them alone (every layer alike) gets its records
+from :func:`~moeplan.specs.layer_build.legacy_layers`, a model read layer by layer
+(:mod:`moeplan.specs.architectures`) gets the fields from
+:func:`~moeplan.specs.layer_build.uniform_fields`.
+
 What is derived, per decoder layer and per module (attention, shared experts, routed experts,
 dense MLP, router, embeddings / lm-head): parameter counts, FLOPs per token (2 per multiply-
-accumulate), KV-cache bytes per token, and the activation size of one token.
+accumulate), KV-cache / recurrent-state bytes per token and per sequence, and the activation
+size of one token. Vision / audio towers (``towers``) are weights only.
 
 Conventions and decisions (tested in ``tests/test_specs_model.py``):
 
@@ -15,7 +25,7 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
   2 %. DeepSeek's multi-token-prediction layers
   (``num_nextn_predict_layers``) are not part of the published 671B and are not counted.
 - MLA (DeepSeek-V2/V3, Kimi-K2) caches the compressed latent: ``kv_lora_rank +
-  qk_rope_head_dim`` values per token per layer. Attention FLOPs use the non-absorbed form
+  qk_rope_head_dim`` values per token per layer (other kinds: :mod:`.layer_math`). Attention FLOPs use the non-absorbed form
   (per head ``qk_nope + qk_rope`` for scores and ``v_head_dim`` for values).
 - GPT-OSS: attention sinks add one parameter per head; sliding-window layers cap both the
   KV cache and the attention context at ``sliding_window`` tokens
@@ -65,8 +75,7 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
 )
 from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
 from moeplan.specs.model_summary import ModuleInfo
-from moeplan.specs.quant import UNQUANTIZED, ModuleQuant, WeightQuant
-from moeplan.specs.quant_modules import linear_modules
+from moeplan.specs.quant import UNQUANTIZED, WeightQuant
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
@@ -390,26 +399,9 @@ class ModelSpec:
     ) -> ModelSpec:
         """Build from a model ``config.json`` dict (any registered architecture, or DeepSeek's
         native keys); ``hf_quant``: the ``hf_quant_config.json`` beside it, if any."""
-        from moeplan.specs.model_reader import expert_format, quant_rules, spec_kwargs
+        from moeplan.specs.model_reader import spec_kwargs, with_quantization
 
-        spec = cls(**spec_kwargs(config, name))
-        rules = quant_rules(config, name, hf_quant)
-        if rules is None:
-            return spec
-        quant = rules.resolve(linear_modules(spec))
-        experts = expert_format(config, name)
-        if experts is not None:
-            mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
-            quant = replace(quant, experts=mq)
-        spec = replace(spec, quant=quant)
-        if not rules.kv_bytes:
-            return spec
-        layers = tuple(
-            replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache
-            else x
-            for x in spec.layer_specs
-        )
-        return replace(spec, layers=layers, _layers=(), _moe_flags=())
+        return with_quantization(cls(**spec_kwargs(config, name)), config, name, hf_quant)
 
 
 def parse_error(name: str, err: Exception) -> MoeplanError:
