@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from moeplan.errors import MoeplanError, show
 
-MATCH_BUDGET = 20_000_000  # NFA state-steps over one model's modules (~2 s worst case)
+#: steps (characters matched, plus NFA states touched on a DFA miss) one pattern list may take
+#: over a model's modules: ~2 s of Python at worst; real lists take < 0.2 M (Kimi-K2.5's
+#: compressed-tensors list over its 670 linear modules: ~0.1 M)
+MATCH_BUDGET = 5_000_000
 MAX_REPEAT = 16
 DFA_STATES = 50_000  # memoised DFA transitions kept per pattern (memory bound)  # {m,n} bounds unrolled into NFA states (configs use none)
 _CLASSES = {
@@ -260,7 +263,7 @@ class Regex:
             budget[0] -= len(nodes) + 1
             if budget[0] < 0:
                 raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
-                                   f"of {MATCH_BUDGET} NFA steps (too many or too complex "
+                                   f"of {MATCH_BUDGET} steps (too many or too complex "
                                    "patterns)")  # fmt: skip
         moved = [o for n in nodes if callable(n.test) and n.test(ch) for o in n.out]
         nxt = self._state(self._closure(moved, False, False))
@@ -271,6 +274,12 @@ class Regex:
     def match(self, name: str, budget: list[int] | None = None) -> bool:
         """``re.match(pattern, name)``; ``budget`` (a one-item list) is charged for the NFA
         work of every step not already memoised, and the match refused once it runs out."""
+        if budget is not None:
+            budget[0] -= len(name) + 1
+            if budget[0] < 0:
+                raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
+                                   f"of {MATCH_BUDGET} steps (too many or too complex "
+                                   "patterns)")  # fmt: skip
         sid = self._start
         done, trans = self._done, self._trans
         for ch in name:
