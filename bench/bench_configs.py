@@ -53,8 +53,10 @@ def bench_inspect() -> None:
               "CLI parser); best of 3, in-process")
 
 
-def bench_plan() -> None:
+def bench_plan(only: list[str]) -> None:
     for folder in sorted(CLUSTER):
+        if only and not any(o in folder for o in only):
+            continue
         cmd = [sys.executable, "-m", "moeplan", "plan", "--model",
                str(ROOT / folder / "config.json"), "--cluster", CLUSTER[folder],
                "--families", "strategy", "--requests", "50", "--no-placement", "--quiet",
@@ -72,6 +74,8 @@ def bench_plan() -> None:
               flush=True)
 
 
-if __name__ == "__main__":
-    {"inspect": bench_inspect, "plan": bench_plan}[sys.argv[1] if len(sys.argv) > 1 else
-                                                    "inspect"]()
+if __name__ == "__main__":  # plan [substring ...]: only the folders naming one of them
+    if len(sys.argv) > 1 and sys.argv[1] == "plan":
+        bench_plan(sys.argv[2:])
+    else:
+        bench_inspect()

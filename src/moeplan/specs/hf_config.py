@@ -270,7 +270,7 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
         vocab_size=g("vocab_size"),
         num_attention_heads=heads,
         num_kv_heads=g("num_key_value_heads", default=heads),
-        head_dim=g("head_dim", default=hidden // heads if heads else 0),
+        head_dim=g("head_dim", default=_split_hidden(cfg, name, hidden, heads, mla)),
         num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
         top_k=g("num_experts_per_tok", "experts_per_token"),
         moe_intermediate_size=g("moe_intermediate_size", "intermediate_size"),
@@ -289,6 +289,15 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
         )
     _family_fields(cfg, name, model_type, kw)
     return kw
+
+
+def _split_hidden(cfg: dict[str, Any], name: str, hidden: int, heads: int, mla: Any) -> int:
+    """``hidden / heads`` when ``head_dim`` is absent (the modelling code's split); GQA needs
+    it exact."""
+    if heads and hidden % heads and not mla and cfg.get("head_dim") is None:
+        raise MoeplanError(f"config[{name}].hidden_size ({hidden}) must be num_attention_heads "
+                           f"({heads}) x head_dim when head_dim is not given")
+    return hidden // heads if heads else 0
 
 
 def _family_fields(cfg: dict[str, Any], name: str, model_type: str, kw: dict[str, Any]) -> None:
