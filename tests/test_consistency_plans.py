@@ -34,8 +34,8 @@ from moeplan.planners.rank import FAMILIES
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model
 from moeplan.specs.presets import MODEL_FILES
 from moeplan.specs.quant import CLASSES
-from test_launchable_presets import WORKLOAD as LAUNCH_WORKLOAD
 from test_launchable_presets import EVERY_FAMILY_MODELS, planned
+from test_launchable_presets import WORKLOAD as LAUNCH_WORKLOAD
 
 WORKLOAD = Workload(batch=32, isl=2048, osl=256)
 ISSUE_CASES = [
