@@ -4,7 +4,9 @@ Defaults read from the engines' sources (server_args.py / arg_utils.py):
 
 - SGLang: ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; the
   prefill-first scheduler; ``max_running_requests = max_total_num_tokens // 2`` per DP rank,
-  capped by its request pool (4096 here); ``new_token_ratio`` 0.7 reserved for future output
+  capped by its request pool (4096 here) and, for models with recurrent state (linear /
+  state-space layers), by the states its ``mamba_full_memory_ratio`` share of the cache
+  memory holds; ``new_token_ratio`` 0.7 reserved for future output
   at admission (its initial value; SGLang decays it towards 0.1 while nothing is retracted —
   we keep it constant, a conservative departure).
 - vLLM V1 (OpenAI server): 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB
@@ -18,13 +20,16 @@ from __future__ import annotations
 
 from moeplan.errors import MoeplanError
 from moeplan.serve.config import EngineConfig
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
 GIB = 1024**3
 ENGINES = ("sglang", "vllm")
 SGLANG_RUNNING_CAP = 4096
 SGLANG_NEW_TOKEN_RATIO = 0.7
+#: SGLang server_args ``mamba_full_memory_ratio`` (0.9): models with recurrent state give
+#: ratio / (1 + ratio) of the cache memory to the states (model_runner's mamba budget)
+SGLANG_STATE_RATIO = 0.9
 UNCHUNKED_ACTIVATION_TOKENS = 16384
 CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 CHUNKS = (2048, 4096, 8192, 16384)
@@ -69,9 +74,13 @@ def engine_config(
             kv_tokens=per_rank * dp,
             kv_tokens_per_rank=per_rank,
         )
-    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
-    if fixed:  # the running cap's states first (sized from the pool without them: one pass)
-        per_rank = kv_capacity_tokens(model, cluster, layout, budget, -(-cap // dp))
+    seq_cap = SGLANG_RUNNING_CAP
+    if fixed:  # SGLang's split of the cache memory between states and the token pool
+        per_rank, seq_cap = state_split(model, cluster, layout, budget, SGLANG_STATE_RATIO)
+        if seq_cap < 1:
+            raise MoeplanError(f"layout ({layout.label}) holds no sequence's recurrent state "
+                               f"on {cluster.gpu.name}")  # fmt: skip
+    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP, seq_cap)) * dp
     return EngineConfig(
         policy="prefill-first",
         chunk_tokens=chunk,

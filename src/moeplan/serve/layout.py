@@ -151,6 +151,32 @@ def stage_weight_bytes(
 MAX_POOL_TOKENS = 2**31 - 1
 
 
+def _stages_free(
+    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
+) -> list[tuple[float, float, float]]:
+    """Per pipeline stage: (bytes free for the cache on one GPU, cache bytes per token, fixed
+    cache bytes per sequence) after weights, activations, buffers and the reserve."""
+    lay = layout
+    w = lay.stage_gpus
+    out = []
+    stages = stage_layers(model, lay.pp)
+    for s, layers in enumerate(stages):
+        weights = stage_weight_bytes(model, lay, layers, s == 0, s == lay.pp - 1)
+        per_rank_tokens = -(-token_budget // lay.attn_dp)
+        act = mem.activation_bytes(model, per_rank_tokens, lay.attn_tp)
+        buffers = mem.a2a_buffer_bytes(model, -(-token_budget // w), model.top_k)
+        free = cluster.gpu.mem_bytes - weights - act - buffers - mem.RESERVED_BYTES
+        if free <= 0:
+            need = (weights + act + buffers + mem.RESERVED_BYTES) / 1024**3
+            raise MoeplanError(
+                f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
+                f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
+            )
+        per_token = sum(mem.kv_bytes_per_token_layer(model, lay.attn_tp, i) for i in layers)
+        out.append((free, per_token, mem.fixed_bytes_per_seq(model, lay.attn_tp, layers)))
+    return out
+
+
 def kv_capacity_tokens(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -166,27 +192,36 @@ def kv_capacity_tokens(
     layers nothing, compressed layers an entry per ratio tokens, windowed layers their full
     rate — the pool cannot know which tokens fall out of a window).
 
-    Raises :class:`MoeplanError` when the weights alone do not fit.
+    Raises :class:`MoeplanError` when the weights (and the states) alone do not fit.
     """
-    lay = layout
-    w = lay.stage_gpus
     best = None
-    stages = stage_layers(model, lay.pp)
-    for s, layers in enumerate(stages):
-        weights = stage_weight_bytes(model, lay, layers, s == 0, s == lay.pp - 1)
-        per_rank_tokens = -(-token_budget // lay.attn_dp)
-        act = mem.activation_bytes(model, per_rank_tokens, lay.attn_tp)
-        buffers = mem.a2a_buffer_bytes(model, -(-token_budget // w), model.top_k)
-        fixed = seqs * mem.fixed_bytes_per_seq(model, lay.attn_tp, layers)
-        free = cluster.gpu.mem_bytes - weights - act - buffers - fixed - mem.RESERVED_BYTES
-        if free <= 0:
-            need = (weights + act + buffers + fixed + mem.RESERVED_BYTES) / 1024**3
+    for free, per_token, fixed in _stages_free(model, cluster, layout, token_budget):
+        left = free - seqs * fixed
+        if left <= 0:
             raise MoeplanError(
-                f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
-                f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
+                f"layout ({layout.label}) cannot hold the state of {seqs} running sequences "
+                f"per rank ({fixed * seqs / 1024**3:.1f} GiB) next to its weights on "
+                f"{cluster.gpu.name}"
             )
-        per_token = sum(mem.kv_bytes_per_token_layer(model, lay.attn_tp, i) for i in layers)
-        tokens = int(free // per_token) if per_token > 0 else MAX_POOL_TOKENS
+        tokens = int(left // per_token) if per_token > 0 else MAX_POOL_TOKENS
         best = tokens if best is None else min(best, tokens)
     assert best is not None
     return best
+
+
+def state_split(
+    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int,
+    state_ratio: float,
+) -> tuple[int, int]:  # fmt: skip
+    """``(KV tokens, sequences)`` per rank when the cache memory is split as SGLang splits it
+    for models with recurrent state: ``state_ratio / (1 + state_ratio)`` of it holds the
+    sequences' fixed state, the rest the token pool (the tightest stage of each)."""
+    tokens, seqs = None, None
+    for free, per_token, fixed in _stages_free(model, cluster, layout, token_budget):
+        states = free * state_ratio / (1 + state_ratio)
+        n = int(states // fixed) if fixed > 0 else MAX_POOL_TOKENS
+        t = int((free - states) // per_token) if per_token > 0 else MAX_POOL_TOKENS
+        tokens = t if tokens is None else min(tokens, t)
+        seqs = n if seqs is None else min(seqs, n)
+    assert tokens is not None and seqs is not None
+    return tokens, seqs
