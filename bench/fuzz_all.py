@@ -11,11 +11,16 @@ when it fails, and ends before the limit. Inputs are seeded mutations of:
   experts) → ``trace stats``, ``place``;
 - SGLang dumps (``torch.save`` dicts with wrong types/shapes/maps) → ``trace import``;
 - tampered ``plan.json`` and bad ``--timeout`` → ``run --plan``;
-- out-of-range flags.
+- out-of-range flags;
+- the kinds of ``bench/fuzz_kinds.py``: huge and non-finite numbers in every numeric flag and
+  in the grammars, non-UTF-8 locales, NUL bytes and ESC sequences from files, special files
+  (FIFO, folder, ``/dev/null``) at every path moeplan reads and in the kernel-variant cache,
+  tampered plan sizes.
 
 The limit is 30 s per case (``plan``: 120 s, a valid full-size plan is slow on 2 cores).
 
-``python bench/fuzz_all.py [--cases N] [--root CHECKOUT] [--limit S]`` prints one JSON line
+``python bench/fuzz_all.py [--cases N] [--kinds all|configs|new] [--root CHECKOUT] [--limit S]``
+prints one JSON line
 per failing case and a summary; ``--root`` runs another checkout's ``src`` (for before/after
 figures). ``run()`` returns the summary rows for ``bench/run_all.py``.
 """
@@ -376,8 +381,11 @@ def flag_cases(tmp: Path) -> list[Case]:
     ]
 
 
-def run_case(argv: list[str], root: Path, limit: float) -> dict[str, Any]:
+def run_case(
+    argv: list[str], root: Path, limit: float, extra: dict[str, str] | None = None
+) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(root / "src"), "PYTHONWARNINGS": "default"}
+    env.update(extra or {})
     env.pop("MOEPLAN_DEBUG", None)
     t0 = time.monotonic()
     try:
@@ -390,12 +398,14 @@ def run_case(argv: list[str], root: Path, limit: float) -> dict[str, Any]:
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return {"rc": None, "hang": True, "traceback": False, "lines": 0, "err": "", "s": limit}
+        return {"rc": None, "hang": True, "traceback": False, "internal": False, "lines": 0,
+                "err": "", "s": limit}  # fmt: skip
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
     return {
         "rc": p.returncode,
         "hang": False,
         "traceback": "Traceback" in p.stderr,
+        "internal": "internal error" in p.stderr,
         "lines": len(err),
         "err": err[-1][:200] if err else "",
         "s": round(time.monotonic() - t0, 2),
@@ -407,26 +417,46 @@ def _limit(argv: list[str], limit: float) -> float:
     return limit * PLAN_LIMIT_FACTOR if argv[:1] == ["plan"] else limit
 
 
-def all_cases(seed: int, n: int, tmp: Path) -> list[Case]:
+def all_cases(
+    seed: int, n: int, tmp: Path, kinds: str = "all"
+) -> list[tuple[str, list[str], str, dict[str, str]]]:
+    """``kinds``: ``configs`` (the generators above), ``new`` (``bench/fuzz_kinds.py``) or
+    ``all``; each case with the environment it adds (``{}``: none)."""
     rng = random.Random(seed)
-    return (
-        config_cases(rng, tmp, n)
-        + trace_cases(rng, tmp, max(n // 3, 18))
-        + sglang_cases(tmp)
-        + plan_cases(tmp)
-        + flag_cases(tmp)
-    )
+    old: list[Case] = []
+    if kinds in ("all", "configs"):
+        old = (
+            config_cases(rng, tmp, n)
+            + trace_cases(rng, tmp, max(n // 3, 18))
+            + sglang_cases(tmp)
+            + plan_cases(tmp)
+            + flag_cases(tmp)
+        )
+    cases = [(what, argv, expect, {}) for what, argv, expect in old]
+    if kinds in ("all", "new"):
+        sys.path.insert(0, str(ROOT / "bench"))
+        from fuzz_kinds import kind_cases
+
+        cases += kind_cases(rng, tmp, n)
+    return cases
 
 
 def fuzz(
-    n: int = 150, seed: int = 0, root: Path = ROOT, limit: float = 30.0, workers: int = 2
+    n: int = 150,
+    seed: int = 0,
+    root: Path = ROOT,
+    limit: float = 30.0,
+    workers: int = 2,
+    kinds: str = "all",
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="moeplan-fuzz-") as d:
-        cases = all_cases(seed, n, Path(d))
+        cases = all_cases(seed, n, Path(d), kinds)
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda c: run_case(c[1], root, _limit(c[1], limit)), cases))
+            results = list(
+                pool.map(lambda c: run_case(c[1], root, _limit(c[1], limit), c[3]), cases)
+            )
     bad = []
-    for (what, argv, expect), r in zip(cases, results, strict=True):
+    for (what, argv, expect, _env), r in zip(cases, results, strict=True):
         r["accepted_bad"] = expect != "any" and r["rc"] is not None and str(r["rc"]) != expect
         ok = (
             not r["hang"]
@@ -441,6 +471,7 @@ def fuzz(
         "runs": len(cases),
         "tracebacks": sum(r["traceback"] for r in results),
         "hangs": sum(r["hang"] for r in results),
+        "internal_errors": sum(r["internal"] for r in results),
         "exit_not_0_or_2": sum(r["rc"] not in (0, 2) for r in results if not r["hang"]),
         "multi_line_errors": sum(r["rc"] not in (0, None) and r["lines"] > 1 for r in results),
         "wrong_exit_for_bad_input": sum(r["accepted_bad"] for r in results),
@@ -479,8 +510,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose src/ is fuzzed")
     ap.add_argument("--limit", type=float, default=30.0, help="seconds per case")
+    ap.add_argument("--kinds", choices=("all", "configs", "new"), default="all",
+                    help="configs: the malformed-input generators; new: bench/fuzz_kinds.py")  # fmt: skip
     a = ap.parse_args()
-    s = fuzz(a.cases, a.seed, a.root.resolve(), a.limit)
+    s = fuzz(a.cases, a.seed, a.root.resolve(), a.limit, kinds=a.kinds)
     for b in s["failing"]:
         print(json.dumps(b))
     print(

@@ -49,8 +49,8 @@ KNOWN_IO: dict[tuple[str, str], str] = {
     # issue 12: preset and profile files are read inside specs/cost; the loaders belong at the
     # edge (measured.py-style), handing the specs the parsed data.
     ("moeplan.specs", ".is_file"): "issue 12: load_model accepts a path",
-    ("moeplan.specs.hf_config", "os.stat"): "issue 12: read_json_file (bounded reader)",
-    ("moeplan.specs.hf_config", "open"): "issue 12: read_json_file (bounded reader)",
+    ("moeplan.specs.hf_config", "os.open"): "issue 12: read_json_file (bounded reader)",
+    ("moeplan.specs.hf_config", "os.fdopen"): "issue 12: read_json_file (bounded reader)",
     ("moeplan.specs.presets", "importlib.resources.files"): "issue 12: preset JSON",
     ("moeplan.specs.presets", ".read_text"): "issue 12: preset JSON",
     ("moeplan.cost", "importlib.resources.files"): "issue 12: load_profile/profile_names",

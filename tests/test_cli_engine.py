@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from moeplan.cost import CostModel
 from moeplan.cost.kerneldb import SOURCES, KernelDB, device_for
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
+from moeplan.kernel_store import _unpack
 from moeplan.kernel_tables import (
     DiskStore,
     engine_cost_model,
@@ -255,14 +255,14 @@ def _predict(db: KernelDB) -> list[tuple[float, str]]:
 
 def test_store_serves_the_same_variants_without_reading_tables(tmp_path):
     built = _predict(_db(tmp_path))
-    stored = sorted(tmp_path.glob("a100_sxm-vllm-moe-*.pkl"))
+    stored = sorted(tmp_path.glob("a100_sxm-vllm-moe-*.npz"))
     assert len(stored) >= 2 and all(os.stat(p).st_mode & 0o077 == 0 for p in stored)
 
     def unread():
         raise AssertionError("table read although the variant is stored")
 
     loaders = {k: unread for k in table_loaders()}
-    assert _predict(_db(tmp_path, loaders)) == built  # the same pickled numbers, bit for bit
+    assert _predict(_db(tmp_path, loaders)) == built  # the same stored numbers, bit for bit
 
 
 def test_store_misses_on_a_changed_table_a_corrupt_or_foreign_file(tmp_path):
@@ -275,15 +275,15 @@ def test_store_misses_on_a_changed_table_a_corrupt_or_foreign_file(tmp_path):
     store = DiskStore(root, files, table_devices())
     key = ("variants", *STORE_KEY)
     assert stale.get(key) is None and store.get(key) is not None
-    for path in root.glob("*.pkl"):
-        path.write_bytes(b"not a pickle")
+    for path in root.glob("*.npz"):
+        path.write_bytes(b"not an npz")
     assert _predict(_db(root)) == built  # rebuilt and rewritten
-    assert all(pickle.loads(p.read_bytes()) is not None for p in root.glob("*-variants-*.pkl"))
-    (counts,) = root.glob("a100_sxm-vllm-moe-variants-*.pkl")
-    counts.chmod(0o620)  # writable by others: never unpickled
+    assert all(_unpack(p.read_bytes()) is not None for p in root.glob("*-variants-*.npz"))
+    (counts,) = root.glob("a100_sxm-vllm-moe-variants-*.npz")
+    counts.chmod(0o620)  # writable by others: never read
     assert store.get(key) is None
     counts.chmod(0o600)
     assert store.get(key) is not None
     stale.put(key, {("x",): 1})  # the newer table's file replaces the older one
-    assert len(list(root.glob("a100_sxm-vllm-moe-variants-*.pkl"))) == 1
+    assert len(list(root.glob("a100_sxm-vllm-moe-variants-*.npz"))) == 1
     assert store.get(key) is None and stale.get(key) == {("x",): 1}

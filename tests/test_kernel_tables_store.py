@@ -37,7 +37,7 @@ def _key(i):
 
 def _listing(root):
     """{name: (mtime_ns, size)} of the stored files."""
-    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in root.glob("*.pkl")}
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in root.glob("*.npz")}
 
 
 def _newest_that_fit(files, cap):

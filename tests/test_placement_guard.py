@@ -179,8 +179,8 @@ def test_full_qwen3_30b_ep8_case_the_point_estimate_rejected():
     assert sem["moe_layer_time_s"] < con["moe_layer_time_s"]
 
 
-def test_too_few_validation_requests_fall_back():
-    """A clear locality gain on 10 requests is not enough evidence: fall back."""
+def test_too_few_validation_requests_resolve_nothing_and_say_so():
+    """10 validation requests resolve nothing: the fitted plan stays, marked unresolved."""
     from moeplan.planners.placement.guard import MIN_REQUESTS
 
     ev = roofline_evaluator(expert_flops=1e6, gpu_flops=1e12, a2a_bw=1e9)
@@ -189,7 +189,8 @@ def test_too_few_validation_requests_fall_back():
     )
     few = _tally_pair(np.random.default_rng(0), MIN_REQUESTS // 2, 0.5)
     v = decide(few[1], few[0], **kw)
-    assert not v["keep"] and v["requests"] < MIN_REQUESTS
+    assert v["keep"] and not v["resolved"] and v["requests"] < MIN_REQUESTS
+    assert v["decision"].startswith("unresolved")
 
 
 def test_baselines_do_not_change_the_guard_inputs():
@@ -221,3 +222,32 @@ def test_baselines_do_not_change_the_guard_inputs():
     for name in bare.methods:
         np.testing.assert_array_equal(bare.methods[name].y, full.methods[name].y)
         assert bare.methods[name].metrics == full.methods[name].metrics, name
+
+
+@pytest.mark.parametrize(("seed", "gain"), [(4, 0.03), (9, 0.05)])
+def test_weak_affinity_gains_the_validation_data_cannot_resolve_are_kept(seed, gain):
+    """bench/bench_guard.py's traces: ~30 validation requests; the old rule (locality at 0.95,
+    slower or imbalanced at 0.8) fell back on both although Sem-MoE is 3.4 % and 6.0 %
+    faster on the 760-request test split. The time difference is unresolved (its 90 %
+    interval spans 1): the fitted plan is kept and the verdict says so."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_guard", Path(__file__).parents[1] / "bench" / "bench_guard.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    m = load_model("qwen3-30b-a3b")
+    _, tr = bench.weakened_trace(seed, m)
+    ev = cost_evaluator(cost_model_for(load_cluster("h100-sxm-8")), m, 8)
+    res = place(
+        tr, num_layers=4, num_experts=m.num_experts, hidden_bytes=m.hidden_bytes, evaluate=ev,
+        cfg=PlaceConfig(ep=8, seed=seed, baselines=False, test_fraction=0.8, val_fraction=0.2),
+    )
+    g = res.extra["guard"]
+    lo, hi = g["time_ratio_interval_90"]
+    assert lo < 1 < hi and not g["resolved"] and g["time_ratio_se"] > 0
+    assert not res.fallback, g
+    sem, con = res.methods["semmoe"].metrics, res.methods["contiguous"].metrics
+    assert sem["moe_layer_time_s"] < (1 - gain) * con["moe_layer_time_s"]  # the oracle

@@ -2,19 +2,26 @@
 
 Cold start: building one kernel variant (selection, dedupe, features, the SciPy fit and its
 residual field) takes 0.2–1 s, and a planner with an engine touches five or more. Built
-variants are therefore kept on disk by :class:`DiskStore` under :func:`cache_dir`, one pickle
-per variant named by a content key — SHA-256 of the table file, of every source file of
-``moeplan.cost.kerneldb``, of :mod:`moeplan.kernel_tables` and of this module, the table GPU's
+variants are therefore kept on disk by :class:`DiskStore` under :func:`cache_dir`, one ``.npz``
+file per variant (:mod:`moeplan.kernel_codec`: a JSON graph and arrays, read with
+``allow_pickle=False``; nothing in the file can run code) named by a content key — SHA-256 of the table file, of every source file of
+``moeplan.cost.kerneldb``, of :mod:`moeplan.kernel_tables`, of this module and of the codec, the table GPU's
 datasheet device and the Python, NumPy and SciPy versions — so a changed table, model or
-library is rebuilt, never served stale. Only files in a folder owned by the user and writable
-by no one else are read. A variant's file from an older table or model is removed when its new
+library is rebuilt, never served stale. Only regular files owned by the user and writable by no
+one else, in a folder owned by the user and writable by no one else, are read: the folder is
+opened once and checked on its descriptor, the file opened relative to it with ``O_NOFOLLOW |
+O_NONBLOCK`` (a symlink, FIFO or device is never followed, never blocks) and checked on its
+descriptor too, so nothing can be swapped between check and read. A member stored compressed
+or larger than the file is refused before it is read. Anything that fails a check or does not
+decode is a miss: built again and rewritten. A variant's file from an older table or model is removed when its new
 one is written. ``MOEPLAN_CACHE_DIR`` moves the folder; ``MOEPLAN_CACHE_DIR=off`` turns the
 store off.
 
 Size cap: every change to the modelling code gives every variant a new key, and the files of
 the old keys (about 190 MB for the whole test suite) would stay behind. After each write the
 folder is therefore trimmed to :func:`cache_max_bytes` (``MOEPLAN_CACHE_MAX_MB`` MiB, default
-:data:`CACHE_MAX_MB`): the least recently used ``*.pkl`` files go first, by modification time
+:data:`CACHE_MAX_MB`): the least recently used ``*.npz`` files (and ``*.pkl`` files of older
+moeplan versions, never read) go first, by modification time
 (a hit touches its file, so a read counts as a use; ties by name). What remains is the newest
 files whose sizes fit. Best effort and safe beside other processes: a file that vanishes or
 cannot be removed meanwhile is skipped, never an error; a file being written is a hidden temp
@@ -25,19 +32,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
-import pickle
+import stat
 import sys
 import tempfile
+import zipfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from moeplan.cost.kerneldb import FAMILIES, Device
-from moeplan.cost.kerneldb.families import Family
+from moeplan.cost.kerneldb import Device
 from moeplan.errors import require
+from moeplan.kernel_codec import CodecError, decode, encode
 from moeplan.units import MIB
 
 CACHE_ENV = "MOEPLAN_CACHE_DIR"
@@ -49,7 +58,9 @@ CACHE_MAX_MB = 1024
 #: Largest cap accepted, MiB (1 PiB: beyond any disk; rejects a mistyped exponent).
 MAX_CACHE_MAX_MB = 2**30
 #: sources whose change invalidates a stored variant (besides the table file itself)
-MODEL_SOURCES = ("cost/kerneldb", "kernel_tables.py", "kernel_store.py")
+MODEL_SOURCES = ("cost/kerneldb", "kernel_tables.py", "kernel_store.py", "kernel_codec.py")
+SUFFIX = ".npz"  # stored variants; ``.pkl``: an older moeplan's, only ever trimmed
+GRAPH = "graph.npy"  # the member holding the JSON graph; arrays are ``a<i>.npy``
 
 
 def cache_dir() -> Path | None:
@@ -78,7 +89,7 @@ def cache_max_bytes() -> int:
 
 @cache
 def _code_digest() -> str:
-    """SHA-256 of the modelling code and the libraries whose objects are pickled."""
+    """SHA-256 of the modelling code and the libraries whose objects are stored."""
     import scipy
 
     h = hashlib.sha256(f"{sys.version}|{np.__version__}|{scipy.__version__}".encode())
@@ -91,7 +102,7 @@ def _code_digest() -> str:
 
 
 class DiskStore:
-    """Built variants and variant counts of the tables in ``files``, pickled in ``root``
+    """Built variants and variant counts of the tables in ``files``, stored in ``root``
     under a content key, the folder kept under ``max_bytes`` (default :func:`cache_max_bytes`)
     by removing the least recently used files (module docstring). Best effort: an unreadable,
     foreign or corrupt file is a miss, a failed write is ignored (the variant is simply built
@@ -118,7 +129,7 @@ class DiskStore:
             self._table_digest[table] = hashlib.sha256(table.read_bytes()).hexdigest()
         text = f"{self.devices.get(gpu)!r}|{self._table_digest[table]}|{_code_digest()}"
         content = hashlib.sha256(text.encode()).hexdigest()[:24]
-        return self.root / f"{self._stem(key)}-{content}.pkl"
+        return self.root / f"{self._stem(key)}-{content}{SUFFIX}"
 
     @staticmethod
     def _stem(key: tuple) -> str:
@@ -128,12 +139,14 @@ class DiskStore:
 
     def get(self, key: tuple) -> Any | None:
         path = self.path(key)
+        if path is None:
+            return None
         try:
-            if path is None or not _trusted(path):
+            blob = _read_trusted(self.root, path.name, self.max_bytes)
+            if blob is None:
                 return None
-            with path.open("rb") as f:
-                value = _Unpickler(f).load()
-        except Exception:  # a truncated or foreign pickle is a miss (rebuilt and rewritten)
+            value = _unpack(blob)
+        except Exception:  # a truncated, foreign or malformed file is a miss (rebuilt)
             return None
         with contextlib.suppress(OSError):  # a hit is a use: the size cap removes it last
             os.utime(path)
@@ -144,21 +157,24 @@ class DiskStore:
         if path is None:
             return
         try:
+            blob = _pack(value)
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not _trusted(self.root):
+            dfd = _open_trusted_dir(self.root)
+            if dfd is None:
                 return
+            os.close(dfd)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{path.name}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600
-                    _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+                    f.write(blob)
                 os.replace(tmp, path)
-                for old in self.root.glob(f"{self._stem(key)}-*.pkl"):
+                for old in self.root.glob(f"{self._stem(key)}-*{SUFFIX}"):
                     if old != path:  # built from an older table or model: one file per variant
                         old.unlink(missing_ok=True)
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-        except (OSError, pickle.PicklingError, AttributeError, TypeError):
+        except (OSError, CodecError, ValueError):
             return  # not kept: built again next time
         self.trim()
 
@@ -186,9 +202,9 @@ class DiskStore:
 
 
 def _stat_stored(entry: os.DirEntry[str]) -> os.stat_result | None:
-    """The stat of a stored variant (a plain ``*.pkl`` file, not a hidden temp file being
-    written); ``None`` for anything else or for a file that vanished meanwhile."""
-    if entry.name.startswith(".") or not entry.name.endswith(".pkl"):
+    """The stat of a stored variant (a plain ``*.npz`` or older ``*.pkl`` file, not a hidden
+    temp file being written); ``None`` for anything else or for a file that vanished."""
+    if entry.name.startswith(".") or not entry.name.endswith((SUFFIX, ".pkl")):
         return None
     try:
         return entry.stat(follow_symlinks=False) if entry.is_file(follow_symlinks=False) else None
@@ -196,24 +212,72 @@ def _stat_stored(entry: os.DirEntry[str]) -> os.stat_result | None:
         return None
 
 
-class _Pickler(pickle.Pickler):
-    """Families (code, some holding local functions) are stored by name, not by value."""
-
-    def persistent_id(self, obj: Any) -> Any:
-        return ("family", obj.op) if isinstance(obj, Family) else None
-
-
-class _Unpickler(pickle.Unpickler):
-    def persistent_load(self, pid: Any) -> Any:
-        if isinstance(pid, tuple) and pid[:1] == ("family",) and pid[1] in FAMILIES:
-            return FAMILIES[pid[1]]
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+def _pack(value: Any) -> bytes:
+    """``value`` as the bytes of an uncompressed ``.npz`` (:mod:`moeplan.kernel_codec`)."""
+    graph, arrays = encode(value)
+    buf = io.BytesIO()
+    members = {"graph": np.frombuffer(graph, np.uint8)}
+    members.update({f"a{i}": a for i, a in enumerate(arrays)})
+    np.savez(buf, allow_pickle=False, **members)
+    return buf.getvalue()
 
 
-def _trusted(path: Path) -> bool:
-    """Owned by this user and writable by no one else (file and folder)."""
-    for p in (path, path.parent) if path.is_file() else (path,):
-        st = p.stat()
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return False
-    return True
+def _unpack(blob: bytes) -> Any:
+    """The value in ``blob``: stored (uncompressed) members only, each no larger than the
+    file, read without pickle; :class:`CodecError` or ``ValueError`` for anything else."""
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        infos = {i.filename: i for i in z.infolist()}
+        if GRAPH not in infos:
+            raise CodecError("no graph member")
+        for info in infos.values():
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(blob):
+                raise CodecError(f"member {info.filename!r} is compressed or too large")
+        arrays, i = [], 0
+        while f"a{i}.npy" in infos:
+            with z.open(f"a{i}.npy") as f:
+                arrays.append(np.lib.format.read_array(f, allow_pickle=False))
+            i += 1
+        with z.open(GRAPH) as f:
+            graph = np.lib.format.read_array(f, allow_pickle=False)
+    if graph.dtype != np.uint8 or graph.ndim != 1:
+        raise CodecError("graph member must be bytes")
+    return decode(graph.tobytes(), arrays)
+
+
+def _owned_private(st: os.stat_result) -> bool:
+    """Owned by this user and writable by no one else."""
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _open_trusted_dir(root: Path) -> int | None:
+    """A descriptor of the store's folder when it is a folder owned by this user and writable
+    by no one else (checked on the descriptor), else ``None``."""
+    try:
+        dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    st = os.fstat(dfd)
+    if stat.S_ISDIR(st.st_mode) and _owned_private(st):
+        return dfd
+    os.close(dfd)
+    return None
+
+
+def _read_trusted(root: Path, name: str, limit: int) -> bytes | None:
+    """The bytes of ``root/name`` when the folder and the file pass the checks (module
+    docstring), else ``None``; opened relative to the checked folder, never following a
+    symlink, never blocking on a FIFO."""
+    dfd = _open_trusted_dir(root)
+    if dfd is None:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and _owned_private(st)) or st.st_size > limit:
+            return None
+        return f.read(st.st_size + 1)[: st.st_size]

@@ -42,9 +42,6 @@ from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     MODEL_SOURCES,
     DiskStore,
     _code_digest,
-    _Pickler,
-    _trusted,
-    _Unpickler,
     cache_dir,
     cache_max_bytes,
 )

@@ -20,15 +20,45 @@ stderr and exits with status 2, never a traceback. Top-level handling (issue 17)
 
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
+import signal
 import sys
-import warnings
 
-import typer
 
-from moeplan.errors import MoeplanError, Terminated, sigterm_raises
+def _aborted_quietly(signum: int, frame: object) -> None:
+    """Ctrl-C while the command's modules load (or after it finished): one line, 130."""
+    del signum, frame
+    try:
+        sys.stderr.write("moeplan: aborted\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(130)
+
+
+def _quiet_sigint() -> object:
+    """Make Ctrl-C quiet (:func:`_aborted_quietly`); the previous handler (None: not the
+    main thread, left alone)."""
+    try:
+        return signal.signal(signal.SIGINT, _aborted_quietly)
+    except (ValueError, OSError):
+        return None
+
+
+_previous_sigint = _quiet_sigint()  # imports below take seconds (typer, rich, NumPy, ...)
+
+import contextlib  # noqa: E402
+import functools  # noqa: E402
+import importlib  # noqa: E402
+import pkgutil  # noqa: E402
+import warnings  # noqa: E402
+from typing import Any  # noqa: E402
+
+import typer  # noqa: E402
+import typer.main  # noqa: E402
+
+from moeplan.cli._bounds import guard_numbers  # noqa: E402
+from moeplan.errors import MoeplanError, Terminated, show, sigterm_raises  # noqa: E402
+from moeplan.textsafe import escape_controls, register_fallback  # noqa: E402
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "MOEPLAN_DEBUG"
@@ -53,6 +83,8 @@ def _register_commands() -> None:
 
 
 _register_commands()
+if _previous_sigint is not None:  # commands raise KeyboardInterrupt again (main: exit 130)
+    signal.signal(signal.SIGINT, _previous_sigint)  # type: ignore[arg-type]
 
 
 @app.callback()
@@ -63,9 +95,35 @@ def _global(
     del debug  # handled by main() before parsing
 
 
+@functools.cache
+def _command() -> Any:
+    """The Click command tree of :data:`app`, built once, every numeric flag bounded
+    (:mod:`moeplan.cli._bounds`)."""
+    return guard_numbers(typer.main.get_command(app))
+
+
+def _no_nul(args: list[str]) -> None:
+    """A NUL byte cannot be in a path or a name: refused before any flag is read."""
+    for i, a in enumerate(args):
+        if "\x00" in a:
+            raise MoeplanError(f"argument {i + 1} ({show(a)}) must not contain a NUL byte")
+
+
 def _fail(message: str, code: int) -> None:
-    print(f"moeplan: {message}", file=sys.stderr)
+    print(f"moeplan: {escape_controls(message)}", file=sys.stderr)
     sys.exit(code)
+
+
+def _safe_streams() -> None:
+    """stdout/stderr that print in any locale: characters the encoding lacks (an em dash
+    under ``LC_ALL=C`` or ``PYTHONIOENCODING=ascii``) get ASCII spellings
+    (:func:`moeplan.textsafe.ascii_fallback`) instead of raising ``UnicodeEncodeError``."""
+    handler = register_fallback()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError, AttributeError):  # closed, foreign
+                reconfigure(errors=handler)
 
 
 def _usage_error(err: Exception) -> int | None:
@@ -78,13 +136,14 @@ def _usage_error(err: Exception) -> int | None:
         return 0
     ctx = getattr(err, "ctx", None)
     where = f" (see 'moeplan {ctx.info_name} --help')" if ctx and ctx.parent else ""
-    print(f"moeplan: error: {' '.join(str(fmt()).split())}{where}", file=sys.stderr)
+    text = escape_controls(" ".join(str(fmt()).split()))
+    print(f"moeplan: error: {text}{where}", file=sys.stderr)
     return code
 
 
 def _summarise(caught: list[warnings.WarningMessage]) -> None:
     if caught:
-        first = " ".join(str(caught[0].message).split())[:160]
+        first = escape_controls(" ".join(str(caught[0].message).split())[:160])
         print(
             f"moeplan: warning: {len(caught)} warning(s), first: {first} "
             f"(run 'moeplan {DEBUG_FLAG} ...' to see them)",
@@ -94,13 +153,24 @@ def _summarise(caught: list[warnings.WarningMessage]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``moeplan`` console script."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    _safe_streams()
+    if argv is None:  # the console script: a Ctrl-C after the command is quiet too
+        try:
+            _main(sys.argv[1:])
+        finally:
+            _quiet_sigint()
+    else:
+        _main(list(argv))
+
+
+def _main(args: list[str]) -> None:
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     if args[:1] == [DEBUG_FLAG]:
         debug, args = True, args[1:]
     with warnings.catch_warnings(record=not debug) as caught, sigterm_raises():
         try:
-            rc = app(args=args, standalone_mode=False)  # returns typer.Exit's code here
+            _no_nul(args)
+            rc = _command()(args=args, standalone_mode=False)  # returns typer.Exit's code
         except MoeplanError as err:
             _fail(f"error: {err}", 2)
         except (typer.Abort, KeyboardInterrupt):

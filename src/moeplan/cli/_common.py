@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 
 from moeplan.io import OutputSet, write_atomic
+from moeplan.textsafe import escape_controls
 
 if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
     from moeplan.cost import CostModel
@@ -19,8 +21,21 @@ if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, highlight=False)
+class SafeConsole(Console):
+    """A rich console that escapes control characters in what it prints (names, paths and
+    config strings come from files: an ESC sequence in them must not reach the terminal);
+    rich's own styling is applied after, so colours still work."""
+
+    def render(self, renderable: Any, options: Any = None) -> Any:
+        for seg in super().render(renderable, options):
+            if seg.control or seg.text.isprintable() or not seg.text:
+                yield seg
+            else:
+                yield Segment(escape_controls(seg.text, keep="\n"), seg.style, seg.control)
+
+
+console = SafeConsole(highlight=False, width=None if sys.stdout.isatty() else 140)
+err_console = SafeConsole(stderr=True, highlight=False)
 
 
 def print_json(obj: Any) -> None:

@@ -129,8 +129,9 @@ def cost(
     expert_counts: Annotated[
         str | None,
         Opt(
-            help="moe: JSON list of tokens routed to each expert in one batch (a routing "
-            "trace); sets num_experts and num_tokens, prices the busiest EP rank."
+            help="moe: JSON list (inline, or a file holding one) of tokens routed to each "
+            "expert in one batch (a routing trace); sets num_experts and num_tokens, prices "
+            "the busiest EP rank."
         ),
     ] = None,
     redundant_experts: Annotated[
@@ -162,6 +163,7 @@ def cost(
     elif redundant_experts or eplb:
         raise MoeplanError("--redundant-experts and --eplb need --expert-counts")
     cols = _read_table(table) if table else {k: np.asarray([v]) for k, v in flags.items()}
+    _require_topk_fits(cols)
     dev, where = _device(cluster, gpu)
     from moeplan.kernel_tables import kernel_db
 
@@ -173,6 +175,21 @@ def cost(
 
 
 _LOAD_COLS = ("rank_pairs", "rank_hit")
+
+
+def _require_topk_fits(cols: dict[str, np.ndarray]) -> None:
+    """A token cannot pick more distinct experts than there are (moe ``topk``, deepep
+    ``num_topk``): refuse such a row instead of pricing it."""
+    for k in ("topk", "num_topk"):
+        if k in cols and "num_experts" in cols:
+            top, num = np.asarray(cols[k], float), np.asarray(cols["num_experts"], float)
+            bad = np.flatnonzero(top > num)
+            if bad.size:
+                i = int(bad[0])
+                raise MoeplanError(
+                    f"--{k.replace('_', '-')} ({top[i]:g}) must be <= --num-experts "
+                    f"({num[i]:g}): a token picks distinct experts"
+                )
 
 
 def _with_counts(op: str, flags: dict, path: str, redundant: int, eplb: bool) -> dict:
@@ -187,10 +204,12 @@ def _with_counts(op: str, flags: dict, path: str, redundant: int, eplb: bool) ->
         raise MoeplanError(f"redundant_experts ({redundant}) must be >= 0")
     if "topk" not in flags:
         raise MoeplanError("--expert-counts needs --topk")
+    inline = path.lstrip().startswith("[")  # a JSON list given on the command line
     try:
-        counts = json.loads(Path(path).read_text(encoding="utf-8"))
+        counts = json.loads(path if inline else Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise MoeplanError(f"expert counts {path} could not be read as JSON: {err}") from None
+        what = "--expert-counts" if inline else f"expert counts {path}"
+        raise MoeplanError(f"{what} could not be read as JSON: {err}") from None
     if not isinstance(counts, list) or not all(isinstance(c, int | float) for c in counts):
         raise MoeplanError(f"expert counts {path} must be a JSON list of numbers")
     load = explicit_load(

@@ -190,6 +190,8 @@ def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
             "search_ms": res.search_s * 1e3,
         }
     )
+    if res.certificate is not None:
+        d.update(res.certificate)
     if res.verify is not None:
         d.update(res.verify)
     return d
@@ -256,6 +258,14 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
         f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
         f"{sorted(res.per_pp)}"
     )
+    if res.certificate is not None:
+        c = res.certificate
+        gap = "an unknown gap" if c["gap_bound"] is None else f"{c['gap_bound']:.2%}"
+        low = "-" if c["lower_bound_s"] is None else fmt_time(c["lower_bound_s"])
+        console.print(
+            f"bottleneck {'certified' if c['certified'] else 'NOT certified'}: within {gap} "
+            f"of the byte-level optimum (lower bound {low}; {c['certificate']})"
+        )
     if res.verify is not None:
         v = res.verify
         console.print(

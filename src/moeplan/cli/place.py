@@ -98,12 +98,19 @@ def _print_table(res: PlacementResult) -> None:
             fmt_time(x["moe_layer_time_s"]),
         )
     console.print(t)
-    extra = " (fell back to contiguous: no gain on validation)" if res.fallback else ""
     console.print(
         f"solve {fmt_time(res.solve_s)}; co-clustering objective "
-        f"{res.objective['cocluster']:.3f} vs paper greedy "
-        f"{res.objective['greedy']:.3f}{extra}"
+        f"{res.objective['cocluster']:.3f} vs paper greedy {res.objective['greedy']:.3f}"
     )
+    g = res.extra.get("guard")
+    if g is not None:
+        lo, hi = g["time_ratio_interval_90"]
+        console.print(
+            f"validation guard ({g['requests']} held-out requests, paired bootstrap): "
+            f"{g['decision']}; Sem-MoE / contiguous MoE-layer time {lo:.3f}-{hi:.3f} "
+            f"(90 % interval), P(slower) {g['p_slower']:.2f}, P(more local) "
+            f"{g['p_more_local']:.2f}"
+        )
 
 
 def place_cmd(

@@ -103,6 +103,15 @@ def _placement_ep(ranking: ServeRanking, model: Any) -> tuple[int, str | None]:
     return ep, None
 
 
+def _check_trace(trace: str, num_experts: int) -> None:
+    """Stream ``trace`` once through the reader's checks (format, ranges, expert ids)."""
+    from moeplan.traces.format import iter_trace
+
+    require(Path(trace).exists(), f"--trace ({trace}) does not exist")
+    for _ in iter_trace(trace, num_experts=num_experts):
+        pass
+
+
 def _placement(result: PlanResult, ep: int, trace: str | None, cm: Any, seed: int) -> Any:
     """Sem-MoE on the winner's EP group of ``ep`` GPUs (a synthetic trace if none given)."""
     from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
@@ -201,6 +210,8 @@ def plan_cmd(
             f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
     check_int("--seed", seed, 0, 2**32 - 1)
+    if trace is not None:  # read it whole now: a bad trace fails before planning, not after
+        _check_trace(trace, m.num_experts)
     require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
     require(cost_engine in ("engine", "none"),
             f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'")

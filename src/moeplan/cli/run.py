@@ -79,6 +79,16 @@ def run_command(
     from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
+    for w in weights or ():  # regular files (a FIFO would block every rank)
+        from moeplan.io import check_regular_file
+
+        check_regular_file(w, "--weights")
+    if trace is not None:  # not a device, FIFO or folder: refused before any process starts
+        from moeplan.io import check_target
+        from moeplan.runtime.runner import predicted_path
+
+        check_target(trace)
+        check_target(predicted_path(trace))
     check_int("--tokens", tokens, 1, MAX_TOKENS)
     for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
@@ -112,6 +122,7 @@ def run_command(
     )
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
     _check_gpus(world)
+    _check_capacity(doc, world, opts)
     reports = spawn_world(
         spawned_rank,
         world,
@@ -120,6 +131,17 @@ def run_command(
         grace_s=RUN_GRACE_S,
     )
     _finish(reports, world, as_json)
+
+
+def _check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
+    """Ranks and memory this machine cannot hold: one line before any process starts."""
+    from moeplan.runtime.capacity import check_capacity
+    from moeplan.runtime.mesh import as_plan
+    from moeplan.runtime.options import resolve
+    from moeplan.runtime.runner import model_config
+
+    p = as_plan(doc)
+    check_capacity(world, model_config(p, resolve(p, opts)), opts.tokens)
 
 
 def _check_gpus(world: int) -> None:

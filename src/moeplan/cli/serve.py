@@ -19,16 +19,19 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError, check_int, require
+from moeplan.io import check_target
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
 from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
 from moeplan.specs import load_cluster, load_model
+from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from moeplan.specs.hf_config import read_json_file
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
 DEFAULT_TPOT_SLO_MS = 100.0
 MAX_REQUESTS = 200_000
+MAX_THINK_MS = 3_600_000.0  # one hour: bounds the simulated clock; no interactive client idles longer
 LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 
 
@@ -43,35 +46,75 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "
             "simulates one engine; `moeplan plan` simulates its prefill and decode pools"
         )
-    try:
-        if plan.family == "strategy":
-            return ServeLayout(
-                attn_tp=int(lay["attn"]["tp"]),
-                attn_dp=int(lay["attn"]["dp"]),
-                moe_tp=int(lay["moe"]["tp"]),
-                moe_ep=int(lay["moe"]["ep"]),
-                pp=int(lay.get("pp", 1)),
-            )
-        if plan.family == "pipeline":
-            mods = [m for s in lay["stages"] for m in s["modules"]]
-            attn = [(int(m["tp"]), int(m["dpmoe"])) for m in mods if m["kind"] == "attn"]
-            moe = [
-                (int(m["tp"]), int(m["ep"]) * int(m["dpmoe"])) for m in mods if m["kind"] == "moe"
-            ]
-            a = max(set(attn), key=attn.count) if attn else (1, 1)
-            e = max(set(moe), key=moe.count) if moe else a
-            return ServeLayout(
-                attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=int(lay["pp"])
-            )
-    except (KeyError, TypeError, ValueError) as err:
-        raise MoeplanError(
-            f"plan.layout is malformed for family {plan.family!r}: {type(err).__name__}: {err}"
-        ) from None
+    if plan.family == "strategy":
+        attn, moe = _section(lay, "attn"), _section(lay, "moe")
+        return ServeLayout(
+            attn_tp=_degree("attn.tp", attn.get("tp")),
+            attn_dp=_degree("attn.dp", attn.get("dp")),
+            moe_tp=_degree("moe.tp", moe.get("tp")),
+            moe_ep=_degree("moe.ep", moe.get("ep")),
+            pp=_degree("pp", lay.get("pp", 1)),
+        )
+    if plan.family == "pipeline":
+        return _pipeline_layout(lay)
     raise MoeplanError(
         f"plan.family ({plan.family!r}) is not simulated by serve-sim: only "
         "strategy and pipeline plans (attention-FFN disaggregated serving of a "
         "dep plan is not modelled); give the layout with --attn-tp ... instead"
     )
+
+
+# a parallel degree past every GPU a cluster spec can hold is corrupt (specs/cluster.py)
+MAX_DEGREE = MAX_NODES * MAX_GPUS_PER_NODE
+MODULE_KINDS = ("attn", "moe", "mlp")  # what the pipeline planner writes (planners/pipeline)
+
+
+def _degree(field: str, value: Any) -> int:
+    """A parallel degree read from plan.json: a JSON integer in 1..MAX_DEGREE (no strings,
+    fractions or booleans: a plan moeplan wrote holds integers)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MoeplanError(f"plan.layout.{field} ({value!r}) must be an integer")
+    return check_int(f"plan.layout.{field}", value, 1, MAX_DEGREE)
+
+
+def _section(lay: Any, key: str) -> dict:
+    require(isinstance(lay, dict), "plan.layout must be a JSON object")
+    sec = lay.get(key)
+    require(isinstance(sec, dict), f"plan.layout.{key} ({sec!r}) must be a JSON object")
+    return sec
+
+
+def _pipeline_layout(lay: Any) -> ServeLayout:
+    """A pipeline plan's serving layout: each block's most common module choice."""
+    require(isinstance(lay, dict), "plan.layout must be a JSON object")
+    stages = lay.get("stages")
+    require(
+        isinstance(stages, list) and len(stages) >= 1,
+        "plan.layout.stages must be a non-empty list",
+    )
+    attn, moe = [], []
+    for j, st in enumerate(stages):
+        mods = st.get("modules") if isinstance(st, dict) else None
+        require(
+            isinstance(mods, list) and len(mods) >= 1,
+            f"plan.layout.stages[{j}].modules must be a non-empty list",
+        )
+        for i, m in enumerate(mods):
+            where = f"stages[{j}].modules[{i}]"
+            require(isinstance(m, dict), f"plan.layout.{where} must be a JSON object")
+            kind = m.get("kind")
+            require(kind in MODULE_KINDS, f"plan.layout.{where}.kind ({kind!r}) must be one of "
+                    f"{', '.join(MODULE_KINDS)}")
+            tp, dp = _degree(f"{where}.tp", m.get("tp")), _degree(f"{where}.dpmoe", m.get("dpmoe"))
+            if kind == "attn":
+                attn.append((tp, dp))
+            elif kind == "moe":
+                moe.append((tp, _degree(f"{where}.ep", m.get("ep")) * dp))
+    a = max(set(attn), key=attn.count) if attn else (1, 1)
+    e = max(set(moe), key=moe.count) if moe else a
+    pp = _degree("pp", lay.get("pp"))
+    require(pp == len(stages), f"plan.layout.pp ({pp}) must equal its stages ({len(stages)})")
+    return ServeLayout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
 
 
 def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> LengthDist:
@@ -104,6 +147,18 @@ def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
 
 
+def _think_s(think_ms: float, concurrency: int | None) -> float:
+    require(
+        math.isfinite(think_ms) and 0 <= think_ms <= MAX_THINK_MS,
+        f"--think-ms ({think_ms}) must be in [0, {MAX_THINK_MS:g}]",
+    )
+    require(
+        think_ms == 0 or concurrency is not None,
+        "--think-ms applies to a closed loop (--concurrency) only",
+    )
+    return think_ms / 1e3
+
+
 def serve_sim(
     model: Annotated[
         str | None, typer.Option(help="Model preset or config.json (default: the plan's).")
@@ -125,8 +180,15 @@ def serve_sim(
     ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Closed loop: requests in flight.")
+        int | None, typer.Option(help="Closed loop: clients, one request in flight each.")
     ] = None,
+    think_ms: Annotated[
+        float,
+        typer.Option(
+            help="Closed loop: mean think time (ms, exponential) before each client's next "
+            "request; 0 = resend at once, as bench_serving --max-concurrency."
+        ),
+    ] = 0.0,
     arrival: Annotated[str, typer.Option(help="poisson or gamma (bursty, see --cv).")] = "poisson",
     cv: Annotated[
         float, typer.Option(help="Gamma arrivals: coefficient of variation of the gaps.")
@@ -188,6 +250,8 @@ def serve_sim(
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs."""
+    if trace_out:
+        check_target(trace_out)  # not a device, FIFO or folder: refused before the work
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
@@ -212,6 +276,7 @@ def serve_sim(
         isl=_lengths(isl, isl_dist, "isl", 2048),
         osl=_lengths(osl, osl_dist, "osl", 256),
         prefix_hit=prefix_hit,
+        think_s=_think_s(think_ms, concurrency),
         seed=seed,
     )
     require(
@@ -284,6 +349,11 @@ def _check_flags(
     )
     require(max_running is None or max_running >= 1, f"--max-running ({max_running}) must be >= 1")
     require(
+        concurrency is None or 1 <= concurrency <= requests,
+        f"--concurrency ({concurrency}) must be in 1..--requests ({requests}): clients beyond "
+        "the requests simulated would never send one",
+    )
+    require(
         cv == 1.0 or arrival == "gamma",
         f"--cv ({cv}) applies to --arrival gamma only (arrival is {arrival!r})",
     )
@@ -329,6 +399,7 @@ def _payload(
             "osl": w.osl.kind,
             "osl_mean": w.osl.mean,
             "prefix_hit": w.prefix_hit,
+            "think_s": w.think_s,
             "seed": w.seed,
         },
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile},
@@ -347,7 +418,8 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
     load = (
         f"{w['rate_rps']:.3g} req/s Poisson"
         if w["rate_rps"]
-        else f"{w['concurrency']} in flight (closed loop)"
+        else f"{w['concurrency']} clients (closed loop, "
+        + (f"{w['think_s'] * 1e3:g} ms mean think time)" if w["think_s"] else "no think time)")
     )
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "

@@ -46,6 +46,8 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
+import numpy as np
+
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
@@ -242,6 +244,25 @@ class CostModel:
         )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
+    def decode_core_prices(
+        self, model: ModelSpec, num_seqs: int, ctxs: list[int], tp: int = 1,
+        layer: int | None = None,
+    ) -> list[float]:
+        """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
+        vectorised kernel-table query; not counted in the pricing provenance)."""
+        if self._kdb is None or num_seqs <= 0:
+            return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
+        sliding = layer is not None and model.is_sliding_layer(layer)
+        op, shape, _ = attention_query(model, num_seqs, 1, 1, tp, sliding)
+        n = len(ctxs)
+        cols = {k: [v] * n for k, v in shape.items()}
+        cols["step"] = [max(0, c - 1) for c in ctxs]
+        assert self.engine is not None
+        preds = self._kdb.predict_many(
+            op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
+        )
+        return [p.seconds for p in preds]
+
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int
     ) -> float:
@@ -325,6 +346,18 @@ class CostModel:
         return self.grouped_gemm(
             tokens_per_expert, 2 * i, h, num_local_experts, w
         ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts, w)
+
+    def warm_expert_ffn(
+        self, model: ModelSpec, tokens_per_expert: list[float], num_local_experts: float,
+        tp: int = 1,
+    ) -> None:
+        """Price :meth:`expert_ffn` for many loads at once (one vectorised kernel-table pass;
+        later calls are memo hits with the same answers). A no-op without kernel tables."""
+        if self._kdb is None:
+            return
+        shapes = [moe_shape(model, x, num_local_experts, tp) for x in tokens_per_expert]
+        assert self.engine is not None
+        self._kdb.warm("moe", self._device, self.engine, [s for s in shapes if s is not None])
 
     def _swiglu(self, tokens: float, inter: float, tp: int, h: int, w: ModuleQuant) -> float:
         if inter <= 0 or tokens <= 0:

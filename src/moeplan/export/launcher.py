@@ -6,22 +6,50 @@ One script per engine. A multi-node plan gets one script for every node: it read
 ``HERE`` is set to the script's own folder, so files written next to it (the
 ``expert_location.json``) are found wherever the script is run from. A strategy the engine
 cannot express gets a script that explains why and exits 1.
+
+Nothing from an input runs: every argument is single-quoted by :func:`shlex.quote` except the
+shell variables the exporters name on purpose (:data:`SHELL_VARS`, each kept as ``"${NAME}"``),
+an argument holding a NUL byte (which no command line can carry) is refused, and every comment
+line has its control characters escaped (:func:`moeplan.textsafe.escape_controls`), so a
+newline in a model path or a folder name cannot end the comment.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from moeplan.errors import require
+from moeplan.errors import require, show
 from moeplan.io import write_atomic
+from moeplan.textsafe import escape_controls
 
 HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
+#: The shell variables an exported argument may name (expanded when the script runs): the
+#: script's folder, the multi-node rendezvous address and rank, and the PD instances' nodes 0.
+SHELL_VARS = re.compile(r"\$\{(HERE|MASTER_ADDR|NODE_RANK|(?:PREFILL|DECODE)_[0-9]+_ADDR)\}")
+_PLAIN = re.compile(r"[\w@%+=:,./-]*", re.ASCII)  # shlex's characters that need no quotes
 
 
 def _quote(a: str) -> str:
-    return f'"{a}"' if "${" in a and '"' not in a else shlex.quote(a)
+    """``a`` as one shell word: literal text single-quoted, :data:`SHELL_VARS` expanded."""
+    require("\x00" not in a, f"launcher argument ({show(a)}) must not contain a NUL byte")
+    parts = SHELL_VARS.split(a)  # literal, var name, literal, var name, ..., literal
+    if len(parts) == 1:
+        return shlex.quote(a)
+    literals = parts[0::2]
+    if all(_PLAIN.fullmatch(t) for t in literals):  # e.g. "${HERE}/expert_location.json"
+        return '"' + "".join(t if i % 2 == 0 else "${" + t + "}" for i, t in enumerate(parts)) + '"'
+    return "".join(
+        (shlex.quote(t) if t else "") if i % 2 == 0 else '"${' + t + '}"'
+        for i, t in enumerate(parts)
+    )
+
+
+def comment(text: str) -> str:
+    """One inert ``# ...`` line of ``text`` (control characters escaped)."""
+    return "# " + escape_controls(str(text))
 
 
 def render_command(args: Sequence[str], indent: str = "") -> str:
@@ -40,7 +68,7 @@ def render_command(args: Sequence[str], indent: str = "") -> str:
 
 
 def _head(comments: Sequence[str], preamble: Sequence[str]) -> list[str]:
-    return ["#!/usr/bin/env bash", "set -euo pipefail", *[f"# {c}" for c in comments], *preamble]
+    return ["#!/usr/bin/env bash", "set -euo pipefail", *[comment(c) for c in comments], *preamble]
 
 
 def render_launcher(

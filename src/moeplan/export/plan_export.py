@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeplan.errors import require
+from moeplan.errors import require, show
 from moeplan.export import constraints as cons
 from moeplan.export.launcher import HERE, render_per_node, render_refusal
 from moeplan.export.sglang import sglang_args
@@ -44,8 +44,12 @@ def model_path_for(model_arg: str, model_path: str | None) -> str:
     if model_path is not None:
         require(model_path.strip() != "", "--model-path (empty) must name a repo or folder")
         require(
+            "\x00" not in model_path,
+            f"--model-path ({show(model_path)}) must not contain a NUL byte",
+        )
+        require(
             model_path not in model_names() or Path(model_path).is_dir(),
-            f"--model-path ({model_path}) is a moeplan preset name; give a Hugging Face "
+            f"--model-path ({show(model_path)}) is a moeplan preset name; give a Hugging Face "
             "repo id (org/name) or a local model folder",
         )
         return model_path

@@ -239,7 +239,7 @@ def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
     """Bash launch of a PD deployment (:class:`moeplan.serve.pd.PDLayout` with colocated
     pools): the command of ``ROLE`` (prefill, decode or router), ``INSTANCE`` and
     ``NODE_RANK``, each instance's node 0 named by ``PREFILL_<i>_ADDR`` / ``DECODE_<i>_ADDR``."""
-    from moeplan.export.launcher import render_command
+    from moeplan.export.launcher import comment, render_command
 
     cmds = sglang_pd_commands(
         pd_strategy(pd.prefill),
@@ -252,7 +252,7 @@ def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
     lines = [
         "#!/usr/bin/env bash",
         "set -euo pipefail",
-        f"# moeplan plan: SGLang prefill/decode disaggregation, {pd.label}",
+        comment(f"moeplan plan: SGLang prefill/decode disaggregation, {pd.label}"),
         "# run with ROLE=prefill|decode|router, INSTANCE and NODE_RANK (default 0) on each node;",
         "# export PREFILL_<i>_ADDR and DECODE_<i>_ADDR (node 0 of each instance) everywhere",
         'TARGET="${ROLE:?set ROLE to prefill, decode or router}_${INSTANCE:-0}_${NODE_RANK:-0}"',

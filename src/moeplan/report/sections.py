@@ -221,10 +221,16 @@ def _placement_section(
         f"{src}{ep_note} Sem-MoE keeps {100 * sem['lar']:.1f}% of expert activations on the "
         "token's own GPU."
     )
+    guard = placement.extra.get("guard")
     if placement.fallback:
         text += (
-            " Sem-MoE did not beat contiguous placement on the validation split, so its "
-            "guard kept contiguous placement."
+            " On the validation split Sem-MoE was resolved worse than contiguous placement "
+            f"({guard['decision'] if guard else 'guard'}), so contiguous placement is kept."
+        )
+    elif guard is not None and not guard["resolved"]:
+        text += (
+            f" The validation split ({guard['requests']} requests) cannot resolve Sem-MoE "
+            "from contiguous placement; the placement fitted on the larger split is kept."
         )
     s = Section(
         title=f"Expert placement (Sem-MoE) on EP{placement.ep}",

@@ -42,6 +42,14 @@ def validate_plan(path: str, plan: dict[str, Any], world: int, opts: Any) -> Non
     try:  # pure and fast
         mesh_from_plan(plan, world)
         prepare(plan, world, opts)
+        if opts.weights:  # the headers only: every rank would refuse the same file
+            from moeplan.runtime.layers.weights import check_safetensors
+            from moeplan.runtime.mesh import as_plan
+            from moeplan.runtime.options import resolve
+            from moeplan.runtime.runner import model_config
+
+            p = as_plan(plan)
+            check_safetensors(list(opts.weights), model_config(p, resolve(p, opts)))
     except MoeplanError:
         raise
     except PLAN_SHAPE_ERRORS as err:  # the plan reader assumed a field's type

@@ -1,4 +1,5 @@
-"""The engine's inputs and outputs: scheduler knobs, the memo-key bucketing, a run's record.
+"""The engine's inputs and outputs: scheduler knobs and a run's record (the memo-key grid is in
+:mod:`.grid`).
 
 Kept apart from :mod:`moeplan.serve.engine` (the event loop) so planners and the CLI can
 build configurations and read results without the scheduler; see that module for the
@@ -51,14 +52,6 @@ class EngineConfig:
             )
         if self.kv_tokens_per_rank == 0:
             object.__setattr__(self, "kv_tokens_per_rank", self.kv_tokens)
-
-
-def bucket(ctx: int) -> int:
-    """``ctx`` rounded to a grid of relative step 1/32 (exact below 64): the memo key."""
-    s = ctx.bit_length() - 6
-    if s <= 0:
-        return ctx
-    return ((ctx >> s) << s) + (1 << (s - 1))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -333,7 +333,8 @@ def evaluate_candidate(
     """Largest stable SLO-meeting rate, then the user's workload (module docstring, step 3)."""
     w = c.workload
     probe = replace(
-        w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None
+        w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None,
+        think_s=0.0,
     )
 
     def probe_run(r: float) -> Probe:

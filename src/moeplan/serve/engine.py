@@ -21,8 +21,10 @@ counted separately as recomputed tokens). The pool is never over-committed (chec
 Timing: the last prefill chunk of a request produces its first token (TTFT = end of that
 iteration); each later decode step produces one token. Iteration times come from an
 evaluator ``Batch -> seconds`` (:class:`moeplan.serve.iteration.IterationModel` or a test
-fake); decode contexts are bucketed before the call (:func:`bucket`): relative error of the
-context at most 1/64, exact below 64 tokens.
+fake); decode contexts and prefill chunks' contexts are both rounded to the grid of
+:func:`bucket` before the call (the midpoint of a cell of relative width 1/64 to 1/32: error
+at most 1/64 of the context either way, exact below 64 tokens; a prefill chunk ending at
+2,048 tokens is priced at 2,080).
 
 Events are kept on a heap keyed ``(time, priority, seq)``: at equal times arrivals
 (priority 0) are queued before an iteration end (1) schedules the next batch, so a request
@@ -41,7 +43,8 @@ from collections import deque
 import numpy as np
 
 from moeplan.errors import require
-from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult, bucket
+from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult
+from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
 
@@ -106,16 +109,19 @@ class Engine:
         heapq.heappush(self.heap, (t, prio, self.seq, x))
 
     def _push_arrival(self, t: float | None = None) -> None:
+        """Queue the next request: at its own arrival time (open), or ``t`` plus its think
+        time (closed loop: ``t`` is when its client's previous request finished, or 0)."""
         i = self.next_arrival
         if i < len(self.arrival):
             if t is not None:
-                self.arrival[i] = t
+                think = self.r.think_s
+                self.arrival[i] = t + (0.0 if think is None else float(think[i]))
             self._push(self.arrival[i], ARRIVAL, i)
             self.next_arrival = i + 1
 
     def run(self) -> SimResult:
         closed = self.r.closed
-        for _ in range(closed or 1):
+        for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
             self._push_arrival(0.0 if closed else None)
         busy = False
         heap = self.heap

@@ -51,13 +51,16 @@ not overlapped with compute (SGLang's two-batch overlap would hide part of it).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
+from itertools import accumulate
 from typing import NamedTuple
 
 from moeplan.cost import CostModel
 from moeplan.errors import require
+from moeplan.serve.grid import bucket_grid
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
@@ -176,6 +179,8 @@ class IterationModel:
         self._p2p_inter = [((s + 1) * w) % gpn == 0 or w >= gpn for s in range(layout.pp - 1)]
         self._cache: dict[Batch, float] = {}
         self._parts: dict[tuple, float | tuple[float, float]] = {}
+        # per (decode sequences, sliding): engine grid contexts and their running max price
+        self._floors: dict[tuple[int, bool], tuple[list[int], list[float]]] = {}
 
     def __call__(self, batch: Batch) -> float:
         t = self._cache.get(batch)
@@ -202,10 +207,30 @@ class IterationModel:
         layer = self.model.sliding_layers[0] if sliding else None
         t_r = rank.tokens
         proj = cm.attention_layer(md, t_r, 1, 1, tp) - cm.attention_core(md, t_r, 1, 1, tp)
-        core = cm.attention_core(md, rank.decode, 1, rank.decode_ctx, tp, layer)
+        core = self._decode_core(rank.decode, rank.decode_ctx, sliding)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
         return proj + core
+
+    def _decode_core(self, seqs: int, ctx: int, sliding: bool) -> float:
+        """Decode attention core of ``seqs`` sequences at mean context ``ctx``, made
+        non-decreasing in ``ctx`` over the engine's context grid (:func:`.grid.bucket_grid`):
+        the price at ``ctx`` or at any grid context below it, whichever is larger. A decode
+        step reads every cached key, so it cannot get cheaper with more keys; the kernel
+        prices can (up to 7 % on A100 at a measured line's end, 32,767 -> 33,279 keys, where
+        the correction switches from the table's line to its residual field)."""
+        cm, md, tp = self.cost, self.model, self.layout.attn_tp
+        layer = md.sliding_layers[0] if sliding else None
+        raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
+        if seqs <= 0 or ctx <= 1:
+            return raw
+        grid, top = self._floors.get((seqs, sliding), ((), ()))
+        if not grid or grid[-1] < ctx:
+            grid = bucket_grid(max(2 * ctx, 4096))
+            top = list(accumulate(cm.decode_core_prices(md, seqs, grid, tp, layer), max))
+            self._floors[seqs, sliding] = (grid, top)
+        below = bisect_left(grid, ctx) - 1
+        return raw if below < 0 else max(raw, top[below])
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
         """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``:

@@ -49,11 +49,19 @@ def no_plan_meets(ranking: ServeRanking) -> str:
         if x
     )
     return (
-        f"no deployment meets the SLOs ({limits}) at rate {ranking.workload.rate} req/s: "
+        f"no deployment meets the SLOs ({limits}) at {_load(ranking.workload)}: "
         f"the best TTFT p{pct} any plan reaches is {t1 * 1e3:.0f} ms "
         f"({ttft.entry.layout_label}), the best TPOT p{pct} is {t2 * 1e3:.1f} ms "
         f"({tpot.entry.layout_label})"
     )
+
+
+def _load(w: ServeWorkload) -> str:
+    """The load a ranking ran at: ``rate 4 req/s`` or ``64 clients in a closed loop``."""
+    if w.concurrency is not None:
+        think = f", {w.think_s * 1e3:g} ms mean think time" if w.think_s else ""
+        return f"{w.concurrency} clients in a closed loop{think}"
+    return f"rate {w.rate:g} req/s"
 
 
 def describe(d: LengthDist) -> str:

@@ -245,7 +245,7 @@ def _best_knobs(
         key=lambda ec: -ec[0].rate_rps,
     )
     n = min(search_requests, workload.num_requests)
-    probe = replace(workload, num_requests=n, rate=1.0, concurrency=None)
+    probe = replace(workload, num_requests=n, rate=1.0, concurrency=None, think_s=0.0)
     best: tuple[float, Estimate, EngineConfig] | None = None
     for est, cfg in ranked[:top_k]:
         rate = est.rate_rps

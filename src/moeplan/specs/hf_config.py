@@ -158,21 +158,26 @@ def read_json_file(path: str | os.PathLike[str], what: str, constants: bool = Fa
     ``constants``: accept ``Infinity`` / ``NaN`` (Hugging Face writes them into model configs,
     e.g. Nemotron's ``time_step_limit``); a non-finite value in a key moeplan reads is then
     refused by that key's check, naming the key."""
-    try:
-        st = os.stat(path)
+    if "\x00" in str(path):
+        raise MoeplanError(f"{what} ({show(str(path))}) must not contain a NUL byte")
+    try:  # non-blocking, checked on the descriptor: a FIFO or device is refused, never waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as err:
         raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
         raise MoeplanError(f"{what} ({path}) must be a regular file")
-    if st.st_size > MAX_JSON_BYTES:
-        raise MoeplanError(
-            f"{what} ({path}, {st.st_size} bytes) must be at most {MAX_JSON_BYTES} bytes"
-        )
-    try:
-        with open(path, "rb") as fh:
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > MAX_JSON_BYTES:
+            raise MoeplanError(
+                f"{what} ({path}, {st.st_size} bytes) must be at most {MAX_JSON_BYTES} bytes"
+            )
+        os.set_blocking(fd, True)
+        try:
             data = fh.read(MAX_JSON_BYTES + 1)
-    except OSError as err:
-        raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
+        except OSError as err:
+            raise MoeplanError(f"{what} ({path}) could not be read: {err.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -47,9 +47,15 @@ from moeplan.traces.format import MAX_POSITION, MAX_TOP_K, MAX_TRACE_EXPERTS, Ro
 def _load(path: Path) -> Any:
     import torch
 
-    require(path.exists(), f"dump path ({path}) does not exist")
+    from moeplan.io import open_regular
+
+    with open_regular(path, "dump path") as fh:  # a FIFO or device: refused, never waited on
+        return _torch_load(torch, fh, path)
+
+
+def _torch_load(torch: Any, fh: Any, path: Path) -> Any:
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(fh, map_location="cpu", weights_only=True)
     except Exception as err:  # damaged file, or objects weights_only refuses
         raise MoeplanError(
             f"dump file ({path}) cannot be read safely: {type(err).__name__}"
@@ -78,6 +84,13 @@ def _in_range(field: str, a: np.ndarray, lo: int, hi: int) -> None:
         require(lo <= amin and amax <= hi, f"{field} (range {amin}..{amax}) must lie in {lo}..{hi}")
 
 
+def _sum_fits(field: str, total: np.ndarray) -> None:
+    """Counts summed (in floating point, which cannot wrap) must stay below 2^62, where their
+    int64 sum is exact; a larger sum would wrap around to negative loads."""
+    peak = float(total.max()) if total.size else 0.0
+    require(peak < 2.0**62, f"{field} (up to {peak:.3g}) must stay below 2^62 (int64 counts)")
+
+
 def _counts(c_raw: Any, p: Path) -> np.ndarray:
     c = _np(c_raw, f"dump file ({p}) logical_count", (2, 3), kinds="iuf")
     if c.dtype.kind == "f":
@@ -91,7 +104,9 @@ def _counts(c_raw: Any, p: Path) -> np.ndarray:
         )
     _in_range(f"dump file ({p}) logical_count", c, 0, 2**62)
     c = c.astype(np.int64)
-    c = c.sum(axis=0) if c.ndim == 3 else c
+    if c.ndim == 3:
+        _sum_fits(f"dump file ({p}) logical_count summed over steps", c.astype(np.float64).sum(0))
+        c = c.sum(axis=0)
     require(
         1 <= c.shape[0] <= MAX_LAYERS and 1 <= c.shape[1] <= MAX_TRACE_EXPERTS,
         f"dump file ({p}) logical_count (shape {c.shape}) must be [<= {MAX_LAYERS} layers, "
@@ -116,6 +131,8 @@ def read_stat(paths: Sequence[Path], num_experts: int | None = None) -> np.ndarr
                 f"dump file ({p}) logical_count (shape {c.shape}) must match the first "
                 f"file's {total.shape}",
             )
+        if total is not None:
+            _sum_fits("logical_count summed over files", total.astype(np.float64) + c)
         total = c if total is None else total + c
     require(total is not None, "dump paths (0 files) must not be empty")
     assert total is not None

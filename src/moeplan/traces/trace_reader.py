@@ -8,6 +8,12 @@ loaded column by column (documented limit). Bad bytes (issue 17): every column i
 file claims (its ``num_experts``, the shapes in its ``.npy`` headers) are bounded before
 anything is allocated from them. A damaged file is one :class:`~moeplan.errors.MoeplanError`
 line naming it, never a library traceback.
+
+Memory bombs: a compressed member or a dictionary-encoded Parquet column can expand a small
+file into gigabytes. Before anything is decompressed, the bytes the needed columns will take
+once decoded (``.npy`` header shape times item size; Parquet row count times the columns'
+fixed widths) are bounded by :func:`decoded_limit`, and only those columns are read (other
+members of an ``.npz``, other Parquet columns, are never decompressed).
 """
 
 from __future__ import annotations
@@ -17,17 +23,42 @@ import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from moeplan.errors import MoeplanError, check_int, require, show
 from moeplan.traces.routing_trace import (
+    COLUMNS,
     MAX_TRACE_EXPERTS,
     RoutingTrace,
     check_columns,
     concat,
     from_long,
 )
+
+#: Columns a trace file is read for (the rest of a file is never decompressed).
+NEEDED = (*COLUMNS, "weights", "num_experts")
+#: Decoded bytes always allowed, whatever the file's size (a 256 MiB trace holds ~10 M rows).
+DECODED_FLOOR = 256 * 2**20
+#: Largest decoded/on-disk ratio beyond the floor: 10x the 26x measured on the Parquet file of
+#: ``moeplan trace synth --model mixtral-8x7b --requests 200`` (1.6 MB holding 42 MB of
+#: columns, dictionary and run-length encoded); an ``np.savez`` file is 1x.
+MAX_EXPANSION = 256
+
+
+def decoded_limit(file_bytes: int) -> int:
+    """The most bytes the columns of a ``file_bytes`` trace file may decode to."""
+    return max(DECODED_FLOOR, MAX_EXPANSION * file_bytes)
+
+
+def _require_decoded_fits(path: Path, decoded: int, file_bytes: int) -> None:
+    limit = decoded_limit(file_bytes)
+    require(
+        decoded <= limit,
+        f"trace file ({path}, {file_bytes} bytes) declares {decoded} bytes of columns; more "
+        f"than {limit} (max({DECODED_FLOOR}, {MAX_EXPANSION}x the file)) is refused",
+    )
 
 
 def _corrupt(path: Path, err: Exception) -> MoeplanError:
@@ -39,6 +70,8 @@ def _iter_long_parquet(path: Path) -> Iterator[tuple[dict[str, np.ndarray], int 
 
     try:
         pf = pq.ParquetFile(path)
+        names = [c for c in pf.schema_arrow.names if c in NEEDED]
+        _require_decoded_fits(path, _parquet_decoded(pf, names), os.path.getsize(path))
         meta = pf.schema_arrow.metadata or {}
         e = meta.get(b"moeplan.num_experts")
         require(
@@ -47,7 +80,7 @@ def _iter_long_parquet(path: Path) -> Iterator[tuple[dict[str, np.ndarray], int 
         )
         num_experts = _claimed_experts(path, None if e is None else int(e))
         for rg in range(pf.num_row_groups):
-            tab = pf.read_row_group(rg, use_threads=False)  # threads: +100 MB peak
+            tab = pf.read_row_group(rg, columns=names, use_threads=False)  # threads: +100 MB
             cols = {}
             for name in tab.column_names:
                 col = tab.column(name).combine_chunks()
@@ -63,6 +96,33 @@ def _iter_long_parquet(path: Path) -> Iterator[tuple[dict[str, np.ndarray], int 
         raise _corrupt(path, err) from err
 
 
+def _parquet_decoded(pf: Any, names: list[str]) -> int:
+    """Bytes the columns ``names`` of every row group take decoded: rows times fixed width
+    (a variable-width column: its stated uncompressed size, times 8 for the offsets)."""
+    import pyarrow as pa
+
+    md = pf.metadata
+    schema = pf.schema_arrow
+    total = 0
+    for name in names:
+        t = schema.field(name).type
+        width = 1
+        while pa.types.is_fixed_size_list(t):
+            width *= t.list_size
+            t = t.value_type
+        try:
+            width *= t.bit_width // 8 or 1
+        except ValueError:  # not fixed-width: its stated size, plus 8-byte offsets per row
+            col = pf.schema_arrow.get_field_index(name)
+            total += sum(
+                md.row_group(i).column(col).total_uncompressed_size + 8 * md.row_group(i).num_rows
+                for i in range(md.num_row_groups)
+            )
+            continue
+        total += width * md.num_rows
+    return total
+
+
 def _claimed_experts(path: Path, value: object) -> int | None:
     """The ``num_experts`` a file states, bounded before it sizes anything."""
     if value is None:
@@ -75,10 +135,15 @@ def _claimed_experts(path: Path, value: object) -> int | None:
     return check_int(f"trace file ({path}) num_experts", int(a), 1, MAX_TRACE_EXPERTS)
 
 
-def _check_npz_headers(path: Path) -> None:
-    """Every member's ``.npy`` header: plain dtype, and no more bytes than the member holds."""
+def _check_npz_headers(path: Path) -> list[str]:
+    """Every needed member's ``.npy`` header: plain dtype, no more bytes than the member
+    holds, all of them within :func:`decoded_limit`; returns the needed members' names."""
+    decoded, names = 0, []
     with zipfile.ZipFile(path) as zf:
         for info in zf.infolist():
+            if info.filename.removesuffix(".npy") not in NEEDED:
+                continue  # never decompressed
+            names.append(info.filename.removesuffix(".npy"))
             with zf.open(info) as fh:
                 version = np.lib.format.read_magic(fh)
                 read = (
@@ -97,13 +162,16 @@ def _check_npz_headers(path: Path) -> None:
                 f"trace file ({path}) member {info.filename} claims shape {shape} "
                 f"({need} bytes) but holds {info.file_size} bytes",
             )
+            decoded += need
+    _require_decoded_fits(path, decoded, os.path.getsize(path))
+    return names
 
 
 def _load_npz(path: Path) -> tuple[dict[str, np.ndarray], int | None]:
     try:
-        _check_npz_headers(path)
+        names = _check_npz_headers(path)
         with np.load(path, allow_pickle=False) as z:
-            cols = {k: z[k] for k in z.files if k != "num_experts"}
+            cols = {k: z[k] for k in names if k != "num_experts"}
             claimed = z["num_experts"] if "num_experts" in z.files else None
     except MoeplanError:
         raise
@@ -164,9 +232,10 @@ def iter_trace(
     else:
         raise MoeplanError(f"trace path ({path}) must end in .npz or .parquet")
     carry: RoutingTrace | None = None
-    seen = False
+    seen = routed = False
     for cols, e in _whole_occurrences(_checked(path, parts, num_experts)):
         dense = from_long(cols, num_experts or e)
+        routed = routed or bool((dense.experts >= 0).any())
         if carry is not None and carry.num_tokens:
             dense = concat([carry, dense])
         rid = dense.request_id
@@ -188,6 +257,7 @@ def iter_trace(
         seen = True
         yield carry
     require(seen, f"trace ({path}) must not be empty")
+    require(routed, f"trace ({path}) routes no token: every expert id is -1 (none chosen)")
 
 
 def load_trace(path: str | os.PathLike[str], num_experts: int | None = None) -> RoutingTrace:

@@ -185,6 +185,26 @@ class KernelDB:
             self._memo[key] = hit
         return hit
 
+    def warm(
+        self, op: str, device: Device, engine: str, shapes: list[dict[str, object]]
+    ) -> None:
+        """Price the rows :meth:`predict` has not memoised in one vectorised call and memoise
+        them: the same answers as row-by-row (the same :meth:`predict_many`), one pass over
+        the variant's tables instead of one per row. ``shapes`` share their keys."""
+        if not shapes:
+            return
+        names = sorted(shapes[0])  # the key order of predict()'s memo: sorted(shape.items())
+        keys = [(op, device, engine, tuple((c, sh[c]) for c in names)) for sh in shapes]
+        todo = [(k, sh) for k, sh in dict(zip(keys, shapes, strict=True)).items()]
+        todo = [(k, sh) for k, sh in todo if k not in self._memo]
+        if not todo:
+            return
+        cols = {c: np.asarray([sh[c] for _, sh in todo]) for c in names}
+        if len(self._memo) + len(todo) >= MEMO_SIZE:
+            self._memo.clear()
+        for (key, _), pred in zip(todo, self.predict_many(op, device, engine, cols), strict=True):
+            self._memo[key] = pred
+
     def predict_many(
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
     ) -> list[Prediction]:

@@ -49,11 +49,21 @@ def interpolated_a2e(
 def a2e_seconds(cm, nbytes: float, ag: int, eg: int) -> float:
     """A2E (= E2A) of one chunk, ``nbytes`` received per expert GPU: the interpolated
     profile fit when the profile has fits, else :meth:`CostModel.a2e`."""
+    return a2e_function(cm, ag, eg)(nbytes)
+
+
+def a2e_function(cm, ag: int, eg: int):  # type: ignore[no-untyped-def]
+    """:func:`a2e_seconds` of split ``(ag, eg)`` as a function of ``nbytes``, the fit
+    interpolated once (a search prices hundreds of chunk sizes on one split)."""
     fits = getattr(cm.profile, "a2e", None) or {}
     fit = interpolated_a2e(fits, ag, eg)
-    if fit is None or nbytes <= 0:
-        return cm.a2e(nbytes, ag, eg)
-    return fit(nbytes)
+
+    def seconds(nbytes: float) -> float:
+        if fit is None or nbytes <= 0:
+            return cm.a2e(nbytes, ag, eg)
+        return fit(nbytes)
+
+    return seconds
 
 
 def a2e_source(cm, ag: int, eg: int) -> str:

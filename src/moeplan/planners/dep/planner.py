@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -30,6 +30,12 @@ from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec
 
 CPSAT_MAX = 4  # r1, r2 <= 4 and 2 layers: CP-SAT proves optimality in seconds
+# prompts in flight on one GPU: SGLang's request pool cap (its server_args; SGLANG_RUNNING_CAP
+# in moeplan.serve.knobs); a larger cap is no deployment an engine runs
+MAX_BATCH = 4096
+# --verify's brute force, in schedule evaluations: 17,920 took 3.2 s on findep-a (ag 3, eg 5,
+# isl 1024, cap 64), so this is about 20 s; a larger grid is refused before planning
+MAX_BRUTE_FORCE = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +52,8 @@ class DepReport:
     naive: DepResult
     baseline_problems: dict[str, DepProblem]
     search_s: float = 0.0
+    warmup_s: float = 0.0  # loading the measured kernel tables the instance prices (once)
+    wall_s: float = 0.0  # the whole plan_dep call: what the caller waited for
     bruteforce: DepResult | None = None
     bruteforce_s: float = 0.0
     cpsat: dict[str, Any] | None = None
@@ -77,35 +85,48 @@ def plan_dep(
 ) -> DepReport:
     """Plan FinDEP for fixed ``ag``/``eg`` or the best split of ``gpus`` GPUs (see module)."""
     require(seq_len > 0, f"isl ({seq_len}) must be > 0")
-    require(batch >= 1, f"batch ({batch}) must be >= 1")
+    require(
+        1 <= batch <= MAX_BATCH,
+        f"max batch ({batch}) must be in 1..{MAX_BATCH} prompts per AG GPU (SGLang's request "
+        "pool per GPU)",
+    )
+
+    built: dict[tuple[int, int], DepProblem] = {}  # one instance per split, shared
 
     def make(a: int, e: int) -> DepProblem:
-        return dep_problem(
-            model,
-            cluster,
-            cm,
-            ag=a,
-            eg=e,
-            seq_len=seq_len,
-            layers=layers,
-            batch=batch,
-            imbalance=imbalance,
-        )
+        if (a, e) not in built:
+            built[a, e] = dep_problem(
+                model,
+                cluster,
+                cm,
+                ag=a,
+                eg=e,
+                seq_len=seq_len,
+                layers=layers,
+                batch=batch,
+                imbalance=imbalance,
+            )
+        return built[a, e]
 
-    t0 = time.perf_counter()
-    if ag is not None or eg is not None:
+    t_start = time.perf_counter()
+    fixed = ag is not None or eg is not None
+    if fixed:
         require(ag is not None and eg is not None, "--ag and --eg must be given together")
         require(gpus is None, "give either --ag/--eg or --gpus, not both")
+    n = cluster.num_gpus if gpus is None else gpus
+    require(
+        fixed or 2 <= n <= cluster.num_gpus,
+        f"gpus ({n}) must be between 2 and the cluster's {cluster.num_gpus} GPUs",
+    )
+    _require_tractable(make, [(ag, eg)] if fixed else [(a, n - a) for a in range(1, n)], batch)
+    warm_pricing(model, cm, seq_len)
+    t0 = time.perf_counter()
+    if fixed:
         problem = make(ag, eg)  # type: ignore[arg-type]
         result = solve(problem)
         pp_problem = nv_problem = problem
         pp, nv = pppipe(problem), naive(problem)
     else:
-        n = cluster.num_gpus if gpus is None else gpus
-        require(
-            2 <= n <= cluster.num_gpus,
-            f"gpus ({n}) must be between 2 and the cluster's {cluster.num_gpus} GPUs",
-        )
         try:
             problem, result = search_groups(make, n)
             pp_problem, pp = search_groups(make, n, pppipe)
@@ -125,13 +146,58 @@ def plan_dep(
         naive=nv,
         baseline_problems={"pppipe": pp_problem, "naive": nv_problem},
         search_s=search_s,
+        warmup_s=t0 - t_start,
     )
-    return _verified(report, cpsat_time_limit_s) if verify else report
+    if verify:
+        report = _verified(report, cpsat_time_limit_s)
+    return replace(report, wall_s=time.perf_counter() - t_start)
+
+
+def _require_tractable(make, splits: list, batch: int) -> None:  # type: ignore[no-untyped-def]
+    """Refuse, before any schedule is priced, a batch cap whose baselines (PPPipe's brute
+    force over every fitting (ma, r1), naive DEP's over ma, on every split) exceed
+    :data:`MAX_BRUTE_FORCE` schedule evaluations. Splits that do not fit are left to the
+    search's own memory error."""
+    total = 0
+    for a, e in splits:
+        try:
+            p = make(a, e)
+        except MoeplanError:
+            continue
+        total += sum(p.max_r1(ma) for ma in range(1, p.ma_max + 1)) + p.ma_max
+        require(
+            total <= MAX_BRUTE_FORCE,
+            f"max batch ({batch}): the PPPipe and naive baselines would evaluate over "
+            f"{MAX_BRUTE_FORCE:,} schedules (about 20 s) on {len(splits)} (ag, eg) split(s); "
+            "lower --max-batch",
+        )
+
+
+def warm_pricing(model: ModelSpec, cm: CostModel, seq_len: int) -> None:
+    """Price one task of each kind so that the measured kernel tables they use are loaded
+    (and their variants fitted or read from the cache) before Algorithm 1 is timed: a
+    once-per-process cost that the solve time would otherwise carry (seconds on a cold
+    process against milliseconds for the search)."""
+    cm.attention_layer(model, 1, seq_len, seq_len)
+    cm.router(model, seq_len)
+    cm.shared_expert(model, seq_len)
+    cm.dense_mlp(model, seq_len)
+    cm.expert_ffn(model, 1.0, model.num_experts)
+
+
+def brute_force_size(problem: DepProblem) -> int:
+    """Configurations :func:`brute_force` evaluates: every fitting (ma, r1), r2, order."""
+    pairs = sum(problem.max_r1(ma) for ma in range(1, problem.ma_max + 1))
+    return pairs * problem.r2_max * 2
 
 
 def _verified(report: DepReport, cpsat_time_limit_s: float) -> DepReport:
-    from dataclasses import replace
-
+    size = brute_force_size(report.problem)
+    require(
+        size <= MAX_BRUTE_FORCE,
+        f"--verify: brute force over {size:,} configurations exceeds {MAX_BRUTE_FORCE:,} "
+        f"(about 20 s); lower --max-batch ({report.problem.batch}) or drop --verify",
+    )
     p, c = report.problem, report.findep.config
     t0 = time.perf_counter()
     bf = brute_force(p)
@@ -192,6 +258,8 @@ def report_dict(report: DepReport) -> dict[str, Any]:
         "solve_ms": f.solve_s * 1e3,
         "evaluations": f.evaluations,
         "search_ms": report.search_s * 1e3,
+        "warmup_ms": report.warmup_s * 1e3,
+        "wall_ms": report.wall_s * 1e3,
     }
     if report.bruteforce is not None:
         bf = report.bruteforce

@@ -11,7 +11,7 @@ the datasheet roofline):
   routing ``imbalance`` (max/mean expert load) for the busiest expert GPU.
 - ``t_e(me)``: ``ceil(E/eg)`` local experts, ``me`` tokens each.
 - ``t_a2e(me) = t_e2a(me)``: ``me·ceil(E/eg)`` hidden states into each expert GPU
-  (:func:`.link.a2e_seconds`: the profile's (ag, eg) fit, interpolated between its fitted
+  (:func:`.link.a2e_function`: the profile's (ag, eg) fit, interpolated between its fitted
   splits for the others; without fits :meth:`CostModel.a2e`, the slower of sender and
   receiver links, inter-node when ``ag + eg`` spans nodes).
 - Dense layers (``first_k_dense`` …): attention + dense MLP on the AG, placed first.
@@ -40,7 +40,7 @@ from typing import Any
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.dep.link import a2e_seconds, a2e_source
+from moeplan.planners.dep.link import a2e_function, a2e_source
 from moeplan.planners.dep.schedule import DepTimes
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.units import GIB
@@ -69,6 +69,9 @@ class DepProblem:
     label: str = ""
     memory: Callable[[int, int], dict[str, Any]] | None = field(default=None, repr=False)
     a2e_source: str = ""  # fitted / interpolated / link (:mod:`.link`); "" when not from specs
+    # prices the task times of many (ma, r2) at once before a search asks for them one by
+    # one (a vectorised kernel-table pass); None: nothing to gain
+    prefetch: Callable[[list[tuple[int, int]]], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         require(self.ag >= 1, f"ag ({self.ag}) must be >= 1")
@@ -188,6 +191,9 @@ def dep_problem(
         label=f"{model.name}@{cluster.name}",
         memory=mm.breakdown,
         a2e_source=a2e_source(cm, ag, eg),
+        prefetch=lambda pairs: cm.warm_expert_ffn(
+            model, sorted({ma * per_exp / r2 * imbalance for ma, r2 in pairs}), local
+        ),
     )
     _require_one_prompt_fits(problem, mm, cluster)
     return problem
@@ -237,6 +243,7 @@ def _task_times(
     """``times(ma, r2)`` (module docstring): AG-side durations per ``ma``, EG-side per ``me``,
     each memoised."""
     ag, eg, seq_len, local, imbalance = mm.ag, mm.eg, mm.seq_len, mm.local, mm.imbalance
+    a2e = a2e_function(cm, ag, eg)
 
     @lru_cache(maxsize=1024)
     def ag_side(ma: int) -> tuple[float, float, float]:
@@ -250,9 +257,7 @@ def _task_times(
 
     @lru_cache(maxsize=4096)
     def eg_side(me: float) -> tuple[float, float]:
-        return cm.expert_ffn(model, me, local), a2e_seconds(
-            cm, me * local * model.hidden_bytes, ag, eg
-        )
+        return cm.expert_ffn(model, me, local), a2e(me * local * model.hidden_bytes)
 
     @lru_cache(maxsize=8192)
     def times(ma: int, r2: int) -> DepTimes:

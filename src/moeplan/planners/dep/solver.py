@@ -262,7 +262,10 @@ def solve(
     t0 = time.perf_counter()
     best: tuple[float, DepConfig, float] | None = None
     evals = 0
-    for ma, r1 in pareto_pairs(problem):
+    pairs = pareto_pairs(problem)
+    if problem.prefetch is not None:  # the expert times of every candidate in one pass
+        problem.prefetch([(ma, r2) for ma, _ in pairs for r2 in range(1, problem.r2_max + 1)])
+    for ma, r1 in pairs:
         tokens = problem.tokens(ma, r1)
         if screen and best is not None and tokens / ag_bound(problem, ma, r1) < best[0] * SKIP:
             continue
@@ -316,6 +319,9 @@ def naive(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
 
 def brute_force(problem: DepProblem, evaluate: Evaluator = evaluate) -> DepResult:
     """Best FinDEP configuration over the whole (ma, r1, r2, order) grid."""
+    if problem.prefetch is not None:
+        mas = range(1, problem.ma_max + 1)
+        problem.prefetch([(ma, r2) for ma in mas for r2 in range(1, problem.r2_max + 1)])
     cfgs = (
         DepConfig(ma=ma, r1=r1, r2=r2, order=o)
         for ma, r1 in feasible_pairs(problem)

@@ -21,7 +21,11 @@ from moeplan.planners.pipeline.cost import (
     cost_model_evaluator,
     memory_reserve,
 )
-from moeplan.planners.pipeline.refine import certified_partition, memory_free_bound
+from moeplan.planners.pipeline.refine import (
+    Certificate,
+    certified_partition,
+    memory_free_bound,
+)
 from moeplan.planners.pipeline.search import (
     Partition,
     exhaustive_partition,
@@ -91,7 +95,7 @@ def plan_pipeline(
         s: degree_tables(model, cluster, workload, cost_model, s, evaluate, resolution)
         for s in pp_degrees(model, cluster, pp)
     }
-    per_pp, parts = _search_degrees(degrees, eps, rounds, async_pp)
+    per_pp, parts, certs = _search_degrees(degrees, eps, rounds, async_pp)
     if level:
         per_pp = {
             s: p if p is None else _leveled(cast(DegreeTables, degrees[s]), parts[s], p, rounds)
@@ -124,15 +128,18 @@ def plan_pipeline(
         baselines=base,
         search_s=search_s,
         verify=check,
+        certificate=certs[best.pp].to_dict(),
     )
 
 
 def _search_degrees(
     degrees: dict[int, DegreeTables | None], eps: float, rounds: int, async_pp: bool
-) -> tuple[dict[int, PipelinePlan | None], dict[int, Partition]]:
+) -> tuple[dict[int, PipelinePlan | None], dict[int, Partition], dict[int, Certificate]]:
     """Search every degree at the starting resolution, then refine the memory resolution
     (:func:`.refine.certified_partition`) of each degree that could still win at its lower
-    bound — best first, so the bar rises as degrees are refined."""
+    bound — best first, so the bar rises as degrees are refined; with each degree's
+    certificate (how far its plan is proven from the byte-level optimum)."""
+    certs: dict[int, Certificate] = {}
     per_pp: dict[int, PipelinePlan | None] = {}
     parts: dict[int, Partition] = {}
     for s, dt in degrees.items():
@@ -160,7 +167,7 @@ def _search_degrees(
         def worth(part: Partition, low: float, plan: PipelinePlan = plan, bar: float = bar) -> bool:
             return rate(plan) * part.bottleneck / low > bar
 
-        dt, part = certified_partition(
+        dt, part, certs[s] = certified_partition(
             cast(DegreeTables, degrees[s]),  # a degree with a plan has its tables
             eps=eps,
             worth=worth,  # type: ignore[arg-type]
@@ -170,7 +177,7 @@ def _search_degrees(
         degrees[s], parts[s] = dt, part
         per_pp[s] = assemble("smidt", dt, part.bounds, part.choice, rounds)
         bar = max(bar, rate(per_pp[s]))  # type: ignore[arg-type]
-    return per_pp, parts
+    return per_pp, parts, certs
 
 
 def _leveled(dt: DegreeTables, part: Partition, plan: PipelinePlan, rounds: int) -> PipelinePlan:

@@ -118,6 +118,8 @@ class PipelineResult:
     baselines: dict[str, PipelinePlan | None]
     search_s: float
     verify: dict | None = field(default=None)
+    # the plan's distance to the byte-level optimum (:class:`.refine.Certificate` as a dict)
+    certificate: dict | None = field(default=None)
 
     def speedup(self, name: str) -> float | None:
         base = self.baselines.get(name)
@@ -157,6 +159,7 @@ class PipelineResult:
                 "mem_bytes_per_gpu": [s.mem_bytes_per_gpu for s in p.stages],
                 "mem_limit_bytes": self.mem_limit_bytes,
                 "launchable_as": _launchable(p),
+                "certificate": self.certificate,  # distance to the byte-level optimum
             },
             predicted={
                 "throughput_tokens_per_s": p.throughput_tokens_per_s,

@@ -69,6 +69,44 @@ def _alias(t: dict[str, torch.Tensor], i: int) -> None:
         t[key.replace(".shared_expert.", ".shared_experts.")] = t.pop(key)
 
 
+def required_keys(cfg: MoEConfig) -> list[str]:
+    """The tensor names :func:`load_safetensors` needs (DeepSeek names, after aliasing)."""
+    out = []
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}.mlp."
+        out += [
+            f"{p}experts.{e}.{n}_proj.weight"
+            for n in ("gate", "up", "down")
+            for e in range(cfg.num_experts)
+        ]
+        out.append(p + "gate.weight")
+        out += [f"model.layers.{i}.self_attn.{n}_proj.weight" for n in ("q", "k", "v", "o")]
+    return out
+
+
+def check_safetensors(paths: list[str | Path], cfg: MoEConfig) -> None:
+    """Read only the files' headers and refuse, in one line, what :func:`load_safetensors`
+    would refuse on every rank: an unreadable file or a missing tensor."""
+    from safetensors import SafetensorError, safe_open
+
+    names: dict[str, None] = {}
+    for p in paths:
+        try:
+            with safe_open(str(p), framework="pt") as f:
+                names.update(dict.fromkeys(f.keys()))
+        except (OSError, SafetensorError) as err:
+            text = " ".join(str(err).split())[:120]
+            raise MoeplanError(
+                f"--weights ({p}) could not be read as safetensors: {type(err).__name__}: {text}"
+            ) from None
+    for i in range(cfg.num_layers):
+        _alias(names, i)  # type: ignore[arg-type]  # renames keys only
+    missing = [k for k in required_keys(cfg) if k not in names]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise MoeplanError(f"weights ({missing[0]}) missing from safetensors files{more}")
+
+
 def load_safetensors(paths: list[str | Path], cfg: MoEConfig) -> list[LayerWeights]:
     """Load ``cfg.num_layers`` layers from safetensors shards (Hugging Face DeepSeek/Qwen names;
     Mixtral's ``block_sparse_moe.experts.E.w1/w3/w2`` and Qwen2-MoE's ``shared_expert`` too)."""

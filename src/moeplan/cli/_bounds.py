@@ -1,0 +1,72 @@
+"""One rule for every numeric flag of every command, applied where flags are parsed.
+
+Typer turns ``--gpus 1111…1`` into a 40-digit integer and ``--ttft-slo inf`` (or ``1e999``,
+``nan``) into a non-finite float; reaching arithmetic they end as ``OverflowError`` or
+"cannot convert float NaN to integer" instead of a user error. :func:`guard_numbers` walks a
+command tree once and gives every integer or float parameter a check that runs right after
+Typer's own conversion: a number must be finite and at most :data:`MAX_MAGNITUDE` in size,
+and a ``--seed`` must not be negative (NumPy's generators refuse it). A violation is Click's
+usage error — one line naming the flag, the value and the rule, exit 2. A command's own
+narrower checks still apply after this one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, get_args
+
+from moeplan.errors import show
+
+#: Largest magnitude any numeric flag takes: 10^15 is beyond every count, size and time a
+#: command accepts (the largest, a message size in bytes, stays below 10^13 = 10 TB), and
+#: small enough that products and float conversions of such values cannot overflow.
+MAX_MAGNITUDE = 10**15
+
+
+def _numeric_kind(annotation: Any) -> type | None:
+    """``int`` or ``float`` for an annotation of that type (also optional or a list)."""
+    if annotation in (int, float):
+        return annotation  # type: ignore[no-any-return]
+    for arg in get_args(annotation):
+        kind = _numeric_kind(arg)
+        if kind is not None:
+            return kind
+    return None
+
+
+def _problem(value: Any, seed: bool) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if abs(value) > MAX_MAGNITUDE:
+        return f"must be at most 10^15 in magnitude (no {'seed' if seed else 'flag'} needs more)"
+    if seed and value < 0:
+        return "must not be negative"
+    return None
+
+
+def _checked(name: str, inner: Callable[..., Any] | None) -> Callable[..., Any]:
+    def callback(ctx: Any, param: Any, value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            rule = _problem(v, seed=name == "seed")
+            if rule is not None:
+                import typer
+
+                raise typer.BadParameter(f"{show(v)} {rule}", ctx=ctx, param=param)
+        return inner(ctx, param, value) if inner is not None else value
+
+    return callback
+
+
+def guard_numbers(command: Any) -> Any:
+    """Give every numeric parameter under ``command`` the check (module docstring)."""
+    for sub in getattr(command, "commands", {}).values():
+        guard_numbers(sub)
+    for param in getattr(command, "params", []):
+        desc = getattr(param, "type_descriptor", None)
+        if desc is not None and _numeric_kind(desc.annotation) is not None:
+            param.callback = _checked(param.name or "", param.callback)
+    return command

@@ -1,0 +1,197 @@
+"""The kernel-variant cache never runs code and never blocks: a planted pickle, a symlink, a
+FIFO, a folder others may write, a foreign or malformed ``.npz`` are all misses (rebuilt);
+the codec decodes only what it wrote (random graphs: a value or :class:`CodecError`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from moeplan import kernel_codec
+from moeplan.kernel_codec import CodecError, decode, encode
+from moeplan.kernel_store import DiskStore, _pack, _unpack
+
+TABLE = ("gpu_x", "engine_y", "op_z")
+KEY = ("variants", *TABLE)
+
+
+class Evil:
+    """Unpickling it opens (creates) ``marker``: code from the file would run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def store_at(tmp_path: Path) -> DiskStore:
+    table = tmp_path / "table.parquet"
+    table.write_bytes(b"rows")
+    return DiskStore(tmp_path / "store", {TABLE: table}, {}, max_bytes=1 << 30)
+
+
+def test_a_planted_pickle_is_a_miss_and_runs_nothing(tmp_path):
+    store = store_at(tmp_path)
+    store.put(KEY, {("a",): 1})
+    marker = tmp_path / "PWNED"
+    path = store.path(KEY)
+    path.write_bytes(pickle.dumps(Evil(marker)))
+    os.chmod(path, 0o600)
+    assert store.get(KEY) is None and not marker.exists()
+    store.put(KEY, {("a",): 2})  # rebuilt and rewritten
+    assert store.get(KEY) == {("a",): 2}
+
+
+def test_symlinks_fifos_and_open_folders_are_misses_that_never_block(tmp_path):
+    store = store_at(tmp_path)
+    store.put(KEY, {("a",): 1})
+    path = store.path(KEY)
+    real = tmp_path / "elsewhere.npz"
+    path.rename(real)
+    path.symlink_to(real)  # a symlink to a file that would pass every check
+    assert store.get(KEY) is None
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(store.get(KEY)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive() and got == [None]
+    path.unlink()
+    real.rename(path)
+    assert store.get(KEY) == {("a",): 1}
+    os.chmod(store.root, 0o777)  # a folder anyone may write: nothing in it is trusted
+    try:
+        assert store.get(KEY) is None
+    finally:
+        os.chmod(store.root, 0o700)
+    os.chmod(path, 0o666)
+    assert store.get(KEY) is None
+
+
+def npz(members: dict[str, np.ndarray], compression: int = zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, a in members.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, a, allow_pickle=True)
+            z.writestr(name + ".npy", member.getvalue())
+    return buf.getvalue()
+
+
+def graph(obj) -> np.ndarray:
+    return np.frombuffer(json.dumps(obj).encode(), np.uint8)
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        npz({"graph": graph({"o": ["Popen", {}]})}),  # a class it does not store
+        npz({"graph": graph({"o": ["Analytic", {"floor": 1.0}]})}),  # not its slots
+        npz({"graph": graph({"a": 0}), "a0": np.array([Evil(Path("/x"))], dtype=object)}),
+        npz({"graph": graph({"A": ["O", [1], [1]]})}),  # object dtype inline
+        npz({"graph": graph({"l": [1]})}, zipfile.ZIP_DEFLATED),  # compressed: refused
+        npz({"graph": np.array(["{}"])}),  # graph not bytes
+        b"PK\x03\x04 truncated",
+        pickle.dumps({("a",): 1}),
+    ],
+)
+def test_foreign_npz_files_do_not_decode(blob):
+    with pytest.raises((CodecError, ValueError, zipfile.BadZipFile)):
+        _unpack(blob)
+
+
+def test_real_variant_round_trips(tmp_path):
+    from moeplan.kernel_tables import kernel_db
+
+    db = kernel_db()
+    (key,) = list(db.variants("h100_sxm", "sglang", "allreduce"))[:1]
+    v = db.variant("h100_sxm", "sglang", "allreduce", key)
+    back = _unpack(_pack(v))
+    assert type(back) is type(v) and back.label == v.label and back.exact == v.exact
+    cols = {c: np.asarray(a)[:5] for c, a in v.cols.items()}
+    assert np.array_equal(
+        back.model.predict(back.featurize(cols), back.device, back.family.link),
+        v.model.predict(v.featurize(cols), v.device, v.family.link),
+    )
+    q = v.features.coords[:7]
+    assert all(
+        np.array_equal(a, b) for a, b in zip(back.field.query(q), v.field.query(q), strict=True)
+    )
+
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
+nodes = st.recursive(
+    scalars,
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(list("ltdaAnbfkocr") + ["x"]), kids, min_size=1, max_size=1
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@given(tree=nodes)
+def test_random_graphs_decode_or_raise_codec_error(tree):
+    arrays = [np.arange(5.0), np.array(["x", "y"]), np.arange(3)]
+    with contextlib.suppress(CodecError):  # a value, or this error: nothing else
+        decode(json.dumps(tree).encode(), arrays)
+
+
+@given(
+    value=st.recursive(
+        scalars | st.binary(max_size=8),
+        lambda kids: (
+            st.lists(kids, max_size=3)
+            | st.tuples(kids, kids)
+            | st.dictionaries(st.integers() | st.text(max_size=3), kids, max_size=3)
+        ),
+        max_leaves=15,
+    )
+)
+def test_plain_values_round_trip(value):
+    g, arrays = encode(value)
+    back = decode(g, arrays)
+    assert json.dumps(back, default=repr, allow_nan=True) == json.dumps(value, default=repr)
+
+
+def test_cli_never_runs_a_planted_cache_file(tmp_path):
+    env = {**os.environ, "MOEPLAN_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "moeplan", "cost", "allreduce", "--message-size", "1048576",
+           "--num-gpus", "8"]  # fmt: skip
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    marker = tmp_path / "PWNED"
+    planted = [p for p in (tmp_path / "kerneldb").iterdir() if not p.name.startswith(".")]
+    assert planted
+    for p in planted:
+        p.write_bytes(pickle.dumps(Evil(marker)))
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout == first.stdout and not marker.exists()
+
+
+def test_codec_classes_are_what_variants_are_built_of():
+    assert set(kernel_codec.CLASSES) == {
+        "VariantModel",
+        "ResidualField",
+        "Analytic",
+        "Features",
+        "WaveFeatures",
+        "Device",
+    }
