@@ -3,10 +3,10 @@
 The cost model prices attention through its uniform attention path: full attention (MHA /
 GQA / MQA) and MLA from their measured tables, sliding-window and chunked layers with the
 context capped at the window or chunk. Every other mixer kind of
-:mod:`moeplan.specs.layers` (DSA, CSA / HCA, Gated DeltaNet, KDA, Mamba-2, MSA) is priced by
-that same path with the model's attention shape until its own tables are wired in — a
-stand-in that :func:`stand_in_note` names wherever a plan's figures are printed. Mixer-less
-layers (``none``) cost nothing.
+:mod:`moeplan.specs.layers` (DSA, CSA / HCA, Gated DeltaNet, KDA, Mamba-2, MSA, and the
+mixer-less blocks ``none``) is priced by that same path with the model's attention shape
+until its own price is wired in — a stand-in that :func:`stand_in_note` names wherever a
+plan's figures are printed. A kind joins :data:`PRICED_MIXERS` with its price.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from moeplan.specs import ModelSpec
 
 #: mixer kinds priced as their own kind (extend when a kind gets its tables)
-PRICED_MIXERS = ("mha", "mla", "swa", "chunked", "none")
+PRICED_MIXERS = ("mha", "mla", "swa", "chunked")
 
 
 def stand_ins(model: ModelSpec) -> dict[str, int]:

@@ -32,6 +32,9 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   that leave the GPU are ``(1 - lar)`` of the total: ``lar = 1/moe_ep`` is today's time,
   ``lar = 1`` removes the all-to-all. Departure: the intra/inter-node split of the remote
   bytes stays the uniform one (the collective's), which is exact on one node.
+- A fused layout (MixServe's AR-A2A, ``layout.fused``) replaces the MoE block's TP
+  collectives and all-to-all by Algorithms 1-2 overlapped, or by the same sharded bytes sent
+  RS -> A2A -> AG when cheaper, as the strategy planner prices it (:mod:`moeplan.serve.fused`).
 - Dense layers: ``dense_mlp`` sharded ``dense_tp`` ways.
 - The last stage adds the lm-head GEMM for one logit row per sequence.
 
@@ -44,8 +47,14 @@ bottleneck stage or link serving ``m`` micro-batches; :func:`pipeline_period`, c
 :func:`moeplan.sim.simulate_list` in the tests). One engine iteration = one period; every sequence of the batch
 advances one step. With ``pp = 1`` the period is the stage time.
 
-Departures: engine CPU overheads and CUDA-graph padding are not modelled; communication is
-not overlapped with compute (SGLang's two-batch overlap would hide part of it).
+Instance knobs (:class:`~moeplan.serve.instance_knobs.InstanceKnobs`): with ``a2a = deepep``
+the MoE layer is DeepEP's (:mod:`moeplan.cost.wideep`: normal kernels for an iteration with
+prefill chunks, low-latency otherwise) and a DP-attention MLA block the wide-EP tables';
+``tbo`` overlaps two halves of the batch (:mod:`moeplan.serve.iteration_tbo`); an fp8 KV cache
+halves the decode KV read. The busiest EP rank's load comes from :mod:`moeplan.serve.balance`.
+
+Departures: engine CPU overheads and CUDA-graph padding are not modelled; without ``tbo``
+communication is not overlapped with compute.
 """
 
 from __future__ import annotations
@@ -59,10 +68,17 @@ from itertools import accumulate
 from typing import NamedTuple
 
 from moeplan.cost import CostModel
+from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
+from moeplan.serve.balance import layer_imbalances
+from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.grid import bucket_grid
+from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration_tbo import TwoBatchMixin
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+KV_BW_EFF = 0.8  # the CostModel roofline's HBM efficiency (cost.model.DEFAULT_BW_EFF)
 
 
 class Batch(NamedTuple):
@@ -127,13 +143,13 @@ class _Layer(NamedTuple):
     sliding: bool
     k: float
     imbalance: float
-    mixer: str = "mha"  # the layer's mixer kind (:mod:`moeplan.specs.layers`); "none": no mixer
-    ffn: str = "moe"  # its FFN kind; "none": no FFN (Nemotron-H's mixer-only blocks)
 
 
-class IterationModel:
+class IterationModel(TwoBatchMixin):
     """Seconds per engine iteration for one (model, cluster, cost, layout, routing); memoised
     per :class:`Batch`. Call it with a batch; :meth:`breakdown` explains the time."""
+
+    _part = staticmethod(busiest_part)  # used by TwoBatchMixin
 
     def __init__(
         self,
@@ -144,9 +160,12 @@ class IterationModel:
         routing: RoutingProfile | None = None,
         imbalance: float = 1.0,
         lar: float | None = None,
+        knobs: InstanceKnobs | None = None,
     ) -> None:
         layout.validate(model, cluster)
         self.model, self.cluster, self.cost, self.layout = model, cluster, cost, layout
+        self.knobs = knobs or InstanceKnobs()
+        self._wide = cost.wide_ep if self.knobs.a2a == "deepep" else None
         self._a2a_scale = a2a_scale(lar, layout.moe_ep)
         route = routing if routing is not None else RoutingProfile.static(model.top_k)
         moe_index = {layer: i for i, layer in enumerate(model.moe_layers)}
@@ -158,21 +177,19 @@ class IterationModel:
             "dense": -(-layout.dense_tp // gpn),
             "ep": min(layout.moe_ep, -(-w // gpn)),
         }
+        imbs = layer_imbalances(route, model, layout, imbalance, self._nodes["ep"])
         self._stages: list[Counter[_Layer]] = []
         for layers in stage_layers(model, layout.pp):
             c: Counter[_Layer] = Counter()
             for layer in layers:
                 moe = model.is_moe_layer(layer)
                 i = moe_index.get(layer, 0)
-                spec = model.layer_specs[layer]
                 c[
                     _Layer(
                         moe,
                         model.is_sliding_layer(layer),
                         route.k(i) if moe else 0.0,
-                        route.imbalance(i, groups=layout.moe_ep) * imbalance if moe else 1.0,
-                        spec.mixer.kind,
-                        spec.ffn.kind,
+                        imbs[i] if moe else 1.0,
                     )
                 ] += 1
             self._stages.append(c)
@@ -202,7 +219,29 @@ class IterationModel:
     def _attention(self, rank: Batch, sliding: bool) -> float:
         return self._memo(("attn", rank, sliding), self._attention_raw, rank, sliding)
 
+    def _wide_attention(self, rank: Batch) -> float | None:
+        """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
+        ``None`` where they do not apply (no DeepEP, attention TP, other attention)."""
+        if self._wide is None or self.layout.attn_tp != 1:
+            return None
+        cm, md, kv = self.cost, self.model, self.knobs.kv_dtype
+        t = 0.0
+        if rank.decode:
+            d = cm.wide_mla(md, rank.decode, 1, rank.decode_ctx, kv)
+            if d is None:
+                return None
+            t += d
+        for q, ctx in rank.prefill:
+            p = cm.wide_mla(md, 1, q, ctx, kv)
+            if p is None:
+                return None
+            t += p
+        return t
+
     def _attention_raw(self, rank: Batch, sliding: bool) -> float:
+        wide = None if sliding else self._wide_attention(rank)
+        if wide is not None:
+            return wide
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         layer = self.model.sliding_layers[0] if sliding else None
         t_r = rank.tokens
@@ -210,6 +249,10 @@ class IterationModel:
         core = self._decode_core(rank.decode, rank.decode_ctx, sliding)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
+        if self.knobs.kv_scale < 1.0:  # an fp8 KV cache: the decode reads half the bytes
+            kv_read = rank.decode * rank.decode_ctx * kv_bytes_per_token_layer(md, tp)
+            saved = kv_read * (1.0 - self.knobs.kv_scale) / (self.cluster.gpu.mem_bw * KV_BW_EFF)
+            core = max(0.5 * core, core - saved)
         return proj + core
 
     def _decode_core(self, seqs: int, ctx: int, sliding: bool) -> float:
@@ -240,10 +283,23 @@ class IterationModel:
         nbytes = tokens * self.model.hidden_bytes
         return self.cost.collective("all_reduce", nbytes, group, nodes)
 
-    def _moe(self, t_mb: int, t_r: int, k: float, imb: float) -> tuple[float, float]:
+    def _moe(
+        self, t_mb: int, t_r: int, k: float, imb: float, prefill: bool = True
+    ) -> tuple[float, float]:
         """(compute, communication) of one MoE layer on the busiest GPU."""
         cm, md, lay = self.cost, self.model, self.layout
-        e_local = md.num_experts / lay.moe_ep
+        if self._wide is not None:  # DeepEP: context kernels with prefill chunks, else LL
+            w = self._wide.moe(
+                md,
+                t_mb / lay.stage_gpus,
+                lay.moe_ep,
+                redundant=lay.redundant_experts,
+                imbalance=imb,
+                phase="context" if prefill else "generation",
+            )
+            pre = cm.router(md, t_r) + cm.shared_expert(md, t_r, lay.attn_tp)
+            return pre + w.gemm, w.dispatch + w.combine
+        e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_mb * k * imb / lay.moe_ep
         compute = (
             cm.router(md, t_r)
@@ -255,7 +311,24 @@ class IterationModel:
         if lay.moe_ep > 1:
             a2a = group_tokens * k * imb * md.hidden_bytes * self._a2a_scale
             comm += 2 * cm.collective("all_to_all", a2a, lay.moe_ep, self._nodes["ep"])
+        if lay.fused:  # MixServe's Algs. 1-2 or RS -> A2A -> AG (serve/fused.py)
+            layer = fused_layer(cm, md, lay.moe_ep, lay.moe_tp, t_mb, k, imb, self._a2a_scale)
+            comm = fused_comm(layer)
         return compute, comm
+
+    def _dense_layer(self, t_mb: int) -> tuple[float, float]:
+        """(MLP, all-reduce) of one dense layer for a micro-batch of ``t_mb`` tokens."""
+        lay, md = self.layout, self.model
+        dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
+        mlp = self._memo(("mlp", dense_tokens), self.cost.dense_mlp, md, dense_tokens, lay.dense_tp)
+        gs = self._memo(
+            ("gs", dense_tokens, lay.dense_tp),
+            self._gather_scatter,
+            dense_tokens,
+            lay.dense_tp,
+            self._nodes["dense"],
+        )
+        return mlp, gs
 
     def _stage(self, s: int, mb: Batch, rank: Batch) -> dict[str, float]:
         """Seconds of stage ``s`` for micro-batch ``mb`` (busiest DP rank ``rank``)."""
@@ -265,35 +338,25 @@ class IterationModel:
         attn_comm = self._memo(
             ("gs", t_r, lay.attn_tp), self._gather_scatter, t_r, lay.attn_tp, self._nodes["attn"]
         )
-        dense_tokens = math.ceil(t_mb * lay.dense_tp / lay.stage_gpus)
         for layer, count in self._stages[s].items():
-            if layer.mixer != "none":
-                out["attention"] += count * self._attention(rank, layer.sliding)
-                out["comm"] += count * attn_comm
-            if layer.ffn == "none":
-                continue
+            out["attention"] += count * self._attention(rank, layer.sliding)
+            out["comm"] += count * attn_comm
             if layer.moe:
                 comp, comm = self._memo(
-                    ("moe", t_mb, t_r, layer.k, layer.imbalance),
+                    ("moe", t_mb, t_r, layer.k, layer.imbalance, bool(mb.prefill)),
                     self._moe,
                     t_mb,
                     t_r,
                     layer.k,
                     layer.imbalance,
+                    bool(mb.prefill),
                 )
                 out["moe"] += count * comp
                 out["comm"] += count * comm
             else:
-                out["dense"] += count * self._memo(
-                    ("mlp", dense_tokens), cm.dense_mlp, md, dense_tokens, lay.dense_tp
-                )
-                out["comm"] += count * self._memo(
-                    ("gs", dense_tokens, lay.dense_tp),
-                    self._gather_scatter,
-                    dense_tokens,
-                    lay.dense_tp,
-                    self._nodes["dense"],
-                )
+                mlp, gs = self._dense_layer(t_mb)
+                out["dense"] += count * mlp
+                out["comm"] += count * gs
         if s == lay.pp - 1:
             out["lm_head"] = cm.gemm(rank.sequences, md.vocab_size / lay.attn_tp, md.hidden_size)
         return out
@@ -306,6 +369,8 @@ class IterationModel:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
+        if self.knobs.tbo and lay.pp == 1 and batch.sequences >= 2:
+            return self._two_batch(mb)
         rank = busiest_part(mb, lay.attn_dp)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
         stage_s = [sum(p.values()) for p in parts]
