@@ -34,7 +34,15 @@ def target(
 # What the sources say, written out by hand (not derived from the tables under test):
 # DeepEP needs SM90 + full NVLink P2P inside a node + RDMA across nodes (DeepEP README);
 # SGLang's DeepEP path: DeepSeek V2/V3 (Kimi K2 is DeepseekV3ForCausalLM) and Qwen3-MoE.
-DEEPEP_CLUSTERS = {"findep-c", "findep-d", "mixserve-h20", "h100-sxm-8", "h200-sxm-8"}
+# H800 is SM90 (DeepEP's own benchmarks run on H800 + CX7 InfiniBand).
+DEEPEP_CLUSTERS = {
+    "findep-c",
+    "findep-d",
+    "mixserve-h20",
+    "h100-sxm-8",
+    "h200-sxm-8",
+    "h800-sxm-8",
+}
 DEEPEP_MODELS = {
     "deepseek-v2",
     "deepseek-v2-lite",

@@ -155,6 +155,7 @@ def test_cost_engine_prices_kernels_like_plan(capsys):
     (knob search, then the run at the rate) on the same cost models gives the same figures."""
     from moeplan.kernel_tables import engine_cost_model
     from moeplan.serve import SLO
+    from moeplan.serve.instance_knobs import resolve_knobs
     from moeplan.serve.iteration import IterationModel
     from moeplan.serve.layout import ServeLayout
     from moeplan.serve.search import evaluate_layout, run_workload
@@ -177,8 +178,12 @@ def test_cost_engine_prices_kernels_like_plan(capsys):
     slo = SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0)
     for ce, engine in (("engine", "sglang"), ("none", None)):
         cm = engine_cost_model(c, None, engine)
-        r = evaluate_layout(m, c, cm, layout, w, slo, engine="sglang", search_requests=150)
-        _, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
+        kn = resolve_knobs(engine, m, c, layout)  # --a2a auto: DeepEP with the engine
+        r = evaluate_layout(
+            m, c, cm, layout, w, slo, engine="sglang", search_requests=150, knobs=kn
+        )
+        ev = IterationModel(m, c, cm, layout, knobs=kn)
+        _, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
         got = docs[ce]["metrics"]["output_tokens_per_s_per_gpu"]
         assert got == pytest.approx(metrics.output_tokens_per_s_per_gpu, rel=1e-9)
     ttft = [docs[ce]["metrics"]["ttft_p90_s"] for ce in ("engine", "none")]

@@ -4,7 +4,8 @@ From ai-dynamo/aiconfigurator @ 095f58a5 (Apache-2.0, LICENSE in that folder), l
 ``<gpu>/<family>/<engine>/<version>/<file>.parquet``. Latencies arrive in milliseconds
 (``latency``) or microseconds (``*_us``) and leave in seconds. Where an engine has the same
 file in several versions the newest is read. DeepEP is a library shared by the engines: its
-tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike.
+tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike; the wide-EP
+MoE tables (DeepGEMM grouped GEMMs) serve ``sglang`` and ``vllm`` (:data:`WIDEEP_SHARED`).
 
 :func:`kernel_db` builds the :class:`~moeplan.cost.kerneldb.KernelDB` once per process
 (each table read on first use, the table GPUs' datasheet devices from the cluster presets,
@@ -57,6 +58,10 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
     "generation_mla_perf.parquet": [("generation_mla", {}, ("latency",), 1e-3)],
     "mla_context_module_perf.parquet": [("context_mla_module", {}, ("latency",), 1e-3)],
     "mla_generation_module_perf.parquet": [("generation_mla_module", {}, ("latency",), 1e-3)],
+    "wideep_context_moe_perf.parquet": [("wideep_context_moe", {}, ("latency",), 1e-3)],
+    "wideep_generation_moe_perf.parquet": [("wideep_generation_moe", {}, ("latency",), 1e-3)],
+    "wideep_context_mla_perf.parquet": [("wideep_context_mla", {}, ("latency",), 1e-3)],
+    "wideep_generation_mla_perf.parquet": [("wideep_generation_mla", {}, ("latency",), 1e-3)],
     "custom_allreduce_perf.parquet": [("allreduce", {}, ("latency",), 1e-3)],
     "wideep_deepep_normal_perf.parquet": [
         (
@@ -76,6 +81,13 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
         ("deepep_ll_dispatch", {}, ("dispatch_avg_t_us",), 1e-6),
         ("deepep_ll_combine", {}, ("combine_avg_t_us",), 1e-6),
     ],
+}
+#: SGLang's wide-EP MoE tables time DeepGEMM's grouped GEMMs, the kernels vLLM's DeepEP
+#: all2all backends run too (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py): they
+#: serve both engines, as the DeepEP tables serve every engine
+WIDEEP_SHARED = {
+    "wideep_context_moe_perf.parquet": ("sglang", "vllm"),
+    "wideep_generation_moe_perf.parquet": ("sglang", "vllm"),
 }
 #: table GPU -> the cluster preset whose datasheet numbers it has
 TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
@@ -167,6 +179,8 @@ def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Pa
     out: dict[tuple[str, str, str], tuple[Path, tuple]] = {}
     for (gpu, name, engine), path in sorted(newest.items()):
         engines = ENGINES if name.startswith("wideep_deepep") else (engine,)
+        if name in WIDEEP_SHARED:
+            engines = WIDEEP_SHARED[name]
         for op, rename, lat, scale in FILES[name]:
             for eng in engines:
                 out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))

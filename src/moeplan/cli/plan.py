@@ -186,16 +186,34 @@ def plan_cmd(
     = ",".join(FAMILIES),
     profile: Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
     = None,
+    any_divisor: Annotated[bool | None, typer.Option(
+        "--any-divisor/--powers-of-two",
+        help="Strategy family degrees: every divisor of the GPU count, or powers of two only "
+             "(MixServe's rule). Default: every divisor when the GPU count is not a power "
+             "of two (e.g. --nodes 12), else powers of two.")] = None,
     placement: Annotated[bool, typer.Option("--placement/--no-placement",
                                             help="Run Sem-MoE placement on the winner.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic trace and splits.")] = 0,
     out: Annotated[str | None, typer.Option(help="Artifact folder (default out/<model>-<cluster>).")]
     = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress display.")] = False,
+    redundant_experts: Annotated[int | None, typer.Option(
+        help="Redundant experts per MoE layer (default: searched, 0 or the smallest making "
+             "E + R divisible by EP, at most E/8).")] = None,
+    tbo: Annotated[bool | None, typer.Option(
+        "--tbo/--no-tbo", help="Two-batch overlap (default: searched where DeepEP runs).")] = None,
+    mtp: Annotated[int, typer.Option(
+        help="MTP draft tokens (priced by serve-sim --phase decode only).")] = 0,
+    mtp_accept: Annotated[float | None, typer.Option(
+        help="Acceptance rate of each MTP draft token, in (0, 1].")] = None,
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    a2a: Annotated[str | None, typer.Option(
+        help="MoE all-to-all: auto, deepep or nccl (default: searched).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
     t_start = time.perf_counter()
+    knob_search = _knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
     m: ModelSpec = load_model(model)
     if layers is not None:
         require(layers >= 1, f"layers ({layers}) must be >= 1")
@@ -232,10 +250,12 @@ def plan_cmd(
         task = prog.add_task("planning", total=None)
         result = plan(m, c, w, cm, families=fams,
                       alternatives=[load_cluster(n) for n in cluster_names()],
+                      any_divisor=any_divisor,
                       progress=lambda f: prog.update(task, description=f"planning: {f}"))
         ranking = serve_rank(result, cm, sw, slo, objective=objective, engine=engine,
                              rate_given=rate is not None or concurrency is not None,
-                             progress=lambda t: prog.update(task, description=t))
+                             progress=lambda t: prog.update(task, description=t),
+                             knob_search=knob_search)
         if not ranking.winner.result.meets_slo:
             raise MoeplanError(no_plan_meets(ranking))
         place_res, place_note = None, None
@@ -262,6 +282,30 @@ def plan_cmd(
         console.print(price["stand_in_note"])
     if place_note:
         console.print(place_note)
+
+
+def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: float | None,
+                 kv_dtype: str, a2a: str | None) -> Any:
+    """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
+    from moeplan.cost.a2a import A2A_CHOICES
+    from moeplan.serve.instance_knobs import KV_DTYPES, InstanceKnobs
+    from moeplan.serve.rank import KnobSearch
+
+    require(redundant is None or redundant >= 0,
+            f"--redundant-experts ({redundant}) must be >= 0")
+    require(kv_dtype in KV_DTYPES, f"--kv-dtype ({kv_dtype!r}) must be one of "
+            f"{', '.join(KV_DTYPES)}")
+    require(a2a is None or a2a in A2A_CHOICES,
+            f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
+    require(mtp_accept is None or mtp > 0, f"--mtp-accept ({mtp_accept}) needs --mtp N")
+    require(mtp_accept is None or 0 < mtp_accept <= 1,
+            f"--mtp-accept ({mtp_accept}) must be in (0, 1]")
+    require(mtp == 0, f"--mtp ({mtp}) is priced by `serve-sim --phase decode`; the serving "
+            "simulation advances one token per sequence and step")
+    given = {n for n, v in (("tbo", tbo), ("redundant_experts", redundant), ("a2a", a2a))
+             if v is not None}
+    base = InstanceKnobs(tbo=bool(tbo), kv_dtype=kv_dtype)
+    return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
 
 
 def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict[str, str],

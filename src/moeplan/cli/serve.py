@@ -2,7 +2,8 @@
 
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
-attention–FFN disaggregated and is not simulated by this engine model, said in one line).
+attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
+is a prefill/decode pair of pools (``--pd``, :mod:`moeplan.cli.serve_pd`).
 Thin: parse → specs → :func:`moeplan.serve.evaluate_layout` → print. The engine knobs
 (running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
 ``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
@@ -19,6 +20,7 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.io import check_target
 from moeplan.planners.plan import Plan
@@ -54,6 +56,7 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             moe_tp=_degree("moe.tp", moe.get("tp")),
             moe_ep=_degree("moe.ep", moe.get("ep")),
             pp=_degree("pp", lay.get("pp", 1)),
+            fused=plan.details.get("fused") is True,
         )
     if plan.family == "pipeline":
         return _pipeline_layout(lay)
@@ -170,6 +173,7 @@ def serve_sim(
     plan: Annotated[
         str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
     ] = None,
+    pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
     attn_dp: Annotated[int | None, typer.Option(help="Attention DP degree (default 1).")] = None,
     moe_tp: Annotated[int | None, typer.Option(help="MoE TP degree (default 1).")] = None,
@@ -246,20 +250,85 @@ def serve_sim(
     trace_out: Annotated[
         str | None, typer.Option(help="Write a Chrome trace of the iterations here.")
     ] = None,
+    phase: Annotated[
+        str | None,
+        typer.Option(help="prefill or decode: the steady step of that phase alone, per GPU."),
+    ] = None,
+    batch_per_gpu: Annotated[
+        int | None, typer.Option(help="--phase decode: sequences per GPU.")
+    ] = None,
+    tokens_per_gpu: Annotated[
+        int | None, typer.Option(help="--phase prefill: prompt tokens per GPU (prompts of --isl).")
+    ] = None,
+    context: Annotated[
+        int | None, typer.Option(help="--phase decode: KV tokens per sequence.")
+    ] = None,
+    redundant_experts: Annotated[
+        int, typer.Option(help="Redundant expert replicas per MoE layer (EPLB).")
+    ] = 0,
+    tbo: Annotated[
+        bool | None,
+        typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
+    ] = None,
+    mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
+    mtp_accept: Annotated[
+        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    a2a: Annotated[
+        str,
+        typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
+    ] = "auto",
+    routing_trace: Annotated[
+        str | None,
+        typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
-    goodput and the largest request rate that meets the SLOs."""
+    goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
+    step of one phase alone per GPU."""
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
+    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags
+
+    phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
+    require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
     )
-    layout, the_plan = _layout(plan, flags)
+    deployment = None
+    if pd is not None:
+        check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
+        knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
+                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
+                      "--a2a": None if a2a == "auto" else a2a}
+        bad = [k for k, v in knob_given.items() if v is not None]
+        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
+                "engine's all-to-all and the better two-batch overlap setting; redundant experts "
+                "go in the layout: moe-rN)")
+        deployment, the_plan = read_pd(pd)
+        layout = deployment.prefill
+    else:
+        layout, the_plan = _layout(plan, flags)
+    if redundant_experts and deployment is None:
+        layout = replace(layout, redundant_experts=redundant_experts)
     require(bool(model or the_plan), "--model is required without --plan")
     require(bool(cluster or the_plan), "--cluster is required without --plan")
     m = load_model(model or the_plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or the_plan.cluster, nodes)  # type: ignore[union-attr]
+    knob_flags = dict(a2a=a2a, tbo=tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=kv_dtype)
+    from moeplan.cli.serve_phase import trace_routing
+
+    routing = trace_routing(routing_trace, m) if routing_trace else None
+    if phase is not None:
+        run_phase_flags(
+            m, c, layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
+            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
+            knob_flags=knob_flags, json_out=json_out, routing=routing,
+        )  # fmt: skip
+        return
     _check_flags(engine, rate, concurrency, requests, chunk_tokens, max_running, arrival, cv)
     require(ttft_slo > 0 and tpot_slo > 0, "--ttft-slo and --tpot-slo must be positive (ms)")
     require(
@@ -286,6 +355,17 @@ def serve_sim(
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    if deployment is not None:
+        return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
+                       requests=requests, json_out=json_out)
+    require(
+        mtp == 0,
+        f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "
+        "speculative decoding",
+    )
+    from moeplan.serve.instance_knobs import resolve_knobs
+
+    knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
     r = evaluate_layout(  # the rate search runs on the same request stream as the report
         m,
         c,
@@ -297,6 +377,8 @@ def serve_sim(
         chunk_tokens=chunk_tokens,
         max_running=max_running,
         search_requests=requests,
+        knobs=knobs,
+        routing=routing,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)
@@ -310,11 +392,13 @@ def serve_sim(
             "misses them; raise --ttft-slo/--tpot-slo or change the layout",
         )
         w = w.with_rate(at)  # type: ignore[arg-type]
-    sim, metrics = run_workload(r.engine, w, IterationModel(m, c, cm, layout), layout.gpus, slo)
+    ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
+    sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)
     from moeplan.cost.mixer_prices import stand_in_fields
 
+    out["knobs"] = knobs.to_dict()
     out["pricing"] = {**pricing(cm), **stand_in_fields(m)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.errors import require
 from moeplan.specs import ModelSpec, layer_math
 from moeplan.specs.layers import LATENT_KINDS
 from moeplan.specs.model import ACT_BYTES
@@ -191,3 +192,177 @@ def floor_breakdown(model: ModelSpec, num_gpus: int, tokens: int = 1) -> MemoryB
         activations=activation_bytes(model, tokens) / num_gpus,
         buffers=0.0,
     )
+
+
+# ---- one instance's GPUs: the model the strategy planner and the serving simulator share ----
+GIB = 1024**3
+
+
+def default_chunk_tokens(engine: str, gpu_mem_bytes: float, gpu_name: str) -> int:
+    """Prompt tokens of one forward step by default (the engines' chunked prefill): SGLang
+    ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384
+    (server_args.py); vLLM V1 8192 batched tokens on GPUs with >= 70 GiB except A100, else
+    2048 (arg_utils.py)."""
+    if engine == "vllm":
+        return 8192 if gpu_mem_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
+    return 2048 if gpu_mem_bytes < 35 * GIB else 8192 if gpu_mem_bytes < 160 * GIB else 16384
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InstanceShape:
+    """What memory needs to know of an instance's layout: per-block degrees, pipeline
+    stages, routed experts held per GPU (``(E + redundant) / moe_ep``), the all-to-all's
+    experts per token ``k``, whether MixServe's fused RS-Combine/AG-Dispatch runs, and the
+    KV cache's bytes relative to the model's own KV dtype (``kv_scale``: 0.5 for an fp8 cache
+    of a bf16 model)."""
+
+    attn_tp: int
+    attn_dp: int
+    moe_tp: int
+    moe_ep: int
+    pp: int
+    dense_tp: int
+    local_experts: float
+    k: float
+    fused: bool = False
+    kv_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "dense_tp"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v >= 1, f"shape.{f} ({v!r}) must be an integer >= 1")
+        for f in ("local_experts", "k"):
+            v = getattr(self, f)
+            require(v >= 0, f"shape.{f} ({v!r}) must be >= 0")
+        require(self.kv_scale > 0, f"shape.kv_scale ({self.kv_scale!r}) must be > 0")
+
+
+def stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Decoder layers of each pipeline stage: contiguous, counts differing by at most one."""
+    base, extra = divmod(num_layers, pp)
+    out, start = [], 0
+    for s in range(pp):
+        n = base + (1 if s < extra else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def stage_weights(
+    model: ModelSpec, shape: InstanceShape, layers: range, first: bool, last: bool
+) -> float:
+    """Weights on one GPU of the stage holding ``layers``: attention, routed + shared experts
+    or the dense MLP per layer; the embedding on the first stage, the lm-head on the last
+    (each vocab-parallel over ``attn_tp``)."""
+    s, q = shape, model.quant
+    attn = attn_weight_bytes(model, s.attn_tp)
+    moe = expert_weight_bytes(model, s.local_experts, s.moe_tp) + shared_weight_bytes(
+        model, s.attn_tp
+    )
+    dense = dense_mlp_weight_bytes(model, s.dense_tp)
+    total = sum(attn + (moe if model.is_moe_layer(i) else dense) for i in layers)
+    if first:
+        total += model.embedding_params * q.embedding.bytes_per_weight / s.attn_tp
+    if last:
+        total += model.lm_head_params * q.lm_head.bytes_per_weight / s.attn_tp
+    return total
+
+
+def step_bytes(model: ModelSpec, shape: InstanceShape, step_tokens: int) -> tuple[float, float]:
+    """(activations, communication buffers) of one forward step of ``step_tokens`` tokens
+    over the instance: an attention-DP rank's share of the tokens is live on every GPU of
+    its TP group; the all-to-all's send + receive buffers hold one GPU's share of the stage's
+    tokens times ``k`` when the MoE is expert-parallel; MixServe's fused rounds stage one
+    hidden state per token of the attention rank (Algorithms 1-2)."""
+    s = shape
+    per_rank = -(-step_tokens // s.attn_dp)
+    act = activation_bytes(model, per_rank, s.attn_tp)
+    per_gpu = -(-step_tokens // (s.attn_tp * s.attn_dp))
+    buf = a2a_buffer_bytes(model, per_gpu, s.k) if s.moe_ep > 1 else 0.0
+    if s.fused:
+        buf += per_rank * model.hidden_bytes
+    return act, buf
+
+
+#: a stage of only linear layers has no per-token cache: its pool is bounded by this instead
+MAX_POOL_TOKENS = 2**31 - 1
+
+
+def _stage_rates(model: ModelSpec, shape: InstanceShape, layers: range) -> tuple[float, float]:
+    """(cache bytes per token, fixed cache bytes per sequence) of one stage on one GPU, each
+    layer by its kind (:func:`kv_bytes_per_token_layer`, :func:`fixed_bytes_per_seq`)."""
+    per_token = sum(kv_bytes_per_token_layer(model, shape.attn_tp, i) for i in layers)
+    return per_token * shape.kv_scale, fixed_bytes_per_seq(model, shape.attn_tp, layers)
+
+
+def instance_breakdown(
+    model: ModelSpec,
+    shape: InstanceShape,
+    kv_tokens_per_rank: float,
+    step_tokens: int,
+    seqs: float = 0.0,
+) -> MemoryBreakdown:
+    """Bytes per GPU of the fullest stage holding ``kv_tokens_per_rank`` KV tokens per
+    attention-DP rank (and the fixed state of ``seqs`` sequences: linear layers, csa / hca
+    windows) while running a step of ``step_tokens`` tokens."""
+    act, buf = step_bytes(model, shape, step_tokens)
+    stages = stage_layers(model.num_layers, shape.pp)
+    best: MemoryBreakdown | None = None
+    for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
+        b = MemoryBreakdown(
+            weights=stage_weights(model, shape, layers, i == 0, i == len(stages) - 1),
+            kv_cache=per_token * kv_tokens_per_rank + fixed * seqs,
+            activations=act,
+            buffers=buf,
+        )
+        best = b if best is None or b.total > best.total else best
+    assert best is not None
+    return best
+
+
+def kv_capacity(
+    model: ModelSpec,
+    shape: InstanceShape,
+    gpu_mem_bytes: float,
+    step_tokens: int,
+    seqs: int = 0,
+) -> tuple[int, float]:
+    """(KV tokens one attention-DP rank can hold on the tightest stage, the bytes per GPU
+    that stage needs before any KV cache — the fixed state of ``seqs`` sequences included).
+    The capacity is <= 0 when nothing fits; it is the largest ``n`` with
+    ``instance_breakdown(..., n, ..., seqs).fits(gpu_mem_bytes)``."""
+    act, buf = step_bytes(model, shape, step_tokens)
+    stages = stage_layers(model.num_layers, shape.pp)
+    best: tuple[int, float] | None = None
+    for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
+        need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        need += act + buf + RESERVED_BYTES + seqs * fixed
+        left = gpu_mem_bytes - need
+        tokens = int(left // per_token) if per_token > 0 else (MAX_POOL_TOKENS if left > 0 else 0)
+        best = (tokens, need) if best is None or tokens < best[0] else best
+    assert best is not None
+    return best
+
+
+def state_split(
+    model: ModelSpec, shape: InstanceShape, gpu_mem_bytes: float, step_tokens: int,
+    state_ratio: float,
+) -> tuple[int, int]:  # fmt: skip
+    """``(KV tokens, sequences)`` per rank when the cache memory is split as SGLang splits it
+    for models with recurrent state: ``state_ratio / (1 + state_ratio)`` of it holds the
+    sequences' fixed state, the rest the token pool (the tightest stage of each)."""
+    act, buf = step_bytes(model, shape, step_tokens)
+    stages = stage_layers(model.num_layers, shape.pp)
+    tokens, seqs = MAX_POOL_TOKENS, MAX_POOL_TOKENS
+    for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
+        need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        free = gpu_mem_bytes - need - act - buf - RESERVED_BYTES
+        states = max(0.0, free) * state_ratio / (1 + state_ratio)
+        if fixed > 0:
+            seqs = min(seqs, int(states // fixed))
+        if per_token > 0:
+            tokens = min(tokens, int((free - states) // per_token))
+    return tokens, seqs

@@ -64,6 +64,7 @@ from moeplan.cost.kerneldb.pricing import (
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.cost.profile import HardwareProfile
+from moeplan.cost.wideep import WideEP
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.specs.quant import ModuleQuant
@@ -148,6 +149,40 @@ class CostModel:
             )
         return t
 
+    @cached_property
+    def wide_ep(self) -> WideEP | None:
+        """Wide-EP MoE layers (DeepEP + grouped GEMM, :mod:`moeplan.cost.wideep`) from the
+        kernel database; ``None`` without an engine."""
+        if self._kdb is None or self.engine is None:
+            return None
+        return WideEP(self._kdb, self._device, self.engine, self.cluster, self._note)
+
+    def wide_mla(
+        self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, kv_dtype: str
+    ) -> float | None:
+        """The MLA block of a wide-EP deployment (attention DP, fp8 projections) from the
+        engine's ``wideep_*_mla`` tables (fp8 KV), or ``None`` (no table, not DeepSeek-V3's MLA
+        shape). Decode rows hold the context in ``isl``; with a bf16 KV cache the extra KV
+        bytes are read at the roofline's HBM rate (DEFAULT_BW_EFF of the datasheet)."""
+        if self._kdb is None or num_seqs <= 0 or q_len <= 0:
+            return None
+        q = mla_module_query(model, num_seqs, q_len, ctx_len, 1)
+        op = "wideep_generation_mla" if q_len == 1 else "wideep_context_mla"
+        if q is None or (self._device.reference, self.engine, op) not in self._kdb.tables:
+            return None
+        shape = dict(q[1], kv_cache_dtype="fp8", mla_dtype="fp8_block", gemm_type="fp8_block")
+        if q_len == 1:
+            shape.update(isl=max(1, ctx_len), step=0)
+        t = self._kernel(op, shape)
+        if q_len > 1 and ctx_len > q_len:
+            t += self.attention_core(model, num_seqs, q_len, ctx_len) - self.attention_core(
+                model, num_seqs, q_len, q_len
+            )
+        if kv_dtype == "bf16":
+            extra = num_seqs * ctx_len * model.kv_bytes_per_token_layer() / 2
+            t += extra / (self.cluster.gpu.mem_bw * DEFAULT_BW_EFF)
+        return t
+
     def provenance(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
         """``{op: {source: {"calls", "error_median", "error_p90"}}}`` of every operation this
         model priced from the kernel database (empty without an engine)."""
@@ -221,10 +256,8 @@ class CostModel:
             return 0.0
         if self._kdb is not None:
             sliding = layer is not None and model.is_sliding_layer(layer)
-            op, shape, factor = attention_query(
-                model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding
-            )
-            return factor * self._kernel(op, shape)
+            queries = attention_query(model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding)
+            return max(self._kernel(op, shape) for op, shape in queries)
         keys = ctx_len - (q_len - 1) / 2.0  # mean keys per query under the causal mask
         if layer is not None and model.is_sliding_layer(layer):
             keys = min(keys, model.sliding_window)
@@ -253,7 +286,7 @@ class CostModel:
         if self._kdb is None or num_seqs <= 0:
             return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
         sliding = layer is not None and model.is_sliding_layer(layer)
-        op, shape, _ = attention_query(model, num_seqs, 1, 1, tp, sliding)
+        ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
         n = len(ctxs)
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]

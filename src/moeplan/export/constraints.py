@@ -48,25 +48,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moeplan.cost.a2a import (  # noqa: E402,F401 (one set of DeepEP facts, re-exported)
+    DEEPEP_ARCHITECTURES as SGLANG_DEEPEP_ARCHITECTURES,
+)
+from moeplan.cost.a2a import (  # noqa: E402,F401
+    DEEPEP_MIN_SM,
+    FULL_P2P_INTRA,
+    GPU_SM,
+    RDMA_INTER,
+    deepep_hardware_blockers,
+)
 from moeplan.specs import ClusterSpec, ModelSpec
 
-# Compute capability (major*10 + minor) of moeplan's preset GPUs; None = not a CUDA device.
-GPU_SM: dict[str, int | None] = {
-    "a10": 86,
-    "a40": 86,
-    "a6000": 86,
-    "a100-80g": 80,
-    "h20": 90,
-    "h100-sxm": 90,
-    "h200-sxm": 90,
-    "ascend-910b": None,
-}
-DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
-FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
-RDMA_INTER = frozenset({"ib", "roce"})
-SGLANG_DEEPEP_ARCHITECTURES = frozenset(
-    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
-)
 VLLM_EPLB_ARCHITECTURES = frozenset(
     {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
 )
@@ -93,6 +86,12 @@ _SGLANG_COMMON = frozenset(
         "--init-expert-location",
         "--ep-num-redundant-experts",
         "--enable-eplb",
+        "--enable-two-batch-overlap",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--kv-cache-dtype",
         "--nnodes",
         "--node-rank",
         "--dist-init-addr",
@@ -132,6 +131,10 @@ VLLM = EngineVersion(
             "--headless",
             "--distributed-executor-backend",
             "--trust-remote-code",
+            "--all2all-backend",
+            "--enable-dbo",
+            "--speculative-config",
+            "--kv-cache-dtype",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
@@ -169,23 +172,9 @@ class Target:
 
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
-    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can)."""
-    out = []
-    if t.architecture not in SGLANG_DEEPEP_ARCHITECTURES:
-        out.append(f"SGLang has no DeepEP MoE path for {t.architecture}")
-    sm = GPU_SM.get(t.gpu)
-    if sm is None or sm < DEEPEP_MIN_SM:
-        have = (
-            "not a CUDA GPU"
-            if t.gpu in GPU_SM and sm is None
-            else (f"SM{sm}" if sm else "of unknown compute capability")
-        )
-        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {t.gpu} is {have}")
-    if t.gpus_per_node > 1 and t.intra not in FULL_P2P_INTRA:
-        out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {t.intra} is not")
-    if nodes > 1 and t.inter not in RDMA_INTER:
-        out.append(f"DeepEP needs RDMA between nodes; {t.inter} is not")
-    return out
+    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can);
+    the facts are :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too)."""
+    return deepep_hardware_blockers(t.architecture, t.gpu, t.intra, t.inter, t.gpus_per_node, nodes)
 
 
 def vllm_eplb_blockers(t: Target) -> list[str]:
@@ -249,6 +238,8 @@ def check_sglang(
         if ep != tp:
             bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")
         bad += deepep_blockers(t, nodes)
+    if "--enable-two-batch-overlap" in f and backend != "deepep":
+        bad.append("--enable-two-batch-overlap needs --moe-a2a-backend deepep")
     redundant = _int(f, "--ep-num-redundant-experts", 0)
     if redundant and ep <= 1:
         bad.append("--ep-num-redundant-experts needs ep_size > 1")

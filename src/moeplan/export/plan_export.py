@@ -132,6 +132,8 @@ class Option:
     family: str
     per_gpu: float
     unit: str  # what ``per_gpu`` counts, e.g. "prompt tokens/s per GPU (batch prefill)"
+    knobs: Any = None  # the instance knobs the serving simulation priced (InstanceKnobs)
+    redundant: int = 0  # the layout's redundant experts (SGLang's EPLB places them)
 
 
 PREFILL_UNIT = "prompt tokens/s per GPU (batch prefill)"
@@ -185,13 +187,15 @@ def serving_options(serving: Any) -> list[Option]:
                 family=s.entry.family,
                 per_gpu=m.output_tokens_per_s_per_gpu,
                 unit=SERVING_UNIT,
+                knobs=s.result.knobs,
+                redundant=getattr(lay, "redundant_experts", 0),  # PD / AFD pools: none
             )
         )
     return out
 
 
 def _sglang_nodes(
-    s: Any, ctx: ExportContext, nodes: int, notes: list[str]
+    s: Any, ctx: ExportContext, nodes: int, notes: list[str], opt: Option | None = None
 ) -> list[list[list[str]]]:
     loc = None
     if ctx.placement_width is not None:
@@ -213,7 +217,8 @@ def _sglang_nodes(
             num_nodes=nodes,
             node_rank=rank,
             expert_location=loc,
-            redundant_experts=ctx.redundant,
+            redundant_experts=ctx.redundant if loc else (opt.redundant if opt else 0),
+            knobs=opt.knobs if opt else None,
         )
         out.append([list(r.args)])
         if rank == 0:
@@ -222,7 +227,7 @@ def _sglang_nodes(
 
 
 def _vllm_nodes(
-    s: Any, ctx: ExportContext, nodes: int, notes: list[str]
+    s: Any, ctx: ExportContext, nodes: int, notes: list[str], opt: Option | None = None
 ) -> list[list[list[str]]] | None:
     out = []
     for rank in range(nodes):
@@ -232,7 +237,8 @@ def _vllm_nodes(
             target=ctx.target,
             num_nodes=nodes,
             node_rank=rank,
-            redundant_experts=ctx.redundant,
+            redundant_experts=max(ctx.redundant, opt.redundant if opt else 0),
+            knobs=opt.knobs if opt else None,
         )
         if not r.expressible:
             notes += r.warnings
@@ -262,7 +268,7 @@ def _violations(engine: str, cmds: list[list[list[str]]], s: Any, ctx: ExportCon
     return bad
 
 
-Builder = Callable[[Any, ExportContext, int, list[str]], list[list[list[str]]] | None]
+Builder = Callable[..., list[list[list[str]]] | None]
 BUILDERS: dict[str, Builder] = {"sglang": _sglang_nodes, "vllm": _vllm_nodes}
 
 
@@ -311,7 +317,7 @@ def engine_export(
         if o.strategy is None:
             continue
         notes: list[str] = []
-        cmds = BUILDERS[engine](o.strategy, ctx, result.cluster.num_nodes, notes)
+        cmds = BUILDERS[engine](o.strategy, ctx, result.cluster.num_nodes, notes, o)
         bad = [] if cmds is None else _violations(engine, cmds, o.strategy, ctx)
         if cmds is None or bad:
             skipped.append(f"{o.label}: " + "; ".join(bad or notes))

@@ -19,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
+from moeplan.export.knob_flags import sglang_knob_args
 from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.instance_knobs import InstanceKnobs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,13 +69,21 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
     return ["--dp-size", str(attn_dp), "--enable-dp-attention"]
 
 
-def _ep_args(s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str]) -> list[str]:
-    """``--ep-size`` and, where SGLang and the hardware allow it, the DeepEP backend."""
+def _ep_args(
+    s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
+) -> list[str]:
+    """``--ep-size`` and the DeepEP backend where :func:`moeplan.cost.a2a.moe_backend` (the
+    cost model's decision) picks it for ``a2a``."""
     if s.moe_ep <= 1:
         return []
-    blockers = deepep_blockers(target, nodes)
-    if s.moe_ep == tp and not blockers:
+    hw = HardwareFacts(
+        target.architecture, target.gpu, target.intra, target.inter, target.gpus_per_node
+    )
+    if moe_backend(a2a, "sglang", hw, None, s.moe_tp, s.moe_ep) == "deepep":
         return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]
+    blockers = deepep_blockers(target, nodes)
+    if a2a == "nccl":
+        return ["--ep-size", str(s.moe_ep)]
     if s.moe_ep != tp:
         warnings.append(
             f"SGLang's deepep backend needs ep_size == tp_size ({s.moe_ep} != {tp}); "
@@ -98,8 +109,11 @@ def sglang_args(
     expert_location: str | None = None,
     redundant_experts: int = 0,
     version: EngineVersion = SGLANG,
+    knobs: InstanceKnobs | None = None,
 ) -> ExportResult:
-    """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``."""
+    """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``;
+    ``knobs``: the instance knobs the plan priced (MoE backend, two-batch overlap, MTP, KV
+    dtype; :mod:`moeplan.export.knob_flags`)."""
     s = strategy
     tp = s.stage_size
     args = [
@@ -113,11 +127,15 @@ def sglang_args(
         *attn_dp_args(s.attn_dp, version),
     ]
     warnings: list[str] = []
-    args += _ep_args(s, tp, target, num_nodes, warnings)
+    args += _ep_args(s, tp, target, num_nodes, warnings, knobs.a2a if knobs else "auto")
     if expert_location is not None:
         args += ["--init-expert-location", expert_location]
         if redundant_experts:
             args += ["--ep-num-redundant-experts", str(redundant_experts)]
+    elif redundant_experts and s.moe_ep > 1:  # SGLang's own EPLB places the replicas
+        args += ["--ep-num-redundant-experts", str(redundant_experts), "--enable-eplb"]
+    if knobs is not None:
+        args += sglang_knob_args(knobs)
     if s.pp > 1:
         args += ["--pp-size", str(s.pp)]
         if s.attn_dp > 1:
@@ -178,10 +196,12 @@ def sglang_pd_commands(
     model_path: str,
     target: Target,
     transfer_backend: str = "mooncake",
+    knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
 ) -> list[PDCommand]:
     """SGLang PD launch: ``x`` prefill and ``y`` decode servers (each with its own layout,
     ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
-    bootstrap port), then ``sglang_router.launch_router --pd-disaggregation`` listing every
+    bootstrap port, and each pool's ``knobs``: its MoE backend and two-batch overlap flags),
+    then ``sglang_router.launch_router --pd-disaggregation`` listing every
     prefill (with its bootstrap port) and decode server, round-robin on both (the policy
     :mod:`moeplan.serve.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
     smaller than a node gets ``--base-gpu-id``, and every server its own port (and prefill
@@ -195,6 +215,7 @@ def sglang_pd_commands(
     out: list[PDCommand] = []
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
     gpu = 0  # instances laid out on consecutive GPUs, prefill first
+    pool_knobs = {"prefill": knobs[0], "decode": knobs[1]}
     for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         for i in range(count):
             addr = pd_address(role, i)
@@ -214,6 +235,7 @@ def sglang_pd_commands(
                     num_nodes=nodes,
                     node_rank=rank,
                     init_addr=f"{addr}:{5000 + len(out)}",
+                    knobs=pool_knobs[role],
                 )
                 out.append(PDCommand(role=role, instance=i, node_rank=rank, args=(*r.args, *pd)))
             url = f"http://{addr}:{port}"
@@ -248,6 +270,7 @@ def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
         y=pd.y,
         model_path=model_path,
         target=target,
+        knobs=(getattr(pd, "prefill_knobs", None), getattr(pd, "decode_knobs", None)),
     )
     lines = [
         "#!/usr/bin/env bash",

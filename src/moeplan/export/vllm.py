@@ -22,8 +22,10 @@ import json
 
 from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
+from moeplan.export.knob_flags import vllm_knob_args
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools
 from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 
@@ -48,8 +50,12 @@ def vllm_args(
     address: str = "${MASTER_ADDR}",
     rpc_port: int = 13345,
     redundant_experts: int = 0,
+    knobs: InstanceKnobs | None = None,
+    role: str = "colocated",
 ) -> ExportResult:
-    """``vllm serve`` arguments for ``strategy`` on node ``node_rank``."""
+    """``vllm serve`` arguments for ``strategy`` on node ``node_rank``; ``knobs`` the
+    instance knobs the plan priced (:mod:`moeplan.export.knob_flags`) for an instance of
+    ``role``."""
     require(0 <= node_rank < num_nodes, f"node_rank ({node_rank}) must be in [0, {num_nodes})")
     s = strategy
     why = unexpressible(s)
@@ -71,6 +77,8 @@ def vllm_args(
         )
     if s.pp > 1:
         args += ["--pipeline-parallel-size", str(s.pp)]
+    if knobs is not None:
+        args += vllm_knob_args(knobs, role)
     if num_nodes > 1:
         args += _multinode(s, num_nodes, node_rank, address, rpc_port, warnings)
         if node_rank > 0 and "--distributed-executor-backend" in args:

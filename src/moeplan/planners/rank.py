@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -119,13 +120,22 @@ def _bound_from_shares(compute: float, intra: float, inter: float) -> str:
     return max(parts, key=lambda k: parts[k])
 
 
+def power_of_two(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
 def strategy_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                       cm: CostModel) -> Candidate:
-    """MixServe's analyzer; the strategy with the highest prefill throughput."""
+                       cm: CostModel, any_divisor: bool | None = None) -> Candidate:
+    """MixServe's analyzer; the strategy with the highest prefill throughput. Degrees are
+    powers of two (the paper's rule 9) or, with ``any_divisor`` (``None``: when the GPU count
+    is not a power of two, e.g. 12 nodes of 8, where no power-of-two EP group spans all GPUs),
+    every divisor of the GPU count."""
     from moeplan.planners import strategy as st
 
     t0 = time.perf_counter()
-    a = st.analyze(model, cluster, workload, cm)
+    if any_divisor is None:
+        any_divisor = not power_of_two(cluster.num_gpus)
+    a = st.analyze(model, cluster, workload, cm, any_divisor=any_divisor)
     require(bool(a.strategies), f"no MixServe strategy meets the SLOs on {cluster.name}")
     tokens = workload.batch * workload.isl
     best = max(a.strategies, key=lambda r: (tokens / r.prefill.total_s, -r.num_gpus))
@@ -222,10 +232,13 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
          families: Sequence[str] = FAMILIES, ttft_slo_s: float | None = None,
          adapters: dict[str, Adapter] | None = None,
          progress: Callable[[str], None] | None = None,
-         alternatives: Sequence[ClusterSpec] = ()) -> PlanResult:
+         alternatives: Sequence[ClusterSpec] = (),
+         any_divisor: bool | None = None) -> PlanResult:
     """Run every requested family, rank by prefill tokens/s per GPU, explain the winner.
 
     ``alternatives``: clusters to suggest when nothing fits (the CLI passes the presets).
+    ``any_divisor``: the strategy family's degrees (:func:`strategy_candidate`; ``None``:
+    every divisor when the GPU count is not a power of two).
     """
     adapters = adapters or ADAPTERS
     for f in families:
@@ -236,7 +249,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
             progress(f)
         t0 = time.perf_counter()
         try:
-            c = adapters[f](model, cluster, workload, cm)
+            adapter = adapters[f]
+            if f == "strategy" and any_divisor is not None:
+                adapter = partial(adapter, any_divisor=any_divisor)
+            c = adapter(model, cluster, workload, cm)
         except MoeplanError as err:
             skipped[f] = str(err)
         else:

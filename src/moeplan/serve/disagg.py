@@ -17,10 +17,17 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
    for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
    queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
    first half's (plus a small floor) at both pools — a queue that grows without bound fails —
-   the busiest prefill instance is busy at most ``RHO_MAX`` of the arrival window, and the
-   rate is at most ``RHO_MAX`` of the decode pool's capacity at its batch cap (a short probe
-   run cannot show a slowly growing queue; these loads can).
+   and the rate is at most ``RHO_MAX`` of each pool's capacity (prefill: full chunks; decode:
+   its batch cap; a short probe run cannot show a slowly growing queue, these loads can).
+   Not the prefill instances' busy fraction: a batching server is busy all the time well
+   below its capacity (each iteration takes what queued during the last one; with DeepEP's
+   per-step floor, a DeepSeek-V3 EP16 prefill instance is busy throughout at a third of its
+   capacity while its queue stays flat).
    Then the user's workload is simulated at the user's rate or at that largest rate.
+
+Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
+DeepEP, two-batch overlap off or on, whichever gives the pool more capacity
+(:func:`pool_knobs`).
 
 Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
 node (DP over the rest) with EP over the instance, plus pure TP within a node; AFD
@@ -40,6 +47,7 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import (
     SGLANG_NEW_TOKEN_RATIO,
@@ -64,7 +72,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = ("pd", "afd")
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
-RHO_MAX = 0.95  # highest load accepted: prefill busy fraction, rate over decode capacity
+RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -93,6 +101,7 @@ class Pool:
     evaluate: Evaluator
     rate: float
     note: str = ""
+    knobs: InstanceKnobs | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,12 +150,30 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
     return out
 
 
+def pool_knobs(c: Context, lay: ServeLayout) -> list[InstanceKnobs]:
+    """The instance knobs a pool of ``lay`` is tried with: the MoE all-to-all the engine
+    would run (DeepEP wherever it can, :func:`~moeplan.serve.instance_knobs.resolve_knobs`
+    with ``--a2a auto``), and with DeepEP two-batch overlap off and on (SGLang's flag; the
+    pool keeps the one with the higher capacity)."""
+    try:
+        base = resolve_knobs(c.cost.engine, c.model, c.cluster, lay)
+    except MoeplanError:
+        return [InstanceKnobs()]
+    return [base, replace(base, tbo=True)] if base.a2a == "deepep" else [base]
+
+
 def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
-    """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO)."""
+    """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
+    with the better of :func:`pool_knobs`."""
+    pools = [p for k in pool_knobs(c, lay) if (p := _prefill_pool(c, lay, k)) is not None]
+    return max(pools, key=lambda p: p.rate, default=None)
+
+
+def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | None:
     try:
         chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
         cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
-        ev = IterationModel(c.model, c.cluster, c.cost, lay)
+        ev = IterationModel(c.model, c.cluster, c.cost, lay, knobs=knobs)
     except MoeplanError:
         return None
     isl = c.workload.isl.mean
@@ -161,7 +188,14 @@ def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
     )
     if c.slo.ttft_s is not None and alone > c.slo.ttft_s:
         return None
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=f"{alone * 1e3:.0f} ms")
+    note = f"{alone * 1e3:.0f} ms{_knob_note(knobs)}"
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs)
+
+
+def _knob_note(knobs: InstanceKnobs | None) -> str:
+    if knobs is None or knobs.a2a != "deepep":
+        return ""
+    return ", DeepEP" + (" + two-batch overlap" if knobs.tbo else "")
 
 
 def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tuple[int, float]:
@@ -178,7 +212,15 @@ def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tup
 
 
 def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
-    """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve)."""
+    """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve),
+    with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
+    if isinstance(lay, AFDLayout):
+        return _decode_pool(c, lay, None)
+    pools = [p for k in pool_knobs(c, lay) if (p := _decode_pool(c, lay, k)) is not None]
+    return max(pools, key=lambda p: p.rate, default=None)
+
+
+def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> Pool | None:
     w, md = c.workload, c.model
     big = w.isl.max + w.osl.max + 1
     ctx = w.isl.mean + w.osl.mean // 2
@@ -189,7 +231,7 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
             per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
             ranks = lay.ag
         else:
-            ev = IterationModel(md, c.cluster, c.cost, lay)
+            ev = IterationModel(md, c.cluster, c.cost, lay, knobs=knobs)
             per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
             ranks = lay.attn_dp
     except MoeplanError:
@@ -206,7 +248,8 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
         return None
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
     rate = b / (max(1, w.osl.mean - 1) * d)
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=f"batch {b} ({why})")
+    note = f"batch {b} ({why}){_knob_note(knobs)}"
+    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
 
 def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
@@ -279,7 +322,8 @@ def candidates(c: Context, family: str) -> list[Candidate]:
                 continue
             x, y, rate = m
             assert isinstance(p.layout, ServeLayout)
-            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y)
+            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+                          prefill_knobs=p.knobs, decode_knobs=d.knobs)
             inter = transfer_inter_node(c.cluster, pd)
             setup = PoolSetup(
                 layout=pd,
@@ -339,7 +383,7 @@ def evaluate_candidate(
 
     def probe_run(r: float) -> Probe:
         run, m = run_metrics(c, k.setup, probe.with_rate(r))
-        loads = run.prefill_utilisation() <= RHO_MAX and r <= RHO_MAX * k.capacity[1]
+        loads = r <= RHO_MAX * min(k.capacity)  # both pools below their capacity
         return Probe(m, loads and stable(run, c.slo))
 
     hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)

@@ -65,6 +65,7 @@ class Served:
             "reason": self.result.reason,
             "bound": self.result.bound,
             "engine": self.result.to_dict()["engine"],
+            "knobs": None if self.result.knobs is None else self.result.knobs.to_dict(),
             "metrics": metrics,
             "estimate_output_tokens_per_s_per_gpu": self.estimate_tokens_per_s_per_gpu,
         }

@@ -1,10 +1,10 @@
 """Step 1 of the serving ranking (:mod:`moeplan.serve.rank`): the serving layouts of each
 planned family's result.
 
-MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of its ranked strategies, in
-its own order, at most :data:`MAX_STRATEGY_LAYOUTS` (fused and unfused variants of one layout
-are the same deployment here: the serving iteration model does not price the fused
-RS-Combine/AG-Dispatch overlap). SMIDT: its chosen PP degree with each stage's dominant module
+MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP, fused)`` layouts of its ranked
+strategies, in its own order, at most :data:`MAX_STRATEGY_LAYOUTS` (a fused strategy is its
+own deployment: the serving iteration model prices its overlapped RS-Combine/AG-Dispatch,
+:mod:`moeplan.serve.fused`). SMIDT: its chosen PP degree with each stage's dominant module
 layout — SMIDT's per-module ``(t, e, d)`` choices are summarised by the most common attention
 and MoE choice over all stages, DPMoE replication ``d`` read both as ``d`` replicas and as one
 EP group ``e·d`` wide (:func:`pipeline_entries`). FinDEP's plan is a prefill batch schedule of
@@ -31,12 +31,17 @@ def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> li
     out, seen = [], set()
     for r in c.detail.strategies:
         s = r.strategy
-        key = (s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep, s.pp)
+        key = (s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep, s.pp, s.fused)
         if key in seen:
             continue
         seen.add(key)
         lay = ServeLayout(
-            attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
+            attn_tp=s.attn_tp,
+            attn_dp=s.attn_dp,
+            moe_tp=s.moe_tp,
+            moe_ep=s.moe_ep,
+            pp=s.pp,
+            fused=s.fused,
         )
         plan = st.to_plan(r, model=model.name, cluster=cluster.name)
         out.append(Entry(family="strategy", label=s.label(), layout=lay, plan=plan))

@@ -1,4 +1,6 @@
-"""Engine knobs: SGLang / vLLM V1 defaults for a GPU, and the candidates a search tries.
+"""Engine knobs: SGLang / vLLM V1 defaults for a GPU, and the candidates a search tries;
+the instance knobs a deployment search tries (:data:`KNOB_ENTRIES`: the MoE all-to-all
+backend, two-batch overlap, redundant experts — one entry each, :func:`knob_variants`).
 
 Defaults read from the engines' sources (server_args.py / arg_utils.py):
 
@@ -18,8 +20,14 @@ activation budget (no chunking: 16384 tokens assumed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from moeplan.cost.a2a import deepep_blockers
+from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
 from moeplan.serve.config import EngineConfig
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -36,10 +44,8 @@ CHUNKS = (2048, 4096, 8192, 16384)
 
 
 def default_chunk(engine: str, cluster: ClusterSpec) -> int:
-    mem, name = cluster.gpu.mem_bytes, cluster.gpu.name.lower()
-    if engine == "vllm":
-        return 8192 if mem >= 70 * GIB and "a100" not in name else 2048
-    return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
+    """The engine's default step size on ``cluster``'s GPU (:func:`moeplan.cost.memory.default_chunk_tokens`)."""
+    return default_chunk_tokens(engine, cluster.gpu.mem_bytes, cluster.gpu.name)
 
 
 def engine_config(
@@ -50,14 +56,16 @@ def engine_config(
     *,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    kv_scale: float = 1.0,
 ) -> EngineConfig:
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
-    the memory model (raises :class:`MoeplanError` when the weights do not fit)."""
+    the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
+    the KV dtype's bytes over bf16's (``--kv-dtype fp8``: 0.5)."""
     if engine not in ENGINES:
         raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
     chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
     budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
-    per_rank = kv_capacity_tokens(model, cluster, layout, budget)
+    per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale)
     dp = layout.attn_dp
     fixed = model.state_bytes_per_seq > 0 or any(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
@@ -66,7 +74,7 @@ def engine_config(
         big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
         cap = max_running or (1024 if big else 256)
         if fixed:  # every running sequence holds its state: reserved before the token pool
-            per_rank = kv_capacity_tokens(model, cluster, layout, budget, -(-cap // dp))
+            per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale, -(-cap // dp))
         return EngineConfig(
             policy="mixed",
             chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
@@ -76,7 +84,9 @@ def engine_config(
         )
     seq_cap = SGLANG_RUNNING_CAP
     if fixed:  # SGLang's split of the cache memory between states and the token pool
-        per_rank, seq_cap = state_split(model, cluster, layout, budget, SGLANG_STATE_RATIO)
+        per_rank, seq_cap = state_split(
+            model, cluster, layout, budget, SGLANG_STATE_RATIO, kv_scale
+        )
         if seq_cap < 1:
             raise MoeplanError(f"layout ({layout.label}) holds no sequence's recurrent state "
                                f"on {cluster.gpu.name}")  # fmt: skip
@@ -98,11 +108,18 @@ def candidates(
     layout: ServeLayout,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    kv_scale: float = 1.0,
 ) -> list[EngineConfig]:
     """Configurations a search tries: the engine's defaults, then every smaller cap in
     :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
     base = engine_config(
-        engine, model, cluster, layout, chunk_tokens=chunk_tokens, max_running=max_running
+        engine,
+        model,
+        cluster,
+        layout,
+        chunk_tokens=chunk_tokens,
+        max_running=max_running,
+        kv_scale=kv_scale,
     )
     if chunk_tokens is not None and max_running is not None:
         return [base]
@@ -120,9 +137,95 @@ def candidates(
             try:
                 out.append(
                     engine_config(
-                        engine, model, cluster, layout, chunk_tokens=chunk, max_running=cap
+                        engine,
+                        model,
+                        cluster,
+                        layout,
+                        chunk_tokens=chunk,
+                        max_running=cap,
+                        kv_scale=kv_scale,
                     )
                 )
             except MoeplanError:
                 continue
     return out
+
+
+# ---- instance knobs a search tries (one entry each; :func:`knob_variants`) ---------------
+#: DeepSeek-V3 deploys 32 redundant experts for 256 routed ones (DeepSeek-V3 report §3.4;
+#: SGLang's large-scale EP runs the same): the search keeps R <= E / 8
+MAX_REDUNDANT_FRACTION = 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnobEntry:
+    """One instance knob: the values a search tries on ``(layout, knobs)`` when the user gave
+    none, and how a value applies. ``values`` may return ``()`` (the variant is dropped)."""
+
+    name: str
+    values: Callable[[ModelSpec, ServeLayout, InstanceKnobs, tuple], tuple]
+    apply: Callable[[ServeLayout, InstanceKnobs, object], tuple[ServeLayout, InstanceKnobs]]
+
+
+def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+    engine, cluster = ctx
+    deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    if kn.tbo:  # two-batch overlap was asked for: only DeepEP runs it
+        return ("deepep",) if deepep else ()
+    return ("nccl", "deepep") if deepep else ("nccl",)
+
+
+def _tbo_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+    return (False, True) if kn.a2a == "deepep" else (False,)
+
+
+def _redundant_values(
+    model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple
+) -> tuple:
+    """0 when ``moe_ep`` divides E, else the smallest R making E + R divisible by EP (at most
+    E / :data:`MAX_REDUNDANT_FRACTION`). Replicas buy balance only against a routing profile
+    with per-expert loads, which the deployment search does not take: with balanced routing
+    they would cost memory and buy nothing, so they are tried where they enable an EP size."""
+    ep, e = layout.moe_ep, model.num_experts
+    if ep <= 1 or e % ep == 0:
+        return (0,)
+    r = ep - e % ep
+    return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
+
+
+KNOB_ENTRIES: tuple[KnobEntry, ...] = (
+    KnobEntry(
+        name="a2a",
+        values=_a2a_values,
+        apply=lambda lay, kn, v: (lay, replace(kn, a2a=v)),
+    ),
+    KnobEntry(name="tbo", values=_tbo_values, apply=lambda lay, kn, v: (lay, replace(kn, tbo=v))),
+    KnobEntry(
+        name="redundant_experts",
+        values=_redundant_values,
+        apply=lambda lay, kn, v: (replace(lay, redundant_experts=v), kn),
+    ),
+)
+
+
+def knob_variants(
+    engine: str | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    base: InstanceKnobs,
+    given: frozenset[str] = frozenset(),
+) -> list[tuple[ServeLayout, InstanceKnobs]]:
+    """Every ``(layout, knobs)`` the search tries: each :data:`KNOB_ENTRIES` entry not in
+    ``given`` expands the variants by its values (``base`` and ``layout`` hold the given)."""
+    variants = [(layout, base)]
+    ctx = (engine, cluster)
+    for entry in KNOB_ENTRIES:
+        if entry.name in given:
+            continue
+        variants = [
+            entry.apply(lay, kn, v)
+            for lay, kn in variants
+            for v in entry.values(model, lay, kn, ctx)
+        ]
+    return variants

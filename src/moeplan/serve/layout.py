@@ -17,7 +17,7 @@ Sliding-window layers are charged the full context (an over-estimate for GPT-OSS
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError, require
@@ -35,6 +35,14 @@ class ServeLayout:
     pp: int = 1
     micro_batches: int = 0  # 0: one micro-batch per stage (vLLM/SGLang's default for PP)
     dense_tp: int = 0  # 0: same as attn_tp
+    #: extra expert replicas per MoE layer (EPLB's redundant experts, SGLang
+    #: ``--ep-num-redundant-experts``): ``num_experts + redundant_experts`` physical experts
+    #: split evenly over ``moe_ep``
+    redundant_experts: int = 0
+    #: MixServe's fused AR-A2A (Algorithms 1-2: AG-Dispatch, RS-Combine): MoE TP = one
+    #: node's GPUs, EP = the stage's nodes, the inter-node rounds overlapped with the
+    #: intra-node collectives (:mod:`moeplan.serve.fused`)
+    fused: bool = False
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +69,19 @@ class ServeLayout:
         )
         if self.dense_tp == 0:
             object.__setattr__(self, "dense_tp", self.attn_tp)
+        require(
+            isinstance(self.redundant_experts, int) and self.redundant_experts >= 0,
+            f"layout.redundant_experts ({self.redundant_experts!r}) must be an integer >= 0",
+        )
+        require(
+            self.redundant_experts == 0 or self.moe_ep > 1,
+            f"--redundant-experts ({self.redundant_experts}) needs moe_ep > 1",
+        )
+        require(
+            isinstance(self.fused, bool) and (not self.fused or min(self.moe_tp, self.moe_ep) > 1),
+            f"layout.fused ({self.fused!r}) needs moe_tp > 1 and moe_ep > 1 "
+            f"(got moe_tp {self.moe_tp}, moe_ep {self.moe_ep})",
+        )
         object.__setattr__(self, "gpus", w * self.pp)
 
     @property
@@ -71,10 +92,16 @@ class ServeLayout:
     @property
     def label(self) -> str:
         s = f"attn TP{self.attn_tp}xDP{self.attn_dp} / MoE TP{self.moe_tp}xEP{self.moe_ep}"
+        s += f"+R{self.redundant_experts}" if self.redundant_experts else ""
+        s += " fused" if self.fused else ""
         return s + (f" / PP{self.pp}x{self.micro_batches}mb" if self.pp > 1 else "")
 
     def to_dict(self) -> dict[str, int]:
-        return {
+        extra: dict[str, int] = (
+            {"redundant_experts": self.redundant_experts} if self.redundant_experts else {}
+        )
+        extra |= {"fused": True} if self.fused else {}
+        return extra | {
             "attn_tp": self.attn_tp,
             "attn_dp": self.attn_dp,
             "moe_tp": self.moe_tp,
@@ -94,8 +121,11 @@ class ServeLayout:
                 f"attn_tp ({self.attn_tp})",
             ),
             (
-                model.num_experts % self.moe_ep == 0,
-                f"model.num_experts ({model.num_experts}) must be divisible by moe_ep ({self.moe_ep})",
+                (model.num_experts + self.redundant_experts) % self.moe_ep == 0,
+                f"model.num_experts ({model.num_experts}) must be divisible by moe_ep ({self.moe_ep})"
+                if not self.redundant_experts
+                else f"--moe-ep ({self.moe_ep}) must divide num_experts + redundant experts "
+                f"({model.num_experts} + {self.redundant_experts})",
             ),
             (
                 model.moe_intermediate_size % self.moe_tp == 0,
@@ -107,6 +137,16 @@ class ServeLayout:
                 f"layout.pp ({self.pp}) must be <= model.num_layers ({model.num_layers})",
             ),
             (
+                not self.fused
+                or (
+                    self.moe_tp == cluster.gpus_per_node
+                    and self.stage_gpus == self.moe_ep * cluster.gpus_per_node
+                ),
+                f"layout.fused needs moe_tp ({self.moe_tp}) = GPUs per node "
+                f"({cluster.gpus_per_node}) and one EP rank per node of the stage "
+                f"(moe_ep {self.moe_ep})",
+            ),
+            (
                 self.gpus <= cluster.num_gpus,
                 f"layout gpus ({self.gpus}) must be <= cluster GPUs ({cluster.num_gpus})",
             ),
@@ -115,66 +155,32 @@ class ServeLayout:
             require(ok, msg)
         return self
 
+    def memory_shape(self, model: ModelSpec) -> mem.InstanceShape:
+        """This layout as the memory model sees it (:class:`moeplan.cost.memory.InstanceShape`):
+        experts per GPU (redundant ones included), ``top_k`` all-to-all copies per token."""
+        return mem.InstanceShape(
+            attn_tp=self.attn_tp,
+            attn_dp=self.attn_dp,
+            moe_tp=self.moe_tp,
+            moe_ep=self.moe_ep,
+            pp=self.pp,
+            dense_tp=self.dense_tp,
+            local_experts=(model.num_experts + self.redundant_experts) / self.moe_ep,
+            k=model.top_k,
+            fused=self.fused,
+        )
+
 
 def stage_layers(model: ModelSpec, pp: int) -> list[range]:
-    """Decoder layers of each pipeline stage: contiguous, counts differing by at most one."""
-    base, extra = divmod(model.num_layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        n = base + (1 if s < extra else 0)
-        out.append(range(start, start + n))
-        start += n
-    return out
+    """Decoder layers of each pipeline stage (:func:`moeplan.cost.memory.stage_layers`)."""
+    return mem.stage_layers(model.num_layers, pp)
 
 
 def stage_weight_bytes(
     model: ModelSpec, layout: ServeLayout, layers: range, first: bool, last: bool
 ) -> float:
-    """Weights on one GPU of the stage holding ``layers``."""
-    lay = layout
-    ep_local = model.num_experts / lay.moe_ep
-    total = 0.0
-    for i in layers:
-        total += mem.attn_weight_bytes(model, lay.attn_tp)
-        if model.is_moe_layer(i):
-            total += mem.expert_weight_bytes(model, ep_local, lay.moe_tp) + mem.shared_weight_bytes(
-                model, lay.attn_tp
-            )
-        else:
-            total += mem.dense_mlp_weight_bytes(model, lay.dense_tp)
-    emb = mem.embedding_bytes(model, lay.attn_tp)
-    share = (0.5 if first else 0.0) + (0.5 if last else 0.0)  # embedding first, lm-head last
-    return total + emb * share
-
-
-#: a stage of only linear layers has no per-token cache: its pool is bounded by this instead
-MAX_POOL_TOKENS = 2**31 - 1
-
-
-def _stages_free(
-    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int
-) -> list[tuple[float, float, float]]:
-    """Per pipeline stage: (bytes free for the cache on one GPU, cache bytes per token, fixed
-    cache bytes per sequence) after weights, activations, buffers and the reserve."""
-    lay = layout
-    w = lay.stage_gpus
-    out = []
-    stages = stage_layers(model, lay.pp)
-    for s, layers in enumerate(stages):
-        weights = stage_weight_bytes(model, lay, layers, s == 0, s == lay.pp - 1)
-        per_rank_tokens = -(-token_budget // lay.attn_dp)
-        act = mem.activation_bytes(model, per_rank_tokens, lay.attn_tp)
-        buffers = mem.a2a_buffer_bytes(model, -(-token_budget // w), model.top_k)
-        free = cluster.gpu.mem_bytes - weights - act - buffers - mem.RESERVED_BYTES
-        if free <= 0:
-            need = (weights + act + buffers + mem.RESERVED_BYTES) / 1024**3
-            raise MoeplanError(
-                f"layout ({lay.label}) needs {need:.1f} GiB per GPU before any KV cache; "
-                f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
-            )
-        per_token = sum(mem.kv_bytes_per_token_layer(model, lay.attn_tp, i) for i in layers)
-        out.append((free, per_token, mem.fixed_bytes_per_seq(model, lay.attn_tp, layers)))
-    return out
+    """Weights on one GPU of the stage holding ``layers`` (:func:`moeplan.cost.memory.stage_weights`)."""
+    return mem.stage_weights(model, layout.memory_shape(model), layers, first, last)
 
 
 def kv_capacity_tokens(
@@ -182,46 +188,35 @@ def kv_capacity_tokens(
     cluster: ClusterSpec,
     layout: ServeLayout,
     token_budget: int,
+    kv_scale: float = 1.0,
     seqs: int = 0,
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
-    activations of ``token_budget`` tokens, all-to-all buffers, the reserve and the
-    length-independent cache of ``seqs`` running sequences per rank (linear layers' state,
-    csa / hca windows: :func:`moeplan.cost.memory.fixed_bytes_per_seq`). A token costs each
-    layer its kind's rate (:func:`moeplan.cost.memory.kv_bytes_per_token_layer`; linear
-    layers nothing, compressed layers an entry per ratio tokens, windowed layers their full
-    rate — the pool cannot know which tokens fall out of a window).
+    activations of a step of ``token_budget`` tokens, all-to-all buffers, the reserve and
+    the length-independent cache of ``seqs`` running sequences per rank (linear layers'
+    state, csa / hca windows) — :func:`moeplan.cost.memory.kv_capacity`, the model the
+    strategy planner's fit check uses too; ``kv_scale`` = the KV dtype's bytes per element
+    over the model's. A token costs each layer its kind's rate.
 
     Raises :class:`MoeplanError` when the weights (and the states) alone do not fit.
     """
-    best = None
-    for free, per_token, fixed in _stages_free(model, cluster, layout, token_budget):
-        left = free - seqs * fixed
-        if left <= 0:
-            raise MoeplanError(
-                f"layout ({layout.label}) cannot hold the state of {seqs} running sequences "
-                f"per rank ({fixed * seqs / 1024**3:.1f} GiB) next to its weights on "
-                f"{cluster.gpu.name}"
-            )
-        tokens = int(left // per_token) if per_token > 0 else MAX_POOL_TOKENS
-        best = tokens if best is None else min(best, tokens)
-    assert best is not None
-    return best
+    lay = layout
+    shape = replace(lay.memory_shape(model), kv_scale=kv_scale)
+    tokens, need = mem.kv_capacity(model, shape, cluster.gpu.mem_bytes, token_budget, seqs)
+    if tokens <= 0:
+        raise MoeplanError(
+            f"layout ({lay.label}) needs {need / 1024**3:.1f} GiB per GPU before any KV cache; "
+            f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
+        )
+    return tokens
 
 
 def state_split(
     model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int,
-    state_ratio: float,
+    state_ratio: float, kv_scale: float = 1.0,
 ) -> tuple[int, int]:  # fmt: skip
-    """``(KV tokens, sequences)`` per rank when the cache memory is split as SGLang splits it
-    for models with recurrent state: ``state_ratio / (1 + state_ratio)`` of it holds the
-    sequences' fixed state, the rest the token pool (the tightest stage of each)."""
-    tokens, seqs = None, None
-    for free, per_token, fixed in _stages_free(model, cluster, layout, token_budget):
-        states = free * state_ratio / (1 + state_ratio)
-        n = int(states // fixed) if fixed > 0 else MAX_POOL_TOKENS
-        t = int((free - states) // per_token) if per_token > 0 else MAX_POOL_TOKENS
-        tokens = t if tokens is None else min(tokens, t)
-        seqs = n if seqs is None else min(seqs, n)
-    assert tokens is not None and seqs is not None
-    return tokens, seqs
+    """``(KV tokens, sequences)`` per rank with the cache memory split between the token pool
+    and the sequences' recurrent state as SGLang splits it
+    (:func:`moeplan.cost.memory.state_split`)."""
+    shape = replace(layout.memory_shape(model), kv_scale=kv_scale)
+    return mem.state_split(model, shape, cluster.gpu.mem_bytes, token_budget, state_ratio)

@@ -43,6 +43,7 @@ from moeplan.errors import require
 from moeplan.serve.afd import AFDLayout
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import simulate
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.workload import Requests
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -58,6 +59,10 @@ class PDLayout:
     decode: DecodeLayout
     x: int
     y: int
+    #: the instance knobs each pool was priced with (MoE all-to-all, two-batch overlap;
+    #: ``None``: the engine's defaults) — what the launch scripts pass; not part of identity
+    prefill_knobs: InstanceKnobs | None = field(default=None, compare=False)
+    decode_knobs: InstanceKnobs | None = field(default=None, compare=False)
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,10 +90,14 @@ class PDLayout:
     def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.family,
-            "prefill": {**self.prefill.to_dict(), "instances": self.x},
-            "decode": {**self.decode.to_dict(), "instances": self.y},
+            "prefill": {**self.prefill.to_dict(), "instances": self.x, **_knobs(self.prefill_knobs)},
+            "decode": {**self.decode.to_dict(), "instances": self.y, **_knobs(self.decode_knobs)},
             "gpus": self.gpus,
         }
+
+
+def _knobs(knobs: InstanceKnobs | None) -> dict[str, object]:
+    return {} if knobs is None else {"knobs": knobs.to_dict()}
 
 
 def kv_senders(model: ModelSpec, prefill: ServeLayout) -> int:

@@ -9,9 +9,9 @@ while its TTFT and TPOT stay within the SLOs?
 
 Steps (decisions the papers leave open, pinned by tests):
 
-1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP)`` layouts of
-   its ranked strategies (fused and unfused variants of one layout are the same deployment
-   here: the serving iteration model does not price the fused RS-Combine/AG-Dispatch overlap).
+1. **Layouts per family.** MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP, fused)``
+   layouts of its ranked strategies (a fused layout is priced with its overlapped
+   RS-Combine/AG-Dispatch, :mod:`moeplan.serve.fused`).
    SMIDT: its chosen PP degree with each stage's dominant module layout — SMIDT's per-module
    ``(t, e, d)`` choices are summarised by the most common attention and MoE choice over all
    stages, DPMoE replication ``d`` counted into the MoE EP span (a pipeline is still simulated
@@ -39,9 +39,10 @@ steps 2–4 (:func:`serve_rank`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from moeplan.cost import CostModel
+from moeplan.cost.a2a import moe_backend
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import PlanResult
 from moeplan.serve.engine import simulate
@@ -52,7 +53,9 @@ from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
+from moeplan.serve.knobs import KNOB_ENTRIES, knob_variants  # noqa: F401 (KNOB_ENTRIES: docs)
 from moeplan.serve.metrics import SLO, summarize
 from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
@@ -90,15 +93,50 @@ def _estimate(
     workload: ServeWorkload,
     slo: SLO,
     engine: str,
+    knobs: InstanceKnobs | None = None,
 ) -> float:
     """Closed-form output tokens/s per GPU of ``entry`` under the TPOT SLO (0 if infeasible)."""
     try:
-        ev = IterationModel(model, cluster, cost, entry.layout)
-        cfg = engine_config(engine, model, cluster, entry.layout)
+        ev = IterationModel(model, cluster, cost, entry.layout, knobs=knobs)
+        kv_scale = knobs.kv_scale if knobs is not None else 1.0
+        cfg = engine_config(engine, model, cluster, entry.layout, kv_scale=kv_scale)
     except MoeplanError:
         return 0.0
     est = analytic_rate(ev, cfg, workload.isl.mean, workload.osl.mean, slo)
     return est.rate_rps * workload.osl.mean / entry.layout.gpus
+
+
+def best_knobs(
+    entry: Entry,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    engine: str,
+    search: KnobSearch,
+) -> tuple[Entry, InstanceKnobs, float]:
+    """The instance knobs (:func:`moeplan.serve.knobs.knob_variants`) with the best
+    closed-form estimate for ``entry``, the entry with its layout, and that estimate."""
+    try:
+        base_layout = replace(entry.layout, redundant_experts=search.redundant or 0)
+        base = search.base
+        if search.a2a is not None:
+            lay = base_layout
+            backend = moe_backend(search.a2a, cost.engine, model, cluster, lay.moe_tp, lay.moe_ep)
+            base = replace(base, a2a=backend)
+            if base.tbo and backend != "deepep":
+                return entry, search.base, 0.0
+        variants = knob_variants(cost.engine, model, cluster, base_layout, base, search.given)
+    except MoeplanError:
+        return entry, search.base, 0.0
+    best = (entry, search.base, -1.0)
+    for lay, kn in variants:
+        e = replace(entry, layout=lay)
+        est = _estimate(e, model, cluster, cost, workload, slo, engine, kn)
+        if est > best[2]:
+            best = (e, kn, est)
+    return best
 
 
 def _final_run(
@@ -120,7 +158,7 @@ def _final_run(
     idle = not rate
     if not rate:
         rate = (r.estimate.rate_rps if r.estimate is not None else 1.0) / IDLE_FRACTION
-    ev = IterationModel(model, cluster, cost, r.layout)
+    ev = IterationModel(model, cluster, cost, r.layout, knobs=r.knobs)
     m = summarize(simulate(generate(workload.with_rate(rate)), r.engine, ev), r.layout.gpus, slo)
     if idle:
         return replace(
@@ -144,26 +182,26 @@ def serve_rank(
     keep: int = DEFAULT_KEEP,
     rate_given: bool = True,
     progress: Callable[[str], None] | None = None,
+    knob_search: KnobSearch | None = None,
 ) -> ServeRanking:
-    """Rank every family's deployments by the serving answer (module docstring)."""
+    """Rank every family's deployments by the serving answer (module docstring); each
+    deployment's instance knobs are searched (``knob_search``; default: all searched)."""
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
     model, cluster = result.model, result.cluster
     entries, not_served = entries_of(result)
-    scored = [(e, _estimate(e, model, cluster, cost, workload, slo, engine)) for e in entries]
-    scored.sort(key=lambda es: -es[1])
-    chosen = [es for es in scored if es[1] > 0][:keep]
-    for fam in {e.family for e, _ in scored}:
-        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
-        if best is not None and best not in chosen:
-            chosen.append(best)
-    pruned = tuple(es for es in scored if es not in chosen)
+    search = knob_search or KnobSearch()
+    tuned = [best_knobs(e, model, cluster, cost, workload, slo, engine, search) for e in entries]
+    knobs_of = {id(e): kn for e, kn, _ in tuned}
+    chosen, pruned = _prune([(e, est) for e, _, est in tuned], keep)
     served = []
     for i, (e, est) in enumerate(chosen):
         if progress:
             progress(f"serving simulation {i + 1}/{len(chosen)}: {e.layout.label}")
         wl = _per_replica(workload, e.replicas)
-        r = evaluate_layout(model, cluster, cost, e.layout, wl, slo, engine=engine)
+        r = evaluate_layout(
+            model, cluster, cost, e.layout, wl, slo, engine=engine, knobs=knobs_of[id(e)]
+        )
         if not rate_given:
             r = _final_run(model, cluster, cost, r, wl, slo)
         served.append(
@@ -197,6 +235,31 @@ def serve_rank(
         not_served=not_served,
         rate_given=rate_given,
     )
+
+
+def _prune(
+    scored: list[tuple[Entry, float]], keep: int
+) -> tuple[list[tuple[Entry, float]], tuple[tuple[Entry, float], ...]]:
+    """The ``keep`` best estimates plus each family's best (simulated), and the rest."""
+    scored.sort(key=lambda es: -es[1])
+    chosen = [es for es in scored if es[1] > 0][:keep]
+    for fam in {e.family for e, _ in scored}:
+        best = next(((e, v) for e, v in scored if e.family == fam and v > 0), None)
+        if best is not None and best not in chosen:
+            chosen.append(best)
+    return chosen, tuple(es for es in scored if es not in chosen)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KnobSearch:
+    """The instance knobs of a deployment search: ``base`` holds the given ones (and the
+    defaults of the others), ``given`` names the :data:`KNOB_ENTRIES` entries not searched,
+    ``redundant`` the given redundant-expert count (``None``: searched)."""
+
+    base: InstanceKnobs = InstanceKnobs()
+    given: frozenset[str] = frozenset()
+    redundant: int | None = None
+    a2a: str | None = None  # the requested backend (auto / deepep / nccl), resolved per layout
 
 
 def _capacity_per_gpu(r: ServeResult, workload: ServeWorkload) -> float:

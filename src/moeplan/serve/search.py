@@ -19,6 +19,7 @@ from typing import Any
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
 from moeplan.serve.layout import ServeLayout
@@ -52,6 +53,8 @@ def probe_requests(rate: float, workload: ServeWorkload, slo: SLO, floor: int) -
     life = (slo.ttft_s or 0.0) + workload.osl.mean * (slo.tpot_s or 0.0)
     want = math.ceil(PROBE_LIFETIMES * rate * life)
     return max(floor, min(MAX_PROBE_REQUESTS, want))
+
+
 EvaluatorFactory = Callable[[ServeLayout], Evaluator]
 
 
@@ -141,6 +144,7 @@ class ServeResult:
     bound: str = ""
     estimate: Estimate | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
+    knobs: InstanceKnobs | None = None  # the instance knobs the iterations were priced with
 
     @property
     def label(self) -> str:
@@ -278,16 +282,21 @@ def evaluate_layout(
     search_requests: int = SEARCH_REQUESTS,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
+    knobs: InstanceKnobs | None = None,
 ) -> ServeResult:
     """Search the engine knobs of ``layout`` and simulate ``workload`` with the best ones;
-    ``chunk_tokens`` / ``max_running`` fix a knob instead (both given: no knob search)."""
+    ``chunk_tokens`` / ``max_running`` fix a knob instead (both given: no knob search);
+    ``knobs`` (all-to-all backend, two-batch overlap, KV dtype) price the iterations."""
     try:
         layout.validate(model, cluster)
-        cands = candidates(engine, model, cluster, layout, chunk_tokens, max_running)
+        kv_scale = knobs.kv_scale if knobs is not None else 1.0
+        cands = candidates(
+            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale
+        )
         evaluate = (
             evaluator_factory(layout)
             if evaluator_factory is not None
-            else IterationModel(model, cluster, cost, layout, routing)
+            else IterationModel(model, cluster, cost, layout, routing, knobs=knobs)
         )
     except MoeplanError as err:
         return ServeResult(layout=layout, feasible=False, reason=str(err))
@@ -316,6 +325,7 @@ def evaluate_layout(
         bound=_bound(bd, metrics, model, cluster, layout, est.batch),
         estimate=est,
         breakdown=bd,
+        knobs=knobs,
     )
 
 

@@ -52,6 +52,7 @@ NATIVE_FP8_BLOCK = 128  # DeepSeek-V3 inference/model.py ModelArgs.block_size (f
 _KEY_MAX = {
     "num_hidden_layers": MAX_LAYERS,
     "first_k_dense_replace": MAX_LAYERS,
+    "num_nextn_predict_layers": MAX_LAYERS,
     "moe_layer_freq": MAX_LAYERS,
     "decoder_sparse_step": MAX_LAYERS,
     "hidden_size": MAX_HIDDEN,
@@ -309,6 +310,7 @@ def _family_fields(cfg: dict[str, Any], name: str, model_type: str, kw: dict[str
             shared_intermediate_size=n_shared * kw["moe_intermediate_size"],
             dense_intermediate_size=g("intermediate_size", default=0),
             first_k_dense=g("first_k_dense_replace", default=0),
+            num_nextn_predict_layers=g("num_nextn_predict_layers", default=0),
             moe_layer_freq=g("moe_layer_freq", default=1),
             n_group=g("n_group", default=1),
             topk_group=g("topk_group", default=1),

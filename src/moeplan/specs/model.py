@@ -111,6 +111,9 @@ class ModelSpec:
     shared_expert_gate: bool = False
     dense_intermediate_size: int = 0
     first_k_dense: int = 0
+    #: DeepSeek's multi-token-prediction modules (config ``num_nextn_predict_layers``): not
+    #: counted in the model's size, used by speculative decoding (``--mtp``)
+    num_nextn_predict_layers: int = 0
     moe_layer_freq: int = 1
     dense_layers: tuple[int, ...] = ()  # extra dense layers (Qwen mlp_only_layers)
     router_bias: bool = False

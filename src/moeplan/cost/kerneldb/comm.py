@@ -88,7 +88,7 @@ def _deepep(per_rank: bool, elem_bytes: float) -> Callable[[Columns], Features]:
     return feats
 
 
-def _link_seconds(model: Analytic, device: Device, nbytes: float) -> float:
+def link_seconds(model: Analytic, device: Device, nbytes: float) -> float:
     """The analytic model of a link family on ``nbytes`` (no FLOPs, no per-token work)."""
     if nbytes <= 0:
         return 0.0
@@ -118,8 +118,8 @@ def internode_seconds(
     inter-node bytes/s per GPU per direction; ``nbytes`` per rank, own shard included."""
     g = ranks // nodes
     rdma = replace(device, link_bw=inter_bw)
-    t_rdma = _link_seconds(model.scaled(ref, rdma, True), rdma, nbytes * (ranks - g) / ranks)
-    t_nvl = _link_seconds(model.scaled(ref, device, True), device, nbytes * (g - 1) / ranks)
+    t_rdma = link_seconds(model.scaled(ref, rdma, True), rdma, nbytes * (ranks - g) / ranks)
+    t_nvl = link_seconds(model.scaled(ref, device, True), device, nbytes * (g - 1) / ranks)
     return max(t_rdma, t_nvl)
 
 

@@ -8,11 +8,14 @@ the held-out errors per ``(gpu, engine, op, source)`` computed by :mod:`.evaluat
 1. the row's variant: its dtype columns must match; the kernel is the engine's default for
    that dtype (most measured rows, gated SwiGLU, CUDA-graph all-reduce) unless named;
 2. on a GPU with tables: ``measured`` for an exact row, else ``interpolated`` (shape line or
-   neighbouring shapes, :mod:`.variant`), else — outside the measured box — the GPU's own
-   analytic model, ``transferred``;
+   neighbouring shapes, :mod:`.variant`), else the GPU's own analytic model, ``transferred``
+   — past the end of a measured shape's token line with that line's end residual carried
+   on (continuous and monotone at the table's edge), outside the measured box bare;
 3. on other GPUs (or when the engine has no table for this op/dtype on this GPU): the
-   reference table GPU's model with its efficiencies scaled by this GPU's datasheet, plus the
-   reference's residual correction, ``transferred``;
+   reference table GPU's own price of the row (step 2) times the ratio of the reference's
+   model scaled by this GPU's datasheet to the reference's model, ``transferred``: a GPU whose
+   datasheet equals the reference's gets the reference's measured rows (ratio 1). A dtype the
+   reference did not measure takes the scaled model and the reference's residual field;
 4. no table for the engine and op anywhere: ``roofline`` (70 % of peak FLOP/s, 80 % of
    bandwidth, 5 µs floor — the CostModel's defaults).
 
@@ -35,21 +38,20 @@ import numpy as np
 
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import (
-    DTYPE_ALIASES,
     EXPLICIT,
     FAMILIES,
     Family,
     Features,
 )
 from moeplan.cost.kerneldb.fit import Analytic
-from moeplan.cost.kerneldb.sources import Prediction, Source
+from moeplan.cost.kerneldb.normalize import normalize
+from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
 ENGINES = ("sglang", "vllm", "trtllm")
 ROOFLINE = Analytic(floor=5e-6, per_work=0.0, flops_eff=0.70, bw_eff=0.80)
 _AVOID = ("nongated", "situ", "eager")
-_MAY_BE_ZERO = ("step", "window_size")
 MEMO_SIZE = 200_000  # memoised scalar predictions kept before the memo is cleared
 ErrorKey = tuple[str, str, str, str]
 
@@ -244,10 +246,11 @@ class KernelDB:
             return self._on_table(fam, device, engine, key, cols, n)
         for ref in _refs(device.reference):
             rkey = self.choose(ref, engine, fam.op, want)
+            same = rkey is not None
             if rkey is None:  # same engine, other dtype: keep the row's dtype in the features
                 rkey = self.choose(ref, engine, fam.op, {})
             if rkey is not None:
-                return self._transfer(fam, device, engine, ref, rkey, cols, n)
+                return self._transfer(fam, device, engine, ref, rkey, cols, n, same)
         t = ROOFLINE.predict(fam.features(cols), device, fam.link)
         err = self.error(own, engine, fam.op, "roofline")
         return [
@@ -270,52 +273,74 @@ class KernelDB:
         cols: dict[str, np.ndarray],
         n: int,
     ) -> list[Prediction]:
-        vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
-        assert vm is not None
-        exact, line = self._lookup(vm, cols, n)
-        f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
-        base = vm.model.predict(f, device, fam.link)
-        corr, _, inside = vm.field.query(f.coords)
-        peak = peak_time(f, device, fam.link)
+        times, sources, details = self._own_prices(fam, device, engine, key, cols, n)
         out = []
-        src: Source  # one of the four source labels (annotation only)
-        for i in range(n):
-            if np.isfinite(exact[i]):
-                s, src = exact[i], "measured"
-            elif np.isfinite(line[i]):
-                s, src = base[i] * np.exp(line[i]), "interpolated"
-            elif inside[i]:
-                s, src = base[i] * np.exp(corr[i]), "interpolated"
-            else:
-                s, src = base[i], "transferred"
-            detail = vm.label
-            if s < peak[i]:  # a row (or its correction) faster than the datasheet allows
-                s, src = peak[i], "roofline" if src == "measured" else src
-                detail = f"{vm.label}; raised to the datasheet peak"
+        for s, src, detail in zip(times, sources, details, strict=True):
             err = self.error(device.table, engine, fam.op, src)
             out.append(
                 Prediction(
                     seconds=float(s),
-                    source=src,
-                    error=_e(err, 0),  # type: ignore[arg-type]
+                    source=src,  # type: ignore[arg-type]
+                    error=_e(err, 0),
                     error_p90=_e(err, 1),
                     detail=detail,
                 )
             )
         return out
 
+    def _own_prices(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        key: tuple,
+        cols: dict[str, np.ndarray],
+        n: int,
+    ) -> tuple[np.ndarray, list[str], list[str]]:
+        """Seconds, source and detail of each row on a GPU with tables (``device.table``):
+        exact row, shape line, the line's end carried past it, residual field, model."""
+        vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
+        assert vm is not None
+        exact, line, edge = self._lookup(vm, cols, n)
+        f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
+        base = vm.model.predict(f, device, fam.link)
+        corr, _, inside = vm.field.query(f.coords)
+        peak = peak_time(f, device, fam.link)
+        times, sources, details = np.zeros(n), [], []
+        for i in range(n):
+            detail = vm.label
+            if np.isfinite(exact[i]):
+                s, src = exact[i], "measured"
+            elif np.isfinite(line[i]):
+                s, src = base[i] * np.exp(line[i]), "interpolated"
+            elif np.isfinite(edge[i]):  # past the shape's measured tokens: keep its residual
+                s, src = base[i] * np.exp(edge[i]), "transferred"
+                detail = f"{vm.label}; residual of the shape's last measured row carried on"
+            elif inside[i]:
+                s, src = base[i] * np.exp(corr[i]), "interpolated"
+            else:
+                s, src = base[i], "transferred"
+            if s < peak[i]:  # a row (or its correction) faster than the datasheet allows
+                s, src = peak[i], "roofline" if src == "measured" else src
+                detail = f"{vm.label}; raised to the datasheet peak"
+            times[i] = s
+            sources.append(src)
+            details.append(detail)
+        return times, sources, details
+
     @staticmethod
     def _lookup(vm: VariantModel, cols: dict[str, np.ndarray], n: int):
-        """Exact rows and shape-line residuals; a row with an explicit (trace) load takes the
-        residual of the balanced line of its shape, never a measured latency."""
+        """Exact rows, shape-line residuals and line-end residuals; a row with an explicit
+        (trace) load takes the residuals of the balanced line of its shape, never a measured
+        latency."""
         if "distribution" not in cols:
             return vm.lookup(cols, n)
         explicit = np.asarray(cols["distribution"]).astype(str) == EXPLICIT
         if not explicit.any():
             return vm.lookup(cols, n)
         as_balanced = dict(cols, distribution=np.where(explicit, "balanced", cols["distribution"]))
-        exact, line = vm.lookup(as_balanced, n)
-        return np.where(explicit, np.nan, exact), line
+        exact, line, edge = vm.lookup(as_balanced, n)
+        return np.where(explicit, np.nan, exact), line, edge
 
     def _transfer(
         self,
@@ -326,14 +351,15 @@ class KernelDB:
         key: tuple,
         cols: dict[str, np.ndarray],
         n: int,
+        same_dtype: bool,
     ) -> list[Prediction]:
+        """The reference GPU's own price of each row (measured, interpolated or its model)
+        times the ratio of the two GPUs' analytic models — 1 for a GPU whose datasheet
+        equals the reference's, so it gets the reference's measured rows. A row whose dtype
+        the reference did not measure keeps the reference's model and residual field, scaled."""
         vm = self.variant(ref, engine, fam.op, key)
         assert vm is not None
-        f = vm.featurize(cols, device)
-        corr, _, inside = vm.field.query(f.coords)
-        model = vm.model.scaled(vm.device, device, fam.link)
-        t = model.predict(f, device, fam.link) * np.exp(np.where(inside, corr, 0.0))
-        t = np.maximum(t, peak_time(f, device, fam.link))
+        t = self.transferred_seconds(fam, device, engine, ref, key, cols, same_dtype)
         err = self.error(device.table, engine, fam.op, "transferred")
         detail = f"{vm.label} scaled to {device.name} datasheet"
         return [
@@ -346,6 +372,31 @@ class KernelDB:
             )
             for s in t
         ]
+
+    def transferred_seconds(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        ref: str,
+        key: tuple,
+        cols: dict[str, np.ndarray],
+        same_dtype: bool = True,
+    ) -> np.ndarray:
+        """Seconds of ``cols`` on ``device`` transferred from table GPU ``ref``'s variant
+        ``key`` (:meth:`_transfer`; the held-out evaluation calls it too)."""
+        vm = self.variant(ref, engine, fam.op, key)
+        assert vm is not None
+        n = len(next(iter(cols.values())))
+        f = vm.featurize(cols, device)
+        t = vm.model.scaled(vm.device, device, fam.link).predict(f, device, fam.link)
+        if same_dtype:
+            own, _, _ = self._own_prices(fam, vm.device, engine, key, cols, n)
+            t = own * t / vm.model.predict(vm.featurize(cols), vm.device, fam.link)
+        else:
+            corr, _, inside = vm.field.query(f.coords)
+            t = t * np.exp(np.where(inside, corr, 0.0))
+        return np.maximum(t, peak_time(f, device, fam.link))
 
 
 def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:
@@ -367,32 +418,3 @@ def _family(op: str) -> Family:
     if op not in FAMILIES:
         raise MoeplanError(f"op ({op!r}) must be one of {', '.join(FAMILIES)}")
     return FAMILIES[op]
-
-
-def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
-    """Columns with defaults filled, dtype aliases resolved and values checked (one line)."""
-    lens = {len(np.atleast_1d(v)) for v in columns.values()}
-    n = lens.pop() if len(lens) == 1 else 0
-    if n == 0:
-        raise MoeplanError(f"{fam.op} columns must be non-empty and of equal length")
-    cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
-    for c, v in fam.defaults.items():
-        cols.setdefault(c, np.full(n, v))
-    need = [c for c in fam.columns if c != "kernel_source"]
-    missing = [c for c in need if c not in cols]
-    if missing:
-        raise MoeplanError(f"{fam.op} needs column(s) {', '.join(missing)}")
-    for c in need:
-        a = cols[c]
-        if a.dtype.kind in "iuf":
-            v = a.astype(float)
-            floor_ok = v >= 0 if c in _MAY_BE_ZERO else v > 0
-            if not np.all(np.isfinite(v) & floor_ok):
-                bad = v[~(np.isfinite(v) & floor_ok)][0]
-                rule = ">= 0" if c in _MAY_BE_ZERO else "> 0"
-                raise MoeplanError(f"{fam.op}.{c} ({bad:g}) must be finite and {rule}")
-        elif c not in fam.variant_cols and c != "distribution":
-            raise MoeplanError(f"{fam.op}.{c} ({str(a[0])!r}) must be a number")
-        elif c.endswith("dtype"):
-            cols[c] = np.array([DTYPE_ALIASES.get(str(x), str(x)) for x in a])
-    return cols, n

@@ -8,7 +8,9 @@
   and the power-law rows validate the load model only if its balanced twin is not in the
   fit. Splitting by load as well gave 0.8-2.5 points lower medians and 3-9 points lower p90.)
 - Leave one GPU out: the variant of the same dtype on the other table GPU (learned from A100
-  to predict H100, and the reverse), its efficiencies scaled by the datasheet.
+  to predict H100, and the reverse): that GPU's own price of the row times the ratio of its
+  model scaled by the datasheet to its model, as the database transfers
+  (:meth:`~.db.KernelDB.transferred_seconds`).
   For fused MoE a like-for-like breakdown (:data:`LIKE_FOR_LIKE`, only where it differs):
   the destination kernels whose library the source kernel shares; reported, not a bar.
 - Roofline: the datasheet roofline (:data:`~.db.ROOFLINE`) on every row.
@@ -155,8 +157,10 @@ def leave_one_gpu_out(
         vm = db.variant(src, engine, op, skey)
         assert vm is not None
         cols, y = variant_rows(db, dst, engine, op, key)
-        f = vm.featurize({c: v for c, v in cols.items() if c != "kernel_source"}, dev)
-        errs.append(np.abs(_predict(vm, f, dev) / y - 1))
+        query = {c: v for c, v in cols.items() if c != "kernel_source"}
+        f = vm.featurize(query, dev)
+        pred = db.transferred_seconds(fam, dev, engine, src, skey, query)  # as the database
+        errs.append(np.abs(pred / y - 1))
         toks.append(f.tokens)
         loads.append(_load(op, cols))
     return _scored(dst, engine, op, "leave_one_gpu_out", errs, toks, loads)

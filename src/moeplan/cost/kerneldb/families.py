@@ -148,6 +148,35 @@ FAMILIES: dict[str, Family] = {
             features=_moe,
             tactic_kernels=("moe_torch_flow",),  # TRT-LLM's MoE, autotuned per shape
         ),
+        # SGLang's DeepEP MoE (DeepGEMM grouped GEMM on the rank's local experts, emulated
+        # on one GPU; dispatch / combine are the deepep_* families): same columns as ``moe``,
+        # num_tokens = every token entering the EP group, latency of the busiest-loaded rank
+        # 0 (wideep_{context,generation}_moe_perf, SGLang 0.5.10). Context = contiguous
+        # grouped GEMM after DeepEP normal; generation = masked grouped GEMM after DeepEP LL.
+        *(
+            Family(
+                op=f"wideep_{phase}_moe",
+                variant_cols=("kernel_source", "moe_dtype"),
+                shape_cols=(
+                    "hidden_size",
+                    "inter_size",
+                    "topk",
+                    "num_experts",
+                    "moe_tp_size",
+                    "moe_ep_size",
+                    "distribution",
+                ),
+                x_cols=("num_tokens",),
+                defaults={
+                    "moe_dtype": "fp8_block",
+                    "moe_tp_size": 1,
+                    "moe_ep_size": 1,
+                    "distribution": "uniform",
+                },
+                features=_moe,
+            )
+            for phase in ("context", "generation")
+        ),
         Family(
             op="context_attention",
             variant_cols=_ATTN_VARIANT,
@@ -192,6 +221,22 @@ FAMILIES: dict[str, Family] = {
                 shape_cols=("num_heads",),
                 x_cols=x_cols,
                 defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
+                features=_module(core, absorbed=phase == "generation"),
+            )
+            for phase, core, x_cols in (
+                ("context", _context_mla, ("batch_size", "isl")),
+                ("generation", _generation_mla, ("batch_size", "isl", "step")),
+            )
+        ),
+        # SGLang's MLA block of a wide-EP deployment (attention DP: all heads on the rank,
+        # projections in fp8_block, fp8 KV cache; wideep_{context,generation}_mla_perf 0.5.10)
+        *(
+            Family(
+                op=f"wideep_{phase}_mla",
+                variant_cols=(*_MLA_VARIANT, "gemm_type"),
+                shape_cols=("num_heads",),
+                x_cols=x_cols,
+                defaults={**_MLA_DEFAULTS, "gemm_type": "fp8_block"},
                 features=_module(core, absorbed=phase == "generation"),
             )
             for phase, core, x_cols in (

@@ -13,10 +13,10 @@ redundant experts) into the busiest rank's load for a ``moe`` query.
   compressed-tensors weight-only, ``int8`` for w8a8).
 - ``attention_core`` -> ``generation_attention`` / ``generation_mla`` for one new token
   (``isl = 1``, ``step = ctx - 1``: the tables' decode convention), else ``context_attention``
-  / ``context_mla`` over ``q_len`` tokens; a prefix (``ctx_len > q_len``, chunked prefill)
-  scales the time by the ratio of mean keys per query, ``(ctx - (q-1)/2) / ((q+1)/2)``
-  (departure: the tables have no chunked-prefill rows). Heads per GPU are heads / tp
-  (KV heads at least one).
+  / ``context_mla`` over ``q_len`` tokens; a chunk over a prefix (``ctx_len > q_len``: chunked
+  prefill, prefix-cache hits) costs the larger of the prefill with as many query-key pairs
+  and the decode row at ``ctx_len`` (:func:`attention_query`; departure: the tables have no
+  chunked-prefill rows). Heads per GPU are heads / tp (KV heads at least one).
 - ``all_reduce`` inside one node -> the engine's custom all-reduce (``message_size`` = bf16
   elements). ``all_to_all`` inside one node -> the DeepEP normal kernels' analytic model
   (dispatch in fp8 + combine in bf16 averaged: one call prices one direction) on the bytes a
@@ -130,34 +130,45 @@ def mla_module_query(
     return "context_mla_module", shape
 
 
-def prefix_factor(q_len: int, ctx_len: int) -> float:
-    """Mean keys per query with a prefix over mean keys without one (causal)."""
-    return max(1.0, (ctx_len - (q_len - 1) / 2.0) / ((q_len + 1) / 2.0))
+def equivalent_prefill(q_len: int, ctx_len: int) -> int:
+    """The prompt length ``L`` whose causal prefill scores as many query-key pairs as a
+    chunk of ``q_len`` new tokens over ``ctx_len`` keys: ``L (L + 1) / 2 = q (ctx - (q - 1) / 2)``
+    (rounded up, at most ``ctx_len``); ``L = q`` without a prefix."""
+    pairs = q_len * (ctx_len - (q_len - 1) / 2.0)
+    root = (-1.0 + math.sqrt(1.0 + 8.0 * pairs)) / 2.0
+    return int(min(ctx_len, max(q_len, math.ceil(root - 1e-9))))
 
 
 def attention_query(
     model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int, sliding: bool
-) -> tuple[str, dict[str, object], float]:
-    """(op, shape, time factor) for the attention core of one TP rank."""
+) -> list[tuple[str, dict[str, object]]]:
+    """The (op, shape) table queries of the attention core of one TP rank; its price is the
+    largest of their times. One new token: the decode row (``isl = 1``, ``step = ctx - 1``).
+    ``q_len`` tokens with no prefix: the prefill row. A chunk over a prefix (chunked
+    prefill, prefix-cache hits): its scores at the prefill kernel's measured rate — the
+    prefill of :func:`equivalent_prefill` tokens — and, as a floor, the decode row of one
+    new token at ``ctx_len`` (the chunk reads the whole KV cache at least once); a few new
+    tokens over a long context thus cost what a decode step does. Both terms grow with
+    ``q_len`` and ``ctx_len``, so the price is monotone in both (departure: the tables have no
+    chunked-prefill rows)."""
     heads = max(1, math.ceil(model.num_attention_heads / tp))
-    decode = q_len == 1
     if model.attention == "mla":
-        op = "generation_mla" if decode else "context_mla"
-        shape: dict[str, object] = {"batch_size": num_seqs, "num_heads": heads}
+        ops = ("context_mla", "generation_mla")
+        base: dict[str, object] = {"batch_size": num_seqs, "num_heads": heads}
     else:
-        op = "generation_attention" if decode else "context_attention"
-        shape = {
+        ops = ("context_attention", "generation_attention")
+        base = {
             "batch_size": num_seqs,
             "num_heads": heads,
             "num_key_value_heads": max(1, math.ceil(model.num_kv_heads / tp)),
             "head_dim": model.head_dim,
             "window_size": model.sliding_window if sliding else 0,
         }
-    if decode:
-        shape.update(isl=1, step=max(0, ctx_len - 1))
-        return op, shape, 1.0
-    shape.update(isl=q_len)
-    return op, shape, prefix_factor(q_len, ctx_len)
+    decode = (ops[1], {**base, "isl": 1, "step": max(0, ctx_len - 1)})
+    if q_len == 1:
+        return [decode]
+    prefill = (ops[0], {**base, "isl": equivalent_prefill(q_len, max(ctx_len, q_len))})
+    return [prefill] if ctx_len <= q_len else [prefill, decode]
 
 
 def all_to_all(db: KernelDB, device: Device, engine: str, nbytes: float) -> Prediction | None:

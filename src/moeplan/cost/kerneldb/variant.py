@@ -5,7 +5,8 @@ Built from the table rows of that variant (duplicates averaged by their median):
 - the :class:`~.fit.Analytic` model fitted to all rows;
 - exact lookup: a row measured with the very same columns is returned as ``measured``;
 - lines: along the last token axis of one shape (all other columns equal), the log residual
-  is interpolated linearly in log2 of that axis — never beyond the line's ends;
+  is interpolated linearly in log2 of that axis; past the line's ends the nearer end's
+  residual carries on (the price stays continuous and monotone at a table edge);
 - the :class:`~.fit.ResidualField` across shapes for everything else inside the table.
 """
 
@@ -133,17 +134,23 @@ class VariantModel:
         return out
 
     def lookup(self, cols: Mapping[str, np.ndarray], n: int):
-        """Exact latencies (nan when not measured) and line-interpolated log residuals
-        (nan when the row's shape line does not bracket it)."""
+        """Exact latencies (nan when not measured), line-interpolated log residuals (nan when
+        the row's shape line does not bracket it) and, for a row past its shape line's ends,
+        the log residual of the nearer end (nan when its shape was not measured): carried
+        past the edge, it keeps the price continuous there and, the model being monotone in
+        the token axis, monotone beyond it."""
         names = self.family.shape_cols + self.family.x_cols
         keys = row_keys(cols, names, n)
         exact = np.array([self.exact.get(k, np.nan) for k in keys])
         line = np.full(n, np.nan)
+        edge = np.full(n, np.nan)
         for i, k in enumerate(keys):
             pts = self._lines.get(k[:-1])
-            if pts is None or len(pts[0]) < 2:
+            if pts is None:
                 continue
             x = float(np.log2(max(k[-1], 1e-9)))
-            if pts[0][0] <= x <= pts[0][-1]:
+            if len(pts[0]) >= 2 and pts[0][0] <= x <= pts[0][-1]:
                 line[i] = float(np.interp(x, pts[0], pts[1]))
-        return exact, line
+            else:
+                edge[i] = float(pts[1][0] if x < pts[0][0] else pts[1][-1])
+        return exact, line, edge

@@ -17,10 +17,13 @@ Placement and departures (the paper leaves these open):
 - A fused strategy uses, per phase, the cheaper of the overlapped Algs. 1-2 and the same
   sharded bytes sent sequentially (RS -> A2A -> AG): with tiny decode messages the ``n``
   intra rounds cost more latency than one collective.
-- Memory (Eq. 8) uses the real per-module weights of the worst pipeline stage (embedding on
-  the first, lm-head on the last), the KV cache of ``ceil(b/dp)`` requests of ``L_in+L_out``
-  tokens (MLA's latent replicated on every TP rank, GQA heads split), prefill activations,
-  A2A buffers, Alg. 1's staging buffer when fused, and the reserved runtime bytes.
+- Memory (Eq. 8) is the serving simulator's model (:func:`moeplan.cost.memory.instance_breakdown`):
+  the real per-module weights of the fullest pipeline stage (embedding on the first, lm-head
+  on the last), the KV cache of ``ceil(b/dp)`` requests of ``L_in+L_out`` tokens (MLA's
+  latent replicated on every TP rank, GQA heads split), the activations and A2A buffers of
+  one chunked-prefill step (departure: Eq. 8 holds the whole batch's prompt activations at
+  once; engines prefill in chunks), Alg. 1's staging buffer when fused, and the reserved
+  runtime bytes.
 """
 
 from __future__ import annotations
@@ -129,9 +132,6 @@ class StrategyEvaluator:
         self._routing = routing
         self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
         self._cache: dict[tuple, float] = {}
-        self._moe_prefix = [0]
-        for i in range(model.num_layers):
-            self._moe_prefix.append(self._moe_prefix[-1] + int(model.is_moe_layer(i)))
 
     def __call__(self, s: Strategy) -> StrategyResult | None:
         if divisibility_error(self.model, s) is not None:
@@ -265,38 +265,32 @@ class StrategyEvaluator:
 
     # ---- memory (Eq. 8) --------------------------------------------------------------
     def memory(self, s: Strategy) -> mem.MemoryBreakdown:
-        """Bytes per GPU on the worst pipeline stage."""
+        """Bytes per GPU on the fullest pipeline stage, by the memory model the serving
+        simulator sizes its KV pool with (:func:`moeplan.cost.memory.instance_breakdown`):
+        the KV cache of ``ceil(b/dp)`` requests of ``L_in + L_out`` tokens per attention
+        rank, and the activations and buffers of one forward step as the engine runs it —
+        the batch's prompt tokens, at most one chunked-prefill step
+        (:func:`moeplan.cost.memory.default_chunk_tokens` of the cost model's engine,
+        SGLang's when it has none)."""
         md, w = self.model, self.workload
         seqs = math.ceil(w.batch / s.attn_dp)
-        per_stage = math.ceil(md.num_layers / s.pp)
-        attn = mem.attn_weight_bytes(md, s.attn_tp)
-        moe = (
-            attn
-            + mem.expert_weight_bytes(md, md.num_experts / s.moe_ep, s.moe_tp)
-            + mem.shared_weight_bytes(md, s.attn_tp)
+        engine = getattr(self.cm, "engine", None) or "sglang"
+        gpu = self.cluster.gpu
+        chunk = mem.default_chunk_tokens(engine, gpu.mem_bytes, gpu.name)
+        return mem.instance_breakdown(  # + the fixed state of the seqs (linear layers)
+            md, self.memory_shape(s), seqs * (w.isl + w.osl), min(w.batch * w.isl, chunk), seqs
         )
-        dense = attn + mem.dense_mlp_weight_bytes(md, s.attn_tp)
-        emb = md.embedding_params / s.attn_tp * md.quant.embedding.bytes_per_weight
-        head = md.lm_head_params / s.attn_tp * md.quant.lm_head.bytes_per_weight
-        worst = 0.0
-        for st in range(s.pp):
-            lo = min(md.num_layers, st * per_stage)
-            hi = min(md.num_layers, (st + 1) * per_stage)
-            n_moe = self._moe_prefix[hi] - self._moe_prefix[lo]
-            wts = n_moe * moe + (hi - lo - n_moe) * dense
-            wts += (emb if st == 0 else 0.0) + (head if st == s.pp - 1 else 0.0)
-            worst = max(worst, wts)
-        kv = max(  # the stage with the most cache, each layer by its kind
-            mem.cache_bytes(md, seqs, w.isl + w.osl, s.attn_tp,
-                            range(min(md.num_layers, st * per_stage),
-                                  min(md.num_layers, (st + 1) * per_stage)))
-            for st in range(s.pp)
-        )  # fmt: skip
-        tokens = seqs * w.isl
-        act = mem.activation_bytes(md, tokens, s.attn_tp)
-        k = self._routing.mean_over_layers()
-        buf = mem.a2a_buffer_bytes(md, tokens, k) / (s.moe_tp if s.fused else 1)
-        buf = buf if s.moe_ep > 1 else 0.0
-        if s.fused:
-            buf += tokens * md.hidden_bytes
-        return mem.MemoryBreakdown(weights=worst, kv_cache=kv, activations=act, buffers=buf)
+
+    def memory_shape(self, s: Strategy) -> mem.InstanceShape:
+        """The strategy as the memory model sees it (routing's mean experts per token)."""
+        return mem.InstanceShape(
+            attn_tp=s.attn_tp,
+            attn_dp=s.attn_dp,
+            moe_tp=s.moe_tp,
+            moe_ep=s.moe_ep,
+            pp=s.pp,
+            dense_tp=s.attn_tp,
+            local_experts=self.model.num_experts / s.moe_ep,
+            k=self._routing.mean_over_layers(),
+            fused=s.fused,
+        )

@@ -1,0 +1,147 @@
+"""Which MoE path an engine runs for an EP layout: DeepEP + grouped GEMM, or its fused MoE.
+
+:func:`moe_backend` is the one decision used by the cost model (what is priced) and by the
+exports (which flags are written), so the two always agree. Facts (sources):
+
+- DeepEP needs SM90+ GPUs, NVLink with full P2P between every pair of GPUs in a node and RDMA
+  between nodes (deepseek-ai/DeepEP README, "Requirements").
+- SGLang runs DeepEP (``--moe-a2a-backend deepep``) only with ``ep_size == tp_size`` (no MoE
+  TP: sglang docs/advanced_features/expert_parallelism.md) and for the architectures of
+  ``_DEEPEP_V2_VALIDATED_ARCHITECTURES`` in server_args.py (DeepSeek V2/V3, Qwen3-MoE).
+- vLLM's DeepEP all2all backends (``--all2all-backend deepep_high_throughput`` /
+  ``deepep_low_latency``) run under ``--enable-expert-parallel`` (EP = TP x DP, no MoE TP:
+  vllm docs/serving/expert_parallel_deployment.md). TRT-LLM's wide EP is not exported here.
+- ``auto`` picks DeepEP wherever the engine can run it for the layout (what the exports
+  emit), the fused MoE otherwise; ``nccl`` keeps the engine's default fused MoE (SGLang
+  ``--moe-a2a-backend none``, vLLM's default all2all backend).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.errors import MoeplanError
+from moeplan.specs import ClusterSpec, ModelSpec
+
+A2A_CHOICES = ("auto", "deepep", "nccl")
+DEEPEP_ENGINES = ("sglang", "vllm")
+# Compute capability (major*10 + minor) of moeplan's preset GPUs; None = not a CUDA device.
+GPU_SM: dict[str, int | None] = {
+    "a10": 86,
+    "a40": 86,
+    "a6000": 86,
+    "a100-80g": 80,
+    "h20": 90,
+    "h800": 90,
+    "h100-sxm": 90,
+    "h200-sxm": 90,
+    "ascend-910b": None,
+}
+DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
+FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
+RDMA_INTER = frozenset({"ib", "roce"})
+DEEPEP_ARCHITECTURES = frozenset(
+    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
+)
+
+
+def deepep_hardware_blockers(
+    architecture: str, gpu: str, intra: str, inter: str, gpus_per_node: int, nodes: int
+) -> list[str]:
+    """Why DeepEP cannot run this model on this hardware over ``nodes`` nodes (empty: it can)."""
+    out = []
+    if architecture not in DEEPEP_ARCHITECTURES:
+        out.append(f"SGLang has no DeepEP MoE path for {architecture}")
+    sm = GPU_SM.get(gpu)
+    if sm is None or sm < DEEPEP_MIN_SM:
+        have = (
+            "not a CUDA GPU"
+            if gpu in GPU_SM and sm is None
+            else (f"SM{sm}" if sm else "of unknown compute capability")
+        )
+        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {gpu} is {have}")
+    if gpus_per_node > 1 and intra not in FULL_P2P_INTRA:
+        out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {intra} is not")
+    if nodes > 1 and inter not in RDMA_INTER:
+        out.append(f"DeepEP needs RDMA between nodes; {inter} is not")
+    return out
+
+
+def deepep_blockers(
+    engine: str | None, model: ModelSpec, cluster: ClusterSpec, moe_tp: int, moe_ep: int
+) -> list[str]:
+    """Why ``engine`` cannot run DeepEP for MoE TP ``moe_tp`` x EP ``moe_ep`` (empty: it can)."""
+    return layout_blockers(
+        engine,
+        HardwareFacts.of(model, cluster),
+        moe_tp,
+        moe_ep,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareFacts:
+    """What DeepEP's rules read of a model and a cluster (the exports build it from their
+    target, the cost model from the specs)."""
+
+    architecture: str
+    gpu: str
+    intra: str
+    inter: str
+    gpus_per_node: int
+
+    @classmethod
+    def of(cls, model: ModelSpec, cluster: ClusterSpec) -> HardwareFacts:
+        return cls(
+            model.architecture,
+            cluster.gpu.name,
+            cluster.intra.kind,
+            cluster.inter.kind,
+            cluster.gpus_per_node,
+        )
+
+
+def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int) -> list[str]:
+    """:func:`deepep_blockers` on :class:`HardwareFacts`."""
+    out = []
+    if engine not in DEEPEP_ENGINES:
+        out.append(f"engine {engine} has no DeepEP path moeplan prices (sglang, vllm)")
+    if moe_ep <= 1:
+        out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
+    if moe_tp != 1:
+        out.append(f"DeepEP runs without MoE TP (moe_tp {moe_tp} != 1)")
+    nodes = -(-moe_ep * moe_tp // hw.gpus_per_node)
+    out += deepep_hardware_blockers(
+        hw.architecture, hw.gpu, hw.intra, hw.inter, hw.gpus_per_node, nodes
+    )
+    return out
+
+
+def moe_backend(
+    a2a: str,
+    engine: str | None,
+    model: ModelSpec | HardwareFacts,
+    cluster: ClusterSpec | None,
+    moe_tp: int,
+    moe_ep: int,
+) -> str:
+    """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its all-to-all) for ``a2a`` in
+    :data:`A2A_CHOICES` (module docstring); ``deepep`` where it cannot run raises one line.
+    ``model`` may be the :class:`HardwareFacts` directly (``cluster`` then ``None``)."""
+    if a2a not in A2A_CHOICES:
+        raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
+    if a2a == "nccl":
+        return "nccl"
+    if isinstance(model, HardwareFacts):
+        hw = model
+    else:
+        assert cluster is not None
+        hw = HardwareFacts.of(model, cluster)
+    blockers = layout_blockers(engine, hw, moe_tp, moe_ep)
+    if a2a == "deepep":
+        if blockers:
+            raise MoeplanError(f"--a2a (deepep) cannot run here: {blockers[0]}")
+        return "deepep"
+    return "nccl" if blockers else "deepep"

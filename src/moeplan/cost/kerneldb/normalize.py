@@ -1,0 +1,43 @@
+"""Query columns of a kernel-database question, checked: defaults filled, dtype aliases
+resolved, every number finite and positive (``step`` and ``window_size`` may be zero), one
+:class:`MoeplanError` line naming the column, the value and the rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from moeplan.cost.kerneldb.families import DTYPE_ALIASES, Family
+from moeplan.errors import MoeplanError
+
+_MAY_BE_ZERO = ("step", "window_size")
+
+
+def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """Columns with defaults filled, dtype aliases resolved and values checked (one line)."""
+    lens = {len(np.atleast_1d(v)) for v in columns.values()}
+    n = lens.pop() if len(lens) == 1 else 0
+    if n == 0:
+        raise MoeplanError(f"{fam.op} columns must be non-empty and of equal length")
+    cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
+    for c, v in fam.defaults.items():
+        cols.setdefault(c, np.full(n, v))
+    need = [c for c in fam.columns if c != "kernel_source"]
+    missing = [c for c in need if c not in cols]
+    if missing:
+        raise MoeplanError(f"{fam.op} needs column(s) {', '.join(missing)}")
+    for c in need:
+        a = cols[c]
+        if a.dtype.kind in "iuf":
+            v = a.astype(float)
+            floor_ok = v >= 0 if c in _MAY_BE_ZERO else v > 0
+            if not np.all(np.isfinite(v) & floor_ok):
+                bad = v[~(np.isfinite(v) & floor_ok)][0]
+                rule = ">= 0" if c in _MAY_BE_ZERO else "> 0"
+                raise MoeplanError(f"{fam.op}.{c} ({bad:g}) must be finite and {rule}")
+        elif c not in fam.variant_cols and c != "distribution":
+            raise MoeplanError(f"{fam.op}.{c} ({str(a[0])!r}) must be a number")
+        elif c.endswith("dtype"):
+            cols[c] = np.array([DTYPE_ALIASES.get(str(x), str(x)) for x in a])
+    return cols, n

@@ -1,0 +1,106 @@
+"""Overlap of work on separate resources: one mechanism for every overlapped schedule.
+
+A schedule is a list of *chains*; a chain is an ordered list of :class:`Piece` s, each a
+number of seconds on one named resource (``"compute"``, ``"comm"``, ``"intra"``,
+``"inter"``, ...). A piece starts when the previous piece of its chain has ended and its
+resource is free; each resource runs one piece at a time. :func:`makespan` list-schedules the
+pieces (non-delay: the piece that can start earliest goes next, ties to the lower chain index,
+i.e. the order the engine issues them) and returns the finish time of the last piece.
+
+Users of the mechanism:
+
+- two-batch overlap (SGLang ``--enable-two-batch-overlap``, DeepSeek-V3 report §3.4, DeepSeek
+  profile-data): the batch is split into two micro-batches, each a chain of
+  ``compute`` (attention, experts) and ``comm`` (DeepEP dispatch / combine) pieces per layer,
+  so one micro-batch's communication runs under the other's compute
+  (:func:`two_batch`, :func:`layered_chain`);
+- MixServe's fused AR-A2A (Algorithms 1-2): chunk ``j``'s inter-node round on ``"inter"``
+  followed by its intra-node collective on ``"intra"`` (:func:`fused_rounds`), which
+  reproduces :func:`moeplan.planners.strategy.fused.critical_path`.
+
+Every piece is scheduled (no extrapolation over repeated layers: a greedy two-chain schedule
+can take tens of layers to become periodic); callers memoise per batch.
+
+Pure: no I/O, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from moeplan.errors import MoeplanError, require
+
+
+class Piece(NamedTuple):
+    """``seconds`` of work on ``resource`` (one piece of a chain)."""
+
+    resource: str
+    seconds: float
+
+
+Chain = Sequence[Piece]
+
+
+def makespan(chains: Sequence[Chain]) -> float:
+    """Finish time of the non-delay list schedule of ``chains`` (module docstring)."""
+    n = len(chains)
+    idx = [0] * n
+    ready = [0.0] * n
+    free: dict[str, float] = {}
+    left = sum(len(c) for c in chains)
+    while left:
+        best_start, best = float("inf"), -1
+        for c in range(n):
+            i = idx[c]
+            if i < len(chains[c]):
+                start = max(ready[c], free.get(chains[c][i].resource, 0.0))
+                if start < best_start:
+                    best_start, best = start, c
+        piece = chains[best][idx[best]]
+        if piece.seconds < 0.0:
+            raise MoeplanError(f"piece.seconds ({piece.seconds!r}) must be >= 0")
+        end = best_start + piece.seconds
+        free[piece.resource] = end
+        ready[best] = end
+        idx[best] += 1
+        left -= 1
+    return max(ready, default=0.0)
+
+
+def layered_chain(steps: Sequence[tuple[str, float]]) -> list[Piece]:
+    """One micro-batch's pieces of one layer, in order (zero-second steps dropped)."""
+    return [Piece(r, s) for r, s in steps if s > 0.0]
+
+
+def two_batch(
+    prefix: Sequence[tuple[str, float]],
+    layer: Sequence[tuple[str, float]],
+    layers: int,
+) -> float:
+    """Two-batch overlap: two identical micro-batches, each running ``prefix`` then
+    ``layers`` copies of ``layer`` (steps priced at the micro-batch's own size), scheduled
+    on shared resources. Returns the seconds until both have finished."""
+    chain = layered_chain(prefix) + layered_chain(layer) * layers
+    return makespan([chain, chain])
+
+
+def sequential(
+    prefix: Sequence[tuple[str, float]], layer: Sequence[tuple[str, float]], layers: int
+) -> float:
+    """The same steps without overlap (one batch, every step after the other)."""
+    return sum(s for _, s in prefix) + layers * sum(s for _, s in layer)
+
+
+def fused_rounds(inter: Sequence[float], intra: Sequence[float]) -> float:
+    """MixServe's fused AR-A2A pipeline: chunk 0 is local (``intra[0]`` only); chunk
+    ``j >= 1`` waits for inter-node round ``j - 1`` and then runs ``intra[j]``."""
+    require(
+        len(intra) == len(inter) + 1,
+        f"intra rounds ({len(intra)}) must be inter rounds ({len(inter)}) + 1",
+    )
+    chains: list[list[Piece]] = [[Piece("intra", intra[0])]]
+    chains += [
+        [Piece("inter", a), Piece("intra", b)] for a, b in zip(inter, intra[1:], strict=True)
+    ]
+    return makespan(chains)

@@ -1,0 +1,215 @@
+"""Wide expert parallelism as DeepEP engines run it: one MoE layer on one GPU.
+
+Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / ep`` local):
+``dispatch`` + the local experts' grouped GEMM on the tokens routed to them + ``combine``.
+
+- Grouped GEMM: ``wideep_context_moe`` (prefill: DeepEP normal, contiguous DeepGEMM grouped
+  GEMM) or ``wideep_generation_moe`` (decode: DeepEP low-latency, masked grouped GEMM) from the
+  kernel database (SGLang 0.5.10's H100 tables; other GPUs transferred by the database's rules),
+  queried with the rank's own load: ``num_tokens = T * ep`` tokens entering the group,
+  ``num_experts = E + R``, and ``distribution = "explicit"`` with ``rank_pairs = T k imb``
+  routed copies on ``rank_hit = (E + R) / ep`` local experts, ``imb`` the busiest rank's load
+  over the mean (after the placement, e.g. EPLB).
+- Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
+  and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
+  interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
+  intra-node analytic model moved to the RDMA link (:meth:`Analytic.scaled`, the rule of
+  :mod:`.kerneldb.comm`) for the remote bytes and kept on NVLink for the local ones, the
+  longer of the two: normal kernels send a token once per destination *node* over RDMA
+  (expected distinct remote nodes among its ``k`` experts) and forward it over NVLink once per
+  destination rank; low-latency kernels send every routed copy (``k`` per token) straight to
+  its rank, ``(ep - g) / ep`` of them over RDMA. The busiest receiver's bytes scale by ``imb``.
+
+Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs (``DEEPEP_SMS``, the
+tables' setting) while the other micro-batch computes — SGLang runs DeepGEMM on the rest
+(``configure_deep_gemm_num_sms(total - deepep SMs)`` in two_batch_overlap.py) and the
+attention kernels share the GPU with DeepEP's resident blocks — so the compute of an
+overlapped prefill takes ``SMs / (SMs - DEEPEP_SMS)`` longer (:func:`tbo_gemm_factor`);
+low-latency (decode) kernels free every SM once their RDMA messages are issued
+(deepseek-ai/profile-data README, decoding).
+
+Departures: uniform routing for the distinct-node count (DeepSeek-V3's node-limited routing
+caps it at 4 nodes, which uniform routing over <= 4 nodes respects). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from moeplan.cost.kerneldb.base import BF16
+from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
+from moeplan.cost.kerneldb.families import EXPLICIT
+from moeplan.cost.kerneldb.fit import sm_count
+from moeplan.cost.kerneldb.pricing import moe_dtype
+from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.errors import MoeplanError
+from moeplan.specs import ClusterSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from moeplan.cost.kerneldb import Device, KernelDB
+
+PHASES = ("context", "generation")
+FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
+FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
+
+
+def tbo_gemm_factor(device: Device, phase: str) -> float:
+    """Slow-down of the compute of an overlapped micro-batch (module docstring)."""
+    if phase != "context":
+        return 1.0
+    sms = sm_count(device)
+    return sms / (sms - int(DEEPEP_SMS))
+
+
+class WideMoE(NamedTuple):
+    """Seconds of one wide-EP MoE layer on the busiest GPU, by part."""
+
+    dispatch: float
+    gemm: float
+    combine: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Query:
+    model: ModelSpec
+    tokens: float
+    ep: int
+    redundant: int
+    imbalance: float
+    phase: str
+
+
+class WideEP:
+    """Prices :class:`WideMoE` from a kernel database (module docstring); memoised."""
+
+    def __init__(
+        self,
+        kdb: KernelDB,
+        device: Device,
+        engine: str,
+        cluster: ClusterSpec,
+        note: Callable[[str, Prediction], None] | None = None,
+    ) -> None:
+        self._kdb, self._device, self._engine, self._cluster = kdb, device, engine, cluster
+        self._note = note or (lambda op, p: None)
+        self._memo: dict[tuple, WideMoE] = {}
+        self._models: dict[int, ModelSpec] = {}
+
+    def tbo_gemm_factor(self, phase: str) -> float:
+        return tbo_gemm_factor(self._device, phase)
+
+    def moe(
+        self,
+        model: ModelSpec,
+        tokens: float,
+        ep: int,
+        *,
+        redundant: int = 0,
+        imbalance: float = 1.0,
+        phase: str = "context",
+    ) -> WideMoE:
+        """One MoE layer with ``tokens`` on this GPU (module docstring)."""
+        key = (id(model), tokens, ep, redundant, imbalance, phase)
+        hit = self._memo.get(key)
+        if hit is None:
+            self._models[id(model)] = model  # keeps the id valid while the memo holds it
+            q = _Query(model, float(tokens), ep, redundant, float(imbalance), phase)
+            hit = self._memo[key] = self._price(q)
+        return hit
+
+    def _price(self, q: _Query) -> WideMoE:
+        if q.phase not in PHASES:
+            raise MoeplanError(f"phase ({q.phase!r}) must be one of {PHASES}")
+        slots = q.model.num_experts + q.redundant
+        if q.ep < 1 or slots % q.ep:
+            raise MoeplanError(
+                f"moe_ep ({q.ep}) must divide num_experts + redundant experts ({slots})"
+            )
+        if q.tokens <= 0:
+            return WideMoE(0.0, 0.0, 0.0)
+        return WideMoE(self._comm(q, "dispatch"), self._gemm(q, slots), self._comm(q, "combine"))
+
+    def _gemm(self, q: _Query, slots: int) -> float:
+        md = q.model
+        shape = {
+            "num_tokens": q.tokens * q.ep,
+            "hidden_size": md.hidden_size,
+            "inter_size": md.moe_intermediate_size,
+            "topk": md.top_k,
+            "num_experts": slots,
+            "moe_ep_size": q.ep,
+            "moe_tp_size": 1,
+            "moe_dtype": moe_dtype(md),
+            "distribution": EXPLICIT,
+            "rank_pairs": q.tokens * md.top_k * q.imbalance,
+            "rank_hit": slots / q.ep,
+        }
+        op = f"wideep_{q.phase}_moe"
+        p = self._kdb.predict(op, self._device, self._engine, **shape)
+        self._note(op, p)
+        return p.seconds
+
+    def _comm(self, q: _Query, direction: str) -> float:
+        kind = "normal" if q.phase == "context" else "ll"
+        op = f"deepep_{kind}_{direction}"
+        md, g = q.model, self._cluster.gpus_per_node
+        slots = md.num_experts + q.redundant
+        if q.ep <= min(g, DEEPEP_RANKS):
+            shape: dict[str, object] = {
+                "num_token": q.tokens * q.imbalance,
+                "hidden_size": md.hidden_size,
+                "num_topk": md.top_k,
+                "num_experts": slots,
+            }
+            if kind == "normal":
+                shape["sms"] = DEEPEP_SMS
+            p = self._kdb.predict(op, self._device, self._engine, **shape)
+            self._note("deepep", p)
+            return p.seconds
+        return self._internode(q, op, kind, direction, slots)
+
+    def _internode(self, q: _Query, op: str, kind: str, direction: str, slots: int) -> float:
+        key = self._kdb.choose(
+            self._device.reference,
+            self._engine,
+            op,
+            {"sms": DEEPEP_SMS} if kind == "normal" else {},
+        )
+        vm = (
+            None
+            if key is None
+            else self._kdb.variant(self._device.reference, self._engine, op, key)
+        )
+        if vm is None:
+            raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
+        md, g = q.model, self._cluster.gpus_per_node
+        nodes = -(-q.ep // g)
+        elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16
+        per_token = md.hidden_size * elem * q.tokens * q.imbalance
+        k = np.array([float(md.top_k)])
+        if kind == "normal":
+            remote = float(dest_ranks(np.array([float(slots)]), k, nodes)[0]) * (nodes - 1) / nodes
+            local = float(dest_ranks(np.array([float(slots)]), k, q.ep)[0]) * (g - 1) / q.ep
+        else:
+            remote = md.top_k * (q.ep - g) / q.ep
+            local = md.top_k * (g - 1) / q.ep
+        rdma = replace(self._device, link_bw=self._cluster.inter.bw)
+        t_rdma = link_seconds(vm.model.scaled(vm.device, rdma, True), rdma, per_token * remote)
+        t_nvl = link_seconds(
+            vm.model.scaled(vm.device, self._device, True), self._device, per_token * local
+        )
+        self._note(
+            "deepep",
+            Prediction(
+                seconds=max(t_rdma, t_nvl),
+                source="transferred",
+                detail=f"DeepEP {kind} {direction} over {nodes} nodes: intra-node model "
+                "moved to the RDMA link, no held-out rows",
+            ),
+        )
+        return max(t_rdma, t_nvl)

@@ -1,0 +1,59 @@
+"""Engine flags of the instance knobs (:class:`moeplan.serve.instance_knobs.InstanceKnobs`).
+
+The MoE backend itself (``--moe-a2a-backend deepep``) is decided by
+:func:`moeplan.cost.a2a.moe_backend` — the function that decides what the cost model prices —
+in :mod:`moeplan.export.sglang`; this module adds the knobs' own flags (sources: SGLang
+server_args.py and docs/advanced_features; vLLM engine/arg_utils.py and the expert-parallel
+deployment guide):
+
+- two-batch overlap: SGLang ``--enable-two-batch-overlap``; vLLM ``--enable-dbo``.
+- DeepEP on vLLM: ``--all2all-backend deepep_high_throughput`` (prefill-heavy instances) or
+  ``deepep_low_latency`` (decode instances). SGLang's ``--deepep-mode`` default ``auto`` runs
+  normal kernels for prefill and low-latency kernels for decode, what the cost model prices.
+- MTP: SGLang ``--speculative-algorithm EAGLE --speculative-num-steps N
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens N+1`` (DeepSeek's NextN module is
+  loaded as the EAGLE draft); vLLM ``--speculative-config
+  '{"method": "deepseek_mtp", "num_speculative_tokens": N}'``.
+- KV dtype: SGLang ``--kv-cache-dtype fp8_e4m3`` / ``bf16``; vLLM ``fp8`` / ``bfloat16``
+  (``auto``: no flag, the engines' default).
+"""
+
+from __future__ import annotations
+
+import json
+
+from moeplan.serve.instance_knobs import InstanceKnobs
+
+SGLANG_KV = {"fp8": "fp8_e4m3", "bf16": "bf16"}
+VLLM_KV = {"fp8": "fp8", "bf16": "bfloat16"}
+
+
+def sglang_knob_args(knobs: InstanceKnobs) -> list[str]:
+    """SGLang flags of ``knobs`` (module docstring)."""
+    out: list[str] = []
+    if knobs.tbo:
+        out.append("--enable-two-batch-overlap")
+    if knobs.mtp:
+        n = str(knobs.mtp)
+        out += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", n]
+        out += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens"]
+        out.append(str(knobs.mtp + 1))
+    if knobs.kv_dtype in SGLANG_KV:
+        out += ["--kv-cache-dtype", SGLANG_KV[knobs.kv_dtype]]
+    return out
+
+
+def vllm_knob_args(knobs: InstanceKnobs, role: str = "colocated") -> list[str]:
+    """vLLM flags of ``knobs`` for an instance of ``role`` (colocated, prefill, decode)."""
+    out: list[str] = []
+    if knobs.a2a == "deepep":
+        mode = "deepep_low_latency" if role == "decode" else "deepep_high_throughput"
+        out += ["--all2all-backend", mode]
+    if knobs.tbo:
+        out.append("--enable-dbo")
+    if knobs.mtp:
+        cfg = {"method": "deepseek_mtp", "num_speculative_tokens": knobs.mtp}
+        out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+    if knobs.kv_dtype in VLLM_KV:
+        out += ["--kv-cache-dtype", VLLM_KV[knobs.kv_dtype]]
+    return out
