@@ -194,6 +194,22 @@ def special_file_cases(tmp: Path, cache_names: list[str]) -> list[Case]:
         ],  # fmt: skip
         "profile.json": lambda p: ["pipeline", *M, *C, "--routing-profile", str(p)],
         "table.parquet": lambda p: ["cost", "allreduce", "--table", str(p)],
+        "counts.json": lambda p: [
+            "cost",
+            "moe",
+            "--num-tokens",
+            "64",
+            "--hidden-size",
+            "2048",
+            "--inter-size",
+            "768",
+            "--topk",
+            "8",
+            "--num-experts",
+            "8",
+            "--expert-counts",
+            str(p),
+        ],  # fmt: skip
         "plan2.json": lambda p: ["serve-sim", "--plan", str(p)],
         "w.safetensors": lambda p: [
             "run",

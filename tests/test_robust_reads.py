@@ -156,3 +156,13 @@ def test_parquet_columns_are_bounded_by_rows_times_width(tmp_path, monkeypatch):
     with pytest.raises(MoeplanError, match=r"declares 5200000 bytes of columns"):
         load_trace(path)
     assert read == []
+
+
+def test_expert_counts_fifo_is_refused_without_blocking(tmp_path, capsys):
+    fifo = tmp_path / "counts.json"
+    os.mkfifo(fifo)
+    args = ["cost", "moe", "--num-tokens", "64", "--hidden-size", "2048", "--inter-size", "768",
+            "--topk", "8", "--num-experts", "8", "--expert-counts", str(fifo)]  # fmt: skip
+    codes: list[int] = []
+    err = no_block(lambda: codes.append(cli(args)))
+    assert err is None and codes == [2] and "regular file" in capsys.readouterr().err

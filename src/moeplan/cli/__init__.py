@@ -47,7 +47,6 @@ def _quiet_sigint() -> object:
 _previous_sigint = _quiet_sigint()  # imports below take seconds (typer, rich, NumPy, ...)
 
 import contextlib  # noqa: E402
-import functools  # noqa: E402
 import importlib  # noqa: E402
 import pkgutil  # noqa: E402
 import warnings  # noqa: E402
@@ -95,10 +94,9 @@ def _global(
     del debug  # handled by main() before parsing
 
 
-@functools.cache
 def _command() -> Any:
-    """The Click command tree of :data:`app`, built once, every numeric flag bounded
-    (:mod:`moeplan.cli._bounds`)."""
+    """The Click command tree of :data:`app` (built per call, as ``app()`` does, so commands
+    registered later are in it), every numeric flag bounded (:mod:`moeplan.cli._bounds`)."""
     return guard_numbers(typer.main.get_command(app))
 
 

@@ -6,7 +6,8 @@ Typer turns ``--gpus 1111…1`` into a 40-digit integer and ``--ttft-slo inf`` (
 command tree once and gives every integer or float parameter a check that runs right after
 Typer's own conversion: a number must be finite and at most :data:`MAX_MAGNITUDE` in size,
 and a ``--seed`` must not be negative (NumPy's generators refuse it). A violation is Click's
-usage error — one line naming the flag, the value and the rule, exit 2. A command's own
+:class:`~moeplan.errors.MoeplanError` — one line naming the flag, the value and the rule
+(``--ttft-slo (inf) must be a finite number``), exit 2. A command's own
 narrower checks still apply after this one.
 """
 
@@ -16,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any, get_args
 
-from moeplan.errors import show
+from moeplan.errors import MoeplanError, show
 
 #: Largest magnitude any numeric flag takes: 10^15 is beyond every count, size and time a
 #: command accepts (the largest, a message size in bytes, stays below 10^13 = 10 TB), and
@@ -41,22 +42,23 @@ def _problem(value: Any, seed: bool) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
     if abs(value) > MAX_MAGNITUDE:
-        return f"must be at most 10^15 in magnitude (no {'seed' if seed else 'flag'} needs more)"
+        return "must be at most 10^15 in magnitude (no flag of moeplan needs more)"
     if seed and value < 0:
-        return "must not be negative"
+        return "must be >= 0"
     return None
 
 
-def _checked(name: str, inner: Callable[..., Any] | None) -> Callable[..., Any]:
-    def callback(ctx: Any, param: Any, value: Any) -> Any:
+def _checked(param: Any, inner: Callable[..., Any] | None) -> Callable[..., Any]:
+    flag = max(param.opts, key=len) if param.opts else param.name
+    seed = param.name == "seed"
+
+    def callback(ctx: Any, p: Any, value: Any) -> Any:
         values = value if isinstance(value, (list, tuple)) else [value]
         for v in values:
-            rule = _problem(v, seed=name == "seed")
+            rule = _problem(v, seed)
             if rule is not None:
-                import typer
-
-                raise typer.BadParameter(f"{show(v)} {rule}", ctx=ctx, param=param)
-        return inner(ctx, param, value) if inner is not None else value
+                raise MoeplanError(f"{flag} ({show(v)}) {rule}")
+        return inner(ctx, p, value) if inner is not None else value
 
     return callback
 
@@ -68,5 +70,5 @@ def guard_numbers(command: Any) -> Any:
     for param in getattr(command, "params", []):
         desc = getattr(param, "type_descriptor", None)
         if desc is not None and _numeric_kind(desc.annotation) is not None:
-            param.callback = _checked(param.name or "", param.callback)
+            param.callback = _checked(param, param.callback)
     return command

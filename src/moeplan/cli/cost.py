@@ -205,6 +205,10 @@ def _with_counts(op: str, flags: dict, path: str, redundant: int, eplb: bool) ->
     if "topk" not in flags:
         raise MoeplanError("--expert-counts needs --topk")
     inline = path.lstrip().startswith("[")  # a JSON list given on the command line
+    if not inline:  # a regular file (a FIFO would block the read forever)
+        from moeplan.io import check_regular_file
+
+        check_regular_file(path, "--expert-counts")
     try:
         counts = json.loads(path if inline else Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:

@@ -188,7 +188,11 @@ def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
         _print_human(summary)
     if failed:
         for r, rep in failed:
-            print(f"moeplan: error: rank {r}: {rep['error']}", file=sys.stderr)
+            from moeplan.textsafe import escape_controls
+
+            print(
+                f"moeplan: error: rank {r}: {escape_controls(str(rep['error']))}", file=sys.stderr
+            )
         # sys.exit, not typer.Exit: click returns (drops) Exit codes when standalone_mode=False
         sys.exit(2 if all(rep["kind"] == "user" for _, rep in failed) else 1)
 

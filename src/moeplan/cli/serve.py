@@ -357,7 +357,8 @@ def serve_sim(
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if deployment is not None:
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
-                       requests=requests, json_out=json_out)
+                       requests=requests, json_out=json_out,
+                       render=(_payload, _print_human))
     require(
         mtp == 0,
         f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "

@@ -7,6 +7,7 @@ a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.serve.pd
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +120,19 @@ def show_pd(
     rate: float | None,
     requests: int,
     json_out: bool,
+    render: tuple[Callable[..., dict[str, Any]], Callable[..., None]],
 ) -> None:
-    """Simulate ``pd`` and print it as serve-sim prints one engine (plus the pools' line)."""
+    """Simulate ``pd`` and print it as serve-sim prints one engine (plus the pools' line).
+
+    ``render`` is serve-sim's (payload, human printer) pair, passed in so this module does
+    not import :mod:`moeplan.cli.serve` (which imports it).
+    """
     from moeplan.cli._common import console, print_json
-    from moeplan.cli.serve import _payload, _print_human
     from moeplan.kernel_tables import pricing, pricing_line
 
     r, extra = run_pd(pd, model, cluster, cm, w, slo, engine=engine, rate=rate,
                       requests=requests)
+    _payload, _print_human = render
     out = _payload(model.name, cluster.name, r, w, slo, extra["rate_simulated_rps"], engine)
     out.update(extra, pricing=pricing(cm))
     if json_out:
