@@ -43,12 +43,7 @@ CORE = ("specs", "cost", "sim", "planners", "serve")
 CORE_MAY_IMPORT = ("moeplan.errors", "moeplan.units", "moeplan.traces")
 
 #: Import cycles known and owned elsewhere: {modules of the cycle: reason}.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"moeplan.cli.serve", "moeplan.cli.serve_pd"}): (
-        "serve-sim --pd: serve_pd imports serve's _payload/_print_human inside show_pd "
-        "(owned by the P/D work; move them to a module both import)"
-    ),
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 #: File I/O in the planning core, known and owned elsewhere: {(module, call): reason}.
 KNOWN_IO: dict[tuple[str, str], str] = {
     # issue 12: preset and profile files are read inside specs/cost; the loaders belong at the
