@@ -300,6 +300,12 @@ def test_heads_times_head_dim_must_fit_the_layer(tmp_path, capsys):
     _one_line(capsys, _write(tmp_path, cfg), "num_heads (16)", "num_kv_heads (3)")
 
 
+def test_hidden_must_be_heads_times_head_dim_without_head_dim(tmp_path, capsys):
+    """Mixtral has no head_dim key: its attention splits the hidden size over the heads."""
+    cfg = {**raw("mistralai--Mixtral-8x22B-v0.1"), "num_attention_heads": 47}
+    _one_line(capsys, _write(tmp_path, cfg), "hidden_size (6144)", "num_attention_heads (47)")
+
+
 def test_contradicting_quantization_files_are_one_line(tmp_path, capsys):
     cfg = raw("nvidia--DeepSeek-V3.1-NVFP4")
     cfg = {**cfg, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}

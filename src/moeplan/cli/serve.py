@@ -397,8 +397,10 @@ def serve_sim(
     sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
     r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    from moeplan.cost.mixer_prices import stand_in_fields
+
     out["knobs"] = knobs.to_dict()
-    out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations
+    out["pricing"] = {**pricing(cm), **stand_in_fields(m)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
         write_atomic(trace_out, json.dumps(serve_trace(sim, label=layout.label, metadata=meta)))
@@ -408,6 +410,8 @@ def serve_sim(
     else:
         _print_human(out, r)
         console.print(pricing_line(out["pricing"]))
+        if out["pricing"]["stand_in_note"]:
+            console.print(out["pricing"]["stand_in_note"])
 
 
 def _check_flags(

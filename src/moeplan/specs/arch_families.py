@@ -25,6 +25,8 @@ def n_layers(c: Cfg) -> int:
 def gqa(c: Cfg, kind: str = "mha", **kw: object) -> Mixer:
     """Full / windowed attention from the usual keys (``kw`` overrides)."""
     h, heads = c.int("hidden_size", lo=1), c.int("num_attention_heads", lo=1)
+    if not c.has("head_dim") and "head_dim" not in kw:
+        _heads_fill_hidden(c, h, heads)
     base: dict[str, object] = dict(
         kind=kind, num_heads=heads, num_kv_heads=c.int("num_key_value_heads", default=heads),
         head_dim=c.int("head_dim", default=h // heads),
@@ -32,6 +34,13 @@ def gqa(c: Cfg, kind: str = "mha", **kw: object) -> Mixer:
     )  # fmt: skip
     base.update(kw)
     return Mixer(**base)  # type: ignore[arg-type]
+
+
+def _heads_fill_hidden(c: Cfg, h: int, heads: int) -> None:
+    """Without ``head_dim`` the modelling code splits the hidden size over the heads."""
+    if h % heads:
+        raise MoeplanError(f"{c.field('hidden_size')} ({h}) must be num_attention_heads "
+                           f"({heads}) x head_dim when head_dim is not given")  # fmt: skip
 
 
 def moe(c: Cfg, **kw: object) -> FFN:

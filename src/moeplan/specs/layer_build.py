@@ -65,15 +65,27 @@ def _first(layers: tuple[LayerSpec, ...], kinds: tuple[str, ...]) -> Mixer | Non
     return next((x.mixer for x in layers if x.mixer.kind in kinds), None)
 
 
+FULL_KINDS = ("mla", "dsa", "mha", "msa", "csa", "hca")
+WINDOW_KINDS = ("swa", "chunked")
+
+
+def primary_layer(layers: tuple[LayerSpec, ...]) -> int:
+    """The layer whose attention the uniform fields describe: the first full-context one,
+    else the first windowed one, else layer 0."""
+    for kinds in (FULL_KINDS, WINDOW_KINDS):
+        for i, x in enumerate(layers):
+            if x.mixer.kind in kinds:
+                return i
+    return 0
+
+
 def uniform_fields(layers: tuple[LayerSpec, ...]) -> dict[str, Any]:
     """The uniform ModelSpec fields that summarise ``layers`` (see module docstring).
 
     Attention: the first full-context attention layer (else the first windowed one);
     ``attention`` is ``mla`` for the latent kinds with a ``kv_lora_rank`` (mla, dsa) and
     ``gqa`` otherwise (DeepSeek-V4's csa / hca are one-KV-head MQA of ``head_dim``)."""
-    m = _first(layers, ("mla", "dsa", "mha", "msa", "csa", "hca")) or _first(
-        layers, ("swa", "chunked")
-    )
+    m = _first(layers, FULL_KINDS) or _first(layers, WINDOW_KINDS)
     if m is None:
         raise MoeplanError("model has no attention layer: a model of only linear / state-space "
                            "mixers is not supported")  # fmt: skip

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.errors import check_int, require, show
+from moeplan.errors import MoeplanError, check_int, require, show
 from moeplan.specs.limits import (
     MAX_CONTEXT,
     MAX_EXPERTS,
@@ -246,8 +246,10 @@ class LayerSpec:
     norms: int = 2
 
     def __post_init__(self) -> None:
-        require(isinstance(self.mixer, Mixer), f"layer.mixer ({show(self.mixer)}) must be a Mixer")
-        require(isinstance(self.ffn, FFN), f"layer.ffn ({show(self.ffn)}) must be an FFN")
+        if not isinstance(self.mixer, Mixer):  # checked before formatting (hot path)
+            raise MoeplanError(f"layer.mixer ({show(self.mixer)}) must be a Mixer")
+        if not isinstance(self.ffn, FFN):
+            raise MoeplanError(f"layer.ffn ({show(self.ffn)}) must be an FFN")
         check_int("layer.norms", self.norms, 0, 16)
         require(self.mixer.kind != "none" or self.ffn.kind != "none",
                 "layer has neither a mixer nor an FFN")

@@ -1,8 +1,18 @@
 """ModelSpec: an MoE transformer's shape, from a Hugging Face ``config.json`` or DeepSeek's keys.
 
+One record per decoder layer (``layers``: :class:`~moeplan.specs.layers.LayerSpec`, a mixer —
+full, latent, windowed, chunked, sparse, compressed, linear or state-space attention — and an
+FFN); every total is summed over them (:mod:`moeplan.specs.layer_math`). The uniform fields
+(``attention``, ``num_kv_heads``, ``num_experts``...) describe the model's attention layers and
+its MoE / dense layers; a model built from them alone (every layer alike) gets its records
+from :func:`~moeplan.specs.layer_build.legacy_layers`, a model read layer by layer
+(:mod:`moeplan.specs.architectures`) gets the fields from
+:func:`~moeplan.specs.layer_build.uniform_fields`.
+
 What is derived, per decoder layer and per module (attention, shared experts, routed experts,
 dense MLP, router, embeddings / lm-head): parameter counts, FLOPs per token (2 per multiply-
-accumulate), KV-cache bytes per token, and the activation size of one token.
+accumulate), KV-cache / recurrent-state bytes per token and per sequence, and the activation
+size of one token. Vision / audio towers (``towers``) are weights only.
 
 Conventions and decisions (tested in ``tests/test_specs_model.py``):
 
@@ -15,7 +25,7 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
   2 %. DeepSeek's multi-token-prediction layers
   (``num_nextn_predict_layers``) are not part of the published 671B and are not counted.
 - MLA (DeepSeek-V2/V3, Kimi-K2) caches the compressed latent: ``kv_lora_rank +
-  qk_rope_head_dim`` values per token per layer. Attention FLOPs use the non-absorbed form
+  qk_rope_head_dim`` values per token per layer (other kinds: :mod:`.layer_math`). Attention FLOPs use the non-absorbed form
   (per head ``qk_nope + qk_rope`` for scores and ``v_head_dim`` for values).
 - GPT-OSS: attention sinks add one parameter per head; sliding-window layers cap both the
   KV cache and the attention context at ``sliding_window`` tokens
@@ -49,7 +59,7 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, require
 from moeplan.specs import layer_math, model_summary
-from moeplan.specs.layer_build import legacy_layers
+from moeplan.specs.layer_build import legacy_layers, primary_layer
 from moeplan.specs.layers import LayerSpec, Tower
 from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_CONTEXT,
@@ -65,8 +75,7 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
 )
 from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
 from moeplan.specs.model_summary import ModuleInfo
-from moeplan.specs.quant import UNQUANTIZED, ModuleQuant, WeightQuant
-from moeplan.specs.quant_modules import linear_modules
+from moeplan.specs.quant import UNQUANTIZED, WeightQuant
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
@@ -127,6 +136,7 @@ class ModelSpec:
     module_prefix: str = "model.layers"  # the checkpoint's name of the decoder-layer list
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
     _layers: tuple[LayerSpec, ...] = field(default=(), repr=False, compare=False)
+    _primary: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
@@ -135,6 +145,7 @@ class ModelSpec:
         layers = self.layers or legacy_layers(self, flags)
         object.__setattr__(self, "_layers", layers)
         object.__setattr__(self, "_moe_flags", tuple(x.is_moe for x in layers))
+        object.__setattr__(self, "_primary", primary_layer(layers))
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -324,11 +335,12 @@ class ModelSpec:
     # ---- memory per token (per layer kind: :mod:`moeplan.specs.layer_math`) --------------
     def kv_bytes_per_token_layer(self, layer: int | None = None) -> float:
         """Cache bytes one token adds to decoder layer ``layer`` (MLA: latent + rope key;
-        linear mixers: 0); ``None``: the mean over layers (``num_layers`` times it is the
-        model's per-token figure)."""
-        if layer is not None:
-            return layer_math.kv_bytes_per_token(self._layers[layer].mixer)
-        return self.kv_bytes_per_token / self.num_layers
+        linear mixers: 0); ``None``: a layer of the uniform attention the fields describe
+        (what the uniform attention path reads per cached token; totals over the model are
+        :attr:`kv_bytes_per_token` and :mod:`moeplan.cost.memory`)."""
+        if layer is None:
+            layer = self._primary
+        return layer_math.kv_bytes_per_token(self._layers[layer].mixer)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -390,26 +402,9 @@ class ModelSpec:
     ) -> ModelSpec:
         """Build from a model ``config.json`` dict (any registered architecture, or DeepSeek's
         native keys); ``hf_quant``: the ``hf_quant_config.json`` beside it, if any."""
-        from moeplan.specs.model_reader import expert_format, quant_rules, spec_kwargs
+        from moeplan.specs.model_reader import spec_kwargs, with_quantization
 
-        spec = cls(**spec_kwargs(config, name))
-        rules = quant_rules(config, name, hf_quant)
-        if rules is None:
-            return spec
-        quant = rules.resolve(linear_modules(spec))
-        experts = expert_format(config, name)
-        if experts is not None:
-            mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
-            quant = replace(quant, experts=mq)
-        spec = replace(spec, quant=quant)
-        if not rules.kv_bytes:
-            return spec
-        layers = tuple(
-            replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache
-            else x
-            for x in spec.layer_specs
-        )
-        return replace(spec, layers=layers, _layers=(), _moe_flags=())
+        return with_quantization(cls(**spec_kwargs(config, name)), config, name, hf_quant)
 
 
 def parse_error(name: str, err: Exception) -> MoeplanError:

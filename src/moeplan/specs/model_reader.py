@@ -12,6 +12,7 @@ the method and algorithm, else one error line names both.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from moeplan.errors import MoeplanError, show
@@ -20,7 +21,8 @@ from moeplan.specs.config_reader import Cfg
 from moeplan.specs.hf_config import is_native, native_to_hf, spec_kwargs_from_config
 from moeplan.specs.layer_build import uniform_fields
 from moeplan.specs.limits import MAX_ROUTED_SCALE
-from moeplan.specs.quant import QuantRules, WeightFormat
+from moeplan.specs.quant import ModuleQuant, QuantRules, WeightFormat
+from moeplan.specs.quant_modules import linear_modules
 from moeplan.specs.quant_parse import E8M0_SCALE, MXFP4_GROUP, parse_quantization
 
 HF_QUANT_FILE = "hf_quant_config.json"
@@ -126,3 +128,25 @@ def expert_format(config: Any, name: str) -> WeightFormat | None:
         raise MoeplanError(f"config[{name}].expert_dtype ({show(v)}) is not supported: supported "
                            f"values are {', '.join(EXPERT_DTYPES)}")  # fmt: skip
     return EXPERT_DTYPES[v]
+
+
+def with_quantization(spec: Any, config: Any, name: str, hf_quant: Any = None) -> Any:
+    """``spec`` (a :class:`~moeplan.specs.model.ModelSpec`) with the checkpoint's stored
+    weight formats per module class and, when stated, its KV-cache dtype on every cache."""
+    rules = quant_rules(config, name, hf_quant)
+    if rules is None:
+        return spec
+    quant = rules.resolve(linear_modules(spec))
+    experts = expert_format(config, name)
+    if experts is not None:
+        mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
+        quant = replace(quant, experts=mq)
+    spec = replace(spec, quant=quant)
+    if not rules.kv_bytes:
+        return spec
+    layers = tuple(
+        replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache
+        else x
+        for x in spec.layer_specs
+    )
+    return replace(spec, layers=layers, _layers=(), _moe_flags=())

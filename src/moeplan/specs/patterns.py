@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from moeplan.errors import MoeplanError, show
 
-MATCH_BUDGET = 20_000_000  # NFA state-steps over one model's modules (~2 s worst case)
+#: steps (characters matched, plus NFA states touched on a DFA miss) one pattern list may take
+#: over a model's modules: ~2 s of Python at worst; real lists take < 0.2 M (Kimi-K2.5's
+#: compressed-tensors list over its 670 linear modules: ~0.1 M)
+MATCH_BUDGET = 5_000_000
 MAX_REPEAT = 16
 DFA_STATES = 50_000  # memoised DFA transitions kept per pattern (memory bound)  # {m,n} bounds unrolled into NFA states (configs use none)
 _CLASSES = {
@@ -207,11 +210,17 @@ class Regex:
         self.start, self.end = parser.alternation()
         if parser.i != len(pattern):
             raise parser.fail("has an unbalanced ')'")
-        self._dfa: dict[tuple, tuple[_Node, ...]] = {}
+        self._ids: dict[tuple[int, ...], int] = {}
+        self._sets: list[tuple[_Node, ...]] = []
+        self._done: list[bool] = []  # the state has reached the end (a prefix matched)
+        self._final: dict[int, bool] = {}
+        self._trans: dict[tuple[int, str], int] = {}
+        self._dead = self._state(())
+        self._start = self._state(self._closure([self.start], True, False))
 
-    def _closure(self, nodes: list[_Node], first: bool, last: bool) -> list[_Node]:
-        """Every consuming state (and the end) reachable by epsilon moves; ``^`` / ``$``
-        pass only at the first / past the last character."""
+    def _closure(self, nodes: list[_Node], first: bool, at_end: bool) -> tuple[_Node, ...]:
+        """Consuming states, the end, and pending ``$`` assertions reachable by epsilon moves;
+        ``^`` passes only before the first character, ``$`` only when ``at_end``."""
         seen: set[int] = set()
         out, stack = [], list(nodes)
         while stack:
@@ -219,44 +228,68 @@ class Regex:
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            if n.test is None or (n.test == "^" and first) or (n.test == "$" and last):
+            if n.test is None or (n.test == "^" and first) or (n.test == "$" and at_end):
                 stack.extend(n.out)
-            elif not isinstance(n.test, str):
-                out.append(n)
+            elif n.test != "^":
+                out.append(n)  # a consuming state, or a "$" waiting for the end
             if n is self.end:
                 out.append(n)
-        return out
+        return tuple(sorted(out, key=id))
 
-    def _step(self, states: tuple[_Node, ...], ch: str, last: bool,
-              budget: list[int] | None) -> tuple[_Node, ...]:  # fmt: skip
-        """The states after ``ch`` (memoised: a lazily built DFA; NFA work only on a miss)."""
-        key = (tuple(id(n) for n in states), ch, last)
-        hit = self._dfa.get(key)
-        if hit is not None:
-            return hit
+    def _state(self, nodes: tuple[_Node, ...]) -> int:
+        """The DFA state id of an NFA state set (interned)."""
+        key = tuple(id(n) for n in nodes)
+        sid = self._ids.get(key)
+        if sid is None:
+            sid = self._ids[key] = len(self._sets)
+            self._sets.append(nodes)
+            self._done.append(self.end in nodes)
+        return sid
+
+    def _accepts_at_end(self, sid: int) -> bool:
+        hit = self._final.get(sid)
+        if hit is None:
+            nodes = [n for n in self._sets[sid] if n.test == "$" or n is self.end]
+            hit = self._final[sid] = self.end in self._closure(nodes, False, True)
+        return hit
+
+    def _step(self, sid: int, ch: str, budget: list[int] | None) -> int:
+        """The state after ``ch`` (memoised: a lazily built DFA; NFA work only on a miss)."""
+        nxt = self._trans.get((sid, ch))
+        if nxt is not None:
+            return nxt
+        nodes = self._sets[sid]
         if budget is not None:
-            budget[0] -= len(states) + 1
+            budget[0] -= len(nodes) + 1
             if budget[0] < 0:
                 raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
-                                   f"of {MATCH_BUDGET} NFA steps (too many or too complex "
+                                   f"of {MATCH_BUDGET} steps (too many or too complex "
                                    "patterns)")  # fmt: skip
-        nxt = [o for n in states if n is not self.end and n.test(ch) for o in n.out]
-        out = tuple(self._closure(nxt, False, last))
-        if len(self._dfa) < DFA_STATES:
-            self._dfa[key] = out
-        return out
+        moved = [o for n in nodes if callable(n.test) and n.test(ch) for o in n.out]
+        nxt = self._state(self._closure(moved, False, False))
+        if len(self._trans) < DFA_STATES:
+            self._trans[(sid, ch)] = nxt
+        return nxt
 
     def match(self, name: str, budget: list[int] | None = None) -> bool:
         """``re.match(pattern, name)``; ``budget`` (a one-item list) is charged for the NFA
         work of every step not already memoised, and the match refused once it runs out."""
-        states = tuple(self._closure([self.start], True, not name))
-        for i, ch in enumerate(name):
-            if self.end in states:
+        if budget is not None:
+            budget[0] -= len(name) + 1
+            if budget[0] < 0:
+                raise MoeplanError(f"matching module-name patterns exceeded moeplan's bound "
+                                   f"of {MATCH_BUDGET} steps (too many or too complex "
+                                   "patterns)")  # fmt: skip
+        sid = self._start
+        done, trans = self._done, self._trans
+        for ch in name:
+            if done[sid]:
                 return True
-            states = self._step(states, ch, i == len(name) - 1, budget)
-            if not states:
+            nxt = trans.get((sid, ch))
+            sid = self._step(sid, ch, budget) if nxt is None else nxt
+            if sid == self._dead:
                 return False
-        return self.end in states
+        return done[sid] or self._accepts_at_end(sid)
 
 
 def glob_match(name: str, pattern: str) -> bool:
