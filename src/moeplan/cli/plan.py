@@ -270,7 +270,7 @@ def plan_cmd(
     truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
     if truncated and not json_out:
         err_console.print(f"[yellow]warning:[/] {truncated}")
-    price = {**pricing(cm), **stand_in_fields(m)}  # kernels and source mix; stand-in layers
+    price = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels and source mix; stand-in layers
     if json_out:
         print_json({**_json(result, ranking, place_res, files, elapsed),
                     **({"placement_skipped": place_note} if place_note else {}),

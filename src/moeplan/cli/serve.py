@@ -400,7 +400,7 @@ def serve_sim(
     from moeplan.cost.mixer_prices import stand_in_fields
 
     out["knobs"] = knobs.to_dict()
-    out["pricing"] = {**pricing(cm), **stand_in_fields(m)}  # kernels; stand-in layers
+    out["pricing"] = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
         write_atomic(trace_out, json.dumps(serve_trace(sim, label=layout.label, metadata=meta)))
