@@ -5,7 +5,9 @@ each file's ``import`` and ``from ... import`` statements that name a ``moeplan`
 top level and inside functions alike, but not under ``if TYPE_CHECKING:`` (never executed) —
 the tests build the module-level import graph and assert:
 
-(a) it is acyclic, and every ``moeplan`` import names a module that exists;
+(a) it is acyclic — counting type-only imports too (``if TYPE_CHECKING:``): a module and a
+    helper that names its type are still a circle — and every ``moeplan`` import names a
+    module that exists;
 (b) no module imports a ``_private`` module or ``_private`` name of another package (a module
     may use the private helpers of its own package and of the packages it lives inside), nor
     reaches one through an imported module (``mod._helper``);
@@ -183,9 +185,17 @@ def imports(name: str) -> tuple[Import, ...]:
     return imports_in(tree(name), name)
 
 
-def imports_in(module_tree: ast.Module, name: str) -> tuple[Import, ...]:
+@cache
+def imports_typed(name: str) -> tuple[Import, ...]:
+    """Every ``moeplan`` import of module ``name``, ``if TYPE_CHECKING:`` blocks included: a
+    type-only import is still a dependency of the design, so the cycle check counts it."""
+    return imports_in(tree(name), name, typed=True)
+
+
+def imports_in(module_tree: ast.Module, name: str, typed: bool = False) -> tuple[Import, ...]:
     out: list[Import] = []
-    for node in _executed_nodes(module_tree):
+    nodes = ast.walk(module_tree) if typed else _executed_nodes(module_tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             out += [Import(a.name, None, node.lineno) for a in node.names
                     if a.name.split(".")[0] == "moeplan"]  # fmt: skip
@@ -201,10 +211,10 @@ def imports_in(module_tree: ast.Module, name: str) -> tuple[Import, ...]:
 
 
 def graph() -> dict[str, dict[str, int]]:
-    """Module -> {imported module: first line}."""
+    """Module -> {imported module: first line}, type-only imports included."""
     g: dict[str, dict[str, int]] = {m: {} for m in modules()}
     for m in modules():
-        for imp in imports(m):
+        for imp in imports_typed(m):
             if imp.module in modules() and imp.module != m:
                 g[m].setdefault(imp.module, imp.line)
     return g
@@ -481,3 +491,15 @@ def test_property_tests_use_the_shared_profile():
 def test_core_layers_exist(layer):
     """The layer list above names real packages (a rename must update these checks)."""
     assert f"moeplan.{layer}" in modules()
+
+
+def test_type_only_imports_are_edges_of_the_cycle_graph():
+    """``if TYPE_CHECKING:`` imports never run, but a module and the helper that names its
+    type still form a circle: the cycle graph counts them, the other checks do not."""
+    src = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from moeplan.specs.model import ModelSpec\n"
+    )
+    typed = [i.module for i in imports_in(src, "moeplan.specs.model_checks", typed=True)]
+    assert typed == ["moeplan.specs.model"]
+    assert imports_in(src, "moeplan.specs.model_checks") == ()

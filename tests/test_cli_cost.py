@@ -185,3 +185,38 @@ def test_expert_counts_from_a_trace(capsys, tmp_path) -> None:
     assert code == 2 and "could not be read" in err
     code, _, err = run(capsys, *base, "--redundant-experts", "4")
     assert code == 2 and "need --expert-counts" in err
+
+
+def test_new_layer_op_by_col_flags_is_its_measured_row(capsys) -> None:
+    """``--col NAME=VALUE`` sets the columns of the newer ops: Qwen3.5-35B-A3B's GDN delta
+    rule, 4 sequences of 4096 tokens (SGLang, H100): the table's own row."""
+    t = kernel_db().tables[("h100_sxm", "sglang", "context_gdn")]
+    c = t.columns
+    sel = (
+        (c["kernel_source"] == "chunk_gated_delta_rule") & (c["batch_size"] == 4)
+        & (c["seq_len"] == 4096) & (c["num_k_heads"] == 16) & (c["num_v_heads"] == 32)
+    )  # fmt: skip
+    want = float(np.median(t.latency[sel]))
+    cols = ["seq_len=4096", "num_k_heads=16", "head_k_dim=128", "num_v_heads=32",
+            "head_v_dim=128", "d_conv=4"]  # fmt: skip
+    args = ["cost", "context_gdn", "--batch-size", "4", "--kernel-source",
+            "chunk_gated_delta_rule", "--json"]  # fmt: skip
+    for x in cols:
+        args += ["--col", x]
+    code, out, _ = run(capsys, *args)
+    row = json.loads(out)["rows"][0]
+    assert code == 0 and row["source"] == "measured"
+    assert row["predicted_ms"] == pytest.approx(want * 1e3)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--col", "seq_len"], "NAME=VALUE"),
+        (["--col", "batch_size=4"], "given twice"),
+        (["--col", "hidden_size=4096"], "does not apply to context_gdn"),
+    ],
+)
+def test_col_flag_errors_are_one_line(capsys, extra: list[str], needle: str) -> None:
+    code, _, err = run(capsys, "cost", "context_gdn", "--batch-size", "4", *extra)
+    assert code == 2 and needle in err and err.strip().count("\n") == 0

@@ -18,7 +18,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_models_json():
     out = json.loads(run("models", "--json").stdout)
     names = {r["name"] for r in out}
-    assert "deepseek-v3" in names and len(out) == 9
+    assert "deepseek-v3" in names and "qwen3.5-35b-a3b" in names and len(out) == 17
     assert all({"name", "architecture", "params_total", "params_active"} <= r.keys() for r in out)
 
 
@@ -52,7 +52,8 @@ def _one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
     "content,needles",
     [
         ("{not json", ("not valid JSON",)),
-        ('{"hidden_size": 4096}', ("missing required key",)),
+        ('{"hidden_size": 4096}', ("not a supported architecture", "MixtralForCausalLM")),
+        ('{"model_type": "mixtral", "hidden_size": 4096}', ("missing required key",)),
         (
             json.dumps(
                 {

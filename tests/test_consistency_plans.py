@@ -34,8 +34,8 @@ from moeplan.planners.rank import FAMILIES
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model
 from moeplan.specs.presets import MODEL_FILES
 from moeplan.specs.quant import CLASSES
+from test_launchable_presets import EVERY_FAMILY_MODELS, planned
 from test_launchable_presets import WORKLOAD as LAUNCH_WORKLOAD
-from test_launchable_presets import planned
 
 WORKLOAD = Workload(batch=32, isl=2048, osl=256)
 ISSUE_CASES = [
@@ -144,7 +144,7 @@ def test_the_issue_flop_figure_came_from_counting_the_lm_head_per_position():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_name", list(MODEL_FILES))
+@pytest.mark.parametrize("model_name", list(EVERY_FAMILY_MODELS))
 def test_every_preset_model_cluster_family_is_consistent(model_name):
     """Every family's best plan of every cluster preset the model fits. A pair that fits no
     family is not in ``planned`` (it asserts the error says so), as it had no candidate here."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moeplan.cost.kerneldb import Device, KernelDB, device_for
+from moeplan.cost.kerneldb import KernelDB, device_for
 from moeplan.cost.kerneldb.families import FAMILIES, Features, WaveFeatures, dest_ranks
 from moeplan.cost.kerneldb.fit import Analytic, _weighted_median
 from moeplan.cost.kerneldb.load import busiest_rank, eplb_busiest
@@ -122,13 +123,7 @@ def test_gpu_without_tables_is_transferred_and_scales_with_the_datasheet(db: Ker
     # same FLOP/s as H100, more bandwidth: a large (compute-bound) layer within the H100's
     # own model, a small (weight-bound) one faster
     small = dict(shape, num_tokens=1)
-    h100_model = Device(
-        name="h100-like",
-        flops_bf16=H100.flops_bf16,
-        flops_fp8=H100.flops_fp8,
-        mem_bw=H100.mem_bw,
-        link_bw=H100.link_bw,
-    )
+    h100_model = replace(H100, name="h100-like", table=None)
     assert (
         db.predict("moe", h200, "vllm", **small).seconds
         < db.predict("moe", h100_model, "vllm", **small).seconds

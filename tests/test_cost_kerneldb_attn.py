@@ -33,11 +33,11 @@ from moeplan.cost.kerneldb.families import (
     Features,
     _xqa_declines,
 )
-from moeplan.cost.kerneldb.fit import NEAR, SM_COUNT, Analytic
+from moeplan.cost.kerneldb.fit import NEAR, Analytic
 from moeplan.kernel_tables import kernel_db
-from moeplan.specs import load_cluster
+from moeplan.specs import gpu_records, load_cluster
 
-SMS = {"a100_sxm": SM_COUNT["a100-80g"], "h100_sxm": SM_COUNT["h100-sxm"]}
+SMS = {"a100_sxm": gpu_records()["a100-80g"].sm_count, "h100_sxm": gpu_records()["h100-sxm"].sm_count}
 BF16 = ("bfloat16", "bfloat16")
 
 

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from moeplan.cost import CostModel, cost_model_for
-from moeplan.cost.kerneldb.device import FP8_RATIO
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import kernel_db
 from moeplan.specs import cluster_names, load_cluster, load_model, model_names
@@ -18,7 +17,7 @@ MODELS = model_names()
 
 def _peak_flops(cluster, fp8: bool) -> float:
     g = cluster.gpu
-    return g.flops_bf16 * (FP8_RATIO.get(g.name, 1.0) if fp8 else 1.0)
+    return g.flops_bf16 * ((g.fp8_ratio or 1.0) if fp8 else 1.0)
 
 
 @pytest.mark.parametrize("cluster_name", CLUSTERS)
@@ -52,7 +51,7 @@ def test_no_prediction_beats_the_datasheet(cluster_name: str) -> None:
             keys = ctx - (q - 1) / 2
             flops = 2.0 * seqs * q * keys * heads * (m.q_dim + m.vo_dim)
             kv = seqs * ctx * m.kv_bytes_per_token_layer() / kv_div
-            assert flops / t <= cluster.gpu.flops_bf16 * FP8_RATIO.get(cluster.gpu.name, 1.0) * (
+            assert flops / t <= cluster.gpu.flops_bf16 * (cluster.gpu.fp8_ratio or 1.0) * (
                 1 + 1e-9
             ), (name, seqs, q, ctx)
             assert kv / t <= bw, (name, seqs, q, ctx)

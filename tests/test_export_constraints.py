@@ -14,16 +14,20 @@ from moeplan.export import constraints as cons
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import vllm_args
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies
-from moeplan.specs import load_cluster, load_model
+from moeplan.specs import gpu_records, load_cluster, load_model
 
 
 def target(
     arch="DeepseekV3ForCausalLM", gpu="h100-sxm", intra="nvswitch", inter="ib", nodes=1, experts=256
 ) -> cons.Target:
+    g = gpu_records()[gpu]
     return cons.Target(
         architecture=arch,
         num_experts=experts,
         gpu=gpu,
+        gpu_sm=g.sm_version,
+        gpu_nccl=g.nccl,
+        gpu_deepep=g.deepep,
         intra=intra,
         inter=inter,
         num_nodes=nodes,
@@ -32,17 +36,13 @@ def target(
 
 
 # What the sources say, written out by hand (not derived from the tables under test):
-# DeepEP needs SM90 + full NVLink P2P inside a node + RDMA across nodes (DeepEP README);
-# SGLang's DeepEP path: DeepSeek V2/V3 (Kimi K2 is DeepseekV3ForCausalLM) and Qwen3-MoE.
-# H800 is SM90 (DeepEP's own benchmarks run on H800 + CX7 InfiniBand).
+# DeepEP needs SM90+ (Hopper H100/H200/H800/H20, Blackwell B200) + full NVLink P2P inside a
+# node + RDMA across nodes (DeepEP README); not on Ampere/Ada (A100, A6000, A10, A40, L40S),
+# Ascend, or a GPU its source does not name (gpu-96g). SGLang's DeepEP path: DeepSeek V2/V3
+# (Kimi K2 is DeepseekV3ForCausalLM) and Qwen3-MoE.
 DEEPEP_CLUSTERS = {
-    "findep-c",
-    "findep-d",
-    "mixserve-h20",
-    "h100-sxm-8",
-    "h200-sxm-8",
-    "h800-sxm-8",
-}
+    "findep-c", "findep-d", "mixserve-h20", "h100-sxm-8", "h200-sxm-8", "h800-sxm-8", "b200-8",
+}  # fmt: skip
 DEEPEP_MODELS = {
     "deepseek-v2",
     "deepseek-v2-lite",
@@ -207,3 +207,23 @@ def test_vllm_eplb_only_where_it_runs(redundant, ep):
             assert json.loads(f["--eplb-config"]) == {"num_redundant_experts": redundant}
         assert not cons.check_vllm(r.args, t, gpus_used=ep)
         assert (redundant > 0 and not runs) == any("not emitted" in w for w in r.warnings)
+
+
+# DeepEP per GPU, by hand from the sources (DeepEP README: SM90+ CUDA GPUs; Blackwell B200 runs
+# it in SGLang's GB200/B200 wide-EP deployments; Ampere, Ada and Ascend do not)
+DEEPEP_GPUS = {"h100-sxm", "h200-sxm", "h800", "h20", "b200"}
+
+
+@pytest.mark.parametrize("gpu", sorted(gpu_records()))
+def test_sglang_export_has_deepep_exactly_on_the_gpus_that_run_it(gpu: str) -> None:
+    """One EP == TP strategy of DeepSeek-V3 on 8 of ``gpu`` behind an NVSwitch: the export
+    carries ``--moe-a2a-backend deepep`` iff the GPU runs DeepEP; a GPU that does not is
+    named with its reason (its compute capability, or not a CUDA GPU), never 'unknown'."""
+    t = target(gpu=gpu)
+    s = Strategy(attn_tp=8, attn_dp=1, moe_tp=1, moe_ep=8, pp=1)
+    out = sglang_args(s, model_path="m", target=t, num_nodes=1)
+    has = "deepep" in out.args
+    assert has == (gpu in DEEPEP_GPUS), gpu
+    if not has:
+        why = " ".join(out.warnings)
+        assert "unknown compute capability" not in why and gpu in why, why

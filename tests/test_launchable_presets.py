@@ -22,13 +22,27 @@ from moeplan.report.plan_report import launch_exports
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model, model_names
 
 WORKLOAD = Workload(phase="both", batch=32, isl=2048, osl=256)
+#: presets of the every-family grids (slow; shared with the consistency and runtime grids):
+#: the models before the 2026 presets plus one Gated-DeltaNet and one Mamba-2 hybrid. The
+#: other 2026 presets are planned with the colocated family on every cluster below, and with
+#: every family by ``python bench/bench_configs.py plan`` (each ~2 min of planning).
+EVERY_FAMILY_MODELS = (
+    "deepseek-v2", "deepseek-v2-lite", "deepseek-v3", "kimi-k2", "qwen2-57b-a14b",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "gpt-oss-120b",
+    "qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b",
+)  # fmt: skip
+
+
+def grid_models(families) -> list[str]:
+    """The presets a grid of ``families`` plans (every preset for the colocated family)."""
+    return model_names() if tuple(families) == ("strategy",) else list(EVERY_FAMILY_MODELS)
 
 
 @functools.cache  # shared with tests/test_runtime_preset_grid.py (the same planning, ~40 s)
 def planned(families):
-    """(model, cluster, PlanResult) of every preset pair that fits."""
+    """(model, cluster, PlanResult) of every pair of :func:`grid_models` that fits."""
     out = []
-    for mn in model_names():
+    for mn in grid_models(families):
         for cn in cluster_names():
             m, c = load_model(mn), load_cluster(cn)
             try:

@@ -91,16 +91,31 @@ def test_command_prints_in_ascii(command, synth_trace, monkeypatch):
 
 
 def test_control_characters_from_a_config_are_escaped(tmp_path, capsys):
-    """An ESC sequence in ``architectures`` (window title, clear screen) is printed as text."""
+    """An ESC sequence in ``architectures`` (window title, clear screen) is printed as text:
+    the architecture is not a registered one, and the error line quotes it escaped."""
     from moeplan.specs.presets import model_config
 
     cfg = dict(model_config("mixtral-8x7b"))
     cfg["architectures"] = ["MixtralForCausalLM\x1b]0;TITLE\x07\x1b[2J\x9b31m"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    main(["inspect", str(tmp_path / "config.json")])
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", str(tmp_path / "config.json")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\x9b" not in err
+    assert "\\x1b]0;TITLE" in err
+
+
+def test_control_characters_in_a_config_path_are_escaped(tmp_path, capsys):
+    """A folder name with ESC sequences names the model: printed escaped on success."""
+    from moeplan.specs.presets import model_config
+
+    folder = tmp_path / "m\x1b[2Jx"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(model_config("mixtral-8x7b")))
+    main(["inspect", str(folder / "config.json")])
     out = capsys.readouterr().out
-    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
-    assert "\\x1b]0;TITLE" in out and "\\x1b[2J\\x9b31m" in out  # (rich drops the BEL)
+    assert "\x1b" not in out and "\\x1b[2Jx" in out
 
 
 def test_a_real_c_locale_subprocess():

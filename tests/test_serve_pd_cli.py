@@ -166,6 +166,7 @@ def test_pd_launch_script_carries_each_pools_knobs() -> None:
     from moeplan.serve.instance_knobs import InstanceKnobs
 
     target = Target(architecture="DeepseekV3ForCausalLM", num_experts=256, gpu="h100-sxm",
+                    gpu_sm=90, gpu_nccl=True, gpu_deepep=True,
                     intra="nvswitch", inter="ib", num_nodes=4, gpus_per_node=8)
     pd = PDLayout(prefill=ServeLayout(attn_dp=16, moe_ep=16), decode=ServeLayout(attn_dp=16,
                   moe_ep=16), x=1, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +26,18 @@ PUBLISHED = {
     "qwen2-57b-a14b": (57, 14),
     "mixtral-8x7b": (46.7, 12.9),
     "gpt-oss-120b": (117, 5.1),
+}
+#: presets whose config is a sample under tests/data/configs/ (sizes checked there, against
+#: published.json with each figure's rounding): preset -> sample folder
+SAMPLES = {
+    "deepseek-v4-flash": "deepseek-ai--DeepSeek-V4-Flash",
+    "qwen3.5-35b-a3b": "Qwen--Qwen3.5-35B-A3B",
+    "kimi-k2.5": "moonshotai--Kimi-K2.5",
+    "glm-5-fp8": "zai-org--GLM-5-FP8",
+    "llama-4-scout": "meta-llama--Llama-4-Scout-17B-16E-Instruct",
+    "gemma-4-26b-a4b": "google--gemma-4-26B-A4B",
+    "nemotron-3-nano-30b-a3b": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "minimax-m3": "MiniMaxAI--MiniMax-M3",
 }
 
 
@@ -49,7 +62,14 @@ def test_params_match_published_sizes(name):
 
 
 def test_every_preset_is_listed():
-    assert sorted(model_names()) == sorted(PUBLISHED)
+    assert sorted(model_names()) == sorted([*PUBLISHED, *SAMPLES])
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_sample_presets_are_the_walked_samples(name):
+    """The preset's shipped config is the sample the config walker checks (same JSON)."""
+    path = Path(__file__).parent / "data" / "configs" / SAMPLES[name] / "config.json"
+    assert model_config(name) == json.loads(path.read_text())
 
 
 def test_mla_kv_cache_stores_latent():

@@ -33,6 +33,7 @@ import numpy as np
 
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.errors import MoeplanError
 from moeplan.kernel_store import (  # noqa: F401 (re-exported)
@@ -47,6 +48,7 @@ from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     cache_max_bytes,
 )
 from moeplan.specs import ClusterSpec, load_cluster
+from moeplan.specs.presets import cluster_table
 
 ENGINES = ("sglang", "vllm", "trtllm")
 #: parquet file -> [(op, {our column: table column}, latency column(s), scale to seconds)]
@@ -82,6 +84,9 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
         ("deepep_ll_combine", {}, ("combine_avg_t_us",), 1e-6),
     ],
 }
+FILES.update(LAYER_FILES)  # the newer layer kinds (kerneldb.layer_families)
+#: cache dtype spellings of the newer tables -> the one the other tables use
+VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: SGLang's wide-EP MoE tables time DeepGEMM's grouped GEMMs, the kernels vLLM's DeepEP
 #: all2all backends run too (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py): they
 #: serve both engines, as the DeepEP tables serve every engine
@@ -89,8 +94,6 @@ WIDEEP_SHARED = {
     "wideep_context_moe_perf.parquet": ("sglang", "vllm"),
     "wideep_generation_moe_perf.parquet": ("sglang", "vllm"),
 }
-#: table GPU -> the cluster preset whose datasheet numbers it has
-TABLE_PRESETS = {"h100_sxm": "h100-sxm-8", "a100_sxm": "a100-sxm-8"}
 ERRORS_FILE = "heldout_errors.json"
 
 
@@ -133,9 +136,10 @@ def _read(
     import pyarrow.parquet as pq
 
     fam = FAMILIES[op]
+    where = ROW_FILTERS.get((path.name, op), {})
     try:
         pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)
-        wanted = {rename.get(c, c) for c in fam.columns} | set(lat)
+        wanted = {rename.get(c, c) for c in fam.columns} | set(lat) | set(where)
         table = pf.read(columns=sorted(wanted & set(pf.schema_arrow.names)))
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise MoeplanError(f"kernel table {path} could not be read: {err}") from None
@@ -152,6 +156,11 @@ def _read(
             raise MoeplanError(f"kernel table {path} lacks column {src!r}")
     latency = sum(np.asarray(_numpy(table.column(c)), float) for c in lat) * scale
     ok = np.isfinite(latency) & (latency > 0)
+    for c, value in where.items():  # rows of another op in the same file
+        ok &= _numpy(table.column(c)).astype(str) == value
+    for c, arr in cols.items():
+        if arr.dtype.kind in "US" and any(a in arr for a in VALUE_ALIASES):
+            cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in arr.tolist()])
     cols = {c: v[ok] for c, v in cols.items()}
     return KernelTable(
         gpu=gpu,
@@ -199,8 +208,20 @@ def read_tables(root: Path | None = None) -> list[KernelTable]:
     return [load() for load in table_loaders(root).values()]
 
 
+def table_presets() -> dict[str, str]:
+    """Kernel-table GPU -> the cluster preset of its measured node: the preset whose GPU
+    record names those ``kernel_tables`` and whose profile is that GPU's measurement set."""
+    table = cluster_table()
+    out: dict[str, str] = {}
+    for name, c in table["clusters"].items():
+        kt = table["gpus"][c["gpu"]].get("kernel_tables")
+        if kt is not None and c.get("profile") == kt:
+            out.setdefault(kt, name)
+    return out
+
+
 def table_devices() -> dict[str, Device]:
-    return {gpu: device_for(load_cluster(preset)) for gpu, preset in TABLE_PRESETS.items()}
+    return {gpu: device_for(load_cluster(preset)) for gpu, preset in table_presets().items()}
 
 
 def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tuple[float, float]]:

@@ -14,8 +14,10 @@ import numpy as np
 
 from moeplan.cost.calibrate import DTYPE_BYTES, OPS, GemmRows, NcclRows
 from moeplan.errors import MoeplanError
+from moeplan.specs import gpu_records
 
-MEASURED = ("h100_sxm", "h200_sxm", "a100_sxm")
+#: the shipped measurement sets: the ``measured`` field of the GPU records
+MEASURED = tuple(sorted({g.measured for g in gpu_records().values() if g.measured}))
 
 
 def measured_dir(name: str) -> Path:

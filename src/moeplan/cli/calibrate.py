@@ -148,7 +148,15 @@ def _kernels(
             raise MoeplanError(f"op ({o!r}) must be one of {', '.join(OPS)}")
     if folds is not None and folds < 1:
         raise MoeplanError(f"folds ({folds}) must be >= 1")
-    rows, errors = kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds)
+    from moeplan.cost.kerneldb import device_for
+    from moeplan.infersim_tables import CLUSTER, DSA_CLUSTER, dsa_tables, gdn_tables
+    from moeplan.specs import load_cluster
+
+    others = [  # InferSim's H20 GDN and H800 sparse-attention rows
+        (device_for(load_cluster(CLUSTER)), gdn_tables()),
+        (device_for(load_cluster(DSA_CLUSTER)), dsa_tables()),
+    ]
+    rows, errors = kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds, others=others)
     if errors_out:
         write_atomic(
             errors_out, json.dumps({"seed": seed, "folds": folds or 5, "errors": errors}, indent=1)

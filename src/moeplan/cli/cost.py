@@ -126,6 +126,17 @@ def cost(
     gemm_type: Annotated[
         str | None, Opt(help="mla modules: projection GEMM dtype (bfloat16, fp8_block).")
     ] = None,
+    column: Annotated[
+        list[str] | None,
+        Opt(
+            "--col",
+            help="Any column of the operation as NAME=VALUE (repeatable): the columns of the "
+            "newer layer kinds (context_gdn: seq_len, num_k_heads, head_k_dim, num_v_heads, "
+            "head_v_dim, d_conv; *_dsa_module: architecture; *_csa_module: compress_ratio; "
+            "mhc: mhc_op, hc_mult, num_sites, sinkhorn_iters; ...). See the op's columns in "
+            "the error of a wrong one.",
+        ),
+    ] = None,
     expert_counts: Annotated[
         str | None,
         Opt(
@@ -150,6 +161,7 @@ def cost(
         raise MoeplanError(f"op ({op!r}) must be one of {', '.join(OPS)}")
     fam = FAMILIES[op]
     flags = {k: v for k, v in locals().items() if k in _SHAPE_FLAGS and v is not None}
+    flags.update(_columns(column or [], flags))
     bad = [k for k in flags if k not in fam.columns]
     if bad:
         raise MoeplanError(
@@ -175,6 +187,25 @@ def cost(
 
 
 _LOAD_COLS = ("rank_pairs", "rank_hit")
+
+
+def _columns(pairs: list[str], flags: dict) -> dict[str, object]:
+    """``--col NAME=VALUE`` pairs as columns (numbers where they parse as numbers)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name or not value:
+            raise MoeplanError(f"--col ({pair!r}) must be NAME=VALUE")
+        if name in flags or name in out:
+            raise MoeplanError(f"--col {name} is given twice")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                out[name] = value
+    return out
 
 
 def _require_topk_fits(cols: dict[str, np.ndarray]) -> None:

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from moeplan.cli._common import console, fmt_bytes, fmt_count, print_json
+from moeplan.cli.models_layers import layers_summary, print_layers
 from moeplan.cost import memory as mem
 from moeplan.errors import require
 from moeplan.specs import ModelSpec, cluster_names, load_cluster, load_model, model_names
@@ -129,6 +130,7 @@ def inspect(
             for i in m.modules(context)
         ],
         "quantization": _quantization(m),
+        **layers_summary(m, context),
     }
     require(gpus is None or gpus >= 1, f"--gpus ({gpus}) must be >= 1")
     require(gpus is None or cluster is not None, "--gpus needs --cluster (the GPUs it counts)")
@@ -165,7 +167,7 @@ def _quantization(m: ModelSpec) -> dict[str, Any]:
     q = m.quant
     rows = {}
     for cls, (params, nbytes) in m.weight_bytes_by_module().items():
-        mq = q.module(cls)
+        mq = q.module(cls) if cls != "towers" else q.module("embedding")  # towers: bf16
         rows[cls] = {"params": params, "bytes": nbytes, **mq.to_dict()}
     return {
         "method": q.method,
@@ -230,6 +232,7 @@ def _print_inspect(out: dict) -> None:
             i["name"], str(i["count"]), fmt_count(i["params"]), f"{i['flops_per_token'] / 1e9:.2f}"
         )
     console.print(t)
+    print_layers(out)
     _print_quantization(out["quantization"])
     if "memory" in out:
         mm = out["memory"]

@@ -22,6 +22,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
+from moeplan.cost.mixer_prices import stand_in_fields
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
@@ -274,7 +275,7 @@ def plan_cmd(
     truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
     if truncated and not json_out:
         err_console.print(f"[yellow]warning:[/] {truncated}")
-    price = pricing(cm)  # which engine's kernels priced the plan, and the source mix
+    price = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels and source mix; stand-in layers
     if json_out:
         print_json({**_json(result, ranking, place_res, files, elapsed),
                     **({"placement_skipped": place_note} if place_note else {}),
@@ -282,6 +283,8 @@ def plan_cmd(
         return
     _print_human(result, ranking, place_res, files, elapsed)
     console.print(pricing_line(price))
+    if price["stand_in_note"]:
+        console.print(price["stand_in_note"])
     if place_note:
         console.print(place_note)
 

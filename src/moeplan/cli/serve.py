@@ -415,8 +415,10 @@ def serve_sim(
         require_steady({**cap_rec, "layout": layout.label})
     out = _payload(m.name, c.name, r, w, slo, at, engine)
     out["capacity"] = cap_rec
+    from moeplan.cost.mixer_prices import stand_in_fields
+
     out["knobs"] = knobs.to_dict()
-    out["pricing"] = pricing(cm)  # which engine's kernels priced the iterations
+    out["pricing"] = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
         write_atomic(trace_out, json.dumps(serve_trace(sim, label=layout.label, metadata=meta)))
@@ -426,6 +428,8 @@ def serve_sim(
     else:
         _print_human(out, r)
         console.print(pricing_line(out["pricing"]))
+        if out["pricing"]["stand_in_note"]:
+            console.print(out["pricing"]["stand_in_note"])
 
 
 def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, requests: int):

@@ -23,22 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import MoeplanError
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs import ClusterSpec, GPUSpec, ModelSpec
 
 A2A_CHOICES = ("auto", "deepep", "nccl")
 DEEPEP_ENGINES = ("sglang", "vllm")
-# Compute capability (major*10 + minor) of moeplan's preset GPUs; None = not a CUDA device.
-GPU_SM: dict[str, int | None] = {
-    "a10": 86,
-    "a40": 86,
-    "a6000": 86,
-    "a100-80g": 80,
-    "h20": 90,
-    "h800": 90,
-    "h100-sxm": 90,
-    "h200-sxm": 90,
-    "ascend-910b": None,
-}
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
 FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
 RDMA_INTER = frozenset({"ib", "roce"})
@@ -47,21 +35,37 @@ DEEPEP_ARCHITECTURES = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """What DeepEP's rules read of a GPU: its record's compute capability (``sm``: major*10 +
+    minor, ``None`` unstated), NCCL (a CUDA GPU) and DeepEP support (:mod:`moeplan.specs.gpu`)."""
+
+    name: str
+    sm: int | None
+    nccl: bool
+    deepep: bool
+
+    @classmethod
+    def of(cls, gpu: GPUSpec) -> GpuFacts:
+        return cls(gpu.name, gpu.sm_version, gpu.nccl, gpu.deepep)
+
+
 def deepep_hardware_blockers(
-    architecture: str, gpu: str, intra: str, inter: str, gpus_per_node: int, nodes: int
+    architecture: str, gpu: GpuFacts, intra: str, inter: str, gpus_per_node: int, nodes: int
 ) -> list[str]:
     """Why DeepEP cannot run this model on this hardware over ``nodes`` nodes (empty: it can)."""
     out = []
     if architecture not in DEEPEP_ARCHITECTURES:
         out.append(f"SGLang has no DeepEP MoE path for {architecture}")
-    sm = GPU_SM.get(gpu)
-    if sm is None or sm < DEEPEP_MIN_SM:
-        have = (
-            "not a CUDA GPU"
-            if gpu in GPU_SM and sm is None
-            else (f"SM{sm}" if sm else "of unknown compute capability")
-        )
-        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {gpu} is {have}")
+    if not gpu.deepep:
+        if not gpu.nccl:
+            have = "not a CUDA GPU"
+        elif gpu.sm is None:
+            have = "of unstated compute capability"
+        else:
+            tail = " (no DeepEP support in its GPU record)" if gpu.sm >= DEEPEP_MIN_SM else ""
+            have = f"SM{gpu.sm}{tail}"
+        out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {gpu.name} is {have}")
     if gpus_per_node > 1 and intra not in FULL_P2P_INTRA:
         out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {intra} is not")
     if nodes > 1 and inter not in RDMA_INTER:
@@ -87,7 +91,7 @@ class HardwareFacts:
     target, the cost model from the specs)."""
 
     architecture: str
-    gpu: str
+    gpu: GpuFacts
     intra: str
     inter: str
     gpus_per_node: int
@@ -96,7 +100,7 @@ class HardwareFacts:
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> HardwareFacts:
         return cls(
             model.architecture,
-            cluster.gpu.name,
+            GpuFacts.of(cluster.gpu),
             cluster.intra.kind,
             cluster.inter.kind,
             cluster.gpus_per_node,

@@ -137,11 +137,22 @@ def calibrate(
 
 
 def kernel_calibration(
-    db, ops: list[str] | None = None, seed: int = 0, max_folds: int | None = None
+    db,
+    ops: list[str] | None = None,
+    seed: int = 0,
+    max_folds: int | None = None,
+    others: list | None = None,
 ):
     """Held-out evaluation of the kernel database (:mod:`moeplan.cost.kerneldb.evaluate`):
-    per GPU x engine x op x regime rows, and the per-source error table it ships."""
+    per GPU x engine x op x regime rows, and the per-source error table it ships. ``others``:
+    ``(Device, [KernelTable])`` of GPUs measured outside NVIDIA's tables (InferSim's H20),
+    predicted from their reference table GPU (:mod:`~moeplan.cost.kerneldb.evaluate_other`)."""
     from moeplan.cost.kerneldb.evaluate import error_table, evaluate_all, summarize
+    from moeplan.cost.kerneldb.evaluate_other import other_gpus
 
-    rows = summarize(evaluate_all(db, ops, seed=seed, max_folds=max_folds))
+    scored = evaluate_all(db, ops, seed=seed, max_folds=max_folds)
+    if others:
+        keep = [(d, [t for t in ts if ops is None or t.op in ops]) for d, ts in others]
+        scored += other_gpus(db, keep)
+    rows = summarize(scored)
     return rows, error_table(rows)

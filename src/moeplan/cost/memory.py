@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import require
-from moeplan.specs import ModelSpec
+from moeplan.specs import ModelSpec, layer_math
+from moeplan.specs.layers import LATENT_KINDS
 from moeplan.specs.model import ACT_BYTES
 
 RESERVED_BYTES = 4 * 1024**3
@@ -91,20 +92,63 @@ def dense_mlp_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
 
 
 def embedding_bytes(model: ModelSpec, tp: int = 1) -> float:
-    """Embedding + lm-head (vocab-parallel over ``tp``), each at its own bytes per weight."""
+    """Embedding + lm-head (vocab-parallel over ``tp``), each at its own bytes per weight,
+    plus any vision / audio tower (loaded though not served; sharded over ``tp`` as vLLM's
+    default ``mm_encoder_tp_mode="weights"`` does)."""
     q = model.quant
+    towers = model.weight_bytes_by_module().get("towers", (0, 0.0))[1]
     return (
         model.embedding_params * q.embedding.bytes_per_weight
         + model.lm_head_params * q.lm_head.bytes_per_weight
+        + towers
     ) / tp
 
 
-def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1) -> float:
-    """KV bytes one token adds to one layer on one TP rank."""
-    per = model.kv_bytes_per_token_layer()
-    if model.attention == "mla":
-        return float(per)
-    return per / min(tp, model.num_kv_heads)
+def _kv_split(model: ModelSpec, layer: int, tp: int) -> int:
+    """TP ranks one layer's cache is split over: latent / shared-KV kinds are replicated on
+    every rank, K/V heads (and linear layers' state heads) are split up to their count."""
+    m = model.layer_specs[layer].mixer
+    if m.kind in LATENT_KINDS or m.shared_kv:
+        return 1
+    heads = m.num_kv_heads if m.has_kv_cache else (m.lin_value_heads or m.num_heads)
+    return max(1, min(tp, heads or 1))
+
+
+def kv_bytes_per_token_layer(model: ModelSpec, tp: int = 1, layer: int | None = None) -> float:
+    """KV bytes one token adds to decoder layer ``layer`` on one TP rank (per layer kind,
+    :mod:`moeplan.specs.layer_math`; linear layers 0); ``None``: the mean over layers, so
+    ``num_layers`` times it is the model's per-token figure."""
+    if layer is not None:
+        return model.kv_bytes_per_token_layer(layer) / _kv_split(model, layer, tp)
+    n = model.num_layers
+    return sum(kv_bytes_per_token_layer(model, tp, i) for i in range(n)) / n
+
+
+def cache_bytes(
+    model: ModelSpec, seqs: float, context: int, tp: int = 1, layers: range | None = None
+) -> float:
+    """Cache of ``seqs`` sequences of ``context`` tokens on one TP rank over ``layers`` (all
+    by default), each layer by its kind: full KV, window- or chunk-capped, compressed
+    (csa / hca) or the fixed recurrent state of linear layers."""
+    idx = range(model.num_layers) if layers is None else layers
+    specs = model.layer_specs
+    return seqs * sum(
+        layer_math.kv_bytes_for_context(specs[i].mixer, context) / _kv_split(model, i, tp)
+        for i in idx
+    )
+
+
+def fixed_bytes_per_seq(model: ModelSpec, tp: int = 1, layers: range | None = None) -> float:
+    """Cache one sequence holds whatever its length, on one TP rank: linear layers' state and
+    the full local window of csa / hca layers (what a token pool cannot share)."""
+    idx = range(model.num_layers) if layers is None else layers
+    specs = model.layer_specs
+    total = 0.0
+    for i in idx:
+        m = specs[i].mixer
+        fixed = layer_math.state_bytes_per_seq(m) + m.window * layer_math.window_bytes_per_token(m)
+        total += fixed / _kv_split(model, i, tp)
+    return total
 
 
 def activation_bytes(model: ModelSpec, tokens: int, tp: int = 1) -> float:
@@ -240,19 +284,35 @@ def step_bytes(model: ModelSpec, shape: InstanceShape, step_tokens: int) -> tupl
     return act, buf
 
 
+#: a stage of only linear layers has no per-token cache: its pool is bounded by this instead
+MAX_POOL_TOKENS = 2**31 - 1
+
+
+def _stage_rates(model: ModelSpec, shape: InstanceShape, layers: range) -> tuple[float, float]:
+    """(cache bytes per token, fixed cache bytes per sequence) of one stage on one GPU, each
+    layer by its kind (:func:`kv_bytes_per_token_layer`, :func:`fixed_bytes_per_seq`)."""
+    per_token = sum(kv_bytes_per_token_layer(model, shape.attn_tp, i) for i in layers)
+    return per_token * shape.kv_scale, fixed_bytes_per_seq(model, shape.attn_tp, layers)
+
+
 def instance_breakdown(
-    model: ModelSpec, shape: InstanceShape, kv_tokens_per_rank: float, step_tokens: int
+    model: ModelSpec,
+    shape: InstanceShape,
+    kv_tokens_per_rank: float,
+    step_tokens: int,
+    seqs: float = 0.0,
 ) -> MemoryBreakdown:
     """Bytes per GPU of the fullest stage holding ``kv_tokens_per_rank`` KV tokens per
-    attention-DP rank while running a step of ``step_tokens`` tokens."""
+    attention-DP rank (and the fixed state of ``seqs`` sequences: linear layers, csa / hca
+    windows) while running a step of ``step_tokens`` tokens."""
     act, buf = step_bytes(model, shape, step_tokens)
-    kv_layer = kv_bytes_per_token_layer(model, shape.attn_tp) * shape.kv_scale * kv_tokens_per_rank
     stages = stage_layers(model.num_layers, shape.pp)
     best: MemoryBreakdown | None = None
     for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
         b = MemoryBreakdown(
             weights=stage_weights(model, shape, layers, i == 0, i == len(stages) - 1),
-            kv_cache=kv_layer * len(layers),
+            kv_cache=per_token * kv_tokens_per_rank + fixed * seqs,
             activations=act,
             buffers=buf,
         )
@@ -262,19 +322,47 @@ def instance_breakdown(
 
 
 def kv_capacity(
-    model: ModelSpec, shape: InstanceShape, gpu_mem_bytes: float, step_tokens: int
+    model: ModelSpec,
+    shape: InstanceShape,
+    gpu_mem_bytes: float,
+    step_tokens: int,
+    seqs: int = 0,
 ) -> tuple[int, float]:
     """(KV tokens one attention-DP rank can hold on the tightest stage, the bytes per GPU
-    that stage needs before any KV cache). The capacity is <= 0 when nothing fits; it is
-    the largest ``n`` with ``instance_breakdown(..., n, ...).fits(gpu_mem_bytes)``."""
+    that stage needs before any KV cache — the fixed state of ``seqs`` sequences included).
+    The capacity is <= 0 when nothing fits; it is the largest ``n`` with
+    ``instance_breakdown(..., n, ..., seqs).fits(gpu_mem_bytes)``."""
     act, buf = step_bytes(model, shape, step_tokens)
-    per_token = kv_bytes_per_token_layer(model, shape.attn_tp) * shape.kv_scale
     stages = stage_layers(model.num_layers, shape.pp)
     best: tuple[int, float] | None = None
     for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
         need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
-        need += act + buf + RESERVED_BYTES
-        tokens = int((gpu_mem_bytes - need) // (per_token * len(layers)))
+        need += act + buf + RESERVED_BYTES + seqs * fixed
+        left = gpu_mem_bytes - need
+        tokens = int(left // per_token) if per_token > 0 else (MAX_POOL_TOKENS if left > 0 else 0)
         best = (tokens, need) if best is None or tokens < best[0] else best
     assert best is not None
     return best
+
+
+def state_split(
+    model: ModelSpec, shape: InstanceShape, gpu_mem_bytes: float, step_tokens: int,
+    state_ratio: float,
+) -> tuple[int, int]:  # fmt: skip
+    """``(KV tokens, sequences)`` per rank when the cache memory is split as SGLang splits it
+    for models with recurrent state: ``state_ratio / (1 + state_ratio)`` of it holds the
+    sequences' fixed state, the rest the token pool (the tightest stage of each)."""
+    act, buf = step_bytes(model, shape, step_tokens)
+    stages = stage_layers(model.num_layers, shape.pp)
+    tokens, seqs = MAX_POOL_TOKENS, MAX_POOL_TOKENS
+    for i, layers in enumerate(stages):
+        per_token, fixed = _stage_rates(model, shape, layers)
+        need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        free = gpu_mem_bytes - need - act - buf - RESERVED_BYTES
+        states = max(0.0, free) * state_ratio / (1 + state_ratio)
+        if fixed > 0:
+            seqs = min(seqs, int(states // fixed))
+        if per_token > 0:
+            tokens = min(tokens, int((free - states) // per_token))
+    return tokens, seqs

@@ -15,7 +15,7 @@
 - Quantized weights (issue 13 item 4, ``model.quant``): a roofline GEMM or grouped-expert
   GEMM reads its weight operand at the module's bytes per weight (scales included) and runs
   at its compute dtype's datasheet rate — the bf16 rate for weight-only methods, the fp8 /
-  int8 rate (:data:`INT8_RATIO`, ``kerneldb.device.FP8_RATIO``) for fp8 and w8a8 — so a
+  int8 rate (the GPU record's ``fp8_ratio`` / ``int8_ratio``, :mod:`moeplan.specs.gpu`) for fp8 and w8a8 — so a
   decode (weight-bound) GEMM's time scales with the stored bytes. Source: ``roofline`` (no
   measured quantized GEMM tables); FinDEP's α-β profile (``t(m n k)``) has no byte term and
   is unchanged. With an engine the fused-MoE query carries the experts' kernel dtype
@@ -29,7 +29,10 @@ whose kernels differ by engine from NVIDIA's measured kernel tables and the mode
 transfers them (:mod:`moeplan.cost.kerneldb`, queries built by :mod:`.kerneldb.pricing`):
 ``expert_ffn`` (one fused-MoE call), ``attention_core`` (attention / MLA, prefill and
 decode), ``attention_layer`` of DeepSeek-V3-shaped MLA models where the engine has module
-tables (the whole block, projections included), intra-node ``all_reduce`` (the engine's
+tables (the whole block, projections included), ``mixer_layer`` of the layer kinds with their
+own tables (DSA / CSA / HCA / MSA blocks, GDN / KDA / Mamba-2: :mod:`.mixers`; a block without
+a mixer costs nothing; ``attention_layer`` without a layer index is then the mean over the
+model's layers), intra-node ``all_reduce`` (the engine's
 custom all-reduce; not on a full-mesh fabric such as Ascend HCCS, where the engines run
 HCCL) and ``all_to_all`` over one 8-GPU node or whole 8-GPU nodes (DeepEP normal kernels; across nodes
 transferred to the RDMA link, :func:`.kerneldb.comm.deepep_internode`). GEMMs, projections,
@@ -52,7 +55,6 @@ from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
-from moeplan.cost.kerneldb.device import FP8_RATIO
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
 from moeplan.cost.kerneldb.pricing import (
     ALLREDUCE_GPUS,
@@ -63,6 +65,7 @@ from moeplan.cost.kerneldb.pricing import (
     moe_shape,
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
+from moeplan.cost.mixer_layers import MixerLayers
 from moeplan.cost.profile import HardwareProfile
 from moeplan.cost.wideep import WideEP
 from moeplan.errors import MoeplanError
@@ -73,10 +76,6 @@ DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
 A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
-#: int8 / bf16 dense tensor peak: 2x on every preset GPU (datasheets: A100 624 vs 312 TOPS,
-#: H100/H800 SXM 1979 vs 989, H20 296 vs 148, L40S 733 vs 362, A10 250 vs 125, A40 299 vs
-#: 150, RTX A6000 310 vs 155, B200 4.5 P vs 2.25 P, Ascend 910B ~640 vs ~313); other GPUs 1x.
-INT8_RATIO = dict.fromkeys(FP8_RATIO, 2.0)
 
 
 def _plain(w: ModuleQuant | None) -> bool:
@@ -84,7 +83,7 @@ def _plain(w: ModuleQuant | None) -> bool:
     return w is None or (w.bytes_per_weight == BF16_BYTES and w.format.compute == "bf16")
 
 
-class CostModel:
+class CostModel(MixerLayers):
     """Seconds per operation on one GPU of ``cluster`` (see module docstring)."""
 
     def __init__(
@@ -105,6 +104,7 @@ class CostModel:
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
+        self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -203,8 +203,9 @@ class CostModel:
     def compute_ratio(self, weight: ModuleQuant | None) -> float:
         """Tensor peak of ``weight``'s compute dtype over the bf16 peak on this GPU."""
         dtype = weight.format.compute if weight is not None else "bf16"
-        table = {"fp8": FP8_RATIO, "int8": INT8_RATIO}.get(dtype)
-        return 1.0 if table is None else table.get(self.cluster.gpu.name, 1.0)
+        g = self.cluster.gpu  # its record's rates (no record: the bf16 rate)
+        ratio = {"fp8": g.fp8_ratio, "int8": g.int8_ratio}.get(dtype)
+        return ratio or 1.0
 
     def gemm(self, m: float, n: float, k: float, weight: ModuleQuant | None = None) -> float:
         """GEMM ``[m, k] x [k, n]`` with bf16 activations; the ``[k, n]`` weight stored as
@@ -325,7 +326,19 @@ class CostModel:
         tp: int = 1,
         layer: int | None = None,
     ) -> float:
-        """One attention layer (projections + core) on one TP rank."""
+        """One attention layer (projections + core) on one TP rank: layer ``layer``'s mixer
+        (:meth:`mixer_layer`), or without a layer the mean over the model's layers when
+        their mixers differ (``num_layers`` times it is the model's sum)."""
+        if layer is not None:
+            mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
+            if mixed is not None:
+                return mixed
+        elif self._kdb is not None and (groups := self._mixer_groups(model)) is not None:
+            n = model.num_layers
+            return sum(
+                count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
+                for i, count in groups
+            )
         module = self._mla_module(model, num_seqs, q_len, ctx_len, tp)
         if module is not None:
             return module

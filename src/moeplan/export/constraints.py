@@ -38,8 +38,9 @@ Facts encoded (sources):
   ``--data-parallel-address``, ``--data-parallel-rpc-port``, and on other nodes
   ``--data-parallel-start-rank`` (= cumulative local DP) with ``--headless``.
 
-Departures: the GPU table maps moeplan's preset GPU names to compute capability; a GPU it does
-not know (``gpu-96g``) is treated as unsupported by DeepEP, which is the safe answer.
+The GPU facts (compute capability, NCCL, DeepEP support) are the cluster preset's GPU record
+(:mod:`moeplan.specs.gpu`, each with its source); a GPU whose record does not state DeepEP
+support (``gpu-96g``: its source does not name the GPU) is treated as unsupported.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ from moeplan.cost.a2a import (  # noqa: E402,F401 (one set of DeepEP facts, re-e
 from moeplan.cost.a2a import (  # noqa: E402,F401
     DEEPEP_MIN_SM,
     FULL_P2P_INTRA,
-    GPU_SM,
     RDMA_INTER,
+    GpuFacts,
     deepep_hardware_blockers,
 )
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -149,6 +150,9 @@ class Target:
     architecture: str
     num_experts: int
     gpu: str
+    gpu_sm: int | None  # compute capability major*10 + minor (None: not a CUDA device)
+    gpu_nccl: bool  # a CUDA GPU whose engines run NCCL
+    gpu_deepep: bool  # DeepEP runs on it (the GPU record's ``deepep``)
     intra: str
     inter: str
     num_nodes: int
@@ -160,6 +164,9 @@ class Target:
             architecture=model.architecture,
             num_experts=model.num_experts,
             gpu=cluster.gpu.name,
+            gpu_sm=cluster.gpu.sm_version,
+            gpu_nccl=cluster.gpu.nccl,
+            gpu_deepep=cluster.gpu.deepep,
             intra=cluster.intra.kind,
             inter=cluster.inter.kind,
             num_nodes=cluster.num_nodes,
@@ -168,13 +175,20 @@ class Target:
 
     @property
     def cuda(self) -> bool:
-        return GPU_SM.get(self.gpu, 0) is not None
+        return self.gpu_nccl
+
+    @property
+    def gpu_facts(self) -> GpuFacts:
+        return GpuFacts(self.gpu, self.gpu_sm, self.gpu_nccl, self.gpu_deepep)
 
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
     """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can);
-    the facts are :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too)."""
-    return deepep_hardware_blockers(t.architecture, t.gpu, t.intra, t.inter, t.gpus_per_node, nodes)
+    the facts are :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too),
+    the GPU's from its record (:mod:`moeplan.specs.gpu`)."""
+    return deepep_hardware_blockers(
+        t.architecture, t.gpu_facts, t.intra, t.inter, t.gpus_per_node, nodes
+    )
 
 
 def vllm_eplb_blockers(t: Target) -> list[str]:

@@ -32,18 +32,10 @@ from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import RAY_PORT, vllm_args
 from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import model_names
+from moeplan.specs.presets import model_repos
 
-DEFAULT_MODEL_PATHS = {
-    "deepseek-v2": "deepseek-ai/DeepSeek-V2",
-    "deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite",
-    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
-    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
-    "qwen2-57b-a14b": "Qwen/Qwen2-57B-A14B",
-    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
-    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
-    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
-    "gpt-oss-120b": "openai/gpt-oss-120b",
-}
+#: preset name -> the Hugging Face repo the launch scripts load (the one preset table)
+DEFAULT_MODEL_PATHS = model_repos()
 
 
 def model_path_for(model_arg: str, model_path: str | None) -> str:

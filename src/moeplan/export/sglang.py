@@ -77,7 +77,7 @@ def _ep_args(
     if s.moe_ep <= 1:
         return []
     hw = HardwareFacts(
-        target.architecture, target.gpu, target.intra, target.inter, target.gpus_per_node
+        target.architecture, target.gpu_facts, target.intra, target.inter, target.gpus_per_node
     )
     if moe_backend(a2a, "sglang", hw, None, s.moe_tp, s.moe_ep) == "deepep":
         return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]

@@ -225,10 +225,10 @@ def _expert_jobs(
 
 def local_cluster(device: torch.device, meas: Measurements) -> ClusterSpec:
     """A one-GPU cluster whose datasheet numbers are the measured ceilings."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    mem = (
-        torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 1 << 34
-    )
+    cuda = device.type == "cuda"
+    name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    props = torch.cuda.get_device_properties(device) if cuda else None
+    mem = props.total_memory if props is not None else 1 << 34
     link = LinkSpec(kind="local", bw=max(meas.copy_bw / 2, 1.0), latency=0.0)
     return ClusterSpec(
         name=f"local-{device.type}",
@@ -239,6 +239,10 @@ def local_cluster(device: torch.device, meas: Measurements) -> ClusterSpec:
             flops_bf16=max(meas.gemm_flops, 1.0),
             mem_bytes=float(mem),
             mem_bw=max(meas.copy_bw, 1.0),
+            # what the card itself reports (the rest of its record stays unstated: GPUSpec)
+            compute_capability=f"{props.major}.{props.minor}" if props is not None else None,
+            sm_count=props.multi_processor_count if props is not None else None,
+            nccl=cuda,
         ),
         intra=link,
         inter=link,

@@ -140,7 +140,7 @@ def a2a_scale(lar: float | None, ep: int) -> float:
 
 class _Layer(NamedTuple):
     moe: bool
-    sliding: bool
+    mixer: int  # the first layer with this layer's mixer (priced once for all of them)
     k: float
     imbalance: float
 
@@ -179,6 +179,9 @@ class IterationModel(TwoBatchMixin):
         }
         imbs = layer_imbalances(route, model, layout, imbalance, self._nodes["ep"])
         self._stages: list[Counter[_Layer]] = []
+        first: dict[object, int] = {}
+        for j, spec in enumerate(model.layer_specs):
+            first.setdefault(spec.mixer, j)
         for layers in stage_layers(model, layout.pp):
             c: Counter[_Layer] = Counter()
             for layer in layers:
@@ -187,7 +190,7 @@ class IterationModel(TwoBatchMixin):
                 c[
                     _Layer(
                         moe,
-                        model.is_sliding_layer(layer),
+                        first[model.layer_specs[layer].mixer],
                         route.k(i) if moe else 0.0,
                         imbs[i] if moe else 1.0,
                     )
@@ -216,8 +219,8 @@ class IterationModel(TwoBatchMixin):
             v = self._parts[key] = fn(*args)
         return v
 
-    def _attention(self, rank: Batch, sliding: bool) -> float:
-        return self._memo(("attn", rank, sliding), self._attention_raw, rank, sliding)
+    def _attention(self, rank: Batch, mixer: int) -> float:
+        return self._memo(("attn", rank, mixer), self._attention_raw, rank, mixer)
 
     def _wide_attention(self, rank: Batch) -> float | None:
         """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
@@ -238,15 +241,22 @@ class IterationModel(TwoBatchMixin):
             t += p
         return t
 
-    def _attention_raw(self, rank: Batch, sliding: bool) -> float:
-        wide = None if sliding else self._wide_attention(rank)
+    def _attention_raw(self, rank: Batch, mixer: int) -> float:
+        cm, md, tp = self.cost, self.model, self.layout.attn_tp
+        # a mixer kind with its own tables (DSA/CSA/HCA/MSA, GDN/KDA/Mamba-2): whole blocks
+        t = cm.mixer_layer(md, mixer, rank.decode, 1, rank.decode_ctx, tp)
+        if t is not None:
+            for q, ctx in rank.prefill:
+                t += cm.mixer_layer(md, mixer, 1, q, ctx, tp)  # type: ignore[operator]
+            return t
+        layer = mixer if md.is_sliding_layer(mixer) else None
+        wide = None if layer is not None else self._wide_attention(rank)
         if wide is not None:
             return wide
-        cm, md, tp = self.cost, self.model, self.layout.attn_tp
-        layer = self.model.sliding_layers[0] if sliding else None
         t_r = rank.tokens
-        proj = cm.attention_layer(md, t_r, 1, 1, tp) - cm.attention_core(md, t_r, 1, 1, tp)
-        core = self._decode_core(rank.decode, rank.decode_ctx, sliding)
+        one = mixer if cm.mixes_kinds(md) else None  # this layer's projections, not the mean
+        proj = cm.attention_layer(md, t_r, 1, 1, tp, one) - cm.attention_core(md, t_r, 1, 1, tp)
+        core = self._decode_core(rank.decode, rank.decode_ctx, layer is not None)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
         if self.knobs.kv_scale < 1.0:  # an fp8 KV cache: the decode reads half the bytes
@@ -339,7 +349,7 @@ class IterationModel(TwoBatchMixin):
             ("gs", t_r, lay.attn_tp), self._gather_scatter, t_r, lay.attn_tp, self._nodes["attn"]
         )
         for layer, count in self._stages[s].items():
-            out["attention"] += count * self._attention(rank, layer.sliding)
+            out["attention"] += count * self._attention(rank, layer.mixer)
             out["comm"] += count * attn_comm
             if layer.moe:
                 comp, comm = self._memo(

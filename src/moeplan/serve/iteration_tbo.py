@@ -40,7 +40,7 @@ class TwoBatchMixin:
         chain: list[Piece] = []
         attn_comm = self._gather_scatter(rank.tokens, self.layout.attn_tp, self._nodes["attn"])
         for layer, count in self._stages[0].items():
-            attn = self._attention(rank, layer.sliding) * f + attn_comm
+            attn = self._attention(rank, layer.mixer) * f + attn_comm
             if not layer.moe:
                 mlp, gs = self._dense_layer(half.tokens)
                 chain += [Piece("compute", attn + mlp * f + gs)] * count

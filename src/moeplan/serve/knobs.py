@@ -6,7 +6,9 @@ Defaults read from the engines' sources (server_args.py / arg_utils.py):
 
 - SGLang: ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; the
   prefill-first scheduler; ``max_running_requests = max_total_num_tokens // 2`` per DP rank,
-  capped by its request pool (4096 here); ``new_token_ratio`` 0.7 reserved for future output
+  capped by its request pool (4096 here) and, for models with recurrent state (linear /
+  state-space layers), by the states its ``mamba_full_memory_ratio`` share of the cache
+  memory holds; ``new_token_ratio`` 0.7 reserved for future output
   at admission (its initial value; SGLang decays it towards 0.1 while nothing is retracted —
   we keep it constant, a conservative departure).
 - vLLM V1 (OpenAI server): 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB
@@ -26,13 +28,16 @@ from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
 from moeplan.serve.config import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
 GIB = 1024**3
 ENGINES = ("sglang", "vllm")
 SGLANG_RUNNING_CAP = 4096
 SGLANG_NEW_TOKEN_RATIO = 0.7
+#: SGLang server_args ``mamba_full_memory_ratio`` (0.9): models with recurrent state give
+#: ratio / (1 + ratio) of the cache memory to the states (model_runner's mamba budget)
+SGLANG_STATE_RATIO = 0.9
 UNCHUNKED_ACTIVATION_TOKENS = 16384
 CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 CHUNKS = (2048, 4096, 8192, 16384)
@@ -59,13 +64,17 @@ def engine_config(
     if engine not in ENGINES:
         raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
     chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
-    per_rank = kv_capacity_tokens(
-        model, cluster, layout, chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale
-    )
+    budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
+    per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale)
     dp = layout.attn_dp
+    fixed = model.state_bytes_per_seq > 0 or any(
+        x.mixer.kind in ("csa", "hca") for x in model.layer_specs
+    )
     if engine == "vllm":
         big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
         cap = max_running or (1024 if big else 256)
+        if fixed:  # every running sequence holds its state: reserved before the token pool
+            per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale, -(-cap // dp))
         return EngineConfig(
             policy="mixed",
             chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
@@ -73,7 +82,15 @@ def engine_config(
             kv_tokens=per_rank * dp,
             kv_tokens_per_rank=per_rank,
         )
-    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP)) * dp
+    seq_cap = SGLANG_RUNNING_CAP
+    if fixed:  # SGLang's split of the cache memory between states and the token pool
+        per_rank, seq_cap = state_split(
+            model, cluster, layout, budget, SGLANG_STATE_RATIO, kv_scale
+        )
+        if seq_cap < 1:
+            raise MoeplanError(f"layout ({layout.label}) holds no sequence's recurrent state "
+                               f"on {cluster.gpu.name}")  # fmt: skip
+    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP, seq_cap)) * dp
     return EngineConfig(
         policy="prefill-first",
         chunk_tokens=chunk,

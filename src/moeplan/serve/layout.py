@@ -189,20 +189,34 @@ def kv_capacity_tokens(
     layout: ServeLayout,
     token_budget: int,
     kv_scale: float = 1.0,
+    seqs: int = 0,
 ) -> int:
     """KV tokens one attention-DP rank can hold (the tightest stage), after weights,
-    activations of a step of ``token_budget`` tokens, all-to-all buffers and the reserve
-    (:func:`moeplan.cost.memory.kv_capacity`, the model the strategy planner's fit check
-    uses too); ``kv_scale`` = the KV dtype's bytes per element over the model's.
+    activations of a step of ``token_budget`` tokens, all-to-all buffers, the reserve and
+    the length-independent cache of ``seqs`` running sequences per rank (linear layers'
+    state, csa / hca windows) — :func:`moeplan.cost.memory.kv_capacity`, the model the
+    strategy planner's fit check uses too; ``kv_scale`` = the KV dtype's bytes per element
+    over the model's. A token costs each layer its kind's rate.
 
-    Raises :class:`MoeplanError` when the weights alone do not fit.
+    Raises :class:`MoeplanError` when the weights (and the states) alone do not fit.
     """
     lay = layout
     shape = replace(lay.memory_shape(model), kv_scale=kv_scale)
-    tokens, need = mem.kv_capacity(model, shape, cluster.gpu.mem_bytes, token_budget)
+    tokens, need = mem.kv_capacity(model, shape, cluster.gpu.mem_bytes, token_budget, seqs)
     if tokens <= 0:
         raise MoeplanError(
             f"layout ({lay.label}) needs {need / 1024**3:.1f} GiB per GPU before any KV cache; "
             f"{cluster.gpu.name} has {cluster.gpu.mem_bytes / 1024**3:.1f} GiB"
         )
     return tokens
+
+
+def state_split(
+    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int,
+    state_ratio: float, kv_scale: float = 1.0,
+) -> tuple[int, int]:  # fmt: skip
+    """``(KV tokens, sequences)`` per rank with the cache memory split between the token pool
+    and the sequences' recurrent state as SGLang splits it
+    (:func:`moeplan.cost.memory.state_split`)."""
+    shape = replace(layout.memory_shape(model), kv_scale=kv_scale)
+    return mem.state_split(model, shape, cluster.gpu.mem_bytes, token_budget, state_ratio)

@@ -13,13 +13,14 @@ from typing import Any
 
 from moeplan.errors import MoeplanError
 from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
+from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.model import ModelSpec, ModuleInfo
-from moeplan.specs.presets import MODEL_FILES, cluster_table, model_config
+from moeplan.specs.presets import MODEL_FILES, cluster_table, model_config, preset_hf_quant
 from moeplan.specs.workload import RoutingProfile, Workload
 
 __all__ = [
     "ClusterSpec", "GPUSpec", "LinkSpec", "ModelSpec", "ModuleInfo", "RoutingProfile",
-    "Workload", "cluster_names", "load_cluster", "load_model", "model_from_dict",
+    "Workload", "cluster_names", "gpu_records", "load_cluster", "load_model", "model_from_dict",
     "model_names",
 ]
 
@@ -34,10 +35,16 @@ def cluster_names() -> list[str]:
     return list(cluster_table()["clusters"])
 
 
-def model_from_dict(config: Any, name: str) -> ModelSpec:
-    """A ModelSpec from a config dict; any malformed input becomes a :class:`MoeplanError`."""
+def gpu_records() -> dict[str, GPUSpec]:
+    """Every preset GPU record (:mod:`moeplan.specs.gpu`), checked."""
+    return {name: gpu_from_record(name, rec) for name, rec in cluster_table()["gpus"].items()}
+
+
+def model_from_dict(config: Any, name: str, hf_quant: Any = None) -> ModelSpec:
+    """A ModelSpec from a config dict (and the ``hf_quant_config.json`` beside it, if any);
+    any malformed input becomes a :class:`MoeplanError`."""
     try:
-        return ModelSpec.from_config(config, name=name)
+        return ModelSpec.from_config(config, name=name, hf_quant=hf_quant)
     except MoeplanError:
         raise
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError,
@@ -53,14 +60,24 @@ def load_model(name: str) -> ModelSpec:
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
     if name.endswith(".json") or "/" in name or os.sep in name or Path(name).is_file():
-        return model_from_dict(_read_config_file(name), name=Path(name).stem)
-    return model_from_dict(model_config(name), name=name)
+        path = Path(name)
+        label = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        return model_from_dict(_read_config_file(path), name=label, hf_quant=_hf_quant(path))
+    return model_from_dict(model_config(name), name=name, hf_quant=preset_hf_quant(name))
 
 
-def _read_config_file(path: str) -> Any:
+def _read_config_file(path: Path) -> Any:
     from moeplan.specs.hf_config import read_config_file  # bounded reader (issue 17)
 
     return read_config_file(path)
+
+
+def _hf_quant(config_path: Path) -> Any:
+    """ModelOpt's ``hf_quant_config.json`` in the folder of ``config.json`` (``None``: none)."""
+    from moeplan.specs.hf_config import read_json_file
+
+    side = config_path.with_name("hf_quant_config.json")
+    return read_json_file(side, "hf_quant_config.json") if side.is_file() else None
 
 
 def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
@@ -70,12 +87,13 @@ def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
         raise MoeplanError(f"cluster ({name!r}) is not a preset; choose one of "
                            f"{', '.join(table['clusters'])}")
     c = table["clusters"][name]
+    if c["gpu"] not in table["gpus"]:
+        raise MoeplanError(f"cluster[{name}].gpu ({c['gpu']!r}) has no record in gpus")
     g = table["gpus"][c["gpu"]]
     li, lo = table["links"][c["intra"]], table["links"][c["inter"]]
     cluster = ClusterSpec(
         name=name, num_nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
-        gpu=GPUSpec(name=c["gpu"], flops_bf16=g["flops_bf16"], mem_bytes=g["mem_bytes"],
-                    mem_bw=g["mem_bw"]),
+        gpu=gpu_from_record(c["gpu"], g),
         intra=LinkSpec(kind=li["kind"], bw=li["bw"], latency=li["latency"]),
         inter=LinkSpec(kind=lo["kind"], bw=lo["bw"], latency=lo["latency"]),
         profile=c.get("profile"), source=c["source"])

@@ -21,16 +21,48 @@ MAX_GPUS_PER_NODE = 64
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GPUSpec:
-    """One accelerator: dense bf16 FLOP/s, memory bytes and memory bandwidth (bytes/s)."""
+    """One accelerator: dense bf16 FLOP/s, memory bytes and memory bandwidth (bytes/s), and
+    the record of :mod:`moeplan.specs.gpu` (compute capability, SMs, SM clock, fp8 / int8
+    rate over bf16, its measured and reference tables, NCCL and DeepEP support).
+
+    The preset loader requires every record field; a GPUSpec built in code (a card measured
+    on the spot, a test) leaves the ones it does not know at ``None`` / ``False``, and every
+    reader says what it does then: no compute capability and no ``nccl`` is not a CUDA GPU
+    for the exports, no ``sm_count`` or ``sm_clock_mhz`` takes the reference table GPU's, no
+    ``fp8_ratio`` / ``int8_ratio`` runs those dtypes at the bf16 rate, no
+    ``reference_tables`` borrows from the table GPU of the nearest peak ratio
+    (:func:`moeplan.cost.kerneldb.device_for`).
+    """
 
     name: str
     flops_bf16: float
     mem_bytes: float
     mem_bw: float
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    sm_clock_mhz: float | None = None
+    fp8_ratio: float | None = None
+    int8_ratio: float | None = None
+    measured: str | None = None
+    kernel_tables: str | None = None
+    reference_tables: str | None = None
+    nccl: bool = False
+    deepep: bool = False
 
     def __post_init__(self) -> None:
         for f in ("flops_bf16", "mem_bytes", "mem_bw"):
             check_float(f"gpu[{self.name}].{f}", getattr(self, f), positive=True)
+        for f in ("sm_count", "sm_clock_mhz", "fp8_ratio", "int8_ratio"):
+            if getattr(self, f) is not None:
+                check_float(f"gpu[{self.name}].{f}", getattr(self, f), positive=True)
+
+    @property
+    def sm_version(self) -> int | None:
+        """Compute capability as ``major * 10 + minor`` (``9.0`` -> 90), or ``None``."""
+        if self.compute_capability is None:
+            return None
+        major, _, minor = self.compute_capability.partition(".")
+        return int(major) * 10 + int(minor or 0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,19 +1,21 @@
 """Map a model ``config.json`` (Hugging Face or DeepSeek-native keys) to ModelSpec fields.
 
-Supported families: DeepSeek-V2/V3 and Kimi-K2 (MLA, shared experts, ``first_k_dense_replace``,
-grouped routing), Qwen2-MoE / Qwen3-MoE, Mixtral, GPT-OSS, and unknown MoE architectures that
-use the usual key names (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``,
-``num_experts_per_tok``, ``moe_intermediate_size``...). DeepSeek's own inference configs
-(``dim``, ``n_layers``, ``inter_dim``, ``moe_inter_dim``...) are translated first by
-:func:`native_to_hf`. The weight quantization (``quantization_config``) is read by
-:func:`quant_rules` (:mod:`.quant_parse`); DeepSeek's native ``dtype: fp8`` means its fp8
-weights in 128x128 blocks.
+The uniform reader of the registry (:mod:`moeplan.specs.architectures`, entries with
+``read=None``): families whose decoder layers are all alike — DeepSeek-V2/V3 and Kimi-K2 (MLA,
+shared experts, ``first_k_dense_replace``, grouped routing), Qwen2-MoE / Qwen3-MoE (and the
+language model of Qwen3-VL), Mixtral, GPT-OSS (its sliding / full ``layer_types``). Which
+architectures reach this reader is the registry's decision; an unknown one is refused there.
+DeepSeek's own inference configs (``dim``, ``n_layers``, ``inter_dim``, ``moe_inter_dim``...)
+are translated first by :func:`native_to_hf`; DeepSeek's native ``dtype: fp8`` means its fp8
+weights in 128x128 blocks. The weight quantization is read by
+:mod:`moeplan.specs.model_reader` (``quantization_config`` and ``hf_quant_config.json``).
 
 Every missing or ill-typed key raises :class:`MoeplanError` naming the key and the rule.
 
 Bad bytes (issue 17): :func:`read_json_file` is the bounded JSON reader of every user file
 (config.json, plan.json): it opens regular files only (a FIFO or device would block), caps the
-size (:data:`MAX_JSON_BYTES`), decodes strict UTF-8, refuses ``NaN``/``Infinity``, integer
+size (:data:`MAX_JSON_BYTES`), decodes strict UTF-8, refuses ``NaN``/``Infinity`` (model
+configs excepted: Hugging Face writes them, and a key moeplan reads refuses them), integer
 literals longer than :data:`MAX_INT_DIGITS` digits, floats that overflow, nesting deeper than
 the interpreter can parse, and lone surrogates (they would crash the first print). Integer keys
 are bounded by the model-size limits of :mod:`moeplan.specs.model` *before* anything is sized
@@ -41,8 +43,6 @@ from moeplan.specs.limits import (
     MAX_ROUTED_SCALE,
     MAX_VOCAB,
 )
-from moeplan.specs.quant import QuantRules
-from moeplan.specs.quant_parse import parse_quantization
 
 MAX_JSON_BYTES = 16 * 2**20  # real config.json / plan.json files are < 1 MiB
 MAX_INT_DIGITS = 30  # no size in a real config needs more digits (int64 has 19)
@@ -149,8 +149,16 @@ def _parse_float(text: str) -> float:
     return v
 
 
-def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
-    """Parse the JSON file at ``path``; every failure is one :class:`MoeplanError` line."""
+def _constant(name: str) -> float:
+    return float(name)  # "Infinity", "-Infinity", "NaN": what Python's json writes and reads
+
+
+def read_json_file(path: str | os.PathLike[str], what: str, constants: bool = False) -> Any:
+    """Parse the JSON file at ``path``; every failure is one :class:`MoeplanError` line.
+
+    ``constants``: accept ``Infinity`` / ``NaN`` (Hugging Face writes them into model configs,
+    e.g. Nemotron's ``time_step_limit``); a non-finite value in a key moeplan reads is then
+    refused by that key's check, naming the key."""
     if "\x00" in str(path):
         raise MoeplanError(f"{what} ({show(str(path))}) must not contain a NUL byte")
     try:  # non-blocking, checked on the descriptor: a FIFO or device is refused, never waited on
@@ -177,7 +185,10 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
         raise MoeplanError(f"{what} ({path}) is not UTF-8 text: byte {err.start}") from None
     try:
         obj = json.loads(
-            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_reject_constant
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_constant if constants else _reject_constant,
         )
     except json.JSONDecodeError as err:
         raise MoeplanError(
@@ -198,7 +209,7 @@ def read_json_file(path: str | os.PathLike[str], what: str) -> Any:
 
 def read_config_file(path: str | os.PathLike[str]) -> Any:
     """A user's model ``config.json`` as parsed JSON (see :func:`read_json_file`)."""
-    return read_json_file(Path(path), "model config")
+    return read_json_file(Path(path), "model config", constants=True)
 
 
 def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None, kind: type = int) -> Any:
@@ -241,12 +252,6 @@ def _arch(cfg: dict[str, Any], name: str) -> str:
     return _text(cfg, name, "model_type", "unknown")
 
 
-def quant_rules(config: dict[str, Any], name: str) -> QuantRules | None:
-    """The checkpoint's weight quantization (``None``: unquantized), see :mod:`.quant_parse`."""
-    cfg = native_to_hf(config) if is_native(config) else config
-    return parse_quantization(cfg.get("quantization_config"), name)
-
-
 def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]:
     """Keyword arguments of :class:`ModelSpec` for ``config`` (HF or DeepSeek-native)."""
     if not isinstance(config, dict):
@@ -265,7 +270,7 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
         vocab_size=g("vocab_size"),
         num_attention_heads=heads,
         num_kv_heads=g("num_key_value_heads", default=heads),
-        head_dim=g("head_dim", default=hidden // heads if heads else 0),
+        head_dim=g("head_dim", default=_split_hidden(cfg, name, hidden, heads, mla)),
         num_experts=g("num_experts", "num_local_experts", "n_routed_experts"),
         top_k=g("num_experts_per_tok", "experts_per_token"),
         moe_intermediate_size=g("moe_intermediate_size", "intermediate_size"),
@@ -284,6 +289,15 @@ def spec_kwargs_from_config(config: dict[str, Any], name: str) -> dict[str, Any]
         )
     _family_fields(cfg, name, model_type, kw)
     return kw
+
+
+def _split_hidden(cfg: dict[str, Any], name: str, hidden: int, heads: int, mla: Any) -> int:
+    """``hidden / heads`` when ``head_dim`` is absent (the modelling code's split); GQA needs
+    it exact."""
+    if heads and hidden % heads and not mla and cfg.get("head_dim") is None:
+        raise MoeplanError(f"config[{name}].hidden_size ({hidden}) must be num_attention_heads "
+                           f"({heads}) x head_dim when head_dim is not given")
+    return hidden // heads if heads else 0
 
 
 def _family_fields(cfg: dict[str, Any], name: str, model_type: str, kw: dict[str, Any]) -> None:

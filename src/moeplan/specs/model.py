@@ -1,8 +1,18 @@
 """ModelSpec: an MoE transformer's shape, from a Hugging Face ``config.json`` or DeepSeek's keys.
 
+One record per decoder layer (``layers``: :class:`~moeplan.specs.layers.LayerSpec`, a mixer —
+full, latent, windowed, chunked, sparse, compressed, linear or state-space attention — and an
+FFN); every total is summed over them (:mod:`moeplan.specs.layer_math`). The uniform fields
+(``attention``, ``num_kv_heads``, ``num_experts``...) describe the model's attention layers and
+its MoE / dense layers; a model built from them alone (every layer alike) gets its records
+from :func:`~moeplan.specs.layer_build.legacy_layers`, a model read layer by layer
+(:mod:`moeplan.specs.architectures`) gets the fields from
+:func:`~moeplan.specs.layer_build.uniform_fields`.
+
 What is derived, per decoder layer and per module (attention, shared experts, routed experts,
 dense MLP, router, embeddings / lm-head): parameter counts, FLOPs per token (2 per multiply-
-accumulate), KV-cache bytes per token, and the activation size of one token.
+accumulate), KV-cache / recurrent-state bytes per token and per sequence, and the activation
+size of one token. Vision / audio towers (``towers``) are weights only.
 
 Conventions and decisions (tested in ``tests/test_specs_model.py``):
 
@@ -15,7 +25,7 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
   2 %. DeepSeek's multi-token-prediction layers
   (``num_nextn_predict_layers``) are not part of the published 671B and are not counted.
 - MLA (DeepSeek-V2/V3, Kimi-K2) caches the compressed latent: ``kv_lora_rank +
-  qk_rope_head_dim`` values per token per layer. Attention FLOPs use the non-absorbed form
+  qk_rope_head_dim`` values per token per layer (other kinds: :mod:`.layer_math`). Attention FLOPs use the non-absorbed form
   (per head ``qk_nope + qk_rope`` for scores and ``v_head_dim`` for values).
 - GPT-OSS: attention sinks add one parameter per head; sliding-window layers cap both the
   KV cache and the attention context at ``sliding_window`` tokens
@@ -48,7 +58,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
-from moeplan.specs import model_summary
+from moeplan.specs import layer_math, model_summary
+from moeplan.specs.layer_build import legacy_layers, primary_layer
+from moeplan.specs.layers import LayerSpec, Tower
 from moeplan.specs.limits import (  # noqa: F401 (re-exported)
     MAX_CONTEXT,
     MAX_EXPERTS,
@@ -63,7 +75,7 @@ from moeplan.specs.limits import (  # noqa: F401 (re-exported)
 )
 from moeplan.specs.model_checks import SCORING_FUNCS, check_bounds, check_structure  # noqa: F401 (re-exported)
 from moeplan.specs.model_summary import ModuleInfo
-from moeplan.specs.quant import UNQUANTIZED, WeightQuant, linear_modules
+from moeplan.specs.quant import UNQUANTIZED, WeightQuant
 
 ACT_BYTES = 2  # bf16 activations and KV cache
 
@@ -113,13 +125,27 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_layers: tuple[int, ...] = ()
     active_counts_embedding: bool = False
+    active_counts_lm_head: bool = True  # the family's "activated" figure includes the lm-head
     quant: WeightQuant = UNQUANTIZED
+    #: one record per decoder layer (:mod:`moeplan.specs.layers`); empty: built from the
+    #: uniform fields above (every layer the same attention, MoE / dense as the fields say)
+    layers: tuple[LayerSpec, ...] = ()
+    #: vision / audio towers loaded with the model (weights only, not served)
+    towers: tuple[Tower, ...] = ()
+    gated_experts: bool = True  # SwiGLU experts (3 matrices); False: up/down only
+    module_prefix: str = "model.layers"  # the checkpoint's name of the decoder-layer list
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
+    _layers: tuple[LayerSpec, ...] = field(default=(), repr=False, compare=False)
+    _primary: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
         check_bounds(self, p)
-        object.__setattr__(self, "_moe_flags", check_structure(self, p))
+        flags = check_structure(self, p)
+        layers = self.layers or legacy_layers(self, flags)
+        object.__setattr__(self, "_layers", layers)
+        object.__setattr__(self, "_moe_flags", tuple(x.is_moe for x in layers))
+        object.__setattr__(self, "_primary", primary_layer(layers))
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -139,17 +165,39 @@ class ModelSpec:
         return self.num_layers - self.num_moe_layers
 
     def is_sliding_layer(self, layer: int) -> bool:
-        return self.sliding_window > 0 and layer in self.sliding_layers
+        """Whether ``layer`` attends to a window (``swa``) or a chunk (``chunked``) only."""
+        return self._layers[layer].mixer.kind in ("swa", "chunked")
+
+    @property
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """One record per decoder layer (given, or built from the uniform fields)."""
+        return self._layers
+
+    def layer_kinds(self) -> dict[str, int]:
+        """Decoder layers per ``<mixer>+<ffn>`` kind, in first-seen order."""
+        out: dict[str, int] = {}
+        for x in self._layers:
+            out[x.kind] = out.get(x.kind, 0) + 1
+        return out
 
     def with_layers(self, num_layers: int) -> ModelSpec:
-        """Same shape with ``num_layers`` decoder layers (keeps the dense prefix if it fits)."""
+        """Same shape with ``num_layers`` decoder layers (keeps the dense prefix if it fits;
+        a per-layer description keeps its first layers, repeating its pattern if longer)."""
         require(num_layers >= 1, f"layers ({num_layers}) must be >= 1")
+        if self.layers:
+            n = len(self.layers)
+            kept = tuple(self.layers[i % n] for i in range(num_layers))
+            require(any(x.is_moe for x in kept), f"layers ({num_layers}) keep no MoE layer")
+            return replace(self, num_layers=num_layers, layers=kept, _moe_flags=(), _layers=(),
+                           sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
+                           dense_layers=(), first_k_dense=0)  # fmt: skip
         fkd = min(self.first_k_dense, max(0, num_layers - 1))
         return replace(
             self,
             num_layers=num_layers,
             first_k_dense=fkd,
             _moe_flags=(),
+            _layers=(),
             sliding_layers=tuple(i for i in self.sliding_layers if i < num_layers),
             dense_layers=tuple(i for i in self.dense_layers if i < num_layers),
         )
@@ -167,48 +215,38 @@ class ModelSpec:
         """Per-head value dimension."""
         return self.v_head_dim if self.attention == "mla" else self.head_dim
 
-    @property
-    def attn_linear_params(self) -> int:
-        """Projection weights (and biases) of one attention layer, norms excluded."""
-        h, nh = self.hidden_size, self.num_attention_heads
-        if self.attention == "mla":
-            qd = nh * self.q_dim
-            q = (
-                h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * qd
-                if self.q_lora_rank
-                else h * qd
-            )
-            kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
-            kv_b = self.kv_lora_rank * nh * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv_a + kv_b + nh * self.v_head_dim * h
-        hd, nkv = self.head_dim, self.num_kv_heads
-        n = h * nh * hd + 2 * h * nkv * hd + nh * hd * h
-        if self.attention_bias:
-            n += nh * hd + 2 * nkv * hd
-        if self.attention_out_bias:
-            n += h
-        return n
+    def _mean(self, values: list[int]) -> float | int:
+        total = sum(values)
+        return total // len(values) if total % len(values) == 0 else total / len(values)
 
     @property
-    def attn_params(self) -> int:
-        """One attention block: projections, sinks, q/k norms and the two layer norms."""
-        n = self.attn_linear_params + 2 * self.hidden_size
-        if self.attention_sinks:
-            n += self.num_attention_heads
-        if self.qk_norm:
-            n += 2 * self.head_dim
-        return n
+    def attn_linear_params(self) -> float | int:
+        """Projection weights (and biases) of the mixer, per decoder layer (the mean over
+        layers when they differ, so ``num_layers`` times it is the model's sum); norms
+        excluded."""
+        h = self.hidden_size
+        return self._mean([layer_math.mixer_linear_params(x.mixer, h) for x in self._layers])
+
+    @property
+    def attn_params(self) -> float | int:
+        """One mixer block: projections, sinks, q/k norms and the layer's norms (the mean
+        over layers when they differ)."""
+        h = self.hidden_size
+        return self._mean(
+            [layer_math.mixer_params(x.mixer, h) + x.norms * h for x in self._layers]
+        )
 
     @property
     def expert_params(self) -> int:
-        """One routed SwiGLU expert (gate, up, down)."""
+        """One routed expert (gate, up, down; up, down when not gated)."""
         h, i = self.hidden_size, self.moe_intermediate_size
-        return 3 * h * i + ((2 * i + h) if self.expert_bias else 0)
+        return layer_math.mlp_params(h, i, self.gated_experts, self.expert_bias)
 
     @property
     def shared_params(self) -> int:
         """All shared experts of one MoE layer (and Qwen2-MoE's shared-expert gate)."""
-        n = 3 * self.hidden_size * self.shared_intermediate_size
+        n = layer_math.mlp_params(self.hidden_size, self.shared_intermediate_size,
+                                  self.gated_experts)
         return n + (self.hidden_size if self.shared_expert_gate else 0)
 
     @property
@@ -229,26 +267,26 @@ class ModelSpec:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     @property
+    def params_towers(self) -> int:
+        """Vision / audio tower parameters (loaded, not served; not in ``params_total``)."""
+        return sum(t.params for t in self.towers)
+
+    @property
     def params_total(self) -> int:
-        moe = self.num_moe_layers * (
-            self.num_experts * self.expert_params + self.shared_params + self.router_params
-        )
-        dense = self.num_dense_layers * self.dense_mlp_params
-        return (
-            self.num_layers * self.attn_params
-            + moe
-            + dense
-            + self.embedding_params
-            + self.lm_head_params
-            + self.hidden_size
-        )
+        """Every parameter of the language model (towers excluded, see ``params_towers``)."""
+        h = self.hidden_size
+        layers = sum(layer_math.layer_params(x, h) for x in self._layers)
+        return layers + self.embedding_params + self.lm_head_params + h
 
     @property
     def params_active(self) -> int:
-        inactive = self.num_moe_layers * (self.num_experts - self.top_k) * self.expert_params
-        if not self.active_counts_embedding:
-            inactive += self.embedding_params
-        return self.params_total - inactive
+        """Parameters one token uses: ``top_k`` experts per MoE layer; the embedding table
+        as the family counts it (``active_counts_embedding``)."""
+        h = self.hidden_size
+        layers = sum(layer_math.layer_params(x, h, active=True) for x in self._layers)
+        emb = self.embedding_params if self.active_counts_embedding else 0
+        head = self.lm_head_params if self.active_counts_lm_head else 0
+        return layers + emb + head + h
 
     # ---- FLOPs per token (2 per multiply-accumulate) ----------------------------------
     @property
@@ -256,18 +294,20 @@ class ModelSpec:
         return 2.0 * self.attn_linear_params
 
     def attn_core_flops(self, context: float, layer: int | None = None) -> float:
-        """Scores and weighted values of one token attending to ``context`` keys."""
-        if layer is not None and self.is_sliding_layer(layer):
-            context = min(context, self.sliding_window)
+        """Mixer work of one token attending to ``context`` cached keys (``layer``: that
+        layer's kind, window and sparse selection; ``None``: the uniform attention)."""
+        if layer is not None:
+            return layer_math.mixer_core_flops(self._layers[layer].mixer, context)
         return 2.0 * self.num_attention_heads * (self.q_dim + self.vo_dim) * context
 
     @property
     def expert_flops(self) -> float:
-        return 6.0 * self.hidden_size * self.moe_intermediate_size
+        return 2.0 * (3 if self.gated_experts else 2) * self.hidden_size * self.moe_intermediate_size
 
     @property
     def shared_flops(self) -> float:
-        return 6.0 * self.hidden_size * self.shared_intermediate_size
+        mats = 3 if self.gated_experts else 2
+        return 2.0 * mats * self.hidden_size * self.shared_intermediate_size
 
     @property
     def dense_mlp_flops(self) -> float:
@@ -285,35 +325,45 @@ class ModelSpec:
         the mean token sees ``(context + 1) / 2`` keys).
         """
         ctx = (context + 1) / 2 if phase == "prefill" else context
-        total = 2.0 * self.vocab_size * self.hidden_size
-        for layer in range(self.num_layers):
-            total += self.attn_proj_flops + self.attn_core_flops(ctx, layer)
-            if self.is_moe_layer(layer):
-                total += self.top_k * self.expert_flops + self.shared_flops + self.router_flops
-            else:
-                total += self.dense_mlp_flops
+        h = self.hidden_size
+        total = 2.0 * self.vocab_size * h
+        for x in self._layers:
+            total += 2.0 * layer_math.mixer_linear_params(x.mixer, h)
+            total += layer_math.mixer_core_flops(x.mixer, ctx) + layer_math.ffn_flops(x.ffn, h)
         return total
 
-    # ---- memory per token ---------------------------------------------------------------
-    def kv_bytes_per_token_layer(self, layer: int = 0) -> int:
-        """KV-cache bytes one token adds to one layer (MLA: latent + rope key)."""
-        del layer  # every layer stores the same per-token size
-        if self.attention == "mla":
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * ACT_BYTES
-        return 2 * self.num_kv_heads * self.head_dim * ACT_BYTES
+    # ---- memory per token (per layer kind: :mod:`moeplan.specs.layer_math`) --------------
+    def kv_bytes_per_token_layer(self, layer: int | None = None) -> float:
+        """Cache bytes one token adds to decoder layer ``layer`` (MLA: latent + rope key;
+        linear mixers: 0); ``None``: a layer of the uniform attention the fields describe
+        (what the uniform attention path reads per cached token; totals over the model are
+        :attr:`kv_bytes_per_token` and :mod:`moeplan.cost.memory`)."""
+        if layer is None:
+            layer = self._primary
+        return layer_math.kv_bytes_per_token(self._layers[layer].mixer)
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token over all layers (sliding layers included, uncapped)."""
-        return self.num_layers * self.kv_bytes_per_token_layer()
+    def kv_bytes_per_token(self) -> float:
+        """Cache bytes per token over all layers (window caps not applied)."""
+        return sum(layer_math.kv_bytes_per_token(x.mixer) for x in self._layers)
 
-    def kv_bytes_for_context(self, context: int) -> int:
-        """KV-cache bytes of one sequence of ``context`` tokens (sliding layers capped)."""
-        total = 0
-        for layer in range(self.num_layers):
-            kept = min(context, self.sliding_window) if self.is_sliding_layer(layer) else context
-            total += kept * self.kv_bytes_per_token_layer(layer)
-        return total
+    def kv_bytes_for_context(self, context: int) -> float:
+        """Cache bytes of one sequence of ``context`` tokens: KV capped per layer by its
+        window / chunk, compressed for csa / hca, plus linear layers' fixed state."""
+        return sum(layer_math.kv_bytes_for_context(x.mixer, context) for x in self._layers)
+
+    @property
+    def state_bytes_per_seq(self) -> float:
+        """Fixed recurrent state of one sequence over the linear / state-space layers."""
+        return sum(layer_math.state_bytes_per_seq(x.mixer) for x in self._layers)
+
+    def kv_bytes_by_kind(self, context: int) -> dict[str, float]:
+        """Cache bytes of one ``context``-token sequence per mixer kind (all its layers)."""
+        out: dict[str, float] = {}
+        for x in self._layers:
+            k = x.mixer.kind
+            out[k] = out.get(k, 0.0) + layer_math.kv_bytes_for_context(x.mixer, context)
+        return out
 
     @property
     def hidden_bytes(self) -> int:
@@ -347,13 +397,14 @@ class ModelSpec:
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
-    def from_config(cls, config: dict[str, Any], name: str = "custom") -> ModelSpec:
-        """Build from a Hugging Face MoE ``config.json`` dict or DeepSeek's native keys."""
-        from moeplan.specs.hf_config import quant_rules, spec_kwargs_from_config
+    def from_config(
+        cls, config: dict[str, Any], name: str = "custom", hf_quant: Any = None
+    ) -> ModelSpec:
+        """Build from a model ``config.json`` dict (any registered architecture, or DeepSeek's
+        native keys); ``hf_quant``: the ``hf_quant_config.json`` beside it, if any."""
+        from moeplan.specs.model_reader import spec_kwargs, with_quantization
 
-        spec = cls(**spec_kwargs_from_config(config, name))
-        rules = quant_rules(config, name)
-        return spec if rules is None else replace(spec, quant=rules.resolve(linear_modules(spec)))
+        return with_quantization(cls(**spec_kwargs(config, name)), config, name, hf_quant)
 
 
 def parse_error(name: str, err: Exception) -> MoeplanError:

@@ -15,9 +15,10 @@ the field, its value and the rule.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 from moeplan.errors import check_int, require, show
+from moeplan.specs.layers import ROUTER_FUNCS, LayerSpec
 from moeplan.specs.limits import (
     MAX_CONTEXT,
     MAX_EXPERTS,
@@ -31,10 +32,10 @@ from moeplan.specs.limits import (
 )
 from moeplan.specs.quant import WeightQuant
 
-if TYPE_CHECKING:
-    from moeplan.specs.model import ModelSpec
+#: a :class:`~moeplan.specs.model.ModelSpec` (not imported: the model module imports this one)
+ModelSpec = Any
 
-SCORING_FUNCS = ("softmax", "sigmoid")
+SCORING_FUNCS = tuple(f for f in ROUTER_FUNCS if f != "hash")
 
 # integer fields: (lower bound, upper bound)
 INT_FIELDS: dict[str, tuple[int, int]] = {
@@ -96,6 +97,8 @@ def check_bounds(spec: ModelSpec, p: str) -> None:
 
 def check_structure(spec: ModelSpec, p: str) -> tuple[bool, ...]:
     """Rules between fields; returns per decoder layer whether it has routed experts."""
+    if spec.layers:
+        return _check_layers(spec, p)
     require(
         spec.attention in ("gqa", "mla"),
         f"{p}.attention ({spec.attention!r}) must be 'gqa' or 'mla'",
@@ -141,4 +144,19 @@ def check_structure(spec: ModelSpec, p: str) -> tuple[bool, ...]:
             f"{p}.dense_intermediate_size ({spec.dense_intermediate_size}) must be "
             "positive when the model has dense layers",
         )
+    return flags
+
+
+def _check_layers(spec: ModelSpec, p: str) -> tuple[bool, ...]:
+    """A model described layer by layer: one :class:`LayerSpec` per decoder layer, one MoE
+    layer at least."""
+    v = spec.layers
+    require(
+        isinstance(v, tuple) and all(isinstance(x, LayerSpec) for x in v),
+        f"{p}.layers ({show(v)}) must be a tuple of LayerSpec",
+    )
+    require(len(v) == spec.num_layers,
+            f"{p}.layers ({len(v)} records) must have one per layer ({spec.num_layers})")
+    flags = tuple(x.is_moe for x in v)
+    require(any(flags), f"{p} has no MoE layer")
     return flags

@@ -12,10 +12,10 @@ included), the figure weight memory is sized from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from moeplan.specs.model import ModelSpec
+#: a :class:`~moeplan.specs.model.ModelSpec` (not imported: the model module imports this one)
+ModelSpec = Any
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,4 +95,10 @@ def weight_bytes_by_module(spec: ModelSpec) -> dict[str, tuple[int, float]]:
         "lm_head": spec.lm_head_params + spec.hidden_size,
     }
     q = spec.quant
-    return {c: (n, n * q.module(c).bytes_per_weight) for c, n in params.items()}
+    out = {c: (n, n * q.module(c).bytes_per_weight) for c, n in params.items()}
+    if spec.params_towers:  # vision / audio towers: loaded in bf16, never quantized here
+        out["towers"] = (spec.params_towers, spec.params_towers * TOWER_BYTES)
+    return out
+
+
+TOWER_BYTES = 2.0  # every sample checkpoint stores its towers in bf16 (quantization ignores them)

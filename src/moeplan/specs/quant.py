@@ -32,13 +32,11 @@ Decisions and departures:
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
-from typing import Protocol
 
 from moeplan.errors import MoeplanError, require, show
+from moeplan.specs.patterns import PatternSet
 
 #: compute dtypes a GEMM can run in (the tensor-core rate it is charged at)
 COMPUTE = ("bf16", "fp8", "int8")
@@ -150,44 +148,21 @@ class WeightQuant:
 UNQUANTIZED = WeightQuant()
 
 
-# ---- matching module names ------------------------------------------------------------------
-def _regex_match(pattern: str, name: str) -> bool:
-    try:
-        return re.match(pattern, name) is not None
-    except (re.error, RecursionError, OverflowError):
-        return False
-
-
+# ---- matching module names (linear time, :mod:`moeplan.specs.patterns`) ----------------
 def hf_excluded(name: str, patterns: Iterable[str]) -> bool:
-    """Hugging Face ``modules_to_not_convert``: a pattern excludes a module when it equals the
-    name, names one of its parent modules (``key.`` inside ``name.``), ends it, or matches it
-    as a regular expression from its start up to a module boundary (transformers
-    ``should_convert_module``; the boundary keeps ``model.layers.1`` off layer 10)."""
-    return any(
-        p == name
-        or f"{p}." in f"{name}."
-        or name.endswith(p)
-        or _regex_match(f"(?:{p})(?:\\.|$)", name)
-        for p in patterns
-    )
+    """Hugging Face ``modules_to_not_convert`` (see :class:`~.patterns.PatternSet` ``hf``)."""
+    return PatternSet(tuple(patterns), "hf", "modules_to_not_convert").match(name)
 
 
 def glob_excluded(name: str, patterns: Iterable[str]) -> bool:
-    """ModelOpt ``ignore`` / ``exclude_modules``: a shell glob (``model.layers.*.self_attn*``)
-    matching the module or one of its parents (``fnmatch``)."""
-    return any(fnmatchcase(name, p) or fnmatchcase(name, f"{p}.*") for p in patterns)
+    """ModelOpt ``ignore`` / ``exclude_modules`` shell globs (module or a parent)."""
+    return PatternSet(tuple(patterns), "glob", "ignore").match(name)
 
 
 def ct_match(name: str, targets: Iterable[str]) -> bool:
-    """compressed-tensors targets / ignore: ``re:<regex>`` matched from the start of the name
-    (``re.match``), ``Linear`` (every linear module), or the exact module name."""
-    for t in targets:
-        if t.startswith("re:"):
-            if _regex_match(t[3:], name):
-                return True
-        elif t == "Linear" or t == name:
-            return True
-    return False
+    """compressed-tensors targets / ignore: ``re:<regex>`` from the start of the name,
+    ``Linear`` (every linear module), or the exact module name."""
+    return PatternSet(tuple(targets), "ct", "targets").match(name)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -206,20 +181,29 @@ class QuantRules:
     matcher: str = "hf"
     lm_head: bool = False
 
+    kv_bytes: int = 0  # bytes per cached KV value the checkpoint states (0: not stated)
+    _ignore: PatternSet | None = field(default=None, repr=False, compare=False)
+    _targets: tuple[PatternSet, ...] = field(default=(), repr=False, compare=False)
+
     def __post_init__(self) -> None:
         require(self.matcher in MATCHERS, f"matcher ({self.matcher!r}) must be in {MATCHERS}")
+        object.__setattr__(self, "_ignore", PatternSet(self.ignore, self.matcher, "ignore"))
+        if self.matcher == "ct":
+            sets = tuple(PatternSet(t, "ct", "targets") for t, _ in self.groups)
+            object.__setattr__(self, "_targets", sets)
 
     def format_of(self, cls: str, name: str) -> WeightFormat:
-        """The format of the linear module ``name`` of class ``cls``."""
+        """The format of the linear module ``name`` of class ``cls`` (patterns compiled once,
+        matched in linear time)."""
+        assert self._ignore is not None
         if self.matcher == "ct":
-            if ct_match(name, self.ignore):
+            if self._ignore.match(name):
                 return BF16
-            for targets, fmt in self.groups:
-                if ct_match(name, targets):
+            for targets, (_, fmt) in zip(self._targets, self.groups, strict=True):
+                if targets.match(name):
                     return fmt
             return BF16
-        excluded = glob_excluded if self.matcher == "glob" else hf_excluded
-        if excluded(name, self.ignore) or (cls == "lm_head" and not self.lm_head):
+        if self._ignore.match(name) or (cls == "lm_head" and not self.lm_head):
             return BF16
         for targets, fmt in self.groups:
             if not targets or any(name.endswith(t) for t in targets):
@@ -243,110 +227,6 @@ class QuantRules:
                 dominant = max(by_fmt[cls].items(), key=lambda kv: kv[1])[0]
                 out[cls] = ModuleQuant(bytes_per_weight=mass[cls] / total[cls], format=dominant)
         return WeightQuant(method=self.method, ignore=self.ignore, **out)
-
-
-# ---- the model's linear modules, named as in its Hugging Face checkpoint -------------------
-class Shape(Protocol):
-    """What :func:`linear_modules` reads from a :class:`~moeplan.specs.ModelSpec`."""
-
-    @property
-    def architecture(self) -> str: ...
-    @property
-    def num_layers(self) -> int: ...
-    @property
-    def hidden_size(self) -> int: ...
-    @property
-    def num_attention_heads(self) -> int: ...
-    @property
-    def num_kv_heads(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def attention(self) -> str: ...
-    @property
-    def q_lora_rank(self) -> int: ...
-    @property
-    def kv_lora_rank(self) -> int: ...
-    @property
-    def qk_nope_head_dim(self) -> int: ...
-    @property
-    def qk_rope_head_dim(self) -> int: ...
-    @property
-    def v_head_dim(self) -> int: ...
-    @property
-    def moe_intermediate_size(self) -> int: ...
-    @property
-    def shared_intermediate_size(self) -> int: ...
-    @property
-    def dense_intermediate_size(self) -> int: ...
-    @property
-    def lm_head_params(self) -> int: ...
-    @property
-    def q_dim(self) -> int: ...
-    def is_moe_layer(self, layer: int) -> bool: ...
-
-
-def _attention(m: Shape) -> list[tuple[str, int]]:
-    h, nh = m.hidden_size, m.num_attention_heads
-    if m.attention == "mla":
-        out = [
-            ("kv_a_proj_with_mqa", h * (m.kv_lora_rank + m.qk_rope_head_dim)),
-            ("kv_b_proj", m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)),
-            ("o_proj", nh * m.v_head_dim * h),
-        ]
-        if m.q_lora_rank:
-            return [
-                ("q_a_proj", h * m.q_lora_rank),
-                ("q_b_proj", m.q_lora_rank * nh * m.q_dim),
-            ] + out
-        return [("q_proj", h * nh * m.q_dim), *out]
-    kv = h * m.num_kv_heads * m.head_dim
-    return [
-        ("q_proj", h * nh * m.head_dim),
-        ("k_proj", kv),
-        ("v_proj", kv),
-        ("o_proj", nh * m.head_dim * h),
-    ]
-
-
-def _swiglu(prefix: str, h: int, inter: int, names: tuple[str, str, str]) -> list[tuple[str, int]]:
-    return [(f"{prefix}.{n}", h * inter) for n in names]
-
-
-def linear_modules(m: Shape) -> Iterator[tuple[str, str, int]]:
-    """``(class, name, params)`` of every linear module the quantization config can cover:
-    attention projections, expert 0 of each MoE layer (all experts alike), shared experts,
-    dense MLPs and the lm-head, under the checkpoint's Hugging Face names (Mixtral
-    ``block_sparse_moe.experts.N.w1``, GPT-OSS fused ``mlp.experts.gate_up_proj``,
-    Qwen2-MoE ``mlp.shared_expert``, DeepSeek ``mlp.shared_experts``)."""
-    arch = m.architecture.lower().replace("_", "")
-    h, i = m.hidden_size, m.moe_intermediate_size
-    gated = ("gate_proj", "up_proj", "down_proj")
-    if "mixtral" in arch:
-        experts = _swiglu("block_sparse_moe.experts.0", h, i, ("w1", "w3", "w2"))
-    elif "gptoss" in arch:
-        experts = [("mlp.experts.gate_up_proj", 2 * h * i), ("mlp.experts.down_proj", h * i)]
-    else:
-        experts = _swiglu("mlp.experts.0", h, i, gated)
-    shared_name = "mlp.shared_expert" if "qwen2moe" in arch else "mlp.shared_experts"
-    shared = _swiglu(shared_name, h, m.shared_intermediate_size, gated)
-    dense = _swiglu("mlp", h, m.dense_intermediate_size, gated)
-    attention = _attention(m)
-    for layer in range(m.num_layers):
-        pre = f"model.layers.{layer}"
-        for suffix, n in attention:
-            yield "attention", f"{pre}.self_attn.{suffix}", n
-        if m.is_moe_layer(layer):
-            for suffix, n in experts:
-                yield "experts", f"{pre}.{suffix}", n
-            if m.shared_intermediate_size:
-                for suffix, n in shared:
-                    yield "shared", f"{pre}.{suffix}", n
-        else:
-            for suffix, n in dense:
-                yield "dense", f"{pre}.{suffix}", n
-    if m.lm_head_params:
-        yield "lm_head", "lm_head", m.lm_head_params
 
 
 def unsupported(name: str, method: object, known: Iterable[str]) -> MoeplanError:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +34,11 @@ from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.sources import Prediction
 
-if TYPE_CHECKING:  # db and fit import this module through families
-    from moeplan.cost.kerneldb.db import KernelDB
-    from moeplan.cost.kerneldb.device import Device
-    from moeplan.cost.kerneldb.fit import Analytic
+#: the kernel DB, its device record and fitted model, named in annotations only: db and fit
+#: import this module through families, so importing them here would close a circle
+KernelDB = Any
+Device = Any
+Analytic = Any
 
 DEEPEP_RANKS = 8  # node_num 1: one 8-GPU NVLink node
 DEEPEP_OPS = ("deepep_normal_dispatch", "deepep_normal_combine")

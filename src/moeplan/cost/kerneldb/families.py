@@ -17,16 +17,18 @@ feature functions and their formulas, constants and evidence live with their ops
   low-latency kernels once per *expert*; dispatch in fp8 (1 byte/element), combine in bf16
   (both in :mod:`.comm`).
 
-What the feature modules share (:class:`WaveFeatures`, the kernel-path coordinate step, the
-SM-count column) is :mod:`.feature_base`. Their constants and the functions other code
+- the newer layer kinds (Gated DeltaNet, KDA, Mamba-2's convolution, DSA / CSA / HCA / MSA
+  attention modules, mHC): :mod:`.layer_families` (features in :mod:`.linear_features` and
+  :mod:`.sparse_features`), merged into :data:`FAMILIES`.
+
+The :class:`Family` record is :mod:`.family`. What the feature modules share
+(:class:`WaveFeatures`, the kernel-path coordinate step, the SM-count column) is
+:mod:`.feature_base`. Their constants and the functions other code
 imports are re-exported here, so ``from moeplan.cost.kerneldb.families import ...`` keeps
 working.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from moeplan.cost.kerneldb.attention_features import (  # noqa: F401
     DSV3_HIDDEN,
@@ -58,9 +60,11 @@ from moeplan.cost.kerneldb.attention_features import (  # noqa: F401
     _module,
     _xqa_declines,
 )
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16, Columns, Features  # noqa: F401
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, _allreduce, _deepep, dest_ranks  # noqa: F401
+from moeplan.cost.kerneldb.family import Family
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, SM_COUNT_COLUMN, WaveFeatures  # noqa: F401
+from moeplan.cost.kerneldb.layer_families import LAYER_FAMILIES
 from moeplan.cost.kerneldb.moe_features import (  # noqa: F401
     EXPLICIT,
     FP8_COMPUTE,
@@ -76,39 +80,6 @@ from moeplan.cost.kerneldb.moe_features import (  # noqa: F401
 )
 
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Family:
-    """One operation family: its columns, defaults and feature function."""
-
-    op: str
-    variant_cols: tuple[str, ...]
-    shape_cols: tuple[str, ...]
-    x_cols: tuple[str, ...]
-    defaults: Mapping[str, object]
-    features: Callable[[Columns], Features]
-    link: bool = False  # bytes move over the intra-node link, not HBM
-    robust_field: bool = False  # weighted median of the neighbours (fit.ResidualField)
-    #: kernel_source prefixes of autotuned kernels (a GEMM tactic picked per shape, so single
-    #: shapes run 2-5x off their neighbours): robust field, token axis x TACTIC_TOKEN_WEIGHT
-    tactic_kernels: tuple[str, ...] = ()
-    #: the per-work cost is a block's latency paid per wave over the SMs (WaveFeatures) and
-    #: moves to another GPU as a time (fit.Analytic.scaled): the wave count carries the SMs
-    wave_latency_transfers: bool = False
-    #: kernel_source values whose floor is host time the kernel's own time overlaps: the
-    #: floor joins the p-norm (fit.Analytic.fit) instead of adding to it
-    host_floor_kernels: tuple[str, ...] = ()
-
-    def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
-        """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""
-        if self.tactic_kernels and kernel.startswith(self.tactic_kernels):
-            return (TACTIC_TOKEN_WEIGHT,), True
-        return (), self.robust_field
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.variant_cols + self.shape_cols + self.x_cols
 
 
 _ATTN_VARIANT = ("kernel_source", "attn_dtype", "kv_cache_dtype")
@@ -269,5 +240,6 @@ FAMILIES: dict[str, Family] = {
         ),
     )
 }
+FAMILIES.update(LAYER_FAMILIES)  # the newer layer kinds (:mod:`.layer_families`)
 
 OPS = tuple(FAMILIES)

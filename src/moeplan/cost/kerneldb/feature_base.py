@@ -10,7 +10,7 @@ import numpy as np
 
 from moeplan.cost.kerneldb.base import Columns, Features
 
-#: streaming multiprocessors of the GPU a row runs on (a column the variant fills, fit.SM_COUNT)
+#: streaming multiprocessors of the GPU a row runs on (a column the variant fills from the GPU record, fit.sm_count)
 SM_COUNT_COLUMN = "_sm_count"
 PATH_COORD = 4.0  # log2 units between kernel paths in the residual field (> any shape step)
 

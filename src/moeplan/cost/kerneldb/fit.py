@@ -9,8 +9,8 @@ kernel family's compute and memory efficiencies — what transfers to another GP
 transfer as times, scaled by the SM clock and the bandwidth ratio (:meth:`Analytic.scaled`). Fitted by least squares on log time (relative error), all four positive.
 A family whose per-work cost runs serially inside each thread block (``ctas`` blocks of ``work``
 each, :class:`~.families.WaveFeatures`) pays it once per *wave*: ``ceil(ctas / SMs)`` waves
-over the GPU's streaming multiprocessors (:data:`SM_COUNT`, a datasheet number, so the wave
-count transfers to another GPU). Two family options (:class:`~.families.Family`) depart from
+over the GPU's streaming multiprocessors (its GPU record's ``sm_count``, a datasheet number,
+so the wave count transfers to another GPU). Two family options (:class:`~.families.Family`) depart from
 this: a kernel whose floor is host time (``host_floor_kernels``) has the floor join the
 p-norm — the kernel's own time runs under it, ``max`` rather than sum — and a family whose
 per-wave cost is a block's latency (``wave_latency_transfers``) keeps that cost unscaled on
@@ -47,54 +47,19 @@ LOWER = (1e-8, 1e-14, 1e-3, 1e-3, 1e-2)
 UPPER = (1e-2, 1e-4, 1.0, 1.0, 50.0)
 FIT_ROWS = 6000  # rows used by the least-squares fit (an even stride through the table)
 MIN_FIT_ROWS = 10  # fewer physically possible rows than this: fit them all
-#: streaming multiprocessors per GPU preset (NVIDIA architecture whitepapers / datasheets:
-#: A100 108, H100 / H800 / H200 SXM 132, H20 78 (gpu-96g: H20-class, as its preset), B200 148,
-#: L40S 142, A6000 84, A10 72, A40 84). Ascend 910B and unknown GPUs: A100's 108 (the 910B's
-#: AI cores are not SMs; no like-for-like figure).
-SM_COUNT = {
-    "a100-80g": 108,
-    "h100-sxm": 132,
-    "h800": 132,
-    "h200-sxm": 132,
-    "h20": 78,
-    "gpu-96g": 78,
-    "b200": 148,
-    "l40s": 142,
-    "a6000": 84,
-    "a10": 72,
-    "a40": 84,
-}
-DEFAULT_SMS = 108
-#: maximum SM clock (MHz) per GPU preset, what a kernel's fixed floor scales by
-#: (:meth:`Analytic.scaled`): H100 SXM and H200 1980 as ``nvidia-smi --query-gpu=clocks.max.sm``
-#: reported on the cards of bench/data/gpu_h{1,2}00_*; H800 (the H100 SXM die) 1980; A100 SXM
-#: 1410, L40S 2520, RTX A6000 1800, A10 1695, A40 1740 (NVIDIA datasheets, boost clock).
-#: GPUs missing here (H20, B200, gpu-96g, Ascend 910B: no like-for-like published figure)
-#: keep the floor of the table GPU they borrow from.
-SM_CLOCK_MHZ = {
-    "h100-sxm": 1980,
-    "h200-sxm": 1980,
-    "h800": 1980,
-    "a100-80g": 1410,
-    "l40s": 2520,
-    "a6000": 1800,
-    "a10": 1695,
-    "a40": 1740,
-}
-TABLE_PRESET = {"h100_sxm": "h100-sxm", "a100_sxm": "a100-80g"}
 
 
 def sm_count(device: Device) -> int:
-    """Streaming multiprocessors of ``device`` (:data:`SM_COUNT`; unknown GPUs: A100's)."""
-    return SM_COUNT.get(device.name, DEFAULT_SMS)
+    """Streaming multiprocessors of ``device`` (its GPU record, :mod:`moeplan.specs.gpu`)."""
+    return device.sm_count
 
 
-def sm_clock(device: Device) -> float:
-    """Maximum SM clock of ``device`` in MHz (:data:`SM_CLOCK_MHZ`); a GPU without a figure
-    takes its reference table GPU's (so its floor is the reference's)."""
-    if device.name in SM_CLOCK_MHZ:
-        return SM_CLOCK_MHZ[device.name]
-    return SM_CLOCK_MHZ[TABLE_PRESET[device.reference]]
+def clock_ratio(src: Device, dst: Device) -> float:
+    """SM clock of ``src`` over ``dst`` (GPU records); 1 where either has no published
+    figure: the floor of the table GPU it borrows from is kept."""
+    if src.sm_clock_mhz is None or dst.sm_clock_mhz is None:
+        return 1.0
+    return src.sm_clock_mhz / dst.sm_clock_mhz
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,7 +157,7 @@ class Analytic:
         r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
         return replace(
             self,
-            floor=self.floor * (r**0.5 if link else sm_clock(src) / sm_clock(dst)),
+            floor=self.floor * (r**0.5 if link else clock_ratio(src, dst)),
             per_work=self.per_work * (r if self.scale_work else 1.0),
         )
 

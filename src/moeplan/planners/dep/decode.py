@@ -62,13 +62,15 @@ def check_fits(model: ModelSpec, cluster: ClusterSpec, ag: int, eg: int) -> _Mem
 
 def ag_kv_tokens(model: ModelSpec, cluster: ClusterSpec, ag: int, eg: int, batch: int) -> int:
     """KV tokens one AG GPU holds next to its weights, the activations and A2E/E2A buffers of
-    ``batch`` decode tokens and the reserve (raises when the weights do not fit)."""
+    ``batch`` decode tokens, the length-independent cache of its ``batch`` sequences (linear
+    layers' state) and the reserve (raises when the weights do not fit)."""
     mm = check_fits(model, cluster, ag, eg)
     per_token = mem.kv_bytes_per_token_layer(model) * model.num_layers
     used = (
         mm.ag_weights
         + mem.activation_bytes(model, batch)
         + mem.a2a_buffer_bytes(model, batch, model.top_k)
+        + batch * mem.fixed_bytes_per_seq(model)
         + mem.RESERVED_BYTES
     )
     return max(0, int((cluster.gpu.mem_bytes - used) // per_token))

@@ -314,7 +314,7 @@ class _MemoryModel:
         """One AG GPU: weights, KV of ``r1·ma`` prompts, one micro-batch's activations, and
         per in-flight micro-batch its residual stream and A2E/E2A buffers."""
         m, tok = self.model, ma * self.seq_len
-        kv = tok * m.num_layers * mem.kv_bytes_per_token_layer(m)
+        kv = mem.cache_bytes(m, ma, self.seq_len)  # ma prompts, each layer by its kind
         inflight = tok * m.hidden_bytes + mem.a2a_buffer_bytes(m, tok, m.top_k)
         return mem.MemoryBreakdown(
             weights=self.ag_weights,

@@ -246,10 +246,8 @@ def module_memory(m: ModuleRef, c: Choice, ctx: StageContext, last_index: int) -
     """Weights + KV cache per GPU of one module under choice ``c`` (bytes)."""
     model, w = ctx.model, ctx.workload
     if m.kind == "attn":
-        ctx_len = w.isl + w.osl
-        if model.is_sliding_layer(m.layer):
-            ctx_len = min(ctx_len, model.sliding_window)
-        kv = math.ceil(w.batch / c.dpmoe) * ctx_len * memory.kv_bytes_per_token_layer(model, c.tp)
+        seqs = math.ceil(w.batch / c.dpmoe)  # the layer's kind: window, compression, state
+        kv = memory.cache_bytes(model, seqs, w.isl + w.osl, c.tp, range(m.layer, m.layer + 1))
         mem = memory.attn_weight_bytes(model, c.tp) + kv
     elif m.kind == "mlp":
         mem = memory.dense_mlp_weight_bytes(model, c.tp)

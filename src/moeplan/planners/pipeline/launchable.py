@@ -13,12 +13,13 @@ it is. Non-uniform choices or ``d_a`` not a multiple of ``d_m`` have no such lay
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from moeplan.planners.pipeline.cost import Choice
 
-if TYPE_CHECKING:  # annotations only: stages imports this module
-    from moeplan.planners.pipeline.stages import PipelinePlan
+#: a :class:`~moeplan.planners.pipeline.stages.PipelinePlan`, named in annotations only
+#: (stages imports this module, so importing it here would close a circle)
+PipelinePlan = Any
 
 
 def _uniform(plan: PipelinePlan) -> dict[str, Choice] | None:

@@ -277,8 +277,8 @@ class StrategyEvaluator:
         engine = getattr(self.cm, "engine", None) or "sglang"
         gpu = self.cluster.gpu
         chunk = mem.default_chunk_tokens(engine, gpu.mem_bytes, gpu.name)
-        return mem.instance_breakdown(
-            md, self.memory_shape(s), seqs * (w.isl + w.osl), min(w.batch * w.isl, chunk)
+        return mem.instance_breakdown(  # + the fixed state of the seqs (linear layers)
+            md, self.memory_shape(s), seqs * (w.isl + w.osl), min(w.batch * w.isl, chunk), seqs
         )
 
     def memory_shape(self, s: Strategy) -> mem.InstanceShape:

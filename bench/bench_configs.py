@@ -1,0 +1,81 @@
+"""Every sample config under tests/data/configs: ``inspect`` time and a short ``plan`` run.
+
+``python bench/bench_configs.py inspect``: wall time of ``moeplan inspect --json`` on each
+config in-process, best of 3 — the command's own work (read the file, quantization patterns,
+per-layer records, the inspect JSON; :func:`moeplan.cli.models.inspect` called directly) and,
+beside it, through the whole CLI parser (typer builds every command's signature on each call,
+~0.4 s here, the same for every config). The target is <= 1 s per config. ``python bench/bench_configs.py plan``: ``moeplan plan``
+(colocated family, 50 requests, no placement) of each sample on a preset cluster whose memory
+holds its stored weights (:data:`CLUSTER`), printing the exit code, wall time and the winner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from moeplan.cli import main
+from moeplan.cli.models import inspect
+
+ROOT = Path(__file__).parents[1] / "tests" / "data" / "configs"
+#: the smallest shipped 8-GPU preset whose memory holds the checkpoint as stored
+BIG = {
+    "Qwen--Qwen3-Coder-480B-A35B-Instruct": "b200-8",  # 960 GB bf16
+    "MiniMaxAI--MiniMax-M3": "h200-sxm-8",  # 852 GB bf16
+    "deepseek-ai--DeepSeek-V3.2": "h200-sxm-8",  # 674 GB fp8
+    "zai-org--GLM-5-FP8": "h200-sxm-8",  # 746 GB fp8
+    "moonshotai--Kimi-K2.5": "h200-sxm-8",  # 595 GB int4 experts
+}
+CLUSTER = {p.name: BIG.get(p.name, "h100-sxm-8") for p in ROOT.iterdir() if p.is_dir()}
+
+
+def _best(fn) -> float:  # type: ignore[no-untyped-def]
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_inspect() -> None:
+    for folder in sorted(CLUSTER):
+        path = str(ROOT / folder / "config.json")
+        own = _best(lambda p=path: inspect(p, json_out=True))
+        cli = _best(lambda p=path: main(["inspect", p, "--json"]))
+        print(f"{folder:48s} inspect {own:6.3f} s (command's work), {cli:6.3f} s (through the "
+              "CLI parser); best of 3, in-process")
+
+
+def bench_plan(only: list[str]) -> None:
+    for folder in sorted(CLUSTER):
+        if only and not any(o in folder for o in only):
+            continue
+        cmd = [sys.executable, "-m", "moeplan", "plan", "--model",
+               str(ROOT / folder / "config.json"), "--cluster", CLUSTER[folder],
+               "--families", "strategy", "--requests", "50", "--no-placement", "--quiet",
+               "--json", "--out", f"/tmp/moeplan-bench-configs/{folder}"]  # fmt: skip
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
+        wall = time.perf_counter() - t
+        if r.returncode == 0:
+            out = json.loads(r.stdout)
+            win = out.get("winner") or out.get("ranking", [{}])[0]
+            label = json.dumps(win)[:100]
+        else:
+            label = r.stderr.strip().splitlines()[-1][:160] if r.stderr.strip() else ""
+        print(f"{folder:48s} {CLUSTER[folder]:11s} rc={r.returncode} {wall:6.1f} s  {label}",
+              flush=True)
+
+
+if __name__ == "__main__":  # plan [substring ...]: only the folders naming one of them
+    if len(sys.argv) > 1 and sys.argv[1] == "plan":
+        bench_plan(sys.argv[2:])
+    else:
+        bench_inspect()

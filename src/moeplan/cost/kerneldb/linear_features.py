@@ -1,0 +1,150 @@
+"""Features of the recurrent mixers: Gated DeltaNet, Kimi delta attention and Mamba-2's conv.
+
+NVIDIA's tables time each layer as two kernels (``kernel_source``), priced separately and
+added by the caller (:mod:`moeplan.cost.mixers`):
+
+- the short causal convolution over the q/k/v channels (``causal_conv1d_fn`` in prefill,
+  ``causal_conv1d_update`` in decode): ``C`` channels (GDN / KDA: ``2 nk dk + nv dv``; Mamba-2:
+  ``nheads head_dim + 2 n_groups d_state``), bytes ``2 C`` in and ``2 C`` out a token (bf16)
+  plus, in decode, the conv state ``(d_conv - 1) C`` bf16 read and written per sequence;
+  work: one block per sequence;
+- the delta rule over the heads' ``dk x dv`` state. Prefill (chunked, chunks of
+  :data:`CHUNK` tokens, fla's ``chunk_gated_delta_rule`` / ``chunk_kda``): FLOPs per token and
+  value head ``4 dk dv`` (state read-out and update) + ``2 CHUNK (2 dk + dv)`` (intra-chunk
+  ``K K^T``, ``A V``, ``Q K^T``), bytes: q/k/v/o in bf16 plus one fp32 state per chunk and value
+  head written; decode (fused recurrent update): the fp32 state of every value head read and
+  written. Work: one block per (sequence, value head) — the grid of fla's kernels.
+
+The convolution and the decode update are elementwise / matrix-vector work on CUDA cores:
+their FLOPs are not charged at the tensor-core peak (on an H20, 6.7x below the H100's in bf16
+tensor math but ~0.6x in CUDA-core math, that would price the update 4-5x too slow against
+InferSim's H20 rows); their time is bytes and the per-(sequence, head) work.
+
+Mamba-2's state-space scan has no table (NVIDIA's Mamba-2 table holds only its convolution);
+:mod:`moeplan.cost.mixers` prices it by the datasheet roofline and says so.
+Coordinates (log2): batch, sequence length (prefill), key heads, value heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import col as _f
+from moeplan.cost.kerneldb.base import l2 as _l2
+from moeplan.cost.kerneldb.feature_base import PATH_COORD, WaveFeatures, row_kernels
+
+#: fla's chunk length of the chunked delta rule (fla ``chunk_gated_delta_rule``: BT = 64)
+CHUNK = 64.0
+FP32 = 4.0  # the recurrent state is kept in fp32 (Qwen3.5 config ``mamba_ssm_dtype``)
+
+
+def is_conv(kernel: np.ndarray) -> np.ndarray:
+    """Rows timed on a causal-convolution kernel (the rest run the delta rule)."""
+    return np.char.find(np.asarray(kernel).astype(str), "conv1d") >= 0
+
+
+def _delta_dims(cols: Columns) -> tuple[np.ndarray, ...]:
+    return (
+        _f(cols, "num_k_heads"),
+        _f(cols, "head_k_dim"),
+        _f(cols, "num_v_heads"),
+        _f(cols, "head_v_dim"),
+    )
+
+
+def _conv_bytes(
+    b: np.ndarray, s: np.ndarray, channels: np.ndarray, d_conv: np.ndarray, decode: bool
+) -> np.ndarray:
+    nbytes = 2 * BF16 * channels * b * s
+    if decode:
+        nbytes = nbytes + 2 * BF16 * (d_conv - 1) * channels * b
+    return nbytes
+
+
+def _delta(decode: bool):
+    """Features of the GDN / KDA tables (``decode``: one new token per sequence)."""
+
+    def feats(cols: Columns) -> Features:
+        b = _f(cols, "batch_size")
+        s = np.ones_like(b) if decode else _f(cols, "seq_len")
+        nk, dk, nv, dv = _delta_dims(cols)
+        conv = is_conv(row_kernels(cols))
+        channels = 2 * nk * dk + nv * dv
+        cb = _conv_bytes(b, s, channels, _f(cols, "d_conv"), decode)
+        t = b * s
+        state = nv * dk * dv * FP32
+        if decode:
+            rf = np.zeros_like(b)  # CUDA cores
+            rb = 2 * b * state + BF16 * t * (2 * nk * dk + 2 * nv * dv)
+        else:
+            rf = t * nv * (4 * dk * dv + 2 * CHUNK * (2 * dk + dv))
+            rb = BF16 * t * (2 * nk * dk + 2 * nv * dv) + np.ceil(s / CHUNK) * b * state
+        coords = [_l2(b), _l2(nk), _l2(nv), PATH_COORD * conv]
+        if not decode:
+            coords.insert(1, _l2(s))
+        # the convolution and the decode update run on CUDA cores, not tensor cores: their
+        # arithmetic is not charged at the tensor peak (module docstring)
+        cuda_cores = conv | decode
+        # the delta rule: one block per (sequence, value head) walks its chunks in order
+        # (decode: one step), paid once per wave of blocks over the SMs; the conv: one cost
+        # per sequence, in one wave
+        return WaveFeatures(
+            flops=np.where(cuda_cores, 0.0, rf),
+            nbytes=np.where(conv, cb, rb),
+            work=np.where(conv, b, np.ceil(s / CHUNK)),
+            fp8=np.zeros(len(b), bool),
+            tokens=t,
+            coords=np.stack(coords, 1),
+            ctas=np.where(conv, 1.0, b * nv),
+        )
+
+    return feats
+
+
+def _mamba2_conv(decode: bool):
+    """Features of Mamba-2's causal convolution (the only kernel of NVIDIA's Mamba-2 table)."""
+
+    def feats(cols: Columns) -> Features:
+        b = _f(cols, "batch_size")
+        s = np.ones_like(b) if decode else _f(cols, "seq_len")
+        channels = _f(cols, "nheads") * _f(cols, "head_dim") + 2 * _f(cols, "n_groups") * _f(
+            cols, "d_state"
+        )
+        nbytes = _conv_bytes(b, s, channels, _f(cols, "d_conv"), decode)
+        coords = [_l2(b), _l2(channels)]
+        if not decode:
+            coords.insert(1, _l2(s))
+        return Features(
+            flops=np.zeros(len(b)),  # CUDA cores (module docstring)
+            nbytes=nbytes,
+            work=b,
+            fp8=np.zeros(len(b), bool),
+            tokens=b * s,
+            coords=np.stack(coords, 1),
+        )
+
+    return feats
+
+
+def _mhc(cols: Columns) -> Features:
+    """DeepSeek-V4's manifold-constrained hyper-connections (``pre``: mix the ``hc_mult``
+    residual streams into one layer input — a ``hc_mult H -> hc_mult (2 + hc_mult)`` projection
+    and ``sinkhorn_iters`` Sinkhorn steps on a ``hc_mult x hc_mult`` matrix per token; ``post``:
+    write the layer output back into the streams). Bytes: the streams read (``pre``) or read
+    and written (``post``) in bf16, per site; work: tokens (the per-token Sinkhorn loop)."""
+    t, h, m = _f(cols, "num_tokens"), _f(cols, "hidden_size"), _f(cols, "hc_mult")
+    sites = _f(cols, "num_sites")
+    post = np.asarray(cols["mhc_op"]).astype(str) == "post"
+    pre_flops = 2 * t * m * h * m * (2 + m) + t * _f(cols, "sinkhorn_iters") * 4 * m * m
+    post_flops = 2 * t * m * h * (1 + m)
+    pre_bytes = BF16 * t * h * (m + 1)
+    post_bytes = BF16 * t * h * (2 * m + 1)
+    return Features(
+        flops=sites * np.where(post, post_flops, pre_flops),
+        nbytes=sites * np.where(post, post_bytes, pre_bytes),
+        work=sites * t,
+        fp8=np.zeros(len(t), bool),
+        tokens=t,
+        coords=np.stack([_l2(t), _l2(h)], 1),
+    )
