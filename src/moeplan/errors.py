@@ -5,7 +5,7 @@ raises :class:`MoeplanError` with one line that names the field, the value and t
 e.g. ``model.num_experts (63) must be divisible by ep (8)``. The CLI prints that line on
 stderr and exits with code 2; nothing else is shown.
 
-:func:`check_int` / :func:`check_float` are the boundary checks of the readers (issue 17):
+:func:`check_int` / :func:`check_float` are the boundary checks of the readers:
 they refuse bools, strings, non-finite floats and out-of-range values *before* a value is
 used to size anything. :class:`Terminated` is what a SIGTERM becomes inside the CLI (see
 :func:`sigterm_raises`), so ``finally`` blocks remove temp files instead of being skipped.

@@ -6,7 +6,7 @@ are discovered automatically: every module here with a ``register(app)`` functio
 commands, so a new command is a new file.
 
 User mistakes raise :class:`moeplan.errors.MoeplanError`; :func:`main` prints its one line on
-stderr and exits with status 2, never a traceback. Top-level handling (issue 17):
+stderr and exits with status 2, never a traceback. Top-level handling:
 
 - an ``OSError`` (unwritable ``--out``, a directory given as a file…) is one line, status 2;
 - any other exception is a bug in moeplan: one line naming it and pointing at ``--debug``

@@ -116,7 +116,7 @@ def write_outputs(
     return written
 
 
-# ---- the engine whose measured kernels price a plan (issue 13; as on ``moeplan plan``)
+# ---- the engine whose measured kernels price a plan (as on ``moeplan plan``)
 ENGINES = ("sglang", "vllm", "trtllm", "none")
 DEFAULT_ENGINE = "sglang"
 EngineOpt = Annotated[

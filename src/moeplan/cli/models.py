@@ -153,7 +153,7 @@ def inspect(
     _print_inspect(out)
 
 
-#: where the time of a quantized GEMM comes from (issue 13 item 4; no measured int4 GEMM tables)
+#: where the time of a quantized GEMM comes from (no measured int4 GEMM tables)
 TIME_SOURCE = (
     "roofline: weight-bound (decode) GEMMs read the stored bytes per weight at HBM bandwidth, "
     "compute-bound GEMMs run at the compute dtype's datasheet peak; with --engine the routed "

@@ -5,7 +5,7 @@ rank against the single-process reference and, with ``--timeline``, writes the m
 per-rank timeline (Chrome trace JSON) — for DEP plans also the simulator's prediction beside it
 (``<timeline>.predicted.json``). torch is imported only when the command runs.
 
-Robustness (issue 17): ``--timeout`` (finite, > 0, <= ``MAX_TIMEOUT_S``), ``--nproc``,
+Robustness: ``--timeout`` (finite, > 0, <= ``MAX_TIMEOUT_S``), ``--nproc``,
 ``--tokens``, ``--isl`` and ``--micro-batches`` are checked and the plan is read with the bounded
 JSON reader and validated before any process starts; a malformed plan is one line. The spawner
 bounds every wait (other ranks get RUN_GRACE_S to report after one fails), stops its

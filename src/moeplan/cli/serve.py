@@ -45,7 +45,7 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
     common module choice over all stages, DPMoE counted into the MoE EP span)."""
     lay = plan.layout
     pools = plan.details.get("disaggregation")
-    if pools is not None:  # issue 15: PD / AFD pools, not one engine
+    if pools is not None:  # PD / AFD pools, not one engine
         kind = pools.get("kind") if isinstance(pools, dict) else pools
         raise MoeplanError(
             f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "

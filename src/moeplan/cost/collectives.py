@@ -29,7 +29,7 @@ Departure: the paper prices A2A as ``d-1`` pairwise rounds (Table I); on the mes
 rounds use disjoint links and run at once, so one round's latency is charged — the strategy
 planner reads the mesh the same way (``planners/strategy/comm.py``), so both agree.
 
-Why 910B HCCS is a per-pair-link figure (issue 16 asked; decided from sources, recorded in
+Why 910B HCCS is a per-pair-link figure (decided from sources, recorded in
 the ``hccs`` preset's ``source``): MixServe §IV-A says the Atlas 800T A2 node is
 "fully-connected via HCCS (up to 480 Gbps)" and §II-B attributes the low intra-node cost to
 "dedicated communication links, established between each pair of NPUs" and calls RoCE
@@ -63,7 +63,7 @@ step, with ``s = nbytes / n`` one rank's shard:
 This order (network step on ``1/g`` of the data) is the cheaper one whenever a GPU's
 network bandwidth is at most its intra-node bandwidth (every preset); the other order
 (intra first on ``nbytes / nodes``, then ``(nodes-1)/nodes * nbytes`` per GPU over the
-network) costs more. Until issue 16 the all_gather / reduce_scatter priced the intra step of
+network) costs more. Formerly the all_gather / reduce_scatter priced the intra step of
 one order and the inter step of the other (intra on ``nbytes / nodes``): RS + AG came out
 below the all_reduce of the same buffer — by up to 1.44x on 2 x H100 nodes, 1.65x on
 4 x 910B, 2.4x on 8 x findep-a — which no algorithm achieves

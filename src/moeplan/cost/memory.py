@@ -10,12 +10,12 @@ Building blocks that every planner combines for its own layout. Conventions:
 - Activations: the live hidden/intermediate tensors of one forward step of ``tokens``
   tokens (the largest intermediate is the MLP/expert up-projection).
 - Weights are charged at their module class's bytes per weight, quantization scales and
-  zero points included (``model.quant``, issue 13 item 4): attention, routed experts, shared
+  zero points included (``model.quant``): attention, routed experts, shared
   experts, dense MLP, router, embedding and lm-head each have their own.
 - ``RESERVED_BYTES`` covers the CUDA context, allocator fragmentation and NCCL's own
   buffers (aiconfigurator's system.yaml uses 3.5 GiB "other" + ~0.4 GiB NCCL for H100).
 
-One memory model for every family and command (issue 16): a planner describes a GPU's
+One memory model for every family and command: a planner describes a GPU's
 bytes as a :class:`MemoryBreakdown` (weights + KV + activations + buffers + the reserve);
 its fit check is :func:`fits` (``total <= GPU memory``, i.e. the rest within
 :func:`usable_bytes`) and the figure it reports is ``total`` — the same number, so no plan

@@ -12,7 +12,7 @@
 - Grouped expert GEMMs: one launch for all local experts (as fused-MoE kernels do) for a
   roofline profile — compute and weight traffic add up over experts; FinDEP's α-β profile
   keeps the paper's per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
-- Quantized weights (issue 13 item 4, ``model.quant``): a roofline GEMM or grouped-expert
+- Quantized weights (``model.quant``): a roofline GEMM or grouped-expert
   GEMM reads its weight operand at the module's bytes per weight (scales included) and runs
   at its compute dtype's datasheet rate — the bf16 rate for weight-only methods, the fp8 /
   int8 rate (the GPU record's ``fp8_ratio`` / ``int8_ratio``, :mod:`moeplan.specs.gpu`) for fp8 and w8a8 — so a

@@ -8,7 +8,7 @@ cannot express is said in plain words instead.
 
 Pinned versions (``PINNED``):
 
-- **SGLang 0.5.2x** (the line issue 16 names): ``--attn-dp-size N`` sets attention DP; the older
+- **SGLang 0.5.2x** (the line the exports target): ``--attn-dp-size N`` sets attention DP; the older
   ``--dp-size N --enable-dp-attention`` spelling is deprecated and resolves to it (sgl-project/
   sglang PR #41818 "Add --attn-dp-size and deprecate --enable-dp-attention", and its test
   ``--dp-size N --enable-dp-attention`` -> ``--attn-dp-size N``). ``SGLANG_LEGACY`` is the same

@@ -154,7 +154,7 @@ def sglang_args(
     )
 
 
-# ---- prefill/decode disaggregation (issue 15) ---------------------------------------------
+# ---- prefill/decode disaggregation ---------------------------------------------
 PD_BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
 PD_TRANSFER_BACKENDS = ("mooncake", "nixl")  # --disaggregation-transfer-backend choices used
 PD_SERVER_PORT = 30000

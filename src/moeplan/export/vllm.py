@@ -128,7 +128,7 @@ def _multinode(
     return ["--distributed-executor-backend", "ray"]
 
 
-# ---- prefill/decode disaggregation (issue 15) ---------------------------------------------
+# ---- prefill/decode disaggregation ---------------------------------------------
 PD_CONNECTOR = "NixlConnector"
 PD_PROXY_NOTE = (
     "vLLM has no PD router of its own: a proxy must send each request to a prefill instance "

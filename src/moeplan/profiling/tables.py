@@ -1,6 +1,6 @@
 """Run NVIDIA's measured kernel-table shapes on this device with moeplan's own kernels.
 
-Three-way comparison (issue 18): for rows of the shipped tables (``moeplan/data/measured/
+Three-way comparison: for rows of the shipped tables (``moeplan/data/measured/
 kernels/<gpu>/...``, read through :func:`moeplan.kernel_tables.kernels_dir`), measure the same
 shape here and keep the table's latency beside ours; moeplan's predictions are added on any
 machine afterwards (``bench/gpu_vs_tables.py``), so GPU time is spent on measuring only.

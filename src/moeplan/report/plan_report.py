@@ -226,7 +226,7 @@ def write_artifacts(
     html = render_report(
         result, placement, cm, trace, exports, full.num_layers, serving
     )  # before any file: it may fail
-    if serving is not None:  # the served winner's engine iterations (issue 14)
+    if serving is not None:  # the served winner's engine iterations
         from moeplan.serve.rank import serving_trace
 
         timeline = serving_trace(serving, result.model, result.cluster, cm)
@@ -248,7 +248,7 @@ def write_artifacts(
         files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
         for engine, ex in exports.items():
             files[engine] = str(out.write(f"{engine}.sh", ex.text, executable=True))
-        if serving is not None and serving.winner.entry.family == "pd":  # issue 15
+        if serving is not None and serving.winner.entry.family == "pd":
             from moeplan.export.sglang import sglang_pd_script
 
             pd = sglang_pd_script(

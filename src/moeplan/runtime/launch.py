@@ -5,7 +5,7 @@ mismatched plan gives the same one-line error on every rank and exit status 2, n
 then initialises gloo (CPU) or NCCL (CUDA) with a collective timeout and runs the plan. A
 distributed failure (a peer that died, a timeout) is one line on stderr and exit status 1.
 ``--timeout`` is checked (finite, > 0, at most ``MAX_TIMEOUT_S``) and the plan read with the
-bounded JSON reader (regular file, size cap, UTF-8) before anything else (issue 17).
+bounded JSON reader (regular file, size cap, UTF-8) before anything else.
 """
 
 from __future__ import annotations

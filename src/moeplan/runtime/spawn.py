@@ -7,7 +7,7 @@ through a pipe (JSON bytes, never pickle; no temp folder). A
 ``kind="runtime"`` with one line; a process that dies without reporting is ``kind="died"``;
 one still running when the run is given up is stopped and reported as ``kind="hung"``.
 
-Bounded (issue 17): every wait has a deadline. Once a rank has failed, the others get
+Bounded: every wait has a deadline. Once a rank has failed, the others get
 ``grace_s`` to report; then every live child gets SIGTERM (and SIGCONT, so a SIGSTOPped one
 acts on it), after :data:`KILL_GRACE_S` SIGKILL, and is reaped. A SIGTERM/SIGINT to the parent stops the children the same way before the
 parent exits; if the parent is SIGKILLed, the kernel kills the children
@@ -34,7 +34,7 @@ MAX_TIMEOUT_S = 3600.0  # --timeout: one collective may wait at most an hour
 MAX_WORLD = 1024  # local processes
 KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 PEER_GRACE_S = 10.0  # default: how long the other ranks get to report after one failed
-RUN_GRACE_S = 3.0  # `moeplan run`: peers of a failed rank report within ~2 s (issue 17)
+RUN_GRACE_S = 3.0  # `moeplan run`: peers of a failed rank report within ~2 s
 MAX_REPORT_BYTES = 1 << 24
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 

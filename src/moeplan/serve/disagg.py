@@ -1,6 +1,6 @@
 """Search of the disaggregated families: pool layouts and the x:y ratio, then simulation.
 
-Families (issue 15): ``pd`` — prefill and decode pools of colocated instances; ``afd`` —
+Families: ``pd`` — prefill and decode pools of colocated instances; ``afd`` —
 the same prefill pool with attention–FFN disaggregated decode instances (FinDEP's schedule
 per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
 

@@ -27,7 +27,7 @@ from moeplan.errors import require
 from moeplan.serve.engine import SimResult
 
 DEFAULT_PERCENTILE = 90.0
-#: Keys other tools rely on (issue 14, "Interface"): ``moeplan plan`` and ``serve-sim`` JSON.
+#: Keys other tools rely on: ``moeplan plan`` and ``serve-sim`` JSON.
 INTERFACE_METRICS = (
     "ttft_p50_s",
     "ttft_p90_s",

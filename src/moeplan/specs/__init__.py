@@ -67,7 +67,7 @@ def load_model(name: str) -> ModelSpec:
 
 
 def _read_config_file(path: Path) -> Any:
-    from moeplan.specs.hf_config import read_config_file  # bounded reader (issue 17)
+    from moeplan.specs.hf_config import read_config_file  # bounded reader
 
     return read_config_file(path)
 

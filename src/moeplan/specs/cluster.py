@@ -5,7 +5,7 @@ link inside a node (NVSwitch, NVLink pairs, PCIe, HCCS), ``inter`` the network b
 (InfiniBand/RoCE bandwidth per GPU). ``profile`` names a shipped :class:`HardwareProfile`
 (fitted α-β coefficients) used by default for this cluster's GPUs, when one exists.
 
-Size limits (issue 17): at most :data:`MAX_NODES` nodes of :data:`MAX_GPUS_PER_NODE` GPUs;
+Size limits: at most :data:`MAX_NODES` nodes of :data:`MAX_GPUS_PER_NODE` GPUs;
 every rate and size must be a finite positive number.
 """
 

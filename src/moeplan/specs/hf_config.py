@@ -12,7 +12,7 @@ weights in 128x128 blocks. The weight quantization is read by
 
 Every missing or ill-typed key raises :class:`MoeplanError` naming the key and the rule.
 
-Bad bytes (issue 17): :func:`read_json_file` is the bounded JSON reader of every user file
+Bad bytes: :func:`read_json_file` is the bounded JSON reader of every user file
 (config.json, plan.json): it opens regular files only (a FIFO or device would block), caps the
 size (:data:`MAX_JSON_BYTES`), decodes strict UTF-8, refuses ``NaN``/``Infinity`` (model
 configs excepted: Hugging Face writes them, and a key moeplan reads refuses them), integer

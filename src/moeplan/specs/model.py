@@ -33,14 +33,14 @@ Conventions and decisions (tested in ``tests/test_specs_model.py``):
 - Dense layers: the first ``first_k_dense`` layers (DeepSeek ``first_k_dense_replace``),
   Qwen's ``mlp_only_layers`` and layers skipped by ``moe_layer_freq`` / ``decoder_sparse_step``
   use a dense SwiGLU MLP of ``dense_intermediate_size``.
-- Weight storage (issue 13 item 4): ``quant`` (:class:`~moeplan.specs.quant.WeightQuant`)
+- Weight storage: ``quant`` (:class:`~moeplan.specs.quant.WeightQuant`)
   gives the bytes per weight, scales and zero points included, of each module class, read
   from the config's ``quantization_config`` (fp8 block, MXFP4, AWQ, GPTQ, bitsandbytes,
   compressed-tensors, ModelOpt; an unknown method is an error, never bf16).
   ``weight_bytes`` (attention) and ``expert_weight_bytes`` (routed experts) are its two
   most used figures;
   :meth:`ModelSpec.weight_bytes_total` sums every class. KV cache and activations are bf16.
-- Size limits (issue 17): every dimension is bounded by a ``MAX_*`` constant below, checked
+- Size limits: every dimension is bounded by a ``MAX_*`` constant below, checked
   before anything is sized from it, so a corrupt config fails in microseconds with one line
   instead of allocating for 10^8 layers. The limits are far above every released MoE (largest
   shipped preset: 94 layers, 7168 hidden, 384 experts, 201088 vocabulary).

@@ -1,7 +1,7 @@
 """Validation of a :class:`~moeplan.specs.model.ModelSpec`: field types, size limits and the
 structural rules of an MoE decoder, run once on construction.
 
-Two passes, in this order (issue 17): :func:`check_bounds` checks every integer field against
+Two passes, in this order: :func:`check_bounds` checks every integer field against
 its ``MAX_*`` limit (:mod:`moeplan.specs.limits`), the layer-index tuples, the routed scaling
 factor, the quantization rules and the scoring function — before anything is sized from them,
 so a corrupt config fails with one line instead of allocating for 10^8 layers.

@@ -1,6 +1,6 @@
 """Weight quantization of a checkpoint: bytes per weight and GEMM compute dtype per module class.
 
-Issue 13 item 4. A Hugging Face ``quantization_config`` (read by :mod:`.quant_parse`) becomes a
+A Hugging Face ``quantization_config`` (read by :mod:`.quant_parse`) becomes a
 :class:`QuantRules` — which linear modules each storage format covers and which are left
 out — and :meth:`QuantRules.resolve` applies it to the model's linear modules, named as the
 Hugging Face checkpoint names them (:func:`linear_modules`), giving a :class:`WeightQuant`:

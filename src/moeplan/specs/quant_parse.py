@@ -1,6 +1,6 @@
 """Read a Hugging Face ``quantization_config`` into :class:`~moeplan.specs.quant.QuantRules`.
 
-One reader per ``quant_method`` (issue 13 item 4); the storage each assumes is what the
+One reader per ``quant_method``; the storage each assumes is what the
 checkpoints of that method hold on disk:
 
 - ``fp8`` (transformers FineGrainedFP8, DeepSeek-V3 / Kimi-K2): e4m3 weights, one fp32

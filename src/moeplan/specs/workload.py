@@ -16,7 +16,7 @@ from moeplan.errors import check_float, check_int, require, show
 from moeplan.specs.model import MAX_CONTEXT, MAX_EXPERTS, MAX_LAYERS
 
 PHASES = ("prefill", "decode", "both")
-MAX_BATCH = 2**20  # concurrent sequences (issue 17: bound every size a user can type)
+MAX_BATCH = 2**20  # concurrent sequences (bound every size a user can type)
 MAX_RATE = 1e9  # requests per second
 
 

@@ -14,7 +14,7 @@ requests (a request is never cut between chunks), reading Parquet row group by r
 The train/test split is by request and seeded (:func:`is_test_request`), so it can be applied
 chunk by chunk without holding the trace.
 
-Bad bytes (issue 17): every column read from a file is checked for an integer dtype, one
+Bad bytes: every column read from a file is checked for an integer dtype, one
 dimension (experts/weights: two), equal lengths and its range *before* any narrowing cast —
 an expert id of 65541 is refused, never wrapped to 5 by int16. Sizes a file claims (its
 ``num_experts``, its layer ids, the shapes in its ``.npy`` headers) are bounded before anything

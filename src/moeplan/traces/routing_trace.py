@@ -7,7 +7,7 @@ formats"): on disk one row per (token occurrence, MoE layer); in memory the dens
 layers. :func:`is_test_request` is the seeded, stateless train/test split by request, so it
 can be applied chunk by chunk. :func:`check_columns` validates long columns read from a file
 (integer dtype, one dimension — experts/weights two —, equal lengths and the ranges below)
-*before* any narrowing cast (issue 17: an expert id of 65541 is refused, never wrapped to 5
+*before* any narrowing cast (an expert id of 65541 is refused, never wrapped to 5
 by int16). No file I/O here: reading is :mod:`moeplan.traces.trace_reader`, writing
 :mod:`moeplan.traces.trace_writer`.
 """

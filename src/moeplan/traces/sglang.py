@@ -22,7 +22,7 @@ becomes its own request. Positions are the recorded ones.
 Files are loaded with ``torch.load(weights_only=True)`` only (never unpickled otherwise);
 torch is imported inside the functions, so the planning layers stay torch-free.
 
-Bad bytes (issue 17): every field is type-, shape- and range-checked before use. Counts must be
+Bad bytes: every field is type-, shape- and range-checked before use. Counts must be
 finite non-negative integers with one shape across files; ids must be integers, physical ids
 must index the physical-to-logical map, logical ids must lie below ``num_experts`` (and below
 the int16 limit of :mod:`moeplan.traces.format`) *before* the narrowing cast; every record must

@@ -3,7 +3,7 @@ whole requests, :func:`load_trace` holds it in memory.
 
 Parquet is read row group by row group, each re-cut to whole occurrences and then to whole
 requests (a request is never split between chunks); ``.npz`` cannot be read partially and is
-loaded column by column (documented limit). Bad bytes (issue 17): every column is checked by
+loaded column by column (documented limit). Bad bytes: every column is checked by
 :func:`~moeplan.traces.routing_trace.check_columns` before any narrowing cast, and the sizes a
 file claims (its ``num_experts``, the shapes in its ``.npy`` headers) are bounded before
 anything is allocated from them. A damaged file is one :class:`~moeplan.errors.MoeplanError`

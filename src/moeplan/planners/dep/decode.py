@@ -1,4 +1,4 @@
-"""FinDEP for decode iterations: the AG/EG split applied to one decode step (issue 15).
+"""FinDEP for decode iterations: the AG/EG split applied to one decode step.
 
 MegaScale-Infer and Step-3 disaggregate attention and FFN for *decode*; FinDEP's task graph
 (§3.2), durations (Eqs. 1–4, 7–11) and Algorithm 1 (§4.3) apply unchanged once a "sample"

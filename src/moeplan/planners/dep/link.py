@@ -4,7 +4,7 @@ FinDEP (paper 000, Fig. 7 / Eq. 9) publishes A2E α-β fits on the A6000 testbed
 splits only: (ag, eg) = (1, 7), (2, 6), (4, 4), with β = 0.96, 1.28 and 2.55 ns per byte
 received per expert GPU (1.04, 0.78, 0.39 GB/s). Every other split used to fall back to the
 datasheet link (25 GB/s: 7–25x faster), so the ``(ag, eg)`` search always picked an unfitted
-split and neighbours differed 7x (issue 16).
+split and neighbours differed 7x.
 
 Model (ours; the paper gives no formula): α and β are piecewise-linear in
 ``log2(ag / eg)`` through the fitted points — exact at the fitted splits, continuous and

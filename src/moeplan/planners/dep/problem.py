@@ -18,7 +18,7 @@ the datasheet roofline):
 
 Memory (Algorithm 1's ``getMaxR1``) per GPU, as :class:`moeplan.cost.memory.MemoryBreakdown`
 (reserve included) checked with its ``fits`` against the GPU's memory — the same total the
-plan reports (issue 16: ``moeplan plan`` used to add the reserve a second time):
+plan reports (``moeplan plan`` used to add the reserve a second time):
 
 - AG: embeddings/lm-head, attention (+ router) of every layer, shared experts of MoE layers,
   dense MLPs; KV cache of ``r1·ma`` prompts; one micro-batch's live activations; per

@@ -13,7 +13,7 @@ What is here:
 - :func:`solve` — Algorithm 1: ``ma`` from the memory cap down, ``r1`` = the largest that
   fits memory, skip an ``r1`` already seen (Pareto), both orders, best ``r2``. Departure: every
   ``r2 <= r2_max`` is scanned (:func:`best_r2`) instead of relying on Theorem 4's convexity in
-  ``1/r2`` — tile-padded GEMMs break unimodality (issue 16's findep-c counter-example lost
+  ``1/r2`` — tile-padded GEMMs break unimodality (the findep-c counter-example lost
   3.5 % to a binary search). ASAS candidates are scored by the corrected closed form, which is the exact
   simulated makespan (``_dep_schedule``). AASS candidates are ranked by our closed-form
   analogue (``aass_estimate``: exact on >99.9 % of random instances, never above), skipped
@@ -21,7 +21,7 @@ What is here:
   recurrence; the returned makespan is always exact. A ``(ma, r1)`` pair whose AG work alone
   (:func:`ag_bound`) caps its throughput below the incumbent is skipped before any ``r2`` is
   priced: it cannot change the incumbent, so the answer is unchanged, and a cold solve asks
-  the cost model for ~20 % fewer task times (issue 16: cold solve 12.5 ms vs a 10 ms target).
+  the cost model for ~20 % fewer task times (cold solve 12.5 ms vs a 10 ms target).
 - :func:`search_groups` — the offline phase: every ``(ag, eg)`` split of a GPU budget.
 - :class:`OnlineSolver` — the online phase: ``solve(seq_len)`` re-plans per prompt length
   for a fixed ``(ag, eg)``, caching results per length.
@@ -161,7 +161,7 @@ def best_r2(
     """``(r2, makespan, evaluations)`` minimizing the makespan for fixed ``(ma, r1, order)``.
 
     Every ``r2`` in ``1..r2_max`` is considered: tile-padded GEMMs make the makespan
-    non-unimodal in ``r2`` (issue 16: 0.886, 0.929, 0.928, 1.020, … with the minimum at
+    non-unimodal in ``r2`` (0.886, 0.929, 0.928, 1.020, … with the minimum at
     ``r2 = 1``), so Theorem 4's convexity cannot be used to stop early. Without ``lower``
     every ``r2`` is evaluated. With ``lower`` (an O(1) bound never above the exact makespan,
     e.g. :func:`aass_estimate`), candidates are evaluated exactly in increasing order of

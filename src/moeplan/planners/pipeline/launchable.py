@@ -1,4 +1,4 @@
-"""What a one-stage SMIDT plan really is, and how to launch it (issue 16, item 3).
+"""What a one-stage SMIDT plan really is, and how to launch it.
 
 A SMIDT plan with ``pp = 1`` whose modules all take the same choice per kind — attention (and
 dense MLP) ``(t_a, 1, d_a)``, MoE ``(t_m, e_m, d_m)`` — is no pipeline: it is ``d_m``

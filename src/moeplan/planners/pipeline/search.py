@@ -305,7 +305,7 @@ def search_partition(
     """Algorithm 1: binary search on the bottleneck; None when no plan fits memory.
 
     ``eps`` is *relative*: the search stops when the bracket is within ``eps`` of the
-    bottleneck found (issue 16: an absolute 0.1 ms cost up to 3.6 % on ~1 ms stages)."""
+    bottleneck found (an absolute 0.1 ms cost up to 3.6 % on ~1 ms stages)."""
     ks = WindowKnapsack(times, units, capacity, base)
     require(1 <= stages <= ks.n, f"pp ({stages}) must be in [1, modules ({ks.n})]")
     if stages == 1:  # one window: the knapsack answers directly

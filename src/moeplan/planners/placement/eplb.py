@@ -11,7 +11,7 @@ Two policies, as in the original:
   heaviest experts within each node, pack physical experts to the node's GPUs;
 - global (otherwise): the same with one group and one node.
 
-Tie-breaking, point by point (issue 16: the previous stable order differed from the reference
+Tie-breaking, point by point (the previous stable order differed from the reference
 on 38 of 55 random integer inputs):
 - ``balanced_packing`` visits items in ``weight.float().sort(-1, descending=True)`` order.
   ``torch.sort`` is not stable: on CPU (the reference moves ``weight`` to the CPU) it runs

@@ -1,4 +1,4 @@
-"""DEP decode step: one new token per sequence through FinDEP's AG/EG schedule (issue 15).
+"""DEP decode step: one new token per sequence through FinDEP's AG/EG schedule.
 
 An attention–FFN disaggregated decode instance (MegaScale-Infer, Step-3; moeplan's ``afd``
 family) runs each decode step as FinDEP's task graph: the AG ranks hold ``r1`` micro-batches
