@@ -19,6 +19,12 @@ on one TP rank (heads split ``tp`` ways) is priced as NVIDIA's tables time it:
   (:func:`ssm_scan_features`), labelled ``roofline`` with, as its stated error, the roofline
   error of the delta-rule kernels on the GDN tables (the nearest measured recurrent kernel).
 
+A layer with manifold-constrained hyper-connections (DeepSeek-V4's mHC, ``LayerSpec.hc_mult``)
+adds :func:`price_mhc`: the ``pre`` kernel (mix the residual streams into the sub-layer's
+input, Sinkhorn steps) and the ``post`` kernel (write its output back) from the engine's
+``mhc`` table, whose rows time a layer's two sites (mixer and FFN) together
+(``num_sites`` = 2), for every token of the rank.
+
 Every kernel price keeps its :class:`~.kerneldb.Prediction` (source, held-out error), which
 :meth:`moeplan.cost.CostModel.mixer_layer` records for ``provenance``. Other mixer kinds
 (``mha``, ``mla``, ``swa``, ``chunked``) are priced by the attention paths of
@@ -37,7 +43,7 @@ from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, is_conv
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.sparse_features import DSA_DIMS
-from moeplan.specs.layers import Mixer
+from moeplan.specs.layers import LayerSpec, Mixer
 
 #: mixer kinds priced here (module docstring)
 MIXER_KINDS = ("dsa", "csa", "hca", "msa", "gdn", "kda", "mamba2")
@@ -210,3 +216,40 @@ def price_mixer(
     if m.kind not in MODULE_KINDS:
         total += sum(gemm(*g) for g in projection_gemms(m, hidden, num_seqs * q_len, tp))  # type: ignore[operator]
     return total, preds
+
+
+#: mHC sites per decoder layer: one around the mixer, one around the FFN (DeepSeek-V4
+#: ``inference/model.py`` Block: ``hc_attn_*`` and ``hc_ffn_*``; NVIDIA's table: num_sites 2)
+MHC_SITES = 2
+
+
+def mhc_kernel(db: KernelDB, device: Device, engine: str, op_name: str) -> str | None:
+    """The engine's mHC kernel for ``op_name`` (``pre`` / ``post``): the variant with most
+    measured rows on the GPU's tables, else its reference's; ``None`` where it has none."""
+    for gpu in (device.table, device.reference):
+        if gpu is None:
+            continue
+        found = [(n, k[0]) for k, n in db.variants(gpu, engine, "mhc").items() if k[1] == op_name]
+        if found:
+            return max(found)[1]
+    return None
+
+
+def price_mhc(
+    db: KernelDB, device: Device, engine: str, layer: LayerSpec, hidden: int, tokens: int
+) -> tuple[float, list[tuple[str, Prediction]]]:
+    """Seconds of one layer's mHC (``pre`` + ``post`` at both sites) for ``tokens`` tokens
+    of one rank, and the predictions behind it; ``(0, [])`` for a layer without mHC."""
+    if layer.hc_mult == 0 or tokens <= 0:
+        return 0.0, []
+    preds: list[tuple[str, Prediction]] = []
+    for op_name in ("pre", "post"):
+        cols: dict[str, object] = dict(
+            mhc_op=op_name, num_tokens=tokens, hidden_size=hidden, hc_mult=layer.hc_mult,
+            num_sites=MHC_SITES, sinkhorn_iters=layer.hc_sinkhorn_iters,
+        )  # fmt: skip
+        kernel = mhc_kernel(db, device, engine, op_name)
+        if kernel is not None:
+            cols["kernel_source"] = kernel
+        preds.append(("mhc", db.predict("mhc", device, engine, **cols)))
+    return sum(p.seconds for _, p in preds), preds

@@ -45,7 +45,10 @@ E8M0_SCALE = 1  # OCP microscaling (MXFP4) shared exponent
 MXFP4_GROUP = 32  # OCP MX spec: 32 elements per shared scale
 BNB_BLOCK = 64  # bitsandbytes 4-bit blocksize (quantize_4bit default)
 BNB_NESTED_BLOCK = 256  # double quantization: absmax quantized in blocks of 256
-MAX_PATTERNS = 1000  # ignore / target entries a config may list
+#: ignore / target entries a config may list: ModelOpt writes one per module it leaves out,
+#: so a checkpoint that excludes every expert of a 1T model by name lists ~70k
+#: (61 layers x 384 experts x 3 projections: Kimi-K2); 3 MB lists hold ~60k names
+MAX_PATTERNS = 2**18
 MAX_PATTERN_CHARS = 300
 MAX_GROUP = 2**24
 # a quantified group that itself contains a quantifier: catastrophic backtracking in re.match
