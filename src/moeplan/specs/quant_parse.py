@@ -105,7 +105,7 @@ def _patterns(v: Any, name: str, key: str) -> tuple[str, ...]:
         and all(isinstance(p, str) and 0 < len(p) <= MAX_PATTERN_CHARS for p in v)
     )
     require(ok, f"{_field(name, key)} ({show(v)}) must be a list of module names or patterns")
-    bad = [p for p in v if _NESTED_QUANTIFIER.search(p)]
+    bad = [p for p in v if "(" in p and _NESTED_QUANTIFIER.search(p)]  # needs a group
     require(not bad, f"{_field(name, key)} ({show(bad[:1])}) nests quantifiers in a pattern")
     return tuple(v)
 
