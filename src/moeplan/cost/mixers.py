@@ -12,7 +12,9 @@ on one TP rank (heads split ``tp`` ways) is priced as NVIDIA's tables time it:
   one byte a value; projection dtype from the checkpoint's attention quantization.
 - ``gdn`` / ``kda``: the short convolution + the delta rule (two kernels, each from its table:
   the engine's kernel for that role, the one with most measured rows) plus the input and
-  output projections as GEMMs. The recurrent state does not grow with the context: prefill
+  output projections as GEMMs. The convolution covers the layer's q, k and v channels; where
+  a table's rows convolve the keys alone (TensorRT-LLM's collector) the query asks that
+  table for the layer's channel count. The recurrent state does not grow with the context: prefill
   costs ``q_len`` tokens whatever the prefix, decode one state update per sequence.
 - ``mamba2``: the convolution from TensorRT-LLM's Mamba-2 table; its chunked state-space scan
   has no measured table anywhere and is the datasheet roofline
@@ -40,7 +42,7 @@ import numpy as np
 from moeplan.cost.kerneldb.base import BF16, Features
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, is_conv
+from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, KEYS_ONLY_CONV, is_conv
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.sparse_features import DSA_DIMS
 from moeplan.specs.layers import LayerSpec, Mixer
@@ -134,6 +136,16 @@ def role_kernel(db: KernelDB, device: Device, engine: str, op: str, role: str) -
     return ROLE_STAND_IN[role]
 
 
+def keys_only_conv(db: KernelDB, device: Device, engine: str, op: str) -> bool:
+    """Whether the engine's ``op`` table (the GPU's, else its reference's) comes from the
+    collector whose convolution rows convolve the key channels alone
+    (:data:`~.kerneldb.linear_features.KEYS_ONLY_CONV`)."""
+    for gpu in (device.table, device.reference):
+        if gpu is not None and (keys := db.variants(gpu, engine, op)):
+            return any(k[1] == KEYS_ONLY_CONV for k in keys if len(k) > 1)
+    return False
+
+
 def projection_gemms(m: Mixer, hidden: int, tokens: float, tp: int) -> list[tuple[float, ...]]:
     """(m, n, k) of a recurrent layer's input and output projections on one TP rank:
     GDN / KDA ``in_proj`` to q, k, v, the output gate and the per-head gates, ``out_proj``
@@ -207,6 +219,11 @@ def price_mixer(
         cols = dict(c.shape)
         if c.role != "module":
             cols["kernel_source"] = role_kernel(db, device, engine, c.op, c.role)
+        if c.role == "conv" and m.kind != "mamba2" and keys_only_conv(db, device, engine, c.op):
+            # the table's conv rows convolve nk dk channels: ask for the layer's q, k, v
+            cols["num_k_heads"] = (2 * _split(m.lin_key_heads, tp) * m.lin_key_dim
+                                   + _split(m.lin_value_heads, tp) * m.lin_value_dim
+                                   ) / m.lin_key_dim  # fmt: skip
         preds.append((c.op, db.predict(c.op, device, engine, **cols)))
     total = sum(p.seconds for _, p in preds)
     if m.kind == "mamba2":
