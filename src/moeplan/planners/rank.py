@@ -145,7 +145,7 @@ def strategy_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     comm = p.comm_s + p.p2p_s
     bound = _bound_from_shares(p.compute_s, 0 if inter else comm, comm if inter else 0)
     plan = st.to_plan(best, model=model.name, cluster=cluster.name, baselines=a.baselines)
-    return Candidate(family="strategy", label=best.strategy.label(), gpus=best.num_gpus,
+    return Candidate(family="strategy", label=best.strategy.label, gpus=best.num_gpus,
                      prefill_tokens_per_s=tokens / p.total_s, ttft_s=p.total_s,
                      itl_s=best.itl_s if math.isfinite(best.itl_s) else None,
                      mem_bytes_per_gpu=best.mem_bytes_per_gpu, bound=bound, plan=plan,

@@ -59,7 +59,7 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
         family="strategy",
         model=model,
         cluster=cluster,
-        layout=_strategy(dec).layout(),
+        layout=_strategy(dec).plan_layout(),
         details={"label": lay.label, "disaggregation": pools(k)},
     )
 

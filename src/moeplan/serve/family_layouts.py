@@ -34,16 +34,8 @@ def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> li
         if key in seen:
             continue
         seen.add(key)
-        lay = ServeLayout(
-            attn_tp=s.attn_tp,
-            attn_dp=s.attn_dp,
-            moe_tp=s.moe_tp,
-            moe_ep=s.moe_ep,
-            pp=s.pp,
-            fused=s.fused,
-        )
         plan = st.to_plan(r, model=model.name, cluster=cluster.name)
-        out.append(Entry(family="strategy", label=s.label(), layout=lay, plan=plan))
+        out.append(Entry(family="strategy", label=s.label, layout=s, plan=plan))
     return out
 
 
