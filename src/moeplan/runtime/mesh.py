@@ -222,7 +222,7 @@ def mesh_from_plan(plan: Plan | Mapping[str, Any], world_size: int | None = None
             world == world_size,
             f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})",
         )
-    return _BUILDERS[p.family](p.family, p.layout, world, p.details)
+    return MESH_BUILDERS[p.family](p.family, p.layout, world, p.details)
 
 
 def _strategy_mesh(
@@ -294,7 +294,9 @@ def _pipeline_mesh(
     return Mesh(family="pipeline", world_size=world, pp=pp, details=details, stages=tuple(parsed))
 
 
-_BUILDERS = {
+#: The mesh of each family that writes its own plan.json, keyed by family name
+#: (:data:`moeplan.planners.families.PLAN_FAMILIES`).
+MESH_BUILDERS = {
     "strategy": _strategy_mesh,
     "ep": _ep_mesh,
     "dep": _dep_mesh,
