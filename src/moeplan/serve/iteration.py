@@ -220,7 +220,13 @@ class IterationModel(TwoBatchMixin):
         return v
 
     def _attention(self, rank: Batch, mixer: int) -> float:
-        return self._memo(("attn", rank, mixer), self._attention_raw, rank, mixer)
+        """The layer's mixer block and, where the model has them, its hyper-connections
+        (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
+        return self._memo(("attn", rank, mixer), self._attention_hc, rank, mixer)
+
+    def _attention_hc(self, rank: Batch, mixer: int) -> float:
+        hc = self.cost.hyper_connections(self.model, rank.tokens, mixer)
+        return self._attention_raw(rank, mixer) + hc
 
     def _wide_attention(self, rank: Batch) -> float | None:
         """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or

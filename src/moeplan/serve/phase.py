@@ -134,7 +134,7 @@ class PhaseModel:
         if lay.attn_tp > 1:
             nbytes = mb.tokens * md.hidden_bytes
             t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
-        return t
+        return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
 
     def _moe(self, mb: MicroBatch, imb: float) -> tuple[float, float, float, float]:
         """(router + shared experts, dispatch, routed GEMMs, combine) of one MoE layer."""
