@@ -286,7 +286,9 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
-    mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
+    mtp: Annotated[
+        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
+    ] = 0,
     mtp_accept: Annotated[
         float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
     ] = None,
@@ -375,11 +377,6 @@ def serve_sim(
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
                        requests=requests, json_out=json_out,
                        render=(_payload, _print_human))
-    require(
-        mtp == 0,
-        f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "
-        "speculative decoding",
-    )
     from moeplan.serve.instance_knobs import resolve_knobs
 
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)

@@ -47,6 +47,7 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.engine import tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import (
@@ -86,6 +87,10 @@ class Context:
     workload: ServeWorkload
     slo: SLO
     engine: str = "sglang"
+    #: MTP draft tokens and acceptance the user gave (``plan --mtp N --mtp-accept P``):
+    #: decode pools run them; 0: off
+    mtp: int = 0
+    mtp_accept: float = 0.0
 
     @property
     def reserve(self) -> float:
@@ -193,9 +198,12 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
 
 
 def _knob_note(knobs: InstanceKnobs | None) -> str:
-    if knobs is None or knobs.a2a != "deepep":
+    if knobs is None:
         return ""
-    return ", DeepEP" + (" + two-batch overlap" if knobs.tbo else "")
+    mtp = f", MTP {knobs.mtp} (accept {knobs.mtp_accept:g})" if knobs.mtp else ""
+    if knobs.a2a != "deepep":
+        return mtp
+    return ", DeepEP" + (" + two-batch overlap" if knobs.tbo else "") + mtp
 
 
 def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tuple[int, float]:
@@ -216,7 +224,10 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
     with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
     if isinstance(lay, AFDLayout):
         return _decode_pool(c, lay, None)
-    pools = [p for k in pool_knobs(c, lay) if (p := _decode_pool(c, lay, k)) is not None]
+    kns = pool_knobs(c, lay)
+    if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
+        kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
+    pools = [p for k in kns if (p := _decode_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
@@ -239,7 +250,10 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     if big > per_rank:
         return None
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
-    b, d = _largest_batch(ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), tpot)
+    tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
+    b, d = _largest_batch(
+        ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
+    )
     if b == 0:
         return None
     try:
@@ -247,7 +261,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     except MoeplanError:
         return None
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
-    rate = b / (max(1, w.osl.mean - 1) * d)
+    rate = b * tau / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
     return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
