@@ -22,7 +22,7 @@ import json
 
 from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
-from moeplan.export.knob_flags import vllm_knob_args
+from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.instance_knobs import InstanceKnobs
@@ -145,20 +145,27 @@ def vllm_pd_commands(
     y: int,
     model_path: str,
     target: Target,
+    knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
+    prefill_chunk: int | None = None,
 ) -> tuple[list[list[str]], list[str]]:
     """``vllm serve`` of ``x`` prefill and ``y`` decode instances with
-    ``--kv-transfer-config`` (NixlConnector, ``kv_role`` kv_both), node 0 of each instance;
-    and the sentences a user must read. When a pool's layout is one vLLM cannot express
+    ``--kv-transfer-config`` (NixlConnector, ``kv_role`` kv_both), node 0 of each instance,
+    each pool with the instance knobs it was priced with (``knobs``: prefill, decode; their
+    DeepEP kernels per role) and the prefill pool with its chunk; and the sentences a user
+    must read. When a pool's layout is one vLLM cannot express
     (:func:`unexpressible`) no command is emitted and the sentence says why."""
     cmds: list[list[str]] = []
     notes = [PD_PROXY_NOTE]
     kv = json.dumps({"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"})
+    pool_knobs = {"prefill": knobs[0], "decode": knobs[1]}
     for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
         r = vllm_args(
-            s, model_path=model_path, target=target, num_nodes=nodes, address=pd_address(role, 0)
-        )
+            s, model_path=model_path, target=target, num_nodes=nodes,
+            address=pd_address(role, 0), knobs=pool_knobs[role], role=role,
+        )  # fmt: skip
         if not r.expressible:
             return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]
         notes += [f"{role}: {w}" for w in r.warnings]
-        cmds += [[*r.args, "--kv-transfer-config", kv] for _ in range(count)]
+        chunk = prefill_chunk_args("vllm", prefill_chunk, s.attn_dp) if role == "prefill" else []
+        cmds += [[*r.args, *chunk, "--kv-transfer-config", kv] for _ in range(count)]
     return cmds, notes

@@ -184,9 +184,9 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
     isl = c.workload.isl.mean
     if c.workload.isl.max > cfg.kv_tokens_per_rank:
         return None
-    chunk = cfg.chunk_tokens or isl
+    chunk = cfg.chunk_tokens or isl  # the instance's budget: attn_dp ranks' worth
     q = min(isl, chunk)
-    per_chunk = max(1, chunk // isl) * lay.attn_dp
+    per_chunk = max(1, chunk // isl)  # prompts in one full iteration, as the engine batches
     full = ev(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
     alone = sum(
         ev(Batch(0, 0, ((min(q, isl - s), s + min(q, isl - s)),))) for s in range(0, isl, q)
@@ -337,7 +337,8 @@ def candidates(c: Context, family: str) -> list[Candidate]:
             x, y, rate = m
             assert isinstance(p.layout, ServeLayout)
             pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
-                          prefill_knobs=p.knobs, decode_knobs=d.knobs)
+                          prefill_knobs=p.knobs, decode_knobs=d.knobs,
+                          prefill_chunk=p.cfg.chunk_tokens)
             inter = transfer_inter_node(c.cluster, pd)
             setup = PoolSetup(
                 layout=pd,
