@@ -246,6 +246,9 @@ def plan_cmd(
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    from moeplan.cli._knob_checks import check_plan_knobs
+
+    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir, write_artifacts
 
