@@ -309,8 +309,10 @@ class IterationModel(TwoBatchMixin, MtpMixin):
                 imbalance=imb,
                 phase="context" if prefill else "generation",
             )
-            pre = cm.router(md, t_r) + cm.shared_expert(md, t_r, lay.attn_tp)
-            return pre + w.gemm, w.dispatch + w.combine
+            shared = cm.wide_shared_expert(md, t_r, not prefill) if lay.attn_tp == 1 else None
+            if shared is None:
+                shared = cm.shared_expert(md, t_r, lay.attn_tp)
+            return cm.router(md, t_r) + shared + w.gemm, w.dispatch + w.combine
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_mb * k * imb / lay.moe_ep
         compute = (
