@@ -122,8 +122,9 @@ def test_serve_sim_runs_mtp_and_it_raises_decode_throughput(capsys):
     """A simulated closed-loop serve-sim run with --mtp: more output tokens/s than without
     at the same concurrency on a decode-bound workload, TPOT lower."""
     base = ["serve-sim", "--model", "deepseek-v3", "--cluster", "h200-sxm-8", "--attn-dp",
-            "8", "--moe-ep", "8", "--concurrency", "64", "--requests", "128", "--isl", "256",
-            "--osl", "256", "--max-running", "64", "--chunk-tokens", "8192", "--json"]  # fmt: skip
+            "8", "--moe-ep", "8", "--concurrency", "32", "--requests", "50", "--isl", "128",
+            "--osl", "128", "--max-running", "32", "--chunk-tokens", "8192", "--cost-engine", "none",
+            "--json"]  # fmt: skip
     outs = []
     for extra in ([], ["--mtp", "1", "--mtp-accept", "0.8"]):
         code, out, err = _cli(capsys, *base, *extra)

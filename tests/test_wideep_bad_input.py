@@ -35,6 +35,9 @@ def _cli(capsys, args):
                 "--a2a", "deepep"], "--a2a (deepep) cannot run here"),
         (SIM + ["--cluster", "h200-sxm-8", "--attn-tp", "8", "--moe-tp", "8", "--tbo"],
          "--tbo needs the DeepEP all-to-all"),
+        (SIM + ["--cluster", "h200-sxm-8", "--nodes", "2", "--pd",
+                "1*attn-dp8.moe-ep8:1*attn-dp8.moe-ep8", "--mtp", "1", "--mtp-accept", "2"],
+         "--mtp-accept (2.0) must be in (0, 1]"),
     ],
 )  # fmt: skip
 def test_serve_sim_bad_knobs(capsys, args, needle):

@@ -319,13 +319,13 @@ def serve_sim(
     if pd is not None:
         check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
         knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
-                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--tbo/--no-tbo": tbo,
                       "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
                       "--a2a": None if a2a == "auto" else a2a}
         bad = [k for k, v in knob_given.items() if v is not None]
         require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
                 "engine's all-to-all and the better two-batch overlap setting; redundant experts "
-                "go in the layout: moe-rN)")
+                "go in the layout: moe-rN; --mtp applies to the decode pool)")
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
@@ -371,14 +371,16 @@ def serve_sim(
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+    from moeplan.serve.instance_knobs import resolve_knobs
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if deployment is not None:
+        mtp_knobs = resolve_knobs(cm.engine, m, c, deployment.prefill, mtp=mtp,
+                                  mtp_accept=mtp_accept)  # validates --mtp/--mtp-accept
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
                        requests=requests, json_out=json_out,
-                       render=(_payload, _print_human))
-    from moeplan.serve.instance_knobs import resolve_knobs
-
+                       render=(_payload, _print_human),
+                       mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
     if concurrency is not None:  # a closed loop: the knob search and one run, as before
         r = evaluate_layout(

@@ -383,13 +383,15 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             return self._mtp_breakdown(batch)
         return self._plain_breakdown(batch)
 
-    def _plain_breakdown(self, batch: Batch) -> dict[str, float]:
+    def _plain_breakdown(self, batch: Batch, split: bool = True) -> dict[str, float]:
+        """:meth:`breakdown` without MTP; ``split=False``: no two-batch overlap (a batch of
+        fewer than two sequences, counted before MTP's verify tokens)."""
         lay = self.layout
         if batch.sequences == 0:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
-        if self.knobs.tbo and lay.pp == 1 and batch.sequences >= 2:
+        if self.knobs.tbo and split and lay.pp == 1 and batch.sequences >= 2:
             return self._two_batch(mb)
         rank = busiest_part(mb, lay.attn_dp)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
