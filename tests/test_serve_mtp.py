@@ -136,3 +136,23 @@ def test_serve_sim_runs_mtp_and_it_raises_decode_throughput(capsys):
     assert (
         on["metrics"]["output_tokens_per_s_per_gpu"] > off["metrics"]["output_tokens_per_s_per_gpu"]
     )
+
+
+def test_capacity_bound_holds_under_mtp():
+    """The instance bound (serve/bound.py) stays above what the engine sustains with MTP
+    (tau = 1.9 tokens per step): a saturated closed loop's requests/s, no SLO."""
+    from moeplan.serve.bound import capacity_bound
+
+    class Linear(Timed):
+        def __call__(self, b: Batch) -> float:
+            return 1e-3 + 1e-5 * b.tokens + 1e-9 * b.decode * b.decode_ctx
+
+    ev = Linear(InstanceKnobs(mtp=1, mtp_accept=0.9))
+    w = ServeWorkload(num_requests=400, rate=None, concurrency=64, isl=LengthDist.parse("100"),
+                      osl=LengthDist.parse("200"), seed=1)  # fmt: skip
+    cfg = _cfg(max_running=64)
+    res = simulate(generate(w), cfg, ev)
+    served = len(res.finish_s) / float(res.finish_s.max())
+    bound = capacity_bound(ev, [cfg], w).rate_rps
+    assert bound >= served
+    assert bound < 1.5 * served  # and it is a bound of this engine, not of any
