@@ -29,7 +29,8 @@ tool; figures transcribed, not fitted):
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
-docs/benchmarks/published.md and the wide-EP layer price rate).
+docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
+at which the price would meet the published figure — and the wide-EP layer price rate).
 """
 
 from __future__ import annotations
