@@ -426,6 +426,12 @@ def serve_sim(
         print_json(out)
     else:
         _print_human(out, r)
+        if knobs.mtp:
+            console.print(
+                f"MTP: {knobs.mtp} draft token(s) per step, acceptance {knobs.mtp_accept:g} (given) "
+                f"-> {knobs.tokens_per_step:.3g} tokens per decode step in expectation; ITL is "
+                "the gap between steps, TPOT the time per output token"
+            )
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])
