@@ -360,3 +360,24 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
     n = 192
     res = simulate(requests_from_rows([0.0] * n, [2000] * n, [1] * n), p.cfg, p.evaluate)
     assert n / float(res.finish_s.max()) == pytest.approx(p.rate, rel=0.05)
+
+
+def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
+    """The vLLM P/D script: one case per instance (node 0), each pool's knobs and the
+    prefill chunk, the proxy note as a comment; ``bash -n`` accepts it."""
+    import subprocess
+
+    from moeplan.export.constraints import Target
+    from moeplan.export.vllm import vllm_pd_script
+    from moeplan.serve.instance_knobs import InstanceKnobs
+
+    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
+    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16, moe_ep=16),
+                  x=2, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
+                  decode_knobs=InstanceKnobs(a2a="deepep"), prefill_chunk=65536)  # fmt: skip
+    text = vllm_pd_script(pd, model_path="deepseek-ai/DeepSeek-V3", target=Target.of(m, c))
+    path = tmp_path / "vllm_pd.sh"
+    path.write_text(text)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    assert text.count("prefill_") == 2 and "decode_0)" in text and "no PD router" in text
+    assert text.count("--max-num-batched-tokens") == 2 and "deepep_low_latency" in text
