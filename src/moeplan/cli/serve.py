@@ -299,7 +299,9 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
-    mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
+    mtp: Annotated[
+        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
+    ] = 0,
     mtp_accept: Annotated[
         float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
     ] = None,
@@ -330,13 +332,13 @@ def serve_sim(
     if pd is not None:
         check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
         knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
-                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--tbo/--no-tbo": tbo,
                       "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
                       "--a2a": None if a2a == "auto" else a2a}
         bad = [k for k, v in knob_given.items() if v is not None]
         require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
                 "engine's all-to-all and the better two-batch overlap setting; redundant experts "
-                "go in the layout: moe-rN)")
+                "go in the layout: moe-rN; --mtp applies to the decode pool)")
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
@@ -382,19 +384,16 @@ def serve_sim(
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+    from moeplan.serve.instance_knobs import resolve_knobs
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if deployment is not None:
+        mtp_knobs = resolve_knobs(cm.engine, m, c, deployment.prefill, mtp=mtp,
+                                  mtp_accept=mtp_accept)  # validates --mtp/--mtp-accept
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
                        requests=requests, json_out=json_out,
-                       render=(_payload, _print_human))
-    require(
-        mtp == 0,
-        f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "
-        "speculative decoding",
-    )
-    from moeplan.serve.instance_knobs import resolve_knobs
-
+                       render=(_payload, _print_human),
+                       mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
     if concurrency is not None:  # a closed loop: the knob search and one run, as before
         r = evaluate_layout(
@@ -440,6 +439,12 @@ def serve_sim(
         print_json(out)
     else:
         _print_human(out, r)
+        if knobs.mtp:
+            console.print(
+                f"MTP: {knobs.mtp} draft token(s) per step, acceptance {knobs.mtp_accept:g} (given) "
+                f"-> {knobs.tokens_per_step:.3g} tokens per decode step in expectation; ITL is "
+                "the gap between steps, TPOT the time per output token"
+            )
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])

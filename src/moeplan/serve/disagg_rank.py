@@ -102,6 +102,7 @@ def served_disaggregated(
     *,
     engine: str = "sglang",
     rate_given: bool = True,
+    mtp: tuple[int, float] = (0, 0.0),
     progress: Callable[[str], None] | None = None,
     keep: int = KEEP,
 ) -> tuple[list[Served], dict[str, str]]:
@@ -122,6 +123,8 @@ def served_disaggregated(
         workload=workload,
         slo=slo,
         engine=engine,
+        mtp=mtp[0],
+        mtp_accept=mtp[1],
     )
     for fam, need in NEEDS.items():
         if need not in planned:
