@@ -75,6 +75,9 @@ from moeplan.specs.quant import ModuleQuant
 DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
+#: the one shape SGLang's wide-EP MLP tables measure (wideep_*_mlp_perf, 0.5.6.post2):
+#: DeepSeek-V3's shared expert
+WIDE_MLP_HIDDEN, WIDE_MLP_INTER = 7168, 2048
 A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
 
 
@@ -183,6 +186,30 @@ class CostModel(MixerLayers):
             extra = num_seqs * ctx_len * model.kv_bytes_per_token_layer() / 2
             t += extra / (self.cluster.gpu.mem_bw * DEFAULT_BW_EFF)
         return t
+
+    def wide_shared_expert(self, model: ModelSpec, tokens: float, decode: bool) -> float | None:
+        """The shared expert of a wide-EP deployment (attention DP: every token of the rank,
+        unsharded) from the engine's ``wideep_*_mlp`` tables — SGLang's DeepSeek-V3 MLP module
+        in fp8_block, measured at the shared expert's shape only — or ``None`` (no table, or
+        not that shape: hidden 7168, intermediate 2048, fp8 block weights)."""
+        op = "wideep_generation_mlp" if decode else "wideep_context_mlp"
+        if self._kdb is None or tokens <= 0 or model.shared_intermediate_size == 0:
+            return None
+        if (self._device.reference, self.engine, op) not in self._kdb.tables:
+            return None
+        q = model.quant.shared
+        shape = (model.hidden_size, model.shared_intermediate_size, q.format.kernel_dtype)
+        if shape != (WIDE_MLP_HIDDEN, WIDE_MLP_INTER, "fp8_block"):
+            return None
+        return self._kernel(
+            op,
+            {
+                "num_tokens": tokens,
+                "hidden_size": WIDE_MLP_HIDDEN,
+                "inter_size": WIDE_MLP_INTER,
+                "moe_dtype": "fp8_block",
+            },
+        )
 
     def provenance(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
         """``{op: {source: {"calls", "error_median", "error_p90"}}}`` of every operation this
