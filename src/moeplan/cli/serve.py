@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -43,7 +44,6 @@ LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 def layout_from_plan(plan: Plan) -> ServeLayout:
     """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
     common module choice over all stages, DPMoE counted into the MoE EP span)."""
-    lay = plan.layout
     pools = plan.details.get("disaggregation")
     if pools is not None:  # PD / AFD pools, not one engine
         kind = pools.get("kind") if isinstance(pools, dict) else pools
@@ -51,18 +51,9 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "
             "simulates one engine; `moeplan plan` simulates its prefill and decode pools"
         )
-    if plan.family == "strategy":
-        attn, moe = _section(lay, "attn"), _section(lay, "moe")
-        return ServeLayout(
-            attn_tp=_degree("attn.tp", attn.get("tp")),
-            attn_dp=_degree("attn.dp", attn.get("dp")),
-            moe_tp=_degree("moe.tp", moe.get("tp")),
-            moe_ep=_degree("moe.ep", moe.get("ep")),
-            pp=_degree("pp", lay.get("pp", 1)),
-            fused=plan.details.get("fused") is True,
-        )
-    if plan.family == "pipeline":
-        return _pipeline_layout(lay)
+    read = PLAN_LAYOUTS.get(plan.family)
+    if read is not None:
+        return read(plan)
     raise MoeplanError(
         f"plan.family ({plan.family!r}) is not simulated by serve-sim: only "
         "strategy and pipeline plans (attention-FFN disaggregated serving of a "
@@ -88,6 +79,20 @@ def _section(lay: Any, key: str) -> dict:
     sec = lay.get(key)
     require(isinstance(sec, dict), f"plan.layout.{key} ({sec!r}) must be a JSON object")
     return sec
+
+
+def _strategy_layout(plan: Plan) -> ServeLayout:
+    """A strategy plan's serving layout: its degrees, fused as MixServe chose."""
+    lay = plan.layout
+    attn, moe = _section(lay, "attn"), _section(lay, "moe")
+    return ServeLayout(
+        attn_tp=_degree("attn.tp", attn.get("tp")),
+        attn_dp=_degree("attn.dp", attn.get("dp")),
+        moe_tp=_degree("moe.tp", moe.get("tp")),
+        moe_ep=_degree("moe.ep", moe.get("ep")),
+        pp=_degree("pp", lay.get("pp", 1)),
+        fused=plan.details.get("fused") is True,
+    )
 
 
 def _pipeline_layout(lay: Any) -> ServeLayout:
@@ -121,6 +126,14 @@ def _pipeline_layout(lay: Any) -> ServeLayout:
     pp = _degree("pp", lay.get("pp"))
     require(pp == len(stages), f"plan.layout.pp ({pp}) must equal its stages ({len(stages)})")
     return ServeLayout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
+
+
+#: How ``serve-sim --plan`` reads one engine's layout from each family's plan, keyed by family
+#: (:data:`moeplan.planners.families.INSTANCE_SERVED`).
+PLAN_LAYOUTS: dict[str, Callable[[Plan], ServeLayout]] = {
+    "strategy": _strategy_layout,
+    "pipeline": lambda plan: _pipeline_layout(plan.layout),
+}
 
 
 def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> LengthDist:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.families import FAMILY, POOLED
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import tokens_per_step
@@ -71,7 +72,7 @@ from moeplan.serve.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_
 from moeplan.serve.workload import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-FAMILIES = ("pd", "afd")
+FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
@@ -295,7 +296,7 @@ def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
     pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
     decs_l: list[DecodeLayout] = (
         list(afd_layouts(n - 1))
-        if family == "afd"
+        if FAMILY[family].decode != "colocated"
         else list(serve_layouts(c.model, c.cluster, n - 1))
     )
     return pres, [d for lay in decs_l if (d := decode_pool(c, lay))]
@@ -305,7 +306,7 @@ def why_none(c: Context, family: str) -> str:
     """Why ``family`` has no rate-matched candidate on the cluster (one sentence)."""
     n = c.cluster.num_gpus
     pres, decs = pools(c, family)
-    kind = "attention-FFN disaggregated" if family == "afd" else "colocated"
+    kind = FAMILY[family].decode
     if not pres:
         return (
             f"no prefill instance of at most {n - 1} GPUs holds the weights and meets the "

@@ -222,7 +222,13 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         return v
 
     def _attention(self, rank: Batch, mixer: int) -> float:
-        return self._memo(("attn", rank, mixer), self._attention_raw, rank, mixer)
+        """The layer's mixer block and, where the model has them, its hyper-connections
+        (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
+        return self._memo(("attn", rank, mixer), self._attention_hc, rank, mixer)
+
+    def _attention_hc(self, rank: Batch, mixer: int) -> float:
+        hc = self.cost.hyper_connections(self.model, rank.tokens, mixer)
+        return self._attention_raw(rank, mixer) + hc
 
     def _wide_attention(self, rank: Batch) -> float | None:
         """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
@@ -257,7 +263,9 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             return wide
         t_r = rank.tokens
         one = mixer if cm.mixes_kinds(md) else None  # this layer's projections, not the mean
-        proj = cm.attention_layer(md, t_r, 1, 1, tp, one) - cm.attention_core(md, t_r, 1, 1, tp)
+        proj = cm.attention_layer(md, t_r, 1, 1, tp, one, hc=False) - cm.attention_core(
+            md, t_r, 1, 1, tp
+        )  # the mHC is added once per layer (_attention_hc)
         core = self._decode_core(rank.decode, rank.decode_ctx, layer is not None)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
