@@ -109,6 +109,7 @@ def serve_result(
         meets_slo=probe.meets(slo),
         bound=f"the {cap.limited_by} limit" if rate_given is False else cap.limited_by,
         estimate=c.estimate,
+        run=probe,
     )
 
 
