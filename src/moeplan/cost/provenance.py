@@ -103,10 +103,11 @@ def quant_vs_bf16(cm: CostModel, model: ModelSpec) -> dict[str, Any] | None:
         b = moe_shape(plain, tpe, model.num_experts, 1)
         if q is None or b is None:
             return None
-        tq = kdb.predict("moe", dev, cm.engine, **q).seconds
-        tb = kdb.predict("moe", dev, cm.engine, **b).seconds
+        pq, pb = kdb.predict("moe", dev, cm.engine, **q), kdb.predict("moe", dev, cm.engine, **b)
+        tq, tb = pq.seconds, pb.seconds
         if tq > tb and (worst is None or tq / tb > worst["ratio"]):
-            worst = {"tokens": n, "quant_s": tq, "bf16_s": tb, "ratio": tq / tb}
+            worst = {"tokens": n, "quant_s": tq, "bf16_s": tb, "ratio": tq / tb,
+                     "quant_source": pq.source, "bf16_source": pb.source}
     if worst is None:
         return None
     table = dev.table or dev.reference

@@ -144,10 +144,15 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
                                 target=Target.of(outcome.model, outcome.cluster))
         m = win.metrics
         out.append(LaunchFile(
-            name="sglang_pd.sh", text=text, launches=f"{win.entry.label} ({win.entry.layout_label})",
+            name="sglang_pd.sh", text=text, launches=_label(win.entry),
             predicted="—" if m is None else f"{m.output_tokens_per_s_per_gpu:,.1f} output "
             "tokens/s per GPU (simulated)", gap="1.00x"))  # fmt: skip
     return out
+
+
+def _label(entry: Any) -> str:
+    lab, lay = entry.label, entry.layout_label
+    return lab if lab == lay else f"{lab} ({lay})"
 
 
 def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:

@@ -54,14 +54,6 @@ def _serving_section(outcome: PlanOutcome) -> Section:
     ranking, names = outcome.ranking, outcome.family_names
     s = Section(title="Verdict under load (serving simulation)",
                 paragraphs=[*outcome.explanation, outcome.limits])
-    fill = outcome.fill
-    if fill is not None:
-        idle = f", {fill.idle_gpus} GPUs idle" if fill.idle_gpus else ""
-        s.paragraphs.append(
-            f"The winner uses {fill.gpus} of the cluster's {fill.cluster_gpus} GPUs: "
-            f"{fill.copies} copies fill it ({fill.copies * fill.gpus} GPUs{idle}), "
-            f"{fill.total_output_tokens_per_s:,.0f} output tokens/s for the whole cluster "
-            f"({fill.output_tokens_per_s:,.0f} per copy, simulated).")
     s.paragraphs += _placement_lines(outcome)
     pct = f"p{ranking.slo.percentile:g}"
     rows = []
@@ -99,8 +91,9 @@ def _placement_lines(outcome: PlanOutcome) -> list[str]:
         why = "the validation split found it no better than contiguous placement"
     else:
         why = "its gain is within the layer model's noise"
+    how = f"{gain:.1%} faster" if gain >= 0 else f"{-gain:.1%} slower"
     return [f"Expert placement (Sem-MoE on EP{p.ep}) does not change this plan: {why} "
-            f"(held-out MoE layer time {gain:+.1%} vs contiguous)."]
+            f"(its held-out MoE layer time: {how} than contiguous placement)."]
 
 
 def _serving_figures(outcome: PlanOutcome) -> Section:

@@ -65,9 +65,9 @@ def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
             + "".join(f", {k} at {v:.0%}" for k, v in uses.items() if k != top) + ")")
     else:
         slo_part = "no SLO (none set)"
-    step_part = step or str(w.result.bound)
-    return (f"What limits this deployment: {slo_part} — more load breaks it first; within "
-            f"each engine step the most time goes to {step_part}.")
+    step_part = (f"within each engine step the most time goes to {step}" if step
+                 else f"the simulation names its bound: {w.result.bound}")
+    return f"What limits this deployment: {slo_part}, which more load breaks first; {step_part}."
 
 
 def cluster_fill(ranking: ServeRanking, cluster_gpus: int) -> ClusterFill | None:

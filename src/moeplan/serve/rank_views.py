@@ -149,7 +149,8 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     if m is not None and g < n:
         k = n // g
         fill = (
-            f"one copy fits, {n - g} GPUs stay idle"
+            f"one copy fits: {m.output_tokens_per_s:,.0f} output tokens/s for the cluster, "
+            f"{n - g} GPUs stay idle"
             if k == 1
             else f"{k} copies fill it: {k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output "
             f"tokens/s in all{f', {n - k * g} GPUs idle' if n > k * g else ''}"
