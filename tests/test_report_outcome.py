@@ -122,3 +122,20 @@ def test_limits_name_the_slo_it_uses_most_and_the_step():
     assert "memory bandwidth (experts)" in text
     queue = limits_sentence(_ranking(8, 1.0, 0.5, 0.04, "queue growth (rho >= 1)"), None)
     assert "queue growth" in queue and "the TTFT limit" in queue
+
+
+def test_log_axes_label_every_tick_in_full():
+    """Ticks at 1-2-5 steps covering the data, labelled "2,000" (never the digit "2" for
+    2,000 ms); an SLO line's annotation sits at log10 of its value, as plotly.js expects."""
+    from moeplan.report.figures import log_ticks
+    from moeplan.report.serving import latency_distributions
+
+    ax = log_ticks([350.0, 1900.0, 2000.0])
+    assert ax["type"] == "log" and "2,000" in ax["ticktext"] and "500" in ax["ticktext"]
+    assert all(t == f"{v:,g}" for t, v in zip(ax["ticktext"], ax["tickvals"], strict=True))
+    assert min(ax["tickvals"]) >= 350 / 1.5 and max(ax["tickvals"]) <= 2000 * 1.5
+    curves = {"latency": {"a": {"ttft_s": [0.3, 1.2, 1.9], "tpot_s": [0.03, 0.05, 0.06]}}}
+    fig = latency_distributions(curves, SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0))
+    notes = {a.text: a for a in fig.layout.annotations if "SLO" in (a.text or "")}
+    assert notes["TTFT SLO 2,000 ms"].x == pytest.approx(np.log10(2000))
+    assert notes["TPOT SLO 100 ms"].x == pytest.approx(2.0) and notes["TPOT SLO 100 ms"].xref == "x2"

@@ -13,16 +13,12 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from moeplan.report.figures import COLORS
+from moeplan.report.figures import COLORS, log_ticks
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
 CDF_POINTS = 200  # quantiles drawn per latency distribution (the curve, not every request)
 SLO_COLOR = "#c33"
-#: log axes: a tick per power of ten, labelled in full ("2,000" not "2k", no minor labels)
-LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": ",~g", "minor": {"showgrid": True}}
-
-
 def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figure:
     """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
     deployment; the non-dominated front as a line, its points labelled."""
@@ -47,7 +43,9 @@ def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figu
         fig.add_scatter(x=[p["tokens_per_s_per_user"] for p in pts],
                         y=[p["tokens_per_s_per_gpu"] for p in pts], mode="lines+text",
                         text=[p["label"].split(": ", 1)[-1] for p in pts],
-                        textposition="top center", textfont={"size": 10},
+                        textposition=["top right" if i == 0 and len(pts) > 1 else "top left"
+                                      for i in range(len(pts))],
+                        textfont={"size": 10}, cliponaxis=False,
                         name="Pareto front", line={"color": "#555", "dash": "dash"})
     fig.update_layout(title="Throughput per GPU against speed per user (simulated; "
                             "x = failed SLOs; front labelled)",
@@ -58,6 +56,24 @@ def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figu
 
 def _slo_label(name: str, limit_s: float) -> str:
     return f"{name} SLO {limit_s * 1e3:,.0f} ms"
+
+
+def _slo_line(fig: go.Figure, col: int, name: str, limit_s: float, vertical: bool) -> None:
+    """A dashed SLO line on subplot ``col`` with its label. The label is placed by hand: on a
+    log axis an annotation's coordinate is log10 of the value (plotly.js), which
+    ``add_vline(annotation_text=...)`` does not convert."""
+    ms = limit_s * 1e3
+    ax = "" if col == 1 else str(col)
+    if vertical:
+        fig.add_vline(x=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
+        fig.add_annotation(x=float(np.log10(ms)), xref=f"x{ax}", y=0.02, yref=f"y{ax} domain",
+                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
+                           font={"color": SLO_COLOR})
+    else:
+        fig.add_hline(y=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
+        fig.add_annotation(y=float(np.log10(ms)), yref=f"y{ax}", x=0.01, xref=f"x{ax} domain",
+                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
+                           yanchor="bottom", font={"color": SLO_COLOR})
 
 
 def cdf_points(values: Any, n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +90,7 @@ def cdf_points(values: Any, n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray
 def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
     """Empirical CDFs of per-request TTFT and TPOT of the top plans, SLO limits labelled."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per request", "TPOT per request"))
+    drawn: dict[int, list[float]] = {1: [], 2: []}
     for i, (label, lat) in enumerate(curves["latency"].items()):
         dash = DASHES[i % len(DASHES)]
         color = LINE_COLORS[i % len(LINE_COLORS)]
@@ -84,13 +101,12 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
             fig.add_scatter(x=x * 1e3, y=y, mode="lines", name=label, legendgroup=label,
                             showlegend=col == 1, line={"dash": dash, "color": color},
                             row=1, col=col)
+            drawn[col] += list(x * 1e3)
     for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
-            fig.add_vline(x=limit * 1e3, line_dash="dash", line_color=SLO_COLOR, row=1, col=col,
-                          annotation_text=_slo_label(name, limit),
-                          annotation_position="bottom right",
-                          annotation_font_color=SLO_COLOR)
-    fig.update_xaxes(title_text="ms (log scale)", **LOG_AXIS)
+            _slo_line(fig, col, name, limit, vertical=True)
+            drawn[col].append(limit * 1e3)
+        fig.update_xaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02])
     fig.update_layout(title="Latency distributions at each plan's operating point (simulated)",
                       height=420, legend={"orientation": "h", "y": -0.25})
@@ -100,6 +116,7 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
 def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
     """p90 TTFT and TPOT against the arrival rate for the top plans, SLOs labelled."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT p90", "TPOT p90"))
+    drawn: dict[int, list[float]] = {1: [], 2: []}
     for i, (label, pts) in enumerate(curves["rate"].items()):
         dash = DASHES[i % len(DASHES)]
         color = LINE_COLORS[i % len(LINE_COLORS)]
@@ -108,13 +125,13 @@ def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
             fig.add_scatter(x=x, y=[p[key] * 1e3 for p in pts], mode="lines+markers",
                             name=label, legendgroup=label, showlegend=col == 1,
                             line={"dash": dash, "color": color}, row=1, col=col)
+            drawn[col] += [p[key] * 1e3 for p in pts]
     for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
-            fig.add_hline(y=limit * 1e3, line_dash="dash", line_color=SLO_COLOR, row=1, col=col,
-                          annotation_text=_slo_label(name, limit),
-                          annotation_position="top left", annotation_font_color=SLO_COLOR)
+            _slo_line(fig, col, name, limit, vertical=False)
+            drawn[col].append(limit * 1e3)
+        fig.update_yaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_xaxes(title_text="arrival rate (requests/s, Poisson)")
-    fig.update_yaxes(title_text="ms (log scale)", **LOG_AXIS)
     fig.update_layout(title="Latency against load (simulated, p90 per point)", height=420,
                       legend={"orientation": "h", "y": -0.25})
     return fig
