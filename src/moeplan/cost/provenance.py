@@ -96,7 +96,7 @@ def quant_vs_bf16(cm: CostModel, model: ModelSpec) -> dict[str, Any] | None:
     if kdb is None or cm.engine is None or not model.quant.experts.format.quantized:
         return None
     dev, plain = cm._device, replace(model, quant=UNQUANTIZED)
-    worst = None
+    worst: dict[str, Any] | None = None
     for n in QUANT_PROBE_TOKENS:
         tpe = n * model.top_k / model.num_experts
         q = moe_shape(model, tpe, model.num_experts, 1)
