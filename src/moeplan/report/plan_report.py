@@ -50,6 +50,7 @@ ARTIFACTS = frozenset(
         "vllm.sh",
         "expert_location.json",
         "sglang_pd.sh",
+        "vllm_pd.sh",
         PLOTLY_FILE,
     }
 )
@@ -139,14 +140,16 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
     win = outcome.winner
     if win.entry.family == "pd":
         from moeplan.export.sglang import sglang_pd_script
+        from moeplan.export.vllm import vllm_pd_script
 
-        text = sglang_pd_script(win.entry.layout, model_path=outcome.model_path,
-                                target=Target.of(outcome.model, outcome.cluster))
         m = win.metrics
-        out.append(LaunchFile(
-            name="sglang_pd.sh", text=text, launches=_label(win.entry),
-            predicted="—" if m is None else f"{m.output_tokens_per_s_per_gpu:,.1f} output "
-            "tokens/s per GPU (simulated)", gap="1.00x"))  # fmt: skip
+        figure = ("—" if m is None else
+                  f"{m.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU (simulated)")
+        for name, script in (("sglang_pd.sh", sglang_pd_script), ("vllm_pd.sh", vllm_pd_script)):
+            text = script(win.entry.layout, model_path=outcome.model_path,
+                          target=Target.of(outcome.model, outcome.cluster))
+            out.append(LaunchFile(name=name, text=text, launches=_label(win.entry),
+                                  predicted=figure, gap="1.00x"))  # fmt: skip
     return out
 
 
