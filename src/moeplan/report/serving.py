@@ -42,9 +42,9 @@ def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figu
         pts = sorted(front, key=lambda p: p["tokens_per_s_per_user"])
         fig.add_scatter(x=[p["tokens_per_s_per_user"] for p in pts],
                         y=[p["tokens_per_s_per_gpu"] for p in pts], mode="lines+text",
-                        text=[p["label"].split(": ", 1)[-1] for p in pts],
-                        textposition=["top right" if i == 0 and len(pts) > 1 else "top left"
-                                      for i in range(len(pts))],
+                        text=[p["label"].split(": ", 1)[-1].replace(" : ", " :<br>")
+                              for p in pts],
+                        textposition=[_text_side(i, len(pts)) for i in range(len(pts))],
                         textfont={"size": 10}, cliponaxis=False,
                         name="Pareto front", line={"color": "#555", "dash": "dash"})
     fig.update_layout(title="Throughput per GPU against speed per user (simulated; "
@@ -52,6 +52,14 @@ def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figu
                       xaxis_title="tokens/s per user (1 / median TPOT)",
                       yaxis_title="output tokens/s per GPU", height=440)
     return fig
+
+
+def _text_side(i: int, n: int) -> str:
+    """Where the label of the ``i``-th of ``n`` front points (by x) goes: inward at both ends,
+    so no label runs off the plot."""
+    if n == 1:
+        return "bottom center"
+    return "top right" if i == 0 else "top left" if i == n - 1 else "top center"
 
 
 def _slo_label(name: str, limit_s: float) -> str:
