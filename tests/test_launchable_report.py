@@ -17,7 +17,7 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.planners.rank import plan
 from moeplan.report import figures
-from moeplan.report.html import Section, render
+from moeplan.report.html import PLOTLY_FILE, Section, plotly_js, render
 from moeplan.report.plan_report import launch_exports
 from moeplan.report.trust import served_text
 from moeplan.serve.job_parts import fit_notes
@@ -113,6 +113,8 @@ window.addEventListener('load', () => setTimeout(() => {
 
 def gantt_check(fig, tmp_path, name: str) -> dict:
     page = render("gantt", "", [Section(title="g", figures=[fig])])
+    if not (tmp_path / PLOTLY_FILE).exists():  # the page loads plotly.js from beside it
+        (tmp_path / PLOTLY_FILE).write_text(plotly_js(), encoding="utf-8")
     path = tmp_path / f"{name}.html"
     path.write_text(page.replace("</body>", CHECK_JS + "</body>"))
     p = subprocess.run(
