@@ -543,7 +543,7 @@ def render_compute_imports(module_tree: ast.Module, name: str) -> dict[str, int]
 
 def test_report_and_export_compute_nothing():
     """report/ and export/ format the outcome: they import no planner, cost or simulator
-    function (the report once re-ran 19 simulations and a FinDEP schedule to draw)."""
+    function, so nothing is simulated twice to be drawn."""
     found = {(m, t): line for m in modules() if any(_inside(m, r) for r in RENDERERS)
              for t, line in render_compute_imports(tree(m), m).items()}  # fmt: skip
     bad = [f"{m}:{line} imports {t}" for (m, t), line in found.items()
