@@ -139,3 +139,18 @@ def test_log_axes_label_every_tick_in_full():
     notes = {a.text: a for a in fig.layout.annotations if "SLO" in (a.text or "")}
     assert notes["TTFT SLO 2,000 ms"].x == pytest.approx(np.log10(2000))
     assert notes["TPOT SLO 100 ms"].x == pytest.approx(2.0) and notes["TPOT SLO 100 ms"].xref == "x2"
+
+
+def test_placement_changes_the_answer_only_from_a_trace_it_beats_contiguous_on():
+    from moeplan.serve.job_parts import PLACEMENT_GAIN, placement_changes
+
+    def placement(sem: float, base: float = 1.0, fallback: bool = False):
+        methods = {"semmoe": SimpleNamespace(metrics={"moe_layer_time_s": sem}),
+                   "contiguous": SimpleNamespace(metrics={"moe_layer_time_s": base})}
+        return SimpleNamespace(methods=methods, fallback=fallback)
+
+    assert placement_changes(placement(0.9), "t.npz")
+    assert not placement_changes(placement(0.9), None)  # synthetic trace: nothing exported
+    assert not placement_changes(placement(0.9, fallback=True), "t.npz")
+    assert not placement_changes(placement(1 - PLACEMENT_GAIN / 2), "t.npz")  # within noise
+    assert not placement_changes(None, "t.npz")
