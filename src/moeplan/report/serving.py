@@ -17,7 +17,7 @@ from moeplan.report.figures import COLORS, log_ticks
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
-CDF_POINTS = 200  # quantiles drawn per latency distribution (the curve, not every request)
+CDF_POINTS = 200  # quantiles drawn per latency distribution: finer than a 420 px chart resolves
 SLO_COLOR = "#c33"
 def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figure:
     """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
