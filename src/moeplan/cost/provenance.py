@@ -87,20 +87,24 @@ def source_errors(p: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def quant_vs_bf16(cm: CostModel, model: ModelSpec) -> dict[str, Any] | None:
+def quant_vs_bf16(
+    cm: CostModel, model: ModelSpec, ep: int = 1, tp: int = 1
+) -> dict[str, Any] | None:
     """The engine's fused-MoE table pricing this checkpoint's quantized routed experts slower
-    than bf16 ones (same shape, all experts on one GPU): the worst batch, both times and the
-    table; ``None`` when the experts are bf16, there is no engine table, or it is not slower.
-    Reads the kernel database directly, so the plan's source mix is left as it was."""
+    than bf16 ones on one GPU of an EP``ep`` x TP``tp`` group (same shape): the worst batch,
+    both times and the table; ``None`` when the experts are bf16, there is no engine table, or
+    it is not slower. Reads the kernel database directly: the plan's source mix is unchanged."""
     kdb = cm._kdb
     if kdb is None or cm.engine is None or not model.quant.experts.format.quantized:
+        return None
+    if ep < 1 or model.num_experts % ep:
         return None
     dev, plain = cm._device, replace(model, quant=UNQUANTIZED)
     worst: dict[str, Any] | None = None
     for n in QUANT_PROBE_TOKENS:
         tpe = n * model.top_k / model.num_experts
-        q = moe_shape(model, tpe, model.num_experts, 1)
-        b = moe_shape(plain, tpe, model.num_experts, 1)
+        q = moe_shape(model, tpe, model.num_experts / ep, tp)
+        b = moe_shape(plain, tpe, model.num_experts / ep, tp)
         if q is None or b is None:
             return None
         pq, pb = kdb.predict("moe", dev, cm.engine, **q), kdb.predict("moe", dev, cm.engine, **b)
@@ -113,5 +117,6 @@ def quant_vs_bf16(cm: CostModel, model: ModelSpec) -> dict[str, Any] | None:
     table = dev.table or dev.reference
     return {
         **worst, "dtype": moe_dtype(model), "engine": cm.engine, "gpu": cm.cluster.gpu.name,
+        "ep": ep, "tp": tp,
         "table": f"NVIDIA's measured {cm.engine} fused-MoE table (moe_perf) on {table}",
     }  # fmt: skip

@@ -135,10 +135,18 @@ def _outcome(spec: JobSpec, cost: CostModel, result: PlanResult, ranking: ServeR
         placement_changes=placement_changes(place_res, spec.trace),
         winner_ep=max(ep for _, ep in instance_eps(ranking.winner.entry.layout)),
         pricing=price, price_sources=tuple(source_errors(price)), profile_fit=profile_fit(cost),
-        quant=quant_vs_bf16(cost, m), fit_notes=tuple(fit_notes(m, c, spec.full_model)),
+        quant=_quant(cost, m, ranking), fit_notes=tuple(fit_notes(m, c, spec.full_model)),
         model_path=spec.model_path, trace=spec.trace, timings={**result.timings, **timings},
         family_names={k: v[0].upper() + v[1:] for k, v in FAMILY_NAMES.items()},
     )  # fmt: skip
+
+
+def _quant(cost: CostModel, model: ModelSpec, ranking: ServeRanking) -> dict[str, Any] | None:
+    """:func:`quant_vs_bf16` on one GPU of the winner's widest EP group."""
+    lay = ranking.winner.entry.layout
+    ep = max(e for _, e in instance_eps(lay))
+    tp = lay.moe_tp if isinstance(getattr(lay, "moe_tp", None), int) else 1
+    return quant_vs_bf16(cost, model, ep=ep, tp=tp)
 
 
 def workload_dict(ranking: ServeRanking) -> dict[str, Any]:
