@@ -118,10 +118,11 @@ def test_cluster_fill_counts_whole_copies():
 def test_limits_name_the_slo_it_uses_most_and_the_step():
     r = _ranking(8, 1.0, 1.94, 0.04)
     text = limits_sentence(r, "memory bandwidth (experts)")
-    assert "the TTFT SLO (p90 at 97% of its limit, TPOT at 40%)" in text
+    assert "the TTFT SLO (SLO use at p90: TTFT 97%, TPOT 40%)" in text
     assert "memory bandwidth (experts)" in text
     queue = limits_sentence(_ranking(8, 1.0, 0.5, 0.04, "queue growth (rho >= 1)"), None)
-    assert "queue growth" in queue and "the TTFT limit" in queue
+    assert "queue growth (rho >= 1) (SLO use at p90: TTFT 25%, TPOT 40%)" in queue
+    assert "the TTFT limit" in queue
 
 
 def test_log_axes_label_every_tick_in_full():

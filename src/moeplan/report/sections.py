@@ -13,7 +13,7 @@ from typing import Any
 
 from moeplan.report import figures
 from moeplan.report.html import Section, render
-from moeplan.report.trust import error_section, inputs_section, served_text
+from moeplan.report.trust import error_section, fits_section, inputs_section, served_text
 from moeplan.serve.outcome import PlanOutcome
 from moeplan.units import GIB, MIB
 
@@ -44,6 +44,9 @@ def render_report(outcome: PlanOutcome, launchers: list[Any] | None = None) -> s
     if launchers:
         sections.append(_launch_section(launchers))
     sections.append(error_section(outcome))
+    fits = fits_section(outcome)
+    if fits is not None:
+        sections.append(fits)
     sections.append(inputs_section(outcome))
     return render(f"moeplan: {m.name} on {c.name}",
                   f"{c.num_gpus} × {c.gpu.name}; {served_text(outcome)}", sections)

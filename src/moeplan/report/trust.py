@@ -47,13 +47,21 @@ def error_section(outcome: PlanOutcome) -> Section:
         s.paragraphs.append(f"Note: {q}.")
     if p.get("stand_in_note"):
         s.paragraphs.append(str(p["stand_in_note"]))
+    return s
+
+
+def fits_section(outcome: PlanOutcome) -> Section | None:
+    """The GEMM/NCCL model's fits (what prices GEMMs, projections and collectives outside the
+    kernel tables) with their held-out errors."""
     fit = outcome.profile_fit
-    if fit:
-        s.paragraphs.append(f"GEMMs, projections and collectives outside the tables: {fit['note']}")
-        s.table(["fit", "R²", "held-out median error", "held-out p90 error", "rows"],
-                [[r["fit"], f"{r['r2']:.4f}", f"{100 * (r['heldout_median'] or 0):.1f}%",
-                  f"{100 * (r['heldout_p90'] or 0):.1f}%", r["rows"]]
-                 for r in fit["rows"]])  # fmt: skip
+    if not fit:
+        return None
+    s = Section(title="GEMMs, projections and collectives outside the kernel tables",
+                paragraphs=[fit["note"]])
+    s.table(["fit", "R²", "held-out median error", "held-out p90 error", "rows"],
+            [[r["fit"], f"{r['r2']:.4f}", f"{100 * (r['heldout_median'] or 0):.1f}%",
+              f"{100 * (r['heldout_p90'] or 0):.1f}%", r["rows"]]
+             for r in fit["rows"]])  # fmt: skip
     return s
 
 
@@ -66,7 +74,7 @@ def _trust_sentence(outcome: PlanOutcome) -> str:
         worst = _pct_range(t["error_p90"]) if t else "not measured"
         return (f"No measured tables exist for {p['gpu']}: {t['share'] if t else 0:.0%} of "
                 f"kernel prices were transferred from the {p['reference_gpu']} tables. Trust "
-                f"them to the leave-one-GPU-out error above (p90 {worst} per operation), not "
+                f"them to the leave-one-GPU-out error in the table (p90 {worst} per operation), not "
                 "to the measured tables' accuracy.")
     if t is not None:
         return (f"{t['share']:.0%} of kernel prices were transferred (shapes outside "

@@ -60,10 +60,10 @@ def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
     rec = ranking.search.get("winner_capacity") or {}
     first = rec.get("limited_by") if rec.get("layout") == w.entry.layout.label else None
     if uses:
-        top = max(uses, key=lambda k: uses[k])
-        slo_part = (f"the {first or top} SLO" if (first or top) in uses else str(first)) + (
-            f" (p{slo.percentile:g} at {uses[top]:.0%} of its limit"
-            + "".join(f", {k} at {v:.0%}" for k, v in uses.items() if k != top) + ")")
+        top = first or max(uses, key=lambda k: uses[k])
+        use = ", ".join(f"{k} {v:.0%}" for k, v in uses.items())
+        slo_part = (f"the {top} SLO" if top in uses else str(top)) + (
+            f" (SLO use at p{slo.percentile:g}: {use})")
     else:
         slo_part = "no SLO (none set)"
     step_part = (f"within each engine step the most time goes to {step}" if step
