@@ -279,7 +279,9 @@ class IterationModel(TwoBatchMixin):
             return raw
         grid, top = self._floors.get((seqs, sliding), ((), ()))
         if not grid or grid[-1] < ctx:
-            grid = bucket_grid(max(2 * ctx, 4096))
+            # the limit rounded up to a power of two: every layout with this attention TP
+            # asks the same grid (one memoised query, :mod:`.memo_cost`); same floors
+            grid = bucket_grid(max(4096, 1 << (2 * ctx - 1).bit_length()))
             top = list(accumulate(cm.decode_core_prices(md, seqs, grid, tp, layer), max))
             self._floors[seqs, sliding] = (grid, top)
         below = bisect_left(grid, ctx) - 1

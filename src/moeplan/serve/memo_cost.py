@@ -4,8 +4,10 @@
 deployment-space search ask the cost model the same questions again (an attention core of
 ``n`` sequences at context ``c`` over TP ``t`` costs the same in every layout with attention
 TP ``t``). :class:`MemoCost` forwards every method call to the wrapped model once per
-distinct argument tuple (arguments compared by value when hashable, else by identity: the
-model and cluster specs are the same objects throughout a search). Pure: no I/O.
+distinct argument tuple (arguments compared by value when hashable or a list / tuple of such,
+else by identity: the model and cluster specs are the same objects throughout a search).
+:func:`memo_cost` wraps a model once (a :class:`MemoCost` is returned as it is), so every
+search of one ``moeplan plan`` shares one memo. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,11 +19,18 @@ from moeplan.cost import CostModel
 
 
 def _key(v: Any) -> Any:
+    if isinstance(v, list | tuple):  # e.g. a grid of contexts: compared by value
+        return (type(v).__name__, tuple(_key(x) for x in v))
     try:
         hash(v)
     except TypeError:
         return ("id", id(v))
     return v
+
+
+def memo_cost(cost: Any) -> Any:
+    """``cost`` answered through one memo: a :class:`MemoCost` is returned as it is."""
+    return cost if isinstance(cost, MemoCost) else MemoCost(cost)
 
 
 class MemoCost:

@@ -95,6 +95,9 @@ def serve_rank(
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
     from moeplan.serve.space_rank import served_space
 
+    from moeplan.serve.memo_cost import memo_cost
+
+    cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
     model, cluster = result.model, result.cluster
     served, pruned_list, not_served, cert, record = served_space(
         result, cost, workload, slo, engine=engine, requests=requests,

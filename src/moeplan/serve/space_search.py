@@ -40,7 +40,7 @@ from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.knobs import candidates
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.memo_cost import MemoCost
+from moeplan.serve.memo_cost import memo_cost
 from moeplan.serve.metrics import SLO
 from moeplan.serve.search import Estimate, analytic_rate
 from moeplan.serve.space import copies, layouts
@@ -219,7 +219,7 @@ def search_space(
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
     the certificate (module docstring)."""
     osl = workload.osl.mean
-    cost = MemoCost(cost)  # type: ignore[assignment]  # shared across the layouts
+    cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
     cands = []
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
