@@ -171,7 +171,7 @@ def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
     return min([low, *halves]), point, max([high, *halves])
 
 
-Runner = Callable[[Requests], SimResult]
+Runner = Callable[[Requests, float | None], SimResult]  # requests, horizon (s) -> run
 
 
 def steady_probe(
@@ -201,12 +201,12 @@ def steady_probe(
     tail = math.ceil(TAIL_LIFETIMES * ref * life)
     reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
     win = slice(warm, warm + requests)
+    stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
     if runner is None:
         assert cfg is not None and evaluate is not None
-        stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
         res = simulate(reqs, cfg, evaluate, horizon_s=stop)
     else:
-        res = runner(reqs)
+        res = runner(reqs, stop)
     ttft, tpot, _ = request_latencies(res)
     late = np.isnan(res.finish_s[win])
     tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
@@ -266,19 +266,26 @@ class Capacity:
         }
 
 
-def _bracket(ok: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+def _bracket(
+    ok: Callable[[float], bool], lo: float, hi: float, step: float = 1.0
+) -> tuple[float, float]:
     """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
-    starts from a guess ``lo < hi`` that need not hold (grows or halves until it does)."""
-    for _ in range(MAX_HALVINGS):
-        if ok(lo):
-            break
-        lo, hi = lo / 2.0, lo
-    else:
-        return 0.0, hi
+    starts from a guess ``lo < hi`` that need not hold: moves down from ``lo`` by a factor
+    ``1 + step`` (then ``1 + 4 step``, ... at most 2) until ``ok`` holds, or up from ``hi``
+    the same way until it fails, then bisects. ``step = 1`` halves and doubles; a small step
+    suits a bracket known to be near (the interval's ends beside the point capacity)."""
+    floor, s = lo / 2.0**MAX_HALVINGS, step
+    while not ok(lo):
+        if lo < floor:
+            return 0.0, hi
+        lo, hi = lo / (1.0 + s), lo
+        s = min(1.0, 4.0 * s)
+    s = max(step, hi / lo - 1.0)
     for _ in range(MAX_STEPS):
         if not ok(hi):
             break
-        lo, hi = hi, 2.0 * hi
+        lo, hi = hi, hi * (1.0 + s)
+        s = min(1.0, 4.0 * s)
     else:
         return lo, math.inf
     while hi - lo > RATE_TOL * lo:
@@ -318,21 +325,24 @@ def slo_capacity(
     known: tuple[float, float] | None = None,
     ref_rps: float | None = None,
     runner: Runner | None = None,
+    cache: dict | None = None,
 ) -> tuple[Capacity, SteadyProbe | None]:
     """The capacity of one instance (module docstring) and the probe at it (None when no
     rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
     ``interval=False`` skips the confidence-interval searches (low = high = the point);
     ``known`` = a point bracket ``(lo, hi)`` found before (same workload and requests), kept;
     ``ref_rps`` (at least the guess) sets the warm-up and tail of every probe: an upper bound
-    of the capacity keeps the warm-up at least one lifetime at every rate probed."""
-    probes: dict[float, SteadyProbe] = {}
+    of the capacity keeps the warm-up at least one lifetime at every rate probed. ``cache``:
+    the probes of an earlier call with the same workload, requests, replicas and ``ref_rps``
+    (the same runs: common random numbers), reused and extended."""
+    probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
     g = max(guess_rps, 1e-6)
     ref = max(g, ref_rps or g)
 
     def probe(r: float) -> SteadyProbe:
-        if r not in probes:
-            probes[r] = steady_probe(
+        if (r, ref) not in probes:
+            probes[r, ref] = steady_probe(
                 cfg,
                 evaluate,
                 workload,
@@ -344,7 +354,7 @@ def slo_capacity(
                 runner=runner,
                 horizon=True,
             )
-        return probes[r]
+        return probes[r, ref]
 
     if known is not None:
         lo, hi = known
@@ -352,8 +362,9 @@ def slo_capacity(
         lo, hi = _sustained(lambda r: probe(r).meets(slo, 1), g)
     low, high = lo, hi
     if interval and lo > 0:
-        low = min(lo, _bracket(lambda r: probe(r).meets(slo, 2), lo, hi)[0])
-        high = max(hi, _bracket(lambda r: probe(r).meets(slo, 0), lo, hi)[1])
+        near = 2.0 * RATE_TOL  # the interval's ends lie near the point: small first steps
+        low = min(lo, _bracket(lambda r: probe(r).meets(slo, 2), lo, hi, near)[0])
+        high = max(hi, _bracket(lambda r: probe(r).meets(slo, 0), lo, hi, near)[1])
     limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
     cap = Capacity(
         rate_rps=lo,
@@ -364,11 +375,13 @@ def slo_capacity(
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,
-        probes=len(probes),
+        probes=sum(1 for k in probes if k[0] != "full"),
     )
     full = None  # the run at capacity again, to its end: its metrics are reported
-    if lo > 0:
-        full = steady_probe(
+    if lo > 0 and ("full", lo, ref) in probes:
+        full = probes["full", lo, ref]  # type: ignore[index]
+    elif lo > 0:
+        full = probes["full", lo, ref] = steady_probe(  # type: ignore[index]
             cfg,
             evaluate,
             workload,

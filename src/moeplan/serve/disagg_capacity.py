@@ -31,8 +31,8 @@ def steady_disaggregated(
             out.append(s)
             continue
 
-        def run(reqs: Requests, setup=setup):  # type: ignore[no-untyped-def]
-            return simulate_pd(reqs, setup).result
+        def run(reqs: Requests, stop: float | None, setup=setup):  # type: ignore[no-untyped-def]
+            return simulate_pd(reqs, setup, horizon_s=stop).result
 
         gpus = setup.layout.gpus
         guess = r.max_rate_meeting_slo_rps or s.estimate_tokens_per_s_per_gpu * gpus / max(
