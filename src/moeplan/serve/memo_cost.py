@@ -17,7 +17,6 @@ from typing import Any
 
 from moeplan.cost import CostModel
 
-
 _PLAIN = (int, float, str, bool, type(None))
 
 

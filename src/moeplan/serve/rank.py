@@ -93,9 +93,8 @@ def serve_rank(
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
-    from moeplan.serve.space_rank import served_space
-
     from moeplan.serve.memo_cost import memo_cost
+    from moeplan.serve.space_rank import served_space
 
     cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
     model, cluster = result.model, result.cluster
