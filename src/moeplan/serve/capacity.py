@@ -121,6 +121,19 @@ class SteadyProbe:
             and (slo.tpot_s is None or self.tpot[level] <= slo.tpot_s)
         )
 
+    def score(self, slo: SLO, level: int = 1) -> float:
+        """log of the largest percentile / limit ratio (<= 0 when the percentiles meet the
+        SLOs); inf when the queue grows: what the capacity search interpolates in."""
+        if not self.stable:
+            return math.inf
+        ratios = [
+            v[level] / lim
+            for v, lim in ((self.ttft, slo.ttft_s), (self.tpot, slo.tpot_s))
+            if lim is not None
+        ]
+        top = max(ratios)
+        return math.log(top) if top > 0 else -math.inf
+
     def limit(self, slo: SLO) -> str:
         """What a failing probe misses first: the queue, the TTFT or the TPOT percentile."""
         if not self.stable:
@@ -266,35 +279,54 @@ class Capacity:
         }
 
 
-def _bracket(
-    ok: Callable[[float], bool], lo: float, hi: float, step: float = 1.0
-) -> tuple[float, float]:
+Verdict = Callable[[float], tuple[bool, float]]  # rate -> (meets the SLOs, score)
+
+
+def _bracket(ok: Verdict, lo: float, hi: float, step: float = 1.0) -> tuple[float, float]:
     """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
     starts from a guess ``lo < hi`` that need not hold: moves down from ``lo`` by a factor
     ``1 + step`` (then ``1 + 4 step``, ... at most 2) until ``ok`` holds, or up from ``hi``
-    the same way until it fails, then bisects. ``step = 1`` halves and doubles; a small step
-    suits a bracket known to be near (the interval's ends beside the point capacity)."""
+    the same way until it fails, then narrows (:func:`_narrow`). ``step = 1`` halves and
+    doubles; a small step suits a bracket known to be near (the interval's ends)."""
     floor, s = lo / 2.0**MAX_HALVINGS, step
-    while not ok(lo):
+    while not ok(lo)[0]:
         if lo < floor:
             return 0.0, hi
         lo, hi = lo / (1.0 + s), lo
         s = min(1.0, 4.0 * s)
     s = max(step, hi / lo - 1.0)
     for _ in range(MAX_STEPS):
-        if not ok(hi):
+        if not ok(hi)[0]:
             break
         lo, hi = hi, hi * (1.0 + s)
         s = min(1.0, 4.0 * s)
     else:
         return lo, math.inf
+    return _narrow(ok, lo, hi)
+
+
+def _narrow(ok: Verdict, lo: float, hi: float) -> tuple[float, float]:
+    """Shrink a bracket (``ok(lo)``, not ``ok(hi)``) to ``RATE_TOL lo``: the next rate is the
+    secant root of the probes' scores (:meth:`SteadyProbe.score`, smooth in the rate under
+    common random numbers) kept ``0.45 RATE_TOL lo`` inside the bracket, so a good root
+    closes it in two runs; a step that does not halve the bracket, or a score that is not
+    finite (a growing queue), makes the next step a bisection: never more than twice the
+    runs of bisection alone."""
+    bisect = False
     while hi - lo > RATE_TOL * lo:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        (_, f_lo), (_, f_hi) = ok(lo), ok(hi)  # both cached by the caller
+        width, pad = hi - lo, 0.45 * RATE_TOL * lo
+        if not bisect and math.isfinite(f_lo) and math.isfinite(f_hi) and f_hi > f_lo:
+            mid = min(max(lo + width * -f_lo / (f_hi - f_lo), lo + pad), hi - pad)
+        else:
+            mid = 0.5 * (lo + hi)
+        good = ok(mid)[0]
+        lo, hi = (mid, hi) if good else (lo, mid)
+        bisect = not bisect and hi - lo > 0.5 * width
     return lo, hi
 
 
-def _sustained(ok: Callable[[float], bool], guess: float) -> tuple[float, float]:
+def _sustained(ok: Verdict, guess: float) -> tuple[float, float]:
     """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
     it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
     below it (module docstring, "every lower rate")."""
@@ -303,7 +335,11 @@ def _sustained(ok: Callable[[float], bool], guess: float) -> tuple[float, float]
         if lo <= 0:
             return lo, hi
         bad = next(
-            (lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1) if not ok(lo * DOWN_CHECK**k)),
+            (
+                lo * DOWN_CHECK**k
+                for k in range(1, DOWN_STEPS + 1)
+                if not ok(lo * DOWN_CHECK**k)[0]
+            ),
             None,
         )
         if bad is None:
@@ -356,15 +392,22 @@ def slo_capacity(
             )
         return probes[r, ref]
 
+    def at_level(level: int) -> Verdict:
+        def verdict(r: float) -> tuple[bool, float]:
+            p = probe(r)
+            return p.meets(slo, level), p.score(slo, level)
+
+        return verdict
+
     if known is not None:
         lo, hi = known
     else:
-        lo, hi = _sustained(lambda r: probe(r).meets(slo, 1), g)
+        lo, hi = _sustained(at_level(1), g)
     low, high = lo, hi
     if interval and lo > 0:
         near = 2.0 * RATE_TOL  # the interval's ends lie near the point: small first steps
-        low = min(lo, _bracket(lambda r: probe(r).meets(slo, 2), lo, hi, near)[0])
-        high = max(hi, _bracket(lambda r: probe(r).meets(slo, 0), lo, hi, near)[1])
+        low = min(lo, _bracket(at_level(2), lo, hi, near)[0])
+        high = max(hi, _bracket(at_level(0), lo, hi, near)[1])
     limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
     cap = Capacity(
         rate_rps=lo,
