@@ -97,6 +97,8 @@ def serve_result(
             meets_slo=False,
             max_rate_meeting_slo_rps=0.0,
             estimate=c.estimate,
+            knobs=c.knobs,
+            run=p,
             reason=f"misses the SLOs in steady state even at a light load ({light:.3g} req/s)",
             bound="SLOs unreachable at any rate",
         )
@@ -109,6 +111,8 @@ def serve_result(
         meets_slo=probe.meets(slo),
         bound=f"the {cap.limited_by} limit" if rate_given is False else cap.limited_by,
         estimate=c.estimate,
+        knobs=c.knobs,
+        run=probe,
     )
 
 
