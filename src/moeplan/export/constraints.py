@@ -59,6 +59,7 @@ from moeplan.cost.a2a import (  # noqa: E402,F401
     GpuFacts,
     deepep_hardware_blockers,
 )
+from moeplan.export.launch_facts import attn_dp_blocker
 from moeplan.specs import ClusterSpec, ModelSpec
 
 VLLM_EPLB_ARCHITECTURES = frozenset(
@@ -97,6 +98,12 @@ _SGLANG_COMMON = frozenset(
         "--node-rank",
         "--dist-init-addr",
         "--trust-remote-code",
+        "--host",
+        "--port",
+        "--base-gpu-id",
+        "--disaggregation-mode",
+        "--disaggregation-transfer-backend",
+        "--disaggregation-bootstrap-port",
     }
 )
 SGLANG = EngineVersion(
@@ -136,6 +143,9 @@ VLLM = EngineVersion(
             "--enable-dbo",
             "--speculative-config",
             "--kv-cache-dtype",
+            "--host",
+            "--port",
+            "--kv-transfer-config",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
@@ -244,6 +254,8 @@ def check_sglang(
         bad.append("--dp-size without --enable-dp-attention replicates the whole model")
     if tp % attn_dp:
         bad.append(f"tp_size ({tp}) must be divisible by the attention DP size ({attn_dp})")
+    if attn_dp > 1 and (why := attn_dp_blocker("sglang", t.architecture)) is not None:
+        bad.append(why)
     if tp % ep:
         bad.append(f"tp_size ({tp}) must be divisible by ep_size ({ep})")
     backend = f.get("--moe-a2a-backend", "none")

@@ -22,12 +22,14 @@ from typing import Any
 import numpy as np
 
 from moeplan.export.constraints import Target
+from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
     PREFILL_UNIT,
     ExportContext,
     LaunchExport,
     Option,
     analytic_options,
+    checkpoint_config,
     engine_export,
     model_path_for,
     serving_options,
@@ -98,8 +100,9 @@ ARTIFACTS = frozenset(
         "vllm.sh",
         "expert_location.json",
         "sglang_pd.sh",
+        "launch",
     }
-)
+)  # sglang.sh / vllm.sh / sglang_pd.sh: earlier runs' names, replaced by launch/
 
 
 def check_outdir(outdir: Path) -> None:
@@ -115,6 +118,7 @@ def launch_exports(
     full: ModelSpec,
     serving: Any = None,
     pricing: str = "",
+    remote_code: bool = False,
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
     serving ranking's order when there is one, else by the analytic prefill figure.
@@ -130,6 +134,7 @@ def launch_exports(
         placement_width=width,
         notes=tuple(_fit_notes(result, full)),
         pricing=pricing,
+        remote_code=remote_code,
     )
     if serving is not None:
         options = serving_options(serving)
@@ -222,6 +227,7 @@ def write_artifacts(
         full=full,
         serving=serving,
         pricing=pricing_line(pricing(cm)),
+        remote_code=needs_remote_code(checkpoint_config(model_arg)),
     )
     html = render_report(
         result, placement, cm, trace, exports, full.num_layers, serving
@@ -233,32 +239,44 @@ def write_artifacts(
     else:  # the analytic leader's task schedule
         timeline = winner_trace(result)
     with OutputSet(outdir, known=set(ARTIFACTS)) as out:
+        loc = None
         if "placement" in plan.details:
-            from moeplan.export.expert_location import write_sglang_expert_location
+            from moeplan.export.expert_location import sglang_expert_location
 
-            write_sglang_expert_location(
-                out.path("expert_location.json"),
-                np.asarray(plan.details["placement"]["physical_to_logical_map"]),
-                ep=placement.ep,
-                num_hidden_layers=result.model.num_layers,
-                moe_layers=result.model.moe_layers,
+            loc = json.dumps(
+                sglang_expert_location(
+                    np.asarray(plan.details["placement"]["physical_to_logical_map"]),
+                    ep=placement.ep,
+                    num_hidden_layers=result.model.num_layers,
+                    moe_layers=result.model.moe_layers,
+                )
             )
-            files["expert_location"] = str(outdir / "expert_location.json")
+            files["expert_location"] = str(out.write("expert_location.json", loc))
         files["plan"] = str(out.write("plan.json", plan.to_json()))
         files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
-        for engine, ex in exports.items():
-            files[engine] = str(out.write(f"{engine}.sh", ex.text, executable=True))
-        if serving is not None and serving.winner.entry.family == "pd":
-            from moeplan.export.sglang import sglang_pd_script
-
-            pd = sglang_pd_script(
-                serving.winner.entry.layout,
-                model_path=model_path_for(model_arg, model_path),
-                target=Target.of(result.model, result.cluster),
-            )
-            files["sglang_pd"] = str(out.write("sglang_pd.sh", pd, executable=True))
+        files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
         files["report"] = str(out.write("report.html", html))
     return files
+
+
+def write_launch_folder(
+    folder: Path, exports: dict[str, LaunchExport], expert_location: str | None
+) -> Path:
+    """``launch/``: ``deployment.json`` (what each engine's files start) and per engine
+    ``launch.sh`` / ``stop.sh`` (executable) with the ``expert_location.json`` they pass."""
+    folder.mkdir()
+    deployments = {e: ex.deployment for e, ex in exports.items()}
+    (folder / "deployment.json").write_text(json.dumps(deployments, indent=1) + "\n")
+    for engine, ex in exports.items():
+        sub = folder / engine
+        sub.mkdir()
+        files = ex.files or {"launch.sh": ex.text}
+        for name, text in files.items():
+            (sub / name).write_text(text, encoding="utf-8")
+            (sub / name).chmod(0o755)
+        if expert_location is not None and "--init-expert-location" in ex.text:
+            (sub / "expert_location.json").write_text(expert_location)
+    return folder
 
 
 def _np(o: Any) -> Any:

@@ -1,0 +1,75 @@
+"""Per-model launch facts of the pinned engines, as data with their sources.
+
+- **Remote code.** A Hugging Face repository whose ``config.json`` has ``auto_map`` ships its
+  own configuration/model/tokenizer classes, which transformers' ``AutoConfig`` /
+  ``AutoTokenizer`` load only with ``trust_remote_code=True`` (transformers
+  ``dynamic_module_utils.resolve_trust_remote_code``); SGLang and vLLM pass
+  ``--trust-remote-code`` through to them (e.g. Kimi-K2's tiktoken tokenizer,
+  ``tokenization_kimi.py``). :func:`needs_remote_code` reads the config dict.
+- **Attention DP** (SGLang ``--attn-dp-size``): a model class runs attention data-parallel only
+  when its attention layer splits heads by the *attention* TP size
+  (``get_parallel().attn_tp_size``), not by the whole ``get_parallel().tp_size``. :data:`SGLANG_ATTN_DP` lists
+  the architectures whose 0.5.23 model classes do; Mixtral's ``MixtralAttention``
+  (``python/sglang/srt/models/mixtral.py``) splits by the whole ``tp_size``, so a Mixtral launch gets no ``--attn-dp-size``. vLLM's ``--data-parallel-size`` replicates the
+  attention of any model (``vllm/v1/engine/core.py`` ``DPEngineCoreProc``), so every
+  architecture runs it there.
+- **DeepEP** per engine: :data:`moeplan.cost.a2a.DEEPEP_ARCHITECTURES` (one set of facts with
+  the cost model) and the GPUs' compute capabilities in the cluster presets' GPU records.
+- **Layer partition of a pipeline**: SGLang reads ``SGLANG_PP_LAYER_PARTITION`` (layers per
+  stage, comma-separated; ``python/sglang/srt/distributed/utils.py`` ``get_pp_indices``),
+  vLLM ``VLLM_PP_LAYER_PARTITION`` (``vllm/distributed/utils.py`` ``get_pp_indices``); both
+  must sum to the model's ``num_hidden_layers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SGLANG_VERSION = "0.5.23"
+VLLM_VERSION = "0.11.0"
+
+#: architectures whose SGLang 0.5.23 attention splits heads by the attention-TP size
+#: (sglang python/sglang/srt/models/<file>.py: the attention class divides its heads by
+#: ``get_parallel().attn_tp_size``)
+SGLANG_ATTN_DP: frozenset[str] = frozenset(
+    {
+        "DeepseekV2ForCausalLM",  # deepseek_v2.py (attn_tp_size)
+        "DeepseekV3ForCausalLM",  # deepseek_v2.py (same classes)
+        "DeepseekV4ForCausalLM",  # deepseek_v4.py
+        "KimiK25ForConditionalGeneration",  # kimi_k25.py: the DeepseekV3ForCausalLM text model
+        "Qwen2MoeForCausalLM",  # qwen2_moe.py Qwen2MoeAttention
+        "Qwen3MoeForCausalLM",  # qwen3_moe.py Qwen3MoeAttention
+        "Qwen3_5MoeForConditionalGeneration",  # qwen3_5.py
+        "GptOssForCausalLM",  # gpt_oss.py GptOssAttention
+        "GlmMoeDsaForCausalLM",  # glm4_moe.py
+        "Llama4ForConditionalGeneration",  # mllama4.py: the llama4.py Llama4Attention
+        "NemotronHForCausalLM",  # nemotron_h.py NemotronHAttention
+        "MiniMaxM3ForCausalLM",  # minimax_m3.py
+    }
+)  # not: MixtralForCausalLM (mixtral.py), Gemma4ForConditionalGeneration (gemma4_causal.py
+#    Gemma4Attention): both split heads by get_parallel().tp_size
+#: where each SGLang fact is read (engine source file, pinned version)
+SOURCES = {
+    "attn_dp": f"sglang {SGLANG_VERSION} python/sglang/srt/models/*.py (attention head split)",
+    "mixtral": f"sglang {SGLANG_VERSION} python/sglang/srt/models/mixtral.py MixtralAttention",
+    "remote_code": "transformers dynamic_module_utils.resolve_trust_remote_code (auto_map)",
+    "sglang_pp": f"sglang {SGLANG_VERSION} python/sglang/srt/distributed/utils.py get_pp_indices",
+    "vllm_pp": f"vllm {VLLM_VERSION} vllm/distributed/utils.py get_pp_indices",
+}
+PP_PARTITION_ENV = {"sglang": "SGLANG_PP_LAYER_PARTITION", "vllm": "VLLM_PP_LAYER_PARTITION"}
+
+
+def needs_remote_code(config: Mapping[str, Any] | None) -> bool:
+    """Whether a checkpoint with this ``config.json`` needs ``--trust-remote-code``."""
+    return bool(config) and bool(config.get("auto_map"))  # type: ignore[union-attr]
+
+
+def attn_dp_blocker(engine: str, architecture: str) -> str | None:
+    """Why ``engine`` cannot run attention DP for ``architecture`` (None: it can)."""
+    if engine == "sglang" and architecture not in SGLANG_ATTN_DP:
+        return (
+            f"SGLang {SGLANG_VERSION} has no attention DP for {architecture}: its attention "
+            "splits heads by the whole tp_size (" + SOURCES["attn_dp"] + ")"
+        )
+    return None
