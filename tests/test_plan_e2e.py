@@ -45,11 +45,12 @@ def test_every_artifact_exists_and_parses(planned):
     html = (folder / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in html
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?:", html)  # works offline
-    for sh in ("sglang.sh", "vllm.sh"):
-        path = folder / sh
+    for sh in ("sglang/launch.sh", "sglang/stop.sh", "vllm/launch.sh", "vllm/stop.sh"):
+        path = folder / "launch" / sh
         assert os.access(path, os.X_OK)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm"}
+    assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm", "launch"}
+    json.loads((folder / "launch" / "deployment.json").read_text())
     assert not list(folder.glob(".*.tmp"))  # no temp files left behind
 
 

@@ -5,7 +5,7 @@ every node in ``NODE_<r>_ADDR`` (default ``127.0.0.1`` on one node). It starts t
 servers in order (prefill pool first), each in its own process group with its output in
 ``logs/<server>.log`` and its process id in ``pids.<NODE_RANK>``; on node 0 it then waits for
 every server's ``/health`` (both engines serve it; ``MOEPLAN_WAIT_S``, default 1800 s) and
-starts the router. ``stop.sh`` ends the process groups this node's ``launch.sh`` recorded, and
+starts the router. It stays in the foreground until they exit (Ctrl-C stops them). ``stop.sh`` ends the process groups this node's ``launch.sh`` recorded, and
 nothing else.
 
 Quoting is :mod:`moeplan.export.launcher`'s: every argument single-quoted except the shell
@@ -47,6 +47,14 @@ _FUNCS = [
 ]
 
 
+_WAIT = [  # stay in the foreground while the servers run; Ctrl-C (or TERM) stops them
+    'echo "moeplan: started; stop with ${HERE}/stop.sh or Ctrl-C here"',
+    "trap 'while read -r pid; do kill -TERM -- \"-${pid}\" 2> /dev/null || true; done"
+    " < \"${PIDS}\"' INT TERM",
+    "wait",
+]
+
+
 def _nodes_preamble(num_nodes: int) -> list[str]:
     if num_nodes == 1:
         return ['NODE_RANK="${NODE_RANK:-0}"', 'NODE_0_ADDR="${NODE_0_ADDR:-127.0.0.1}"']
@@ -54,7 +62,7 @@ def _nodes_preamble(num_nodes: int) -> list[str]:
         f'NODE_RANK="${{NODE_RANK:?set NODE_RANK to the rank of this node, 0..{num_nodes - 1}}}"'
     ]
     out += [
-        f'NODE_{r}_ADDR="${{NODE_{r}_ADDR:?set NODE_{r}_ADDR to node {r}\'s address}}"'
+        f'NODE_{r}_ADDR="${{NODE_{r}_ADDR:?set NODE_{r}_ADDR to the address of node {r}}}"'
         for r in range(num_nodes)
     ]
     return out
@@ -97,6 +105,7 @@ def render_launch(
             s = sc.slot
             lines.append(f'  wait_ready "http://${{NODE_{s.nodes[0]}_ADDR}}:{s.port}"')
         lines += [render_command(["start", "router", *router], indent="  "), "fi"]
+    lines += _WAIT
     return "\n".join(lines) + "\n"
 
 

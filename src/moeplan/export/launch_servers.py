@@ -111,7 +111,7 @@ def _vllm(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]] | None:
             node_rank=rank,
             address=node_addr(slot.nodes[0]),
             rpc_port=slot.dist_port,
-            redundant_experts=pool.redundant,
+            redundant_experts=max(ctx.redundant, pool.redundant),  # vLLM's EPLB places them
             knobs=pool.knobs,
             role=slot.role,
         )

@@ -255,6 +255,8 @@ def write_artifacts(
         files["plan"] = str(out.write("plan.json", plan.to_json()))
         files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
         files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
+        for engine in exports:  # each engine's launch.sh (what --json's artifacts name)
+            files[engine] = str(outdir / "launch" / engine / "launch.sh")
         files["report"] = str(out.write("report.html", html))
     return files
 
