@@ -79,6 +79,7 @@ def analytic_folders(out: Path) -> list[tuple[str, str, Path, int]]:
             except MoeplanError:
                 continue
             ex = launch_exports(r, r.winner.plan, model_path=f"org/{mn}", full=m)
+            out.mkdir(parents=True, exist_ok=True)
             folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
             rows.append((mn, cn, folder, c.gpu.sm_version or 90))
     return rows
@@ -89,6 +90,7 @@ def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, i
     from moeplan.specs import load_cluster
 
     rows = []
+    out.mkdir(parents=True, exist_ok=True)
     for pair in pairs:
         mn, cn = pair.split(":")
         dst = out / f"plan-{mn}@{cn}"

@@ -47,8 +47,13 @@ SGLANG_ATTN_DP: frozenset[str] = frozenset(
         "NemotronHForCausalLM",  # nemotron_h.py NemotronHAttention
         "MiniMaxM3ForCausalLM",  # minimax_m3.py
     }
-)  # not: MixtralForCausalLM (mixtral.py), Gemma4ForConditionalGeneration (gemma4_causal.py
-#    Gemma4Attention): both split heads by get_parallel().tp_size
+)
+#: architectures whose SGLang 0.5.23 attention splits heads by the whole ``tp_size``
+#: (``get_parallel().tp_size``): the class that does it, for the message
+SGLANG_NO_ATTN_DP = {
+    "MixtralForCausalLM": "python/sglang/srt/models/mixtral.py MixtralAttention",
+    "Gemma4ForConditionalGeneration": "python/sglang/srt/models/gemma4_causal.py Gemma4Attention",
+}
 #: where each SGLang fact is read (engine source file, pinned version)
 SOURCES = {
     "attn_dp": f"sglang {SGLANG_VERSION} python/sglang/srt/models/*.py (attention head split)",
@@ -68,8 +73,9 @@ def needs_remote_code(config: Mapping[str, Any] | None) -> bool:
 def attn_dp_blocker(engine: str, architecture: str) -> str | None:
     """Why ``engine`` cannot run attention DP for ``architecture`` (None: it can)."""
     if engine == "sglang" and architecture not in SGLANG_ATTN_DP:
+        where = SGLANG_NO_ATTN_DP.get(architecture, "no attention-DP model class is known")
         return (
-            f"SGLang {SGLANG_VERSION} has no attention DP for {architecture}: its attention "
-            "splits heads by the whole tp_size (" + SOURCES["attn_dp"] + ")"
+            f"SGLang {SGLANG_VERSION} has no attention DP (--attn-dp-size) for {architecture}: "
+            f"its attention splits heads by the whole tp_size ({where})"
         )
     return None
