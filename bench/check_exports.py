@@ -38,12 +38,15 @@ LIGHT = [  # pure / small packages the engines' argument modules import at load 
     "prometheus-client", "urllib3", "multidict", "attrs", "yarl", "cbor2", "idna",
     "charset-normalizer", "certifi", "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist",
     "openai", "openai-harmony", "jiter", "httpx", "anyio", "distro", "sniffio", "httpcore",
-    "h11",
+    "h11", "dill",
 ]  # fmt: skip
-STUBS = "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C"
+STUBS = (  # GPU kernels, compilers and optional front ends: never reached by argument handling
+    "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C,torchvision,tvm_ffi,"
+    "sentencepiece,pynvml,compressed_tensors,sgl_kernel,gguf"
+)
 RECORDER = '#!/bin/sh\n{ printf "%s\\0" "$(basename "$0")" "$@"; printf "<end>\\0"; } >> "$ARGV_LOG"\n'
 CONTROLS = [  # must fail: attention DP not dividing TP; an unknown flag; an unknown policy
-    ("sglang", ["--model-path", "m", "--tp-size", "8", "--attn-dp-size", "3"]),
+    ("sglang", ["--model-path", "MODEL", "--tp-size", "8", "--attn-dp-size", "3"]),
     ("vllm", ["m", "--tensor-parallel-size", "2", "--no-such-flag"]),
     ("router", ["--worker-urls", "http://a:1", "--policy", "no_such_policy"]),
 ]
@@ -57,10 +60,26 @@ def ensure_venv(venv: Path) -> Path:
     if not (site / "sglang").is_dir():
         pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-deps"]
         subprocess.run([*pip, *PINNED, *LIGHT], check=True)
+    # transformers asks the stand-in torchvision for its installed version
+    meta = site / "torchvision-0.0.0.dist-info"
+    meta.mkdir(exist_ok=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0.0\n")
     return site
 
 
-def analytic_folders(out: Path) -> list[tuple[str, str, Path, int]]:
+def model_folder(name: str, out: Path) -> Path:
+    """A local model folder holding the preset's ``config.json`` (what SGLang's resolution
+    reads; no weights are needed to resolve the arguments)."""
+    from moeplan.specs.presets import model_config
+
+    folder = out / "models" / name
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(model_config(name)))
+    return folder
+
+
+def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
     """``(model, cluster, launch folder, sm)`` of every preset pair's colocated winner."""
     sys.path.insert(0, str(REPO / "src"))
     from moeplan.cost import cost_model_for
@@ -78,14 +97,15 @@ def analytic_folders(out: Path) -> list[tuple[str, str, Path, int]]:
                 r = plan(m, c, w, cost_model_for(c, None), families=("strategy",))
             except MoeplanError:
                 continue
-            ex = launch_exports(r, r.winner.plan, model_path=f"org/{mn}", full=m)
+            path = str(model_folder(mn, out))
+            ex = launch_exports(r, r.winner.plan, model_path=path, full=m)
             out.mkdir(parents=True, exist_ok=True)
             folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
-            rows.append((mn, cn, folder, c.gpu.sm_version or 90))
+            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes))
     return rows
 
 
-def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int]]:
+def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float]]:
     """``moeplan plan``'s own launch folders (serving ranking included)."""
     from moeplan.specs import load_cluster
 
@@ -95,10 +115,12 @@ def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, i
         mn, cn = pair.split(":")
         dst = out / f"plan-{mn}@{cn}"
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        path = str(model_folder(mn, out))
         subprocess.run([sys.executable, "-m", "moeplan", "plan", "--model", mn, "--cluster", cn,
-                        "--out", str(dst), "--quiet", "--requests", "300"],
+                        "--model-path", path, "--out", str(dst), "--quiet", "--requests", "300"],
                        check=True, env=env, capture_output=True)  # fmt: skip
-        rows.append((mn, cn, dst / "launch", load_cluster(cn).gpu.sm_version or 90))
+        g = load_cluster(cn).gpu
+        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes))
     return rows
 
 
@@ -125,15 +147,17 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     return cmds
 
 
-def jobs_of(cmds: list[list[str]], sm: int) -> list[dict]:
+def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
+    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU)."""
+    gpu = {"sm": sm, "gpus": 8, "mem_gib": int(mem) >> 30}
     out = []
     for c in cmds:
         if c[:3] == ["python", "-m", "sglang.launch_server"]:
-            out.append({"kind": "sglang", "argv": c[3:], "sm": sm, "gpus": 8})
+            out.append({"kind": "sglang", "argv": c[3:], **gpu})
         elif c[:3] == ["python", "-m", "sglang_router.launch_router"]:
-            out.append({"kind": "router", "argv": c[3:], "sm": sm, "gpus": 8})
+            out.append({"kind": "router", "argv": c[3:], **gpu})
         elif c[:2] == ["vllm", "serve"]:
-            out.append({"kind": "vllm", "argv": c[2:], "sm": sm, "gpus": 8})
+            out.append({"kind": "vllm", "argv": c[2:], **gpu})
     return out
 
 
@@ -160,16 +184,18 @@ def main() -> int:
         out = Path(tmp)
         rows = analytic_folders(out / "a") + serving_folders(a.serving, out / "s")
         jobs, where = [], []
-        for mn, cn, folder, sm in rows:
+        for mn, cn, folder, sm, mem in rows:
             dep = json.loads((folder / "deployment.json").read_text())
             for engine in ("sglang", "vllm"):
                 nodes = max((n for s in (dep[engine] or {}).get("servers", [])
                              for n in s["nodes"]), default=0) + 1  # fmt: skip
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / mn / cn / engine)
-                for j in jobs_of(cmds, sm):
+                for j in jobs_of(cmds, sm, mem):
                     jobs.append(j)
                     where.append(f"{mn}@{cn} {engine}")
-        controls = [{"kind": k, "argv": v, "sm": 90, "gpus": 8} for k, v in CONTROLS]
+        q = str(model_folder("qwen3-30b-a3b", out))
+        controls = [{"kind": k, "argv": [q if a == "MODEL" else a for a in v], "sm": 90,
+                     "gpus": 8} for k, v in CONTROLS]  # fmt: skip
         res = check(site, jobs + controls)
     got, ctl = res[: len(jobs)], res[len(jobs):]
     assert not any(r["ok"] for r in ctl), f"a control passed: {ctl}"

@@ -114,7 +114,9 @@ def fake_cuda(sm: int, gpus: int, mem_gib: int) -> None:
 def _sglang(argv: list[str]) -> None:
     from sglang.srt.server_args import prepare_server_args
 
-    prepare_server_args(argv)
+    server_args = prepare_server_args(argv)
+    server_args.resolve_once()  # what launch_server.run_server does before starting
+    server_args.check_server_args()
 
 
 def _vllm(argv: list[str]) -> None:
@@ -154,22 +156,25 @@ CHECKS = {"sglang": _sglang, "vllm": _vllm, "router": _router}
 
 def main() -> None:
     import torch  # noqa: F401 (real, before any stand-in exists)
+    import torch._dynamo  # noqa: F401 (loaded before the triton stand-in: torch probes it)
+    import torch._functorch.aot_autograd  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
 
     sys.meta_path.insert(0, _StubFinder())
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(8))))
     done_sm = None
     for line in sys.stdin:
         job = json.loads(line)
-        if job["sm"] != done_sm:
+        if (job["sm"], job.get("mem_gib")) != done_sm:
             fake_cuda(job["sm"], job["gpus"], job.get("mem_gib", 80))
-            done_sm = job["sm"]
+            done_sm = (job["sm"], job.get("mem_gib"))
         sink = io.StringIO()
         try:
             with redirect_stdout(sink), redirect_stderr(sink):
                 CHECKS[job["kind"]](job["argv"])
             out = {"id": job["id"], "ok": True, "error": ""}
         except BaseException as err:  # SystemExit from argparse included
-            tb = traceback.extract_tb(err.__traceback__)[-2:]
+            tb = traceback.extract_tb(err.__traceback__)[-int(os.environ.get("MOEPLAN_TB", 2)):]
             where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in tb)
             tail = traceback.format_exception_only(type(err), err)[-1].strip() + f" at {where}"
             out = {"id": job["id"], "ok": False, "error": f"{tail} | {sink.getvalue()[-400:]}"}

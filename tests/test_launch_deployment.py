@@ -16,7 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_launchable_presets import planned
 
 from moeplan.export import constraints as cons
 from moeplan.export.launch_facts import needs_remote_code
@@ -35,6 +34,9 @@ from moeplan.serve.layout import ServeLayout
 from moeplan.serve.pd import PDLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config
+from test_launchable_presets import planned
+
+pytestmark = pytest.mark.xdist_group("preset-grid")  # shares planned() with the preset grids
 
 # records argv and the GPUs the process sees
 RECORDER = (
@@ -136,14 +138,16 @@ def test_every_preset_pair_launches_its_winner():
         want = (lay["attn"]["tp"], lay["attn"]["dp"], lay["moe"]["tp"], lay["moe"]["ep"],
                 lay["pp"])  # fmt: skip
         for engine, e in ex.items():
-            if e.label != result.winner.label:
-                assert e.label is None or e.skipped, (mn, cn, engine)  # said, with a reason
+            if e.label != result.winner.label:  # only for the two reasons below, said
+                why = {"sglang": "has no attention DP", "vllm": "cannot express MoE TP"}[engine]
+                assert e.skipped and why in e.skipped[0], (mn, cn, engine, e.skipped)
                 n[engine, "other"] += 1
                 continue
             assert e.deployment["gpus"] == lay["world_size"] == result.winner.gpus
             assert len(e.servers) == 1 and degrees(engine, e.servers[0][0]) == want
             n[engine, "winner"] += 1
-    assert n["sglang", "winner"] >= 150 and n["vllm", "winner"] >= 100, n
+    assert n["sglang", "winner"] + n["sglang", "other"] >= 200, n  # 215 pairs fit today
+    assert n["sglang", "winner"] > n["sglang", "other"] and n["vllm", "winner"] > 0, n
 
 
 def fake_served(entry: Entry, knobs=None) -> SimpleNamespace:
