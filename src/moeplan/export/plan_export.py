@@ -1,21 +1,33 @@
-"""Launch scripts of a ``moeplan plan`` result: the best strategy each engine can run.
+"""Launch folders of a ``moeplan plan`` result: the whole deployment each engine can run.
 
-Pure: a :class:`moeplan.planners.rank.PlanResult` in, script texts out (the report writes them).
+Pure: the plan outcome (a :class:`moeplan.planners.rank.PlanResult` and, when simulated, the
+serving ranking) in, file texts out (the report writes them under ``launch/``).
 
-- The exported strategy is the best colocated (MixServe) strategy, by prompt tokens/s per GPU,
-  whose arguments the engine can express *and* that pass every rule of the pinned version in
-  :mod:`moeplan.export.constraints`. When that is not the plan's winner the script says which
-  plan won, which one it launches instead and the predicted gap per GPU.
+- Options are the serving ranking's deployments in its order (:func:`serving_options`:
+  colocated layouts with their replicas, P/D pairs of pools), else the analytic ranking's
+  colocated strategies and one-stage SMIDT plans with their replicas
+  (:func:`analytic_options`). :func:`engine_export` exports, per engine, the first option
+  whose every server the engine can express *and* that passes every rule of the pinned
+  version (:mod:`moeplan.export.constraints`, :mod:`moeplan.export.launch_facts`); when that
+  is not the plan's winner the script says which plan won, what it launches instead and the
+  predicted gap per GPU.
+- The option's pools are placed on GPUs, ports and nodes (:mod:`moeplan.export.deployment`),
+  every server gets its engine command (:mod:`moeplan.export.launch_servers`: SGLang
+  ``--base-gpu-id``, vLLM ``CUDA_VISIBLE_DEVICES``, a router in front of several servers) and
+  one ``launch.sh`` / ``stop.sh`` start and stop them in order
+  (:mod:`moeplan.export.launch_scripts`); ``deployment`` records what they start.
 - Model path: ``--model-path`` of ``moeplan plan``, else the preset's Hugging Face repository
   (:data:`DEFAULT_MODEL_PATHS`) or the folder of a ``config.json``; never a preset name.
+  ``--trust-remote-code`` when the checkpoint's config has ``auto_map``.
 - A plan made on a truncated model (``--layers``) launches the full model: the script says so
   at the top and leaves out ``--init-expert-location`` (the placement covers only the layers
   that were planned).
-- A Sem-MoE placement is passed to SGLang (``--init-expert-location`` for the
-  ``expert_location.json`` beside the script, ``--ep-num-redundant-experts`` when it replicates
-  experts) only when it was made for the exported EP size; otherwise the script says why not.
-- Multi-node: one script covering every node, selected by ``NODE_RANK``
-  (:func:`moeplan.export.launcher.render_per_node`).
+- A Sem-MoE placement is passed to the SGLang servers (``--init-expert-location`` for the
+  ``expert_location.json`` beside the script, ``--ep-num-redundant-experts`` when it
+  replicates experts) whose EP size it was made for — the decode pool of a P/D deployment —
+  and the script says which servers do not get it and why.
+- A SMIDT pipeline's stage cuts go in as the engine's layer partition
+  (:mod:`moeplan.export.pp_partition`).
 """
 
 from __future__ import annotations

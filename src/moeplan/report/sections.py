@@ -291,10 +291,14 @@ def _launch_section(exports: dict[str, Any]) -> Section:
     s = Section(title="Launch scripts")
     rows = []
     for engine, ex in exports.items():
+        script = f"launch/{engine}/launch.sh"
         if ex.label is None:
-            rows.append([f"{engine}.sh", "— (cannot launch; the script exits 1)", "—", "—"])
+            rows.append([script, "— (cannot launch; the script exits 1)", "—", "—"])
             continue
-        rows.append([f"{engine}.sh", ex.label, f"{ex.per_gpu:,.1f} {ex.unit}", f"{ex.gap:.2f}x"])
+        dep = ex.deployment or {}
+        what = ", ".join(f"{p['instances']} x {role}" for role, p in dep.get("pools", {}).items())
+        label = f"{ex.label} — {what}, {dep.get('gpus', '?')} GPUs" if dep else ex.label
+        rows.append([script, label, f"{ex.per_gpu:,.1f} {ex.unit}", f"{ex.gap:.2f}x"])
         s.paragraphs += [f"{engine}: {n}" for n in ex.warnings]
         if ex.skipped:
             s.paragraphs.append(
