@@ -233,3 +233,29 @@ def test_module_cut_inside_a_layer_moves_to_the_lighter_stage():
     part, notes = layer_partition(st, [1.0, 2.0])
     assert part == (2, 1) and "inside layer 1" in notes[0]
     assert layer_partition(st, [3.0, 2.0])[0] == (1, 2)
+
+
+def test_pipeline_entry_exports_its_layer_partition(tmp_path):
+    """A 2-stage SMIDT entry cut inside layer 1 of 3: the engine gets SMIDT's priced
+    time-balanced layer-level partition (same PP degree), and the script says both."""
+    from moeplan.export.plan_export import _partition
+
+    plan = SimpleNamespace(
+        family="pipeline",
+        layout={"stages": [{"end_module": 3}, {"end_module": 6}]},
+        details={"stage_time_s": [1.0, 2.0]},
+        predicted={"throughput_tokens_per_s": 1000.0},
+        baselines={"time_balanced": {"pp": 2, "stage_modules": [[0, 2], [2, 6]],
+                                     "throughput_tokens_per_s": 900.0}},
+    )  # fmt: skip
+    part, notes = _partition(plan, Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2))
+    assert part == (1, 2) and "inside layer 1" in notes[0] and "900" in notes[1]
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("a100-sxm-8")
+    st = Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2)
+    opt = Option(strategy=st, label="pp2", family="pipeline", per_gpu=1.0, unit=PREFILL_UNIT,
+                 pp_partition=(20, 28), notes=tuple(notes))  # fmt: skip
+    ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
+                        full_layers=48)  # fmt: skip
+    for engine, var in (("sglang", "SGLANG"), ("vllm", "VLLM")):
+        ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+        assert f"{var}_PP_LAYER_PARTITION=20,28" in ex.text and "inside layer 1" in ex.text

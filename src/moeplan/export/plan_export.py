@@ -275,13 +275,26 @@ def serving_options(serving: Any) -> list[Option]:
 
 
 def _partition(plan: Any, st: Strategy | None) -> tuple[tuple[int, ...] | None, list[str]]:
-    """A SMIDT pipeline plan's cuts as the engines' layer partition (pp_partition.py)."""
+    """A SMIDT pipeline plan's cuts as the engines' layer partition (pp_partition.py); when a
+    cut falls inside a layer and SMIDT's time-balanced layer-level baseline (same cost tables,
+    whole layers) has the same PP degree, that priced partition is exported instead."""
     if st is None or st.pp <= 1 or plan is None or plan.family != "pipeline":
         return None, []
     stages = plan.layout.get("stages") or []
     if len(stages) != st.pp:
         return None, []
-    return layer_partition(stages, plan.details.get("stage_time_s"))
+    part, notes = layer_partition(stages, plan.details.get("stage_time_s"))
+    base = (plan.baselines or {}).get("time_balanced")
+    if notes and base and base.get("pp") == st.pp and base.get("stage_modules"):
+        ends = [{"end_module": b} for _, b in base["stage_modules"]]
+        part = layer_partition(ends)[0]
+        ours = plan.predicted.get("throughput_tokens_per_s", 0.0)
+        notes.append(
+            f"exported instead: SMIDT's time-balanced layer-level partition {list(part)} on the "
+            f"same cost tables, predicted {base['throughput_tokens_per_s']:,.0f} tokens/s "
+            f"(whole cluster) against the module-level plan's {ours:,.0f}"
+        )
+    return part, notes
 
 
 def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
