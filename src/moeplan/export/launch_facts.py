@@ -62,7 +62,68 @@ SOURCES = {
     "sglang_pp": f"sglang {SGLANG_VERSION} python/sglang/srt/distributed/utils.py get_pp_indices",
     "vllm_pp": f"vllm {VLLM_VERSION} vllm/distributed/utils.py get_pp_indices",
 }
+#: SGLang 0.5.23 KV page size forced per architecture
+#: (python/sglang/srt/arg_groups/model_overrides/deepseek_v4.py: ``page_size = 256``). With
+#: attention DP each rank's chunk is ``--chunked-prefill-size // attn_dp``
+#: (arg_groups/parallel_hook.py) and must be a multiple of the page size
+#: (arg_groups/validation_hook.py): the memory default (4096 below 60 GiB per GPU,
+#: arg_groups/memory_hook.py) over attention DP 32 is 128, so the export sets the chunk.
+SGLANG_PAGE_SIZE = {"DeepseekV4ForCausalLM": 256}
+SGLANG_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 GiB GPUs
+#: architectures whose SGLang 0.5.23 default MoE runner is flashinfer_cutlass
+#: (arg_groups/model_overrides/nemotron_h.py), which accepts ep_size 1 or tp_size only
+#: (arg_groups/moe_hook.py); on SM100 without an all-to-all backend it picks
+#: flashinfer_trtllm instead
+SGLANG_EP_IS_TP = frozenset({"NemotronHForCausalLM"})
+#: preset architectures without a model class in the pinned release (SGLang:
+#: python/sglang/srt/models/*.py EntryClass; vLLM: vllm/model_executor/models/registry.py)
+MISSING_MODEL_CLASS = {
+    "sglang": frozenset({"MiniMaxM3ForCausalLM"}),  # 0.5.23 has MiniMaxM3SparseForCausalLM
+    "vllm": frozenset(
+        {
+            "DeepseekV4ForCausalLM",
+            "Qwen3_5MoeForConditionalGeneration",
+            "KimiK25ForConditionalGeneration",
+            "GlmMoeDsaForCausalLM",
+            "Gemma4ForConditionalGeneration",
+            "MiniMaxM3ForCausalLM",
+        }
+    ),
+}
 PP_PARTITION_ENV = {"sglang": "SGLANG_PP_LAYER_PARTITION", "vllm": "VLLM_PP_LAYER_PARTITION"}
+
+
+def model_class_blocker(engine: str, architecture: str) -> str | None:
+    """Why the pinned ``engine`` release cannot load ``architecture`` (None: it can)."""
+    if architecture not in MISSING_MODEL_CLASS[engine]:
+        return None
+    version = SGLANG_VERSION if engine == "sglang" else VLLM_VERSION
+    where = "python/sglang/srt/models" if engine == "sglang" else "model_executor/models/registry.py"
+    return f"{engine} {version} has no model class for {architecture} ({where})"
+
+
+def sglang_chunk(architecture: str, attn_dp: int) -> int | None:
+    """``--chunked-prefill-size`` SGLang needs for ``architecture`` at attention DP ``attn_dp``
+    (None: its default works): the smallest multiple of ``page x attn_dp`` at or above the
+    memory default."""
+    page = SGLANG_PAGE_SIZE.get(architecture)
+    if page is None or attn_dp <= 1:
+        return None
+    unit = page * attn_dp
+    return -(-SGLANG_DEFAULT_CHUNK // unit) * unit
+
+
+def sglang_ep_blocker(architecture: str, tp: int, ep: int, sm: int | None, a2a: str) -> str | None:
+    """Why SGLang 0.5.23's default MoE runner refuses ``ep`` for ``architecture``."""
+    if architecture not in SGLANG_EP_IS_TP or ep in (1, tp):
+        return None
+    if sm == 100 and a2a == "none":
+        return None
+    return (
+        f"SGLang {SGLANG_VERSION} runs {architecture}'s MoE with flashinfer_cutlass, which "
+        f"needs ep_size 1 or tp_size ({ep} of {tp}; arg_groups/model_overrides/nemotron_h.py, "
+        "moe_hook.py)"
+    )
 
 
 def needs_remote_code(config: Mapping[str, Any] | None) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 
 from moeplan.export import constraints as cons
 from moeplan.export.deployment import ROUTER_PORT, Slot, node_addr, url
-from moeplan.export.launch_facts import PP_PARTITION_ENV
+from moeplan.export.launch_facts import PP_PARTITION_ENV, model_class_blocker, sglang_chunk
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import PD_CONNECTOR, PD_PROXY_NOTE, RAY_PORT, vllm_args
 
@@ -93,6 +93,9 @@ def _sglang(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]]:
             args += ["--disaggregation-bootstrap-port", str(slot.bootstrap_port)]
         if ctx.remote_code:
             args.append("--trust-remote-code")
+        chunk = sglang_chunk(ctx.target.architecture, s.attn_dp)
+        if chunk is not None:
+            args += ["--chunked-prefill-size", str(chunk)]
         out.append([args])
         if rank == 0:
             notes += r.warnings
@@ -101,6 +104,8 @@ def _sglang(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]]:
 
 def _vllm(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]] | None:
     s, pool = slot.strategy, slot.pool
+    if (why := model_class_blocker("vllm", ctx.target.architecture)) is not None:
+        notes.append(why + ": run a later vLLM release that has it (the flags are the same)")
     out: list[list[str]] = []
     for rank in range(len(slot.nodes)):
         r = vllm_args(
