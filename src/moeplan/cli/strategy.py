@@ -90,7 +90,7 @@ def pareto_html(a: Analysis, title: str) -> str:
         return go.Scatter(
             x=[r.ttft_s * 1e3 for r in rs],
             y=[r.throughput_per_gpu for r in rs],
-            text=[r.strategy.label() for r in rs],
+            text=[r.strategy.label for r in rs],
             name=name,
             mode=mode,
         )
@@ -128,7 +128,7 @@ def fused_target(a: Analysis, c: ClusterSpec) -> Strategy | None:
 
 def verify_fused(ev: StrategyEvaluator, s: Strategy, isl: int) -> dict:
     """Closed-form fused/sequential layer times against their replay on ``moeplan.sim``."""
-    out: dict = {"strategy": s.label()}
+    out: dict = {"strategy": s.label}
     for phase, q_len in (("prefill", isl), ("decode", 1)):
         layer = ev.fused_layer(s, q_len)
         ag, rs = layer.times()
@@ -176,7 +176,7 @@ def _print_human(
         saving = r.prefill.comm_unfused_s - r.prefill.comm_s
         t.add_row(
             str(i),
-            r.strategy.label(),
+            r.strategy.label,
             str(r.num_gpus),
             fmt_time(r.ttft_s),
             fmt_time(r.itl_s),
@@ -207,7 +207,7 @@ def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
         g = gains(best, base) or {}
         b.add_row(
             name,
-            base.strategy.label(),
+            base.strategy.label,
             "yes" if base.fits else "no",
             fmt_time(base.ttft_s),
             fmt_time(base.itl_s),
@@ -284,12 +284,12 @@ def strategy(
         ).to_json()
     if exp is not None and exp.args and best is not None:
         files[f"{exp.engine}.sh"] = render_launcher(
-            exp.args, [best.strategy.label(), pricing_line(price), *exp.warnings]
+            exp.args, [best.strategy.label, pricing_line(price), *exp.warnings]
         )
     if target is not None:
         files["gantt.html"] = lambda: gantt_html(
             layer_schedules(ev.fused_layer(target, isl)),
-            title=f"one MoE layer, prefill: {target.label()}",
+            title=f"one MoE layer, prefill: {target.label}",
             include_plotlyjs=True,
         )
     write_outputs(out, OUTPUTS, files)

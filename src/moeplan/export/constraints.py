@@ -152,6 +152,7 @@ VLLM = EngineVersion(
             "--host",
             "--port",
             "--kv-transfer-config",
+            "--max-num-batched-tokens",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",

@@ -45,6 +45,7 @@ class Pool:
     knobs: Any = None
     redundant: int = 0
     pp_partition: tuple[int, ...] | None = None  # layers per stage (None: the engine's split)
+    chunk: int | None = None  # the prefill chunk (tokens) the plan priced (None: engine default)
 
     def __post_init__(self) -> None:
         require(self.role in ROLES, f"pool.role ({self.role!r}) must be one of {ROLES}")
@@ -162,7 +163,7 @@ def summary(slots: Sequence[Slot], engine: str, router: bool) -> dict[str, Any]:
                 "pp": st.pp,
             }
         )
-        p = pools.setdefault(s.role, {"instances": 0, "layout": st.label()})
+        p = pools.setdefault(s.role, {"instances": 0, "layout": st.label})
         p["instances"] += 1
     return {
         "engine": engine,

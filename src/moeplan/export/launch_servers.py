@@ -28,6 +28,7 @@ from typing import Any
 
 from moeplan.export import constraints as cons
 from moeplan.export.deployment import ROUTER_PORT, Slot, node_addr, url
+from moeplan.export.knob_flags import prefill_chunk_args
 from moeplan.export.launch_facts import PP_PARTITION_ENV, model_class_blocker, sglang_chunk
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import PD_CONNECTOR, PD_PROXY_NOTE, RAY_PORT, vllm_args
@@ -93,13 +94,21 @@ def _sglang(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]]:
             args += ["--disaggregation-bootstrap-port", str(slot.bootstrap_port)]
         if ctx.remote_code:
             args.append("--trust-remote-code")
-        chunk = sglang_chunk(ctx.target.architecture, s.attn_dp)
-        if chunk is not None:
-            args += ["--chunked-prefill-size", str(chunk)]
+        args += _chunk_args("sglang", slot, ctx)
         out.append([args])
         if rank == 0:
             notes += r.warnings
     return out
+
+
+def _chunk_args(engine: str, slot: Slot, ctx: Any) -> list[str]:
+    """The prefill chunk the plan priced (P/D prefill pools), else the one SGLang needs for
+    the model (:func:`moeplan.export.launch_facts.sglang_chunk`)."""
+    s = slot.strategy
+    if slot.pool.chunk:
+        return prefill_chunk_args(engine, slot.pool.chunk, s.attn_dp)
+    need = sglang_chunk(ctx.target.architecture, s.attn_dp) if engine == "sglang" else None
+    return [] if need is None else ["--chunked-prefill-size", str(need)]
 
 
 def _vllm(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]] | None:
@@ -129,6 +138,7 @@ def _vllm(slot: Slot, ctx: Any, notes: list[str]) -> list[list[str]] | None:
             if slot.role != "colocated":
                 kv = {"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"}
                 args += ["--kv-transfer-config", json.dumps(kv)]
+            args += _chunk_args("vllm", slot, ctx)
             if ctx.remote_code:
                 args.append("--trust-remote-code")
         out.append([args])

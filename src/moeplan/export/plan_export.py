@@ -224,7 +224,7 @@ def analytic_options(result: Any) -> list[Option]:
         for r in c.detail.strategies:
             per_gpu = w.batch * w.isl / r.prefill.total_s / r.num_gpus
             out.append(
-                Option(strategy=r.strategy, label=r.strategy.label(), family="strategy",
+                Option(strategy=r.strategy, label=r.strategy.label, family="strategy",
                        per_gpu=per_gpu, unit=PREFILL_UNIT)
             )  # fmt: skip
     gpus = {id(o): o.strategy.world_size * o.replicas for o in out if o.strategy}
@@ -237,7 +237,7 @@ def _pd_pools(lay: Any) -> tuple[Pool, ...]:
         return ()
     return (
         Pool(role="prefill", strategy=pd_strategy(lay.prefill), count=lay.x,
-             knobs=lay.prefill_knobs),
+             knobs=lay.prefill_knobs, chunk=getattr(lay, "prefill_chunk", None)),
         Pool(role="decode", strategy=pd_strategy(lay.decode), count=lay.y,
              knobs=lay.decode_knobs),
     )  # fmt: skip

@@ -100,9 +100,10 @@ ARTIFACTS = frozenset(
         "vllm.sh",
         "expert_location.json",
         "sglang_pd.sh",
+        "vllm_pd.sh",
         "launch",
     }
-)  # sglang.sh / vllm.sh / sglang_pd.sh: earlier runs' names, replaced by launch/
+)  # sglang.sh / vllm.sh / *_pd.sh: earlier runs' names, replaced by launch/
 
 
 def check_outdir(outdir: Path) -> None:
