@@ -196,6 +196,7 @@ class Option:
         return (pool,)
 
 
+ENGINES = ("sglang", "vllm")
 PREFILL_UNIT = "prompt tokens/s per GPU (batch prefill)"
 SERVING_UNIT = "output tokens/s per GPU (serving simulation)"
 
@@ -385,6 +386,22 @@ def engine_export(
             f"none of the {len(options)} planned deployments passes its rules",
         ),
     )
+
+
+def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[str, LaunchExport]:
+    """Each engine's launch folder for a plan outcome: ``result`` (the families' ranking) and
+    ``serving`` (the serving ranking, None when not simulated) — in the serving ranking's
+    order when there is one, else by the analytic prefill figure."""
+    if serving is not None:
+        options = serving_options(serving)
+        winner = options[0] if options else None
+    else:
+        options = analytic_options(result)
+        w = result.winner
+        winner = Option(
+            strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
+        )
+    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
 
 
 def _deployment_lines(dep: dict[str, Any], router: str, num_nodes: int) -> list[str]:

@@ -24,15 +24,11 @@ import numpy as np
 from moeplan.export.constraints import Target
 from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
-    PREFILL_UNIT,
     ExportContext,
     LaunchExport,
-    Option,
-    analytic_options,
     checkpoint_config,
-    engine_export,
+    deployment_exports,
     model_path_for,
-    serving_options,
 )
 from moeplan.io import OutputSet
 from moeplan.planners.plan import Plan
@@ -41,8 +37,6 @@ from moeplan.report.sections import render_report
 from moeplan.sim import Schedule, TaskGraph, chrome_trace, simulate
 from moeplan.specs import ModelSpec, load_model
 from moeplan.units import GIB
-
-ENGINES = ("sglang", "vllm")
 
 
 def strategy_timeline(c: Candidate, layers: int) -> Schedule:
@@ -137,16 +131,7 @@ def launch_exports(
         pricing=pricing,
         remote_code=remote_code,
     )
-    if serving is not None:
-        options = serving_options(serving)
-        winner = options[0] if options else None
-    else:
-        options = analytic_options(result)
-        w = result.winner
-        winner = Option(
-            strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
-        )
-    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
+    return deployment_exports(result, serving, ctx)
 
 
 def _fit_notes(result: PlanResult, full: ModelSpec) -> list[str]:
