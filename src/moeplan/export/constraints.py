@@ -145,7 +145,6 @@ VLLM = EngineVersion(
             "--headless",
             "--distributed-executor-backend",
             "--trust-remote-code",
-            "--all2all-backend",
             "--enable-dbo",
             "--speculative-config",
             "--kv-cache-dtype",

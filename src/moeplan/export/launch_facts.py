@@ -72,8 +72,9 @@ SGLANG_PAGE_SIZE = {"DeepseekV4ForCausalLM": 256}
 SGLANG_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 GiB GPUs
 #: architectures whose SGLang 0.5.23 default MoE runner is flashinfer_cutlass
 #: (arg_groups/model_overrides/nemotron_h.py), which accepts ep_size 1 or tp_size only
-#: (arg_groups/moe_hook.py); on SM100 without an all-to-all backend it picks
-#: flashinfer_trtllm instead
+#: (arg_groups/moe_hook.py). On SM100 without an all-to-all backend the override picks
+#: flashinfer_trtllm instead, but the resolution with CUDA faked as SM100 still picked
+#: flashinfer_cutlass (bench/check_exports.py), so the rule is applied on every GPU
 SGLANG_EP_IS_TP = frozenset({"NemotronHForCausalLM"})
 #: preset architectures without a model class in the pinned release (SGLang:
 #: python/sglang/srt/models/*.py EntryClass; vLLM: vllm/model_executor/models/registry.py)
@@ -115,9 +116,8 @@ def sglang_chunk(architecture: str, attn_dp: int) -> int | None:
 
 def sglang_ep_blocker(architecture: str, tp: int, ep: int, sm: int | None, a2a: str) -> str | None:
     """Why SGLang 0.5.23's default MoE runner refuses ``ep`` for ``architecture``."""
+    del sm, a2a  # kept for the SM100 case once it is confirmed (SGLANG_EP_IS_TP)
     if architecture not in SGLANG_EP_IS_TP or ep in (1, tp):
-        return None
-    if sm == 100 and a2a == "none":
         return None
     return (
         f"SGLang {SGLANG_VERSION} runs {architecture}'s MoE with flashinfer_cutlass, which "

@@ -28,7 +28,7 @@ from typing import Any
 
 from moeplan.export import constraints as cons
 from moeplan.export.deployment import ROUTER_PORT, Slot, node_addr, url
-from moeplan.export.knob_flags import prefill_chunk_args
+from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_env
 from moeplan.export.launch_facts import PP_PARTITION_ENV, model_class_blocker, sglang_chunk
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import PD_CONNECTOR, PD_PROXY_NOTE, RAY_PORT, vllm_args
@@ -153,6 +153,8 @@ def _env(engine: str, slot: Slot, ctx: Any, gpus_per_node: int) -> list[tuple[st
     env = []
     if engine == "vllm" and len(slot.gpus) < gpus_per_node:
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus))))
+    if engine == "vllm":
+        env += vllm_knob_env(slot.pool.knobs, slot.role)
     part = slot.pool.pp_partition
     if slot.strategy.pp > 1 and part is not None and len(part) == slot.strategy.pp:
         env.append((PP_PARTITION_ENV[engine], ",".join(map(str, part))))
