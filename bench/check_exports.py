@@ -98,7 +98,7 @@ def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
             except MoeplanError:
                 continue
             path = str(model_folder(mn, out))
-            ex = launch_exports(r, r.winner.plan, model_path=path, full=m)
+            ex = launch_exports(r, r.winner.plan, model_path=path, full_layers=m.num_layers)
             out.mkdir(parents=True, exist_ok=True)
             folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
             rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes))

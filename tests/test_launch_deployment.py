@@ -139,7 +139,7 @@ def test_every_preset_pair_launches_its_winner():
     n = Counter()
     for mn, cn, result in planned(("strategy",)):
         ex = launch_exports(result, result.winner.plan, model_path=f"org/{mn}",
-                            full=load_model(mn))  # fmt: skip
+                            full_layers=load_model(mn).num_layers)  # fmt: skip
         lay = result.winner.plan.layout
         want = (lay["attn"]["tp"], lay["attn"]["dp"], lay["moe"]["tp"], lay["moe"]["ep"],
                 lay["pp"])  # fmt: skip

@@ -1,21 +1,22 @@
 """Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
 
-Launch scripts come from :mod:`moeplan.export.plan_export` (the best strategy each engine can
-run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`.
-The files are written as one set (:class:`moeplan.io.OutputSet`): staged in a hidden folder
-next to ``--out`` and swapped in together, so an interrupted run never leaves a mix.
+Everything written is formatted from one :class:`moeplan.serve.outcome.PlanOutcome`
+(:func:`moeplan.serve.job.plan_job` computed it; nothing here plans or simulates). The
+``launch/`` folder comes from :mod:`moeplan.export.plan_export` (per engine, the whole
+deployment — every replica and pool — it can run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`, listing the
+launch files this module writes. The files are written as one set
+(:class:`moeplan.io.OutputSet`): staged in a hidden folder next to ``--out`` and swapped in
+together, so an interrupted run never leaves a mix.
 
-``timeline.json`` (Chrome trace, opens in Perfetto): with a serving ranking, the serving
-winner's simulated engine iterations (:func:`moeplan.serve.rank.serving_trace`); without one,
-the analytic leader's schedule on :mod:`moeplan.sim` — FinDEP's own task graph; for MixServe a
-per-layer compute → communication chain of the prefill step (Eq. 6 adds them, no overlap); for
-SMIDT the stages' micro-batch pipeline.
+``timeline.json`` (Chrome trace, opens in Perfetto): the serving winner's simulated engine
+iterations. ``plotly.min.js``: the charting library, once, beside report.html (inlined it
+would make every report ~5 MB).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,62 +29,12 @@ from moeplan.export.plan_export import (
     LaunchExport,
     checkpoint_config,
     deployment_exports,
-    model_path_for,
 )
 from moeplan.io import OutputSet
 from moeplan.planners.plan import Plan
-from moeplan.planners.rank import Candidate, PlanResult
+from moeplan.report.html import PLOTLY_FILE, plotly_js
 from moeplan.report.sections import render_report
-from moeplan.sim import Schedule, TaskGraph, chrome_trace, simulate
-from moeplan.specs import ModelSpec, load_model
-from moeplan.units import GIB
-
-
-def strategy_timeline(c: Candidate, layers: int) -> Schedule:
-    """MixServe prefill step: per layer compute then communication (then P2P per stage)."""
-    p = c.plan.predicted["prefill_s"]
-    g = TaskGraph()
-    prev: list[int] = []
-    for i in range(layers):
-        a = g.add(f"L{i} compute", "GPU compute", p["compute"] / layers, prev, kind="compute")
-        b = g.add(f"L{i} comm", "interconnect", p["comm"] / layers, [a], kind="communication")
-        prev = [b]
-    if p.get("p2p", 0) > 0:
-        g.add("PP P2P", "interconnect", p["p2p"], prev, kind="p2p")
-    return simulate(g).check()
-
-
-def pipeline_timeline(c: Candidate, micro_batches: int = 4) -> Schedule:
-    """SMIDT: ``micro_batches`` micro-batches flowing through the stages (no P2P shown)."""
-    stages = c.detail.plan.stages
-    g = TaskGraph()
-    last: dict[int, int] = {}
-    for mb in range(micro_batches):
-        prev: list[int] = []
-        for s, st in enumerate(stages):
-            deps = prev + ([last[s]] if s in last else [])
-            t = g.add(f"mb{mb} stage{s}", f"stage {s}", st.time_s, deps, kind=f"micro-batch {mb}")
-            last[s] = t
-            prev = [t]
-    return simulate(g).check()
-
-
-def winner_trace(result: PlanResult) -> dict[str, Any]:
-    w = result.winner
-    meta = {
-        "model": result.model.name,
-        "cluster": result.cluster.name,
-        "family": w.family,
-        "label": w.label,
-    }
-    if w.family == "dep":
-        from moeplan.planners.dep.planner import chrome_traces
-
-        return chrome_traces(w.detail, layers=min(4, w.detail.problem.layers))
-    if w.family == "pipeline":
-        return chrome_trace({w.label: pipeline_timeline(w)}, metadata=meta)
-    return chrome_trace({w.label: strategy_timeline(w, result.model.num_layers)}, metadata=meta)
-
+from moeplan.serve.outcome import PlanOutcome, pricing_line
 
 ARTIFACTS = frozenset(
     {
@@ -96,8 +47,22 @@ ARTIFACTS = frozenset(
         "sglang_pd.sh",
         "vllm_pd.sh",
         "launch",
+        PLOTLY_FILE,
     }
 )  # sglang.sh / vllm.sh / *_pd.sh: earlier runs' names, replaced by launch/
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchFile:
+    """One launch file written beside the plan, and what it starts (for the report's table)."""
+
+    name: str
+    text: str
+    launches: str  # the deployment it starts, or why it cannot
+    predicted: str = "—"  # its predicted figure with the unit
+    gap: str = "—"  # the winner's figure over the launched one's (per GPU)
+    notes: tuple[str, ...] = ()
+    export: LaunchExport | None = None  # the engine's launch folder (launch.sh, stop.sh)
 
 
 def check_outdir(outdir: Path) -> None:
@@ -106,124 +71,82 @@ def check_outdir(outdir: Path) -> None:
 
 
 def launch_exports(
-    result: PlanResult,
+    result: Any,
     plan: Plan,
     *,
     model_path: str,
-    full: ModelSpec,
+    full_layers: int,
     serving: Any = None,
     pricing: str = "",
+    notes: tuple[str, ...] = (),
     remote_code: bool = False,
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
     serving ranking's order when there is one, else by the analytic prefill figure.
-    ``pricing``: the header line naming the engine whose kernels priced the plan."""
+    ``pricing``: the header line naming the engine whose kernels priced the plan; ``notes``:
+    warnings every script carries (e.g. the full model's weights do not fit)."""
     place = plan.details.get("placement")
     width = len(place["physical_to_logical_map"][0]) if place else None
     ctx = ExportContext(
         model_path=model_path,
         target=Target.of(result.model, result.cluster),
         planned_layers=result.model.num_layers,
-        full_layers=full.num_layers,
+        full_layers=full_layers,
         placement_ep=place["ep"] if place else None,
         placement_width=width,
-        notes=tuple(_fit_notes(result, full)),
+        notes=notes,
         pricing=pricing,
         remote_code=remote_code,
     )
     return deployment_exports(result, serving, ctx)
 
 
-def _fit_notes(result: PlanResult, full: ModelSpec) -> list[str]:
-    """When the plan was made on a truncated model: whether the full model's weights fit."""
-    m, c = result.model, result.cluster
-    if m.num_layers >= full.num_layers:
-        return []
-    from moeplan.cost.memory import RESERVED_BYTES, weights_floor_per_gpu
-
-    need = weights_floor_per_gpu(full, c.num_gpus)
-    usable = c.gpu.mem_bytes - RESERVED_BYTES
-    if need <= usable:
-        return []
-    return [
-        f"the full model's weights alone need {need / GIB:.1f} GiB per GPU even spread over "
-        f"all {c.num_gpus} GPUs; {c.gpu.name} has {usable / GIB:.1f} GiB usable: this "
-        "launch will run out of memory"
-    ]
-
-
-def winner_plan(result: PlanResult, placement: Any, trace: str | None, serving: Any = None) -> Plan:
-    """The winner's :class:`Plan` (the serving winner when ``serving`` is given) with the
-    ranking and (when traced) its expert placement."""
-    if serving is not None:
-        from moeplan.serve.rank import served_plan
-
-        plan = replace(
-            served_plan(serving.winner, serving), ranking=[s.summary() for s in serving.ranked]
-        )
-    else:
-        plan = replace(result.winner.plan, ranking=[c.summary() for c in result.candidates])
-    if placement is not None and trace is not None:
-        from moeplan.planners.placement import physical_to_logical
-
-        sem = placement.methods["semmoe"]
-        phys = sem.y if sem.replicas is None else sem.replicas
-        p2l = physical_to_logical(phys, placement.ep)
-        plan = replace(
-            plan,
-            details={
-                **plan.details,
-                "placement": {
-                    "ep": placement.ep,
-                    "physical_to_logical_map": p2l.tolist(),
-                    "moe_layers": list(result.model.moe_layers),
-                },
-            },
-        )
-    return plan
-
-
-def write_artifacts(
-    outdir: Path,
-    result: PlanResult,
-    placement: Any,
-    cm: Any,
-    *,
-    model_arg: str,
-    trace: str | None,
-    model_path: str | None = None,
-    serving: Any = None,
-) -> dict[str, str]:
-    """Write every artifact as one set (:class:`moeplan.io.OutputSet`); ``{kind: path}``.
-
-    ``model_path``: what the launch scripts load (default: :func:`model_path_for`); the model
-    they launch is ``model_arg`` in full, so a plan on fewer layers is flagged. ``serving``: the
-    serving ranking (:mod:`moeplan.serve.rank`), whose winner plan.json holds and whose order
-    the launch scripts follow.
-    """
-    files: dict[str, str] = {"dir": str(outdir)}
-    plan = winner_plan(result, placement, trace, serving)
-    full = load_model(model_arg)
-    from moeplan.kernel_tables import pricing, pricing_line
-
+def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
+    """Each engine's ``launch/<engine>/launch.sh`` of the outcome, in the order written: the
+    whole deployment (replicas, P/D pools, router) the engine can run."""
+    config = checkpoint_config(outcome.model.name) or checkpoint_config(outcome.model_path)
     exports = launch_exports(
-        result,
-        plan,
-        model_path=model_path_for(model_arg, model_path),
-        full=full,
-        serving=serving,
-        pricing=pricing_line(pricing(cm)),
-        remote_code=needs_remote_code(checkpoint_config(model_arg)),
+        outcome.analytic,
+        outcome.plan,
+        model_path=outcome.model_path,
+        full_layers=outcome.full_layers,
+        serving=outcome.ranking,
+        pricing=pricing_line(outcome.pricing),
+        notes=outcome.fit_notes,
+        remote_code=needs_remote_code(config),
     )
-    html = render_report(
-        result, placement, cm, trace, exports, full.num_layers, serving
-    )  # before any file: it may fail
-    if serving is not None:  # the served winner's engine iterations
-        from moeplan.serve.rank import serving_trace
+    out = []
+    for engine, ex in exports.items():
+        name = f"launch/{engine}/launch.sh"
+        if ex.label is None:
+            out.append(LaunchFile(name=name, text=ex.text, export=ex,
+                                  launches="— (cannot launch; the script exits 1)"))
+            continue
+        notes = tuple(ex.warnings)
+        if ex.skipped:
+            notes += (f"{len(ex.skipped)} faster deployments were skipped because {engine} "
+                      f"cannot run them, e.g. {ex.skipped[0]}",)
+        dep = ex.deployment or {}
+        what = ", ".join(f"{p['instances']} x {role}" for role, p in dep.get("pools", {}).items())
+        out.append(LaunchFile(name=name, text=ex.text, export=ex,
+                              launches=f"{ex.label} — {what} servers, {dep.get('gpus')} GPUs",
+                              predicted=f"{ex.per_gpu:,.1f} {ex.unit}", gap=f"{ex.gap:.2f}x",
+                              notes=notes))  # fmt: skip
+    return out
 
-        timeline = serving_trace(serving, result.model, result.cluster, cm)
-    else:  # the analytic leader's task schedule
-        timeline = winner_trace(result)
+
+def _label(entry: Any) -> str:
+    lab, lay = entry.label, entry.layout_label
+    return lab if lab == lay else f"{lab} ({lay})"
+
+
+def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
+    """Write every artifact of ``outcome`` as one set (:class:`moeplan.io.OutputSet`);
+    ``{kind: path}``. The report lists the launch files exactly as written here."""
+    files: dict[str, str] = {"dir": str(outdir)}
+    plan = outcome.plan
+    launchers = launch_files(outcome)
+    html = render_report(outcome, launchers)  # before any file: it may fail
     with OutputSet(outdir, known=set(ARTIFACTS)) as out:
         loc = None
         if "placement" in plan.details:
@@ -232,17 +155,20 @@ def write_artifacts(
             loc = json.dumps(
                 sglang_expert_location(
                     np.asarray(plan.details["placement"]["physical_to_logical_map"]),
-                    ep=placement.ep,
-                    num_hidden_layers=result.model.num_layers,
-                    moe_layers=result.model.moe_layers,
+                    ep=plan.details["placement"]["ep"],
+                    num_hidden_layers=outcome.model.num_layers,
+                    moe_layers=outcome.model.moe_layers,
                 )
             )
             files["expert_location"] = str(out.write("expert_location.json", loc))
         files["plan"] = str(out.write("plan.json", plan.to_json()))
-        files["timeline"] = str(out.write("timeline.json", json.dumps(timeline, default=_np)))
+        timeline = json.dumps(outcome.timeline, default=_np)
+        files["timeline"] = str(out.write("timeline.json", timeline))
+        exports = {lf.name.split("/")[1]: lf.export for lf in launchers if lf.export is not None}
         files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
         for engine in exports:  # each engine's launch.sh (what --json's artifacts name)
             files[engine] = str(outdir / "launch" / engine / "launch.sh")
+        files["plotly"] = str(out.write(PLOTLY_FILE, plotly_js()))
         files["report"] = str(out.write("report.html", html))
     return files
 
@@ -258,8 +184,7 @@ def write_launch_folder(
     for engine, ex in exports.items():
         sub = folder / engine
         sub.mkdir()
-        files = ex.files or {"launch.sh": ex.text}
-        for name, text in files.items():
+        for name, text in (ex.files or {"launch.sh": ex.text}).items():
             (sub / name).write_text(text, encoding="utf-8")
             (sub / name).chmod(0o755)
         if expert_location is not None and "--init-expert-location" in ex.text:
