@@ -39,7 +39,10 @@ err_console = SafeConsole(stderr=True, highlight=False)
 
 
 def print_json(obj: Any) -> None:
-    """Print one JSON object on stdout (numpy scalars converted)."""
+    """Print one JSON object on stdout (numpy scalars converted). Every ``--json`` prints an
+    object, never a bare list: its keys say what the values are, and keys can be added later."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"--json output must be a JSON object, not {type(obj).__name__}")
     sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
 
 

@@ -35,7 +35,7 @@ def models(json_out: JSON = False) -> None:
             }
         )
     if json_out:
-        print_json(rows)
+        print_json({"models": rows})
         return
     t = Table(title="Model presets")
     for c in ("name", "architecture", "total", "active", "layers", "experts", "top-k", "attention"):
@@ -75,7 +75,7 @@ def clusters(json_out: JSON = False) -> None:
             }
         )
     if json_out:
-        print_json(rows)
+        print_json({"clusters": rows})
         return
     t = Table(title="Cluster presets (bandwidth per GPU per direction)")
     for col in ("name", "GPUs", "GPU", "bf16", "memory", "intra", "inter", "profile"):

@@ -158,8 +158,8 @@ def plan_cmd(
     concurrency: Annotated[int | None, typer.Option(
         help="Closed loop: this many requests in flight (instead of --rate).")] = None,
     isl_dist: Annotated[str | None, typer.Option(
-        help="Prompt length distribution: N, uniform:LO:HI or lognormal:MEAN:SIGMA "
-             "(replaces --isl).")] = None,
+        help="Prompt length distribution: N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] "
+             "(replaces --isl; the analytic figures use its mean).")] = None,
     osl_dist: Annotated[str | None, typer.Option(
         help="Output length distribution, as --isl-dist (replaces --osl).")] = None,
     ttft_slo: Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]

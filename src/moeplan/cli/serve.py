@@ -509,8 +509,10 @@ def _payload(
             "cv": w.cv,
             "isl": w.isl.kind,
             "isl_mean": w.isl.mean,
+            "isl_median": w.isl.median or None,  # lognormal only
             "osl": w.osl.kind,
             "osl_mean": w.osl.mean,
+            "osl_median": w.osl.median or None,
             "prefix_hit": w.prefix_hit,
             "think_s": w.think_s,
             "seed": w.seed,

@@ -65,12 +65,13 @@ def _load(w: ServeWorkload) -> str:
 
 
 def describe(d: LengthDist) -> str:
-    """``2048``, ``uniform 128..1024`` or ``lognormal mean 512 (sigma 0.8)`` tokens."""
+    """``2048``, ``uniform 128..1024`` or ``lognormal median 512 (sigma 0.8, mean 703)``
+    tokens."""
     if d.kind == "fixed":
         return f"{d.mean}"
     if d.kind == "uniform":
         return f"uniform {d.low}..{d.high}"
-    return f"{d.kind} mean {d.mean} (sigma {d.sigma:g})"
+    return f"{d.kind} median {d.median} (sigma {d.sigma:g}, mean {d.mean})"
 
 
 def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
