@@ -12,9 +12,8 @@ import math
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, err_console, print_json, write_atomic
+from moeplan.cli._common import Table, console, err_console, print_json, write_atomic
 from moeplan.cost.calibrate import calibrate as fit_all
 from moeplan.errors import MoeplanError
 from moeplan.measured import MEASURED, read_gemm, read_nccl

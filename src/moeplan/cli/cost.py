@@ -15,9 +15,8 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, print_json, write_atomic
+from moeplan.cli._common import Table, console, print_json, write_atomic
 from moeplan.cost.kerneldb import ENGINES, FAMILIES, OPS, Device, Prediction, device_for
 from moeplan.errors import MoeplanError
 from moeplan.specs import cluster_names, cluster_table, load_cluster

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, fmt_bytes, fmt_count, print_json
+from moeplan.cli._common import Table, console, fmt_bytes, fmt_count, print_json
 from moeplan.cli.models_layers import layers_summary, print_layers
 from moeplan.cost import memory as mem
 from moeplan.errors import require

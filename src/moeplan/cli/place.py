@@ -18,10 +18,10 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.table import Table
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import Table, console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.planners.placement.planner import (
@@ -98,6 +98,7 @@ def _print_table(res: PlacementResult) -> None:
             fmt_time(x["moe_layer_time_s"]),
         )
     console.print(t)
+    console.print(glossary("LAR", "imbalance", "balancedness", "a2a"), style="dim")
     console.print(
         f"solve {fmt_time(res.solve_s)}; co-clustering objective "
         f"{res.objective['cocluster']:.3f} vs paper greedy {res.objective['greedy']:.3f}"
@@ -137,6 +138,7 @@ def place_cmd(
     ] = None,
     heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Write heatmap HTML")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
     from moeplan.cli.strategy import load_model_arg
@@ -165,16 +167,19 @@ def place_cmd(
     )
     require(trace.exists(), f"--trace ({trace}) does not exist")
     cm = opt.engine_cost(cl, None, engine)
-    res = place(
-        lambda: iter_trace(trace, num_experts=m.num_experts),
-        num_layers=m.num_moe_layers,
-        num_experts=m.num_experts,
-        hidden_bytes=m.hidden_bytes,
-        evaluate=cost_evaluator(cm, m, ep, nodes),
-        cfg=cfg,
-    )
+    work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
+    with opt.progress(not (quiet or as_json), work) as step:
+        res = place(
+            lambda: iter_trace(trace, num_experts=m.num_experts),
+            num_layers=m.num_moe_layers,
+            num_experts=m.num_experts,
+            hidden_bytes=m.hidden_bytes,
+            evaluate=cost_evaluator(cm, m, ep, nodes),
+            cfg=cfg,
+        )
+        step("writing the requested files")
+        flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     price = opt.pricing_of(cm)
-    flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     if as_json:
         out: dict[str, Any] = res.to_dict()
         out.update(

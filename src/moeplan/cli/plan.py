@@ -19,9 +19,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
+from moeplan.cli._common import Table, console, err_console, fmt_bytes, fmt_time, print_json
 from moeplan.cost.mixer_prices import stand_in_fields
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line

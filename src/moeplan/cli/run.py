@@ -198,7 +198,7 @@ def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
 
 
 def _print_human(s: dict[str, Any]) -> None:
-    from rich.table import Table
+    from moeplan.cli._common import Table
 
     t = Table(title=f"moeplan run: {s.get('family', '?')} on {s['world_size']} ranks")
     for col in ("rank", "role", "wall", "max abs err"):

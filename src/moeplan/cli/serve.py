@@ -17,10 +17,10 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cli._common import Table, console, fmt_time, fmt_times, print_json, write_atomic
 from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
+from moeplan.cli.serve_plan import ServedDeployment, served_deployment
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.io import check_target
 from moeplan.planners.plan import Plan
@@ -174,7 +174,11 @@ def serve_sim(
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
     plan: Annotated[
-        str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
+        str | None,
+        typer.Option(
+            help="plan.json to simulate (strategy or pipeline); one from moeplan plan is "
+            "simulated as it served it: instance, replicas, knobs, chunk and running cap."
+        ),
     ] = None,
     pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
@@ -186,12 +190,13 @@ def serve_sim(
         int | None, typer.Option(help="Micro-batches in flight with PP (default pp).")
     ] = None,
     replicas: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="Copies of the instance fed round-robin (--rate is their total); figures per "
-            "GPU are one instance's, as moeplan plan reports a replicated deployment."
+            "GPU are one instance's, as moeplan plan reports a replicated deployment "
+            "(default 1, or the plan's)."
         ),
-    ] = 1,
+    ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
     concurrency: Annotated[
         int | None, typer.Option(help="Closed loop: clients, one request in flight each.")
@@ -328,6 +333,14 @@ def serve_sim(
         layout = deployment.prefill
     else:
         layout, the_plan = _layout(plan, flags)
+    served = served_deployment(the_plan) if the_plan is not None and pd is None else None
+    if served is not None:  # what `moeplan plan` served, exactly (cli/serve_plan.py)
+        layout = served.layout
+        replicas = served.replicas if replicas is None else replicas
+        chunk_tokens = served.chunk_tokens if chunk_tokens is None else chunk_tokens
+        max_running = served.max_running if max_running is None else max_running
+        a2a, tbo, kv_dtype = _plan_knobs(served, a2a, tbo, kv_dtype)
+    replicas = 1 if replicas is None else replicas
     if redundant_experts and deployment is None:
         layout = replace(layout, redundant_experts=redundant_experts)
     require(bool(model or the_plan), "--model is required without --plan")
@@ -430,6 +443,18 @@ def serve_sim(
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])
+
+
+def _plan_knobs(
+    served: ServedDeployment, a2a: str, tbo: bool | None, kv_dtype: str
+) -> tuple[str, bool | None, str]:
+    """The plan's all-to-all backend, two-batch overlap and KV dtype, unless a flag is given."""
+    k = served.knobs or {}
+    return (
+        str(k.get("a2a", a2a)) if a2a == "auto" else a2a,
+        bool(k.get("tbo")) if tbo is None and "tbo" in k else tbo,
+        str(k.get("kv_dtype", kv_dtype)) if kv_dtype == "auto" else kv_dtype,
+    )
 
 
 def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, requests: int):
@@ -542,11 +567,12 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
         f"{e['chunk_tokens']} tokens, cap {e['max_running']} requests), {load}, "
         f"{w['requests']} requests (simulated; times from the cost model)."
     )
-    t = Table(title="Latency per request (simulated)")
+    t = Table(title="Latency per request (simulated; one unit per row)")
     for col in ("metric", "p50", "p90", "p99"):
         t.add_column(col, justify="right" if col != "metric" else "left")
     for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e")):
-        t.add_row(name, *(_ms(m.get(f"{key}_p{p}_s")) for p in (50, 90, 99)))
+        unit, texts = fmt_times([m.get(f"{key}_p{p}_s") for p in (50, 90, 99)])
+        t.add_row(f"{name} ({unit})", *texts)
     console.print(t)
     g = out["gpus"]
     rows = [

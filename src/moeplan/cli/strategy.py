@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from moeplan.cli._common import (
     DEFAULT_BATCH,
@@ -25,6 +24,8 @@ from moeplan.cli._common import (
     IslOpt,
     OslOpt,
     OutDirOpt,
+    QuietOpt,
+    Table,
     check_out,
     console,
     engine_cost,
@@ -32,6 +33,7 @@ from moeplan.cli._common import (
     fmt_time,
     pricing_of,
     print_json,
+    progress,
     with_pricing,
     write_outputs,
 )
@@ -246,6 +248,7 @@ def strategy(
         bool, typer.Option(help="Replay the fused rounds on the simulator and print the gap.")
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Rank hybrid TP/EP/DP/PP strategies (MixServe) and compare with the named baselines."""
     require(top >= 1, f"--top ({top}) must be >= 1")
@@ -259,17 +262,12 @@ def strategy(
     w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
     cm = engine_cost(c, profile, engine)
     sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
-    a = analyze(
-        m,
-        c,
-        w,
-        cm,
-        any_divisor=any_divisor,
-        node_counts=sizes if all_sizes else None,
-        ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
-        itl_slo_s=None if itl_slo is None else itl_slo / 1e3,
-        rank_by=rank_by,
-    )
+    with progress(not (quiet or json_out), "MixServe: enumerating TP/EP/DP/PP strategies"):
+        a = analyze(
+            m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
+            ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
+            itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by,
+        )  # fmt: skip
     price = pricing_of(cm)  # what priced the ranking (before the figures add lookups)
     best = a.best
     exp = None

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, print_json
+from moeplan.cli._common import Table, console, print_json
 from moeplan.errors import check_int, require
 from moeplan.traces.format import (
     MAX_TRACE_EXPERTS,
