@@ -272,13 +272,15 @@ def plan_cmd(
                                 trace=trace, model_path=launch_path, serving=ranking)
     elapsed = time.perf_counter() - t_start
     truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
-    if truncated and not json_out:
-        err_console.print(f"[yellow]warning:[/] {truncated}")
+    warns = [w for w in (truncated, _quant_warning(ranking, m, c, cm.engine)) if w]
+    if not json_out:
+        for line in warns:
+            err_console.print(f"[yellow]warning:[/] {line}")
     price = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels and source mix; stand-in layers
     if json_out:
         print_json({**_json(result, ranking, place_res, files, elapsed),
                     **({"placement_skipped": place_note} if place_note else {}),
-                    "pricing": price, "warnings": [truncated] if truncated else []})
+                    "pricing": price, "warnings": warns})
         return
     _print_human(result, ranking, place_res, files, elapsed)
     console.print(pricing_line(price))
@@ -286,6 +288,17 @@ def plan_cmd(
         console.print(price["stand_in_note"])
     if place_note:
         console.print(place_note)
+
+
+def _quant_warning(ranking: ServeRanking, m: ModelSpec, c: ClusterSpec, engine: str | None):
+    """:func:`moeplan.cli.quant_warning.quant_slower_warning` on the winner's widest EP group."""
+    from moeplan.cli.quant_warning import quant_slower_warning
+    from moeplan.report.sections import instance_eps
+
+    lay = ranking.winner.entry.layout
+    ep = max(e for _, e in instance_eps(lay))
+    tp = lay.moe_tp if isinstance(getattr(lay, "moe_tp", None), int) else 1
+    return quant_slower_warning(m, c, engine, ep=ep, tp=tp)
 
 
 def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: float | None,

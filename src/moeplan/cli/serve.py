@@ -18,7 +18,17 @@ from typing import Annotated, Any
 
 import typer
 
-from moeplan.cli._common import Table, console, fmt_time, fmt_times, print_json, write_atomic
+from moeplan.cli._common import (
+    QuietOpt,
+    Table,
+    console,
+    err_console,
+    fmt_time,
+    fmt_times,
+    print_json,
+    progress,
+    write_atomic,
+)
 from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
 from moeplan.cli.serve_plan import ServedDeployment, served_deployment
 from moeplan.errors import MoeplanError, check_int, require
@@ -305,6 +315,7 @@ def serve_sim(
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
@@ -396,41 +407,47 @@ def serve_sim(
     from moeplan.serve.instance_knobs import resolve_knobs
 
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
-    if concurrency is not None:  # a closed loop: the knob search and one run, as before
-        r = evaluate_layout(
-            m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens,
-            max_running=max_running, search_requests=requests, knobs=knobs, routing=routing,
-        )
-        if not r.feasible:
-            raise MoeplanError(r.reason)
-        assert r.engine is not None
-        ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
-        sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
-        r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
-        at, cap_rec = None, None
-    else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
-        require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
-        cand = layout_capacity(
-            m, c, cm, layout, w, slo, engine=engine, requests=requests, replicas=replicas,
-            chunk_tokens=chunk_tokens, max_running=max_running, knobs=knobs, routing=routing,
-        )
-        assert cand.capacity is not None
-        require(
-            rate is not None or cand.probe is not None,
-            f"no rate meets the SLOs on {layout.label} in steady state: even a light load "
-            "misses them; raise --ttft-slo/--tpot-slo or change the layout",
-        )
-        probe = _operating_probe(cand, w, slo, rate, requests)
-        r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
-        at = rate if rate is not None else cand.capacity.rate_rps * replicas
-        sim = probe.res
-        cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
-        require_steady({**cap_rec, "layout": layout.label})
+    work = f"simulating {layout.label}" + ("" if rate or concurrency else ": SLO capacity search")
+    with progress(not (quiet or json_out), work):
+        if concurrency is not None:  # a closed loop: the knob search and one run, as before
+            r = evaluate_layout(
+                m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens,
+                max_running=max_running, search_requests=requests, knobs=knobs, routing=routing,
+            )
+            if not r.feasible:
+                raise MoeplanError(r.reason)
+            assert r.engine is not None
+            ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
+            sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
+            r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
+            at, cap_rec = None, None
+        else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
+            require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
+            cand = layout_capacity(
+                m, c, cm, layout, w, slo, engine=engine, requests=requests, replicas=replicas,
+                chunk_tokens=chunk_tokens, max_running=max_running, knobs=knobs, routing=routing,
+            )
+            assert cand.capacity is not None
+            require(
+                rate is not None or cand.probe is not None,
+                f"no rate meets the SLOs on {layout.label} in steady state: even a light load "
+                "misses them; raise --ttft-slo/--tpot-slo or change the layout",
+            )
+            probe = _operating_probe(cand, w, slo, rate, requests)
+            r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
+            at = rate if rate is not None else cand.capacity.rate_rps * replicas
+            sim = probe.res
+            cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
+            require_steady({**cap_rec, "layout": layout.label})
     out = _payload(m.name, c.name, r, w, slo, at, engine)
     out["capacity"] = cap_rec
     from moeplan.cost.mixer_prices import stand_in_fields
 
     out["knobs"] = knobs.to_dict()
+    from moeplan.cli.quant_warning import quant_slower_warning
+
+    qw = quant_slower_warning(m, c, cm.engine, ep=layout.moe_ep, tp=layout.moe_tp)
+    out["warnings"] = [qw] if qw else []
     out["pricing"] = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
@@ -443,6 +460,8 @@ def serve_sim(
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])
+        for line in out["warnings"]:
+            err_console.print(f"[yellow]warning:[/] {line}")
 
 
 def _plan_knobs(

@@ -146,10 +146,10 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     if m is not None and g < n:
         k = n // g
         fill = (
-            f"one copy fits, {n - g} GPUs stay idle"
+            f"one copy fits, {n - g} GPU{'' if n - g == 1 else 's'} stay idle"
             if k == 1
             else f"{k} copies fill it: {k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output "
-            f"tokens/s in all{f', {n - k * g} GPUs idle' if n > k * g else ''}"
+            f"tokens/s in all{f', {n - k * g} GPU(s) idle' if n > k * g else ''}"
         )
         out.append(f"It uses {g} of the cluster's {n} GPUs ({fill}).")
     if ranking.certificate_sentence:
