@@ -20,7 +20,16 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from moeplan.cli._common import Table, console, err_console, fmt_bytes, fmt_time, print_json
+from moeplan.cli._common import (
+    Table,
+    console,
+    err_console,
+    fmt_bytes,
+    fmt_time,
+    fmt_times,
+    print_json,
+)
+from moeplan.cli.glossary import glossary
 from moeplan.cost.mixer_prices import stand_in_fields
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
@@ -362,42 +371,12 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
                   f"requests of {describe(sw.isl)} prompt + {describe(sw.osl)} output tokens "
                   f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {_ms(slo.ttft_s)}, "
                   f"TPOT ≤ {_ms(slo.tpot_s)}")
-    st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
-                     f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
-    for col in ("#", "family", "layout", "GPUs", "SLO", f"TTFT p{slo.percentile:g}",
-                f"TPOT p{slo.percentile:g}", "output tok/s/GPU", "max rate (req/s)", "bound"):
-        st.add_column(col)
-    pct = slo.percentile
-    for i, s in enumerate(ranking.ranked, 1):
-        mt = s.metrics
-        if mt is None:
-            st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
-                       str(s.entry.gpus), "—", "—", "—", "—", "—", s.result.reason[:40])
-            continue
-        ttft, tpot = mt.at_percentile(pct)
-        mr = s.result.max_rate_meeting_slo_rps
-        st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
-                   str(s.entry.gpus), "yes" if s.result.meets_slo else "no",
-                   fmt_time(ttft), fmt_time(tpot), f"{mt.output_tokens_per_s_per_gpu:,.1f}",
-                   "—" if mr is None else f"{mr:.2f}", s.result.bound,
-                   style="bold green" if i == 1 else None)
-    console.print(st)
+    _serving_table(ranking)
     for fam, why in ranking.not_served.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
     for line in serve_explanation(ranking, result):
         console.print(line)
-    t = Table(title="Each family's own analytic figure (prefill of one batch, "
-                    "ranked by prompt tokens/s per GPU; not the serving ranking)")
-    for col in ("#", "family", "plan", "GPUs", "tokens/s/GPU", "TTFT", "ITL", "mem/GPU",
-                "bound"):
-        t.add_column(col)
-    for i, cand in enumerate(result.candidates, 1):
-        t.add_row(str(i), cand.name, cand.label, str(cand.gpus),
-                  f"{cand.per_gpu:,.0f}", fmt_time(cand.ttft_s),
-                  fmt_time(cand.itl_s) if cand.itl_s else "—",
-                  fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,
-                  style="bold green" if i == 1 else None)
-    console.print(t)
+    _analytic_table(result)
     for fam, why in result.skipped.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not planned:[/] {why}")
     if place_res is not None:
@@ -406,9 +385,65 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
                       f"{base['lar']:.3f} contiguous; MoE layer "
                       f"{fmt_time(sem['moe_layer_time_s'])} vs "
                       f"{fmt_time(base['moe_layer_time_s'])}.")
+        console.print(glossary("LAR"), style="dim")
     console.print(f"Artifacts in [bold]{files['dir']}[/]: " + ", ".join(
         Path(p).name for k, p in files.items() if k != "dir"))
     console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
+
+
+#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
+SHORT_NAMES = {"strategy": "MixServe", "pipeline": "SMIDT", "dep": "FinDEP", "pd": "P/D",
+               "afd": "AFD"}
+
+
+def _serving_table(ranking: ServeRanking) -> None:
+    """The serving ranking within 80 columns: one time unit per column, families by short
+    name (explained under the table)."""
+    pct = ranking.slo.percentile
+    rows = ranking.ranked
+    at = [s.metrics.at_percentile(pct) if s.metrics is not None else (None, None) for s in rows]
+    t_unit, ttfts = fmt_times([a[0] for a in at])
+    p_unit, tpots = fmt_times([a[1] for a in at])
+    st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
+                     f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
+    for col in ("#", "family", "layout", "GPUs", f"TTFT p{pct:g} ({t_unit})",
+                f"TPOT p{pct:g} ({p_unit})", "output tok/s per GPU", "max req/s", "bound"):
+        st.add_column(col, justify="right" if col in ("#", "GPUs") else "left")
+    for i, s in enumerate(rows, 1):
+        fam, lay, gpus = SHORT_NAMES[s.entry.family], s.entry.layout_label, str(s.entry.gpus)
+        if s.metrics is None:
+            st.add_row(str(i), fam, lay, gpus, "—", "—", "—", "—", s.result.reason)
+            continue
+        mr = s.result.max_rate_meeting_slo_rps
+        bound = s.result.bound + ("" if s.result.meets_slo else " (misses the SLOs)")
+        st.add_row(str(i), fam, lay, gpus, ttfts[i - 1], tpots[i - 1],
+                   f"{s.metrics.output_tokens_per_s_per_gpu:,.1f}",
+                   "—" if mr is None else f"{mr:.2f}", bound,
+                   style="bold green" if i == 1 else None)
+    console.print(st)
+    fams = list(dict.fromkeys(s.entry.family for s in rows))
+    console.print("families: " + "; ".join(f"{SHORT_NAMES[f]} = {FAMILY_NAMES[f]}"
+                                           for f in fams) + ".", style="dim")
+
+
+def _analytic_table(result: PlanResult) -> None:
+    """Each family's own analytic figure (not the serving ranking), within 80 columns."""
+    cands = result.candidates
+    t_unit, ttfts = fmt_times([c.ttft_s for c in cands])
+    i_unit, itls = fmt_times([c.itl_s or None for c in cands])
+    t = Table(title="Each family's own analytic figure (prefill of one batch, "
+                    "ranked by prompt tokens/s per GPU; not the serving ranking)")
+    for col in ("#", "family", "plan", "GPUs", "prompt tok/s per GPU", f"TTFT ({t_unit})",
+                f"ITL ({i_unit})", "mem/GPU", "bound"):
+        t.add_column(col, justify="right" if col in ("#", "GPUs") else "left")
+    for i, cand in enumerate(cands, 1):
+        t.add_row(str(i), SHORT_NAMES.get(cand.family, cand.name), cand.label, str(cand.gpus),
+                  f"{cand.per_gpu:,.0f}", ttfts[i - 1], itls[i - 1],
+                  fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,
+                  style="bold green" if i == 1 else None)
+    console.print(t)
+    if any(c.family == "dep" for c in cands):
+        console.print(glossary("ag", "eg", "ma", "r1", "r2", "ASAS", "AASS"), style="dim")
 
 
 def register(app: typer.Typer) -> None:
