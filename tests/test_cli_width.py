@@ -67,3 +67,27 @@ def test_serve_sim_latency_rows_carry_one_unit(capsys, monkeypatch):
 def test_plural():
     assert plural(1, "instance") == "1 instance" and plural(2, "instance") == "2 instances"
     assert plural(0, "copy", "copies") == "0 copies"
+
+
+LONG_COMMANDS = [("plan",), ("serve-sim",), ("place",), ("pipeline",), ("dep",), ("strategy",),
+                 ("calibrate",), ("run",), ("trace", "synth")]
+
+
+@pytest.mark.parametrize("path", LONG_COMMANDS)
+def test_every_long_command_takes_quiet(path):
+    from moeplan.cli import _command
+
+    cmd = _command()
+    for name in path:
+        cmd = cmd.commands[name]
+    flags = {o for p in cmd.params for o in p.opts}
+    assert "--quiet" in flags and "--json" in flags, path
+
+
+def test_progress_is_silent_when_quiet_or_not_a_terminal(capsys):
+    from moeplan.cli._common import progress
+
+    for show in (False, True):  # capsys: stderr is not a terminal
+        with progress(show, "working") as step:
+            step("still working")
+    assert capsys.readouterr().err == ""

@@ -171,9 +171,9 @@ QuietOpt = Annotated[
 def progress(show: bool, description: str) -> Iterator[Callable[[str], None]]:
     """A spinner with the elapsed time on stderr while a long command works; yields a function
     that replaces its description (the step under way). ``show`` False (``--quiet``,
-    ``--json``): nothing is drawn and the function does nothing. Transient: the line is
-    gone when the command prints its answer."""
-    if not show:
+    ``--json``) or stderr not a terminal: nothing is drawn and the function does nothing.
+    Transient: the line is gone when the command prints its answer."""
+    if not (show and err_console.is_terminal):  # nothing to animate in a log file
         yield lambda text: None
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
