@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli._common import (
     Table,
     console,
     err_console,
-    fmt_bytes,
     fmt_time,
     fmt_times,
     print_json,
@@ -404,19 +404,20 @@ def _serving_table(ranking: ServeRanking) -> None:
     at = [s.metrics.at_percentile(pct) if s.metrics is not None else (None, None) for s in rows]
     t_unit, ttfts = fmt_times([a[0] for a in at])
     p_unit, tpots = fmt_times([a[1] for a in at])
-    st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
-                     f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
-    for col in ("#", "family", "layout", "GPUs", f"TTFT p{pct:g} ({t_unit})",
-                f"TPOT p{pct:g} ({p_unit})", "output tok/s per GPU", "max req/s", "bound"):
-        st.add_column(col, justify="right" if col in ("#", "GPUs") else "left")
+    st = _compact_table(f"Serving simulation, best first ({ranking.workload.num_requests} "
+                        f"requests each; ranked by {ranking.objective}; per GPU = divided by "
+                        "the plan's GPUs)",
+                        ("deployment", "GPUs", f"TTFT\np{pct:g}\n{t_unit}",
+                         f"TPOT\np{pct:g}\n{p_unit}", "output\ntok/s\nper GPU", "max\nreq/s",
+                         "bound"))
     for i, s in enumerate(rows, 1):
-        fam, lay, gpus = SHORT_NAMES[s.entry.family], s.entry.layout_label, str(s.entry.gpus)
+        lay, gpus = f"{SHORT_NAMES[s.entry.family]}: {s.entry.layout_label}", str(s.entry.gpus)
         if s.metrics is None:
-            st.add_row(str(i), fam, lay, gpus, "—", "—", "—", "—", s.result.reason)
+            st.add_row(lay, gpus, "—", "—", "—", "—", s.result.reason)
             continue
         mr = s.result.max_rate_meeting_slo_rps
         bound = s.result.bound + ("" if s.result.meets_slo else " (misses the SLOs)")
-        st.add_row(str(i), fam, lay, gpus, ttfts[i - 1], tpots[i - 1],
+        st.add_row(lay, gpus, ttfts[i - 1], tpots[i - 1],
                    f"{s.metrics.output_tokens_per_s_per_gpu:,.1f}",
                    "—" if mr is None else f"{mr:.2f}", bound,
                    style="bold green" if i == 1 else None)
@@ -426,20 +427,29 @@ def _serving_table(ranking: ServeRanking) -> None:
                                            for f in fams) + ".", style="dim")
 
 
+def _compact_table(title: str, columns: tuple[str, ...]) -> Table:
+    """A table with a rule under its header and no side borders (room for 8 columns in 80):
+    the text columns (``deployment``, ``plan``, ``bound``) wrap, the figures never do."""
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
+    for col in columns:
+        wraps = col in ("deployment", "plan", "bound")
+        t.add_column(col, no_wrap=not wraps, justify="right" if col == "GPUs" else "left")
+    return t
+
+
 def _analytic_table(result: PlanResult) -> None:
     """Each family's own analytic figure (not the serving ranking), within 80 columns."""
     cands = result.candidates
     t_unit, ttfts = fmt_times([c.ttft_s for c in cands])
     i_unit, itls = fmt_times([c.itl_s or None for c in cands])
-    t = Table(title="Each family's own analytic figure (prefill of one batch, "
-                    "ranked by prompt tokens/s per GPU; not the serving ranking)")
-    for col in ("#", "family", "plan", "GPUs", "prompt tok/s per GPU", f"TTFT ({t_unit})",
-                f"ITL ({i_unit})", "mem/GPU", "bound"):
-        t.add_column(col, justify="right" if col in ("#", "GPUs") else "left")
+    t = _compact_table("Each family's own analytic figure, best first (prefill of one "
+                       "batch, ranked by prompt tokens/s per GPU; not the serving ranking)",
+                       ("plan", "GPUs", "prompt\ntok/s\nper GPU", f"TTFT\n{t_unit}",
+                        f"ITL\n{i_unit}", "mem/GPU\nGiB", "bound"))
     for i, cand in enumerate(cands, 1):
-        t.add_row(str(i), SHORT_NAMES.get(cand.family, cand.name), cand.label, str(cand.gpus),
+        t.add_row(f"{SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}", str(cand.gpus),
                   f"{cand.per_gpu:,.0f}", ttfts[i - 1], itls[i - 1],
-                  fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,
+                  f"{cand.mem_bytes_per_gpu / 2**30:.2f}", cand.bound,
                   style="bold green" if i == 1 else None)
     console.print(t)
     if any(c.family == "dep" for c in cands):
