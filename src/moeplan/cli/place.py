@@ -20,7 +20,15 @@ import numpy as np
 import typer
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import Table, console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    Table,
+    console,
+    fmt_bytes,
+    fmt_time,
+    fmt_times,
+    print_json,
+    write_atomic,
+)
 from moeplan.cli.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
@@ -85,9 +93,10 @@ def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str
 
 def _print_table(res: PlacementResult) -> None:
     t = Table(title=f"expert placement, EP{res.ep}, attention-{res.mode.upper()} (held-out split)")
-    for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", "MoE layer"):
+    unit, times = fmt_times([m.metrics["moe_layer_time_s"] for m in res.methods.values()])
+    for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", f"MoE layer ({unit})"):
         t.add_column(col, justify="left" if col == "method" else "right")
-    for name, m in res.methods.items():
+    for (name, m), time_text in zip(res.methods.items(), times, strict=True):
         x = m.metrics
         t.add_row(
             name,
@@ -95,7 +104,7 @@ def _print_table(res: PlacementResult) -> None:
             f"{x['imbalance']:.3f}",
             f"{x['balancedness']:.3f}",
             fmt_bytes(x["a2a_bytes_per_layer"]),
-            fmt_time(x["moe_layer_time_s"]),
+            time_text,
         )
     console.print(t)
     console.print(glossary("LAR", "imbalance", "balancedness", "a2a"), style="dim")

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from moeplan.cli._common import QuietOpt, console, fmt_time, print_json, progress
+from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
 from moeplan.errors import MoeplanError, check_int, require, show
 
 MAX_TOKENS = 2**24  # tokens in one global batch of a local run
@@ -199,11 +199,12 @@ def _print_human(s: dict[str, Any]) -> None:
     from moeplan.cli._common import Table
 
     t = Table(title=f"moeplan run: {s.get('family', '?')} on {s['world_size']} ranks")
-    for col in ("rank", "role", "wall", "max abs err"):
+    unit, walls = fmt_times([r["wall_s"] for r in s["ranks"]])
+    for col in ("rank", "role", f"wall ({unit})", "max abs err"):
         t.add_column(col)
-    for r in s["ranks"]:
+    for r, wall in zip(s["ranks"], walls, strict=True):
         err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
-        t.add_row(str(r["rank"]), r["role"], fmt_time(r["wall_s"]), err)
+        t.add_row(str(r["rank"]), r["role"], wall, err)
     console.print(t)
     if s.get("trace"):
         console.print(
