@@ -440,6 +440,7 @@ def serve_sim(
             cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
             require_steady({**cap_rec, "layout": layout.label})
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    out["replicas"] = 1 if concurrency is not None else replicas  # copies of this instance
     out["capacity"] = cap_rec
     from moeplan.cost.mixer_prices import stand_in_fields
 
@@ -580,9 +581,11 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
         else f"{w['concurrency']} clients (closed loop, "
         + (f"{w['think_s'] * 1e3:g} ms mean think time)" if w["think_s"] else "no think time)")
     )
+    n = out.get("replicas", 1)
+    copies = f" x{n} replicas ({out['gpus'] * n} GPUs in all)" if n > 1 else ""
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "
-        f"({out['gpus']} GPUs), {e['name']} scheduler ({e['policy']}, chunk "
+        f"({out['gpus']} GPUs){copies}, {e['name']} scheduler ({e['policy']}, chunk "
         f"{e['chunk_tokens']} tokens, cap {e['max_running']} requests), {load}, "
         f"{w['requests']} requests (simulated; times from the cost model)."
     )
@@ -593,7 +596,7 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
         unit, texts = fmt_times([m.get(f"{key}_p{p}_s") for p in (50, 90, 99)])
         t.add_row(f"{name} ({unit})", *texts)
     console.print(t)
-    g = out["gpus"]
+    g = out["gpus"] * out.get("replicas", 1)  # the rate is all replicas'
     rows = [
         ("output tokens/s (total)", f"{m['output_tokens_per_s']:,.0f}"),
         ("output tokens/s per GPU", f"{m['output_tokens_per_s_per_gpu']:,.1f}"),
