@@ -30,6 +30,7 @@ from moeplan.cli._common import (
     check_out,
     console,
     engine_cost,
+    err_console,
     fmt_time,
     fmt_times,
     pricing_of,
@@ -293,8 +294,13 @@ def strategy(
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
+    from moeplan.cli.quant_warning import quant_slower_warning
+
+    st = best.strategy if best is not None else None
+    qw = None if st is None else quant_slower_warning(m, c, cm.engine, ep=st.moe_ep, tp=st.moe_tp)
     if json_out:
-        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price}
+        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price,
+               "warnings": [qw] if qw else []}
         if verify:
             obj["verify"] = checked
         print_json(obj)
@@ -302,6 +308,8 @@ def strategy(
     _print_human(a, top, exp, title, price)
     if verify:
         _print_verify(checked)
+    if qw:
+        err_console.print(f"[yellow]warning:[/] {qw}")
 
 
 OUTPUTS = {"plan.json", "pareto.html", "gantt.html", "sglang.sh", "vllm.sh"}
