@@ -21,6 +21,9 @@ from moeplan.planners.rank import FAMILIES, TIE, plan
 from moeplan.report.plan_report import launch_exports
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model, model_names
 
+# one pytest-xdist worker plans the preset grid once for all three files that read it
+pytestmark = pytest.mark.xdist_group("preset-grid")
+
 WORKLOAD = Workload(phase="both", batch=32, isl=2048, osl=256)
 #: presets of the every-family grids (slow; shared with the consistency and runtime grids):
 #: the models before the 2026 presets plus one Gated-DeltaNet and one Mamba-2 hybrid. The
