@@ -258,7 +258,8 @@ def plan_cmd(
     check_outdir(outdir)
     show = not (quiet or json_out)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, disable=not show, transient=True) as prog:
+                  console=err_console, transient=True,
+                  disable=not (show and err_console.is_terminal)) as prog:
         task = prog.add_task("planning", total=None)
         result = plan(m, c, w, cm, families=fams,
                       alternatives=[load_cluster(n) for n in cluster_names()],
