@@ -35,6 +35,9 @@ def _human(capsys, monkeypatch, *args: str) -> str:
     ("serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--attn-tp", "2",
      "--moe-ep", "2", "--rate", "3", "--requests", "100", "--isl", "1024", "--osl", "64",
      "--quiet"),
+    ("cost", "moe", "--cluster", "h100-sxm-8", "--engine", "sglang", "--num-tokens", "4096",
+     "--hidden-size", "7168", "--inter-size", "2048", "--topk", "8", "--num-experts", "256",
+     "--moe-ep-size", "8"),
 ])
 def test_tables_fit_80_columns_and_nothing_is_cut(capsys, monkeypatch, args):
     out = _human(capsys, monkeypatch, *args)
