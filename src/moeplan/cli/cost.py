@@ -333,7 +333,8 @@ def _report(
     unit, times = fmt_times([p.seconds for p in preds])
     heads = [f"predicted ({unit})", "source", "held-out error (median / p90)"]
     if len(rows) == 1:  # one shape: a column of name / value fits any terminal
-        t = Table(title=title)
+        console.print(title)  # as wide as the terminal, not the narrow table
+        t = Table()
         t.add_column("column")
         t.add_column("value")
         for c in names:
