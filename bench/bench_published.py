@@ -8,7 +8,10 @@ tool; figures transcribed, not fitted):
   Large-scale Expert Parallelism on 96 H100 GPUs" and its reproduction instructions
   (sgl-project/sglang issue #6017): prefill EP32 over 4 nodes, DP attention, DeepEP normal,
   two-batch overlap, 32 redundant experts (EPLB), 16,384 tokens per GPU; 54.5k / 50.3k input
-  tokens/s per node at 2K / 4K prompts. Decode EP72 over 9 nodes, DeepEP low-latency, TBO,
+  tokens/s per node at 2K / 4K prompts with the expert distribution of their data (EPLB
+  from statistics "matching the input/output data"), and 59.3k per node at 4K with
+  "simulated perfect EPLB" (random expert selection under group-limited routing: balanced
+  routing, what moeplan prices without a routing trace). Decode EP72 over 9 nodes, DeepEP low-latency, TBO,
   32 redundant experts, 256 requests per GPU at KV length 2,000: 22.3k output tokens/s per
   node.
 - ``deepseek``: deepseek-ai/open-infra-index, 202502OpenSourceWeek day 6 "DeepSeek-V3/R1
@@ -26,7 +29,8 @@ tool; figures transcribed, not fitted):
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
-docs/benchmarks/published.md and the wide-EP layer price rate).
+docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
+at which the price would meet the published figure — and the wide-EP layer price rate).
 """
 
 from __future__ import annotations
@@ -59,8 +63,12 @@ class Deployment(NamedTuple):
 
 
 DEPLOYMENTS = (
-    Deployment("lmsys", "h100-sxm-8", 4, 32, 32, "prefill", 16384, 2048, 54_544 / 8),
-    Deployment("lmsys", "h100-sxm-8", 4, 32, 32, "prefill", 16384, 4096, 50_304 / 8),
+    Deployment("lmsys", "h100-sxm-8", 4, 32, 32, "prefill", 16384, 2048, 54_543 / 8),
+    Deployment("lmsys", "h100-sxm-8", 4, 32, 32, "prefill", 16384, 4096, 50_302 / 8),
+    Deployment(
+        "lmsys", "h100-sxm-8", 4, 32, 32, "prefill", 16384, 4096, 59_337 / 8,
+        note="simulated perfect EPLB (balanced routing)",
+    ),
     Deployment("lmsys", "h100-sxm-8", 9, 72, 32, "decode", 256, 2000, 22_280 / 8),
     Deployment(
         "deepseek", "h800-sxm-8", 4, 32, 32, "prefill", 16384, 4096, 32_200 / 8,
@@ -78,8 +86,7 @@ DEPLOYMENTS = (
 )  # fmt: skip
 
 
-def predict(d: Deployment) -> tuple[float, dict[str, float]]:
-    """Tokens/s per GPU of ``d``'s phase and its breakdown (ms)."""
+def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     c = load_cluster(d.cluster, d.nodes)
     cm = engine_cost_model(c, engine="sglang")
     lay = ServeLayout(attn_dp=d.ep, moe_ep=d.ep, redundant_experts=d.redundant)
@@ -87,8 +94,31 @@ def predict(d: Deployment) -> tuple[float, dict[str, float]]:
         "sglang", DSV3, c, lay, a2a="deepep", tbo=True, mtp=d.mtp,
         mtp_accept=V3_MTP_ACCEPT if d.mtp else None,
     )  # fmt: skip
-    r = PhaseModel(DSV3, c, cm, lay, kn).step(d.phase, d.per_gpu, d.context)
+    return PhaseModel(DSV3, c, cm, lay, kn, imbalance=imbalance)
+
+
+def predict(d: Deployment) -> tuple[float, dict[str, float]]:
+    """Tokens/s per GPU of ``d``'s phase and its breakdown (ms), balanced routing."""
+    r = _phase_model(d).step(d.phase, d.per_gpu, d.context)
     return r.tokens_per_s_per_gpu, {k: v * 1e3 for k, v in r.breakdown.items()}
+
+
+def implied_imbalance(d: Deployment, hi: float = 2.0, steps: int = 14) -> float | None:
+    """The busiest EP rank's load over the mean (every MoE layer) at which moeplan's price
+    equals the published figure (bisection; None when balanced routing is already slower or
+    ``hi`` is not enough): a diagnostic of what the routing of the published run must have
+    been if the rest of the price is right, never an input to a prediction."""
+
+    def rate(x: float) -> float:
+        return _phase_model(d, x).step(d.phase, d.per_gpu, d.context).tokens_per_s_per_gpu
+
+    lo = 1.0
+    if rate(lo) <= d.published or rate(hi) > d.published:
+        return None
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rate(mid) > d.published else (lo, mid)
+    return (lo + hi) / 2
 
 
 def layer_price_rate(n: int = 200_000) -> tuple[float, float]:
@@ -149,15 +179,19 @@ def run() -> list[dict]:
 
 
 def main() -> None:
-    print("| source | GPU | phase | layout | per GPU | context | published | predicted | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| source | GPU | phase | layout | per GPU | context | published | predicted | ratio "
+        "| implied imbalance |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for d in DEPLOYMENTS:
         got, _ = predict(d)
         lay = f"EP{d.ep}+R{d.redundant}, {d.nodes} nodes" + (f", MTP{d.mtp}" if d.mtp else "")
+        imp = implied_imbalance(d) if d.source == "lmsys" and d.phase == "prefill" else None
         print(
             f"| {d.source} | {d.cluster.split('-')[0].upper()} | {d.phase} | {lay} | "
             f"{d.per_gpu} | {d.context} | {d.published:,.0f} | {got:,.0f} | "
-            f"{got / d.published:.2f} |"
+            f"{got / d.published:.2f} | {'' if imp is None else f'{imp:.3f}'} |"
         )
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")

@@ -53,9 +53,9 @@ def test_strategy_fits_iff_the_serving_kv_pool_holds_its_batch(
         try:
             cap = kv_capacity_tokens(md, cl, lay, chunk)
         except MoeplanError:  # weights alone do not fit: nor does the strategy
-            assert not b.fits(cl.gpu.mem_bytes), s.label()
+            assert not b.fits(cl.gpu.mem_bytes), s.label
             continue
-        assert b.fits(cl.gpu.mem_bytes) == (need <= cap), (s.label(), need, cap)
+        assert b.fits(cl.gpu.mem_bytes) == (need <= cap), (s.label, need, cap)
         _, before_kv = mem.kv_capacity(md, lay.memory_shape(md), cl.gpu.mem_bytes, chunk)
         if s.pp == 1:
             assert b.total - b.kv_cache == pytest.approx(before_kv, rel=1e-12)

@@ -47,7 +47,7 @@ def test_issue_reproduction_gpt_oss_on_h200_is_data_parallel():
         "pp": 1,
     }
     assert cand.plan.details["launchable_as"] == cand.launchable_as
-    assert cand.colocated and "PP" not in cand.label and cand.label.startswith("DP8")
+    assert cand.colocated and "PP" not in cand.label and cand.label == "attn TP1xDP1 / MoE TP1xEP1 x8 replicas"
     assert "pipelined" not in cand.name
     assert "pipelined" not in rank.explain([cand], cluster)[0]
 
@@ -63,7 +63,7 @@ def test_layout_accounts_for_every_gpu():
         "moe": {"tp": 1, "ep": 4},
         "pp": 1,
     }
-    assert describe(lay) == "DP2 x attn TP2+DP2 | moe TP1+EP4 (2 replicas)"
+    assert describe(lay) == "attn TP2xDP2 / MoE TP1xEP4 x2 replicas"
     n = lay["replicas"]
     assert n * lay["attn"]["tp"] * lay["attn"]["dp"] == n * lay["moe"]["tp"] * lay["moe"]["ep"] == 8
 

@@ -299,3 +299,85 @@ def test_random_pd_runs_conserve_tokens_and_repeat(x, y, rate, seed, latency):
     for run, idx in a.decode_index:
         assert np.all(run.admit_s >= a.kv_arrival_s[idx] - 1e-12)
         assert int(run.output_tokens) == int((reqs.osl[idx] - 1).sum())
+
+
+def test_pd_exports_pass_each_pools_knobs_and_prefill_chunk():
+    """Both engines' P/D launches carry each pool's priced knobs (DeepEP: vLLM's
+    high-throughput kernels on prefill, low-latency on decode; two-batch overlap; MTP on the
+    decode pool) and the prefill pool's chunk: SGLang takes the instance total (it divides by
+    the DP size itself), vLLM one DP rank's share."""
+    from moeplan.export.constraints import Target
+    from moeplan.export.sglang import sglang_pd_commands
+    from moeplan.export.vllm import vllm_pd_commands
+    from moeplan.planners.strategy.space import Strategy
+    from moeplan.serve.instance_knobs import InstanceKnobs
+
+    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
+    t = Target.of(m, c)
+    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    kp = InstanceKnobs(a2a="deepep", tbo=True)
+    kd = InstanceKnobs(a2a="deepep", mtp=1, mtp_accept=0.8)
+    v, _ = vllm_pd_commands(
+        pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536
+    )
+    p_args, d_args = v[0], v[1]
+    assert p_args[p_args.index("--all2all-backend") + 1] == "deepep_high_throughput"
+    assert "--enable-dbo" in p_args and "--speculative-config" not in p_args
+    assert p_args[p_args.index("--max-num-batched-tokens") + 1] == str(65536 // 8)
+    assert d_args[d_args.index("--all2all-backend") + 1] == "deepep_low_latency"
+    assert "--speculative-config" in d_args and "--max-num-batched-tokens" not in d_args
+    s = sglang_pd_commands(
+        pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536
+    )
+    sp, sd = list(s[0].args), list(s[1].args)
+    assert sp[sp.index("--chunked-prefill-size") + 1] == "65536"
+    assert "--enable-two-batch-overlap" in sp and "--chunked-prefill-size" not in sd
+    assert "--speculative-num-steps" in sd
+
+
+def test_prefill_pool_capacity_matches_its_saturated_simulation():
+    """The prefill pool's analytic rate (full iterations of its chunk) equals what its own
+    scheduler and evaluator sustain when saturated: 192 prompts queued at once, output 1
+    token (each request ends at its first token), throughput over the run. A per-layer
+    floor in the price makes an iteration of the wrong size visibly wrong."""
+    from moeplan.serve import requests_from_rows, simulate
+    from moeplan.serve.disagg import prefill_pool
+    from moeplan.serve.metrics import SLO
+
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    w = ServeWorkload(num_requests=50, rate=1.0, isl=LengthDist.parse("2000"),
+                      osl=LengthDist.parse("100"))  # fmt: skip
+
+
+    class Floor(CostModel):  # a per-layer floor: iterations of different sizes differ
+        def expert_ffn(self, *a, **k):  # type: ignore[no-untyped-def]
+            return super().expert_ffn(*a, **k) + 2e-3
+
+    ctx = Context(model=m, cluster=c, cost=Floor(c), workload=w, slo=SLO())
+    p = prefill_pool(ctx, ServeLayout(attn_dp=4, moe_ep=4))
+    assert p is not None
+    n = 192
+    res = simulate(requests_from_rows([0.0] * n, [2000] * n, [1] * n), p.cfg, p.evaluate)
+    assert n / float(res.finish_s.max()) == pytest.approx(p.rate, rel=0.05)
+
+
+def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
+    """The vLLM P/D script: one case per instance (node 0), each pool's knobs and the
+    prefill chunk, the proxy note as a comment; ``bash -n`` accepts it."""
+    import subprocess
+
+    from moeplan.export.constraints import Target
+    from moeplan.export.vllm import vllm_pd_script
+    from moeplan.serve.instance_knobs import InstanceKnobs
+
+    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
+    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16, moe_ep=16),
+                  x=2, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
+                  decode_knobs=InstanceKnobs(a2a="deepep"), prefill_chunk=65536)  # fmt: skip
+    text = vllm_pd_script(pd, model_path="deepseek-ai/DeepSeek-V3", target=Target.of(m, c))
+    path = tmp_path / "vllm_pd.sh"
+    path.write_text(text)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    assert text.count("prefill_") == 2 and "decode_0)" in text and "no PD router" in text
+    assert text.count("--max-num-batched-tokens") == 2 and "deepep_low_latency" in text

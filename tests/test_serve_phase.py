@@ -114,14 +114,19 @@ def test_published_decode_within_15_percent(capsys):
     assert d["tokens_per_s_per_gpu"] == pytest.approx(2785, rel=0.15)
 
 
-@pytest.mark.parametrize("isl,published", [(2048, 6818), (4096, 6288)])
-def test_published_prefill_within_25_percent(capsys, isl, published):
-    """Prefill EP32 over 4 nodes, 16,384 tokens per GPU: 6,818 / 6,288 input tokens/s per GPU
-    published. moeplan is 14 % / 19 % above with balanced routing after EPLB (no routing trace
-    of the deployment: docs/benchmarks/published.md); pinned at 25 %."""
+@pytest.mark.parametrize(
+    "isl,published,rel", [(2048, 6818, 0.25), (4096, 6288, 0.25), (4096, 7417, 0.05)]
+)
+def test_published_prefill(capsys, isl, published, rel):
+    """Prefill EP32 over 4 nodes, 16,384 tokens per GPU. Published: 54,543 / 50,302 input
+    tokens/s per node (6,818 / 6,288 per GPU) at 2K / 4K prompts with the expert distribution
+    of their data, and 59,337 per node (7,417 per GPU) at 4K with simulated perfect EPLB —
+    balanced routing, what moeplan prices without a routing trace: held to 5 %. The first two
+    carry the deployment's expert imbalance, which needs a routing trace (none is public):
+    pinned at 25 % (docs/benchmarks/published.md)."""
     d = _phase(capsys, 4, 32, "--phase", "prefill", "--tokens-per-gpu", "16384", "--isl", str(isl))
     assert d["tokens_per_gpu"] == 16384 and d["context"] == isl
-    assert d["tokens_per_s_per_gpu"] == pytest.approx(published, rel=0.25)
+    assert d["tokens_per_s_per_gpu"] == pytest.approx(published, rel=rel)
 
 
 @pytest.mark.parametrize(

@@ -255,6 +255,41 @@ def test_cache_per_token_and_per_sequence_by_hand(folder, context):
     assert m.kv_bytes_for_context(context) == pytest.approx(per_seq, rel=1e-9)
 
 
+# ---- a 3 MB ModelOpt config -----------------------------------------------------------------
+def big_modelopt(folder: Path) -> Path:
+    """DeepSeek-V3.1-NVFP4 with every routed expert's projections listed by name in
+    ``exclude_modules`` (and the VLM wrappers' ``model.language_model`` spelling of each, as
+    ModelOpt writes for those): a >= 3 MB ``hf_quant_config.json``."""
+    src = ROOT / "nvidia--DeepSeek-V3.1-NVFP4"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text((src / "config.json").read_text())
+    q = json.loads((src / "hf_quant_config.json").read_text())
+    c = raw("nvidia--DeepSeek-V3.1-NVFP4")
+    names = q["quantization"]["exclude_modules"]
+    for prefix in ("model.layers", "model.language_model.layers"):
+        for layer in range(c["first_k_dense_replace"], c["num_hidden_layers"]):
+            for e in range(c["n_routed_experts"]):
+                names += [f"{prefix}.{layer}.mlp.experts.{e}.{p}"
+                          for p in ("gate_proj", "up_proj", "down_proj")]  # fmt: skip
+    (folder / "hf_quant_config.json").write_text(json.dumps(q, indent=4))
+    return folder / "config.json"
+
+
+def test_3mb_modelopt_config_is_read_whole_and_quickly(tmp_path, capsys):
+    """Every expert listed by name is left in bf16 (the names were matched, not dropped);
+    ``inspect`` finishes well inside its 1 s target (bench/bench_configs.py: ~0.5 s here)."""
+    import time
+
+    path = big_modelopt(tmp_path / "big")
+    assert (path.parent / "hf_quant_config.json").stat().st_size >= 3e6
+    start = time.perf_counter()
+    code, out, err = run(capsys, "inspect", str(path), "--json")
+    took = time.perf_counter() - start
+    assert code == 0, err
+    assert json.loads(out)["quantization"]["modules"]["experts"]["bytes_per_weight"] == 2.0
+    assert took < 5.0  # 1 s target; 5 s: a shared 2-core machine
+
+
 # ---- bad input: one line, exit 2 -----------------------------------------------------------
 def _write(tmp_path, cfg: dict, quant: dict | None = None) -> str:
     d = tmp_path / "model"

@@ -104,7 +104,7 @@ def test_layer_comm_equals_recomputation_from_cost_model_calls(name, nodes, engi
         for q in (w.isl, 1):
             got = ev.layer_comm(s, q)
             want = _expected_layer_comm(cm, cl, model, w, s, q, k, ev.imbalance(s.moe_ep))
-            assert got[:2] == pytest.approx(want, rel=1e-12, abs=1e-15), (s.label(), q)
+            assert got[:2] == pytest.approx(want, rel=1e-12, abs=1e-15), (s.label, q)
         checked += 1
     assert checked >= 10
 
@@ -138,8 +138,8 @@ def test_strategy_and_serving_model_price_the_same_layout_identically(
         b, isl, ctx = W.batch, W.isl, W.isl + W.osl // 2
         prefill = serve.breakdown(Batch(prefill=((isl, isl),) * b))["comm"]
         decode = serve.breakdown(Batch(decode=b, decode_ctx=ctx))["comm"]
-        assert ev.phase_time(s, isl, isl).comm_s == pytest.approx(prefill, rel=1e-9), s.label()
-        assert ev.phase_time(s, 1, ctx).comm_s == pytest.approx(decode, rel=1e-9), s.label()
+        assert ev.phase_time(s, isl, isl).comm_s == pytest.approx(prefill, rel=1e-9), s.label
+        assert ev.phase_time(s, 1, ctx).comm_s == pytest.approx(decode, rel=1e-9), s.label
         assert prefill > 0
 
 

@@ -104,3 +104,22 @@ def test_export_follows_the_decision():
     assert not check_sglang(args.args, t, gpus_used=32)
     plain = sglang_args(s, model_path="m", target=t, num_nodes=4, knobs=InstanceKnobs())
     assert "deepep" not in " ".join(plain.args)  # --a2a nccl: the fused MoE, no DeepEP flag
+
+
+@pytest.mark.parametrize("phase", ["context", "generation"])
+def test_shared_expert_from_the_wide_ep_mlp_rows(cm, phase):
+    """The shared expert on the wide-EP path is SGLang's measured MLP module at its rows
+    (wideep_*_mlp_perf, DeepSeek-V3's 7168 x 2048 fp8_block), between rows within the
+    neighbours' span; other shapes have no table (None)."""
+    mlp = kernels_dir() / "h100_sxm" / "mlp" / "sglang" / "0.5.6.post2"
+    rows = sorted(
+        (r["num_token"], r["avg_ms"] * 1e-3)
+        for r in pq.read_table(mlp / f"wideep_{phase}_mlp_perf.parquet").to_pylist()
+    )
+    decode = phase == "generation"
+    for n, t in rows:
+        assert cm.wide_shared_expert(DSV3, n, decode) == pytest.approx(t, rel=1e-6)
+    for (n0, t0), (n1, t1) in zip(rows[8:], rows[9:], strict=False):  # the linear regime
+        mid = cm.wide_shared_expert(DSV3, (n0 + n1) // 2, decode)
+        assert min(t0, t1) <= mid <= max(t0, t1)
+    assert cm.wide_shared_expert(load_model("qwen3-30b-a3b"), 4096, decode) is None

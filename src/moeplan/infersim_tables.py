@@ -75,7 +75,8 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
                         engine="sglang",
                         op=f"{phase}_gdn",
                         version="infersim@f2293da",
-                        columns={**base, "kernel_source": np.full(n, kernel)},
+                        columns={**base, "kernel_source": np.full(n, kernel),
+                                 "framework": np.full(n, "SGLang")},  # SGLang's kernels
                         latency=lat,
                         origin=str(path),
                     )  # fmt: skip
@@ -84,6 +85,9 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
 
 
 DSA_GPU = "h800"
+#: the FlashMLA kernel each phase's rows time: decode its KV-cache decode kernel with sparse
+#: indices, prefill its sparse prefill kernel (the one NVIDIA's H100 table times)
+DSA_KERNELS = {"decode": "flash_mla_with_kvcache", "prefill": "flash_mla_sparse_fwd"}
 DSA_CLUSTER = "h800-sxm-8"
 
 
@@ -116,6 +120,7 @@ def dsa_tables(root: Path | None = None) -> list[KernelTable]:
                     "kv_cache_dtype": np.full(n, "bfloat16"),
                 }
             cols["num_heads"] = np.full(n, heads)
+            cols["kernel_source"] = np.full(n, DSA_KERNELS[phase])
             lat = np.array([float(r["latency_us"]) for r in rows]) * 1e-6
             out.append(
                 KernelTable(

@@ -64,6 +64,18 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
     "wideep_generation_moe_perf.parquet": [("wideep_generation_moe", {}, ("latency",), 1e-3)],
     "wideep_context_mla_perf.parquet": [("wideep_context_mla", {}, ("latency",), 1e-3)],
     "wideep_generation_mla_perf.parquet": [("wideep_generation_mla", {}, ("latency",), 1e-3)],
+    **{
+        f"wideep_{p}_mlp_perf.parquet": [
+            (
+                f"wideep_{p}_mlp",
+                {"num_tokens": "num_token", "inter_size": "intermediate_size",
+                 "moe_dtype": "quant_type"},
+                ("avg_ms",),
+                1e-3,
+            )
+        ]
+        for p in ("context", "generation")
+    },  # fmt: skip
     "custom_allreduce_perf.parquet": [("allreduce", {}, ("latency",), 1e-3)],
     "wideep_deepep_normal_perf.parquet": [
         (

@@ -215,7 +215,7 @@ def plan_cmd(
     tbo: Annotated[bool | None, typer.Option(
         "--tbo/--no-tbo", help="Two-batch overlap (default: searched where DeepEP runs).")] = None,
     mtp: Annotated[int, typer.Option(
-        help="MTP draft tokens (priced by serve-sim --phase decode only).")] = 0,
+        help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")] = 0,
     mtp_accept: Annotated[float | None, typer.Option(
         help="Acceptance rate of each MTP draft token, in (0, 1].")] = None,
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
@@ -227,6 +227,8 @@ def plan_cmd(
     t_start = time.perf_counter()
     knob_search = _knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
     m: ModelSpec = load_model(model)
+    require(mtp == 0 or m.num_nextn_predict_layers > 0,
+            f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {m.name} has none")
     if layers is not None:
         require(layers >= 1, f"layers ({layers}) must be >= 1")
         m = m.with_layers(min(layers, m.num_layers))
@@ -252,6 +254,9 @@ def plan_cmd(
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    from moeplan.cli._knob_checks import check_plan_knobs
+
+    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir, write_artifacts
 
@@ -327,11 +332,12 @@ def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: 
     require(mtp_accept is None or mtp > 0, f"--mtp-accept ({mtp_accept}) needs --mtp N")
     require(mtp_accept is None or 0 < mtp_accept <= 1,
             f"--mtp-accept ({mtp_accept}) must be in (0, 1]")
-    require(mtp == 0, f"--mtp ({mtp}) is priced by `serve-sim --phase decode`; the serving "
-            "simulation advances one token per sequence and step")
-    given = {n for n, v in (("tbo", tbo), ("redundant_experts", redundant), ("a2a", a2a))
-             if v is not None}
-    base = InstanceKnobs(tbo=bool(tbo), kv_dtype=kv_dtype)
+    require(mtp == 0 or mtp_accept is not None,
+            f"--mtp ({mtp}) needs --mtp-accept P in (0, 1] (no default acceptance)")
+    given = {n for n, v in (("tbo", tbo), ("redundant_experts", redundant), ("a2a", a2a),
+                            ("mtp", mtp or None)) if v is not None}
+    base = InstanceKnobs(tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp,
+                         mtp_accept=float(mtp_accept or 0.0))
     return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -53,7 +54,6 @@ LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 def layout_from_plan(plan: Plan) -> ServeLayout:
     """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
     common module choice over all stages, DPMoE counted into the MoE EP span)."""
-    lay = plan.layout
     pools = plan.details.get("disaggregation")
     if pools is not None:  # PD / AFD pools, not one engine
         kind = pools.get("kind") if isinstance(pools, dict) else pools
@@ -61,18 +61,9 @@ def layout_from_plan(plan: Plan) -> ServeLayout:
             f"plan.details.disaggregation ({kind}) is a disaggregated deployment: serve-sim "
             "simulates one engine; `moeplan plan` simulates its prefill and decode pools"
         )
-    if plan.family == "strategy":
-        attn, moe = _section(lay, "attn"), _section(lay, "moe")
-        return ServeLayout(
-            attn_tp=_degree("attn.tp", attn.get("tp")),
-            attn_dp=_degree("attn.dp", attn.get("dp")),
-            moe_tp=_degree("moe.tp", moe.get("tp")),
-            moe_ep=_degree("moe.ep", moe.get("ep")),
-            pp=_degree("pp", lay.get("pp", 1)),
-            fused=plan.details.get("fused") is True,
-        )
-    if plan.family == "pipeline":
-        return _pipeline_layout(lay)
+    read = PLAN_LAYOUTS.get(plan.family)
+    if read is not None:
+        return read(plan)
     raise MoeplanError(
         f"plan.family ({plan.family!r}) is not simulated by serve-sim: only "
         "strategy and pipeline plans (attention-FFN disaggregated serving of a "
@@ -98,6 +89,20 @@ def _section(lay: Any, key: str) -> dict:
     sec = lay.get(key)
     require(isinstance(sec, dict), f"plan.layout.{key} ({sec!r}) must be a JSON object")
     return sec
+
+
+def _strategy_layout(plan: Plan) -> ServeLayout:
+    """A strategy plan's serving layout: its degrees, fused as MixServe chose."""
+    lay = plan.layout
+    attn, moe = _section(lay, "attn"), _section(lay, "moe")
+    return ServeLayout(
+        attn_tp=_degree("attn.tp", attn.get("tp")),
+        attn_dp=_degree("attn.dp", attn.get("dp")),
+        moe_tp=_degree("moe.tp", moe.get("tp")),
+        moe_ep=_degree("moe.ep", moe.get("ep")),
+        pp=_degree("pp", lay.get("pp", 1)),
+        fused=plan.details.get("fused") is True,
+    )
 
 
 def _pipeline_layout(lay: Any) -> ServeLayout:
@@ -131,6 +136,14 @@ def _pipeline_layout(lay: Any) -> ServeLayout:
     pp = _degree("pp", lay.get("pp"))
     require(pp == len(stages), f"plan.layout.pp ({pp}) must equal its stages ({len(stages)})")
     return ServeLayout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
+
+
+#: How ``serve-sim --plan`` reads one engine's layout from each family's plan, keyed by family
+#: (:data:`moeplan.planners.families.INSTANCE_SERVED`).
+PLAN_LAYOUTS: dict[str, Callable[[Plan], ServeLayout]] = {
+    "strategy": _strategy_layout,
+    "pipeline": lambda plan: _pipeline_layout(plan.layout),
+}
 
 
 def _lengths(fixed: int | None, dist: str | None, name: str, default: int) -> LengthDist:
@@ -301,7 +314,9 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
-    mtp: Annotated[int, typer.Option(help="MTP draft tokens per decode step (0: off).")] = 0,
+    mtp: Annotated[
+        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
+    ] = 0,
     mtp_accept: Annotated[
         float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
     ] = None,
@@ -333,13 +348,13 @@ def serve_sim(
     if pd is not None:
         check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
         knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
-                      "--tbo/--no-tbo": tbo, "--mtp": mtp or None,
+                      "--tbo/--no-tbo": tbo,
                       "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
                       "--a2a": None if a2a == "auto" else a2a}
         bad = [k for k, v in knob_given.items() if v is not None]
         require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
                 "engine's all-to-all and the better two-batch overlap setting; redundant experts "
-                "go in the layout: moe-rN)")
+                "go in the layout: moe-rN; --mtp applies to the decode pool)")
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:
@@ -393,19 +408,16 @@ def serve_sim(
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
     from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+    from moeplan.serve.instance_knobs import resolve_knobs
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if deployment is not None:
+        mtp_knobs = resolve_knobs(cm.engine, m, c, deployment.prefill, mtp=mtp,
+                                  mtp_accept=mtp_accept)  # validates --mtp/--mtp-accept
         return show_pd(deployment, m, c, cm, w, slo, engine=engine, rate=rate,
                        requests=requests, json_out=json_out,
-                       render=(_payload, _print_human))
-    require(
-        mtp == 0,
-        f"--mtp ({mtp}) is priced by --phase decode; serve-sim runs do not simulate "
-        "speculative decoding",
-    )
-    from moeplan.serve.instance_knobs import resolve_knobs
-
+                       render=(_payload, _print_human),
+                       mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
     work = f"simulating {layout.label}" + ("" if rate or concurrency else ": SLO capacity search")
     with progress(not (quiet or json_out), work):
@@ -458,6 +470,12 @@ def serve_sim(
         print_json(out)
     else:
         _print_human(out, r)
+        if knobs.mtp:
+            console.print(
+                f"MTP: {knobs.mtp} draft token(s) per step, acceptance {knobs.mtp_accept:g} (given) "
+                f"-> {knobs.tokens_per_step:.3g} tokens per decode step in expectation; ITL is "
+                "the gap between steps, TPOT the time per output token"
+            )
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])

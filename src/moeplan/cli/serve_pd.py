@@ -81,9 +81,12 @@ def run_pd(
     engine: str,
     rate: float | None,
     requests: int,
+    mtp: tuple[int, float] = (0, 0.0),
 ) -> tuple[DisaggResult, dict[str, Any]]:
-    """Simulate ``pd`` and return its result and the extra payload keys (the P/D text)."""
-    c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine)
+    """Simulate ``pd`` and return its result and the extra payload keys (the P/D text);
+    ``mtp``: the decode pool's MTP draft tokens and acceptance (0: off)."""
+    c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
+                mtp=mtp[0], mtp_accept=mtp[1])  # fmt: skip
     r = simulate_given(c, pd, rate_given=rate is not None, search_requests=requests)
     at = rate if rate is not None else r.max_rate_meeting_slo_rps or None
     require(
@@ -123,6 +126,7 @@ def show_pd(
     requests: int,
     json_out: bool,
     render: tuple[Callable[..., dict[str, Any]], Callable[..., None]],
+    mtp: tuple[int, float] = (0, 0.0),
 ) -> None:
     """Simulate ``pd`` and print it as serve-sim prints one engine (plus the pools' line).
 
@@ -133,7 +137,7 @@ def show_pd(
     from moeplan.kernel_tables import pricing, pricing_line
 
     r, extra = run_pd(pd, model, cluster, cm, w, slo, engine=engine, rate=rate,
-                      requests=requests)
+                      requests=requests, mtp=mtp)
     _payload, _print_human = render
     out = _payload(model.name, cluster.name, r, w, slo, extra["rate_simulated_rps"], engine)
     out.update(extra, pricing=pricing(cm))

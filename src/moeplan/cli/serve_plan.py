@@ -48,7 +48,7 @@ def served_deployment(plan: Plan) -> ServedDeployment | None:
         layout = ServeLayout(**{k: lay[k] for k in LAYOUT_KEYS if k in lay})
     except TypeError as err:
         raise MoeplanError(f"{where}.serve_layout is malformed: {err}") from None
-    replicas = serving.get("replicas", 1)
+    replicas = serving.get("replicas", lay.get("replicas", 1))  # the entry's, else the layout's
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise MoeplanError(f"{where}.replicas ({replicas!r}) must be an integer")
     check_int(f"{where}.replicas", replicas, 1, MAX_REPLICAS)

@@ -94,7 +94,7 @@ def pareto_html(a: Analysis, title: str) -> str:
         return go.Scatter(
             x=[r.ttft_s * 1e3 for r in rs],
             y=[r.throughput_per_gpu for r in rs],
-            text=[r.strategy.label() for r in rs],
+            text=[r.strategy.label for r in rs],
             name=name,
             mode=mode,
         )
@@ -132,7 +132,7 @@ def fused_target(a: Analysis, c: ClusterSpec) -> Strategy | None:
 
 def verify_fused(ev: StrategyEvaluator, s: Strategy, isl: int) -> dict:
     """Closed-form fused/sequential layer times against their replay on ``moeplan.sim``."""
-    out: dict = {"strategy": s.label()}
+    out: dict = {"strategy": s.label}
     for phase, q_len in (("prefill", isl), ("decode", 1)):
         layer = ev.fused_layer(s, q_len)
         ag, rs = layer.times()
@@ -177,7 +177,7 @@ def _print_human(
     for i, r in enumerate(rows, 1):
         t.add_row(
             str(i),
-            r.strategy.label(),
+            r.strategy.label,
             str(r.num_gpus),
             ttfts[i - 1],
             itls[i - 1],
@@ -211,7 +211,7 @@ def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
         g = gains(best, base) or {}
         fits = "" if base.fits else " (does not fit in memory)"
         b.add_row(
-            f"{name}: {base.strategy.label()}{fits}",
+            f"{name}: {base.strategy.label}{fits}",
             ttfts[j],
             itls[j],
             f"{base.throughput_tokens_per_s:,.0f}",
@@ -283,12 +283,12 @@ def strategy(
         ).to_json()
     if exp is not None and exp.args and best is not None:
         files[f"{exp.engine}.sh"] = render_launcher(
-            exp.args, [best.strategy.label(), pricing_line(price), *exp.warnings]
+            exp.args, [best.strategy.label, pricing_line(price), *exp.warnings]
         )
     if target is not None:
         files["gantt.html"] = lambda: gantt_html(
             layer_schedules(ev.fused_layer(target, isl)),
-            title=f"one MoE layer, prefill: {target.label()}",
+            title=f"one MoE layer, prefill: {target.label}",
             include_plotlyjs=True,
         )
     write_outputs(out, OUTPUTS, files)

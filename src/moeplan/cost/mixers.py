@@ -12,12 +12,20 @@ on one TP rank (heads split ``tp`` ways) is priced as NVIDIA's tables time it:
   one byte a value; projection dtype from the checkpoint's attention quantization.
 - ``gdn`` / ``kda``: the short convolution + the delta rule (two kernels, each from its table:
   the engine's kernel for that role, the one with most measured rows) plus the input and
-  output projections as GEMMs. The recurrent state does not grow with the context: prefill
+  output projections as GEMMs. The convolution covers the layer's q, k and v channels; where
+  a table's rows convolve the keys alone (TensorRT-LLM's collector) the query asks that
+  table for the layer's channel count. The recurrent state does not grow with the context: prefill
   costs ``q_len`` tokens whatever the prefix, decode one state update per sequence.
 - ``mamba2``: the convolution from TensorRT-LLM's Mamba-2 table; its chunked state-space scan
   has no measured table anywhere and is the datasheet roofline
   (:func:`ssm_scan_features`), labelled ``roofline`` with, as its stated error, the roofline
   error of the delta-rule kernels on the GDN tables (the nearest measured recurrent kernel).
+
+A layer with manifold-constrained hyper-connections (DeepSeek-V4's mHC, ``LayerSpec.hc_mult``)
+adds :func:`price_mhc`: the ``pre`` kernel (mix the residual streams into the sub-layer's
+input, Sinkhorn steps) and the ``post`` kernel (write its output back) from the engine's
+``mhc`` table, whose rows time a layer's two sites (mixer and FFN) together
+(``num_sites`` = 2), for every token of the rank.
 
 Every kernel price keeps its :class:`~.kerneldb.Prediction` (source, held-out error), which
 :meth:`moeplan.cost.CostModel.mixer_layer` records for ``provenance``. Other mixer kinds
@@ -34,10 +42,10 @@ import numpy as np
 from moeplan.cost.kerneldb.base import BF16, Features
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, is_conv
+from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, KEYS_ONLY_CONV, is_conv
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.sparse_features import DSA_DIMS
-from moeplan.specs.layers import Mixer
+from moeplan.specs.layers import LayerSpec, Mixer
 
 #: mixer kinds priced here (module docstring)
 MIXER_KINDS = ("dsa", "csa", "hca", "msa", "gdn", "kda", "mamba2")
@@ -128,6 +136,16 @@ def role_kernel(db: KernelDB, device: Device, engine: str, op: str, role: str) -
     return ROLE_STAND_IN[role]
 
 
+def keys_only_conv(db: KernelDB, device: Device, engine: str, op: str) -> bool:
+    """Whether the engine's ``op`` table (the GPU's, else its reference's) comes from the
+    collector whose convolution rows convolve the key channels alone
+    (:data:`~.kerneldb.linear_features.KEYS_ONLY_CONV`)."""
+    for gpu in (device.table, device.reference):
+        if gpu is not None and (keys := db.variants(gpu, engine, op)):
+            return any(k[1] == KEYS_ONLY_CONV for k in keys if len(k) > 1)
+    return False
+
+
 def projection_gemms(m: Mixer, hidden: int, tokens: float, tp: int) -> list[tuple[float, ...]]:
     """(m, n, k) of a recurrent layer's input and output projections on one TP rank:
     GDN / KDA ``in_proj`` to q, k, v, the output gate and the per-head gates, ``out_proj``
@@ -201,6 +219,11 @@ def price_mixer(
         cols = dict(c.shape)
         if c.role != "module":
             cols["kernel_source"] = role_kernel(db, device, engine, c.op, c.role)
+        if c.role == "conv" and m.kind != "mamba2" and keys_only_conv(db, device, engine, c.op):
+            # the table's conv rows convolve nk dk channels: ask for the layer's q, k, v
+            cols["num_k_heads"] = (2 * _split(m.lin_key_heads, tp) * m.lin_key_dim
+                                   + _split(m.lin_value_heads, tp) * m.lin_value_dim
+                                   ) / m.lin_key_dim  # fmt: skip
         preds.append((c.op, db.predict(c.op, device, engine, **cols)))
     total = sum(p.seconds for _, p in preds)
     if m.kind == "mamba2":
@@ -210,3 +233,40 @@ def price_mixer(
     if m.kind not in MODULE_KINDS:
         total += sum(gemm(*g) for g in projection_gemms(m, hidden, num_seqs * q_len, tp))  # type: ignore[operator]
     return total, preds
+
+
+#: mHC sites per decoder layer: one around the mixer, one around the FFN (DeepSeek-V4
+#: ``inference/model.py`` Block: ``hc_attn_*`` and ``hc_ffn_*``; NVIDIA's table: num_sites 2)
+MHC_SITES = 2
+
+
+def mhc_kernel(db: KernelDB, device: Device, engine: str, op_name: str) -> str | None:
+    """The engine's mHC kernel for ``op_name`` (``pre`` / ``post``): the variant with most
+    measured rows on the GPU's tables, else its reference's; ``None`` where it has none."""
+    for gpu in (device.table, device.reference):
+        if gpu is None:
+            continue
+        found = [(n, k[0]) for k, n in db.variants(gpu, engine, "mhc").items() if k[1] == op_name]
+        if found:
+            return max(found)[1]
+    return None
+
+
+def price_mhc(
+    db: KernelDB, device: Device, engine: str, layer: LayerSpec, hidden: int, tokens: int
+) -> tuple[float, list[tuple[str, Prediction]]]:
+    """Seconds of one layer's mHC (``pre`` + ``post`` at both sites) for ``tokens`` tokens
+    of one rank, and the predictions behind it; ``(0, [])`` for a layer without mHC."""
+    if layer.hc_mult == 0 or tokens <= 0:
+        return 0.0, []
+    preds: list[tuple[str, Prediction]] = []
+    for op_name in ("pre", "post"):
+        cols: dict[str, object] = dict(
+            mhc_op=op_name, num_tokens=tokens, hidden_size=hidden, hc_mult=layer.hc_mult,
+            num_sites=MHC_SITES, sinkhorn_iters=layer.hc_sinkhorn_iters,
+        )  # fmt: skip
+        kernel = mhc_kernel(db, device, engine, op_name)
+        if kernel is not None:
+            cols["kernel_source"] = kernel
+        preds.append(("mhc", db.predict("mhc", device, engine, **cols)))
+    return sum(p.seconds for _, p in preds), preds

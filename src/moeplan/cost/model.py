@@ -75,6 +75,9 @@ from moeplan.specs.quant import ModuleQuant
 DEFAULT_ALPHA = 5e-6
 DEFAULT_FLOPS_EFF = 0.70
 DEFAULT_BW_EFF = 0.80
+#: the one shape SGLang's wide-EP MLP tables measure (wideep_*_mlp_perf, 0.5.6.post2):
+#: DeepSeek-V3's shared expert
+WIDE_MLP_HIDDEN, WIDE_MLP_INTER = 7168, 2048
 A2A_MEMO = 100_000  # memoised all-to-all predictions per CostModel
 
 
@@ -105,6 +108,7 @@ class CostModel(MixerLayers):
         self._prov: dict[tuple[str, str], list] = {}
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
+        self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
         if engine is not None:
             if engine not in ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
@@ -183,6 +187,30 @@ class CostModel(MixerLayers):
             t += extra / (self.cluster.gpu.mem_bw * DEFAULT_BW_EFF)
         return t
 
+    def wide_shared_expert(self, model: ModelSpec, tokens: float, decode: bool) -> float | None:
+        """The shared expert of a wide-EP deployment (attention DP: every token of the rank,
+        unsharded) from the engine's ``wideep_*_mlp`` tables — SGLang's DeepSeek-V3 MLP module
+        in fp8_block, measured at the shared expert's shape only — or ``None`` (no table, or
+        not that shape: hidden 7168, intermediate 2048, fp8 block weights)."""
+        op = "wideep_generation_mlp" if decode else "wideep_context_mlp"
+        if self._kdb is None or tokens <= 0 or model.shared_intermediate_size == 0:
+            return None
+        if (self._device.reference, self.engine, op) not in self._kdb.tables:
+            return None
+        q = model.quant.shared
+        shape = (model.hidden_size, model.shared_intermediate_size, q.format.kernel_dtype)
+        if shape != (WIDE_MLP_HIDDEN, WIDE_MLP_INTER, "fp8_block"):
+            return None
+        return self._kernel(
+            op,
+            {
+                "num_tokens": tokens,
+                "hidden_size": WIDE_MLP_HIDDEN,
+                "inter_size": WIDE_MLP_INTER,
+                "moe_dtype": "fp8_block",
+            },
+        )
+
     def provenance(self) -> dict[str, dict[str, dict[str, float | int | None]]]:
         """``{op: {source: {"calls", "error_median", "error_p90"}}}`` of every operation this
         model priced from the kernel database (empty without an engine)."""
@@ -255,6 +283,7 @@ class CostModel(MixerLayers):
         attending (causally) to ``ctx_len`` keys in total, heads split ``tp`` ways."""
         if num_seqs <= 0 or q_len <= 0:
             return 0.0
+        model = self.layer_model(model, layer)  # this layer's heads and head dim
         if self._kdb is not None:
             sliding = layer is not None and model.is_sliding_layer(layer)
             queries = attention_query(model, num_seqs, q_len, max(ctx_len, q_len), tp, sliding)
@@ -270,10 +299,13 @@ class CostModel(MixerLayers):
         if self.profile is not None and self.profile.attention is not None:
             return self.profile.attention(macs)
         roof = self._gemm if isinstance(self._gemm, Roofline) else self._roof
+        cached = ctx_len  # keys read: a sliding / chunked layer reads its window only
+        if layer is not None and model.is_sliding_layer(layer):
+            cached = min(ctx_len, model.sliding_window)
         kv_read = (
             num_seqs
-            * ctx_len
-            * model.kv_bytes_per_token_layer()
+            * cached
+            * model.kv_bytes_per_token_layer(layer)
             / (1 if model.attention == "mla" else min(tp, model.num_kv_heads))
         )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
@@ -286,6 +318,7 @@ class CostModel(MixerLayers):
         vectorised kernel-table query; not counted in the pricing provenance)."""
         if self._kdb is None or num_seqs <= 0:
             return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
+        model = self.layer_model(model, layer)
         sliding = layer is not None and model.is_sliding_layer(layer)
         ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
         n = len(ctxs)
@@ -333,12 +366,13 @@ class CostModel(MixerLayers):
             mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
             if mixed is not None:
                 return mixed
-        elif self._kdb is not None and (groups := self._mixer_groups(model)) is not None:
+        elif self.mixes_kinds(model) and (groups := self._mixer_groups(model)) is not None:
             n = model.num_layers
             return sum(
                 count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
                 for i, count in groups
             )
+        model = self.layer_model(model, layer)  # this layer's heads and head dim
         module = self._mla_module(model, num_seqs, q_len, ctx_len, tp)
         if module is not None:
             return module

@@ -16,6 +16,10 @@ deployment guide):
   '{"method": "deepseek_mtp", "num_speculative_tokens": N}'``.
 - KV dtype: SGLang ``--kv-cache-dtype fp8_e4m3`` / ``bf16``; vLLM ``fp8`` / ``bfloat16``
   (``auto``: no flag, the engines' default).
+- A prefill pool's chunk (the instance's prompt tokens per iteration, as priced): SGLang
+  ``--chunked-prefill-size`` takes the instance total and divides it by the DP size under DP
+  attention (server_args.py); vLLM runs one scheduler per DP rank, each with its own
+  ``--max-num-batched-tokens``: the total over ``attn_dp``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ def sglang_knob_args(knobs: InstanceKnobs) -> list[str]:
     if knobs.kv_dtype in SGLANG_KV:
         out += ["--kv-cache-dtype", SGLANG_KV[knobs.kv_dtype]]
     return out
+
+
+def prefill_chunk_args(engine: str, chunk_tokens: int | None, attn_dp: int) -> list[str]:
+    """The flag of a prefill pool's chunk (module docstring); none when not given."""
+    if not chunk_tokens:
+        return []
+    if engine == "sglang":
+        return ["--chunked-prefill-size", str(chunk_tokens)]
+    return ["--max-num-batched-tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
 
 
 def vllm_knob_args(knobs: InstanceKnobs, role: str = "colocated") -> list[str]:

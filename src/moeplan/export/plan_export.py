@@ -153,7 +153,7 @@ def analytic_options(result: Any) -> list[Option]:
     return [
         Option(
             strategy=r.strategy,
-            label=r.strategy.label(),
+            label=r.strategy.label,
             family="strategy",
             per_gpu=w.batch * w.isl / r.prefill.total_s / r.num_gpus,
             unit=PREFILL_UNIT,

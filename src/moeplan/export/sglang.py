@@ -22,7 +22,7 @@ from typing import Any
 from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
-from moeplan.export.knob_flags import sglang_knob_args
+from moeplan.export.knob_flags import prefill_chunk_args, sglang_knob_args
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.instance_knobs import InstanceKnobs
 
@@ -197,6 +197,7 @@ def sglang_pd_commands(
     target: Target,
     transfer_backend: str = "mooncake",
     knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
+    prefill_chunk: int | None = None,
 ) -> list[PDCommand]:
     """SGLang PD launch: ``x`` prefill and ``y`` decode servers (each with its own layout,
     ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
@@ -224,6 +225,7 @@ def sglang_pd_commands(
             pd += [transfer_backend, "--host", "0.0.0.0", "--port", str(port)]
             if role == "prefill":
                 pd += ["--disaggregation-bootstrap-port", str(boot)]
+                pd += prefill_chunk_args("sglang", prefill_chunk, s.attn_dp)
             if s.world_size < target.gpus_per_node:  # several instances share a node
                 pd += ["--base-gpu-id", str(gpu % target.gpus_per_node)]
             gpu += s.world_size
@@ -271,6 +273,7 @@ def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
         model_path=model_path,
         target=target,
         knobs=(getattr(pd, "prefill_knobs", None), getattr(pd, "decode_knobs", None)),
+        prefill_chunk=getattr(pd, "prefill_chunk", None),
     )
     lines = [
         "#!/usr/bin/env bash",

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.families import PLAN_FAMILIES
 
 SCHEMA = "moeplan.plan/1"
-FAMILIES = ("strategy", "ep", "pipeline", "dep")
+FAMILIES = PLAN_FAMILIES  # the families that write their own plan.json (planners/families.py)
 MAX_WORLD_SIZE = 1 << 20  # far beyond any cluster; rejects absurd files before any allocation
 MAX_PLAN_BYTES = 64 << 20  # a plan.json is a few kB; refuse to parse anything larger
 

@@ -33,15 +33,17 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.families import FAMILY, PROPOSED, TITLES
 from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 from moeplan.units import GIB
 
-FAMILIES = ("strategy", "pipeline", "dep")
-FAMILY_NAMES = {"strategy": "colocated hybrid (MixServe)", "pipeline": "pipelined (SMIDT)",
-                "dep": "disaggregated (FinDEP)",
-                "pd": "prefill/decode disaggregated (DistServe, SGLang/vLLM PD)",
-                "afd": "attention-FFN disaggregated decode (FinDEP schedule)"}
+FAMILIES = PROPOSED  # the families an analytic planner proposes (planners/families.py)
+FAMILY_NAMES = TITLES
+#: MixServe's figure of a PP strategy, said beside the ranking it enters
+PP_CAVEAT = ("Caveat: MixServe prices pipeline parallelism as one batch walking through the "
+             "stages (its Eq. 6), without micro-batch pipelining; SMIDT's pipeline model "
+             "overlaps micro-batches, so its PP plans look better by comparison.")
 TIE = 0.005  # plans within 0.5 % per GPU are tied
 # A suggested cluster must hold the weights with 30 % to spare for KV cache and activations
 # (a rule of thumb for the hint in the "fits no family" error, not used for planning).
@@ -67,6 +69,8 @@ class Candidate:
     launchable_as: dict[str, Any] | None = None
     """A non-strategy plan that is really a colocated one (a one-stage SMIDT plan with one
     choice per module kind): the strategy layout plus ``replicas`` (pipeline/launchable.py)."""
+    caveat: str = ""
+    """A limit of the proposer's own figure that the explanation states (empty: none)."""
 
     @property
     def per_gpu(self) -> float:
@@ -75,13 +79,13 @@ class Candidate:
     @property
     def colocated(self) -> bool:
         """Launchable by SGLang/vLLM as a colocated TP/EP/DP layout."""
-        return self.family == "strategy" or self.launchable_as is not None
+        return FAMILY[self.family].layout == "colocated" or self.launchable_as is not None
 
     @property
     def name(self) -> str:
         """What the plan is: its family, or "colocated" for a one-stage SMIDT plan."""
-        if self.family == "pipeline" and self.launchable_as is not None:
-            return "colocated (SMIDT module search, one stage)"
+        if self.launchable_as is not None and FAMILY[self.family].layout != "colocated":
+            return f"colocated ({FAMILY[self.family].proposer} module search, one stage)"
         return FAMILY_NAMES[self.family]
 
     def summary(self) -> dict[str, Any]:
@@ -145,12 +149,13 @@ def strategy_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workloa
     comm = p.comm_s + p.p2p_s
     bound = _bound_from_shares(p.compute_s, 0 if inter else comm, comm if inter else 0)
     plan = st.to_plan(best, model=model.name, cluster=cluster.name, baselines=a.baselines)
-    return Candidate(family="strategy", label=best.strategy.label(), gpus=best.num_gpus,
+    return Candidate(family="strategy", label=best.strategy.label, gpus=best.num_gpus,
                      prefill_tokens_per_s=tokens / p.total_s, ttft_s=p.total_s,
                      itl_s=best.itl_s if math.isfinite(best.itl_s) else None,
                      mem_bytes_per_gpu=best.mem_bytes_per_gpu, bound=bound, plan=plan,
                      detail=a, search_s=time.perf_counter() - t0,
-                     extra={"comm_share_prefill": p.comm_share})
+                     extra={"comm_share_prefill": p.comm_share},
+                     caveat=PP_CAVEAT if best.strategy.pp > 1 else "")
 
 
 def dep_candidate(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
@@ -250,7 +255,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostMod
         t0 = time.perf_counter()
         try:
             adapter = adapters[f]
-            if f == "strategy" and any_divisor is not None:
+            if adapter is strategy_candidate and any_divisor is not None:
                 adapter = partial(adapter, any_divisor=any_divisor)
             c = adapter(model, cluster, workload, cm)
         except MoeplanError as err:
@@ -297,10 +302,8 @@ def explain(ranked: Sequence[Candidate], cluster: ClusterSpec) -> list[str]:
             out.append(f"Runner-up: {r.name} ({r.label}) at {r.per_gpu:,.0f} tokens/s "
                        f"per GPU; the winner is {w.per_gpu / r.per_gpu:.2f}x faster per GPU.")
     for c in ranked:
-        if c.family == "strategy" and c.plan.layout.get("pp", 1) > 1:
-            out.append("Caveat: MixServe prices pipeline parallelism as one batch walking through "
-                       "the stages (its Eq. 6), without micro-batch pipelining; SMIDT's pipeline "
-                       "model overlaps micro-batches, so its PP plans look better by comparison.")
+        if c.caveat:
+            out.append(c.caveat)
             break
     return out
 

@@ -138,7 +138,7 @@ def pareto(c: Candidate, workload: Any) -> go.Figure:
         items: list[tuple[float, float, Any]], name: str, mode: str, **kw: Any
     ) -> go.Scatter:
         hover = [
-            f"{r.strategy.label()}<br>batch prefill {r.prefill.total_s * 1e3:.1f} ms<br>"
+            f"{r.strategy.label}<br>batch prefill {r.prefill.total_s * 1e3:.1f} ms<br>"
             f"MixServe end-to-end: {r.throughput_per_gpu:,.0f} output tokens/s/GPU, "
             f"queueing TTFT {r.ttft_s * 1e3:.1f} ms"
             for *_, r in items

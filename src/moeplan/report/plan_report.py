@@ -257,6 +257,14 @@ def write_artifacts(
                 target=Target.of(result.model, result.cluster),
             )
             files["sglang_pd"] = str(out.write("sglang_pd.sh", pd, executable=True))
+            from moeplan.export.vllm import vllm_pd_script
+
+            vpd = vllm_pd_script(
+                serving.winner.entry.layout,
+                model_path=model_path_for(model_arg, model_path),
+                target=Target.of(result.model, result.cluster),
+            )
+            files["vllm_pd"] = str(out.write("vllm_pd.sh", vpd, executable=True))
         files["report"] = str(out.write("report.html", html))
     return files
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout, layout_int
 from moeplan.planners.plan import Plan
 
 Groups = dict[str, tuple[tuple[int, ...], ...]]
@@ -45,11 +46,12 @@ def grid_groups(ranks: list[int], axes: list[tuple[str, int]]) -> Groups:
 
 
 def _int(layout: dict[str, Any], key: str, where: str = "plan.layout") -> int:
-    if not isinstance(layout, dict):
-        raise MoeplanError(f"{where} ({type(layout).__name__}) must be a JSON object")
-    value = layout.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise MoeplanError(f"{where}.{key} ({value!r}) must be a positive integer")
+    return layout_int(_obj(layout, where), key, where)
+
+
+def _obj(value: Any, where: str = "plan.layout") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MoeplanError(f"{where} ({type(value).__name__}) must be a JSON object")
     return value
 
 
@@ -66,19 +68,41 @@ class StageModule:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Mesh:
-    """Parallel layout of one plan; ``groups`` maps axis name to all its rank tuples."""
+    """Parallel layout of one plan; ``groups`` maps axis name to all its rank tuples.
+
+    Colocated families carry their :class:`~moeplan.planners.layout.Layout` (the one layout
+    type); DEP meshes carry ``ag``/``eg``; pipeline meshes their ``stages``.
+    """
 
     family: str
     world_size: int
     pp: int = 1
-    attn_tp: int = 1
-    attn_dp: int = 1
-    moe_tp: int = 1
-    moe_ep: int = 1
+    layout: Layout | None = None
     ag: int = 0
     eg: int = 0
     details: dict[str, Any] = field(default_factory=dict)
     stages: tuple[tuple[StageModule, ...], ...] = ()
+
+    @property
+    def attn_tp(self) -> int:
+        return self.layout.attn_tp if self.layout else 1
+
+    @property
+    def attn_dp(self) -> int:
+        return self.layout.attn_dp if self.layout else 1
+
+    @property
+    def moe_tp(self) -> int:
+        return self.layout.moe_tp if self.layout else 1
+
+    @property
+    def moe_ep(self) -> int:
+        return self.layout.moe_ep if self.layout else 1
+
+    @property
+    def disaggregated(self) -> bool:
+        """Attention ranks apart from expert ranks (``ag`` + ``eg``)."""
+        return self.ag > 0
 
     @property
     def stage_size(self) -> int:
@@ -89,14 +113,14 @@ class Mesh:
 
     def role(self, rank: int) -> str:
         """``attention`` or ``expert`` for DEP; ``both`` for colocated families."""
-        if self.family == "dep":
+        if self.disaggregated:
             return "attention" if rank < self.ag else "expert"
         return "both"
 
     def coords(self, rank: int) -> dict[str, int]:
         """Coordinates of ``rank`` on every axis of this family."""
         require(0 <= rank < self.world_size, f"rank ({rank}) must be in [0, {self.world_size})")
-        if self.family == "dep":
+        if self.disaggregated:
             return {"ag": rank, "eg": -1} if rank < self.ag else {"ag": -1, "eg": rank - self.ag}
         local = rank % self.stage_size
         return {
@@ -118,7 +142,7 @@ class Mesh:
 
     def group_lists(self) -> Groups:
         """Every group of every axis (same order on every rank)."""
-        if self.family == "dep":
+        if self.disaggregated:
             return {
                 "world": (tuple(range(self.world_size)),),
                 "ag": (tuple(range(self.ag)),),
@@ -129,7 +153,7 @@ class Mesh:
         out["pp"] = tuple(tuple(range(i, self.world_size, r)) for i in range(r))
         for s in range(self.pp):
             ranks = list(range(s * r, (s + 1) * r))
-            if self.family != "pipeline":
+            if self.layout is not None:
                 attn = grid_groups(ranks, [("attn_dp", self.attn_dp), ("attn_tp", self.attn_tp)])
                 moe = grid_groups(ranks, [("moe_ep", self.moe_ep), ("moe_tp", self.moe_tp)])
                 for name, gs in [*attn.items(), *moe.items()]:
@@ -198,39 +222,25 @@ def mesh_from_plan(plan: Plan | Mapping[str, Any], world_size: int | None = None
             world == world_size,
             f"plan.layout.world_size ({world}) must equal the launch world size ({world_size})",
         )
-    return _BUILDERS[p.family](p.family, p.layout, world, p.details)
+    return MESH_BUILDERS[p.family](p.family, p.layout, world, p.details)
 
 
 def _strategy_mesh(
     family: str, layout: dict[str, Any], world: int, details: dict[str, Any]
 ) -> Mesh:
-    attn, moe = layout.get("attn", {}), layout.get("moe", {})
-    pp = _int(layout, "pp") if "pp" in layout else 1
-    require(world % pp == 0, f"plan.layout.pp ({pp}) must divide world_size ({world})")
-    a_tp, a_dp = _int(attn, "tp", "plan.layout.attn"), _int(attn, "dp", "plan.layout.attn")
-    m_tp, m_ep = _int(moe, "tp", "plan.layout.moe"), _int(moe, "ep", "plan.layout.moe")
-    r = world // pp
+    lay = Layout.from_plan_layout({"world_size": world, **_obj(layout)})
+    return Mesh(family=family, world_size=world, pp=lay.pp, layout=lay, details=details)
+
+
+def _ep_mesh(family: str, layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
+    """Sem-MoE's EP deployment: attention DP, MoE EP, one stage."""
+    mesh = _strategy_mesh(family, layout, world, details)
     require(
-        a_tp * a_dp == r, f"plan.layout.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})"
+        mesh.attn_tp == 1 and mesh.moe_tp == 1 and mesh.pp == 1,
+        f"plan.layout (attn.tp={mesh.attn_tp}, moe.tp={mesh.moe_tp}, pp={mesh.pp}) must be "
+        f"1, 1, 1 for family {family}",
     )
-    require(
-        m_tp * m_ep == r, f"plan.layout.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})"
-    )
-    if family == "ep":
-        require(
-            a_tp == 1 and m_tp == 1 and pp == 1,
-            f"plan.layout (attn.tp={a_tp}, moe.tp={m_tp}, pp={pp}) must be 1, 1, 1 for family ep",
-        )
-    return Mesh(
-        family=family,
-        world_size=world,
-        pp=pp,
-        attn_tp=a_tp,
-        attn_dp=a_dp,
-        moe_tp=m_tp,
-        moe_ep=m_ep,
-        details=details,
-    )
+    return mesh
 
 
 def _dep_mesh(family: str, layout: dict[str, Any], world: int, details: dict[str, Any]) -> Mesh:
@@ -284,9 +294,11 @@ def _pipeline_mesh(
     return Mesh(family="pipeline", world_size=world, pp=pp, details=details, stages=tuple(parsed))
 
 
-_BUILDERS = {
+#: The mesh of each family that writes its own plan.json, keyed by family name
+#: (:data:`moeplan.planners.families.PLAN_FAMILIES`).
+MESH_BUILDERS = {
     "strategy": _strategy_mesh,
-    "ep": _strategy_mesh,
+    "ep": _ep_mesh,
     "dep": _dep_mesh,
     "pipeline": _pipeline_mesh,
 }

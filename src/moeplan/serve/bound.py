@@ -33,6 +33,11 @@ For an engine instance serving ``lam`` requests/s in steady state, each request 
   ``lam osl <= (1 - f) D(TPOT SLO (1 - f))``, solved for the largest ``lam`` by bisection. It assumes the mean TPOT is within the percentile's, true of the TPOT
   distributions of a continuous-batching engine at a percentile of 90 or more (tested over
   the preset grid); below that percentile the TPOT does not enter the bound.
+- **MTP.** When the evaluator prices multi-token prediction, a step of ``b`` sequences
+  produces ``tau b`` tokens in expectation (:func:`moeplan.serve.engine.tokens_per_step`) and
+  a request's ``osl - 1`` decode tokens take ``ceil((osl - 1) / tau)`` steps, so TPOT is at
+  least the mean step over ``tau``: ``D`` is scaled by ``tau`` and the step limit is ``tau``
+  times the TPOT SLO.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moeplan.serve.engine import EngineConfig, Evaluator
+from moeplan.serve.engine import EngineConfig, Evaluator, tokens_per_step
 from moeplan.serve.iteration import Batch
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
@@ -117,6 +122,7 @@ def _tpot_rate(
     p: float,
     osl: float,
     hi: float,
+    tau: float = 1,
 ) -> float:
     """Largest ``lam <= hi`` with ``lam osl <= (1 - f) D(tpot (1 - f))``, ``f = lam pt / P``
     the fraction of time in prefill iterations (prefill-first; module docstring)."""
@@ -125,7 +131,8 @@ def _tpot_rate(
         f = lam * pt / p
         if f >= 1.0:
             return False
-        return lam * osl <= (1.0 - f) * _decode_bound(evaluate, b_max, ctx, tpot_s * (1.0 - f))
+        step = tau * tpot_s * (1.0 - f)  # MTP: a step of tau tokens within tau TPOTs
+        return lam * osl <= (1.0 - f) * tau * _decode_bound(evaluate, b_max, ctx, step)
 
     if ok(hi):
         return hi
@@ -154,7 +161,8 @@ def capacity_bound(
         if slo is not None and slo.tpot_s is not None and slo.percentile >= TPOT_PERCENTILE
         else math.inf
     )
-    d = _decode_bound(evaluate, b_max, ctx, tpot)
+    tau = tokens_per_step(evaluate)  # MTP: tau tokens per step, TPOT >= step / tau
+    d = tau * _decode_bound(evaluate, b_max, ctx, tpot * tau)
     p = _throughput(_grid(c_max), lambda c: evaluate(_prefill_batch(c, min(c, q_min))))
     isl_mean = workload.isl.mean
     pt = max(1e-9, isl_mean - math.floor(workload.prefix_hit * isl_mean))
@@ -162,12 +170,12 @@ def capacity_bound(
     if all(c.policy == "prefill-first" for c in cfgs):
         rate = 1.0 / (pt / p + osl / d)
         if math.isfinite(tpot):
-            rate = _tpot_rate(evaluate, b_max, ctx, tpot, pt, p, osl, rate)
+            rate = _tpot_rate(evaluate, b_max, ctx, tpot, pt, p, osl, rate, tau)
     else:
         rate = min(p / pt, d / osl)
     # a lone request: its prompt's prefill (one chunk at least) and a one-sequence decode step
     ttft = evaluate(_prefill_batch(min(q_min, c_max), min(q_min, c_max)))
-    tpot = evaluate(Batch(1, ctx, ()))
+    tpot = evaluate(Batch(1, ctx, ())) / tau
     if slo is not None and (
         (slo.ttft_s is not None and ttft > slo.ttft_s)
         or (slo.tpot_s is not None and tpot > slo.tpot_s)

@@ -45,8 +45,10 @@ from dataclasses import dataclass, replace
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.families import FAMILY, POOLED
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.engine import tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import (
@@ -70,7 +72,7 @@ from moeplan.serve.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_
 from moeplan.serve.workload import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-FAMILIES = ("pd", "afd")
+FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
@@ -86,6 +88,10 @@ class Context:
     workload: ServeWorkload
     slo: SLO
     engine: str = "sglang"
+    #: MTP draft tokens and acceptance the user gave (``plan --mtp N --mtp-accept P``):
+    #: decode pools run them; 0: off
+    mtp: int = 0
+    mtp_accept: float = 0.0
 
     @property
     def reserve(self) -> float:
@@ -179,9 +185,9 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
     isl = c.workload.isl.mean
     if c.workload.isl.max > cfg.kv_tokens_per_rank:
         return None
-    chunk = cfg.chunk_tokens or isl
+    chunk = cfg.chunk_tokens or isl  # the instance's budget: attn_dp ranks' worth
     q = min(isl, chunk)
-    per_chunk = max(1, chunk // isl) * lay.attn_dp
+    per_chunk = max(1, chunk // isl)  # prompts in one full iteration, as the engine batches
     full = ev(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
     alone = sum(
         ev(Batch(0, 0, ((min(q, isl - s), s + min(q, isl - s)),))) for s in range(0, isl, q)
@@ -193,9 +199,12 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
 
 
 def _knob_note(knobs: InstanceKnobs | None) -> str:
-    if knobs is None or knobs.a2a != "deepep":
+    if knobs is None:
         return ""
-    return ", DeepEP" + (" + two-batch overlap" if knobs.tbo else "")
+    mtp = f", MTP {knobs.mtp} (accept {knobs.mtp_accept:g})" if knobs.mtp else ""
+    if knobs.a2a != "deepep":
+        return mtp
+    return ", DeepEP" + (" + two-batch overlap" if knobs.tbo else "") + mtp
 
 
 def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tuple[int, float]:
@@ -216,7 +225,10 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
     with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
     if isinstance(lay, AFDLayout):
         return _decode_pool(c, lay, None)
-    pools = [p for k in pool_knobs(c, lay) if (p := _decode_pool(c, lay, k)) is not None]
+    kns = pool_knobs(c, lay)
+    if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
+        kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
+    pools = [p for k in kns if (p := _decode_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
@@ -239,7 +251,10 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     if big > per_rank:
         return None
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
-    b, d = _largest_batch(ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), tpot)
+    tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
+    b, d = _largest_batch(
+        ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
+    )
     if b == 0:
         return None
     try:
@@ -247,7 +262,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     except MoeplanError:
         return None
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
-    rate = b / (max(1, w.osl.mean - 1) * d)
+    rate = b * tau / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
     return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
@@ -281,7 +296,7 @@ def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
     pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
     decs_l: list[DecodeLayout] = (
         list(afd_layouts(n - 1))
-        if family == "afd"
+        if FAMILY[family].decode != "colocated"
         else list(serve_layouts(c.model, c.cluster, n - 1))
     )
     return pres, [d for lay in decs_l if (d := decode_pool(c, lay))]
@@ -291,7 +306,7 @@ def why_none(c: Context, family: str) -> str:
     """Why ``family`` has no rate-matched candidate on the cluster (one sentence)."""
     n = c.cluster.num_gpus
     pres, decs = pools(c, family)
-    kind = "attention-FFN disaggregated" if family == "afd" else "colocated"
+    kind = FAMILY[family].decode
     if not pres:
         return (
             f"no prefill instance of at most {n - 1} GPUs holds the weights and meets the "
@@ -323,7 +338,8 @@ def candidates(c: Context, family: str) -> list[Candidate]:
             x, y, rate = m
             assert isinstance(p.layout, ServeLayout)
             pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
-                          prefill_knobs=p.knobs, decode_knobs=d.knobs)
+                          prefill_knobs=p.knobs, decode_knobs=d.knobs,
+                          prefill_chunk=p.cfg.chunk_tokens)
             inter = transfer_inter_node(c.cluster, pd)
             setup = PoolSetup(
                 layout=pd,

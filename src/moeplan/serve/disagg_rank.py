@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from moeplan.cost import CostModel
+from moeplan.planners.families import FAMILY, POOLED
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
-from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
 from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
 from moeplan.serve.entries import Entry, Served
@@ -29,13 +29,7 @@ from moeplan.serve.pd import PDLayout
 from moeplan.serve.workload import ServeWorkload
 
 KEEP = 1  # simulated candidates per family (each ~0.4-0.6 s on 2 cores)
-NEEDS = {"pd": "strategy", "afd": "dep"}
-
-
-def _strategy(lay: Any) -> Strategy:
-    return Strategy(
-        attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
-    )
+NEEDS = {f: FAMILY[f].needs for f in POOLED}  # pools build on that family's plan
 
 
 def pools(k: Candidate) -> dict[str, Any]:
@@ -59,7 +53,7 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
         family="strategy",
         model=model,
         cluster=cluster,
-        layout=_strategy(dec).layout(),
+        layout=dec.plan_layout(),
         details={"label": lay.label, "disaggregation": pools(k)},
     )
 
@@ -108,6 +102,7 @@ def served_disaggregated(
     *,
     engine: str = "sglang",
     rate_given: bool = True,
+    mtp: tuple[int, float] = (0, 0.0),
     progress: Callable[[str], None] | None = None,
     keep: int = KEEP,
 ) -> tuple[list[Served], dict[str, str]]:
@@ -128,6 +123,8 @@ def served_disaggregated(
         workload=workload,
         slo=slo,
         engine=engine,
+        mtp=mtp[0],
+        mtp_accept=mtp[1],
     )
     for fam, need in NEEDS.items():
         if need not in planned:
@@ -146,13 +143,22 @@ def served_disaggregated(
 
 def _served(ctx: Context, k: Candidate, fam: str, rate_given: bool) -> Served:
     r = evaluate_candidate(ctx, k, rate_given=rate_given)
-    name, cl = ctx.model.name, ctx.cluster.name
-    if fam == "pd":
-        plan = pd_plan(k, name, cl)
-    else:
-        w = ctx.workload
-        b = k.setup.decode_cfg.max_running
-        plan = afd_plan(k, name, cl, b, w.isl.mean + w.osl.mean // 2)
+    plan = POOL_PLANS[fam](ctx, k)
     lay: PDLayout = k.layout
     entry = Entry(family=fam, label=lay.label, layout=lay, plan=plan)  # type: ignore[arg-type]
     return Served(entry=entry, result=r, estimate_tokens_per_s_per_gpu=k.estimate)
+
+
+def _afd_plan_at_load(ctx: Context, k: Candidate) -> Plan:
+    """:func:`afd_plan` at the decode pool's running cap and mid-generation context."""
+    w = ctx.workload
+    b = k.setup.decode_cfg.max_running
+    return afd_plan(k, ctx.model.name, ctx.cluster.name, b, w.isl.mean + w.osl.mean // 2)
+
+
+#: The ``plan.json`` of a served deployment of each pooled family, keyed by family name
+#: (:data:`moeplan.planners.families.POOLED`).
+POOL_PLANS: dict[str, Callable[[Context, Candidate], Plan]] = {
+    "pd": lambda ctx, k: pd_plan(k, ctx.model.name, ctx.cluster.name),
+    "afd": _afd_plan_at_load,
+}

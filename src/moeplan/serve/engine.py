@@ -19,7 +19,13 @@ it goes back to the head of the queue, and later re-prefills its prompt and gene
 counted separately as recomputed tokens). The pool is never over-committed (checked).
 
 Timing: the last prefill chunk of a request produces its first token (TTFT = end of that
-iteration); each later decode step produces one token. Iteration times come from an
+iteration); each later decode step produces one token — or, when the evaluator prices
+multi-token prediction (its ``knobs.mtp > 0``: :mod:`moeplan.serve.iteration_mtp`),
+``tau = knobs.tokens_per_step`` tokens in expectation: a decoding request's context, KV and
+output grow by ``tau`` per step and it finishes after ``ceil(remaining / tau)`` steps (the
+KV of the last step's surplus is freed with the request; ITL samples are the gaps between
+steps, each delivering ``tau`` tokens on average). One decision for price and progress: the
+evaluator's knobs. Iteration times come from an
 evaluator ``Batch -> seconds`` (:class:`moeplan.serve.iteration.IterationModel` or a test
 fake); decode contexts and prefill chunks' contexts are both rounded to the grid of
 :func:`bucket` before the call (the midpoint of a cell of relative width 1/64 to 1/32: error
@@ -48,10 +54,29 @@ from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
 
-__all__ = ["POLICIES", "Engine", "EngineConfig", "Evaluator", "SimResult", "bucket", "simulate"]
+__all__ = [
+    "POLICIES",
+    "Engine",
+    "EngineConfig",
+    "Evaluator",
+    "SimResult",
+    "bucket",
+    "simulate",
+    "tokens_per_step",
+]
 
 ARRIVAL, ITER_END = 0, 1
 WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+def tokens_per_step(evaluate: Evaluator) -> float:
+    """Expected tokens a decoding sequence gains per decode step under ``evaluate``: its
+    knobs' ``tokens_per_step`` when it prices multi-token prediction (``knobs.mtp > 0``),
+    else the int 1. The engine, the capacity bounds and the analytic estimates all ask here."""
+    knobs = getattr(evaluate, "knobs", None)
+    if knobs is None or not getattr(knobs, "mtp", 0):
+        return 1
+    return float(knobs.tokens_per_step)
 
 
 class Engine:
@@ -72,6 +97,8 @@ class Engine:
             f"({cfg.kv_tokens_per_rank} tokens)",
         )
         self.r, self.cfg, self.evaluate = reqs, cfg, evaluate
+        #: tokens per decode step (int 1 without MTP: the integer arithmetic stays exact)
+        self.tps = tokens_per_step(evaluate)
         n = len(reqs)
         self.isl, self.osl = reqs.isl.tolist(), reqs.osl.tolist()
         self.cached = reqs.cached.tolist()
@@ -165,7 +192,7 @@ class Engine:
         if not chunks:
             return self._start_decode(t, n_dec)
         pre = tuple((q, bucket(self.prefill_ctx[r] + q)) for r, q in chunks)
-        ctx = bucket((self.sum_ctx + n_dec + n_dec // 2) // n_dec) if n_dec else 0
+        ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
         self._record(t, dur, 1, n_dec, sum(q for _, q in chunks), self.kv_used, 0)
@@ -188,17 +215,19 @@ class Engine:
         until the next finish, arrival or full KV pool, and the mean context grows by one per
         step, so steps are timed one bucket segment at a time. One step is already allocated."""
         k_max = self.finishers[0][0] - self.step if self.finishers else 1
-        k_max = min(k_max, 1 + (self.cfg.kv_tokens - self.kv_used) // n)
+        k_max = min(k_max, 1 + int((self.cfg.kv_tokens - self.kv_used) // (n * self.tps)))
         if not self.fast:
             k_max = 1
         t_arr = self.heap[0][0] if self.heap else math.inf
-        c = (self.sum_ctx + n + n // 2) // n
+        tau = self.tps
         done, end, kv0 = 0, t, self.kv_used
         while done < k_max:
-            x = c + done
+            x = int((self.sum_ctx + n * tau * (done + 1) + n // 2) // n)  # mean context
             key = bucket(x)
             shift = x.bit_length() - 6
-            span = min(k_max - done, (((x >> shift) + 1) << shift) - x if shift > 0 else 1)
+            room = (((x >> shift) + 1) << shift) - x if shift > 0 else 1
+            # MTP: the context grows by tau (+1 of rounding) per step; stay inside the cell
+            span = min(k_max - done, room if tau == 1 else max(1, math.floor((room - 1) / tau)))
             d = self._time(Batch(n, key, ()))
             if end + span * d >= t_arr:
                 span = min(span, max(1, math.ceil((t_arr - end) / d)))
@@ -206,12 +235,12 @@ class Engine:
             if last is not None and last[1] == d:  # same duration: extend the segment
                 self.segs[-1] = (*last[:2], last[2] + span, *last[3:])
             else:
-                self._record(end, d, span, n, 0, kv0 + done * n, n)
+                self._record(end, d, span, n, 0, kv0 + done * n * tau, n * tau)
             done += span
             end += span * d
             if end >= t_arr:
                 break
-        self.kv_used += (done - 1) * n
+        self.kv_used += (done - 1) * n * tau
         self.pending = ([], n, done)
         self._push(end, ITER_END, 0)
         return True
@@ -220,9 +249,9 @@ class Engine:
         """Allocate one KV slot per decoding request, preempting the newest when full."""
         if self.n_dec == 0:
             return 0
-        while self.kv_used + self.n_dec > self.cfg.kv_tokens:
+        while self.kv_used + self.n_dec * self.tps > self.cfg.kv_tokens:
             self._preempt(next(reversed(self.running)))
-        self.kv_used += self.n_dec
+        self.kv_used += self.n_dec * self.tps
         return self.n_dec
 
     def _take_prefill(self, budget: int) -> list[tuple[int, int]]:
@@ -260,8 +289,11 @@ class Engine:
         """Recompute preemption: free ``r``'s KV and put it back at the head of the queue."""
         if self.state[r] == DECODE:
             k = self.step - self.s0[r]
-            ctx = self.base_ctx[r] + k
-            self.produced[r] = self.base_prod[r] + k
+            ctx = self.base_ctx[r] + k * self.tps
+            gained = min(int(k * self.tps), self.osl[r] - self.base_prod[r] - 1)
+            self.remaining += k * self.tps - gained  # what the steps took beyond whole tokens
+            self.out_tokens -= k * self.tps - gained
+            self.produced[r] = self.base_prod[r] + gained
             self.n_dec -= 1
             self.sum_ctx -= ctx
             self.kv_used -= ctx
@@ -287,9 +319,9 @@ class Engine:
 
     def _decode_done(self, t: float, n_dec: int, k: int) -> None:
         self.step += k
-        self.sum_ctx += n_dec * k
-        self.remaining -= n_dec * k
-        self.out_tokens += n_dec * k
+        self.sum_ctx += n_dec * k * self.tps
+        self.remaining -= n_dec * k * self.tps
+        self.out_tokens += n_dec * k * self.tps
         first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
         fresh = 0
         for r, ep in self.entrants:
@@ -310,10 +342,14 @@ class Engine:
             if self.epoch[r] != ep or self.state[r] != DECODE:
                 continue
             j = self.step - self.s0[r]
-            assert self.base_prod[r] + j == self.osl[r], "decode finished at the wrong step"
+            left = self.osl[r] - self.base_prod[r]
+            assert j == self._steps(left), "decode finished at the wrong step"
+            surplus = j * self.tps - left  # 0 without MTP
+            self.remaining += surplus
+            self.out_tokens -= surplus
             self.produced[r] = self.osl[r]
             self.n_dec -= 1
-            ctx = self.base_ctx[r] + j
+            ctx = self.base_ctx[r] + j * self.tps
             self.sum_ctx -= ctx
             self._finish(r, t, ctx)
 
@@ -370,12 +406,15 @@ class Engine:
         self.n_dec += 1
         self.sum_ctx += end
         self.seq += 1
-        heapq.heappush(
-            self.finishers, (self.step + self.osl[r] - self.produced[r], self.seq, r, self.epoch[r])
-        )
+        left = self.osl[r] - self.produced[r]
+        heapq.heappush(self.finishers, (self.step + self._steps(left), self.seq, r, self.epoch[r]))
         self.entrants.append((r, self.epoch[r]))
 
-    def _finish(self, r: int, t: float, ctx: int) -> None:
+    def _steps(self, tokens: int) -> int:
+        """Decode steps that produce ``tokens`` tokens (``tokens`` itself without MTP)."""
+        return tokens if self.tps == 1 else math.ceil(tokens / self.tps - 1e-9)
+
+    def _finish(self, r: int, t: float, ctx: float) -> None:
         self.kv_used -= ctx
         del self.running[r]
         self.state[r] = DONE
@@ -407,7 +446,7 @@ class Engine:
             preemptions=self.preemptions,
             prefill_tokens=self.prefill_tokens,
             recomputed_tokens=self.recomputed,
-            output_tokens=self.out_tokens,
+            output_tokens=round(self.out_tokens),
         )
 
 

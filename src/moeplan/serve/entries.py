@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from moeplan.planners.plan import Plan
@@ -31,7 +31,10 @@ class Entry:
 
     @property
     def layout_label(self) -> str:
-        return self.layout.label + (f" x{self.replicas} replicas" if self.replicas > 1 else "")
+        """The layout's one label with this entry's replica count."""
+        if self.replicas == 1:  # P/D and AFD pools carry their own label
+            return self.layout.label
+        return replace(self.layout, replicas=self.replicas).label
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,9 @@ here (its schedule is ranked as the ``afd`` family by :mod:`moeplan.serve.disagg
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
+from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.serve.entries import Entry
 from moeplan.serve.layout import ServeLayout
@@ -34,16 +36,8 @@ def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> li
         if key in seen:
             continue
         seen.add(key)
-        lay = ServeLayout(
-            attn_tp=s.attn_tp,
-            attn_dp=s.attn_dp,
-            moe_tp=s.moe_tp,
-            moe_ep=s.moe_ep,
-            pp=s.pp,
-            fused=s.fused,
-        )
         plan = st.to_plan(r, model=model.name, cluster=cluster.name)
-        out.append(Entry(family="strategy", label=s.label(), layout=lay, plan=plan))
+        out.append(Entry(family="strategy", label=s.label, layout=s, plan=plan))
     return out
 
 
@@ -99,14 +93,17 @@ def entries_of(result: PlanResult) -> tuple[list[Entry], dict[str, str]]:
     entries: list[Entry] = []
     not_served: dict[str, str] = {}
     for c in result.candidates:
-        if c.family == "strategy":
-            entries += strategy_entries(c, result.model, result.cluster)
-        elif c.family == "pipeline":
-            entries += pipeline_entries(c)
+        make = ENTRIES.get(c.family)
+        if make is None:
+            not_served[c.family] = FAMILY[c.family].not_served
         else:
-            not_served[c.family] = (
-                "its plan is a prefill batch schedule of disaggregated attention/expert GPUs, "
-                "shown with its analytic figure and not ranked; its schedule serves decode "
-                "under load as the attention-FFN disaggregated family (afd)"
-            )
+            entries += make(c, result.model, result.cluster)
     return entries, not_served
+
+
+#: The serving entries of each family served as one engine instance (replicas of it), keyed
+#: by family name (:data:`moeplan.planners.families.INSTANCE_SERVED`).
+ENTRIES: dict[str, Callable[[Candidate, ModelSpec, ClusterSpec], list[Entry]]] = {
+    "strategy": strategy_entries,
+    "pipeline": lambda c, model, cluster: pipeline_entries(c),
+}

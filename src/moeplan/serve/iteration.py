@@ -50,8 +50,9 @@ advances one step. With ``pp = 1`` the period is the stage time.
 Instance knobs (:class:`~moeplan.serve.instance_knobs.InstanceKnobs`): with ``a2a = deepep``
 the MoE layer is DeepEP's (:mod:`moeplan.cost.wideep`: normal kernels for an iteration with
 prefill chunks, low-latency otherwise) and a DP-attention MLA block the wide-EP tables';
-``tbo`` overlaps two halves of the batch (:mod:`moeplan.serve.iteration_tbo`); an fp8 KV cache
-halves the decode KV read. The busiest EP rank's load comes from :mod:`moeplan.serve.balance`.
+``tbo`` overlaps two halves of the batch (:mod:`moeplan.serve.iteration_tbo`); ``mtp`` makes
+every decode a speculative step, verify plus draft (:mod:`moeplan.serve.iteration_mtp`); an
+fp8 KV cache halves the decode KV read. The busiest EP rank's load comes from :mod:`moeplan.serve.balance`.
 
 Departures: engine CPU overheads and CUDA-graph padding are not modelled; without ``tbo``
 communication is not overlapped with compute.
@@ -74,6 +75,7 @@ from moeplan.serve.balance import layer_imbalances
 from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.grid import bucket_grid
 from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration_mtp import MtpMixin
 from moeplan.serve.iteration_tbo import TwoBatchMixin
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -145,7 +147,7 @@ class _Layer(NamedTuple):
     imbalance: float
 
 
-class IterationModel(TwoBatchMixin):
+class IterationModel(TwoBatchMixin, MtpMixin):
     """Seconds per engine iteration for one (model, cluster, cost, layout, routing); memoised
     per :class:`Batch`. Call it with a batch; :meth:`breakdown` explains the time."""
 
@@ -220,7 +222,13 @@ class IterationModel(TwoBatchMixin):
         return v
 
     def _attention(self, rank: Batch, mixer: int) -> float:
-        return self._memo(("attn", rank, mixer), self._attention_raw, rank, mixer)
+        """The layer's mixer block and, where the model has them, its hyper-connections
+        (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
+        return self._memo(("attn", rank, mixer), self._attention_hc, rank, mixer)
+
+    def _attention_hc(self, rank: Batch, mixer: int) -> float:
+        hc = self.cost.hyper_connections(self.model, rank.tokens, mixer)
+        return self._attention_raw(rank, mixer) + hc
 
     def _wide_attention(self, rank: Batch) -> float | None:
         """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
@@ -307,8 +315,10 @@ class IterationModel(TwoBatchMixin):
                 imbalance=imb,
                 phase="context" if prefill else "generation",
             )
-            pre = cm.router(md, t_r) + cm.shared_expert(md, t_r, lay.attn_tp)
-            return pre + w.gemm, w.dispatch + w.combine
+            shared = cm.wide_shared_expert(md, t_r, not prefill) if lay.attn_tp == 1 else None
+            if shared is None:
+                shared = cm.shared_expert(md, t_r, lay.attn_tp)
+            return cm.router(md, t_r) + shared + w.gemm, w.dispatch + w.combine
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_mb * k * imb / lay.moe_ep
         compute = (
@@ -373,13 +383,21 @@ class IterationModel(TwoBatchMixin):
 
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Period and its parts (seconds): per-kind sums over stages of the busiest
-        micro-batch, P2P, pipeline latency, bottleneck stage and the micro-batch count."""
+        micro-batch, P2P, pipeline latency, bottleneck stage and the micro-batch count; with
+        MTP also ``mtp_draft`` (:mod:`moeplan.serve.iteration_mtp`)."""
+        if self.knobs.mtp and batch.decode:
+            return self._mtp_breakdown(batch)
+        return self._plain_breakdown(batch)
+
+    def _plain_breakdown(self, batch: Batch, split: bool = True) -> dict[str, float]:
+        """:meth:`breakdown` without MTP; ``split=False``: no two-batch overlap (a batch of
+        fewer than two sequences, counted before MTP's verify tokens)."""
         lay = self.layout
         if batch.sequences == 0:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
-        if self.knobs.tbo and lay.pp == 1 and batch.sequences >= 2:
+        if self.knobs.tbo and split and lay.pp == 1 and batch.sequences >= 2:
             return self._two_batch(mb)
         rank = busiest_part(mb, lay.attn_dp)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]

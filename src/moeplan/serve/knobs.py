@@ -1,6 +1,7 @@
 """Engine knobs: SGLang / vLLM V1 defaults for a GPU, and the candidates a search tries;
 the instance knobs a deployment search tries (:data:`KNOB_ENTRIES`: the MoE all-to-all
-backend, two-batch overlap, redundant experts — one entry each, :func:`knob_variants`).
+backend, two-batch overlap, redundant experts, multi-token prediction (the user's only) —
+one entry each, :func:`knob_variants`).
 
 Defaults read from the engines' sources (server_args.py / arg_utils.py):
 
@@ -193,6 +194,12 @@ def _redundant_values(
     return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
 
 
+def _mtp_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+    """Only the user's (``base``): the acceptance rate is the user's statement about their
+    workload, so MTP is never switched on by a search (no hidden default)."""
+    return (kn.mtp,)
+
+
 KNOB_ENTRIES: tuple[KnobEntry, ...] = (
     KnobEntry(
         name="a2a",
@@ -205,6 +212,7 @@ KNOB_ENTRIES: tuple[KnobEntry, ...] = (
         values=_redundant_values,
         apply=lambda lay, kn, v: (replace(lay, redundant_experts=v), kn),
     ),
+    KnobEntry(name="mtp", values=_mtp_values, apply=lambda lay, kn, v: (lay, replace(kn, mtp=v))),
 )
 
 

@@ -63,6 +63,9 @@ class PDLayout:
     #: ``None``: the engine's defaults) — what the launch scripts pass; not part of identity
     prefill_knobs: InstanceKnobs | None = field(default=None, compare=False)
     decode_knobs: InstanceKnobs | None = field(default=None, compare=False)
+    #: the prefill instances' chunked-prefill budget (prompt tokens per iteration, the whole
+    #: instance) they were priced with — what the launch scripts pass; None: engine default
+    prefill_chunk: int | None = field(default=None, compare=False)
     gpus: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,7 +93,12 @@ class PDLayout:
     def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.family,
-            "prefill": {**self.prefill.to_dict(), "instances": self.x, **_knobs(self.prefill_knobs)},
+            "prefill": {
+                **self.prefill.to_dict(),
+                "instances": self.x,
+                **_knobs(self.prefill_knobs),
+                **({} if self.prefill_chunk is None else {"chunk_tokens": self.prefill_chunk}),
+            },
             "decode": {**self.decode.to_dict(), "instances": self.y, **_knobs(self.decode_knobs)},
             "gpus": self.gpus,
         }

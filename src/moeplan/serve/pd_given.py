@@ -64,7 +64,7 @@ def given_candidate(c: Context, pd: PDLayout) -> Candidate:
         f"--pd decode layout ({pd.decode.label}) has no decode batch within the TPOT SLO",
     )
     assert p is not None and d is not None
-    pd = replace(pd, prefill_knobs=p.knobs, decode_knobs=d.knobs)
+    pd = replace(pd, prefill_knobs=p.knobs, decode_knobs=d.knobs, prefill_chunk=p.cfg.chunk_tokens)
     setup = PoolSetup(
         layout=pd,
         prefill_cfg=p.cfg,

@@ -11,7 +11,8 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   MoE runs on DeepEP without attention TP (:meth:`CostModel.wide_mla`), else
   :meth:`CostModel.attention_layer` (a ``--kv-dtype fp8`` cache reads half the KV bytes:
   the difference at the roofline's HBM rate) — plus the TP all-reduce of its output.
-- ``moe``: router, shared experts and the routed experts' GEMMs; ``dispatch`` / ``combine``:
+- ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
+  :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
   DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
   the routed copies each way. The busiest EP rank carries ``imbalance`` times the mean load:
   the routing profile's per-expert load placed by the project's EPLB
@@ -134,7 +135,7 @@ class PhaseModel:
         if lay.attn_tp > 1:
             nbytes = mb.tokens * md.hidden_bytes
             t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
-        return t
+        return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
 
     def _moe(self, mb: MicroBatch, imb: float) -> tuple[float, float, float, float]:
         """(router + shared experts, dispatch, routed GEMMs, combine) of one MoE layer."""
@@ -142,6 +143,9 @@ class PhaseModel:
         t_gpu = mb.tokens / lay.attn_tp  # tokens entering the EP group per GPU
         pre = cm.router(md, mb.tokens) + cm.shared_expert(md, mb.tokens, lay.attn_tp)
         if self._wide is not None:
+            shared = cm.wide_shared_expert(md, mb.tokens, mb.q == 1) if lay.attn_tp == 1 else None
+            if shared is not None:  # the wide-EP MLP tables (CostModel.wide_shared_expert)
+                pre = cm.router(md, mb.tokens) + shared
             w = self._wide.moe(
                 md,
                 t_gpu,

@@ -103,9 +103,11 @@ def serve_rank(
     pruned = tuple(pruned_list)
     from moeplan.serve.disagg_rank import served_disaggregated
 
+    mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     disagg, why = served_disaggregated(
-        result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress
-    )
+        result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
+        mtp=mtp,
+    )  # fmt: skip
     from moeplan.serve.disagg_capacity import steady_disaggregated
 
     served += steady_disaggregated(

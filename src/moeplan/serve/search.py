@@ -18,7 +18,7 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
@@ -119,8 +119,9 @@ def analytic_rate(evaluate: Evaluator, cfg: EngineConfig, isl: int, osl: int, sl
     top = min(cfg.max_running, kv_bound)
     best = None
     b = 1
+    tau = tokens_per_step(evaluate)  # MTP: tau tokens per decode step
     while b <= top:
-        d = evaluate(Batch(b, isl + osl // 2, ()))
+        d = evaluate(Batch(b, isl + osl // 2, ())) / tau
         tpot = d + b * p / max(1, osl)
         est = Estimate(batch=b, tpot_s=tpot, ttft_s=p, rate_rps=b / (osl * d + b * p))
         if best is None or slo.tpot_s is None or tpot <= slo.tpot_s:

@@ -53,10 +53,10 @@ def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
         family="strategy",
         model=result.model.name,
         cluster=result.cluster.name,
-        layout=s.layout(),
-        details={"label": s.label(), "replicas": c.replicas, "proposed_by": "space search"},
+        layout=s.plan_layout(),
+        details={"label": s.label, "replicas": c.replicas, "proposed_by": "space search"},
     )
-    return Entry(family="strategy", label=s.label(), layout=lay, plan=plan, replicas=c.replicas)
+    return Entry(family="strategy", label=s.label, layout=lay, plan=plan, replicas=c.replicas)
 
 
 def serve_result(

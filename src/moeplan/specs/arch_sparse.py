@@ -7,7 +7,7 @@ from __future__ import annotations
 from moeplan.errors import MoeplanError
 from moeplan.specs.arch_families import dense, gqa, moe, moe_flags, n_layers
 from moeplan.specs.config_reader import Cfg
-from moeplan.specs.layers import FFN, LayerSpec, Mixer
+from moeplan.specs.layers import FFN, MAX_HC_ITERS, MAX_HC_MULT, LayerSpec, Mixer
 from moeplan.specs.limits import MAX_CONTEXT
 
 
@@ -76,10 +76,13 @@ def deepseek_v4(c: Cfg) -> tuple[LayerSpec, ...]:
     }  # fmt: skip
     hashed = c.int("num_hash_layers", default=0)
     learned, by_hash = _deepseek_moe(c), _deepseek_moe(c, router="hash", router_bias=False)
+    hc = c.int("hc_mult", default=0, hi=MAX_HC_MULT)  # mHC residual streams (0: none)
+    iters = c.int("hc_sinkhorn_iters", default=0, hi=MAX_HC_ITERS) if hc else 0
     return tuple(
-        LayerSpec(mixer=mixers[r], ffn=by_hash if i < hashed else learned)
+        LayerSpec(mixer=mixers[r], ffn=by_hash if i < hashed else learned, hc_mult=hc,
+                  hc_sinkhorn_iters=iters)
         for i, r in enumerate(ratios)
-    )
+    )  # fmt: skip
 
 
 def mimo_v2(c: Cfg) -> tuple[LayerSpec, ...]:

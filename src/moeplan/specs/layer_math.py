@@ -160,7 +160,20 @@ def ffn_params(f: FFN, h: int, active: bool = False) -> int:
 
 
 def layer_params(layer: LayerSpec, h: int, active: bool = False) -> int:
-    return mixer_params(layer.mixer, h) + ffn_params(layer.ffn, h, active) + layer.norms * h
+    return (mixer_params(layer.mixer, h) + ffn_params(layer.ffn, h, active) + layer.norms * h
+            + hc_params(layer, h))  # fmt: skip
+
+
+def hc_params(layer: LayerSpec, h: int) -> int:
+    """mHC weights of one layer: per site (before the mixer, before the FFN) a
+    ``hc_mult h -> (2 + hc_mult) hc_mult`` mixing projection, its bias and 3 gate scales
+    (DeepSeek-V4 ``inference/model.py``: ``hc_attn_fn`` / ``hc_attn_base`` / ``hc_attn_scale``
+    and the ``hc_ffn_*`` three)."""
+    m = layer.hc_mult
+    if m == 0:
+        return 0
+    mix = (2 + m) * m
+    return 2 * (mix * m * h + mix + 3)
 
 
 # ---- FLOPs per token ----------------------------------------------------------------------

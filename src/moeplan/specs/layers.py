@@ -237,13 +237,24 @@ def _check_moe(f: FFN, p: str) -> None:
             f"{p}.topk_group ({f.topk_group}) must be in [1, n_group={f.n_group}]")
 
 
+MAX_HC_MULT = 64  # residual streams (DeepSeek-V4: 4)
+MAX_HC_ITERS = 1000  # Sinkhorn steps (DeepSeek-V4: 20)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LayerSpec:
-    """One decoder layer: its mixer, its FFN and ``norms`` hidden-size norm vectors."""
+    """One decoder layer: its mixer, its FFN and ``norms`` hidden-size norm vectors.
+
+    ``hc_mult``: the residual streams of manifold-constrained hyper-connections (DeepSeek-V4's
+    mHC: ``hc_mult`` copies of the hidden state, mixed into the mixer's and the FFN's input
+    by a Sinkhorn-normalised matrix of ``hc_sinkhorn_iters`` steps and written back after
+    each); 0: a plain residual."""
 
     mixer: Mixer
     ffn: FFN
     norms: int = 2
+    hc_mult: int = 0
+    hc_sinkhorn_iters: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.mixer, Mixer):  # checked before formatting (hot path)
@@ -251,6 +262,10 @@ class LayerSpec:
         if not isinstance(self.ffn, FFN):
             raise MoeplanError(f"layer.ffn ({show(self.ffn)}) must be an FFN")
         check_int("layer.norms", self.norms, 0, 16)
+        check_int("layer.hc_mult", self.hc_mult, 0, MAX_HC_MULT)
+        check_int("layer.hc_sinkhorn_iters", self.hc_sinkhorn_iters, 0, MAX_HC_ITERS)
+        require(self.hc_mult > 0 or self.hc_sinkhorn_iters == 0,
+                f"layer.hc_sinkhorn_iters ({self.hc_sinkhorn_iters}) needs hc_mult > 0")
         require(self.mixer.kind != "none" or self.ffn.kind != "none",
                 "layer has neither a mixer nor an FFN")
 

@@ -89,8 +89,7 @@ def quant_rules(config: Any, name: str, hf_quant: Any = None) -> QuantRules | No
     kv = _kv_bytes(q) or _kv_bytes(side)
     if rules is None or not kv:
         return rules
-    return QuantRules(method=rules.method, groups=rules.groups, ignore=rules.ignore,
-                      matcher=rules.matcher, lm_head=rules.lm_head, kv_bytes=kv)  # fmt: skip
+    return replace(rules, kv_bytes=kv)  # keeps the compiled pattern sets
 
 
 def _as_modelopt(side: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -335,6 +335,11 @@ class PatternSet:
         self.globs: list[str] = []
         self.regexes: list[Regex] = []
         self.budget = [MATCH_BUDGET]
+        if kind in ("glob", "ct"):  # plain names: one set update (ModelOpt lists ~100k)
+            plain = {p for p in patterns if "*" not in p and "?" not in p}
+            plain -= {p for p in plain if p.startswith("re:")} | {"Linear"}
+            self.exact.update(plain)
+            patterns = tuple(p for p in patterns if p not in plain)
         for p in patterns:
             self._add(p, field)
 

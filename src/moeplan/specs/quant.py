@@ -187,6 +187,8 @@ class QuantRules:
 
     def __post_init__(self) -> None:
         require(self.matcher in MATCHERS, f"matcher ({self.matcher!r}) must be in {MATCHERS}")
+        if self._ignore is not None:  # compiled by the rules this copy was made from
+            return
         object.__setattr__(self, "_ignore", PatternSet(self.ignore, self.matcher, "ignore"))
         if self.matcher == "ct":
             sets = tuple(PatternSet(t, "ct", "targets") for t, _ in self.groups)

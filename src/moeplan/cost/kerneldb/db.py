@@ -43,6 +43,7 @@ from moeplan.cost.kerneldb.families import (
     Family,
     Features,
 )
+from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
 from moeplan.cost.kerneldb.sources import Prediction
@@ -217,11 +218,12 @@ class KernelDB:
         cols, n = normalize(fam, columns)
         out: list[Prediction | None] = [None] * n
         groups: dict[tuple, list[int]] = {}
-        vcols = [c for c in fam.variant_cols if c != "kernel_source"]
+        vcols = [c for c in fam.variant_cols if c not in TABLE_COLS]
         for i in range(n):
             want = {c: str(cols[c][i]) for c in vcols}
-            if "kernel_source" in cols:
-                want["kernel_source"] = str(cols["kernel_source"][i])
+            for c in TABLE_COLS:  # named by the query: that kernel / collector
+                if c in cols and c in fam.variant_cols:
+                    want[c] = str(cols[c][i])
             groups.setdefault(tuple(sorted(want.items())), []).append(i)
         for want_items, idx in groups.items():
             sub = {c: np.asarray(cols[c])[idx] for c in cols}
@@ -305,6 +307,7 @@ class KernelDB:
         f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
         base = vm.model.predict(f, device, fam.link)
         corr, _, inside = vm.field.query(f.coords)
+        carried = vm.field.beyond(f.coords)
         peak = peak_time(f, device, fam.link)
         times, sources, details = np.zeros(n), [], []
         for i in range(n):
@@ -318,6 +321,8 @@ class KernelDB:
                 detail = f"{vm.label}; residual of the shape's last measured row carried on"
             elif inside[i]:
                 s, src = base[i] * np.exp(corr[i]), "interpolated"
+                if carried[i]:
+                    detail = f"{vm.label}; shape beyond the table: nearest shape's residual"
             else:
                 s, src = base[i], "transferred"
             if s < peak[i]:  # a row (or its correction) faster than the datasheet allows

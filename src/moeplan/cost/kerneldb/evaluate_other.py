@@ -46,12 +46,28 @@ def other_gpu(db: KernelDB, table: KernelTable, device: Device) -> Scored | None
     )
 
 
+#: ops whose tables time a layer as a convolution and a recurrence (matched by role)
+RECURRENT_OPS = tuple(f"{p}_{k}" for p in ("context", "generation")
+                      for k in ("gdn", "kda", "mamba2_conv"))  # fmt: skip
+
+
 def _reference_key(db: KernelDB, table: KernelTable, ref: str) -> tuple | None:
     """The reference variant: same kernel role for the recurrent kinds (convolution or
-    delta rule, the kernel with most rows), else the one of the rows' dtypes, else the
-    engine's default (as :class:`~.db.KernelDB` transfers)."""
+    delta rule, the kernel with most rows); for other ops whose rows name their kernel, that
+    kernel (``None`` where the reference never measured it: one kernel's rows are not
+    scored against another's — FlashMLA's decode kernel against its prefill kernel); else
+    the one of the rows' dtypes, else the engine's default (as :class:`~.db.KernelDB`
+    transfers)."""
     fam = FAMILIES[table.op]
-    if "kernel_source" in table.columns:
+    named = "kernel_source" in table.columns
+    if named and table.op not in RECURRENT_OPS:
+        want = {c: str(np.asarray(table.columns[c])[0]) for c in fam.variant_cols
+                if c in table.columns}  # fmt: skip
+        kernel = {"kernel_source": want["kernel_source"]}
+        return db.choose(ref, table.engine, table.op, want) or db.choose(
+            ref, table.engine, table.op, kernel
+        )
+    if named:
         conv = bool(is_conv(np.asarray(table.columns["kernel_source"][:1]))[0])
         found = [
             (n, k)

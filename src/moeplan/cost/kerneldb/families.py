@@ -148,6 +148,36 @@ FAMILIES: dict[str, Family] = {
             )
             for phase in ("context", "generation")
         ),
+        # SGLang's DeepSeek-V3 MLP module in a wide-EP deployment (0.5.6.post2
+        # wideep_{context,generation}_mlp_perf: hidden 7168, intermediate 2048, fp8_block —
+        # the shared expert's shape): a gated MLP is one expert holding every token, so the
+        # MoE features with top-1 of one expert on one rank
+        *(
+            Family(
+                op=f"wideep_{phase}_mlp",
+                variant_cols=("kernel_source", "moe_dtype"),
+                shape_cols=(  # the MoE columns the table lacks come from the defaults
+                    "hidden_size",
+                    "inter_size",
+                    "topk",
+                    "num_experts",
+                    "moe_tp_size",
+                    "moe_ep_size",
+                    "distribution",
+                ),
+                x_cols=("num_tokens",),
+                defaults={
+                    "moe_dtype": "fp8_block",
+                    "topk": 1,
+                    "num_experts": 1,
+                    "moe_tp_size": 1,
+                    "moe_ep_size": 1,
+                    "distribution": "balanced",
+                },
+                features=_moe,
+            )
+            for phase in ("context", "generation")
+        ),
         Family(
             op="context_attention",
             variant_cols=_ATTN_VARIANT,

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from moeplan.cost.kerneldb.base import Columns, Features
 from moeplan.cost.kerneldb.moe_features import TACTIC_TOKEN_WEIGHT
 
+#: variant columns that name the measured table's kernel and collector: a query may leave
+#: them out (the variant chosen for the engine supplies them), never given by default
+TABLE_COLS = ("kernel_source", "framework")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Family:
@@ -31,6 +35,11 @@ class Family:
     #: kernel_source values whose floor is host time the kernel's own time overlaps: the
     #: floor joins the p-norm (fit.Analytic.fit) instead of adding to it
     host_floor_kernels: tuple[str, ...] = ()
+    #: coordinates (indices into ``Features.coords``) along which a query beyond the measured
+    #: range takes the residual field at the nearest measured edge (fit.ResidualField), as a
+    #: shape line's end residual carries past it: a shape axis with few measured values (the
+    #: sparse modules' 4-8 head counts) whose end values would otherwise get no correction
+    carry_axes: tuple[int, ...] = ()
 
     def field_options(self, kernel: str) -> tuple[tuple[float, ...], bool]:
         """(coordinate weights, robust) of the residual field of a variant of ``kernel``."""

@@ -26,7 +26,9 @@ the neighbours *other shapes at the same token count* rather than one shape's ot
 counts) and take the weighted *median* of the neighbours instead of the mean
 (``Family.robust_field``): in tables where single shapes run 2-5x off their neighbours (a
 kernel tactic picked per shape, e.g. TRT-LLM's CUTLASS fused MoE), one such shape then cannot
-drag a held-out neighbour with it.
+drag a held-out neighbour with it. Along a family's ``carry_axes`` (a shape axis measured at
+few values) a query past the measured range is moved to the nearest measured value first, so
+the residual there carries on (as a shape line's end residual does along its token axis).
 """
 
 from __future__ import annotations
@@ -180,10 +182,11 @@ class ResidualField:
         residual: np.ndarray,
         weights: tuple[float, ...] = (),
         robust: bool = False,
+        carry: tuple[int, ...] = (),
     ) -> None:
         from scipy.spatial import cKDTree
 
-        self.coords = coords
+        self.coords, self.carry = coords, tuple(a for a in carry if a < coords.shape[1])
         self.residual = residual
         self.lo = coords.min(axis=0) - 1e-9
         self.hi = coords.max(axis=0) + 1e-9
@@ -192,8 +195,20 @@ class ResidualField:
         self.weights, self.robust = w, robust
         self._tree = cKDTree(coords * w)
 
+    def beyond(self, coords: np.ndarray) -> np.ndarray:
+        """Rows outside the measured range on a ``carry`` axis (their residual is carried)."""
+        out = np.zeros(len(coords), bool)
+        for a in self.carry:
+            out |= (coords[:, a] < self.lo[a]) | (coords[:, a] > self.hi[a])
+        return out
+
     def query(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(log correction, distance to the nearest row, inside the measured box)."""
+        """(log correction, distance to the nearest row, inside the measured box); on the
+        ``carry`` axes a query beyond the box is moved to its nearest edge first."""
+        if self.carry:
+            coords = np.array(coords, dtype=float)
+            for a in self.carry:
+                coords[:, a] = np.clip(coords[:, a], self.lo[a] + 2e-9, self.hi[a] - 2e-9)
         k = min(NEIGHBOURS, len(self.residual))
         d, j = self._tree.query(coords * self.weights, k=k)
         d, j = d.reshape(len(coords), k), j.reshape(len(coords), k)

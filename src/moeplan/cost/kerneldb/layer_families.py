@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from moeplan.cost.kerneldb.family import Family
 from moeplan.cost.kerneldb.linear_features import _delta, _mamba2_conv, _mhc
-from moeplan.cost.kerneldb.sparse_features import SPARSE_FEATURES, _sparse_attn
+from moeplan.cost.kerneldb.sparse_features import HEADS_COORD, SPARSE_FEATURES, _sparse_attn
 
 _DELTA_SHAPE = ("num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv")
 _MAMBA_SHAPE = ("nheads", "head_dim", "n_groups", "d_state", "d_conv")
@@ -37,15 +37,24 @@ _MODULE_DEFAULTS = {"kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16", "step
 _PHASES = (("context", False), ("generation", True))
 
 
+#: the recurrent tables' variant columns: the kernel, and the collector (``framework``) —
+#: TensorRT-LLM's GDN convolution rows convolve other channels (linear_features.conv_channels)
+_LINEAR_VARIANT = ("kernel_source", "framework")
+
+
 def _linear() -> list[Family]:
     out = []
     for phase, decode in _PHASES:
         x = ("batch_size",) if decode else ("batch_size", "seq_len")
+        # coordinates: batch[, seq_len], key heads, value heads, path (GDN / KDA); batch[,
+        # seq_len], channels (Mamba-2). Each table holds 4-10 head counts / 5 Mamba-2 shapes:
+        # the end ones carry their neighbour's residual (fit.ResidualField)
+        heads, channels = len(x) + 1, len(x)
         for kind in ("gdn", "kda"):
             out.append(
                 Family(
                     op=f"{phase}_{kind}",
-                    variant_cols=("kernel_source",),
+                    variant_cols=_LINEAR_VARIANT,
                     shape_cols=_DELTA_SHAPE,
                     x_cols=x,
                     defaults={},
@@ -53,16 +62,18 @@ def _linear() -> list[Family]:
                     # a block's walk over its chunks is a latency: it moves to another GPU
                     # unscaled and the GPU's SMs set the waves (InferSim's H20 rows)
                     wave_latency_transfers=True,
+                    carry_axes=(heads,),
                 )
             )
         out.append(
             Family(
                 op=f"{phase}_mamba2_conv",
-                variant_cols=("kernel_source",),
+                variant_cols=_LINEAR_VARIANT,
                 shape_cols=_MAMBA_SHAPE,
                 x_cols=x,
                 defaults={},
                 features=_mamba2_conv(decode),
+                carry_axes=(channels,),
             )
         )
     return out
@@ -90,6 +101,9 @@ def _sparse() -> list[Family]:
                     defaults=defaults,
                     features=features,
                     robust_field=True,
+                    # 4-8 head counts per table: the smallest and largest carry their
+                    # neighbour's residual (held out, p90 41 -> 21 % SGLang DSA prefill)
+                    carry_axes=(HEADS_COORD,),
                 )
             )
     return out

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from moeplan.cost.kerneldb.families import DTYPE_ALIASES, Family
+from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.errors import MoeplanError
 
 _MAY_BE_ZERO = ("step", "window_size")
@@ -23,7 +24,7 @@ def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str,
     cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
     for c, v in fam.defaults.items():
         cols.setdefault(c, np.full(n, v))
-    need = [c for c in fam.columns if c != "kernel_source"]
+    need = [c for c in fam.columns if c not in TABLE_COLS]
     missing = [c for c in need if c not in cols]
     if missing:
         raise MoeplanError(f"{fam.op} needs column(s) {', '.join(missing)}")

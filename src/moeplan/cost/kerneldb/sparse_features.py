@@ -35,7 +35,7 @@ from moeplan.cost.kerneldb.attention_features import GEMM_BYTES, _kv_bytes
 from moeplan.cost.kerneldb.base import BF16, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
-from moeplan.cost.kerneldb.feature_base import PATH_COORD, row_kernels
+from moeplan.cost.kerneldb.feature_base import PATH_COORD, WaveFeatures, row_kernels
 
 #: architecture -> (hidden, q_lora, kv_lora, rope, nope, v, index heads, index dim, top-k):
 #: DeepSeek-V3.2 and GLM-5 ``config.json`` (hidden_size, q_lora_rank, kv_lora_rank,
@@ -87,6 +87,11 @@ def mean_capped(k: np.ndarray | float, p: np.ndarray, s: np.ndarray) -> np.ndarr
     below = np.clip(k - p, 0, s)  # queries that see fewer than k keys
     total = below * p + below * (below + 1) / 2 + (s - below) * k
     return total / np.maximum(s, 1)
+
+
+#: index of the heads coordinate in the module families' ``coords`` (batch, new tokens,
+#: prefix + 1, heads[, path])
+HEADS_COORD = 3
 
 
 def _axes(cols: Columns) -> tuple[np.ndarray, ...]:
@@ -174,14 +179,28 @@ def _dsv4(cols: Columns) -> Features:
 
 
 def _msa(cols: Columns) -> Features:
+    """MiniMax-M3's block-sparse attention block on one GPU. Three departures from the other
+    modules, each read off NVIDIA's SGLang rows:
+
+    - the core runs each KV head's query heads as one tile (64 heads over 4 KV heads: groups
+      of 16), so a GPU holding fewer query heads than a group pays for the group
+      (``b`` 1, 4096 new tokens, no prefix: 1.02 / 1.13 / 2.04 / 3.88 ms at 8 / 16 / 32 / 64
+      heads — with the KV heads 1 / 1 / 2 / 4, not the query heads);
+    - the index heads go with the KV heads (``sparse_num_index_heads`` = ``num_key_value_heads``
+      = 4), so a GPU scores with as many index heads as it holds KV heads;
+    - the block selection walks every cached key of a sequence serially (one block per
+      sequence): at 1M cached keys 21-22 ms whatever the new tokens (1 / 16 / 128) and the
+      batch up to 32 sequences — a per-key cost paid once per wave of sequences over the SMs
+      (:class:`WaveFeatures`, ``work`` = keys, ``ctas`` = sequences)."""
     d = MINIMAX_M3
     b, s, p, h, keys = _axes(cols)
     t = b * s
     hd, hid = d["head_dim"], d["hidden"]
-    kv = np.maximum(1.0, np.ceil(d["kv_heads"] * h / d["heads"]))  # KV heads on this GPU
+    group = d["heads"] / d["kv_heads"]
+    kv = np.maximum(1.0, np.ceil(h / group))  # KV heads on this GPU
     selected = (d["topk_blocks"] + d["local_blocks"]) * d["block"]
-    core = 2 * t * h * mean_capped(selected, p, s) * 2 * hd
-    index = 2 * t * d["index_heads"] * d["index_dim"] * keys
+    core = 2 * t * kv * group * mean_capped(selected, p, s) * 2 * hd
+    index = 2 * t * kv * d["index_heads"] / d["kv_heads"] * d["index_dim"] * keys
     kv_entry = 2 * kv * hd * _kv_bytes(cols)  # K and V of a key on this GPU
     gathered = np.minimum(t * mean_capped(selected, p, s), b * (p + s)) * kv_entry
     # the index scores read every cached key's K (sglang's MiniMax kernels score blocks from
@@ -189,7 +208,9 @@ def _msa(cols: Columns) -> Features:
     cache = gathered + b * (p + s) * kv * hd * _kv_bytes(cols)
     shared = hid * d["index_dim"] * (d["index_heads"] + 1)
     weights = shared + h * 2 * hd * hid + kv * 2 * hd * hid
-    return _assemble(cols, core + index, cache, weights, hid)
+    f = _assemble(cols, core + index, cache, weights, hid)
+    return WaveFeatures(flops=f.flops, nbytes=f.nbytes, work=p + s, ctas=b, fp8=f.fp8,
+                        tokens=f.tokens, coords=f.coords)  # fmt: skip
 
 
 def _sparse_attn(cols: Columns) -> Features:

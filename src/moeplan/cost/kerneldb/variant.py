@@ -103,7 +103,9 @@ class VariantModel:
             self.model.predict(self.features, device, family.link)
         )
         weights, robust = family.field_options(kernel)
-        self.field = ResidualField(self.features.coords, self.residual, weights, robust)
+        self.field = ResidualField(
+            self.features.coords, self.residual, weights, robust, family.carry_axes
+        )
         names = family.shape_cols + family.x_cols
         keys = row_keys(self.cols, names, len(self.y))
         self.exact = dict(zip(keys, self.y.tolist(), strict=True))

@@ -7,14 +7,15 @@ TP ``t_m`` × EP ``e_m`` (DPMoE ``d_m`` = independent replicas of the experts). 
 ``d_m = 1`` that is a MixServe strategy layout; with ``t·e = 1`` it is pure data parallelism.
 Engines launch it as ``d_m`` instances (or ``--dp-size``) of that layout, so the plan is
 launchable as a colocated plan; :func:`colocated_layout` gives the layout (the strategy
-family's ``plan.json`` layout plus ``replicas``) and :func:`describe` a name that says what
-it is. Non-uniform choices or ``d_a`` not a multiple of ``d_m`` have no such layout (None).
+family's ``plan.json`` layout plus ``replicas``) and :func:`describe` its label.
+Non-uniform choices or ``d_a`` not a multiple of ``d_m`` have no such layout (None).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from moeplan.planners.layout import Layout
 from moeplan.planners.pipeline.cost import Choice
 
 #: a :class:`~moeplan.planners.pipeline.stages.PipelinePlan`, named in annotations only
@@ -57,12 +58,6 @@ def colocated_layout(plan: PipelinePlan) -> dict[str, Any] | None:
 
 
 def describe(layout: dict[str, Any]) -> str:
-    """A name for what the layout is, e.g. ``DP8 (8 replicas of TP1)``."""
-    a, m, n = layout["attn"], layout["moe"], layout["replicas"]
-    if a["tp"] * a["dp"] == 1:
-        return f"DP{n} ({n} replicas of the whole model, one GPU each)"
-    if a["dp"] == 1 and m["ep"] == 1 and a["tp"] == m["tp"]:
-        inner = f"TP{a['tp']}"
-    else:
-        inner = f"attn TP{a['tp']}+DP{a['dp']} | moe TP{m['tp']}+EP{m['ep']}"
-    return inner if n == 1 else f"DP{n} x {inner} ({n} replicas)"
+    """The layout's one label (:attr:`moeplan.planners.layout.Layout.label`), e.g.
+    ``attn TP1xDP1 / MoE TP1xEP1 x8 replicas`` for eight one-GPU replicas."""
+    return Layout.from_plan_layout(layout).label

@@ -101,7 +101,7 @@ def _no_fit_error(model: ModelSpec, cluster: ClusterSpec, fitted: list[StrategyR
     least = min(fitted, key=lambda r: r.mem_bytes_per_gpu)
     return (
         f"model {model.name} needs at least {least.mem_bytes_per_gpu / GIB:.1f} GiB per GPU "
-        f"({least.strategy.label()}) but cluster {cluster.name} has "
+        f"({least.strategy.label}) but cluster {cluster.name} has "
         f"{cluster.gpu.mem_bytes / GIB:.1f} GiB per GPU: fits no strategy"
     )
 
@@ -229,7 +229,7 @@ def result_dict(r: StrategyResult) -> dict:
         "moe": {"tp": s.moe_tp, "ep": s.moe_ep},
         "pp": s.pp,
         "fused": s.fused,
-        "label": s.label(),
+        "label": s.label,
         "num_gpus": r.num_gpus,
         "ttft_s": _num(r.ttft_s),
         "itl_s": _num(r.itl_s),
@@ -289,8 +289,8 @@ def to_plan(
         family="strategy",
         model=model,
         cluster=cluster,
-        layout=r.strategy.layout(),
-        details={"fused": r.strategy.fused, "label": r.strategy.label()},
+        layout=r.strategy.plan_layout(),
+        details={"fused": r.strategy.fused, "label": r.strategy.label},
         predicted=predicted,
         baselines=base,
     )

@@ -1,7 +1,7 @@
 """MixServe strategy space (§III-B1 grammar) and the named baselines (§IV-A, Table II).
 
-A :class:`Strategy` is one derivation of the grammar for a decoder layer: attention
-``(attn_tp, attn_dp)``, MoE ``(moe_tp, moe_ep)``, ``pp`` stages across decoder layers, and
+A :class:`Strategy` (the one :class:`~moeplan.planners.layout.Layout` type) is one derivation
+of the grammar for a decoder layer: attention ``(attn_tp, attn_dp)``, MoE ``(moe_tp, moe_ep)``, ``pp`` stages across decoder layers, and
 whether the MoE block uses the fused AR-A2A algorithms (§III-D). Every block covers the
 ``world/pp`` GPUs of a stage: ``attn_tp * attn_dp == moe_tp * moe_ep == world/pp``.
 
@@ -18,52 +18,12 @@ group has one rank per node (the layout of Fig. 7/8, which Algorithms 1-2 assume
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Strategy:
-    """One parallel strategy: per-block degrees, PP degree, fused AR-A2A or not."""
-
-    attn_tp: int
-    attn_dp: int
-    moe_tp: int
-    moe_ep: int
-    pp: int = 1
-    fused: bool = False
-
-    def __post_init__(self) -> None:
-        for f in ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1, f"strategy.{f} ({v!r}) must be an int >= 1")
-        require(self.attn_tp * self.attn_dp == self.moe_tp * self.moe_ep,
-                f"strategy attn.tp*attn.dp ({self.attn_tp * self.attn_dp}) must equal "
-                f"moe.tp*moe.ep ({self.moe_tp * self.moe_ep})")
-
-    @property
-    def stage_size(self) -> int:
-        return self.attn_tp * self.attn_dp
-
-    @property
-    def world_size(self) -> int:
-        return self.stage_size * self.pp
-
-    def layout(self) -> dict:
-        """``plan.json`` layout of family ``strategy`` (docs/API.md)."""
-        return {"world_size": self.world_size,
-                "attn": {"tp": self.attn_tp, "dp": self.attn_dp},
-                "moe": {"tp": self.moe_tp, "ep": self.moe_ep}, "pp": self.pp}
-
-    def label(self) -> str:
-        """Short text, e.g. ``attn TP8+DP2 | moe TP8+EP2 | PP1 fused``."""
-        text = (f"attn TP{self.attn_tp}+DP{self.attn_dp} | moe TP{self.moe_tp}+EP{self.moe_ep}"
-                f" | PP{self.pp}")
-        return text + (" fused" if self.fused else "")
-
-    def key(self) -> tuple[int, int, int, int, int, bool]:
-        return (self.attn_tp, self.attn_dp, self.moe_tp, self.moe_ep, self.pp, self.fused)
+#: MixServe's name for the one layout type (:class:`moeplan.planners.layout.Layout`): a
+#: strategy is a layout with one replica; ``fused`` selects the AR-A2A algorithms.
+Strategy = Layout
 
 
 def stage_shape(num_nodes: int, gpus_per_node: int, pp: int) -> tuple[int, int]:
