@@ -33,6 +33,7 @@ from moeplan.cli.glossary import glossary
 from moeplan.cost.mixer_prices import stand_in_fields
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.capacity import DEFAULT_REQUESTS
@@ -418,7 +419,8 @@ def _serving_table(ranking: ServeRanking) -> None:
                          f"TPOT\np{pct:g}\n{p_unit}", "output\ntok/s\nper GPU", "max\nreq/s",
                          "bound"))
     for i, s in enumerate(rows, 1):
-        lay, gpus = f"{SHORT_NAMES[s.entry.family]}: {s.entry.layout_label}", str(s.entry.gpus)
+        fam = SHORT_NAMES.get(s.entry.family, s.entry.family)
+        lay, gpus = f"{fam}: {s.entry.layout_label}", str(s.entry.gpus)
         if s.metrics is None:
             st.add_row(lay, gpus, "—", "—", "—", "—", s.result.reason)
             continue
@@ -430,7 +432,7 @@ def _serving_table(ranking: ServeRanking) -> None:
                    style="bold green" if i == 1 else None)
     console.print(st)
     fams = list(dict.fromkeys(s.entry.family for s in rows))
-    console.print("families: " + "; ".join(f"{SHORT_NAMES[f]} = {FAMILY_NAMES[f]}"
+    console.print("families: " + "; ".join(f"{SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}"
                                            for f in fams) + ".", style="dim")
 
 
@@ -459,7 +461,7 @@ def _analytic_table(result: PlanResult) -> None:
                   f"{cand.mem_bytes_per_gpu / 2**30:.2f}", cand.bound,
                   style="bold green" if i == 1 else None)
     console.print(t)
-    if any(c.family == "dep" for c in cands):
+    if any(FAMILY[c.family].layout == "groups" for c in cands if c.family in FAMILY):  # FinDEP
         console.print(glossary("ag", "eg", "ma", "r1", "r2", "ASAS", "AASS"), style="dim")
 
 
