@@ -86,6 +86,18 @@ def test_mhc_is_in_the_serving_iteration_once_per_layer():
     assert with_hc - plain == pytest.approx(want, rel=1e-9)
 
 
+def test_planners_attention_layer_carries_the_mhc_once():
+    """``attention_layer`` (the planners' price of a layer) adds the mean mHC of the layers
+    for the rank's tokens: the same model without mHC costs exactly that less."""
+    cm = engine_cost_model(load_cluster("h100-sxm-8"), None, "sglang")
+    m = _v4()
+    for seqs, q, ctx in ((32, 1, 8192), (1, 2048, 2048)):
+        gap = cm.attention_layer(m, seqs, q, ctx) - cm.attention_layer(_without_hc(m), seqs, q, ctx)
+        assert gap == pytest.approx(cm.hyper_connections(m, seqs * q, 0), rel=1e-9)
+        assert cm.attention_layer(m, seqs, q, ctx, hc=False) == pytest.approx(
+            cm.attention_layer(_without_hc(m), seqs, q, ctx), rel=1e-9)
+
+
 def test_mhc_without_tables_is_a_positive_roofline():
     m = _v4()
     cm = CostModel(load_cluster("h100-sxm-8"))

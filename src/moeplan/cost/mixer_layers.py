@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from moeplan.cost.kerneldb.linear_features import _mhc
+from moeplan.cost.kerneldb.linear_features import mhc_features
 from moeplan.cost.mixers import MHC_SITES, MIXER_KINDS, price_mhc, price_mixer
 from moeplan.specs import ModelSpec
 
@@ -85,7 +85,7 @@ class MixerLayers:
         tokens of one rank — ``pre`` + ``post`` at its mixer and FFN sites
         (:func:`~moeplan.cost.mixers.price_mhc`); 0 for layers without hyper-connections.
         Without an engine's tables: the roofline of the kernels' FLOPs and bytes
-        (:func:`~moeplan.cost.kerneldb.linear_features._mhc`) at the profile's GEMM rate."""
+        (:func:`~moeplan.cost.kerneldb.linear_features.mhc_features`) at the profile's GEMM rate."""
         specs = model.layer_specs
         if tokens <= 0 or not any(x.hc_mult for x in specs):
             return 0.0
@@ -107,7 +107,7 @@ class MixerLayers:
                     hc_mult=np.full(2, x.hc_mult), num_sites=np.full(2, MHC_SITES),
                     sinkhorn_iters=np.full(2, x.hc_sinkhorn_iters),
                     mhc_op=np.array(["pre", "post"]))  # fmt: skip
-        f = _mhc(cols)
+        f = mhc_features(cols)
         roof = self._roof
         return float(np.sum(roof.alpha + np.maximum(f.flops / roof.flops, f.nbytes / roof.bw)))
 

@@ -358,10 +358,20 @@ class CostModel(MixerLayers):
         ctx_len: int,
         tp: int = 1,
         layer: int | None = None,
+        hc: bool = True,
     ) -> float:
         """One attention layer (projections + core) on one TP rank: layer ``layer``'s mixer
         (:meth:`mixer_layer`), or without a layer the mean over the model's layers when
-        their mixers differ (``num_layers`` times it is the model's sum)."""
+        their mixers differ (``num_layers`` times it is the model's sum); with ``hc`` plus
+        the layer's hyper-connections (:meth:`hyper_connections`, 0 for most models) for
+        the rank's ``num_seqs x q_len`` tokens."""
+        t = self._attention_block(model, num_seqs, q_len, ctx_len, tp, layer)
+        return t + (self.hyper_connections(model, num_seqs * q_len, layer) if hc else 0.0)
+
+    def _attention_block(
+        self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int,
+        layer: int | None,
+    ) -> float:  # fmt: skip
         if layer is not None:
             mixed = self.mixer_layer(model, layer, num_seqs, q_len, ctx_len, tp)
             if mixed is not None:
@@ -369,7 +379,7 @@ class CostModel(MixerLayers):
         elif self.mixes_kinds(model) and (groups := self._mixer_groups(model)) is not None:
             n = model.num_layers
             return sum(
-                count / n * self.attention_layer(model, num_seqs, q_len, ctx_len, tp, i)
+                count / n * self._attention_block(model, num_seqs, q_len, ctx_len, tp, i)
                 for i, count in groups
             )
         model = self.layer_model(model, layer)  # this layer's heads and head dim

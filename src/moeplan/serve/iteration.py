@@ -263,7 +263,9 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             return wide
         t_r = rank.tokens
         one = mixer if cm.mixes_kinds(md) else None  # this layer's projections, not the mean
-        proj = cm.attention_layer(md, t_r, 1, 1, tp, one) - cm.attention_core(md, t_r, 1, 1, tp)
+        proj = cm.attention_layer(md, t_r, 1, 1, tp, one, hc=False) - cm.attention_core(
+            md, t_r, 1, 1, tp
+        )  # the mHC is added once per layer (_attention_hc)
         core = self._decode_core(rank.decode, rank.decode_ctx, layer is not None)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)

@@ -26,7 +26,7 @@ variant (``kernel_source``) of the same op, and the layer's price is their sum
 from __future__ import annotations
 
 from moeplan.cost.kerneldb.family import Family
-from moeplan.cost.kerneldb.linear_features import _delta, _mamba2_conv, _mhc
+from moeplan.cost.kerneldb.linear_features import _delta, _mamba2_conv, mhc_features
 from moeplan.cost.kerneldb.sparse_features import HEADS_COORD, SPARSE_FEATURES, _sparse_attn
 
 _DELTA_SHAPE = ("num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "d_conv")
@@ -128,7 +128,7 @@ LAYER_FAMILIES: dict[str, Family] = {
             shape_cols=("hidden_size", "hc_mult", "num_sites", "sinkhorn_iters"),
             x_cols=("num_tokens",),
             defaults={},
-            features=_mhc,
+            features=mhc_features,
         ),
     )
 }

@@ -153,7 +153,7 @@ def _mamba2_conv(decode: bool):
     return feats
 
 
-def _mhc(cols: Columns) -> Features:
+def mhc_features(cols: Columns) -> Features:
     """DeepSeek-V4's manifold-constrained hyper-connections (``pre``: mix the ``hc_mult``
     residual streams into one layer input — a ``hc_mult H -> hc_mult (2 + hc_mult)`` projection
     and ``sinkhorn_iters`` Sinkhorn steps on a ``hc_mult x hc_mult`` matrix per token; ``post``:
