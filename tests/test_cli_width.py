@@ -140,3 +140,13 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
         assert figure in out, figure  # whole, in the column's one unit (s, ms, ms)
     assert "1,709" not in out and "238.94" not in out  # TTFT column in seconds, not mixed
     assert "(misses" in out and "P/D = prefill/decode" in out and "ma = " in out
+
+
+def test_glossary_explains_the_papers_terms_in_plain_words():
+    from moeplan.cli.glossary import TERMS, glossary
+
+    line = glossary("ma", "r1", "r2", "ASAS", "LAR")
+    assert line.startswith("terms: ma = ") and "; LAR = local activation rate" in line
+    assert {"ag", "eg", "ma", "r1", "r2", "me", "ASAS", "AASS", "LAR", "DPMoE"} <= set(TERMS)
+    with pytest.raises(KeyError):
+        glossary("not-a-term")

@@ -28,6 +28,13 @@ TERMS: dict[str, str] = {
     "a2a": "all-to-all bytes per MoE layer and step",
     # SMIDT (pipelines), Section 3
     "DPMoE": "copies of an MoE module kept in spare memory, shrinking its all-to-all group",
+    # MixServe (hybrid parallel strategies), Section III
+    "TP": "tensor parallel: each weight matrix split over that many GPUs",
+    "DP": "data parallel: that many copies, each serving its own requests",
+    "EP": "expert parallel: the routed experts spread over that many GPUs",
+    "PP": "pipeline parallel: the layers cut into that many stages",
+    "fused": "MixServe's fused RS-Combine / AG-Dispatch, the inter-node all-to-all overlapped "
+    "with the intra-node collectives",
     # serving families
     "P/D": "prefill and decode on separate pools of GPUs, the KV cache sent between them",
     "AFD": "attention-FFN disaggregated decode: FinDEP's schedule each decode step",

@@ -39,6 +39,7 @@ from moeplan.cli._common import (
     with_pricing,
     write_outputs,
 )
+from moeplan.cli.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
@@ -187,6 +188,7 @@ def _print_human(
             *([saved[i - 1] if r.strategy.fused else "-"] if fused else []),
         )
     console.print(t)
+    console.print(glossary("TP", "DP", "EP", "PP", *(["fused"] if fused else [])), style="dim")
     console.print(_baselines_table(a, a.strategies[0]))
     if export is not None:
         console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
