@@ -98,6 +98,7 @@ ARTIFACTS = frozenset(
         "vllm.sh",
         "expert_location.json",
         "sglang_pd.sh",
+        "vllm_pd.sh",
     }
 )
 
