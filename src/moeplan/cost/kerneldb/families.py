@@ -30,6 +30,8 @@ working.
 
 from __future__ import annotations
 
+import dataclasses
+
 from moeplan.cost.kerneldb.attention_features import (  # noqa: F401
     DSV3_HIDDEN,
     DSV3_Q_LORA,
@@ -94,29 +96,55 @@ _MLA_VARIANT = ("kernel_source", "mla_dtype", "kv_cache_dtype")
 _MLA_DEFAULTS = {"mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "step": 0}
 _DEEPEP_SHAPE = ("hidden_size", "num_topk", "num_experts")
 
+_MOE_SHAPE = (
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+    "distribution",
+)
+_MOE_DEFAULTS = {"moe_tp_size": 1, "moe_ep_size": 1}
+_MLA_PHASES = (  # (phase, core features, x columns) of the MLA module families
+    ("context", _context_mla, ("batch_size", "isl")),
+    ("generation", _generation_mla, ("batch_size", "isl", "step")),
+)
+
+
+def _moe_family(op: str, **defaults: object) -> Family:
+    """A family with the fused-MoE columns and features (``defaults`` fill the columns its
+    table does not have, e.g. the MLP module's one expert of top-1)."""
+    return Family(
+        op=op,
+        variant_cols=("kernel_source", "moe_dtype"),
+        shape_cols=_MOE_SHAPE,
+        x_cols=("num_tokens",),
+        defaults={**_MOE_DEFAULTS, **defaults},
+        features=_moe,
+    )
+
+
+def _mla_modules(prefix: str, gemm_type: str) -> tuple[Family, ...]:
+    """The context and generation MLA module families (projections in ``gemm_type``)."""
+    return tuple(
+        Family(
+            op=f"{prefix}{phase}_mla{'_module' if not prefix else ''}",
+            variant_cols=(*_MLA_VARIANT, "gemm_type"),
+            shape_cols=("num_heads",),
+            x_cols=x_cols,
+            defaults={**_MLA_DEFAULTS, "gemm_type": gemm_type},
+            features=_module(core, absorbed=phase == "generation"),
+        )
+        for phase, core, x_cols in _MLA_PHASES
+    )
+
+
 FAMILIES: dict[str, Family] = {
     f.op: f
     for f in (
-        Family(
-            op="moe",
-            variant_cols=("kernel_source", "moe_dtype"),
-            shape_cols=(
-                "hidden_size",
-                "inter_size",
-                "topk",
-                "num_experts",
-                "moe_tp_size",
-                "moe_ep_size",
-                "distribution",
-            ),
-            x_cols=("num_tokens",),
-            defaults={
-                "moe_dtype": "bfloat16",
-                "moe_tp_size": 1,
-                "moe_ep_size": 1,
-                "distribution": "balanced",
-            },
-            features=_moe,
+        dataclasses.replace(
+            _moe_family("moe", moe_dtype="bfloat16", distribution="balanced"),
             tactic_kernels=("moe_torch_flow",),  # TRT-LLM's MoE, autotuned per shape
         ),
         # SGLang's DeepEP MoE (DeepGEMM grouped GEMM on the rank's local experts, emulated
@@ -125,27 +153,7 @@ FAMILIES: dict[str, Family] = {
         # 0 (wideep_{context,generation}_moe_perf, SGLang 0.5.10). Context = contiguous
         # grouped GEMM after DeepEP normal; generation = masked grouped GEMM after DeepEP LL.
         *(
-            Family(
-                op=f"wideep_{phase}_moe",
-                variant_cols=("kernel_source", "moe_dtype"),
-                shape_cols=(
-                    "hidden_size",
-                    "inter_size",
-                    "topk",
-                    "num_experts",
-                    "moe_tp_size",
-                    "moe_ep_size",
-                    "distribution",
-                ),
-                x_cols=("num_tokens",),
-                defaults={
-                    "moe_dtype": "fp8_block",
-                    "moe_tp_size": 1,
-                    "moe_ep_size": 1,
-                    "distribution": "uniform",
-                },
-                features=_moe,
-            )
+            _moe_family(f"wideep_{phase}_moe", moe_dtype="fp8_block", distribution="uniform")
             for phase in ("context", "generation")
         ),
         # SGLang's DeepSeek-V3 MLP module in a wide-EP deployment (0.5.6.post2
@@ -153,28 +161,12 @@ FAMILIES: dict[str, Family] = {
         # the shared expert's shape): a gated MLP is one expert holding every token, so the
         # MoE features with top-1 of one expert on one rank
         *(
-            Family(
-                op=f"wideep_{phase}_mlp",
-                variant_cols=("kernel_source", "moe_dtype"),
-                shape_cols=(  # the MoE columns the table lacks come from the defaults
-                    "hidden_size",
-                    "inter_size",
-                    "topk",
-                    "num_experts",
-                    "moe_tp_size",
-                    "moe_ep_size",
-                    "distribution",
-                ),
-                x_cols=("num_tokens",),
-                defaults={
-                    "moe_dtype": "fp8_block",
-                    "topk": 1,
-                    "num_experts": 1,
-                    "moe_tp_size": 1,
-                    "moe_ep_size": 1,
-                    "distribution": "balanced",
-                },
-                features=_moe,
+            _moe_family(
+                f"wideep_{phase}_mlp",
+                moe_dtype="fp8_block",
+                topk=1,
+                num_experts=1,
+                distribution="balanced",
             )
             for phase in ("context", "generation")
         ),
@@ -215,36 +207,10 @@ FAMILIES: dict[str, Family] = {
             # A100 vLLM 0.14: ~300 us whatever the shape, and max(floor, kernel) beyond it
             host_floor_kernels=(TRITON_MLA,),
         ),
-        *(
-            Family(
-                op=f"{phase}_mla_module",
-                variant_cols=(*_MLA_VARIANT, "gemm_type"),
-                shape_cols=("num_heads",),
-                x_cols=x_cols,
-                defaults={**_MLA_DEFAULTS, "gemm_type": "bfloat16"},
-                features=_module(core, absorbed=phase == "generation"),
-            )
-            for phase, core, x_cols in (
-                ("context", _context_mla, ("batch_size", "isl")),
-                ("generation", _generation_mla, ("batch_size", "isl", "step")),
-            )
-        ),
+        *_mla_modules("", "bfloat16"),
         # SGLang's MLA block of a wide-EP deployment (attention DP: all heads on the rank,
         # projections in fp8_block, fp8 KV cache; wideep_{context,generation}_mla_perf 0.5.10)
-        *(
-            Family(
-                op=f"wideep_{phase}_mla",
-                variant_cols=(*_MLA_VARIANT, "gemm_type"),
-                shape_cols=("num_heads",),
-                x_cols=x_cols,
-                defaults={**_MLA_DEFAULTS, "gemm_type": "fp8_block"},
-                features=_module(core, absorbed=phase == "generation"),
-            )
-            for phase, core, x_cols in (
-                ("context", _context_mla, ("batch_size", "isl")),
-                ("generation", _generation_mla, ("batch_size", "isl", "step")),
-            )
-        ),
+        *_mla_modules("wideep_", "fp8_block"),
         Family(
             op="allreduce",
             variant_cols=("kernel_source",),
