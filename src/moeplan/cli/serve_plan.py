@@ -52,7 +52,8 @@ def served_deployment(plan: Plan) -> ServedDeployment | None:
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise MoeplanError(f"{where}.replicas ({replicas!r}) must be an integer")
     check_int(f"{where}.replicas", replicas, 1, MAX_REPLICAS)
-    engine = serving.get("engine") if isinstance(serving.get("engine"), dict) else {}
+    got = serving.get("engine")
+    engine: dict[str, Any] = got if isinstance(got, dict) else {}
     knobs = serving.get("knobs")
     return ServedDeployment(
         layout=layout,
