@@ -153,7 +153,8 @@ def run() -> list[dict]:
         got, _ = predict(d)
         rows.append(
             {
-                "name": f"{d.source} {d.cluster} {d.phase} EP{d.ep} x{d.per_gpu} ctx {d.context}",
+                "name": f"{d.source} {d.cluster} {d.phase} EP{d.ep} x{d.per_gpu} ctx {d.context}"
+                + (" (perfect EPLB)" if "perfect" in d.note else ""),
                 "value": got,
                 "unit": "tokens/s per GPU (predicted)",
                 "reference": d.published,

@@ -503,3 +503,67 @@ def test_type_only_imports_are_edges_of_the_cycle_graph():
     typed = [i.module for i in imports_in(src, "moeplan.specs.model_checks", typed=True)]
     assert typed == ["moeplan.specs.model"]
     assert imports_in(src, "moeplan.specs.model_checks") == ()
+
+
+# ---- compute once, render only -------------------------------------------------------------
+#: The packages that format ``moeplan plan``'s outcome (moeplan.serve.outcome.PlanOutcome).
+RENDERERS = ("moeplan.report", "moeplan.export")
+#: All they may import from the planning core: data types, presets and renderers of results
+#: computed elsewhere — no planner, cost or simulator function (moeplan.serve.job.plan_job
+#: computes everything they show). A module listed stands for itself and its submodules.
+RENDER_MAY_IMPORT = (
+    "moeplan.specs",  # model/cluster types and presets (data)
+    "moeplan.serve.outcome",  # the outcome of plan_job (data, and its sentences)
+    "moeplan.planners.plan",  # the Plan type
+    "moeplan.planners.layout",  # the one layout type
+    "moeplan.planners.families",  # the family registry (names, colours, exports)
+    "moeplan.planners.strategy.space",  # Strategy, the colocated face of the layout type
+    "moeplan.serve.instance_knobs",  # InstanceKnobs (data)
+    "moeplan.cost.a2a",  # DeepEP facts: one function decides the kernel for price and flags
+    "moeplan.sim.trace_export",  # draws schedules simulated by plan_job
+)
+#: Compute imports of the renderers known and owned elsewhere: {(module, imported): reason}.
+KNOWN_RENDER_COMPUTE: dict[tuple[str, str], str] = {
+    ("moeplan.export.expert_location", "moeplan.planners.placement.planner"):
+        "physical_to_logical for `moeplan place`'s export (the plan path hands the map in)",
+}  # fmt: skip
+
+
+def render_compute_imports(module_tree: ast.Module, name: str) -> dict[str, int]:
+    """{imported core module: line} of ``name`` that RENDER_MAY_IMPORT does not allow."""
+    core = tuple(f"moeplan.{p}" for p in CORE)
+    out: dict[str, int] = {}
+    for imp in imports_in(module_tree, name):
+        if any(_inside(imp.module, p) for p in core) and not any(
+            _inside(imp.module, ok) for ok in RENDER_MAY_IMPORT
+        ):
+            out.setdefault(imp.module, imp.line)
+    return out
+
+
+def test_report_and_export_compute_nothing():
+    """report/ and export/ format the outcome: they import no planner, cost or simulator
+    function, so nothing is simulated twice to be drawn."""
+    found = {(m, t): line for m in modules() if any(_inside(m, r) for r in RENDERERS)
+             for t, line in render_compute_imports(tree(m), m).items()}  # fmt: skip
+    bad = [f"{m}:{line} imports {t}" for (m, t), line in found.items()
+           if (m, t) not in KNOWN_RENDER_COMPUTE]  # fmt: skip
+    assert bad == [], "compute imported by a renderer:\n" + "\n".join(bad)
+    stale = [k for k in KNOWN_RENDER_COMPUTE if k not in found]
+    assert stale == [], "fixed: remove from KNOWN_RENDER_COMPUTE"
+
+
+def test_render_check_on_examples():
+    """The oracle for the check above: simulator, planner and cost functions are caught, in
+    functions too; the outcome, types and renderers are not."""
+    src = ast.parse(
+        "from moeplan.serve.rank import serving_curves\nfrom moeplan.serve.outcome import x\n"
+        "from moeplan.planners.plan import Plan\nimport moeplan.cost.a2a\n"
+        "def f():\n    from moeplan.planners.dep.planner import schedules\n"
+        "    from moeplan.sim.trace_export import gantt_figure\n"
+        "    from moeplan.cost.memory import weights_floor_per_gpu\n"
+        "    from moeplan.specs import load_model\n"
+    )
+    assert render_compute_imports(src, "moeplan.report.example") == {
+        "moeplan.serve.rank": 1, "moeplan.planners.dep.planner": 6, "moeplan.cost.memory": 8,
+    }  # fmt: skip

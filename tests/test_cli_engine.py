@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +32,8 @@ from moeplan.kernel_tables import (
     DiskStore,
     engine_cost_model,
     kernel_db,
+    pricing,
+    pricing_line,
     table_devices,
     table_files,
     table_loaders,
@@ -42,7 +43,7 @@ from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
 from moeplan.planners.rank import plan
 from moeplan.planners.strategy.analyzer import analyze
-from moeplan.report.plan_report import write_artifacts
+from moeplan.report.plan_report import launch_exports
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 from moeplan.specs.presets import model_config
 from moeplan.traces.format import iter_trace, save_trace
@@ -194,15 +195,17 @@ def test_launch_script_and_plan_name_the_pricing_engine(capsys, tmp_path):
     assert pplan["details"]["pricing"]["transferred_gpu"] is True
 
 
-def test_plan_scripts_name_the_engine_that_priced_the_plan(tmp_path):
-    """``moeplan plan``'s artifacts: both engines' scripts name the pricing engine (vLLM's
-    kernels here), not the engine each script launches."""
+def test_plan_scripts_name_the_engine_that_priced_the_plan():
+    """``moeplan plan``'s launch scripts (built as its artifacts are, with the pricing line):
+    both engines' scripts name the pricing engine (vLLM's kernels here), not the engine each
+    script launches."""
     m, c = load_model(QWEN), load_cluster("h100-sxm-8")
     cm = engine_cost_model(c, None, "vllm")
     result = plan(m, c, WORKLOAD, cm, families=("strategy",))
-    files = write_artifacts(tmp_path / "o", result, None, cm, model_arg=QWEN, trace=None)
-    for script in ("sglang", "vllm"):
-        text = Path(files[script]).read_text(encoding="utf-8")
+    exports = launch_exports(result, result.winner.plan, model_path="Qwen/Qwen3-30B-A3B",
+                             full_layers=m.num_layers, pricing=pricing_line(pricing(cm)))
+    for script, ex in exports.items():
+        text = ex.text
         head = [ln for ln in text.splitlines() if ln.startswith("# ")]
         assert any("kernel prices: vllm kernels from NVIDIA's measured vllm tables" in ln
                    for ln in head), script  # fmt: skip

@@ -126,6 +126,13 @@ def test_every_layer_table_covers_its_families():
     assert set(MESH_BUILDERS) == set(fam.PLAN_FAMILIES)
 
 
+def test_report_colours_every_ranked_family():
+    """The report draws every family the analytic or the serving ranking can hold."""
+    from moeplan.report.figures import COLORS
+
+    assert set(COLORS) == set(fam.PROPOSED) | set(fam.POOLED)
+
+
 def test_runtime_engines_cover_plan_families():
     pytest.importorskip("torch")
     from moeplan.runtime.engines import ENGINES

@@ -60,7 +60,7 @@ def planned(families):
 def check_exports(mn, cn, result) -> dict[str, int]:
     """Every launched node passes its engine's rules; a refusal says why. Returns counts."""
     exports = launch_exports(
-        result, result.winner.plan, model_path=f"org/{mn}", full=load_model(mn)
+        result, result.winner.plan, model_path=f"org/{mn}", full_layers=load_model(mn).num_layers
     )
     t = cons.Target.of(result.model, result.cluster)
     strat = next(c for c in result.candidates if c.family == "strategy")

@@ -1,7 +1,8 @@
-"""The report says the same thing everywhere (issue 16): the MixServe chart plots the verdict
-table's quantities (its row is a point of the chart), inputs never read "rate None", a truncated
-plan is flagged, and — rendered in headless Chromium — no two Gantt labels overlap and none
-spills out of its bar (the same check finds overlaps in the figure without the fix)."""
+"""The report says the same thing everywhere: the MixServe chart plots the analytic table's
+quantities (its row is a point of the chart), the served workload is what the header says
+(a given rate is named, never "not set"), launch scripts carry the full model's memory note,
+and — rendered in headless Chromium — no two Gantt labels overlap and none spills out of its
+bar (the same check finds overlaps in the figure without the fix)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.planners.rank import plan
 from moeplan.report import figures
-from moeplan.report.html import Section, render
+from moeplan.report.html import PLOTLY_FILE, Section, plotly_js, render
 from moeplan.report.plan_report import launch_exports
-from moeplan.report.sections import render_report
+from moeplan.report.trust import served_text
+from moeplan.serve.job_parts import fit_notes
+from moeplan.serve.metrics import SLO
 from moeplan.specs import Workload, load_cluster, load_model
 
 CHROME = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -49,28 +52,37 @@ def test_chart_plots_the_table_quantities(demo):
         assert (x, y) in front or any(fx <= x and fy >= y for fx, fy in front)
 
 
-def test_inputs_say_rate_not_set_and_truncation(demo):
-    result, cm = demo
-    html = render_report(result, None, cm, None, None, full_layers=60)
-    assert "rate None" not in html and "arrival rate not set" in html
-    assert "Planned on the first 8 of 60 decoder layers" in html
-    given = replace(result, workload=replace(result.workload, rate=2.0))
-    html = render_report(given, None, cm, None, None, full_layers=8)
-    assert "arrival rate 2 requests/s" in html and "Planned on the first" not in html
+def _outcome(workload: dict, rate_rps: float | None = None):
+    """The fields served_text reads, as plan_job leaves them."""
+    winner = SimpleNamespace(result=SimpleNamespace(max_rate_meeting_slo_rps=rate_rps))
+    ranking = SimpleNamespace(slo=SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0))
+    return SimpleNamespace(served_workload=workload, ranking=ranking, winner=winner)
 
 
-def test_launch_section_names_what_each_script_launches(demo):
-    result, cm = demo
-    exports = launch_exports(
-        result,
-        result.winner.plan,
-        model_path="deepseek-ai/DeepSeek-V2",
-        full=load_model("deepseek-v2"),
-    )
-    html = render_report(result, None, cm, None, exports, full_layers=60)
+def test_header_names_the_served_load():
+    """A given rate is named (not "rate not set", not the analytic batch); without one, each
+    deployment's SLO-bound capacity and the winner's; the SLO limits in full milliseconds."""
+    base = {"isl": "2048", "osl": "256", "rate_rps": None, "concurrency": None}
+    text = served_text(_outcome({**base, "rate_rps": 4.0}))
+    assert "Poisson arrivals at 4 requests/s" in text and "not set" not in text
+    assert "2048 prompt + 256 output tokens" in text and "prompts ×" not in text
+    assert "TTFT ≤ 2,000 ms, TPOT ≤ 100 ms" in text and "p90" in text
+    text = served_text(_outcome(base, rate_rps=12.345))
+    assert "SLO-bound capacity" in text and "12.35 requests/s" in text
+    assert "16 requests in flight" in served_text(_outcome({**base, "concurrency": 16}))
+
+
+def test_launch_scripts_say_the_full_model_does_not_fit(demo):
+    result, _ = demo
+    full = load_model("deepseek-v2")
+    notes = tuple(fit_notes(result.model, result.cluster, full))
+    assert notes and "full model's weights alone need" in notes[0]  # 236B params on 8 x 48 GB
+    exports = launch_exports(result, result.winner.plan, model_path="deepseek-ai/DeepSeek-V2",
+                             full_layers=full.num_layers, notes=notes)  # fmt: skip
     for ex in exports.values():
-        assert f"{ex.gap:.2f}x" in html and ex.label in html
-        assert "full model's weights alone need" in ex.text  # 236B params on 8 x 48 GB
+        assert "full model's weights alone need" in ex.text
+        assert "planned on the first 8 of 60 layers" in ex.text
+    assert fit_notes(result.model, result.cluster, result.model) == []  # nothing cut
 
 
 # Visible bar labels: each must lie inside its own bar and overlap no other label.
@@ -101,6 +113,8 @@ window.addEventListener('load', () => setTimeout(() => {
 
 def gantt_check(fig, tmp_path, name: str) -> dict:
     page = render("gantt", "", [Section(title="g", figures=[fig])])
+    if not (tmp_path / PLOTLY_FILE).exists():  # the page loads plotly.js from beside it
+        (tmp_path / PLOTLY_FILE).write_text(plotly_js(), encoding="utf-8")
     path = tmp_path / f"{name}.html"
     path.write_text(page.replace("</body>", CHECK_JS + "</body>"))
     p = subprocess.run(
@@ -134,20 +148,8 @@ def test_gantt_labels_do_not_overlap_when_rendered(demo, tmp_path):
 
     result, _ = demo
     d = next(c for c in result.candidates if c.family == "dep")
-    fixed = gantt_check(figures.dep_gantt(d), tmp_path, "fixed")
+    fixed = gantt_check(figures.dep_gantt(schedules(d.detail, layers=2)), tmp_path, "fixed")
     # labels show only inside bars wide enough for them (how many depends on the schedule)
     assert fixed["bad"] == [], fixed
     raw = gantt_figure(schedules(d.detail, layers=2), title="without the fix")
     assert gantt_check(raw, tmp_path, "raw")["bad"], "the check must see the old overlaps"
-
-
-def test_placement_on_another_ep_than_the_winner_says_so(demo):
-    from moeplan.report.sections import _ep_note, winner_ep
-
-    result, _ = demo
-    layout = result.winner.plan.layout
-    expected = layout["moe"]["ep"] if result.winner.family == "strategy" else layout["eg"]
-    assert winner_ep(result) == expected
-    assert _ep_note(8, 8) == ""
-    assert "has no expert parallelism" in _ep_note(1, 8)
-    assert "runs EP16" in _ep_note(16, 8) and "estimate on EP8" in _ep_note(16, 8)

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from html import escape
 
 import pytest
 
@@ -141,6 +142,39 @@ def test_timeline_is_the_serving_winners_engine_iterations(planned):
     if colocated and meta["preemptions"] == 0 and meta["shown"] == meta["iterations"]:
         isl = int(out["workload"]["isl"])
         assert sum(e["args"]["prefill_tokens"] for e in xs) == meta["requests"] * isl
+
+
+REPORT_LIMIT = 1_000_000  # bytes: report.html of any preset plan (plotly.js lies beside it)
+
+
+def test_report_is_small_and_loads_plotly_from_beside_it(planned):
+    _, folder = planned
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    assert len(page.encode()) <= REPORT_LIMIT
+    assert page.count('<script src="plotly.min.js">') == 1
+    assert (folder / "plotly.min.js").stat().st_size > 1_000_000  # the library, once
+
+
+def _table_after(page: str, title: str) -> list[list[str]]:
+    body = page.split(f"<h2>{title}</h2>", 1)[1].split("</table>", 1)[0]
+    return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)]
+
+
+def test_report_lists_the_launch_files_written_and_the_served_load(planned):
+    """The launch table names exactly the scripts in the folder (sglang_pd.sh when P/D wins);
+    the header says the request stream served, not the analytic batch; limits are stated."""
+    out, folder = planned
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    listed = {row[0] for row in _table_after(page, "Launch scripts") if row}
+    assert listed == {p.name for p in folder.glob("*.sh")}
+    assert ("sglang_pd.sh" in listed) == (out["winner"]["family"] == "pd")
+    header = page.split("<header>", 1)[1].split("</header>", 1)[0]
+    assert "prompts ×" not in header and "SLO-bound capacity" in header
+    assert f"{out['workload']['isl']} prompt + {out['workload']['osl']} output tokens" in header
+    assert out["limits"].startswith("What limits this deployment") and escape(out["limits"]) in page
+    fill = out["cluster_fill"]
+    if fill is not None:
+        assert fill["copies"] * fill["gpus"] + fill["idle_gpus"] == fill["cluster_gpus"]
 
 
 def _fake(family: str, tps: float, gpus: int) -> Candidate:

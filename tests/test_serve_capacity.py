@@ -61,7 +61,7 @@ def test_an_overloaded_rate_never_meets_the_slos():
     slo = SLO(ttft_s=30.0, tpot_s=1.0)
     p = steady_probe(_cfg(), _fake, _wl(), slo, 1.3 * mu, requests=200)
     assert not p.meets(slo)
-    cap, _ = slo_capacity(_cfg(), _fake, _wl(), slo, guess_rps=mu, requests=200)
+    cap, _ = slo_capacity(_cfg(), _fake, _wl(), slo, guess_rps=mu, requests=200, interval=False)
     assert cap.rate_rps < mu
     # each request also costs at least one 10 ms prefill iteration alone: the lower figure
     assert cap.rate_rps >= 0.8 / (STEP_S + OSL * STEP_S / CAP)
@@ -71,17 +71,21 @@ def _linear(b: Batch) -> float:  # 5 ms + 1 ms per decode sequence + 1 us per pr
     return 0.005 + 0.001 * b.decode + 1e-6 * sum(q for q, _ in b.prefill)
 
 
-def test_capacity_interval_holds_the_longer_runs_estimate():
+@pytest.mark.parametrize("seed", [0, 2])
+def test_capacity_interval_holds_the_longer_runs_estimate(seed):
     """A TPOT-bound engine (decode step linear in the batch), 600 measured requests vs 2,400
     with the same seed: the longer run's capacity lies in the shorter run's stated 95 %
-    interval widened by the bisection resolution. (Near a critical TTFT queue short runs
-    overstate more than the interval says: bench/bench_space_search.py measures it.)"""
+    interval, and the interval narrows with the run. (Seeds 0 and 2 stray most from the
+    9,600-request figure, 14.4 req/s: 15.6 and 12.2; an interval from one run's requests
+    alone held it for neither.)"""
     slo = SLO(ttft_s=2.0, tpot_s=0.04)
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
-    short, _ = slo_capacity(cfg, _linear, _wl(), slo, guess_rps=20.0, requests=600)
-    long, _ = slo_capacity(cfg, _linear, _wl(), slo, guess_rps=20.0, requests=2400)
+    wl = _wl(seed=seed)
+    short, _ = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=600)
+    long, _ = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=2400)
     assert short.low_rps <= short.rate_rps <= short.high_rps
-    assert short.low_rps * 0.98 <= long.rate_rps <= short.high_rps * 1.02
+    assert short.low_rps <= long.rate_rps <= short.high_rps
+    assert long.high_rps - long.low_rps < short.high_rps - short.low_rps
 
 
 def test_lifetime_needs_an_slo():

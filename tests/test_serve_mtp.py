@@ -156,3 +156,13 @@ def test_capacity_bound_holds_under_mtp():
     bound = capacity_bound(ev, [cfg], w).rate_rps
     assert bound >= served
     assert bound < 1.5 * served  # and it is a bound of this engine, not of any
+
+
+def test_wrapped_evaluators_keep_the_mtp_progress():
+    """The deployment search wraps iteration models (GridEvaluator): the engine still
+    advances tau tokens per step under the wrapper, as the price assumes."""
+    from moeplan.serve.batch_grid import GridEvaluator
+
+    kn = InstanceKnobs(mtp=2, mtp_accept=0.5)
+    assert tokens_per_step(GridEvaluator(Timed(kn))) == pytest.approx(1.75)
+    assert tokens_per_step(GridEvaluator(Timed(InstanceKnobs()))) == 1

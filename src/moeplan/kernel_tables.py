@@ -35,6 +35,7 @@ from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
 from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
+from moeplan.cost.provenance import pricing  # noqa: F401 (re-exported)
 from moeplan.errors import MoeplanError
 from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     CACHE_ENV,
@@ -47,6 +48,7 @@ from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     cache_dir,
     cache_max_bytes,
 )
+from moeplan.serve.outcome import pricing_line  # noqa: F401 (re-exported)
 from moeplan.specs import ClusterSpec, load_cluster
 from moeplan.specs.presets import cluster_table
 
@@ -264,52 +266,3 @@ def engine_cost_model(
     """:func:`moeplan.cost.cost_model_for` with the process-wide kernel database: the entry
     point for a cost model that prices kernels from ``engine``'s tables (``None``: none)."""
     return cost_model_for(cluster, profile, engine=engine, kernels=kernel_db() if engine else None)
-
-
-# ---- what priced a plan ----------------------------------------------------------------
-def pricing(cm: CostModel) -> dict[str, Any]:
-    """Which engine's kernels priced the operations ``cm`` was asked for so far, from which
-    tables, and the source mix (share of kernel lookups per source, with held-out errors)."""
-    gpu = cm.cluster.gpu.name
-    if cm.engine is None:
-        return {
-            "engine": None,
-            "gpu": gpu,
-            "sources": {},
-            "ops": {},
-            "note": f"no engine: every operation from the {cm.profile_name} GEMM/NCCL model",
-        }
-    dev = device_for(cm.cluster)
-    ops = cm.provenance()
-    calls: dict[str, int] = {}
-    for cells in ops.values():
-        for src, cell in cells.items():
-            calls[src] = calls.get(src, 0) + int(cell["calls"] or 0)
-    total = sum(calls.values())
-    tables = f"NVIDIA's measured {cm.engine} tables on {dev.table}"
-    note = (
-        f"{cm.engine} kernels from {tables}"
-        if dev.table is not None
-        else f"no measured tables for {gpu}: {cm.engine} kernels transferred from the "
-        f"{dev.reference} tables, scaled by the {gpu} datasheet"
-    )
-    return {
-        "engine": cm.engine,
-        "gpu": gpu,
-        "tables_gpu": dev.table,
-        "reference_gpu": dev.reference,
-        "transferred_gpu": dev.table is None,
-        "lookups": total,
-        "sources": {s: {"lookups": n, "share": n / total} for s, n in sorted(calls.items())},
-        "ops": ops,
-        "note": note + "; GEMMs, projections and inter-node traffic from the "
-        f"{cm.profile_name} model",
-    }
-
-
-def pricing_line(p: dict[str, Any]) -> str:
-    """One line for terminals and script headers: engine, tables, source mix."""
-    if p["engine"] is None:
-        return f"kernel prices: {p['note']}"
-    mix = ", ".join(f"{s} {v['share']:.0%}" for s, v in p["sources"].items()) or "none used"
-    return f"kernel prices: {p['note']}; sources of {p['lookups']:,} kernel lookups: {mix}"

@@ -11,7 +11,6 @@ Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``s
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,34 +20,19 @@ import typer
 from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from moeplan.cli._common import (
-    Table,
-    console,
-    err_console,
-    fmt_time,
-    fmt_times,
-    print_json,
-)
+from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
 from moeplan.cli.glossary import glossary
-from moeplan.cost.mixer_prices import stand_in_fields
 from moeplan.errors import MoeplanError, check_int, require
-from moeplan.kernel_tables import engine_cost_model, pricing, pricing_line
+from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
-from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult, plan
+from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.capacity import DEFAULT_REQUESTS
-from moeplan.serve.rank import (
-    ServeRanking,
-    describe,
-    no_plan_meets,
-    serve_explanation,
-    serve_rank,
-    served_plan,
-)
-from moeplan.serve.space_rank import require_steady
+from moeplan.serve.job import JobSpec, plan_job
+from moeplan.serve.outcome import PlanOutcome, quant_sentence
+from moeplan.serve.rank import ServeRanking, describe
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
-SYNTH_LAYERS = 4
 DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
 DEFAULT_TPOT_SLO_MS = 100.0  # 10 tokens/s per user, faster than reading speed
 MIN_REQUESTS, MAX_REQUESTS = 50, 100_000
@@ -72,13 +56,6 @@ def _ms(seconds: float | None) -> str:
     return "none" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
-def _workload_dict(ranking: ServeRanking) -> dict[str, Any]:
-    sw = ranking.workload
-    return {"requests": sw.num_requests, "rate_rps": sw.rate if ranking.rate_given else None,
-            "concurrency": sw.concurrency, "isl": describe(sw.isl), "osl": describe(sw.osl),
-            "arrival": sw.arrival, "seed": sw.seed}
-
-
 def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
     if path is None:
         return Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
@@ -96,24 +73,6 @@ def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | No
         raise MoeplanError(f"workload ({path}) is malformed: {err}") from None
 
 
-def _placement_ep(ranking: ServeRanking, model: Any) -> tuple[int, str | None]:
-    """The served winner's real EP degree, or 0 and a plain sentence saying why no placement.
-    A disaggregated winner's pools are separate instances: its largest EP group is placed."""
-    from moeplan.report.sections import instance_eps
-
-    w = ranking.winner.entry
-    pool, ep = max(instance_eps(w.layout), key=lambda p: p[1])
-    where = f"{pool} instances' " if pool else ""
-    if ep <= 1:
-        return 0, (f"Sem-MoE placement skipped: the winner ({w.label}) has no expert "
-                   f"parallelism{' in any instance' if pool else ''}, so every GPU holds the "
-                   "experts it runs and nothing is placed.")
-    if model.num_experts % ep:
-        return 0, (f"Sem-MoE placement skipped: {model.num_experts} experts do not divide "
-                   f"evenly over the winner's {where}EP{ep}.")
-    return ep, None
-
-
 def _check_trace(trace: str, num_experts: int) -> None:
     """Stream ``trace`` once through the reader's checks (format, ranges, expert ids)."""
     from moeplan.traces.format import iter_trace
@@ -121,31 +80,6 @@ def _check_trace(trace: str, num_experts: int) -> None:
     require(Path(trace).exists(), f"--trace ({trace}) does not exist")
     for _ in iter_trace(trace, num_experts=num_experts):
         pass
-
-
-def _placement(result: PlanResult, ep: int, trace: str | None, cm: Any, seed: int) -> Any:
-    """Sem-MoE on the winner's EP group of ``ep`` GPUs (a synthetic trace if none given)."""
-    from moeplan.planners.placement.planner import PlaceConfig, cost_evaluator, place
-    from moeplan.traces.format import iter_trace
-    from moeplan.traces.synthetic import SynthConfig, synthesize
-
-    m, c = result.model, result.cluster
-    cfg = PlaceConfig(ep=ep, mode="dp", baselines=True, seed=seed)
-    ev = cost_evaluator(cm, m, ep, c.nodes_spanned(ep))
-    layers = m.num_moe_layers
-    if trace is not None:
-        require(Path(trace).exists(), f"--trace ({trace}) does not exist")
-        src: Any = lambda: iter_trace(trace, num_experts=m.num_experts)  # noqa: E731
-    else:
-        # No trace: estimate the gain on a small synthetic trace with the model's shape,
-        # on its first SYNTH_LAYERS MoE layers (a per-layer statistic; keeps plan fast).
-        layers = min(SYNTH_LAYERS, layers)
-        groups = math.gcd(16, m.num_experts)
-        src = synthesize(SynthConfig(num_layers=layers, num_experts=m.num_experts,
-                                     top_k=m.top_k, num_requests=48, num_groups=groups,
-                                     groups_per_topic=min(2, groups), seed=seed))
-    return place(src, num_layers=layers, num_experts=m.num_experts,
-                 hidden_bytes=m.hidden_bytes, evaluate=ev, cfg=cfg)
 
 
 def plan_cmd(
@@ -263,58 +197,49 @@ def plan_cmd(
 
     check_outdir(outdir)
     show = not (quiet or json_out)
+    full = load_model(model)
+    spec = JobSpec(
+        model=m, cluster=c, workload=w, serve_workload=sw, slo=slo, families=fams,
+        objective=objective, engine=engine, rate_given=rate is not None or concurrency is not None,
+        requests=requests, knob_search=knob_search, any_divisor=any_divisor,
+        alternatives=[load_cluster(n) for n in cluster_names()], placement=placement,
+        trace=trace, trace_source=_trace_source(trace, m.num_experts), seed=seed,
+        full_model=full, model_path=launch_path,
+    )  # fmt: skip
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=err_console, transient=True,
                   disable=not (show and err_console.is_terminal)) as prog:
         task = prog.add_task("planning", total=None)
-        result = plan(m, c, w, cm, families=fams,
-                      alternatives=[load_cluster(n) for n in cluster_names()],
-                      any_divisor=any_divisor,
-                      progress=lambda f: prog.update(task, description=f"planning: {f}"))
-        ranking = serve_rank(result, cm, sw, slo, objective=objective, engine=engine,
-                             rate_given=rate is not None or concurrency is not None,
-                             progress=lambda t: prog.update(task, description=t),
-                             requests=requests, knob_search=knob_search)
-        if not ranking.winner.result.meets_slo:
-            raise MoeplanError(no_plan_meets(ranking))
-        require_steady(ranking)
-        place_res, place_note = None, None
-        if placement:
-            prog.update(task, description="placement: Sem-MoE on the winner's EP group")
-            ep, place_note = _placement_ep(ranking, m)
-            place_res = _placement(result, ep, trace, cm, seed) if ep else None
+        outcome = plan_job(spec, cm, progress=lambda t: prog.update(task, description=t))
         prog.update(task, description="writing report")
-        files = write_artifacts(outdir, result, place_res, cm, model_arg=model,
-                                trace=trace, model_path=launch_path, serving=ranking)
+        files = write_artifacts(outdir, outcome)
     elapsed = time.perf_counter() - t_start
-    truncated = truncation_warning(m.num_layers, load_model(model).num_layers)
-    warns = [w for w in (truncated, _quant_warning(ranking, m, c, cm.engine)) if w]
-    if not json_out:
-        for line in warns:
+    truncated = truncation_warning(m.num_layers, full.num_layers)
+    warnings = [x for x in (truncated, quant_sentence(outcome.quant)) if x]
+    if warnings and not json_out:
+        for line in warnings:
             err_console.print(f"[yellow]warning:[/] {line}")
-    price = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels and source mix; stand-in layers
     if json_out:
-        print_json({**_json(result, ranking, place_res, files, elapsed),
-                    **({"placement_skipped": place_note} if place_note else {}),
-                    "pricing": price, "warnings": warns})
+        print_json({**_json(outcome, files, elapsed),
+                    **({"placement_skipped": outcome.placement_note}
+                       if outcome.placement_note else {}),
+                    "pricing": outcome.pricing, "warnings": warnings})
         return
-    _print_human(result, ranking, place_res, files, elapsed)
-    console.print(pricing_line(price))
-    if price["stand_in_note"]:
-        console.print(price["stand_in_note"])
-    if place_note:
-        console.print(place_note)
+    _print_human(outcome, files, elapsed)
+    console.print(pricing_line(outcome.pricing))
+    if outcome.pricing["stand_in_note"]:
+        console.print(outcome.pricing["stand_in_note"])
+    if outcome.placement_note:
+        console.print(outcome.placement_note)
 
 
-def _quant_warning(ranking: ServeRanking, m: ModelSpec, c: ClusterSpec, engine: str | None):
-    """:func:`moeplan.cli.quant_warning.quant_slower_warning` on the winner's widest EP group."""
-    from moeplan.cli.quant_warning import quant_slower_warning
-    from moeplan.report.sections import instance_eps
+def _trace_source(trace: str | None, num_experts: int) -> Any:
+    """The routing trace's chunks, read afresh on each call (None: no trace)."""
+    if trace is None:
+        return None
+    from moeplan.traces.format import iter_trace
 
-    lay = ranking.winner.entry.layout
-    ep = max(e for _, e in instance_eps(lay))
-    tp = lay.moe_tp if isinstance(getattr(lay, "moe_tp", None), int) else 1
-    return quant_slower_warning(m, c, engine, ep=ep, tp=tp)
+    return lambda: iter_trace(trace, num_experts=num_experts)
 
 
 def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: float | None,
@@ -342,15 +267,15 @@ def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: 
     return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
 
 
-def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict[str, str],
-          elapsed: float) -> dict:
+def _json(outcome: PlanOutcome, files: dict[str, str], elapsed: float) -> dict:
+    result, ranking, place_res = outcome.analytic, outcome.ranking, outcome.placement
     win = ranking.winner
     out: dict[str, Any] = {
         "model": result.model.name, "cluster": result.cluster.name,
         "objective": ranking.objective,
         "slo": {"ttft_s": ranking.slo.ttft_s, "tpot_s": ranking.slo.tpot_s,
                 "percentile": ranking.slo.percentile},
-        "workload": _workload_dict(ranking),
+        "workload": outcome.served_workload,
         "candidates": [s.summary() for s in ranking.ranked],
         "pareto": ranking.pareto(),
         "not_served": ranking.not_served,
@@ -360,17 +285,19 @@ def _json(result: PlanResult, ranking: ServeRanking, place_res: Any, files: dict
         "analytic": {"note": ANALYTIC_NOTE,
                      "ranking": [c.summary() for c in result.candidates],
                      "explanation": result.explanation},
-        "skipped": result.skipped, "explanation": serve_explanation(ranking, result),
-        "plan": served_plan(win, ranking).to_dict(), "artifacts": files, "elapsed_s": elapsed,
-        "timings_s": result.timings, "search": ranking.search,
+        "skipped": result.skipped, "explanation": list(outcome.explanation),
+        "limits": outcome.limits,
+        "cluster_fill": None if outcome.fill is None else outcome.fill.to_dict(),
+        "plan": outcome.plan.to_dict(), "artifacts": files, "elapsed_s": elapsed,
+        "timings_s": outcome.timings, "search": ranking.search,
     }
     if place_res is not None:
         out["placement"] = place_res.to_dict()
     return out
 
 
-def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
-                 files: dict[str, str], elapsed: float) -> None:
+def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) -> None:
+    result, ranking, place_res = outcome.analytic, outcome.ranking, outcome.placement
     m, c = result.model, result.cluster
     sw, slo = ranking.workload, ranking.slo
     load = (f"{sw.rate:g} req/s" if sw.rate is not None and ranking.rate_given
@@ -382,7 +309,7 @@ def _print_human(result: PlanResult, ranking: ServeRanking, place_res: Any,
     _serving_table(ranking)
     for fam, why in ranking.not_served.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
-    for line in serve_explanation(ranking, result):
+    for line in outcome.explanation:
         console.print(line)
     _analytic_table(result)
     for fam, why in result.skipped.items():

@@ -457,9 +457,10 @@ def serve_sim(
     from moeplan.cost.mixer_prices import stand_in_fields
 
     out["knobs"] = knobs.to_dict()
-    from moeplan.cli.quant_warning import quant_slower_warning
+    from moeplan.cost.provenance import quant_vs_bf16
+    from moeplan.serve.outcome import quant_sentence
 
-    qw = quant_slower_warning(m, c, cm.engine, ep=layout.moe_ep, tp=layout.moe_tp)
+    qw = quant_sentence(quant_vs_bf16(cm, m, ep=layout.moe_ep, tp=layout.moe_tp))
     out["warnings"] = [qw] if qw else []
     out["pricing"] = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels; stand-in layers
     if trace_out:

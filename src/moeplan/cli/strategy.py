@@ -296,10 +296,11 @@ def strategy(
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
-    from moeplan.cli.quant_warning import quant_slower_warning
+    from moeplan.cost.provenance import quant_vs_bf16
+    from moeplan.serve.outcome import quant_sentence
 
     st = best.strategy if best is not None else None
-    qw = None if st is None else quant_slower_warning(m, c, cm.engine, ep=st.moe_ep, tp=st.moe_tp)
+    qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
     if json_out:
         obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price,
                "warnings": [qw] if qw else []}

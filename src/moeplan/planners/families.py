@@ -29,7 +29,7 @@ from moeplan.errors import require
 
 SERVING_KINDS = ("instance", "pools", "")
 LAYOUT_KINDS = ("colocated", "stages", "groups")
-LAUNCH_KINDS = ("colocated", "pd", "")
+LAUNCH_KINDS = ("colocated", "pools", "")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,8 +56,8 @@ class Family:
     decode: str = ""
     """What its decode pool is (pools only), in words."""
     launch: str = ""
-    """How SGLang/vLLM launch it: ``colocated`` (one layout, replicas), ``pd`` (two pools),
-    "" (no engine launches it; the export says so)."""
+    """How SGLang/vLLM launch it: ``colocated`` (one layout, replicas), ``pools`` (a prefill
+    and a decode pool), "" (no engine launches it; the export says so)."""
     report_section: str = ""
     """Title of its section in the report ("": none of its own)."""
 
@@ -98,18 +98,18 @@ _NOT_SERVED_EP = (
 REGISTRY: tuple[Family, ...] = (
     Family(name="strategy", title="colocated hybrid (MixServe)", plan_family="strategy",
            layout="colocated", proposer="MixServe", serving="instance", launch="colocated",
-           report_section="MixServe strategy analysis"),
+           report_section="Colocated hybrid (MixServe): strategies"),
     Family(name="ep", title="expert parallel (attention DP, MoE EP)", plan_family="ep",
            layout="colocated", not_served=_NOT_SERVED_EP, launch="colocated"),
     Family(name="pipeline", title="pipelined (SMIDT)", plan_family="pipeline", layout="stages",
            proposer="SMIDT", serving="instance", launch="colocated",
-           report_section="SMIDT pipeline partition"),
+           report_section="Pipelined (SMIDT): stages"),
     Family(name="dep", title="disaggregated (FinDEP)", plan_family="dep", layout="groups",
            proposer="FinDEP", not_served=_NOT_SERVED_DEP,
-           report_section="FinDEP disaggregated schedule"),
+           report_section="Disaggregated (FinDEP): schedule"),
     Family(name="pd", title="prefill/decode disaggregated (DistServe, SGLang/vLLM PD)",
            plan_family="strategy", layout="colocated", serving="pools", needs="strategy",
-           decode="colocated", launch="pd"),
+           decode="colocated", launch="pools"),
     Family(name="afd", title="attention-FFN disaggregated decode (FinDEP schedule)",
            plan_family="dep", layout="groups", serving="pools", needs="dep",
            decode="attention-FFN disaggregated"),

@@ -1,4 +1,5 @@
-"""plotly figures of the ``moeplan plan`` report, one function per picture."""
+"""plotly figures of the ``moeplan plan`` report, one function per picture (drawn from the
+planners' results as :func:`moeplan.serve.job.plan_job` left them; nothing is recomputed)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,34 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from moeplan.planners import rank
-from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.units import GIB
 
-FAMILY_NAMES = {k: v[0].upper() + v[1:] for k, v in rank.FAMILY_NAMES.items()}
 COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62", "pd": "#8e44ad",
           "afd": "#16a0a0"}
 GANTT_LABEL_PX = 10  # smallest readable label; names that do not fit a bar at this size hide
 
 
-def families_bar(result: PlanResult) -> go.Figure:
+LOG_STEPS = (1, 2, 5)  # labelled ticks per decade on log axes: 1, 2, 5, 10, 20, 50, ...
+
+
+def log_ticks(values: Any) -> dict[str, Any]:
+    """A log axis whose ticks are 1-2-5 steps covering ``values`` (milliseconds), each labelled
+    in full ("2,000", never a bare minor-tick digit "2")."""
+    v = np.asarray([x for x in np.ravel(np.asarray(values, dtype=float)) if x > 0])
+    if not len(v):
+        return {"type": "log"}
+    lo, hi = float(v.min()), float(v.max())
+    ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1,
+                                        int(np.ceil(np.log10(hi))) + 1) for m in LOG_STEPS]
+    inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5] or [lo, hi]
+    return {"type": "log", "tickvals": inside, "ticktext": [f"{t:,g}" for t in inside]}
+
+
+def families_bar(result: Any) -> go.Figure:
     """Prompt tokens/s per GPU of each family's best plan and of the named baselines."""
     names, values, colors, hover = [], [], [], []
     for c in result.candidates:
-        names.append(FAMILY_NAMES[c.family])
+        names.append(c.name[0].upper() + c.name[1:])
         values.append(c.per_gpu)
         colors.append(COLORS[c.family])
         hover.append(c.label)
@@ -50,7 +64,7 @@ def families_bar(result: PlanResult) -> go.Figure:
     return fig
 
 
-def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
+def baseline_rows(result: Any) -> list[tuple[str, float, str]]:
     """(label, prompt tokens/s per GPU, family) of every family's named baselines."""
     rows: list[tuple[str, float, str]] = []
     w = result.workload
@@ -82,20 +96,17 @@ def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
     return rows
 
 
-def dep_gantt(c: Candidate, layers: int = 2) -> go.Figure:
-    """FinDEP's schedule next to PPPipe's (first ``layers`` MoE layers).
+def dep_gantt(schedules: dict[str, Any]) -> go.Figure:
+    """FinDEP's schedule next to PPPipe's (``{label: Schedule}``, the first MoE layers as
+    :func:`moeplan.serve.job.plan_job` simulated them).
 
     Task names are drawn inside their bar only where they fit (plotly ``uniformtext`` hides the
     rest; every name stays in the hover text), so labels never overlap each other or spill
     into neighbouring bars.
     """
-    from moeplan.planners.dep.planner import schedules
-    from moeplan.sim import gantt_figure
+    from moeplan.sim.trace_export import gantt_figure
 
-    fig = gantt_figure(
-        schedules(c.detail, layers=layers),
-        title=f"FinDEP vs PPPipe, first {layers} layers (simulated)",
-    )
+    fig = gantt_figure(schedules, title="FinDEP vs PPPipe, first MoE layers (simulated)")
     fig.update_traces(
         textposition="inside", insidetextanchor="middle", constraintext="both", textangle=0
     )
@@ -129,7 +140,7 @@ def front(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, An
     return out
 
 
-def pareto(c: Candidate, workload: Any) -> go.Figure:
+def pareto(c: Any, workload: Any) -> go.Figure:
     """MixServe: every fitting strategy, prompt tokens/s per GPU vs decode ITL (the table's
     columns), with its Pareto front and the strategy the verdict table shows."""
     pts = pareto_points(c.detail, workload)
@@ -175,15 +186,15 @@ def pareto(c: Candidate, workload: Any) -> go.Figure:
         )
     fig.update_layout(
         title="MixServe: prompt tokens/s per GPU (batch prefill) vs decode ITL",
-        xaxis_title="ITL (ms)",
+        xaxis_title="ITL (ms, log scale)",
         yaxis_title="prompt tokens/s per GPU",
-        xaxis_type="log",
+        xaxis=log_ticks([p[0] for p in pts]),
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
 
 
-def pipeline_stages(c: Candidate, mem_limit: float) -> go.Figure:
+def pipeline_stages(c: Any, mem_limit: float) -> go.Figure:
     """SMIDT: time and memory per GPU of each stage, next to time-balanced layer-level PP."""
     from plotly.subplots import make_subplots
 

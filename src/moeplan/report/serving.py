@@ -1,7 +1,8 @@
 """Figures of the serving simulation: Pareto front, latency distributions, latency vs rate.
 
-Every number drawn here is simulated (moeplan.serve) on moeplan's cost model; axes say per GPU
-or per user and which percentile.
+Every number drawn here was simulated (moeplan.serve) on moeplan's cost model by
+:func:`moeplan.serve.job.plan_job`; axes say per GPU or per user and which percentile. Log
+axes label powers of ten only (1, 10, 100, 1,000 ms) and each SLO line says what it is.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from moeplan.report.figures import COLORS, FAMILY_NAMES
+from moeplan.report.figures import COLORS, log_ticks
 
 DASHES = ("solid", "dash", "dot", "dashdot")
 LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
-
-
-def serving_pareto(ranking: Any) -> go.Figure:
+CDF_POINTS = 200  # quantiles drawn per latency distribution: finer than a 420 px chart resolves
+SLO_COLOR = "#c33"
+def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figure:
     """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
-    deployment; the non-dominated front as a line."""
+    deployment; the non-dominated front as a line, its points labelled."""
+    names = names or {}
     fig = go.Figure()
     for fam in dict.fromkeys(x.entry.family for x in ranking.ranked):
         xs = [x for x in ranking.ranked if x.entry.family == fam and x.metrics is not None
@@ -30,7 +32,7 @@ def serving_pareto(ranking: Any) -> go.Figure:
         fig.add_scatter(
             x=[1.0 / x.metrics.tpot_p50_s for x in xs],
             y=[x.metrics.output_tokens_per_s_per_gpu for x in xs],
-            mode="markers", name=FAMILY_NAMES.get(fam, fam),
+            mode="markers", name=names.get(fam, fam),
             marker={"color": COLORS.get(fam), "size": 11,
                     "symbol": ["circle" if x.result.meets_slo else "x" for x in xs]},
             text=[f"{x.entry.layout.label}<br>{'meets' if x.result.meets_slo else 'misses'} "
@@ -39,42 +41,90 @@ def serving_pareto(ranking: Any) -> go.Figure:
     if front:
         pts = sorted(front, key=lambda p: p["tokens_per_s_per_user"])
         fig.add_scatter(x=[p["tokens_per_s_per_user"] for p in pts],
-                        y=[p["tokens_per_s_per_gpu"] for p in pts], mode="lines",
+                        y=[p["tokens_per_s_per_gpu"] for p in pts], mode="lines+text",
+                        text=[p["label"].split(": ", 1)[-1].replace(" : ", " :<br>")
+                              for p in pts],
+                        textposition=[_text_side(i, len(pts)) for i in range(len(pts))],
+                        textfont={"size": 10}, cliponaxis=False,
                         name="Pareto front", line={"color": "#555", "dash": "dash"})
     fig.update_layout(title="Throughput per GPU against speed per user (simulated; "
-                            "x = failed SLOs)",
+                            "x = failed SLOs; front labelled)",
                       xaxis_title="tokens/s per user (1 / median TPOT)",
-                      yaxis_title="output tokens/s per GPU", height=420)
+                      yaxis_title="output tokens/s per GPU", height=440)
     return fig
 
 
+def _text_side(i: int, n: int) -> str:
+    """Where the label of the ``i``-th of ``n`` front points (by x) goes: inward at both ends,
+    so no label runs off the plot."""
+    if n == 1:
+        return "bottom center"
+    return "top right" if i == 0 else "top left" if i == n - 1 else "top center"
+
+
+def _slo_label(name: str, limit_s: float) -> str:
+    return f"{name} SLO {limit_s * 1e3:,.0f} ms"
+
+
+def _slo_line(fig: go.Figure, col: int, name: str, limit_s: float, vertical: bool) -> None:
+    """A dashed SLO line on subplot ``col`` with its label. The label is placed by hand: on a
+    log axis an annotation's coordinate is log10 of the value (plotly.js), which
+    ``add_vline(annotation_text=...)`` does not convert."""
+    ms = limit_s * 1e3
+    ax = "" if col == 1 else str(col)
+    if vertical:
+        fig.add_vline(x=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
+        fig.add_annotation(x=float(np.log10(ms)), xref=f"x{ax}", y=0.02, yref=f"y{ax} domain",
+                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
+                           font={"color": SLO_COLOR})
+    else:
+        fig.add_hline(y=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
+        fig.add_annotation(y=float(np.log10(ms)), yref=f"y{ax}", x=0.01, xref=f"x{ax} domain",
+                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
+                           yanchor="bottom", font={"color": SLO_COLOR})
+
+
+def cdf_points(values: Any, n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(value, fraction of requests at or below it) at ``n`` evenly spaced fractions: the
+    empirical CDF's shape without one point per request (exact for ``n`` >= the sample)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    if len(v) <= n:
+        return v, np.arange(1, len(v) + 1) / len(v)
+    frac = np.linspace(1.0 / len(v), 1.0, n)
+    idx = np.ceil(frac * len(v)).astype(int) - 1
+    return v[idx], (idx + 1) / len(v)
+
+
 def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
-    """Empirical CDFs of per-request TTFT and TPOT of the top plans, SLO limits dashed."""
+    """Empirical CDFs of per-request TTFT and TPOT of the top plans, SLO limits labelled."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per request", "TPOT per request"))
+    drawn: dict[int, list[float]] = {1: [], 2: []}
     for i, (label, lat) in enumerate(curves["latency"].items()):
         dash = DASHES[i % len(DASHES)]
         color = LINE_COLORS[i % len(LINE_COLORS)]
         for col, key in ((1, "ttft_s"), (2, "tpot_s")):
-            v = np.sort(np.asarray(lat[key], dtype=float)) * 1e3
-            if not len(v):
+            if not len(lat[key]):
                 continue
-            fig.add_scatter(x=v, y=np.arange(1, len(v) + 1) / len(v), mode="lines",
-                            name=label, legendgroup=label, showlegend=col == 1,
-                            line={"dash": dash, "color": color}, row=1, col=col)
-    for col, limit in ((1, slo.ttft_s), (2, slo.tpot_s)):
+            x, y = cdf_points(lat[key])
+            fig.add_scatter(x=x * 1e3, y=y, mode="lines", name=label, legendgroup=label,
+                            showlegend=col == 1, line={"dash": dash, "color": color},
+                            row=1, col=col)
+            drawn[col] += list(x * 1e3)
+    for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
-            fig.add_vline(x=limit * 1e3, line_dash="dash", line_color="#c33", row=1, col=col)
-    fig.update_xaxes(title_text="ms", type="log")
+            _slo_line(fig, col, name, limit, vertical=True)
+            drawn[col].append(limit * 1e3)
+        fig.update_xaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02])
-    fig.update_layout(title="Latency distributions at each plan's operating point (simulated; "
-                            "SLO limits dashed red)", height=400)
+    fig.update_layout(title="Latency distributions at each plan's operating point (simulated)",
+                      height=420, legend={"orientation": "h", "y": -0.25})
     return fig
 
 
 def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
-    """p90 TTFT and TPOT against the arrival rate for the top plans, SLO limits dashed."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"TTFT p{slo.percentile:g}",
-                                                        f"TPOT p{slo.percentile:g}"))
+    """p90 TTFT and TPOT against the arrival rate for the top plans, SLOs labelled."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT p90", "TPOT p90"))
+    drawn: dict[int, list[float]] = {1: [], 2: []}
     for i, (label, pts) in enumerate(curves["rate"].items()):
         dash = DASHES[i % len(DASHES)]
         color = LINE_COLORS[i % len(LINE_COLORS)]
@@ -83,11 +133,13 @@ def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
             fig.add_scatter(x=x, y=[p[key] * 1e3 for p in pts], mode="lines+markers",
                             name=label, legendgroup=label, showlegend=col == 1,
                             line={"dash": dash, "color": color}, row=1, col=col)
-    for col, limit in ((1, slo.ttft_s), (2, slo.tpot_s)):
+            drawn[col] += [p[key] * 1e3 for p in pts]
+    for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
-            fig.add_hline(y=limit * 1e3, line_dash="dash", line_color="#c33", row=1, col=col)
+            _slo_line(fig, col, name, limit, vertical=False)
+            drawn[col].append(limit * 1e3)
+        fig.update_yaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_xaxes(title_text="arrival rate (requests/s, Poisson)")
-    fig.update_yaxes(title_text="ms", type="log")
-    fig.update_layout(title="Latency against load (simulated, 300 requests per point)",
-                      height=400)
+    fig.update_layout(title="Latency against load (simulated, p90 per point)", height=420,
+                      legend={"orientation": "h", "y": -0.25})
     return fig

@@ -20,10 +20,14 @@ from moeplan.serve.workload import Requests, ServeWorkload
 
 def steady_disaggregated(
     served: list[Served], workload: ServeWorkload, slo: SLO, *, requests: int, rate_given: bool
-) -> list[Served]:
+) -> tuple[list[Served], dict[int, dict]]:
     """``served`` with each deployment's capacity, metrics and SLO verdict re-taken in
-    steady state (at the given rate when there is one)."""
-    out = []
+    steady state (at the given rate when there is one), and the capacity record (with its
+    95 % interval, :func:`moeplan.serve.capacity.slo_capacity`) of the one with the largest
+    capacity per GPU, keyed by ``id`` of its result: it may win the ranking, and a winner's
+    figure states its interval."""
+    out: list[Served] = []
+    searched = []
     for s in served:
         r = s.result
         setup = getattr(r, "setup", None)
@@ -31,13 +35,14 @@ def steady_disaggregated(
             out.append(s)
             continue
 
-        def run(reqs: Requests, setup=setup):  # type: ignore[no-untyped-def]
-            return simulate_pd(reqs, setup).result
+        def run(reqs: Requests, stop: float | None, setup=setup):  # type: ignore[no-untyped-def]
+            return simulate_pd(reqs, setup, horizon_s=stop).result
 
         gpus = setup.layout.gpus
         guess = r.max_rate_meeting_slo_rps or s.estimate_tokens_per_s_per_gpu * gpus / max(
             1, workload.osl.mean
         )
+        runs: dict = {}
         cap, probe = slo_capacity(
             None,
             None,
@@ -47,6 +52,7 @@ def steady_disaggregated(
             requests=requests,
             runner=run,
             interval=False,
+            cache=runs,
         )
         if rate_given:
             probe = steady_probe(
@@ -61,4 +67,28 @@ def steady_disaggregated(
             reason=r.reason if probe is not None else "no rate meets the SLOs in steady state",
         )
         out.append(replace(s, result=res))
-    return out
+        searched.append((cap.rate_rps / gpus, cap, res, run, guess, runs))
+    if not searched:
+        return out, {}
+    _, cap, res, run, guess, runs = max(searched, key=lambda t: t[0])
+    if cap.rate_rps <= 0:
+        return out, {}
+    full, _ = slo_capacity(
+        None,
+        None,
+        workload,
+        slo,
+        guess_rps=max(guess, 1e-3),
+        requests=requests,
+        runner=run,
+        known=(cap.rate_rps, cap.point_high_rps),
+        cache=runs,
+        full=False,
+    )
+    gpus = res.setup.layout.gpus  # type: ignore[attr-defined]
+    record = {
+        **full.to_dict(workload.osl.mean, gpus),
+        "layout": res.setup.layout.label,  # type: ignore[attr-defined]
+        "replicas": 1,
+    }
+    return out, {id(res): record}

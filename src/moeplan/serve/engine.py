@@ -72,7 +72,11 @@ WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 def tokens_per_step(evaluate: Evaluator) -> float:
     """Expected tokens a decoding sequence gains per decode step under ``evaluate``: its
     knobs' ``tokens_per_step`` when it prices multi-token prediction (``knobs.mtp > 0``),
-    else the int 1. The engine, the capacity bounds and the analytic estimates all ask here."""
+    else the int 1. The engine, the capacity bounds and the analytic estimates all ask here.
+    A wrapper (e.g. :class:`moeplan.serve.batch_grid.GridEvaluator`) is looked through via
+    its ``inner`` evaluator."""
+    while getattr(evaluate, "knobs", None) is None and hasattr(evaluate, "inner"):
+        evaluate = evaluate.inner  # type: ignore[attr-defined]
     knobs = getattr(evaluate, "knobs", None)
     if knobs is None or not getattr(knobs, "mtp", 0):
         return 1

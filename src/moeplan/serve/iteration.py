@@ -202,7 +202,7 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         self._cache: dict[Batch, float] = {}
         self._parts: dict[tuple, float | tuple[float, float]] = {}
         # per (decode sequences, sliding): engine grid contexts and their running max price
-        self._floors: dict[tuple[int, bool], tuple[list[int], list[float]]] = {}
+        self._floors: dict[tuple[int, bool], tuple[list[int], list[float], list[float]]] = {}
 
     def __call__(self, batch: Batch) -> float:
         t = self._cache.get(batch)
@@ -281,19 +281,26 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         the price at ``ctx`` or at any grid context below it, whichever is larger. A decode
         step reads every cached key, so it cannot get cheaper with more keys; the kernel
         prices can (up to 7 % on A100 at a measured line's end, 32,767 -> 33,279 keys, where
-        the correction switches from the table's line to its residual field)."""
+        the correction switches from the table's line to its residual field). At a grid
+        context (every context the engine asks) the price is read from the grid's one
+        vectorised query, the same kernel row :meth:`CostModel.attention_core` prices."""
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         layer = md.sliding_layers[0] if sliding else None
-        raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
         if seqs <= 0 or ctx <= 1:
-            return raw
-        grid, top = self._floors.get((seqs, sliding), ((), ()))
+            return cm.attention_core(md, seqs, 1, ctx, tp, layer)
+        grid, raws, top = self._floors.get((seqs, sliding), ((), (), ()))
         if not grid or grid[-1] < ctx:
-            grid = bucket_grid(max(2 * ctx, 4096))
-            top = list(accumulate(cm.decode_core_prices(md, seqs, grid, tp, layer), max))
-            self._floors[seqs, sliding] = (grid, top)
-        below = bisect_left(grid, ctx) - 1
-        return raw if below < 0 else max(raw, top[below])
+            # the limit rounded up to a power of two: every layout with this attention TP
+            # asks the same grid (one memoised query, :mod:`.memo_cost`); same floors
+            grid = bucket_grid(max(4096, 1 << (2 * ctx - 1).bit_length()))
+            raws = cm.decode_core_prices(md, seqs, grid, tp, layer)
+            top = list(accumulate(raws, max))
+            self._floors[seqs, sliding] = (grid, raws, top)
+        at = bisect_left(grid, ctx)
+        if at < len(grid) and grid[at] == ctx:  # an engine context: the same kernel row
+            return top[at]
+        raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
+        return raw if at == 0 else max(raw, top[at - 1])
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
         """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``:

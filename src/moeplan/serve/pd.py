@@ -167,7 +167,7 @@ def _deal(n: int, parts: int) -> list[np.ndarray]:
 
 
 def _prefill_pool(
-    reqs: Requests, x: int, cfg: EngineConfig, evaluate: Evaluator
+    reqs: Requests, x: int, cfg: EngineConfig, evaluate: Evaluator, horizon_s: float | None
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[SimResult, np.ndarray]]]:
     """First-token and admission times of every request, and each instance's run."""
     n = len(reqs)
@@ -182,7 +182,7 @@ def _prefill_pool(
             osl=np.ones(len(idx), dtype=np.int64),
             cached=reqs.cached[idx],
         )
-        res = simulate(sub, cfg, evaluate)
+        res = simulate(sub, cfg, evaluate, horizon_s=horizon_s)
         first[idx], admit[idx] = res.first_token_s, res.admit_s
         runs.append((res, idx))
     return first, admit, runs
@@ -195,10 +195,12 @@ def _transfers(
     seconds: Callable[[int], float],
     isl: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """KV arrival time and transfer time per request: FIFO on ``lanes`` per instance."""
-    arrive, took = np.empty(len(first)), np.empty(len(first))
+    """KV arrival time and transfer time per request: FIFO on ``lanes`` per instance (NaN
+    for a request whose prefill was not done at the simulation's horizon)."""
+    arrive, took = np.full(len(first), np.nan), np.full(len(first), np.nan)
     for _, idx in runs:
         free = [0.0] * lanes
+        idx = idx[~np.isnan(first[idx])]
         for r in idx[np.argsort(first[idx], kind="stable")]:
             d = seconds(int(isl[r]))
             j = free.index(min(free))
@@ -209,11 +211,17 @@ def _transfers(
 
 
 def _decode_pool(
-    reqs: Requests, kv_arrival: np.ndarray, y: int, cfg: EngineConfig, evaluate: Evaluator
+    reqs: Requests,
+    kv_arrival: np.ndarray,
+    y: int,
+    cfg: EngineConfig,
+    evaluate: Evaluator,
+    horizon_s: float | None,
 ) -> tuple[np.ndarray, list[tuple[SimResult, np.ndarray]]]:
-    """Finish times (NaN for one-token requests) and each decode instance's run."""
+    """Finish times (NaN for one-token requests and requests not done at the horizon) and
+    each decode instance's run."""
     finish = np.full(len(reqs), np.nan)
-    todo = np.flatnonzero(reqs.osl > 1)
+    todo = np.flatnonzero((reqs.osl > 1) & ~np.isnan(kv_arrival))
     todo = todo[np.argsort(kv_arrival[todo], kind="stable")]
     runs = []
     for part in _deal(len(todo), y):
@@ -226,7 +234,7 @@ def _decode_pool(
             osl=reqs.osl[idx] - 1,
             cached=reqs.isl[idx],
         )
-        res = simulate(sub, cfg, evaluate)
+        res = simulate(sub, cfg, evaluate, horizon_s=horizon_s)
         finish[idx] = res.finish_s
         runs.append((res, idx))
     return finish, runs
@@ -245,14 +253,21 @@ class PoolSetup:
     transfer: Callable[[int], float]
 
 
-def simulate_pd(reqs: Requests, setup: PoolSetup) -> PDRun:
-    """Run ``reqs`` (an open arrival stream) through the PD deployment (module docstring)."""
+def simulate_pd(reqs: Requests, setup: PoolSetup, horizon_s: float | None = None) -> PDRun:
+    """Run ``reqs`` (an open arrival stream) through the PD deployment (module docstring).
+    ``horizon_s``: both pools stop at the first event after it (requests not done by then
+    keep NaN times, as in :func:`moeplan.serve.engine.simulate`)."""
     require(reqs.closed == 0, "a PD simulation needs an open arrival stream (a rate)")
     lay = setup.layout
-    first, admit, pre_runs = _prefill_pool(reqs, lay.x, setup.prefill_cfg, setup.prefill_eval)
+    first, admit, pre_runs = _prefill_pool(
+        reqs, lay.x, setup.prefill_cfg, setup.prefill_eval, horizon_s
+    )
     kv_at, took = _transfers(first, pre_runs, lay.prefill.attn_dp, setup.transfer, reqs.isl)
-    finish, dec_runs = _decode_pool(reqs, kv_at, lay.y, setup.decode_cfg, setup.decode_eval)
-    finish = np.where(np.isnan(finish), kv_at, finish)
+    finish, dec_runs = _decode_pool(
+        reqs, kv_at, lay.y, setup.decode_cfg, setup.decode_eval, horizon_s
+    )
+    done_at_prefill = (reqs.osl <= 1) & ~np.isnan(kv_at)  # one-token requests end there
+    finish = np.where(done_at_prefill, kv_at, finish)
     return PDRun(
         result=_combine(reqs, admit, kv_at, finish, pre_runs, dec_runs, setup.decode_cfg),
         prefill_runs=tuple(r for r, _ in pre_runs),

@@ -93,8 +93,10 @@ def serve_rank(
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
+    from moeplan.serve.memo_cost import memo_cost
     from moeplan.serve.space_rank import served_space
 
+    cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
     model, cluster = result.model, result.cluster
     served, pruned_list, not_served, cert, record = served_space(
         result, cost, workload, slo, engine=engine, requests=requests,
@@ -110,9 +112,10 @@ def serve_rank(
     )  # fmt: skip
     from moeplan.serve.disagg_capacity import steady_disaggregated
 
-    served += steady_disaggregated(
+    steady, disagg_records = steady_disaggregated(
         disagg, workload, slo, requests=requests, rate_given=rate_given
     )
+    served += steady
     not_served.update(why)
     if not served:
         raise MoeplanError(
@@ -138,7 +141,12 @@ def serve_rank(
         pruned=pruned,
         not_served=not_served,
         rate_given=rate_given,
-        search={"certificate": cert.to_dict(), "winner_capacity": record},
+        search={
+            "certificate": cert.to_dict(),
+            # the winner's capacity record: a disaggregated winner's own, else the colocated
+            "winner_capacity": disagg_records.get(id(ranked[0].result), record),
+            "colocated_capacity": record,
+        },
         certificate_sentence=cert.sentence(),
     )
 

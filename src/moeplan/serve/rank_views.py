@@ -74,9 +74,12 @@ def describe(d: LengthDist) -> str:
     return f"{d.kind} median {d.median} (sigma {d.sigma:g}, mean {d.mean})"
 
 
-def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
+def serve_explanation(
+    ranking: ServeRanking, result: PlanResult, step_bound: str | None = None
+) -> list[str]:
     """Plain sentences: who wins on the serving footing, what bounds it, how close the SLOs
-    are, and how the families' own analytic figures compare."""
+    are, and how the families' own analytic figures compare. ``step_bound``: the largest part
+    of the winner's engine step, said beside the limit its load hits first."""
     from moeplan.planners.rank import FAMILY_NAMES
 
     w = ranking.winner
@@ -97,8 +100,9 @@ def serve_explanation(ranking: ServeRanking, result: PlanResult) -> list[str]:
         f"{m.requests} measured requests)."
     ]
     out += _capacity_sentences(ranking, result)
+    step = f"; within each engine step most time goes to {step_bound}" if step_bound else ""
     out.append(
-        f"It is bound by {w.result.bound}. SLO use at p{pct:g}: TTFT "
+        f"It is bound by {w.result.bound}{step}. SLO use at p{pct:g}: TTFT "
         f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
         f"TPOT {tpot * 1e3:.1f} of {slo.tpot_s * 1e3:.0f} ms ({tpot / slo.tpot_s:.0%}); "  # type: ignore[operator]
         f"KV cache {m.kv_utilisation:.0%} used on average, {m.preemptions} preemptions."
@@ -146,7 +150,8 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     if m is not None and g < n:
         k = n // g
         fill = (
-            f"one copy fits, {n - g} GPU{'' if n - g == 1 else 's'} stay idle"
+            f"one copy fits: {m.output_tokens_per_s:,.0f} output tokens/s for the cluster, "
+            f"{n - g} GPU{'' if n - g == 1 else 's'} stay idle"
             if k == 1
             else f"{k} copies fill it: {k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output "
             f"tokens/s in all{f', {n - k * g} GPU(s) idle' if n > k * g else ''}"
@@ -188,7 +193,7 @@ def serving_curves(
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
         label = f"{x.entry.family}: {x.entry.layout_label}"
-        res = _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
+        res = operating_run(x) or _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
         ttft, tpot, _ = request_latencies(res)
         latency[label] = {
             "ttft_s": [float(v) for v in ttft],
@@ -235,6 +240,12 @@ def serving_trace(
     }
     if r.engine is None:
         return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
+    probe = getattr(r, "run", None)
+    if probe is not None:  # the steady run the metrics came from (warm-up and drain included)
+        meta["rate_rps_per_instance"] = probe.rate
+        meta["requests"] = len(probe.res.arrival_s)
+        meta["measured_requests"] = len(probe.res.arrival_s[probe.window])
+        return serve_trace(probe.res, label=w.entry.layout_label, metadata=meta)
     wl = ranking.workload
     if not ranking.rate_given and r.max_rate_meeting_slo_rps:
         wl = wl.with_rate(r.max_rate_meeting_slo_rps)
@@ -242,6 +253,18 @@ def serving_trace(
     meta["requests"] = wl.num_requests
     res = _rerun(w, wl, model, cluster, cost)
     return serve_trace(res, label=w.entry.layout_label, metadata=meta)
+
+
+def operating_run(x: Served) -> SimResult | None:
+    """The measured window of the steady run ``x``'s metrics came from (one instance), or
+    None when the result keeps no run (a disaggregated deployment reruns its pools)."""
+    probe = getattr(x.result, "run", None)
+    if probe is None:
+        return None
+    r, w = probe.res, probe.window
+    return replace(r, arrival_s=r.arrival_s[w], admit_s=r.admit_s[w],
+                   first_token_s=r.first_token_s[w], finish_s=r.finish_s[w], isl=r.isl[w],
+                   osl=r.osl[w])  # fmt: skip
 
 
 def _rerun(

@@ -146,6 +146,9 @@ class ServeResult:
     estimate: Estimate | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
     knobs: InstanceKnobs | None = None  # the instance knobs the iterations were priced with
+    run: Any = field(default=None, repr=False, compare=False)
+    """The steady run the metrics were taken from (:class:`moeplan.serve.capacity.SteadyProbe`:
+    the run and its measured window), kept so its curves and trace need no second run."""
 
     @property
     def label(self) -> str:

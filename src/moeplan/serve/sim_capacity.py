@@ -9,7 +9,7 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.memo_cost import MemoCost
+from moeplan.serve.memo_cost import memo_cost
 from moeplan.serve.metrics import SLO
 from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, with_interval
 from moeplan.serve.workload import ServeWorkload
@@ -35,7 +35,7 @@ def layout_capacity(
     """``layout`` with its knobs, bound and capacity (raises when it cannot serve)."""
     c = SpaceCandidate(layout=layout, replicas=replicas, spare_gpus=0, knobs=knobs)
     prepare(
-        c, model, cluster, MemoCost(cost), workload, slo, engine, chunk_tokens, max_running,  # type: ignore[arg-type]
+        c, model, cluster, memo_cost(cost), workload, slo, engine, chunk_tokens, max_running,  # type: ignore[arg-type]
         routing=routing,
     )
     if c.bound is None:

@@ -97,6 +97,8 @@ def serve_result(
             meets_slo=False,
             max_rate_meeting_slo_rps=0.0,
             estimate=c.estimate,
+            knobs=c.knobs,
+            run=p,
             reason=f"misses the SLOs in steady state even at a light load ({light:.3g} req/s)",
             bound="SLOs unreachable at any rate",
         )
@@ -109,6 +111,8 @@ def serve_result(
         meets_slo=probe.meets(slo),
         bound=f"the {cap.limited_by} limit" if rate_given is False else cap.limited_by,
         estimate=c.estimate,
+        knobs=c.knobs,
+        run=probe,
     )
 
 
@@ -230,10 +234,14 @@ def replicated(r: ServeResult, replicas: int) -> ServeResult:
 
 
 def require_steady(ranking: ServeRanking | dict) -> None:
-    """Raise when the winner's capacity interval (or a capacity record's) is wider than the
-    steady target: the closest figure, its interval and the request count that would bring
+    """Raise when the colocated search's capacity interval (or a capacity record's) is wider
+    than the steady target (a disaggregated winner's interval is stated, not enforced): the closest figure, its interval and the request count that would bring
     it within the target (the half-width shrinks as 1/sqrt(requests))."""
-    rec = ranking if isinstance(ranking, dict) else ranking.search.get("winner_capacity") or {}
+    if isinstance(ranking, dict):
+        rec = ranking
+    else:  # the colocated search's record: a disaggregated winner's interval is stated only
+        rec = ranking.search.get("colocated_capacity") or ranking.search.get("winner_capacity")
+        rec = rec or {}
     if not rec or rec.get("steady", True):
         return
     ci, n = rec["ci95_half_width_rel"], rec["measured_requests"]

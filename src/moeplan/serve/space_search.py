@@ -21,7 +21,7 @@ The winner's capacity is then re-estimated with its 95 % interval.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -40,7 +40,7 @@ from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.knobs import candidates
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.memo_cost import MemoCost
+from moeplan.serve.memo_cost import memo_cost
 from moeplan.serve.metrics import SLO
 from moeplan.serve.search import Estimate, analytic_rate
 from moeplan.serve.space import copies, layouts
@@ -66,6 +66,8 @@ class SpaceCandidate:
     """Instance knobs pricing its iterations (all-to-all backend, two-batch overlap, KV dtype)."""
     beaten_at: float = 0.0
     """Rate (per instance) of the one steady run at the incumbent's capacity (0: none)."""
+    runs: dict = field(default_factory=dict)
+    """Steady runs of its capacity search, reused by the interval search (same runs)."""
 
     def bound_per_gpu(self, osl: float) -> float:
         return 0.0 if self.bound is None else self.bound.per_gpu(osl, self.layout.gpus)
@@ -168,6 +170,7 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
         replicas=c.replicas,
         interval=False,
         ref_rps=min(c.bound.rate_rps, REF_MARGIN * guess),
+        cache=c.runs,
     )
 
 
@@ -188,6 +191,7 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
         replicas=w.replicas,
         known=pt,
         ref_rps=min(w.bound.rate_rps, REF_MARGIN * guess),
+        cache=w.runs,
     )
 
 
@@ -219,7 +223,7 @@ def search_space(
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
     the certificate (module docstring)."""
     osl = workload.osl.mean
-    cost = MemoCost(cost)  # type: ignore[assignment]  # shared across the layouts
+    cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
     cands = []
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
