@@ -33,7 +33,7 @@ def _human(capsys, monkeypatch, *args: str) -> str:
     ("pipeline", "--model", "qwen2-57b-a14b", "--cluster", "a100-sxm-8", "--routing-profile",
      "qwen2-57b-a14b-adak", "--pp", "4", "--quiet"),
     ("serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--attn-tp", "2",
-     "--moe-ep", "2", "--rate", "3", "--requests", "100", "--isl", "1024", "--osl", "64",
+     "--moe-ep", "2", "--concurrency", "4", "--requests", "100", "--isl", "1024", "--osl", "64",
      "--quiet"),
     ("cost", "moe", "--cluster", "h100-sxm-8", "--engine", "sglang", "--num-tokens", "4096",
      "--hidden-size", "7168", "--inter-size", "2048", "--topk", "8", "--num-experts", "256",
@@ -58,7 +58,7 @@ def test_one_time_unit_per_column():
 
 def test_serve_sim_latency_rows_carry_one_unit(capsys, monkeypatch):
     out = _human(capsys, monkeypatch, "serve-sim", "--model", "qwen3-30b-a3b", "--cluster",
-                 "h100-sxm-8", "--attn-tp", "2", "--moe-ep", "2", "--rate", "3", "--requests",
+                 "h100-sxm-8", "--attn-tp", "2", "--moe-ep", "2", "--concurrency", "4", "--requests",
                  "100", "--isl", "1024", "--osl", "64", "--quiet")
     rows = [line for line in out.splitlines() if re.search(r"(TTFT|TPOT|ITL|E2E) \(", line)]
     assert len(rows) == 4
