@@ -5,8 +5,10 @@ Two steps: each family's own search with its paper's analytic figure
 continuous batching under the TTFT/TPOT SLOs, ranked by the objective
 (:func:`moeplan.serve.rank.serve_rank`). The serving winner is exported.
 
-Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``sglang.sh``,
-``vllm.sh``, ``timeline.json`` and, when placement ran, ``expert_location.json``.
+Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``timeline.json``,
+``launch/`` (``deployment.json`` and per engine ``launch.sh`` / ``stop.sh`` starting every
+replica and pool of the deployment, :mod:`moeplan.export.plan_export`) and, when placement
+ran, ``expert_location.json``.
 """
 
 from __future__ import annotations
