@@ -62,7 +62,7 @@ from moeplan.textsafe import escape_controls, register_fallback  # noqa: E402
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "MOEPLAN_DEBUG"
 
-app = typer.Typer(
+_app = typer.Typer(
     name="moeplan",
     help="Plan, verify, show, export and run Mixture-of-Experts serving across many GPUs.",
     no_args_is_help=True,
@@ -70,23 +70,63 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+#: command word -> the module of this package whose ``register(app)`` adds it. ``main``
+#: imports only the module of the command it runs (the others pull in the planners, the
+#: simulator and the kernel tables: most of a bare start-up); help, an unknown word and
+#: :data:`app` load them all. ``tests/test_cli_lazy.py`` checks this table against what the
+#: modules register.
+COMMAND_MODULES = {
+    "calibrate": "calibrate",
+    "clusters": "models",
+    "cost": "cost",
+    "dep": "dep",
+    "inspect": "models",
+    "models": "models",
+    "pipeline": "pipeline",
+    "place": "place",
+    "plan": "plan",
+    "run": "run",
+    "serve-sim": "serve",
+    "strategy": "strategy",
+    "trace": "trace",
+}
+_registered: set[str] = set()
 
-def _register_commands() -> None:
+
+def _register(name: str) -> None:
+    """Import ``moeplan.cli.<name>`` and add its commands to the app (once)."""
+    if name in _registered:
+        return
+    _registered.add(name)
+    register = getattr(importlib.import_module(f"{__name__}.{name}"), "register", None)
+    if register is not None:
+        register(_app)
+
+
+def _register_commands(args: list[str] | None = None) -> None:
+    """The command modules ``args`` needs: the one its command word names, else every one."""
+    word = next((a for a in args or () if not a.startswith("-")), None)
+    if word in COMMAND_MODULES:
+        _register(COMMAND_MODULES[word])
+        return
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(app)
+        if not info.name.startswith("_"):
+            _register(info.name)
 
 
-_register_commands()
+def __getattr__(name: str) -> Any:
+    """``moeplan.cli.app``: the Typer app with every command registered."""
+    if name == "app":
+        _register_commands()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if _previous_sigint is not None:  # commands raise KeyboardInterrupt again (main: exit 130)
     signal.signal(signal.SIGINT, _previous_sigint)  # type: ignore[arg-type]
 
 
-@app.callback()
+@_app.callback()
 def _global(
     debug: bool = typer.Option(False, DEBUG_FLAG, help=f"Show tracebacks (or {DEBUG_ENV}=1)."),
 ) -> None:
@@ -94,10 +134,12 @@ def _global(
     del debug  # handled by main() before parsing
 
 
-def _command() -> Any:
-    """The Click command tree of :data:`app` (built per call, as ``app()`` does, so commands
-    registered later are in it), every numeric flag bounded (:mod:`moeplan.cli._bounds`)."""
-    return guard_numbers(typer.main.get_command(app))
+def _command(args: list[str]) -> Any:
+    """The Click command tree of the app with the commands ``args`` needs (built per call, as
+    ``app()`` does, so commands registered later are in it), every numeric flag bounded
+    (:mod:`moeplan.cli._bounds`)."""
+    _register_commands(args)
+    return guard_numbers(typer.main.get_command(_app))
 
 
 def _no_nul(args: list[str]) -> None:
@@ -168,7 +210,7 @@ def _main(args: list[str]) -> None:
     with warnings.catch_warnings(record=not debug) as caught, sigterm_raises():
         try:
             _no_nul(args)
-            rc = _command()(args=args, standalone_mode=False)  # returns typer.Exit's code
+            rc = _command(args)(args=args, standalone_mode=False)  # returns typer.Exit's code
         except MoeplanError as err:
             _fail(f"error: {err}", 2)
         except (typer.Abort, KeyboardInterrupt):
