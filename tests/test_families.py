@@ -27,14 +27,9 @@ KNOWN_SWITCHES: dict[tuple[str, str], str] = {
     ("report/figures.py", "c.family == 'strategy'"): "plan outcome rewrite",
     ("report/figures.py", "c.family == 'dep'"): "plan outcome rewrite",
     ("report/figures.py", "c.family == 'pipeline'"): "plan outcome rewrite",
-    ("report/plan_report.py", "w.family == 'dep'"): "plan outcome rewrite",
-    ("report/plan_report.py", "w.family == 'pipeline'"): "plan outcome rewrite",
-    ("report/plan_report.py", "serving.winner.entry.family == 'pd'"): "plan outcome rewrite",
     ("report/sections.py", "'dep' in by_family"): "plan outcome rewrite",
     ("report/sections.py", "'pipeline' in by_family"): "plan outcome rewrite",
     ("report/sections.py", "'strategy' in by_family"): "plan outcome rewrite",
-    ("report/sections.py", "w.family == 'strategy'"): "plan outcome rewrite",
-    ("report/sections.py", "w.family == 'dep'"): "plan outcome rewrite",
 }
 
 

@@ -33,6 +33,7 @@ from moeplan.export.plan_export import (
     serving_options,
 )
 from moeplan.io import OutputSet
+from moeplan.planners.families import family
 from moeplan.planners.plan import Plan
 from moeplan.report.html import PLOTLY_FILE, plotly_js
 from moeplan.report.sections import render_report
@@ -138,7 +139,7 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
                               predicted=f"{ex.per_gpu:,.1f} {ex.unit}", gap=f"{ex.gap:.2f}x",
                               notes=notes))  # fmt: skip
     win = outcome.winner
-    if win.entry.family == "pd":
+    if family(win.entry.family).launch == "pools":
         from moeplan.export.sglang import sglang_pd_script
         from moeplan.export.vllm import vllm_pd_script
 
