@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/moeplan plan --model qwen3-235b-a22b --cluster smidt-a40 --out out/demo-qwen3-235b-smidt-a40
 	$(BIN)/moeplan plan --model deepseek-v2 --layers 8 --cluster findep-a --out out/demo-deepseek-v2-findep-a
+	@echo "Next: ./moeplan --help (the README's commands, from this folder), or put .venv/bin on"
+	@echo "your PATH to type 'moeplan': export PATH=\"$(CURDIR)/$(BIN):\$$PATH\""
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench

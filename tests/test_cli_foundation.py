@@ -16,10 +16,19 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_models_json():
-    out = json.loads(run("models", "--json").stdout)
+    obj = json.loads(run("models", "--json").stdout)
+    assert isinstance(obj, dict) and set(obj) == {"models"}  # one object, as every --json
+    out = obj["models"]
     names = {r["name"] for r in out}
     assert "deepseek-v3" in names and "qwen3.5-35b-a3b" in names and len(out) == 17
     assert all({"name", "architecture", "params_total", "params_active"} <= r.keys() for r in out)
+
+
+def test_clusters_json_is_an_object():
+    obj = json.loads(run("clusters", "--json").stdout)
+    assert isinstance(obj, dict) and set(obj) == {"clusters"}
+    names = {r["name"] for r in obj["clusters"]}
+    assert {"findep-a", "smidt-a40", "h100-sxm-8"} <= names
 
 
 def test_inspect_json_with_cluster():

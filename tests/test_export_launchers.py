@@ -60,6 +60,7 @@ def run_script(tmp_path: Path, text: str, rank: int | None) -> tuple[int, list[l
     script.write_text(text)
     log = tmp_path / f"argv{rank}.log"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "MASTER_ADDR": "10.0.0.1"}
+    env |= {"NODE_0_ADDR": "10.0.0.1", "NODE_1_ADDR": "10.0.0.2"}  # launch.sh's node addresses
     if rank is not None:
         env["NODE_RANK"] = str(rank)
     p = subprocess.run(["bash", str(script)], cwd=cwd, env=env, capture_output=True, text=True)
@@ -75,7 +76,11 @@ def run_script(tmp_path: Path, text: str, rank: int | None) -> tuple[int, list[l
 
 def expand(args, script_dir: Path) -> list[str]:
     return [
-        a.replace("${HERE}", str(script_dir)).replace("${MASTER_ADDR}", "10.0.0.1") for a in args
+        a.replace("${HERE}", str(script_dir))
+        .replace("${MASTER_ADDR}", "10.0.0.1")
+        .replace("${NODE_0_ADDR}", "10.0.0.1")
+        .replace("${NODE_1_ADDR}", "10.0.0.2")
+        for a in args
     ]
 
 

@@ -19,18 +19,9 @@ from moeplan.planners import families as fam
 SRC = Path(moeplan.__file__).parent
 REGISTRY_FILE = SRC / "planners" / "families.py"
 NAMES = frozenset(fam.FAMILY)
-#: Switches known in files being rewritten elsewhere (the plan outcome, the launch folder):
-#: {(file, comparison): reason}. An entry that no longer matches fails, so the list shrinks.
-KNOWN_SWITCHES: dict[tuple[str, str], str] = {
-    ("export/plan_export.py", "s.entry.family not in ('pd', 'afd')"): "launch folder rewrite",
-    ("export/plan_export.py", "c.family == 'strategy'"): "launch folder rewrite",
-    ("report/figures.py", "c.family == 'strategy'"): "plan outcome rewrite",
-    ("report/figures.py", "c.family == 'dep'"): "plan outcome rewrite",
-    ("report/figures.py", "c.family == 'pipeline'"): "plan outcome rewrite",
-    ("report/sections.py", "'dep' in by_family"): "plan outcome rewrite",
-    ("report/sections.py", "'pipeline' in by_family"): "plan outcome rewrite",
-    ("report/sections.py", "'strategy' in by_family"): "plan outcome rewrite",
-}
+#: Switches known and owned elsewhere: {(file, comparison): reason}. An entry that no longer
+#: matches fails, so the list only shrinks.
+KNOWN_SWITCHES: dict[tuple[str, str], str] = {}
 
 
 def _family_literals(node: ast.AST) -> bool:
@@ -119,13 +110,19 @@ def test_every_layer_table_covers_its_families():
     assert set(ENTRIES) == set(fam.INSTANCE_SERVED) == set(PLAN_LAYOUTS)
     assert set(POOL_PLANS) == set(NEEDS) == set(fam.POOLED)
     assert set(MESH_BUILDERS) == set(fam.PLAN_FAMILIES)
+    from moeplan.export.plan_export import ANALYTIC_OPTIONS
+
+    assert set(ANALYTIC_OPTIONS) == set(fam.PROPOSED)
 
 
 def test_report_colours_every_ranked_family():
     """The report draws every family the analytic or the serving ranking can hold."""
-    from moeplan.report.figures import COLORS
+    from moeplan.report.figures import BASELINES, COLORS
+    from moeplan.report.sections import FAMILY_SECTIONS
 
     assert set(COLORS) == set(fam.PROPOSED) | set(fam.POOLED)
+    assert set(BASELINES) == set(FAMILY_SECTIONS) == set(fam.PROPOSED)
+    assert all(fam.FAMILY[f].report_section for f in FAMILY_SECTIONS)
 
 
 def test_runtime_engines_cover_plan_families():

@@ -64,11 +64,15 @@ def check_exports(mn, cn, result) -> dict[str, int]:
     )
     t = cons.Target.of(result.model, result.cluster)
     strat = next(c for c in result.candidates if c.family == "strategy")
-    seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0}
+    seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0}
     for engine, ex in exports.items():
         assert ex.text.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
         assert ("vllm-ascend" in ex.text) == (cn == "mixserve-910b")
         assert "org/" + mn in ex.text and f" {mn} " not in ex.text.split("model path:")[1][:60]
+        if ex.label is None and "has no model class" in ex.text:  # the pinned SGLang release
+            assert engine == "sglang" and ex.text.rstrip().endswith("exit 1"), (mn, cn)
+            seen["no_model_class"] += 1
+            continue
         if ex.label is None:  # the engine can run none of the strategies: say so, exit 1
             assert engine == "vllm" and ex.text.rstrip().endswith("exit 1"), (mn, cn, engine)
             assert all(
@@ -92,12 +96,14 @@ def check_exports(mn, cn, result) -> dict[str, int]:
 
 def test_every_preset_pair_launches_or_says_why():
     rows = planned(("strategy",))
-    totals = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0}
+    totals = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0}
     for mn, cn, result in rows:
         for k, v in check_exports(mn, cn, result).items():
             totals[k] += v
     assert len(rows) >= 100  # 9 models x 15 clusters, less those that do not fit
-    assert totals["sglang"] == len(rows)  # SGLang expresses every colocated strategy
+    # SGLang expresses a colocated strategy of every model its pinned release has a class for
+    assert totals["sglang"] + totals["no_model_class"] == len(rows)
+    assert totals["no_model_class"] < len(rows) // 10
     assert totals["vllm"] + totals["refused"] == len(rows)
     assert 0 < totals["deepep"] < len(rows)
 

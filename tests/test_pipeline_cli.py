@@ -66,7 +66,15 @@ def test_human_output_lists_stages_and_baselines(capsys):
     code, out, _ = _run(capsys, "--model", "qwen2-57b-a14b", "--cluster", "a100-sxm-8",
                         "--routing-profile", "qwen2-57b-a14b-adak", "--pp", "4")
     assert code == 0
-    assert "time_balanced" in out and "no_pp" in out and "speedup" in out
+    assert "time_balanced" in out and "no_pp" in out and "SMIDT vs it" in out
+    # the column reads from SMIDT's side: "1.21x faster" on a baseline SMIDT beats
+    code, js, _ = _run(capsys, "--model", "qwen2-57b-a14b", "--cluster", "a100-sxm-8",
+                       "--routing-profile", "qwen2-57b-a14b-adak", "--pp", "4", "--json")
+    d = json.loads(js)
+    r = d["speedup_vs_uniform"]
+    word = f"{r:.2f}x faster" if r >= 1 else f"{1 / r:.2f}x slower"
+    row = next(line for line in out.splitlines() if "uniform" in line)
+    assert word.split("x")[0] in row and word.split()[-1] in row, (word, row)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

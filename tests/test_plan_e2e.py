@@ -46,11 +46,12 @@ def test_every_artifact_exists_and_parses(planned):
     html = (folder / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in html
     assert not re.search(r"<(script|link)[^>]+(src|href)=\"https?:", html)  # works offline
-    for sh in ("sglang.sh", "vllm.sh"):
-        path = folder / sh
+    for sh in ("sglang/launch.sh", "sglang/stop.sh", "vllm/launch.sh", "vllm/stop.sh"):
+        path = folder / "launch" / sh
         assert os.access(path, os.X_OK)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm"}
+    assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm", "launch"}
+    json.loads((folder / "launch" / "deployment.json").read_text())
     assert not list(folder.glob(".*.tmp"))  # no temp files left behind
 
 
@@ -161,13 +162,16 @@ def _table_after(page: str, title: str) -> list[list[str]]:
 
 
 def test_report_lists_the_launch_files_written_and_the_served_load(planned):
-    """The launch table names exactly the scripts in the folder (sglang_pd.sh when P/D wins);
+    """The launch table names exactly the launch.sh files in the folder (the P/D deployment
+    itself when P/D wins);
     the header says the request stream served, not the analytic batch; limits are stated."""
     out, folder = planned
     page = (folder / "report.html").read_text(encoding="utf-8")
     listed = {row[0] for row in _table_after(page, "Launch scripts") if row}
-    assert listed == {p.name for p in folder.glob("*.sh")}
-    assert ("sglang_pd.sh" in listed) == (out["winner"]["family"] == "pd")
+    assert listed == {str(p.relative_to(folder)) for p in folder.glob("launch/*/launch.sh")}
+    dep = json.loads((folder / "launch" / "deployment.json").read_text())["sglang"]
+    if out["winner"]["family"] == "pd" and dep is not None:
+        assert set(dep["pools"]) == {"prefill", "decode"}
     header = page.split("<header>", 1)[1].split("</header>", 1)[0]
     assert "prompts ×" not in header and "SLO-bound capacity" in header
     assert f"{out['workload']['isl']} prompt + {out['workload']['osl']} output tokens" in header

@@ -15,7 +15,12 @@ from moeplan.cost import CostModel, HardwareProfile
 from moeplan.cost.kernel_fits import MoeShape
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.profiling import calibrate as cal
-from moeplan.profiling.shapes import attention_gemms, attention_shapes, expert_gemms
+from moeplan.profiling.shapes import (
+    attention_gemms,
+    attention_shapes,
+    attention_views,
+    expert_gemms,
+)
 from moeplan.profiling.timing import median_time, random_inputs
 from moeplan.specs import load_cluster, load_model, model_names
 from moeplan.specs.quant import UNQUANTIZED
@@ -53,10 +58,20 @@ def test_shapes_are_what_the_cost_model_prices(name):
     cost model prices a quantized checkpoint's bytes and rate on top of these shapes)."""
     model = replace(load_model(name), quant=UNQUANTIZED)
     cm = CostModel(load_cluster("h100-sxm-8"))
-    for t in (1, 300, 4096):
-        proj = sum(cm.gemm(*s) for s in attention_gemms(model, t))
-        want = cm.attention_layer(model, 1, t, t) - cm.attention_core(model, 1, t, t)
-        assert proj == pytest.approx(want, rel=1e-12)
+    dims = {(v.num_attention_heads, v.num_kv_heads, v.head_dim) for v in attention_views(model)}
+    seen: set[int] = set()
+    for layer in range(model.num_layers):  # each distinct layer view: its own heads, head dim
+        view = cm.layer_model(model, layer)
+        if id(view) in seen:
+            continue
+        seen.add(id(view))
+        assert (view.num_attention_heads, view.num_kv_heads, view.head_dim) in dims  # timed
+        for t in (1, 300, 4096):
+            proj = sum(cm.gemm(*s) for s in attention_gemms(view, t))
+            want = cm.attention_layer(model, 1, t, t, layer=layer, hc=False) - cm.attention_core(
+                model, 1, t, t, layer=layer
+            )
+            assert proj == pytest.approx(want, rel=1e-12), (layer, t)
         (m, n1, k1), (_, n2, k2) = expert_gemms(model, t)[:2]
         assert cm.gemm(m, n1, k1) + cm.gemm(m, n2, k2) == pytest.approx(cm.expert_ffn(model, m, 1))
         shared = sum(cm.gemm(*s) for s in expert_gemms(model, t)[2:])

@@ -322,10 +322,10 @@ def test_pd_exports_pass_each_pools_knobs_and_prefill_chunk():
         pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536
     )
     p_args, d_args = v[0], v[1]
-    assert p_args[p_args.index("--all2all-backend") + 1] == "deepep_high_throughput"
+    assert p_args[:2] == ["env", "VLLM_ALL2ALL_BACKEND=deepep_high_throughput"]  # vLLM 0.11.0
     assert "--enable-dbo" in p_args and "--speculative-config" not in p_args
     assert p_args[p_args.index("--max-num-batched-tokens") + 1] == str(65536 // 8)
-    assert d_args[d_args.index("--all2all-backend") + 1] == "deepep_low_latency"
+    assert d_args[:2] == ["env", "VLLM_ALL2ALL_BACKEND=deepep_low_latency"]
     assert "--speculative-config" in d_args and "--max-num-batched-tokens" not in d_args
     s = sglang_pd_commands(
         pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536

@@ -45,10 +45,24 @@ def test_same_seed_at_two_rates_is_the_same_stream_on_a_scaled_clock():
 def test_length_parse_and_range(text, kind, mean, lo, hi):
     d = LengthDist.parse(text)
     x = d.sample(np.random.default_rng(0), 20_000)
-    assert (d.kind, d.mean) == (kind, mean)
+    assert d.kind == kind and (d.median if kind == "lognormal" else d.mean) == mean
     assert x.min() >= lo and x.max() <= hi and d.max == hi
     if kind == "lognormal":
         assert np.median(x) == pytest.approx(400, rel=0.03)
+
+
+@pytest.mark.parametrize("text", ["lognormal:2048:0.6", "lognormal:400:0.5:600",
+                                  "lognormal:300:1.0:3072", "lognormal:8:1.5"])
+def test_lognormal_is_median_sigma_and_mean_is_the_samples_mean(text):
+    """lognormal:MEDIAN:SIGMA[:MAX]: the first number is the samples' median, ``mean`` their
+    mean (closed form of the clipped lognormal, checked against 400k samples)."""
+    d = LengthDist.parse(text)
+    x = d.sample(np.random.default_rng(1), 400_000)
+    median = int(text.split(":")[1])
+    assert np.median(x) == pytest.approx(median, rel=0.01, abs=0.5)
+    assert d.mean == pytest.approx(x.mean(), rel=0.01, abs=0.5)
+    if text == "lognormal:2048:0.6":  # unclipped: e^(0.18) = 1.197 times the median
+        assert d.mean == pytest.approx(2048 * np.exp(0.18), abs=1)
 
 
 @pytest.mark.parametrize("text", ["", "x", "uniform:5", "lognormal:1", "fixed:0", "gauss:1:2"])

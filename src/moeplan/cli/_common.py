@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.segment import Segment
+from rich.table import Table as _RichTable
 
 from moeplan.io import OutputSet, write_atomic
 from moeplan.textsafe import escape_controls
@@ -34,12 +38,31 @@ class SafeConsole(Console):
                 yield Segment(escape_controls(seg.text, keep="\n"), seg.style, seg.control)
 
 
-console = SafeConsole(highlight=False, width=None if sys.stdout.isatty() else 140)
+#: Width of human output written to a file or a pipe when ``COLUMNS`` is unset (a terminal's
+#: own width is used on a terminal; ``COLUMNS`` wins everywhere, as for rich and coreutils).
+PIPE_WIDTH = 140
+console = SafeConsole(
+    highlight=False,
+    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH,
+)
+
+
+class Table(_RichTable):
+    """A rich table whose cells wrap (a word longer than its column folds onto the next line)
+    instead of being cut with an ellipsis: nothing printed is lost on a narrow terminal. The
+    commands keep their tables within 80 columns (tests render them at that width)."""
+
+    def add_column(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        super().add_column(*args, **kwargs)
 err_console = SafeConsole(stderr=True, highlight=False)
 
 
 def print_json(obj: Any) -> None:
-    """Print one JSON object on stdout (numpy scalars converted)."""
+    """Print one JSON object on stdout (numpy scalars converted). Every ``--json`` prints an
+    object, never a bare list: its keys say what the values are, and keys can be added later."""
+    if not isinstance(obj, dict):
+        raise TypeError(f"--json output must be a JSON object, not {type(obj).__name__}")
     sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
 
 
@@ -64,6 +87,29 @@ def fmt_time(s: float) -> str:
     if s >= 1e-3:
         return f"{s * 1e3:.3f} ms"
     return f"{s * 1e6:.1f} µs"
+
+
+TIME_UNITS = (("s", 1.0, 3), ("ms", 1e-3, 2), ("µs", 1e-6, 1))  # (unit, seconds, decimals)
+
+
+def fmt_times(values: list[float | None]) -> tuple[str, list[str]]:
+    """One unit for a table column of times (seconds in): ``(unit, texts)``. The unit is the
+    one :func:`fmt_time` would pick for the column's largest value, so a column never mixes
+    "1.746 s" with "352.756 ms"; ``None`` or a non-finite value prints as "—"."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    top = max(finite, default=0.0)
+    unit, scale, dec = next(
+        (u for u in TIME_UNITS if top >= u[1]), TIME_UNITS[-1]
+    )
+    texts = [
+        "—" if v is None or not math.isfinite(v) else f"{v / scale:,.{dec}f}" for v in values
+    ]
+    return unit, texts
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 instance``, ``2 instances`` (``many``: an irregular plural)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def fmt_count(n: float) -> str:
@@ -114,6 +160,28 @@ def write_outputs(
         for name, blob in data.items():
             written[name] = str(outputs.write(name, blob, executable=name.endswith(".sh")))
     return written
+
+
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", help="No progress display (it is on stderr, off with --json).")
+]
+
+
+@contextlib.contextmanager
+def progress(show: bool, description: str) -> Iterator[Callable[[str], None]]:
+    """A spinner with the elapsed time on stderr while a long command works; yields a function
+    that replaces its description (the step under way). ``show`` False (``--quiet``,
+    ``--json``) or stderr not a terminal: nothing is drawn and the function does nothing.
+    Transient: the line is gone when the command prints its answer."""
+    if not (show and err_console.is_terminal):  # nothing to animate in a log file
+        yield lambda text: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as prog:
+        task = prog.add_task(description, total=None)
+        yield lambda text: prog.update(task, description=text)
 
 
 # ---- the engine whose measured kernels price a plan (as on ``moeplan plan``)

@@ -12,9 +12,8 @@ import math
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, err_console, print_json, write_atomic
+from moeplan.cli._common import QuietOpt, Table, console, err_console, print_json, write_atomic
 from moeplan.cost.calibrate import calibrate as fit_all
 from moeplan.errors import MoeplanError
 from moeplan.measured import MEASURED, read_gemm, read_nccl
@@ -43,6 +42,7 @@ def calibrate(
         str | None, typer.Option(help="With --device: profile name (e.g. h100-measured).")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
     kernels: Annotated[
         bool,
         typer.Option(
@@ -80,7 +80,7 @@ def calibrate(
     if rows_out and device is None:
         raise MoeplanError("--rows-out needs --device")
     if device is not None:
-        profile, report, rows = _measure(device, quick, seed, name, progress=not json_out)
+        profile, report, rows = _measure(device, quick, seed, name, progress=not (json_out or quiet))
         measured = f"device:{device}"
         if rows_out:
             write_atomic(rows_out, json.dumps(rows))

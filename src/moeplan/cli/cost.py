@@ -15,9 +15,8 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, print_json, write_atomic
+from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
 from moeplan.cost.kerneldb import ENGINES, FAMILIES, OPS, Device, Prediction, device_for
 from moeplan.errors import MoeplanError
 from moeplan.specs import cluster_names, cluster_table, load_cluster
@@ -324,16 +323,30 @@ def _report(
     if json_out:
         print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows})
         return
-    t = Table(title=f"{op} on one GPU: {where}, engine {engine} (time per call, per GPU)")
-    for c in [*names, "predicted", "source", "held-out error (median / p90)"]:
-        t.add_column(c)
-    for r, p in zip(rows, preds, strict=True):
-        err = (
-            "exact row"
-            if p.source == "measured"
-            else ("not evaluated" if p.error is None else f"{p.error:.0%} / {p.error_p90:.0%}")
-        )
-        t.add_row(*[str(r[c]) for c in names], f"{p.seconds * 1e3:.4f} ms", p.source, err)
+    title = f"{op} on one GPU: {where}, engine {engine} (time per call, per GPU)"
+    errs = [
+        "exact row"
+        if p.source == "measured"
+        else ("not evaluated" if p.error is None else f"{p.error:.0%} / {p.error_p90:.0%}")
+        for p in preds
+    ]
+    unit, times = fmt_times([p.seconds for p in preds])
+    heads = [f"predicted ({unit})", "source", "held-out error (median / p90)"]
+    if len(rows) == 1:  # one shape: a column of name / value fits any terminal
+        console.print(title)  # as wide as the terminal, not the narrow table
+        t = Table()
+        t.add_column("column")
+        t.add_column("value")
+        for c in names:
+            t.add_row(c, str(rows[0][c]))
+        for h, v in zip(heads, (times[0], preds[0].source, errs[0]), strict=True):
+            t.add_row(h, v)
+    else:
+        t = Table(title=title)
+        for c in [*names, *heads]:
+            t.add_column(c)
+        for r, p, tm, err in zip(rows, preds, times, errs, strict=True):
+            t.add_row(*[str(r[c]) for c in names], tm, p.source, err)
     console.print(t)
     console.print(f"kernel table: {preds[0].detail}", markup=False)
     if out:

@@ -13,13 +13,13 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from moeplan.cli import _common as opt
 from moeplan.cli._common import (
     DEFAULT_ISL,
     IslOpt,
     OutDirOpt,
+    Table,
     check_out,
     console,
     fmt_bytes,
@@ -27,6 +27,7 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
+from moeplan.cli.glossary import glossary
 from moeplan.cli.strategy import load_model_arg
 from moeplan.errors import require
 from moeplan.planners import dep
@@ -84,6 +85,7 @@ def dep_command(
     ] = 4,
     out: OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Plan FinDEP (Algorithm 1) and compare it with PPPipe and naive DEP on one simulator."""
     require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
@@ -91,19 +93,12 @@ def dep_command(
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
     cm = opt.engine_cost(cl, profile, engine)
-    report = dep.plan_dep(
-        spec,
-        cl,
-        cm,
-        seq_len=isl,
-        ag=ag,
-        eg=eg,
-        gpus=gpus,
-        layers=layers,
-        batch=max_batch,
-        imbalance=imbalance,
-        verify=verify,
-    )
+    work = "FinDEP: Algorithm 1 and the baselines" + (", brute force, CP-SAT" if verify else "")
+    with opt.progress(not (quiet or as_json), work):
+        report = dep.plan_dep(
+            spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers, batch=max_batch,
+            imbalance=imbalance, verify=verify,
+        )  # fmt: skip
     price = opt.pricing_of(cm)
     if out:
         title, scheds = _schedules(report, timeline_layers or None)
@@ -175,6 +170,8 @@ def _print_human(report) -> None:
             *(f"{u[k]:.0%}" for k in ("AG", "A2E", "EG", "E2A")),
         )
     console.print(t)
+    console.print(glossary("ag", "eg", "ma", "r1", "r2", "me", "ASAS", "AASS", "PPPipe"),
+                  style="dim")
     if d.get("memory_per_gpu"):
         m = d["memory_per_gpu"]
         console.print(

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, fmt_bytes, fmt_count, print_json
+from moeplan.cli._common import Table, console, fmt_bytes, fmt_count, print_json
 from moeplan.cli.models_layers import layers_summary, print_layers
 from moeplan.cost import memory as mem
 from moeplan.errors import require
@@ -35,7 +34,7 @@ def models(json_out: JSON = False) -> None:
             }
         )
     if json_out:
-        print_json(rows)
+        print_json({"models": rows})
         return
     t = Table(title="Model presets")
     for c in ("name", "architecture", "total", "active", "layers", "experts", "top-k", "attention"):
@@ -75,7 +74,7 @@ def clusters(json_out: JSON = False) -> None:
             }
         )
     if json_out:
-        print_json(rows)
+        print_json({"clusters": rows})
         return
     t = Table(title="Cluster presets (bandwidth per GPU per direction)")
     for col in ("name", "GPUs", "GPU", "bf16", "memory", "intra", "inter", "profile"):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
-
-from moeplan.cli._common import console, fmt_bytes, fmt_count
+from moeplan.cli._common import Table, console, fmt_bytes, fmt_count
 from moeplan.specs import ModelSpec
 from moeplan.specs import layer_math as lm
 

@@ -16,10 +16,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import check_out, console, fmt_bytes, fmt_time, print_json, write_outputs
+from moeplan.cli._common import (
+    Table,
+    check_out,
+    console,
+    fmt_bytes,
+    fmt_time,
+    fmt_times,
+    print_json,
+    write_outputs,
+)
 from moeplan.cli.strategy import load_model_arg
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
@@ -114,6 +122,7 @@ def pipeline_command(
     engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
     out: opt.OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
     check_out(out, OUTPUTS)
@@ -123,7 +132,10 @@ def pipeline_command(
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
     cm = opt.engine_cost(cl, None, engine)
-    res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
+    work = "SMIDT: stage search over every PP degree" + (", exhaustive check" if verify else "")
+    with opt.progress(not (quiet or as_json), work):
+        res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp,
+                            verify=verify)
     price = opt.pricing_of(cm)
     write_outputs(
         out,
@@ -223,37 +235,26 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
         f"routing: {routing.source}, mean k {routing.mean_over_layers():.2f}; "
         f"PP {p.pp} x {p.r} GPUs, {'async' if res.async_pp else 'sync'} sends"
     )
-    t = Table(title="stages (modules [start, end), parallel choice per run of layers)")
-    for col in ("stage", "modules", "choices", "time", "p2p", "mem/GPU", "limit"):
+    t = Table(
+        title=f"stages (modules [start, end), parallel choice per run of layers; memory "
+        f"limit {fmt_bytes(res.mem_limit_bytes)} per GPU)"
+    )
+    t_unit, times = fmt_times([s.time_s for s in p.stages])
+    p_unit, p2ps = fmt_times([s.p2p_s for s in p.stages])
+    for col in ("stage", "modules", "choices", f"time ({t_unit})", f"p2p ({p_unit})", "mem/GPU"):
         t.add_column(col)
     for j, s in enumerate(p.stages):
         t.add_row(
             str(j),
             f"[{s.start_module}, {s.end_module})",
             _compact(s),
-            fmt_time(s.time_s),
-            fmt_time(s.p2p_s),
+            times[j],
+            p2ps[j],
             fmt_bytes(s.mem_bytes_per_gpu),
-            fmt_bytes(res.mem_limit_bytes),
         )
     console.print(t)
-    b = Table(title="SMIDT vs baselines (same cost model)")
-    for col in ("plan", "pp", "bottleneck", "throughput tok/s", "speedup", "mem/GPU max/min"):
-        b.add_column(col)
-    for name, plan in [("smidt", p), *((k, res.baselines.get(k)) for k in BASELINES)]:
-        if plan is None:
-            b.add_row(name, "-", "-", "no plan fits", "-", "-")
-            continue
-        hi, lo = plan.mem_spread()
-        b.add_row(
-            name,
-            str(plan.pp),
-            fmt_time(plan.bottleneck_s),
-            f"{plan.throughput_tokens_per_s:,.0f}",
-            f"{p.throughput_tokens_per_s / plan.throughput_tokens_per_s:.2f}x",
-            f"{fmt_bytes(hi)} / {fmt_bytes(lo)} ({hi / lo:.2f})",
-        )
-    console.print(b)
+    _print_baselines(res)
+    console.print(GLOSSARY_LINE)
     console.print(
         f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
         f"{sorted(res.per_pp)}"
@@ -272,6 +273,36 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
             f"verify ({v['method']}): optimum bottleneck "
             f"{fmt_time(v['exhaustive_bottleneck_s'])}, gap {fmt_time(v['gap_s'])}"
         )
+
+
+#: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
+GLOSSARY_LINE = (
+    "choices: per run of layers, t = tensor-parallel degree inside the module, e = expert-"
+    "parallel degree (MoE), d = data-parallel copies (attention DP; for an MoE module "
+    "SMIDT's DPMoE: replicas kept in spare memory, shrinking its all-to-all); bottleneck = "
+    "the slowest stage's time, which sets the pipeline's pace."
+)
+
+
+def _print_baselines(res: PipelineResult) -> None:
+    """SMIDT beside each baseline; the last column is SMIDT's throughput over that row's."""
+    p = res.plan
+    rows = [("smidt", p), *((k, res.baselines.get(k)) for k in BASELINES)]
+    unit, bottlenecks = fmt_times([None if q is None else q.bottleneck_s for _, q in rows])
+    b = Table(title="SMIDT vs baselines (same cost model)")
+    for col in ("plan", "pp", f"bottleneck ({unit})", "tokens/s", "SMIDT vs it",
+                "mem/GPU max / min (GiB)"):
+        b.add_column(col)
+    for (name, plan), bott in zip(rows, bottlenecks, strict=True):
+        if plan is None:
+            b.add_row(name, "-", "-", "no plan fits", "-", "-")
+            continue
+        hi, lo = plan.mem_spread()
+        r = p.throughput_tokens_per_s / plan.throughput_tokens_per_s
+        vs = "—" if plan is p else f"{r:.2f}x faster" if r >= 1 else f"{1 / r:.2f}x slower"
+        b.add_row(name, str(plan.pp), bott, f"{plan.throughput_tokens_per_s:,.0f}", vs,
+                  f"{hi / 2**30:.2f} / {lo / 2**30:.2f}")
+    console.print(b)
 
 
 def figure_html(res: PipelineResult) -> str:

@@ -18,10 +18,18 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.table import Table
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import console, fmt_bytes, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    Table,
+    console,
+    fmt_bytes,
+    fmt_time,
+    fmt_times,
+    print_json,
+    write_atomic,
+)
+from moeplan.cli.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.planners.placement.planner import (
@@ -85,9 +93,10 @@ def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str
 
 def _print_table(res: PlacementResult) -> None:
     t = Table(title=f"expert placement, EP{res.ep}, attention-{res.mode.upper()} (held-out split)")
-    for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", "MoE layer"):
+    unit, times = fmt_times([m.metrics["moe_layer_time_s"] for m in res.methods.values()])
+    for col in ("method", "LAR", "imbalance", "balancedness", "a2a / layer", f"MoE layer ({unit})"):
         t.add_column(col, justify="left" if col == "method" else "right")
-    for name, m in res.methods.items():
+    for (name, m), time_text in zip(res.methods.items(), times, strict=True):
         x = m.metrics
         t.add_row(
             name,
@@ -95,9 +104,10 @@ def _print_table(res: PlacementResult) -> None:
             f"{x['imbalance']:.3f}",
             f"{x['balancedness']:.3f}",
             fmt_bytes(x["a2a_bytes_per_layer"]),
-            fmt_time(x["moe_layer_time_s"]),
+            time_text,
         )
     console.print(t)
+    console.print(glossary("LAR", "imbalance", "balancedness", "a2a"), style="dim")
     console.print(
         f"solve {fmt_time(res.solve_s)}; co-clustering objective "
         f"{res.objective['cocluster']:.3f} vs paper greedy {res.objective['greedy']:.3f}"
@@ -137,6 +147,7 @@ def place_cmd(
     ] = None,
     heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Write heatmap HTML")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+    quiet: opt.QuietOpt = False,
 ) -> None:
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
     from moeplan.cli.strategy import load_model_arg
@@ -165,16 +176,19 @@ def place_cmd(
     )
     require(trace.exists(), f"--trace ({trace}) does not exist")
     cm = opt.engine_cost(cl, None, engine)
-    res = place(
-        lambda: iter_trace(trace, num_experts=m.num_experts),
-        num_layers=m.num_moe_layers,
-        num_experts=m.num_experts,
-        hidden_bytes=m.hidden_bytes,
-        evaluate=cost_evaluator(cm, m, ep, nodes),
-        cfg=cfg,
-    )
+    work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
+    with opt.progress(not (quiet or as_json), work) as step:
+        res = place(
+            lambda: iter_trace(trace, num_experts=m.num_experts),
+            num_layers=m.num_moe_layers,
+            num_experts=m.num_experts,
+            hidden_bytes=m.hidden_bytes,
+            evaluate=cost_evaluator(cm, m, ep, nodes),
+            cfg=cfg,
+        )
+        step("writing the requested files")
+        flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     price = opt.pricing_of(cm)
-    flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     if as_json:
         out: dict[str, Any] = res.to_dict()
         out.update(

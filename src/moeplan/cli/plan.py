@@ -5,8 +5,10 @@ Two steps: each family's own search with its paper's analytic figure
 continuous batching under the TTFT/TPOT SLOs, ranked by the objective
 (:func:`moeplan.serve.rank.serve_rank`). The serving winner is exported.
 
-Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``sglang.sh``,
-``vllm.sh``, ``timeline.json`` and, when placement ran, ``expert_location.json``.
+Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``timeline.json``,
+``launch/`` (``deployment.json`` and per engine ``launch.sh`` / ``stop.sh`` starting every
+replica and pool of the deployment, :mod:`moeplan.export.plan_export`) and, when placement
+ran, ``expert_location.json``.
 """
 
 from __future__ import annotations
@@ -17,18 +19,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from moeplan.cli._common import console, err_console, fmt_bytes, fmt_time, print_json
+from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
+from moeplan.cli.glossary import glossary
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
-from moeplan.planners.rank import FAMILIES, FAMILY_NAMES
+from moeplan.planners.families import FAMILY
+from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.capacity import DEFAULT_REQUESTS
 from moeplan.serve.job import JobSpec, plan_job
 from moeplan.serve.outcome import PlanOutcome, quant_sentence
-from moeplan.serve.rank import describe
+from moeplan.serve.rank import ServeRanking, describe
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
@@ -99,8 +103,8 @@ def plan_cmd(
     concurrency: Annotated[int | None, typer.Option(
         help="Closed loop: this many requests in flight (instead of --rate).")] = None,
     isl_dist: Annotated[str | None, typer.Option(
-        help="Prompt length distribution: N, uniform:LO:HI or lognormal:MEAN:SIGMA "
-             "(replaces --isl).")] = None,
+        help="Prompt length distribution: N, uniform:LO:HI or lognormal:MEDIAN:SIGMA[:MAX] "
+             "(replaces --isl; the analytic figures use its mean).")] = None,
     osl_dist: Annotated[str | None, typer.Option(
         help="Output length distribution, as --isl-dist (replaces --osl).")] = None,
     ttft_slo: Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]
@@ -205,7 +209,8 @@ def plan_cmd(
         full_model=full, model_path=launch_path,
     )  # fmt: skip
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, disable=not show, transient=True) as prog:
+                  console=err_console, transient=True,
+                  disable=not (show and err_console.is_terminal)) as prog:
         task = prog.add_task("planning", total=None)
         outcome = plan_job(spec, cm, progress=lambda t: prog.update(task, description=t))
         prog.update(task, description="writing report")
@@ -303,42 +308,12 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
                   f"requests of {describe(sw.isl)} prompt + {describe(sw.osl)} output tokens "
                   f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {_ms(slo.ttft_s)}, "
                   f"TPOT ≤ {_ms(slo.tpot_s)}")
-    st = Table(title=f"Serving simulation ({ranking.workload.num_requests} requests each; "
-                     f"ranked by {ranking.objective}; per GPU = divided by the plan's GPUs)")
-    for col in ("#", "family", "layout", "GPUs", "SLO", f"TTFT p{slo.percentile:g}",
-                f"TPOT p{slo.percentile:g}", "output tok/s/GPU", "max rate (req/s)", "bound"):
-        st.add_column(col)
-    pct = slo.percentile
-    for i, s in enumerate(ranking.ranked, 1):
-        mt = s.metrics
-        if mt is None:
-            st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
-                       str(s.entry.gpus), "—", "—", "—", "—", "—", s.result.reason[:40])
-            continue
-        ttft, tpot = mt.at_percentile(pct)
-        mr = s.result.max_rate_meeting_slo_rps
-        st.add_row(str(i), FAMILY_NAMES[s.entry.family], s.entry.layout_label,
-                   str(s.entry.gpus), "yes" if s.result.meets_slo else "no",
-                   fmt_time(ttft), fmt_time(tpot), f"{mt.output_tokens_per_s_per_gpu:,.1f}",
-                   "—" if mr is None else f"{mr:.2f}", s.result.bound,
-                   style="bold green" if i == 1 else None)
-    console.print(st)
+    _serving_table(ranking)
     for fam, why in ranking.not_served.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
     for line in outcome.explanation:
         console.print(line)
-    t = Table(title="Each family's own analytic figure (prefill of one batch, "
-                    "ranked by prompt tokens/s per GPU; not the serving ranking)")
-    for col in ("#", "family", "plan", "GPUs", "tokens/s/GPU", "TTFT", "ITL", "mem/GPU",
-                "bound"):
-        t.add_column(col)
-    for i, cand in enumerate(result.candidates, 1):
-        t.add_row(str(i), cand.name, cand.label, str(cand.gpus),
-                  f"{cand.per_gpu:,.0f}", fmt_time(cand.ttft_s),
-                  fmt_time(cand.itl_s) if cand.itl_s else "—",
-                  fmt_bytes(cand.mem_bytes_per_gpu), cand.bound,
-                  style="bold green" if i == 1 else None)
-    console.print(t)
+    _analytic_table(result)
     for fam, why in result.skipped.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not planned:[/] {why}")
     if place_res is not None:
@@ -347,9 +322,76 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
                       f"{base['lar']:.3f} contiguous; MoE layer "
                       f"{fmt_time(sem['moe_layer_time_s'])} vs "
                       f"{fmt_time(base['moe_layer_time_s'])}.")
+        console.print(glossary("LAR"), style="dim")
     console.print(f"Artifacts in [bold]{files['dir']}[/]: " + ", ".join(
         Path(p).name for k, p in files.items() if k != "dir"))
     console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
+
+
+#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
+SHORT_NAMES = {"strategy": "MixServe", "pipeline": "SMIDT", "dep": "FinDEP", "pd": "P/D",
+               "afd": "AFD"}
+
+
+def _serving_table(ranking: ServeRanking) -> None:
+    """The serving ranking within 80 columns: one time unit per column, families by short
+    name (explained under the table)."""
+    pct = ranking.slo.percentile
+    rows = ranking.ranked
+    at = [s.metrics.at_percentile(pct) if s.metrics is not None else (None, None) for s in rows]
+    t_unit, ttfts = fmt_times([a[0] for a in at])
+    p_unit, tpots = fmt_times([a[1] for a in at])
+    st = _compact_table(f"Serving simulation, best first ({ranking.workload.num_requests} "
+                        f"requests each; ranked by {ranking.objective}; per GPU = divided by "
+                        "the plan's GPUs)",
+                        ("deployment", "GPUs", f"TTFT\np{pct:g}\n{t_unit}",
+                         f"TPOT\np{pct:g}\n{p_unit}", "output\ntok/s\nper GPU", "max\nreq/s",
+                         "bound"))
+    for i, s in enumerate(rows, 1):
+        fam = SHORT_NAMES.get(s.entry.family, s.entry.family)
+        lay, gpus = f"{fam}: {s.entry.layout_label}", str(s.entry.gpus)
+        if s.metrics is None:
+            st.add_row(lay, gpus, "—", "—", "—", "—", s.result.reason)
+            continue
+        mr = s.result.max_rate_meeting_slo_rps
+        bound = s.result.bound + ("" if s.result.meets_slo else " (misses the SLOs)")
+        st.add_row(lay, gpus, ttfts[i - 1], tpots[i - 1],
+                   f"{s.metrics.output_tokens_per_s_per_gpu:,.1f}",
+                   "—" if mr is None else f"{mr:.2f}", bound,
+                   style="bold green" if i == 1 else None)
+    console.print(st)
+    fams = list(dict.fromkeys(s.entry.family for s in rows))
+    console.print("families: " + "; ".join(f"{SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}"
+                                           for f in fams) + ".", style="dim")
+
+
+def _compact_table(title: str, columns: tuple[str, ...]) -> Table:
+    """A table with a rule under its header and no side borders (room for 8 columns in 80):
+    the text columns (``deployment``, ``plan``, ``bound``) wrap, the figures never do."""
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
+    for col in columns:
+        wraps = col in ("deployment", "plan", "bound")
+        t.add_column(col, no_wrap=not wraps, justify="right" if col == "GPUs" else "left")
+    return t
+
+
+def _analytic_table(result: PlanResult) -> None:
+    """Each family's own analytic figure (not the serving ranking), within 80 columns."""
+    cands = result.candidates
+    t_unit, ttfts = fmt_times([c.ttft_s for c in cands])
+    i_unit, itls = fmt_times([c.itl_s or None for c in cands])
+    t = _compact_table("Each family's own analytic figure, best first (prefill of one "
+                       "batch, ranked by prompt tokens/s per GPU; not the serving ranking)",
+                       ("plan", "GPUs", "prompt\ntok/s\nper GPU", f"TTFT\n{t_unit}",
+                        f"ITL\n{i_unit}", "mem/GPU\nGiB", "bound"))
+    for i, cand in enumerate(cands, 1):
+        t.add_row(f"{SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}", str(cand.gpus),
+                  f"{cand.per_gpu:,.0f}", ttfts[i - 1], itls[i - 1],
+                  f"{cand.mem_bytes_per_gpu / 2**30:.2f}", cand.bound,
+                  style="bold green" if i == 1 else None)
+    console.print(t)
+    if any(FAMILY[c.family].layout == "groups" for c in cands if c.family in FAMILY):  # FinDEP
+        console.print(glossary("ag", "eg", "ma", "r1", "r2", "ASAS", "AASS"), style="dim")
 
 
 def register(app: typer.Typer) -> None:

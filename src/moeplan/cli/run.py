@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from moeplan.cli._common import console, fmt_time, print_json
+from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
 from moeplan.errors import MoeplanError, check_int, require, show
 
 MAX_TOKENS = 2**24  # tokens in one global batch of a local run
@@ -72,6 +72,7 @@ def run_command(
     ] = 60.0,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the reference check.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run a plan on local processes and check it against a single-process reference."""
     from moeplan.runtime.launch import read_plan, validate_plan
@@ -123,13 +124,10 @@ def run_command(
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
     _check_gpus(world)
     _check_capacity(doc, world, opts)
-    reports = spawn_world(
-        spawned_rank,
-        world,
-        (doc, opts),
-        deadline_s=4 * timeout + 60,
-        grace_s=RUN_GRACE_S,
-    )
+    with progress(not (quiet or as_json), f"running the plan on {world} processes"):
+        reports = spawn_world(
+            spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60, grace_s=RUN_GRACE_S
+        )
     _finish(reports, world, as_json)
 
 
@@ -198,14 +196,15 @@ def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
 
 
 def _print_human(s: dict[str, Any]) -> None:
-    from rich.table import Table
+    from moeplan.cli._common import Table
 
     t = Table(title=f"moeplan run: {s.get('family', '?')} on {s['world_size']} ranks")
-    for col in ("rank", "role", "wall", "max abs err"):
+    unit, walls = fmt_times([r["wall_s"] for r in s["ranks"]])
+    for col in ("rank", "role", f"wall ({unit})", "max abs err"):
         t.add_column(col)
-    for r in s["ranks"]:
+    for r, wall in zip(s["ranks"], walls, strict=True):
         err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
-        t.add_row(str(r["rank"]), r["role"], fmt_time(r["wall_s"]), err)
+        t.add_row(str(r["rank"]), r["role"], wall, err)
     console.print(t)
     if s.get("trace"):
         console.print(

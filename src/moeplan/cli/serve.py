@@ -18,10 +18,20 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, fmt_time, print_json, write_atomic
+from moeplan.cli._common import (
+    QuietOpt,
+    Table,
+    console,
+    err_console,
+    fmt_time,
+    fmt_times,
+    print_json,
+    progress,
+    write_atomic,
+)
 from moeplan.cli.serve_pd import PD_HELP, check_pd_flags, read_pd, show_pd
+from moeplan.cli.serve_plan import ServedDeployment, served_deployment
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.io import check_target
 from moeplan.planners.plan import Plan
@@ -187,7 +197,11 @@ def serve_sim(
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
     plan: Annotated[
-        str | None, typer.Option(help="plan.json to simulate (strategy or pipeline).")
+        str | None,
+        typer.Option(
+            help="plan.json to simulate (strategy or pipeline); one from moeplan plan is "
+            "simulated as it served it: instance, replicas, knobs, chunk and running cap."
+        ),
     ] = None,
     pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
@@ -199,12 +213,13 @@ def serve_sim(
         int | None, typer.Option(help="Micro-batches in flight with PP (default pp).")
     ] = None,
     replicas: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="Copies of the instance fed round-robin (--rate is their total); figures per "
-            "GPU are one instance's, as moeplan plan reports a replicated deployment."
+            "GPU are one instance's, as moeplan plan reports a replicated deployment "
+            "(default 1, or the plan's)."
         ),
-    ] = 1,
+    ] = None,
     rate: Annotated[float | None, typer.Option(help="Poisson arrival rate, requests/s.")] = None,
     concurrency: Annotated[
         int | None, typer.Option(help="Closed loop: clients, one request in flight each.")
@@ -315,6 +330,7 @@ def serve_sim(
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
@@ -343,6 +359,14 @@ def serve_sim(
         layout = deployment.prefill
     else:
         layout, the_plan = _layout(plan, flags)
+    served = served_deployment(the_plan) if the_plan is not None and pd is None else None
+    if served is not None:  # what `moeplan plan` served, exactly (cli/serve_plan.py)
+        layout = served.layout
+        replicas = served.replicas if replicas is None else replicas
+        chunk_tokens = served.chunk_tokens if chunk_tokens is None else chunk_tokens
+        max_running = served.max_running if max_running is None else max_running
+        a2a, tbo, kv_dtype = _plan_knobs(served, a2a, tbo, kv_dtype)
+    replicas = 1 if replicas is None else replicas
     if redundant_experts and deployment is None:
         layout = replace(layout, redundant_experts=redundant_experts)
     require(bool(model or the_plan), "--model is required without --plan")
@@ -395,41 +419,49 @@ def serve_sim(
                        render=(_payload, _print_human),
                        mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))
     knobs = resolve_knobs(cm.engine, m, c, layout, **knob_flags)
-    if concurrency is not None:  # a closed loop: the knob search and one run, as before
-        r = evaluate_layout(
-            m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens,
-            max_running=max_running, search_requests=requests, knobs=knobs, routing=routing,
-        )
-        if not r.feasible:
-            raise MoeplanError(r.reason)
-        assert r.engine is not None
-        ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
-        sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
-        r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
-        at, cap_rec = None, None
-    else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
-        require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
-        cand = layout_capacity(
-            m, c, cm, layout, w, slo, engine=engine, requests=requests, replicas=replicas,
-            chunk_tokens=chunk_tokens, max_running=max_running, knobs=knobs, routing=routing,
-        )
-        assert cand.capacity is not None
-        require(
-            rate is not None or cand.probe is not None,
-            f"no rate meets the SLOs on {layout.label} in steady state: even a light load "
-            "misses them; raise --ttft-slo/--tpot-slo or change the layout",
-        )
-        probe = _operating_probe(cand, w, slo, rate, requests)
-        r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
-        at = rate if rate is not None else cand.capacity.rate_rps * replicas
-        sim = probe.res
-        cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
-        require_steady({**cap_rec, "layout": layout.label})
+    work = f"simulating {layout.label}" + ("" if rate or concurrency else ": SLO capacity search")
+    with progress(not (quiet or json_out), work):
+        if concurrency is not None:  # a closed loop: the knob search and one run, as before
+            r = evaluate_layout(
+                m, c, cm, layout, w, slo, engine=engine, chunk_tokens=chunk_tokens,
+                max_running=max_running, search_requests=requests, knobs=knobs, routing=routing,
+            )
+            if not r.feasible:
+                raise MoeplanError(r.reason)
+            assert r.engine is not None
+            ev = IterationModel(m, c, cm, layout, routing, knobs=knobs)
+            sim, metrics = run_workload(r.engine, w, ev, layout.gpus, slo)
+            r = replace(r, metrics=metrics, meets_slo=metrics.meets(slo))
+            at, cap_rec = None, None
+        else:  # SLO-bound capacity in steady state, the figure `moeplan plan` ranks by
+            require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
+            cand = layout_capacity(
+                m, c, cm, layout, w, slo, engine=engine, requests=requests, replicas=replicas,
+                chunk_tokens=chunk_tokens, max_running=max_running, knobs=knobs, routing=routing,
+            )
+            assert cand.capacity is not None
+            require(
+                rate is not None or cand.probe is not None,
+                f"no rate meets the SLOs on {layout.label} in steady state: even a light load "
+                "misses them; raise --ttft-slo/--tpot-slo or change the layout",
+            )
+            probe = _operating_probe(cand, w, slo, rate, requests)
+            r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
+            at = rate if rate is not None else cand.capacity.rate_rps * replicas
+            sim = probe.res
+            cap_rec = cand.capacity.to_dict(w.osl.mean, layout.gpus)
+            require_steady({**cap_rec, "layout": layout.label})
     out = _payload(m.name, c.name, r, w, slo, at, engine)
+    out["replicas"] = 1 if concurrency is not None else replicas  # copies of this instance
     out["capacity"] = cap_rec
     from moeplan.cost.mixer_prices import stand_in_fields
 
     out["knobs"] = knobs.to_dict()
+    from moeplan.cost.provenance import quant_vs_bf16
+    from moeplan.serve.outcome import quant_sentence
+
+    qw = quant_sentence(quant_vs_bf16(cm, m, ep=layout.moe_ep, tp=layout.moe_tp))
+    out["warnings"] = [qw] if qw else []
     out["pricing"] = {**pricing(cm), **stand_in_fields(m, cm.engine is not None)}  # kernels; stand-in layers
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
@@ -448,6 +480,20 @@ def serve_sim(
         console.print(pricing_line(out["pricing"]))
         if out["pricing"]["stand_in_note"]:
             console.print(out["pricing"]["stand_in_note"])
+        for line in out["warnings"]:
+            err_console.print(f"[yellow]warning:[/] {line}")
+
+
+def _plan_knobs(
+    served: ServedDeployment, a2a: str, tbo: bool | None, kv_dtype: str
+) -> tuple[str, bool | None, str]:
+    """The plan's all-to-all backend, two-batch overlap and KV dtype, unless a flag is given."""
+    k = served.knobs or {}
+    return (
+        str(k.get("a2a", a2a)) if a2a == "auto" else a2a,
+        bool(k.get("tbo")) if tbo is None and "tbo" in k else tbo,
+        str(k.get("kv_dtype", kv_dtype)) if kv_dtype == "auto" else kv_dtype,
+    )
 
 
 def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, requests: int):
@@ -527,8 +573,10 @@ def _payload(
             "cv": w.cv,
             "isl": w.isl.kind,
             "isl_mean": w.isl.mean,
+            "isl_median": w.isl.median or None,  # lognormal only
             "osl": w.osl.kind,
             "osl_mean": w.osl.mean,
+            "osl_median": w.osl.median or None,
             "prefix_hit": w.prefix_hit,
             "think_s": w.think_s,
             "seed": w.seed,
@@ -552,19 +600,22 @@ def _print_human(out: dict[str, Any], r: ServeResult) -> None:
         else f"{w['concurrency']} clients (closed loop, "
         + (f"{w['think_s'] * 1e3:g} ms mean think time)" if w["think_s"] else "no think time)")
     )
+    n = out.get("replicas", 1)
+    copies = f" x{n} replicas ({out['gpus'] * n} GPUs in all)" if n > 1 else ""
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "
-        f"({out['gpus']} GPUs), {e['name']} scheduler ({e['policy']}, chunk "
+        f"({out['gpus']} GPUs){copies}, {e['name']} scheduler ({e['policy']}, chunk "
         f"{e['chunk_tokens']} tokens, cap {e['max_running']} requests), {load}, "
         f"{w['requests']} requests (simulated; times from the cost model)."
     )
-    t = Table(title="Latency per request (simulated)")
+    t = Table(title="Latency per request (simulated; one unit per row)")
     for col in ("metric", "p50", "p90", "p99"):
         t.add_column(col, justify="right" if col != "metric" else "left")
     for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2e")):
-        t.add_row(name, *(_ms(m.get(f"{key}_p{p}_s")) for p in (50, 90, 99)))
+        unit, texts = fmt_times([m.get(f"{key}_p{p}_s") for p in (50, 90, 99)])
+        t.add_row(f"{name} ({unit})", *texts)
     console.print(t)
-    g = out["gpus"]
+    g = out["gpus"] * out.get("replicas", 1)  # the rate is all replicas'
     rows = [
         ("output tokens/s (total)", f"{m['output_tokens_per_s']:,.0f}"),
         ("output tokens/s per GPU", f"{m['output_tokens_per_s_per_gpu']:,.1f}"),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from moeplan.cli._common import plural
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
@@ -104,7 +105,8 @@ def run_pd(
 def pd_line(pd: PDLayout, r: DisaggResult) -> str:
     """The pools in words (the scheduler printed above is the decode pool's)."""
     return (
-        f"Pools: {pd.x} prefill instance(s) of {pd.prefill.label}, {pd.y} decode instance(s) "
+        f"Pools: {plural(pd.x, 'prefill instance')} of {pd.prefill.label}, "
+        f"{plural(pd.y, 'decode instance')} "
         f"of {pd.decode.label} ({pd.gpus} GPUs; the scheduler above is the decode pool's); "
         f"analytic capacities {r.rho[0]:.2f} (prefill) and {r.rho[1]:.2f} (decode) of the "
         "pool that limits: 1.00 marks the bottleneck."

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich import box
 
 from moeplan.cli._common import (
     DEFAULT_BATCH,
@@ -25,16 +25,21 @@ from moeplan.cli._common import (
     IslOpt,
     OslOpt,
     OutDirOpt,
+    QuietOpt,
+    Table,
     check_out,
     console,
     engine_cost,
-    fmt_bytes,
+    err_console,
     fmt_time,
+    fmt_times,
     pricing_of,
     print_json,
+    progress,
     with_pricing,
     write_outputs,
 )
+from moeplan.cli.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
@@ -158,35 +163,32 @@ def _print_human(
     if not a.strategies:
         console.print("no strategy meets the SLOs")
         return
-    t = Table(title="Top strategies")
-    for c in (
-        "#",
-        "strategy",
-        "GPUs",
-        "TTFT",
-        "ITL",
-        "tokens/s",
-        "tok/s/GPU",
-        "mem/GPU",
-        "comm share (prefill)",
-        "fused saves",
-    ):
-        t.add_column(c)
-    for i, r in enumerate(a.strategies[:top], 1):
-        saving = r.prefill.comm_unfused_s - r.prefill.comm_s
+    rows = a.strategies[:top]
+    t_unit, ttfts = fmt_times([r.ttft_s for r in rows])
+    i_unit, itls = fmt_times([r.itl_s for r in rows])
+    fused = any(r.strategy.fused for r in rows)  # the column only when a fused one is listed
+    f_unit, saved = fmt_times([r.prefill.comm_unfused_s - r.prefill.comm_s
+                               if r.strategy.fused else None for r in rows])
+    t = Table(title="Top strategies (tokens/s per GPU: prompt + output; comm share: of the "
+              "prefill time)", box=box.SIMPLE_HEAD, show_edge=False)
+    cols = ["#", "strategy", "GPUs", f"TTFT\n{t_unit}", f"ITL\n{i_unit}", "tok/s\nper GPU",
+            "mem/GPU\nGiB", "comm\nshare"] + ([f"fused\nsaves\n{f_unit}"] if fused else [])
+    for c in cols:
+        t.add_column(c, no_wrap=c != "strategy")
+    for i, r in enumerate(rows, 1):
         t.add_row(
             str(i),
             r.strategy.label,
             str(r.num_gpus),
-            fmt_time(r.ttft_s),
-            fmt_time(r.itl_s),
-            f"{r.throughput_tokens_per_s:.0f}",
-            f"{r.throughput_per_gpu:.1f}",
-            fmt_bytes(r.mem_bytes_per_gpu),
+            ttfts[i - 1],
+            itls[i - 1],
+            f"{r.throughput_per_gpu:,.1f}",
+            f"{r.mem_bytes_per_gpu / 2**30:.2f}",
             f"{r.prefill.comm_share:.0%}",
-            fmt_time(saving) if r.strategy.fused else "-",
+            *([saved[i - 1] if r.strategy.fused else "-"] if fused else []),
         )
     console.print(t)
+    console.print(glossary("TP", "DP", "EP", "PP", *(["fused"] if fused else [])), style="dim")
     console.print(_baselines_table(a, a.strategies[0]))
     if export is not None:
         console.print(f"[bold]{export.engine} launch[/bold]: " + (" ".join(export.args) or "-"))
@@ -196,22 +198,25 @@ def _print_human(
 
 def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
     """The named baselines and the #1 strategy's gains over each."""
-    b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)")
-    for c in ("baseline", "strategy", "fits", "TTFT", "ITL", "tokens/s", "TTFT x", "ITL x",
-              "throughput x"):  # fmt: skip
-        b.add_column(c)
-    for name, base in a.baselines.items():
+    bases = list(a.baselines.items())
+    t_unit, ttfts = fmt_times([None if v is None else v.ttft_s for _, v in bases])
+    i_unit, itls = fmt_times([None if v is None else v.itl_s for _, v in bases])
+    b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)",
+              box=box.SIMPLE_HEAD, show_edge=False)
+    for c in ("baseline: its strategy", f"TTFT\n{t_unit}", f"ITL\n{i_unit}", "tokens/s",
+              "TTFT\nx", "ITL\nx", "tokens/s\nx"):  # fmt: skip
+        b.add_column(c, no_wrap=not c.startswith("baseline"))
+    for j, (name, base) in enumerate(bases):
         if base is None:
-            b.add_row(name, "-", "shape", *["-"] * 6)
+            b.add_row(f"{name}: no strategy of this shape", *["-"] * 6)
             continue
         g = gains(best, base) or {}
+        fits = "" if base.fits else " (does not fit in memory)"
         b.add_row(
-            name,
-            base.strategy.label,
-            "yes" if base.fits else "no",
-            fmt_time(base.ttft_s),
-            fmt_time(base.itl_s),
-            f"{base.throughput_tokens_per_s:.0f}",
+            f"{name}: {base.strategy.label}{fits}",
+            ttfts[j],
+            itls[j],
+            f"{base.throughput_tokens_per_s:,.0f}",
             *(f"{g[k]:.2f}" if g.get(k) else "-" for k in ("ttft", "itl", "throughput")),
         )
     return b
@@ -246,6 +251,7 @@ def strategy(
         bool, typer.Option(help="Replay the fused rounds on the simulator and print the gap.")
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Rank hybrid TP/EP/DP/PP strategies (MixServe) and compare with the named baselines."""
     require(top >= 1, f"--top ({top}) must be >= 1")
@@ -259,17 +265,12 @@ def strategy(
     w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
     cm = engine_cost(c, profile, engine)
     sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
-    a = analyze(
-        m,
-        c,
-        w,
-        cm,
-        any_divisor=any_divisor,
-        node_counts=sizes if all_sizes else None,
-        ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
-        itl_slo_s=None if itl_slo is None else itl_slo / 1e3,
-        rank_by=rank_by,
-    )
+    with progress(not (quiet or json_out), "MixServe: enumerating TP/EP/DP/PP strategies"):
+        a = analyze(
+            m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
+            ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
+            itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by,
+        )  # fmt: skip
     price = pricing_of(cm)  # what priced the ranking (before the figures add lookups)
     best = a.best
     exp = None
@@ -295,8 +296,14 @@ def strategy(
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
+    from moeplan.cost.provenance import quant_vs_bf16
+    from moeplan.serve.outcome import quant_sentence
+
+    st = best.strategy if best is not None else None
+    qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
     if json_out:
-        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price}
+        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price,
+               "warnings": [qw] if qw else []}
         if verify:
             obj["verify"] = checked
         print_json(obj)
@@ -304,6 +311,8 @@ def strategy(
     _print_human(a, top, exp, title, price)
     if verify:
         _print_verify(checked)
+    if qw:
+        err_console.print(f"[yellow]warning:[/] {qw}")
 
 
 OUTPUTS = {"plan.json", "pareto.html", "gantt.html", "sglang.sh", "vllm.sh"}

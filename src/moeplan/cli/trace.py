@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from moeplan.cli._common import console, print_json
+from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
 from moeplan.errors import check_int, require
 from moeplan.traces.format import (
     MAX_TRACE_EXPERTS,
@@ -59,6 +58,7 @@ def synth(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
     check_int("--requests", requests, 1, MAX_REQUESTS)
@@ -79,17 +79,19 @@ def synth(
         num_groups=_groups(m.num_experts),
     )
     n = 0
-    if out.suffix == ".parquet":
-        with TraceWriter(out) as w:
-            for chunk in iter_synthesize(cfg):
-                w.write(chunk)
-                n += chunk.num_tokens
-    else:
-        from moeplan.traces.format import concat
+    with progress(not (quiet or as_json), f"synthesizing {requests} requests") as step:
+        if out.suffix == ".parquet":
+            with TraceWriter(out) as w:
+                for chunk in iter_synthesize(cfg):
+                    w.write(chunk)
+                    n += chunk.num_tokens
+                    step(f"synthesizing: {n:,} token occurrences written")
+        else:
+            from moeplan.traces.format import concat
 
-        tr = concat(list(iter_synthesize(cfg)))
-        save_trace(tr, out)
-        n = tr.num_tokens
+            tr = concat(list(iter_synthesize(cfg)))
+            save_trace(tr, out)
+            n = tr.num_tokens
     info = {
         "out": str(out),
         "occurrences": n,

@@ -59,6 +59,12 @@ from moeplan.cost.a2a import (  # noqa: E402,F401
     GpuFacts,
     deepep_hardware_blockers,
 )
+from moeplan.export.launch_facts import (
+    attn_dp_blocker,
+    model_class_blocker,
+    sglang_chunk,
+    sglang_ep_blocker,
+)
 from moeplan.specs import ClusterSpec, ModelSpec
 
 VLLM_EPLB_ARCHITECTURES = frozenset(
@@ -97,6 +103,13 @@ _SGLANG_COMMON = frozenset(
         "--node-rank",
         "--dist-init-addr",
         "--trust-remote-code",
+        "--host",
+        "--port",
+        "--base-gpu-id",
+        "--disaggregation-mode",
+        "--disaggregation-transfer-backend",
+        "--disaggregation-bootstrap-port",
+        "--chunked-prefill-size",
     }
 )
 SGLANG = EngineVersion(
@@ -132,10 +145,13 @@ VLLM = EngineVersion(
             "--headless",
             "--distributed-executor-backend",
             "--trust-remote-code",
-            "--all2all-backend",
             "--enable-dbo",
             "--speculative-config",
             "--kv-cache-dtype",
+            "--host",
+            "--port",
+            "--kv-transfer-config",
+            "--max-num-batched-tokens",
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
@@ -244,10 +260,21 @@ def check_sglang(
         bad.append("--dp-size without --enable-dp-attention replicates the whole model")
     if tp % attn_dp:
         bad.append(f"tp_size ({tp}) must be divisible by the attention DP size ({attn_dp})")
+    if (why := model_class_blocker("sglang", t.architecture)) is not None:
+        bad.append(why)
+    if attn_dp > 1 and (why := attn_dp_blocker("sglang", t.architecture)) is not None:
+        bad.append(why)
+    chunk = sglang_chunk(t.architecture, attn_dp)
+    given = _int(f, "--chunked-prefill-size", 0)
+    if chunk is not None and (given <= 0 or given % chunk):
+        bad.append(f"{t.architecture} with attention DP {attn_dp} needs --chunked-prefill-size "
+                   f"a multiple of {chunk} (KV page x attention DP)")  # fmt: skip
     if tp % ep:
         bad.append(f"tp_size ({tp}) must be divisible by ep_size ({ep})")
     backend = f.get("--moe-a2a-backend", "none")
     nodes = _int(f, "--nnodes")
+    if (why := sglang_ep_blocker(t.architecture, tp, ep, t.gpu_sm, backend)) is not None:
+        bad.append(why)
     if backend == "deepep":
         if ep != tp:
             bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")

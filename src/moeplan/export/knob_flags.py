@@ -7,8 +7,10 @@ server_args.py and docs/advanced_features; vLLM engine/arg_utils.py and the expe
 deployment guide):
 
 - two-batch overlap: SGLang ``--enable-two-batch-overlap``; vLLM ``--enable-dbo``.
-- DeepEP on vLLM: ``--all2all-backend deepep_high_throughput`` (prefill-heavy instances) or
-  ``deepep_low_latency`` (decode instances). SGLang's ``--deepep-mode`` default ``auto`` runs
+- DeepEP on vLLM: ``deepep_high_throughput`` (prefill-heavy instances) or
+  ``deepep_low_latency`` (decode instances), chosen in vLLM 0.11.0 by the environment variable
+  ``VLLM_ALL2ALL_BACKEND`` (vllm/envs.py; 0.11.0's ``vllm serve`` has no ``--all2all-backend``
+  flag: its parser refuses it, ``bench/check_exports.py``) — :func:`vllm_knob_env`. SGLang's ``--deepep-mode`` default ``auto`` runs
   normal kernels for prefill and low-latency kernels for decode, what the cost model prices.
 - MTP: SGLang ``--speculative-algorithm EAGLE --speculative-num-steps N
   --speculative-eagle-topk 1 --speculative-num-draft-tokens N+1`` (DeepSeek's NextN module is
@@ -56,12 +58,17 @@ def prefill_chunk_args(engine: str, chunk_tokens: int | None, attn_dp: int) -> l
     return ["--max-num-batched-tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
 
 
+def vllm_knob_env(knobs: InstanceKnobs | None, role: str = "colocated") -> list[tuple[str, str]]:
+    """The environment of ``knobs`` for a vLLM instance of ``role`` (module docstring)."""
+    if knobs is None or knobs.a2a != "deepep":
+        return []
+    mode = "deepep_low_latency" if role == "decode" else "deepep_high_throughput"
+    return [("VLLM_ALL2ALL_BACKEND", mode)]
+
+
 def vllm_knob_args(knobs: InstanceKnobs, role: str = "colocated") -> list[str]:
     """vLLM flags of ``knobs`` for an instance of ``role`` (colocated, prefill, decode)."""
     out: list[str] = []
-    if knobs.a2a == "deepep":
-        mode = "deepep_low_latency" if role == "decode" else "deepep_high_throughput"
-        out += ["--all2all-backend", mode]
     if knobs.tbo:
         out.append("--enable-dbo")
     if knobs.mtp:

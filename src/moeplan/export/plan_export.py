@@ -1,21 +1,33 @@
-"""Launch scripts of a ``moeplan plan`` result: the best strategy each engine can run.
+"""Launch folders of a ``moeplan plan`` result: the whole deployment each engine can run.
 
-Pure: a :class:`moeplan.planners.rank.PlanResult` in, script texts out (the report writes them).
+Pure: the plan outcome (a :class:`moeplan.planners.rank.PlanResult` and, when simulated, the
+serving ranking) in, file texts out (the report writes them under ``launch/``).
 
-- The exported strategy is the best colocated (MixServe) strategy, by prompt tokens/s per GPU,
-  whose arguments the engine can express *and* that pass every rule of the pinned version in
-  :mod:`moeplan.export.constraints`. When that is not the plan's winner the script says which
-  plan won, which one it launches instead and the predicted gap per GPU.
+- Options are the serving ranking's deployments in its order (:func:`serving_options`:
+  colocated layouts with their replicas, P/D pairs of pools), else the analytic ranking's
+  colocated strategies and one-stage SMIDT plans with their replicas
+  (:func:`analytic_options`). :func:`engine_export` exports, per engine, the first option
+  whose every server the engine can express *and* that passes every rule of the pinned
+  version (:mod:`moeplan.export.constraints`, :mod:`moeplan.export.launch_facts`); when that
+  is not the plan's winner the script says which plan won, what it launches instead and the
+  predicted gap per GPU.
+- The option's pools are placed on GPUs, ports and nodes (:mod:`moeplan.export.deployment`),
+  every server gets its engine command (:mod:`moeplan.export.launch_servers`: SGLang
+  ``--base-gpu-id``, vLLM ``CUDA_VISIBLE_DEVICES``, a router in front of several servers) and
+  one ``launch.sh`` / ``stop.sh`` start and stop them in order
+  (:mod:`moeplan.export.launch_scripts`); ``deployment`` records what they start.
 - Model path: ``--model-path`` of ``moeplan plan``, else the preset's Hugging Face repository
   (:data:`DEFAULT_MODEL_PATHS`) or the folder of a ``config.json``; never a preset name.
+  ``--trust-remote-code`` when the checkpoint's config has ``auto_map``.
 - A plan made on a truncated model (``--layers``) launches the full model: the script says so
   at the top and leaves out ``--init-expert-location`` (the placement covers only the layers
   that were planned).
-- A Sem-MoE placement is passed to SGLang (``--init-expert-location`` for the
-  ``expert_location.json`` beside the script, ``--ep-num-redundant-experts`` when it replicates
-  experts) only when it was made for the exported EP size; otherwise the script says why not.
-- Multi-node: one script covering every node, selected by ``NODE_RANK``
-  (:func:`moeplan.export.launcher.render_per_node`).
+- A Sem-MoE placement is passed to the SGLang servers (``--init-expert-location`` for the
+  ``expert_location.json`` beside the script, ``--ep-num-redundant-experts`` when it
+  replicates experts) whose EP size it was made for — the decode pool of a P/D deployment —
+  and the script says which servers do not get it and why.
+- A SMIDT pipeline's stage cuts go in as the engine's layer partition
+  (:mod:`moeplan.export.pp_partition`).
 """
 
 from __future__ import annotations
@@ -25,11 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moeplan.errors import require, show
+from moeplan.errors import MoeplanError, require, show
 from moeplan.export import constraints as cons
-from moeplan.export.launcher import HERE, render_per_node, render_refusal
-from moeplan.export.sglang import sglang_args
-from moeplan.export.vllm import RAY_PORT, vllm_args
+from moeplan.export.deployment import Pool, place, summary
+from moeplan.export.launch_scripts import render_launch, render_stop
+from moeplan.export.launch_servers import router_command, server_commands
+from moeplan.export.launcher import render_refusal
+from moeplan.export.pp_partition import layer_partition
+from moeplan.export.sglang import pd_strategy
+from moeplan.planners.families import FAMILY
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import model_names
 from moeplan.specs.presets import model_repos
@@ -64,6 +81,25 @@ def model_path_for(model_arg: str, model_path: str | None) -> str:
     return str(p.resolve().parent)
 
 
+def checkpoint_config(model_arg: str) -> dict[str, Any] | None:
+    """The ``config.json`` dict of ``--model`` (a preset's shipped copy or the file), for the
+    launch facts that depend on the checkpoint (:mod:`moeplan.export.launch_facts`)."""
+    from moeplan.specs.presets import model_config
+
+    p = Path(model_arg)
+    if p.is_dir():
+        p = p / "config.json"
+    if p.suffix == ".json" and p.is_file():
+        from moeplan.specs.hf_config import read_config_file
+
+        cfg = read_config_file(p)
+        return cfg if isinstance(cfg, dict) else None
+    try:
+        return model_config(model_arg)
+    except MoeplanError:
+        return None
+
+
 def truncation_warning(planned_layers: int, full_layers: int) -> str | None:
     """The sentence for a plan made on the first ``planned_layers`` of ``full_layers``."""
     if planned_layers >= full_layers:
@@ -84,13 +120,20 @@ class LaunchExport:
     per_gpu: float | None = None
     unit: str = ""
     gap: float | None = None  # winner's prompt tokens/s per GPU over the exported plan's
-    node_args: tuple[tuple[str, ...], ...] = ()  # the engine command of every node rank
+    node_args: tuple[tuple[str, ...], ...] = ()  # the first server's command of every node
     warnings: tuple[str, ...] = ()
     skipped: tuple[str, ...] = field(default_factory=tuple)  # better strategies it cannot run
+    #: ``launch/<engine>/`` files (name -> text): ``launch.sh`` (= ``text``) and ``stop.sh``
+    files: dict[str, str] = field(default_factory=dict)
+    #: what the files start (:func:`moeplan.export.deployment.summary`), None for a refusal
+    deployment: dict[str, Any] | None = None
+    #: every server's engine command of every node it spans, in launch order
+    servers: tuple[tuple[tuple[str, ...], ...], ...] = ()
 
     def summary(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
+            "deployment": self.deployment,
             "strategy": self.label,
             "prompt_tokens_per_s_per_gpu": self.per_gpu,
             "winner_over_exported": self.gap,
@@ -111,6 +154,7 @@ class ExportContext:
     placement_width: int | None = None  # physical experts per layer of expert_location.json
     notes: tuple[str, ...] = ()  # said at the top of every script (e.g. the full model's fit)
     pricing: str = ""  # which engine's kernels priced the plan (moeplan.kernel_tables.pricing_line)
+    remote_code: bool = False  # the checkpoint ships its own code (launch_facts.needs_remote_code)
 
     @property
     def truncated(self) -> bool:
@@ -134,142 +178,134 @@ class Option:
     unit: str  # what ``per_gpu`` counts, e.g. "prompt tokens/s per GPU (batch prefill)"
     knobs: Any = None  # the instance knobs the serving simulation priced (InstanceKnobs)
     redundant: int = 0  # the layout's redundant experts (SGLang's EPLB places them)
+    replicas: int = 1  # independent copies of ``strategy``, fed round-robin by a router
+    pools: tuple[Pool, ...] = ()  # explicit pools (P/D); default: the replicas of ``strategy``
+    pp_partition: tuple[int, ...] | None = None  # layers per pipeline stage (pp_partition.py)
+    notes: tuple[str, ...] = ()  # said in the script when this option is launched
+
+    def deploy_pools(self) -> tuple[Pool, ...]:
+        """What the launch folder starts (empty: nothing an engine launches)."""
+        if self.pools or self.strategy is None:
+            return self.pools
+        pool = Pool(
+            role="colocated",
+            strategy=self.strategy,
+            count=self.replicas,
+            knobs=self.knobs,
+            redundant=self.redundant,
+            pp_partition=self.pp_partition,
+        )
+        return (pool,)
 
 
+ENGINES = ("sglang", "vllm")
 PREFILL_UNIT = "prompt tokens/s per GPU (batch prefill)"
 SERVING_UNIT = "output tokens/s per GPU (serving simulation)"
 
 
 def analytic_options(result: Any) -> list[Option]:
-    """The strategy family's fitting strategies, best prompt tokens/s per GPU first."""
-    strat = next((c for c in result.candidates if c.family == "strategy"), None)
-    if strat is None:
-        return []
+    """The strategy family's fitting strategies and a one-stage SMIDT plan launchable as
+    replicas of a colocated layout (``launchable_as``), best prompt tokens/s per GPU first."""
+    out: list[Option] = []
     w = result.workload
-    rs = sorted(
-        strat.detail.strategies,
-        key=lambda r: (-w.batch * w.isl / r.prefill.total_s / r.num_gpus, r.num_gpus),
-    )
-    return [
-        Option(
-            strategy=r.strategy,
-            label=r.strategy.label,
-            family="strategy",
-            per_gpu=w.batch * w.isl / r.prefill.total_s / r.num_gpus,
-            unit=PREFILL_UNIT,
-        )
-        for r in rs
-    ]
+    for c in result.candidates:
+        out += ANALYTIC_OPTIONS[c.family](c, w.batch * w.isl)
+    gpus = {id(o): o.strategy.world_size * o.replicas for o in out if o.strategy}
+    return sorted(out, key=lambda o: (-o.per_gpu, gpus[id(o)]))
+
+
+def _launchable_options(c: Any, tokens: int) -> list[Option]:
+    """A one-stage plan that is replicas of a colocated layout (pipeline/launchable.py)."""
+    la = c.launchable_as
+    if la is None:
+        return []
+    lay = Layout.from_plan_layout(la)
+    return [Option(strategy=lay.instance(), label=c.label, family=c.family, per_gpu=c.per_gpu,
+                   unit=PREFILL_UNIT, replicas=lay.replicas)]  # fmt: skip
+
+
+def _strategy_options(c: Any, tokens: int) -> list[Option]:
+    """Every strategy of MixServe's analysis that fits, by its prefill figure."""
+    return [Option(strategy=r.strategy, label=r.strategy.label, family=c.family,
+                   per_gpu=tokens / r.prefill.total_s / r.num_gpus, unit=PREFILL_UNIT)
+            for r in c.detail.strategies]  # fmt: skip
+
+
+#: What each proposed family offers the engines from its analytic plan, keyed by family
+#: (:data:`moeplan.planners.families.PROPOSED`); FinDEP's schedule is no engine's.
+ANALYTIC_OPTIONS: dict[str, Callable[[Any, int], list[Option]]] = {
+    "strategy": _strategy_options,
+    "pipeline": _launchable_options,
+    "dep": lambda c, tokens: [],
+}
+
+
+def _pd_pools(lay: Any) -> tuple[Pool, ...]:
+    """Both pools of a P/D layout (:class:`moeplan.serve.pd.PDLayout`); none for AFD."""
+    fam = getattr(lay, "family", None)  # P/D and AFD layouts name their family
+    if fam is None or FAMILY[fam].launch != "pools":
+        return ()
+    return (
+        Pool(role="prefill", strategy=pd_strategy(lay.prefill), count=lay.x,
+             knobs=lay.prefill_knobs, chunk=getattr(lay, "prefill_chunk", None)),
+        Pool(role="decode", strategy=pd_strategy(lay.decode), count=lay.y,
+             knobs=lay.decode_knobs),
+    )  # fmt: skip
 
 
 def serving_options(serving: Any) -> list[Option]:
-    """Every simulated deployment of the serving ranking in its order (SLO-meeting first), as
-    a colocated strategy of its layout (a SMIDT pipeline by its dominant stage layout); FinDEP
-    is not among them (its serving is not simulated)."""
+    """Every simulated deployment of the serving ranking in its order (SLO-meeting first):
+    a colocated layout with its replicas (a SMIDT pipeline by its dominant stage layout), or
+    a P/D pair of pools; AFD decode is no engine's (strategy None, no pools)."""
     out = []
     for s in serving.ranked:
         m, lay = s.metrics, s.entry.layout
         if m is None:
             continue
-        st = None  # disaggregated pools are not one engine (export/sglang.py sglang_pd_commands)
-        if s.entry.family not in ("pd", "afd"):
-            st = Strategy(
-                attn_tp=lay.attn_tp,
-                attn_dp=lay.attn_dp,
-                moe_tp=lay.moe_tp,
-                moe_ep=lay.moe_ep,
-                pp=lay.pp,
-            )
+        st = None
+        if FAMILY[s.entry.family].serving == "instance":
+            st = pd_strategy(lay)
+        part, notes = _partition(s.entry.plan, st)
         out.append(
             Option(
                 strategy=st,
-                label=f"{s.entry.label} ({lay.label})",
+                label=s.entry.label if s.entry.label == s.entry.layout_label
+                else f"{s.entry.label} ({s.entry.layout_label})",
                 family=s.entry.family,
                 per_gpu=m.output_tokens_per_s_per_gpu,
                 unit=SERVING_UNIT,
                 knobs=s.result.knobs,
                 redundant=getattr(lay, "redundant_experts", 0),  # PD / AFD pools: none
+                replicas=s.entry.replicas,
+                pools=_pd_pools(lay),
+                pp_partition=part,
+                notes=tuple(notes),
             )
         )
     return out
 
 
-def _sglang_nodes(
-    s: Any, ctx: ExportContext, nodes: int, notes: list[str], opt: Option | None = None
-) -> list[list[list[str]]]:
-    loc = None
-    if ctx.placement_width is not None:
-        if ctx.truncated:
-            notes.append("expert_location.json covers only the planned layers; it is not passed")
-        elif ctx.placement_ep != s.moe_ep:
-            notes.append(
-                f"expert_location.json was placed for EP{ctx.placement_ep}, this "
-                f"strategy runs EP{s.moe_ep}; it is not passed"
-            )
-        else:
-            loc = "${HERE}/expert_location.json"
-    out = []
-    for rank in range(nodes):
-        r = sglang_args(
-            s,
-            model_path=ctx.model_path,
-            target=ctx.target,
-            num_nodes=nodes,
-            node_rank=rank,
-            expert_location=loc,
-            redundant_experts=ctx.redundant if loc else (opt.redundant if opt else 0),
-            knobs=opt.knobs if opt else None,
+def _partition(plan: Any, st: Strategy | None) -> tuple[tuple[int, ...] | None, list[str]]:
+    """A SMIDT pipeline plan's cuts as the engines' layer partition (pp_partition.py); when a
+    cut falls inside a layer and SMIDT's time-balanced layer-level baseline (same cost tables,
+    whole layers) has the same PP degree, that priced partition is exported instead."""
+    if st is None or st.pp <= 1 or plan is None or FAMILY[plan.family].layout != "stages":
+        return None, []
+    stages = plan.layout.get("stages") or []
+    if len(stages) != st.pp:
+        return None, []
+    part, notes = layer_partition(stages, plan.details.get("stage_time_s"))
+    base = (plan.baselines or {}).get("time_balanced")
+    if notes and base and base.get("pp") == st.pp and base.get("stage_modules"):
+        ends = [{"end_module": b} for _, b in base["stage_modules"]]
+        part = layer_partition(ends)[0]
+        ours = plan.predicted.get("throughput_tokens_per_s", 0.0)
+        notes.append(
+            f"exported instead: SMIDT's time-balanced layer-level partition {list(part)} on the "
+            f"same cost tables, predicted {base['throughput_tokens_per_s']:,.0f} tokens/s "
+            f"(whole cluster) against the module-level plan's {ours:,.0f}"
         )
-        out.append([list(r.args)])
-        if rank == 0:
-            notes += r.warnings
-    return out
-
-
-def _vllm_nodes(
-    s: Any, ctx: ExportContext, nodes: int, notes: list[str], opt: Option | None = None
-) -> list[list[list[str]]] | None:
-    out = []
-    for rank in range(nodes):
-        r = vllm_args(
-            s,
-            model_path=ctx.model_path,
-            target=ctx.target,
-            num_nodes=nodes,
-            node_rank=rank,
-            redundant_experts=max(ctx.redundant, opt.redundant if opt else 0),
-            knobs=opt.knobs if opt else None,
-        )
-        if not r.expressible:
-            notes += r.warnings
-            return None
-        if rank == 0:
-            notes += r.warnings
-        out.append([list(r.args)])
-    if "--distributed-executor-backend" in out[0][0]:
-        out[0].insert(0, ["ray", "start", "--head", "--port", str(RAY_PORT)])
-    return out
-
-
-def _violations(engine: str, cmds: list[list[list[str]]], s: Any, ctx: ExportContext) -> list[str]:
-    bad: list[str] = []
-    for rank, node in enumerate(cmds):
-        args = node[-1]
-        if engine == "sglang":
-            loc = "--init-expert-location" in args
-            bad += cons.check_sglang(
-                args,
-                ctx.target,
-                gpus_used=s.world_size,
-                location_width=ctx.placement_width if loc else None,
-            )
-        elif args[:1] == ["vllm"]:
-            bad += cons.check_vllm(args, ctx.target, gpus_used=s.world_size, node_rank=rank)
-    return bad
-
-
-Builder = Callable[..., list[list[list[str]]] | None]
-BUILDERS: dict[str, Builder] = {"sglang": _sglang_nodes, "vllm": _vllm_nodes}
+    return part, notes
 
 
 def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
@@ -300,9 +336,10 @@ def engine_export(
     options: Sequence[Option],
     winner: Option | None = None,
 ) -> LaunchExport:
-    """The launch script of ``engine``: the first of ``options`` (best first) the engine can
-    run under its pinned rules; ``winner`` is what the predicted gap is measured against
-    (default: the first option)."""
+    """The launch folder of ``engine``: the first of ``options`` (best first) whose every
+    server the engine can run under its pinned rules, all its replicas and pools placed
+    (:mod:`moeplan.export.deployment`); ``winner`` is what the predicted gap is measured
+    against (default: the first option)."""
     head = _head(engine, result, ctx)
     if not options:
         return LaunchExport(
@@ -313,32 +350,42 @@ def engine_export(
         )
     win = winner or options[0]
     skipped: list[str] = []
+    c = result.cluster
     for o in options:
-        if o.strategy is None:
+        pools = o.deploy_pools()
+        if not pools:
             continue
-        notes: list[str] = []
-        cmds = BUILDERS[engine](o.strategy, ctx, result.cluster.num_nodes, notes, o)
-        bad = [] if cmds is None else _violations(engine, cmds, o.strategy, ctx)
-        if cmds is None or bad:
-            skipped.append(f"{o.label}: " + "; ".join(bad or notes))
+        try:
+            slots = place(pools, gpus_per_node=c.gpus_per_node, num_nodes=c.num_nodes)
+        except MoeplanError as err:
+            skipped.append(f"{o.label}: {err}")
             continue
+        scs = [server_commands(engine, s, ctx) for s in slots]
+        bad = [v for sc in scs for v in sc.violations]
+        bad += [w for sc in scs if not sc.nodes for w in sc.warnings]
+        if bad:
+            skipped.append(f"{o.label}: " + "; ".join(dict.fromkeys(bad)))
+            continue
+        router, what = router_command(engine, scs)
+        notes = list(dict.fromkeys([*o.notes, *(w for sc in scs for w in sc.warnings)]))
         gap = win.per_gpu / o.per_gpu if o.per_gpu > 0 else float("inf")
+        dep = summary(slots, engine, router is not None)
         comments = _comments(head, win, o, gap, skipped, notes)
-        if len(cmds) > 1:
-            comments.append(
-                f"run this script on each of the {len(cmds)} nodes with NODE_RANK "
-                f"set to 0..{len(cmds) - 1} and MASTER_ADDR to node 0's address"
-            )
+        comments += _deployment_lines(dep, what, c.num_nodes)
+        text = render_launch(scs, router, num_nodes=c.num_nodes, comments=comments)
         return LaunchExport(
             engine=engine,
-            text=render_per_node(cmds, comments, preamble=[HERE]),
+            text=text,
             label=o.label,
             per_gpu=o.per_gpu,
             unit=o.unit,
             gap=gap,
-            node_args=tuple(tuple(n[-1]) for n in cmds),
+            node_args=scs[0].server_args,
             warnings=tuple(notes),
             skipped=tuple(skipped),
+            files={"launch.sh": text, "stop.sh": render_stop(head[:2])},
+            deployment=dep,
+            servers=tuple(sc.server_args for sc in scs),
         )
     return LaunchExport(
         engine=engine,
@@ -349,6 +396,38 @@ def engine_export(
             f"none of the {len(options)} planned deployments passes its rules",
         ),
     )
+
+
+def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[str, LaunchExport]:
+    """Each engine's launch folder for a plan outcome: ``result`` (the families' ranking) and
+    ``serving`` (the serving ranking, None when not simulated) — in the serving ranking's
+    order when there is one, else by the analytic prefill figure."""
+    if serving is not None:
+        options = serving_options(serving)
+        winner = options[0] if options else None
+    else:
+        options = analytic_options(result)
+        w = result.winner
+        winner = Option(
+            strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
+        )
+    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
+
+
+def _deployment_lines(dep: dict[str, Any], router: str, num_nodes: int) -> list[str]:
+    """What the script starts, in words."""
+    pools = "; ".join(
+        f"{p['instances']} {role} server{'s' * (p['instances'] > 1)} of {p['layout']}"
+        for role, p in dep["pools"].items()
+    )
+    out = [f"starts {pools}: {dep['gpus']} GPUs in all; {router}"]
+    if num_nodes > 1:
+        out.append(
+            f"run it on each of the {num_nodes} nodes with NODE_RANK set to 0..{num_nodes - 1} "
+            f"and NODE_0_ADDR..NODE_{num_nodes - 1}_ADDR to the nodes' addresses"
+        )
+    out.append("stop.sh ends what this script started on its node")
+    return out
 
 
 def _comments(

@@ -23,7 +23,7 @@ from typing import Any
 
 from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
-from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args
+from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args, vllm_knob_env
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.instance_knobs import InstanceKnobs
@@ -168,7 +168,9 @@ def vllm_pd_commands(
             return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]
         notes += [f"{role}: {w}" for w in r.warnings]
         chunk = prefill_chunk_args("vllm", prefill_chunk, s.attn_dp) if role == "prefill" else []
-        cmds += [[*r.args, *chunk, "--kv-transfer-config", kv] for _ in range(count)]
+        env = [f"{k}={v}" for k, v in vllm_knob_env(pool_knobs[role], role)]
+        head = ["env", *env] if env else []
+        cmds += [[*head, *r.args, *chunk, "--kv-transfer-config", kv] for _ in range(count)]
     return cmds, notes
 
 

@@ -12,8 +12,11 @@ layer         table (keyed by family name)
 planners      :data:`moeplan.planners.rank.ADAPTERS` — the analytic proposer (``proposer``)
 serve         :data:`moeplan.serve.family_layouts.ENTRIES` (``serving == "instance"``) and
               :data:`moeplan.serve.disagg_rank.POOL_PLANS` (``serving == "pools"``)
-report        :data:`moeplan.report.families.SECTIONS` — the report's section of a proposer
-export        :data:`moeplan.export.families.EXPORTS` — how a served deployment launches
+report        :data:`moeplan.report.sections.FAMILY_SECTIONS` and
+              :data:`moeplan.report.figures.BASELINES` — a proposer's section and baselines
+export        :data:`moeplan.export.plan_export.ANALYTIC_OPTIONS` — what a proposer's plan
+              offers the engines; P/D pools by the record's ``launch``
+cli           :data:`moeplan.cli.serve.PLAN_LAYOUTS` — ``serve-sim --plan``'s reader
 runtime       :data:`moeplan.runtime.engines.ENGINES` and ``moeplan.runtime.mesh``'s mesh
               builders — every family that writes its own ``plan.json`` (``plan_family``)
 ============  ==========================================================================

@@ -16,8 +16,9 @@ run on a CPU in the tests (``--quick``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from moeplan.cost.mixer_layers import ATTENTION_KINDS  # the kinds priced as uniform attention
 from moeplan.specs import ModelSpec
 
 
@@ -79,14 +80,32 @@ def expert_gemms(model: ModelSpec, tokens: int, scale: int = 1) -> list[tuple[in
     return out
 
 
+def attention_views(model: ModelSpec) -> list[ModelSpec]:
+    """``model`` once per distinct attention shape of its layers (Gemma-4's sliding and
+    global layers differ in K/V heads and head dim): the views the cost model prices each
+    layer with (:meth:`moeplan.cost.CostModel.layer_model`), the model itself first."""
+    views = {(model.num_attention_heads, model.num_kv_heads, model.head_dim): model}
+    for x in model.layer_specs:
+        m = x.mixer
+        if m.kind in ATTENTION_KINDS:
+            dims = (m.num_heads, max(1, m.num_kv_heads), m.head_dim)
+            views.setdefault(
+                dims,
+                replace(model, num_attention_heads=dims[0], num_kv_heads=dims[1], head_dim=dims[2]),
+            )
+    return list(views.values())
+
+
 def model_gemms(
     model: ModelSpec, tokens_list: list[int], scale: int = 1
 ) -> list[tuple[int, int, int]]:
-    """All distinct GEMM shapes of the model over ``tokens_list``."""
+    """All distinct GEMM shapes of the model over ``tokens_list`` (every layer's attention
+    shape, :func:`attention_views`)."""
     shapes = {
         s
         for t in tokens_list
-        for s in attention_gemms(model, t, scale) + expert_gemms(model, t, scale)
+        for s in [a for v in attention_views(model) for a in attention_gemms(v, t, scale)]
+        + expert_gemms(model, t, scale)
     }
     return sorted(shapes)
 

@@ -3,6 +3,7 @@ planners' results as :func:`moeplan.serve.job.plan_job` left them; nothing is re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,32 +69,35 @@ def baseline_rows(result: Any) -> list[tuple[str, float, str]]:
     """(label, prompt tokens/s per GPU, family) of every family's named baselines."""
     rows: list[tuple[str, float, str]] = []
     w = result.workload
-    tokens = w.batch * w.isl
     for c in result.candidates:
-        if c.family == "strategy":
-            for name, r in c.detail.baselines.items():
-                if r is not None and r.fits:
-                    rows.append(
-                        (
-                            f"MixServe baseline: {name}",
-                            tokens / r.prefill.total_s / r.num_gpus,
-                            "strategy",
-                        )
-                    )
-        elif c.family == "dep":
-            rep = c.detail
-            for key in ("pppipe", "naive"):
-                res, prob = getattr(rep, key), rep.baseline_problems[key]
-                rows.append(
-                    (f"FinDEP baseline: {key}", res.throughput / (prob.ag + prob.eg), "dep")
-                )
-        elif c.family == "pipeline":
-            for name, b in c.detail.baselines.items():
-                if b is not None:
-                    rows.append(
-                        (f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus, "pipeline")
-                    )
+        rows += [(label, value, c.family) for label, value in BASELINES[c.family](c, w.batch * w.isl)]
     return rows
+
+
+def _strategy_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+    return [(f"MixServe baseline: {name}", tokens / r.prefill.total_s / r.num_gpus)
+            for name, r in c.detail.baselines.items() if r is not None and r.fits]
+
+
+def _dep_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+    rep = c.detail
+    return [(f"FinDEP baseline: {key}", getattr(rep, key).throughput
+             / (rep.baseline_problems[key].ag + rep.baseline_problems[key].eg))
+            for key in ("pppipe", "naive")]
+
+
+def _pipeline_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+    return [(f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus)
+            for name, b in c.detail.baselines.items() if b is not None]
+
+
+#: Each proposed family's named baselines (label, prompt tokens/s per GPU), keyed by family
+#: (:data:`moeplan.planners.families.PROPOSED`).
+BASELINES: dict[str, Callable[[Any, int], list[tuple[str, float]]]] = {
+    "strategy": _strategy_baselines,
+    "pipeline": _pipeline_baselines,
+    "dep": _dep_baselines,
+}  # fmt: skip
 
 
 def dep_gantt(schedules: dict[str, Any]) -> go.Figure:

@@ -1,9 +1,9 @@
 """Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
 
 Everything written is formatted from one :class:`moeplan.serve.outcome.PlanOutcome`
-(:func:`moeplan.serve.job.plan_job` computed it; nothing here plans or simulates). Launch
-scripts come from :mod:`moeplan.export.plan_export` (the best strategy each engine can run under
-its pinned version's rules); the report itself from :mod:`moeplan.report.sections`, listing the
+(:func:`moeplan.serve.job.plan_job` computed it; nothing here plans or simulates). The
+``launch/`` folder comes from :mod:`moeplan.export.plan_export` (per engine, the whole
+deployment — every replica and pool — it can run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`, listing the
 launch files this module writes. The files are written as one set
 (:class:`moeplan.io.OutputSet`): staged in a hidden folder next to ``--out`` and swapped in
 together, so an interrupted run never leaves a mix.
@@ -23,24 +23,18 @@ from typing import Any
 import numpy as np
 
 from moeplan.export.constraints import Target
+from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
-    PREFILL_UNIT,
     ExportContext,
     LaunchExport,
-    Option,
-    analytic_options,
-    engine_export,
-    serving_options,
+    checkpoint_config,
+    deployment_exports,
 )
 from moeplan.io import OutputSet
-from moeplan.planners.families import family
 from moeplan.planners.plan import Plan
 from moeplan.report.html import PLOTLY_FILE, plotly_js
 from moeplan.report.sections import render_report
 from moeplan.serve.outcome import PlanOutcome, pricing_line
-
-ENGINES = ("sglang", "vllm")
-
 
 ARTIFACTS = frozenset(
     {
@@ -52,9 +46,10 @@ ARTIFACTS = frozenset(
         "expert_location.json",
         "sglang_pd.sh",
         "vllm_pd.sh",
+        "launch",
         PLOTLY_FILE,
     }
-)
+)  # sglang.sh / vllm.sh / *_pd.sh: earlier runs' names, replaced by launch/
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +62,7 @@ class LaunchFile:
     predicted: str = "—"  # its predicted figure with the unit
     gap: str = "—"  # the winner's figure over the launched one's (per GPU)
     notes: tuple[str, ...] = ()
+    export: LaunchExport | None = None  # the engine's launch folder (launch.sh, stop.sh)
 
 
 def check_outdir(outdir: Path) -> None:
@@ -83,6 +79,7 @@ def launch_exports(
     serving: Any = None,
     pricing: str = "",
     notes: tuple[str, ...] = (),
+    remote_code: bool = False,
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
     serving ranking's order when there is one, else by the analytic prefill figure.
@@ -99,22 +96,15 @@ def launch_exports(
         placement_width=width,
         notes=notes,
         pricing=pricing,
+        remote_code=remote_code,
     )
-    if serving is not None:
-        options = serving_options(serving)
-        winner = options[0] if options else None
-    else:
-        options = analytic_options(result)
-        w = result.winner
-        winner = Option(
-            strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
-        )
-    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
+    return deployment_exports(result, serving, ctx)
 
 
 def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
-    """Every launch file of the outcome, in the order written: each engine's colocated script
-    and, when a P/D deployment wins, its SGLang P/D script."""
+    """Each engine's ``launch/<engine>/launch.sh`` of the outcome, in the order written: the
+    whole deployment (replicas, P/D pools, router) the engine can run."""
+    config = checkpoint_config(outcome.model.name) or checkpoint_config(outcome.model_path)
     exports = launch_exports(
         outcome.analytic,
         outcome.plan,
@@ -123,34 +113,25 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
         serving=outcome.ranking,
         pricing=pricing_line(outcome.pricing),
         notes=outcome.fit_notes,
+        remote_code=needs_remote_code(config),
     )
     out = []
     for engine, ex in exports.items():
-        name = f"{engine}.sh"
+        name = f"launch/{engine}/launch.sh"
         if ex.label is None:
-            out.append(LaunchFile(name=name, text=ex.text,
+            out.append(LaunchFile(name=name, text=ex.text, export=ex,
                                   launches="— (cannot launch; the script exits 1)"))
             continue
         notes = tuple(ex.warnings)
         if ex.skipped:
             notes += (f"{len(ex.skipped)} faster deployments were skipped because {engine} "
                       f"cannot run them, e.g. {ex.skipped[0]}",)
-        out.append(LaunchFile(name=name, text=ex.text, launches=ex.label,
+        dep = ex.deployment or {}
+        what = ", ".join(f"{p['instances']} x {role}" for role, p in dep.get("pools", {}).items())
+        out.append(LaunchFile(name=name, text=ex.text, export=ex,
+                              launches=f"{ex.label} — {what} servers, {dep.get('gpus')} GPUs",
                               predicted=f"{ex.per_gpu:,.1f} {ex.unit}", gap=f"{ex.gap:.2f}x",
                               notes=notes))  # fmt: skip
-    win = outcome.winner
-    if family(win.entry.family).launch == "pools":
-        from moeplan.export.sglang import sglang_pd_script
-        from moeplan.export.vllm import vllm_pd_script
-
-        m = win.metrics
-        figure = ("—" if m is None else
-                  f"{m.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU (simulated)")
-        for name, script in (("sglang_pd.sh", sglang_pd_script), ("vllm_pd.sh", vllm_pd_script)):
-            text = script(win.entry.layout, model_path=outcome.model_path,
-                          target=Target.of(outcome.model, outcome.cluster))
-            out.append(LaunchFile(name=name, text=text, launches=_label(win.entry),
-                                  predicted=figure, gap="1.00x"))  # fmt: skip
     return out
 
 
@@ -167,25 +148,48 @@ def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
     launchers = launch_files(outcome)
     html = render_report(outcome, launchers)  # before any file: it may fail
     with OutputSet(outdir, known=set(ARTIFACTS)) as out:
+        loc = None
         if "placement" in plan.details:
-            from moeplan.export.expert_location import write_sglang_expert_location
+            from moeplan.export.expert_location import sglang_expert_location
 
-            write_sglang_expert_location(
-                out.path("expert_location.json"),
-                np.asarray(plan.details["placement"]["physical_to_logical_map"]),
-                ep=plan.details["placement"]["ep"],
-                num_hidden_layers=outcome.model.num_layers,
-                moe_layers=outcome.model.moe_layers,
+            loc = json.dumps(
+                sglang_expert_location(
+                    np.asarray(plan.details["placement"]["physical_to_logical_map"]),
+                    ep=plan.details["placement"]["ep"],
+                    num_hidden_layers=outcome.model.num_layers,
+                    moe_layers=outcome.model.moe_layers,
+                )
             )
-            files["expert_location"] = str(outdir / "expert_location.json")
+            files["expert_location"] = str(out.write("expert_location.json", loc))
         files["plan"] = str(out.write("plan.json", plan.to_json()))
         timeline = json.dumps(outcome.timeline, default=_np)
         files["timeline"] = str(out.write("timeline.json", timeline))
-        for lf in launchers:
-            files[lf.name.removesuffix(".sh")] = str(out.write(lf.name, lf.text, executable=True))
+        exports = {lf.name.split("/")[1]: lf.export for lf in launchers if lf.export is not None}
+        files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
+        for engine in exports:  # each engine's launch.sh (what --json's artifacts name)
+            files[engine] = str(outdir / "launch" / engine / "launch.sh")
         files["plotly"] = str(out.write(PLOTLY_FILE, plotly_js()))
         files["report"] = str(out.write("report.html", html))
     return files
+
+
+def write_launch_folder(
+    folder: Path, exports: dict[str, LaunchExport], expert_location: str | None
+) -> Path:
+    """``launch/``: ``deployment.json`` (what each engine's files start) and per engine
+    ``launch.sh`` / ``stop.sh`` (executable) with the ``expert_location.json`` they pass."""
+    folder.mkdir()
+    deployments = {e: ex.deployment for e, ex in exports.items()}
+    (folder / "deployment.json").write_text(json.dumps(deployments, indent=1) + "\n")
+    for engine, ex in exports.items():
+        sub = folder / engine
+        sub.mkdir()
+        for name, text in (ex.files or {"launch.sh": ex.text}).items():
+            (sub / name).write_text(text, encoding="utf-8")
+            (sub / name).chmod(0o755)
+        if expert_location is not None and "--init-expert-location" in ex.text:
+            (sub / "expert_location.json").write_text(expert_location)
+    return folder
 
 
 def _np(o: Any) -> Any:

@@ -9,8 +9,10 @@ planned batch and the batch's prefill time without queueing (the families' own f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from moeplan.planners.families import FAMILY
 from moeplan.report import figures
 from moeplan.report.html import Section, render
 from moeplan.report.trust import error_section, fits_section, inputs_section, served_text
@@ -24,21 +26,10 @@ def render_report(outcome: PlanOutcome, launchers: list[Any] | None = None) -> s
     m, c = outcome.model, outcome.cluster
     sections = [_serving_section(outcome), _serving_figures(outcome), _verdict(outcome)]
     by_family = {x.family: x for x in outcome.analytic.candidates}
-    if outcome.dep_schedules and "dep" in by_family:
-        d = by_family["dep"]
-        sections.append(Section(
-            title="Disaggregated (FinDEP): schedule",
-            paragraphs=[f"FinDEP {d.label}: {d.extra['speedup_vs_pppipe']:.2f}x PPPipe and "
-                        f"{d.extra['speedup_vs_naive']:.2f}x naive DEP on the same simulator."],
-            figures=[figures.dep_gantt(outcome.dep_schedules)],
-        ))  # fmt: skip
-    if "pipeline" in by_family:
-        sections.append(Section(
-            title="Pipelined (SMIDT): stages",
-            figures=[figures.pipeline_stages(by_family["pipeline"], c.gpu.mem_bytes)],
-        ))  # fmt: skip
-    if "strategy" in by_family:
-        sections.append(_pareto_section(outcome, by_family["strategy"]))
+    for name, section in FAMILY_SECTIONS.items():
+        sec = section(outcome, by_family[name]) if name in by_family else None
+        if sec is not None:
+            sections.append(sec)
     if outcome.placement_changes:
         sections.append(_placement_section(outcome))
     if launchers:
@@ -145,10 +136,28 @@ def _verdict(outcome: PlanOutcome) -> Section:
     return s
 
 
+def _dep_section(outcome: PlanOutcome, d: Any) -> Section | None:
+    if not outcome.dep_schedules:
+        return None
+    return Section(
+        title=FAMILY[d.family].report_section,
+        paragraphs=[f"FinDEP {d.label}: {d.extra['speedup_vs_pppipe']:.2f}x PPPipe and "
+                    f"{d.extra['speedup_vs_naive']:.2f}x naive DEP on the same simulator."],
+        figures=[figures.dep_gantt(outcome.dep_schedules)],
+    )  # fmt: skip
+
+
+def _pipeline_section(outcome: PlanOutcome, p: Any) -> Section:
+    return Section(
+        title=FAMILY[p.family].report_section,
+        figures=[figures.pipeline_stages(p, outcome.cluster.gpu.mem_bytes)],
+    )
+
+
 def _pareto_section(outcome: PlanOutcome, s: Any) -> Section:
     a = s.detail
     return Section(
-        title="Colocated hybrid (MixServe): strategies",
+        title=FAMILY[s.family].report_section,
         paragraphs=[
             f"{len(a.strategies)} strategies fit memory; {a.rejected_memory} were "
             f"rejected for memory and {a.rejected_shape} for shape.",
@@ -197,3 +206,12 @@ def _launch_section(launchers: list[Any]) -> Section:
         s.paragraphs += [f"{lf.name}: {n}" for n in lf.notes]
     s.table(["file", "launches", "predicted", "winner ÷ launched (per GPU)"], rows)
     return s
+
+
+#: The report's section of each proposed family, keyed by family name, in page order
+#: (:data:`moeplan.planners.families.PROPOSED`; None: nothing to show this time).
+FAMILY_SECTIONS: dict[str, Callable[[PlanOutcome, Any], Section | None]] = {
+    "dep": _dep_section,
+    "pipeline": _pipeline_section,
+    "strategy": _pareto_section,
+}

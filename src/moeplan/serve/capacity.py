@@ -298,6 +298,9 @@ class Capacity:
     replicas: int
     limited_by: str
     probes: int
+    boundable: bool = True
+    """One run's requests can bound the SLO percentile (its distribution-free 95 % upper
+    order statistic lies inside the sample: p90 needs 35 requests)."""
 
     @property
     def ci_rel(self) -> float:
@@ -322,6 +325,7 @@ class Capacity:
             "ci95_rps_per_instance": [self.low_rps, self.high_rps],
             "ci95_half_width_rel": self.ci_rel,
             "steady": self.steady,
+            "percentile_boundable": self.boundable,
             "output_tokens_per_s_per_gpu": self.per_gpu(osl_mean, gpus),
             "measured_requests": self.requests,
             "seed": self.seed,
@@ -478,6 +482,7 @@ def slo_capacity(
         replicas=replicas,
         limited_by=limited,
         probes=sum(1 for k in probes if k[0] != "full"),
+        boundable=_boundable(requests, slo.percentile),
     )
     if not full:
         return cap, None
@@ -497,6 +502,11 @@ def slo_capacity(
             runner=runner,
         )
     return cap, run
+
+
+def _boundable(n: int, p: float) -> bool:
+    q = p / 100.0
+    return math.ceil(n * q + Z95 * math.sqrt(n * q * (1.0 - q))) <= n
 
 
 REPLICATIONS = 4  # independent streams (seeds) behind the capacity's interval

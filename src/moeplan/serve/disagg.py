@@ -438,5 +438,6 @@ def bound(k: Candidate) -> str:
     """Which pool limits the matched rate, and what caps it."""
     rp, rd = k.rho
     if rp >= rd:
-        return f"prefill pool compute ({k.layout.x} instances at the TTFT SLO)"
+        n = k.layout.x
+        return f"prefill pool compute ({n} instance{'' if n == 1 else 's'} at the TTFT SLO)"
     return f"decode pool: {k.decode_note}"

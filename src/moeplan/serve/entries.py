@@ -71,4 +71,13 @@ class Served:
             "knobs": None if self.result.knobs is None else self.result.knobs.to_dict(),
             "metrics": metrics,
             "estimate_output_tokens_per_s_per_gpu": self.estimate_tokens_per_s_per_gpu,
+            **self.deployment(),
         }
+
+    def deployment(self) -> dict[str, Any]:
+        """What was served, exactly, for a colocated entry (``serve-sim --plan`` simulates it
+        again): the instance's degrees (``serve_layout``) and its ``replicas``; {} for pools."""
+        lay = self.entry.layout
+        if not isinstance(lay, ServeLayout):
+            return {}
+        return {"serve_layout": lay.to_dict(), "replicas": self.entry.replicas}

@@ -19,7 +19,7 @@ from typing import Any
 from moeplan.cost import CostModel
 from moeplan.cost.provenance import pricing, quant_vs_bf16, source_errors
 from moeplan.errors import MoeplanError
-from moeplan.planners.families import family
+from moeplan.planners.families import FAMILY
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult, plan
 from moeplan.serve.job_parts import (
@@ -104,7 +104,8 @@ def plan_job(spec: JobSpec, cost: CostModel,
     say("simulating the top plans' curves and the winner's trace")
     curves = serving_curves(ranking, m, c, cost)
     timeline = serving_trace(ranking, m, c, cost)
-    dep = next((x for x in result.candidates if family(x.family).layout == "groups"), None)
+    # the proposer whose plan is an attention/expert schedule (FinDEP) draws its Gantt chart
+    dep = next((x for x in result.candidates if FAMILY[x.family].layout == "groups"), None)
     schedules: dict[str, Any] = {}
     if dep is not None:
         from moeplan.planners.dep.planner import schedules as dep_schedules

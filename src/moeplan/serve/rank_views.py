@@ -65,12 +65,13 @@ def _load(w: ServeWorkload) -> str:
 
 
 def describe(d: LengthDist) -> str:
-    """``2048``, ``uniform 128..1024`` or ``lognormal mean 512 (sigma 0.8)`` tokens."""
+    """``2048``, ``uniform 128..1024`` or ``lognormal median 512 (sigma 0.8, mean 703)``
+    tokens."""
     if d.kind == "fixed":
         return f"{d.mean}"
     if d.kind == "uniform":
         return f"uniform {d.low}..{d.high}"
-    return f"{d.kind} mean {d.mean} (sigma {d.sigma:g})"
+    return f"{d.kind} median {d.median} (sigma {d.sigma:g}, mean {d.mean})"
 
 
 def serve_explanation(
@@ -150,10 +151,10 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
         k = n // g
         fill = (
             f"one copy fits: {m.output_tokens_per_s:,.0f} output tokens/s for the cluster, "
-            f"{n - g} GPUs stay idle"
+            f"{n - g} GPU{'' if n - g == 1 else 's'} stay idle"
             if k == 1
             else f"{k} copies fill it: {k * g} GPUs, {k * m.output_tokens_per_s:,.0f} output "
-            f"tokens/s in all{f', {n - k * g} GPUs idle' if n > k * g else ''}"
+            f"tokens/s in all{f', {n - k * g} GPU(s) idle' if n > k * g else ''}"
         )
         out.append(f"It uses {g} of the cluster's {n} GPUs ({fill}).")
     if ranking.certificate_sentence:

@@ -13,8 +13,10 @@
   population): each client's first request comes after one think time too (staggered start),
   so clients drift apart; the run then obeys the interactive response-time law
   ``clients = throughput x (mean latency + think_s)``.
-- Lengths: ``fixed``, ``uniform`` on ``[low, high]``, ``lognormal`` with median ``mean`` and
-  shape ``sigma`` clipped to ``[low, high]``.
+- Lengths: ``fixed``, ``uniform`` on ``[low, high]``, ``lognormal`` with median ``median`` and
+  shape ``sigma`` clipped to ``[low, high]``. ``mean`` is always the distribution's mean (for
+  a lognormal: of the clipped distribution, in closed form, rounded to a whole token), so
+  every figure priced per token (output tokens/s = rate x mean output length) means one thing.
 - ``prefix_hit``: fraction of every prompt found in the prefix cache (occupies KV, is attended
   to, is not prefilled).
 
@@ -47,10 +49,11 @@ class LengthDist:
     """Token-count distribution (see module docstring)."""
 
     kind: str = "fixed"
-    mean: int = 1024
+    mean: int = 1024  # a lognormal's is derived from median, sigma and the clip
     low: int = 1
     high: int = 0  # 0: no upper clip for lognormal, ``mean`` for fixed
     sigma: float = 0.5
+    median: int = 0  # lognormal only: the median of the unclipped distribution
 
     def __post_init__(self) -> None:
         require(
@@ -65,6 +68,24 @@ class LengthDist:
         if self.kind == "uniform":
             require(self.high >= self.low, f"length.high ({self.high}) must be set for uniform")
         require(self.sigma > 0, f"length.sigma ({self.sigma}) must be positive")
+        if self.kind == "lognormal":
+            require(self.median >= 1, f"length.median ({self.median}) must be >= 1 for lognormal")
+            mean = min(float(MAX_LENGTH), self.expected())  # past every context: the cap
+            object.__setattr__(self, "mean", max(1, round(mean)))
+
+    def expected(self) -> float:
+        """The exact mean of the distribution (a lognormal's clipped to ``[low, high]``:
+        ``E[clip(X)] = low P(X<low) + high P(X>high) + median e^(s^2/2) [Phi(b - s) - Phi(a - s)]``
+        with ``a, b`` the standardized log-bounds)."""
+        if self.kind == "fixed":
+            return float(self.mean)
+        if self.kind == "uniform":
+            return (self.low + self.high) / 2
+        mu, s = math.log(self.median), self.sigma
+        a = (math.log(self.low) - mu) / s
+        b = (math.log(self.high) - mu) / s if self.high else math.inf
+        body = self.median * math.exp(s * s / 2) * (_phi(b - s) - _phi(a - s))
+        return self.low * _phi(a) + (self.high * (1 - _phi(b)) if self.high else 0.0) + body
 
     @classmethod
     def parse(cls, text: str) -> LengthDist:
@@ -88,7 +109,7 @@ class LengthDist:
             )
             return cls(
                 kind="lognormal",
-                mean=_tokens(text, args[0]),
+                median=_tokens(text, args[0]),
                 sigma=sigma,
                 high=_tokens(text, args[2]) if len(args) == 3 else 0,
             )
@@ -99,17 +120,23 @@ class LengthDist:
             return np.full(n, self.mean, dtype=np.int64)
         if self.kind == "uniform":
             return rng.integers(self.low, self.high + 1, size=n, dtype=np.int64)
-        x = np.rint(self.mean * np.exp(self.sigma * rng.standard_normal(n))).astype(np.int64)
+        x = np.rint(self.median * np.exp(self.sigma * rng.standard_normal(n))).astype(np.int64)
         return np.clip(x, self.low, self.high or np.iinfo(np.int64).max)
 
     @property
     def max(self) -> int:
-        """Largest value the distribution can produce (``mean * e^(4 sigma)`` when unclipped)."""
+        """Largest value the distribution can produce (``median * e^(4 sigma)`` when
+        unclipped)."""
         if self.kind == "fixed":
             return self.mean
         if self.kind == "uniform" or self.high:
             return self.high
-        return int(self.mean * np.exp(4 * self.sigma))
+        return int(self.median * np.exp(4 * self.sigma))
+
+
+def _phi(z: float) -> float:
+    """The standard normal CDF."""
+    return 0.5 * math.erfc(-z / math.sqrt(2)) if math.isfinite(z) else float(z > 0)
 
 
 #: Largest token count a length distribution names: 2^30, the longest context a model

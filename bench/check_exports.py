@@ -1,0 +1,218 @@
+"""Every launch file of the preset winners, read by the pinned engines' own code.
+
+1. A scratch virtual environment outside the repository (``--venv``, default
+   ``~/.cache/moeplan/engines``) gets the pinned wheels ``--no-deps`` (SGLang, vLLM,
+   sglang-router; not moeplan dependencies) and the few light pure packages their argument
+   modules import at load time (:data:`LIGHT`); GPU kernels and web stacks are stand-ins
+   (:data:`STUBS`, see ``bench/engine_parsers.py``).
+2. Launch folders: for every preset model on every preset cluster it fits, the analytic
+   winner of the colocated family (what ``tests/test_launchable_presets.py`` plans) written by
+   :func:`moeplan.export.plan_export.engine_export`; and for each ``--serving MODEL:CLUSTER``
+   pair, ``moeplan plan``'s own ``launch/`` folder (serving ranking included: replicas, P/D).
+3. Each ``launch.sh`` runs once per node rank with recording stand-ins for ``python``,
+   ``vllm``, ``ray`` and ``curl`` (nothing starts); every recorded server and router command
+   goes to the engine's own argument handling (CUDA faked as 8 GPUs of the cluster's compute
+   capability). Three deliberately wrong commands must fail (controls).
+
+Prints the count that pass per engine, and ``PASS n/N``. Usage::
+
+    python bench/check_exports.py [--venv DIR] [--serving mixtral-8x7b:a100-sxm-8 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PINNED = ["sglang==0.5.23", "vllm==0.11.0", "sglang-router==0.3.2"]
+LIGHT = [  # pure / small packages the engines' argument modules import at load time
+    "orjson", "psutil", "pybase64", "requests", "msgspec", "setproctitle", "cachetools",
+    "starlette", "fastapi", "pyzmq", "aiohttp", "uvloop", "pydantic", "pydantic-core",
+    "typing-inspection", "annotated-types", "cloudpickle", "blake3", "partial-json-parser",
+    "prometheus-client", "urllib3", "multidict", "attrs", "yarl", "cbor2", "idna",
+    "charset-normalizer", "certifi", "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist",
+    "openai", "openai-harmony", "jiter", "httpx", "anyio", "distro", "sniffio", "httpcore",
+    "h11", "dill",
+]  # fmt: skip
+STUBS = (  # GPU kernels, compilers and optional front ends: never reached by argument handling
+    "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C,torchvision,tvm_ffi,"
+    "sentencepiece,pynvml,compressed_tensors,sgl_kernel,gguf"
+)
+RECORDER = '#!/bin/sh\n{ printf "%s\\0" "$(basename "$0")" "$@"; printf "<end>\\0"; } >> "$ARGV_LOG"\n'
+CONTROLS = [  # must fail: attention DP not dividing TP; an unknown flag; an unknown policy
+    ("sglang", ["--model-path", "MODEL", "--tp-size", "8", "--attn-dp-size", "3"]),
+    ("vllm", ["m", "--tensor-parallel-size", "2", "--no-such-flag"]),
+    ("router", ["--worker-urls", "http://a:1", "--policy", "no_such_policy"]),
+]
+
+
+def ensure_venv(venv: Path) -> Path:
+    """The scratch venv's site-packages, installing the pinned wheels there when missing."""
+    if not (venv / "bin" / "pip").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    if not (site / "sglang").is_dir():
+        pip = [str(venv / "bin" / "pip"), "install", "-q", "--no-deps"]
+        subprocess.run([*pip, *PINNED, *LIGHT], check=True)
+    # transformers asks the stand-in torchvision for its installed version
+    meta = site / "torchvision-0.0.0.dist-info"
+    meta.mkdir(exist_ok=True)
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0.0\n")
+    return site
+
+
+def model_folder(name: str, out: Path) -> Path:
+    """A local model folder holding the preset's ``config.json`` (what SGLang's resolution
+    reads; no weights are needed to resolve the arguments)."""
+    from moeplan.specs.presets import model_config
+
+    folder = out / "models" / name
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(model_config(name)))
+    return folder
+
+
+def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
+    """``(model, cluster, launch folder, sm)`` of every preset pair's colocated winner."""
+    sys.path.insert(0, str(REPO / "src"))
+    from moeplan.cost import cost_model_for
+    from moeplan.errors import MoeplanError
+    from moeplan.planners.rank import plan
+    from moeplan.report.plan_report import launch_exports, write_launch_folder
+    from moeplan.specs import Workload, cluster_names, load_cluster, load_model, model_names
+
+    w = Workload(phase="both", batch=32, isl=2048, osl=256)
+    rows = []
+    for mn in model_names():
+        for cn in cluster_names():
+            m, c = load_model(mn), load_cluster(cn)
+            try:
+                r = plan(m, c, w, cost_model_for(c, None), families=("strategy",))
+            except MoeplanError:
+                continue
+            path = str(model_folder(mn, out))
+            ex = launch_exports(r, r.winner.plan, model_path=path, full_layers=m.num_layers)
+            out.mkdir(parents=True, exist_ok=True)
+            folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
+            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes))
+    return rows
+
+
+def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float]]:
+    """``moeplan plan``'s own launch folders (serving ranking included)."""
+    from moeplan.specs import load_cluster
+
+    rows = []
+    out.mkdir(parents=True, exist_ok=True)
+    for pair in pairs:
+        mn, cn = pair.split(":")
+        dst = out / f"plan-{mn}@{cn}"
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        path = str(model_folder(mn, out))
+        subprocess.run([sys.executable, "-m", "moeplan", "plan", "--model", mn, "--cluster", cn,
+                        "--model-path", path, "--out", str(dst), "--quiet", "--requests", "300"],
+                       check=True, env=env, capture_output=True)  # fmt: skip
+        g = load_cluster(cn).gpu
+        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes))
+    return rows
+
+
+def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
+    """Every command ``script`` runs on every node rank (stand-in executables record them)."""
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for exe in ("python", "python3", "vllm", "ray", "curl"):
+        (bin_dir / exe).write_text(RECORDER)
+        (bin_dir / exe).chmod(0o755)
+    cmds: list[list[str]] = []
+    for rank in range(nodes):
+        log = work / f"argv{rank}"
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank)}
+        env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
+        subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=120)
+        cur: list[str] = []
+        for item in log.read_bytes().split(b"\0")[:-1] if log.exists() else []:
+            if item == b"<end>":
+                cmds.append(cur)
+                cur = []
+            else:
+                cur.append(item.decode())
+    return cmds
+
+
+def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
+    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU)."""
+    gpu = {"sm": sm, "gpus": 8, "mem_gib": int(mem) >> 30}
+    out = []
+    for c in cmds:
+        if c[:3] == ["python", "-m", "sglang.launch_server"]:
+            out.append({"kind": "sglang", "argv": c[3:], **gpu})
+        elif c[:3] == ["python", "-m", "sglang_router.launch_router"]:
+            out.append({"kind": "router", "argv": c[3:], **gpu})
+        elif c[:2] == ["vllm", "serve"]:
+            out.append({"kind": "vllm", "argv": c[2:], **gpu})
+    return out
+
+
+def check(site: Path, jobs: list[dict]) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(site), "MOEPLAN_STUBS": STUBS}
+    text = "".join(json.dumps({**j, "id": i}) + "\n" for i, j in enumerate(jobs))
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "engine_parsers.py")], input=text,
+                       env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    got = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            got[r["id"]] = r
+    return [got.get(i, {"ok": False, "error": p.stderr[-300:]}) for i in range(len(jobs))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", type=Path, default=Path.home() / ".cache/moeplan/engines")
+    ap.add_argument("--serving", nargs="*", default=["mixtral-8x7b:a100-sxm-8"])
+    a = ap.parse_args()
+    site = ensure_venv(a.venv)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        rows = analytic_folders(out / "a") + serving_folders(a.serving, out / "s")
+        jobs, where = [], []
+        for mn, cn, folder, sm, mem in rows:
+            dep = json.loads((folder / "deployment.json").read_text())
+            for engine in ("sglang", "vllm"):
+                nodes = max((n for s in (dep[engine] or {}).get("servers", [])
+                             for n in s["nodes"]), default=0) + 1  # fmt: skip
+                cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / mn / cn / engine)
+                for j in jobs_of(cmds, sm, mem):
+                    jobs.append(j)
+                    where.append(f"{mn}@{cn} {engine}")
+        q = str(model_folder("qwen3-30b-a3b", out))
+        controls = [{"kind": k, "argv": [q if a == "MODEL" else a for a in v], "sm": 90,
+                     "gpus": 8} for k, v in CONTROLS]  # fmt: skip
+        res = check(site, jobs + controls)
+    got, ctl = res[: len(jobs)], res[len(jobs):]
+    assert not any(r["ok"] for r in ctl), f"a control passed: {ctl}"
+    by: dict[str, list[int]] = {}
+    for j, r in zip(jobs, got, strict=True):
+        by.setdefault(j["kind"], [0, 0])[0] += r["ok"]
+        by[j["kind"]][1] += 1
+    for k, (ok, n) in sorted(by.items()):
+        print(f"{k}: {ok}/{n} commands pass the engine's own argument handling")
+    for w, r in zip(where, got, strict=True):
+        if not r["ok"]:
+            print(f"FAIL {w}: {r['error'][:300]}")
+    ok, n = sum(r["ok"] for r in got), len(got)
+    print(f"PASS {ok}/{n} ({100 * ok / max(n, 1):.1f} %) over {len(rows)} launch folders; "
+          f"{len(ctl)} wrong controls all refused")  # fmt: skip
+    return 0 if ok == n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,296 @@
+"""The launch folder starts the deployment the plan recommends: every replica and pool, on
+disjoint GPUs, with the plan's TP/DP/EP/PP per server.
+
+The oracle is the engines' flags themselves, read back from the commands the scripts run
+(SGLang: ``--tp-size`` / ``--attn-dp-size`` / ``--ep-size`` / ``--pp-size`` /
+``--base-gpu-id``; vLLM: ``--tensor-parallel-size`` / ``--data-parallel-size`` /
+``--enable-expert-parallel`` / ``--pipeline-parallel-size`` and ``CUDA_VISIBLE_DEVICES``),
+compared with the plan's layout and replica count — not with the exporter's own summary.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from moeplan.export import constraints as cons
+from moeplan.export.launch_facts import needs_remote_code
+from moeplan.export.plan_export import (
+    PREFILL_UNIT,
+    ExportContext,
+    Option,
+    engine_export,
+    serving_options,
+)
+from moeplan.export.pp_partition import layer_partition
+from moeplan.planners.strategy.space import Strategy
+from moeplan.report.plan_report import launch_exports
+from moeplan.serve.entries import Entry
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.pd import PDLayout
+from moeplan.specs import load_cluster, load_model
+from moeplan.specs.presets import model_config
+from test_launchable_presets import planned
+
+pytestmark = pytest.mark.xdist_group("preset-grid")  # shares planned() with the preset grids
+
+# records argv and the GPUs the process sees
+RECORDER = (
+    '#!/bin/sh\n{ printf "%s\\0" "CVD=${CUDA_VISIBLE_DEVICES:-}" "$(basename "$0")" "$@";'
+    ' printf "<end>\\0"; } >> "$ARGV_LOG"\n'
+)
+
+
+def degrees(engine: str, args) -> tuple[int, int, int, int, int]:
+    """(attn_tp, attn_dp, moe_tp, moe_ep, pp) read from an engine command's flags."""
+    f = cons.flags(args)
+    if engine == "sglang":
+        tp, dp = int(f["--tp-size"]), int(f.get("--attn-dp-size", 1))
+        ep = int(f.get("--ep-size", 1))
+        return tp // dp, dp, tp // ep, ep, int(f.get("--pp-size", 1))
+    tp, dp = int(f["--tensor-parallel-size"]), int(f.get("--data-parallel-size", 1))
+    ep = tp * dp if "--enable-expert-parallel" in f else 1
+    return tp, dp, tp * dp // ep, ep, int(f.get("--pipeline-parallel-size", 1))
+
+
+def key(s: Strategy) -> tuple[int, int, int, int, int]:
+    return s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep, s.pp
+
+
+def run(tmp: Path, text: str, nodes: int) -> list[list[str]]:
+    """Every command the script runs on every node rank (recording stand-ins)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for exe in ("python", "vllm", "ray", "curl"):
+        (bin_dir / exe).write_text(RECORDER)
+        (bin_dir / exe).chmod(0o755)
+    (tmp / "launch.sh").write_text(text)
+    cmds: list[list[str]] = []
+    for rank in range(nodes):
+        log = tmp / f"argv{rank}"
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank)}
+        env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
+        p = subprocess.run(["bash", str(tmp / "launch.sh")], env=env, capture_output=True)
+        assert p.returncode == 0, p.stderr
+        cur: list[str] = []
+        for item in log.read_bytes().split(b"\0")[:-1]:
+            if item == b"<end>":
+                cmds.append([f"node={rank}", *cur])
+                cur = []
+            else:
+                cur.append(item.decode())
+    return cmds
+
+
+def servers_of(cmds: list[list[str]]) -> list[tuple[str, str, list[str]]]:
+    """(node, CUDA_VISIBLE_DEVICES, engine args) of each server command."""
+    out = []
+    for c in cmds:
+        node, cvd, rest = c[0], c[1][4:], c[2:]
+        if rest[:3] == ["python", "-m", "sglang.launch_server"]:
+            out.append((node, cvd, rest[3:]))
+        elif rest[:2] == ["vllm", "serve"]:
+            out.append((node, cvd, rest[2:]))
+    return out
+
+
+def gpu_set(engine: str, node: str, cvd: str, args, world: int, per_node: int) -> set:
+    if engine == "vllm":
+        ids = [int(g) for g in cvd.split(",")] if cvd else list(range(per_node))
+    else:
+        base = int(cons.flags(args).get("--base-gpu-id", 0))
+        ids = list(range(base, base + min(world, per_node)))
+    return {(node, g) for g in ids}
+
+
+def check_started(engine, ex, tmp, c, want: Counter, gpus: int) -> None:
+    """Run ``ex``'s launch.sh: the servers' layouts are ``want`` (layout -> instances), their
+    GPUs disjoint and ``gpus`` in all; a router in front of several servers."""
+    cmds = run(tmp, ex.text, c.num_nodes)
+    servers = [s for s in servers_of(cmds) if "--node-rank" not in s[2]
+               or cons.flags(s[2])["--node-rank"] == "0"]  # fmt: skip
+    assert Counter(degrees(engine, a) for _, _, a in servers) == want
+    used: set = set()
+    for node, cvd, args in servers_of(cmds):
+        d = degrees(engine, args)
+        world = d[0] * d[1] * d[4]
+        mine = gpu_set(engine, node, cvd, args, world, c.gpus_per_node)
+        assert not used & mine, (engine, node, args)
+        used |= mine
+    assert len(used) == gpus
+    routers = [x for x in cmds if x[2:5] == ["python", "-m", "sglang_router.launch_router"]]
+    assert len(routers) == (1 if sum(want.values()) > 1 else 0)
+
+
+WHY = {  # the rules of the pinned releases that make an engine launch another deployment
+    "sglang": ("has no attention DP", "needs ep_size 1 or tp_size", "has no model class"),
+    "vllm": ("cannot express MoE TP",),
+}
+
+
+def test_every_preset_pair_launches_its_winner():
+    """Analytic grid (every preset pair, colocated family): wherever the engine can run the
+    plan's winner, its launch folder starts exactly the winner's layout (plan.json
+    ``layout``) on the winner's GPUs; where it cannot, the script says why."""
+    n = Counter()
+    for mn, cn, result in planned(("strategy",)):
+        ex = launch_exports(result, result.winner.plan, model_path=f"org/{mn}",
+                            full_layers=load_model(mn).num_layers)  # fmt: skip
+        lay = result.winner.plan.layout
+        want = (lay["attn"]["tp"], lay["attn"]["dp"], lay["moe"]["tp"], lay["moe"]["ep"],
+                lay["pp"])  # fmt: skip
+        for engine, e in ex.items():
+            if e.label != result.winner.label:  # only for the pinned engines' reasons, said
+                assert e.skipped and any(w in e.skipped[0] for w in WHY[engine]), (mn, cn, e)
+                n[engine, "other"] += 1
+                continue
+            assert e.deployment["gpus"] == lay["world_size"] == result.winner.gpus
+            assert len(e.servers) == 1 and degrees(engine, e.servers[0][0]) == want
+            n[engine, "winner"] += 1
+    assert n["sglang", "winner"] + n["sglang", "other"] >= 200, n  # 215 pairs fit today
+    assert n["sglang", "winner"] > n["sglang", "other"] and n["vllm", "winner"] > 0, n
+
+
+def fake_served(entry: Entry, knobs=None) -> SimpleNamespace:
+    metrics = SimpleNamespace(output_tokens_per_s_per_gpu=100.0)
+    return SimpleNamespace(entry=entry, metrics=metrics, result=SimpleNamespace(knobs=knobs))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_replicas_are_all_started_behind_a_router(tmp_path, engine):
+    """'DP4 x attn TP1+DP2 | moe TP2+EP1 (4 replicas)' of a model SGLang runs attention DP
+    for: four 2-GPU servers on GPUs 0-7, sglang-router in front."""
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("a100-sxm-8")
+    lay = ServeLayout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
+    e = Entry(family="pipeline", label="smidt", layout=lay, plan=None, replicas=4)
+    (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
+    assert opt.replicas == 4
+    ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
+                        full_layers=48)  # fmt: skip
+    ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    check_started(engine, ex, tmp_path, c, Counter({(1, 2, 2, 1, 1): 4}), 8)
+
+
+def test_mixtral_gets_no_attention_dp_from_sglang():
+    """SGLang 0.5.23's MixtralAttention splits heads by the whole tp_size: the attention-DP
+    replica layout is skipped for SGLang (said), kept for vLLM."""
+    m, c = load_model("mixtral-8x7b"), load_cluster("a100-sxm-8")
+    st = Strategy(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
+    opt = Option(strategy=st, label="dp", family="pipeline", per_gpu=1.0, unit=PREFILL_UNIT,
+                 replicas=4)  # fmt: skip
+    ctx = ExportContext(model_path="org/m", target=cons.Target.of(m, c), planned_layers=32,
+                        full_layers=32)  # fmt: skip
+    res = SimpleNamespace(model=m, cluster=c)
+    sg = engine_export("sglang", res, ctx, [opt])
+    assert sg.label is None and "MixtralAttention" in sg.text
+    assert engine_export("vllm", res, ctx, [opt]).deployment["gpus"] == 8
+
+
+def test_pd_pools_and_the_decode_placement(tmp_path):
+    """P/D 2 x prefill EP4 : 1 x decode EP8 on 2 nodes: all three servers, the router with
+    both pools, and the EP8 placement passed to the decode server only."""
+    m, c = load_model("deepseek-v2-lite"), load_cluster("h100-sxm-8", 2)
+    pd = PDLayout(prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8,
+                  moe_ep=8), x=2, y=1)  # fmt: skip
+    e = Entry(family="pd", label="pd", layout=pd, plan=None)
+    (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
+    ctx = ExportContext(model_path="org/d", target=cons.Target.of(m, c), planned_layers=27,
+                        full_layers=27, placement_ep=8, placement_width=64)  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    cmds = run(tmp_path, ex.text, 2)
+    servers = servers_of(cmds)
+    assert Counter(degrees("sglang", a) for _, _, a in servers) == Counter(
+        {(1, 4, 1, 4, 1): 2, (1, 8, 1, 8, 1): 1}
+    )
+    for _, _, a in servers:
+        f = cons.flags(a)
+        assert ("--init-expert-location" in f) == (f["--disaggregation-mode"] == "decode")
+    (router,) = [x[5:] for x in cmds if x[2:5] == ["python", "-m", "sglang_router.launch_router"]]
+    f = cons.flags(router)
+    assert router.count("--prefill") == 2 and router.count("--decode") == 1
+    assert "--pd-disaggregation" in f
+
+
+def test_launch_facts():
+    """Kimi-K2 ships its own code (auto_map): --trust-remote-code; Mixtral does not."""
+    assert needs_remote_code(model_config("kimi-k2"))
+    assert not needs_remote_code(model_config("mixtral-8x7b"))
+    m, c = load_model("kimi-k2"), load_cluster("h200-sxm-8", 2)
+    st = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    opt = Option(strategy=st, label="ep16", family="strategy", per_gpu=1.0, unit=PREFILL_UNIT)
+    ctx = ExportContext(model_path="org/k", target=cons.Target.of(m, c), planned_layers=61,
+                        full_layers=61, remote_code=True)  # fmt: skip
+    for engine in ("sglang", "vllm"):
+        ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+        assert all("--trust-remote-code" in a for a in ex.node_args if a[0] != "ray")
+
+
+def test_module_cut_inside_a_layer_moves_to_the_lighter_stage():
+    """Modules [a0 f0 a1 f1 a2 f2]: a cut after module 3 is the layer cut 2; after module 2
+    (inside layer 1) the FFN joins the lighter stage and the note says so."""
+    st = [{"end_module": 4}, {"end_module": 6}]
+    assert layer_partition(st, [1.0, 1.0]) == ((2, 1), [])
+    st = [{"end_module": 3}, {"end_module": 6}]
+    part, notes = layer_partition(st, [1.0, 2.0])
+    assert part == (2, 1) and "inside layer 1" in notes[0]
+    assert layer_partition(st, [3.0, 2.0])[0] == (1, 2)
+
+
+def test_pipeline_entry_exports_its_layer_partition(tmp_path):
+    """A 2-stage SMIDT entry cut inside layer 1 of 3: the engine gets SMIDT's priced
+    time-balanced layer-level partition (same PP degree), and the script says both."""
+    from moeplan.export.plan_export import _partition
+
+    plan = SimpleNamespace(
+        family="pipeline",
+        layout={"stages": [{"end_module": 3}, {"end_module": 6}]},
+        details={"stage_time_s": [1.0, 2.0]},
+        predicted={"throughput_tokens_per_s": 1000.0},
+        baselines={"time_balanced": {"pp": 2, "stage_modules": [[0, 2], [2, 6]],
+                                     "throughput_tokens_per_s": 900.0}},
+    )  # fmt: skip
+    part, notes = _partition(plan, Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2))
+    assert part == (1, 2) and "inside layer 1" in notes[0] and "900" in notes[1]
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("a100-sxm-8")
+    st = Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2)
+    opt = Option(strategy=st, label="pp2", family="pipeline", per_gpu=1.0, unit=PREFILL_UNIT,
+                 pp_partition=(20, 28), notes=tuple(notes))  # fmt: skip
+    ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
+                        full_layers=48)  # fmt: skip
+    for engine, var in (("sglang", "SGLANG"), ("vllm", "VLLM")):
+        ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+        assert f"{var}_PP_LAYER_PARTITION=20,28" in ex.text and "inside layer 1" in ex.text
+
+
+def test_stop_ends_only_what_launch_recorded(tmp_path):
+    """stop.sh (hostile comment lines inert) ends the process group launch.sh recorded for
+    this node and leaves another process alone."""
+    import os
+    import signal
+    import time
+
+    from moeplan.export.launch_scripts import render_stop
+
+    (tmp_path / "stop.sh").write_text(render_stop(["x\ntouch PWNED", "$(touch PWNED)"]))
+    mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (tmp_path / "pids.0").write_text(f"{mine.pid}\n")
+        p = subprocess.run(["bash", str(tmp_path / "stop.sh")], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        for _ in range(50):
+            if mine.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert mine.poll() == -signal.SIGTERM and other.poll() is None
+        assert not (tmp_path / "pids.0").exists() and not list(tmp_path.glob("PWNED*"))
+    finally:
+        for proc in (mine, other):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
