@@ -10,20 +10,14 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.kernel_tables import kernel_db
 
 MOE = ["--hidden-size", "4096", "--inter-size", "14336", "--topk", "2", "--num-experts", "8"]
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def test_one_shape_json_matches_the_table(capsys) -> None:

@@ -8,19 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.traces.routing_trace import RoutingTrace
 from moeplan.traces.trace_writer import save_trace
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 MOE = ("cost", "moe", "--hidden-size", "4096", "--inter-size", "14336")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.cli.serve import layout_from_plan
 from moeplan.cli.serve_plan import served_deployment
 from moeplan.errors import MoeplanError
@@ -19,13 +19,7 @@ SERVED = {"attn_tp": 1, "attn_dp": 2, "moe_tp": 1, "moe_ep": 2, "pp": 1}
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def _served_plan(serving: dict | None = None) -> Plan:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.planners.plan import Plan
 from moeplan.serve.metrics import INTERFACE_METRICS
 
@@ -28,13 +28,7 @@ KEYS = set(INTERFACE_METRICS)
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def _strategy_plan(tmp_path, family: str = "strategy") -> str:

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.cost import cost_model_for
 from moeplan.serve import (
     Batch,
@@ -109,13 +109,7 @@ def test_iteration_price_is_verify_plus_drafts():
 
 
 def _cli(capsys, *args):
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def test_serve_sim_runs_mtp_and_it_raises_decode_throughput(capsys):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
@@ -25,13 +25,7 @@ BASE = ["serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--i
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 @st.composite

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.cost import memory as mem
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
@@ -85,13 +85,7 @@ def test_fp8_kv_halves_the_cache_and_redundant_experts_cost_memory():
 
 # ---- the published deployment (lmsys.org 2025-05-05, 96 x H100, DeepSeek-V3) ----------
 def _cli(capsys, *args):
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def _phase(capsys, nodes, ep, *rest):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 from moeplan.errors import MoeplanError
 from moeplan.specs import load_model
 
@@ -35,13 +35,7 @@ def raw(folder: str) -> dict:
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_main(capsys, *args)
 
 
 def test_every_config_has_published_sizes():

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from moeplan.cli import main
+from cli_run import run_main
 
 SIM = ["serve-sim", "--model", "deepseek-v3", "--rate", "1", "--requests", "50"]
 
 
 def _cli(capsys, args):
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as ex:
-        code = int(ex.code or 0)
-    out = capsys.readouterr()
-    return code, (out.out + out.err).strip()
+    code, out, err = run_main(capsys, *args)
+    return code, (out + err).strip()
 
 
 @pytest.mark.parametrize(
