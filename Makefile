@@ -21,10 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
-	$(BIN)/pytest -n auto --dist loadgroup
+	$(BIN)/pytest -n auto --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -n auto --dist loadgroup -m "not slow"
+	$(BIN)/pytest -n auto --dist loadfile -m "not slow"
 
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)

@@ -37,9 +37,6 @@ from moeplan.specs.quant import CLASSES
 from test_launchable_presets import EVERY_FAMILY_MODELS, planned
 from test_launchable_presets import WORKLOAD as LAUNCH_WORKLOAD
 
-# one pytest-xdist worker plans the preset grid once for all three files that read it
-pytestmark = pytest.mark.xdist_group("preset-grid")
-
 WORKLOAD = Workload(batch=32, isl=2048, osl=256)
 ISSUE_CASES = [
     ("kimi-k2", "mixserve-910b"),

@@ -36,8 +36,6 @@ from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config
 from test_launchable_presets import planned
 
-pytestmark = pytest.mark.xdist_group("preset-grid")  # shares planned() with the preset grids
-
 # records argv and the GPUs the process sees
 RECORDER = (
     '#!/bin/sh\n{ printf "%s\\0" "CVD=${CUDA_VISIBLE_DEVICES:-}" "$(basename "$0")" "$@";'

@@ -21,9 +21,6 @@ from moeplan.planners.rank import FAMILIES, TIE, plan
 from moeplan.report.plan_report import launch_exports
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model, model_names
 
-# one pytest-xdist worker plans the preset grid once for all three files that read it
-pytestmark = pytest.mark.xdist_group("preset-grid")
-
 WORKLOAD = Workload(phase="both", batch=32, isl=2048, osl=256)
 #: presets of the every-family grids (slow; shared with the consistency and runtime grids):
 #: the models before the 2026 presets plus one Gated-DeltaNet and one Mamba-2 hybrid. The
@@ -81,8 +78,11 @@ def check_exports(mn, cn, result) -> dict[str, int]:
             assert "cannot express" in ex.text
             seen["refused"] += 1
             continue
-        assert len(ex.node_args) == result.cluster.num_nodes
-        world = strat.detail.strategies[0].num_gpus
+        first = ex.deployment["servers"][0]  # node_args: its command on every node it spans
+        assert len(ex.node_args) == len(first["nodes"]), (mn, cn)
+        world = first["gpus"]
+        for srv in ex.deployment["servers"]:  # each server's GPUs are its degrees'
+            assert srv["gpus"] == srv["attn_tp"] * srv["attn_dp"] * srv["pp"], (mn, cn)
         for rank, args in enumerate(ex.node_args):
             if engine == "sglang":
                 assert not cons.check_sglang(args, t, gpus_used=world), (mn, cn, rank)

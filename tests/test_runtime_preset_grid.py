@@ -47,9 +47,6 @@ from moeplan.runtime.runner import prepare
 from moeplan.specs import ModelSpec, load_model
 from test_launchable_presets import planned
 
-# one pytest-xdist worker plans the preset grid once for all three files that read it
-pytestmark = pytest.mark.xdist_group("preset-grid")
-
 TOL = 1e-5  # fp32 against the single-process reference, per unit of routed scaling
 MAX_WORLD = 4  # gloo ranks of the reduced plans (one spawn of 4 processes runs them all)
 SEQ, TOKENS = 4, 64  # 16 sequences: every DP degree, micro-batch and chunk count gets some

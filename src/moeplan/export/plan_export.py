@@ -120,7 +120,7 @@ class LaunchExport:
     per_gpu: float | None = None
     unit: str = ""
     gap: float | None = None  # winner's prompt tokens/s per GPU over the exported plan's
-    node_args: tuple[tuple[str, ...], ...] = ()  # the first server's command of every node
+    node_args: tuple[tuple[str, ...], ...] = ()  # the first server's command on every node it spans
     warnings: tuple[str, ...] = ()
     skipped: tuple[str, ...] = field(default_factory=tuple)  # better strategies it cannot run
     #: ``launch/<engine>/`` files (name -> text): ``launch.sh`` (= ``text``) and ``stop.sh``
