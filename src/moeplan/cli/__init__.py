@@ -134,10 +134,10 @@ def _global(
     del debug  # handled by main() before parsing
 
 
-def _command(args: list[str]) -> Any:
-    """The Click command tree of the app with the commands ``args`` needs (built per call, as
-    ``app()`` does, so commands registered later are in it), every numeric flag bounded
-    (:mod:`moeplan.cli._bounds`)."""
+def _command(args: list[str] | None = None) -> Any:
+    """The Click command tree of the app with the commands ``args`` needs (every command
+    without ``args``), built per call as ``app()`` does, so commands registered later are
+    in it; every numeric flag bounded (:mod:`moeplan.cli._bounds`)."""
     _register_commands(args)
     return guard_numbers(typer.main.get_command(_app))
 
