@@ -323,8 +323,9 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
                       f"{fmt_time(sem['moe_layer_time_s'])} vs "
                       f"{fmt_time(base['moe_layer_time_s'])}.")
         console.print(glossary("LAR"), style="dim")
-    console.print(f"Artifacts in [bold]{files['dir']}[/]: " + ", ".join(
-        Path(p).name for k, p in files.items() if k != "dir"))
+    console.print(f"Artifacts in [bold]{files['dir']}[/]: " + ", ".join(dict.fromkeys(
+        Path(p).relative_to(files["dir"]).as_posix() if Path(p).is_relative_to(files["dir"])
+        else Path(p).name for k, p in files.items() if k != "dir")))  # launch/<engine>/launch.sh
     console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
 
 
