@@ -353,14 +353,3 @@ def test_infinity_is_read_and_refused_only_where_moeplan_reads_it(tmp_path):
     (d / "config.json").write_text(json.dumps({**cfg, "ssm_state_size": float("inf")}))
     with pytest.raises(MoeplanError, match="ssm_state_size"):
         load_model(str(d / "config.json"))
-
-
-def test_a_checkpoint_folder_reads_as_its_config_json(capsys):
-    """``inspect FOLDER`` is ``inspect FOLDER/config.json`` (the hf_quant_config.json beside
-    it included), as users pass a downloaded checkpoint."""
-    folder = ROOT / "nvidia--DeepSeek-V3.1-NVFP4"  # has hf_quant_config.json beside it
-    assert load_model(str(folder)) == load_model(str(folder / "config.json"))
-    code, out, err = run(capsys, "inspect", str(folder), "--json")
-    code2, out2, _ = run(capsys, "inspect", str(folder / "config.json"), "--json")
-    assert code == code2 == 0, err
-    assert json.loads(out) == json.loads(out2)

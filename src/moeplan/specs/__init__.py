@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import MoeplanError
 from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
 from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.model import ModelSpec, ModuleInfo
@@ -54,18 +54,13 @@ def model_from_dict(config: Any, name: str, hf_quant: Any = None) -> ModelSpec:
 
 
 def load_model(name: str) -> ModelSpec:
-    """The preset model ``name`` (e.g. ``deepseek-v3``), or the ``config.json`` at a path (a
-    checkpoint folder: its ``config.json``, and ``hf_quant_config.json`` beside it).
+    """The preset model ``name`` (e.g. ``deepseek-v3``), or the ``config.json`` at a path.
 
     Reading a user's config file here is the specs layer's one file access; it is for the
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
     if name.endswith(".json") or "/" in name or os.sep in name or Path(name).is_file():
         path = Path(name)
-        if path.is_dir():  # a checkpoint folder, as Hugging Face downloads it
-            require((path / "config.json").exists(),
-                    f"model folder ({path}) must hold a config.json")  # fmt: skip
-            path = path / "config.json"
         label = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         return model_from_dict(_read_config_file(path), name=label, hf_quant=_hf_quant(path))
     return model_from_dict(model_config(name), name=name, hf_quant=preset_hf_quant(name))
