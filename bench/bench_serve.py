@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from moeplan.cost import cost_model_for
+from moeplan.search import evaluate_layouts
 from moeplan.serve import (
     SLO,
     Batch,
@@ -27,7 +28,6 @@ from moeplan.serve import (
     ServeLayout,
     ServeWorkload,
     engine_config,
-    evaluate_layouts,
     generate,
     simulate,
 )
@@ -152,7 +152,7 @@ MIXSERVE_BASELINES = {  # MixServe Table II, H20 column (2 x 8 H20)
 def mixserve_comparison() -> None:
     """MixServe §IV-B setup simulated: mean TTFT / p50 ITL (ms) at 2, 4, 8 req/s, batch cap
     16, ShareGPT-like lengths (lognormal prompt median 300, output median 200, <= 4096)."""
-    from moeplan.serve.search import run_workload
+    from moeplan.search.search import run_workload
 
     cluster = load_cluster("mixserve-h20")
     cost = cost_model_for(cluster)

@@ -30,6 +30,9 @@ from moeplan.planners import strategy as st
 from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
 from moeplan.planners.strategy.space import Strategy, mixserve_default, named_baselines
+from moeplan.search import max_rate_meeting_slo
+from moeplan.search.rank import pipeline_entries
+from moeplan.search.search import run_workload
 from moeplan.serve import (
     SLO,
     Batch,
@@ -39,11 +42,8 @@ from moeplan.serve import (
     ServeLayout,
     ServeWorkload,
     engine_config,
-    max_rate_meeting_slo,
 )
 from moeplan.serve.metrics import Probe, ServeMetrics, run_stable
-from moeplan.serve.rank import pipeline_entries
-from moeplan.serve.search import run_workload
 from moeplan.specs import Workload, load_cluster, load_model
 from moeplan.traces.synthetic import SynthConfig, synthesize
 

@@ -11,7 +11,7 @@ the tests build the module-level import graph and assert:
 (b) no module imports a ``_private`` module or ``_private`` name of another package (a module
     may use the private helpers of its own package and of the packages it lives inside), nor
     reaches one through an imported module (``mod._helper``);
-(c) the planning core (specs, cost, sim, planners, serve) does no file I/O and imports no
+(c) the planning core (specs, cost, sim, planners, serve, search) does no file I/O and imports no
     edge package (cli, report, export, io, measured, kernel tables, runtime, profiling).
 
 Package ``__init__`` files: importing a submodule is an edge to that submodule only — the
@@ -38,7 +38,7 @@ SRC = Path(moeplan.__file__).parent
 TESTS = Path(__file__).parent
 #: Packages whose modules need torch to import: skipped by the walk when torch is missing.
 TORCH_PACKAGES = ("moeplan.runtime", "moeplan.profiling")
-CORE = ("specs", "cost", "sim", "planners", "serve")
+CORE = ("specs", "cost", "sim", "planners", "serve", "search")
 #: What the planning core may import besides itself.
 CORE_MAY_IMPORT = ("moeplan.errors", "moeplan.units", "moeplan.traces")
 
@@ -456,7 +456,7 @@ def test_io_scan_on_examples():
 
 
 def test_planning_core_imports_no_edge_package():
-    """specs/cost/sim/planners/serve import only themselves, errors, units and traces."""
+    """specs/cost/sim/planners/serve/search import only themselves, errors, units and traces."""
     core = tuple(f"moeplan.{p}" for p in CORE)
     found = {(m, imp.module): imp.line for m in _core_modules() for imp in imports(m)
              if not any(_inside(imp.module, p) for p in core + CORE_MAY_IMPORT)}  # fmt: skip
@@ -487,6 +487,20 @@ def test_property_tests_use_the_shared_profile():
     assert stale == [], "fixed: remove from KNOWN_PROFILE_OVERRIDES"
 
 
+def test_core_layers_import_downwards_only():
+    """Each core layer imports only the layers listed before it in :data:`CORE` (and itself):
+    the simulator (serve) never reaches the searches over it (search), planners never reach
+    the simulator, and so on down to specs."""
+    rank = {f"moeplan.{p}": i for i, p in enumerate(CORE)}
+
+    def layer(mod: str) -> str | None:
+        return next((p for p in rank if _inside(mod, p)), None)
+
+    bad = [f"{m}:{imp.line} imports {imp.module}" for m in _core_modules() for imp in imports(m)
+           if (t := layer(imp.module)) is not None and rank[t] > rank[layer(m) or t]]  # fmt: skip
+    assert bad == []
+
+
 @pytest.mark.parametrize("layer", CORE)
 def test_core_layers_exist(layer):
     """The layer list above names real packages (a rename must update these checks)."""
@@ -506,14 +520,14 @@ def test_type_only_imports_are_edges_of_the_cycle_graph():
 
 
 # ---- compute once, render only -------------------------------------------------------------
-#: The packages that format ``moeplan plan``'s outcome (moeplan.serve.outcome.PlanOutcome).
+#: The packages that format ``moeplan plan``'s outcome (moeplan.search.outcome.PlanOutcome).
 RENDERERS = ("moeplan.report", "moeplan.export")
 #: All they may import from the planning core: data types, presets and renderers of results
-#: computed elsewhere — no planner, cost or simulator function (moeplan.serve.job.plan_job
+#: computed elsewhere — no planner, cost or simulator function (moeplan.search.job.plan_job
 #: computes everything they show). A module listed stands for itself and its submodules.
 RENDER_MAY_IMPORT = (
     "moeplan.specs",  # model/cluster types and presets (data)
-    "moeplan.serve.outcome",  # the outcome of plan_job (data, and its sentences)
+    "moeplan.search.outcome",  # the outcome of plan_job (data, and its sentences)
     "moeplan.planners.plan",  # the Plan type
     "moeplan.planners.layout",  # the one layout type
     "moeplan.planners.families",  # the family registry (names, colours, exports)
@@ -557,7 +571,7 @@ def test_render_check_on_examples():
     """The oracle for the check above: simulator, planner and cost functions are caught, in
     functions too; the outcome, types and renderers are not."""
     src = ast.parse(
-        "from moeplan.serve.rank import serving_curves\nfrom moeplan.serve.outcome import x\n"
+        "from moeplan.search.rank import serving_curves\nfrom moeplan.search.outcome import x\n"
         "from moeplan.planners.plan import Plan\nimport moeplan.cost.a2a\n"
         "def f():\n    from moeplan.planners.dep.planner import schedules\n"
         "    from moeplan.sim.trace_export import gantt_figure\n"
@@ -565,5 +579,5 @@ def test_render_check_on_examples():
         "    from moeplan.specs import load_model\n"
     )
     assert render_compute_imports(src, "moeplan.report.example") == {
-        "moeplan.serve.rank": 1, "moeplan.planners.dep.planner": 6, "moeplan.cost.memory": 8,
+        "moeplan.search.rank": 1, "moeplan.planners.dep.planner": 6, "moeplan.cost.memory": 8,
     }  # fmt: skip

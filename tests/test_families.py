@@ -86,7 +86,7 @@ def test_registry_is_consistent():
             assert f.needs in fam.PROPOSED, f.name
     assert set(fam.TITLES) == NAMES
     from moeplan.planners import plan, rank
-    from moeplan.serve import disagg
+    from moeplan.search import disagg
 
     assert plan.FAMILIES == fam.PLAN_FAMILIES == ("strategy", "ep", "pipeline", "dep")
     assert rank.FAMILIES == fam.PROPOSED == ("strategy", "pipeline", "dep")
@@ -103,8 +103,8 @@ def test_every_layer_table_covers_its_families():
     from moeplan.cli.serve import PLAN_LAYOUTS
     from moeplan.planners.rank import ADAPTERS
     from moeplan.runtime.mesh import MESH_BUILDERS
-    from moeplan.serve.disagg_rank import NEEDS, POOL_PLANS
-    from moeplan.serve.family_layouts import ENTRIES
+    from moeplan.search.disagg_rank import NEEDS, POOL_PLANS
+    from moeplan.search.family_layouts import ENTRIES
 
     assert set(ADAPTERS) == set(fam.PROPOSED)
     assert set(ENTRIES) == set(fam.INSTANCE_SERVED) == set(PLAN_LAYOUTS)

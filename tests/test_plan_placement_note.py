@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from moeplan.planners.plan import Plan
-from moeplan.serve.entries import Entry
-from moeplan.serve.job import placement_ep as _placement_ep
-from moeplan.serve.job_parts import instance_eps
+from moeplan.search.entries import Entry
+from moeplan.search.job import placement_ep as _placement_ep
+from moeplan.search.job_parts import instance_eps
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.pd import PDLayout
 from moeplan.specs import load_model

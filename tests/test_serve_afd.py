@@ -17,9 +17,9 @@ from moeplan.planners.dep.decode import decode_problem
 from moeplan.planners.dep.schedule import DepConfig
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult
+from moeplan.search.disagg_rank import served_disaggregated
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
-from moeplan.serve.disagg_rank import served_disaggregated
 from moeplan.serve.iteration import Batch
 from moeplan.specs import Workload, load_cluster, load_model
 
@@ -134,8 +134,8 @@ def test_pd_and_afd_are_ranked_families_with_plans():
 
 def _afd_plan() -> Plan:
     """The exported AFD plan.json of qwen3-30b-a3b on two H100 nodes (decode on <= 4 GPUs)."""
-    from moeplan.serve.disagg import Context, candidates
-    from moeplan.serve.disagg_rank import afd_plan
+    from moeplan.search.disagg import Context, candidates
+    from moeplan.search.disagg_rank import afd_plan
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8", 2)
     w = ServeWorkload(

@@ -1,4 +1,4 @@
-"""Steady SLO-bound capacity (moeplan.serve.capacity): round-robin feed, stability, CI."""
+"""Steady SLO-bound capacity (moeplan.search.capacity): round-robin feed, stability, CI."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from moeplan.search.capacity import instance_stream, lifetime_s, slo_capacity, steady_probe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.capacity import instance_stream, lifetime_s, slo_capacity, steady_probe
 from moeplan.serve.config import EngineConfig
 from moeplan.serve.iteration import Batch
 

@@ -133,9 +133,9 @@ def test_serve_sim_runs_mtp_and_it_raises_decode_throughput(capsys):
 
 
 def test_capacity_bound_holds_under_mtp():
-    """The instance bound (serve/bound.py) stays above what the engine sustains with MTP
+    """The instance bound (search/bound.py) stays above what the engine sustains with MTP
     (tau = 1.9 tokens per step): a saturated closed loop's requests/s, no SLO."""
-    from moeplan.serve.bound import capacity_bound
+    from moeplan.search.bound import capacity_bound
 
     class Linear(Timed):
         def __call__(self, b: Batch) -> float:

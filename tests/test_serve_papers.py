@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.space import named_baselines
+from moeplan.search import max_rate_meeting_slo
+from moeplan.search.search import run_workload
 from moeplan.serve import (
     SLO,
     Batch,
@@ -19,7 +21,6 @@ from moeplan.serve import (
     ServeLayout,
     ServeWorkload,
     engine_config,
-    max_rate_meeting_slo,
 )
 from moeplan.serve.iteration import (
     a2a_scale,
@@ -27,7 +28,6 @@ from moeplan.serve.iteration import (
     evaluator_factory,
     iteration_time,
 )
-from moeplan.serve.search import run_workload
 from moeplan.specs import load_cluster, load_model
 
 QWEN = load_model("qwen3-30b-a3b")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.search.disagg import Context, candidates, evaluate_candidate, rate_match, stable
 from moeplan.serve import (
     SLO,
     EngineConfig,
@@ -22,7 +23,6 @@ from moeplan.serve import (
     simulate,
     summarize,
 )
-from moeplan.serve.disagg import Context, candidates, evaluate_candidate, rate_match, stable
 from moeplan.serve.metrics import request_latencies
 from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
 from moeplan.specs import LinkSpec, load_cluster, load_model
@@ -341,8 +341,8 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
     scheduler and evaluator sustain when saturated: 192 prompts queued at once, output 1
     token (each request ends at its first token), throughput over the run. A per-layer
     floor in the price makes an iteration of the wrong size visibly wrong."""
+    from moeplan.search.disagg import prefill_pool
     from moeplan.serve import requests_from_rows, simulate
-    from moeplan.serve.disagg import prefill_pool
     from moeplan.serve.metrics import SLO
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")

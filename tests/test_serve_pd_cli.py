@@ -127,7 +127,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     engine's all-to-all where it can run), and with two-batch overlap off or on, whichever
     pool has more capacity (brute force over the two)."""
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.serve.disagg import (
+    from moeplan.search.disagg import (
         Context,
         _decode_pool,
         _prefill_pool,

@@ -1,4 +1,4 @@
-"""Families ranked on the serving footing (moeplan.serve.rank): order, pruning, SLO errors."""
+"""Families ranked on the serving footing (moeplan.search.rank): order, pruning, SLO errors."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import plan
+from moeplan.search.rank import pipeline_entries, serve_rank, served_plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.rank import pipeline_entries, serve_rank, served_plan
 from moeplan.specs import Workload, load_cluster, load_model
 
 FAMS = ("strategy", "pipeline")
@@ -68,9 +68,9 @@ def test_certificate_accounts_for_every_layout_and_pruned_bounds_lose(planned):
 def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
     """SLOs below a lone request's latency on every layout: one error naming the best TTFT
     any layout reaches, which is the fastest lone-request prefill over the whole space."""
-    from moeplan.serve.bound import _prefill_batch
+    from moeplan.search.bound import _prefill_batch
+    from moeplan.search.space import layouts
     from moeplan.serve.iteration import IterationModel
-    from moeplan.serve.space import layouts
 
     result, cm, wl = planned
     slo = SLO(ttft_s=1e-4, tpot_s=1e-4)
@@ -96,8 +96,8 @@ def test_pipeline_entries_keep_the_pipeline_depth_and_its_gpus(planned):
 def test_replicas_scale_totals_not_per_gpu_figures():
     """d replicas at rate r serve like one replica at r/d: per-GPU and latency unchanged,
     totals and rates times d."""
-    from moeplan.serve.rank import _all_replicas, _per_replica
-    from moeplan.serve.search import evaluate_layout
+    from moeplan.search.rank import _all_replicas, _per_replica
+    from moeplan.search.search import evaluate_layout
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
     cm = cost_model_for(c)
@@ -174,9 +174,9 @@ def test_rate_probe_rejects_an_overloaded_run_that_still_meets_percentile_slos()
     above r = 1/0.064 = 15.6 req/s no batch keeps up. A finite run at 3x that rate can still
     show modest percentiles; the stability test must reject it and accept a light load. The
     probe is as long as the search makes it (three request lifetimes at that rate)."""
+    from moeplan.search.search import probe_requests
     from moeplan.serve import EngineConfig, generate, simulate
     from moeplan.serve.metrics import run_stable
-    from moeplan.serve.search import probe_requests
 
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=8192, max_running=100_000,
                        kv_tokens=10**9)

@@ -9,6 +9,8 @@ import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
+from moeplan.search import evaluate_layouts, max_rate_meeting_slo, rank_results
+from moeplan.search.search import analytic_rate
 from moeplan.serve import (
     SLO,
     EngineConfig,
@@ -16,15 +18,11 @@ from moeplan.serve import (
     ServeLayout,
     ServeWorkload,
     engine_config,
-    evaluate_layouts,
     generate,
-    max_rate_meeting_slo,
-    rank_results,
     simulate,
     summarize,
 )
 from moeplan.serve.metrics import INTERFACE_METRICS
-from moeplan.serve.search import analytic_rate
 from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
@@ -193,7 +191,7 @@ def test_bound_names_kv_roofline_side_and_link_level():
     """Roofline ridge: 2 m / w against peak FLOP/s / bandwidth; comm level by stage span."""
     from dataclasses import replace as dc_replace
 
-    from moeplan.serve.search import _bound
+    from moeplan.search.search import _bound
 
     w = ServeWorkload(num_requests=50, rate=5.0, isl=LengthDist(mean=100), osl=LengthDist(mean=10))
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=8, kv_tokens=4000)

@@ -3,7 +3,7 @@
 Two steps: each family's own search with its paper's analytic figure
 (:func:`moeplan.planners.rank.plan`), then every family's deployments on one serving footing —
 continuous batching under the TTFT/TPOT SLOs, ranked by the objective
-(:func:`moeplan.serve.rank.serve_rank`). The serving winner is exported.
+(:func:`moeplan.search.rank.serve_rank`). The serving winner is exported.
 
 Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``timeline.json``,
 ``launch/`` (``deployment.json`` and per engine ``launch.sh`` / ``stop.sh`` starting every
@@ -28,11 +28,11 @@ from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
+from moeplan.search.capacity import DEFAULT_REQUESTS
+from moeplan.search.job import JobSpec, plan_job
+from moeplan.search.outcome import PlanOutcome, quant_sentence
+from moeplan.search.rank import ServeRanking, describe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.capacity import DEFAULT_REQUESTS
-from moeplan.serve.job import JobSpec, plan_job
-from moeplan.serve.outcome import PlanOutcome, quant_sentence
-from moeplan.serve.rank import ServeRanking, describe
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
@@ -248,8 +248,8 @@ def _knob_search(redundant: int | None, tbo: bool | None, mtp: int, mtp_accept: 
                  kv_dtype: str, a2a: str | None) -> Any:
     """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
     from moeplan.cost.a2a import A2A_CHOICES
+    from moeplan.search.rank import KnobSearch
     from moeplan.serve.instance_knobs import KV_DTYPES, InstanceKnobs
-    from moeplan.serve.rank import KnobSearch
 
     require(redundant is None or redundant >= 0,
             f"--redundant-experts ({redundant}) must be >= 0")

@@ -35,11 +35,11 @@ from moeplan.cli.serve_plan import ServedDeployment, served_deployment
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.io import check_target
 from moeplan.planners.plan import Plan
+from moeplan.search.capacity import DEFAULT_REQUESTS, steady_probe
+from moeplan.search.search import ENGINES, ServeResult, evaluate_layout, run_workload
+from moeplan.search.sim_capacity import layout_capacity
+from moeplan.search.space_rank import replicated, require_steady, serve_result
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeLayout, ServeWorkload, serve_trace
-from moeplan.serve.capacity import DEFAULT_REQUESTS, steady_probe
-from moeplan.serve.search import ENGINES, ServeResult, evaluate_layout, run_workload
-from moeplan.serve.sim_capacity import layout_capacity
-from moeplan.serve.space_rank import replicated, require_steady, serve_result
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 from moeplan.specs.hf_config import read_json_file
@@ -458,7 +458,7 @@ def serve_sim(
 
     out["knobs"] = knobs.to_dict()
     from moeplan.cost.provenance import quant_vs_bf16
-    from moeplan.serve.outcome import quant_sentence
+    from moeplan.search.outcome import quant_sentence
 
     qw = quant_sentence(quant_vs_bf16(cm, m, ep=layout.moe_ep, tp=layout.moe_tp))
     out["warnings"] = [qw] if qw else []

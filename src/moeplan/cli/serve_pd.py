@@ -1,7 +1,7 @@
 """``moeplan serve-sim --pd``: simulate a given prefill/decode deployment under load.
 
 ``--pd "X*LAYOUT:Y*LAYOUT"`` (grammar: :mod:`moeplan.serve.pd_spec`) or ``--pd plan.json`` of
-a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.serve.pd_given.simulate_given`
+a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.search.pd_given.simulate_given`
 → the same payload and printout as one engine, the layout being the P/D pair.
 """
 
@@ -15,10 +15,10 @@ from moeplan.cli._common import plural
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
-from moeplan.serve.disagg import Context, DisaggResult
+from moeplan.search.disagg import Context, DisaggResult
+from moeplan.search.pd_given import simulate_given
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_given import simulate_given
 from moeplan.serve.pd_spec import parse_pd, pd_from_dict, pd_text
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec

@@ -81,7 +81,7 @@ def run_phase_flags(
 ) -> None:
     """``serve-sim --phase``: check the flags the phase reads, build the cost model, run."""
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.serve.search import ENGINES
+    from moeplan.search.search import ENGINES
 
     layout.validate(m, c)
     require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")

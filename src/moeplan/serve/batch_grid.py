@@ -6,8 +6,8 @@ size ``b`` (1 .. thousands) at each context bucket costs a cost-model evaluation
 interpolation in ``b`` between the two neighbouring points of a grid of relative step 1/32
 (the step :func:`moeplan.serve.config.bucket` uses for contexts): exact on the grid and below
 it, monotone between grid points when the step time is monotone in ``b``. Prefill and mixed
-iterations are priced exactly. The capacity of :mod:`moeplan.serve.capacity` and its upper
-bound (:mod:`moeplan.serve.bound`) both use it, so the bound holds for the figure it bounds.
+iterations are priced exactly. The capacity of :mod:`moeplan.search.capacity` and its upper
+bound (:mod:`moeplan.search.bound`) both use it, so the bound holds for the figure it bounds.
 """
 
 from __future__ import annotations

@@ -452,7 +452,7 @@ def evaluator_factory(
     lar: float | None = None,
 ) -> Callable[[ServeLayout], IterationModel]:
     """Layout -> iteration model with a placement's measured ``imbalance`` and ``lar``
-    (the ``evaluator_factory`` of :func:`moeplan.serve.search.evaluate_layout`)."""
+    (the ``evaluator_factory`` of :func:`moeplan.search.search.evaluate_layout`)."""
     a2a_scale(lar, 2)  # validate now, not at the first layout
 
     def make(layout: ServeLayout) -> IterationModel:

@@ -22,7 +22,7 @@
 
 Arrival times are generated for rate 1 and divided by ``rate``, so the same seed at two
 rates gives the same request sequence on a scaled clock (common random numbers: the rate
-searches of :mod:`moeplan.serve.search` compare like with like). That makes each request's
+searches of :mod:`moeplan.search.search` compare like with like). That makes each request's
 TTFT monotone in the rate for a server that takes one request at a time (Lindley's
 recursion), but not for a batching engine: at a higher rate a request can share a prefill
 iteration it would otherwise have waited behind, so a TTFT percentile can dip by a few

@@ -1,6 +1,6 @@
 """What the serving ranking ranks: a deployment to serve (:class:`Entry`) and its answer
-(:class:`Served`). Shared by :mod:`moeplan.serve.rank` (colocated families) and
-:mod:`moeplan.serve.disagg_rank` (P/D and attention-FFN pools)."""
+(:class:`Served`). Shared by :mod:`moeplan.search.rank` (colocated families) and
+:mod:`moeplan.search.disagg_rank` (P/D and attention-FFN pools)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moeplan.planners.plan import Plan
+from moeplan.search.search import ServeResult
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
-from moeplan.serve.search import ServeResult
 
 
 @dataclass(frozen=True, kw_only=True)

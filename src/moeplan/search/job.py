@@ -1,8 +1,8 @@
 """``moeplan plan`` computed once: :func:`plan_job` returns a :class:`PlanOutcome`.
 
 Steps: each family's own search (:func:`moeplan.planners.rank.plan`), every deployment on the
-serving footing (:func:`moeplan.serve.rank.serve_rank`), Sem-MoE on the winner's EP group, the
-winner's curves and Chrome trace (:mod:`moeplan.serve.rank_views`), FinDEP's schedules for the
+serving footing (:func:`moeplan.search.rank.serve_rank`), Sem-MoE on the winner's EP group, the
+winner's curves and Chrome trace (:mod:`moeplan.search.rank_views`), FinDEP's schedules for the
 report's Gantt chart, and what priced it all (:mod:`moeplan.cost.provenance`). The CLI, the
 report and the exports only format the result. Pure: the routing trace comes in as a callable
 that yields its chunks (the CLI opens the file), cluster presets as a list.
@@ -22,7 +22,7 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult, plan
-from moeplan.serve.job_parts import (
+from moeplan.search.job_parts import (
     cluster_fill,
     fit_notes,
     instance_eps,
@@ -31,9 +31,8 @@ from moeplan.serve.job_parts import (
     profile_fit,
     step_bound,
 )
-from moeplan.serve.metrics import SLO
-from moeplan.serve.outcome import PlanOutcome
-from moeplan.serve.rank import (
+from moeplan.search.outcome import PlanOutcome
+from moeplan.search.rank import (
     describe,
     no_plan_meets,
     serve_explanation,
@@ -42,8 +41,9 @@ from moeplan.serve.rank import (
     serving_curves,
     serving_trace,
 )
-from moeplan.serve.ranking import ServeRanking
-from moeplan.serve.space_rank import require_steady
+from moeplan.search.ranking import ServeRanking
+from moeplan.search.space_rank import require_steady
+from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 

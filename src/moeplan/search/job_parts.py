@@ -1,4 +1,4 @@
-"""Parts of :func:`moeplan.serve.job.plan_job`'s outcome: what limits the winner, the copies that
+"""Parts of :func:`moeplan.search.job.plan_job`'s outcome: what limits the winner, the copies that
 fill the cluster, whether Sem-MoE changes the answer, the fitted profile's held-out errors,
 memory notes for a cut model, and each instance's EP degree."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.cost import CostModel
+from moeplan.search.outcome import ClusterFill
+from moeplan.search.ranking import ServeRanking
+from moeplan.search.search import _bound
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.outcome import ClusterFill
-from moeplan.serve.ranking import ServeRanking
-from moeplan.serve.search import _bound
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.units import GIB
 
@@ -35,7 +35,7 @@ def instance_eps(layout: Any) -> list[tuple[str, int]]:
 def step_bound(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
                cost: CostModel) -> str | None:
     """The largest part of the winner's engine step at its analytic batch (KV capacity when it
-    preempts), as the search prices it (:func:`moeplan.serve.search._bound`); ``None`` for a
+    preempts), as the search prices it (:func:`moeplan.search.search._bound`); ``None`` for a
     disaggregated winner (its pools' bound is in its result) or without an estimate."""
     r = ranking.winner.result
     lay, est, m = r.layout, r.estimate, r.metrics

@@ -1,8 +1,8 @@
 """Disaggregated deployments (P/D pools, AFD decode) on the same steady footing as the rest.
 
-:mod:`moeplan.serve.disagg` picks each disaggregated family's rate-matched candidates by its
+:mod:`moeplan.search.disagg` picks each disaggregated family's rate-matched candidates by its
 analytic estimate and simulates them; this module replaces that simulation's figure by the
-SLO-bound capacity of :mod:`moeplan.serve.capacity` — the same definition, request count and
+SLO-bound capacity of :mod:`moeplan.search.capacity` — the same definition, request count and
 seed as every colocated layout (the whole P/D deployment is one unit: one arrival stream,
 dealt round-robin over its prefill instances by :func:`moeplan.serve.pd.simulate_pd`).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moeplan.serve.capacity import slo_capacity, steady_probe, window_metrics
-from moeplan.serve.entries import Served
+from moeplan.search.capacity import slo_capacity, steady_probe, window_metrics
+from moeplan.search.entries import Served
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import simulate_pd
 from moeplan.serve.workload import Requests, ServeWorkload
@@ -23,7 +23,7 @@ def steady_disaggregated(
 ) -> tuple[list[Served], dict[int, dict]]:
     """``served`` with each deployment's capacity, metrics and SLO verdict re-taken in
     steady state (at the given rate when there is one), and the capacity record (with its
-    95 % interval, :func:`moeplan.serve.capacity.slo_capacity`) of the one with the largest
+    95 % interval, :func:`moeplan.search.capacity.slo_capacity`) of the one with the largest
     capacity per GPU, keyed by ``id`` of its result: it may win the ranking, and a winner's
     figure states its interval."""
     out: list[Served] = []

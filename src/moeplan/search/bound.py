@@ -1,6 +1,6 @@
 """An upper bound of an instance's SLO-bound capacity from iteration-time lower bounds.
 
-The search over deployments (:mod:`moeplan.serve.space_search`) simulates layouts in the
+The search over deployments (:mod:`moeplan.search.space_search`) simulates layouts in the
 order of this bound and stops when the best simulated capacity beats every remaining bound:
 the bound must never be below what simulation finds (tested over the preset grid).
 

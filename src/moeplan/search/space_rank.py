@@ -1,8 +1,8 @@
 """The colocated part of ``moeplan plan``'s serving ranking: the whole deployment space.
 
-The families' planners propose layouts (:func:`moeplan.serve.family_layouts.entries_of`);
-they do not decide what is simulated. Every layout of :mod:`moeplan.serve.space` is searched
-by SLO-bound capacity (:func:`moeplan.serve.space_search.search_space`); a layout a family
+The families' planners propose layouts (:func:`moeplan.search.family_layouts.entries_of`);
+they do not decide what is simulated. Every layout of :mod:`moeplan.search.space` is searched
+by SLO-bound capacity (:func:`moeplan.search.space_search.search_space`); a layout a family
 proposed keeps that family's name and plan (its analytic figures and report sections), any
 other is a ``strategy`` deployment (the colocated hybrid grammar covers every layout here).
 
@@ -23,15 +23,15 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.capacity import CI_TARGET, SteadyProbe, steady_probe, window_metrics
-from moeplan.serve.entries import Entry, Served
-from moeplan.serve.family_layouts import entries_of
+from moeplan.search.capacity import CI_TARGET, SteadyProbe, steady_probe, window_metrics
+from moeplan.search.entries import Entry, Served
+from moeplan.search.family_layouts import entries_of
+from moeplan.search.ranking import ServeRanking, _all_replicas
+from moeplan.search.search import ServeResult
+from moeplan.search.space import layouts
+from moeplan.search.space_search import Certificate, SpaceCandidate, search_space
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
-from moeplan.serve.ranking import ServeRanking, _all_replicas
-from moeplan.serve.search import ServeResult
-from moeplan.serve.space import layouts
-from moeplan.serve.space_search import Certificate, SpaceCandidate, search_space
 from moeplan.serve.workload import ServeWorkload
 
 IDLE_FRACTION = 64  # "a light load": this fraction of the analytic rate estimate
@@ -175,7 +175,7 @@ def served_space(
 
 def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignore[no-untyped-def]
     """Each layout's instance knobs: the given ones (``search.base``, a
-    :class:`moeplan.serve.rank.KnobSearch`) with the all-to-all backend resolved for the
+    :class:`moeplan.search.rank.KnobSearch`) with the all-to-all backend resolved for the
     layout (:func:`moeplan.cost.a2a.moe_backend`); without a search, the engine's defaults.
     Knobs that are not given are not searched per layout here (None: the layout is skipped
     when a given two-batch overlap needs DeepEP and the layout cannot have it)."""

@@ -147,7 +147,7 @@ class ServeResult:
     breakdown: dict[str, float] = field(default_factory=dict)
     knobs: InstanceKnobs | None = None  # the instance knobs the iterations were priced with
     run: Any = field(default=None, repr=False, compare=False)
-    """The steady run the metrics were taken from (:class:`moeplan.serve.capacity.SteadyProbe`:
+    """The steady run the metrics were taken from (:class:`moeplan.search.capacity.SteadyProbe`:
     the run and its measured window), kept so its curves and trace need no second run."""
 
     @property

@@ -1,4 +1,4 @@
-"""Step 1 of the serving ranking (:mod:`moeplan.serve.rank`): the serving layouts of each
+"""Step 1 of the serving ranking (:mod:`moeplan.search.rank`): the serving layouts of each
 planned family's result.
 
 MixServe: the distinct ``(attn TP×DP, MoE TP×EP, PP, fused)`` layouts of its ranked
@@ -9,7 +9,7 @@ layout — SMIDT's per-module ``(t, e, d)`` choices are summarised by the most c
 and MoE choice over all stages, DPMoE replication ``d`` read both as ``d`` replicas and as one
 EP group ``e·d`` wide (:func:`pipeline_entries`). FinDEP's plan is a prefill batch schedule of
 disaggregated attention/expert GPUs: not a colocated layout, so it is listed as not served
-here (its schedule is ranked as the ``afd`` family by :mod:`moeplan.serve.disagg_rank`).
+here (its schedule is ranked as the ``afd`` family by :mod:`moeplan.search.disagg_rank`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from collections.abc import Callable
 
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import Candidate, PlanResult
-from moeplan.serve.entries import Entry
+from moeplan.search.entries import Entry
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 
 def strategy_entries(c: Candidate, model: ModelSpec, cluster: ClusterSpec) -> list[Entry]:
     """Distinct layouts of MixServe's ranked strategies (its own order): proposals into the
-    deployment space (:mod:`moeplan.serve.space_rank`), none dropped."""
+    deployment space (:mod:`moeplan.search.space_rank`), none dropped."""
     from moeplan.planners import strategy as st
 
     out, seen = [], set()

@@ -1,4 +1,4 @@
-"""The disaggregated families in ``moeplan plan``'s serving ranking (:mod:`moeplan.serve.rank`).
+"""The disaggregated families in ``moeplan plan``'s serving ranking (:mod:`moeplan.search.rank`).
 
 ``pd`` is served when the colocated family (MixServe) was planned — its pools are colocated
 layouts; ``afd`` when FinDEP was planned — its decode instances run FinDEP's schedule. Each
@@ -21,9 +21,9 @@ from moeplan.cost import CostModel
 from moeplan.planners.families import FAMILY, POOLED
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
+from moeplan.search.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
+from moeplan.search.entries import Entry, Served
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
-from moeplan.serve.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
-from moeplan.serve.entries import Entry, Served
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout
 from moeplan.serve.workload import ServeWorkload

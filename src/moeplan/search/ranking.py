@@ -2,7 +2,7 @@
 of replicated deployments.
 
 A SMIDT plan whose DPMoE replication ``d`` divides the attention DP is served as ``d``
-independent replicas (:func:`moeplan.serve.family_layouts.pipeline_entries`): one replica is
+independent replicas (:func:`moeplan.search.family_layouts.pipeline_entries`): one replica is
 simulated on its share of the load (:func:`_per_replica`, round-robin) and its result scaled
 to the whole deployment (:func:`_all_replicas`: totals and rates times ``d``, per-GPU figures
 and latencies unchanged). :meth:`ServeRanking.pareto` is the front in (output tokens/s per
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moeplan.serve.entries import Entry, Served
+from moeplan.search.entries import Entry, Served
+from moeplan.search.search import ServeResult
 from moeplan.serve.metrics import SLO
-from moeplan.serve.search import ServeResult
 from moeplan.serve.workload import ServeWorkload
 
 

@@ -1,16 +1,16 @@
 """Search the colocated deployment space by SLO-bound capacity, with a certificate.
 
-Every layout of :mod:`moeplan.serve.space` gets an upper bound of its capacity
-(:func:`moeplan.serve.bound.capacity_bound`, over every engine configuration the knob search
-may pick). The layout with the best analytic estimate (:func:`moeplan.serve.search.
+Every layout of :mod:`moeplan.search.space` gets an upper bound of its capacity
+(:func:`moeplan.search.bound.capacity_bound`, over every engine configuration the knob search
+may pick). The layout with the best analytic estimate (:func:`moeplan.search.search.
 analytic_rate`, whose engine knobs every layout runs with) is simulated first, then the rest
 in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
 
 - its bound is at most ``C``: it cannot win — *pruned by bound*;
 - else one steady run at the rate that would give it ``C`` per GPU: if the SLOs miss there,
   its capacity is below ``C`` (capacity is the largest rate below which every rate meets
-  the SLOs, :mod:`moeplan.serve.capacity`) — *beaten at the incumbent's rate*;
-- else its capacity is searched (:func:`moeplan.serve.capacity.slo_capacity`) and it may
+  the SLOs, :mod:`moeplan.search.capacity`) — *beaten at the incumbent's rate*;
+- else its capacity is searched (:func:`moeplan.search.capacity.slo_capacity`) and it may
   become the incumbent.
 
 :class:`Certificate` records the proof: how many layouts the space holds, how many were
@@ -26,24 +26,24 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.serve.batch_grid import GridEvaluator
-from moeplan.serve.bound import Bound, capacity_bound
-from moeplan.serve.capacity import (
+from moeplan.search.bound import Bound, capacity_bound
+from moeplan.search.capacity import (
     DEFAULT_REQUESTS,
     Capacity,
     SteadyProbe,
     slo_capacity,
     steady_probe,
 )
+from moeplan.search.memo_cost import memo_cost
+from moeplan.search.search import Estimate, analytic_rate
+from moeplan.search.space import copies, layouts
+from moeplan.serve.batch_grid import GridEvaluator
 from moeplan.serve.engine import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.knobs import candidates
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.memo_cost import memo_cost
 from moeplan.serve.metrics import SLO
-from moeplan.serve.search import Estimate, analytic_rate
-from moeplan.serve.space import copies, layouts
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 

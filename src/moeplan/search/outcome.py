@@ -1,4 +1,4 @@
-"""The whole outcome of ``moeplan plan``, computed once (:func:`moeplan.serve.job.plan_job`).
+"""The whole outcome of ``moeplan plan``, computed once (:func:`moeplan.search.job.plan_job`).
 
 Everything the terminal, ``--json``, report.html, the launch files and plan.json show is a
 field here: the families' analytic searches, the serving ranking and its winner, the curves
@@ -46,7 +46,7 @@ class PlanOutcome:
     full_layers: int  # decoder layers of the model the launch files load
     cluster: ClusterSpec
     analytic: Any  # moeplan.planners.rank.PlanResult: each family's own search and figure
-    ranking: Any  # moeplan.serve.ranking.ServeRanking: every deployment on the serving footing
+    ranking: Any  # moeplan.search.ranking.ServeRanking: every deployment on the serving footing
     plan: Plan  # the served winner (ranking and, from a trace, its expert placement)
     explanation: tuple[str, ...]  # plain sentences: winner, capacity, limits, runner-up
     served_workload: dict[str, Any]  # the request stream every deployment was served
@@ -71,7 +71,7 @@ class PlanOutcome:
 
     @property
     def winner(self) -> Any:
-        """The serving winner (:class:`moeplan.serve.entries.Served`)."""
+        """The serving winner (:class:`moeplan.search.entries.Served`)."""
         return self.ranking.winner
 
 

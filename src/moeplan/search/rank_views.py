@@ -1,4 +1,4 @@
-"""What ``moeplan plan`` and its report show of a serving ranking (:mod:`moeplan.serve.rank`).
+"""What ``moeplan plan`` and its report show of a serving ranking (:mod:`moeplan.search.rank`).
 
 :func:`no_plan_meets` is the one-line error when no deployment meets the SLOs (the best TTFT
 and TPOT any plan reaches); :func:`serve_explanation` the plain sentences (who wins, what
@@ -18,11 +18,11 @@ from typing import Any
 from moeplan.cost import CostModel
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
+from moeplan.search.entries import Served
+from moeplan.search.ranking import ServeRanking, _per_replica
 from moeplan.serve.engine import SimResult, simulate
-from moeplan.serve.entries import Served
 from moeplan.serve.iteration import iteration_model
 from moeplan.serve.metrics import summarize
-from moeplan.serve.ranking import ServeRanking, _per_replica
 from moeplan.serve.workload import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -271,7 +271,7 @@ def _rerun(
     x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
 ) -> SimResult:
     """Simulate ``x``'s deployment on ``wl`` again (disaggregated pools run their own pools:
-    :class:`moeplan.serve.disagg.DisaggResult`)."""
+    :class:`moeplan.search.disagg.DisaggResult`)."""
     r = x.result
     rerun = getattr(r, "rerun", None)
     if rerun is not None:

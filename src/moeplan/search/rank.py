@@ -9,25 +9,25 @@ while its TTFT and TPOT stay within the SLOs?
 
 Steps (decisions the papers leave open, pinned by tests):
 
-1. **Proposals.** Each family's layouts (:mod:`moeplan.serve.family_layouts`: MixServe's
+1. **Proposals.** Each family's layouts (:mod:`moeplan.search.family_layouts`: MixServe's
    ranked strategies, SMIDT's pipeline and its DPMoE replicas) name and plan the layouts of
    the deployment space they propose; they do not decide what is simulated.
-2. **Search the space** (:mod:`moeplan.serve.space_rank`): every colocated layout of
-   :mod:`moeplan.serve.space` (and any proposal outside it), replicated to fill the cluster,
-   ranked by SLO-bound capacity (:mod:`moeplan.serve.capacity`: the largest steady rate
+2. **Search the space** (:mod:`moeplan.search.space_rank`): every colocated layout of
+   :mod:`moeplan.search.space` (and any proposal outside it), replicated to fill the cluster,
+   ranked by SLO-bound capacity (:mod:`moeplan.search.capacity`: the largest steady rate
    meeting the SLO percentiles, warm-up and drain excluded, replicas fed round-robin), with
    pruning by an upper bound of capacity and a certificate
-   (:mod:`moeplan.serve.space_search`). Disaggregated serving is ranked as two more families
-   (:mod:`moeplan.serve.disagg_rank`): ``pd`` and ``afd``, their capacity taken the same way
-   (:mod:`moeplan.serve.disagg_capacity`).
+   (:mod:`moeplan.search.space_search`). Disaggregated serving is ranked as two more families
+   (:mod:`moeplan.search.disagg_rank`): ``pd`` and ``afd``, their capacity taken the same way
+   (:mod:`moeplan.search.disagg_capacity`).
 3. **Rank** by the objective (default: output tokens/s per GPU at SLO-bound capacity); plans
    that meet the SLOs come first. With a given rate each deployment is also run at it in
    steady state: an unstable one (rho >= 1) never meets the SLOs.
 
 Split by concern, every name still importable from here: step 1 is
-:mod:`moeplan.serve.family_layouts`, the result type and replica arithmetic
-:mod:`moeplan.serve.ranking`, and what the CLI and report show of a ranking (explanation,
-error line, curves, trace, served plan) :mod:`moeplan.serve.rank_views`; this module holds
+:mod:`moeplan.search.family_layouts`, the result type and replica arithmetic
+:mod:`moeplan.search.ranking`, and what the CLI and report show of a ranking (explanation,
+error line, curves, trace, served plan) :mod:`moeplan.search.rank_views`; this module holds
 steps 2–4 (:func:`serve_rank`).
 """
 
@@ -39,16 +39,14 @@ from dataclasses import dataclass
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import PlanResult
-from moeplan.serve.capacity import DEFAULT_REQUESTS
-from moeplan.serve.entries import Entry, Served  # noqa: F401 (re-exported)
-from moeplan.serve.family_layouts import (  # noqa: F401 (re-exported)
+from moeplan.search.capacity import DEFAULT_REQUESTS
+from moeplan.search.entries import Entry, Served  # noqa: F401 (re-exported)
+from moeplan.search.family_layouts import (  # noqa: F401 (re-exported)
     entries_of,
     pipeline_entries,
     strategy_entries,
 )
-from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.metrics import SLO
-from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
+from moeplan.search.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
     _operating_workload,
@@ -60,16 +58,18 @@ from moeplan.serve.rank_views import (  # noqa: F401 (re-exported)
     serving_curves,
     serving_trace,
 )
-from moeplan.serve.ranking import (  # noqa: F401 (re-exported)
+from moeplan.search.ranking import (  # noqa: F401 (re-exported)
     ServeRanking,
     _all_replicas,
     _per_replica,
 )
-from moeplan.serve.search import (
+from moeplan.search.search import (
     ServeResult,
     evaluate_layout,  # noqa: F401 (re-exported)
     rank_results,
 )
+from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
@@ -93,8 +93,8 @@ def serve_rank(
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
-    from moeplan.serve.memo_cost import memo_cost
-    from moeplan.serve.space_rank import served_space
+    from moeplan.search.memo_cost import memo_cost
+    from moeplan.search.space_rank import served_space
 
     cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
     model, cluster = result.model, result.cluster
@@ -103,14 +103,14 @@ def serve_rank(
         rate_given=rate_given, progress=progress, knob_search=knob_search,
     )
     pruned = tuple(pruned_list)
-    from moeplan.serve.disagg_rank import served_disaggregated
+    from moeplan.search.disagg_rank import served_disaggregated
 
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     disagg, why = served_disaggregated(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
         mtp=mtp,
     )  # fmt: skip
-    from moeplan.serve.disagg_capacity import steady_disaggregated
+    from moeplan.search.disagg_capacity import steady_disaggregated
 
     steady, disagg_records = steady_disaggregated(
         disagg, workload, slo, requests=requests, rate_given=rate_given

@@ -1,13 +1,13 @@
 """Simulate a given P/D deployment under load (``serve-sim --pd``): the pools and the run of
-:mod:`moeplan.serve.disagg` for one user-given :class:`~moeplan.serve.pd.PDLayout`.
+:mod:`moeplan.search.disagg` for one user-given :class:`~moeplan.serve.pd.PDLayout`.
 
 Each pool's scheduler is the one ``moeplan plan``'s P/D search gives that layout
-(:func:`~moeplan.serve.disagg.prefill_pool`: the engine's default chunk per attention-DP
-rank; :func:`~moeplan.serve.disagg.decode_pool`: the largest decode batch within the KV
+(:func:`~moeplan.search.disagg.prefill_pool`: the engine's default chunk per attention-DP
+rank; :func:`~moeplan.search.disagg.decode_pool`: the largest decode batch within the KV
 pool and the engine's running cap — and within 90 % of the TPOT SLO, as the search sizes
 it), found without the SLO filters the search applies (a given deployment is simulated
 even when it misses them; the result says so). The run is
-:func:`~moeplan.serve.disagg.evaluate_candidate`: the largest Poisson rate meeting the SLOs
+:func:`~moeplan.search.disagg.evaluate_candidate`: the largest Poisson rate meeting the SLOs
 with both pools' queues stable, then the user's workload at ``--rate`` or at that rate.
 """
 
@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moeplan.errors import MoeplanError, require
-from moeplan.serve.afd import AFDLayout
-from moeplan.serve.disagg import (
+from moeplan.search.disagg import (
     Candidate,
     Context,
     DisaggResult,
@@ -27,6 +26,7 @@ from moeplan.serve.disagg import (
     evaluate_candidate,
     prefill_pool,
 )
+from moeplan.serve.afd import AFDLayout
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout, transfer_inter_node

@@ -1,17 +1,17 @@
 """The SLO-bound capacity of one given layout: what ``moeplan serve-sim`` reports, by the
-same steps as the deployment-space search (:mod:`moeplan.serve.space_search`): engine knobs
+same steps as the deployment-space search (:mod:`moeplan.search.space_search`): engine knobs
 by the analytic estimate (or as given), the same starting rate and warm-up
-(:func:`~moeplan.serve.space_search.search_capacity`), then the 95 % interval."""
+(:func:`~moeplan.search.space_search.search_capacity`), then the 95 % interval."""
 
 from __future__ import annotations
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.search.memo_cost import memo_cost
+from moeplan.search.space_search import SpaceCandidate, prepare, search_capacity, with_interval
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.memo_cost import memo_cost
 from moeplan.serve.metrics import SLO
-from moeplan.serve.space_search import SpaceCandidate, prepare, search_capacity, with_interval
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
+from moeplan.search.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_slo
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import tokens_per_step
@@ -68,7 +69,6 @@ from moeplan.serve.pd import (
     simulate_pd,
     transfer_inter_node,
 )
-from moeplan.serve.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_slo
 from moeplan.serve.workload import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
