@@ -325,10 +325,10 @@ class CostModel(MixerLayers):
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]
         assert self.engine is not None
-        preds = self._kdb.predict_many(
+        secs = self._kdb.seconds_many(
             op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
         )
-        return [p.seconds for p in preds]
+        return secs.tolist()
 
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int
