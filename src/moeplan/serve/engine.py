@@ -195,17 +195,19 @@ class Engine:
         assert self.kv_used <= cfg.kv_tokens, "KV pool over-committed"
         if not chunks:
             return self._start_decode(t, n_dec)
-        pre = tuple((q, bucket(self.prefill_ctx[r] + q)) for r, q in chunks)
+        at = self.prefill_ctx
+        pre = tuple([(q, bucket(at[r] + q)) for r, q in chunks])
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
-        self._record(t, dur, 1, n_dec, sum(q for _, q in chunks), self.kv_used, 0)
+        self._record(t, dur, 1, n_dec, sum([q for _, q in chunks]), self.kv_used, 0)
         self._push(t + dur, ITER_END, 0)
         return True
 
     def _time(self, batch: Batch) -> float:
         dur = self.evaluate(batch)
-        require(dur > 0 and math.isfinite(dur), f"iteration time ({dur}) must be positive")
+        if not 0.0 < dur < math.inf:  # the message is built only when it is raised
+            require(False, f"iteration time ({dur}) must be positive")
         return dur
 
     def _record(

@@ -87,6 +87,7 @@ class KernelDB:
         self._variants: dict[tuple, VariantModel | None] = {}
         self._memo: dict[tuple, Prediction] = {}
         self._variant_keys: dict[tuple[str, str, str], dict[tuple, int]] = {}
+        self._chosen: dict[tuple, tuple | None] = {}  # choose()'s answers (variants are fixed)
 
     # ---- variants ------------------------------------------------------------------------
     def variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:
@@ -134,6 +135,12 @@ class KernelDB:
 
     def choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
         """The variant whose non-kernel columns equal ``want``; kernel by preference."""
+        ck = (gpu, engine, op, tuple(sorted((c, str(v)) for c, v in want.items())))
+        if ck not in self._chosen:
+            self._chosen[ck] = self._choose(gpu, engine, op, want)
+        return self._chosen[ck]
+
+    def _choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
         fam = FAMILIES[op]
         best, score = None, None
         for key, n in self.variants(gpu, engine, op).items():

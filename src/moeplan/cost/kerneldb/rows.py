@@ -25,6 +25,8 @@ def row_groups(
 ) -> list[tuple[dict[str, str], np.ndarray | None]]:
     """Rows grouped by the values (as strings) of the variant columns ``names``: a list of
     (those values, the rows' indices); ``None`` as indices when every row shares them."""
+    if n == 1:
+        return [({c: str(np.asarray(cols[c])[0]) for c in names}, None)]
     words = {c: np.asarray(cols[c]).astype(str) for c in names}
     if all(bool((a == a[0]).all()) for a in words.values()):
         return [({c: str(a[0]) for c, a in words.items()}, None)]
