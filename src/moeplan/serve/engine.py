@@ -349,7 +349,7 @@ class Engine:
                 continue
             j = self.step - self.s0[r]
             left = self.osl[r] - self.base_prod[r]
-            assert j == self._steps(left), "decode finished at the wrong step"
+            assert j == (left if self.tps == 1 else self._steps(left)), "finished off-step"
             surplus = j * self.tps - left  # 0 without MTP
             self.remaining += surplus
             self.out_tokens -= surplus
@@ -383,13 +383,16 @@ class Engine:
     def _chunk_done(self, t: float, r: int, q: int) -> None:
         start = self.prefill_ctx[r]
         end = start + q
-        fresh = max(0, min(end, self.isl[r]) - max(start, self.hi[r]))
-        self.hi[r] = max(self.hi[r], min(end, self.isl[r]))
+        top, hi = min(end, self.isl[r]), self.hi[r]
+        fresh = max(0, top - max(start, hi))
+        if top > hi:
+            self.hi[r] = top
         self.prefill_tokens += fresh
         self.recomputed += q - fresh
         self.prefill_ctx[r] = end
-        self.left[r] -= q
-        if self.left[r]:
+        left = self.left[r] - q
+        self.left[r] = left
+        if left:
             return
         if self.prefilling[0] == r:
             self.prefilling.popleft()
@@ -413,7 +416,8 @@ class Engine:
         self.sum_ctx += end
         self.seq += 1
         left = self.osl[r] - self.produced[r]
-        heapq.heappush(self.finishers, (self.step + self._steps(left), self.seq, r, self.epoch[r]))
+        steps = left if self.tps == 1 else self._steps(left)
+        heapq.heappush(self.finishers, (self.step + steps, self.seq, r, self.epoch[r]))
         self.entrants.append((r, self.epoch[r]))
 
     def _steps(self, tokens: int) -> int:
