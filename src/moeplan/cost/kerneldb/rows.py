@@ -11,6 +11,7 @@ the same row asked alone gets. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -51,6 +52,9 @@ def own_rows(
     the measured box, beyond a carry axis); ``peak``: the datasheet floor."""
     exact, line, edge = lookups
     corr, inside, carried = field
+    if len(base) == 1:  # one row (the memoised scalar path): the same decision on floats
+        one = _one_row(label, [float(a[0]) for a in (*lookups, base, corr, peak)], field)
+        return np.asarray([one[0]]), np.asarray([one[1]], object), np.asarray([one[2]], object)
     measured = np.isfinite(exact)
     on_line = ~measured & np.isfinite(line)
     on_edge = ~measured & ~on_line & np.isfinite(edge)
@@ -71,4 +75,28 @@ def own_rows(
         s = np.where(raised, peak, s)
         src[raised & measured] = "roofline"
         detail[raised] = f"{label}; {PEAK_NOTE}"
+    return s, src, detail
+
+
+def _one_row(
+    label: str, v: list[float], field: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[float, str, str]:
+    """:func:`own_rows` of one row: ``v`` = exact, line, edge, base, correction, peak."""
+    exact, line, edge, base, corr, peak = v
+    detail = label
+    if math.isfinite(exact):
+        s, src = exact, "measured"
+    elif math.isfinite(line):
+        s, src = base * float(np.exp(line)), "interpolated"
+    elif math.isfinite(edge):
+        s, src = base * float(np.exp(edge)), "transferred"
+        detail = f"{label}; {EDGE_NOTE}"
+    elif field[1][0]:
+        s, src = base * float(np.exp(corr)), "interpolated"
+        if field[2][0]:
+            detail = f"{label}; {BEYOND_NOTE}"
+    else:
+        s, src = base, "transferred"
+    if s < peak:
+        s, src, detail = peak, "roofline" if src == "measured" else src, f"{label}; {PEAK_NOTE}"
     return s, src, detail
