@@ -47,6 +47,7 @@ error. ``engine=None`` is exactly the model above. The database arrives as ``ker
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
@@ -311,7 +312,7 @@ class CostModel(MixerLayers):
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
     def decode_core_prices(
-        self, model: ModelSpec, num_seqs: int, ctxs: list[int], tp: int = 1,
+        self, model: ModelSpec, num_seqs: int, ctxs: Sequence[int], tp: int = 1,
         layer: int | None = None,
     ) -> list[float]:
         """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one

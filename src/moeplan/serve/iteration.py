@@ -435,13 +435,14 @@ class IterationModel(TwoBatchMixin, MtpMixin):
 FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
 
 
-def _grid_block(after: int) -> list[int]:
+def _grid_block(after: int) -> tuple[int, ...]:
     """The engine's grid contexts (:func:`.grid.bucket_grid`) of the block after context
-    ``after``: below :data:`FIRST_BLOCK` when ``after`` is 0, else the next octave."""
+    ``after``: below :data:`FIRST_BLOCK` when ``after`` is 0, else the next octave (a tuple:
+    a memo keys it by value at C speed)."""
     if after <= 0:
-        return bucket_grid(FIRST_BLOCK - 1)
+        return tuple(bucket_grid(FIRST_BLOCK - 1))
     lo = 1 << after.bit_length()
-    return [c for c in bucket_grid(2 * lo - 1) if c >= lo]
+    return tuple(c for c in bucket_grid(2 * lo - 1) if c >= lo)
 
 
 @lru_cache(maxsize=256)
