@@ -161,15 +161,19 @@ class Engine:
         for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
             self._push_arrival(0.0 if closed else None)
         busy = False
-        heap = self.heap
+        heap, waiting, arrival, horizon = self.heap, self.waiting, self.arrival, self.horizon
+        pop, push, n = heapq.heappop, heapq.heappush, len(arrival)
         while heap:
-            t, prio, _, x = heapq.heappop(heap)
-            if t > self.horizon:  # stopped: requests not done keep NaN times
+            t, prio, _, x = pop(heap)
+            if t > horizon:  # stopped: requests not done keep NaN times
                 return self._result()
             if prio == ARRIVAL:
-                self.waiting.append(x)
-                if not closed:
-                    self._push_arrival()
+                waiting.append(x)
+                i = self.next_arrival
+                if not closed and i < n:  # the next arrival (_push_arrival, open loop)
+                    self.seq += 1
+                    push(heap, (arrival[i], ARRIVAL, self.seq, i))
+                    self.next_arrival = i + 1
             else:
                 self._end(t)
                 busy = False
