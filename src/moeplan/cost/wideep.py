@@ -5,7 +5,9 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
 
 - Grouped GEMM: ``wideep_context_moe`` (prefill: DeepEP normal, contiguous DeepGEMM grouped
   GEMM) or ``wideep_generation_moe`` (decode: DeepEP low-latency, masked grouped GEMM) from the
-  kernel database (SGLang 0.5.10's H100 tables; other GPUs transferred by the database's rules),
+  kernel database (SGLang 0.5.10's H100 tables; other GPUs transferred by the database's rules);
+  for TRT-LLM (``WideEPMoE``: DeepEP on Hopper, the CUTLASS MoE on the rank's weight slots)
+  ``trtllm_wideep_moe`` in both phases (TRT-LLM 1.3.0rc10's H100 table, with ``num_slots``),
   queried with the rank's own load: ``num_tokens = T * ep`` tokens entering the group,
   ``num_experts = E + R``, and ``distribution = "explicit"`` with ``rank_pairs = T k imb``
   routed copies on ``rank_hit = (E + R) / ep`` local experts, ``imb`` the busiest rank's load
@@ -159,6 +161,9 @@ class WideEP:
             "rank_hit": slots / q.ep,
         }
         op = f"wideep_{q.phase}_moe"
+        if self._engine == "trtllm":  # TRT-LLM's CUTLASS MoE on the rank's slots, both phases
+            op = "trtllm_wideep_moe"
+            shape |= {"num_experts": md.num_experts, "num_slots": slots}
         p = self._kdb.predict(op, self._device, self._engine, **shape)
         self._note(op, p)
         return p.seconds
