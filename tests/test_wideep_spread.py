@@ -81,3 +81,20 @@ def test_wide_ep_prices_the_busiest_rank_of_the_batch():
     assert busy.gemm >= mean.gemm and busy.dispatch > mean.dispatch
     assert busy.combine > mean.combine
     assert busy == hot
+
+
+def test_phase_answer_reports_the_priced_busiest_rank():
+    """``--phase`` reports the busiest rank it prices: balanced routing on the DeepEP path is
+    the spread of one two-batch-overlap half (8,192 tokens per GPU over EP32: 1.008)."""
+    from moeplan.serve.instance_knobs import resolve_knobs
+    from moeplan.serve.layout import ServeLayout
+    from moeplan.serve.phase import PhaseModel
+
+    md, c = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
+    lay = ServeLayout(attn_dp=32, moe_ep=32, redundant_experts=32)
+    kn = resolve_knobs("sglang", md, c, lay, a2a="deepep", tbo=True, mtp=0, mtp_accept=None)
+    r = PhaseModel(md, c, engine_cost_model(c, engine="sglang"), lay, kn).step(
+        "prefill", 16384, 4096
+    )
+    assert r.imbalance == pytest.approx(balanced_spread(8192 * 32, 32, 8, 256), rel=1e-12)
+    assert 1.005 < r.imbalance < 1.011
