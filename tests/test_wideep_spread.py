@@ -98,3 +98,27 @@ def test_phase_answer_reports_the_priced_busiest_rank():
     )
     assert r.imbalance == pytest.approx(balanced_spread(8192 * 32, 32, 8, 256), rel=1e-12)
     assert 1.005 < r.imbalance < 1.011
+
+
+@pytest.mark.parametrize(("ep", "nodes", "want"), [(32, 4, 1.0), (72, 9, 4 / (256 / 72))])
+def test_equal_expert_loads_after_eplb_against_the_packing_closed_form(ep, nodes, want):
+    """Equal per-expert loads, 256 experts + 32 replicas (serve/balance.py docstring): at EP32
+    every GPU takes 7 whole + 2 half loads (balanced); at EP72 (4 slots per GPU) 64 GPUs take
+    3 whole + 1 half and 8 take 4 whole, the busiest 4 / (256 / 72) = 1.125x the mean. The
+    spread of a 128-per-GPU batch on those shares lies below the product the wide-EP price
+    takes (its upper bound) and above the placement alone."""
+    from moeplan.planners.placement.eplb import rebalance_experts
+    from moeplan.serve.balance import layer_imbalances
+    from moeplan.serve.layout import ServeLayout
+    from moeplan.specs import RoutingProfile
+
+    md = load_model("deepseek-v3")
+    route = RoutingProfile(top_k=8, expert_load=((1.0,) * 256,))
+    lay = ServeLayout(attn_dp=ep, moe_ep=ep, redundant_experts=32)
+    got = layer_imbalances(route, md, lay, 1.0, nodes)
+    assert got[0] == pytest.approx(want, rel=1e-6)
+    groups = 8 if 8 % nodes == 0 else 1
+    phy2log, _, cnt = rebalance_experts(np.ones((1, 256)), 288, groups, nodes, ep)
+    shares = (1.0 / cnt[0][phy2log[0]]).reshape(ep, -1).sum(axis=1) / 256
+    exact = spread(128 * ep, shares, 8, 256)
+    assert want <= exact <= want * balanced_spread(128 * ep, ep, 8, 256) + 1e-12

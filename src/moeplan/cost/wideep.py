@@ -14,7 +14,10 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   over the mean: the placement's factor (a routing profile's per-expert loads after EPLB,
   the caller's ``imbalance``) times, with ``batch_spread``, the busiest rank of one batch of
   ``T * ep`` tokens drawn from the routing (:mod:`.ep_spread`: the slowest rank gates the
-  step; at 8,192 tokens per GPU over EP32 1.008, at 128 over EP72 1.073).
+  step; at 8,192 tokens per GPU over EP32 1.008, at 128 over EP72 1.073). The product
+  treats every rank as the busiest one: exact for a balanced placement, an upper bound
+  otherwise (EP72 with ``R = 32`` and equal per-expert loads, placement 1.125: product 1.207,
+  :func:`.ep_spread.spread` on the placement's shares 1.171).
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
   and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
