@@ -51,19 +51,56 @@ def sampled(ep: int, nodes: int, tokens: int, grouped: bool, trials: int = 60, s
     return float(np.mean(out)), float(np.std(out) / np.sqrt(trials))
 
 
+CASES = ((72, 9, 128), (32, 4, 2048))  # (EP, nodes, tokens per GPU): decode and prefill halves
+
+
+def _case(ep: int, nodes: int, per_gpu: int) -> dict[str, float]:
+    phy2log, cnt = _placement(ep, nodes)
+    assert cnt.max() <= 2
+    shares = (1.0 / cnt[phy2log]).reshape(ep, -1).sum(axis=1) / E
+    n = per_gpu * ep
+    place = float(shares.max() * ep)
+    uni, uni_se = sampled(ep, nodes, n, False)
+    grp, grp_se = sampled(ep, nodes, n, True)
+    return {
+        "placement": place,
+        "product": place * balanced_spread(n, ep, K, E),
+        "shares": spread(n, shares, K, E),
+        "uniform": uni,
+        "uniform_se": uni_se,
+        "grouped": grp,
+        "grouped_se": grp_se,
+    }
+
+
+def run() -> list[dict]:
+    """Rows for bench/run_all.py: computed on the shares vs sampled group-limited batches."""
+    rows = []
+    for ep, nodes, per_gpu in CASES:
+        c = _case(ep, nodes, per_gpu)
+        rows.append(
+            {
+                "name": f"busiest rank, EP{ep}+R{R}, {per_gpu} tokens per GPU",
+                "value": c["shares"],
+                "unit": "busiest rank's copies / mean (computed on the shares)",
+                "reference": c["grouped"],
+                "ratio": c["shares"] / c["grouped"],
+                "target": "",
+                "note": f"sampled group-limited +- {c['grouped_se']:.4f}; "
+                f"uniform {c['uniform']:.4f}; product {c['product']:.4f}",
+            }
+        )
+    return rows
+
+
 def main() -> None:
-    for ep, nodes, per_gpu in ((72, 9, 128), (32, 4, 2048)):
-        phy2log, cnt = _placement(ep, nodes)
-        assert cnt.max() <= 2
-        shares = (1.0 / cnt[phy2log]).reshape(ep, -1).sum(axis=1) / E
-        n = per_gpu * ep
-        place = shares.max() * ep
+    for ep, nodes, per_gpu in CASES:
+        c = _case(ep, nodes, per_gpu)
         print(
-            f"EP{ep}+R{R}, {per_gpu} tokens per GPU: placement {place:.4f}; "
-            f"product {place * balanced_spread(n, ep, K, E):.4f}; "
-            f"on the shares {spread(n, shares, K, E):.4f}; "
-            "sampled uniform {:.4f} +- {:.4f}".format(*sampled(ep, nodes, n, False))
-            + ", group-limited {:.4f} +- {:.4f}".format(*sampled(ep, nodes, n, True))
+            f"EP{ep}+R{R}, {per_gpu} tokens per GPU: placement {c['placement']:.4f}; "
+            f"product {c['product']:.4f}; on the shares {c['shares']:.4f}; sampled uniform "
+            f"{c['uniform']:.4f} +- {c['uniform_se']:.4f}, group-limited {c['grouped']:.4f} "
+            f"+- {c['grouped_se']:.4f}"
         )
 
 
