@@ -12,7 +12,13 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.search.space import copies, layouts
-from moeplan.search.space_search import SpaceCandidate, prepare, search_capacity, search_space
+from moeplan.search.space_search import (
+    SpaceCandidate,
+    _by_estimate,
+    prepare,
+    search_capacity,
+    search_space,
+)
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.specs import load_cluster, load_model
 
@@ -96,3 +102,47 @@ def test_searched_winner_equals_exhaustive_simulation(exhaustive):
     for s in ranked:  # everything not simulated is pruned by a bound below the winner
         if s.capacity is None and s.beaten_at == 0.0 and s.bound is not None:
             assert s.bound_per_gpu(osl) <= cert.winner_capacity
+
+
+def _eager_and_lazy(m, c, cm, wl, slo):
+    eager, lazy = [], []
+    for lay in layouts(m, c):
+        k, spare = copies(c, lay)
+        for out, knobs in ((eager, True), (lazy, False)):
+            s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare)
+            prepare(s, m, c, cm, wl, slo, "sglang", knobs=knobs)
+            out.append(s)
+    return eager, lazy
+
+
+@pytest.mark.parametrize("gpus,tpot", [(2, 0.03), (8, 0.05), (8, 0.02)])
+def test_estimate_never_exceeds_bound_and_lazy_order_is_eager(gpus, tpot):
+    """The simulation order computes estimates only down to the first bound below the best
+    estimate capped by its bound: no estimate exceeds a nonzero bound (checked on every
+    layout; a zero bound — a lone request misses an SLO — caps it to 0), and the first layout
+    is the best capped estimate of all, computed eagerly (oracle)."""
+    m = load_model("qwen3-30b-a3b")
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=gpus, name=f"h100-sxm-{gpus}")
+    cm = cost_model_for(c)
+    wl = ServeWorkload(
+        num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=256), seed=0
+    )
+    slo = SLO(ttft_s=2.0, tpot_s=tpot)
+    eager, lazy = _eager_and_lazy(m, c, cm, wl, slo)
+    osl = wl.osl.mean
+    for s in eager:
+        if s.bound is not None:
+            assert s.estimate is not None and s.cfg is not None
+            assert s.bound.rate_rps == 0 or s.estimate.rate_rps <= s.bound.rate_rps, s.layout
+    best = max(
+        (s for s in eager if s.bound is not None),
+        key=lambda s: min(s.estimate.rate_rps, s.bound.rate_rps) * osl / s.layout.gpus,
+    )
+    order = sorted((s for s in lazy if s.bound is not None), key=lambda s: -s.bound_per_gpu(osl))
+    first = _by_estimate(order, wl, slo)[0]
+    assert first.layout == best.layout
+    for s, e in zip(lazy, eager, strict=True):  # knobs picked later are the eager ones
+        if s.cfg is not None:
+            assert s.cfg == e.cfg and s.estimate == e.estimate
+    if gpus == 8:  # the cut leaves layouts unestimated
+        assert any(s.cfg is None for s in order)

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from moeplan.errors import MoeplanError
+from moeplan.search.certain_miss import certain_miss
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
 from moeplan.serve.workload import Requests, ServeWorkload, requests_from_rows
@@ -251,6 +252,7 @@ def steady_probe(
     ref_rps: float | None = None,
     runner: Runner | None = None,
     horizon: bool = False,
+    stop_on_miss: bool = False,
 ) -> SteadyProbe:
     """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
     warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
@@ -259,7 +261,9 @@ def steady_probe(
     :func:`moeplan.serve.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
     ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
     only: a measured request not done by then misses an SLO — its end-to-end time exceeds
-    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late)."""
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late). ``stop_on_miss``
+    (one engine, open loop): stop once a miss is certain (:mod:`moeplan.search.certain_miss`;
+    a verdict only: ``meets`` is the full run's, the percentiles are not)."""
     life = lifetime_s(workload, slo)
     ref = max(rate, ref_rps or rate)
     warm = math.ceil(WARM_LIFETIMES * ref * life)
@@ -269,7 +273,8 @@ def steady_probe(
     stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
     if runner is None:
         assert cfg is not None and evaluate is not None
-        res = simulate(reqs, cfg, evaluate, horizon_s=stop)
+        miss = certain_miss(reqs, win, slo) if stop_on_miss and not reqs.closed else None
+        res = simulate(reqs, cfg, evaluate, horizon_s=stop, stop=miss)
     else:
         res = runner(reqs, stop)
     ttft, tpot, _ = request_latencies(res)

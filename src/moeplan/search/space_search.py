@@ -2,9 +2,10 @@
 
 Every layout of :mod:`moeplan.search.space` gets an upper bound of its capacity
 (:func:`moeplan.search.bound.capacity_bound`, over every engine configuration the knob search
-may pick). The layout with the best analytic estimate (:func:`moeplan.search.search.
-analytic_rate`, whose engine knobs every layout runs with) is simulated first, then the rest
-in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
+may pick). The layout with the best analytic estimate
+(:func:`moeplan.search.search.analytic_rate`, capped by its bound; its engine knobs are the
+ones a layout runs with, computed only for layouts not pruned by bound) is simulated first,
+then the rest in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
 
 - its bound is at most ``C``: it cannot win — *pruned by bound*;
 - else one steady run at the rate that would give it ``C`` per GPU: if the SLOs miss there,
@@ -68,6 +69,8 @@ class SpaceCandidate:
     """Rate (per instance) of the one steady run at the incumbent's capacity (0: none)."""
     runs: dict = field(default_factory=dict)
     """Steady runs of its capacity search, reused by the interval search (same runs)."""
+    cfgs: list[EngineConfig] = field(default_factory=list)
+    """The engine configurations its bound covers (the knob search's candidates)."""
 
     def bound_per_gpu(self, osl: float) -> float:
         return 0.0 if self.bound is None else self.bound.per_gpu(osl, self.layout.gpus)
@@ -123,9 +126,12 @@ def prepare(
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     routing: RoutingProfile | None = None,
+    *,
+    knobs: bool = True,
 ) -> None:
     """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload);
-    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it."""
+    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it.
+    ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate."""
     kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
     try:
         cfgs = candidates(
@@ -140,14 +146,24 @@ def prepare(
     if not cfgs:
         c.reason = f"request isl+osl ({big}) must fit one rank's KV pool"
         return
+    c.evaluate, c.cfgs = ev, cfgs
+    c.bound = capacity_bound(ev, cfgs, workload, slo)
+    if knobs:
+        pick_knobs(c, workload, slo)
+
+
+def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
+    """``c.cfg`` and ``c.estimate``: of the configurations at the engine's default chunk,
+    the one with the best analytic estimate (:func:`analytic_rate`); once per candidate."""
+    if c.cfg is not None:
+        return
+    assert c.evaluate is not None and c.cfgs
     isl, osl = workload.isl.mean, workload.osl.mean
-    base = cfgs[0].chunk_tokens  # the engine's default chunk: caps are what the estimate sees
-    est, cfg = max(
-        ((analytic_rate(ev, k, isl, osl, slo), k) for k in cfgs if k.chunk_tokens == base),
+    base = c.cfgs[0].chunk_tokens  # the engine's default chunk: caps are what the estimate sees
+    c.estimate, c.cfg = max(
+        ((analytic_rate(c.evaluate, k, isl, osl, slo), k) for k in c.cfgs if k.chunk_tokens == base),
         key=lambda ek: ek[0].rate_rps,
     )
-    c.evaluate, c.cfg, c.estimate = ev, cfg, est
-    c.bound = capacity_bound(ev, cfgs, workload, slo)
 
 
 REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
@@ -195,15 +211,27 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     )
 
 
-def _by_estimate(order: list[SpaceCandidate], osl: float) -> list[SpaceCandidate]:
+def _by_estimate(
+    order: list[SpaceCandidate], workload: ServeWorkload, slo: SLO
+) -> list[SpaceCandidate]:
     """Simulation order: the best analytic estimate first (a strong incumbent early), then
-    decreasing bound."""
+    decreasing bound. The key is the estimate capped by the layout's bound (an estimate
+    exceeds no nonzero bound: both price the same iterations and the bound drops no cost the
+    estimate counts; a zero bound — a lone request misses an SLO — caps it to 0). ``order``
+    is by decreasing bound, so estimates are computed down it only until the best key
+    exceeds the next bound: no layout below can hold the best key."""
     if not order:
         return order
-    first = max(
-        order,
-        key=lambda c: 0.0 if c.estimate is None else c.estimate.rate_rps * osl / c.layout.gpus,
-    )
+    osl = workload.osl.mean
+    first, top = order[0], -1.0
+    for c in order:
+        if top > c.bound_per_gpu(osl):
+            break
+        pick_knobs(c, workload, slo)
+        assert c.estimate is not None
+        key = min(c.estimate.rate_rps * osl / c.layout.gpus, c.bound_per_gpu(osl))
+        if key > top:
+            first, top = c, key
     return [first] + [c for c in order if c is not first]
 
 
@@ -238,18 +266,19 @@ def search_space(
             c.reason = "the given two-batch overlap needs the DeepEP all-to-all on this layout"
             cands.append(c)
             continue
-        prepare(c, model, cluster, cost, workload, slo, engine)
+        prepare(c, model, cluster, cost, workload, slo, engine, knobs=False)
         cands.append(c)
     order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
     best: SpaceCandidate | None = None
     simulated = beaten = 0
     remaining = 0.0
-    for i, c in enumerate(_by_estimate(order, osl)):
+    for i, c in enumerate(_by_estimate(order, workload, slo)):
         top = best.capacity_per_gpu(osl) if best is not None else 0.0
         if top >= c.bound_per_gpu(osl):
             continue  # pruned by bound (counted below)
         if progress:
             progress(f"capacity {i + 1}/{len(order)}: {c.layout.label}")
+        pick_knobs(c, workload, slo)  # only layouts not pruned by bound need their knobs
         assert c.cfg is not None and c.evaluate is not None and c.bound is not None
         if top > 0:
             r = top * c.layout.gpus / osl  # the incumbent's capacity per GPU, as this rate
@@ -262,6 +291,7 @@ def search_space(
                 requests=requests,
                 replicas=c.replicas,
                 horizon=True,
+                stop_on_miss=True,  # a verdict only: stopped once the miss is certain
             )
             c.beaten_at = r
             if not p.meets(slo):

@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -66,6 +67,7 @@ __all__ = [
 ]
 
 ARRIVAL, ITER_END = 0, 1
+STOP_EVERY = 32  # iteration ends between two calls of a stop predicate (its cost is O(requests))
 WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 
@@ -93,6 +95,7 @@ class Engine:
         evaluate: Evaluator,
         fast_forward: bool = True,
         horizon_s: float | None = None,
+        stop: Callable[[Engine], bool] | None = None,
     ) -> None:
         big = int(np.max(reqs.isl + reqs.osl))
         require(
@@ -137,6 +140,7 @@ class Engine:
         self.segs: list[tuple[float, float, int, int, int, int, int]] = []
         self.fast = fast_forward
         self.horizon = math.inf if horizon_s is None else horizon_s
+        self.stop = stop
         self.itl: list[float] = []
         self.itl_w: list[int] = []
 
@@ -163,6 +167,7 @@ class Engine:
         busy = False
         heap, waiting, arrival, horizon = self.heap, self.waiting, self.arrival, self.horizon
         pop, push, n = heapq.heappop, heapq.heappush, len(arrival)
+        stop, ends = self.stop, 0
         while heap:
             t, prio, _, x = pop(heap)
             if t > horizon:  # stopped: requests not done keep NaN times
@@ -177,6 +182,9 @@ class Engine:
             else:
                 self._end(t)
                 busy = False
+                ends += 1
+                if stop is not None and ends % STOP_EVERY == 0 and stop(self):
+                    return self._result()  # a verdict is certain: the rest keeps NaN times
             if not busy and not (heap and heap[0][0] <= t and heap[0][1] == ARRIVAL):
                 busy = self._start(t)
         assert not self.running and not self.waiting, "engine stopped with work left"
@@ -471,10 +479,13 @@ def simulate(
     *,
     fast_forward: bool = True,
     horizon_s: float | None = None,
+    stop: Callable[[Engine], bool] | None = None,
 ) -> SimResult:
     """Run ``reqs`` through the engine ``cfg`` with iteration times from ``evaluate``.
 
     ``fast_forward=False`` steps decode iterations one at a time (the reference the
     fast-forward is tested against). ``horizon_s``: stop at the first event after this time
-    (requests not finished by then keep NaN first-token / finish times)."""
-    return Engine(reqs, cfg, evaluate, fast_forward, horizon_s).run()
+    (requests not finished by then keep NaN first-token / finish times). ``stop``: asked
+    every :data:`STOP_EVERY` iteration ends (``engine.now`` = the last iteration's start,
+    ``engine.first`` / ``engine.finish`` the times so far); True stops the run the same way."""
+    return Engine(reqs, cfg, evaluate, fast_forward, horizon_s, stop).run()
