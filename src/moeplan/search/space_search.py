@@ -160,8 +160,9 @@ def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
     assert c.evaluate is not None and c.cfgs
     isl, osl = workload.isl.mean, workload.osl.mean
     base = c.cfgs[0].chunk_tokens  # the engine's default chunk: caps are what the estimate sees
+    ev = c.evaluate
     c.estimate, c.cfg = max(
-        ((analytic_rate(c.evaluate, k, isl, osl, slo), k) for k in c.cfgs if k.chunk_tokens == base),
+        ((analytic_rate(ev, k, isl, osl, slo), k) for k in c.cfgs if k.chunk_tokens == base),
         key=lambda ek: ek[0].rate_rps,
     )
 

@@ -67,7 +67,10 @@ __all__ = [
 ]
 
 ARRIVAL, ITER_END = 0, 1
-STOP_EVERY = 32  # iteration ends between two calls of a stop predicate (its cost is O(requests))
+# Iteration ends between two calls of a stop predicate: this module's choice (a predicate
+# scans the measured requests, an iteration end touches a few; the stop comes at most 32
+# iterations late).
+STOP_EVERY = 32
 WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 
