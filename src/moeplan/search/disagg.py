@@ -324,41 +324,42 @@ def why_none(c: Context, family: str) -> str:
     )
 
 
+def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
+    """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
+    assert isinstance(p.layout, ServeLayout)
+    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+                  prefill_knobs=p.knobs, decode_knobs=d.knobs,
+                  prefill_chunk=p.cfg.chunk_tokens)  # fmt: skip
+    inter = transfer_inter_node(c.cluster, pd)
+    setup = PoolSetup(
+        layout=pd,
+        prefill_cfg=p.cfg,
+        decode_cfg=d.cfg,
+        prefill_eval=p.evaluate,
+        decode_eval=d.evaluate,
+        transfer=_transfer_fn(c, p.layout, inter),
+    )
+    rate = min(x * p.rate, y * d.rate)
+    return Candidate(
+        layout=pd,
+        setup=setup,
+        estimate=rate * c.workload.osl.mean / pd.gpus,
+        rho=(rate / (x * p.rate), rate / (y * d.rate)),
+        decode_note=d.note,
+        capacity=(x * p.rate, y * d.rate),
+    )
+
+
 def candidates(c: Context, family: str) -> list[Candidate]:
     """Every rate-matched (prefill layout, decode layout, x, y), best estimate first."""
     n = c.cluster.num_gpus
     pres, decs = pools(c, family)
     out = []
-    osl = c.workload.osl.mean
     for p in pres:
         for d in decs:
             m = rate_match(p.rate, p.layout.gpus, d.rate, d.layout.gpus, n)
-            if m is None:
-                continue
-            x, y, rate = m
-            assert isinstance(p.layout, ServeLayout)
-            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
-                          prefill_knobs=p.knobs, decode_knobs=d.knobs,
-                          prefill_chunk=p.cfg.chunk_tokens)
-            inter = transfer_inter_node(c.cluster, pd)
-            setup = PoolSetup(
-                layout=pd,
-                prefill_cfg=p.cfg,
-                decode_cfg=d.cfg,
-                prefill_eval=p.evaluate,
-                decode_eval=d.evaluate,
-                transfer=_transfer_fn(c, p.layout, inter),
-            )
-            out.append(
-                Candidate(
-                    layout=pd,
-                    setup=setup,
-                    estimate=rate * osl / pd.gpus,
-                    rho=(rate / (x * p.rate), rate / (y * d.rate)),
-                    decode_note=d.note,
-                    capacity=(x * p.rate, y * d.rate),
-                )
-            )
+            if m is not None:
+                out.append(make_candidate(c, p, d, m[0], m[1]))
     out.sort(key=lambda k: (-k.estimate, k.layout.gpus))
     return out
 
