@@ -15,7 +15,7 @@ from typing import Any
 
 from moeplan.search.capacity import steady_probe, window_metrics
 from moeplan.search.disagg import Context, DisaggResult, bound
-from moeplan.search.disagg_search import WINDOW_LIFETIMES, PoolCandidate, with_interval
+from moeplan.search.disagg_search import WINDOW_LIFETIMES, PoolCandidate, copies, with_interval
 
 
 def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResult:
@@ -52,9 +52,11 @@ def capacity_record(pc: PoolCandidate, c: Context, requests: int) -> dict[str, A
     """The capacity record of ``pc`` with its 95 % interval (searched here)."""
     with_interval(pc, c, requests)
     assert pc.capacity is not None
+    n, spare = copies(c, pc)
     return {
         **pc.capacity.to_dict(c.workload.osl.mean, pc.gpus),
         "layout": pc.candidate(c).layout.label,
         "replicas": 1,
-        "spare_gpus": c.cluster.num_gpus - pc.gpus,
+        "copies_in_cluster": n,
+        "spare_gpus": spare,
     }

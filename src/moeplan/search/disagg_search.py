@@ -2,7 +2,9 @@
 
 The space: every prefill instance kind and every decode instance kind of
 :func:`moeplan.search.disagg.pools` (colocated decode for ``pd``, attention–FFN for ``afd``),
-paired, with any counts ``x`` and ``y`` whose GPUs fit the cluster. Each gets the upper bound
+paired, with any counts ``x`` and ``y`` whose GPUs fit the cluster and share no factor
+(``k x : k y`` is ``k`` copies of ``x : y``, one router each: its capacity per GPU is that of
+``x : y`` and the cluster holds as many copies as fit, :func:`copies`). Each gets the upper bound
 of :mod:`moeplan.search.disagg_bound` (its pools alone, analytic: no simulation) and the
 analytic estimate of :func:`moeplan.search.disagg.rate_match`'s scoring. Then, as the
 colocated search (:mod:`moeplan.search.space_search`):
@@ -36,11 +38,18 @@ lifetime still mistakes noise for growth); with two, 500 and 5,000 both give 156
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeplan.search.capacity import Capacity, SteadyProbe, slo_capacity, steady_probe
+from moeplan.search.capacity import (
+    GROWTH_SLOPE,
+    Capacity,
+    SteadyProbe,
+    slo_capacity,
+    steady_probe,
+)
 from moeplan.search.disagg import Candidate, Context, Pool, make_candidate, pools
 from moeplan.search.disagg_bound import decode_rate_bound, deployment_bound, prefill_rate_bound
 from moeplan.serve.pd import simulate_pd
@@ -143,39 +152,60 @@ def space(c: Context, families: list[str]) -> list[PoolCandidate]:
                 gd = d.layout.gpus
                 for x in range(1, (n - gd) // gp + 1):
                     for y in range(1, (n - x * gp) // gd + 1):
+                        if math.gcd(x, y) > 1:
+                            continue  # k copies of (x/k, y/k): counted as copies of it
                         g = x * gp + y * gd
                         est = min(x * p.rate, y * d.rate)
                         out.append(PoolCandidate(
                             family=fam, prefill=p, decode=d, x=x, y=y, gpus=g,
                             bound=deployment_bound(x, b_p, y, b_d, g, osl),
-                            bound_rps=min(x * b_p, y * b_d), estimate=est * osl / g,
+                            bound_rps=(1.0 + GROWTH_SLOPE) * min(x * b_p, y * b_d), estimate=est * osl / g,
                             estimate_rps=est,
                         ))  # fmt: skip
     return out
 
 
+def _start(pc: PoolCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (:data:`REF_MARGIN` x that)."""
+    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+    return guess, max(guess, min(pc.bound_rps, REF_MARGIN * guess))
+
+
+def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
+    """One steady run at ``rate``, the very run the capacity search would make there (same
+    reference rate, kept in ``pc.runs`` for it to reuse)."""
+    _, ref = _start(pc)
+    key = (rate, ref)
+    if key not in pc.runs:
+        pc.runs[key] = steady_probe(
+            None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
+            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
+    return pc.runs[key]
+
+
 def search_capacity(
     pc: PoolCandidate, c: Context, requests: int, *, full: bool = True
 ) -> None:
-    """``pc.capacity`` (no interval) and ``pc.probe``: the search starts at the analytic
-    estimate capped by the bound, warm-up and tail sized for :data:`REF_MARGIN` x that."""
-    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+    """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
+    guess, ref = _start(pc)
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
-        runner=pc.runner(c), interval=False, ref_rps=min(pc.bound_rps, REF_MARGIN * guess),
-        cache=pc.runs, full=full, window_lifetimes=WINDOW_LIFETIMES,
+        runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
+        window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
 
 
 def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     """``pc``'s capacity again, its point bracket kept, with its 95 % interval."""
     assert pc.capacity is not None
-    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+    _, ref = _start(pc)
     pt = (pc.capacity.rate_rps, pc.capacity.point_high_rps)
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=pt[0], requests=requests,
-        runner=pc.runner(c), known=pt, ref_rps=min(pc.bound_rps, REF_MARGIN * guess),
-        cache=pc.runs, window_lifetimes=WINDOW_LIFETIMES,
+        runner=pc.runner(c), known=pt, ref_rps=ref, cache=pc.runs,
+        window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
 
 
@@ -213,12 +243,8 @@ def search_disaggregated(
                      f"{k.candidate(c).layout.label}")  # fmt: skip
         if k not in first and best > 0:
             r = best * k.gpus / osl  # the incumbent's capacity per GPU, as this rate
-            p = steady_probe(
-                None, None, c.workload, c.slo, r, requests=requests, runner=k.runner(c),
-                horizon=True, window_lifetimes=WINDOW_LIFETIMES,
-            )  # fmt: skip
             k.beaten_at = r
-            if not p.meets(c.slo):
+            if not _probe(k, c, r, requests).meets(c.slo):
                 beaten += 1
                 continue
         search_capacity(k, c, requests)
@@ -236,3 +262,9 @@ def search_disaggregated(
         incumbent_at_start=incumbent,
     )
     return done, cert
+
+
+def copies(c: Context, pc: PoolCandidate) -> tuple[int, int]:
+    """How many copies of ``pc`` the cluster holds, and the GPUs left over."""
+    n = c.cluster.num_gpus
+    return n // pc.gpus, n % pc.gpus
