@@ -487,7 +487,7 @@ def slo_capacity(
         point_high_rps=hi,
         low_rps=low,
         high_rps=high if math.isfinite(high) else lo,
-        requests=requests,
+        requests=max(requests, math.ceil(window_lifetimes * ref * lifetime_s(workload, slo))),
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,

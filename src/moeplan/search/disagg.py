@@ -1,8 +1,10 @@
-"""Search of the disaggregated families: pool layouts and the x:y ratio, then simulation.
+"""The disaggregated families' pools: instance kinds, analytic capacities, rate matching.
 
 Families: ``pd`` — prefill and decode pools of colocated instances; ``afd`` —
 the same prefill pool with attention–FFN disaggregated decode instances (FinDEP's schedule
-per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
+per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`. The search
+over deployments (any pool counts, by SLO-bound capacity, with a certificate) is
+:mod:`moeplan.search.disagg_search`; this module gives it the pools and their estimates.
 
 1. **Instance capacities (analytic, no simulation).** Prefill instance of layout ``P``
    (its engine's default chunk per attention-DP rank, as SGLang schedules each DP rank):
@@ -12,9 +14,10 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
    whose decode step meets ``TPOT_MARGIN`` × the TPOT SLO; ``mu_d = B / ((osl-1) d(B))``.
 2. **Rate matching.** For each pair ``(P, D)`` every ``(x, y)`` with ``x·|P| + y·|D|`` within
    the GPU budget is scored by ``min(x mu_p, y mu_d) · osl / gpus`` (output tokens/s per GPU
-   at the rate both pools sustain); the best per pair is kept.
-3. **Simulate the best ``keep``.** Bisection on the Poisson rate (same seed at every rate)
-   for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
+   at the rate both pools sustain); the best per pair is kept (:func:`candidates`; the
+   search scores every ``(x, y)`` this way as its analytic estimate).
+3. **Bisection** (:func:`evaluate_candidate`, a quick stand-alone check) on the Poisson
+   rate (same seed at every rate) for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
    queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
    first half's (plus a small floor) at both pools — a queue that grows without bound fails —
    and the rate is at most ``RHO_MAX`` of each pool's capacity (prefill: full chunks; decode:

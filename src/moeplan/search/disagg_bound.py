@@ -81,8 +81,7 @@ def decode_rate_bound(
     return tau * decode_tokens_bound(evaluate, b_max, ctx, tpot * tau) / tokens
 
 
-def deployment_bound(
-    x: int, prefill_rps: float, y: int, decode_rps: float, gpus: int, osl_mean: float
-) -> float:
-    """Output tokens/s per GPU a deployment of ``x`` and ``y`` such instances never exceeds."""
-    return (1.0 + GROWTH_SLOPE) * min(x * prefill_rps, y * decode_rps) * osl_mean / gpus
+def deployment_rate_bound(x: int, prefill_rps: float, y: int, decode_rps: float) -> float:
+    """Requests/s a deployment of ``x`` and ``y`` such instances never sustains (module
+    docstring: the stability test's allowance included)."""
+    return (1.0 + GROWTH_SLOPE) * min(x * prefill_rps, y * decode_rps)

@@ -173,7 +173,8 @@ def search_pools(
             records[id(r)] = capacity_record(k, ctx, requests)
         cand = k.candidate(ctx)
         plan = POOL_PLANS[fam](ctx, cand)
-        entry = Entry(family=fam, label=cand.layout.label, layout=cand.layout, plan=plan)  # type: ignore[arg-type]
+        lay: Any = cand.layout  # an Entry's layout: here the P/D deployment
+        entry = Entry(family=fam, label=lay.label, layout=lay, plan=plan)
         out.append(Served(entry=entry, result=r, estimate_tokens_per_s_per_gpu=k.estimate))
     return out, why, cert, records
 

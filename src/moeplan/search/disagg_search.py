@@ -44,14 +44,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moeplan.search.capacity import (
-    GROWTH_SLOPE,
     Capacity,
     SteadyProbe,
     slo_capacity,
     steady_probe,
 )
 from moeplan.search.disagg import Candidate, Context, Pool, make_candidate, pools
-from moeplan.search.disagg_bound import decode_rate_bound, deployment_bound, prefill_rate_bound
+from moeplan.search.disagg_bound import (
+    decode_rate_bound,
+    deployment_rate_bound,
+    prefill_rate_bound,
+)
 from moeplan.serve.pd import simulate_pd
 from moeplan.serve.workload import Requests
 
@@ -134,11 +137,25 @@ class DisaggCertificate:
         )
 
 
+def pool_candidate(
+    c: Context, family: str, p: Pool, d: Pool, x: int, y: int, bounds: tuple[float, float]
+) -> PoolCandidate:
+    """``x`` of ``p`` and ``y`` of ``d``, with the pools' rate bounds ``bounds`` (requests/s
+    per prefill and per decode instance, :mod:`moeplan.search.disagg_bound`)."""
+    osl = c.workload.osl.mean
+    g = x * p.layout.gpus + y * d.layout.gpus
+    est = min(x * p.rate, y * d.rate)
+    top = deployment_rate_bound(x, bounds[0], y, bounds[1])
+    return PoolCandidate(
+        family=family, prefill=p, decode=d, x=x, y=y, gpus=g, bound=top * osl / g,
+        bound_rps=top, estimate=est * osl / g, estimate_rps=est,
+    )  # fmt: skip
+
+
 def space(c: Context, families: list[str]) -> list[PoolCandidate]:
     """Every (prefill kind, decode kind, x, y) of ``families`` that fits the cluster, with
     its bound and estimate (module docstring)."""
     n, w = c.cluster.num_gpus, c.workload
-    osl = w.osl.mean
     pres: list[Pool] | None = None
     out = []
     for fam in families:
@@ -152,16 +169,8 @@ def space(c: Context, families: list[str]) -> list[PoolCandidate]:
                 gd = d.layout.gpus
                 for x in range(1, (n - gd) // gp + 1):
                     for y in range(1, (n - x * gp) // gd + 1):
-                        if math.gcd(x, y) > 1:
-                            continue  # k copies of (x/k, y/k): counted as copies of it
-                        g = x * gp + y * gd
-                        est = min(x * p.rate, y * d.rate)
-                        out.append(PoolCandidate(
-                            family=fam, prefill=p, decode=d, x=x, y=y, gpus=g,
-                            bound=deployment_bound(x, b_p, y, b_d, g, osl),
-                            bound_rps=(1.0 + GROWTH_SLOPE) * min(x * b_p, y * b_d), estimate=est * osl / g,
-                            estimate_rps=est,
-                        ))  # fmt: skip
+                        if math.gcd(x, y) == 1:  # k x : k y is k copies of x : y
+                            out.append(pool_candidate(c, fam, p, d, x, y, (b_p, b_d)))
     return out
 
 
@@ -250,7 +259,9 @@ def search_disaggregated(
         search_capacity(k, c, requests)
         simulated += 1
         best = max(best, k.capacity_per_gpu(osl))
-    done = sorted((k for k in cands if k.capacity is not None), key=lambda k: -k.capacity_per_gpu(osl))
+    done = sorted(
+        (k for k in cands if k.capacity is not None), key=lambda k: -k.capacity_per_gpu(osl)
+    )
     pruned = [k for k in cands if k.capacity is None and k.beaten_at == 0.0]
     cert = DisaggCertificate(
         deployments=len(cands),

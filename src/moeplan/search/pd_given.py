@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moeplan.errors import MoeplanError, require
-from moeplan.search.capacity import GROWTH_SLOPE
 from moeplan.search.disagg import (
     Candidate,
     Context,
@@ -26,9 +25,9 @@ from moeplan.search.disagg import (
     make_candidate,
     prefill_pool,
 )
-from moeplan.search.disagg_bound import decode_rate_bound, deployment_bound, prefill_rate_bound
+from moeplan.search.disagg_bound import decode_rate_bound, prefill_rate_bound
 from moeplan.search.disagg_capacity import result_of
-from moeplan.search.disagg_search import PoolCandidate, search_capacity
+from moeplan.search.disagg_search import pool_candidate, search_capacity
 from moeplan.serve.afd import AFDLayout
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO
@@ -81,15 +80,10 @@ def simulate_given(c: Context, pd: PDLayout, *, rate_given: bool, requests: int)
     user's rate (module docstring)."""
     p, d = given_pools(c, pd)
     w = c.workload
-    bp = prefill_rate_bound(p.evaluate, p.cfg, w)
-    bd = decode_rate_bound(d.evaluate, d.cfg, w, c.slo)
-    est = min(pd.x * p.rate, pd.y * d.rate)
-    pc = PoolCandidate(
-        family=pd.family, prefill=p, decode=d, x=pd.x, y=pd.y, gpus=pd.gpus,
-        bound=deployment_bound(pd.x, bp, pd.y, bd, pd.gpus, w.osl.mean),
-        bound_rps=(1.0 + GROWTH_SLOPE) * min(pd.x * bp, pd.y * bd),
-        estimate=est * w.osl.mean / pd.gpus,
-        estimate_rps=est,
-    )  # fmt: skip
+    bounds = (
+        prefill_rate_bound(p.evaluate, p.cfg, w),
+        decode_rate_bound(d.evaluate, d.cfg, w, c.slo),
+    )
+    pc = pool_candidate(c, pd.family, p, d, pd.x, pd.y, bounds)
     search_capacity(pc, c, requests)
     return result_of(pc, c, rate_given=rate_given)
