@@ -16,16 +16,16 @@ over deployments (any pool counts, by SLO-bound capacity, with a certificate) is
    the GPU budget is scored by ``min(x mu_p, y mu_d) · osl / gpus`` (output tokens/s per GPU
    at the rate both pools sustain); the best per pair is kept (:func:`candidates`; the
    search scores every ``(x, y)`` this way as its analytic estimate).
-3. **Bisection** (:func:`evaluate_candidate`, a quick stand-alone check) on the Poisson
-   rate (same seed at every rate) for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
-   queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
-   first half's (plus a small floor) at both pools — a queue that grows without bound fails —
-   and the rate is at most ``RHO_MAX`` of each pool's capacity (prefill: full chunks; decode:
-   its batch cap; a short probe run cannot show a slowly growing queue, these loads can).
-   Not the prefill instances' busy fraction: a batching server is busy all the time well
-   below its capacity (each iteration takes what queued during the last one; with DeepEP's
-   per-step floor, a DeepSeek-V3 EP16 prefill instance is busy throughout at a third of its
-   capacity while its queue stays flat).
+3. **Bisection** (:func:`evaluate_candidate`, a quick stand-alone check) on the Poisson rate
+   (same seed at every rate) for the largest rate where the run meets the SLOs *and* both
+   pools are stable: the mean queueing wait of the second half of the requests is within
+   ``QUEUE_GROWTH`` times the first half's (plus a small floor) at both pools — a queue that
+   grows without bound fails — and the rate is at most ``RHO_MAX`` of each pool's capacity
+   (prefill: full chunks; decode: its batch cap; a short probe run cannot show a slowly
+   growing queue, these loads can). Not the prefill instances' busy fraction: a batching
+   server is busy all the time well below its capacity (each iteration takes what queued
+   during the last one; with DeepEP's per-step floor, a DeepSeek-V3 EP16 prefill instance is
+   busy throughout at a third of its capacity while its queue stays flat).
    Then the user's workload is simulated at the user's rate or at that largest rate.
 
 Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
@@ -65,6 +65,7 @@ from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, queue_stable, summarize
 from moeplan.serve.pd import (
     DecodeLayout,
+    DecodeStepEvaluator,
     PDLayout,
     PDRun,
     PoolSetup,
@@ -246,7 +247,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
             per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
             ranks = lay.ag
         else:
-            ev = IterationModel(md, c.cluster, c.cost, lay, knobs=knobs)
+            ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
             per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
             ranks = lay.attn_dp
     except MoeplanError:
