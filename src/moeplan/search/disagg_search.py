@@ -2,9 +2,10 @@
 
 The space: every prefill instance kind and every decode instance kind of
 :func:`moeplan.search.disagg.pools` (colocated decode for ``pd``, attention–FFN for ``afd``),
-paired, with any counts ``x`` and ``y`` whose GPUs fit the cluster and share no factor
-(``k x : k y`` is ``k`` copies of ``x : y``, one router each: its capacity per GPU is that of
-``x : y`` and the cluster holds as many copies as fit, :func:`copies`). Each gets the upper bound
+paired, with any counts ``x`` and ``y`` whose GPUs fit the cluster, at most
+:data:`MAX_INSTANCES` instances in all, sharing no factor (``k x : k y`` is ``k`` copies of
+``x : y``, one router each: its capacity per GPU is that of ``x : y`` and the cluster holds
+as many copies as fit, :func:`copies`). Each gets the upper bound
 of :mod:`moeplan.search.disagg_bound` (its pools alone, analytic: no simulation) and the
 analytic estimate of :func:`moeplan.search.disagg.rate_match`'s scoring. Then, as the
 colocated search (:mod:`moeplan.search.space_search`):
@@ -59,6 +60,12 @@ from moeplan.serve.pd import simulate_pd
 from moeplan.serve.workload import Requests
 
 WINDOW_LIFETIMES = 2.0  # measured window: two SLO lifetimes of arrivals at least (docstring)
+#: Instances per deployment at most (module docstring): x + y <= 16 matches any pool ratio to
+#: within 1/16, and every larger deployment is simulated as one router's stream of a
+#: thousand requests/s and more (a 43:7 Qwen3-30B-A3B deployment on 128 H100s: 300,000
+#: requests per steady run, 80 s per capacity search), where copies of a smaller ratio
+#: serve the same load per GPU.
+MAX_INSTANCES = 16
 REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate, capped by the bound
 
 
@@ -127,7 +134,8 @@ class DisaggCertificate:
     def sentence(self) -> str:
         return (
             f"Of {self.deployments} disaggregated deployments (P/D and attention-FFN pools, "
-            f"any prefill:decode counts within the cluster), {self.simulated} had their "
+            f"any prefill:decode counts within the cluster, up to {MAX_INSTANCES} instances), "
+            f"{self.simulated} had their "
             f"capacity simulated, {self.beaten_at_incumbent_rate} missed the SLOs at the best "
             f"capacity found so far, and {self.pruned_by_bound} were pruned because an upper "
             "bound of their capacity from their pools alone (at most "
@@ -167,8 +175,9 @@ def space(c: Context, families: list[str]) -> list[PoolCandidate]:
             gp = p.layout.gpus
             for d, b_d in zip(decs, bd, strict=True):
                 gd = d.layout.gpus
-                for x in range(1, (n - gd) // gp + 1):
-                    for y in range(1, (n - x * gp) // gd + 1):
+                for x in range(1, min(MAX_INSTANCES - 1, (n - gd) // gp) + 1):
+                    top = min(MAX_INSTANCES - x, (n - x * gp) // gd)
+                    for y in range(1, top + 1):
                         if math.gcd(x, y) == 1:  # k x : k y is k copies of x : y
                             out.append(pool_candidate(c, fam, p, d, x, y, (b_p, b_d)))
     return out
