@@ -381,3 +381,21 @@ def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
     assert text.count("prefill_") == 2 and "decode_0)" in text and "no PD router" in text
     assert text.count("--max-num-batched-tokens") == 2 and "deepep_low_latency" in text
+
+
+@pytest.mark.parametrize("x,y,rate", [(1, 1, 60.0), (2, 1, 150.0), (3, 2, 400.0)])
+def test_prefill_view_is_a_lower_bound_of_the_deployment(x, y, rate):
+    """The prefill-only view (the search's cheap rejection) runs the very prefill pool of the
+    deployment: the same admissions, and every TTFT at most the full run's (transfers
+    queue on their lanes in the full run, not in the view), light and overloaded alike."""
+    from moeplan.serve.pd import prefill_view
+
+    setup = _setup(lambda isl: 1e-4 * isl / 64, x, y)
+    reqs = generate(_workload(rate=rate, n=400, seed=11))
+    full = simulate_pd(reqs, setup).result
+    view = prefill_view(reqs, setup)
+    np.testing.assert_array_equal(view.admit_s, full.admit_s)
+    ttft_full = full.first_token_s - full.arrival_s
+    ttft_view = view.first_token_s - view.arrival_s
+    assert np.all(ttft_view <= ttft_full + 1e-12)
+    assert np.all(view.finish_s == view.first_token_s)

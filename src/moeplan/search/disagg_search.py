@@ -56,7 +56,7 @@ from moeplan.search.disagg_bound import (
     deployment_rate_bound,
     prefill_rate_bound,
 )
-from moeplan.serve.pd import simulate_pd
+from moeplan.serve.pd import prefill_view, simulate_pd
 from moeplan.serve.workload import Requests
 
 WINDOW_LIFETIMES = 2.0  # measured window: two SLO lifetimes of arrivals at least (docstring)
@@ -192,10 +192,23 @@ def _start(pc: PoolCandidate) -> tuple[float, float]:
 
 def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
     """One steady run at ``rate``, the very run the capacity search would make there (same
-    reference rate, kept in ``pc.runs`` for it to reuse)."""
+    reference rate, kept in ``pc.runs`` for it to reuse) — unless the prefill pool alone
+    already misses the SLOs there (:func:`moeplan.serve.pd.prefill_view`: the same prefill
+    runs, TTFT never above the deployment's), whose run is returned instead."""
     _, ref = _start(pc)
     key = (rate, ref)
     if key not in pc.runs:
+        setup = pc.candidate(c).setup
+
+        def prefill_only(reqs: Requests, stop: float | None) -> Any:
+            return prefill_view(reqs, setup, horizon_s=stop)
+
+        pre = steady_probe(
+            None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
+            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
+        if not pre.meets(c.slo):
+            return pre
         pc.runs[key] = steady_probe(
             None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
             ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,

@@ -308,6 +308,23 @@ def simulate_pd(reqs: Requests, setup: PoolSetup, horizon_s: float | None = None
     )
 
 
+def prefill_view(reqs: Requests, setup: PoolSetup, horizon_s: float | None = None) -> SimResult:
+    """The user's view of ``reqs`` with only the prefill pool simulated: each KV transfer
+    unqueued and the decode pool instantaneous (finish = KV arrival). The prefill runs are
+    :func:`simulate_pd`'s own (same dealing, same horizon), so every request's prefill wait is
+    the same and its TTFT at most what :func:`simulate_pd` gives: a deployment whose prefill
+    view misses a TTFT percentile or grows a queue misses it too, at the prefill pool's cost
+    alone."""
+    lay = setup.layout
+    first, admit, pre_runs = _prefill_pool(
+        reqs, lay.x, setup.prefill_cfg, setup.prefill_eval, horizon_s
+    )
+    sizes, inverse = np.unique(reqs.isl, return_inverse=True)
+    took = np.array([setup.transfer(int(n)) for n in sizes])[inverse]
+    kv_at = first + took
+    return _combine(reqs, admit, kv_at, kv_at, pre_runs, [], setup.decode_cfg)
+
+
 def _combine(
     reqs: Requests,
     admit: np.ndarray,
