@@ -294,16 +294,26 @@ def rate_match(
     return None if best is None else (best[2], best[3], best[4])
 
 
-def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
-    """Every prefill and decode instance kind that fits and meets its SLO on its own."""
+def prefill_pools(c: Context) -> list[Pool]:
+    """Every prefill instance kind that fits and meets the TTFT SLO on its own."""
     n = c.cluster.num_gpus
-    pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
+    return [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
+
+
+def decode_pools(c: Context, family: str) -> list[Pool]:
+    """Every decode instance kind of ``family`` that fits and meets the TPOT SLO alone."""
+    n = c.cluster.num_gpus
     decs_l: list[DecodeLayout] = (
         list(afd_layouts(n - 1))
         if FAMILY[family].decode != "colocated"
         else list(serve_layouts(c.model, c.cluster, n - 1))
     )
-    return pres, [d for lay in decs_l if (d := decode_pool(c, lay))]
+    return [d for lay in decs_l if (d := decode_pool(c, lay))]
+
+
+def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
+    """Every prefill and decode instance kind that fits and meets its SLO on its own."""
+    return prefill_pools(c), decode_pools(c, family)
 
 
 def why_none(c: Context, family: str) -> str:

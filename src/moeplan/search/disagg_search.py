@@ -50,7 +50,14 @@ from moeplan.search.capacity import (
     slo_capacity,
     steady_probe,
 )
-from moeplan.search.disagg import Candidate, Context, Pool, make_candidate, pools
+from moeplan.search.disagg import (
+    Candidate,
+    Context,
+    Pool,
+    decode_pools,
+    make_candidate,
+    prefill_pools,
+)
 from moeplan.search.disagg_bound import (
     decode_rate_bound,
     deployment_rate_bound,
@@ -164,12 +171,11 @@ def space(c: Context, families: list[str]) -> list[PoolCandidate]:
     """Every (prefill kind, decode kind, x, y) of ``families`` that fits the cluster, with
     its bound and estimate (module docstring)."""
     n, w = c.cluster.num_gpus, c.workload
-    pres: list[Pool] | None = None
+    pres = prefill_pools(c) if families else []
+    bp = [prefill_rate_bound(p.evaluate, p.cfg, w) for p in pres]
     out = []
     for fam in families:
-        pres_f, decs = pools(c, fam)
-        pres = pres if pres is not None else pres_f
-        bp = [prefill_rate_bound(p.evaluate, p.cfg, w) for p in pres]
+        decs = decode_pools(c, fam)
         bd = [decode_rate_bound(d.evaluate, d.cfg, w, c.slo) for d in decs]
         for p, b_p in zip(pres, bp, strict=True):
             gp = p.layout.gpus
