@@ -184,9 +184,12 @@ def plan_cmd(
     require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
     require(cost_engine in ("engine", "none"),
             f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'")
-    require(MIN_REQUESTS <= requests <= MAX_REQUESTS,
-            f"--requests ({requests}) must be in {MIN_REQUESTS}..{MAX_REQUESTS}")
+    require(requests <= MAX_REQUESTS, f"--requests ({requests}) must be at most {MAX_REQUESTS}")
     slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
+    from moeplan.cli._steady import check_requests
+
+    # the steady capacity probes must bound the SLO percentile (a closed loop: the floor only)
+    check_requests(requests, slo.percentile if concurrency is None else 50.0, floor=MIN_REQUESTS)
     sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)

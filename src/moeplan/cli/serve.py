@@ -22,6 +22,7 @@ from moeplan.cli.serve_checks import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
     LAYOUT_FLAGS,
+    check_fits_cluster,
     check_flags,
     resolve_deployment,
     serve_inputs,
@@ -201,6 +202,12 @@ def serve_sim(
     require(bool(cluster or d.plan), "--cluster is required without --plan")
     m = load_model(model or d.plan.model)  # type: ignore[union-attr]
     c = load_cluster(cluster or d.plan.cluster, nodes)  # type: ignore[union-attr]
+    require(
+        replicas is None or concurrency is None,
+        f"--replicas ({replicas}) applies to open workloads (--rate or the SLO-capacity "
+        "search); a closed loop (--concurrency) drives one instance",
+    )
+    check_fits_cluster(d, c, one_instance=phase is not None or concurrency is not None)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=d.kv_dtype)
     routing = trace_routing(routing_trace, m) if routing_trace else None
     if phase is not None:

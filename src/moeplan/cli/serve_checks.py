@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from moeplan.cli._steady import check_fits
 from moeplan.cli.serve_pd import check_pd_flags, read_pd
 from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.errors import require
@@ -18,6 +19,7 @@ from moeplan.planners.plan import Plan
 from moeplan.search.search import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.serve.pd import PDLayout
+from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
@@ -91,6 +93,18 @@ def resolve_deployment(
         layout=layout, pd=deployment, plan=the_plan, replicas=1 if replicas is None else replicas,
         chunk_tokens=chunk_tokens, max_running=max_running, a2a=a2a, tbo=tbo, kv_dtype=kv_dtype,
     )  # fmt: skip
+
+
+def check_fits_cluster(d: Deployment, c: ClusterSpec, one_instance: bool) -> None:
+    """One line when the deployment needs more GPUs than ``c`` has (``one_instance``: a
+    closed loop or one phase, which run a single instance), with what would fit."""
+    if d.pd is not None:
+        check_fits(f"--pd deployment ({d.pd.label})", d.pd.gpus, c)
+    elif d.replicas > 1 and not one_instance:
+        where = f"{d.replicas} replicas of {d.layout.label}"
+        check_fits(where, d.layout.gpus * d.replicas, c, per_copy=d.layout.gpus)
+    else:
+        check_fits(f"layout {d.layout.label}", d.layout.gpus, c)
 
 
 def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[ServeLayout, Plan | None]:

@@ -70,6 +70,12 @@ def payload(
     }
 
 
+def _ms(seconds: float) -> str:
+    """Milliseconds to four significant digits (``0.5``, ``4.154``, ``2000``, ``12,346``)."""
+    ms = seconds * 1e3
+    return f"{ms:.4g}" if abs(ms) < 1e4 else f"{ms:,.0f}"
+
+
 def print_human(out: dict[str, Any], r: ServeResult) -> None:
     m, e, w = out["metrics"], out["engine"], out["workload"]
     load = (
@@ -122,8 +128,8 @@ def print_human(out: dict[str, Any], r: ServeResult) -> None:
     p = int(slo["percentile"])
     verdict = "[green]meets[/]" if r.meets_slo else "[red]misses[/]"
     console.print(
-        f"SLOs at p{p}: TTFT {m[f'ttft_p{p}_s'] * 1e3:.1f} / {slo['ttft_s'] * 1e3:.0f} ms, "
-        f"TPOT {m[f'tpot_p{p}_s'] * 1e3:.1f} / {slo['tpot_s'] * 1e3:.0f} ms: {verdict}. "
+        f"SLOs at p{p}: TTFT {_ms(m[f'ttft_p{p}_s'])} / {_ms(slo['ttft_s'])} ms, "
+        f"TPOT {_ms(m[f'tpot_p{p}_s'])} / {_ms(slo['tpot_s'])} ms: {verdict}. "
         f"Bound at the operating point: {r.bound}."
     )
     if "trace" in out:

@@ -7,10 +7,12 @@ closed-loop run (``--concurrency``); then the payload, the Chrome trace and the 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
 from moeplan.cli._common import console, err_console, print_json, progress, write_atomic
+from moeplan.cli._steady import require_boundable
 from moeplan.cli.serve_checks import Deployment
 from moeplan.cli.serve_print import payload, print_human
 from moeplan.cost import CostModel
@@ -96,17 +98,40 @@ def _at_capacity(
         chunk_tokens=d.chunk_tokens, max_running=d.max_running, knobs=knobs, routing=routing,
     )
     assert cand.capacity is not None
-    require(
-        rate is not None or cand.probe is not None,
-        f"no rate meets the SLOs on {lay.label} in steady state: even a light load "
-        "misses them; raise --ttft-slo/--tpot-slo or change the layout",
-    )
+    if rate is None and cand.probe is None:
+        raise MoeplanError(_unreachable(cand, w, slo))
     probe = _operating_probe(cand, w, slo, rate, requests)
     r = replicated(serve_result(cand, w, slo, rate is not None, probe=probe), replicas)
     at = rate if rate is not None else cand.capacity.rate_rps * replicas
     cap_rec = cand.capacity.to_dict(w.osl.mean, lay.gpus)
+    require_boundable(cap_rec, lay.label, slo.percentile)
     require_steady({**cap_rec, "layout": lay.label})
     return r, probe.res, at, cap_rec
+
+
+def _unreachable(cand: Any, w: ServeWorkload, slo: SLO) -> str:
+    """No rate meets the SLOs: the closest figures, the layout's own percentiles at a light
+    load (the steady run :func:`serve_result` makes at a fraction of the analytic estimate)."""
+    light = serve_result(cand, w, slo, False)
+    assert light.metrics is not None and light.run is not None
+    pct = slo.percentile
+    got = dict(zip(("ttft", "tpot"), light.metrics.at_percentile(pct), strict=True))
+    limit = {"ttft": slo.ttft_s, "tpot": slo.tpot_s}
+    missed = [k for k in got if limit[k] is not None and got[k] > limit[k]]  # type: ignore[operator]
+    wants = ", ".join(f"{k.upper()} p{pct:g} <= {limit[k] * 1e3:.4g} ms" for k in missed)  # type: ignore[operator]
+    reach = " and ".join(f"{k.upper()} p{pct:g} {got[k] * 1e3:.4g} ms" for k in got)
+    fix = " and ".join(f"--{k}-slo {_up(got[k] * 1e3):.4g}" for k in missed) or "looser SLOs"
+    return (
+        f"no rate meets the SLOs ({wants or 'as given'}) on {cand.layout.label} in steady "
+        f"state: at a light load ({light.run.rate:.3g} req/s per instance, simulated) it reaches "
+        f"{reach}; give at least {fix}, or change the layout"
+    )
+
+
+def _up(ms: float) -> float:
+    """``ms`` rounded up at its third significant digit (a limit the figure meets)."""
+    step = 10.0 ** (math.floor(math.log10(ms)) - 2) if ms > 0 else 1.0
+    return math.ceil(ms / step - 1e-9) * step
 
 
 def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, requests: int):
