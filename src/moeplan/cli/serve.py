@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt
+from moeplan.cli._steady import check_rate
 from moeplan.cli.serve_checks import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
@@ -224,6 +225,7 @@ def serve_sim(
         lengths=(isl, isl_dist, osl, osl_dist), prefix_hit=prefix_hit, think_ms=think_ms,
         seed=seed,
     )  # fmt: skip
+    check_rate(rate, d.replicas if d.pd is None else 1, w, slo)  # P/D: one stream, both pools
     require(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
