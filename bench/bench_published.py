@@ -28,6 +28,9 @@ tool; figures transcribed, not fitted):
   experts and MTP, 13,200 concurrent requests (91.7 per GPU) at 4K in / 2K out (mean KV
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
+Routing: balanced (no per-expert loads of these runs are public), the busiest EP rank of each
+batch priced at the batch's token count (:mod:`moeplan.cost.ep_spread`).
+
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
 docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
 at which the price would meet the published figure — and the wide-EP layer price rate).
@@ -98,7 +101,8 @@ def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
 
 
 def predict(d: Deployment) -> tuple[float, dict[str, float]]:
-    """Tokens/s per GPU of ``d``'s phase and its breakdown (ms), balanced routing."""
+    """Tokens/s per GPU of ``d``'s phase and its breakdown (ms), balanced routing (the
+    busiest rank of each batch at its token count)."""
     r = _phase_model(d).step(d.phase, d.per_gpu, d.context)
     return r.tokens_per_s_per_gpu, {k: v * 1e3 for k, v in r.breakdown.items()}
 

@@ -38,7 +38,7 @@ def test_gemm_matches_the_measured_balanced_rows(cm, phase):
         ep, n = r["moe_ep_size"], r["num_tokens"]
         if n / ep < 1:
             continue
-        got = cm.wide_ep.moe(DSV3, n / ep, ep, phase=phase).gemm
+        got = cm.wide_ep.moe(DSV3, n / ep, ep, phase=phase, batch_spread=False).gemm
         errs.append(abs(got / (r["latency"] * 1e-3) - 1))
     assert np.median(errs) < 0.15, np.median(errs)
 

@@ -64,6 +64,7 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
     "mla_generation_module_perf.parquet": [("generation_mla_module", {}, ("latency",), 1e-3)],
     "wideep_context_moe_perf.parquet": [("wideep_context_moe", {}, ("latency",), 1e-3)],
     "wideep_generation_moe_perf.parquet": [("wideep_generation_moe", {}, ("latency",), 1e-3)],
+    "wideep_moe_perf.parquet": [("trtllm_wideep_moe", {}, ("latency",), 1e-3)],  # TRT-LLM's
     "wideep_context_mla_perf.parquet": [("wideep_context_mla", {}, ("latency",), 1e-3)],
     "wideep_generation_mla_perf.parquet": [("wideep_generation_mla", {}, ("latency",), 1e-3)],
     **{

@@ -5,11 +5,19 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
 
 - Grouped GEMM: ``wideep_context_moe`` (prefill: DeepEP normal, contiguous DeepGEMM grouped
   GEMM) or ``wideep_generation_moe`` (decode: DeepEP low-latency, masked grouped GEMM) from the
-  kernel database (SGLang 0.5.10's H100 tables; other GPUs transferred by the database's rules),
+  kernel database (SGLang 0.5.10's H100 tables; other GPUs transferred by the database's rules);
+  for TRT-LLM (``WideEPMoE``: DeepEP on Hopper, the CUTLASS MoE on the rank's weight slots)
+  ``trtllm_wideep_moe`` in both phases (TRT-LLM 1.3.0rc10's H100 table, with ``num_slots``),
   queried with the rank's own load: ``num_tokens = T * ep`` tokens entering the group,
   ``num_experts = E + R``, and ``distribution = "explicit"`` with ``rank_pairs = T k imb``
   routed copies on ``rank_hit = (E + R) / ep`` local experts, ``imb`` the busiest rank's load
-  over the mean (after the placement, e.g. EPLB).
+  over the mean: the placement's factor (a routing profile's per-expert loads after EPLB,
+  the caller's ``imbalance``) times, with ``batch_spread``, the busiest rank of one batch of
+  ``T * ep`` tokens drawn from the routing (:mod:`.ep_spread`: the slowest rank gates the
+  step; at 8,192 tokens per GPU over EP32 1.008, at 128 over EP72 1.073). The product
+  treats every rank as the busiest one: exact for a balanced placement, an upper bound
+  otherwise (EP72 with ``R = 32`` and equal per-expert loads, placement 1.125: product 1.207,
+  :func:`.ep_spread.spread` on the placement's shares 1.171).
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
   and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
@@ -39,6 +47,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb.base import BF16
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
 from moeplan.cost.kerneldb.families import EXPLICIT
@@ -112,13 +121,18 @@ class WideEP:
         redundant: int = 0,
         imbalance: float = 1.0,
         phase: str = "context",
+        batch_spread: bool = True,
     ) -> WideMoE:
-        """One MoE layer with ``tokens`` on this GPU (module docstring)."""
-        key = (id(model), tokens, ep, redundant, imbalance, phase)
+        """One MoE layer with ``tokens`` on this GPU (module docstring); ``batch_spread``
+        False prices the rank's expected load (what a table row measures on rank 0)."""
+        key = (id(model), tokens, ep, redundant, imbalance, phase, batch_spread)
         hit = self._memo.get(key)
         if hit is None:
             self._models[id(model)] = model  # keeps the id valid while the memo holds it
-            q = _Query(model, float(tokens), ep, redundant, float(imbalance), phase)
+            imb = float(imbalance)
+            if batch_spread and tokens > 0:
+                imb *= balanced_spread(tokens * ep, ep, model.top_k, model.num_experts)
+            q = _Query(model, float(tokens), ep, redundant, imb, phase)
             hit = self._memo[key] = self._price(q)
         return hit
 
@@ -150,6 +164,9 @@ class WideEP:
             "rank_hit": slots / q.ep,
         }
         op = f"wideep_{q.phase}_moe"
+        if self._engine == "trtllm":  # TRT-LLM's CUTLASS MoE on the rank's slots, both phases
+            op = "trtllm_wideep_moe"
+            shape |= {"num_experts": md.num_experts, "num_slots": slots}
         p = self._kdb.predict(op, self._device, self._engine, **shape)
         self._note(op, p)
         return p.seconds

@@ -7,6 +7,14 @@ DeepSeek's algorithm: hierarchical when the expert groups split over the nodes) 
 the hottest experts and packs the ``E + R`` replicas (a replica carries its expert's load
 over its replica count); without them the engines' contiguous placement. Times the caller's
 factor.
+
+Without per-expert loads the placement is taken as balanced: perfect EPLB, every GPU the same
+expected load (the lmsys blog's "simulated perfect EPLB"); the busiest rank of one batch is
+then :mod:`moeplan.cost.ep_spread`'s spread alone. Uniform expert popularity is a different
+statement: given as a profile of equal per-expert loads, EPLB's ``R`` replicas carry half a
+load each and ``(E + R) / ep`` slots per GPU cannot always mix whole and half loads evenly —
+DeepSeek-V3 (256 experts, ``R = 32``) at EP72, EP96 or EP144 leaves some GPUs only whole
+experts, 1.125x the mean (EP32: 7 whole + 2 halves on every GPU, balanced).
 """
 
 from __future__ import annotations

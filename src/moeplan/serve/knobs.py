@@ -13,7 +13,8 @@ Defaults read from the engines' sources (server_args.py / arg_utils.py):
   at admission (its initial value; SGLang decays it towards 0.1 while nothing is retracted —
   we keep it constant, a conservative departure).
 - vLLM V1 (OpenAI server): 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB
-  except A100, else 2048 and 256; mixed prefill/decode batches; KV allocated on demand.
+  except A100, else 2048 and 256, per DP engine rank (an instance of ``attn_dp`` ranks runs
+  ``attn_dp`` times both); mixed prefill/decode batches; KV allocated on demand.
 
 The KV pool comes from :func:`moeplan.serve.layout.kv_capacity_tokens` with the chunk as the
 activation budget (no chunking: 16384 tokens assumed).
@@ -65,24 +66,14 @@ def engine_config(
     if engine not in ENGINES:
         raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
     chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
+    if engine == "vllm":
+        return _vllm_config(model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
     budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
     per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale)
     dp = layout.attn_dp
     fixed = model.state_bytes_per_seq > 0 or any(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
     )
-    if engine == "vllm":
-        big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
-        cap = max_running or (1024 if big else 256)
-        if fixed:  # every running sequence holds its state: reserved before the token pool
-            per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale, -(-cap // dp))
-        return EngineConfig(
-            policy="mixed",
-            chunk_tokens=chunk if chunk_tokens is not None else max(chunk, cap + 1),
-            max_running=cap,
-            kv_tokens=per_rank * dp,
-            kv_tokens_per_rank=per_rank,
-        )
     seq_cap = SGLANG_RUNNING_CAP
     if fixed:  # SGLang's split of the cache memory between states and the token pool
         per_rank, seq_cap = state_split(
@@ -99,6 +90,40 @@ def engine_config(
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
         admit_reserve=SGLANG_NEW_TOKEN_RATIO,
+    )
+
+
+def _vllm_config(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    chunk: int,
+    chunk_tokens: int | None,
+    max_running: int | None,
+    kv_scale: float,
+) -> EngineConfig:
+    """vLLM V1: one scheduler per DP engine rank, each with its own ``max_num_seqs`` and
+    ``max_num_batched_tokens`` (vLLM docs/serving/data_parallel_deployment.md: every DP rank
+    is a separate core engine; v1/core/sched/scheduler.py reads both from its own
+    scheduler config): the instance's budgets are ``attn_dp`` times the per-rank defaults.
+    Given budgets are the instance's (exported per rank: :mod:`moeplan.export.knob_flags`)."""
+    dp = layout.attn_dp
+    big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
+    cap = max_running or (1024 if big else 256) * dp
+    rank_chunk = chunk if chunk_tokens is None else -(-chunk_tokens // dp)
+    fixed = model.state_bytes_per_seq > 0 or any(
+        x.mixer.kind in ("csa", "hca") for x in model.layer_specs
+    )
+    seqs = -(-cap // dp) if fixed else 0  # a running sequence's state, before the token pool
+    per_rank = kv_capacity_tokens(
+        model, cluster, layout, rank_chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale, seqs
+    )
+    return EngineConfig(
+        policy="mixed",
+        chunk_tokens=chunk_tokens if chunk_tokens is not None else max(chunk * dp, cap + 1),
+        max_running=cap,
+        kv_tokens=per_rank * dp,
+        kv_tokens_per_rank=per_rank,
     )
 
 
@@ -125,8 +150,9 @@ def candidates(
     if chunk_tokens is not None and max_running is not None:
         return [base]
     out = [base]
-    chunks = CHUNKS if chunk_tokens is None else (chunk_tokens,)
-    caps = CAPS if max_running is None else (max_running,)
+    per = layout.attn_dp if engine == "vllm" else 1  # vLLM's budgets are per DP rank
+    chunks = tuple(c * per for c in CHUNKS) if chunk_tokens is None else (chunk_tokens,)
+    caps = tuple(c * per for c in CAPS) if max_running is None else (max_running,)
     for chunk in chunks:
         for cap in caps:
             if (cap, chunk) == (base.max_running, base.chunk_tokens):

@@ -18,7 +18,9 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   the routing profile's per-expert load placed by the project's EPLB
   (:func:`moeplan.planners.placement.eplb.rebalance_experts`, with the layout's redundant
   experts) or contiguously without redundant experts; 1 for a static profile; times the
-  caller's factor.
+  caller's factor; on the DeepEP path times the busiest rank of one micro-batch drawn from
+  the routing at its token count (:mod:`moeplan.cost.ep_spread`, priced in
+  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product).
 - ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
 - ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
+from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import MoeplanError, require
 from moeplan.serve.balance import layer_imbalances
@@ -259,9 +262,18 @@ class PhaseModel:
             tokens_per_s_per_gpu=made / lay.attn_tp / step_s,
             breakdown=parts,
             tokens_per_step=kn.tokens_per_step if phase == "decode" else 1.0,
-            imbalance=max(self._imbs, default=1.0),
+            imbalance=max(self._imbs, default=1.0) * self._spread(halves[0]),
             memory_bytes=self.memory(seqs, context, full.tokens),
         )
+
+    def _spread(self, mb: MicroBatch) -> float:
+        """The busiest rank of one micro-batch's routing on the wide-EP path (what
+        :class:`moeplan.cost.wideep.WideEP` prices: :mod:`moeplan.cost.ep_spread`); 1 else."""
+        if self._wide is None:
+            return 1.0
+        md, lay = self.model, self.layout
+        t_gpu = mb.tokens / lay.attn_tp
+        return balanced_spread(t_gpu * lay.moe_ep, lay.moe_ep, md.top_k, md.num_experts)
 
     @staticmethod
     def _split(mb: MicroBatch) -> list[MicroBatch]:

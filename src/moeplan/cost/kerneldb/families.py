@@ -7,7 +7,8 @@ sets up), and smooth coordinates (log2 of the shape) in which neighbouring measu
 compared. This module holds the :class:`Family` record and the :data:`FAMILIES` registry; the
 feature functions and their formulas, constants and evidence live with their ops:
 
-- ``moe`` (fused MoE on the busiest EP rank): :mod:`.moe_features`;
+- ``moe`` (fused MoE on the busiest EP rank): :mod:`.moe_features`; TRT-LLM's wide-EP MoE
+  on the rank's weight slots (``trtllm_wideep_moe``): :mod:`.wideep_features`;
 - ``context_attention``, ``generation_attention``, ``context_mla``, ``generation_mla`` and
   ``{context,generation}_mla_module``: :mod:`.attention_features`;
 - ``allreduce`` (engine custom all-reduce, ``m`` bf16 elements on ``n`` GPUs):
@@ -80,6 +81,7 @@ from moeplan.cost.kerneldb.moe_features import (  # noqa: F401
     _moe,
     moe_kernel_class,
 )
+from moeplan.cost.kerneldb.wideep_features import _trtllm_wideep
 
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
@@ -237,5 +239,15 @@ FAMILIES: dict[str, Family] = {
     )
 }
 FAMILIES.update(LAYER_FAMILIES)  # the newer layer kinds (:mod:`.layer_families`)
+# TRT-LLM's wide-EP MoE (CUTLASS on the rank's weight slots, moe/trtllm/1.3.0rc10
+# wideep_moe_perf): the fused-MoE columns plus num_slots (:mod:`.wideep_features`)
+FAMILIES["trtllm_wideep_moe"] = Family(
+    op="trtllm_wideep_moe",
+    variant_cols=("kernel_source", "moe_dtype"),
+    shape_cols=(*_MOE_SHAPE, "num_slots"),
+    x_cols=("num_tokens",),
+    defaults=dict(_MOE_DEFAULTS),
+    features=_trtllm_wideep,
+)
 
 OPS = tuple(FAMILIES)
