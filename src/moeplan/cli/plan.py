@@ -86,7 +86,7 @@ def _check_trace(trace: str, num_experts: int) -> None:
 
 
 def plan_cmd(
-    model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")]
+    model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")]
     = "qwen3-235b-a22b",
     model_path: Annotated[str | None, typer.Option(
         "--model-path", help="What the launch scripts load: a Hugging Face repo id or a local "

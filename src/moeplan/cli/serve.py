@@ -41,7 +41,7 @@ __all__ = ["PLAN_LAYOUTS", "layout_from_plan", "register", "serve_sim"]
 
 def serve_sim(
     model: Annotated[
-        str | None, typer.Option(help="Model preset or config.json (default: the plan's).")
+        str | None, typer.Option(help="Model preset, config.json or checkpoint folder (default: the plan's).")
     ] = None,
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset (default: the plan's).")
