@@ -47,6 +47,7 @@ error. ``engine=None`` is exactly the model above. The database arrives as ``ker
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
@@ -311,7 +312,7 @@ class CostModel(MixerLayers):
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
     def decode_core_prices(
-        self, model: ModelSpec, num_seqs: int, ctxs: list[int], tp: int = 1,
+        self, model: ModelSpec, num_seqs: int, ctxs: Sequence[int], tp: int = 1,
         layer: int | None = None,
     ) -> list[float]:
         """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
@@ -325,10 +326,10 @@ class CostModel(MixerLayers):
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]
         assert self.engine is not None
-        preds = self._kdb.predict_many(
+        secs = self._kdb.seconds_many(
             op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
         )
-        return [p.seconds for p in preds]
+        return secs.tolist()
 
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int

@@ -101,22 +101,43 @@ def _prefill_batch(c: int, q: int) -> Batch:
     return Batch(0, 0, items)
 
 
-def _decode_bound(evaluate: Evaluator, b_max: int, ctx: int, step_s: float) -> float:
-    """Decode tokens/s bound over batches up to one grid step past the largest whose decode
-    step is within ``step_s`` (all of ``b_max`` when ``step_s`` is infinite)."""
-    grid = _grid(b_max)
-    top = len(grid)
-    for i, b in enumerate(grid):
-        if evaluate(Batch(b, ctx, ())) > step_s:
-            top = min(len(grid), max(i, 1) + 1)
-            break
-    return _throughput(grid[:top], lambda b: evaluate(Batch(b, ctx, ())))
+class _DecodeCurve:
+    """Decode step times ``d(b)`` on the batch grid up to ``b_max`` at one context, read in
+    grid order and kept: the TPOT bisection asks :meth:`bound` for many step limits."""
+
+    def __init__(self, evaluate: Evaluator, b_max: int, ctx: int) -> None:
+        self.evaluate, self.ctx = evaluate, ctx
+        self.grid = _grid(b_max)
+        self.d: list[float] = []
+        self.pair: list[float] = []  # running max of grid[i + 1] / d[i]
+
+    def _time(self, i: int) -> float:
+        while len(self.d) <= i:
+            j = len(self.d)
+            self.d.append(self.evaluate(Batch(self.grid[j], self.ctx, ())))
+            if j:
+                r = self.grid[j] / self.d[j - 1]
+                self.pair.append(max(self.pair[-1], r) if self.pair else r)
+        return self.d[i]
+
+    def bound(self, step_s: float) -> float:
+        """Decode tokens/s bound over batches up to one grid step past the largest whose
+        decode step is within ``step_s`` (all of ``b_max`` when ``step_s`` is infinite):
+        ``max(b_top / d(b_top), max_i b_{i+1} / d(b_i))`` over the grid up to ``b_top``."""
+        grid = self.grid
+        top = len(grid)
+        for i in range(len(grid)):
+            if self._time(i) > step_s:
+                top = min(len(grid), max(i, 1) + 1)
+                break
+        last = self._time(top - 1)
+        best = grid[top - 1] / last
+        return max(best, self.pair[top - 2]) if top >= 2 else best
+
 
 
 def _tpot_rate(
-    evaluate: Evaluator,
-    b_max: int,
-    ctx: int,
+    curve: _DecodeCurve,
     tpot_s: float,
     pt: float,
     p: float,
@@ -132,7 +153,7 @@ def _tpot_rate(
         if f >= 1.0:
             return False
         step = tau * tpot_s * (1.0 - f)  # MTP: a step of tau tokens within tau TPOTs
-        return lam * osl <= (1.0 - f) * tau * _decode_bound(evaluate, b_max, ctx, step)
+        return lam * osl <= (1.0 - f) * tau * curve.bound(step)
 
     if ok(hi):
         return hi
@@ -162,7 +183,8 @@ def capacity_bound(
         else math.inf
     )
     tau = tokens_per_step(evaluate)  # MTP: tau tokens per step, TPOT >= step / tau
-    d = tau * _decode_bound(evaluate, b_max, ctx, tpot * tau)
+    curve = _DecodeCurve(evaluate, b_max, ctx)
+    d = tau * curve.bound(tpot * tau)
     p = _throughput(_grid(c_max), lambda c: evaluate(_prefill_batch(c, min(c, q_min))))
     isl_mean = workload.isl.mean
     pt = max(1e-9, isl_mean - math.floor(workload.prefix_hit * isl_mean))
@@ -170,7 +192,7 @@ def capacity_bound(
     if all(c.policy == "prefill-first" for c in cfgs):
         rate = 1.0 / (pt / p + osl / d)
         if math.isfinite(tpot):
-            rate = _tpot_rate(evaluate, b_max, ctx, tpot, pt, p, osl, rate, tau)
+            rate = _tpot_rate(curve, tpot, pt, p, osl, rate, tau)
     else:
         rate = min(p / pt, d / osl)
     # a lone request: its prompt's prefill (one chunk at least) and a one-sequence decode step

@@ -58,18 +58,19 @@ class MemoCost:
             return attr
         fn = self._methods.get(name)
         if fn is None:
-            key_of = self._key
+            key_of, plain, memo = self._key, frozenset(_PLAIN), self._memo
 
             def fn(*args: Any, **kwargs: Any) -> Any:
                 key = (
                     name,
-                    tuple([key_of(a) for a in args]),
-                    tuple(sorted((k, key_of(v)) for k, v in kwargs.items())),
+                    tuple([a if type(a) in plain else key_of(a) for a in args]),
+                    tuple(sorted((k, key_of(v)) for k, v in kwargs.items())) if kwargs else (),
                 )
-                v = self._memo.get(key, self)
+                v = memo.get(key, self)
                 if v is self:
-                    v = self._memo[key] = attr(*args, **kwargs)
+                    v = memo[key] = attr(*args, **kwargs)
                 return v
 
             self._methods[name] = fn
+            setattr(self, name, fn)  # later look-ups find it without __getattr__
         return fn

@@ -161,15 +161,19 @@ class Engine:
         for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
             self._push_arrival(0.0 if closed else None)
         busy = False
-        heap = self.heap
+        heap, waiting, arrival, horizon = self.heap, self.waiting, self.arrival, self.horizon
+        pop, push, n = heapq.heappop, heapq.heappush, len(arrival)
         while heap:
-            t, prio, _, x = heapq.heappop(heap)
-            if t > self.horizon:  # stopped: requests not done keep NaN times
+            t, prio, _, x = pop(heap)
+            if t > horizon:  # stopped: requests not done keep NaN times
                 return self._result()
             if prio == ARRIVAL:
-                self.waiting.append(x)
-                if not closed:
-                    self._push_arrival()
+                waiting.append(x)
+                i = self.next_arrival
+                if not closed and i < n:  # the next arrival (_push_arrival, open loop)
+                    self.seq += 1
+                    push(heap, (arrival[i], ARRIVAL, self.seq, i))
+                    self.next_arrival = i + 1
             else:
                 self._end(t)
                 busy = False
@@ -195,17 +199,19 @@ class Engine:
         assert self.kv_used <= cfg.kv_tokens, "KV pool over-committed"
         if not chunks:
             return self._start_decode(t, n_dec)
-        pre = tuple((q, bucket(self.prefill_ctx[r] + q)) for r, q in chunks)
+        at = self.prefill_ctx
+        pre = tuple([(q, bucket(at[r] + q)) for r, q in chunks])
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
-        self._record(t, dur, 1, n_dec, sum(q for _, q in chunks), self.kv_used, 0)
+        self._record(t, dur, 1, n_dec, sum([q for _, q in chunks]), self.kv_used, 0)
         self._push(t + dur, ITER_END, 0)
         return True
 
     def _time(self, batch: Batch) -> float:
         dur = self.evaluate(batch)
-        require(dur > 0 and math.isfinite(dur), f"iteration time ({dur}) must be positive")
+        if not 0.0 < dur < math.inf:  # the message is built only when it is raised
+            require(False, f"iteration time ({dur}) must be positive")
         return dur
 
     def _record(
@@ -347,7 +353,7 @@ class Engine:
                 continue
             j = self.step - self.s0[r]
             left = self.osl[r] - self.base_prod[r]
-            assert j == self._steps(left), "decode finished at the wrong step"
+            assert j == (left if self.tps == 1 else self._steps(left)), "finished off-step"
             surplus = j * self.tps - left  # 0 without MTP
             self.remaining += surplus
             self.out_tokens -= surplus
@@ -381,13 +387,16 @@ class Engine:
     def _chunk_done(self, t: float, r: int, q: int) -> None:
         start = self.prefill_ctx[r]
         end = start + q
-        fresh = max(0, min(end, self.isl[r]) - max(start, self.hi[r]))
-        self.hi[r] = max(self.hi[r], min(end, self.isl[r]))
+        top, hi = min(end, self.isl[r]), self.hi[r]
+        fresh = max(0, top - max(start, hi))
+        if top > hi:
+            self.hi[r] = top
         self.prefill_tokens += fresh
         self.recomputed += q - fresh
         self.prefill_ctx[r] = end
-        self.left[r] -= q
-        if self.left[r]:
+        left = self.left[r] - q
+        self.left[r] = left
+        if left:
             return
         if self.prefilling[0] == r:
             self.prefilling.popleft()
@@ -411,7 +420,8 @@ class Engine:
         self.sum_ctx += end
         self.seq += 1
         left = self.osl[r] - self.produced[r]
-        heapq.heappush(self.finishers, (self.step + self._steps(left), self.seq, r, self.epoch[r]))
+        steps = left if self.tps == 1 else self._steps(left)
+        heapq.heappush(self.finishers, (self.step + steps, self.seq, r, self.epoch[r]))
         self.entrants.append((r, self.epoch[r]))
 
     def _steps(self, tokens: int) -> int:

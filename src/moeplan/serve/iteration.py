@@ -288,12 +288,16 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         layer = md.sliding_layers[0] if sliding else None
         if seqs <= 0 or ctx <= 1:
             return cm.attention_core(md, seqs, 1, ctx, tp, layer)
-        grid, raws, top = self._floors.get((seqs, sliding), ((), (), ()))
+        grid, raws, top = self._floors.get((seqs, sliding), ([], [], []))
         if not grid or grid[-1] < ctx:
-            # the limit rounded up to a power of two: every layout with this attention TP
-            # asks the same grid (one memoised query, :mod:`.memo_cost`); same floors
-            grid = bucket_grid(max(4096, 1 << (2 * ctx - 1).bit_length()))
-            raws = cm.decode_core_prices(md, seqs, grid, tp, layer)
+            # the grid priced one block at a time, up to the block holding ctx: every layout
+            # with this attention TP asks the same blocks (one memoised query each,
+            # :mod:`.memo_cost`); the prices and their running maximum are the same
+            grid, raws = list(grid), list(raws)
+            while not grid or grid[-1] < ctx:
+                block = _grid_block(grid[-1] if grid else 0)
+                grid += block
+                raws += cm.decode_core_prices(md, seqs, block, tp, layer)
             top = list(accumulate(raws, max))
             self._floors[seqs, sliding] = (grid, raws, top)
         at = bisect_left(grid, ctx)
@@ -426,6 +430,19 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             bubble_s=period - sum(stage_s) / lay.pp * m if lay.pp > 1 else 0.0,
         )
         return out
+
+
+FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
+
+
+def _grid_block(after: int) -> tuple[int, ...]:
+    """The engine's grid contexts (:func:`.grid.bucket_grid`) of the block after context
+    ``after``: below :data:`FIRST_BLOCK` when ``after`` is 0, else the next octave (a tuple:
+    a memo keys it by value at C speed)."""
+    if after <= 0:
+        return tuple(bucket_grid(FIRST_BLOCK - 1))
+    lo = 1 << after.bit_length()
+    return tuple(c for c in bucket_grid(2 * lo - 1) if c >= lo)
 
 
 @lru_cache(maxsize=256)

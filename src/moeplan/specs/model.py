@@ -54,6 +54,7 @@ importable from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -137,6 +138,9 @@ class ModelSpec:
     _moe_flags: tuple[bool, ...] = field(default=(), repr=False, compare=False)
     _layers: tuple[LayerSpec, ...] = field(default=(), repr=False, compare=False)
     _primary: int = field(default=0, repr=False, compare=False)
+    #: whole-model sums over ``_layers``, computed once (the spec is frozen; emptied by
+    #: ``__post_init__``, so ``dataclasses.replace`` never carries a stale one)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p = f"model[{self.name}]"
@@ -146,6 +150,7 @@ class ModelSpec:
         object.__setattr__(self, "_layers", layers)
         object.__setattr__(self, "_moe_flags", tuple(x.is_moe for x in layers))
         object.__setattr__(self, "_primary", primary_layer(layers))
+        object.__setattr__(self, "_memo", {})
 
     # ---- layer structure -------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
@@ -215,6 +220,14 @@ class ModelSpec:
         """Per-head value dimension."""
         return self.v_head_dim if self.attention == "mla" else self.head_dim
 
+    def _once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` the first time ``key`` is asked of this spec, then remembered (the
+        serving search asks the memory model for these sums once per engine candidate)."""
+        memo = self._memo
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
     def _mean(self, values: list[int]) -> float | int:
         total = sum(values)
         return total // len(values) if total % len(values) == 0 else total / len(values)
@@ -225,7 +238,10 @@ class ModelSpec:
         layers when they differ, so ``num_layers`` times it is the model's sum); norms
         excluded."""
         h = self.hidden_size
-        return self._mean([layer_math.mixer_linear_params(x.mixer, h) for x in self._layers])
+        return self._once(
+            "attn_linear_params",
+            lambda: self._mean([layer_math.mixer_linear_params(x.mixer, h) for x in self._layers]),
+        )
 
     @property
     def attn_params(self) -> float | int:
@@ -234,10 +250,10 @@ class ModelSpec:
         differ). mHC weights are stored in fp32 but counted at the attention's storage here
         (DeepSeek-V4-Flash: 34 M parameters, < 0.1 % of its weight bytes)."""
         h = self.hidden_size
-        return self._mean(
+        return self._once("attn_params", lambda: self._mean(
             [layer_math.mixer_params(x.mixer, h) + x.norms * h + layer_math.hc_params(x, h)
              for x in self._layers]
-        )  # fmt: skip
+        ))  # fmt: skip
 
     @property
     def expert_params(self) -> int:
@@ -278,7 +294,9 @@ class ModelSpec:
     def params_total(self) -> int:
         """Every parameter of the language model (towers excluded, see ``params_towers``)."""
         h = self.hidden_size
-        layers = sum(layer_math.layer_params(x, h) for x in self._layers)
+        layers = self._once(
+            "layers_total", lambda: sum(layer_math.layer_params(x, h) for x in self._layers)
+        )
         return layers + self.embedding_params + self.lm_head_params + h
 
     @property
@@ -286,7 +304,10 @@ class ModelSpec:
         """Parameters one token uses: ``top_k`` experts per MoE layer; the embedding table
         as the family counts it (``active_counts_embedding``)."""
         h = self.hidden_size
-        layers = sum(layer_math.layer_params(x, h, active=True) for x in self._layers)
+        layers = self._once(
+            "layers_active",
+            lambda: sum(layer_math.layer_params(x, h, active=True) for x in self._layers),
+        )
         emb = self.embedding_params if self.active_counts_embedding else 0
         head = self.lm_head_params if self.active_counts_lm_head else 0
         return layers + emb + head + h
@@ -348,7 +369,10 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> float:
         """Cache bytes per token over all layers (window caps not applied)."""
-        return sum(layer_math.kv_bytes_per_token(x.mixer) for x in self._layers)
+        return self._once(
+            "kv_bytes_per_token",
+            lambda: sum(layer_math.kv_bytes_per_token(x.mixer) for x in self._layers),
+        )
 
     def kv_bytes_for_context(self, context: int) -> float:
         """Cache bytes of one sequence of ``context`` tokens: KV capped per layer by its
@@ -358,7 +382,10 @@ class ModelSpec:
     @property
     def state_bytes_per_seq(self) -> float:
         """Fixed recurrent state of one sequence over the linear / state-space layers."""
-        return sum(layer_math.state_bytes_per_seq(x.mixer) for x in self._layers)
+        return self._once(
+            "state_bytes_per_seq",
+            lambda: sum(layer_math.state_bytes_per_seq(x.mixer) for x in self._layers),
+        )
 
     def kv_bytes_by_kind(self, context: int) -> dict[str, float]:
         """Cache bytes of one ``context``-token sequence per mixer kind (all its layers)."""

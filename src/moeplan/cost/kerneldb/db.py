@@ -46,6 +46,7 @@ from moeplan.cost.kerneldb.families import (
 from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
+from moeplan.cost.kerneldb.rows import own_rows, row_groups
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
@@ -86,6 +87,7 @@ class KernelDB:
         self._variants: dict[tuple, VariantModel | None] = {}
         self._memo: dict[tuple, Prediction] = {}
         self._variant_keys: dict[tuple[str, str, str], dict[tuple, int]] = {}
+        self._chosen: dict[tuple, tuple | None] = {}  # choose()'s answers (variants are fixed)
 
     # ---- variants ------------------------------------------------------------------------
     def variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:
@@ -133,6 +135,12 @@ class KernelDB:
 
     def choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
         """The variant whose non-kernel columns equal ``want``; kernel by preference."""
+        ck = (gpu, engine, op, tuple(sorted((c, str(v)) for c, v in want.items())))
+        if ck not in self._chosen:
+            self._chosen[ck] = self._choose(gpu, engine, op, want)
+        return self._chosen[ck]
+
+    def _choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
         fam = FAMILIES[op]
         best, score = None, None
         for key, n in self.variants(gpu, engine, op).items():
@@ -212,26 +220,46 @@ class KernelDB:
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
     ) -> list[Prediction]:
         """Predictions for every row of ``columns`` (named as in the measured tables)."""
+        table, secs, srcs, details = self._priced(op, device, engine, columns)
+        errs: dict[str, tuple[float, float] | None] = {}
+        out = []
+        for s, src, detail in zip(secs.tolist(), srcs.tolist(), details.tolist(), strict=True):
+            if src not in errs:
+                errs[src] = self.error(table, engine, op, src)
+            err = errs[src]
+            out.append(
+                Prediction(
+                    seconds=s, source=src, error=_e(err, 0), error_p90=_e(err, 1), detail=detail
+                )
+            )
+        return out
+
+    def seconds_many(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> np.ndarray:
+        """The seconds of :meth:`predict_many`, without building a :class:`Prediction` per
+        row (a caller that keeps no provenance: a grid of decode contexts)."""
+        return self._priced(op, device, engine, columns)[1]
+
+    def _priced(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> tuple[str | None, np.ndarray, np.ndarray, np.ndarray]:
+        """(the GPU whose errors apply, seconds, sources, details) of every row."""
         fam = _family(op)
         if engine not in ENGINES:
             raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
         cols, n = normalize(fam, columns)
-        out: list[Prediction | None] = [None] * n
-        groups: dict[tuple, list[int]] = {}
-        vcols = [c for c in fam.variant_cols if c not in TABLE_COLS]
-        for i in range(n):
-            want = {c: str(cols[c][i]) for c in vcols}
-            for c in TABLE_COLS:  # named by the query: that kernel / collector
-                if c in cols and c in fam.variant_cols:
-                    want[c] = str(cols[c][i])
-            groups.setdefault(tuple(sorted(want.items())), []).append(i)
-        for want_items, idx in groups.items():
+        names = [c for c in fam.variant_cols if c not in TABLE_COLS]
+        names += [c for c in TABLE_COLS if c in cols and c in fam.variant_cols]  # named kernel
+        groups = row_groups(names, cols, n)
+        if len(groups) == 1 and groups[0][1] is None:
+            return (device.table, *self._predict_group(fam, device, engine, groups[0][0], cols))
+        secs, srcs, details = np.zeros(n), np.empty(n, object), np.empty(n, object)
+        for want, idx in groups:
             sub = {c: np.asarray(cols[c])[idx] for c in cols}
-            for j, p in zip(
-                idx, self._predict_group(fam, device, engine, dict(want_items), sub), strict=True
-            ):
-                out[j] = p
-        return out  # type: ignore[return-value]
+            s, src, d = self._predict_group(fam, device, engine, want, sub)
+            secs[idx], srcs[idx], details[idx] = s, src, d
+        return device.table, secs, srcs, details
 
     def _predict_group(
         self,
@@ -240,12 +268,12 @@ class KernelDB:
         engine: str,
         want: dict[str, str],
         cols: dict[str, np.ndarray],
-    ) -> list[Prediction]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(next(iter(cols.values())))
         own = device.table
         key = self.choose(own, engine, fam.op, want) if own else None
         if key is not None:
-            return self._on_table(fam, device, engine, key, cols, n)
+            return self._own_prices(fam, device, engine, key, cols, n)
         for ref in _refs(device.reference):
             rkey = self.choose(ref, engine, fam.op, want)
             same = rkey is not None
@@ -254,41 +282,12 @@ class KernelDB:
             if rkey is not None:
                 return self._transfer(fam, device, engine, ref, rkey, cols, n, same)
         t = ROOFLINE.predict(fam.features(cols), device, fam.link)
-        err = self.error(own, engine, fam.op, "roofline")
-        return [
-            Prediction(
-                seconds=float(s),
-                source="roofline",
-                error=_e(err, 0),
-                error_p90=_e(err, 1),
-                detail=f"datasheet roofline of {device.name}",
-            )
-            for s in t
-        ]
-
-    def _on_table(
-        self,
-        fam: Family,
-        device: Device,
-        engine: str,
-        key: tuple,
-        cols: dict[str, np.ndarray],
-        n: int,
-    ) -> list[Prediction]:
-        times, sources, details = self._own_prices(fam, device, engine, key, cols, n)
-        out = []
-        for s, src, detail in zip(times, sources, details, strict=True):
-            err = self.error(device.table, engine, fam.op, src)
-            out.append(
-                Prediction(
-                    seconds=float(s),
-                    source=src,  # type: ignore[arg-type]
-                    error=_e(err, 0),
-                    error_p90=_e(err, 1),
-                    detail=detail,
-                )
-            )
-        return out
+        detail = f"datasheet roofline of {device.name}"
+        return (
+            np.asarray(t, dtype=float),
+            np.full(len(t), "roofline", dtype=object),
+            np.full(len(t), detail, dtype=object),
+        )
 
     def _own_prices(
         self,
@@ -298,40 +297,24 @@ class KernelDB:
         key: tuple,
         cols: dict[str, np.ndarray],
         n: int,
-    ) -> tuple[np.ndarray, list[str], list[str]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Seconds, source and detail of each row on a GPU with tables (``device.table``):
         exact row, shape line, the line's end carried past it, residual field, model."""
         vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
         assert vm is not None
-        exact, line, edge = self._lookup(vm, cols, n)
+        lookups = self._lookup(vm, cols, n)
         f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
         base = vm.model.predict(f, device, fam.link)
-        corr, _, inside = vm.field.query(f.coords)
+        # the residual field answers only the rows no measured line prices (rows independent)
+        need = ~(np.isfinite(lookups[0]) | np.isfinite(lookups[1]) | np.isfinite(lookups[2]))
+        corr, inside = np.zeros(n), np.zeros(n, bool)
+        if need.all():
+            corr, _, inside = vm.field.query(f.coords)
+        elif need.any():
+            corr[need], _, inside[need] = vm.field.query(f.coords[need])
         carried = vm.field.beyond(f.coords)
         peak = peak_time(f, device, fam.link)
-        times, sources, details = np.zeros(n), [], []
-        for i in range(n):
-            detail = vm.label
-            if np.isfinite(exact[i]):
-                s, src = exact[i], "measured"
-            elif np.isfinite(line[i]):
-                s, src = base[i] * np.exp(line[i]), "interpolated"
-            elif np.isfinite(edge[i]):  # past the shape's measured tokens: keep its residual
-                s, src = base[i] * np.exp(edge[i]), "transferred"
-                detail = f"{vm.label}; residual of the shape's last measured row carried on"
-            elif inside[i]:
-                s, src = base[i] * np.exp(corr[i]), "interpolated"
-                if carried[i]:
-                    detail = f"{vm.label}; shape beyond the table: nearest shape's residual"
-            else:
-                s, src = base[i], "transferred"
-            if s < peak[i]:  # a row (or its correction) faster than the datasheet allows
-                s, src = peak[i], "roofline" if src == "measured" else src
-                detail = f"{vm.label}; raised to the datasheet peak"
-            times[i] = s
-            sources.append(src)
-            details.append(detail)
-        return times, sources, details
+        return own_rows(vm.label, lookups, base, (corr, inside, carried), peak)
 
     @staticmethod
     def _lookup(vm: VariantModel, cols: dict[str, np.ndarray], n: int):
@@ -357,7 +340,7 @@ class KernelDB:
         cols: dict[str, np.ndarray],
         n: int,
         same_dtype: bool,
-    ) -> list[Prediction]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The reference GPU's own price of each row (measured, interpolated or its model)
         times the ratio of the two GPUs' analytic models — 1 for a GPU whose datasheet
         equals the reference's, so it gets the reference's measured rows. A row whose dtype
@@ -365,18 +348,12 @@ class KernelDB:
         vm = self.variant(ref, engine, fam.op, key)
         assert vm is not None
         t = self.transferred_seconds(fam, device, engine, ref, key, cols, same_dtype)
-        err = self.error(device.table, engine, fam.op, "transferred")
         detail = f"{vm.label} scaled to {device.name} datasheet"
-        return [
-            Prediction(
-                seconds=float(s),
-                source="transferred",
-                error=_e(err, 0),
-                error_p90=_e(err, 1),
-                detail=detail,
-            )
-            for s in t
-        ]
+        return (
+            np.asarray(t, dtype=float),
+            np.full(len(t), "transferred", dtype=object),
+            np.full(len(t), detail, dtype=object),
+        )
 
     def transferred_seconds(
         self,

@@ -4,6 +4,7 @@ resolved, every number finite and positive (``step`` and ``window_size`` may be 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -17,11 +18,11 @@ _MAY_BE_ZERO = ("step", "window_size")
 
 def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
     """Columns with defaults filled, dtype aliases resolved and values checked (one line)."""
-    lens = {len(np.atleast_1d(v)) for v in columns.values()}
+    cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
+    lens = {len(v) for v in cols.values()}
     n = lens.pop() if len(lens) == 1 else 0
     if n == 0:
         raise MoeplanError(f"{fam.op} columns must be non-empty and of equal length")
-    cols = {k: np.atleast_1d(np.asarray(v)) for k, v in columns.items()}
     for c, v in fam.defaults.items():
         cols.setdefault(c, np.full(n, v))
     need = [c for c in fam.columns if c not in TABLE_COLS]
@@ -30,7 +31,12 @@ def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str,
         raise MoeplanError(f"{fam.op} needs column(s) {', '.join(missing)}")
     for c in need:
         a = cols[c]
-        if a.dtype.kind in "iuf":
+        if a.dtype.kind in "iuf" and n == 1:  # one row (the memoised scalar path): no arrays
+            x = float(a[0])
+            if not (math.isfinite(x) and (x >= 0 if c in _MAY_BE_ZERO else x > 0)):
+                rule = ">= 0" if c in _MAY_BE_ZERO else "> 0"
+                raise MoeplanError(f"{fam.op}.{c} ({x:g}) must be finite and {rule}")
+        elif a.dtype.kind in "iuf":
             v = a.astype(float)
             floor_ok = v >= 0 if c in _MAY_BE_ZERO else v > 0
             if not np.all(np.isfinite(v) & floor_ok):

@@ -146,13 +146,15 @@ class VariantModel:
         exact = np.array([self.exact.get(k, np.nan) for k in keys])
         line = np.full(n, np.nan)
         edge = np.full(n, np.nan)
+        shapes: dict[tuple, list[int]] = {}  # rows of each measured shape line
         for i, k in enumerate(keys):
-            pts = self._lines.get(k[:-1])
-            if pts is None:
-                continue
-            x = float(np.log2(max(k[-1], 1e-9)))
-            if len(pts[0]) >= 2 and pts[0][0] <= x <= pts[0][-1]:
-                line[i] = float(np.interp(x, pts[0], pts[1]))
-            else:
-                edge[i] = float(pts[1][0] if x < pts[0][0] else pts[1][-1])
+            if k[:-1] in self._lines:
+                shapes.setdefault(k[:-1], []).append(i)
+        for shape, rows in shapes.items():
+            xs_, rs = self._lines[shape]
+            idx = np.asarray(rows)
+            x = np.log2(np.maximum([keys[i][-1] for i in rows], 1e-9))
+            on = (xs_[0] <= x) & (x <= xs_[-1]) if len(xs_) >= 2 else np.zeros(len(x), bool)
+            line[idx[on]] = np.interp(x[on], xs_, rs)
+            edge[idx[~on]] = np.where(x[~on] < xs_[0], rs[0], rs[-1])
         return exact, line, edge
