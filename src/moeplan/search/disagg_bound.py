@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 
 from moeplan.search.bound import BUCKET_MARGIN, TPOT_PERCENTILE
-from moeplan.search.bound import _decode_bound as decode_tokens_bound
+from moeplan.search.bound import _DecodeCurve as DecodeCurve
 from moeplan.search.bound import _grid as grid
 from moeplan.search.bound import _prefill_batch as prefill_batch
 from moeplan.search.bound import _throughput as throughput
@@ -78,7 +78,7 @@ def decode_rate_bound(
         else math.inf
     )
     tau = tokens_per_step(evaluate)
-    return tau * decode_tokens_bound(evaluate, b_max, ctx, tpot * tau) / tokens
+    return tau * DecodeCurve(evaluate, b_max, ctx).bound(tpot * tau) / tokens
 
 
 def deployment_rate_bound(x: int, prefill_rps: float, y: int, decode_rps: float) -> float:
