@@ -16,17 +16,6 @@ over deployments (any pool counts, by SLO-bound capacity, with a certificate) is
    the GPU budget is scored by ``min(x mu_p, y mu_d) · osl / gpus`` (output tokens/s per GPU
    at the rate both pools sustain); the best per pair is kept (:func:`candidates`; the
    search scores every ``(x, y)`` this way as its analytic estimate).
-3. **Bisection** (:func:`evaluate_candidate`, a quick stand-alone check) on the Poisson rate
-   (same seed at every rate) for the largest rate where the run meets the SLOs *and* both
-   pools are stable: the mean queueing wait of the second half of the requests is within
-   ``QUEUE_GROWTH`` times the first half's (plus a small floor) at both pools — a queue that
-   grows without bound fails — and the rate is at most ``RHO_MAX`` of each pool's capacity
-   (prefill: full chunks; decode: its batch cap; a short probe run cannot show a slowly
-   growing queue, these loads can). Not the prefill instances' busy fraction: a batching
-   server is busy all the time well below its capacity (each iteration takes what queued
-   during the last one; with DeepEP's per-step floor, a DeepSeek-V3 EP16 prefill instance is
-   busy throughout at a third of its capacity while its queue stays flat).
-   Then the user's workload is simulated at the user's rate or at that largest rate.
 
 Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
 DeepEP, two-batch overlap off or on, whichever gives the pool more capacity
@@ -49,7 +38,7 @@ from dataclasses import dataclass, replace
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
-from moeplan.search.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_slo
+from moeplan.search.search import ServeResult
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import tokens_per_step
@@ -62,7 +51,7 @@ from moeplan.serve.knobs import (
     engine_config,
 )
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
-from moeplan.serve.metrics import SLO, Probe, ServeMetrics, queue_stable, summarize
+from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pd import (
     DecodeLayout,
     DecodeStepEvaluator,
@@ -78,7 +67,6 @@ from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
-RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -393,47 +381,6 @@ def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int
 def stable(run: PDRun, slo: SLO) -> bool:
     """Neither pool's queue grows (:func:`queue_stable` of both pools' waits)."""
     return queue_stable(run.waits(), slo)
-
-
-def run_metrics(
-    c: Context, setup: PoolSetup, workload: ServeWorkload
-) -> tuple[PDRun, ServeMetrics]:
-    run = simulate_pd(generate(workload), setup)
-    return run, summarize(run.result, setup.layout.gpus, c.slo)
-
-
-def evaluate_candidate(
-    c: Context, k: Candidate, *, rate_given: bool, search_requests: int = SEARCH_REQUESTS
-) -> DisaggResult:
-    """Largest stable SLO-meeting rate, then the user's workload (module docstring, step 3)."""
-    w = c.workload
-    probe = replace(
-        w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None,
-        think_s=0.0,
-    )
-
-    def probe_run(r: float) -> Probe:
-        run, m = run_metrics(c, k.setup, probe.with_rate(r))
-        loads = r <= RHO_MAX * min(k.capacity)  # both pools below their capacity
-        return Probe(m, loads and stable(run, c.slo))
-
-    hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
-    best = max_rate_meeting_slo(probe_run, c.slo, hi=hi, max_steps=8)  # type: ignore[arg-type]
-    rate = w.rate if rate_given and w.rate else best or hi
-    _, m = run_metrics(c, k.setup, w.with_rate(rate))
-    meets = m.meets(c.slo) and (rate_given or best > 0)
-    return DisaggResult(
-        setup=k.setup,
-        rho=k.rho,
-        layout=k.layout,  # type: ignore[arg-type]
-        feasible=True,
-        reason="" if best > 0 else "no rate meets the SLOs with both pools stable",
-        engine=k.setup.decode_cfg,
-        metrics=m,
-        max_rate_meeting_slo_rps=best,
-        meets_slo=meets,
-        bound=bound(k),
-    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
