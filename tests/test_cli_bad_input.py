@@ -39,16 +39,6 @@ def test_min_requests_is_the_closed_form_of_the_percentile_bound(pct):
         check_requests(want - 1, pct)
 
 
-def test_the_rule_is_the_capacity_search_s_own():
-    from moeplan.cli._steady import _boundable
-    from moeplan.search.capacity import _boundable as search_rule
-
-    for pct in (50.0, 90.0, 99.0):
-        assert [_boundable(n, pct) for n in range(1, 600)] == [
-            search_rule(n, pct) for n in range(1, 600)
-        ]
-
-
 @pytest.mark.parametrize(("ci", "want"), [(0.10, 120), (0.02, 35), (math.inf, 35)])
 def test_a_capacity_that_cannot_bound_its_percentile_is_refused_with_its_figure(ci, want):
     """serve-sim after its capacity search (30 requests cannot bound a p90): the figure it

@@ -16,7 +16,13 @@ import math
 from typing import Any
 
 from moeplan.errors import MoeplanError
-from moeplan.search.capacity import CI_TARGET, TAIL_LIFETIMES, WARM_LIFETIMES, Z95, lifetime_s
+from moeplan.search.capacity import (
+    CI_TARGET,
+    TAIL_LIFETIMES,
+    WARM_LIFETIMES,
+    lifetime_s,
+    percentile_boundable,
+)
 from moeplan.serve import SLO, ServeWorkload
 from moeplan.specs.cluster import MAX_NODES, ClusterSpec
 
@@ -27,16 +33,10 @@ from moeplan.specs.cluster import MAX_NODES, ClusterSpec
 MAX_SIMULATED = 2_000_000
 
 
-def _boundable(n: int, percentile: float) -> bool:
-    """The capacity search's rule above (search/capacity.py ``Capacity.boundable``)."""
-    q = percentile / 100.0
-    return math.ceil(n * q + Z95 * math.sqrt(n * q * (1.0 - q))) <= n
-
-
 def min_requests(percentile: float) -> int:
     """The fewest measured requests whose run can bound the SLO ``percentile``."""
     n = 1
-    while not _boundable(n, percentile):
+    while not percentile_boundable(n, percentile):
         n += 1
     return n
 

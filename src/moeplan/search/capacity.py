@@ -492,7 +492,7 @@ def slo_capacity(
         replicas=replicas,
         limited_by=limited,
         probes=sum(1 for k in probes if k[0] != "full"),
-        boundable=_boundable(requests, slo.percentile),
+        boundable=percentile_boundable(requests, slo.percentile),
     )
     if not full:
         return cap, None
@@ -515,7 +515,10 @@ def slo_capacity(
     return cap, run
 
 
-def _boundable(n: int, p: float) -> bool:
+def percentile_boundable(n: int, p: float) -> bool:
+    """Whether one run's ``n`` measured requests can bound the ``p``-th percentile: its
+    distribution-free 95 % upper order statistic, ``ceil(n q + z sqrt(n q (1 - q)))``, must
+    lie inside the sample (p90 needs 35 requests, p99 381)."""
     q = p / 100.0
     return math.ceil(n * q + Z95 * math.sqrt(n * q * (1.0 - q))) <= n
 
