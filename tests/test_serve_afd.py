@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -102,7 +103,7 @@ def test_expert_weights_that_do_not_fit_are_refused():
 def test_pd_and_afd_are_ranked_families_with_plans():
     """Both families come back served on the same footing, with plans that round-trip."""
     m = load_model("qwen3-30b-a3b")
-    c = load_cluster("h100-sxm-8", 2)
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)  # a small space: quick
     result = PlanResult(
         model=m,
         cluster=c,
@@ -112,7 +113,7 @@ def test_pd_and_afd_are_ranked_families_with_plans():
         explanation=[],
     )
     w = ServeWorkload(
-        num_requests=200, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128)
+        num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=32)
     )
     served, why = served_disaggregated(
         result, CostModel(c), w, SLO(ttft_s=1.0, tpot_s=0.05), rate_given=False

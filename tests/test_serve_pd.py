@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.search.disagg import Context, candidates, evaluate_candidate, rate_match, stable
+from moeplan.search.disagg import Context, candidates, rate_match, stable
 from moeplan.serve import (
     SLO,
     EngineConfig,
@@ -21,7 +21,6 @@ from moeplan.serve import (
     ServeWorkload,
     generate,
     simulate,
-    summarize,
 )
 from moeplan.serve.metrics import request_latencies
 from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
@@ -172,27 +171,33 @@ def test_queue_growth_is_detected():
     assert stable(calm, SLO(ttft_s=1.0, tpot_s=0.1))
 
 
-def test_chosen_rate_keeps_both_pools_stable():
-    """At the searched rate the best rate-matched PD deployment meets the SLOs, and over a
-    longer run neither pool's queue grows: the rate is below both pools' capacities, and
-    the second half of the requests waits no longer than the first (within the floor)."""
+def test_capacity_holds_over_a_ten_times_longer_window():
+    """The steady capacity of the best rate-matched P/D deployment (what ``serve-sim --pd``
+    and ``plan`` report) is not an artefact of its window: 10 % below it (a rate the
+    capacity's definition requires to meet the SLOs) a run measuring ten times more requests
+    meets the SLOs with neither pool's queue growing."""
+    from moeplan.search.capacity import steady_probe
+    from moeplan.search.disagg_search import WINDOW_LIFETIMES
+    from moeplan.search.pd_given import simulate_given
+
     m = load_model("qwen3-30b-a3b")
-    c = load_cluster("h100-sxm-8", 2)
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
     w = ServeWorkload(
-        num_requests=300, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128), seed=1
+        num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=32), seed=1
     )
     slo = SLO(ttft_s=1.0, tpot_s=0.05)
     ctx = Context(model=m, cluster=c, cost=CostModel(c), workload=w, slo=slo)
     k = candidates(ctx, "pd")[0]
-    assert all(r <= 1.0 + 1e-9 for r in k.rho)
-    r = evaluate_candidate(ctx, k, rate_given=False, search_requests=200)
-    assert r.meets_slo and r.max_rate_meeting_slo_rps > 0
-    long = replace(w, num_requests=1200).with_rate(r.max_rate_meeting_slo_rps)
-    run = simulate_pd(generate(long), k.setup)
-    assert r.max_rate_meeting_slo_rps <= min(k.capacity)
-    assert stable(run, slo)
-    m2 = summarize(run.result, k.layout.gpus, slo)
-    assert m2.output_tokens_per_s > 0
+    r = simulate_given(ctx, k.layout, rate_given=False, requests=100)
+    lam = r.max_rate_meeting_slo_rps
+    assert r.meets_slo and lam > 0
+
+    def run(reqs, stop):
+        return simulate_pd(reqs, k.setup, horizon_s=stop).result
+
+    p = steady_probe(None, None, w, slo, 0.9 * lam, requests=100, runner=run, horizon=True,
+                     window_lifetimes=10 * WINDOW_LIFETIMES)  # fmt: skip
+    assert p.stable and p.meets(slo)
 
 
 def test_sglang_pd_launch_lists_every_instance_in_the_router():
@@ -381,3 +386,21 @@ def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
     assert text.count("prefill_") == 2 and "decode_0)" in text and "no PD router" in text
     assert text.count("--max-num-batched-tokens") == 2 and "deepep_low_latency" in text
+
+
+@pytest.mark.parametrize("x,y,rate", [(1, 1, 60.0), (2, 1, 150.0), (3, 2, 400.0)])
+def test_prefill_view_is_a_lower_bound_of_the_deployment(x, y, rate):
+    """The prefill-only view (the search's cheap rejection) runs the very prefill pool of the
+    deployment: the same admissions, and every TTFT at most the full run's (transfers
+    queue on their lanes in the full run, not in the view), light and overloaded alike."""
+    from moeplan.serve.pd import prefill_view
+
+    setup = _setup(lambda isl: 1e-4 * isl / 64, x, y)
+    reqs = generate(_workload(rate=rate, n=400, seed=11))
+    full = simulate_pd(reqs, setup).result
+    view = prefill_view(reqs, setup)
+    np.testing.assert_array_equal(view.admit_s, full.admit_s)
+    ttft_full = full.first_token_s - full.arrival_s
+    ttft_view = view.first_token_s - view.arrival_s
+    assert np.all(ttft_view <= ttft_full + 1e-12)
+    assert np.all(view.finish_s == view.first_token_s)

@@ -36,7 +36,7 @@ from moeplan.specs import load_cluster
 
 
 def dep_command(
-    model: Annotated[str, typer.Option("--model", help="Model preset or path to a config.json.")],
+    model: Annotated[str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. findep-a).")],
     isl: IslOpt = DEFAULT_ISL,
     ag: Annotated[int | None, typer.Option("--ag", help="Attention-group GPUs.")] = None,

@@ -94,7 +94,7 @@ def clusters(json_out: JSON = False) -> None:
 
 
 def inspect(
-    model: Annotated[str, typer.Argument(help="Preset name or path to a config.json.")],
+    model: Annotated[str, typer.Argument(help="Preset name, config.json or checkpoint folder.")],
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset for the memory floor.")
     ] = None,

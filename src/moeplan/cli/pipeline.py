@@ -88,7 +88,7 @@ def routing_for(
 
 
 def pipeline_command(
-    model: Annotated[str, typer.Option("--model", help="Model preset or path to a config.json.")],
+    model: Annotated[str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. smidt-a40).")],
     pp: Annotated[str, typer.Option("--pp", help="PP degree, or 'auto' (every divisor).")] = "auto",
     routing_profile: Annotated[

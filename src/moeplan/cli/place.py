@@ -125,7 +125,7 @@ def _print_table(res: PlacementResult) -> None:
 
 def place_cmd(
     trace: Annotated[Path, typer.Option("--trace", help="Trace file (.parquet or .npz)")],
-    model: Annotated[str, typer.Option(help="Model preset or config.json")],
+    model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")],
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (devices)")],
     mode: Annotated[str, typer.Option(help="Attention parallelism: dp or tp")] = "dp",
     baselines: Annotated[

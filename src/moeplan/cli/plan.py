@@ -23,6 +23,7 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
+from moeplan.cli._steady import check_rate, check_requests
 from moeplan.cli.glossary import glossary
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
@@ -85,7 +86,7 @@ def _check_trace(trace: str, num_experts: int) -> None:
 
 
 def plan_cmd(
-    model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")]
+    model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")]
     = "qwen3-235b-a22b",
     model_path: Annotated[str | None, typer.Option(
         "--model-path", help="What the launch scripts load: a Hugging Face repo id or a local "
@@ -184,10 +185,10 @@ def plan_cmd(
     require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
     require(cost_engine in ("engine", "none"),
             f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'")
-    require(MIN_REQUESTS <= requests <= MAX_REQUESTS,
-            f"--requests ({requests}) must be in {MIN_REQUESTS}..{MAX_REQUESTS}")
     slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
+    check_requests(requests, slo.percentile if concurrency is None else 50.0, MIN_REQUESTS, MAX_REQUESTS)
     sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
+    check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)

@@ -87,7 +87,7 @@ def run_pd(
     ``mtp``: the decode pool's MTP draft tokens and acceptance (0: off)."""
     c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
                 mtp=mtp[0], mtp_accept=mtp[1])  # fmt: skip
-    r = simulate_given(c, pd, rate_given=rate is not None, search_requests=requests)
+    r = simulate_given(c, pd, rate_given=rate is not None, requests=requests)
     at = rate if rate is not None else r.max_rate_meeting_slo_rps or None
     require(
         at is not None,

@@ -223,7 +223,7 @@ def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
 
 
 def strategy(
-    model: Annotated[str, typer.Option(help="Model preset or path to a config.json.")],
+    model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")],
     cluster: Annotated[str, typer.Option(help="Cluster preset.")],
     isl: IslOpt = DEFAULT_ISL,
     osl: OslOpt = DEFAULT_OSL,

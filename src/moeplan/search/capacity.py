@@ -252,6 +252,7 @@ def steady_probe(
     ref_rps: float | None = None,
     runner: Runner | None = None,
     horizon: bool = False,
+    window_lifetimes: float = 0.0,
     stop_on_miss: bool = False,
 ) -> SteadyProbe:
     """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
@@ -261,13 +262,18 @@ def steady_probe(
     :func:`moeplan.serve.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
     ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
     only: a measured request not done by then misses an SLO — its end-to-end time exceeds
-    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late). ``stop_on_miss``
-    (one engine, open loop): stop once a miss is certain (:mod:`moeplan.search.certain_miss`;
-    a verdict only: ``meets`` is the full run's, the percentiles are not)."""
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late).
+    ``window_lifetimes``: measure at least that many SLO lifetimes of arrivals at the
+    reference rate (more than ``requests`` when they arrive faster): a queue that grows by
+    a few percent of the load per second shows over a window of a lifetime, not over a
+    fifth of one. ``stop_on_miss`` (one engine, open loop): stop once a miss is certain
+    (:mod:`moeplan.search.certain_miss`; a verdict only: ``meets`` is the full run's, the
+    percentiles are not)."""
     life = lifetime_s(workload, slo)
     ref = max(rate, ref_rps or rate)
     warm = math.ceil(WARM_LIFETIMES * ref * life)
     tail = math.ceil(TAIL_LIFETIMES * ref * life)
+    requests = max(requests, math.ceil(window_lifetimes * ref * life))
     reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
     win = slice(warm, warm + requests)
     stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
@@ -425,6 +431,7 @@ def slo_capacity(
     cache: dict | None = None,
     full: bool = True,
     step: float = 1.0,
+    window_lifetimes: float = 0.0,
 ) -> tuple[Capacity, SteadyProbe | None]:
     """The capacity of one instance (module docstring) and the probe at it (None when no
     rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
@@ -433,7 +440,8 @@ def slo_capacity(
     ``ref_rps`` (at least the guess) sets the warm-up and tail of every probe: an upper bound
     of the capacity keeps the warm-up at least one lifetime at every rate probed. ``cache``:
     the probes of an earlier call with the same workload, requests, replicas and ``ref_rps``
-    (the same runs: common random numbers), reused and extended."""
+    (the same runs: common random numbers), reused and extended. ``window_lifetimes``: the
+    shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`)."""
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
     g = max(guess_rps, 1e-6)
@@ -452,6 +460,7 @@ def slo_capacity(
                 ref_rps=ref,
                 runner=runner,
                 horizon=True,
+                window_lifetimes=window_lifetimes,
             )
         return probes[r, ref]
 
@@ -472,6 +481,7 @@ def slo_capacity(
             lambda wl: slo_capacity(
                 cfg, evaluate, wl, slo, guess_rps=lo, requests=requests, replicas=replicas,
                 interval=False, ref_rps=ref, runner=runner, full=False, step=2.0 * RATE_TOL,
+                window_lifetimes=window_lifetimes,
             )[0].rate_rps,
             workload,
             lo,
@@ -482,12 +492,12 @@ def slo_capacity(
         point_high_rps=hi,
         low_rps=low,
         high_rps=high if math.isfinite(high) else lo,
-        requests=requests,
+        requests=max(requests, math.ceil(window_lifetimes * ref * lifetime_s(workload, slo))),
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,
         probes=sum(1 for k in probes if k[0] != "full"),
-        boundable=_boundable(requests, slo.percentile),
+        boundable=percentile_boundable(requests, slo.percentile),
     )
     if not full:
         return cap, None
@@ -505,11 +515,15 @@ def slo_capacity(
             replicas=replicas,
             ref_rps=ref,
             runner=runner,
+            window_lifetimes=window_lifetimes,
         )
     return cap, run
 
 
-def _boundable(n: int, p: float) -> bool:
+def percentile_boundable(n: int, p: float) -> bool:
+    """Whether one run's ``n`` measured requests can bound the ``p``-th percentile: its
+    distribution-free 95 % upper order statistic, ``ceil(n q + z sqrt(n q (1 - q)))``, must
+    lie inside the sample (p90 needs 35 requests, p99 381)."""
     q = p / 100.0
     return math.ceil(n * q + Z95 * math.sqrt(n * q * (1.0 - q))) <= n
 

@@ -1,8 +1,10 @@
-"""Search of the disaggregated families: pool layouts and the x:y ratio, then simulation.
+"""The disaggregated families' pools: instance kinds, analytic capacities, rate matching.
 
 Families: ``pd`` — prefill and decode pools of colocated instances; ``afd`` —
 the same prefill pool with attention–FFN disaggregated decode instances (FinDEP's schedule
-per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
+per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`. The search
+over deployments (any pool counts, by SLO-bound capacity, with a certificate) is
+:mod:`moeplan.search.disagg_search`; this module gives it the pools and their estimates.
 
 1. **Instance capacities (analytic, no simulation).** Prefill instance of layout ``P``
    (its engine's default chunk per attention-DP rank, as SGLang schedules each DP rank):
@@ -12,18 +14,8 @@ per decode step, :mod:`moeplan.serve.afd`). Both run on :mod:`moeplan.serve.pd`.
    whose decode step meets ``TPOT_MARGIN`` × the TPOT SLO; ``mu_d = B / ((osl-1) d(B))``.
 2. **Rate matching.** For each pair ``(P, D)`` every ``(x, y)`` with ``x·|P| + y·|D|`` within
    the GPU budget is scored by ``min(x mu_p, y mu_d) · osl / gpus`` (output tokens/s per GPU
-   at the rate both pools sustain); the best per pair is kept.
-3. **Simulate the best ``keep``.** Bisection on the Poisson rate (same seed at every rate)
-   for the largest rate where the run meets the SLOs *and* both pools are stable: the mean
-   queueing wait of the second half of the requests is within ``QUEUE_GROWTH`` times the
-   first half's (plus a small floor) at both pools — a queue that grows without bound fails —
-   and the rate is at most ``RHO_MAX`` of each pool's capacity (prefill: full chunks; decode:
-   its batch cap; a short probe run cannot show a slowly growing queue, these loads can).
-   Not the prefill instances' busy fraction: a batching server is busy all the time well
-   below its capacity (each iteration takes what queued during the last one; with DeepEP's
-   per-step floor, a DeepSeek-V3 EP16 prefill instance is busy throughout at a third of its
-   capacity while its queue stays flat).
-   Then the user's workload is simulated at the user's rate or at that largest rate.
+   at the rate both pools sustain); the best per pair is kept (:func:`candidates`; the
+   search scores every ``(x, y)`` this way as its analytic estimate).
 
 Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
 DeepEP, two-batch overlap off or on, whichever gives the pool more capacity
@@ -46,7 +38,7 @@ from dataclasses import dataclass, replace
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
-from moeplan.search.search import SEARCH_REQUESTS, ServeResult, max_rate_meeting_slo
+from moeplan.search.search import ServeResult
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import tokens_per_step
@@ -59,9 +51,10 @@ from moeplan.serve.knobs import (
     engine_config,
 )
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
-from moeplan.serve.metrics import SLO, Probe, ServeMetrics, queue_stable, summarize
+from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pd import (
     DecodeLayout,
+    DecodeStepEvaluator,
     PDLayout,
     PDRun,
     PoolSetup,
@@ -74,7 +67,6 @@ from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
-RHO_MAX = 0.95  # highest load accepted: rate over each pool's analytic capacity
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -243,7 +235,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
             per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
             ranks = lay.ag
         else:
-            ev = IterationModel(md, c.cluster, c.cost, lay, knobs=knobs)
+            ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
             per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
             ranks = lay.attn_dp
     except MoeplanError:
@@ -290,16 +282,26 @@ def rate_match(
     return None if best is None else (best[2], best[3], best[4])
 
 
-def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
-    """Every prefill and decode instance kind that fits and meets its SLO on its own."""
+def prefill_pools(c: Context) -> list[Pool]:
+    """Every prefill instance kind that fits and meets the TTFT SLO on its own."""
     n = c.cluster.num_gpus
-    pres = [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
+    return [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
+
+
+def decode_pools(c: Context, family: str) -> list[Pool]:
+    """Every decode instance kind of ``family`` that fits and meets the TPOT SLO alone."""
+    n = c.cluster.num_gpus
     decs_l: list[DecodeLayout] = (
         list(afd_layouts(n - 1))
         if FAMILY[family].decode != "colocated"
         else list(serve_layouts(c.model, c.cluster, n - 1))
     )
-    return pres, [d for lay in decs_l if (d := decode_pool(c, lay))]
+    return [d for lay in decs_l if (d := decode_pool(c, lay))]
+
+
+def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
+    """Every prefill and decode instance kind that fits and meets its SLO on its own."""
+    return prefill_pools(c), decode_pools(c, family)
 
 
 def why_none(c: Context, family: str) -> str:
@@ -324,41 +326,42 @@ def why_none(c: Context, family: str) -> str:
     )
 
 
+def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
+    """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
+    assert isinstance(p.layout, ServeLayout)
+    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+                  prefill_knobs=p.knobs, decode_knobs=d.knobs,
+                  prefill_chunk=p.cfg.chunk_tokens)  # fmt: skip
+    inter = transfer_inter_node(c.cluster, pd)
+    setup = PoolSetup(
+        layout=pd,
+        prefill_cfg=p.cfg,
+        decode_cfg=d.cfg,
+        prefill_eval=p.evaluate,
+        decode_eval=d.evaluate,
+        transfer=_transfer_fn(c, p.layout, inter),
+    )
+    rate = min(x * p.rate, y * d.rate)
+    return Candidate(
+        layout=pd,
+        setup=setup,
+        estimate=rate * c.workload.osl.mean / pd.gpus,
+        rho=(rate / (x * p.rate), rate / (y * d.rate)),
+        decode_note=d.note,
+        capacity=(x * p.rate, y * d.rate),
+    )
+
+
 def candidates(c: Context, family: str) -> list[Candidate]:
     """Every rate-matched (prefill layout, decode layout, x, y), best estimate first."""
     n = c.cluster.num_gpus
     pres, decs = pools(c, family)
     out = []
-    osl = c.workload.osl.mean
     for p in pres:
         for d in decs:
             m = rate_match(p.rate, p.layout.gpus, d.rate, d.layout.gpus, n)
-            if m is None:
-                continue
-            x, y, rate = m
-            assert isinstance(p.layout, ServeLayout)
-            pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
-                          prefill_knobs=p.knobs, decode_knobs=d.knobs,
-                          prefill_chunk=p.cfg.chunk_tokens)
-            inter = transfer_inter_node(c.cluster, pd)
-            setup = PoolSetup(
-                layout=pd,
-                prefill_cfg=p.cfg,
-                decode_cfg=d.cfg,
-                prefill_eval=p.evaluate,
-                decode_eval=d.evaluate,
-                transfer=_transfer_fn(c, p.layout, inter),
-            )
-            out.append(
-                Candidate(
-                    layout=pd,
-                    setup=setup,
-                    estimate=rate * osl / pd.gpus,
-                    rho=(rate / (x * p.rate), rate / (y * d.rate)),
-                    decode_note=d.note,
-                    capacity=(x * p.rate, y * d.rate),
-                )
-            )
+            if m is not None:
+                out.append(make_candidate(c, p, d, m[0], m[1]))
     out.sort(key=lambda k: (-k.estimate, k.layout.gpus))
     return out
 
@@ -378,47 +381,6 @@ def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int
 def stable(run: PDRun, slo: SLO) -> bool:
     """Neither pool's queue grows (:func:`queue_stable` of both pools' waits)."""
     return queue_stable(run.waits(), slo)
-
-
-def run_metrics(
-    c: Context, setup: PoolSetup, workload: ServeWorkload
-) -> tuple[PDRun, ServeMetrics]:
-    run = simulate_pd(generate(workload), setup)
-    return run, summarize(run.result, setup.layout.gpus, c.slo)
-
-
-def evaluate_candidate(
-    c: Context, k: Candidate, *, rate_given: bool, search_requests: int = SEARCH_REQUESTS
-) -> DisaggResult:
-    """Largest stable SLO-meeting rate, then the user's workload (module docstring, step 3)."""
-    w = c.workload
-    probe = replace(
-        w, num_requests=min(search_requests, w.num_requests), rate=1.0, concurrency=None,
-        think_s=0.0,
-    )
-
-    def probe_run(r: float) -> Probe:
-        run, m = run_metrics(c, k.setup, probe.with_rate(r))
-        loads = r <= RHO_MAX * min(k.capacity)  # both pools below their capacity
-        return Probe(m, loads and stable(run, c.slo))
-
-    hi = k.estimate * k.layout.gpus / max(1, w.osl.mean)
-    best = max_rate_meeting_slo(probe_run, c.slo, hi=hi, max_steps=8)  # type: ignore[arg-type]
-    rate = w.rate if rate_given and w.rate else best or hi
-    _, m = run_metrics(c, k.setup, w.with_rate(rate))
-    meets = m.meets(c.slo) and (rate_given or best > 0)
-    return DisaggResult(
-        setup=k.setup,
-        rho=k.rho,
-        layout=k.layout,  # type: ignore[arg-type]
-        feasible=True,
-        reason="" if best > 0 else "no rate meets the SLOs with both pools stable",
-        engine=k.setup.decode_cfg,
-        metrics=m,
-        max_rate_meeting_slo_rps=best,
-        meets_slo=meets,
-        bound=bound(k),
-    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

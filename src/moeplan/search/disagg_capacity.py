@@ -1,94 +1,62 @@
 """Disaggregated deployments (P/D pools, AFD decode) on the same steady footing as the rest.
 
-:mod:`moeplan.search.disagg` picks each disaggregated family's rate-matched candidates by its
-analytic estimate and simulates them; this module replaces that simulation's figure by the
-SLO-bound capacity of :mod:`moeplan.search.capacity` — the same definition, request count and
-seed as every colocated layout (the whole P/D deployment is one unit: one arrival stream,
-dealt round-robin over its prefill instances by :func:`moeplan.serve.pd.simulate_pd`).
+:mod:`moeplan.search.disagg_search` finds each deployment's SLO-bound capacity
+(:mod:`moeplan.search.capacity`: the same definition, request count and seed as every
+colocated layout; the whole P/D deployment is one unit: one arrival stream, dealt
+round-robin over its prefill instances by :func:`moeplan.serve.pd.simulate_pd`). This module
+turns a searched deployment into the ranking's result: the metrics of its steady run at
+capacity (or at the given rate: a deployment whose queues grow there never meets the SLOs),
+and the capacity record (with its 95 % interval) of the one that may win.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any
 
-from moeplan.search.capacity import slo_capacity, steady_probe, window_metrics
-from moeplan.search.entries import Served
-from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import simulate_pd
-from moeplan.serve.workload import Requests, ServeWorkload
+from moeplan.search.capacity import steady_probe, window_metrics
+from moeplan.search.disagg import Context, DisaggResult, bound
+from moeplan.search.disagg_search import WINDOW_LIFETIMES, PoolCandidate, copies, with_interval
 
 
-def steady_disaggregated(
-    served: list[Served], workload: ServeWorkload, slo: SLO, *, requests: int, rate_given: bool
-) -> tuple[list[Served], dict[int, dict]]:
-    """``served`` with each deployment's capacity, metrics and SLO verdict re-taken in
-    steady state (at the given rate when there is one), and the capacity record (with its
-    95 % interval, :func:`moeplan.search.capacity.slo_capacity`) of the one with the largest
-    capacity per GPU, keyed by ``id`` of its result: it may win the ranking, and a winner's
-    figure states its interval."""
-    out: list[Served] = []
-    searched = []
-    for s in served:
-        r = s.result
-        setup = getattr(r, "setup", None)
-        if setup is None or not r.feasible or workload.rate is None:
-            out.append(s)
-            continue
-
-        def run(reqs: Requests, stop: float | None, setup=setup):  # type: ignore[no-untyped-def]
-            return simulate_pd(reqs, setup, horizon_s=stop).result
-
-        gpus = setup.layout.gpus
-        guess = r.max_rate_meeting_slo_rps or s.estimate_tokens_per_s_per_gpu * gpus / max(
-            1, workload.osl.mean
-        )
-        runs: dict = {}
-        cap, probe = slo_capacity(
-            None,
-            None,
-            workload,
-            slo,
-            guess_rps=max(guess, 1e-3),
-            requests=requests,
-            runner=run,
-            interval=False,
-            cache=runs,
-        )
-        if rate_given:
-            probe = steady_probe(
-                None, None, workload, slo, workload.rate, requests=requests, runner=run
-            )
-        metrics = r.metrics if probe is None else window_metrics(probe, gpus, slo)
-        res = replace(
-            r,
-            metrics=metrics,
-            max_rate_meeting_slo_rps=cap.rate_rps,
-            meets_slo=probe is not None and probe.meets(slo),
-            reason=r.reason if probe is not None else "no rate meets the SLOs in steady state",
-        )
-        out.append(replace(s, result=res))
-        searched.append((cap.rate_rps / gpus, cap, res, run, guess, runs))
-    if not searched:
-        return out, {}
-    _, cap, res, run, guess, runs = max(searched, key=lambda t: t[0])
-    if cap.rate_rps <= 0:
-        return out, {}
-    full, _ = slo_capacity(
-        None,
-        None,
-        workload,
-        slo,
-        guess_rps=max(guess, 1e-3),
-        requests=requests,
-        runner=run,
-        known=(cap.rate_rps, cap.point_high_rps),
-        cache=runs,
-        full=False,
+def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResult:
+    """``pc``'s result (module docstring); ``pc`` has had its capacity searched."""
+    k = pc.candidate(c)
+    cap = pc.capacity
+    assert cap is not None
+    w, slo = c.workload, c.slo
+    probe = pc.probe
+    if rate_given and w.rate is not None:
+        probe = steady_probe(
+            None, None, w, slo, w.rate, requests=cap.requests, runner=pc.runner(c),
+            window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
+    if probe is None:  # no rate meets the SLOs: the metrics of the lowest rate tried
+        low = min((r for r in pc.runs if isinstance(r, tuple) and r[0] != "full"),
+                  key=lambda r: r[0], default=None)  # fmt: skip
+        probe = None if low is None else pc.runs[low]
+    return DisaggResult(
+        setup=k.setup,
+        rho=k.rho,
+        layout=k.layout,  # type: ignore[arg-type]
+        feasible=True,
+        reason="" if cap.rate_rps > 0 else "no rate meets the SLOs in steady state",
+        engine=k.setup.decode_cfg,
+        metrics=None if probe is None else window_metrics(probe, pc.gpus, slo),
+        max_rate_meeting_slo_rps=cap.rate_rps,
+        meets_slo=probe is not None and cap.rate_rps > 0 and probe.meets(slo),
+        bound=bound(k),
     )
-    gpus = res.setup.layout.gpus  # type: ignore[attr-defined]
-    record = {
-        **full.to_dict(workload.osl.mean, gpus),
-        "layout": res.setup.layout.label,  # type: ignore[attr-defined]
+
+
+def capacity_record(pc: PoolCandidate, c: Context, requests: int) -> dict[str, Any]:
+    """The capacity record of ``pc`` with its 95 % interval (searched here)."""
+    with_interval(pc, c, requests)
+    assert pc.capacity is not None
+    n, spare = copies(c, pc)
+    return {
+        **pc.capacity.to_dict(c.workload.osl.mean, pc.gpus),
+        "layout": pc.candidate(c).layout.label,
         "replicas": 1,
+        "copies_in_cluster": n,
+        "spare_gpus": spare,
     }
-    return out, {id(res): record}

@@ -1,10 +1,10 @@
 """The disaggregated families in ``moeplan plan``'s serving ranking (:mod:`moeplan.search.rank`).
 
 ``pd`` is served when the colocated family (MixServe) was planned — its pools are colocated
-layouts; ``afd`` when FinDEP was planned — its decode instances run FinDEP's schedule. Each
-family's rate-matched candidates are estimated analytically (:func:`disagg.candidates`) and
-only its best ``keep`` are simulated (pruned before simulating: ``moeplan plan`` stays
-within its time budget). Plans: a PD deployment is a ``strategy`` plan of its decode instance
+layouts; ``afd`` when FinDEP was planned — its decode instances run FinDEP's schedule. Both
+families' deployments (any pool counts) are searched together by SLO-bound capacity with a
+certificate (:mod:`moeplan.search.disagg_search`); each family's best simulated deployment
+is its entry in the ranking. Plans: a PD deployment is a ``strategy`` plan of its decode instance
 with both pools in ``details.disaggregation`` (the SGLang/vLLM PD launch is built from it
 in :mod:`moeplan.export`); an AFD deployment is
 a ``dep`` plan of one decode instance (``seq_len`` 1, the decode step's ``ma, r1, r2, order``
@@ -21,14 +21,15 @@ from moeplan.cost import CostModel
 from moeplan.planners.families import FAMILY, POOLED
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
-from moeplan.search.disagg import Candidate, Context, candidates, evaluate_candidate, why_none
+from moeplan.search.capacity import DEFAULT_REQUESTS
+from moeplan.search.disagg import Candidate, Context, why_none
+from moeplan.search.disagg_capacity import capacity_record, result_of
+from moeplan.search.disagg_search import DisaggCertificate, search_disaggregated
 from moeplan.search.entries import Entry, Served
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import PDLayout
 from moeplan.serve.workload import ServeWorkload
 
-KEEP = 1  # simulated candidates per family (each ~0.4-0.6 s on 2 cores)
 NEEDS = {f: FAMILY[f].needs for f in POOLED}  # pools build on that family's plan
 
 
@@ -104,18 +105,40 @@ def served_disaggregated(
     rate_given: bool = True,
     mtp: tuple[int, float] = (0, 0.0),
     progress: Callable[[str], None] | None = None,
-    keep: int = KEEP,
+    requests: int = DEFAULT_REQUESTS,
+    incumbent: float = 0.0,
 ) -> tuple[list[Served], dict[str, str]]:
-    """Served PD and AFD deployments, and why a family was not served."""
+    """Served PD and AFD deployments (each family's best), and why a family was not served."""
+    served, why, _, _ = search_pools(
+        result, cost, workload, slo, engine=engine, rate_given=rate_given, mtp=mtp,
+        progress=progress, requests=requests, incumbent=incumbent,
+    )  # fmt: skip
+    return served, why
+
+
+def search_pools(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    rate_given: bool = True,
+    mtp: tuple[int, float] = (0, 0.0),
+    progress: Callable[[str], None] | None = None,
+    requests: int = DEFAULT_REQUESTS,
+    incumbent: float = 0.0,
+) -> tuple[list[Served], dict[str, str], DisaggCertificate | None, dict[int, dict]]:
+    """:func:`served_disaggregated`, the search's certificate, and the capacity record (with
+    its interval) of the best disaggregated deployment when it beats ``incumbent`` (the
+    colocated winner's capacity per GPU), keyed by ``id`` of its result."""
     planned = {c.family for c in result.candidates}
-    out: list[Served] = []
-    why: dict[str, str] = {}
     if workload.rate is None:
         return [], {
             f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
             "not a closed loop (--concurrency)"
             for f in NEEDS
-        }
+        }, None, {}
     ctx = Context(
         model=result.model,
         cluster=result.cluster,
@@ -126,27 +149,34 @@ def served_disaggregated(
         mtp=mtp[0],
         mtp_accept=mtp[1],
     )
+    why: dict[str, str] = {}
+    fams = []
     for fam, need in NEEDS.items():
         if need not in planned:
             why[fam] = f"its pools build on the {need} family, which was not planned"
-            continue
-        ks = candidates(ctx, fam)
-        if not ks:
+        else:
+            fams.append(fam)
+    done, cert = search_disaggregated(
+        ctx, fams, incumbent=incumbent, requests=requests, progress=progress
+    )
+    out: list[Served] = []
+    records: dict[int, dict] = {}
+    osl = workload.osl.mean
+    for fam in fams:
+        mine = [k for k in done if k.family == fam]
+        if not mine:
             why[fam] = why_none(ctx, fam)
             continue
-        for k in ks[:keep]:
-            if progress:
-                progress(f"serving simulation ({fam}): {k.layout.label}")
-            out.append(_served(ctx, k, fam, rate_given))
-    return out, why
-
-
-def _served(ctx: Context, k: Candidate, fam: str, rate_given: bool) -> Served:
-    r = evaluate_candidate(ctx, k, rate_given=rate_given)
-    plan = POOL_PLANS[fam](ctx, k)
-    lay: PDLayout = k.layout
-    entry = Entry(family=fam, label=lay.label, layout=lay, plan=plan)  # type: ignore[arg-type]
-    return Served(entry=entry, result=r, estimate_tokens_per_s_per_gpu=k.estimate)
+        k = mine[0]
+        r = result_of(k, ctx, rate_given=rate_given)
+        if k is done[0] and k.capacity_per_gpu(osl) > incumbent:
+            records[id(r)] = capacity_record(k, ctx, requests)
+        cand = k.candidate(ctx)
+        plan = POOL_PLANS[fam](ctx, cand)
+        lay: Any = cand.layout  # an Entry's layout: here the P/D deployment
+        entry = Entry(family=fam, label=lay.label, layout=lay, plan=plan)
+        out.append(Served(entry=entry, result=r, estimate_tokens_per_s_per_gpu=k.estimate))
+    return out, why, cert, records
 
 
 def _afd_plan_at_load(ctx: Context, k: Candidate) -> Plan:

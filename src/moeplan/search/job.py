@@ -114,7 +114,13 @@ def plan_job(spec: JobSpec, cost: CostModel,
     t4 = time.perf_counter()
     return _outcome(spec, cost, result, ranking, place_res, place_note, curves, timeline,
                     schedules, {"plan_s": t1 - t0, "serve_s": t2 - t1, "placement_s": t3 - t2,
-                                "curves_s": t4 - t3})  # fmt: skip
+                                "curves_s": t4 - t3, **_disagg_s(ranking)})  # fmt: skip
+
+
+def _disagg_s(ranking: ServeRanking) -> dict[str, float]:
+    """The disaggregated search's share of ``serve_s`` (absent when it did not run)."""
+    d = ranking.search.get("disaggregated")
+    return {} if not d else {"serve_disaggregated_s": d["seconds"]}
 
 
 def _outcome(spec: JobSpec, cost: CostModel, result: PlanResult, ranking: ServeRanking,

@@ -6,9 +6,9 @@ Each pool's scheduler is the one ``moeplan plan``'s P/D search gives that layout
 rank; :func:`~moeplan.search.disagg.decode_pool`: the largest decode batch within the KV
 pool and the engine's running cap — and within 90 % of the TPOT SLO, as the search sizes
 it), found without the SLO filters the search applies (a given deployment is simulated
-even when it misses them; the result says so). The run is
-:func:`~moeplan.search.disagg.evaluate_candidate`: the largest Poisson rate meeting the SLOs
-with both pools' queues stable, then the user's workload at ``--rate`` or at that rate.
+even when it misses them; the result says so). Its figure is the one ``moeplan plan`` ranks
+by: the SLO-bound capacity of :func:`moeplan.search.disagg_search.search_capacity` (steady
+state, the same measured window), then its steady run at ``--rate`` or at that capacity.
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ from moeplan.search.disagg import (
     Candidate,
     Context,
     DisaggResult,
-    PoolSetup,
-    _transfer_fn,
+    Pool,
     decode_pool,
-    evaluate_candidate,
+    make_candidate,
     prefill_pool,
 )
+from moeplan.search.disagg_bound import decode_rate_bound, prefill_rate_bound
+from moeplan.search.disagg_capacity import result_of
+from moeplan.search.disagg_search import pool_candidate, search_capacity
 from moeplan.serve.afd import AFDLayout
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import PDLayout, transfer_inter_node
+from moeplan.serve.pd import PDLayout
 
 
 def _check_fits(c: Context, lay: ServeLayout | AFDLayout, role: str) -> None:
@@ -49,8 +51,8 @@ def _check_fits(c: Context, lay: ServeLayout | AFDLayout, role: str) -> None:
     )
 
 
-def given_candidate(c: Context, pd: PDLayout) -> Candidate:
-    """The deployment ``pd`` with its pools' schedulers and analytic capacities."""
+def given_pools(c: Context, pd: PDLayout) -> tuple[Pool, Pool]:
+    """The prefill and decode pools of the deployment ``pd`` (module docstring)."""
     n = c.cluster.num_gpus
     require(pd.gpus <= n, f"--pd deployment ({pd.label}) needs {pd.gpus} GPUs; the cluster has {n}")
     _check_fits(c, pd.prefill, "prefill")
@@ -64,29 +66,24 @@ def given_candidate(c: Context, pd: PDLayout) -> Candidate:
         f"--pd decode layout ({pd.decode.label}) has no decode batch within the TPOT SLO",
     )
     assert p is not None and d is not None
-    pd = replace(pd, prefill_knobs=p.knobs, decode_knobs=d.knobs, prefill_chunk=p.cfg.chunk_tokens)
-    setup = PoolSetup(
-        layout=pd,
-        prefill_cfg=p.cfg,
-        decode_cfg=d.cfg,
-        prefill_eval=p.evaluate,
-        decode_eval=d.evaluate,
-        transfer=_transfer_fn(c, pd.prefill, transfer_inter_node(c.cluster, pd)),
-    )
-    rate = min(pd.x * p.rate, pd.y * d.rate)
-    return Candidate(
-        layout=pd,
-        setup=setup,
-        estimate=rate * c.workload.osl.mean / pd.gpus,
-        rho=(rate / (pd.x * p.rate), rate / (pd.y * d.rate)),
-        decode_note=d.note,
-        capacity=(pd.x * p.rate, pd.y * d.rate),
-    )
+    return p, d
 
 
-def simulate_given(
-    c: Context, pd: PDLayout, *, rate_given: bool, search_requests: int
-) -> DisaggResult:
-    """The given deployment under ``c.workload`` (module docstring)."""
-    k = given_candidate(c, pd)
-    return evaluate_candidate(c, k, rate_given=rate_given, search_requests=search_requests)
+def given_candidate(c: Context, pd: PDLayout) -> Candidate:
+    """The deployment ``pd`` with its pools' schedulers and analytic capacities."""
+    p, d = given_pools(c, pd)
+    return make_candidate(c, p, d, pd.x, pd.y)
+
+
+def simulate_given(c: Context, pd: PDLayout, *, rate_given: bool, requests: int) -> DisaggResult:
+    """The given deployment's SLO-bound capacity and its steady run at capacity or at the
+    user's rate (module docstring)."""
+    p, d = given_pools(c, pd)
+    w = c.workload
+    bounds = (
+        prefill_rate_bound(p.evaluate, p.cfg, w),
+        decode_rate_bound(d.evaluate, d.cfg, w, c.slo),
+    )
+    pc = pool_candidate(c, pd.family, p, d, pd.x, pd.y, bounds)
+    search_capacity(pc, c, requests)
+    return result_of(pc, c, rate_given=rate_given)

@@ -33,6 +33,7 @@ steps 2–4 (:func:`serve_rank`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,18 +104,15 @@ def serve_rank(
         rate_given=rate_given, progress=progress, knob_search=knob_search,
     )
     pruned = tuple(pruned_list)
-    from moeplan.search.disagg_rank import served_disaggregated
+    from moeplan.search.disagg_rank import search_pools
 
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
-    disagg, why = served_disaggregated(
+    t0 = time.perf_counter()
+    steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
-        mtp=mtp,
+        mtp=mtp, requests=requests, incumbent=cert.winner_capacity,
     )  # fmt: skip
-    from moeplan.search.disagg_capacity import steady_disaggregated
-
-    steady, disagg_records = steady_disaggregated(
-        disagg, workload, slo, requests=requests, rate_given=rate_given
-    )
+    disagg_s = time.perf_counter() - t0
     served += steady
     not_served.update(why)
     if not served:
@@ -146,8 +144,13 @@ def serve_rank(
             # the winner's capacity record: a disaggregated winner's own, else the colocated
             "winner_capacity": disagg_records.get(id(ranked[0].result), record),
             "colocated_capacity": record,
+            "disaggregated": None if disagg_cert is None else {
+                **disagg_cert.to_dict(), "seconds": disagg_s,
+            },
         },
-        certificate_sentence=cert.sentence(),
+        certificate_sentence=" ".join(
+            [cert.sentence()] + ([] if disagg_cert is None else [disagg_cert.sentence()])
+        ),
     )
 
 

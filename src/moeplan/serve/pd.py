@@ -17,9 +17,12 @@ instance — no second simulator:
    one prefill instance queue FIFO on ``attn_dp`` lanes (one per attention-DP rank).
 3. **Decode pool.** In KV-arrival order, requests are dealt round-robin to the ``y``
    instances; each arrives with its prompt *and first token* in KV (a prefix-cache hit of
-   ``isl`` tokens) and computes the next token as a one-token chunk in a mixed batch
-   (SGLang's decode server merges arrivals into the running batch), then ``osl - 2`` decode
-   steps. Requests with one output token stop at step 1.
+   ``isl`` tokens) and computes the next token as a one-token chunk in a mixed batch, then
+   ``osl - 2`` decode steps. Requests with one output token stop at step 1. SGLang's decode
+   server runs no forward for an arrival (``disaggregation/decode.py``: a "prebuilt extend"
+   batch only populates metadata and is merged into the running batch to decode), so a
+   colocated decode pool prices that one-token chunk as one more decoding sequence
+   (:class:`DecodeStepEvaluator`).
 
 Metrics (the user's view): TTFT = KV arrival − arrival (the decode instance streams the first
 token; with an infinitely fast link this is the prefill pool's TTFT); TPOT = (finish − KV
@@ -41,9 +44,12 @@ import numpy as np
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.serve.afd import AFDLayout
+from moeplan.serve.batch_grid import GridEvaluator
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import simulate
+from moeplan.serve.grid import bucket
 from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration import Batch
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.workload import Requests
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -240,6 +246,30 @@ def _decode_pool(
     return finish, runs
 
 
+class DecodeStepEvaluator:
+    """A colocated decode pool's evaluator. A request arriving with its KV joins the running
+    batch as one more decoding sequence (step 3 of the module docstring; SGLang's PD decode
+    server adds it to the running decode batch, and :class:`moeplan.serve.afd.AFDIteration`
+    prices it so), so an iteration of ``b`` decode sequences and ``k`` one-token chunks is
+    priced as a decode step of ``b + k`` sequences at their mean context (on the engine's
+    context grid), and decode steps on the batch grid of
+    :class:`moeplan.serve.batch_grid.GridEvaluator`. Longer chunks are priced as given."""
+
+    def __init__(self, evaluate: Evaluator) -> None:
+        self.inner = GridEvaluator(evaluate)
+
+    def __call__(self, batch: Batch) -> float:
+        pre = batch.prefill
+        if pre and all(q == 1 for q, _ in pre):
+            n = batch.decode + len(pre)
+            total = batch.decode * batch.decode_ctx + sum(c for _, c in pre)
+            batch = Batch(n, bucket((total + n // 2) // n), ())
+        return self.inner(batch)
+
+    def breakdown(self, batch: Batch) -> dict[str, float]:
+        return self.inner.breakdown(batch)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PoolSetup:
     """What :func:`simulate_pd` needs of a deployment: each pool's scheduler and evaluator,
@@ -276,6 +306,23 @@ def simulate_pd(reqs: Requests, setup: PoolSetup, horizon_s: float | None = None
         transfer_s=took,
         decode_index=tuple(dec_runs),
     )
+
+
+def prefill_view(reqs: Requests, setup: PoolSetup, horizon_s: float | None = None) -> SimResult:
+    """The user's view of ``reqs`` with only the prefill pool simulated: each KV transfer
+    unqueued and the decode pool instantaneous (finish = KV arrival). The prefill runs are
+    :func:`simulate_pd`'s own (same dealing, same horizon), so every request's prefill wait is
+    the same and its TTFT at most what :func:`simulate_pd` gives: a deployment whose prefill
+    view misses a TTFT percentile or grows a queue misses it too, at the prefill pool's cost
+    alone."""
+    lay = setup.layout
+    first, admit, pre_runs = _prefill_pool(
+        reqs, lay.x, setup.prefill_cfg, setup.prefill_eval, horizon_s
+    )
+    sizes, inverse = np.unique(reqs.isl, return_inverse=True)
+    took = np.array([setup.transfer(int(n)) for n in sizes])[inverse]
+    kv_at = first + took
+    return _combine(reqs, admit, kv_at, kv_at, pre_runs, [], setup.decode_cfg)
 
 
 def _combine(

@@ -19,7 +19,8 @@ configs excepted: Hugging Face writes them, and a key moeplan reads refuses them
 literals longer than :data:`MAX_INT_DIGITS` digits, floats that overflow, nesting deeper than
 the interpreter can parse, and lone surrogates (they would crash the first print). Integer keys
 are bounded by the model-size limits of :mod:`moeplan.specs.model` *before* anything is sized
-from them, so the error names the config key.
+from them, so the error names the config key. A checkpoint folder names its ``config.json``
+(:func:`config_path`); the folder test opens the path the same non-blocking way.
 """
 
 from __future__ import annotations
@@ -210,6 +211,37 @@ def read_json_file(path: str | os.PathLike[str], what: str, constants: bool = Fa
 def read_config_file(path: str | os.PathLike[str]) -> Any:
     """A user's model ``config.json`` as parsed JSON (see :func:`read_json_file`)."""
     return read_json_file(Path(path), "model config", constants=True)
+
+
+def _mode(path: Path) -> int | None:
+    """``st_mode`` of ``path`` (``None``: nothing there), read on a non-blocking descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (OSError, ValueError):  # ValueError: a NUL byte, refused by the reader
+        return None
+    try:
+        return os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+
+
+def is_folder(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a folder (a checkpoint folder, as Hugging Face downloads one)."""
+    mode = _mode(Path(path))
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def config_path(path: str | os.PathLike[str]) -> Path:
+    """The model config a user's path names: ``path`` itself, or the ``config.json`` of a
+    checkpoint folder (the ``hf_quant_config.json`` beside it is then read too); a folder
+    without a ``config.json`` is one line naming it."""
+    p = Path(path)
+    if not is_folder(p):
+        return p
+    if _mode(p / "config.json") is None:
+        raise MoeplanError(f"model folder ({p}) holds no config.json: give a Hugging Face "
+                           "checkpoint folder or the path of its config.json")
+    return p / "config.json"
 
 
 def _get(cfg: dict[str, Any], name: str, *keys: str, default: Any = None, kind: type = int) -> Any:

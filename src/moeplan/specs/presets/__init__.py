@@ -86,7 +86,7 @@ def model_config(name: str) -> dict[str, Any]:
     key = ALIASES.get(name, name)
     if key not in MODEL_FILES:
         raise MoeplanError(f"model ({name!r}) is not a preset; choose one of "
-                           f"{', '.join(MODEL_FILES)} or pass a path to a config.json")
+                           f"{', '.join(MODEL_FILES)} or pass a config.json or checkpoint folder")
     return _read("configs", MODEL_FILES[key])
 
 

@@ -1,0 +1,309 @@
+"""Search the disaggregated deployments by SLO-bound capacity, with a certificate.
+
+The space: every prefill instance kind and every decode instance kind of
+:func:`moeplan.search.disagg.pools` (colocated decode for ``pd``, attention–FFN for ``afd``),
+paired, with any counts ``x`` and ``y`` whose GPUs fit the cluster, at most
+:data:`MAX_INSTANCES` instances in all, sharing no factor (``k x : k y`` is ``k`` copies of
+``x : y``, one router each: its capacity per GPU is that of ``x : y`` and the cluster holds
+as many copies as fit, :func:`copies`). Each gets the upper bound
+of :mod:`moeplan.search.disagg_bound` (its pools alone, analytic: no simulation) and the
+analytic estimate of :func:`moeplan.search.disagg.rate_match`'s scoring. Then, as the
+colocated search (:mod:`moeplan.search.space_search`):
+
+1. each family's best estimate is simulated first (what that family proposes; it is the
+   family's entry in the ranking);
+2. the rest in decreasing bound order, against an incumbent = the best capacity per GPU
+   found so far, the colocated winner's included: a bound at most the incumbent is *pruned
+   by bound*; else one steady run at the incumbent's rate that misses the SLOs is *beaten at
+   the incumbent's rate*; else its capacity is searched.
+
+Capacity is :func:`moeplan.search.capacity.slo_capacity` on the whole deployment (one arrival
+stream dealt round-robin over the prefill instances, :func:`moeplan.serve.pd.simulate_pd`),
+with a measured window of at least :data:`WINDOW_LIFETIMES` SLO lifetimes of arrivals.
+
+**Decision: pool capacities simulated alone are not used as the bound.** Measured on
+Qwen3-30B-A3B, 8 H100, ISL 1024 / OSL 256, TTFT 2 s / TPOT 50 ms: a prefill instance's
+TTFT-bound capacity alone costs 0.2-0.4 s, but a decode instance's TPOT-bound capacity alone
+1-35 s (12-23 runs of a KV-bound pool), as much as the deployment's own search, and it is
+not an upper bound: fed Poisson instead of the prefill pool's departures, with one or two
+round-robin replicas, the same decode layout gave 110.5 and 61.9 req/s. The analytic pool
+bounds cost nothing to simulate and are never below the simulated capacity.
+
+**Decision: the measured window spans two lifetimes.** A deployment's arrival rate is every
+instance's together (178 req/s for the AFD deployment above), so 500 measured requests
+arrived in 2.8 s, a fifth of one request's 14.8 s lifetime: a KV-bound decode pool's slowly
+growing queue did not show and the capacity was 178 req/s with 500 requests, 156 with 5,000.
+With a window of at least one lifetime, 500 requests gave 123 (a growth test over one
+lifetime still mistakes noise for growth); with two, 500 and 5,000 both give 156 req/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeplan.search.capacity import (
+    Capacity,
+    SteadyProbe,
+    slo_capacity,
+    steady_probe,
+)
+from moeplan.search.disagg import (
+    Candidate,
+    Context,
+    Pool,
+    decode_pools,
+    make_candidate,
+    prefill_pools,
+)
+from moeplan.search.disagg_bound import (
+    decode_rate_bound,
+    deployment_rate_bound,
+    prefill_rate_bound,
+)
+from moeplan.serve.pd import prefill_view, simulate_pd
+from moeplan.serve.workload import Requests
+
+WINDOW_LIFETIMES = 2.0  # measured window: two SLO lifetimes of arrivals at least (docstring)
+#: Instances per deployment at most (module docstring): x + y <= 16 matches any pool ratio to
+#: within 1/16, and every larger deployment is simulated as one router's stream of a
+#: thousand requests/s and more (a 43:7 Qwen3-30B-A3B deployment on 128 H100s: 300,000
+#: requests per steady run, 80 s per capacity search), where copies of a smaller ratio
+#: serve the same load per GPU.
+MAX_INSTANCES = 16
+REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate, capped by the bound
+
+
+@dataclass(kw_only=True)
+class PoolCandidate:
+    """One deployment of the space (``x`` of ``prefill``, ``y`` of ``decode``) and what the
+    search learned of it; rates are requests/s into the whole deployment."""
+
+    family: str
+    prefill: Pool
+    decode: Pool
+    x: int
+    y: int
+    bound: float  # output tokens/s per GPU never exceeded (disagg_bound)
+    estimate: float  # analytic estimate, output tokens/s per GPU
+    gpus: int
+    bound_rps: float
+    estimate_rps: float
+    cand: Candidate | None = None
+    capacity: Capacity | None = None
+    probe: SteadyProbe | None = None
+    beaten_at: float = 0.0
+    runs: dict = field(default_factory=dict)
+
+    def candidate(self, c: Context) -> Candidate:
+        if self.cand is None:
+            self.cand = make_candidate(c, self.prefill, self.decode, self.x, self.y)
+        return self.cand
+
+    def runner(self, c: Context) -> Callable[[Requests, float | None], Any]:
+        setup = self.candidate(c).setup
+
+        def run(reqs: Requests, stop: float | None) -> Any:
+            return simulate_pd(reqs, setup, horizon_s=stop).result
+
+        return run
+
+    def capacity_per_gpu(self, osl: float) -> float:
+        return 0.0 if self.capacity is None else self.capacity.per_gpu(osl, self.gpus)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DisaggCertificate:
+    """Why no disaggregated deployment left unsimulated can beat the best one found."""
+
+    deployments: int
+    simulated: int
+    beaten_at_incumbent_rate: int
+    pruned_by_bound: int
+    best_remaining_bound: float
+    best_capacity: float
+    incumbent_at_start: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deployments": self.deployments,
+            "simulated": self.simulated,
+            "beaten_at_incumbent_rate": self.beaten_at_incumbent_rate,
+            "pruned_by_bound": self.pruned_by_bound,
+            "best_remaining_bound": self.best_remaining_bound,
+            "best_capacity": self.best_capacity,
+            "colocated_capacity": self.incumbent_at_start,
+            "units": "output tokens/s per GPU",
+        }
+
+    def sentence(self) -> str:
+        return (
+            f"Of {self.deployments} disaggregated deployments (P/D and attention-FFN pools, "
+            f"any prefill:decode counts within the cluster, up to {MAX_INSTANCES} instances), "
+            f"{self.simulated} had their "
+            f"capacity simulated, {self.beaten_at_incumbent_rate} missed the SLOs at the best "
+            f"capacity found so far, and {self.pruned_by_bound} were pruned because an upper "
+            "bound of their capacity from their pools alone (at most "
+            f"{self.best_remaining_bound:,.0f} output tokens/s per GPU) is below the best "
+            f"capacity simulated (colocated {self.incumbent_at_start:,.0f}, disaggregated "
+            f"{self.best_capacity:,.0f})."
+        )
+
+
+def pool_candidate(
+    c: Context, family: str, p: Pool, d: Pool, x: int, y: int, bounds: tuple[float, float]
+) -> PoolCandidate:
+    """``x`` of ``p`` and ``y`` of ``d``, with the pools' rate bounds ``bounds`` (requests/s
+    per prefill and per decode instance, :mod:`moeplan.search.disagg_bound`)."""
+    osl = c.workload.osl.mean
+    g = x * p.layout.gpus + y * d.layout.gpus
+    est = min(x * p.rate, y * d.rate)
+    top = deployment_rate_bound(x, bounds[0], y, bounds[1])
+    return PoolCandidate(
+        family=family, prefill=p, decode=d, x=x, y=y, gpus=g, bound=top * osl / g,
+        bound_rps=top, estimate=est * osl / g, estimate_rps=est,
+    )  # fmt: skip
+
+
+def space(c: Context, families: list[str]) -> list[PoolCandidate]:
+    """Every (prefill kind, decode kind, x, y) of ``families`` that fits the cluster, with
+    its bound and estimate (module docstring)."""
+    n, w = c.cluster.num_gpus, c.workload
+    pres = prefill_pools(c) if families else []
+    bp = [prefill_rate_bound(p.evaluate, p.cfg, w) for p in pres]
+    out = []
+    for fam in families:
+        decs = decode_pools(c, fam)
+        bd = [decode_rate_bound(d.evaluate, d.cfg, w, c.slo) for d in decs]
+        for p, b_p in zip(pres, bp, strict=True):
+            gp = p.layout.gpus
+            for d, b_d in zip(decs, bd, strict=True):
+                gd = d.layout.gpus
+                for x in range(1, min(MAX_INSTANCES - 1, (n - gd) // gp) + 1):
+                    top = min(MAX_INSTANCES - x, (n - x * gp) // gd)
+                    for y in range(1, top + 1):
+                        if math.gcd(x, y) == 1:  # k x : k y is k copies of x : y
+                            out.append(pool_candidate(c, fam, p, d, x, y, (b_p, b_d)))
+    return out
+
+
+def _start(pc: PoolCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (:data:`REF_MARGIN` x that)."""
+    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+    return guess, max(guess, min(pc.bound_rps, REF_MARGIN * guess))
+
+
+def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
+    """One steady run at ``rate``, the very run the capacity search would make there (same
+    reference rate, kept in ``pc.runs`` for it to reuse) — unless the prefill pool alone
+    already misses the SLOs there (:func:`moeplan.serve.pd.prefill_view`: the same prefill
+    runs, TTFT never above the deployment's), whose run is returned instead."""
+    _, ref = _start(pc)
+    key = (rate, ref)
+    if key not in pc.runs:
+        setup = pc.candidate(c).setup
+
+        def prefill_only(reqs: Requests, stop: float | None) -> Any:
+            return prefill_view(reqs, setup, horizon_s=stop)
+
+        pre = steady_probe(
+            None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
+            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
+        if not pre.meets(c.slo):
+            return pre
+        pc.runs[key] = steady_probe(
+            None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
+            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
+    return pc.runs[key]
+
+
+def search_capacity(
+    pc: PoolCandidate, c: Context, requests: int, *, full: bool = True
+) -> None:
+    """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
+    guess, ref = _start(pc)
+    pc.capacity, pc.probe = slo_capacity(
+        None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
+        runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
+        window_lifetimes=WINDOW_LIFETIMES,
+    )  # fmt: skip
+
+
+def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
+    """``pc``'s capacity again, its point bracket kept, with its 95 % interval."""
+    assert pc.capacity is not None
+    _, ref = _start(pc)
+    pt = (pc.capacity.rate_rps, pc.capacity.point_high_rps)
+    pc.capacity, pc.probe = slo_capacity(
+        None, None, c.workload, c.slo, guess_rps=pt[0], requests=requests,
+        runner=pc.runner(c), known=pt, ref_rps=ref, cache=pc.runs,
+        window_lifetimes=WINDOW_LIFETIMES,
+    )  # fmt: skip
+
+
+def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidate]:
+    """Each family's best analytic estimate (fewest GPUs on a tie), in family order."""
+    out = []
+    for fam in families:
+        mine = [k for k in cands if k.family == fam and k.bound > 0]
+        if mine:
+            out.append(min(mine, key=lambda k: (-k.estimate, k.gpus)))
+    return out
+
+
+def search_disaggregated(
+    c: Context,
+    families: list[str],
+    *,
+    incumbent: float,
+    requests: int,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[PoolCandidate], DisaggCertificate]:
+    """The simulated deployments, best capacity per GPU first, and the certificate
+    (module docstring); ``incumbent``: the colocated winner's capacity per GPU."""
+    osl = c.workload.osl.mean
+    cands = space(c, families)
+    first = _first(cands, families)
+    rest = sorted((k for k in cands if k not in first), key=lambda k: -k.bound)
+    best = incumbent
+    simulated = beaten = 0
+    for i, k in enumerate(first + rest):
+        if k not in first and k.bound <= best:
+            continue  # pruned by bound (counted below)
+        if progress:
+            progress(f"serving simulation ({k.family}) {i + 1}/{len(cands)}: "
+                     f"{k.candidate(c).layout.label}")  # fmt: skip
+        if k not in first and best > 0:
+            r = best * k.gpus / osl  # the incumbent's capacity per GPU, as this rate
+            k.beaten_at = r
+            if not _probe(k, c, r, requests).meets(c.slo):
+                beaten += 1
+                continue
+        search_capacity(k, c, requests)
+        simulated += 1
+        best = max(best, k.capacity_per_gpu(osl))
+    done = sorted(
+        (k for k in cands if k.capacity is not None), key=lambda k: -k.capacity_per_gpu(osl)
+    )
+    pruned = [k for k in cands if k.capacity is None and k.beaten_at == 0.0]
+    cert = DisaggCertificate(
+        deployments=len(cands),
+        simulated=simulated,
+        beaten_at_incumbent_rate=beaten,
+        pruned_by_bound=len(pruned),
+        best_remaining_bound=max((k.bound for k in pruned), default=0.0),
+        best_capacity=done[0].capacity_per_gpu(osl) if done else 0.0,
+        incumbent_at_start=incumbent,
+    )
+    return done, cert
+
+
+def copies(c: Context, pc: PoolCandidate) -> tuple[int, int]:
+    """How many copies of ``pc`` the cluster holds, and the GPUs left over."""
+    n = c.cluster.num_gpus
+    return n // pc.gpus, n % pc.gpus
