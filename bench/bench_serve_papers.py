@@ -9,7 +9,7 @@ numbers the papers publish; ``docs/benchmarks/papers.md`` records them and expla
   placements (``place`` on a synthetic trace of the model's shape) priced in the iteration
   model; the largest rate meeting 5x the lightest-load TTFT or E2E (p90) and its tokens/s.
 - SMIDT §5.2 (paper 001): its plan and baselines (uniform, time-balanced, no PP) served as
-  ServeLayouts (``serve.rank.pipeline_entries``) on a closed loop (offline task): tokens/s.
+  ServeLayouts (``search.rank.pipeline_entries``) on a closed loop (offline task): tokens/s.
 
 ``run()``: one row per published claim; ``value`` = simulated ratio, ``reference`` = the
 paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.

@@ -292,7 +292,7 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         if not grid or grid[-1] < ctx:
             # the grid priced one block at a time, up to the block holding ctx: every layout
             # with this attention TP asks the same blocks (one memoised query each,
-            # :mod:`.memo_cost`); the prices and their running maximum are the same
+            # :mod:`moeplan.search.memo_cost`); the prices and their running maximum are the same
             grid, raws = list(grid), list(raws)
             while not grid or grid[-1] < ctx:
                 block = _grid_block(grid[-1] if grid else 0)
