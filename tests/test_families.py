@@ -130,3 +130,24 @@ def test_runtime_engines_cover_plan_families():
     from moeplan.runtime.engines import ENGINES
 
     assert set(ENGINES) == set(fam.PLAN_FAMILIES)
+
+
+@pytest.mark.parametrize(("family", "unit"), [("pd", "per deployment (its pools together)"),
+                                              ("afd", "per deployment (its pools together)"),
+                                              ("strategy", "per instance")])  # fmt: skip
+def test_capacity_sentence_names_what_its_rate_feeds(family, unit):
+    """A pooled deployment is fed one arrival stream for all its pools, a colocated winner one
+    per replica: the capacity sentence says which (the record's rate is that stream's)."""
+    from types import SimpleNamespace as NS
+
+    from moeplan.search.rank_views import _capacity_sentences
+
+    label = "L"
+    rec = {"layout": label, "ci95_rps_per_instance": (1.0, 3.0), "rate_rps_per_instance": 2.0,
+           "ci95_half_width_rel": 0.5, "limited_by": "TTFT"}  # fmt: skip
+    entry = NS(family=family, layout=NS(label=label), gpus=8)
+    ranking = NS(search={"winner_capacity": rec}, winner=NS(entry=entry, metrics=None),
+                 rate_given=False, certificate_sentence="")  # fmt: skip
+    out = _capacity_sentences(ranking, NS(cluster=NS(num_gpus=8)))  # type: ignore[arg-type]
+    assert out == [f"Capacity: 2.00 req/s {unit} (95 % interval 1.00..3.00, +/-50.0%), "
+                   "limited by TTFT."]  # fmt: skip

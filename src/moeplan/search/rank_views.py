@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from moeplan.cost import CostModel
+from moeplan.planners.families import POOLED
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.search.entries import Served
@@ -139,8 +140,11 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     w = ranking.winner
     if rec and rec.get("layout") == w.entry.layout.label and not ranking.rate_given:
         lo, hi = rec["ci95_rps_per_instance"]
+        unit = (  # a pooled deployment is fed as one: its rate is all its pools' together
+            "per deployment (its pools together)" if w.entry.family in POOLED else "per instance"
+        )
         out.append(
-            f"Capacity: {rec['rate_rps_per_instance']:.2f} req/s per instance (95 % interval "
+            f"Capacity: {rec['rate_rps_per_instance']:.2f} req/s {unit} (95 % interval "
             f"{lo:.2f}..{hi:.2f}, +/-{rec['ci95_half_width_rel']:.1%}), limited by "
             f"{rec['limited_by']}."
         )
