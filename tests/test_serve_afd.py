@@ -18,7 +18,7 @@ from moeplan.planners.dep.decode import decode_problem
 from moeplan.planners.dep.schedule import DepConfig
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult
-from moeplan.search.disagg_rank import served_disaggregated
+from moeplan.search.disagg_rank import search_pools
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
 from moeplan.serve.iteration import Batch
@@ -115,7 +115,7 @@ def test_pd_and_afd_are_ranked_families_with_plans():
     w = ServeWorkload(
         num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=32)
     )
-    served, why = served_disaggregated(
+    served, why, _, _ = search_pools(
         result, CostModel(c), w, SLO(ttft_s=1.0, tpot_s=0.05), rate_given=False
     )
     assert why == {}
@@ -129,7 +129,7 @@ def test_pd_and_afd_are_ranked_families_with_plans():
     assert afd.family == "dep" and afd.details["seq_len"] == 1
     assert afd.details["r2"] <= afd.details["ma"]  # the runtime's DEP check (r2 <= ma * seq)
     closed = ServeWorkload(num_requests=50, rate=None, concurrency=8)
-    none, why = served_disaggregated(result, CostModel(c), closed, SLO())
+    none, why, _, _ = search_pools(result, CostModel(c), closed, SLO())
     assert none == [] and set(why) == {"pd", "afd"}
 
 

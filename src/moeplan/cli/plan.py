@@ -38,6 +38,9 @@ from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_
 
 DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
 DEFAULT_TPOT_SLO_MS = 100.0  # 10 tokens/s per user, faster than reading speed
+#: the --requests range this command accepts: its own choice, not a statistical rule (the SLO
+#: percentile's minimum, p90 35 / p99 381 measured requests, is checked on top of it by
+#: ``check_requests`` with the capacity search's ``percentile_boundable``)
 MIN_REQUESTS, MAX_REQUESTS = 50, 100_000
 ANALYTIC_NOTE = ("each family's own figure from its paper's model: prompt tokens/s per GPU for "
                  "the prefill of one batch of --batch prompts (MixServe, SMIDT, FinDEP); shown "

@@ -95,27 +95,6 @@ def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Pl
     )
 
 
-def served_disaggregated(
-    result: PlanResult,
-    cost: CostModel,
-    workload: ServeWorkload,
-    slo: SLO,
-    *,
-    engine: str = "sglang",
-    rate_given: bool = True,
-    mtp: tuple[int, float] = (0, 0.0),
-    progress: Callable[[str], None] | None = None,
-    requests: int = DEFAULT_REQUESTS,
-    incumbent: float = 0.0,
-) -> tuple[list[Served], dict[str, str]]:
-    """Served PD and AFD deployments (each family's best), and why a family was not served."""
-    served, why, _, _ = search_pools(
-        result, cost, workload, slo, engine=engine, rate_given=rate_given, mtp=mtp,
-        progress=progress, requests=requests, incumbent=incumbent,
-    )  # fmt: skip
-    return served, why
-
-
 def search_pools(
     result: PlanResult,
     cost: CostModel,
@@ -129,7 +108,8 @@ def search_pools(
     requests: int = DEFAULT_REQUESTS,
     incumbent: float = 0.0,
 ) -> tuple[list[Served], dict[str, str], DisaggCertificate | None, dict[int, dict]]:
-    """:func:`served_disaggregated`, the search's certificate, and the capacity record (with
+    """Served PD and AFD deployments (each family's best), why a family was not served, the
+    search's certificate, and the capacity record (with
     its interval) of the best disaggregated deployment when it beats ``incumbent`` (the
     colocated winner's capacity per GPU), keyed by ``id`` of its result."""
     planned = {c.family for c in result.candidates}
