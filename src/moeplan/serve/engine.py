@@ -50,7 +50,8 @@ from collections.abc import Callable
 import numpy as np
 
 from moeplan.errors import require
-from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult
+from moeplan.serve.config import POLICIES, STOP_EVERY, EngineConfig, Evaluator, SimResult
+from moeplan.serve.engine_prefill import run_prefill_only
 from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
@@ -67,10 +68,6 @@ __all__ = [
 ]
 
 ARRIVAL, ITER_END = 0, 1
-# Iteration ends between two calls of a stop predicate: this module's choice (a predicate
-# scans the measured requests, an iteration end touches a few; the stop comes at most 32
-# iterations late).
-STOP_EVERY = 32
 WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 
@@ -136,7 +133,8 @@ class Engine:
         self.finishers: list[tuple[int, int, int, int]] = []
         self.n_dec = self.sum_ctx = self.kv_used = self.remaining = 0
         self.step = 0  # decode steps executed
-        self.seq = 0
+        self.seq = 0  # event heap tie-break (closed loop)
+        self.fseq = 0  # finisher heap tie-break
         self.heap: list[tuple[float, int, int, int]] = []
         self.next_arrival = 0
         self.preemptions = self.prefill_tokens = self.recomputed = self.out_tokens = 0
@@ -146,78 +144,125 @@ class Engine:
         self.stop = stop
         self.itl: list[float] = []
         self.itl_w: list[int] = []
-
-    # ---- event heap ---------------------------------------------------------------------
-    def _push(self, t: float, prio: int, x: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, x))
-
-    def _push_arrival(self, t: float | None = None) -> None:
-        """Queue the next request: at its own arrival time (open), or ``t`` plus its think
-        time (closed loop: ``t`` is when its client's previous request finished, or 0)."""
-        i = self.next_arrival
-        if i < len(self.arrival):
-            if t is not None:
-                think = self.r.think_s
-                self.arrival[i] = t + (0.0 if think is None else float(think[i]))
-            self._push(self.arrival[i], ARRIVAL, i)
-            self.next_arrival = i + 1
+        # the scheduler's knobs, read once per iteration
+        self.mixed = cfg.policy == "mixed"
+        self.budget = cfg.chunk_tokens or (1 << 62)
+        self.kv_cap, self.reserve, self.max_running = (
+            cfg.kv_tokens, cfg.admit_reserve, cfg.max_running
+        )
+        #: every request has one output token (a P/D prefill instance): :mod:`.engine_prefill`
+        self.prefill_only = int(reqs.osl.max()) == 1
 
     def run(self) -> SimResult:
-        closed = self.r.closed
-        for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
-            self._push_arrival(0.0 if closed else None)
+        if self.r.closed:
+            return self._run_heap()
+        if self.prefill_only:
+            return run_prefill_only(self)
+        return self._run_open()
+
+    # ---- event loops ----------------------------------------------------------------------
+    def _run_open(self) -> SimResult:
+        """Open loop: arrivals come sorted and at most one iteration is in flight, so the next
+        event is the earlier of the next arrival and the iteration's end (the arrival at equal
+        times: it joins the next iteration) — the order of :meth:`_run_heap`'s heap."""
+        arrival, waiting, horizon, stop = self.arrival, self.waiting, self.horizon, self.stop
+        n, i, ends, end = len(arrival), 0, 0, None
+        while True:
+            if i < n and (end is None or arrival[i] <= end):
+                t = arrival[i]
+                if t > horizon:  # stopped: requests not done keep NaN times
+                    break
+                waiting.append(i)
+                i += 1
+                self.next_arrival = i
+                if end is not None or (i < n and arrival[i] <= t):
+                    continue
+            elif end is not None:
+                t = end
+                if t > horizon:
+                    break
+                self._end(t)
+                end = None
+                ends += 1
+                if stop is not None and ends % STOP_EVERY == 0 and stop(self):
+                    break  # a verdict is certain: the rest keeps NaN times
+                if i < n and arrival[i] <= t:
+                    continue
+            else:
+                assert not self.running and not waiting, "engine stopped with work left"
+                break
+            end = self._start(t)
+        return self._result()
+
+    def _run_heap(self) -> SimResult:
+        """Closed loop: a finish queues its client's next request, so arrivals go on a heap
+        keyed ``(time, priority, seq)`` with the iteration ends."""
+        for _ in range(min(self.r.closed, len(self.arrival))):
+            self._push_arrival(0.0)
         busy = False
-        heap, waiting, arrival, horizon = self.heap, self.waiting, self.arrival, self.horizon
-        pop, push, n = heapq.heappop, heapq.heappush, len(arrival)
-        stop, ends = self.stop, 0
+        heap, waiting, horizon, stop = self.heap, self.waiting, self.horizon, self.stop
+        pop, ends = heapq.heappop, 0
         while heap:
             t, prio, _, x = pop(heap)
-            if t > horizon:  # stopped: requests not done keep NaN times
+            if t > horizon:
                 return self._result()
             if prio == ARRIVAL:
                 waiting.append(x)
-                i = self.next_arrival
-                if not closed and i < n:  # the next arrival (_push_arrival, open loop)
-                    self.seq += 1
-                    push(heap, (arrival[i], ARRIVAL, self.seq, i))
-                    self.next_arrival = i + 1
             else:
                 self._end(t)
                 busy = False
                 ends += 1
                 if stop is not None and ends % STOP_EVERY == 0 and stop(self):
-                    return self._result()  # a verdict is certain: the rest keeps NaN times
+                    return self._result()
             if not busy and not (heap and heap[0][0] <= t and heap[0][1] == ARRIVAL):
-                busy = self._start(t)
+                end = self._start(t)
+                busy = end is not None
+                if busy:
+                    self._push(end, ITER_END, 0)
         assert not self.running and not self.waiting, "engine stopped with work left"
         return self._result()
 
+    def _push(self, t: float, prio: int, x: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, prio, self.seq, x))
+
+    def _push_arrival(self, t: float) -> None:
+        """Queue the next request at ``t`` plus its think time (``t``: when its client's
+        previous request finished, or 0)."""
+        i = self.next_arrival
+        if i < len(self.arrival):
+            think = self.r.think_s
+            self.arrival[i] = t + (0.0 if think is None else float(think[i]))
+            self._push(self.arrival[i], ARRIVAL, i)
+            self.next_arrival = i + 1
+
+    def _next_arrival_s(self) -> float:
+        """When the next request not yet queued arrives (inf: none is known)."""
+        if self.r.closed:
+            return self.heap[0][0] if self.heap else math.inf
+        i = self.next_arrival
+        return self.arrival[i] if i < len(self.arrival) else math.inf
+
     # ---- scheduling -----------------------------------------------------------------------
-    def _start(self, t: float) -> bool:
-        """Form and launch the next iteration at ``t``; False when there is nothing to run."""
-        cfg = self.cfg
+    def _start(self, t: float) -> float | None:
+        """Form and launch the next iteration at ``t``: its end (None: nothing to run)."""
         self.now = t
-        budget = cfg.chunk_tokens or (1 << 62)
-        if cfg.policy == "mixed":
-            n_dec = self._alloc_decode()
-            chunks = self._take_prefill(budget - n_dec)
+        if self.mixed:
+            n_dec = self._alloc_decode() if self.n_dec else 0
+            chunks, pre, tokens = self._take_prefill(self.budget - n_dec)
         else:
-            chunks = self._take_prefill(budget)
-            n_dec = 0 if chunks else self._alloc_decode()
+            chunks, pre, tokens = self._take_prefill(self.budget)
+            n_dec = 0 if chunks or not self.n_dec else self._alloc_decode()
         if not chunks and not n_dec:
-            return False
-        assert self.kv_used <= cfg.kv_tokens, "KV pool over-committed"
+            return None
+        assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         if not chunks:
             return self._start_decode(t, n_dec)
-        at = self.prefill_ctx
-        pre = tuple([(q, bucket(at[r] + q)) for r, q in chunks])
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
-        self._record(t, dur, 1, n_dec, sum([q for _, q in chunks]), self.kv_used, 0)
-        self._push(t + dur, ITER_END, 0)
-        return True
+        self.segs.append((t, dur, 1, n_dec, tokens, self.kv_used, 0))
+        return t + dur
 
     def _time(self, batch: Batch) -> float:
         dur = self.evaluate(batch)
@@ -231,15 +276,15 @@ class Engine:
         """``count`` iterations of ``d`` seconds from ``t0`` (expanded in :meth:`_result`)."""
         self.segs.append((t0, d, count, dec, pre, kv0, kv_step))
 
-    def _start_decode(self, t: float, n: int) -> bool:
+    def _start_decode(self, t: float, n: int) -> float:
         """Decode-only steps, fast-forwarded: with no prefill work the batch stays the same
         until the next finish, arrival or full KV pool, and the mean context grows by one per
         step, so steps are timed one bucket segment at a time. One step is already allocated."""
         k_max = self.finishers[0][0] - self.step if self.finishers else 1
-        k_max = min(k_max, 1 + int((self.cfg.kv_tokens - self.kv_used) // (n * self.tps)))
+        k_max = min(k_max, 1 + int((self.kv_cap - self.kv_used) // (n * self.tps)))
         if not self.fast:
             k_max = 1
-        t_arr = self.heap[0][0] if self.heap else math.inf
+        t_arr = self._next_arrival_s()
         tau = self.tps
         done, end, kv0 = 0, t, self.kv_used
         while done < k_max:
@@ -263,48 +308,79 @@ class Engine:
                 break
         self.kv_used += (done - 1) * n * tau
         self.pending = ([], n, done)
-        self._push(end, ITER_END, 0)
-        return True
+        return end
 
     def _alloc_decode(self) -> int:
         """Allocate one KV slot per decoding request, preempting the newest when full."""
         if self.n_dec == 0:
             return 0
-        while self.kv_used + self.n_dec * self.tps > self.cfg.kv_tokens:
+        while self.kv_used + self.n_dec * self.tps > self.kv_cap:
             self._preempt(next(reversed(self.running)))
         self.kv_used += self.n_dec * self.tps
         return self.n_dec
 
-    def _take_prefill(self, budget: int) -> list[tuple[int, int]]:
-        """Prompt chunks for this iteration: requests being prefilled first, then admissions."""
+    def _take_prefill(self, budget: int) -> tuple[list[tuple[int, int]], tuple, int]:
+        """Prompt chunks for this iteration — requests being prefilled first, then admissions
+        — as ``(request, tokens)``, as the priced ``(tokens, bucketed context)``, and their
+        token total."""
         chunks: list[tuple[int, int]] = []
+        pre: list[tuple[int, int]] = []
+        left, at, budget0 = self.left, self.prefill_ctx, budget
         for r in self.prefilling:
             if budget <= 0:
-                return chunks
-            q = min(self.left[r], budget)
-            chunks.append((r, q))
-            budget -= q
-        cfg = self.cfg
-        while budget > 0 and self.waiting and len(self.running) < cfg.max_running:
-            r = self.waiting[0]
-            need = self.isl[r] + self.produced[r]
-            rem = self.osl[r] - self.produced[r]
-            if self.kv_used + need + cfg.admit_reserve * (self.remaining + rem) > cfg.kv_tokens:
                 break
-            self.waiting.popleft()
-            if math.isnan(self.admit[r]):
-                self.admit[r] = self.now
-            self.state[r] = PREFILL
-            self.running[r] = None
-            self.kv_used += need
-            self.remaining += rem
-            self.left[r] = need - self.cached[r]
-            self.prefill_ctx[r] = self.cached[r]
-            self.prefilling.append(r)
-            q = min(self.left[r], budget)
+            q = left[r]
+            if q > budget:
+                q = budget
             chunks.append((r, q))
+            c = at[r] + q
+            s = c.bit_length() - 6  # bucket(c), inline
+            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
             budget -= q
-        return chunks
+        waiting, running = self.waiting, self.running
+        if budget > 0 and waiting and len(running) < self.max_running:
+            budget = self._admit(budget, chunks, pre)
+        return chunks, tuple(pre), budget0 - budget
+
+    def _admit(self, budget: int, chunks: list, pre: list) -> int:
+        """Admit waiting requests in arrival order while the budget, ``max_running`` and the
+        KV pool allow, each with its first chunk; the budget left."""
+        waiting, running, max_running = self.waiting, self.running, self.max_running
+        isl, osl, produced, cached = self.isl, self.osl, self.produced, self.cached
+        admit, state, left, at, prefilling = (
+            self.admit, self.state, self.left, self.prefill_ctx, self.prefilling
+        )
+        kv, remaining, reserve, cap, now = (
+            self.kv_used, self.remaining, self.reserve, self.kv_cap, self.now
+        )
+        while budget > 0 and waiting and len(running) < max_running:
+            r = waiting[0]
+            p = produced[r]
+            need = isl[r] + p
+            rem = osl[r] - p
+            if kv + need + reserve * (remaining + rem) > cap:
+                break
+            waiting.popleft()
+            if admit[r] != admit[r]:  # NaN: first admission
+                admit[r] = now
+            state[r] = PREFILL
+            running[r] = None
+            kv += need
+            remaining += rem
+            c = cached[r]
+            q = need - c
+            left[r] = q
+            at[r] = c
+            prefilling.append(r)
+            if q > budget:
+                q = budget
+            chunks.append((r, q))
+            c += q
+            s = c.bit_length() - 6  # bucket(c), inline
+            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
+            budget -= q
+        self.kv_used, self.remaining = kv, remaining
+        return budget
 
     def _preempt(self, r: int) -> None:
         """Recompute preemption: free ``r``'s KV and put it back at the head of the queue."""
@@ -335,42 +411,57 @@ class Engine:
         chunks, n_dec, k = self.pending
         if n_dec:
             self._decode_done(t, n_dec, k)
-        for r, q in chunks:
-            self._chunk_done(t, r, q)
+        if chunks:
+            self._chunks_done(t, chunks)
 
     def _decode_done(self, t: float, n_dec: int, k: int) -> None:
-        self.step += k
-        self.sum_ctx += n_dec * k * self.tps
-        self.remaining -= n_dec * k * self.tps
-        self.out_tokens += n_dec * k * self.tps
+        tps = self.tps
+        step = self.step = self.step + k
+        self.sum_ctx += n_dec * k * tps
+        self.remaining -= n_dec * k * tps
+        self.out_tokens += n_dec * k * tps
         first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
+        itl, itl_w, epoch, state, last_tok = (
+            self.itl, self.itl_w, self.epoch, self.state, self.last_tok
+        )
         fresh = 0
         for r, ep in self.entrants:
-            if self.epoch[r] == ep and self.state[r] == DECODE:
-                self.itl.append(first_end - self.last_tok[r])
-                self.itl_w.append(1)
+            if epoch[r] == ep and state[r] == DECODE:
+                itl.append(first_end - last_tok[r])
+                itl_w.append(1)
                 fresh += 1
         self.entrants = []
         if n_dec > fresh:
-            self.itl.append(first_end - self.last_dec_end)
-            self.itl_w.append(n_dec - fresh)
+            itl.append(first_end - self.last_dec_end)
+            itl_w.append(n_dec - fresh)
         if k > 1:
             self._itl_segments(k)
         self.last_dec_end = t
         fin = self.finishers
-        while fin and fin[0][0] <= self.step:
-            _, _, r, ep = heapq.heappop(fin)
-            if self.epoch[r] != ep or self.state[r] != DECODE:
+        if fin and fin[0][0] <= step:
+            self._decode_finish(t, step)
+
+    def _decode_finish(self, t: float, step: int) -> None:
+        """Requests whose last decode step was ``step`` (or earlier) finish at ``t``."""
+        fin, epoch, state, s0, osl, base_prod, base_ctx = (
+            self.finishers, self.epoch, self.state, self.s0, self.osl, self.base_prod,
+            self.base_ctx,
+        )  # fmt: skip
+        tps = self.tps
+        pop = heapq.heappop
+        while fin and fin[0][0] <= step:
+            _, _, r, ep = pop(fin)
+            if epoch[r] != ep or state[r] != DECODE:
                 continue
-            j = self.step - self.s0[r]
-            left = self.osl[r] - self.base_prod[r]
-            assert j == (left if self.tps == 1 else self._steps(left)), "finished off-step"
-            surplus = j * self.tps - left  # 0 without MTP
+            j = step - s0[r]
+            left = osl[r] - base_prod[r]
+            assert j == (left if tps == 1 else self._steps(left)), "finished off-step"
+            surplus = j * tps - left  # 0 without MTP
             self.remaining += surplus
             self.out_tokens -= surplus
-            self.produced[r] = self.osl[r]
+            self.produced[r] = osl[r]
             self.n_dec -= 1
-            ctx = self.base_ctx[r] + j * self.tps
+            ctx = base_ctx[r] + j * tps
             self.sum_ctx -= ctx
             self._finish(r, t, ctx)
 
@@ -395,45 +486,62 @@ class Engine:
             left -= count
             i -= 1
 
-    def _chunk_done(self, t: float, r: int, q: int) -> None:
-        start = self.prefill_ctx[r]
-        end = start + q
-        top, hi = min(end, self.isl[r]), self.hi[r]
-        fresh = max(0, top - max(start, hi))
-        if top > hi:
-            self.hi[r] = top
-        self.prefill_tokens += fresh
-        self.recomputed += q - fresh
-        self.prefill_ctx[r] = end
-        left = self.left[r] - q
-        self.left[r] = left
-        if left:
-            return
-        if self.prefilling[0] == r:
-            self.prefilling.popleft()
+    def _chunks_done(self, t: float, chunks: list[tuple[int, int]]) -> None:
+        """The chunks' prompt tokens are in KV (first-time or recomputed); a request whose
+        prompt is done has its next token at ``t`` and decodes from the next step, or ends."""
+        at, left, hi, isl = self.prefill_ctx, self.left, self.hi, self.isl
+        fresh_all, recomputed = self.prefill_tokens, self.recomputed
+        for r, q in chunks:
+            start = at[r]
+            end = start + q
+            top, h = isl[r], hi[r]
+            if end < top:
+                top = end
+            fresh = top - (start if start > h else h)
+            if fresh < 0:
+                fresh = 0
+            if top > h:
+                hi[r] = top
+            fresh_all += fresh
+            recomputed += q - fresh
+            at[r] = end
+            rest = left[r] - q
+            left[r] = rest
+            if not rest:
+                self._prompt_done(t, r, end)
+        self.prefill_tokens, self.recomputed = fresh_all, recomputed
+
+    def _prompt_done(self, t: float, r: int, end: int) -> None:
+        """``r``'s prompt (and recomputed tokens) ended at ``end`` tokens of context at ``t``."""
+        pf = self.prefilling
+        if pf[0] == r:
+            pf.popleft()
         else:
-            self.prefilling.remove(r)
-        self.produced[r] += 1
+            pf.remove(r)
+        p = self.produced[r] = self.produced[r] + 1
         self.remaining -= 1
         self.out_tokens += 1
-        if math.isnan(self.first[r]):
-            self.first[r] = t
+        first = self.first
+        if first[r] != first[r]:  # NaN: the first token
+            first[r] = t
         else:
             self.itl.append(t - self.last_tok[r])
             self.itl_w.append(1)
         self.last_tok[r] = t
-        if self.produced[r] == self.osl[r]:
+        osl = self.osl[r]
+        if p == osl:
             self._finish(r, t, end)
             return
         self.state[r] = DECODE
-        self.base_ctx[r], self.base_prod[r], self.s0[r] = end, self.produced[r], self.step
+        step = self.step
+        self.base_ctx[r], self.base_prod[r], self.s0[r] = end, p, step
         self.n_dec += 1
         self.sum_ctx += end
-        self.seq += 1
-        left = self.osl[r] - self.produced[r]
-        steps = left if self.tps == 1 else self._steps(left)
-        heapq.heappush(self.finishers, (self.step + steps, self.seq, r, self.epoch[r]))
-        self.entrants.append((r, self.epoch[r]))
+        self.fseq += 1
+        steps = osl - p if self.tps == 1 else self._steps(osl - p)
+        ep = self.epoch[r]
+        heapq.heappush(self.finishers, (step + steps, self.fseq, r, ep))
+        self.entrants.append((r, ep))
 
     def _steps(self, tokens: int) -> int:
         """Decode steps that produce ``tokens`` tokens (``tokens`` itself without MTP)."""
