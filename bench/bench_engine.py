@@ -117,12 +117,16 @@ def main() -> int:
         t_ref = min(t_ref, s)
         s, res_new = replay(engine_mod, corpus)
         t_new = min(t_new, s)
-    bad = [(i, f) for i, (a, b) in enumerate(zip(res_ref, res_new, strict=True)) if (f := same(a, b))]
+    bad = [
+        (i, f) for i, (a, b) in enumerate(zip(res_ref, res_new, strict=True)) if (f := same(a, b))
+    ]
     iters = sum(len(r.iter_start_s) for r in res_new)
     reqs = sum(len(c[0]) for c in corpus)
     prefill_only = sum(bool(np.all(c[0].osl == 1)) for c in corpus)
-    print(f"runs {len(corpus)} ({prefill_only} prefill-only), requests {reqs}, "
-          f"iterations {iters} (fast-forwarded steps expanded)")
+    print(
+        f"runs {len(corpus)} ({prefill_only} prefill-only), requests {reqs}, "
+        f"iterations {iters} (fast-forwarded steps expanded)"
+    )
     print(f"reference ({args.reference}): {t_ref:.2f} s CPU, {iters / t_ref:,.0f} iterations/s")
     print(f"current: {t_new:.2f} s CPU, {iters / t_new:,.0f} iterations/s")
     print(f"ratio reference/current: {t_ref / t_new:.2f}x (best of {args.repeat} passes each)")

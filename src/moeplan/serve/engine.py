@@ -148,7 +148,9 @@ class Engine:
         self.mixed = cfg.policy == "mixed"
         self.budget = cfg.chunk_tokens or (1 << 62)
         self.kv_cap, self.reserve, self.max_running = (
-            cfg.kv_tokens, cfg.admit_reserve, cfg.max_running
+            cfg.kv_tokens,
+            cfg.admit_reserve,
+            cfg.max_running,
         )
         #: every request has one output token (a P/D prefill instance): :mod:`.engine_prefill`
         self.prefill_only = int(reqs.osl.max()) == 1
@@ -348,10 +350,18 @@ class Engine:
         waiting, running, max_running = self.waiting, self.running, self.max_running
         isl, osl, produced, cached = self.isl, self.osl, self.produced, self.cached
         admit, state, left, at, prefilling = (
-            self.admit, self.state, self.left, self.prefill_ctx, self.prefilling
+            self.admit,
+            self.state,
+            self.left,
+            self.prefill_ctx,
+            self.prefilling,
         )
         kv, remaining, reserve, cap, now = (
-            self.kv_used, self.remaining, self.reserve, self.kv_cap, self.now
+            self.kv_used,
+            self.remaining,
+            self.reserve,
+            self.kv_cap,
+            self.now,
         )
         while budget > 0 and waiting and len(running) < max_running:
             r = waiting[0]
@@ -422,7 +432,11 @@ class Engine:
         self.out_tokens += n_dec * k * tps
         first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
         itl, itl_w, epoch, state, last_tok = (
-            self.itl, self.itl_w, self.epoch, self.state, self.last_tok
+            self.itl,
+            self.itl_w,
+            self.epoch,
+            self.state,
+            self.last_tok,
         )
         fresh = 0
         for r, ep in self.entrants:
@@ -447,8 +461,11 @@ class Engine:
             self.finishers, self.epoch, self.state, self.s0, self.osl, self.base_prod,
             self.base_ctx,
         )  # fmt: skip
-        tps = self.tps
-        pop = heapq.heappop
+        produced, running, finish, closed = self.produced, self.running, self.finish, self.r.closed
+        remaining, out, n_dec, sum_ctx, kv = (
+            self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used
+        )  # fmt: skip
+        tps, pop = self.tps, heapq.heappop
         while fin and fin[0][0] <= step:
             _, _, r, ep = pop(fin)
             if epoch[r] != ep or state[r] != DECODE:
@@ -457,13 +474,21 @@ class Engine:
             left = osl[r] - base_prod[r]
             assert j == (left if tps == 1 else self._steps(left)), "finished off-step"
             surplus = j * tps - left  # 0 without MTP
-            self.remaining += surplus
-            self.out_tokens -= surplus
-            self.produced[r] = osl[r]
-            self.n_dec -= 1
+            remaining += surplus
+            out -= surplus
+            produced[r] = osl[r]
+            n_dec -= 1
             ctx = base_ctx[r] + j * tps
-            self.sum_ctx -= ctx
-            self._finish(r, t, ctx)
+            sum_ctx -= ctx
+            kv -= ctx  # the request's KV is freed (as in :meth:`_finish`)
+            del running[r]
+            state[r] = DONE
+            finish[r] = t
+            if closed:  # its client's next request (touches none of the locals)
+                self._push_arrival(t)
+        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used = (
+            remaining, out, n_dec, sum_ctx, kv
+        )  # fmt: skip
 
     def _first_end(self, k: int) -> float:
         """End time of the first of the last ``k`` decode steps (their segments are last)."""
@@ -491,6 +516,7 @@ class Engine:
         prompt is done has its next token at ``t`` and decodes from the next step, or ends."""
         at, left, hi, isl = self.prefill_ctx, self.left, self.hi, self.isl
         fresh_all, recomputed = self.prefill_tokens, self.recomputed
+        done = []
         for r, q in chunks:
             start = at[r]
             end = start + q
@@ -508,40 +534,53 @@ class Engine:
             rest = left[r] - q
             left[r] = rest
             if not rest:
-                self._prompt_done(t, r, end)
+                done.append((r, end))
         self.prefill_tokens, self.recomputed = fresh_all, recomputed
+        if done:  # touches none of the above: in chunk order after them
+            self._prompts_done(t, done)
 
-    def _prompt_done(self, t: float, r: int, end: int) -> None:
-        """``r``'s prompt (and recomputed tokens) ended at ``end`` tokens of context at ``t``."""
-        pf = self.prefilling
-        if pf[0] == r:
-            pf.popleft()
-        else:
-            pf.remove(r)
-        p = self.produced[r] = self.produced[r] + 1
-        self.remaining -= 1
-        self.out_tokens += 1
-        first = self.first
-        if first[r] != first[r]:  # NaN: the first token
-            first[r] = t
-        else:
-            self.itl.append(t - self.last_tok[r])
-            self.itl_w.append(1)
-        self.last_tok[r] = t
-        osl = self.osl[r]
-        if p == osl:
-            self._finish(r, t, end)
-            return
-        self.state[r] = DECODE
-        step = self.step
-        self.base_ctx[r], self.base_prod[r], self.s0[r] = end, p, step
-        self.n_dec += 1
-        self.sum_ctx += end
-        self.fseq += 1
-        steps = osl - p if self.tps == 1 else self._steps(osl - p)
-        ep = self.epoch[r]
-        heapq.heappush(self.finishers, (step + steps, self.fseq, r, ep))
-        self.entrants.append((r, ep))
+    def _prompts_done(self, t: float, done: list[tuple[int, int]]) -> None:
+        """Each ``(request, context)`` finished its prompt (recomputed tokens included) at
+        ``t``: its next token is out; it decodes from the next step, or finishes."""
+        pf, produced, osl, first, last_tok, state = (
+            self.prefilling, self.produced, self.osl, self.first, self.last_tok, self.state
+        )  # fmt: skip
+        base_ctx, base_prod, s0, epoch, fin, entrants = (
+            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.entrants
+        )  # fmt: skip
+        remaining, out, n_dec, sum_ctx, fseq = (
+            self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq
+        )  # fmt: skip
+        step, tps, push = self.step, self.tps, heapq.heappush
+        for r, end in done:
+            if pf[0] == r:
+                pf.popleft()
+            else:
+                pf.remove(r)
+            p = produced[r] = produced[r] + 1
+            remaining -= 1
+            out += 1
+            if first[r] != first[r]:  # NaN: the first token
+                first[r] = t
+            else:
+                self.itl.append(t - last_tok[r])
+                self.itl_w.append(1)
+            last_tok[r] = t
+            o = osl[r]
+            if p == o:
+                self._finish(r, t, end)
+                continue
+            state[r] = DECODE
+            base_ctx[r], base_prod[r], s0[r] = end, p, step
+            n_dec += 1
+            sum_ctx += end
+            fseq += 1
+            ep = epoch[r]
+            push(fin, (step + (o - p if tps == 1 else self._steps(o - p)), fseq, r, ep))
+            entrants.append((r, ep))
+        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq = (
+            remaining, out, n_dec, sum_ctx, fseq
+        )  # fmt: skip
 
     def _steps(self, tokens: int) -> int:
         """Decode steps that produce ``tokens`` tokens (``tokens`` itself without MTP)."""

@@ -67,7 +67,11 @@ class _Queue:
             self.part_ctx = c
         isl, cached, admit = e.isl, e.cached, e.admit
         kv, nrun, max_running, reserve, cap = (
-            self.kv, self.nrun, e.max_running, e.reserve, e.kv_cap
+            self.kv,
+            self.nrun,
+            e.max_running,
+            e.reserve,
+            e.kv_cap,
         )
         while budget > 0 and j < arrived and nrun < max_running:
             need = isl[j]
