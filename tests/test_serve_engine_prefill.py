@@ -70,3 +70,43 @@ def test_prefill_only_queue_equals_the_general_loop(run) -> None:  # type: ignor
     ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=stop_after(2, asked[1]))
     _equal(fast.run(), ref._run_open())
     assert asked[0] == asked[1]
+
+
+def _transfers_one_by_one(first, runs, lanes, seconds, isl):  # type: ignore[no-untyped-def]
+    """The KV transfer queue written out request by request (the oracle of ``_transfers``):
+    per instance, in order of prefill end, the lane free first (lowest index among ties)."""
+    arrive, took = np.full(len(first), np.nan), np.full(len(first), np.nan)
+    for _, idx in runs:
+        free = [0.0] * lanes
+        done = [r for r in idx if not np.isnan(first[r])]
+        for r in sorted(done, key=lambda r: first[r]):  # sorted() is stable
+            d = seconds(int(isl[r]))
+            j = free.index(min(free))
+            free[j] = arrive[r] = max(float(first[r]), free[j]) + d
+            took[r] = d
+    return arrive, took
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.integers(0, 12), min_size=1, max_size=60),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.sampled_from([0.3, 0.25]),
+)
+def test_kv_transfer_queue_equals_one_by_one(ends, x, lanes, per_k) -> None:  # type: ignore[no-untyped-def]
+    """Per-instance FIFO on ``lanes`` lanes, ties and horizon-cut (NaN) prefills included."""
+    from moeplan.serve.pd import _transfers
+
+    n = len(ends)
+    first = np.array([np.nan if e == 12 else e * 0.125 for e in ends])
+    isl = np.array([1000 + 500 * (e % 3) for e in ends])
+    runs = [(None, np.arange(j, n, x)) for j in range(x)]
+
+    def seconds(size: int) -> float:
+        return 0.01 + per_k * size / 1000
+
+    got = _transfers(first, runs, lanes, seconds, isl)
+    ref = _transfers_one_by_one(first, runs, lanes, seconds, isl)
+    for a, b in zip(got, ref, strict=True):
+        assert np.array_equal(a, b, equal_nan=True)
