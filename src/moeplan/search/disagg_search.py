@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from moeplan.search.capacity import (
@@ -63,6 +64,7 @@ from moeplan.search.disagg_bound import (
     deployment_rate_bound,
     prefill_rate_bound,
 )
+from moeplan.search.fanout import fan_out
 from moeplan.serve.pd import prefill_view, simulate_pd
 from moeplan.serve.workload import Requests
 
@@ -230,8 +232,14 @@ def search_capacity(
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
         runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
-        window_lifetimes=WINDOW_LIFETIMES,
+        window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
+
+
+def _searched(pc: PoolCandidate, c: Context, requests: int) -> tuple:
+    """What :func:`search_capacity` learns of ``pc``, returned (a fan-out thunk's result)."""
+    search_capacity(pc, c, requests)
+    return pc.capacity, pc.probe, pc.runs
 
 
 def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
@@ -242,7 +250,7 @@ def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=pt[0], requests=requests,
         runner=pc.runner(c), known=pt, ref_rps=ref, cache=pc.runs,
-        window_lifetimes=WINDOW_LIFETIMES,
+        window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
 
 
@@ -256,6 +264,14 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
+def first_searches(c: Context, families: list[str], requests: int) -> list[tuple]:
+    """What the capacity searches of each family's first deployment (step 1 of the module
+    docstring) learn, in :func:`_first`'s order: they depend on no incumbent, so they can
+    run before, or beside, the colocated search."""
+    first = _first(space(c, families), families)
+    return fan_out([partial(_searched, k, c, requests) for k in first])
+
+
 def search_disaggregated(
     c: Context,
     families: list[str],
@@ -263,22 +279,31 @@ def search_disaggregated(
     incumbent: float,
     requests: int,
     progress: Callable[[str], None] | None = None,
+    first_found: list[tuple] | None = None,
 ) -> tuple[list[PoolCandidate], DisaggCertificate]:
     """The simulated deployments, best capacity per GPU first, and the certificate
-    (module docstring); ``incumbent``: the colocated winner's capacity per GPU."""
+    (module docstring); ``incumbent``: the colocated winner's capacity per GPU;
+    ``first_found``: :func:`first_searches` of the same arguments, when already run."""
     osl = c.workload.osl.mean
     cands = space(c, families)
     first = _first(cands, families)
     rest = sorted((k for k in cands if k not in first), key=lambda k: -k.bound)
-    best = incumbent
-    simulated = beaten = 0
-    for i, k in enumerate(first + rest):
-        if k not in first and k.bound <= best:
+    if first_found is None:
+        if progress and first:
+            progress(f"serving simulation ({', '.join(k.family for k in first)}): "
+                     f"{len(first)}/{len(cands)}")  # fmt: skip
+        first_found = fan_out([partial(_searched, k, c, requests) for k in first])
+    for k, (cap, run, runs) in zip(first, first_found, strict=True):
+        k.capacity, k.probe, k.runs = cap, run, runs
+    best = max([incumbent] + [k.capacity_per_gpu(osl) for k in first])
+    simulated, beaten = len(first), 0
+    for i, k in enumerate(rest):
+        if k.bound <= best:
             continue  # pruned by bound (counted below)
         if progress:
-            progress(f"serving simulation ({k.family}) {i + 1}/{len(cands)}: "
+            progress(f"serving simulation ({k.family}) {len(first) + i + 1}/{len(cands)}: "
                      f"{k.candidate(c).layout.label}")  # fmt: skip
-        if k not in first and best > 0:
+        if best > 0:
             r = best * k.gpus / osl  # the incumbent's capacity per GPU, as this rate
             k.beaten_at = r
             if not _probe(k, c, r, requests).meets(c.slo):
