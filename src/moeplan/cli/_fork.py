@@ -98,5 +98,5 @@ def check_jobs(jobs: int | None) -> int:
 @contextmanager
 def workers(jobs: int, carry: Sequence[CostModel] = ()) -> Iterator[None]:
     """Fan-outs inside the block use up to ``jobs`` worker processes (:func:`forked`)."""
-    with fanout.using(forked(jobs, carry)):
+    with fanout.using(forked(jobs, carry), jobs):
         yield

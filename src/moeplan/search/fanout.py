@@ -30,6 +30,13 @@ def serial(thunks: Sequence[Callable[[], T]]) -> list[T]:
 
 
 _ACTIVE: ContextVar[FanOut] = ContextVar("moeplan_fan_out", default=serial)
+_WIDTH: ContextVar[int] = ContextVar("moeplan_fan_out_width", default=1)
+
+
+def width() -> int:
+    """How many thunks the active :data:`FanOut` runs at once (1: one after another). A
+    search may look ahead by this many pieces when the extra runs would cost no wall time."""
+    return _WIDTH.get()
 
 
 def fan_out(thunks: Sequence[Callable[[], T]]) -> list[T]:
@@ -39,17 +46,20 @@ def fan_out(thunks: Sequence[Callable[[], T]]) -> list[T]:
     return _ACTIVE.get()(thunks)
 
 
-def install(runner: FanOut) -> None:
+def install(runner: FanOut, runs_at_once: int = 1) -> None:
     """Make ``runner`` this process's :data:`FanOut` for good (a worker process installs
     :func:`serial`: its own fan-outs run in it)."""
     _ACTIVE.set(runner)
+    _WIDTH.set(runs_at_once)
 
 
 @contextmanager
-def using(runner: FanOut) -> Iterator[None]:
-    """Run :func:`fan_out` calls inside the block with ``runner``."""
-    token = _ACTIVE.set(runner)
+def using(runner: FanOut, runs_at_once: int = 1) -> Iterator[None]:
+    """Run :func:`fan_out` calls inside the block with ``runner``, which runs up to
+    ``runs_at_once`` thunks at once (:func:`width`)."""
+    token, wtoken = _ACTIVE.set(runner), _WIDTH.set(runs_at_once)
     try:
         yield
     finally:
         _ACTIVE.reset(token)
+        _WIDTH.reset(wtoken)
