@@ -23,6 +23,7 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
+from moeplan.cli._fork import check_jobs, workers
 from moeplan.cli._steady import check_rate, check_requests
 from moeplan.cli.glossary import glossary
 from moeplan.errors import MoeplanError, check_int, require
@@ -163,6 +164,9 @@ def plan_cmd(
     a2a: Annotated[str | None, typer.Option(
         help="MoE all-to-all: auto, deepep or nccl (default: searched).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        help="Worker processes for independent simulations (default: the CPUs this process "
+             "may use; 1: none). The plan is the same for every value.")] = None,
 ) -> None:
     """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
     t_start = time.perf_counter()
@@ -183,6 +187,7 @@ def plan_cmd(
             f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}")
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
     check_int("--seed", seed, 0, 2**32 - 1)
+    n_jobs = check_jobs(jobs)
     if trace is not None:  # read it whole now: a bad trace fails before planning, not after
         _check_trace(trace, m.num_experts)
     require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
@@ -216,7 +221,8 @@ def plan_cmd(
                   console=err_console, transient=True,
                   disable=not (show and err_console.is_terminal)) as prog:
         task = prog.add_task("planning", total=None)
-        outcome = plan_job(spec, cm, progress=lambda t: prog.update(task, description=t))
+        with workers(n_jobs, carry=[cm]):
+            outcome = plan_job(spec, cm, progress=lambda t: prog.update(task, description=t))
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, outcome)
     elapsed = time.perf_counter() - t_start

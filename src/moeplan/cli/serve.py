@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt
+from moeplan.cli._fork import check_jobs, workers
 from moeplan.cli._steady import check_rate
 from moeplan.cli.serve_checks import (
     DEFAULT_TPOT_SLO_MS,
@@ -182,6 +183,10 @@ def serve_sim(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     quiet: QuietOpt = False,
+    jobs: Annotated[int | None, typer.Option(
+        help="Worker processes for the capacity interval's independent runs (default: the "
+             "CPUs this process may use; 1: none). The figures are the same for every value.")
+    ] = None,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
     goodput and the largest request rate that meets the SLOs; with ``--phase``, the steady
@@ -209,6 +214,7 @@ def serve_sim(
         "search); a closed loop (--concurrency) drives one instance",
     )
     check_fits_cluster(d, c, one_instance=phase is not None or concurrency is not None)
+    n_jobs = check_jobs(jobs)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=d.kv_dtype)
     routing = trace_routing(routing_trace, m) if routing_trace else None
     if phase is not None:
@@ -237,14 +243,16 @@ def serve_sim(
     if d.pd is not None:
         mtp_knobs = resolve_knobs(cm.engine, m, c, d.pd.prefill, mtp=mtp,
                                   mtp_accept=mtp_accept)  # validates --mtp/--mtp-accept
-        return show_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
-                       requests=requests, json_out=json_out, render=(payload, print_human),
-                       mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
+        with workers(n_jobs, carry=[cm]):
+            return show_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
+                           requests=requests, json_out=json_out, render=(payload, print_human),
+                           mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
     from moeplan.cli.serve_single import run_single
 
     knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
-    run_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate, routing=routing,
-               trace_out=trace_out, json_out=json_out, quiet=quiet)  # fmt: skip
+    with workers(n_jobs, carry=[cm]):
+        run_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate, routing=routing,
+                   trace_out=trace_out, json_out=json_out, quiet=quiet)  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

@@ -132,6 +132,20 @@ class CostModel(MixerLayers):
         self._note(op, p)
         return p.seconds
 
+    def lookup_counts(self) -> dict[tuple[str, str], tuple[int, float | None, float | None]]:
+        """Kernel-table lookups so far per (operation, source), with the source's held-out
+        median and p90 errors: what :meth:`provenance` reports."""
+        return {k: (int(c[0]), c[1], c[2]) for k, c in self._prov.items()}
+
+    def add_lookups(
+        self, counts: dict[tuple[str, str], tuple[int, float | None, float | None]]
+    ) -> None:
+        """Add lookups made elsewhere (a copy of this model in a worker process, as
+        :meth:`lookup_counts` gives them) to this model's."""
+        for key, (n, med, p90) in counts.items():
+            if n:
+                self._prov.setdefault(key, [0, med, p90])[0] += n
+
     def _note(self, op: str, p: Prediction) -> None:
         cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
         cell[0] += 1

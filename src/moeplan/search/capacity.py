@@ -33,8 +33,13 @@ often as long as a whole measured window, so no interval from one run is honest:
 order-statistic interval of the percentile (independent requests) and batch means within
 the window stated 0.2-1.1 % where runs with other seeds differed by 1.5 % (standard
 deviation; Qwen3-30B-A3B on 8 H100, 500 requests). The capacity's 95 % interval comes from
-:data:`REPLICATIONS` independent arrival streams (:func:`_replicated`: the same search on
-other seeds, Student t on their spread); the percentile levels of one probe
+:data:`REPLICATIONS` independent arrival streams (:func:`_replicated`: Student t on the
+spread of their capacities). Each other stream's capacity is its own crossing of the SLOs,
+bracketed from the point's bracket outward (same request count, warm-up and tail as the
+point's probes) and narrowed to ``RATE_TOL``; the lower rates of "every lower rate" are
+checked on the point's stream only, so the interval is the spread of the crossing (this
+module's choice: those checks were a third of the replications' runs). The percentile
+levels of one probe
 (:func:`_levels`: order statistics, batch means and the window's halves) are kept for
 reports. An estimate is *steady* when the
 interval's half-width is at most ``CI_TARGET`` of the capacity.
@@ -45,12 +50,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from moeplan.errors import MoeplanError
 from moeplan.search.certain_miss import certain_miss
+from moeplan.search.fanout import fan_out
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
 from moeplan.serve.workload import Requests, ServeWorkload, requests_from_rows
@@ -349,12 +356,17 @@ class Capacity:
 Verdict = Callable[[float], tuple[bool, float]]  # rate -> (meets the SLOs, score)
 
 
-def _bracket(ok: Verdict, lo: float, hi: float, step: float = 1.0) -> tuple[float, float]:
+def _bracket(
+    ok: Verdict, lo: float, hi: float, step: float = 1.0, cap: float = math.inf
+) -> tuple[float, float]:
     """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
     starts from a guess ``lo < hi`` that need not hold: moves down from ``lo`` by a factor
     ``1 + step`` (then ``1 + 4 step``, ... at most 2) until ``ok`` holds, or up from ``hi``
     the same way until it fails, then narrows (:func:`_narrow`). ``step = 1`` halves and
-    doubles; a small step suits a bracket known to be near (the interval's ends)."""
+    doubles; a small step suits a bracket known to be near (the interval's ends). ``cap``: an
+    upper bound of the capacity proven without simulation (:mod:`moeplan.search.bound`); an
+    upward step that would pass it stops just above it, where the SLOs must miss (and if they
+    do not, the steps go on as before: the bracket never trusts the bound blindly)."""
     floor, s = lo / 2.0**MAX_HALVINGS, step
     while not ok(lo)[0]:
         if lo < floor:
@@ -362,10 +374,13 @@ def _bracket(ok: Verdict, lo: float, hi: float, step: float = 1.0) -> tuple[floa
         lo, hi = lo / (1.0 + s), lo
         s = min(1.0, 4.0 * s)
     s = max(step, hi / lo - 1.0)
+    top = cap * (1.0 + RATE_TOL)
     for _ in range(MAX_STEPS):
         if not ok(hi)[0]:
             break
         lo, hi = hi, hi * (1.0 + s)
+        if lo < top < hi:
+            hi = top
         s = min(1.0, 4.0 * s)
     else:
         return lo, math.inf
@@ -393,22 +408,26 @@ def _narrow(ok: Verdict, lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
-def _sustained(ok: Verdict, guess: float, step: float = 1.0) -> tuple[float, float]:
+def _sustained(
+    ok: Verdict,
+    guess: float,
+    step: float = 1.0,
+    cap: float = math.inf,
+    prefetch: Callable[[list[float]], None] | None = None,
+) -> tuple[float, float]:
     """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
     it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
-    below it (module docstring, "every lower rate")."""
-    lo, hi = _bracket(ok, guess / (1 + 4 * RATE_TOL), guess, step)
+    below it (module docstring, "every lower rate"). ``cap``: as :func:`_bracket`.
+    ``prefetch``: runs the lower rates' probes before ``ok`` reads them (all of them, also
+    past a failing one, so the runs made do not depend on how they are run)."""
+    lo, hi = _bracket(ok, guess / (1 + 4 * RATE_TOL), guess, step, cap)
     for _ in range(MAX_STEPS):
         if lo <= 0:
             return lo, hi
-        bad = next(
-            (
-                lo * DOWN_CHECK**k
-                for k in range(1, DOWN_STEPS + 1)
-                if not ok(lo * DOWN_CHECK**k)[0]
-            ),
-            None,
-        )
+        rates = [lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1)]
+        if prefetch is not None:
+            prefetch(rates)  # independent runs: side by side when the caller allows it
+        bad = next((r for r in rates if not ok(r)[0]), None)
         if bad is None:
             return lo, hi
         lo, hi = _bracket(ok, bad * DOWN_CHECK, bad)
@@ -432,6 +451,7 @@ def slo_capacity(
     full: bool = True,
     step: float = 1.0,
     window_lifetimes: float = 0.0,
+    cap_rps: float = math.inf,
 ) -> tuple[Capacity, SteadyProbe | None]:
     """The capacity of one instance (module docstring) and the probe at it (None when no
     rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
@@ -441,51 +461,56 @@ def slo_capacity(
     of the capacity keeps the warm-up at least one lifetime at every rate probed. ``cache``:
     the probes of an earlier call with the same workload, requests, replicas and ``ref_rps``
     (the same runs: common random numbers), reused and extended. ``window_lifetimes``: the
-    shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`)."""
+    shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`).
+    ``cap_rps``: an upper bound of the capacity proven without simulation, which the bracket
+    steps up to instead of past (:func:`_bracket`)."""
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
     g = max(guess_rps, 1e-6)
     ref = max(g, ref_rps or g)
 
-    def probe(r: float) -> SteadyProbe:
-        if (r, ref) not in probes:
-            probes[r, ref] = steady_probe(
-                cfg,
-                evaluate,
-                workload,
-                slo,
-                r,
-                requests=requests,
-                replicas=replicas,
-                ref_rps=ref,
-                runner=runner,
-                horizon=True,
-                window_lifetimes=window_lifetimes,
-            )
-        return probes[r, ref]
+    def probe_at(wl: ServeWorkload, ref: float, r: float) -> SteadyProbe:
+        return steady_probe(
+            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, ref_rps=ref,
+            runner=runner, horizon=True, window_lifetimes=window_lifetimes,
+        )  # fmt: skip
 
-    def at_level(level: int) -> Verdict:
+    def prober(wl: ServeWorkload, ref: float, probes: dict) -> Callable[[float], SteadyProbe]:
+        def probe(r: float) -> SteadyProbe:
+            if (r, ref) not in probes:
+                probes[r, ref] = probe_at(wl, ref, r)
+            return probes[r, ref]
+
+        return probe
+
+    def prefetch(rates: list[float]) -> None:
+        todo = [r for r in rates if (r, ref) not in probes]
+        for r, p in zip(
+            todo, fan_out([partial(probe_at, workload, ref, r) for r in todo]), strict=True
+        ):
+            probes[r, ref] = p
+
+    def verdict_of(probe: Callable[[float], SteadyProbe]) -> Verdict:
         def verdict(r: float) -> tuple[bool, float]:
             p = probe(r)
-            return p.meets(slo, level), p.score(slo, level)
+            return p.meets(slo), p.score(slo)
 
         return verdict
 
+    probe = prober(workload, ref, probes)
     if known is not None:
         lo, hi = known
     else:
-        lo, hi = _sustained(at_level(1), g, step)
+        lo, hi = _sustained(verdict_of(probe), g, step, cap_rps, prefetch)
     low, high = lo, hi
     if interval and lo > 0:
-        low, high = _replicated(
-            lambda wl: slo_capacity(
-                cfg, evaluate, wl, slo, guess_rps=lo, requests=requests, replicas=replicas,
-                interval=False, ref_rps=ref, runner=runner, full=False, step=2.0 * RATE_TOL,
-                window_lifetimes=window_lifetimes,
-            )[0].rate_rps,
-            workload,
-            lo,
-        )
+        # another stream's crossing near the point (module docstring, "Confidence interval")
+        top = max(hi, lo * (1.0 + RATE_TOL)) if math.isfinite(hi) else lo * (1.0 + RATE_TOL)
+
+        def replica(wl: ServeWorkload) -> float:
+            return _bracket(verdict_of(prober(wl, ref, {})), lo, top, REPLICA_STEP, cap_rps)[0]
+
+        low, high = _replicated(replica, workload, lo)
     limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
     cap = Capacity(
         rate_rps=lo,
@@ -529,6 +554,7 @@ def percentile_boundable(n: int, p: float) -> bool:
 
 
 REPLICATIONS = 4  # independent streams (seeds) behind the capacity's interval
+REPLICA_STEP = 2.0 * RATE_TOL  # a replication's first steps from the point's bracket
 T975 = 3.182  # Student t, 97.5 % quantile, 3 degrees of freedom (REPLICATIONS - 1; t table)
 
 
@@ -537,14 +563,13 @@ def _replicated(
 ) -> tuple[float, float]:
     """95 % interval of one run's capacity ``point`` by independent replications: the
     capacities of ``REPLICATIONS - 1`` more arrival streams (seeds ``seed + 1000 i``, same
-    request count and warm-up), ``point +/- t x`` their sample standard deviation (with
-    ``point``): the spread of the estimate itself, whatever correlates the requests of one
-    run (the batch-means and order-statistic intervals of one run stated 0.2-1.1 % where
-    seeds differed by 1.5 % sd)."""
-    caps = [point] + [
-        capacity_of(replace(workload, seed=workload.seed + 1000 * i))
-        for i in range(1, REPLICATIONS)
-    ]
+    request count), ``point +/- t x`` their sample standard deviation (with ``point``): the
+    spread of the estimate itself, whatever correlates the requests of one run (the
+    batch-means and order-statistic intervals of one run stated 0.2-1.1 % where seeds
+    differed by 1.5 % sd). The streams are independent searches, run side by side when the
+    caller allows it (:func:`moeplan.search.fanout.fan_out`)."""
+    seeds = [replace(workload, seed=workload.seed + 1000 * i) for i in range(1, REPLICATIONS)]
+    caps = [point] + fan_out([partial(capacity_of, wl) for wl in seeds])
     sd = float(np.std(caps, ddof=1))
     return max(0.0, point - T975 * sd), point + T975 * sd
 

@@ -95,6 +95,38 @@ def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Pl
     )
 
 
+def disagg_setup(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    mtp: tuple[int, float] = (0, 0.0),
+) -> tuple[Context | None, list[str], dict[str, str]]:
+    """The search's context (None for a closed loop), the pooled families it searches and
+    why each other one is not served."""
+    if workload.rate is None:
+        return None, [], {
+            f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
+            "not a closed loop (--concurrency)"
+            for f in NEEDS
+        }
+    ctx = Context(
+        model=result.model, cluster=result.cluster, cost=cost, workload=workload, slo=slo,
+        engine=engine, mtp=mtp[0], mtp_accept=mtp[1],
+    )  # fmt: skip
+    planned = {c.family for c in result.candidates}
+    why: dict[str, str] = {}
+    fams = []
+    for fam, need in NEEDS.items():
+        if need not in planned:
+            why[fam] = f"its pools build on the {need} family, which was not planned"
+        else:
+            fams.append(fam)
+    return ctx, fams, why
+
+
 def search_pools(
     result: PlanResult,
     cost: CostModel,
@@ -107,38 +139,20 @@ def search_pools(
     progress: Callable[[str], None] | None = None,
     requests: int = DEFAULT_REQUESTS,
     incumbent: float = 0.0,
+    first_found: list[tuple] | None = None,
 ) -> tuple[list[Served], dict[str, str], DisaggCertificate | None, dict[int, dict]]:
     """Served PD and AFD deployments (each family's best), why a family was not served, the
     search's certificate, and the capacity record (with
     its interval) of the best disaggregated deployment when it beats ``incumbent`` (the
-    colocated winner's capacity per GPU), keyed by ``id`` of its result."""
-    planned = {c.family for c in result.candidates}
-    if workload.rate is None:
-        return [], {
-            f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
-            "not a closed loop (--concurrency)"
-            for f in NEEDS
-        }, None, {}
-    ctx = Context(
-        model=result.model,
-        cluster=result.cluster,
-        cost=cost,
-        workload=workload,
-        slo=slo,
-        engine=engine,
-        mtp=mtp[0],
-        mtp_accept=mtp[1],
-    )
-    why: dict[str, str] = {}
-    fams = []
-    for fam, need in NEEDS.items():
-        if need not in planned:
-            why[fam] = f"its pools build on the {need} family, which was not planned"
-        else:
-            fams.append(fam)
+    colocated winner's capacity per GPU), keyed by ``id`` of its result. ``first_found``:
+    :func:`moeplan.search.disagg_search.first_searches` of the same setup, when already run."""
+    ctx, fams, why = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
+    if ctx is None:
+        return [], why, None, {}
     done, cert = search_disaggregated(
-        ctx, fams, incumbent=incumbent, requests=requests, progress=progress
-    )
+        ctx, fams, incumbent=incumbent, requests=requests, progress=progress,
+        first_found=first_found,
+    )  # fmt: skip
     out: list[Served] = []
     records: dict[int, dict] = {}
     osl = workload.osl.mean

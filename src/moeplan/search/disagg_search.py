@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from moeplan.search.capacity import (
@@ -63,6 +64,7 @@ from moeplan.search.disagg_bound import (
     deployment_rate_bound,
     prefill_rate_bound,
 )
+from moeplan.search.fanout import fan_out, width
 from moeplan.serve.pd import prefill_view, simulate_pd
 from moeplan.serve.workload import Requests
 
@@ -96,6 +98,7 @@ class PoolCandidate:
     probe: SteadyProbe | None = None
     beaten_at: float = 0.0
     runs: dict = field(default_factory=dict)
+    prefill_runs: dict = field(default_factory=dict)  # rate -> a prefill pool's failing run
 
     def candidate(self, c: Context) -> Candidate:
         if self.cand is None:
@@ -196,42 +199,79 @@ def _start(pc: PoolCandidate) -> tuple[float, float]:
     return guess, max(guess, min(pc.bound_rps, REF_MARGIN * guess))
 
 
-def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
+def _probe_run(
+    pc: PoolCandidate, c: Context, rate: float, requests: int
+) -> tuple[SteadyProbe, bool]:
     """One steady run at ``rate``, the very run the capacity search would make there (same
-    reference rate, kept in ``pc.runs`` for it to reuse) — unless the prefill pool alone
-    already misses the SLOs there (:func:`moeplan.serve.pd.prefill_view`: the same prefill
-    runs, TTFT never above the deployment's), whose run is returned instead."""
+    reference rate), and True — unless the prefill pool alone already misses the SLOs there
+    (:func:`moeplan.serve.pd.prefill_view`: the same prefill runs, TTFT never above the
+    deployment's): that run, and False."""
     _, ref = _start(pc)
-    key = (rate, ref)
-    if key not in pc.runs:
-        setup = pc.candidate(c).setup
+    setup = pc.candidate(c).setup
 
-        def prefill_only(reqs: Requests, stop: float | None) -> Any:
-            return prefill_view(reqs, setup, horizon_s=stop)
+    def prefill_only(reqs: Requests, stop: float | None) -> Any:
+        return prefill_view(reqs, setup, horizon_s=stop)
 
-        pre = steady_probe(
-            None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
-            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
-        )  # fmt: skip
-        if not pre.meets(c.slo):
-            return pre
-        pc.runs[key] = steady_probe(
-            None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
-            ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
-        )  # fmt: skip
-    return pc.runs[key]
+    pre = steady_probe(
+        None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
+        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+    )  # fmt: skip
+    if not pre.meets(c.slo):
+        return pre, False
+    return steady_probe(
+        None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
+        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+    ), True  # fmt: skip
 
 
-def search_capacity(
-    pc: PoolCandidate, c: Context, requests: int, *, full: bool = True
-) -> None:
+def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
+    """:func:`_probe_run`, kept: a whole deployment's run in ``pc.runs`` (the capacity search
+    reuses it), a prefill pool's in ``pc.prefill_runs``."""
+    key = (rate, _start(pc)[1])
+    if key not in pc.runs and rate not in pc.prefill_runs:
+        _keep(pc, rate, _probe_run(pc, c, rate, requests))
+    return pc.runs[key] if key in pc.runs else pc.prefill_runs[rate]
+
+
+def _keep(pc: PoolCandidate, rate: float, run: tuple[SteadyProbe, bool]) -> None:
+    p, whole = run
+    if whole:
+        pc.runs[rate, _start(pc)[1]] = p
+    else:
+        pc.prefill_runs[rate] = p
+
+
+def _known(pc: PoolCandidate, rate: float) -> bool:
+    return (rate, _start(pc)[1]) in pc.runs or rate in pc.prefill_runs
+
+
+def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: int) -> None:
+    """The steady runs at the incumbent's capacity ``best`` of the next deployments the
+    search will probe, side by side (:func:`moeplan.search.fanout.fan_out`), kept for
+    :func:`_probe`: if the incumbent moves first, the search probes them at the new rate, so
+    what it decides is what probing one at a time decides."""
+    osl = c.workload.osl.mean
+    todo = [(k, best * k.gpus / osl) for k in ahead]
+    todo = [(k, r) for k, r in todo if not _known(k, r)]
+    runs = fan_out([partial(_probe_run, k, c, r, requests) for k, r in todo])
+    for (k, r), run in zip(todo, runs, strict=True):
+        _keep(k, r, run)
+
+
+def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool = True) -> None:
     """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
     guess, ref = _start(pc)
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
         runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
-        window_lifetimes=WINDOW_LIFETIMES,
+        window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
+
+
+def _searched(pc: PoolCandidate, c: Context, requests: int) -> tuple:
+    """What :func:`search_capacity` learns of ``pc``, returned (a fan-out thunk's result)."""
+    search_capacity(pc, c, requests)
+    return pc.capacity, pc.probe, pc.runs
 
 
 def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
@@ -242,7 +282,7 @@ def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, guess_rps=pt[0], requests=requests,
         runner=pc.runner(c), known=pt, ref_rps=ref, cache=pc.runs,
-        window_lifetimes=WINDOW_LIFETIMES,
+        window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
 
 
@@ -256,6 +296,14 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
+def first_searches(c: Context, families: list[str], requests: int) -> list[tuple]:
+    """What the capacity searches of each family's first deployment (step 1 of the module
+    docstring) learn, in :func:`_first`'s order: they depend on no incumbent, so they can
+    run before, or beside, the colocated search."""
+    first = _first(space(c, families), families)
+    return fan_out([partial(_searched, k, c, requests) for k in first])
+
+
 def search_disaggregated(
     c: Context,
     families: list[str],
@@ -263,23 +311,34 @@ def search_disaggregated(
     incumbent: float,
     requests: int,
     progress: Callable[[str], None] | None = None,
+    first_found: list[tuple] | None = None,
 ) -> tuple[list[PoolCandidate], DisaggCertificate]:
     """The simulated deployments, best capacity per GPU first, and the certificate
-    (module docstring); ``incumbent``: the colocated winner's capacity per GPU."""
+    (module docstring); ``incumbent``: the colocated winner's capacity per GPU;
+    ``first_found``: :func:`first_searches` of the same arguments, when already run."""
     osl = c.workload.osl.mean
     cands = space(c, families)
     first = _first(cands, families)
     rest = sorted((k for k in cands if k not in first), key=lambda k: -k.bound)
-    best = incumbent
-    simulated = beaten = 0
-    for i, k in enumerate(first + rest):
-        if k not in first and k.bound <= best:
+    if first_found is None:
+        if progress and first:
+            progress(f"serving simulation ({', '.join(k.family for k in first)}): "
+                     f"{len(first)}/{len(cands)}")  # fmt: skip
+        first_found = fan_out([partial(_searched, k, c, requests) for k in first])
+    for k, (cap, run, runs) in zip(first, first_found, strict=True):
+        k.capacity, k.probe, k.runs = cap, run, runs
+    best = max([incumbent] + [k.capacity_per_gpu(osl) for k in first])
+    simulated, beaten = len(first), 0
+    for i, k in enumerate(rest):
+        if k.bound <= best:
             continue  # pruned by bound (counted below)
         if progress:
-            progress(f"serving simulation ({k.family}) {i + 1}/{len(cands)}: "
+            progress(f"serving simulation ({k.family}) {len(first) + i + 1}/{len(cands)}: "
                      f"{k.candidate(c).layout.label}")  # fmt: skip
-        if k not in first and best > 0:
+        if best > 0:
             r = best * k.gpus / osl  # the incumbent's capacity per GPU, as this rate
+            if width() > 1 and not _known(k, r):
+                _look_ahead([j for j in rest[i:] if j.bound > best][: width()], c, best, requests)
             k.beaten_at = r
             if not _probe(k, c, r, requests).meets(c.slo):
                 beaten += 1

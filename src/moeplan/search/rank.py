@@ -36,6 +36,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
@@ -47,6 +49,7 @@ from moeplan.search.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
+from moeplan.search.fanout import fan_out
 from moeplan.search.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
@@ -94,25 +97,33 @@ def serve_rank(
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
+    from moeplan.search.disagg_rank import disagg_setup, search_pools
+    from moeplan.search.disagg_search import first_searches
     from moeplan.search.memo_cost import memo_cost
     from moeplan.search.space_rank import served_space
 
     cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
     model, cluster = result.model, result.cluster
-    served, pruned_list, not_served, cert, record = served_space(
-        result, cost, workload, slo, engine=engine, requests=requests,
-        rate_given=rate_given, progress=progress, knob_search=knob_search,
-    )
-    pruned = tuple(pruned_list)
-    from moeplan.search.disagg_rank import search_pools
-
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
+    ctx, fams, _ = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
+    # the colocated search and each pooled family's first deployment depend on nothing of
+    # each other: side by side (moeplan.search.fanout; the colocated one reports progress)
+    found = fan_out([
+        partial(_timed, served_space, result, cost, workload, slo, engine=engine,
+                requests=requests, rate_given=rate_given, progress=progress,
+                knob_search=knob_search),
+        *([partial(_timed, first_searches, ctx, fams, requests)] if ctx and fams else []),
+    ])  # fmt: skip
+    served, pruned_list, not_served, cert, record = found[0][0]
+    pruned = tuple(pruned_list)
     t0 = time.perf_counter()
     steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
         mtp=mtp, requests=requests, incumbent=cert.winner_capacity,
+        first_found=found[1][0] if len(found) > 1 else None,
     )  # fmt: skip
-    disagg_s = time.perf_counter() - t0
+    # its own time: the first deployments' searches (wherever they ran) and the rest
+    disagg_s = time.perf_counter() - t0 + (found[1][1] if len(found) > 1 else 0.0)
     served += steady
     not_served.update(why)
     if not served:
@@ -164,6 +175,12 @@ class KnobSearch:
     given: frozenset[str] = frozenset()
     redundant: int | None = None
     a2a: str | None = None  # the requested backend (auto / deepep / nccl), resolved per layout
+
+
+def _timed(fn: Callable[..., Any], *args: Any, **kw: Any) -> tuple[Any, float]:
+    """``fn``'s result and the seconds it took (a fan-out thunk: timed where it runs)."""
+    t0 = time.perf_counter()
+    return fn(*args, **kw), time.perf_counter() - t0
 
 
 def _capacity_per_gpu(r: ServeResult, workload: ServeWorkload) -> float:

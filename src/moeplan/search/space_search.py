@@ -188,6 +188,7 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
         interval=False,
         ref_rps=min(c.bound.rate_rps, REF_MARGIN * guess),
         cache=c.runs,
+        cap_rps=c.bound.rate_rps,
     )
 
 
@@ -209,6 +210,7 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
         known=pt,
         ref_rps=min(w.bound.rate_rps, REF_MARGIN * guess),
         cache=w.runs,
+        cap_rps=w.bound.rate_rps,
     )
 
 

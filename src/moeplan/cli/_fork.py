@@ -1,0 +1,102 @@
+"""Worker processes for the independent pieces of a search (:mod:`moeplan.search.fanout`).
+
+``--jobs N`` runs a fan-out's thunks in up to ``N`` forked worker processes. A worker starts
+as a copy of the planning process (its specs, cost model and caches), runs one thunk and
+sends its result back pickled; a worker never forks again (its own fan-outs run serially).
+The thunks change no shared state and print nothing, so the results, and so the plan, are
+the same for every ``N`` (``tests/test_fanout.py``); only the wall time changes. Forking is
+POSIX-only: where ``fork`` is unavailable, the pieces run one after another.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.errors import require
+from moeplan.search import fanout
+
+MAX_JOBS = 256  # this command's own limit: far past any one machine's cores
+
+_THUNKS: Sequence[Callable[[], Any]] = ()
+_CARRY: Sequence[CostModel] = ()
+
+
+def default_jobs() -> int:
+    """The CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _start() -> None:
+    """A worker: the default SIGTERM (the pool stops its workers so), no pools of its own."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the planning process
+    fanout.install(fanout.serial)
+
+
+def _call(i: int) -> tuple[Any, list[dict]]:
+    """Thunk ``i``'s result and the kernel lookups it made in each carried cost model."""
+    before = [c.lookup_counts() for c in _CARRY]
+    out = _THUNKS[i]()
+    made = []
+    for c, was in zip(_CARRY, before, strict=True):
+        now = c.lookup_counts()
+        made.append({k: (n - was.get(k, (0,))[0], med, p90) for k, (n, med, p90) in now.items()})
+    return out, made
+
+
+def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
+    """A :data:`moeplan.search.fanout.FanOut` running the first thunk in this process and the
+    others in up to ``jobs`` workers (the first may report progress; two CPUs share three
+    equal thunks better so than one worker taking two). The kernel lookups a worker makes in
+    a ``carry`` model are added to this process's (the pricing section counts them; a
+    worker's caches do not come back, so with workers the count can exceed a serial run's)."""
+
+    def run(thunks: Sequence[Callable[[], Any]]) -> list[Any]:
+        global _THUNKS, _CARRY
+        if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+            return fanout.serial(thunks)
+        _THUNKS, _CARRY = thunks, carry
+        try:
+            pool = mp.get_context("fork").Pool(min(jobs, len(thunks) - 1), initializer=_start)
+        finally:
+            _THUNKS, _CARRY = (), ()
+        try:
+            pending = pool.map_async(_call, range(1, len(thunks)), chunksize=1)
+            first = thunks[0]()
+            done = pending.get()
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
+        for _, made in done:
+            for c, counts in zip(carry, made, strict=True):
+                c.add_lookups(counts)
+        return [first] + [out for out, _ in done]
+
+    return run
+
+
+def check_jobs(jobs: int | None) -> int:
+    """``--jobs``: None = :func:`default_jobs`; else 1..MAX_JOBS."""
+    if jobs is None:
+        return default_jobs()
+    require(1 <= jobs <= MAX_JOBS, f"--jobs ({jobs}) must be in 1..{MAX_JOBS}")
+    return jobs
+
+
+@contextmanager
+def workers(jobs: int, carry: Sequence[CostModel] = ()) -> Iterator[None]:
+    """Fan-outs inside the block use up to ``jobs`` worker processes (:func:`forked`)."""
+    with fanout.using(forked(jobs, carry), jobs):
+        yield

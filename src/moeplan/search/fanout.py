@@ -1,0 +1,65 @@
+"""Independent pieces of a search, run side by side when the caller allows it.
+
+A search step whose pieces do not depend on each other (the replications behind a capacity's
+interval, each family's first disaggregated deployment) hands them to :func:`fan_out` as
+thunks; the active :data:`FanOut` runs them and returns their results in order. The default
+runs them one after another in this process. A caller at the edge (the CLI) installs one
+that runs them in worker processes (:func:`using`), so this layer stays free of processes
+and I/O.
+
+Every thunk must be deterministic and return its result instead of changing shared state:
+run in another process, its side effects are lost. The first thunk may run in the calling
+process (a runner's choice); only it may report progress. Results are then the same bit for bit
+whichever :data:`FanOut` runs them (``tests/test_fanout.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+FanOut = Callable[[Sequence[Callable[[], Any]]], list[Any]]
+
+
+def serial(thunks: Sequence[Callable[[], T]]) -> list[T]:
+    """Run ``thunks`` one after another, in order."""
+    return [t() for t in thunks]
+
+
+_ACTIVE: ContextVar[FanOut] = ContextVar("moeplan_fan_out", default=serial)
+_WIDTH: ContextVar[int] = ContextVar("moeplan_fan_out_width", default=1)
+
+
+def width() -> int:
+    """How many thunks the active :data:`FanOut` runs at once (1: one after another). A
+    search may look ahead by this many pieces when the extra runs would cost no wall time."""
+    return _WIDTH.get()
+
+
+def fan_out(thunks: Sequence[Callable[[], T]]) -> list[T]:
+    """The results of ``thunks``, in order, by the active :data:`FanOut`."""
+    if len(thunks) <= 1:
+        return serial(thunks)
+    return _ACTIVE.get()(thunks)
+
+
+def install(runner: FanOut, runs_at_once: int = 1) -> None:
+    """Make ``runner`` this process's :data:`FanOut` for good (a worker process installs
+    :func:`serial`: its own fan-outs run in it)."""
+    _ACTIVE.set(runner)
+    _WIDTH.set(runs_at_once)
+
+
+@contextmanager
+def using(runner: FanOut, runs_at_once: int = 1) -> Iterator[None]:
+    """Run :func:`fan_out` calls inside the block with ``runner``, which runs up to
+    ``runs_at_once`` thunks at once (:func:`width`)."""
+    token, wtoken = _ACTIVE.set(runner), _WIDTH.set(runs_at_once)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        _WIDTH.reset(wtoken)

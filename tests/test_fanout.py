@@ -1,0 +1,115 @@
+"""Independent pieces of a search in worker processes (moeplan.search.fanout and the CLI's
+``--jobs``): every result equals the serial run's, bit for bit; only where it ran differs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from cli_run import run_main
+from moeplan.cli._fork import forked, workers
+from moeplan.errors import MoeplanError
+from moeplan.search import disagg_search as ds
+from moeplan.search.capacity import slo_capacity
+from moeplan.search.disagg import Context
+from moeplan.search.fanout import fan_out, serial, using
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.config import EngineConfig
+from moeplan.serve.iteration import Batch
+from moeplan.specs import load_cluster, load_model
+
+
+def _pid(i: int) -> tuple[int, int]:
+    return i, os.getpid()
+
+
+def test_forked_keeps_order_and_runs_the_first_thunk_here():
+    thunks = [lambda i=i: _pid(i) for i in range(5)]
+    with using(forked(2)):
+        got = fan_out(thunks)
+    assert [i for i, _ in got] == list(range(5))
+    assert got[0][1] == os.getpid()  # the first runs in the calling process
+    assert all(pid != os.getpid() for _, pid in got[1:])  # the rest in workers
+    assert serial(thunks) == [(i, os.getpid()) for i in range(5)]
+
+
+def test_a_workers_own_fan_outs_run_in_that_worker():
+    def nested() -> set[int]:
+        return {pid for _, pid in fan_out([lambda i=i: _pid(i) for i in range(3)])}
+
+    with using(forked(2)):
+        _, inner = fan_out([lambda: None, nested])
+    assert len(inner) == 1 and os.getpid() not in inner
+
+
+def _fail() -> None:
+    raise MoeplanError("requests (3) must be >= 35")
+
+
+def test_an_error_in_a_worker_reaches_the_caller():
+    with using(forked(2)), pytest.raises(MoeplanError, match=r"requests \(3\)"):
+        fan_out([lambda: 1, _fail])
+
+
+def test_kernel_lookups_made_in_workers_are_counted_here():
+    """The pricing section counts lookups: a worker's are added to the planning process's
+    model, so pricing one shape in a worker counts what pricing it here counts."""
+    from moeplan.kernel_tables import engine_cost_model
+
+    c = load_cluster("h100-sxm-8")
+    m = load_model("qwen3-30b-a3b")
+    here, there = engine_cost_model(c), engine_cost_model(c)
+    here.expert_ffn(m, 64.0, 1, 1)
+    with using(forked(2, carry=[there])):
+        fan_out([lambda: None, lambda: there.expert_ffn(m, 64.0, 1, 1)])
+    assert there.lookup_counts() == here.lookup_counts() != {}
+
+
+def _linear(b: Batch) -> float:  # 5 ms + 1 ms per decode sequence + 1 us per prompt token
+    return 0.005 + 0.001 * b.decode + 1e-6 * sum(q for q, _ in b.prefill)
+
+
+def test_capacity_and_its_interval_are_the_same_with_workers():
+    """Replications and the lower-rate checks run side by side: the same capacity, interval
+    and probe count as one after another."""
+    slo = SLO(ttft_s=2.0, tpot_s=0.04)
+    cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
+    wl = ServeWorkload(num_requests=100, rate=1.0, isl=LengthDist(mean=128),
+                       osl=LengthDist(mean=50))  # fmt: skip
+    alone, run = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=300)
+    with workers(2):
+        side, run2 = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=300)
+    assert side == alone and side.low_rps < side.rate_rps < side.high_rps
+    assert run is not None and run2 is not None
+    assert (run.res.finish_s[run.window] == run2.res.finish_s[run2.window]).all()
+
+
+def test_disaggregated_search_is_the_same_with_workers():
+    """Each family's first deployment searched in a worker: the same deployments simulated,
+    the same capacities and the same certificate (Qwen3-30B-A3B, one 4-GPU H100 node)."""
+    from moeplan.cost import CostModel
+
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
+    w = ServeWorkload(num_requests=60, rate=1.0, isl=LengthDist(mean=512),
+                      osl=LengthDist(mean=32))  # fmt: skip
+    ctx = Context(model=load_model("qwen3-30b-a3b"), cluster=c, cost=CostModel(c), workload=w,
+                  slo=SLO(ttft_s=0.5, tpot_s=0.03))  # fmt: skip
+    fams = ["pd", "afd"]
+    done, cert = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60)
+    with workers(2):
+        found = ds.first_searches(ctx, fams, 60)
+    done2, cert2 = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60,
+                                           first_found=found)  # fmt: skip
+    assert cert2 == cert and len(found) == len(fams)
+    assert [(k.x, k.y, k.capacity) for k in done2] == [(k.x, k.y, k.capacity) for k in done]
+
+
+@pytest.mark.parametrize("jobs", ["0", "257"])
+def test_jobs_out_of_range_is_one_line_exit_2(capsys, tmp_path, jobs):
+    code, out, err = run_main(capsys, "plan", "--model", "qwen3-30b-a3b", "--cluster",
+                              "h100-sxm-8", "--jobs", jobs, "--out", str(tmp_path / "o"))  # fmt: skip
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"--jobs ({jobs}) must be in 1..256" in err
+    assert not (tmp_path / "o").exists()
