@@ -35,7 +35,7 @@ from moeplan.serve import engine as engine_mod
 QUESTION = [
     "plan", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
     "--osl", "256", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500",
-    "--no-placement", "--json",
+    "--no-placement", "--json", "--jobs", "1",
 ]  # fmt: skip
 REFERENCE_REV = "8c67c8f"  # main when the engine was tightened (its engine.py is the reference)
 

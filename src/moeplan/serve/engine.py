@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 
@@ -171,13 +172,15 @@ class Engine:
         n, i, ends, end = len(arrival), 0, 0, None
         while True:
             if i < n and (end is None or arrival[i] <= end):
+                # arrivals up to the iteration's end (idle: those at this instant) queue now
                 t = arrival[i]
-                if t > horizon:  # stopped: requests not done keep NaN times
+                k = bisect_right(arrival, t if end is None else end, i)
+                h = bisect_right(arrival, horizon, i, k)
+                waiting.extend(range(i, h))
+                if h < k:  # stopped: requests not done keep NaN times
                     break
-                waiting.append(i)
-                i += 1
-                self.next_arrival = i
-                if end is not None or (i < n and arrival[i] <= t):
+                i = self.next_arrival = k
+                if end is not None:
                     continue
             elif end is not None:
                 t = end

@@ -22,6 +22,7 @@ checks it against the general loop):
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from moeplan.errors import require
@@ -129,11 +130,13 @@ def run_prefill_only(e: Engine) -> SimResult:
     n, i, ends, end = len(arrival), 0, 0, None
     while True:
         if i < n and (end is None or arrival[i] <= end):
+            # arrivals up to the iteration's end (idle: those at this instant) queue now
             t = arrival[i]
-            if t > horizon:  # stopped: requests not done keep NaN times
+            k = bisect_right(arrival, t if end is None else end, i)
+            if bisect_right(arrival, horizon, i, k) < k:  # stopped: not done keep NaN times
                 break
-            i += 1
-            if end is not None or (i < n and arrival[i] <= t):
+            i = k
+            if end is not None:
                 continue
         elif end is not None:
             t = end

@@ -276,9 +276,14 @@ class DecodeStepEvaluator:
 
     def __call__(self, batch: Batch) -> float:
         pre = batch.prefill
-        if pre and all(q == 1 for q, _ in pre):
+        if pre:
+            ctx = 0
+            for q, c in pre:
+                if q != 1:  # a longer chunk: priced as given
+                    return self.inner(batch)
+                ctx += c
             n = batch.decode + len(pre)
-            total = batch.decode * batch.decode_ctx + sum(c for _, c in pre)
+            total = batch.decode * batch.decode_ctx + ctx
             batch = Batch(n, bucket((total + n // 2) // n), ())
         return self.inner(batch)
 
