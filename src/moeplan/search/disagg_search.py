@@ -265,6 +265,7 @@ def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool 
         None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
         runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
+        met_rps=pc.beaten_at or None,  # it met the SLOs there: why it is searched
     )  # fmt: skip
 
 
