@@ -297,11 +297,14 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
-def first_searches(c: Context, families: list[str], requests: int) -> list[tuple]:
+def first_searches(
+    c: Context, families: list[str], requests: int, cands: list[PoolCandidate] | None = None
+) -> list[tuple]:
     """What the capacity searches of each family's first deployment (step 1 of the module
     docstring) learn, in :func:`_first`'s order: they depend on no incumbent, so they can
-    run before, or beside, the colocated search."""
-    first = _first(space(c, families), families)
+    run before, or beside, the colocated search. ``cands``: :func:`space` of the same
+    arguments, when already built."""
+    first = _first(space(c, families) if cands is None else cands, families)
     return fan_out([partial(_searched, k, c, requests) for k in first])
 
 
@@ -313,12 +316,14 @@ def search_disaggregated(
     requests: int,
     progress: Callable[[str], None] | None = None,
     first_found: list[tuple] | None = None,
+    cands: list[PoolCandidate] | None = None,
 ) -> tuple[list[PoolCandidate], DisaggCertificate]:
     """The simulated deployments, best capacity per GPU first, and the certificate
     (module docstring); ``incumbent``: the colocated winner's capacity per GPU;
-    ``first_found``: :func:`first_searches` of the same arguments, when already run."""
+    ``first_found``: :func:`first_searches` of the same arguments, when already run;
+    ``cands``: :func:`space` of the same arguments, when already built."""
     osl = c.workload.osl.mean
-    cands = space(c, families)
+    cands = space(c, families) if cands is None else cands
     first = _first(cands, families)
     rest = sorted((k for k in cands if k not in first), key=lambda k: -k.bound)
     if first_found is None:
