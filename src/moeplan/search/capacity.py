@@ -414,13 +414,19 @@ def _sustained(
     step: float = 1.0,
     cap: float = math.inf,
     prefetch: Callable[[list[float]], None] | None = None,
+    met: float | None = None,
 ) -> tuple[float, float]:
     """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
     it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
     below it (module docstring, "every lower rate"). ``cap``: as :func:`_bracket`.
     ``prefetch``: runs the lower rates' probes before ``ok`` reads them (all of them, also
-    past a failing one, so the runs made do not depend on how they are run)."""
-    lo, hi = _bracket(ok, guess / (1 + 4 * RATE_TOL), guess, step, cap)
+    past a failing one, so the runs made do not depend on how they are run). ``met``: a rate
+    ``ok`` is known to hold at (its probe already made): the bracket starts there when it is
+    above the guess's start."""
+    lo = guess / (1 + 4 * RATE_TOL)
+    if met is not None and met > lo:
+        lo = met
+    lo, hi = _bracket(ok, lo, max(guess, lo * (1 + 4 * RATE_TOL)), step, cap)
     for _ in range(MAX_STEPS):
         if lo <= 0:
             return lo, hi
@@ -452,6 +458,7 @@ def slo_capacity(
     step: float = 1.0,
     window_lifetimes: float = 0.0,
     cap_rps: float = math.inf,
+    met_rps: float | None = None,
 ) -> tuple[Capacity, SteadyProbe | None]:
     """The capacity of one instance (module docstring) and the probe at it (None when no
     rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
@@ -463,7 +470,8 @@ def slo_capacity(
     (the same runs: common random numbers), reused and extended. ``window_lifetimes``: the
     shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`).
     ``cap_rps``: an upper bound of the capacity proven without simulation, which the bracket
-    steps up to instead of past (:func:`_bracket`)."""
+    steps up to instead of past (:func:`_bracket`). ``met_rps``: a rate whose probe, in
+    ``cache`` with this ``ref_rps``, met the SLOs: the bracket starts from it."""
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
     g = max(guess_rps, 1e-6)
@@ -501,7 +509,7 @@ def slo_capacity(
     if known is not None:
         lo, hi = known
     else:
-        lo, hi = _sustained(verdict_of(probe), g, step, cap_rps, prefetch)
+        lo, hi = _sustained(verdict_of(probe), g, step, cap_rps, prefetch, met_rps)
     low, high = lo, hi
     if interval and lo > 0:
         # another stream's crossing near the point (module docstring, "Confidence interval")

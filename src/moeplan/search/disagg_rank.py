@@ -24,7 +24,7 @@ from moeplan.planners.rank import PlanResult
 from moeplan.search.capacity import DEFAULT_REQUESTS
 from moeplan.search.disagg import Candidate, Context, why_none
 from moeplan.search.disagg_capacity import capacity_record, result_of
-from moeplan.search.disagg_search import DisaggCertificate, search_disaggregated
+from moeplan.search.disagg_search import DisaggCertificate, PoolCandidate, search_disaggregated
 from moeplan.search.entries import Entry, Served
 from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
 from moeplan.serve.metrics import SLO
@@ -140,18 +140,20 @@ def search_pools(
     requests: int = DEFAULT_REQUESTS,
     incumbent: float = 0.0,
     first_found: list[tuple] | None = None,
+    cands: list[PoolCandidate] | None = None,
 ) -> tuple[list[Served], dict[str, str], DisaggCertificate | None, dict[int, dict]]:
     """Served PD and AFD deployments (each family's best), why a family was not served, the
     search's certificate, and the capacity record (with
     its interval) of the best disaggregated deployment when it beats ``incumbent`` (the
     colocated winner's capacity per GPU), keyed by ``id`` of its result. ``first_found``:
-    :func:`moeplan.search.disagg_search.first_searches` of the same setup, when already run."""
+    :func:`moeplan.search.disagg_search.first_searches` of the same setup, when already run;
+    ``cands``: its space (:func:`moeplan.search.disagg_search.space`), when already built."""
     ctx, fams, why = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
     if ctx is None:
         return [], why, None, {}
     done, cert = search_disaggregated(
         ctx, fams, incumbent=incumbent, requests=requests, progress=progress,
-        first_found=first_found,
+        first_found=first_found, cands=cands,
     )  # fmt: skip
     out: list[Served] = []
     records: dict[int, dict] = {}

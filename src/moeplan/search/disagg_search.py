@@ -265,6 +265,7 @@ def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool 
         None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
         runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
+        met_rps=pc.beaten_at or None,  # it met the SLOs there: why it is searched
     )  # fmt: skip
 
 
@@ -296,11 +297,14 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
-def first_searches(c: Context, families: list[str], requests: int) -> list[tuple]:
+def first_searches(
+    c: Context, families: list[str], requests: int, cands: list[PoolCandidate] | None = None
+) -> list[tuple]:
     """What the capacity searches of each family's first deployment (step 1 of the module
     docstring) learn, in :func:`_first`'s order: they depend on no incumbent, so they can
-    run before, or beside, the colocated search."""
-    first = _first(space(c, families), families)
+    run before, or beside, the colocated search. ``cands``: :func:`space` of the same
+    arguments, when already built."""
+    first = _first(space(c, families) if cands is None else cands, families)
     return fan_out([partial(_searched, k, c, requests) for k in first])
 
 
@@ -312,12 +316,14 @@ def search_disaggregated(
     requests: int,
     progress: Callable[[str], None] | None = None,
     first_found: list[tuple] | None = None,
+    cands: list[PoolCandidate] | None = None,
 ) -> tuple[list[PoolCandidate], DisaggCertificate]:
     """The simulated deployments, best capacity per GPU first, and the certificate
     (module docstring); ``incumbent``: the colocated winner's capacity per GPU;
-    ``first_found``: :func:`first_searches` of the same arguments, when already run."""
+    ``first_found``: :func:`first_searches` of the same arguments, when already run;
+    ``cands``: :func:`space` of the same arguments, when already built."""
     osl = c.workload.osl.mean
-    cands = space(c, families)
+    cands = space(c, families) if cands is None else cands
     first = _first(cands, families)
     rest = sorted((k for k in cands if k not in first), key=lambda k: -k.bound)
     if first_found is None:

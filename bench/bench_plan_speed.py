@@ -1,0 +1,79 @@
+"""``moeplan plan`` end to end: wall and CPU seconds, one after another, serial and with workers.
+
+The questions are the issue's: Qwen3-30B-A3B, ISL 1024 / OSL 256, TTFT 2 s / TPOT 50 ms p90,
+500 measured requests, no expert placement, on one 8-GPU H100 node (``one``) and on 16 of
+them (``16n``). Each case runs ``--jobs 1`` (every simulation in the planning process, the
+reference) and ``--jobs N`` (N = the CPUs this process may use) in the same run, and checks
+that both print the same plan (the JSON less timings, temporary paths and kernel-lookup
+counts: ``tests/test_fanout.py``). CPU seconds are the process's and its workers' user +
+system time. Prints one JSON line per run and a summary line per case.
+
+Run: ``python bench/bench_plan_speed.py [--cases one 16n] [--jobs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+QUESTION = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024", "--osl",
+            "256", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500",
+            "--no-placement", "--json", "--quiet"]  # fmt: skip
+CASES = {"one": [], "16n": ["--nodes", "16"]}
+VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts"}
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _plan(extra: list[str], jobs: int) -> dict:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "moeplan", "plan", *QUESTION, *extra, "--jobs", str(jobs),
+               "--out", out]  # fmt: skip
+        cpu0, t0 = _cpu(), time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    if p.returncode != 0:
+        raise SystemExit(f"plan failed ({p.returncode}): {p.stderr[-2000:]}")
+    return {"jobs": jobs, "wall_s": wall, "cpu_s": cpu, "plan": json.loads(p.stdout)}
+
+
+def _same(x: object, y: object) -> bool:
+    if isinstance(x, dict) and isinstance(y, dict):
+        keys = (set(x) | set(y)) - VARIES
+        return all(_same(x.get(k), y.get(k)) for k in keys)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y, strict=True))
+    return x == y
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    a = ap.parse_args()
+    for case in a.cases:
+        runs = [_plan(CASES[case], 1), _plan(CASES[case], a.jobs)]
+        for r in runs:
+            s = r["plan"]["search"]["winner_capacity"]
+            print(json.dumps({"case": case, "jobs": r["jobs"], "wall_s": round(r["wall_s"], 2),
+                              "cpu_s": round(r["cpu_s"], 2), "winner": s["layout"],
+                              "out_tok_s_per_gpu": s["output_tokens_per_s_per_gpu"],
+                              "ci95_half_width_rel": s["ci95_half_width_rel"]}))  # fmt: skip
+        print(json.dumps({
+            "case": case, "same_plan": _same(runs[0]["plan"], runs[1]["plan"]),
+            "wall_ratio_serial_over_workers": runs[0]["wall_s"] / runs[1]["wall_s"],
+            "load_average": os.getloadavg(),
+        }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
