@@ -32,9 +32,14 @@ fake); decode contexts and prefill chunks' contexts are both rounded to the grid
 at most 1/64 of the context either way, exact below 64 tokens; a prefill chunk ending at
 2,048 tokens is priced at 2,080).
 
-Events are kept on a heap keyed ``(time, priority, seq)``: at equal times arrivals
-(priority 0) are queued before an iteration end (1) schedules the next batch, so a request
-arriving exactly when an iteration ends joins the next one; ``seq`` breaks remaining ties.
+Event order: at equal times arrivals are queued before an iteration end schedules the next
+batch, so a request arriving exactly when an iteration ends joins the next one; arrivals at
+equal times queue in request order. A closed loop keeps its events on a heap keyed
+``(time, priority, seq)`` (arrivals priority 0, iteration ends 1); an open loop needs none —
+its arrivals come sorted and one iteration at most is in flight — and merges the two streams
+in the same order. A pool of one-token requests (P/D prefill instances) runs as the
+first-come-first-served chunk queue it reduces to (:mod:`moeplan.serve.engine_prefill`, equal
+bit for bit).
 
 Attention-DP ranks are modelled as one scheduler over their pooled KV with balanced dispatch
 (the iteration time takes the busiest rank); a request must fit in one rank's pool.
@@ -45,14 +50,20 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections import deque
 from collections.abc import Callable
-
-import numpy as np
 
 from moeplan.errors import require
 from moeplan.serve.config import POLICIES, STOP_EVERY, EngineConfig, Evaluator, SimResult
+from moeplan.serve.engine_end import IterationEnd
 from moeplan.serve.engine_prefill import run_prefill_only
+from moeplan.serve.engine_state import (
+    ARRIVAL,
+    DECODE,
+    ITER_END,
+    PREFILL,
+    WAIT,
+    tokens_per_step,
+)
 from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
@@ -68,93 +79,9 @@ __all__ = [
     "tokens_per_step",
 ]
 
-ARRIVAL, ITER_END = 0, 1
-WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
-
-def tokens_per_step(evaluate: Evaluator) -> float:
-    """Expected tokens a decoding sequence gains per decode step under ``evaluate``: its
-    knobs' ``tokens_per_step`` when it prices multi-token prediction (``knobs.mtp > 0``),
-    else the int 1. The engine, the capacity bounds and the analytic estimates all ask here.
-    A wrapper (e.g. :class:`moeplan.serve.batch_grid.GridEvaluator`) is looked through via
-    its ``inner`` evaluator."""
-    while getattr(evaluate, "knobs", None) is None and hasattr(evaluate, "inner"):
-        evaluate = evaluate.inner  # type: ignore[attr-defined]
-    knobs = getattr(evaluate, "knobs", None)
-    if knobs is None or not getattr(knobs, "mtp", 0):
-        return 1
-    return float(knobs.tokens_per_step)
-
-
-class Engine:
+class Engine(IterationEnd):
     """One simulation run; use :func:`simulate`."""
-
-    def __init__(
-        self,
-        reqs: Requests,
-        cfg: EngineConfig,
-        evaluate: Evaluator,
-        fast_forward: bool = True,
-        horizon_s: float | None = None,
-        stop: Callable[[Engine], bool] | None = None,
-    ) -> None:
-        big = int(np.max(reqs.isl + reqs.osl))
-        require(
-            big <= cfg.kv_tokens_per_rank,
-            f"request isl+osl ({big}) must fit the KV pool of one rank "
-            f"({cfg.kv_tokens_per_rank} tokens)",
-        )
-        self.r, self.cfg, self.evaluate = reqs, cfg, evaluate
-        #: tokens per decode step (int 1 without MTP: the integer arithmetic stays exact)
-        self.tps = tokens_per_step(evaluate)
-        n = len(reqs)
-        self.isl, self.osl = reqs.isl.tolist(), reqs.osl.tolist()
-        self.cached = reqs.cached.tolist()
-        self.arrival = reqs.arrival_s.tolist()
-        self.first = [math.nan] * n
-        self.admit = [math.nan] * n
-        self.now = 0.0
-        self.finish = [math.nan] * n
-        self.state = [WAIT] * n
-        self.produced = [0] * n
-        self.left = [0] * n  # prompt tokens still to prefill
-        self.prefill_ctx = [0] * n
-        self.base_ctx = [0] * n
-        self.base_prod = [0] * n
-        self.s0 = [0] * n
-        self.epoch = [0] * n
-        self.last_tok = [0.0] * n
-        self.hi = reqs.cached.tolist()  # highest prompt position ever prefilled
-        self.last_dec_end = 0.0
-        self.pending: tuple[list[tuple[int, int]], int, int] = ([], 0, 0)
-        self.waiting: deque[int] = deque()
-        self.prefilling: deque[int] = deque()
-        self.running: dict[int, None] = {}
-        self.entrants: list[tuple[int, int]] = []
-        self.finishers: list[tuple[int, int, int, int]] = []
-        self.n_dec = self.sum_ctx = self.kv_used = self.remaining = 0
-        self.step = 0  # decode steps executed
-        self.seq = 0  # event heap tie-break (closed loop)
-        self.fseq = 0  # finisher heap tie-break
-        self.heap: list[tuple[float, int, int, int]] = []
-        self.next_arrival = 0
-        self.preemptions = self.prefill_tokens = self.recomputed = self.out_tokens = 0
-        self.segs: list[tuple[float, float, int, int, int, int, int]] = []
-        self.fast = fast_forward
-        self.horizon = math.inf if horizon_s is None else horizon_s
-        self.stop = stop
-        self.itl: list[float] = []
-        self.itl_w: list[int] = []
-        # the scheduler's knobs, read once per iteration
-        self.mixed = cfg.policy == "mixed"
-        self.budget = cfg.chunk_tokens or (1 << 62)
-        self.kv_cap, self.reserve, self.max_running = (
-            cfg.kv_tokens,
-            cfg.admit_reserve,
-            cfg.max_running,
-        )
-        #: every request has one output token (a P/D prefill instance): :mod:`.engine_prefill`
-        self.prefill_only = int(reqs.osl.max()) == 1
 
     def run(self) -> SimResult:
         if self.r.closed:
@@ -222,24 +149,10 @@ class Engine:
             if not busy and not (heap and heap[0][0] <= t and heap[0][1] == ARRIVAL):
                 end = self._start(t)
                 busy = end is not None
-                if busy:
+                if end is not None:
                     self._push(end, ITER_END, 0)
         assert not self.running and not self.waiting, "engine stopped with work left"
         return self._result()
-
-    def _push(self, t: float, prio: int, x: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, x))
-
-    def _push_arrival(self, t: float) -> None:
-        """Queue the next request at ``t`` plus its think time (``t``: when its client's
-        previous request finished, or 0)."""
-        i = self.next_arrival
-        if i < len(self.arrival):
-            think = self.r.think_s
-            self.arrival[i] = t + (0.0 if think is None else float(think[i]))
-            self._push(self.arrival[i], ARRIVAL, i)
-            self.next_arrival = i + 1
 
     def _next_arrival_s(self) -> float:
         """When the next request not yet queued arrives (inf: none is known)."""
@@ -276,7 +189,7 @@ class Engine:
         return dur
 
     def _record(
-        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: int, kv_step: int
+        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: float, kv_step: float
     ) -> None:
         """``count`` iterations of ``d`` seconds from ``t0`` (expanded in :meth:`_result`)."""
         self.segs.append((t0, d, count, dec, pre, kv0, kv_step))
@@ -418,211 +331,6 @@ class Engine:
         del self.running[r]
         self.waiting.appendleft(r)
         self.preemptions += 1
-
-    # ---- iteration end --------------------------------------------------------------------
-    def _end(self, t: float) -> None:
-        chunks, n_dec, k = self.pending
-        if n_dec:
-            self._decode_done(t, n_dec, k)
-        if chunks:
-            self._chunks_done(t, chunks)
-
-    def _decode_done(self, t: float, n_dec: int, k: int) -> None:
-        tps = self.tps
-        step = self.step = self.step + k
-        self.sum_ctx += n_dec * k * tps
-        self.remaining -= n_dec * k * tps
-        self.out_tokens += n_dec * k * tps
-        first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
-        itl, itl_w, epoch, state, last_tok = (
-            self.itl,
-            self.itl_w,
-            self.epoch,
-            self.state,
-            self.last_tok,
-        )
-        fresh = 0
-        for r, ep in self.entrants:
-            if epoch[r] == ep and state[r] == DECODE:
-                itl.append(first_end - last_tok[r])
-                itl_w.append(1)
-                fresh += 1
-        self.entrants = []
-        if n_dec > fresh:
-            itl.append(first_end - self.last_dec_end)
-            itl_w.append(n_dec - fresh)
-        if k > 1:
-            self._itl_segments(k)
-        self.last_dec_end = t
-        fin = self.finishers
-        if fin and fin[0][0] <= step:
-            self._decode_finish(t, step)
-
-    def _decode_finish(self, t: float, step: int) -> None:
-        """Requests whose last decode step was ``step`` (or earlier) finish at ``t``."""
-        fin, epoch, state, s0, osl, base_prod, base_ctx = (
-            self.finishers, self.epoch, self.state, self.s0, self.osl, self.base_prod,
-            self.base_ctx,
-        )  # fmt: skip
-        produced, running, finish, closed = self.produced, self.running, self.finish, self.r.closed
-        remaining, out, n_dec, sum_ctx, kv = (
-            self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used
-        )  # fmt: skip
-        tps, pop = self.tps, heapq.heappop
-        while fin and fin[0][0] <= step:
-            _, _, r, ep = pop(fin)
-            if epoch[r] != ep or state[r] != DECODE:
-                continue
-            j = step - s0[r]
-            left = osl[r] - base_prod[r]
-            assert j == (left if tps == 1 else self._steps(left)), "finished off-step"
-            surplus = j * tps - left  # 0 without MTP
-            remaining += surplus
-            out -= surplus
-            produced[r] = osl[r]
-            n_dec -= 1
-            ctx = base_ctx[r] + j * tps
-            sum_ctx -= ctx
-            kv -= ctx  # the request's KV is freed (as in :meth:`_finish`)
-            del running[r]
-            state[r] = DONE
-            finish[r] = t
-            if closed:  # its client's next request (touches none of the locals)
-                self._push_arrival(t)
-        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used = (
-            remaining, out, n_dec, sum_ctx, kv
-        )  # fmt: skip
-
-    def _first_end(self, k: int) -> float:
-        """End time of the first of the last ``k`` decode steps (their segments are last)."""
-        i, left = len(self.segs) - 1, k
-        while self.segs[i][2] < left:
-            left -= self.segs[i][2]
-            i -= 1
-        t0, d, count = self.segs[i][:3]
-        return t0 + d * (count - left + 1)
-
-    def _itl_segments(self, k: int) -> None:
-        """Gaps of steps 2..k of a fast-forward: each step's duration, for every sequence."""
-        i, left = len(self.segs) - 1, k
-        while left > 0:
-            _, d, count, n = self.segs[i][:4]
-            steps = min(count, left) - (1 if left <= count else 0)
-            if steps > 0:
-                self.itl.append(d)
-                self.itl_w.append(steps * n)
-            left -= count
-            i -= 1
-
-    def _chunks_done(self, t: float, chunks: list[tuple[int, int]]) -> None:
-        """The chunks' prompt tokens are in KV (first-time or recomputed); a request whose
-        prompt is done has its next token at ``t`` and decodes from the next step, or ends."""
-        at, left, hi, isl = self.prefill_ctx, self.left, self.hi, self.isl
-        fresh_all, recomputed = self.prefill_tokens, self.recomputed
-        done = []
-        for r, q in chunks:
-            start = at[r]
-            end = start + q
-            top, h = isl[r], hi[r]
-            if end < top:
-                top = end
-            fresh = top - (start if start > h else h)
-            if fresh < 0:
-                fresh = 0
-            if top > h:
-                hi[r] = top
-            fresh_all += fresh
-            recomputed += q - fresh
-            at[r] = end
-            rest = left[r] - q
-            left[r] = rest
-            if not rest:
-                done.append((r, end))
-        self.prefill_tokens, self.recomputed = fresh_all, recomputed
-        if done:  # touches none of the above: in chunk order after them
-            self._prompts_done(t, done)
-
-    def _prompts_done(self, t: float, done: list[tuple[int, int]]) -> None:
-        """Each ``(request, context)`` finished its prompt (recomputed tokens included) at
-        ``t``: its next token is out; it decodes from the next step, or finishes."""
-        pf, produced, osl, first, last_tok, state = (
-            self.prefilling, self.produced, self.osl, self.first, self.last_tok, self.state
-        )  # fmt: skip
-        base_ctx, base_prod, s0, epoch, fin, entrants = (
-            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.entrants
-        )  # fmt: skip
-        remaining, out, n_dec, sum_ctx, fseq = (
-            self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq
-        )  # fmt: skip
-        step, tps, push = self.step, self.tps, heapq.heappush
-        for r, end in done:
-            if pf[0] == r:
-                pf.popleft()
-            else:
-                pf.remove(r)
-            p = produced[r] = produced[r] + 1
-            remaining -= 1
-            out += 1
-            if first[r] != first[r]:  # NaN: the first token
-                first[r] = t
-            else:
-                self.itl.append(t - last_tok[r])
-                self.itl_w.append(1)
-            last_tok[r] = t
-            o = osl[r]
-            if p == o:
-                self._finish(r, t, end)
-                continue
-            state[r] = DECODE
-            base_ctx[r], base_prod[r], s0[r] = end, p, step
-            n_dec += 1
-            sum_ctx += end
-            fseq += 1
-            ep = epoch[r]
-            push(fin, (step + (o - p if tps == 1 else self._steps(o - p)), fseq, r, ep))
-            entrants.append((r, ep))
-        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq = (
-            remaining, out, n_dec, sum_ctx, fseq
-        )  # fmt: skip
-
-    def _steps(self, tokens: int) -> int:
-        """Decode steps that produce ``tokens`` tokens (``tokens`` itself without MTP)."""
-        return tokens if self.tps == 1 else math.ceil(tokens / self.tps - 1e-9)
-
-    def _finish(self, r: int, t: float, ctx: float) -> None:
-        self.kv_used -= ctx
-        del self.running[r]
-        self.state[r] = DONE
-        self.finish[r] = t
-        if self.r.closed:
-            self._push_arrival(t)
-
-    def _result(self) -> SimResult:
-        f = np.asarray
-        t0, d, count, dec, pre, kv0, kv_step = (f(c) for c in zip(*self.segs, strict=True))
-        idx = np.repeat(np.arange(len(count)), count)
-        j = np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count)
-        start = t0[idx] + d[idx] * j
-        return SimResult(
-            arrival_s=f(self.arrival),
-            admit_s=f(self.admit),
-            first_token_s=f(self.first),
-            finish_s=f(self.finish),
-            isl=self.r.isl,
-            osl=self.r.osl,
-            iter_start_s=start,
-            iter_end_s=start + d[idx],
-            iter_decode=dec[idx],
-            iter_prefill=pre[idx],
-            iter_kv=kv0[idx] + kv_step[idx] * j,
-            itl_s=f(self.itl),
-            itl_weight=f(self.itl_w, dtype=np.int64),
-            kv_capacity=self.cfg.kv_tokens,
-            preemptions=self.preemptions,
-            prefill_tokens=self.prefill_tokens,
-            recomputed_tokens=self.recomputed,
-            output_tokens=round(self.out_tokens),
-        )
 
 
 def simulate(

@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import TYPE_CHECKING
 
 from moeplan.errors import require
 from moeplan.serve.config import STOP_EVERY, SimResult
+from moeplan.serve.engine_state import EngineState
 from moeplan.serve.iteration import Batch
-
-if TYPE_CHECKING:
-    from moeplan.serve.engine import Engine
 
 
 class _Queue:
@@ -38,7 +35,7 @@ class _Queue:
 
     __slots__ = ("e", "j", "part_left", "part_ctx", "kv", "nrun", "pend", "tokens", "done")
 
-    def __init__(self, e: Engine) -> None:
+    def __init__(self, e: EngineState) -> None:
         self.e = e
         self.j = 0  # next request to admit (those before it were admitted)
         self.part_left = 0  # prompt tokens request j - 1 still has to prefill (0: none)
@@ -122,9 +119,9 @@ class _Queue:
         return e._result()
 
 
-def run_prefill_only(e: Engine) -> SimResult:
+def run_prefill_only(e: EngineState) -> SimResult:
     """Run ``e`` (open loop, every ``osl`` 1) to its end, horizon or stop (module docstring);
-    events in :meth:`Engine._run_open`'s order."""
+    events in :meth:`moeplan.serve.engine.Engine._run_open`'s order."""
     queue = _Queue(e)
     arrival, horizon, stop = e.arrival, e.horizon, e.stop
     n, i, ends, end = len(arrival), 0, 0, None
