@@ -165,17 +165,23 @@ class Engine(IterationEnd):
     def _start(self, t: float) -> float | None:
         """Form and launch the next iteration at ``t``: its end (None: nothing to run)."""
         self.now = t
+        # without a request being prefilled or waiting no chunk can be formed
         if self.mixed:
             n_dec = self._alloc_decode() if self.n_dec else 0
+            if not (self.prefilling or self.waiting):
+                return self._start_decode(t, n_dec) if n_dec else None
             chunks, pre, tokens = self._take_prefill(self.budget - n_dec)
-        else:
+        elif self.prefilling or self.waiting:
             chunks, pre, tokens = self._take_prefill(self.budget)
             n_dec = 0 if chunks or not self.n_dec else self._alloc_decode()
+        else:
+            n_dec = self._alloc_decode()
+            return self._start_decode(t, n_dec) if n_dec else None
         if not chunks and not n_dec:
             return None
-        assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         if not chunks:
             return self._start_decode(t, n_dec)
+        assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
@@ -198,6 +204,7 @@ class Engine(IterationEnd):
         """Decode-only steps, fast-forwarded: with no prefill work the batch stays the same
         until the next finish, arrival or full KV pool, and the mean context grows by one per
         step, so steps are timed one bucket segment at a time. One step is already allocated."""
+        assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         k_max = self.finishers[0][0] - self.step if self.finishers else 1
         k_max = min(k_max, 1 + int((self.kv_cap - self.kv_used) // (n * self.tps)))
         if not self.fast:
