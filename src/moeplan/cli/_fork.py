@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -65,6 +66,8 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
         if jobs <= 1 or "fork" not in mp.get_all_start_methods():
             return fanout.serial(thunks)
         _THUNKS, _CARRY = thunks, carry
+        sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
+        sys.stderr.flush()
         try:
             pool = mp.get_context("fork").Pool(min(jobs, len(thunks) - 1), initializer=_start)
         finally:
