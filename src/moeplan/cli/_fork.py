@@ -16,11 +16,13 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.search import fanout
+
+if TYPE_CHECKING:
+    from moeplan.cost import CostModel
 
 MAX_JOBS = 256  # this command's own limit: far past any one machine's cores
 
