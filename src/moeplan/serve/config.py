@@ -17,6 +17,10 @@ from moeplan.errors import require
 from moeplan.serve.iteration import Batch
 
 POLICIES = ("prefill-first", "mixed")
+# Iteration ends between two calls of a stop predicate: the engine's choice (a predicate
+# scans the measured requests, an iteration end touches a few; the stop comes at most 32
+# iterations late).
+STOP_EVERY = 32
 
 Evaluator = Callable[[Batch], float]
 

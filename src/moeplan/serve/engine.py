@@ -32,9 +32,14 @@ fake); decode contexts and prefill chunks' contexts are both rounded to the grid
 at most 1/64 of the context either way, exact below 64 tokens; a prefill chunk ending at
 2,048 tokens is priced at 2,080).
 
-Events are kept on a heap keyed ``(time, priority, seq)``: at equal times arrivals
-(priority 0) are queued before an iteration end (1) schedules the next batch, so a request
-arriving exactly when an iteration ends joins the next one; ``seq`` breaks remaining ties.
+Event order: at equal times arrivals are queued before an iteration end schedules the next
+batch, so a request arriving exactly when an iteration ends joins the next one; arrivals at
+equal times queue in request order. A closed loop keeps its events on a heap keyed
+``(time, priority, seq)`` (arrivals priority 0, iteration ends 1); an open loop needs none —
+its arrivals come sorted and one iteration at most is in flight — and merges the two streams
+in the same order. A pool of one-token requests (P/D prefill instances) runs as the
+first-come-first-served chunk queue it reduces to (:mod:`moeplan.serve.engine_prefill`, equal
+bit for bit).
 
 Attention-DP ranks are modelled as one scheduler over their pooled KV with balanced dispatch
 (the iteration time takes the busiest rank); a request must fit in one rank's pool.
@@ -44,13 +49,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
+from bisect import bisect_right
 from collections.abc import Callable
 
-import numpy as np
-
 from moeplan.errors import require
-from moeplan.serve.config import POLICIES, EngineConfig, Evaluator, SimResult
+from moeplan.serve.config import POLICIES, STOP_EVERY, EngineConfig, Evaluator, SimResult
+from moeplan.serve.engine_end import IterationEnd
+from moeplan.serve.engine_prefill import run_prefill_only
+from moeplan.serve.engine_state import (
+    ARRIVAL,
+    DECODE,
+    ITER_END,
+    PREFILL,
+    WAIT,
+    tokens_per_step,
+)
 from moeplan.serve.grid import bucket
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
@@ -66,158 +79,108 @@ __all__ = [
     "tokens_per_step",
 ]
 
-ARRIVAL, ITER_END = 0, 1
-# Iteration ends between two calls of a stop predicate: this module's choice (a predicate
-# scans the measured requests, an iteration end touches a few; the stop comes at most 32
-# iterations late).
-STOP_EVERY = 32
-WAIT, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
-
-def tokens_per_step(evaluate: Evaluator) -> float:
-    """Expected tokens a decoding sequence gains per decode step under ``evaluate``: its
-    knobs' ``tokens_per_step`` when it prices multi-token prediction (``knobs.mtp > 0``),
-    else the int 1. The engine, the capacity bounds and the analytic estimates all ask here.
-    A wrapper (e.g. :class:`moeplan.serve.batch_grid.GridEvaluator`) is looked through via
-    its ``inner`` evaluator."""
-    while getattr(evaluate, "knobs", None) is None and hasattr(evaluate, "inner"):
-        evaluate = evaluate.inner  # type: ignore[attr-defined]
-    knobs = getattr(evaluate, "knobs", None)
-    if knobs is None or not getattr(knobs, "mtp", 0):
-        return 1
-    return float(knobs.tokens_per_step)
-
-
-class Engine:
+class Engine(IterationEnd):
     """One simulation run; use :func:`simulate`."""
 
-    def __init__(
-        self,
-        reqs: Requests,
-        cfg: EngineConfig,
-        evaluate: Evaluator,
-        fast_forward: bool = True,
-        horizon_s: float | None = None,
-        stop: Callable[[Engine], bool] | None = None,
-    ) -> None:
-        big = int(np.max(reqs.isl + reqs.osl))
-        require(
-            big <= cfg.kv_tokens_per_rank,
-            f"request isl+osl ({big}) must fit the KV pool of one rank "
-            f"({cfg.kv_tokens_per_rank} tokens)",
-        )
-        self.r, self.cfg, self.evaluate = reqs, cfg, evaluate
-        #: tokens per decode step (int 1 without MTP: the integer arithmetic stays exact)
-        self.tps = tokens_per_step(evaluate)
-        n = len(reqs)
-        self.isl, self.osl = reqs.isl.tolist(), reqs.osl.tolist()
-        self.cached = reqs.cached.tolist()
-        self.arrival = reqs.arrival_s.tolist()
-        self.first = [math.nan] * n
-        self.admit = [math.nan] * n
-        self.now = 0.0
-        self.finish = [math.nan] * n
-        self.state = [WAIT] * n
-        self.produced = [0] * n
-        self.left = [0] * n  # prompt tokens still to prefill
-        self.prefill_ctx = [0] * n
-        self.base_ctx = [0] * n
-        self.base_prod = [0] * n
-        self.s0 = [0] * n
-        self.epoch = [0] * n
-        self.last_tok = [0.0] * n
-        self.hi = reqs.cached.tolist()  # highest prompt position ever prefilled
-        self.last_dec_end = 0.0
-        self.pending: tuple[list[tuple[int, int]], int, int] = ([], 0, 0)
-        self.waiting: deque[int] = deque()
-        self.prefilling: deque[int] = deque()
-        self.running: dict[int, None] = {}
-        self.entrants: list[tuple[int, int]] = []
-        self.finishers: list[tuple[int, int, int, int]] = []
-        self.n_dec = self.sum_ctx = self.kv_used = self.remaining = 0
-        self.step = 0  # decode steps executed
-        self.seq = 0
-        self.heap: list[tuple[float, int, int, int]] = []
-        self.next_arrival = 0
-        self.preemptions = self.prefill_tokens = self.recomputed = self.out_tokens = 0
-        self.segs: list[tuple[float, float, int, int, int, int, int]] = []
-        self.fast = fast_forward
-        self.horizon = math.inf if horizon_s is None else horizon_s
-        self.stop = stop
-        self.itl: list[float] = []
-        self.itl_w: list[int] = []
-
-    # ---- event heap ---------------------------------------------------------------------
-    def _push(self, t: float, prio: int, x: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, x))
-
-    def _push_arrival(self, t: float | None = None) -> None:
-        """Queue the next request: at its own arrival time (open), or ``t`` plus its think
-        time (closed loop: ``t`` is when its client's previous request finished, or 0)."""
-        i = self.next_arrival
-        if i < len(self.arrival):
-            if t is not None:
-                think = self.r.think_s
-                self.arrival[i] = t + (0.0 if think is None else float(think[i]))
-            self._push(self.arrival[i], ARRIVAL, i)
-            self.next_arrival = i + 1
-
     def run(self) -> SimResult:
-        closed = self.r.closed
-        for _ in range(min(closed, len(self.arrival)) or 1):  # clients past the requests idle
-            self._push_arrival(0.0 if closed else None)
+        if self.r.closed:
+            return self._run_heap()
+        if self.prefill_only:
+            return run_prefill_only(self)
+        return self._run_open()
+
+    # ---- event loops ----------------------------------------------------------------------
+    def _run_open(self) -> SimResult:
+        """Open loop: arrivals come sorted and at most one iteration is in flight, so the next
+        event is the earlier of the next arrival and the iteration's end (the arrival at equal
+        times: it joins the next iteration) — the order of :meth:`_run_heap`'s heap."""
+        arrival, waiting, horizon, stop = self.arrival, self.waiting, self.horizon, self.stop
+        n, i, ends, end = len(arrival), 0, 0, None
+        while True:
+            if i < n and (end is None or arrival[i] <= end):
+                # arrivals up to the iteration's end (idle: those at this instant) queue now
+                t = arrival[i]
+                k = bisect_right(arrival, t if end is None else end, i)
+                h = bisect_right(arrival, horizon, i, k)
+                waiting.extend(range(i, h))
+                if h < k:  # stopped: requests not done keep NaN times
+                    break
+                i = self.next_arrival = k
+                if end is not None:
+                    continue
+            elif end is not None:
+                t = end
+                if t > horizon:
+                    break
+                self._end(t)
+                end = None
+                ends += 1
+                if stop is not None and ends % STOP_EVERY == 0 and stop(self):
+                    break  # a verdict is certain: the rest keeps NaN times
+                if i < n and arrival[i] <= t:
+                    continue
+            else:
+                assert not self.running and not waiting, "engine stopped with work left"
+                break
+            end = self._start(t)
+        return self._result()
+
+    def _run_heap(self) -> SimResult:
+        """Closed loop: a finish queues its client's next request, so arrivals go on a heap
+        keyed ``(time, priority, seq)`` with the iteration ends."""
+        for _ in range(min(self.r.closed, len(self.arrival))):
+            self._push_arrival(0.0)
         busy = False
-        heap, waiting, arrival, horizon = self.heap, self.waiting, self.arrival, self.horizon
-        pop, push, n = heapq.heappop, heapq.heappush, len(arrival)
-        stop, ends = self.stop, 0
+        heap, waiting, horizon, stop = self.heap, self.waiting, self.horizon, self.stop
+        pop, ends = heapq.heappop, 0
         while heap:
             t, prio, _, x = pop(heap)
-            if t > horizon:  # stopped: requests not done keep NaN times
+            if t > horizon:
                 return self._result()
             if prio == ARRIVAL:
                 waiting.append(x)
-                i = self.next_arrival
-                if not closed and i < n:  # the next arrival (_push_arrival, open loop)
-                    self.seq += 1
-                    push(heap, (arrival[i], ARRIVAL, self.seq, i))
-                    self.next_arrival = i + 1
             else:
                 self._end(t)
                 busy = False
                 ends += 1
                 if stop is not None and ends % STOP_EVERY == 0 and stop(self):
-                    return self._result()  # a verdict is certain: the rest keeps NaN times
+                    return self._result()
             if not busy and not (heap and heap[0][0] <= t and heap[0][1] == ARRIVAL):
-                busy = self._start(t)
+                end = self._start(t)
+                busy = end is not None
+                if end is not None:
+                    self._push(end, ITER_END, 0)
         assert not self.running and not self.waiting, "engine stopped with work left"
         return self._result()
 
+    def _next_arrival_s(self) -> float:
+        """When the next request not yet queued arrives (inf: none is known)."""
+        if self.r.closed:
+            return self.heap[0][0] if self.heap else math.inf
+        i = self.next_arrival
+        return self.arrival[i] if i < len(self.arrival) else math.inf
+
     # ---- scheduling -----------------------------------------------------------------------
-    def _start(self, t: float) -> bool:
-        """Form and launch the next iteration at ``t``; False when there is nothing to run."""
-        cfg = self.cfg
+    def _start(self, t: float) -> float | None:
+        """Form and launch the next iteration at ``t``: its end (None: nothing to run)."""
         self.now = t
-        budget = cfg.chunk_tokens or (1 << 62)
-        if cfg.policy == "mixed":
-            n_dec = self._alloc_decode()
-            chunks = self._take_prefill(budget - n_dec)
+        if self.mixed:
+            n_dec = self._alloc_decode() if self.n_dec else 0
+            chunks, pre, tokens = self._take_prefill(self.budget - n_dec)
         else:
-            chunks = self._take_prefill(budget)
-            n_dec = 0 if chunks else self._alloc_decode()
+            chunks, pre, tokens = self._take_prefill(self.budget)
+            n_dec = 0 if chunks or not self.n_dec else self._alloc_decode()
         if not chunks and not n_dec:
-            return False
-        assert self.kv_used <= cfg.kv_tokens, "KV pool over-committed"
+            return None
+        assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         if not chunks:
             return self._start_decode(t, n_dec)
-        at = self.prefill_ctx
-        pre = tuple([(q, bucket(at[r] + q)) for r, q in chunks])
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
         dur = self._time(Batch(n_dec, ctx, pre))
         self.pending = (chunks, n_dec, 1)
-        self._record(t, dur, 1, n_dec, sum([q for _, q in chunks]), self.kv_used, 0)
-        self._push(t + dur, ITER_END, 0)
-        return True
+        self.segs.append((t, dur, 1, n_dec, tokens, self.kv_used, 0))
+        return t + dur
 
     def _time(self, batch: Batch) -> float:
         dur = self.evaluate(batch)
@@ -226,20 +189,20 @@ class Engine:
         return dur
 
     def _record(
-        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: int, kv_step: int
+        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: float, kv_step: float
     ) -> None:
         """``count`` iterations of ``d`` seconds from ``t0`` (expanded in :meth:`_result`)."""
         self.segs.append((t0, d, count, dec, pre, kv0, kv_step))
 
-    def _start_decode(self, t: float, n: int) -> bool:
+    def _start_decode(self, t: float, n: int) -> float:
         """Decode-only steps, fast-forwarded: with no prefill work the batch stays the same
         until the next finish, arrival or full KV pool, and the mean context grows by one per
         step, so steps are timed one bucket segment at a time. One step is already allocated."""
         k_max = self.finishers[0][0] - self.step if self.finishers else 1
-        k_max = min(k_max, 1 + int((self.cfg.kv_tokens - self.kv_used) // (n * self.tps)))
+        k_max = min(k_max, 1 + int((self.kv_cap - self.kv_used) // (n * self.tps)))
         if not self.fast:
             k_max = 1
-        t_arr = self.heap[0][0] if self.heap else math.inf
+        t_arr = self._next_arrival_s()
         tau = self.tps
         done, end, kv0 = 0, t, self.kv_used
         while done < k_max:
@@ -263,48 +226,87 @@ class Engine:
                 break
         self.kv_used += (done - 1) * n * tau
         self.pending = ([], n, done)
-        self._push(end, ITER_END, 0)
-        return True
+        return end
 
     def _alloc_decode(self) -> int:
         """Allocate one KV slot per decoding request, preempting the newest when full."""
         if self.n_dec == 0:
             return 0
-        while self.kv_used + self.n_dec * self.tps > self.cfg.kv_tokens:
+        while self.kv_used + self.n_dec * self.tps > self.kv_cap:
             self._preempt(next(reversed(self.running)))
         self.kv_used += self.n_dec * self.tps
         return self.n_dec
 
-    def _take_prefill(self, budget: int) -> list[tuple[int, int]]:
-        """Prompt chunks for this iteration: requests being prefilled first, then admissions."""
+    def _take_prefill(self, budget: int) -> tuple[list[tuple[int, int]], tuple, int]:
+        """Prompt chunks for this iteration — requests being prefilled first, then admissions
+        — as ``(request, tokens)``, as the priced ``(tokens, bucketed context)``, and their
+        token total."""
         chunks: list[tuple[int, int]] = []
+        pre: list[tuple[int, int]] = []
+        left, at, budget0 = self.left, self.prefill_ctx, budget
         for r in self.prefilling:
             if budget <= 0:
-                return chunks
-            q = min(self.left[r], budget)
-            chunks.append((r, q))
-            budget -= q
-        cfg = self.cfg
-        while budget > 0 and self.waiting and len(self.running) < cfg.max_running:
-            r = self.waiting[0]
-            need = self.isl[r] + self.produced[r]
-            rem = self.osl[r] - self.produced[r]
-            if self.kv_used + need + cfg.admit_reserve * (self.remaining + rem) > cfg.kv_tokens:
                 break
-            self.waiting.popleft()
-            if math.isnan(self.admit[r]):
-                self.admit[r] = self.now
-            self.state[r] = PREFILL
-            self.running[r] = None
-            self.kv_used += need
-            self.remaining += rem
-            self.left[r] = need - self.cached[r]
-            self.prefill_ctx[r] = self.cached[r]
-            self.prefilling.append(r)
-            q = min(self.left[r], budget)
+            q = left[r]
+            if q > budget:
+                q = budget
             chunks.append((r, q))
+            c = at[r] + q
+            s = c.bit_length() - 6  # bucket(c), inline
+            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
             budget -= q
-        return chunks
+        waiting, running = self.waiting, self.running
+        if budget > 0 and waiting and len(running) < self.max_running:
+            budget = self._admit(budget, chunks, pre)
+        return chunks, tuple(pre), budget0 - budget
+
+    def _admit(self, budget: int, chunks: list, pre: list) -> int:
+        """Admit waiting requests in arrival order while the budget, ``max_running`` and the
+        KV pool allow, each with its first chunk; the budget left."""
+        waiting, running, max_running = self.waiting, self.running, self.max_running
+        isl, osl, produced, cached = self.isl, self.osl, self.produced, self.cached
+        admit, state, left, at, prefilling = (
+            self.admit,
+            self.state,
+            self.left,
+            self.prefill_ctx,
+            self.prefilling,
+        )
+        kv, remaining, reserve, cap, now = (
+            self.kv_used,
+            self.remaining,
+            self.reserve,
+            self.kv_cap,
+            self.now,
+        )
+        while budget > 0 and waiting and len(running) < max_running:
+            r = waiting[0]
+            p = produced[r]
+            need = isl[r] + p
+            rem = osl[r] - p
+            if kv + need + reserve * (remaining + rem) > cap:
+                break
+            waiting.popleft()
+            if admit[r] != admit[r]:  # NaN: first admission
+                admit[r] = now
+            state[r] = PREFILL
+            running[r] = None
+            kv += need
+            remaining += rem
+            c = cached[r]
+            q = need - c
+            left[r] = q
+            at[r] = c
+            prefilling.append(r)
+            if q > budget:
+                q = budget
+            chunks.append((r, q))
+            c += q
+            s = c.bit_length() - 6  # bucket(c), inline
+            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
+            budget -= q
+        self.kv_used, self.remaining = kv, remaining
+        return budget
 
     def _preempt(self, r: int) -> None:
         """Recompute preemption: free ``r``'s KV and put it back at the head of the queue."""
@@ -329,150 +331,6 @@ class Engine:
         del self.running[r]
         self.waiting.appendleft(r)
         self.preemptions += 1
-
-    # ---- iteration end --------------------------------------------------------------------
-    def _end(self, t: float) -> None:
-        chunks, n_dec, k = self.pending
-        if n_dec:
-            self._decode_done(t, n_dec, k)
-        for r, q in chunks:
-            self._chunk_done(t, r, q)
-
-    def _decode_done(self, t: float, n_dec: int, k: int) -> None:
-        self.step += k
-        self.sum_ctx += n_dec * k * self.tps
-        self.remaining -= n_dec * k * self.tps
-        self.out_tokens += n_dec * k * self.tps
-        first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
-        fresh = 0
-        for r, ep in self.entrants:
-            if self.epoch[r] == ep and self.state[r] == DECODE:
-                self.itl.append(first_end - self.last_tok[r])
-                self.itl_w.append(1)
-                fresh += 1
-        self.entrants = []
-        if n_dec > fresh:
-            self.itl.append(first_end - self.last_dec_end)
-            self.itl_w.append(n_dec - fresh)
-        if k > 1:
-            self._itl_segments(k)
-        self.last_dec_end = t
-        fin = self.finishers
-        while fin and fin[0][0] <= self.step:
-            _, _, r, ep = heapq.heappop(fin)
-            if self.epoch[r] != ep or self.state[r] != DECODE:
-                continue
-            j = self.step - self.s0[r]
-            left = self.osl[r] - self.base_prod[r]
-            assert j == (left if self.tps == 1 else self._steps(left)), "finished off-step"
-            surplus = j * self.tps - left  # 0 without MTP
-            self.remaining += surplus
-            self.out_tokens -= surplus
-            self.produced[r] = self.osl[r]
-            self.n_dec -= 1
-            ctx = self.base_ctx[r] + j * self.tps
-            self.sum_ctx -= ctx
-            self._finish(r, t, ctx)
-
-    def _first_end(self, k: int) -> float:
-        """End time of the first of the last ``k`` decode steps (their segments are last)."""
-        i, left = len(self.segs) - 1, k
-        while self.segs[i][2] < left:
-            left -= self.segs[i][2]
-            i -= 1
-        t0, d, count = self.segs[i][:3]
-        return t0 + d * (count - left + 1)
-
-    def _itl_segments(self, k: int) -> None:
-        """Gaps of steps 2..k of a fast-forward: each step's duration, for every sequence."""
-        i, left = len(self.segs) - 1, k
-        while left > 0:
-            _, d, count, n = self.segs[i][:4]
-            steps = min(count, left) - (1 if left <= count else 0)
-            if steps > 0:
-                self.itl.append(d)
-                self.itl_w.append(steps * n)
-            left -= count
-            i -= 1
-
-    def _chunk_done(self, t: float, r: int, q: int) -> None:
-        start = self.prefill_ctx[r]
-        end = start + q
-        top, hi = min(end, self.isl[r]), self.hi[r]
-        fresh = max(0, top - max(start, hi))
-        if top > hi:
-            self.hi[r] = top
-        self.prefill_tokens += fresh
-        self.recomputed += q - fresh
-        self.prefill_ctx[r] = end
-        left = self.left[r] - q
-        self.left[r] = left
-        if left:
-            return
-        if self.prefilling[0] == r:
-            self.prefilling.popleft()
-        else:
-            self.prefilling.remove(r)
-        self.produced[r] += 1
-        self.remaining -= 1
-        self.out_tokens += 1
-        if math.isnan(self.first[r]):
-            self.first[r] = t
-        else:
-            self.itl.append(t - self.last_tok[r])
-            self.itl_w.append(1)
-        self.last_tok[r] = t
-        if self.produced[r] == self.osl[r]:
-            self._finish(r, t, end)
-            return
-        self.state[r] = DECODE
-        self.base_ctx[r], self.base_prod[r], self.s0[r] = end, self.produced[r], self.step
-        self.n_dec += 1
-        self.sum_ctx += end
-        self.seq += 1
-        left = self.osl[r] - self.produced[r]
-        steps = left if self.tps == 1 else self._steps(left)
-        heapq.heappush(self.finishers, (self.step + steps, self.seq, r, self.epoch[r]))
-        self.entrants.append((r, self.epoch[r]))
-
-    def _steps(self, tokens: int) -> int:
-        """Decode steps that produce ``tokens`` tokens (``tokens`` itself without MTP)."""
-        return tokens if self.tps == 1 else math.ceil(tokens / self.tps - 1e-9)
-
-    def _finish(self, r: int, t: float, ctx: float) -> None:
-        self.kv_used -= ctx
-        del self.running[r]
-        self.state[r] = DONE
-        self.finish[r] = t
-        if self.r.closed:
-            self._push_arrival(t)
-
-    def _result(self) -> SimResult:
-        f = np.asarray
-        t0, d, count, dec, pre, kv0, kv_step = (f(c) for c in zip(*self.segs, strict=True))
-        idx = np.repeat(np.arange(len(count)), count)
-        j = np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count)
-        start = t0[idx] + d[idx] * j
-        return SimResult(
-            arrival_s=f(self.arrival),
-            admit_s=f(self.admit),
-            first_token_s=f(self.first),
-            finish_s=f(self.finish),
-            isl=self.r.isl,
-            osl=self.r.osl,
-            iter_start_s=start,
-            iter_end_s=start + d[idx],
-            iter_decode=dec[idx],
-            iter_prefill=pre[idx],
-            iter_kv=kv0[idx] + kv_step[idx] * j,
-            itl_s=f(self.itl),
-            itl_weight=f(self.itl_w, dtype=np.int64),
-            kv_capacity=self.cfg.kv_tokens,
-            preemptions=self.preemptions,
-            prefill_tokens=self.prefill_tokens,
-            recomputed_tokens=self.recomputed,
-            output_tokens=round(self.out_tokens),
-        )
 
 
 def simulate(

@@ -204,16 +204,32 @@ def _transfers(
     """KV arrival time and transfer time per request: FIFO on ``lanes`` per instance (NaN
     for a request whose prefill was not done at the simulation's horizon)."""
     arrive, took = np.full(len(first), np.nan), np.full(len(first), np.nan)
+    sizes, inverse = np.unique(isl, return_inverse=True)
+    took_all = np.array([seconds(int(n)) for n in sizes])[inverse]  # one call per prompt size
     for _, idx in runs:
-        free = [0.0] * lanes
         idx = idx[~np.isnan(first[idx])]
-        for r in idx[np.argsort(first[idx], kind="stable")]:
-            d = seconds(int(isl[r]))
-            j = free.index(min(free))
-            start = max(float(first[r]), free[j])
-            free[j] = arrive[r] = start + d
-            took[r] = d
+        idx = idx[np.argsort(first[idx], kind="stable")]
+        took[idx] = took_all[idx]
+        arrive[idx] = _fifo(first[idx].tolist(), took_all[idx].tolist(), lanes)
     return arrive, took
+
+
+def _fifo(ready: list[float], dur: list[float], lanes: int) -> list[float]:
+    """End times of jobs ready at ``ready`` (ascending) taking ``dur`` each, served in order
+    by the first of ``lanes`` servers to become free (the lowest-numbered among ties)."""
+    out = []
+    if lanes == 1:
+        free = 0.0
+        for r, d in zip(ready, dur, strict=True):
+            free = (r if r >= free else free) + d  # max(r, free): equal values are one float
+            out.append(free)
+        return out
+    lane = [0.0] * lanes
+    for r, d in zip(ready, dur, strict=True):
+        j = lane.index(min(lane))
+        lane[j] = (r if r >= lane[j] else lane[j]) + d
+        out.append(lane[j])
+    return out
 
 
 def _decode_pool(
@@ -260,9 +276,14 @@ class DecodeStepEvaluator:
 
     def __call__(self, batch: Batch) -> float:
         pre = batch.prefill
-        if pre and all(q == 1 for q, _ in pre):
+        if pre:
+            ctx = 0
+            for q, c in pre:
+                if q != 1:  # a longer chunk: priced as given
+                    return self.inner(batch)
+                ctx += c
             n = batch.decode + len(pre)
-            total = batch.decode * batch.decode_ctx + sum(c for _, c in pre)
+            total = batch.decode * batch.decode_ctx + ctx
             batch = Batch(n, bucket((total + n // 2) // n), ())
         return self.inner(batch)
 

@@ -1,0 +1,140 @@
+"""The serving engine's event loop on the runs one ``moeplan plan`` question makes.
+
+Corpus: the plan question below is run once in this process with every
+:class:`moeplan.serve.engine.Engine` recorded as it starts (its requests, scheduler,
+evaluator, fast-forward flag, horizon and stop predicate); nothing is stored on disk. The
+evaluators come out of the plan warm (their memos filled), so the timings below are the
+engine's own loop plus memo look-ups.
+
+Reference (same run): the engine module as it stands at git revision ``--reference`` (the
+commit before the engine was tightened), loaded from ``git show`` into its own module. Every
+run of the corpus is replayed through both engines; each ``SimResult`` field must be equal bit
+for bit (arrays compared with ``numpy.array_equal``, NaN equal to NaN), else the bench fails.
+``ratio`` = reference seconds / current seconds (> 1: faster).
+
+    PYTHONPATH=src python bench/bench_engine.py [--reference REV] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moeplan.serve import engine as engine_mod
+
+QUESTION = [
+    "plan", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
+    "--osl", "256", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500",
+    "--no-placement", "--json", "--jobs", "1",
+]  # fmt: skip
+REFERENCE_REV = "8c67c8f"  # main when the engine was tightened (its engine.py is the reference)
+
+
+def record_corpus() -> list[tuple]:
+    """Run the plan question once; every engine's inputs, in the order they ran."""
+    from moeplan.cli import main
+
+    corpus: list[tuple] = []
+    run = engine_mod.Engine.run
+
+    def recording(self):  # type: ignore[no-untyped-def]
+        corpus.append((self.r, self.cfg, self.evaluate, self.fast, self.horizon, self.stop))
+        return run(self)
+
+    engine_mod.Engine.run = recording  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            sys.argv = ["moeplan", *QUESTION]
+            main()
+    finally:
+        engine_mod.Engine.run = run  # type: ignore[method-assign]
+    return corpus
+
+
+def load_reference(rev: str):  # type: ignore[no-untyped-def]
+    """The engine module at git revision ``rev``, imported under its own name."""
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(
+        ["git", "show", f"{rev}:src/moeplan/serve/engine.py"],
+        cwd=root, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "reference_engine.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("reference_engine", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _horizon(h: float) -> float | None:
+    return None if h == float("inf") else h
+
+
+def replay(mod, corpus: list[tuple]) -> tuple[float, list]:  # type: ignore[no-untyped-def]
+    """Seconds to run the whole corpus through ``mod``'s engine, and the results."""
+    out = []
+    t0 = time.process_time()
+    for reqs, cfg, ev, fast, horizon, stop in corpus:
+        out.append(mod.Engine(reqs, cfg, ev, fast, _horizon(horizon), stop).run())
+    return time.process_time() - t0, out
+
+
+def same(a, b) -> str | None:  # type: ignore[no-untyped-def]
+    """The first field where two SimResults differ (None: identical bit for bit)."""
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            if x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+                return f.name
+        elif x != y or type(x) is not type(y):
+            return f.name
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", default=REFERENCE_REV, help="git revision of the reference")
+    ap.add_argument("--repeat", type=int, default=3, help="timed passes (best is reported)")
+    args = ap.parse_args()
+    ref = load_reference(args.reference)
+    t0 = time.process_time()
+    corpus = record_corpus()
+    print(f"corpus: {len(corpus)} engine runs recorded in {time.process_time() - t0:.1f} s CPU")
+    t_ref = t_new = float("inf")
+    for _ in range(args.repeat):  # interleaved: load on the box hits both alike
+        s, res_ref = replay(ref, corpus)
+        t_ref = min(t_ref, s)
+        s, res_new = replay(engine_mod, corpus)
+        t_new = min(t_new, s)
+    bad = [
+        (i, f) for i, (a, b) in enumerate(zip(res_ref, res_new, strict=True)) if (f := same(a, b))
+    ]
+    iters = sum(len(r.iter_start_s) for r in res_new)
+    reqs = sum(len(c[0]) for c in corpus)
+    prefill_only = sum(bool(np.all(c[0].osl == 1)) for c in corpus)
+    print(
+        f"runs {len(corpus)} ({prefill_only} prefill-only), requests {reqs}, "
+        f"iterations {iters} (fast-forwarded steps expanded)"
+    )
+    print(f"reference ({args.reference}): {t_ref:.2f} s CPU, {iters / t_ref:,.0f} iterations/s")
+    print(f"current: {t_new:.2f} s CPU, {iters / t_new:,.0f} iterations/s")
+    print(f"ratio reference/current: {t_ref / t_new:.2f}x (best of {args.repeat} passes each)")
+    print(f"results identical bit for bit: {len(corpus) - len(bad)} / {len(corpus)} runs")
+    for i, f in bad[:10]:
+        print(f"  run {i}: field {f} differs")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
