@@ -13,13 +13,16 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.search import fanout
+
+if TYPE_CHECKING:
+    from moeplan.cost import CostModel
 
 MAX_JOBS = 256  # this command's own limit: far past any one machine's cores
 
@@ -65,6 +68,8 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
         if jobs <= 1 or "fork" not in mp.get_all_start_methods():
             return fanout.serial(thunks)
         _THUNKS, _CARRY = thunks, carry
+        sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
+        sys.stderr.flush()
         try:
             pool = mp.get_context("fork").Pool(min(jobs, len(thunks) - 1), initializer=_start)
         finally:

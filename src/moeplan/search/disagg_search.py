@@ -19,7 +19,15 @@ colocated search (:mod:`moeplan.search.space_search`):
 
 Capacity is :func:`moeplan.search.capacity.slo_capacity` on the whole deployment (one arrival
 stream dealt round-robin over the prefill instances, :func:`moeplan.serve.pd.simulate_pd`),
-with a measured window of at least :data:`WINDOW_LIFETIMES` SLO lifetimes of arrivals.
+with a measured window of at least :data:`WINDOW_LIFETIMES` SLO lifetimes of arrivals; its
+bracket steps up to the deployment's bound, not past it, and a deployment that met the SLOs
+at the incumbent's rate starts its bracket from that very run.
+
+**Side by side** (:mod:`moeplan.search.fanout`, when the caller runs workers): step 1's
+searches depend on no incumbent, so they run beside each other and beside the colocated
+search (:func:`first_searches`); in step 2 the next deployments' runs at the incumbent's rate
+are made together (:func:`_look_ahead`), and a deployment whose incumbent moved meanwhile is
+probed again at the new rate. What is decided is what one-at-a-time probing decides.
 
 **Decision: pool capacities simulated alone are not used as the bound.** Measured on
 Qwen3-30B-A3B, 8 H100, ISL 1024 / OSL 256, TTFT 2 s / TPOT 50 ms: a prefill instance's

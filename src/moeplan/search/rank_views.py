@@ -12,7 +12,9 @@ the winner's :class:`~moeplan.planners.plan.Plan` with its serving prediction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from moeplan.cost import CostModel
@@ -20,10 +22,11 @@ from moeplan.planners.families import POOLED
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.search.entries import Served
+from moeplan.search.fanout import fan_out
 from moeplan.search.ranking import ServeRanking, _per_replica
 from moeplan.serve.engine import SimResult, simulate
 from moeplan.serve.iteration import iteration_model
-from moeplan.serve.metrics import summarize
+from moeplan.serve.metrics import SLO, summarize
 from moeplan.serve.workload import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -194,6 +197,7 @@ def serving_curves(
 
     latency: dict[str, dict[str, list[float]]] = {}
     rate_curves: dict[str, list[dict[str, float]]] = {}
+    points: dict[str, list[Callable[[], dict[str, float]]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
         label = f"{x.entry.family}: {x.entry.layout_label}"
@@ -209,23 +213,34 @@ def serving_curves(
         probe = replace(
             ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
         )
-        pts = []
-        for f in fractions:
-            m = summarize(
-                _rerun(x, probe.with_rate(base * f), model, cluster, cost),
-                x.result.layout.gpus,
-                ranking.slo,
-            )
-            pts.append(
-                {
-                    "rate_rps": base * f,
-                    "ttft_p90_s": m.ttft_p90_s,
-                    "tpot_p90_s": m.tpot_p90_s,
-                    "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
-                }
-            )
-        rate_curves[label] = pts
+        points[label] = [
+            partial(_curve_point, x, probe, base * f, model, cluster, cost, ranking.slo)
+            for f in fractions
+        ]
+    # every point is its own run: side by side when the caller runs workers
+    flat = fan_out([t for ts in points.values() for t in ts])
+    for label, ts in points.items():
+        rate_curves[label], flat = flat[: len(ts)], flat[len(ts) :]
     return {"latency": latency, "rate": rate_curves}
+
+
+def _curve_point(
+    x: Served,
+    probe: ServeWorkload,
+    rate: float,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    slo: SLO,
+) -> dict[str, float]:
+    """One point of a rate curve: ``x`` rerun at ``rate``, its p90s and tokens/s per GPU."""
+    m = summarize(_rerun(x, probe.with_rate(rate), model, cluster, cost), x.result.layout.gpus, slo)
+    return {
+        "rate_rps": rate,
+        "ttft_p90_s": m.ttft_p90_s,
+        "tpot_p90_s": m.tpot_p90_s,
+        "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+    }
 
 
 def serving_trace(
