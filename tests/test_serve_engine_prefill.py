@@ -1,5 +1,6 @@
-"""The prefill-only queue (:mod:`moeplan.serve.engine_prefill`) against the general engine loop:
-every field of the result equal bit for bit on generated prefill-only workloads."""
+"""The engine's shortcuts against what they replace, bit for bit on generated inputs: the
+prefill-only queue (:mod:`moeplan.serve.engine_prefill`) against the general engine loop, and
+the P/D KV-transfer queue against it written out request by request."""
 
 from __future__ import annotations
 

@@ -101,11 +101,9 @@ class EngineState:
         # the scheduler's knobs, read once per iteration
         self.mixed = cfg.policy == "mixed"
         self.budget = cfg.chunk_tokens or (1 << 62)
-        self.kv_cap, self.reserve, self.max_running = (
-            cfg.kv_tokens,
-            cfg.admit_reserve,
-            cfg.max_running,
-        )
+        self.kv_cap = cfg.kv_tokens
+        self.reserve = cfg.admit_reserve
+        self.max_running = cfg.max_running
         #: every request has one output token (a P/D prefill instance): :mod:`.engine_prefill`
         self.prefill_only = int(reqs.osl.max()) == 1
 
