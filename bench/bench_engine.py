@@ -52,12 +52,18 @@ def record_corpus() -> list[tuple]:
         return run(self)
 
     engine_mod.Engine.run = recording  # type: ignore[method-assign]
+    argv = sys.argv
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
-            sys.argv = ["moeplan", *QUESTION]
+        with (
+            tempfile.TemporaryDirectory() as out,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.suppress(SystemExit),
+        ):
+            sys.argv = ["moeplan", *QUESTION, "--out", out]
             main()
     finally:
         engine_mod.Engine.run = run  # type: ignore[method-assign]
+        sys.argv = argv
     return corpus
 
 
@@ -102,17 +108,15 @@ def same(a, b) -> str | None:  # type: ignore[no-untyped-def]
     return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reference", default=REFERENCE_REV, help="git revision of the reference")
-    ap.add_argument("--repeat", type=int, default=3, help="timed passes (best is reported)")
-    args = ap.parse_args()
-    ref = load_reference(args.reference)
+def measure(reference: str, repeat: int) -> dict:
+    """Record the corpus, time both engines on it (best of ``repeat`` interleaved passes) and
+    compare their results."""
+    ref = load_reference(reference)
     t0 = time.process_time()
     corpus = record_corpus()
-    print(f"corpus: {len(corpus)} engine runs recorded in {time.process_time() - t0:.1f} s CPU")
+    record_s = time.process_time() - t0
     t_ref = t_new = float("inf")
-    for _ in range(args.repeat):  # interleaved: load on the box hits both alike
+    for _ in range(repeat):  # interleaved: load on the box hits both alike
         s, res_ref = replay(ref, corpus)
         t_ref = min(t_ref, s)
         s, res_new = replay(engine_mod, corpus)
@@ -120,17 +124,47 @@ def main() -> int:
     bad = [
         (i, f) for i, (a, b) in enumerate(zip(res_ref, res_new, strict=True)) if (f := same(a, b))
     ]
-    iters = sum(len(r.iter_start_s) for r in res_new)
-    reqs = sum(len(c[0]) for c in corpus)
-    prefill_only = sum(bool(np.all(c[0].osl == 1)) for c in corpus)
+    return {
+        "runs": len(corpus),
+        "prefill_only": sum(bool(np.all(c[0].osl == 1)) for c in corpus),
+        "requests": sum(len(c[0]) for c in corpus),
+        "iterations": sum(len(r.iter_start_s) for r in res_new),
+        "record_s": record_s,
+        "reference_s": t_ref,
+        "current_s": t_new,
+        "bad": bad,
+    }
+
+
+def run() -> list[dict]:
+    """The ``bench/run_all.py`` row: engine CPU seconds over the corpus vs the reference."""
+    m = measure(REFERENCE_REV, 3)
+    same_runs = m["runs"] - len(m["bad"])
+    return [{
+        "name": f"engine over the plan question's {m['runs']} runs ({m['iterations']} iterations)",
+        "value": m["current_s"], "unit": "s CPU", "reference": m["reference_s"],
+        "ratio": m["reference_s"] / m["current_s"], "target": ">= 1.5x, identical results",
+        "note": f"reference = engine at {REFERENCE_REV}; ratio = speed-up; "
+                f"{same_runs}/{m['runs']} runs identical",
+    }]  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reference", default=REFERENCE_REV, help="git revision of the reference")
+    ap.add_argument("--repeat", type=int, default=3, help="timed passes (best is reported)")
+    args = ap.parse_args()
+    m = measure(args.reference, args.repeat)
+    iters, t_ref, t_new, bad = m["iterations"], m["reference_s"], m["current_s"], m["bad"]
+    print(f"corpus: {m['runs']} engine runs recorded in {m['record_s']:.1f} s CPU")
     print(
-        f"runs {len(corpus)} ({prefill_only} prefill-only), requests {reqs}, "
+        f"runs {m['runs']} ({m['prefill_only']} prefill-only), requests {m['requests']}, "
         f"iterations {iters} (fast-forwarded steps expanded)"
     )
     print(f"reference ({args.reference}): {t_ref:.2f} s CPU, {iters / t_ref:,.0f} iterations/s")
     print(f"current: {t_new:.2f} s CPU, {iters / t_new:,.0f} iterations/s")
     print(f"ratio reference/current: {t_ref / t_new:.2f}x (best of {args.repeat} passes each)")
-    print(f"results identical bit for bit: {len(corpus) - len(bad)} / {len(corpus)} runs")
+    print(f"results identical bit for bit: {m['runs'] - len(bad)} / {m['runs']} runs")
     for i, f in bad[:10]:
         print(f"  run {i}: field {f} differs")
     return 1 if bad else 0
