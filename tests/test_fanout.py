@@ -53,6 +53,15 @@ def test_an_error_in_a_worker_reaches_the_caller():
         fan_out([lambda: 1, _fail])
 
 
+def _die() -> None:
+    os._exit(9)  # as the kernel's OOM killer would end it: no result, no exception
+
+
+def test_a_dead_worker_is_one_error_not_a_hang():
+    with using(forked(2)), pytest.raises(MoeplanError, match="ended without its result"):
+        fan_out([lambda: 1, _die, lambda: 3])
+
+
 def test_kernel_lookups_made_in_workers_are_counted_here():
     """The pricing section counts lookups: a worker's are added to the planning process's
     model, so pricing one shape in a worker counts what pricing it here counts."""

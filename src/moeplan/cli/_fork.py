@@ -4,8 +4,10 @@
 as a copy of the planning process (its specs, cost model and caches), runs one thunk and
 sends its result back pickled; a worker never forks again (its own fan-outs run serially).
 The thunks change no shared state and print nothing, so the results, and so the plan, are
-the same for every ``N`` (``tests/test_fanout.py``); only the wall time changes. Forking is
-POSIX-only: where ``fork`` is unavailable, the pieces run one after another.
+the same for every ``N`` (``tests/test_fanout.py``); only the wall time changes (and the
+kernel-lookup count, :func:`forked`). A worker that dies (killed, out of memory) ends the
+command with one line, never a hang. Forking is POSIX-only: where ``fork`` is unavailable,
+the pieces run one after another.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from moeplan.errors import require
+from moeplan.errors import MoeplanError, require
 from moeplan.search import fanout
 
 if TYPE_CHECKING:
@@ -70,26 +74,41 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
         _THUNKS, _CARRY = thunks, carry
         sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
         sys.stderr.flush()
+        pool = ProcessPoolExecutor(
+            min(jobs, len(thunks) - 1), mp_context=mp.get_context("fork"), initializer=_start
+        )
         try:
-            pool = mp.get_context("fork").Pool(min(jobs, len(thunks) - 1), initializer=_start)
-        finally:
-            _THUNKS, _CARRY = (), ()
-        try:
-            pending = pool.map_async(_call, range(1, len(thunks)), chunksize=1)
+            try:  # a fork context starts every worker at the first submit
+                pending = [pool.submit(_call, i) for i in range(1, len(thunks))]
+            finally:
+                _THUNKS, _CARRY = (), ()
             first = thunks[0]()
-            done = pending.get()
-            pool.close()
+            done = [f.result() for f in pending]
+        except BrokenProcessPool as err:
+            _stop(pool)
+            raise MoeplanError(
+                "a worker process ended without its result (killed, or out of memory?); "
+                "--jobs 1 runs every simulation in this process"
+            ) from err
         except BaseException:
-            pool.terminate()
+            _stop(pool)
             raise
-        finally:
-            pool.join()
+        pool.shutdown(wait=True)
         for _, made in done:
             for c, counts in zip(carry, made, strict=True):
                 c.add_lookups(counts)
         return [first] + [out for out, _ in done]
 
     return run
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End ``pool`` now: its queued thunks are dropped and its workers stopped (they ignore
+    Ctrl-C, and a thunk can run for minutes)."""
+    procs = list(getattr(pool, "_processes", {}).values())  # the executor keeps no public list
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
 
 
 def check_jobs(jobs: int | None) -> int:

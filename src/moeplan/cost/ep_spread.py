@@ -43,7 +43,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import ndtr
 
 GRID = 4097  # trapezoid points of the expectation integral
 SIGMAS = 10.0  # the integral's range beyond the extreme means, in standard deviations
@@ -62,6 +61,8 @@ def count_moments(
 
 def expected_max(mu: np.ndarray, sd: np.ndarray) -> float:
     """E[max_g X_g] for independent normals ``X_g ~ N(mu_g, sd_g^2)`` (module docstring)."""
+    from scipy.special import ndtr  # here: `moeplan` starts without scipy
+
     mu, sd = np.asarray(mu, float), np.asarray(sd, float)
     if not np.any(sd > 0):
         return float(mu.max())
