@@ -205,7 +205,7 @@ class Engine(IterationEnd):
         until the next finish, arrival or full KV pool, and the mean context grows by one per
         step, so steps are timed one bucket segment at a time. One step is already allocated."""
         assert self.kv_used <= self.kv_cap, "KV pool over-committed"
-        k_max = self.finishers[0][0] - self.step if self.finishers else 1
+        k_max = self.finishers[0] - self.step if self.finishers else 1
         k_max = min(k_max, 1 + int((self.kv_cap - self.kv_used) // (n * self.tps)))
         if not self.fast:
             k_max = 1

@@ -47,13 +47,13 @@ class IterationEnd(EngineState):
             self._itl_segments(k)
         self.last_dec_end = t
         fin = self.finishers
-        if fin and fin[0][0] <= step:
+        if fin and fin[0] <= step:
             self._decode_finish(t, step)
 
     def _decode_finish(self, t: float, step: int) -> None:
         """Requests whose last decode step was ``step`` (or earlier) finish at ``t``."""
-        fin, epoch, state, s0, osl, base_prod, base_ctx = (
-            self.finishers, self.epoch, self.state, self.s0, self.osl, self.base_prod,
+        fin, due, epoch, state, s0, osl, base_prod, base_ctx = (
+            self.finishers, self.due, self.epoch, self.state, self.s0, self.osl, self.base_prod,
             self.base_ctx,
         )  # fmt: skip
         produced, running, finish, closed = self.produced, self.running, self.finish, self.r.closed
@@ -61,26 +61,26 @@ class IterationEnd(EngineState):
             self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used
         )  # fmt: skip
         tps, pop = self.tps, heapq.heappop
-        while fin and fin[0][0] <= step:
-            _, _, r, ep = pop(fin)
-            if epoch[r] != ep or state[r] != DECODE:
-                continue
-            j = step - s0[r]
-            left = osl[r] - base_prod[r]
-            assert j == (left if tps == 1 else self._steps(left)), "finished off-step"
-            surplus = j * tps - left  # 0 without MTP
-            remaining += surplus
-            out -= surplus
-            produced[r] = osl[r]
-            n_dec -= 1
-            ctx = base_ctx[r] + j * tps
-            sum_ctx -= ctx
-            kv -= ctx  # the request's KV is freed (as in :meth:`_finish`)
-            del running[r]
-            state[r] = DONE
-            finish[r] = t
-            if closed:  # its client's next request (touches none of the locals)
-                self._push_arrival(t)
+        while fin and fin[0] <= step:
+            for r, ep in due.pop(pop(fin)):  # by finishing step, then in order of entry
+                if epoch[r] != ep or state[r] != DECODE:
+                    continue  # preempted since
+                j = step - s0[r]
+                left = osl[r] - base_prod[r]
+                assert j == (left if tps == 1 else self._steps(left)), "finished off-step"
+                surplus = j * tps - left  # 0 without MTP
+                remaining += surplus
+                out -= surplus
+                produced[r] = osl[r]
+                n_dec -= 1
+                ctx = base_ctx[r] + j * tps
+                sum_ctx -= ctx
+                kv -= ctx  # the request's KV is freed (as in :meth:`_finish`)
+                del running[r]
+                state[r] = DONE
+                finish[r] = t
+                if closed:  # its client's next request (touches none of the locals)
+                    self._push_arrival(t)
         self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used = (
             remaining, out, n_dec, sum_ctx, kv
         )  # fmt: skip
@@ -140,12 +140,11 @@ class IterationEnd(EngineState):
         pf, produced, osl, first, last_tok, state = (
             self.prefilling, self.produced, self.osl, self.first, self.last_tok, self.state
         )  # fmt: skip
-        base_ctx, base_prod, s0, epoch, fin, entrants = (
-            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.entrants
+        base_ctx, base_prod, s0, epoch, fin, due, entrants = (
+            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.due,
+            self.entrants,
         )  # fmt: skip
-        remaining, out, n_dec, sum_ctx, fseq = (
-            self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq
-        )  # fmt: skip
+        remaining, out, n_dec, sum_ctx = self.remaining, self.out_tokens, self.n_dec, self.sum_ctx
         step, tps, push = self.step, self.tps, heapq.heappush
         for r, end in done:
             if pf[0] == r:
@@ -169,10 +168,13 @@ class IterationEnd(EngineState):
             base_ctx[r], base_prod[r], s0[r] = end, p, step
             n_dec += 1
             sum_ctx += end
-            fseq += 1
             ep = epoch[r]
-            push(fin, (step + (o - p if tps == 1 else self._steps(o - p)), fseq, r, ep))
+            last = step + (o - p if tps == 1 else self._steps(o - p))  # its last decode step
+            same = due.get(last)
+            if same is None:
+                due[last] = [(r, ep)]
+                push(fin, last)
+            else:
+                same.append((r, ep))
             entrants.append((r, ep))
-        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.fseq = (
-            remaining, out, n_dec, sum_ctx, fseq
-        )  # fmt: skip
+        self.remaining, self.out_tokens, self.n_dec, self.sum_ctx = remaining, out, n_dec, sum_ctx

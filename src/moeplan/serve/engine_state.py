@@ -79,7 +79,10 @@ class EngineState:
         self.prefilling: deque[int] = deque()
         self.running: dict[int, None] = {}
         self.entrants: list[tuple[int, int]] = []
-        self.finishers: list[tuple[int, int, int, int]] = []
+        #: decode steps at which some decoding request takes its last step (a heap), and
+        #: who, ``(request, epoch)`` in order of entry into decode (stale after a preemption)
+        self.finishers: list[int] = []
+        self.due: dict[int, list[tuple[int, int]]] = {}
         self.n_dec = 0
         # token counts that turn fractional under MTP (tokens_per_step a float)
         self.sum_ctx: float = 0
@@ -87,7 +90,6 @@ class EngineState:
         self.remaining: float = 0
         self.step = 0  # decode steps executed
         self.seq = 0  # event heap tie-break (closed loop)
-        self.fseq = 0  # finisher heap tie-break
         self.heap: list[tuple[float, int, int, int]] = []
         self.next_arrival = 0
         self.preemptions = self.prefill_tokens = self.recomputed = 0
