@@ -286,7 +286,8 @@ class Engine(IterationEnd):
             self.kv_cap,
             self.now,
         )
-        while budget > 0 and waiting and len(running) < max_running:
+        room = max_running - len(running)  # admissions max_running allows
+        while budget > 0 and waiting and room > 0:
             r = waiting[0]
             p = produced[r]
             need = isl[r] + p
@@ -298,6 +299,7 @@ class Engine(IterationEnd):
                 admit[r] = now
             state[r] = PREFILL
             running[r] = None
+            room -= 1
             kv += need
             remaining += rem
             c = cached[r]
