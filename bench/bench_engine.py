@@ -12,7 +12,7 @@ run of the corpus is replayed through both engines; each ``SimResult`` field mus
 for bit (arrays compared with ``numpy.array_equal``, NaN equal to NaN), else the bench fails.
 ``ratio`` = reference seconds / current seconds (> 1: faster).
 
-    PYTHONPATH=src python bench/bench_engine.py [--reference REV] [--repeat N]
+    PYTHONPATH=src python bench/bench_engine.py [--reference REV] [--repeat N] [--by-kind]
 """
 
 from __future__ import annotations
@@ -136,6 +136,29 @@ def measure(reference: str, repeat: int) -> dict:
     }
 
 
+def kind(run: tuple) -> str:
+    """A run's kind: a prefill-only pool, else its evaluator's class (P/D decode pools:
+    DecodeStepEvaluator; attention-FFN: AFDIteration; colocated: GridEvaluator), with
+    ``+stop`` when it has a stop predicate."""
+    if bool(np.all(run[0].osl == 1)):
+        return "prefill-only"
+    return type(run[2]).__name__ + ("+stop" if run[5] is not None else "")
+
+
+def by_kind(reference: str, repeat: int) -> None:
+    """Print both engines' CPU seconds per kind of run (best of ``repeat`` passes each)."""
+    ref, kinds = load_reference(reference), {}  # type: ignore[var-annotated]
+    for c in record_corpus():
+        kinds.setdefault(kind(c), []).append(c)
+    for k, runs in kinds.items():
+        t_ref = t_new = float("inf")
+        for _ in range(repeat):  # interleaved, as in measure()
+            t_ref = min(t_ref, replay(ref, runs)[0])
+            t_new = min(t_new, replay(engine_mod, runs)[0])
+        print(f"{k}: {len(runs)} runs, reference {t_ref:.2f} s, current {t_new:.2f} s, "
+              f"ratio {t_ref / t_new:.2f}x")  # fmt: skip
+
+
 def run() -> list[dict]:
     """The ``bench/run_all.py`` row: engine CPU seconds over the corpus vs the reference."""
     m = measure(REFERENCE_REV, 3)
@@ -153,7 +176,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reference", default=REFERENCE_REV, help="git revision of the reference")
     ap.add_argument("--repeat", type=int, default=3, help="timed passes (best is reported)")
+    ap.add_argument("--by-kind", action="store_true", help="times per kind of run instead")
     args = ap.parse_args()
+    if args.by_kind:
+        by_kind(args.reference, args.repeat)
+        return 0
     m = measure(args.reference, args.repeat)
     iters, t_ref, t_new, bad = m["iterations"], m["reference_s"], m["current_s"], m["bad"]
     print(f"corpus: {m['runs']} engine runs recorded in {m['record_s']:.1f} s CPU")
