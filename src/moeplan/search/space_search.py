@@ -8,9 +8,13 @@ ones a layout runs with, computed only for layouts not pruned by bound) is simul
 then the rest in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
 
 - its bound is at most ``C``: it cannot win — *pruned by bound*;
-- else one steady run at the rate that would give it ``C`` per GPU: if the SLOs miss there,
-  its capacity is below ``C`` (capacity is the largest rate below which every rate meets
-  the SLOs, :mod:`moeplan.search.capacity`) — *beaten at the incumbent's rate*;
+- else one steady run at the rate that would give it ``C`` per GPU — the very run its
+  capacity search would make there, same warm-up and tail: a shorter warm-up read a queue
+  still filling as growth (DeepSeek-V2-Lite on 8 A100, attn TP1xDP2 / MoE TP2 x 4: "queue
+  growth" at 17.2 req/s with two lifetimes of warm-up at that rate, stable and within the
+  SLOs with the search's, whose capacity was 18.4) — if the SLOs miss there, its capacity is
+  below ``C`` (capacity is the largest rate below which every rate meets the SLOs,
+  :mod:`moeplan.search.capacity`) — *beaten at the incumbent's rate*;
 - else its capacity is searched (:func:`moeplan.search.capacity.slo_capacity`) and it may
   become the incumbent.
 
@@ -170,13 +174,23 @@ def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
 REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
 
 
-def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
-    """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only:
-    the analytic estimate capped by the bound; warm-up and tail sized for ``REF_MARGIN`` x
-    that start (probes above it size their own)."""
-    assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+def _start(c: SpaceCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (``REF_MARGIN`` x that, capped by
+    the bound; probes above it size their own), as :func:`slo_capacity` takes them."""
+    assert c.bound is not None
     est = c.estimate.rate_rps if c.estimate is not None else 0.0
     guess = min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
+    g = max(guess, 1e-6)
+    return guess, max(g, min(c.bound.rate_rps, REF_MARGIN * guess))
+
+
+def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
+    """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only
+    (:func:`_start`); a layout that met the SLOs at the incumbent's rate starts from that
+    very run."""
+    assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+    guess, ref = _start(c)
     c.capacity, c.probe = slo_capacity(
         c.cfg,
         c.evaluate,
@@ -186,9 +200,10 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
         requests=requests,
         replicas=c.replicas,
         interval=False,
-        ref_rps=min(c.bound.rate_rps, REF_MARGIN * guess),
+        ref_rps=ref,
         cache=c.runs,
         cap_rps=c.bound.rate_rps,
+        met_rps=c.beaten_at or None,
     )
 
 
@@ -196,8 +211,6 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     """The winner's capacity again, its point bracket kept, with its 95 % interval."""
     assert w.cfg is not None and w.evaluate is not None
     assert w.bound is not None and w.capacity is not None
-    est = w.estimate.rate_rps if w.estimate is not None else 0.0
-    guess = min(w.bound.rate_rps, est) if est > 0 else w.bound.rate_rps
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
     w.capacity, w.probe = slo_capacity(
         w.cfg,
@@ -208,10 +221,26 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
         requests=requests,
         replicas=w.replicas,
         known=pt,
-        ref_rps=min(w.bound.rate_rps, REF_MARGIN * guess),
+        ref_rps=_start(w)[1],
         cache=w.runs,
         cap_rps=w.bound.rate_rps,
     )
+
+
+def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n: int) -> bool:
+    """Whether ``c`` misses the SLOs at ``rate``: the very run its capacity search would make
+    there (same warm-up and tail, :func:`_start`), stopped once the miss is certain; a run
+    that meets them is kept for the search (it ran to its horizon)."""
+    ref = _start(c)[1]
+    p = steady_probe(
+        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, ref_rps=ref,
+        horizon=True, stop_on_miss=True,
+    )  # fmt: skip
+    c.beaten_at = rate
+    if p.meets(slo):
+        c.runs[rate, ref] = p
+        return False
+    return True
 
 
 def _by_estimate(
@@ -283,23 +312,9 @@ def search_space(
             progress(f"capacity {i + 1}/{len(order)}: {c.layout.label}")
         pick_knobs(c, workload, slo)  # only layouts not pruned by bound need their knobs
         assert c.cfg is not None and c.evaluate is not None and c.bound is not None
-        if top > 0:
-            r = top * c.layout.gpus / osl  # the incumbent's capacity per GPU, as this rate
-            p = steady_probe(
-                c.cfg,
-                c.evaluate,
-                workload,
-                slo,
-                r,
-                requests=requests,
-                replicas=c.replicas,
-                horizon=True,
-                stop_on_miss=True,  # a verdict only: stopped once the miss is certain
-            )
-            c.beaten_at = r
-            if not p.meets(slo):
-                beaten += 1
-                continue
+        if top > 0 and _beaten(c, top * c.layout.gpus / osl, workload, slo, requests):
+            beaten += 1  # it misses at the incumbent's capacity per GPU, as its rate
+            continue
         search_capacity(c, workload, slo, requests)
         simulated += 1
         if c.capacity_per_gpu(osl) > top:
