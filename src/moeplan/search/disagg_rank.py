@@ -146,7 +146,8 @@ def search_pools(
     search's certificate, and the capacity record (with
     its interval) of the best disaggregated deployment when it beats ``incumbent`` (the
     colocated winner's capacity per GPU), keyed by ``id`` of its result. ``first_found``:
-    :func:`moeplan.search.disagg_search.first_searches` of the same setup, when already run;
+    the searches of :func:`moeplan.search.disagg_search.first_searches` of the same setup,
+    when already run;
     ``cands``: its space (:func:`moeplan.search.disagg_search.space`), when already built."""
     ctx, fams, why = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
     if ctx is None:

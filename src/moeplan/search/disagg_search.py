@@ -178,16 +178,26 @@ def pool_candidate(
     )  # fmt: skip
 
 
-def space(c: Context, families: list[str]) -> list[PoolCandidate]:
+def space(
+    c: Context, families: list[str], bounds: dict[str, list[float]] | None = None
+) -> list[PoolCandidate]:
     """Every (prefill kind, decode kind, x, y) of ``families`` that fits the cluster, with
-    its bound and estimate (module docstring)."""
+    its bound and estimate (module docstring). ``bounds``: the pools' rate bounds (requests/s
+    per instance, in pool order) under ``"prefill"`` and each family's name, as an earlier
+    call with the same arguments filled them in (they are most of this call's time); a key
+    missing is computed and filled in."""
     n, w = c.cluster.num_gpus, c.workload
+    known = {} if bounds is None else bounds
     pres = prefill_pools(c) if families else []
-    bp = [prefill_rate_bound(p.evaluate, p.cfg, w) for p in pres]
+    if "prefill" not in known:
+        known["prefill"] = [prefill_rate_bound(p.evaluate, p.cfg, w) for p in pres]
+    bp = known["prefill"]
     out = []
     for fam in families:
         decs = decode_pools(c, fam)
-        bd = [decode_rate_bound(d.evaluate, d.cfg, w, c.slo) for d in decs]
+        if fam not in known:
+            known[fam] = [decode_rate_bound(d.evaluate, d.cfg, w, c.slo) for d in decs]
+        bd = known[fam]
         for p, b_p in zip(pres, bp, strict=True):
             gp = p.layout.gpus
             for d, b_d in zip(decs, bd, strict=True):
@@ -305,15 +315,13 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
-def first_searches(
-    c: Context, families: list[str], requests: int, cands: list[PoolCandidate] | None = None
-) -> list[tuple]:
-    """What the capacity searches of each family's first deployment (step 1 of the module
-    docstring) learn, in :func:`_first`'s order: they depend on no incumbent, so they can
-    run before, or beside, the colocated search. ``cands``: :func:`space` of the same
-    arguments, when already built."""
-    first = _first(space(c, families) if cands is None else cands, families)
-    return fan_out([partial(_searched, k, c, requests) for k in first])
+def first_searches(c: Context, families: list[str], requests: int) -> tuple[dict, list[tuple]]:
+    """The pools' rate bounds of :func:`space` and what the capacity searches of each
+    family's first deployment (step 1 of the module docstring) learn, in :func:`_first`'s
+    order: they depend on no incumbent, so they can run beside the colocated search."""
+    bounds: dict[str, list[float]] = {}
+    first = _first(space(c, families, bounds), families)
+    return bounds, fan_out([partial(_searched, k, c, requests) for k in first])
 
 
 def search_disaggregated(
@@ -328,7 +336,8 @@ def search_disaggregated(
 ) -> tuple[list[PoolCandidate], DisaggCertificate]:
     """The simulated deployments, best capacity per GPU first, and the certificate
     (module docstring); ``incumbent``: the colocated winner's capacity per GPU;
-    ``first_found``: :func:`first_searches` of the same arguments, when already run;
+    ``first_found``: the searches of :func:`first_searches` of the same arguments, when
+    already run;
     ``cands``: :func:`space` of the same arguments, when already built."""
     osl = c.workload.osl.mean
     cands = space(c, families) if cands is None else cands

@@ -106,25 +106,26 @@ def serve_rank(
     model, cluster = result.model, result.cluster
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     ctx, fams, _ = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
-    # the disaggregated space before the fan-out: a worker inherits it, the search reuses it
-    t_space = time.perf_counter()
-    cands = space(ctx, fams) if ctx is not None and fams else None
-    t_space = time.perf_counter() - t_space
     # the colocated search and each pooled family's first deployment depend on nothing of
     # each other: side by side (moeplan.search.fanout; the colocated one reports progress)
     found = fan_out([
         partial(_timed, served_space, result, cost, workload, slo, engine=engine,
                 requests=requests, rate_given=rate_given, progress=progress,
                 knob_search=knob_search),
-        *([partial(_timed, first_searches, ctx, fams, requests, cands)] if cands else []),
+        *([partial(_timed, first_searches, ctx, fams, requests)] if ctx and fams else []),
     ])  # fmt: skip
+    # the disaggregated space again here, its pools' bounds from the first searches
+    t_space = time.perf_counter()
+    bounds, first = found[1][0] if len(found) > 1 else ({}, None)
+    cands = space(ctx, fams, bounds) if ctx is not None and fams else None
+    t_space = time.perf_counter() - t_space
     served, pruned_list, not_served, cert, record = found[0][0]
     pruned = tuple(pruned_list)
     t0 = time.perf_counter()
     steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
         mtp=mtp, requests=requests, incumbent=cert.winner_capacity,
-        first_found=found[1][0] if len(found) > 1 else None, cands=cands,
+        first_found=first, cands=cands,
     )  # fmt: skip
     # its own time: the first deployments' searches (wherever they ran) and the rest
     disagg_s = time.perf_counter() - t0 + t_space + (found[1][1] if len(found) > 1 else 0.0)
