@@ -12,6 +12,7 @@ the pieces run one after another.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -32,6 +33,8 @@ MAX_JOBS = 256  # this command's own limit: far past any one machine's cores
 
 _THUNKS: Sequence[Callable[[], Any]] = ()
 _CARRY: Sequence[CostModel] = ()
+_SHARE: tuple[Any, ...] = ()  # the memos thunks' answers come back into (fanout.sharing)
+_FORKED_AT: list[Any] = []  # each memo's mark when the workers were forked
 
 
 def default_jobs() -> int:
@@ -49,15 +52,18 @@ def _start() -> None:
     fanout.install(fanout.serial)
 
 
-def _call(i: int) -> tuple[Any, list[dict]]:
-    """Thunk ``i``'s result and the kernel lookups it made in each carried cost model."""
+def _call(i: int) -> tuple[Any, list[dict], list[list]]:
+    """Thunk ``i``'s result, the kernel lookups it made in each carried cost model and the
+    answers it added to each shared memo (:func:`moeplan.search.fanout.sharing`)."""
     before = [c.lookup_counts() for c in _CARRY]
+    marks = [m.mark() for m in _SHARE]
     out = _THUNKS[i]()
     made = []
     for c, was in zip(_CARRY, before, strict=True):
         now = c.lookup_counts()
         made.append({k: (n - was.get(k, (0,))[0], med, p90) for k, (n, med, p90) in now.items()})
-    return out, made
+    answers = [m.since(a, f) for m, a, f in zip(_SHARE, marks, _FORKED_AT, strict=True)]
+    return out, made, answers
 
 
 def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
@@ -65,13 +71,15 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
     others in up to ``jobs`` workers (the first may report progress; two CPUs share three
     equal thunks better so than one worker taking two). The kernel lookups a worker makes in
     a ``carry`` model are added to this process's (the pricing section counts them; a
-    worker's caches do not come back, so with workers the count can exceed a serial run's)."""
+    worker's caches do not come back, so with workers the count can exceed a serial run's;
+    the answers a worker adds to a shared memo do come back, :func:`fanout.sharing`)."""
 
     def run(thunks: Sequence[Callable[[], Any]]) -> list[Any]:
-        global _THUNKS, _CARRY
+        global _THUNKS, _CARRY, _SHARE, _FORKED_AT
         if jobs <= 1 or "fork" not in mp.get_all_start_methods():
             return fanout.serial(thunks)
-        _THUNKS, _CARRY = thunks, carry
+        share = fanout.shared()
+        _THUNKS, _CARRY, _SHARE, _FORKED_AT = thunks, carry, share, [m.mark() for m in share]
         sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
         sys.stderr.flush()
         pool = ProcessPoolExecutor(
@@ -81,7 +89,7 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
             try:  # a fork context starts every worker at the first submit
                 pending = [pool.submit(_call, i) for i in range(1, len(thunks))]
             finally:
-                _THUNKS, _CARRY = (), ()
+                _THUNKS, _CARRY, _SHARE, _FORKED_AT = (), (), (), []
             first = thunks[0]()
             done = [f.result() for f in pending]
         except BrokenProcessPool as err:
@@ -94,10 +102,12 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
             _stop(pool)
             raise
         pool.shutdown(wait=True)
-        for _, made in done:
+        for _, made, answers in done:
             for c, counts in zip(carry, made, strict=True):
                 c.add_lookups(counts)
-        return [first] + [out for out, _ in done]
+            for m, got in zip(share, answers, strict=True):
+                m.absorb(got)
+        return [first] + [out for out, _, _ in done]
 
     return run
 
@@ -121,6 +131,10 @@ def check_jobs(jobs: int | None) -> int:
 
 @contextmanager
 def workers(jobs: int, carry: Sequence[CostModel] = ()) -> Iterator[None]:
-    """Fan-outs inside the block use up to ``jobs`` worker processes (:func:`forked`)."""
+    """Fan-outs inside the block use up to ``jobs`` worker processes (:func:`forked`). The
+    objects made so far (modules, specs, kernel tables) are moved out of the cyclic garbage
+    collector's reach first (:func:`gc.freeze`, which Python's documentation advises before
+    forking): neither this process nor a worker scans them again in each full collection."""
+    gc.freeze()
     with fanout.using(forked(jobs, carry), jobs):
         yield

@@ -11,6 +11,12 @@ Every thunk must be deterministic and return its result instead of changing shar
 run in another process, its side effects are lost. The first thunk may run in the calling
 process (a runner's choice); only it may report progress. Results are then the same bit for bit
 whichever :data:`FanOut` runs them (``tests/test_fanout.py``).
+
+The one exception to "no shared state" is a memo of pure answers (:func:`sharing`): a runner
+that runs thunks elsewhere may bring back the answers they added to it
+(:class:`moeplan.search.memo_cost.MemoCost`'s ``mark`` / ``since`` / ``absorb``), so that what
+a worker priced is not priced again here. An answer is the same wherever it is computed, so
+this changes the time a search takes, never its result.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ def serial(thunks: Sequence[Callable[[], T]]) -> list[T]:
 
 _ACTIVE: ContextVar[FanOut] = ContextVar("moeplan_fan_out", default=serial)
 _WIDTH: ContextVar[int] = ContextVar("moeplan_fan_out_width", default=1)
+_SHARED: ContextVar[tuple[Any, ...]] = ContextVar("moeplan_fan_out_shared", default=())
 
 
 def width() -> int:
@@ -63,3 +70,19 @@ def using(runner: FanOut, runs_at_once: int = 1) -> Iterator[None]:
     finally:
         _ACTIVE.reset(token)
         _WIDTH.reset(wtoken)
+
+
+def shared() -> tuple[Any, ...]:
+    """The memos a runner may bring thunks' answers back into (:func:`sharing`)."""
+    return _SHARED.get()
+
+
+@contextmanager
+def sharing(*memos: Any) -> Iterator[None]:
+    """Inside the block, thunks run elsewhere may hand the answers they add to ``memos`` back
+    to this process (module docstring); each memo has ``mark``, ``since`` and ``absorb``."""
+    token = _SHARED.set(_SHARED.get() + tuple(m for m in memos if m not in _SHARED.get()))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)

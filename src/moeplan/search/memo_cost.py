@@ -8,6 +8,12 @@ distinct argument tuple (plain values, tuples and lists compared by value; any o
 the model and cluster specs, the same objects throughout a search — by identity).
 :func:`memo_cost` wraps a model once (a :class:`MemoCost` is returned as it is), so every
 search of one ``moeplan plan`` shares one memo. Pure: no I/O.
+
+A memo can be handed on: :meth:`MemoCost.mark` notes where it stands, :meth:`MemoCost.since`
+lists the answers added after a mark and :meth:`MemoCost.absorb` adds such a list to another
+copy of the memo — a forked copy of this process (:mod:`moeplan.search.fanout`) gives its
+answers back so the process that forked it does not price them again. The same arguments give
+the same answer wherever they are priced, so absorbing changes no figure, only the time.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import Any
 from moeplan.cost import CostModel
 
 _PLAIN = (int, float, str, bool, type(None))
+Mark = tuple[int, int]
+"""Where a memo stands: its answers and its objects keyed by identity, counted."""
 
 
 def memo_cost(cost: Any) -> Any:
@@ -74,3 +82,42 @@ class MemoCost:
             self._methods[name] = fn
             setattr(self, name, fn)  # later look-ups find it without __getattr__
         return fn
+
+    # ---- handing answers on (module docstring) --------------------------------------------
+    def pin(self, *objs: Any) -> None:
+        """Key ``objs`` by identity now: answers about them made in a copy of this memo taken
+        later can be absorbed here (:meth:`since`)."""
+        for o in objs:
+            self._key(o)
+
+    def mark(self) -> Mark:
+        """Where the memo stands now (answers and pinned objects only grow)."""
+        return len(self._memo), len(self._pinned)
+
+    def since(self, answers_from: Mark, objects_from: Mark) -> list[tuple[tuple, Any]]:
+        """The answers added after ``answers_from`` whose keys name no object pinned after
+        ``objects_from`` (an object made after the copy was taken may share its id with
+        another object in the original)."""
+        known = set(list(self._pinned)[: objects_from[1]])
+        items = list(self._memo.items())[answers_from[0] :]
+        return [(k, v) for k, v in items if _ids_in(k) <= known]
+
+    def absorb(self, answers: list[tuple[tuple, Any]]) -> None:
+        """Add answers of :meth:`since` from a copy of this memo (those it has are kept)."""
+        memo = self._memo
+        for k, v in answers:
+            memo.setdefault(k, v)
+
+
+def _ids_in(key: Any) -> set[int]:
+    """The identities an argument key names (``("id", n)`` pairs, at any depth)."""
+    out: set[int] = set()
+    todo = [key]
+    while todo:
+        k = todo.pop()
+        if type(k) is tuple:
+            if len(k) == 2 and k[0] == "id" and type(k[1]) is int:
+                out.add(k[1])
+            else:
+                todo.extend(x for x in k if type(x) is tuple)
+    return out

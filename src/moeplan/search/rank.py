@@ -49,7 +49,7 @@ from moeplan.search.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
-from moeplan.search.fanout import fan_out
+from moeplan.search.fanout import fan_out, sharing
 from moeplan.search.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
@@ -97,12 +97,33 @@ def serve_rank(
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
-    from moeplan.search.disagg_rank import disagg_setup, search_pools
-    from moeplan.search.disagg_search import first_searches, space
     from moeplan.search.memo_cost import memo_cost
-    from moeplan.search.space_rank import served_space
 
     cost = memo_cost(cost)  # one memo for the colocated and disaggregated searches
+    model, cluster = result.model, result.cluster
+    cost.pin(model, cluster)  # answers about them priced in a worker come back (fanout.sharing)
+    with sharing(cost):
+        return _serve_rank(result, cost, workload, slo, objective, engine, rate_given, progress,
+                           requests, knob_search)  # fmt: skip
+
+
+def _serve_rank(
+    result: PlanResult,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    objective: str,
+    engine: str,
+    rate_given: bool,
+    progress: Callable[[str], None] | None,
+    requests: int,
+    knob_search: KnobSearch | None,
+) -> ServeRanking:
+    """:func:`serve_rank`'s search, ``cost`` a memo shared with its workers."""
+    from moeplan.search.disagg_rank import disagg_setup, search_pools
+    from moeplan.search.disagg_search import first_searches, space
+    from moeplan.search.space_rank import served_space
+
     model, cluster = result.model, result.cluster
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     ctx, fams, _ = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)

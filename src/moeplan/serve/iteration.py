@@ -76,6 +76,7 @@ from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.grid import bucket_grid
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration_mtp import MtpMixin
+from moeplan.serve.iteration_prefetch import PrefetchMixin, octave
 from moeplan.serve.iteration_tbo import TwoBatchMixin
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -147,7 +148,7 @@ class _Layer(NamedTuple):
     imbalance: float
 
 
-class IterationModel(TwoBatchMixin, MtpMixin):
+class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
     """Seconds per engine iteration for one (model, cluster, cost, layout, routing); memoised
     per :class:`Batch`. Call it with a batch; :meth:`breakdown` explains the time."""
 
@@ -203,6 +204,7 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         self._parts: dict[tuple, float | tuple[float, float]] = {}
         # per (decode sequences, sliding): engine grid contexts and their running max price
         self._floors: dict[tuple[int, bool], tuple[list[int], list[float], list[float]]] = {}
+        self._warmed: set[tuple] = set()  # shapes priced ahead (PrefetchMixin)
 
     def __call__(self, batch: Batch) -> float:
         t = self._cache.get(batch)
@@ -262,6 +264,8 @@ class IterationModel(TwoBatchMixin, MtpMixin):
         if wide is not None:
             return wide
         t_r = rank.tokens
+        if not rank.prefill:  # a decode step: its octave's projections' query priced ahead
+            self._warm_attention(t_r, 1)
         one = mixer if cm.mixes_kinds(md) else None  # this layer's projections, not the mean
         proj = cm.attention_layer(md, t_r, 1, 1, tp, one, hc=False) - cm.attention_core(
             md, t_r, 1, 1, tp
@@ -297,12 +301,13 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             while not grid or grid[-1] < ctx:
                 block = _grid_block(grid[-1] if grid else 0)
                 grid += block
-                raws += cm.decode_core_prices(md, seqs, block, tp, layer)
+                raws += cm.decode_core_prices(md, seqs, block, tp, layer, also=octave(seqs))
             top = list(accumulate(raws, max))
             self._floors[seqs, sliding] = (grid, raws, top)
         at = bisect_left(grid, ctx)
         if at < len(grid) and grid[at] == ctx:  # an engine context: the same kernel row
             return top[at]
+        self._warm_attention(seqs, ctx, layer)
         raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
         return raw if at == 0 else max(raw, top[at - 1])
 
@@ -332,12 +337,13 @@ class IterationModel(TwoBatchMixin, MtpMixin):
             if shared is None:
                 shared = cm.shared_expert(md, t_r, lay.attn_tp)
             return cm.router(md, t_r) + shared + w.gemm, w.dispatch + w.combine
-        e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
-        copies = t_mb * k * imb / lay.moe_ep
+        if not prefill:
+            self._warm_moe(t_mb, k, imb)
+        load, e_local = self._expert_load(t_mb, k, imb)
         compute = (
             cm.router(md, t_r)
             + cm.shared_expert(md, t_r, lay.attn_tp)
-            + cm.expert_ffn(md, copies / e_local, e_local, lay.moe_tp)
+            + cm.expert_ffn(md, load, e_local, lay.moe_tp)
         )
         group_tokens = t_mb / lay.moe_ep
         comm = self._gather_scatter(group_tokens, lay.moe_tp, self._nodes["moe_tp"])

@@ -131,4 +131,16 @@ def decode_problem(
         max_r1=lambda ma: 0 if ma < 1 else batch // ma,
         me_per_ma=per_exp,
         label=f"{model.name}@{cluster.name} decode b={batch} ctx={ctx}",
+        prefetch=lambda pairs: _prefetch(cm, model, ctx, local, per_exp, imbalance, pairs),
     )
+
+
+def _prefetch(
+    cm: CostModel, model: ModelSpec, ctx: int, local: float, per_exp: float, imbalance: float,
+    pairs: list[tuple[int, int]],
+) -> None:  # fmt: skip
+    """The kernel-table prices a solve may ask, in one vectorised pass per table
+    (:mod:`moeplan.cost.prefetch`): the expert loads of :func:`decode_problem`'s ``eg_side``
+    and the attention cores of its ``ag_side`` (the same arguments, so the same answers)."""
+    cm.warm_expert_ffn(model, sorted({ma * per_exp / r2 * imbalance for ma, r2 in pairs}), local)
+    cm.warm_attention_core(model, sorted({ma for ma, _ in pairs}), 1, ctx)
