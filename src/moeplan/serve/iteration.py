@@ -301,7 +301,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             while not grid or grid[-1] < ctx:
                 block = _grid_block(grid[-1] if grid else 0)
                 grid += block
-                raws += cm.decode_core_prices(md, seqs, block, tp, layer, also=octave(seqs))
+                raws += cm.decode_core_prices(md, seqs, block, tp, layer)
             top = list(accumulate(raws, max))
             self._floors[seqs, sliding] = (grid, raws, top)
         at = bisect_left(grid, ctx)
