@@ -13,7 +13,7 @@ from moeplan.kernel_tables import engine_cost_model
 from moeplan.search.fanout import fan_out, sharing, using
 from moeplan.search.memo_cost import memo_cost
 from moeplan.serve.grid import bucket
-from moeplan.serve.iteration import Batch, IterationModel, _grid_block
+from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.iteration_prefetch import octave
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
@@ -39,8 +39,6 @@ class _NoWarm:
     def __getattr__(self, name: str):
         if name.startswith("warm_"):
             raise AttributeError(name)
-        if name == "decode_core_prices":
-            return lambda *a, also=(), **k: self._cm.decode_core_prices(*a, **k)
         return getattr(self._cm, name)
 
 
@@ -56,15 +54,6 @@ def test_octave_is_the_engine_batch_grid():
     for n in range(1, 3000):  # the grid points the evaluator prices n from are in n's octave
         lo, hi = (n, n) if n <= EXACT_BELOW else _grid_below(n)
         assert lo in octave(n) and (hi in octave(n) or hi == 2 * octave(n)[0])
-
-
-def test_decode_cores_priced_together_equal_each_alone(setup):
-    c, m = setup
-    ahead, alone = _cold(c), _cold(c)
-    block = _grid_block(0)
-    ahead.decode_core_prices(m, 70, block, 1, also=octave(70))
-    for s in octave(70):  # each a look-up now; a cold model prices it alone
-        assert ahead.decode_core_prices(m, s, block, 1) == alone.decode_core_prices(m, s, block, 1)
 
 
 def test_attention_cores_warmed_equal_each_alone(setup):

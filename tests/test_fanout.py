@@ -108,7 +108,7 @@ def test_disaggregated_search_is_the_same_with_workers():
     fams = ["pd", "afd"]
     done, cert = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60)
     with workers(2):
-        bounds, found = ds.first_searches(ctx, fams, 60)
+        bounds, found, _ = ds.first_searches(ctx, fams, 60)
     again = ds.space(ctx, fams, bounds)  # the pools' bounds given, not computed
     assert [(k.x, k.y, k.bound) for k in again] == [(k.x, k.y, k.bound) for k in ds.space(ctx, fams)]
     done2, cert2 = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60,

@@ -47,7 +47,10 @@ error. ``engine=None`` is exactly the model above. The database arrives as ``ker
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import cached_property
+
+import numpy as np
 
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
@@ -106,7 +109,6 @@ class CostModel(MixerLayers, Prefetch):
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
-        self._cores: dict[tuple, list[float]] = {}  # decode-core blocks (Prefetch)
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
         if engine is not None:
@@ -323,6 +325,26 @@ class CostModel(MixerLayers, Prefetch):
             / (1 if model.attention == "mla" else min(tp, model.num_kv_heads))
         )
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
+
+    def decode_core_prices(
+        self, model: ModelSpec, num_seqs: int, ctxs: Sequence[int], tp: int = 1,
+        layer: int | None = None,
+    ) -> list[float]:
+        """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
+        vectorised kernel-table query; not counted in the pricing provenance)."""
+        if self._kdb is None or num_seqs <= 0:
+            return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]
+        model = self.layer_model(model, layer)
+        sliding = layer is not None and model.is_sliding_layer(layer)
+        ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
+        n = len(ctxs)
+        cols = {k: [v] * n for k, v in shape.items()}
+        cols["step"] = [max(0, c - 1) for c in ctxs]
+        assert self.engine is not None
+        secs = self._kdb.seconds_many(
+            op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
+        )
+        return secs.tolist()
 
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int

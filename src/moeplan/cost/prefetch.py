@@ -1,8 +1,7 @@
 """Pricing many shapes in one vectorised kernel-table query, ahead of the single questions.
 
 A serving search asks the cost model one shape at a time: an attention core of ``n``
-sequences, an expert load, a decode step's cores over a block of contexts. Each question is a
-pass over a variant's tables (:meth:`moeplan.cost.kerneldb.db.KernelDB.predict_many`) whose
+sequences at a context, an expert load. Each question is a pass over a variant's tables (:meth:`moeplan.cost.kerneldb.db.KernelDB.predict_many`) whose
 fixed cost — selecting the variant, featurising, the residual field's nearest-neighbour
 query — dwarfs the cost of one more row: on one H100 table, 40 blocks of 191 decode contexts
 cost 0.43 s as 40 queries and 0.07 s as one; 100 fused-MoE rows 0.13 s one by one and 2 ms
@@ -10,11 +9,13 @@ together. Every row is priced alone (its own features, its own neighbours): a ro
 the same whatever rows share its query (:meth:`KernelDB.warm`, ``tests/test_cost_prefetch.py``),
 so pricing the neighbours of an asked shape ahead changes no figure, only the time.
 
-:class:`Prefetch` adds to :class:`moeplan.cost.model.CostModel` the decode cores of several
-sequence counts at once (:meth:`Prefetch.decode_core_prices` with ``also``) and the attention
-cores of several sequence counts (:meth:`Prefetch.warm_attention_core`); the expert FFN has
-its own (:meth:`CostModel.warm_expert_ffn`). Which neighbours to price is the caller's choice
-(:mod:`moeplan.serve.iteration_prefetch`: the engine's batch grid). Pure: no I/O.
+:class:`Prefetch` adds to :class:`moeplan.cost.model.CostModel` the attention cores of several
+sequence counts at once (:meth:`Prefetch.warm_attention_core`); the expert FFN has its own
+(:meth:`CostModel.warm_expert_ffn`). A block of decode contexts is one query already
+(:meth:`CostModel.decode_core_prices`): pricing the blocks of more sequence counts with it
+priced more rows than the searches asked and saved no time. Which neighbours to price is
+the caller's choice (:mod:`moeplan.serve.iteration_prefetch`: the engine's batch grid, and
+the AFD decode solver's candidates). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,61 +23,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from moeplan.cost.kerneldb.pricing import attention_query
 
 if TYPE_CHECKING:
     from moeplan.specs import ModelSpec
 
-CORE_MEMO = 50_000  # blocks of decode-core prices kept before the memo is cleared (as KernelDB's)
-
 
 class Prefetch:
     """Vectorised pricing ahead of single questions (module docstring); mixed into
-    :class:`moeplan.cost.model.CostModel`, whose ``_kdb``, ``_device``, ``engine``,
-    ``layer_model`` and ``attention_core`` it uses."""
-
-    _cores: dict[tuple, list[float]]
-
-    def decode_core_prices(
-        self, model: ModelSpec, num_seqs: int, ctxs: Sequence[int], tp: int = 1,
-        layer: int | None = None, also: Sequence[int] = (),
-    ) -> list[float]:  # fmt: skip
-        """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
-        vectorised kernel-table query; not counted in the pricing provenance). ``also``:
-        other sequence counts whose prices at ``ctxs`` the same query computes and keeps (a
-        later call for one of them is a look-up)."""
-        kdb = self._kdb  # type: ignore[attr-defined]
-        if kdb is None or num_seqs <= 0:
-            return [self.attention_core(model, num_seqs, 1, c, tp, layer) for c in ctxs]  # type: ignore[attr-defined]
-        model = self.layer_model(model, layer)  # type: ignore[attr-defined]
-        sliding = layer is not None and model.is_sliding_layer(layer)
-        ctxs = tuple(ctxs)
-
-        def row(seqs: int) -> tuple[tuple, dict[str, object]]:
-            ((op, shape),) = attention_query(model, seqs, 1, 1, tp, sliding)  # the decode row
-            return (op, tuple(sorted(shape.items())), ctxs), shape
-
-        key, shape = row(num_seqs)
-        got = self._cores.get(key)
-        if got is not None:
-            return got
-        todo = {key: shape}
-        for s in also:
-            if s > 0:
-                k, sh = row(s)
-                if k[0] == key[0] and k not in self._cores:
-                    todo.setdefault(k, sh)
-        n = len(ctxs)
-        cols = {c: np.asarray([sh[c] for sh in todo.values() for _ in ctxs]) for c in shape}
-        cols["step"] = np.asarray([max(0, c - 1) for _ in todo for c in ctxs])
-        secs = kdb.seconds_many(key[0], self._device, self.engine, cols).tolist()  # type: ignore[attr-defined]
-        if len(self._cores) + len(todo) >= CORE_MEMO:
-            self._cores.clear()
-        for i, k in enumerate(todo):
-            self._cores[k] = secs[i * n : (i + 1) * n]
-        return self._cores[key]
+    :class:`moeplan.cost.model.CostModel`, whose ``_kdb``, ``_device``, ``engine`` and
+    ``layer_model`` it uses."""
 
     def warm_attention_core(
         self, model: ModelSpec, seqs: Sequence[int], q_len: int, ctx_len: int, tp: int = 1,

@@ -141,6 +141,7 @@ def search_pools(
     incumbent: float = 0.0,
     first_found: list[tuple] | None = None,
     cands: list[PoolCandidate] | None = None,
+    ahead: tuple | None = None,
 ) -> tuple[list[Served], dict[str, str], DisaggCertificate | None, dict[int, dict]]:
     """Served PD and AFD deployments (each family's best), why a family was not served, the
     search's certificate, and the capacity record (with
@@ -148,7 +149,8 @@ def search_pools(
     colocated winner's capacity per GPU), keyed by ``id`` of its result. ``first_found``:
     the searches of :func:`moeplan.search.disagg_search.first_searches` of the same setup,
     when already run;
-    ``cands``: its space (:func:`moeplan.search.disagg_search.space`), when already built."""
+    ``cands``: its space (:func:`moeplan.search.disagg_search.space`), when already built;
+    ``ahead``: the interval :func:`first_searches` searched ahead, if any."""
     ctx, fams, why = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
     if ctx is None:
         return [], why, None, {}
@@ -167,7 +169,7 @@ def search_pools(
         k = mine[0]
         r = result_of(k, ctx, rate_given=rate_given)
         if k is done[0] and k.capacity_per_gpu(osl) > incumbent:
-            records[id(r)] = capacity_record(k, ctx, requests)
+            records[id(r)] = capacity_record(k, ctx, requests, ahead)
         cand = k.candidate(ctx)
         plan = POOL_PLANS[fam](ctx, cand)
         lay: Any = cand.layout  # an Entry's layout: here the P/D deployment

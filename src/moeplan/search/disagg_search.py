@@ -315,13 +315,20 @@ def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidat
     return out
 
 
-def first_searches(c: Context, families: list[str], requests: int) -> tuple[dict, list[tuple]]:
+def first_searches(
+    c: Context, families: list[str], requests: int, *, interval: bool = False
+) -> tuple[dict, list[tuple], tuple | None]:
     """The pools' rate bounds of :func:`space` and what the capacity searches of each
     family's first deployment (step 1 of the module docstring) learn, in :func:`_first`'s
-    order: they depend on no incumbent, so they can run beside the colocated search."""
+    order: they depend on no incumbent, so they can run beside the colocated search.
+    ``interval``: then the best one's 95 % interval, searched ahead of knowing whether it
+    wins (:func:`moeplan.search.disagg_capacity.interval_ahead`; else None)."""
+    from moeplan.search.disagg_capacity import interval_ahead
+
     bounds: dict[str, list[float]] = {}
     first = _first(space(c, families, bounds), families)
-    return bounds, fan_out([partial(_searched, k, c, requests) for k in first])
+    found = fan_out([partial(_searched, k, c, requests) for k in first])
+    return bounds, found, interval_ahead(first, found, c, requests) if interval else None
 
 
 def search_disaggregated(

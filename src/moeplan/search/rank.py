@@ -49,7 +49,7 @@ from moeplan.search.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
-from moeplan.search.fanout import fan_out, sharing
+from moeplan.search.fanout import fan_out, sharing, width
 from moeplan.search.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
@@ -133,11 +133,13 @@ def _serve_rank(
         partial(_timed, served_space, result, cost, workload, slo, engine=engine,
                 requests=requests, rate_given=rate_given, progress=progress,
                 knob_search=knob_search),
-        *([partial(_timed, first_searches, ctx, fams, requests)] if ctx and fams else []),
+        # beside the colocated search (workers), the best one's interval is searched ahead
+        *([partial(_timed, first_searches, ctx, fams, requests, interval=width() > 1)]
+          if ctx and fams else []),
     ])  # fmt: skip
     # the disaggregated space again here, its pools' bounds from the first searches
     t_space = time.perf_counter()
-    bounds, first = found[1][0] if len(found) > 1 else ({}, None)
+    bounds, first, ahead = found[1][0] if len(found) > 1 else ({}, None, None)
     cands = space(ctx, fams, bounds) if ctx is not None and fams else None
     t_space = time.perf_counter() - t_space
     served, pruned_list, not_served, cert, record = found[0][0]
@@ -146,7 +148,7 @@ def _serve_rank(
     steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
         mtp=mtp, requests=requests, incumbent=cert.winner_capacity,
-        first_found=first, cands=cands,
+        first_found=first, cands=cands, ahead=ahead,
     )  # fmt: skip
     # its own time: the first deployments' searches (wherever they ran) and the rest
     disagg_s = time.perf_counter() - t0 + t_space + (found[1][1] if len(found) > 1 else 0.0)

@@ -76,7 +76,7 @@ from moeplan.serve.fused import fused_comm, fused_layer
 from moeplan.serve.grid import bucket_grid
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration_mtp import MtpMixin
-from moeplan.serve.iteration_prefetch import PrefetchMixin, octave
+from moeplan.serve.iteration_prefetch import PrefetchMixin
 from moeplan.serve.iteration_tbo import TwoBatchMixin
 from moeplan.serve.layout import ServeLayout, stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile

@@ -5,8 +5,8 @@ A capacity search asks decode steps of batch sizes on the engine's grid
 of :func:`moeplan.serve.grid.bucket`); the sizes of one octave ``[2^j, 2^(j+1))`` on that grid
 are 32 at most. When a decode step of ``n`` sequences misses the iteration model's memo, the
 sizes of ``n``'s octave are priced with it in one vectorised query per kernel table: the
-attention core at context 1 (the projections' own query), the decode cores over the
-context grid block, and the expert load. A size the search never asks costs a row each; the
+attention core at context 1 (the projections' own query), the attention core at a context
+off the engine's grid (an analytic bound's) and the expert load. A size the search never asks costs a row each; the
 prices are those the single questions get (:mod:`moeplan.cost.prefetch`), so no figure
 moves. Each octave is priced once per iteration model (the cost model's memo shares it across
 layouts of the same shapes).
