@@ -66,6 +66,56 @@ def _call(i: int) -> tuple[Any, list[dict], list[list]]:
     return out, made, answers
 
 
+def _pool(jobs: int, thunks: Sequence[Callable[[], Any]], carry: Sequence[CostModel],
+          first: int) -> tuple[ProcessPoolExecutor, list, tuple]:  # fmt: skip
+    """A pool of up to ``jobs`` forked workers running ``thunks[first:]``: it, their futures
+    and the memos their answers come back into."""
+    global _THUNKS, _CARRY, _SHARE, _FORKED_AT
+    share = fanout.shared()
+    _THUNKS, _CARRY, _SHARE, _FORKED_AT = thunks, carry, share, [m.mark() for m in share]
+    sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
+    sys.stderr.flush()
+    pool = ProcessPoolExecutor(
+        min(jobs, len(thunks) - first), mp_context=mp.get_context("fork"), initializer=_start
+    )
+    try:  # a fork context starts every worker at the first submit
+        pending = [pool.submit(_call, i) for i in range(first, len(thunks))]
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        _THUNKS, _CARRY, _SHARE, _FORKED_AT = (), (), (), []
+    return pool, pending, share
+
+
+def _collect(pool: ProcessPoolExecutor, pending: list, carry: Sequence[CostModel],
+             share: tuple) -> list[Any]:  # fmt: skip
+    """The workers' results in order, their lookups counted and their answers absorbed here;
+    the pool stopped on any error (one line for a dead worker)."""
+    try:
+        done = [f.result() for f in pending]
+    except BrokenProcessPool as err:
+        _stop(pool)
+        raise MoeplanError(
+            "a worker process ended without its result (killed, or out of memory?); "
+            "--jobs 1 runs every simulation in this process"
+        ) from err
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+    for _, made, answers in done:
+        for c, counts in zip(carry, made, strict=True):
+            c.add_lookups(counts)
+        for m, got in zip(share, answers, strict=True):
+            m.absorb(got)
+    return [out for out, _, _ in done]
+
+
+def _can_fork(jobs: int) -> bool:
+    return jobs > 1 and "fork" in mp.get_all_start_methods()
+
+
 def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
     """A :data:`moeplan.search.fanout.FanOut` running the first thunk in this process and the
     others in up to ``jobs`` workers (the first may report progress; two CPUs share three
@@ -75,47 +125,52 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
     the answers a worker adds to a shared memo do come back, :func:`fanout.sharing`)."""
 
     def run(thunks: Sequence[Callable[[], Any]]) -> list[Any]:
-        global _THUNKS, _CARRY, _SHARE, _FORKED_AT
-        if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        if not _can_fork(jobs):
             return fanout.serial(thunks)
-        share = fanout.shared()
-        _THUNKS, _CARRY, _SHARE, _FORKED_AT = thunks, carry, share, [m.mark() for m in share]
-        sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
-        sys.stderr.flush()
-        pool = ProcessPoolExecutor(
-            min(jobs, len(thunks) - 1), mp_context=mp.get_context("fork"), initializer=_start
-        )
+        pool, pending, share = _pool(jobs, thunks, carry, 1)
         try:
-            try:  # a fork context starts every worker at the first submit
-                pending = [pool.submit(_call, i) for i in range(1, len(thunks))]
-            finally:
-                _THUNKS, _CARRY, _SHARE, _FORKED_AT = (), (), (), []
             first = thunks[0]()
-            done = [f.result() for f in pending]
-        except BrokenProcessPool as err:
-            _stop(pool)
-            raise MoeplanError(
-                "a worker process ended without its result (killed, or out of memory?); "
-                "--jobs 1 runs every simulation in this process"
-            ) from err
         except BaseException:
             _stop(pool)
             raise
-        pool.shutdown(wait=True)
-        for _, made, answers in done:
-            for c, counts in zip(carry, made, strict=True):
-                c.add_lookups(counts)
-            for m, got in zip(share, answers, strict=True):
-                m.absorb(got)
-        return [first] + [out for out, _, _ in done]
+        return [first, *_collect(pool, pending, carry, share)]
 
     return run
+
+
+class _Started:
+    """Thunks running in workers since :func:`started` began them (a
+    :func:`moeplan.search.fanout.begin` handle)."""
+
+    def __init__(self, jobs: int, thunks: Sequence[Callable[[], Any]],
+                 carry: Sequence[CostModel]) -> None:  # fmt: skip
+        self.carry = carry
+        self.pool, self.pending, self.share = _pool(jobs, thunks, carry, 0)
+
+    def join(self) -> list[Any]:
+        return _collect(self.pool, self.pending, self.carry, self.share)
+
+    def cancel(self) -> None:
+        _stop(self.pool)
+
+
+def started(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.Begin:
+    """A :data:`moeplan.search.fanout.Begin` starting every thunk in up to ``jobs`` workers at
+    once (joined later, as :func:`forked` joins its own)."""
+
+    def start(thunks: Sequence[Callable[[], Any]]) -> Any:
+        if not thunks or not _can_fork(jobs):
+            return fanout.Later(thunks)
+        return _Started(jobs, thunks, carry)
+
+    return start
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End ``pool`` now: its queued thunks are dropped and its workers stopped (they ignore
     Ctrl-C, and a thunk can run for minutes)."""
-    procs = list(getattr(pool, "_processes", {}).values())  # the executor keeps no public list
+    # the executor keeps no public list (and none once shut down)
+    procs = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
@@ -136,5 +191,5 @@ def workers(jobs: int, carry: Sequence[CostModel] = ()) -> Iterator[None]:
     collector's reach first (:func:`gc.freeze`, which Python's documentation advises before
     forking): neither this process nor a worker scans them again in each full collection."""
     gc.freeze()
-    with fanout.using(forked(jobs, carry), jobs):
+    with fanout.using(forked(jobs, carry), jobs, started(jobs, carry)):
         yield

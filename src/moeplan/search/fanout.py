@@ -35,7 +35,25 @@ def serial(thunks: Sequence[Callable[[], T]]) -> list[T]:
     return [t() for t in thunks]
 
 
+class Later:
+    """Thunks started by :func:`begin` with no other process to run them: they run here, one
+    after another, when joined."""
+
+    def __init__(self, thunks: Sequence[Callable[[], Any]]) -> None:
+        self.thunks = thunks
+
+    def join(self) -> list[Any]:
+        """Their results, in order."""
+        return serial(self.thunks)
+
+    def cancel(self) -> None:
+        """Drop them (nothing ran)."""
+
+
+Begin = Callable[[Sequence[Callable[[], Any]]], Any]  # thunks -> a handle (join, cancel)
+
 _ACTIVE: ContextVar[FanOut] = ContextVar("moeplan_fan_out", default=serial)
+_BEGIN: ContextVar[Begin] = ContextVar("moeplan_fan_out_begin", default=Later)
 _WIDTH: ContextVar[int] = ContextVar("moeplan_fan_out_width", default=1)
 _SHARED: ContextVar[tuple[Any, ...]] = ContextVar("moeplan_fan_out_shared", default=())
 
@@ -53,23 +71,35 @@ def fan_out(thunks: Sequence[Callable[[], T]]) -> list[T]:
     return _ACTIVE.get()(thunks)
 
 
+def begin(thunks: Sequence[Callable[[], Any]]) -> Any:
+    """Start ``thunks`` now, elsewhere when the active runner can (none runs in this
+    process), and go on: the handle's ``join()`` gives their results in order (the default,
+    :class:`Later`, runs them here then), its ``cancel()`` drops them. A caller that starts
+    thunks joins or cancels them, on every path."""
+    return _BEGIN.get()(thunks)
+
+
 def install(runner: FanOut, runs_at_once: int = 1) -> None:
-    """Make ``runner`` this process's :data:`FanOut` for good (a worker process installs
-    :func:`serial`: its own fan-outs run in it)."""
+    """Make ``runner`` this process's :data:`FanOut` for good, with :class:`Later` for
+    :func:`begin` (a worker process installs :func:`serial`: its own fan-outs run in it)."""
     _ACTIVE.set(runner)
     _WIDTH.set(runs_at_once)
+    _BEGIN.set(Later)
 
 
 @contextmanager
-def using(runner: FanOut, runs_at_once: int = 1) -> Iterator[None]:
+def using(runner: FanOut, runs_at_once: int = 1, starter: Begin = Later) -> Iterator[None]:
     """Run :func:`fan_out` calls inside the block with ``runner``, which runs up to
-    ``runs_at_once`` thunks at once (:func:`width`)."""
+    ``runs_at_once`` thunks at once (:func:`width`), and :func:`begin` calls with
+    ``starter``."""
     token, wtoken = _ACTIVE.set(runner), _WIDTH.set(runs_at_once)
+    btoken = _BEGIN.set(starter)
     try:
         yield
     finally:
         _ACTIVE.reset(token)
         _WIDTH.reset(wtoken)
+        _BEGIN.reset(btoken)
 
 
 def shared() -> tuple[Any, ...]:

@@ -31,8 +31,10 @@ from moeplan.search.job_parts import (
     profile_fit,
     step_bound,
 )
+from moeplan.search.memo_cost import memo_cost
 from moeplan.search.outcome import PlanOutcome
 from moeplan.search.rank import (
+    begin_first,
     describe,
     no_plan_meets,
     serve_explanation,
@@ -84,13 +86,24 @@ def plan_job(spec: JobSpec, cost: CostModel,
     say = progress or (lambda _: None)
     m, c = spec.model, spec.cluster
     t0 = time.perf_counter()
-    result = plan(m, c, spec.workload, cost, families=spec.families,
-                  alternatives=list(spec.alternatives), any_divisor=spec.any_divisor,
-                  progress=lambda f: say(f"planning: {f}"))
+    memo = memo_cost(cost)  # the ranking's memo, shared with its workers
+    # the first disaggregated searches start in a worker while the planners run (workers)
+    result, early = begin_first(
+        lambda: plan(m, c, spec.workload, cost, families=spec.families,
+                     alternatives=list(spec.alternatives), any_divisor=spec.any_divisor,
+                     progress=lambda f: say(f"planning: {f}")),
+        memo, spec.serve_workload, spec.slo, model=m, cluster=c, families=spec.families,
+        engine=spec.engine, requests=spec.requests, knob_search=spec.knob_search,
+    )  # fmt: skip
     t1 = time.perf_counter()
-    ranking = serve_rank(result, cost, spec.serve_workload, spec.slo, objective=spec.objective,
-                         engine=spec.engine, rate_given=spec.rate_given, progress=say,
-                         requests=spec.requests, knob_search=spec.knob_search)
+    try:
+        ranking = serve_rank(result, memo, spec.serve_workload, spec.slo,
+                             objective=spec.objective, engine=spec.engine,
+                             rate_given=spec.rate_given, progress=say, requests=spec.requests,
+                             knob_search=spec.knob_search, early=early)  # fmt: skip
+    finally:
+        if early is not None:
+            early.cancel()  # joined by the ranking, or dropped on its error: stopped
     if not ranking.winner.result.meets_slo:
         raise MoeplanError(no_plan_meets(ranking))
     require_steady(ranking)

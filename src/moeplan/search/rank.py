@@ -34,10 +34,10 @@ steps 2–4 (:func:`serve_rank`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
@@ -49,7 +49,7 @@ from moeplan.search.family_layouts import (  # noqa: F401 (re-exported)
     pipeline_entries,
     strategy_entries,
 )
-from moeplan.search.fanout import fan_out, sharing, width
+from moeplan.search.fanout import begin, fan_out, sharing, width
 from moeplan.search.rank_views import (  # noqa: F401 (re-exported)
     CURVE_FRACTIONS,
     CURVE_REQUESTS,
@@ -75,6 +75,10 @@ from moeplan.search.search import (
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
+from moeplan.specs import ClusterSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from moeplan.search.disagg import Context
 
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
 def serve_rank(
@@ -90,10 +94,13 @@ def serve_rank(
     progress: Callable[[str], None] | None = None,
     requests: int = DEFAULT_REQUESTS,
     knob_search: KnobSearch | None = None,
+    early: Early | None = None,
 ) -> ServeRanking:
     """Rank every family's deployments by the serving answer (module docstring). ``keep`` is
     accepted for callers of the earlier top-``keep`` pruning and ignored: the search now
-    decides what to simulate, with a certificate."""
+    decides what to simulate, with a certificate. ``early``: the first disaggregated
+    searches started before the planners ran (:func:`begin_first`), taken when they searched
+    what this ranking would."""
     del keep
     if objective not in OBJECTIVES:
         raise MoeplanError(f"objective ({objective!r}) must be one of {', '.join(OBJECTIVES)}")
@@ -104,7 +111,7 @@ def serve_rank(
     cost.pin(model, cluster)  # answers about them priced in a worker come back (fanout.sharing)
     with sharing(cost):
         return _serve_rank(result, cost, workload, slo, objective, engine, rate_given, progress,
-                           requests, knob_search)  # fmt: skip
+                           requests, knob_search, early)  # fmt: skip
 
 
 def _serve_rank(
@@ -118,6 +125,7 @@ def _serve_rank(
     progress: Callable[[str], None] | None,
     requests: int,
     knob_search: KnobSearch | None,
+    early: Early | None,
 ) -> ServeRanking:
     """:func:`serve_rank`'s search, ``cost`` a memo shared with its workers."""
     from moeplan.search.disagg_rank import disagg_setup, search_pools
@@ -129,14 +137,20 @@ def _serve_rank(
     ctx, fams, _ = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
     # the colocated search and each pooled family's first deployment depend on nothing of
     # each other: side by side (moeplan.search.fanout; the colocated one reports progress)
-    found = fan_out([
-        partial(_timed, served_space, result, cost, workload, slo, engine=engine,
-                requests=requests, rate_given=rate_given, progress=progress,
-                knob_search=knob_search),
-        # beside the colocated search (workers), the best one's interval is searched ahead
-        *([partial(_timed, first_searches, ctx, fams, requests, interval=width() > 1)]
-          if ctx and fams else []),
-    ])  # fmt: skip
+    coloc = partial(_timed, served_space, result, cost, workload, slo, engine=engine,
+                    requests=requests, rate_given=rate_given, progress=progress,
+                    knob_search=knob_search)  # fmt: skip
+    if early is not None and early.matches(ctx, fams):
+        found = [coloc(), early.join()]
+    else:
+        if early is not None:
+            early.cancel()
+        found = fan_out([
+            coloc,
+            # beside the colocated search (workers), the best one's interval searched ahead
+            *([partial(_timed, first_searches, ctx, fams, requests, interval=width() > 1)]
+              if ctx and fams else []),
+        ])  # fmt: skip
     # the disaggregated space again here, its pools' bounds from the first searches
     t_space = time.perf_counter()
     bounds, first, ahead = found[1][0] if len(found) > 1 else ({}, None, None)
@@ -191,6 +205,66 @@ def _serve_rank(
             [cert.sentence()] + ([] if disagg_cert is None else [disagg_cert.sentence()])
         ),
     )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Early:
+    """The first disaggregated searches of a context, started in a worker
+    (:func:`begin_first`); ``handle``: their :func:`moeplan.search.fanout.begin` handle."""
+
+    ctx: Context
+    fams: list[str]
+    handle: Any
+
+    def matches(self, ctx: Context | None, fams: list[str]) -> bool:
+        """Whether they search what the ranking's own ``ctx`` and ``fams`` would."""
+        return ctx == self.ctx and fams == self.fams
+
+    def join(self) -> Any:
+        return self.handle.join()[0]
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
+def begin_first(
+    result_of_planners: Callable[[], PlanResult],
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    families: Sequence[str],
+    engine: str = "sglang",
+    requests: int = DEFAULT_REQUESTS,
+    knob_search: KnobSearch | None = None,
+) -> tuple[PlanResult, Early | None]:
+    """The planners' result, with the first disaggregated searches (the best one's interval
+    searched ahead) started in a worker before the planners run, when workers can run them
+    (:func:`moeplan.search.fanout.width` > 1, an open arrival stream): they assume every
+    pooled family whose base family is in ``families`` will be planned; :func:`serve_rank`
+    takes them only when the planners' result agrees (else they are cancelled and searched
+    as usual). ``cost`` must be the ranking's memo (:func:`memo_cost`)."""
+    from moeplan.search.disagg import Context
+    from moeplan.search.disagg_rank import NEEDS
+    from moeplan.search.disagg_search import first_searches
+
+    fams = [f for f, need in NEEDS.items() if need in families]
+    if width() <= 1 or workload.rate is None or not fams:
+        return result_of_planners(), None
+    mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
+    ctx = Context(model=model, cluster=cluster, cost=cost, workload=workload, slo=slo,
+                  engine=engine, mtp=mtp[0], mtp_accept=mtp[1])  # fmt: skip
+    cost.pin(model, cluster)  # type: ignore[attr-defined]
+    with sharing(cost):
+        handle = begin([partial(_timed, first_searches, ctx, fams, requests, interval=True)])
+    early = Early(ctx=ctx, fams=fams, handle=handle)
+    try:
+        return result_of_planners(), early
+    except BaseException:
+        early.cancel()
+        raise
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
