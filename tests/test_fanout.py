@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 import pytest
@@ -124,3 +125,48 @@ def test_jobs_out_of_range_is_one_line_exit_2(capsys, tmp_path, jobs):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert f"--jobs ({jobs}) must be in 1..256" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_begun_thunks_run_in_workers_and_join_in_order():
+    """begin: every thunk starts in a worker at once (none here) and join gives them in
+    order; without workers they run here when joined; cancel stops a running one."""
+    from moeplan.cli._fork import started
+    from moeplan.search.fanout import Later, begin
+
+    thunks = [lambda i=i: _pid(i) for i in range(3)]
+    with using(forked(2), 2, started(2)):
+        handle = begin(thunks)
+        got = handle.join()
+        handle.cancel()  # after a join: nothing left to stop, no error
+    assert [i for i, _ in got] == [0, 1, 2] and all(p != os.getpid() for _, p in got)
+    later = begin(thunks)  # no runner installed: the default
+    assert isinstance(later, Later) and later.join() == [(i, os.getpid()) for i in range(3)]
+    with using(forked(2), 2, started(2)):
+        slow = begin([lambda: time.sleep(30)])
+    t0 = time.perf_counter()
+    slow.cancel()
+    assert time.perf_counter() - t0 < 5
+
+
+def test_an_interval_searched_ahead_equals_the_one_searched_in_place():
+    """The best first deployment's interval searched ahead (in a worker, before the search
+    knows it wins) gives the capacity record that searching it at the end gives."""
+    from moeplan.cost import CostModel
+    from moeplan.search.disagg_capacity import capacity_record
+
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
+    w = ServeWorkload(num_requests=60, rate=1.0, isl=LengthDist(mean=512),
+                      osl=LengthDist(mean=32))  # fmt: skip
+    ctx = Context(model=load_model("qwen3-30b-a3b"), cluster=c, cost=CostModel(c), workload=w,
+                  slo=SLO(ttft_s=0.5, tpot_s=0.03))  # fmt: skip
+    fams = ["pd", "afd"]
+    with workers(2):
+        bounds, found, ahead = ds.first_searches(ctx, fams, 60, interval=True)
+    assert ahead is not None
+    recs = []
+    for given in (None, ahead):
+        done, _ = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60,
+                                          first_found=found, cands=ds.space(ctx, fams, bounds))  # fmt: skip
+        assert done[0].capacity is ahead[0]  # the best first deployment won: taken
+        recs.append(capacity_record(done[0], ctx, 60, given))
+    assert recs[0] == recs[1] and recs[0]["ci95_rps_per_instance"][0] < recs[0]["rate_rps_per_instance"]

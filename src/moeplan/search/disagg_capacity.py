@@ -48,30 +48,11 @@ def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResul
     )
 
 
-def interval_ahead(
-    first: list[PoolCandidate], found: list[tuple], c: Context, requests: int
-) -> tuple | None:
-    """The 95 % interval of the first deployment of the best capacity per GPU, searched
-    before the rest of the search says whether it wins (a worker that would otherwise wait
-    runs it): ``(its point capacity, then its capacity, steady run and runs after
-    :func:`with_interval`)`` for :func:`capacity_record`. ``found``: :func:`first_searches`'s
-    searches of ``first`` (their runs are copied: the interval adds to them)."""
-    osl = c.workload.osl.mean
-    for k, (cap, probe, runs) in zip(first, found, strict=True):
-        k.capacity, k.probe, k.runs = cap, probe, dict(runs)
-    k = max(first, key=lambda k: k.capacity_per_gpu(osl), default=None)
-    if k is None or k.capacity is None or k.capacity.rate_rps <= 0:
-        return None
-    point = k.capacity
-    with_interval(k, c, requests)
-    return point, k.capacity, k.probe, k.runs
-
-
 def capacity_record(
     pc: PoolCandidate, c: Context, requests: int, ahead: tuple | None = None
 ) -> dict[str, Any]:
     """The capacity record of ``pc`` with its 95 % interval: searched here, or taken from
-    ``ahead`` (:func:`interval_ahead`) when it was searched from ``pc``'s very capacity
+    ``ahead`` (:func:`moeplan.search.disagg_search.interval_ahead`) when it was searched from ``pc``'s very capacity
     search (the same runs and bracket: the same interval)."""
     if ahead is not None and ahead[0] is pc.capacity:
         pc.capacity, pc.probe, pc.runs = ahead[1:]

@@ -322,13 +322,31 @@ def first_searches(
     family's first deployment (step 1 of the module docstring) learn, in :func:`_first`'s
     order: they depend on no incumbent, so they can run beside the colocated search.
     ``interval``: then the best one's 95 % interval, searched ahead of knowing whether it
-    wins (:func:`moeplan.search.disagg_capacity.interval_ahead`; else None)."""
-    from moeplan.search.disagg_capacity import interval_ahead
-
+    wins (:func:`interval_ahead`; else None)."""
     bounds: dict[str, list[float]] = {}
     first = _first(space(c, families, bounds), families)
     found = fan_out([partial(_searched, k, c, requests) for k in first])
     return bounds, found, interval_ahead(first, found, c, requests) if interval else None
+
+
+def interval_ahead(
+    first: list[PoolCandidate], found: list[tuple], c: Context, requests: int
+) -> tuple | None:
+    """The 95 % interval of the first deployment of the best capacity per GPU, searched
+    before the rest of the search says whether it wins (a worker that would otherwise wait
+    runs it): ``(its point capacity, then its capacity, steady run and runs after
+    :func:`with_interval`)`` for :func:`moeplan.search.disagg_capacity.capacity_record`.
+    ``found``: :func:`first_searches`'s
+    searches of ``first`` (their runs are copied: the interval adds to them)."""
+    osl = c.workload.osl.mean
+    for k, (cap, probe, runs) in zip(first, found, strict=True):
+        k.capacity, k.probe, k.runs = cap, probe, dict(runs)
+    k = max(first, key=lambda k: k.capacity_per_gpu(osl), default=None)
+    if k is None or k.capacity is None or k.capacity.rate_rps <= 0:
+        return None
+    point = k.capacity
+    with_interval(k, c, requests)
+    return point, k.capacity, k.probe, k.runs
 
 
 def search_disaggregated(
