@@ -1,4 +1,4 @@
-"""Every GPU measurement of issue 18 in one run (GPU time is scarce: one process, many steps).
+"""Every GPU measurement in one run (GPU time is scarce: one process, many steps).
 
     PYTHONPATH=src python bench/gpu_session.py --out DIR [--steps tests,ceilings,...]
 

@@ -1,4 +1,4 @@
-"""Own-kernel fits (issue 18): closed forms, parameter recovery, whole-shape folds, the cost
+"""Own-kernel fits: closed forms, parameter recovery, whole-shape folds, the cost
 model's use of them, and the shipped H100 profile against NVIDIA's tables."""
 
 from __future__ import annotations
