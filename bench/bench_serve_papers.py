@@ -1,4 +1,4 @@
-"""The papers' own serving comparisons, simulated on ``moeplan.serve`` (issue 14), beside the
+"""The papers' own serving comparisons, simulated on ``moeplan.serve``, beside the
 numbers the papers publish; ``docs/benchmarks/papers.md`` records them and explains each setup.
 
 - MixServe §IV-B (paper 003): Table II baselines, MixServe's pick on our cost model and its

@@ -1,4 +1,4 @@
-"""Larger fuzz run (issue 17): malformed inputs to every reader, through the real CLI.
+"""Larger fuzz run: malformed inputs to every reader, through the real CLI.
 
 Each case is one ``python -m moeplan ...`` subprocess under a wall-clock limit. A case passes
 when the command exits 0 or 2 (user error) without a traceback, prints at most one stderr line

@@ -1,4 +1,4 @@
-"""Every GPU measurement of issue 18 in one run (GPU time is scarce: one process, many steps).
+"""Every GPU measurement in one run (GPU time is scarce: one process, many steps).
 
     PYTHONPATH=src python bench/gpu_session.py --out DIR [--steps tests,ceilings,...]
 
@@ -14,6 +14,11 @@ Steps (each guarded: a failing step is recorded and the next one runs):
   default ``h100-measured``), ``calibrate_rows.json`` (the own-kernel rows) + ``calibrate.json``.
 - ``tables``: NVIDIA's H100 SGLang rows (fused MoE, context/generation attention) measured with
   our kernels (:mod:`moeplan.profiling.tables`) → ``tables.json``.
+- ``wideep``: one wide-EP GPU's expert shard (DeepSeek-V3's shape, 2-16 local experts, decode
+  and prefill token counts): bf16 / fp8 grouped GEMMs and the runtime's routed-expert path →
+  ``wideep.json`` (``bench/gpu_stack.py``).
+- ``stack``: a whole Qwen3-30B-A3B stack, decode steps with a real KV cache (CUDA graph) and
+  prefill steps, and each part alone → ``stack.json`` (``bench/gpu_stack.py``).
 - ``runtime``: the runtime's MoE layer and attention (``moeplan.runtime.layers``) at full model
   widths, bf16, one GPU → ``runtime.json``.
 
@@ -37,7 +42,10 @@ import torch
 
 #: name of the profile ``calibrate`` writes (``--profile-name``; one per GPU model)
 PROFILE_NAME = ["h100-measured"]
-STEPS = ("env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime", "quant")
+STEPS = (
+    "env", "tests", "ceilings", "kernels", "calibrate", "tables", "runtime", "quant", "wideep",
+    "stack",
+)  # fmt: skip
 
 
 def step_env(out: Path, res: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +383,34 @@ def step_quant(out: Path, res: dict[str, Any]) -> dict[str, Any]:
             rows.append(row)
     (out / "quant.json").write_text(json.dumps(rows))
     return {"rows": len(rows), "first": rows[:2]}
+
+
+def step_wideep(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, "bench")
+    import gpu_stack
+
+    def save(d: dict[str, Any]) -> None:
+        (out / "wideep.json").write_text(json.dumps(d))
+
+    data = gpu_stack.run_wideep(torch.device("cuda"), save=save)
+    save(data)
+    return {"rows": len(data["rows"]), "first": data["rows"][:2]}
+
+
+def step_stack(out: Path, res: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, "bench")
+    import gpu_stack
+
+    free, total = torch.cuda.mem_get_info()
+    # the KV grid fits beside the weights on a 141 GB card; an 80 GB card holds a quarter
+    kv = gpu_stack.MAX_KV_TOKENS if total > 120 * 2**30 else gpu_stack.MAX_KV_TOKENS // 4
+
+    def save(d: dict[str, Any]) -> None:
+        (out / "stack.json").write_text(json.dumps(d | {"max_kv_tokens": kv}))
+
+    data = gpu_stack.run_stack(torch.device("cuda"), max_kv_tokens=kv, save=save)
+    save(data)
+    return {"rows": len(data["rows"]), "init_s": data["init_s"], "compile": data["compile_error"]}
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Measured vs predicted, three ways, on NVIDIA's H100 kernel-table shapes (issue 18).
+"""Measured vs predicted, three ways, on NVIDIA's H100 kernel-table shapes.
 
 For every row measured on an H100 by ``bench/gpu_session.py`` (``--data``, default the
 committed ``bench/data/gpu_h100_2026-11-22``):

@@ -1,4 +1,4 @@
-"""Architecture rules read from the source (issue 12, DESIGN.md "Layers"), by AST, not by import.
+"""Architecture rules read from the source, by AST, not by import.
 
 Every module under ``src/moeplan`` is found with :func:`pkgutil.walk_packages` and parsed. From
 each file's ``import`` and ``from ... import`` statements that name a ``moeplan`` module — at
@@ -46,24 +46,24 @@ CORE_MAY_IMPORT = ("moeplan.errors", "moeplan.units", "moeplan.traces")
 KNOWN_CYCLES: dict[frozenset[str], str] = {}
 #: File I/O in the planning core, known and owned elsewhere: {(module, call): reason}.
 KNOWN_IO: dict[tuple[str, str], str] = {
-    # issue 12: preset and profile files are read inside specs/cost; the loaders belong at the
+    # preset and profile files are read inside specs/cost; the loaders belong at the
     # edge (measured.py-style), handing the specs the parsed data.
-    ("moeplan.specs", ".is_file"): "issue 12: load_model accepts a path",
-    ("moeplan.specs.hf_config", "os.open"): "issue 12: read_json_file (bounded reader)",
-    ("moeplan.specs.hf_config", "os.fdopen"): "issue 12: read_json_file (bounded reader)",
-    ("moeplan.specs.presets", "importlib.resources.files"): "issue 12: preset JSON",
-    ("moeplan.specs.presets", ".read_text"): "issue 12: preset JSON",
-    ("moeplan.cost", "importlib.resources.files"): "issue 12: load_profile/profile_names",
-    ("moeplan.cost", ".iterdir"): "issue 12: profile_names",
-    ("moeplan.cost", ".is_file"): "issue 12: load_profile",
-    ("moeplan.cost", ".read_text"): "issue 12: load_profile",
+    ("moeplan.specs", ".is_file"): "load_model accepts a path",
+    ("moeplan.specs.hf_config", "os.open"): "read_json_file (bounded reader)",
+    ("moeplan.specs.hf_config", "os.fdopen"): "read_json_file (bounded reader)",
+    ("moeplan.specs.presets", "importlib.resources.files"): "preset JSON",
+    ("moeplan.specs.presets", ".read_text"): "preset JSON",
+    ("moeplan.cost", "importlib.resources.files"): "load_profile/profile_names",
+    ("moeplan.cost", ".iterdir"): "profile_names",
+    ("moeplan.cost", ".is_file"): "load_profile",
+    ("moeplan.cost", ".read_text"): "load_profile",
 }
 #: Imports of edge packages from the planning core, known and owned elsewhere: {(module,
 #: imported module): reason}.
 KNOWN_EDGE_IMPORTS: dict[tuple[str, str], str] = {}
 
 #: Test files that pin ``derandomize=True`` in ``@settings`` (harmless under the default
-#: ``ci`` profile, but ``HYPOTHESIS_PROFILE=dev`` cannot randomize them) — issue 12.
+#: ``ci`` profile, but ``HYPOTHESIS_PROFILE=dev`` cannot randomize them).
 KNOWN_PROFILE_OVERRIDES = frozenset(
     {
         "test_cost_kerneldb.py", "test_fuzz_cli.py", "test_robust_config.py",

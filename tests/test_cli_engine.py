@@ -1,4 +1,4 @@
-"""``--engine`` on every planning command (issue 13 item 7) and the kernel tables' I/O layer.
+"""``--engine`` on every planning command and the kernel tables' I/O layer.
 
 Oracles:
 

@@ -1,4 +1,4 @@
-"""One vocabulary in flags and errors; outputs written as a unit (issues 12 §3 and 17)."""
+"""One vocabulary in flags and errors; outputs written as a unit."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Hierarchical (multi-node) collectives against a shard-level simulation and closed forms.
 
-Oracles (issue 16, reviewers' item 1):
+Oracles:
 - a brute-force simulation of the two-level algorithm at shard granularity: every rank's
   shards (all_gather) or partial sums (reduce_scatter) are tracked step by step, the
   simulation checks that every rank ends with what the collective promises, and it counts

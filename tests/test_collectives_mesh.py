@@ -1,4 +1,4 @@
-"""Collectives on a full-mesh fabric (Ascend 910B HCCS) against closed forms (issue 16).
+"""Collectives on a full-mesh fabric (Ascend 910B HCCS) against closed forms.
 
 An 8-NPU Atlas 800T A2 node has a dedicated 30 GB/s-per-direction link per NPU pair
 (210 GB/s per NPU over 7 links, preset ``hccs``). A group of ``d`` NPUs reaches its ``d-1``

@@ -1,4 +1,4 @@
-"""Every preset link's bandwidth equals what its ``source`` text states (issue 16, item 9).
+"""Every preset link's bandwidth equals what its ``source`` text states.
 
 Each row names the figure the source quotes, how it converts to the preset convention
 (bytes/s per GPU per direction, clusters.json ``_note``) and the expected number; the test

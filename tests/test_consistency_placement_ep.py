@@ -1,5 +1,5 @@
 """``plan`` places experts for the served winner's real EP degree, or says plainly why not
-(issue 16: "Sem-MoE placement on EP8" was printed for winners without EP or with EP16)."""
+("Sem-MoE placement on EP8" was once printed for winners without EP or with EP16)."""
 
 from __future__ import annotations
 

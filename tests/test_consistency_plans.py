@@ -1,6 +1,6 @@
 """Every family's best plan is consistent with moeplan's own memory model and FLOP count.
 
-Issue 16, "Numbers that contradict each other":
+"Numbers that contradict each other":
 
 - **memory**: each family's fit check and the ``mem_bytes_per_gpu`` it reports are the same
   :class:`moeplan.cost.memory.MemoryBreakdown` total (weights + KV + activations + buffers +
@@ -57,7 +57,7 @@ def prefill_flops_per_prompt_token(model, isl: int) -> float:
 
 def gemm_peak(cm, model=None) -> float:
     """The cost model's highest FLOP/s on one GPU (the fitted or datasheet roofline), at the
-    fastest compute dtype of ``model``'s weights (fp8 checkpoints: the fp8 rate, issue 13)."""
+    fastest compute dtype of ``model``'s weights (fp8 checkpoints: the fp8 rate)."""
     weights = [None] + ([model.quant.module(c) for c in CLASSES] if model is not None else [])
     return max(
         2.0 * n**3 / cm.gemm(n, n, n, w) for n in (4096, 8192, 16384, 32768) for w in weights
@@ -117,7 +117,7 @@ def test_issue_cases_memory_and_flops_are_consistent(model_name, cluster_name):
 
 
 def test_kimi_k2_on_910b_findep_reports_what_its_fit_check_used():
-    """Issue 16: '65.9 GiB of 64 GiB per GPU' — the reserve was added a second time."""
+    """'65.9 GiB of 64 GiB per GPU' — the reserve was added a second time."""
     model, cluster, _, cands = candidates("kimi-k2", "mixserve-910b")
     dep = cands["dep"]
     p = dep.detail.problem

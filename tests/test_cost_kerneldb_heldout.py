@@ -1,4 +1,4 @@
-"""Acceptance bars of issue 13 against NVIDIA's measured tables, whole shapes held out.
+"""Acceptance bars against NVIDIA's measured tables, whole shapes held out.
 
 Bars: held-out whole shapes, median <= 10 % and p90 <= 25 % for fused MoE, attention
 (prefill, decode) and MLA (prefill, decode) on each GPU x engine with tables; DeepEP median

@@ -1,4 +1,4 @@
-"""DeepEP across nodes (issue 13, item 5): the intra-node DeepEP model transferred to the RDMA
+"""DeepEP across nodes: the intra-node DeepEP model transferred to the RDMA
 link, against its closed form, the cost model's all-to-all, and DeepEP's published internode
 bandwidth on H800."""
 

@@ -1,4 +1,4 @@
-"""One A2E link model for every (ag, eg) split on findep-a (issue 16, item 5)."""
+"""One A2E link model for every (ag, eg) split on findep-a."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_fitted_splits_reproduce_the_papers_fits():
 
 
 def test_neighbouring_splits_differ_smoothly_and_monotonically():
-    """Issue 16: unfitted splits fell back to the 25 GB/s datasheet link, 7x off their
+    """Unfitted splits fell back to the 25 GB/s datasheet link, 7x off their
     neighbours. Now each step in ag changes the A2E time by less than 1.7x, in one direction."""
     cm = _cm()
     t = [a2e_seconds(cm, 8 * MB, ag, 8 - ag) for ag in range(1, 8)]

@@ -1,4 +1,4 @@
-"""Algorithm 1's ``r2`` search against brute force when tile padding breaks unimodality (issue 16)."""
+"""Algorithm 1's ``r2`` search against brute force when tile padding breaks unimodality."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _problem(ag: int, eg: int, seq: int, batch: int = 4):
 
 
 def test_issue_reproduction_solve_equals_brute_force():
-    """Issue 16: a binary search on r2 stopped at (1, 4, 9, ASAS), 62,471 tok/s; the grid
+    """A binary search on r2 stopped at (1, 4, 9, ASAS), 62,471 tok/s; the grid
     optimum is (2, 2, 1), 64,711 tok/s."""
     p = _problem(7, 1, 2048)
     alg, bf = dep.solve(p), dep.brute_force(p)

@@ -1,5 +1,5 @@
 """EPLB (numpy) against DeepSeek's published example, vLLM's property cases and a torch
-oracle written from deepseek-ai/EPLB's algorithm (issue 16: replica order and tie-breaking).
+oracle written from deepseek-ai/EPLB's algorithm.
 
 The oracle (:func:`_torch_eplb`) follows the reference step by step with the reference's own
 torch calls where ties are decided — ``Tensor.sort(descending=True)`` to order items for

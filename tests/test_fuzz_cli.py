@@ -1,4 +1,4 @@
-"""Issue 17 acceptance fuzz: malformed inputs through the real CLI entry points, in process.
+"""Acceptance fuzz: malformed inputs through the real CLI entry points, in process.
 
 Every case must end with exit 0 (the mutation happened to be valid) or 2 with exactly one
 stderr line, never an exception escaping ``main`` (a traceback), and within a per-case limit

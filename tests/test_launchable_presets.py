@@ -1,4 +1,4 @@
-"""Acceptance (issue 16): every preset model on every cluster preset it fits gets launch
+"""Acceptance: every preset model on every cluster preset it fits gets launch
 scripts whose every node's arguments pass the pinned SGLang and vLLM rules, or a script that
 says plainly why the engine cannot launch the plan.
 

@@ -1,4 +1,4 @@
-"""A one-stage SMIDT plan is named and exported as what it is (issue 16, item 3)."""
+"""A one-stage SMIDT plan is named and exported as what it is."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _plan(choices: list[tuple[str, Choice]], pp: int = 1, r: int = 8) -> Pipelin
 
 
 def test_issue_reproduction_gpt_oss_on_h200_is_data_parallel():
-    """Issue 16: 'pipelined (SMIDT) PP1' won; it is 8 replicas of the whole model."""
+    """'pipelined (SMIDT) PP1' won; it is 8 replicas of the whole model."""
     model, cluster = load_model("gpt-oss-120b"), load_cluster("h200-sxm-8")
     cand = rank.pipeline_candidate(model, cluster, PREFILL, cost_model_for(cluster))
     assert cand.plan.layout["pp"] == 1

@@ -1,5 +1,5 @@
 """SMIDT search with a relative tolerance and an adaptive, certified memory resolution
-against the exact byte-level optimum on small instances (issue 16, item 8).
+against the exact byte-level optimum on small instances.
 
 Before: memory rounded up to 512 units and an absolute 0.1 ms bisection tolerance cost up to
 3.6 % on small stage times. The oracle here knows nothing of units: every boundary set ×

@@ -1,5 +1,5 @@
 """Sem-MoE's fallback guard keeps real held-out gains and still rejects no-structure traces
-(issue 16, item 6: qwen3-30b-a3b EP8 seed 1, LAR 0.237 vs 0.125 and faster on test, rejected
+(qwen3-30b-a3b EP8 seed 1, LAR 0.237 vs 0.125 and faster on test, rejected
 by a point estimate on ~80 validation requests)."""
 
 from __future__ import annotations

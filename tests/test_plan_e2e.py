@@ -89,7 +89,7 @@ def test_analytic_ranking_is_by_tokens_per_gpu_and_explained(planned):
 
 
 def test_serving_candidates_are_ranked_slo_first_then_by_throughput_per_gpu(planned):
-    """The interface keys of issue 14, and the order: plans meeting the SLOs first, then
+    """The plan's interface keys, and the order: plans meeting the SLOs first, then
     output tokens/s per GPU (the default objective), the winner first."""
     out, _ = planned
     assert out["objective"] == "throughput-per-gpu"

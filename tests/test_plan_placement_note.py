@@ -1,4 +1,4 @@
-"""``moeplan plan``'s Sem-MoE placement note for disaggregated winners (issue 16): a P/D
+"""``moeplan plan``'s Sem-MoE placement note for disaggregated winners: a P/D
 deployment is two pools of instances; placement targets the pool with expert parallelism,
 and "no expert parallelism" is said only when no pool has any."""
 

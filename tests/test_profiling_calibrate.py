@@ -159,3 +159,42 @@ def test_cli_bad_device_one_line(args, needle):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
+
+
+def test_a_shape_the_gpu_cannot_take_is_skipped_and_named(monkeypatch):
+    """One measurement out of memory (or with no fused attention kernel) is skipped and
+    reported; any other error still ends the run."""
+    import torch
+
+    from moeplan.profiling import calibrate as cal
+
+    real = cal.jobs
+
+    def with_failures(sizes, dev, meas, seed=0):
+        todo = real(sizes, dev, meas, seed)
+
+        def oom() -> None:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 128 GiB")
+
+        def no_kernel() -> None:
+            raise RuntimeError("No available kernel. Aborting execution.")
+
+        return [todo[0], ("big sdpa", oom), ("wide head sdpa", no_kernel), *todo[1:]]
+
+    monkeypatch.setattr(cal, "jobs", with_failures)
+    _, _, meas, _ = cal.run_calibration("cpu", quick=True, models=("qwen3-30b-a3b",))
+    assert meas.skipped == [
+        ("big sdpa", "out of GPU memory at this shape"),
+        ("wide head sdpa", "no fused attention kernel for this shape"),
+    ]
+    assert meas.gemm  # the rest was measured
+
+    def broken(sizes, dev, meas, seed=0):
+        def bug() -> None:
+            raise RuntimeError("shape mismatch")
+
+        return [("bug", bug)]
+
+    monkeypatch.setattr(cal, "jobs", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        cal.run_calibration("cpu", quick=True, models=("qwen3-30b-a3b",))

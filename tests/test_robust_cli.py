@@ -1,4 +1,4 @@
-"""Issue 17, the CLI's top level: exactly one stderr line for every failure, help for a bare
+"""The CLI's top level: exactly one stderr line for every failure, help for a bare
 ``moeplan``, ``--debug`` for tracebacks, warnings that never add lines, SIGTERM cleanup.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 17, config reader: bad bytes and absurd sizes are one MoeplanError line, never a hang.
+"""Config reader: bad bytes and absurd sizes are one MoeplanError line, never a hang.
 
 Regression cases 5, 6 and 10 (config part) from their reproductions, plus a hypothesis fuzz
 over every key of four presets (wrong types, huge/negative/non-finite numbers, deletions).

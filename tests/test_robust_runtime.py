@@ -1,4 +1,4 @@
-"""Issue 17, runtime spawner: a stopped or dead worker ends the run in bounded time, one line
+"""Runtime spawner: a stopped or dead worker ends the run in bounded time, one line
 per rank, every child reaped, nothing left in /tmp; a signal to the parent reaches its workers.
 
 Case 1 (SIGSTOPped worker through ``moeplan run``) and case 4 (``--timeout`` values, a rank

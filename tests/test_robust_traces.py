@@ -1,4 +1,4 @@
-"""Issue 17, trace readers: no silent int16 wrap, bounded claims, one line per bad file.
+"""Trace readers: no silent int16 wrap, bounded claims, one line per bad file.
 
 Regression cases 2, 7 and 8 from their reproductions; files written 0644 and atomically; the
 sparse look-back table equals the dense one it replaced (brute-force oracle); a hypothesis

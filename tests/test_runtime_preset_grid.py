@@ -1,4 +1,4 @@
-"""Acceptance (issue 16): every preset model on every cluster preset it fits gets a winning plan
+"""Acceptance: every preset model on every cluster preset it fits gets a winning plan
 (:func:`moeplan.planners.rank.plan`, every family, the launch test's call) whose ``plan.json``
 runs in the runtime at a reduced scale and matches the single-process reference (fp32, max abs
 error <= 1e-5 per unit of the model's routed scaling factor, which multiplies the routed sum).

@@ -1,4 +1,4 @@
-"""Attention–FFN disaggregated decode on FinDEP's schedule (issue 15): Algorithm 1 on decode
+"""Attention–FFN disaggregated decode on FinDEP's schedule: Algorithm 1 on decode
 shapes against brute force and PPPipe, the serving evaluator against the schedule, and the
 families' place in ``moeplan plan``'s ranking."""
 

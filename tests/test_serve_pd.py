@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation on the serving engine (issue 15): oracles for the KV
+"""Prefill/decode disaggregation on the serving engine: oracles for the KV
 transfer, the pools against standalone engine runs, rate matching and pool stability."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
 H100 = load_cluster("h100-sxm-8")
-INTERFACE_KEYS = {  # issue 14, "Interface"
+INTERFACE_KEYS = {  # the serving search's interface
     "ttft_p50_s",
     "ttft_p90_s",
     "tpot_p50_s",

@@ -1,4 +1,4 @@
-"""Weight quantization from ``quantization_config`` (issue 13 item 4): bytes per weight in
+"""Weight quantization from ``quantization_config``: bytes per weight in
 closed form for every method, which modules each config covers, memory and decode-GEMM time.
 
 Test configs (``tests/data/quant_*.json``) are the shipped Qwen3-30B-A3B / Mixtral-8x7B

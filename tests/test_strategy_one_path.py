@@ -1,4 +1,4 @@
-"""One cost path (issue 13, item 5; DESIGN.md): MixServe prices its collectives through the
+"""One cost path: MixServe prices its collectives through the
 cost model, exactly as the serving iteration model does.
 
 Oracles:

@@ -79,8 +79,11 @@ def calibrate(
         raise MoeplanError("--op, --folds and --errors-out need --kernels")
     if rows_out and device is None:
         raise MoeplanError("--rows-out needs --device")
+    skipped: list[list[str]] = []
     if device is not None:
-        profile, report, rows = _measure(device, quick, seed, name, progress=not (json_out or quiet))
+        profile, report, rows, skipped = _measure(
+            device, quick, seed, name, progress=not (json_out or quiet)
+        )
         measured = f"device:{device}"
         if rows_out:
             write_atomic(rows_out, json.dumps(rows))
@@ -109,7 +112,13 @@ def calibrate(
     ]
     if json_out:
         print_json(
-            {"measured": measured, "seed": seed, "profile": out or profile.to_dict(), "fits": fits}
+            {
+                "measured": measured,
+                "seed": seed,
+                "profile": out or profile.to_dict(),
+                "fits": fits,
+                "skipped": skipped,
+            }
         )
         return
     t = Table(title=f"Calibration on {measured} (20% of rows held out, seed {seed})")
@@ -229,7 +238,13 @@ def _measure(device: str, quick: bool, seed: int, name: str | None, *, progress:
             on_plan=lambda n: bar.update(task, total=n),
             on_job=lambda label: bar.update(task, advance=1, description=label),
         )
-    return profile, report, meas.tables
+    if meas.skipped:
+        err_console.print(
+            f"skipped {len(meas.skipped)} measurements: "
+            + "; ".join(f"{label} ({why})" for label, why in meas.skipped[:5])
+            + (" ..." if len(meas.skipped) > 5 else "")
+        )
+    return profile, report, meas.tables, [list(x) for x in meas.skipped]
 
 
 def register(app: typer.Typer) -> None:

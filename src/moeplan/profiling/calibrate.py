@@ -93,6 +93,7 @@ class Measurements:
     copy_bw: float = 0.0
     gemm_flops: float = 0.0
     tables: dict[str, list[dict]] = field(default_factory=dict)  # kernel rows, ``ours_s`` added
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (job, why): see skippable
 
 
 Job = tuple[str, Callable[[], None]]
@@ -325,6 +326,17 @@ def fit(
     return profile, report
 
 
+def skippable(err: BaseException) -> str | None:
+    """Why one measurement can be skipped without spoiling the rest (a shape larger than this
+    GPU's memory, or one no fused attention kernel takes: a preset with head_dim 512, say),
+    or ``None`` for any other error, which ends the run."""
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return "out of GPU memory at this shape"
+    if isinstance(err, RuntimeError) and "No available kernel" in str(err):
+        return "no fused attention kernel for this shape"
+    return None
+
+
 def run_calibration(
     device: str,
     *,
@@ -343,7 +355,15 @@ def run_calibration(
     if on_plan:
         on_plan(len(todo))
     for label, job in todo:
-        job()
+        try:
+            job()
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+            why = skippable(err)
+            if why is None:
+                raise
+            meas.skipped.append((label, why))
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
         if on_job:
             on_job(label)
     cluster = local_cluster(dev, meas)

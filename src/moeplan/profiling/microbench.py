@@ -27,11 +27,21 @@ def bench_dtype(device: torch.device) -> torch.dtype:
 
 
 def bench_gemm(
-    m: int, n: int, k: int, *, device: torch.device, gen: torch.Generator, repeats: int = 10
+    m: int,
+    n: int,
+    k: int,
+    *,
+    device: torch.device,
+    gen: torch.Generator,
+    repeats: int = 10,
+    graph: bool | None = None,
 ) -> float:
-    """``[m, k] x [k, n]``."""
+    """``[m, k] x [k, n]``; on CUDA as CUDA-graph replays by default (kernel time, as engines
+    run decode steps and as the own-kernel rows are timed: eager timing adds the host's
+    launch latency, ~10-20 us, which a fitted roofline then reads as every GEMM's floor)."""
     inputs = random_inputs([(m, k), (k, n)], dtype=bench_dtype(device), device=device, gen=gen)
-    return median_time(torch.mm, inputs, device=device, repeats=repeats)
+    g = device.type == "cuda" if graph is None else graph
+    return median_time(torch.mm, inputs, device=device, repeats=repeats, graph=g)
 
 
 def bench_attention(
@@ -49,7 +59,15 @@ def bench_attention(
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
-    return median_time(fn, inputs, device=device, repeats=repeats)
+    if device.type != "cuda":
+        return median_time(fn, inputs, device=device, repeats=repeats)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # the fused kernels only: the math fallback materialises [seqs, heads, q, ctx] scores
+    # (128 GiB at some presets' prefill shapes) and is not what an engine runs
+    fused = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    with sdpa_kernel(fused):
+        return median_time(fn, inputs, device=device, repeats=repeats)
 
 
 def _routing(
