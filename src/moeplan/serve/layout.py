@@ -52,7 +52,32 @@ def kv_capacity_tokens(
     over the model's. A token costs each layer its kind's rate.
 
     Raises :class:`MoeplanError` when the weights (and the states) alone do not fit.
+    Memoised per argument tuple (the specs are frozen): a knob search asks the same layout
+    and step budget once per running cap.
     """
+    key = (model, cluster, layout, token_budget, kv_scale, seqs)
+    got = _KV_TOKENS.get(key)
+    if got is None:
+        got = _kv_capacity_tokens(model, cluster, layout, token_budget, kv_scale, seqs)
+        if len(_KV_TOKENS) >= KV_MEMO:
+            _KV_TOKENS.clear()
+        _KV_TOKENS[key] = got
+    return got
+
+
+KV_MEMO = 65_536  # memoised KV capacities before the memo is cleared (as the kernel tables')
+_KV_TOKENS: dict[tuple, int] = {}
+
+
+def _kv_capacity_tokens(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    token_budget: int,
+    kv_scale: float,
+    seqs: int,
+) -> int:
+    """:func:`kv_capacity_tokens`, computed."""
     lay = layout
     shape = replace(lay.memory_shape(model), kv_scale=kv_scale)
     tokens, need = mem.kv_capacity(model, shape, cluster.gpu.mem_bytes, token_budget, seqs)
