@@ -346,6 +346,20 @@ class CostModel(MixerLayers, Prefetch):
         )
         return secs.tolist()
 
+    def decode_core_blocks(
+        self, model: ModelSpec, num_seqs: int, blocks: Sequence[tuple[int, ...]], tp: int = 1,
+        layer: int | None = None,
+    ) -> list[list[float]]:
+        """:meth:`decode_core_prices` of each block of contexts in ``blocks``, all priced in
+        one query (a row's price does not depend on the rows sharing its query:
+        :mod:`moeplan.cost.prefetch`)."""
+        flat = self.decode_core_prices(model, num_seqs, [c for b in blocks for c in b], tp, layer)
+        out, i = [], 0
+        for b in blocks:
+            out.append(flat[i : i + len(b)])
+            i += len(b)
+        return out
+
     def _fitted_attention(
         self, model: ModelSpec, seqs: int, q_len: int, keys: float, tp: int
     ) -> float:

@@ -83,6 +83,25 @@ class MemoCost:
             setattr(self, name, fn)  # later look-ups find it without __getattr__
         return fn
 
+    def decode_core_blocks(
+        self, model: Any, num_seqs: int, blocks: Any, tp: int = 1, layer: int | None = None
+    ) -> list[list[float]]:
+        """:meth:`CostModel.decode_core_blocks` remembered block by block, as the calls
+        ``decode_core_prices(model, num_seqs, block, tp, layer)`` are: the blocks not yet
+        known are priced in one query."""
+        keys = [
+            ("decode_core_prices", tuple(self._key(a) for a in (model, num_seqs, b, tp, layer)), ())
+            for b in blocks
+        ]
+        memo = self._memo
+        todo = [i for i, k in enumerate(keys) if k not in memo]
+        if todo:
+            asked = [blocks[i] for i in todo]
+            got = self._cost.decode_core_blocks(model, num_seqs, asked, tp, layer)
+            for i, prices in zip(todo, got, strict=True):
+                memo[keys[i]] = prices
+        return [memo[k] for k in keys]
+
     # ---- handing answers on (module docstring) --------------------------------------------
     def pin(self, *objs: Any) -> None:
         """Key ``objs`` by identity now: answers about them made in a copy of this memo taken

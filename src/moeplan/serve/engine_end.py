@@ -108,10 +108,19 @@ class IterationEnd(EngineState):
 
     def _chunks_done(self, t: float, chunks: list[tuple[int, int]]) -> None:
         """The chunks' prompt tokens are in KV (first-time or recomputed); a request whose
-        prompt is done has its next token at ``t`` and decodes from the next step, or ends."""
+        prompt is done has its next token at ``t`` and decodes from the next step, or ends
+        (one pass over the chunks: the two parts touch different state)."""
         at, left, hi, isl = self.prefill_ctx, self.left, self.hi, self.isl
         fresh_all, recomputed = self.prefill_tokens, self.recomputed
-        done = []
+        pf, produced, osl, first, last_tok, state = (
+            self.prefilling, self.produced, self.osl, self.first, self.last_tok, self.state
+        )  # fmt: skip
+        base_ctx, base_prod, s0, epoch, fin, due, entrants = (
+            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.due,
+            self.entrants,
+        )  # fmt: skip
+        remaining, out, n_dec, sum_ctx = self.remaining, self.out_tokens, self.n_dec, self.sum_ctx
+        step, tps, push = self.step, self.tps, heapq.heappush
         for r, q in chunks:
             start = at[r]
             end = start + q
@@ -128,25 +137,9 @@ class IterationEnd(EngineState):
             at[r] = end
             rest = left[r] - q
             left[r] = rest
-            if not rest:
-                done.append((r, end))
-        self.prefill_tokens, self.recomputed = fresh_all, recomputed
-        if done:  # touches none of the above: in chunk order after them
-            self._prompts_done(t, done)
-
-    def _prompts_done(self, t: float, done: list[tuple[int, int]]) -> None:
-        """Each ``(request, context)`` finished its prompt (recomputed tokens included) at
-        ``t``: its next token is out; it decodes from the next step, or finishes."""
-        pf, produced, osl, first, last_tok, state = (
-            self.prefilling, self.produced, self.osl, self.first, self.last_tok, self.state
-        )  # fmt: skip
-        base_ctx, base_prod, s0, epoch, fin, due, entrants = (
-            self.base_ctx, self.base_prod, self.s0, self.epoch, self.finishers, self.due,
-            self.entrants,
-        )  # fmt: skip
-        remaining, out, n_dec, sum_ctx = self.remaining, self.out_tokens, self.n_dec, self.sum_ctx
-        step, tps, push = self.step, self.tps, heapq.heappush
-        for r, end in done:
+            if rest:
+                continue
+            # the prompt (recomputed tokens included) is done: its next token is out
             if pf[0] == r:
                 pf.popleft()
             else:
@@ -177,4 +170,5 @@ class IterationEnd(EngineState):
             else:
                 same.append((r, ep))
             entrants.append((r, ep))
+        self.prefill_tokens, self.recomputed = fresh_all, recomputed
         self.remaining, self.out_tokens, self.n_dec, self.sum_ctx = remaining, out, n_dec, sum_ctx

@@ -294,14 +294,19 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             return cm.attention_core(md, seqs, 1, ctx, tp, layer)
         grid, raws, top = self._floors.get((seqs, sliding), ([], [], []))
         if not grid or grid[-1] < ctx:
-            # the grid priced one block at a time, up to the block holding ctx: every layout
-            # with this attention TP asks the same blocks (one memoised query each,
-            # :mod:`moeplan.search.memo_cost`); the prices and their running maximum are the same
+            # the grid priced by blocks, up to the block holding ctx: every layout with this
+            # attention TP asks the same blocks (memoised block by block, the missing ones
+            # priced in one query: :mod:`moeplan.search.memo_cost`); the prices and their
+            # running maximum are the same
+            blocks, end = [], grid[-1] if grid else 0
+            while end < ctx:
+                blocks.append(_grid_block(end))
+                end = blocks[-1][-1]
             grid, raws = list(grid), list(raws)
-            while not grid or grid[-1] < ctx:
-                block = _grid_block(grid[-1] if grid else 0)
+            priced = cm.decode_core_blocks(md, seqs, blocks, tp, layer)
+            for block, prices in zip(blocks, priced, strict=True):
                 grid += block
-                raws += cm.decode_core_prices(md, seqs, block, tp, layer)
+                raws += prices
             top = list(accumulate(raws, max))
             self._floors[seqs, sliding] = (grid, raws, top)
         at = bisect_left(grid, ctx)
