@@ -183,22 +183,12 @@ class Engine(IterationEnd):
             return self._start_decode(t, n_dec)
         assert self.kv_used <= self.kv_cap, "KV pool over-committed"
         ctx = bucket(int((self.sum_ctx + n_dec * self.tps + n_dec // 2) // n_dec)) if n_dec else 0
-        dur = self._time(Batch(n_dec, ctx, pre))
+        dur = self.evaluate(Batch(n_dec, ctx, pre))
+        if not 0.0 < dur < math.inf:  # the message is built only when it is raised
+            require(False, f"iteration time ({dur}) must be positive")
         self.pending = (chunks, n_dec, 1)
         self.segs.append((t, dur, 1, n_dec, tokens, self.kv_used, 0))
         return t + dur
-
-    def _time(self, batch: Batch) -> float:
-        dur = self.evaluate(batch)
-        if not 0.0 < dur < math.inf:  # the message is built only when it is raised
-            require(False, f"iteration time ({dur}) must be positive")
-        return dur
-
-    def _record(
-        self, t0: float, d: float, count: int, dec: int, pre: int, kv0: float, kv_step: float
-    ) -> None:
-        """``count`` iterations of ``d`` seconds from ``t0`` (expanded in :meth:`_result`)."""
-        self.segs.append((t0, d, count, dec, pre, kv0, kv_step))
 
     def _start_decode(self, t: float, n: int) -> float:
         """Decode-only steps, fast-forwarded: with no prefill work the batch stays the same
@@ -210,23 +200,28 @@ class Engine(IterationEnd):
         if not self.fast:
             k_max = 1
         t_arr = self._next_arrival_s()
-        tau = self.tps
+        tau, segs, evaluate, sum_ctx = self.tps, self.segs, self.evaluate, self.sum_ctx
         done, end, kv0 = 0, t, self.kv_used
         while done < k_max:
-            x = int((self.sum_ctx + n * tau * (done + 1) + n // 2) // n)  # mean context
-            key = bucket(x)
+            x = int((sum_ctx + n * tau * (done + 1) + n // 2) // n)  # mean context
             shift = x.bit_length() - 6
-            room = (((x >> shift) + 1) << shift) - x if shift > 0 else 1
+            if shift > 0:  # bucket(x), inline, and the steps left in its cell
+                key = ((x >> shift) << shift) + (1 << (shift - 1))
+                room = (((x >> shift) + 1) << shift) - x
+            else:
+                key, room = x, 1
             # MTP: the context grows by tau (+1 of rounding) per step; stay inside the cell
             span = min(k_max - done, room if tau == 1 else max(1, math.floor((room - 1) / tau)))
-            d = self._time(Batch(n, key, ()))
+            d = evaluate(Batch(n, key, ()))
+            if not 0.0 < d < math.inf:  # the message is built only when it is raised
+                require(False, f"iteration time ({d}) must be positive")
             if end + span * d >= t_arr:
                 span = min(span, max(1, math.ceil((t_arr - end) / d)))
-            last = self.segs[-1] if done else None
+            last = segs[-1] if done else None
             if last is not None and last[1] == d:  # same duration: extend the segment
-                self.segs[-1] = (*last[:2], last[2] + span, *last[3:])
+                segs[-1] = (*last[:2], last[2] + span, *last[3:])
             else:
-                self._record(end, d, span, n, 0, kv0 + done * n * tau, n * tau)
+                segs.append((end, d, span, n, 0, kv0 + done * n * tau, n * tau))
             done += span
             end += span * d
             if end >= t_arr:

@@ -34,12 +34,14 @@ class IterationEnd(EngineState):
             self.last_tok,
         )
         fresh = 0
-        for r, ep in self.entrants:
-            if epoch[r] == ep and state[r] == DECODE:
-                itl.append(first_end - last_tok[r])
-                itl_w.append(1)
-                fresh += 1
-        self.entrants = []
+        if self.entrants:
+            add, add_w = itl.append, itl_w.append
+            for r, ep in self.entrants:
+                if epoch[r] == ep and state[r] == DECODE:
+                    add(first_end - last_tok[r])
+                    add_w(1)
+                    fresh += 1
+            self.entrants = []
         if n_dec > fresh:
             itl.append(first_end - self.last_dec_end)
             itl_w.append(n_dec - fresh)
