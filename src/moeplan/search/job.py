@@ -115,8 +115,8 @@ def plan_job(spec: JobSpec, cost: CostModel,
         place_res = _placement(result, ep, spec, cost) if ep else None
     t3 = time.perf_counter()
     say("simulating the top plans' curves and the winner's trace")
-    curves = serving_curves(ranking, m, c, cost)
-    timeline = serving_trace(ranking, m, c, cost)
+    curves = serving_curves(ranking, m, c, memo)  # what the ranking priced: not priced again
+    timeline = serving_trace(ranking, m, c, memo)
     # the proposer whose plan is an attention/expert schedule (FinDEP) draws its Gantt chart
     dep = next((x for x in result.candidates if FAMILY[x.family].layout == "groups"), None)
     schedules: dict[str, Any] = {}
