@@ -446,6 +446,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
 FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
 
 
+@lru_cache(maxsize=64)  # a handful of octaves; each block's tuple built once
 def _grid_block(after: int) -> tuple[int, ...]:
     """The engine's grid contexts (:func:`.grid.bucket_grid`) of the block after context
     ``after``: below :data:`FIRST_BLOCK` when ``after`` is 0, else the next octave (a tuple:
