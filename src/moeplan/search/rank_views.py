@@ -193,20 +193,18 @@ def serving_curves(
     """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
     p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
     open-loop workloads only). Same seed at every rate (common random numbers)."""
-    from moeplan.serve.metrics import request_latencies
-
-    latency: dict[str, dict[str, list[float]]] = {}
     rate_curves: dict[str, list[dict[str, float]]] = {}
+    runs: dict[str, Callable[[], dict[str, list[float]]]] = {}
     points: dict[str, list[Callable[[], dict[str, float]]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
         label = f"{x.entry.family}: {x.entry.layout_label}"
-        res = operating_run(x) or _rerun(x, _operating_workload(ranking, x), model, cluster, cost)
-        ttft, tpot, _ = request_latencies(res)
-        latency[label] = {
-            "ttft_s": [float(v) for v in ttft],
-            "tpot_s": [float(v) for v in tpot if v == v],
-        }
+        kept = operating_run(x)
+        runs[label] = (
+            partial(_latencies, kept)
+            if kept is not None
+            else partial(_rerun_latencies, x, _operating_workload(ranking, x), model, cluster, cost)
+        )
         base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
         if not base or ranking.workload.concurrency is not None:
             continue
@@ -217,11 +215,29 @@ def serving_curves(
             partial(_curve_point, x, probe, base * f, model, cluster, cost, ranking.slo)
             for f in fractions
         ]
-    # every point is its own run: side by side when the caller runs workers
-    flat = fan_out([t for ts in points.values() for t in ts])
+    # every rerun and every point is its own run: side by side when the caller runs workers
+    flat = fan_out([*runs.values(), *(t for ts in points.values() for t in ts)])
+    latency = dict(zip(runs, flat[: len(runs)], strict=True))
+    flat = flat[len(runs) :]
     for label, ts in points.items():
         rate_curves[label], flat = flat[: len(ts)], flat[len(ts) :]
     return {"latency": latency, "rate": rate_curves}
+
+
+def _latencies(res: SimResult) -> dict[str, list[float]]:
+    """Per-request TTFT and TPOT of ``res`` (TPOT of requests with one output token left
+    out)."""
+    from moeplan.serve.metrics import request_latencies
+
+    ttft, tpot, _ = request_latencies(res)
+    return {"ttft_s": [float(v) for v in ttft], "tpot_s": [float(v) for v in tpot if v == v]}
+
+
+def _rerun_latencies(
+    x: Served, wl: ServeWorkload, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, list[float]]:
+    """:func:`_latencies` of ``x`` simulated again on ``wl``."""
+    return _latencies(_rerun(x, wl, model, cluster, cost))
 
 
 def _curve_point(
