@@ -124,3 +124,39 @@ def test_a_workers_memo_answers_come_back(setup):
     assert names == ["expert_ffn", "router"]  # gemm about a worker's object stayed there
     assert got == cm.expert_ffn(m, 123.0, 128) == _cold(c).expert_ffn(m, 123.0, 128)
     assert cm.router(m, 4096) == _cold(c).router(m, 4096)
+
+
+class _Counting:
+    """A cost model that counts the decode-core questions it is asked (blocks per call)."""
+
+    def __init__(self, cm: CostModel) -> None:
+        self._cm, self.asked = cm, []
+
+    def decode_core_blocks(self, *args):
+        self.asked.append(len(args[2]))
+        return self._cm.decode_core_blocks(*args)
+
+    def decode_core_prices(self, *args):
+        self.asked.append(1)
+        return self._cm.decode_core_prices(*args)
+
+
+def test_decode_core_blocks_in_one_query_equal_each_block_alone(setup):
+    """Several blocks of decode contexts priced in one query give each block's own query's
+    prices, bit for bit (each from a cold model); a memo keeps them block by block: a block
+    it holds is not priced again, however it is asked."""
+    from moeplan.serve.iteration import _grid_block
+
+    c, m = setup
+    blocks = [_grid_block(0), _grid_block(1023), _grid_block(2047)]
+    for seqs in (1, 37, 200):
+        alone = [_cold(c).decode_core_prices(m, seqs, b, 1, None) for b in blocks]
+        assert _cold(c).decode_core_blocks(m, seqs, blocks, 1, None) == alone
+    counting = _Counting(_cold(c))
+    memo = memo_cost(counting)
+    first = memo.decode_core_blocks(m, 37, blocks[:2], 1, None)
+    assert counting.asked == [2]
+    assert memo.decode_core_prices(m, 37, blocks[1], 1, None) == first[1]
+    assert counting.asked == [2]  # answered by the memo
+    assert memo.decode_core_blocks(m, 37, blocks, 1, None)[:2] == first
+    assert counting.asked == [2, 1]  # only the third block was priced
