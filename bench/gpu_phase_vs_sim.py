@@ -181,12 +181,12 @@ def repeat_spread(data: Path) -> dict[str, dict[str, float]]:
         a = json.loads((data / f"{name}.json").read_text())["rows"]
         b = json.loads((data / f"{name}_repeat.json").read_text())["rows"]
         for k in keys:
-            d = [x[k] / y[k] - 1 for x, y in zip(a, b, strict=True) if finite2(x, y, k)]
+            d = [x[k] / y[k] - 1 for x, y in zip(a, b, strict=True) if _both_floats(x, y, k)]
             out[f"{name}/{k}"] = summary(d)
     return out
 
 
-def finite2(x: dict[str, Any], y: dict[str, Any], k: str) -> bool:
+def _both_floats(x: dict[str, Any], y: dict[str, Any], k: str) -> bool:
     return isinstance(x.get(k), float) and isinstance(y.get(k), float)
 
 

@@ -38,7 +38,6 @@ without a GPU; CUDA graphs and fp8 are CUDA-only.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -572,7 +571,3 @@ def run_wideep(
 
 def is_error(v: Any) -> bool:
     return isinstance(v, dict) and "error" in v
-
-
-def finite(v: Any) -> bool:
-    return isinstance(v, float) and math.isfinite(v)

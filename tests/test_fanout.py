@@ -96,16 +96,22 @@ def test_capacity_and_its_interval_are_the_same_with_workers():
     assert (run.res.finish_s[run.window] == run2.res.finish_s[run2.window]).all()
 
 
+def _small_context(cost_model: type) -> Context:
+    """Qwen3-30B-A3B on one 4-GPU H100 node, 60 short requests: a disaggregated search in
+    seconds."""
+    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
+    w = ServeWorkload(num_requests=60, rate=1.0, isl=LengthDist(mean=512),
+                      osl=LengthDist(mean=32))  # fmt: skip
+    return Context(model=load_model("qwen3-30b-a3b"), cluster=c, cost=cost_model(c), workload=w,
+                   slo=SLO(ttft_s=0.5, tpot_s=0.03))  # fmt: skip
+
+
 def test_disaggregated_search_is_the_same_with_workers():
     """Each family's first deployment searched in a worker: the same deployments simulated,
     the same capacities and the same certificate (Qwen3-30B-A3B, one 4-GPU H100 node)."""
     from moeplan.cost import CostModel
 
-    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
-    w = ServeWorkload(num_requests=60, rate=1.0, isl=LengthDist(mean=512),
-                      osl=LengthDist(mean=32))  # fmt: skip
-    ctx = Context(model=load_model("qwen3-30b-a3b"), cluster=c, cost=CostModel(c), workload=w,
-                  slo=SLO(ttft_s=0.5, tpot_s=0.03))  # fmt: skip
+    ctx = _small_context(CostModel)
     fams = ["pd", "afd"]
     done, cert = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60)
     with workers(2):
@@ -154,11 +160,7 @@ def test_an_interval_searched_ahead_equals_the_one_searched_in_place():
     from moeplan.cost import CostModel
     from moeplan.search.disagg_capacity import capacity_record
 
-    c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
-    w = ServeWorkload(num_requests=60, rate=1.0, isl=LengthDist(mean=512),
-                      osl=LengthDist(mean=32))  # fmt: skip
-    ctx = Context(model=load_model("qwen3-30b-a3b"), cluster=c, cost=CostModel(c), workload=w,
-                  slo=SLO(ttft_s=0.5, tpot_s=0.03))  # fmt: skip
+    ctx = _small_context(CostModel)
     fams = ["pd", "afd"]
     with workers(2):
         bounds, found, ahead = ds.first_searches(ctx, fams, 60, interval=True)
