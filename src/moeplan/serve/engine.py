@@ -39,7 +39,10 @@ equal times queue in request order. A closed loop keeps its events on a heap key
 its arrivals come sorted and one iteration at most is in flight — and merges the two streams
 in the same order. A pool of one-token requests (P/D prefill instances) runs as the
 first-come-first-served chunk queue it reduces to (:mod:`moeplan.serve.engine_prefill`, equal
-bit for bit).
+bit for bit), and a P/D decode instance's pool (every prompt in KV but one token, ``mixed``,
+no MTP) on the general loop with its per-request steps reduced
+(:mod:`moeplan.serve.engine_decode`, equal bit for bit; a run that would preempt runs on the
+general engine instead).
 
 Attention-DP ranks are modelled as one scheduler over their pooled KV with balanced dispatch
 (the iteration time takes the busiest rank); a request must fit in one rank's pool.
@@ -62,6 +65,7 @@ from moeplan.serve.engine_state import (
     ITER_END,
     PREFILL,
     WAIT,
+    one_token_prompts,
     tokens_per_step,
 )
 from moeplan.serve.grid import bucket
@@ -353,4 +357,18 @@ def simulate(
     (requests not finished by then keep NaN first-token / finish times). ``stop``: asked
     every :data:`STOP_EVERY` iteration ends (``engine.now`` = the last iteration's start,
     ``engine.first`` / ``engine.finish`` the times so far); True stops the run the same way."""
-    return Engine(reqs, cfg, evaluate, fast_forward, horizon_s, stop).run()
+    args = (reqs, cfg, evaluate, fast_forward, horizon_s, stop)
+    if (
+        fast_forward
+        and cfg.policy == "mixed"
+        and not reqs.closed
+        and tokens_per_step(evaluate) == 1
+        and one_token_prompts(reqs.isl, reqs.cached, reqs.osl)
+    ):
+        from moeplan.serve.engine_decode import DecodePoolEngine, NeedsPreemption
+
+        try:
+            return DecodePoolEngine(*args).run()
+        except NeedsPreemption:
+            pass  # the general engine, from the start
+    return Engine(*args).run()

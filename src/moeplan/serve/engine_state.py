@@ -34,6 +34,12 @@ def tokens_per_step(evaluate: Evaluator) -> float:
     return float(knobs.tokens_per_step)
 
 
+def one_token_prompts(isl: np.ndarray, cached: np.ndarray, osl: np.ndarray) -> bool:
+    """Whether every request has all of its prompt but one token cached and some request
+    decodes (the requests :class:`moeplan.serve.engine_decode.DecodePoolEngine` runs)."""
+    return len(isl) > 0 and int(osl.max()) > 1 and bool(np.all(isl - cached == 1))
+
+
 class EngineState:
     """One simulation run's state; :class:`moeplan.serve.engine.Engine` runs it."""
 

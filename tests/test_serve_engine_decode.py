@@ -1,0 +1,147 @@
+"""The decode-pool engine (:mod:`moeplan.serve.engine_decode`) against the general engine loop
+it replaces, bit for bit: on generated streams (a stop predicate and horizons included, pools
+tight enough to preempt), and on a real decode instance priced by the cost model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moeplan.serve import EngineConfig
+from moeplan.serve import engine as engine_mod
+from moeplan.serve.engine import Engine, simulate
+from moeplan.serve.engine_decode import DecodePoolEngine, NeedsPreemption
+from moeplan.serve.workload import Requests
+
+
+def _priced(batch) -> float:  # type: ignore[no-untyped-def]
+    """Dyadic iteration times (exact ties with dyadic arrivals): 1/8 s plus 2^-10 s per
+    decoding sequence, 2^-20 s per token of mean context and 2^-9 s per prompt chunk."""
+    pre = sum(2.0**-9 + c * 2.0**-20 for _, c in batch.prefill)
+    return 0.125 + batch.decode * 2.0**-10 + batch.decode_ctx * 2.0**-20 + pre
+
+
+def _equal(a, b) -> None:  # type: ignore[no-untyped-def]
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype, f.name
+            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f.name
+        else:
+            assert x == y and type(x) is type(y), f.name
+
+
+def _pool(arrival, isl, osl) -> Requests:  # type: ignore[no-untyped-def]
+    """Requests as a P/D decode instance receives them: the prompt and first token in KV but
+    one token (:func:`moeplan.serve.pd._decode_pool`)."""
+    isl = np.asarray(isl, dtype=np.int64)
+    return Requests(arrival_s=np.asarray(arrival, dtype=float), isl=isl + 1,
+                    osl=np.asarray(osl, dtype=np.int64), cached=isl)  # fmt: skip
+
+
+@st.composite
+def _runs(draw):  # type: ignore[no-untyped-def]
+    n = draw(st.integers(1, 80))
+    gaps = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # eighths of a second
+    isl = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
+    osl = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    osl[draw(st.integers(0, n - 1))] = draw(st.integers(2, 60))  # some request decodes
+    reqs = _pool(np.cumsum(gaps) * 0.125, isl, osl)
+    running = draw(st.integers(1, 16))
+    big = max(i + o for i, o in zip(isl, osl, strict=True)) + 1
+    cfg = EngineConfig(
+        policy="mixed",
+        chunk_tokens=running + draw(st.sampled_from([1, 7, 4096])),
+        max_running=running,
+        # from a pool one request fills (preemptions) to one that never fills
+        kv_tokens=big + draw(st.sampled_from([0, 50, 500, 5000, 10**6])),
+        admit_reserve=draw(st.sampled_from([0.0, 0.5, 0.7, 1.0])),
+    )
+    horizon = draw(st.sampled_from([None, 2.0, 7.75]))
+    return reqs, cfg, horizon, draw(st.booleans())
+
+
+@settings(max_examples=200)
+@given(_runs())
+def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
+    """Same admissions, iterations, ITLs, token counts and times as the general loop, with
+    and without a horizon or a stop predicate; where the general loop preempts, the decode
+    pool engine declines (and only there)."""
+    reqs, cfg, horizon, stopping = run
+    asked: list[list[float]] = [[], []]
+
+    def stop_after(k: int, log: list[float]):  # type: ignore[no-untyped-def]
+        def stop(e: Engine) -> bool:
+            log.append(e.now)
+            return len(log) >= k and np.count_nonzero(~np.isnan(e.finish)) > 0
+
+        return stop if stopping else None
+
+    ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=stop_after(2, asked[1]))._run_open()
+    try:
+        got = DecodePoolEngine(
+            reqs, cfg, _priced, horizon_s=horizon, stop=stop_after(2, asked[0])
+        ).run()
+    except NeedsPreemption:
+        assert ref.preemptions > 0
+        return
+    _equal(got, ref)
+    assert asked[0] == asked[1]
+
+
+def test_simulate_takes_the_decode_pool_engine_and_falls_back_when_it_would_preempt(
+    monkeypatch,
+) -> None:  # type: ignore[no-untyped-def]
+    """simulate runs a decode pool on the decode-pool engine; a pool too small for its
+    requests' decode steps (recompute preemption) runs on the general engine, with the
+    general engine's answer."""
+    runs: list[str] = []
+    real = DecodePoolEngine.run
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        runs.append("decode")
+        return real(self)
+
+    monkeypatch.setattr(DecodePoolEngine, "run", counted)
+    reqs = _pool(np.arange(40) * 0.125, [500 + 7 * i for i in range(40)], [30] * 40)
+    roomy = EngineConfig(policy="mixed", chunk_tokens=64, max_running=16, kv_tokens=10**6)
+    _equal(simulate(reqs, roomy, _priced), Engine(reqs, roomy, _priced)._run_open())
+    assert runs == ["decode"]
+    tight = dataclasses.replace(roomy, kv_tokens=1200, kv_tokens_per_rank=1200)
+    got = simulate(reqs, tight, _priced)
+    assert runs == ["decode", "decode"] and got.preemptions > 0  # it declined: general engine
+    _equal(got, Engine(reqs, tight, _priced)._run_open())
+    # a prefill-first pool, or prompts not all in KV but one token: the general engine
+    simulate(reqs, dataclasses.replace(roomy, policy="prefill-first"), _priced)
+    cold = dataclasses.replace(reqs, cached=reqs.cached - 1)
+    simulate(cold, roomy, _priced)
+    assert runs == ["decode", "decode"]
+
+
+@pytest.mark.parametrize("rate", [60.0, 240.0])
+def test_a_priced_decode_instance_is_the_same_on_both_engines(rate) -> None:
+    """Qwen3-30B-A3B's decode instance (attention DP4 / MoE EP4 on H100s) priced by the cost
+    model, 3,000 requests of 1,024 + 256 tokens: below and past its capacity."""
+    from moeplan.cost import CostModel
+    from moeplan.serve.iteration import IterationModel
+    from moeplan.serve.layout import ServeLayout
+    from moeplan.serve.pd import DecodeStepEvaluator
+    from moeplan.specs import load_cluster, load_model
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    lay = ServeLayout(attn_tp=1, attn_dp=4, moe_tp=1, moe_ep=4)
+    ev = DecodeStepEvaluator(IterationModel(model, cluster, CostModel(cluster), lay))
+    rng = np.random.default_rng(0)
+    n = 3000
+    reqs = _pool(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(512, 1537, n),
+                 rng.integers(128, 385, n))  # fmt: skip
+    cfg = EngineConfig(policy="mixed", chunk_tokens=2036, max_running=2035,
+                       kv_tokens=2_603_044, kv_tokens_per_rank=650_761, admit_reserve=0.7)  # fmt: skip
+    got = DecodePoolEngine(reqs, cfg, ev).run()
+    _equal(got, Engine(reqs, cfg, ev)._run_open())
+    assert got.preemptions == 0 and np.isfinite(got.finish_s).all()
+    assert engine_mod.one_token_prompts(reqs.isl, reqs.cached, reqs.osl)
