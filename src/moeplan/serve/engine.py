@@ -39,10 +39,10 @@ equal times queue in request order. A closed loop keeps its events on a heap key
 its arrivals come sorted and one iteration at most is in flight — and merges the two streams
 in the same order. A pool of one-token requests (P/D prefill instances) runs as the
 first-come-first-served chunk queue it reduces to (:mod:`moeplan.serve.engine_prefill`, equal
-bit for bit), and a P/D decode instance's pool (every prompt in KV but one token, ``mixed``,
-no MTP) on the general loop with its per-request steps reduced
-(:mod:`moeplan.serve.engine_decode`, equal bit for bit; a run that would preempt runs on the
-general engine instead).
+bit for bit). An open loop without MTP runs on the general loop with its per-request steps
+reduced to what they are while nothing is preempted, further for a P/D decode instance's pool
+(:mod:`moeplan.serve.engine_unpreempted`, equal bit for bit; a run that comes to preempt runs
+on the general engine instead, from the start).
 
 Attention-DP ranks are modelled as one scheduler over their pooled KV with balanced dispatch
 (the iteration time takes the busiest rank); a request must fit in one rank's pool.
@@ -360,15 +360,19 @@ def simulate(
     args = (reqs, cfg, evaluate, fast_forward, horizon_s, stop)
     if (
         fast_forward
-        and cfg.policy == "mixed"
         and not reqs.closed
+        and int(reqs.osl.max()) > 1
         and tokens_per_step(evaluate) == 1
-        and one_token_prompts(reqs.isl, reqs.cached, reqs.osl)
     ):
-        from moeplan.serve.engine_decode import DecodePoolEngine, NeedsPreemption
+        from moeplan.serve.engine_unpreempted import (
+            DecodePoolEngine,
+            NeedsPreemption,
+            UnpreemptedEngine,
+        )
 
+        pool = cfg.policy == "mixed" and one_token_prompts(reqs.isl, reqs.cached, reqs.osl)
         try:
-            return DecodePoolEngine(*args).run()
+            return (DecodePoolEngine if pool else UnpreemptedEngine)(*args).run()
         except NeedsPreemption:
             pass  # the general engine, from the start
     return Engine(*args).run()

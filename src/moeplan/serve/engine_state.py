@@ -36,7 +36,7 @@ def tokens_per_step(evaluate: Evaluator) -> float:
 
 def one_token_prompts(isl: np.ndarray, cached: np.ndarray, osl: np.ndarray) -> bool:
     """Whether every request has all of its prompt but one token cached and some request
-    decodes (the requests :class:`moeplan.serve.engine_decode.DecodePoolEngine` runs)."""
+    decodes (the requests :class:`moeplan.serve.engine_unpreempted.DecodePoolEngine` runs)."""
     return len(isl) > 0 and int(osl.max()) > 1 and bool(np.all(isl - cached == 1))
 
 

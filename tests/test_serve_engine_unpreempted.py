@@ -1,6 +1,6 @@
-"""The decode-pool engine (:mod:`moeplan.serve.engine_decode`) against the general engine loop
-it replaces, bit for bit: on generated streams (a stop predicate and horizons included, pools
-tight enough to preempt), and on a real decode instance priced by the cost model."""
+"""The engines of :mod:`moeplan.serve.engine_unpreempted` against the general engine loop they
+stand in for, bit for bit: on generated streams (a stop predicate and horizons included, pools
+tight enough to preempt), and on real instances priced by the cost model."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ from hypothesis import strategies as st
 from moeplan.serve import EngineConfig
 from moeplan.serve import engine as engine_mod
 from moeplan.serve.engine import Engine, simulate
-from moeplan.serve.engine_decode import DecodePoolEngine, NeedsPreemption
-from moeplan.serve.workload import Requests
+from moeplan.serve.engine_unpreempted import (
+    DecodePoolEngine,
+    NeedsPreemption,
+    UnpreemptedEngine,
+)
+from moeplan.serve.workload import Requests, requests_from_rows
 
 
 def _priced(batch) -> float:  # type: ignore[no-untyped-def]
@@ -73,18 +77,10 @@ def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignor
     pool engine declines (and only there)."""
     reqs, cfg, horizon, stopping = run
     asked: list[list[float]] = [[], []]
-
-    def stop_after(k: int, log: list[float]):  # type: ignore[no-untyped-def]
-        def stop(e: Engine) -> bool:
-            log.append(e.now)
-            return len(log) >= k and np.count_nonzero(~np.isnan(e.finish)) > 0
-
-        return stop if stopping else None
-
-    ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=stop_after(2, asked[1]))._run_open()
+    ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[1]))._run_open()
     try:
         got = DecodePoolEngine(
-            reqs, cfg, _priced, horizon_s=horizon, stop=stop_after(2, asked[0])
+            reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[0])
         ).run()
     except NeedsPreemption:
         assert ref.preemptions > 0
@@ -93,33 +89,96 @@ def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignor
     assert asked[0] == asked[1]
 
 
-def test_simulate_takes_the_decode_pool_engine_and_falls_back_when_it_would_preempt(
+@st.composite
+def _streams(draw):  # type: ignore[no-untyped-def]
+    n = draw(st.integers(1, 60))
+    gaps = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # eighths of a second
+    isl = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
+    osl = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    osl[draw(st.integers(0, n - 1))] = draw(st.integers(2, 40))  # some request decodes
+    hit = draw(st.sampled_from([0.0, 0.5]))
+    reqs = requests_from_rows(np.cumsum(gaps) * 0.125, isl, osl, prefix_hit=hit)
+    running = draw(st.integers(1, 16))
+    mixed = draw(st.booleans())
+    chunk = draw(st.sampled_from([0, 64, 512, 2048, 8192]))
+    if mixed:  # decodes share the budget: it must exceed the running cap
+        chunk = max(chunk, running + draw(st.sampled_from([1, 64, 4096])))
+    big = max(i + o for i, o in zip(isl, osl, strict=True)) + 1
+    cfg = EngineConfig(
+        policy="mixed" if mixed else "prefill-first",
+        chunk_tokens=chunk,
+        max_running=running,
+        kv_tokens=big + draw(st.sampled_from([0, 50, 500, 5000, 10**6])),
+        admit_reserve=draw(st.sampled_from([0.0, 0.5, 0.7, 1.0])),
+    )
+    horizon = draw(st.sampled_from([None, 2.0, 7.75]))
+    return reqs, cfg, horizon, draw(st.booleans())
+
+
+@settings(max_examples=250)
+@given(_streams())
+def test_unpreempted_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
+    """Both policies, chunked and whole prompts, prefix-cache hits, one-token outputs:
+    the same run as the general loop; where the general loop preempts, it declines (and
+    only there)."""
+    reqs, cfg, horizon, stopping = run
+    asked: list[list[float]] = [[], []]
+    ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[1]))
+    ref_res = ref._run_open()
+    try:
+        got = UnpreemptedEngine(
+            reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[0])
+        ).run()
+    except NeedsPreemption:
+        assert ref_res.preemptions > 0
+        return
+    _equal(got, ref_res)
+    assert asked[0] == asked[1]
+
+
+def _stop(stopping: bool, log: list[float]):  # type: ignore[no-untyped-def]
+    """A stop predicate that logs when it was asked and stops at its second call once a
+    request has finished (None when not ``stopping``)."""
+
+    def stop(e: Engine) -> bool:
+        log.append(e.now)
+        return len(log) >= 2 and np.count_nonzero(~np.isnan(e.finish)) > 0
+
+    return stop if stopping else None
+
+
+def test_simulate_takes_the_unpreempted_engines_and_falls_back_when_they_would_preempt(
     monkeypatch,
 ) -> None:  # type: ignore[no-untyped-def]
-    """simulate runs a decode pool on the decode-pool engine; a pool too small for its
-    requests' decode steps (recompute preemption) runs on the general engine, with the
-    general engine's answer."""
+    """simulate runs a decode pool on the decode-pool engine and any other open loop on the
+    unpreempted engine; a pool too small for its requests' decode steps (recompute
+    preemption) runs on the general engine, with the general engine's answer."""
     runs: list[str] = []
-    real = DecodePoolEngine.run
+    for cls, name in ((DecodePoolEngine, "pool"), (UnpreemptedEngine, "open")):
+        real = cls.run
 
-    def counted(self):  # type: ignore[no-untyped-def]
-        runs.append("decode")
-        return real(self)
+        def counted(self, real=real, name=name):  # type: ignore[no-untyped-def]
+            runs.append(name)
+            return real(self)
 
-    monkeypatch.setattr(DecodePoolEngine, "run", counted)
+        monkeypatch.setattr(cls, "run", counted)
     reqs = _pool(np.arange(40) * 0.125, [500 + 7 * i for i in range(40)], [30] * 40)
     roomy = EngineConfig(policy="mixed", chunk_tokens=64, max_running=16, kv_tokens=10**6)
     _equal(simulate(reqs, roomy, _priced), Engine(reqs, roomy, _priced)._run_open())
-    assert runs == ["decode"]
+    assert runs == ["pool"]
     tight = dataclasses.replace(roomy, kv_tokens=1200, kv_tokens_per_rank=1200)
     got = simulate(reqs, tight, _priced)
-    assert runs == ["decode", "decode"] and got.preemptions > 0  # it declined: general engine
+    assert runs == ["pool", "pool"] and got.preemptions > 0  # it declined: general engine
     _equal(got, Engine(reqs, tight, _priced)._run_open())
-    # a prefill-first pool, or prompts not all in KV but one token: the general engine
-    simulate(reqs, dataclasses.replace(roomy, policy="prefill-first"), _priced)
+    # a prefill-first pool, or prompts not all in KV but one token: the unpreempted engine
+    first = dataclasses.replace(roomy, policy="prefill-first")
+    _equal(simulate(reqs, first, _priced), Engine(reqs, first, _priced)._run_open())
     cold = dataclasses.replace(reqs, cached=reqs.cached - 1)
-    simulate(cold, roomy, _priced)
-    assert runs == ["decode", "decode"]
+    _equal(simulate(cold, roomy, _priced), Engine(cold, roomy, _priced)._run_open())
+    assert runs == ["pool", "pool", "open", "open"]
+    # without fast-forward (the engine's own reference): the general loop
+    simulate(reqs, roomy, _priced, fast_forward=False)
+    assert runs == ["pool", "pool", "open", "open"]
 
 
 @pytest.mark.parametrize("rate", [60.0, 240.0])
