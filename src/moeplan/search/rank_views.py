@@ -193,35 +193,43 @@ def serving_curves(
     """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
     p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
     open-loop workloads only). Same seed at every rate (common random numbers)."""
-    rate_curves: dict[str, list[dict[str, float]]] = {}
-    runs: dict[str, Callable[[], dict[str, list[float]]]] = {}
-    points: dict[str, list[Callable[[], dict[str, float]]]] = {}
+    work: dict[str, Callable[[], tuple[dict[str, list[float]], Any]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
         label = f"{x.entry.family}: {x.entry.layout_label}"
         kept = operating_run(x)
-        runs[label] = (
+        run = (
             partial(_latencies, kept)
             if kept is not None
             else partial(_rerun_latencies, x, _operating_workload(ranking, x), model, cluster, cost)
         )
         base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
-        if not base or ranking.workload.concurrency is not None:
-            continue
-        probe = replace(
-            ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
-        )
-        points[label] = [
-            partial(_curve_point, x, probe, base * f, model, cluster, cost, ranking.slo)
-            for f in fractions
-        ]
-    # every rerun and every point is its own run: side by side when the caller runs workers
-    flat = fan_out([*runs.values(), *(t for ts in points.values() for t in ts)])
-    latency = dict(zip(runs, flat[: len(runs)], strict=True))
-    flat = flat[len(runs) :]
-    for label, ts in points.items():
-        rate_curves[label], flat = flat[: len(ts)], flat[len(ts) :]
-    return {"latency": latency, "rate": rate_curves}
+        points: list[Callable[[], dict[str, float]]] | None = None  # None: no rate curve
+        if base and ranking.workload.concurrency is None:
+            probe = replace(
+                ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
+            )
+            points = [
+                partial(_curve_point, x, probe, base * f, model, cluster, cost, ranking.slo)
+                for f in fractions
+            ]
+        work[label] = partial(_plan_curves, run, points)
+    # each plan's runs together (they price the same deployment: one process prices its new
+    # shapes once), the plans side by side when the caller runs workers
+    got = dict(zip(work, fan_out(list(work.values())), strict=True))
+    return {
+        "latency": {label: lat for label, (lat, _) in got.items()},
+        "rate": {label: pts for label, (_, pts) in got.items() if pts is not None},
+    }
+
+
+def _plan_curves(
+    run: Callable[[], dict[str, list[float]]],
+    points: list[Callable[[], dict[str, float]]] | None,
+) -> tuple[dict[str, list[float]], list[dict[str, float]] | None]:
+    """One plan's per-request latencies and its rate curve's points, in order (None: no
+    curve)."""
+    return run(), None if points is None else [p() for p in points]
 
 
 def _latencies(res: SimResult) -> dict[str, list[float]]:
