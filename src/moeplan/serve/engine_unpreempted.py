@@ -36,7 +36,7 @@ import heapq
 import numpy as np
 
 from moeplan.serve.config import SimResult
-from moeplan.serve.engine import Engine
+from moeplan.serve.engine_loop import Engine
 
 
 class NeedsPreemption(Exception):  # noqa: N818 (a signal, not an error shown to anyone)
