@@ -6,9 +6,15 @@ them (``16n``). Each case runs ``--jobs 1`` (every simulation in the planning pr
 reference) and ``--jobs N`` (N = the CPUs this process may use) in the same run, and checks
 that both print the same plan (the JSON less timings, temporary paths and kernel-lookup
 counts: ``tests/test_fanout.py``). CPU seconds are the process's and its workers' user +
-system time. Prints one JSON line per run and a summary line per case.
+system time. Prints one JSON line per run and a summary line per case (with ``--repeat``, the
+runs alternate and the summary gives each ``--jobs``'s median, lowest and highest wall time:
+this kind of shared machine varies by 10 % and more from run to run).
 
-Run: ``python bench/bench_plan_speed.py [--cases one 16n] [--jobs N]``.
+Python's bytecode cache is on, as it is by default: the runs go without
+``PYTHONDONTWRITEBYTECODE`` (set on some sandboxes; with it, every run compiles moeplan's
+modules again, 0.26 s here) after one import that writes the cache (:func:`warm_bytecode`).
+
+Run: ``python bench/bench_plan_speed.py [--cases one 16n] [--jobs N] [--repeat K]``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +36,17 @@ CASES = {"one": [], "16n": ["--nodes", "16"]}
 VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts"}
 
 
+def python_env() -> dict[str, str]:
+    """This process's environment with Python's bytecode cache on (its default)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def warm_bytecode() -> None:
+    """Import the CLI once with the bytecode cache on, so the timed runs read it."""
+    subprocess.run([sys.executable, "-c", "import moeplan.cli.plan"], check=True,
+                   env=python_env())  # fmt: skip
+
+
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -39,7 +57,7 @@ def _plan(extra: list[str], jobs: int) -> dict:
         cmd = [sys.executable, "-m", "moeplan", "plan", *QUESTION, *extra, "--jobs", str(jobs),
                "--out", out]  # fmt: skip
         cpu0, t0 = _cpu(), time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=python_env())
         wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
     if p.returncode != 0:
         raise SystemExit(f"plan failed ({p.returncode}): {p.stderr[-2000:]}")
@@ -59,18 +77,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each --jobs, alternating")
     a = ap.parse_args()
+    warm_bytecode()
     for case in a.cases:
-        runs = [_plan(CASES[case], 1), _plan(CASES[case], a.jobs)]
+        runs = []
+        for _ in range(a.repeat):
+            runs += [_plan(CASES[case], 1), _plan(CASES[case], a.jobs)]
         for r in runs:
             s = r["plan"]["search"]["winner_capacity"]
             print(json.dumps({"case": case, "jobs": r["jobs"], "wall_s": round(r["wall_s"], 2),
                               "cpu_s": round(r["cpu_s"], 2), "winner": s["layout"],
                               "out_tok_s_per_gpu": s["output_tokens_per_s_per_gpu"],
                               "ci95_half_width_rel": s["ci95_half_width_rel"]}))  # fmt: skip
+        walls = {j: sorted(r["wall_s"] for r in runs if r["jobs"] == j) for j in (1, a.jobs)}
         print(json.dumps({
-            "case": case, "same_plan": _same(runs[0]["plan"], runs[1]["plan"]),
-            "wall_ratio_serial_over_workers": runs[0]["wall_s"] / runs[1]["wall_s"],
+            "case": case, "same_plan": all(_same(runs[0]["plan"], r["plan"]) for r in runs),
+            "wall_s_median_min_max": {
+                f"jobs{j}": [round(statistics.median(w), 2), round(w[0], 2), round(w[-1], 2)]
+                for j, w in walls.items()
+            },
+            "wall_ratio_serial_over_workers": statistics.median(walls[1])
+            / statistics.median(walls[a.jobs]),
             "load_average": os.getloadavg(),
         }))  # fmt: skip
 

@@ -192,10 +192,20 @@ def _summarise(caught: list[warnings.WarningMessage]) -> None:
         )
 
 
+#: The cyclic collector's thresholds in a moeplan process (Python's are 700, 10, 10). A plan
+#: allocates millions of short-lived containers that reference counting frees; with
+#: Python's thresholds the collector ran 1,736 times and took 0.85 s of a 13.7 s one-node
+#: plan (``--jobs 1``: Qwen3-30B-A3B on 8 H100), with these 4 times and 0.09 s, the peak
+#: memory the same (269 and 271 MB): the command makes no cyclic garbage worth collecting
+#: sooner.
+GC_THRESHOLDS = (100_000, 20, 20)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``moeplan`` console script."""
     _safe_streams()
     if argv is None:  # the console script: a Ctrl-C after the command is quiet too
+        gc.set_threshold(*GC_THRESHOLDS)  # the process is moeplan's own (GC_THRESHOLDS)
         try:
             _main(sys.argv[1:])
         finally:
