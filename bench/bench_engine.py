@@ -1,14 +1,16 @@
 """The serving engine's event loop on the runs one ``moeplan plan`` question makes.
 
-Corpus: the plan question below is run once in this process with every
-:class:`moeplan.serve.engine.Engine` recorded as it starts (its requests, scheduler,
-evaluator, fast-forward flag, horizon and stop predicate); nothing is stored on disk. The
+Corpus: the plan question below is run once in this process with every engine run recorded
+(its requests, scheduler, evaluator, fast-forward flag, horizon and stop predicate: the
+general loop's runs and those of the unpreempted engines that ran to their end, so a run that
+fell back to the general loop counts once); nothing is stored on disk. The
 evaluators come out of the plan warm (their memos filled), so the timings below are the
 engine's own loop plus memo look-ups.
 
 Reference (same run): the engine module as it stands at git revision ``--reference`` (the
 commit before the engine was tightened), loaded from ``git show`` into its own module. Every
-run of the corpus is replayed through both engines; each ``SimResult`` field must be equal bit
+run of the corpus is replayed through both engines' :func:`simulate` (the current one picks
+the unpreempted engines where they apply); each ``SimResult`` field must be equal bit
 for bit (arrays compared with ``numpy.array_equal``, NaN equal to NaN), else the bench fails.
 ``ratio`` = reference seconds / current seconds (> 1: faster).
 
@@ -43,15 +45,18 @@ REFERENCE_REV = "8c67c8f"  # main when the engine was tightened (its engine.py i
 def record_corpus() -> list[tuple]:
     """Run the plan question once; every engine's inputs, in the order they ran."""
     from moeplan.cli import main
+    from moeplan.serve.engine_unpreempted import UnpreemptedEngine
 
     corpus: list[tuple] = []
-    run = engine_mod.Engine.run
+    run, fast_run = engine_mod.Engine.run, UnpreemptedEngine.run
 
     def recording(self):  # type: ignore[no-untyped-def]
+        res = (fast_run if isinstance(self, UnpreemptedEngine) else run)(self)
         corpus.append((self.r, self.cfg, self.evaluate, self.fast, self.horizon, self.stop))
-        return run(self)
+        return res
 
     engine_mod.Engine.run = recording  # type: ignore[method-assign]
+    UnpreemptedEngine.run = recording  # type: ignore[method-assign]
     argv = sys.argv
     try:
         with (
@@ -63,6 +68,7 @@ def record_corpus() -> list[tuple]:
             main()
     finally:
         engine_mod.Engine.run = run  # type: ignore[method-assign]
+        UnpreemptedEngine.run = fast_run  # type: ignore[method-assign]
         sys.argv = argv
     return corpus
 
@@ -92,7 +98,8 @@ def replay(mod, corpus: list[tuple]) -> tuple[float, list]:  # type: ignore[no-u
     out = []
     t0 = time.process_time()
     for reqs, cfg, ev, fast, horizon, stop in corpus:
-        out.append(mod.Engine(reqs, cfg, ev, fast, _horizon(horizon), stop).run())
+        out.append(mod.simulate(reqs, cfg, ev, fast_forward=fast, horizon_s=_horizon(horizon),
+                                stop=stop))  # fmt: skip
     return time.process_time() - t0, out
 
 
