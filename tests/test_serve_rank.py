@@ -36,8 +36,11 @@ def test_slo_meeting_plans_come_first_then_throughput_per_gpu(planned):
     done = [s for s in ranking.ranked if s.metrics is not None]
     meets = [s.result.meets_slo for s in done]
     assert meets == sorted(meets, reverse=True)
-    ok = [s.result.max_rate_meeting_slo_rps * wl.osl.mean / s.entry.gpus
-          for s in done if s.result.meets_slo]  # SLO-bound capacity per GPU
+    ok = [
+        s.result.max_rate_meeting_slo_rps * wl.osl.mean / s.entry.gpus
+        for s in done
+        if s.result.meets_slo
+    ]  # SLO-bound capacity per GPU
     assert ok == sorted(ok, reverse=True)
     for s in done:  # a plan said to meet the SLOs does, at the SLO's percentile
         if s.result.meets_slo:
@@ -51,8 +54,12 @@ def test_certificate_accounts_for_every_layout_and_pruned_bounds_lose(planned):
     result, cm, wl = planned
     ranking = serve_rank(result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), rate_given=False)
     cert = ranking.search["certificate"]
-    assert (cert["simulated"] + cert["beaten_at_incumbent_rate"] + cert["pruned_by_bound"]
-            + cert["infeasible"]) == cert["layouts"]
+    assert (
+        cert["simulated"]
+        + cert["beaten_at_incumbent_rate"]
+        + cert["pruned_by_bound"]
+        + cert["infeasible"]
+    ) == cert["layouts"]
     for _, bound in ranking.pruned:
         assert bound <= cert["winner_capacity"] or cert["beaten_at_incumbent_rate"] > 0
     w = ranking.winner
@@ -62,7 +69,8 @@ def test_certificate_accounts_for_every_layout_and_pruned_bounds_lose(planned):
         # explanation arithmetic: req/s x output tokens = the tokens/s printed
         m = w.metrics
         assert m.output_tokens_per_s == pytest.approx(
-            w.result.max_rate_meeting_slo_rps * wl.osl.mean, rel=1e-9)
+            w.result.max_rate_meeting_slo_rps * wl.osl.mean, rel=1e-9
+        )
 
 
 def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
@@ -76,8 +84,10 @@ def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
     slo = SLO(ttft_s=1e-4, tpot_s=1e-4)
     with pytest.raises(MoeplanError, match="no deployment meets the SLOs") as err:
         serve_rank(result, cm, wl, slo)
-    best = min(IterationModel(result.model, result.cluster, cm, lay)(_prefill_batch(1024, 1024))
-               for lay in layouts(result.model, result.cluster))
+    best = min(
+        IterationModel(result.model, result.cluster, cm, lay)(_prefill_batch(1024, 1024))
+        for lay in layouts(result.model, result.cluster)
+    )
     assert f"{best * 1e3:.1f} ms" in str(err.value)
 
 
@@ -101,12 +111,14 @@ def test_replicas_scale_totals_not_per_gpu_figures():
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
     cm = cost_model_for(c)
-    wl = ServeWorkload(num_requests=80, rate=2.0, isl=LengthDist(mean=512),
-                       osl=LengthDist(mean=64), seed=2)
+    wl = ServeWorkload(
+        num_requests=80, rate=2.0, isl=LengthDist(mean=512), osl=LengthDist(mean=64), seed=2
+    )
     from moeplan.serve import ServeLayout
 
-    one = evaluate_layout(m, c, cm, ServeLayout(attn_tp=4, moe_ep=4), _per_replica(wl, 2),
-                          SLO(ttft_s=2.0, tpot_s=0.1))
+    one = evaluate_layout(
+        m, c, cm, ServeLayout(attn_tp=4, moe_ep=4), _per_replica(wl, 2), SLO(ttft_s=2.0, tpot_s=0.1)
+    )
     both = _all_replicas(one, 2)
     assert _per_replica(wl, 2).rate == pytest.approx(1.0)
     assert both.metrics.output_tokens_per_s == pytest.approx(2 * one.metrics.output_tokens_per_s)
@@ -178,11 +190,13 @@ def test_rate_probe_rejects_an_overloaded_run_that_still_meets_percentile_slos()
     from moeplan.serve import EngineConfig, generate, simulate
     from moeplan.serve.metrics import run_stable
 
-    cfg = EngineConfig(policy="prefill-first", chunk_tokens=8192, max_running=100_000,
-                       kv_tokens=10**9)
+    cfg = EngineConfig(
+        policy="prefill-first", chunk_tokens=8192, max_running=100_000, kv_tokens=10**9
+    )
     slo = SLO(ttft_s=2.0, tpot_s=0.2)
-    wl = ServeWorkload(num_requests=400, rate=1.0, isl=LengthDist(mean=128),
-                       osl=LengthDist(mean=64), seed=1)
+    wl = ServeWorkload(
+        num_requests=400, rate=1.0, isl=LengthDist(mean=128), osl=LengthDist(mean=64), seed=1
+    )
     assert probe_requests(47.0, wl, slo, 400) >= 2000
     light = simulate(generate(wl.with_rate(4.0)), cfg, _linear)
     heavy = simulate(generate(replace(wl, num_requests=2000).with_rate(47.0)), cfg, _linear)
@@ -196,9 +210,50 @@ def test_a_given_rate_above_capacity_never_meets_the_slos(planned):
     result, cm, wl = planned
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
     free = serve_rank(result, cm, wl, slo, rate_given=False)
-    top = max(s.result.max_rate_meeting_slo_rps for s in free.ranked
-              if s.entry.family in ("strategy", "pipeline"))
+    top = max(
+        s.result.max_rate_meeting_slo_rps
+        for s in free.ranked
+        if s.entry.family in ("strategy", "pipeline")
+    )
     ranking = serve_rank(result, cm, replace(wl, rate=2.0 * top), slo, rate_given=True)
     for s in ranking.ranked:
         if s.entry.family in ("strategy", "pipeline"):
             assert not s.result.meets_slo, s.entry.layout_label
+
+
+def test_a_colocated_rerun_prices_the_deployment_as_the_search_did(planned):
+    """The curves' and the trace's reruns of a colocated plan use the search's pricing (its
+    instance knobs, here an fp8 KV cache, and the batch grid): the winner's kept steady run
+    at capacity, its requests simulated again with the rerun's evaluator, is the same run bit
+    for bit; priced with the default knobs it is not."""
+    import numpy as np
+
+    from moeplan.search.rank import KnobSearch
+    from moeplan.search.rank_views import rerun_evaluator
+    from moeplan.serve.batch_grid import GridEvaluator
+    from moeplan.serve.engine import simulate
+    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration import IterationModel
+    from moeplan.serve.workload import Requests
+
+    result, cm, wl = planned
+    knobs = KnobSearch(base=InstanceKnobs(kv_dtype="fp8"), given=frozenset({"a2a", "tbo"}))
+    ranking = serve_rank(
+        result, cm, wl, SLO(ttft_s=2.0, tpot_s=0.1), rate_given=False, knob_search=knobs
+    )
+    x = next(s for s in ranking.ranked if s.result.run is not None)
+    r = x.result
+    assert r.knobs is not None and r.knobs.kv_dtype == "fp8"
+    kept = r.run.res
+    reqs = Requests(
+        arrival_s=kept.arrival_s,
+        isl=kept.isl,
+        osl=kept.osl,
+        cached=np.zeros(len(kept.isl), dtype=np.int64),
+    )
+    again = simulate(reqs, r.engine, rerun_evaluator(x, result.model, result.cluster, cm))
+    assert np.array_equal(again.finish_s, kept.finish_s, equal_nan=True)
+    assert np.array_equal(again.first_token_s, kept.first_token_s, equal_nan=True)
+    plain = IterationModel(result.model, result.cluster, cm, r.layout)  # default knobs
+    other = simulate(reqs, r.engine, GridEvaluator(plain))
+    assert not np.array_equal(other.finish_s, kept.finish_s, equal_nan=True)

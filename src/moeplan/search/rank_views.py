@@ -24,6 +24,7 @@ from moeplan.planners.rank import PlanResult
 from moeplan.search.entries import Served
 from moeplan.search.fanout import fan_out
 from moeplan.search.ranking import ServeRanking, _per_replica
+from moeplan.serve.batch_grid import GridEvaluator
 from moeplan.serve.engine import SimResult, simulate
 from moeplan.serve.iteration import iteration_model
 from moeplan.serve.metrics import SLO, summarize
@@ -321,7 +322,18 @@ def _rerun(
         return rerun(wl)
     assert r.engine is not None
     wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
-    return simulate(generate(wl), r.engine, iteration_model(model, cluster, cost, r.layout))
+    return simulate(generate(wl), r.engine, rerun_evaluator(x, model, cluster, cost))
+
+
+def rerun_evaluator(
+    x: Served, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> GridEvaluator:
+    """The iteration prices of colocated ``x``'s reruns: as the search priced its runs (its
+    instance knobs, decode batches on the batch grid), so a curve point is the deployment
+    the ranking measured."""
+    return GridEvaluator(
+        iteration_model(model, cluster, cost, x.result.layout, knobs=x.result.knobs)
+    )
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:

@@ -466,9 +466,10 @@ def iteration_model(
     routing: RoutingProfile | None = None,
     imbalance: float = 1.0,
     lar: float | None = None,
+    knobs: InstanceKnobs | None = None,
 ) -> IterationModel:
     """The memoised :class:`IterationModel` of this deployment (one per argument tuple)."""
-    return IterationModel(model, cluster, cost, layout, routing, imbalance, lar)
+    return IterationModel(model, cluster, cost, layout, routing, imbalance, lar, knobs)
 
 
 def evaluator_factory(
