@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.cost.memory import default_chunk_tokens
@@ -191,7 +192,8 @@ class KnobEntry:
 
     name: str
     values: Callable[[ModelSpec, ServeLayout, InstanceKnobs, tuple], tuple]
-    apply: Callable[[ServeLayout, InstanceKnobs, object], tuple[ServeLayout, InstanceKnobs]]
+    #: a value (of the entry's own type: str, bool or int) applied to ``(layout, knobs)``
+    apply: Callable[[ServeLayout, InstanceKnobs, Any], tuple[ServeLayout, InstanceKnobs]]
 
 
 def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
