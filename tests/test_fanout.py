@@ -149,9 +149,12 @@ def test_begun_thunks_run_in_workers_and_join_in_order():
     assert isinstance(later, Later) and later.join() == [(i, os.getpid()) for i in range(3)]
     with using(forked(2), 2, started(2)):
         slow = begin([lambda: time.sleep(30)])
+    manager = slow.pool._executor_manager_thread
     t0 = time.perf_counter()
     slow.cancel()
     assert time.perf_counter() - t0 < 5
+    # its manager thread is gone: nothing left for the interpreter's exit handler to race
+    assert manager is not None and not manager.is_alive()
 
 
 def test_an_interval_searched_ahead_equals_the_one_searched_in_place():

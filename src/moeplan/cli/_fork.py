@@ -166,14 +166,24 @@ def started(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.Begin:
     return start
 
 
+#: Seconds to wait for a stopped pool's manager thread (it ends once its workers are gone).
+STOP_JOIN_S = 10.0
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     """End ``pool`` now: its queued thunks are dropped and its workers stopped (they ignore
-    Ctrl-C, and a thunk can run for minutes)."""
+    Ctrl-C, and a thunk can run for minutes). The pool's manager thread is waited for: left
+    running, it races Python 3.11's exit handler (``concurrent.futures.process._python_exit``
+    wakes it through a pipe the thread may be closing), which then prints a traceback after
+    the command's one error line."""
     # the executor keeps no public list (and none once shut down)
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
+    if manager is not None:
+        manager.join(STOP_JOIN_S)
 
 
 def check_jobs(jobs: int | None) -> int:
