@@ -73,6 +73,19 @@ def _same(x: object, y: object) -> bool:
     return x == y
 
 
+def run() -> list[dict]:
+    """The ``bench/run_all.py`` row: one node, one run with workers against one without."""
+    warm_bytecode()
+    one, many = _plan(CASES["one"], 1), _plan(CASES["one"], len(os.sched_getaffinity(0)))
+    return [{
+        "name": "moeplan plan, one 8-GPU node (Qwen3-30B-A3B, 1024/256, 500 requests)",
+        "value": many["wall_s"], "unit": "s wall", "reference": one["wall_s"],
+        "ratio": one["wall_s"] / many["wall_s"], "target": "<= 10 s",
+        "note": f"reference = --jobs 1 in the same run; same plan: "
+                f"{_same(one['plan'], many['plan'])}; CPU {many['cpu_s']:.1f} s",
+    }]  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))

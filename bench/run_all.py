@@ -1,15 +1,18 @@
 """Run every ``bench/bench_*.py`` and print one table.
 
-Each benchmark module defines ``run() -> list[dict]``; each dict has ``name`` (what was
-measured), ``value`` and ``unit``, and — because this machine is shared and noisy — a
-``reference`` measured in the same run and ``ratio`` (value / reference or the speedup, as
-the row's ``note`` says), plus optional ``target`` text. Run one file alone with
-``python bench/bench_x.py``; run all with ``make bench``.
+A benchmark module that defines ``run() -> list[dict]`` (callable without arguments) is run;
+each dict has ``name`` (what was measured), ``value`` and ``unit``, and — because this
+machine is shared and noisy — a ``reference`` measured in the same run and ``ratio`` (value
+/ reference or the speedup, as the row's ``note`` says), plus optional ``target`` text. A
+module without one is a standalone benchmark (it installs a peer, sweeps for an hour, or
+takes its own arguments): the table names it with the command that runs it. Run one file
+alone with ``python bench/bench_x.py``; run all with ``make bench``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import sys
 import time
@@ -27,6 +30,15 @@ def _load(path: Path):
     return module
 
 
+def _runnable(run: object) -> bool:
+    """A ``run()`` callable without arguments."""
+    if not callable(run):
+        return False
+    params = inspect.signature(run).parameters.values()
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in params)  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     here = Path(__file__).parent
     only = set(argv)
@@ -35,15 +47,24 @@ def main(argv: list[str]) -> int:
         if only and path.stem not in only:
             continue
         t0 = time.perf_counter()
-        for row in _load(path).run():
+        run = getattr(_load(path), "run", None)
+        if not _runnable(run):
+            rows.append({"bench": path.stem, "name": "standalone benchmark (not run here)",
+                         "note": f"python bench/{path.name} (its docstring says how)"})  # fmt: skip
+            continue
+        for row in run():
             rows.append({"bench": path.stem, **row})
         print(f"{path.stem}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     table = Table(title="moeplan benchmarks")
     for col in ("bench", "name", "value", "unit", "reference", "ratio", "target", "note"):
         table.add_column(col)
     for r in rows:
-        table.add_row(*(_fmt(r.get(c, "")) for c in
-                        ("bench", "name", "value", "unit", "reference", "ratio", "target", "note")))
+        table.add_row(
+            *(
+                _fmt(r.get(c, ""))
+                for c in ("bench", "name", "value", "unit", "reference", "ratio", "target", "note")
+            )
+        )
     Console(width=200).print(table)
     out = here.parent / "out" / "bench.json"
     out.parent.mkdir(exist_ok=True)
