@@ -16,7 +16,12 @@ GPU that rate is (``rate * osl / GPUs``: SLO-bound capacity per GPU), and what b
   by its pools' analytic loads). ``evaluate_layout``'s own rate uses
   the SLOs only and, on a short probe, can accept an overloaded rate (issue noted in
   docs/benchmarks/disaggregation.md).
-- pd / afd: :mod:`moeplan.search.disagg` — rate-matched pools, the best one simulated.
+- pd / afd: :mod:`moeplan.search.disagg` — rate-matched pools, the best estimate's SLO-bound
+  capacity simulated (:func:`moeplan.search.pd_given.simulate_given`, what ``serve-sim --pd``
+  runs).
+  The two sides are measured differently (the colocated rate on this module's short probes,
+  the disaggregated one in steady state with warm-up and drain excluded), so the ratios are
+  indicative; ``moeplan plan`` ranks both families on the steady footing.
 
 Rows for ``run()``: per (cluster, model, SLO) the PD and AFD capacity per GPU with the
 colocated one as the reference (``ratio`` = family / colocated; 0 when the family cannot
@@ -37,11 +42,11 @@ from moeplan.planners.dep.decode import decode_problem
 from moeplan.search.disagg import (
     Context,
     candidates,
-    evaluate_candidate,
     queue_stable,
     serve_layouts,
     why_none,
 )
+from moeplan.search.pd_given import simulate_given
 from moeplan.search.search import (
     analytic_rate,
     evaluate_layout,
@@ -147,7 +152,7 @@ def disaggregated(family: str, model, cluster, cost, slo: SLO) -> dict:
     ks = candidates(ctx, family)
     if not ks:
         return _row(family, "—", 0, 0.0, None, why_none(ctx, family))
-    r = evaluate_candidate(ctx, ks[0], rate_given=False, search_requests=SEARCH)
+    r = simulate_given(ctx, ks[0].layout, rate_given=False, requests=SEARCH)
     rate = r.max_rate_meeting_slo_rps or 0.0
     return _row(family, ks[0].layout.label, ks[0].layout.gpus, rate, r.metrics, r.bound)
 

@@ -89,7 +89,7 @@ def _certified_row(dts, search_s: float) -> dict:
     for _ in range(5):
         fresh = dict(dts)
         t0 = time.perf_counter()
-        res, _ = _search_degrees(fresh, 1e-4, 4, True)
+        res, _, _ = _search_degrees(fresh, 1e-4, 4, True)
         runs.append(time.perf_counter() - t0)
     cert_s = statistics.median(runs)
     best = max((p for p in res.values() if p is not None), key=lambda p: p.throughput_tokens_per_s)

@@ -352,7 +352,7 @@ def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
 def _served(model, cluster, p, arm: str) -> list[tuple[str, ServeLayout, int, EngineConfig]]:
     """(arm, layout, replicas, engine): the plan as :func:`pipeline_entries` serves it (DPMoE
     counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
-    fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None)
+    fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None, launchable_as=None)
     lay = pipeline_entries(fake)[-1].layout  # type: ignore[arg-type]  # the EP-span reading
     out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
     for rep, n in dpmoe_replicas(p) if arm == "smidt" else []:

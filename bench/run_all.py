@@ -26,6 +26,8 @@ def _load(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    # registered as imported: dataclasses and pickled functions look their module up there
+    sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
 
@@ -43,16 +45,24 @@ def main(argv: list[str]) -> int:
     here = Path(__file__).parent
     only = set(argv)
     rows: list[dict] = []
+    failed: list[str] = []
     for path in sorted(here.glob("bench_*.py")):
         if only and path.stem not in only:
             continue
         t0 = time.perf_counter()
-        run = getattr(_load(path), "run", None)
-        if not _runnable(run):
-            rows.append({"bench": path.stem, "name": "standalone benchmark (not run here)",
-                         "note": f"python bench/{path.name} (its docstring says how)"})  # fmt: skip
+        try:
+            run = getattr(_load(path), "run", None)
+            if not _runnable(run):
+                rows.append({"bench": path.stem, "name": "standalone benchmark (not run here)",
+                             "note": f"python bench/{path.name} (its docstring says how)"})  # fmt: skip
+                continue
+            got = run()
+        except Exception as err:  # one broken benchmark does not hide the others' rows
+            failed.append(path.stem)
+            rows.append({"bench": path.stem, "name": "FAILED",
+                         "note": f"{type(err).__name__}: {err}"[:300]})  # fmt: skip
             continue
-        for row in run():
+        for row in got:
             rows.append({"bench": path.stem, **row})
         print(f"{path.stem}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     table = Table(title="moeplan benchmarks")
@@ -69,7 +79,9 @@ def main(argv: list[str]) -> int:
     out = here.parent / "out" / "bench.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _fmt(v) -> str:
