@@ -8,7 +8,8 @@ that both print the same plan (the JSON less timings, temporary paths and kernel
 counts: ``tests/test_fanout.py``). CPU seconds are the process's and its workers' user +
 system time. Prints one JSON line per run and a summary line per case (with ``--repeat``, the
 runs alternate and the summary gives each ``--jobs``'s median, lowest and highest wall time:
-this kind of shared machine varies by 10 % and more from run to run).
+this kind of shared machine varies by 10 % and more from run to run), and the machine's
+speed in the same window: the CPU seconds of a fixed loop (:func:`machine_speed_s`).
 
 Python's bytecode cache is on, as it is by default: the runs go without
 ``PYTHONDONTWRITEBYTECODE`` (set on some sandboxes; with it, every run compiles moeplan's
@@ -47,6 +48,16 @@ def warm_bytecode() -> None:
                    env=python_env())  # fmt: skip
 
 
+def machine_speed_s() -> float:
+    """CPU seconds of a fixed pure-Python loop (20 million additions), the machine's speed
+    in the same window: this shared box's runs at the same load differ by up to 1.4x
+    between windows (1.84-2.44 s for this loop), so a wall time is read beside it."""
+    t0, s = time.process_time(), 0
+    for i in range(20_000_000):
+        s += i
+    return time.process_time() - t0
+
+
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -76,13 +87,15 @@ def _same(x: object, y: object) -> bool:
 def run() -> list[dict]:
     """The ``bench/run_all.py`` row: one node, one run with workers against one without."""
     warm_bytecode()
+    speed = machine_speed_s()
     one, many = _plan(CASES["one"], 1), _plan(CASES["one"], len(os.sched_getaffinity(0)))
     return [{
         "name": "moeplan plan, one 8-GPU node (Qwen3-30B-A3B, 1024/256, 500 requests)",
         "value": many["wall_s"], "unit": "s wall", "reference": one["wall_s"],
         "ratio": one["wall_s"] / many["wall_s"], "target": "<= 10 s",
         "note": f"reference = --jobs 1 in the same run; same plan: "
-                f"{_same(one['plan'], many['plan'])}; CPU {many['cpu_s']:.1f} s",
+                f"{_same(one['plan'], many['plan'])}; CPU {many['cpu_s']:.1f} s; machine "
+                f"speed loop {speed:.2f} s (machine_speed_s)",
     }]  # fmt: skip
 
 
@@ -93,6 +106,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each --jobs, alternating")
     a = ap.parse_args()
     warm_bytecode()
+    speed = [machine_speed_s()]
     for case in a.cases:
         runs = []
         for _ in range(a.repeat):
@@ -104,6 +118,7 @@ def main() -> None:
                               "out_tok_s_per_gpu": s["output_tokens_per_s_per_gpu"],
                               "ci95_half_width_rel": s["ci95_half_width_rel"]}))  # fmt: skip
         walls = {j: sorted(r["wall_s"] for r in runs if r["jobs"] == j) for j in (1, a.jobs)}
+        speed.append(machine_speed_s())
         print(json.dumps({
             "case": case, "same_plan": all(_same(runs[0]["plan"], r["plan"]) for r in runs),
             "wall_s_median_min_max": {
@@ -113,6 +128,7 @@ def main() -> None:
             "wall_ratio_serial_over_workers": statistics.median(walls[1])
             / statistics.median(walls[a.jobs]),
             "load_average": os.getloadavg(),
+            "machine_speed_s_before_after": [round(x, 2) for x in speed[-2:]],
         }))  # fmt: skip
 
 
