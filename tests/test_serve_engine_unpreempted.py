@@ -20,6 +20,7 @@ from moeplan.serve.engine_unpreempted import (
     UnpreemptedEngine,
 )
 from moeplan.serve.workload import Requests, requests_from_rows
+from test_serve_engine_prefill import _equal
 
 
 def _priced(batch) -> float:  # type: ignore[no-untyped-def]
@@ -27,16 +28,6 @@ def _priced(batch) -> float:  # type: ignore[no-untyped-def]
     decoding sequence, 2^-20 s per token of mean context and 2^-9 s per prompt chunk."""
     pre = sum(2.0**-9 + c * 2.0**-20 for _, c in batch.prefill)
     return 0.125 + batch.decode * 2.0**-10 + batch.decode_ctx * 2.0**-20 + pre
-
-
-def _equal(a, b) -> None:  # type: ignore[no-untyped-def]
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype, f.name
-            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f.name
-        else:
-            assert x == y and type(x) is type(y), f.name
 
 
 def _pool(arrival, isl, osl) -> Requests:  # type: ignore[no-untyped-def]
@@ -48,18 +39,30 @@ def _pool(arrival, isl, osl) -> Requests:  # type: ignore[no-untyped-def]
 
 
 @st.composite
-def _runs(draw):  # type: ignore[no-untyped-def]
-    n = draw(st.integers(1, 80))
+def _streams(draw, pool: bool):  # type: ignore[no-untyped-def]
+    """A stream, its engine, a horizon and whether a stop predicate asks. ``pool``: as a P/D
+    decode instance receives it (:func:`_pool`, ``mixed``); else fresh prompts with or
+    without prefix hits, either policy, chunked or whole."""
+    n = draw(st.integers(1, 80 if pool else 60))
     gaps = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # eighths of a second
     isl = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
-    osl = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
-    osl[draw(st.integers(0, n - 1))] = draw(st.integers(2, 60))  # some request decodes
-    reqs = _pool(np.cumsum(gaps) * 0.125, isl, osl)
+    top = 60 if pool else 40
+    osl = draw(st.lists(st.integers(1, top), min_size=n, max_size=n))
+    osl[draw(st.integers(0, n - 1))] = draw(st.integers(2, top))  # some request decodes
     running = draw(st.integers(1, 16))
+    if pool:
+        reqs, mixed, chunk = _pool(np.cumsum(gaps) * 0.125, isl, osl), True, running
+    else:
+        hit = draw(st.sampled_from([0.0, 0.5]))
+        reqs = requests_from_rows(np.cumsum(gaps) * 0.125, isl, osl, prefix_hit=hit)
+        mixed = draw(st.booleans())
+        chunk = draw(st.sampled_from([0, 64, 512, 2048, 8192]))
+    if mixed:  # decodes share the budget: it must exceed the running cap
+        chunk = max(chunk, running + draw(st.sampled_from([1, 7, 64, 4096])))
     big = max(i + o for i, o in zip(isl, osl, strict=True)) + 1
     cfg = EngineConfig(
-        policy="mixed",
-        chunk_tokens=running + draw(st.sampled_from([1, 7, 4096])),
+        policy="mixed" if mixed else "prefill-first",
+        chunk_tokens=chunk,
         max_running=running,
         # from a pool one request fills (preemptions) to one that never fills
         kv_tokens=big + draw(st.sampled_from([0, 50, 500, 5000, 10**6])),
@@ -69,19 +72,14 @@ def _runs(draw):  # type: ignore[no-untyped-def]
     return reqs, cfg, horizon, draw(st.booleans())
 
 
-@settings(max_examples=200)
-@given(_runs())
-def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
-    """Same admissions, iterations, ITLs, token counts and times as the general loop, with
-    and without a horizon or a stop predicate; where the general loop preempts, the decode
-    pool engine declines (and only there)."""
+def _same_as_the_general_loop(cls, run) -> None:  # type: ignore[no-untyped-def]
+    """``cls``'s run equals the general loop's bit for bit (the stop predicate asked at the
+    same instants), or ``cls`` declines where, and only where, the general loop preempts."""
     reqs, cfg, horizon, stopping = run
     asked: list[list[float]] = [[], []]
     ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[1]))._run_open()
     try:
-        got = DecodePoolEngine(
-            reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[0])
-        ).run()
+        got = cls(reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[0])).run()
     except NeedsPreemption:
         assert ref.preemptions > 0
         return
@@ -89,51 +87,22 @@ def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignor
     assert asked[0] == asked[1]
 
 
-@st.composite
-def _streams(draw):  # type: ignore[no-untyped-def]
-    n = draw(st.integers(1, 60))
-    gaps = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # eighths of a second
-    isl = draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n))
-    osl = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
-    osl[draw(st.integers(0, n - 1))] = draw(st.integers(2, 40))  # some request decodes
-    hit = draw(st.sampled_from([0.0, 0.5]))
-    reqs = requests_from_rows(np.cumsum(gaps) * 0.125, isl, osl, prefix_hit=hit)
-    running = draw(st.integers(1, 16))
-    mixed = draw(st.booleans())
-    chunk = draw(st.sampled_from([0, 64, 512, 2048, 8192]))
-    if mixed:  # decodes share the budget: it must exceed the running cap
-        chunk = max(chunk, running + draw(st.sampled_from([1, 64, 4096])))
-    big = max(i + o for i, o in zip(isl, osl, strict=True)) + 1
-    cfg = EngineConfig(
-        policy="mixed" if mixed else "prefill-first",
-        chunk_tokens=chunk,
-        max_running=running,
-        kv_tokens=big + draw(st.sampled_from([0, 50, 500, 5000, 10**6])),
-        admit_reserve=draw(st.sampled_from([0.0, 0.5, 0.7, 1.0])),
-    )
-    horizon = draw(st.sampled_from([None, 2.0, 7.75]))
-    return reqs, cfg, horizon, draw(st.booleans())
+@settings(max_examples=200)
+@given(_streams(pool=True))
+def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
+    """Same admissions, iterations, ITLs, token counts and times as the general loop, with
+    and without a horizon or a stop predicate; where the general loop preempts, the decode
+    pool engine declines (and only there)."""
+    _same_as_the_general_loop(DecodePoolEngine, run)
 
 
 @settings(max_examples=250)
-@given(_streams())
+@given(_streams(pool=False))
 def test_unpreempted_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
     """Both policies, chunked and whole prompts, prefix-cache hits, one-token outputs:
     the same run as the general loop; where the general loop preempts, it declines (and
     only there)."""
-    reqs, cfg, horizon, stopping = run
-    asked: list[list[float]] = [[], []]
-    ref = Engine(reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[1]))
-    ref_res = ref._run_open()
-    try:
-        got = UnpreemptedEngine(
-            reqs, cfg, _priced, horizon_s=horizon, stop=_stop(stopping, asked[0])
-        ).run()
-    except NeedsPreemption:
-        assert ref_res.preemptions > 0
-        return
-    _equal(got, ref_res)
-    assert asked[0] == asked[1]
+    _same_as_the_general_loop(UnpreemptedEngine, run)
 
 
 def _stop(stopping: bool, log: list[float]):  # type: ignore[no-untyped-def]

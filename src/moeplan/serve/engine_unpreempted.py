@@ -1,20 +1,20 @@
 """The engine while nothing is preempted: the general loop with its per-request steps reduced.
 
 Until the KV pool first lacks room for a decode step, no request is preempted, and the
-general engine's per-request steps (:class:`moeplan.serve.engine.Engine`: admission, a prompt
-chunk's end, a request's last decode step) reduce to less:
+general engine's per-request steps after admission (:class:`moeplan.serve.engine.Engine`: a
+prompt chunk's end, a request's last decode step) reduce to less:
 
 - every request is admitted once, with nothing produced yet, so its prompt is prefilled once
   and every prompt token prefilled is a first-time one (nothing recomputed);
 - a request that enters decode leaves at a step known then (``osl - 1`` steps later), with
-  ``isl + osl - 1`` tokens of KV, still decoding at its first decode step;
-- the running requests are a count, not a set preemption picks from.
+  ``isl + osl - 1`` tokens of KV, still decoding at its first decode step.
 
 :class:`UnpreemptedEngine` runs any open-loop stream of one token per decode step (no MTP)
 so; :class:`DecodePoolEngine` further reduces a P/D decode instance's pool (every prompt in
 KV but one token, ``mixed`` policy):
 
-- a request's prompt chunk is one token and fits any iteration's budget (the budget left
+- a request's prompt chunk is one token and fits any iteration's budget, so admission is
+  reduced too (the budget left
   after the decode tokens is positive whenever a request can be admitted: ``chunk_tokens >
   max_running``), so no request is ever part-way through its prompt between iterations;
 - the chunk's end produces the request's next token, so every request that enters decode at
@@ -52,7 +52,6 @@ class UnpreemptedEngine(Engine):
         assert self.tps == 1 and not self.r.closed
         #: a request's KV at its last decode step
         self.ctx_end = (self.r.isl.astype(np.int64) + self.r.osl.astype(np.int64) - 1).tolist()
-        self.n_run = 0  # requests admitted and not finished
         #: who takes their last decode step at each step of ``finishers``, in order of entry
         self.leaving: dict[int, list[int]] = {}
         self.fresh: list[int] = []  # requests that entered decode since the last decode step
@@ -69,79 +68,13 @@ class UnpreemptedEngine(Engine):
         self.kv_used += n
         return n
 
-    def _take_prefill(self, budget: int) -> tuple[list, tuple, int]:
-        chunks: list[tuple[int, int]] = []
-        pre: list[tuple[int, int]] = []
-        left, at, budget0 = self.left, self.prefill_ctx, budget
-        for r in self.prefilling:
-            if budget <= 0:
-                break
-            q = left[r]
-            if q > budget:
-                q = budget
-            chunks.append((r, q))
-            c = at[r] + q
-            s = c.bit_length() - 6  # bucket(c), inline
-            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
-            budget -= q
-        if budget > 0 and self.waiting and self.n_run < self.max_running:
-            budget = self._admit(budget, chunks, pre)
-        return chunks, tuple(pre), budget0 - budget
-
-    def _admit(self, budget: int, chunks: list, pre: list) -> int:
-        waiting, isl, osl, cached, admit = self.waiting, self.isl, self.osl, self.cached, self.admit
-        left, at, prefilling = self.left, self.prefill_ctx, self.prefilling
-        kv, remaining, reserve, cap, now = (
-            self.kv_used, self.remaining, self.reserve, self.kv_cap, self.now
-        )  # fmt: skip
-        room = self.max_running - self.n_run
-        while budget > 0 and waiting and room > 0:
-            r = waiting[0]
-            need = isl[r]
-            rem = osl[r]
-            if kv + need + reserve * (remaining + rem) > cap:
-                break
-            waiting.popleft()
-            admit[r] = now
-            room -= 1
-            kv += need
-            remaining += rem
-            c = cached[r]
-            q = need - c
-            left[r] = q
-            at[r] = c
-            prefilling.append(r)
-            if q > budget:
-                q = budget
-            chunks.append((r, q))
-            c += q
-            s = c.bit_length() - 6  # bucket(c), inline
-            pre.append((q, ((c >> s) << s) + (1 << (s - 1)) if s > 0 else c))
-            budget -= q
-        self.n_run = self.max_running - room
-        self.kv_used, self.remaining = kv, remaining
-        return budget
-
     def _decode_done(self, t: float, n_dec: int, k: int) -> None:
         step = self.step = self.step + k
         self.sum_ctx += n_dec * k
         self.remaining -= n_dec * k
         self.out_tokens += n_dec * k
         first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
-        fresh = len(self.fresh)
-        if fresh:
-            last_tok, itl = self.last_tok, self.itl
-            for r in self.fresh:
-                itl.append(first_end - last_tok[r])
-            self.itl_w.extend([1] * fresh)
-            self.fresh = []
-        self._decode_rest(t, n_dec, k, fresh, first_end, step)
-
-    def _decode_rest(
-        self, t: float, n_dec: int, k: int, fresh: int, first_end: float, step: int
-    ) -> None:
-        """A decode step's end past its fresh requests' ITLs: the others' ITL, the gaps of a
-        fast-forward, and the requests whose last step it was."""
+        fresh = self._fresh_itls(first_end)
         if n_dec > fresh:
             self.itl.append(first_end - self.last_dec_end)
             self.itl_w.append(n_dec - fresh)
@@ -151,6 +84,18 @@ class UnpreemptedEngine(Engine):
         fin = self.finishers
         if fin and fin[0] <= step:
             self._decode_finish(t, step)
+
+    def _fresh_itls(self, first_end: float) -> int:
+        """The ITLs of the requests at their first decode step (it ended at ``first_end``):
+        from their first token; how many they are."""
+        fresh = len(self.fresh)
+        if fresh:
+            last_tok, itl = self.last_tok, self.itl
+            for r in self.fresh:
+                itl.append(first_end - last_tok[r])
+            self.itl_w.extend([1] * fresh)
+            self.fresh = []
+        return fresh
 
     def _chunks_done(self, t: float, chunks: list) -> None:
         at, left, osl, first, last_tok = (
@@ -179,7 +124,7 @@ class UnpreemptedEngine(Engine):
             if o == 1:  # its only token: done, its KV freed
                 self.kv_used -= end
                 self.finish[r] = t
-                self.n_run -= 1
+                del self.running[r]
                 continue
             n_dec += 1
             sum_ctx += end
@@ -198,16 +143,16 @@ class UnpreemptedEngine(Engine):
 
     def _decode_finish(self, t: float, step: int) -> None:
         fin, due, ctx_end, finish = self.finishers, self.leaving, self.ctx_end, self.finish
-        sum_ctx, kv, done, pop = self.sum_ctx, self.kv_used, 0, heapq.heappop
+        sum_ctx, kv, done, pop, running = self.sum_ctx, self.kv_used, 0, heapq.heappop, self.running
         while fin and fin[0] <= step:
             for r in due.pop(pop(fin)):
                 c = ctx_end[r]
                 sum_ctx -= c
                 kv -= c
                 finish[r] = t
+                del running[r]
                 done += 1
         self.n_dec -= done
-        self.n_run -= done
         self.sum_ctx, self.kv_used = sum_ctx, kv
 
 
@@ -226,7 +171,7 @@ class DecodePoolEngine(UnpreemptedEngine):
         self.entered_at = 0.0  # that end
 
     def _take_prefill(self, budget: int) -> tuple[list, tuple, int]:
-        if budget > 0 and self.waiting and self.n_run < self.max_running:
+        if budget > 0 and self.waiting and len(self.running) < self.max_running:  # none part-way
             chunks: list[int] = []
             pre: list[tuple[int, int]] = []
             left = self._admit(budget, chunks, pre)
@@ -238,7 +183,8 @@ class DecodePoolEngine(UnpreemptedEngine):
         kv, remaining, reserve, cap, now = (
             self.kv_used, self.remaining, self.reserve, self.kv_cap, self.now
         )  # fmt: skip
-        room = self.max_running - self.n_run
+        running = self.running
+        room = self.max_running - len(running)
         while budget > 0 and waiting and room > 0:
             r = waiting[0]
             need = isl[r]
@@ -247,28 +193,23 @@ class DecodePoolEngine(UnpreemptedEngine):
                 break
             waiting.popleft()
             admit[r] = now
+            running[r] = None
             room -= 1
             kv += need
             remaining += rem
             chunks.append(r)
             pre.append((1, key[r]))
             budget -= 1
-        self.n_run = self.max_running - room
         self.kv_used, self.remaining = kv, remaining
         return budget
 
-    def _decode_done(self, t: float, n_dec: int, k: int) -> None:
-        step = self.step = self.step + k
-        self.sum_ctx += n_dec * k
-        self.remaining -= n_dec * k
-        self.out_tokens += n_dec * k
-        first_end = self.segs[-1][0] + self.segs[-1][1] if k == 1 else self._first_end(k)
-        fresh = self.entered
+    def _fresh_itls(self, first_end: float) -> int:
+        fresh = self.entered  # all with their first token at one instant
         if fresh:
             self.itl.extend([first_end - self.entered_at] * fresh)
             self.itl_w.extend([1] * fresh)
             self.entered = 0
-        self._decode_rest(t, n_dec, k, fresh, first_end, step)
+        return fresh
 
     def _chunks_done(self, t: float, chunks: list) -> None:
         first, osl, isl, due, fin = self.first, self.osl, self.isl, self.leaving, self.finishers
@@ -284,7 +225,7 @@ class DecodePoolEngine(UnpreemptedEngine):
             if o == 1:  # its only token: done, its KV freed
                 self.kv_used -= isl[r]
                 self.finish[r] = t
-                self.n_run -= 1
+                del self.running[r]
                 continue
             n_dec += 1
             sum_ctx += isl[r]
