@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from argv_recorder import recorder
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.export import constraints as cons
@@ -27,7 +28,7 @@ from moeplan.planners.rank import plan
 from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import Workload, load_cluster, load_model, model_names
 
-RECORDER = '#!/bin/sh\n{ printf "%s\\n" "$(basename "$0")" "$@"; echo "<end>"; } >> "$ARGV_LOG"\n'
+RECORDER = recorder(sep="\\n")
 
 
 @pytest.fixture(scope="module")

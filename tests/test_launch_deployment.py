@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from argv_recorder import recorder
 from moeplan.export import constraints as cons
 from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
@@ -37,10 +38,7 @@ from moeplan.specs.presets import model_config
 from test_launchable_presets import planned
 
 # records argv and the GPUs the process sees
-RECORDER = (
-    '#!/bin/sh\n{ printf "%s\\0" "CVD=${CUDA_VISIBLE_DEVICES:-}" "$(basename "$0")" "$@";'
-    ' printf "<end>\\0"; } >> "$ARGV_LOG"\n'
-)
+RECORDER = recorder('"CVD=${CUDA_VISIBLE_DEVICES:-}" "$(basename "$0")" "$@"')
 
 
 def degrees(engine: str, args) -> tuple[int, int, int, int, int]:

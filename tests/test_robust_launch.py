@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from argv_recorder import recorder
 from moeplan.errors import MoeplanError
 from moeplan.export import constraints as cons
 from moeplan.export.launcher import HERE, render_launcher, render_per_node, render_refusal
@@ -33,9 +34,7 @@ HOSTILE = [
     f"x\u2028touch {PWN}",
     f"-- --model-path; touch {PWN} #",
 ]
-RECORDER = (
-    '#!/bin/sh\n{ printf "%s\\0" "$(basename "$0")" "$@"; printf "<end>\\0"; } >> "$ARGV_LOG"\n'
-)
+RECORDER = recorder()
 ENGINES = ("python", "python3", "vllm", "ray", "sglang")
 
 
