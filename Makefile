@@ -21,6 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/pytest -n auto --dist loadfile
 
 test-fast: $(STAMP)
@@ -38,6 +39,7 @@ fuzz: $(STAMP)  # issue 17: ~250 malformed inputs through the CLI, 30 s limit ea
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 fmt: $(STAMP)
 	$(BIN)/ruff format src tests bench

@@ -74,8 +74,10 @@ def bench_inspect() -> None:
         for label, path in paths.items():
             own = _best(lambda p=path: inspect(p, json_out=True))
             cli = _best(lambda p=path: main(["inspect", p, "--json"]))
-            print(f"{label:48s} inspect {own:6.3f} s (command's work), {cli:6.3f} s (through "
-                  "the CLI parser); best of 3, in-process")
+            print(
+                f"{label:48s} inspect {own:6.3f} s (command's work), {cli:6.3f} s (through "
+                "the CLI parser); best of 3, in-process"
+            )
 
 
 def bench_plan(only: list[str]) -> None:
@@ -95,8 +97,10 @@ def bench_plan(only: list[str]) -> None:
             label = json.dumps(win)[:100]
         else:
             label = r.stderr.strip().splitlines()[-1][:160] if r.stderr.strip() else ""
-        print(f"{folder:48s} {CLUSTER[folder]:11s} rc={r.returncode} {wall:6.1f} s  {label}",
-              flush=True)
+        print(
+            f"{folder:48s} {CLUSTER[folder]:11s} rc={r.returncode} {wall:6.1f} s  {label}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":  # plan [substring ...]: only the folders naming one of them

@@ -13,10 +13,12 @@ from moeplan.specs import load_cluster, load_model
 
 
 def _layer_cost(cm, m, tokens: int) -> float:
-    return (cm.attention_layer(m, tokens // 1024 or 1, 1024, 1024, tp=8)
-            + cm.expert_ffn(m, tokens * m.top_k / m.num_experts, m.num_experts / 8)
-            + cm.collective("all_to_all", tokens * m.hidden_bytes * m.top_k / 8, 8)
-            + cm.collective("all_reduce", tokens * m.hidden_bytes, 8))
+    return (
+        cm.attention_layer(m, tokens // 1024 or 1, 1024, 1024, tp=8)
+        + cm.expert_ffn(m, tokens * m.top_k / m.num_experts, m.num_experts / 8)
+        + cm.collective("all_to_all", tokens * m.hidden_bytes * m.top_k / 8, 8)
+        + cm.collective("all_reduce", tokens * m.hidden_bytes, 8)
+    )
 
 
 def run() -> list[dict]:
@@ -33,9 +35,17 @@ def run() -> list[dict]:
         acc += 3e-6 + 1e-12 * i
     ref = time.perf_counter() - t0
     rate = n / dt
-    return [{"name": "MoE layer cost evaluations (attn+experts+a2a+allreduce)", "value": rate,
-             "unit": "evals/s", "reference": n / ref, "ratio": rate / (n / ref),
-             "target": "", "note": "reference = 12 bare alpha-beta evaluations per eval"}]
+    return [
+        {
+            "name": "MoE layer cost evaluations (attn+experts+a2a+allreduce)",
+            "value": rate,
+            "unit": "evals/s",
+            "reference": n / ref,
+            "ratio": rate / (n / ref),
+            "target": "",
+            "note": "reference = 12 bare alpha-beta evaluations per eval",
+        }
+    ]
 
 
 if __name__ == "__main__":

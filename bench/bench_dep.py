@@ -21,8 +21,10 @@ from moeplan.planners import dep
 from moeplan.planners.dep.verify import cpsat_optimum
 from moeplan.specs import load_cluster, load_model
 
-LAYERS = {"deepseek-v2": {"findep-a": 8, "findep-b": 4, "findep-c": 16, "findep-d": 16},
-          "qwen3-235b-a22b": {"findep-a": 24, "findep-b": 12, "findep-c": 48, "findep-d": 48}}
+LAYERS = {
+    "deepseek-v2": {"findep-a": 8, "findep-b": 4, "findep-c": 16, "findep-d": 16},
+    "qwen3-235b-a22b": {"findep-a": 24, "findep-b": 12, "findep-c": 48, "findep-d": 48},
+}
 SPLIT8 = {"deepseek-v2": (3, 5), "qwen3-235b-a22b": (4, 4)}
 SEQS = (1024, 2048, 4096, 8192)
 
@@ -36,8 +38,9 @@ def instances(batch: int = 64):
             cm = cost_model_for(cl)
             for seq in SEQS:
                 try:
-                    p = dep.dep_problem(m, cl, cm, ag=ag, eg=eg, seq_len=seq, layers=layers,
-                                        batch=batch)
+                    p = dep.dep_problem(
+                        m, cl, cm, ag=ag, eg=eg, seq_len=seq, layers=layers, batch=batch
+                    )
                 except MoeplanError:
                     continue
                 yield (model, cluster, seq), p
@@ -63,22 +66,52 @@ def run() -> list[dict]:
     n = len(solve_s)
     med, med_bf = statistics.median(solve_s), statistics.median(bf_s)
     return [
-        {"name": f"Algorithm 1 solve, median of {n} instances", "value": med * 1e3, "unit": "ms",
-         "reference": med_bf * 1e3, "ratio": med / med_bf, "target": "<= 10 ms",
-         "note": "reference = brute force over (ma, r1, r2, order), same instances"},
-        {"name": f"Algorithm 1 solve, max of {n} instances", "value": max(solve_s) * 1e3,
-         "unit": "ms", "reference": max(bf_s) * 1e3, "ratio": max(solve_s) / max(bf_s),
-         "target": "<= 10 ms", "note": "reference = slowest brute force"},
-        {"name": f"Algorithm 1 first (cold) solve, median of {n} instances",
-         "value": statistics.median(cold_s) * 1e3, "unit": "ms", "reference": med_bf * 1e3,
-         "ratio": statistics.median(cold_s) / med_bf, "target": "<= 10 ms",
-         "note": f"max {max(cold_s) * 1e3:.1f} ms; includes the cost-model evaluations"},
+        {
+            "name": f"Algorithm 1 solve, median of {n} instances",
+            "value": med * 1e3,
+            "unit": "ms",
+            "reference": med_bf * 1e3,
+            "ratio": med / med_bf,
+            "target": "<= 10 ms",
+            "note": "reference = brute force over (ma, r1, r2, order), same instances",
+        },
+        {
+            "name": f"Algorithm 1 solve, max of {n} instances",
+            "value": max(solve_s) * 1e3,
+            "unit": "ms",
+            "reference": max(bf_s) * 1e3,
+            "ratio": max(solve_s) / max(bf_s),
+            "target": "<= 10 ms",
+            "note": "reference = slowest brute force",
+        },
+        {
+            "name": f"Algorithm 1 first (cold) solve, median of {n} instances",
+            "value": statistics.median(cold_s) * 1e3,
+            "unit": "ms",
+            "reference": med_bf * 1e3,
+            "ratio": statistics.median(cold_s) / med_bf,
+            "target": "<= 10 ms",
+            "note": f"max {max(cold_s) * 1e3:.1f} ms; includes the cost-model evaluations",
+        },
         _cli_path_row(med),
-        {"name": "Algorithm 1 gap vs brute force, max", "value": max(gaps), "unit": "fraction",
-         "reference": 0.0, "ratio": max(gaps), "target": "<= 0.01", "note": "throughput gap"},
-        {"name": "FinDEP speedup vs best PPPipe (batch 64), min..max", "value": max(speedups),
-         "unit": "x", "reference": min(speedups), "ratio": max(speedups),
-         "target": "paper Table 5: 1.02-1.61x", "note": "value = max, reference = min"},
+        {
+            "name": "Algorithm 1 gap vs brute force, max",
+            "value": max(gaps),
+            "unit": "fraction",
+            "reference": 0.0,
+            "ratio": max(gaps),
+            "target": "<= 0.01",
+            "note": "throughput gap",
+        },
+        {
+            "name": "FinDEP speedup vs best PPPipe (batch 64), min..max",
+            "value": max(speedups),
+            "unit": "x",
+            "reference": min(speedups),
+            "ratio": max(speedups),
+            "target": "paper Table 5: 1.02-1.61x",
+            "note": "value = max, reference = min",
+        },
     ]
 
 
@@ -103,17 +136,24 @@ def _cli_path_row(bench_med: float) -> dict:
         dep.solve(p)
         again.append(time.process_time() - t)
     f, a = statistics.median(fresh), statistics.median(again)
-    return {"name": "dep CLI-path solve (sglang tables, fresh instance), median of 4",
-            "value": f * 1e3, "unit": "ms CPU", "reference": a * 1e3, "ratio": f / a,
-            "target": "<= 10x the warm re-solve",
-            "note": f"reference = the same instances re-solved warm; all-instance bench "
-                    f"median {bench_med * 1e3:.1f} ms (analytic cost model)"}
+    return {
+        "name": "dep CLI-path solve (sglang tables, fresh instance), median of 4",
+        "value": f * 1e3,
+        "unit": "ms CPU",
+        "reference": a * 1e3,
+        "ratio": f / a,
+        "target": "<= 10x the warm re-solve",
+        "note": f"reference = the same instances re-solved warm; all-instance bench "
+        f"median {bench_med * 1e3:.1f} ms (analytic cost model)",
+    }
 
 
 def report() -> None:
     """Markdown tables for docs/benchmarks/dep.md."""
-    print("| batch cap (r1*ma) | instances | speedup vs PPPipe min | median | max | "
-          "vs naive median | Alg. 1 gap max |\n|---|---|---|---|---|---|---|")
+    print(
+        "| batch cap (r1*ma) | instances | speedup vs PPPipe min | median | max | "
+        "vs naive median | Alg. 1 gap max |\n|---|---|---|---|---|---|---|"
+    )
     for batch in (1, 2, 4, 16, 64):
         sp, nv, gap = [], [], []
         for _, p in instances(batch):
@@ -124,14 +164,18 @@ def report() -> None:
                 bf = dep.brute_force(p)
                 gap.append((bf.throughput - r.throughput) / bf.throughput)
         g = f"{max(gap):.4f}" if gap else "see bench"
-        print(f"| {batch} | {len(sp)} | {min(sp):.3f} | {statistics.median(sp):.3f} | "
-              f"{max(sp):.3f} | {statistics.median(nv):.2f} | {g} |")
+        print(
+            f"| {batch} | {len(sp)} | {min(sp):.3f} | {statistics.median(sp):.3f} | "
+            f"{max(sp):.3f} | {statistics.median(nv):.2f} | {g} |"
+        )
     print("\nper instance, batch 2 (speedup vs PPPipe):\n")
     print("| model | S | findep-a | findep-b | findep-c | findep-d |\n|---|---|---|---|---|---|")
     rows: dict[tuple[str, int], dict[str, str]] = {}
     for (model, cluster, seq), p in instances(2):
         r = dep.solve(p)
-        rows.setdefault((model, seq), {})[cluster] = f"{r.throughput / dep.pppipe(p).throughput:.2f}"
+        rows.setdefault((model, seq), {})[cluster] = (
+            f"{r.throughput / dep.pppipe(p).throughput:.2f}"
+        )
     for (model, seq), cells in rows.items():
         print(f"| {model} | {seq} | " + " | ".join(cells.get(c, "-") for c in LAYERS[model]) + " |")
     _cpsat_sweep()
@@ -142,18 +186,25 @@ def _cpsat_sweep(n: int = 60) -> None:
     gaps = []
     for _ in range(n):
         c = rnd.uniform(0.1, 2.0)
-        t = dep.DepTimes(attn=rnd.uniform(0.2, 3), shared=rnd.choice([0.0, rnd.uniform(0.1, 2)]),
-                         expert=rnd.uniform(0.1, 2), a2e=c, e2a=c)
+        t = dep.DepTimes(
+            attn=rnd.uniform(0.2, 3),
+            shared=rnd.choice([0.0, rnd.uniform(0.1, 2)]),
+            expert=rnd.uniform(0.1, 2),
+            a2e=c,
+            e2a=c,
+        )
         cfg = dep.DepConfig(ma=1, r1=rnd.randint(1, 4), r2=rnd.randint(1, 4))
         gaps.append(cpsat_optimum(t, cfg, 2, time_limit_s=20))
     opt = sum(g["status"] == "OPTIMAL" for g in gaps)
     best = sorted(g["gap_best"] for g in gaps)
-    print(f"\nCP-SAT, {n} random 2-layer instances (r1, r2 <= 4), {opt} proven optimal: "
-          f"best-of-ASAS/AASS gap median {statistics.median(best):.4f}, "
-          f"90th pct {best[int(0.9 * n)]:.4f}, max {best[-1]:.4f}; zero gap on "
-          f"{sum(b <= 1e-9 for b in best)}/{n}; ASAS alone max "
-          f"{max(g['gap_asas'] for g in gaps):.4f}, AASS alone max "
-          f"{max(g['gap_aass'] for g in gaps):.4f}")
+    print(
+        f"\nCP-SAT, {n} random 2-layer instances (r1, r2 <= 4), {opt} proven optimal: "
+        f"best-of-ASAS/AASS gap median {statistics.median(best):.4f}, "
+        f"90th pct {best[int(0.9 * n)]:.4f}, max {best[-1]:.4f}; zero gap on "
+        f"{sum(b <= 1e-9 for b in best)}/{n}; ASAS alone max "
+        f"{max(g['gap_asas'] for g in gaps):.4f}, AASS alone max "
+        f"{max(g['gap_aass'] for g in gaps):.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,18 @@ from moeplan.traces.synthetic import SynthConfig, synthesize
 def weakened_trace(seed: int, model):  # type: ignore[no-untyped-def]
     s = float(np.random.default_rng(seed).uniform(0.0, 1.0))
     cfg = SynthConfig(
-        num_layers=4, num_experts=model.num_experts, top_k=model.top_k, vocab_size=32000,
-        num_requests=950, min_len=24, max_len=72, seed=seed, pref_strength=3.0 * s,
-        group_fidelity=0.85 * s, topic_strength=0.8 * s, markov_strength=s,
+        num_layers=4,
+        num_experts=model.num_experts,
+        top_k=model.top_k,
+        vocab_size=32000,
+        num_requests=950,
+        min_len=24,
+        max_len=72,
+        seed=seed,
+        pref_strength=3.0 * s,
+        group_fidelity=0.85 * s,
+        topic_strength=0.8 * s,
+        markov_strength=s,
     )
     return s, synthesize(cfg)
 
@@ -45,12 +54,23 @@ def run(seeds: int) -> list[dict]:
         base = dict(ep=8, seed=seed, baselines=False, test_fraction=0.8, val_fraction=0.2)
         g = place(tr, cfg=PlaceConfig(**base), **kw)
         raw = place(tr, cfg=PlaceConfig(**base, guard=False), **kw)
-        ratio = (raw.methods["semmoe"].metrics["moe_layer_time_s"]
-                 / raw.methods["contiguous"].metrics["moe_layer_time_s"])
+        ratio = (
+            raw.methods["semmoe"].metrics["moe_layer_time_s"]
+            / raw.methods["contiguous"].metrics["moe_layer_time_s"]
+        )
         v = g.extra["guard"]
-        rows.append({"seed": seed, "strength": strength, "test_ratio": ratio, "keep": v["keep"],
-                     "resolved": v["resolved"], "decision": v["decision"],
-                     "interval_90": v["time_ratio_interval_90"], "requests": v["requests"]})
+        rows.append(
+            {
+                "seed": seed,
+                "strength": strength,
+                "test_ratio": ratio,
+                "keep": v["keep"],
+                "resolved": v["resolved"],
+                "decision": v["decision"],
+                "interval_90": v["time_ratio_interval_90"],
+                "requests": v["requests"],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -59,8 +79,10 @@ if __name__ == "__main__":
     rows = run(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
     wf = [r for r in rows if not r["keep"] and r["test_ratio"] < 1]
     wk = [r for r in rows if r["keep"] and r["test_ratio"] > 1]
-    print(f"fallbacks {sum(not r['keep'] for r in rows)}, of which better on test {len(wf)} "
-          f"(max {max((1 - r['test_ratio'] for r in wf), default=0):.1%}); keeps "
-          f"{sum(r['keep'] for r in rows)}, of which worse on test {len(wk)} "
-          f"(max {max((r['test_ratio'] - 1 for r in wk), default=0):.1%}); unresolved "
-          f"{sum(not r['resolved'] for r in rows)}")
+    print(
+        f"fallbacks {sum(not r['keep'] for r in rows)}, of which better on test {len(wf)} "
+        f"(max {max((1 - r['test_ratio'] for r in wf), default=0):.1%}); keeps "
+        f"{sum(r['keep'] for r in rows)}, of which worse on test {len(wk)} "
+        f"(max {max((r['test_ratio'] - 1 for r in wk), default=0):.1%}); unresolved "
+        f"{sum(not r['resolved'] for r in rows)}"
+    )

@@ -20,22 +20,44 @@ def run() -> list[dict]:
     rows = []
     grouped = mb.bench_moe(tokens, k, e, h, i, device=dev, gen=gen)
     loop = mb.bench_moe(tokens, k, e, h, i, device=dev, gen=gen, loop=True)
-    rows.append({"name": f"grouped MoE {tokens} tok, E={e}, k={k}, H={h}, I={i} ({dev.type})",
-                 "value": grouped * 1e3, "unit": "ms", "reference": loop * 1e3,
-                 "ratio": loop / grouped, "target": ">= 5x loop at >= 16k tokens (GPU)",
-                 "note": "reference = per-expert Python loop; ratio = speedup"})
+    rows.append(
+        {
+            "name": f"grouped MoE {tokens} tok, E={e}, k={k}, H={h}, I={i} ({dev.type})",
+            "value": grouped * 1e3,
+            "unit": "ms",
+            "reference": loop * 1e3,
+            "ratio": loop / grouped,
+            "target": ">= 5x loop at >= 16k tokens (GPU)",
+            "note": "reference = per-expert Python loop; ratio = speedup",
+        }
+    )
     pairs_tokens = 65536 // k if gpu else 16384 // k
     perm = mb.bench_permutation(pairs_tokens, k, e, h, device=dev, gen=gen)
     ref = mb.bench_permutation(pairs_tokens, k, e, h, device=dev, gen=gen, reference=True)
-    rows.append({"name": f"permute+gather {pairs_tokens * k} pairs, H={h} ({dev.type})",
-                 "value": perm * 1e3, "unit": "ms", "reference": ref * 1e3, "ratio": ref / perm,
-                 "target": ">= 50% of copy bandwidth at >= 64k pairs (GPU)",
-                 "note": "reference = moeplan.runtime.layers.permute; ratio = speedup"})
+    rows.append(
+        {
+            "name": f"permute+gather {pairs_tokens * k} pairs, H={h} ({dev.type})",
+            "value": perm * 1e3,
+            "unit": "ms",
+            "reference": ref * 1e3,
+            "ratio": ref / perm,
+            "target": ">= 50% of copy bandwidth at >= 64k pairs (GPU)",
+            "note": "reference = moeplan.runtime.layers.permute; ratio = speedup",
+        }
+    )
     nbytes = pairs_tokens * k * h * mb.bench_dtype(dev).itemsize
     copy = mb.copy_bandwidth(max(nbytes, 1 << 20), device=dev, gen=gen)
-    rows.append({"name": "permute+gather bandwidth vs copy ceiling", "value": 2 * nbytes / perm / 1e9,
-                 "unit": "GB/s", "reference": copy / 1e9, "ratio": 2 * nbytes / perm / copy,
-                 "target": ">= 0.5 (GPU)", "note": "bytes read+written by the gather / copy_ bandwidth"})
+    rows.append(
+        {
+            "name": "permute+gather bandwidth vs copy ceiling",
+            "value": 2 * nbytes / perm / 1e9,
+            "unit": "GB/s",
+            "reference": copy / 1e9,
+            "ratio": 2 * nbytes / perm / copy,
+            "target": ">= 0.5 (GPU)",
+            "note": "bytes read+written by the gather / copy_ bandwidth",
+        }
+    )
     return rows
 
 

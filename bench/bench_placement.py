@@ -84,31 +84,60 @@ def _trace_file() -> Path:
 def run() -> list[dict]:
     path = _trace_file()
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src") + os.pathsep + \
-        env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        str(Path(__file__).resolve().parents[1] / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    )
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True,
-                         text=True, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     wall = time.perf_counter() - t0
     r = json.loads(out.strip().splitlines()[-1])
     dense = r["n"] * (26 * 6 * 2 + 8 + 4 + 8)
     best = max(v for k, v in r["lar"].items() if k != "semmoe")
     note = f"{r['n']} occurrences x 26 layers x 64 experts, EP8; subprocess wall {wall:.1f} s"
     return [
-        {"name": "place_end_to_end_s", "value": r["place_s"], "unit": "s",
-         "reference": r["read_s"], "ratio": r["place_s"] / r["read_s"], "target": "<= 30 s",
-         "note": note + "; reference = one streaming read of the trace"},
-        {"name": "semmoe_solve_s", "value": r["solve_s"], "unit": "s",
-         "reference": r["greedy_s"], "ratio": r["solve_s"] / r["greedy_s"],
-         "target": "part of the 30 s",
-         "note": "affinity + exact co-clustering + balance vs paper-style greedy alone"},
-        {"name": "peak_rss_mb", "value": r["rss"] / 2**20, "unit": "MiB",
-         "reference": dense / 2**20, "ratio": r["rss"] / dense, "target": "bounded (< trace)",
-         "note": "peak RSS of the place() process vs the dense trace size"},
-        {"name": "lar_vs_best_baseline", "value": r["lar"]["semmoe"], "unit": "LAR",
-         "reference": best, "ratio": r["lar"]["semmoe"] / best, "target": ">= 1.15x",
-         "note": f"held-out; Sem-MoE imbalance {r['imbalance']:.3f}; objective "
-                 f"{r['objective']['cocluster']:.3f} vs greedy {r['objective']['greedy']:.3f}"},
+        {
+            "name": "place_end_to_end_s",
+            "value": r["place_s"],
+            "unit": "s",
+            "reference": r["read_s"],
+            "ratio": r["place_s"] / r["read_s"],
+            "target": "<= 30 s",
+            "note": note + "; reference = one streaming read of the trace",
+        },
+        {
+            "name": "semmoe_solve_s",
+            "value": r["solve_s"],
+            "unit": "s",
+            "reference": r["greedy_s"],
+            "ratio": r["solve_s"] / r["greedy_s"],
+            "target": "part of the 30 s",
+            "note": "affinity + exact co-clustering + balance vs paper-style greedy alone",
+        },
+        {
+            "name": "peak_rss_mb",
+            "value": r["rss"] / 2**20,
+            "unit": "MiB",
+            "reference": dense / 2**20,
+            "ratio": r["rss"] / dense,
+            "target": "bounded (< trace)",
+            "note": "peak RSS of the place() process vs the dense trace size",
+        },
+        {
+            "name": "lar_vs_best_baseline",
+            "value": r["lar"]["semmoe"],
+            "unit": "LAR",
+            "reference": best,
+            "ratio": r["lar"]["semmoe"] / best,
+            "target": ">= 1.15x",
+            "note": f"held-out; Sem-MoE imbalance {r['imbalance']:.3f}; objective "
+            f"{r['objective']['cocluster']:.3f} vs greedy {r['objective']['greedy']:.3f}",
+        },
     ]
 
 

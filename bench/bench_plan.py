@@ -29,11 +29,34 @@ def run() -> list[dict]:
     rows = []
     for model, cluster, extra in CASES:
         with tempfile.TemporaryDirectory() as out:
-            dt = min(_time(["plan", "--model", model, "--cluster", cluster, *extra, "--out", out,
-                            "--quiet", "--json"]) for _ in range(2))
-        rows.append({"name": f"moeplan plan {model} on {cluster} {' '.join(extra)}".strip(),
-                     "value": dt, "unit": "s", "reference": ref, "ratio": dt / ref,
-                     "target": "<= 5 s", "note": "reference = `moeplan models` start-up"})
+            dt = min(
+                _time(
+                    [
+                        "plan",
+                        "--model",
+                        model,
+                        "--cluster",
+                        cluster,
+                        *extra,
+                        "--out",
+                        out,
+                        "--quiet",
+                        "--json",
+                    ]
+                )
+                for _ in range(2)
+            )
+        rows.append(
+            {
+                "name": f"moeplan plan {model} on {cluster} {' '.join(extra)}".strip(),
+                "value": dt,
+                "unit": "s",
+                "reference": ref,
+                "ratio": dt / ref,
+                "target": "<= 5 s",
+                "note": "reference = `moeplan models` start-up",
+            }
+        )
     return rows
 
 

@@ -51,12 +51,22 @@ def run() -> list[dict]:
     n = len(g)
     base = _best(lambda: _baseline(n))
     rows = []
-    for label, fn in (("fixed order (semi-active)", lambda: simulate(g)),
-                      ("greedy list scheduling", lambda: simulate_list(g))):
+    for label, fn in (
+        ("fixed order (semi-active)", lambda: simulate(g)),
+        ("greedy list scheduling", lambda: simulate_list(g)),
+    ):
         t = _best(fn)
-        rows.append({"name": f"simulate {label}, {n} tasks", "value": n / t, "unit": "tasks/s",
-                     "reference": n / base, "ratio": t / base, "target": ">= 200k tasks/s",
-                     "note": "reference = trivial loop iterations/s; ratio = sim time / loop time"})
+        rows.append(
+            {
+                "name": f"simulate {label}, {n} tasks",
+                "value": n / t,
+                "unit": "tasks/s",
+                "reference": n / base,
+                "ratio": t / base,
+                "target": ">= 200k tasks/s",
+                "note": "reference = trivial loop iterations/s; ratio = sim time / loop time",
+            }
+        )
     simulate(g).check()
     return rows
 

@@ -46,7 +46,10 @@ def _question(model: str, cluster: str, requests: int):  # type: ignore[no-untyp
     m, c = load_model(model), load_cluster(cluster)
     cm = MemoCost(engine_cost_model(c, None, engine="sglang"))
     wl = ServeWorkload(
-        num_requests=requests, rate=1.0, isl=LengthDist(mean=ISL), osl=LengthDist(mean=OSL),
+        num_requests=requests,
+        rate=1.0,
+        isl=LengthDist(mean=ISL),
+        osl=LengthDist(mean=OSL),
         seed=0,
     )
     return m, c, cm, wl
@@ -87,7 +90,12 @@ def searched(model: str, cluster: str, requests: int) -> dict | None:
     """The search's winner (``None`` when no layout meets the SLOs)."""
     m, c, cm, wl = _question(model, cluster, requests)
     ranked, cert = search_space(
-        m, c, cm, wl, SLO_GRID, requests=requests,
+        m,
+        c,
+        cm,
+        wl,
+        SLO_GRID,
+        requests=requests,
         knobs_for=lambda lay: resolve_knobs(cm.engine, m, c, lay),
     )
     w = ranked[0] if ranked else None
@@ -118,7 +126,10 @@ def check_pair(model: str, cluster: str, requests: int) -> dict:
     tol = (s or {}).get("ci95_rel") or 0.0
     row["ratio"] = ratio
     row["status"] = (
-        "ok" if ratio >= BAR else "tie within the intervals" if ratio >= 1 - tol - (e["ci95_rel"] or 0)
+        "ok"
+        if ratio >= BAR
+        else "tie within the intervals"
+        if ratio >= 1 - tol - (e["ci95_rel"] or 0)
         else "MISS"
     )
     return row

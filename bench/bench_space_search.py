@@ -43,7 +43,12 @@ def run(case: str, requests: int) -> dict:
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
     ranked, cert = search_space(
-        m, c, cm, wl, slo, requests=requests,
+        m,
+        c,
+        cm,
+        wl,
+        slo,
+        requests=requests,
         knobs_for=lambda lay: resolve_knobs(cm.engine, m, c, lay),  # plan's default knobs
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -92,8 +97,9 @@ def exhaustive(case: str, requests: int) -> dict:
     rows = []
     for lay in layouts(m, c):
         k, spare = copies(c, lay)
-        s = SpaceCandidate(layout=lay, replicas=k, spare_gpus=spare,
-                           knobs=resolve_knobs(cm.engine, m, c, lay))
+        s = SpaceCandidate(
+            layout=lay, replicas=k, spare_gpus=spare, knobs=resolve_knobs(cm.engine, m, c, lay)
+        )
         prepare(s, m, c, cm, wl, slo, "sglang")  # type: ignore[arg-type]
         if s.bound is None:
             continue

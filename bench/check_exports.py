@@ -44,7 +44,9 @@ STUBS = (  # GPU kernels, compilers and optional front ends: never reached by ar
     "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C,torchvision,tvm_ffi,"
     "sentencepiece,pynvml,compressed_tensors,sgl_kernel,gguf"
 )
-RECORDER = '#!/bin/sh\n{ printf "%s\\0" "$(basename "$0")" "$@"; printf "<end>\\0"; } >> "$ARGV_LOG"\n'
+RECORDER = (
+    '#!/bin/sh\n{ printf "%s\\0" "$(basename "$0")" "$@"; printf "<end>\\0"; } >> "$ARGV_LOG"\n'
+)
 CONTROLS = [  # must fail: attention DP not dividing TP; an unknown flag; an unknown policy
     ("sglang", ["--model-path", "MODEL", "--tp-size", "8", "--attn-dp-size", "3"]),
     ("vllm", ["m", "--tensor-parallel-size", "2", "--no-such-flag"]),
@@ -197,7 +199,7 @@ def main() -> int:
         controls = [{"kind": k, "argv": [q if a == "MODEL" else a for a in v], "sm": 90,
                      "gpus": 8} for k, v in CONTROLS]  # fmt: skip
         res = check(site, jobs + controls)
-    got, ctl = res[: len(jobs)], res[len(jobs):]
+    got, ctl = res[: len(jobs)], res[len(jobs) :]
     assert not any(r["ok"] for r in ctl), f"a control passed: {ctl}"
     by: dict[str, list[int]] = {}
     for j, r in zip(jobs, got, strict=True):

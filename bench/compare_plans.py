@@ -29,7 +29,9 @@ def diff(x: object, y: object, path: str = "") -> list[str]:
     if isinstance(x, list) and isinstance(y, list):
         if len(x) != len(y):
             return [f"{path}: {len(x)} items before, {len(y)} after"]
-        return [d for i, (a, b) in enumerate(zip(x, y, strict=True)) for d in diff(a, b, f"{path}[{i}]")]
+        return [
+            d for i, (a, b) in enumerate(zip(x, y, strict=True)) for d in diff(a, b, f"{path}[{i}]")
+        ]
     if type(x) is not type(y) or x != y:
         return [f"{path}: {x!r} before, {y!r} after"]
     return []

@@ -174,7 +174,7 @@ def main() -> None:
                 CHECKS[job["kind"]](job["argv"])
             out = {"id": job["id"], "ok": True, "error": ""}
         except BaseException as err:  # SystemExit from argparse included
-            tb = traceback.extract_tb(err.__traceback__)[-int(os.environ.get("MOEPLAN_TB", 2)):]
+            tb = traceback.extract_tb(err.__traceback__)[-int(os.environ.get("MOEPLAN_TB", 2)) :]
             where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in tb)
             tail = traceback.format_exception_only(type(err), err)[-1].strip() + f" at {where}"
             out = {"id": job["id"], "ok": False, "error": f"{tail} | {sink.getvalue()[-400:]}"}

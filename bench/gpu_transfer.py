@@ -89,7 +89,9 @@ def scalings(src: KernelFits) -> dict[str, KernelFits]:
     (g1, c1), (g2, c2) = ceilings(SRC), ceilings(DST)
     return {
         "none": src,
-        "kerneldb": scaled(src, fr, br, 1.0, 1 / br),  # SM clocks equal (the GPU records' sm_clock_mhz)
+        "kerneldb": scaled(
+            src, fr, br, 1.0, 1 / br
+        ),  # SM clocks equal (the GPU records' sm_clock_mhz)
         "sqrt floor": scaled(src, fr, br, br**-0.5, 1 / br),
         "rates": scaled(src, fr, br, 1.0, 1.0),
         "ceilings": scaled(src, g2 / g1, c2 / c1, 1.0, 1.0),

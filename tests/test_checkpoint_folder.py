@@ -63,8 +63,11 @@ def test_a_folder_without_config_json_is_one_line(tmp_path, capsys, command):
     (empty / "model.safetensors").write_bytes(b"")
     with pytest.raises(MoeplanError, match="holds no config.json"):
         load_model(str(empty))
-    args = [str(empty)] if command == "inspect" else [
-        "--model", str(empty), "--cluster", "h100-sxm-8", "--out", str(tmp_path / "o")]
+    args = (
+        [str(empty)]
+        if command == "inspect"
+        else ["--model", str(empty), "--cluster", "h100-sxm-8", "--out", str(tmp_path / "o")]
+    )
     if command == "serve-sim":
         args = args[:-2]
     code, out, err = run_main(capsys, command, *args)

@@ -202,8 +202,13 @@ def test_plan_scripts_name_the_engine_that_priced_the_plan():
     m, c = load_model(QWEN), load_cluster("h100-sxm-8")
     cm = engine_cost_model(c, None, "vllm")
     result = plan(m, c, WORKLOAD, cm, families=("strategy",))
-    exports = launch_exports(result, result.winner.plan, model_path="Qwen/Qwen3-30B-A3B",
-                             full_layers=m.num_layers, pricing=pricing_line(pricing(cm)))
+    exports = launch_exports(
+        result,
+        result.winner.plan,
+        model_path="Qwen/Qwen3-30B-A3B",
+        full_layers=m.num_layers,
+        pricing=pricing_line(pricing(cm)),
+    )
     for script, ex in exports.items():
         text = ex.text
         head = [ln for ln in text.splitlines() if ln.startswith("# ")]

@@ -23,9 +23,7 @@ def _registered_by_module() -> dict[str, str]:
             continue
         app = typer.Typer()
         register(app)
-        names = [c.name for c in app.registered_commands] + [
-            g.name for g in app.registered_groups
-        ]
+        names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
         for name in names:
             assert name not in out, f"{name} registered by {out.get(name)} and {info.name}"
             out[name] = info.name

@@ -54,7 +54,14 @@ def test_a_trace_that_routes_nothing_is_refused_by_stats(tmp_path, capsys, suffi
 
 def test_a_trace_that_routes_nothing_is_refused_by_place(tmp_path, capsys):
     code, _, err = _run(
-        capsys, "place", "--trace", _unrouted(tmp_path, layers=32), "--model", "mixtral-8x7b", "--ep", "2"
+        capsys,
+        "place",
+        "--trace",
+        _unrouted(tmp_path, layers=32),
+        "--model",
+        "mixtral-8x7b",
+        "--ep",
+        "2",
     )
     assert code == 2 and "every expert id is -1" in err
 
@@ -67,8 +74,20 @@ def test_plan_reads_its_trace_before_planning(tmp_path, capsys, bad):
     if not bad.startswith("/"):
         (tmp_path / "t.npz").write_bytes(b"PK\x03\x04 not a zip")
     code, _, err = _run(
-        capsys, "plan", "--model", "mixtral-8x7b", "--cluster", "h100-sxm-8", "--families",
-        "strategy", "--requests", "50", "--quiet", "--trace", path, "--out",
+        capsys,
+        "plan",
+        "--model",
+        "mixtral-8x7b",
+        "--cluster",
+        "h100-sxm-8",
+        "--families",
+        "strategy",
+        "--requests",
+        "50",
+        "--quiet",
+        "--trace",
+        path,
+        "--out",
         str(tmp_path / "o"),
     )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -106,12 +125,12 @@ def test_run_refuses_bad_weights_before_spawning(tmp_path, capsys, monkeypatch, 
     plan = {
         "schema": "moeplan.plan/1",
         "family": "ep",
-        "layout": {"world_size": 2, "attn": {"tp": 1, "dp": 2}, "moe": {"tp": 1, "ep": 2},
-                   "pp": 1},
+        "layout": {"world_size": 2, "attn": {"tp": 1, "dp": 2}, "moe": {"tp": 1, "ep": 2}, "pp": 1},
     }
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    code, _, err = _run(capsys, "run", "--plan", str(tmp_path / "plan.json"), "--weights",
-                        str(path))
+    code, _, err = _run(
+        capsys, "run", "--plan", str(tmp_path / "plan.json"), "--weights", str(path)
+    )
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     assert ("experts.3.up_proj.weight" if broken == "missing tensor" else "safetensors") in lines[0]

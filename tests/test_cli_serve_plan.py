@@ -24,18 +24,28 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 def _served_plan(serving: dict | None = None) -> Plan:
     """A SMIDT one-stage plan with DPMoE 2 over 4 GPUs, served as 2 replicas of DP2/EP2."""
-    mods = [{"kind": "attn", "layer": 0, "tp": 1, "dpmoe": 4},
-            {"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 2}]
-    serving = serving if serving is not None else {
-        "family": "pipeline", "serve_layout": {**SERVED, "micro_batches": 1, "dense_tp": 1,
-                                               "gpus": 2},
-        "replicas": 2, "knobs": {"a2a": "nccl", "tbo": False, "mtp": 0, "mtp_accept": None,
-                                 "kv_dtype": "fp8"},
-        "engine": {"policy": "mixed", "chunk_tokens": 2048, "max_running": 48},
-    }
-    return Plan(family="pipeline", model="qwen3-30b-a3b", cluster="h100-sxm-8",
-                layout={"world_size": 4, "pp": 1, "stages": [{"modules": mods}]},
-                predicted={"serving": serving})
+    mods = [
+        {"kind": "attn", "layer": 0, "tp": 1, "dpmoe": 4},
+        {"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 2},
+    ]
+    serving = (
+        serving
+        if serving is not None
+        else {
+            "family": "pipeline",
+            "serve_layout": {**SERVED, "micro_batches": 1, "dense_tp": 1, "gpus": 2},
+            "replicas": 2,
+            "knobs": {"a2a": "nccl", "tbo": False, "mtp": 0, "mtp_accept": None, "kv_dtype": "fp8"},
+            "engine": {"policy": "mixed", "chunk_tokens": 2048, "max_running": 48},
+        }
+    )
+    return Plan(
+        family="pipeline",
+        model="qwen3-30b-a3b",
+        cluster="h100-sxm-8",
+        layout={"world_size": 4, "pp": 1, "stages": [{"modules": mods}]},
+        predicted={"serving": serving},
+    )
 
 
 def test_the_served_record_is_read_back_exactly():
@@ -47,17 +57,22 @@ def test_the_served_record_is_read_back_exactly():
     # the family's layout alone reads a different deployment: one DP4/EP4 instance
     lay = layout_from_plan(plan)
     assert (lay.attn_dp, lay.moe_ep) == (4, 4)
-    assert served_deployment(Plan(family="strategy", model="m", cluster="c",
-                                  layout={"world_size": 1})) is None
+    assert (
+        served_deployment(Plan(family="strategy", model="m", cluster="c", layout={"world_size": 1}))
+        is None
+    )
 
 
-@pytest.mark.parametrize(("serving", "needle"), [
-    ({"serve_layout": [1]}, "serve_layout"),
-    ({"serve_layout": SERVED, "replicas": "2"}, "replicas"),
-    ({"serve_layout": SERVED, "replicas": 0}, "replicas"),
-    ({"serve_layout": {**SERVED, "attn_dp": 0}}, "attn_dp"),
-    ({"serve_layout": SERVED, "engine": {"chunk_tokens": 1.5}}, "chunk_tokens"),
-])
+@pytest.mark.parametrize(
+    ("serving", "needle"),
+    [
+        ({"serve_layout": [1]}, "serve_layout"),
+        ({"serve_layout": SERVED, "replicas": "2"}, "replicas"),
+        ({"serve_layout": SERVED, "replicas": 0}, "replicas"),
+        ({"serve_layout": {**SERVED, "attn_dp": 0}}, "attn_dp"),
+        ({"serve_layout": SERVED, "engine": {"chunk_tokens": 1.5}}, "chunk_tokens"),
+    ],
+)
 def test_a_corrupt_record_is_one_line_naming_the_field(serving, needle):
     with pytest.raises(MoeplanError, match=needle):
         served_deployment(_served_plan(serving))
@@ -68,9 +83,28 @@ def test_serve_sim_plan_equals_the_served_deployment_by_flags(capsys, tmp_path):
     path.write_text(_served_plan().to_json(), encoding="utf-8")
     c1, by_plan, e1 = _run(capsys, *BASE, "--rate", "6", "--plan", str(path))
     c2, by_flags, e2 = _run(
-        capsys, *BASE, "--rate", "6", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8",
-        "--attn-dp", "2", "--moe-ep", "2", "--replicas", "2", "--chunk-tokens", "2048",
-        "--max-running", "48", "--a2a", "nccl", "--kv-dtype", "fp8",
+        capsys,
+        *BASE,
+        "--rate",
+        "6",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "h100-sxm-8",
+        "--attn-dp",
+        "2",
+        "--moe-ep",
+        "2",
+        "--replicas",
+        "2",
+        "--chunk-tokens",
+        "2048",
+        "--max-running",
+        "48",
+        "--a2a",
+        "nccl",
+        "--kv-dtype",
+        "fp8",
     )
     assert c1 == c2 == 0, (e1, e2)
     a, b = json.loads(by_plan), json.loads(by_flags)

@@ -10,8 +10,21 @@ import pytest
 from moeplan.cli import main
 from moeplan.io import OutputSet
 
-DEP = ["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-c", "--ag", "1", "--eg", "1",
-       "--isl", "128", "--layers", "2"]
+DEP = [
+    "dep",
+    "--model",
+    "deepseek-v2-lite",
+    "--cluster",
+    "findep-c",
+    "--ag",
+    "1",
+    "--eg",
+    "1",
+    "--isl",
+    "128",
+    "--layers",
+    "2",
+]
 
 
 def _err(capsys, args: list[str]) -> tuple[int, str]:
@@ -22,17 +35,24 @@ def _err(capsys, args: list[str]) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["inspect", "deepseek-v2-lite", "--gpus", "0"], "--gpus (0) must be >= 1"),
-    (["inspect", "deepseek-v2-lite", "--gpus", "4"], "--gpus needs --cluster"),
-    (["strategy", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--seed", "-1"],
-     "--seed (-1) must be >= 0"),
-    (["plan", "--seed", str(10**23)], "--seed"),
-    (["plan", "--engine", "trt"], "--engine ('trt') must be sglang or vllm"),
-    (["plan", "--rate", "1", "--concurrency", "4"], "exclusive"),
-    (["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-c", "--seq", "128"],
-     "No such option"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["inspect", "deepseek-v2-lite", "--gpus", "0"], "--gpus (0) must be >= 1"),
+        (["inspect", "deepseek-v2-lite", "--gpus", "4"], "--gpus needs --cluster"),
+        (
+            ["strategy", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--seed", "-1"],
+            "--seed (-1) must be >= 0",
+        ),
+        (["plan", "--seed", str(10**23)], "--seed"),
+        (["plan", "--engine", "trt"], "--engine ('trt') must be sglang or vllm"),
+        (["plan", "--rate", "1", "--concurrency", "4"], "exclusive"),
+        (
+            ["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-c", "--seq", "128"],
+            "No such option",
+        ),
+    ],
+)
 def test_bad_flags_are_one_line_exit_2(capsys, args, needle):
     code, err = _err(capsys, args)
     assert code == 2 and len(err.splitlines()) == 1 and needle in err, err
@@ -40,12 +60,26 @@ def test_bad_flags_are_one_line_exit_2(capsys, args, needle):
 
 def test_place_rejects_negative_step_tokens(capsys, tmp_path):
     trace = tmp_path / "t.npz"
-    code, _ = _err(capsys, ["trace", "synth", "--model", "deepseek-v2-lite", "--requests",
-                            "8", "--out", str(trace)])
+    code, _ = _err(
+        capsys,
+        ["trace", "synth", "--model", "deepseek-v2-lite", "--requests", "8", "--out", str(trace)],
+    )
     assert code == 0
     capsys.readouterr()
-    code, err = _err(capsys, ["place", "--trace", str(trace), "--model", "deepseek-v2-lite",
-                              "--ep", "8", "--step-tokens", "-1"])
+    code, err = _err(
+        capsys,
+        [
+            "place",
+            "--trace",
+            str(trace),
+            "--model",
+            "deepseek-v2-lite",
+            "--ep",
+            "8",
+            "--step-tokens",
+            "-1",
+        ],
+    )
     assert code == 2 and "--step-tokens (-1) must be >= 1" in err
 
 

@@ -26,19 +26,66 @@ def _human(capsys, monkeypatch, *args: str) -> str:
     return out.out
 
 
-@pytest.mark.parametrize("args", [
-    ("models",),
-    ("clusters",),
-    ("inspect", "deepseek-v3", "--cluster", "h100-sxm-8"),
-    ("pipeline", "--model", "qwen2-57b-a14b", "--cluster", "a100-sxm-8", "--routing-profile",
-     "qwen2-57b-a14b-adak", "--pp", "4", "--quiet"),
-    ("serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--attn-tp", "2",
-     "--moe-ep", "2", "--concurrency", "4", "--requests", "100", "--isl", "1024", "--osl", "64",
-     "--quiet"),
-    ("cost", "moe", "--cluster", "h100-sxm-8", "--engine", "sglang", "--num-tokens", "4096",
-     "--hidden-size", "7168", "--inter-size", "2048", "--topk", "8", "--num-experts", "256",
-     "--moe-ep-size", "8"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("models",),
+        ("clusters",),
+        ("inspect", "deepseek-v3", "--cluster", "h100-sxm-8"),
+        (
+            "pipeline",
+            "--model",
+            "qwen2-57b-a14b",
+            "--cluster",
+            "a100-sxm-8",
+            "--routing-profile",
+            "qwen2-57b-a14b-adak",
+            "--pp",
+            "4",
+            "--quiet",
+        ),
+        (
+            "serve-sim",
+            "--model",
+            "qwen3-30b-a3b",
+            "--cluster",
+            "h100-sxm-8",
+            "--attn-tp",
+            "2",
+            "--moe-ep",
+            "2",
+            "--concurrency",
+            "4",
+            "--requests",
+            "100",
+            "--isl",
+            "1024",
+            "--osl",
+            "64",
+            "--quiet",
+        ),
+        (
+            "cost",
+            "moe",
+            "--cluster",
+            "h100-sxm-8",
+            "--engine",
+            "sglang",
+            "--num-tokens",
+            "4096",
+            "--hidden-size",
+            "7168",
+            "--inter-size",
+            "2048",
+            "--topk",
+            "8",
+            "--num-experts",
+            "256",
+            "--moe-ep-size",
+            "8",
+        ),
+    ],
+)
 def test_tables_fit_80_columns_and_nothing_is_cut(capsys, monkeypatch, args):
     out = _human(capsys, monkeypatch, *args)
     lines = out.splitlines()
@@ -57,9 +104,28 @@ def test_one_time_unit_per_column():
 
 
 def test_serve_sim_latency_rows_carry_one_unit(capsys, monkeypatch):
-    out = _human(capsys, monkeypatch, "serve-sim", "--model", "qwen3-30b-a3b", "--cluster",
-                 "h100-sxm-8", "--attn-tp", "2", "--moe-ep", "2", "--concurrency", "4", "--requests",
-                 "100", "--isl", "1024", "--osl", "64", "--quiet")
+    out = _human(
+        capsys,
+        monkeypatch,
+        "serve-sim",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "h100-sxm-8",
+        "--attn-tp",
+        "2",
+        "--moe-ep",
+        "2",
+        "--concurrency",
+        "4",
+        "--requests",
+        "100",
+        "--isl",
+        "1024",
+        "--osl",
+        "64",
+        "--quiet",
+    )
     rows = [line for line in out.splitlines() if re.search(r"(TTFT|TPOT|ITL|E2E) \(", line)]
     assert len(rows) == 4
     for row in rows:  # the unit is in the row's name, the cells are bare numbers
@@ -72,8 +138,17 @@ def test_plural():
     assert plural(0, "copy", "copies") == "0 copies"
 
 
-LONG_COMMANDS = [("plan",), ("serve-sim",), ("place",), ("pipeline",), ("dep",), ("strategy",),
-                 ("calibrate",), ("run",), ("trace", "synth")]
+LONG_COMMANDS = [
+    ("plan",),
+    ("serve-sim",),
+    ("place",),
+    ("pipeline",),
+    ("dep",),
+    ("strategy",),
+    ("calibrate",),
+    ("run",),
+    ("trace", "synth"),
+]
 
 
 @pytest.mark.parametrize("path", LONG_COMMANDS)
@@ -99,11 +174,11 @@ def test_progress_is_silent_when_quiet_or_not_a_terminal(capsys):
 def _served(family, layout, gpus, ttft, tpot, per_gpu, rate, bound, meets=True):
     from types import SimpleNamespace as NS
 
-    return NS(entry=NS(family=family, layout_label=layout, gpus=gpus),
-              metrics=NS(at_percentile=lambda p: (ttft, tpot),
-                         output_tokens_per_s_per_gpu=per_gpu),
-              result=NS(max_rate_meeting_slo_rps=rate, bound=bound, meets_slo=meets,
-                        reason=""))
+    return NS(
+        entry=NS(family=family, layout_label=layout, gpus=gpus),
+        metrics=NS(at_percentile=lambda p: (ttft, tpot), output_tokens_per_s_per_gpu=per_gpu),
+        result=NS(max_rate_meeting_slo_rps=rate, bound=bound, meets_slo=meets, reason=""),
+    )
 
 
 def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
@@ -115,28 +190,74 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
 
     monkeypatch.setattr(_common.console, "width", WIDTH)
     pd = "PD 2x(attn TP2xDP1 / MoE TP2xEP1) : 1x(attn TP2xDP1 / MoE TP2xEP1), 2:1"
-    ranking = NS(slo=NS(percentile=90.0), workload=NS(num_requests=1000),
-                 objective="throughput-per-gpu", ranked=[
-        _served("pd", pd, 6, 1.709, 0.062453, 570.5, 13.37,
-                "prefill pool compute (2 instances at the TTFT SLO)"),
-        _served("strategy", "attn TP4xDP1 / MoE TP4xEP1 x2 replicas", 8, 0.238942, 0.09957,
-                483.3, 15.10, "the TPOT limit"),
-        _served("afd", "PD 2x(attn TP2xDP1 / MoE TP2xEP1) : 1x(AFD AG1+EG3), 2:1", 8, 1.686,
-                0.084245, 427.7, 13.36, "decode pool: batch 259 (KV capacity)", meets=False),
-    ])
+    ranking = NS(
+        slo=NS(percentile=90.0),
+        workload=NS(num_requests=1000),
+        objective="throughput-per-gpu",
+        ranked=[
+            _served(
+                "pd",
+                pd,
+                6,
+                1.709,
+                0.062453,
+                570.5,
+                13.37,
+                "prefill pool compute (2 instances at the TTFT SLO)",
+            ),
+            _served(
+                "strategy",
+                "attn TP4xDP1 / MoE TP4xEP1 x2 replicas",
+                8,
+                0.238942,
+                0.09957,
+                483.3,
+                15.10,
+                "the TPOT limit",
+            ),
+            _served(
+                "afd",
+                "PD 2x(attn TP2xDP1 / MoE TP2xEP1) : 1x(AFD AG1+EG3), 2:1",
+                8,
+                1.686,
+                0.084245,
+                427.7,
+                13.36,
+                "decode pool: batch 259 (KV capacity)",
+                meets=False,
+            ),
+        ],
+    )
     _serving_table(ranking)
-    cands = [NS(family="pipeline", name="SMIDT", label="DP4 x attn TP1+DP2 | moe TP2+EP1 "
-                "(4 replicas)", gpus=8, per_gpu=7300.0, ttft_s=1.122, itl_s=None,
-                mem_bytes_per_gpu=50.84 * 2**30, bound="compute"),
-             NS(family="dep", name="FinDEP", label="AG 4 + EG 4, ma=1 r1=8 r2=6 ASAS", gpus=8,
-                per_gpu=1478.0, ttft_s=5.542, itl_s=0.012433, mem_bytes_per_gpu=25.5 * 2**30,
-                bound="compute (EG busiest)")]
+    cands = [
+        NS(
+            family="pipeline",
+            name="SMIDT",
+            label="DP4 x attn TP1+DP2 | moe TP2+EP1 (4 replicas)",
+            gpus=8,
+            per_gpu=7300.0,
+            ttft_s=1.122,
+            itl_s=None,
+            mem_bytes_per_gpu=50.84 * 2**30,
+            bound="compute",
+        ),
+        NS(
+            family="dep",
+            name="FinDEP",
+            label="AG 4 + EG 4, ma=1 r1=8 r2=6 ASAS",
+            gpus=8,
+            per_gpu=1478.0,
+            ttft_s=5.542,
+            itl_s=0.012433,
+            mem_bytes_per_gpu=25.5 * 2**30,
+            bound="compute (EG busiest)",
+        ),
+    ]
     _analytic_table(NS(candidates=cands))
     out = capsys.readouterr().out
     assert max(len(line.rstrip()) for line in out.splitlines()) <= WIDTH
     assert "…" not in out
-    for figure in ("1.709", "0.239", "62.45", "99.57", "570.5", "13.37", "7,300", "50.84",
-                   "12.43"):
+    for figure in ("1.709", "0.239", "62.45", "99.57", "570.5", "13.37", "7,300", "50.84", "12.43"):
         assert figure in out, figure  # whole, in the column's one unit (s, ms, ms)
     assert "1,709" not in out and "238.94" not in out  # TTFT column in seconds, not mixed
     assert "(misses" in out and "P/D = prefill/decode" in out and "ma = " in out

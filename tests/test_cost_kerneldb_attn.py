@@ -37,7 +37,10 @@ from moeplan.cost.kerneldb.fit import NEAR, Analytic
 from moeplan.kernel_tables import kernel_db
 from moeplan.specs import gpu_records, load_cluster
 
-SMS = {"a100_sxm": gpu_records()["a100-80g"].sm_count, "h100_sxm": gpu_records()["h100-sxm"].sm_count}
+SMS = {
+    "a100_sxm": gpu_records()["a100-80g"].sm_count,
+    "h100_sxm": gpu_records()["h100-sxm"].sm_count,
+}
 BF16 = ("bfloat16", "bfloat16")
 
 

@@ -95,7 +95,8 @@ def test_planners_attention_layer_carries_the_mhc_once():
         gap = cm.attention_layer(m, seqs, q, ctx) - cm.attention_layer(_without_hc(m), seqs, q, ctx)
         assert gap == pytest.approx(cm.hyper_connections(m, seqs * q, 0), rel=1e-9)
         assert cm.attention_layer(m, seqs, q, ctx, hc=False) == pytest.approx(
-            cm.attention_layer(_without_hc(m), seqs, q, ctx), rel=1e-9)
+            cm.attention_layer(_without_hc(m), seqs, q, ctx), rel=1e-9
+        )
 
 
 def test_mhc_without_tables_is_a_positive_roofline():
@@ -120,8 +121,10 @@ def test_gemma4_attention_uses_each_layer_kind_heads(kind):
     cm = engine_cost_model(load_cluster("h100-sxm-8"), None, "sglang")
     m, sliding, full = _gemma_layers()
     layer = sliding if kind == "sliding" else full
-    heads = {"sliding": (raw["num_key_value_heads"], raw["head_dim"], raw["sliding_window"]),
-             "global": (raw["num_global_key_value_heads"], raw["global_head_dim"], 0)}[kind]
+    heads = {
+        "sliding": (raw["num_key_value_heads"], raw["head_dim"], raw["sliding_window"]),
+        "global": (raw["num_global_key_value_heads"], raw["global_head_dim"], 0),
+    }[kind]
     shape = dict(batch_size=32, num_heads=raw["num_attention_heads"], num_key_value_heads=heads[0],
                  head_dim=heads[1], window_size=heads[2], isl=1, step=16383)  # fmt: skip
     want = cm._kdb.predict("generation_attention", cm._device, "sglang", **shape).seconds
@@ -136,5 +139,6 @@ def test_gemma4_model_mean_is_its_layers_sum_without_tables():
     brute = sum(cm.attention_layer(m, 16, 1, 32768, 1, i) for i in range(m.num_layers))
     assert cm.attention_layer(m, 16, 1, 32768, 1) == pytest.approx(brute / m.num_layers)
     assert cm.attention_core(m, 16, 1, 32768, 1, sliding) == pytest.approx(
-        cm.attention_core(m, 16, 1, 65536, 1, sliding))
+        cm.attention_core(m, 16, 1, 65536, 1, sliding)
+    )
     assert cm.attention_core(m, 16, 1, 65536, 1, full) > cm.attention_core(m, 16, 1, 32768, 1, full)

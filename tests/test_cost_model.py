@@ -28,7 +28,9 @@ def test_hierarchical_all_reduce_by_hand():
     intra_rs = 7 * 15e-6 + 7 / 8 * b / 25e9
     inter_ar = 2 * 3 * 5e-6 + 2 * 3 / 4 * (b / 8) / 1.5625e9
     intra_ag = intra_rs
-    assert cm.collective("all_reduce", b, 32, nodes=4) == pytest.approx(intra_rs + inter_ar + intra_ag)
+    assert cm.collective("all_reduce", b, 32, nodes=4) == pytest.approx(
+        intra_rs + inter_ar + intra_ag
+    )
 
 
 def test_cross_node_all_to_all_is_bound_by_the_network():
@@ -68,8 +70,10 @@ def test_findep_expert_time_is_papers_eq3():
     m = load_model("deepseek-v2")
     me, local = 100, 20
     gm = cm.profile.gemm
-    expected = local * (gm(me * 2 * m.moe_intermediate_size * m.hidden_size)
-                        + gm(me * m.hidden_size * m.moe_intermediate_size))
+    expected = local * (
+        gm(me * 2 * m.moe_intermediate_size * m.hidden_size)
+        + gm(me * m.hidden_size * m.moe_intermediate_size)
+    )
     assert cm.expert_ffn(m, me, local) == pytest.approx(expected)
 
 
@@ -90,7 +94,8 @@ def test_memory_blocks():
     m = load_model("deepseek-v3")
     assert mem.expert_weight_bytes(m, 32) == pytest.approx(
         32 * m.expert_params * m.expert_weight_bytes
-        + m.router_params * m.quant.router.bytes_per_weight)
+        + m.router_params * m.quant.router.bytes_per_weight
+    )
     assert mem.kv_bytes_per_token_layer(m, tp=8) == 576 * 2  # MLA latent replicated
     q = load_model("qwen3-235b-a22b")
     assert mem.kv_bytes_per_token_layer(q, tp=8) == 2 * 4 * 128 * 2 / 4  # 4 KV heads

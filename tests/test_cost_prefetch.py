@@ -96,7 +96,13 @@ def test_afd_solve_with_prefetch_equals_without(setup):
     alone = replace(alone, prefetch=None)
     assert ahead.prefetch is not None
     a, b = solve(ahead), solve(alone)
-    assert (a.config, a.makespan, a.tokens, a.times, a.me) == (b.config, b.makespan, b.tokens, b.times, b.me)
+    assert (a.config, a.makespan, a.tokens, a.times, a.me) == (
+        b.config,
+        b.makespan,
+        b.tokens,
+        b.times,
+        b.me,
+    )
 
 
 def _price_there(cm, m, marker: list) -> float:

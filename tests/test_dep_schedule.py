@@ -27,11 +27,23 @@ dur = st.floats(0.0, 5.0, allow_nan=False)
 @st.composite
 def instances(draw):
     c = draw(st.floats(0.01, 5.0))
-    times = DepTimes(attn=draw(st.floats(0.01, 5.0)), shared=draw(dur), expert=draw(dur),
-                     a2e=c, e2a=draw(st.sampled_from([c, draw(dur)])), dense=draw(dur))
+    times = DepTimes(
+        attn=draw(st.floats(0.01, 5.0)),
+        shared=draw(dur),
+        expert=draw(dur),
+        a2e=c,
+        e2a=draw(st.sampled_from([c, draw(dur)])),
+        dense=draw(dur),
+    )
     r1 = draw(st.one_of(st.integers(1, 6), st.integers(8, 20)))  # both code paths
     cfg = DepConfig(ma=1, r1=r1, r2=draw(st.integers(1, 6)), order=draw(st.sampled_from(ORDERS)))
-    return times, cfg, draw(st.integers(1, 8)), draw(st.integers(0, 2)), draw(st.sampled_from(VARIANTS))
+    return (
+        times,
+        cfg,
+        draw(st.integers(1, 8)),
+        draw(st.integers(0, 2)),
+        draw(st.sampled_from(VARIANTS)),
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -49,8 +61,9 @@ def _grid():
         yield DepTimes(attn=ta, shared=ts, expert=te, a2e=c, e2a=c, dense=0.7)
 
 
-@pytest.mark.parametrize("r1,r2,layers", [(1, 1, 1), (1, 4, 5), (2, 3, 3), (4, 1, 6), (3, 5, 2),
-                                          (12, 4, 4)])
+@pytest.mark.parametrize(
+    "r1,r2,layers", [(1, 1, 1), (1, 4, 5), (2, 3, 3), (4, 1, 6), (3, 5, 2), (12, 4, 4)]
+)
 def test_closed_form_agrees_with_simulator_over_a_grid(r1, r2, layers):
     """Corrected Eqs. 12-13 equal the simulated ASAS makespan within 0.1% wherever they apply."""
     for times in _grid():
@@ -125,8 +138,14 @@ def test_times_validation():
 def test_aass_estimate_never_exceeds_the_simulated_makespan(inst):
     """The AASS screen may only under-estimate (so skipping on it loses nothing it knows of)."""
     times, cfg, layers, dense, _ = inst
-    times = DepTimes(attn=times.attn, shared=times.shared, expert=times.expert, a2e=times.a2e,
-                     e2a=times.a2e, dense=times.dense)
+    times = DepTimes(
+        attn=times.attn,
+        shared=times.shared,
+        expert=times.expert,
+        a2e=times.a2e,
+        e2a=times.a2e,
+        dense=times.dense,
+    )
     sim = makespan(times, DepConfig(ma=1, r1=cfg.r1, r2=cfg.r2, order="AASS"), layers, dense)
     est = aass_estimate(times, cfg.r1, cfg.r2, layers, dense)
     assert est <= sim * (1 + 1e-9)

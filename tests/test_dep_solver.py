@@ -19,8 +19,17 @@ SEQS = (1024, 2048, 4096, 8192)
 def _problem(model: str, cluster: str, seq: int, layers: int = 4, batch: int = 16) -> DepProblem:
     cl = load_cluster(cluster)
     ag, eg = MODELS[model] if cl.num_gpus == 8 else (8, 24)
-    return dep.dep_problem(load_model(model), cl, cost_model_for(cl), ag=ag, eg=eg,
-                           seq_len=seq, layers=layers, batch=batch, r2_max=16)
+    return dep.dep_problem(
+        load_model(model),
+        cl,
+        cost_model_for(cl),
+        ag=ag,
+        eg=eg,
+        seq_len=seq,
+        layers=layers,
+        batch=batch,
+        r2_max=16,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,9 @@ def grid():
 
 def test_algorithm_1_within_one_percent_of_brute_force_on_every_instance(grid):
     """Algorithm 1's pick vs the best of the whole (ma, r1, r2, order) grid, simulated."""
-    gaps = {k: (bf.throughput - alg.throughput) / bf.throughput
-            for k, (_, alg, bf, _) in grid.items()}
+    gaps = {
+        k: (bf.throughput - alg.throughput) / bf.throughput for k, (_, alg, bf, _) in grid.items()
+    }
     assert len(gaps) == 32
     assert max(gaps.values()) <= 0.01, max(gaps.items(), key=lambda kv: kv[1])
     assert min(gaps.values()) >= -1e-12  # brute force is never beaten
@@ -54,8 +64,9 @@ def test_brute_force_with_the_graph_simulator_matches_the_fast_evaluator():
     p = DepProblem(**{**{f: getattr(p, f) for f in p.__dataclass_fields__}, "r2_max": 4})
 
     def by_graph(prob: DepProblem, cfg: DepConfig, variant: str) -> float:
-        g = dep.build_graph(prob.times(cfg.ma, cfg.r2), cfg, prob.layers, prob.dense_layers,
-                            variant)
+        g = dep.build_graph(
+            prob.times(cfg.ma, cfg.r2), cfg, prob.layers, prob.dense_layers, variant
+        )
         return simulate(g).check().makespan
 
     fast, slow = dep.brute_force(p), dep.brute_force(p, evaluate=by_graph)
@@ -65,9 +76,17 @@ def test_brute_force_with_the_graph_simulator_matches_the_fast_evaluator():
 
 def test_solve_uses_the_evaluator_it_is_given():
     """Searches take an evaluator: a fake one that only likes r2 = 3 and AASS is obeyed."""
-    p = dep.alpha_beta_problem(ag=1, eg=1, seq_len=1, layers=1, tokens_per_expert=1.0,
-                               coeffs={"attn": (1, 1), "expert": (1, 1), "comm": (1, 1)},
-                               mem_limit=4, batch=4, r2_max=6)
+    p = dep.alpha_beta_problem(
+        ag=1,
+        eg=1,
+        seq_len=1,
+        layers=1,
+        tokens_per_expert=1.0,
+        coeffs={"attn": (1, 1), "expert": (1, 1), "comm": (1, 1)},
+        mem_limit=4,
+        batch=4,
+        r2_max=6,
+    )
 
     def fake(prob, cfg, variant):
         return abs(cfg.r2 - 3) + (0.0 if cfg.order == "AASS" else 0.5) + 1.0
@@ -78,9 +97,17 @@ def test_solve_uses_the_evaluator_it_is_given():
 
 def test_algorithm_1_visits_only_the_pareto_front():
     """ma from the cap down; an r1 already seen is skipped (memory: r1 * ma <= 12)."""
-    p = dep.alpha_beta_problem(ag=1, eg=1, seq_len=1, layers=2, tokens_per_expert=1.0,
-                               coeffs={"attn": (1, 1), "expert": (1, 1), "comm": (1, 1)},
-                               mem_limit=12, batch=12, r2_max=2)
+    p = dep.alpha_beta_problem(
+        ag=1,
+        eg=1,
+        seq_len=1,
+        layers=2,
+        tokens_per_expert=1.0,
+        coeffs={"attn": (1, 1), "expert": (1, 1), "comm": (1, 1)},
+        mem_limit=12,
+        batch=12,
+        r2_max=2,
+    )
     seen = []
 
     def spy(prob, cfg, variant):
@@ -135,11 +162,14 @@ def test_times_follow_the_cost_model():
     assert p.me_per_ma == pytest.approx(3 * 6 * 2048 / 160)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"ag": 4, "eg": 5}, r"ag \+ eg"),
-    ({"ag": 3, "eg": 5, "seq_len": 0}, r"seq \(0\)"),
-    ({"ag": 0, "eg": 5}, r"ag \(0\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"ag": 4, "eg": 5}, r"ag \+ eg"),
+        ({"ag": 3, "eg": 5, "seq_len": 0}, r"seq \(0\)"),
+        ({"ag": 0, "eg": 5}, r"ag \(0\)"),
+    ],
+)
 def test_bad_inputs_raise_one_line_errors(kwargs, match):
     cl = load_cluster("findep-a")
     kw = {"seq_len": 1024, **kwargs}
@@ -150,8 +180,7 @@ def test_bad_inputs_raise_one_line_errors(kwargs, match):
 def test_model_that_does_not_fit_the_eg_says_how_much_it_needs():
     cl = load_cluster("findep-b")
     with pytest.raises(MoeplanError, match=r"does not fit the EG: .* GiB per EG GPU"):
-        dep.dep_problem(load_model("deepseek-v3"), cl, cost_model_for(cl), ag=3, eg=5,
-                        seq_len=1024)
+        dep.dep_problem(load_model("deepseek-v3"), cl, cost_model_for(cl), ag=3, eg=5, seq_len=1024)
 
 
 def test_online_solver_for_a_deployment_matches_algorithm_1():

@@ -27,17 +27,32 @@ ab = st.tuples(st.floats(0.0, 1.0), st.floats(0.001, 1.0))
 
 
 def _best(p: DepProblem, ma: int, r1: int) -> float:
-    return max(p.tokens(ma, r1) / evaluate(p, DepConfig(ma=ma, r1=r1, r2=r2, order=o))
-               for r2 in range(1, p.r2_max + 1) for o in ORDERS)
+    return max(
+        p.tokens(ma, r1) / evaluate(p, DepConfig(ma=ma, r1=r1, r2=r2, order=o))
+        for r2 in range(1, p.r2_max + 1)
+        for o in ORDERS
+    )
 
 
 @st.composite
 def linear_problems(draw):
-    coeffs = {"attn": draw(ab), "shared": draw(st.sampled_from([(0.0, 0.0), draw(ab)])),
-              "expert": draw(ab), "comm": draw(ab)}
-    return alpha_beta_problem(ag=2, eg=4, seq_len=64, layers=draw(st.integers(1, 5)),
-                              coeffs=coeffs, tokens_per_expert=draw(st.floats(0.5, 8.0)),
-                              mem_limit=12, batch=12, r2_max=6)
+    coeffs = {
+        "attn": draw(ab),
+        "shared": draw(st.sampled_from([(0.0, 0.0), draw(ab)])),
+        "expert": draw(ab),
+        "comm": draw(ab),
+    }
+    return alpha_beta_problem(
+        ag=2,
+        eg=4,
+        seq_len=64,
+        layers=draw(st.integers(1, 5)),
+        coeffs=coeffs,
+        tokens_per_expert=draw(st.floats(0.5, 8.0)),
+        mem_limit=12,
+        batch=12,
+        r2_max=6,
+    )
 
 
 def _non_decreasing(v: list[float]) -> bool:
@@ -69,9 +84,23 @@ def test_theorem_1_fails_when_expert_gemms_are_padded_to_tiles():
     def times(ma: int, r2: int) -> DepTimes:
         me = ma * 40 / r2
         comm = 0.05 + 0.01 * me
-        return DepTimes(attn=0.2 + ma, shared=0.1 + 0.3 * ma,
-                        expert=0.1 + 0.02 * math.ceil(me / 64) * 64, a2e=comm, e2a=comm)
+        return DepTimes(
+            attn=0.2 + ma,
+            shared=0.1 + 0.3 * ma,
+            expert=0.1 + 0.02 * math.ceil(me / 64) * 64,
+            a2e=comm,
+            e2a=comm,
+        )
 
-    p = DepProblem(ag=1, eg=1, seq_len=1, layers=1, batch=16, r2_max=4, times=times,
-                   max_r1=lambda ma: 16 // ma, me_per_ma=40)
+    p = DepProblem(
+        ag=1,
+        eg=1,
+        seq_len=1,
+        layers=1,
+        batch=16,
+        r2_max=4,
+        times=times,
+        max_r1=lambda ma: 16 // ma,
+        me_per_ma=40,
+    )
     assert _best(p, 7, 1) < 0.9 * _best(p, 6, 1)

@@ -55,7 +55,7 @@ def test_switch_scanner_on_examples():
             'x = "dep" != fam',
             'y = [c for c in cs if c.family == "strategy"]',
             'if key != "strategy": pass',  # a dict key, not a family
-            'if family == other.family: pass',  # two families compared
+            "if family == other.family: pass",  # two families compared
             'if kind == "afd": pass',  # a layout kind, not named family
             'TABLE = {"pd": 1, "afd": 2}',
         ]
@@ -75,7 +75,9 @@ def test_no_family_switch_outside_the_registry():
             else:
                 found.append(f"{rel}:{line}: {t}")
     assert not found, "switch on a family name outside planners/families.py:\n" + "\n".join(found)
-    assert known == set(KNOWN_SWITCHES), f"gone, drop from KNOWN_SWITCHES: {set(KNOWN_SWITCHES) - known}"
+    assert known == set(KNOWN_SWITCHES), (
+        f"gone, drop from KNOWN_SWITCHES: {set(KNOWN_SWITCHES) - known}"
+    )
 
 
 def test_registry_is_consistent():

@@ -117,7 +117,9 @@ def test_disaggregated_search_is_the_same_with_workers():
     with workers(2):
         bounds, found, _ = ds.first_searches(ctx, fams, 60)
     again = ds.space(ctx, fams, bounds)  # the pools' bounds given, not computed
-    assert [(k.x, k.y, k.bound) for k in again] == [(k.x, k.y, k.bound) for k in ds.space(ctx, fams)]
+    assert [(k.x, k.y, k.bound) for k in again] == [
+        (k.x, k.y, k.bound) for k in ds.space(ctx, fams)
+    ]
     done2, cert2 = ds.search_disaggregated(ctx, fams, incumbent=0.0, requests=60,
                                            first_found=found, cands=again)  # fmt: skip
     assert cert2 == cert and len(found) == len(fams)
@@ -174,4 +176,7 @@ def test_an_interval_searched_ahead_equals_the_one_searched_in_place():
                                           first_found=found, cands=ds.space(ctx, fams, bounds))  # fmt: skip
         assert done[0].capacity is ahead[0]  # the best first deployment won: taken
         recs.append(capacity_record(done[0], ctx, 60, given))
-    assert recs[0] == recs[1] and recs[0]["ci95_rps_per_instance"][0] < recs[0]["rate_rps_per_instance"]
+    assert (
+        recs[0] == recs[1]
+        and recs[0]["ci95_rps_per_instance"][0] < recs[0]["rate_rps_per_instance"]
+    )

@@ -19,8 +19,9 @@ from moeplan.specs import Workload, load_cluster, load_model
 
 
 def _serve_layout(s: Strategy) -> ServeLayout:
-    return ServeLayout(attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep,
-                       pp=s.pp)
+    return ServeLayout(
+        attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
+    )
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,11 @@ def test_issue_reproduction_gpt_oss_on_h200_is_data_parallel():
         "pp": 1,
     }
     assert cand.plan.details["launchable_as"] == cand.launchable_as
-    assert cand.colocated and "PP" not in cand.label and cand.label == "attn TP1xDP1 / MoE TP1xEP1 x8 replicas"
+    assert (
+        cand.colocated
+        and "PP" not in cand.label
+        and cand.label == "attn TP1xDP1 / MoE TP1xEP1 x8 replicas"
+    )
     assert "pipelined" not in cand.name
     assert "pipelined" not in rank.explain([cand], cluster)[0]
 

@@ -44,8 +44,14 @@ def _check_plan(res, model, cluster, workload):
     plan = res.plan
     r = cluster.num_gpus // plan.pp
     mods = modules_of(model, workload.routing_for(model.top_k))
-    ctx = StageContext(model=model, workload=workload, routing=workload.routing_for(model.top_k),
-                       pp=plan.pp, r=r, gpus_per_node=cluster.gpus_per_node)
+    ctx = StageContext(
+        model=model,
+        workload=workload,
+        routing=workload.routing_for(model.top_k),
+        pp=plan.pp,
+        r=r,
+        gpus_per_node=cluster.gpus_per_node,
+    )
     seen = []
     assert plan.stages[0].start_module == 0
     for a, b in itertools.pairwise(plan.stages):
@@ -62,7 +68,8 @@ def _check_plan(res, model, cluster, workload):
         assert mem == pytest.approx(st.mem_bytes_per_gpu)
     assert seen == list(range(2 * model.num_layers))
     assert [(m.kind, m.layer) for st in plan.stages for m, _ in st.modules] == [
-        (m.kind, m.layer) for m in mods]
+        (m.kind, m.layer) for m in mods
+    ]
     mesh = mesh_from_plan(res.to_plan().to_dict())  # the runtime's parser accepts the layout
     assert mesh.pp == plan.pp
 
@@ -73,8 +80,7 @@ def test_plans_on_every_preset_pair_are_valid():
     for mname, cname in itertools.product(model_names(), cluster_names()):
         model, cluster = load_model(mname), load_cluster(cname)
         try:
-            res = plan_pipeline(model, cluster, WORKLOAD, cost_model_for(cluster),
-                                baselines=False)
+            res = plan_pipeline(model, cluster, WORKLOAD, cost_model_for(cluster), baselines=False)
         except MoeplanError as err:
             text = str(err)
             assert text.startswith("no plan fits") and "GiB per GPU" in text, text
@@ -87,8 +93,12 @@ def test_plans_on_every_preset_pair_are_valid():
 
 
 def _small_cases():
-    for mname, layers in (("qwen3-30b-a3b", 4), ("deepseek-v2-lite", 3), ("mixtral-8x7b", 4),
-                          ("qwen2-57b-a14b", 6)):
+    for mname, layers in (
+        ("qwen3-30b-a3b", 4),
+        ("deepseek-v2-lite", 3),
+        ("mixtral-8x7b", 4),
+        ("qwen2-57b-a14b", 6),
+    ):
         for frac in (0.0, 0.3, 0.7):
             yield mname, layers, frac
 
@@ -101,18 +111,24 @@ def test_search_equals_exhaustive_on_real_tables(mname, layers, frac):
     the fastest choice of every module needs in one stage, so the knapsack has to trade."""
     model = load_model(mname).with_layers(layers)
     cluster = load_cluster("a100-sxm-8")
-    wl = Workload(phase="prefill", batch=8, isl=256, osl=8,
-                  routing=RoutingProfile(top_k=model.top_k,
-                                         mean_k=tuple(np.linspace(1, model.top_k,
-                                                                  model.num_moe_layers))))
+    wl = Workload(
+        phase="prefill",
+        batch=8,
+        isl=256,
+        osl=8,
+        routing=RoutingProfile(
+            top_k=model.top_k, mean_k=tuple(np.linspace(1, model.top_k, model.num_moe_layers))
+        ),
+    )
     cm = cost_model_for(cluster)
     ev = cost_model_evaluator(cm)
     compared = 0
     for pp in pp_degrees(model, cluster, None):
         dt = degree_tables(model, cluster, wl, cm, pp, ev, resolution=256)
         times = dt.times()
-        fastest = [int(u[np.argmin(t)]) + b for t, u, b in zip(times, dt.units, dt.base,
-                                                                 strict=True)]
+        fastest = [
+            int(u[np.argmin(t)]) + b for t, u, b in zip(times, dt.units, dt.base, strict=True)
+        ]
         least = math.ceil(_least_capacity(list(dt.base), pp))
         cap = int(least + frac * max(0, sum(fastest) - least))
         got = search_partition(times, dt.units, cap, pp, eps=1e-7, base=dt.base)
@@ -128,17 +144,25 @@ def test_search_equals_exhaustive_on_real_tables(mname, layers, frac):
 def _least_capacity(units: list[float], parts: int) -> float:
     """Smallest capacity at which ``units`` cut into ``parts`` contiguous runs fit (brute)."""
     n = len(units)
-    return min(max(sum(units[a:b]) for a, b in itertools.pairwise((0, *cuts, n)))
-               for cuts in itertools.combinations(range(1, n), parts - 1))
+    return min(
+        max(sum(units[a:b]) for a, b in itertools.pairwise((0, *cuts, n)))
+        for cuts in itertools.combinations(range(1, n), parts - 1)
+    )
 
 
 def test_smidt_is_never_slower_than_layer_baselines_at_the_same_degree():
     """Layer-level homogeneous plans lie in SMIDT's search space: bottleneck <= theirs."""
     model = load_model("qwen2-57b-a14b")
     cluster = load_cluster("a100-sxm-8")
-    wl = Workload(phase="prefill", batch=16, isl=1000, osl=20,
-                  routing=RoutingProfile(top_k=8, mean_k=tuple(
-                      4 + 3 * np.sin(np.linspace(0, 3, model.num_moe_layers)))))
+    wl = Workload(
+        phase="prefill",
+        batch=16,
+        isl=1000,
+        osl=20,
+        routing=RoutingProfile(
+            top_k=8, mean_k=tuple(4 + 3 * np.sin(np.linspace(0, 3, model.num_moe_layers)))
+        ),
+    )
     cm = cost_model_for(cluster)
     ev = cost_model_evaluator(cm)
     checked = 0
@@ -188,8 +212,15 @@ def test_plan_dict_and_speedups_for_qwen3_on_smidt_a40():
     """The acceptance configuration plans, reports baselines and exports plan.json."""
     model = load_model("qwen3-235b-a22b")
     cluster = load_cluster("smidt-a40")
-    wl = Workload(phase="prefill", batch=64, isl=1000, osl=1, routing=RoutingProfile(
-        top_k=8, mean_k=tuple(2 + 6 * np.abs(np.sin(np.linspace(0, 4, 94))))))
+    wl = Workload(
+        phase="prefill",
+        batch=64,
+        isl=1000,
+        osl=1,
+        routing=RoutingProfile(
+            top_k=8, mean_k=tuple(2 + 6 * np.abs(np.sin(np.linspace(0, 4, 94))))
+        ),
+    )
     res = plan_pipeline(model, cluster, wl, cost_model_for(cluster))
     _check_plan(res, model, cluster, wl)
     d = res.to_plan().to_dict()

@@ -32,8 +32,7 @@ def _instance(seed: int):
     times = [rng.uniform(0.1, 2.0, size=int(rng.integers(1, 5))) for _ in range(n)]
     mems = [rng.uniform(0.5, 4.0, size=len(t)) * 1e9 for t in times]
     # faster choices tend to use more memory (DPMoE-like trade-off)
-    mems = [_tradeoff(m, t) if rng.random() < 0.7 else m
-            for m, t in zip(mems, times, strict=True)]
+    mems = [_tradeoff(m, t) if rng.random() < 0.7 else m for m, t in zip(mems, times, strict=True)]
     stages = int(rng.integers(1, min(n, 4) + 1))
     need = sum(float(m.min()) for m in mems) / stages
     cap_bytes = float(rng.uniform(0.9, 2.0)) * need + 4e9
@@ -49,8 +48,9 @@ def _joint_brute_force(times, units, base, cap, stages):
         for assign in itertools.product(*(range(len(t)) for t in times)):
             worst = 0.0
             for a, b in itertools.pairwise(bounds):
-                room = math.floor(cap - float(np.cumsum(np.r_[0.0, base])[b]
-                                              - np.cumsum(np.r_[0.0, base])[a]))
+                room = math.floor(
+                    cap - float(np.cumsum(np.r_[0.0, base])[b] - np.cumsum(np.r_[0.0, base])[a])
+                )
                 if sum(int(units[m][assign[m]]) for m in range(a, b)) > room:
                     worst = float("inf")
                     break
@@ -117,9 +117,11 @@ def test_window_knapsack_equals_enumeration():
         ks = WindowKnapsack(times, units, cap)
         for a in range(n):
             for b in range(a + 1, n + 1):
-                vals = [sum(times[m][c[m - a]] for m in range(a, b))
-                        for c in itertools.product(*(range(len(t)) for t in times[a:b]))
-                        if sum(units[m][c[m - a]] for m in range(a, b)) <= cap]
+                vals = [
+                    sum(times[m][c[m - a]] for m in range(a, b))
+                    for c in itertools.product(*(range(len(t)) for t in times[a:b]))
+                    if sum(units[m][c[m - a]] for m in range(a, b)) <= cap
+                ]
                 want = min(vals) if vals else float("inf")
                 assert ks.best(a, b) == pytest.approx(want)
                 if vals:
@@ -151,9 +153,10 @@ def test_level_memory_finds_the_least_peak_memory_at_the_bottleneck():
         limit = opt.bottleneck + 1e-9  # float sums differ in order between the solvers
         even = level_memory(times, units, cap, stages, limit, base=base)
         assert even is not None and even.bottleneck <= limit
-        peak = max(math.ceil(sum(int(units[m][even.choice[m]]) + base[m] for m in range(a, b))
-                             - 1e-9)
-                   for a, b in itertools.pairwise(even.bounds))
+        peak = max(
+            math.ceil(sum(int(units[m][even.choice[m]]) + base[m] for m in range(a, b)) - 1e-9)
+            for a, b in itertools.pairwise(even.bounds)
+        )
         assert peak <= cap
         tighter = exhaustive_partition(times, units, peak - 1, stages, base=base)
         assert tighter is None or tighter.bottleneck > limit

@@ -23,8 +23,10 @@ def test_transition_exact_equals_brute_force(seed):
     rng = np.random.default_rng(seed)
     t = rng.integers(0, 9, size=(3, 4, 4)).astype(float)
     y = base.transition_exact(t, 2)
-    best = max(base.transition_objective(t, np.stack(ys))
-               for ys in itertools.product(list(_placements(4, 2)), repeat=3))
+    best = max(
+        base.transition_objective(t, np.stack(ys))
+        for ys in itertools.product(list(_placements(4, 2)), repeat=3)
+    )
     assert base.transition_objective(t, y) == pytest.approx(best)
     for yl in y:
         assert (np.bincount(yl, minlength=2) == 2).all()
@@ -43,7 +45,8 @@ def test_transition_sweeps_never_exceed_exact_and_beat_contiguous():
     exact = base.transition_exact(t, ep)
     assert base.transition_objective(t, ys) <= base.transition_objective(t, exact) + 1e-9
     assert base.transition_objective(t, ys) >= base.transition_objective(
-        t, base.contiguous(num_l, e, ep))
+        t, base.contiguous(num_l, e, ep)
+    )
 
 
 def test_eplb_placement_is_equal_count_and_balanced():

@@ -24,8 +24,7 @@ def _cpsat_optimum(w, freq, ep, cap):
     num_l, v, e = w.shape
     m = cp_model.CpModel()
     x = {(i, c): m.NewBoolVar("") for i in range(v) for c in range(ep)}
-    y = {(l_, j, c): m.NewBoolVar("") for l_ in range(num_l) for j in range(e)
-         for c in range(ep)}
+    y = {(l_, j, c): m.NewBoolVar("") for l_ in range(num_l) for j in range(e) for c in range(ep)}
     for i in range(v):
         m.AddExactlyOne(x[i, c] for c in range(ep))
     for c in range(ep):
@@ -102,8 +101,11 @@ def test_row_step_matches_brute_force_when_integral(seed):
     cap = 3.0
     x = cc.row_step(g, freq, cap)
     assert (np.bincount(x, minlength=2) <= cap).all()
-    best = max(g[np.arange(6), np.array(c)].sum()
-               for c in itertools.product(range(2), repeat=6) if sum(c) in (3,))
+    best = max(
+        g[np.arange(6), np.array(c)].sum()
+        for c in itertools.product(range(2), repeat=6)
+        if sum(c) in (3,)
+    )
     assert g[np.arange(6), x].sum() == pytest.approx(best)
 
 

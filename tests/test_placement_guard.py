@@ -242,7 +242,11 @@ def test_weak_affinity_gains_the_validation_data_cannot_resolve_are_kept(seed, g
     _, tr = bench.weakened_trace(seed, m)
     ev = cost_evaluator(cost_model_for(load_cluster("h100-sxm-8")), m, 8)
     res = place(
-        tr, num_layers=4, num_experts=m.num_experts, hidden_bytes=m.hidden_bytes, evaluate=ev,
+        tr,
+        num_layers=4,
+        num_experts=m.num_experts,
+        hidden_bytes=m.hidden_bytes,
+        evaluate=ev,
         cfg=PlaceConfig(ep=8, seed=seed, baselines=False, test_fraction=0.8, val_fraction=0.2),
     )
     g = res.extra["guard"]

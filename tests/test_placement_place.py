@@ -14,15 +14,31 @@ from moeplan.planners.placement.planner import (
 from moeplan.specs import load_cluster, load_model
 from moeplan.traces.synthetic import SynthConfig, synthesize, uniform_trace
 
-EVAL = roofline_evaluator(expert_flops=3 * 2 * 2048 * 1408, gpu_flops=1e15, a2a_bw=1.5e11,
-                          a2a_latency=2e-5)
-SMALL = dict(num_layers=8, num_experts=32, top_k=4, vocab_size=4000, num_requests=400,
-             min_len=32, max_len=160, num_groups=8, num_topics=32)
+EVAL = roofline_evaluator(
+    expert_flops=3 * 2 * 2048 * 1408, gpu_flops=1e15, a2a_bw=1.5e11, a2a_latency=2e-5
+)
+SMALL = dict(
+    num_layers=8,
+    num_experts=32,
+    top_k=4,
+    vocab_size=4000,
+    num_requests=400,
+    min_len=32,
+    max_len=160,
+    num_groups=8,
+    num_topics=32,
+)
 
 
 def _place(tr, ep, **kw):
-    return place(tr, num_layers=tr.num_layers, num_experts=tr.num_experts, hidden_bytes=4096,
-                 evaluate=EVAL, cfg=PlaceConfig(ep=ep, **kw))
+    return place(
+        tr,
+        num_layers=tr.num_layers,
+        num_experts=tr.num_experts,
+        hidden_bytes=4096,
+        evaluate=EVAL,
+        cfg=PlaceConfig(ep=ep, **kw),
+    )
 
 
 def _best_baseline_lar(res):
@@ -50,9 +66,14 @@ def test_acceptance_default_trace_deepseek_v2_lite_ep8():
     cluster = load_cluster("h100-sxm-8")
     tr = synthesize(SynthConfig())
     assert (tr.num_layers, tr.num_experts, tr.top_k) == (model.num_moe_layers, 64, 6)
-    res = place(tr, num_layers=26, num_experts=64, hidden_bytes=model.hidden_bytes,
-                evaluate=cost_evaluator(cost_model_for(cluster), model, 8),
-                cfg=PlaceConfig(ep=8))
+    res = place(
+        tr,
+        num_layers=26,
+        num_experts=64,
+        hidden_bytes=model.hidden_bytes,
+        evaluate=cost_evaluator(cost_model_for(cluster), model, 8),
+        cfg=PlaceConfig(ep=8),
+    )
     sem = res.methods["semmoe"].metrics
     assert sem["lar"] >= 1.15 * _best_baseline_lar(res)
     assert sem["imbalance"] <= 1.10
@@ -61,8 +82,9 @@ def test_acceptance_default_trace_deepseek_v2_lite_ep8():
 
 def test_uniform_trace_is_never_worse_than_contiguous():
     """Without structure the validation guard keeps Sem-MoE at contiguous or better."""
-    tr = uniform_trace(num_requests=120, length=48, num_layers=4, num_experts=16, top_k=2,
-                       vocab_size=400)
+    tr = uniform_trace(
+        num_requests=120, length=48, num_layers=4, num_experts=16, top_k=2, vocab_size=400
+    )
     res = _place(tr, 4)
     sem, con = res.methods["semmoe"].metrics, res.methods["contiguous"].metrics
     assert sem["moe_layer_time_s"] <= con["moe_layer_time_s"] + 1e-15

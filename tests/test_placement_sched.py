@@ -21,7 +21,7 @@ def test_every_round_covers_every_device(seed, ep, n):
     scores = np.random.default_rng(seed).random((n, ep))
     dev, _ = schedule_requests(scores)
     for lo in range(0, n - ep + 1, ep):
-        assert sorted(dev[lo:lo + ep]) == list(range(ep))
+        assert sorted(dev[lo : lo + ep]) == list(range(ep))
 
 
 def test_first_request_of_a_round_gets_its_best_device():
@@ -72,7 +72,7 @@ def test_token_plan_inverse_restores_order(devs):
     assert (plan.padded >= 0).sum() == len(devices)
     # stable: within a device, tokens keep their order
     for d in range(5):
-        block = plan.padded[d * plan.width:(d + 1) * plan.width]
+        block = plan.padded[d * plan.width : (d + 1) * plan.width]
         block = block[block >= 0]
         assert list(block) == sorted(block)
 

@@ -19,8 +19,9 @@ from moeplan.specs import Workload, load_cluster, load_model
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "moeplan", *args], capture_output=True,
-                          text=True, timeout=280)
+    return subprocess.run(
+        [sys.executable, "-m", "moeplan", *args], capture_output=True, text=True, timeout=280
+    )
 
 
 CASES = [
@@ -33,8 +34,20 @@ CASES = [
 def planned(request, tmp_path_factory):
     model, cluster, extra = request.param
     out = tmp_path_factory.mktemp(cluster)
-    p = run("plan", "--model", model, "--cluster", cluster, *extra, "--out", str(out),
-            "--requests", "200", "--json", "--quiet")  # 200 measured requests: a quick run
+    p = run(
+        "plan",
+        "--model",
+        model,
+        "--cluster",
+        cluster,
+        *extra,
+        "--out",
+        str(out),
+        "--requests",
+        "200",
+        "--json",
+        "--quiet",
+    )  # 200 measured requests: a quick run
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout), out
 
@@ -96,16 +109,28 @@ def test_serving_candidates_are_ranked_slo_first_then_by_throughput_per_gpu(plan
     assert set(out["slo"]) >= {"ttft_s", "tpot_s"}
     cands = out["candidates"]
     assert cands and out["winner"]["label"] == cands[0]["label"]
-    keys = {"ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "e2e_p90_s",
-            "output_tokens_per_s", "output_tokens_per_s_per_gpu", "goodput_rps",
-            "max_rate_meeting_slo_rps", "kv_utilisation", "preemptions"}
+    keys = {
+        "ttft_p50_s",
+        "ttft_p90_s",
+        "tpot_p50_s",
+        "tpot_p90_s",
+        "e2e_p90_s",
+        "output_tokens_per_s",
+        "output_tokens_per_s_per_gpu",
+        "goodput_rps",
+        "max_rate_meeting_slo_rps",
+        "kv_utilisation",
+        "preemptions",
+    }
     done = [c for c in cands if c["metrics"]]
     for c in done:
         assert {"family", "label", "gpus", "meets_slo", "metrics"} <= set(c)
         assert keys <= set(c["metrics"])
         m = c["metrics"]
         if c["meets_slo"]:
-            assert m["ttft_p90_s"] <= out["slo"]["ttft_s"] and m["tpot_p90_s"] <= out["slo"]["tpot_s"]
+            assert (
+                m["ttft_p90_s"] <= out["slo"]["ttft_s"] and m["tpot_p90_s"] <= out["slo"]["tpot_s"]
+            )
     meets = [c["meets_slo"] for c in done]
     assert meets == sorted(meets, reverse=True)
     ok = [c["metrics"]["output_tokens_per_s_per_gpu"] for c in done if c["meets_slo"]]
@@ -119,8 +144,11 @@ def test_serving_candidates_are_ranked_slo_first_then_by_throughput_per_gpu(plan
 def test_pareto_front_is_not_dominated(planned):
     """Brute force: no point of the front is dominated by any simulated candidate."""
     out, _ = planned
-    pts = [(c["metrics"]["output_tokens_per_s_per_gpu"], 1.0 / c["metrics"]["tpot_p50_s"])
-           for c in out["candidates"] if c["metrics"] and c["metrics"]["tpot_p50_s"] > 0]
+    pts = [
+        (c["metrics"]["output_tokens_per_s_per_gpu"], 1.0 / c["metrics"]["tpot_p50_s"])
+        for c in out["candidates"]
+        if c["metrics"] and c["metrics"]["tpot_p50_s"] > 0
+    ]
     assert out["pareto"]
     for p in out["pareto"]:
         x, y = p["tokens_per_s_per_gpu"], p["tokens_per_s_per_user"]
@@ -182,17 +210,25 @@ def test_report_lists_the_launch_files_written_and_the_served_load(planned):
 
 
 def _fake(family: str, tps: float, gpus: int) -> Candidate:
-    return Candidate(family=family, label=family, gpus=gpus, prefill_tokens_per_s=tps,
-                     ttft_s=1.0, mem_bytes_per_gpu=1e9, bound="compute",
-                     plan=Plan(family=family, model="m", cluster="c",
-                               layout={"world_size": gpus}))
+    return Candidate(
+        family=family,
+        label=family,
+        gpus=gpus,
+        prefill_tokens_per_s=tps,
+        ttft_s=1.0,
+        mem_bytes_per_gpu=1e9,
+        bound="compute",
+        plan=Plan(family=family, model="m", cluster="c", layout={"world_size": gpus}),
+    )
 
 
 def test_rank_with_fake_adapters_and_slo():
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
-    adapters = {"strategy": lambda *a: _fake("strategy", 800, 8),
-                "pipeline": lambda *a: _fake("pipeline", 300, 2),  # best per GPU
-                "dep": lambda *a: _fake("dep", 900, 8)}
+    adapters = {
+        "strategy": lambda *a: _fake("strategy", 800, 8),
+        "pipeline": lambda *a: _fake("pipeline", 300, 2),  # best per GPU
+        "dep": lambda *a: _fake("dep", 900, 8),
+    }
     r = plan(m, c, Workload(), cost_model_for(c), adapters=adapters)
     assert [x.family for x in r.candidates] == ["pipeline", "dep", "strategy"]
     assert "1.33x" in r.explanation[2]
@@ -204,9 +240,11 @@ def test_rank_with_fake_adapters_and_slo():
 
 def test_ties_prefer_the_launchable_colocated_plan():
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
-    adapters = {"strategy": lambda *a: _fake("strategy", 800.0, 8),
-                "pipeline": lambda *a: _fake("pipeline", 801.0, 8),
-                "dep": lambda *a: _fake("dep", 700.0, 8)}
+    adapters = {
+        "strategy": lambda *a: _fake("strategy", 800.0, 8),
+        "pipeline": lambda *a: _fake("pipeline", 801.0, 8),
+        "dep": lambda *a: _fake("dep", 700.0, 8),
+    }
     r = plan(m, c, Workload(), cost_model_for(c), adapters=adapters)
     assert [x.family for x in r.candidates] == ["strategy", "pipeline", "dep"]
     assert "ties" in r.explanation[2]
@@ -214,8 +252,17 @@ def test_ties_prefer_the_launchable_colocated_plan():
 
 def test_model_that_fits_nowhere_names_the_smallest_cluster(tmp_path):
     out = tmp_path / "nofit"
-    p = run("plan", "--model", "kimi-k2", "--cluster", "findep-b", "--quiet", "--no-placement",
-            "--out", str(out))
+    p = run(
+        "plan",
+        "--model",
+        "kimi-k2",
+        "--cluster",
+        "findep-b",
+        "--quiet",
+        "--no-placement",
+        "--out",
+        str(out),
+    )
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "smallest preset that would" in lines[0], p.stderr

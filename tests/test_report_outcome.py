@@ -47,14 +47,16 @@ def test_compact_keeps_four_digits_and_expands_typed_arrays():
     assert np.allclose(xs, arr, rtol=0.5 * 10 ** (1 - DIGITS))  # DIGITS significant digits
     assert xs[2] == 3 and d["data"][0]["text"] == ["a", "b", "c", "d"]
     html, template = figure_html(fig, "fig-0-0")
-    assert template and "Plotly.newPlot(\"fig-0-0\"" in html and "bdata" not in html
+    assert template and 'Plotly.newPlot("fig-0-0"' in html and "bdata" not in html
 
 
 def test_page_loads_plotly_once_from_beside_it():
     """plotly.js is referenced once, relatively (works offline, no network address), and the
     page is small even with many points; without plotly the figures say what is missing."""
-    figs = [go.Figure(go.Scatter(x=np.arange(20_000.0), y=np.sqrt(np.arange(20_000.0))))
-            for _ in range(3)]
+    figs = [
+        go.Figure(go.Scatter(x=np.arange(20_000.0), y=np.sqrt(np.arange(20_000.0))))
+        for _ in range(3)
+    ]
     page = render("t", "s", [Section(title="a", figures=figs)])
     assert page.count(f'<script src="{PLOTLY_FILE}">') == 1
     assert not re.search(r"(src|href)=\"https?:", page)
@@ -105,8 +107,11 @@ def _ranking(gpus: int, tok_s: float, ttft: float, tpot: float, limited: str = "
     layout = SimpleNamespace(label="L")
     winner = SimpleNamespace(metrics=metrics, result=SimpleNamespace(bound="the TTFT limit"),
                              entry=SimpleNamespace(gpus=gpus, layout=layout))  # fmt: skip
-    return SimpleNamespace(winner=winner, slo=SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0),
-                           search={"winner_capacity": {"layout": "L", "limited_by": limited}})
+    return SimpleNamespace(
+        winner=winner,
+        slo=SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0),
+        search={"winner_capacity": {"layout": "L", "limited_by": limited}},
+    )
 
 
 def test_cluster_fill_counts_whole_copies():
@@ -139,15 +144,19 @@ def test_log_axes_label_every_tick_in_full():
     fig = latency_distributions(curves, SLO(ttft_s=2.0, tpot_s=0.1, percentile=90.0))
     notes = {a.text: a for a in fig.layout.annotations if "SLO" in (a.text or "")}
     assert notes["TTFT SLO 2,000 ms"].x == pytest.approx(np.log10(2000))
-    assert notes["TPOT SLO 100 ms"].x == pytest.approx(2.0) and notes["TPOT SLO 100 ms"].xref == "x2"
+    assert (
+        notes["TPOT SLO 100 ms"].x == pytest.approx(2.0) and notes["TPOT SLO 100 ms"].xref == "x2"
+    )
 
 
 def test_placement_changes_the_answer_only_from_a_trace_it_beats_contiguous_on():
     from moeplan.search.job_parts import PLACEMENT_GAIN, placement_changes
 
     def placement(sem: float, base: float = 1.0, fallback: bool = False):
-        methods = {"semmoe": SimpleNamespace(metrics={"moe_layer_time_s": sem}),
-                   "contiguous": SimpleNamespace(metrics={"moe_layer_time_s": base})}
+        methods = {
+            "semmoe": SimpleNamespace(metrics={"moe_layer_time_s": sem}),
+            "contiguous": SimpleNamespace(metrics={"moe_layer_time_s": base}),
+        }
         return SimpleNamespace(methods=methods, fallback=fallback)
 
     assert placement_changes(placement(0.9), "t.npz")

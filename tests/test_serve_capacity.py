@@ -98,8 +98,24 @@ def test_too_few_requests_for_a_steady_estimate_is_one_line_exit_2(capsys):
     n >= 35): serve-sim says so in one line with the closest figure, exit 2."""
     from moeplan.cli import main
 
-    args = ["serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
-            "--osl", "64", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "20", "--json"]
+    args = [
+        "serve-sim",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "h100-sxm-8",
+        "--isl",
+        "1024",
+        "--osl",
+        "64",
+        "--ttft-slo",
+        "2000",
+        "--tpot-slo",
+        "50",
+        "--requests",
+        "20",
+        "--json",
+    ]
     with pytest.raises(SystemExit) as ex:
         main(args)
     assert ex.value.code == 2
@@ -115,8 +131,7 @@ def test_engine_horizon_keeps_everything_before_it():
     from moeplan.serve.engine import simulate
 
     reqs = instance_stream(_wl(), 20.0, 400, 1)
-    cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=64,
-                       kv_tokens=10**6)
+    cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=64, kv_tokens=10**6)
     full = simulate(reqs, cfg, _linear)
     h = float(np.median(full.finish_s))
     cut = simulate(reqs, cfg, _linear, horizon_s=h)

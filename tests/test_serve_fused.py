@@ -60,7 +60,9 @@ def test_strategy_family_serves_fused_and_unfused_layouts_apart():
     deployment next to its unfused twin (they were merged into one)."""
     cl = load_cluster("mixserve-h20")
     ev = StrategyEvaluator(MODEL, cl, Workload(batch=16, isl=2048, osl=128), cost_model_for(cl))
-    ranked = [ev(Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, fused=f)) for f in (True, False)]
+    ranked = [
+        ev(Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, fused=f)) for f in (True, False)
+    ]
     c = SimpleNamespace(detail=SimpleNamespace(strategies=ranked))
     layouts = [e.layout for e in strategy_entries(c, MODEL, cl)]  # type: ignore[arg-type]
     assert [lay.fused for lay in layouts] == [True, False]

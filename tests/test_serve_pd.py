@@ -354,7 +354,6 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
     w = ServeWorkload(num_requests=50, rate=1.0, isl=LengthDist.parse("2000"),
                       osl=LengthDist.parse("100"))  # fmt: skip
 
-
     class Floor(CostModel):  # a per-layer floor: iterations of different sizes differ
         def expert_ffn(self, *a, **k):  # type: ignore[no-untyped-def]
             return super().expert_ffn(*a, **k) + 2e-3

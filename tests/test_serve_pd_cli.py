@@ -20,8 +20,22 @@ from moeplan.serve.pd import PDLayout
 from moeplan.serve.pd_spec import layout_text, parse_layout, parse_pd, pd_from_dict, pd_text
 from moeplan.specs import load_cluster, load_model
 
-BASE = ["serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
-        "--osl", "32", "--requests", "60", "--cost-engine", "none", "--json"]
+BASE = [
+    "serve-sim",
+    "--model",
+    "qwen3-30b-a3b",
+    "--cluster",
+    "h100-sxm-8",
+    "--isl",
+    "1024",
+    "--osl",
+    "32",
+    "--requests",
+    "60",
+    "--cost-engine",
+    "none",
+    "--json",
+]
 
 
 def _run(capsys, *args: str) -> tuple[int, str, str]:
@@ -35,9 +49,16 @@ def layouts(draw) -> ServeLayout:
     pp = draw(st.sampled_from([1, 2, 3]))
     mb = draw(st.sampled_from([0, pp, 2 * pp])) if pp > 1 else 0
     ep = tp * dp // mtp
-    return ServeLayout(attn_tp=tp, attn_dp=dp, moe_tp=mtp, moe_ep=ep, pp=pp, micro_batches=mb,
-                       redundant_experts=draw(st.sampled_from([0, 32])) if ep > 1 else 0,
-                       fused=draw(st.booleans()) if min(mtp, ep) > 1 else False)
+    return ServeLayout(
+        attn_tp=tp,
+        attn_dp=dp,
+        moe_tp=mtp,
+        moe_ep=ep,
+        pp=pp,
+        micro_batches=mb,
+        redundant_experts=draw(st.sampled_from([0, 32])) if ep > 1 else 0,
+        fused=draw(st.booleans()) if min(mtp, ep) > 1 else False,
+    )
 
 
 @given(layouts(), layouts(), st.integers(1, 9), st.integers(1, 9))
@@ -78,7 +99,10 @@ def test_bad_deployment_text_is_one_line(text: str, match: str) -> None:
     ("extra", "match"),
     [
         (["--pd", "1*attn-tp2.moe-ep4:1*attn-tp2.moe-tp2"], "moe_tp\\*moe_ep"),
-        (["--pd", "1*attn-tp2.moe-tp2:1*attn-tp2.moe-tp2", "--attn-tp", "2"], "--pd and --attn-tp are exclusive"),
+        (
+            ["--pd", "1*attn-tp2.moe-tp2:1*attn-tp2.moe-tp2", "--attn-tp", "2"],
+            "--pd and --attn-tp are exclusive",
+        ),
         (["--pd", "1*attn-tp2.moe-tp2:1*attn-tp2.moe-tp2", "--concurrency", "4"], "--concurrency"),
         (["--pd", "8*attn-tp8.moe-tp8:8*attn-tp8.moe-tp8"], "needs 128 GPUs; the cluster has 8"),
     ],
@@ -95,18 +119,27 @@ def test_given_deployment_from_text_equals_its_plan_json(capsys, tmp_path) -> No
     the same run; latency is bounded below by one prompt's prefill step (TTFT) and one
     decode step of one sequence (TPOT) on the pools' layouts (the iteration model)."""
     pd = parse_pd("1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4")
-    plan = Plan(family="strategy", model="qwen3-30b-a3b", cluster="h100-sxm-8",
-                layout={"world_size": 2, "attn": {"tp": 2, "dp": 1}, "moe": {"tp": 2, "ep": 1},
-                        "pp": 1}, details={"disaggregation": pd.to_dict()})
+    plan = Plan(
+        family="strategy",
+        model="qwen3-30b-a3b",
+        cluster="h100-sxm-8",
+        layout={"world_size": 2, "attn": {"tp": 2, "dp": 1}, "moe": {"tp": 2, "ep": 1}, "pp": 1},
+        details={"disaggregation": pd.to_dict()},
+    )
     path = tmp_path / "pd.json"
     path.write_text(plan.to_json(), encoding="utf-8")
-    code, out, err = _run(capsys, *BASE, "--pd", "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4", "--rate", "2")
+    code, out, err = _run(
+        capsys, *BASE, "--pd", "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4", "--rate", "2"
+    )
     assert code == 0, err
     a = json.loads(out)
     code, out, err = _run(capsys, *BASE, "--pd", str(path), "--rate", "2")
     assert code == 0, err
     b = json.loads(out)
-    assert a["metrics"] == b["metrics"] and a["pd"] == b["pd"] == "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4"
+    assert (
+        a["metrics"] == b["metrics"]
+        and a["pd"] == b["pd"] == "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4"
+    )
     assert a["gpus"] == 6 and a["layout"]["kind"] == "pd"
     md, cl = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
     cm = cost_model_for(cl)
@@ -139,10 +172,16 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     from moeplan.serve.workload import LengthDist, ServeWorkload
 
     md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
-    w = ServeWorkload(num_requests=10, rate=1.0, isl=LengthDist(mean=2000),
-                      osl=LengthDist(mean=100))
-    c = Context(model=md, cluster=cl, cost=engine_cost_model(cl, engine="sglang"), workload=w,
-                slo=SLO(ttft_s=2.0, tpot_s=0.1))
+    w = ServeWorkload(
+        num_requests=10, rate=1.0, isl=LengthDist(mean=2000), osl=LengthDist(mean=100)
+    )
+    c = Context(
+        model=md,
+        cluster=cl,
+        cost=engine_cost_model(cl, engine="sglang"),
+        workload=w,
+        slo=SLO(ttft_s=2.0, tpot_s=0.1),
+    )
     lay = ServeLayout(attn_dp=32, moe_ep=32)
     knobs = pool_knobs(c, lay)
     assert [k.a2a for k in knobs] == ["deepep", "deepep"] and [k.tbo for k in knobs] == [0, 1]
@@ -159,15 +198,35 @@ def test_pd_launch_script_carries_each_pools_knobs() -> None:
     from moeplan.export.sglang import pd_strategy, sglang_pd_commands
     from moeplan.serve.instance_knobs import InstanceKnobs
 
-    target = Target(architecture="DeepseekV3ForCausalLM", num_experts=256, gpu="h100-sxm",
-                    gpu_sm=90, gpu_nccl=True, gpu_deepep=True,
-                    intra="nvswitch", inter="ib", num_nodes=4, gpus_per_node=8)
-    pd = PDLayout(prefill=ServeLayout(attn_dp=16, moe_ep=16), decode=ServeLayout(attn_dp=16,
-                  moe_ep=16), x=1, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True))
+    target = Target(
+        architecture="DeepseekV3ForCausalLM",
+        num_experts=256,
+        gpu="h100-sxm",
+        gpu_sm=90,
+        gpu_nccl=True,
+        gpu_deepep=True,
+        intra="nvswitch",
+        inter="ib",
+        num_nodes=4,
+        gpus_per_node=8,
+    )
+    pd = PDLayout(
+        prefill=ServeLayout(attn_dp=16, moe_ep=16),
+        decode=ServeLayout(attn_dp=16, moe_ep=16),
+        x=1,
+        y=1,
+        prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
+    )
     assert pd.to_dict()["prefill"]["knobs"]["tbo"] is True and "knobs" not in pd.to_dict()["decode"]
-    cmds = sglang_pd_commands(pd_strategy(pd.prefill), pd_strategy(pd.decode), x=1, y=1,
-                              model_path="deepseek-ai/DeepSeek-V3", target=target,
-                              knobs=(pd.prefill_knobs, pd.decode_knobs))
+    cmds = sglang_pd_commands(
+        pd_strategy(pd.prefill),
+        pd_strategy(pd.decode),
+        x=1,
+        y=1,
+        model_path="deepseek-ai/DeepSeek-V3",
+        target=target,
+        knobs=(pd.prefill_knobs, pd.decode_knobs),
+    )
     by_role = {c.role: " ".join(c.args) for c in cmds if c.node_rank == 0}
     assert "--moe-a2a-backend deepep" in by_role["prefill"]
     assert "--enable-two-batch-overlap" in by_role["prefill"]

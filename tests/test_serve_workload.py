@@ -51,8 +51,10 @@ def test_length_parse_and_range(text, kind, mean, lo, hi):
         assert np.median(x) == pytest.approx(400, rel=0.03)
 
 
-@pytest.mark.parametrize("text", ["lognormal:2048:0.6", "lognormal:400:0.5:600",
-                                  "lognormal:300:1.0:3072", "lognormal:8:1.5"])
+@pytest.mark.parametrize(
+    "text",
+    ["lognormal:2048:0.6", "lognormal:400:0.5:600", "lognormal:300:1.0:3072", "lognormal:8:1.5"],
+)
 def test_lognormal_is_median_sigma_and_mean_is_the_samples_mean(text):
     """lognormal:MEDIAN:SIGMA[:MAX]: the first number is the samples' median, ``mean`` their
     mean (closed form of the clipped lognormal, checked against 400k samples)."""

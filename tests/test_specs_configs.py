@@ -74,9 +74,12 @@ def _v31_attention() -> float:
     c = raw("nvidia--DeepSeek-V3.1-NVFP4")
     h, nh = c["hidden_size"], c["num_attention_heads"]
     o = nh * c["v_head_dim"] * h
-    rest = (h * c["q_lora_rank"] + c["q_lora_rank"] * nh * (c["qk_nope_head_dim"] + c[
-        "qk_rope_head_dim"]) + h * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) + c[
-        "kv_lora_rank"] * nh * (c["qk_nope_head_dim"] + c["v_head_dim"]))
+    rest = (
+        h * c["q_lora_rank"]
+        + c["q_lora_rank"] * nh * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"])
+        + h * (c["kv_lora_rank"] + c["qk_rope_head_dim"])
+        + c["kv_lora_rank"] * nh * (c["qk_nope_head_dim"] + c["v_head_dim"])
+    )
     return (o * NVFP4 + rest * 2) / (o + rest)
 
 
@@ -117,12 +120,21 @@ def test_nvfp4_checkpoint_is_about_400_gb_not_1342():
 
 # ---- cache per token / per sequence, by hand from the raw keys -----------------------------
 def _gqa(c, kv=None, hd=None, vd=None, b=2):
-    return (kv or c["num_key_value_heads"]) * ((hd or c["head_dim"]) + (vd or hd or c["head_dim"])) * b
+    return (
+        (kv or c["num_key_value_heads"]) * ((hd or c["head_dim"]) + (vd or hd or c["head_dim"])) * b
+    )
 
 
 def _gdn_state(c):
-    nk, nv, dk, dv = (c[k] for k in ("linear_num_key_heads", "linear_num_value_heads",
-                                     "linear_key_head_dim", "linear_value_head_dim"))
+    nk, nv, dk, dv = (
+        c[k]
+        for k in (
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+        )
+    )
     conv = (c["linear_conv_kernel_dim"] - 1) * (2 * nk * dk + nv * dv) * 2
     return nv * dk * dv * 4 + conv  # fp32 state (mamba_ssm_dtype) + bf16 conv window
 
@@ -138,8 +150,10 @@ def nemotron(c, ctx):
     p = c["hybrid_override_pattern"]
     per = p.count("*") * _gqa(c)
     d_in = c["mamba_num_heads"] * c["mamba_head_dim"]
-    state = d_in * c["ssm_state_size"] * 4 + (c["conv_kernel"] - 1) * (
-        d_in + 2 * c["n_groups"] * c["ssm_state_size"]) * 2
+    state = (
+        d_in * c["ssm_state_size"] * 4
+        + (c["conv_kernel"] - 1) * (d_in + 2 * c["n_groups"] * c["ssm_state_size"]) * 2
+    )
     return per, per * ctx + p.count("M") * state
 
 
@@ -189,11 +203,16 @@ def v4(c, ctx):
     entry = c["num_key_value_heads"] * c["head_dim"] * 2
     idx = c["index_head_dim"] + 4 * c["index_head_dim"] / 128
     win = min(ctx, c["sliding_window"]) * entry
-    per = sum(entry for x in r if x == 0) + sum((entry + idx) / 4 for x in r if x == 4) + sum(
-        entry / 128 for x in r if x == 128)
-    seq = sum(win for x in r if x == 0) + sum(math.ceil(ctx / 4) * (entry + idx) + win
-                                              for x in r if x == 4) + sum(
-        math.ceil(ctx / 128) * entry + win for x in r if x == 128)
+    per = (
+        sum(entry for x in r if x == 0)
+        + sum((entry + idx) / 4 for x in r if x == 4)
+        + sum(entry / 128 for x in r if x == 128)
+    )
+    seq = (
+        sum(win for x in r if x == 0)
+        + sum(math.ceil(ctx / 4) * (entry + idx) + win for x in r if x == 4)
+        + sum(math.ceil(ctx / 128) * entry + win for x in r if x == 128)
+    )
     return per, seq
 
 
@@ -206,8 +225,9 @@ def minimax_m3(c, ctx):
 
 
 def full_gqa(c, ctx):
-    per = c["num_hidden_layers"] * _gqa(c, hd=c.get("head_dim") or c["hidden_size"] // c[
-        "num_attention_heads"])
+    per = c["num_hidden_layers"] * _gqa(
+        c, hd=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    )
     return per, per * ctx
 
 
@@ -217,8 +237,10 @@ CACHE = {
     "Qwen--Qwen3-Coder-480B-A35B-Instruct": full_gqa,
     "Qwen--Qwen3-VL-30B-A3B-Instruct": full_gqa,
     "Qwen--Qwen3.5-35B-A3B": qwen35,
-    "nvidia--Qwen3.5-122B-A10B-NVFP4": lambda c, x: tuple(v / 2 for v in qwen35(c, x)[:1]) + (
-        qwen35(c, x)[0] / 2 * x + (qwen35(c, x)[1] - qwen35(c, x)[0] * x),),  # fp8 KV cache
+    "nvidia--Qwen3.5-122B-A10B-NVFP4": lambda c, x: (
+        tuple(v / 2 for v in qwen35(c, x)[:1])
+        + (qwen35(c, x)[0] / 2 * x + (qwen35(c, x)[1] - qwen35(c, x)[0] * x),)
+    ),  # fp8 KV cache
     "XiaomiMiMo--MiMo-V2-Flash": mimo,
     "deepseek-ai--DeepSeek-V3.2": lambda c, x: mla(c, x, indexer=True),
     "deepseek-ai--DeepSeek-V4-Flash": v4,
@@ -228,10 +250,12 @@ CACHE = {
     "moonshotai--Kimi-K2.5": mla,
     "nvidia--DeepSeek-V3.1-NVFP4": lambda c, x: tuple(v / 2 for v in mla(c, x)),  # fp8 KV
     "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": nemotron,
-    "openai--gpt-oss-20b": lambda c, x: windowed(c, x, "layer_types", "full_attention",
-                                                 c["sliding_window"]),
-    "stepfun-ai--Step-3.7-Flash-FP8": lambda c, x: windowed(c, x, "layer_types",
-                                                            "full_attention", c["sliding_window"]),
+    "openai--gpt-oss-20b": lambda c, x: windowed(
+        c, x, "layer_types", "full_attention", c["sliding_window"]
+    ),
+    "stepfun-ai--Step-3.7-Flash-FP8": lambda c, x: windowed(
+        c, x, "layer_types", "full_attention", c["sliding_window"]
+    ),
     "zai-org--GLM-5-FP8": lambda c, x: mla(c, x, indexer=True),
 }
 
@@ -304,15 +328,21 @@ def _one_line(capsys, path: str, *needles: str) -> None:
 
 def test_unknown_architecture_names_file_key_value_and_supported(tmp_path, capsys):
     cfg = {**raw("mistralai--Mixtral-8x22B-v0.1"), "architectures": ["FooMoeForCausalLM"]}
-    _one_line(capsys, _write(tmp_path, cfg), "config[model].architectures", "FooMoeForCausalLM",
-              "MixtralForCausalLM")
+    _one_line(
+        capsys,
+        _write(tmp_path, cfg),
+        "config[model].architectures",
+        "FooMoeForCausalLM",
+        "MixtralForCausalLM",
+    )
 
 
 def test_unknown_layer_kind_is_refused(tmp_path, capsys):
     cfg = json.loads((ROOT / "Qwen--Qwen3.5-35B-A3B" / "config.json").read_text())
     cfg["text_config"]["layer_types"][0] = "mamba_attention"
-    _one_line(capsys, _write(tmp_path, cfg), "layer_types[0]", "mamba_attention",
-              "linear_attention")
+    _one_line(
+        capsys, _write(tmp_path, cfg), "layer_types[0]", "mamba_attention", "linear_attention"
+    )
 
 
 def test_shape_key_moeplan_does_not_model_is_refused(tmp_path, capsys):
@@ -339,12 +369,15 @@ def test_contradicting_quantization_files_are_one_line(tmp_path, capsys):
     cfg = raw("nvidia--DeepSeek-V3.1-NVFP4")
     cfg = {**cfg, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
     quant = json.loads((ROOT / "nvidia--DeepSeek-V3.1-NVFP4" / "hf_quant_config.json").read_text())
-    _one_line(capsys, _write(tmp_path, cfg, quant), "quant_method 'fp8'", "hf_quant_config.json",
-              "NVFP4")
+    _one_line(
+        capsys, _write(tmp_path, cfg, quant), "quant_method 'fp8'", "hf_quant_config.json", "NVFP4"
+    )
 
 
 def test_infinity_is_read_and_refused_only_where_moeplan_reads_it(tmp_path):
-    cfg = json.loads((ROOT / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json").read_text())
+    cfg = json.loads(
+        (ROOT / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json").read_text()
+    )
     text = json.dumps({**cfg, "time_step_limit": [0.0, float("inf")]})
     d = tmp_path / "ok"
     d.mkdir()

@@ -62,8 +62,12 @@ def test_named_baselines_in_grammar():
     space = set(enumerate_strategies(4, 8))
     assert set(b) == {"vllm-tp-pp", "vllm-dp-ep", "tutel-tp-ep", "deepseek-v3"}
     assert all(s in space for s in b.values())
-    assert b["deepseek-v3"].plan_layout() == {"world_size": 32, "attn": {"tp": 4, "dp": 8},
-                                         "moe": {"tp": 1, "ep": 32}, "pp": 1}
+    assert b["deepseek-v3"].plan_layout() == {
+        "world_size": 32,
+        "attn": {"tp": 4, "dp": 8},
+        "moe": {"tp": 1, "ep": 32},
+        "pp": 1,
+    }
     assert "deepseek-v3" not in named_baselines(1, 2)
 
 

@@ -38,9 +38,15 @@ def _reference(row: np.ndarray, p: float, k_min: int, k_max: int) -> list[int]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 9)),
-              elements=st.floats(0, 10, allow_nan=False)),
-       st.floats(0.01, 1.0), st.data())
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 6), st.integers(1, 9)),
+        elements=st.floats(0, 10, allow_nan=False),
+    ),
+    st.floats(0.01, 1.0),
+    st.data(),
+)
 def test_top_p_route_matches_reference_loop(raw, p, data):
     """Selected ids (order included) equal the per-token reference for any probabilities."""
     probs = raw / np.maximum(raw.sum(axis=1, keepdims=True), 1e-12)
@@ -52,8 +58,8 @@ def test_top_p_route_matches_reference_loop(raw, p, data):
         want = _reference(row, p, k_min, k_max)
         got = [int(e) for e in experts[t] if e >= 0]
         assert got == want
-        assert np.all(experts[t, len(want):] == -1)
-        assert np.allclose(weights[t, :len(want)], row[want])
+        assert np.all(experts[t, len(want) :] == -1)
+        assert np.allclose(weights[t, : len(want)], row[want])
 
 
 def test_ties_go_to_the_lower_expert_index():

@@ -22,11 +22,14 @@ def _trace(seed, requests=5, layers=3, k=2, e=8, with_weights=False):
     lengths = rng.integers(1, 7, size=requests)
     n = int(lengths.sum())
     experts = rng.integers(-1, e, size=(n, layers, k)).astype(np.int16)
-    return RoutingTrace(request_id=np.repeat(np.arange(requests) * 3 + 1, lengths),
-                        position=np.concatenate([np.arange(x) for x in lengths]).astype(np.int32),
-                        token_id=rng.integers(0, 50, size=n), experts=experts, num_experts=e,
-                        weights=rng.random((n, layers, k)).astype(np.float32)
-                        if with_weights else None)
+    return RoutingTrace(
+        request_id=np.repeat(np.arange(requests) * 3 + 1, lengths),
+        position=np.concatenate([np.arange(x) for x in lengths]).astype(np.int32),
+        token_id=rng.integers(0, 50, size=n),
+        experts=experts,
+        num_experts=e,
+        weights=rng.random((n, layers, k)).astype(np.float32) if with_weights else None,
+    )
 
 
 def _equal(a, b):
@@ -41,8 +44,7 @@ def _equal(a, b):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), suffix=st.sampled_from([".npz", ".parquet"]),
-       w=st.booleans())
+@given(seed=st.integers(0, 10_000), suffix=st.sampled_from([".npz", ".parquet"]), w=st.booleans())
 def test_round_trip_is_lossless(tmp_path_factory, seed, suffix, w):
     """save_trace then load_trace returns the same arrays (npz and Parquet)."""
     tr = _trace(seed, with_weights=w)
@@ -70,8 +72,13 @@ def test_streaming_yields_whole_requests(tmp_path_factory, seed, chunk, rg):
 def test_streaming_writer_equals_one_shot(tmp_path):
     """TraceWriter (chunked) writes the same trace as save_trace."""
     a, b = _trace(1), _trace(2)
-    b = RoutingTrace(request_id=b.request_id + 1000, position=b.position, token_id=b.token_id,
-                     experts=b.experts, num_experts=8)
+    b = RoutingTrace(
+        request_id=b.request_id + 1000,
+        position=b.position,
+        token_id=b.token_id,
+        experts=b.experts,
+        num_experts=8,
+    )
     w = TraceWriter(tmp_path / "w.parquet")
     w.write(a)
     w.write(b)
@@ -109,5 +116,10 @@ def test_expert_ids_out_of_range_are_rejected():
     """Expert ids >= num_experts are a one-line user error."""
     tr = _trace(0)
     with pytest.raises(MoeplanError, match="trace.experts"):
-        RoutingTrace(request_id=tr.request_id, position=tr.position, token_id=tr.token_id,
-                     experts=tr.experts, num_experts=4)
+        RoutingTrace(
+            request_id=tr.request_id,
+            position=tr.position,
+            token_id=tr.token_id,
+            experts=tr.experts,
+            num_experts=4,
+        )

@@ -23,13 +23,22 @@ def _per_token_dump(path, rng, p2l, passes=3):
             topk[layer, :, :2] = phys
             logical[:, layer - 1] = p2l[layer][phys.numpy()]
         ids = rng.integers(0, 1000, size=t).tolist()
-        records.append(dict(forward_pass_id=fp, rank=0, gatherer_key="primary", input_ids=ids,
-                            positions=list(range(t)), extend_seq_lens=seg, forward_mode=1,
-                            topk_ids_of_layer=topk, misc_objects=[],
-                            global_physical_count=torch.zeros(num_layers, num_phy)))
+        records.append(
+            dict(
+                forward_pass_id=fp,
+                rank=0,
+                gatherer_key="primary",
+                input_ids=ids,
+                positions=list(range(t)),
+                extend_seq_lens=seg,
+                forward_mode=1,
+                topk_ids_of_layer=topk,
+                misc_objects=[],
+                global_physical_count=torch.zeros(num_layers, num_phy),
+            )
+        )
         truth.append((ids, logical, seg))
-    torch.save({"records": records,
-                "last_physical_to_logical_map": torch.tensor(p2l)}, path)
+    torch.save({"records": records, "last_physical_to_logical_map": torch.tensor(p2l)}, path)
     return truth
 
 
@@ -50,8 +59,10 @@ def test_stat_dump_sums_steps(tmp_path):
     """logical_count [steps, layers, E] is summed over steps and files."""
     c = torch.randint(0, 50, (5, 3, 8), dtype=torch.int32)
     for r in range(2):
-        torch.save({"rank": r, "logical_count": c,
-                    "average_utilization_rate_over_window": None}, tmp_path / f"s{r}.pt")
+        torch.save(
+            {"rank": r, "logical_count": c, "average_utilization_rate_over_window": None},
+            tmp_path / f"s{r}.pt",
+        )
     load = read_stat([tmp_path / "s0.pt", tmp_path / "s1.pt"], num_experts=8)
     assert np.array_equal(load, 2 * c.numpy().sum(axis=0))
 
@@ -79,8 +90,18 @@ def test_cli_import_writes_a_trace(tmp_path, capsys):
     rng = np.random.default_rng(1)
     p2l = np.tile(np.arange(8), (3, 1))
     _per_token_dump(tmp_path / "d.pt", rng, p2l)
-    main(["trace", "import", str(tmp_path / "d.pt"), "--out", str(tmp_path / "t.npz"),
-          "--num-experts", "8", "--json"])
+    main(
+        [
+            "trace",
+            "import",
+            str(tmp_path / "d.pt"),
+            "--out",
+            str(tmp_path / "t.npz"),
+            "--num-experts",
+            "8",
+            "--json",
+        ]
+    )
     tr = load_trace(tmp_path / "t.npz")
     assert tr.num_layers == 2 and tr.num_experts == 8
     assert '"occurrences"' in capsys.readouterr().out

@@ -12,8 +12,17 @@ from moeplan.traces.stats import (
 )
 from moeplan.traces.synthetic import SynthConfig, synthesize, uniform_trace
 
-SMALL = dict(num_layers=4, num_experts=16, top_k=2, vocab_size=300, num_requests=60,
-             min_len=20, max_len=40, num_groups=4, num_topics=4)
+SMALL = dict(
+    num_layers=4,
+    num_experts=16,
+    top_k=2,
+    vocab_size=300,
+    num_requests=60,
+    min_len=20,
+    max_len=40,
+    num_groups=4,
+    num_topics=4,
+)
 
 
 def test_same_seed_same_trace_other_seed_differs():
@@ -44,8 +53,9 @@ def test_kurtosis_matches_scipy():
 def test_preference_knob_raises_kurtosis_and_predictability():
     """Strong token-expert preference: higher kurtosis and static precision than none."""
     strong = synthesize(SynthConfig(**SMALL, pref_strength=4.0))
-    none = synthesize(SynthConfig(**SMALL, pref_strength=0.0, topic_strength=0.0,
-                                  markov_strength=0.0))
+    none = synthesize(
+        SynthConfig(**SMALL, pref_strength=0.0, topic_strength=0.0, markov_strength=0.0)
+    )
     assert np.median(activation_kurtosis(strong, 10)) > np.median(activation_kurtosis(none, 10))
     p_strong = static_predictor_scores(*split(strong, 0, 0.3), min_prob=0.3)
     p_none = static_predictor_scores(*split(none, 0, 0.3), min_prob=0.3)
@@ -72,7 +82,8 @@ def test_stats_report_has_paper_statistics():
 
 def test_uniform_trace_has_no_structure():
     """The uniform trace's static predictor is near chance."""
-    u = uniform_trace(num_requests=40, length=30, num_layers=3, num_experts=16, top_k=2,
-                      vocab_size=20)
+    u = uniform_trace(
+        num_requests=40, length=30, num_layers=3, num_experts=16, top_k=2, vocab_size=20
+    )
     p = static_predictor_scores(*split(u, 0, 0.3), min_prob=0.3)
     assert p["precision"] < 0.3

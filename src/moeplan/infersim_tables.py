@@ -75,8 +75,11 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
                         engine="sglang",
                         op=f"{phase}_gdn",
                         version="infersim@f2293da",
-                        columns={**base, "kernel_source": np.full(n, kernel),
-                                 "framework": np.full(n, "SGLang")},  # SGLang's kernels
+                        columns={
+                            **base,
+                            "kernel_source": np.full(n, kernel),
+                            "framework": np.full(n, "SGLang"),
+                        },  # SGLang's kernels
                         latency=lat,
                         origin=str(path),
                     )  # fmt: skip

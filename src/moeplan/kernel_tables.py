@@ -71,8 +71,11 @@ FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
         f"wideep_{p}_mlp_perf.parquet": [
             (
                 f"wideep_{p}_mlp",
-                {"num_tokens": "num_token", "inter_size": "intermediate_size",
-                 "moe_dtype": "quant_type"},
+                {
+                    "num_tokens": "num_token",
+                    "inter_size": "intermediate_size",
+                    "moe_dtype": "quant_type",
+                },
                 ("avg_ms",),
                 1e-3,
             )

@@ -26,8 +26,10 @@ def measured_dir(name: str) -> Path:
         return Path(str(resources.files("moeplan").joinpath("data", "measured", name)))
     path = Path(name)
     if not (path / "gemm_perf.parquet").exists() or not (path / "nccl_perf.parquet").exists():
-        raise MoeplanError(f"measured ({name!r}) must be one of {', '.join(MEASURED)} or a "
-                           "folder holding gemm_perf.parquet and nccl_perf.parquet")
+        raise MoeplanError(
+            f"measured ({name!r}) must be one of {', '.join(MEASURED)} or a "
+            "folder holding gemm_perf.parquet and nccl_perf.parquet"
+        )
     return path
 
 
@@ -46,15 +48,21 @@ def read_gemm(name: str, dtype: str = "bfloat16") -> GemmRows:
     sel = d["gemm_dtype"] == dtype
     if not sel.any():
         raise MoeplanError(f"measured[{name}] has no GEMM rows of dtype {dtype!r}")
-    return GemmRows(m=d["m"][sel].astype(float), n=d["n"][sel].astype(float),
-                    k=d["k"][sel].astype(float), latency=d["latency"][sel].astype(float) * 1e-3)
+    return GemmRows(
+        m=d["m"][sel].astype(float),
+        n=d["n"][sel].astype(float),
+        k=d["k"][sel].astype(float),
+        latency=d["latency"][sel].astype(float) * 1e-3,
+    )
 
 
 def read_nccl(name: str) -> NcclRows:
     cols = ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"]
     d = _table(measured_dir(name) / "nccl_perf.parquet", cols)
     size = np.array([DTYPE_BYTES[str(t)] for t in d["nccl_dtype"]], dtype=float)
-    return NcclRows(op=np.array([OPS[str(o)] for o in d["op_name"]]),
-                    num_gpus=d["num_gpus"].astype(int),
-                    nbytes=d["message_size"].astype(float) * size,
-                    latency=d["latency"].astype(float) * 1e-3)
+    return NcclRows(
+        op=np.array([OPS[str(o)] for o in d["op_name"]]),
+        num_gpus=d["num_gpus"].astype(int),
+        nbytes=d["message_size"].astype(float) * size,
+        latency=d["latency"].astype(float) * 1e-3,
+    )

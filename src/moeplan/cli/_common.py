@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
 
+
 class SafeConsole(Console):
     """A rich console that escapes control characters in what it prints (names, paths and
     config strings come from files: an ESC sequence in them must not reach the terminal);
@@ -55,6 +56,8 @@ class Table(_RichTable):
     def add_column(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("overflow", "fold")
         super().add_column(*args, **kwargs)
+
+
 err_console = SafeConsole(stderr=True, highlight=False)
 
 
@@ -98,12 +101,8 @@ def fmt_times(values: list[float | None]) -> tuple[str, list[str]]:
     "1.746 s" with "352.756 ms"; ``None`` or a non-finite value prints as "—"."""
     finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
     top = max(finite, default=0.0)
-    unit, scale, dec = next(
-        (u for u in TIME_UNITS if top >= u[1]), TIME_UNITS[-1]
-    )
-    texts = [
-        "—" if v is None or not math.isfinite(v) else f"{v / scale:,.{dec}f}" for v in values
-    ]
+    unit, scale, dec = next((u for u in TIME_UNITS if top >= u[1]), TIME_UNITS[-1])
+    texts = ["—" if v is None or not math.isfinite(v) else f"{v / scale:,.{dec}f}" for v in values]
     return unit, texts
 
 
@@ -178,8 +177,13 @@ def progress(show: bool, description: str) -> Iterator[Callable[[str], None]]:
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, transient=True) as prog:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as prog:
         task = prog.add_task(description, total=None)
         yield lambda text: prog.update(task, description=text)
 

@@ -119,4 +119,3 @@ def check_rate(rate: float | None, instances: int, w: ServeWorkload, slo: SLO) -
         f"{per:.4g} req/s, plus {w.num_requests} measured; at most {MAX_SIMULATED:,}); the "
         f"largest --rate simulated here is {math.floor(top):,} req/s"
     )
-

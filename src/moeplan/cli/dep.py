@@ -36,7 +36,9 @@ from moeplan.specs import load_cluster
 
 
 def dep_command(
-    model: Annotated[str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")],
+    model: Annotated[
+        str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")
+    ],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. findep-a).")],
     isl: IslOpt = DEFAULT_ISL,
     ag: Annotated[int | None, typer.Option("--ag", help="Attention-group GPUs.")] = None,
@@ -170,8 +172,9 @@ def _print_human(report) -> None:
             *(f"{u[k]:.0%}" for k in ("AG", "A2E", "EG", "E2A")),
         )
     console.print(t)
-    console.print(glossary("ag", "eg", "ma", "r1", "r2", "me", "ASAS", "AASS", "PPPipe"),
-                  style="dim")
+    console.print(
+        glossary("ag", "eg", "ma", "r1", "r2", "me", "ASAS", "AASS", "PPPipe"), style="dim"
+    )
     if d.get("memory_per_gpu"):
         m = d["memory_per_gpu"]
         console.print(

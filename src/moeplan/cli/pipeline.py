@@ -88,7 +88,9 @@ def routing_for(
 
 
 def pipeline_command(
-    model: Annotated[str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")],
+    model: Annotated[
+        str, typer.Option("--model", help="Model preset, config.json or checkpoint folder.")
+    ],
     cluster: Annotated[str, typer.Option("--cluster", help="Cluster preset (e.g. smidt-a40).")],
     pp: Annotated[str, typer.Option("--pp", help="PP degree, or 'auto' (every divisor).")] = "auto",
     routing_profile: Annotated[
@@ -134,8 +136,7 @@ def pipeline_command(
     cm = opt.engine_cost(cl, None, engine)
     work = "SMIDT: stage search over every PP degree" + (", exhaustive check" if verify else "")
     with opt.progress(not (quiet or as_json), work):
-        res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp,
-                            verify=verify)
+        res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
     price = opt.pricing_of(cm)
     write_outputs(
         out,
@@ -290,8 +291,14 @@ def _print_baselines(res: PipelineResult) -> None:
     rows = [("smidt", p), *((k, res.baselines.get(k)) for k in BASELINES)]
     unit, bottlenecks = fmt_times([None if q is None else q.bottleneck_s for _, q in rows])
     b = Table(title="SMIDT vs baselines (same cost model)")
-    for col in ("plan", "pp", f"bottleneck ({unit})", "tokens/s", "SMIDT vs it",
-                "mem/GPU max / min (GiB)"):
+    for col in (
+        "plan",
+        "pp",
+        f"bottleneck ({unit})",
+        "tokens/s",
+        "SMIDT vs it",
+        "mem/GPU max / min (GiB)",
+    ):
         b.add_column(col)
     for (name, plan), bott in zip(rows, bottlenecks, strict=True):
         if plan is None:
@@ -300,8 +307,14 @@ def _print_baselines(res: PipelineResult) -> None:
         hi, lo = plan.mem_spread()
         r = p.throughput_tokens_per_s / plan.throughput_tokens_per_s
         vs = "—" if plan is p else f"{r:.2f}x faster" if r >= 1 else f"{1 / r:.2f}x slower"
-        b.add_row(name, str(plan.pp), bott, f"{plan.throughput_tokens_per_s:,.0f}", vs,
-                  f"{hi / 2**30:.2f} / {lo / 2**30:.2f}")
+        b.add_row(
+            name,
+            str(plan.pp),
+            bott,
+            f"{plan.throughput_tokens_per_s:,.0f}",
+            vs,
+            f"{hi / 2**30:.2f} / {lo / 2**30:.2f}",
+        )
     console.print(b)
 
 

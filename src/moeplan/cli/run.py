@@ -38,7 +38,10 @@ def run_command(
     ] = None,
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Model preset, config.json or checkpoint folder (default: the plan's model)."),
+        typer.Option(
+            "--model",
+            help="Model preset, config.json or checkpoint folder (default: the plan's model).",
+        ),
     ] = None,
     scale: Annotated[str, typer.Option("--scale", help="small (CPU-sized) or full.")] = "small",
     tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,

@@ -42,7 +42,8 @@ __all__ = ["PLAN_LAYOUTS", "layout_from_plan", "register", "serve_sim"]
 
 def serve_sim(
     model: Annotated[
-        str | None, typer.Option(help="Model preset, config.json or checkpoint folder (default: the plan's).")
+        str | None,
+        typer.Option(help="Model preset, config.json or checkpoint folder (default: the plan's)."),
     ] = None,
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset (default: the plan's).")
@@ -183,9 +184,12 @@ def serve_sim(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     quiet: QuietOpt = False,
-    jobs: Annotated[int | None, typer.Option(
-        help="Worker processes for the capacity interval's independent runs (default: the "
-             "CPUs this process may use; 1: none). The figures are the same for every value.")
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes for the capacity interval's independent runs (default: the "
+            "CPUs this process may use; 1: none). The figures are the same for every value."
+        ),
     ] = None,
 ) -> None:
     """Simulate serving one deployment: TTFT/TPOT/ITL/E2E percentiles, tokens/s per GPU,
@@ -241,8 +245,9 @@ def serve_sim(
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if d.pd is not None:
-        mtp_knobs = resolve_knobs(cm.engine, m, c, d.pd.prefill, mtp=mtp,
-                                  mtp_accept=mtp_accept)  # validates --mtp/--mtp-accept
+        mtp_knobs = resolve_knobs(
+            cm.engine, m, c, d.pd.prefill, mtp=mtp, mtp_accept=mtp_accept
+        )  # validates --mtp/--mtp-accept
         with workers(n_jobs, carry=[cm]):
             return show_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
                            requests=requests, json_out=json_out, render=(payload, print_human),

@@ -26,7 +26,9 @@ DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
 DEFAULT_TPOT_SLO_MS = 100.0
 DEFAULT_ISL, DEFAULT_OSL = 2048, 256  # same defaults as ``moeplan plan``
 MAX_REQUESTS = 200_000
-MAX_THINK_MS = 3_600_000.0  # one hour: bounds the simulated clock; no interactive client idles longer
+MAX_THINK_MS = (
+    3_600_000.0  # one hour: bounds the simulated clock; no interactive client idles longer
+)
 LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 
 
@@ -68,14 +70,20 @@ def resolve_deployment(
     deployment = None
     if pd is not None:
         check_pd_flags(flags, plan, concurrency, chunk_tokens, max_running, trace_out)
-        knob_given = {"--phase": phase, "--redundant-experts": redundant_experts or None,
-                      "--tbo/--no-tbo": tbo,
-                      "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
-                      "--a2a": None if a2a == "auto" else a2a}
+        knob_given = {
+            "--phase": phase,
+            "--redundant-experts": redundant_experts or None,
+            "--tbo/--no-tbo": tbo,
+            "--kv-dtype": None if kv_dtype == "auto" else kv_dtype,
+            "--a2a": None if a2a == "auto" else a2a,
+        }
         bad = [k for k, v in knob_given.items() if v is not None]
-        require(not bad, f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
-                "engine's all-to-all and the better two-batch overlap setting; redundant experts "
-                "go in the layout: moe-rN; --mtp applies to the decode pool)")
+        require(
+            not bad,
+            f"{bad[0] if bad else ''} does not apply to --pd (each pool runs the "
+            "engine's all-to-all and the better two-batch overlap setting; redundant experts "
+            "go in the layout: moe-rN; --mtp applies to the decode pool)",
+        )
         deployment, the_plan = read_pd(pd)
         layout = deployment.prefill
     else:

@@ -66,8 +66,11 @@ def check_pd_flags(
         ("--max-running", max_running),
         ("--trace-out", trace_out),
     ):
-        require(v is None, f"{flag} ({v}) does not apply to --pd (each pool's scheduler is its "
-                "engine's default; the arrivals are an open stream)")
+        require(
+            v is None,
+            f"{flag} ({v}) does not apply to --pd (each pool's scheduler is its "
+            "engine's default; the arrivals are an open stream)",
+        )
 
 
 def run_pd(
@@ -136,8 +139,9 @@ def show_pd(
     from moeplan.cli._common import console, print_json
     from moeplan.kernel_tables import pricing, pricing_line
 
-    r, extra = run_pd(pd, model, cluster, cm, w, slo, engine=engine, rate=rate,
-                      requests=requests, mtp=mtp)
+    r, extra = run_pd(
+        pd, model, cluster, cm, w, slo, engine=engine, rate=rate, requests=requests, mtp=mtp
+    )
     _payload, _print_human = render
     out = _payload(model.name, cluster.name, r, w, slo, extra["rate_simulated_rps"], engine)
     out.update(extra, pricing=pricing(cm))

@@ -21,8 +21,17 @@ from moeplan.planners.plan import Plan
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 
-LAYOUT_KEYS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches", "dense_tp",
-               "redundant_experts", "fused")
+LAYOUT_KEYS = (
+    "attn_tp",
+    "attn_dp",
+    "moe_tp",
+    "moe_ep",
+    "pp",
+    "micro_batches",
+    "dense_tp",
+    "redundant_experts",
+    "fused",
+)
 MAX_REPLICAS = 1 << 20  # far beyond any cluster preset's GPUs (specs/cluster.py bounds)
 
 
@@ -161,8 +170,10 @@ def _pipeline_layout(lay: Any) -> ServeLayout:
             where = f"stages[{j}].modules[{i}]"
             require(isinstance(m, dict), f"plan.layout.{where} must be a JSON object")
             kind = m.get("kind")
-            require(kind in MODULE_KINDS, f"plan.layout.{where}.kind ({kind!r}) must be one of "
-                    f"{', '.join(MODULE_KINDS)}")
+            require(
+                kind in MODULE_KINDS,
+                f"plan.layout.{where}.kind ({kind!r}) must be one of {', '.join(MODULE_KINDS)}",
+            )
             tp, dp = _degree(f"{where}.tp", m.get("tp")), _degree(f"{where}.dpmoe", m.get("dpmoe"))
             if kind == "attn":
                 attn.append((tp, dp))

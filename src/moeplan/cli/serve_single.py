@@ -69,13 +69,31 @@ def run_single(
 
 
 def _closed_loop(
-    m: ModelSpec, c: ClusterSpec, cm: CostModel, d: Deployment, w: ServeWorkload, slo: SLO,
-    knobs: InstanceKnobs, *, engine: str, routing: RoutingProfile | None,
+    m: ModelSpec,
+    c: ClusterSpec,
+    cm: CostModel,
+    d: Deployment,
+    w: ServeWorkload,
+    slo: SLO,
+    knobs: InstanceKnobs,
+    *,
+    engine: str,
+    routing: RoutingProfile | None,
 ) -> tuple[ServeResult, Any]:
     """The knob search (unless given) and one closed-loop run of ``w``."""
     r = evaluate_layout(
-        m, c, cm, d.layout, w, slo, engine=engine, chunk_tokens=d.chunk_tokens,
-        max_running=d.max_running, search_requests=w.num_requests, knobs=knobs, routing=routing,
+        m,
+        c,
+        cm,
+        d.layout,
+        w,
+        slo,
+        engine=engine,
+        chunk_tokens=d.chunk_tokens,
+        max_running=d.max_running,
+        search_requests=w.num_requests,
+        knobs=knobs,
+        routing=routing,
     )
     if not r.feasible:
         raise MoeplanError(r.reason)
@@ -86,16 +104,36 @@ def _closed_loop(
 
 
 def _at_capacity(
-    m: ModelSpec, c: ClusterSpec, cm: CostModel, d: Deployment, w: ServeWorkload, slo: SLO,
-    knobs: InstanceKnobs, *, engine: str, rate: float | None, routing: RoutingProfile | None,
+    m: ModelSpec,
+    c: ClusterSpec,
+    cm: CostModel,
+    d: Deployment,
+    w: ServeWorkload,
+    slo: SLO,
+    knobs: InstanceKnobs,
+    *,
+    engine: str,
+    rate: float | None,
+    routing: RoutingProfile | None,
 ) -> tuple[ServeResult, Any, float, dict[str, Any]]:
     """The capacity search, then the steady run at ``rate`` (or at capacity): the result,
     its simulation, the total rate it ran at and the capacity record."""
     lay, replicas, requests = d.layout, d.replicas, w.num_requests
     require(replicas >= 1, f"--replicas ({replicas}) must be >= 1")
     cand = layout_capacity(
-        m, c, cm, lay, w, slo, engine=engine, requests=requests, replicas=replicas,
-        chunk_tokens=d.chunk_tokens, max_running=d.max_running, knobs=knobs, routing=routing,
+        m,
+        c,
+        cm,
+        lay,
+        w,
+        slo,
+        engine=engine,
+        requests=requests,
+        replicas=replicas,
+        chunk_tokens=d.chunk_tokens,
+        max_running=d.max_running,
+        knobs=knobs,
+        routing=routing,
     )
     assert cand.capacity is not None
     if rate is None and cand.probe is None:
@@ -139,7 +177,12 @@ def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, 
     if rate is None:
         return cand.probe
     return steady_probe(
-        cand.cfg, cand.evaluate, w, slo, rate / cand.replicas, requests=requests,
+        cand.cfg,
+        cand.evaluate,
+        w,
+        slo,
+        rate / cand.replicas,
+        requests=requests,
         replicas=cand.replicas,
     )
 

@@ -167,12 +167,24 @@ def _print_human(
     t_unit, ttfts = fmt_times([r.ttft_s for r in rows])
     i_unit, itls = fmt_times([r.itl_s for r in rows])
     fused = any(r.strategy.fused for r in rows)  # the column only when a fused one is listed
-    f_unit, saved = fmt_times([r.prefill.comm_unfused_s - r.prefill.comm_s
-                               if r.strategy.fused else None for r in rows])
-    t = Table(title="Top strategies (tokens/s per GPU: prompt + output; comm share: of the "
-              "prefill time)", box=box.SIMPLE_HEAD, show_edge=False)
-    cols = ["#", "strategy", "GPUs", f"TTFT\n{t_unit}", f"ITL\n{i_unit}", "tok/s\nper GPU",
-            "mem/GPU\nGiB", "comm\nshare"] + ([f"fused\nsaves\n{f_unit}"] if fused else [])
+    f_unit, saved = fmt_times(
+        [r.prefill.comm_unfused_s - r.prefill.comm_s if r.strategy.fused else None for r in rows]
+    )
+    t = Table(
+        title="Top strategies (tokens/s per GPU: prompt + output; comm share: of the prefill time)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )
+    cols = [
+        "#",
+        "strategy",
+        "GPUs",
+        f"TTFT\n{t_unit}",
+        f"ITL\n{i_unit}",
+        "tok/s\nper GPU",
+        "mem/GPU\nGiB",
+        "comm\nshare",
+    ] + ([f"fused\nsaves\n{f_unit}"] if fused else [])
     for c in cols:
         t.add_column(c, no_wrap=c != "strategy")
     for i, r in enumerate(rows, 1):
@@ -201,8 +213,11 @@ def _baselines_table(a: Analysis, best: StrategyResult) -> Table:
     bases = list(a.baselines.items())
     t_unit, ttfts = fmt_times([None if v is None else v.ttft_s for _, v in bases])
     i_unit, itls = fmt_times([None if v is None else v.itl_s for _, v in bases])
-    b = Table(title="Gains of #1 over the named baselines (x > 1 = #1 better)",
-              box=box.SIMPLE_HEAD, show_edge=False)
+    b = Table(
+        title="Gains of #1 over the named baselines (x > 1 = #1 better)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )
     for c in ("baseline: its strategy", f"TTFT\n{t_unit}", f"ITL\n{i_unit}", "tokens/s",
               "TTFT\nx", "ITL\nx", "tokens/s\nx"):  # fmt: skip
         b.add_column(c, no_wrap=not c.startswith("baseline"))
@@ -302,8 +317,12 @@ def strategy(
     st = best.strategy if best is not None else None
     qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
     if json_out:
-        obj = {**_json(a, top, exp, model, c.name, best, price), "engine": engine, "pricing": price,
-               "warnings": [qw] if qw else []}
+        obj = {
+            **_json(a, top, exp, model, c.name, best, price),
+            "engine": engine,
+            "pricing": price,
+            "warnings": [qw] if qw else [],
+        }
         if verify:
             obj["verify"] = checked
         print_json(obj)

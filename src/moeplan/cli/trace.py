@@ -47,7 +47,9 @@ def _model(name: str):  # type: ignore[no-untyped-def]
 @trace_app.command("synth")
 def synth(
     out: Annotated[Path, typer.Option("--out", help="Output .parquet (streamed) or .npz")],
-    model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")] = "deepseek-v2-lite",
+    model: Annotated[
+        str, typer.Option(help="Model preset, config.json or checkpoint folder.")
+    ] = "deepseek-v2-lite",
     requests: Annotated[int, typer.Option(help="Number of requests")] = 1024,
     seed: Annotated[int, typer.Option(help="Random seed")] = 0,
     layers: Annotated[

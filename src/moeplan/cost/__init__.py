@@ -20,16 +20,28 @@ from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec
 
 __all__ = [
-    "COLLECTIVE_OPS", "AlphaBeta", "CostModel", "FitQuality", "HardwareProfile",
-    "MemoryBreakdown", "Piecewise", "Roofline", "collective_time", "cost_model_for",
-    "load_profile", "profile_names", "ring_time",
+    "COLLECTIVE_OPS",
+    "AlphaBeta",
+    "CostModel",
+    "FitQuality",
+    "HardwareProfile",
+    "MemoryBreakdown",
+    "Piecewise",
+    "Roofline",
+    "collective_time",
+    "cost_model_for",
+    "load_profile",
+    "profile_names",
+    "ring_time",
 ]
 
 
 def profile_names() -> list[str]:
-    names = [p.name.removesuffix(".json")
-             for p in resources.files(__package__).joinpath("profiles").iterdir()
-             if p.name.endswith(".json")]
+    names = [
+        p.name.removesuffix(".json")
+        for p in resources.files(__package__).joinpath("profiles").iterdir()
+        if p.name.endswith(".json")
+    ]
     return sorted(set(names) | {"findep-a"})
 
 
@@ -40,13 +52,18 @@ def load_profile(name: str) -> HardwareProfile:
         return findep_a6000_profile()
     path = resources.files(__package__).joinpath("profiles", f"{name}.json")
     if not path.is_file():
-        raise MoeplanError(f"profile ({name!r}) is not shipped; choose one of "
-                           f"{', '.join(profile_names())}")
+        raise MoeplanError(
+            f"profile ({name!r}) is not shipped; choose one of {', '.join(profile_names())}"
+        )
     return HardwareProfile.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def cost_model_for(cluster: ClusterSpec, profile: str | None = None,
-                   engine: str | None = None, kernels: KernelDB | None = None) -> CostModel:
+def cost_model_for(
+    cluster: ClusterSpec,
+    profile: str | None = None,
+    engine: str | None = None,
+    kernels: KernelDB | None = None,
+) -> CostModel:
     """The cost model of ``cluster``: the named profile, else the cluster's own, else roofline.
 
     ``profile='roofline'`` forces the datasheet roofline. ``engine`` (sglang, vllm, trtllm)

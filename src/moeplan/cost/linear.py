@@ -78,8 +78,9 @@ class Piecewise:
         return self.segments[-1]
 
     @classmethod
-    def fit(cls, x: ArrayLike, y: ArrayLike, max_segments: int = 3,
-            min_points: int = 4) -> Piecewise:
+    def fit(
+        cls, x: ArrayLike, y: ArrayLike, max_segments: int = 3, min_points: int = 4
+    ) -> Piecewise:
         """Choose breakpoints among the sample sizes to minimise summed squared relative error."""
         xa, ya = np.asarray(x, float), np.asarray(y, float)
         order = np.argsort(xa)
@@ -96,14 +97,17 @@ class Piecewise:
         return cls(segments=best[1], breaks=tuple(float(b) for b in best[2]))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "piecewise", "breaks": list(self.breaks),
-                "segments": [[s.alpha, s.beta] for s in self.segments]}
+        return {
+            "kind": "piecewise",
+            "breaks": list(self.breaks),
+            "segments": [[s.alpha, s.beta] for s in self.segments],
+        }
 
 
 def _break_sets(cands: np.ndarray, nbreaks: int) -> list[tuple[float, ...]]:
     if nbreaks == 1:
         return [(float(c),) for c in cands]
-    return [(float(a), float(b)) for i, a in enumerate(cands) for b in cands[i + 1:]]
+    return [(float(a), float(b)) for i, a in enumerate(cands) for b in cands[i + 1 :]]
 
 
 def _enough_points(x: np.ndarray, breaks: tuple[float, ...], min_points: int) -> bool:
@@ -146,8 +150,14 @@ class Roofline:
         return self.alpha + np.maximum(compute, memory)
 
     @classmethod
-    def fit(cls, m: ArrayLike, n: ArrayLike, k: ArrayLike, y: ArrayLike,
-            guess: tuple[float, float, float] = (5e-6, 5e14, 2e12)) -> Roofline:
+    def fit(
+        cls,
+        m: ArrayLike,
+        n: ArrayLike,
+        k: ArrayLike,
+        y: ArrayLike,
+        guess: tuple[float, float, float] = (5e-6, 5e14, 2e12),
+    ) -> Roofline:
         """Least squares on log time (relative error), all three parameters positive."""
         from scipy.optimize import least_squares
 
@@ -162,8 +172,13 @@ class Roofline:
         return cls(alpha=float(a), flops=float(f), bw=float(b))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "roofline", "alpha": self.alpha, "flops": self.flops, "bw": self.bw,
-                "tile_m": self.tile_m}
+        return {
+            "kind": "roofline",
+            "alpha": self.alpha,
+            "flops": self.flops,
+            "bw": self.bw,
+            "tile_m": self.tile_m,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -177,9 +192,13 @@ class FitQuality:
     n_heldout: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"r2": self.r2, "heldout_median_ape": self.heldout_median_ape,
-                "heldout_p90_ape": self.heldout_p90_ape, "n_fit": self.n_fit,
-                "n_heldout": self.n_heldout}
+        return {
+            "r2": self.r2,
+            "heldout_median_ape": self.heldout_median_ape,
+            "heldout_p90_ape": self.heldout_p90_ape,
+            "n_fit": self.n_fit,
+            "n_heldout": self.n_heldout,
+        }
 
 
 def r_squared(pred: ArrayLike, y: ArrayLike) -> float:
@@ -195,16 +214,25 @@ def ape(pred: ArrayLike, y: ArrayLike) -> np.ndarray:
     return np.abs(p - ya) / ya
 
 
-def quality(pred_fit: ArrayLike, y_fit: ArrayLike, pred_test: ArrayLike | None = None,
-            y_test: ArrayLike | None = None) -> FitQuality:
+def quality(
+    pred_fit: ArrayLike,
+    y_fit: ArrayLike,
+    pred_test: ArrayLike | None = None,
+    y_test: ArrayLike | None = None,
+) -> FitQuality:
     """R² on fitted rows; median and p90 APE on held-out rows when given."""
     med = p90 = None
     n_test = 0
     if pred_test is not None and y_test is not None and len(np.asarray(y_test)):
         e = ape(pred_test, y_test)
         med, p90, n_test = float(np.median(e)), float(np.percentile(e, 90)), len(e)
-    return FitQuality(r2=r_squared(pred_fit, y_fit), heldout_median_ape=med,
-                      heldout_p90_ape=p90, n_fit=len(np.asarray(y_fit)), n_heldout=n_test)
+    return FitQuality(
+        r2=r_squared(pred_fit, y_fit),
+        heldout_median_ape=med,
+        heldout_p90_ape=p90,
+        n_fit=len(np.asarray(y_fit)),
+        n_heldout=n_test,
+    )
 
 
 def model_from_dict(d: dict[str, Any]) -> AlphaBeta | Piecewise | Roofline:
@@ -213,9 +241,12 @@ def model_from_dict(d: dict[str, Any]) -> AlphaBeta | Piecewise | Roofline:
     if kind == "alpha_beta":
         return AlphaBeta(alpha=float(d["alpha"]), beta=float(d["beta"]))
     if kind == "piecewise":
-        return Piecewise(segments=tuple(AlphaBeta(alpha=a, beta=b) for a, b in d["segments"]),
-                         breaks=tuple(d["breaks"]))
+        return Piecewise(
+            segments=tuple(AlphaBeta(alpha=a, beta=b) for a, b in d["segments"]),
+            breaks=tuple(d["breaks"]),
+        )
     if kind == "roofline":
-        return Roofline(alpha=d["alpha"], flops=d["flops"], bw=d["bw"],
-                        tile_m=int(d.get("tile_m", 64)))
+        return Roofline(
+            alpha=d["alpha"], flops=d["flops"], bw=d["bw"], tile_m=int(d.get("tile_m", 64))
+        )
     raise ValueError(f"unknown model kind {kind!r}")

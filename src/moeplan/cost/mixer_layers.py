@@ -120,7 +120,9 @@ class MixerLayers:
             return model
         m = model.layer_specs[layer].mixer
         if m.kind not in ATTENTION_KINDS or _dims(m) == (
-            model.num_attention_heads, model.num_kv_heads, model.head_dim
+            model.num_attention_heads,
+            model.num_kv_heads,
+            model.head_dim,
         ):
             return model
         key = (id(model), layer)

@@ -327,7 +327,11 @@ class CostModel(MixerLayers, Prefetch):
         return roof.alpha + max(2.0 * macs / (0.5 * roof.flops), kv_read / roof.bw)
 
     def decode_core_prices(
-        self, model: ModelSpec, num_seqs: int, ctxs: Sequence[int], tp: int = 1,
+        self,
+        model: ModelSpec,
+        num_seqs: int,
+        ctxs: Sequence[int],
+        tp: int = 1,
         layer: int | None = None,
     ) -> list[float]:
         """:meth:`attention_core` of one decode token at each context of ``ctxs`` (one
@@ -347,7 +351,11 @@ class CostModel(MixerLayers, Prefetch):
         return secs.tolist()
 
     def decode_core_blocks(
-        self, model: ModelSpec, num_seqs: int, blocks: Sequence[tuple[int, ...]], tp: int = 1,
+        self,
+        model: ModelSpec,
+        num_seqs: int,
+        blocks: Sequence[tuple[int, ...]],
+        tp: int = 1,
         layer: int | None = None,
     ) -> list[list[float]]:
         """:meth:`decode_core_prices` of each block of contexts in ``blocks``, all priced in
@@ -468,7 +476,10 @@ class CostModel(MixerLayers, Prefetch):
         ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts, w)
 
     def warm_expert_ffn(
-        self, model: ModelSpec, tokens_per_expert: list[float], num_local_experts: float,
+        self,
+        model: ModelSpec,
+        tokens_per_expert: list[float],
+        num_local_experts: float,
         tp: int = 1,
     ) -> None:
         """Price :meth:`expert_ffn` for many loads at once (one vectorised kernel-table pass;

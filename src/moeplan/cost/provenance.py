@@ -110,8 +110,14 @@ def quant_vs_bf16(
         pq, pb = kdb.predict("moe", dev, cm.engine, **q), kdb.predict("moe", dev, cm.engine, **b)
         tq, tb = pq.seconds, pb.seconds
         if tq > tb and (worst is None or tq / tb > worst["ratio"]):
-            worst = {"tokens": n, "quant_s": tq, "bf16_s": tb, "ratio": tq / tb,
-                     "quant_source": pq.source, "bf16_source": pb.source}
+            worst = {
+                "tokens": n,
+                "quant_s": tq,
+                "bf16_s": tb,
+                "ratio": tq / tb,
+                "quant_source": pq.source,
+                "bf16_source": pb.source,
+            }
     if worst is None:
         return None
     table = dev.table or dev.reference

@@ -99,7 +99,9 @@ def model_class_blocker(engine: str, architecture: str) -> str | None:
     if architecture not in MISSING_MODEL_CLASS[engine]:
         return None
     version = SGLANG_VERSION if engine == "sglang" else VLLM_VERSION
-    where = "python/sglang/srt/models" if engine == "sglang" else "model_executor/models/registry.py"
+    where = (
+        "python/sglang/srt/models" if engine == "sglang" else "model_executor/models/registry.py"
+    )
     return f"{engine} {version} has no model class for {architecture} ({where})"
 
 

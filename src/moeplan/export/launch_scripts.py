@@ -34,7 +34,7 @@ _FUNCS = [
     '  echo "moeplan: started ${name} (pid $!, log ${LOGS}/${name}.log)"',
     "}",
     "wait_ready() {  # wait_ready URL: until URL/health answers",
-    '  local waited=0',
+    "  local waited=0",
     '  until curl -sf "$1/health" > /dev/null 2>&1; do',
     f'    if [ "${{waited}}" -ge "${{MOEPLAN_WAIT_S:-{WAIT_S}}}" ]; then',
     '      echo "moeplan: $1 is not ready; see ${LOGS}" >&2',
@@ -49,8 +49,8 @@ _FUNCS = [
 
 _WAIT = [  # stay in the foreground while the servers run; Ctrl-C (or TERM) stops them
     'echo "moeplan: started; stop with ${HERE}/stop.sh or Ctrl-C here"',
-    "trap 'while read -r pid; do kill -TERM -- \"-${pid}\" 2> /dev/null || true; done"
-    " < \"${PIDS}\"' INT TERM",
+    'trap \'while read -r pid; do kill -TERM -- "-${pid}" 2> /dev/null || true; done'
+    ' < "${PIDS}"\' INT TERM',
     "wait",
 ]
 

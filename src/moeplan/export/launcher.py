@@ -29,9 +29,7 @@ HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
 #: The shell variables an exported argument may name (expanded when the script runs): the
 #: script's folder, the multi-node rendezvous address and rank, the PD instances' nodes 0 and
 #: the launch folder's node addresses.
-SHELL_VARS = re.compile(
-    r"\$\{(HERE|MASTER_ADDR|NODE_RANK|(?:PREFILL|DECODE|NODE)_[0-9]+_ADDR)\}"
-)
+SHELL_VARS = re.compile(r"\$\{(HERE|MASTER_ADDR|NODE_RANK|(?:PREFILL|DECODE|NODE)_[0-9]+_ADDR)\}")
 _PLAIN = re.compile(r"[\w@%+=:,./-]*", re.ASCII)  # shlex's characters that need no quotes
 
 

@@ -269,7 +269,8 @@ def serving_options(serving: Any) -> list[Option]:
         out.append(
             Option(
                 strategy=st,
-                label=s.entry.label if s.entry.label == s.entry.layout_label
+                label=s.entry.label
+                if s.entry.label == s.entry.layout_label
                 else f"{s.entry.label} ({s.entry.layout_label})",
                 family=s.entry.family,
                 per_gpu=m.output_tokens_per_s_per_gpu,

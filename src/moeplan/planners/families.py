@@ -65,16 +65,26 @@ class Family:
     """Title of its section in the report ("": none of its own)."""
 
     def __post_init__(self) -> None:
-        require(self.serving in SERVING_KINDS,
-                f"family {self.name}.serving ({self.serving!r}) must be one of {SERVING_KINDS}")
-        require(self.layout in LAYOUT_KINDS,
-                f"family {self.name}.layout ({self.layout!r}) must be one of {LAYOUT_KINDS}")
-        require(self.launch in LAUNCH_KINDS,
-                f"family {self.name}.launch ({self.launch!r}) must be one of {LAUNCH_KINDS}")
-        require(bool(self.serving) or bool(self.not_served),
-                f"family {self.name} is not served and must say why (not_served)")
-        require((self.serving == "pools") == bool(self.needs),
-                f"family {self.name}: pools (and only pools) name the family they need")
+        require(
+            self.serving in SERVING_KINDS,
+            f"family {self.name}.serving ({self.serving!r}) must be one of {SERVING_KINDS}",
+        )
+        require(
+            self.layout in LAYOUT_KINDS,
+            f"family {self.name}.layout ({self.layout!r}) must be one of {LAYOUT_KINDS}",
+        )
+        require(
+            self.launch in LAUNCH_KINDS,
+            f"family {self.name}.launch ({self.launch!r}) must be one of {LAUNCH_KINDS}",
+        )
+        require(
+            bool(self.serving) or bool(self.not_served),
+            f"family {self.name} is not served and must say why (not_served)",
+        )
+        require(
+            (self.serving == "pools") == bool(self.needs),
+            f"family {self.name}: pools (and only pools) name the family they need",
+        )
 
     @property
     def colocated(self) -> bool:
@@ -99,23 +109,62 @@ _NOT_SERVED_EP = (
 
 #: Every family, in the order the CLI lists them.
 REGISTRY: tuple[Family, ...] = (
-    Family(name="strategy", title="colocated hybrid (MixServe)", plan_family="strategy",
-           layout="colocated", proposer="MixServe", serving="instance", launch="colocated",
-           report_section="Colocated hybrid (MixServe): strategies"),
-    Family(name="ep", title="expert parallel (attention DP, MoE EP)", plan_family="ep",
-           layout="colocated", not_served=_NOT_SERVED_EP, launch="colocated"),
-    Family(name="pipeline", title="pipelined (SMIDT)", plan_family="pipeline", layout="stages",
-           proposer="SMIDT", serving="instance", launch="colocated",
-           report_section="Pipelined (SMIDT): stages"),
-    Family(name="dep", title="disaggregated (FinDEP)", plan_family="dep", layout="groups",
-           proposer="FinDEP", not_served=_NOT_SERVED_DEP,
-           report_section="Disaggregated (FinDEP): schedule"),
-    Family(name="pd", title="prefill/decode disaggregated (DistServe, SGLang/vLLM PD)",
-           plan_family="strategy", layout="colocated", serving="pools", needs="strategy",
-           decode="colocated", launch="pools"),
-    Family(name="afd", title="attention-FFN disaggregated decode (FinDEP schedule)",
-           plan_family="dep", layout="groups", serving="pools", needs="dep",
-           decode="attention-FFN disaggregated"),
+    Family(
+        name="strategy",
+        title="colocated hybrid (MixServe)",
+        plan_family="strategy",
+        layout="colocated",
+        proposer="MixServe",
+        serving="instance",
+        launch="colocated",
+        report_section="Colocated hybrid (MixServe): strategies",
+    ),
+    Family(
+        name="ep",
+        title="expert parallel (attention DP, MoE EP)",
+        plan_family="ep",
+        layout="colocated",
+        not_served=_NOT_SERVED_EP,
+        launch="colocated",
+    ),
+    Family(
+        name="pipeline",
+        title="pipelined (SMIDT)",
+        plan_family="pipeline",
+        layout="stages",
+        proposer="SMIDT",
+        serving="instance",
+        launch="colocated",
+        report_section="Pipelined (SMIDT): stages",
+    ),
+    Family(
+        name="dep",
+        title="disaggregated (FinDEP)",
+        plan_family="dep",
+        layout="groups",
+        proposer="FinDEP",
+        not_served=_NOT_SERVED_DEP,
+        report_section="Disaggregated (FinDEP): schedule",
+    ),
+    Family(
+        name="pd",
+        title="prefill/decode disaggregated (DistServe, SGLang/vLLM PD)",
+        plan_family="strategy",
+        layout="colocated",
+        serving="pools",
+        needs="strategy",
+        decode="colocated",
+        launch="pools",
+    ),
+    Family(
+        name="afd",
+        title="attention-FFN disaggregated decode (FinDEP schedule)",
+        plan_family="dep",
+        layout="groups",
+        serving="pools",
+        needs="dep",
+        decode="attention-FFN disaggregated",
+    ),
 )
 FAMILY: dict[str, Family] = {f.name: f for f in REGISTRY}
 

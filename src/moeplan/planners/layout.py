@@ -226,8 +226,9 @@ class Layout:
             "moe": {"tp": self.moe_tp, "ep": self.moe_ep},
             "pp": self.pp,
         }
-        return out | ({"redundant_experts": self.redundant_experts} if self.redundant_experts
-                      else {})
+        return out | (
+            {"redundant_experts": self.redundant_experts} if self.redundant_experts else {}
+        )
 
     @classmethod
     def from_plan_layout(cls, layout: Mapping[str, Any], where: str = "plan.layout") -> Layout:
@@ -237,21 +238,34 @@ class Layout:
         attn, moe = layout_int_obj(layout, "attn", where), layout_int_obj(layout, "moe", where)
         pp = layout_int(layout, "pp", where) if "pp" in layout else 1
         reps = layout_int(layout, "replicas", where) if "replicas" in layout else 1
-        a_tp, a_dp = layout_int(attn, "tp", f"{where}.attn"), layout_int(attn, "dp", f"{where}.attn")
+        a_tp, a_dp = (
+            layout_int(attn, "tp", f"{where}.attn"),
+            layout_int(attn, "dp", f"{where}.attn"),
+        )
         m_tp, m_ep = layout_int(moe, "tp", f"{where}.moe"), layout_int(moe, "ep", f"{where}.moe")
         red = layout.get("redundant_experts", 0)
         if "world_size" in layout:
             world = layout_int(layout, "world_size", where)
-            require(world % (pp * reps) == 0,
-                    f"{where}.pp ({pp}) must divide world_size ({world})")
+            require(world % (pp * reps) == 0, f"{where}.pp ({pp}) must divide world_size ({world})")
             r = world // (pp * reps)
-            require(a_tp * a_dp == r,
-                    f"{where}.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})")
-            require(m_tp * m_ep == r,
-                    f"{where}.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})")
+            require(
+                a_tp * a_dp == r,
+                f"{where}.attn tp*dp ({a_tp}*{a_dp}) must equal world_size/pp ({r})",
+            )
+            require(
+                m_tp * m_ep == r,
+                f"{where}.moe tp*ep ({m_tp}*{m_ep}) must equal world_size/pp ({r})",
+            )
         try:
-            return cls(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep, pp=pp,
-                       replicas=reps, redundant_experts=red)
+            return cls(
+                attn_tp=a_tp,
+                attn_dp=a_dp,
+                moe_tp=m_tp,
+                moe_ep=m_ep,
+                pp=pp,
+                replicas=reps,
+                redundant_experts=red,
+            )
         except MoeplanError as err:
             raise MoeplanError(f"{where}: {err}") from None
 

@@ -49,21 +49,28 @@ class Plan:
     """Every family's best plan on the common footing, best first (``moeplan plan`` only)."""
 
     def __post_init__(self) -> None:
-        require(self.family in FAMILIES,
-                f"plan.family ({self.family!r}) must be one of {', '.join(FAMILIES)}")
+        require(
+            self.family in FAMILIES,
+            f"plan.family ({self.family!r}) must be one of {', '.join(FAMILIES)}",
+        )
         for name in ("model", "cluster"):
             value = getattr(self, name)
             require(isinstance(value, str), f"plan.{name} ({value!r}) must be a string")
-        require(isinstance(self.ranking, list),
-                f"plan.ranking ({type(self.ranking).__name__}) must be a list")
+        require(
+            isinstance(self.ranking, list),
+            f"plan.ranking ({type(self.ranking).__name__}) must be a list",
+        )
         for name in ("layout", "details", "predicted", "baselines"):
             value = getattr(self, name)
-            require(isinstance(value, Mapping),
-                    f"plan.{name} ({type(value).__name__}) must be a JSON object")
+            require(
+                isinstance(value, Mapping),
+                f"plan.{name} ({type(value).__name__}) must be a JSON object",
+            )
         world = self.layout.get("world_size")
-        require(isinstance(world, int) and not isinstance(world, bool)
-                and 1 <= world <= MAX_WORLD_SIZE,
-                f"plan.layout.world_size ({world!r}) must be an integer in 1..{MAX_WORLD_SIZE}")
+        require(
+            isinstance(world, int) and not isinstance(world, bool) and 1 <= world <= MAX_WORLD_SIZE,
+            f"plan.layout.world_size ({world!r}) must be an integer in 1..{MAX_WORLD_SIZE}",
+        )
 
     @property
     def world_size(self) -> int:
@@ -71,10 +78,17 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``plan.json`` object (keys in schema order)."""
-        return {"schema": SCHEMA, "family": self.family, "model": self.model,
-                "cluster": self.cluster, "layout": self.layout, "details": self.details,
-                "predicted": self.predicted, "baselines": self.baselines,
-                **({"ranking": self.ranking} if self.ranking else {})}
+        return {
+            "schema": SCHEMA,
+            "family": self.family,
+            "model": self.model,
+            "cluster": self.cluster,
+            "layout": self.layout,
+            "details": self.details,
+            "predicted": self.predicted,
+            "baselines": self.baselines,
+            **({"ranking": self.ranking} if self.ranking else {}),
+        }
 
     def to_json(self) -> str:
         """``plan.json`` text; non-finite floats become ``null`` (JSON has no inf/nan)."""
@@ -85,21 +99,29 @@ class Plan:
         """Validate a decoded ``plan.json`` object and build the :class:`Plan`."""
         if not isinstance(data, Mapping):
             raise MoeplanError(f"plan ({type(data).__name__}) must be a JSON object")
-        require(data.get("schema") == SCHEMA,
-                f"plan.schema ({data.get('schema')!r}) must be {SCHEMA!r}")
+        require(
+            data.get("schema") == SCHEMA, f"plan.schema ({data.get('schema')!r}) must be {SCHEMA!r}"
+        )
         for key in ("family", "model", "cluster", "layout"):
             require(key in data, f"plan.{key} (missing) is required")
-        return cls(family=data["family"], model=data["model"], cluster=data["cluster"],
-                   layout=dict(data["layout"]) if isinstance(data["layout"], Mapping)
-                   else data["layout"],
-                   details=_section(data, "details"), predicted=_section(data, "predicted"),
-                   baselines=_section(data, "baselines"), ranking=_ranking(data))
+        return cls(
+            family=data["family"],
+            model=data["model"],
+            cluster=data["cluster"],
+            layout=dict(data["layout"]) if isinstance(data["layout"], Mapping) else data["layout"],
+            details=_section(data, "details"),
+            predicted=_section(data, "predicted"),
+            baselines=_section(data, "baselines"),
+            ranking=_ranking(data),
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "plan.json") -> Plan:
         """Parse ``plan.json`` text (bounded size and depth) into a :class:`Plan`."""
-        require(len(text) <= MAX_PLAN_BYTES,
-                f"{where} ({len(text)} bytes) must be at most {MAX_PLAN_BYTES} bytes")
+        require(
+            len(text) <= MAX_PLAN_BYTES,
+            f"{where} ({len(text)} bytes) must be at most {MAX_PLAN_BYTES} bytes",
+        )
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as err:

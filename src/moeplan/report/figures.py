@@ -11,8 +11,13 @@ import plotly.graph_objects as go
 
 from moeplan.units import GIB
 
-COLORS = {"strategy": "#3b6fd8", "pipeline": "#d8873b", "dep": "#2f9e62", "pd": "#8e44ad",
-          "afd": "#16a0a0"}
+COLORS = {
+    "strategy": "#3b6fd8",
+    "pipeline": "#d8873b",
+    "dep": "#2f9e62",
+    "pd": "#8e44ad",
+    "afd": "#16a0a0",
+}
 GANTT_LABEL_PX = 10  # smallest readable label; names that do not fit a bar at this size hide
 
 
@@ -26,8 +31,11 @@ def log_ticks(values: Any) -> dict[str, Any]:
     if not len(v):
         return {"type": "log"}
     lo, hi = float(v.min()), float(v.max())
-    ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1,
-                                        int(np.ceil(np.log10(hi))) + 1) for m in LOG_STEPS]
+    ticks = [
+        m * 10.0**e
+        for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+        for m in LOG_STEPS
+    ]
     inside = [t for t in ticks if lo / 1.5 <= t <= hi * 1.5] or [lo, hi]
     return {"type": "log", "tickvals": inside, "ticktext": [f"{t:,g}" for t in inside]}
 
@@ -70,25 +78,38 @@ def baseline_rows(result: Any) -> list[tuple[str, float, str]]:
     rows: list[tuple[str, float, str]] = []
     w = result.workload
     for c in result.candidates:
-        rows += [(label, value, c.family) for label, value in BASELINES[c.family](c, w.batch * w.isl)]
+        rows += [
+            (label, value, c.family) for label, value in BASELINES[c.family](c, w.batch * w.isl)
+        ]
     return rows
 
 
 def _strategy_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
-    return [(f"MixServe baseline: {name}", tokens / r.prefill.total_s / r.num_gpus)
-            for name, r in c.detail.baselines.items() if r is not None and r.fits]
+    return [
+        (f"MixServe baseline: {name}", tokens / r.prefill.total_s / r.num_gpus)
+        for name, r in c.detail.baselines.items()
+        if r is not None and r.fits
+    ]
 
 
 def _dep_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
     rep = c.detail
-    return [(f"FinDEP baseline: {key}", getattr(rep, key).throughput
-             / (rep.baseline_problems[key].ag + rep.baseline_problems[key].eg))
-            for key in ("pppipe", "naive")]
+    return [
+        (
+            f"FinDEP baseline: {key}",
+            getattr(rep, key).throughput
+            / (rep.baseline_problems[key].ag + rep.baseline_problems[key].eg),
+        )
+        for key in ("pppipe", "naive")
+    ]
 
 
 def _pipeline_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
-    return [(f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus)
-            for name, b in c.detail.baselines.items() if b is not None]
+    return [
+        (f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus)
+        for name, b in c.detail.baselines.items()
+        if b is not None
+    ]
 
 
 #: Each proposed family's named baselines (label, prompt tokens/s per GPU), keyed by family

@@ -81,8 +81,9 @@ def compact(o: Any) -> Any:
             arr = np.frombuffer(base64.b64decode(o["bdata"]), dtype=np.dtype(o["dtype"]))
             if "shape" in o:
                 shape = o["shape"]
-                arr = arr.reshape([int(x) for x in str(shape).split(",")] if isinstance(
-                    shape, str) else shape)
+                arr = arr.reshape(
+                    [int(x) for x in str(shape).split(",")] if isinstance(shape, str) else shape
+                )
             return compact(arr.tolist())
         return {k: compact(v) for k, v in o.items()}
     if isinstance(o, list):
@@ -106,20 +107,26 @@ def figure_html(fig: Any, div_id: str) -> tuple[str, dict[str, Any] | None]:
     template = layout.pop("template", None)
     height = layout.get("height") or 450
     data, lay = _dumps(compact(d.get("data", []))), _dumps(compact(layout))
-    script = (f'if(window.Plotly){{const L={lay};L.template=window.MT;'
-              f'Plotly.newPlot("{div_id}",{data},L,{{"displaylogo":false,"responsive":true}});}}')
+    script = (
+        f"if(window.Plotly){{const L={lay};L.template=window.MT;"
+        f'Plotly.newPlot("{div_id}",{data},L,{{"displaylogo":false,"responsive":true}});}}'
+    )
     div = f'<div id="{div_id}" class="plotly-graph-div" style="height:{height}px;width:100%"></div>'
     return div + f"<script>{script}</script>", template
 
 
 def _scripts_head(template: dict[str, Any] | None) -> str:
     """plotly.js from beside the page, the shared template, and a note when it is missing."""
-    missing = (f"Charts need {PLOTLY_FILE}, written beside this report by moeplan plan; "
-               "keep the two files together.")
-    return (f'<script src="{PLOTLY_FILE}"></script><script>window.MT={_dumps(template or {})};'
-            "document.addEventListener('DOMContentLoaded',()=>{if(!window.Plotly)"
-            "document.querySelectorAll('.figure').forEach(e=>{e.textContent="
-            f"{_dumps(missing)};e.className='figure note';}});}});</script>")
+    missing = (
+        f"Charts need {PLOTLY_FILE}, written beside this report by moeplan plan; "
+        "keep the two files together."
+    )
+    return (
+        f'<script src="{PLOTLY_FILE}"></script><script>window.MT={_dumps(template or {})};'
+        "document.addEventListener('DOMContentLoaded',()=>{if(!window.Plotly)"
+        "document.querySelectorAll('.figure').forEach(e=>{e.textContent="
+        f"{_dumps(missing)};e.className='figure note';}});}});</script>"
+    )
 
 
 def render(title: str, subtitle: str, sections: Sequence[Section]) -> str:

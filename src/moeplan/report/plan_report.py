@@ -119,13 +119,21 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
     for engine, ex in exports.items():
         name = f"launch/{engine}/launch.sh"
         if ex.label is None:
-            out.append(LaunchFile(name=name, text=ex.text, export=ex,
-                                  launches="— (cannot launch; the script exits 1)"))
+            out.append(
+                LaunchFile(
+                    name=name,
+                    text=ex.text,
+                    export=ex,
+                    launches="— (cannot launch; the script exits 1)",
+                )
+            )
             continue
         notes = tuple(ex.warnings)
         if ex.skipped:
-            notes += (f"{len(ex.skipped)} faster deployments were skipped because {engine} "
-                      f"cannot run them, e.g. {ex.skipped[0]}",)
+            notes += (
+                f"{len(ex.skipped)} faster deployments were skipped because {engine} "
+                f"cannot run them, e.g. {ex.skipped[0]}",
+            )
         dep = ex.deployment or {}
         what = ", ".join(f"{p['instances']} x {role}" for role, p in dep.get("pools", {}).items())
         out.append(LaunchFile(name=name, text=ex.text, export=ex,

@@ -39,15 +39,20 @@ def render_report(outcome: PlanOutcome, launchers: list[Any] | None = None) -> s
     if fits is not None:
         sections.append(fits)
     sections.append(inputs_section(outcome))
-    return render(f"moeplan: {m.name} on {c.name}",
-                  f"{c.num_gpus} × {c.gpu.name}; {served_text(outcome)}", sections)
+    return render(
+        f"moeplan: {m.name} on {c.name}",
+        f"{c.num_gpus} × {c.gpu.name}; {served_text(outcome)}",
+        sections,
+    )
 
 
 def _serving_section(outcome: PlanOutcome) -> Section:
     """The serving ranking (continuous batching under the SLOs), which picks the winner."""
     ranking, names = outcome.ranking, outcome.family_names
-    s = Section(title="Verdict under load (serving simulation)",
-                paragraphs=[*outcome.explanation, outcome.limits])
+    s = Section(
+        title="Verdict under load (serving simulation)",
+        paragraphs=[*outcome.explanation, outcome.limits],
+    )
     s.paragraphs += _placement_lines(outcome)
     pct = f"p{ranking.slo.percentile:g}"
     rows = []
@@ -58,8 +63,12 @@ def _serving_section(outcome: PlanOutcome) -> Section:
         else:
             ttft, tpot = mt.at_percentile(ranking.slo.percentile)
             rate = x.result.max_rate_meeting_slo_rps
-            cells = [f"{mt.output_tokens_per_s_per_gpu:,.1f}", f"{ttft * 1e3:,.0f}",
-                     f"{tpot * 1e3:,.1f}", "—" if rate is None else f"{rate:,.2f}"]
+            cells = [
+                f"{mt.output_tokens_per_s_per_gpu:,.1f}",
+                f"{ttft * 1e3:,.0f}",
+                f"{tpot * 1e3:,.1f}",
+                "—" if rate is None else f"{rate:,.2f}",
+            ]
         rows.append([i, names.get(x.entry.family, x.entry.family), x.entry.layout_label,
                      x.entry.gpus, "yes" if x.result.meets_slo else "no", *cells,
                      x.result.bound])  # fmt: skip
@@ -79,15 +88,19 @@ def _placement_lines(outcome: PlanOutcome) -> list[str]:
     sem, base = p.methods["semmoe"].metrics, p.methods["contiguous"].metrics
     gain = 1 - sem["moe_layer_time_s"] / base["moe_layer_time_s"]
     if outcome.trace is None:
-        why = ("no routing trace was given, so it ran on a synthetic trace and nothing is "
-               "exported; pass --trace to place the experts for real")
+        why = (
+            "no routing trace was given, so it ran on a synthetic trace and nothing is "
+            "exported; pass --trace to place the experts for real"
+        )
     elif p.fallback:
         why = "the validation split found it no better than contiguous placement"
     else:
         why = "its gain is within the layer model's noise"
     how = f"{gain:.1%} faster" if gain >= 0 else f"{-gain:.1%} slower"
-    return [f"Expert placement (Sem-MoE on EP{p.ep}) does not change this plan: {why} "
-            f"(its held-out MoE layer time: {how} than contiguous placement)."]
+    return [
+        f"Expert placement (Sem-MoE on EP{p.ep}) does not change this plan: {why} "
+        f"(its held-out MoE layer time: {how} than contiguous placement)."
+    ]
 
 
 def _serving_figures(outcome: PlanOutcome) -> Section:
@@ -104,8 +117,10 @@ def _serving_figures(outcome: PlanOutcome) -> Section:
             "as the Poisson arrival rate grows from a quarter to 1.25x the largest rate "
             "meeting the SLOs. SLO limits are the dashed red lines.",
         ],
-        figures=[fig.serving_pareto(ranking, outcome.family_names),
-                 fig.latency_distributions(curves, ranking.slo)],
+        figures=[
+            fig.serving_pareto(ranking, outcome.family_names),
+            fig.latency_distributions(curves, ranking.slo),
+        ],
     )
     if curves.get("rate"):
         s.figures.append(fig.latency_rate(curves, ranking.slo))
@@ -176,16 +191,23 @@ def _placement_section(outcome: PlanOutcome) -> Section:
     """Sem-MoE's placement, shown when it is exported and beats contiguous placement."""
     p = outcome.placement
     sem = p.methods["semmoe"].metrics
-    text = (f"Trace: {outcome.trace}. Sem-MoE keeps {100 * sem['lar']:.1f}% of expert "
-            "activations on the token's own GPU; expert_location.json carries its placement.")
+    text = (
+        f"Trace: {outcome.trace}. Sem-MoE keeps {100 * sem['lar']:.1f}% of expert "
+        "activations on the token's own GPU; expert_location.json carries its placement."
+    )
     if outcome.winner_ep != p.ep:
-        text += (f" The winner runs EP{outcome.winner_ep}; this placement was made on EP{p.ep}.")
+        text += f" The winner runs EP{outcome.winner_ep}; this placement was made on EP{p.ep}."
     guard = p.extra.get("guard")
     if guard is not None and not guard["resolved"]:
-        text += (f" The validation split ({guard['requests']} requests) cannot resolve Sem-MoE "
-                 "from contiguous placement; the placement fitted on the larger split is kept.")
-    s = Section(title=f"Expert placement (Sem-MoE) on EP{p.ep}", paragraphs=[text],
-                figures=figures.placement_figures(p))
+        text += (
+            f" The validation split ({guard['requests']} requests) cannot resolve Sem-MoE "
+            "from contiguous placement; the placement fitted on the larger split is kept."
+        )
+    s = Section(
+        title=f"Expert placement (Sem-MoE) on EP{p.ep}",
+        paragraphs=[text],
+        figures=figures.placement_figures(p),
+    )
     s.table(["method", "LAR", "imbalance (max/mean)", "all-to-all per layer (MiB)",
              "MoE layer (ms)"],
             [[k, f"{v.metrics['lar']:.3f}", f"{v.metrics['imbalance']:.3f}",

@@ -19,38 +19,58 @@ DASHES = ("solid", "dash", "dot", "dashdot")
 LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
 CDF_POINTS = 200  # quantiles drawn per latency distribution: finer than a 420 px chart resolves
 SLO_COLOR = "#c33"
+
+
 def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figure:
     """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
     deployment; the non-dominated front as a line, its points labelled."""
     names = names or {}
     fig = go.Figure()
     for fam in dict.fromkeys(x.entry.family for x in ranking.ranked):
-        xs = [x for x in ranking.ranked if x.entry.family == fam and x.metrics is not None
-              and x.metrics.tpot_p50_s > 0]
+        xs = [
+            x
+            for x in ranking.ranked
+            if x.entry.family == fam and x.metrics is not None and x.metrics.tpot_p50_s > 0
+        ]
         if not xs:
             continue
         fig.add_scatter(
             x=[1.0 / x.metrics.tpot_p50_s for x in xs],
             y=[x.metrics.output_tokens_per_s_per_gpu for x in xs],
-            mode="markers", name=names.get(fam, fam),
-            marker={"color": COLORS.get(fam), "size": 11,
-                    "symbol": ["circle" if x.result.meets_slo else "x" for x in xs]},
-            text=[f"{x.entry.layout.label}<br>{'meets' if x.result.meets_slo else 'misses'} "
-                  "the SLOs" for x in xs], hoverinfo="text+x+y")
+            mode="markers",
+            name=names.get(fam, fam),
+            marker={
+                "color": COLORS.get(fam),
+                "size": 11,
+                "symbol": ["circle" if x.result.meets_slo else "x" for x in xs],
+            },
+            text=[
+                f"{x.entry.layout.label}<br>{'meets' if x.result.meets_slo else 'misses'} the SLOs"
+                for x in xs
+            ],
+            hoverinfo="text+x+y",
+        )
     front = ranking.pareto()
     if front:
         pts = sorted(front, key=lambda p: p["tokens_per_s_per_user"])
-        fig.add_scatter(x=[p["tokens_per_s_per_user"] for p in pts],
-                        y=[p["tokens_per_s_per_gpu"] for p in pts], mode="lines+text",
-                        text=[p["label"].split(": ", 1)[-1].replace(" : ", " :<br>")
-                              for p in pts],
-                        textposition=[_text_side(i, len(pts)) for i in range(len(pts))],
-                        textfont={"size": 10}, cliponaxis=False,
-                        name="Pareto front", line={"color": "#555", "dash": "dash"})
-    fig.update_layout(title="Throughput per GPU against speed per user (simulated; "
-                            "x = failed SLOs; front labelled)",
-                      xaxis_title="tokens/s per user (1 / median TPOT)",
-                      yaxis_title="output tokens/s per GPU", height=440)
+        fig.add_scatter(
+            x=[p["tokens_per_s_per_user"] for p in pts],
+            y=[p["tokens_per_s_per_gpu"] for p in pts],
+            mode="lines+text",
+            text=[p["label"].split(": ", 1)[-1].replace(" : ", " :<br>") for p in pts],
+            textposition=[_text_side(i, len(pts)) for i in range(len(pts))],
+            textfont={"size": 10},
+            cliponaxis=False,
+            name="Pareto front",
+            line={"color": "#555", "dash": "dash"},
+        )
+    fig.update_layout(
+        title="Throughput per GPU against speed per user (simulated; "
+        "x = failed SLOs; front labelled)",
+        xaxis_title="tokens/s per user (1 / median TPOT)",
+        yaxis_title="output tokens/s per GPU",
+        height=440,
+    )
     return fig
 
 
@@ -74,14 +94,29 @@ def _slo_line(fig: go.Figure, col: int, name: str, limit_s: float, vertical: boo
     ax = "" if col == 1 else str(col)
     if vertical:
         fig.add_vline(x=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
-        fig.add_annotation(x=float(np.log10(ms)), xref=f"x{ax}", y=0.02, yref=f"y{ax} domain",
-                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
-                           font={"color": SLO_COLOR})
+        fig.add_annotation(
+            x=float(np.log10(ms)),
+            xref=f"x{ax}",
+            y=0.02,
+            yref=f"y{ax} domain",
+            text=_slo_label(name, limit_s),
+            showarrow=False,
+            xanchor="left",
+            font={"color": SLO_COLOR},
+        )
     else:
         fig.add_hline(y=ms, line_dash="dash", line_color=SLO_COLOR, row=1, col=col)
-        fig.add_annotation(y=float(np.log10(ms)), yref=f"y{ax}", x=0.01, xref=f"x{ax} domain",
-                           text=_slo_label(name, limit_s), showarrow=False, xanchor="left",
-                           yanchor="bottom", font={"color": SLO_COLOR})
+        fig.add_annotation(
+            y=float(np.log10(ms)),
+            yref=f"y{ax}",
+            x=0.01,
+            xref=f"x{ax} domain",
+            text=_slo_label(name, limit_s),
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font={"color": SLO_COLOR},
+        )
 
 
 def cdf_points(values: Any, n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
@@ -106,9 +141,17 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
             if not len(lat[key]):
                 continue
             x, y = cdf_points(lat[key])
-            fig.add_scatter(x=x * 1e3, y=y, mode="lines", name=label, legendgroup=label,
-                            showlegend=col == 1, line={"dash": dash, "color": color},
-                            row=1, col=col)
+            fig.add_scatter(
+                x=x * 1e3,
+                y=y,
+                mode="lines",
+                name=label,
+                legendgroup=label,
+                showlegend=col == 1,
+                line={"dash": dash, "color": color},
+                row=1,
+                col=col,
+            )
             drawn[col] += list(x * 1e3)
     for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
@@ -116,8 +159,11 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
             drawn[col].append(limit * 1e3)
         fig.update_xaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_yaxes(title_text="fraction of requests", range=[0, 1.02])
-    fig.update_layout(title="Latency distributions at each plan's operating point (simulated)",
-                      height=420, legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        title="Latency distributions at each plan's operating point (simulated)",
+        height=420,
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig
 
 
@@ -130,9 +176,17 @@ def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
         color = LINE_COLORS[i % len(LINE_COLORS)]
         x = [p["rate_rps"] for p in pts]
         for col, key in ((1, "ttft_p90_s"), (2, "tpot_p90_s")):
-            fig.add_scatter(x=x, y=[p[key] * 1e3 for p in pts], mode="lines+markers",
-                            name=label, legendgroup=label, showlegend=col == 1,
-                            line={"dash": dash, "color": color}, row=1, col=col)
+            fig.add_scatter(
+                x=x,
+                y=[p[key] * 1e3 for p in pts],
+                mode="lines+markers",
+                name=label,
+                legendgroup=label,
+                showlegend=col == 1,
+                line={"dash": dash, "color": color},
+                row=1,
+                col=col,
+            )
             drawn[col] += [p[key] * 1e3 for p in pts]
     for col, name, limit in ((1, "TTFT", slo.ttft_s), (2, "TPOT", slo.tpot_s)):
         if limit is not None:
@@ -140,6 +194,9 @@ def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
             drawn[col].append(limit * 1e3)
         fig.update_yaxes(title_text="ms (log scale)", row=1, col=col, **log_ticks(drawn[col]))
     fig.update_xaxes(title_text="arrival rate (requests/s, Poisson)")
-    fig.update_layout(title="Latency against load (simulated, p90 per point)", height=420,
-                      legend={"orientation": "h", "y": -0.25})
+    fig.update_layout(
+        title="Latency against load (simulated, p90 per point)",
+        height=420,
+        legend={"orientation": "h", "y": -0.25},
+    )
     return fig

@@ -39,8 +39,18 @@ def error_section(outcome: PlanOutcome) -> Section:
                  SOURCE_WORDS.get(r["source"], ""), ", ".join(r["ops"]),
                  _pct_range(r["error_median"]), _pct_range(r["error_p90"])]
                 for r in outcome.price_sources]  # fmt: skip
-        s.table(["source", "share of lookups", "lookups", "what it is", "operations",
-                 "held-out median error", "held-out p90 error"], rows)
+        s.table(
+            [
+                "source",
+                "share of lookups",
+                "lookups",
+                "what it is",
+                "operations",
+                "held-out median error",
+                "held-out p90 error",
+            ],
+            rows,
+        )
         s.paragraphs.append(_trust_sentence(outcome))
     q = quant_sentence(outcome.quant)
     if q:
@@ -56,8 +66,10 @@ def fits_section(outcome: PlanOutcome) -> Section | None:
     fit = outcome.profile_fit
     if not fit:
         return None
-    s = Section(title="GEMMs, projections and collectives outside the kernel tables",
-                paragraphs=[fit["note"]])
+    s = Section(
+        title="GEMMs, projections and collectives outside the kernel tables",
+        paragraphs=[fit["note"]],
+    )
     s.table(["fit", "R²", "held-out median error", "held-out p90 error", "rows"],
             [[r["fit"], f"{r['r2']:.4f}", f"{100 * (r['heldout_median'] or 0):.1f}%",
               f"{100 * (r['heldout_p90'] or 0):.1f}%", r["rows"]]
@@ -72,14 +84,18 @@ def _trust_sentence(outcome: PlanOutcome) -> str:
     t = by.get("transferred")
     if p.get("transferred_gpu"):
         worst = _pct_range(t["error_p90"]) if t else "not measured"
-        return (f"No measured tables exist for {p['gpu']}: {t['share'] if t else 0:.0%} of "
-                f"kernel prices were transferred from the {p['reference_gpu']} tables. Trust "
-                f"them to the leave-one-GPU-out error in the table (p90 {worst} per operation), not "
-                "to the measured tables' accuracy.")
+        return (
+            f"No measured tables exist for {p['gpu']}: {t['share'] if t else 0:.0%} of "
+            f"kernel prices were transferred from the {p['reference_gpu']} tables. Trust "
+            f"them to the leave-one-GPU-out error in the table (p90 {worst} per operation), not "
+            "to the measured tables' accuracy."
+        )
     if t is not None:
-        return (f"{t['share']:.0%} of kernel prices were transferred (shapes outside "
-                f"{p['tables_gpu']}'s measured range), p90 error {_pct_range(t['error_p90'])}; "
-                "the rest come from this GPU's own tables.")
+        return (
+            f"{t['share']:.0%} of kernel prices were transferred (shapes outside "
+            f"{p['tables_gpu']}'s measured range), p90 error {_pct_range(t['error_p90'])}; "
+            "the rest come from this GPU's own tables."
+        )
     return f"Every kernel price comes from {p['tables_gpu']}'s own measured tables."
 
 
@@ -98,8 +114,10 @@ def served_text(outcome: PlanOutcome) -> str:
     limits = ", ".join(x for x in (
         None if slo.ttft_s is None else f"TTFT ≤ {slo.ttft_s * 1e3:,.0f} ms",
         None if slo.tpot_s is None else f"TPOT ≤ {slo.tpot_s * 1e3:,.0f} ms") if x)  # fmt: skip
-    return (f"requests of {sw['isl']} prompt + {sw['osl']} output tokens, {load}; "
-            f"SLO p{slo.percentile:g}: {limits or 'none'}")
+    return (
+        f"requests of {sw['isl']} prompt + {sw['osl']} output tokens, {load}; "
+        f"SLO p{slo.percentile:g}: {limits or 'none'}"
+    )
 
 
 def inputs_section(outcome: PlanOutcome) -> Section:

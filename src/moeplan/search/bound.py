@@ -135,7 +135,6 @@ class _DecodeCurve:
         return max(best, self.pair[top - 2]) if top >= 2 else best
 
 
-
 def _tpot_rate(
     curve: _DecodeCurve,
     tpot_s: float,

@@ -72,11 +72,7 @@ def decode_rate_bound(
     isl_min = _isl_min(workload)
     ctx = max(1, math.floor((isl_min + 1) * (1 - BUCKET_MARGIN)))
     b_max = max(1, min(cfg.max_running, cfg.kv_tokens // (isl_min + 1)))
-    tpot = (
-        slo.tpot_s
-        if slo.tpot_s is not None and slo.percentile >= TPOT_PERCENTILE
-        else math.inf
-    )
+    tpot = slo.tpot_s if slo.tpot_s is not None and slo.percentile >= TPOT_PERCENTILE else math.inf
     tau = tokens_per_step(evaluate)
     return tau * DecodeCurve(evaluate, b_max, ctx).bound(tpot * tau) / tokens
 

@@ -107,11 +107,15 @@ def disagg_setup(
     """The search's context (None for a closed loop), the pooled families it searches and
     why each other one is not served."""
     if workload.rate is None:
-        return None, [], {
-            f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
-            "not a closed loop (--concurrency)"
-            for f in NEEDS
-        }
+        return (
+            None,
+            [],
+            {
+                f: "a disaggregated deployment is simulated for an open arrival stream (--rate), "
+                "not a closed loop (--concurrency)"
+                for f in NEEDS
+            },
+        )
     ctx = Context(
         model=result.model, cluster=result.cluster, cost=cost, workload=workload, slo=slo,
         engine=engine, mtp=mtp[0], mtp_accept=mtp[1],

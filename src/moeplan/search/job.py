@@ -78,8 +78,9 @@ class JobSpec:
     model_path: str = ""
 
 
-def plan_job(spec: JobSpec, cost: CostModel,
-             progress: Callable[[str], None] | None = None) -> PlanOutcome:
+def plan_job(
+    spec: JobSpec, cost: CostModel, progress: Callable[[str], None] | None = None
+) -> PlanOutcome:
     """Plan, serve, place, draw, price: the whole outcome of ``moeplan plan``. Raises
     :class:`MoeplanError` (one line) when no deployment meets the SLOs or the winner's
     capacity estimate is not steady."""
@@ -136,10 +137,18 @@ def _disagg_s(ranking: ServeRanking) -> dict[str, float]:
     return {} if not d else {"serve_disaggregated_s": d["seconds"]}
 
 
-def _outcome(spec: JobSpec, cost: CostModel, result: PlanResult, ranking: ServeRanking,
-             place_res: Any, place_note: str | None, curves: dict[str, Any],
-             timeline: dict[str, Any], schedules: dict[str, Any],
-             timings: dict[str, float]) -> PlanOutcome:
+def _outcome(
+    spec: JobSpec,
+    cost: CostModel,
+    result: PlanResult,
+    ranking: ServeRanking,
+    place_res: Any,
+    place_note: str | None,
+    curves: dict[str, Any],
+    timeline: dict[str, Any],
+    schedules: dict[str, Any],
+    timings: dict[str, float],
+) -> PlanOutcome:
     """Assemble the outcome; the kernel-price record is read after every price was asked."""
     from moeplan.cost.mixer_prices import stand_in_fields
 
@@ -186,12 +195,16 @@ def placement_ep(ranking: ServeRanking, model: ModelSpec) -> tuple[int, str | No
     pool, ep = max(instance_eps(w.layout), key=lambda p: p[1])
     where = f"{pool} instances' " if pool else ""
     if ep <= 1:
-        return 0, (f"Sem-MoE placement skipped: the winner ({w.label}) has no expert "
-                   f"parallelism{' in any instance' if pool else ''}, so every GPU holds the "
-                   "experts it runs and nothing is placed.")
+        return 0, (
+            f"Sem-MoE placement skipped: the winner ({w.label}) has no expert "
+            f"parallelism{' in any instance' if pool else ''}, so every GPU holds the "
+            "experts it runs and nothing is placed."
+        )
     if model.num_experts % ep:
-        return 0, (f"Sem-MoE placement skipped: {model.num_experts} experts do not divide "
-                   f"evenly over the winner's {where}EP{ep}.")
+        return 0, (
+            f"Sem-MoE placement skipped: {model.num_experts} experts do not divide "
+            f"evenly over the winner's {where}EP{ep}."
+        )
     return ep, None
 
 
@@ -210,19 +223,35 @@ def _placement(result: PlanResult, ep: int, spec: JobSpec, cm: CostModel) -> Any
         # on its first SYNTH_LAYERS MoE layers (a per-layer statistic; keeps plan fast).
         layers = min(SYNTH_LAYERS, layers)
         groups = math.gcd(16, m.num_experts)
-        src = synthesize(SynthConfig(num_layers=layers, num_experts=m.num_experts,
-                                     top_k=m.top_k, num_requests=48, num_groups=groups,
-                                     groups_per_topic=min(2, groups), seed=spec.seed))
-    return place(src, num_layers=layers, num_experts=m.num_experts,
-                 hidden_bytes=m.hidden_bytes, evaluate=ev, cfg=cfg)
+        src = synthesize(
+            SynthConfig(
+                num_layers=layers,
+                num_experts=m.num_experts,
+                top_k=m.top_k,
+                num_requests=48,
+                num_groups=groups,
+                groups_per_topic=min(2, groups),
+                seed=spec.seed,
+            )
+        )
+    return place(
+        src,
+        num_layers=layers,
+        num_experts=m.num_experts,
+        hidden_bytes=m.hidden_bytes,
+        evaluate=ev,
+        cfg=cfg,
+    )
 
 
-def winner_plan(result: PlanResult, placement: Any, trace: str | None,
-                ranking: ServeRanking) -> Plan:
+def winner_plan(
+    result: PlanResult, placement: Any, trace: str | None, ranking: ServeRanking
+) -> Plan:
     """The serving winner's :class:`Plan` with the ranking and (from a trace) its expert
     placement."""
-    plan_ = replace(served_plan(ranking.winner, ranking),
-                    ranking=[s.summary() for s in ranking.ranked])
+    plan_ = replace(
+        served_plan(ranking.winner, ranking), ranking=[s.summary() for s in ranking.ranked]
+    )
     if placement is None or trace is None:
         return plan_
     from moeplan.planners.placement import physical_to_logical

@@ -32,8 +32,9 @@ def instance_eps(layout: Any) -> list[tuple[str, int]]:
     return [("", int(layout.moe_ep))]
 
 
-def step_bound(ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec,
-               cost: CostModel) -> str | None:
+def step_bound(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> str | None:
     """The largest part of the winner's engine step at its analytic batch (KV capacity when it
     preempts), as the search prices it (:func:`moeplan.search.search._bound`); ``None`` for a
     disaggregated winner (its pools' bound is in its result) or without an estimate."""
@@ -63,11 +64,15 @@ def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
         top = first or max(uses, key=lambda k: uses[k])
         use = ", ".join(f"{k} {v:.0%}" for k, v in uses.items())
         slo_part = (f"the {top} SLO" if top in uses else str(top)) + (
-            f" (SLO use at p{slo.percentile:g}: {use})")
+            f" (SLO use at p{slo.percentile:g}: {use})"
+        )
     else:
         slo_part = "no SLO (none set)"
-    step_part = (f"within each engine step the most time goes to {step}" if step
-                 else f"the simulation names its bound: {w.result.bound}")
+    step_part = (
+        f"within each engine step the most time goes to {step}"
+        if step
+        else f"the simulation names its bound: {w.result.bound}"
+    )
     return f"What limits this deployment: {slo_part}, which more load breaks first; {step_part}."
 
 
@@ -102,14 +107,18 @@ def profile_fit(cost: CostModel) -> dict[str, Any]:
     if prof is not None and prof.quality:
         note = f"Profile {prof.name} ({prof.source}), fitted to measurements."
     elif prof is not None:
-        note = (f"Profile {prof.name} ({prof.source}): published coefficients, not fitted here, "
-                "so their error is unknown; for reference, the held-out errors of the H100 "
-                "model fitted to NVIDIA's measurements:")
+        note = (
+            f"Profile {prof.name} ({prof.source}): published coefficients, not fitted here, "
+            "so their error is unknown; for reference, the held-out errors of the H100 "
+            "model fitted to NVIDIA's measurements:"
+        )
     else:
-        note = (f"{cost.profile_name}: no profile for this GPU, datasheet rooflines (70% of "
-                "peak FLOP/s, 80% of memory bandwidth); their error is unmeasured. For "
-                "reference, the held-out errors of the H100 model fitted to NVIDIA's "
-                "measurements:")
+        note = (
+            f"{cost.profile_name}: no profile for this GPU, datasheet rooflines (70% of "
+            "peak FLOP/s, 80% of memory bandwidth); their error is unmeasured. For "
+            "reference, the held-out errors of the H100 model fitted to NVIDIA's "
+            "measurements:"
+        )
     if prof is None or not prof.quality:
         prof = load_profile(REFERENCE_PROFILE)
     rows = [{"fit": k, "r2": q.r2, "heldout_median": q.heldout_median_ape,

@@ -80,12 +80,14 @@ def quant_sentence(q: dict[str, Any] | None) -> str | None:
     (``q``: :func:`moeplan.cost.provenance.quant_vs_bf16`)."""
     if q is None:
         return None
-    return (f"{q['table']} prices this checkpoint's {q['dtype']} experts slower than bf16 "
-            f"ones on one GPU of EP{q.get('ep', 1)} x TP{q.get('tp', 1)}: "
-            f"{q['quant_s'] * 1e3:.3f} ms ({q['quant_source']}) vs "
-            f"{q['bf16_s'] * 1e3:.3f} ms ({q['bf16_source']}) for {q['tokens']} tokens, "
-            f"{q['ratio']:.2f}x. moeplan prices what the engine's kernels measure, so this "
-            "plan ranks the quantized checkpoint below what its smaller weights suggest")
+    return (
+        f"{q['table']} prices this checkpoint's {q['dtype']} experts slower than bf16 "
+        f"ones on one GPU of EP{q.get('ep', 1)} x TP{q.get('tp', 1)}: "
+        f"{q['quant_s'] * 1e3:.3f} ms ({q['quant_source']}) vs "
+        f"{q['bf16_s'] * 1e3:.3f} ms ({q['bf16_source']}) for {q['tokens']} tokens, "
+        f"{q['ratio']:.2f}x. moeplan prices what the engine's kernels measure, so this "
+        "plan ranks the quantized checkpoint below what its smaller weights suggest"
+    )
 
 
 def pricing_line(p: dict[str, Any]) -> str:

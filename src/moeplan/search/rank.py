@@ -81,6 +81,8 @@ if TYPE_CHECKING:
     from moeplan.search.disagg import Context
 
 OBJECTIVES = ("throughput-per-gpu", "goodput", "min-gpus", "latency")
+
+
 def serve_rank(
     result: PlanResult,
     cost: CostModel,
@@ -179,9 +181,7 @@ def _serve_rank(
     served.sort(key=lambda s: -_capacity_per_gpu(s.result, workload))
     order = rank_results([s.result for s in served], objective)
     if objective == "throughput-per-gpu" and not rate_given:  # rank by SLO-bound capacity
-        order = sorted(
-            order, key=lambda r: (not r.meets_slo, -_capacity_per_gpu(r, workload))
-        )
+        order = sorted(order, key=lambda r: (not r.meets_slo, -_capacity_per_gpu(r, workload)))
     by_id = {id(s.result): s for s in served}
     ranked = tuple(by_id[id(r)] for r in order)
     return ServeRanking(
@@ -197,8 +197,11 @@ def _serve_rank(
             # the winner's capacity record: a disaggregated winner's own, else the colocated
             "winner_capacity": disagg_records.get(id(ranked[0].result), record),
             "colocated_capacity": record,
-            "disaggregated": None if disagg_cert is None else {
-                **disagg_cert.to_dict(), "seconds": disagg_s,
+            "disaggregated": None
+            if disagg_cert is None
+            else {
+                **disagg_cert.to_dict(),
+                "seconds": disagg_s,
             },
         },
         certificate_sentence=" ".join(

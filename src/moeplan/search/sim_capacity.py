@@ -35,7 +35,15 @@ def layout_capacity(
     """``layout`` with its knobs, bound and capacity (raises when it cannot serve)."""
     c = SpaceCandidate(layout=layout, replicas=replicas, spare_gpus=0, knobs=knobs)
     prepare(
-        c, model, cluster, memo_cost(cost), workload, slo, engine, chunk_tokens, max_running,  # type: ignore[arg-type]
+        c,
+        model,
+        cluster,
+        memo_cost(cost),
+        workload,
+        slo,
+        engine,
+        chunk_tokens,
+        max_running,  # type: ignore[arg-type]
         routing=routing,
     )
     if c.bound is None:

@@ -49,8 +49,10 @@ KEYS = {
 }
 AFD_KEYS = {"ag": "ag", "eg": "eg"}
 _TOKEN = re.compile(r"([a-z][a-z-]*?)(\d+)")
-GRAMMAR = "X*LAYOUT:Y*LAYOUT, LAYOUT = dot-separated attn-tpN, attn-dpN, moe-tpN, moe-epN, " \
+GRAMMAR = (
+    "X*LAYOUT:Y*LAYOUT, LAYOUT = dot-separated attn-tpN, attn-dpN, moe-tpN, moe-epN, "
     "moe-rN, ppN, mbN, dense-tpN, fused (or agN.egN for an AFD decode instance)"
+)
 
 
 def parse_layout(text: str, where: str = "--pd") -> ServeLayout | AFDLayout:

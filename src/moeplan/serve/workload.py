@@ -265,7 +265,10 @@ class Requests:
         )
         require(
             self.think_s is None
-            or (len(self.think_s) == n and bool(np.all(np.isfinite(self.think_s) & (self.think_s >= 0)))),
+            or (
+                len(self.think_s) == n
+                and bool(np.all(np.isfinite(self.think_s) & (self.think_s >= 0)))
+            ),
             "requests.think_s must have one finite value >= 0 per request",
         )
 

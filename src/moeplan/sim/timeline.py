@@ -130,13 +130,16 @@ class Schedule:
     def busy(self) -> np.ndarray:
         """Busy seconds per resource (index = resource id)."""
         g = self.graph
-        return np.bincount(np.asarray(g.res, dtype=np.int64), weights=np.asarray(g.dur),
-                           minlength=len(g.resources))
+        return np.bincount(
+            np.asarray(g.res, dtype=np.int64), weights=np.asarray(g.dur), minlength=len(g.resources)
+        )
 
     def utilization(self) -> dict[str, float]:
         """Busy fraction of the makespan per resource name."""
         span = self.makespan or 1.0
-        return {name: float(b) / span for name, b in zip(self.graph.resources, self.busy, strict=True)}
+        return {
+            name: float(b) / span for name, b in zip(self.graph.resources, self.busy, strict=True)
+        }
 
     def busy_by_name(self) -> dict[str, float]:
         return {name: float(b) for name, b in zip(self.graph.resources, self.busy, strict=True)}
@@ -163,21 +166,31 @@ class Schedule:
         tol = CHECK_RTOL * max(self.makespan, 1e-30)
         out: list[str] = []
         dur = np.asarray(g.dur)
-        bad = np.flatnonzero((dur < 0) | ~np.isclose(self.end - self.start, dur, rtol=1e-9, atol=tol))
-        out += [f"task {g.names[i]}: duration {dur[i]} but ran {self.end[i] - self.start[i]}"
-                for i in bad[:limit]]
+        bad = np.flatnonzero(
+            (dur < 0) | ~np.isclose(self.end - self.start, dur, rtol=1e-9, atol=tol)
+        )
+        out += [
+            f"task {g.names[i]}: duration {dur[i]} but ran {self.end[i] - self.start[i]}"
+            for i in bad[:limit]
+        ]
         order = self._sorted_by_resource()
         res = np.asarray(g.res, dtype=np.int64)[order]
         same = res[1:] == res[:-1]
         overlap = np.flatnonzero(same & (self.start[order[1:]] < self.end[order[:-1]] - tol))
-        out += [f"overlap on {g.resources[res[k]]}: {g.names[order[k]]} and {g.names[order[k + 1]]}"
-                for k in overlap[:limit]]
+        out += [
+            f"overlap on {g.resources[res[k]]}: {g.names[order[k]]} and {g.names[order[k + 1]]}"
+            for k in overlap[:limit]
+        ]
         counts = np.fromiter((len(p) for p in g.preds), dtype=np.int64, count=len(g.preds))
         succ = np.repeat(np.arange(len(g.preds)), counts)
-        pred = np.fromiter((p for ps in g.preds for p in ps), dtype=np.int64, count=int(counts.sum()))
+        pred = np.fromiter(
+            (p for ps in g.preds for p in ps), dtype=np.int64, count=int(counts.sum())
+        )
         early = np.flatnonzero(self.start[succ] < self.end[pred] - tol)
-        out += [f"precedence: {g.names[succ[k]]} starts before {g.names[pred[k]]} ends"
-                for k in early[:limit]]
+        out += [
+            f"precedence: {g.names[succ[k]]} starts before {g.names[pred[k]]} ends"
+            for k in early[:limit]
+        ]
         return out
 
     def check(self) -> Schedule:
@@ -239,8 +252,10 @@ def _resource_predecessors(graph: TaskGraph, order: Mapping[str | int, Sequence[
         rid = graph.resource_id(key)
         want = graph.tasks_on(rid)
         if sorted(seq) != want:
-            raise ValueError(f"order[{graph.resources[rid]}] must be a permutation of the "
-                             f"{len(want)} tasks on that resource")
+            raise ValueError(
+                f"order[{graph.resources[rid]}] must be a permutation of the "
+                f"{len(want)} tasks on that resource"
+            )
         seen.add(rid)
         for a, b in zip(seq[:-1], seq[1:], strict=True):
             res_prev[b] = a

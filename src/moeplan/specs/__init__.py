@@ -19,8 +19,18 @@ from moeplan.specs.presets import ALIASES, MODEL_FILES, cluster_table, model_con
 from moeplan.specs.workload import RoutingProfile, Workload
 
 __all__ = [
-    "ClusterSpec", "GPUSpec", "LinkSpec", "ModelSpec", "ModuleInfo", "RoutingProfile",
-    "Workload", "cluster_names", "gpu_records", "load_cluster", "load_model", "model_from_dict",
+    "ClusterSpec",
+    "GPUSpec",
+    "LinkSpec",
+    "ModelSpec",
+    "ModuleInfo",
+    "RoutingProfile",
+    "Workload",
+    "cluster_names",
+    "gpu_records",
+    "load_cluster",
+    "load_model",
+    "model_from_dict",
     "model_names",
 ]
 
@@ -47,10 +57,17 @@ def model_from_dict(config: Any, name: str, hf_quant: Any = None) -> ModelSpec:
         return ModelSpec.from_config(config, name=name, hf_quant=hf_quant)
     except MoeplanError:
         raise
-    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError,
-            OverflowError) as err:
-        raise MoeplanError(f"config[{name}] is not a valid MoE config: "
-                           f"{type(err).__name__}: {err}") from None
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        ZeroDivisionError,
+        OverflowError,
+    ) as err:
+        raise MoeplanError(
+            f"config[{name}] is not a valid MoE config: {type(err).__name__}: {err}"
+        ) from None
 
 
 def load_model(name: str) -> ModelSpec:
@@ -83,17 +100,22 @@ def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
     """The preset cluster ``name``; ``nodes`` replaces its node count."""
     table = cluster_table()
     if name not in table["clusters"]:
-        raise MoeplanError(f"cluster ({name!r}) is not a preset; choose one of "
-                           f"{', '.join(table['clusters'])}")
+        raise MoeplanError(
+            f"cluster ({name!r}) is not a preset; choose one of {', '.join(table['clusters'])}"
+        )
     c = table["clusters"][name]
     if c["gpu"] not in table["gpus"]:
         raise MoeplanError(f"cluster[{name}].gpu ({c['gpu']!r}) has no record in gpus")
     g = table["gpus"][c["gpu"]]
     li, lo = table["links"][c["intra"]], table["links"][c["inter"]]
     cluster = ClusterSpec(
-        name=name, num_nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
+        name=name,
+        num_nodes=c["nodes"],
+        gpus_per_node=c["gpus_per_node"],
         gpu=gpu_from_record(c["gpu"], g),
         intra=LinkSpec(kind=li["kind"], bw=li["bw"], latency=li["latency"]),
         inter=LinkSpec(kind=lo["kind"], bw=lo["bw"], latency=lo["latency"]),
-        profile=c.get("profile"), source=c["source"])
+        profile=c.get("profile"),
+        source=c["source"],
+    )
     return cluster if nodes is None else cluster.with_nodes(nodes)

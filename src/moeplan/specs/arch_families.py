@@ -96,11 +96,11 @@ def qwen3_5(c: Cfg) -> tuple[LayerSpec, ...]:
               shared_gate=bool(shared))  # fmt: skip
     mlp_only = set(c.raw("mlp_only_layers", []) or [])
     if mlp_only:
-        raise MoeplanError(f"{c.field('mlp_only_layers')} ({sorted(mlp_only)[:4]}) is not "
-                           "supported for this architecture: every released Qwen3.5 layer is MoE")
-    return tuple(
-        LayerSpec(mixer=lin if t == "linear_attention" else full, ffn=ffn) for t in types
-    )
+        raise MoeplanError(
+            f"{c.field('mlp_only_layers')} ({sorted(mlp_only)[:4]}) is not "
+            "supported for this architecture: every released Qwen3.5 layer is MoE"
+        )
+    return tuple(LayerSpec(mixer=lin if t == "linear_attention" else full, ffn=ffn) for t in types)
 
 
 # ---- Gemma-4: sliding / global attention, MoE beside a dense MLP ---------------------------
@@ -175,8 +175,10 @@ def nemotron_h(c: Cfg) -> tuple[LayerSpec, ...]:
                            f"of one character per layer ({n})")  # fmt: skip
     for i, ch in enumerate(pat):
         if ch not in NEMOTRON_BLOCKS:
-            raise MoeplanError(f"{c.field('hybrid_override_pattern')}[{i}] ({ch!r}) is not "
-                               f"supported: supported blocks are {', '.join(NEMOTRON_BLOCKS)}")
+            raise MoeplanError(
+                f"{c.field('hybrid_override_pattern')}[{i}] ({ch!r}) is not "
+                f"supported: supported blocks are {', '.join(NEMOTRON_BLOCKS)}"
+            )
     state = FP32_STATE.get(c.text("mamba_ssm_cache_dtype", "float32", FP32_STATE), 4)
     mamba = Mixer(
         kind="mamba2", num_heads=c.int("mamba_num_heads", lo=1),

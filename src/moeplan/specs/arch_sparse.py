@@ -163,7 +163,8 @@ def step3(c: Cfg) -> tuple[LayerSpec, ...]:
     if first >= n:
         raise MoeplanError(f"{c.field('first_k_dense_replace')} ({first}) leaves no MoE layer")
     return tuple(
-        LayerSpec(mixer=full if t == "full_attention" else window,
-                  ffn=experts if i >= first else mlp)  # fmt: skip
+        LayerSpec(
+            mixer=full if t == "full_attention" else window, ffn=experts if i >= first else mlp
+        )  # fmt: skip
         for i, t in enumerate(types)
     )

@@ -151,6 +151,11 @@ def towers(root: Cfg) -> tuple[Tower, ...]:
         width = t.int("hidden_size", "vt_hidden_size", default=0)
         inter = t.int("intermediate_size", "vt_intermediate_size", default=4 * width)
         params = depth * (4 * width * width + 2 * width * inter)
-        out.append(Tower(name=key.removesuffix("_config"), params=params,
-                         source=f"{key}: {depth} blocks x width {width}, MLP {inter} (estimate)"))
+        out.append(
+            Tower(
+                name=key.removesuffix("_config"),
+                params=params,
+                source=f"{key}: {depth} blocks x width {width}, MLP {inter} (estimate)",
+            )
+        )
     return tuple(out)

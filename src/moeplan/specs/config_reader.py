@@ -86,13 +86,17 @@ class Cfg:
         allowed = tuple(allowed)
         for i, x in enumerate(v[:n]):  # type: ignore[index]
             if isinstance(x, bool) or x not in allowed:
-                raise MoeplanError(f"{self.field(key)}[{i}] ({show(x)}) is not supported: "
-                                   f"supported values are {', '.join(map(str, allowed))}")
+                raise MoeplanError(
+                    f"{self.field(key)}[{i}] ({show(x)}) is not supported: "
+                    f"supported values are {', '.join(map(str, allowed))}"
+                )
         return tuple(v[:n])  # type: ignore[index]
 
     def must_be(self, key: str, allowed: tuple[Any, ...], why: str) -> None:
         """A key that would change the model's shape in a way moeplan does not model: when
         present it must hold one of ``allowed`` (``why``: what other values would mean)."""
         if key in self.data and self.data[key] not in allowed:
-            raise MoeplanError(f"{self.field(key)} ({show(self.data[key])}) is not supported: "
-                               f"{why}; supported values are {', '.join(map(repr, allowed))}")
+            raise MoeplanError(
+                f"{self.field(key)} ({show(self.data[key])}) is not supported: "
+                f"{why}; supported values are {', '.join(map(repr, allowed))}"
+            )

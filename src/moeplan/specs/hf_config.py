@@ -239,8 +239,10 @@ def config_path(path: str | os.PathLike[str]) -> Path:
     if not is_folder(p):
         return p
     if _mode(p / "config.json") is None:
-        raise MoeplanError(f"model folder ({p}) holds no config.json: give a Hugging Face "
-                           "checkpoint folder or the path of its config.json")
+        raise MoeplanError(
+            f"model folder ({p}) holds no config.json: give a Hugging Face "
+            "checkpoint folder or the path of its config.json"
+        )
     return p / "config.json"
 
 
@@ -327,8 +329,10 @@ def _split_hidden(cfg: dict[str, Any], name: str, hidden: int, heads: int, mla: 
     """``hidden / heads`` when ``head_dim`` is absent (the modelling code's split); GQA needs
     it exact."""
     if heads and hidden % heads and not mla and cfg.get("head_dim") is None:
-        raise MoeplanError(f"config[{name}].hidden_size ({hidden}) must be num_attention_heads "
-                           f"({heads}) x head_dim when head_dim is not given")
+        raise MoeplanError(
+            f"config[{name}].hidden_size ({hidden}) must be num_attention_heads "
+            f"({heads}) x head_dim when head_dim is not given"
+        )
     return hidden // heads if heads else 0
 
 

@@ -97,14 +97,18 @@ def uniform_fields(layers: tuple[LayerSpec, ...]) -> dict[str, Any]:
             v_head_dim=m.v_head_dim,
         )  # fmt: skip
     else:
-        out.update(attention="gqa", head_dim=m.head_dim, attention_bias=m.bias,
-                   attention_out_bias=m.out_bias, attention_sinks=m.sinks, qk_norm=m.qk_norm)
+        out.update(
+            attention="gqa",
+            head_dim=m.head_dim,
+            attention_bias=m.bias,
+            attention_out_bias=m.out_bias,
+            attention_sinks=m.sinks,
+            qk_norm=m.qk_norm,
+        )
     win = _first(layers, ("swa", "chunked"))
     if win is not None:
         out["sliding_window"] = win.window or win.chunk
-        out["sliding_layers"] = tuple(
-            i for i, x in enumerate(layers) if x.mixer.kind == win.kind
-        )
+        out["sliding_layers"] = tuple(i for i, x in enumerate(layers) if x.mixer.kind == win.kind)
     moes = [x.ffn for x in layers if x.ffn.kind == "moe"]
     moe = next((f for f in moes if f.router != "hash"), moes[0])
     out.update(

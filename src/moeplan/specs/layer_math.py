@@ -90,13 +90,27 @@ def _linear_attn(m: Mixer, h: int) -> int:
     k, v = m.lin_key_heads * m.lin_key_dim, m.lin_value_heads * m.lin_value_dim
     conv = (2 * k + v) * m.conv_kernel
     if m.kind == "gdn":  # in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj
-        return h * (2 * k + 2 * v) + h * 2 * m.lin_value_heads + conv + \
-            2 * m.lin_value_heads + m.lin_value_dim + v * h
+        return (
+            h * (2 * k + 2 * v)
+            + h * 2 * m.lin_value_heads
+            + conv
+            + 2 * m.lin_value_heads
+            + m.lin_value_dim
+            + v * h
+        )
     # kda (Kimi Linear KimiDeltaAttention): q/k/v, low-rank decay f_a/f_b and output gate
     # g_a/g_b, beta b_proj, A_log, dt_bias, output norm, o_proj
     d = m.lin_key_dim
-    return h * (2 * k + v) + conv + (h * d + d * k) + (h * d + d * v) + h * m.lin_value_heads \
-        + 2 * m.lin_value_heads + m.lin_value_dim + v * h
+    return (
+        h * (2 * k + v)
+        + conv
+        + (h * d + d * k)
+        + (h * d + d * v)
+        + h * m.lin_value_heads
+        + 2 * m.lin_value_heads
+        + m.lin_value_dim
+        + v * h
+    )
 
 
 def _mamba2(m: Mixer, h: int) -> int:
@@ -104,8 +118,13 @@ def _mamba2(m: Mixer, h: int) -> int:
     dt_bias / A_log / D, gated RMSNorm, out_proj."""
     d_in = m.num_heads * m.head_dim
     bc = 2 * m.ssm_groups * m.ssm_state
-    return h * (2 * d_in + bc + m.num_heads) + (d_in + bc) * (m.conv_kernel + 1) + \
-        3 * m.num_heads + d_in + d_in * h
+    return (
+        h * (2 * d_in + bc + m.num_heads)
+        + (d_in + bc) * (m.conv_kernel + 1)
+        + 3 * m.num_heads
+        + d_in
+        + d_in * h
+    )
 
 
 def mixer_linear_params(m: Mixer, h: int) -> int:

@@ -211,30 +211,43 @@ class FFN:
 
     def __post_init__(self) -> None:
         p = f"ffn[{self.kind}]"
-        require(self.kind in FFN_KINDS,
-                f"{p}.kind ({show(self.kind)}) must be one of {', '.join(FFN_KINDS)}")
+        require(
+            self.kind in FFN_KINDS,
+            f"{p}.kind ({show(self.kind)}) must be one of {', '.join(FFN_KINDS)}",
+        )
         check_int(f"{p}.intermediate_size", self.intermediate_size, 0, MAX_INTERMEDIATE)
-        check_int(f"{p}.shared_intermediate_size", self.shared_intermediate_size, 0,
-                  MAX_INTERMEDIATE)
+        check_int(
+            f"{p}.shared_intermediate_size", self.shared_intermediate_size, 0, MAX_INTERMEDIATE
+        )
         for f in ("num_experts", "top_k", "num_shared_experts", "n_group", "topk_group"):
             check_int(f"{p}.{f}", getattr(self, f), 0, MAX_EXPERTS)
         if self.kind == "none":
             return
-        require(self.intermediate_size > 0,
-                f"{p}.intermediate_size ({self.intermediate_size}) must be positive")
+        require(
+            self.intermediate_size > 0,
+            f"{p}.intermediate_size ({self.intermediate_size}) must be positive",
+        )
         if self.kind == "moe":
             _check_moe(self, p)
 
 
 def _check_moe(f: FFN, p: str) -> None:
-    require(f.router in ROUTER_FUNCS,
-            f"{p}.router ({show(f.router)}) must be one of {', '.join(ROUTER_FUNCS)}")
-    require(1 <= f.top_k <= f.num_experts,
-            f"{p}.top_k ({f.top_k}) must be in [1, num_experts={f.num_experts}]")
-    require(f.n_group >= 1 and f.num_experts % f.n_group == 0,
-            f"{p}.num_experts ({f.num_experts}) must be divisible by n_group ({f.n_group})")
-    require(1 <= f.topk_group <= f.n_group,
-            f"{p}.topk_group ({f.topk_group}) must be in [1, n_group={f.n_group}]")
+    require(
+        f.router in ROUTER_FUNCS,
+        f"{p}.router ({show(f.router)}) must be one of {', '.join(ROUTER_FUNCS)}",
+    )
+    require(
+        1 <= f.top_k <= f.num_experts,
+        f"{p}.top_k ({f.top_k}) must be in [1, num_experts={f.num_experts}]",
+    )
+    require(
+        f.n_group >= 1 and f.num_experts % f.n_group == 0,
+        f"{p}.num_experts ({f.num_experts}) must be divisible by n_group ({f.n_group})",
+    )
+    require(
+        1 <= f.topk_group <= f.n_group,
+        f"{p}.topk_group ({f.topk_group}) must be in [1, n_group={f.n_group}]",
+    )
 
 
 MAX_HC_MULT = 64  # residual streams (DeepSeek-V4: 4)
@@ -264,10 +277,14 @@ class LayerSpec:
         check_int("layer.norms", self.norms, 0, 16)
         check_int("layer.hc_mult", self.hc_mult, 0, MAX_HC_MULT)
         check_int("layer.hc_sinkhorn_iters", self.hc_sinkhorn_iters, 0, MAX_HC_ITERS)
-        require(self.hc_mult > 0 or self.hc_sinkhorn_iters == 0,
-                f"layer.hc_sinkhorn_iters ({self.hc_sinkhorn_iters}) needs hc_mult > 0")
-        require(self.mixer.kind != "none" or self.ffn.kind != "none",
-                "layer has neither a mixer nor an FFN")
+        require(
+            self.hc_mult > 0 or self.hc_sinkhorn_iters == 0,
+            f"layer.hc_sinkhorn_iters ({self.hc_sinkhorn_iters}) needs hc_mult > 0",
+        )
+        require(
+            self.mixer.kind != "none" or self.ffn.kind != "none",
+            "layer has neither a mixer nor an FFN",
+        )
 
     @property
     def kind(self) -> str:

@@ -264,8 +264,9 @@ class ModelSpec:
     @property
     def shared_params(self) -> int:
         """All shared experts of one MoE layer (and Qwen2-MoE's shared-expert gate)."""
-        n = layer_math.mlp_params(self.hidden_size, self.shared_intermediate_size,
-                                  self.gated_experts)
+        n = layer_math.mlp_params(
+            self.hidden_size, self.shared_intermediate_size, self.gated_experts
+        )
         return n + (self.hidden_size if self.shared_expert_gate else 0)
 
     @property
@@ -326,7 +327,9 @@ class ModelSpec:
 
     @property
     def expert_flops(self) -> float:
-        return 2.0 * (3 if self.gated_experts else 2) * self.hidden_size * self.moe_intermediate_size
+        return (
+            2.0 * (3 if self.gated_experts else 2) * self.hidden_size * self.moe_intermediate_size
+        )
 
     @property
     def shared_flops(self) -> float:

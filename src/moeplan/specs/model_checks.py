@@ -155,8 +155,10 @@ def _check_layers(spec: ModelSpec, p: str) -> tuple[bool, ...]:
         isinstance(v, tuple) and all(isinstance(x, LayerSpec) for x in v),
         f"{p}.layers ({show(v)}) must be a tuple of LayerSpec",
     )
-    require(len(v) == spec.num_layers,
-            f"{p}.layers ({len(v)} records) must have one per layer ({spec.num_layers})")
+    require(
+        len(v) == spec.num_layers,
+        f"{p}.layers ({len(v)} records) must have one per layer ({spec.num_layers})",
+    )
     flags = tuple(x.is_moe for x in v)
     require(any(flags), f"{p} has no MoE layer")
     return flags

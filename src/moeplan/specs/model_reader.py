@@ -37,8 +37,9 @@ def spec_kwargs(config: Any, name: str) -> dict[str, Any]:
     arch = architecture_of(config, name)
     root = Cfg(config, name)
     lm = language_model(root)
-    extra = dict(towers=towers(root), module_prefix=arch.prefix,
-                 active_counts_lm_head=arch.lm_head_active)
+    extra = dict(
+        towers=towers(root), module_prefix=arch.prefix, active_counts_lm_head=arch.lm_head_active
+    )
     tie = lm.flag("tie_word_embeddings", root.flag("tie_word_embeddings", False))
     if arch.read is None:
         kw = spec_kwargs_from_config(lm.data if lm is not root else config, name)
@@ -113,8 +114,14 @@ def _agree(q: Any, side: dict[str, Any], name: str) -> None:
 #: DeepSeek-V4 ``expert_dtype``: routed experts stored apart from ``quantization_config``.
 #: ``fp4``: e2m1 weights with one ue8m0 scale per 32 (OCP MX FP4, ``scale_fmt: ue8m0``).
 EXPERT_DTYPES = {
-    "fp4": WeightFormat(name="mxfp4", bits=4, group_size=MXFP4_GROUP, scale_bytes=E8M0_SCALE,
-                        compute="fp8", kernel_dtype="w4a16_mxfp4"),
+    "fp4": WeightFormat(
+        name="mxfp4",
+        bits=4,
+        group_size=MXFP4_GROUP,
+        scale_bytes=E8M0_SCALE,
+        compute="fp8",
+        kernel_dtype="w4a16_mxfp4",
+    ),
 }
 
 
@@ -144,8 +151,7 @@ def with_quantization(spec: Any, config: Any, name: str, hf_quant: Any = None) -
     if not rules.kv_bytes:
         return spec
     layers = tuple(
-        replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache
-        else x
+        replace(x, mixer=replace(x.mixer, kv_bytes=rules.kv_bytes)) if x.mixer.has_kv_cache else x
         for x in spec.layer_specs
     )
     return replace(spec, layers=layers, _layers=(), _moe_flags=())

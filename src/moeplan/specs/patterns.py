@@ -82,8 +82,9 @@ class _Parser:
         lo, hi = self.bounds()
         if self.peek() in ("?", "+"):
             raise self.fail("uses a lazy or possessive quantifier moeplan does not match")
-        copies = [frag] + [self.reparse(atom_at) for _ in range(max(lo, 1 if hi else 0,
-                                                                   (hi or lo)) - 1)]
+        copies = [frag] + [
+            self.reparse(atom_at) for _ in range(max(lo, 1 if hi else 0, (hi or lo)) - 1)
+        ]
         start = end = _Node()
         for n, (s, e) in enumerate(copies):
             if n < lo:

@@ -41,8 +41,12 @@ def _mixer_names(m: Mixer, h: int) -> list[tuple[str, int]]:
     if k in ("mha", "swa", "chunked", "msa"):
         kv = h * m.num_kv_heads * m.head_dim
         q = total - 2 * kv - m.num_heads * m.vo_dim * h
-        return [("self_attn.q_proj", max(0, q)), ("self_attn.k_proj", kv),
-                ("self_attn.v_proj", kv), ("self_attn.o_proj", m.num_heads * m.vo_dim * h)]
+        return [
+            ("self_attn.q_proj", max(0, q)),
+            ("self_attn.k_proj", kv),
+            ("self_attn.v_proj", kv),
+            ("self_attn.o_proj", m.num_heads * m.vo_dim * h),
+        ]
     names = {
         "csa": ("attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_a", "attn.wo_b"),
         "hca": ("attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_a", "attn.wo_b"),
@@ -77,7 +81,10 @@ def linear_modules(m: Any) -> Iterator[tuple[str, str, int]]:
             if "mixtral" in arch:
                 experts = _mlp("block_sparse_moe.experts.0", h, i, True, ("w1", "w3", "w2"))
             elif "gptoss" in arch:
-                experts = [("mlp.experts.gate_up_proj", 2 * h * i), ("mlp.experts.down_proj", h * i)]
+                experts = [
+                    ("mlp.experts.gate_up_proj", 2 * h * i),
+                    ("mlp.experts.down_proj", h * i),
+                ]
             else:
                 experts = _mlp(f"{ffn_at}.experts.0", h, i, f.gated)
             for suffix, n in experts:

@@ -67,8 +67,11 @@ class RouterRecorder:
                 ints = [o for o in out if torch.is_tensor(o) and not o.is_floating_point()]
                 floats = [o for o in out if torch.is_tensor(o) and o.is_floating_point()]
                 idx = ints[0].reshape(-1, ints[0].shape[-1])
-                w = floats[-1].reshape(idx.shape) if floats and floats[-1].numel() == \
-                    idx.numel() else torch.ones_like(idx, dtype=torch.float32)
+                w = (
+                    floats[-1].reshape(idx.shape)
+                    if floats and floats[-1].numel() == idx.numel()
+                    else torch.ones_like(idx, dtype=torch.float32)
+                )
             else:
                 logits = out.reshape(-1, out.shape[-1]).float()
                 w, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
@@ -98,8 +101,9 @@ class RouterRecorder:
         return ids, w
 
 
-def record_trace(model: Any, prompts: Sequence[Sequence[int]], *, top_k: int,
-                 num_experts: int) -> RoutingTrace:
+def record_trace(
+    model: Any, prompts: Sequence[Sequence[int]], *, top_k: int, num_experts: int
+) -> RoutingTrace:
     """Run each prompt (token ids) as one request; record its routing at every MoE layer."""
     import torch
 
@@ -111,13 +115,20 @@ def record_trace(model: Any, prompts: Sequence[Sequence[int]], *, top_k: int,
             ids = torch.tensor([list(prompt)], dtype=torch.long)
             model(input_ids=ids, use_cache=False)
             e, w = rec.take()
-            require(e.shape[0] == len(prompt),
-                    f"recorded tokens ({e.shape[0]}) must equal prompt length ({len(prompt)})")
+            require(
+                e.shape[0] == len(prompt),
+                f"recorded tokens ({e.shape[0]}) must equal prompt length ({len(prompt)})",
+            )
             rids.append(np.full(len(prompt), r, dtype=np.int64))
             pos.append(np.arange(len(prompt), dtype=np.int32))
             toks.append(np.asarray(prompt, dtype=np.int64))
             exps.append(e)
             ws.append(w)
-    return RoutingTrace(request_id=np.concatenate(rids), position=np.concatenate(pos),
-                        token_id=np.concatenate(toks), experts=np.concatenate(exps),
-                        num_experts=num_experts, weights=np.concatenate(ws).astype(np.float32))
+    return RoutingTrace(
+        request_id=np.concatenate(rids),
+        position=np.concatenate(pos),
+        token_id=np.concatenate(toks),
+        experts=np.concatenate(exps),
+        num_experts=num_experts,
+        weights=np.concatenate(ws).astype(np.float32),
+    )

@@ -32,8 +32,9 @@ SCHEMA = "moeplan.routing_profile/1"
 SHAPES = ("flat", "ramp", "valley", "wave")
 
 
-def mean_k_from_trace(experts: np.ndarray, layer: np.ndarray | None = None,
-                      num_layers: int | None = None) -> tuple[float, ...]:
+def mean_k_from_trace(
+    experts: np.ndarray, layer: np.ndarray | None = None, num_layers: int | None = None
+) -> tuple[float, ...]:
     """Mean number of valid (``>= 0``) expert ids per token, per layer.
 
     Args:
@@ -50,8 +51,10 @@ def mean_k_from_trace(experts: np.ndarray, layer: np.ndarray | None = None,
         return tuple(float(v) for v in (ids >= 0).sum(axis=2).mean(axis=0))
     lay = np.asarray(layer, dtype=np.int64)
     require(ids.ndim == 2, f"trace.experts.ndim ({ids.ndim}) must be 2 with a layer column")
-    require(lay.shape == (ids.shape[0],),
-            f"trace.layer length ({lay.shape[0]}) must equal trace.experts rows ({ids.shape[0]})")
+    require(
+        lay.shape == (ids.shape[0],),
+        f"trace.layer length ({lay.shape[0]}) must equal trace.experts rows ({ids.shape[0]})",
+    )
     require(lay.size > 0 and lay.min() >= 0, "trace.layer must be non-empty and non-negative")
     n = int(lay.max()) + 1 if num_layers is None else int(num_layers)
     require(int(lay.max()) < n, f"trace.layer max ({int(lay.max())}) must be < num_layers ({n})")
@@ -63,8 +66,15 @@ def mean_k_from_trace(experts: np.ndarray, layer: np.ndarray | None = None,
     return tuple(float(v) for v in valid / rows)
 
 
-def mean_k_from_shape(num_layers: int, top_k: int, *, mean: float, amplitude: float = 0.0,
-                      shape: str = "flat", k_min: float = 1.0) -> tuple[float, ...]:
+def mean_k_from_shape(
+    num_layers: int,
+    top_k: int,
+    *,
+    mean: float,
+    amplitude: float = 0.0,
+    shape: str = "flat",
+    k_min: float = 1.0,
+) -> tuple[float, ...]:
     """Parametric per-layer mean k: ``mean + amplitude * f(x)`` clipped to ``[k_min, top_k]``.
 
     ``x = i / (num_layers - 1)``; ``f`` is 0 (flat), ``2x - 1`` (ramp), ``-cos(pi(2x-1))``-like
@@ -72,16 +82,30 @@ def mean_k_from_shape(num_layers: int, top_k: int, *, mean: float, amplitude: fl
     """
     require(num_layers >= 1, f"num_layers ({num_layers}) must be >= 1")
     require(shape in SHAPES, f"shape ({shape!r}) must be one of {SHAPES}")
-    require(0 < k_min <= mean <= top_k, f"mean ({mean}) must be in [k_min ({k_min}), top_k ({top_k})]")
+    require(
+        0 < k_min <= mean <= top_k, f"mean ({mean}) must be in [k_min ({k_min}), top_k ({top_k})]"
+    )
     x = np.linspace(0.0, 1.0, num_layers) if num_layers > 1 else np.zeros(1)
-    f = {"flat": np.zeros_like(x), "ramp": 2 * x - 1, "valley": 2 * np.abs(2 * x - 1) - 1,
-         "wave": np.sin(2 * np.pi * x)}[shape]
+    f = {
+        "flat": np.zeros_like(x),
+        "ramp": 2 * x - 1,
+        "valley": 2 * np.abs(2 * x - 1) - 1,
+        "wave": np.sin(2 * np.pi * x),
+    }[shape]
     return tuple(float(v) for v in np.clip(mean + amplitude * f, k_min, top_k))
 
 
-def synthetic_top_p_mean_k(num_layers: int, num_experts: int, p: float, *, k_max: int,
-                           k_min: int = 1, tokens: int = 1024, seed: int = 0,
-                           sharpness: tuple[float, float] = (0.5, 4.0)) -> tuple[float, ...]:
+def synthetic_top_p_mean_k(
+    num_layers: int,
+    num_experts: int,
+    p: float,
+    *,
+    k_max: int,
+    k_min: int = 1,
+    tokens: int = 1024,
+    seed: int = 0,
+    sharpness: tuple[float, float] = (0.5, 4.0),
+) -> tuple[float, ...]:
     """Mean k per layer from Top-P routing over synthetic router logits.
 
     Logits are ``N(0, s_l^2)`` per token and expert, with the scale ``s_l`` of layer ``l``
@@ -104,8 +128,9 @@ def synthetic_top_p_mean_k(num_layers: int, num_experts: int, p: float, *, k_max
     return tuple(out)
 
 
-def profile_from_dict(data: Mapping, *, num_moe_layers: int | None = None,
-                      top_k: int | None = None) -> RoutingProfile:
+def profile_from_dict(
+    data: Mapping, *, num_moe_layers: int | None = None, top_k: int | None = None
+) -> RoutingProfile:
     """Validate a routing-profile JSON object and build the RoutingProfile.
 
     ``num_moe_layers`` / ``top_k`` (the model's) are checked when given: a profile for another
@@ -115,17 +140,24 @@ def profile_from_dict(data: Mapping, *, num_moe_layers: int | None = None,
     schema = data.get("schema", SCHEMA)
     require(schema == SCHEMA, f"routing_profile.schema ({schema!r}) must be {SCHEMA!r}")
     mean_k = data.get("mean_k")
-    require(isinstance(mean_k, Sequence) and not isinstance(mean_k, str) and len(mean_k) > 0,
-            "routing_profile.mean_k must be a non-empty list of numbers")
+    require(
+        isinstance(mean_k, Sequence) and not isinstance(mean_k, str) and len(mean_k) > 0,
+        "routing_profile.mean_k must be a non-empty list of numbers",
+    )
     assert mean_k is not None  # checked just above
     vals = tuple(check_float(f"routing_profile.mean_k[{i}]", v) for i, v in enumerate(mean_k))
-    k = check_int("routing_profile.top_k",
-                  data.get("top_k", top_k if top_k is not None else max(1, round(max(vals)))),
-                  1, 1024)
+    k = check_int(
+        "routing_profile.top_k",
+        data.get("top_k", top_k if top_k is not None else max(1, round(max(vals)))),
+        1,
+        1024,
+    )
     if num_moe_layers is not None:
-        require(len(vals) == num_moe_layers,
-                f"routing_profile.mean_k length ({len(vals)}) must equal the model's "
-                f"MoE layers ({num_moe_layers})")
+        require(
+            len(vals) == num_moe_layers,
+            f"routing_profile.mean_k length ({len(vals)}) must equal the model's "
+            f"MoE layers ({num_moe_layers})",
+        )
     if top_k is not None:
         require(k == top_k, f"routing_profile.top_k ({k}) must equal the model's top_k ({top_k})")
     for i, v in enumerate(vals):
@@ -136,6 +168,11 @@ def profile_from_dict(data: Mapping, *, num_moe_layers: int | None = None,
 def profile_to_dict(profile: RoutingProfile, *, model: str = "", note: str = "") -> dict:
     """JSON layout of a dynamic-top-k profile (inverse of :func:`profile_from_dict`)."""
     mean_k = profile.mean_k if profile.mean_k is not None else (float(profile.top_k),)
-    return {"schema": SCHEMA, "model": model, "top_k": profile.top_k,
-            "mean_k": [round(float(v), 4) for v in mean_k], "source": profile.source,
-            "note": note}
+    return {
+        "schema": SCHEMA,
+        "model": model,
+        "top_k": profile.top_k,
+        "mean_k": [round(float(v), 4) for v in mean_k],
+        "source": profile.source,
+        "note": note,
+    }

@@ -60,18 +60,35 @@ class SynthConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "num_experts", "top_k", "vocab_size", "num_requests",
-                     "min_len", "num_topics", "num_groups", "favored"):
+        for name in (
+            "num_layers",
+            "num_experts",
+            "top_k",
+            "vocab_size",
+            "num_requests",
+            "min_len",
+            "num_topics",
+            "num_groups",
+            "favored",
+        ):
             require(getattr(self, name) >= 1, f"synth.{name} ({getattr(self, name)}) must be >= 1")
-        require(self.top_k <= self.num_experts,
-                f"synth.top_k ({self.top_k}) must be <= num_experts ({self.num_experts})")
-        require(self.num_experts % self.num_groups == 0,
-                f"synth.num_experts ({self.num_experts}) must be divisible by num_groups "
-                f"({self.num_groups})")
-        require(self.max_len >= self.min_len,
-                f"synth.max_len ({self.max_len}) must be >= min_len ({self.min_len})")
-        require(self.groups_per_topic <= self.num_groups,
-                f"synth.groups_per_topic ({self.groups_per_topic}) must be <= num_groups")
+        require(
+            self.top_k <= self.num_experts,
+            f"synth.top_k ({self.top_k}) must be <= num_experts ({self.num_experts})",
+        )
+        require(
+            self.num_experts % self.num_groups == 0,
+            f"synth.num_experts ({self.num_experts}) must be divisible by num_groups "
+            f"({self.num_groups})",
+        )
+        require(
+            self.max_len >= self.min_len,
+            f"synth.max_len ({self.max_len}) must be >= min_len ({self.min_len})",
+        )
+        require(
+            self.groups_per_topic <= self.num_groups,
+            f"synth.groups_per_topic ({self.groups_per_topic}) must be <= num_groups",
+        )
         for name in ("topic_share", "group_fidelity"):
             v = getattr(self, name)
             require(0.0 <= v <= 1.0, f"synth.{name} ({v}) must lie in [0, 1]")
@@ -104,8 +121,9 @@ def _world(cfg: SynthConfig, rng: np.random.Generator) -> _World:
     anywhere = rng.integers(0, e, size=(v, num_l, cfg.favored))
     faithful = rng.random((v, num_l, cfg.favored)) < cfg.group_fidelity
     fav = np.where(faithful, in_group, anywhere).astype(np.int16)
-    topic_groups = np.stack([rng.choice(g, cfg.groups_per_topic, replace=False)
-                             for _ in range(cfg.num_topics)])
+    topic_groups = np.stack(
+        [rng.choice(g, cfg.groups_per_topic, replace=False) for _ in range(cfg.num_topics)]
+    )
     topic_bias = np.zeros((cfg.num_topics, num_l, e), dtype=np.float32)
     topic_cdf = []
     for z in range(cfg.num_topics):
@@ -119,17 +137,22 @@ def _world(cfg: SynthConfig, rng: np.random.Generator) -> _World:
     for layer in range(1, num_l):
         slot = rng.integers(0, e // g, size=e)
         succ[layer] = members[layer, comm[layer - 1], slot]
-    return _World(token_prob=prob, topic_cdf=topic_cdf, fav=fav, topic_bias=topic_bias,
-                  succ=succ)
+    return _World(token_prob=prob, topic_cdf=topic_cdf, fav=fav, topic_bias=topic_bias, succ=succ)
 
 
-def _draw_tokens(cfg: SynthConfig, world: _World, rng: np.random.Generator, topic: np.ndarray,
-                 lengths: np.ndarray) -> np.ndarray:
+def _draw_tokens(
+    cfg: SynthConfig,
+    world: _World,
+    rng: np.random.Generator,
+    topic: np.ndarray,
+    lengths: np.ndarray,
+) -> np.ndarray:
     n = int(lengths.sum())
     tok_topic = np.repeat(topic, lengths)
     global_cdf = np.cumsum(world.token_prob)
     tokens = np.searchsorted(global_cdf, rng.random(n) * global_cdf[-1]).clip(
-        max=cfg.vocab_size - 1)
+        max=cfg.vocab_size - 1
+    )
     from_topic = rng.random(n) < cfg.topic_share
     for z in np.unique(tok_topic[from_topic]):
         sel = np.flatnonzero(from_topic & (tok_topic == z))
@@ -138,8 +161,13 @@ def _draw_tokens(cfg: SynthConfig, world: _World, rng: np.random.Generator, topi
     return tokens.astype(np.int64)
 
 
-def _route(cfg: SynthConfig, world: _World, rng: np.random.Generator, tokens: np.ndarray,
-           tok_topic: np.ndarray) -> np.ndarray:
+def _route(
+    cfg: SynthConfig,
+    world: _World,
+    rng: np.random.Generator,
+    tokens: np.ndarray,
+    tok_topic: np.ndarray,
+) -> np.ndarray:
     n, k, e = len(tokens), cfg.top_k, cfg.num_experts
     experts = np.empty((n, cfg.num_layers, k), dtype=np.int16)
     rows = np.arange(n)[:, None]
@@ -175,8 +203,13 @@ def iter_synthesize(cfg: SynthConfig, chunk_requests: int = 256) -> Iterator[Rou
         rid = np.repeat(np.arange(lo, hi, dtype=np.int64), lengths[lo:hi])
         starts = np.repeat(np.cumsum(lengths[lo:hi]) - lengths[lo:hi], lengths[lo:hi])
         pos = (np.arange(len(tokens)) - starts).astype(np.int32)
-        yield RoutingTrace(request_id=rid, position=pos, token_id=tokens, experts=experts,
-                           num_experts=cfg.num_experts)
+        yield RoutingTrace(
+            request_id=rid,
+            position=pos,
+            token_id=tokens,
+            experts=experts,
+            num_experts=cfg.num_experts,
+        )
 
 
 def synthesize(cfg: SynthConfig | None = None, **overrides: object) -> RoutingTrace:
@@ -186,8 +219,16 @@ def synthesize(cfg: SynthConfig | None = None, **overrides: object) -> RoutingTr
     return concat(list(iter_synthesize(cfg)))
 
 
-def uniform_trace(*, num_requests: int, length: int, num_layers: int, num_experts: int,
-                  top_k: int, vocab_size: int = 1000, seed: int = 0) -> RoutingTrace:
+def uniform_trace(
+    *,
+    num_requests: int,
+    length: int,
+    num_layers: int,
+    num_experts: int,
+    top_k: int,
+    vocab_size: int = 1000,
+    seed: int = 0,
+) -> RoutingTrace:
     """A trace with no structure: tokens and their k experts drawn uniformly at random."""
     rng = np.random.default_rng(seed)
     n = num_requests * length
@@ -197,4 +238,6 @@ def uniform_trace(*, num_requests: int, length: int, num_layers: int, num_expert
         request_id=np.repeat(np.arange(num_requests, dtype=np.int64), length),
         position=np.tile(np.arange(length, dtype=np.int32), num_requests),
         token_id=rng.integers(0, vocab_size, size=n).astype(np.int64),
-        experts=experts.reshape(n, num_layers, top_k), num_experts=num_experts)
+        experts=experts.reshape(n, num_layers, top_k),
+        num_experts=num_experts,
+    )

@@ -41,8 +41,9 @@ def _check(probs: np.ndarray, p: float, k_min: int, k_max: int | None) -> tuple[
     return int(k_min), k_hi
 
 
-def top_p_counts(probs: np.ndarray, p: float, *, k_min: int = 1,
-                 k_max: int | None = None) -> np.ndarray:
+def top_p_counts(
+    probs: np.ndarray, p: float, *, k_min: int = 1, k_max: int | None = None
+) -> np.ndarray:
     """Number of experts each token activates under Top-P routing.
 
     Args:
@@ -60,8 +61,9 @@ def top_p_counts(probs: np.ndarray, p: float, *, k_min: int = 1,
     return np.clip(counts, k_lo, k_hi).astype(np.int64)
 
 
-def top_p_route(probs: np.ndarray, p: float, *, k_min: int = 1,
-                k_max: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def top_p_route(
+    probs: np.ndarray, p: float, *, k_min: int = 1, k_max: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-P routing: selected experts and their probabilities.
 
     Args:

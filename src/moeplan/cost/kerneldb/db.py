@@ -196,9 +196,7 @@ class KernelDB:
             self._memo[key] = hit
         return hit
 
-    def warm(
-        self, op: str, device: Device, engine: str, shapes: list[dict[str, object]]
-    ) -> None:
+    def warm(self, op: str, device: Device, engine: str, shapes: list[dict[str, object]]) -> None:
         """Price the rows :meth:`predict` has not memoised in one vectorised call and memoise
         them: the same answers as row-by-row (the same :meth:`predict_many`), one pass over
         the variant's tables instead of one per row. ``shapes`` share their keys."""

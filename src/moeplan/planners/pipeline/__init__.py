@@ -30,7 +30,13 @@ from moeplan.planners.pipeline.stages import (
 )
 
 __all__ = [
-    "DegreeTables", "PipelinePlan", "PipelineResult", "StagePlan", "degree_tables",
+    "DegreeTables",
+    "PipelinePlan",
+    "PipelineResult",
+    "StagePlan",
+    "degree_tables",
     "pipeline_throughput",
-    "plan_pipeline", "pp_degrees", "smallest_memory_needed",
+    "plan_pipeline",
+    "pp_degrees",
+    "smallest_memory_needed",
 ]

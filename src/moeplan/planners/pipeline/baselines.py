@@ -27,6 +27,7 @@ from moeplan.planners.pipeline.stages import DegreeTables, PipelinePlan, assembl
 
 def homogeneous_configs(dt: DegreeTables) -> list[tuple[int, ...]]:
     """Choice index per module for every homogeneous (attention, MoE) configuration."""
+
     def index(table, want: Choice) -> int | None:
         return next((i for i, c in enumerate(table.choices) if c == want), None)
 
@@ -63,8 +64,10 @@ def _fits(dt: DegreeTables, bounds: tuple[int, ...], picks: tuple[int, ...]) -> 
     """Memory check in the search's units, so SMIDT's search space contains the baseline."""
     used = np.concatenate([[0], np.cumsum([dt.units[m][picks[m]] for m in range(len(picks))])])
     pre_b = np.concatenate([[0.0], np.cumsum(dt.base)])
-    return all(used[b] - used[a] <= math.floor(dt.cap_units - (pre_b[b] - pre_b[a]))
-               for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+    return all(
+        used[b] - used[a] <= math.floor(dt.cap_units - (pre_b[b] - pre_b[a]))
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    )
 
 
 def _balanced_bounds(dt: DegreeTables, picks: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -73,13 +76,20 @@ def _balanced_bounds(dt: DegreeTables, picks: tuple[int, ...]) -> tuple[int, ...
     layer_t = times.reshape(-1, 2).sum(axis=1)
     layer_u = np.array([dt.units[m][picks[m]] for m in range(n)]).reshape(-1, 2).sum(axis=1)
     layer_b = dt.base.reshape(-1, 2).sum(axis=1)
-    part = search_partition([np.array([v]) for v in layer_t], [np.array([u]) for u in layer_u],
-                            dt.cap_units, dt.ctx.pp, eps=1e-7, base=layer_b)
+    part = search_partition(
+        [np.array([v]) for v in layer_t],
+        [np.array([u]) for u in layer_u],
+        dt.cap_units,
+        dt.ctx.pp,
+        eps=1e-7,
+        base=layer_b,
+    )
     return None if part is None else tuple(2 * b for b in part.bounds)
 
 
-def baselines_for_degree(dt: DegreeTables, rounds: int,
-                         async_pp: bool) -> dict[str, PipelinePlan | None]:
+def baselines_for_degree(
+    dt: DegreeTables, rounds: int, async_pp: bool
+) -> dict[str, PipelinePlan | None]:
     """Best uniform and best time-balanced layer-level plan for this PP degree."""
     layers = len(dt.tables) // 2
     found: dict[str, list[PipelinePlan]] = {"uniform": [], "time_balanced": []}
@@ -95,8 +105,9 @@ def baselines_for_degree(dt: DegreeTables, rounds: int,
     return {k: choose_plan(v, async_pp) for k, v in found.items()}
 
 
-def all_baselines(degrees: Mapping[int, DegreeTables | None], rounds: int,
-                  async_pp: bool) -> dict[str, PipelinePlan | None]:
+def all_baselines(
+    degrees: Mapping[int, DegreeTables | None], rounds: int, async_pp: bool
+) -> dict[str, PipelinePlan | None]:
     """``uniform``/``time_balanced`` at their best PP degree; ``no_pp`` (PP 1)."""
     per: dict[str, list[PipelinePlan]] = {"uniform": [], "time_balanced": [], "no_pp": []}
     for pp, dt in degrees.items():

@@ -30,6 +30,12 @@ from moeplan.planners.placement.planner import (
 )
 
 __all__ = [
-    "METHODS", "MethodResult", "PlaceConfig", "PlacementResult", "cost_evaluator",
-    "physical_to_logical", "place", "rebalance_experts",
+    "METHODS",
+    "MethodResult",
+    "PlaceConfig",
+    "PlacementResult",
+    "cost_evaluator",
+    "physical_to_logical",
+    "place",
+    "rebalance_experts",
 ]

@@ -52,9 +52,14 @@ def _count_layer(experts: np.ndarray, rows: np.ndarray, num_rows: int, e: int) -
     return np.bincount(flat, minlength=num_rows * e).reshape(num_rows, e)
 
 
-def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
-                 max_tokens: int = 16384,
-                 on_chunk: Callable[[RoutingTrace], None] | None = None) -> Affinity:
+def fit_affinity(
+    train: ChunkSource,
+    *,
+    num_layers: int,
+    num_experts: int,
+    max_tokens: int = 16384,
+    on_chunk: Callable[[RoutingTrace], None] | None = None,
+) -> Affinity:
     """Two streaming passes: token frequencies, then counts for the frequent tokens.
 
     ``on_chunk`` (optional) sees every chunk of the second pass, so callers can gather other
@@ -63,15 +68,18 @@ def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
     hot = np.zeros((num_layers, num_experts))
     occ = 0
     for chunk in train():
-        require(chunk.token_id.min(initial=0) >= 0,
-                f"trace.token_id (min {chunk.token_id.min()}) must be >= 0")
+        require(
+            chunk.token_id.min(initial=0) >= 0,
+            f"trace.token_id (min {chunk.token_id.min()}) must be >= 0",
+        )
         c = np.bincount(chunk.token_id)
         if len(c) > len(freq_all):
             freq_all = np.concatenate([freq_all, np.zeros(len(c) - len(freq_all), np.int64)])
         freq_all[: len(c)] += c
         occ += chunk.num_tokens
-        ex = chunk.experts.reshape(chunk.num_tokens, -1) + \
-            (np.arange(num_layers) * num_experts).repeat(chunk.top_k)
+        ex = chunk.experts.reshape(chunk.num_tokens, -1) + (
+            np.arange(num_layers) * num_experts
+        ).repeat(chunk.top_k)
         ex = ex[chunk.experts.reshape(chunk.num_tokens, -1) >= 0]
         hot += np.bincount(ex, minlength=num_layers * num_experts).reshape(num_layers, -1)
     ids = np.flatnonzero(freq_all)
@@ -86,8 +94,9 @@ def fit_affinity(train: ChunkSource, *, num_layers: int, num_experts: int,
             on_chunk(chunk)
         rows = aff.rows_of(chunk.token_id)
         for layer in range(num_layers):
-            counts[layer] += _count_layer(chunk.experts[:, layer], rows, len(token_ids),
-                                          num_experts)
+            counts[layer] += _count_layer(
+                chunk.experts[:, layer], rows, len(token_ids), num_experts
+            )
     return aff
 
 
@@ -121,7 +130,7 @@ def markov_key(devices: np.ndarray, layer: int, lookback: int, ep: int) -> np.nd
 def fit_markov(train: ChunkSource, y: np.ndarray, ep: int, lookback: int = 1) -> MarkovTable:
     """Count device transitions on the train split under placement y."""
     num_l = y.shape[0]
-    table = np.zeros((num_l, ep ** lookback, ep))
+    table = np.zeros((num_l, ep**lookback, ep))
     for chunk in train():
         dev = device_sequence(chunk.experts, y, ep)
         for layer in range(1, num_l):

@@ -26,8 +26,9 @@ def contiguous(num_layers: int, num_experts: int, ep: int) -> np.ndarray:
     return np.tile(np.arange(num_experts) // (num_experts // ep), (num_layers, 1))
 
 
-def eplb_placement(hotness: np.ndarray, ep: int, num_nodes: int = 1, num_groups: int = 1,
-                   redundant: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def eplb_placement(
+    hotness: np.ndarray, ep: int, num_nodes: int = 1, num_groups: int = 1, redundant: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """EPLB (global policy unless groups/nodes are given) with ``redundant`` extra slots per
     device: (y [L, E] device of each expert's first copy, replica counts [L, E, C])."""
     num_l, e = hotness.shape
@@ -50,7 +51,7 @@ def transition_counts(experts: np.ndarray, num_experts: int) -> np.ndarray:
     ex = experts.astype(np.int64)
     for layer in range(1, num_l):
         a, b = ex[:, layer - 1], ex[:, layer]
-        pair = (a[:, :, None] * e + b[:, None, :])
+        pair = a[:, :, None] * e + b[:, None, :]
         ok = (a[:, :, None] >= 0) & (b[:, None, :] >= 0)
         t[layer] = np.bincount(pair[ok], minlength=e * e)
     return t.reshape(num_l, e, e)
@@ -58,8 +59,12 @@ def transition_counts(experts: np.ndarray, num_experts: int) -> np.ndarray:
 
 def transition_objective(t: np.ndarray, y: np.ndarray) -> float:
     """Transitions that stay on one device: sum_l sum T[l][e, e'] [y_{l-1}(e) = y_l(e')]."""
-    return float(sum((t[layer] * (y[layer - 1][:, None] == y[layer][None, :])).sum()
-                     for layer in range(1, t.shape[0])))
+    return float(
+        sum(
+            (t[layer] * (y[layer - 1][:, None] == y[layer][None, :])).sum()
+            for layer in range(1, t.shape[0])
+        )
+    )
 
 
 def _layer_affinity(t: np.ndarray, y: np.ndarray, layer: int, ep: int) -> np.ndarray:
@@ -93,8 +98,12 @@ def transition_exact(t: np.ndarray, ep: int, time_limit_s: float = 10.0) -> np.n
     num_l, e, _ = t.shape
     scale = 1000.0 / max(float(t.max()), 1e-12)
     md = cp_model.CpModel()
-    a = {(l_, x, c): md.new_bool_var(f"a{l_}_{x}_{c}") for l_ in range(num_l) for x in range(e)
-         for c in range(ep)}
+    a = {
+        (l_, x, c): md.new_bool_var(f"a{l_}_{x}_{c}")
+        for l_ in range(num_l)
+        for x in range(e)
+        for c in range(ep)
+    }
     for l_ in range(num_l):
         for x in range(e):
             md.add_exactly_one(a[l_, x, c] for c in range(ep))
@@ -125,14 +134,16 @@ def transition_exact(t: np.ndarray, ep: int, time_limit_s: float = 10.0) -> np.n
     return y
 
 
-def transition_placement(t: np.ndarray, hotness: np.ndarray, ep: int, *, tol: float = 1.05,
-                         exact_max_terms: int = 1024) -> np.ndarray:
+def transition_placement(
+    t: np.ndarray, hotness: np.ndarray, ep: int, *, tol: float = 1.05, exact_max_terms: int = 1024
+) -> np.ndarray:
     """Balanced inter-layer-affinity placement (exact when small, sweeps otherwise)."""
     num_l, e, _ = t.shape
     if (num_l - 1) * e * e * ep <= exact_max_terms:
         return transition_exact(t, ep)
     y = transition_sweeps(t, ep)
     for layer in range(num_l):
-        y[layer] = _swap_repair(_layer_affinity(t, y, layer, ep), hotness[layer], y[layer], ep,
-                                tol, 400)
+        y[layer] = _swap_repair(
+            _layer_affinity(t, y, layer, ep), hotness[layer], y[layer], ep, tol, 400
+        )
     return y

@@ -62,8 +62,9 @@ def row_cap(freq: np.ndarray, ep: int, slack: float) -> float:
 
 def objective(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     """sum_l sum_i W[l, i, e] [x_i == y_l(e)]."""
-    return float(sum((w[layer] * (x[:, None] == y[layer][None, :])).sum()
-                     for layer in range(w.shape[0])))
+    return float(
+        sum((w[layer] * (x[:, None] == y[layer][None, :])).sum() for layer in range(w.shape[0]))
+    )
 
 
 def gains(w: np.ndarray, y: np.ndarray, ep: int) -> np.ndarray:
@@ -74,8 +75,13 @@ def gains(w: np.ndarray, y: np.ndarray, ep: int) -> np.ndarray:
     return g
 
 
-def expert_step(w: np.ndarray, x: np.ndarray, ep: int,
-                price: np.ndarray | None = None, hot: np.ndarray | None = None) -> np.ndarray:
+def expert_step(
+    w: np.ndarray,
+    x: np.ndarray,
+    ep: int,
+    price: np.ndarray | None = None,
+    hot: np.ndarray | None = None,
+) -> np.ndarray:
     """Exact expert placement per layer for fixed rows (optionally with device load prices)."""
     from scipy.optimize import linear_sum_assignment  # here: `moeplan` starts without scipy
 
@@ -119,11 +125,25 @@ def row_step(g: np.ndarray, freq: np.ndarray, cap: float) -> np.ndarray:
     n = v * ep
     cols = np.arange(n)
     a_eq = csr_matrix((np.ones(n), (np.repeat(np.arange(v), ep), cols)), shape=(v, n))
-    a_ub = csr_matrix((np.tile(freq, ep), (np.repeat(np.arange(ep), v),
-                                            (np.arange(v)[None, :] * ep
-                                             + np.arange(ep)[:, None]).ravel())), shape=(ep, n))
-    res = linprog(-g.ravel(), A_ub=a_ub, b_ub=np.full(ep, cap), A_eq=a_eq, b_eq=np.ones(v),
-                  bounds=(0, 1), method="highs-ipm")
+    a_ub = csr_matrix(
+        (
+            np.tile(freq, ep),
+            (
+                np.repeat(np.arange(ep), v),
+                (np.arange(v)[None, :] * ep + np.arange(ep)[:, None]).ravel(),
+            ),
+        ),
+        shape=(ep, n),
+    )
+    res = linprog(
+        -g.ravel(),
+        A_ub=a_ub,
+        b_ub=np.full(ep, cap),
+        A_eq=a_eq,
+        b_eq=np.ones(v),
+        bounds=(0, 1),
+        method="highs-ipm",
+    )
     if res.status != 0:  # infeasible caps cannot happen with row_cap; keep a safe answer
         return _repair(g.argmax(axis=1), g, freq, cap)
     z = res.x.reshape(v, ep)
@@ -155,8 +175,15 @@ def _accepting_feasible(x: np.ndarray, freq: np.ndarray, ep: int, cap: float) ->
     return bool((np.bincount(x, weights=freq, minlength=ep) <= cap + 1e-9).all())
 
 
-def alternate(w: np.ndarray, freq: np.ndarray, ep: int, x0: np.ndarray, cap: float,
-              max_iter: int = 20, rel_tol: float = 1e-4) -> CoClustering:
+def alternate(
+    w: np.ndarray,
+    freq: np.ndarray,
+    ep: int,
+    x0: np.ndarray,
+    cap: float,
+    max_iter: int = 20,
+    rel_tol: float = 1e-4,
+) -> CoClustering:
     """Alternate exact expert and row steps from rows x0 until the objective stops rising."""
     x = x0
     y = expert_step(w, x, ep)
@@ -176,8 +203,16 @@ def alternate(w: np.ndarray, freq: np.ndarray, ep: int, x0: np.ndarray, cap: flo
     return CoClustering(x=x, y=y, objective=best)
 
 
-def greedy(w: np.ndarray, freq: np.ndarray, ep: int, cap: float, *, iters: int = 3,
-           swaps: int = 200, seed: int = 0) -> CoClustering:
+def greedy(
+    w: np.ndarray,
+    freq: np.ndarray,
+    ep: int,
+    cap: float,
+    *,
+    iters: int = 3,
+    swaps: int = 200,
+    seed: int = 0,
+) -> CoClustering:
     """The paper's Algorithm 1 (as we read it): greedy experts by hotness, swaps, greedy rows."""
     rng = np.random.default_rng(seed)
     num_l, _, e = w.shape
@@ -204,8 +239,15 @@ def greedy(w: np.ndarray, freq: np.ndarray, ep: int, cap: float, *, iters: int =
     return CoClustering(x=x, y=y, objective=objective(w, x, y))
 
 
-def solve(w: np.ndarray, freq: np.ndarray, ep: int, *, slack: float = 0.05,
-          max_iter: int = 8, seed: int = 0) -> tuple[CoClustering, CoClustering]:
+def solve(
+    w: np.ndarray,
+    freq: np.ndarray,
+    ep: int,
+    *,
+    slack: float = 0.05,
+    max_iter: int = 8,
+    seed: int = 0,
+) -> tuple[CoClustering, CoClustering]:
     """(ours, paper-style greedy) on the same input; ours is never below the greedy."""
     require(w.shape[2] % ep == 0, f"num_experts ({w.shape[2]}) must be divisible by ep ({ep})")
     cap = row_cap(freq, ep, slack)
@@ -216,11 +258,12 @@ def solve(w: np.ndarray, freq: np.ndarray, ep: int, *, slack: float = 0.05,
     return ours, base
 
 
-def exhaustive(w: np.ndarray, freq: np.ndarray, ep: int, *, slack: float = 0.05,
-               limit: int = 200_000) -> CoClustering:
+def exhaustive(
+    w: np.ndarray, freq: np.ndarray, ep: int, *, slack: float = 0.05, limit: int = 200_000
+) -> CoClustering:
     """Global optimum by enumerating feasible row clusterings (tiny instances only)."""
     v = w.shape[1]
-    require(ep ** v <= limit, f"exhaustive rows ({ep}^{v}) must be <= {limit}")
+    require(ep**v <= limit, f"exhaustive rows ({ep}^{v}) must be <= {limit}")
     cap = row_cap(freq, ep, slack)
     best: CoClustering | None = None
     for combo in itertools.product(range(ep), repeat=v):
@@ -235,9 +278,16 @@ def exhaustive(w: np.ndarray, freq: np.ndarray, ep: int, *, slack: float = 0.05,
     return best
 
 
-def balance_experts(w: np.ndarray, x: np.ndarray, hot: np.ndarray, ep: int, *,
-                    tol: float = 1.05, y: np.ndarray | None = None,
-                    max_swaps: int = 400) -> np.ndarray:
+def balance_experts(
+    w: np.ndarray,
+    x: np.ndarray,
+    hot: np.ndarray,
+    ep: int,
+    *,
+    tol: float = 1.05,
+    y: np.ndarray | None = None,
+    max_swaps: int = 400,
+) -> np.ndarray:
     """Expert placement with device load max/mean <= tol where swaps can reach it.
 
     Starts from the exact placement (or ``y``) and repeatedly swaps an expert of the most
@@ -252,8 +302,9 @@ def balance_experts(w: np.ndarray, x: np.ndarray, hot: np.ndarray, ep: int, *,
     return y
 
 
-def _swap_repair(m: np.ndarray, h: np.ndarray, yl: np.ndarray, ep: int, tol: float,
-                 max_swaps: int) -> np.ndarray:
+def _swap_repair(
+    m: np.ndarray, h: np.ndarray, yl: np.ndarray, ep: int, tol: float, max_swaps: int
+) -> np.ndarray:
     yl = yl.copy()
     mean = h.sum() / ep
     if mean <= 0:
@@ -272,7 +323,7 @@ def _swap_repair(m: np.ndarray, h: np.ndarray, yl: np.ndarray, ep: int, tol: flo
         ok = (delta > 0) & (new_pair_max < load[top] - 1e-12)
         if not ok.any():
             break
-        loss = (m[a, top][:, None] + m[b, cb][None, :] - m[a][:, cb] - m[b, top][None, :])
+        loss = m[a, top][:, None] + m[b, cb][None, :] - m[a][:, cb] - m[b, top][None, :]
         gain = load[top] - new_pair_max
         score = np.where(ok, (loss + 1e-9 * m.max()) / np.maximum(gain, 1e-12), np.inf)
         ia, ib = np.unravel_index(int(np.argmin(score)), score.shape)
@@ -288,8 +339,9 @@ def _imb(h: np.ndarray, yl: np.ndarray, ep: int) -> float:
     return float(load.max() / max(load.mean(), 1e-12))
 
 
-def add_replicas(w: np.ndarray, x: np.ndarray, y: np.ndarray, ep: int,
-                 per_device: int) -> np.ndarray:
+def add_replicas(
+    w: np.ndarray, x: np.ndarray, y: np.ndarray, ep: int, per_device: int
+) -> np.ndarray:
     """Redundant slots: replica counts [L, E, C] = the placement y plus, on every device,
     ``per_device`` replicas of the experts its rows activate most that live elsewhere
     (greedy by affinity; each replica only adds local activations)."""

@@ -136,7 +136,9 @@ def decide(
         [np.bincount(rng.integers(0, num_r, num_r), minlength=num_r) for _ in range(resamples)]
     ).astype(np.float64)  # [B, R]
     kw: dict[str, Any] = dict(
-        num_experts=num_experts, step_tokens=step_tokens, hidden_bytes=hidden_bytes,
+        num_experts=num_experts,
+        step_tokens=step_tokens,
+        hidden_bytes=hidden_bytes,
         evaluate=evaluate,
     )
 
@@ -160,7 +162,10 @@ def decide(
         **p,
         "resolve_confidence": resolve,
         "time_ratio_median": float(np.median(ratio)),
-        "time_ratio_interval_90": [float(np.quantile(ratio, 0.05)), float(np.quantile(ratio, 0.95))],
+        "time_ratio_interval_90": [
+            float(np.quantile(ratio, 0.05)),
+            float(np.quantile(ratio, 0.95)),
+        ],
         "time_ratio_se": float(ratio.std(ddof=1)),
         "imbalance_excess_median": float(np.median(drift)),
         "imbalance_margin": balance_margin,
@@ -184,8 +189,7 @@ def _verdict(p: dict[str, float], num_r: int, resolve: float) -> dict[str, Any]:
     return {
         "keep": True,
         "resolved": False,
-        "decision": "unresolved: the validation data cannot tell the times apart; fitted "
-        "plan kept",
+        "decision": "unresolved: the validation data cannot tell the times apart; fitted plan kept",
     }
 
 

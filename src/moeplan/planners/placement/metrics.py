@@ -85,8 +85,9 @@ class Tally:
             self.src_tokens[layer] += np.bincount(src[:, layer], minlength=ep)
 
 
-def summarize(t: Tally, *, num_experts: int, hidden_bytes: int, step_tokens: int,
-              evaluate: Evaluator) -> dict[str, object]:
+def summarize(
+    t: Tally, *, num_experts: int, hidden_bytes: int, step_tokens: int, evaluate: Evaluator
+) -> dict[str, object]:
     """Metrics dict of one method (JSON-able)."""
     ep = t.ep
     n = max(t.tokens, 1)
@@ -115,8 +116,9 @@ def summarize(t: Tally, *, num_experts: int, hidden_bytes: int, step_tokens: int
     }
 
 
-def roofline_evaluator(*, expert_flops: float, gpu_flops: float, a2a_bw: float,
-                       a2a_latency: float = 0.0) -> Evaluator:
+def roofline_evaluator(
+    *, expert_flops: float, gpu_flops: float, a2a_bw: float, a2a_latency: float = 0.0
+) -> Evaluator:
     """A simple stand-in evaluator (tests, or no cost model): FLOP time + alpha-beta a2a."""
 
     def evaluate(tokens_per_expert: float, num_local_experts: int, send_bytes: float) -> float:

@@ -23,20 +23,23 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def request_scores(table: np.ndarray, rows: np.ndarray, request_index: np.ndarray,
-                   num_requests: int) -> np.ndarray:
+def request_scores(
+    table: np.ndarray, rows: np.ndarray, request_index: np.ndarray, num_requests: int
+) -> np.ndarray:
     """score [R, C] = sum over a request's tokens of table[row] (rows < 0 vote nothing)."""
     ep = table.shape[1]
     known = rows >= 0
     out = np.zeros((num_requests, ep))
     for c in range(ep):
-        out[:, c] = np.bincount(request_index[known], weights=table[rows[known], c],
-                                minlength=num_requests)
+        out[:, c] = np.bincount(
+            request_index[known], weights=table[rows[known], c], minlength=num_requests
+        )
     return out
 
 
-def schedule_requests(scores: np.ndarray,
-                      mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def schedule_requests(
+    scores: np.ndarray, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Mask-and-reset scheduling; returns (device per request, mask after the last one)."""
     num_r, ep = scores.shape
     mask = np.zeros(ep, dtype=bool) if mask is None else mask.copy()
@@ -59,8 +62,9 @@ def token_table(gain: np.ndarray, soft: bool = True) -> np.ndarray:
     return np.eye(gain.shape[1])[prob.argmax(axis=1)]
 
 
-def predict_devices(tok_dev: np.ndarray, tok_conf: np.ndarray, mk_dev: np.ndarray,
-                    mk_conf: np.ndarray) -> np.ndarray:
+def predict_devices(
+    tok_dev: np.ndarray, tok_conf: np.ndarray, mk_dev: np.ndarray, mk_conf: np.ndarray
+) -> np.ndarray:
     """Per token: the token-table device unless the Markov table is more confident."""
     return np.where(mk_conf > tok_conf, mk_dev, tok_dev)
 

@@ -33,7 +33,17 @@ from moeplan.planners.strategy.cost import StrategyEvaluator, StrategyResult
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies
 
 __all__ = [
-    "Analysis", "Strategy", "StrategyEvaluator", "StrategyResult", "analyze",
-    "enumerate_strategies", "evaluate_mixserve_default", "gains", "meets_slo", "pareto_front",
-    "result_dict", "to_plan", "zipf_routing",
+    "Analysis",
+    "Strategy",
+    "StrategyEvaluator",
+    "StrategyResult",
+    "analyze",
+    "enumerate_strategies",
+    "evaluate_mixserve_default",
+    "gains",
+    "meets_slo",
+    "pareto_front",
+    "result_dict",
+    "to_plan",
+    "zipf_routing",
 ]

@@ -45,8 +45,7 @@ def service_metrics(
 ) -> ServiceMetrics:
     """Eqs. 7, 9-11 from ``prefill_s`` (Eq. 6 at s = L_in) and ``decode_s`` (s = 1)."""
     require(batch >= 1, f"batch ({batch}) must be >= 1")
-    require(prefill_s > 0 and decode_s > 0,
-            f"service times ({prefill_s}, {decode_s}) must be > 0")
+    require(prefill_s > 0 and decode_s > 0, f"service times ({prefill_s}, {decode_s}) must be > 0")
     busy = prefill_s + osl * decode_s
     rho: float | None = None
     wait = 0.0
@@ -58,5 +57,11 @@ def service_metrics(
     ttft = wait + prefill_s
     # unstable: the server runs saturated, so it delivers its capacity while TTFT diverges
     throughput = batch * (isl + osl) / ((wait if stable else 0.0) + busy)
-    return ServiceMetrics(ttft_s=ttft, itl_s=decode_s, throughput_tokens_per_s=throughput,
-                          wait_s=wait, rho=rho, stable=stable)
+    return ServiceMetrics(
+        ttft_s=ttft,
+        itl_s=decode_s,
+        throughput_tokens_per_s=throughput,
+        wait_s=wait,
+        rho=rho,
+        stable=stable,
+    )

@@ -55,8 +55,9 @@ def fusable(s: Strategy, num_nodes: int, gpus_per_node: int) -> bool:
     return nodes > 1 and s.moe_tp == per_node and s.moe_ep == nodes and s.moe_tp > 1
 
 
-def enumerate_strategies(num_nodes: int, gpus_per_node: int,
-                         any_divisor: bool = False) -> list[Strategy]:
+def enumerate_strategies(
+    num_nodes: int, gpus_per_node: int, any_divisor: bool = False
+) -> list[Strategy]:
     """Every strategy of the grammar on ``num_nodes x gpus_per_node`` GPUs (no feasibility
     filtering: divisibility by the model and memory are checked by the analyzer)."""
     world = num_nodes * gpus_per_node
@@ -65,12 +66,19 @@ def enumerate_strategies(num_nodes: int, gpus_per_node: int,
         stage = world // pp
         for at in degrees(stage, any_divisor):
             for mt in degrees(stage, any_divisor):
-                s = Strategy(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt,
-                             pp=pp)
+                s = Strategy(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt, pp=pp)
                 out.append(s)
                 if fusable(s, num_nodes, gpus_per_node):
-                    out.append(Strategy(attn_tp=at, attn_dp=stage // at, moe_tp=mt,
-                                        moe_ep=stage // mt, pp=pp, fused=True))
+                    out.append(
+                        Strategy(
+                            attn_tp=at,
+                            attn_dp=stage // at,
+                            moe_tp=mt,
+                            moe_ep=stage // mt,
+                            pp=pp,
+                            fused=True,
+                        )
+                    )
     return out
 
 

@@ -85,8 +85,10 @@ def model_config(name: str) -> dict[str, Any]:
     """The shipped config dict of preset ``name``."""
     key = ALIASES.get(name, name)
     if key not in MODEL_FILES:
-        raise MoeplanError(f"model ({name!r}) is not a preset; choose one of "
-                           f"{', '.join(MODEL_FILES)} or pass a config.json or checkpoint folder")
+        raise MoeplanError(
+            f"model ({name!r}) is not a preset; choose one of "
+            f"{', '.join(MODEL_FILES)} or pass a config.json or checkpoint folder"
+        )
     return _read("configs", MODEL_FILES[key])
 
 
