@@ -71,6 +71,8 @@ class SGLangBackend(EngineBackend):
     """SGLang (module docstring)."""
 
     def default_chunk(self, gpu: GPUSpec) -> int:
+        """server_args.py by GPU memory (MiB): ``if gpu_mem < 35 * 1024:
+        chunked_prefill_size = 2048`` / ``elif gpu_mem < 160 * 1024: 8192`` / ``else: 16384``."""
         mem = gpu.mem_bytes
         return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
 

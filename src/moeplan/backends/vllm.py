@@ -3,7 +3,8 @@
 Scheduler (vllm/engine/arg_utils.py ``_set_default_args``; v1/core/sched/scheduler.py):
 
 - ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on GPUs with >= 70 GiB except
-  A100 (``device_memory >= 70 * GiB_bytes and "a100" not in device_name``), else 2048 and
+  A100 (``if device_memory >= 70 * GiB_bytes and "a100" not in device_name:``, the name
+  from ``current_platform.get_device_name().lower()``), else 2048 and
   256 — per DP engine rank: every DP rank is a separate core engine with its own scheduler
   config (docs/serving/data_parallel_deployment.md), so an instance of ``attn_dp`` ranks runs
   ``attn_dp`` times both;
