@@ -11,7 +11,7 @@ the tests build the module-level import graph and assert:
 (b) no module imports a ``_private`` module or ``_private`` name of another package (a module
     may use the private helpers of its own package and of the packages it lives inside), nor
     reaches one through an imported module (``mod._helper``);
-(c) the planning core (specs, cost, sim, planners, serve, search) does no file I/O and imports no
+(c) the planning core (specs, backends, cost, sim, planners, serve, search) does no file I/O and imports no
     edge package (cli, report, export, io, measured, kernel tables, runtime, profiling).
 
 Package ``__init__`` files: importing a submodule is an edge to that submodule only — the
@@ -38,7 +38,7 @@ SRC = Path(moeplan.__file__).parent
 TESTS = Path(__file__).parent
 #: Packages whose modules need torch to import: skipped by the walk when torch is missing.
 TORCH_PACKAGES = ("moeplan.runtime", "moeplan.profiling")
-CORE = ("specs", "cost", "sim", "planners", "serve", "search")
+CORE = ("specs", "backends", "cost", "sim", "planners", "serve", "search")
 #: What the planning core may import besides itself.
 CORE_MAY_IMPORT = ("moeplan.errors", "moeplan.units", "moeplan.traces")
 
@@ -527,6 +527,7 @@ RENDERERS = ("moeplan.report", "moeplan.export")
 #: computes everything they show). A module listed stands for itself and its submodules.
 RENDER_MAY_IMPORT = (
     "moeplan.specs",  # model/cluster types and presets (data)
+    "moeplan.backends",  # each engine's facts and the launch flags that differ by engine
     "moeplan.search.outcome",  # the outcome of plan_job (data, and its sentences)
     "moeplan.planners.plan",  # the Plan type
     "moeplan.planners.layout",  # the one layout type

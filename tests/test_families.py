@@ -129,9 +129,9 @@ def test_report_colours_every_ranked_family():
 
 def test_runtime_engines_cover_plan_families():
     pytest.importorskip("torch")
-    from moeplan.runtime.engines import ENGINES
+    from moeplan.runtime.engines import FAMILY_ENGINES
 
-    assert set(ENGINES) == set(fam.PLAN_FAMILIES)
+    assert set(FAMILY_ENGINES) == set(fam.PLAN_FAMILIES)
 
 
 @pytest.mark.parametrize(("family", "unit"), [("pd", "per deployment (its pools together)"),

@@ -17,7 +17,7 @@ import moeplan
 
 #: Planning layers: pure functions over specs and a cost model (also I/O-free, see
 #: tests/test_architecture.py).
-PLANNING = ["specs", "cost", "sim", "planners", "serve", "search"]
+PLANNING = ["specs", "backends", "cost", "sim", "planners", "serve", "search"]
 #: Edges that read and write files or talk to the user; torch stays a lazy, in-function import.
 EDGES = ["traces", "report", "export", "cli", "measured", "kernel_tables", "kernel_store", "io",
          "infersim_tables", "io_recover", "kernel_codec", "textsafe",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from moeplan.export.knob_flags import prefill_chunk_args
+from moeplan.backends import backend
 from moeplan.serve.knobs import candidates, engine_config
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.specs import load_cluster, load_model
@@ -24,7 +24,7 @@ def test_defaults_are_per_dp_rank(cluster, seqs, tokens, dp):
     # the KV pool of a rank leaves room for that rank's own step, not the instance's
     assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, cluster, lay, tokens)
     # exported per rank: the flag is vLLM's own default again
-    assert prefill_chunk_args("vllm", cfg.chunk_tokens, dp) == ["--max-num-batched-tokens", str(tokens)]  # fmt: skip
+    assert backend("vllm").chunk_args(cfg.chunk_tokens, dp) == ["--max-num-batched-tokens", str(tokens)]  # fmt: skip
 
 
 def test_given_budgets_are_the_instances():

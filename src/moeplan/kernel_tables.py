@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from moeplan.backends import REGISTRY, kernel_tables
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
 from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
@@ -52,7 +53,8 @@ from moeplan.search.outcome import pricing_line  # noqa: F401 (re-exported)
 from moeplan.specs import ClusterSpec, load_cluster
 from moeplan.specs.presets import cluster_table
 
-ENGINES = ("sglang", "vllm", "trtllm")
+#: the engines whose kernel tables are read (each backend's ``kernel_table``)
+TABLE_ENGINES = kernel_tables()
 #: parquet file -> [(op, {our column: table column}, latency column(s), scale to seconds)]
 FILES: dict[str, list[tuple[str, dict[str, str], tuple[str, ...], float]]] = {
     "moe_perf.parquet": [("moe", {}, ("latency",), 1e-3)],
@@ -107,11 +109,9 @@ FILES.update(LAYER_FILES)  # the newer layer kinds (kerneldb.layer_families)
 VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: SGLang's wide-EP MoE tables time DeepGEMM's grouped GEMMs, the kernels vLLM's DeepEP
 #: all2all backends run too (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py): they
-#: serve both engines, as the DeepEP tables serve every engine
-WIDEEP_SHARED = {
-    "wideep_context_moe_perf.parquet": ("sglang", "vllm"),
-    "wideep_generation_moe_perf.parquet": ("sglang", "vllm"),
-}
+#: serve every engine whose backend shares them (``shares_wideep_tables``), as the DeepEP
+#: tables serve every engine
+WIDEEP_SHARED = frozenset({"wideep_context_moe_perf.parquet", "wideep_generation_moe_perf.parquet"})
 ERRORS_FILE = "heldout_errors.json"
 
 
@@ -205,9 +205,9 @@ def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Pa
             newest[key] = path
     out: dict[tuple[str, str, str], tuple[Path, tuple]] = {}
     for (gpu, name, engine), path in sorted(newest.items()):
-        engines = ENGINES if name.startswith("wideep_deepep") else (engine,)
+        engines = TABLE_ENGINES if name.startswith("wideep_deepep") else (engine,)
         if name in WIDEEP_SHARED:
-            engines = WIDEEP_SHARED[name]
+            engines = tuple(b.kernel_table for b in REGISTRY.values() if b.shares_wideep_tables)
         for op, rename, lat, scale in FILES[name]:
             for eng in engines:
                 out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))

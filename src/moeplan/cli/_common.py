@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.table import Table as _RichTable
 
+from moeplan.backends import NO_ENGINE, backend_or_none, names
 from moeplan.io import OutputSet, write_atomic
 from moeplan.textsafe import escape_controls
 
@@ -189,8 +190,8 @@ def progress(show: bool, description: str) -> Iterator[Callable[[str], None]]:
 
 
 # ---- the engine whose measured kernels price a plan (as on ``moeplan plan``)
-ENGINES = ("sglang", "vllm", "trtllm", "none")
-DEFAULT_ENGINE = "sglang"
+#: ``--engine`` of the cost commands: every engine's kernel tables, or none
+COST_ENGINES = (*names(), NO_ENGINE)
 EngineOpt = Annotated[
     str,
     typer.Option(
@@ -208,8 +209,11 @@ def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostM
     from moeplan.errors import require
     from moeplan.kernel_tables import engine_cost_model
 
-    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-    return engine_cost_model(cluster, profile, None if engine == "none" else engine)
+    require(
+        engine in COST_ENGINES, f"--engine ({engine!r}) must be one of {', '.join(COST_ENGINES)}"
+    )
+    b = backend_or_none(engine)
+    return engine_cost_model(cluster, profile, None if b is None else b.kernel_table)
 
 
 def pricing_of(cm: CostModel) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import numpy as np
 import typer
 
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
-from moeplan.cost.kerneldb import ENGINES, FAMILIES, OPS, Device, Prediction, device_for
+from moeplan.cost.kerneldb import FAMILIES, OPS, TABLE_ENGINES, Device, Prediction, device_for
 from moeplan.errors import MoeplanError
 from moeplan.specs import cluster_names, cluster_table, load_cluster
 
@@ -80,7 +80,7 @@ def _write_out(path: str, cols: dict[str, np.ndarray], preds: list[Prediction]) 
 
 def cost(
     op: Annotated[str, typer.Argument(help=f"Operation: {', '.join(OPS)}.")],
-    engine: Annotated[str, Opt(help=f"Serving engine: {', '.join(ENGINES)}.")] = "sglang",
+    engine: Annotated[str, Opt(help=f"Serving engine: {', '.join(TABLE_ENGINES)}.")] = "sglang",
     cluster: Annotated[str | None, Opt(help="Cluster preset (default h100-sxm-8).")] = None,
     gpu: Annotated[str | None, Opt(help="GPU preset instead of a cluster.")] = None,
     table: Annotated[

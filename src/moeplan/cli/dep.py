@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from moeplan.backends import DEFAULT_ENGINE
 from moeplan.cli import _common as opt
 from moeplan.cli._common import (
     DEFAULT_ISL,
@@ -62,7 +63,7 @@ def dep_command(
             help="HardwareProfile name (default: the cluster's; 'roofline' forces datasheet).",
         ),
     ] = None,
-    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
+    engine: opt.EngineOpt = DEFAULT_ENGINE,
     max_batch: Annotated[
         int,
         typer.Option(

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from moeplan.backends import DEFAULT_ENGINE
 from moeplan.cli import _common as opt
 from moeplan.cli._common import (
     Table,
@@ -121,7 +122,7 @@ def pipeline_command(
         bool,
         typer.Option("--verify", help="Exact optimum of the same problem (exhaustive when small)."),
     ] = False,
-    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
+    engine: opt.EngineOpt = DEFAULT_ENGINE,
     out: opt.OutDirOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     quiet: opt.QuietOpt = False,

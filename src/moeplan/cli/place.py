@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from moeplan.backends import DEFAULT_ENGINE
 from moeplan.cli import _common as opt
 from moeplan.cli._common import (
     Table,
@@ -137,7 +138,7 @@ def place_cmd(
         int, typer.Option(help="Redundant expert slots per GPU (Sem-MoE and EPLB)")
     ] = 0,
     seed: Annotated[int, typer.Option(help="Split seed")] = 0,
-    engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
+    engine: opt.EngineOpt = DEFAULT_ENGINE,
     export_sglang: Annotated[
         Path | None,
         typer.Option("--export-sglang", help="Write SGLang --init-expert-location JSON"),

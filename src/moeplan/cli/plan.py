@@ -22,6 +22,7 @@ import typer
 from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from moeplan.backends import simulated
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
 from moeplan.cli._fork import check_jobs, workers
 from moeplan.cli._steady import check_rate, check_requests
@@ -281,7 +282,8 @@ def plan_cmd(
     n_jobs = check_jobs(jobs)
     if trace is not None:  # read it whole now: a bad trace fails before planning, not after
         _check_trace(trace, m.num_experts)
-    require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
+    engines = simulated()
+    require(engine in engines, f"--engine ({engine!r}) must be {' or '.join(engines)}")
     require(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from moeplan.backends import simulated
 from moeplan.cli._steady import check_fits
 from moeplan.cli.serve_pd import check_pd_flags, read_pd
 from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
-from moeplan.search.search import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.serve.pd import PDLayout
 from moeplan.specs.cluster import ClusterSpec
@@ -199,7 +199,8 @@ def check_flags(
     cv: float,
 ) -> None:
     """One-line errors for flags that would otherwise be ignored or meaningless."""
-    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    engines = simulated()
+    require(engine in engines, f"--engine ({engine!r}) must be one of {', '.join(engines)}")
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
     require(rate is None or rate > 0, f"--rate ({rate}) must be positive")
     require(1 <= requests <= MAX_REQUESTS, f"--requests ({requests}) must be in 1..{MAX_REQUESTS}")

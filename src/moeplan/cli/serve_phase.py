@@ -80,11 +80,12 @@ def run_phase_flags(
     routing: RoutingProfile | None,
 ) -> None:
     """``serve-sim --phase``: check the flags the phase reads, build the cost model, run."""
+    from moeplan.backends import simulated
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.search.search import ENGINES
 
     layout.validate(m, c)
-    require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    engines = simulated()
+    require(engine in engines, f"--engine ({engine!r}) must be one of {', '.join(engines)}")
     require(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",

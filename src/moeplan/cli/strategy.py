@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import typer
 from rich import box
 
+from moeplan.backends import DEFAULT_ENGINE, exported
 from moeplan.cli._common import (
     DEFAULT_BATCH,
-    DEFAULT_ENGINE,
     DEFAULT_ISL,
     DEFAULT_OSL,
     BatchOpt,
@@ -44,8 +44,8 @@ from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
 from moeplan.export.plan_export import model_path_for
-from moeplan.export.sglang import ExportResult, sglang_args
-from moeplan.export.vllm import vllm_args
+from moeplan.export.sglang import ExportResult
+from moeplan.export.writers import writer
 from moeplan.kernel_tables import pricing_line
 from moeplan.planners.strategy.analyzer import (
     RANK_BY,
@@ -63,8 +63,6 @@ from moeplan.planners.strategy.space import Strategy, fusable, mixserve_default
 from moeplan.sim import gantt_html
 from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model
 
-EXPORTS = ("sglang", "vllm")
-
 
 def load_model_arg(name: str):
     """A preset name, or a path to a Hugging Face ``config.json`` (see ``specs.load_model``)."""
@@ -77,10 +75,10 @@ def export_for(
     """Engine arguments for ``r`` on ``target``'s model and machines; without
     ``--model-path`` the preset's Hugging Face repo (a config.json's folder) stands in and a
     warning says so."""
-    require(engine in EXPORTS, f"--export ({engine}) must be one of {EXPORTS}")
-    fn = sglang_args if engine == "sglang" else vllm_args
+    engines = exported()
+    require(engine in engines, f"--export ({engine}) must be one of {engines}")
     path = model_path_for(model, model_path)
-    exp = fn(r.strategy, model_path=path, target=target, num_nodes=nodes)
+    exp = writer(engine).engine_args(r.strategy, model_path=path, target=target, num_nodes=nodes)
     if model_path is None:
         note = f"--model-path not given: {path!r} is loaded; pass --model-path for a local copy"
         exp = replace(exp, warnings=(*exp.warnings, note))

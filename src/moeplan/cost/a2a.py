@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.backends import REGISTRY, backend_or_none
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, GPUSpec, ModelSpec
 
 A2A_CHOICES = ("auto", "deepep", "nccl")
-DEEPEP_ENGINES = ("sglang", "vllm")
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
 FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
 RDMA_INTER = frozenset({"ib", "roce"})
@@ -110,8 +110,10 @@ class HardwareFacts:
 def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int) -> list[str]:
     """:func:`deepep_blockers` on :class:`HardwareFacts`."""
     out = []
-    if engine not in DEEPEP_ENGINES:
-        out.append(f"engine {engine} has no DeepEP path moeplan prices (sglang, vllm)")
+    b = backend_or_none(engine)
+    if b is None or not b.deepep:
+        have = ", ".join(n for n, x in REGISTRY.items() if x.deepep)
+        out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:

@@ -195,17 +195,6 @@ def floor_breakdown(model: ModelSpec, num_gpus: int, tokens: int = 1) -> MemoryB
 
 
 # ---- one instance's GPUs: the model the strategy planner and the serving simulator share ----
-GIB = 1024**3
-
-
-def default_chunk_tokens(engine: str, gpu_mem_bytes: float, gpu_name: str) -> int:
-    """Prompt tokens of one forward step by default (the engines' chunked prefill): SGLang
-    ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384
-    (server_args.py); vLLM V1 8192 batched tokens on GPUs with >= 70 GiB except A100, else
-    2048 (arg_utils.py)."""
-    if engine == "vllm":
-        return 8192 if gpu_mem_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
-    return 2048 if gpu_mem_bytes < 35 * GIB else 8192 if gpu_mem_bytes < 160 * GIB else 16384
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -54,7 +54,7 @@ import numpy as np
 
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
-from moeplan.cost.kerneldb import ENGINES, KernelDB, Prediction, device_for
+from moeplan.cost.kerneldb import TABLE_ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
 from moeplan.cost.kerneldb.pricing import (
@@ -112,8 +112,8 @@ class CostModel(MixerLayers, Prefetch):
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
         if engine is not None:
-            if engine not in ENGINES:
-                raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+            if engine not in TABLE_ENGINES:
+                raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(TABLE_ENGINES)}")
             if kernels is None:  # the core reads no files: the I/O layer hands the tables in
                 raise MoeplanError(
                     f"kernels (None) must be a KernelDB with engine ({engine!r}): pass "

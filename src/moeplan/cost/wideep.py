@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from moeplan.backends import backend
 from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb.base import BF16
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
@@ -164,8 +165,9 @@ class WideEP:
             "rank_hit": slots / q.ep,
         }
         op = f"wideep_{q.phase}_moe"
-        if self._engine == "trtllm":  # TRT-LLM's CUTLASS MoE on the rank's slots, both phases
-            op = "trtllm_wideep_moe"
+        own = backend(self._engine).wideep_moe_op
+        if own is not None:  # the engine's own wide-EP MoE kernel on the rank's slots
+            op = own
             shape |= {"num_experts": md.num_experts, "num_slots": slots}
         p = self._kdb.predict(op, self._device, self._engine, **shape)
         self._note(op, p)

@@ -6,7 +6,7 @@ emit a flag, and the tests run :func:`check_sglang` / :func:`check_vllm` on ever
 the exports produce: an argument list that breaks a rule is a bug, and a strategy the engine
 cannot express is said in plain words instead.
 
-Pinned versions (``PINNED``):
+Pinned versions (each engine backend's ``flag_line``, :mod:`moeplan.backends`):
 
 - **SGLang 0.5.2x** (the line the exports target): ``--attn-dp-size N`` sets attention DP; the older
   ``--dp-size N --enable-dp-attention`` spelling is deprecated and resolves to it (sgl-project/
@@ -49,6 +49,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moeplan.backends.sglang import SGLANG as SGLANG_BACKEND
+from moeplan.backends.vllm import VLLM as VLLM_BACKEND
 from moeplan.cost.a2a import (  # noqa: E402,F401 (one set of DeepEP facts, re-exported)
     DEEPEP_ARCHITECTURES as SGLANG_DEEPEP_ARCHITECTURES,
 )
@@ -59,12 +61,7 @@ from moeplan.cost.a2a import (  # noqa: E402,F401
     GpuFacts,
     deepep_hardware_blockers,
 )
-from moeplan.export.launch_facts import (
-    attn_dp_blocker,
-    model_class_blocker,
-    sglang_chunk,
-    sglang_ep_blocker,
-)
+from moeplan.export.launch_facts import sglang_ep_blocker
 from moeplan.specs import ClusterSpec, ModelSpec
 
 VLLM_EPLB_ARCHITECTURES = frozenset(
@@ -113,8 +110,8 @@ _SGLANG_COMMON = frozenset(
     }
 )
 SGLANG = EngineVersion(
-    engine="sglang",
-    version="0.5.2x",
+    engine=SGLANG_BACKEND.name,
+    version=str(SGLANG_BACKEND.flag_line),
     attn_dp_flag="--attn-dp-size",
     known_flags=_SGLANG_COMMON | {"--attn-dp-size"},
     source="sgl-project/sglang PR #41818 (--attn-dp-size)",
@@ -127,8 +124,8 @@ SGLANG_LEGACY = EngineVersion(
     source="sglang server_args.py (enable_dp_attention, dp_size)",
 )
 VLLM = EngineVersion(
-    engine="vllm",
-    version="0.11+",
+    engine=VLLM_BACKEND.name,
+    version=str(VLLM_BACKEND.flag_line),
     attn_dp_flag="--data-parallel-size",
     known_flags=frozenset(
         {
@@ -156,7 +153,6 @@ VLLM = EngineVersion(
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",
 )
-PINNED = {"sglang": SGLANG, "vllm": VLLM}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -260,11 +256,11 @@ def check_sglang(
         bad.append("--dp-size without --enable-dp-attention replicates the whole model")
     if tp % attn_dp:
         bad.append(f"tp_size ({tp}) must be divisible by the attention DP size ({attn_dp})")
-    if (why := model_class_blocker("sglang", t.architecture)) is not None:
+    if (why := SGLANG_BACKEND.model_class_blocker(t.architecture)) is not None:
         bad.append(why)
-    if attn_dp > 1 and (why := attn_dp_blocker("sglang", t.architecture)) is not None:
+    if attn_dp > 1 and (why := SGLANG_BACKEND.attn_dp_blocker(t.architecture)) is not None:
         bad.append(why)
-    chunk = sglang_chunk(t.architecture, attn_dp)
+    chunk = SGLANG_BACKEND.required_chunk(t.architecture, attn_dp)
     given = _int(f, "--chunked-prefill-size", 0)
     if chunk is not None and (given <= 0 or given % chunk):
         bad.append(f"{t.architecture} with attention DP {attn_dp} needs --chunked-prefill-size "

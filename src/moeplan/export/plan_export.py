@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moeplan.backends import backend, exported
 from moeplan.errors import MoeplanError, require, show
 from moeplan.export import constraints as cons
 from moeplan.export.deployment import Pool, place, summary
@@ -198,7 +199,6 @@ class Option:
         return (pool,)
 
 
-ENGINES = ("sglang", "vllm")
 PREFILL_UNIT = "prompt tokens/s per GPU (batch prefill)"
 SERVING_UNIT = "output tokens/s per GPU (serving simulation)"
 
@@ -311,9 +311,9 @@ def _partition(plan: Any, st: Strategy | None) -> tuple[tuple[int, ...] | None, 
 
 def _head(engine: str, result: Any, ctx: ExportContext) -> list[str]:
     """The comment lines every script of ``engine`` starts with."""
-    v = cons.PINNED[engine]
+    b = backend(engine)
     head = [
-        f"moeplan plan: {result.model.name} on {result.cluster.name}; {v.engine} {v.version} flags",
+        f"moeplan plan: {result.model.name} on {result.cluster.name}; {b.name} {b.flag_line} flags",
         f"model path: {ctx.model_path}",
     ]
     if ctx.pricing:
@@ -412,7 +412,7 @@ def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[st
         winner = Option(
             strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
         )
-    return {e: engine_export(e, result, ctx, options, winner) for e in ENGINES}
+    return {e: engine_export(e, result, ctx, options, winner) for e in exported()}
 
 
 def _deployment_lines(dep: dict[str, Any], router: str, num_nodes: int) -> list[str]:

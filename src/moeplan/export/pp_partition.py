@@ -2,7 +2,7 @@
 
 SMIDT cuts the ``2N`` modules ``[attn_0, ffn_0, …, attn_{N-1}, ffn_{N-1}]`` (paper 001,
 §4); the engines cut whole decoder layers (SGLang ``SGLANG_PP_LAYER_PARTITION``, vLLM
-``VLLM_PP_LAYER_PARTITION``: layers per stage, :mod:`moeplan.export.launch_facts`). A stage
+``VLLM_PP_LAYER_PARTITION``: layers per stage, each backend's ``pp_partition_env``). A stage
 ending at an even module index ``b`` is the layer cut ``b / 2``. A stage ending at an odd
 index cuts *inside* layer ``(b - 1) / 2`` (its attention in one stage, its FFN in the next),
 which no engine can express: the nearest layer-level cut moves that one module to the

@@ -19,10 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from moeplan.backends.sglang import SGLANG as BACKEND
 from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
+from moeplan.export import constraints as cons
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
-from moeplan.export.knob_flags import prefill_chunk_args, sglang_knob_args
+from moeplan.export.deployment import Slot, node_addr
+from moeplan.export.slot_args import chunk_args, location
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.instance_knobs import InstanceKnobs
 
@@ -79,7 +82,7 @@ def _ep_args(
     hw = HardwareFacts(
         target.architecture, target.gpu_facts, target.intra, target.inter, target.gpus_per_node
     )
-    if moe_backend(a2a, "sglang", hw, None, s.moe_tp, s.moe_ep) == "deepep":
+    if moe_backend(a2a, BACKEND.name, hw, None, s.moe_tp, s.moe_ep) == "deepep":
         return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]
     blockers = deepep_blockers(target, nodes)
     if a2a == "nccl":
@@ -113,7 +116,7 @@ def sglang_args(
 ) -> ExportResult:
     """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``;
     ``knobs``: the instance knobs the plan priced (MoE backend, two-batch overlap, MTP, KV
-    dtype; :mod:`moeplan.export.knob_flags`)."""
+    dtype; :meth:`moeplan.backends.EngineBackend.knob_args`)."""
     s = strategy
     tp = s.stage_size
     args = [
@@ -135,7 +138,7 @@ def sglang_args(
     elif redundant_experts and s.moe_ep > 1:  # SGLang's own EPLB places the replicas
         args += ["--ep-num-redundant-experts", str(redundant_experts), "--enable-eplb"]
     if knobs is not None:
-        args += sglang_knob_args(knobs)
+        args += BACKEND.knob_args(knobs)
     if s.pp > 1:
         args += ["--pp-size", str(s.pp)]
         if s.attn_dp > 1:
@@ -150,7 +153,75 @@ def sglang_args(
         )
     args += multinode_args(num_nodes, node_rank, init_addr)
     return ExportResult(
-        engine="sglang", args=tuple(args), warnings=tuple(warnings), expressible=True
+        engine=BACKEND.name, args=tuple(args), warnings=tuple(warnings), expressible=True
+    )
+
+
+# ---- the launch writer (moeplan.export.writers.LaunchWriter) ---------------------------------
+TRANSFER_BACKEND = "mooncake"  # SGLang --disaggregation-transfer-backend (its default)
+PD_PROXY_NOTE: str | None = None  # sglang-router runs P/D itself (--pd-disaggregation)
+
+
+def engine_args(
+    strategy: Strategy, *, model_path: str, target: Target, num_nodes: int
+) -> ExportResult:
+    """:func:`sglang_args` on node 0."""
+    return sglang_args(strategy, model_path=model_path, target=target, num_nodes=num_nodes)
+
+
+def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]]:
+    """:func:`sglang_args` for the slot's layout on every node it spans, plus ``--host
+    0.0.0.0 --port P``, ``--base-gpu-id`` when it does not start at GPU 0, the rendezvous
+    ``--dist-init-addr`` of its first node, ``--disaggregation-mode`` and the KV transfer
+    backend for a P/D pool (``--disaggregation-bootstrap-port`` on prefill), and
+    ``--init-expert-location`` where the placement was made for the slot's EP size."""
+    s, pool = slot.strategy, slot.pool
+    loc = location(slot, ctx, notes)
+    out = []
+    for rank in range(len(slot.nodes)):
+        r = sglang_args(
+            s,
+            model_path=ctx.model_path,
+            target=ctx.target,
+            num_nodes=len(slot.nodes),
+            node_rank=rank,
+            init_addr=f"{node_addr(slot.nodes[0])}:{slot.dist_port}",
+            expert_location=loc,
+            redundant_experts=ctx.redundant if loc else pool.redundant,
+            knobs=pool.knobs,
+        )
+        args = [*r.args, "--host", "0.0.0.0", "--port", str(slot.port)]
+        if slot.gpus[0]:
+            args += ["--base-gpu-id", str(slot.gpus[0])]
+        if slot.role != "colocated":
+            args += ["--disaggregation-mode", slot.role]
+            args += ["--disaggregation-transfer-backend", TRANSFER_BACKEND]
+        if slot.bootstrap_port is not None:
+            args += ["--disaggregation-bootstrap-port", str(slot.bootstrap_port)]
+        if ctx.remote_code:
+            args.append("--trust-remote-code")
+        args += chunk_args(BACKEND, slot, ctx)
+        out.append([args])
+        if rank == 0:
+            notes += r.warnings
+    return out
+
+
+def server_env(slot: Slot, gpus_per_node: int) -> list[tuple[str, str]]:
+    """None: ``--base-gpu-id`` selects the slot's GPUs."""
+    del slot, gpus_per_node
+    return []
+
+
+def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
+    """:func:`moeplan.export.constraints.check_sglang` with the placement file's width."""
+    del rank
+    loc = "--init-expert-location" in args
+    return cons.check_sglang(
+        args,
+        ctx.target,
+        gpus_used=slot.gpu_count,
+        location_width=ctx.placement_width if loc else None,
     )
 
 
@@ -225,7 +296,7 @@ def sglang_pd_commands(
             pd += [transfer_backend, "--host", "0.0.0.0", "--port", str(port)]
             if role == "prefill":
                 pd += ["--disaggregation-bootstrap-port", str(boot)]
-                pd += prefill_chunk_args("sglang", prefill_chunk, s.attn_dp)
+                pd += BACKEND.chunk_args(prefill_chunk, s.attn_dp)
             if s.world_size < target.gpus_per_node:  # several instances share a node
                 pd += ["--base-gpu-id", str(gpu % target.gpus_per_node)]
             gpu += s.world_size

@@ -21,14 +21,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from moeplan.backends.vllm import VLLM as BACKEND
 from moeplan.errors import require
+from moeplan.export import constraints as cons
 from moeplan.export.constraints import Target, vllm_eplb_blockers
-from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args, vllm_knob_env
+from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
+from moeplan.export.slot_args import chunk_args
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
+PROGRAM = "vllm"  # the server command (``vllm serve``); other nodes may run ``ray start``
 
 
 def unexpressible(s: Strategy) -> str | None:
@@ -55,16 +59,19 @@ def vllm_args(
     role: str = "colocated",
 ) -> ExportResult:
     """``vllm serve`` arguments for ``strategy`` on node ``node_rank``; ``knobs`` the
-    instance knobs the plan priced (:mod:`moeplan.export.knob_flags`) for an instance of
+    instance knobs the plan priced (:meth:`moeplan.backends.EngineBackend.knob_args`) for an instance of
     ``role``."""
     require(0 <= node_rank < num_nodes, f"node_rank ({node_rank}) must be in [0, {num_nodes})")
     s = strategy
     why = unexpressible(s)
     if why is not None:
         return ExportResult(
-            engine="vllm", args=(), expressible=False, warnings=(why + "; no arguments emitted",)
+            engine=BACKEND.name,
+            args=(),
+            expressible=False,
+            warnings=(why + "; no arguments emitted",),
         )
-    args = ["vllm", "serve", model_path, "--tensor-parallel-size", str(s.attn_tp)]
+    args = [PROGRAM, "serve", model_path, "--tensor-parallel-size", str(s.attn_tp)]
     warnings: list[str] = []
     if s.attn_dp > 1:
         args += ["--data-parallel-size", str(s.attn_dp)]
@@ -79,7 +86,7 @@ def vllm_args(
     if s.pp > 1:
         args += ["--pipeline-parallel-size", str(s.pp)]
     if knobs is not None:
-        args += vllm_knob_args(knobs, role)
+        args += BACKEND.knob_args(knobs, role)
     if num_nodes > 1:
         args += _multinode(s, num_nodes, node_rank, address, rpc_port, warnings)
         if node_rank > 0 and "--distributed-executor-backend" in args:
@@ -87,7 +94,9 @@ def vllm_args(
             args = ["ray", "start", "--address", f"{address}:{RAY_PORT}", "--block"]
     if s.fused:
         warnings.append("vLLM has no fused RS-Combine / AG-Dispatch: expect the unfused prediction")
-    return ExportResult(engine="vllm", args=tuple(args), warnings=tuple(warnings), expressible=True)
+    return ExportResult(
+        engine=BACKEND.name, args=tuple(args), warnings=tuple(warnings), expressible=True
+    )
 
 
 def _eplb(redundant: int, target: Target, warnings: list[str]) -> list[str]:
@@ -167,11 +176,75 @@ def vllm_pd_commands(
         if not r.expressible:
             return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]
         notes += [f"{role}: {w}" for w in r.warnings]
-        chunk = prefill_chunk_args("vllm", prefill_chunk, s.attn_dp) if role == "prefill" else []
-        env = [f"{k}={v}" for k, v in vllm_knob_env(pool_knobs[role], role)]
+        chunk = BACKEND.chunk_args(prefill_chunk, s.attn_dp) if role == "prefill" else []
+        env = [f"{k}={v}" for k, v in BACKEND.knob_env(pool_knobs[role], role)]
         head = ["env", *env] if env else []
         cmds += [[*head, *r.args, *chunk, "--kv-transfer-config", kv] for _ in range(count)]
     return cmds, notes
+
+
+# ---- the launch writer (moeplan.export.writers.LaunchWriter) ---------------------------------
+def engine_args(
+    strategy: Strategy, *, model_path: str, target: Target, num_nodes: int
+) -> ExportResult:
+    """:func:`vllm_args` on node 0."""
+    return vllm_args(strategy, model_path=model_path, target=target, num_nodes=num_nodes)
+
+
+def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]] | None:
+    """:func:`vllm_args` for the slot's layout on every node it spans, plus ``--host 0.0.0.0
+    --port P`` and, in a P/D pool, ``--kv-transfer-config`` (NixlConnector); a TP/PP layout
+    across nodes starts the Ray head first. None when vLLM cannot express the layout."""
+    s, pool = slot.strategy, slot.pool
+    if (why := BACKEND.model_class_blocker(ctx.target.architecture)) is not None:
+        notes.append(why + ": run a later vLLM release that has it (the flags are the same)")
+    out: list[list[list[str]]] = []
+    for rank in range(len(slot.nodes)):
+        r = vllm_args(
+            s,
+            model_path=ctx.model_path,
+            target=ctx.target,
+            num_nodes=len(slot.nodes),
+            node_rank=rank,
+            address=node_addr(slot.nodes[0]),
+            rpc_port=slot.dist_port,
+            redundant_experts=max(ctx.redundant, pool.redundant),  # vLLM's EPLB places them
+            knobs=pool.knobs,
+            role=slot.role,
+        )
+        if not r.expressible:
+            notes += r.warnings
+            return None
+        args = list(r.args)
+        if args[0] == PROGRAM:  # the server command (the others join the Ray cluster)
+            args += ["--host", "0.0.0.0", "--port", str(slot.port)]
+            if slot.role != "colocated":
+                kv = {"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"}
+                args += ["--kv-transfer-config", json.dumps(kv)]
+            args += chunk_args(BACKEND, slot, ctx)
+            if ctx.remote_code:
+                args.append("--trust-remote-code")
+        out.append([args])
+        if rank == 0:
+            notes += r.warnings
+    if "--distributed-executor-backend" in out[0][0]:
+        out[0].insert(0, ["ray", "start", "--head", "--port", str(RAY_PORT)])
+    return out
+
+
+def server_env(slot: Slot, gpus_per_node: int) -> list[tuple[str, str]]:
+    """vLLM has no base-GPU flag: ``CUDA_VISIBLE_DEVICES`` selects a slot smaller than a node."""
+    if len(slot.gpus) < gpus_per_node:
+        return [("CUDA_VISIBLE_DEVICES", ",".join(map(str, slot.gpus)))]
+    return []
+
+
+def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
+    """:func:`moeplan.export.constraints.check_vllm` on a ``vllm serve`` command (a node that
+    joins a Ray cluster has none)."""
+    if args[:1] != [PROGRAM]:
+        return []
+    return cons.check_vllm(args, ctx.target, gpus_used=slot.gpu_count, node_rank=rank)
 
 
 def vllm_pd_script(pd: Any, *, model_path: str, target: Target) -> str:

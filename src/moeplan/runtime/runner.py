@@ -2,7 +2,7 @@
 
 :func:`prepare` is pure validation (same error on every rank, before any collective, so a bad
 plan never hangs): it builds the family's engine from the registry
-(:data:`moeplan.runtime.engines.ENGINES`). :func:`run_rank` runs that engine on this rank. With
+(:data:`moeplan.runtime.engines.FAMILY_ENGINES`). :func:`run_rank` runs that engine on this rank. With
 ``check`` every rank also runs the single-process reference on the same weights and inputs and
 reports its max abs error. Plans are :class:`~moeplan.planners.plan.Plan` objects; a decoded
 ``plan.json`` object is accepted and converted (:func:`moeplan.runtime.mesh.as_plan`).

@@ -35,6 +35,8 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from moeplan.backends import backend
+from moeplan.backends.sglang import RUNNING_CAP
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
@@ -44,12 +46,7 @@ from moeplan.serve.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine import tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.knobs import (
-    SGLANG_NEW_TOKEN_RATIO,
-    SGLANG_RUNNING_CAP,
-    default_chunk,
-    engine_config,
-)
+from moeplan.serve.knobs import default_chunk, engine_config
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pd import (
@@ -66,6 +63,8 @@ from moeplan.serve.workload import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
 FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
+#: the decode-batch search's running cap per rank, whatever the engine: SGLang's request pool
+DECODE_RUNNING_CAP = RUNNING_CAP
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
@@ -87,7 +86,8 @@ class Context:
 
     @property
     def reserve(self) -> float:
-        return SGLANG_NEW_TOKEN_RATIO if self.engine == "sglang" else 0.0
+        """Share of future output the engine reserves at admission."""
+        return backend(self.engine).new_token_ratio
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,7 +245,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
     tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
     b, d = _largest_batch(
-        ev, ctx, min(kv_bound, SGLANG_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
+        ev, ctx, min(kv_bound, DECODE_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
     )
     if b == 0:
         return None

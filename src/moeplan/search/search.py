@@ -21,13 +21,12 @@ from moeplan.errors import MoeplanError
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
+from moeplan.serve.knobs import candidates, default_chunk, engine_config
 from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload import ServeWorkload, generate
 
 __all__ = [
-    "ENGINES",
     "ServeResult",
     "analytic_rate",
     "default_chunk",

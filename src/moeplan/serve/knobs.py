@@ -1,20 +1,18 @@
-"""Engine knobs: SGLang / vLLM V1 defaults for a GPU, and the candidates a search tries;
-the instance knobs a deployment search tries (:data:`KNOB_ENTRIES`: the MoE all-to-all
-backend, two-batch overlap, redundant experts, multi-token prediction (the user's only) —
-one entry each, :func:`knob_variants`).
+"""Engine knobs: an engine's scheduler with its defaults for a GPU, and the candidates a
+search tries; the instance knobs a deployment search tries (:data:`KNOB_ENTRIES`: the MoE
+all-to-all backend, two-batch overlap, redundant experts, multi-token prediction (the user's
+only) — one entry each, :func:`knob_variants`).
 
-Defaults read from the engines' sources (server_args.py / arg_utils.py):
+The engine's backend (:mod:`moeplan.backends`, each fact with its source) names its scheduler
+model and gives its defaults; the two scheduler models (:data:`SCHEDULERS`):
 
-- SGLang: ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384; the
-  prefill-first scheduler; ``max_running_requests = max_total_num_tokens // 2`` per DP rank,
-  capped by its request pool (4096 here) and, for models with recurrent state (linear /
-  state-space layers), by the states its ``mamba_full_memory_ratio`` share of the cache
-  memory holds; ``new_token_ratio`` 0.7 reserved for future output
-  at admission (its initial value; SGLang decays it towards 0.1 while nothing is retracted —
-  we keep it constant, a conservative departure).
-- vLLM V1 (OpenAI server): 8192 batched tokens and 1024 sequences on GPUs with >= 70 GiB
-  except A100, else 2048 and 256, per DP engine rank (an instance of ``attn_dp`` ranks runs
-  ``attn_dp`` times both); mixed prefill/decode batches; KV allocated on demand.
+- ``prefill-first`` (SGLang): ``max_running_requests = max_total_num_tokens // 2`` per DP
+  rank, capped by the backend's request pool and, for models with recurrent state (linear /
+  state-space layers), by the states its ``state_ratio`` share of the cache memory holds; the
+  backend's ``new_token_ratio`` reserved for future output at admission.
+- ``mixed`` (vLLM V1): mixed prefill/decode batches, the backend's default batched tokens and
+  sequences per DP engine rank (an instance of ``attn_dp`` ranks runs ``attn_dp`` times both);
+  KV allocated on demand.
 
 The KV pool comes from :func:`moeplan.serve.layout.kv_capacity_tokens` with the chunk as the
 activation budget (no chunking: 16384 tokens assumed).
@@ -26,29 +24,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from moeplan.backends import EngineBackend, backend, simulated
 from moeplan.cost.a2a import deepep_blockers
-from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
 from moeplan.serve.config import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
-GIB = 1024**3
-ENGINES = ("sglang", "vllm")
-SGLANG_RUNNING_CAP = 4096
-SGLANG_NEW_TOKEN_RATIO = 0.7
-#: SGLang server_args ``mamba_full_memory_ratio`` (0.9): models with recurrent state give
-#: ratio / (1 + ratio) of the cache memory to the states (model_runner's mamba budget)
-SGLANG_STATE_RATIO = 0.9
 UNCHUNKED_ACTIVATION_TOKENS = 16384
 CAPS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 CHUNKS = (2048, 4096, 8192, 16384)
 
 
 def default_chunk(engine: str, cluster: ClusterSpec) -> int:
-    """The engine's default step size on ``cluster``'s GPU (:func:`moeplan.cost.memory.default_chunk_tokens`)."""
-    return default_chunk_tokens(engine, cluster.gpu.mem_bytes, cluster.gpu.name)
+    """The engine's default step size on ``cluster``'s GPU
+    (:meth:`moeplan.backends.EngineBackend.default_chunk`)."""
+    return backend(engine).default_chunk(cluster.gpu)
+
+
+def _simulated(engine: str) -> EngineBackend:
+    """The backend of ``engine`` if it has a scheduler model; else one line."""
+    b = backend(engine) if engine in simulated() else None
+    if b is None or b.scheduler not in SCHEDULERS:
+        raise MoeplanError(f"engine ({engine!r}) must be one of {simulated()}")
+    return b
 
 
 def engine_config(
@@ -64,37 +64,51 @@ def engine_config(
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
     the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
     the KV dtype's bytes over bf16's (``--kv-dtype fp8``: 0.5)."""
-    if engine not in ENGINES:
-        raise MoeplanError(f"engine ({engine!r}) must be one of {ENGINES}")
-    chunk = default_chunk(engine, cluster) if chunk_tokens is None else chunk_tokens
-    if engine == "vllm":
-        return _vllm_config(model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    b = _simulated(engine)
+    chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
+    run = SCHEDULERS[b.scheduler]
+    return run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+
+
+def _prefill_first_config(
+    b: EngineBackend,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: ServeLayout,
+    chunk: int,
+    chunk_tokens: int | None,
+    max_running: int | None,
+    kv_scale: float,
+) -> EngineConfig:
+    """SGLang's prefill-first scheduler (module docstring): one step budget for the
+    instance, the running cap from the KV pool."""
+    del chunk_tokens
+    assert b.running_cap is not None and b.state_ratio is not None
     budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
     per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale)
     dp = layout.attn_dp
     fixed = model.state_bytes_per_seq > 0 or any(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
     )
-    seq_cap = SGLANG_RUNNING_CAP
-    if fixed:  # SGLang's split of the cache memory between states and the token pool
-        per_rank, seq_cap = state_split(
-            model, cluster, layout, budget, SGLANG_STATE_RATIO, kv_scale
-        )
+    seq_cap = b.running_cap
+    if fixed:  # the engine's split of the cache memory between states and the token pool
+        per_rank, seq_cap = state_split(model, cluster, layout, budget, b.state_ratio, kv_scale)
         if seq_cap < 1:
             raise MoeplanError(f"layout ({layout.label}) holds no sequence's recurrent state "
                                f"on {cluster.gpu.name}")  # fmt: skip
-    cap = max_running or max(1, min(per_rank // 2, SGLANG_RUNNING_CAP, seq_cap)) * dp
+    cap = max_running or max(1, min(per_rank // 2, b.running_cap, seq_cap)) * dp
     return EngineConfig(
         policy="prefill-first",
         chunk_tokens=chunk,
         max_running=cap,
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
-        admit_reserve=SGLANG_NEW_TOKEN_RATIO,
+        admit_reserve=b.new_token_ratio,
     )
 
 
-def _vllm_config(
+def _mixed_config(
+    b: EngineBackend,
     model: ModelSpec,
     cluster: ClusterSpec,
     layout: ServeLayout,
@@ -107,10 +121,9 @@ def _vllm_config(
     ``max_num_batched_tokens`` (vLLM docs/serving/data_parallel_deployment.md: every DP rank
     is a separate core engine; v1/core/sched/scheduler.py reads both from its own
     scheduler config): the instance's budgets are ``attn_dp`` times the per-rank defaults.
-    Given budgets are the instance's (exported per rank: :mod:`moeplan.export.knob_flags`)."""
+    Given budgets are the instance's (exported per rank: :meth:`moeplan.backends.EngineBackend.chunk_args`)."""
     dp = layout.attn_dp
-    big = cluster.gpu.mem_bytes >= 70 * GIB and "a100" not in cluster.gpu.name.lower()
-    cap = max_running or (1024 if big else 256) * dp
+    cap = max_running or b.default_running(cluster.gpu) * dp
     rank_chunk = chunk if chunk_tokens is None else -(-chunk_tokens // dp)
     fixed = model.state_bytes_per_seq > 0 or any(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
@@ -126,6 +139,13 @@ def _vllm_config(
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
     )
+
+
+#: the scheduler models an engine backend may name (:attr:`EngineBackend.scheduler`)
+SCHEDULERS: dict[str, Callable[..., EngineConfig]] = {
+    "prefill-first": _prefill_first_config,
+    "mixed": _mixed_config,
+}
 
 
 def candidates(
@@ -151,7 +171,8 @@ def candidates(
     if chunk_tokens is not None and max_running is not None:
         return [base]
     out = [base]
-    per = layout.attn_dp if engine == "vllm" else 1  # vLLM's budgets are per DP rank
+    b = backend(engine)
+    per = layout.attn_dp if b.budgets_per_dp_rank else 1
     chunks = tuple(c * per for c in CHUNKS) if chunk_tokens is None else (chunk_tokens,)
     caps = tuple(c * per for c in CAPS) if max_running is None else (max_running,)
     for chunk in chunks:
@@ -159,7 +180,7 @@ def candidates(
             if (cap, chunk) == (base.max_running, base.chunk_tokens):
                 continue
             if (max_running is None and cap >= base.max_running) or (
-                engine == "vllm" and chunk <= cap
+                b.chunk_above_running and chunk <= cap
             ):
                 continue
             try:

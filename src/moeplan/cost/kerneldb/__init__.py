@@ -11,14 +11,14 @@ of the nearest measured rows in log2 shape coordinates (exact linear interpolati
 along the token axis when the shape itself was measured).
 """
 
-from moeplan.cost.kerneldb.db import ENGINES, KernelDB
+from moeplan.cost.kerneldb.db import TABLE_ENGINES, KernelDB
 from moeplan.cost.kerneldb.device import Device, device_for
 from moeplan.cost.kerneldb.families import FAMILIES, OPS
 from moeplan.cost.kerneldb.sources import SOURCES, Prediction
 from moeplan.cost.kerneldb.variant import KernelTable
 
 __all__ = [
-    "ENGINES",
+    "TABLE_ENGINES",
     "FAMILIES",
     "OPS",
     "SOURCES",

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from moeplan.backends import kernel_tables
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import (
     EXPLICIT,
@@ -51,7 +52,8 @@ from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
-ENGINES = ("sglang", "vllm", "trtllm")
+#: the engines whose measured kernel tables this database reads
+TABLE_ENGINES = kernel_tables()
 ROOFLINE = Analytic(floor=5e-6, per_work=0.0, flops_eff=0.70, bw_eff=0.80)
 _AVOID = ("nongated", "situ", "eager")
 MEMO_SIZE = 200_000  # memoised scalar predictions kept before the memo is cleared
@@ -244,8 +246,8 @@ class KernelDB:
     ) -> tuple[str | None, np.ndarray, np.ndarray, np.ndarray]:
         """(the GPU whose errors apply, seconds, sources, details) of every row."""
         fam = _family(op)
-        if engine not in ENGINES:
-            raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+        if engine not in TABLE_ENGINES:
+            raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(TABLE_ENGINES)}")
         cols, n = normalize(fam, columns)
         names = [c for c in fam.variant_cols if c not in TABLE_COLS]
         names += [c for c in TABLE_COLS if c in cols and c in fam.variant_cols]  # named kernel

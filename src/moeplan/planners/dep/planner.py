@@ -30,8 +30,8 @@ from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec
 
 CPSAT_MAX = 4  # r1, r2 <= 4 and 2 layers: CP-SAT proves optimality in seconds
-# prompts in flight on one GPU: SGLang's request pool cap (its server_args; SGLANG_RUNNING_CAP
-# in moeplan.serve.knobs); a larger cap is no deployment an engine runs
+# prompts in flight on one GPU: SGLang's request pool cap (its server_args; RUNNING_CAP
+# in moeplan.backends.sglang); a larger cap is no deployment an engine runs
 MAX_BATCH = 4096
 # --verify's brute force, in schedule evaluations: 17,920 took 3.2 s on findep-a (ag 3, eg 5,
 # isl 1024, cap 64), so this is about 20 s; a larger grid is refused before planning

@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
+from moeplan.backends import DEFAULT_ENGINE, backend
 from moeplan.cost import memory as mem
 from moeplan.planners.strategy.comm import Collectives, layer_comm, p2p_boundaries
 from moeplan.planners.strategy.fused import FusedLayer
@@ -270,13 +271,12 @@ class StrategyEvaluator:
         the KV cache of ``ceil(b/dp)`` requests of ``L_in + L_out`` tokens per attention
         rank, and the activations and buffers of one forward step as the engine runs it —
         the batch's prompt tokens, at most one chunked-prefill step
-        (:func:`moeplan.cost.memory.default_chunk_tokens` of the cost model's engine,
-        SGLang's when it has none)."""
+        (:meth:`moeplan.backends.EngineBackend.default_chunk` of the cost model's engine,
+        the default engine's when it has none)."""
         md, w = self.model, self.workload
         seqs = math.ceil(w.batch / s.attn_dp)
-        engine = getattr(self.cm, "engine", None) or "sglang"
-        gpu = self.cluster.gpu
-        chunk = mem.default_chunk_tokens(engine, gpu.mem_bytes, gpu.name)
+        engine = getattr(self.cm, "engine", None) or DEFAULT_ENGINE
+        chunk = backend(engine).default_chunk(self.cluster.gpu)
         return mem.instance_breakdown(  # + the fixed state of the seqs (linear layers)
             md, self.memory_shape(s), seqs * (w.isl + w.osl), min(w.batch * w.isl, chunk), seqs
         )

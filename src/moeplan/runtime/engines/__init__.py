@@ -40,7 +40,7 @@ def build_strategy(mesh: Mesh, cfg: MoEConfig) -> Engine:
     return hybrid.build(mesh, cfg)
 
 
-ENGINES: dict[str, EngineFactory] = {
+FAMILY_ENGINES: dict[str, EngineFactory] = {
     "ep": ep.build,
     "strategy": build_strategy,
     "pipeline": pp.build,
@@ -50,7 +50,14 @@ ENGINES: dict[str, EngineFactory] = {
 
 def engine_for(mesh: Mesh, cfg: MoEConfig) -> Engine:
     """Build (and validate) the engine of ``mesh.family`` for model ``cfg``."""
-    return ENGINES[mesh.family](mesh, cfg)
+    return FAMILY_ENGINES[mesh.family](mesh, cfg)
 
 
-__all__ = ["ENGINES", "Engine", "EngineFactory", "RunContext", "build_strategy", "engine_for"]
+__all__ = [
+    "FAMILY_ENGINES",
+    "Engine",
+    "EngineFactory",
+    "RunContext",
+    "build_strategy",
+    "engine_for",
+]

@@ -1,7 +1,7 @@
 """What every engine provides to the runner (:class:`Engine`) and what it is given (:class:`RunContext`).
 
 An engine is built for one (mesh, model config) pair by its family's factory in
-:data:`moeplan.runtime.engines.ENGINES`; building validates everything that can be checked
+:data:`moeplan.runtime.engines.FAMILY_ENGINES`; building validates everything that can be checked
 without a process group (the runner calls it on every rank before any collective, and the CLI
 once before spawning). The engine then says how the global inputs split over ranks
 (:meth:`Engine.local_input`) and runs its layout (:meth:`Engine.run`), usually by handing a

@@ -1,0 +1,137 @@
+"""What a serving engine decides, as one frozen record per engine (:class:`EngineBackend`).
+
+Everything in moeplan that differs between engines reads it from the engine's backend: the
+simulator's scheduler model and its defaults (:mod:`moeplan.serve.knobs`), the memory model's
+activation budget, the DeepEP gate of the cost model (:mod:`moeplan.cost.a2a`), the kernel
+tables that price it, and the launch flags of the exports (:mod:`moeplan.export`). An engine
+is one module of this package holding one instance (or subclass) of :class:`EngineBackend`.
+
+Pure: no I/O, no torch; it reads GPU facts from the GPU record (:class:`moeplan.specs.GPUSpec`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from moeplan.specs import GPUSpec
+
+GIB = 1024**3
+
+
+class Knobs(Protocol):
+    """What the launch flags read of an instance's knobs
+    (:class:`moeplan.serve.instance_knobs.InstanceKnobs`)."""
+
+    a2a: str
+    tbo: bool
+    mtp: int
+    kv_dtype: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineBackend:
+    """One serving engine: its names, pinned release, scheduler model and defaults, memory
+    and capability facts, and the parts of its launch flags that differ from other engines.
+
+    A field left at its default means the engine lacks that part: ``scheduler`` ``None`` is
+    an engine moeplan does not simulate (its kernels may still price a cost model),
+    ``launch_module`` ``None`` one it does not export."""
+
+    #: the ``--engine`` spelling, also the engine folder of the kernel tables
+    name: str
+    #: how prose names it
+    label: str
+    #: the engine name of its measured kernel tables (``moeplan.kernel_tables``)
+    kernel_table: str
+    #: the release the launch facts were read from (None: none pinned)
+    version: str | None = None
+    #: the flag line the exports target (``moeplan.export.constraints``), e.g. ``0.5.2x``
+    flag_line: str | None = None
+
+    # ---- scheduler model (moeplan.serve.knobs) --------------------------------------------
+    #: the scheduler model the simulator runs (``prefill-first`` or ``mixed``; None: none)
+    scheduler: str | None = None
+    #: whether the step budgets (batched tokens, running sequences) are per attention-DP rank
+    budgets_per_dp_rank: bool = False
+    #: whether the batched-token budget must exceed the running cap (a chunk <= cap is skipped)
+    chunk_above_running: bool = False
+    #: the request pool capping the running requests per DP rank (None: no such cap)
+    running_cap: int | None = None
+    #: share of future output reserved at admission (0: KV allocated on demand)
+    new_token_ratio: float = 0.0
+    #: share ratio of the cache memory given to recurrent states (None: none split off)
+    state_ratio: float | None = None
+
+    # ---- capabilities ---------------------------------------------------------------------
+    #: whether moeplan prices a DeepEP all-to-all path for it (moeplan.cost.a2a)
+    deepep: bool = False
+    #: whether the wide-EP DeepGEMM MoE tables (measured on SGLang) price its wide-EP MoE
+    shares_wideep_tables: bool = False
+    #: its own wide-EP MoE kernel op in the kernel tables (None: the shared wide-EP tables)
+    wideep_moe_op: str | None = None
+    #: architectures whose attention runs data-parallel (None: every architecture)
+    attn_dp_architectures: frozenset[str] | None = None
+    #: architectures refused attention DP: the engine class that refuses it, for the message
+    no_attn_dp: Mapping[str, str] = field(default_factory=dict)
+    #: preset architectures without a model class in the pinned release
+    missing_model_classes: frozenset[str] = frozenset()
+    #: where the pinned release lists its model classes (for the message)
+    model_registry: str = ""
+    #: the environment variable of a pipeline's layer partition (None: not settable)
+    pp_partition_env: str | None = None
+
+    # ---- launch (moeplan.export) ----------------------------------------------------------
+    #: the export module writing its server commands (None: not exported)
+    launch_module: str | None = None
+
+    # ---- decisions ------------------------------------------------------------------------
+    def default_chunk(self, gpu: GPUSpec) -> int:
+        """Prompt tokens of one forward step by default on ``gpu`` (the engine's chunked
+        prefill; per DP rank where :attr:`budgets_per_dp_rank`)."""
+        raise NotImplementedError
+
+    def default_running(self, gpu: GPUSpec) -> int:
+        """Running sequences by default on ``gpu`` (per DP rank); engines whose cap comes
+        from the KV pool (:attr:`running_cap`) do not use it."""
+        raise NotImplementedError
+
+    def model_class_blocker(self, architecture: str) -> str | None:
+        """Why the pinned release cannot load ``architecture`` (None: it can)."""
+        if architecture not in self.missing_model_classes:
+            return None
+        return (
+            f"{self.name} {self.version} has no model class for {architecture} "
+            f"({self.model_registry})"
+        )
+
+    def attn_dp_blocker(self, architecture: str) -> str | None:
+        """Why the engine cannot run attention DP for ``architecture`` (None: it can)."""
+        if self.attn_dp_architectures is None or architecture in self.attn_dp_architectures:
+            return None
+        where = self.no_attn_dp.get(architecture, "no attention-DP model class is known")
+        return (
+            f"{self.label} {self.version} has no attention DP (--attn-dp-size) for "
+            f"{architecture}: its attention splits heads by the whole tp_size ({where})"
+        )
+
+    def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
+        """The prefill chunk the engine needs for ``architecture`` at attention DP
+        ``attn_dp`` (None: its default works)."""
+        del architecture, attn_dp
+        return None
+
+    def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
+        """The flag of an instance's prefill chunk (the instance's total prompt tokens per
+        iteration, as priced); none when not given."""
+        raise NotImplementedError
+
+    def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
+        """The flags of an instance's knobs (two-batch overlap, MTP, KV dtype)."""
+        raise NotImplementedError
+
+    def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
+        """The environment of an instance's knobs (none by default)."""
+        del knobs, role
+        return []

@@ -1,0 +1,133 @@
+"""SGLang: the prefill-first scheduler, its defaults and launch facts (sources per field).
+
+Scheduler (python/sglang/srt/server_args.py and managers/scheduler.py):
+
+- ``chunked_prefill_size`` by GPU memory: 2048 below 35 GiB, 8192 below 160 GiB, else 16384
+  (server_args.py); the prefill-first scheduler;
+- ``max_running_requests = max_total_num_tokens // 2`` per DP rank, capped by its request
+  pool (4096 here) and, for models with recurrent state (linear / state-space layers), by
+  the states its ``mamba_full_memory_ratio`` share of the cache memory holds;
+- ``new_token_ratio`` 0.7 reserved for future output at admission (its initial value; SGLang
+  decays it towards 0.1 while nothing is retracted — kept constant, a conservative departure).
+
+Launch facts of the pinned 0.5.23 release: attention DP per architecture
+(:data:`ATTN_DP`), the KV page size some architectures force (:data:`PAGE_SIZE`), the
+layer-partition variable of a pipeline, the model classes it lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.specs import GPUSpec
+
+VERSION = "0.5.23"
+RUNNING_CAP = 4096
+NEW_TOKEN_RATIO = 0.7
+#: server_args ``mamba_full_memory_ratio`` (0.9): models with recurrent state give
+#: ratio / (1 + ratio) of the cache memory to the states (model_runner's mamba budget)
+STATE_RATIO = 0.9
+
+#: architectures whose SGLang 0.5.23 attention splits heads by the attention-TP size
+#: (sglang python/sglang/srt/models/<file>.py: the attention class divides its heads by
+#: ``get_parallel().attn_tp_size``)
+ATTN_DP: frozenset[str] = frozenset(
+    {
+        "DeepseekV2ForCausalLM",  # deepseek_v2.py (attn_tp_size)
+        "DeepseekV3ForCausalLM",  # deepseek_v2.py (same classes)
+        "DeepseekV4ForCausalLM",  # deepseek_v4.py
+        "KimiK25ForConditionalGeneration",  # kimi_k25.py: the DeepseekV3ForCausalLM text model
+        "Qwen2MoeForCausalLM",  # qwen2_moe.py Qwen2MoeAttention
+        "Qwen3MoeForCausalLM",  # qwen3_moe.py Qwen3MoeAttention
+        "Qwen3_5MoeForConditionalGeneration",  # qwen3_5.py
+        "GptOssForCausalLM",  # gpt_oss.py GptOssAttention
+        "GlmMoeDsaForCausalLM",  # glm4_moe.py
+        "Llama4ForConditionalGeneration",  # mllama4.py: the llama4.py Llama4Attention
+        "NemotronHForCausalLM",  # nemotron_h.py NemotronHAttention
+        "MiniMaxM3ForCausalLM",  # minimax_m3.py
+    }
+)
+#: architectures whose SGLang 0.5.23 attention splits heads by the whole ``tp_size``
+#: (``get_parallel().tp_size``): the class that does it, for the message
+NO_ATTN_DP = {
+    "MixtralForCausalLM": "python/sglang/srt/models/mixtral.py MixtralAttention",
+    "Gemma4ForConditionalGeneration": "python/sglang/srt/models/gemma4_causal.py Gemma4Attention",
+}
+#: SGLang 0.5.23 KV page size forced per architecture
+#: (python/sglang/srt/arg_groups/model_overrides/deepseek_v4.py: ``page_size = 256``). With
+#: attention DP each rank's chunk is ``--chunked-prefill-size // attn_dp``
+#: (arg_groups/parallel_hook.py) and must be a multiple of the page size
+#: (arg_groups/validation_hook.py): the memory default (4096 below 60 GiB per GPU,
+#: arg_groups/memory_hook.py) over attention DP 32 is 128, so the export sets the chunk.
+PAGE_SIZE = {"DeepseekV4ForCausalLM": 256}
+LAUNCH_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 GiB GPUs
+#: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
+KV_DTYPES = {"fp8": "fp8_e4m3", "bf16": "bf16"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGLangBackend(EngineBackend):
+    """SGLang (module docstring)."""
+
+    def default_chunk(self, gpu: GPUSpec) -> int:
+        """server_args.py by GPU memory (MiB): ``if gpu_mem < 35 * 1024:
+        chunked_prefill_size = 2048`` / ``elif gpu_mem < 160 * 1024: 8192`` / ``else: 16384``."""
+        mem = gpu.mem_bytes
+        return 2048 if mem < 35 * GIB else 8192 if mem < 160 * GIB else 16384
+
+    def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
+        """``--chunked-prefill-size`` SGLang needs for ``architecture`` at attention DP
+        ``attn_dp`` (None: its default works): the smallest multiple of ``page x attn_dp``
+        at or above the memory default."""
+        page = PAGE_SIZE.get(architecture)
+        if page is None or attn_dp <= 1:
+            return None
+        unit = page * attn_dp
+        return -(-LAUNCH_DEFAULT_CHUNK // unit) * unit
+
+    def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
+        """``--chunked-prefill-size`` takes the instance total and divides it by the DP size
+        under DP attention (server_args.py)."""
+        del attn_dp
+        return ["--chunked-prefill-size", str(chunk_tokens)] if chunk_tokens else []
+
+    def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
+        """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE
+        --speculative-num-steps N --speculative-eagle-topk 1 --speculative-num-draft-tokens
+        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``."""
+        del role
+        out: list[str] = []
+        if knobs.tbo:
+            out.append("--enable-two-batch-overlap")
+        if knobs.mtp:
+            n = str(knobs.mtp)
+            out += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", n]
+            out += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens"]
+            out.append(str(knobs.mtp + 1))
+        if knobs.kv_dtype in KV_DTYPES:
+            out += ["--kv-cache-dtype", KV_DTYPES[knobs.kv_dtype]]
+        return out
+
+
+SGLANG = SGLangBackend(
+    name="sglang",
+    label="SGLang",
+    kernel_table="sglang",
+    version=VERSION,
+    flag_line="0.5.2x",  # sgl-project/sglang PR #41818 (--attn-dp-size)
+    scheduler="prefill-first",
+    running_cap=RUNNING_CAP,
+    new_token_ratio=NEW_TOKEN_RATIO,
+    state_ratio=STATE_RATIO,
+    deepep=True,  # --moe-a2a-backend deepep (docs/advanced_features/expert_parallelism.md)
+    shares_wideep_tables=True,  # the wide-EP MoE tables were measured on SGLang
+    attn_dp_architectures=ATTN_DP,
+    no_attn_dp=NO_ATTN_DP,
+    # python/sglang/srt/models/*.py EntryClass: 0.5.23 has MiniMaxM3SparseForCausalLM only
+    missing_model_classes=frozenset({"MiniMaxM3ForCausalLM"}),
+    model_registry="python/sglang/srt/models",
+    # python/sglang/srt/distributed/utils.py get_pp_indices
+    pp_partition_env="SGLANG_PP_LAYER_PARTITION",
+    launch_module="moeplan.export.sglang",
+)

@@ -1,0 +1,116 @@
+"""vLLM V1 (OpenAI server): the mixed prefill/decode scheduler, its defaults and launch facts.
+
+Scheduler (vllm/engine/arg_utils.py ``_set_default_args``; v1/core/sched/scheduler.py):
+
+- ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 on GPUs with >= 70 GiB except
+  A100 (``if device_memory >= 70 * GiB_bytes and "a100" not in device_name:``, the name
+  from ``current_platform.get_device_name().lower()``), else 2048 and
+  256 — per DP engine rank: every DP rank is a separate core engine with its own scheduler
+  config (docs/serving/data_parallel_deployment.md), so an instance of ``attn_dp`` ranks runs
+  ``attn_dp`` times both;
+- mixed prefill/decode batches; KV allocated on demand (nothing reserved at admission).
+
+The A100 test reads the GPU record: the A100 is the one GPU of compute capability 8.0 with
+>= 70 GiB among the shipped records (:func:`is_a100`).
+
+Launch facts of the pinned 0.11.0 release: the model classes it lacks, the layer-partition
+variable of a pipeline; attention DP (``--data-parallel-size``) replicates the attention of
+any model (vllm/v1/engine/core.py ``DPEngineCoreProc``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.specs import GPUSpec
+
+VERSION = "0.11.0"
+#: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
+KV_DTYPES = {"fp8": "fp8", "bf16": "bfloat16"}
+A100_SM = 80  # compute capability 8.0: the A100 (vLLM tests its device name for "a100")
+
+
+def is_a100(gpu: GPUSpec) -> bool:
+    """Whether vLLM's device-name test (``"a100" in device_name``) holds for ``gpu``, read
+    from its record's compute capability (module docstring)."""
+    return gpu.sm_version == A100_SM
+
+
+def _large_defaults(gpu: GPUSpec) -> bool:
+    return gpu.mem_bytes >= 70 * GIB and not is_a100(gpu)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMBackend(EngineBackend):
+    """vLLM V1 (module docstring)."""
+
+    def default_chunk(self, gpu: GPUSpec) -> int:
+        return 8192 if _large_defaults(gpu) else 2048
+
+    def default_running(self, gpu: GPUSpec) -> int:
+        return 1024 if _large_defaults(gpu) else 256
+
+    def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
+        """One scheduler per DP rank, each with its own ``--max-num-batched-tokens``: the
+        instance total over ``attn_dp``."""
+        if not chunk_tokens:
+            return []
+        return ["--max-num-batched-tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
+
+    def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
+        """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
+        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``."""
+        del role
+        out: list[str] = []
+        if knobs.tbo:
+            out.append("--enable-dbo")
+        if knobs.mtp:
+            cfg = {"method": "deepseek_mtp", "num_speculative_tokens": knobs.mtp}
+            out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+        if knobs.kv_dtype in KV_DTYPES:
+            out += ["--kv-cache-dtype", KV_DTYPES[knobs.kv_dtype]]
+        return out
+
+    def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
+        """DeepEP's kernels by role: ``deepep_high_throughput`` (prefill-heavy instances) or
+        ``deepep_low_latency`` (decode instances), chosen in vLLM 0.11.0 by the environment
+        variable ``VLLM_ALL2ALL_BACKEND`` (vllm/envs.py; 0.11.0's ``vllm serve`` has no
+        ``--all2all-backend`` flag: its parser refuses it, ``bench/check_exports.py``)."""
+        if knobs is None or knobs.a2a != "deepep":
+            return []
+        mode = "deepep_low_latency" if role == "decode" else "deepep_high_throughput"
+        return [("VLLM_ALL2ALL_BACKEND", mode)]
+
+
+VLLM = VLLMBackend(
+    name="vllm",
+    label="vLLM",
+    kernel_table="vllm",
+    version=VERSION,
+    flag_line="0.11+",  # --eplb-config JSON (EPLBConfig in vllm/config/parallel.py since 0.10.2)
+    scheduler="mixed",
+    budgets_per_dp_rank=True,
+    # vllm config: max_num_batched_tokens must cover max_num_seqs
+    chunk_above_running=True,
+    # --all2all-backend deepep_* under --enable-expert-parallel
+    # (docs/serving/expert_parallel_deployment.md)
+    deepep=True,
+    # DeepGEMM grouped GEMMs (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py)
+    shares_wideep_tables=True,
+    # vllm/model_executor/models/registry.py of 0.11.0
+    missing_model_classes=frozenset(
+        {
+            "DeepseekV4ForCausalLM",
+            "Qwen3_5MoeForConditionalGeneration",
+            "KimiK25ForConditionalGeneration",
+            "GlmMoeDsaForCausalLM",
+            "Gemma4ForConditionalGeneration",
+            "MiniMaxM3ForCausalLM",
+        }
+    ),
+    model_registry="model_executor/models/registry.py",
+    pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
+    launch_module="moeplan.export.vllm",
+)

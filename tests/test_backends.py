@@ -1,0 +1,104 @@
+"""Engine backends (moeplan.backends): the registry, today's engines' decisions, and a new
+engine added as one record — registered here, for the test only — reaching the scheduler
+defaults, the memory budget and the DeepEP gate without any other module changing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from moeplan import backends
+from moeplan.backends import EngineBackend, backend
+from moeplan.backends.vllm import is_a100
+from moeplan.cost.a2a import deepep_blockers
+from moeplan.errors import MoeplanError
+from moeplan.serve.knobs import default_chunk, engine_config
+from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.specs import load_cluster, load_model
+from moeplan.specs.gpu import gpu_from_record
+from moeplan.specs.presets import cluster_table
+
+MODEL = load_model("qwen3-30b-a3b")
+H100 = load_cluster("h100-sxm-8")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FakeBackend(EngineBackend):
+    """An engine with a fixed 4096-token chunk and 64 sequences per DP rank."""
+
+    def default_chunk(self, gpu):
+        return 4096
+
+    def default_running(self, gpu):
+        return 64
+
+
+FAKE = FakeBackend(
+    name="fake",
+    label="Fake",
+    kernel_table="sglang",
+    scheduler="mixed",
+    budgets_per_dp_rank=True,
+    chunk_above_running=True,
+)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    """The fake engine in the registry for one test (monkeypatch restores it)."""
+    monkeypatch.setitem(backends.REGISTRY, FAKE.name, FAKE)
+    yield FAKE
+    assert FAKE.name in backends.REGISTRY  # removed by monkeypatch after the test
+
+
+def test_a_new_engine_is_one_record(fake_engine):
+    """Registered, the fake engine is a CLI choice and drives the scheduler model it names
+    with its own defaults, and its memory budget is its own chunk."""
+    assert "fake" in backends.names() and "fake" in backends.simulated()
+    assert "fake" not in backends.exported()  # no launch_module: not exported
+    lay = ServeLayout(attn_dp=2, moe_ep=2)
+    cfg = engine_config("fake", MODEL, H100, lay)
+    assert cfg.policy == "mixed"
+    assert cfg.max_running == 64 * 2
+    assert cfg.chunk_tokens == 4096 * 2
+    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, H100, lay, 4096)
+    assert default_chunk("fake", H100) == 4096
+    # no DeepEP path: the gate names the engines that have one
+    why = deepep_blockers("fake", MODEL, H100, 1, 8)
+    assert why[0] == "engine fake has no DeepEP path moeplan prices (sglang, vllm)"
+
+
+def test_the_fake_engine_is_gone_after_its_test():
+    assert "fake" not in backends.REGISTRY
+    with pytest.raises(
+        MoeplanError, match=r"engine \('fake'\) must be one of sglang, vllm, trtllm"
+    ):
+        backend("fake")
+
+
+def test_an_engine_without_a_scheduler_is_refused_by_the_simulator():
+    """TensorRT-LLM has kernel tables only: the simulator refuses it in one line."""
+    assert backend("trtllm").scheduler is None
+    with pytest.raises(
+        MoeplanError, match=r"engine \('trtllm'\) must be one of \('sglang', 'vllm'\)"
+    ):
+        engine_config("trtllm", MODEL, H100, ServeLayout())
+    assert backends.simulated() == backends.exported() == ("sglang", "vllm")
+    assert backends.kernel_tables() == ("sglang", "vllm", "trtllm")
+
+
+def test_vllm_a100_rule_reads_the_gpu_record():
+    """vLLM tests its device name for "a100"; the record's compute capability gives the same
+    answer for every shipped GPU, and only the A100 loses the large defaults at >= 70 GiB."""
+    gib = 1024**3
+    gpus = [gpu_from_record(n, r) for n, r in cluster_table()["gpus"].items()]
+    assert len(gpus) >= 10
+    for gpu in gpus:
+        large = gpu.mem_bytes >= 70 * gib
+        assert (large and is_a100(gpu)) == (large and "a100" in gpu.name.lower()), gpu.name
+    a100 = load_cluster("a100-sxm-8").gpu
+    assert a100.mem_bytes >= 70 * gib and is_a100(a100)
+    assert backend("vllm").default_chunk(a100) == 2048
+    assert backend("vllm").default_chunk(H100.gpu) == 8192
+    assert backend("sglang").default_chunk(a100) == 8192
