@@ -22,7 +22,7 @@ GIB = 1024**3
 
 class Knobs(Protocol):
     """What the launch flags read of an instance's knobs
-    (:class:`moeplan.serve.instance_knobs.InstanceKnobs`)."""
+    (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`)."""
 
     a2a: str
     tbo: bool

@@ -18,7 +18,7 @@ from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployme
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.pools.pd import PDLayout
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 

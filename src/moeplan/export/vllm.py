@@ -29,7 +29,7 @@ from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
 from moeplan.export.slot_args import chunk_args
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 PROGRAM = "vllm"  # the server command (``vllm serve``); other nodes may run ``ray start``
@@ -248,7 +248,7 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
 
 
 def vllm_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
-    """Bash launch of a P/D deployment (:class:`moeplan.serve.pd.PDLayout` with colocated
+    """Bash launch of a P/D deployment (:class:`moeplan.serve.pools.pd.PDLayout` with colocated
     pools) on vLLM: the command of ``ROLE`` (prefill or decode) and ``INSTANCE``, node 0 of
     each instance (:func:`vllm_pd_commands`, each pool's knobs and the prefill chunk), and
     the notes a user must read as comments; a pool vLLM cannot launch makes the script say
