@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from moeplan.cost import CostModel, cost_model_for
-from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb import KERNEL_FAMILIES, Device, KernelDB, KernelTable, device_for
 from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.cost.provenance import pricing  # noqa: F401 (re-exported)
@@ -153,7 +153,7 @@ def _read(
 ) -> KernelTable:
     import pyarrow.parquet as pq
 
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     where = ROW_FILTERS.get((path.name, op), {})
     try:
         pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)

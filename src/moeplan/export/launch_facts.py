@@ -55,7 +55,7 @@ SGLANG_NO_ATTN_DP = {
     "Gemma4ForConditionalGeneration": "python/sglang/srt/models/gemma4_causal.py Gemma4Attention",
 }
 #: where each SGLang fact is read (engine source file, pinned version)
-SOURCES = {
+FACT_SOURCES = {
     "attn_dp": f"sglang {SGLANG_VERSION} python/sglang/srt/models/*.py (attention head split)",
     "mixtral": f"sglang {SGLANG_VERSION} python/sglang/srt/models/mixtral.py MixtralAttention",
     "remote_code": "transformers dynamic_module_utils.resolve_trust_remote_code (auto_map)",

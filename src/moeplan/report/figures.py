@@ -79,7 +79,8 @@ def baseline_rows(result: Any) -> list[tuple[str, float, str]]:
     w = result.workload
     for c in result.candidates:
         rows += [
-            (label, value, c.family) for label, value in BASELINES[c.family](c, w.batch * w.isl)
+            (label, value, c.family)
+            for label, value in FAMILY_BASELINES[c.family](c, w.batch * w.isl)
         ]
     return rows
 
@@ -113,8 +114,8 @@ def _pipeline_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
 
 
 #: Each proposed family's named baselines (label, prompt tokens/s per GPU), keyed by family
-#: (:data:`moeplan.planners.families.PROPOSED`).
-BASELINES: dict[str, Callable[[Any, int], list[tuple[str, float]]]] = {
+#: (:data:`moeplan.planners.families.PROPOSING_FAMILIES`).
+FAMILY_BASELINES: dict[str, Callable[[Any, int], list[tuple[str, float]]]] = {
     "strategy": _strategy_baselines,
     "pipeline": _pipeline_baselines,
     "dep": _dep_baselines,

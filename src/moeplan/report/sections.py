@@ -231,7 +231,7 @@ def _launch_section(launchers: list[Any]) -> Section:
 
 
 #: The report's section of each proposed family, keyed by family name, in page order
-#: (:data:`moeplan.planners.families.PROPOSED`; None: nothing to show this time).
+#: (:data:`moeplan.planners.families.PROPOSING_FAMILIES`; None: nothing to show this time).
 FAMILY_SECTIONS: dict[str, Callable[[PlanOutcome, Any], Section | None]] = {
     "dep": _dep_section,
     "pipeline": _pipeline_section,

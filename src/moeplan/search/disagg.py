@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.planners.families import FAMILY, POOLED
+from moeplan.planners.families import FAMILY
 from moeplan.search.search import ServeResult
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
@@ -65,7 +65,6 @@ from moeplan.serve.pd import (
 from moeplan.serve.workload import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
