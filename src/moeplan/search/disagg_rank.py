@@ -45,8 +45,7 @@ def pools(k: Candidate) -> dict[str, Any]:
 
 def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
     """Plan of a colocated-decode PD deployment (module docstring); the launch commands
-    are built from ``details.disaggregation`` by :func:`moeplan.export.sglang.sglang_pd_commands`
-    and :func:`moeplan.export.vllm.vllm_pd_commands`."""
+    are built from ``details.disaggregation`` by :mod:`moeplan.export.launch_servers`."""
     lay = k.layout
     dec = lay.decode
     assert not isinstance(dec, AFDLayout)
