@@ -15,6 +15,7 @@ from moeplan.specs import ModelSpec
 
 if TYPE_CHECKING:
     from moeplan.cost.kerneldb import KernelDB, Prediction
+    from moeplan.specs.layers import Mixer
     from moeplan.specs.quant import ModuleQuant
 
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 UNIFORM_ATTENTION_KINDS = ("mha", "swa", "chunked")
 
 
-def _dims(m: Any) -> tuple[int, int, int]:
+def _dims(m: Mixer) -> tuple[int, int, int]:
     return m.num_heads, max(1, m.num_kv_heads), m.head_dim
 
 
