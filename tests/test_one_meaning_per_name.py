@@ -26,7 +26,9 @@ ONE_MEANING = {
     "MAX_SEED": "the bound on the seed the command of that CLI module accepts",
     "MEMO_KEYS": "the size at which the module's own memo is cleared",
     "BF16_BYTES": "bytes per bf16 value (an int where the sum is integer bytes)",
-    "ENGINES": "the engine names the module accepts",
+    # two meanings, left to the engine backends: the serving-engine names a module accepts,
+    # and moeplan.runtime.engines' runtime engine per plan family
+    "ENGINES": "the engines of the module",
 }
 
 
