@@ -17,12 +17,10 @@ from dataclasses import replace
 
 from moeplan.errors import MoeplanError, require
 from moeplan.search.disagg import (
-    Candidate,
     Context,
     DisaggResult,
     Pool,
     decode_pool,
-    make_candidate,
     prefill_pool,
 )
 from moeplan.search.disagg_bound import decode_rate_bound, prefill_rate_bound
@@ -67,12 +65,6 @@ def given_pools(c: Context, pd: PDLayout) -> tuple[Pool, Pool]:
     )
     assert p is not None and d is not None
     return p, d
-
-
-def given_candidate(c: Context, pd: PDLayout) -> Candidate:
-    """The deployment ``pd`` with its pools' schedulers and analytic capacities."""
-    p, d = given_pools(c, pd)
-    return make_candidate(c, p, d, pd.x, pd.y)
 
 
 def simulate_given(c: Context, pd: PDLayout, *, rate_given: bool, requests: int) -> DisaggResult:

@@ -154,11 +154,6 @@ def hf_excluded(name: str, patterns: Iterable[str]) -> bool:
     return PatternSet(tuple(patterns), "hf", "modules_to_not_convert").match(name)
 
 
-def glob_excluded(name: str, patterns: Iterable[str]) -> bool:
-    """ModelOpt ``ignore`` / ``exclude_modules`` shell globs (module or a parent)."""
-    return PatternSet(tuple(patterns), "glob", "ignore").match(name)
-
-
 def ct_match(name: str, targets: Iterable[str]) -> bool:
     """compressed-tensors targets / ignore: ``re:<regex>`` from the start of the name,
     ``Linear`` (every linear module), or the exact module name."""
