@@ -193,6 +193,7 @@ def _pareto_section(outcome: PlanOutcome, s: Candidate) -> Section:
 def _placement_section(outcome: PlanOutcome) -> Section:
     """Sem-MoE's placement, shown when it is exported and beats contiguous placement."""
     p = outcome.placement
+    assert p is not None  # the section is drawn only for a placement
     sem = p.methods["semmoe"].metrics
     text = (
         f"Trace: {outcome.trace}. Sem-MoE keeps {100 * sem['lar']:.1f}% of expert "
