@@ -30,9 +30,9 @@ from moeplan.export.plan_export import (
 from moeplan.export.pp_partition import layer_partition
 from moeplan.planners.strategy.space import Strategy
 from moeplan.report.plan_report import launch_exports
-from moeplan.search.entries import Entry
+from moeplan.search.ranking.entries import Entry
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.pools.pd import PDLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config
 from test_launchable_presets import planned
@@ -298,7 +298,7 @@ def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
     high-throughput kernels on prefill, low-latency on decode; two-batch overlap on prefill
     only; MTP on the decode pool only) and the prefill pool its chunk: SGLang takes the
     instance total (it divides by the DP size itself), vLLM one DP rank's share."""
-    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 3)  # 8 prefill + 16 decode GPUs
     pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16,

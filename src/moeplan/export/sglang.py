@@ -24,7 +24,7 @@ from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
 from moeplan.export.knob_flags import sglang_knob_args
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

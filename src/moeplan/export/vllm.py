@@ -25,7 +25,7 @@ from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.knob_flags import vllm_knob_args
 from moeplan.export.sglang import ExportResult
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 
