@@ -538,10 +538,7 @@ RENDER_MAY_IMPORT = (
     "moeplan.sim.trace_export",  # draws schedules simulated by plan_job
 )
 #: Compute imports of the renderers known and owned elsewhere: {(module, imported): reason}.
-KNOWN_RENDER_COMPUTE: dict[tuple[str, str], str] = {
-    ("moeplan.export.expert_location", "moeplan.planners.placement.planner"):
-        "physical_to_logical for `moeplan place`'s export (the plan path hands the map in)",
-}  # fmt: skip
+KNOWN_RENDER_COMPUTE: dict[tuple[str, str], str] = {}
 
 
 def render_compute_imports(module_tree: ast.Module, name: str) -> dict[str, int]:

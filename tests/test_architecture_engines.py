@@ -25,7 +25,7 @@ import moeplan.backends
 SRC = Path(moeplan.__file__).parent
 BACKENDS = SRC / "backends"
 #: every engine name a backend has, and the names a switch could still spell
-ENGINE_NAMES = frozenset({"sglang", "vllm", "trtllm", *moeplan.backends.REGISTRY})
+ENGINE_NAMES = frozenset({"sglang", "vllm", "trtllm", *moeplan.backends.BACKENDS})
 
 
 def _is_engine(node: ast.AST) -> bool:

@@ -47,9 +47,9 @@ FAKE = FakeBackend(
 @pytest.fixture
 def fake_engine(monkeypatch):
     """The fake engine in the registry for one test (monkeypatch restores it)."""
-    monkeypatch.setitem(backends.REGISTRY, FAKE.name, FAKE)
+    monkeypatch.setitem(backends.BACKENDS, FAKE.name, FAKE)
     yield FAKE
-    assert FAKE.name in backends.REGISTRY  # removed by monkeypatch after the test
+    assert FAKE.name in backends.BACKENDS  # removed by monkeypatch after the test
 
 
 def test_a_new_engine_is_one_record(fake_engine):
@@ -70,7 +70,7 @@ def test_a_new_engine_is_one_record(fake_engine):
 
 
 def test_the_fake_engine_is_gone_after_its_test():
-    assert "fake" not in backends.REGISTRY
+    assert "fake" not in backends.BACKENDS
     with pytest.raises(
         MoeplanError, match=r"engine \('fake'\) must be one of sglang, vllm, trtllm"
     ):

@@ -30,10 +30,10 @@ from moeplan.cost import cost_model_for
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError
 from moeplan.planners import rank
-from moeplan.planners.rank import FAMILIES
+from moeplan.planners.rank import PROPOSING_FAMILIES
 from moeplan.specs import Workload, cluster_names, load_cluster, load_model
 from moeplan.specs.presets import MODEL_FILES
-from moeplan.specs.quant import CLASSES
+from moeplan.specs.quant import MODULE_CLASSES
 from test_launchable_presets import EVERY_FAMILY_MODELS, planned
 from test_launchable_presets import WORKLOAD as LAUNCH_WORKLOAD
 
@@ -58,7 +58,9 @@ def prefill_flops_per_prompt_token(model, isl: int) -> float:
 def gemm_peak(cm, model=None) -> float:
     """The cost model's highest FLOP/s on one GPU (the fitted or datasheet roofline), at the
     fastest compute dtype of ``model``'s weights (fp8 checkpoints: the fp8 rate)."""
-    weights = [None] + ([model.quant.module(c) for c in CLASSES] if model is not None else [])
+    weights = [None] + (
+        [model.quant.module(c) for c in MODULE_CLASSES] if model is not None else []
+    )
     return max(
         2.0 * n**3 / cm.gemm(n, n, n, w) for n in (4096, 8192, 16384, 32768) for w in weights
     )
@@ -149,9 +151,9 @@ def test_every_preset_model_cluster_family_is_consistent(model_name):
     """Every family's best plan of every cluster preset the model fits. A pair that fits no
     family is not in ``planned`` (it asserts the error says so), as it had no candidate here."""
     assert LAUNCH_WORKLOAD == WORKLOAD  # the shared planning is this file's workload
-    assert set(FAMILIES) == set(rank.ADAPTERS)  # ... and every family
+    assert set(PROPOSING_FAMILIES) == set(rank.ADAPTERS)  # ... and every family
     checked = 0
-    for mn, cn, result in planned(FAMILIES):
+    for mn, cn, result in planned(PROPOSING_FAMILIES):
         if mn != model_name:
             continue
         model, cluster = result.model, result.cluster

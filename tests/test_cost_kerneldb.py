@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.cost.kerneldb import KernelDB, device_for
-from moeplan.cost.kerneldb.families import FAMILIES, Features, WaveFeatures, dest_ranks
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, Features, WaveFeatures, dest_ranks
 from moeplan.cost.kerneldb.fit import Analytic, _weighted_median
 from moeplan.cost.kerneldb.load import busiest_rank, eplb_busiest
 from moeplan.errors import MoeplanError
@@ -47,7 +47,7 @@ def test_database_is_cached() -> None:
 )
 def test_exact_rows_are_measured_and_equal_to_the_table(db: KernelDB, gpu, engine, op) -> None:
     t = _table(db, gpu, engine, op)
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     dev = A100 if gpu == "a100_sxm" else H100
     rng = np.random.default_rng(0)
     idx = rng.choice(len(t.latency), size=25, replace=False)
@@ -81,7 +81,9 @@ def test_token_axis_interpolation_of_dropped_rows() -> None:
         latency=t.latency[~drop],
     )
     small = KernelDB([kept], table_devices())
-    cols = {c: np.asarray(v)[drop] for c, v in t.columns.items() if c in FAMILIES["moe"].columns}
+    cols = {
+        c: np.asarray(v)[drop] for c, v in t.columns.items() if c in KERNEL_FAMILIES["moe"].columns
+    }
     preds = small.predict_many("moe", A100, "vllm", cols)
     assert {p.source for p in preds} == {"interpolated"}
     err = np.abs(np.array([p.seconds for p in preds]) / t.latency[drop] - 1)

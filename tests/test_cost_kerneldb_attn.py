@@ -23,9 +23,9 @@ import pytest
 from moeplan.cost.kerneldb import device_for
 from moeplan.cost.kerneldb.evaluate import variant_rows
 from moeplan.cost.kerneldb.families import (
-    FAMILIES,
     FLASH_TILE_Q,
     FMHA_V2_TILE_Q,
+    KERNEL_FAMILIES,
     MMHA_BLOCK_WORK,
     SM_COUNT_COLUMN,
     TRITON_MLA_BLOCK_H,
@@ -204,7 +204,7 @@ def test_triton_mla_decode_one_head_runs_the_non_grouped_kernel() -> None:
         "kv_cache_dtype": np.array(["bfloat16"] * 2),
         "mla_dtype": np.array(["bfloat16"] * 2),
     }
-    path = FAMILIES["generation_mla"].features(cols).coords[:, -1]
+    path = KERNEL_FAMILIES["generation_mla"].features(cols).coords[:, -1]
     assert path[0] - path[1] >= NEAR  # no h = 2 row is a neighbour of an h = 1 query
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from moeplan.cost.kerneldb.evaluate import heldout_shapes, holdout, leave_one_gpu_out, variant_rows
-from moeplan.cost.kerneldb.families import FAMILIES
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES
 from moeplan.kernel_tables import kernel_db
 
 MEDIAN, P90, DEEPEP, LOGO = 0.10, 0.25, 0.15, 0.20
@@ -147,7 +147,7 @@ def _held_out_shapes(gpu: str, engine: str, op: str, key: tuple, pick) -> np.nda
     cols, y = variant_rows(db, gpu, engine, op, key)
     test = pick(cols)
     assert 0 < test.sum() < len(y)
-    err, _ = holdout(FAMILIES[op], cols, y, test, db.devices[gpu])
+    err, _ = holdout(KERNEL_FAMILIES[op], cols, y, test, db.devices[gpu])
     return err
 
 

@@ -26,7 +26,7 @@ from moeplan.cost.kerneldb.evaluate import (
     variant_rows,
 )
 from moeplan.cost.kerneldb.families import (
-    FAMILIES,
+    KERNEL_FAMILIES,
     LEGACY_LOAD_KERNELS,
     VECTOR_ELEMS,
     moe_kernel_class,
@@ -143,7 +143,7 @@ def _heldout(gpu: str, engine: str, key: tuple, pick, unaligned_term: bool = Tru
     cols, y = variant_rows(db, gpu, engine, "moe", key)
     test = pick({k: np.asarray(v) for k, v in cols.items()})
     assert 0 < test.sum() < len(y)
-    fam = FAMILIES["moe"]
+    fam = KERNEL_FAMILIES["moe"]
     if not unaligned_term:  # the same family with the I/tp-alignment coordinate zeroed
         base = fam.features
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from moeplan.cost import CostModel
-from moeplan.search.capacity.slo import slo_capacity
+from moeplan.search.capacity.slo import CapacitySearch, slo_capacity
 from moeplan.search.disagg import search as ds
 from moeplan.search.disagg.given import simulate_given
 from moeplan.search.disagg.pools import Context
@@ -94,11 +94,11 @@ def test_measured_window_spans_two_lifetimes(ctx) -> None:
     caps = []
     for n in (REQUESTS, 10 * REQUESTS):
         guess, ref = ds._start(k)
-        cap, _ = slo_capacity(
-            None, None, ctx.workload, ctx.slo, guess_rps=guess, requests=n,
-            runner=k.runner(ctx), interval=False, ref_rps=ref, full=False,
+        search = CapacitySearch(
+            guess_rps=guess, requests=n, interval=False, ref_rps=ref, full=False,
             window_lifetimes=ds.WINDOW_LIFETIMES,
         )  # fmt: skip
+        cap, _ = slo_capacity(None, None, ctx.workload, ctx.slo, search, runner=k.runner(ctx))
         caps.append(cap.rate_rps)
     life = ctx.slo.ttft_s + ctx.workload.osl.mean * ctx.slo.tpot_s
     assert ds.WINDOW_LIFETIMES * caps[0] * life > 10 * REQUESTS  # the rule sets both windows

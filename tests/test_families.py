@@ -85,14 +85,11 @@ def test_registry_is_consistent():
     for f in fam.REGISTRY:
         assert fam.FAMILY[f.plan_family].plan_family == f.plan_family, f.name
         if f.needs:
-            assert f.needs in fam.PROPOSED, f.name
+            assert f.needs in fam.PROPOSING_FAMILIES, f.name
     assert set(fam.TITLES) == NAMES
-    from moeplan.planners import plan, rank
-    from moeplan.search.disagg import pools as disagg
-
-    assert plan.FAMILIES == fam.PLAN_FAMILIES == ("strategy", "ep", "pipeline", "dep")
-    assert rank.FAMILIES == fam.PROPOSED == ("strategy", "pipeline", "dep")
-    assert disagg.FAMILIES == fam.POOLED == ("pd", "afd")
+    assert fam.PLAN_FAMILIES == ("strategy", "ep", "pipeline", "dep")
+    assert fam.PROPOSING_FAMILIES == ("strategy", "pipeline", "dep")
+    assert fam.POOLED_FAMILIES == ("pd", "afd")
 
 
 def test_unknown_family_is_one_line():
@@ -108,22 +105,22 @@ def test_every_layer_table_covers_its_families():
     from moeplan.search.disagg.rank import NEEDS, POOL_PLANS
     from moeplan.search.ranking.family_layouts import ENTRIES
 
-    assert set(ADAPTERS) == set(fam.PROPOSED)
+    assert set(ADAPTERS) == set(fam.PROPOSING_FAMILIES)
     assert set(ENTRIES) == set(fam.INSTANCE_SERVED) == set(PLAN_LAYOUTS)
-    assert set(POOL_PLANS) == set(NEEDS) == set(fam.POOLED)
+    assert set(POOL_PLANS) == set(NEEDS) == set(fam.POOLED_FAMILIES)
     assert set(MESH_BUILDERS) == set(fam.PLAN_FAMILIES)
     from moeplan.export.plan_export import ANALYTIC_OPTIONS
 
-    assert set(ANALYTIC_OPTIONS) == set(fam.PROPOSED)
+    assert set(ANALYTIC_OPTIONS) == set(fam.PROPOSING_FAMILIES)
 
 
 def test_report_colours_every_ranked_family():
     """The report draws every family the analytic or the serving ranking can hold."""
-    from moeplan.report.figures import BASELINES, COLORS
+    from moeplan.report.figures import COLORS, FAMILY_BASELINES
     from moeplan.report.sections import FAMILY_SECTIONS
 
-    assert set(COLORS) == set(fam.PROPOSED) | set(fam.POOLED)
-    assert set(BASELINES) == set(FAMILY_SECTIONS) == set(fam.PROPOSED)
+    assert set(COLORS) == set(fam.PROPOSING_FAMILIES) | set(fam.POOLED_FAMILIES)
+    assert set(FAMILY_BASELINES) == set(FAMILY_SECTIONS) == set(fam.PROPOSING_FAMILIES)
     assert all(fam.FAMILY[f].report_section for f in FAMILY_SECTIONS)
 
 

@@ -12,7 +12,7 @@ import pytest
 from cli_run import run_main
 from moeplan.cli._fork import forked, workers
 from moeplan.errors import MoeplanError
-from moeplan.search.capacity.slo import slo_capacity
+from moeplan.search.capacity.slo import CapacitySearch, slo_capacity
 from moeplan.search.disagg import search as ds
 from moeplan.search.disagg.pools import Context
 from moeplan.search.job.fanout import fan_out, serial, using
@@ -88,9 +88,11 @@ def test_capacity_and_its_interval_are_the_same_with_workers():
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
     wl = ServeWorkload(num_requests=100, rate=1.0, isl=LengthDist(mean=128),
                        osl=LengthDist(mean=50))  # fmt: skip
-    alone, run = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=300)
+    alone, run = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=300))
     with workers(2):
-        side, run2 = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=300)
+        side, run2 = slo_capacity(
+            cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=300)
+        )
     assert side == alone and side.low_rps < side.rate_rps < side.high_rps
     assert run is not None and run2 is not None
     assert (run.res.finish_s[run.window] == run2.res.finish_s[run2.window]).all()

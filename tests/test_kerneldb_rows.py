@@ -13,7 +13,7 @@ import pytest
 
 from moeplan.cost.kerneldb import KernelDB, device_for
 from moeplan.cost.kerneldb.db import peak_time
-from moeplan.cost.kerneldb.families import FAMILIES
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES
 from moeplan.cost.kerneldb.normalize import normalize
 from moeplan.cost.kerneldb.variant import row_keys
 from moeplan.kernel_tables import engine_cost_model, kernel_db
@@ -33,7 +33,7 @@ def _rows(db: KernelDB, op: str, n: int, seed: int) -> dict[str, np.ndarray]:
     """``n`` table rows of ``op`` (H100, SGLang), most moved along a token axis or a shape
     axis by factors that land between, past and far beyond the measured values."""
     t = db.tables[("h100_sxm", "sglang", op)]
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(t.latency), size=n, replace=False)
     cols = {c: np.asarray(t.columns[c])[idx].copy() for c in fam.columns}
@@ -51,7 +51,7 @@ def _rows(db: KernelDB, op: str, n: int, seed: int) -> dict[str, np.ndarray]:
 def _by_hand(db: KernelDB, op: str, row: dict[str, np.ndarray]) -> tuple[float, str]:
     """One row priced on H100 by the documented decision, written out one branch at a time
     (the variant's exact rows, its shape lines, the residual field, the model, the floor)."""
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     cols, _ = normalize(fam, row)
     want = {c: str(cols[c][0]) for c in fam.variant_cols if c in cols}
     vm = db.variant("h100_sxm", "sglang", op, db.choose("h100_sxm", "sglang", op, want))

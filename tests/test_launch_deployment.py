@@ -290,3 +290,47 @@ def test_stop_ends_only_what_launch_recorded(tmp_path):
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
+    """Each P/D pool's servers carry the knobs the pool was priced with (DeepEP: vLLM's
+    high-throughput kernels on prefill, low-latency on decode; two-batch overlap on prefill
+    only; MTP on the decode pool only) and the prefill pool its chunk: SGLang takes the
+    instance total (it divides by the DP size itself), vLLM one DP rank's share."""
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+
+    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 3)  # 8 prefill + 16 decode GPUs
+    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16,
+                  moe_ep=16), x=1, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
+                  decode_knobs=InstanceKnobs(a2a="deepep", mtp=1, mtp_accept=0.8),
+                  prefill_chunk=65536)  # fmt: skip
+    e = Entry(family="pd", label="pd", layout=pd, plan=None)
+    (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
+    ctx = ExportContext(model_path="org/d", target=cons.Target.of(m, c), planned_layers=61,
+                        full_layers=61)  # fmt: skip
+    ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    servers = servers_of(run(tmp_path, ex.text, c.num_nodes))
+    role = {8: "prefill", 16: "decode"}
+    by_role: dict[str, list[list[str]]] = {"prefill": [], "decode": []}
+    for _, _, a in servers:
+        by_role[role[degrees(engine, a)[3]]].append(a)
+    assert by_role["prefill"] and by_role["decode"]
+    for a in by_role["prefill"]:
+        f = cons.flags(a)
+        if engine == "sglang":
+            assert f["--chunked-prefill-size"] == "65536" and f["--moe-a2a-backend"] == "deepep"
+            assert "--enable-two-batch-overlap" in f and "--speculative-num-steps" not in f
+        else:
+            assert f["--max-num-batched-tokens"] == str(65536 // 8)
+            assert "--enable-dbo" in f and "--speculative-config" not in f
+    for a in by_role["decode"]:
+        f = cons.flags(a)
+        assert "--enable-two-batch-overlap" not in f and "--enable-dbo" not in f
+        if engine == "sglang":
+            assert "--chunked-prefill-size" not in f and "--speculative-num-steps" in f
+        else:
+            assert "--max-num-batched-tokens" not in f and "--speculative-config" in f
+    if engine == "vllm":  # vLLM 0.11.0 picks the DeepEP kernels by environment variable
+        assert "VLLM_ALL2ALL_BACKEND=deepep_high_throughput" in ex.text
+        assert "VLLM_ALL2ALL_BACKEND=deepep_low_latency" in ex.text

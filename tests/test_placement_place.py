@@ -109,22 +109,6 @@ def test_physical_to_logical_groups_experts_by_device():
         assert [y[layer, e] for e in p2l[layer]] == [0, 0, 1, 1, 2, 2]
 
 
-def test_plan_details_carry_the_full_layer_map():
-    """details.placement for plan.json: one row per decoder layer, dense rows trivial."""
-    from moeplan.export.expert_location import plan_details
-
-    tr = synthesize(SynthConfig(**dict(SMALL, num_requests=60)))
-    res = _place(tr, 4, baselines=False)
-    d = plan_details(res, num_hidden_layers=9, moe_layers=tuple(range(1, 9)))
-    assert len(d["physical_to_logical_map"]) == 9
-    assert d["physical_to_logical_map"][0] == list(range(32))
-    y = res.methods["semmoe"].y
-    for i in range(8):
-        row = d["physical_to_logical_map"][i + 1]
-        assert [y[i, e] for e in row] == list(np.repeat(np.arange(4), 8))
-    assert set(d["metrics"]) == {"lar", "imbalance", "a2a_bytes_per_layer", "moe_layer_time_s"}
-
-
 def test_replicated_tally_matches_a_loop():
     """Replica-aware metrics equal a per-activation loop (local if a copy is on the source;
     otherwise the load splits evenly over the expert's copies)."""

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
-from moeplan.planners.plan import FAMILIES, Plan
+from moeplan.planners.plan import PLAN_FAMILIES, Plan
 from moeplan.runtime.comm.shuffle import shuffle_plan
 from moeplan.runtime.config import MoEConfig
 from moeplan.runtime.engines import FAMILY_ENGINES, engine_for
@@ -78,8 +78,8 @@ PLANS = {
 
 def test_every_plan_family_has_an_engine():
     """The registry covers exactly the families the Plan type admits."""
-    assert set(FAMILY_ENGINES) == set(FAMILIES)
-    assert {p.family for p in PLANS.values()} == set(FAMILIES)
+    assert set(FAMILY_ENGINES) == set(PLAN_FAMILIES)
+    assert {p.family for p in PLANS.values()} == set(PLAN_FAMILIES)
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))

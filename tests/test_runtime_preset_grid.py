@@ -38,7 +38,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moeplan.planners.plan import Plan
-from moeplan.planners.rank import FAMILIES
+from moeplan.planners.rank import PROPOSING_FAMILIES
 from moeplan.runtime.config import MoEConfig, from_model_spec
 from moeplan.runtime.engines.dep_params import expert_bounds
 from moeplan.runtime.mesh import mesh_from_plan
@@ -180,7 +180,7 @@ def grid() -> list[dict[str, Any]]:
     """One row per fitting preset pair and family planned: the family's best plan (``winner``
     marks the pair's winner), its reduced plan.json and model config."""
     rows = []
-    for mn, cn, result in planned(FAMILIES):
+    for mn, cn, result in planned(PROPOSING_FAMILIES):
         for cand in result.candidates:
             text = cand.plan.to_json()
             back = Plan.from_json(text)  # what `moeplan run --plan plan.json` reads
@@ -291,7 +291,7 @@ def test_every_preset_winner_is_accepted_at_full_scale():
     """The runtime's own validation of every winner's plan.json with the real model's shapes
     (heads, experts, widths, layers over TP/EP/stages): what `moeplan run --scale full`
     checks before any process starts."""
-    for mn, cn, result in planned(FAMILIES):
+    for mn, cn, result in planned(PROPOSING_FAMILIES):
         back = Plan.from_json(result.winner.plan.to_json())
         engine, batch = prepare(back, back.world_size, RunOptions(scale="full", tokens=1 << 20))
         assert engine.mesh.family == back.family and batch >= 1, (mn, cn)

@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from moeplan.search.capacity.slo import instance_stream, lifetime_s, slo_capacity, steady_probe
+from moeplan.search.capacity.slo import (
+    CapacitySearch,
+    instance_stream,
+    lifetime_s,
+    slo_capacity,
+    steady_probe,
+)
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.engine.config import EngineConfig
 from moeplan.serve.iteration.model import Batch
@@ -61,7 +67,9 @@ def test_an_overloaded_rate_never_meets_the_slos():
     slo = SLO(ttft_s=30.0, tpot_s=1.0)
     p = steady_probe(_cfg(), _fake, _wl(), slo, 1.3 * mu, requests=200)
     assert not p.meets(slo)
-    cap, _ = slo_capacity(_cfg(), _fake, _wl(), slo, guess_rps=mu, requests=200, interval=False)
+    cap, _ = slo_capacity(
+        _cfg(), _fake, _wl(), slo, CapacitySearch(guess_rps=mu, requests=200, interval=False)
+    )
     assert cap.rate_rps < mu
     # each request also costs at least one 10 ms prefill iteration alone: the lower figure
     assert cap.rate_rps >= 0.8 / (STEP_S + OSL * STEP_S / CAP)
@@ -81,8 +89,8 @@ def test_capacity_interval_holds_the_longer_runs_estimate(seed):
     slo = SLO(ttft_s=2.0, tpot_s=0.04)
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
     wl = _wl(seed=seed)
-    short, _ = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=600)
-    long, _ = slo_capacity(cfg, _linear, wl, slo, guess_rps=20.0, requests=2400)
+    short, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=600))
+    long, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=2400))
     assert short.low_rps <= short.rate_rps <= short.high_rps
     assert short.low_rps <= long.rate_rps <= short.high_rps
     assert long.high_rps - long.low_rps < short.high_rps - short.low_rps

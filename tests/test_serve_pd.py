@@ -200,90 +200,6 @@ def test_capacity_holds_over_a_ten_times_longer_window():
     assert p.stable and p.meets(slo)
 
 
-def test_sglang_pd_launch_lists_every_instance_in_the_router():
-    """Each prefill/decode server carries its mode, transfer backend (prefill: bootstrap
-    port); the router lists every prefill with its bootstrap port and every decode server."""
-    from moeplan.export.constraints import Target
-    from moeplan.export.sglang import PD_BOOTSTRAP_PORT, sglang_pd_commands
-    from moeplan.export.vllm import vllm_pd_commands
-    from moeplan.planners.strategy.space import Strategy
-
-    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
-    t = Target.of(m, c)
-    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
-    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
-    cmds = sglang_pd_commands(pre, dec, x=2, y=1, model_path="deepseek-ai/DeepSeek-V3", target=t)
-    roles = [(k.role, k.instance, k.node_rank) for k in cmds]
-    assert roles == [
-        ("prefill", 0, 0),
-        ("prefill", 1, 0),
-        ("decode", 0, 0),
-        ("decode", 0, 1),
-        ("router", 0, 0),
-    ]
-    for k in cmds[:-1]:
-        a = list(k.args)
-        assert a[a.index("--disaggregation-mode") + 1] == k.role
-        assert a[a.index("--disaggregation-transfer-backend") + 1] == "mooncake"
-        assert ("--disaggregation-bootstrap-port" in a) == (k.role == "prefill")
-    router = list(cmds[-1].args)
-    assert router[:4] == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-    assert router.count("--prefill") == 2 and router.count("--decode") == 1
-    i = router.index("--prefill")
-    assert router[i + 1] == "http://${PREFILL_0_ADDR}:30000" and router[i + 2] == str(
-        PD_BOOTSTRAP_PORT
-    )
-    vcmds, notes = vllm_pd_commands(pre, dec, x=2, y=1, model_path="m", target=t)
-    assert len(vcmds) == 3 and all("--kv-transfer-config" in v for v in vcmds)
-    assert "no PD router" in notes[0]
-    hybrid = Strategy(attn_tp=8, attn_dp=1, moe_tp=2, moe_ep=4)
-    none, why = vllm_pd_commands(hybrid, dec, x=1, y=1, model_path="m", target=t)
-    assert none == [] and "cannot be launched by vLLM" in why[0]
-
-
-def test_pd_instances_sharing_a_node_get_their_own_gpus_and_ports(tmp_path):
-    """Two 4-GPU prefill instances on one 8-GPU node: --base-gpu-id 0 and 4, distinct server
-    and bootstrap ports, all listed by the router; the rendered script is valid bash."""
-    import subprocess
-
-    from moeplan.export.constraints import Target
-    from moeplan.export.sglang import sglang_pd_commands, sglang_pd_script
-
-    m, c = load_model("qwen3-235b-a22b"), load_cluster("h200-sxm-8", 2)
-    pd = PDLayout(
-        prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8, moe_ep=8), x=2, y=1
-    )
-    from moeplan.export.sglang import pd_strategy
-
-    cmds = sglang_pd_commands(
-        pd_strategy(pd.prefill),
-        pd_strategy(pd.decode),
-        x=2,
-        y=1,
-        model_path="q",
-        target=Target.of(m, c),
-    )
-
-    def flag(k, name):
-        a = list(k.args)
-        return a[a.index(name) + 1] if name in a else None
-
-    pre = [k for k in cmds if k.role == "prefill"]
-    assert [flag(k, "--base-gpu-id") for k in pre] == ["0", "4"]
-    assert flag(cmds[2], "--base-gpu-id") is None  # the decode instance fills a node
-    ports = [flag(k, "--port") for k in cmds[:-1]]
-    assert len(set(ports)) == 3
-    assert len({flag(k, "--disaggregation-bootstrap-port") for k in pre}) == 2
-    router = " ".join(cmds[-1].args)
-    for k, p in zip(cmds[:-1], ports, strict=True):
-        assert f"_{k.instance}_ADDR}}:{p}" in router
-    script = tmp_path / "sglang_pd.sh"
-    script.write_text(sglang_pd_script(pd, model_path="q", target=Target.of(m, c)))
-    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
-    text = script.read_text()
-    assert all(f"{k.role}_{k.instance}_{k.node_rank})" in text for k in cmds)
-
-
 @settings(max_examples=25)
 @given(
     x=st.integers(1, 3),
@@ -304,41 +220,6 @@ def test_random_pd_runs_conserve_tokens_and_repeat(x, y, rate, seed, latency):
     for run, idx in a.decode_index:
         assert np.all(run.admit_s >= a.kv_arrival_s[idx] - 1e-12)
         assert int(run.output_tokens) == int((reqs.osl[idx] - 1).sum())
-
-
-def test_pd_exports_pass_each_pools_knobs_and_prefill_chunk():
-    """Both engines' P/D launches carry each pool's priced knobs (DeepEP: vLLM's
-    high-throughput kernels on prefill, low-latency on decode; two-batch overlap; MTP on the
-    decode pool) and the prefill pool's chunk: SGLang takes the instance total (it divides by
-    the DP size itself), vLLM one DP rank's share."""
-    from moeplan.export.constraints import Target
-    from moeplan.export.sglang import sglang_pd_commands
-    from moeplan.export.vllm import vllm_pd_commands
-    from moeplan.planners.strategy.space import Strategy
-    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-
-    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
-    t = Target.of(m, c)
-    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
-    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
-    kp = InstanceKnobs(a2a="deepep", tbo=True)
-    kd = InstanceKnobs(a2a="deepep", mtp=1, mtp_accept=0.8)
-    v, _ = vllm_pd_commands(
-        pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536
-    )
-    p_args, d_args = v[0], v[1]
-    assert p_args[:2] == ["env", "VLLM_ALL2ALL_BACKEND=deepep_high_throughput"]  # vLLM 0.11.0
-    assert "--enable-dbo" in p_args and "--speculative-config" not in p_args
-    assert p_args[p_args.index("--max-num-batched-tokens") + 1] == str(65536 // 8)
-    assert d_args[:2] == ["env", "VLLM_ALL2ALL_BACKEND=deepep_low_latency"]
-    assert "--speculative-config" in d_args and "--max-num-batched-tokens" not in d_args
-    s = sglang_pd_commands(
-        pre, dec, x=1, y=1, model_path="m", target=t, knobs=(kp, kd), prefill_chunk=65536
-    )
-    sp, sd = list(s[0].args), list(s[1].args)
-    assert sp[sp.index("--chunked-prefill-size") + 1] == "65536"
-    assert "--enable-two-batch-overlap" in sp and "--chunked-prefill-size" not in sd
-    assert "--speculative-num-steps" in sd
 
 
 def test_prefill_pool_capacity_matches_its_saturated_simulation():
@@ -364,27 +245,6 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
     n = 192
     res = simulate(requests_from_rows([0.0] * n, [2000] * n, [1] * n), p.cfg, p.evaluate)
     assert n / float(res.finish_s.max()) == pytest.approx(p.rate, rel=0.05)
-
-
-def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
-    """The vLLM P/D script: one case per instance (node 0), each pool's knobs and the
-    prefill chunk, the proxy note as a comment; ``bash -n`` accepts it."""
-    import subprocess
-
-    from moeplan.export.constraints import Target
-    from moeplan.export.vllm import vllm_pd_script
-    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-
-    m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
-    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16, moe_ep=16),
-                  x=2, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
-                  decode_knobs=InstanceKnobs(a2a="deepep"), prefill_chunk=65536)  # fmt: skip
-    text = vllm_pd_script(pd, model_path="deepseek-ai/DeepSeek-V3", target=Target.of(m, c))
-    path = tmp_path / "vllm_pd.sh"
-    path.write_text(text)
-    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
-    assert text.count("prefill_") == 2 and "decode_0)" in text and "no PD router" in text
-    assert text.count("--max-num-batched-tokens") == 2 and "deepep_low_latency" in text
 
 
 @pytest.mark.parametrize("x,y,rate", [(1, 1, 60.0), (2, 1, 150.0), (3, 2, 400.0)])

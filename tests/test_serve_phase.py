@@ -11,7 +11,7 @@ from cli_run import run_main
 from moeplan.cost import memory as mem
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
-from moeplan.serve.iteration.phase import KEYS, PhaseModel
+from moeplan.serve.iteration.phase import BREAKDOWN_KEYS, PhaseModel
 from moeplan.serve.layout import ServeLayout, stage_weight_bytes
 from moeplan.specs import load_cluster, load_model
 
@@ -34,7 +34,7 @@ def test_breakdown_sums_to_the_step(decode72):
     for tbo in (True, False):
         pm = _model(9, 72, 32, tbo=tbo)
         r = pm.step("decode", 128, 2000)
-        assert set(KEYS) <= set(r.breakdown)
+        assert set(BREAKDOWN_KEYS) <= set(r.breakdown)
         assert sum(r.breakdown.values()) == pytest.approx(r.step_s, rel=1e-12)
         assert ("overlap" in r.breakdown) == tbo and r.breakdown.get("overlap", 0.0) <= 0.0
 
@@ -103,7 +103,7 @@ def test_published_decode_within_15_percent(capsys):
     2,785 output tokens/s per GPU published; fixed JSON keys."""
     d = _phase(capsys, 9, 72, "--phase", "decode", "--batch-per-gpu", "256", "--context", "2000")
     assert {"phase", "step_ms", "tokens_per_s_per_gpu", "batch_per_gpu", "context"} <= set(d)
-    assert set(KEYS) <= set(d["breakdown_ms"])
+    assert set(BREAKDOWN_KEYS) <= set(d["breakdown_ms"])
     assert sum(d["breakdown_ms"].values()) == pytest.approx(d["step_ms"], rel=1e-9)
     assert d["tokens_per_s_per_gpu"] == pytest.approx(2785, rel=0.15)
 

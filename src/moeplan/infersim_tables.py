@@ -26,7 +26,7 @@ GPU = "h20"
 #: the cluster preset of that GPU (its record gives the datasheet device)
 CLUSTER = "findep-c"
 #: (phase, table column(s) summed, kernel_source of the H100 tables' role)
-ROLES: dict[str, list[tuple[tuple[str, ...], str]]] = {
+TABLE_ROLES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "generation": [(("conv",), "causal_conv1d_update"), (("gdn_update",), "gated_delta_rule")],
     "context": [
         (("conv",), "causal_conv1d_fn"),
@@ -52,7 +52,7 @@ def gdn_tables(root: Path | None = None) -> list[KernelTable]:
     ``kernel_source`` per role, latency in seconds."""
     root = root or infersim_dir()
     out = []
-    for phase, roles in ROLES.items():
+    for phase, roles in TABLE_ROLES.items():
         for path in sorted(
             (root / "gdn" / ("decode" if phase == "generation" else "prefill") / GPU).glob("*.csv")
         ):

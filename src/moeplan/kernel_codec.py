@@ -10,7 +10,7 @@ rebuilds without calling anything a file names:
 - instances of the classes in :data:`CLASSES` only, rebuilt with ``object.__new__`` and their
   attributes set directly (no ``__init__``, ``__setstate__`` or property runs), each checked to
   carry exactly its declared slots;
-- a kernel family by its op name (:data:`moeplan.cost.kerneldb.FAMILIES`), a SciPy
+- a kernel family by its op name (:data:`moeplan.cost.kerneldb.KERNEL_FAMILIES`), a SciPy
   ``cKDTree`` by its points (built again, which gives the same tree).
 
 Anything else does not encode (:class:`CodecError`: not cached) or does not decode
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from moeplan.cost.kerneldb import FAMILIES
+from moeplan.cost.kerneldb import KERNEL_FAMILIES
 from moeplan.cost.kerneldb.base import Features
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import Family
@@ -187,8 +187,8 @@ class _Decoder:
             if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.ndim != 1:
                 raise CodecError("bytes must be a 1-d uint8 array")
             return a.tobytes()
-        if tag == "f" and isinstance(body, str) and body in FAMILIES:
-            return FAMILIES[body]
+        if tag == "f" and isinstance(body, str) and body in KERNEL_FAMILIES:
+            return KERNEL_FAMILIES[body]
         if tag == "k" and isinstance(body, list) and len(body) == 2:
             return self.kdtree(self.dec(body[0], d), body[1])
         if tag == "o" and isinstance(body, list) and len(body) == 2:

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from moeplan.backends import REGISTRY, kernel_tables
+from moeplan.backends import BACKENDS, kernel_tables
 from moeplan.cost import CostModel, cost_model_for
-from moeplan.cost.kerneldb import FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb import KERNEL_FAMILIES, Device, KernelDB, KernelTable, device_for
 from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.cost.provenance import pricing  # noqa: F401 (re-exported)
@@ -153,7 +153,7 @@ def _read(
 ) -> KernelTable:
     import pyarrow.parquet as pq
 
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     where = ROW_FILTERS.get((path.name, op), {})
     try:
         pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)
@@ -207,7 +207,7 @@ def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Pa
     for (gpu, name, engine), path in sorted(newest.items()):
         engines = TABLE_ENGINES if name.startswith("wideep_deepep") else (engine,)
         if name in WIDEEP_SHARED:
-            engines = tuple(b.kernel_table for b in REGISTRY.values() if b.shares_wideep_tables)
+            engines = tuple(b.kernel_table for b in BACKENDS.values() if b.shares_wideep_tables)
         for op, rename, lat, scale in FILES[name]:
             for eng in engines:
                 out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moeplan.cost.calibrate import DTYPE_BYTES, OPS, GemmRows, NcclRows
+from moeplan.cost.calibrate import DTYPE_BYTES, MEASURED_OPS, GemmRows, NcclRows
 from moeplan.errors import MoeplanError
 from moeplan.specs import gpu_records
 
@@ -61,7 +61,7 @@ def read_nccl(name: str) -> NcclRows:
     d = _table(measured_dir(name) / "nccl_perf.parquet", cols)
     size = np.array([DTYPE_BYTES[str(t)] for t in d["nccl_dtype"]], dtype=float)
     return NcclRows(
-        op=np.array([OPS[str(o)] for o in d["op_name"]]),
+        op=np.array([MEASURED_OPS[str(o)] for o in d["op_name"]]),
         num_gpus=d["num_gpus"].astype(int),
         nbytes=d["message_size"].astype(float) * size,
         latency=d["latency"].astype(float) * 1e-3,

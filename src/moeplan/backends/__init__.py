@@ -10,7 +10,7 @@ Adding an engine is one module plus one line here:
 1. ``moeplan/backends/<engine>.py`` holding one :class:`EngineBackend` (or a subclass that
    overrides the decisions it makes differently: ``default_chunk``, ``chunk_args``,
    ``knob_args``, ...), every fact with its source;
-2. its instance in :data:`REGISTRY` below.
+2. its instance in :data:`BACKENDS` below.
 
 A field left at its default is a part the engine lacks (no scheduler model: not simulated;
 no ``launch_module``: not exported), and every caller refuses it with one line.
@@ -25,7 +25,7 @@ from moeplan.backends.vllm import VLLM
 from moeplan.errors import MoeplanError
 
 #: every engine by its ``--engine`` name, in the order the CLI lists them
-REGISTRY: dict[str, EngineBackend] = {b.name: b for b in (SGLANG, VLLM, TRTLLM)}
+BACKENDS: dict[str, EngineBackend] = {b.name: b for b in (SGLANG, VLLM, TRTLLM)}
 #: the engine a command models when none is given
 DEFAULT_ENGINE = SGLANG.name
 #: the cost commands' ``--engine`` value for "no engine's kernel tables" (not an engine)
@@ -34,42 +34,42 @@ NO_ENGINE = "none"
 
 def names() -> tuple[str, ...]:
     """Every engine's name (the CLI's ``--engine`` choices of the cost commands)."""
-    return tuple(REGISTRY)
+    return tuple(BACKENDS)
 
 
 def simulated() -> tuple[str, ...]:
     """The engines with a scheduler model (``plan`` / ``serve-sim`` ``--engine``)."""
-    return tuple(n for n, b in REGISTRY.items() if b.scheduler is not None)
+    return tuple(n for n, b in BACKENDS.items() if b.scheduler is not None)
 
 
 def exported() -> tuple[str, ...]:
     """The engines with a launch export (``plan``'s launch folders, ``strategy --export``)."""
-    return tuple(n for n, b in REGISTRY.items() if b.launch_module is not None)
+    return tuple(n for n, b in BACKENDS.items() if b.launch_module is not None)
 
 
 def kernel_tables() -> tuple[str, ...]:
     """The engine names of the measured kernel tables."""
-    return tuple(dict.fromkeys(b.kernel_table for b in REGISTRY.values()))
+    return tuple(dict.fromkeys(b.kernel_table for b in BACKENDS.values()))
 
 
 def backend(name: str) -> EngineBackend:
     """The backend of engine ``name``; an unknown name is one line."""
-    b = REGISTRY.get(name)
+    b = BACKENDS.get(name)
     if b is None:
-        raise MoeplanError(f"engine ({name!r}) must be one of {', '.join(REGISTRY)}")
+        raise MoeplanError(f"engine ({name!r}) must be one of {', '.join(BACKENDS)}")
     return b
 
 
 def backend_or_none(name: str | None) -> EngineBackend | None:
     """The backend of ``name``, or None for no engine (``None``, :data:`NO_ENGINE`, or a
     name no backend has)."""
-    return REGISTRY.get(name) if name is not None else None
+    return BACKENDS.get(name) if name is not None else None
 
 
 __all__ = [
     "DEFAULT_ENGINE",
     "NO_ENGINE",
-    "REGISTRY",
+    "BACKENDS",
     "EngineBackend",
     "backend",
     "backend_or_none",

@@ -63,7 +63,7 @@ NO_ATTN_DP = {
 PAGE_SIZE = {"DeepseekV4ForCausalLM": 256}
 LAUNCH_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 GiB GPUs
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
-KV_DTYPES = {"fp8": "fp8_e4m3", "bf16": "bf16"}
+KV_CACHE_DTYPE_FLAG = {"fp8": "fp8_e4m3", "bf16": "bf16"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +105,8 @@ class SGLangBackend(EngineBackend):
             out += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", n]
             out += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens"]
             out.append(str(knobs.mtp + 1))
-        if knobs.kv_dtype in KV_DTYPES:
-            out += ["--kv-cache-dtype", KV_DTYPES[knobs.kv_dtype]]
+        if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
+            out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         return out
 
 

@@ -28,7 +28,7 @@ from moeplan.specs import GPUSpec
 
 VERSION = "0.11.0"
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
-KV_DTYPES = {"fp8": "fp8", "bf16": "bfloat16"}
+KV_CACHE_DTYPE_FLAG = {"fp8": "fp8", "bf16": "bfloat16"}
 A100_SM = 80  # compute capability 8.0: the A100 (vLLM tests its device name for "a100")
 
 
@@ -69,8 +69,8 @@ class VLLMBackend(EngineBackend):
         if knobs.mtp:
             cfg = {"method": "deepseek_mtp", "num_speculative_tokens": knobs.mtp}
             out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
-        if knobs.kv_dtype in KV_DTYPES:
-            out += ["--kv-cache-dtype", KV_DTYPES[knobs.kv_dtype]]
+        if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
+            out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         return out
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:

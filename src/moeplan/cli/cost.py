@@ -17,7 +17,14 @@ import numpy as np
 import typer
 
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
-from moeplan.cost.kerneldb import FAMILIES, OPS, TABLE_ENGINES, Device, Prediction, device_for
+from moeplan.cost.kerneldb import (
+    KERNEL_FAMILIES,
+    OPS,
+    TABLE_ENGINES,
+    Device,
+    Prediction,
+    device_for,
+)
 from moeplan.errors import MoeplanError
 from moeplan.specs import cluster_names, cluster_table, load_cluster
 
@@ -156,9 +163,9 @@ def cost(
     ] = False,
 ) -> None:
     """Predicted time of one operation (per GPU) with its source and held-out error."""
-    if op not in FAMILIES:
+    if op not in KERNEL_FAMILIES:
         raise MoeplanError(f"op ({op!r}) must be one of {', '.join(OPS)}")
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     flags = {k: v for k, v in locals().items() if k in _SHAPE_FLAGS and v is not None}
     flags.update(_columns(column or [], flags))
     bad = [k for k in flags if k not in fam.columns]

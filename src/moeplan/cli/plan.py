@@ -30,7 +30,7 @@ from moeplan.cli.glossary import glossary
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
-from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
+from moeplan.planners.rank import FAMILY_NAMES, PROPOSING_FAMILIES, PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 from moeplan.search.job.outcome import PlanOutcome, quant_sentence
 from moeplan.search.job.run import JobSpec, plan_job
@@ -202,7 +202,7 @@ def plan_cmd(
             help="Comma-separated: strategy,pipeline,dep. Served with them: prefill/decode pools "
             "(pd) with strategy, attention-FFN disaggregated decode (afd) with dep."
         ),
-    ] = ",".join(FAMILIES),
+    ] = ",".join(PROPOSING_FAMILIES),
     profile: Annotated[
         str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
     ] = None,
@@ -274,8 +274,8 @@ def plan_cmd(
     w = _workload(workload, isl, osl, batch, rate)
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
     require(
-        bool(fams) and all(f in FAMILIES for f in fams),
-        f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}",
+        bool(fams) and all(f in PROPOSING_FAMILIES for f in fams),
+        f"families ({families!r}) must be a comma-separated subset of {','.join(PROPOSING_FAMILIES)}",
     )
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
     check_int("--seed", seed, 0, 2**32 - 1)

@@ -14,7 +14,7 @@ from typing import Any
 from moeplan.cli._common import console, print_json
 from moeplan.errors import require
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, resolve_knobs
-from moeplan.serve.iteration.phase import KEYS, PHASES, PhaseModel, PhaseResult
+from moeplan.serve.iteration.phase import BREAKDOWN_KEYS, PHASES, PhaseModel, PhaseResult
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
@@ -172,5 +172,5 @@ def _print(out: dict[str, Any]) -> None:
         f"[bold]{out['tokens_per_s_per_gpu']:,.0f}[/] {out['tokens_kind']}/s per GPU"
     )
     bd = out["breakdown_ms"]
-    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*KEYS, "overlap") if k in bd)
+    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*BREAKDOWN_KEYS, "overlap") if k in bd)
     console.print(f"  breakdown (ms, sums to the step): {parts}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.backends import REGISTRY, backend_or_none
+from moeplan.backends import BACKENDS, backend_or_none
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, GPUSpec, ModelSpec
 
@@ -112,7 +112,7 @@ def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: 
     out = []
     b = backend_or_none(engine)
     if b is None or not b.deepep:
-        have = ", ".join(n for n, x in REGISTRY.items() if x.deepep)
+        have = ", ".join(n for n, x in BACKENDS.items() if x.deepep)
         out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")

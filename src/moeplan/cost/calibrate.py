@@ -28,7 +28,8 @@ import numpy as np
 from moeplan.cost.linear import FitQuality, Piecewise, Roofline, quality
 from moeplan.cost.profile import CommModel, HardwareProfile
 
-OPS = {
+#: op name in a measured collective table -> the collective it times
+MEASURED_OPS = {
     "all_gather": "all_gather",
     "all_reduce": "all_reduce",
     "alltoall": "all_to_all",

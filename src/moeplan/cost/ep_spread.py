@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import numpy as np
 
-GRID = 4097  # trapezoid points of the expectation integral
+SPREAD_POINTS = 4097  # trapezoid points of the expectation integral
 SIGMAS = 10.0  # the integral's range beyond the extreme means, in standard deviations
 
 
@@ -68,7 +68,7 @@ def expected_max(mu: np.ndarray, sd: np.ndarray) -> float:
         return float(mu.max())
     s = float(sd.max())
     lo, hi = float(mu.min()) - SIGMAS * s, float(mu.max()) + SIGMAS * s
-    x = np.linspace(lo, hi, GRID)
+    x = np.linspace(lo, hi, SPREAD_POINTS)
     live = sd > 0
     z = (x[:, None] - mu[None, live]) / sd[None, live]
     cdf = np.exp(np.sum(np.log(np.maximum(ndtr(z), 1e-300)), axis=1))

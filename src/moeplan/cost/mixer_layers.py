@@ -10,25 +10,28 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from moeplan.cost.kerneldb.linear_features import mhc_features
-from moeplan.cost.mixers import MHC_SITES, MIXER_KINDS, price_mhc, price_mixer
+from moeplan.cost.mixers import MHC_SITES, TABLE_MIXER_KINDS, price_mhc, price_mixer
 from moeplan.specs import ModelSpec
 
 if TYPE_CHECKING:
     from moeplan.cost.kerneldb import KernelDB, Prediction
+    from moeplan.specs.layers import Mixer
     from moeplan.specs.quant import ModuleQuant
 
 
 #: mixer kinds the uniform attention path prices (with the layer's own heads, :meth:`layer_model`)
-ATTENTION_KINDS = ("mha", "swa", "chunked")
+UNIFORM_ATTENTION_KINDS = ("mha", "swa", "chunked")
 
 
-def _dims(m: Any) -> tuple[int, int, int]:
+def _dims(m: Mixer) -> tuple[int, int, int]:
     return m.num_heads, max(1, m.num_kv_heads), m.head_dim
 
 
 def attention_shapes(model: ModelSpec) -> int:
     """Distinct (heads, K/V heads, head dim) among the model's attention layers."""
-    return len({_dims(x.mixer) for x in model.layer_specs if x.mixer.kind in ATTENTION_KINDS})
+    return len(
+        {_dims(x.mixer) for x in model.layer_specs if x.mixer.kind in UNIFORM_ATTENTION_KINDS}
+    )
 
 
 class MixerLayers:
@@ -66,7 +69,7 @@ class MixerLayers:
         m = model.layer_specs[layer].mixer
         if m.kind == "none":  # a block without a mixer (Nemotron-H's MoE / MLP-only layers)
             return 0.0
-        if self._kdb is None or self.engine is None or m.kind not in MIXER_KINDS:
+        if self._kdb is None or self.engine is None or m.kind not in TABLE_MIXER_KINDS:
             return None
         if num_seqs <= 0 or q_len <= 0:
             return 0.0
@@ -119,7 +122,7 @@ class MixerLayers:
         if layer is None:
             return model
         m = model.layer_specs[layer].mixer
-        if m.kind not in ATTENTION_KINDS or _dims(m) == (
+        if m.kind not in UNIFORM_ATTENTION_KINDS or _dims(m) == (
             model.num_attention_heads,
             model.num_kv_heads,
             model.head_dim,
@@ -151,7 +154,7 @@ class MixerLayers:
             firsts: dict[object, list[int]] = {}
             for i, x in enumerate(specs):
                 firsts.setdefault(x.mixer, [i, 0])[1] += 1
-            priced = any(m.kind in (*MIXER_KINDS, "none") for m in firsts)  # type: ignore[attr-defined]
+            priced = any(m.kind in (*TABLE_MIXER_KINDS, "none") for m in firsts)  # type: ignore[attr-defined]
             priced = priced or attention_shapes(model) > 1
             hit = (specs, [(v[0], v[1]) for v in firsts.values()] if priced else None)
             self._groups[id(specs)] = hit

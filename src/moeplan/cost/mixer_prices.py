@@ -4,7 +4,7 @@ The cost model prices attention through its uniform attention path: full attenti
 GQA / MQA) and MLA from their measured tables, sliding-window and chunked layers with the
 context capped at the window or chunk. With an engine's kernel tables
 (:meth:`moeplan.cost.model.CostModel.mixer_layer`), the other mixer kinds of
-:mod:`moeplan.specs.layers` get their own prices (:data:`moeplan.cost.mixers.MIXER_KINDS`:
+:mod:`moeplan.specs.layers` get their own prices (:data:`moeplan.cost.mixers.TABLE_MIXER_KINDS`:
 DSA, CSA / HCA, MSA modules, Gated DeltaNet, KDA, Mamba-2) and a block without a mixer
 (``none``) costs nothing. Without tables (``--cost-engine none``: the fitted profile) those
 kinds are priced by the uniform path with the model's attention shape — a stand-in that
@@ -13,13 +13,13 @@ kinds are priced by the uniform path with the model's attention shape — a stan
 
 from __future__ import annotations
 
-from moeplan.cost.mixers import MIXER_KINDS
+from moeplan.cost.mixers import TABLE_MIXER_KINDS
 from moeplan.specs import ModelSpec
 
 #: mixer kinds every cost model prices as their own kind
 PRICED_MIXERS = ("mha", "mla", "swa", "chunked")
 #: and those priced as their own kind when the cost model has an engine's kernel tables
-PRICED_WITH_TABLES = (*PRICED_MIXERS, *MIXER_KINDS, "none")
+PRICED_WITH_TABLES = (*PRICED_MIXERS, *TABLE_MIXER_KINDS, "none")
 
 
 def stand_ins(model: ModelSpec, with_tables: bool = False) -> dict[str, int]:

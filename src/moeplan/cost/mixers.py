@@ -39,17 +39,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Features
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.linear_features import CHUNK, FP32, KEYS_ONLY_CONV, is_conv
+from moeplan.cost.kerneldb.linear_features import CHUNK, FP32_BYTES, KEYS_ONLY_CONV, is_conv
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.sparse_features import DSA_DIMS
 from moeplan.specs.layers import LayerSpec, Mixer
 
-#: mixer kinds priced here (module docstring)
-MIXER_KINDS = ("dsa", "csa", "hca", "msa", "gdn", "kda", "mamba2")
-MODULE_KINDS = ("dsa", "csa", "hca", "msa")
+#: mixer kinds priced here from their own measured tables (module docstring)
+TABLE_MIXER_KINDS = ("dsa", "csa", "hca", "msa", "gdn", "kda", "mamba2")
+#: mixer kinds priced whole from their module table (projections included)
+MODULE_TABLE_KINDS = ("dsa", "csa", "hca", "msa")
 #: kernel names standing in for the two roles where an engine has no table (roofline rows)
 ROLE_STAND_IN = {"conv": "causal_conv1d", "rule": "delta_rule"}
 
@@ -171,7 +172,7 @@ def ssm_scan_features(m: Mixer, num_seqs: int, q_len: int, tp: int) -> Features:
     t = float(num_seqs * q_len)
     chunks = num_seqs * np.ceil(q_len / CHUNK)
     flops = t * h * (6 * p * n + 2 * CHUNK * p * (q_len > 1))
-    nbytes = BF16 * t * (2 * h * p + 2 * g * n + h) + 2 * chunks * h * p * n * FP32
+    nbytes = BF16_BYTES * t * (2 * h * p + 2 * g * n + h) + 2 * chunks * h * p * n * FP32_BYTES
     one = np.ones(1)
     return Features(flops=flops * one, nbytes=nbytes * one, work=num_seqs * one,
                     fp8=np.zeros(1, bool), tokens=t * one, coords=np.zeros((1, 1)))  # fmt: skip
@@ -210,7 +211,7 @@ def price_mixer(
     sequence, keys per sequence, tp), and the kernel predictions behind it (op, prediction).
     ``gemm(m, n, k)`` prices the recurrent kinds' projections (the CostModel's GEMM)."""
     num_seqs, q_len, ctx_len, tp = shape
-    if m.kind in MODULE_KINDS:
+    if m.kind in MODULE_TABLE_KINDS:
         calls = [module_call(m, hidden, gemm_type, num_seqs, q_len, ctx_len, tp)]
     else:
         calls = recurrent_calls(m, num_seqs, q_len, tp)
@@ -230,7 +231,7 @@ def price_mixer(
         scan = ssm_scan(db, device, engine, m, num_seqs, q_len, tp)
         preds.append(("mamba2_scan", scan))
         total += scan.seconds
-    if m.kind not in MODULE_KINDS:
+    if m.kind not in MODULE_TABLE_KINDS:
         total += sum(gemm(*g) for g in projection_gemms(m, hidden, num_seqs * q_len, tp))  # type: ignore[operator]
     return total, preds
 

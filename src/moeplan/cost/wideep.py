@@ -49,7 +49,7 @@ import numpy as np
 
 from moeplan.backends import backend
 from moeplan.cost.ep_spread import balanced_spread
-from moeplan.cost.kerneldb.base import BF16
+from moeplan.cost.kerneldb.base import BF16_BYTES
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
 from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
@@ -63,7 +63,8 @@ if TYPE_CHECKING:
 
     from moeplan.cost.kerneldb import Device, KernelDB
 
-PHASES = ("context", "generation")
+#: the phase names of the wide-EP tables (TensorRT-LLM's context and generation)
+TABLE_PHASES = ("context", "generation")
 FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
 FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
 
@@ -138,8 +139,8 @@ class WideEP:
         return hit
 
     def _price(self, q: _Query) -> WideMoE:
-        if q.phase not in PHASES:
-            raise MoeplanError(f"phase ({q.phase!r}) must be one of {PHASES}")
+        if q.phase not in TABLE_PHASES:
+            raise MoeplanError(f"phase ({q.phase!r}) must be one of {TABLE_PHASES}")
         slots = q.model.num_experts + q.redundant
         if q.ep < 1 or slots % q.ep:
             raise MoeplanError(
@@ -208,7 +209,7 @@ class WideEP:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
         md, g = q.model, self._cluster.gpus_per_node
         nodes = -(-q.ep // g)
-        elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16
+        elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
         k = np.array([float(md.top_k)])
         if kind == "normal":

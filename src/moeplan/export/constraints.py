@@ -109,7 +109,7 @@ _SGLANG_COMMON = frozenset(
         "--chunked-prefill-size",
     }
 )
-SGLANG = EngineVersion(
+SGLANG_PINNED = EngineVersion(
     engine=SGLANG_BACKEND.name,
     version=str(SGLANG_BACKEND.flag_line),
     attn_dp_flag="--attn-dp-size",
@@ -123,7 +123,7 @@ SGLANG_LEGACY = EngineVersion(
     known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention"},
     source="sglang server_args.py (enable_dp_attention, dp_size)",
 )
-VLLM = EngineVersion(
+VLLM_PINNED = EngineVersion(
     engine=VLLM_BACKEND.name,
     version=str(VLLM_BACKEND.flag_line),
     attn_dp_flag="--data-parallel-size",
@@ -236,7 +236,7 @@ def check_sglang(
     t: Target,
     *,
     gpus_used: int,
-    version: EngineVersion = SGLANG,
+    version: EngineVersion = SGLANG_PINNED,
     location_width: int | None = None,
 ) -> list[str]:
     """Every rule of the pinned SGLang ``version`` that ``args`` (one node's command) breaks.
@@ -310,7 +310,7 @@ def check_vllm(
     *,
     gpus_used: int,
     node_rank: int = 0,
-    version: EngineVersion = VLLM,
+    version: EngineVersion = VLLM_PINNED,
 ) -> list[str]:
     """Every rule of the pinned vLLM ``version`` that ``args`` (node ``node_rank``) breaks."""
     f = flags(args)

@@ -81,27 +81,3 @@ def read_tables(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """Read tables written by :func:`write_tables` (no pickle)."""
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
-
-
-def plan_details(res: Any, *, num_hidden_layers: int, moe_layers: Sequence[int]) -> dict[str, Any]:
-    """``details.placement`` of plan.json (docs/API.md) from a
-    :class:`moeplan.planners.placement.planner.PlacementResult`: the Sem-MoE physical_to_logical_map
-    over all decoder layers (dense layers trivial) plus its held-out metrics."""
-    from moeplan.planners.placement.planner import physical_to_logical
-
-    sem = res.methods["semmoe"]
-    placement = sem.y if sem.replicas is None else sem.replicas
-    loc = sglang_expert_location(
-        physical_to_logical(placement, res.ep),
-        ep=res.ep,
-        num_hidden_layers=num_hidden_layers,
-        moe_layers=moe_layers,
-    )
-    keys = ("lar", "imbalance", "a2a_bytes_per_layer", "moe_layer_time_s")
-    return {
-        **loc,
-        "ep": res.ep,
-        "mode": res.mode,
-        "fallback": res.fallback,
-        "metrics": {k: sem.metrics[k] for k in keys},
-    }

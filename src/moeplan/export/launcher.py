@@ -19,10 +19,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 from moeplan.errors import require, show
-from moeplan.io import write_atomic
 from moeplan.textsafe import escape_controls
 
 HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
@@ -79,42 +77,7 @@ def render_launcher(
     return "\n".join([*_head(comments, preamble), render_command(args)]) + "\n"
 
 
-def render_per_node(
-    commands: Sequence[Sequence[Sequence[str]]],
-    comments: Sequence[str] = (),
-    preamble: Sequence[str] = (),
-) -> str:
-    """Bash text running ``commands[r]`` (one or more commands) on the node ``NODE_RANK = r``."""
-    n = len(commands)
-    require(n >= 1, "launcher commands (empty) must cover at least one node")
-    if n == 1 and len(commands[0]) == 1:
-        return render_launcher(commands[0][0], comments, preamble)
-    lines = _head(comments, preamble)
-    lines += [
-        f'NODE_RANK="${{NODE_RANK:?set NODE_RANK to the rank of this node, 0..{n - 1}}}"',
-        'case "${NODE_RANK}" in',
-    ]
-    for rank, cmds in enumerate(commands):
-        lines.append(f"  {rank})")
-        lines += [render_command(c, indent="    ") for c in cmds]
-        lines.append("    ;;")
-    lines += [
-        f'  *) echo "moeplan: NODE_RANK (${{NODE_RANK}}) must be 0..{n - 1}" >&2; exit 2 ;;',
-        "esac",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def render_refusal(engine: str, comments: Sequence[str], reason: str) -> str:
     """A script that says why ``engine`` cannot launch this plan and exits 1."""
     msg = shlex.quote(f"moeplan: {engine} cannot launch this plan: {reason}")
     return "\n".join([*_head(comments, ()), f"echo {msg} >&2", "exit 1"]) + "\n"
-
-
-def write_launcher(path: str | Path, args: Sequence[str], comments: Sequence[str] = ()) -> Path:
-    """Write an executable one-node launcher atomically; returns its path."""
-    target = Path(path)
-    text = render_launcher(args, comments)
-    directory = target.parent if str(target.parent) else Path(".")
-    require(directory.is_dir(), f"launcher path ({target}) must be in an existing directory")
-    return write_atomic(target, text, executable=True)

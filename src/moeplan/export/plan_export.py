@@ -232,7 +232,7 @@ def _strategy_options(c: Any, tokens: int) -> list[Option]:
 
 
 #: What each proposed family offers the engines from its analytic plan, keyed by family
-#: (:data:`moeplan.planners.families.PROPOSED`); FinDEP's schedule is no engine's.
+#: (:data:`moeplan.planners.families.PROPOSING_FAMILIES`); FinDEP's schedule is no engine's.
 ANALYTIC_OPTIONS: dict[str, Callable[[Any, int], list[Option]]] = {
     "strategy": _strategy_options,
     "pipeline": _launchable_options,

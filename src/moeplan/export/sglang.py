@@ -23,7 +23,7 @@ from moeplan.backends.sglang import SGLANG as BACKEND
 from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
 from moeplan.export import constraints as cons
-from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
+from moeplan.export.constraints import SGLANG_PINNED, EngineVersion, Target, deepep_blockers
 from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.slot_args import chunk_args, location
 from moeplan.planners.strategy.space import Strategy
@@ -111,7 +111,7 @@ def sglang_args(
     init_addr: str = "${MASTER_ADDR}:5000",
     expert_location: str | None = None,
     redundant_experts: int = 0,
-    version: EngineVersion = SGLANG,
+    version: EngineVersion = SGLANG_PINNED,
     knobs: InstanceKnobs | None = None,
 ) -> ExportResult:
     """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``;
@@ -225,100 +225,6 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
     )
 
 
-# ---- prefill/decode disaggregation ---------------------------------------------
-PD_BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
-PD_TRANSFER_BACKENDS = ("mooncake", "nixl")  # --disaggregation-transfer-backend choices used
-PD_SERVER_PORT = 30000
-PD_ROUTER_PORT = 8000
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PDCommand:
-    """One command of a PD deployment: ``role`` prefill/decode/router, its instance and the
-    node within the instance (``${PREFILL_<i>_ADDR}`` etc. name each instance's node 0)."""
-
-    role: str
-    instance: int
-    node_rank: int
-    args: tuple[str, ...]
-
-
-def pd_pools(
-    prefill: Strategy, decode: Strategy, x: int, y: int, target: Target
-) -> list[tuple[str, Strategy, int, int]]:
-    """``(role, layout, instances, nodes per instance)`` of both pools."""
-    return [
-        (role, s, count, -(-s.world_size // target.gpus_per_node))
-        for role, s, count in (("prefill", prefill, x), ("decode", decode, y))
-    ]
-
-
-def pd_address(role: str, instance: int) -> str:
-    """The shell variable naming node 0 of a pool instance, e.g. ``${PREFILL_0_ADDR}``."""
-    return f"${{{role.upper()}_{instance}_ADDR}}"
-
-
-def sglang_pd_commands(
-    prefill: Strategy,
-    decode: Strategy,
-    *,
-    x: int,
-    y: int,
-    model_path: str,
-    target: Target,
-    transfer_backend: str = "mooncake",
-    knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
-    prefill_chunk: int | None = None,
-) -> list[PDCommand]:
-    """SGLang PD launch: ``x`` prefill and ``y`` decode servers (each with its own layout,
-    ``--disaggregation-mode prefill|decode``, the KV transfer backend and, on prefill, the
-    bootstrap port, and each pool's ``knobs``: its MoE backend and two-batch overlap flags),
-    then ``sglang_router.launch_router --pd-disaggregation`` listing every
-    prefill (with its bootstrap port) and decode server, round-robin on both (the policy
-    :mod:`moeplan.serve.pools.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
-    smaller than a node gets ``--base-gpu-id``, and every server its own port (and prefill
-    bootstrap port), so instances sharing a host do not collide. An instance spanning several
-    nodes gets one command per node (``--nnodes --node-rank --dist-init-addr`` of its node 0)."""
-    require(
-        transfer_backend in PD_TRANSFER_BACKENDS,
-        f"transfer_backend ({transfer_backend!r}) must be one of {PD_TRANSFER_BACKENDS}",
-    )
-    require(x >= 1 and y >= 1, f"x ({x}) and y ({y}) must both be >= 1")
-    out: list[PDCommand] = []
-    router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-    gpu = 0  # instances laid out on consecutive GPUs, prefill first
-    pool_knobs = {"prefill": knobs[0], "decode": knobs[1]}
-    for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
-        for i in range(count):
-            addr = pd_address(role, i)
-            port, boot = PD_SERVER_PORT + len(out), PD_BOOTSTRAP_PORT + i  # unique per host
-            pd = ["--disaggregation-mode", role, "--disaggregation-transfer-backend"]
-            pd += [transfer_backend, "--host", "0.0.0.0", "--port", str(port)]
-            if role == "prefill":
-                pd += ["--disaggregation-bootstrap-port", str(boot)]
-                pd += BACKEND.chunk_args(prefill_chunk, s.attn_dp)
-            if s.world_size < target.gpus_per_node:  # several instances share a node
-                pd += ["--base-gpu-id", str(gpu % target.gpus_per_node)]
-            gpu += s.world_size
-            for rank in range(nodes):
-                r = sglang_args(
-                    s,
-                    model_path=model_path,
-                    target=target,
-                    num_nodes=nodes,
-                    node_rank=rank,
-                    init_addr=f"{addr}:{5000 + len(out)}",
-                    knobs=pool_knobs[role],
-                )
-                out.append(PDCommand(role=role, instance=i, node_rank=rank, args=(*r.args, *pd)))
-            url = f"http://{addr}:{port}"
-            router += ["--prefill", url, str(boot)] if role == "prefill" else ["--decode", url]
-    router += ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
-    router += ["--host", "0.0.0.0", "--port", str(PD_ROUTER_PORT)]
-    out.append(PDCommand(role="router", instance=0, node_rank=0, args=tuple(router)))
-    return out
-
-
 def pd_strategy(layout: Any) -> Strategy:
     """The engine layout of one pool instance (a :class:`moeplan.serve.ServeLayout`)."""
     return Strategy(
@@ -328,38 +234,3 @@ def pd_strategy(layout: Any) -> Strategy:
         moe_ep=layout.moe_ep,
         pp=layout.pp,
     )
-
-
-def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
-    """Bash launch of a PD deployment (:class:`moeplan.serve.pools.pd.PDLayout` with colocated
-    pools): the command of ``ROLE`` (prefill, decode or router), ``INSTANCE`` and
-    ``NODE_RANK``, each instance's node 0 named by ``PREFILL_<i>_ADDR`` / ``DECODE_<i>_ADDR``."""
-    from moeplan.export.launcher import comment, render_command
-
-    cmds = sglang_pd_commands(
-        pd_strategy(pd.prefill),
-        pd_strategy(pd.decode),
-        x=pd.x,
-        y=pd.y,
-        model_path=model_path,
-        target=target,
-        knobs=(getattr(pd, "prefill_knobs", None), getattr(pd, "decode_knobs", None)),
-        prefill_chunk=getattr(pd, "prefill_chunk", None),
-    )
-    lines = [
-        "#!/usr/bin/env bash",
-        "set -euo pipefail",
-        comment(f"moeplan plan: SGLang prefill/decode disaggregation, {pd.label}"),
-        "# run with ROLE=prefill|decode|router, INSTANCE and NODE_RANK (default 0) on each node;",
-        "# export PREFILL_<i>_ADDR and DECODE_<i>_ADDR (node 0 of each instance) everywhere",
-        'TARGET="${ROLE:?set ROLE to prefill, decode or router}_${INSTANCE:-0}_${NODE_RANK:-0}"',
-        'case "${TARGET}" in',
-    ]
-    for k in cmds:
-        lines += [
-            f"  {k.role}_{k.instance}_{k.node_rank})",
-            render_command(k.args, "    "),
-            "    ;;",
-        ]
-    lines += ['  *) echo "moeplan: no command for ${TARGET}" >&2; exit 2 ;;', "esac"]
-    return "\n".join(lines) + "\n"

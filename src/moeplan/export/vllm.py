@@ -26,7 +26,7 @@ from moeplan.errors import require
 from moeplan.export import constraints as cons
 from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.deployment import Slot, node_addr
-from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
+from moeplan.export.sglang import ExportResult
 from moeplan.export.slot_args import chunk_args
 from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
@@ -147,42 +147,6 @@ PD_PROXY_NOTE = (
 )
 
 
-def vllm_pd_commands(
-    prefill: Strategy,
-    decode: Strategy,
-    *,
-    x: int,
-    y: int,
-    model_path: str,
-    target: Target,
-    knobs: tuple[InstanceKnobs | None, InstanceKnobs | None] = (None, None),
-    prefill_chunk: int | None = None,
-) -> tuple[list[list[str]], list[str]]:
-    """``vllm serve`` of ``x`` prefill and ``y`` decode instances with
-    ``--kv-transfer-config`` (NixlConnector, ``kv_role`` kv_both), node 0 of each instance,
-    each pool with the instance knobs it was priced with (``knobs``: prefill, decode; their
-    DeepEP kernels per role) and the prefill pool with its chunk; and the sentences a user
-    must read. When a pool's layout is one vLLM cannot express
-    (:func:`unexpressible`) no command is emitted and the sentence says why."""
-    cmds: list[list[str]] = []
-    notes = [PD_PROXY_NOTE]
-    kv = json.dumps({"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"})
-    pool_knobs = {"prefill": knobs[0], "decode": knobs[1]}
-    for role, s, count, nodes in pd_pools(prefill, decode, x, y, target):
-        r = vllm_args(
-            s, model_path=model_path, target=target, num_nodes=nodes,
-            address=pd_address(role, 0), knobs=pool_knobs[role], role=role,
-        )  # fmt: skip
-        if not r.expressible:
-            return [], [f"the {role} pool cannot be launched by vLLM: {r.warnings[0]}"]
-        notes += [f"{role}: {w}" for w in r.warnings]
-        chunk = BACKEND.chunk_args(prefill_chunk, s.attn_dp) if role == "prefill" else []
-        env = [f"{k}={v}" for k, v in BACKEND.knob_env(pool_knobs[role], role)]
-        head = ["env", *env] if env else []
-        cmds += [[*head, *r.args, *chunk, "--kv-transfer-config", kv] for _ in range(count)]
-    return cmds, notes
-
-
 # ---- the launch writer (moeplan.export.writers.LaunchWriter) ---------------------------------
 def engine_args(
     strategy: Strategy, *, model_path: str, target: Target, num_nodes: int
@@ -245,40 +209,3 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
     if args[:1] != [PROGRAM]:
         return []
     return cons.check_vllm(args, ctx.target, gpus_used=slot.gpu_count, node_rank=rank)
-
-
-def vllm_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
-    """Bash launch of a P/D deployment (:class:`moeplan.serve.pools.pd.PDLayout` with colocated
-    pools) on vLLM: the command of ``ROLE`` (prefill or decode) and ``INSTANCE``, node 0 of
-    each instance (:func:`vllm_pd_commands`, each pool's knobs and the prefill chunk), and
-    the notes a user must read as comments; a pool vLLM cannot launch makes the script say
-    so and exit 2."""
-    from moeplan.export.launcher import comment, render_command
-
-    cmds, notes = vllm_pd_commands(
-        pd_strategy(pd.prefill),
-        pd_strategy(pd.decode),
-        x=pd.x,
-        y=pd.y,
-        model_path=model_path,
-        target=target,
-        knobs=(getattr(pd, "prefill_knobs", None), getattr(pd, "decode_knobs", None)),
-        prefill_chunk=getattr(pd, "prefill_chunk", None),
-    )
-    lines = ["#!/usr/bin/env bash", "set -euo pipefail",
-             comment(f"moeplan plan: vLLM prefill/decode disaggregation, {pd.label}")]  # fmt: skip
-    lines += [comment(n) for n in notes]
-    if not cmds:
-        return "\n".join([*lines, 'echo "moeplan: no vLLM launch for this deployment" >&2',
-                          "exit 2"]) + "\n"  # fmt: skip
-    lines += [
-        "# run with ROLE=prefill|decode and INSTANCE on node 0 of each instance",
-        'TARGET="${ROLE:?set ROLE to prefill or decode}_${INSTANCE:-0}"',
-        'case "${TARGET}" in',
-    ]
-    roles = ["prefill"] * pd.x + ["decode"] * pd.y
-    for i, (role, args) in enumerate(zip(roles, cmds, strict=True)):
-        idx = i if role == "prefill" else i - pd.x
-        lines += [f"  {role}_{idx})", render_command(args, "    "), "    ;;"]
-    lines += ['  *) echo "moeplan: no command for ${TARGET}" >&2; exit 2 ;;', "esac"]
-    return "\n".join(lines) + "\n"

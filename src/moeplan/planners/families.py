@@ -13,7 +13,7 @@ planners      :data:`moeplan.planners.rank.ADAPTERS` — the analytic proposer (
 serve         :data:`moeplan.search.ranking.family_layouts.ENTRIES` (``serving == "instance"``) and
               :data:`moeplan.search.disagg.rank.POOL_PLANS` (``serving == "pools"``)
 report        :data:`moeplan.report.sections.FAMILY_SECTIONS` and
-              :data:`moeplan.report.figures.BASELINES` — a proposer's section and baselines
+              :data:`moeplan.report.figures.FAMILY_BASELINES` — a proposer's section and baselines
 export        :data:`moeplan.export.plan_export.ANALYTIC_OPTIONS` — what a proposer's plan
               offers the engines; P/D pools by the record's ``launch``
 cli           :data:`moeplan.cli.serve.PLAN_LAYOUTS` — ``serve-sim --plan``'s reader
@@ -171,9 +171,9 @@ FAMILY: dict[str, Family] = {f.name: f for f in REGISTRY}
 #: Families that write their own ``plan.json`` (``plan.family``).
 PLAN_FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.plan_family == f.name)
 #: Families an analytic planner proposes (``moeplan plan --families``).
-PROPOSED: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.proposer)
+PROPOSING_FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.proposer)
 #: Families served as prefill and decode pools.
-POOLED: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.serving == "pools")
+POOLED_FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.serving == "pools")
 #: Families served as replicas of one engine instance.
 INSTANCE_SERVED: tuple[str, ...] = tuple(f.name for f in REGISTRY if f.serving == "instance")
 #: What each family is, in words.

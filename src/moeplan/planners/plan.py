@@ -29,7 +29,6 @@ from moeplan.errors import MoeplanError, require
 from moeplan.planners.families import PLAN_FAMILIES
 
 SCHEMA = "moeplan.plan/1"
-FAMILIES = PLAN_FAMILIES  # the families that write their own plan.json (planners/families.py)
 MAX_WORLD_SIZE = 1 << 20  # far beyond any cluster; rejects absurd files before any allocation
 MAX_PLAN_BYTES = 64 << 20  # a plan.json is a few kB; refuse to parse anything larger
 
@@ -50,8 +49,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         require(
-            self.family in FAMILIES,
-            f"plan.family ({self.family!r}) must be one of {', '.join(FAMILIES)}",
+            self.family in PLAN_FAMILIES,
+            f"plan.family ({self.family!r}) must be one of {', '.join(PLAN_FAMILIES)}",
         )
         for name in ("model", "cluster"):
             value = getattr(self, name)

@@ -33,12 +33,11 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
-from moeplan.planners.families import FAMILY, PROPOSED, TITLES
+from moeplan.planners.families import FAMILY, PROPOSING_FAMILIES, TITLES
 from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 from moeplan.units import GIB
 
-FAMILIES = PROPOSED  # the families an analytic planner proposes (planners/families.py)
 FAMILY_NAMES = TITLES
 #: MixServe's figure of a PP strategy, said beside the ranking it enters
 PP_CAVEAT = (
@@ -322,7 +321,7 @@ def plan(
     workload: Workload,
     cm: CostModel,
     *,
-    families: Sequence[str] = FAMILIES,
+    families: Sequence[str] = PROPOSING_FAMILIES,
     ttft_slo_s: float | None = None,
     adapters: dict[str, Adapter] | None = None,
     progress: Callable[[str], None] | None = None,

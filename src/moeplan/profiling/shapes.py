@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from moeplan.cost.mixer_layers import ATTENTION_KINDS  # the kinds priced as uniform attention
+from moeplan.cost.mixer_layers import (
+    UNIFORM_ATTENTION_KINDS,
+)  # the kinds priced as uniform attention
 from moeplan.specs import ModelSpec
 
 
@@ -87,7 +89,7 @@ def attention_views(model: ModelSpec) -> list[ModelSpec]:
     views = {(model.num_attention_heads, model.num_kv_heads, model.head_dim): model}
     for x in model.layer_specs:
         m = x.mixer
-        if m.kind in ATTENTION_KINDS:
+        if m.kind in UNIFORM_ATTENTION_KINDS:
             dims = (m.num_heads, max(1, m.num_kv_heads), m.head_dim)
             views.setdefault(
                 dims,

@@ -4,12 +4,17 @@ planners' results as :func:`moeplan.search.job.run.plan_job` left them; nothing 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from moeplan.units import GIB
+
+if TYPE_CHECKING:
+    from moeplan.planners.placement.result import PlacementResult
+    from moeplan.planners.rank import Candidate, PlanResult
+    from moeplan.specs import Workload
 
 COLORS = {
     "strategy": "#3b6fd8",
@@ -40,7 +45,7 @@ def log_ticks(values: Any) -> dict[str, Any]:
     return {"type": "log", "tickvals": inside, "ticktext": [f"{t:,g}" for t in inside]}
 
 
-def families_bar(result: Any) -> go.Figure:
+def families_bar(result: PlanResult) -> go.Figure:
     """Prompt tokens/s per GPU of each family's best plan and of the named baselines."""
     names, values, colors, hover = [], [], [], []
     for c in result.candidates:
@@ -73,18 +78,19 @@ def families_bar(result: Any) -> go.Figure:
     return fig
 
 
-def baseline_rows(result: Any) -> list[tuple[str, float, str]]:
+def baseline_rows(result: PlanResult) -> list[tuple[str, float, str]]:
     """(label, prompt tokens/s per GPU, family) of every family's named baselines."""
     rows: list[tuple[str, float, str]] = []
     w = result.workload
     for c in result.candidates:
         rows += [
-            (label, value, c.family) for label, value in BASELINES[c.family](c, w.batch * w.isl)
+            (label, value, c.family)
+            for label, value in FAMILY_BASELINES[c.family](c, w.batch * w.isl)
         ]
     return rows
 
 
-def _strategy_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+def _strategy_baselines(c: Candidate, tokens: int) -> list[tuple[str, float]]:
     return [
         (f"MixServe baseline: {name}", tokens / r.prefill.total_s / r.num_gpus)
         for name, r in c.detail.baselines.items()
@@ -92,7 +98,7 @@ def _strategy_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
     ]
 
 
-def _dep_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+def _dep_baselines(c: Candidate, tokens: int) -> list[tuple[str, float]]:
     rep = c.detail
     return [
         (
@@ -104,7 +110,7 @@ def _dep_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
     ]
 
 
-def _pipeline_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
+def _pipeline_baselines(c: Candidate, tokens: int) -> list[tuple[str, float]]:
     return [
         (f"SMIDT baseline: {name}", b.throughput_tokens_per_s / c.gpus)
         for name, b in c.detail.baselines.items()
@@ -113,8 +119,8 @@ def _pipeline_baselines(c: Any, tokens: int) -> list[tuple[str, float]]:
 
 
 #: Each proposed family's named baselines (label, prompt tokens/s per GPU), keyed by family
-#: (:data:`moeplan.planners.families.PROPOSED`).
-BASELINES: dict[str, Callable[[Any, int], list[tuple[str, float]]]] = {
+#: (:data:`moeplan.planners.families.PROPOSING_FAMILIES`).
+FAMILY_BASELINES: dict[str, Callable[[Candidate, int], list[tuple[str, float]]]] = {
     "strategy": _strategy_baselines,
     "pipeline": _pipeline_baselines,
     "dep": _dep_baselines,
@@ -143,7 +149,7 @@ def dep_gantt(schedules: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def pareto_points(a: Any, workload: Any) -> list[tuple[float, float, Any]]:
+def pareto_points(a: Any, workload: Workload) -> list[tuple[float, float, Any]]:
     """(ITL ms, prompt tokens/s per GPU for the batch, result) of every fitting strategy with a
     finite ITL: two of the verdict table's columns."""
     tokens = workload.batch * workload.isl
@@ -165,7 +171,7 @@ def front(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, An
     return out
 
 
-def pareto(c: Any, workload: Any) -> go.Figure:
+def pareto(c: Candidate, workload: Workload) -> go.Figure:
     """MixServe: every fitting strategy, prompt tokens/s per GPU vs decode ITL (the table's
     columns), with its Pareto front and the strategy the verdict table shows."""
     pts = pareto_points(c.detail, workload)
@@ -219,7 +225,7 @@ def pareto(c: Any, workload: Any) -> go.Figure:
     return fig
 
 
-def pipeline_stages(c: Any, mem_limit: float) -> go.Figure:
+def pipeline_stages(c: Candidate, mem_limit: float) -> go.Figure:
     """SMIDT: time and memory per GPU of each stage, next to time-balanced layer-level PP."""
     from plotly.subplots import make_subplots
 
@@ -259,7 +265,7 @@ def pipeline_stages(c: Any, mem_limit: float) -> go.Figure:
     return fig
 
 
-def placement_figures(placement: Any) -> list[go.Figure]:
+def placement_figures(placement: PlacementResult) -> list[go.Figure]:
     """Sem-MoE: LAR and imbalance per method, and the expert -> device map per layer."""
     methods = placement.methods
     names = list(methods)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,11 @@ from moeplan.planners.plan import Plan
 from moeplan.report.html import PLOTLY_FILE, plotly_js
 from moeplan.report.sections import render_report
 from moeplan.search.job.outcome import PlanOutcome, pricing_line
+
+if TYPE_CHECKING:
+    from moeplan.planners.rank import PlanResult
+    from moeplan.search.ranking.entries import Entry
+    from moeplan.search.ranking.result import ServeRanking
 
 ARTIFACTS = frozenset(
     {
@@ -71,12 +76,12 @@ def check_outdir(outdir: Path) -> None:
 
 
 def launch_exports(
-    result: Any,
+    result: PlanResult,
     plan: Plan,
     *,
     model_path: str,
     full_layers: int,
-    serving: Any = None,
+    serving: ServeRanking | None = None,
     pricing: str = "",
     notes: tuple[str, ...] = (),
     remote_code: bool = False,
@@ -143,7 +148,7 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
     return out
 
 
-def _label(entry: Any) -> str:
+def _label(entry: Entry) -> str:
     lab, lay = entry.label, entry.layout_label
     return lab if lab == lay else f"{lab} ({lay})"
 

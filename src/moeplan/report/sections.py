@@ -10,7 +10,7 @@ planned batch and the batch's prefill time without queueing (the families' own f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.planners.families import FAMILY
 from moeplan.report import figures
@@ -18,6 +18,9 @@ from moeplan.report.html import Section, render
 from moeplan.report.trust import error_section, fits_section, inputs_section, served_text
 from moeplan.search.job.outcome import PlanOutcome
 from moeplan.units import GIB, MIB
+
+if TYPE_CHECKING:
+    from moeplan.planners.rank import Candidate
 
 
 def render_report(outcome: PlanOutcome, launchers: list[Any] | None = None) -> str:
@@ -151,7 +154,7 @@ def _verdict(outcome: PlanOutcome) -> Section:
     return s
 
 
-def _dep_section(outcome: PlanOutcome, d: Any) -> Section | None:
+def _dep_section(outcome: PlanOutcome, d: Candidate) -> Section | None:
     if not outcome.dep_schedules:
         return None
     return Section(
@@ -162,14 +165,14 @@ def _dep_section(outcome: PlanOutcome, d: Any) -> Section | None:
     )  # fmt: skip
 
 
-def _pipeline_section(outcome: PlanOutcome, p: Any) -> Section:
+def _pipeline_section(outcome: PlanOutcome, p: Candidate) -> Section:
     return Section(
         title=FAMILY[p.family].report_section,
         figures=[figures.pipeline_stages(p, outcome.cluster.gpu.mem_bytes)],
     )
 
 
-def _pareto_section(outcome: PlanOutcome, s: Any) -> Section:
+def _pareto_section(outcome: PlanOutcome, s: Candidate) -> Section:
     a = s.detail
     return Section(
         title=FAMILY[s.family].report_section,
@@ -190,6 +193,7 @@ def _pareto_section(outcome: PlanOutcome, s: Any) -> Section:
 def _placement_section(outcome: PlanOutcome) -> Section:
     """Sem-MoE's placement, shown when it is exported and beats contiguous placement."""
     p = outcome.placement
+    assert p is not None  # the section is drawn only for a placement
     sem = p.methods["semmoe"].metrics
     text = (
         f"Trace: {outcome.trace}. Sem-MoE keeps {100 * sem['lar']:.1f}% of expert "
@@ -231,8 +235,8 @@ def _launch_section(launchers: list[Any]) -> Section:
 
 
 #: The report's section of each proposed family, keyed by family name, in page order
-#: (:data:`moeplan.planners.families.PROPOSED`; None: nothing to show this time).
-FAMILY_SECTIONS: dict[str, Callable[[PlanOutcome, Any], Section | None]] = {
+#: (:data:`moeplan.planners.families.PROPOSING_FAMILIES`; None: nothing to show this time).
+FAMILY_SECTIONS: dict[str, Callable[[PlanOutcome, Candidate], Section | None]] = {
     "dep": _dep_section,
     "pipeline": _pipeline_section,
     "strategy": _pareto_section,

@@ -7,7 +7,7 @@ axes label powers of ten only (1, 10, 100, 1,000 ms) and each SLO line says what
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -15,28 +15,33 @@ from plotly.subplots import make_subplots
 
 from moeplan.report.figures import COLORS, log_ticks
 
+if TYPE_CHECKING:
+    from moeplan.search.ranking.result import ServeRanking
+    from moeplan.serve.metrics import SLO
+
 DASHES = ("solid", "dash", "dot", "dashdot")
 LINE_COLORS = ("#3b6fd8", "#d8873b", "#2f9e62", "#8e44ad")  # one per top plan, both panels
 CDF_POINTS = 200  # quantiles drawn per latency distribution: finer than a 420 px chart resolves
 SLO_COLOR = "#c33"
 
 
-def serving_pareto(ranking: Any, names: dict[str, str] | None = None) -> go.Figure:
+def serving_pareto(ranking: ServeRanking, names: dict[str, str] | None = None) -> go.Figure:
     """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
     deployment; the non-dominated front as a line, its points labelled."""
     names = names or {}
     fig = go.Figure()
     for fam in dict.fromkeys(x.entry.family for x in ranking.ranked):
-        xs = [
-            x
+        mine = [
+            (x, x.metrics)
             for x in ranking.ranked
             if x.entry.family == fam and x.metrics is not None and x.metrics.tpot_p50_s > 0
         ]
-        if not xs:
+        if not mine:
             continue
+        xs = [x for x, _ in mine]
         fig.add_scatter(
-            x=[1.0 / x.metrics.tpot_p50_s for x in xs],
-            y=[x.metrics.output_tokens_per_s_per_gpu for x in xs],
+            x=[1.0 / m.tpot_p50_s for _, m in mine],
+            y=[m.output_tokens_per_s_per_gpu for _, m in mine],
             mode="markers",
             name=names.get(fam, fam),
             marker={
@@ -130,7 +135,7 @@ def cdf_points(values: Any, n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray
     return v[idx], (idx + 1) / len(v)
 
 
-def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
+def latency_distributions(curves: dict[str, Any], slo: SLO) -> go.Figure:
     """Empirical CDFs of per-request TTFT and TPOT of the top plans, SLO limits labelled."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per request", "TPOT per request"))
     drawn: dict[int, list[float]] = {1: [], 2: []}
@@ -167,7 +172,7 @@ def latency_distributions(curves: dict[str, Any], slo: Any) -> go.Figure:
     return fig
 
 
-def latency_rate(curves: dict[str, Any], slo: Any) -> go.Figure:
+def latency_rate(curves: dict[str, Any], slo: SLO) -> go.Figure:
     """p90 TTFT and TPOT against the arrival rate for the top plans, SLOs labelled."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT p90", "TPOT p90"))
     drawn: dict[int, list[float]] = {1: [], 2: []}

@@ -1,6 +1,6 @@
 """The one registry of model architectures moeplan reads.
 
-Adding an architecture is one :class:`Architecture` entry in :data:`REGISTRY` — its
+Adding an architecture is one :class:`Architecture` entry in :data:`ARCHITECTURES` — its
 ``architectures[0]`` name, the reader mapping its keys onto per-layer records
 (:mod:`moeplan.specs.arch_families`, :mod:`moeplan.specs.arch_sparse`; ``None``: the uniform
 MoE reader of :mod:`moeplan.specs.hf_config`), how its publisher counts active parameters,
@@ -104,7 +104,7 @@ _ENTRIES = (
                  sample="stepfun-ai--Step-3.7-Flash-FP8_config.json",
                  source="Step-3.7-Flash modeling_step3p7.py"),
 )  # fmt: skip
-REGISTRY: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _ENTRIES}
 #: ``model_type`` of configs without ``architectures`` (and DeepSeek-native configs)
 MODEL_TYPES = {
     "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
@@ -122,11 +122,11 @@ def architecture_of(config: dict[str, Any], name: str) -> Architecture:
     if key is None:
         key, field = MODEL_TYPES.get(config.get("model_type"), config.get("model_type")), \
             "model_type"  # fmt: skip
-    if isinstance(key, str) and key in REGISTRY:
-        return REGISTRY[key]
+    if isinstance(key, str) and key in ARCHITECTURES:
+        return ARCHITECTURES[key]
     raise MoeplanError(
         f"config[{name}].{field} ({show(key)}) is not a supported architecture: supported are "
-        f"{', '.join(REGISTRY)} (add one in moeplan.specs.architectures)"
+        f"{', '.join(ARCHITECTURES)} (add one in moeplan.specs.architectures)"
     )
 
 

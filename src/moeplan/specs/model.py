@@ -58,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import require
 from moeplan.specs import layer_math, model_summary
 from moeplan.specs.layer_build import legacy_layers, primary_layer
 from moeplan.specs.layers import LayerSpec, Tower
@@ -438,8 +438,3 @@ class ModelSpec:
         from moeplan.specs.model_reader import spec_kwargs, with_quantization
 
         return with_quantization(cls(**spec_kwargs(config, name)), config, name, hf_quant)
-
-
-def parse_error(name: str, err: Exception) -> MoeplanError:
-    """Turn an unexpected parsing failure into one user-facing line."""
-    return MoeplanError(f"config[{name}] could not be read: {type(err).__name__}: {err}")

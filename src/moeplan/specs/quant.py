@@ -41,7 +41,7 @@ from moeplan.specs.patterns import PatternSet
 #: compute dtypes a GEMM can run in (the tensor-core rate it is charged at)
 COMPUTE = ("bf16", "fp8", "int8")
 #: module classes, in display order
-CLASSES = ("attention", "experts", "shared", "dense", "router", "embedding", "lm_head")
+MODULE_CLASSES = ("attention", "experts", "shared", "dense", "router", "embedding", "lm_head")
 #: classes whose linear weights a quantization method may cover (router / embedding never)
 QUANTIZABLE = ("attention", "experts", "shared", "dense", "lm_head")
 #: how a pattern list is matched: Hugging Face ``modules_to_not_convert``, compressed-tensors
@@ -129,18 +129,18 @@ class WeightQuant:
     ignore: tuple[str, ...] = ()
 
     def module(self, cls: str) -> ModuleQuant:
-        require(cls in CLASSES, f"module class ({cls!r}) must be one of {CLASSES}")
+        require(cls in MODULE_CLASSES, f"module class ({cls!r}) must be one of {MODULE_CLASSES}")
         q: ModuleQuant = getattr(self, cls)
         return q
 
     @property
     def quantized(self) -> bool:
-        return any(self.module(c).format.quantized for c in CLASSES)
+        return any(self.module(c).format.quantized for c in MODULE_CLASSES)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "method": self.method,
-            "modules": {c: self.module(c).to_dict() for c in CLASSES},
+            "modules": {c: self.module(c).to_dict() for c in MODULE_CLASSES},
             "ignore": list(self.ignore),
         }
 
@@ -152,11 +152,6 @@ UNQUANTIZED = WeightQuant()
 def hf_excluded(name: str, patterns: Iterable[str]) -> bool:
     """Hugging Face ``modules_to_not_convert`` (see :class:`~.patterns.PatternSet` ``hf``)."""
     return PatternSet(tuple(patterns), "hf", "modules_to_not_convert").match(name)
-
-
-def glob_excluded(name: str, patterns: Iterable[str]) -> bool:
-    """ModelOpt ``ignore`` / ``exclude_modules`` shell globs (module or a parent)."""
-    return PatternSet(tuple(patterns), "glob", "ignore").match(name)
 
 
 def ct_match(name: str, targets: Iterable[str]) -> bool:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from moeplan.errors import check_float, check_int, require, show
 from moeplan.specs.model import MAX_CONTEXT, MAX_EXPERTS, MAX_LAYERS
 
-PHASES = ("prefill", "decode", "both")
+#: what a workload runs: prompts only, decode steps only, or whole requests
+WORKLOAD_PHASES = ("prefill", "decode", "both")
 MAX_BATCH = 2**20  # concurrent sequences (bound every size a user can type)
 MAX_RATE = 1e9  # requests per second
 
@@ -105,7 +106,8 @@ class Workload:
 
     def __post_init__(self) -> None:
         require(
-            self.phase in PHASES, f"workload.phase ({show(self.phase)}) must be one of {PHASES}"
+            self.phase in WORKLOAD_PHASES,
+            f"workload.phase ({show(self.phase)}) must be one of {WORKLOAD_PHASES}",
         )
         check_int("workload.batch", self.batch, 1, MAX_BATCH)
         check_int("workload.isl", self.isl, 1, MAX_CONTEXT)

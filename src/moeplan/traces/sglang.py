@@ -32,7 +32,6 @@ have the first record's layers and k. Each failure is one :class:`MoeplanError` 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -268,8 +267,3 @@ def read_per_token(paths: Sequence[Path], num_experts: int | None = None) -> Rou
         experts=experts.astype(np.int16),
         num_experts=e,
     )
-
-
-def find_dumps(folder: str | os.PathLike[str]) -> list[Path]:
-    """SGLang's dump files in a folder (``expert_distribution_recorder_*.pt``), sorted."""
-    return sorted(Path(folder).glob("expert_distribution_recorder_*.pt"))

@@ -13,13 +13,13 @@ along the token axis when the shape itself was measured).
 
 from moeplan.cost.kerneldb.db import TABLE_ENGINES, KernelDB
 from moeplan.cost.kerneldb.device import Device, device_for
-from moeplan.cost.kerneldb.families import FAMILIES, OPS
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, OPS
 from moeplan.cost.kerneldb.sources import SOURCES, Prediction
 from moeplan.cost.kerneldb.variant import KernelTable
 
 __all__ = [
     "TABLE_ENGINES",
-    "FAMILIES",
+    "KERNEL_FAMILIES",
     "OPS",
     "SOURCES",
     "Device",

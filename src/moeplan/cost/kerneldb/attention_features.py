@@ -53,7 +53,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.feature_base import (
@@ -108,7 +108,7 @@ GEMM_BYTES = {"bfloat16": 2.0, "fp8_block": 1.0, "fp8": 1.0}
 
 def _kv_bytes(cols: Columns) -> np.ndarray:
     kv = np.asarray(cols["kv_cache_dtype"]).astype(str)
-    return np.where(np.char.startswith(kv, "fp8") | (kv == "int8"), 1.0, BF16)
+    return np.where(np.char.startswith(kv, "fp8") | (kv == "int8"), 1.0, BF16_BYTES)
 
 
 def _mean_keys(s: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -139,7 +139,7 @@ def _context_attention(cols: Columns) -> Features:
     tile = np.where(row_kernels(cols) == TRTLLM_ATTENTION, FMHA_V2_TILE_Q, FLASH_TILE_Q)
     return WaveFeatures(
         flops=4 * b * s * h * d * keys,
-        nbytes=b * s * d * (2 * BF16 * h + 2 * kv * c),
+        nbytes=b * s * d * (2 * BF16_BYTES * h + 2 * kv * c),
         work=tile,  # query rows a block holds
         fp8=_attn_fp8(cols),
         tokens=b * s,
@@ -175,7 +175,7 @@ def _generation_attention(cols: Columns) -> Features:
     coords = np.stack([_l2(b * grid), _l2(ctx), _l2(h), _l2(kv), _l2(d), _l2(w + 1) / 4, path], 1)
     return Features(
         flops=4 * b * h * d * keys,
-        nbytes=b * keys * 2 * heads * d * c + 2 * BF16 * b * h * d,
+        nbytes=b * keys * 2 * heads * d * c + 2 * BF16_BYTES * b * h * d,
         work=b * grid * np.where(on_mmha, MMHA_BLOCK_WORK, 1.0),
         fp8=_attn_fp8(cols),
         tokens=b,
@@ -193,7 +193,7 @@ def _context_mla(cols: Columns) -> Features:
     coords = np.stack([_l2(b), _l2(s), _l2(h)], 1)
     return Features(
         flops=2 * b * s * h * keys * (MLA_QK + MLA_V),
-        nbytes=BF16 * b * s * h * (2 * MLA_QK + 2 * MLA_V),
+        nbytes=BF16_BYTES * b * s * h * (2 * MLA_QK + 2 * MLA_V),
         work=b * h,
         fp8=_mla_fp8(cols),
         tokens=b * s,
@@ -220,7 +220,7 @@ def _generation_mla(cols: Columns) -> Features:
     return WaveFeatures(
         flops=2 * b * h * ctx * (MLA_LATENT + MLA_LATENT - 64),
         nbytes=b * ctx * MLA_LATENT * _kv_bytes(cols) * reads
-        + BF16 * b * h * (2 * MLA_LATENT - 64),
+        + BF16_BYTES * b * h * (2 * MLA_LATENT - 64),
         work=np.where(triton, tri_work, np.where(trt, ctx, b)),
         fp8=_mla_fp8(cols),
         tokens=b,
@@ -245,11 +245,11 @@ def _module(core: Callable[[Columns], Features], absorbed: bool) -> Callable[[Co
         c = core(cols)
         weights = DSV3_HIDDEN * (DSV3_Q_LORA + MLA_LATENT) + _f(cols, "num_heads") * per_head
         gemm = np.asarray(cols["gemm_type"]).astype(str)
-        wb = np.array([GEMM_BYTES.get(g, BF16) for g in gemm])
+        wb = np.array([GEMM_BYTES.get(g, BF16_BYTES) for g in gemm])
         return replace(  # keeps the core's type (WaveFeatures: its blocks)
             c,
             flops=c.flops + 2 * c.tokens * weights,
-            nbytes=c.nbytes + weights * wb + 2 * BF16 * c.tokens * DSV3_HIDDEN,
+            nbytes=c.nbytes + weights * wb + 2 * BF16_BYTES * c.tokens * DSV3_HIDDEN,
             fp8=np.char.startswith(gemm, "fp8"),
         )
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 Columns = Mapping[str, np.ndarray]
-BF16 = 2.0
+BF16_BYTES = 2.0  # bytes per bf16 value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

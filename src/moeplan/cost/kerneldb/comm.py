@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.sources import Prediction
@@ -50,7 +50,7 @@ def _allreduce(cols: Columns) -> Features:
     z = np.zeros_like(m)
     return Features(
         flops=z,
-        nbytes=2 * (n - 1) / n * BF16 * m,
+        nbytes=2 * (n - 1) / n * BF16_BYTES * m,
         work=z,
         fp8=np.zeros(len(m), bool),
         tokens=m,

@@ -40,7 +40,7 @@ from moeplan.backends import kernel_tables
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import (
     EXPLICIT,
-    FAMILIES,
+    KERNEL_FAMILIES,
     Family,
     Features,
 )
@@ -116,7 +116,7 @@ class KernelDB:
         t = self.tables.get((gpu, engine, op))
         if t is None:
             return {}
-        fam = FAMILIES[op]
+        fam = KERNEL_FAMILIES[op]
         if not fam.variant_cols:
             return {(): len(t.latency)} if len(t.latency) else {}
         code = np.zeros(len(t.latency), dtype=np.int64)  # one integer per distinct key
@@ -143,7 +143,7 @@ class KernelDB:
         return self._chosen[ck]
 
     def _choose(self, gpu: str, engine: str, op: str, want: Mapping[str, str]) -> tuple | None:
-        fam = FAMILIES[op]
+        fam = KERNEL_FAMILIES[op]
         best, score = None, None
         for key, n in self.variants(gpu, engine, op).items():
             vals = dict(zip(fam.variant_cols, key, strict=True))
@@ -168,7 +168,7 @@ class KernelDB:
 
     def _build_variant(self, gpu: str, engine: str, op: str, key: tuple) -> VariantModel:
         t = self.tables[(gpu, engine, op)]
-        fam = FAMILIES[op]
+        fam = KERNEL_FAMILIES[op]
         sel = np.ones(len(t.latency), bool)
         for c, v in zip(fam.variant_cols, key, strict=True):
             sel &= np.asarray(t.columns[c]).astype(str) == v
@@ -397,6 +397,6 @@ def _refs(reference: str) -> list[str]:
 
 
 def _family(op: str) -> Family:
-    if op not in FAMILIES:
-        raise MoeplanError(f"op ({op!r}) must be one of {', '.join(FAMILIES)}")
-    return FAMILIES[op]
+    if op not in KERNEL_FAMILIES:
+        raise MoeplanError(f"op ({op!r}) must be one of {', '.join(KERNEL_FAMILIES)}")
+    return KERNEL_FAMILIES[op]

@@ -29,7 +29,7 @@ import numpy as np
 
 from moeplan.cost.kerneldb.db import ROOFLINE, KernelDB, peak_time
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Family, Features, moe_kernel_class
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, Family, Features, moe_kernel_class
 from moeplan.cost.kerneldb.variant import VariantModel, dedupe, row_keys
 
 FOLDS = 5
@@ -74,7 +74,7 @@ class ErrorRow:
 def variant_rows(db: KernelDB, gpu: str, engine: str, op: str, key: tuple):
     """The deduplicated rows (columns, latency) of one variant's table."""
     t = db.tables[(gpu, engine, op)]
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     sel = np.ones(len(t.latency), bool)
     for c, v in zip(fam.variant_cols, key, strict=True):
         sel &= np.asarray(t.columns[c]).astype(str) == v
@@ -100,7 +100,7 @@ def heldout_shapes(
     max_folds: int | None = None,
 ) -> Scored | None:
     """Whole-shape held-out errors of every variant of (gpu, engine, op)."""
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     dev = db.devices[gpu]
     errs, toks, loads = [], [], []
     for key in db.variants(gpu, engine, op):
@@ -140,7 +140,7 @@ def leave_one_gpu_out(
     bars test). ``like_for_like`` (fused MoE; a reported breakdown only): only the ``dst``
     variants whose kernel library matches the chosen ``src`` kernel's
     (:func:`~.families.moe_kernel_class`: Triton from Triton, CUTLASS from CUTLASS)."""
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     if (src, engine, op) not in db.tables or (dst, engine, op) not in db.tables:
         return None
     dev = db.devices[dst]
@@ -195,7 +195,7 @@ def roofline(db: KernelDB, gpu: str, engine: str, op: str) -> Scored | None:
     t = db.tables.get((gpu, engine, op))
     if t is None:
         return None
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     cols, y = dedupe(t.columns, t.latency, fam.columns)
     f = fam.features(cols)
     err = np.abs(ROOFLINE.predict(f, db.devices[gpu], fam.link) / y - 1)

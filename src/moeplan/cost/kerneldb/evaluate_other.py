@@ -18,14 +18,14 @@ import numpy as np
 from moeplan.cost.kerneldb.db import KernelDB
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.evaluate import Scored, _predict
-from moeplan.cost.kerneldb.families import FAMILIES
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES
 from moeplan.cost.kerneldb.linear_features import is_conv
 from moeplan.cost.kerneldb.variant import KernelTable
 
 
 def other_gpu(db: KernelDB, table: KernelTable, device: Device) -> Scored | None:
     """Errors of ``table``'s rows (one kernel role) predicted from ``device``'s reference."""
-    fam, ref = FAMILIES[table.op], device.reference
+    fam, ref = KERNEL_FAMILIES[table.op], device.reference
     key = _reference_key(db, table, ref)
     if key is None or not len(table.latency):
         return None
@@ -58,7 +58,7 @@ def _reference_key(db: KernelDB, table: KernelTable, ref: str) -> tuple | None:
     scored against another's — FlashMLA's decode kernel against its prefill kernel); else
     the one of the rows' dtypes, else the engine's default (as :class:`~.db.KernelDB`
     transfers)."""
-    fam = FAMILIES[table.op]
+    fam = KERNEL_FAMILIES[table.op]
     named = "kernel_source" in table.columns
     if named and table.op not in RECURRENT_OPS:
         want = {c: str(np.asarray(table.columns[c])[0]) for c in fam.variant_cols

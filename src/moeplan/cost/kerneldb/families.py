@@ -4,7 +4,7 @@ For each family the analytic model (:mod:`.fit`) needs, per row, the FLOPs, the 
 (HBM for kernels, the intra-node link for communication), a per-row *work* count charged at a
 fixed cost each (tokens routed and permuted on every EP rank; sequences an attention kernel
 sets up), and smooth coordinates (log2 of the shape) in which neighbouring measurements are
-compared. This module holds the :class:`Family` record and the :data:`FAMILIES` registry; the
+compared. This module holds the :class:`Family` record and the :data:`KERNEL_FAMILIES` registry; the
 feature functions and their formulas, constants and evidence live with their ops:
 
 - ``moe`` (fused MoE on the busiest EP rank): :mod:`.moe_features`; TRT-LLM's wide-EP MoE
@@ -20,7 +20,7 @@ feature functions and their formulas, constants and evidence live with their ops
 
 - the newer layer kinds (Gated DeltaNet, KDA, Mamba-2's convolution, DSA / CSA / HCA / MSA
   attention modules, mHC): :mod:`.layer_families` (features in :mod:`.linear_features` and
-  :mod:`.sparse_features`), merged into :data:`FAMILIES`.
+  :mod:`.sparse_features`), merged into :data:`KERNEL_FAMILIES`.
 
 The :class:`Family` record is :mod:`.family`. What the feature modules share
 (:class:`WaveFeatures`, the kernel-path coordinate step, the SM-count column) is
@@ -63,7 +63,7 @@ from moeplan.cost.kerneldb.attention_features import (  # noqa: F401
     _module,
     _xqa_declines,
 )
-from moeplan.cost.kerneldb.base import BF16, Columns, Features  # noqa: F401
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features  # noqa: F401
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, _allreduce, _deepep, dest_ranks  # noqa: F401
 from moeplan.cost.kerneldb.family import Family
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, SM_COUNT_COLUMN, WaveFeatures  # noqa: F401
@@ -142,7 +142,7 @@ def _mla_modules(prefix: str, gemm_type: str) -> tuple[Family, ...]:
     )
 
 
-FAMILIES: dict[str, Family] = {
+KERNEL_FAMILIES: dict[str, Family] = {
     f.op: f
     for f in (
         dataclasses.replace(
@@ -230,7 +230,7 @@ FAMILIES: dict[str, Family] = {
                 x_cols=("num_token",),
                 defaults={},
                 # normal kernels: per destination rank; dispatch in fp8, combine in bf16
-                features=_deepep(kind == "normal", 1.0 if direction == "dispatch" else BF16),
+                features=_deepep(kind == "normal", 1.0 if direction == "dispatch" else BF16_BYTES),
                 link=True,
             )
             for kind in ("normal", "ll")
@@ -238,10 +238,10 @@ FAMILIES: dict[str, Family] = {
         ),
     )
 }
-FAMILIES.update(LAYER_FAMILIES)  # the newer layer kinds (:mod:`.layer_families`)
+KERNEL_FAMILIES.update(LAYER_FAMILIES)  # the newer layer kinds (:mod:`.layer_families`)
 # TRT-LLM's wide-EP MoE (CUTLASS on the rank's weight slots, moe/trtllm/1.3.0rc10
 # wideep_moe_perf): the fused-MoE columns plus num_slots (:mod:`.wideep_features`)
-FAMILIES["trtllm_wideep_moe"] = Family(
+KERNEL_FAMILIES["trtllm_wideep_moe"] = Family(
     op="trtllm_wideep_moe",
     variant_cols=("kernel_source", "moe_dtype"),
     shape_cols=(*_MOE_SHAPE, "num_slots"),
@@ -250,4 +250,4 @@ FAMILIES["trtllm_wideep_moe"] = Family(
     features=_trtllm_wideep,
 )
 
-OPS = tuple(FAMILIES)
+OPS = tuple(KERNEL_FAMILIES)

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, WaveFeatures, row_kernels
 
 #: fla's chunk length of the chunked delta rule (fla ``chunk_gated_delta_rule``: BT = 64)
 CHUNK = 64.0
-FP32 = 4.0  # the recurrent state is kept in fp32 (Qwen3.5 config ``mamba_ssm_dtype``)
+FP32_BYTES = 4.0  # the recurrent state is kept in fp32 (Qwen3.5 config ``mamba_ssm_dtype``)
 
 
 def is_conv(kernel: np.ndarray) -> np.ndarray:
@@ -63,9 +63,9 @@ def _delta_dims(cols: Columns) -> tuple[np.ndarray, ...]:
 def _conv_bytes(
     b: np.ndarray, s: np.ndarray, channels: np.ndarray, d_conv: np.ndarray, decode: bool
 ) -> np.ndarray:
-    nbytes = 2 * BF16 * channels * b * s
+    nbytes = 2 * BF16_BYTES * channels * b * s
     if decode:
-        nbytes = nbytes + 2 * BF16 * (d_conv - 1) * channels * b
+        nbytes = nbytes + 2 * BF16_BYTES * (d_conv - 1) * channels * b
     return nbytes
 
 
@@ -99,13 +99,13 @@ def _delta(decode: bool):
         channels = conv_channels(cols)
         cb = _conv_bytes(b, s, channels, _f(cols, "d_conv"), decode)
         t = b * s
-        state = nv * dk * dv * np.where(_keys_only(cols), BF16, FP32)
+        state = nv * dk * dv * np.where(_keys_only(cols), BF16_BYTES, FP32_BYTES)
         if decode:
             rf = np.zeros_like(b)  # CUDA cores
-            rb = 2 * b * state + BF16 * t * (2 * nk * dk + 2 * nv * dv)
+            rb = 2 * b * state + BF16_BYTES * t * (2 * nk * dk + 2 * nv * dv)
         else:
             rf = t * nv * (4 * dk * dv + 2 * CHUNK * (2 * dk + dv))
-            rb = BF16 * t * (2 * nk * dk + 2 * nv * dv) + np.ceil(s / CHUNK) * b * state
+            rb = BF16_BYTES * t * (2 * nk * dk + 2 * nv * dv) + np.ceil(s / CHUNK) * b * state
         coords = [_l2(b), _l2(nk), _l2(nv), PATH_COORD * conv]
         if not decode:
             coords.insert(1, _l2(s))
@@ -170,8 +170,8 @@ def mhc_features(cols: Columns) -> Features:
     post = np.asarray(cols["mhc_op"]).astype(str) == "post"
     pre_flops = 2 * t * m * h * m * (2 + m) + t * _f(cols, "sinkhorn_iters") * 4 * m * m
     post_flops = 2 * t * m * h * (1 + m)
-    pre_bytes = BF16 * t * h * (m + 1)
-    post_bytes = BF16 * t * h * (2 * m + 1)
+    pre_bytes = BF16_BYTES * t * h * (m + 1)
+    post_bytes = BF16_BYTES * t * h * (2 * m + 1)
     return WaveFeatures(
         flops=sites * np.where(post, post_flops, pre_flops),
         nbytes=sites * np.where(post, post_bytes, pre_bytes),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, row_kernels
@@ -95,7 +95,7 @@ def _moe(cols: Columns) -> Features:
         pairs[explicit] = np.asarray(cols["rank_pairs"], float)[explicit]
         hit[explicit] = np.asarray(cols["rank_hit"], float)[explicit]
     dtype = np.asarray(cols["moe_dtype"]).astype(str)
-    wbytes = np.array([WEIGHT_BYTES.get(d, BF16) for d in dtype])
+    wbytes = np.array([WEIGHT_BYTES.get(d, BF16_BYTES) for d in dtype])
     code = np.array(
         [
             0.0
@@ -110,7 +110,7 @@ def _moe(cols: Columns) -> Features:
     )
     return Features(
         flops=6.0 * pairs * h * inter,
-        nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * n * h,
+        nbytes=hit * 3 * h * inter * wbytes + 2 * BF16_BYTES * n * h,
         work=n * k * h / WORK_HIDDEN,
         fp8=np.isin(dtype, list(FP8_COMPUTE)),
         tokens=n,

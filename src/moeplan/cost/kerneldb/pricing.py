@@ -31,7 +31,7 @@ import numpy as np
 
 from moeplan.cost.kerneldb.db import KernelDB
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import EXPLICIT, FAMILIES, Features
+from moeplan.cost.kerneldb.families import EXPLICIT, KERNEL_FAMILIES, Features
 from moeplan.cost.kerneldb.load import contiguous_busiest, eplb_busiest
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.errors import MoeplanError
@@ -185,7 +185,7 @@ def all_to_all(db: KernelDB, device: Device, engine: str, nbytes: float) -> Pred
             work=np.zeros(1),
             fp8=np.zeros(1, bool),
             tokens=np.zeros(1),
-            coords=np.zeros((1, len(FAMILIES[op].x_cols))),
+            coords=np.zeros((1, len(KERNEL_FAMILIES[op].x_cols))),
         )
         times.append(float(vm.model.scaled(vm.device, device, True).predict(f, device, True)[0]))
         err = db.error(device.table, engine, op, "transferred")

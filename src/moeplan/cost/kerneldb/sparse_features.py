@@ -32,7 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from moeplan.cost.kerneldb.attention_features import GEMM_BYTES, _kv_bytes
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, WaveFeatures, row_kernels
@@ -101,7 +101,7 @@ def _axes(cols: Columns) -> tuple[np.ndarray, ...]:
 
 def _weight_bytes(cols: Columns) -> np.ndarray:
     gemm = np.asarray(cols["gemm_type"]).astype(str)
-    return np.array([GEMM_BYTES.get(g, BF16) for g in gemm])
+    return np.array([GEMM_BYTES.get(g, BF16_BYTES) for g in gemm])
 
 
 def _assemble(
@@ -119,7 +119,7 @@ def _assemble(
         coords.append(PATH_COORD * path)
     return Features(
         flops=core_flops + 2 * t * weights,
-        nbytes=cache_bytes + weights * _weight_bytes(cols) + 2 * BF16 * t * hidden,
+        nbytes=cache_bytes + weights * _weight_bytes(cols) + 2 * BF16_BYTES * t * hidden,
         work=b,
         fp8=np.zeros(len(b), bool),
         tokens=t,
@@ -224,7 +224,7 @@ def _sparse_attn(cols: Columns) -> Features:
     cache = np.minimum(t * sel, b * (p + s)) * MLA_LATENT * _kv_bytes(cols)
     return Features(
         flops=2 * t * h * sel * (MLA_LATENT + MLA_V_LATENT),
-        nbytes=cache + BF16 * t * h * (MLA_LATENT + MLA_V_LATENT),
+        nbytes=cache + BF16_BYTES * t * h * (MLA_LATENT + MLA_V_LATENT),
         work=b,
         fp8=np.zeros(len(b), bool),
         tokens=t,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.eplb_load import eplb_power_law_many
@@ -63,7 +63,7 @@ def _trtllm_wideep(cols: Columns) -> Features:
     dist = np.asarray(cols["distribution"]).astype(str)
     pairs, hit = _load(cols, dist)
     dtype = np.asarray(cols["moe_dtype"]).astype(str)
-    wbytes = np.array([WEIGHT_BYTES.get(d, BF16) for d in dtype])
+    wbytes = np.array([WEIGHT_BYTES.get(d, BF16_BYTES) for d in dtype])
     base = np.array([d.removesuffix(EPLB_SUFFIX) for d in dist])
     code = np.array(
         [0.0 if d in ("balanced", "uniform", EXPLICIT) else 3.0 - 4.0 * (float(d[10:]) - 1.0)
@@ -73,7 +73,7 @@ def _trtllm_wideep(cols: Columns) -> Features:
     coords = np.stack([_l2(n), _l2(h), _l2(inter), _l2(slots / ep), _l2(k), _l2(ep), code, eplb], 1)
     return Features(
         flops=6.0 * pairs * h * inter,
-        nbytes=hit * 3 * h * inter * wbytes + 2 * BF16 * pairs * h,
+        nbytes=hit * 3 * h * inter * wbytes + 2 * BF16_BYTES * pairs * h,
         work=pairs * h / WORK_HIDDEN,
         fp8=np.isin(dtype, list(FP8_COMPUTE)),
         tokens=n,

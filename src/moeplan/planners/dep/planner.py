@@ -32,7 +32,7 @@ from moeplan.specs import ClusterSpec, ModelSpec
 CPSAT_MAX = 4  # r1, r2 <= 4 and 2 layers: CP-SAT proves optimality in seconds
 # prompts in flight on one GPU: SGLang's request pool cap (its server_args; RUNNING_CAP
 # in moeplan.backends.sglang); a larger cap is no deployment an engine runs
-MAX_BATCH = 4096
+MAX_PROMPTS_PER_GPU = 4096
 # --verify's brute force, in schedule evaluations: 17,920 took 3.2 s on findep-a (ag 3, eg 5,
 # isl 1024, cap 64), so this is about 20 s; a larger grid is refused before planning
 MAX_BRUTE_FORCE = 100_000
@@ -86,8 +86,8 @@ def plan_dep(
     """Plan FinDEP for fixed ``ag``/``eg`` or the best split of ``gpus`` GPUs (see module)."""
     require(seq_len > 0, f"isl ({seq_len}) must be > 0")
     require(
-        1 <= batch <= MAX_BATCH,
-        f"max batch ({batch}) must be in 1..{MAX_BATCH} prompts per AG GPU (SGLang's request "
+        1 <= batch <= MAX_PROMPTS_PER_GPU,
+        f"max batch ({batch}) must be in 1..{MAX_PROMPTS_PER_GPU} prompts per AG GPU (SGLang's request "
         "pool per GPU)",
     )
 

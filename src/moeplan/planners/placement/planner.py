@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,6 +55,10 @@ from moeplan.planners.placement.sched import (
     token_table,
 )
 from moeplan.traces.format import RoutingTrace
+
+if TYPE_CHECKING:
+    from moeplan.cost import CostModel
+    from moeplan.specs import ModelSpec
 
 __all__ = [
     "METHODS",
@@ -305,7 +309,7 @@ def _with_methods(
     )
 
 
-def cost_evaluator(cost_model: Any, model: Any, ep: int, nodes: int = 1) -> Evaluator:
+def cost_evaluator(cost_model: CostModel, model: ModelSpec, ep: int, nodes: int = 1) -> Evaluator:
     """MoE layer time from :class:`moeplan.cost.CostModel`: expert FFN on the busiest GPU
     plus dispatch and combine all-to-all of the bytes the busiest rank sends."""
 

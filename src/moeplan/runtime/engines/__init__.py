@@ -11,7 +11,7 @@ family         engine
 ``dep``        :mod:`.dep` — FinDEP attention/expert groups with fine-grained pipelining
 =============  =================================================================================
 
-Every family of :data:`moeplan.planners.plan.FAMILIES` has an entry (a test checks it). The
+Every family of :data:`moeplan.planners.families.PLAN_FAMILIES` has an entry (a test checks it). The
 engines apply their parallel layout to the one layer loop
 (:func:`moeplan.runtime.layers.decoder.forward`); DEP's attention ranks run one such loop per
 micro-batch and advance them in FinDEP's interleaved order

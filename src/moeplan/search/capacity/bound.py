@@ -11,7 +11,7 @@ For an engine instance serving ``lam`` requests/s in steady state, each request 
   seconds, ``d`` nondecreasing in ``b`` and in the context. ``b`` is at most ``b_max`` = the
   running-request cap, and the sequences the KV pool holds at the shortest context a
   decoding request has (``isl_min + 1``), over every engine configuration searched. On a
-  geometric grid ``b_0 < b_1 < ...`` of ratio :data:`GRID`, any ``b`` in ``(b_i, b_{i+1}]``
+  geometric grid ``b_0 < b_1 < ...`` of ratio :data:`GRID_RATIO`, any ``b`` in ``(b_i, b_{i+1}]``
   gives ``b / d(b) <= b_{i+1} / d(b_i)``, so ``D = max_i b_{i+1} / d(b_i)`` bounds the decode
   tokens/s (contexts evaluated at the shortest, rounded down past the engine's bucketing).
 - **Prefill.** An iteration holds at most ``c_max`` prompt tokens (the largest chunk; no
@@ -51,7 +51,9 @@ from moeplan.serve.iteration.model import Batch
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 
-GRID = 1.125  # ratio of the batch / chunk grid above FINE_FROM: the bound is loose by <= 12.5 %
+GRID_RATIO = (
+    1.125  # ratio of the batch / chunk grid above FINE_FROM: the bound is loose by <= 12.5 %
+)
 FINE_FROM = 64  # below it the grid doubles (those intervals never hold the maximum in practice)
 TPOT_PERCENTILE = 90.0  # the TPOT cut applies at SLO percentiles >= this (docstring)
 BUCKET_MARGIN = (
@@ -78,7 +80,7 @@ class Bound:
 def grid(top: int) -> list[int]:
     out = [1]
     while out[-1] < top:
-        r = 2.0 if out[-1] < FINE_FROM else GRID
+        r = 2.0 if out[-1] < FINE_FROM else GRID_RATIO
         out.append(min(top, max(out[-1] + 1, math.floor(out[-1] * r))))
     return out
 

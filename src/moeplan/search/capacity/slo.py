@@ -440,42 +440,56 @@ def _sustained(
     return lo, hi
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CapacitySearch:
+    """How :func:`slo_capacity` searches one instance's capacity (module docstring).
+
+    ``guess_rps`` seeds the bracket (an analytic estimate or bound); ``requests`` is the
+    measured request count of every probe; ``interval=False`` skips the confidence-interval
+    searches (low = high = the point); ``known`` = a point bracket ``(lo, hi)`` found before
+    (same workload and requests), kept; ``ref_rps`` (at least the guess) sets the warm-up and
+    tail of every probe: an upper bound of the capacity keeps the warm-up at least one
+    lifetime at every rate probed. ``full=False`` skips the run at capacity to its end (no
+    probe returned). ``step``: the bracket's first step (:func:`_bracket`).
+    ``window_lifetimes``: the shortest measured window, in SLO lifetimes of arrivals
+    (:func:`steady_probe`). ``cap_rps``: an upper bound of the capacity proven without
+    simulation, which the bracket steps up to instead of past (:func:`_bracket`).
+    ``met_rps``: a rate whose probe, in the cache with this ``ref_rps``, met the SLOs: the
+    bracket starts from it."""
+
+    guess_rps: float
+    requests: int = DEFAULT_REQUESTS
+    interval: bool = True
+    known: tuple[float, float] | None = None
+    ref_rps: float | None = None
+    full: bool = True
+    step: float = 1.0
+    window_lifetimes: float = 0.0
+    cap_rps: float = math.inf
+    met_rps: float | None = None
+
+
 def slo_capacity(
     cfg: EngineConfig | None,
     evaluate: Evaluator | None,
     workload: ServeWorkload,
     slo: SLO,
+    search: CapacitySearch,
     *,
-    guess_rps: float,
-    requests: int = DEFAULT_REQUESTS,
     replicas: int = 1,
-    interval: bool = True,
-    known: tuple[float, float] | None = None,
-    ref_rps: float | None = None,
     runner: Runner | None = None,
     cache: dict | None = None,
-    full: bool = True,
-    step: float = 1.0,
-    window_lifetimes: float = 0.0,
-    cap_rps: float = math.inf,
-    met_rps: float | None = None,
 ) -> tuple[Capacity, SteadyProbe | None]:
-    """The capacity of one instance (module docstring) and the probe at it (None when no
-    rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
-    ``interval=False`` skips the confidence-interval searches (low = high = the point);
-    ``known`` = a point bracket ``(lo, hi)`` found before (same workload and requests), kept;
-    ``ref_rps`` (at least the guess) sets the warm-up and tail of every probe: an upper bound
-    of the capacity keeps the warm-up at least one lifetime at every rate probed. ``cache``:
-    the probes of an earlier call with the same workload, requests, replicas and ``ref_rps``
-    (the same runs: common random numbers), reused and extended. ``window_lifetimes``: the
-    shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`).
-    ``cap_rps``: an upper bound of the capacity proven without simulation, which the bracket
-    steps up to instead of past (:func:`_bracket`). ``met_rps``: a rate whose probe, in
-    ``cache`` with this ``ref_rps``, met the SLOs: the bracket starts from it."""
+    """The capacity of one instance (module docstring) searched as ``search`` says, and the
+    probe at it (None when no rate meets the SLOs). ``replicas``: the instances the arrivals
+    are dealt round-robin to (:func:`instance_stream`); ``runner``: as :func:`steady_probe`.
+    ``cache``: the probes of an earlier call with the same workload, requests, replicas and
+    ``ref_rps`` (the same runs: common random numbers), reused and extended."""
+    requests, window_lifetimes, cap_rps = search.requests, search.window_lifetimes, search.cap_rps
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
-    g = max(guess_rps, 1e-6)
-    ref = max(g, ref_rps or g)
+    g = max(search.guess_rps, 1e-6)
+    ref = max(g, search.ref_rps or g)
 
     def probe_at(wl: ServeWorkload, ref: float, r: float) -> SteadyProbe:
         return steady_probe(
@@ -506,12 +520,12 @@ def slo_capacity(
         return verdict
 
     probe = prober(workload, ref, probes)
-    if known is not None:
-        lo, hi = known
+    if search.known is not None:
+        lo, hi = search.known
     else:
-        lo, hi = _sustained(verdict_of(probe), g, step, cap_rps, prefetch, met_rps)
+        lo, hi = _sustained(verdict_of(probe), g, search.step, cap_rps, prefetch, search.met_rps)
     low, high = lo, hi
-    if interval and lo > 0:
+    if search.interval and lo > 0:
         # another stream's crossing near the point (module docstring, "Confidence interval")
         top = max(hi, lo * (1.0 + RATE_TOL)) if math.isfinite(hi) else lo * (1.0 + RATE_TOL)
 
@@ -532,7 +546,7 @@ def slo_capacity(
         probes=sum(1 for k in probes if k[0] != "full"),
         boundable=percentile_boundable(requests, slo.percentile),
     )
-    if not full:
+    if not search.full:
         return cap, None
     run = None  # the run at capacity again, to its end: its metrics are reported
     if lo > 0 and ("full", lo, ref) in probes:

@@ -35,6 +35,7 @@ from moeplan.search.capacity.bound import Bound, capacity_bound
 from moeplan.search.capacity.slo import (
     DEFAULT_REQUESTS,
     Capacity,
+    CapacitySearch,
     SteadyProbe,
     slo_capacity,
     steady_probe,
@@ -191,19 +192,16 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
     very run."""
     assert c.cfg is not None and c.evaluate is not None and c.bound is not None
     guess, ref = _start(c)
-    c.capacity, c.probe = slo_capacity(
-        c.cfg,
-        c.evaluate,
-        workload,
-        slo,
+    search = CapacitySearch(
         guess_rps=guess,
         requests=requests,
-        replicas=c.replicas,
         interval=False,
         ref_rps=ref,
-        cache=c.runs,
         cap_rps=c.bound.rate_rps,
         met_rps=c.beaten_at or None,
+    )
+    c.capacity, c.probe = slo_capacity(
+        c.cfg, c.evaluate, workload, slo, search, replicas=c.replicas, cache=c.runs
     )
 
 
@@ -212,18 +210,11 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     assert w.cfg is not None and w.evaluate is not None
     assert w.bound is not None and w.capacity is not None
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+    search = CapacitySearch(
+        guess_rps=pt[0], requests=requests, known=pt, ref_rps=_start(w)[1], cap_rps=w.bound.rate_rps
+    )
     w.capacity, w.probe = slo_capacity(
-        w.cfg,
-        w.evaluate,
-        workload,
-        slo,
-        guess_rps=pt[0],
-        requests=requests,
-        replicas=w.replicas,
-        known=pt,
-        ref_rps=_start(w)[1],
-        cache=w.runs,
-        cap_rps=w.bound.rate_rps,
+        w.cfg, w.evaluate, workload, slo, search, replicas=w.replicas, cache=w.runs
     )
 
 

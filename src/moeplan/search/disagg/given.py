@@ -19,12 +19,10 @@ from moeplan.errors import MoeplanError, require
 from moeplan.search.disagg.bound import decode_rate_bound, prefill_rate_bound
 from moeplan.search.disagg.capacity import result_of
 from moeplan.search.disagg.pools import (
-    Candidate,
     Context,
     DisaggResult,
     Pool,
     decode_pool,
-    make_candidate,
     prefill_pool,
 )
 from moeplan.search.disagg.search import pool_candidate, search_capacity
@@ -67,12 +65,6 @@ def given_pools(c: Context, pd: PDLayout) -> tuple[Pool, Pool]:
     )
     assert p is not None and d is not None
     return p, d
-
-
-def given_candidate(c: Context, pd: PDLayout) -> Candidate:
-    """The deployment ``pd`` with its pools' schedulers and analytic capacities."""
-    p, d = given_pools(c, pd)
-    return make_candidate(c, p, d, pd.x, pd.y)
 
 
 def simulate_given(c: Context, pd: PDLayout, *, rate_given: bool, requests: int) -> DisaggResult:

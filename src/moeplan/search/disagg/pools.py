@@ -39,7 +39,7 @@ from moeplan.backends import backend
 from moeplan.backends.sglang import RUNNING_CAP
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.planners.families import FAMILY, POOLED
+from moeplan.planners.families import FAMILY
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import tokens_per_step
@@ -62,7 +62,6 @@ from moeplan.serve.pools.pd import (
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-FAMILIES = POOLED  # the families served as prefill and decode pools (planners/families.py)
 #: the decode-batch search's running cap per rank, whatever the engine: SGLang's request pool
 DECODE_RUNNING_CAP = RUNNING_CAP
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)

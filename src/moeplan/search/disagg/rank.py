@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moeplan.cost import CostModel
-from moeplan.planners.families import FAMILY, POOLED
+from moeplan.planners.families import FAMILY, POOLED_FAMILIES
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
@@ -30,7 +30,7 @@ from moeplan.serve.metrics import SLO
 from moeplan.serve.pools.afd import AFDIteration, AFDLayout, bucket_up
 from moeplan.serve.workload.arrivals import ServeWorkload
 
-NEEDS = {f: FAMILY[f].needs for f in POOLED}  # pools build on that family's plan
+NEEDS = {f: FAMILY[f].needs for f in POOLED_FAMILIES}  # pools build on that family's plan
 
 
 def pools(k: Candidate) -> dict[str, Any]:
@@ -45,8 +45,7 @@ def pools(k: Candidate) -> dict[str, Any]:
 
 def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
     """Plan of a colocated-decode PD deployment (module docstring); the launch commands
-    are built from ``details.disaggregation`` by :func:`moeplan.export.sglang.sglang_pd_commands`
-    and :func:`moeplan.export.vllm.vllm_pd_commands`."""
+    are built from ``details.disaggregation`` by :mod:`moeplan.export.launch_servers`."""
     lay = k.layout
     dec = lay.decode
     assert not isinstance(dec, AFDLayout)
@@ -190,7 +189,7 @@ def _afd_plan_at_load(ctx: Context, k: Candidate) -> Plan:
 
 
 #: The ``plan.json`` of a served deployment of each pooled family, keyed by family name
-#: (:data:`moeplan.planners.families.POOLED`).
+#: (:data:`moeplan.planners.families.POOLED_FAMILIES`).
 POOL_PLANS: dict[str, Callable[[Context, Candidate], Plan]] = {
     "pd": lambda ctx, k: pd_plan(k, ctx.model.name, ctx.cluster.name),
     "afd": _afd_plan_at_load,

@@ -48,6 +48,7 @@ from functools import partial
 from typing import Any
 
 from moeplan.search.capacity.slo import (
+    CapacitySearch,
     SteadyProbe,
     slo_capacity,
     steady_probe,
@@ -177,12 +178,14 @@ def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: i
 def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool = True) -> None:
     """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
     guess, ref = _start(pc)
-    pc.capacity, pc.probe = slo_capacity(
-        None, None, c.workload, c.slo, guess_rps=guess, requests=requests,
-        runner=pc.runner(c), interval=False, ref_rps=ref, cache=pc.runs, full=full,
+    search = CapacitySearch(
+        guess_rps=guess, requests=requests, interval=False, ref_rps=ref, full=full,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
         met_rps=pc.beaten_at or None,  # it met the SLOs there: why it is searched
     )  # fmt: skip
+    pc.capacity, pc.probe = slo_capacity(
+        None, None, c.workload, c.slo, search, runner=pc.runner(c), cache=pc.runs
+    )
 
 
 def _searched(pc: PoolCandidate, c: Context, requests: int) -> tuple:
@@ -196,11 +199,13 @@ def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     assert pc.capacity is not None
     _, ref = _start(pc)
     pt = (pc.capacity.rate_rps, pc.capacity.point_high_rps)
-    pc.capacity, pc.probe = slo_capacity(
-        None, None, c.workload, c.slo, guess_rps=pt[0], requests=requests,
-        runner=pc.runner(c), known=pt, ref_rps=ref, cache=pc.runs,
+    search = CapacitySearch(
+        guess_rps=pt[0], requests=requests, known=pt, ref_rps=ref,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
+    pc.capacity, pc.probe = slo_capacity(
+        None, None, c.workload, c.slo, search, runner=pc.runner(c), cache=pc.runs
+    )
 
 
 def _first(cands: list[PoolCandidate], families: list[str]) -> list[PoolCandidate]:

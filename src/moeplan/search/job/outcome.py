@@ -13,10 +13,15 @@ This module holds data only: it imports types, never a planner or simulator func
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.planners.plan import Plan
 from moeplan.specs import ClusterSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from moeplan.planners.placement.result import PlacementResult
+    from moeplan.planners.rank import PlanResult
+    from moeplan.search.ranking.result import ServeRanking
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,10 +50,8 @@ class PlanOutcome:
     model: ModelSpec  # as planned (the first --layers decoder layers when cut)
     full_layers: int  # decoder layers of the model the launch files load
     cluster: ClusterSpec
-    analytic: Any  # moeplan.planners.rank.PlanResult: each family's own search and figure
-    ranking: (
-        Any  # moeplan.search.ranking.result.ServeRanking: every deployment on the serving footing
-    )
+    analytic: PlanResult  # each family's own search and figure
+    ranking: ServeRanking  # every deployment on the serving footing
     plan: Plan  # the served winner (ranking and, from a trace, its expert placement)
     explanation: tuple[str, ...]  # plain sentences: winner, capacity, limits, runner-up
     served_workload: dict[str, Any]  # the request stream every deployment was served
@@ -57,7 +60,7 @@ class PlanOutcome:
     curves: dict[str, Any]  # {"latency": {label: {ttft_s, tpot_s}}, "rate": {label: [...]}}
     timeline: dict[str, Any]  # Chrome trace of the winner's simulated engine iterations
     dep_schedules: dict[str, Any] = field(default_factory=dict)  # FinDEP and PPPipe, 2 layers
-    placement: Any = None  # moeplan.planners.placement.PlacementResult on the winner's EP
+    placement: PlacementResult | None = None  # Sem-MoE's placement on the winner's EP
     placement_note: str | None = None  # why no placement ran
     placement_changes: bool = False  # the placement is exported and beats contiguous
     winner_ep: int = 1

@@ -4,7 +4,7 @@ memory notes for a cut model, and each instance's EP degree."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.cost import CostModel
 from moeplan.search.colocated.evaluate import limiting_part
@@ -13,6 +13,9 @@ from moeplan.search.ranking.result import ServeRanking
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.units import GIB
+
+if TYPE_CHECKING:
+    from moeplan.planners.placement.result import PlacementResult
 
 #: Sem-MoE "changes the answer" when its held-out MoE layer time beats contiguous placement by
 #: more than this fraction: the fallback guard keeps placements up to 0.8 % worse than
@@ -88,7 +91,7 @@ def cluster_fill(ranking: ServeRanking, cluster_gpus: int) -> ClusterFill | None
                        total_output_tokens_per_s=k * m.output_tokens_per_s)  # fmt: skip
 
 
-def placement_changes(placement: Any, trace: str | None) -> bool:
+def placement_changes(placement: PlacementResult | None, trace: str | None) -> bool:
     """Sem-MoE changes what is launched: a real trace (its placement is exported), the guard
     kept it, and its held-out MoE layer time beats contiguous by more than PLACEMENT_GAIN."""
     if placement is None or trace is None or placement.fallback:

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.cost import CostModel
 from moeplan.cost.provenance import pricing, quant_vs_bf16, source_errors
@@ -48,6 +48,9 @@ from moeplan.search.ranking.result import ServeRanking
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
+
+if TYPE_CHECKING:
+    from moeplan.planners.placement.result import PlacementResult
 
 SYNTH_LAYERS = 4  # MoE layers of the synthetic trace Sem-MoE runs on without --trace
 GANTT_LAYERS = 2  # MoE layers of FinDEP's schedule drawn in the report
@@ -142,7 +145,7 @@ def _outcome(
     cost: CostModel,
     result: PlanResult,
     ranking: ServeRanking,
-    place_res: Any,
+    place_res: PlacementResult | None,
     place_note: str | None,
     curves: dict[str, Any],
     timeline: dict[str, Any],
@@ -245,7 +248,7 @@ def _placement(result: PlanResult, ep: int, spec: JobSpec, cm: CostModel) -> Any
 
 
 def winner_plan(
-    result: PlanResult, placement: Any, trace: str | None, ranking: ServeRanking
+    result: PlanResult, placement: PlacementResult | None, trace: str | None, ranking: ServeRanking
 ) -> Plan:
     """The serving winner's :class:`Plan` with the ranking and (from a trace) its expert
     placement."""

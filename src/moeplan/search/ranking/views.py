@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from moeplan.cost import CostModel
-from moeplan.planners.families import POOLED
+from moeplan.planners.families import POOLED_FAMILIES
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
 from moeplan.search.job.fanout import fan_out
@@ -145,7 +145,9 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     if rec and rec.get("layout") == w.entry.layout.label and not ranking.rate_given:
         lo, hi = rec["ci95_rps_per_instance"]
         unit = (  # a pooled deployment is fed as one: its rate is all its pools' together
-            "per deployment (its pools together)" if w.entry.family in POOLED else "per instance"
+            "per deployment (its pools together)"
+            if w.entry.family in POOLED_FAMILIES
+            else "per instance"
         )
         out.append(
             f"Capacity: {rec['rate_rps_per_instance']:.2f} req/s {unit} (95 % interval "

@@ -54,7 +54,8 @@ from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 PHASES = ("prefill", "decode")
-KEYS = ("attention", "moe", "dispatch", "combine", "dense", "other")
+#: the parts a phase step's seconds are broken into (:attr:`PhaseResult.breakdown`)
+BREAKDOWN_KEYS = ("attention", "moe", "dispatch", "combine", "dense", "other")
 COMM_KEYS = ("dispatch", "combine")
 MAX_PER_GPU = 1 << 22  # a bound on the phase inputs (tokens or sequences per GPU)
 
@@ -74,7 +75,7 @@ class MicroBatch:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PhaseResult:
-    """One phase's steady step on the busiest GPU (seconds; ``breakdown`` by :data:`KEYS`,
+    """One phase's steady step on the busiest GPU (seconds; ``breakdown`` by :data:`BREAKDOWN_KEYS`,
     plus ``overlap`` <= 0 under two-batch overlap)."""
 
     phase: str
@@ -211,7 +212,7 @@ class PhaseModel:
         if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs busy
             f = self._wide.tbo_gemm_factor("context" if halves[0].q > 1 else "generation")
             chains = [[(k, s if k in COMM_KEYS else s * f) for k, s in c] for c in chains]
-        out = dict.fromkeys(KEYS, 0.0)
+        out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         for chain in chains:
             for key, sec in chain:
                 out[key] += sec
