@@ -17,7 +17,7 @@ from moeplan.errors import MoeplanError
 from moeplan.export import constraints as cons
 from moeplan.export.launcher import HERE, render_launcher, render_per_node, render_refusal
 from moeplan.export.plan_export import PREFILL_UNIT, ExportContext, Option, engine_export
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.specs import load_cluster, load_model
 
 PWN = "PWNED"
@@ -108,7 +108,7 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
     result = SimpleNamespace(model=m, cluster=c)
     opt = Option(
-        strategy=Strategy(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1),
+        strategy=Layout(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1),
         label="tp8",
         family="strategy",
         per_gpu=100.0,
@@ -133,13 +133,11 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
 
 def test_pd_script_of_a_hostile_model_path(tmp_path):
     from moeplan.export.sglang import sglang_pd_script
-    from moeplan.serve.layout import ServeLayout
+    from moeplan.planners.layout import Layout
     from moeplan.serve.pd import PDLayout
 
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8", 2)
-    pd = PDLayout(
-        prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8, moe_ep=8), x=2, y=1
-    )
+    pd = PDLayout(prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=8, moe_ep=8), x=2, y=1)
     for i, value in enumerate(HOSTILE[:4]):
         text = sglang_pd_script(pd, model_path=value, target=cons.Target.of(m, c))
         cmds = run(tmp_path / str(i), text, {"ROLE": "prefill", "INSTANCE": "1"})

@@ -12,16 +12,9 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.disagg import Context, candidates, rate_match, stable
-from moeplan.serve import (
-    SLO,
-    EngineConfig,
-    LengthDist,
-    ServeLayout,
-    ServeWorkload,
-    generate,
-    simulate,
-)
+from moeplan.serve import SLO, EngineConfig, LengthDist, ServeWorkload, generate, simulate
 from moeplan.serve.metrics import request_latencies
 from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
 from moeplan.specs import LinkSpec, load_cluster, load_model
@@ -41,7 +34,7 @@ def decode_time(batch):  # fake evaluator: 8 ms + 20 us per sequence (context-fr
 
 
 def _layout(x=1, y=1):
-    return PDLayout(prefill=ServeLayout(), decode=ServeLayout(), x=x, y=y)
+    return PDLayout(prefill=Layout(), decode=Layout(), x=x, y=y)
 
 
 def _setup(transfer, x=1, y=1):
@@ -71,7 +64,7 @@ def test_kv_transfer_is_bytes_over_bandwidth_plus_latency():
     cm = CostModel(c)
     for name, tp in (("deepseek-v3", 4), ("qwen3-235b-a22b", 4), ("qwen3-235b-a22b", 1)):
         m = load_model(name)
-        lay = ServeLayout(attn_tp=tp, attn_dp=8 // tp, moe_ep=8)
+        lay = Layout(attn_tp=tp, attn_dp=8 // tp, moe_ep=8)
         nbytes = m.kv_bytes_per_token * 3000
         senders = 1 if m.attention == "mla" else min(tp, m.num_kv_heads)
         want = c.inter.latency + nbytes / senders / c.inter.bw
@@ -89,7 +82,7 @@ def test_infinite_link_pd_equals_the_standalone_pools():
     m = load_model("qwen3-30b-a3b")
     cm = CostModel(c)
     reqs = generate(_workload())
-    run = simulate_pd(reqs, _setup(lambda isl: kv_transfer_s(m, cm, ServeLayout(), isl, True)))
+    run = simulate_pd(reqs, _setup(lambda isl: kv_transfer_s(m, cm, Layout(), isl, True)))
     alone_pre = simulate(replace(reqs, osl=np.ones(len(reqs), dtype=np.int64)), PRE, prefill_time)
     ttft, tpot, _ = request_latencies(run.result)
     assert np.allclose(ttft, alone_pre.first_token_s - reqs.arrival_s, rtol=0, atol=1e-12)
@@ -206,12 +199,12 @@ def test_sglang_pd_launch_lists_every_instance_in_the_router():
     from moeplan.export.constraints import Target
     from moeplan.export.sglang import PD_BOOTSTRAP_PORT, sglang_pd_commands
     from moeplan.export.vllm import vllm_pd_commands
-    from moeplan.planners.strategy.space import Strategy
+    from moeplan.planners.layout import Layout
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
     t = Target.of(m, c)
-    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
-    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    pre = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    dec = Layout(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
     cmds = sglang_pd_commands(pre, dec, x=2, y=1, model_path="deepseek-ai/DeepSeek-V3", target=t)
     roles = [(k.role, k.instance, k.node_rank) for k in cmds]
     assert roles == [
@@ -236,7 +229,7 @@ def test_sglang_pd_launch_lists_every_instance_in_the_router():
     vcmds, notes = vllm_pd_commands(pre, dec, x=2, y=1, model_path="m", target=t)
     assert len(vcmds) == 3 and all("--kv-transfer-config" in v for v in vcmds)
     assert "no PD router" in notes[0]
-    hybrid = Strategy(attn_tp=8, attn_dp=1, moe_tp=2, moe_ep=4)
+    hybrid = Layout(attn_tp=8, attn_dp=1, moe_tp=2, moe_ep=4)
     none, why = vllm_pd_commands(hybrid, dec, x=1, y=1, model_path="m", target=t)
     assert none == [] and "cannot be launched by vLLM" in why[0]
 
@@ -250,9 +243,7 @@ def test_pd_instances_sharing_a_node_get_their_own_gpus_and_ports(tmp_path):
     from moeplan.export.sglang import sglang_pd_commands, sglang_pd_script
 
     m, c = load_model("qwen3-235b-a22b"), load_cluster("h200-sxm-8", 2)
-    pd = PDLayout(
-        prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8, moe_ep=8), x=2, y=1
-    )
+    pd = PDLayout(prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=8, moe_ep=8), x=2, y=1)
     from moeplan.export.sglang import pd_strategy
 
     cmds = sglang_pd_commands(
@@ -314,13 +305,13 @@ def test_pd_exports_pass_each_pools_knobs_and_prefill_chunk():
     from moeplan.export.constraints import Target
     from moeplan.export.sglang import sglang_pd_commands
     from moeplan.export.vllm import vllm_pd_commands
-    from moeplan.planners.strategy.space import Strategy
+    from moeplan.planners.layout import Layout
     from moeplan.serve.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
     t = Target.of(m, c)
-    pre = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
-    dec = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    pre = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    dec = Layout(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
     kp = InstanceKnobs(a2a="deepep", tbo=True)
     kd = InstanceKnobs(a2a="deepep", mtp=1, mtp_accept=0.8)
     v, _ = vllm_pd_commands(
@@ -359,7 +350,7 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
             return super().expert_ffn(*a, **k) + 2e-3
 
     ctx = Context(model=m, cluster=c, cost=Floor(c), workload=w, slo=SLO())
-    p = prefill_pool(ctx, ServeLayout(attn_dp=4, moe_ep=4))
+    p = prefill_pool(ctx, Layout(attn_dp=4, moe_ep=4))
     assert p is not None
     n = 192
     res = simulate(requests_from_rows([0.0] * n, [2000] * n, [1] * n), p.cfg, p.evaluate)
@@ -376,7 +367,7 @@ def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
     from moeplan.serve.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
-    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16, moe_ep=16),
+    pd = PDLayout(prefill=Layout(attn_dp=8, moe_ep=8), decode=Layout(attn_dp=16, moe_ep=16),
                   x=2, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
                   decode_knobs=InstanceKnobs(a2a="deepep"), prefill_chunk=65536)  # fmt: skip
     text = vllm_pd_script(pd, model_path="deepseek-ai/DeepSeek-V3", target=Target.of(m, c))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeplan.errors import require
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 
 SERVER_PORT = 30000  # SGLang's default --port; vLLM servers get the same numbering
 DIST_PORT = 5000  # torch.distributed rendezvous of a multi-node server (--dist-init-addr)
@@ -40,7 +40,7 @@ class Pool:
     ``redundant``: redundant experts per MoE layer of the layout."""
 
     role: str
-    strategy: Strategy
+    strategy: Layout
     count: int
     knobs: Any = None
     redundant: int = 0
@@ -73,7 +73,7 @@ class Slot:
         return f"{self.role}-{self.instance}"
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> Layout:
         return self.pool.strategy
 
     @property

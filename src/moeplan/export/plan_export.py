@@ -47,7 +47,6 @@ from moeplan.export.pp_partition import layer_partition
 from moeplan.export.sglang import pd_strategy
 from moeplan.planners.families import FAMILY
 from moeplan.planners.layout import Layout
-from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import model_names
 from moeplan.specs.presets import model_repos
 
@@ -171,7 +170,7 @@ class Option:
     """A deployment an engine might launch (``strategy`` None: a reference it cannot, such as a
     disaggregated winner), with the figure it is ranked by."""
 
-    strategy: Strategy | None
+    strategy: Layout | None
     label: str
     family: str
     per_gpu: float
@@ -286,7 +285,7 @@ def serving_options(serving: Any) -> list[Option]:
     return out
 
 
-def _partition(plan: Any, st: Strategy | None) -> tuple[tuple[int, ...] | None, list[str]]:
+def _partition(plan: Any, st: Layout | None) -> tuple[tuple[int, ...] | None, list[str]]:
     """A SMIDT pipeline plan's cuts as the engines' layer partition (pp_partition.py); when a
     cut falls inside a layer and SMIDT's time-balanced layer-level baseline (same cost tables,
     whole layers) has the same PP degree, that priced partition is exported instead."""

@@ -23,7 +23,7 @@ from moeplan.cost.a2a import HardwareFacts, moe_backend
 from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
 from moeplan.export.knob_flags import prefill_chunk_args, sglang_knob_args
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.serve.instance_knobs import InstanceKnobs
 
 
@@ -70,7 +70,7 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
 
 
 def _ep_args(
-    s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
+    s: Layout, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
 ) -> list[str]:
     """``--ep-size`` and the DeepEP backend where :func:`moeplan.cost.a2a.moe_backend` (the
     cost model's decision) picks it for ``a2a``."""
@@ -99,7 +99,7 @@ def _ep_args(
 
 
 def sglang_args(
-    strategy: Strategy,
+    strategy: Layout,
     *,
     model_path: str,
     target: Target,
@@ -173,8 +173,8 @@ class PDCommand:
 
 
 def pd_pools(
-    prefill: Strategy, decode: Strategy, x: int, y: int, target: Target
-) -> list[tuple[str, Strategy, int, int]]:
+    prefill: Layout, decode: Layout, x: int, y: int, target: Target
+) -> list[tuple[str, Layout, int, int]]:
     """``(role, layout, instances, nodes per instance)`` of both pools."""
     return [
         (role, s, count, -(-s.world_size // target.gpus_per_node))
@@ -188,8 +188,8 @@ def pd_address(role: str, instance: int) -> str:
 
 
 def sglang_pd_commands(
-    prefill: Strategy,
-    decode: Strategy,
+    prefill: Layout,
+    decode: Layout,
     *,
     x: int,
     y: int,
@@ -248,9 +248,9 @@ def sglang_pd_commands(
     return out
 
 
-def pd_strategy(layout: Any) -> Strategy:
-    """The engine layout of one pool instance (a :class:`moeplan.serve.ServeLayout`)."""
-    return Strategy(
+def pd_strategy(layout: Any) -> Layout:
+    """The engine layout of one pool instance (a :class:`moeplan.serve.Layout`)."""
+    return Layout(
         attn_tp=layout.attn_tp,
         attn_dp=layout.attn_dp,
         moe_tp=layout.moe_tp,

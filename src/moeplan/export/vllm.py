@@ -25,13 +25,13 @@ from moeplan.errors import require
 from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args, vllm_knob_env
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.serve.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 
 
-def unexpressible(s: Strategy) -> str | None:
+def unexpressible(s: Layout) -> str | None:
     """Why vLLM cannot run ``s`` (None when it can)."""
     if s.moe_tp > 1 and s.moe_ep > 1:
         return (
@@ -42,7 +42,7 @@ def unexpressible(s: Strategy) -> str | None:
 
 
 def vllm_args(
-    strategy: Strategy,
+    strategy: Layout,
     *,
     model_path: str,
     target: Target,
@@ -107,7 +107,7 @@ def _eplb(redundant: int, target: Target, warnings: list[str]) -> list[str]:
 
 
 def _multinode(
-    s: Strategy, nodes: int, rank: int, address: str, port: int, warnings: list[str]
+    s: Layout, nodes: int, rank: int, address: str, port: int, warnings: list[str]
 ) -> list[str]:
     if s.attn_dp >= nodes and s.attn_dp % nodes == 0 and s.pp == 1:
         local = s.attn_dp // nodes
@@ -139,8 +139,8 @@ PD_PROXY_NOTE = (
 
 
 def vllm_pd_commands(
-    prefill: Strategy,
-    decode: Strategy,
+    prefill: Layout,
+    decode: Layout,
     *,
     x: int,
     y: int,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
+from moeplan.planners.layout import Layout
 from moeplan.search.search import ServeResult
 from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
@@ -50,7 +51,7 @@ from moeplan.serve.knobs import (
     default_chunk,
     engine_config,
 )
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pd import (
     DecodeLayout,
@@ -94,7 +95,7 @@ class Context:
 class Pool:
     """One instance kind with its analytic capacity (requests/s) and scheduler."""
 
-    layout: ServeLayout | AFDLayout
+    layout: Layout | AFDLayout
     cfg: EngineConfig
     evaluate: Evaluator
     rate: float
@@ -121,15 +122,15 @@ def _powers(limit: int) -> Iterator[int]:
         g *= 2
 
 
-def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[ServeLayout]:
+def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[Layout]:
     """Candidate colocated instance layouts up to ``max_gpus`` (module docstring)."""
     out = []
     gpn = cluster.gpus_per_node
     for g in _powers(max_gpus):
         for tp in _powers(min(g, gpn)):
-            out.append(ServeLayout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
+            out.append(Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
         if 1 < g <= gpn:
-            out.append(ServeLayout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
+            out.append(Layout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
     valid = []
     for lay in out:
         try:
@@ -148,7 +149,7 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
     return out
 
 
-def pool_knobs(c: Context, lay: ServeLayout) -> list[InstanceKnobs]:
+def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
     """The instance knobs a pool of ``lay`` is tried with: the MoE all-to-all the engine
     would run (DeepEP wherever it can, :func:`~moeplan.serve.instance_knobs.resolve_knobs`
     with ``--a2a auto``), and with DeepEP two-batch overlap off and on (SGLang's flag; the
@@ -160,14 +161,14 @@ def pool_knobs(c: Context, lay: ServeLayout) -> list[InstanceKnobs]:
     return [base, replace(base, tbo=True)] if base.a2a == "deepep" else [base]
 
 
-def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
+def prefill_pool(c: Context, lay: Layout) -> Pool | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
     pools = [p for k in pool_knobs(c, lay) if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | None:
+def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> Pool | None:
     try:
         chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
         cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
@@ -328,7 +329,7 @@ def why_none(c: Context, family: str) -> str:
 
 def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
     """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
-    assert isinstance(p.layout, ServeLayout)
+    assert isinstance(p.layout, Layout)
     pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
                   prefill_knobs=p.knobs, decode_knobs=d.knobs,
                   prefill_chunk=p.cfg.chunk_tokens)  # fmt: skip
@@ -366,7 +367,7 @@ def candidates(c: Context, family: str) -> list[Candidate]:
     return out
 
 
-def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int], float]:
+def _transfer_fn(c: Context, prefill: Layout, inter: bool) -> Callable[[int], float]:
     memo: dict[int, float] = {}
 
     def seconds(isl: int) -> float:

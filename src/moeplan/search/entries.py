@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ServeResult
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
 
 
@@ -19,7 +19,7 @@ class Entry:
 
     family: str
     label: str
-    layout: ServeLayout
+    layout: Layout
     plan: Plan
     replicas: int = 1
     """Independent instances of ``layout`` (SMIDT's DPMoE replicas); each gets 1/replicas of
@@ -78,6 +78,6 @@ class Served:
         """What was served, exactly, for a colocated entry (``serve-sim --plan`` simulates it
         again): the instance's degrees (``serve_layout``) and its ``replicas``; {} for pools."""
         lay = self.entry.layout
-        if not isinstance(lay, ServeLayout):
+        if not isinstance(lay, Layout):
             return {}
         return {"serve_layout": lay.to_dict(), "replicas": self.entry.replicas}

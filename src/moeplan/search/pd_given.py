@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout
 from moeplan.search.disagg import (
     Candidate,
     Context,
@@ -29,12 +30,12 @@ from moeplan.search.disagg_bound import decode_rate_bound, prefill_rate_bound
 from moeplan.search.disagg_capacity import result_of
 from moeplan.search.disagg_search import pool_candidate, search_capacity
 from moeplan.serve.afd import AFDLayout
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO
 from moeplan.serve.pd import PDLayout
 
 
-def _check_fits(c: Context, lay: ServeLayout | AFDLayout, role: str) -> None:
+def _check_fits(c: Context, lay: Layout | AFDLayout, role: str) -> None:
     """One line on why ``lay`` cannot run ``c``'s model on ``c``'s cluster."""
     if isinstance(lay, AFDLayout):
         return

@@ -18,11 +18,11 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.serve.engine import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.knobs import ENGINES, candidates, default_chunk, engine_config
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload import ServeWorkload, generate
 
@@ -55,7 +55,7 @@ def probe_requests(rate: float, workload: ServeWorkload, slo: SLO, floor: int) -
     return max(floor, min(MAX_PROBE_REQUESTS, want))
 
 
-EvaluatorFactory = Callable[[ServeLayout], Evaluator]
+EvaluatorFactory = Callable[[Layout], Evaluator]
 
 
 def max_rate_meeting_slo(
@@ -135,7 +135,7 @@ def analytic_rate(evaluate: Evaluator, cfg: EngineConfig, isl: int, osl: int, sl
 class ServeResult:
     """The serving answer for one layout (``metrics`` None when infeasible)."""
 
-    layout: ServeLayout
+    layout: Layout
     feasible: bool
     reason: str = ""
     engine: EngineConfig | None = None
@@ -187,7 +187,7 @@ def _bound(
     metrics: ServeMetrics,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     batch: int,
 ) -> str:
     """What limits the layout at its operating point: the KV pool when it preempts or fills,
@@ -275,7 +275,7 @@ def evaluate_layout(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layout: ServeLayout,
+    layout: Layout,
     workload: ServeWorkload,
     slo: SLO,
     *,
@@ -337,7 +337,7 @@ def evaluate_layouts(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layouts: Sequence[ServeLayout],
+    layouts: Sequence[Layout],
     workload: ServeWorkload,
     slo: SLO,
     *,

@@ -20,9 +20,9 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
-from moeplan.planners.strategy.space import Strategy
 from moeplan.search.capacity import CI_TARGET, SteadyProbe, steady_probe, window_metrics
 from moeplan.search.entries import Entry, Served
 from moeplan.search.family_layouts import entries_of
@@ -30,7 +30,6 @@ from moeplan.search.ranking import ServeRanking, _all_replicas
 from moeplan.search.search import ServeResult
 from moeplan.search.space import layouts
 from moeplan.search.space_search import Certificate, SpaceCandidate, search_space
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 
@@ -46,7 +45,7 @@ def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
             plan = replace(plan, details={**plan.details, "replicas": launches})
         return replace(e, plan=plan, replicas=c.replicas)
     lay = c.layout
-    s = Strategy(
+    s = Layout(
         attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
     )
     plan = Plan(
@@ -131,7 +130,7 @@ def served_space(
     """Served colocated deployments, those pruned by bound (with the bound per GPU), why a
     family is not served, the certificate, and the winner's capacity record."""
     entries, not_served = entries_of(result)
-    proposed: dict[ServeLayout, Entry] = {}
+    proposed: dict[Layout, Entry] = {}
     for e in entries:
         proposed.setdefault(e.layout, e)
     space = layouts(result.model, result.cluster)
@@ -184,7 +183,7 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
 
     m, c = result.model, result.cluster
 
-    def knobs(lay: ServeLayout):  # type: ignore[no-untyped-def]
+    def knobs(lay: Layout):  # type: ignore[no-untyped-def]
         if search is None:
             return resolve_knobs(cost.engine, m, c, lay)
         base = search.base

@@ -31,6 +31,7 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.bound import Bound, capacity_bound
 from moeplan.search.capacity import (
     DEFAULT_REQUESTS,
@@ -47,7 +48,6 @@ from moeplan.serve.engine import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import IterationModel
 from moeplan.serve.knobs import candidates
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -57,7 +57,7 @@ from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 class SpaceCandidate:
     """One layout of the space and what the search learned of it (per instance rates)."""
 
-    layout: ServeLayout
+    layout: Layout
     replicas: int
     spare_gpus: int
     reason: str = ""
@@ -276,9 +276,9 @@ def search_space(
     *,
     engine: str = "sglang",
     requests: int = DEFAULT_REQUESTS,
-    space: list[ServeLayout] | None = None,
+    space: list[Layout] | None = None,
     progress: Callable[[str], None] | None = None,
-    knobs_for: Callable[[ServeLayout], InstanceKnobs | None] | None = None,
+    knobs_for: Callable[[Layout], InstanceKnobs | None] | None = None,
 ) -> tuple[list[SpaceCandidate], Certificate]:
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
     the certificate (module docstring)."""

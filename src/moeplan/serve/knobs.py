@@ -29,9 +29,10 @@ from typing import Any
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.serve.config import EngineConfig
 from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
+from moeplan.serve.layout import kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
 GIB = 1024**3
@@ -55,7 +56,7 @@ def engine_config(
     engine: str,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     *,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
@@ -97,7 +98,7 @@ def engine_config(
 def _vllm_config(
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     chunk: int,
     chunk_tokens: int | None,
     max_running: int | None,
@@ -132,7 +133,7 @@ def candidates(
     engine: str,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
@@ -191,12 +192,12 @@ class KnobEntry:
     none, and how a value applies. ``values`` may return ``()`` (the variant is dropped)."""
 
     name: str
-    values: Callable[[ModelSpec, ServeLayout, InstanceKnobs, tuple], tuple]
+    values: Callable[[ModelSpec, Layout, InstanceKnobs, tuple], tuple]
     #: a value (of the entry's own type: str, bool or int) applied to ``(layout, knobs)``
-    apply: Callable[[ServeLayout, InstanceKnobs, Any], tuple[ServeLayout, InstanceKnobs]]
+    apply: Callable[[Layout, InstanceKnobs, Any], tuple[Layout, InstanceKnobs]]
 
 
-def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _a2a_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     engine, cluster = ctx
     deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
     if kn.tbo:  # two-batch overlap was asked for: only DeepEP runs it
@@ -204,13 +205,11 @@ def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: t
     return ("nccl", "deepep") if deepep else ("nccl",)
 
 
-def _tbo_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _tbo_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     return (False, True) if kn.a2a == "deepep" else (False,)
 
 
-def _redundant_values(
-    model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple
-) -> tuple:
+def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     """0 when ``moe_ep`` divides E, else the smallest R making E + R divisible by EP (at most
     E / :data:`MAX_REDUNDANT_FRACTION`). Replicas buy balance only against a routing profile
     with per-expert loads, which the deployment search does not take: with balanced routing
@@ -222,7 +221,7 @@ def _redundant_values(
     return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
 
 
-def _mtp_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _mtp_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     """Only the user's (``base``): the acceptance rate is the user's statement about their
     workload, so MTP is never switched on by a search (no hidden default)."""
     return (kn.mtp,)
@@ -248,10 +247,10 @@ def knob_variants(
     engine: str | None,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     base: InstanceKnobs,
     given: frozenset[str] = frozenset(),
-) -> list[tuple[ServeLayout, InstanceKnobs]]:
+) -> list[tuple[Layout, InstanceKnobs]]:
     """Every ``(layout, knobs)`` the search tries: each :data:`KNOB_ENTRIES` entry not in
     ``given`` expands the variants by its values (``base`` and ``layout`` hold the given)."""
     variants = [(layout, base)]

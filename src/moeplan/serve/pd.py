@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation (DistServe; SGLang and vLLM PD modes) on the serving engine.
 
 A deployment is ``x`` prefill instances of one layout and ``y`` decode instances of another
-(a colocated :class:`ServeLayout`, or an attention–FFN disaggregated :class:`AFDLayout`).
+(a colocated :class:`Layout`, or an attention–FFN disaggregated :class:`AFDLayout`).
 One run (:func:`simulate_pd`) reuses :func:`moeplan.serve.engine.simulate` for every
 instance — no second simulator:
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from moeplan.cost import CostModel
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
 from moeplan.serve.afd import AFDLayout
 from moeplan.serve.batch_grid import GridEvaluator
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
@@ -50,18 +51,17 @@ from moeplan.serve.engine import simulate
 from moeplan.serve.grid import bucket
 from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.workload import Requests
 from moeplan.specs import ClusterSpec, ModelSpec
 
-DecodeLayout = ServeLayout | AFDLayout
+DecodeLayout = Layout | AFDLayout
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PDLayout:
     """``x`` prefill instances of ``prefill`` and ``y`` decode instances of ``decode``."""
 
-    prefill: ServeLayout
+    prefill: Layout
     decode: DecodeLayout
     x: int
     y: int
@@ -114,7 +114,7 @@ def _knobs(knobs: InstanceKnobs | None) -> dict[str, object]:
     return {} if knobs is None else {"knobs": knobs.to_dict()}
 
 
-def kv_senders(model: ModelSpec, prefill: ServeLayout) -> int:
+def kv_senders(model: ModelSpec, prefill: Layout) -> int:
     """GPUs of one prefill attention-DP rank that hold distinct shards of a request's KV."""
     return 1 if model.attention == "mla" else min(prefill.attn_tp, model.num_kv_heads)
 
@@ -125,7 +125,7 @@ def transfer_inter_node(cluster: ClusterSpec, layout: PDLayout) -> bool:
 
 
 def kv_transfer_s(
-    model: ModelSpec, cost: CostModel, prefill: ServeLayout, isl: int, inter_node: bool
+    model: ModelSpec, cost: CostModel, prefill: Layout, isl: int, inter_node: bool
 ) -> float:
     """Seconds to move one request's prompt KV (module docstring, step 2)."""
     nbytes = model.kv_bytes_for_context(isl) / kv_senders(model, prefill)

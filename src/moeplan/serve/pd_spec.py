@@ -32,11 +32,11 @@ import re
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout
 from moeplan.serve.afd import AFDLayout
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.pd import DecodeLayout, PDLayout
 
-#: token key -> ServeLayout field
+#: token key -> Layout field
 KEYS = {
     "attn-tp": "attn_tp",
     "attn-dp": "attn_dp",
@@ -55,7 +55,7 @@ GRAMMAR = (
 )
 
 
-def parse_layout(text: str, where: str = "--pd") -> ServeLayout | AFDLayout:
+def parse_layout(text: str, where: str = "--pd") -> Layout | AFDLayout:
     """One LAYOUT (module docstring); one-line :class:`MoeplanError` naming ``where``."""
     fields: dict[str, Any] = {}
     afd: dict[str, int] = {}
@@ -78,7 +78,7 @@ def parse_layout(text: str, where: str = "--pd") -> ServeLayout | AFDLayout:
         return AFDLayout(**afd)
     require(bool(fields), f"{where} layout ({text!r}) is empty; the grammar is {GRAMMAR}")
     try:
-        return ServeLayout(**fields)
+        return Layout(**fields)
     except MoeplanError as err:
         raise MoeplanError(f"{where} layout ({text!r}): {err}") from None
 
@@ -97,13 +97,13 @@ def parse_pd(text: str, where: str = "--pd") -> PDLayout:
         pools.append((int(count), parse_layout(lay, f"{where} {role}")))
     (x, pre), (y, dec) = pools
     require(
-        isinstance(pre, ServeLayout),
+        isinstance(pre, Layout),
         f"{where} prefill layout ({parts[0]!r}) must be a colocated layout, not an AFD instance",
     )
     return PDLayout(prefill=pre, decode=dec, x=x, y=y)  # type: ignore[arg-type]
 
 
-def layout_text(layout: ServeLayout | AFDLayout) -> str:
+def layout_text(layout: Layout | AFDLayout) -> str:
     """``layout`` in the grammar (degrees of 1 and defaults left out)."""
     if isinstance(layout, AFDLayout):
         return f"ag{layout.ag}.eg{layout.eg}"
@@ -121,11 +121,11 @@ def pd_text(pd: PDLayout) -> str:
     return f"{pd.x}*{layout_text(pd.prefill)}:{pd.y}*{layout_text(pd.decode)}"
 
 
-def _from_fields(d: dict[str, Any], where: str) -> ServeLayout | AFDLayout:
+def _from_fields(d: dict[str, Any], where: str) -> Layout | AFDLayout:
     if d.get("kind") == "afd":
         return AFDLayout(ag=int(d["ag"]), eg=int(d["eg"]))
     names = (*KEYS.values(), "fused")
-    return ServeLayout(**{k: d[k] for k in names if k in d})
+    return Layout(**{k: d[k] for k in names if k in d})
 
 
 def pd_from_dict(d: Any, where: str = "plan.details.disaggregation") -> PDLayout:
@@ -138,5 +138,5 @@ def pd_from_dict(d: Any, where: str = "plan.details.disaggregation") -> PDLayout
         x, y = int(d["prefill"]["instances"]), int(d["decode"]["instances"])
     except (KeyError, TypeError, ValueError) as err:
         raise MoeplanError(f"{where} is malformed: {type(err).__name__}: {err}") from None
-    require(isinstance(pre, ServeLayout), f"{where}.prefill must be a colocated layout")
+    require(isinstance(pre, Layout), f"{where}.prefill must be a colocated layout")
     return PDLayout(prefill=pre, decode=dec, x=x, y=y)  # type: ignore[arg-type]
