@@ -15,9 +15,9 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.serve.afd import AFDLayout
+from moeplan.serve.deployment import parse_layout, parse_pd, pd_from_dict
 from moeplan.serve.iteration import Batch, IterationModel
 from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_spec import layout_text, parse_layout, parse_pd, pd_from_dict, pd_text
 from moeplan.specs import load_cluster, load_model
 
 BASE = [
@@ -65,8 +65,9 @@ def layouts(draw) -> Layout:
 def test_grammar_round_trips(pre: Layout, dec: Layout, x: int, y: int) -> None:
     """Every layout written in the grammar parses back to itself, as does the P/D pair."""
     pd = PDLayout(prefill=pre, decode=dec, x=x, y=y)
-    assert parse_layout(layout_text(pre)) == pre
-    assert parse_pd(pd_text(pd)) == pd
+    assert parse_layout(pre.label) == pre
+    assert parse_pd(pd.label) == pd
+    assert parse_pd(f"{x}*{pre.label}:{y}*{dec.label}") == pd
     assert pd_from_dict(json.loads(json.dumps(pd.to_dict()))) == pd
 
 
@@ -136,10 +137,7 @@ def test_given_deployment_from_text_equals_its_plan_json(capsys, tmp_path) -> No
     code, out, err = _run(capsys, *BASE, "--pd", str(path), "--rate", "2")
     assert code == 0, err
     b = json.loads(out)
-    assert (
-        a["metrics"] == b["metrics"]
-        and a["pd"] == b["pd"] == "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4"
-    )
+    assert a["metrics"] == b["metrics"] and a["pd"] == b["pd"] == pd.label
     assert a["gpus"] == 6 and a["layout"]["kind"] == "pd"
     md, cl = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
     cm = cost_model_for(cl)

@@ -15,7 +15,8 @@ over the rest of the stage, as SGLang/vLLM do for the first dense layers of Deep
 
 One text form, :attr:`Layout.label` (also ``str(layout)``), is printed by the CLI, the report,
 ``--json`` outputs and the exports, e.g. ``attn TP4xDP2 / MoE TP8xEP1``,
-``attn TP8xDP2 / MoE TP8xEP2 fused``, ``attn TP1xDP8 / MoE TP1xEP8+R32 / PP2x4mb x2 replicas``.
+``attn TP8xDP2 / MoE TP8xEP2 fused``, ``attn TP1xDP8 / MoE TP1xEP8+R32 / PP2x4mb x2 replicas``;
+``serve-sim --pd`` reads the same text back (:mod:`moeplan.serve.deployment`).
 """
 
 from __future__ import annotations
@@ -123,11 +124,19 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """The one text form, e.g. ``attn TP4xDP2 / MoE TP8xEP1 / PP2x2mb x2 replicas``."""
+        """The one text form, e.g. ``attn TP4xDP2 / MoE TP8xEP1 / PP2x2mb x2 replicas``:
+        every field that differs from its default is written (dense TP only when it is not
+        the attention TP, micro-batches whenever there is a pipeline or they are not ``pp``),
+        so :func:`moeplan.serve.deployment.parse_layout` reads it back to this layout."""
         s = f"attn TP{self.attn_tp}xDP{self.attn_dp} / MoE TP{self.moe_tp}xEP{self.moe_ep}"
         s += f"+R{self.redundant_experts}" if self.redundant_experts else ""
         s += " fused" if self.fused else ""
-        s += f" / PP{self.pp}x{self.micro_batches}mb" if self.pp > 1 else ""
+        s += f" / dense TP{self.dense_tp}" if self.dense_tp != self.attn_tp else ""
+        s += (
+            f" / PP{self.pp}x{self.micro_batches}mb"
+            if self.pp > 1 or self.micro_batches != self.pp
+            else ""
+        )
         return s + (f" x{self.replicas} replicas" if self.replicas > 1 else "")
 
     def __str__(self) -> str:
