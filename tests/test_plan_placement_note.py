@@ -13,7 +13,7 @@ from moeplan.planners.plan import Plan
 from moeplan.search.entries import Entry
 from moeplan.search.job import placement_ep as _placement_ep
 from moeplan.search.job_parts import instance_eps
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.deployment import PDLayout
 from moeplan.specs import load_model
 
 EP8 = Layout(attn_dp=8, moe_ep=8)

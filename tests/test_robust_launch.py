@@ -134,7 +134,7 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
 def test_pd_script_of_a_hostile_model_path(tmp_path):
     from moeplan.export.sglang import sglang_pd_script
     from moeplan.planners.layout import Layout
-    from moeplan.serve.pd import PDLayout
+    from moeplan.serve.deployment import PDLayout
 
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8", 2)
     pd = PDLayout(prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=8, moe_ep=8), x=2, y=1)

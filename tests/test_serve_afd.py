@@ -20,7 +20,8 @@ from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult
 from moeplan.search.disagg_rank import search_pools
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
+from moeplan.serve.afd import AFDIteration, bucket_up, coarse_ctx
+from moeplan.serve.deployment import AFDLayout
 from moeplan.serve.iteration import Batch
 from moeplan.specs import Workload, load_cluster, load_model
 

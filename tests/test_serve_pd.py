@@ -15,8 +15,9 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.search.disagg import Context, candidates, rate_match, stable
 from moeplan.serve import SLO, EngineConfig, LengthDist, ServeWorkload, generate, simulate
+from moeplan.serve.deployment import PDLayout
 from moeplan.serve.metrics import request_latencies
-from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
+from moeplan.serve.pd import PoolSetup, kv_senders, kv_transfer_s, simulate_pd
 from moeplan.specs import LinkSpec, load_cluster, load_model
 
 PRE = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=64, kv_tokens=200_000)

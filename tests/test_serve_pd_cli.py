@@ -14,10 +14,8 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.serve.afd import AFDLayout
-from moeplan.serve.deployment import parse_layout, parse_pd, pd_from_dict
+from moeplan.serve.deployment import AFDLayout, PDLayout, parse_layout, parse_pd, pd_from_dict
 from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.pd import PDLayout
 from moeplan.specs import load_cluster, load_model
 
 BASE = [

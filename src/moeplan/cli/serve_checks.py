@@ -19,7 +19,7 @@ from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.deployment import PDLayout
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 

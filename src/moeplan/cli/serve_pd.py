@@ -17,9 +17,8 @@ from moeplan.errors import require
 from moeplan.planners.plan import Plan
 from moeplan.search.disagg import Context, DisaggResult
 from moeplan.search.pd_given import simulate_given
-from moeplan.serve.deployment import parse_pd, pd_from_dict
+from moeplan.serve.deployment import PDLayout, parse_pd, pd_from_dict
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import PDLayout
 from moeplan.serve.workload import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.specs.hf_config import read_json_file

@@ -40,8 +40,9 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY, POOLED
 from moeplan.planners.layout import Layout
 from moeplan.search.search import ServeResult
-from moeplan.serve.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
+from moeplan.serve.afd import AFDIteration, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.deployment import AFDLayout, DecodeLayout, PDLayout, instance
 from moeplan.serve.engine import tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
@@ -54,9 +55,7 @@ from moeplan.serve.knobs import (
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pd import (
-    DecodeLayout,
     DecodeStepEvaluator,
-    PDLayout,
     PDRun,
     PoolSetup,
     kv_transfer_s,
@@ -216,8 +215,14 @@ def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tup
 def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
     """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve),
     with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
-    if isinstance(lay, AFDLayout):
-        return _decode_pool(c, lay, None)
+    return instance(lay).visit(
+        colocated=lambda d: _colocated_decode_pool(c, d.layout),
+        afd=lambda a: _decode_pool(c, a, None),
+    )
+
+
+def _colocated_decode_pool(c: Context, lay: Layout) -> Pool | None:
+    """:func:`decode_pool` of a colocated instance: the best of its knobs."""
     kns = pool_knobs(c, lay)
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
         kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
@@ -231,14 +236,18 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     ctx = w.isl.mean + w.osl.mean // 2
     tpot = None if c.slo.tpot_s is None else TPOT_MARGIN * c.slo.tpot_s
     try:
-        if isinstance(lay, AFDLayout):
-            ev: Evaluator = AFDIteration(md, c.cluster, c.cost, lay)
-            per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
-            ranks = lay.ag
-        else:
-            ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
-            per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
-            ranks = lay.attn_dp
+        ev, per_rank, ranks = instance(lay).visit(
+            colocated=lambda d: (
+                DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, d.layout, knobs=knobs)),
+                kv_capacity_tokens(md, c.cluster, d.layout, d.layout.attn_dp),
+                d.layout.attn_dp,
+            ),
+            afd=lambda a: (
+                AFDIteration(md, c.cluster, c.cost, a),
+                afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank,
+                a.ag,
+            ),
+        )
     except MoeplanError:
         return None
     if big > per_rank:
@@ -261,10 +270,15 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
 
 
 def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
-    if isinstance(lay, AFDLayout):
-        return afd_engine_config(c.model, c.cluster, lay, cap, c.reserve)
-    per_rank = kv_capacity_tokens(c.model, c.cluster, lay, cap + 1)
-    return decode_engine_config(cap, per_rank, lay.attn_dp, c.reserve)
+    return instance(lay).visit(
+        colocated=lambda d: decode_engine_config(
+            cap,
+            kv_capacity_tokens(c.model, c.cluster, d.layout, cap + 1),
+            d.layout.attn_dp,
+            c.reserve,
+        ),
+        afd=lambda a: afd_engine_config(c.model, c.cluster, a, cap, c.reserve),
+    )
 
 
 def rate_match(
@@ -329,8 +343,7 @@ def why_none(c: Context, family: str) -> str:
 
 def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
     """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
-    assert isinstance(p.layout, Layout)
-    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,  # type: ignore[arg-type]
                   prefill_knobs=p.knobs, decode_knobs=d.knobs,
                   prefill_chunk=p.cfg.chunk_tokens)  # fmt: skip
     inter = transfer_inter_node(c.cluster, pd)

@@ -26,7 +26,7 @@ from moeplan.search.disagg import Candidate, Context, why_none
 from moeplan.search.disagg_capacity import capacity_record, result_of
 from moeplan.search.disagg_search import DisaggCertificate, PoolCandidate, search_disaggregated
 from moeplan.search.entries import Entry, Served
-from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up
+from moeplan.serve.afd import AFDIteration, bucket_up
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 
@@ -48,13 +48,11 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
     are built from ``details.disaggregation`` by :func:`moeplan.export.sglang.sglang_pd_commands`
     and :func:`moeplan.export.vllm.vllm_pd_commands`."""
     lay = k.layout
-    dec = lay.decode
-    assert not isinstance(dec, AFDLayout)
     return Plan(
         family="strategy",
         model=model,
         cluster=cluster,
-        layout=dec.plan_layout(),
+        layout=lay.plan_layout(),
         details={"label": lay.label, "disaggregation": pools(k)},
     )
 
@@ -62,8 +60,7 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
 def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Plan:
     """``dep`` plan of one AFD decode instance at ``batch`` sequences and ``ctx`` keys."""
     lay = k.layout
-    dec = lay.decode
-    assert isinstance(dec, AFDLayout)
+    dec = lay.decode_instance.visit(afd=lambda a: a)
     ev = k.setup.decode_eval
     assert isinstance(ev, AFDIteration)
     b = bucket_up(max(1, -(-batch // dec.ag)))

@@ -10,6 +10,7 @@ from typing import Any
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ServeResult
+from moeplan.serve.deployment import PDLayout, of
 from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
 
 
@@ -19,7 +20,7 @@ class Entry:
 
     family: str
     label: str
-    layout: Layout
+    layout: Layout | PDLayout
     plan: Plan
     replicas: int = 1
     """Independent instances of ``layout`` (SMIDT's DPMoE replicas); each gets 1/replicas of
@@ -77,7 +78,7 @@ class Served:
     def deployment(self) -> dict[str, Any]:
         """What was served, exactly, for a colocated entry (``serve-sim --plan`` simulates it
         again): the instance's degrees (``serve_layout``) and its ``replicas``; {} for pools."""
-        lay = self.entry.layout
-        if not isinstance(lay, Layout):
+        lay = of(self.entry.layout).colocated_layout
+        if lay is None:
             return {}
         return {"serve_layout": lay.to_dict(), "replicas": self.entry.replicas}

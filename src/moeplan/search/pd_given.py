@@ -29,16 +29,19 @@ from moeplan.search.disagg import (
 from moeplan.search.disagg_bound import decode_rate_bound, prefill_rate_bound
 from moeplan.search.disagg_capacity import result_of
 from moeplan.search.disagg_search import pool_candidate, search_capacity
-from moeplan.serve.afd import AFDLayout
+from moeplan.serve.deployment import AFDLayout, PDLayout, instance
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import PDLayout
 
 
 def _check_fits(c: Context, lay: Layout | AFDLayout, role: str) -> None:
-    """One line on why ``lay`` cannot run ``c``'s model on ``c``'s cluster."""
-    if isinstance(lay, AFDLayout):
-        return
+    """One line on why ``lay`` cannot run ``c``'s model on ``c``'s cluster (an AFD
+    instance: checked when its pool is sized)."""
+    instance(lay).visit(colocated=lambda d: _check_layout(c, d.layout, role), afd=lambda _: None)
+
+
+def _check_layout(c: Context, lay: Layout, role: str) -> None:
+    """:func:`_check_fits` of a colocated instance."""
     try:
         lay.validate(c.model, c.cluster)
         per_rank = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp)

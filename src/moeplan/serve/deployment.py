@@ -8,12 +8,12 @@ variant            what runs                                                 pla
 =================  ========================================================  ============
 :class:`Colocated` ``replicas`` copies of one engine instance                ``strategy``
                    (:class:`~moeplan.planners.layout.Layout`)                / ``ep``
-:class:`PDPools`   ``x`` prefill instances and ``y`` decode instances        ``strategy``
-                   (:class:`~moeplan.serve.pd.PDLayout`; the decode pool       (P/D) /
+:class:`PDLayout`  ``x`` prefill instances and ``y`` decode instances        ``strategy``
+                   (:mod:`moeplan.serve.pd` simulates them; the decode pool   (P/D) /
                    may be attention-FFN disaggregated)                        ``dep`` (AFD)
-:class:`AFDGroups` one attention-FFN disaggregated decode instance:          ``dep``
+:class:`AFDLayout` one attention-FFN disaggregated decode instance:          ``dep``
                    ``ag`` attention GPUs + ``eg`` expert GPUs
-                   (:class:`~moeplan.serve.afd.AFDLayout`)
+                   (:mod:`moeplan.serve.afd` prices its iterations)
 :class:`Stages`    SMIDT's pipeline: ``pp`` stages of ``world_size / pp``    ``pipeline``
                    GPUs, a ``tp x ep x dpmoe`` cut per module
 :class:`DEPGroups` FinDEP's disaggregated prefill: ``ag`` attention GPUs     ``dep``
@@ -29,9 +29,10 @@ deployment with :meth:`Deployment.visit` (one handler per variant) or its own me
 with ``isinstance``: a test (``tests/test_architecture_deployment.py``) holds every
 ``isinstance``/``type()`` check of a variant to this module.
 
-It sits in ``serve`` because that is the lowest layer that holds every variant's degrees (the
-P/D and AFD pools are serving-simulator types; :class:`~moeplan.planners.layout.Layout` is
-below, in ``planners``). The runtime's mesh (:func:`moeplan.runtime.mesh.mesh_from_plan`)
+It sits in ``serve`` because the P/D and AFD variants are the serving simulator's deployments
+(``planners`` cannot name them: no planner imports the simulator); it needs nothing of
+``serve`` but the instance knobs a pool was priced with, and the colocated variant wraps the
+layout type of the layer below (:class:`~moeplan.planners.layout.Layout`). The runtime's mesh (:func:`moeplan.runtime.mesh.mesh_from_plan`)
 and the launch plan (:func:`moeplan.export.deployment.place`) read the ``plan.json`` form
 and :meth:`Deployment.pools`, from the layers above. Pure data and parsing: no torch, no I/O.
 """
@@ -45,8 +46,7 @@ from typing import Any, TypeVar
 
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout, layout_int
-from moeplan.serve.afd import AFDLayout
-from moeplan.serve.pd import DecodeLayout, PDLayout
+from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.pd_spec import GRAMMAR, KEYS, parse_tokens
 
 T = TypeVar("T")
@@ -96,8 +96,8 @@ class Deployment:
         self,
         *,
         colocated: Callable[[Colocated], T] | None = None,
-        pd: Callable[[PDPools], T] | None = None,
-        afd: Callable[[AFDGroups], T] | None = None,
+        pd: Callable[[PDLayout], T] | None = None,
+        afd: Callable[[AFDLayout], T] | None = None,
         stages: Callable[[Stages], T] | None = None,
         dep: Callable[[DEPGroups], T] | None = None,
         default: Callable[[Deployment], T] | None = None,
@@ -107,9 +107,9 @@ class Deployment:
         match self:
             case Colocated():
                 got: Callable[[Any], T] | None = colocated
-            case PDPools():
+            case PDLayout():
                 got = pd
-            case AFDGroups():
+            case AFDLayout():
                 got = afd
             case Stages():
                 got = stages
@@ -146,6 +146,12 @@ class Colocated(Deployment):
 
     layout: Layout
 
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.layout, Layout),
+            f"a colocated deployment needs a Layout, not {type(self.layout).__name__}",
+        )
+
     @property
     def gpus(self) -> int:
         return self.layout.total_gpus
@@ -174,84 +180,131 @@ class Colocated(Deployment):
                          count=self.layout.replicas),)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class AFDGroups(Deployment):
-    """One attention-FFN disaggregated decode instance (``ag`` + ``eg`` GPUs)."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AFDLayout(Deployment):
+    """One attention-FFN disaggregated decode instance: ``ag`` attention GPUs + ``eg`` expert
+    GPUs (:mod:`moeplan.serve.afd` prices its iterations)."""
 
-    afd: AFDLayout
+    ag: int
+    eg: int
+    gpus: int = field(init=False)  # type: ignore[assignment]
 
-    @property
-    def gpus(self) -> int:
-        return self.afd.gpus
+    def __post_init__(self) -> None:
+        for f in ("ag", "eg"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v >= 1, f"afd.{f} ({v!r}) must be a positive integer")
+        object.__setattr__(self, "gpus", self.ag + self.eg)
 
     @property
     def label(self) -> str:
-        return self.afd.label
+        return f"AFD AG{self.ag}+EG{self.eg}"
 
     @property
     def plan_family(self) -> str:
         return "dep"
 
+    @property
+    def moe_ep(self) -> int:
+        """Expert GPUs (the expert-parallel degree of the instance)."""
+        return self.eg
+
     def plan_layout(self) -> dict[str, Any]:
-        return {"world_size": self.afd.gpus, "ag": self.afd.ag, "eg": self.afd.eg}
+        return {"world_size": self.gpus, "ag": self.ag, "eg": self.eg}
+
+    def to_dict(self) -> dict[str, int | str]:
+        """The flat form of a P/D deployment's decode pool (``details.disaggregation``)."""
+        return {"kind": "afd", "ag": self.ag, "eg": self.eg, "gpus": self.gpus}
 
 
-@dataclass(frozen=True, slots=True)
-class PDPools(Deployment):
-    """A prefill pool and a decode pool (:class:`~moeplan.serve.pd.PDLayout`)."""
+#: What a decode pool's instance is: a colocated layout or an AFD instance.
+DecodeLayout = Layout | AFDLayout
 
-    pd: PDLayout
 
-    @property
-    def gpus(self) -> int:
-        return self.pd.gpus
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PDLayout(Deployment):
+    """``x`` prefill instances of ``prefill`` and ``y`` decode instances of ``decode``."""
 
-    @property
-    def label(self) -> str:
-        return self.pd.label
+    prefill: Layout
+    decode: DecodeLayout
+    x: int
+    y: int
+    #: the instance knobs each pool was priced with (MoE all-to-all, two-batch overlap;
+    #: ``None``: the engine's defaults) — what the launch scripts pass; not part of identity
+    prefill_knobs: InstanceKnobs | None = field(default=None, compare=False)
+    decode_knobs: InstanceKnobs | None = field(default=None, compare=False)
+    #: the prefill instances' chunked-prefill budget (prompt tokens per iteration, the whole
+    #: instance) they were priced with — what the launch scripts pass; None: engine default
+    prefill_chunk: int | None = field(default=None, compare=False)
+    gpus: int = field(init=False)  # type: ignore[assignment]
 
-    @property
-    def decode(self) -> Colocated | AFDGroups:
-        """The decode instance as a deployment of its own."""
-        return instance(self.pd.decode)
-
-    @property
-    def plan_family(self) -> str:
-        return self.decode.plan_family
+    def __post_init__(self) -> None:
+        for f in ("x", "y"):
+            v = getattr(self, f)
+            require(isinstance(v, int) and v >= 1, f"pd.{f} ({v!r}) must be a positive integer")
+        require(
+            isinstance(self.prefill, Layout),
+            f"pd.prefill ({self.prefill.label}) must be a colocated layout",
+        )
+        object.__setattr__(self, "gpus", self.x * self.prefill.gpus + self.y * self.decode.gpus)
 
     @property
     def family(self) -> str:
         """The serving family: ``pd`` (colocated decode) or ``afd``."""
-        return self.decode.visit(colocated=lambda _: "pd", afd=lambda _: "afd")
+        return "afd" if isinstance(self.decode, AFDLayout) else "pd"
+
+    @property
+    def label(self) -> str:
+        return (  # no square brackets: rich reads them as markup
+            f"PD {self.x}x({self.prefill.label}) : {self.y}x({self.decode.label}),"
+            f" {self.x}:{self.y}"
+        )
+
+    @property
+    def decode_instance(self) -> Colocated | AFDLayout:
+        """The decode instance as a deployment of its own."""
+        return instance(self.decode)
+
+    @property
+    def plan_family(self) -> str:
+        return self.decode_instance.plan_family
+
+    @property
+    def moe_ep(self) -> int:
+        """The decode instances' expert-parallel degree (what placement would target)."""
+        return self.decode.moe_ep
 
     def plan_layout(self) -> dict[str, Any]:
-        """The decode instance's layout (the P/D pools are ``details.disaggregation``,
-        :meth:`plan_details`)."""
-        return self.decode.plan_layout()
+        """The decode instance's layout (the pools are ``details.disaggregation``,
+        :meth:`to_dict`)."""
+        return self.decode_instance.plan_layout()
 
-    def plan_details(self) -> dict[str, object]:
-        """``details.disaggregation`` of a P/D ``plan.json``."""
-        return self.pd.to_dict()
+    def to_dict(self) -> dict[str, object]:
+        """``details.disaggregation`` of a P/D ``plan.json`` (:func:`pd_from_dict` reads it)."""
+        return {
+            "kind": self.family,
+            "prefill": {
+                **self.prefill.to_dict(),
+                "instances": self.x,
+                **_knobs(self.prefill_knobs),
+                **({} if self.prefill_chunk is None else {"chunk_tokens": self.prefill_chunk}),
+            },
+            "decode": {**self.decode.to_dict(), "instances": self.y, **_knobs(self.decode_knobs)},
+            "gpus": self.gpus,
+        }
 
     def pools(self) -> tuple[PoolSpec, ...]:
-        return self.decode.visit(
-            colocated=lambda d: (
-                PoolSpec(
-                    role="prefill",
-                    layout=engine_layout(self.pd.prefill),
-                    count=self.pd.x,
-                    knobs=self.pd.prefill_knobs,
-                    chunk=self.pd.prefill_chunk,
-                ),
-                PoolSpec(
-                    role="decode",
-                    layout=engine_layout(d.layout),
-                    count=self.pd.y,
-                    knobs=self.pd.decode_knobs,
-                ),
-            ),  # fmt: skip
-            afd=lambda _: (),
-        )
+        if isinstance(self.decode, AFDLayout):
+            return ()
+        return (
+            PoolSpec(role="prefill", layout=engine_layout(self.prefill), count=self.x,
+                     knobs=self.prefill_knobs, chunk=self.prefill_chunk),
+            PoolSpec(role="decode", layout=engine_layout(self.decode), count=self.y,
+                     knobs=self.decode_knobs),
+        )  # fmt: skip
+
+
+def _knobs(knobs: InstanceKnobs | None) -> dict[str, object]:
+    return {} if knobs is None else {"knobs": knobs.to_dict()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,25 +406,17 @@ class DEPGroups(Deployment):
 
 
 #: The variants, the closed set (``tests/test_architecture_deployment.py`` reads it).
-VARIANTS: tuple[type[Deployment], ...] = (Colocated, PDPools, AFDGroups, Stages, DEPGroups)
+VARIANTS: tuple[type[Deployment], ...] = (Colocated, PDLayout, AFDLayout, Stages, DEPGroups)
 
 
-def instance(layout: Layout | AFDLayout) -> Colocated | AFDGroups:
+def instance(layout: Layout | AFDLayout) -> Colocated | AFDLayout:
     """One serving instance's layout (a pool's) as a deployment."""
-    if isinstance(layout, AFDLayout):
-        return AFDGroups(layout)
-    return Colocated(layout)
+    return layout if isinstance(layout, AFDLayout) else Colocated(layout)
 
 
-def of(x: Layout | AFDLayout | PDLayout | Deployment) -> Deployment:
-    """``x`` as a deployment (a deployment is returned as is)."""
-    match x:
-        case Deployment():
-            return x
-        case PDLayout():
-            return PDPools(x)
-        case _:
-            return instance(x)
+def of(x: Layout | Deployment) -> Deployment:
+    """``x`` as a deployment: a colocated layout wrapped, a deployment as is."""
+    return x if isinstance(x, Deployment) else Colocated(x)
 
 
 def is_colocated_prefill(layout: Layout | AFDLayout) -> bool:
@@ -485,7 +530,7 @@ def parse(text: str, where: str = "deployment") -> Deployment:
     if m := _DEP_LABEL.fullmatch(text):
         return DEPGroups(ag=int(m["ag"]), eg=int(m["eg"]))
     if text.startswith("PD ") or "*" in text:
-        return PDPools(parse_pd(text, where))
+        return parse_pd(text, where)
     return instance(parse_layout(text, where))
 
 
@@ -565,7 +610,7 @@ def from_plan(plan: Any) -> Deployment:
     ``details.disaggregation`` is there, else its family's hook (:data:`FROM_PLAN`)."""
     pools = (plan.details or {}).get("disaggregation")
     if pools is not None:
-        return PDPools(pd_from_dict(pools))
+        return pd_from_dict(pools)
     require(plan.family in FROM_PLAN, f"plan.family ({plan.family!r}) has no deployment reader")
     return FROM_PLAN[plan.family](plan.layout)
 

@@ -37,81 +37,21 @@ pre-reserved; link contention between prefill instances is not modelled (one NIC
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.layout import Layout
-from moeplan.serve.afd import AFDLayout
 from moeplan.serve.batch_grid import GridEvaluator
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
+from moeplan.serve.deployment import PDLayout
 from moeplan.serve.engine import simulate
 from moeplan.serve.grid import bucket
-from moeplan.serve.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration import Batch
 from moeplan.serve.workload import Requests
 from moeplan.specs import ClusterSpec, ModelSpec
-
-DecodeLayout = Layout | AFDLayout
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PDLayout:
-    """``x`` prefill instances of ``prefill`` and ``y`` decode instances of ``decode``."""
-
-    prefill: Layout
-    decode: DecodeLayout
-    x: int
-    y: int
-    #: the instance knobs each pool was priced with (MoE all-to-all, two-batch overlap;
-    #: ``None``: the engine's defaults) — what the launch scripts pass; not part of identity
-    prefill_knobs: InstanceKnobs | None = field(default=None, compare=False)
-    decode_knobs: InstanceKnobs | None = field(default=None, compare=False)
-    #: the prefill instances' chunked-prefill budget (prompt tokens per iteration, the whole
-    #: instance) they were priced with — what the launch scripts pass; None: engine default
-    prefill_chunk: int | None = field(default=None, compare=False)
-    gpus: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        for f in ("x", "y"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1, f"pd.{f} ({v!r}) must be a positive integer")
-        object.__setattr__(self, "gpus", self.x * self.prefill.gpus + self.y * self.decode.gpus)
-
-    @property
-    def family(self) -> str:
-        return "afd" if isinstance(self.decode, AFDLayout) else "pd"
-
-    @property
-    def label(self) -> str:
-        return (  # no square brackets: rich reads them as markup
-            f"PD {self.x}x({self.prefill.label}) : {self.y}x({self.decode.label}),"
-            f" {self.x}:{self.y}"
-        )
-
-    @property
-    def moe_ep(self) -> int:
-        """The decode instances' expert-parallel degree (what placement would target)."""
-        return self.decode.moe_ep
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.family,
-            "prefill": {
-                **self.prefill.to_dict(),
-                "instances": self.x,
-                **_knobs(self.prefill_knobs),
-                **({} if self.prefill_chunk is None else {"chunk_tokens": self.prefill_chunk}),
-            },
-            "decode": {**self.decode.to_dict(), "instances": self.y, **_knobs(self.decode_knobs)},
-            "gpus": self.gpus,
-        }
-
-
-def _knobs(knobs: InstanceKnobs | None) -> dict[str, object]:
-    return {} if knobs is None else {"knobs": knobs.to_dict()}
 
 
 def kv_senders(model: ModelSpec, prefill: Layout) -> int:
