@@ -21,17 +21,6 @@ from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 
-LAYOUT_KEYS = (
-    "attn_tp",
-    "attn_dp",
-    "moe_tp",
-    "moe_ep",
-    "pp",
-    "micro_batches",
-    "dense_tp",
-    "redundant_experts",
-    "fused",
-)
 MAX_REPLICAS = 1 << 20  # far beyond any cluster preset's GPUs (specs/cluster.py bounds)
 
 
@@ -57,7 +46,7 @@ def served_deployment(plan: Plan) -> ServedDeployment | None:
     if not isinstance(lay, dict):
         raise MoeplanError(f"{where}.serve_layout ({lay!r}) must be a JSON object")
     try:
-        layout = Layout(**{k: lay[k] for k in LAYOUT_KEYS if k in lay})
+        layout = Layout.from_dict(lay)
     except TypeError as err:
         raise MoeplanError(f"{where}.serve_layout is malformed: {err}") from None
     replicas = serving.get("replicas", lay.get("replicas", 1))  # the entry's, else the layout's

@@ -30,6 +30,19 @@ from moeplan.errors import MoeplanError, require
 from moeplan.specs import ClusterSpec, ModelSpec
 
 DEGREES = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "replicas")
+#: The fields of :meth:`Layout.to_dict`'s flat form that :meth:`Layout.from_dict` reads (one
+#: instance's: a flat form's ``replicas`` belong to whoever deploys it).
+FLAT_FIELDS = (
+    "attn_tp",
+    "attn_dp",
+    "moe_tp",
+    "moe_ep",
+    "pp",
+    "micro_batches",
+    "dense_tp",
+    "redundant_experts",
+    "fused",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,6 +180,13 @@ class Layout:
             "dense_tp": self.dense_tp,
             "gpus": self.gpus,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Layout:
+        """One instance of :meth:`to_dict`'s flat form (``gpus`` is derived, ``replicas`` not
+        read; a field left out takes its default): ``serve-sim --plan``'s served layout and a
+        P/D plan's pools."""
+        return cls(**{k: d[k] for k in FLAT_FIELDS if k in d})
 
     def validate(self, model: ModelSpec, cluster: ClusterSpec) -> Layout:
         """Raise :class:`MoeplanError` if ``model`` cannot be cut this way on ``cluster``."""

@@ -52,20 +52,14 @@ def pipeline_entries(c: Candidate) -> list[Entry]:
     """
     la = c.launchable_as
     if la is not None:  # a one-stage plan that is a colocated layout (pipeline/launchable.py)
-        lay = Layout(
-            attn_tp=la["attn"]["tp"],
-            attn_dp=la["attn"]["dp"],
-            moe_tp=la["moe"]["tp"],
-            moe_ep=la["moe"]["ep"],
-            pp=la.get("pp", 1),
-        )
+        lay = Layout.from_plan_layout(la)
         return [
             Entry(
                 family="pipeline",
                 label=c.label,
-                layout=lay,
+                layout=lay.instance(),
                 plan=c.plan,
-                replicas=int(la.get("replicas", 1)),
+                replicas=lay.replicas,
             )
         ]
     p = c.detail.plan

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout, layout_int
 from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.pd_spec import GRAMMAR, KEYS, parse_tokens
+from moeplan.serve.pd_spec import GRAMMAR, parse_tokens
 
 T = TypeVar("T")
 
@@ -540,8 +540,7 @@ def parse(text: str, where: str = "deployment") -> Deployment:
 def _pd_instance(d: Mapping[str, Any]) -> Layout | AFDLayout:
     if d.get("kind") == "afd":
         return AFDLayout(ag=int(d["ag"]), eg=int(d["eg"]))
-    names = (*KEYS.values(), "fused")
-    return Layout(**{k: d[k] for k in names if k in d})
+    return Layout.from_dict(d)
 
 
 def pd_from_dict(d: Any, where: str = "plan.details.disaggregation") -> PDLayout:
