@@ -35,9 +35,10 @@ ROLES = ("colocated", "prefill", "decode")
 
 @dataclass(frozen=True, kw_only=True)
 class Pool:
-    """``count`` instances of ``strategy`` in ``role``; ``knobs``: the instance knobs the plan
-    priced (:class:`moeplan.serve.instance_knobs.InstanceKnobs`, None: engine defaults);
-    ``redundant``: redundant experts per MoE layer of the layout."""
+    """A launched pool: ``count`` instances of ``strategy`` in ``role`` (what one instance
+    can serve is :class:`moeplan.search.disagg.InstanceCapacity`); ``knobs``: the instance
+    knobs the plan priced (:class:`moeplan.serve.instance_knobs.InstanceKnobs`, None: engine
+    defaults); ``redundant``: redundant experts per MoE layer of the layout."""
 
     role: str
     strategy: Layout

@@ -91,8 +91,10 @@ class Context:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Pool:
-    """One instance kind with its analytic capacity (requests/s) and scheduler."""
+class InstanceCapacity:
+    """One instance kind a pool could be made of, priced: its analytic capacity (requests/s),
+    engine config and iteration evaluator (a launched pool of instances is
+    :class:`moeplan.export.deployment.Pool`)."""
 
     layout: Layout | AFDLayout
     cfg: EngineConfig
@@ -160,14 +162,14 @@ def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
     return [base, replace(base, tbo=True)] if base.a2a == "deepep" else [base]
 
 
-def prefill_pool(c: Context, lay: Layout) -> Pool | None:
+def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
     pools = [p for k in pool_knobs(c, lay) if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> Pool | None:
+def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> InstanceCapacity | None:
     try:
         chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
         cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
@@ -187,7 +189,9 @@ def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> Pool | None:
     if c.slo.ttft_s is not None and alone > c.slo.ttft_s:
         return None
     note = f"{alone * 1e3:.0f} ms{_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs)
+    return InstanceCapacity(
+        layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs
+    )
 
 
 def _knob_note(knobs: InstanceKnobs | None) -> str:
@@ -212,7 +216,7 @@ def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tup
     return best
 
 
-def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
+def decode_pool(c: Context, lay: DecodeLayout) -> InstanceCapacity | None:
     """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve),
     with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
     return instance(lay).visit(
@@ -221,7 +225,7 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
     )
 
 
-def _colocated_decode_pool(c: Context, lay: Layout) -> Pool | None:
+def _colocated_decode_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """:func:`decode_pool` of a colocated instance: the best of its knobs."""
     kns = pool_knobs(c, lay)
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
@@ -230,7 +234,9 @@ def _colocated_decode_pool(c: Context, lay: Layout) -> Pool | None:
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> Pool | None:
+def _decode_pool(
+    c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None
+) -> InstanceCapacity | None:
     w, md = c.workload, c.model
     big = w.isl.max + w.osl.max + 1
     ctx = w.isl.mean + w.osl.mean // 2
@@ -266,7 +272,7 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
     rate = b * tau / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
+    return InstanceCapacity(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
 
 def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
@@ -297,13 +303,13 @@ def rate_match(
     return None if best is None else (best[2], best[3], best[4])
 
 
-def prefill_pools(c: Context) -> list[Pool]:
+def prefill_pools(c: Context) -> list[InstanceCapacity]:
     """Every prefill instance kind that fits and meets the TTFT SLO on its own."""
     n = c.cluster.num_gpus
     return [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
 
 
-def decode_pools(c: Context, family: str) -> list[Pool]:
+def decode_pools(c: Context, family: str) -> list[InstanceCapacity]:
     """Every decode instance kind of ``family`` that fits and meets the TPOT SLO alone."""
     n = c.cluster.num_gpus
     decs_l: list[DecodeLayout] = (
@@ -314,7 +320,7 @@ def decode_pools(c: Context, family: str) -> list[Pool]:
     return [d for lay in decs_l if (d := decode_pool(c, lay))]
 
 
-def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
+def pools(c: Context, family: str) -> tuple[list[InstanceCapacity], list[InstanceCapacity]]:
     """Every prefill and decode instance kind that fits and meets its SLO on its own."""
     return prefill_pools(c), decode_pools(c, family)
 
@@ -341,7 +347,9 @@ def why_none(c: Context, family: str) -> str:
     )
 
 
-def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
+def make_candidate(
+    c: Context, p: InstanceCapacity, d: InstanceCapacity, x: int, y: int
+) -> Candidate:
     """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
     pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,  # type: ignore[arg-type]
                   prefill_knobs=p.knobs, decode_knobs=d.knobs,

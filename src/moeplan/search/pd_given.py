@@ -21,7 +21,7 @@ from moeplan.search.disagg import (
     Candidate,
     Context,
     DisaggResult,
-    Pool,
+    InstanceCapacity,
     decode_pool,
     make_candidate,
     prefill_pool,
@@ -55,7 +55,7 @@ def _check_layout(c: Context, lay: Layout, role: str) -> None:
     )
 
 
-def given_pools(c: Context, pd: PDLayout) -> tuple[Pool, Pool]:
+def given_pools(c: Context, pd: PDLayout) -> tuple[InstanceCapacity, InstanceCapacity]:
     """The prefill and decode pools of the deployment ``pd`` (module docstring)."""
     n = c.cluster.num_gpus
     require(pd.gpus <= n, f"--pd deployment ({pd.label}) needs {pd.gpus} GPUs; the cluster has {n}")
