@@ -414,6 +414,7 @@ class DisaggResult(ServeResult):
     rho: tuple[float, float] = (0.0, 0.0)
 
     def rerun(self, workload: ServeWorkload) -> SimResult:
+        """Its prefill and decode pools simulated on ``workload``."""
         assert self.setup is not None
         return simulate_pd(generate(workload), self.setup).result
 

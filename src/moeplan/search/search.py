@@ -154,6 +154,13 @@ class ServeResult:
     def label(self) -> str:
         return self.layout.label
 
+    def rerun(self, workload: ServeWorkload) -> SimResult | None:
+        """This deployment simulated again on ``workload`` when the result carries what it
+        takes (a disaggregated result runs its pools); None: one colocated instance, which the
+        caller reruns with the iteration prices it chooses
+        (:func:`moeplan.search.rank_views.rerun_evaluator`)."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         m: dict[str, Any] = self.metrics.to_dict() if self.metrics is not None else {}
         if m:
