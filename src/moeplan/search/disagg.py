@@ -42,7 +42,7 @@ from moeplan.planners.layout import Layout
 from moeplan.search.search import ServeResult
 from moeplan.serve.afd import AFDIteration, afd_engine_config, decode_engine_config
 from moeplan.serve.config import EngineConfig, Evaluator, SimResult
-from moeplan.serve.deployment import AFDLayout, DecodeLayout, PDLayout, instance
+from moeplan.serve.deployment import AFDLayout, Colocated, DecodeLayout, PDLayout, instance
 from moeplan.serve.engine import tokens_per_step
 from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration import Batch, IterationModel
@@ -241,19 +241,18 @@ def _decode_pool(
     big = w.isl.max + w.osl.max + 1
     ctx = w.isl.mean + w.osl.mean // 2
     tpot = None if c.slo.tpot_s is None else TPOT_MARGIN * c.slo.tpot_s
+
+    def colocated(d: Colocated) -> tuple[Evaluator, int, int]:
+        lay = d.layout
+        ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
+        return ev, kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp), lay.attn_dp
+
+    def afd(a: AFDLayout) -> tuple[Evaluator, int, int]:
+        per_rank = afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank
+        return AFDIteration(md, c.cluster, c.cost, a), per_rank, a.ag
+
     try:
-        ev, per_rank, ranks = instance(lay).visit(
-            colocated=lambda d: (
-                DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, d.layout, knobs=knobs)),
-                kv_capacity_tokens(md, c.cluster, d.layout, d.layout.attn_dp),
-                d.layout.attn_dp,
-            ),
-            afd=lambda a: (
-                AFDIteration(md, c.cluster, c.cost, a),
-                afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank,
-                a.ag,
-            ),
-        )
+        ev, per_rank, ranks = instance(lay).visit(colocated=colocated, afd=afd)
     except MoeplanError:
         return None
     if big > per_rank:
@@ -361,7 +360,7 @@ def make_candidate(
         decode_cfg=d.cfg,
         prefill_eval=p.evaluate,
         decode_eval=d.evaluate,
-        transfer=_transfer_fn(c, p.layout, inter),
+        transfer=_transfer_fn(c, pd.prefill, inter),
     )
     rate = min(x * p.rate, y * d.rate)
     return Candidate(

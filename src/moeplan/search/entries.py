@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ServeResult
-from moeplan.serve.deployment import PDLayout, of
+from moeplan.serve.deployment import Deployment, PDLayout, of, with_replicas
 from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
 
 
@@ -27,15 +27,20 @@ class Entry:
     the load, so per-GPU metrics are one instance's and totals scale by ``replicas``."""
 
     @property
+    def deployment(self) -> Deployment:
+        """What this entry deploys: ``replicas`` of a colocated layout, or P/D pools."""
+        return of(self.layout).visit(
+            colocated=lambda d: with_replicas(d.layout, self.replicas), default=lambda d: d
+        )
+
+    @property
     def gpus(self) -> int:
-        return self.layout.gpus * self.replicas
+        return self.deployment.gpus
 
     @property
     def layout_label(self) -> str:
-        """The layout's one label with this entry's replica count."""
-        if self.replicas == 1:  # P/D and AFD pools carry their own label
-            return self.layout.label
-        return replace(self.layout, replicas=self.replicas).label
+        """The deployment's one label (the layout with this entry's replica count)."""
+        return self.deployment.label
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ from moeplan.search.ranking import ServeRanking, _all_replicas
 from moeplan.search.search import ServeResult
 from moeplan.search.space import layouts
 from moeplan.search.space_search import Certificate, SpaceCandidate, search_space
+from moeplan.serve.deployment import of
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload import ServeWorkload
 
@@ -131,8 +132,8 @@ def served_space(
     family is not served, the certificate, and the winner's capacity record."""
     entries, not_served = entries_of(result)
     proposed: dict[Layout, Entry] = {}
-    for e in entries:
-        proposed.setdefault(e.layout, e)
+    for e in entries:  # every family served as one instance: colocated layouts
+        proposed.setdefault(of(e.layout).visit(colocated=lambda d: d.layout), e)
     space = layouts(result.model, result.cluster)
     space += [lay for lay in proposed if lay not in set(space)]  # e.g. SMIDT micro-batches
     cands, cert = search_space(
