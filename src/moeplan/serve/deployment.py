@@ -102,8 +102,9 @@ class Deployment:
         dep: Callable[[DEPGroups], T] | None = None,
         default: Callable[[Deployment], T] | None = None,
     ) -> T:
-        """The handler of this variant applied to it (``default`` for variants not given;
-        :class:`MoeplanError` when neither is)."""
+        """The handler of this variant applied to it (``default`` for variants not given).
+        Neither given is a caller's bug, not a user's error: :class:`TypeError`, which no
+        "infeasible" handler (``except MoeplanError``) swallows."""
         match self:
             case Colocated():
                 got: Callable[[Any], T] | None = colocated
@@ -119,7 +120,7 @@ class Deployment:
                 raise TypeError(f"{type(self).__name__} is not a deployment variant")
         got = got or default
         if got is None:
-            raise MoeplanError(f"no handler for a {type(self).__name__} deployment ({self.label})")
+            raise TypeError(f"no handler for a {type(self).__name__} deployment ({self.label})")
         return got(self)
 
     @property
