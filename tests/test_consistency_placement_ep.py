@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from moeplan.planners.layout import Layout
-from moeplan.search.job import placement_ep as _placement_ep
+from moeplan.search.job.run import placement_ep as _placement_ep
 from moeplan.specs import load_model
 
 

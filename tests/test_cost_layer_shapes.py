@@ -20,7 +20,7 @@ import pytest
 from moeplan.cost import CostModel
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.specs import ModelSpec, load_cluster, load_model
 
 KERNELS = resources.files("moeplan").joinpath("data", "measured", "kernels", "h100_sxm")

@@ -105,7 +105,7 @@ def test_deepseek_v3_decode_step_grows_across_the_moe_table_edge() -> None:
     put 15,360-18,432 tokens into the EP group, across the table's last measured count
     (16,384); the step time grows with the batch (it fell from 432 to 234 ms at 136)."""
     from moeplan.planners.layout import Layout
-    from moeplan.serve.iteration import Batch, IterationModel
+    from moeplan.serve.iteration.model import Batch, IterationModel
 
     cl = load_cluster("h100-sxm-8", 16)
     it = IterationModel(

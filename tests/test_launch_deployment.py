@@ -30,7 +30,7 @@ from moeplan.export.plan_export import (
 from moeplan.export.pp_partition import layer_partition
 from moeplan.planners.layout import Layout
 from moeplan.report.plan_report import launch_exports
-from moeplan.search.entries import Entry
+from moeplan.search.ranking.entries import Entry
 from moeplan.serve.deployment import PDLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config

@@ -10,9 +10,9 @@ import pytest
 
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.search.entries import Entry
-from moeplan.search.job import placement_ep as _placement_ep
-from moeplan.search.job_parts import instance_eps
+from moeplan.search.job.parts import instance_eps
+from moeplan.search.job.run import placement_ep as _placement_ep
+from moeplan.search.ranking.entries import Entry
 from moeplan.serve.deployment import PDLayout
 from moeplan.specs import load_model
 

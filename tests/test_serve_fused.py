@@ -12,9 +12,9 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.search.family_layouts import strategy_entries
-from moeplan.serve.fused import fused_comm, fused_layer
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.search.ranking.family_layouts import strategy_entries
+from moeplan.serve.iteration.fused import fused_comm, fused_layer
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.specs import Workload, load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")

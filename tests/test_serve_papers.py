@@ -13,9 +13,9 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.space import named_baselines
 from moeplan.search import max_rate_meeting_slo
-from moeplan.search.search import run_workload
+from moeplan.search.colocated.evaluate import run_workload
 from moeplan.serve import SLO, Batch, IterationModel, LengthDist, ServeWorkload, engine_config
-from moeplan.serve.iteration import (
+from moeplan.serve.iteration.model import (
     a2a_scale,
     busiest_part,
     evaluator_factory,

@@ -17,7 +17,7 @@ from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployme
 from moeplan.errors import require
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.search.search import ENGINES
+from moeplan.search.colocated.evaluate import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.deployment import PDLayout
 from moeplan.specs.cluster import ClusterSpec

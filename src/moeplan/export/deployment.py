@@ -36,8 +36,8 @@ ROLES = ("colocated", "prefill", "decode")
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     """A launched pool: ``count`` instances of ``strategy`` in ``role`` (what one instance
-    can serve is :class:`moeplan.search.disagg.InstanceCapacity`); ``knobs``: the instance
-    knobs the plan priced (:class:`moeplan.serve.instance_knobs.InstanceKnobs`, None: engine
+    can serve is :class:`moeplan.search.disagg.pools.InstanceCapacity`); ``knobs``: the instance
+    knobs the plan priced (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`, None: engine
     defaults); ``redundant``: redundant experts per MoE layer of the layout."""
 
     role: str

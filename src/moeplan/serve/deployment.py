@@ -9,11 +9,11 @@ variant            what runs                                                 pla
 :class:`Colocated` ``replicas`` copies of one engine instance                ``strategy``
                    (:class:`~moeplan.planners.layout.Layout`)                / ``ep``
 :class:`PDLayout`  ``x`` prefill instances and ``y`` decode instances        ``strategy``
-                   (:mod:`moeplan.serve.pd` simulates them; the decode pool   (P/D) /
+                   (:mod:`moeplan.serve.pools.pd` simulates them; the decode pool   (P/D) /
                    may be attention-FFN disaggregated)                        ``dep`` (AFD)
 :class:`AFDLayout` one attention-FFN disaggregated decode instance:          ``dep``
                    ``ag`` attention GPUs + ``eg`` expert GPUs
-                   (:mod:`moeplan.serve.afd` prices its iterations)
+                   (:mod:`moeplan.serve.pools.afd` prices its iterations)
 :class:`Stages`    SMIDT's pipeline: ``pp`` stages of ``world_size / pp``    ``pipeline``
                    GPUs, a ``tp x ep x dpmoe`` cut per module
 :class:`DEPGroups` FinDEP's disaggregated prefill: ``ag`` attention GPUs     ``dep``
@@ -23,7 +23,7 @@ variant            what runs                                                 pla
 Each variant has its GPU count (:attr:`Deployment.gpus`, every replica and pool
 together), one text form (:attr:`Deployment.label`) that :func:`parse` reads back to an equal
 deployment (``--pd``'s ``X*LAYOUT:Y*LAYOUT`` is the P/D variant's command-line spelling,
-:mod:`moeplan.serve.pd_spec`), and its ``plan.json`` form (:meth:`Deployment.plan_layout`,
+:mod:`moeplan.serve.pools.pd_spec`), and its ``plan.json`` form (:meth:`Deployment.plan_layout`,
 the keys the families write today; :func:`from_plan` reads them back). Callers branch on a
 deployment with :meth:`Deployment.visit` (one handler per variant) or its own methods, never
 with ``isinstance``: a test (``tests/test_architecture_deployment.py``) holds every
@@ -46,8 +46,8 @@ from typing import Any, TypeVar
 
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout, layout_int
-from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.pd_spec import GRAMMAR, parse_tokens
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.pools.pd_spec import GRAMMAR, parse_tokens
 
 T = TypeVar("T")
 
@@ -184,7 +184,7 @@ class Colocated(Deployment):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AFDLayout(Deployment):
     """One attention-FFN disaggregated decode instance: ``ag`` attention GPUs + ``eg`` expert
-    GPUs (:mod:`moeplan.serve.afd` prices its iterations)."""
+    GPUs (:mod:`moeplan.serve.pools.afd` prices its iterations)."""
 
     ag: int
     eg: int
@@ -451,7 +451,7 @@ _MODULE = re.compile(r"(?P<kind>[a-z]+)(?P<layer>-?\d+) (?P<tp>\d+)x(?P<ep>\d+)x
 
 def parse_layout(text: str, where: str = "--pd") -> Layout | AFDLayout:
     """One serving instance: a layout's or an AFD instance's label, or the command line's
-    dotted tokens (:mod:`moeplan.serve.pd_spec`); one-line :class:`MoeplanError` naming
+    dotted tokens (:mod:`moeplan.serve.pools.pd_spec`); one-line :class:`MoeplanError` naming
     ``where``."""
     text = text.strip()
     if m := _AFD_LABEL.fullmatch(text):
