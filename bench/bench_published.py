@@ -42,9 +42,9 @@ import time
 from typing import NamedTuple
 
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
@@ -92,7 +92,7 @@ DEPLOYMENTS = (
 def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     c = load_cluster(d.cluster, d.nodes)
     cm = engine_cost_model(c, engine="sglang")
-    lay = ServeLayout(attn_dp=d.ep, moe_ep=d.ep, redundant_experts=d.redundant)
+    lay = Layout(attn_dp=d.ep, moe_ep=d.ep, redundant_experts=d.redundant)
     kn = resolve_knobs(
         "sglang", DSV3, c, lay, a2a="deepep", tbo=True, mtp=d.mtp,
         mtp_accept=V3_MTP_ACCEPT if d.mtp else None,

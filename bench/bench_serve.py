@@ -19,13 +19,13 @@ import time
 import numpy as np
 
 from moeplan.cost import cost_model_for
+from moeplan.planners.layout import Layout
 from moeplan.search import evaluate_layouts
 from moeplan.serve import (
     SLO,
     Batch,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     engine_config,
     generate,
@@ -40,7 +40,7 @@ REQUESTS = 10_000
 def _setup():
     model = load_model("deepseek-v3")
     cluster = load_cluster("h100-sxm-8").with_nodes(2)
-    return model, cluster, cost_model_for(cluster), ServeLayout(attn_dp=16, moe_ep=16)
+    return model, cluster, cost_model_for(cluster), Layout(attn_dp=16, moe_ep=16)
 
 
 def _token_loop(n: int) -> float:
@@ -107,11 +107,11 @@ def _bucketing_row(model, cluster, cost, layout) -> dict:
 
 def _layouts_row(model, cluster, cost) -> dict:
     lays = [
-        ServeLayout(attn_dp=16, moe_ep=16),
-        ServeLayout(attn_tp=8, attn_dp=2, moe_ep=16),
-        ServeLayout(attn_dp=8, moe_ep=8, pp=2),
-        ServeLayout(attn_tp=4, attn_dp=4, moe_ep=16),
-        ServeLayout(attn_tp=8, moe_ep=8, pp=2),
+        Layout(attn_dp=16, moe_ep=16),
+        Layout(attn_tp=8, attn_dp=2, moe_ep=16),
+        Layout(attn_dp=8, moe_ep=8, pp=2),
+        Layout(attn_tp=4, attn_dp=4, moe_ep=16),
+        Layout(attn_tp=8, moe_ep=8, pp=2),
     ]
     w = ServeWorkload(
         num_requests=1000, rate=4.0, isl=LengthDist(mean=2048), osl=LengthDist(mean=256), seed=0
@@ -141,11 +141,11 @@ def run() -> list[dict]:
 
 
 MIXSERVE_BASELINES = {  # MixServe Table II, H20 column (2 x 8 H20)
-    "vLLM TP8 PP2": ServeLayout(attn_tp=8, moe_tp=8, pp=2),
-    "vLLM TP8+DP2, EP16": ServeLayout(attn_tp=8, attn_dp=2, moe_ep=16),
-    "vLLM TP4+DP4, EP16": ServeLayout(attn_tp=4, attn_dp=4, moe_ep=16),
-    "Tutel TP8+DP2, TP8+EP2": ServeLayout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2),
-    "Tutel TP4+DP4, TP4+EP4": ServeLayout(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4),
+    "vLLM TP8 PP2": Layout(attn_tp=8, moe_tp=8, pp=2),
+    "vLLM TP8+DP2, EP16": Layout(attn_tp=8, attn_dp=2, moe_ep=16),
+    "vLLM TP4+DP4, EP16": Layout(attn_tp=4, attn_dp=4, moe_ep=16),
+    "Tutel TP8+DP2, TP8+EP2": Layout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2),
+    "Tutel TP4+DP4, TP4+EP4": Layout(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4),
 }
 
 

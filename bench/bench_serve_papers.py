@@ -27,9 +27,10 @@ from moeplan.cli.pipeline import read_routing_profile
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners import strategy as st
+from moeplan.planners.layout import Layout
 from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
-from moeplan.planners.strategy.space import Strategy, mixserve_default, named_baselines
+from moeplan.planners.strategy.space import mixserve_default, named_baselines
 from moeplan.search import max_rate_meeting_slo
 from moeplan.search.colocated.evaluate import run_workload
 from moeplan.search.ranking.rank import pipeline_entries
@@ -39,7 +40,6 @@ from moeplan.serve import (
     EngineConfig,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     engine_config,
 )
@@ -55,7 +55,7 @@ OSL = LengthDist.parse("lognormal:200:0.8:1024")
 MIXSERVE_CASES = [
     (c, m) for c in ("mixserve-h20", "mixserve-910b") for m in ("deepseek-v3", "qwen3-235b-a22b")
 ]
-TUTEL_TP4 = Strategy(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4)  # Table II, H20 column only
+TUTEL_TP4 = Layout(attn_tp=4, attn_dp=4, moe_tp=4, moe_ep=4)  # Table II, H20 column only
 # §IV-B text: (cluster, model, baseline) -> (TTFT x, ITL x, throughput x) of MixServe over it,
 # each a (low, high) range; named baseline ``deepseek-v3`` is Table II's vLLM TP4 + DP, EP row
 R910, ITL_DS, ITL_QW = (1.32, 1.93), 227.33 / 160.06, 134.27 / 81.1
@@ -74,10 +74,8 @@ MIXSERVE_RANGES = {
 }
 
 
-def _layout(s: Strategy) -> ServeLayout:
-    return ServeLayout(
-        attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
-    )
+def _layout(s: Layout) -> Layout:
+    return Layout(attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp)
 
 
 def fused_breakdown(model, cluster, cost) -> dict[str, float]:
@@ -96,7 +94,7 @@ def fused_breakdown(model, cluster, cost) -> dict[str, float]:
     return dict(prefill=fp.total_s / p.prefill.total_s, decode=decode, overlap_only=overlap)
 
 
-def mixserve_arms(model, cluster, cost) -> dict[str, tuple[ServeLayout, float, float]]:
+def mixserve_arms(model, cluster, cost) -> dict[str, tuple[Layout, float, float]]:
     """Arm -> (layout, TTFT factor, ITL factor); factors are 1 except for the fused estimate."""
     n, g = cluster.num_nodes, cluster.gpus_per_node
     arms = {
@@ -158,7 +156,7 @@ def mixserve_speedups(recs: list[MsRec], arm: str) -> dict[tuple[str, str, str],
 
 # ---- Sem-MoE §4.4 --------------------------------------------------------------------------
 SEMMOE_MODELS = ("deepseek-v2-lite", "qwen3-30b-a3b")
-SEMMOE_LAYOUT = ServeLayout(attn_dp=8, moe_ep=8)  # attention-DP scenario, EP8 (§4.4)
+SEMMOE_LAYOUT = Layout(attn_dp=8, moe_ep=8)  # attention-DP scenario, EP8 (§4.4)
 SEMMOE_ISL, SEMMOE_OSL = 512, 128  # "input and output length fixed" (§4.3; values not given)
 LIGHT_RATE = 10.0  # req/s, the paper's lightest load (§4.3)
 SLO_FACTOR = 5.0  # SLO = 5x the latency at the lightest load (§4.3)
@@ -256,7 +254,7 @@ def _comm_share(it: IterationModel, running: int) -> float:
     return bd["comm"] / bd["period_s"]
 
 
-SEMMOE_TP_LAYOUT = ServeLayout(attn_tp=8, moe_ep=8)  # attention-TP scenario (§4.4, Table 1)
+SEMMOE_TP_LAYOUT = Layout(attn_tp=8, moe_ep=8)  # attention-TP scenario (§4.4, Table 1)
 # Table 1: p99 TTFT (ms) at 1 req/s of (SGLang, MoETuner, Sem-MoE) per input length
 SEMMOE_TABLE1 = {
     "deepseek-v2-lite": {
@@ -329,7 +327,7 @@ SmidtRec = namedtuple(
 )
 
 
-def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
+def dpmoe_replicas(p) -> list[tuple[Layout, int]]:
     """SMIDT's plan read as ``d`` independent replicas (DPMoE ``d`` = replicated experts, as
     :mod:`moeplan.planners.pipeline.launchable` reads one-stage plans): with the dominant
     attention choice ``(t_a, d_a)`` and a MoE choice ``(t_m, e_m, d_m)``, ``d_m`` replicas of
@@ -343,13 +341,13 @@ def dpmoe_replicas(p) -> list[tuple[ServeLayout, int]]:
                 mods[ref.kind][(c.tp, c.ep, c.dpmoe)] += 1
     ta, _, da = mods["attn"].most_common(1)[0][0]
     return [
-        (ServeLayout(attn_tp=ta, attn_dp=da // d, moe_tp=t, moe_ep=e, pp=p.pp), d)
+        (Layout(attn_tp=ta, attn_dp=da // d, moe_tp=t, moe_ep=e, pp=p.pp), d)
         for (t, e, d), _ in mods["moe"].most_common()
         if d > 1 and da % d == 0
     ]
 
 
-def _served(model, cluster, p, arm: str) -> list[tuple[str, ServeLayout, int, EngineConfig]]:
+def _served(model, cluster, p, arm: str) -> list[tuple[str, Layout, int, EngineConfig]]:
     """(arm, layout, replicas, engine): the plan as :func:`pipeline_entries` serves it (DPMoE
     counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
     fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None, launchable_as=None)

@@ -43,9 +43,9 @@ import numpy as np
 
 from moeplan.cost.kernel_fits import MoeShape
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.quant import WeightQuant
 
@@ -63,7 +63,7 @@ def _card(data: Path) -> tuple[str, str]:
 
 def _phase_models(model: str, cluster: str, profile: str) -> dict[str, PhaseModel]:
     m, c = load_model(model), load_cluster(cluster)
-    lay = ServeLayout()
+    lay = Layout()
     out = {}
     for name, engine in (("profile", None), ("tables", "sglang")):
         cm = engine_cost_model(c, profile, engine=engine)

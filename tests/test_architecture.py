@@ -532,8 +532,9 @@ RENDER_MAY_IMPORT = (
     "moeplan.planners.plan",  # the Plan type
     "moeplan.planners.layout",  # the one layout type
     "moeplan.planners.families",  # the family registry (names, colours, exports)
-    "moeplan.planners.strategy.space",  # Strategy, the colocated face of the layout type
+    "moeplan.planners.strategy.space",  # MixServe's grammar over the one layout type
     "moeplan.serve.iteration.instance_knobs",  # InstanceKnobs (data)
+    "moeplan.serve.deployment",  # the one deployment type (data, its grammar and plan.json form)
     "moeplan.cost.a2a",  # DeepEP facts: one function decides the kernel for price and flags
     "moeplan.sim.trace_export",  # draws schedules simulated by plan_job
 )

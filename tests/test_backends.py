@@ -14,7 +14,7 @@ from moeplan.backends.vllm import is_a100
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.errors import MoeplanError
 from moeplan.serve.knobs import default_chunk, engine_config
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import Layout, kv_capacity_tokens
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.presets import cluster_table
@@ -57,7 +57,7 @@ def test_a_new_engine_is_one_record(fake_engine):
     with its own defaults, and its memory budget is its own chunk."""
     assert "fake" in backends.names() and "fake" in backends.simulated()
     assert "fake" not in backends.exported()  # no launch_module: not exported
-    lay = ServeLayout(attn_dp=2, moe_ep=2)
+    lay = Layout(attn_dp=2, moe_ep=2)
     cfg = engine_config("fake", MODEL, H100, lay)
     assert cfg.policy == "mixed"
     assert cfg.max_running == 64 * 2
@@ -83,7 +83,7 @@ def test_an_engine_without_a_scheduler_is_refused_by_the_simulator():
     with pytest.raises(
         MoeplanError, match=r"engine \('trtllm'\) must be one of \('sglang', 'vllm'\)"
     ):
-        engine_config("trtllm", MODEL, H100, ServeLayout())
+        engine_config("trtllm", MODEL, H100, Layout())
     assert backends.simulated() == backends.exported() == ("sglang", "vllm")
     assert backends.kernel_tables() == ("sglang", "vllm", "trtllm")
 

@@ -16,12 +16,11 @@ from hypothesis import strategies as st
 from moeplan.cost import CostModel
 from moeplan.cost.collectives import collective_time, pair_bandwidth, ring_time
 from moeplan.kernel_tables import kernel_db
+from moeplan.planners.layout import Layout
 from moeplan.planners.pipeline.cost import StageContext, p2p_seconds
 from moeplan.planners.strategy.comm import p2p_boundaries
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.planners.strategy.space import Strategy
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.pools.pd import kv_senders, kv_transfer_s
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
@@ -219,16 +218,16 @@ def test_pp_sends_and_kv_transfers_are_priced_alike_by_every_family(cl910):
     cm = CostModel(cl910)
     pp = 8  # 4 nodes, 2 stages of 4 NPUs per node: 4 intra and 3 inter boundaries
     ev = StrategyEvaluator(model, cl910, w, cm)
-    s = Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=pp)
+    s = Layout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=pp)
     nbytes = w.batch * w.isl * model.hidden_bytes
     n_intra, n_inter = p2p_boundaries(pp, cl910.num_nodes)
     want = n_intra * (A + nbytes / PAIR) + n_inter * cl910.inter.time(nbytes)
     assert ev.phase_time(s, w.isl, w.isl).p2p_s == pytest.approx(want, rel=1e-12)
-    serve = IterationModel(model, cl910, cm, ServeLayout(attn_tp=4, moe_tp=4, pp=pp))
+    serve = IterationModel(model, cl910, cm, Layout(attn_tp=4, moe_tp=4, pp=pp))
     got = serve.breakdown(Batch(prefill=((w.isl, w.isl),) * w.batch))["p2p"]
     shard = 2 * w.isl * model.hidden_bytes / 4  # one micro-batch (16/8 requests) over 4 GPUs
     assert got == pytest.approx(n_intra * (A + shard / PAIR) + n_inter * cl910.inter.time(shard))
-    prefill = ServeLayout(attn_tp=4, moe_tp=4)
+    prefill = Layout(attn_tp=4, moe_tp=4)
     kv = model.kv_bytes_for_context(w.isl) / kv_senders(model, prefill)
     assert kv_transfer_s(model, cm, prefill, w.isl, False) == pytest.approx(
         A + kv / PAIR, rel=1e-12

@@ -19,8 +19,8 @@ import pytest
 
 from moeplan.cost import CostModel
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ModelSpec, load_cluster, load_model
 
 KERNELS = resources.files("moeplan").joinpath("data", "measured", "kernels", "h100_sxm")
@@ -76,7 +76,7 @@ def test_mhc_is_in_the_serving_iteration_once_per_layer():
     layers x the layer's mHC price for the rank's tokens."""
     cl = load_cluster("h100-sxm-8")
     cm = engine_cost_model(cl, None, "sglang")
-    layout = ServeLayout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8, pp=1)
+    layout = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8, pp=1)
     batch = Batch(decode=64, decode_ctx=8192)
     m = _v4()
     with_hc = IterationModel(m, cl, cm, layout).breakdown(batch)["attention"]

@@ -144,12 +144,12 @@ def test_mamba2_scan_is_a_stated_roofline() -> None:
 
 def test_serve_iteration_prices_each_mixer_kind() -> None:
     """The iteration model of a hybrid model calls the per-kind price for its GDN layers."""
+    from moeplan.planners.layout import Layout
     from moeplan.serve.iteration.model import Batch
-    from moeplan.serve.layout import ServeLayout
 
     cm = engine_cost_model(load_cluster("h100-sxm-8"), None, "sglang")  # fresh provenance
     md = _qwen35()
-    layout = ServeLayout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8, pp=1)
+    layout = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8, pp=1)
     it = IterationModel(md, load_cluster("h100-sxm-8"), cm, layout)
     it(Batch(decode=8, decode_ctx=4096, prefill=((512, 512),)))
     prov = cm.provenance()

@@ -10,12 +10,12 @@ import pytest
 
 from moeplan.cost.model import CostModel
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.search.job.fanout import fan_out, sharing, using
 from moeplan.search.job.memo_cost import memo_cost
 from moeplan.serve.iteration.grid import bucket
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.iteration.prefetch import octave
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
 
 
@@ -68,9 +68,9 @@ def test_attention_cores_warmed_equal_each_alone(setup):
 
 
 @pytest.mark.parametrize("lay", [
-    ServeLayout(attn_tp=1, attn_dp=1, moe_tp=1, moe_ep=1),
-    ServeLayout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1),
-    ServeLayout(attn_tp=2, attn_dp=2, moe_tp=1, moe_ep=4),
+    Layout(attn_tp=1, attn_dp=1, moe_tp=1, moe_ep=1),
+    Layout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1),
+    Layout(attn_tp=2, attn_dp=2, moe_tp=1, moe_ep=4),
 ])  # fmt: skip
 def test_iteration_prices_with_and_without_prefetch_are_equal(setup, lay):
     """Every decode step and a few prefill chunks, priced by a model that fetches octaves ahead

@@ -104,15 +104,15 @@ def test_deepseek_v3_decode_step_grows_across_the_moe_table_edge() -> None:
     """DeepSeek-V3 decode on 16x8 H100 at attention DP128 / EP128: 120-144 requests per GPU
     put 15,360-18,432 tokens into the EP group, across the table's last measured count
     (16,384); the step time grows with the batch (it fell from 432 to 234 ms at 136)."""
+    from moeplan.planners.layout import Layout
     from moeplan.serve.iteration.model import Batch, IterationModel
-    from moeplan.serve.layout import ServeLayout
 
     cl = load_cluster("h100-sxm-8", 16)
     it = IterationModel(
         load_model("deepseek-v3"),
         cl,
         CostModel(cl, engine="sglang", kernels=kernel_db()),
-        ServeLayout(attn_dp=128, moe_ep=128),
+        Layout(attn_dp=128, moe_ep=128),
     )
     steps = [it(Batch(decode=b * 128, decode_ctx=2000)) for b in (120, 128, 136, 144)]
     assert all(b > a for a, b in zip(steps, steps[1:], strict=False)), steps

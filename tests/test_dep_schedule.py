@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from moeplan.planners.dep.schedule import (
     ORDERS,
-    VARIANTS,
+    SCHEDULE_VARIANTS,
     DepConfig,
     DepTimes,
     aass_estimate,
@@ -42,7 +42,7 @@ def instances(draw):
         cfg,
         draw(st.integers(1, 8)),
         draw(st.integers(0, 2)),
-        draw(st.sampled_from(VARIANTS)),
+        draw(st.sampled_from(SCHEDULE_VARIANTS)),
     )
 
 

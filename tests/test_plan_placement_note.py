@@ -8,17 +8,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.job.parts import instance_eps
 from moeplan.search.job.run import placement_ep as _placement_ep
 from moeplan.search.ranking.entries import Entry
-from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.deployment import PDLayout
 from moeplan.specs import load_model
 
-EP8 = ServeLayout(attn_dp=8, moe_ep=8)
-TP8 = ServeLayout(attn_tp=8, moe_tp=8)
-TP4 = ServeLayout(attn_tp=4, moe_tp=4)
+EP8 = Layout(attn_dp=8, moe_ep=8)
+TP8 = Layout(attn_tp=8, moe_tp=8)
+TP4 = Layout(attn_tp=4, moe_tp=4)
 
 
 def _ranking(layout, family="pd"):
@@ -29,7 +29,7 @@ def _ranking(layout, family="pd"):
 
 @pytest.mark.parametrize(
     ("prefill", "decode", "ep"),
-    [(EP8, TP8, 8), (TP8, EP8, 8), (EP8, ServeLayout(attn_dp=4, moe_ep=4), 8), (TP8, TP4, 0)],
+    [(EP8, TP8, 8), (TP8, EP8, 8), (EP8, Layout(attn_dp=4, moe_ep=4), 8), (TP8, TP4, 0)],
 )
 def test_pd_winner_places_on_its_pool_with_expert_parallelism(prefill, decode, ep):
     """The old note read the decode pool only: a PD winner whose prefill pool runs EP8 was
@@ -52,7 +52,7 @@ def test_colocated_winner_note_is_unchanged():
 
 def test_uneven_experts_name_the_pool():
     """mixtral's 8 experts do not divide over a prefill pool's EP16."""
-    ep16 = ServeLayout(attn_dp=16, moe_ep=16)
+    ep16 = Layout(attn_dp=16, moe_ep=16)
     got, note = _placement_ep(
         _ranking(PDLayout(prefill=ep16, decode=TP8, x=1, y=1)), load_model("mixtral-8x7b")
     )

@@ -17,7 +17,7 @@ from moeplan.errors import MoeplanError
 from moeplan.export import constraints as cons
 from moeplan.export.launcher import HERE, render_launcher, render_refusal
 from moeplan.export.plan_export import PREFILL_UNIT, ExportContext, Option, engine_export
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.specs import load_cluster, load_model
 
 PWN = "PWNED"
@@ -99,7 +99,7 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
     result = SimpleNamespace(model=m, cluster=c)
     opt = Option(
-        strategy=Strategy(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1),
+        strategy=Layout(attn_tp=8, attn_dp=1, moe_tp=8, moe_ep=1),
         label="tp8",
         family="strategy",
         per_gpu=100.0,

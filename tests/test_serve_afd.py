@@ -20,8 +20,9 @@ from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult
 from moeplan.search.disagg.rank import search_pools
 from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.deployment import AFDLayout
 from moeplan.serve.iteration.model import Batch
-from moeplan.serve.pools.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
+from moeplan.serve.pools.afd import AFDIteration, bucket_up, coarse_ctx
 from moeplan.specs import Workload, load_cluster, load_model
 
 # (model, layers kept, cluster, nodes, ag, eg): shared experts (DeepSeek-V2, FinDEP's α-β

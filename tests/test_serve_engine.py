@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moeplan.cost import cost_model_for
+from moeplan.planners.layout import Layout
 from moeplan.serve import (
     Batch,
     EngineConfig,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     generate,
     requests_from_rows,
@@ -43,7 +43,7 @@ def _cfg(**kw) -> EngineConfig:
 def real():
     model = load_model("qwen3-30b-a3b")
     cluster = load_cluster("h100-sxm-8")
-    layout = ServeLayout(attn_tp=2, attn_dp=1, moe_tp=1, moe_ep=2)
+    layout = Layout(attn_tp=2, attn_dp=1, moe_tp=1, moe_ep=2)
     return IterationModel(model, cluster, cost_model_for(cluster), layout)
 
 

@@ -155,13 +155,13 @@ def test_a_priced_decode_instance_is_the_same_on_both_engines(rate) -> None:
     """Qwen3-30B-A3B's decode instance (attention DP4 / MoE EP4 on H100s) priced by the cost
     model, 3,000 requests of 1,024 + 256 tokens: below and past its capacity."""
     from moeplan.cost import CostModel
+    from moeplan.planners.layout import Layout
     from moeplan.serve.iteration.model import IterationModel
-    from moeplan.serve.layout import ServeLayout
     from moeplan.serve.pools.pd import DecodeStepEvaluator
     from moeplan.specs import load_cluster, load_model
 
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
-    lay = ServeLayout(attn_tp=1, attn_dp=4, moe_tp=1, moe_ep=4)
+    lay = Layout(attn_tp=1, attn_dp=4, moe_tp=1, moe_ep=4)
     ev = DecodeStepEvaluator(IterationModel(model, cluster, CostModel(cluster), lay))
     rng = np.random.default_rng(0)
     n = 3000

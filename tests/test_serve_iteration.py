@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError
-from moeplan.serve import Batch, IterationModel, ServeLayout, iteration_time, kv_capacity_tokens
+from moeplan.planners.layout import Layout
+from moeplan.serve import Batch, IterationModel, iteration_time, kv_capacity_tokens
 from moeplan.serve.iteration.model import busiest_part, pipeline_period
 from moeplan.serve.layout import stage_layers, stage_weight_bytes
 from moeplan.sim import TaskGraph, simulate_list
@@ -56,8 +57,8 @@ def test_pipeline_period_matches_task_simulation(stages, m, p2p):
 
 def test_pp_with_one_micro_batch_is_the_stage_sum_plus_p2p():
     """Same layers on the same stage shape: pp=2, one micro-batch = pp=1 time + one send."""
-    one = ServeLayout(attn_tp=2, moe_ep=2)
-    two = ServeLayout(attn_tp=2, moe_ep=2, pp=2, micro_batches=1)
+    one = Layout(attn_tp=2, moe_ep=2)
+    two = Layout(attn_tp=2, moe_ep=2, pp=2, micro_batches=1)
     b = Batch(48, 1500, ((300, 900),))
     t1 = iteration_time(MODEL, CLUSTER, ROOF, one, b)
     t2 = iteration_time(MODEL, CLUSTER, ROOF, two, b)
@@ -67,7 +68,7 @@ def test_pp_with_one_micro_batch_is_the_stage_sum_plus_p2p():
 
 def test_pure_tp_communication_is_two_all_reduces_per_layer():
     """Scattered layout, TP everywhere: AG + RS per block = Megatron's 2 all-reduces."""
-    lay = ServeLayout(attn_tp=4, moe_tp=4)
+    lay = Layout(attn_tp=4, moe_tp=4)
     b = Batch(64, 800, ())
     bd = IterationModel(MODEL, CLUSTER, ROOF, lay).breakdown(b)
     ar = ROOF.collective("all_reduce", 64 * MODEL.hidden_bytes, 4, 1)
@@ -76,8 +77,8 @@ def test_pure_tp_communication_is_two_all_reduces_per_layer():
 
 def test_attention_dp_splits_sequences():
     """Attention on DP2 with 2n sequences costs attention on one GPU with n."""
-    dp = IterationModel(MODEL, CLUSTER, ROOF, ServeLayout(attn_dp=2, moe_ep=2))
-    single = IterationModel(MODEL, CLUSTER, ROOF, ServeLayout())
+    dp = IterationModel(MODEL, CLUSTER, ROOF, Layout(attn_dp=2, moe_ep=2))
+    single = IterationModel(MODEL, CLUSTER, ROOF, Layout())
     a = dp.breakdown(Batch(64, 1000, ()))["attention"]
     assert a == pytest.approx(single.breakdown(Batch(32, 1000, ()))["attention"], rel=1e-12)
 
@@ -86,7 +87,7 @@ def test_expert_imbalance_slows_the_moe_block():
     n = MODEL.num_experts
     skew = tuple(4.0 if e < n // 4 else 1.0 for e in range(n))
     route = RoutingProfile(top_k=MODEL.top_k, expert_load=(skew,) * MODEL.num_moe_layers)
-    lay = ServeLayout(attn_dp=4, moe_ep=4)
+    lay = Layout(attn_dp=4, moe_ep=4)
     flat = IterationModel(MODEL, CLUSTER, ROOF, lay).breakdown(Batch(256, 500, ()))
     hot = IterationModel(MODEL, CLUSTER, ROOF, lay, routing=route).breakdown(Batch(256, 500, ()))
     assert hot["moe"] > flat["moe"] and hot["comm"] > flat["comm"]
@@ -120,14 +121,14 @@ def test_busiest_part_is_lpt_within_four_thirds_of_optimal(dec, chunks, parts):
     dc=st.integers(1, 4096),
 )
 def test_iteration_time_grows_with_batch_and_context(n, ctx, dn, dc):
-    it = IterationModel(MODEL, CLUSTER, ROOF, ServeLayout(attn_tp=2, moe_ep=2))
+    it = IterationModel(MODEL, CLUSTER, ROOF, Layout(attn_tp=2, moe_ep=2))
     t = it(Batch(n, ctx, ()))
     assert it(Batch(n + dn, ctx, ())) >= t and it(Batch(n, ctx + dc, ())) >= t
 
 
 def test_kv_capacity_fills_memory_exactly():
     """capacity tokens fit next to weights, activations, buffers, reserve; one more does not."""
-    lay = ServeLayout(attn_tp=2, attn_dp=2, moe_ep=4)
+    lay = Layout(attn_tp=2, attn_dp=2, moe_ep=4)
     cap = kv_capacity_tokens(MODEL, CLUSTER, lay, 8192)
     layers = stage_layers(MODEL, 1)[0]
     fixed = (
@@ -151,10 +152,10 @@ def test_kv_capacity_fills_memory_exactly():
 )
 def test_bad_layouts_name_the_rule(layout, match):
     with pytest.raises(MoeplanError, match=match):
-        ServeLayout(**layout).validate(MODEL, CLUSTER)
+        Layout(**layout).validate(MODEL, CLUSTER)
 
 
 def test_weights_that_do_not_fit_say_how_much_is_needed():
     big = load_model("deepseek-v3")
     with pytest.raises(MoeplanError, match="GiB per GPU before any KV cache"):
-        kv_capacity_tokens(big, CLUSTER, ServeLayout(attn_tp=8, moe_tp=8), 8192)
+        kv_capacity_tokens(big, CLUSTER, Layout(attn_tp=8, moe_tp=8), 8192)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.knobs import knob_variants
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
@@ -21,7 +21,7 @@ def test_iteration_two_batch_overlap_within_bounds():
     sum of its parts."""
     c = load_cluster("h100-sxm-8", 4)
     cm = engine_cost_model(c, engine="sglang")
-    lay = ServeLayout(attn_dp=32, moe_ep=32)
+    lay = Layout(attn_dp=32, moe_ep=32)
     b = Batch(decode=32 * 128, decode_ctx=2000)
     seq = IterationModel(DSV3, c, cm, lay, knobs=InstanceKnobs(a2a="deepep"))
     tbo = IterationModel(DSV3, c, cm, lay, knobs=InstanceKnobs(a2a="deepep", tbo=True))
@@ -35,7 +35,7 @@ def test_iteration_two_batch_overlap_within_bounds():
 
 def test_variants_cover_the_entries_and_respect_given_knobs():
     c = load_cluster("h100-sxm-8", 12)
-    lay = ServeLayout(attn_dp=96, moe_ep=96)  # 256 experts do not split over 96 ranks
+    lay = Layout(attn_dp=96, moe_ep=96)  # 256 experts do not split over 96 ranks
     got = knob_variants("sglang", DSV3, c, lay, InstanceKnobs())
     assert {(kn.a2a, kn.tbo) for _, kn in got} == {("nccl", False), ("deepep", False),
                                                     ("deepep", True)}  # fmt: skip
@@ -43,7 +43,7 @@ def test_variants_cover_the_entries_and_respect_given_knobs():
     fixed = knob_variants("sglang", DSV3, c, lay, InstanceKnobs(tbo=True), frozenset({"tbo"}))
     assert {(kn.a2a, kn.tbo) for _, kn in fixed} == {("deepep", True)}
     a100 = load_cluster("a100-sxm-8", 4)
-    plain = knob_variants("sglang", DSV3, a100, ServeLayout(attn_dp=32, moe_ep=32), InstanceKnobs())
+    plain = knob_variants("sglang", DSV3, a100, Layout(attn_dp=32, moe_ep=32), InstanceKnobs())
     assert [(kn.a2a, kn.tbo, lay_.redundant_experts) for lay_, kn in plain] == [("nccl", False, 0)]
 
 
@@ -62,9 +62,9 @@ def test_eplb_replicas_lower_the_busiest_rank():
     rng = np.random.default_rng(0)
     rows = [tuple(float(x) for x in rng.zipf(1.6, 256).clip(max=500)) for _ in range(4)]
     route = RoutingProfile(top_k=8, expert_load=tuple(rows))
-    plain = layer_imbalances(route, DSV3, ServeLayout(attn_dp=32, moe_ep=32), 1.0, 4)
+    plain = layer_imbalances(route, DSV3, Layout(attn_dp=32, moe_ep=32), 1.0, 4)
     eplb = layer_imbalances(
-        route, DSV3, ServeLayout(attn_dp=32, moe_ep=32, redundant_experts=32), 1.0, 4
+        route, DSV3, Layout(attn_dp=32, moe_ep=32, redundant_experts=32), 1.0, 4
     )
     for i, (p, e) in enumerate(zip(plain, eplb, strict=False)):
         row = rows[i % 4]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from moeplan.backends import backend
+from moeplan.planners.layout import Layout
 from moeplan.serve.knobs import candidates, engine_config
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
@@ -18,7 +19,7 @@ H100, A100 = load_cluster("h100-sxm-8"), load_cluster("a100-sxm-8")
 @pytest.mark.parametrize(("cluster", "seqs", "tokens"), [(H100, 1024, 8192), (A100, 256, 2048)])
 @pytest.mark.parametrize("dp", [1, 4, 8])
 def test_defaults_are_per_dp_rank(cluster, seqs, tokens, dp):
-    lay = ServeLayout(attn_dp=dp, moe_ep=dp)
+    lay = Layout(attn_dp=dp, moe_ep=dp)
     cfg = engine_config("vllm", MODEL, cluster, lay)
     assert (cfg.max_running, cfg.chunk_tokens) == (seqs * dp, tokens * dp)
     # the KV pool of a rank leaves room for that rank's own step, not the instance's
@@ -28,14 +29,14 @@ def test_defaults_are_per_dp_rank(cluster, seqs, tokens, dp):
 
 
 def test_given_budgets_are_the_instances():
-    lay = ServeLayout(attn_dp=4, moe_ep=4)
+    lay = Layout(attn_dp=4, moe_ep=4)
     cfg = engine_config("vllm", MODEL, H100, lay, chunk_tokens=16384, max_running=512)
     assert (cfg.chunk_tokens, cfg.max_running) == (16384, 512)
     assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, H100, lay, 4096)
 
 
 def test_search_candidates_scale_with_the_dp_ranks():
-    one = candidates("vllm", MODEL, H100, ServeLayout(attn_dp=1, moe_ep=4, attn_tp=4))
-    four = candidates("vllm", MODEL, H100, ServeLayout(attn_dp=4, moe_ep=4))
+    one = candidates("vllm", MODEL, H100, Layout(attn_dp=1, moe_ep=4, attn_tp=4))
+    four = candidates("vllm", MODEL, H100, Layout(attn_dp=4, moe_ep=4))
     assert sorted({c.chunk_tokens for c in four}) == [4 * c for c in sorted({c.chunk_tokens for c in one})]  # fmt: skip
     assert max(c.max_running for c in four) == 4 * max(c.max_running for c in one)

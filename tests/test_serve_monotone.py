@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve import (
     Batch,
     EngineConfig,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     generate,
     simulate,
@@ -31,7 +31,7 @@ def test_the_grid_is_every_bucket_value():
 def a100_mixtral():
     cluster = load_cluster("a100-sxm-8")
     cost = engine_cost_model(cluster, None, engine="sglang")
-    layout = ServeLayout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1)
+    layout = Layout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1)
     return IterationModel(load_model("mixtral-8x7b"), cluster, cost, layout)
 
 

@@ -12,12 +12,12 @@ import pytest
 
 from cli_run import run_main
 from moeplan.cost import cost_model_for
+from moeplan.planners.layout import Layout
 from moeplan.serve import (
     Batch,
     EngineConfig,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     generate,
     requests_from_rows,
@@ -93,7 +93,7 @@ def test_iteration_price_is_verify_plus_drafts():
     a 4-layer DeepSeek-V3 (3 dense layers, then MoE)."""
     c = load_cluster("h200-sxm-8")
     cm = cost_model_for(c)
-    lay = ServeLayout(attn_dp=8, moe_ep=8)
+    lay = Layout(attn_dp=8, moe_ep=8)
     m5, m4 = (load_model("deepseek-v3").with_layers(k) for k in (5, 4))
     n, dec, ctx = 2, 64, 3000
     plain5, plain4 = (IterationModel(m, c, cm, lay) for m in (m5, m4))

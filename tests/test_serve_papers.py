@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.space import named_baselines
 from moeplan.search import max_rate_meeting_slo
 from moeplan.search.colocated.evaluate import run_workload
@@ -18,7 +19,6 @@ from moeplan.serve import (
     Batch,
     IterationModel,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     engine_config,
 )
@@ -34,10 +34,10 @@ QWEN = load_model("qwen3-30b-a3b")
 H100 = load_cluster("h100-sxm-8").with_nodes(2)
 ROOF = CostModel(H100)  # datasheet roofline: ring/pairwise formulas for every collective
 LAYOUTS = [
-    ServeLayout(attn_dp=8, moe_ep=8),  # attention DP + EP, one node
-    ServeLayout(attn_tp=4, attn_dp=2, moe_tp=2, moe_ep=4),  # TP-EP hybrid
-    ServeLayout(attn_dp=16, moe_ep=16),  # EP over two nodes
-    ServeLayout(attn_tp=2, attn_dp=2, moe_ep=4, pp=2),  # pipelined
+    Layout(attn_dp=8, moe_ep=8),  # attention DP + EP, one node
+    Layout(attn_tp=4, attn_dp=2, moe_tp=2, moe_ep=4),  # TP-EP hybrid
+    Layout(attn_dp=16, moe_ep=16),  # EP over two nodes
+    Layout(attn_tp=2, attn_dp=2, moe_ep=4, pp=2),  # pipelined
 ]
 BATCHES = [
     Batch(64, 1500, ()),
@@ -116,7 +116,7 @@ def test_mixserve_vllm_tp_pp_has_the_worst_itl_of_table_ii(cluster):
     )
     itl = {}
     for name, s in named_baselines(cl.num_nodes, cl.gpus_per_node).items():
-        lay = ServeLayout(
+        lay = Layout(
             attn_tp=s.attn_tp, attn_dp=s.attn_dp, moe_tp=s.moe_tp, moe_ep=s.moe_ep, pp=s.pp
         )
         cfg = engine_config("vllm", model, cl, lay, max_running=16)
@@ -131,7 +131,7 @@ def test_semmoe_higher_lar_raises_the_rate_meeting_a_ttft_slo():
     """Sem-MoE §4.4 in miniature: same imbalance, LAR 1/8 -> 1 on semmoe-8 (DSv2-Lite, DP8 +
     EP8); the largest Poisson rate meeting one TTFT SLO does not fall, and prefill is faster."""
     cl, model = load_cluster("semmoe-8"), load_model("deepseek-v2-lite")
-    cost, lay = cost_model_for(cl), ServeLayout(attn_dp=8, moe_ep=8)
+    cost, lay = cost_model_for(cl), Layout(attn_dp=8, moe_ep=8)
     cfg = engine_config("sglang", model, cl, lay)
     w = ServeWorkload(
         num_requests=200, rate=10.0, seed=0, isl=LengthDist(mean=512), osl=LengthDist(mean=16)
@@ -167,7 +167,7 @@ def test_smidt_pp_beats_no_pp_on_32_a40_and_too_deep_pp_declines():
     )
     tps = {}
     for pp in (1, 4, 16):
-        lay = ServeLayout(attn_dp=32 // pp, moe_ep=32 // pp, pp=pp)
+        lay = Layout(attn_dp=32 // pp, moe_ep=32 // pp, pp=pp)
         cfg = engine_config("sglang", model, cl, lay)
         it = IterationModel(model, cl, cost, lay, route)
         tps[pp] = run_workload(cfg, w, it, lay.gpus, SLO())[1].total_tokens_per_s

@@ -12,18 +12,19 @@ from hypothesis import strategies as st
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.disagg.pools import Context, candidates, rate_match, stable
 from moeplan.serve import (
     SLO,
     EngineConfig,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     generate,
     simulate,
 )
+from moeplan.serve.deployment import PDLayout
 from moeplan.serve.metrics import request_latencies
-from moeplan.serve.pools.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
+from moeplan.serve.pools.pd import PoolSetup, kv_senders, kv_transfer_s, simulate_pd
 from moeplan.specs import LinkSpec, load_cluster, load_model
 
 PRE = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=64, kv_tokens=200_000)
@@ -41,7 +42,7 @@ def decode_time(batch):  # fake evaluator: 8 ms + 20 us per sequence (context-fr
 
 
 def _layout(x=1, y=1):
-    return PDLayout(prefill=ServeLayout(), decode=ServeLayout(), x=x, y=y)
+    return PDLayout(prefill=Layout(), decode=Layout(), x=x, y=y)
 
 
 def _setup(transfer, x=1, y=1):
@@ -71,7 +72,7 @@ def test_kv_transfer_is_bytes_over_bandwidth_plus_latency():
     cm = CostModel(c)
     for name, tp in (("deepseek-v3", 4), ("qwen3-235b-a22b", 4), ("qwen3-235b-a22b", 1)):
         m = load_model(name)
-        lay = ServeLayout(attn_tp=tp, attn_dp=8 // tp, moe_ep=8)
+        lay = Layout(attn_tp=tp, attn_dp=8 // tp, moe_ep=8)
         nbytes = m.kv_bytes_per_token * 3000
         senders = 1 if m.attention == "mla" else min(tp, m.num_kv_heads)
         want = c.inter.latency + nbytes / senders / c.inter.bw
@@ -89,7 +90,7 @@ def test_infinite_link_pd_equals_the_standalone_pools():
     m = load_model("qwen3-30b-a3b")
     cm = CostModel(c)
     reqs = generate(_workload())
-    run = simulate_pd(reqs, _setup(lambda isl: kv_transfer_s(m, cm, ServeLayout(), isl, True)))
+    run = simulate_pd(reqs, _setup(lambda isl: kv_transfer_s(m, cm, Layout(), isl, True)))
     alone_pre = simulate(replace(reqs, osl=np.ones(len(reqs), dtype=np.int64)), PRE, prefill_time)
     ttft, tpot, _ = request_latencies(run.result)
     assert np.allclose(ttft, alone_pre.first_token_s - reqs.arrival_s, rtol=0, atol=1e-12)
@@ -240,7 +241,7 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
             return super().expert_ffn(*a, **k) + 2e-3
 
     ctx = Context(model=m, cluster=c, cost=Floor(c), workload=w, slo=SLO())
-    p = prefill_pool(ctx, ServeLayout(attn_dp=4, moe_ep=4))
+    p = prefill_pool(ctx, Layout(attn_dp=4, moe_ep=4))
     assert p is not None
     n = 192
     res = simulate(requests_from_rows([0.0] * n, [2000] * n, [1] * n), p.cfg, p.evaluate)

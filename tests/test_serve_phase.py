@@ -10,9 +10,10 @@ import pytest
 from cli_run import run_main
 from moeplan.cost import memory as mem
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS, PhaseModel
-from moeplan.serve.layout import ServeLayout, stage_weight_bytes
+from moeplan.serve.layout import stage_weight_bytes
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
@@ -20,7 +21,7 @@ DSV3 = load_model("deepseek-v3")
 
 def _model(nodes: int, ep: int, r: int, **kw) -> PhaseModel:
     c = load_cluster("h100-sxm-8", nodes)
-    lay = ServeLayout(attn_dp=ep, moe_ep=ep, redundant_experts=r)
+    lay = Layout(attn_dp=ep, moe_ep=ep, redundant_experts=r)
     kn = resolve_knobs("sglang", DSV3, c, lay, a2a="deepep", **kw)
     return PhaseModel(DSV3, c, engine_cost_model(c, engine="sglang"), lay, kn)
 
@@ -69,15 +70,15 @@ def test_mtp_step_is_draft_plus_verify(decode72):
 def test_fp8_kv_halves_the_cache_and_redundant_experts_cost_memory():
     c = load_cluster("h100-sxm-8", 9)
     cm = engine_cost_model(c, engine="sglang")
-    lay0 = ServeLayout(attn_dp=72, moe_ep=72, redundant_experts=32)
+    lay0 = Layout(attn_dp=72, moe_ep=72, redundant_experts=32)
     kv = {}
     for dt in ("bf16", "fp8"):
         kn = resolve_knobs("sglang", DSV3, c, lay0, a2a="deepep", kv_dtype=dt)
         kv[dt] = PhaseModel(DSV3, c, cm, lay0, kn).memory(64, 2000, 64)["kv_cache"]
     assert kv["fp8"] == pytest.approx(kv["bf16"] / 2)
-    lay8 = ServeLayout(attn_dp=8, moe_ep=8)
+    lay8 = Layout(attn_dp=8, moe_ep=8)
     extra = stage_weight_bytes(
-        DSV3, ServeLayout(attn_dp=8, moe_ep=8, redundant_experts=8), range(61), True, True
+        DSV3, Layout(attn_dp=8, moe_ep=8, redundant_experts=8), range(61), True, True
     ) - stage_weight_bytes(DSV3, lay8, range(61), True, True)
     per_expert = mem.expert_weight_bytes(DSV3, 1) - mem.expert_weight_bytes(DSV3, 0)
     assert extra == pytest.approx(per_expert * len(DSV3.moe_layers))  # one replica per GPU

@@ -114,10 +114,10 @@ def test_replicas_scale_totals_not_per_gpu_figures():
     wl = ServeWorkload(
         num_requests=80, rate=2.0, isl=LengthDist(mean=512), osl=LengthDist(mean=64), seed=2
     )
-    from moeplan.serve import ServeLayout
+    from moeplan.planners.layout import Layout
 
     one = evaluate_layout(
-        m, c, cm, ServeLayout(attn_tp=4, moe_ep=4), _per_replica(wl, 2), SLO(ttft_s=2.0, tpot_s=0.1)
+        m, c, cm, Layout(attn_tp=4, moe_ep=4), _per_replica(wl, 2), SLO(ttft_s=2.0, tpot_s=0.1)
     )
     both = all_replicas(one, 2)
     assert _per_replica(wl, 2).rate == pytest.approx(1.0)

@@ -9,13 +9,13 @@ import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search import evaluate_layouts, max_rate_meeting_slo, rank_results
 from moeplan.search.colocated.evaluate import analytic_rate
 from moeplan.serve import (
     SLO,
     EngineConfig,
     LengthDist,
-    ServeLayout,
     ServeWorkload,
     engine_config,
     generate,
@@ -81,7 +81,7 @@ def test_bisection_matches_a_scan_of_simulated_rates():
 
 def test_engine_defaults_follow_the_engines():
     a100 = load_cluster("a100-sxm-8")
-    lay = ServeLayout(attn_tp=2, moe_ep=2)
+    lay = Layout(attn_tp=2, moe_ep=2)
     sg = engine_config("sglang", MODEL, H100, lay)
     vl = engine_config("vllm", MODEL, H100, lay)
     vl_a100 = engine_config("vllm", MODEL, a100, lay)
@@ -113,7 +113,7 @@ def test_analytic_rate_matches_closed_loop_simulation():
     assert est.rate_rps == pytest.approx(sim_rate, rel=0.03)
 
 
-def _fake_factory(layout: ServeLayout):
+def _fake_factory(layout: Layout):
     scale = 1.0 / layout.gpus
 
     def ev(batch) -> float:
@@ -124,10 +124,10 @@ def _fake_factory(layout: ServeLayout):
 
 def test_evaluate_layouts_returns_interface_metrics_in_order():
     lays = [
-        ServeLayout(attn_tp=2, moe_ep=2),
-        ServeLayout(attn_dp=4, moe_ep=4),
-        ServeLayout(attn_tp=3, moe_tp=3),
-        ServeLayout(attn_tp=4, moe_ep=4, pp=2),
+        Layout(attn_tp=2, moe_ep=2),
+        Layout(attn_dp=4, moe_ep=4),
+        Layout(attn_tp=3, moe_tp=3),
+        Layout(attn_tp=4, moe_ep=4, pp=2),
     ]
     w = ServeWorkload(
         num_requests=200, rate=4.0, isl=LengthDist(mean=512), osl=LengthDist(mean=64), seed=1
@@ -158,7 +158,7 @@ def test_evaluate_layouts_returns_interface_metrics_in_order():
 
 def test_evaluate_layouts_with_the_cost_model():
     """The real iteration model end to end on two layouts (no fakes)."""
-    lays = [ServeLayout(attn_tp=2, moe_ep=2), ServeLayout(attn_dp=2, moe_ep=2)]
+    lays = [Layout(attn_tp=2, moe_ep=2), Layout(attn_dp=2, moe_ep=2)]
     w = ServeWorkload(
         num_requests=150, rate=2.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=128), seed=2
     )
@@ -196,7 +196,7 @@ def test_bound_names_kv_roofline_side_and_link_level():
     w = ServeWorkload(num_requests=50, rate=5.0, isl=LengthDist(mean=100), osl=LengthDist(mean=10))
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=8, kv_tokens=4000)
     m = summarize(simulate(generate(w), cfg, lambda b: 1e-3), 1, SLO())
-    lay = ServeLayout(attn_dp=8, moe_ep=8)
+    lay = Layout(attn_dp=8, moe_ep=8)
     ridge = H100.gpu.flops_bf16 / H100.gpu.mem_bw
     small = int(ridge * MODEL.expert_weight_bytes / 2 * MODEL.num_experts / MODEL.top_k) - 8
     experts = {"moe": 1.0, "attention": 0.1}
@@ -204,7 +204,7 @@ def test_bound_names_kv_roofline_side_and_link_level():
     assert limiting_part(experts, m, MODEL, H100, lay, 4 * small) == "compute (experts)"
     assert limiting_part({"comm": 1.0}, m, MODEL, H100, lay, 8) == "intra-node communication"
     two = load_cluster("h100-sxm-8").with_nodes(2)
-    wide = ServeLayout(attn_dp=16, moe_ep=16)
+    wide = Layout(attn_dp=16, moe_ep=16)
     assert limiting_part({"comm": 1.0}, m, MODEL, two, wide, 8) == "inter-node communication"
     full = dc_replace(m, kv_peak_utilisation=0.99)
     assert limiting_part(experts, full, MODEL, H100, lay, 8) == "KV capacity"

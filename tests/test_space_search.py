@@ -11,6 +11,7 @@ import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.colocated.search import (
     SpaceCandidate,
     _by_estimate,
@@ -19,7 +20,7 @@ from moeplan.search.colocated.search import (
     search_space,
 )
 from moeplan.search.colocated.space import copies, layouts
-from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
+from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import load_cluster, load_model
 
 REQUESTS = 150
@@ -34,9 +35,7 @@ def _brute(model, cluster):
             continue
         try:
             out.add(
-                ServeLayout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me, pp=pp).validate(
-                    model, cluster
-                )
+                Layout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me, pp=pp).validate(model, cluster)
             )
         except MoeplanError:
             continue

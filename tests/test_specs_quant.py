@@ -368,15 +368,15 @@ def test_strategy_memory_of_pure_ep_matches_the_quantized_total(case):
     """MixServe's memory with attention DP = MoE EP = 8: each GPU holds every weight but 7/8
     of the routed experts, at their quantized bytes (embedding and lm-head in bf16)."""
     from moeplan.cost import cost_model_for
+    from moeplan.planners.layout import Layout
     from moeplan.planners.strategy.cost import StrategyEvaluator
-    from moeplan.planners.strategy.space import Strategy
     from moeplan.specs import Workload
 
     model, cluster = _model(case), load_cluster("h200-sxm-8")
     ev = StrategyEvaluator(
         model, cluster, Workload(batch=1, isl=16, osl=1), cost_model_for(cluster)
     )
-    weights = ev.memory(Strategy(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)).weights
+    weights = ev.memory(Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)).weights
     routed = model.weight_bytes_by_module()["experts"][1]
     final_norm = 2 * model.hidden_size  # the one weight MixServe's memory leaves out
     want = model.weight_bytes_total() - routed * 7 / 8 - final_norm

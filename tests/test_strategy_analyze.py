@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.analyzer import (
     analyze,
     meets_slo,
@@ -20,11 +21,11 @@ from moeplan.planners.strategy.analyzer import (
     zipf_routing,
 )
 from moeplan.planners.strategy.cost import PhaseTime, StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies, mixserve_default
+from moeplan.planners.strategy.space import enumerate_strategies, mixserve_default
 from moeplan.specs import Workload, load_cluster, load_model
 
 
-def _fake_result(s: Strategy, ttft: float, itl: float, thr: float, mem: float) -> StrategyResult:
+def _fake_result(s: Layout, ttft: float, itl: float, thr: float, mem: float) -> StrategyResult:
     pt = PhaseTime(compute_s=1.0, comm_s=0.0, p2p_s=0.0, comm_unfused_s=0.0)
     return StrategyResult(
         strategy=s,
@@ -136,7 +137,7 @@ def test_eq6_service_time_hand_computation():
     model, cluster = load_model("deepseek-v3"), load_cluster("mixserve-910b")
     w = Workload(batch=16, isl=1024, osl=64)
     ev = StrategyEvaluator(model, cluster, w, FakeCost())
-    s = Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, pp=2, fused=True)
+    s = Layout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=2, pp=2, fused=True)
     pre = ev.phase_time(s, 1024, 1024)
     assert pre.compute_s == pytest.approx(58 * (1 + 2 + 0.5) + 3 * (1 + 3))
     assert pre.p2p_s == pytest.approx(0.25)
@@ -158,7 +159,7 @@ def test_eq8_weights_of_pure_ep_match_model_totals():
     """attn DP=W, MoE EP=W: each GPU holds everything but (W-1)/W of the routed experts."""
     model, cluster = load_model("qwen3-235b-a22b"), load_cluster("mixserve-910b")
     ev = StrategyEvaluator(model, cluster, Workload(batch=1, isl=16, osl=1), FakeCost())
-    mem = ev.memory(Strategy(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32))
+    mem = ev.memory(Layout(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32))
     routed = (
         model.num_moe_layers * model.num_experts * model.expert_params * model.expert_weight_bytes
     )
@@ -252,7 +253,7 @@ def test_expert_skew_hurts_wide_ep_more_than_the_hybrid():
     model, cluster = load_model("deepseek-v3"), load_cluster("mixserve-910b")
     cm = cost_model_for(cluster)
     mix = mixserve_default(4, 8)
-    ep = Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
+    ep = Layout(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32)
     out = []
     for skew in (0.0, 0.8):
         w = Workload(

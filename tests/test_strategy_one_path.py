@@ -25,13 +25,13 @@ import pytest
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import device_for
 from moeplan.kernel_tables import kernel_db
+from moeplan.planners.layout import Layout
 from moeplan.planners.pipeline.cost import Choice, StageContext, cost_model_evaluator, modules_of
 from moeplan.planners.strategy.analyzer import zipf_routing
 from moeplan.planners.strategy.comm import Collectives, layer_comm
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.strategy.space import enumerate_strategies
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 CLUSTERS = [  # (preset, nodes, engine)
@@ -54,7 +54,7 @@ def _nodes(d: int, stride: int, g: int) -> int:
     return len({(i * stride) // g for i in range(d)})
 
 
-def _expected_layer_comm(cm, cl, model, w, s: Strategy, q: int, k: float, imb: float):
+def _expected_layer_comm(cm, cl, model, w, s: Layout, q: int, k: float, imb: float):
     """(MoE layer, dense layer) seconds from cost-model calls, written from Eq. 5 / Algs. 1-2."""
     g, b, hb = cl.gpus_per_node, w.batch, model.hidden_bytes
 
@@ -129,12 +129,10 @@ def test_strategy_and_serving_model_price_the_same_layout_identically(
     model = load_model(model_name)
     ev = StrategyEvaluator(model, cl, W, cm)
     for at, ad, mt, me in SAME_TRAFFIC:
-        s = Strategy(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me)
+        s = Layout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me)
         if ev(s) is None:
             continue
-        serve = IterationModel(
-            model, cl, cm, ServeLayout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me)
-        )
+        serve = IterationModel(model, cl, cm, Layout(attn_tp=at, attn_dp=ad, moe_tp=mt, moe_ep=me))
         b, isl, ctx = W.batch, W.isl, W.isl + W.osl // 2
         prefill = serve.breakdown(Batch(prefill=((isl, isl),) * b))["comm"]
         decode = serve.breakdown(Batch(decode=b, decode_ctx=ctx))["comm"]
@@ -165,13 +163,13 @@ class Counting:
     ("strategy", "moe_calls"),
     [
         # attn AR, MoE AR, dispatch + combine
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4), 4),
+        (Layout(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4), 4),
         # attn AR, pure EP: dispatch + combine only
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32), 3),
+        (Layout(attn_tp=8, attn_dp=4, moe_tp=1, moe_ep=32), 3),
         # fused, 4 nodes: attn AR + min(fused 4n+2 rounds, sequential RS/AG/A2A 5) = 1 + 5
-        (Strategy(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4, fused=True), 6),
+        (Layout(attn_tp=8, attn_dp=4, moe_tp=8, moe_ep=4, fused=True), 6),
         # pure DP attention + EP: no TP collective at all
-        (Strategy(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32), 2),
+        (Layout(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32), 2),
     ],
 )
 def test_every_communication_second_is_a_cost_model_call(strategy, moe_calls):
@@ -207,7 +205,7 @@ def test_tp_all_reduce_is_the_engine_custom_all_reduce_in_every_family(q):
         coll=Collectives(cm, 8),
     )
     assert c.attn_allreduce == c.moe_allreduce == pytest.approx(table.seconds, rel=1e-12)
-    serve = IterationModel(model, cl, cm, ServeLayout(attn_tp=8, moe_tp=8))
+    serve = IterationModel(model, cl, cm, Layout(attn_tp=8, moe_tp=8))
     batch = Batch(prefill=((q, q),) * b) if q > 1 else Batch(decode=b, decode_ctx=600)
     step = serve.breakdown(batch)["comm"]
     assert step == pytest.approx(2 * model.num_layers * table.seconds, rel=1e-12)

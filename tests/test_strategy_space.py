@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.space import (
-    Strategy,
     degrees,
     enumerate_strategies,
     fusable,
@@ -31,7 +31,7 @@ def test_enumeration_equals_brute_force(nodes, g, any_div):
         stage = world // pp
         if stage % at or stage % mt:
             continue
-        s = Strategy(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt, pp=pp)
+        s = Layout(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt, pp=pp)
         want.add(s.key())
         nodes_s = -(-stage // g)
         if nodes_s > 1 and mt == min(stage, g) and stage // mt == nodes_s and mt > 1:
@@ -73,4 +73,4 @@ def test_named_baselines_in_grammar():
 
 def test_inconsistent_strategy_is_rejected():
     with pytest.raises(MoeplanError, match="moe.tp"):
-        Strategy(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=4)
+        Layout(attn_tp=8, attn_dp=2, moe_tp=8, moe_ep=4)

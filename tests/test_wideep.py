@@ -89,12 +89,12 @@ def test_one_decision_for_price_and_flags():
 def test_export_follows_the_decision():
     from moeplan.export.constraints import Target, check_sglang
     from moeplan.export.sglang import sglang_args
-    from moeplan.planners.strategy.space import Strategy
+    from moeplan.planners.layout import Layout
     from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     c = load_cluster("h100-sxm-8", 4)
     t = Target.of(DSV3, c)
-    s = Strategy(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32, pp=1)
+    s = Layout(attn_tp=1, attn_dp=32, moe_tp=1, moe_ep=32, pp=1)
     kn = InstanceKnobs(a2a="deepep", tbo=True, mtp=2, mtp_accept=0.8, kv_dtype="fp8")
     args = sglang_args(s, model_path="m", target=t, num_nodes=4, knobs=kn, redundant_experts=32)
     f = " ".join(args.args)

@@ -86,12 +86,12 @@ def test_wide_ep_prices_the_busiest_rank_of_the_batch():
 def test_phase_answer_reports_the_priced_busiest_rank():
     """``--phase`` reports the busiest rank it prices: balanced routing on the DeepEP path is
     the spread of one two-batch-overlap half (8,192 tokens per GPU over EP32: 1.008)."""
+    from moeplan.planners.layout import Layout
     from moeplan.serve.iteration.instance_knobs import resolve_knobs
     from moeplan.serve.iteration.phase import PhaseModel
-    from moeplan.serve.layout import ServeLayout
 
     md, c = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
-    lay = ServeLayout(attn_dp=32, moe_ep=32, redundant_experts=32)
+    lay = Layout(attn_dp=32, moe_ep=32, redundant_experts=32)
     kn = resolve_knobs("sglang", md, c, lay, a2a="deepep", tbo=True, mtp=0, mtp_accept=None)
     r = PhaseModel(md, c, engine_cost_model(c, engine="sglang"), lay, kn).step(
         "prefill", 16384, 4096
@@ -107,14 +107,14 @@ def test_equal_expert_loads_after_eplb_against_the_packing_closed_form(ep, nodes
     3 whole + 1 half and 8 take 4 whole, the busiest 4 / (256 / 72) = 1.125x the mean. The
     spread of a 128-per-GPU batch on those shares lies below the product the wide-EP price
     takes (its upper bound) and above the placement alone."""
+    from moeplan.planners.layout import Layout
     from moeplan.planners.placement.eplb import rebalance_experts
     from moeplan.serve.iteration.balance import layer_imbalances
-    from moeplan.serve.layout import ServeLayout
     from moeplan.specs import RoutingProfile
 
     md = load_model("deepseek-v3")
     route = RoutingProfile(top_k=8, expert_load=((1.0,) * 256,))
-    lay = ServeLayout(attn_dp=ep, moe_ep=ep, redundant_experts=32)
+    lay = Layout(attn_dp=ep, moe_ep=ep, redundant_experts=32)
     got = layer_imbalances(route, md, lay, 1.0, nodes)
     assert got[0] == pytest.approx(want, rel=1e-6)
     groups = 8 if 8 % nodes == 0 else 1

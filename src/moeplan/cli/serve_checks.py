@@ -16,9 +16,10 @@ from moeplan.cli._steady import check_fits
 from moeplan.cli.serve_pd import check_pd_flags, read_pd
 from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
-from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.serve.deployment import PDLayout
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 
@@ -37,7 +38,7 @@ class Deployment:
     """What serve-sim simulates: one instance ``layout`` (``replicas`` copies) or the P/D
     pair ``pd``, with the engine settings and instance knobs given or read from the plan."""
 
-    layout: ServeLayout  # the instance (P/D: the prefill pool's)
+    layout: Layout  # the instance (P/D: the prefill pool's)
     pd: PDLayout | None
     plan: Plan | None
     replicas: int
@@ -115,14 +116,14 @@ def check_fits_cluster(d: Deployment, c: ClusterSpec, one_instance: bool) -> Non
         check_fits(f"layout {d.layout.label}", d.layout.gpus, c)
 
 
-def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[ServeLayout, Plan | None]:
+def _layout(plan_path: str | None, flags: dict[str, int | None]) -> tuple[Layout, Plan | None]:
     given = [k for k, v in flags.items() if v is not None]
     require(
         flags["micro_batches"] is None or (flags["pp"] or 1) > 1,
         "--micro-batches applies to pipelines only (--pp > 1)",
     )
     if plan_path is None:
-        return ServeLayout(**{k: v for k, v in flags.items() if v is not None}), None
+        return Layout(**{k: v for k, v in flags.items() if v is not None}), None
     require(
         not given,
         f"--plan and layout flags ({', '.join('--' + g.replace('_', '-') for g in given)})"

@@ -1,6 +1,6 @@
 """``moeplan serve-sim --pd``: simulate a given prefill/decode deployment under load.
 
-``--pd "X*LAYOUT:Y*LAYOUT"`` (grammar: :mod:`moeplan.serve.pools.pd_spec`) or ``--pd plan.json`` of
+``--pd "X*LAYOUT:Y*LAYOUT"`` (grammar: :mod:`moeplan.serve.deployment`) or ``--pd plan.json`` of
 a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.search.disagg.given.simulate_given`
 → the same payload and printout as one engine, the layout being the P/D pair.
 """
@@ -17,9 +17,8 @@ from moeplan.errors import require
 from moeplan.planners.plan import Plan
 from moeplan.search.disagg.given import simulate_given
 from moeplan.search.disagg.pools import Context, DisaggResult
+from moeplan.serve.deployment import PDLayout, parse_pd, pd_from_dict
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pools.pd import PDLayout
-from moeplan.serve.pools.pd_spec import parse_pd, pd_from_dict, pd_text
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.specs.hf_config import read_json_file
@@ -98,7 +97,7 @@ def run_pd(
         "--ttft-slo/--tpot-slo, give --rate, or change the deployment",
     )
     extra = {
-        "pd": pd_text(pd),
+        "pd": pd.label,
         "pools": {"load_at_matched_rate": {"prefill": r.rho[0], "decode": r.rho[1]}},
         "rate_simulated_rps": at,
     }

@@ -13,9 +13,9 @@ from typing import Any
 
 from moeplan.cli._common import console, print_json
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, resolve_knobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS, PHASES, PhaseModel, PhaseResult
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -67,7 +67,7 @@ def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
 def run_phase_flags(
     m: ModelSpec,
     c: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     *,
     engine: str,
     cost_engine: str,
@@ -101,7 +101,7 @@ def run_phase(
     m: ModelSpec,
     c: ClusterSpec,
     cost: Any,
-    layout: ServeLayout,
+    layout: Layout,
     *,
     engine: str,
     phase: str,

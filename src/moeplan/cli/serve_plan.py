@@ -17,21 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeplan.errors import MoeplanError, check_int, require
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 
-LAYOUT_KEYS = (
-    "attn_tp",
-    "attn_dp",
-    "moe_tp",
-    "moe_ep",
-    "pp",
-    "micro_batches",
-    "dense_tp",
-    "redundant_experts",
-    "fused",
-)
 MAX_REPLICAS = 1 << 20  # far beyond any cluster preset's GPUs (specs/cluster.py bounds)
 
 
@@ -39,7 +28,7 @@ MAX_REPLICAS = 1 << 20  # far beyond any cluster preset's GPUs (specs/cluster.py
 class ServedDeployment:
     """The colocated deployment a plan's serving prediction was made on."""
 
-    layout: ServeLayout
+    layout: Layout
     replicas: int
     knobs: dict[str, Any] | None
     chunk_tokens: int | None
@@ -57,7 +46,7 @@ def served_deployment(plan: Plan) -> ServedDeployment | None:
     if not isinstance(lay, dict):
         raise MoeplanError(f"{where}.serve_layout ({lay!r}) must be a JSON object")
     try:
-        layout = ServeLayout(**{k: lay[k] for k in LAYOUT_KEYS if k in lay})
+        layout = Layout.from_dict(lay)
     except TypeError as err:
         raise MoeplanError(f"{where}.serve_layout is malformed: {err}") from None
     replicas = serving.get("replicas", lay.get("replicas", 1))  # the entry's, else the layout's
@@ -97,7 +86,7 @@ def plan_knobs(
     )
 
 
-def layout_from_plan(plan: Plan) -> ServeLayout:
+def layout_from_plan(plan: Plan) -> Layout:
     """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
     common module choice over all stages, DPMoE counted into the MoE EP span)."""
     pools = plan.details.get("disaggregation")
@@ -137,11 +126,11 @@ def _section(lay: Any, key: str) -> dict:
     return sec
 
 
-def _strategy_layout(plan: Plan) -> ServeLayout:
+def _strategy_layout(plan: Plan) -> Layout:
     """A strategy plan's serving layout: its degrees, fused as MixServe chose."""
     lay = plan.layout
     attn, moe = _section(lay, "attn"), _section(lay, "moe")
-    return ServeLayout(
+    return Layout(
         attn_tp=_degree("attn.tp", attn.get("tp")),
         attn_dp=_degree("attn.dp", attn.get("dp")),
         moe_tp=_degree("moe.tp", moe.get("tp")),
@@ -151,7 +140,7 @@ def _strategy_layout(plan: Plan) -> ServeLayout:
     )
 
 
-def _pipeline_layout(lay: Any) -> ServeLayout:
+def _pipeline_layout(lay: Any) -> Layout:
     """A pipeline plan's serving layout: each block's most common module choice."""
     require(isinstance(lay, dict), "plan.layout must be a JSON object")
     stages = lay.get("stages")
@@ -183,12 +172,12 @@ def _pipeline_layout(lay: Any) -> ServeLayout:
     e = max(set(moe), key=moe.count) if moe else a
     pp = _degree("pp", lay.get("pp"))
     require(pp == len(stages), f"plan.layout.pp ({pp}) must equal its stages ({len(stages)})")
-    return ServeLayout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
+    return Layout(attn_tp=a[0], attn_dp=a[1], moe_tp=e[0], moe_ep=e[1], pp=pp)
 
 
 #: How ``serve-sim --plan`` reads one engine's layout from each family's plan, keyed by family
 #: (:data:`moeplan.planners.families.INSTANCE_SERVED`).
-PLAN_LAYOUTS: dict[str, Callable[[Plan], ServeLayout]] = {
+PLAN_LAYOUTS: dict[str, Callable[[Plan], Layout]] = {
     "strategy": _strategy_layout,
     "pipeline": lambda plan: _pipeline_layout(plan.layout),
 }

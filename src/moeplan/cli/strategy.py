@@ -47,6 +47,7 @@ from moeplan.export.plan_export import model_path_for
 from moeplan.export.sglang import ExportResult
 from moeplan.export.writers import writer
 from moeplan.kernel_tables import pricing_line
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.analyzer import (
     RANK_BY,
     Analysis,
@@ -59,7 +60,7 @@ from moeplan.planners.strategy.analyzer import (
 )
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.fused import layer_schedules
-from moeplan.planners.strategy.space import Strategy, fusable, mixserve_default
+from moeplan.planners.strategy.space import fusable, mixserve_default
 from moeplan.sim import gantt_html
 from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model
 
@@ -121,7 +122,7 @@ def pareto_html(a: Analysis, title: str) -> str:
     return fig.to_html(include_plotlyjs=True, full_html=True)
 
 
-def fused_target(a: Analysis, c: ClusterSpec) -> Strategy | None:
+def fused_target(a: Analysis, c: ClusterSpec) -> Layout | None:
     """The #1 strategy when fused, else the paper's default hybrid when it is fusable."""
     if a.best is not None and a.best.strategy.fused:
         return a.best.strategy
@@ -129,7 +130,7 @@ def fused_target(a: Analysis, c: ClusterSpec) -> Strategy | None:
     return s if fusable(s, c.num_nodes, c.gpus_per_node) else None
 
 
-def verify_fused(ev: StrategyEvaluator, s: Strategy, isl: int) -> dict:
+def verify_fused(ev: StrategyEvaluator, s: Layout, isl: int) -> dict:
     """Closed-form fused/sequential layer times against their replay on ``moeplan.sim``."""
     out: dict = {"strategy": s.label}
     for phase, q_len in (("prefill", isl), ("decode", 1)):

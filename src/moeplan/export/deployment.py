@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeplan.errors import require
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 
 SERVER_PORT = 30000  # SGLang's default --port; vLLM servers get the same numbering
 DIST_PORT = 5000  # torch.distributed rendezvous of a multi-node server (--dist-init-addr)
@@ -35,12 +35,13 @@ ROLES = ("colocated", "prefill", "decode")
 
 @dataclass(frozen=True, kw_only=True)
 class Pool:
-    """``count`` instances of ``strategy`` in ``role``; ``knobs``: the instance knobs the plan
-    priced (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`, None: engine defaults);
-    ``redundant``: redundant experts per MoE layer of the layout."""
+    """A launched pool: ``count`` instances of ``strategy`` in ``role`` (what one instance
+    can serve is :class:`moeplan.search.disagg.pools.InstanceCapacity`); ``knobs``: the instance
+    knobs the plan priced (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`, None: engine
+    defaults); ``redundant``: redundant experts per MoE layer of the layout."""
 
     role: str
-    strategy: Strategy
+    strategy: Layout
     count: int
     knobs: Any = None
     redundant: int = 0
@@ -73,7 +74,7 @@ class Slot:
         return f"{self.role}-{self.instance}"
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> Layout:
         return self.pool.strategy
 
     @property

@@ -45,10 +45,9 @@ from moeplan.export.launch_scripts import render_launch, render_stop
 from moeplan.export.launch_servers import router_command, server_commands
 from moeplan.export.launcher import render_refusal
 from moeplan.export.pp_partition import layer_partition
-from moeplan.export.sglang import pd_strategy
 from moeplan.planners.families import FAMILY
 from moeplan.planners.layout import Layout
-from moeplan.planners.strategy.space import Strategy
+from moeplan.serve.deployment import PDLayout, engine_layout, of
 from moeplan.specs import model_names
 from moeplan.specs.presets import model_repos
 
@@ -172,7 +171,7 @@ class Option:
     """A deployment an engine might launch (``strategy`` None: a reference it cannot, such as a
     disaggregated winner), with the figure it is ranked by."""
 
-    strategy: Strategy | None
+    strategy: Layout | None
     label: str
     family: str
     per_gpu: float
@@ -240,17 +239,14 @@ ANALYTIC_OPTIONS: dict[str, Callable[[Any, int], list[Option]]] = {
 }
 
 
-def _pd_pools(lay: Any) -> tuple[Pool, ...]:
-    """Both pools of a P/D layout (:class:`moeplan.serve.pools.pd.PDLayout`); none for AFD."""
-    fam = getattr(lay, "family", None)  # P/D and AFD layouts name their family
-    if fam is None or FAMILY[fam].launch != "pools":
+def _pd_pools(lay: Layout | PDLayout) -> tuple[Pool, ...]:
+    """Both pools of a P/D layout; none for a colocated layout (its replicas are the
+    option's) or AFD decode (no engine launches it)."""
+    d = of(lay)
+    if FAMILY[d.visit(pd=lambda pd: pd.family, default=lambda _: "strategy")].launch != "pools":
         return ()
-    return (
-        Pool(role="prefill", strategy=pd_strategy(lay.prefill), count=lay.x,
-             knobs=lay.prefill_knobs, chunk=getattr(lay, "prefill_chunk", None)),
-        Pool(role="decode", strategy=pd_strategy(lay.decode), count=lay.y,
-             knobs=lay.decode_knobs),
-    )  # fmt: skip
+    return tuple(Pool(role=p.role, strategy=p.layout, count=p.count, knobs=p.knobs, chunk=p.chunk)
+                 for p in d.pools())  # fmt: skip
 
 
 def serving_options(serving: Any) -> list[Option]:
@@ -264,7 +260,7 @@ def serving_options(serving: Any) -> list[Option]:
             continue
         st = None
         if FAMILY[s.entry.family].serving == "instance":
-            st = pd_strategy(lay)
+            st = engine_layout(lay)  # type: ignore[arg-type]  # instance-served: a Layout
         part, notes = _partition(s.entry.plan, st)
         out.append(
             Option(
@@ -276,7 +272,7 @@ def serving_options(serving: Any) -> list[Option]:
                 per_gpu=m.output_tokens_per_s_per_gpu,
                 unit=SERVING_UNIT,
                 knobs=s.result.knobs,
-                redundant=getattr(lay, "redundant_experts", 0),  # PD / AFD pools: none
+                redundant=of(lay).redundant_experts,  # PD / AFD pools: none
                 replicas=s.entry.replicas,
                 pools=_pd_pools(lay),
                 pp_partition=part,
@@ -286,7 +282,7 @@ def serving_options(serving: Any) -> list[Option]:
     return out
 
 
-def _partition(plan: Any, st: Strategy | None) -> tuple[tuple[int, ...] | None, list[str]]:
+def _partition(plan: Any, st: Layout | None) -> tuple[tuple[int, ...] | None, list[str]]:
     """A SMIDT pipeline plan's cuts as the engines' layer partition (pp_partition.py); when a
     cut falls inside a layer and SMIDT's time-balanced layer-level baseline (same cost tables,
     whole layers) has the same PP degree, that priced partition is exported instead."""

@@ -26,7 +26,7 @@ from moeplan.export import constraints as cons
 from moeplan.export.constraints import SGLANG_PINNED, EngineVersion, Target, deepep_blockers
 from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.slot_args import chunk_args, location
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 
@@ -73,7 +73,7 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
 
 
 def _ep_args(
-    s: Strategy, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
+    s: Layout, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
 ) -> list[str]:
     """``--ep-size`` and the DeepEP backend where :func:`moeplan.cost.a2a.moe_backend` (the
     cost model's decision) picks it for ``a2a``."""
@@ -102,7 +102,7 @@ def _ep_args(
 
 
 def sglang_args(
-    strategy: Strategy,
+    strategy: Layout,
     *,
     model_path: str,
     target: Target,
@@ -163,7 +163,7 @@ PD_PROXY_NOTE: str | None = None  # sglang-router runs P/D itself (--pd-disaggre
 
 
 def engine_args(
-    strategy: Strategy, *, model_path: str, target: Target, num_nodes: int
+    strategy: Layout, *, model_path: str, target: Target, num_nodes: int
 ) -> ExportResult:
     """:func:`sglang_args` on node 0."""
     return sglang_args(strategy, model_path=model_path, target=target, num_nodes=num_nodes)
@@ -225,9 +225,9 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
     )
 
 
-def pd_strategy(layout: Any) -> Strategy:
-    """The engine layout of one pool instance (a :class:`moeplan.serve.ServeLayout`)."""
-    return Strategy(
+def pd_strategy(layout: Any) -> Layout:
+    """The engine layout of one pool instance (a :class:`moeplan.serve.Layout`)."""
+    return Layout(
         attn_tp=layout.attn_tp,
         attn_dp=layout.attn_dp,
         moe_tp=layout.moe_tp,

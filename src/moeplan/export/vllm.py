@@ -28,14 +28,14 @@ from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.sglang import ExportResult
 from moeplan.export.slot_args import chunk_args
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 PROGRAM = "vllm"  # the server command (``vllm serve``); other nodes may run ``ray start``
 
 
-def unexpressible(s: Strategy) -> str | None:
+def unexpressible(s: Layout) -> str | None:
     """Why vLLM cannot run ``s`` (None when it can)."""
     if s.moe_tp > 1 and s.moe_ep > 1:
         return (
@@ -46,7 +46,7 @@ def unexpressible(s: Strategy) -> str | None:
 
 
 def vllm_args(
-    strategy: Strategy,
+    strategy: Layout,
     *,
     model_path: str,
     target: Target,
@@ -116,7 +116,7 @@ def _eplb(redundant: int, target: Target, warnings: list[str]) -> list[str]:
 
 
 def _multinode(
-    s: Strategy, nodes: int, rank: int, address: str, port: int, warnings: list[str]
+    s: Layout, nodes: int, rank: int, address: str, port: int, warnings: list[str]
 ) -> list[str]:
     if s.attn_dp >= nodes and s.attn_dp % nodes == 0 and s.pp == 1:
         local = s.attn_dp // nodes
@@ -149,7 +149,7 @@ PD_PROXY_NOTE = (
 
 # ---- the launch writer (moeplan.export.writers.LaunchWriter) ---------------------------------
 def engine_args(
-    strategy: Strategy, *, model_path: str, target: Target, num_nodes: int
+    strategy: Layout, *, model_path: str, target: Target, num_nodes: int
 ) -> ExportResult:
     """:func:`vllm_args` on node 0."""
     return vllm_args(strategy, model_path=model_path, target=target, num_nodes=num_nodes)

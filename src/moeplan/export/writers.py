@@ -11,7 +11,7 @@ from moeplan.backends import backend, exported
 from moeplan.errors import MoeplanError
 from moeplan.export.deployment import Slot
 from moeplan.export.sglang import ExportResult
-from moeplan.planners.strategy.space import Strategy
+from moeplan.planners.layout import Layout
 
 
 class LaunchWriter(Protocol):
@@ -22,7 +22,7 @@ class LaunchWriter(Protocol):
     PD_PROXY_NOTE: str | None
 
     def engine_args(
-        self, strategy: Strategy, *, model_path: str, target: Any, num_nodes: int
+        self, strategy: Layout, *, model_path: str, target: Any, num_nodes: int
     ) -> ExportResult:
         """One server's arguments for ``strategy`` on node 0 (``moeplan strategy --export``)."""
         ...

@@ -10,7 +10,9 @@ record asks for it:
 layer         table (keyed by family name)
 ============  ==========================================================================
 planners      :data:`moeplan.planners.rank.ADAPTERS` — the analytic proposer (``proposer``)
-serve         :data:`moeplan.search.ranking.family_layouts.ENTRIES` (``serving == "instance"``) and
+serve         :data:`moeplan.serve.deployment.FROM_PLAN` — its ``plan.json`` read as a
+              :class:`~moeplan.serve.deployment.Deployment` (``plan_family``);
+              :data:`moeplan.search.ranking.family_layouts.ENTRIES` (``serving == "instance"``) and
               :data:`moeplan.search.disagg.rank.POOL_PLANS` (``serving == "pools"``)
 report        :data:`moeplan.report.sections.FAMILY_SECTIONS` and
               :data:`moeplan.report.figures.FAMILY_BASELINES` — a proposer's section and baselines

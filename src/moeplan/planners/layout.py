@@ -15,7 +15,8 @@ over the rest of the stage, as SGLang/vLLM do for the first dense layers of Deep
 
 One text form, :attr:`Layout.label` (also ``str(layout)``), is printed by the CLI, the report,
 ``--json`` outputs and the exports, e.g. ``attn TP4xDP2 / MoE TP8xEP1``,
-``attn TP8xDP2 / MoE TP8xEP2 fused``, ``attn TP1xDP8 / MoE TP1xEP8+R32 / PP2x4mb x2 replicas``.
+``attn TP8xDP2 / MoE TP8xEP2 fused``, ``attn TP1xDP8 / MoE TP1xEP8+R32 / PP2x4mb x2 replicas``;
+``serve-sim --pd`` reads the same text back (:mod:`moeplan.serve.deployment`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ from moeplan.errors import MoeplanError, require
 from moeplan.specs import ClusterSpec, ModelSpec
 
 DEGREES = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "replicas")
+#: The fields of :meth:`Layout.to_dict`'s flat form that :meth:`Layout.from_dict` reads (one
+#: instance's: a flat form's ``replicas`` belong to whoever deploys it).
+FLAT_FIELDS = (
+    "attn_tp",
+    "attn_dp",
+    "moe_tp",
+    "moe_ep",
+    "pp",
+    "micro_batches",
+    "dense_tp",
+    "redundant_experts",
+    "fused",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,11 +137,19 @@ class Layout:
 
     @property
     def label(self) -> str:
-        """The one text form, e.g. ``attn TP4xDP2 / MoE TP8xEP1 / PP2x2mb x2 replicas``."""
+        """The one text form, e.g. ``attn TP4xDP2 / MoE TP8xEP1 / PP2x2mb x2 replicas``:
+        every field that differs from its default is written (dense TP only when it is not
+        the attention TP, micro-batches whenever there is a pipeline or they are not ``pp``),
+        so :func:`moeplan.serve.deployment.parse_layout` reads it back to this layout."""
         s = f"attn TP{self.attn_tp}xDP{self.attn_dp} / MoE TP{self.moe_tp}xEP{self.moe_ep}"
         s += f"+R{self.redundant_experts}" if self.redundant_experts else ""
         s += " fused" if self.fused else ""
-        s += f" / PP{self.pp}x{self.micro_batches}mb" if self.pp > 1 else ""
+        s += f" / dense TP{self.dense_tp}" if self.dense_tp != self.attn_tp else ""
+        s += (
+            f" / PP{self.pp}x{self.micro_batches}mb"
+            if self.pp > 1 or self.micro_batches != self.pp
+            else ""
+        )
         return s + (f" x{self.replicas} replicas" if self.replicas > 1 else "")
 
     def __str__(self) -> str:
@@ -158,6 +180,13 @@ class Layout:
             "dense_tp": self.dense_tp,
             "gpus": self.gpus,
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Layout:
+        """One instance of :meth:`to_dict`'s flat form (``gpus`` is derived, ``replicas`` not
+        read; a field left out takes its default): ``serve-sim --plan``'s served layout and a
+        P/D plan's pools."""
+        return cls(**{k: d[k] for k in FLAT_FIELDS if k in d})
 
     def validate(self, model: ModelSpec, cluster: ClusterSpec) -> Layout:
         """Raise :class:`MoeplanError` if ``model`` cannot be cut this way on ``cluster``."""

@@ -11,7 +11,7 @@ layer above. Pure Python + numpy: no torch, no I/O.
 from moeplan.serve.engine.run import EngineConfig, SimResult, simulate
 from moeplan.serve.iteration.model import Batch, IterationModel, iteration_model, iteration_time
 from moeplan.serve.knobs import engine_config
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
 from moeplan.serve.trace import serve_trace
 from moeplan.serve.workload.arrivals import (
@@ -29,7 +29,6 @@ __all__ = [
     "IterationModel",
     "LengthDist",
     "Requests",
-    "ServeLayout",
     "ServeMetrics",
     "ServeWorkload",
     "SimResult",

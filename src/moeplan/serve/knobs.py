@@ -27,9 +27,10 @@ from typing import Any
 from moeplan.backends import EngineBackend, backend, simulated
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.serve.engine.config import EngineConfig
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
+from moeplan.serve.layout import kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 
 UNCHUNKED_ACTIVATION_TOKENS = 16384
@@ -55,7 +56,7 @@ def engine_config(
     engine: str,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     *,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
@@ -74,7 +75,7 @@ def _prefill_first_config(
     b: EngineBackend,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     chunk: int,
     chunk_tokens: int | None,
     max_running: int | None,
@@ -111,7 +112,7 @@ def _mixed_config(
     b: EngineBackend,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     chunk: int,
     chunk_tokens: int | None,
     max_running: int | None,
@@ -152,7 +153,7 @@ def candidates(
     engine: str,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
@@ -212,12 +213,12 @@ class KnobEntry:
     none, and how a value applies. ``values`` may return ``()`` (the variant is dropped)."""
 
     name: str
-    values: Callable[[ModelSpec, ServeLayout, InstanceKnobs, tuple], tuple]
+    values: Callable[[ModelSpec, Layout, InstanceKnobs, tuple], tuple]
     #: a value (of the entry's own type: str, bool or int) applied to ``(layout, knobs)``
-    apply: Callable[[ServeLayout, InstanceKnobs, Any], tuple[ServeLayout, InstanceKnobs]]
+    apply: Callable[[Layout, InstanceKnobs, Any], tuple[Layout, InstanceKnobs]]
 
 
-def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _a2a_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     engine, cluster = ctx
     deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
     if kn.tbo:  # two-batch overlap was asked for: only DeepEP runs it
@@ -225,13 +226,11 @@ def _a2a_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: t
     return ("nccl", "deepep") if deepep else ("nccl",)
 
 
-def _tbo_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _tbo_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     return (False, True) if kn.a2a == "deepep" else (False,)
 
 
-def _redundant_values(
-    model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple
-) -> tuple:
+def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     """0 when ``moe_ep`` divides E, else the smallest R making E + R divisible by EP (at most
     E / :data:`MAX_REDUNDANT_FRACTION`). Replicas buy balance only against a routing profile
     with per-expert loads, which the deployment search does not take: with balanced routing
@@ -243,7 +242,7 @@ def _redundant_values(
     return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
 
 
-def _mtp_values(model: ModelSpec, layout: ServeLayout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+def _mtp_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
     """Only the user's (``base``): the acceptance rate is the user's statement about their
     workload, so MTP is never switched on by a search (no hidden default)."""
     return (kn.mtp,)
@@ -269,10 +268,10 @@ def knob_variants(
     engine: str | None,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     base: InstanceKnobs,
     given: frozenset[str] = frozenset(),
-) -> list[tuple[ServeLayout, InstanceKnobs]]:
+) -> list[tuple[Layout, InstanceKnobs]]:
     """Every ``(layout, knobs)`` the search tries: each :data:`KNOB_ENTRIES` entry not in
     ``given`` expands the variants by its values (``base`` and ``layout`` hold the given)."""
     variants = [(layout, base)]

@@ -1,7 +1,7 @@
 """The memory budget of one serving engine instance of a :class:`~moeplan.planners.layout.Layout`.
 
 The layout type itself (degrees, validation, the one label) is
-:class:`moeplan.planners.layout.Layout`; ``ServeLayout`` is that same class.
+:class:`moeplan.planners.layout.Layout`.
 
 KV capacity (tokens) comes from :mod:`moeplan.cost.memory`: the GPU's memory minus the
 weights of the worst stage, the activations of one forward pass of the engine's token budget,
@@ -20,9 +20,6 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
 
-#: The serving side's name for the one layout type (:class:`moeplan.planners.layout.Layout`).
-ServeLayout = Layout
-
 
 def stage_layers(model: ModelSpec, pp: int) -> list[range]:
     """Decoder layers of each pipeline stage (:func:`moeplan.cost.memory.stage_layers`)."""
@@ -30,7 +27,7 @@ def stage_layers(model: ModelSpec, pp: int) -> list[range]:
 
 
 def stage_weight_bytes(
-    model: ModelSpec, layout: ServeLayout, layers: range, first: bool, last: bool
+    model: ModelSpec, layout: Layout, layers: range, first: bool, last: bool
 ) -> float:
     """Weights on one GPU of the stage holding ``layers`` (:func:`moeplan.cost.memory.stage_weights`)."""
     return mem.stage_weights(model, layout.memory_shape(model), layers, first, last)
@@ -39,7 +36,7 @@ def stage_weight_bytes(
 def kv_capacity_tokens(
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     token_budget: int,
     kv_scale: float = 1.0,
     seqs: int = 0,
@@ -72,7 +69,7 @@ _KV_TOKENS: dict[tuple, int] = {}
 def _kv_capacity_tokens(
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     token_budget: int,
     kv_scale: float,
     seqs: int,
@@ -90,7 +87,7 @@ def _kv_capacity_tokens(
 
 
 def state_split(
-    model: ModelSpec, cluster: ClusterSpec, layout: ServeLayout, token_budget: int,
+    model: ModelSpec, cluster: ClusterSpec, layout: Layout, token_budget: int,
     state_ratio: float, kv_scale: float = 1.0,
 ) -> tuple[int, int]:  # fmt: skip
     """``(KV tokens, sequences)`` per rank with the cache memory split between the token pool

@@ -41,7 +41,7 @@ import numpy as np
 from moeplan.sim import TaskGraph
 
 ORDERS = ("ASAS", "AASS")
-VARIANTS = ("findep", "pppipe")
+SCHEDULE_VARIANTS = ("findep", "pppipe")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,8 +92,8 @@ def build_graph(
     Tasks are added in an order that is also each resource's execution order, so
     :func:`moeplan.sim.simulate` needs no explicit order.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant ({variant!r}) must be one of {VARIANTS}")
+    if variant not in SCHEDULE_VARIANTS:
+        raise ValueError(f"variant ({variant!r}) must be one of {SCHEDULE_VARIANTS}")
     g = TaskGraph()
     for name in ("AG", "A2E", "EG", "E2A"):
         g.resource(name)

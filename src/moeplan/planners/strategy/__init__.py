@@ -30,11 +30,10 @@ from moeplan.planners.strategy.analyzer import (
     zipf_routing,
 )
 from moeplan.planners.strategy.cost import StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy.space import Strategy, enumerate_strategies
+from moeplan.planners.strategy.space import enumerate_strategies
 
 __all__ = [
     "Analysis",
-    "Strategy",
     "StrategyEvaluator",
     "StrategyResult",
     "analyze",

@@ -23,20 +23,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.planners.strategy.cost import CostLike, StrategyEvaluator, StrategyResult
-from moeplan.planners.strategy.space import (
-    Strategy,
-    enumerate_strategies,
-    mixserve_default,
-    named_baselines,
-)
+from moeplan.planners.strategy.space import enumerate_strategies, mixserve_default, named_baselines
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile, Workload
 from moeplan.units import GIB
 
 RANK_BY = ("throughput", "ttft", "itl")
 
-Evaluate = Callable[[Strategy], StrategyResult | None]
+Evaluate = Callable[[Layout], StrategyResult | None]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

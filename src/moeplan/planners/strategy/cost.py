@@ -35,10 +35,11 @@ from typing import Protocol
 
 from moeplan.backends import DEFAULT_ENGINE, backend
 from moeplan.cost import memory as mem
+from moeplan.planners.layout import Layout
 from moeplan.planners.strategy.comm import Collectives, layer_comm, p2p_boundaries
 from moeplan.planners.strategy.fused import FusedLayer
 from moeplan.planners.strategy.queueing import service_metrics
-from moeplan.planners.strategy.space import Strategy, stage_shape
+from moeplan.planners.strategy.space import stage_shape
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
 
@@ -64,7 +65,7 @@ class PhaseTime:
 class StrategyResult:
     """One evaluated strategy (times in seconds, memory in bytes per GPU)."""
 
-    strategy: Strategy
+    strategy: Layout
     ttft_s: float
     itl_s: float
     throughput_tokens_per_s: float
@@ -86,7 +87,7 @@ class StrategyResult:
         return self.throughput_tokens_per_s / self.num_gpus
 
 
-def divisibility_error(model: ModelSpec, s: Strategy) -> str | None:
+def divisibility_error(model: ModelSpec, s: Layout) -> str | None:
     """The first divisibility rule ``s`` breaks for ``model`` (None when it fits the shape)."""
     if model.num_attention_heads % s.attn_tp:
         return (
@@ -122,7 +123,7 @@ class CostLike(Protocol):
 
 
 class StrategyEvaluator:
-    """Callable ``Strategy -> StrategyResult`` for one (model, cluster, workload, cost)."""
+    """Callable ``Layout -> StrategyResult`` for one (model, cluster, workload, cost)."""
 
     def __init__(
         self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cost_model: CostLike
@@ -134,7 +135,7 @@ class StrategyEvaluator:
         self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
         self._cache: dict[tuple, float] = {}
 
-    def __call__(self, s: Strategy) -> StrategyResult | None:
+    def __call__(self, s: Layout) -> StrategyResult | None:
         if divisibility_error(self.model, s) is not None:
             return None
         w = self.workload
@@ -171,7 +172,7 @@ class StrategyEvaluator:
             v = self._cache[key] = float(fn())
         return v
 
-    def layer_compute(self, s: Strategy, q_len: int, ctx: int) -> tuple[float, float]:
+    def layer_compute(self, s: Layout, q_len: int, ctx: int) -> tuple[float, float]:
         """(one MoE layer, one dense layer) compute seconds on the busiest rank."""
         md, cm, b = self.model, self.cm, self.workload.batch
         seqs = math.ceil(b / s.attn_dp)
@@ -214,7 +215,7 @@ class StrategyEvaluator:
         )
 
     # ---- communication (Eqs. 1-3, 5; Algs. 1-2) -----------------------------------------
-    def layer_comm(self, s: Strategy, q_len: int) -> tuple[float, float, float]:
+    def layer_comm(self, s: Layout, q_len: int) -> tuple[float, float, float]:
         """(MoE layer, dense layer, MoE layer unfused) communication seconds."""
         md, b = self.model, self.workload.batch
         k = self._routing.mean_over_layers()
@@ -238,7 +239,7 @@ class StrategyEvaluator:
         # cheaper schedule per phase, as a runtime with both paths would
         return attn + min(ag.fused + rs.fused, seq), dense, attn + seq
 
-    def fused_layer(self, s: Strategy, q_len: int) -> FusedLayer:
+    def fused_layer(self, s: Layout, q_len: int) -> FusedLayer:
         """Algs. 1-2 for one MoE layer of ``s`` (MoE TP = node, EP = nodes), priced."""
         nodes, per_node = stage_shape(self.cluster.num_nodes, self.cluster.gpus_per_node, s.pp)
         # a node (= one MoE TP group) holds b/ep requests once redundancy is dropped (§III-B3)
@@ -248,7 +249,7 @@ class StrategyEvaluator:
             nodes=nodes, tp=per_node, chunk_bytes=chunk, output_bytes=x, coll=self.coll
         )
 
-    def phase_time(self, s: Strategy, q_len: int, ctx: int) -> PhaseTime:
+    def phase_time(self, s: Layout, q_len: int, ctx: int) -> PhaseTime:
         """Eq. 6: all layers' compute + communication, plus (pp-1) P2P transfers."""
         md = self.model
         moe_c, dense_c = self.layer_compute(s, q_len, ctx)
@@ -265,7 +266,7 @@ class StrategyEvaluator:
         )
 
     # ---- memory (Eq. 8) --------------------------------------------------------------
-    def memory(self, s: Strategy) -> mem.MemoryBreakdown:
+    def memory(self, s: Layout) -> mem.MemoryBreakdown:
         """Bytes per GPU on the fullest pipeline stage, by the memory model the serving
         simulator sizes its KV pool with (:func:`moeplan.cost.memory.instance_breakdown`):
         the KV cache of ``ceil(b/dp)`` requests of ``L_in + L_out`` tokens per attention
@@ -281,7 +282,7 @@ class StrategyEvaluator:
             md, self.memory_shape(s), seqs * (w.isl + w.osl), min(w.batch * w.isl, chunk), seqs
         )
 
-    def memory_shape(self, s: Strategy) -> mem.InstanceShape:
+    def memory_shape(self, s: Layout) -> mem.InstanceShape:
         """The strategy as the memory model sees it (routing's mean experts per token)."""
         return mem.InstanceShape(
             attn_tp=s.attn_tp,

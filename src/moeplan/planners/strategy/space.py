@@ -1,6 +1,6 @@
 """MixServe strategy space (§III-B1 grammar) and the named baselines (§IV-A, Table II).
 
-A :class:`Strategy` (the one :class:`~moeplan.planners.layout.Layout` type) is one derivation
+A strategy (a :class:`~moeplan.planners.layout.Layout` with one replica) is one derivation
 of the grammar for a decoder layer: attention ``(attn_tp, attn_dp)``, MoE ``(moe_tp, moe_ep)``, ``pp`` stages across decoder layers, and
 whether the MoE block uses the fused AR-A2A algorithms (§III-D). Every block covers the
 ``world/pp`` GPUs of a stage: ``attn_tp * attn_dp == moe_tp * moe_ep == world/pp``.
@@ -20,10 +20,6 @@ from __future__ import annotations
 
 from moeplan.errors import require
 from moeplan.planners.layout import Layout
-
-#: MixServe's name for the one layout type (:class:`moeplan.planners.layout.Layout`): a
-#: strategy is a layout with one replica; ``fused`` selects the AR-A2A algorithms.
-Strategy = Layout
 
 
 def stage_shape(num_nodes: int, gpus_per_node: int, pp: int) -> tuple[int, int]:
@@ -49,7 +45,7 @@ def degrees(n: int, any_divisor: bool = False) -> list[int]:
     return out
 
 
-def fusable(s: Strategy, num_nodes: int, gpus_per_node: int) -> bool:
+def fusable(s: Layout, num_nodes: int, gpus_per_node: int) -> bool:
     """Whether Algorithms 1-2 apply: MoE TP fills a node, EP has one rank per node."""
     nodes, per_node = stage_shape(num_nodes, gpus_per_node, s.pp)
     return nodes > 1 and s.moe_tp == per_node and s.moe_ep == nodes and s.moe_tp > 1
@@ -57,20 +53,20 @@ def fusable(s: Strategy, num_nodes: int, gpus_per_node: int) -> bool:
 
 def enumerate_strategies(
     num_nodes: int, gpus_per_node: int, any_divisor: bool = False
-) -> list[Strategy]:
+) -> list[Layout]:
     """Every strategy of the grammar on ``num_nodes x gpus_per_node`` GPUs (no feasibility
     filtering: divisibility by the model and memory are checked by the analyzer)."""
     world = num_nodes * gpus_per_node
-    out: list[Strategy] = []
+    out: list[Layout] = []
     for pp in degrees(world, any_divisor):
         stage = world // pp
         for at in degrees(stage, any_divisor):
             for mt in degrees(stage, any_divisor):
-                s = Strategy(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt, pp=pp)
+                s = Layout(attn_tp=at, attn_dp=stage // at, moe_tp=mt, moe_ep=stage // mt, pp=pp)
                 out.append(s)
                 if fusable(s, num_nodes, gpus_per_node):
                     out.append(
-                        Strategy(
+                        Layout(
                             attn_tp=at,
                             attn_dp=stage // at,
                             moe_tp=mt,
@@ -82,7 +78,7 @@ def enumerate_strategies(
     return out
 
 
-def named_baselines(num_nodes: int, gpus_per_node: int) -> dict[str, Strategy]:
+def named_baselines(num_nodes: int, gpus_per_node: int) -> dict[str, Layout]:
     """The paper's baselines in the same grammar (Table II), where the cluster allows.
 
     - ``vllm-tp-pp``: TP = one node, PP = nodes (vLLM TP+PP).
@@ -93,16 +89,16 @@ def named_baselines(num_nodes: int, gpus_per_node: int) -> dict[str, Strategy]:
     g, n = gpus_per_node, num_nodes
     w = g * n
     out = {
-        "vllm-tp-pp": Strategy(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1, pp=n),
-        "vllm-dp-ep": Strategy(attn_tp=g, attn_dp=n, moe_tp=1, moe_ep=w),
-        "tutel-tp-ep": Strategy(attn_tp=g, attn_dp=n, moe_tp=g, moe_ep=n),
+        "vllm-tp-pp": Layout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1, pp=n),
+        "vllm-dp-ep": Layout(attn_tp=g, attn_dp=n, moe_tp=1, moe_ep=w),
+        "tutel-tp-ep": Layout(attn_tp=g, attn_dp=n, moe_tp=g, moe_ep=n),
     }
     if g % 4 == 0 and w > 4:
-        out["deepseek-v3"] = Strategy(attn_tp=4, attn_dp=w // 4, moe_tp=1, moe_ep=w)
+        out["deepseek-v3"] = Layout(attn_tp=4, attn_dp=w // 4, moe_tp=1, moe_ep=w)
     return out
 
 
-def mixserve_default(num_nodes: int, gpus_per_node: int) -> Strategy:
+def mixserve_default(num_nodes: int, gpus_per_node: int) -> Layout:
     """The paper's hybrid: TP = node + DP = nodes, TP = node + EP = nodes, fused (§III-C2)."""
     g, n = gpus_per_node, num_nodes
-    return Strategy(attn_tp=g, attn_dp=n, moe_tp=g, moe_ep=n, fused=n > 1 and g > 1)
+    return Layout(attn_tp=g, attn_dp=n, moe_tp=g, moe_ep=n, fused=n > 1 and g > 1)

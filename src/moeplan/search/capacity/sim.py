@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.colocated.search import SpaceCandidate, prepare, search_capacity, with_interval
 from moeplan.search.job.memo_cost import memo_cost
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -20,7 +20,7 @@ def layout_capacity(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layout: ServeLayout,
+    layout: Layout,
     workload: ServeWorkload,
     slo: SLO,
     *,

@@ -18,11 +18,11 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.knobs import candidates, default_chunk, engine_config
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 
@@ -54,7 +54,7 @@ def probe_requests(rate: float, workload: ServeWorkload, slo: SLO, floor: int) -
     return max(floor, min(MAX_PROBE_REQUESTS, want))
 
 
-EvaluatorFactory = Callable[[ServeLayout], Evaluator]
+EvaluatorFactory = Callable[[Layout], Evaluator]
 
 
 def max_rate_meeting_slo(
@@ -134,7 +134,7 @@ def analytic_rate(evaluate: Evaluator, cfg: EngineConfig, isl: int, osl: int, sl
 class ServeResult:
     """The serving answer for one layout (``metrics`` None when infeasible)."""
 
-    layout: ServeLayout
+    layout: Layout
     feasible: bool
     reason: str = ""
     engine: EngineConfig | None = None
@@ -152,6 +152,13 @@ class ServeResult:
     @property
     def label(self) -> str:
         return self.layout.label
+
+    def rerun(self, workload: ServeWorkload) -> SimResult | None:
+        """This deployment simulated again on ``workload`` when the result carries what it
+        takes (a disaggregated result runs its pools); None: one colocated instance, which the
+        caller reruns with the iteration prices it chooses
+        (:func:`moeplan.search.ranking.views.rerun_evaluator`)."""
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         m: dict[str, Any] = self.metrics.to_dict() if self.metrics is not None else {}
@@ -186,7 +193,7 @@ def limiting_part(
     metrics: ServeMetrics,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     batch: int,
 ) -> str:
     """What limits the layout at its operating point: the KV pool when it preempts or fills,
@@ -274,7 +281,7 @@ def evaluate_layout(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layout: ServeLayout,
+    layout: Layout,
     workload: ServeWorkload,
     slo: SLO,
     *,
@@ -336,7 +343,7 @@ def evaluate_layouts(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layouts: Sequence[ServeLayout],
+    layouts: Sequence[Layout],
     workload: ServeWorkload,
     slo: SLO,
     *,

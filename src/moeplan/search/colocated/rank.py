@@ -20,9 +20,9 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
-from moeplan.planners.strategy.space import Strategy
 from moeplan.search.capacity.slo import CI_TARGET, SteadyProbe, steady_probe, window_metrics
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.colocated.search import Certificate, SpaceCandidate, search_space
@@ -30,7 +30,7 @@ from moeplan.search.colocated.space import layouts
 from moeplan.search.ranking.entries import Entry, Served
 from moeplan.search.ranking.family_layouts import entries_of
 from moeplan.search.ranking.result import ServeRanking, all_replicas
-from moeplan.serve.layout import ServeLayout
+from moeplan.serve.deployment import of
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 
@@ -46,7 +46,7 @@ def _entry(c: SpaceCandidate, proposed: dict, result: PlanResult) -> Entry:
             plan = replace(plan, details={**plan.details, "replicas": launches})
         return replace(e, plan=plan, replicas=c.replicas)
     lay = c.layout
-    s = Strategy(
+    s = Layout(
         attn_tp=lay.attn_tp, attn_dp=lay.attn_dp, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, pp=lay.pp
     )
     plan = Plan(
@@ -131,9 +131,9 @@ def served_space(
     """Served colocated deployments, those pruned by bound (with the bound per GPU), why a
     family is not served, the certificate, and the winner's capacity record."""
     entries, not_served = entries_of(result)
-    proposed: dict[ServeLayout, Entry] = {}
-    for e in entries:
-        proposed.setdefault(e.layout, e)
+    proposed: dict[Layout, Entry] = {}
+    for e in entries:  # every family served as one instance: colocated layouts
+        proposed.setdefault(of(e.layout).visit(colocated=lambda d: d.layout), e)
     space = layouts(result.model, result.cluster)
     space += [lay for lay in proposed if lay not in set(space)]  # e.g. SMIDT micro-batches
     cands, cert = search_space(
@@ -184,7 +184,7 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
 
     m, c = result.model, result.cluster
 
-    def knobs(lay: ServeLayout):  # type: ignore[no-untyped-def]
+    def knobs(lay: Layout):  # type: ignore[no-untyped-def]
         if search is None:
             return resolve_knobs(cost.engine, m, c, lay)
         base = search.base

@@ -31,6 +31,7 @@ from typing import Any
 
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
+from moeplan.planners.layout import Layout
 from moeplan.search.capacity.bound import Bound, capacity_bound
 from moeplan.search.capacity.slo import (
     DEFAULT_REQUESTS,
@@ -48,7 +49,6 @@ from moeplan.serve.iteration.batch_grid import GridEvaluator
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import IterationModel
 from moeplan.serve.knobs import candidates
-from moeplan.serve.layout import ServeLayout
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -58,7 +58,7 @@ from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 class SpaceCandidate:
     """One layout of the space and what the search learned of it (per instance rates)."""
 
-    layout: ServeLayout
+    layout: Layout
     replicas: int
     spare_gpus: int
     reason: str = ""
@@ -267,9 +267,9 @@ def search_space(
     *,
     engine: str = "sglang",
     requests: int = DEFAULT_REQUESTS,
-    space: list[ServeLayout] | None = None,
+    space: list[Layout] | None = None,
     progress: Callable[[str], None] | None = None,
-    knobs_for: Callable[[ServeLayout], InstanceKnobs | None] | None = None,
+    knobs_for: Callable[[Layout], InstanceKnobs | None] | None = None,
 ) -> tuple[list[SpaceCandidate], Certificate]:
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
     the certificate (module docstring)."""

@@ -16,7 +16,7 @@ configuration (:func:`moeplan.serve.knobs.engine_config`) and reported as infeas
 from __future__ import annotations
 
 from moeplan.errors import MoeplanError
-from moeplan.serve.layout import ServeLayout
+from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 
@@ -35,16 +35,16 @@ def instance_sizes(cluster: ClusterSpec) -> list[int]:
     return sorted(out)
 
 
-def layouts(model: ModelSpec, cluster: ClusterSpec) -> list[ServeLayout]:
+def layouts(model: ModelSpec, cluster: ClusterSpec) -> list[Layout]:
     """Every instance layout of the space (module docstring) the model can be cut into."""
-    out: list[ServeLayout] = []
+    out: list[Layout] = []
     for g in instance_sizes(cluster):
         for pp in _divisors(g):
             w = g // pp
             for attn_tp in _divisors(w):
                 for moe_tp in _divisors(w):
                     try:
-                        lay = ServeLayout(
+                        lay = Layout(
                             attn_tp=attn_tp,
                             attn_dp=w // attn_tp,
                             moe_tp=moe_tp,
@@ -57,6 +57,6 @@ def layouts(model: ModelSpec, cluster: ClusterSpec) -> list[ServeLayout]:
     return out
 
 
-def copies(cluster: ClusterSpec, layout: ServeLayout) -> tuple[int, int]:
+def copies(cluster: ClusterSpec, layout: Layout) -> tuple[int, int]:
     """Replicas of ``layout`` that fit the cluster and the GPUs left over."""
     return cluster.num_gpus // layout.gpus, cluster.num_gpus % layout.gpus

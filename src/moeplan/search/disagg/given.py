@@ -16,26 +16,30 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout
 from moeplan.search.disagg.bound import decode_rate_bound, prefill_rate_bound
 from moeplan.search.disagg.capacity import result_of
 from moeplan.search.disagg.pools import (
     Context,
     DisaggResult,
-    Pool,
+    InstanceCapacity,
     decode_pool,
     prefill_pool,
 )
 from moeplan.search.disagg.search import pool_candidate, search_capacity
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.deployment import AFDLayout, PDLayout, instance
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pools.afd import AFDLayout
-from moeplan.serve.pools.pd import PDLayout
 
 
-def _check_fits(c: Context, lay: ServeLayout | AFDLayout, role: str) -> None:
-    """One line on why ``lay`` cannot run ``c``'s model on ``c``'s cluster."""
-    if isinstance(lay, AFDLayout):
-        return
+def _check_fits(c: Context, lay: Layout | AFDLayout, role: str) -> None:
+    """One line on why ``lay`` cannot run ``c``'s model on ``c``'s cluster (an AFD
+    instance: checked when its pool is sized)."""
+    instance(lay).visit(colocated=lambda d: _check_layout(c, d.layout, role), afd=lambda _: None)
+
+
+def _check_layout(c: Context, lay: Layout, role: str) -> None:
+    """:func:`_check_fits` of a colocated instance."""
     try:
         lay.validate(c.model, c.cluster)
         per_rank = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp)
@@ -49,7 +53,7 @@ def _check_fits(c: Context, lay: ServeLayout | AFDLayout, role: str) -> None:
     )
 
 
-def given_pools(c: Context, pd: PDLayout) -> tuple[Pool, Pool]:
+def given_pools(c: Context, pd: PDLayout) -> tuple[InstanceCapacity, InstanceCapacity]:
     """The prefill and decode pools of the deployment ``pd`` (module docstring)."""
     n = c.cluster.num_gpus
     require(pd.gpus <= n, f"--pd deployment ({pd.label}) needs {pd.gpus} GPUs; the cluster has {n}")

@@ -40,19 +40,19 @@ from moeplan.backends.sglang import RUNNING_CAP
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY
+from moeplan.planners.layout import Layout
 from moeplan.search.colocated.evaluate import ServeResult
+from moeplan.serve.deployment import AFDLayout, Colocated, DecodeLayout, PDLayout, instance
 from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.knobs import default_chunk, engine_config
-from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
+from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
-from moeplan.serve.pools.afd import AFDIteration, AFDLayout, afd_engine_config, decode_engine_config
+from moeplan.serve.pools.afd import AFDIteration, afd_engine_config, decode_engine_config
 from moeplan.serve.pools.pd import (
-    DecodeLayout,
     DecodeStepEvaluator,
-    PDLayout,
     PDRun,
     PoolSetup,
     kv_transfer_s,
@@ -90,10 +90,12 @@ class Context:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Pool:
-    """One instance kind with its analytic capacity (requests/s) and scheduler."""
+class InstanceCapacity:
+    """One instance kind a pool could be made of, priced: its analytic capacity (requests/s),
+    engine config and iteration evaluator (a launched pool of instances is
+    :class:`moeplan.export.deployment.Pool`)."""
 
-    layout: ServeLayout | AFDLayout
+    layout: Layout | AFDLayout
     cfg: EngineConfig
     evaluate: Evaluator
     rate: float
@@ -120,15 +122,15 @@ def _powers(limit: int) -> Iterator[int]:
         g *= 2
 
 
-def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[ServeLayout]:
+def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[Layout]:
     """Candidate colocated instance layouts up to ``max_gpus`` (module docstring)."""
     out = []
     gpn = cluster.gpus_per_node
     for g in _powers(max_gpus):
         for tp in _powers(min(g, gpn)):
-            out.append(ServeLayout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
+            out.append(Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
         if 1 < g <= gpn:
-            out.append(ServeLayout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
+            out.append(Layout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
     valid = []
     for lay in out:
         try:
@@ -147,7 +149,7 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
     return out
 
 
-def pool_knobs(c: Context, lay: ServeLayout) -> list[InstanceKnobs]:
+def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
     """The instance knobs a pool of ``lay`` is tried with: the MoE all-to-all the engine
     would run (DeepEP wherever it can, :func:`~moeplan.serve.iteration.instance_knobs.resolve_knobs`
     with ``--a2a auto``), and with DeepEP two-batch overlap off and on (SGLang's flag; the
@@ -159,14 +161,14 @@ def pool_knobs(c: Context, lay: ServeLayout) -> list[InstanceKnobs]:
     return [base, replace(base, tbo=True)] if base.a2a == "deepep" else [base]
 
 
-def prefill_pool(c: Context, lay: ServeLayout) -> Pool | None:
+def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
     pools = [p for k in pool_knobs(c, lay) if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | None:
+def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> InstanceCapacity | None:
     try:
         chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
         cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
@@ -186,7 +188,9 @@ def _prefill_pool(c: Context, lay: ServeLayout, knobs: InstanceKnobs) -> Pool | 
     if c.slo.ttft_s is not None and alone > c.slo.ttft_s:
         return None
     note = f"{alone * 1e3:.0f} ms{_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs)
+    return InstanceCapacity(
+        layout=lay, cfg=cfg, evaluate=ev, rate=1.0 / full, note=note, knobs=knobs
+    )
 
 
 def _knob_note(knobs: InstanceKnobs | None) -> str:
@@ -211,11 +215,17 @@ def _largest_batch(ev: Evaluator, ctx: int, top: int, tpot: float | None) -> tup
     return best
 
 
-def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
+def decode_pool(c: Context, lay: DecodeLayout) -> InstanceCapacity | None:
     """Capacity of a decode instance at its TPOT-limited batch (None if it cannot serve),
     with the better of :func:`pool_knobs` (AFD instances: FinDEP's schedule, no knobs)."""
-    if isinstance(lay, AFDLayout):
-        return _decode_pool(c, lay, None)
+    return instance(lay).visit(
+        colocated=lambda d: _colocated_decode_pool(c, d.layout),
+        afd=lambda a: _decode_pool(c, a, None),
+    )
+
+
+def _colocated_decode_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
+    """:func:`decode_pool` of a colocated instance: the best of its knobs."""
     kns = pool_knobs(c, lay)
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
         kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
@@ -223,20 +233,25 @@ def decode_pool(c: Context, lay: DecodeLayout) -> Pool | None:
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> Pool | None:
+def _decode_pool(
+    c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None
+) -> InstanceCapacity | None:
     w, md = c.workload, c.model
     big = w.isl.max + w.osl.max + 1
     ctx = w.isl.mean + w.osl.mean // 2
     tpot = None if c.slo.tpot_s is None else TPOT_MARGIN * c.slo.tpot_s
+
+    def colocated(d: Colocated) -> tuple[Evaluator, int, int]:
+        lay = d.layout
+        ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
+        return ev, kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp), lay.attn_dp
+
+    def afd(a: AFDLayout) -> tuple[Evaluator, int, int]:
+        per_rank = afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank
+        return AFDIteration(md, c.cluster, c.cost, a), per_rank, a.ag
+
     try:
-        if isinstance(lay, AFDLayout):
-            ev: Evaluator = AFDIteration(md, c.cluster, c.cost, lay)
-            per_rank = afd_engine_config(md, c.cluster, lay, lay.ag, c.reserve).kv_tokens_per_rank
-            ranks = lay.ag
-        else:
-            ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
-            per_rank = kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp)
-            ranks = lay.attn_dp
+        ev, per_rank, ranks = instance(lay).visit(colocated=colocated, afd=afd)
     except MoeplanError:
         return None
     if big > per_rank:
@@ -255,14 +270,19 @@ def _decode_pool(c: Context, lay: DecodeLayout, knobs: InstanceKnobs | None) -> 
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
     rate = b * tau / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
-    return Pool(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
+    return InstanceCapacity(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
 
 def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
-    if isinstance(lay, AFDLayout):
-        return afd_engine_config(c.model, c.cluster, lay, cap, c.reserve)
-    per_rank = kv_capacity_tokens(c.model, c.cluster, lay, cap + 1)
-    return decode_engine_config(cap, per_rank, lay.attn_dp, c.reserve)
+    return instance(lay).visit(
+        colocated=lambda d: decode_engine_config(
+            cap,
+            kv_capacity_tokens(c.model, c.cluster, d.layout, cap + 1),
+            d.layout.attn_dp,
+            c.reserve,
+        ),
+        afd=lambda a: afd_engine_config(c.model, c.cluster, a, cap, c.reserve),
+    )
 
 
 def rate_match(
@@ -281,13 +301,13 @@ def rate_match(
     return None if best is None else (best[2], best[3], best[4])
 
 
-def prefill_pools(c: Context) -> list[Pool]:
+def prefill_pools(c: Context) -> list[InstanceCapacity]:
     """Every prefill instance kind that fits and meets the TTFT SLO on its own."""
     n = c.cluster.num_gpus
     return [p for lay in serve_layouts(c.model, c.cluster, n - 1) if (p := prefill_pool(c, lay))]
 
 
-def decode_pools(c: Context, family: str) -> list[Pool]:
+def decode_pools(c: Context, family: str) -> list[InstanceCapacity]:
     """Every decode instance kind of ``family`` that fits and meets the TPOT SLO alone."""
     n = c.cluster.num_gpus
     decs_l: list[DecodeLayout] = (
@@ -298,7 +318,7 @@ def decode_pools(c: Context, family: str) -> list[Pool]:
     return [d for lay in decs_l if (d := decode_pool(c, lay))]
 
 
-def pools(c: Context, family: str) -> tuple[list[Pool], list[Pool]]:
+def pools(c: Context, family: str) -> tuple[list[InstanceCapacity], list[InstanceCapacity]]:
     """Every prefill and decode instance kind that fits and meets its SLO on its own."""
     return prefill_pools(c), decode_pools(c, family)
 
@@ -325,10 +345,11 @@ def why_none(c: Context, family: str) -> str:
     )
 
 
-def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
+def make_candidate(
+    c: Context, p: InstanceCapacity, d: InstanceCapacity, x: int, y: int
+) -> Candidate:
     """The deployment of ``x`` instances of pool ``p`` and ``y`` of ``d``, ready to simulate."""
-    assert isinstance(p.layout, ServeLayout)
-    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,
+    pd = PDLayout(prefill=p.layout, decode=d.layout, x=x, y=y,  # type: ignore[arg-type]
                   prefill_knobs=p.knobs, decode_knobs=d.knobs,
                   prefill_chunk=p.cfg.chunk_tokens)  # fmt: skip
     inter = transfer_inter_node(c.cluster, pd)
@@ -338,7 +359,7 @@ def make_candidate(c: Context, p: Pool, d: Pool, x: int, y: int) -> Candidate:
         decode_cfg=d.cfg,
         prefill_eval=p.evaluate,
         decode_eval=d.evaluate,
-        transfer=_transfer_fn(c, p.layout, inter),
+        transfer=_transfer_fn(c, pd.prefill, inter),
     )
     rate = min(x * p.rate, y * d.rate)
     return Candidate(
@@ -365,7 +386,7 @@ def candidates(c: Context, family: str) -> list[Candidate]:
     return out
 
 
-def _transfer_fn(c: Context, prefill: ServeLayout, inter: bool) -> Callable[[int], float]:
+def _transfer_fn(c: Context, prefill: Layout, inter: bool) -> Callable[[int], float]:
     memo: dict[int, float] = {}
 
     def seconds(isl: int) -> float:
@@ -391,6 +412,7 @@ class DisaggResult(ServeResult):
     rho: tuple[float, float] = (0.0, 0.0)
 
     def rerun(self, workload: ServeWorkload) -> SimResult:
+        """Its prefill and decode pools simulated on ``workload``."""
         assert self.setup is not None
         return simulate_pd(generate(workload), self.setup).result
 

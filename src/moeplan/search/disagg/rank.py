@@ -27,7 +27,7 @@ from moeplan.search.disagg.pools import Candidate, Context, why_none
 from moeplan.search.disagg.search import DisaggCertificate, PoolCandidate, search_disaggregated
 from moeplan.search.ranking.entries import Entry, Served
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pools.afd import AFDIteration, AFDLayout, bucket_up
+from moeplan.serve.pools.afd import AFDIteration, bucket_up
 from moeplan.serve.workload.arrivals import ServeWorkload
 
 NEEDS = {f: FAMILY[f].needs for f in POOLED_FAMILIES}  # pools build on that family's plan
@@ -47,13 +47,11 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
     """Plan of a colocated-decode PD deployment (module docstring); the launch commands
     are built from ``details.disaggregation`` by :mod:`moeplan.export.launch_servers`."""
     lay = k.layout
-    dec = lay.decode
-    assert not isinstance(dec, AFDLayout)
     return Plan(
         family="strategy",
         model=model,
         cluster=cluster,
-        layout=dec.plan_layout(),
+        layout=lay.plan_layout(),
         details={"label": lay.label, "disaggregation": pools(k)},
     )
 
@@ -61,8 +59,7 @@ def pd_plan(k: Candidate, model: str, cluster: str) -> Plan:
 def afd_plan(k: Candidate, model: str, cluster: str, batch: int, ctx: int) -> Plan:
     """``dep`` plan of one AFD decode instance at ``batch`` sequences and ``ctx`` keys."""
     lay = k.layout
-    dec = lay.decode
-    assert isinstance(dec, AFDLayout)
+    dec = lay.decode_instance.visit(afd=lambda a: a)
     ev = k.setup.decode_eval
     assert isinstance(ev, AFDIteration)
     b = bucket_up(max(1, -(-batch // dec.ag)))

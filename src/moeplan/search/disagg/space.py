@@ -24,7 +24,7 @@ from moeplan.search.disagg.bound import (
 from moeplan.search.disagg.pools import (
     Candidate,
     Context,
-    Pool,
+    InstanceCapacity,
     decode_pools,
     make_candidate,
     prefill_pools,
@@ -46,8 +46,8 @@ class PoolCandidate:
     search learned of it; rates are requests/s into the whole deployment."""
 
     family: str
-    prefill: Pool
-    decode: Pool
+    prefill: InstanceCapacity
+    decode: InstanceCapacity
     x: int
     y: int
     bound: float  # output tokens/s per GPU never exceeded (disagg_bound)
@@ -80,7 +80,13 @@ class PoolCandidate:
 
 
 def pool_candidate(
-    c: Context, family: str, p: Pool, d: Pool, x: int, y: int, bounds: tuple[float, float]
+    c: Context,
+    family: str,
+    p: InstanceCapacity,
+    d: InstanceCapacity,
+    x: int,
+    y: int,
+    bounds: tuple[float, float],
 ) -> PoolCandidate:
     """``x`` of ``p`` and ``y`` of ``d``, with the pools' rate bounds ``bounds`` (requests/s
     per prefill and per decode instance, :mod:`moeplan.search.disagg.bound`)."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moeplan.cost import CostModel
+from moeplan.planners.layout import Layout
 from moeplan.search.colocated.evaluate import limiting_part
 from moeplan.search.job.outcome import ClusterFill
 from moeplan.search.ranking.result import ServeRanking
+from moeplan.serve.deployment import PDLayout, of
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.units import GIB
@@ -27,12 +29,14 @@ PLACEMENT_GAIN = 0.01
 REFERENCE_PROFILE = "h100_sxm"
 
 
-def instance_eps(layout: Any) -> list[tuple[str, int]]:
+def instance_eps(layout: Layout | PDLayout) -> list[tuple[str, int]]:
     """(instance pool, EP degree) of a served layout: ``prefill`` and ``decode`` for a P/D or
     attention-FFN deployment (each pool is its own instance), one unnamed pool otherwise."""
-    if hasattr(layout, "prefill") and hasattr(layout, "decode"):
-        return [("prefill", int(layout.prefill.moe_ep)), ("decode", int(layout.decode.moe_ep))]
-    return [("", int(layout.moe_ep))]
+    return of(layout).visit(
+        pd=lambda pd: [("prefill", pd.prefill.moe_ep), ("decode", pd.decode.moe_ep)],
+        colocated=lambda d: [("", d.layout.moe_ep)],
+        afd=lambda a: [("", a.moe_ep)],
+    )
 
 
 def step_bound(
@@ -43,7 +47,7 @@ def step_bound(
     disaggregated winner (its pools' bound is in its result) or without an estimate."""
     r = ranking.winner.result
     lay, est, m = r.layout, r.estimate, r.metrics
-    if est is None or m is None or not hasattr(lay, "attn_dp"):
+    if est is None or m is None or of(lay).colocated_layout is None:
         return None
     w = ranking.workload
     ev = IterationModel(model, cluster, cost, lay, knobs=r.knobs)

@@ -45,6 +45,7 @@ from moeplan.search.ranking.rank import (
     serving_trace,
 )
 from moeplan.search.ranking.result import ServeRanking
+from moeplan.serve.deployment import of
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload
@@ -178,7 +179,7 @@ def _quant(cost: CostModel, model: ModelSpec, ranking: ServeRanking) -> dict[str
     """:func:`quant_vs_bf16` on one GPU of the winner's widest EP group."""
     lay = ranking.winner.entry.layout
     ep = max(e for _, e in instance_eps(lay))
-    tp = lay.moe_tp if isinstance(getattr(lay, "moe_tp", None), int) else 1
+    tp = of(lay).visit(colocated=lambda d: d.layout.moe_tp, default=lambda _: 1)
     return quant_vs_bf16(cost, model, ep=ep, tp=tp)
 
 

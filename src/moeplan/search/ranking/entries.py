@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.search.colocated.evaluate import ServeResult
-from moeplan.serve.layout import ServeLayout
+from moeplan.serve.deployment import Deployment, PDLayout, of, with_replicas
 from moeplan.serve.metrics import INTERFACE_METRICS, ServeMetrics
 
 
@@ -19,22 +20,27 @@ class Entry:
 
     family: str
     label: str
-    layout: ServeLayout
+    layout: Layout | PDLayout
     plan: Plan
     replicas: int = 1
     """Independent instances of ``layout`` (SMIDT's DPMoE replicas); each gets 1/replicas of
     the load, so per-GPU metrics are one instance's and totals scale by ``replicas``."""
 
     @property
+    def deployment(self) -> Deployment:
+        """What this entry deploys: ``replicas`` of a colocated layout, or P/D pools."""
+        return of(self.layout).visit(
+            colocated=lambda d: with_replicas(d.layout, self.replicas), default=lambda d: d
+        )
+
+    @property
     def gpus(self) -> int:
-        return self.layout.gpus * self.replicas
+        return self.deployment.gpus
 
     @property
     def layout_label(self) -> str:
-        """The layout's one label with this entry's replica count."""
-        if self.replicas == 1:  # P/D and AFD pools carry their own label
-            return self.layout.label
-        return replace(self.layout, replicas=self.replicas).label
+        """The deployment's one label (the layout with this entry's replica count)."""
+        return self.deployment.label
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +83,7 @@ class Served:
     def deployment(self) -> dict[str, Any]:
         """What was served, exactly, for a colocated entry (``serve-sim --plan`` simulates it
         again): the instance's degrees (``serve_layout``) and its ``replicas``; {} for pools."""
-        lay = self.entry.layout
-        if not isinstance(lay, ServeLayout):
+        lay = of(self.entry.layout).colocated_layout
+        if lay is None:
             return {}
         return {"serve_layout": lay.to_dict(), "replicas": self.entry.replicas}

@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from moeplan.planners.families import FAMILY
+from moeplan.planners.layout import Layout
 from moeplan.planners.rank import Candidate, PlanResult
 from moeplan.search.ranking.entries import Entry
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 
@@ -52,20 +52,14 @@ def pipeline_entries(c: Candidate) -> list[Entry]:
     """
     la = c.launchable_as
     if la is not None:  # a one-stage plan that is a colocated layout (pipeline/launchable.py)
-        lay = ServeLayout(
-            attn_tp=la["attn"]["tp"],
-            attn_dp=la["attn"]["dp"],
-            moe_tp=la["moe"]["tp"],
-            moe_ep=la["moe"]["ep"],
-            pp=la.get("pp", 1),
-        )
+        lay = Layout.from_plan_layout(la)
         return [
             Entry(
                 family="pipeline",
                 label=c.label,
-                layout=lay,
+                layout=lay.instance(),
                 plan=c.plan,
-                replicas=int(la.get("replicas", 1)),
+                replicas=lay.replicas,
             )
         ]
     p = c.detail.plan
@@ -81,9 +75,9 @@ def pipeline_entries(c: Candidate) -> list[Entry]:
     m_tp, m_ep, d = moe.most_common(1)[0][0] if moe else (a_tp, a_dp, 1)
     out = []
     if d > 1 and a_dp % d == 0:
-        rep = ServeLayout(attn_tp=a_tp, attn_dp=a_dp // d, moe_tp=m_tp, moe_ep=m_ep, pp=p.pp)
+        rep = Layout(attn_tp=a_tp, attn_dp=a_dp // d, moe_tp=m_tp, moe_ep=m_ep, pp=p.pp)
         out.append(Entry(family="pipeline", label=c.label, layout=rep, plan=c.plan, replicas=d))
-    lay = ServeLayout(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep * d, pp=p.pp)
+    lay = Layout(attn_tp=a_tp, attn_dp=a_dp, moe_tp=m_tp, moe_ep=m_ep * d, pp=p.pp)
     out.append(Entry(family="pipeline", label=c.label, layout=lay, plan=c.plan))
     return out
 

@@ -286,7 +286,7 @@ def serving_trace(
     }
     if r.engine is None:
         return {"traceEvents": [], "otherData": {**meta, "note": r.reason}}
-    probe = getattr(r, "run", None)
+    probe = r.run
     if probe is not None:  # the steady run the metrics came from (warm-up and drain included)
         meta["rate_rps_per_instance"] = probe.rate
         meta["requests"] = len(probe.res.arrival_s)
@@ -304,7 +304,7 @@ def serving_trace(
 def operating_run(x: Served) -> SimResult | None:
     """The measured window of the steady run ``x``'s metrics came from (one instance), or
     None when the result keeps no run (a disaggregated deployment reruns its pools)."""
-    probe = getattr(x.result, "run", None)
+    probe = x.result.run
     if probe is None:
         return None
     r, w = probe.res, probe.window
@@ -319,9 +319,9 @@ def _rerun(
     """Simulate ``x``'s deployment on ``wl`` again (disaggregated pools run their own pools:
     :class:`moeplan.search.disagg.pools.DisaggResult`)."""
     r = x.result
-    rerun = getattr(r, "rerun", None)
-    if rerun is not None:
-        return rerun(wl)
+    pools = r.rerun(wl)
+    if pools is not None:
+        return pools
     assert r.engine is not None
     wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
     return simulate(generate(wl), r.engine, rerun_evaluator(x, model, cluster, cost))

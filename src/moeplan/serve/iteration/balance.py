@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from moeplan.planners.layout import Layout
 from moeplan.planners.placement.eplb import rebalance_experts
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ModelSpec, RoutingProfile
 
 
 def layer_imbalances(
-    route: RoutingProfile, model: ModelSpec, layout: ServeLayout, factor: float, nodes: int
+    route: RoutingProfile, model: ModelSpec, layout: Layout, factor: float, nodes: int
 ) -> list[float]:
     """Busiest EP rank's load over the mean, per MoE layer (module docstring)."""
     n_moe = len(model.moe_layers)

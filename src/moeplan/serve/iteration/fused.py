@@ -1,6 +1,6 @@
 """MixServe's fused AR-A2A in serving: one MoE layer's communication on a fused layout.
 
-A fused layout (:attr:`moeplan.serve.layout.ServeLayout.fused`; MoE TP = one node's GPUs,
+A fused layout (:attr:`moeplan.serve.layout.Layout.fused`; MoE TP = one node's GPUs,
 EP = the stage's ``n`` nodes) runs MixServe's Algorithms 1-2 (§III-D) instead of the TP
 all-reduce + EP all-to-all pair: AG-Dispatch (``n - 1`` inter-node dispatch rounds, one peer
 node each, overlapped with ``n`` intra-node all-gathers) and RS-Combine (``n - 1`` combine

@@ -2,7 +2,7 @@
 backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
 
 (Redundant experts change the layout's memory and balance and live on
-:class:`~moeplan.serve.layout.ServeLayout`.) :func:`resolve_knobs` turns the user's flags into
+:class:`~moeplan.serve.layout.Layout`.) :func:`resolve_knobs` turns the user's flags into
 :class:`InstanceKnobs` with the engine's rules, each error one line naming flag, value and rule:
 
 - ``a2a``: :func:`moeplan.cost.a2a.moe_backend` — the one decision the exports use too.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from moeplan.cost.a2a import A2A_CHOICES, moe_backend
 from moeplan.errors import MoeplanError, require
-from moeplan.serve.layout import ServeLayout
+from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 KV_DTYPES = ("auto", "bf16", "fp8")
@@ -81,7 +81,7 @@ def resolve_knobs(
     engine: str | None,
     model: ModelSpec,
     cluster: ClusterSpec,
-    layout: ServeLayout,
+    layout: Layout,
     *,
     a2a: str = "auto",
     tbo: bool | None = None,

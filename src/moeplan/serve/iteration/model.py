@@ -71,6 +71,7 @@ from typing import NamedTuple
 from moeplan.cost import CostModel
 from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
 from moeplan.serve.iteration.fused import fused_comm, fused_layer
 from moeplan.serve.iteration.grid import bucket_grid
@@ -78,7 +79,7 @@ from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.mtp import MtpMixin
 from moeplan.serve.iteration.prefetch import PrefetchMixin
 from moeplan.serve.iteration.tbo import TwoBatchMixin
-from moeplan.serve.layout import ServeLayout, stage_layers
+from moeplan.serve.layout import stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 KV_BW_EFF = 0.8  # the CostModel roofline's HBM efficiency (cost.model.DEFAULT_BW_EFF)
@@ -159,7 +160,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         model: ModelSpec,
         cluster: ClusterSpec,
         cost: CostModel,
-        layout: ServeLayout,
+        layout: Layout,
         routing: RoutingProfile | None = None,
         imbalance: float = 1.0,
         lar: float | None = None,
@@ -462,7 +463,7 @@ def iteration_model(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layout: ServeLayout,
+    layout: Layout,
     routing: RoutingProfile | None = None,
     imbalance: float = 1.0,
     lar: float | None = None,
@@ -480,12 +481,12 @@ def evaluator_factory(
     routing: RoutingProfile | None = None,
     imbalance: float = 1.0,
     lar: float | None = None,
-) -> Callable[[ServeLayout], IterationModel]:
+) -> Callable[[Layout], IterationModel]:
     """Layout -> iteration model with a placement's measured ``imbalance`` and ``lar``
     (the ``evaluator_factory`` of :func:`moeplan.search.colocated.evaluate.evaluate_layout`)."""
     a2a_scale(lar, 2)  # validate now, not at the first layout
 
-    def make(layout: ServeLayout) -> IterationModel:
+    def make(layout: Layout) -> IterationModel:
         return IterationModel(model, cluster, cost, layout, routing, imbalance, lar)
 
     return make
@@ -495,7 +496,7 @@ def iteration_time(
     model: ModelSpec,
     cluster: ClusterSpec,
     cost: CostModel,
-    layout: ServeLayout,
+    layout: Layout,
     batch: Batch,
     *,
     routing: RoutingProfile | None = None,

@@ -48,9 +48,9 @@ from moeplan.cost import memory as mem
 from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.overlap import Piece, makespan
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 PHASES = ("prefill", "decode")
@@ -97,7 +97,7 @@ class PhaseModel:
         model: ModelSpec,
         cluster: ClusterSpec,
         cost: CostModel,
-        layout: ServeLayout,
+        layout: Layout,
         knobs: InstanceKnobs,
         routing: RoutingProfile | None = None,
         imbalance: float = 1.0,

@@ -26,43 +26,16 @@ instances only decode (:mod:`moeplan.serve.pools.pd` puts them behind a prefill 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.dep.decode import ag_kv_tokens, check_fits, decode_problem
 from moeplan.planners.dep.schedule import DepConfig
 from moeplan.planners.dep.solver import DepResult, evaluate, solve
+from moeplan.serve.deployment import AFDLayout
 from moeplan.serve.engine.config import EngineConfig
 from moeplan.serve.iteration.model import Batch
 from moeplan.specs import ClusterSpec, ModelSpec
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AFDLayout:
-    """One AFD decode instance: ``ag`` attention GPUs + ``eg`` expert GPUs."""
-
-    ag: int
-    eg: int
-    gpus: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        for f in ("ag", "eg"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1, f"afd.{f} ({v!r}) must be a positive integer")
-        object.__setattr__(self, "gpus", self.ag + self.eg)
-
-    @property
-    def label(self) -> str:
-        return f"AFD AG{self.ag}+EG{self.eg}"
-
-    @property
-    def moe_ep(self) -> int:
-        """Expert GPUs (the expert-parallel degree of the instance)."""
-        return self.eg
-
-    def to_dict(self) -> dict[str, int | str]:
-        return {"kind": "afd", "ag": self.ag, "eg": self.eg, "gpus": self.gpus}
 
 
 def bucket_up(n: int) -> int:

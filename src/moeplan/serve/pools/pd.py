@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation (DistServe; SGLang and vLLM PD modes) on the serving engine.
 
 A deployment is ``x`` prefill instances of one layout and ``y`` decode instances of another
-(a colocated :class:`ServeLayout`, or an attention–FFN disaggregated :class:`AFDLayout`).
+(a colocated :class:`Layout`, or an attention–FFN disaggregated :class:`AFDLayout`).
 One run (:func:`simulate_pd`) reuses :func:`moeplan.serve.engine.run.simulate` for every
 instance — no second simulator:
 
@@ -37,84 +37,24 @@ pre-reserved; link contention between prefill instances is not modelled (one NIC
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from moeplan.cost import CostModel
 from moeplan.errors import require
+from moeplan.planners.layout import Layout
+from moeplan.serve.deployment import PDLayout
 from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import simulate
 from moeplan.serve.iteration.batch_grid import GridEvaluator
 from moeplan.serve.iteration.grid import bucket
-from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch
-from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pools.afd import AFDLayout
 from moeplan.serve.workload.arrivals import Requests
 from moeplan.specs import ClusterSpec, ModelSpec
 
-DecodeLayout = ServeLayout | AFDLayout
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PDLayout:
-    """``x`` prefill instances of ``prefill`` and ``y`` decode instances of ``decode``."""
-
-    prefill: ServeLayout
-    decode: DecodeLayout
-    x: int
-    y: int
-    #: the instance knobs each pool was priced with (MoE all-to-all, two-batch overlap;
-    #: ``None``: the engine's defaults) — what the launch scripts pass; not part of identity
-    prefill_knobs: InstanceKnobs | None = field(default=None, compare=False)
-    decode_knobs: InstanceKnobs | None = field(default=None, compare=False)
-    #: the prefill instances' chunked-prefill budget (prompt tokens per iteration, the whole
-    #: instance) they were priced with — what the launch scripts pass; None: engine default
-    prefill_chunk: int | None = field(default=None, compare=False)
-    gpus: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        for f in ("x", "y"):
-            v = getattr(self, f)
-            require(isinstance(v, int) and v >= 1, f"pd.{f} ({v!r}) must be a positive integer")
-        object.__setattr__(self, "gpus", self.x * self.prefill.gpus + self.y * self.decode.gpus)
-
-    @property
-    def family(self) -> str:
-        return "afd" if isinstance(self.decode, AFDLayout) else "pd"
-
-    @property
-    def label(self) -> str:
-        return (  # no square brackets: rich reads them as markup
-            f"PD {self.x}x({self.prefill.label}) : {self.y}x({self.decode.label}),"
-            f" {self.x}:{self.y}"
-        )
-
-    @property
-    def moe_ep(self) -> int:
-        """The decode instances' expert-parallel degree (what placement would target)."""
-        return self.decode.moe_ep
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.family,
-            "prefill": {
-                **self.prefill.to_dict(),
-                "instances": self.x,
-                **_knobs(self.prefill_knobs),
-                **({} if self.prefill_chunk is None else {"chunk_tokens": self.prefill_chunk}),
-            },
-            "decode": {**self.decode.to_dict(), "instances": self.y, **_knobs(self.decode_knobs)},
-            "gpus": self.gpus,
-        }
-
-
-def _knobs(knobs: InstanceKnobs | None) -> dict[str, object]:
-    return {} if knobs is None else {"knobs": knobs.to_dict()}
-
-
-def kv_senders(model: ModelSpec, prefill: ServeLayout) -> int:
+def kv_senders(model: ModelSpec, prefill: Layout) -> int:
     """GPUs of one prefill attention-DP rank that hold distinct shards of a request's KV."""
     return 1 if model.attention == "mla" else min(prefill.attn_tp, model.num_kv_heads)
 
@@ -125,7 +65,7 @@ def transfer_inter_node(cluster: ClusterSpec, layout: PDLayout) -> bool:
 
 
 def kv_transfer_s(
-    model: ModelSpec, cost: CostModel, prefill: ServeLayout, isl: int, inter_node: bool
+    model: ModelSpec, cost: CostModel, prefill: Layout, isl: int, inter_node: bool
 ) -> float:
     """Seconds to move one request's prompt KV (module docstring, step 2)."""
     nbytes = model.kv_bytes_for_context(isl) / kv_senders(model, prefill)
