@@ -27,8 +27,8 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.cli.glossary import glossary
 from moeplan.cli.strategy import load_model_arg
+from moeplan.commands.glossary import glossary
 from moeplan.errors import require
 from moeplan.planners import dep
 from moeplan.sim import chrome_trace, gantt_html

@@ -29,7 +29,7 @@ from moeplan.cli._common import (
     print_json,
     write_atomic,
 )
-from moeplan.cli.glossary import glossary
+from moeplan.commands.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.planners.placement.planner import (

@@ -23,9 +23,9 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.cli._fork import check_jobs, workers
-from moeplan.cli._steady import check_rate, check_requests
-from moeplan.cli.glossary import glossary
+from moeplan.commands.glossary import glossary
+from moeplan.commands.steady import check_rate, check_requests
+from moeplan.commands.workers import check_jobs, workers
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
@@ -295,7 +295,7 @@ def plan_cmd(
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-    from moeplan.cli._knob_checks import check_plan_knobs
+    from moeplan.commands.knob_checks import check_plan_knobs
 
     check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"

@@ -18,8 +18,6 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt
-from moeplan.cli._fork import check_jobs, workers
-from moeplan.cli._steady import check_rate
 from moeplan.cli.serve_checks import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
@@ -30,14 +28,15 @@ from moeplan.cli.serve_checks import (
     serve_inputs,
 )
 from moeplan.cli.serve_pd import PD_HELP, show_pd
-from moeplan.cli.serve_plan import PLAN_LAYOUTS, layout_from_plan
 from moeplan.cli.serve_print import payload, print_human
+from moeplan.commands.steady import check_rate
+from moeplan.commands.workers import check_jobs, workers
 from moeplan.errors import require
 from moeplan.io import check_target
 from moeplan.search.capacity import DEFAULT_REQUESTS
 from moeplan.specs import load_cluster, load_model
 
-__all__ = ["PLAN_LAYOUTS", "layout_from_plan", "register", "serve_sim"]
+__all__ = ["register", "serve_sim"]
 
 
 def serve_sim(

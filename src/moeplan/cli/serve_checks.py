@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from moeplan.cli._steady import check_fits
 from moeplan.cli.serve_pd import check_pd_flags, read_pd
-from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployment
+from moeplan.commands.serve_plan import layout_from_plan, plan_knobs, served_deployment
+from moeplan.commands.steady import check_fits
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ENGINES
@@ -89,7 +89,7 @@ def resolve_deployment(
     else:
         layout, the_plan = _layout(plan, flags)
     served = served_deployment(the_plan) if the_plan is not None and pd is None else None
-    if served is not None:  # what `moeplan plan` served, exactly (cli/serve_plan.py)
+    if served is not None:  # what `moeplan plan` served, exactly (commands/serve_plan.py)
         layout = served.layout
         replicas = served.replicas if replicas is None else replicas
         chunk_tokens = served.chunk_tokens if chunk_tokens is None else chunk_tokens

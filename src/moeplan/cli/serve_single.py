@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from moeplan.cli._common import console, err_console, print_json, progress, write_atomic
-from moeplan.cli._steady import require_boundable
 from moeplan.cli.serve_checks import Deployment
 from moeplan.cli.serve_print import payload, print_human
+from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
 from moeplan.search.capacity import steady_probe

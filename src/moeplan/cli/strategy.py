@@ -39,7 +39,7 @@ from moeplan.cli._common import (
     with_pricing,
     write_outputs,
 )
-from moeplan.cli.glossary import glossary
+from moeplan.commands.glossary import glossary
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
 from moeplan.export.launcher import render_launcher
