@@ -20,7 +20,6 @@ from moeplan.textsafe import escape_controls
 
 if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
     from moeplan.cost import CostModel
-    from moeplan.planners.plan import Plan
     from moeplan.specs import ClusterSpec
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
@@ -212,22 +211,8 @@ def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostM
     return engine_cost_model(cluster, profile, None if engine == "none" else engine)
 
 
-def pricing_of(cm: CostModel) -> dict[str, Any]:
-    """``--json``'s ``pricing``: engine, tables and source mix of what ``cm`` priced so far."""
-    from moeplan.kernel_tables import pricing
-
-    return pricing(cm)
-
-
 def print_pricing(price: dict[str, Any]) -> None:
-    """The engine and source-mix line of the human output (``price``: :func:`pricing_of`)."""
+    """The engine and source-mix line of the human output (``price``: :func:`moeplan.kernel_tables.pricing`)."""
     from moeplan.kernel_tables import pricing_line
 
     console.print(pricing_line(price))
-
-
-def with_pricing(plan: Plan, price: dict[str, Any]) -> Plan:
-    """``plan`` with ``details.pricing`` set."""
-    from dataclasses import replace
-
-    return replace(plan, details={**plan.details, "pricing": price})

@@ -27,12 +27,13 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.cli.strategy import load_model_arg
 from moeplan.commands.glossary import glossary
+from moeplan.commands.pricing import with_pricing
 from moeplan.errors import require
+from moeplan.kernel_tables import pricing
 from moeplan.planners import dep
 from moeplan.sim import chrome_trace, gantt_html
-from moeplan.specs import load_cluster
+from moeplan.specs import load_cluster, load_model
 
 
 def dep_command(
@@ -92,7 +93,7 @@ def dep_command(
     """Plan FinDEP (Algorithm 1) and compare it with PPPipe and naive DEP on one simulator."""
     require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
     check_out(out, OUTPUTS)
-    spec = load_model_arg(model)
+    spec = load_model(model)
     cl = load_cluster(cluster)
     cm = opt.engine_cost(cl, profile, engine)
     work = "FinDEP: Algorithm 1 and the baselines" + (", brute force, CP-SAT" if verify else "")
@@ -101,14 +102,14 @@ def dep_command(
             spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers, batch=max_batch,
             imbalance=imbalance, verify=verify,
         )  # fmt: skip
-    price = opt.pricing_of(cm)
+    price = pricing(cm)
     if out:
         title, scheds = _schedules(report, timeline_layers or None)
         write_outputs(
             out,
             OUTPUTS,
             {
-                "plan.json": opt.with_pricing(dep.to_plan(report), price).to_json(),
+                "plan.json": with_pricing(dep.to_plan(report), price).to_json(),
                 "timeline.json": json.dumps(chrome_trace(scheds)),
                 "gantt.html": gantt_html(scheds, title=title, include_plotlyjs=True),
             },

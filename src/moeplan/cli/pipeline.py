@@ -10,9 +10,6 @@ which, and the mix of sources.
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -28,63 +25,15 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.cli.strategy import load_model_arg
-from moeplan.errors import MoeplanError, require
-from moeplan.planners.pipeline import PipelinePlan, PipelineResult, plan_pipeline
-from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_cluster
-from moeplan.traces.routing_profiles import (
-    mean_k_from_trace,
-    profile_from_dict,
-    synthetic_top_p_mean_k,
-)
+from moeplan.commands.pipeline import result_dict, routing_for
+from moeplan.commands.pricing import with_pricing
+from moeplan.errors import MoeplanError
+from moeplan.kernel_tables import pricing
+from moeplan.planners.pipeline import PipelineResult, plan_pipeline
+from moeplan.report.command_figures import figure_html
+from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 BASELINES = ("uniform", "time_balanced", "no_pp")
-
-
-def read_routing_profile(path: str, model: ModelSpec) -> RoutingProfile:
-    """A profile JSON file, or the name of a shipped one (``presets/routing/<name>.json``)."""
-    file = Path(path)
-    if not file.is_file():
-        shipped = resources.files("moeplan.specs.presets").joinpath("routing", f"{path}.json")
-        require(shipped.is_file(), f"--routing-profile ({path}) is not a file or a shipped profile")
-        text = shipped.read_text(encoding="utf-8")
-    else:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise MoeplanError(f"--routing-profile ({path}) cannot be read: {err}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise MoeplanError(f"--routing-profile ({path}) is not valid JSON: {err}") from None
-    return profile_from_dict(data, num_moe_layers=model.num_moe_layers, top_k=model.top_k)
-
-
-def routing_for(
-    model: ModelSpec, profile: str | None, top_p: float | None, trace: str | None = None
-) -> RoutingProfile:
-    given = sum(x is not None for x in (profile, top_p, trace))
-    require(given <= 1, "--routing-profile, --routing-trace and --top-p are exclusive")
-    if profile is not None:
-        return read_routing_profile(profile, model)
-    if trace is not None:
-        from moeplan.traces.format import load_trace
-
-        mean_k = mean_k_from_trace(load_trace(trace).experts)
-        require(
-            len(mean_k) == model.num_moe_layers,
-            f"--routing-trace layers ({len(mean_k)}) must equal the model's MoE layers "
-            f"({model.num_moe_layers})",
-        )
-        return RoutingProfile(top_k=model.top_k, mean_k=mean_k, source=f"trace {trace}")
-    if top_p is not None:
-        mean_k = synthetic_top_p_mean_k(
-            model.num_moe_layers, model.num_experts, top_p, k_max=model.top_k
-        )
-        return RoutingProfile(
-            top_k=model.top_k, mean_k=mean_k, source=f"synthetic top-p {top_p} (seed 0)"
-        )
-    return RoutingProfile.static(model.top_k)
 
 
 def pipeline_command(
@@ -128,7 +77,7 @@ def pipeline_command(
 ) -> None:
     """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
     check_out(out, OUTPUTS)
-    spec = load_model_arg(model)
+    spec = load_model(model)
     cl = load_cluster(cluster)
     degree = None if pp == "auto" else _int_flag("--pp", pp)
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
@@ -137,12 +86,12 @@ def pipeline_command(
     work = "SMIDT: stage search over every PP degree" + (", exhaustive check" if verify else "")
     with opt.progress(not (quiet or as_json), work):
         res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
-    price = opt.pricing_of(cm)
+    price = pricing(cm)
     write_outputs(
         out,
         OUTPUTS,
         {
-            "plan.json": opt.with_pricing(res.to_plan(), price).to_json(),
+            "plan.json": with_pricing(res.to_plan(), price).to_json(),
             "stages.html": lambda: figure_html(res),
         },
     )
@@ -161,53 +110,6 @@ def _int_flag(name: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise MoeplanError(f"{name} ({value}) must be an integer or 'auto'") from None
-
-
-def _plan_dict(p: PipelinePlan) -> dict:
-    return {
-        "pp": p.pp,
-        "throughput_tokens_per_s": p.throughput_tokens_per_s,
-        "throughput_sync_tokens_per_s": p.throughput_sync_tokens_per_s,
-        "bottleneck_s": p.bottleneck_s,
-        "period_s": p.period_s,
-        "stages": [s.to_dict() for s in p.stages],
-    }
-
-
-def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
-    """The ``--json`` object (keys per the SMIDT issue)."""
-    d = _plan_dict(res.plan)
-    d.update(
-        {
-            "model": res.model,
-            "cluster": res.cluster,
-            "world_size": res.world_size,
-            "async_pp": res.async_pp,
-            "mem_limit_bytes": res.mem_limit_bytes,
-            "routing": {"source": routing.source, "mean_k": list(routing.mean_k or ())},
-            "baselines": {
-                k: None if v is None else _plan_dict(v) for k, v in res.baselines.items()
-            },
-            "speedup_vs_uniform": res.speedup("uniform"),
-            "speedup_vs_time_balanced": res.speedup("time_balanced"),
-            "speedup_vs_no_pp": res.speedup("no_pp"),
-            "per_pp": {
-                str(s): None
-                if p is None
-                else {
-                    "bottleneck_s": p.bottleneck_s,
-                    "throughput_tokens_per_s": p.throughput_tokens_per_s,
-                }
-                for s, p in res.per_pp.items()
-            },
-            "search_ms": res.search_s * 1e3,
-        }
-    )
-    if res.certificate is not None:
-        d.update(res.certificate)
-    if res.verify is not None:
-        d.update(res.verify)
-    return d
 
 
 def _compact(stage) -> str:
@@ -316,34 +218,6 @@ def _print_baselines(res: PipelineResult) -> None:
             f"{hi / 2**30:.2f} / {lo / 2**30:.2f}",
         )
     console.print(b)
-
-
-def figure_html(res: PipelineResult) -> str:
-    """Plotly page: stage time (compute + P2P) and memory per GPU, SMIDT vs baselines."""
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("stage time (ms)", "memory per GPU (GiB)"))
-    plans = [("smidt", res.plan)] + [(k, v) for k, v in res.baselines.items() if v is not None]
-    for name, plan in plans:
-        x = [f"{name} PP{plan.pp} s{j}" for j in range(plan.pp)]
-        fig.add_bar(
-            x=x, y=[s.time_s * 1e3 for s in plan.stages], name=f"{name} compute", row=1, col=1
-        )
-        fig.add_bar(x=x, y=[s.p2p_s * 1e3 for s in plan.stages], name=f"{name} p2p", row=1, col=1)
-        fig.add_bar(
-            x=x,
-            y=[s.mem_bytes_per_gpu / 2**30 for s in plan.stages],
-            name=f"{name} memory",
-            row=1,
-            col=2,
-        )
-    fig.add_hline(
-        y=res.mem_limit_bytes / 2**30, line_dash="dash", row=1, col=2, annotation_text="GPU memory"
-    )
-    fig.update_layout(
-        barmode="stack", title=f"SMIDT plan: {res.model} on {res.cluster}", height=520
-    )
-    return fig.to_html(include_plotlyjs=True, full_html=True)
 
 
 def register(app: typer.Typer) -> None:

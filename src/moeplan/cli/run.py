@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
+from moeplan.commands.run import check_capacity, check_gpus, run_summary
 from moeplan.errors import MoeplanError, check_int, require, show
 
 MAX_TOKENS = 2**24  # tokens in one global batch of a local run
@@ -125,8 +126,8 @@ def run_command(
         weights=tuple(weights or ()),
     )
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
-    _check_gpus(world)
-    _check_capacity(doc, world, opts)
+    check_gpus(world)
+    check_capacity(doc, world, opts)
     with progress(not (quiet or as_json), f"running the plan on {world} processes"):
         reports = spawn_world(
             spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60, grace_s=RUN_GRACE_S
@@ -134,55 +135,9 @@ def run_command(
     _finish(reports, world, as_json)
 
 
-def _check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
-    """Ranks and memory this machine cannot hold: one line before any process starts."""
-    from moeplan.runtime.capacity import check_capacity
-    from moeplan.runtime.mesh import as_plan
-    from moeplan.runtime.options import resolve
-    from moeplan.runtime.runner import model_config
-
-    p = as_plan(doc)
-    check_capacity(world, model_config(p, resolve(p, opts)), opts.tokens)
-
-
-def _check_gpus(world: int) -> None:
-    """NCCL runs one rank per GPU (two ranks on one device fail with "Duplicate GPU detected",
-    seen on an H100): say so before starting any process."""
-    import torch
-
-    if torch.cuda.is_available() and world > (n := torch.cuda.device_count()):
-        raise MoeplanError(
-            f"--nproc ({world}) exceeds this machine's CUDA devices ({n}): NCCL runs one rank "
-            f"per GPU; run on {world} GPUs, or with CUDA_VISIBLE_DEVICES= on CPU (gloo)"
-        )
-
-
 def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
+    summary = run_summary(reports, world)
     failed = [(r, rep) for r, rep in enumerate(reports) if not rep["ok"]]
-    ranks = [rep["result"] for rep in reports if rep["ok"]]
-    errs = [r["max_abs_err"] for r in ranks if r["max_abs_err"] is not None]
-    summary = {
-        "world_size": world,
-        "ok": not failed,
-        "max_abs_err": max(errs) if errs else None,
-        "ranks": ranks,
-        "failures": [{"rank": r, **rep} for r, rep in failed],
-    }
-    if ranks and ranks[0]["rank"] == 0:
-        summary.update(
-            {
-                k: v
-                for k, v in ranks[0].items()
-                if k
-                in (
-                    "family",
-                    "trace",
-                    "predicted_trace",
-                    "measured_makespan_s",
-                    "predicted_makespan_s",
-                )
-            }
-        )
     if as_json:
         print_json(summary)
     else:

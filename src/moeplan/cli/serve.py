@@ -3,38 +3,50 @@
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
 attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
-is a prefill/decode pair of pools (``--pd``, :mod:`moeplan.cli.serve_pd`).
-Thin: parse and check (:mod:`moeplan.cli.serve_checks`) → specs → one layout
-(:mod:`moeplan.cli.serve_single`), a P/D pair or one phase → print
-(:mod:`moeplan.cli.serve_print`). The engine knobs
+is a prefill/decode pair of pools (``--pd``, grammar: :mod:`moeplan.serve.pd_spec`).
+Thin: parse and check (:mod:`moeplan.commands.serve_inputs`) → specs → one layout, a P/D pair
+or one phase (:mod:`moeplan.commands.serve_sim`) → print (:mod:`moeplan.cli.serve_print`)
+and the Chrome trace. The engine knobs
 (running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
 ``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
-from moeplan.cli._common import QuietOpt
-from moeplan.cli.serve_checks import (
+from moeplan.cli._common import QuietOpt, print_json, progress, write_atomic
+from moeplan.cli.serve_print import print_pd, print_phase, print_single
+from moeplan.commands.serve_inputs import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
     LAYOUT_FLAGS,
     check_fits_cluster,
     check_flags,
+    check_phase_flags,
     resolve_deployment,
     serve_inputs,
+    trace_routing,
 )
-from moeplan.cli.serve_pd import PD_HELP, show_pd
-from moeplan.cli.serve_print import payload, print_human
 from moeplan.commands.steady import check_rate
 from moeplan.commands.workers import check_jobs, workers
 from moeplan.errors import require
 from moeplan.io import check_target
 from moeplan.search.capacity import DEFAULT_REQUESTS
 from moeplan.specs import load_cluster, load_model
+
+PD_HELP = (
+    "Simulate a P/D deployment: 'X*LAYOUT:Y*LAYOUT' (X prefill instances of one layout, Y "
+    "decode instances of another) or a P/D plan.json. LAYOUT = dot-separated attn-tpN, "
+    "attn-dpN, moe-tpN, moe-epN, moe-rN (redundant experts), ppN, mbN (micro-batches), "
+    "dense-tpN, fused (MixServe AR-A2A); omitted degrees are 1; or agN.egN (an "
+    "attention-FFN disaggregated decode instance). E.g. 3*attn-dp8.moe-ep8:1*ag2.eg6 "
+    "or 2*attn-dp8.moe-ep8:1*attn-tp2.moe-tp2. Needs an open workload (--rate or the "
+    "SLO-rate search); excludes --plan and the layout flags."
+)
 
 __all__ = ["register", "serve_sim"]
 
@@ -196,8 +208,6 @@ def serve_sim(
     step of one phase alone per GPU."""
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
-    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags, trace_routing
-
     phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
     flags = dict(
         zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
@@ -221,11 +231,17 @@ def serve_sim(
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=d.kv_dtype)
     routing = trace_routing(routing_trace, m) if routing_trace else None
     if phase is not None:
-        run_phase_flags(
+        from moeplan.commands.serve_sim import phase_answer
+
+        out = phase_answer(
             m, c, d.layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
             per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
-            knob_flags=knob_flags, json_out=json_out, routing=routing,
+            knob_flags=knob_flags, routing=routing,
         )  # fmt: skip
+        if json_out:
+            print_json(out)
+        else:
+            print_phase(out)
         return
     check_flags(engine, rate, concurrency, requests, d.chunk_tokens, d.max_running, arrival, cv)
     slo, w = serve_inputs(
@@ -243,20 +259,37 @@ def serve_sim(
     from moeplan.serve.instance_knobs import resolve_knobs
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    from moeplan.commands.serve_sim import simulate_pd, simulate_single
+
     if d.pd is not None:
         mtp_knobs = resolve_knobs(
             cm.engine, m, c, d.pd.prefill, mtp=mtp, mtp_accept=mtp_accept
         )  # validates --mtp/--mtp-accept
         with workers(n_jobs, carry=[cm]):
-            return show_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
-                           requests=requests, json_out=json_out, render=(payload, print_human),
-                           mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
-    from moeplan.cli.serve_single import run_single
-
+            r, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
+                                 requests=requests, mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
+        if json_out:
+            print_json(out)
+        else:
+            print_pd(out, d.pd, r)
+        return
     knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
-    with workers(n_jobs, carry=[cm]):
-        run_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate, routing=routing,
-                   trace_out=trace_out, json_out=json_out, quiet=quiet)  # fmt: skip
+    closed = w.concurrency is not None
+    work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")
+    with workers(n_jobs, carry=[cm]), progress(not (quiet or json_out), work):
+        out, r, sim = simulate_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate,
+                                      routing=routing)  # fmt: skip
+    if trace_out:
+        from moeplan.serve import serve_trace
+
+        meta = {"model": m.name, "cluster": c.name}
+        trace = serve_trace(sim, label=d.layout.label, metadata=meta)
+        write_atomic(trace_out, json.dumps(trace))
+        out["trace"] = trace_out
+    if json_out:
+        print_json(out)
+    else:
+        print_single(out, r, knobs)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
 from moeplan.errors import check_int, require
+from moeplan.specs import load_model
 from moeplan.traces.format import (
     MAX_TRACE_EXPERTS,
     TraceWriter,
@@ -38,12 +39,6 @@ trace_app = typer.Typer(
 )
 
 
-def _model(name: str):  # type: ignore[no-untyped-def]
-    from moeplan.cli.strategy import load_model_arg
-
-    return load_model_arg(name)
-
-
 @trace_app.command("synth")
 def synth(
     out: Annotated[Path, typer.Option("--out", help="Output .parquet (streamed) or .npz")],
@@ -66,7 +61,7 @@ def synth(
     check_int("--requests", requests, 1, MAX_REQUESTS)
     check_int("--seed", seed, 0, MAX_SEED)
     _trace_out(out)
-    m = _model(model)
+    m = load_model(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
     if layers is not None:
         require(layers >= 1, f"--layers ({layers}) must be >= 1")

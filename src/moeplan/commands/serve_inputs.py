@@ -1,17 +1,18 @@
-"""``moeplan serve-sim``'s flags, checked and resolved before any simulation.
+"""``moeplan serve-sim``'s inputs, checked and resolved before any simulation.
 
 What is served (:func:`resolve_deployment`: layout flags, a ``plan.json`` or a ``--pd`` pair,
-with what a plan written by ``moeplan plan`` recorded filling the flags left unset), and the
-request stream and SLOs it is served under (:func:`serve_inputs`). Every refusal is one
-line naming the flag, its value and the rule.
+with what a plan written by ``moeplan plan`` recorded filling the flags left unset), the
+request stream and SLOs it is served under (:func:`serve_inputs`), the flags of one phase
+(:func:`check_phase_flags`) and the routing a trace gives (:func:`trace_routing`). Every
+refusal is one line naming the flag, its value and the rule.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from moeplan.cli.serve_pd import check_pd_flags, read_pd
 from moeplan.commands.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.commands.steady import check_fits
 from moeplan.errors import require
@@ -19,11 +20,14 @@ from moeplan.planners.plan import Plan
 from moeplan.search.search import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.serve.pd import PDLayout
+from moeplan.serve.pd_spec import parse_pd, pd_from_dict
+from moeplan.serve.phase import PHASES
+from moeplan.specs import ModelSpec, RoutingProfile
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 
-DEFAULT_TTFT_SLO_MS = 2000.0  # same defaults as ``moeplan plan``
-DEFAULT_TPOT_SLO_MS = 100.0
+DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
+DEFAULT_TPOT_SLO_MS = 100.0  # 10 tokens/s per user, faster than reading speed
 DEFAULT_ISL, DEFAULT_OSL = 2048, 256  # same defaults as ``moeplan plan``
 MAX_REQUESTS = 200_000
 MAX_THINK_MS = (
@@ -220,3 +224,86 @@ def check_flags(
         concurrency is None or arrival == "poisson",
         "--arrival applies to open workloads (--rate), not --concurrency",
     )
+
+
+def read_pd(value: str) -> tuple[PDLayout, Plan | None]:
+    """The deployment of ``--pd``: a plan.json path (an existing ``.json`` file) or the text."""
+    if value.strip().endswith(".json") or Path(value).is_file():
+        plan = Plan.from_dict(read_json_file(value, "plan"))
+        pools = plan.details.get("disaggregation")
+        require(
+            pools is not None,
+            f"--pd plan ({value}) has no details.disaggregation: it is a {plan.family} plan of "
+            "one engine; simulate it with --plan",
+        )
+        return pd_from_dict(pools), plan
+    return parse_pd(value), None
+
+
+def check_pd_flags(
+    layout_flags: dict[str, int | None],
+    plan: str | None,
+    concurrency: int | None,
+    chunk_tokens: int | None,
+    max_running: int | None,
+    trace_out: str | None,
+) -> None:
+    """One-line errors for serve-sim flags that a P/D simulation does not take."""
+    given = [k for k, v in layout_flags.items() if v is not None] + (["plan"] if plan else [])
+    require(not given, f"--pd and --{given[0].replace('_', '-') if given else ''} are exclusive")
+    for flag, v in (
+        ("--concurrency", concurrency),
+        ("--chunk-tokens", chunk_tokens),
+        ("--max-running", max_running),
+        ("--trace-out", trace_out),
+    ):
+        require(
+            v is None,
+            f"{flag} ({v}) does not apply to --pd (each pool's scheduler is its "
+            "engine's default; the arrivals are an open stream)",
+        )
+
+
+def check_phase_flags(
+    phase: str | None,
+    batch_per_gpu: int | None,
+    tokens_per_gpu: int | None,
+    context: int | None,
+    isl: int | None,
+) -> int:
+    """The phase's context (decode ``--context``, prefill ``--isl``); one-line errors."""
+    if phase is None:
+        for flag, v in (
+            ("--batch-per-gpu", batch_per_gpu),
+            ("--tokens-per-gpu", tokens_per_gpu),
+            ("--context", context),
+        ):
+            require(v is None, f"{flag} ({v}) applies to --phase only")
+        return 0
+    require(phase in PHASES, f"--phase ({phase!r}) must be one of {', '.join(PHASES)}")
+    if phase == "decode":
+        require(batch_per_gpu is not None, "--phase decode needs --batch-per-gpu B")
+        require(context is not None, "--phase decode needs --context C (KV tokens per request)")
+        require(tokens_per_gpu is None, "--tokens-per-gpu applies to --phase prefill")
+        return int(context)  # type: ignore[arg-type]
+    require(tokens_per_gpu is not None, "--phase prefill needs --tokens-per-gpu T")
+    require(batch_per_gpu is None, "--batch-per-gpu applies to --phase decode")
+    require(context is None, "--phase prefill takes the prompt length from --isl, not --context")
+    return int(isl or 2048)
+
+
+def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
+    """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
+    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.balance`)."""
+    import numpy as np
+
+    from moeplan.traces.format import load_trace
+
+    tr = load_trace(path, num_experts=model.num_experts)
+    rows = []
+    for layer in range(tr.experts.shape[1]):
+        ids = tr.experts[:, layer, :].astype(np.int64)
+        counts = np.bincount(ids[ids >= 0], minlength=model.num_experts)
+        require(counts.sum() > 0, f"--routing-trace ({path}) layer {layer} routes no token")
+        rows.append(tuple(float(x) for x in counts))
+    return RoutingProfile(top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}")
