@@ -156,34 +156,9 @@ def _columns(pairs: list[str], flags: dict) -> dict[str, object]:
     return out
 
 
-_SHAPE_FLAGS = (
-    "num_tokens",
-    "hidden_size",
-    "inter_size",
-    "topk",
-    "num_experts",
-    "moe_tp_size",
-    "moe_ep_size",
-    "distribution",
-    "moe_dtype",
-    "batch_size",
-    "isl",
-    "step",
-    "num_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "window_size",
-    "attn_dtype",
-    "kv_cache_dtype",
-    "mla_dtype",
-    "message_size",
-    "num_gpus",
-    "num_token",
-    "num_topk",
-    "sms",
-    "kernel_source",
-    "gemm_type",
-)
+#: the flags that give a shape: every parameter of :func:`cost` named as a column of some
+#: operation (the rest choose the device, the engine and the output)
+_SHAPE_FLAGS = frozenset(c for f in FAMILIES.values() for c in f.columns)
 
 
 def _report(

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
+from moeplan.commands.trace import synth_config
 from moeplan.errors import check_int, require
 from moeplan.specs import load_model
 from moeplan.traces.format import (
@@ -23,7 +24,7 @@ from moeplan.traces.format import (
     save_trace,
 )
 from moeplan.traces.stats import trace_stats
-from moeplan.traces.synthetic import SynthConfig, iter_synthesize
+from moeplan.traces.synthetic import iter_synthesize
 
 MAX_REQUESTS = 2**24  # synthetic requests (about 4.5e9 occurrences at the default lengths)
 MAX_SEED = 2**63 - 1
@@ -66,15 +67,7 @@ def synth(
     if layers is not None:
         require(layers >= 1, f"--layers ({layers}) must be >= 1")
         m = m.with_layers(min(layers, m.num_layers))
-    cfg = SynthConfig(
-        num_layers=m.num_moe_layers,
-        num_experts=m.num_experts,
-        top_k=m.top_k,
-        vocab_size=min(m.vocab_size, 32000),
-        num_requests=requests,
-        seed=seed,
-        num_groups=_groups(m.num_experts),
-    )
+    cfg = synth_config(m, requests, seed)
     n = 0
     with progress(not (quiet or as_json), f"synthesizing {requests} requests") as step:
         if out.suffix == ".parquet":
@@ -105,11 +98,6 @@ def synth(
             f"wrote {n} token occurrences x {cfg.num_layers} MoE layers "
             f"({requests} requests, E={cfg.num_experts}, k={cfg.top_k}) to {out}"
         )
-
-
-def _groups(num_experts: int) -> int:
-    """Largest divisor of E that is <= 16 (semantic groups of the generator)."""
-    return max(g for g in range(1, 17) if num_experts % g == 0)
 
 
 @trace_app.command("import")
