@@ -14,7 +14,6 @@ ran, ``expert_location.json``.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -25,29 +24,19 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
 from moeplan.commands.glossary import glossary
 from moeplan.commands.plan import (
-    MAX_REQUESTS,
-    MIN_REQUESTS,
-    check_trace,
-    knob_search,
+    job_spec,
     plan_json,
     plan_warnings,
-    read_workload,
-    serve_workload,
-    trace_source,
 )
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
-from moeplan.commands.steady import check_rate, check_requests
-from moeplan.commands.workers import check_jobs, workers
-from moeplan.errors import check_int, require
-from moeplan.kernel_tables import engine_cost_model, pricing_line
+from moeplan.commands.workers import workers
+from moeplan.kernel_tables import pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
 from moeplan.search.capacity import DEFAULT_REQUESTS
-from moeplan.search.job import JobSpec, plan_job
+from moeplan.search.job import plan_job
 from moeplan.search.outcome import PlanOutcome
 from moeplan.search.rank import ServeRanking, describe
-from moeplan.serve import SLO
-from moeplan.specs import ClusterSpec, ModelSpec, cluster_names, load_cluster, load_model
 
 
 def plan_cmd(
@@ -200,61 +189,18 @@ def plan_cmd(
 ) -> None:
     """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
     t_start = time.perf_counter()
-    knobs = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
-    m: ModelSpec = load_model(model)
-    require(
-        mtp == 0 or m.num_nextn_predict_layers > 0,
-        f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {m.name} has none",
-    )
-    if layers is not None:
-        require(layers >= 1, f"layers ({layers}) must be >= 1")
-        m = m.with_layers(min(layers, m.num_layers))
-    from moeplan.export.plan_export import model_path_for
-
-    launch_path = model_path_for(model, model_path)  # a bad --model-path fails before planning
-    c: ClusterSpec = load_cluster(cluster, nodes)
-    w = read_workload(workload, isl, osl, batch, rate)
-    fams = tuple(f.strip() for f in families.split(",") if f.strip())
-    require(
-        bool(fams) and all(f in FAMILIES for f in fams),
-        f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}",
-    )
-    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
-    check_int("--seed", seed, 0, 2**32 - 1)
-    n_jobs = check_jobs(jobs)
-    if trace is not None:  # read it whole now: a bad trace fails before planning, not after
-        check_trace(trace, m.num_experts)
-    require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
-    require(
-        cost_engine in ("engine", "none"),
-        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-    )
-    slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
-    check_requests(
-        requests, slo.percentile if concurrency is None else 50.0, MIN_REQUESTS, MAX_REQUESTS
-    )
-    sw = serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
-    check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
-    if isl_dist or osl_dist:
-        w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
-    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-    from moeplan.commands.knob_checks import check_plan_knobs
-
-    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
-    outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
-    from moeplan.report.plan_report import check_outdir, write_artifacts
-
-    check_outdir(outdir)
-    show = not (quiet or json_out)
-    full = load_model(model)
-    spec = JobSpec(
-        model=m, cluster=c, workload=w, serve_workload=sw, slo=slo, families=fams,
-        objective=objective, engine=engine, rate_given=rate is not None or concurrency is not None,
-        requests=requests, knob_search=knobs, any_divisor=any_divisor,
-        alternatives=[load_cluster(n) for n in cluster_names()], placement=placement,
-        trace=trace, trace_source=trace_source(trace, m.num_experts), seed=seed,
-        full_model=full, model_path=launch_path,
+    spec, cm, n_jobs, outdir = job_spec(
+        model=model, model_path=model_path, cluster=cluster, nodes=nodes, layers=layers,
+        workload=workload, isl=isl, osl=osl, batch=batch, rate=rate, concurrency=concurrency,
+        isl_dist=isl_dist, osl_dist=osl_dist, slo_ms=(ttft_slo, tpot_slo, slo_percentile),
+        objective=objective, engine=engine, cost_engine=cost_engine, requests=requests,
+        trace=trace, families=families, profile=profile, any_divisor=any_divisor,
+        placement=placement, seed=seed, out=out, jobs=jobs,
+        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a),
     )  # fmt: skip
+    show = not (quiet or json_out)
+    from moeplan.report.plan_report import write_artifacts
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -269,7 +215,7 @@ def plan_cmd(
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, outcome)
     elapsed = time.perf_counter() - t_start
-    warnings = plan_warnings(m.num_layers, full.num_layers, outcome)
+    warnings = plan_warnings(spec.model.num_layers, spec.full_model.num_layers, outcome)
     if json_out:
         print_json(plan_json(outcome, files, elapsed, warnings))
         return

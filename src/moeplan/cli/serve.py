@@ -23,20 +23,13 @@ from moeplan.cli.serve_print import print_pd, print_phase, print_single
 from moeplan.commands.serve_inputs import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
-    LAYOUT_FLAGS,
-    check_fits_cluster,
-    check_flags,
-    check_phase_flags,
-    resolve_deployment,
-    serve_inputs,
-    trace_routing,
+    ServeSimFlags,
+    prepare,
+    sim_inputs,
 )
-from moeplan.commands.steady import check_rate
-from moeplan.commands.workers import check_jobs, workers
-from moeplan.errors import require
+from moeplan.commands.workers import workers
 from moeplan.io import check_target
 from moeplan.search.capacity import DEFAULT_REQUESTS
-from moeplan.specs import load_cluster, load_model
 
 PD_HELP = (
     "Simulate a P/D deployment: 'X*LAYOUT:Y*LAYOUT' (X prefill instances of one layout, Y "
@@ -208,58 +201,25 @@ def serve_sim(
     step of one phase alone per GPU."""
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
-    phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
-    flags = dict(
-        zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
-    )
-    d = resolve_deployment(
-        pd, plan, flags, replicas=replicas, chunk_tokens=chunk_tokens, max_running=max_running,
-        a2a=a2a, tbo=tbo, kv_dtype=kv_dtype, redundant_experts=redundant_experts, phase=phase,
-        concurrency=concurrency, trace_out=trace_out,
-    )  # fmt: skip
-    require(bool(model or d.plan), "--model is required without --plan")
-    require(bool(cluster or d.plan), "--cluster is required without --plan")
-    m = load_model(model or d.plan.model)  # type: ignore[union-attr]
-    c = load_cluster(cluster or d.plan.cluster, nodes)  # type: ignore[union-attr]
-    require(
-        replicas is None or concurrency is None,
-        f"--replicas ({replicas}) applies to open workloads (--rate or the SLO-capacity "
-        "search); a closed loop (--concurrency) drives one instance",
-    )
-    check_fits_cluster(d, c, one_instance=phase is not None or concurrency is not None)
-    n_jobs = check_jobs(jobs)
-    knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=d.kv_dtype)
-    routing = trace_routing(routing_trace, m) if routing_trace else None
+    f = ServeSimFlags(**{k: v for k, v in locals().items() if k not in ("json_out", "quiet")})
+    s = prepare(f)
+    m, c, d, n_jobs = s.model, s.cluster, s.deployment, s.jobs
     if phase is not None:
         from moeplan.commands.serve_sim import phase_answer
 
         out = phase_answer(
             m, c, d.layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
-            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
-            knob_flags=knob_flags, routing=routing,
+            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu,
+            context=s.phase_context, knob_flags=s.knob_flags, routing=s.routing,
         )  # fmt: skip
         if json_out:
             print_json(out)
         else:
             print_phase(out)
         return
-    check_flags(engine, rate, concurrency, requests, d.chunk_tokens, d.max_running, arrival, cv)
-    slo, w = serve_inputs(
-        ttft_slo=ttft_slo, tpot_slo=tpot_slo, slo_percentile=slo_percentile, requests=requests,
-        rate=rate, concurrency=concurrency, arrival=arrival, cv=cv,
-        lengths=(isl, isl_dist, osl, osl_dist), prefix_hit=prefix_hit, think_ms=think_ms,
-        seed=seed,
-    )  # fmt: skip
-    check_rate(rate, d.replicas if d.pd is None else 1, w, slo)  # P/D: one stream, both pools
-    require(
-        cost_engine in ("engine", "none"),
-        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-    )
-    from moeplan.kernel_tables import engine_cost_model
-    from moeplan.serve.instance_knobs import resolve_knobs
-
-    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    slo, w, cm = sim_inputs(f, s)
     from moeplan.commands.serve_sim import simulate_pd, simulate_single
+    from moeplan.serve.instance_knobs import resolve_knobs
 
     if d.pd is not None:
         mtp_knobs = resolve_knobs(
@@ -273,12 +233,12 @@ def serve_sim(
         else:
             print_pd(out, d.pd, r)
         return
-    knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
+    knobs = resolve_knobs(cm.engine, m, c, d.layout, **s.knob_flags)
     closed = w.concurrency is not None
     work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")
     with workers(n_jobs, carry=[cm]), progress(not (quiet or json_out), work):
         out, r, sim = simulate_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate,
-                                      routing=routing)  # fmt: skip
+                                      routing=s.routing)  # fmt: skip
     if trace_out:
         from moeplan.serve import serve_trace
 

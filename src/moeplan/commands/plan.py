@@ -5,13 +5,21 @@ of a :class:`moeplan.search.outcome.PlanOutcome`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from moeplan.errors import MoeplanError, require
+from moeplan.commands.knob_checks import check_plan_knobs
+from moeplan.commands.steady import check_rate, check_requests
+from moeplan.commands.workers import check_jobs
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError, check_int, require
+from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.rank import FAMILIES
+from moeplan.search.job import JobSpec
 from moeplan.search.outcome import PlanOutcome
-from moeplan.serve import LengthDist, ServeWorkload
-from moeplan.specs import Workload
+from moeplan.serve import SLO, LengthDist, ServeWorkload
+from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
 #: the --requests range this command accepts: its own choice, not a statistical rule (the SLO
 #: percentile's minimum, p90 35 / p99 381 measured requests, is checked on top of it by
@@ -196,3 +204,94 @@ def plan_json(
         "pricing": outcome.pricing,
         "warnings": warnings,
     }
+
+
+def job_spec(
+    *,
+    model: str,
+    model_path: str | None,
+    cluster: str,
+    nodes: int | None,
+    layers: int | None,
+    workload: str | None,
+    isl: int,
+    osl: int,
+    batch: int,
+    rate: float | None,
+    concurrency: int | None,
+    isl_dist: str | None,
+    osl_dist: str | None,
+    slo_ms: tuple[float, float, float],
+    objective: str,
+    engine: str,
+    cost_engine: str,
+    requests: int,
+    trace: str | None,
+    families: str,
+    profile: str | None,
+    any_divisor: bool | None,
+    placement: bool,
+    seed: int,
+    out: str | None,
+    jobs: int | None,
+    knobs: tuple[int | None, bool | None, int, float | None, str, str | None],
+) -> tuple[JobSpec, CostModel, int, Path]:
+    """``plan``'s flags checked (one line each, before any planning) and turned into the
+    job: its spec, the cost model, the worker count and the artifact folder. ``slo_ms``: TTFT
+    and TPOT SLOs in ms and their percentile; ``knobs``: ``--redundant-experts``, ``--tbo``,
+    ``--mtp``, ``--mtp-accept``, ``--kv-dtype`` and ``--a2a``."""
+    redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a = knobs
+    search = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
+    m: ModelSpec = load_model(model)
+    require(
+        mtp == 0 or m.num_nextn_predict_layers > 0,
+        f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {m.name} has none",
+    )
+    if layers is not None:
+        require(layers >= 1, f"layers ({layers}) must be >= 1")
+        m = m.with_layers(min(layers, m.num_layers))
+    from moeplan.export.plan_export import model_path_for
+
+    launch_path = model_path_for(model, model_path)  # a bad --model-path fails before planning
+    c: ClusterSpec = load_cluster(cluster, nodes)
+    w = read_workload(workload, isl, osl, batch, rate)
+    fams = tuple(f.strip() for f in families.split(",") if f.strip())
+    require(
+        bool(fams) and all(f in FAMILIES for f in fams),
+        f"families ({families!r}) must be a comma-separated subset of {','.join(FAMILIES)}",
+    )
+    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    check_int("--seed", seed, 0, 2**32 - 1)
+    n_jobs = check_jobs(jobs)
+    if trace is not None:  # read it whole now: a bad trace fails before planning, not after
+        check_trace(trace, m.num_experts)
+    require(engine in ("sglang", "vllm"), f"--engine ({engine!r}) must be sglang or vllm")
+    require(
+        cost_engine in ("engine", "none"),
+        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
+    )
+    ttft_slo, tpot_slo, slo_percentile = slo_ms
+    slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
+    check_requests(
+        requests, slo.percentile if concurrency is None else 50.0, MIN_REQUESTS, MAX_REQUESTS
+    )
+    sw = serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
+    check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
+    if isl_dist or osl_dist:
+        w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
+    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
+    outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
+    from moeplan.report.plan_report import check_outdir
+
+    check_outdir(outdir)
+    full = load_model(model)
+    spec = JobSpec(
+        model=m, cluster=c, workload=w, serve_workload=sw, slo=slo, families=fams,
+        objective=objective, engine=engine, rate_given=rate is not None or concurrency is not None,
+        requests=requests, knob_search=search, any_divisor=any_divisor,
+        alternatives=[load_cluster(n) for n in cluster_names()], placement=placement,
+        trace=trace, trace_source=trace_source(trace, m.num_experts), seed=seed,
+        full_model=full, model_path=launch_path,
+    )  # fmt: skip
+    return spec, cm, n_jobs, outdir

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from moeplan.commands.serve_plan import layout_from_plan, plan_knobs, served_deployment
-from moeplan.commands.steady import check_fits
+from moeplan.commands.steady import check_fits, check_rate
+from moeplan.commands.workers import check_jobs
+from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
 from moeplan.search.search import ENGINES
@@ -22,7 +25,7 @@ from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.serve.pd import PDLayout
 from moeplan.serve.pd_spec import parse_pd, pd_from_dict
 from moeplan.serve.phase import PHASES
-from moeplan.specs import ModelSpec, RoutingProfile
+from moeplan.specs import ModelSpec, RoutingProfile, load_cluster, load_model
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 
@@ -307,3 +310,123 @@ def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
         require(counts.sum() > 0, f"--routing-trace ({path}) layer {layer} routes no token")
         rows.append(tuple(float(x) for x in counts))
     return RoutingProfile(top_k=model.top_k, expert_load=tuple(rows), source=f"trace {path}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSimFlags:
+    """``serve-sim``'s flags as given (None: not given), named as the flags."""
+
+    model: str | None
+    cluster: str | None
+    nodes: int | None
+    plan: str | None
+    pd: str | None
+    attn_tp: int | None
+    attn_dp: int | None
+    moe_tp: int | None
+    moe_ep: int | None
+    pp: int | None
+    micro_batches: int | None
+    replicas: int | None
+    rate: float | None
+    concurrency: int | None
+    think_ms: float
+    arrival: str
+    cv: float
+    isl: int | None
+    osl: int | None
+    isl_dist: str | None
+    osl_dist: str | None
+    prefix_hit: float
+    ttft_slo: float
+    tpot_slo: float
+    slo_percentile: float
+    engine: str
+    cost_engine: str
+    chunk_tokens: int | None
+    max_running: int | None
+    requests: int
+    seed: int
+    profile: str | None
+    trace_out: str | None
+    phase: str | None
+    batch_per_gpu: int | None
+    tokens_per_gpu: int | None
+    context: int | None
+    redundant_experts: int
+    tbo: bool | None
+    mtp: int
+    mtp_accept: float | None
+    kv_dtype: str
+    a2a: str
+    routing_trace: str | None
+    jobs: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSimSetup:
+    """What every ``serve-sim`` run needs: the specs, the deployment, the worker count, the
+    instance knobs given, the routing of ``--routing-trace`` and a phase's context."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    deployment: Deployment
+    jobs: int
+    knob_flags: dict[str, Any]
+    routing: RoutingProfile | None
+    phase_context: int
+
+
+def prepare(f: ServeSimFlags) -> ServeSimSetup:
+    """The flags checked and resolved: what is served, on which model and cluster."""
+    phase_ctx = check_phase_flags(f.phase, f.batch_per_gpu, f.tokens_per_gpu, f.context, f.isl)
+    flags = {k: getattr(f, k) for k in LAYOUT_FLAGS}
+    d = resolve_deployment(
+        f.pd, f.plan, flags, replicas=f.replicas, chunk_tokens=f.chunk_tokens,
+        max_running=f.max_running, a2a=f.a2a, tbo=f.tbo, kv_dtype=f.kv_dtype,
+        redundant_experts=f.redundant_experts, phase=f.phase, concurrency=f.concurrency,
+        trace_out=f.trace_out,
+    )  # fmt: skip
+    require(bool(f.model or d.plan), "--model is required without --plan")
+    require(bool(f.cluster or d.plan), "--cluster is required without --plan")
+    m = load_model(f.model or d.plan.model)  # type: ignore[union-attr]
+    c = load_cluster(f.cluster or d.plan.cluster, f.nodes)  # type: ignore[union-attr]
+    require(
+        f.replicas is None or f.concurrency is None,
+        f"--replicas ({f.replicas}) applies to open workloads (--rate or the SLO-capacity "
+        "search); a closed loop (--concurrency) drives one instance",
+    )
+    check_fits_cluster(d, c, one_instance=f.phase is not None or f.concurrency is not None)
+    n_jobs = check_jobs(f.jobs)
+    knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype)
+    routing = trace_routing(f.routing_trace, m) if f.routing_trace else None
+    return ServeSimSetup(
+        model=m, cluster=c, deployment=d, jobs=n_jobs, knob_flags=knob_flags, routing=routing,
+        phase_context=phase_ctx,
+    )  # fmt: skip
+
+
+def sim_inputs(f: ServeSimFlags, s: ServeSimSetup) -> tuple[SLO, ServeWorkload, CostModel]:
+    """A load simulation's SLOs, request stream and cost model (one-line errors first)."""
+    d, c = s.deployment, s.cluster
+    check_flags(
+        f.engine, f.rate, f.concurrency, f.requests, d.chunk_tokens, d.max_running, f.arrival,
+        f.cv,
+    )  # fmt: skip
+    slo, w = serve_inputs(
+        ttft_slo=f.ttft_slo, tpot_slo=f.tpot_slo, slo_percentile=f.slo_percentile,
+        requests=f.requests, rate=f.rate, concurrency=f.concurrency, arrival=f.arrival, cv=f.cv,
+        lengths=(f.isl, f.isl_dist, f.osl, f.osl_dist), prefix_hit=f.prefix_hit,
+        think_ms=f.think_ms, seed=f.seed,
+    )  # fmt: skip
+    check_rate(f.rate, d.replicas if d.pd is None else 1, w, slo)  # P/D: one stream, both pools
+    require(
+        f.cost_engine in ("engine", "none"),
+        f"--cost-engine ({f.cost_engine!r}) must be 'engine' or 'none'",
+    )
+    from moeplan.kernel_tables import engine_cost_model
+
+    engine = f.engine
+    cost_engine = f.cost_engine
+    cm = engine_cost_model(c, f.profile, engine=None if cost_engine == "none" else engine)
+    return slo, w, cm

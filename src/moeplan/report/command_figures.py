@@ -5,11 +5,14 @@ Pareto front (``strategy``), SMIDT's stages (``pipeline``) and Sem-MoE's placeme
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from moeplan.planners.pipeline import PipelineResult
-from moeplan.planners.placement.planner import PlacementResult
-from moeplan.planners.strategy.analyzer import Analysis
+if TYPE_CHECKING:  # the results drawn; a renderer computes nothing
+    from moeplan.planners.pipeline import PipelineResult
+    from moeplan.planners.placement.planner import PlacementResult
+    from moeplan.planners.strategy.analyzer import Analysis
 
 
 def pareto_html(a: Analysis, title: str) -> str:
