@@ -160,6 +160,29 @@ def write_outputs(
     return written
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+NodesOpt = Annotated[int | None, typer.Option(help="Override the cluster's node count.")]
+
+# ---- the serving footing's flags (``plan`` and ``serve-sim``)
+TtftSloOpt = Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]
+TpotSloOpt = Annotated[float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")]
+SloPercentileOpt = Annotated[float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")]
+ProfileOpt = Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
+CostEngineOpt = Annotated[
+    str,
+    typer.Option(
+        help="'engine' (price kernels from the engine's measured tables) or 'none' "
+        "(the calibrated GEMM/NCCL model alone)."
+    ),
+]
+MtpOpt = Annotated[
+    int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
+]
+MtpAcceptOpt = Annotated[
+    float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
+]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")]
+
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", help="No progress display (it is on stderr, off with --json).")
 ]

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from moeplan.cli._common import Table, console, fmt_bytes, fmt_count, print_json
+from moeplan.cli._common import NodesOpt, Table, console, fmt_bytes, fmt_count, print_json
 from moeplan.commands.inspect import cluster_rows, inspect_model, model_rows
 
 JSON = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
@@ -63,7 +63,7 @@ def inspect(
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset for the memory floor.")
     ] = None,
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: NodesOpt = None,
     gpus: Annotated[int | None, typer.Option(help="Degree (GPUs) for the memory floor.")] = None,
     context: Annotated[int, typer.Option(help="Context length for attention FLOPs.")] = 4096,
     json_out: JSON = False,

@@ -25,12 +25,10 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.commands.pipeline import result_dict, routing_for
-from moeplan.commands.pricing import with_pricing
+from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import pricing
 from moeplan.planners.pipeline import PipelineResult, plan_pipeline
-from moeplan.report.command_figures import figure_html
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 BASELINES = ("uniform", "time_balanced", "no_pp")
@@ -72,7 +70,7 @@ def pipeline_command(
     ] = False,
     engine: opt.EngineOpt = opt.DEFAULT_ENGINE,
     out: opt.OutDirOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: opt.JsonOpt = False,
     quiet: opt.QuietOpt = False,
 ) -> None:
     """Module-level pipeline partition for dynamic top-k (SMIDT), against layer-level PP."""
@@ -87,14 +85,7 @@ def pipeline_command(
     with opt.progress(not (quiet or as_json), work):
         res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
     price = pricing(cm)
-    write_outputs(
-        out,
-        OUTPUTS,
-        {
-            "plan.json": with_pricing(res.to_plan(), price).to_json(),
-            "stages.html": lambda: figure_html(res),
-        },
-    )
+    write_outputs(out, OUTPUTS, pipeline_files(res, price))
     if as_json:
         print_json({**result_dict(res, routing), "engine": engine, "pricing": price})
     else:

@@ -29,22 +29,19 @@ from moeplan.cli._common import (
     write_atomic,
 )
 from moeplan.commands.glossary import glossary
-from moeplan.commands.place import expert_location, schedule_tables, sglang_flags
-from moeplan.errors import check_int, require
+from moeplan.commands.place import (
+    expert_location,
+    place_json,
+    place_setup,
+    run_place,
+    schedule_tables,
+    sglang_flags,
+)
+from moeplan.errors import require
 from moeplan.export.expert_location import write_sglang_expert_location, write_tables
 from moeplan.kernel_tables import pricing
-from moeplan.planners.placement.planner import (
-    PlaceConfig,
-    PlacementResult,
-    cost_evaluator,
-    place,
-)
+from moeplan.planners.placement.planner import PlacementResult
 from moeplan.report.command_figures import heatmap_html
-from moeplan.specs import load_cluster, load_model
-from moeplan.traces.format import iter_trace
-
-MAX_STEP_TOKENS = 1 << 24  # tokens per step; far beyond any engine's batch
-MAX_SEED = 2**32 - 1  # numpy's seed range
 
 
 def _print_table(res: PlacementResult) -> None:
@@ -107,55 +104,20 @@ def place_cmd(
 ) -> None:
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
 
-    check_int("--step-tokens", step_tokens, 1, MAX_STEP_TOKENS)
-    check_int("--seed", seed, 0, MAX_SEED)
-    m = load_model(model)
-    require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
-    require(
-        ep >= 1 and m.num_experts % ep == 0,
-        f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})",
-    )
-    cl = load_cluster(cluster)
-    nodes = cl.nodes_spanned(ep)
-    require(
-        ep <= cl.num_gpus * max(1, nodes),
-        f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})",
-    )
-    cfg = PlaceConfig(
-        ep=ep,
-        mode=mode,
-        baselines=baselines,
-        seed=seed,
-        step_tokens=step_tokens,
+    m, cl, nodes, cfg = place_setup(
+        model, ep, cluster, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens,
         redundant=redundant,
-    )
+    )  # fmt: skip
     require(trace.exists(), f"--trace ({trace}) does not exist")
     cm = opt.engine_cost(cl, None, engine)
     work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
     with opt.progress(not (quiet or as_json), work) as step:
-        res = place(
-            lambda: iter_trace(trace, num_experts=m.num_experts),
-            num_layers=m.num_moe_layers,
-            num_experts=m.num_experts,
-            hidden_bytes=m.hidden_bytes,
-            evaluate=cost_evaluator(cm, m, ep, nodes),
-            cfg=cfg,
-        )
+        res = run_place(trace, m, cm, nodes, cfg)
         step("writing the requested files")
         flags = _write_outputs(res, m, export_sglang, tables, heatmap)
     price = pricing(cm)
     if as_json:
-        out: dict[str, Any] = res.to_dict()
-        out.update(
-            {
-                "model": model,
-                "cluster": cluster,
-                "trace": str(trace),
-                "engine": engine,
-                "pricing": price,
-            }
-        )
-        print_json({**out, "sglang_flags": flags} if flags else out)
+        print_json(place_json(res, model, cluster, str(trace), engine, price, flags))
         return
     _print_table(res)
     opt.print_pricing(price)

@@ -21,13 +21,10 @@ import typer
 from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
 from moeplan.commands.glossary import glossary
-from moeplan.commands.plan import (
-    job_spec,
-    plan_json,
-    plan_warnings,
-)
+from moeplan.commands.plan import job_spec, plan_json, plan_warnings
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
 from moeplan.commands.workers import workers
 from moeplan.kernel_tables import pricing_line
@@ -52,7 +49,7 @@ def plan_cmd(
         ),
     ] = None,
     cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "smidt-a40",
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: opt.NodesOpt = None,
     layers: Annotated[
         int | None,
         typer.Option(
@@ -83,15 +80,9 @@ def plan_cmd(
     osl_dist: Annotated[
         str | None, typer.Option(help="Output length distribution, as --isl-dist (replaces --osl).")
     ] = None,
-    ttft_slo: Annotated[
-        float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TTFT_SLO_MS,
-    tpot_slo: Annotated[
-        float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Annotated[
-        float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
-    ] = 90.0,
+    ttft_slo: opt.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: opt.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: opt.SloPercentileOpt = 90.0,
     objective: Annotated[
         str,
         typer.Option(
@@ -106,13 +97,7 @@ def plan_cmd(
             "its measured kernels (moeplan.cost.kerneldb)."
         ),
     ] = "sglang",
-    cost_engine: Annotated[
-        str,
-        typer.Option(
-            help="'engine' (price kernels from the engine's measured tables) or 'none' "
-            "(the calibrated GEMM/NCCL model alone)."
-        ),
-    ] = "engine",
+    cost_engine: opt.CostEngineOpt = "engine",
     requests: Annotated[
         int,
         typer.Option(
@@ -134,9 +119,7 @@ def plan_cmd(
             "(pd) with strategy, attention-FFN disaggregated decode (afd) with dep."
         ),
     ] = ",".join(FAMILIES),
-    profile: Annotated[
-        str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
-    ] = None,
+    profile: opt.ProfileOpt = None,
     any_divisor: Annotated[
         bool | None,
         typer.Option(
@@ -168,17 +151,13 @@ def plan_cmd(
             "--tbo/--no-tbo", help="Two-batch overlap (default: searched where DeepEP runs)."
         ),
     ] = None,
-    mtp: Annotated[
-        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
-    ] = 0,
-    mtp_accept: Annotated[
-        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
-    ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    mtp: opt.MtpOpt = 0,
+    mtp_accept: opt.MtpAcceptOpt = None,
+    kv_dtype: opt.KvDtypeOpt = "auto",
     a2a: Annotated[
         str | None, typer.Option(help="MoE all-to-all: auto, deepep or nccl (default: searched).")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: opt.JsonOpt = False,
     jobs: Annotated[
         int | None,
         typer.Option(

@@ -16,14 +16,13 @@ when every failing rank failed on user input, 1 for a fault.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
-from moeplan.commands.run import check_capacity, check_gpus, run_summary
-from moeplan.errors import MoeplanError, check_int, require, show
+from moeplan.commands.run import check_capacity, check_gpus, read_run_plan, run_summary
+from moeplan.errors import check_int
 
 MAX_TOKENS = 2**24  # tokens in one global batch of a local run
 
@@ -79,9 +78,9 @@ def run_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Run a plan on local processes and check it against a single-process reference."""
-    from moeplan.runtime.launch import read_plan, validate_plan
+    from moeplan.runtime.launch import validate_plan
     from moeplan.runtime.runner import RunOptions, spawned_rank
-    from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
+    from moeplan.runtime.spawn import RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
     for w in weights or ():  # regular files (a FIFO would block every rank)
@@ -98,19 +97,7 @@ def run_command(
     for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
             check_int(flag, v, 1, MAX_TOKENS)
-    if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
-        plan = str(Path(plan) / "plan.json")  # an --out folder of plan/dep/strategy/pipeline
-    doc = read_plan(plan)
-    require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
-    layout = doc.get("layout")
-    require(
-        layout is None or isinstance(layout, dict),
-        f"plan.layout ({show(layout)}) must be a JSON object",
-    )
-    world = nproc if nproc is not None else (layout or {}).get("world_size")
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise MoeplanError(f"--nproc ({show(world)}) must be a positive integer")
-    check_int("--nproc", world, 1, MAX_WORLD)
+    plan, doc, world = read_run_plan(plan, nproc)
     opts = RunOptions(
         model=model,
         scale=scale,

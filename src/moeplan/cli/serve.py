@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import QuietOpt, print_json, progress, write_atomic
 from moeplan.cli.serve_print import print_pd, print_phase, print_single
 from moeplan.commands.serve_inputs import (
@@ -52,7 +53,7 @@ def serve_sim(
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset (default: the plan's).")
     ] = None,
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: opt.NodesOpt = None,
     plan: Annotated[
         str | None,
         typer.Option(
@@ -108,15 +109,9 @@ def serve_sim(
     prefix_hit: Annotated[
         float, typer.Option(help="Fraction of every prompt found in the prefix cache.")
     ] = 0.0,
-    ttft_slo: Annotated[
-        float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TTFT_SLO_MS,
-    tpot_slo: Annotated[
-        float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Annotated[
-        float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
-    ] = 90.0,
+    ttft_slo: opt.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: opt.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: opt.SloPercentileOpt = 90.0,
     engine: Annotated[
         str,
         typer.Option(
@@ -124,13 +119,7 @@ def serve_sim(
             "none, its measured kernels (as `moeplan plan`)."
         ),
     ] = "sglang",
-    cost_engine: Annotated[
-        str,
-        typer.Option(
-            help="'engine' (price kernels from the engine's measured tables) or 'none' "
-            "(the calibrated GEMM/NCCL model alone)."
-        ),
-    ] = "engine",
+    cost_engine: opt.CostEngineOpt = "engine",
     chunk_tokens: Annotated[
         int | None, typer.Option(help="Prefill chunk / token budget (default: searched).")
     ] = None,
@@ -145,9 +134,7 @@ def serve_sim(
         ),
     ] = DEFAULT_REQUESTS,
     seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths.")] = 0,
-    profile: Annotated[
-        str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
-    ] = None,
+    profile: opt.ProfileOpt = None,
     trace_out: Annotated[
         str | None, typer.Option(help="Write a Chrome trace of the iterations here.")
     ] = None,
@@ -171,13 +158,9 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
-    mtp: Annotated[
-        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
-    ] = 0,
-    mtp_accept: Annotated[
-        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
-    ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    mtp: opt.MtpOpt = 0,
+    mtp_accept: opt.MtpAcceptOpt = None,
+    kv_dtype: opt.KvDtypeOpt = "auto",
     a2a: Annotated[
         str,
         typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
@@ -186,7 +169,7 @@ def serve_sim(
         str | None,
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: opt.JsonOpt = False,
     quiet: QuietOpt = False,
     jobs: Annotated[
         int | None,

@@ -9,7 +9,7 @@ header say which, and the mix of sources (measured / interpolated / transferred 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
@@ -37,33 +37,23 @@ from moeplan.cli._common import (
     write_outputs,
 )
 from moeplan.commands.glossary import glossary
-from moeplan.commands.pricing import with_pricing
 from moeplan.commands.strategy import (
     export_for,
     fused_target,
+    node_sizes,
+    strategy_files,
     strategy_json,
     strategy_warnings,
+    strategy_workload,
     verify_fused,
 )
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
-from moeplan.export.launcher import render_launcher
 from moeplan.export.sglang import ExportResult
 from moeplan.kernel_tables import pricing, pricing_line
-from moeplan.planners.strategy.analyzer import (
-    RANK_BY,
-    Analysis,
-    StrategyResult,
-    analyze,
-    gains,
-    to_plan,
-    zipf_routing,
-)
+from moeplan.planners.strategy.analyzer import RANK_BY, Analysis, StrategyResult, analyze, gains
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.planners.strategy.fused import layer_schedules
-from moeplan.report.command_figures import pareto_html
-from moeplan.sim import gantt_html
-from moeplan.specs import Workload, load_cluster, load_model
+from moeplan.specs import load_cluster, load_model
 
 
 def _print_human(
@@ -191,10 +181,9 @@ def strategy(
     check_int("--seed", seed, 0, 2**32 - 1)
     m = load_model(model)
     c = load_cluster(cluster, nodes)
-    routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
-    w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
+    w = strategy_workload(m, batch=batch, isl=isl, osl=osl, rate=rate, skew=expert_skew, seed=seed)
     cm = engine_cost(c, profile, engine)
-    sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
+    sizes = node_sizes(c)
     with progress(not (quiet or json_out), "MixServe: enumerating TP/EP/DP/PP strategies"):
         a = analyze(
             m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
@@ -208,21 +197,7 @@ def strategy(
         exp = export_for(export, best, model, model_path, c.num_nodes, Target.of(m, c))
     ev = StrategyEvaluator(m, c, w, cm)
     target = fused_target(a, c)
-    files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
-    if best is not None:
-        files["plan.json"] = with_pricing(
-            to_plan(best, model=model, cluster=c.name, baselines=a.baselines), price
-        ).to_json()
-    if exp is not None and exp.args and best is not None:
-        files[f"{exp.engine}.sh"] = render_launcher(
-            exp.args, [best.strategy.label, pricing_line(price), *exp.warnings]
-        )
-    if target is not None:
-        files["gantt.html"] = lambda: gantt_html(
-            layer_schedules(ev.fused_layer(target, isl)),
-            title=f"one MoE layer, prefill: {target.label}",
-            include_plotlyjs=True,
-        )
+    files = strategy_files(a, ev, target, exp, price, model=model, isl=isl)
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"

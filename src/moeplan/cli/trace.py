@@ -16,13 +16,7 @@ from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
 from moeplan.commands.trace import synth_config
 from moeplan.errors import check_int, require
 from moeplan.specs import load_model
-from moeplan.traces.format import (
-    MAX_TRACE_EXPERTS,
-    TraceWriter,
-    iter_trace,
-    load_trace,
-    save_trace,
-)
+from moeplan.traces.format import MAX_TRACE_EXPERTS, TraceWriter, iter_trace, load_trace, save_trace
 from moeplan.traces.stats import trace_stats
 from moeplan.traces.synthetic import iter_synthesize
 

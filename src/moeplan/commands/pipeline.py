@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from moeplan.commands.pricing import with_pricing
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult
 from moeplan.specs import ModelSpec, RoutingProfile
@@ -112,3 +114,13 @@ def result_dict(res: PipelineResult, routing: RoutingProfile) -> dict:
     if res.verify is not None:
         d.update(res.verify)
     return d
+
+
+def pipeline_files(res: PipelineResult, price: dict[str, Any]) -> dict[str, Any]:
+    """``--out``'s files by name: the plan and the stages figure (a function making it)."""
+    from moeplan.report.command_figures import figure_html
+
+    return {
+        "plan.json": with_pricing(res.to_plan(), price).to_json(),
+        "stages.html": lambda: figure_html(res),
+    }

@@ -5,9 +5,10 @@ only inside the functions that need it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import MoeplanError, check_int, require, show
 
 
 def check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
@@ -62,3 +63,26 @@ def run_summary(reports: list[dict[str, Any]], world: int) -> dict[str, Any]:
             }
         )
     return summary
+
+
+def read_run_plan(plan: str, nproc: int | None) -> tuple[str, dict[str, Any], int]:
+    """The plan to run (``plan``: a plan.json, or an ``--out`` folder holding one), read with
+    the bounded reader and checked as a JSON object, and the ranks to start (``nproc``, else
+    the plan's ``world_size``): its path, its document and the world size."""
+    from moeplan.runtime.launch import read_plan
+    from moeplan.runtime.spawn import MAX_WORLD
+
+    if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
+        plan = str(Path(plan) / "plan.json")  # an --out folder of plan/dep/strategy/pipeline
+    doc = read_plan(plan)
+    require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
+    layout = doc.get("layout")
+    require(
+        layout is None or isinstance(layout, dict),
+        f"plan.layout ({show(layout)}) must be a JSON object",
+    )
+    world = nproc if nproc is not None else (layout or {}).get("world_size")
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise MoeplanError(f"--nproc ({show(world)}) must be a positive integer")
+    check_int("--nproc", world, 1, MAX_WORLD)
+    return plan, doc, world

@@ -14,11 +14,18 @@ from moeplan.export.constraints import Target
 from moeplan.export.plan_export import model_path_for
 from moeplan.export.sglang import ExportResult, sglang_args
 from moeplan.export.vllm import vllm_args
-from moeplan.planners.strategy.analyzer import Analysis, StrategyResult, gains, result_dict, to_plan
+from moeplan.planners.strategy.analyzer import (
+    Analysis,
+    StrategyResult,
+    gains,
+    result_dict,
+    to_plan,
+    zipf_routing,
+)
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.fused import layer_schedules
 from moeplan.planners.strategy.space import Strategy, fusable, mixserve_default
-from moeplan.specs import ClusterSpec, ModelSpec
+from moeplan.specs import ClusterSpec, ModelSpec, Workload
 
 EXPORTS = ("sglang", "vllm")
 
@@ -109,3 +116,53 @@ def strategy_warnings(cm: Any, m: ModelSpec, best: StrategyResult | None) -> lis
     st = best.strategy if best is not None else None
     qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
     return [qw] if qw else []
+
+
+def strategy_workload(
+    m: ModelSpec, *, batch: int, isl: int, osl: int, rate: float | None, skew: float, seed: int
+) -> Workload:
+    """The workload ranked: prompt and output lengths, batch and rate, with the routing of a
+    Zipf expert load of ``skew`` (0: balanced) shuffled by ``seed``."""
+    routing = zipf_routing(m.num_experts, m.top_k, skew, seed) if skew else None
+    return Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
+
+
+def node_sizes(c: ClusterSpec) -> list[int]:
+    """The node counts ``--all-sizes`` ranks: powers of two below the cluster's, and it."""
+    return sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
+
+
+def strategy_files(
+    a: Analysis,
+    ev: StrategyEvaluator,
+    target: Strategy | None,
+    exp: ExportResult | None,
+    price: dict[str, Any],
+    *,
+    model: str,
+    isl: int,
+) -> dict[str, Any]:
+    """The files ``--out`` holds, by name: the Pareto figure, the #1 strategy's plan.json and
+    launcher, the fused layer's Gantt chart (figures as functions making them)."""
+    from moeplan.export.launcher import render_launcher
+    from moeplan.kernel_tables import pricing_line
+    from moeplan.report.command_figures import pareto_html
+    from moeplan.sim import gantt_html
+
+    best, m, c = a.best, ev.model, ev.cluster
+    files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
+    if best is not None:
+        files["plan.json"] = with_pricing(
+            to_plan(best, model=model, cluster=c.name, baselines=a.baselines), price
+        ).to_json()
+    if exp is not None and exp.args and best is not None:
+        files[f"{exp.engine}.sh"] = render_launcher(
+            exp.args, [best.strategy.label, pricing_line(price), *exp.warnings]
+        )
+    if target is not None:
+        files["gantt.html"] = lambda: gantt_html(
+            layer_schedules(ev.fused_layer(target, isl)),
+            title=f"one MoE layer, prefill: {target.label}",
+            include_plotlyjs=True,
+        )
+    return files
