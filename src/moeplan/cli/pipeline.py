@@ -25,6 +25,7 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
+from moeplan.commands.glossary import PIPELINE_CHOICES
 from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import pricing
@@ -148,7 +149,7 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
         )
     console.print(t)
     _print_baselines(res)
-    console.print(GLOSSARY_LINE)
+    console.print(PIPELINE_CHOICES)
     console.print(
         f"search (incl. cost tables): {res.search_s * 1e3:.1f} ms over PP degrees "
         f"{sorted(res.per_pp)}"
@@ -167,15 +168,6 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
             f"verify ({v['method']}): optimum bottleneck "
             f"{fmt_time(v['exhaustive_bottleneck_s'])}, gap {fmt_time(v['gap_s'])}"
         )
-
-
-#: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
-GLOSSARY_LINE = (
-    "choices: per run of layers, t = tensor-parallel degree inside the module, e = expert-"
-    "parallel degree (MoE), d = data-parallel copies (attention DP; for an MoE module "
-    "SMIDT's DPMoE: replicas kept in spare memory, shrinking its all-to-all); bottleneck = "
-    "the slowest stage's time, which sets the pipeline's pace."
-)
 
 
 def _print_baselines(res: PipelineResult) -> None:

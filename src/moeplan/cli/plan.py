@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.commands.glossary import glossary
+from moeplan.commands.glossary import FAMILY_SHORT_NAMES, glossary
 from moeplan.commands.plan import job_spec, plan_json, plan_warnings
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
 from moeplan.commands.workers import workers
@@ -261,16 +261,6 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
     console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
 
 
-#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
-SHORT_NAMES = {
-    "strategy": "MixServe",
-    "pipeline": "SMIDT",
-    "dep": "FinDEP",
-    "pd": "P/D",
-    "afd": "AFD",
-}
-
-
 def _serving_table(ranking: ServeRanking) -> None:
     """The serving ranking within 80 columns: one time unit per column, families by short
     name (explained under the table)."""
@@ -294,7 +284,7 @@ def _serving_table(ranking: ServeRanking) -> None:
         ),
     )
     for i, s in enumerate(rows, 1):
-        fam = SHORT_NAMES.get(s.entry.family, s.entry.family)
+        fam = FAMILY_SHORT_NAMES.get(s.entry.family, s.entry.family)
         lay, gpus = f"{fam}: {s.entry.layout_label}", str(s.entry.gpus)
         if s.metrics is None:
             st.add_row(lay, gpus, "—", "—", "—", "—", s.result.reason)
@@ -315,7 +305,7 @@ def _serving_table(ranking: ServeRanking) -> None:
     fams = list(dict.fromkeys(s.entry.family for s in rows))
     console.print(
         "families: "
-        + "; ".join(f"{SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
+        + "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
         + ".",
         style="dim",
     )
@@ -351,7 +341,7 @@ def _analytic_table(result: PlanResult) -> None:
     )
     for i, cand in enumerate(cands, 1):
         t.add_row(
-            f"{SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}",
+            f"{FAMILY_SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}",
             str(cand.gpus),
             f"{cand.per_gpu:,.0f}",
             ttfts[i - 1],

@@ -21,10 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
-from moeplan.commands.run import check_capacity, check_gpus, read_run_plan, run_summary
-from moeplan.errors import check_int
-
-MAX_TOKENS = 2**24  # tokens in one global batch of a local run
+from moeplan.commands.run import check_capacity, check_gpus, check_sizes, read_run_plan, run_summary
 
 
 def run_command(
@@ -93,10 +90,7 @@ def run_command(
 
         check_target(trace)
         check_target(predicted_path(trace))
-    check_int("--tokens", tokens, 1, MAX_TOKENS)
-    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
-        if v is not None:
-            check_int(flag, v, 1, MAX_TOKENS)
+    check_sizes(tokens, seq, micro_batches)
     plan, doc, world = read_run_plan(plan, nproc)
     opts = RunOptions(
         model=model,

@@ -13,7 +13,6 @@ and the Chrome trace. The engine knobs
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -201,33 +200,24 @@ def serve_sim(
             print_phase(out)
         return
     slo, w, cm = sim_inputs(f, s)
-    from moeplan.commands.serve_sim import simulate_pd, simulate_single
-    from moeplan.serve.instance_knobs import resolve_knobs
+    from moeplan.commands.serve_sim import iterations_trace, simulate_pd, simulate_single
 
     if d.pd is not None:
-        mtp_knobs = resolve_knobs(
-            cm.engine, m, c, d.pd.prefill, mtp=mtp, mtp_accept=mtp_accept
-        )  # validates --mtp/--mtp-accept
         with workers(n_jobs, carry=[cm]):
             r, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
-                                 requests=requests, mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
+                                 requests=requests, mtp=mtp, mtp_accept=mtp_accept)  # fmt: skip
         if json_out:
             print_json(out)
         else:
             print_pd(out, d.pd, r)
         return
-    knobs = resolve_knobs(cm.engine, m, c, d.layout, **s.knob_flags)
     closed = w.concurrency is not None
     work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")
     with workers(n_jobs, carry=[cm]), progress(not (quiet or json_out), work):
-        out, r, sim = simulate_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate,
-                                      routing=s.routing)  # fmt: skip
+        out, r, sim, knobs = simulate_single(m, c, cm, d, w, slo, s.knob_flags, engine=engine,
+                                             rate=rate, routing=s.routing)  # fmt: skip
     if trace_out:
-        from moeplan.serve import serve_trace
-
-        meta = {"model": m.name, "cluster": c.name}
-        trace = serve_trace(sim, label=d.layout.label, metadata=meta)
-        write_atomic(trace_out, json.dumps(trace))
+        write_atomic(trace_out, iterations_trace(sim, m, c, d.layout))
         out["trace"] = trace_out
     if json_out:
         print_json(out)

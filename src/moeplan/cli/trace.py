@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
-from moeplan.commands.trace import synth_config
+from moeplan.commands.trace import check_trace_path, load_info, synth_config, trace_info
 from moeplan.errors import check_int, require
 from moeplan.specs import load_model
 from moeplan.traces.format import MAX_TRACE_EXPERTS, TraceWriter, iter_trace, load_trace, save_trace
@@ -22,11 +22,6 @@ from moeplan.traces.synthetic import iter_synthesize
 
 MAX_REQUESTS = 2**24  # synthetic requests (about 4.5e9 occurrences at the default lengths)
 MAX_SEED = 2**63 - 1
-
-
-def _trace_out(out: Path) -> None:
-    require(out.suffix in (".npz", ".parquet"), f"--out ({out}) must end in .npz or .parquet")
-    require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
 
 
 trace_app = typer.Typer(
@@ -55,7 +50,7 @@ def synth(
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
     check_int("--requests", requests, 1, MAX_REQUESTS)
     check_int("--seed", seed, 0, MAX_SEED)
-    _trace_out(out)
+    check_trace_path(out)
     m = load_model(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
     if layers is not None:
@@ -119,21 +114,15 @@ def import_(
         require(out.suffix == ".json", f"--out ({out}) must end in .json for --from sglang-stat")
         require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
     else:
-        _trace_out(out)
+        check_trace_path(out)
     if kind == "sglang-stat":
         load = sglang.read_stat(src, num_experts=num_experts)
         sglang.write_load_json(out, load)
-        info = {"out": str(out), "layers": int(load.shape[0]), "experts": int(load.shape[1])}
+        info = {"out": str(out), **load_info(load)}
     else:
         tr = sglang.read_per_token(src, num_experts=num_experts)
         save_trace(tr, out)
-        info = {
-            "out": str(out),
-            "occurrences": tr.num_tokens,
-            "layers": tr.num_layers,
-            "experts": tr.num_experts,
-            "top_k": tr.top_k,
-        }
+        info = {"out": str(out), **trace_info(tr)}
     if as_json:
         print_json(info)
     else:

@@ -10,6 +10,16 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, check_int, require, show
 
+MAX_TOKENS = 2**24  # tokens in one global batch of a local run
+
+
+def check_sizes(tokens: int, seq: int | None, micro_batches: int | None) -> None:
+    """``--tokens``, ``--isl`` and ``--micro-batches`` within 1..MAX_TOKENS (one line)."""
+    check_int("--tokens", tokens, 1, MAX_TOKENS)
+    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
+        if v is not None:
+            check_int(flag, v, 1, MAX_TOKENS)
+
 
 def check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
     """Ranks and memory this machine cannot hold: one line before any process starts."""

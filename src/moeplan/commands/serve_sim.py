@@ -17,6 +17,7 @@ sum to ``step_ms``).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -103,14 +104,16 @@ def simulate_single(
     d: Deployment,
     w: ServeWorkload,
     slo: SLO,
-    knobs: InstanceKnobs,
+    knob_flags: dict[str, Any],
     *,
     engine: str,
     rate: float | None,
     routing: RoutingProfile | None,
-) -> tuple[dict[str, Any], ServeResult, Any]:
-    """Simulate ``d``'s instance under ``w``: the JSON answer, the result and the simulation
-    (its iterations make the Chrome trace)."""
+) -> tuple[dict[str, Any], ServeResult, Any, InstanceKnobs]:
+    """Simulate ``d``'s instance under ``w`` with the instance knobs of ``knob_flags`` (the
+    engine's defaults for those not given): the JSON answer, the result, the simulation (its
+    iterations make the Chrome trace) and the knobs."""
+    knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
     closed = w.concurrency is not None
     if closed:  # a closed loop: the knob search and one run
         r, sim = _closed_loop(m, c, cm, d, w, slo, knobs, engine=engine, routing=routing)
@@ -123,7 +126,7 @@ def simulate_single(
     out["replicas"] = 1 if closed else d.replicas  # copies of this instance
     out["capacity"] = cap_rec
     out.update(_provenance(m, cm, d.layout, knobs))
-    return out, r, sim
+    return out, r, sim, knobs
 
 
 def _closed_loop(
@@ -270,13 +273,15 @@ def simulate_pd(
     engine: str,
     rate: float | None,
     requests: int,
-    mtp: tuple[int, float] = (0, 0.0),
+    mtp: int = 0,
+    mtp_accept: float | None = None,
 ) -> tuple[DisaggResult, dict[str, Any]]:
     """Simulate ``pd``: its result and the JSON answer (one engine's payload, the layout
-    being the P/D pair, with the pools' text and loads); ``mtp``: the decode pool's MTP draft
-    tokens and acceptance (0: off)."""
+    being the P/D pair, with the pools' text and loads); ``mtp``, ``mtp_accept``: the decode
+    pool's MTP draft tokens (0: off) and their acceptance, checked first."""
+    knobs = resolve_knobs(cm.engine, model, cluster, pd.prefill, mtp=mtp, mtp_accept=mtp_accept)
     c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
-                mtp=mtp[0], mtp_accept=mtp[1])  # fmt: skip
+                mtp=knobs.mtp, mtp_accept=knobs.mtp_accept)  # fmt: skip
     r = simulate_given(c, pd, rate_given=rate is not None, requests=requests)
     at = rate if rate is not None else r.max_rate_meeting_slo_rps or None
     require(
@@ -356,3 +361,11 @@ def _result(r: PhaseResult, phase: str, per_gpu: int, context: int) -> dict[str,
         "breakdown_ms": {k: v * 1e3 for k, v in r.breakdown.items()},
         "memory_gib_per_gpu": {k: v / 1024**3 for k, v in r.memory_bytes.items()},
     }
+
+
+def iterations_trace(sim: Any, m: ModelSpec, c: ClusterSpec, layout: ServeLayout) -> str:
+    """The Chrome trace JSON of a simulation's iterations (``--trace-out``)."""
+    from moeplan.serve import serve_trace
+
+    meta = {"model": m.name, "cluster": c.name}
+    return json.dumps(serve_trace(sim, label=layout.label, metadata=meta))
