@@ -26,7 +26,7 @@ from moeplan.cli._common import (
     write_outputs,
 )
 from moeplan.commands.glossary import PIPELINE_CHOICES
-from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for
+from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for, stage_choices
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import pricing
 from moeplan.planners.pipeline import PipelineResult, plan_pipeline
@@ -104,25 +104,6 @@ def _int_flag(name: str, value: str) -> int:
         raise MoeplanError(f"{name} ({value}) must be an integer or 'auto'") from None
 
 
-def _compact(stage) -> str:
-    """Per module kind, runs of consecutive layers with one choice: ``attn0-11:t1d4 moe0-8:t2d2``."""
-    runs: list[list] = []
-    for kind in ("attn", "mlp", "moe"):
-        for m, c in stage.modules:
-            if m.kind != kind:
-                continue
-            label = (
-                f"t{c.tp}"
-                + (f"e{c.ep}" if c.ep > 1 else "")
-                + (f"d{c.dpmoe}" if c.dpmoe > 1 else "")
-            )
-            if runs and runs[-1][0] == (kind, label) and runs[-1][2] == m.layer - 1:
-                runs[-1][2] = m.layer
-            else:
-                runs.append([(kind, label), m.layer, m.layer])
-    return " ".join(f"{k}{a}{'' if a == b else f'-{b}'}:{lab}" for (k, lab), a, b in runs)
-
-
 def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
     p = res.plan
     console.print(
@@ -142,7 +123,7 @@ def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:
         t.add_row(
             str(j),
             f"[{s.start_module}, {s.end_module})",
-            _compact(s),
+            stage_choices(s),
             times[j],
             p2ps[j],
             fmt_bytes(s.mem_bytes_per_gpu),

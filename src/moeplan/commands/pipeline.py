@@ -1,6 +1,7 @@
 """``moeplan pipeline``'s inputs and answer: the routing profile (a profile file or shipped
-name, a routing trace's mean k per MoE layer, or a synthetic Top-P profile) and the
-``--json`` object of a SMIDT :class:`moeplan.planners.pipeline.PipelineResult`.
+name, a routing trace's mean k per MoE layer, or a synthetic Top-P profile), the ``--json``
+object of a SMIDT :class:`moeplan.planners.pipeline.PipelineResult`, its files and each
+stage's module choices in runs of layers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from moeplan.commands.pricing import with_pricing
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult
+from moeplan.planners.pipeline.stages import StagePlan
 from moeplan.specs import ModelSpec, RoutingProfile
 from moeplan.traces.routing_profiles import (
     mean_k_from_trace,
@@ -124,3 +126,22 @@ def pipeline_files(res: PipelineResult, price: dict[str, Any]) -> dict[str, Any]
         "plan.json": with_pricing(res.to_plan(), price).to_json(),
         "stages.html": lambda: figure_html(res),
     }
+
+
+def stage_choices(stage: StagePlan) -> str:
+    """Per module kind, runs of consecutive layers with one choice: ``attn0-11:t1d4 moe0-8:t2d2``."""
+    runs: list[list] = []
+    for kind in ("attn", "mlp", "moe"):
+        for m, c in stage.modules:
+            if m.kind != kind:
+                continue
+            label = (
+                f"t{c.tp}"
+                + (f"e{c.ep}" if c.ep > 1 else "")
+                + (f"d{c.dpmoe}" if c.dpmoe > 1 else "")
+            )
+            if runs and runs[-1][0] == (kind, label) and runs[-1][2] == m.layer - 1:
+                runs[-1][2] = m.layer
+            else:
+                runs.append([(kind, label), m.layer, m.layer])
+    return " ".join(f"{k}{a}{'' if a == b else f'-{b}'}:{lab}" for (k, lab), a, b in runs)
