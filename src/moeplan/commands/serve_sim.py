@@ -42,7 +42,7 @@ from moeplan.serve.phase import PhaseModel, PhaseResult
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
-def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
+def _metrics_dict(r: ServeResult | DisaggResult, rate: float | None) -> dict[str, Any]:
     m: dict[str, Any] = r.metrics.to_dict() if r.metrics is not None else {}
     m["max_rate_meeting_slo_rps"] = r.max_rate_meeting_slo_rps
     m["rate_simulated_rps"] = rate
@@ -52,12 +52,14 @@ def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
 def payload(
     model: str,
     cluster: str,
-    r: ServeResult,
+    r: ServeResult | DisaggResult,
     w: ServeWorkload,
     slo: SLO,
     rate: float | None,
     engine: str,
 ) -> dict[str, Any]:
+    """The JSON object every serve-sim answer starts from: the deployment, its scheduler, the
+    request stream, the SLOs and the metrics of the run at ``rate``."""
     e = r.engine
     assert e is not None
     return {
