@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -142,7 +142,7 @@ def check_out(out: str | None, known: set[str]) -> None:
 
 
 def write_outputs(
-    out: str | None, known: set[str], files: dict[str, str | bytes | Callable[[], str | bytes]]
+    out: str | None, known: set[str], files: Mapping[str, str | bytes | Callable[[], str | bytes]]
 ) -> dict[str, str]:
     """Write ``{name: data or a function making it}`` into folder ``out`` as one set.
 

@@ -194,7 +194,7 @@ def plan_cmd(
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, outcome)
     elapsed = time.perf_counter() - t_start
-    warnings = plan_warnings(spec.model.num_layers, spec.full_model.num_layers, outcome)
+    warnings = plan_warnings(spec, outcome)
     if json_out:
         print_json(plan_json(outcome, files, elapsed, warnings))
         return

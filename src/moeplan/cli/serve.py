@@ -204,12 +204,12 @@ def serve_sim(
 
     if d.pd is not None:
         with workers(n_jobs, carry=[cm]):
-            r, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
+            pools, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
                                  requests=requests, mtp=mtp, mtp_accept=mtp_accept)  # fmt: skip
         if json_out:
             print_json(out)
         else:
-            print_pd(out, d.pd, r)
+            print_pd(out, d.pd, pools)
         return
     closed = w.concurrency is not None
     work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")

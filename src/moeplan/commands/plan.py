@@ -141,13 +141,14 @@ def knob_search(
     return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
 
 
-def plan_warnings(layers: int, full_layers: int, outcome: PlanOutcome) -> list[str]:
+def plan_warnings(spec: JobSpec, outcome: PlanOutcome) -> list[str]:
     """The warnings of a plan: a truncated model (``--layers``), a quantized one priced on
     bf16 tables."""
     from moeplan.export.plan_export import truncation_warning
     from moeplan.search.outcome import quant_sentence
 
-    truncated = truncation_warning(layers, full_layers)
+    full = spec.full_model if spec.full_model is not None else spec.model
+    truncated = truncation_warning(spec.model.num_layers, full.num_layers)
     return [x for x in (truncated, quant_sentence(outcome.quant)) if x]
 
 
