@@ -109,3 +109,14 @@ def test_check_sizes_bounds_tokens():
     check_sizes(64, None, None)
     with pytest.raises(MoeplanError, match="--isl"):
         check_sizes(64, 0, None)
+
+
+def test_plan_warnings_name_a_truncated_model():
+    from types import SimpleNamespace
+
+    full = load_model("qwen3-30b-a3b")
+    spec = SimpleNamespace(model=full.with_layers(4), full_model=full)
+    (line,) = plan_cmd.plan_warnings(spec, SimpleNamespace(quant=None))  # type: ignore[arg-type]
+    assert line.startswith(f"planned on the first 4 of {full.num_layers} layers (--layers)")
+    whole = SimpleNamespace(model=full, full_model=full)
+    assert plan_cmd.plan_warnings(whole, SimpleNamespace(quant=None)) == []  # type: ignore[arg-type]
