@@ -3,7 +3,7 @@
 Two steps: each family's own search with its paper's analytic figure
 (:func:`moeplan.planners.rank.plan`), then every family's deployments on one serving footing —
 continuous batching under the TTFT/TPOT SLOs, ranked by the objective
-(:func:`moeplan.search.rank.serve_rank`). The serving winner is exported.
+(:func:`moeplan.search.ranking.rank.serve_rank`). The serving winner is exported.
 
 Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``timeline.json``,
 ``launch/`` (``deployment.json`` and per engine ``launch.sh`` / ``stop.sh`` starting every
@@ -30,10 +30,10 @@ from moeplan.commands.workers import workers
 from moeplan.kernel_tables import pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
-from moeplan.search.capacity import DEFAULT_REQUESTS
-from moeplan.search.job import plan_job
-from moeplan.search.outcome import PlanOutcome
-from moeplan.search.rank import ServeRanking, describe
+from moeplan.search.capacity.slo import DEFAULT_REQUESTS
+from moeplan.search.job.outcome import PlanOutcome
+from moeplan.search.job.run import plan_job
+from moeplan.search.ranking.rank import ServeRanking, describe
 
 
 def plan_cmd(

@@ -3,7 +3,7 @@
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
 attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
-is a prefill/decode pair of pools (``--pd``, grammar: :mod:`moeplan.serve.pd_spec`).
+is a prefill/decode pair of pools (``--pd``, grammar: :mod:`moeplan.serve.pools.pd_spec`).
 Thin: parse and check (:mod:`moeplan.commands.serve_inputs`) → specs → one layout, a P/D pair
 or one phase (:mod:`moeplan.commands.serve_sim`) → print (:mod:`moeplan.cli.serve_print`)
 and the Chrome trace. The engine knobs
@@ -29,7 +29,7 @@ from moeplan.commands.serve_inputs import (
 )
 from moeplan.commands.workers import workers
 from moeplan.io import check_target
-from moeplan.search.capacity import DEFAULT_REQUESTS
+from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 
 PD_HELP = (
     "Simulate a P/D deployment: 'X*LAYOUT:Y*LAYOUT' (X prefill instances of one layout, Y "

@@ -10,11 +10,11 @@ from typing import Any
 
 from moeplan.cli._common import Table, console, err_console, fmt_times, plural
 from moeplan.kernel_tables import pricing_line
-from moeplan.search.disagg import DisaggResult
-from moeplan.search.search import ServeResult
-from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.pd import PDLayout
-from moeplan.serve.phase import KEYS
+from moeplan.search.colocated.evaluate import ServeResult
+from moeplan.search.disagg.pools import DisaggResult
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.phase import KEYS
+from moeplan.serve.pools.pd import PDLayout
 
 
 def _ms(seconds: float) -> str:

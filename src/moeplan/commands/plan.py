@@ -1,6 +1,6 @@
 """``moeplan plan``'s inputs and answer: the workload, the serving footing's request stream,
 the instance knobs it searches, the routing trace checked up front, and the ``--json`` object
-of a :class:`moeplan.search.outcome.PlanOutcome`.
+of a :class:`moeplan.search.job.outcome.PlanOutcome`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.rank import FAMILIES
-from moeplan.search.job import JobSpec
-from moeplan.search.outcome import PlanOutcome
+from moeplan.search.job.outcome import PlanOutcome
+from moeplan.search.job.run import JobSpec
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
@@ -106,8 +106,8 @@ def knob_search(
 ) -> Any:
     """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
     from moeplan.cost.a2a import A2A_CHOICES
-    from moeplan.search.rank import KnobSearch
-    from moeplan.serve.instance_knobs import KV_DTYPES, InstanceKnobs
+    from moeplan.search.ranking.rank import KnobSearch
+    from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
 
     require(redundant is None or redundant >= 0, f"--redundant-experts ({redundant}) must be >= 0")
     require(
@@ -145,7 +145,7 @@ def plan_warnings(spec: JobSpec, outcome: PlanOutcome) -> list[str]:
     """The warnings of a plan: a truncated model (``--layers``), a quantized one priced on
     bf16 tables."""
     from moeplan.export.plan_export import truncation_warning
-    from moeplan.search.outcome import quant_sentence
+    from moeplan.search.job.outcome import quant_sentence
 
     full = spec.full_model if spec.full_model is not None else spec.model
     truncated = truncation_warning(spec.model.num_layers, full.num_layers)

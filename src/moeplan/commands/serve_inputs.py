@@ -20,11 +20,11 @@ from moeplan.commands.workers import check_jobs
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
-from moeplan.search.search import ENGINES
+from moeplan.search.colocated.evaluate import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
-from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_spec import parse_pd, pd_from_dict
-from moeplan.serve.phase import PHASES
+from moeplan.serve.iteration.phase import PHASES
+from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.pools.pd_spec import parse_pd, pd_from_dict
 from moeplan.specs import ModelSpec, RoutingProfile, load_cluster, load_model
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
@@ -297,7 +297,7 @@ def check_phase_flags(
 
 def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
     """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
-    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.balance`)."""
+    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.iteration.balance`)."""
     import numpy as np
 
     from moeplan.traces.format import load_trace

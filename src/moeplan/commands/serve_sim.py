@@ -2,11 +2,11 @@
 the command prints.
 
 One instance layout (``replicas`` round-robin copies, :func:`simulate_single`): its SLO-bound
-capacity in steady state (:func:`moeplan.search.sim_capacity.layout_capacity`, the figure
+capacity in steady state (:func:`moeplan.search.capacity.sim.layout_capacity`, the figure
 ``moeplan plan`` ranks by) and the steady run at capacity or at ``--rate``, or one closed-loop
 run (``--concurrency``). A prefill/decode pair of pools (:func:`simulate_pd`,
-:func:`moeplan.search.pd_given.simulate_given`), the layout being the P/D pair. One phase's
-steady step per GPU (:func:`phase_answer`, :class:`moeplan.serve.phase.PhaseModel`). Each
+:func:`moeplan.search.disagg.given.simulate_given`), the layout being the P/D pair. One phase's
+steady step per GPU (:func:`phase_answer`, :class:`moeplan.serve.iteration.phase.PhaseModel`). Each
 answer is :func:`payload`'s object plus what its kind adds.
 
 Phase JSON keys (fixed): ``phase``, ``step_ms``, ``tokens_per_s_per_gpu``, ``batch_per_gpu``
@@ -27,18 +27,18 @@ from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
 from moeplan.kernel_tables import pricing
-from moeplan.search.capacity import steady_probe
-from moeplan.search.disagg import Context, DisaggResult
-from moeplan.search.pd_given import simulate_given
-from moeplan.search.search import ServeResult, evaluate_layout, run_workload
-from moeplan.search.sim_capacity import layout_capacity
-from moeplan.search.space_rank import replicated, require_steady, serve_result
+from moeplan.search.capacity.sim import layout_capacity
+from moeplan.search.capacity.slo import steady_probe
+from moeplan.search.colocated.evaluate import ServeResult, evaluate_layout, run_workload
+from moeplan.search.colocated.rank import replicated, require_steady, serve_result
+from moeplan.search.disagg.given import simulate_given
+from moeplan.search.disagg.pools import Context, DisaggResult
 from moeplan.serve import SLO, IterationModel, ServeWorkload
-from moeplan.serve.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
+from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
+from moeplan.serve.iteration.phase import PhaseModel, PhaseResult
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_spec import pd_text
-from moeplan.serve.phase import PhaseModel, PhaseResult
+from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.pools.pd_spec import pd_text
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -254,7 +254,7 @@ def _provenance(m: ModelSpec, cm: CostModel, lay: Any, knobs: InstanceKnobs) -> 
     """The knobs, the quantization warning and the kernel prices' sources of the payload."""
     from moeplan.cost.mixer_prices import stand_in_fields
     from moeplan.cost.provenance import quant_vs_bf16
-    from moeplan.search.outcome import quant_sentence
+    from moeplan.search.job.outcome import quant_sentence
 
     qw = quant_sentence(quant_vs_bf16(cm, m, ep=lay.moe_ep, tp=lay.moe_tp))
     return {
@@ -318,7 +318,7 @@ def phase_answer(
     """``serve-sim --phase``: check the flags the phase reads, build the cost model, price
     the phase step; the JSON answer (keys: module docstring)."""
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.search.search import ENGINES
+    from moeplan.search.colocated.evaluate import ENGINES
 
     layout.validate(m, c)
     require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")

@@ -111,7 +111,7 @@ def strategy_json(
 def strategy_warnings(cm: Any, m: ModelSpec, best: StrategyResult | None) -> list[str]:
     """The quantization warning of the #1 strategy's MoE shards (none without a strategy)."""
     from moeplan.cost.provenance import quant_vs_bf16
-    from moeplan.search.outcome import quant_sentence
+    from moeplan.search.job.outcome import quant_sentence
 
     st = best.strategy if best is not None else None
     qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
