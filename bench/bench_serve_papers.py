@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import SimpleNamespace
 
-from moeplan.cli.pipeline import read_routing_profile
+from moeplan.commands.pipeline import read_routing_profile
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners import strategy as st

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from cli_run import run_main
-from moeplan.cli._steady import check_requests, min_requests
+from moeplan.commands.steady import check_requests, min_requests
 from moeplan.errors import MoeplanError
 
 QWEN = ("--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8")
@@ -43,7 +43,7 @@ def test_min_requests_is_the_closed_form_of_the_percentile_bound(pct):
 def test_a_capacity_that_cannot_bound_its_percentile_is_refused_with_its_figure(ci, want):
     """serve-sim after its capacity search (30 requests cannot bound a p90): the figure it
     measured and the larger of the percentile's 35 and the interval's n (ci / 5 %)^2."""
-    from moeplan.cli._steady import require_boundable
+    from moeplan.commands.steady import require_boundable
 
     rec = {"percentile_boundable": False, "measured_requests": 30, "ci95_half_width_rel": ci,
            "output_tokens_per_s_per_gpu": 1234.5}  # fmt: skip
@@ -127,7 +127,7 @@ def test_a_rate_past_what_a_steady_run_simulates_is_refused_with_the_largest(
     """--rate 1e6 at the default SLOs (lifetime 2 s + 256 x 100 ms = 27.6 s): warm-up and
     drain are 3 lifetimes of arrivals per instance, so at most (2 M - 1000 measured) / (3 x
     27.6 s) req/s per instance run; was a MemoryError (or the OOM killer) minutes later."""
-    from moeplan.cli._steady import MAX_SIMULATED
+    from moeplan.commands.steady import MAX_SIMULATED
 
     largest = math.floor((MAX_SIMULATED - 1000) / (3 * 27.6) * replicas)
     out = tmp_path / "o"
@@ -139,7 +139,7 @@ def test_a_rate_past_what_a_steady_run_simulates_is_refused_with_the_largest(
 
 
 def test_the_largest_rate_offered_is_accepted_and_one_more_is_not():
-    from moeplan.cli._steady import MAX_SIMULATED, check_rate
+    from moeplan.commands.steady import MAX_SIMULATED, check_rate
     from moeplan.serve import SLO, LengthDist, ServeWorkload
 
     w = ServeWorkload(num_requests=1000, rate=1.0, isl=LengthDist(mean=2048),

@@ -9,8 +9,7 @@ import json
 import pytest
 
 from cli_run import run_main
-from moeplan.cli.serve import layout_from_plan
-from moeplan.cli.serve_plan import served_deployment
+from moeplan.commands.serve_plan import layout_from_plan, served_deployment
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 

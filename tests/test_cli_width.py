@@ -264,7 +264,7 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
 
 
 def test_glossary_explains_the_papers_terms_in_plain_words():
-    from moeplan.cli.glossary import TERMS, glossary
+    from moeplan.commands.glossary import TERMS, glossary
 
     line = glossary("ma", "r1", "r2", "ASAS", "LAR")
     assert line.startswith("terms: ma = ") and "; LAR = local activation rate" in line

@@ -116,7 +116,7 @@ def test_a_workers_memo_answers_come_back(setup):
     """What a forked worker adds to a shared memo is absorbed here, equal to pricing it here;
     an answer keyed by an object the worker made (whose id may name another object here)
     is not."""
-    from moeplan.cli._fork import forked
+    from moeplan.commands.workers import forked
 
     c, m = setup
     cm = memo_cost(_cold(c))

@@ -99,7 +99,7 @@ def test_unknown_family_is_one_line():
 
 def test_every_layer_table_covers_its_families():
     """Each layer registers its code per family; the record says which families need it."""
-    from moeplan.cli.serve import PLAN_LAYOUTS
+    from moeplan.commands.serve_plan import PLAN_LAYOUTS
     from moeplan.planners.rank import ADAPTERS
     from moeplan.runtime.mesh import MESH_BUILDERS
     from moeplan.search.disagg.rank import NEEDS, POOL_PLANS

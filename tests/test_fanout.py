@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from cli_run import run_main
-from moeplan.cli._fork import forked, workers
+from moeplan.commands.workers import forked, workers
 from moeplan.errors import MoeplanError
 from moeplan.search.capacity.slo import CapacitySearch, slo_capacity
 from moeplan.search.disagg import search as ds
@@ -140,7 +140,7 @@ def test_jobs_out_of_range_is_one_line_exit_2(capsys, tmp_path, jobs):
 def test_begun_thunks_run_in_workers_and_join_in_order():
     """begin: every thunk starts in a worker at once (none here) and join gives them in
     order; without workers they run here when joined; cancel stops a running one."""
-    from moeplan.cli._fork import started
+    from moeplan.commands.workers import started
     from moeplan.search.job.fanout import Later, begin
 
     thunks = [lambda i=i: _pid(i) for i in range(3)]

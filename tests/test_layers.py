@@ -19,8 +19,8 @@ import moeplan
 #: tests/test_architecture.py).
 PLANNING = ["specs", "backends", "cost", "sim", "planners", "serve", "search"]
 #: Edges that read and write files or talk to the user; torch stays a lazy, in-function import.
-EDGES = ["traces", "report", "export", "cli", "measured", "kernel_tables", "kernel_store", "io",
-         "infersim_tables", "io_recover", "kernel_codec", "textsafe",
+EDGES = ["traces", "report", "export", "cli", "commands", "measured", "kernel_tables",
+         "kernel_store", "io", "infersim_tables", "io_recover", "kernel_codec", "textsafe",
          "units", "errors"]  # fmt: skip
 #: The only places allowed to import torch (or triton) at import time.
 TORCH = ["runtime", "profiling"]

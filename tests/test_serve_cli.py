@@ -118,7 +118,7 @@ def test_bad_length_distribution_is_one_line(capsys):
 
 
 def test_pipeline_plan_layout_takes_each_blocks_most_common_choice():
-    from moeplan.cli.serve import layout_from_plan
+    from moeplan.commands.serve_plan import layout_from_plan
 
     mods = [
         {"kind": "attn", "tp": 2, "ep": 1, "dpmoe": 1},

@@ -76,7 +76,7 @@ def test_fused_layout_needs_a_node_per_ep_rank():
 
 def test_a_fused_strategy_plan_is_served_fused():
     """serve-sim --plan of a fused MixServe plan simulates the fused layout."""
-    from moeplan.cli.serve import layout_from_plan
+    from moeplan.commands.serve_plan import layout_from_plan
     from moeplan.planners.strategy.analyzer import to_plan
 
     cl = load_cluster("mixserve-h20")

@@ -153,7 +153,7 @@ def test_smidt_pp_beats_no_pp_on_32_a40_and_too_deep_pp_declines():
     """SMIDT §5.2 (Fig. 6): on 4 x 8 A40 (PCIe, 100 Gb/s IB) Qwen3-235B prefill-only (MMLU
     400:1, Top-P profile) is faster with PP than with one stage over all 32 GPUs, and the
     throughput falls again when PP goes past the sweet spot (PP16 < PP4)."""
-    from moeplan.cli.pipeline import read_routing_profile
+    from moeplan.commands.pipeline import read_routing_profile
 
     cl, model = load_cluster("smidt-a40"), load_model("qwen3-235b-a22b")
     cost, route = cost_model_for(cl), read_routing_profile("qwen3-235b-a22b-topp", model)

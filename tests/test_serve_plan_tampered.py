@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from moeplan.cli.serve import layout_from_plan
+from moeplan.commands.serve_plan import layout_from_plan
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
 

@@ -1,7 +1,8 @@
 """Command-line front door: ``moeplan <command>``.
 
-Thin by design: each command module in this package parses its flags, builds specs, calls one
-planner function and prints (human text, or one JSON object with ``--json``). Command modules
+Thin by design: each command module in this package parses its flags, calls what computes
+the command's answer (:mod:`moeplan.commands`) and prints it (human text, or one JSON object
+with ``--json``), writes its files and sets its exit status. Command modules
 are discovered automatically: every module here with a ``register(app)`` function adds its
 commands, so a new command is a new file.
 

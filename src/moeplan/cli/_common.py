@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,7 +21,6 @@ from moeplan.textsafe import escape_controls
 
 if TYPE_CHECKING:  # heavy imports (NumPy/SciPy) only where a command needs them
     from moeplan.cost import CostModel
-    from moeplan.planners.plan import Plan
     from moeplan.specs import ClusterSpec
 
 __all__ = ["console", "err_console", "print_json", "write_atomic"]
@@ -144,7 +143,7 @@ def check_out(out: str | None, known: set[str]) -> None:
 
 
 def write_outputs(
-    out: str | None, known: set[str], files: dict[str, str | bytes | Callable[[], str | bytes]]
+    out: str | None, known: set[str], files: Mapping[str, str | bytes | Callable[[], str | bytes]]
 ) -> dict[str, str]:
     """Write ``{name: data or a function making it}`` into folder ``out`` as one set.
 
@@ -161,6 +160,29 @@ def write_outputs(
             written[name] = str(outputs.write(name, blob, executable=name.endswith(".sh")))
     return written
 
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+NodesOpt = Annotated[int | None, typer.Option(help="Override the cluster's node count.")]
+
+# ---- the serving footing's flags (``plan`` and ``serve-sim``)
+TtftSloOpt = Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]
+TpotSloOpt = Annotated[float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")]
+SloPercentileOpt = Annotated[float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")]
+ProfileOpt = Annotated[str | None, typer.Option(help="HardwareProfile (default: the cluster's).")]
+CostEngineOpt = Annotated[
+    str,
+    typer.Option(
+        help="'engine' (price kernels from the engine's measured tables) or 'none' "
+        "(the calibrated GEMM/NCCL model alone)."
+    ),
+]
+MtpOpt = Annotated[
+    int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
+]
+MtpAcceptOpt = Annotated[
+    float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
+]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")]
 
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", help="No progress display (it is on stderr, off with --json).")
@@ -216,22 +238,8 @@ def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostM
     return engine_cost_model(cluster, profile, None if b is None else b.kernel_table)
 
 
-def pricing_of(cm: CostModel) -> dict[str, Any]:
-    """``--json``'s ``pricing``: engine, tables and source mix of what ``cm`` priced so far."""
-    from moeplan.kernel_tables import pricing
-
-    return pricing(cm)
-
-
 def print_pricing(price: dict[str, Any]) -> None:
-    """The engine and source-mix line of the human output (``price``: :func:`pricing_of`)."""
+    """The engine and source-mix line of the human output (``price``: :func:`moeplan.kernel_tables.pricing`)."""
     from moeplan.kernel_tables import pricing_line
 
     console.print(pricing_line(price))
-
-
-def with_pricing(plan: Plan, price: dict[str, Any]) -> Plan:
-    """``plan`` with ``details.pricing`` set."""
-    from dataclasses import replace
-
-    return replace(plan, details={**plan.details, "pricing": price})

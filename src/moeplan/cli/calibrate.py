@@ -8,15 +8,14 @@ the same models. Both print R² and held-out error per fit; ``--out`` writes the
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated
 
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, err_console, print_json, write_atomic
-from moeplan.cost.calibrate import calibrate as fit_all
+from moeplan.commands.calibrate import fit_measured, fit_rows, kernel_errors
 from moeplan.errors import MoeplanError
-from moeplan.measured import MEASURED, read_gemm, read_nccl
+from moeplan.measured import MEASURED
 
 
 def calibrate(
@@ -88,28 +87,10 @@ def calibrate(
         if rows_out:
             write_atomic(rows_out, json.dumps(rows))
     else:
-        profile, report = fit_all(
-            measured,
-            f"moeplan calibrate --measured {measured} --seed {seed}",
-            read_gemm(measured),
-            read_nccl(measured),
-            seed=seed,
-        )
+        profile, report = fit_measured(measured, seed)
     if out:
         write_atomic(out, json.dumps(profile.to_dict(), indent=1))
-    fits = [
-        {
-            "op": r.op,
-            "num_gpus": r.num_gpus,
-            "scope": r.scope or "all sizes",
-            "r2": _num(r.quality.r2),
-            "heldout_median_ape": r.quality.heldout_median_ape,
-            "heldout_p90_ape": r.quality.heldout_p90_ape,
-            "n_fit": r.quality.n_fit,
-            "n_heldout": r.quality.n_heldout,
-        }
-        for r in report
-    ]
+    fits = fit_rows(report)
     if json_out:
         print_json(
             {
@@ -148,24 +129,7 @@ def _kernels(
     ops: list[str] | None, seed: int, folds: int | None, errors_out: str | None, json_out: bool
 ) -> None:
     """``--kernels``: held-out evaluation of the kernel database, per regime."""
-    from moeplan.cost.calibrate import kernel_calibration
-    from moeplan.cost.kerneldb import OPS
-    from moeplan.kernel_tables import kernel_db
-
-    for o in ops or []:
-        if o not in OPS:
-            raise MoeplanError(f"op ({o!r}) must be one of {', '.join(OPS)}")
-    if folds is not None and folds < 1:
-        raise MoeplanError(f"folds ({folds}) must be >= 1")
-    from moeplan.cost.kerneldb import device_for
-    from moeplan.infersim_tables import CLUSTER, DSA_CLUSTER, dsa_tables, gdn_tables
-    from moeplan.specs import load_cluster
-
-    others = [  # InferSim's H20 GDN and H800 sparse-attention rows
-        (device_for(load_cluster(CLUSTER)), gdn_tables()),
-        (device_for(load_cluster(DSA_CLUSTER)), dsa_tables()),
-    ]
-    rows, errors = kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds, others=others)
+    rows, errors = kernel_errors(ops, seed, folds)
     if errors_out:
         write_atomic(
             errors_out, json.dumps({"seed": seed, "folds": folds or 5, "errors": errors}, indent=1)
@@ -202,10 +166,6 @@ def _kernels(
     console.print(t)
     if errors_out:
         console.print(f"error table written to {errors_out}")
-
-
-def _num(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def _pct(x: float | None, scale: float = 100, fmt: str = ".1f") -> str:

@@ -9,80 +9,25 @@ median and p90 error; ``--out FILE.parquet`` writes the table with those columns
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
 
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
-from moeplan.cost.kerneldb import (
-    KERNEL_FAMILIES,
-    OPS,
-    TABLE_ENGINES,
-    Device,
-    Prediction,
-    device_for,
+from moeplan.commands.cost import (
+    RANK_LOAD_COLS,
+    kernel_device,
+    prediction_rows,
+    predictions_parquet,
+    read_table,
+    require_topk_fits,
+    with_counts,
 )
+from moeplan.cost.kerneldb import KERNEL_FAMILIES, OPS, TABLE_ENGINES, Prediction
 from moeplan.errors import MoeplanError
-from moeplan.specs import cluster_names, cluster_table, load_cluster
 
 Opt = typer.Option
-
-
-def _device(cluster: str | None, gpu: str | None) -> tuple[Device, str]:
-    if cluster and gpu:
-        raise MoeplanError("give --cluster or --gpu, not both")
-    if gpu:
-        for name in cluster_names():
-            c = load_cluster(name)
-            if c.gpu.name == gpu:
-                return device_for(c), f"{gpu} (links of cluster {name})"
-        raise MoeplanError(
-            f"gpu ({gpu!r}) is not a GPU preset; choose one of "
-            f"{', '.join(sorted(cluster_table()['gpus']))}"
-        )
-    name = cluster or "h100-sxm-8"
-    return device_for(load_cluster(name)), f"{load_cluster(name).gpu.name} (cluster {name})"
-
-
-def _read_table(path: str) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.is_file():
-        raise MoeplanError(f"table ({path!r}) does not exist")
-    try:
-        if p.suffix.lower() == ".csv":
-            import pyarrow.csv as pcsv
-
-            t = pcsv.read_csv(p)
-        else:
-            import pyarrow.parquet as pq
-
-            t = pq.read_table(p)
-    except Exception as err:  # pyarrow raises several types for bad files
-        raise MoeplanError(
-            f"table {path} could not be read: {' '.join(str(err).split())}"
-        ) from None
-    if t.num_rows == 0:
-        raise MoeplanError(f"table {path} has no rows")
-    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
-
-
-def _write_out(path: str, cols: dict[str, np.ndarray], preds: list[Prediction]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    if not path.endswith(".parquet"):
-        raise MoeplanError(f"out ({path!r}) must end in .parquet")
-    data = {c: np.asarray(v) for c, v in cols.items()}
-    data["predicted_ms"] = np.array([p.seconds * 1e3 for p in preds])
-    data["source"] = np.array([p.source for p in preds])
-    data["error_median"] = np.array([np.nan if p.error is None else p.error for p in preds])
-    data["error_p90"] = np.array([np.nan if p.error_p90 is None else p.error_p90 for p in preds])
-    buf = io.BytesIO()
-    pq.write_table(pa.table(data), buf)
-    write_atomic(path, buf.getvalue())
 
 
 def cost(
@@ -177,22 +122,19 @@ def cost(
     if table is not None and flags:
         raise MoeplanError("give shapes by flags or by --table, not both")
     if expert_counts is not None:
-        flags = _with_counts(op, flags, expert_counts, redundant_experts, eplb)
+        flags = with_counts(op, flags, expert_counts, redundant_experts, eplb)
     elif redundant_experts or eplb:
         raise MoeplanError("--redundant-experts and --eplb need --expert-counts")
-    cols = _read_table(table) if table else {k: np.asarray([v]) for k, v in flags.items()}
-    _require_topk_fits(cols)
-    dev, where = _device(cluster, gpu)
+    cols = read_table(table) if table else {k: np.asarray([v]) for k, v in flags.items()}
+    require_topk_fits(cols)
+    dev, where = kernel_device(cluster, gpu)
     from moeplan.kernel_tables import kernel_db
 
-    query = {c: v for c, v in cols.items() if c in fam.columns or c in _LOAD_COLS}
+    query = {c: v for c, v in cols.items() if c in fam.columns or c in RANK_LOAD_COLS}
     preds = kernel_db().predict_many(op, dev, engine, query)
     if out:
-        _write_out(out, cols, preds)
+        write_atomic(out, predictions_parquet(out, cols, preds))
     _report(op, engine, where, cols, preds, json_out, out)
-
-
-_LOAD_COLS = ("rank_pairs", "rank_hit")
 
 
 def _columns(pairs: list[str], flags: dict) -> dict[str, object]:
@@ -214,91 +156,9 @@ def _columns(pairs: list[str], flags: dict) -> dict[str, object]:
     return out
 
 
-def _require_topk_fits(cols: dict[str, np.ndarray]) -> None:
-    """A token cannot pick more distinct experts than there are (moe ``topk``, deepep
-    ``num_topk``): refuse such a row instead of pricing it."""
-    for k in ("topk", "num_topk"):
-        if k in cols and "num_experts" in cols:
-            top, num = np.asarray(cols[k], float), np.asarray(cols["num_experts"], float)
-            bad = np.flatnonzero(top > num)
-            if bad.size:
-                i = int(bad[0])
-                raise MoeplanError(
-                    f"--{k.replace('_', '-')} ({top[i]:g}) must be <= --num-experts "
-                    f"({num[i]:g}): a token picks distinct experts"
-                )
-
-
-def _with_counts(op: str, flags: dict, path: str, redundant: int, eplb: bool) -> dict:
-    """Shape flags + the busiest rank's load from per-expert counts (a routing trace)."""
-    import json
-
-    from moeplan.cost.kerneldb.pricing import explicit_load
-
-    if op != "moe":
-        raise MoeplanError(f"--expert-counts applies to moe, not {op}")
-    if redundant < 0:
-        raise MoeplanError(f"redundant_experts ({redundant}) must be >= 0")
-    if "topk" not in flags:
-        raise MoeplanError("--expert-counts needs --topk")
-    inline = path.lstrip().startswith("[")  # a JSON list given on the command line
-    if not inline:  # a regular file (a FIFO would block the read forever)
-        from moeplan.io import check_regular_file
-
-        check_regular_file(path, "--expert-counts")
-    try:
-        counts = json.loads(path if inline else Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        what = "--expert-counts" if inline else f"expert counts {path}"
-        raise MoeplanError(f"{what} could not be read as JSON: {err}") from None
-    if not isinstance(counts, list) or not all(isinstance(c, int | float) for c in counts):
-        raise MoeplanError(f"expert counts {path} must be a JSON list of numbers")
-    load = explicit_load(
-        np.asarray(counts, float),
-        int(flags["topk"]),
-        int(flags.get("moe_ep_size", 1)),
-        redundant,
-        eplb,
-    )
-    for key in ("num_experts", "num_tokens"):
-        if key in flags and float(flags[key]) != float(load[key]):  # type: ignore[arg-type]
-            raise MoeplanError(
-                f"--{key.replace('_', '-')} ({flags[key]}) disagrees with "
-                f"--expert-counts ({load[key]:g})"
-            )
-    if "distribution" in flags:
-        raise MoeplanError("--distribution and --expert-counts exclude each other")
-    return {**flags, **load}
-
-
-_SHAPE_FLAGS = (
-    "num_tokens",
-    "hidden_size",
-    "inter_size",
-    "topk",
-    "num_experts",
-    "moe_tp_size",
-    "moe_ep_size",
-    "distribution",
-    "moe_dtype",
-    "batch_size",
-    "isl",
-    "step",
-    "num_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "window_size",
-    "attn_dtype",
-    "kv_cache_dtype",
-    "mla_dtype",
-    "message_size",
-    "num_gpus",
-    "num_token",
-    "num_topk",
-    "sms",
-    "kernel_source",
-    "gemm_type",
-)
+#: the flags that give a shape: every parameter of :func:`cost` named as a column of some
+#: operation (the rest choose the device, the engine and the output)
+_SHAPE_FLAGS = frozenset(c for f in KERNEL_FAMILIES.values() for c in f.columns)
 
 
 def _report(
@@ -311,22 +171,7 @@ def _report(
     out: str | None,
 ) -> None:
     names = list(cols)
-    rows = []
-    for i, p in enumerate(preds):
-        r = {
-            c: np.asarray(cols[c])[i].item()
-            if hasattr(np.asarray(cols[c])[i], "item")
-            else cols[c][i]
-            for c in names
-        }
-        r.update(
-            predicted_ms=p.seconds * 1e3,
-            source=p.source,
-            error_median=p.error,
-            error_p90=p.error_p90,
-            detail=p.detail,
-        )
-        rows.append(r)
+    rows = prediction_rows(cols, preds)
     if json_out:
         print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows})
         return

@@ -9,7 +9,6 @@ print (rich tables or one JSON object). ``--out DIR`` writes ``plan.json``, ``ti
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -28,12 +27,12 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.cli.glossary import glossary
-from moeplan.cli.strategy import load_model_arg
+from moeplan.commands.dep import dep_files
+from moeplan.commands.glossary import glossary
 from moeplan.errors import require
+from moeplan.kernel_tables import pricing
 from moeplan.planners import dep
-from moeplan.sim import chrome_trace, gantt_html
-from moeplan.specs import load_cluster
+from moeplan.specs import load_cluster, load_model
 
 
 def dep_command(
@@ -87,13 +86,13 @@ def dep_command(
         ),
     ] = 4,
     out: OutDirOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: opt.JsonOpt = False,
     quiet: opt.QuietOpt = False,
 ) -> None:
     """Plan FinDEP (Algorithm 1) and compare it with PPPipe and naive DEP on one simulator."""
     require(timeline_layers >= 0, f"--timeline-layers ({timeline_layers}) must be >= 0")
     check_out(out, OUTPUTS)
-    spec = load_model_arg(model)
+    spec = load_model(model)
     cl = load_cluster(cluster)
     cm = opt.engine_cost(cl, profile, engine)
     work = "FinDEP: Algorithm 1 and the baselines" + (", brute force, CP-SAT" if verify else "")
@@ -102,18 +101,9 @@ def dep_command(
             spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers, batch=max_batch,
             imbalance=imbalance, verify=verify,
         )  # fmt: skip
-    price = opt.pricing_of(cm)
+    price = pricing(cm)
     if out:
-        title, scheds = _schedules(report, timeline_layers or None)
-        write_outputs(
-            out,
-            OUTPUTS,
-            {
-                "plan.json": opt.with_pricing(dep.to_plan(report), price).to_json(),
-                "timeline.json": json.dumps(chrome_trace(scheds)),
-                "gantt.html": gantt_html(scheds, title=title, include_plotlyjs=True),
-            },
-        )
+        write_outputs(out, OUTPUTS, dep_files(report, price, timeline_layers or None))
     if as_json:
         print_json({**dep.report_dict(report), "engine": engine, "pricing": price})
     else:
@@ -122,14 +112,6 @@ def dep_command(
 
 
 OUTPUTS = {"plan.json", "timeline.json", "gantt.html"}
-
-
-def _schedules(report: dep.DepReport, layers: int | None) -> tuple[str, dict]:
-    """(title, the FinDEP and PPPipe schedules over the first ``layers`` MoE layers)."""
-    moe = report.problem.layers
-    shown = moe if layers is None else min(layers, moe)
-    title = f"{report.model} on {report.cluster}, S={report.seq_len}, {shown} of {moe} MoE layers"
-    return title, dep.schedules(report, shown)
 
 
 def _config_text(cfg: dict) -> str:

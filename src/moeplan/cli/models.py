@@ -6,33 +6,15 @@ from typing import Annotated, Any
 
 import typer
 
-from moeplan.cli._common import Table, console, fmt_bytes, fmt_count, print_json
-from moeplan.cli.models_layers import layers_summary, print_layers
-from moeplan.cost import memory as mem
-from moeplan.errors import require
-from moeplan.specs import ModelSpec, cluster_names, load_cluster, load_model, model_names
-from moeplan.specs.presets import model_sources
+from moeplan.cli._common import NodesOpt, Table, console, fmt_bytes, fmt_count, print_json
+from moeplan.commands.inspect import cluster_rows, inspect_model, model_rows
 
 JSON = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def models(json_out: JSON = False) -> None:
     """List the shipped model presets with total and activated parameters."""
-    rows: list[dict[str, Any]] = []
-    for name in model_names():
-        m = load_model(name)
-        rows.append(
-            {
-                "name": name,
-                "architecture": m.architecture,
-                "params_total": m.params_total,
-                "params_active": m.params_active,
-                "layers": m.num_layers,
-                "experts": m.num_experts,
-                "top_k": m.top_k,
-                "attention": m.attention,
-            }
-        )
+    rows = model_rows()
     if json_out:
         print_json({"models": rows})
         return
@@ -55,24 +37,7 @@ def models(json_out: JSON = False) -> None:
 
 def clusters(json_out: JSON = False) -> None:
     """List the shipped cluster presets."""
-    rows: list[dict[str, Any]] = []
-    for name in cluster_names():
-        c = load_cluster(name)
-        rows.append(
-            {
-                "name": name,
-                "nodes": c.num_nodes,
-                "gpus_per_node": c.gpus_per_node,
-                "gpu": c.gpu.name,
-                "flops_bf16": c.gpu.flops_bf16,
-                "mem_bytes": c.gpu.mem_bytes,
-                "intra_bw": c.intra.bw,
-                "intra_kind": c.intra.kind,
-                "inter_bw": c.inter.bw,
-                "profile": c.profile,
-                "source": c.source,
-            }
-        )
+    rows = cluster_rows()
     if json_out:
         print_json({"clusters": rows})
         return
@@ -98,83 +63,18 @@ def inspect(
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset for the memory floor.")
     ] = None,
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: NodesOpt = None,
     gpus: Annotated[int | None, typer.Option(help="Degree (GPUs) for the memory floor.")] = None,
     context: Annotated[int, typer.Option(help="Context length for attention FLOPs.")] = 4096,
     json_out: JSON = False,
 ) -> None:
     """Sizes, FLOPs per token, KV cache per token, weight storage (quantization) per module
     and the weight floor per GPU of a model."""
-    require(context >= 1, f"context ({context}) must be >= 1")
-    m = load_model(model)
-    out = {
-        "name": m.name,
-        "architecture": m.architecture,
-        "params_total": m.params_total,
-        "params_active": m.params_active,
-        "kv_bytes_per_token": m.kv_bytes_per_token,
-        "weight_bytes": m.weight_bytes_total(),
-        "hidden_bytes_per_token": m.hidden_bytes,
-        "flops_per_token_decode": m.flops_per_token(context, "decode"),
-        "flops_per_token_prefill": m.flops_per_token(context, "prefill"),
-        "context": context,
-        "source": model_sources().get(m.name, ""),
-        "modules": [
-            {
-                "name": i.name,
-                "params": i.params,
-                "flops_per_token": i.flops_per_token,
-                "count": i.count,
-            }
-            for i in m.modules(context)
-        ],
-        "quantization": _quantization(m),
-        **layers_summary(m, context),
-    }
-    require(gpus is None or gpus >= 1, f"--gpus ({gpus}) must be >= 1")
-    require(gpus is None or cluster is not None, "--gpus needs --cluster (the GPUs it counts)")
-    if cluster is not None:
-        c = load_cluster(cluster, nodes)
-        n = gpus or c.num_gpus
-        floor = mem.floor_breakdown(m, n)  # the planners' memory model, one token
-        out["memory"] = {
-            "cluster": c.name,
-            "gpus": n,
-            "weights_floor_per_gpu": floor.weights,
-            "reserved_per_gpu": floor.reserved,
-            "floor_per_gpu": floor.total,
-            "gpu_mem_bytes": c.gpu.mem_bytes,
-            "fits": floor.fits(c.gpu.mem_bytes),
-        }
+    out = inspect_model(model, cluster=cluster, nodes=nodes, gpus=gpus, context=context)
     if json_out:
         print_json(out)
         return
     _print_inspect(out)
-
-
-#: where the time of a quantized GEMM comes from (no measured int4 GEMM tables)
-TIME_SOURCE = (
-    "roofline: weight-bound (decode) GEMMs read the stored bytes per weight at HBM bandwidth, "
-    "compute-bound GEMMs run at the compute dtype's datasheet peak; with --engine the routed "
-    "experts use the fused-MoE tables of their kernel dtype (measured/interpolated where the "
-    "engine has that dtype, else transferred)"
-)
-
-
-def _quantization(m: ModelSpec) -> dict[str, Any]:
-    """The checkpoint's weight storage per module class (bytes include scales and zeros)."""
-    q = m.quant
-    rows = {}
-    for cls, (params, nbytes) in m.weight_bytes_by_module().items():
-        mq = q.module(cls) if cls != "towers" else q.module("embedding")  # towers: bf16
-        rows[cls] = {"params": params, "bytes": nbytes, **mq.to_dict()}
-    return {
-        "method": q.method,
-        "ignore": list(q.ignore),
-        "modules": rows,
-        "weight_bytes_total": m.weight_bytes_total(),
-        "time_source": TIME_SOURCE,
-    }
 
 
 def _print_quantization(qz: dict) -> None:
@@ -209,6 +109,22 @@ def _print_quantization(qz: dict) -> None:
     if qz["ignore"]:
         console.print(f"left unquantized by the config: {', '.join(qz['ignore'])}")
     console.print(f"time of quantized GEMMs: {qz['time_source']}")
+
+
+def print_layers(out: dict[str, Any]) -> None:
+    t = Table(title=f"Decoder layers by kind (cache: all layers of the kind; one sequence of "
+                    f"{out['context']} tokens)")  # fmt: skip
+    for c in ("mixer+ffn", "layers", "KV / token", "cache / sequence", "of it fixed state",
+              "shape"):  # fmt: skip
+        t.add_column(c)
+    for r in out["layer_kinds"]:
+        t.add_row(r["kind"], str(r["layers"]), fmt_bytes(r["kv_bytes_per_token"]),
+                  fmt_bytes(r["cache_bytes_per_seq"]), fmt_bytes(r["state_bytes_per_seq"]),
+                  r["detail"])  # fmt: skip
+    console.print(t)
+    for tw in out["towers"]:
+        console.print(f"{tw['name']} tower: {fmt_count(tw['params'])} parameters "
+                      f"({tw['source']}) — {tw['scope']}")  # fmt: skip
 
 
 def _print_inspect(out: dict) -> None:

@@ -16,7 +16,6 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from moeplan.backends import DEFAULT_ENGINE
@@ -30,66 +29,20 @@ from moeplan.cli._common import (
     print_json,
     write_atomic,
 )
-from moeplan.cli.glossary import glossary
-from moeplan.errors import check_int, require
-from moeplan.export.expert_location import write_sglang_expert_location, write_tables
-from moeplan.planners.placement.planner import (
-    PlaceConfig,
-    PlacementResult,
-    cost_evaluator,
-    physical_to_logical,
-    place,
+from moeplan.commands.glossary import glossary
+from moeplan.commands.place import (
+    expert_location,
+    place_json,
+    place_setup,
+    run_place,
+    schedule_tables,
+    sglang_flags,
 )
-from moeplan.specs import load_cluster
-from moeplan.traces.format import iter_trace
-
-MAX_STEP_TOKENS = 1 << 24  # tokens per step; far beyond any engine's batch
-MAX_SEED = 2**32 - 1  # numpy's seed range
-
-
-def heatmap_html(res: PlacementResult, title: str, top_tokens: int = 200) -> str:
-    """Two panels: device of every expert per layer; P(device | token) of frequent tokens."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    y = res.methods["semmoe"].y
-    conf = res.token_conf
-    order = np.argsort(conf.argmax(axis=1) * 2.0 - conf.max(axis=1), kind="stable")
-    order = order[:: max(1, len(order) // top_tokens)][:top_tokens]
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=(
-            "expert -> device (Sem-MoE), per MoE layer",
-            "P(device | token), tokens by device",
-        ),
-    )
-    fig.add_trace(
-        go.Heatmap(
-            z=y,
-            colorscale="Viridis",
-            colorbar={"title": "device", "x": 0.45},
-            hovertemplate="layer %{y} expert %{x}: device %{z}<extra></extra>",
-        ),
-        1,
-        1,
-    )
-    fig.add_trace(
-        go.Heatmap(
-            z=conf[order].T,
-            colorscale="Blues",
-            x=[str(t) for t in res.token_ids[order]],
-            hovertemplate="token %{x} device %{y}: %{z:.2f}<extra></extra>",
-        ),
-        1,
-        2,
-    )
-    fig.update_xaxes(title_text="expert", row=1, col=1)
-    fig.update_yaxes(title_text="MoE layer", row=1, col=1)
-    fig.update_xaxes(title_text="token id", showticklabels=False, row=1, col=2)
-    fig.update_yaxes(title_text="device", row=1, col=2)
-    fig.update_layout(title=title)
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+from moeplan.errors import require
+from moeplan.export.expert_location import write_sglang_expert_location, write_tables
+from moeplan.kernel_tables import pricing
+from moeplan.planners.placement.planner import PlacementResult
+from moeplan.report.command_figures import heatmap_html
 
 
 def _print_table(res: PlacementResult) -> None:
@@ -151,57 +104,21 @@ def place_cmd(
     quiet: opt.QuietOpt = False,
 ) -> None:
     """Plan Sem-MoE expert placement + scheduling and compare it with baselines."""
-    from moeplan.cli.strategy import load_model_arg
 
-    check_int("--step-tokens", step_tokens, 1, MAX_STEP_TOKENS)
-    check_int("--seed", seed, 0, MAX_SEED)
-    m = load_model_arg(model)
-    require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
-    require(
-        ep >= 1 and m.num_experts % ep == 0,
-        f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})",
-    )
-    cl = load_cluster(cluster)
-    nodes = cl.nodes_spanned(ep)
-    require(
-        ep <= cl.num_gpus * max(1, nodes),
-        f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})",
-    )
-    cfg = PlaceConfig(
-        ep=ep,
-        mode=mode,
-        baselines=baselines,
-        seed=seed,
-        step_tokens=step_tokens,
+    m, cl, nodes, cfg = place_setup(
+        model, ep, cluster, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens,
         redundant=redundant,
-    )
+    )  # fmt: skip
     require(trace.exists(), f"--trace ({trace}) does not exist")
     cm = opt.engine_cost(cl, None, engine)
     work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
     with opt.progress(not (quiet or as_json), work) as step:
-        res = place(
-            lambda: iter_trace(trace, num_experts=m.num_experts),
-            num_layers=m.num_moe_layers,
-            num_experts=m.num_experts,
-            hidden_bytes=m.hidden_bytes,
-            evaluate=cost_evaluator(cm, m, ep, nodes),
-            cfg=cfg,
-        )
+        res = run_place(trace, m, cm, nodes, cfg)
         step("writing the requested files")
         flags = _write_outputs(res, m, export_sglang, tables, heatmap)
-    price = opt.pricing_of(cm)
+    price = pricing(cm)
     if as_json:
-        out: dict[str, Any] = res.to_dict()
-        out.update(
-            {
-                "model": model,
-                "cluster": cluster,
-                "trace": str(trace),
-                "engine": engine,
-                "pricing": price,
-            }
-        )
-        print_json({**out, "sglang_flags": flags} if flags else out)
+        print_json(place_json(res, model, cluster, str(trace), engine, price, flags))
         return
     _print_table(res)
     opt.print_pricing(price)
@@ -210,16 +127,6 @@ def place_cmd(
             f"SGLang launch flags for this file (one EP group of {res.ep} GPUs): "
             f"[bold]{shlex.join(flags)}[/]"
         )
-
-
-def sglang_flags(path: Path, ep: int, physical: int, num_experts: int) -> list[str]:
-    """The SGLang flags that go with an ``--export-sglang`` file of ``physical`` experts per
-    layer: the file (absolute, SGLang reads it relative to its own working folder), the EP size
-    it was placed for, and the redundant experts when it replicates any."""
-    out = ["--init-expert-location", str(path.resolve()), "--ep-size", str(ep)]
-    if physical > num_experts:
-        out += ["--ep-num-redundant-experts", str(physical - num_experts)]
-    return out
 
 
 def _write_outputs(
@@ -232,24 +139,13 @@ def _write_outputs(
     """Write the requested files; the SGLang flags for the expert-location file, if written."""
     flags: list[str] = []
     if export_sglang is not None:
-        sem = res.methods["semmoe"]
-        p2l = physical_to_logical(sem.y if sem.replicas is None else sem.replicas, res.ep)
+        p2l = expert_location(res)
         write_sglang_expert_location(
             export_sglang, p2l, ep=res.ep, num_hidden_layers=m.num_layers, moe_layers=m.moe_layers
         )
         flags = sglang_flags(export_sglang, res.ep, int(p2l.shape[1]), m.num_experts)
     if tables is not None:
-        arrays = {
-            "token_ids": res.token_ids,
-            "device": res.token_conf.argmax(axis=1),
-            "confidence": res.token_conf,
-            "layer_device": res.layer_device,
-            "layer_conf": res.layer_conf,
-            "expert_device": res.methods["semmoe"].y,
-        }
-        if res.markov is not None:
-            arrays.update(markov_next=res.markov.next, markov_conf=res.markov.conf)
-        write_tables(tables, **arrays)
+        write_tables(tables, **schedule_tables(res))
     if heatmap is not None:
         write_atomic(heatmap, heatmap_html(res, f"Sem-MoE placement, EP{res.ep}"))
     return flags

@@ -14,98 +14,26 @@ ran, ``expert_location.json``.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from moeplan.backends import simulated
+from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.cli._fork import check_jobs, workers
-from moeplan.cli._steady import check_rate, check_requests
-from moeplan.cli.glossary import glossary
-from moeplan.errors import MoeplanError, check_int, require
-from moeplan.kernel_tables import engine_cost_model, pricing_line
+from moeplan.commands.glossary import FAMILY_SHORT_NAMES, glossary
+from moeplan.commands.plan import job_spec, plan_json, plan_warnings
+from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
+from moeplan.commands.workers import workers
+from moeplan.kernel_tables import pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILY_NAMES, PROPOSING_FAMILIES, PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
-from moeplan.search.job.outcome import PlanOutcome, quant_sentence
-from moeplan.search.job.run import JobSpec, plan_job
+from moeplan.search.job.outcome import PlanOutcome
+from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
-from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
-
-DEFAULT_TTFT_SLO_MS = 2000.0  # a chat-style interactive target (2 s to the first token)
-DEFAULT_TPOT_SLO_MS = 100.0  # 10 tokens/s per user, faster than reading speed
-#: the --requests range this command accepts: its own choice, not a statistical rule (the SLO
-#: percentile's minimum, p90 35 / p99 381 measured requests, is checked on top of it by
-#: ``check_requests`` with the capacity search's ``percentile_boundable``)
-MIN_REQUESTS, MAX_REQUESTS = 50, 100_000
-ANALYTIC_NOTE = (
-    "each family's own figure from its paper's model: prompt tokens/s per GPU for "
-    "the prefill of one batch of --batch prompts (MixServe, SMIDT, FinDEP); shown "
-    "beside the serving simulation, not used to rank"
-)
-
-
-def _serve_workload(
-    w: Workload,
-    requests: int,
-    rate: float | None,
-    concurrency: int | None,
-    isl_dist: str | None,
-    osl_dist: str | None,
-    seed: int,
-) -> ServeWorkload:
-    """The request stream of the serving footing (a placeholder rate when none is given:
-    each plan is then simulated at its own largest SLO-meeting rate)."""
-    isl = LengthDist.parse(isl_dist) if isl_dist else LengthDist(mean=w.isl)
-    osl = LengthDist.parse(osl_dist) if osl_dist else LengthDist(mean=w.osl)
-    given = rate if rate is not None else w.rate
-    return ServeWorkload(
-        num_requests=requests,
-        rate=None if concurrency else (given or 1.0),
-        concurrency=concurrency,
-        isl=isl,
-        osl=osl,
-        seed=seed,
-    )
-
-
-def _ms(seconds: float | None) -> str:
-    return "none" if seconds is None else f"{seconds * 1e3:.0f} ms"
-
-
-def _workload(path: str | None, isl: int, osl: int, batch: int, rate: float | None) -> Workload:
-    if path is None:
-        return Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate)
-    from moeplan.specs.hf_config import read_json_file
-
-    data = read_json_file(path, "workload")  # bounded: regular file, UTF-8, sane sizes
-    require(isinstance(data, dict), f"workload ({path}) must be a JSON object")
-    allowed = {"phase", "batch", "isl", "osl", "rate"}
-    extra = sorted(set(data) - allowed)
-    require(
-        not extra,
-        f"workload.{extra[0] if extra else ''} is not a workload field "
-        f"(allowed: {', '.join(sorted(allowed))})",
-    )
-    try:
-        return Workload(**data)
-    except TypeError as err:
-        raise MoeplanError(f"workload ({path}) is malformed: {err}") from None
-
-
-def _check_trace(trace: str, num_experts: int) -> None:
-    """Stream ``trace`` once through the reader's checks (format, ranges, expert ids)."""
-    from moeplan.traces.format import iter_trace
-
-    require(Path(trace).exists(), f"--trace ({trace}) does not exist")
-    for _ in iter_trace(trace, num_experts=num_experts):
-        pass
 
 
 def plan_cmd(
@@ -121,7 +49,7 @@ def plan_cmd(
         ),
     ] = None,
     cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "smidt-a40",
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: opt.NodesOpt = None,
     layers: Annotated[
         int | None,
         typer.Option(
@@ -152,15 +80,9 @@ def plan_cmd(
     osl_dist: Annotated[
         str | None, typer.Option(help="Output length distribution, as --isl-dist (replaces --osl).")
     ] = None,
-    ttft_slo: Annotated[
-        float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TTFT_SLO_MS,
-    tpot_slo: Annotated[
-        float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Annotated[
-        float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
-    ] = 90.0,
+    ttft_slo: opt.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: opt.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: opt.SloPercentileOpt = 90.0,
     objective: Annotated[
         str,
         typer.Option(
@@ -175,13 +97,7 @@ def plan_cmd(
             "its measured kernels (moeplan.cost.kerneldb)."
         ),
     ] = "sglang",
-    cost_engine: Annotated[
-        str,
-        typer.Option(
-            help="'engine' (price kernels from the engine's measured tables) or 'none' "
-            "(the calibrated GEMM/NCCL model alone)."
-        ),
-    ] = "engine",
+    cost_engine: opt.CostEngineOpt = "engine",
     requests: Annotated[
         int,
         typer.Option(
@@ -203,9 +119,7 @@ def plan_cmd(
             "(pd) with strategy, attention-FFN disaggregated decode (afd) with dep."
         ),
     ] = ",".join(PROPOSING_FAMILIES),
-    profile: Annotated[
-        str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
-    ] = None,
+    profile: opt.ProfileOpt = None,
     any_divisor: Annotated[
         bool | None,
         typer.Option(
@@ -237,17 +151,13 @@ def plan_cmd(
             "--tbo/--no-tbo", help="Two-batch overlap (default: searched where DeepEP runs)."
         ),
     ] = None,
-    mtp: Annotated[
-        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
-    ] = 0,
-    mtp_accept: Annotated[
-        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
-    ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    mtp: opt.MtpOpt = 0,
+    mtp_accept: opt.MtpAcceptOpt = None,
+    kv_dtype: opt.KvDtypeOpt = "auto",
     a2a: Annotated[
         str | None, typer.Option(help="MoE all-to-all: auto, deepep or nccl (default: searched).")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: opt.JsonOpt = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -258,62 +168,18 @@ def plan_cmd(
 ) -> None:
     """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
     t_start = time.perf_counter()
-    knob_search = _knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
-    m: ModelSpec = load_model(model)
-    require(
-        mtp == 0 or m.num_nextn_predict_layers > 0,
-        f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {m.name} has none",
-    )
-    if layers is not None:
-        require(layers >= 1, f"layers ({layers}) must be >= 1")
-        m = m.with_layers(min(layers, m.num_layers))
-    from moeplan.export.plan_export import model_path_for, truncation_warning
-
-    launch_path = model_path_for(model, model_path)  # a bad --model-path fails before planning
-    c: ClusterSpec = load_cluster(cluster, nodes)
-    w = _workload(workload, isl, osl, batch, rate)
-    fams = tuple(f.strip() for f in families.split(",") if f.strip())
-    require(
-        bool(fams) and all(f in PROPOSING_FAMILIES for f in fams),
-        f"families ({families!r}) must be a comma-separated subset of {','.join(PROPOSING_FAMILIES)}",
-    )
-    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
-    check_int("--seed", seed, 0, 2**32 - 1)
-    n_jobs = check_jobs(jobs)
-    if trace is not None:  # read it whole now: a bad trace fails before planning, not after
-        _check_trace(trace, m.num_experts)
-    engines = simulated()
-    require(engine in engines, f"--engine ({engine!r}) must be {' or '.join(engines)}")
-    require(
-        cost_engine in ("engine", "none"),
-        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-    )
-    slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
-    check_requests(
-        requests, slo.percentile if concurrency is None else 50.0, MIN_REQUESTS, MAX_REQUESTS
-    )
-    sw = _serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
-    check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
-    if isl_dist or osl_dist:
-        w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
-    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-    from moeplan.cli._knob_checks import check_plan_knobs
-
-    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
-    outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
-    from moeplan.report.plan_report import check_outdir, write_artifacts
-
-    check_outdir(outdir)
-    show = not (quiet or json_out)
-    full = load_model(model)
-    spec = JobSpec(
-        model=m, cluster=c, workload=w, serve_workload=sw, slo=slo, families=fams,
-        objective=objective, engine=engine, rate_given=rate is not None or concurrency is not None,
-        requests=requests, knob_search=knob_search, any_divisor=any_divisor,
-        alternatives=[load_cluster(n) for n in cluster_names()], placement=placement,
-        trace=trace, trace_source=_trace_source(trace, m.num_experts), seed=seed,
-        full_model=full, model_path=launch_path,
+    spec, cm, n_jobs, outdir = job_spec(
+        model=model, model_path=model_path, cluster=cluster, nodes=nodes, layers=layers,
+        workload=workload, isl=isl, osl=osl, batch=batch, rate=rate, concurrency=concurrency,
+        isl_dist=isl_dist, osl_dist=osl_dist, slo_ms=(ttft_slo, tpot_slo, slo_percentile),
+        objective=objective, engine=engine, cost_engine=cost_engine, requests=requests,
+        trace=trace, families=families, profile=profile, any_divisor=any_divisor,
+        placement=placement, seed=seed, out=out, jobs=jobs,
+        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a),
     )  # fmt: skip
+    show = not (quiet or json_out)
+    from moeplan.report.plan_report import write_artifacts
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -328,21 +194,12 @@ def plan_cmd(
         prog.update(task, description="writing report")
         files = write_artifacts(outdir, outcome)
     elapsed = time.perf_counter() - t_start
-    truncated = truncation_warning(m.num_layers, full.num_layers)
-    warnings = [x for x in (truncated, quant_sentence(outcome.quant)) if x]
-    if warnings and not json_out:
-        for line in warnings:
-            err_console.print(f"[yellow]warning:[/] {line}")
+    warnings = plan_warnings(spec, outcome)
     if json_out:
-        print_json(
-            {
-                **_json(outcome, files, elapsed),
-                **({"placement_skipped": outcome.placement_note} if outcome.placement_note else {}),
-                "pricing": outcome.pricing,
-                "warnings": warnings,
-            }
-        )
+        print_json(plan_json(outcome, files, elapsed, warnings))
         return
+    for line in warnings:
+        err_console.print(f"[yellow]warning:[/] {line}")
     _print_human(outcome, files, elapsed)
     console.print(pricing_line(outcome.pricing))
     if outcome.pricing["stand_in_note"]:
@@ -351,104 +208,8 @@ def plan_cmd(
         console.print(outcome.placement_note)
 
 
-def _trace_source(trace: str | None, num_experts: int) -> Any:
-    """The routing trace's chunks, read afresh on each call (None: no trace)."""
-    if trace is None:
-        return None
-    from moeplan.traces.format import iter_trace
-
-    return lambda: iter_trace(trace, num_experts=num_experts)
-
-
-def _knob_search(
-    redundant: int | None,
-    tbo: bool | None,
-    mtp: int,
-    mtp_accept: float | None,
-    kv_dtype: str,
-    a2a: str | None,
-) -> Any:
-    """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
-    from moeplan.cost.a2a import A2A_CHOICES
-    from moeplan.search.ranking.rank import KnobSearch
-    from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
-
-    require(redundant is None or redundant >= 0, f"--redundant-experts ({redundant}) must be >= 0")
-    require(
-        kv_dtype in KV_DTYPES, f"--kv-dtype ({kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}"
-    )
-    require(
-        a2a is None or a2a in A2A_CHOICES,
-        f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}",
-    )
-    require(mtp_accept is None or mtp > 0, f"--mtp-accept ({mtp_accept}) needs --mtp N")
-    require(
-        mtp_accept is None or 0 < mtp_accept <= 1, f"--mtp-accept ({mtp_accept}) must be in (0, 1]"
-    )
-    require(
-        mtp == 0 or mtp_accept is not None,
-        f"--mtp ({mtp}) needs --mtp-accept P in (0, 1] (no default acceptance)",
-    )
-    given = {
-        n
-        for n, v in (
-            ("tbo", tbo),
-            ("redundant_experts", redundant),
-            ("a2a", a2a),
-            ("mtp", mtp or None),
-        )
-        if v is not None
-    }
-    base = InstanceKnobs(
-        tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0)
-    )
-    return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
-
-
-def _json(outcome: PlanOutcome, files: dict[str, str], elapsed: float) -> dict:
-    result, ranking, place_res = outcome.analytic, outcome.ranking, outcome.placement
-    win = ranking.winner
-    out: dict[str, Any] = {
-        "model": result.model.name,
-        "cluster": result.cluster.name,
-        "objective": ranking.objective,
-        "slo": {
-            "ttft_s": ranking.slo.ttft_s,
-            "tpot_s": ranking.slo.tpot_s,
-            "percentile": ranking.slo.percentile,
-        },
-        "workload": outcome.served_workload,
-        "candidates": [s.summary() for s in ranking.ranked],
-        "pareto": ranking.pareto(),
-        "not_served": ranking.not_served,
-        "pruned": [
-            {
-                "family": e.family,
-                "label": e.label,
-                "layout": e.layout.label,
-                "bound_output_tokens_per_s_per_gpu": v,
-            }
-            for e, v in ranking.pruned
-        ],
-        "winner": win.summary(),
-        "analytic": {
-            "note": ANALYTIC_NOTE,
-            "ranking": [c.summary() for c in result.candidates],
-            "explanation": result.explanation,
-        },
-        "skipped": result.skipped,
-        "explanation": list(outcome.explanation),
-        "limits": outcome.limits,
-        "cluster_fill": None if outcome.fill is None else outcome.fill.to_dict(),
-        "plan": outcome.plan.to_dict(),
-        "artifacts": files,
-        "elapsed_s": elapsed,
-        "timings_s": outcome.timings,
-        "search": ranking.search,
-    }
-    if place_res is not None:
-        out["placement"] = place_res.to_dict()
-    return out
+def _ms(seconds: float | None) -> str:
+    return "none" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
 def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) -> None:
@@ -500,16 +261,6 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
     console.print(f"Report: [bold]{files['report']}[/]   ({elapsed:.1f} s)")
 
 
-#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
-SHORT_NAMES = {
-    "strategy": "MixServe",
-    "pipeline": "SMIDT",
-    "dep": "FinDEP",
-    "pd": "P/D",
-    "afd": "AFD",
-}
-
-
 def _serving_table(ranking: ServeRanking) -> None:
     """The serving ranking within 80 columns: one time unit per column, families by short
     name (explained under the table)."""
@@ -533,7 +284,7 @@ def _serving_table(ranking: ServeRanking) -> None:
         ),
     )
     for i, s in enumerate(rows, 1):
-        fam = SHORT_NAMES.get(s.entry.family, s.entry.family)
+        fam = FAMILY_SHORT_NAMES.get(s.entry.family, s.entry.family)
         lay, gpus = f"{fam}: {s.entry.layout_label}", str(s.entry.gpus)
         if s.metrics is None:
             st.add_row(lay, gpus, "—", "—", "—", "—", s.result.reason)
@@ -554,7 +305,7 @@ def _serving_table(ranking: ServeRanking) -> None:
     fams = list(dict.fromkeys(s.entry.family for s in rows))
     console.print(
         "families: "
-        + "; ".join(f"{SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
+        + "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
         + ".",
         style="dim",
     )
@@ -590,7 +341,7 @@ def _analytic_table(result: PlanResult) -> None:
     )
     for i, cand in enumerate(cands, 1):
         t.add_row(
-            f"{SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}",
+            f"{FAMILY_SHORT_NAMES.get(cand.family, cand.name)}: {cand.label}",
             str(cand.gpus),
             f"{cand.per_gpu:,.0f}",
             ttfts[i - 1],

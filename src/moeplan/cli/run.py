@@ -16,15 +16,12 @@ when every failing rank failed on user input, 1 for a fault.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from moeplan.cli._common import QuietOpt, console, fmt_time, fmt_times, print_json, progress
-from moeplan.errors import MoeplanError, check_int, require, show
-
-MAX_TOKENS = 2**24  # tokens in one global batch of a local run
+from moeplan.commands.run import check_capacity, check_gpus, check_sizes, read_run_plan, run_summary
 
 
 def run_command(
@@ -78,9 +75,9 @@ def run_command(
     quiet: QuietOpt = False,
 ) -> None:
     """Run a plan on local processes and check it against a single-process reference."""
-    from moeplan.runtime.launch import read_plan, validate_plan
+    from moeplan.runtime.launch import validate_plan
     from moeplan.runtime.runner import RunOptions, spawned_rank
-    from moeplan.runtime.spawn import MAX_WORLD, RUN_GRACE_S, check_timeout, spawn_world
+    from moeplan.runtime.spawn import RUN_GRACE_S, check_timeout, spawn_world
 
     timeout = check_timeout(timeout)
     for w in weights or ():  # regular files (a FIFO would block every rank)
@@ -93,23 +90,8 @@ def run_command(
 
         check_target(trace)
         check_target(predicted_path(trace))
-    check_int("--tokens", tokens, 1, MAX_TOKENS)
-    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
-        if v is not None:
-            check_int(flag, v, 1, MAX_TOKENS)
-    if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
-        plan = str(Path(plan) / "plan.json")  # an --out folder of plan/dep/strategy/pipeline
-    doc = read_plan(plan)
-    require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
-    layout = doc.get("layout")
-    require(
-        layout is None or isinstance(layout, dict),
-        f"plan.layout ({show(layout)}) must be a JSON object",
-    )
-    world = nproc if nproc is not None else (layout or {}).get("world_size")
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise MoeplanError(f"--nproc ({show(world)}) must be a positive integer")
-    check_int("--nproc", world, 1, MAX_WORLD)
+    check_sizes(tokens, seq, micro_batches)
+    plan, doc, world = read_run_plan(plan, nproc)
     opts = RunOptions(
         model=model,
         scale=scale,
@@ -125,8 +107,8 @@ def run_command(
         weights=tuple(weights or ()),
     )
     validate_plan(plan, doc, world, opts)  # user errors before any process starts
-    _check_gpus(world)
-    _check_capacity(doc, world, opts)
+    check_gpus(world)
+    check_capacity(doc, world, opts)
     with progress(not (quiet or as_json), f"running the plan on {world} processes"):
         reports = spawn_world(
             spawned_rank, world, (doc, opts), deadline_s=4 * timeout + 60, grace_s=RUN_GRACE_S
@@ -134,55 +116,9 @@ def run_command(
     _finish(reports, world, as_json)
 
 
-def _check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
-    """Ranks and memory this machine cannot hold: one line before any process starts."""
-    from moeplan.runtime.capacity import check_capacity
-    from moeplan.runtime.mesh import as_plan
-    from moeplan.runtime.options import resolve
-    from moeplan.runtime.runner import model_config
-
-    p = as_plan(doc)
-    check_capacity(world, model_config(p, resolve(p, opts)), opts.tokens)
-
-
-def _check_gpus(world: int) -> None:
-    """NCCL runs one rank per GPU (two ranks on one device fail with "Duplicate GPU detected",
-    seen on an H100): say so before starting any process."""
-    import torch
-
-    if torch.cuda.is_available() and world > (n := torch.cuda.device_count()):
-        raise MoeplanError(
-            f"--nproc ({world}) exceeds this machine's CUDA devices ({n}): NCCL runs one rank "
-            f"per GPU; run on {world} GPUs, or with CUDA_VISIBLE_DEVICES= on CPU (gloo)"
-        )
-
-
 def _finish(reports: list[dict[str, Any]], world: int, as_json: bool) -> None:
+    summary = run_summary(reports, world)
     failed = [(r, rep) for r, rep in enumerate(reports) if not rep["ok"]]
-    ranks = [rep["result"] for rep in reports if rep["ok"]]
-    errs = [r["max_abs_err"] for r in ranks if r["max_abs_err"] is not None]
-    summary = {
-        "world_size": world,
-        "ok": not failed,
-        "max_abs_err": max(errs) if errs else None,
-        "ranks": ranks,
-        "failures": [{"rank": r, **rep} for r, rep in failed],
-    }
-    if ranks and ranks[0]["rank"] == 0:
-        summary.update(
-            {
-                k: v
-                for k, v in ranks[0].items()
-                if k
-                in (
-                    "family",
-                    "trace",
-                    "predicted_trace",
-                    "measured_makespan_s",
-                    "predicted_makespan_s",
-                )
-            }
-        )
     if as_json:
         print_json(summary)
     else:

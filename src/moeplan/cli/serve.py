@@ -3,10 +3,10 @@
 The deployment is given by layout flags (``--attn-tp --attn-dp --moe-tp --moe-ep --pp``) or by
 a ``plan.json`` (``--plan``; families ``strategy`` and ``pipeline``; a FinDEP ``dep`` plan is
 attention–FFN disaggregated and is not simulated by this engine model, said in one line), or
-is a prefill/decode pair of pools (``--pd``, :mod:`moeplan.cli.serve_pd`).
-Thin: parse and check (:mod:`moeplan.cli.serve_checks`) → specs → one layout
-(:mod:`moeplan.cli.serve_single`), a P/D pair or one phase → print
-(:mod:`moeplan.cli.serve_print`). The engine knobs
+is a prefill/decode pair of pools (``--pd``, grammar: :mod:`moeplan.serve.pools.pd_spec`).
+Thin: parse and check (:mod:`moeplan.commands.serve_inputs`) → specs → one layout, a P/D pair
+or one phase (:mod:`moeplan.commands.serve_sim`) → print (:mod:`moeplan.cli.serve_print`)
+and the Chrome trace. The engine knobs
 (running-request cap, prefill chunk) are searched unless given; without ``--rate`` or
 ``--concurrency`` the workload is simulated at the largest Poisson rate that meets the SLOs.
 """
@@ -17,27 +17,31 @@ from typing import Annotated
 
 import typer
 
-from moeplan.cli._common import QuietOpt
-from moeplan.cli._fork import check_jobs, workers
-from moeplan.cli._steady import check_rate
-from moeplan.cli.serve_checks import (
+from moeplan.cli import _common as opt
+from moeplan.cli._common import QuietOpt, print_json, progress, write_atomic
+from moeplan.cli.serve_print import print_pd, print_phase, print_single
+from moeplan.commands.serve_inputs import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
-    LAYOUT_FLAGS,
-    check_fits_cluster,
-    check_flags,
-    resolve_deployment,
-    serve_inputs,
+    ServeSimFlags,
+    prepare,
+    sim_inputs,
 )
-from moeplan.cli.serve_pd import PD_HELP, show_pd
-from moeplan.cli.serve_plan import PLAN_LAYOUTS, layout_from_plan
-from moeplan.cli.serve_print import payload, print_human
-from moeplan.errors import require
+from moeplan.commands.workers import workers
 from moeplan.io import check_target
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
-from moeplan.specs import load_cluster, load_model
 
-__all__ = ["PLAN_LAYOUTS", "layout_from_plan", "register", "serve_sim"]
+PD_HELP = (
+    "Simulate a P/D deployment: 'X*LAYOUT:Y*LAYOUT' (X prefill instances of one layout, Y "
+    "decode instances of another) or a P/D plan.json. LAYOUT = dot-separated attn-tpN, "
+    "attn-dpN, moe-tpN, moe-epN, moe-rN (redundant experts), ppN, mbN (micro-batches), "
+    "dense-tpN, fused (MixServe AR-A2A); omitted degrees are 1; or agN.egN (an "
+    "attention-FFN disaggregated decode instance). E.g. 3*attn-dp8.moe-ep8:1*ag2.eg6 "
+    "or 2*attn-dp8.moe-ep8:1*attn-tp2.moe-tp2. Needs an open workload (--rate or the "
+    "SLO-rate search); excludes --plan and the layout flags."
+)
+
+__all__ = ["register", "serve_sim"]
 
 
 def serve_sim(
@@ -48,7 +52,7 @@ def serve_sim(
     cluster: Annotated[
         str | None, typer.Option(help="Cluster preset (default: the plan's).")
     ] = None,
-    nodes: Annotated[int | None, typer.Option(help="Override the cluster's node count.")] = None,
+    nodes: opt.NodesOpt = None,
     plan: Annotated[
         str | None,
         typer.Option(
@@ -104,15 +108,9 @@ def serve_sim(
     prefix_hit: Annotated[
         float, typer.Option(help="Fraction of every prompt found in the prefix cache.")
     ] = 0.0,
-    ttft_slo: Annotated[
-        float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TTFT_SLO_MS,
-    tpot_slo: Annotated[
-        float, typer.Option(help="TPOT SLO in ms (at --slo-percentile).")
-    ] = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Annotated[
-        float, typer.Option(help="Percentile the SLOs bind: 50, 90 or 99.")
-    ] = 90.0,
+    ttft_slo: opt.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo: opt.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: opt.SloPercentileOpt = 90.0,
     engine: Annotated[
         str,
         typer.Option(
@@ -120,13 +118,7 @@ def serve_sim(
             "none, its measured kernels (as `moeplan plan`)."
         ),
     ] = "sglang",
-    cost_engine: Annotated[
-        str,
-        typer.Option(
-            help="'engine' (price kernels from the engine's measured tables) or 'none' "
-            "(the calibrated GEMM/NCCL model alone)."
-        ),
-    ] = "engine",
+    cost_engine: opt.CostEngineOpt = "engine",
     chunk_tokens: Annotated[
         int | None, typer.Option(help="Prefill chunk / token budget (default: searched).")
     ] = None,
@@ -141,9 +133,7 @@ def serve_sim(
         ),
     ] = DEFAULT_REQUESTS,
     seed: Annotated[int, typer.Option(help="Seed of arrivals and lengths.")] = 0,
-    profile: Annotated[
-        str | None, typer.Option(help="HardwareProfile (default: the cluster's).")
-    ] = None,
+    profile: opt.ProfileOpt = None,
     trace_out: Annotated[
         str | None, typer.Option(help="Write a Chrome trace of the iterations here.")
     ] = None,
@@ -167,13 +157,9 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
-    mtp: Annotated[
-        int, typer.Option(help="MTP draft tokens per decode step (0: off; needs --mtp-accept).")
-    ] = 0,
-    mtp_accept: Annotated[
-        float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
-    ] = None,
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")] = "auto",
+    mtp: opt.MtpOpt = 0,
+    mtp_accept: opt.MtpAcceptOpt = None,
+    kv_dtype: opt.KvDtypeOpt = "auto",
     a2a: Annotated[
         str,
         typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
@@ -182,7 +168,7 @@ def serve_sim(
         str | None,
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json_out: opt.JsonOpt = False,
     quiet: QuietOpt = False,
     jobs: Annotated[
         int | None,
@@ -197,67 +183,46 @@ def serve_sim(
     step of one phase alone per GPU."""
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
-    from moeplan.cli.serve_phase import check_phase_flags, run_phase_flags, trace_routing
-
-    phase_ctx = check_phase_flags(phase, batch_per_gpu, tokens_per_gpu, context, isl)
-    flags = dict(
-        zip(LAYOUT_FLAGS, (attn_tp, attn_dp, moe_tp, moe_ep, pp, micro_batches), strict=True)
-    )
-    d = resolve_deployment(
-        pd, plan, flags, replicas=replicas, chunk_tokens=chunk_tokens, max_running=max_running,
-        a2a=a2a, tbo=tbo, kv_dtype=kv_dtype, redundant_experts=redundant_experts, phase=phase,
-        concurrency=concurrency, trace_out=trace_out,
-    )  # fmt: skip
-    require(bool(model or d.plan), "--model is required without --plan")
-    require(bool(cluster or d.plan), "--cluster is required without --plan")
-    m = load_model(model or d.plan.model)  # type: ignore[union-attr]
-    c = load_cluster(cluster or d.plan.cluster, nodes)  # type: ignore[union-attr]
-    require(
-        replicas is None or concurrency is None,
-        f"--replicas ({replicas}) applies to open workloads (--rate or the SLO-capacity "
-        "search); a closed loop (--concurrency) drives one instance",
-    )
-    check_fits_cluster(d, c, one_instance=phase is not None or concurrency is not None)
-    n_jobs = check_jobs(jobs)
-    knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=mtp, mtp_accept=mtp_accept, kv_dtype=d.kv_dtype)
-    routing = trace_routing(routing_trace, m) if routing_trace else None
+    f = ServeSimFlags(**{k: v for k, v in locals().items() if k not in ("json_out", "quiet")})
+    s = prepare(f)
+    m, c, d, n_jobs = s.model, s.cluster, s.deployment, s.jobs
     if phase is not None:
-        run_phase_flags(
+        from moeplan.commands.serve_sim import phase_answer
+
+        out = phase_answer(
             m, c, d.layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
-            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu, context=phase_ctx,
-            knob_flags=knob_flags, json_out=json_out, routing=routing,
+            per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu,
+            context=s.phase_context, knob_flags=s.knob_flags, routing=s.routing,
         )  # fmt: skip
+        if json_out:
+            print_json(out)
+        else:
+            print_phase(out)
         return
-    check_flags(engine, rate, concurrency, requests, d.chunk_tokens, d.max_running, arrival, cv)
-    slo, w = serve_inputs(
-        ttft_slo=ttft_slo, tpot_slo=tpot_slo, slo_percentile=slo_percentile, requests=requests,
-        rate=rate, concurrency=concurrency, arrival=arrival, cv=cv,
-        lengths=(isl, isl_dist, osl, osl_dist), prefix_hit=prefix_hit, think_ms=think_ms,
-        seed=seed,
-    )  # fmt: skip
-    check_rate(rate, d.replicas if d.pd is None else 1, w, slo)  # P/D: one stream, both pools
-    require(
-        cost_engine in ("engine", "none"),
-        f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
-    )
-    from moeplan.kernel_tables import engine_cost_model
-    from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    slo, w, cm = sim_inputs(f, s)
+    from moeplan.commands.serve_sim import iterations_trace, simulate_pd, simulate_single
 
-    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if d.pd is not None:
-        mtp_knobs = resolve_knobs(
-            cm.engine, m, c, d.pd.prefill, mtp=mtp, mtp_accept=mtp_accept
-        )  # validates --mtp/--mtp-accept
         with workers(n_jobs, carry=[cm]):
-            return show_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
-                           requests=requests, json_out=json_out, render=(payload, print_human),
-                           mtp=(mtp_knobs.mtp, mtp_knobs.mtp_accept))  # fmt: skip
-    from moeplan.cli.serve_single import run_single
-
-    knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
-    with workers(n_jobs, carry=[cm]):
-        run_single(m, c, cm, d, w, slo, knobs, engine=engine, rate=rate, routing=routing,
-                   trace_out=trace_out, json_out=json_out, quiet=quiet)  # fmt: skip
+            pools, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
+                                 requests=requests, mtp=mtp, mtp_accept=mtp_accept)  # fmt: skip
+        if json_out:
+            print_json(out)
+        else:
+            print_pd(out, d.pd, pools)
+        return
+    closed = w.concurrency is not None
+    work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")
+    with workers(n_jobs, carry=[cm]), progress(not (quiet or json_out), work):
+        out, r, sim, knobs = simulate_single(m, c, cm, d, w, slo, s.knob_flags, engine=engine,
+                                             rate=rate, routing=s.routing)  # fmt: skip
+    if trace_out:
+        write_atomic(trace_out, iterations_trace(sim, m, c, d.layout))
+        out["trace"] = trace_out
+    if json_out:
+        print_json(out)
+    else:
+        print_single(out, r, knobs)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,73 +1,20 @@
-"""``moeplan serve-sim``'s output: the JSON payload of one simulated deployment and its
-printout (latency percentiles, tokens/s per GPU and in all, goodput, the SLO verdict).
-
-The P/D path (:mod:`moeplan.cli.serve_pd`) renders through the same two functions, the
-layout being the P/D pair.
+"""``moeplan serve-sim``'s printout of one simulated deployment (latency percentiles,
+tokens/s per GPU and in all, goodput, the SLO verdict), of a P/D pair (the same, plus the
+pools' line) and of one phase's steady step; the answers come from
+:mod:`moeplan.commands.serve_sim`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from moeplan.cli._common import Table, console, fmt_times
+from moeplan.cli._common import Table, console, err_console, fmt_times, plural
+from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
-from moeplan.serve import SLO, ServeWorkload
-
-
-def _metrics_dict(r: ServeResult, rate: float | None) -> dict[str, Any]:
-    m: dict[str, Any] = r.metrics.to_dict() if r.metrics is not None else {}
-    m["max_rate_meeting_slo_rps"] = r.max_rate_meeting_slo_rps
-    m["rate_simulated_rps"] = rate
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
-
-
-def payload(
-    model: str,
-    cluster: str,
-    r: ServeResult,
-    w: ServeWorkload,
-    slo: SLO,
-    rate: float | None,
-    engine: str,
-) -> dict[str, Any]:
-    e = r.engine
-    assert e is not None
-    return {
-        "model": model,
-        "cluster": cluster,
-        "label": r.label,
-        "gpus": r.layout.gpus,
-        "layout": r.layout.to_dict(),
-        "engine": {
-            "name": engine,
-            "policy": e.policy,
-            "chunk_tokens": e.chunk_tokens,
-            "max_running": e.max_running,
-            "kv_tokens": e.kv_tokens,
-            "kv_tokens_per_rank": e.kv_tokens_per_rank,
-        },
-        "workload": {
-            "requests": w.num_requests,
-            "rate_rps": rate,
-            "concurrency": w.concurrency,
-            "arrival": w.arrival,
-            "cv": w.cv,
-            "isl": w.isl.kind,
-            "isl_mean": w.isl.mean,
-            "isl_median": w.isl.median or None,  # lognormal only
-            "osl": w.osl.kind,
-            "osl_mean": w.osl.mean,
-            "osl_median": w.osl.median or None,
-            "prefix_hit": w.prefix_hit,
-            "think_s": w.think_s,
-            "seed": w.seed,
-        },
-        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "percentile": slo.percentile},
-        "meets_slo": r.meets_slo,
-        "bound": r.bound,
-        "metrics": _metrics_dict(r, rate),
-    }
+from moeplan.search.disagg.pools import DisaggResult
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
+from moeplan.serve.pools.pd import PDLayout
 
 
 def _ms(seconds: float) -> str:
@@ -76,7 +23,8 @@ def _ms(seconds: float) -> str:
     return f"{ms:.4g}" if abs(ms) < 1e4 else f"{ms:,.0f}"
 
 
-def print_human(out: dict[str, Any], r: ServeResult) -> None:
+def print_human(out: dict[str, Any], r: ServeResult | DisaggResult) -> None:
+    """The common printout of one simulated deployment (``out``: its JSON answer)."""
     m, e, w = out["metrics"], out["engine"], out["workload"]
     load = (
         f"{w['rate_rps']:.3g} req/s Poisson"
@@ -134,3 +82,55 @@ def print_human(out: dict[str, Any], r: ServeResult) -> None:
     )
     if "trace" in out:
         console.print(f"Chrome trace: {out['trace']}")
+
+
+def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> None:
+    """One instance layout: :func:`print_human`, the MTP line, pricing and warnings."""
+    print_human(out, r)
+    if knobs.mtp:
+        console.print(
+            f"MTP: {knobs.mtp} draft token(s) per step, acceptance {knobs.mtp_accept:g} (given) "
+            f"-> {knobs.tokens_per_step:.3g} tokens per decode step in expectation; ITL is "
+            "the gap between steps, TPOT the time per output token"
+        )
+    console.print(pricing_line(out["pricing"]))
+    if out["pricing"]["stand_in_note"]:
+        console.print(out["pricing"]["stand_in_note"])
+    for line in out["warnings"]:
+        err_console.print(f"[yellow]warning:[/] {line}")
+
+
+def print_pd(out: dict[str, Any], pd: PDLayout, r: DisaggResult) -> None:
+    """A P/D pair as one engine (:func:`print_human`), then the pools in words (the
+    scheduler printed above is the decode pool's) and the pricing."""
+    print_human(out, r)
+    console.print(
+        f"Pools: {plural(pd.x, 'prefill instance')} of {pd.prefill.label}, "
+        f"{plural(pd.y, 'decode instance')} "
+        f"of {pd.decode.label} ({pd.gpus} GPUs; the scheduler above is the decode pool's); "
+        f"analytic capacities {r.rho[0]:.2f} (prefill) and {r.rho[1]:.2f} (decode) of the "
+        "pool that limits: 1.00 marks the bottleneck."
+    )
+    console.print(pricing_line(out["pricing"]))
+
+
+def print_phase(out: dict[str, Any]) -> None:
+    """One phase's steady step per GPU and its pricing."""
+    knobs = ", ".join(f"{k}={v}" for k, v in out["knobs"].items() if v is not None)
+    console.print(
+        f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']}, "
+        f"{out['engine']} ({knobs}): {out['phase']} step, steady state of the phase alone, "
+        "per GPU."
+    )
+    if out["phase"] == "decode":
+        what = f"{out['batch_per_gpu']} sequences at KV {out['context']}"
+    else:
+        what = f"{out['tokens_per_gpu']} prompt tokens in prompts of {out['context']}"
+    console.print(
+        f"  {what}: step [bold]{out['step_ms']:.2f} ms[/], "
+        f"[bold]{out['tokens_per_s_per_gpu']:,.0f}[/] {out['tokens_kind']}/s per GPU"
+    )
+    bd = out["breakdown_ms"]
+    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*BREAKDOWN_KEYS, "overlap") if k in bd)
+    console.print(f"  breakdown (ms, sums to the step): {parts}")
+    console.print(pricing_line(out["pricing"]))

@@ -9,13 +9,12 @@ header say which, and the mix of sources (measured / interpolated / transferred 
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich import box
 
-from moeplan.backends import DEFAULT_ENGINE, exported
+from moeplan.backends import DEFAULT_ENGINE
 from moeplan.cli._common import (
     DEFAULT_BATCH,
     DEFAULT_ISL,
@@ -33,121 +32,28 @@ from moeplan.cli._common import (
     err_console,
     fmt_time,
     fmt_times,
-    pricing_of,
     print_json,
     progress,
-    with_pricing,
     write_outputs,
 )
-from moeplan.cli.glossary import glossary
+from moeplan.commands.glossary import glossary
+from moeplan.commands.strategy import (
+    export_for,
+    fused_target,
+    node_sizes,
+    strategy_files,
+    strategy_json,
+    strategy_warnings,
+    strategy_workload,
+    verify_fused,
+)
 from moeplan.errors import check_int, require
 from moeplan.export.constraints import Target
-from moeplan.export.launcher import render_launcher
-from moeplan.export.plan_export import model_path_for
 from moeplan.export.sglang import ExportResult
-from moeplan.export.writers import writer
-from moeplan.kernel_tables import pricing_line
-from moeplan.planners.layout import Layout
-from moeplan.planners.strategy.analyzer import (
-    RANK_BY,
-    Analysis,
-    StrategyResult,
-    analyze,
-    gains,
-    result_dict,
-    to_plan,
-    zipf_routing,
-)
+from moeplan.kernel_tables import pricing, pricing_line
+from moeplan.planners.strategy.analyzer import RANK_BY, Analysis, StrategyResult, analyze, gains
 from moeplan.planners.strategy.cost import StrategyEvaluator
-from moeplan.planners.strategy.fused import layer_schedules
-from moeplan.planners.strategy.space import fusable, mixserve_default
-from moeplan.sim import gantt_html
-from moeplan.specs import ClusterSpec, Workload, load_cluster, load_model
-
-
-def load_model_arg(name: str):
-    """A preset name, or a path to a Hugging Face ``config.json`` (see ``specs.load_model``)."""
-    return load_model(name)
-
-
-def export_for(
-    engine: str, r: StrategyResult, model: str, model_path: str | None, nodes: int, target: Target
-) -> ExportResult:
-    """Engine arguments for ``r`` on ``target``'s model and machines; without
-    ``--model-path`` the preset's Hugging Face repo (a config.json's folder) stands in and a
-    warning says so."""
-    engines = exported()
-    require(engine in engines, f"--export ({engine}) must be one of {engines}")
-    path = model_path_for(model, model_path)
-    exp = writer(engine).engine_args(r.strategy, model_path=path, target=target, num_nodes=nodes)
-    if model_path is None:
-        note = f"--model-path not given: {path!r} is loaded; pass --model-path for a local copy"
-        exp = replace(exp, warnings=(*exp.warnings, note))
-    return exp
-
-
-def pareto_html(a: Analysis, title: str) -> str:
-    """Plotly figure: every ranked strategy, the Pareto front as a line."""
-    import plotly.graph_objects as go
-
-    def trace(rs, name, mode):
-        return go.Scatter(
-            x=[r.ttft_s * 1e3 for r in rs],
-            y=[r.throughput_per_gpu for r in rs],
-            text=[r.strategy.label for r in rs],
-            name=name,
-            mode=mode,
-        )
-
-    fig = go.Figure(
-        [
-            trace(a.strategies, "strategies", "markers"),
-            trace(a.pareto, "Pareto front", "lines+markers"),
-        ]
-    )
-    base = [r for r in a.baselines.values() if r is not None and r.fits]
-    fig.add_trace(
-        go.Scatter(
-            x=[r.ttft_s * 1e3 for r in base],
-            y=[r.throughput_per_gpu for r in base],
-            mode="markers",
-            marker={"symbol": "x", "size": 11},
-            text=[n for n, r in a.baselines.items() if r in base],
-            name="baselines",
-        )
-    )
-    fig.update_layout(
-        title=title, xaxis_title="TTFT (ms)", yaxis_title="throughput per GPU (tokens/s)"
-    )
-    return fig.to_html(include_plotlyjs=True, full_html=True)
-
-
-def fused_target(a: Analysis, c: ClusterSpec) -> Layout | None:
-    """The #1 strategy when fused, else the paper's default hybrid when it is fusable."""
-    if a.best is not None and a.best.strategy.fused:
-        return a.best.strategy
-    s = mixserve_default(c.num_nodes, c.gpus_per_node)
-    return s if fusable(s, c.num_nodes, c.gpus_per_node) else None
-
-
-def verify_fused(ev: StrategyEvaluator, s: Layout, isl: int) -> dict:
-    """Closed-form fused/sequential layer times against their replay on ``moeplan.sim``."""
-    out: dict = {"strategy": s.label}
-    for phase, q_len in (("prefill", isl), ("decode", 1)):
-        layer = ev.fused_layer(s, q_len)
-        ag, rs = layer.times()
-        sched = layer_schedules(layer)
-        for kind, closed in (
-            ("fused", ag.fused + rs.fused),
-            ("sequential", ag.sequential + rs.sequential),
-        ):
-            sim = sched[kind].makespan
-            out[f"{phase}_{kind}"] = {
-                "closed_form_s": closed,
-                "simulated_s": sim,
-                "gap": abs(sim - closed) / closed if closed else 0.0,
-            }
-    return out
+from moeplan.specs import load_cluster, load_model
 
 
 def _print_human(
@@ -273,54 +179,35 @@ def strategy(
     require(itl_slo is None or itl_slo > 0, f"--itl-slo ({itl_slo}) must be > 0 ms")
     check_out(out, OUTPUTS)
     check_int("--seed", seed, 0, 2**32 - 1)
-    m = load_model_arg(model)
+    m = load_model(model)
     c = load_cluster(cluster, nodes)
-    routing = zipf_routing(m.num_experts, m.top_k, expert_skew, seed) if expert_skew else None
-    w = Workload(phase="both", batch=batch, isl=isl, osl=osl, rate=rate, routing=routing)
+    w = strategy_workload(m, batch=batch, isl=isl, osl=osl, rate=rate, skew=expert_skew, seed=seed)
     cm = engine_cost(c, profile, engine)
-    sizes = sorted({n for n in (1, 2, 4, 8, 16, 32, 64) if n < c.num_nodes} | {c.num_nodes})
+    sizes = node_sizes(c)
     with progress(not (quiet or json_out), "MixServe: enumerating TP/EP/DP/PP strategies"):
         a = analyze(
             m, c, w, cm, any_divisor=any_divisor, node_counts=sizes if all_sizes else None,
             ttft_slo_s=None if ttft_slo is None else ttft_slo / 1e3,
             itl_slo_s=None if itl_slo is None else itl_slo / 1e3, rank_by=rank_by,
         )  # fmt: skip
-    price = pricing_of(cm)  # what priced the ranking (before the figures add lookups)
+    price = pricing(cm)  # what priced the ranking (before the figures add lookups)
     best = a.best
     exp = None
     if export is not None and best is not None:
         exp = export_for(export, best, model, model_path, c.num_nodes, Target.of(m, c))
     ev = StrategyEvaluator(m, c, w, cm)
     target = fused_target(a, c)
-    files: dict[str, Any] = {"pareto.html": lambda: pareto_html(a, f"{m.name} on {c.name}")}
-    if best is not None:
-        files["plan.json"] = with_pricing(
-            to_plan(best, model=model, cluster=c.name, baselines=a.baselines), price
-        ).to_json()
-    if exp is not None and exp.args and best is not None:
-        files[f"{exp.engine}.sh"] = render_launcher(
-            exp.args, [best.strategy.label, pricing_line(price), *exp.warnings]
-        )
-    if target is not None:
-        files["gantt.html"] = lambda: gantt_html(
-            layer_schedules(ev.fused_layer(target, isl)),
-            title=f"one MoE layer, prefill: {target.label}",
-            include_plotlyjs=True,
-        )
+    files = strategy_files(a, ev, target, exp, price, model=model, isl=isl)
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
-    from moeplan.cost.provenance import quant_vs_bf16
-    from moeplan.search.job.outcome import quant_sentence
-
-    st = best.strategy if best is not None else None
-    qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))
+    warnings = strategy_warnings(cm, m, best)
     if json_out:
         obj = {
-            **_json(a, top, exp, model, c.name, best, price),
+            **strategy_json(a, top, exp, model, c.name, best, price),
             "engine": engine,
             "pricing": price,
-            "warnings": [qw] if qw else [],
+            "warnings": warnings,
         }
         if verify:
             obj["verify"] = checked
@@ -329,8 +216,8 @@ def strategy(
     _print_human(a, top, exp, title, price)
     if verify:
         _print_verify(checked)
-    if qw:
-        err_console.print(f"[yellow]warning:[/] {qw}")
+    for line in warnings:
+        err_console.print(f"[yellow]warning:[/] {line}")
 
 
 OUTPUTS = {"plan.json", "pareto.html", "gantt.html", "sglang.sh", "vllm.sh"}
@@ -350,39 +237,6 @@ def _print_verify(checked: dict | None) -> None:
                 f"  {key}: closed form {fmt_time(v['closed_form_s'])}, simulated "
                 f"{fmt_time(v['simulated_s'])}, gap {v['gap']:.2e}"
             )
-
-
-def _json(
-    a: Analysis,
-    top: int,
-    exp: ExportResult | None,
-    model: str,
-    cluster: str,
-    best: StrategyResult | None,
-    price: dict,
-) -> dict:
-    base = {
-        n: (None if r is None else {**result_dict(r), "gains": gains(best, r) if best else None})
-        for n, r in a.baselines.items()
-    }
-    obj = {
-        "model": model,
-        "cluster": cluster,
-        "strategies": [result_dict(r) for r in a.strategies[:top]],
-        "baselines": base,
-        "search_ms": a.search_s * 1e3,
-        "evaluated": a.evaluated,
-        "rejected": {"shape": a.rejected_shape, "memory": a.rejected_memory, "slo": a.rejected_slo},
-        "pareto": [result_dict(r) for r in a.pareto],
-        "plan": (
-            with_pricing(to_plan(best, model=model, cluster=cluster), price).to_dict()
-            if best
-            else None
-        ),
-    }
-    if exp is not None:
-        obj["export"] = exp.as_dict()
-    return obj
 
 
 def register(app: typer.Typer) -> None:

@@ -13,35 +13,20 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, print_json, progress
+from moeplan.commands.trace import check_trace_path, load_info, synth_config, trace_info
 from moeplan.errors import check_int, require
-from moeplan.traces.format import (
-    MAX_TRACE_EXPERTS,
-    TraceWriter,
-    iter_trace,
-    load_trace,
-    save_trace,
-)
+from moeplan.specs import load_model
+from moeplan.traces.format import MAX_TRACE_EXPERTS, TraceWriter, iter_trace, load_trace, save_trace
 from moeplan.traces.stats import trace_stats
-from moeplan.traces.synthetic import SynthConfig, iter_synthesize
+from moeplan.traces.synthetic import iter_synthesize
 
 MAX_REQUESTS = 2**24  # synthetic requests (about 4.5e9 occurrences at the default lengths)
 MAX_SEED = 2**63 - 1
 
 
-def _trace_out(out: Path) -> None:
-    require(out.suffix in (".npz", ".parquet"), f"--out ({out}) must end in .npz or .parquet")
-    require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
-
-
 trace_app = typer.Typer(
     help="Routing traces: synthesize, import real dumps, statistics.", no_args_is_help=True
 )
-
-
-def _model(name: str):  # type: ignore[no-untyped-def]
-    from moeplan.cli.strategy import load_model_arg
-
-    return load_model_arg(name)
 
 
 @trace_app.command("synth")
@@ -65,21 +50,13 @@ def synth(
     """Synthetic trace with Zipf tokens, topics, token-expert affinity, Markov layers."""
     check_int("--requests", requests, 1, MAX_REQUESTS)
     check_int("--seed", seed, 0, MAX_SEED)
-    _trace_out(out)
-    m = _model(model)
+    check_trace_path(out)
+    m = load_model(model)
     require(m.num_experts > 1, f"--model ({model}) must be an MoE model")
     if layers is not None:
         require(layers >= 1, f"--layers ({layers}) must be >= 1")
         m = m.with_layers(min(layers, m.num_layers))
-    cfg = SynthConfig(
-        num_layers=m.num_moe_layers,
-        num_experts=m.num_experts,
-        top_k=m.top_k,
-        vocab_size=min(m.vocab_size, 32000),
-        num_requests=requests,
-        seed=seed,
-        num_groups=_groups(m.num_experts),
-    )
+    cfg = synth_config(m, requests, seed)
     n = 0
     with progress(not (quiet or as_json), f"synthesizing {requests} requests") as step:
         if out.suffix == ".parquet":
@@ -112,11 +89,6 @@ def synth(
         )
 
 
-def _groups(num_experts: int) -> int:
-    """Largest divisor of E that is <= 16 (semantic groups of the generator)."""
-    return max(g for g in range(1, 17) if num_experts % g == 0)
-
-
 @trace_app.command("import")
 def import_(
     src: Annotated[list[Path], typer.Argument(help="SGLang dump file(s) (.pt)")],
@@ -142,21 +114,15 @@ def import_(
         require(out.suffix == ".json", f"--out ({out}) must end in .json for --from sglang-stat")
         require(not out.is_dir(), f"--out ({out}) is a directory; give a file name")
     else:
-        _trace_out(out)
+        check_trace_path(out)
     if kind == "sglang-stat":
         load = sglang.read_stat(src, num_experts=num_experts)
         sglang.write_load_json(out, load)
-        info = {"out": str(out), "layers": int(load.shape[0]), "experts": int(load.shape[1])}
+        info = {"out": str(out), **load_info(load)}
     else:
         tr = sglang.read_per_token(src, num_experts=num_experts)
         save_trace(tr, out)
-        info = {
-            "out": str(out),
-            "occurrences": tr.num_tokens,
-            "layers": tr.num_layers,
-            "experts": tr.num_experts,
-            "top_k": tr.top_k,
-        }
+        info = {"out": str(out), **trace_info(tr)}
     if as_json:
         print_json(info)
     else:

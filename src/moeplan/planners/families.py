@@ -18,7 +18,7 @@ report        :data:`moeplan.report.sections.FAMILY_SECTIONS` and
               :data:`moeplan.report.figures.FAMILY_BASELINES` — a proposer's section and baselines
 export        :data:`moeplan.export.plan_export.ANALYTIC_OPTIONS` — what a proposer's plan
               offers the engines; P/D pools by the record's ``launch``
-cli           :data:`moeplan.cli.serve.PLAN_LAYOUTS` — ``serve-sim --plan``'s reader
+commands      :data:`moeplan.commands.serve_plan.PLAN_LAYOUTS` — ``serve-sim --plan``'s reader
 runtime       :data:`moeplan.runtime.engines.FAMILY_ENGINES` and ``moeplan.runtime.mesh``'s mesh
               builders — every family that writes its own ``plan.json`` (``plan_family``)
 ============  ==========================================================================

@@ -2,7 +2,8 @@
 
 One definition per term (the vocabulary of the design document), so ``dep``, ``place``,
 ``plan`` and ``pipeline`` explain a term the same way. :func:`glossary` joins the wanted
-terms into one "terms: ..." line.
+terms into one "terms: ..." line. Beside them, the families' short names of the table cells
+and the line explaining SMIDT's stage choices.
 """
 
 from __future__ import annotations
@@ -44,3 +45,22 @@ TERMS: dict[str, str] = {
 def glossary(*terms: str) -> str:
     """``terms: ma = ...; r1 = ...`` for ``terms`` in the order given (unknown: KeyError)."""
     return "terms: " + "; ".join(f"{t} = {TERMS[t]}" for t in terms) + "."
+
+
+#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
+FAMILY_SHORT_NAMES = {
+    "strategy": "MixServe",
+    "pipeline": "SMIDT",
+    "dep": "FinDEP",
+    "pd": "P/D",
+    "afd": "AFD",
+}
+
+
+#: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
+PIPELINE_CHOICES = (
+    "choices: per run of layers, t = tensor-parallel degree inside the module, e = expert-"
+    "parallel degree (MoE), d = data-parallel copies (attention DP; for an MoE module "
+    "SMIDT's DPMoE: replicas kept in spare memory, shrinking its all-to-all); bottleneck = "
+    "the slowest stage's time, which sets the pipeline's pace."
+)
