@@ -31,17 +31,32 @@ tool; figures transcribed, not fitted):
 Routing: balanced (no per-expert loads of these runs are public), the busiest EP rank of each
 batch priced at the batch's token count (:mod:`moeplan.cost.ep_spread`).
 
+Unsourced steps (:data:`SENSITIVITY`): every row is priced again with each step that moves
+it and has no engine line, profile or measurement behind it set to its alternatives — the
+two-batch-overlap SM reserve (sourced for DeepGEMM, SGLang's cap; assumed for the attention
+core; 24 SMs is DeepEP's README budget, SGLang's default is 20: cost/wideep.py), the
+link-floor exponent of a communication kernel moved to another link (``LINK_FLOOR_EXPONENT``,
+cost/kerneldb/fit.py) and the DeepEP transfer from one NVLink node to RDMA (no held-out rows:
+it runs at 0.56-0.72 of DeepEP's published inter-node speed, tests/test_wideep.py and
+tests/test_cost_kerneldb_internode.py; the variant prices it at that published speed).
+
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
 docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
-at which the price would meet the published figure — and the wide-EP layer price rate).
+at which the price would meet the published figure — the sensitivity table and the wide-EP
+layer price rate).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
+from moeplan.cost import wideep
+from moeplan.cost.kerneldb import fit
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.serve.iteration import phase
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel
 from moeplan.serve.layout import ServeLayout
@@ -125,6 +140,55 @@ def implied_imbalance(d: Deployment, hi: float = 2.0, steps: int = 14) -> float 
     return (lo + hi) / 2
 
 
+#: the mean ratio of moeplan's inter-node DeepEP time to DeepEP's published one, H800:
+#: low-latency 0.64 over EP16-256 dispatch and combine (tests/test_wideep.py), normal 0.64
+#: over EP16-64 (tests/test_cost_kerneldb_internode.py)
+DEEPEP_PUBLISHED_RATIO = 0.64
+
+
+@contextmanager
+def _patched(obj: object, name: str, value: object) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _internode_at_published_speed() -> Callable:
+    orig = wideep.WideEP._internode
+
+    def scaled(self, *args, **kw):  # type: ignore[no-untyped-def]
+        return orig(self, *args, **kw) * DEEPEP_PUBLISHED_RATIO
+
+    return scaled
+
+
+#: (label, object, attribute, value) of each alternative of an unsourced step
+SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
+    ("TBO reserve 20 SMs (SGLang default)", wideep, "TBO_RESERVED_SMS", lambda: 20),
+    ("TBO reserve not on attention", phase, "TBO_SLOWED", lambda: ("moe", "dense", "other")),
+    ("no TBO reserve", wideep, "TBO_RESERVED_SMS", lambda: 0),
+    ("link-floor exponent 0", fit, "LINK_FLOOR_EXPONENT", lambda: 0.0),
+    ("link-floor exponent 1", fit, "LINK_FLOOR_EXPONENT", lambda: 1.0),
+    ("inter-node DeepEP at published speed", wideep.WideEP, "_internode",
+     _internode_at_published_speed),
+)  # fmt: skip
+
+
+def sensitivity() -> list[tuple[Deployment, float, list[float]]]:
+    """Each deployment's ratio to the published figure as priced and under each alternative
+    of :data:`SENSITIVITY` (one at a time)."""
+    base = [predict(d)[0] / d.published for d in DEPLOYMENTS]
+    alts: list[list[float]] = [[] for _ in DEPLOYMENTS]
+    for _, obj, name, value in SENSITIVITY:
+        with _patched(obj, name, value()):
+            for i, d in enumerate(DEPLOYMENTS):
+                alts[i].append(predict(d)[0] / d.published)
+    return [(d, b, a) for d, b, a in zip(DEPLOYMENTS, base, alts, strict=True)]
+
+
 def layer_price_rate(n: int = 200_000) -> tuple[float, float]:
     """Memoised wide-EP layer prices per second (a decode sweep's repeated shapes), and the
     first-call (cold) rate over distinct token counts."""
@@ -198,6 +262,12 @@ def main() -> None:
             f"{d.per_gpu} | {d.context} | {d.published:,.0f} | {got:,.0f} | "
             f"{got / d.published:.2f} | {'' if imp is None else f'{imp:.3f}'} |"
         )
+    print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
+    print("| row | as priced | " + " | ".join(lab for lab, *_ in SENSITIVITY) + " |")
+    print("|---" * (len(SENSITIVITY) + 2) + "|")
+    for d, b, alts in sensitivity():
+        row = f"{d.source} {d.phase} {d.context}" + (" perfect EPLB" if "perfect" in d.note else "")
+        print(f"| {row} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")
 
