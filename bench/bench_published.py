@@ -21,7 +21,8 @@ tool; figures transcribed, not fitted):
   average KV length of 4,989 and 20-22 tokens/s per user. deepseek-ai/profile-data: prefill
   profiled at 4K prompts, 16K tokens per GPU. MTP: one draft token, 85-90 % acceptance of
   the second token (DeepSeek-V3 technical report §5.4.3); the decode batch per GPU is not
-  published: 1,850 / 21 tokens/s per user x 1.85 tokens per step = 88 sequences per GPU.
+  published: 1,850 output tokens/s per GPU / 21 tokens/s per user = 88 sequences per GPU
+  (with 1.85 tokens per step, a step of 1.85 / 21 s = 88 ms).
   Daily averages include off-peak hours: a lower bound on a saturated deployment.
 - ``rtp-llm``: Alibaba RTP-LLM "DeepSeek Reproduce Tech Report" (H800, RoCE): prefill EP32,
   two 4K requests per GPU in 1.5 s (5,333 tokens/s per GPU); decode EP144 with 32 redundant
