@@ -44,11 +44,16 @@ tests/test_cost_kerneldb_internode.py; the variant prices it at that published s
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
 docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
 at which the price would meet the published figure — the sensitivity table and the wide-EP
-layer price rate).
+layer price rate); ``--plan`` adds ``moeplan plan`` on the lmsys cluster (12 x 8 H100, 2,000
+prompt and 100 output tokens) against the blog's figures combined at the best P:D ratio,
+100 / (2000 / 6,818 + 100 / 2,785) = 304 output tokens/s per GPU (a few minutes).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -190,6 +195,25 @@ def sensitivity() -> list[tuple[Deployment, float, list[float]]]:
     return [(d, b, a) for d, b, a in zip(DEPLOYMENTS, base, alts, strict=True)]
 
 
+#: the lmsys blog's prefill (2K) and decode figures per GPU combined at the best P:D ratio for
+#: 2,000-token prompts and 100 output tokens
+PLAN_PUBLISHED = 100 / (2000 / (54_543 / 8) + 100 / (22_280 / 8))
+PLAN_ARGS = (
+    "plan", "--model", "deepseek-v3", "--cluster", "h100-sxm-8", "--nodes", "12",
+    "--isl", "2000", "--osl", "100", "--json",
+)  # fmt: skip
+
+
+def plan_row() -> tuple[str, float, dict]:
+    """``moeplan plan`` on the lmsys cluster: the winner's label, its simulated output
+    tokens/s per GPU and its metrics."""
+    out = subprocess.run(
+        [sys.executable, "-m", "moeplan", *PLAN_ARGS], capture_output=True, text=True, check=True
+    )
+    w = json.loads(out.stdout)["winner"]
+    return w["label"], w["metrics"]["output_tokens_per_s_per_gpu"], w["metrics"]
+
+
 def layer_price_rate(n: int = 200_000) -> tuple[float, float]:
     """Memoised wide-EP layer prices per second (a decode sweep's repeated shapes), and the
     first-call (cold) rate over distinct token counts."""
@@ -271,6 +295,14 @@ def main() -> None:
         print(f"| {row} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")
+    if "--plan" in sys.argv[1:]:
+        label, got, m = plan_row()
+        print(
+            f"\nmoeplan {' '.join(PLAN_ARGS[:-1])}: {label}: {got:,.1f} output tokens/s per "
+            f"GPU at {m['goodput_rps']:.1f} requests/s (TTFT p90 {m['ttft_p90_s']:.2f} s, "
+            f"TPOT p90 {m['tpot_p90_s'] * 1e3:.0f} ms) vs {PLAN_PUBLISHED:,.0f} published: "
+            f"{got / PLAN_PUBLISHED:.2f} (target within 25 %)"
+        )
 
 
 if __name__ == "__main__":
