@@ -22,7 +22,7 @@ module fixes that fold, before any of these tables is used:
 it reads, so fits, residual fields, the development folds and every price see only the other
 rows; :func:`moeplan.kernel_tables.frozen_test_rows` is the one reader of the test rows.
 ``src/moeplan/data/test_fold.json`` records the rule and, per table, its rows and test rows
-(``bench/test_fold.py`` writes and checks it; tests/test_kerneldb_test_fold.py checks it on
+(``bench/freeze_test_fold.py`` writes and checks it; tests/test_kerneldb_test_fold.py checks it on
 the tables the package ships). Pure: no I/O.
 """
 
