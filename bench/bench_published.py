@@ -21,7 +21,8 @@ tool; figures transcribed, not fitted):
   average KV length of 4,989 and 20-22 tokens/s per user. deepseek-ai/profile-data: prefill
   profiled at 4K prompts, 16K tokens per GPU. MTP: one draft token, 85-90 % acceptance of
   the second token (DeepSeek-V3 technical report §5.4.3); the decode batch per GPU is not
-  published: 1,850 / 21 tokens/s per user x 1.85 tokens per step = 88 sequences per GPU.
+  published: 1,850 output tokens/s per GPU / 21 tokens/s per user = 88 sequences per GPU
+  (with 1.85 tokens per step, a step of 1.85 / 21 s = 88 ms).
   Daily averages include off-peak hours: a lower bound on a saturated deployment.
 - ``rtp-llm``: Alibaba RTP-LLM "DeepSeek Reproduce Tech Report" (H800, RoCE): prefill EP32,
   two 4K requests per GPU in 1.5 s (5,333 tokens/s per GPU); decode EP144 with 32 redundant
@@ -31,18 +32,38 @@ tool; figures transcribed, not fitted):
 Routing: balanced (no per-expert loads of these runs are public), the busiest EP rank of each
 batch priced at the batch's token count (:mod:`moeplan.cost.ep_spread`).
 
+Unsourced steps (:data:`SENSITIVITY`): every row is priced again with each step that moves
+it and has no engine line, profile or measurement behind it set to its alternatives — the
+two-batch-overlap SM reserve (sourced for DeepGEMM, SGLang's cap; assumed for the attention
+core; 24 SMs is DeepEP's README budget, SGLang's default is 20: cost/wideep.py), the
+link-floor exponent of a communication kernel moved to another link (``LINK_FLOOR_EXPONENT``,
+cost/kerneldb/fit.py) and the DeepEP transfer from one NVLink node to RDMA (no held-out rows:
+it runs at 0.56-0.72 of DeepEP's published inter-node speed, tests/test_wideep.py and
+tests/test_cost_kerneldb_internode.py; the variant prices it at that published speed).
+
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
 docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
-at which the price would meet the published figure — and the wide-EP layer price rate).
+at which the price would meet the published figure — the sensitivity table and the wide-EP
+layer price rate); ``--plan`` adds ``moeplan plan`` on the lmsys cluster (12 x 8 H100, 2,000
+prompt and 100 output tokens) against the blog's figures combined at the best P:D ratio,
+100 / (2000 / 6,818 + 100 / 2,785) = 304 output tokens/s per GPU (a few minutes).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
+from moeplan.cost import wideep
+from moeplan.cost.kerneldb import fit
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
+from moeplan.serve.iteration import phase
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel
 from moeplan.specs import load_cluster, load_model
@@ -125,6 +146,74 @@ def implied_imbalance(d: Deployment, hi: float = 2.0, steps: int = 14) -> float 
     return (lo + hi) / 2
 
 
+#: the mean ratio of moeplan's inter-node DeepEP time to DeepEP's published one, H800:
+#: low-latency 0.64 over EP16-256 dispatch and combine (tests/test_wideep.py), normal 0.64
+#: over EP16-64 (tests/test_cost_kerneldb_internode.py)
+DEEPEP_PUBLISHED_RATIO = 0.64
+
+
+@contextmanager
+def _patched(obj: object, name: str, value: object) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _internode_at_published_speed() -> Callable:
+    orig = wideep.WideEP._internode
+
+    def scaled(self, *args, **kw):  # type: ignore[no-untyped-def]
+        return orig(self, *args, **kw) * DEEPEP_PUBLISHED_RATIO
+
+    return scaled
+
+
+#: (label, object, attribute, value) of each alternative of an unsourced step
+SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
+    ("TBO reserve 20 SMs (SGLang default)", wideep, "TBO_RESERVED_SMS", lambda: 20),
+    ("TBO reserve not on attention", phase, "TBO_SLOWED", lambda: ("moe", "dense", "other")),
+    ("no TBO reserve", wideep, "TBO_RESERVED_SMS", lambda: 0),
+    ("link-floor exponent 0", fit, "LINK_FLOOR_EXPONENT", lambda: 0.0),
+    ("link-floor exponent 1", fit, "LINK_FLOOR_EXPONENT", lambda: 1.0),
+    ("inter-node DeepEP at published speed", wideep.WideEP, "_internode",
+     _internode_at_published_speed),
+)  # fmt: skip
+
+
+def sensitivity() -> list[tuple[Deployment, float, list[float]]]:
+    """Each deployment's ratio to the published figure as priced and under each alternative
+    of :data:`SENSITIVITY` (one at a time)."""
+    base = [predict(d)[0] / d.published for d in DEPLOYMENTS]
+    alts: list[list[float]] = [[] for _ in DEPLOYMENTS]
+    for _, obj, name, value in SENSITIVITY:
+        with _patched(obj, name, value()):
+            for i, d in enumerate(DEPLOYMENTS):
+                alts[i].append(predict(d)[0] / d.published)
+    return [(d, b, a) for d, b, a in zip(DEPLOYMENTS, base, alts, strict=True)]
+
+
+#: the lmsys blog's prefill (2K) and decode figures per GPU combined at the best P:D ratio for
+#: 2,000-token prompts and 100 output tokens
+PLAN_PUBLISHED = 100 / (2000 / (54_543 / 8) + 100 / (22_280 / 8))
+PLAN_ARGS = (
+    "plan", "--model", "deepseek-v3", "--cluster", "h100-sxm-8", "--nodes", "12",
+    "--isl", "2000", "--osl", "100", "--json",
+)  # fmt: skip
+
+
+def plan_row() -> tuple[str, float, dict]:
+    """``moeplan plan`` on the lmsys cluster: the winner's label, its simulated output
+    tokens/s per GPU and its metrics."""
+    out = subprocess.run(
+        [sys.executable, "-m", "moeplan", *PLAN_ARGS], capture_output=True, text=True, check=True
+    )
+    w = json.loads(out.stdout)["winner"]
+    return w["label"], w["metrics"]["output_tokens_per_s_per_gpu"], w["metrics"]
+
+
 def layer_price_rate(n: int = 200_000) -> tuple[float, float]:
     """Memoised wide-EP layer prices per second (a decode sweep's repeated shapes), and the
     first-call (cold) rate over distinct token counts."""
@@ -198,8 +287,22 @@ def main() -> None:
             f"{d.per_gpu} | {d.context} | {d.published:,.0f} | {got:,.0f} | "
             f"{got / d.published:.2f} | {'' if imp is None else f'{imp:.3f}'} |"
         )
+    print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
+    print("| row | as priced | " + " | ".join(lab for lab, *_ in SENSITIVITY) + " |")
+    print("|---" * (len(SENSITIVITY) + 2) + "|")
+    for d, b, alts in sensitivity():
+        row = f"{d.source} {d.phase} {d.context}" + (" perfect EPLB" if "perfect" in d.note else "")
+        print(f"| {row} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")
+    if "--plan" in sys.argv[1:]:
+        label, got, m = plan_row()
+        print(
+            f"\nmoeplan {' '.join(PLAN_ARGS[:-1])}: {label}: {got:,.1f} output tokens/s per "
+            f"GPU at {m['goodput_rps']:.1f} requests/s (TTFT p90 {m['ttft_p90_s']:.2f} s, "
+            f"TPOT p90 {m['tpot_p90_s'] * 1e3:.0f} ms) vs {PLAN_PUBLISHED:,.0f} published: "
+            f"{got / PLAN_PUBLISHED:.2f} (target within 25 %)"
+        )
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ def test_internode_bandwidth_against_deepseeks_published_figures(db, row):
     tokens, hidden 7168, top-8 of 256 experts; RDMA bandwidth EP16/32/64 = 43/58/51 GB/s
     (dispatch), counting a token once per remote node. The transferred model keeps the link
     efficiency learned on NVLink (0.63-0.67), so it is conservative: measured here at 0.72 /
-    0.56 / 0.65 of the published figure. Pinned: between half and all of it."""
+    0.56 / 0.65 of the published figure. Pinned between 0.48 and 0.82 of it: a price 30 %
+    slower or faster than today's on any row fails."""
     pub = json.loads(
         (Path(__file__).parent / "data" / "deepep_published_bandwidth.json").read_text()
     )
@@ -102,4 +103,4 @@ def test_internode_bandwidth_against_deepseeks_published_figures(db, row):
         nodes,
     )
     ratio = rdma_bytes / t / (gbps * 1e9)
-    assert 0.5 <= ratio <= 1.0, ratio
+    assert 0.48 <= ratio <= 0.82, ratio

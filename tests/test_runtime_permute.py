@@ -14,6 +14,7 @@ from moeplan.runtime.layers.model import init_model
 from moeplan.runtime.layers.moe import grouped_swiglu, moe_forward, route, swiglu
 from moeplan.runtime.layers.permute import combine, gather_rows, permute
 from moeplan.runtime.layers.weights import load_safetensors, save_safetensors
+from moeplan.specs import load_model
 
 
 def _random_routing(t: int, k: int, e: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,11 +117,7 @@ def test_safetensors_round_trip(tmp_path):
 
 def test_small_config_from_model_spec_keeps_routing_shape():
     """A DeepSeek-V3-like spec shrinks to 16 experts with grouped sigmoid routing kept."""
-    specs = pytest.importorskip("moeplan.specs")
-    try:
-        spec = specs.load_model("deepseek-v3")
-    except Exception:
-        pytest.skip("deepseek-v3 preset not available")
+    spec = load_model("deepseek-v3")  # a shipped preset: a load error is a failure
     cfg = from_model_spec(spec, "small")
     assert cfg.num_experts == 16 and cfg.scoring == "sigmoid"
     assert cfg.num_experts % cfg.n_group == 0 and cfg.top_k <= cfg.num_experts

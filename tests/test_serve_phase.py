@@ -109,16 +109,26 @@ def test_published_decode_within_15_percent(capsys):
     assert d["tokens_per_s_per_gpu"] == pytest.approx(2785, rel=0.15)
 
 
+MISSED = "bar missed: predicted 7,448 vs 6,288 published, ratio 1.185"
+
+
 @pytest.mark.parametrize(
-    "isl,published,rel", [(2048, 6818, 0.25), (4096, 6288, 0.25), (4096, 7417, 0.05)]
+    "isl,published,rel",
+    [
+        (2048, 6818, 0.15),
+        pytest.param(4096, 6288, 0.15, marks=pytest.mark.xfail(strict=True, reason=MISSED)),
+        (4096, 7417, 0.05),
+    ],
 )
 def test_published_prefill(capsys, isl, published, rel):
     """Prefill EP32 over 4 nodes, 16,384 tokens per GPU. Published: 54,543 / 50,302 input
     tokens/s per node (6,818 / 6,288 per GPU) at 2K / 4K prompts with the expert distribution
     of their data, and 59,337 per node (7,417 per GPU) at 4K with simulated perfect EPLB —
     balanced routing, what moeplan prices without a routing trace: held to 5 %. The first two
-    carry the deployment's expert imbalance, which needs a routing trace (none is public):
-    pinned at 25 % (docs/benchmarks/published.md)."""
+    carry the deployment's expert imbalance, which needs a routing trace (none is public);
+    they are held to the published rows' 15 % target (docs/benchmarks/published.md): the 2K
+    row meets it (1.134), the 4K row misses it (1.185) and is a strict xfail, so it fails
+    loudly the day it starts to pass."""
     d = _phase(capsys, 4, 32, "--phase", "prefill", "--tokens-per-gpu", "16384", "--isl", str(isl))
     assert d["tokens_per_gpu"] == 16384 and d["context"] == isl
     assert d["tokens_per_s_per_gpu"] == pytest.approx(published, rel=rel)

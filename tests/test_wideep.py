@@ -3,16 +3,28 @@ published figures and closed forms."""
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from moeplan.cost import CostModel
 from moeplan.cost.a2a import moe_backend
+from moeplan.cost.kerneldb import KERNEL_FAMILIES, KernelDB
+from moeplan.cost.kerneldb.evaluate import FOLDS, LOAD_COLS
+from moeplan.cost.kerneldb.variant import LazyTables, row_keys
 from moeplan.errors import MoeplanError
-from moeplan.kernel_tables import engine_cost_model, kernels_dir
+from moeplan.kernel_tables import (
+    engine_cost_model,
+    kernels_dir,
+    read_errors,
+    table_devices,
+    table_loaders,
+)
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
@@ -32,7 +44,9 @@ def _rows(name: str) -> list[dict]:
 @pytest.mark.parametrize("phase", ["context", "generation"])
 def test_gemm_matches_the_measured_balanced_rows(cm, phase):
     """A rank's own balanced load (explicit pairs T k on (E)/ep experts) is priced within 15 %
-    of the uniform-routing row measured at the same tokens and EP (median over the table)."""
+    of the uniform-routing row measured at the same tokens and EP (median over the table).
+    These rows built the database (training rows: median 0.3-0.7 %); the held-out figure is
+    test_gemm_median_on_heldout_rows / test_gemm_p90_on_heldout_rows."""
     errs = []
     for r in _rows(f"wideep_{phase}_moe_perf.parquet"):
         ep, n = r["moe_ep_size"], r["num_tokens"]
@@ -57,8 +71,9 @@ def test_low_latency_internode_against_deepeps_published_figures(cm):
     """DeepEP README (tests/data/deepep_published_bandwidth.json): H800 + CX7 400 Gb/s, 128
     tokens per rank, top-8 of 256, LL dispatch / combine latency at EP16..256. The transfer
     keeps the NVLink efficiency, so it is conservative like the normal kernels'
-    (test_cost_kerneldb_internode): measured here at 0.63-0.74 of the published speed.
-    Pinned: between 0.4 and 1.1 of it."""
+    (test_cost_kerneldb_internode): measured here at 0.59-0.71 of the published speed
+    (dispatch 0.64-0.71, combine 0.59-0.65). Pinned between 0.5 and 0.8 of it: a price 30 %
+    slower or faster than today's on any row fails."""
     pub = json.loads(
         (Path(__file__).parent / "data" / "deepep_published_bandwidth.json").read_text()
     )
@@ -68,7 +83,7 @@ def test_low_latency_internode_against_deepeps_published_figures(cm):
             continue
         got = h800.moe(DSV3, 128, ep, phase="generation")
         for pred, want in ((got.dispatch, disp_us), (got.combine, comb_us)):
-            assert 0.4 <= want * 1e-6 / pred <= 1.1, (ep, pred, want)
+            assert 0.5 <= want * 1e-6 / pred <= 0.8, (ep, pred, want)
 
 
 def test_one_decision_for_price_and_flags():
@@ -123,3 +138,69 @@ def test_shared_expert_from_the_wide_ep_mlp_rows(cm, phase):
         mid = cm.wide_shared_expert(DSV3, (n0 + n1) // 2, decode)
         assert min(t0, t1) <= mid <= max(t0, t1)
     assert cm.wide_shared_expert(load_model("qwen3-30b-a3b"), 4096, decode) is None
+
+
+@functools.cache
+def _heldout_gemm(phase: str) -> tuple[np.ndarray, np.ndarray]:
+    """Errors and EP sizes of the wide-EP grouped GEMM price (the path ``serve-sim
+    --phase`` takes: a rank's own balanced load as explicit pairs on ``(E + R) / ep`` experts)
+    on the uniform rows of SGLang's H100 table (at least one token per rank), each row
+    predicted by a database built without its shape: the kernel database's cross-validation
+    folds (``evaluate.FOLDS`` folds of whole shapes, the seeded assignment of
+    ``evaluate.heldout_shapes``; every load of a shape leaves with it)."""
+    op = f"wideep_{phase}_moe"
+    key = ("h100_sxm", "sglang", op)
+    loaders = table_loaders()
+    full = loaders[key]()
+    fam = KERNEL_FAMILIES[op]
+    cols = {c: np.asarray(v) for c, v in full.columns.items()}
+    names = tuple(c for c in fam.shape_cols if c not in LOAD_COLS)
+    shapes = row_keys(cols, names, len(full.latency))
+    uniq = sorted(set(shapes))
+    rng = np.random.default_rng([0, len(uniq)])
+    fold_of = dict(zip(uniq, rng.permutation(len(uniq)) % FOLDS, strict=True))
+    fold = np.array([fold_of[s] for s in shapes])
+    uniform = cols["distribution"].astype(str) == "uniform"
+    errs, eps = [], []
+    for fo in range(FOLDS):
+        test = fold == fo
+        train = replace(
+            full, columns={c: v[~test] for c, v in cols.items()}, latency=full.latency[~test]
+        )
+        db = KernelDB(
+            LazyTables({**loaders, key: lambda t=train: t}), table_devices(), read_errors()
+        )
+        cm = CostModel(load_cluster("h100-sxm-8", 12), engine="sglang", kernels=db)
+        for i in np.flatnonzero(test & uniform):
+            ep, n = int(cols["moe_ep_size"][i]), float(cols["num_tokens"][i])
+            if n / ep < 1:
+                continue
+            got = cm.wide_ep.moe(DSV3, n / ep, ep, phase=phase, batch_spread=False).gemm
+            errs.append(abs(got / full.latency[i] - 1))
+            eps.append(ep)
+    return np.asarray(errs), np.asarray(eps)
+
+
+@pytest.mark.parametrize("phase", ["context", "generation"])
+def test_gemm_median_on_heldout_rows(phase):
+    """The kernel bar's median (<= 10 %) on held-out rows of the pricing path: 4.9 % (77
+    rows, prefill) and 3.6 % (56 rows, decode)."""
+    errs, _ = _heldout_gemm(phase)
+    assert len(errs) > 50
+    assert np.median(errs) <= 0.10, np.median(errs)
+
+
+P90_MISSED = (
+    "bar missed: held-out p90 114 % (prefill, 77 rows) and 142 % (decode, 56 rows); the misses "
+    "are held-out EP sizes at the table's edges, priced by extrapolation (prefill EP2 median "
+    "517 %, EP4 / EP256 21 / 20 %; decode EP256 median 79 %, and EP4 / EP8 rows of 1-2 tokens "
+    "per rank up to 5.0x)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=P90_MISSED)
+@pytest.mark.parametrize("phase", ["context", "generation"])
+def test_gemm_p90_on_heldout_rows(phase):
+    """The kernel bar's p90 (<= 25 %) on held-out rows of the pricing path."""
+    errs, _ = _heldout_gemm(phase)
+    assert np.percentile(errs, 90) <= 0.25, np.percentile(errs, 90)

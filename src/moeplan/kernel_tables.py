@@ -12,6 +12,10 @@ MoE tables (DeepGEMM grouped GEMMs) serve ``sglang`` and ``vllm`` (:data:`WIDEEP
 the shipped held-out errors ``heldout_errors.json``) and :func:`engine_cost_model` hands it
 to a :class:`~moeplan.cost.CostModel` (the pure core never loads tables itself).
 
+Tables with a frozen test fold (:mod:`moeplan.cost.kerneldb.frozen_fold`) are read without
+their test-fold rows: no fit, residual field, development fold or price sees them;
+:func:`frozen_test_rows` is their one reader (the final test error, never development).
+
 Built variants are kept on disk between processes by :class:`~moeplan.kernel_store.DiskStore`
 (:mod:`moeplan.kernel_store`: content keys, trust checks, the size cap;
 ``MOEPLAN_CACHE_DIR`` moves the folder, ``MOEPLAN_CACHE_DIR=off`` turns the store off,
@@ -33,7 +37,14 @@ import numpy as np
 
 from moeplan.backends import BACKENDS, kernel_tables
 from moeplan.cost import CostModel, cost_model_for
-from moeplan.cost.kerneldb import KERNEL_FAMILIES, Device, KernelDB, KernelTable, device_for
+from moeplan.cost.kerneldb import (
+    KERNEL_FAMILIES,
+    Device,
+    KernelDB,
+    KernelTable,
+    device_for,
+    frozen_fold,
+)
 from moeplan.cost.kerneldb.layer_families import LAYER_FILES, ROW_FILTERS
 from moeplan.cost.kerneldb.variant import LazyTables
 from moeplan.cost.provenance import pricing  # noqa: F401 (re-exported)
@@ -155,10 +166,12 @@ def _read(
 
     fam = KERNEL_FAMILIES[op]
     where = ROW_FILTERS.get((path.name, op), {})
+    frozen = frozen_fold.frozen_table(table_relpath(path))
     try:
         pf = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset (pandas)
         wanted = {rename.get(c, c) for c in fam.columns} | set(lat) | set(where)
-        table = pf.read(columns=sorted(wanted & set(pf.schema_arrow.names)))
+        keys = _key_columns(pf.schema_arrow) if frozen else ()
+        table = pf.read(columns=sorted((wanted | set(keys)) & set(pf.schema_arrow.names)))
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise MoeplanError(f"kernel table {path} could not be read: {err}") from None
     have = set(table.column_names)
@@ -176,6 +189,8 @@ def _read(
     ok = np.isfinite(latency) & (latency > 0)
     for c, value in where.items():  # rows of another op in the same file
         ok &= _numpy(table.column(c)).astype(str) == value
+    if frozen:  # the frozen test fold stays out of every development path
+        ok &= ~_test_mask(path.name, table, keys)
     for c, arr in cols.items():
         if arr.dtype.kind in "US" and any(a in arr for a in VALUE_ALIASES):
             cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in arr.tolist()])
@@ -189,6 +204,51 @@ def _read(
         latency=np.asarray(latency)[ok],
         origin=str(path),
     )
+
+
+def table_relpath(path: Path) -> str:
+    """``gpu/op/engine/version/file`` of a table file (its place under the table root)."""
+    return "/".join(path.parts[-5:])
+
+
+def _arrow_kind(t: Any) -> str:
+    """The numpy kind letter of an Arrow type, as :func:`frozen_fold.key_columns` reads it."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(t):
+        return "i"
+    if pa.types.is_boolean(t):
+        return "b"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "U"
+    return "f"
+
+
+def _key_columns(schema: Any) -> tuple[str, ...]:
+    return frozen_fold.key_columns(schema.names, [_arrow_kind(f.type) for f in schema])
+
+
+def _shape_keys(name: str, table: Any, keys: tuple[str, ...]) -> list[str]:
+    cols = {c: np.asarray(table.column(c).to_pylist()) for c in keys}
+    if not cols:
+        return [name] * table.num_rows
+    return frozen_fold.shape_keys(name, cols, keys)
+
+
+def _test_mask(name: str, table: Any, keys: tuple[str, ...]) -> np.ndarray:
+    return frozen_fold.in_test_fold(_shape_keys(name, table, keys))
+
+
+def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
+    """Every row of a frozen table (an Arrow table), the test-fold mask and the shape keys:
+    the one reader of the frozen test fold (a final test error, never development)."""
+    import pyarrow.parquet as pq
+
+    if not frozen_fold.frozen_table(table_relpath(path)):
+        raise MoeplanError(f"kernel table {path} has no frozen test fold")
+    table = pq.ParquetFile(path).read()
+    keys = _shape_keys(path.name, table, _key_columns(table.schema))
+    return table, frozen_fold.in_test_fold(keys), keys
 
 
 def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Path, tuple]]:

@@ -28,12 +28,22 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   destination rank; low-latency kernels send every routed copy (``k`` per token) straight to
   its rank, ``(ep - g) / ep`` of them over RDMA. The busiest receiver's bytes scale by ``imb``.
 
-Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs (``DEEPEP_SMS``, the
-tables' setting) while the other micro-batch computes — SGLang runs DeepGEMM on the rest
-(``configure_deep_gemm_num_sms(total - deepep SMs)`` in two_batch_overlap.py) and the
-attention kernels share the GPU with DeepEP's resident blocks — so the compute of an
-overlapped prefill takes ``SMs / (SMs - DEEPEP_SMS)`` longer (:func:`tbo_gemm_factor`);
-low-latency (decode) kernels free every SM once their RDMA messages are issued
+Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs
+(:data:`TBO_RESERVED_SMS`) while the other micro-batch computes, so the compute of an
+overlapped prefill takes ``SMs / (SMs - TBO_RESERVED_SMS)`` longer (:func:`tbo_gemm_factor`).
+Sourced for DeepGEMM: SGLang caps every DeepGEMM call of an overlapped prefill at the SMs
+DeepEP leaves — sgl-project/sglang @ 0e02cef9,
+python/sglang/srt/batch_overlap/operations_strategy.py:109
+(``deep_gemm_num_sms = total_num_sms - DeepEPConfig.get_instance().num_sms``, in
+``_compute_moe_deepseek_blog_prefill``; the decode strategy sets no cap), applied around the
+whole overlapped forward (``configure_deep_gemm_num_sms`` in ``_model_forward_tbo``, two_batch_
+overlap.py); on Hopper that is the expert and shared-expert GEMMs and the fp8 block-scaled
+projections. Not sourced: the attention core (FlashAttention / FlashMLA) and the other
+kernels get no cap in SGLang; moeplan slows them by the same factor because DeepEP's
+resident blocks hold those SMs while they run (an upper bound: the hold ends with the
+transfer). bench/bench_published.py prints every published row with the factor on DeepGEMM
+only, without it, and at SGLang's default reserve of 20 SMs.
+Low-latency (decode) kernels free every SM once their RDMA messages are issued
 (deepseek-ai/profile-data README, decoding).
 
 Departures: uniform routing for the distinct-node count (DeepSeek-V3's node-limited routing
@@ -67,6 +77,9 @@ if TYPE_CHECKING:
 TABLE_PHASES = ("context", "generation")
 FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
 FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
+#: SMs DeepEP's normal kernels hold during an overlapped prefill: the tables' budget
+#: (:data:`~.kerneldb.comm.DEEPEP_SMS`, DeepEP's README setting; sources there)
+TBO_RESERVED_SMS = int(DEEPEP_SMS)
 
 
 def tbo_gemm_factor(device: Device, phase: str) -> float:
@@ -74,7 +87,7 @@ def tbo_gemm_factor(device: Device, phase: str) -> float:
     if phase != "context":
         return 1.0
     sms = sm_count(device)
-    return sms / (sms - int(DEEPEP_SMS))
+    return sms / (sms - TBO_RESERVED_SMS)
 
 
 class WideMoE(NamedTuple):

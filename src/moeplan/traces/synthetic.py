@@ -37,7 +37,13 @@ from moeplan.traces.format import RoutingTrace, concat
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SynthConfig:
-    """Knobs of the synthetic generator (defaults: DeepSeek-V2-Lite shape, acceptance trace)."""
+    """Knobs of the synthetic generator (defaults: DeepSeek-V2-Lite shape, acceptance trace).
+
+    The shape defaults are the model's; the locality strengths (``topic_share``,
+    ``topic_strength``, ``group_fidelity``, ``pref_strength``, ``noise_scale``,
+    ``markov_strength``) have no source: they build in the effects Sem-MoE App. A reports, at
+    strengths not fitted to a real routing dump, so what a placement gains on this trace
+    (docs/benchmarks/placement.md) is a property of these values."""
 
     num_layers: int = 26
     num_experts: int = 64

@@ -42,7 +42,13 @@ Analytic = Any
 
 DEEPEP_RANKS = 8  # node_num 1: one 8-GPU NVLink node
 DEEPEP_OPS = ("deepep_normal_dispatch", "deepep_normal_combine")
-DEEPEP_SMS = "24"  # the tables' SM budget of the normal kernels (SGLang's default)
+#: the SM budget of the normal kernels read from the tables (measured at 4-24 SMs): DeepEP's
+#: own setting, deepseek-ai/DeepEP @ 567632dd README.md:134 ``Buffer.set_num_sms(24)`` and
+#: tests/test_internode.py:322 ``num_sms = 24``. SGLang without ``--deepep-config`` keeps
+#: DeepEP's class default ``Buffer.num_sms = 20`` (deep_ep/buffer.py:30; SGLang
+#: ``DeepEPConfig.num_sms = Buffer.num_sms``, python/sglang/srt/layers/moe/token_dispatcher/
+#: deepep.py): the difference is one row of bench/bench_published.py's sensitivity table
+DEEPEP_SMS = "24"
 
 
 def _allreduce(cols: Columns) -> Features:

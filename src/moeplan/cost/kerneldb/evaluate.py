@@ -15,6 +15,12 @@
   the destination kernels whose library the source kernel shares; reported, not a bar.
 - Roofline: the datasheet roofline (:data:`~.db.ROOFLINE`) on every row.
 
+These folds are *development* error: they were read while the features, transfer rules and
+constants were chosen (some constants were read from whole tables, e.g. in
+:mod:`.attention_features`), so they say how well the model fits the tables it was shaped on.
+The test error comes from the frozen test fold of tables never used for development
+(:mod:`.frozen_fold`), whose rows no development path reads.
+
 Errors are absolute relative errors ``|predicted / measured - 1|``, summarised per GPU x
 engine x op x regime (tokens <= 64, 65-1024, > 1024; for ``moe`` also balanced vs power-law
 load) as median and 90th percentile.

@@ -49,6 +49,11 @@ LOWER = (1e-8, 1e-14, 1e-3, 1e-3, 1e-2)
 UPPER = (1e-2, 1e-4, 1.0, 1.0, 50.0)
 FIT_ROWS = 6000  # rows used by the least-squares fit (an even stride through the table)
 MIN_FIT_ROWS = 10  # fewer physically possible rows than this: fit them all
+#: exponent of the link-bandwidth ratio that moves a communication kernel's floor to another
+#: link (:meth:`Analytic.scaled`). No source: no table measures one kernel on two links
+#: (0 keeps the floor, 1 scales it like the bytes, 0.5 between); bench/bench_published.py
+#: prints every published row at 0, 0.5 and 1 (the lmsys decode row: 0.957 / 0.915 / 0.805)
+LINK_FLOOR_EXPONENT = 0.5
 
 
 def sm_count(device: Device) -> int:
@@ -146,7 +151,8 @@ class Analytic:
         permutation and per-sequence setup are memory-latency-bound work) and the floor with
         the SM clock ratio (launch, block scheduling and synchronisation are counted in GPU
         cycles); a communication kernel's floor (``link``: synchronisation across the link)
-        with the square root of the link bandwidth ratio (slower links, slower handshakes).
+        with the link bandwidth ratio to :data:`LINK_FLOOR_EXPONENT` (slower links, slower
+        handshakes; unsourced, its sensitivity is printed beside the published rows).
         Evidence for kernels: NVIDIA's H100 and H200 GEMM tables (same TRT-LLM build, same SMs
         and clock, 1.43x the HBM bandwidth) — kernels of a few microseconds run 0.99x on the
         H200 (a bandwidth-scaled floor says 0.84x), weight-read-bound ones 0.72x (1 / 1.43 =
@@ -159,7 +165,7 @@ class Analytic:
         r = (src.link_bw / dst.link_bw) if link else (src.mem_bw / dst.mem_bw)
         return replace(
             self,
-            floor=self.floor * (r**0.5 if link else clock_ratio(src, dst)),
+            floor=self.floor * (r**LINK_FLOOR_EXPONENT if link else clock_ratio(src, dst)),
             per_work=self.per_work * (r if self.scale_work else 1.0),
         )
 

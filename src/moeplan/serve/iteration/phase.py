@@ -57,6 +57,10 @@ PHASES = ("prefill", "decode")
 #: the parts a phase step's seconds are broken into (:attr:`PhaseResult.breakdown`)
 BREAKDOWN_KEYS = ("attention", "moe", "dispatch", "combine", "dense", "other")
 COMM_KEYS = ("dispatch", "combine")
+#: the kinds an overlapped prefill slows by :func:`moeplan.cost.wideep.tbo_gemm_factor`:
+#: every compute kind (DeepGEMM's cap is SGLang's; the attention core's share is an
+#: assumption, cost/wideep.py; bench/bench_published.py prints the rows without it)
+TBO_SLOWED = tuple(k for k in BREAKDOWN_KEYS if k not in COMM_KEYS)
 MAX_PER_GPU = 1 << 22  # a bound on the phase inputs (tokens or sequences per GPU)
 
 
@@ -211,7 +215,7 @@ class PhaseModel:
         chains = [self.steps(mb) for mb in halves]
         if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs busy
             f = self._wide.tbo_gemm_factor("context" if halves[0].q > 1 else "generation")
-            chains = [[(k, s if k in COMM_KEYS else s * f) for k, s in c] for c in chains]
+            chains = [[(k, s * f if k in TBO_SLOWED else s) for k, s in c] for c in chains]
         out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         for chain in chains:
             for key, sec in chain:

@@ -1,0 +1,106 @@
+"""The frozen test fold of the kernel tables (cost/kerneldb/frozen_fold.py,
+src/moeplan/data/test_fold.json): the manifest states the code's rule, matches every frozen
+table the package ships, and no development path reads a test-fold row."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moeplan.cost.kerneldb import frozen_fold
+from moeplan.kernel_tables import frozen_test_rows, kernels_dir, table_loaders
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from freeze_test_fold import check, frozen_paths  # noqa: E402
+
+MANIFEST = json.loads(
+    resources.files("moeplan").joinpath("data", "test_fold.json").read_text(encoding="utf-8")
+)
+#: a shipped development table, copied under a frozen and an unfrozen place in a scratch root
+SAMPLE = "h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet"
+
+
+def test_manifest_states_the_rule_of_the_code():
+    assert MANIFEST["rule"] == frozen_fold.RULE
+    assert (MANIFEST["modulus"], MANIFEST["residue"]) == (frozen_fold.MODULUS, frozen_fold.RESIDUE)
+    assert MANIFEST["frozen_gpus"] == list(frozen_fold.FROZEN_GPUS)
+    assert [tuple(v) for v in MANIFEST["frozen_versions"]] == list(frozen_fold.FROZEN_VERSIONS)
+    assert MANIFEST["developed"] == list(frozen_fold.DEVELOPED)
+    assert MANIFEST["token_axes"] == sorted(frozen_fold.TOKEN_AXES)
+    assert all(frozen_fold.frozen_table(t["path"]) for t in MANIFEST["tables"])
+    for k in ("rows", "shapes", "test_rows", "test_shapes"):
+        assert MANIFEST["totals"][k] == sum(t[k] for t in MANIFEST["tables"])
+    # the fold is about one shape in five of the frozen tables
+    assert 0.15 < MANIFEST["totals"]["test_shapes"] / MANIFEST["totals"]["shapes"] < 0.25
+
+
+def test_manifest_matches_every_frozen_table_the_package_ships():
+    """A frozen table copied into the package must carry exactly the recorded fold (no row
+    moved into or out of it), and every one must be in the manifest."""
+    assert check(kernels_dir(), MANIFEST) == []
+    assert {str(p.relative_to(kernels_dir())) for p in frozen_paths(kernels_dir())} <= {
+        t["path"] for t in MANIFEST["tables"]
+    }
+
+
+def test_rule_is_by_whole_shape_and_deterministic():
+    keys = frozen_fold.shape_keys(
+        "t.parquet",
+        {"num_heads": np.array([8, 8, 16, 16] * 50), "dtype": np.array(["a", "b"] * 100)},
+        ("dtype", "num_heads"),
+    )
+    mask = frozen_fold.in_test_fold(keys)
+    assert np.array_equal(mask, frozen_fold.in_test_fold(list(reversed(keys)))[::-1])
+    for k in set(keys):  # every row of a shape on the same side
+        assert len({bool(m) for m, kk in zip(mask, keys, strict=True) if kk == k}) == 1
+    names = frozen_fold.key_columns(
+        ["batch_size", "num_heads", "latency", "distribution", "kernel_source"],
+        ["i", "i", "f", "U", "U"],
+    )
+    assert names == ("kernel_source", "num_heads")
+    assert not frozen_fold.frozen_table(frozen_fold.DEVELOPED[0])
+    assert frozen_fold.frozen_table("gb200/moe/sglang/0.5.14/moe_perf.parquet")
+    assert not frozen_fold.frozen_table("h100_sxm/moe/sglang/0.5.10/moe_perf.parquet")
+
+
+def test_the_development_reader_drops_the_test_fold(tmp_path):
+    """The same table under an unfrozen and a frozen place: the reader every fit, residual
+    field, development fold and price goes through (table_loaders -> KernelDB.tables) keeps
+    every row of the first and none of the second's test fold."""
+    src = kernels_dir() / SAMPLE
+    open_dst = tmp_path / "open" / SAMPLE
+    frozen_rel = "h100_sxm/attention/vllm/0.19.0/generation_attention_perf.parquet"
+    frozen_dst = tmp_path / "frozen" / frozen_rel
+    for dst in (open_dst, frozen_dst):
+        dst.parent.mkdir(parents=True)
+        shutil.copy(src, dst)
+    key = ("h100_sxm", "vllm", "generation_attention")
+    every = table_loaders(tmp_path / "open")[key]()
+    dev = table_loaders(tmp_path / "frozen")[key]()
+    table, test, _ = frozen_test_rows(frozen_dst)
+    assert 0 < test.sum() < len(test) == table.num_rows
+    assert len(dev.latency) == len(every.latency) - int(test.sum())
+    with pytest.raises(Exception, match="no frozen test fold"):
+        frozen_test_rows(open_dst)
+
+
+def test_only_the_manifest_tool_reads_the_test_fold():
+    """``frozen_test_rows`` is called nowhere in the package but where it is defined."""
+    callers = []
+    for path in (ROOT / "src" / "moeplan").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name | ast.Attribute) and "frozen_test_rows" in (
+                getattr(node, "id", None),
+                getattr(node, "attr", None),
+            ):
+                callers.append(path.name)
+    assert callers == []
