@@ -32,7 +32,7 @@ from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
-from moeplan.search.job.outcome import PlanOutcome, quant_sentence
+from moeplan.search.job.outcome import PlanOutcome, quant_sentence, sources_line
 from moeplan.search.job.run import JobSpec, plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
@@ -339,12 +339,15 @@ def plan_cmd(
                 **_json(outcome, files, elapsed),
                 **({"placement_skipped": outcome.placement_note} if outcome.placement_note else {}),
                 "pricing": outcome.pricing,
+                "price_sources": outcome.price_sources,
                 "warnings": warnings,
             }
         )
         return
     _print_human(outcome, files, elapsed)
     console.print(pricing_line(outcome.pricing))
+    if outcome.price_sources:
+        console.print(sources_line(outcome.price_sources, "the winner's run"))
     if outcome.pricing["stand_in_note"]:
         console.print(outcome.pricing["stand_in_note"])
     if outcome.placement_note:

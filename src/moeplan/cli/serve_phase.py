@@ -131,13 +131,18 @@ def run_phase(
         "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
     }
     from moeplan.kernel_tables import pricing, pricing_line
+    from moeplan.search.job.outcome import sources_line
+    from moeplan.serve.iteration.price_sources import phase_price_sources
 
     out["pricing"] = pricing(cost)
+    out["price_sources"] = phase_price_sources(m, c, cost, layout, knobs, routing, phase,
+                                               per_gpu, context)  # fmt: skip
     if json_out:
         print_json(out)
         return
     _print(out)
     console.print(pricing_line(out["pricing"]))
+    console.print(sources_line(out["price_sources"], "the step"))
 
 
 def _result(r: PhaseResult, phase: str, per_gpu: int, context: int) -> dict[str, Any]:

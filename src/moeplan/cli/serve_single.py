@@ -23,6 +23,7 @@ from moeplan.search.colocated.evaluate import ServeResult, evaluate_layout, run_
 from moeplan.search.colocated.rank import replicated, require_steady, serve_result
 from moeplan.serve import SLO, IterationModel, ServeWorkload, serve_trace
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.price_sources import layout_run_price_sources
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -58,6 +59,7 @@ def run_single(
     out["replicas"] = 1 if closed else d.replicas  # copies of this instance
     out["capacity"] = cap_rec
     out.update(_provenance(m, cm, lay, knobs))
+    out["price_sources"] = layout_run_price_sources(m, c, cm, lay, knobs, routing, sim)
     if trace_out:
         meta = {"model": m.name, "cluster": c.name}
         write_atomic(trace_out, json.dumps(serve_trace(sim, label=lay.label, metadata=meta)))
@@ -204,6 +206,7 @@ def _provenance(m: ModelSpec, cm: CostModel, lay: Any, knobs: InstanceKnobs) -> 
 
 def _show(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> None:
     from moeplan.kernel_tables import pricing_line
+    from moeplan.search.job.outcome import sources_line
 
     print_human(out, r)
     if knobs.mtp:
@@ -213,6 +216,7 @@ def _show(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> None:
             "the gap between steps, TPOT the time per output token"
         )
     console.print(pricing_line(out["pricing"]))
+    console.print(sources_line(out["price_sources"], "the run"))
     if out["pricing"]["stand_in_note"]:
         console.print(out["pricing"]["stand_in_note"])
     for line in out["warnings"]:

@@ -47,7 +47,7 @@ from moeplan.cost.kerneldb.families import (
 from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
-from moeplan.cost.kerneldb.rows import own_rows, row_groups
+from moeplan.cost.kerneldb.rows import DTYPE_NOTE, own_rows, row_groups
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
@@ -349,6 +349,8 @@ class KernelDB:
         assert vm is not None
         t = self.transferred_seconds(fam, device, engine, ref, key, cols, same_dtype)
         detail = f"{vm.label} scaled to {device.name} datasheet"
+        if not same_dtype:
+            detail = f"{detail}; {DTYPE_NOTE}"
         return (
             np.asarray(t, dtype=float),
             np.full(len(t), "transferred", dtype=object),

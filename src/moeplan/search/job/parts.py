@@ -48,6 +48,81 @@ def step_bound(
     return limiting_part(bd, m, model, cluster, lay, est.batch)
 
 
+def winner_price_sources(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
+    """``price_sources`` of the winner (:mod:`moeplan.cost.price_sources`): the seconds of its
+    steady run (warm-up and drain included) per price source, or of its engine step at its
+    analytic batch when the result keeps no run; a disaggregated winner's pools simulated
+    again at its operating load (both pools' instances' runs together); ``{}`` where a pool
+    is not an engine instance (an attention-FFN pool)."""
+    from moeplan.cost.price_sources import analytic_error
+    from moeplan.serve.iteration.price_sources import run_price_sources, step_price_sources
+
+    r = ranking.winner.result
+    lay = r.layout
+    err = analytic_error(cost)
+    setup = getattr(r, "setup", None)
+    if setup is not None:
+        return _pools_price_sources(ranking, model, cluster, cost, err)
+    if not hasattr(lay, "attn_dp"):
+        return {}
+
+    def priced(cm: CostModel) -> IterationModel:
+        return IterationModel(model, cluster, cm, lay, knobs=r.knobs)
+
+    probe = getattr(r, "run", None)
+    if probe is not None:
+        return run_price_sources(cost, priced, probe.res, err)
+    if r.estimate is None:
+        return {}
+    w = ranking.workload
+    batch = Batch(r.estimate.batch, int(w.isl.mean + w.osl.mean // 2), ())
+    return step_price_sources(cost, lambda cm: priced(cm)(batch), err)
+
+
+def _pools_price_sources(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel,
+    err: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`winner_price_sources` of a disaggregated winner (its ``setup``)."""
+    from moeplan.cost.price_sources import attribute, summarize
+    from moeplan.serve.iteration.price_sources import run_classes
+    from moeplan.serve.pools.pd import simulate_pd
+    from moeplan.serve.workload.arrivals import generate
+
+    r = ranking.winner.result
+    pd = r.setup.layout
+    if not all(hasattr(x, "attn_dp") for x in (pd.prefill, pd.decode)):
+        return {}
+    wl = ranking.workload
+    if not ranking.rate_given and r.max_rate_meeting_slo_rps:
+        wl = wl.with_rate(r.max_rate_meeting_slo_rps)
+    run = simulate_pd(generate(wl), r.setup)
+    splits, weights = [], []
+    for lay, knobs, runs in ((pd.prefill, pd.prefill_knobs, run.prefill_runs),
+                             (pd.decode, pd.decode_knobs, run.decode_runs)):  # fmt: skip
+        batches, seconds = [], []
+        for res in runs:
+            b, s = run_classes(res)
+            batches += b
+            seconds += s
+        split = attribute(
+            cost,
+            lambda cm, lay=lay, knobs=knobs, batches=batches: [
+                IterationModel(model, cluster, cm, lay, knobs=knobs)(b) for b in batches
+            ],
+        )
+        splits.append(split)
+        weights += [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
+    merged = (
+        [t for sp in splits for t in sp[0]],
+        [p for sp in splits for p in sp[1]],
+        {k: v for sp in splits for k, v in sp[2].items()},
+    )
+    return summarize(merged, weights, err)
+
+
 def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
     """What limits the winner: the SLO it uses most at its operating point (or the queue), and
     where each engine step's time goes."""

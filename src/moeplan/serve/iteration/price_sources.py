@@ -1,0 +1,114 @@
+"""``price_sources`` of a priced engine step or a simulated run
+(:mod:`moeplan.cost.price_sources`: each source's seconds, share, held-out error and reason).
+
+- :func:`step_price_sources`: one step (a batch), split exactly; :func:`phase_price_sources`
+  the step of ``serve-sim --phase``.
+- :func:`layout_run_price_sources`: the run of one instance (``serve-sim``).
+- :func:`run_price_sources`: a run's iterations grouped into classes — decode sequences and
+  prefill tokens, each by power of two — whose charged seconds (the run's own durations,
+  fast-forwarded decode steps each counted) are split as the class's mean iteration is: a
+  decode step at the run's mean decode context, prompts of the run's mean length. The seconds
+  add up to the run's busy time exactly; the split of a class is its mean iteration's.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from moeplan.cost import CostModel
+from moeplan.cost.price_sources import analytic_error, attribute, summarize
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.model import Batch, IterationModel
+from moeplan.serve.layout import ServeLayout
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+Priced = Callable[[CostModel], Callable[[Batch], float]]
+
+
+def step_price_sources(
+    cost: CostModel, step: Callable[[CostModel], float], analytic_error: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of the one step ``step(cost)`` prices."""
+    return summarize(attribute(cost, lambda c: [step(c)]), analytic_error=analytic_error)
+
+
+def phase_price_sources(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layout: ServeLayout,
+    knobs: InstanceKnobs,
+    routing: RoutingProfile | None,
+    phase: str,
+    per_gpu: int,
+    context: int,
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of one phase's steady step (:class:`.phase.PhaseModel`)."""
+    from moeplan.serve.iteration.phase import PhaseModel
+
+    def step(cm: CostModel) -> float:
+        return (
+            PhaseModel(model, cluster, cm, layout, knobs, routing)
+            .step(phase, per_gpu, context)
+            .step_s
+        )
+
+    return step_price_sources(cost, step, analytic_error(cost))
+
+
+def run_classes(res: Any) -> tuple[list[Batch], list[float]]:
+    """The iteration classes of a run (module docstring): a mean batch and the seconds the
+    run charged per class. ``res``: a :class:`moeplan.serve.engine.config.SimResult`."""
+    dur = np.asarray(res.iter_end_s) - np.asarray(res.iter_start_s)
+    dec = np.asarray(res.iter_decode, dtype=np.int64)
+    pre = np.asarray(res.iter_prefill, dtype=np.int64)
+    if len(dur) == 0:
+        return [], []
+    isl = max(1, round(float(np.mean(res.isl))))
+    ctx = max(1, round(float(np.mean(res.isl) + np.mean(res.osl) / 2.0)))
+    key = _octave(dec) * 64 + _octave(pre)
+    batches, seconds = [], []
+    for k in np.unique(key):
+        sel = key == k
+        n, q = round(float(dec[sel].mean())), round(float(pre[sel].mean()))
+        chunks = ((isl, isl),) * (q // isl) + (((q % isl), q % isl),) * bool(q % isl)
+        batches.append(Batch(n, ctx if n else 0, chunks))
+        seconds.append(float(dur[sel].sum()))
+    return batches, seconds
+
+
+def run_price_sources(
+    cost: CostModel, priced: Priced, res: Any, analytic_error: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of a simulated run ``res``; ``priced(cost)`` is the deployment's
+    iteration model on ``cost`` (batch -> seconds)."""
+    batches, seconds = run_classes(res)
+    split = attribute(cost, lambda c: [priced(c)(b) for b in batches])
+    weights = [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
+    return summarize(split, weights, analytic_error)
+
+
+def layout_run_price_sources(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    layout: ServeLayout,
+    knobs: InstanceKnobs,
+    routing: RoutingProfile | None,
+    res: Any,
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of the run ``res`` of one instance of ``layout``."""
+
+    def priced(cm: CostModel) -> IterationModel:
+        return IterationModel(model, cluster, cm, layout, routing, knobs=knobs)
+
+    return run_price_sources(cost, priced, res, analytic_error(cost))
+
+
+def _octave(x: np.ndarray) -> np.ndarray:
+    """0 for 0, else the bit length (1, 2-3, 4-7, ...)."""
+    return np.where(x > 0, np.floor(np.log2(np.maximum(x, 1))).astype(np.int64) + 1, 0)
