@@ -138,16 +138,22 @@ def show_pd(
     """
     from moeplan.cli._common import console, print_json
     from moeplan.kernel_tables import pricing, pricing_line
+    from moeplan.search.job.outcome import sources_line
+    from moeplan.serve.iteration.price_sources import pd_run_price_sources
 
     r, extra = run_pd(
         pd, model, cluster, cm, w, slo, engine=engine, rate=rate, requests=requests, mtp=mtp
     )
     _payload, _print_human = render
     out = _payload(model.name, cluster.name, r, w, slo, extra["rate_simulated_rps"], engine)
-    out.update(extra, pricing=pricing(cm))
+    wl = w.with_rate(extra["rate_simulated_rps"])
+    out.update(extra, pricing=pricing(cm),
+               price_sources=pd_run_price_sources(r.setup, wl, model, cluster, cm))  # fmt: skip
     if json_out:
         print_json(out)
         return
     _print_human(out, r)
     console.print(pd_line(pd, r))
     console.print(pricing_line(out["pricing"]))
+    if out["price_sources"]:
+        console.print(sources_line(out["price_sources"], "the pools' runs"))

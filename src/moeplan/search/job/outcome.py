@@ -112,4 +112,6 @@ def sources_line(ps: dict[str, dict[str, Any]], what: str) -> str:
             continue
         err = r["heldout_error"]
         parts.append(f"{src} {r['share']:.0%}" + (f" (error {err:.0%})" if err is not None else ""))
-    return f"price sources of {what}'s priced seconds: " + (", ".join(parts) or "none")
+    return f"price sources (shares of the priced seconds of {what}): " + (
+        ", ".join(parts) or "none"
+    )

@@ -64,7 +64,7 @@ def winner_price_sources(
     err = analytic_error(cost)
     setup = getattr(r, "setup", None)
     if setup is not None:
-        return _pools_price_sources(ranking, model, cluster, cost, err)
+        return _pools_price_sources(ranking, model, cluster, cost)
     if not hasattr(lay, "attn_dp"):
         return {}
 
@@ -82,45 +82,17 @@ def winner_price_sources(
 
 
 def _pools_price_sources(
-    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel,
-    err: float | None,
-) -> dict[str, Any]:  # fmt: skip
-    """:func:`winner_price_sources` of a disaggregated winner (its ``setup``)."""
-    from moeplan.cost.price_sources import attribute, summarize
-    from moeplan.serve.iteration.price_sources import run_classes
-    from moeplan.serve.pools.pd import simulate_pd
-    from moeplan.serve.workload.arrivals import generate
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
+    """:func:`winner_price_sources` of a disaggregated winner (its ``setup``), at the load
+    its timeline shows (the user's rate, else its largest SLO rate)."""
+    from moeplan.serve.iteration.price_sources import pd_run_price_sources
 
     r = ranking.winner.result
-    pd = r.setup.layout
-    if not all(hasattr(x, "attn_dp") for x in (pd.prefill, pd.decode)):
-        return {}
     wl = ranking.workload
     if not ranking.rate_given and r.max_rate_meeting_slo_rps:
         wl = wl.with_rate(r.max_rate_meeting_slo_rps)
-    run = simulate_pd(generate(wl), r.setup)
-    splits, weights = [], []
-    for lay, knobs, runs in ((pd.prefill, pd.prefill_knobs, run.prefill_runs),
-                             (pd.decode, pd.decode_knobs, run.decode_runs)):  # fmt: skip
-        batches, seconds = [], []
-        for res in runs:
-            b, s = run_classes(res)
-            batches += b
-            seconds += s
-        split = attribute(
-            cost,
-            lambda cm, lay=lay, knobs=knobs, batches=batches: [
-                IterationModel(model, cluster, cm, lay, knobs=knobs)(b) for b in batches
-            ],
-        )
-        splits.append(split)
-        weights += [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
-    merged = (
-        [t for sp in splits for t in sp[0]],
-        [p for sp in splits for p in sp[1]],
-        {k: v for sp in splits for k, v in sp[2].items()},
-    )
-    return summarize(merged, weights, err)
+    return pd_run_price_sources(r.setup, wl, model, cluster, cost)
 
 
 def limits_sentence(ranking: ServeRanking, step: str | None) -> str:

@@ -3,7 +3,8 @@
 
 - :func:`step_price_sources`: one step (a batch), split exactly; :func:`phase_price_sources`
   the step of ``serve-sim --phase``.
-- :func:`layout_run_price_sources`: the run of one instance (``serve-sim``).
+- :func:`layout_run_price_sources`: the run of one instance (``serve-sim``);
+  :func:`pd_run_price_sources` the runs of a prefill/decode deployment's instances.
 - :func:`run_price_sources`: a run's iterations grouped into classes — decode sequences and
   prefill tokens, each by power of two — whose charged seconds (the run's own durations,
   fast-forwarded decode steps each counted) are split as the class's mean iteration is: a
@@ -107,6 +108,44 @@ def layout_run_price_sources(
         return IterationModel(model, cluster, cm, layout, routing, knobs=knobs)
 
     return run_price_sources(cost, priced, res, analytic_error(cost))
+
+
+def pd_run_price_sources(
+    setup: Any, workload: Any, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of a prefill/decode deployment (``setup``: its
+    :class:`moeplan.serve.pools.pd.PoolSetup`) simulated on ``workload``: every instance's
+    run of both pools together (the KV transfers between them are not engine iterations);
+    ``{}`` when a pool is not an engine instance (an attention-FFN decode pool)."""
+    from moeplan.serve.pools.pd import simulate_pd
+    from moeplan.serve.workload.arrivals import generate
+
+    pd = setup.layout
+    if not all(isinstance(x, ServeLayout) for x in (pd.prefill, pd.decode)):
+        return {}
+    run = simulate_pd(generate(workload), setup)
+    splits, weights = [], []
+    for lay, knobs, runs in ((pd.prefill, pd.prefill_knobs, run.prefill_runs),
+                             (pd.decode, pd.decode_knobs, run.decode_runs)):  # fmt: skip
+        batches, seconds = [], []
+        for res in runs:
+            b, s = run_classes(res)
+            batches += b
+            seconds += s
+        split = attribute(
+            cost,
+            lambda cm, lay=lay, knobs=knobs, batches=batches: [
+                IterationModel(model, cluster, cm, lay, knobs=knobs)(b) for b in batches
+            ],
+        )
+        splits.append(split)
+        weights += [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
+    merged = (
+        [t for sp in splits for t in sp[0]],
+        [p for sp in splits for p in sp[1]],
+        {k: v for sp in splits for k, v in sp[2].items()},
+    )
+    return summarize(merged, weights, analytic_error(cost))
 
 
 def _octave(x: np.ndarray) -> np.ndarray:
