@@ -134,3 +134,21 @@ def test_a_price_raised_to_the_floor_is_roofline(n: int) -> None:
         assert got.tolist() == ["roofline"] * n, src
         above, kept, _ = own_rows("t", (nan, line, nan), base, field, np.full(n, 0.1))
         assert kept.tolist() == [src] * n  # above the floor: its own source
+
+
+def test_an_accounting_copy_prices_as_the_model() -> None:
+    """Unscaled, the copy charges every price the model charges (the decode grid through its
+    per-kind path, the rest through the same kernel rows)."""
+    from moeplan.cost.price_sources import accounting_copy
+
+    c, m = load_cluster("h100-sxm-8"), load_model("qwen3-30b-a3b")
+    cm = engine_cost_model(c, None, engine="sglang")
+    copy = accounting_copy(cm)
+    ctxs = [1, 17, 900, 1500, 33_000, 200_000]
+    assert copy.decode_core_prices(m, 48, ctxs, 2) == cm.decode_core_prices(m, 48, ctxs, 2)
+    lay = ServeLayout(attn_dp=8, moe_ep=8)
+    knobs = _knobs(cm, m, c, lay)
+    b = Batch(30, 1100, ((512, 512),))
+    assert IterationModel(m, c, copy, lay, knobs=knobs)(b) == IterationModel(
+        m, c, cm, lay, knobs=knobs
+    )(b)

@@ -112,6 +112,7 @@ class CostModel(MixerLayers, Prefetch):
         # price accounting (moeplan.cost.price_sources): factor per price key, None: off
         self._scale: dict[tuple[str, str, str], float] | None = None
         self._seen: dict[tuple[str, str, str], Prediction] = {}
+        self._kinds: dict[tuple, tuple] = {}  # decode-grid answers shared by the copies
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
@@ -356,9 +357,19 @@ class CostModel(MixerLayers, Prefetch):
         cols["step"] = [max(0, c - 1) for c in ctxs]
         assert self.engine is not None
         arrays = {k: np.asarray(v) for k, v in cols.items()}
-        if self._scale is not None:  # an accounting copy: every row's source counts
-            preds = self._kdb.predict_many(op, self._device, self.engine, arrays)
-            return [self._note(op, p) for p in preds]
+        if self._scale is not None:  # an accounting copy: every row's price key counts
+            key = (op, tuple((k, tuple(v)) for k, v in sorted(cols.items())))
+            got = self._kinds.get(key)
+            if got is None:  # the copies of one accounting share the unscaled answers
+                got = self._kinds[key] = self._kdb.kinds_many(op, self._device, self.engine, arrays)
+            secs, kinds = got
+            for mask, p in kinds:
+                pk = price_key(op, p)
+                self._seen.setdefault(pk, p)
+                f = self._scale.get(pk)
+                if f is not None:
+                    secs = np.where(mask, secs * f, secs)
+            return secs.tolist()
         return self._kdb.seconds_many(op, self._device, self.engine, arrays).tolist()
 
     def decode_core_blocks(

@@ -33,11 +33,16 @@ from moeplan.cost.price_keys import ANALYTIC, PriceKey
 EPS = 1e-6
 
 
-def accounting_copy(cm: CostModel, scale: dict[PriceKey, float] | None = None) -> CostModel:
+def accounting_copy(
+    cm: CostModel, scale: dict[PriceKey, float] | None = None, shared: dict | None = None
+) -> CostModel:
     """A fresh :class:`CostModel` with ``cm``'s cluster, profile, engine and tables that notes
-    the key of every kernel price it charges and multiplies the keys in ``scale``."""
+    the key of every kernel price it charges and multiplies the keys in ``scale``; copies
+    given one ``shared`` dict share their unscaled decode-grid answers."""
     copy = CostModel(cm.cluster, cm.profile, cm.engine, cm._kdb)
     copy._scale = dict(scale or {})
+    if shared is not None:
+        copy._kinds = shared
     return copy
 
 
@@ -48,12 +53,13 @@ def attribute(cm: CostModel, price: Callable[[CostModel], Sequence[float]]) -> S
     """Each item ``price(cost)`` returns, split by price key (module docstring): the items'
     seconds, per item the seconds each key contributes, and one prediction per key (its
     source, errors and detail). ``price`` must build everything it prices from ``cost``."""
-    first = accounting_copy(cm)
+    shared: dict = {}
+    first = accounting_copy(cm, shared=shared)
     base = [float(t) for t in price(first)]
     seen = dict(first._seen)
     parts: list[dict[PriceKey, float]] = [{} for _ in base]
     for key in seen:
-        got = price(accounting_copy(cm, {key: 1.0 + EPS}))
+        got = price(accounting_copy(cm, {key: 1.0 + EPS}, shared))
         for i, (t0, t1) in enumerate(zip(base, got, strict=True)):
             d = (float(t1) - t0) / EPS
             if d > 0.0:

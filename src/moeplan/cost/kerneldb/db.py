@@ -234,6 +234,27 @@ class KernelDB:
             )
         return out
 
+    def kinds_many(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> tuple[np.ndarray, list[tuple[np.ndarray, Prediction]]]:
+        """The seconds of :meth:`predict_many` and, per distinct (source, detail), the rows it
+        priced (a mask) with one :class:`Prediction` standing for them (its seconds the first
+        row's): the provenance of many rows without one object per row."""
+        table, secs, srcs, details = self._priced(op, device, engine, columns)
+        kinds: dict[tuple[str, str], int] = {}
+        pairs = list(zip(srcs.tolist(), details.tolist(), strict=True))
+        for i, kind in enumerate(pairs):
+            kinds.setdefault(kind, i)
+        out = []
+        for (src, detail), i in kinds.items():
+            err = self.error(table, engine, op, src)
+            mask = (
+                (srcs == src) & (details == detail) if len(kinds) > 1 else np.ones(len(secs), bool)
+            )
+            out.append((mask, Prediction(seconds=float(secs[i]), source=src, error=_e(err, 0),
+                                         error_p90=_e(err, 1), detail=detail)))  # fmt: skip
+        return secs, out
+
     def seconds_many(
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
     ) -> np.ndarray:

@@ -61,16 +61,22 @@ def phase_price_sources(
     return step_price_sources(cost, step, analytic_error(cost))
 
 
-def run_classes(res: Any) -> tuple[list[Batch], list[float]]:
-    """The iteration classes of a run (module docstring): a mean batch and the seconds the
-    run charged per class. ``res``: a :class:`moeplan.serve.engine.config.SimResult`."""
-    dur = np.asarray(res.iter_end_s) - np.asarray(res.iter_start_s)
-    dec = np.asarray(res.iter_decode, dtype=np.int64)
-    pre = np.asarray(res.iter_prefill, dtype=np.int64)
+def run_classes(*runs: Any) -> tuple[list[Batch], list[float]]:
+    """The iteration classes of runs of one deployment (module docstring): a mean batch and
+    the seconds the runs charged per class. ``runs``:
+    :class:`moeplan.serve.engine.config.SimResult` of its instances."""
+    if not runs:
+        return [], []
+    cat = np.concatenate
+    dur = cat([np.asarray(r.iter_end_s) - np.asarray(r.iter_start_s) for r in runs])
+    dec = cat([np.asarray(r.iter_decode, dtype=np.int64) for r in runs])
+    pre = cat([np.asarray(r.iter_prefill, dtype=np.int64) for r in runs])
     if len(dur) == 0:
         return [], []
-    isl = max(1, round(float(np.mean(res.isl))))
-    ctx = max(1, round(float(np.mean(res.isl) + np.mean(res.osl) / 2.0)))
+    isl_all = cat([np.asarray(r.isl, dtype=float) for r in runs])
+    osl_all = cat([np.asarray(r.osl, dtype=float) for r in runs])
+    isl = max(1, round(float(np.mean(isl_all))))
+    ctx = max(1, round(float(np.mean(isl_all) + np.mean(osl_all) / 2.0)))
     key = _octave(dec) * 64 + _octave(pre)
     batches, seconds = [], []
     for k in np.unique(key):
@@ -88,7 +94,7 @@ def run_price_sources(
     """``price_sources`` of a simulated run ``res``; ``priced(cost)`` is the deployment's
     iteration model on ``cost`` (batch -> seconds)."""
     batches, seconds = run_classes(res)
-    split = attribute(cost, lambda c: [priced(c)(b) for b in batches])
+    split = attribute(cost, lambda c: _each(priced(c), batches))
     weights = [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
     return summarize(split, weights, analytic_error)
 
@@ -127,16 +133,12 @@ def pd_run_price_sources(
     splits, weights = [], []
     for lay, knobs, runs in ((pd.prefill, pd.prefill_knobs, run.prefill_runs),
                              (pd.decode, pd.decode_knobs, run.decode_runs)):  # fmt: skip
-        batches, seconds = [], []
-        for res in runs:
-            b, s = run_classes(res)
-            batches += b
-            seconds += s
+        batches, seconds = run_classes(*runs)
         split = attribute(
             cost,
-            lambda cm, lay=lay, knobs=knobs, batches=batches: [
-                IterationModel(model, cluster, cm, lay, knobs=knobs)(b) for b in batches
-            ],
+            lambda cm, lay=lay, knobs=knobs, batches=batches: _each(
+                IterationModel(model, cluster, cm, lay, knobs=knobs), batches
+            ),
         )
         splits.append(split)
         weights += [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
@@ -146,6 +148,11 @@ def pd_run_price_sources(
         {k: v for sp in splits for k, v in sp[2].items()},
     )
     return summarize(merged, weights, analytic_error(cost))
+
+
+def _each(it: Callable[[Batch], float], batches: list[Batch]) -> list[float]:
+    """Each batch's seconds on one iteration model (its memos shared by the batches)."""
+    return [it(b) for b in batches]
 
 
 def _octave(x: np.ndarray) -> np.ndarray:
