@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from moeplan.cost.kerneldb.rows import own_rows
-from moeplan.cost.price_keys import ANALYTIC, NO_INTERNODE
+from moeplan.cost.price_keys import NO_ENGINE, NO_INTERNODE
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.report.trust import _trust_sentence
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
@@ -51,7 +51,7 @@ def test_a_cost_model_without_tables_prices_every_second_roofline() -> None:
     assert ps["roofline"]["share"] == pytest.approx(1.0, abs=1e-12)
     assert shares == pytest.approx(1.0, abs=1e-12)
     assert secs == pytest.approx(step, rel=1e-12)
-    assert ps["roofline"]["reason"] == ANALYTIC
+    assert ps["roofline"]["reason"] == NO_ENGINE
     assert all(ps[s]["seconds"] == 0.0 for s in ("measured", "interpolated", "transferred"))
 
 

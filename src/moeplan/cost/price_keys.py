@@ -31,6 +31,7 @@ BYTES_A2A = "no table row for an all-to-all given as bytes per rank: the DeepEP 
 BEYOND = "shape beyond the table: the nearest measured shape's residual"
 BETWEEN = "shape between measured rows of this GPU's table"
 ANALYTIC = "no kernel table for GEMMs, projections and other collectives"
+NO_ENGINE = "no engine's kernel tables asked: every operation from the GEMM/NCCL model"
 
 PriceKey = tuple[str, str, str]
 

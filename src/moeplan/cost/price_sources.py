@@ -26,7 +26,7 @@ from typing import Any
 
 from moeplan.cost.kerneldb.sources import SOURCES, Prediction
 from moeplan.cost.model import CostModel
-from moeplan.cost.price_keys import ANALYTIC, PriceKey
+from moeplan.cost.price_keys import ANALYTIC, NO_ENGINE, PriceKey
 
 #: Relative nudge of one key's prices: small enough that no maximum changes branch, large
 #: enough that float64 rounding of a step (~1e-16 relative) stays ~1e-10 of the split.
@@ -68,7 +68,10 @@ def attribute(cm: CostModel, price: Callable[[CostModel], Sequence[float]]) -> S
 
 
 def summarize(
-    split: Split, weights: Sequence[float] | None = None, analytic_error: float | None = None
+    split: Split,
+    weights: Sequence[float] | None = None,
+    analytic_error: float | None = None,
+    analytic_reason: str = ANALYTIC,
 ) -> dict[str, dict[str, Any]]:
     """``price_sources``: per source the seconds it priced (item ``i`` counted ``weights[i]``
     times, 1 by default), its share, its held-out error (the seconds-weighted median of its
@@ -97,7 +100,7 @@ def summarize(
         for k, s in keys.items():
             causes[k[2]] = causes.get(k[2], 0.0) + s
         if src == "roofline" and analytic > 0.0:
-            causes[ANALYTIC] = causes.get(ANALYTIC, 0.0) + analytic
+            causes[analytic_reason] = causes.get(analytic_reason, 0.0) + analytic
         out[src] = {
             "seconds": secs,
             "share": secs / total if total > 0.0 else 0.0,
@@ -109,12 +112,16 @@ def summarize(
     return out
 
 
-def analytic_error(cm: CostModel) -> float | None:
-    """The stated held-out error of the GEMM/NCCL model's prices: the median error of the
-    cluster's fitted GEMM model on its held-out rows; ``None`` for datasheet rooflines or
-    published coefficients (their error is unmeasured)."""
+def analytic(cm: CostModel) -> dict[str, Any]:
+    """:func:`summarize`'s figures for the GEMM/NCCL model's share on ``cm``: its stated
+    held-out error (the median error of the cluster's fitted GEMM model on its held-out rows;
+    ``None`` for datasheet rooflines or published coefficients, whose error is unmeasured)
+    and why it is not measured (no kernel table for the operation, or no engine asked)."""
     q = cm.profile.quality.get("gemm") if cm.profile is not None else None
-    return None if q is None else q.heldout_median_ape
+    return {
+        "analytic_error": None if q is None else q.heldout_median_ape,
+        "analytic_reason": ANALYTIC if cm.engine is not None else NO_ENGINE,
+    }
 
 
 def _weighted_median(pairs: list[tuple[float | None, float]]) -> float | None:

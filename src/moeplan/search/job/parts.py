@@ -56,12 +56,10 @@ def winner_price_sources(
     analytic batch when the result keeps no run; a disaggregated winner's pools simulated
     again at its operating load (both pools' instances' runs together); ``{}`` where a pool
     is not an engine instance (an attention-FFN pool)."""
-    from moeplan.cost.price_sources import analytic_error
     from moeplan.serve.iteration.price_sources import run_price_sources, step_price_sources
 
     r = ranking.winner.result
     lay = r.layout
-    err = analytic_error(cost)
     setup = getattr(r, "setup", None)
     if setup is not None:
         return _pools_price_sources(ranking, model, cluster, cost)
@@ -73,12 +71,12 @@ def winner_price_sources(
 
     probe = getattr(r, "run", None)
     if probe is not None:
-        return run_price_sources(cost, priced, probe.res, err)
+        return run_price_sources(cost, priced, probe.res)
     if r.estimate is None:
         return {}
     w = ranking.workload
     batch = Batch(r.estimate.batch, int(w.isl.mean + w.osl.mean // 2), ())
-    return step_price_sources(cost, lambda cm: priced(cm)(batch), err)
+    return step_price_sources(cost, lambda cm: priced(cm)(batch))
 
 
 def _pools_price_sources(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from moeplan.cost import CostModel
-from moeplan.cost.price_sources import analytic_error, attribute, summarize
+from moeplan.cost.price_sources import analytic, attribute, summarize
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
@@ -31,10 +31,10 @@ Priced = Callable[[CostModel], Callable[[Batch], float]]
 
 
 def step_price_sources(
-    cost: CostModel, step: Callable[[CostModel], float], analytic_error: float | None = None
+    cost: CostModel, step: Callable[[CostModel], float]
 ) -> dict[str, dict[str, Any]]:
     """``price_sources`` of the one step ``step(cost)`` prices."""
-    return summarize(attribute(cost, lambda c: [step(c)]), analytic_error=analytic_error)
+    return summarize(attribute(cost, lambda c: [step(c)]), **analytic(cost))
 
 
 def phase_price_sources(
@@ -58,7 +58,7 @@ def phase_price_sources(
             .step_s
         )
 
-    return step_price_sources(cost, step, analytic_error(cost))
+    return step_price_sources(cost, step)
 
 
 def run_classes(*runs: Any) -> tuple[list[Batch], list[float]]:
@@ -88,15 +88,13 @@ def run_classes(*runs: Any) -> tuple[list[Batch], list[float]]:
     return batches, seconds
 
 
-def run_price_sources(
-    cost: CostModel, priced: Priced, res: Any, analytic_error: float | None = None
-) -> dict[str, dict[str, Any]]:
+def run_price_sources(cost: CostModel, priced: Priced, res: Any) -> dict[str, dict[str, Any]]:
     """``price_sources`` of a simulated run ``res``; ``priced(cost)`` is the deployment's
     iteration model on ``cost`` (batch -> seconds)."""
     batches, seconds = run_classes(res)
     split = attribute(cost, lambda c: _each(priced(c), batches))
     weights = [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
-    return summarize(split, weights, analytic_error)
+    return summarize(split, weights, **analytic(cost))
 
 
 def layout_run_price_sources(
@@ -113,7 +111,7 @@ def layout_run_price_sources(
     def priced(cm: CostModel) -> IterationModel:
         return IterationModel(model, cluster, cm, layout, routing, knobs=knobs)
 
-    return run_price_sources(cost, priced, res, analytic_error(cost))
+    return run_price_sources(cost, priced, res)
 
 
 def pd_run_price_sources(
@@ -147,7 +145,7 @@ def pd_run_price_sources(
         [p for sp in splits for p in sp[1]],
         {k: v for sp in splits for k, v in sp[2].items()},
     )
-    return summarize(merged, weights, analytic_error(cost))
+    return summarize(merged, weights, **analytic(cost))
 
 
 def _each(it: Callable[[Batch], float], batches: list[Batch]) -> list[float]:
