@@ -84,6 +84,8 @@ def test_inter_node_deepep_is_the_transferred_share_with_its_reason() -> None:
     comm = r.breakdown["dispatch"] + r.breakdown["combine"]
     assert ps["transferred"]["seconds"] == pytest.approx(comm, rel=1e-6)
     assert ps["transferred"]["reason"] == NO_INTERNODE
+    assert ps["transferred"]["heldout_error"] is None  # no held-out rows across nodes
+    assert ps["transferred"]["heldout_covers"] == 0.0
     assert _total(ps)[0] == pytest.approx(r.step_s, rel=1e-9)
     said = _trust_sentence(SimpleNamespace(price_sources=ps))
     assert NO_INTERNODE in said and "outside the measured range" not in said

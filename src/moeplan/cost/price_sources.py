@@ -75,8 +75,10 @@ def summarize(
 ) -> dict[str, dict[str, Any]]:
     """``price_sources``: per source the seconds it priced (item ``i`` counted ``weights[i]``
     times, 1 by default), its share, its held-out error (the seconds-weighted median of its
-    prices' held-out median errors; ``analytic_error`` for the GEMM/NCCL model's share) and
-    why it is not measured (its causes, most seconds first). Shares sum to 1."""
+    prices' held-out median errors; ``analytic_error`` for the GEMM/NCCL model's share), the
+    fraction of its seconds that figure covers (prices with no held-out figure are left
+    out of it) and why it is not measured (its causes, most seconds first). Shares sum
+    to 1."""
     base, parts, preds = split
     w = list(weights) if weights is not None else [1.0] * len(base)
     by_key: dict[PriceKey, float] = {}
@@ -101,10 +103,12 @@ def summarize(
             causes[k[2]] = causes.get(k[2], 0.0) + s
         if src == "roofline" and analytic > 0.0:
             causes[analytic_reason] = causes.get(analytic_reason, 0.0) + analytic
+        known = sum(x for e, x in errs if e is not None)
         out[src] = {
             "seconds": secs,
             "share": secs / total if total > 0.0 else 0.0,
             "heldout_error": _weighted_median(errs),
+            "heldout_covers": known / secs if secs > 0.0 else None,
             "reason": None
             if src == "measured" or not causes
             else "; ".join(c for c, _ in sorted(causes.items(), key=lambda x: -x[1])),

@@ -66,6 +66,14 @@ def _pct(e: float | None) -> str:
     return "not measured" if e is None else f"{100 * e:.1f}%"
 
 
+def _covers(r: dict[str, Any]) -> str:
+    """Where a source's held-out error leaves some of its seconds out: how many it covers."""
+    c = r.get("heldout_covers")
+    if r["heldout_error"] is None or c is None or c >= 0.995:
+        return ""
+    return f" over the {c:.0%} of its seconds that have a held-out figure"
+
+
 def fits_section(outcome: PlanOutcome) -> Section | None:
     """The GEMM/NCCL model's fits (what prices GEMMs, projections and collectives outside the
     kernel tables) with their held-out errors."""
@@ -95,7 +103,8 @@ def _trust_sentence(outcome: PlanOutcome) -> str:
     if not rest:
         return "Every priced second of the winner's run comes from a measured table row."
     parts = "; ".join(
-        f"{r['share']:.0%} {src} (held-out error {_pct(r['heldout_error'])}: {r['reason']})"
+        f"{r['share']:.0%} {src} (held-out error {_pct(r['heldout_error'])}"
+        f"{_covers(r)}: {r['reason']})"
         for src, r in rest
     )
     return f"{measured:.0%} of the winner's priced seconds come from measured table rows; {parts}."
