@@ -70,8 +70,8 @@ def _by_hand(db: KernelDB, op: str, row: dict[str, np.ndarray]) -> tuple[float, 
     else:
         corr, _, inside = vm.field.query(f.coords)
         s, src = (base * math.exp(corr[0]), "interpolated") if inside[0] else (base, "transferred")
-    if s < peak:
-        s, src = peak, "roofline" if src == "measured" else src
+    if s < peak:  # the floor prices it, whatever priced the row before
+        s, src = peak, "roofline"
     return s, src
 
 

@@ -189,6 +189,26 @@ def _table_after(page: str, title: str) -> list[list[str]]:
     return [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)]
 
 
+def test_price_sources_add_up_and_the_report_prints_them(planned):
+    """``price_sources``: the winner's priced seconds per source, shares summing to 1; on a
+    GPU without tables nothing is measured or interpolated; the report's trust table shows
+    the same shares."""
+    out, folder = planned
+    ps = out["price_sources"]
+    assert list(ps) == ["measured", "interpolated", "transferred", "roofline"]
+    assert sum(r["share"] for r in ps.values()) == pytest.approx(1.0, abs=1e-9)
+    assert sum(r["seconds"] for r in ps.values()) > 0.0
+    assert all(r["seconds"] >= 0.0 for r in ps.values())
+    if out["pricing"].get("transferred_gpu"):
+        assert ps["measured"]["seconds"] == ps["interpolated"]["seconds"] == 0.0
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    rows = {r[0]: r for r in _table_after(page, "How far to trust the prices") if r}
+    shown = {src: r for src, r in ps.items() if r["seconds"] > 0.0}
+    assert set(rows) == set(shown)
+    for src, r in shown.items():
+        assert rows[src][1] == f"{r['share']:.1%}"
+
+
 def test_report_lists_the_launch_files_written_and_the_served_load(planned):
     """The launch table names exactly the launch.sh files in the folder (the P/D deployment
     itself when P/D wins);

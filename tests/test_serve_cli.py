@@ -55,6 +55,11 @@ def test_json_has_the_interface_metrics(capsys, tmp_path):
     )
     events = json.loads(trace.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" for e in events) == doc["metrics"]["iterations"]
+    # price_sources: the run's busy seconds (its trace's iterations) split by price source
+    busy = sum(e["dur"] for e in events if e["ph"] == "X") / 1e6
+    ps = doc["price_sources"]
+    assert sum(r["seconds"] for r in ps.values()) == pytest.approx(busy, rel=1e-6)
+    assert sum(r["share"] for r in ps.values()) == pytest.approx(1.0, abs=1e-12)
 
 
 def test_plan_file_equals_the_same_layout_flags(capsys, tmp_path):
@@ -156,6 +161,9 @@ def test_cost_engine_prices_kernels_like_plan(capsys):
         docs[ce] = json.loads(out)
     assert docs["engine"]["pricing"]["engine"] == "sglang"
     assert docs["none"]["pricing"]["engine"] is None
+    assert docs["none"]["price_sources"]["roofline"]["share"] == pytest.approx(1.0, abs=1e-12)
+    kernel = docs["engine"]["price_sources"]
+    assert kernel["measured"]["share"] + kernel["interpolated"]["share"] > 0.0
     for ce in ("engine", "none"):  # steady state at 2 req/s: what arrives is served
         got = docs[ce]["metrics"]["output_tokens_per_s_per_gpu"]
         assert got == pytest.approx(2.0 * 64 / 2, rel=1e-9)  # 64 output tokens, 2 GPUs

@@ -12,6 +12,7 @@ from moeplan.cli._common import Table, console, err_console, fmt_times, plural
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
+from moeplan.search.job.outcome import sources_line
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout
@@ -94,6 +95,7 @@ def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> N
             "the gap between steps, TPOT the time per output token"
         )
     console.print(pricing_line(out["pricing"]))
+    console.print(sources_line(out["price_sources"], "the run"))
     if out["pricing"]["stand_in_note"]:
         console.print(out["pricing"]["stand_in_note"])
     for line in out["warnings"]:
@@ -112,6 +114,8 @@ def print_pd(out: dict[str, Any], pd: PDLayout, r: DisaggResult) -> None:
         "pool that limits: 1.00 marks the bottleneck."
     )
     console.print(pricing_line(out["pricing"]))
+    if out["price_sources"]:
+        console.print(sources_line(out["price_sources"], "the pools' runs"))
 
 
 def print_phase(out: dict[str, Any]) -> None:
@@ -134,3 +138,4 @@ def print_phase(out: dict[str, Any]) -> None:
     parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*BREAKDOWN_KEYS, "overlap") if k in bd)
     console.print(f"  breakdown (ms, sums to the step): {parts}")
     console.print(pricing_line(out["pricing"]))
+    console.print(sources_line(out["price_sources"], "the step"))

@@ -204,6 +204,7 @@ def plan_json(
         **out,
         **({"placement_skipped": outcome.placement_note} if outcome.placement_note else {}),
         "pricing": outcome.pricing,
+        "price_sources": outcome.price_sources,
         "warnings": warnings,
     }
 

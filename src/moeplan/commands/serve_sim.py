@@ -38,6 +38,11 @@ from moeplan.serve import SLO, IterationModel, ServeWorkload
 from moeplan.serve.deployment import PDLayout
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel, PhaseResult
+from moeplan.serve.iteration.price_sources import (
+    layout_run_price_sources,
+    pd_run_price_sources,
+    phase_price_sources,
+)
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -127,6 +132,7 @@ def simulate_single(
     out["replicas"] = 1 if closed else d.replicas  # copies of this instance
     out["capacity"] = cap_rec
     out.update(_provenance(m, cm, d.layout, knobs))
+    out["price_sources"] = layout_run_price_sources(m, c, cm, d.layout, knobs, routing, sim)
     return out, r, sim, knobs
 
 
@@ -296,7 +302,9 @@ def simulate_pd(
         "rate_simulated_rps": at,
     }
     out = payload(model.name, cluster.name, r, w, slo, at, engine)
-    out.update(extra, pricing=pricing(cm))
+    wl = w.with_rate(extra["rate_simulated_rps"])
+    out.update(extra, pricing=pricing(cm),
+               price_sources=pd_run_price_sources(r.setup, wl, model, cluster, cm))  # fmt: skip
     return r, out
 
 
@@ -346,6 +354,7 @@ def phase_answer(
         "routing": "balanced (static profile)" if routing is None else routing.source,
         "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
         "pricing": pricing(cost),
+        "price_sources": phase_price_sources(m, c, cost, layout, knobs, routing, phase, n, context),
     }
 
 

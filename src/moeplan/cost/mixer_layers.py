@@ -51,7 +51,7 @@ class MixerLayers:
             self, m: float, n: float, k: float, weight: ModuleQuant | None = None
         ) -> float: ...
 
-        def _note(self, op: str, p: Prediction) -> None: ...
+        def _note(self, op: str, p: Prediction) -> float: ...
 
     def mixer_layer(
         self,
@@ -79,8 +79,16 @@ class MixerLayers:
             w.format.kernel_dtype, (num_seqs, q_len, max(ctx_len, q_len), tp),
             lambda a, b, c: self.gemm(a, b, c, w),
         )  # fmt: skip
+        return self._charged(total, preds)
+
+    def _charged(self, total: float, preds: list[tuple[str, Prediction]]) -> float:
+        """``total`` (the sum of ``preds``' seconds and analytic terms) with each prediction
+        noted, its seconds replaced by what :meth:`_note` charges (the same outside an
+        accounting copy, :mod:`moeplan.cost.price_sources`)."""
         for op, p in preds:
-            self._note(op, p)
+            charged = self._note(op, p)
+            if charged != p.seconds:
+                total += charged - p.seconds
         return total
 
     def hyper_connections(self, model: ModelSpec, tokens: int, layer: int | None = None) -> float:
@@ -103,9 +111,7 @@ class MixerLayers:
             total, preds = price_mhc(
                 self._kdb, self._device, self.engine, x, model.hidden_size, tokens
             )
-            for op, p in preds:
-                self._note(op, p)
-            return total
+            return self._charged(total, preds)
         cols = dict(num_tokens=np.full(2, tokens), hidden_size=np.full(2, model.hidden_size),
                     hc_mult=np.full(2, x.hc_mult), num_sites=np.full(2, MHC_SITES),
                     sinkhorn_iters=np.full(2, x.hc_sinkhorn_iters),

@@ -68,6 +68,7 @@ from moeplan.cost.kerneldb.pricing import (
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.cost.mixer_layers import MixerLayers
 from moeplan.cost.prefetch import Prefetch
+from moeplan.cost.price_keys import price_key
 from moeplan.cost.profile import HardwareProfile
 from moeplan.cost.wideep import WideEP
 from moeplan.errors import MoeplanError
@@ -108,6 +109,10 @@ class CostModel(MixerLayers, Prefetch):
         )
         self._kdb: KernelDB | None = None
         self._prov: dict[tuple[str, str], list] = {}
+        # price accounting (moeplan.cost.price_sources): factor per price key, None: off
+        self._scale: dict[tuple[str, str, str], float] | None = None
+        self._seen: dict[tuple[str, str, str], Prediction] = {}
+        self._kinds: dict[tuple, tuple] = {}  # decode-grid answers shared by the copies
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
@@ -130,8 +135,7 @@ class CostModel(MixerLayers, Prefetch):
     def _kernel(self, op: str, shape: dict) -> float:
         assert self._kdb is not None and self.engine is not None
         p = self._kdb.predict(op, self._device, self.engine, **shape)
-        self._note(op, p)
-        return p.seconds
+        return self._note(op, p)
 
     def lookup_counts(self) -> dict[tuple[str, str], tuple[int, float | None, float | None]]:
         """Kernel-table lookups so far per (operation, source), with the source's held-out
@@ -147,9 +151,16 @@ class CostModel(MixerLayers, Prefetch):
             if n:
                 self._prov.setdefault(key, [0, med, p90])[0] += n
 
-    def _note(self, op: str, p: Prediction) -> None:
+    def _note(self, op: str, p: Prediction) -> float:
+        """Count the lookup; the seconds to charge: ``p.seconds``, or in an accounting copy
+        (:func:`moeplan.cost.price_sources.accounting_copy`) times its key's factor."""
         cell = self._prov.setdefault((op, p.source), [0, p.error, p.error_p90])
         cell[0] += 1
+        if self._scale is None:
+            return p.seconds
+        key = price_key(op, p)
+        self._seen.setdefault(key, p)
+        return p.seconds * self._scale.get(key, 1.0)
 
     def _mla_module(
         self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int
@@ -345,10 +356,21 @@ class CostModel(MixerLayers, Prefetch):
         cols = {k: [v] * n for k, v in shape.items()}
         cols["step"] = [max(0, c - 1) for c in ctxs]
         assert self.engine is not None
-        secs = self._kdb.seconds_many(
-            op, self._device, self.engine, {k: np.asarray(v) for k, v in cols.items()}
-        )
-        return secs.tolist()
+        arrays = {k: np.asarray(v) for k, v in cols.items()}
+        if self._scale is not None:  # an accounting copy: every row's price key counts
+            key = (op, tuple((k, tuple(v)) for k, v in sorted(cols.items())))
+            got = self._kinds.get(key)
+            if got is None:  # the copies of one accounting share the unscaled answers
+                got = self._kinds[key] = self._kdb.kinds_many(op, self._device, self.engine, arrays)
+            secs, kinds = got
+            for mask, p in kinds:
+                pk = price_key(op, p)
+                self._seen.setdefault(pk, p)
+                f = self._scale.get(pk)
+                if f is not None:
+                    secs = np.where(mask, secs * f, secs)
+            return secs.tolist()
+        return self._kdb.seconds_many(op, self._device, self.engine, arrays).tolist()
 
     def decode_core_blocks(
         self,
@@ -531,8 +553,7 @@ class CostModel(MixerLayers, Prefetch):
                 if p is None:
                     p = self._deepep(nbytes, nodes)
                 if p is not None:
-                    self._note("all_to_all", p)
-                    return p.seconds
+                    return self._note("all_to_all", p)
         return collective_time(op, nbytes, group_size, nodes, self.cluster, self._intra_fit)
 
     def _deepep(self, nbytes: float, nodes: int) -> Prediction | None:

@@ -65,6 +65,7 @@ from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.cost.price_keys import INTERNODE_NOTE
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -117,10 +118,10 @@ class WideEP:
         device: Device,
         engine: str,
         cluster: ClusterSpec,
-        note: Callable[[str, Prediction], None] | None = None,
+        note: Callable[[str, Prediction], float] | None = None,
     ) -> None:
         self._kdb, self._device, self._engine, self._cluster = kdb, device, engine, cluster
-        self._note = note or (lambda op, p: None)
+        self._note = note or (lambda op, p: p.seconds)
         self._memo: dict[tuple, WideMoE] = {}
         self._models: dict[int, ModelSpec] = {}
 
@@ -184,8 +185,7 @@ class WideEP:
             op = own
             shape |= {"num_experts": md.num_experts, "num_slots": slots}
         p = self._kdb.predict(op, self._device, self._engine, **shape)
-        self._note(op, p)
-        return p.seconds
+        return self._note(op, p)
 
     def _comm(self, q: _Query, direction: str) -> float:
         kind = "normal" if q.phase == "context" else "ll"
@@ -202,8 +202,7 @@ class WideEP:
             if kind == "normal":
                 shape["sms"] = DEEPEP_SMS
             p = self._kdb.predict(op, self._device, self._engine, **shape)
-            self._note("deepep", p)
-            return p.seconds
+            return self._note("deepep", p)
         return self._internode(q, op, kind, direction, slots)
 
     def _internode(self, q: _Query, op: str, kind: str, direction: str, slots: int) -> float:
@@ -236,13 +235,11 @@ class WideEP:
         t_nvl = link_seconds(
             vm.model.scaled(vm.device, self._device, True), self._device, per_token * local
         )
-        self._note(
+        return self._note(
             "deepep",
             Prediction(
                 seconds=max(t_rdma, t_nvl),
                 source="transferred",
-                detail=f"DeepEP {kind} {direction} over {nodes} nodes: intra-node model "
-                "moved to the RDMA link, no held-out rows",
+                detail=f"DeepEP {kind} {direction} over {nodes} nodes: {INTERNODE_NOTE}",
             ),
         )
-        return max(t_rdma, t_nvl)

@@ -1,4 +1,5 @@
-"""Report sections on trust and inputs: the error of every price source, the quantized-kernel
+"""Report sections on trust and inputs: each price source's share of the winner's priced
+seconds with its held-out error and why it is not measured, the quantized-kernel
 note, the GEMM/NCCL fits, and the inputs as actually served (formatted from
 :class:`moeplan.search.job.outcome.PlanOutcome`)."""
 
@@ -14,40 +15,41 @@ from moeplan.units import GIB
 SOURCE_WORDS = {
     "measured": "the exact row of NVIDIA's measured table",
     "interpolated": "between measured rows of this GPU (held-out whole shapes)",
-    "transferred": "learned on another GPU's table, scaled by this GPU's datasheet "
-                   "(leave-one-GPU-out error)",
-    "roofline": "datasheet peaks at fixed efficiencies (error against the tables)",
+    "transferred": "a model learned on measured rows where none is near: another GPU's "
+                   "table scaled by this GPU's datasheet (leave-one-GPU-out error), a shape "
+                   "past the table's end, DeepEP across nodes",
+    "roofline": "datasheet peaks at fixed efficiencies, the GEMM/NCCL model, or the "
+                "datasheet floor a price was raised to",
 }  # fmt: skip
 
 
-def _pct_range(r: tuple[float, float] | None) -> str:
-    if r is None:
-        return "not measured"
-    lo, hi = r
-    return f"{100 * lo:.1f}%" if abs(hi - lo) < 5e-4 else f"{100 * lo:.1f}–{100 * hi:.1f}%"
-
-
 def error_section(outcome: PlanOutcome) -> Section:
-    """Every kernel-price source with its share and held-out error; the GEMM/NCCL fits."""
+    """Every price source with its share of the winner's priced seconds, held-out error and
+    why it is not measured; the kernel lookups behind it; the GEMM/NCCL fits."""
     s = Section(title="How far to trust the prices")
     p = outcome.pricing
     if p.get("engine") is None:
         s.paragraphs.append(f"Kernel prices: {p.get('note', 'no engine tables')}.")
     else:
         s.paragraphs.append(f"Kernel prices: {p['note']}; {p['lookups']:,} kernel lookups.")
-        rows = [[r["source"], f"{r['share']:.1%}", f"{r['lookups']:,}",
-                 SOURCE_WORDS.get(r["source"], ""), ", ".join(r["ops"]),
-                 _pct_range(r["error_median"]), _pct_range(r["error_p90"])]
-                for r in outcome.price_sources]  # fmt: skip
+    ps = outcome.price_sources
+    if ps:
+        looked = {r["source"]: r for r in outcome.lookup_sources}
+        rows = [[src, f"{r['share']:.1%}", f"{r['seconds']:,.3f}", SOURCE_WORDS[src],
+                 _pct(r["heldout_error"]), r["reason"] or "—",
+                 ", ".join(looked[src]["ops"]) if src in looked else "—",
+                 f"{looked[src]['lookups']:,}" if src in looked else "0"]
+                for src, r in ps.items() if r["seconds"] > 0.0]  # fmt: skip
         s.table(
             [
                 "source",
-                "share of lookups",
-                "lookups",
+                "share of priced seconds",
+                "seconds",
                 "what it is",
-                "operations",
-                "held-out median error",
-                "held-out p90 error",
+                "held-out error",
+                "why not measured",
+                "kernel operations",
+                "kernel lookups",
             ],
             rows,
         )
@@ -58,6 +60,18 @@ def error_section(outcome: PlanOutcome) -> Section:
     if p.get("stand_in_note"):
         s.paragraphs.append(str(p["stand_in_note"]))
     return s
+
+
+def _pct(e: float | None) -> str:
+    return "not measured" if e is None else f"{100 * e:.1f}%"
+
+
+def _covers(r: dict[str, Any]) -> str:
+    """Where a source's held-out error leaves some of its seconds out: how many it covers."""
+    c = r.get("heldout_covers")
+    if r["heldout_error"] is None or c is None or c >= 0.995:
+        return ""
+    return f" over the {c:.0%} of its seconds that have a held-out figure"
 
 
 def fits_section(outcome: PlanOutcome) -> Section | None:
@@ -78,25 +92,22 @@ def fits_section(outcome: PlanOutcome) -> Section | None:
 
 
 def _trust_sentence(outcome: PlanOutcome) -> str:
-    """The source mix in one sentence: how much was transferred and how far to trust it."""
-    p = outcome.pricing
-    by = {r["source"]: r for r in outcome.price_sources}
-    t = by.get("transferred")
-    if p.get("transferred_gpu"):
-        worst = _pct_range(t["error_p90"]) if t else "not measured"
-        return (
-            f"No measured tables exist for {p['gpu']}: {t['share'] if t else 0:.0%} of "
-            f"kernel prices were transferred from the {p['reference_gpu']} tables. Trust "
-            f"them to the leave-one-GPU-out error in the table (p90 {worst} per operation), not "
-            "to the measured tables' accuracy."
-        )
-    if t is not None:
-        return (
-            f"{t['share']:.0%} of kernel prices were transferred (shapes outside "
-            f"{p['tables_gpu']}'s measured range), p90 error {_pct_range(t['error_p90'])}; "
-            "the rest come from this GPU's own tables."
-        )
-    return f"Every kernel price comes from {p['tables_gpu']}'s own measured tables."
+    """The source mix in one sentence: the share of the winner's priced seconds not read from
+    a measured row, and why (each price's own cause, :mod:`moeplan.cost.price_keys`)."""
+    ps = outcome.price_sources
+    measured = ps["measured"]["share"]
+    rest = sorted(
+        ((src, r) for src, r in ps.items() if src != "measured" and r["seconds"] > 0.0),
+        key=lambda x: -x[1]["share"],
+    )
+    if not rest:
+        return "Every priced second of the winner's run comes from a measured table row."
+    parts = "; ".join(
+        f"{r['share']:.0%} {src} (held-out error {_pct(r['heldout_error'])}"
+        f"{_covers(r)}: {r['reason']})"
+        for src, r in rest
+    )
+    return f"{measured:.0%} of the winner's priced seconds come from measured table rows; {parts}."
 
 
 def served_text(outcome: PlanOutcome) -> str:

@@ -47,7 +47,7 @@ from moeplan.cost.kerneldb.families import (
 from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
-from moeplan.cost.kerneldb.rows import own_rows, row_groups
+from moeplan.cost.kerneldb.rows import DTYPE_NOTE, own_rows, row_groups
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
@@ -234,6 +234,27 @@ class KernelDB:
             )
         return out
 
+    def kinds_many(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> tuple[np.ndarray, list[tuple[np.ndarray, Prediction]]]:
+        """The seconds of :meth:`predict_many` and, per distinct (source, detail), the rows it
+        priced (a mask) with one :class:`Prediction` standing for them (its seconds the first
+        row's): the provenance of many rows without one object per row."""
+        table, secs, srcs, details = self._priced(op, device, engine, columns)
+        kinds: dict[tuple[str, str], int] = {}
+        pairs = list(zip(srcs.tolist(), details.tolist(), strict=True))
+        for i, kind in enumerate(pairs):
+            kinds.setdefault(kind, i)
+        out = []
+        for (src, detail), i in kinds.items():
+            err = self.error(table, engine, op, src)
+            mask = (
+                (srcs == src) & (details == detail) if len(kinds) > 1 else np.ones(len(secs), bool)
+            )
+            out.append((mask, Prediction(seconds=float(secs[i]), source=src, error=_e(err, 0),
+                                         error_p90=_e(err, 1), detail=detail)))  # fmt: skip
+        return secs, out
+
     def seconds_many(
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
     ) -> np.ndarray:
@@ -349,6 +370,8 @@ class KernelDB:
         assert vm is not None
         t = self.transferred_seconds(fam, device, engine, ref, key, cols, same_dtype)
         detail = f"{vm.label} scaled to {device.name} datasheet"
+        if not same_dtype:
+            detail = f"{detail}; {DTYPE_NOTE}"
         return (
             np.asarray(t, dtype=float),
             np.full(len(t), "transferred", dtype=object),

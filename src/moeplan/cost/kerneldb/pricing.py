@@ -34,6 +34,7 @@ from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import EXPLICIT, KERNEL_FAMILIES, Features
 from moeplan.cost.kerneldb.load import contiguous_busiest, eplb_busiest
 from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.cost.price_keys import BYTES_A2A_NOTE
 from moeplan.errors import MoeplanError
 from moeplan.specs import ModelSpec
 
@@ -196,5 +197,5 @@ def all_to_all(db: KernelDB, device: Device, engine: str, nbytes: float) -> Pred
         source="transferred",
         error=max(x[0] for x in e) if e else None,
         error_p90=max(x[1] for x in e) if e else None,
-        detail="DeepEP normal dispatch/combine model on bytes per rank",
+        detail=BYTES_A2A_NOTE,
     )

@@ -6,7 +6,9 @@ exact measured row, the shape line's interpolated residual, the line end's resid
 on, the residual field, the bare model; never faster than the datasheet peak. This module
 takes those decisions with array operations over the rows (a decode-attention grid of a few
 hundred contexts is one query), giving each row exactly the price, source and detail that
-the same row asked alone gets. Pure: no I/O.
+the same row asked alone gets. A row raised to the datasheet floor is priced by the floor,
+so its source is ``roofline`` (with the roofline's error), whatever priced it before. Pure:
+no I/O.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 EDGE_NOTE = "residual of the shape's last measured row carried on"
 BEYOND_NOTE = "shape beyond the table: nearest shape's residual"
 PEAK_NOTE = "raised to the datasheet peak"
+DTYPE_NOTE = "no table for this dtype: another dtype's model"
 
 
 def row_groups(
@@ -73,7 +76,7 @@ def own_rows(
     raised = s < peak
     if raised.any():
         s = np.where(raised, peak, s)
-        src[raised & measured] = "roofline"
+        src[raised] = "roofline"  # the floor priced it, whatever the row's own source
         detail[raised] = f"{label}; {PEAK_NOTE}"
     return s, src, detail
 
@@ -98,5 +101,5 @@ def _one_row(
     else:
         s, src = base, "transferred"
     if s < peak:
-        s, src, detail = peak, "roofline" if src == "measured" else src, f"{label}; {PEAK_NOTE}"
+        s, src, detail = peak, "roofline", f"{label}; {PEAK_NOTE}"
     return s, src, detail

@@ -11,7 +11,8 @@ held-out error of that source for that (GPU, engine, operation):
   this GPU's datasheet (or this GPU's model outside its measured range). Its error is the
   leave-one-GPU-out error (learn on A100, predict H100, and the reverse).
 - ``roofline``: no table for the engine and operation on any GPU: datasheet peaks at fixed
-  efficiencies. Its error is that roofline's error against the tables.
+  efficiencies; or a price of any other source raised to the datasheet floor (the peak priced
+  it). Its error is that roofline's error against the tables.
 """
 
 from __future__ import annotations

@@ -65,7 +65,9 @@ class PlanOutcome:
     placement_changes: bool = False  # the placement is exported and beats contiguous
     winner_ep: int = 1
     pricing: dict[str, Any] = field(default_factory=dict)  # moeplan.cost.provenance.pricing
-    price_sources: tuple[dict[str, Any], ...] = ()  # moeplan.cost.provenance.source_errors
+    lookup_sources: tuple[dict[str, Any], ...] = ()  # moeplan.cost.provenance.source_errors
+    # the winner's priced seconds per source: moeplan.search.job.parts.winner_price_sources
+    price_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile_fit: dict[str, Any] = field(default_factory=dict)  # the GEMM/NCCL fits' errors
     quant: dict[str, Any] | None = None  # moeplan.cost.provenance.quant_vs_bf16
     fit_notes: tuple[str, ...] = ()  # e.g. the full model's weights do not fit
@@ -102,3 +104,17 @@ def pricing_line(p: dict[str, Any]) -> str:
         return f"kernel prices: {p['note']}"
     mix = ", ".join(f"{s} {v['share']:.0%}" for s, v in p["sources"].items()) or "none used"
     return f"kernel prices: {p['note']}; sources of {p['lookups']:,} kernel lookups: {mix}"
+
+
+def sources_line(ps: dict[str, dict[str, Any]], what: str) -> str:
+    """One line for terminals: each source's share of the priced seconds of ``what``, with
+    its held-out error (``ps``: :func:`moeplan.cost.price_sources.summarize`)."""
+    parts = []
+    for src, r in ps.items():
+        if r["seconds"] <= 0.0:
+            continue
+        err = r["heldout_error"]
+        parts.append(f"{src} {r['share']:.0%}" + (f" (error {err:.0%})" if err is not None else ""))
+    return f"price sources (shares of the priced seconds of {what}): " + (
+        ", ".join(parts) or "none"
+    )

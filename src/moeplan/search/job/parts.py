@@ -55,6 +55,51 @@ def step_bound(
     return limiting_part(bd, m, model, cluster, lay, est.batch)
 
 
+def winner_price_sources(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
+    """``price_sources`` of the winner (:mod:`moeplan.cost.price_sources`): the seconds of its
+    steady run (warm-up and drain included) per price source, or of its engine step at its
+    analytic batch when the result keeps no run; a disaggregated winner's pools simulated
+    again at its operating load (both pools' instances' runs together); ``{}`` where a pool
+    is not an engine instance (an attention-FFN pool)."""
+    from moeplan.serve.iteration.price_sources import run_price_sources, step_price_sources
+
+    r = ranking.winner.result
+    lay = r.layout
+    setup = getattr(r, "setup", None)
+    if setup is not None:
+        return _pools_price_sources(ranking, model, cluster, cost)
+    if not hasattr(lay, "attn_dp"):
+        return {}
+
+    def priced(cm: CostModel) -> IterationModel:
+        return IterationModel(model, cluster, cm, lay, knobs=r.knobs)
+
+    probe = getattr(r, "run", None)
+    if probe is not None:
+        return run_price_sources(cost, priced, probe.res)
+    if r.estimate is None:
+        return {}
+    w = ranking.workload
+    batch = Batch(r.estimate.batch, int(w.isl.mean + w.osl.mean // 2), ())
+    return step_price_sources(cost, lambda cm: priced(cm)(batch))
+
+
+def _pools_price_sources(
+    ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, Any]:
+    """:func:`winner_price_sources` of a disaggregated winner (its ``setup``), at the load
+    its timeline shows (the user's rate, else its largest SLO rate)."""
+    from moeplan.serve.iteration.price_sources import pd_run_price_sources
+
+    r = ranking.winner.result
+    wl = ranking.workload
+    if not ranking.rate_given and r.max_rate_meeting_slo_rps:
+        wl = wl.with_rate(r.max_rate_meeting_slo_rps)
+    return pd_run_price_sources(r.setup, wl, model, cluster, cost)
+
+
 def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
     """What limits the winner: the SLO it uses most at its operating point (or the queue), and
     where each engine step's time goes."""

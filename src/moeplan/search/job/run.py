@@ -33,6 +33,7 @@ from moeplan.search.job.parts import (
     placement_changes,
     profile_fit,
     step_bound,
+    winner_price_sources,
 )
 from moeplan.search.ranking.rank import (
     begin_first,
@@ -168,7 +169,8 @@ def _outcome(
         dep_schedules=schedules, placement=place_res, placement_note=place_note,
         placement_changes=placement_changes(place_res, spec.trace),
         winner_ep=max(ep for _, ep in instance_eps(ranking.winner.entry.layout)),
-        pricing=price, price_sources=tuple(source_errors(price)), profile_fit=profile_fit(cost),
+        pricing=price, lookup_sources=tuple(source_errors(price)),
+        price_sources=winner_price_sources(ranking, m, c, cost), profile_fit=profile_fit(cost),
         quant=_quant(cost, m, ranking), fit_notes=tuple(fit_notes(m, c, spec.full_model)),
         model_path=spec.model_path, trace=spec.trace, timings={**result.timings, **timings},
         family_names={k: v[0].upper() + v[1:] for k, v in FAMILY_NAMES.items()},
