@@ -23,6 +23,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cli import main
 from moeplan.specs.presets import model_config
 from moeplan.traces.format import to_long
@@ -84,7 +85,7 @@ def _check(capsys, argv: list[str]) -> int:
     return code
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(preset=st.sampled_from(PRESETS), data=st.data(), value=VALUES)
 def test_fuzz_inspect_json(tmp_path, capsys, preset, data, value):
     cfg = dict(BASE[preset])
@@ -120,7 +121,7 @@ def _mutated_trace(tmp_path: Path, data: st.DataObject) -> Path:
     return path
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(data=st.data())
 def test_fuzz_trace_stats(tmp_path, capsys, data):
     path = _mutated_trace(tmp_path, data)
@@ -156,7 +157,7 @@ _REC = {
 }
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(
     key=st.sampled_from(
         [
@@ -202,7 +203,7 @@ PLAN = {
 }
 
 
-@settings(FUZZ, max_examples=50)
+@settings(FUZZ, max_examples=examples(50))
 @given(
     where=st.sampled_from(["", "layout", "details"]),
     data=st.data(),
