@@ -2,7 +2,8 @@
 
 Every case must end with exit 0 (the mutation happened to be valid) or 2 with exactly one
 stderr line, never an exception escaping ``main`` (a traceback), and within a per-case limit
-(a SIGALRM raises :class:`_Hang`). Bounded: ~180 cases, well under a minute on 2 cores. The
+(a SIGALRM raises :class:`_Hang`). Bounded: ~180 cases at the full example counts
+(``make test-slow``), a quarter of them in ``make test``. The
 larger subprocess run is ``make fuzz`` (``bench/fuzz_all.py``). ``run --plan`` is fuzzed up to
 the point where it would start processes (``spawn_world`` is replaced by an exit), because
 that is where a tampered plan.json is read and validated.
