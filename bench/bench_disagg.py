@@ -8,16 +8,16 @@ GPU that rate is (``rate * osl / GPUs``: SLO-bound capacity per GPU), and what b
 
 - colocated: attention TP within a node × DP, MoE EP over the instance (and pure TP within a
   node), instances of the whole cluster or half of it (per-GPU figures: a half-size instance
-  stands for two replicas); pruned by :func:`moeplan.search.search.analytic_rate`, the best two
-  simulated with their engine-knob search (:func:`moeplan.search.search.evaluate_layout`),
+  stands for two replicas); pruned by :func:`moeplan.search.colocated.evaluate.analytic_rate`, the best two
+  simulated with their engine-knob search (:func:`moeplan.search.colocated.evaluate.evaluate_layout`),
   then their rate re-searched under the PD probe's standard: SLOs met *and* the queue not
-  growing (:func:`moeplan.search.disagg.queue_stable`) on a probe of at least three times the
+  growing (:func:`moeplan.search.disagg.pools.queue_stable`) on a probe of at least three times the
   running-request cap (a shorter one never fills the engine; PD's probe is guarded instead
   by its pools' analytic loads). ``evaluate_layout``'s own rate uses
   the SLOs only and, on a short probe, can accept an overloaded rate (issue noted in
   docs/benchmarks/disaggregation.md).
-- pd / afd: :mod:`moeplan.search.disagg` — rate-matched pools, the best estimate's SLO-bound
-  capacity simulated (:func:`moeplan.search.pd_given.simulate_given`, what ``serve-sim --pd``
+- pd / afd: :mod:`moeplan.search.disagg.pools` — rate-matched pools, the best estimate's SLO-bound
+  capacity simulated (:func:`moeplan.search.disagg.given.simulate_given`, what ``serve-sim --pd``
   runs).
   The two sides are measured differently (the colocated rate on this module's short probes,
   the disaggregated one in steady state with warm-up and drain excluded), so the ratios are
@@ -39,19 +39,19 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.dep import brute_force, pppipe, solve
 from moeplan.planners.dep.decode import decode_problem
-from moeplan.search.disagg import (
+from moeplan.search.colocated.evaluate import (
+    analytic_rate,
+    evaluate_layout,
+    max_rate_meeting_slo,
+    run_workload,
+)
+from moeplan.search.disagg.given import simulate_given
+from moeplan.search.disagg.pools import (
     Context,
     candidates,
     queue_stable,
     serve_layouts,
     why_none,
-)
-from moeplan.search.pd_given import simulate_given
-from moeplan.search.search import (
-    analytic_rate,
-    evaluate_layout,
-    max_rate_meeting_slo,
-    run_workload,
 )
 from moeplan.serve import SLO, IterationModel, LengthDist, ServeWorkload
 from moeplan.serve.knobs import engine_config
@@ -103,7 +103,7 @@ class _Probe:
 
 def stable_rate(cfg, ev, gpus: int, slo: SLO, hi: float) -> float:
     """Largest rate meeting the SLOs with a bounded queue (the PD probe's standard, so the
-    families are compared alike: :func:`moeplan.search.disagg.queue_stable`)."""
+    families are compared alike: :func:`moeplan.search.disagg.pools.queue_stable`)."""
     # a probe shorter than a few batch caps never fills the engine, so it cannot show overload
     probe = replace(_workload(), num_requests=min(PROBE_MAX, max(SEARCH, 3 * cfg.max_running)))
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moeplan.serve import engine as engine_mod
+from moeplan.serve.engine import run as engine_mod
 
 QUESTION = [
     "plan", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024",
@@ -45,7 +45,7 @@ REFERENCE_REV = "8c67c8f"  # main when the engine was tightened (its engine.py i
 def record_corpus() -> list[tuple]:
     """Run the plan question once; every engine's inputs, in the order they ran."""
     from moeplan.cli import main
-    from moeplan.serve.engine_unpreempted import UnpreemptedEngine
+    from moeplan.serve.engine.unpreempted import UnpreemptedEngine
 
     corpus: list[tuple] = []
     run, fast_run = engine_mod.Engine.run, UnpreemptedEngine.run
@@ -77,7 +77,7 @@ def load_reference(rev: str):  # type: ignore[no-untyped-def]
     """The engine module at git revision ``rev``, imported under its own name."""
     root = Path(__file__).resolve().parents[1]
     src = subprocess.run(
-        ["git", "show", f"{rev}:src/moeplan/serve/engine.py"],
+        ["git", "show", f"{rev}:src/moeplan/serve/engine/run.py"],
         cwd=root, check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     path = Path(tempfile.mkdtemp()) / "reference_engine.py"

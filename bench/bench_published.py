@@ -42,9 +42,9 @@ import time
 from typing import NamedTuple
 
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.phase import PhaseModel
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.phase import PhaseModel
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")

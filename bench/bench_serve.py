@@ -31,7 +31,7 @@ from moeplan.serve import (
     generate,
     simulate,
 )
-from moeplan.serve.engine import bucket
+from moeplan.serve.engine.run import bucket
 from moeplan.specs import load_cluster, load_model
 
 REQUESTS = 10_000
@@ -152,7 +152,7 @@ MIXSERVE_BASELINES = {  # MixServe Table II, H20 column (2 x 8 H20)
 def mixserve_comparison() -> None:
     """MixServe §IV-B setup simulated: mean TTFT / p50 ITL (ms) at 2, 4, 8 req/s, batch cap
     16, ShareGPT-like lengths (lognormal prompt median 300, output median 200, <= 4096)."""
-    from moeplan.search.search import run_workload
+    from moeplan.search.colocated.evaluate import run_workload
 
     cluster = load_cluster("mixserve-h20")
     cost = cost_model_for(cluster)

@@ -9,7 +9,7 @@ numbers the papers publish; ``docs/benchmarks/papers.md`` records them and expla
   placements (``place`` on a synthetic trace of the model's shape) priced in the iteration
   model; the largest rate meeting 5x the lightest-load TTFT or E2E (p90) and its tokens/s.
 - SMIDT §5.2 (paper 001): its plan and baselines (uniform, time-balanced, no PP) served as
-  ServeLayouts (``search.rank.pipeline_entries``) on a closed loop (offline task): tokens/s.
+  ServeLayouts (``search.ranking.rank.pipeline_entries``) on a closed loop (offline task): tokens/s.
 
 ``run()``: one row per published claim; ``value`` = simulated ratio, ``reference`` = the
 paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
@@ -31,8 +31,8 @@ from moeplan.planners.pipeline import plan_pipeline
 from moeplan.planners.placement import PlaceConfig, cost_evaluator, place
 from moeplan.planners.strategy.space import Strategy, mixserve_default, named_baselines
 from moeplan.search import max_rate_meeting_slo
-from moeplan.search.rank import pipeline_entries
-from moeplan.search.search import run_workload
+from moeplan.search.colocated.evaluate import run_workload
+from moeplan.search.ranking.rank import pipeline_entries
 from moeplan.serve import (
     SLO,
     Batch,

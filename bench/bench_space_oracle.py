@@ -1,7 +1,7 @@
 """The deployment-space search against its oracle over the preset grid.
 
 For each preset (model, cluster) pair — every pair by default, or those named — the colocated
-space is searched by SLO-bound capacity (:func:`moeplan.search.space_search.search_space`, the
+space is searched by SLO-bound capacity (:func:`moeplan.search.colocated.search.search_space`, the
 path ``moeplan plan`` takes, with plan's default instance knobs) and, independently, every
 layout of the space is simulated to its capacity (exhaustive search). The search's winner
 must reach >= 0.99 x the exhaustive best (the issue's bar); a ratio below that within the two
@@ -24,17 +24,17 @@ import time
 
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.search.memo_cost import MemoCost
-from moeplan.search.space import copies, layouts
-from moeplan.search.space_search import (
+from moeplan.search.colocated.search import (
     SpaceCandidate,
     prepare,
     search_capacity,
     search_space,
     with_interval,
 )
+from moeplan.search.colocated.space import copies, layouts
+from moeplan.search.job.memo_cost import MemoCost
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.specs import cluster_names, load_cluster, load_model, model_names
 
 ISL, OSL = 1024, 256

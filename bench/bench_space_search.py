@@ -1,7 +1,7 @@
 """The deployment-space search: steadiness of its winner, its certificate, and its speed.
 
 For each case: the colocated space searched by SLO-bound capacity
-(:func:`moeplan.search.space_search.search_space`, the engine's measured-kernel cost model as
+(:func:`moeplan.search.colocated.search.search_space`, the engine's measured-kernel cost model as
 ``moeplan plan`` uses it) at each ``--requests`` count, same seed. Prints one JSON line per
 (case, requests): winner, capacity per GPU with its 95 % interval, the certificate, every
 simulated layout's bound vs capacity (the bound must never be below), wall and CPU seconds.
@@ -17,11 +17,11 @@ import json
 import time
 
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.search.memo_cost import MemoCost
-from moeplan.search.space import copies, layouts
-from moeplan.search.space_search import SpaceCandidate, prepare, search_capacity, search_space
+from moeplan.search.colocated.search import SpaceCandidate, prepare, search_capacity, search_space
+from moeplan.search.colocated.space import copies, layouts
+from moeplan.search.job.memo_cost import MemoCost
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.specs import load_cluster, load_model
 
 CASES = {  # the questions of the search's design notes (model, cluster, nodes, isl, osl, SLOs)

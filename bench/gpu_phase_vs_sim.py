@@ -5,7 +5,7 @@ wideep,stack`` (committed under ``bench/data/gpu_<card>_<date>/``) and prices ev
 any machine:
 
 - **Stack** (Qwen3-30B-A3B, one GPU, bf16): each decode / prefill step against
-  ``moeplan serve-sim --phase decode|prefill`` (:class:`moeplan.serve.phase.PhaseModel`, the
+  ``moeplan serve-sim --phase decode|prefill`` (:class:`moeplan.serve.iteration.phase.PhaseModel`, the
   code behind that command) on the card's cluster preset, one GPU (attention TP1, MoE EP1),
   priced two ways: ``profile`` = ``--profile <card>-measured --cost-engine none`` (the card's
   own measured kernels, every operation) and ``tables`` = ``--cost-engine engine`` (NVIDIA's
@@ -43,9 +43,9 @@ import numpy as np
 
 from moeplan.cost.kernel_fits import MoeShape
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.phase import PhaseModel
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.phase import PhaseModel
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.quant import WeightQuant
 

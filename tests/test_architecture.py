@@ -520,19 +520,19 @@ def test_type_only_imports_are_edges_of_the_cycle_graph():
 
 
 # ---- compute once, render only -------------------------------------------------------------
-#: The packages that format ``moeplan plan``'s outcome (moeplan.search.outcome.PlanOutcome).
+#: The packages that format ``moeplan plan``'s outcome (moeplan.search.job.outcome.PlanOutcome).
 RENDERERS = ("moeplan.report", "moeplan.export")
 #: All they may import from the planning core: data types, presets and renderers of results
-#: computed elsewhere — no planner, cost or simulator function (moeplan.search.job.plan_job
+#: computed elsewhere — no planner, cost or simulator function (moeplan.search.job.run.plan_job
 #: computes everything they show). A module listed stands for itself and its submodules.
 RENDER_MAY_IMPORT = (
     "moeplan.specs",  # model/cluster types and presets (data)
-    "moeplan.search.outcome",  # the outcome of plan_job (data, and its sentences)
+    "moeplan.search.job.outcome",  # the outcome of plan_job (data, and its sentences)
     "moeplan.planners.plan",  # the Plan type
     "moeplan.planners.layout",  # the one layout type
     "moeplan.planners.families",  # the family registry (names, colours, exports)
     "moeplan.planners.strategy.space",  # Strategy, the colocated face of the layout type
-    "moeplan.serve.instance_knobs",  # InstanceKnobs (data)
+    "moeplan.serve.iteration.instance_knobs",  # InstanceKnobs (data)
     "moeplan.cost.a2a",  # DeepEP facts: one function decides the kernel for price and flags
     "moeplan.sim.trace_export",  # draws schedules simulated by plan_job
 )
@@ -571,7 +571,7 @@ def test_render_check_on_examples():
     """The oracle for the check above: simulator, planner and cost functions are caught, in
     functions too; the outcome, types and renderers are not."""
     src = ast.parse(
-        "from moeplan.search.rank import serving_curves\nfrom moeplan.search.outcome import x\n"
+        "from moeplan.search.ranking.rank import serving_curves\nfrom moeplan.search.job.outcome import x\n"
         "from moeplan.planners.plan import Plan\nimport moeplan.cost.a2a\n"
         "def f():\n    from moeplan.planners.dep.planner import schedules\n"
         "    from moeplan.sim.trace_export import gantt_figure\n"
@@ -579,5 +579,5 @@ def test_render_check_on_examples():
         "    from moeplan.specs import load_model\n"
     )
     assert render_compute_imports(src, "moeplan.report.example") == {
-        "moeplan.search.rank": 1, "moeplan.planners.dep.planner": 6, "moeplan.cost.memory": 8,
+        "moeplan.search.ranking.rank": 1, "moeplan.planners.dep.planner": 6, "moeplan.cost.memory": 8,
     }  # fmt: skip

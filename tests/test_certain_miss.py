@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moeplan.search.capacity import steady_probe
-from moeplan.search.certain_miss import _needed
+from moeplan.search.capacity.certain_miss import _needed
+from moeplan.search.capacity.slo import steady_probe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.config import EngineConfig
-from moeplan.serve.iteration import Batch
+from moeplan.serve.engine.config import EngineConfig
+from moeplan.serve.iteration.model import Batch
 
 OSL = 50
 

@@ -21,9 +21,9 @@ from moeplan.planners.pipeline.cost import StageContext, p2p_seconds
 from moeplan.planners.strategy.comm import p2p_boundaries
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import kv_senders, kv_transfer_s
+from moeplan.serve.pools.pd import kv_senders, kv_transfer_s
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 
 GB = 1e9

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from moeplan.search.job import placement_ep as _placement_ep
+from moeplan.search.job.run import placement_ep as _placement_ep
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_model
 

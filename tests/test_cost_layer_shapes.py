@@ -19,7 +19,7 @@ import pytest
 
 from moeplan.cost import CostModel
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import ModelSpec, load_cluster, load_model
 

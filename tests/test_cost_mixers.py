@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.iteration import IterationModel
+from moeplan.serve.iteration.model import IterationModel
 from moeplan.specs import ModelSpec, load_cluster, load_model
 from moeplan.specs.layers import Mixer
 
@@ -144,7 +144,7 @@ def test_mamba2_scan_is_a_stated_roofline() -> None:
 
 def test_serve_iteration_prices_each_mixer_kind() -> None:
     """The iteration model of a hybrid model calls the per-kind price for its GDN layers."""
-    from moeplan.serve.iteration import Batch
+    from moeplan.serve.iteration.model import Batch
     from moeplan.serve.layout import ServeLayout
 
     cm = engine_cost_model(load_cluster("h100-sxm-8"), None, "sglang")  # fresh provenance

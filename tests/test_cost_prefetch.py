@@ -10,11 +10,11 @@ import pytest
 
 from moeplan.cost.model import CostModel
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.search.fanout import fan_out, sharing, using
-from moeplan.search.memo_cost import memo_cost
-from moeplan.serve.grid import bucket
-from moeplan.serve.iteration import Batch, IterationModel
-from moeplan.serve.iteration_prefetch import octave
+from moeplan.search.job.fanout import fan_out, sharing, using
+from moeplan.search.job.memo_cost import memo_cost
+from moeplan.serve.iteration.grid import bucket
+from moeplan.serve.iteration.model import Batch, IterationModel
+from moeplan.serve.iteration.prefetch import octave
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
 
@@ -49,7 +49,7 @@ def test_octave_is_the_engine_batch_grid():
     assert octave(63) == tuple(range(32, 64))
     assert octave(100) == tuple(range(64, 128, 2))
     assert octave(300) == tuple(range(256, 512, 8))
-    from moeplan.serve.batch_grid import EXACT_BELOW, _grid_below
+    from moeplan.serve.iteration.batch_grid import EXACT_BELOW, _grid_below
 
     for n in range(1, 3000):  # the grid points the evaluator prices n from are in n's octave
         lo, hi = (n, n) if n <= EXACT_BELOW else _grid_below(n)
@@ -151,7 +151,7 @@ def test_decode_core_blocks_in_one_query_equal_each_block_alone(setup):
     """Several blocks of decode contexts priced in one query give each block's own query's
     prices, bit for bit (each from a cold model); a memo keeps them block by block: a block
     it holds is not priced again, however it is asked."""
-    from moeplan.serve.iteration import _grid_block
+    from moeplan.serve.iteration.model import _grid_block
 
     c, m = setup
     blocks = [_grid_block(0), _grid_block(1023), _grid_block(2047)]

@@ -104,7 +104,7 @@ def test_deepseek_v3_decode_step_grows_across_the_moe_table_edge() -> None:
     """DeepSeek-V3 decode on 16x8 H100 at attention DP128 / EP128: 120-144 requests per GPU
     put 15,360-18,432 tokens into the EP group, across the table's last measured count
     (16,384); the step time grows with the batch (it fell from 432 to 234 ms at 136)."""
-    from moeplan.serve.iteration import Batch, IterationModel
+    from moeplan.serve.iteration.model import Batch, IterationModel
     from moeplan.serve.layout import ServeLayout
 
     cl = load_cluster("h100-sxm-8", 16)

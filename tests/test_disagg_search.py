@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from moeplan.cost import CostModel
-from moeplan.search import disagg_search as ds
-from moeplan.search.capacity import slo_capacity
-from moeplan.search.disagg import Context
-from moeplan.search.pd_given import simulate_given
+from moeplan.search.capacity.slo import slo_capacity
+from moeplan.search.disagg import search as ds
+from moeplan.search.disagg.given import simulate_given
+from moeplan.search.disagg.pools import Context
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import load_cluster, load_model
 
@@ -53,7 +53,7 @@ def test_space_has_any_counts_that_fit_and_no_copies(ctx: Context) -> None:
     assert {k.family for k in cands} == set(FAMILIES)
 
 
-# The steady estimate's queue-growth test (search/capacity.py) compares the window's halves
+# The steady estimate's queue-growth test (search/capacity/slo.py) compares the window's halves
 # against their standard error from batch means taken around the trend itself, so a queue
 # growing by a few percent of the load can pass over a window of two short lifetimes (here
 # 2 x 1.46 s): on this grid the simulated capacity exceeded a pool's throughput limit by at

@@ -88,7 +88,7 @@ def test_registry_is_consistent():
             assert f.needs in fam.PROPOSED, f.name
     assert set(fam.TITLES) == NAMES
     from moeplan.planners import plan, rank
-    from moeplan.search import disagg
+    from moeplan.search.disagg import pools as disagg
 
     assert plan.FAMILIES == fam.PLAN_FAMILIES == ("strategy", "ep", "pipeline", "dep")
     assert rank.FAMILIES == fam.PROPOSED == ("strategy", "pipeline", "dep")
@@ -105,8 +105,8 @@ def test_every_layer_table_covers_its_families():
     from moeplan.cli.serve import PLAN_LAYOUTS
     from moeplan.planners.rank import ADAPTERS
     from moeplan.runtime.mesh import MESH_BUILDERS
-    from moeplan.search.disagg_rank import NEEDS, POOL_PLANS
-    from moeplan.search.family_layouts import ENTRIES
+    from moeplan.search.disagg.rank import NEEDS, POOL_PLANS
+    from moeplan.search.ranking.family_layouts import ENTRIES
 
     assert set(ADAPTERS) == set(fam.PROPOSED)
     assert set(ENTRIES) == set(fam.INSTANCE_SERVED) == set(PLAN_LAYOUTS)
@@ -142,7 +142,7 @@ def test_capacity_sentence_names_what_its_rate_feeds(family, unit):
     per replica: the capacity sentence says which (the record's rate is that stream's)."""
     from types import SimpleNamespace as NS
 
-    from moeplan.search.rank_views import _capacity_sentences
+    from moeplan.search.ranking.views import _capacity_sentences
 
     label = "L"
     rec = {"layout": label, "ci95_rps_per_instance": (1.0, 3.0), "rate_rps_per_instance": 2.0,

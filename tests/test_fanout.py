@@ -1,4 +1,4 @@
-"""Independent pieces of a search in worker processes (moeplan.search.fanout and the CLI's
+"""Independent pieces of a search in worker processes (moeplan.search.job.fanout and the CLI's
 ``--jobs``): every result equals the serial run's, bit for bit; only where it ran differs."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from cli_run import run_main
 from moeplan.cli._fork import forked, workers
 from moeplan.errors import MoeplanError
-from moeplan.search import disagg_search as ds
-from moeplan.search.capacity import slo_capacity
-from moeplan.search.disagg import Context
-from moeplan.search.fanout import fan_out, serial, using
+from moeplan.search.capacity.slo import slo_capacity
+from moeplan.search.disagg import search as ds
+from moeplan.search.disagg.pools import Context
+from moeplan.search.job.fanout import fan_out, serial, using
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.config import EngineConfig
-from moeplan.serve.iteration import Batch
+from moeplan.serve.engine.config import EngineConfig
+from moeplan.serve.iteration.model import Batch
 from moeplan.specs import load_cluster, load_model
 
 
@@ -139,7 +139,7 @@ def test_begun_thunks_run_in_workers_and_join_in_order():
     """begin: every thunk starts in a worker at once (none here) and join gives them in
     order; without workers they run here when joined; cancel stops a running one."""
     from moeplan.cli._fork import started
-    from moeplan.search.fanout import Later, begin
+    from moeplan.search.job.fanout import Later, begin
 
     thunks = [lambda i=i: _pid(i) for i in range(3)]
     with using(forked(2), 2, started(2)):
@@ -163,7 +163,7 @@ def test_an_interval_searched_ahead_equals_the_one_searched_in_place():
     """The best first deployment's interval searched ahead (in a worker, before the search
     knows it wins) gives the capacity record that searching it at the end gives."""
     from moeplan.cost import CostModel
-    from moeplan.search.disagg_capacity import capacity_record
+    from moeplan.search.disagg.capacity import capacity_record
 
     ctx = _small_context(CostModel)
     fams = ["pd", "afd"]

@@ -17,7 +17,7 @@ from moeplan.cost.kerneldb.families import FAMILIES
 from moeplan.cost.kerneldb.normalize import normalize
 from moeplan.cost.kerneldb.variant import row_keys
 from moeplan.kernel_tables import engine_cost_model, kernel_db
-from moeplan.search.memo_cost import MemoCost, memo_cost
+from moeplan.search.job.memo_cost import MemoCost, memo_cost
 from moeplan.specs import load_cluster, load_model
 
 H100 = device_for(load_cluster("h100-sxm-8"))

@@ -30,9 +30,9 @@ from moeplan.export.plan_export import (
 from moeplan.export.pp_partition import layer_partition
 from moeplan.planners.strategy.space import Strategy
 from moeplan.report.plan_report import launch_exports
-from moeplan.search.entries import Entry
+from moeplan.search.ranking.entries import Entry
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.pools.pd import PDLayout
 from moeplan.specs import load_cluster, load_model
 from moeplan.specs.presets import model_config
 from test_launchable_presets import planned

@@ -20,7 +20,7 @@ from moeplan.report import figures
 from moeplan.report.html import PLOTLY_FILE, Section, plotly_js, render
 from moeplan.report.plan_report import launch_exports
 from moeplan.report.trust import served_text
-from moeplan.search.job_parts import fit_notes
+from moeplan.search.job.parts import fit_notes
 from moeplan.serve.metrics import SLO
 from moeplan.specs import Workload, load_cluster, load_model
 

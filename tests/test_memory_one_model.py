@@ -81,8 +81,8 @@ def test_phase_memory_is_the_serving_pool_model(kv_dtype: str) -> None:
     """serve-sim --phase sizes a step with the same model: DeepSeek-V3 at EP72 with 32
     redundant experts on 9x8 H100, its bytes before KV equal the KV pool's, and a batch fits
     exactly when the pool (same KV dtype) holds its KV tokens."""
-    from moeplan.serve.instance_knobs import InstanceKnobs
-    from moeplan.serve.phase import PhaseModel
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.phase import PhaseModel
 
     md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 9)
     lay = ServeLayout(attn_dp=72, moe_ep=72, redundant_experts=32)

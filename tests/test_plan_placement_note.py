@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from moeplan.planners.plan import Plan
-from moeplan.search.entries import Entry
-from moeplan.search.job import placement_ep as _placement_ep
-from moeplan.search.job_parts import instance_eps
+from moeplan.search.job.parts import instance_eps
+from moeplan.search.job.run import placement_ep as _placement_ep
+from moeplan.search.ranking.entries import Entry
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.pools.pd import PDLayout
 from moeplan.specs import load_model
 
 EP8 = ServeLayout(attn_dp=8, moe_ep=8)

@@ -18,8 +18,8 @@ from moeplan.cost.provenance import quant_vs_bf16, source_errors
 from moeplan.kernel_tables import engine_cost_model, kernels_dir
 from moeplan.report.html import DIGITS, PLOTLY_FILE, Section, compact, figure_html, render
 from moeplan.report.serving import cdf_points
-from moeplan.search.job_parts import cluster_fill, limits_sentence
-from moeplan.search.outcome import quant_sentence
+from moeplan.search.job.outcome import quant_sentence
+from moeplan.search.job.parts import cluster_fill, limits_sentence
 from moeplan.serve.metrics import SLO
 from moeplan.specs import load_cluster, load_model
 
@@ -150,7 +150,7 @@ def test_log_axes_label_every_tick_in_full():
 
 
 def test_placement_changes_the_answer_only_from_a_trace_it_beats_contiguous_on():
-    from moeplan.search.job_parts import PLACEMENT_GAIN, placement_changes
+    from moeplan.search.job.parts import PLACEMENT_GAIN, placement_changes
 
     def placement(sem: float, base: float = 1.0, fallback: bool = False):
         methods = {

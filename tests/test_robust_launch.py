@@ -134,7 +134,7 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
 def test_pd_script_of_a_hostile_model_path(tmp_path):
     from moeplan.export.sglang import sglang_pd_script
     from moeplan.serve.layout import ServeLayout
-    from moeplan.serve.pd import PDLayout
+    from moeplan.serve.pools.pd import PDLayout
 
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8", 2)
     pd = PDLayout(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from moeplan.cli import _bounds, app, main
 from moeplan.cost.kerneldb.load import power_law_alpha
 from moeplan.errors import MoeplanError
-from moeplan.serve.workload import MAX_LENGTH, LengthDist
+from moeplan.serve.workload.arrivals import MAX_LENGTH, LengthDist
 
 HOSTILE = ["1" * 40, "inf", "-inf", "nan", "1e999", "1e308", "-1e16", "10000000000000001"]
 

@@ -18,10 +18,10 @@ from moeplan.planners.dep.decode import decode_problem
 from moeplan.planners.dep.schedule import DepConfig
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import FAMILY_NAMES, PlanResult
-from moeplan.search.disagg_rank import search_pools
+from moeplan.search.disagg.rank import search_pools
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
-from moeplan.serve.iteration import Batch
+from moeplan.serve.iteration.model import Batch
+from moeplan.serve.pools.afd import AFDIteration, AFDLayout, bucket_up, coarse_ctx
 from moeplan.specs import Workload, load_cluster, load_model
 
 # (model, layers kept, cluster, nodes, ag, eg): shared experts (DeepSeek-V2, FinDEP's α-β
@@ -135,8 +135,8 @@ def test_pd_and_afd_are_ranked_families_with_plans():
 
 def _afd_plan() -> Plan:
     """The exported AFD plan.json of qwen3-30b-a3b on two H100 nodes (decode on <= 4 GPUs)."""
-    from moeplan.search.disagg import Context, candidates
-    from moeplan.search.disagg_rank import afd_plan
+    from moeplan.search.disagg.pools import Context, candidates
+    from moeplan.search.disagg.rank import afd_plan
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8", 2)
     w = ServeWorkload(

@@ -1,4 +1,4 @@
-"""Steady SLO-bound capacity (moeplan.search.capacity): round-robin feed, stability, CI."""
+"""Steady SLO-bound capacity (moeplan.search.capacity.slo): round-robin feed, stability, CI."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from moeplan.search.capacity import instance_stream, lifetime_s, slo_capacity, steady_probe
+from moeplan.search.capacity.slo import instance_stream, lifetime_s, slo_capacity, steady_probe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.config import EngineConfig
-from moeplan.serve.iteration import Batch
+from moeplan.serve.engine.config import EngineConfig
+from moeplan.serve.iteration.model import Batch
 
 OSL = 50
 STEP_S = 0.01  # fake decode step: 10 ms whatever the batch
@@ -128,7 +128,7 @@ def test_engine_horizon_keeps_everything_before_it():
     """Stopping the engine at a horizon changes nothing that happened before it: requests
     finished by then have the full run's times, the others have none (the run to the end is
     the oracle)."""
-    from moeplan.serve.engine import simulate
+    from moeplan.serve.engine.run import simulate
 
     reqs = instance_stream(_wl(), 20.0, 400, 1)
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=64, kv_tokens=10**6)

@@ -91,7 +91,7 @@ def test_cli_refuses_clients_past_the_requests_and_stray_think_times(args, capsy
 
 
 def test_the_no_plan_error_names_a_closed_loop_load_not_a_missing_rate():
-    from moeplan.search.rank_views import _load
+    from moeplan.search.ranking.views import _load
 
     assert _load(_closed(64, 0.0)) == "64 clients in a closed loop"
     assert _load(_closed(8, 0.25)) == "8 clients in a closed loop, 250 ms mean think time"

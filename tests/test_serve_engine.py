@@ -21,7 +21,7 @@ from moeplan.serve import (
     simulate,
     summarize,
 )
-from moeplan.serve.engine import bucket
+from moeplan.serve.engine.run import bucket
 from moeplan.specs import load_cluster, load_model
 
 

@@ -1,5 +1,5 @@
 """The engine's shortcuts against what they replace, bit for bit on generated inputs: the
-prefill-only queue (:mod:`moeplan.serve.engine_prefill`) against the general engine loop, and
+prefill-only queue (:mod:`moeplan.serve.engine.prefill`) against the general engine loop, and
 the P/D KV-transfer queue against it written out request by request."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from moeplan.serve import EngineConfig, requests_from_rows
-from moeplan.serve.engine import Engine
+from moeplan.serve.engine.run import Engine
 
 
 def _priced(batch) -> float:  # type: ignore[no-untyped-def]
@@ -98,7 +98,7 @@ def _transfers_one_by_one(first, runs, lanes, seconds, isl):  # type: ignore[no-
 )
 def test_kv_transfer_queue_equals_one_by_one(ends, x, lanes, per_k) -> None:  # type: ignore[no-untyped-def]
     """Per-instance FIFO on ``lanes`` lanes, ties and horizon-cut (NaN) prefills included."""
-    from moeplan.serve.pd import _transfers
+    from moeplan.serve.pools.pd import _transfers
 
     n = len(ends)
     first = np.array([np.nan if e == 12 else e * 0.125 for e in ends])

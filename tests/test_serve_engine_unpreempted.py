@@ -1,4 +1,4 @@
-"""The engines of :mod:`moeplan.serve.engine_unpreempted` against the general engine loop they
+"""The engines of :mod:`moeplan.serve.engine.unpreempted` against the general engine loop they
 stand in for, bit for bit: on generated streams (a stop predicate and horizons included, pools
 tight enough to preempt), and on real instances priced by the cost model."""
 
@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from moeplan.serve import EngineConfig
-from moeplan.serve import engine as engine_mod
-from moeplan.serve.engine import Engine, simulate
-from moeplan.serve.engine_unpreempted import (
+from moeplan.serve.engine import run as engine_mod
+from moeplan.serve.engine.run import Engine, simulate
+from moeplan.serve.engine.unpreempted import (
     DecodePoolEngine,
     NeedsPreemption,
     UnpreemptedEngine,
 )
-from moeplan.serve.workload import Requests, requests_from_rows
+from moeplan.serve.workload.arrivals import Requests, requests_from_rows
 from test_serve_engine_prefill import _equal
 
 
@@ -33,7 +33,7 @@ def _priced(batch) -> float:  # type: ignore[no-untyped-def]
 
 def _pool(arrival, isl, osl) -> Requests:  # type: ignore[no-untyped-def]
     """Requests as a P/D decode instance receives them: the prompt and first token in KV but
-    one token (:func:`moeplan.serve.pd._decode_pool`)."""
+    one token (:func:`moeplan.serve.pools.pd._decode_pool`)."""
     isl = np.asarray(isl, dtype=np.int64)
     return Requests(arrival_s=np.asarray(arrival, dtype=float), isl=isl + 1,
                     osl=np.asarray(osl, dtype=np.int64), cached=isl)  # fmt: skip
@@ -156,9 +156,9 @@ def test_a_priced_decode_instance_is_the_same_on_both_engines(rate) -> None:
     """Qwen3-30B-A3B's decode instance (attention DP4 / MoE EP4 on H100s) priced by the cost
     model, 3,000 requests of 1,024 + 256 tokens: below and past its capacity."""
     from moeplan.cost import CostModel
-    from moeplan.serve.iteration import IterationModel
+    from moeplan.serve.iteration.model import IterationModel
     from moeplan.serve.layout import ServeLayout
-    from moeplan.serve.pd import DecodeStepEvaluator
+    from moeplan.serve.pools.pd import DecodeStepEvaluator
     from moeplan.specs import load_cluster, load_model
 
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")

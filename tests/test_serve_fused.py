@@ -12,9 +12,9 @@ from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.space import Strategy
-from moeplan.search.family_layouts import strategy_entries
-from moeplan.serve.fused import fused_comm, fused_layer
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.search.ranking.family_layouts import strategy_entries
+from moeplan.serve.iteration.fused import fused_comm, fused_layer
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import Workload, load_cluster, load_model
 

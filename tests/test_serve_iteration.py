@@ -13,7 +13,7 @@ from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError
 from moeplan.serve import Batch, IterationModel, ServeLayout, iteration_time, kv_capacity_tokens
-from moeplan.serve.iteration import busiest_part, pipeline_period
+from moeplan.serve.iteration.model import busiest_part, pipeline_period
 from moeplan.serve.layout import stage_layers, stage_weight_bytes
 from moeplan.sim import TaskGraph, simulate_list
 from moeplan.specs import RoutingProfile, load_cluster, load_model

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.instance_knobs import InstanceKnobs
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.knobs import knob_variants
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import load_cluster, load_model
@@ -56,7 +56,7 @@ def test_eplb_replicas_lower_the_busiest_rank():
     """Per-expert loads (Zipf-skewed): without replicas the contiguous placement's imbalance
     (brute force over the groups); EPLB with 32 replicas is no worse than it and no better
     than the mean or the hottest expert split over every replica allows."""
-    from moeplan.serve.balance import layer_imbalances
+    from moeplan.serve.iteration.balance import layer_imbalances
     from moeplan.specs import RoutingProfile
 
     rng = np.random.default_rng(0)

@@ -17,7 +17,7 @@ from moeplan.serve import (
     generate,
     simulate,
 )
-from moeplan.serve.grid import bucket, bucket_grid
+from moeplan.serve.iteration.grid import bucket, bucket_grid
 from moeplan.specs import load_cluster, load_model
 
 

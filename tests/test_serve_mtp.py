@@ -23,8 +23,8 @@ from moeplan.serve import (
     requests_from_rows,
     simulate,
 )
-from moeplan.serve.engine import tokens_per_step
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.engine.run import tokens_per_step
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.specs import load_cluster, load_model
 
 
@@ -133,9 +133,9 @@ def test_serve_sim_runs_mtp_and_it_raises_decode_throughput(capsys):
 
 
 def test_capacity_bound_holds_under_mtp():
-    """The instance bound (search/bound.py) stays above what the engine sustains with MTP
+    """The instance bound (search/capacity/bound.py) stays above what the engine sustains with MTP
     (tau = 1.9 tokens per step): a saturated closed loop's requests/s, no SLO."""
-    from moeplan.search.bound import capacity_bound
+    from moeplan.search.capacity.bound import capacity_bound
 
     class Linear(Timed):
         def __call__(self, b: Batch) -> float:
@@ -155,7 +155,7 @@ def test_capacity_bound_holds_under_mtp():
 def test_wrapped_evaluators_keep_the_mtp_progress():
     """The deployment search wraps iteration models (GridEvaluator): the engine still
     advances tau tokens per step under the wrapper, as the price assumes."""
-    from moeplan.serve.batch_grid import GridEvaluator
+    from moeplan.serve.iteration.batch_grid import GridEvaluator
 
     kn = InstanceKnobs(mtp=2, mtp_accept=0.5)
     assert tokens_per_step(GridEvaluator(Timed(kn))) == pytest.approx(1.75)

@@ -12,7 +12,7 @@ from moeplan.cost import CostModel, cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.space import named_baselines
 from moeplan.search import max_rate_meeting_slo
-from moeplan.search.search import run_workload
+from moeplan.search.colocated.evaluate import run_workload
 from moeplan.serve import (
     SLO,
     Batch,
@@ -22,7 +22,7 @@ from moeplan.serve import (
     ServeWorkload,
     engine_config,
 )
-from moeplan.serve.iteration import (
+from moeplan.serve.iteration.model import (
     a2a_scale,
     busiest_part,
     evaluator_factory,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
-from moeplan.search.disagg import Context, candidates, rate_match, stable
+from moeplan.search.disagg.pools import Context, candidates, rate_match, stable
 from moeplan.serve import (
     SLO,
     EngineConfig,
@@ -24,7 +24,7 @@ from moeplan.serve import (
     simulate,
 )
 from moeplan.serve.metrics import request_latencies
-from moeplan.serve.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
+from moeplan.serve.pools.pd import PDLayout, PoolSetup, kv_senders, kv_transfer_s, simulate_pd
 from moeplan.specs import LinkSpec, load_cluster, load_model
 
 PRE = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=64, kv_tokens=200_000)
@@ -177,9 +177,9 @@ def test_capacity_holds_over_a_ten_times_longer_window():
     and ``plan`` report) is not an artefact of its window: 10 % below it (a rate the
     capacity's definition requires to meet the SLOs) a run measuring ten times more requests
     meets the SLOs with neither pool's queue growing."""
-    from moeplan.search.capacity import steady_probe
-    from moeplan.search.disagg_search import WINDOW_LIFETIMES
-    from moeplan.search.pd_given import simulate_given
+    from moeplan.search.capacity.slo import steady_probe
+    from moeplan.search.disagg.given import simulate_given
+    from moeplan.search.disagg.search import WINDOW_LIFETIMES
 
     m = load_model("qwen3-30b-a3b")
     c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)
@@ -316,7 +316,7 @@ def test_pd_exports_pass_each_pools_knobs_and_prefill_chunk():
     from moeplan.export.sglang import sglang_pd_commands
     from moeplan.export.vllm import vllm_pd_commands
     from moeplan.planners.strategy.space import Strategy
-    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
     t = Target.of(m, c)
@@ -347,7 +347,7 @@ def test_prefill_pool_capacity_matches_its_saturated_simulation():
     scheduler and evaluator sustain when saturated: 192 prompts queued at once, output 1
     token (each request ends at its first token), throughput over the run. A per-layer
     floor in the price makes an iteration of the wrong size visibly wrong."""
-    from moeplan.search.disagg import prefill_pool
+    from moeplan.search.disagg.pools import prefill_pool
     from moeplan.serve import requests_from_rows, simulate
     from moeplan.serve.metrics import SLO
 
@@ -374,7 +374,7 @@ def test_vllm_pd_script_is_valid_bash_with_each_pools_flags(tmp_path):
 
     from moeplan.export.constraints import Target
     from moeplan.export.vllm import vllm_pd_script
-    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     m, c = load_model("deepseek-v3"), load_cluster("h200-sxm-8", 4)
     pd = PDLayout(prefill=ServeLayout(attn_dp=8, moe_ep=8), decode=ServeLayout(attn_dp=16, moe_ep=16),
@@ -393,7 +393,7 @@ def test_prefill_view_is_a_lower_bound_of_the_deployment(x, y, rate):
     """The prefill-only view (the search's cheap rejection) runs the very prefill pool of the
     deployment: the same admissions, and every TTFT at most the full run's (transfers
     queue on their lanes in the full run, not in the view), light and overloaded alike."""
-    from moeplan.serve.pd import prefill_view
+    from moeplan.serve.pools.pd import prefill_view
 
     setup = _setup(lambda isl: 1e-4 * isl / 64, x, y)
     reqs = generate(_workload(rate=rate, n=400, seed=11))

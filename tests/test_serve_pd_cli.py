@@ -13,11 +13,11 @@ from cli_run import run_main
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
-from moeplan.serve.afd import AFDLayout
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_spec import layout_text, parse_layout, parse_pd, pd_from_dict, pd_text
+from moeplan.serve.pools.afd import AFDLayout
+from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.pools.pd_spec import layout_text, parse_layout, parse_pd, pd_from_dict, pd_text
 from moeplan.specs import load_cluster, load_model
 
 BASE = [
@@ -160,7 +160,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     engine's all-to-all where it can run), and with two-batch overlap off or on, whichever
     pool has more capacity (brute force over the two)."""
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.search.disagg import (
+    from moeplan.search.disagg.pools import (
         Context,
         _decode_pool,
         _prefill_pool,
@@ -169,7 +169,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
         prefill_pool,
     )
     from moeplan.serve.metrics import SLO
-    from moeplan.serve.workload import LengthDist, ServeWorkload
+    from moeplan.serve.workload.arrivals import LengthDist, ServeWorkload
 
     md, cl = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
     w = ServeWorkload(
@@ -196,7 +196,7 @@ def test_pd_launch_script_carries_each_pools_knobs() -> None:
     prefill pool gets SGLang's flags, a decode pool priced without knobs gets none."""
     from moeplan.export.constraints import Target
     from moeplan.export.sglang import pd_strategy, sglang_pd_commands
-    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     target = Target(
         architecture="DeepseekV3ForCausalLM",

@@ -1,4 +1,4 @@
-"""Phase questions (serve/phase.py, serve-sim --phase) against closed forms, the overlap
+"""Phase questions (serve/iteration/phase.py, serve-sim --phase) against closed forms, the overlap
 mechanism's bounds and the published SGLang 96 x H100 DeepSeek-V3 deployment."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from cli_run import run_main
 from moeplan.cost import memory as mem
 from moeplan.kernel_tables import engine_cost_model
-from moeplan.serve.instance_knobs import InstanceKnobs, resolve_knobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
+from moeplan.serve.iteration.phase import KEYS, PhaseModel
 from moeplan.serve.layout import ServeLayout, stage_weight_bytes
-from moeplan.serve.phase import KEYS, PhaseModel
 from moeplan.specs import load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")

@@ -1,4 +1,4 @@
-"""Families ranked on the serving footing (moeplan.search.rank): order, pruning, SLO errors."""
+"""Families ranked on the serving footing (moeplan.search.ranking.rank): order, pruning, SLO errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.rank import plan
-from moeplan.search.rank import pipeline_entries, serve_rank, served_plan
+from moeplan.search.ranking.rank import pipeline_entries, serve_rank, served_plan
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import Workload, load_cluster, load_model
 
@@ -76,16 +76,16 @@ def test_certificate_accounts_for_every_layout_and_pruned_bounds_lose(planned):
 def test_impossible_slo_names_the_best_ttft_any_plan_reaches(planned):
     """SLOs below a lone request's latency on every layout: one error naming the best TTFT
     any layout reaches, which is the fastest lone-request prefill over the whole space."""
-    from moeplan.search.bound import _prefill_batch
-    from moeplan.search.space import layouts
-    from moeplan.serve.iteration import IterationModel
+    from moeplan.search.capacity.bound import prefill_batch
+    from moeplan.search.colocated.space import layouts
+    from moeplan.serve.iteration.model import IterationModel
 
     result, cm, wl = planned
     slo = SLO(ttft_s=1e-4, tpot_s=1e-4)
     with pytest.raises(MoeplanError, match="no deployment meets the SLOs") as err:
         serve_rank(result, cm, wl, slo)
     best = min(
-        IterationModel(result.model, result.cluster, cm, lay)(_prefill_batch(1024, 1024))
+        IterationModel(result.model, result.cluster, cm, lay)(prefill_batch(1024, 1024))
         for lay in layouts(result.model, result.cluster)
     )
     assert f"{best * 1e3:.1f} ms" in str(err.value)
@@ -106,8 +106,8 @@ def test_pipeline_entries_keep_the_pipeline_depth_and_its_gpus(planned):
 def test_replicas_scale_totals_not_per_gpu_figures():
     """d replicas at rate r serve like one replica at r/d: per-GPU and latency unchanged,
     totals and rates times d."""
-    from moeplan.search.rank import _all_replicas, _per_replica
-    from moeplan.search.search import evaluate_layout
+    from moeplan.search.colocated.evaluate import evaluate_layout
+    from moeplan.search.ranking.rank import _per_replica, all_replicas
 
     m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
     cm = cost_model_for(c)
@@ -119,7 +119,7 @@ def test_replicas_scale_totals_not_per_gpu_figures():
     one = evaluate_layout(
         m, c, cm, ServeLayout(attn_tp=4, moe_ep=4), _per_replica(wl, 2), SLO(ttft_s=2.0, tpot_s=0.1)
     )
-    both = _all_replicas(one, 2)
+    both = all_replicas(one, 2)
     assert _per_replica(wl, 2).rate == pytest.approx(1.0)
     assert both.metrics.output_tokens_per_s == pytest.approx(2 * one.metrics.output_tokens_per_s)
     assert both.metrics.output_tokens_per_s_per_gpu == one.metrics.output_tokens_per_s_per_gpu
@@ -186,7 +186,7 @@ def test_rate_probe_rejects_an_overloaded_run_that_still_meets_percentile_slos()
     above r = 1/0.064 = 15.6 req/s no batch keeps up. A finite run at 3x that rate can still
     show modest percentiles; the stability test must reject it and accept a light load. The
     probe is as long as the search makes it (three request lifetimes at that rate)."""
-    from moeplan.search.search import probe_requests
+    from moeplan.search.colocated.evaluate import probe_requests
     from moeplan.serve import EngineConfig, generate, simulate
     from moeplan.serve.metrics import run_stable
 
@@ -228,13 +228,13 @@ def test_a_colocated_rerun_prices_the_deployment_as_the_search_did(planned):
     for bit; priced with the default knobs it is not."""
     import numpy as np
 
-    from moeplan.search.rank import KnobSearch
-    from moeplan.search.rank_views import rerun_evaluator
-    from moeplan.serve.batch_grid import GridEvaluator
-    from moeplan.serve.engine import simulate
-    from moeplan.serve.instance_knobs import InstanceKnobs
-    from moeplan.serve.iteration import IterationModel
-    from moeplan.serve.workload import Requests
+    from moeplan.search.ranking.rank import KnobSearch
+    from moeplan.search.ranking.views import rerun_evaluator
+    from moeplan.serve.engine.run import simulate
+    from moeplan.serve.iteration.batch_grid import GridEvaluator
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.model import IterationModel
+    from moeplan.serve.workload.arrivals import Requests
 
     result, cm, wl = planned
     knobs = KnobSearch(base=InstanceKnobs(kv_dtype="fp8"), given=frozenset({"a2a", "tbo"}))

@@ -10,7 +10,7 @@ import pytest
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.search import evaluate_layouts, max_rate_meeting_slo, rank_results
-from moeplan.search.search import analytic_rate
+from moeplan.search.colocated.evaluate import analytic_rate
 from moeplan.serve import (
     SLO,
     EngineConfig,
@@ -191,7 +191,7 @@ def test_bound_names_kv_roofline_side_and_link_level():
     """Roofline ridge: 2 m / w against peak FLOP/s / bandwidth; comm level by stage span."""
     from dataclasses import replace as dc_replace
 
-    from moeplan.search.search import _bound
+    from moeplan.search.colocated.evaluate import limiting_part
 
     w = ServeWorkload(num_requests=50, rate=5.0, isl=LengthDist(mean=100), osl=LengthDist(mean=10))
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=512, max_running=8, kv_tokens=4000)
@@ -200,11 +200,11 @@ def test_bound_names_kv_roofline_side_and_link_level():
     ridge = H100.gpu.flops_bf16 / H100.gpu.mem_bw
     small = int(ridge * MODEL.expert_weight_bytes / 2 * MODEL.num_experts / MODEL.top_k) - 8
     experts = {"moe": 1.0, "attention": 0.1}
-    assert _bound(experts, m, MODEL, H100, lay, small) == "memory bandwidth (experts)"
-    assert _bound(experts, m, MODEL, H100, lay, 4 * small) == "compute (experts)"
-    assert _bound({"comm": 1.0}, m, MODEL, H100, lay, 8) == "intra-node communication"
+    assert limiting_part(experts, m, MODEL, H100, lay, small) == "memory bandwidth (experts)"
+    assert limiting_part(experts, m, MODEL, H100, lay, 4 * small) == "compute (experts)"
+    assert limiting_part({"comm": 1.0}, m, MODEL, H100, lay, 8) == "intra-node communication"
     two = load_cluster("h100-sxm-8").with_nodes(2)
     wide = ServeLayout(attn_dp=16, moe_ep=16)
-    assert _bound({"comm": 1.0}, m, MODEL, two, wide, 8) == "inter-node communication"
+    assert limiting_part({"comm": 1.0}, m, MODEL, two, wide, 8) == "inter-node communication"
     full = dc_replace(m, kv_peak_utilisation=0.99)
-    assert _bound(experts, full, MODEL, H100, lay, 8) == "KV capacity"
+    assert limiting_part(experts, full, MODEL, H100, lay, 8) == "KV capacity"

@@ -1,4 +1,4 @@
-"""The deployment-space search (moeplan.search.space, .bound, .space_search) against brute force:
+"""The deployment-space search (moeplan.search.colocated.space, .bound, .space_search) against brute force:
 every layout listed, the bound never below the simulated capacity, and the searched winner
 equal to exhaustive simulation of the whole space."""
 
@@ -11,14 +11,14 @@ import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
-from moeplan.search.space import copies, layouts
-from moeplan.search.space_search import (
+from moeplan.search.colocated.search import (
     SpaceCandidate,
     _by_estimate,
     prepare,
     search_capacity,
     search_space,
 )
+from moeplan.search.colocated.space import copies, layouts
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
 from moeplan.specs import load_cluster, load_model
 

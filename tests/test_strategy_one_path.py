@@ -9,7 +9,7 @@ Oracles:
   closed form of Algs. 1-2;
 - (b) for layouts where MixServe's Eq. 5 and the serving model describe the same traffic
   (``attn_dp == moe_ep``, ``moe_tp >= attn_tp``), the strategy planner's communication of a
-  whole prefill or decode step equals ``moeplan.serve.iteration``'s, to rounding;
+  whole prefill or decode step equals ``moeplan.serve.iteration.model``'s, to rounding;
 - a counting cost model: every second of MixServe communication comes from a cost-model call;
 - (c) a TP block's all-reduce is the cost model's ``all_reduce`` in MixServe, the serving
   model and SMIDT alike: with an engine inside a node it is the engine's custom all-reduce,
@@ -30,7 +30,7 @@ from moeplan.planners.strategy.analyzer import zipf_routing
 from moeplan.planners.strategy.comm import Collectives, layer_comm
 from moeplan.planners.strategy.cost import StrategyEvaluator
 from moeplan.planners.strategy.space import Strategy, enumerate_strategies
-from moeplan.serve.iteration import Batch, IterationModel
+from moeplan.serve.iteration.model import Batch, IterationModel
 from moeplan.serve.layout import ServeLayout
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
 

@@ -90,7 +90,7 @@ def test_export_follows_the_decision():
     from moeplan.export.constraints import Target, check_sglang
     from moeplan.export.sglang import sglang_args
     from moeplan.planners.strategy.space import Strategy
-    from moeplan.serve.instance_knobs import InstanceKnobs
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
     c = load_cluster("h100-sxm-8", 4)
     t = Target.of(DSV3, c)

@@ -86,9 +86,9 @@ def test_wide_ep_prices_the_busiest_rank_of_the_batch():
 def test_phase_answer_reports_the_priced_busiest_rank():
     """``--phase`` reports the busiest rank it prices: balanced routing on the DeepEP path is
     the spread of one two-batch-overlap half (8,192 tokens per GPU over EP32: 1.008)."""
-    from moeplan.serve.instance_knobs import resolve_knobs
+    from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    from moeplan.serve.iteration.phase import PhaseModel
     from moeplan.serve.layout import ServeLayout
-    from moeplan.serve.phase import PhaseModel
 
     md, c = load_model("deepseek-v3"), load_cluster("h100-sxm-8", 4)
     lay = ServeLayout(attn_dp=32, moe_ep=32, redundant_experts=32)
@@ -102,13 +102,13 @@ def test_phase_answer_reports_the_priced_busiest_rank():
 
 @pytest.mark.parametrize(("ep", "nodes", "want"), [(32, 4, 1.0), (72, 9, 4 / (256 / 72))])
 def test_equal_expert_loads_after_eplb_against_the_packing_closed_form(ep, nodes, want):
-    """Equal per-expert loads, 256 experts + 32 replicas (serve/balance.py docstring): at EP32
+    """Equal per-expert loads, 256 experts + 32 replicas (serve/iteration/balance.py docstring): at EP32
     every GPU takes 7 whole + 2 half loads (balanced); at EP72 (4 slots per GPU) 64 GPUs take
     3 whole + 1 half and 8 take 4 whole, the busiest 4 / (256 / 72) = 1.125x the mean. The
     spread of a 128-per-GPU batch on those shares lies below the product the wide-EP price
     takes (its upper bound) and above the placement alone."""
     from moeplan.planners.placement.eplb import rebalance_experts
-    from moeplan.serve.balance import layer_imbalances
+    from moeplan.serve.iteration.balance import layer_imbalances
     from moeplan.serve.layout import ServeLayout
     from moeplan.specs import RoutingProfile
 

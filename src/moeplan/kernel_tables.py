@@ -48,7 +48,7 @@ from moeplan.kernel_store import (  # noqa: F401 (re-exported)
     cache_dir,
     cache_max_bytes,
 )
-from moeplan.search.outcome import pricing_line  # noqa: F401 (re-exported)
+from moeplan.search.job.outcome import pricing_line  # noqa: F401 (re-exported)
 from moeplan.specs import ClusterSpec, load_cluster
 from moeplan.specs.presets import cluster_table
 

@@ -1,4 +1,4 @@
-"""Worker processes for the independent pieces of a search (:mod:`moeplan.search.fanout`).
+"""Worker processes for the independent pieces of a search (:mod:`moeplan.search.job.fanout`).
 
 ``--jobs N`` runs a fan-out's thunks in up to ``N`` forked worker processes. A worker starts
 as a copy of the planning process (its specs, cost model and caches), runs one thunk and
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from moeplan.errors import MoeplanError, require
-from moeplan.search import fanout
+from moeplan.search.job import fanout
 
 if TYPE_CHECKING:
     from moeplan.cost import CostModel
@@ -54,7 +54,7 @@ def _start() -> None:
 
 def _call(i: int) -> tuple[Any, list[dict], list[list]]:
     """Thunk ``i``'s result, the kernel lookups it made in each carried cost model and the
-    answers it added to each shared memo (:func:`moeplan.search.fanout.sharing`)."""
+    answers it added to each shared memo (:func:`moeplan.search.job.fanout.sharing`)."""
     before = [c.lookup_counts() for c in _CARRY]
     marks = [m.mark() for m in _SHARE]
     out = _THUNKS[i]()
@@ -117,7 +117,7 @@ def _can_fork(jobs: int) -> bool:
 
 
 def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
-    """A :data:`moeplan.search.fanout.FanOut` running the first thunk in this process and the
+    """A :data:`moeplan.search.job.fanout.FanOut` running the first thunk in this process and the
     others in up to ``jobs`` workers (the first may report progress; two CPUs share three
     equal thunks better so than one worker taking two). The kernel lookups a worker makes in
     a ``carry`` model are added to this process's (the pricing section counts them; a
@@ -140,7 +140,7 @@ def forked(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.FanOut:
 
 class _Started:
     """Thunks running in workers since :func:`started` began them (a
-    :func:`moeplan.search.fanout.begin` handle)."""
+    :func:`moeplan.search.job.fanout.begin` handle)."""
 
     def __init__(self, jobs: int, thunks: Sequence[Callable[[], Any]],
                  carry: Sequence[CostModel]) -> None:  # fmt: skip
@@ -155,7 +155,7 @@ class _Started:
 
 
 def started(jobs: int, carry: Sequence[CostModel] = ()) -> fanout.Begin:
-    """A :data:`moeplan.search.fanout.Begin` starting every thunk in up to ``jobs`` workers at
+    """A :data:`moeplan.search.job.fanout.Begin` starting every thunk in up to ``jobs`` workers at
     once (joined later, as :func:`forked` joins its own)."""
 
     def start(thunks: Sequence[Callable[[], Any]]) -> Any:

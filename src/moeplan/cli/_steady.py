@@ -3,7 +3,7 @@ request count too small to bound the SLO percentile, a deployment larger than th
 an arrival rate whose steady run would not fit in memory.
 
 The percentile rule is the capacity search's own (``percentile_boundable`` of its capacity
-record, :mod:`moeplan.search.capacity`): one run's distribution-free 95 % upper order
+record, :mod:`moeplan.search.capacity.slo`): one run's distribution-free 95 % upper order
 statistic of the percentile must lie inside its measured requests,
 ``ceil(n q + z sqrt(n q (1 - q))) <= n`` (p90 needs 35 requests, p99 381), else no probe's
 verdict is bounded. ``plan`` refuses such a count before its search; ``serve-sim`` after its
@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from moeplan.errors import MoeplanError
-from moeplan.search.capacity import (
+from moeplan.search.capacity.slo import (
     CI_TARGET,
     TAIL_LIFETIMES,
     WARM_LIFETIMES,

@@ -3,7 +3,7 @@
 Two steps: each family's own search with its paper's analytic figure
 (:func:`moeplan.planners.rank.plan`), then every family's deployments on one serving footing —
 continuous batching under the TTFT/TPOT SLOs, ranked by the objective
-(:func:`moeplan.search.rank.serve_rank`). The serving winner is exported.
+(:func:`moeplan.search.ranking.rank.serve_rank`). The serving winner is exported.
 
 Artifacts in ``--out`` (written as one set): ``plan.json``, ``report.html``, ``timeline.json``,
 ``launch/`` (``deployment.json`` and per engine ``launch.sh`` / ``stop.sh`` starting every
@@ -30,10 +30,10 @@ from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model, pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILIES, FAMILY_NAMES, PlanResult
-from moeplan.search.capacity import DEFAULT_REQUESTS
-from moeplan.search.job import JobSpec, plan_job
-from moeplan.search.outcome import PlanOutcome, quant_sentence
-from moeplan.search.rank import ServeRanking, describe
+from moeplan.search.capacity.slo import DEFAULT_REQUESTS
+from moeplan.search.job.outcome import PlanOutcome, quant_sentence
+from moeplan.search.job.run import JobSpec, plan_job
+from moeplan.search.ranking.rank import ServeRanking, describe
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
@@ -368,8 +368,8 @@ def _knob_search(
 ) -> Any:
     """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
     from moeplan.cost.a2a import A2A_CHOICES
-    from moeplan.search.rank import KnobSearch
-    from moeplan.serve.instance_knobs import KV_DTYPES, InstanceKnobs
+    from moeplan.search.ranking.rank import KnobSearch
+    from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
 
     require(redundant is None or redundant >= 0, f"--redundant-experts ({redundant}) must be >= 0")
     require(

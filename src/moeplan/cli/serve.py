@@ -34,7 +34,7 @@ from moeplan.cli.serve_plan import PLAN_LAYOUTS, layout_from_plan
 from moeplan.cli.serve_print import payload, print_human
 from moeplan.errors import require
 from moeplan.io import check_target
-from moeplan.search.capacity import DEFAULT_REQUESTS
+from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 from moeplan.specs import load_cluster, load_model
 
 __all__ = ["PLAN_LAYOUTS", "layout_from_plan", "register", "serve_sim"]
@@ -241,7 +241,7 @@ def serve_sim(
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.serve.instance_knobs import resolve_knobs
+    from moeplan.serve.iteration.instance_knobs import resolve_knobs
 
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
     if d.pd is not None:

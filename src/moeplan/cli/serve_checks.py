@@ -16,9 +16,9 @@ from moeplan.cli.serve_pd import check_pd_flags, read_pd
 from moeplan.cli.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
-from moeplan.search.search import ENGINES
+from moeplan.search.colocated.evaluate import ENGINES
 from moeplan.serve import SLO, LengthDist, ServeLayout, ServeWorkload
-from moeplan.serve.pd import PDLayout
+from moeplan.serve.pools.pd import PDLayout
 from moeplan.specs.cluster import ClusterSpec
 from moeplan.specs.hf_config import read_json_file
 

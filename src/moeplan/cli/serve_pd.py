@@ -1,7 +1,7 @@
 """``moeplan serve-sim --pd``: simulate a given prefill/decode deployment under load.
 
-``--pd "X*LAYOUT:Y*LAYOUT"`` (grammar: :mod:`moeplan.serve.pd_spec`) or ``--pd plan.json`` of
-a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.search.pd_given.simulate_given`
+``--pd "X*LAYOUT:Y*LAYOUT"`` (grammar: :mod:`moeplan.serve.pools.pd_spec`) or ``--pd plan.json`` of
+a P/D plan (``details.disaggregation``). Thin: parse → :func:`moeplan.search.disagg.given.simulate_given`
 → the same payload and printout as one engine, the layout being the P/D pair.
 """
 
@@ -15,12 +15,12 @@ from moeplan.cli._common import plural
 from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.plan import Plan
-from moeplan.search.disagg import Context, DisaggResult
-from moeplan.search.pd_given import simulate_given
+from moeplan.search.disagg.given import simulate_given
+from moeplan.search.disagg.pools import Context, DisaggResult
 from moeplan.serve.metrics import SLO
-from moeplan.serve.pd import PDLayout
-from moeplan.serve.pd_spec import parse_pd, pd_from_dict, pd_text
-from moeplan.serve.workload import ServeWorkload
+from moeplan.serve.pools.pd import PDLayout
+from moeplan.serve.pools.pd_spec import parse_pd, pd_from_dict, pd_text
+from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec
 from moeplan.specs.hf_config import read_json_file
 

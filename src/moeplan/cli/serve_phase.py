@@ -1,7 +1,7 @@
 """``moeplan serve-sim --phase {prefill,decode}``: one phase's steady step per GPU.
 
 Thin: check the phase flags, build the layout and the instance knobs, call
-:class:`moeplan.serve.phase.PhaseModel`, print. JSON keys (fixed): ``phase``, ``step_ms``,
+:class:`moeplan.serve.iteration.phase.PhaseModel`, print. JSON keys (fixed): ``phase``, ``step_ms``,
 ``tokens_per_s_per_gpu``, ``batch_per_gpu`` (decode) or ``tokens_per_gpu`` (prefill),
 ``context``, ``breakdown_ms`` (``attention, moe, dispatch, combine, dense, other`` and, under
 two-batch overlap, a negative ``overlap``; they sum to ``step_ms``).
@@ -13,9 +13,9 @@ from typing import Any
 
 from moeplan.cli._common import console, print_json
 from moeplan.errors import require
-from moeplan.serve.instance_knobs import KV_DTYPES, resolve_knobs
+from moeplan.serve.iteration.instance_knobs import KV_DTYPES, resolve_knobs
+from moeplan.serve.iteration.phase import KEYS, PHASES, PhaseModel, PhaseResult
 from moeplan.serve.layout import ServeLayout
-from moeplan.serve.phase import KEYS, PHASES, PhaseModel, PhaseResult
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -49,7 +49,7 @@ def check_phase_flags(
 
 def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
     """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
-    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.balance`)."""
+    the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.iteration.balance`)."""
     import numpy as np
 
     from moeplan.traces.format import load_trace
@@ -81,7 +81,7 @@ def run_phase_flags(
 ) -> None:
     """``serve-sim --phase``: check the flags the phase reads, build the cost model, run."""
     from moeplan.kernel_tables import engine_cost_model
-    from moeplan.search.search import ENGINES
+    from moeplan.search.colocated.evaluate import ENGINES
 
     layout.validate(m, c)
     require(engine in ENGINES, f"--engine ({engine!r}) must be one of {', '.join(ENGINES)}")

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from moeplan.cli._common import Table, console, fmt_times
-from moeplan.search.search import ServeResult
+from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.serve import SLO, ServeWorkload
 
 

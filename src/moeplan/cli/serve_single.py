@@ -1,5 +1,5 @@
 """``moeplan serve-sim`` on one instance layout (``replicas`` round-robin copies): its
-SLO-bound capacity in steady state (:func:`moeplan.search.sim_capacity.layout_capacity`, the
+SLO-bound capacity in steady state (:func:`moeplan.search.capacity.sim.layout_capacity`, the
 figure ``moeplan plan`` ranks by) and the steady run at capacity or at ``--rate``, or one
 closed-loop run (``--concurrency``); then the payload, the Chrome trace and the printout.
 """
@@ -17,12 +17,12 @@ from moeplan.cli.serve_checks import Deployment
 from moeplan.cli.serve_print import payload, print_human
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
-from moeplan.search.capacity import steady_probe
-from moeplan.search.search import ServeResult, evaluate_layout, run_workload
-from moeplan.search.sim_capacity import layout_capacity
-from moeplan.search.space_rank import replicated, require_steady, serve_result
+from moeplan.search.capacity.sim import layout_capacity
+from moeplan.search.capacity.slo import steady_probe
+from moeplan.search.colocated.evaluate import ServeResult, evaluate_layout, run_workload
+from moeplan.search.colocated.rank import replicated, require_steady, serve_result
 from moeplan.serve import SLO, IterationModel, ServeWorkload, serve_trace
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 
@@ -192,7 +192,7 @@ def _provenance(m: ModelSpec, cm: CostModel, lay: Any, knobs: InstanceKnobs) -> 
     from moeplan.cost.mixer_prices import stand_in_fields
     from moeplan.cost.provenance import quant_vs_bf16
     from moeplan.kernel_tables import pricing
-    from moeplan.search.outcome import quant_sentence
+    from moeplan.search.job.outcome import quant_sentence
 
     qw = quant_sentence(quant_vs_bf16(cm, m, ep=lay.moe_ep, tp=lay.moe_tp))
     return {

@@ -312,7 +312,7 @@ def strategy(
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
     from moeplan.cost.provenance import quant_vs_bf16
-    from moeplan.search.outcome import quant_sentence
+    from moeplan.search.job.outcome import quant_sentence
 
     st = best.strategy if best is not None else None
     qw = None if st is None else quant_sentence(quant_vs_bf16(cm, m, ep=st.moe_ep, tp=st.moe_tp))

@@ -22,7 +22,7 @@ Decision (what is modelled, from what):
   from ten standard deviations below the smallest mean to ten above the largest; divided by
   the mean ``n k / ep``.
 - The placement's own imbalance (a routing profile's per-expert loads after EPLB,
-  :mod:`moeplan.serve.balance`) multiplies this factor: the spread is computed at balanced
+  :mod:`moeplan.serve.iteration.balance`) multiplies this factor: the spread is computed at balanced
   shares. Balanced routing (no per-expert loads: DeepSeek's own profile and the lmsys blog's
   "simulated perfect EPLB", random experts under group-limited routing) is the spread alone.
 

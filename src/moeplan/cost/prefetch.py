@@ -14,7 +14,7 @@ sequence counts at once (:meth:`Prefetch.warm_attention_core`); the expert FFN h
 (:meth:`CostModel.warm_expert_ffn`). A block of decode contexts is one query already
 (:meth:`CostModel.decode_core_prices`): pricing the blocks of more sequence counts with it
 priced more rows than the searches asked and saved no time. Which neighbours to price is
-the caller's choice (:mod:`moeplan.serve.iteration_prefetch`: the engine's batch grid, and
+the caller's choice (:mod:`moeplan.serve.iteration.prefetch`: the engine's batch grid, and
 the AFD decode solver's candidates). Pure: no I/O.
 """
 

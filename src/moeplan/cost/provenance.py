@@ -4,7 +4,7 @@ that the engine's own table prices slower than bf16. Pure: read from a :class:`C
 - :func:`pricing`: which engine's kernels priced the operations asked so far, from which GPU's
   tables, and the source mix (share of kernel lookups per source, each operation's held-out
   error per source). Its one line for terminals and script headers is
-  :func:`moeplan.search.outcome.pricing_line`.
+  :func:`moeplan.search.job.outcome.pricing_line`.
 - :func:`source_errors`: one row per source (measured / interpolated / transferred /
   roofline) with its share of lookups and the held-out error range over the operations it
   priced — the errors the kernel database ships (:mod:`moeplan.cost.kerneldb.sources`).

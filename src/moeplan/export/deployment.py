@@ -36,7 +36,7 @@ ROLES = ("colocated", "prefill", "decode")
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     """``count`` instances of ``strategy`` in ``role``; ``knobs``: the instance knobs the plan
-    priced (:class:`moeplan.serve.instance_knobs.InstanceKnobs`, None: engine defaults);
+    priced (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`, None: engine defaults);
     ``redundant``: redundant experts per MoE layer of the layout."""
 
     role: str

@@ -1,4 +1,4 @@
-"""Engine flags of the instance knobs (:class:`moeplan.serve.instance_knobs.InstanceKnobs`).
+"""Engine flags of the instance knobs (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`).
 
 The MoE backend itself (``--moe-a2a-backend deepep``) is decided by
 :func:`moeplan.cost.a2a.moe_backend` — the function that decides what the cost model prices —
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 SGLANG_KV = {"fp8": "fp8_e4m3", "bf16": "bf16"}
 VLLM_KV = {"fp8": "fp8", "bf16": "bfloat16"}

@@ -241,7 +241,7 @@ ANALYTIC_OPTIONS: dict[str, Callable[[Any, int], list[Option]]] = {
 
 
 def _pd_pools(lay: Any) -> tuple[Pool, ...]:
-    """Both pools of a P/D layout (:class:`moeplan.serve.pd.PDLayout`); none for AFD."""
+    """Both pools of a P/D layout (:class:`moeplan.serve.pools.pd.PDLayout`); none for AFD."""
     fam = getattr(lay, "family", None)  # P/D and AFD layouts name their family
     if fam is None or FAMILY[fam].launch != "pools":
         return ()

@@ -24,7 +24,7 @@ from moeplan.errors import require
 from moeplan.export.constraints import SGLANG, EngineVersion, Target, deepep_blockers
 from moeplan.export.knob_flags import prefill_chunk_args, sglang_knob_args
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -204,7 +204,7 @@ def sglang_pd_commands(
     bootstrap port, and each pool's ``knobs``: its MoE backend and two-batch overlap flags),
     then ``sglang_router.launch_router --pd-disaggregation`` listing every
     prefill (with its bootstrap port) and decode server, round-robin on both (the policy
-    :mod:`moeplan.serve.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
+    :mod:`moeplan.serve.pools.pd` simulates). Instances sit on consecutive GPUs, prefill first; one
     smaller than a node gets ``--base-gpu-id``, and every server its own port (and prefill
     bootstrap port), so instances sharing a host do not collide. An instance spanning several
     nodes gets one command per node (``--nnodes --node-rank --dist-init-addr`` of its node 0)."""
@@ -260,7 +260,7 @@ def pd_strategy(layout: Any) -> Strategy:
 
 
 def sglang_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
-    """Bash launch of a PD deployment (:class:`moeplan.serve.pd.PDLayout` with colocated
+    """Bash launch of a PD deployment (:class:`moeplan.serve.pools.pd.PDLayout` with colocated
     pools): the command of ``ROLE`` (prefill, decode or router), ``INSTANCE`` and
     ``NODE_RANK``, each instance's node 0 named by ``PREFILL_<i>_ADDR`` / ``DECODE_<i>_ADDR``."""
     from moeplan.export.launcher import comment, render_command

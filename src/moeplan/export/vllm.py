@@ -26,7 +26,7 @@ from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.knob_flags import prefill_chunk_args, vllm_knob_args, vllm_knob_env
 from moeplan.export.sglang import ExportResult, pd_address, pd_pools, pd_strategy
 from moeplan.planners.strategy.space import Strategy
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
 RAY_PORT = 6379  # Ray's default GCS port
 
@@ -175,7 +175,7 @@ def vllm_pd_commands(
 
 
 def vllm_pd_script(pd: Any, *, model_path: str, target: Target) -> str:
-    """Bash launch of a P/D deployment (:class:`moeplan.serve.pd.PDLayout` with colocated
+    """Bash launch of a P/D deployment (:class:`moeplan.serve.pools.pd.PDLayout` with colocated
     pools) on vLLM: the command of ``ROLE`` (prefill or decode) and ``INSTANCE``, node 0 of
     each instance (:func:`vllm_pd_commands`, each pool's knobs and the prefill chunk), and
     the notes a user must read as comments; a pool vLLM cannot launch makes the script say

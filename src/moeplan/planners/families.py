@@ -10,8 +10,8 @@ record asks for it:
 layer         table (keyed by family name)
 ============  ==========================================================================
 planners      :data:`moeplan.planners.rank.ADAPTERS` — the analytic proposer (``proposer``)
-serve         :data:`moeplan.search.family_layouts.ENTRIES` (``serving == "instance"``) and
-              :data:`moeplan.search.disagg_rank.POOL_PLANS` (``serving == "pools"``)
+serve         :data:`moeplan.search.ranking.family_layouts.ENTRIES` (``serving == "instance"``) and
+              :data:`moeplan.search.disagg.rank.POOL_PLANS` (``serving == "pools"``)
 report        :data:`moeplan.report.sections.FAMILY_SECTIONS` and
               :data:`moeplan.report.figures.BASELINES` — a proposer's section and baselines
 export        :data:`moeplan.export.plan_export.ANALYTIC_OPTIONS` — what a proposer's plan

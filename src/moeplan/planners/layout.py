@@ -52,7 +52,7 @@ class Layout:
     redundant_experts: int = 0
     #: MixServe's fused AR-A2A (Algorithms 1-2: AG-Dispatch, RS-Combine): MoE TP = one
     #: node's GPUs, EP = the stage's nodes, the inter-node rounds overlapped with the
-    #: intra-node collectives (:mod:`moeplan.serve.fused`)
+    #: intra-node collectives (:mod:`moeplan.serve.iteration.fused`)
     fused: bool = False
     #: independent instances of this layout in the deployment
     replicas: int = 1

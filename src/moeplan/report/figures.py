@@ -1,5 +1,5 @@
 """plotly figures of the ``moeplan plan`` report, one function per picture (drawn from the
-planners' results as :func:`moeplan.search.job.plan_job` left them; nothing is recomputed)."""
+planners' results as :func:`moeplan.search.job.run.plan_job` left them; nothing is recomputed)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ BASELINES: dict[str, Callable[[Any, int], list[tuple[str, float]]]] = {
 
 def dep_gantt(schedules: dict[str, Any]) -> go.Figure:
     """FinDEP's schedule next to PPPipe's (``{label: Schedule}``, the first MoE layers as
-    :func:`moeplan.search.job.plan_job` simulated them).
+    :func:`moeplan.search.job.run.plan_job` simulated them).
 
     Task names are drawn inside their bar only where they fit (plotly ``uniformtext`` hides the
     rest; every name stays in the hover text), so labels never overlap each other or spill

@@ -1,7 +1,7 @@
 """Artifacts of ``moeplan plan``: plan.json, report.html, launchers, timeline, expert location.
 
-Everything written is formatted from one :class:`moeplan.search.outcome.PlanOutcome`
-(:func:`moeplan.search.job.plan_job` computed it; nothing here plans or simulates). The
+Everything written is formatted from one :class:`moeplan.search.job.outcome.PlanOutcome`
+(:func:`moeplan.search.job.run.plan_job` computed it; nothing here plans or simulates). The
 ``launch/`` folder comes from :mod:`moeplan.export.plan_export` (per engine, the whole
 deployment — every replica and pool — it can run under its pinned version's rules); the report itself from :mod:`moeplan.report.sections`, listing the
 launch files this module writes. The files are written as one set
@@ -34,7 +34,7 @@ from moeplan.io import OutputSet
 from moeplan.planners.plan import Plan
 from moeplan.report.html import PLOTLY_FILE, plotly_js
 from moeplan.report.sections import render_report
-from moeplan.search.outcome import PlanOutcome, pricing_line
+from moeplan.search.job.outcome import PlanOutcome, pricing_line
 
 ARTIFACTS = frozenset(
     {

@@ -1,6 +1,6 @@
 """The sections of the ``moeplan plan`` report (report.html), one function per section.
 
-Every section formats a field of :class:`moeplan.search.outcome.PlanOutcome`; nothing here plans
+Every section formats a field of :class:`moeplan.search.job.outcome.PlanOutcome`; nothing here plans
 or simulates. Every number says what it is, one unit per column. The analytic table and the
 MixServe chart show the same quantity for the same plan: prompt tokens/s per GPU for the
 planned batch and the batch's prefill time without queueing (the families' own footing,
@@ -16,7 +16,7 @@ from moeplan.planners.families import FAMILY
 from moeplan.report import figures
 from moeplan.report.html import Section, render
 from moeplan.report.trust import error_section, fits_section, inputs_section, served_text
-from moeplan.search.outcome import PlanOutcome
+from moeplan.search.job.outcome import PlanOutcome
 from moeplan.units import GIB, MIB
 
 

@@ -1,7 +1,7 @@
 """Figures of the serving simulation: Pareto front, latency distributions, latency vs rate.
 
 Every number drawn here was simulated (moeplan.serve) on moeplan's cost model by
-:func:`moeplan.search.job.plan_job`; axes say per GPU or per user and which percentile. Log
+:func:`moeplan.search.job.run.plan_job`; axes say per GPU or per user and which percentile. Log
 axes label powers of ten only (1, 10, 100, 1,000 ms) and each SLO line says what it is.
 """
 

@@ -1,13 +1,13 @@
 """Report sections on trust and inputs: the error of every price source, the quantized-kernel
 note, the GEMM/NCCL fits, and the inputs as actually served (formatted from
-:class:`moeplan.search.outcome.PlanOutcome`)."""
+:class:`moeplan.search.job.outcome.PlanOutcome`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from moeplan.report.html import Section
-from moeplan.search.outcome import PlanOutcome, quant_sentence
+from moeplan.search.job.outcome import PlanOutcome, quant_sentence
 from moeplan.units import GIB
 
 #: What each kernel-price source is, in words (moeplan.cost.kerneldb.sources).

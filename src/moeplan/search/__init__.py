@@ -14,7 +14,7 @@ Layer: above ``serve`` (imports it; ``serve`` never imports this package), below
 export and cli. Pure Python + numpy: no torch, no I/O.
 """
 
-from moeplan.search.search import (
+from moeplan.search.colocated.evaluate import (
     ServeResult,
     evaluate_layout,
     evaluate_layouts,

@@ -8,13 +8,13 @@ meeting the SLOs, the deployment space, ``moeplan plan``'s job) are :mod:`moepla
 layer above. Pure Python + numpy: no torch, no I/O.
 """
 
-from moeplan.serve.engine import EngineConfig, SimResult, simulate
-from moeplan.serve.iteration import Batch, IterationModel, iteration_model, iteration_time
+from moeplan.serve.engine.run import EngineConfig, SimResult, simulate
+from moeplan.serve.iteration.model import Batch, IterationModel, iteration_model, iteration_time
 from moeplan.serve.knobs import engine_config
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens
 from moeplan.serve.metrics import SLO, ServeMetrics, summarize
 from moeplan.serve.trace import serve_trace
-from moeplan.serve.workload import (
+from moeplan.serve.workload.arrivals import (
     LengthDist,
     Requests,
     ServeWorkload,

@@ -29,8 +29,8 @@ from typing import Any
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.cost.memory import default_chunk_tokens
 from moeplan.errors import MoeplanError
-from moeplan.serve.config import EngineConfig
-from moeplan.serve.instance_knobs import InstanceKnobs
+from moeplan.serve.engine.config import EngineConfig
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.layout import ServeLayout, kv_capacity_tokens, state_split
 from moeplan.specs import ClusterSpec, ModelSpec
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from moeplan.errors import require
-from moeplan.serve.engine import SimResult
+from moeplan.serve.engine.run import SimResult
 
 DEFAULT_PERCENTILE = 90.0
 #: Keys other tools rely on: ``moeplan plan`` and ``serve-sim`` JSON.

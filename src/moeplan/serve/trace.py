@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from moeplan.serve.engine import SimResult
+from moeplan.serve.engine.run import SimResult
 from moeplan.sim import Schedule, TaskGraph, chrome_trace
 
 MAX_ITERATIONS = 20_000

@@ -16,7 +16,7 @@ is one decoding sequence contributing one token:
   every running sequence is resident whatever the micro-batching (the serving engine's KV
   pool, sized by :func:`ag_kv_tokens`, admits them), so only the batch caps ``r1·ma``.
 
-§4.3's online phase re-solves per arriving shape: :mod:`moeplan.serve.afd` calls
+§4.3's online phase re-solves per arriving shape: :mod:`moeplan.serve.pools.afd` calls
 :func:`moeplan.planners.dep.solver.solve` per bucketed ``(batch, ctx)`` of the serving
 simulation, memoised.
 """

@@ -5,7 +5,7 @@ Paper: MixServe (``papers/003_955f11cbd404f896.txt``), §III-B2 (Table I, Eqs. 1
 an attention all-reduce over ``attn_tp``, a MoE all-reduce over ``moe_tp`` and a dispatch and a
 combine all-to-all over the EP (or DP) group — and takes every collective's *time* from the
 cost model's public collective API (:meth:`moeplan.cost.CostModel.collective`, ``p2p``), the
-same calls the serving iteration model (:mod:`moeplan.serve.iteration`) and the other planners
+same calls the serving iteration model (:mod:`moeplan.serve.iteration.model`) and the other planners
 make (DESIGN.md "one cost path"). With an engine those calls use the kernel database (custom
 all-reduce, DeepEP); without one, the two-level α-β collectives of
 :mod:`moeplan.cost.collectives`. :class:`Collectives` memoises them per (op, bytes, degree,
@@ -31,7 +31,7 @@ Departures from the paper, and why:
   (``moe_tp > attn_tp``) it must hold the union of their tokens, so its AR buffer is
   ``moe_tp/attn_tp`` times the attention one (the paper leaves this case implicit).
 - Expert-load imbalance (max/mean over EP ranks) scales the dispatch/combine *bytes* of the
-  busiest receiver, as :mod:`moeplan.serve.iteration` does (not the time afterwards).
+  busiest receiver, as :mod:`moeplan.serve.iteration.model` does (not the time afterwards).
 """
 
 from __future__ import annotations

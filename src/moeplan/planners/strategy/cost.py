@@ -4,7 +4,7 @@ communication (Eqs. 1-3, 5 or the fused Algs. 1-2), service time (Eq. 6), metric
 Compute goes through the calibrated models of :mod:`moeplan.cost` (``attention_layer``,
 ``expert_ffn``, ``shared_expert``, ``dense_mlp``, ``gemm``); every collective and P2P through
 its ``collective`` and ``p2p`` (:class:`~moeplan.planners.strategy.comm.Collectives`), the
-same calls :mod:`moeplan.serve.iteration` makes: one cost path for every family.
+same calls :mod:`moeplan.serve.iteration.model` makes: one cost path for every family.
 
 Placement and departures (the paper leaves these open):
 - Attention runs on ``ceil(b/attn_dp)`` requests per rank; the MoE block sees all ``b*s``

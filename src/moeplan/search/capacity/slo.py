@@ -1,0 +1,612 @@
+"""SLO-bound capacity: the one serving figure deployments are ranked by.
+
+**Definition.** The SLO-bound capacity of an engine instance is the largest sustained arrival
+rate at which the SLO percentiles (TTFT and TPOT at ``slo.percentile``) hold *in steady
+state*, at that rate and at every lower rate checked (:func:`_sustained`: a deployment sized
+for a load must also meet its SLOs when the load is lighter); per GPU it is that rate x the mean output length / the instance's GPUs, in output
+tokens/s per GPU. ``moeplan plan``, ``moeplan serve-sim``, the report and the JSON all use
+:func:`slo_capacity`.
+
+A probe at rate ``r`` (requests/s into one instance) simulates:
+
+- **Round-robin feed.** A deployment of ``replicas`` instances receives one Poisson (or gamma)
+  stream at ``replicas x r`` and deals it round-robin; the simulated instance receives every
+  ``replicas``-th arrival (:func:`instance_stream`), not a Poisson stream of its own.
+- **Warm-up excluded.** The first ``ceil(WARM_LIFETIMES x r x W)`` requests are not measured,
+  ``W`` = the request lifetime the SLOs allow (TTFT SLO + mean output length x TPOT SLO): by
+  Little's law the number in flight reaches its steady value ``r x lifetime`` after one
+  lifetime; a second lets the batch relax near the limit (with one, a TPOT-bound engine's
+  capacity from 300 measured requests was 14 % above that from 5,000; with two, 600 and
+  5,000 requests agree within 1 %: tests/test_serve_capacity.py).
+- **Drain excluded.** Arrivals continue for ``TAIL_LIFETIMES x r x W`` requests after the
+  measured ones, so the measured requests finish under full load, not while the queue empties.
+- **Measured**: ``requests`` requests (the same count and seed for every candidate). The
+  probe meets the SLOs when both percentiles are within their limits *and* the queue is
+  stable over the measured window (:func:`_no_growth`): an overloaded
+  rate (rho >= 1) never meets the SLOs, however short the run.
+
+Arrival gaps are drawn at unit rate and scaled by ``1/r`` (common random numbers: every rate
+sees the same request sequence on a scaled clock; longer streams extend shorter ones).
+
+**Confidence interval.** Requests that share a queue are correlated over a request lifetime,
+often as long as a whole measured window, so no interval from one run is honest: the
+order-statistic interval of the percentile (independent requests) and batch means within
+the window stated 0.2-1.1 % where runs with other seeds differed by 1.5 % (standard
+deviation; Qwen3-30B-A3B on 8 H100, 500 requests). The capacity's 95 % interval comes from
+:data:`REPLICATIONS` independent arrival streams (:func:`_replicated`: Student t on the
+spread of their capacities). Each other stream's capacity is its own crossing of the SLOs,
+bracketed from the point's bracket outward (same request count, warm-up and tail as the
+point's probes) and narrowed to ``RATE_TOL``; the lower rates of "every lower rate" are
+checked on the point's stream only, so the interval is the spread of the crossing (this
+module's choice: those checks were a third of the replications' runs). The percentile
+levels of one probe
+(:func:`_levels`: order statistics, batch means and the window's halves) are kept for
+reports. An estimate is *steady* when the
+interval's half-width is at most ``CI_TARGET`` of the capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from moeplan.errors import MoeplanError
+from moeplan.search.capacity.certain_miss import certain_miss
+from moeplan.search.job.fanout import fan_out
+from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
+from moeplan.serve.workload.arrivals import Requests, ServeWorkload, requests_from_rows
+
+DEFAULT_REQUESTS = 1000  # measured requests per probe, plan and serve-sim alike
+WARM_LIFETIMES = 2.0  # warm-up: two SLO lifetimes of arrivals (module docstring)
+TAIL_LIFETIMES = 1.0  # arrivals kept up one lifetime after the last measured request
+RATE_TOL = 0.01  # bisection resolution, relative
+CI_TARGET = 0.05  # steady when the 95 % interval's half-width is within 5 % of the capacity
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+# "Every lower rate": an engine can miss a TPOT limit at a moderate rate and meet it at a
+# higher one (under SGLang's prefill-first scheduler a queue batches prompts into fewer
+# prefill iterations that interrupt decoding less). Capacity is the largest rate below which
+# the checked rates all meet the SLOs: rates down to DOWN_CHECK^DOWN_STEPS (0.73) of it are
+# checked in steps of 10 % (this module's choice; a load 27 % below capacity is light).
+DOWN_CHECK = 0.9
+DOWN_STEPS = 3
+# Stability: at rho >= 1 the admission queue grows by about (rho - 1) seconds of waiting per
+# second of arrivals, however long it already is; a stable queue's two halves differ by
+# noise only. GROWTH_SLOPE = 0.02 flags rho >= ~1.02; GROWTH_FLOOR (1 % of the SLO) ignores
+# differences too small to matter. Both are this module's choices, checked by the
+# overload and 500-vs-5000-request tests.
+GROWTH_SLOPE = 0.02
+GROWTH_FLOOR = 0.01
+GROWTH_Z = 2.0  # standard errors of the halves' difference: noise, not growth
+MAX_STEPS = 40  # growths when bracketing a rate
+MAX_HALVINGS = 10  # below 1/1024 of the starting rate (an upper bound) the capacity is 0
+
+
+def lifetime_s(workload: ServeWorkload, slo: SLO) -> float:
+    """The request lifetime the SLOs allow: TTFT SLO + mean output tokens x TPOT SLO."""
+    if slo.ttft_s is None and slo.tpot_s is None:
+        raise MoeplanError("slo (no TTFT and no TPOT limit) must bind one: capacity needs an SLO")
+    return (slo.ttft_s or 0.0) + workload.osl.mean * (slo.tpot_s or 0.0)
+
+
+def instance_stream(workload: ServeWorkload, rate: float, n: int, replicas: int) -> Requests:
+    """The first ``n`` requests one instance receives when a stream at ``replicas x rate`` is
+    dealt round-robin over ``replicas`` instances (module docstring)."""
+    d = max(1, replicas)
+    seed = workload.seed
+    rng = np.random.default_rng([seed, 0])
+    if workload.arrival == "poisson":
+        gaps = rng.exponential(1.0, size=n * d)
+    else:
+        shape = 1.0 / (workload.cv * workload.cv)
+        gaps = rng.gamma(shape, 1.0 / shape, size=n * d)
+    t = np.cumsum(gaps)[d - 1 :: d] / (rate * d)
+    isl = workload.isl.sample(np.random.default_rng([seed, 1]), n)
+    osl = workload.osl.sample(np.random.default_rng([seed, 2]), n)
+    return requests_from_rows(t, isl, osl, workload.prefix_hit)
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyProbe:
+    """One steady run at ``rate``: the run, its measured window, percentiles at three levels
+    (0 = lower order statistic, 1 = point, 2 = upper) and queue stability."""
+
+    rate: float
+    res: SimResult
+    window: slice
+    ttft: tuple[float, float, float]
+    tpot: tuple[float, float, float]
+    stable: bool
+
+    def meets(self, slo: SLO, level: int = 1) -> bool:
+        return (
+            self.stable
+            and (slo.ttft_s is None or self.ttft[level] <= slo.ttft_s)
+            and (slo.tpot_s is None or self.tpot[level] <= slo.tpot_s)
+        )
+
+    def score(self, slo: SLO, level: int = 1) -> float:
+        """log of the largest percentile / limit ratio (<= 0 when the percentiles meet the
+        SLOs); inf when the queue grows: what the capacity search interpolates in."""
+        if not self.stable:
+            return math.inf
+        ratios = [
+            v[level] / lim
+            for v, lim in ((self.ttft, slo.ttft_s), (self.tpot, slo.tpot_s))
+            if lim is not None
+        ]
+        top = max(ratios)
+        return math.log(top) if top > 0 else -math.inf
+
+    def limit(self, slo: SLO) -> str:
+        """What a failing probe misses first: the queue, the TTFT or the TPOT percentile."""
+        if not self.stable:
+            return "queue growth (rho >= 1)"
+        ttft = 0.0 if slo.ttft_s is None else self.ttft[1] / slo.ttft_s
+        tpot = 0.0 if slo.tpot_s is None else self.tpot[1] / slo.tpot_s
+        return "TTFT" if ttft >= tpot else "TPOT"
+
+
+BATCHES = 10  # batch means: contiguous batches of the measured window (arrival order)
+
+
+def _batch_means(x: np.ndarray) -> np.ndarray:
+    """Means of :data:`BATCHES` contiguous batches of ``x`` (fewer when ``x`` is short)."""
+    b = min(BATCHES, len(x) // 4)
+    if b < 2:
+        return np.asarray([float(np.mean(x))]) if len(x) else np.zeros(0)
+    k = len(x) // b
+    return x[: b * k].reshape(b, k).mean(axis=1)
+
+
+def _inflation(m: np.ndarray) -> float:
+    """Variance inflation of the batch means' average from their lag-1 correlation (AR(1):
+    ``(1 + r) / (1 - r)``, r capped at 0.9): neighbouring batches share a queue."""
+    if len(m) < 3:
+        return 1.0
+    d = m - m.mean()
+    den = float(np.dot(d, d))
+    r = 0.0 if den <= 0 else min(0.9, max(0.0, float(np.dot(d[:-1], d[1:])) / den))
+    return (1.0 + r) / (1.0 - r)
+
+
+def _tau(x: np.ndarray) -> float:
+    """Integrated autocorrelation time of ``x`` (arrival order) by batch means: the variance
+    of the batch means x batch size / the variance of ``x``, inflated by the batch means'
+    own correlation; at least 1 (independent requests)."""
+    m = _batch_means(x)
+    var = float(np.var(x))
+    if len(m) < 2 or var <= 0:
+        return 1.0
+    k = len(x) // len(m)
+    return max(1.0, k * float(np.var(m, ddof=1)) * _inflation(m) / var)
+
+
+def _no_growth(x: np.ndarray, t: np.ndarray, limit_s: float | None) -> bool:
+    """No queue growth over the measured window: the second half's mean of ``x`` (seconds,
+    by arrival time ``t``) exceeds the first half's by at most the largest of
+    ``GROWTH_SLOPE`` x the time between the halves' mean arrivals, ``GROWTH_FLOOR`` x the SLO,
+    and ``GROWTH_Z`` standard errors of the difference (the noise of a stable queue; from
+    batch means, since requests that share a queue are correlated)."""
+    ok = ~np.isnan(x)
+    x, t = x[ok], t[ok]
+    if len(x) < 4:
+        return True
+    h = len(x) // 2
+    a, b = x[:h], x[h:]
+    if np.isinf(x).any():  # a request not done at the horizon: the queue outgrew the window
+        return False
+    rise = float(b.mean() - a.mean())
+    dt = float(t[h:].mean() - t[:h].mean())
+    se = float(np.sqrt(_tau(x) * (a.var() / len(a) + b.var() / len(b))))
+    floor = GROWTH_FLOOR * (limit_s if limit_s is not None else float(np.mean(x)))
+    return rise <= max(floor, GROWTH_SLOPE * dt, GROWTH_Z * se)
+
+
+BATCH_MIN = 20  # requests per batch at least when batching percentiles (p90 of 20: 2 above)
+
+
+def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
+    """Lower bound, point percentile and upper bound of the ``p``-th percentile, 95 %: the
+    widest of (a) the order-statistic interval (independent requests), (b) batch means of
+    the percentile — the percentiles of up to :data:`BATCHES` contiguous batches (arrival
+    order, :data:`BATCH_MIN` requests at least), point +/- z x their standard error inflated
+    by their lag-1 correlation (requests that share a queue are correlated; batch means is
+    the standard remedy) — and (c) the percentiles of the window's two halves."""
+    x = x[~np.isnan(x)]
+    n = len(x)
+    if n == 0:
+        return (0.0, 0.0, 0.0)
+    s = np.sort(x)
+    q = p / 100.0
+    half = Z95 * math.sqrt(n * q * (1.0 - q))
+    lo_rank, hi_rank = math.floor(n * q - half), math.ceil(n * q + half)
+    # a distribution-free bound needs the rank inside the sample (p90: n >= 35)
+    low = float(s[lo_rank - 1]) if lo_rank >= 1 else 0.0
+    high = float(s[hi_rank - 1]) if hi_rank <= n else math.inf
+    with np.errstate(invalid="ignore"):  # late requests are inf: a percentile may be nan
+        halves = [float(np.percentile(h, p)) for h in (x[: n // 2], x[n // 2 :]) if len(h)]
+        point = float(np.percentile(x, p))
+        b = min(BATCHES, n // BATCH_MIN)
+        if b >= 2 and math.isfinite(point):
+            k = n // b
+            m = np.percentile(x[: b * k].reshape(b, k), p, axis=1)
+            if np.isfinite(m).all():
+                se = float(np.std(m, ddof=1)) * math.sqrt(_inflation(m) / b)
+                low, high = min(low, point - Z95 * se), max(high, point + Z95 * se)
+            else:
+                high = math.inf
+    return min([low, *halves]), point, max([high, *halves])
+
+
+Runner = Callable[[Requests, float | None], SimResult]  # requests, horizon (s) -> run
+
+
+def steady_probe(
+    cfg: EngineConfig | None,
+    evaluate: Evaluator | None,
+    workload: ServeWorkload,
+    slo: SLO,
+    rate: float,
+    *,
+    requests: int,
+    replicas: int = 1,
+    ref_rps: float | None = None,
+    runner: Runner | None = None,
+    horizon: bool = False,
+    window_lifetimes: float = 0.0,
+    stop_on_miss: bool = False,
+) -> SteadyProbe:
+    """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
+    warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
+    search share them, so every rate measures the same requests (common random numbers).
+    ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
+    :func:`moeplan.serve.pools.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
+    ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
+    only: a measured request not done by then misses an SLO — its end-to-end time exceeds
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late).
+    ``window_lifetimes``: measure at least that many SLO lifetimes of arrivals at the
+    reference rate (more than ``requests`` when they arrive faster): a queue that grows by
+    a few percent of the load per second shows over a window of a lifetime, not over a
+    fifth of one. ``stop_on_miss`` (one engine, open loop): stop once a miss is certain
+    (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full run's, the
+    percentiles are not)."""
+    life = lifetime_s(workload, slo)
+    ref = max(rate, ref_rps or rate)
+    warm = math.ceil(WARM_LIFETIMES * ref * life)
+    tail = math.ceil(TAIL_LIFETIMES * ref * life)
+    requests = max(requests, math.ceil(window_lifetimes * ref * life))
+    reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
+    win = slice(warm, warm + requests)
+    stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
+    if runner is None:
+        assert cfg is not None and evaluate is not None
+        miss = certain_miss(reqs, win, slo) if stop_on_miss and not reqs.closed else None
+        res = simulate(reqs, cfg, evaluate, horizon_s=stop, stop=miss)
+    else:
+        res = runner(reqs, stop)
+    ttft, tpot, _ = request_latencies(res)
+    late = np.isnan(res.finish_s[win])
+    tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
+    tp = np.where(late & (res.osl[win] > 1), np.inf, tpot[win])
+    arr = res.arrival_s[win]
+    decode_limit = None if slo.tpot_s is None else slo.tpot_s * workload.osl.mean
+    wait = np.where(np.isnan(res.admit_s[win]), np.inf, res.admit_s[win] - arr)
+    decode = np.where(late, np.inf, res.finish_s[win] - res.first_token_s[win])
+    stable = _no_growth(wait, arr, slo.ttft_s) and _no_growth(decode, arr, decode_limit)
+    p = slo.percentile
+    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Capacity:
+    """SLO-bound capacity of one instance (requests/s into it) with its 95 % interval."""
+
+    rate_rps: float
+    point_high_rps: float  # the smallest rate found to miss the SLOs (bisection bracket)
+    low_rps: float
+    high_rps: float
+    requests: int
+    seed: int
+    replicas: int
+    limited_by: str
+    probes: int
+    boundable: bool = True
+    """One run's requests can bound the SLO percentile (its distribution-free 95 % upper
+    order statistic lies inside the sample: p90 needs 35 requests)."""
+
+    @property
+    def ci_rel(self) -> float:
+        """Half-width of the 95 % interval over the capacity (inf when the capacity is 0)."""
+        if self.rate_rps <= 0:
+            return math.inf
+        return 0.5 * (self.high_rps - self.low_rps) / self.rate_rps
+
+    @property
+    def steady(self) -> bool:
+        return self.ci_rel <= CI_TARGET
+
+    def per_gpu(self, osl_mean: float, gpus: int) -> float:
+        """Output tokens/s per GPU at the capacity."""
+        return self.rate_rps * osl_mean / gpus
+
+    def to_dict(self, osl_mean: float, gpus: int) -> dict[str, Any]:
+        return {
+            "definition": "largest steady arrival rate meeting the SLO percentiles "
+            "(warm-up and drain excluded, round-robin feed) x output tokens / GPUs",
+            "rate_rps_per_instance": self.rate_rps,
+            "ci95_rps_per_instance": [self.low_rps, self.high_rps],
+            "ci95_half_width_rel": self.ci_rel,
+            "steady": self.steady,
+            "percentile_boundable": self.boundable,
+            "output_tokens_per_s_per_gpu": self.per_gpu(osl_mean, gpus),
+            "measured_requests": self.requests,
+            "seed": self.seed,
+            "round_robin_replicas": self.replicas,
+            "limited_by": self.limited_by,
+            "probes": self.probes,
+        }
+
+
+Verdict = Callable[[float], tuple[bool, float]]  # rate -> (meets the SLOs, score)
+
+
+def _bracket(
+    ok: Verdict, lo: float, hi: float, step: float = 1.0, cap: float = math.inf
+) -> tuple[float, float]:
+    """``(lo, hi)`` with ``ok(lo)`` (or lo = 0) and not ``ok(hi)``, ``hi - lo <= RATE_TOL lo``;
+    starts from a guess ``lo < hi`` that need not hold: moves down from ``lo`` by a factor
+    ``1 + step`` (then ``1 + 4 step``, ... at most 2) until ``ok`` holds, or up from ``hi``
+    the same way until it fails, then narrows (:func:`_narrow`). ``step = 1`` halves and
+    doubles; a small step suits a bracket known to be near (the interval's ends). ``cap``: an
+    upper bound of the capacity proven without simulation (:mod:`moeplan.search.capacity.bound`); an
+    upward step that would pass it stops just above it, where the SLOs must miss (and if they
+    do not, the steps go on as before: the bracket never trusts the bound blindly)."""
+    floor, s = lo / 2.0**MAX_HALVINGS, step
+    while not ok(lo)[0]:
+        if lo < floor:
+            return 0.0, hi
+        lo, hi = lo / (1.0 + s), lo
+        s = min(1.0, 4.0 * s)
+    s = max(step, hi / lo - 1.0)
+    top = cap * (1.0 + RATE_TOL)
+    for _ in range(MAX_STEPS):
+        if not ok(hi)[0]:
+            break
+        lo, hi = hi, hi * (1.0 + s)
+        if lo < top < hi:
+            hi = top
+        s = min(1.0, 4.0 * s)
+    else:
+        return lo, math.inf
+    return _narrow(ok, lo, hi)
+
+
+def _narrow(ok: Verdict, lo: float, hi: float) -> tuple[float, float]:
+    """Shrink a bracket (``ok(lo)``, not ``ok(hi)``) to ``RATE_TOL lo``: the next rate is the
+    secant root of the probes' scores (:meth:`SteadyProbe.score`, smooth in the rate under
+    common random numbers) kept ``0.45 RATE_TOL lo`` inside the bracket, so a good root
+    closes it in two runs; a step that does not halve the bracket, or a score that is not
+    finite (a growing queue), makes the next step a bisection: never more than twice the
+    runs of bisection alone."""
+    bisect = False
+    while hi - lo > RATE_TOL * lo:
+        (_, f_lo), (_, f_hi) = ok(lo), ok(hi)  # both cached by the caller
+        width, pad = hi - lo, 0.45 * RATE_TOL * lo
+        if not bisect and math.isfinite(f_lo) and math.isfinite(f_hi) and f_hi > f_lo:
+            mid = min(max(lo + width * -f_lo / (f_hi - f_lo), lo + pad), hi - pad)
+        else:
+            mid = 0.5 * (lo + hi)
+        good = ok(mid)[0]
+        lo, hi = (mid, hi) if good else (lo, mid)
+        bisect = not bisect and hi - lo > 0.5 * width
+    return lo, hi
+
+
+def _sustained(
+    ok: Verdict,
+    guess: float,
+    step: float = 1.0,
+    cap: float = math.inf,
+    prefetch: Callable[[list[float]], None] | None = None,
+    met: float | None = None,
+) -> tuple[float, float]:
+    """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
+    it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
+    below it (module docstring, "every lower rate"). ``cap``: as :func:`_bracket`.
+    ``prefetch``: runs the lower rates' probes before ``ok`` reads them (all of them, also
+    past a failing one, so the runs made do not depend on how they are run). ``met``: a rate
+    ``ok`` is known to hold at (its probe already made): the bracket starts there when it is
+    above the guess's start."""
+    lo = guess / (1 + 4 * RATE_TOL)
+    if met is not None and met > lo:
+        lo = met
+    lo, hi = _bracket(ok, lo, max(guess, lo * (1 + 4 * RATE_TOL)), step, cap)
+    for _ in range(MAX_STEPS):
+        if lo <= 0:
+            return lo, hi
+        rates = [lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1)]
+        if prefetch is not None:
+            prefetch(rates)  # independent runs: side by side when the caller allows it
+        bad = next((r for r in rates if not ok(r)[0]), None)
+        if bad is None:
+            return lo, hi
+        lo, hi = _bracket(ok, bad * DOWN_CHECK, bad)
+    return lo, hi
+
+
+def slo_capacity(
+    cfg: EngineConfig | None,
+    evaluate: Evaluator | None,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    guess_rps: float,
+    requests: int = DEFAULT_REQUESTS,
+    replicas: int = 1,
+    interval: bool = True,
+    known: tuple[float, float] | None = None,
+    ref_rps: float | None = None,
+    runner: Runner | None = None,
+    cache: dict | None = None,
+    full: bool = True,
+    step: float = 1.0,
+    window_lifetimes: float = 0.0,
+    cap_rps: float = math.inf,
+    met_rps: float | None = None,
+) -> tuple[Capacity, SteadyProbe | None]:
+    """The capacity of one instance (module docstring) and the probe at it (None when no
+    rate meets the SLOs). ``guess_rps`` seeds the bracket (an analytic estimate or bound);
+    ``interval=False`` skips the confidence-interval searches (low = high = the point);
+    ``known`` = a point bracket ``(lo, hi)`` found before (same workload and requests), kept;
+    ``ref_rps`` (at least the guess) sets the warm-up and tail of every probe: an upper bound
+    of the capacity keeps the warm-up at least one lifetime at every rate probed. ``cache``:
+    the probes of an earlier call with the same workload, requests, replicas and ``ref_rps``
+    (the same runs: common random numbers), reused and extended. ``window_lifetimes``: the
+    shortest measured window, in SLO lifetimes of arrivals (:func:`steady_probe`).
+    ``cap_rps``: an upper bound of the capacity proven without simulation, which the bracket
+    steps up to instead of past (:func:`_bracket`). ``met_rps``: a rate whose probe, in
+    ``cache`` with this ``ref_rps``, met the SLOs: the bracket starts from it."""
+    probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
+
+    g = max(guess_rps, 1e-6)
+    ref = max(g, ref_rps or g)
+
+    def probe_at(wl: ServeWorkload, ref: float, r: float) -> SteadyProbe:
+        return steady_probe(
+            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, ref_rps=ref,
+            runner=runner, horizon=True, window_lifetimes=window_lifetimes,
+        )  # fmt: skip
+
+    def prober(wl: ServeWorkload, ref: float, probes: dict) -> Callable[[float], SteadyProbe]:
+        def probe(r: float) -> SteadyProbe:
+            if (r, ref) not in probes:
+                probes[r, ref] = probe_at(wl, ref, r)
+            return probes[r, ref]
+
+        return probe
+
+    def prefetch(rates: list[float]) -> None:
+        todo = [r for r in rates if (r, ref) not in probes]
+        for r, p in zip(
+            todo, fan_out([partial(probe_at, workload, ref, r) for r in todo]), strict=True
+        ):
+            probes[r, ref] = p
+
+    def verdict_of(probe: Callable[[float], SteadyProbe]) -> Verdict:
+        def verdict(r: float) -> tuple[bool, float]:
+            p = probe(r)
+            return p.meets(slo), p.score(slo)
+
+        return verdict
+
+    probe = prober(workload, ref, probes)
+    if known is not None:
+        lo, hi = known
+    else:
+        lo, hi = _sustained(verdict_of(probe), g, step, cap_rps, prefetch, met_rps)
+    low, high = lo, hi
+    if interval and lo > 0:
+        # another stream's crossing near the point (module docstring, "Confidence interval")
+        top = max(hi, lo * (1.0 + RATE_TOL)) if math.isfinite(hi) else lo * (1.0 + RATE_TOL)
+
+        def replica(wl: ServeWorkload) -> float:
+            return _bracket(verdict_of(prober(wl, ref, {})), lo, top, REPLICA_STEP, cap_rps)[0]
+
+        low, high = _replicated(replica, workload, lo)
+    limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
+    cap = Capacity(
+        rate_rps=lo,
+        point_high_rps=hi,
+        low_rps=low,
+        high_rps=high if math.isfinite(high) else lo,
+        requests=max(requests, math.ceil(window_lifetimes * ref * lifetime_s(workload, slo))),
+        seed=workload.seed,
+        replicas=replicas,
+        limited_by=limited,
+        probes=sum(1 for k in probes if k[0] != "full"),
+        boundable=percentile_boundable(requests, slo.percentile),
+    )
+    if not full:
+        return cap, None
+    run = None  # the run at capacity again, to its end: its metrics are reported
+    if lo > 0 and ("full", lo, ref) in probes:
+        run = probes["full", lo, ref]  # type: ignore[index]
+    elif lo > 0:
+        run = probes["full", lo, ref] = steady_probe(  # type: ignore[index]
+            cfg,
+            evaluate,
+            workload,
+            slo,
+            lo,
+            requests=requests,
+            replicas=replicas,
+            ref_rps=ref,
+            runner=runner,
+            window_lifetimes=window_lifetimes,
+        )
+    return cap, run
+
+
+def percentile_boundable(n: int, p: float) -> bool:
+    """Whether one run's ``n`` measured requests can bound the ``p``-th percentile: its
+    distribution-free 95 % upper order statistic, ``ceil(n q + z sqrt(n q (1 - q)))``, must
+    lie inside the sample (p90 needs 35 requests, p99 381)."""
+    q = p / 100.0
+    return math.ceil(n * q + Z95 * math.sqrt(n * q * (1.0 - q))) <= n
+
+
+REPLICATIONS = 4  # independent streams (seeds) behind the capacity's interval
+REPLICA_STEP = 2.0 * RATE_TOL  # a replication's first steps from the point's bracket
+T975 = 3.182  # Student t, 97.5 % quantile, 3 degrees of freedom (REPLICATIONS - 1; t table)
+
+
+def _replicated(
+    capacity_of: Callable[[ServeWorkload], float], workload: ServeWorkload, point: float
+) -> tuple[float, float]:
+    """95 % interval of one run's capacity ``point`` by independent replications: the
+    capacities of ``REPLICATIONS - 1`` more arrival streams (seeds ``seed + 1000 i``, same
+    request count), ``point +/- t x`` their sample standard deviation (with ``point``): the
+    spread of the estimate itself, whatever correlates the requests of one run (the
+    batch-means and order-statistic intervals of one run stated 0.2-1.1 % where seeds
+    differed by 1.5 % sd). The streams are independent searches, run side by side when the
+    caller allows it (:func:`moeplan.search.job.fanout.fan_out`)."""
+    seeds = [replace(workload, seed=workload.seed + 1000 * i) for i in range(1, REPLICATIONS)]
+    caps = [point] + fan_out([partial(capacity_of, wl) for wl in seeds])
+    sd = float(np.std(caps, ddof=1))
+    return max(0.0, point - T975 * sd), point + T975 * sd
+
+
+def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:
+    """Metrics of a probe's measured requests; throughput is the steady one: the arrival rate
+    x tokens per request (a stable queue serves what arrives), per instance and per GPU."""
+    r, w = p.res, p.window
+    sub = replace(
+        r,
+        arrival_s=r.arrival_s[w],
+        admit_s=r.admit_s[w],
+        first_token_s=r.first_token_s[w],
+        finish_s=r.finish_s[w],
+        isl=r.isl[w],
+        osl=r.osl[w],
+    )
+    m = summarize(sub, gpus, slo)
+    n = max(1, m.requests)
+    out_tok = float(sub.osl.sum()) / n * p.rate
+    tot_tok = out_tok + float(sub.isl.sum()) / n * p.rate
+    good = m.slo_attainment * p.rate
+    return replace(
+        m,
+        duration_s=m.requests / p.rate,
+        output_tokens_per_s=out_tok,
+        output_tokens_per_s_per_gpu=out_tok / gpus,
+        total_tokens_per_s=tot_tok,
+        total_tokens_per_s_per_gpu=tot_tok / gpus,
+        goodput_rps=good,
+        goodput_rps_per_gpu=good / gpus,
+    )

@@ -1,0 +1,341 @@
+"""Search the colocated deployment space by SLO-bound capacity, with a certificate.
+
+Every layout of :mod:`moeplan.search.colocated.space` gets an upper bound of its capacity
+(:func:`moeplan.search.capacity.bound.capacity_bound`, over every engine configuration the knob search
+may pick). The layout with the best analytic estimate
+(:func:`moeplan.search.colocated.evaluate.analytic_rate`, capped by its bound; its engine knobs are the
+ones a layout runs with, computed only for layouts not pruned by bound) is simulated first,
+then the rest in decreasing bound order. For each, with an incumbent of capacity ``C`` per GPU:
+
+- its bound is at most ``C``: it cannot win — *pruned by bound*;
+- else one steady run at the rate that would give it ``C`` per GPU — the very run its
+  capacity search would make there, same warm-up and tail: a shorter warm-up read a queue
+  still filling as growth (DeepSeek-V2-Lite on 8 A100, attn TP1xDP2 / MoE TP2 x 4: "queue
+  growth" at 17.2 req/s with two lifetimes of warm-up at that rate, stable and within the
+  SLOs with the search's, whose capacity was 18.4) — if the SLOs miss there, its capacity is
+  below ``C`` (capacity is the largest rate below which every rate meets the SLOs,
+  :mod:`moeplan.search.capacity.slo`) — *beaten at the incumbent's rate*;
+- else its capacity is searched (:func:`moeplan.search.capacity.slo.slo_capacity`) and it may
+  become the incumbent.
+
+:class:`Certificate` records the proof: how many layouts the space holds, how many were
+simulated, beaten or pruned, the largest bound left unsimulated and the winner's capacity.
+The winner's capacity is then re-estimated with its 95 % interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeplan.cost import CostModel
+from moeplan.errors import MoeplanError
+from moeplan.search.capacity.bound import Bound, capacity_bound
+from moeplan.search.capacity.slo import (
+    DEFAULT_REQUESTS,
+    Capacity,
+    SteadyProbe,
+    slo_capacity,
+    steady_probe,
+)
+from moeplan.search.colocated.evaluate import Estimate, analytic_rate
+from moeplan.search.colocated.space import copies, layouts
+from moeplan.search.job.memo_cost import memo_cost
+from moeplan.serve.engine.run import EngineConfig
+from moeplan.serve.iteration.batch_grid import GridEvaluator
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.model import IterationModel
+from moeplan.serve.knobs import candidates
+from moeplan.serve.layout import ServeLayout
+from moeplan.serve.metrics import SLO
+from moeplan.serve.workload.arrivals import ServeWorkload
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+
+@dataclass(kw_only=True)
+class SpaceCandidate:
+    """One layout of the space and what the search learned of it (per instance rates)."""
+
+    layout: ServeLayout
+    replicas: int
+    spare_gpus: int
+    reason: str = ""
+    bound: Bound | None = None
+    cfg: EngineConfig | None = None
+    estimate: Estimate | None = None
+    evaluate: GridEvaluator | None = None
+    capacity: Capacity | None = None
+    probe: SteadyProbe | None = None
+    knobs: InstanceKnobs | None = None
+    """Instance knobs pricing its iterations (all-to-all backend, two-batch overlap, KV dtype)."""
+    beaten_at: float = 0.0
+    """Rate (per instance) of the one steady run at the incumbent's capacity (0: none)."""
+    runs: dict = field(default_factory=dict)
+    """Steady runs of its capacity search, reused by the interval search (same runs)."""
+    cfgs: list[EngineConfig] = field(default_factory=list)
+    """The engine configurations its bound covers (the knob search's candidates)."""
+
+    def bound_per_gpu(self, osl: float) -> float:
+        return 0.0 if self.bound is None else self.bound.per_gpu(osl, self.layout.gpus)
+
+    def capacity_per_gpu(self, osl: float) -> float:
+        return 0.0 if self.capacity is None else self.capacity.per_gpu(osl, self.layout.gpus)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Certificate:
+    """Why no unsimulated layout can beat the winner (output tokens/s per GPU)."""
+
+    layouts: int
+    simulated: int
+    beaten_at_incumbent_rate: int
+    pruned_by_bound: int
+    infeasible: int
+    best_remaining_bound: float
+    winner_capacity: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "layouts": self.layouts,
+            "simulated": self.simulated,
+            "beaten_at_incumbent_rate": self.beaten_at_incumbent_rate,
+            "pruned_by_bound": self.pruned_by_bound,
+            "infeasible": self.infeasible,
+            "best_remaining_bound": self.best_remaining_bound,
+            "winner_capacity": self.winner_capacity,
+            "units": "output tokens/s per GPU",
+        }
+
+    def sentence(self) -> str:
+        return (
+            f"Search: of {self.layouts} colocated layouts ({self.infeasible} infeasible), "
+            f"{self.simulated} had their capacity simulated, {self.beaten_at_incumbent_rate} "
+            f"missed the SLOs at the best capacity found so far (one steady run each), and "
+            f"{self.pruned_by_bound} were pruned because an upper bound of their capacity "
+            f"(at most {self.best_remaining_bound:,.0f} output tokens/s per GPU) is below "
+            f"the best colocated capacity simulated, {self.winner_capacity:,.0f}: no colocated "
+            "layout left out can beat it."
+        )
+
+
+def prepare(
+    c: SpaceCandidate,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    engine: str,
+    chunk_tokens: int | None = None,
+    max_running: int | None = None,
+    routing: RoutingProfile | None = None,
+    *,
+    knobs: bool = True,
+) -> None:
+    """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload);
+    a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it.
+    ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate."""
+    kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
+    try:
+        cfgs = candidates(
+            engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale
+        )
+        ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout, routing, knobs=c.knobs))
+    except MoeplanError as err:
+        c.reason = str(err)
+        return
+    big = workload.isl.max + workload.osl.max
+    cfgs = [k for k in cfgs if big <= k.kv_tokens_per_rank]
+    if not cfgs:
+        c.reason = f"request isl+osl ({big}) must fit one rank's KV pool"
+        return
+    c.evaluate, c.cfgs = ev, cfgs
+    c.bound = capacity_bound(ev, cfgs, workload, slo)
+    if knobs:
+        pick_knobs(c, workload, slo)
+
+
+def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
+    """``c.cfg`` and ``c.estimate``: of the configurations at the engine's default chunk,
+    the one with the best analytic estimate (:func:`analytic_rate`); once per candidate."""
+    if c.cfg is not None:
+        return
+    assert c.evaluate is not None and c.cfgs
+    isl, osl = workload.isl.mean, workload.osl.mean
+    base = c.cfgs[0].chunk_tokens  # the engine's default chunk: caps are what the estimate sees
+    ev = c.evaluate
+    c.estimate, c.cfg = max(
+        ((analytic_rate(ev, k, isl, osl, slo), k) for k in c.cfgs if k.chunk_tokens == base),
+        key=lambda ek: ek[0].rate_rps,
+    )
+
+
+REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
+
+
+def _start(c: SpaceCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (``REF_MARGIN`` x that, capped by
+    the bound; probes above it size their own), as :func:`slo_capacity` takes them."""
+    assert c.bound is not None
+    est = c.estimate.rate_rps if c.estimate is not None else 0.0
+    guess = min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
+    g = max(guess, 1e-6)
+    return guess, max(g, min(c.bound.rate_rps, REF_MARGIN * guess))
+
+
+def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
+    """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only
+    (:func:`_start`); a layout that met the SLOs at the incumbent's rate starts from that
+    very run."""
+    assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+    guess, ref = _start(c)
+    c.capacity, c.probe = slo_capacity(
+        c.cfg,
+        c.evaluate,
+        workload,
+        slo,
+        guess_rps=guess,
+        requests=requests,
+        replicas=c.replicas,
+        interval=False,
+        ref_rps=ref,
+        cache=c.runs,
+        cap_rps=c.bound.rate_rps,
+        met_rps=c.beaten_at or None,
+    )
+
+
+def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
+    """The winner's capacity again, its point bracket kept, with its 95 % interval."""
+    assert w.cfg is not None and w.evaluate is not None
+    assert w.bound is not None and w.capacity is not None
+    pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+    w.capacity, w.probe = slo_capacity(
+        w.cfg,
+        w.evaluate,
+        workload,
+        slo,
+        guess_rps=pt[0],
+        requests=requests,
+        replicas=w.replicas,
+        known=pt,
+        ref_rps=_start(w)[1],
+        cache=w.runs,
+        cap_rps=w.bound.rate_rps,
+    )
+
+
+def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n: int) -> bool:
+    """Whether ``c`` misses the SLOs at ``rate``: the very run its capacity search would make
+    there (same warm-up and tail, :func:`_start`), stopped once the miss is certain; a run
+    that meets them is kept for the search (it ran to its horizon)."""
+    ref = _start(c)[1]
+    p = steady_probe(
+        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, ref_rps=ref,
+        horizon=True, stop_on_miss=True,
+    )  # fmt: skip
+    c.beaten_at = rate
+    if p.meets(slo):
+        c.runs[rate, ref] = p
+        return False
+    return True
+
+
+def _by_estimate(
+    order: list[SpaceCandidate], workload: ServeWorkload, slo: SLO
+) -> list[SpaceCandidate]:
+    """Simulation order: the best analytic estimate first (a strong incumbent early), then
+    decreasing bound. The key is the estimate capped by the layout's bound (an estimate
+    exceeds no nonzero bound: both price the same iterations and the bound drops no cost the
+    estimate counts; a zero bound — a lone request misses an SLO — caps it to 0). ``order``
+    is by decreasing bound, so estimates are computed down it only until the best key
+    exceeds the next bound: no layout below can hold the best key."""
+    if not order:
+        return order
+    osl = workload.osl.mean
+    first, top = order[0], -1.0
+    for c in order:
+        if top > c.bound_per_gpu(osl):
+            break
+        pick_knobs(c, workload, slo)
+        assert c.estimate is not None
+        key = min(c.estimate.rate_rps * osl / c.layout.gpus, c.bound_per_gpu(osl))
+        if key > top:
+            first, top = c, key
+    return [first] + [c for c in order if c is not first]
+
+
+def search_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cost: CostModel,
+    workload: ServeWorkload,
+    slo: SLO,
+    *,
+    engine: str = "sglang",
+    requests: int = DEFAULT_REQUESTS,
+    space: list[ServeLayout] | None = None,
+    progress: Callable[[str], None] | None = None,
+    knobs_for: Callable[[ServeLayout], InstanceKnobs | None] | None = None,
+) -> tuple[list[SpaceCandidate], Certificate]:
+    """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
+    the certificate (module docstring)."""
+    osl = workload.osl.mean
+    cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
+    cands = []
+    for lay in space if space is not None else layouts(model, cluster):
+        reps, spare = copies(cluster, lay)
+        c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare)
+        try:
+            c.knobs = knobs_for(lay) if knobs_for is not None else None
+        except MoeplanError as err:
+            c.reason = str(err)
+            cands.append(c)
+            continue
+        if knobs_for is not None and c.knobs is None:
+            c.reason = "the given two-batch overlap needs the DeepEP all-to-all on this layout"
+            cands.append(c)
+            continue
+        prepare(c, model, cluster, cost, workload, slo, engine, knobs=False)
+        cands.append(c)
+    order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
+    best: SpaceCandidate | None = None
+    simulated = beaten = 0
+    remaining = 0.0
+    for i, c in enumerate(_by_estimate(order, workload, slo)):
+        top = best.capacity_per_gpu(osl) if best is not None else 0.0
+        if top >= c.bound_per_gpu(osl):
+            continue  # pruned by bound (counted below)
+        if progress:
+            progress(f"capacity {i + 1}/{len(order)}: {c.layout.label}")
+        pick_knobs(c, workload, slo)  # only layouts not pruned by bound need their knobs
+        assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+        if top > 0 and _beaten(c, top * c.layout.gpus / osl, workload, slo, requests):
+            beaten += 1  # it misses at the incumbent's capacity per GPU, as its rate
+            continue
+        search_capacity(c, workload, slo, requests)
+        simulated += 1
+        if c.capacity_per_gpu(osl) > top:
+            best = c
+    top = best.capacity_per_gpu(osl) if best is not None else 0.0
+    pruned = [c for c in order if c.capacity is None and c.beaten_at == 0.0]
+    remaining = max((c.bound_per_gpu(osl) for c in pruned), default=0.0)
+    done = sorted(
+        (c for c in order if c.capacity is not None), key=lambda c: -c.capacity_per_gpu(osl)
+    )
+    rest = [c for c in order if c.capacity is None]
+    # an incumbent found later than a layout's probe may beat its bound too: all counted
+    if done and done[0].capacity is not None and done[0].capacity.rate_rps > 0:
+        with_interval(done[0], workload, slo, requests)
+    cert = Certificate(
+        layouts=len(cands),
+        simulated=simulated,
+        beaten_at_incumbent_rate=beaten,
+        pruned_by_bound=len(pruned),
+        infeasible=len(cands) - len(order),
+        best_remaining_bound=remaining,
+        winner_capacity=done[0].capacity_per_gpu(osl) if done else 0.0,
+    )
+    return done + rest + [c for c in cands if c.bound is None], cert

@@ -1,0 +1,101 @@
+"""The whole outcome of ``moeplan plan``, computed once (:func:`moeplan.search.job.run.plan_job`).
+
+Everything the terminal, ``--json``, report.html, the launch files and plan.json show is a
+field here: the families' analytic searches, the serving ranking and its winner, the curves
+and Chrome trace of the winner's simulated runs, FinDEP's schedules, the Sem-MoE placement,
+the kernel-price sources with their held-out errors, what limits the winner and how many
+copies fill the cluster. The CLI, :mod:`moeplan.report` and :mod:`moeplan.export` format it;
+they compute nothing (tests/test_architecture.py holds them to that).
+
+This module holds data only: it imports types, never a planner or simulator function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from moeplan.planners.plan import Plan
+from moeplan.specs import ClusterSpec, ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterFill:
+    """When the winner uses part of the cluster: copies of it that fit and what they serve."""
+
+    gpus: int  # the winner's GPUs
+    cluster_gpus: int
+    copies: int  # whole copies of the winner that fit the cluster
+    idle_gpus: int  # cluster GPUs no copy uses
+    output_tokens_per_s: float  # one copy, at the winner's operating point
+    total_output_tokens_per_s: float  # all copies together
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpus": self.gpus, "cluster_gpus": self.cluster_gpus, "copies": self.copies,
+            "idle_gpus": self.idle_gpus, "output_tokens_per_s": self.output_tokens_per_s,
+            "total_output_tokens_per_s": self.total_output_tokens_per_s,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOutcome:
+    """What ``moeplan plan`` found (module docstring); built by :func:`plan_job`."""
+
+    model: ModelSpec  # as planned (the first --layers decoder layers when cut)
+    full_layers: int  # decoder layers of the model the launch files load
+    cluster: ClusterSpec
+    analytic: Any  # moeplan.planners.rank.PlanResult: each family's own search and figure
+    ranking: (
+        Any  # moeplan.search.ranking.result.ServeRanking: every deployment on the serving footing
+    )
+    plan: Plan  # the served winner (ranking and, from a trace, its expert placement)
+    explanation: tuple[str, ...]  # plain sentences: winner, capacity, limits, runner-up
+    served_workload: dict[str, Any]  # the request stream every deployment was served
+    limits: str  # what limits the winner: the SLO it uses most and the per-step bottleneck
+    fill: ClusterFill | None  # None when the winner uses the whole cluster
+    curves: dict[str, Any]  # {"latency": {label: {ttft_s, tpot_s}}, "rate": {label: [...]}}
+    timeline: dict[str, Any]  # Chrome trace of the winner's simulated engine iterations
+    dep_schedules: dict[str, Any] = field(default_factory=dict)  # FinDEP and PPPipe, 2 layers
+    placement: Any = None  # moeplan.planners.placement.PlacementResult on the winner's EP
+    placement_note: str | None = None  # why no placement ran
+    placement_changes: bool = False  # the placement is exported and beats contiguous
+    winner_ep: int = 1
+    pricing: dict[str, Any] = field(default_factory=dict)  # moeplan.cost.provenance.pricing
+    price_sources: tuple[dict[str, Any], ...] = ()  # moeplan.cost.provenance.source_errors
+    profile_fit: dict[str, Any] = field(default_factory=dict)  # the GEMM/NCCL fits' errors
+    quant: dict[str, Any] | None = None  # moeplan.cost.provenance.quant_vs_bf16
+    fit_notes: tuple[str, ...] = ()  # e.g. the full model's weights do not fit
+    model_path: str = ""  # what the launch files load
+    trace: str | None = None  # the routing trace given (None: Sem-MoE ran on a synthetic one)
+    timings: dict[str, float] = field(default_factory=dict)
+    family_names: dict[str, str] = field(default_factory=dict)  # family key -> name in words
+
+    @property
+    def winner(self) -> Any:
+        """The serving winner (:class:`moeplan.search.ranking.entries.Served`)."""
+        return self.ranking.winner
+
+
+def quant_sentence(q: dict[str, Any] | None) -> str | None:
+    """A quantized checkpoint priced slower than bf16 by the engine's own table, in words
+    (``q``: :func:`moeplan.cost.provenance.quant_vs_bf16`)."""
+    if q is None:
+        return None
+    return (
+        f"{q['table']} prices this checkpoint's {q['dtype']} experts slower than bf16 "
+        f"ones on one GPU of EP{q.get('ep', 1)} x TP{q.get('tp', 1)}: "
+        f"{q['quant_s'] * 1e3:.3f} ms ({q['quant_source']}) vs "
+        f"{q['bf16_s'] * 1e3:.3f} ms ({q['bf16_source']}) for {q['tokens']} tokens, "
+        f"{q['ratio']:.2f}x. moeplan prices what the engine's kernels measure, so this "
+        "plan ranks the quantized checkpoint below what its smaller weights suggest"
+    )
+
+
+def pricing_line(p: dict[str, Any]) -> str:
+    """One line for terminals and script headers: engine, tables, source mix
+    (``p``: :func:`moeplan.cost.provenance.pricing`)."""
+    if p["engine"] is None:
+        return f"kernel prices: {p['note']}"
+    mix = ", ".join(f"{s} {v['share']:.0%}" for s, v in p["sources"].items()) or "none used"
+    return f"kernel prices: {p['note']}; sources of {p['lookups']:,} kernel lookups: {mix}"

@@ -1,0 +1,314 @@
+"""Phase questions: the steady-state step of one phase alone, per GPU, without arrivals.
+
+- ``decode``: every GPU holds ``batch_per_gpu`` sequences at KV length ``context``; one step
+  advances each by ``InstanceKnobs.tokens_per_step`` tokens (1 without MTP).
+- ``prefill``: every GPU takes ``tokens_per_gpu`` prompt tokens in prompts of ``isl`` tokens.
+
+One step on the busiest GPU, per decoder layer (``W = attn_tp * attn_dp`` GPUs, each attention
+DP rank holding ``attn_tp`` GPUs' share of the sequences):
+
+- ``attention``: the attention block of the rank's sequences — the wide-EP MLA tables when the
+  MoE runs on DeepEP without attention TP (:meth:`CostModel.wide_mla`), else
+  :meth:`CostModel.attention_layer` (a ``--kv-dtype fp8`` cache reads half the KV bytes:
+  the difference at the roofline's HBM rate) — plus the TP all-reduce of its output.
+- ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
+  :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
+  DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
+  the routed copies each way. The busiest EP rank carries ``imbalance`` times the mean load:
+  the routing profile's per-expert load placed by the project's EPLB
+  (:func:`moeplan.planners.placement.eplb.rebalance_experts`, with the layout's redundant
+  experts) or contiguously without redundant experts; 1 for a static profile; times the
+  caller's factor; on the DeepEP path times the busiest rank of one micro-batch drawn from
+  the routing at its token count (:mod:`moeplan.cost.ep_spread`, priced in
+  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product).
+- ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
+- ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
+
+Two-batch overlap (``knobs.tbo``): the rank's sequences split in two halves, each priced at its
+own size (the split's cost: smaller kernels, and in prefill the compute on the SMs DeepEP's
+normal kernels leave, :func:`moeplan.cost.wideep.tbo_gemm_factor`), scheduled by :func:`moeplan.cost.overlap.makespan`
+as two chains of ``compute`` (attention, experts, dense) and ``comm`` (dispatch, combine)
+pieces; ``overlap`` (negative) is the makespan minus the sum of every piece.
+
+MTP (``knobs.mtp = N``, decode): the verify pass is the step above with ``N + 1`` tokens per
+sequence (attention priced as ``N + 1`` decode queries per sequence: an upper bound, the
+kernel reads the KV once per sequence), plus ``N`` draft passes of the MTP module (one MoE
+decoder layer and the lm-head at one token per sequence) in ``other``, not overlapped.
+
+Pure: the cost model is handed in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from moeplan.cost import CostModel
+from moeplan.cost import memory as mem
+from moeplan.cost.ep_spread import balanced_spread
+from moeplan.cost.overlap import Piece, makespan
+from moeplan.errors import MoeplanError, require
+from moeplan.serve.iteration.balance import layer_imbalances
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.layout import ServeLayout
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
+
+PHASES = ("prefill", "decode")
+KEYS = ("attention", "moe", "dispatch", "combine", "dense", "other")
+COMM_KEYS = ("dispatch", "combine")
+MAX_PER_GPU = 1 << 22  # a bound on the phase inputs (tokens or sequences per GPU)
+
+
+class MicroBatch:
+    """``seqs`` sequences of ``q`` new tokens at KV length ``ctx`` on one attention rank."""
+
+    __slots__ = ("ctx", "q", "seqs")
+
+    def __init__(self, seqs: int, q: int, ctx: int) -> None:
+        self.seqs, self.q, self.ctx = seqs, q, ctx
+
+    @property
+    def tokens(self) -> int:
+        return self.seqs * self.q
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseResult:
+    """One phase's steady step on the busiest GPU (seconds; ``breakdown`` by :data:`KEYS`,
+    plus ``overlap`` <= 0 under two-batch overlap)."""
+
+    phase: str
+    per_gpu: int
+    context: int
+    step_s: float
+    tokens_per_s_per_gpu: float
+    breakdown: dict[str, float]
+    tokens_per_step: float
+    imbalance: float
+    memory_bytes: dict[str, float] = field(default_factory=dict)
+
+
+class PhaseModel:
+    """Prices one phase's step for (model, cluster, cost, layout, knobs); memoised pieces."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        cost: CostModel,
+        layout: ServeLayout,
+        knobs: InstanceKnobs,
+        routing: RoutingProfile | None = None,
+        imbalance: float = 1.0,
+    ) -> None:
+        layout.validate(model, cluster)
+        require(layout.pp == 1, f"--phase prices one stage: layout.pp ({layout.pp}) must be 1")
+        self.model, self.cluster, self.cost, self.layout, self.knobs = (
+            model,
+            cluster,
+            cost,
+            layout,
+            knobs,
+        )
+        gpn = cluster.gpus_per_node
+        self._nodes = {
+            "attn": -(-layout.attn_tp // gpn),
+            "dense": -(-layout.dense_tp // gpn),
+            "ep": -(-layout.stage_gpus // gpn),
+        }
+        route = routing if routing is not None else RoutingProfile.static(model.top_k)
+        self._imbs = layer_imbalances(route, model, layout, imbalance, self._nodes["ep"])
+        self._k = route.mean_over_layers()
+        self._wide = cost.wide_ep if knobs.a2a == "deepep" else None
+        if knobs.a2a == "deepep" and self._wide is None:
+            raise MoeplanError(
+                "--a2a deepep needs an engine's kernel tables (--cost-engine engine)"
+            )
+
+    # ---- pieces of one layer on one micro-batch ------------------------------------------
+    def _attention(self, mb: MicroBatch) -> float:
+        md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_dtype
+        t = cm.wide_mla(md, mb.seqs, mb.q, mb.ctx, kv) if self._wide and lay.attn_tp == 1 else None
+        if t is None:
+            t = cm.attention_layer(md, mb.seqs, mb.q, mb.ctx, lay.attn_tp, hc=False)
+            if self.knobs.kv_scale < 1.0:
+                kv_read = mb.seqs * mb.ctx * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
+                saved = kv_read * (1.0 - self.knobs.kv_scale) / (cm.cluster.gpu.mem_bw * 0.8)
+                t = max(0.5 * t, t - saved)  # 0.8: CostModel DEFAULT_BW_EFF
+        if lay.attn_tp > 1:
+            nbytes = mb.tokens * md.hidden_bytes
+            t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
+        return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
+
+    def _moe(self, mb: MicroBatch, imb: float) -> tuple[float, float, float, float]:
+        """(router + shared experts, dispatch, routed GEMMs, combine) of one MoE layer."""
+        md, cm, lay = self.model, self.cost, self.layout
+        t_gpu = mb.tokens / lay.attn_tp  # tokens entering the EP group per GPU
+        pre = cm.router(md, mb.tokens) + cm.shared_expert(md, mb.tokens, lay.attn_tp)
+        if self._wide is not None:
+            shared = cm.wide_shared_expert(md, mb.tokens, mb.q == 1) if lay.attn_tp == 1 else None
+            if shared is not None:  # the wide-EP MLP tables (CostModel.wide_shared_expert)
+                pre = cm.router(md, mb.tokens) + shared
+            w = self._wide.moe(
+                md,
+                t_gpu,
+                lay.moe_ep,
+                redundant=lay.redundant_experts,
+                imbalance=imb,
+                phase="generation" if mb.q == 1 else "context",
+            )
+            return pre, w.dispatch, w.gemm, w.combine
+        e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
+        copies = t_gpu * self._k * imb
+        gemm = cm.expert_ffn(md, copies / e_local, e_local, lay.moe_tp)
+        a2a = 0.0
+        if lay.moe_ep > 1:
+            nbytes = copies * md.hidden_bytes
+            a2a = cm.collective("all_to_all", nbytes, lay.moe_ep, self._nodes["ep"])
+        if lay.moe_tp > 1:
+            a2a += cm.collective("all_reduce", t_gpu * md.hidden_bytes, lay.moe_tp, 1) / 2
+        return pre, a2a, gemm, a2a
+
+    def _dense(self, mb: MicroBatch) -> float:
+        md, cm, lay = self.model, self.cost, self.layout
+        tokens = math.ceil(mb.tokens * lay.dense_tp / lay.attn_tp)
+        t = cm.dense_mlp(md, tokens, lay.dense_tp)
+        if lay.dense_tp > 1:
+            nbytes = tokens * md.hidden_bytes
+            t += cm.collective("all_reduce", nbytes, lay.dense_tp, self._nodes["dense"])
+        return t
+
+    def steps(self, mb: MicroBatch, layers: int | None = None) -> list[tuple[str, float]]:
+        """``(key, seconds)`` of every step of the first ``layers`` decoder layers (all by
+        default) for ``mb``, in execution order (module docstring)."""
+        md = self.model
+        attn, dense = self._attention(mb), None
+        moe_memo: dict[float, tuple[float, float, float, float]] = {}
+        out: list[tuple[str, float]] = []
+        j = 0
+        for layer in range(md.num_layers if layers is None else layers):
+            out.append(("attention", attn))
+            if not md.is_moe_layer(layer):
+                dense = self._dense(mb) if dense is None else dense
+                out.append(("dense", dense))
+                continue
+            imb = self._imbs[j % len(self._imbs)]
+            j += 1
+            if imb not in moe_memo:
+                moe_memo[imb] = self._moe(mb, imb)
+            pre, disp, gemm, comb = moe_memo[imb]
+            out += [("moe", pre), ("dispatch", disp), ("moe", gemm), ("combine", comb)]
+        return out
+
+    def lm_head(self, seqs: int) -> float:
+        md = self.model
+        return self.cost.gemm(seqs, md.vocab_size / self.layout.attn_tp, md.hidden_size)
+
+    # ---- one step -------------------------------------------------------------------------
+    def _forward(self, halves: list[MicroBatch]) -> dict[str, float]:
+        """Breakdown of one forward pass over ``halves`` (one micro-batch, or two overlapped)."""
+        chains = [self.steps(mb) for mb in halves]
+        if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs busy
+            f = self._wide.tbo_gemm_factor("context" if halves[0].q > 1 else "generation")
+            chains = [[(k, s if k in COMM_KEYS else s * f) for k, s in c] for c in chains]
+        out = dict.fromkeys(KEYS, 0.0)
+        for chain in chains:
+            for key, sec in chain:
+                out[key] += sec
+        out["other"] += self.lm_head(sum(mb.seqs for mb in halves))
+        if len(halves) > 1:
+            span = makespan(
+                [
+                    [Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c if s > 0]
+                    for c in chains
+                ]
+            )
+            out["overlap"] = span - sum(sum(s for _, s in c) for c in chains)
+        return out
+
+    def step(self, phase: str, per_gpu: int, context: int) -> PhaseResult:
+        """The steady step of ``phase`` with ``per_gpu`` sequences (decode) or prompt tokens
+        (prefill) per GPU at ``context`` (KV length for decode, prompt length for prefill)."""
+        require(phase in PHASES, f"--phase ({phase!r}) must be one of {', '.join(PHASES)}")
+        require(
+            1 <= per_gpu <= MAX_PER_GPU,
+            f"{'--batch-per-gpu' if phase == 'decode' else '--tokens-per-gpu'} ({per_gpu}) "
+            f"must be in 1..{MAX_PER_GPU}",
+        )
+        require(1 <= context <= MAX_PER_GPU, f"context ({context}) must be in 1..{MAX_PER_GPU}")
+        kn, lay = self.knobs, self.layout
+        if phase == "decode":
+            seqs, q = per_gpu * lay.attn_tp, 1
+            draft_tokens = kn.mtp if kn.mtp else 0
+            full = MicroBatch(seqs * (draft_tokens + 1), 1, context)
+        else:
+            require(kn.mtp == 0, "--mtp applies to --phase decode")
+            seqs = max(1, -(-per_gpu * lay.attn_tp // context))
+            q = min(context, per_gpu * lay.attn_tp)
+            full = MicroBatch(seqs, q, q)
+        halves = self._split(full) if kn.tbo else [full]
+        parts = self._forward(halves)
+        if phase == "decode" and kn.mtp:
+            one = MicroBatch(seqs, 1, context)
+            draft = sum(s for _, s in self.steps(one, layers=_first_moe(self.model) + 1)[-5:])
+            parts["other"] += kn.mtp * (draft + self.lm_head(seqs))
+        step_s = sum(parts.values())
+        made = seqs * kn.tokens_per_step if phase == "decode" else seqs * q
+        return PhaseResult(
+            phase=phase,
+            per_gpu=per_gpu,
+            context=context,
+            step_s=step_s,
+            tokens_per_s_per_gpu=made / lay.attn_tp / step_s,
+            breakdown=parts,
+            tokens_per_step=kn.tokens_per_step if phase == "decode" else 1.0,
+            imbalance=max(self._imbs, default=1.0) * self._spread(halves[0]),
+            memory_bytes=self.memory(seqs, context, full.tokens),
+        )
+
+    def _spread(self, mb: MicroBatch) -> float:
+        """The busiest rank of one micro-batch's routing on the wide-EP path (what
+        :class:`moeplan.cost.wideep.WideEP` prices: :mod:`moeplan.cost.ep_spread`); 1 else."""
+        if self._wide is None:
+            return 1.0
+        md, lay = self.model, self.layout
+        t_gpu = mb.tokens / lay.attn_tp
+        return balanced_spread(t_gpu * lay.moe_ep, lay.moe_ep, md.top_k, md.num_experts)
+
+    @staticmethod
+    def _split(mb: MicroBatch) -> list[MicroBatch]:
+        """Two-batch overlap's halves: sequences split evenly (one long prompt: its tokens)."""
+        if mb.seqs >= 2:
+            return [
+                MicroBatch(-(-mb.seqs // 2), mb.q, mb.ctx),
+                MicroBatch(mb.seqs // 2, mb.q, mb.ctx),
+            ]
+        half = max(1, mb.q // 2)
+        return [MicroBatch(1, half, half), MicroBatch(1, mb.q - half, mb.q)]
+
+    def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
+        """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
+        the KV dtype, activations and all-to-all buffers of a step of ``tokens`` per
+        attention rank, reserve) by the one memory model
+        (:func:`moeplan.cost.memory.instance_breakdown`); raises when over the GPU."""
+        md, lay, gpu = self.model, self.layout, self.cluster.gpu
+        shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale)
+        b = mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
+        out = {
+            "weights": b.weights,
+            "kv_cache": b.kv_cache,
+            "activations": b.activations,
+            "a2a_buffers": b.buffers,
+            "reserved": b.reserved,
+        }
+        if not b.fits(gpu.mem_bytes):
+            raise MoeplanError(
+                f"phase step needs {b.total / 1024**3:.1f} GiB per GPU ({lay.label}, "
+                f"{seqs} sequences x {context} tokens of KV); {gpu.name} has "
+                f"{gpu.mem_bytes / 1024**3:.1f} GiB"
+            )
+        return out
+
+
+def _first_moe(model: ModelSpec) -> int:
+    return model.moe_layers[0] if model.moe_layers else model.num_layers - 1
