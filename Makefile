@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-browser bench fuzz lint fmt typecheck clean
+.PHONY: demo test test-slow test-all test-browser bench fuzz lint fmt typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,13 +19,20 @@ demo: $(STAMP)
 	@echo "Next: ./moeplan --help (the README's commands, from this folder), or put .venv/bin on"
 	@echo "your PATH to type 'moeplan': export PATH=\"$(CURDIR)/$(BIN):\$$PATH\""
 
+# make test (and CI): lint, then every test not marked slow, property tests at a quarter of
+# their examples (tests/hypothesis_budget.py). make test-slow: the full sweeps marked slow
+# (each keeps a smaller representative in make test) and every property test at its full
+# example count. make test-all: everything at full count. Times: CONTRIBUTING.md, Test.
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
-	$(BIN)/pytest -n auto --dist loadfile
-
-test-fast: $(STAMP)
 	$(BIN)/pytest -n auto --dist loadfile -m "not slow"
+
+test-slow: $(STAMP)
+	HYPOTHESIS_PROFILE=full $(BIN)/pytest -n auto --dist loadfile -m "slow or hypothesis"
+
+test-all: $(STAMP)
+	HYPOTHESIS_PROFILE=full $(BIN)/pytest -n auto --dist loadfile
 
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
@@ -34,7 +41,7 @@ test-browser: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
-fuzz: $(STAMP)  # issue 17: ~250 malformed inputs through the CLI, 30 s limit each (~10 min)
+fuzz: $(STAMP)  # ~250 malformed inputs through the CLI, 30 s limit each (~10 min)
 	$(BIN)/python bench/fuzz_all.py --cases 150
 
 lint: $(STAMP)

@@ -1,22 +1,8 @@
-"""Shared test configuration: the hypothesis profile every property test runs under.
-
-Profile ``ci`` (the default) is derandomized: the examples are derived from each test's
-name, so a run is the same on every machine and every time; ``database=None`` keeps a local
-``.hypothesis`` folder from replaying examples another checkout never saw; ``deadline=None``
-because a shared or slow machine must not turn a slow example into a failure.
-
-``HYPOTHESIS_PROFILE=dev`` keeps the same settings but draws fresh random examples each run
-(useful to hunt for new counterexamples locally; a failure prints its ``@example`` to pin).
-A test's own ``@settings(max_examples=...)`` inherits the loaded profile for every setting it
-does not name; tests must not set ``derandomize`` or ``database`` themselves.
-"""
+"""Shared test configuration: the hypothesis profile every property test runs under
+(:mod:`hypothesis_budget` describes the profiles and each test's example count)."""
 
 from __future__ import annotations
 
-import os
+import hypothesis_budget
 
-from hypothesis import settings
-
-settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.register_profile("dev", derandomize=False, deadline=None, database=None, print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
+hypothesis_budget.load()

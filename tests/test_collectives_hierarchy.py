@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import cost_model_for
 from moeplan.cost.collectives import (
     collective_time,
@@ -160,7 +161,7 @@ def test_network_step_on_a_1_over_g_share_is_the_cheaper_order_on_every_preset(o
             assert collective_time(op, nbytes, g * nodes, nodes, cl) <= other * (1 + 1e-12)
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(
     name=st.sampled_from(["h100-sxm-8", "a100-sxm-8", "findep-a", "l40s-8", "mixserve-910b"]),
     op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]),

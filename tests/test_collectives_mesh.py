@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import CostModel
 from moeplan.cost.collectives import collective_time, pair_bandwidth, ring_time
 from moeplan.kernel_tables import kernel_db
@@ -101,7 +102,7 @@ def test_hierarchical_all_to_all_intra_share_on_the_mesh(cl910):
     assert got == pytest.approx(max(t_inter, t_intra) + roce.latency, rel=1e-12)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(d=st.integers(2, 8), nbytes=st.floats(1e3, 1e10))
 def test_switched_fabric_is_unchanged(d, nbytes):
     """NVSwitch (h100-sxm-8) keeps the ring formula at the full per-GPU bandwidth."""
@@ -112,7 +113,7 @@ def test_switched_fabric_is_unchanged(d, nbytes):
     assert pair_bandwidth(c) == pytest.approx(link.bw, rel=1e-12)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(d=st.integers(2, 7), nbytes=st.floats(1e3, 1e10))
 def test_mesh_bandwidth_grows_with_the_group(d, nbytes):
     """Adding a peer adds a link: the per-rank bandwidth term shrinks as d/(d+1)."""

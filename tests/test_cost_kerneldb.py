@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost.kerneldb import KernelDB, device_for
 from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, Features, WaveFeatures, dest_ranks
 from moeplan.cost.kerneldb.fit import Analytic, _weighted_median
@@ -227,7 +228,7 @@ def test_random_hit_count_matches_monte_carlo() -> None:
     assert busiest_rank(n, e, k, ep, "random")[1] == pytest.approx(np.mean(hits), rel=0.02)
 
 
-@settings(derandomize=True, deadline=None, max_examples=60)
+@settings(derandomize=True, deadline=None, max_examples=examples(60))
 @given(
     st.integers(1, 4096),
     st.sampled_from([(64, 8), (128, 8), (256, 16)]),
@@ -253,7 +254,7 @@ def _opt_makespan(loads: list[float], ranks: int, cap: int) -> float:
     return best
 
 
-@settings(derandomize=True, deadline=None, max_examples=40)
+@settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(
     st.lists(st.integers(0, 50), min_size=4, max_size=8).filter(lambda v: len(v) % 2 == 0),
     st.sampled_from([0, 2]),
@@ -337,7 +338,7 @@ def test_deepep_transferred_to_h800_matches_deepseeks_published_bandwidth(
     assert p.seconds == pytest.approx(implied, rel=0.30)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(st.lists(st.tuples(st.floats(-3, 3), st.integers(1, 9)), min_size=1, max_size=12))
 def test_weighted_median_of_the_residual_field_equals_brute_force(pairs) -> None:
     """Integer weights: the weighted median is the lower median of the values repeated."""

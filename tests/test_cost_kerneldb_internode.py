@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import CostModel
 from moeplan.cost.kerneldb import device_for
 from moeplan.cost.kerneldb.comm import DEEPEP_OPS, DEEPEP_SMS, internode_seconds
@@ -34,7 +35,7 @@ def _variant(db, op: str):
     return db.variant(H800.reference, "sglang", op, key)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     st.floats(1e-6, 1e-4),
     st.floats(0.2, 1.0),

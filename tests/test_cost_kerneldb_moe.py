@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost.kerneldb.evaluate import (
     heldout_shapes,
     holdout,
@@ -78,7 +79,7 @@ def _reference(u: np.ndarray, n: int, k: int, alpha: float, ep: int, legacy: boo
     return np.mean(out, axis=0)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     st.sampled_from([1, 2, 3, 5, 8, 16, 40, 300]),
     st.sampled_from([(8, 2), (64, 8), (128, 6), (256, 8)]),

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.planners.dep.schedule import (
     ORDERS,
     SCHEDULE_VARIANTS,
@@ -46,7 +47,7 @@ def instances(draw):
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(instances())
 def test_fast_makespan_equals_the_simulator(inst):
     """The O(r1)-per-layer recurrence (with periodic extrapolation) is the simulated schedule."""
@@ -133,7 +134,7 @@ def test_times_validation():
         DepTimes(attn=1.0, shared=0.0, expert=-1.0, a2e=0.1, e2a=0.1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(instances())
 def test_aass_estimate_never_exceeds_the_simulated_makespan(inst):
     """The AASS screen may only under-estimate (so skipping on it loses nothing it knows of)."""

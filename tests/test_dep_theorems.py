@@ -14,6 +14,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.planners.dep.solver import (
     ORDERS,
     DepConfig,
@@ -59,14 +60,14 @@ def _non_decreasing(v: list[float]) -> bool:
     return all(b >= a * (1 - 1e-9) for a, b in zip(v, v[1:], strict=False))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(linear_problems(), st.integers(1, 3))
 def test_theorem_2_throughput_increases_with_ma_for_fixed_r1(p, r1):
     """Theorems 1-2: for fixed r1 (r2, order re-optimized) throughput rises with ma."""
     assert _non_decreasing([_best(p, ma, r1) for ma in range(1, 12 // r1 + 1)])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(linear_problems(), st.integers(1, 3))
 def test_theorem_3_throughput_non_decreasing_in_r1_for_fixed_ma(p, ma):
     """Theorem 3 (+ its omitted second step): for fixed ma, throughput does not fall with r1."""

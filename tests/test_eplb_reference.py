@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.planners.placement import eplb
 from moeplan.planners.placement.eplb import rebalance_experts, stable_desc, torch_sort_desc
@@ -125,7 +126,7 @@ def _tied_rows(draw):
 
 
 @needs_torch
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(_tied_rows())
 def test_sort_order_is_torch_cpu_sort(w):
     """Equal keys come out in torch.sort's (unstable) order, not ascending index."""
@@ -293,7 +294,7 @@ def _eplb_inputs(draw, max_groups=8):
 
 
 @needs_torch
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(_eplb_inputs())
 def test_maps_equal_the_torch_oracle_on_tied_integer_loads(args):
     """phy2log, log2phy (replica order) and logcnt identical, hierarchical and global."""
@@ -337,7 +338,7 @@ def _random_tie_order(seed):
     return order
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(_eplb_inputs(max_groups=4), st.integers(0, 2**16))
 def test_any_tie_order_gives_identical_loads(args, seed):
     """Visiting equal weights in another order (another build's torch.sort) never changes a

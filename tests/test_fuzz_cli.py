@@ -2,7 +2,8 @@
 
 Every case must end with exit 0 (the mutation happened to be valid) or 2 with exactly one
 stderr line, never an exception escaping ``main`` (a traceback), and within a per-case limit
-(a SIGALRM raises :class:`_Hang`). Bounded: ~180 cases, well under a minute on 2 cores. The
+(a SIGALRM raises :class:`_Hang`). Bounded: ~180 cases at the full example counts
+(``make test-slow``), a quarter of them in ``make test``. The
 larger subprocess run is ``make fuzz`` (``bench/fuzz_all.py``). ``run --plan`` is fuzzed up to
 the point where it would start processes (``spawn_world`` is replaced by an exit), because
 that is where a tampered plan.json is read and validated.
@@ -23,6 +24,7 @@ import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cli import main
 from moeplan.specs.presets import model_config
 from moeplan.traces.format import to_long
@@ -84,7 +86,7 @@ def _check(capsys, argv: list[str]) -> int:
     return code
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(preset=st.sampled_from(PRESETS), data=st.data(), value=VALUES)
 def test_fuzz_inspect_json(tmp_path, capsys, preset, data, value):
     cfg = dict(BASE[preset])
@@ -120,7 +122,7 @@ def _mutated_trace(tmp_path: Path, data: st.DataObject) -> Path:
     return path
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(data=st.data())
 def test_fuzz_trace_stats(tmp_path, capsys, data):
     path = _mutated_trace(tmp_path, data)
@@ -156,7 +158,7 @@ _REC = {
 }
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=examples(40))
 @given(
     key=st.sampled_from(
         [
@@ -202,7 +204,7 @@ PLAN = {
 }
 
 
-@settings(FUZZ, max_examples=50)
+@settings(FUZZ, max_examples=examples(50))
 @given(
     where=st.sampled_from(["", "layout", "details"]),
     data=st.data(),

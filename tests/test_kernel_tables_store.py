@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan import kernel_store
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import CACHE_MAX_ENV, DiskStore, cache_max_bytes
@@ -69,7 +70,7 @@ def _written_size(tmp_path, key, value):
     return twin.path(key).stat().st_size
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=7),
     new_size=st.integers(0, 5000),

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.runtime import kernels as K
 from moeplan.runtime.kernels import loop_moe
 from moeplan.runtime.kernels.positions import stable_positions_torch
@@ -21,7 +22,7 @@ def _routing(seed: int, t: int, k: int, e: int, pad: float) -> tuple[torch.Tenso
     return ids, torch.rand(t, k, generator=g)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     seed=st.integers(0, 2**16),
     t=st.integers(0, 40),

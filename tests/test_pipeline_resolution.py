@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.planners.pipeline.refine import certify, memory_free_bound
 from moeplan.planners.pipeline.search import discretize, search_partition
 
@@ -56,7 +57,7 @@ def instances(draw):
     return times, mems, capacity, stages
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(instances())
 def test_certified_search_within_half_a_percent_of_the_exact_byte_optimum(inst):
     times, mems, capacity, stages = inst

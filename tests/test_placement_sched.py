@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.planners.placement.sched import (
     request_scores,
     schedule_requests,
@@ -14,7 +15,7 @@ from moeplan.planners.placement.sched import (
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 10_000), ep=st.integers(1, 6), n=st.integers(1, 30))
 def test_every_round_covers_every_device(seed, ep, n):
     """Each consecutive block of ep requests lands on ep distinct devices (Algorithm 2)."""
@@ -56,7 +57,7 @@ def test_request_scores_equal_a_loop():
     assert np.allclose(table.sum(axis=1), 1.0)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(devs=st.lists(st.integers(0, 4), min_size=0, max_size=40))
 def test_token_plan_inverse_restores_order(devs):
     """Shuffle by the padded plan, then index with inverse: the original batch comes back."""

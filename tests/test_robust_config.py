@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.specs import ModelSpec, RoutingProfile, Workload, load_model
 from moeplan.specs.model import MAX_EXPERTS, MAX_HIDDEN, MAX_LAYERS
@@ -156,7 +157,7 @@ _values = st.one_of(
 )
 
 
-@settings(derandomize=True, deadline=None, max_examples=250)
+@settings(derandomize=True, deadline=None, max_examples=examples(250))
 @given(preset=st.sampled_from(PRESETS), data=st.data(), value=_values)
 def test_fuzz_config_keys_give_spec_or_one_line(tmp_path_factory, preset, data, value):
     """Any value in any key: a valid ModelSpec within the limits, or one MoeplanError line."""
@@ -177,7 +178,7 @@ def test_fuzz_config_keys_give_spec_or_one_line(tmp_path_factory, preset, data, 
     assert m.params_total > 0
 
 
-@settings(derandomize=True, deadline=None, max_examples=150)
+@settings(derandomize=True, deadline=None, max_examples=examples(150))
 @given(preset=st.sampled_from(PRESETS), at=st.floats(0, 1), junk=st.binary(min_size=1, max_size=8))
 def test_fuzz_config_bytes_give_spec_or_one_line(tmp_path_factory, preset, at, junk):
     text = json.dumps(BASE[preset]).encode()

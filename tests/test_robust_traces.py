@@ -17,6 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.traces import sglang
 from moeplan.traces.format import load_trace, save_trace, to_long
@@ -254,7 +255,7 @@ def test_case7_stat_files_with_different_expert_counts(tmp_path):
 _MUTATIONS = ("dtype", "value", "length", "drop", "ndim")
 
 
-@settings(derandomize=True, deadline=None, max_examples=200)
+@settings(derandomize=True, deadline=None, max_examples=examples(200))
 @given(
     column=st.sampled_from(
         ["request_id", "position", "token_id", "layer", "experts", "weights", "num_experts"]

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.runtime.layers.routing import grouped_topk, softmax_topk, topp_k, topp_routing
 
@@ -81,7 +82,7 @@ def test_grouped_topk_matches_naive_loop(v3):
         assert torch.allclose(r.weights[t], w * 2.5, atol=1e-6)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     seed=st.integers(0, 10_000),
     p=st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.95, 1.0]),

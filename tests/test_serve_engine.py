@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import cost_model_for
 from moeplan.planners.layout import Layout
 from moeplan.serve import (
@@ -117,7 +118,7 @@ def _check_run(reqs, cfg, res):
     assert res.output_tokens - len(reqs) - res.preemptions <= dec <= res.output_tokens - len(reqs)
 
 
-@settings(derandomize=True, deadline=None, max_examples=40)
+@settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(
     n=st.integers(1, 40),
     seed=st.integers(0, 10_000),

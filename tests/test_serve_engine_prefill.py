@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.serve import EngineConfig, requests_from_rows
 from moeplan.serve.engine.run import Engine
 
@@ -51,7 +52,7 @@ def _runs(draw):  # type: ignore[no-untyped-def]
     return reqs, cfg, horizon, draw(st.booleans())
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(_runs())
 def test_prefill_only_queue_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
     """Same admissions, iterations, token counts and times as the general loop, with and
@@ -88,7 +89,7 @@ def _transfers_one_by_one(first, runs, lanes, seconds, isl):  # type: ignore[no-
     return arrive, took
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(
     st.lists(st.integers(0, 12), min_size=1, max_size=60),
     st.integers(1, 4),

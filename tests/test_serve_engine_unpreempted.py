@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.serve import EngineConfig
 from moeplan.serve.engine import run as engine_mod
 from moeplan.serve.engine.run import Engine, simulate
@@ -87,7 +88,7 @@ def _same_as_the_general_loop(cls, run) -> None:  # type: ignore[no-untyped-def]
     assert asked[0] == asked[1]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(_streams(pool=True))
 def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
     """Same admissions, iterations, ITLs, token counts and times as the general loop, with
@@ -96,7 +97,7 @@ def test_decode_pool_engine_equals_the_general_loop(run) -> None:  # type: ignor
     _same_as_the_general_loop(DecodePoolEngine, run)
 
 
-@settings(max_examples=250)
+@settings(max_examples=examples(250))
 @given(_streams(pool=False))
 def test_unpreempted_engine_equals_the_general_loop(run) -> None:  # type: ignore[no-untyped-def]
     """Both policies, chunked and whole prompts, prefix-cache hits, one-token outputs:

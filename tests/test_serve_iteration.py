@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.errors import MoeplanError
@@ -94,7 +95,7 @@ def test_expert_imbalance_slows_the_moe_block():
     assert hot["attention"] == flat["attention"]
 
 
-@settings(derandomize=True, deadline=None, max_examples=50)
+@settings(derandomize=True, deadline=None, max_examples=examples(50))
 @given(
     dec=st.integers(0, 30), chunks=st.lists(st.integers(1, 50), max_size=6), parts=st.integers(1, 4)
 )

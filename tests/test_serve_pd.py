@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
@@ -139,7 +140,7 @@ def test_closed_loop_is_refused():
         simulate_pd(generate(w), _setup(lambda isl: 0.0))
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     mu_p=st.floats(0.1, 50),
     gp=st.sampled_from([1, 2, 4, 8]),

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.serve import LengthDist, ServeWorkload, generate, requests_from_rows
 from moeplan.serve.trace import serve_trace
@@ -88,7 +89,7 @@ def test_bad_workloads_name_the_field(kw, match):
         ServeWorkload(**kw)
 
 
-@settings(derandomize=True, deadline=None, max_examples=40)
+@settings(derandomize=True, deadline=None, max_examples=examples(40))
 @given(
     rows=st.lists(
         st.tuples(st.floats(0, 1e4), st.integers(1, 10**5), st.integers(1, 10**4)),

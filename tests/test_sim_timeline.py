@@ -7,6 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.sim import InvariantError, Schedule, TaskGraph, simulate, simulate_list
 from moeplan.sim.timeline import CHECK_RTOL
 
@@ -170,7 +171,7 @@ def _relaxation_oracle(g: TaskGraph, order: dict[int, list[int]]) -> np.ndarray:
     return start
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(random_graphs(), st.randoms(use_true_random=False))
 def test_fixed_order_matches_relaxation_oracle(g, rnd):
     """Both code paths of mode (a) equal the fixed point of the start-time inequalities."""
@@ -222,7 +223,7 @@ def test_non_delay_check_uses_a_relative_tolerance():
     assert _idle_while_ready(delayed.check())
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(random_graphs(), st.sampled_from(["fifo", "priority"]))
 @example(_tiny_graph(), "fifo")
 def test_list_schedule_is_valid_and_non_delay(g, rule):

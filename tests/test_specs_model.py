@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.specs import load_model, model_from_dict, model_names
 from moeplan.specs.hf_config import native_to_hf
@@ -189,7 +190,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     base=st.sampled_from(list(PUBLISHED)),
     mutations=st.dictionaries(
@@ -244,7 +245,7 @@ def test_mutated_configs_raise_only_validation_errors(base, mutations, drop):
     assert m.params_total > 0 and m.params_active <= m.params_total
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(_json)
 def test_random_json_raises_only_validation_errors(obj):
     with pytest.raises(MoeplanError):

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.specs import load_model
 from moeplan.specs.patterns import PatternSet, Regex, glob_match
@@ -37,7 +38,7 @@ def regexes(draw, depth: int = 0) -> str:
     return ("^" if draw(st.booleans()) else "") + body + ("$" if draw(st.booleans()) else "")
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(regexes(), st.lists(NAMES, min_size=1, max_size=6))
 def test_regex_matches_as_re_match(pattern, names):
     r = Regex(pattern, "test")
@@ -45,7 +46,7 @@ def test_regex_matches_as_re_match(pattern, names):
         assert r.match(n) == (re.match(pattern, n) is not None), (pattern, n)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.text(alphabet="ab.*?", max_size=8), NAMES)
 def test_glob_matches_as_fnmatch(pattern, name):
     assert glob_match(name, pattern) == fnmatchcase(name, pattern)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import memory as mem
 from moeplan.cost.kerneldb.pricing import moe_shape
 from moeplan.cost.model import CostModel
@@ -322,7 +323,7 @@ KEYS = ["bits", "w_bit", "group_size", "q_group_size", "zero_point", "lm_head", 
         "quant_algo", "exclude_modules"]  # fmt: skip
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     method=st.sampled_from([*READERS, "HQQ", 3]),
     fields=st.dictionaries(st.sampled_from(KEYS), JSON, max_size=4),
@@ -344,7 +345,7 @@ ARG_VALUES = st.one_of(
 )
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     weights=st.dictionaries(st.sampled_from(ARG_KEYS), ARG_VALUES, max_size=6),
     acts=st.none() | st.dictionaries(st.sampled_from(ARG_KEYS), ARG_VALUES, max_size=3),

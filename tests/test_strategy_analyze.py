@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
@@ -69,7 +70,7 @@ class FakeCost:
         return scale[op] * (1e-5 * group_size + nbytes / (400e9 if nodes == 1 else 25e9))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.lists(
         st.tuples(st.floats(0.1, 10), st.floats(0.01, 1), st.floats(1, 1e4), st.floats(0, 2)),

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.comm import (
     Collectives,
@@ -19,7 +20,7 @@ from moeplan.planners.strategy.comm import (
     spans_nodes,
 )
 
-PROFILE = settings(max_examples=200)
+PROFILE = settings(max_examples=examples(200))
 
 
 class Recorder:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.planners.strategy.comm import Collectives
 from moeplan.planners.strategy.fused import (
@@ -52,7 +53,7 @@ def test_uniform_overlap_hand_computation():
     assert simulate_rounds([1.0] * 3, [2.0] * 4) == 8.0
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(durations, min_size=0, max_size=12), st.data())
 def test_critical_path_equals_round_by_round_simulation(inter, data):
     intra = data.draw(st.lists(durations, min_size=len(inter) + 1, max_size=len(inter) + 1))

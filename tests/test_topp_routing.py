@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.specs import load_model
 from moeplan.traces.routing_profiles import (
@@ -37,7 +38,7 @@ def _reference(row: np.ndarray, p: float, k_min: int, k_max: int) -> list[int]:
     return picked[:k_max]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     arrays(
         np.float64,
