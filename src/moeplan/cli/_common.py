@@ -64,10 +64,26 @@ err_console = SafeConsole(stderr=True, highlight=False)
 
 def print_json(obj: Any) -> None:
     """Print one JSON object on stdout (numpy scalars converted). Every ``--json`` prints an
-    object, never a bare list: its keys say what the values are, and keys can be added later."""
+    object, never a bare list: its keys say what the values are, and keys can be added later.
+    Output is always valid JSON: a number that is not finite (NaN, ±Infinity: no figure)
+    prints as ``null``, as in ``plan.json``."""
     if not isinstance(obj, dict):
         raise TypeError(f"--json output must be a JSON object, not {type(obj).__name__}")
-    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
+    text = json.dumps(_json_finite(obj), indent=2, default=_default, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _json_finite(o: Any) -> Any:
+    """``o`` with every non-finite float (NumPy's included) replaced by ``None``."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _json_finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_json_finite(v) for v in o]
+    if hasattr(o, "tolist") and not isinstance(o, (str, bytes)):
+        return _json_finite(o.tolist())
+    return o
 
 
 def _default(o: Any) -> Any:
