@@ -9,11 +9,17 @@ and a ``--seed`` must not be negative (NumPy's generators refuse it). A violatio
 :class:`~moeplan.errors.MoeplanError` — one line naming the flag, the value and the rule
 (``--ttft-slo (inf) must be a finite number``), exit 2. A command's own
 narrower checks still apply after this one.
+
+Integer flags also share one grammar, checked on the text before Typer converts it
+(:data:`INTEGER`): ASCII digits with an optional leading minus and no leading zero — so
+``5.0``, ``1_000``, `` 5``, ``+8``, ``-0`` and ``08`` are each one line naming the flag, where
+Python's ``int()`` or a lax converter would take some of them.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, get_args
 
@@ -23,6 +29,18 @@ from moeplan.errors import MoeplanError, show
 #: command accepts (the largest, a message size in bytes, stays below 10^13 = 10 TB), and
 #: small enough that products and float conversions of such values cannot overflow.
 MAX_MAGNITUDE = 10**15
+#: The one spelling of an integer on the command line (module docstring).
+INTEGER = re.compile(r"-?[1-9][0-9]*|0")
+
+
+def parse_int(flag: str, text: str, alternative: str = "") -> int:
+    """``text`` as an integer of flag ``flag`` (:data:`INTEGER`), else one
+    :class:`MoeplanError` line naming the flag; ``alternative`` names another accepted word
+    in that line (``"or 'auto'"``)."""
+    if not INTEGER.fullmatch(text):
+        more = f" {alternative}" if alternative else ""
+        raise MoeplanError(f"{flag} ({show(text)}) must be a whole number in digits (e.g. 8){more}")
+    return int(text)
 
 
 def _numeric_kind(annotation: Any) -> type | None:
@@ -63,12 +81,30 @@ def _checked(param: Any, inner: Callable[..., Any] | None) -> Callable[..., Any]
     return callback
 
 
+def _int_text(param: Any, process: Callable[..., Any]) -> Callable[..., Any]:
+    """``param``'s ``process_value`` that first holds each command-line text to
+    :data:`INTEGER` (a default that is already an integer passes as it is)."""
+    flag = max(param.opts, key=len) if param.opts else param.name
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, str):
+                parse_int(flag, v)
+        return process(ctx, value)
+
+    return process_value
+
+
 def guard_numbers(command: Any) -> Any:
-    """Give every numeric parameter under ``command`` the check (module docstring)."""
+    """Give every numeric parameter under ``command`` the checks (module docstring)."""
     for sub in getattr(command, "commands", {}).values():
         guard_numbers(sub)
     for param in getattr(command, "params", []):
         desc = getattr(param, "type_descriptor", None)
-        if desc is not None and _numeric_kind(desc.annotation) is not None:
+        kind = None if desc is None else _numeric_kind(desc.annotation)
+        if kind is not None:
             param.callback = _checked(param, param.callback)
+        if kind is int:
+            param.process_value = _int_text(param, param.process_value)
     return command

@@ -19,6 +19,7 @@ import typer
 
 from moeplan.backends import DEFAULT_ENGINE
 from moeplan.cli import _common as opt
+from moeplan.cli._bounds import parse_int
 from moeplan.cli._common import (
     Table,
     check_out,
@@ -131,7 +132,7 @@ def pipeline_command(
     check_out(out, OUTPUTS)
     spec = load_model_arg(model)
     cl = load_cluster(cluster)
-    degree = None if pp == "auto" else _int_flag("--pp", pp)
+    degree = None if pp == "auto" else parse_int("--pp", pp, "or 'auto'")
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
     cm = opt.engine_cost(cl, None, engine)
@@ -155,13 +156,6 @@ def pipeline_command(
 
 
 OUTPUTS = {"plan.json", "stages.html"}
-
-
-def _int_flag(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise MoeplanError(f"{name} ({value}) must be an integer or 'auto'") from None
 
 
 def _plan_dict(p: PipelinePlan) -> dict:
