@@ -268,3 +268,12 @@ def test_json_output_is_always_valid_json(capsys):
     out = capsys.readouterr().out
     got = json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in --json output"))
     assert got == {"a": None, "b": [None, 1.5], "c": [None, 2.0]}
+
+
+def test_tests_never_use_the_users_kernel_cache():
+    """The test suite's kernel cache is its own (tests/conftest.py), never ~/.cache/moeplan."""
+    from moeplan.kernel_store import cache_dir
+
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "moeplan"
+    ours = cache_dir()
+    assert ours is None or not ours.resolve().is_relative_to(user.resolve()), ours
