@@ -44,7 +44,14 @@ def run_command(
         ),
     ] = None,
     scale: Annotated[str, typer.Option("--scale", help="small (CPU-sized) or full.")] = "small",
-    tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens",
+            help="Tokens in the global batch (default: 64, or one sequence when --isl / the "
+            "plan's seq_len is longer).",
+        ),
+    ] = None,
     seq: Annotated[
         int | None,
         typer.Option("--isl", help="Tokens per sequence (default: the plan's seq_len, else 8)."),
@@ -93,8 +100,7 @@ def run_command(
 
         check_target(trace)
         check_target(predicted_path(trace))
-    check_int("--tokens", tokens, 1, MAX_TOKENS)
-    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
+    for flag, v in (("--tokens", tokens), ("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
             check_int(flag, v, 1, MAX_TOKENS)
     if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
@@ -142,7 +148,8 @@ def _check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
     from moeplan.runtime.runner import model_config
 
     p = as_plan(doc)
-    check_capacity(world, model_config(p, resolve(p, opts)), opts.tokens)
+    opts = resolve(p, opts)
+    check_capacity(world, model_config(p, opts), opts.batch_tokens)
 
 
 def _check_gpus(world: int) -> None:
