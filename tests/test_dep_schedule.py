@@ -152,3 +152,52 @@ def test_aass_estimate_never_exceeds_the_simulated_makespan(inst):
     assert est <= sim * (1 + 1e-9)
     if cfg.r1 == 1:
         assert est == pytest.approx(sim, rel=1e-9)
+
+
+def _aass_gaps(n: int, seed: int) -> list[float]:
+    """(simulated AASS makespan - aass_estimate) / makespan on the first ``n`` instances of
+    the seeded sweep aass_estimate's docstring describes."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def dur() -> float:
+        return float(rng.choice([0.0, rng.uniform(0.0, 5.0)]))
+
+    gaps = []
+    for _ in range(n):
+        c = rng.uniform(0.01, 5.0)
+        t = DepTimes(
+            attn=rng.uniform(0.01, 5.0), shared=dur(), expert=dur(), a2e=c, e2a=c, dense=dur()
+        )
+        r1 = int(rng.integers(1, 7)) if rng.random() < 0.5 else int(rng.integers(8, 21))
+        r2, layers, dense = (
+            int(rng.integers(1, 7)),
+            int(rng.integers(1, 9)),
+            int(rng.integers(0, 3)),
+        )
+        sim = makespan(t, DepConfig(ma=1, r1=r1, r2=r2, order="AASS"), layers, dense)
+        gaps.append((sim - aass_estimate(t, r1, r2, layers, dense)) / sim)
+    return gaps
+
+
+def _check_aass_gaps(gaps: list[float]) -> None:
+    from moeplan.planners.dep.schedule import AASS_ESTIMATE_GAP
+
+    assert min(gaps) >= -1e-9  # never above
+    assert max(gaps) <= AASS_ESTIMATE_GAP, max(gaps)
+    assert sum(g <= 1e-12 for g in gaps) >= 0.995 * len(gaps)
+
+
+def test_aass_estimate_gap_on_the_start_of_the_documented_sweep():
+    """The first 4,000 instances (they hold the sweep's worst case)."""
+    from moeplan.planners.dep.schedule import AASS_SWEEP
+
+    _check_aass_gaps(_aass_gaps(4_000, AASS_SWEEP[1]))
+
+
+@pytest.mark.slow
+def test_aass_estimate_gap_on_the_documented_sweep():
+    from moeplan.planners.dep.schedule import AASS_SWEEP
+
+    _check_aass_gaps(_aass_gaps(*AASS_SWEEP))

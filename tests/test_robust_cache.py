@@ -195,3 +195,85 @@ def test_codec_classes_are_what_variants_are_built_of():
         "WaveFeatures",
         "Device",
     }
+
+
+def _tamper(kind: str, variant: Path, counts: Path) -> None:
+    """Rewrite ``variant`` as a well-packed file holding the wrong thing."""
+    real = _unpack(variant.read_bytes())
+    if kind == "int":
+        blob = _pack(7)
+    elif kind == "empty list":
+        blob = _pack([])
+    elif kind == "another variant's file":
+        blob = counts.read_bytes()
+    elif kind == "missing attribute":
+        del vars(real)["field"]
+        blob = _pack(real)
+    elif kind == "wrong attribute type":
+        vars(real)["model"] = 3.5
+        blob = _pack(real)
+    else:  # NaN numbers
+        real.y = real.y * np.nan
+        real.exact = dict.fromkeys(real.exact, float("nan"))
+        blob = _pack(real)
+    variant.write_bytes(blob)
+    os.chmod(variant, 0o600)
+
+
+def test_cli_rebuilds_cache_entries_of_the_wrong_shape(tmp_path):
+    """A variant file that decodes to an int, an empty list, another variant's value, a
+    variant missing an attribute or holding NaN is a miss: rebuilt, same answer, valid JSON."""
+    env = {**os.environ, "MOEPLAN_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "moeplan", "cost", "allreduce", "--message-size", "1048576",
+           "--num-gpus", "8", "--json"]  # fmt: skip
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    root = tmp_path / "kerneldb"
+    (variant,) = root.glob("*-variant-*.npz")
+    (counts,) = root.glob("*-variants-*.npz")
+    good = variant.read_bytes()
+    kinds = ["int", "empty list", "another variant's file", "missing attribute",
+             "wrong attribute type", "NaN"]  # fmt: skip
+    for kind in kinds:
+        variant.write_bytes(good)
+        _tamper(kind, variant, counts)
+        again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, (kind, again.stderr)
+        assert again.stdout == first.stdout, kind
+        json.loads(again.stdout, parse_constant=lambda c, k=kind: pytest.fail(f"{k}: bare {c}"))
+
+
+def test_store_values_of_the_wrong_shape_are_misses():
+    from moeplan.cost.kerneldb.stored import stored_counts_ok, stored_variant_ok
+    from moeplan.kernel_tables import kernel_db
+
+    db = kernel_db()
+    op, table = "allreduce", ("h100_sxm", "sglang")
+    counts = db.variants(*table, op)
+    key = next(iter(counts))
+    real = db.variant(*table, op, key)
+    assert stored_counts_ok(counts, op) and stored_variant_ok(real, op, key)
+    for bad in (7, [], {}, counts, None, "x"):
+        assert not stored_variant_ok(bad, op, key)
+    for bad in (7, [], {("a", "b", "c", "d", "e", "f", "g"): 1}, {key: -1}, {key: True}):
+        assert not stored_counts_ok(bad, op)
+    assert not stored_variant_ok(real, op, ("another", *key))
+    assert not stored_variant_ok(real, "moe", key)
+
+
+def test_json_output_is_always_valid_json(capsys):
+    from moeplan.cli._common import print_json
+
+    print_json({"a": float("nan"), "b": [np.float64("inf"), 1.5], "c": np.array([-np.inf, 2.0])})
+    out = capsys.readouterr().out
+    got = json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in --json output"))
+    assert got == {"a": None, "b": [None, 1.5], "c": [None, 2.0]}
+
+
+def test_tests_never_use_the_users_kernel_cache():
+    """The test suite's kernel cache is its own (tests/conftest.py), never ~/.cache/moeplan."""
+    from moeplan.kernel_store import cache_dir
+
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "moeplan"
+    ours = cache_dir()
+    assert ours is None or not ours.resolve().is_relative_to(user.resolve()), ours

@@ -80,8 +80,62 @@ def _check_refusals(capsys, command: str, values: list[str]) -> None:
                 assert f"'{flag}'" in err[0]  # a float given to an integer flag: Typer's line
                 continue
             assert err[0].startswith(f"moeplan: error: {flag} (") and (
-                "must be a finite number" in err[0] or "at most 10^15" in err[0]
+                "must be a finite number" in err[0]
+                or "at most 10^15" in err[0]
+                or "must be a whole number in digits" in err[0]  # integer flags' grammar
             ), (flag, value, err)
+
+
+def integer_flags() -> dict[str, list[str]]:
+    """{command path: its integer options' flags}."""
+    out: dict[str, list[str]] = {}
+
+    def walk(c, prefix):
+        for name, sub in getattr(c, "commands", {}).items():
+            walk(sub, [*prefix, name])
+        flags = [
+            max(p.opts, key=len)
+            for p in getattr(c, "params", [])
+            if getattr(p, "type_descriptor", None) is not None
+            and _bounds._numeric_kind(p.type_descriptor.annotation) is int
+            and p.opts[0].startswith("--")
+        ]
+        if prefix and flags:
+            out[" ".join(prefix)] = flags
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+INT_FLAGS = integer_flags()
+NOT_INTEGERS = ["5.0", "1_000", " 5", "+8", "-0", "08"]
+
+
+def test_many_integer_flags_are_found():
+    assert sum(map(len, INT_FLAGS.values())) >= 30 and "--isl" in INT_FLAGS["strategy"]
+
+
+@pytest.mark.parametrize("command", sorted(INT_FLAGS))
+def test_every_integer_flag_has_one_grammar(command, capsys):
+    """Digits, an optional minus, no leading zero: anything else is one line naming the flag
+    (each flag gets one of the texts in turn, and a command's first flag all of them)."""
+    flags = INT_FLAGS[command]
+    cases = [(flags[0], v) for v in NOT_INTEGERS]
+    cases += [(f, NOT_INTEGERS[i % len(NOT_INTEGERS)]) for i, f in enumerate(flags[1:])]
+    for flag, value in cases:
+        with pytest.raises(SystemExit) as ex:
+            main([*command.split(), f"{flag}={value}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert ex.value.code == 2 and len(err) == 1, (flag, value, err)
+        assert err[0].startswith(f"moeplan: error: {flag} ("), (flag, value, err)
+        assert "whole number" in err[0], (flag, value, err)
+
+
+def test_pp_auto_or_an_integer_in_the_same_grammar(capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["pipeline", "--model", "qwen3-30b-a3b", "--cluster", "smidt-a40", "--pp", "+2"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and "--pp ('+2') must be a whole number" in err and "auto" in err
 
 
 def test_negative_seed_is_refused(capsys):

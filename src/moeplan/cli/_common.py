@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -16,6 +15,7 @@ from rich.segment import Segment
 from rich.table import Table as _RichTable
 
 from moeplan.backends import NO_ENGINE, backend_or_none, names
+from moeplan.commands.json_text import json_text
 from moeplan.io import OutputSet, write_atomic
 from moeplan.textsafe import escape_controls
 
@@ -62,19 +62,8 @@ err_console = SafeConsole(stderr=True, highlight=False)
 
 
 def print_json(obj: Any) -> None:
-    """Print one JSON object on stdout (numpy scalars converted). Every ``--json`` prints an
-    object, never a bare list: its keys say what the values are, and keys can be added later."""
-    if not isinstance(obj, dict):
-        raise TypeError(f"--json output must be a JSON object, not {type(obj).__name__}")
-    sys.stdout.write(json.dumps(obj, indent=2, default=_default) + "\n")
-
-
-def _default(o: Any) -> Any:
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+    """Print one JSON object on stdout (:func:`moeplan.commands.json_text.json_text`)."""
+    sys.stdout.write(json_text(obj) + "\n")
 
 
 def fmt_bytes(n: float) -> str:

@@ -26,9 +26,9 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
+from moeplan.commands.flag_rules import parse_int
 from moeplan.commands.glossary import PIPELINE_CHOICES
 from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for, stage_choices
-from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import pricing
 from moeplan.planners.pipeline import PipelineResult, plan_pipeline
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
@@ -79,7 +79,7 @@ def pipeline_command(
     check_out(out, OUTPUTS)
     spec = load_model(model)
     cl = load_cluster(cluster)
-    degree = None if pp == "auto" else _int_flag("--pp", pp)
+    degree = None if pp == "auto" else parse_int("--pp", pp, "or 'auto'")
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
     cm = opt.engine_cost(cl, None, engine)
@@ -96,13 +96,6 @@ def pipeline_command(
 
 
 OUTPUTS = {"plan.json", "stages.html"}
-
-
-def _int_flag(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise MoeplanError(f"{name} ({value}) must be an integer or 'auto'") from None
 
 
 def _print_human(res: PipelineResult, routing: RoutingProfile) -> None:

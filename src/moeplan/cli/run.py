@@ -41,7 +41,14 @@ def run_command(
         ),
     ] = None,
     scale: Annotated[str, typer.Option("--scale", help="small (CPU-sized) or full.")] = "small",
-    tokens: Annotated[int, typer.Option("--tokens", help="Tokens in the global batch.")] = 64,
+    tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens",
+            help="Tokens in the global batch (default: 64, or one sequence when --isl / the "
+            "plan's seq_len is longer).",
+        ),
+    ] = None,
     seq: Annotated[
         int | None,
         typer.Option("--isl", help="Tokens per sequence (default: the plan's seq_len, else 8)."),

@@ -13,10 +13,10 @@ from moeplan.errors import MoeplanError, check_int, require, show
 MAX_TOKENS = 2**24  # tokens in one global batch of a local run
 
 
-def check_sizes(tokens: int, seq: int | None, micro_batches: int | None) -> None:
-    """``--tokens``, ``--isl`` and ``--micro-batches`` within 1..MAX_TOKENS (one line)."""
-    check_int("--tokens", tokens, 1, MAX_TOKENS)
-    for flag, v in (("--isl", seq), ("--micro-batches", micro_batches)):
+def check_sizes(tokens: int | None, seq: int | None, micro_batches: int | None) -> None:
+    """``--tokens``, ``--isl`` and ``--micro-batches`` within 1..MAX_TOKENS when given (one
+    line); an unset ``--tokens`` is chosen from the plan (:func:`moeplan.runtime.options.resolve`)."""
+    for flag, v in (("--tokens", tokens), ("--isl", seq), ("--micro-batches", micro_batches)):
         if v is not None:
             check_int(flag, v, 1, MAX_TOKENS)
 
@@ -29,7 +29,8 @@ def check_capacity(doc: dict[str, Any], world: int, opts: Any) -> None:
     from moeplan.runtime.runner import model_config
 
     p = as_plan(doc)
-    check(world, model_config(p, resolve(p, opts)), opts.tokens)
+    opts = resolve(p, opts)
+    check(world, model_config(p, opts), opts.batch_tokens)
 
 
 def check_gpus(world: int) -> None:

@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--model", default=None)
     ap.add_argument("--scale", default="small", choices=["small", "full"])
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=None)
     ap.add_argument("--isl", dest="seq", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-check", action="store_true")

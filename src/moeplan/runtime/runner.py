@@ -58,9 +58,8 @@ def prepare(plan: PlanLike, world_size: int, opts: RunOptions) -> tuple[Engine, 
     mesh = mesh_from_plan(p, world_size)
     opts = resolve(p, opts)
     cfg = model_config(p, opts)
-    require(opts.tokens >= opts.seq_len, f"tokens ({opts.tokens}) must be >= seq ({opts.seq_len})")
     engine = engine_for(mesh, cfg)
-    return engine, engine.global_batch(opts.seq_len, opts.tokens)
+    return engine, engine.global_batch(opts.seq_len, opts.batch_tokens)
 
 
 def predicted_path(trace: str) -> str:

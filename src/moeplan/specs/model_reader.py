@@ -6,8 +6,10 @@ reader gives one record per decoder layer, from which the uniform fields are der
 (:func:`~moeplan.specs.layer_build.uniform_fields`). Families whose layers are all alike use
 the uniform reader of :mod:`moeplan.specs.hf_config`. Quantization: the config's
 ``quantization_config`` (in the language model's keys or at the top) and the
-``hf_quant_config.json`` ``quantization`` object; when both are present they must agree on
-the method and algorithm, else one error line names both.
+``hf_quant_config.json`` ``quantization`` object. That file is read whole even when
+config.json states the quantization too (both must agree on the method, algorithm, group size
+and excluded modules, else one error line names both); a KV-cache algorithm moeplan does not
+price (anything but FP8 or null, NVFP4 included) is one error line naming the field.
 """
 
 from __future__ import annotations
@@ -59,17 +61,41 @@ def spec_kwargs(config: Any, name: str) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def _kv_bytes(q: dict[str, Any] | None) -> int:
-    """Bytes per cached KV value a quantization object states (0: not stated)."""
+#: ModelOpt ``kv_cache_quant_algo`` -> bytes per cached KV value moeplan prices (``None``
+#: or absent: not stated). NVFP4 (e2m1 + scales) is a ModelOpt value moeplan does not price.
+KV_ALGOS = {"FP8": 1}
+#: compressed-tensors ``kv_cache_scheme.num_bits`` -> bytes per cached KV value
+KV_SCHEME_BITS = {8: 1, 16: 0}
+
+
+def _kv_bytes(q: dict[str, Any] | None, where: str) -> int:
+    """Bytes per cached KV value a quantization object ``where`` states (0: not stated);
+    a value moeplan does not price is one :class:`MoeplanError` line naming the field."""
     if not q:
         return 0
     algo = q.get("kv_cache_quant_algo")
-    if isinstance(algo, str) and algo.upper() == "FP8":
-        return 1
+    if algo is not None:
+        field = f"{where}.kv_cache_quant_algo"
+        if isinstance(algo, str) and algo.upper() == "NVFP4":
+            raise MoeplanError(
+                f"{field} ({show(algo)}): an NVFP4 KV cache is not modelled "
+                f"(moeplan prices {', '.join(KV_ALGOS)} or an unquantized KV cache)"
+            )
+        if not (isinstance(algo, str) and algo.upper() in KV_ALGOS):
+            raise MoeplanError(
+                f"{field} ({show(algo)}) must be one of {', '.join(KV_ALGOS)} or null"
+            )
+        return KV_ALGOS[algo.upper()]
     scheme = q.get("kv_cache_scheme")
-    if isinstance(scheme, dict) and scheme.get("num_bits") == 8:
-        return 1
-    return 0
+    if scheme is None:
+        return 0
+    bits = scheme.get("num_bits") if isinstance(scheme, dict) else None
+    if type(bits) is not int or bits not in KV_SCHEME_BITS:
+        raise MoeplanError(
+            f"{where}.kv_cache_scheme ({show(scheme)}) must be an object whose num_bits is one of "
+            f"{', '.join(map(str, KV_SCHEME_BITS))}"
+        )
+    return KV_SCHEME_BITS[bits]
 
 
 def quant_rules(config: Any, name: str, hf_quant: Any = None) -> QuantRules | None:
@@ -86,11 +112,53 @@ def quant_rules(config: Any, name: str, hf_quant: Any = None) -> QuantRules | No
             raise MoeplanError(f"{HF_QUANT_FILE}[{name}].quantization ({show(side)}) must be an "
                                "object")  # fmt: skip
         _agree(q, side, name)
-    rules = parse_quantization(q if q is not None else _as_modelopt(side), name)
-    kv = _kv_bytes(q) or _kv_bytes(side)
+    side_rules = _side_rules(side, name)
+    rules = parse_quantization(q, name) if q is not None else side_rules
+    if side_rules is not None and rules is not None:
+        _agree_rules(rules, side_rules, name)
+    where = f"config[{name}].quantization_config"
+    kv_q, kv_side = _kv_bytes(q, where), _kv_bytes(side, f"{HF_QUANT_FILE}[{name}].quantization")
+    if kv_q and kv_side and kv_q != kv_side:
+        raise MoeplanError(
+            f"{where} states {kv_q} byte(s) per KV value but {HF_QUANT_FILE} "
+            f"kv_cache_quant_algo states {kv_side}: the two files must describe one checkpoint"
+        )
+    kv = kv_q or kv_side
     if rules is None or not kv:
         return rules
     return replace(rules, kv_bytes=kv)  # keeps the compiled pattern sets
+
+
+def _side_rules(side: dict[str, Any] | None, name: str) -> QuantRules | None:
+    """The rules ``hf_quant_config.json`` states on its own (every field it holds read and
+    checked, even when config.json states them too); its errors name that file's field."""
+    if side is None:
+        return None
+    try:
+        return parse_quantization(_as_modelopt(side), name)
+    except MoeplanError as err:
+        prefix = f"config[{name}].quantization_config."
+        raise MoeplanError(
+            str(err).replace(prefix, f"{HF_QUANT_FILE}[{name}].quantization.")
+        ) from None
+
+
+def _agree_rules(rules: QuantRules, side: QuantRules, name: str) -> None:
+    """config.json's and hf_quant_config.json's weight formats and excluded modules agree."""
+    if rules.groups != side.groups:
+        raise MoeplanError(
+            f"config[{name}].quantization_config weight format ({rules.groups[0][1].name}, group "
+            f"{rules.groups[0][1].group_size}) contradicts {HF_QUANT_FILE} quantization "
+            f"(quant_algo / group_size: {side.groups[0][1].name}, group "
+            f"{side.groups[0][1].group_size}): the two files must describe one checkpoint"
+        )
+    if set(rules.ignore) != set(side.ignore):
+        extra = sorted(set(rules.ignore) ^ set(side.ignore))[:3]
+        raise MoeplanError(
+            f"config[{name}].quantization_config.ignore and {HF_QUANT_FILE} quantization."
+            f"exclude_modules differ (e.g. {show(extra)}): the two files must describe one "
+            "checkpoint"
+        )
 
 
 def _as_modelopt(side: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -31,7 +31,7 @@ keeps built variants and variant counts across processes — this module does no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -49,6 +49,7 @@ from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
 from moeplan.cost.kerneldb.rows import DTYPE_NOTE, own_rows, row_groups
 from moeplan.cost.kerneldb.sources import Prediction
+from moeplan.cost.kerneldb.stored import stored_counts_ok, stored_variant_ok
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
 from moeplan.errors import MoeplanError
 
@@ -97,15 +98,21 @@ class KernelDB:
         ck = (gpu, engine, op)
         if ck not in self._variant_keys:
             self._variant_keys[ck] = self._stored(
-                ("variants", *ck), lambda: self._count_variants(gpu, engine, op)
+                ("variants", *ck),
+                lambda: self._count_variants(gpu, engine, op),
+                lambda v: stored_counts_ok(v, op),
             )
         return self._variant_keys[ck]
 
-    def _stored(self, key: tuple, build: Any) -> Any:
-        """``build()``, through the store when there is one (``None`` is never stored)."""
+    def _stored(self, key: tuple, build: Any, ok: Callable[[Any], bool]) -> Any:
+        """``build()``, through the store when there is one (``None`` is never stored); a
+        stored value that ``ok`` refuses (:mod:`.stored`: not what ``build`` returns) is a
+        miss, built again and rewritten."""
         if self._store is None:
             return build()
         value = self._store.get(key)
+        if value is not None and not ok(value):
+            value = None
         if value is None:
             value = build()
             if value is not None:
@@ -162,7 +169,9 @@ class KernelDB:
                 self._variants[vk] = None
             else:
                 self._variants[vk] = self._stored(
-                    ("variant", *vk), lambda: self._build_variant(gpu, engine, op, key)
+                    ("variant", *vk),
+                    lambda: self._build_variant(gpu, engine, op, key),
+                    lambda v: stored_variant_ok(v, op, key),
                 )
         return self._variants[vk]
 

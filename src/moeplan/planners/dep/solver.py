@@ -16,7 +16,7 @@ What is here:
   ``1/r2`` — tile-padded GEMMs break unimodality (the findep-c counter-example lost
   3.5 % to a binary search). ASAS candidates are scored by the corrected closed form, which is the exact
   simulated makespan (``_dep_schedule``). AASS candidates are ranked by our closed-form
-  analogue (``aass_estimate``: exact on >99.9 % of random instances, never above), skipped
+  analogue (``aass_estimate``: exact on 99.6 % of a random sweep, never above), skipped
   when it cannot beat the incumbent, and otherwise refined with the exact O(r1)-per-layer
   recurrence; the returned makespan is always exact. A ``(ma, r1)`` pair whose AG work alone
   (:func:`ag_bound`) caps its throughput below the incumbent is skipped before any ``r2`` is
@@ -250,7 +250,7 @@ def solve(
     """Algorithm 1 (see module docstring); raises ``ValueError`` if nothing fits.
 
     With the default (exact) evaluator, AASS candidates are first ranked by
-    :func:`aass_estimate` (O(1), exact on >99 % of instances); an order whose estimate cannot
+    :func:`aass_estimate` (O(1), never above the exact makespan); an order whose estimate cannot
     beat the incumbent is skipped, otherwise its ``r2`` values are evaluated exactly in
     increasing order of the estimate (branch and bound, :func:`best_r2`). A pair whose
     throughput bound (:func:`ag_bound`) is below the incumbent is skipped unevaluated: it

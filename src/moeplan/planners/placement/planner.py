@@ -11,10 +11,11 @@ Pipeline (all pure numpy; the chunk source is the only thing that touches files;
    (:mod:`.placement_cocluster`), then load balancing by swap repair (max/mean <= tol);
 4. tables: token -> device confidences (attention-DP request scheduling, Algorithm 2),
    per-layer token -> device and the device n-gram Markov table (attention-TP, Algorithm 3);
-5. guard: a paired bootstrap over the ``val`` requests (:mod:`.guard`); Sem-MoE falls back
-   to contiguous placement only when the validation data resolve (95 %) that it is slower,
-   not more local (a trace without structure) or imbalanced beyond a margin; a difference
-   they cannot resolve keeps the fitted plan and the verdict says so;
+5. guard: a paired bootstrap over the ``val`` requests (:mod:`.guard`); Sem-MoE is kept
+   only when the validation data resolve (95 %) that it is faster or, the times undecided,
+   more local — and not that it is slower, less local or imbalanced beyond a margin;
+   otherwise it falls back to contiguous placement and the verdict says whether the
+   decision was resolved;
 6. metrics of every method on ``test`` in one streaming pass (:mod:`.placement_metrics`).
 
 Departures from the paper: exact assignment / transportation steps instead of greedy passes;
