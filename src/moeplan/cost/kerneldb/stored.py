@@ -18,7 +18,7 @@ from scipy.spatial import cKDTree
 
 from moeplan.cost.kerneldb.base import Features
 from moeplan.cost.kerneldb.device import Device
-from moeplan.cost.kerneldb.families import FAMILIES, Family
+from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, Family
 from moeplan.cost.kerneldb.feature_base import WaveFeatures
 from moeplan.cost.kerneldb.fit import Analytic, ResidualField
 from moeplan.cost.kerneldb.variant import VariantModel
@@ -162,7 +162,7 @@ def _well_formed(obj: Any, depth: int = 0) -> bool:
 def stored_counts_ok(value: Any, op: str) -> bool:
     """``value`` is what :meth:`KernelDB.variants` builds for ``op``: variant keys (one text
     per variant column) to positive row counts."""
-    n = len(FAMILIES[op].variant_cols)
+    n = len(KERNEL_FAMILIES[op].variant_cols)
     return isinstance(value, dict) and all(
         type(k) is tuple
         and len(k) == n
@@ -177,7 +177,7 @@ def stored_variant_ok(value: Any, op: str, key: tuple) -> bool:
     """``value`` is a well-formed, finite :class:`VariantModel` of ``op``'s variant ``key``."""
     if type(value) is not VariantModel or not _well_formed(value):
         return False
-    fam = FAMILIES[op]
+    fam = KERNEL_FAMILIES[op]
     n = len(value.y)
     shapes_ok = (
         n > 0
