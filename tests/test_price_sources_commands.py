@@ -104,3 +104,13 @@ def test_the_text_output_says_the_shares(capsys, trace):
         main(args)
         out = " ".join(capsys.readouterr().out.split())
         assert f"shares of the priced seconds of {what}" in out
+
+
+def test_a_strategy_on_fewer_nodes_is_priced_on_its_nodes(capsys):
+    """``--all-sizes`` may rank a deployment on fewer nodes first: its split is priced on
+    those nodes (the seconds add up to its own busy time)."""
+    args = ["strategy", "--model", QWEN, "--cluster", "h100-sxm-8", "--nodes", "4",
+            "--all-sizes", "--rank-by", "itl", "--top", "1", "--osl", str(OSL)]  # fmt: skip
+    d = _json(capsys, args)
+    assert d["strategies"][0]["num_gpus"] < 32  # the case this checks: fewer nodes win
+    _check(d["price_sources"], _strategy_busy(d))
