@@ -227,8 +227,12 @@ def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostM
     return engine_cost_model(cluster, profile, None if b is None else b.kernel_table)
 
 
-def print_pricing(price: dict[str, Any]) -> None:
-    """The engine and source-mix line of the human output (``price``: :func:`moeplan.kernel_tables.pricing`)."""
+def print_pricing(price: dict[str, Any], sources: dict | None = None, what: str = "") -> None:
+    """The engine and source-mix line of the human output (``price``: :func:`moeplan.kernel_tables.pricing`),
+    then the shares of ``what``'s priced seconds (``sources``: ``price_sources``) when given."""
     from moeplan.kernel_tables import pricing_line
+    from moeplan.search.job.outcome import sources_line
 
     console.print(pricing_line(price))
+    if sources is not None:
+        console.print(sources_line(sources, what))

@@ -17,15 +17,18 @@ import typer
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
 from moeplan.commands.cost import (
     RANK_LOAD_COLS,
+    cost_price_sources,
     kernel_device,
     prediction_rows,
     predictions_parquet,
     read_table,
     require_topk_fits,
+    shape_columns,
     with_counts,
 )
 from moeplan.cost.kerneldb import KERNEL_FAMILIES, OPS, TABLE_ENGINES, Prediction
 from moeplan.errors import MoeplanError
+from moeplan.search.job.outcome import sources_line
 
 Opt = typer.Option
 
@@ -112,7 +115,7 @@ def cost(
         raise MoeplanError(f"op ({op!r}) must be one of {', '.join(OPS)}")
     fam = KERNEL_FAMILIES[op]
     flags = {k: v for k, v in locals().items() if k in _SHAPE_FLAGS and v is not None}
-    flags.update(_columns(column or [], flags))
+    flags.update(shape_columns(column or [], flags))
     bad = [k for k in flags if k not in fam.columns]
     if bad:
         raise MoeplanError(
@@ -137,25 +140,6 @@ def cost(
     _report(op, engine, where, cols, preds, json_out, out)
 
 
-def _columns(pairs: list[str], flags: dict) -> dict[str, object]:
-    """``--col NAME=VALUE`` pairs as columns (numbers where they parse as numbers)."""
-    out: dict[str, object] = {}
-    for pair in pairs:
-        name, eq, value = pair.partition("=")
-        if not eq or not name or not value:
-            raise MoeplanError(f"--col ({pair!r}) must be NAME=VALUE")
-        if name in flags or name in out:
-            raise MoeplanError(f"--col {name} is given twice")
-        try:
-            out[name] = int(value)
-        except ValueError:
-            try:
-                out[name] = float(value)
-            except ValueError:
-                out[name] = value
-    return out
-
-
 #: the flags that give a shape: every parameter of :func:`cost` named as a column of some
 #: operation (the rest choose the device, the engine and the output)
 _SHAPE_FLAGS = frozenset(c for f in KERNEL_FAMILIES.values() for c in f.columns)
@@ -171,9 +155,10 @@ def _report(
     out: str | None,
 ) -> None:
     names = list(cols)
-    rows = prediction_rows(cols, preds)
+    rows, ps = prediction_rows(cols, preds), cost_price_sources(op, preds)
     if json_out:
-        print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows})
+        print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows,
+                    "price_sources": ps})  # fmt: skip
         return
     title = f"{op} on one GPU: {where}, engine {engine} (time per call, per GPU)"
     errs = [
@@ -201,6 +186,7 @@ def _report(
             t.add_row(*[str(r[c]) for c in names], tm, p.source, err)
     console.print(t)
     console.print(f"kernel table: {preds[0].detail}", markup=False)
+    console.print(sources_line(ps, "the predicted kernel time"))
     if out:
         console.print(f"table with predictions written to {out}")
 

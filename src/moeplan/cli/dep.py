@@ -27,7 +27,7 @@ from moeplan.cli._common import (
     print_json,
     write_outputs,
 )
-from moeplan.commands.dep import dep_files
+from moeplan.commands.dep import dep_files, dep_price_sources
 from moeplan.commands.glossary import glossary
 from moeplan.errors import require
 from moeplan.kernel_tables import pricing
@@ -101,14 +101,15 @@ def dep_command(
             spec, cl, cm, seq_len=isl, ag=ag, eg=eg, gpus=gpus, layers=layers, batch=max_batch,
             imbalance=imbalance, verify=verify,
         )  # fmt: skip
-    price = pricing(cm)
+    price, ps = pricing(cm), dep_price_sources(spec, cl, cm, report, layers, max_batch, imbalance)
     if out:
         write_outputs(out, OUTPUTS, dep_files(report, price, timeline_layers or None))
     if as_json:
-        print_json({**dep.report_dict(report), "engine": engine, "pricing": price})
+        print_json({**dep.report_dict(report), "engine": engine, "pricing": price,
+                    "price_sources": ps})  # fmt: skip
     else:
         _print_human(report)
-        opt.print_pricing(price)
+        opt.print_pricing(price, ps, "the FinDEP iteration")
 
 
 OUTPUTS = {"plan.json", "timeline.json", "gantt.html"}

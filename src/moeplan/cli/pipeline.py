@@ -28,7 +28,13 @@ from moeplan.cli._common import (
 )
 from moeplan.commands.flag_rules import parse_int
 from moeplan.commands.glossary import PIPELINE_CHOICES
-from moeplan.commands.pipeline import pipeline_files, result_dict, routing_for, stage_choices
+from moeplan.commands.pipeline import (
+    pipeline_files,
+    pipeline_price_sources,
+    result_dict,
+    routing_for,
+    stage_choices,
+)
 from moeplan.kernel_tables import pricing
 from moeplan.planners.pipeline import PipelineResult, plan_pipeline
 from moeplan.specs import RoutingProfile, Workload, load_cluster, load_model
@@ -86,13 +92,14 @@ def pipeline_command(
     work = "SMIDT: stage search over every PP degree" + (", exhaustive check" if verify else "")
     with opt.progress(not (quiet or as_json), work):
         res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)
-    price = pricing(cm)
+    price, ps = pricing(cm), pipeline_price_sources(spec, cl, workload, cm, res)
     write_outputs(out, OUTPUTS, pipeline_files(res, price))
     if as_json:
-        print_json({**result_dict(res, routing), "engine": engine, "pricing": price})
+        print_json({**result_dict(res, routing), "engine": engine, "pricing": price,
+                    "price_sources": ps})  # fmt: skip
     else:
         _print_human(res, routing)
-        opt.print_pricing(price)
+        opt.print_pricing(price, ps, "the chosen partition's period")
 
 
 OUTPUTS = {"plan.json", "stages.html"}

@@ -33,6 +33,7 @@ from moeplan.commands.glossary import glossary
 from moeplan.commands.place import (
     expert_location,
     place_json,
+    place_price_sources,
     place_setup,
     run_place,
     schedule_tables,
@@ -113,15 +114,15 @@ def place_cmd(
     cm = opt.engine_cost(cl, None, engine)
     work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
     with opt.progress(not (quiet or as_json), work) as step:
-        res = run_place(trace, m, cm, nodes, cfg)
+        res, calls = run_place(trace, m, cm, nodes, cfg)
         step("writing the requested files")
         flags = _write_outputs(res, m, export_sglang, tables, heatmap)
-    price = pricing(cm)
+    price, ps = pricing(cm), place_price_sources(m, cm, nodes, cfg, res, calls)
     if as_json:
-        print_json(place_json(res, model, cluster, str(trace), engine, price, flags))
+        print_json(place_json(res, model, cluster, str(trace), engine, price, flags, ps))
         return
     _print_table(res)
-    opt.print_pricing(price)
+    opt.print_pricing(price, ps, "Sem-MoE's MoE layer")
     if flags:
         console.print(
             f"SGLang launch flags for this file (one EP group of {res.ep} GPUs): "

@@ -43,6 +43,7 @@ from moeplan.commands.strategy import (
     node_sizes,
     strategy_files,
     strategy_json,
+    strategy_price_sources,
     strategy_warnings,
     strategy_workload,
     verify_fused,
@@ -53,6 +54,7 @@ from moeplan.export.sglang import ExportResult
 from moeplan.kernel_tables import pricing, pricing_line
 from moeplan.planners.strategy.analyzer import RANK_BY, Analysis, StrategyResult, analyze, gains
 from moeplan.planners.strategy.cost import StrategyEvaluator
+from moeplan.search.job.outcome import sources_line
 from moeplan.specs import load_cluster, load_model
 
 
@@ -201,12 +203,13 @@ def strategy(
     write_outputs(out, OUTPUTS, files)
     checked = verify_fused(ev, target, isl) if verify and target is not None else None
     title = f"{m.name} on {c.name} ({c.num_gpus} GPUs), b={batch} L_in={isl} L_out={osl}"
-    warnings = strategy_warnings(cm, m, best)
+    warnings, ps = strategy_warnings(cm, m, best), strategy_price_sources(m, c, w, cm, best)
     if json_out:
         obj = {
             **strategy_json(a, top, exp, model, c.name, best, price),
             "engine": engine,
             "pricing": price,
+            "price_sources": ps,
             "warnings": warnings,
         }
         if verify:
@@ -214,6 +217,8 @@ def strategy(
         print_json(obj)
         return
     _print_human(a, top, exp, title, price)
+    if ps is not None:
+        console.print(sources_line(ps, "the #1 strategy's prefill and decode steps per batch"))
     if verify:
         _print_verify(checked)
     for line in warnings:

@@ -153,3 +153,33 @@ def prediction_rows(cols: dict[str, np.ndarray], preds: list[Prediction]) -> lis
         )
         rows.append(r)
     return rows
+
+
+def cost_price_sources(op: str, preds: list[Prediction]) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of the predicted seconds (all rows together): each row is one price
+    of one source, so one shape's source carries share 1."""
+    from moeplan.cost.price_keys import price_key
+    from moeplan.cost.price_sources import summarize
+
+    keys = [price_key(op, p) for p in preds]
+    parts = [{k: p.seconds} for k, p in zip(keys, preds, strict=True)]
+    return summarize(([p.seconds for p in preds], parts, dict(zip(keys, preds, strict=True))))
+
+
+def shape_columns(pairs: list[str], flags: dict) -> dict[str, object]:
+    """``--col NAME=VALUE`` pairs as columns (numbers where they parse as numbers)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name or not value:
+            raise MoeplanError(f"--col ({pair!r}) must be NAME=VALUE")
+        if name in flags or name in out:
+            raise MoeplanError(f"--col {name} is given twice")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                out[name] = value
+    return out

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.commands.pricing import with_pricing
+from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.pipeline import PipelinePlan, PipelineResult
 from moeplan.planners.pipeline.stages import StagePlan
-from moeplan.specs import ModelSpec, RoutingProfile
+from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile, Workload
 from moeplan.traces.routing_profiles import (
     mean_k_from_trace,
     profile_from_dict,
@@ -145,3 +146,25 @@ def stage_choices(stage: StagePlan) -> str:
             else:
                 runs.append([(kind, label), m.layer, m.layer])
     return " ".join(f"{k}{a}{'' if a == b else f'-{b}'}:{lab}" for (k, lab), a, b in runs)
+
+
+def pipeline_price_sources(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cm: CostModel, res: PipelineResult
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of the chosen partition's period (``period_s``: its slowest stage or
+    send per micro-batch), its stages' modules and sends repriced as the search priced them."""
+    from moeplan.cost.price_sources import analytic, attribute, summarize
+    from moeplan.planners.pipeline.cost import StageContext, cost_model_evaluator, p2p_seconds
+    from moeplan.planners.pipeline.stages import pipeline_throughput
+
+    p = res.plan
+    ctx = StageContext(model=model, workload=workload, routing=workload.routing_for(model.top_k),
+                       pp=p.pp, r=p.r, gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+
+    def period(c: CostModel) -> list[float]:
+        ev = cost_model_evaluator(c)
+        times = [sum(ev(m, ch, ctx).time_s for m, ch in s.modules) for s in p.stages]
+        p2p = [p2p_seconds(c, ctx, j) if j < p.pp - 1 else 0.0 for j in range(p.pp)]
+        return [pipeline_throughput(times, p2p, ctx.tokens_per_microbatch(), p.microbatches)[0]]
+
+    return summarize(attribute(cm, period), **analytic(cm))

@@ -95,19 +95,59 @@ def place_setup(
     return m, cl, nodes, cfg
 
 
+Call = tuple[float, int, float]
+
+
 def run_place(
     trace: Path, m: ModelSpec, cm: CostModel, nodes: int, cfg: PlaceConfig
-) -> PlacementResult:
+) -> tuple[PlacementResult, list[tuple[Call, float]]]:
     """Sem-MoE's placement of the trace's routing (streamed, read afresh per pass) and the
-    baselines, each priced on ``cm``."""
-    return place(
+    baselines, each priced on ``cm``; with every MoE layer it priced, in order (the
+    evaluator's arguments and its seconds)."""
+    priced = cost_evaluator(cm, m, cfg.ep, nodes)
+    calls: list[tuple[Call, float]] = []
+
+    def evaluate(tokens_per_expert: float, num_local_experts: int, send_bytes: float) -> float:
+        t = priced(tokens_per_expert, num_local_experts, send_bytes)
+        calls.append(((tokens_per_expert, num_local_experts, send_bytes), t))
+        return t
+
+    res = place(
         lambda: iter_trace(trace, num_experts=m.num_experts),
         num_layers=m.num_moe_layers,
         num_experts=m.num_experts,
         hidden_bytes=m.hidden_bytes,
-        evaluate=cost_evaluator(cm, m, cfg.ep, nodes),
+        evaluate=evaluate,
         cfg=cfg,
     )
+    return res, calls
+
+
+def place_price_sources(
+    m: ModelSpec,
+    cm: CostModel,
+    nodes: int,
+    cfg: PlaceConfig,
+    res: PlacementResult,
+    calls: list[tuple[Call, float]],
+) -> dict[str, dict[str, Any]] | None:
+    """``price_sources`` of Sem-MoE's MoE layer time (``moe_layer_time_s``: the mean over
+    layers of one MoE layer of ``step_tokens`` tokens on the held-out split): the run of one
+    priced layer per MoE layer whose mean is that figure, priced again on each accounting
+    copy; ``None`` when no such run was priced."""
+    from moeplan.cost.price_sources import analytic, attribute, summarize
+
+    n, want = m.num_moe_layers, res.methods["semmoe"].metrics["moe_layer_time_s"]
+    runs = [calls[i : i + n] for i in range(0, len(calls) - n + 1, n)]
+    run = next((r for r in runs if float(np.mean([t for _, t in r])) == want), None)
+    if run is None:
+        return None
+
+    def layer(c: CostModel) -> list[float]:
+        ev = cost_evaluator(c, m, cfg.ep, nodes)
+        return [float(np.mean([ev(*args) for args, _ in run]))]
+
+    return summarize(attribute(cm, layer), **analytic(cm))
 
 
 def place_json(
@@ -118,8 +158,10 @@ def place_json(
     engine: str,
     price: dict[str, Any],
     flags: list[str],
+    sources: dict[str, dict[str, Any]] | None,
 ) -> dict[str, Any]:
-    """The ``--json`` object: the placement, what it ran on, and the SGLang flags of the
+    """The ``--json`` object: the placement, what it ran on, the shares of Sem-MoE's priced
+    MoE layer time (:func:`place_price_sources`) and the SGLang flags of the
     expert-location file when one was written."""
     out: dict[str, Any] = res.to_dict()
     out.update(
@@ -129,6 +171,7 @@ def place_json(
             "trace": trace,
             "engine": engine,
             "pricing": price,
+            "price_sources": sources,
         }
     )
     return {**out, "sglang_flags": flags} if flags else out

@@ -10,6 +10,7 @@ from typing import Any
 
 from moeplan.backends import exported
 from moeplan.commands.pricing import with_pricing
+from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.export.constraints import Target
 from moeplan.export.plan_export import model_path_for
@@ -166,3 +167,24 @@ def strategy_files(
             include_plotlyjs=True,
         )
     return files
+
+
+def strategy_price_sources(
+    m: ModelSpec, c: ClusterSpec, w: Workload, cm: CostModel, best: StrategyResult | None
+) -> dict[str, dict[str, Any]] | None:
+    """``price_sources`` of the #1 strategy's busy time per batch (one prefill step and
+    ``osl`` decode steps, Eq. 6: what its TTFT, ITL and throughput are read from), priced
+    again on each accounting copy; ``None`` without a strategy."""
+    from moeplan.cost.price_sources import analytic, attribute, summarize
+
+    if best is None:
+        return None
+    nodes = -(-best.num_gpus // c.gpus_per_node)
+    cl = c if nodes == c.num_nodes else c.with_nodes(nodes)
+
+    def steps(cost: CostModel) -> list[float]:
+        ev = StrategyEvaluator(m, cl, w, cost)
+        pre = ev.phase_time(best.strategy, w.isl, w.isl).total_s
+        return [pre, ev.phase_time(best.strategy, 1, w.isl + w.osl // 2).total_s]
+
+    return summarize(attribute(cm, steps), [1.0, float(w.osl)], **analytic(cm))
