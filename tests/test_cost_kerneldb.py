@@ -377,4 +377,6 @@ def test_kernel_terms_apply_when_the_query_names_no_kernel(db: KernelDB) -> None
     bare = db.predict("generation_attention", H100, "trtllm", **shape)
     named = db.predict("generation_attention", H100, "trtllm", kernel_source="torch_flow", **shape)
     assert bare.seconds == pytest.approx(named.seconds, rel=1e-12)
-    assert bare.source == named.source == "interpolated"
+    # both read the same table row, which the datasheet floor raises (labelled roofline)
+    assert bare.source == named.source
+    assert bare.source in ("interpolated", "roofline")
