@@ -27,6 +27,7 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.families import PLAN_FAMILIES
+from moeplan.planners.plan_schema import check_plan
 
 SCHEMA = "moeplan.plan/1"
 MAX_WORLD_SIZE = 1 << 20  # far beyond any cluster; rejects absurd files before any allocation
@@ -103,7 +104,7 @@ class Plan:
         )
         for key in ("family", "model", "cluster", "layout"):
             require(key in data, f"plan.{key} (missing) is required")
-        return cls(
+        plan = cls(
             family=data["family"],
             model=data["model"],
             cluster=data["cluster"],
@@ -113,6 +114,8 @@ class Plan:
             baselines=_section(data, "baselines"),
             ranking=_ranking(data),
         )
+        check_plan(data)  # the family's fields: types, ranges and sums (plan_schema.py)
+        return plan
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "plan.json") -> Plan:
