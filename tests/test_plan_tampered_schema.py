@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from moeplan.errors import MoeplanError
 from moeplan.planners.plan import Plan
-from moeplan.planners.plan_schema import MAX_GPUS, MAX_LAYERS, MAX_MICRO_BATCHES, check_plan_model
+from moeplan.planners.plan_schema import (
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_MICRO_BATCHES,
+    MAX_MTP,
+    check_plan_model,
+)
 from moeplan.specs import load_model
 
 MODEL = "deepseek-v2-lite"  # 27 decoder layers: a dense first layer, then MoE
@@ -123,7 +129,7 @@ CASES = [  # (plan, field path, tampered value, the words of the rule)
     ("served", ("predicted", "serving", "knobs", "tbo"), [], "bool"),
     ("served", ("predicted", "serving", "knobs", "tbo"), 1, "bool"),
     ("served", ("predicted", "serving", "knobs", "a2a"), 7, "str"),
-    ("served", ("predicted", "serving", "knobs", "mtp"), 10**12, "0..64"),
+    ("served", ("predicted", "serving", "knobs", "mtp"), 10**12, f"0..{MAX_MTP}"),
     ("served", ("predicted", "serving", "serve_layout", "micro_batches"), 10**12, "0.."),
     ("served", ("predicted", "serving", "serve_layout", "attn_tp"), True, "integer"),
     ("served", ("predicted", "serving", "serve_layout", "gpus"), 2, "instance's GPUs"),
@@ -260,3 +266,9 @@ def test_run_refuses_a_tampered_plan_before_any_process(plans, tmp_path, name, p
     r = _moeplan("run", "--plan", str(bad), "--timeline", str(trace))
     _one_line_exit_2(r, where(path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]  # nothing written
+
+
+def test_the_mtp_bound_is_the_instance_knobs_bound():
+    from moeplan.serve.iteration import instance_knobs
+
+    assert MAX_MTP == instance_knobs.MAX_MTP

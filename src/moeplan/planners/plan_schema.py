@@ -27,8 +27,8 @@ from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
 #: a parallel degree or GPU count past every GPU a cluster spec can hold is corrupt
 #: (specs/cluster.py bounds the nodes and GPUs per node)
 MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
-#: decoder layers of the largest open MoE models are ~100 (DeepSeek-V3: 61, Kimi K2: 61);
-#: 10^5 leaves room for any model while refusing absurd indices before any allocation
+#: the deepest model preset has 94 decoder layers (qwen3-235b-a22b, specs presets); 10^5
+#: leaves room for any model while refusing absurd indices before any allocation
 MAX_LAYERS = 100_000
 #: a micro-batch carries at least one request and ``serve-sim`` simulates at most 200,000
 #: requests (commands/serve_inputs.py ``MAX_REQUESTS``); ``run``'s global batch is at most
@@ -45,7 +45,9 @@ KNOB_TYPES: dict[str, tuple[type, ...]] = {  # serve/iteration/instance_knobs.py
     "mtp_accept": (int, float, type(None)),
     "kv_dtype": (str,),
 }
-MAX_MTP = 64  # speculative tokens per step; engines use 1-8
+#: MTP draft tokens per step: the instance knobs' bound (serve/iteration/instance_knobs.py
+#: ``MAX_MTP``; the planners layer cannot import serve, a test holds the two equal)
+MAX_MTP = 8
 
 
 def _int(obj: Mapping[str, Any], key: str, where: str, lo: int, hi: int) -> int:
