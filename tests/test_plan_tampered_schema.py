@@ -85,6 +85,12 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     return {name: _write(tmp, name) for name in ("pipeline", "dep", "served")}
 
 
+@pytest.fixture(scope="module")
+def pd_plan(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A plan whose winner is served as prefill and decode pools."""
+    return _write(tmp_path_factory.mktemp("pd"), "pd")
+
+
 def tamper(plan: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
     """``plan`` with the field at ``path`` set to ``value`` (a deep copy)."""
     out = copy.deepcopy(plan)
@@ -223,8 +229,9 @@ def test_a_knob_tbo_that_is_not_a_boolean_is_refused(plans, value):
         (("details", "disaggregation", "prefill", "micro_batches"), 10**12),
     ],
 )
-def test_a_tampered_pd_plan_is_refused(tmp_path, path, value):
-    refused(tamper(_write(tmp_path, "pd"), path, value), where(path))
+def test_a_tampered_pd_plan_is_refused(pd_plan, path, value):
+    assert Plan.from_dict(pd_plan).details["disaggregation"]["kind"] == "pd"
+    refused(tamper(pd_plan, path, value), where(path))
 
 
 def _one_line_exit_2(r: subprocess.CompletedProcess[str], field: str) -> None:
