@@ -169,7 +169,9 @@ def test_the_written_plans_read_and_fit_their_model(plans):
 )
 def test_pipeline_layers_must_cover_the_model_exactly(plans, path, value):
     plan = Plan.from_dict(tamper(plans["pipeline"], path, value))  # the schema allows it
-    with pytest.raises(MoeplanError, match=r"plan\.layout\.stages.*decoder layers") as info:
+    with pytest.raises(
+        MoeplanError, match=r"plan\.layout\.stages\[1\]\.modules\[25\].*decoder layers"
+    ) as info:
         check_plan_model(plan, load_model(MODEL))
     assert "\n" not in str(info.value)
 
@@ -224,6 +226,7 @@ def test_a_knob_tbo_that_is_not_a_boolean_is_refused(plans, value):
     [
         (("details", "disaggregation", "gpus"), -1),
         (("details", "disaggregation", "gpus"), 64),
+        (("predicted", "serving", "gpus"), -1),
         (("details", "disaggregation", "decode", "knobs", "tbo"), []),
         (("details", "disaggregation", "prefill", "instances"), 0),
         (("details", "disaggregation", "prefill", "micro_batches"), 10**12),

@@ -230,13 +230,13 @@ def _check_serving(serving: Mapping[str, Any]) -> None:
     where = "plan.predicted.serving"
     if serving.get("knobs") is not None:
         _check_knobs(serving["knobs"], f"{where}.knobs")
+    got = _int(serving, "gpus", where, 1, MAX_GPUS) if "gpus" in serving else None
+    reps = _int(serving, "replicas", where, 1, MAX_GPUS) if "replicas" in serving else 1
     if "serve_layout" not in serving:
         return
     inst = _obj(serving["serve_layout"], f"{where}.serve_layout")
     gpus = _check_instance(inst, f"{where}.serve_layout")
-    reps = _int(serving, "replicas", where, 1, MAX_GPUS) if "replicas" in serving else 1
-    if "gpus" in serving:
-        got = _int(serving, "gpus", where, 1, MAX_GPUS)
+    if got is not None:
         require(
             got == gpus * reps,
             f"{where}.gpus ({got}) must equal serve_layout GPUs x replicas ({gpus}*{reps})",
@@ -246,21 +246,25 @@ def _check_serving(serving: Mapping[str, Any]) -> None:
 def check_plan_model(plan: Any, model: ModelSpec) -> None:
     """Check ``plan`` (a :class:`~moeplan.planners.plan.Plan`) against ``model``: a pipeline
     plan's modules run every decoder layer of the model exactly once, in order."""
+    check_plan(plan.to_dict())  # a Plan built in code, not read from a file, is checked too
     if FAMILY[plan.family].layout != "stages":
         return
     n = model.num_layers
-    mods = [m for st in plan.layout["stages"] for m in st["modules"]]
+    want = [(kind, layer) for layer in range(n) for kind in ("attn", "ffn")]
+    k = 0
     for j, st in enumerate(plan.layout["stages"]):
         for i, m in enumerate(st["modules"]):
+            got = ("attn" if m["kind"] == "attn" else "ffn", m["layer"])
+            need = want[k] if k < len(want) else None
             require(
-                m["layer"] < n,
-                f"plan.layout.stages[{j}].modules[{i}].layer ({m['layer']}) must be below "
-                f"{model.name}'s {n} decoder layers",
+                got == need,
+                f"plan.layout.stages[{j}].modules[{i}] ({m['kind']} layer {m['layer']}) must be "
+                + (f"{need[0]} of layer {need[1]}" if need else "absent")
+                + f": {model.name}'s {n} decoder layers each run once, attention then its FFN",
             )
-    got = [(m["kind"] == "attn", m["layer"]) for m in mods]
-    want = [(k, layer) for layer in range(n) for k in (True, False)]
+            k += 1
     require(
-        got == want,
-        f"plan.layout.stages (modules of layers {sorted({m['layer'] for m in mods})[:3]}...) "
-        f"must run each of {model.name}'s {n} decoder layers once, attention then its FFN",
+        k == len(want),
+        f"plan.layout.stages ({k} modules) must run all {len(want)} modules of "
+        f"{model.name}'s {n} decoder layers",
     )
