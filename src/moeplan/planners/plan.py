@@ -11,10 +11,11 @@ Schema ``moeplan.plan/1`` (docs/API.md)::
      "model": str, "cluster": str, "layout": {...}, "details": {...},
      "predicted": {...}, "baselines": {...}}
 
-``layout`` carries ``world_size`` for every family; its other keys are family-specific and
-checked where they are used (rank arithmetic in :mod:`moeplan.runtime.mesh`). Here the
-envelope is validated: schema, family, the types of every section, and a positive integer
-world size — so a tampered file gets one line naming the field, never an ``AttributeError``.
+``layout`` carries ``world_size`` for every family; its other keys are family-specific. Here
+the envelope is validated (schema, family, the types of every section, a positive integer
+world size) and :meth:`Plan.from_dict` then checks every family field against the schema
+(:func:`moeplan.planners.plan_schema.check_plan`: types, ranges, sums) — so a tampered file
+gets one line naming the field, never an ``AttributeError`` or a silently wrong answer.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:
-        """Validate a decoded ``plan.json`` object and build the :class:`Plan`."""
+        """Validate a decoded ``plan.json`` object (envelope and every family field) and build
+        the :class:`Plan`."""
         if not isinstance(data, Mapping):
             raise MoeplanError(f"plan ({type(data).__name__}) must be a JSON object")
         require(
