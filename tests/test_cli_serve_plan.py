@@ -23,9 +23,13 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 
 def _served_plan(serving: dict | None = None) -> Plan:
     """A SMIDT one-stage plan with DPMoE 2 over 4 GPUs, served as 2 replicas of DP2/EP2."""
-    mods = [
-        {"kind": "attn", "layer": 0, "tp": 1, "dpmoe": 4},
-        {"kind": "moe", "layer": 0, "tp": 1, "ep": 2, "dpmoe": 2},
+    mods = [  # every one of qwen3-30b-a3b's 48 decoder layers (the plan's model)
+        m
+        for layer in range(48)
+        for m in (
+            {"kind": "attn", "layer": layer, "tp": 1, "ep": 1, "dpmoe": 4},
+            {"kind": "moe", "layer": layer, "tp": 1, "ep": 2, "dpmoe": 2},
+        )
     ]
     serving = (
         serving

@@ -101,7 +101,7 @@ def test_case4_bad_timeout_is_one_line_before_anything_starts(tmp_path, capsys, 
     ("doc", "needle"),
     [
         ([1], "JSON object"),
-        ({"layout": [1]}, "plan.layout"),
+        ({"schema": "moeplan.plan/1", "family": "dep", "layout": [1]}, "plan.layout"),
         (
             {
                 "schema": "moeplan.plan/1",

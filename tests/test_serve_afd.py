@@ -167,6 +167,13 @@ def test_afd_plan_runs_on_the_runtime_dep_engine():
     assert max(errs) <= 1e-5
 
 
+#: the pools of a P/D plan's ``details.disaggregation`` (``PDLayout.to_dict``'s keys)
+POOLS = {
+    "prefill": {"attn_tp": 1, "attn_dp": 1, "moe_tp": 1, "moe_ep": 1, "instances": 4},
+    "decode": {"attn_tp": 1, "attn_dp": 4, "moe_tp": 1, "moe_ep": 4, "instances": 1},
+}
+
+
 def test_serve_sim_refuses_disaggregated_plans(tmp_path, capsys):
     """serve-sim simulates one engine: a PD or AFD plan.json is refused in one line (exit 2)
     instead of being served as its decode instance alone."""
@@ -185,7 +192,7 @@ def test_serve_sim_refuses_disaggregated_plans(tmp_path, capsys):
                     "moe": {"tp": 1, "ep": 8},
                     "pp": 1,
                 },
-                details={"disaggregation": {"kind": "pd"}},
+                details={"disaggregation": {"kind": "pd", **POOLS}},
             ),
         ),
         (
@@ -195,7 +202,7 @@ def test_serve_sim_refuses_disaggregated_plans(tmp_path, capsys):
                 model="qwen3-30b-a3b",
                 cluster="h100-sxm-8",
                 layout={"world_size": 4, "ag": 2, "eg": 2},
-                details={"disaggregation": {"kind": "afd"}},
+                details={"disaggregation": {"kind": "afd", **POOLS}},
             ),
         ),
     ):

@@ -78,21 +78,18 @@ def run_summary(reports: list[dict[str, Any]], world: int) -> dict[str, Any]:
 
 def read_run_plan(plan: str, nproc: int | None) -> tuple[str, dict[str, Any], int]:
     """The plan to run (``plan``: a plan.json, or an ``--out`` folder holding one), read with
-    the bounded reader and checked as a JSON object, and the ranks to start (``nproc``, else
+    the bounded reader and checked against its schema, and the ranks to start (``nproc``, else
     the plan's ``world_size``): its path, its document and the world size."""
     from moeplan.runtime.launch import read_plan
+    from moeplan.runtime.mesh import as_plan
     from moeplan.runtime.spawn import MAX_WORLD
 
     if Path(plan).is_dir() and (Path(plan) / "plan.json").is_file():
         plan = str(Path(plan) / "plan.json")  # an --out folder of plan/dep/strategy/pipeline
     doc = read_plan(plan)
     require(isinstance(doc, dict), f"plan ({plan}) must be a JSON object, got {show(doc)}")
-    layout = doc.get("layout")
-    require(
-        layout is None or isinstance(layout, dict),
-        f"plan.layout ({show(layout)}) must be a JSON object",
-    )
-    world = nproc if nproc is not None else (layout or {}).get("world_size")
+    planned = as_plan(doc).world_size  # the plan's schema checked before any use
+    world = nproc if nproc is not None else planned
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise MoeplanError(f"--nproc ({show(world)}) must be a positive integer")
     check_int("--nproc", world, 1, MAX_WORLD)

@@ -22,6 +22,7 @@ from moeplan.cost import CostModel
 from moeplan.errors import require
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
+from moeplan.planners.plan_schema import check_plan_model
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.deployment import PDLayout, parse_pd, pd_from_dict
 from moeplan.serve.iteration.phase import PHASES
@@ -391,6 +392,8 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
     require(bool(f.model or d.plan), "--model is required without --plan")
     require(bool(f.cluster or d.plan), "--cluster is required without --plan")
     m = load_model(f.model or d.plan.model)  # type: ignore[union-attr]
+    if d.plan is not None:  # its layers against the model simulated
+        check_plan_model(d.plan, m)
     c = load_cluster(f.cluster or d.plan.cluster, f.nodes)  # type: ignore[union-attr]
     require(
         f.replicas is None or f.concurrency is None,

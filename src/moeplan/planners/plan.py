@@ -11,10 +11,11 @@ Schema ``moeplan.plan/1`` (docs/API.md)::
      "model": str, "cluster": str, "layout": {...}, "details": {...},
      "predicted": {...}, "baselines": {...}}
 
-``layout`` carries ``world_size`` for every family; its other keys are family-specific and
-checked where they are used (rank arithmetic in :mod:`moeplan.runtime.mesh`). Here the
-envelope is validated: schema, family, the types of every section, and a positive integer
-world size — so a tampered file gets one line naming the field, never an ``AttributeError``.
+``layout`` carries ``world_size`` for every family; its other keys are family-specific. Here
+the envelope is validated (schema, family, the types of every section, a positive integer
+world size) and :meth:`Plan.from_dict` then checks every family field against the schema
+(:func:`moeplan.planners.plan_schema.check_plan`: types, ranges, sums) — so a tampered file
+gets one line naming the field, never an ``AttributeError`` or a silently wrong answer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.families import PLAN_FAMILIES
+from moeplan.planners.plan_schema import check_plan
 
 SCHEMA = "moeplan.plan/1"
 MAX_WORLD_SIZE = 1 << 20  # far beyond any cluster; rejects absurd files before any allocation
@@ -95,7 +97,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:
-        """Validate a decoded ``plan.json`` object and build the :class:`Plan`."""
+        """Validate a decoded ``plan.json`` object (envelope and every family field) and build
+        the :class:`Plan`."""
         if not isinstance(data, Mapping):
             raise MoeplanError(f"plan ({type(data).__name__}) must be a JSON object")
         require(
@@ -103,7 +106,7 @@ class Plan:
         )
         for key in ("family", "model", "cluster", "layout"):
             require(key in data, f"plan.{key} (missing) is required")
-        return cls(
+        plan = cls(
             family=data["family"],
             model=data["model"],
             cluster=data["cluster"],
@@ -113,6 +116,8 @@ class Plan:
             baselines=_section(data, "baselines"),
             ranking=_ranking(data),
         )
+        check_plan(data)  # the family's fields: types, ranges and sums (plan_schema.py)
+        return plan
 
     @classmethod
     def from_json(cls, text: str | bytes, where: str = "plan.json") -> Plan:
