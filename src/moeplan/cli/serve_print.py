@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.cli._common import Table, console, err_console, fmt_times, plural
+from moeplan.commands.serve_sim import overload_line
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
@@ -73,6 +74,8 @@ def print_human(out: dict[str, Any], r: ServeResult | DisaggResult) -> None:
     ]
     for k, v in rows:
         console.print(f"  {k}: [bold]{v}[/]")
+    if m.get("overloaded"):
+        console.print(overload_line(out))
     slo = out["slo"]
     p = int(slo["percentile"])
     verdict = "[green]meets[/]" if r.meets_slo else "[red]misses[/]"

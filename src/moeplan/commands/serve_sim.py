@@ -50,7 +50,22 @@ def _metrics_dict(r: ServeResult | DisaggResult, rate: float | None) -> dict[str
     m: dict[str, Any] = r.metrics.to_dict() if r.metrics is not None else {}
     m["max_rate_meeting_slo_rps"] = r.max_rate_meeting_slo_rps
     m["rate_simulated_rps"] = rate
+    # an unstable queue: the rate offered exceeds what the deployment serves, and the
+    # throughput above is what it served (moeplan.search.capacity.slo.window_metrics)
+    m["overloaded"] = r.run is not None and not getattr(r.run, "stable", True)
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
+
+
+def overload_line(out: dict[str, Any]) -> str:
+    """One sentence for an overloaded run (``out``: its JSON answer): the load offered
+    against what the deployment served."""
+    m, w = out["metrics"], out["workload"]
+    offered = w["rate_rps"] * w["osl_mean"]
+    return (
+        f"Overloaded: {w['rate_rps']:.4g} req/s offered ({offered:,.0f} output tokens/s) but "
+        f"the queue grows without bound; the deployment served {m['output_tokens_per_s']:,.0f} "
+        "output tokens/s (the throughput above), and latencies grow with the run's length."
+    )
 
 
 def payload(

@@ -597,8 +597,10 @@ def _replicated(
 
 
 def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:
-    """Metrics of a probe's measured requests; throughput is the steady one: the arrival rate
-    x tokens per request (a stable queue serves what arrives), per instance and per GPU."""
+    """Metrics of a probe's measured requests, per instance and per GPU. Throughput of a
+    stable queue is the steady one: the arrival rate x tokens per request (it serves what
+    arrives). An unstable queue serves less than arrives, so its throughput is what the run
+    served (:func:`_served_metrics`), never the offered load."""
     r, w = p.res, p.window
     sub = replace(
         r,
@@ -610,6 +612,8 @@ def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:
         osl=r.osl[w],
     )
     m = summarize(sub, gpus, slo)
+    if not p.stable:
+        return _served_metrics(p, m, gpus)
     n = max(1, m.requests)
     out_tok = float(sub.osl.sum()) / n * p.rate
     tot_tok = out_tok + float(sub.isl.sum()) / n * p.rate
@@ -617,6 +621,35 @@ def window_metrics(p: SteadyProbe, gpus: int, slo: SLO) -> ServeMetrics:
     return replace(
         m,
         duration_s=m.requests / p.rate,
+        output_tokens_per_s=out_tok,
+        output_tokens_per_s_per_gpu=out_tok / gpus,
+        total_tokens_per_s=tot_tok,
+        total_tokens_per_s_per_gpu=tot_tok / gpus,
+        goodput_rps=good,
+        goodput_rps_per_gpu=good / gpus,
+    )
+
+
+def _served_metrics(p: SteadyProbe, m: ServeMetrics, gpus: int) -> ServeMetrics:
+    """``m`` (the window's metrics) with the throughput the run served: the tokens of every
+    request that completed between the first and the last completion of the measured window,
+    over that interval (the engine's own completions while the window's requests were in
+    service, so neither the warm-up nor the drain after the last arrival dilutes it)."""
+    r = p.res
+    fin = r.finish_s[p.window]
+    fin = fin[np.isfinite(fin)]
+    t0, t1 = (float(fin.min()), float(fin.max())) if len(fin) else (0.0, 0.0)
+    done = np.isfinite(r.finish_s) & (r.finish_s > t0) & (r.finish_s <= t1)
+    span = t1 - t0
+    if span <= 0:  # too few completions for an interval: the whole run's completions
+        done = np.isfinite(r.finish_s)
+        span = float(np.nanmax(r.finish_s) - r.arrival_s.min()) if done.any() else math.nan
+    out_tok = float(r.osl[done].sum()) / span
+    tot_tok = out_tok + float(r.isl[done].sum()) / span
+    good = m.slo_attainment * float(done.sum()) / span
+    return replace(
+        m,
+        duration_s=span,
         output_tokens_per_s=out_tok,
         output_tokens_per_s_per_gpu=out_tok / gpus,
         total_tokens_per_s=tot_tok,
