@@ -88,7 +88,7 @@ def plan_job(
 ) -> PlanOutcome:
     """Plan, serve, place, draw, price: the whole outcome of ``moeplan plan``. Raises
     :class:`MoeplanError` (one line) when no deployment meets the SLOs or the winner's
-    capacity estimate is not steady."""
+    measured requests cannot bound the SLO percentile (:func:`require_steady`)."""
     say = progress or (lambda _: None)
     m, c = spec.model, spec.cluster
     t0 = time.perf_counter()
