@@ -47,3 +47,16 @@ def test_overloaded_text_says_so(capsys):
     assert code == 0, out + err
     text = " ".join((out + err).split())
     assert "Overloaded: 1000 req/s offered (256,000 output tokens/s)" in text
+
+
+def test_overloaded_pd_pair_reports_served_throughput(capsys):
+    """A P/D pair at 2000 req/s (its capacity is a few req/s): flagged, and what it served."""
+    code, out, err = run_main(
+        capsys, "serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8",
+        "--isl", "1024", "--osl", "32", "--requests", "60", "--cost-engine", "none",
+        "--pd", "1*attn-tp2.moe-tp2:1*attn-tp4.moe-tp4", "--rate", "2000", "--json",
+    )  # fmt: skip
+    assert code == 0, out + err
+    m = json.loads(out)["metrics"]
+    assert m["overloaded"] is True
+    assert m["output_tokens_per_s"] < 2000 * 32 / 10  # not the offered load

@@ -52,7 +52,7 @@ def _metrics_dict(r: ServeResult | DisaggResult, rate: float | None) -> dict[str
     m["rate_simulated_rps"] = rate
     # an unstable queue: the rate offered exceeds what the deployment serves, and the
     # throughput above is what it served (moeplan.search.capacity.slo.window_metrics)
-    m["overloaded"] = r.run is not None and not getattr(r.run, "stable", True)
+    m["overloaded"] = r.overloaded
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in m.items()}
 
 

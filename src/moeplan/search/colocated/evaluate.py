@@ -148,6 +148,9 @@ class ServeResult:
     run: Any = field(default=None, repr=False, compare=False)
     """The steady run the metrics were taken from (:class:`moeplan.search.capacity.slo.SteadyProbe`:
     the run and its measured window), kept so its curves and trace need no second run."""
+    overloaded: bool = False
+    """The steady run's queue grows: the rate offered exceeds what the deployment serves, and
+    the metrics' throughput is what it served (:func:`moeplan.search.capacity.slo.window_metrics`)."""
 
     @property
     def label(self) -> str:

@@ -42,6 +42,7 @@ def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResul
         reason="" if cap.rate_rps > 0 else "no rate meets the SLOs in steady state",
         engine=k.setup.decode_cfg,
         metrics=None if probe is None else window_metrics(probe, pc.gpus, slo),
+        overloaded=probe is not None and not probe.stable,
         max_rate_meeting_slo_rps=cap.rate_rps,
         meets_slo=probe is not None and cap.rate_rps > 0 and probe.meets(slo),
         bound=bound(k),
