@@ -68,7 +68,7 @@ def plan_cmd(
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(help="Closed loop: this many requests in flight (instead of --rate)."),
+        typer.Option(help="Refused: plan ranks on open probes (serve-sim --concurrency)."),
     ] = None,
     isl_dist: Annotated[
         str | None,
