@@ -221,8 +221,6 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
     load = (
         f"{sw.rate:g} req/s"
         if sw.rate is not None and ranking.rate_given
-        else f"{sw.concurrency} in flight"
-        if sw.concurrency
         else "each plan's SLO capacity"
     )
     console.print(
