@@ -57,6 +57,8 @@ H100 = ("--cluster", "h100-sxm-8")
 LITE = ("--model", "deepseek-v2-lite")
 PHASE = ("serve-sim", *LITE, *H100, "--phase", "decode", "--batch-per-gpu", "8", "--context",
          "1024", "--json")  # fmt: skip
+DP2 = (*PHASE, "--attn-dp", "2", "--moe-ep", "2")
+TP2 = (*PHASE, "--attn-tp", "2", "--moe-ep", "2")
 PREFILL = ("serve-sim", *LITE, *H100, "--phase", "prefill", "--tokens-per-gpu", "4096",
            "--json")  # fmt: skip
 SERVE = ("serve-sim", *LITE, *H100, "--rate", "2", "--requests", "50", "--isl", "512", "--osl",
@@ -93,10 +95,17 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--nodes": P("--nodes", "2", "--attn-dp", "16", "--moe-ep", "16"),
             "--plan": R("--plan", "{tmp}/missing-plan.json", "--attn-tp", "2"),
             "--pd": R("--pd", "1*attn-tp1:1*attn-tp1"),
-            "--attn-tp": P("--attn-tp", "2", key="label"),
-            "--attn-dp": P("--attn-dp", "2", key="label"),
-            "--moe-tp": P("--moe-tp", "2", key="label"),
-            "--moe-ep": P("--moe-ep", "2", key="label"),
+            "--attn-tp": P("--attn-tp", "2", "--attn-dp", "1", key="label", base=DP2),
+            "--attn-dp": P("--attn-dp", "2", "--attn-tp", "1", key="label", base=TP2),
+            "--moe-tp": P("--moe-tp", "2", "--moe-ep", "1", key="label", base=TP2),
+            "--moe-ep": P(
+                "--moe-ep",
+                "2",
+                "--moe-tp",
+                "1",
+                key="label",
+                base=(*PHASE, "--attn-tp", "2", "--moe-tp", "2"),
+            ),  # fmt: skip
             "--pp": P("--pp", "2", key="label"),
             "--micro-batches": P(
                 "--pp", "2", "--micro-batches", "4", base=(*PHASE, "--pp", "2")
@@ -221,7 +230,9 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         {
             "--engine": P("--engine", "vllm"),
             "--cluster": P("--cluster", "h200-sxm-8"),
-            "--gpu": P("--gpu", "h200-sxm"),
+            "--gpu": P(
+                "--gpu", "h200-sxm", base=("cost", "moe", "--gpu", "h100-sxm", *COST_MOE[4:])
+            ),  # fmt: skip
             "--table": R("--table", "{tmp}/no-such-table.csv"),
             "--num-tokens": P("--num-tokens", "512"),
             "--hidden-size": P("--hidden-size", "4096"),
