@@ -106,10 +106,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 key="label",
                 base=(*PHASE, "--attn-tp", "2", "--moe-tp", "2"),
             ),  # fmt: skip
-            "--pp": P("--pp", "2", key="label"),
-            "--micro-batches": P(
-                "--pp", "2", "--micro-batches", "4", base=(*PHASE, "--pp", "2")
-            ),  # fmt: skip
+            "--pp": R("--pp", "2"),  # --phase prices one stage
+            "--micro-batches": R("--micro-batches", "4"),
             "--replicas": R("--replicas", "2"),
             "--rate": R("--rate", "3"),
             "--concurrency": R("--concurrency", "4"),
