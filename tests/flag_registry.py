@@ -59,6 +59,8 @@ PHASE = ("serve-sim", *LITE, *H100, "--phase", "decode", "--batch-per-gpu", "8",
          "1024", "--json")  # fmt: skip
 DP2 = (*PHASE, "--attn-dp", "2", "--moe-ep", "2")
 TP2 = (*PHASE, "--attn-tp", "2", "--moe-ep", "2")
+V3 = (*PHASE, "--model", "deepseek-v3", "--cluster", "h200-sxm-8", "--attn-dp", "8", "--moe-ep",
+      "8")  # fmt: skip
 PREFILL = ("serve-sim", *LITE, *H100, "--phase", "prefill", "--tokens-per-gpu", "4096",
            "--json")  # fmt: skip
 SERVE = ("serve-sim", *LITE, *H100, "--rate", "2", "--requests", "50", "--isl", "512", "--osl",
@@ -72,7 +74,7 @@ COST_ATT = ("cost", "context_attention", *H100, "--batch-size", "4", "--isl", "1
             "--num-heads", "16", "--num-key-value-heads", "16", "--head-dim", "128", "--json")  # fmt: skip
 COST_AR = ("cost", "allreduce", *H100, "--message-size", "1048576", "--num-gpus", "8", "--json")
 COST_DE = ("cost", "deepep_ll_dispatch", *H100, "--hidden-size", "2048", "--num-token", "128",
-           "--num-topk", "6", "--num-experts", "64", "--num-gpus", "8", "--json")  # fmt: skip
+           "--num-topk", "6", "--num-experts", "64", "--json")  # fmt: skip
 
 #: command (space-separated words) -> its base question and a probe per flag.
 REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
@@ -105,7 +107,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "1",
                 key="label",
                 base=(*PHASE, "--attn-tp", "2", "--moe-tp", "2"),
-            ),  # fmt: skip
+            )),
             "--pp": R("--pp", "2"),  # --phase prices one stage
             "--micro-batches": R("--micro-batches", "4"),
             "--replicas": R("--replicas", "2"),
@@ -134,39 +136,12 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--batch-per-gpu": P("--batch-per-gpu", "16", key="step_ms"),
             "--tokens-per-gpu": P("--tokens-per-gpu", "8192", key="step_ms", base=PREFILL),
             "--context": P("--context", "4096", key="step_ms"),
-            "--redundant-experts": P(
-                "--moe-ep", "2", "--redundant-experts", "8", base=(*PHASE, "--moe-ep", "2")
-            ),  # fmt: skip
-            "--tbo": P(
-                "--tbo",
-                "--attn-dp",
-                "2",
-                "--moe-ep",
-                "2",
-                base=(*PHASE, "--attn-dp", "2", "--moe-ep", "2"),
-            ),  # fmt: skip
-            "--mtp": P(
-                "--mtp",
-                "1",
-                "--model",
-                "deepseek-v3",
-                "--attn-dp",
-                "8",
-                "--moe-ep",
-                "8",
-                base=(*PHASE, "--model", "deepseek-v3", "--attn-dp", "8", "--moe-ep", "8"),
-            ),  # fmt: skip
+            "--redundant-experts": P("--redundant-experts", "8", base=DP2),
+            "--tbo": P("--tbo", base=DP2),
+            "--mtp": P("--mtp", "1", base=V3),
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
-            "--a2a": P(
-                "--a2a",
-                "deepep",
-                "--attn-dp",
-                "2",
-                "--moe-ep",
-                "2",
-                base=(*PHASE, "--attn-dp", "2", "--moe-ep", "2"),
-            ),  # fmt: skip
+            "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
             "--routing-trace": P("--routing-trace", "{trace}", key="routing"),
         },
     ),
@@ -199,14 +174,14 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--any-divisor": P("--any-divisor"),
             "--placement": P(
                 "--no-placement", "--trace", "{trace}", base=(*PLAN, "--trace", "{trace}")
-            ),  # fmt: skip
+            )),
             "--seed": P(
                 "--seed",
                 "7",
                 "--isl-dist",
                 "uniform:256:1024",
                 base=(*PLAN, "--isl-dist", "uniform:256:1024"),
-            ),  # fmt: skip
+            )),
             "--redundant-experts": P("--redundant-experts", "8"),
             "--tbo": P("--tbo"),
             "--mtp": R("--mtp", "1"),
@@ -218,7 +193,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "--nodes",
                 "2",
                 base=(*PLAN, "--model", "deepseek-v3", "--nodes", "2"),
-            ),  # fmt: skip
+            )),
             "--kv-dtype": P("--kv-dtype", "fp8"),
             "--a2a": P("--a2a", "nccl"),
         },
@@ -230,7 +205,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--cluster": P("--cluster", "h200-sxm-8"),
             "--gpu": P(
                 "--gpu", "h200-sxm", base=("cost", "moe", "--gpu", "h100-sxm", *COST_MOE[4:])
-            ),  # fmt: skip
+            )),
             "--table": R("--table", "{tmp}/no-such-table.csv"),
             "--num-tokens": P("--num-tokens", "512"),
             "--hidden-size": P("--hidden-size", "4096"),
@@ -277,7 +252,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "--eg",
                 "4",
                 base=("dep", *LITE, *H100, "--ag", "4", "--eg", "2", "--json"),
-            ),  # fmt: skip
+            )),
             "--gpus": P("--gpus", "4"),
             "--layers": P("--layers", "4"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
@@ -290,7 +265,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "2",
                 "--verify",
                 base=("dep", *LITE, *H100, "--verify", "--json"),
-            ),  # fmt: skip
+            )),
         },
     ),
     "pipeline": (
@@ -307,7 +282,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "--routing-trace",
                 "{trace}",
                 base=("pipeline", *LITE, *H100, "--routing-trace", "{trace}", "--json"),
-            ),  # fmt: skip
+            )),
             "--isl": P("--isl", "512"),
             "--osl": P("--osl", "64"),
             "--batch": P("--batch", "8"),
@@ -355,7 +330,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "--expert-skew",
                 "1.0",
                 base=("strategy", *LITE, *H100, "--expert-skew", "1.0", "--json"),
-            ),  # fmt: skip
+            )),
             "--all-sizes": P("--all-sizes"),
             "--any-divisor": P("--any-divisor"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
