@@ -277,11 +277,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--routing-profile": R("--routing-profile", "{tmp}/no-such-profile.json"),
             "--routing-trace": P("--routing-trace", "{trace}"),
             "--top-p": P(
-                "--top-p",
-                "0.5",
-                "--routing-trace",
-                "{trace}",
-                base=("pipeline", *LITE, *H100, "--routing-trace", "{trace}", "--json"),
+                "--top-p", "0.5", base=("pipeline", *LITE, *H100, "--top-p", "0.9", "--json")
             ),
             "--isl": P("--isl", "512"),
             "--osl": P("--osl", "64"),
