@@ -76,6 +76,8 @@ COST_AR = ("cost", "allreduce", *H100, "--message-size", "1048576", "--num-gpus"
 COST_DE = ("cost", "deepep_ll_dispatch", *H100, "--hidden-size", "2048", "--num-token", "128",
            "--num-topk", "6", "--num-experts", "64", "--json")  # fmt: skip
 
+COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--json")
+
 #: command (space-separated words) -> its base question and a probe per flag.
 REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
     "inspect": (
@@ -138,7 +140,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--context": P("--context", "4096", key="step_ms"),
             "--redundant-experts": P("--redundant-experts", "8", base=DP2),
             "--tbo": P("--tbo", base=DP2),
-            "--mtp": P("--mtp", "1", base=V3),
+            "--mtp": P("--mtp", "1", "--mtp-accept", "0.7", base=V3),
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
             "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
@@ -230,7 +232,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--num-gpus": P("--num-gpus", "4", base=COST_AR),
             "--num-token": P("--num-token", "256", base=COST_DE),
             "--num-topk": P("--num-topk", "8", base=COST_DE),
-            "--sms": P("--sms", "20", base=COST_DE),
+            "--sms": P("--sms", "20", base=COST_DN),
             "--kernel-source": R("--kernel-source", "bogus"),
             "--gemm-type": R("--gemm-type", "fp8"),
             "--col": R("--col", "latency"),
