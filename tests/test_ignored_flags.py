@@ -62,3 +62,10 @@ def test_plan_concurrency_is_refused_not_ignored(capsys, tmp_path):
                      "--concurrency", "4", "--out", str(tmp_path / "o"))  # fmt: skip
     assert "--concurrency (4)" in line and "serve-sim" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_cost_refuses_an_unknown_kernel_source(capsys):
+    line = _one_line(capsys, "cost", "moe", "--cluster", "h100-sxm-8", "--num-tokens", "128",
+                     "--hidden-size", "2048", "--inter-size", "1408", "--topk", "6",
+                     "--num-experts", "64", "--kernel-source", "bogus", "--json")  # fmt: skip
+    assert "--kernel-source ('bogus')" in line and "sglang_fused_moe_triton" in line
