@@ -320,7 +320,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--nodes": P("--nodes", "2"),
             "--ttft-slo": P("--ttft-slo", "50"),
             "--itl-slo": P("--itl-slo", "5"),
-            "--rank-by": P("--rank-by", "latency"),
+            "--rank-by": P("--rank-by", "ttft"),
             "--expert-skew": P("--expert-skew", "1.0"),
             "--seed": P(
                 "--seed",
