@@ -17,6 +17,7 @@ import typer
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
 from moeplan.commands.cost import (
     RANK_LOAD_COLS,
+    check_kernel_source,
     cost_price_sources,
     kernel_device,
     prediction_rows,
@@ -134,6 +135,7 @@ def cost(
     from moeplan.kernel_tables import kernel_db
 
     query = {c: v for c, v in cols.items() if c in fam.columns or c in RANK_LOAD_COLS}
+    check_kernel_source(kernel_db(), engine, op, query)
     preds = kernel_db().predict_many(op, dev, engine, query)
     if out:
         write_atomic(out, predictions_parquet(out, cols, preds))

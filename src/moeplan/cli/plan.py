@@ -68,7 +68,7 @@ def plan_cmd(
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(help="Closed loop: this many requests in flight (instead of --rate)."),
+        typer.Option(help="Refused: plan ranks on open probes (serve-sim --concurrency)."),
     ] = None,
     isl_dist: Annotated[
         str | None,
@@ -221,8 +221,6 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
     load = (
         f"{sw.rate:g} req/s"
         if sw.rate is not None and ranking.rate_given
-        else f"{sw.concurrency} in flight"
-        if sw.concurrency
         else "each plan's SLO capacity"
     )
     console.print(

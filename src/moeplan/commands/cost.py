@@ -183,3 +183,24 @@ def shape_columns(pairs: list[str], flags: dict) -> dict[str, object]:
             except ValueError:
                 out[name] = value
     return out
+
+
+def check_kernel_source(db: Any, engine: str, op: str, cols: dict[str, np.ndarray]) -> None:
+    """One line when a ``kernel_source`` asked for is no kernel measured for ``op`` under
+    ``engine`` on any GPU (an unknown name would be priced as another kernel's transfer)."""
+    if "kernel_source" not in cols:
+        return
+    from moeplan.cost.kerneldb import KERNEL_FAMILIES
+
+    cols_of = KERNEL_FAMILIES[op].variant_cols
+    known = {
+        dict(zip(cols_of, key, strict=True)).get("kernel_source")
+        for gpu, e, o in db.tables
+        if e == engine and o == op
+        for key in db.variants(gpu, e, o)
+    }
+    for v in {str(x) for x in np.asarray(cols["kernel_source"]).ravel()}:
+        if v not in known:
+            names = ", ".join(sorted(k for k in known if k)) or "none"
+            raise MoeplanError(f"--kernel-source ({v!r}) must be a kernel measured for {op} "
+                               f"under {engine}: {names}")  # fmt: skip

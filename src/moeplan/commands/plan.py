@@ -264,6 +264,12 @@ def job_spec(
         f"families ({families!r}) must be a comma-separated subset of {','.join(PROPOSING_FAMILIES)}",
     )
     require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
+    require(
+        concurrency is None,
+        f"--concurrency ({concurrency}) is not modelled by moeplan plan: it ranks deployments on "
+        "open (Poisson) steady probes; simulate a closed loop with moeplan serve-sim --plan "
+        "PLAN --concurrency N",
+    )
     check_int("--seed", seed, 0, 2**32 - 1)
     n_jobs = check_jobs(jobs)
     if trace is not None:  # read it whole now: a bad trace fails before planning, not after

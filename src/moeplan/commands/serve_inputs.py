@@ -23,6 +23,7 @@ from moeplan.errors import require
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.planners.plan_schema import check_plan_model
+from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.deployment import PDLayout, parse_pd, pd_from_dict
 from moeplan.serve.iteration.phase import PHASES
@@ -297,6 +298,48 @@ def check_phase_flags(
     return int(isl or 2048)
 
 
+#: Flags of a serving run that ``--phase`` (one phase's steady step, no arrivals, no
+#: scheduler) does not read, each with its default: given with another value, refused.
+RUN_ONLY_FLAGS: tuple[tuple[str, str, Any], ...] = (
+    ("replicas", "--replicas", None),
+    ("rate", "--rate", None),
+    ("concurrency", "--concurrency", None),
+    ("think_ms", "--think-ms", 0.0),
+    ("arrival", "--arrival", "poisson"),
+    ("cv", "--cv", 1.0),
+    ("osl", "--osl", None),
+    ("isl_dist", "--isl-dist", None),
+    ("osl_dist", "--osl-dist", None),
+    ("prefix_hit", "--prefix-hit", 0.0),
+    ("ttft_slo", "--ttft-slo", DEFAULT_TTFT_SLO_MS),
+    ("tpot_slo", "--tpot-slo", DEFAULT_TPOT_SLO_MS),
+    ("slo_percentile", "--slo-percentile", 90.0),
+    ("chunk_tokens", "--chunk-tokens", None),
+    ("max_running", "--max-running", None),
+    ("requests", "--requests", DEFAULT_REQUESTS),
+    ("seed", "--seed", 0),
+    ("trace_out", "--trace-out", None),
+)
+
+
+def check_phase_only(f: ServeSimFlags) -> None:
+    """One line when ``--phase`` is given with a flag it does not read (:data:`RUN_ONLY_FLAGS`;
+    ``--isl`` with ``--phase decode``, whose context is ``--context``)."""
+    if f.phase is None:
+        return
+    for name, flag, default in RUN_ONLY_FLAGS:
+        v = getattr(f, name)
+        require(
+            v == default,
+            f"{flag} ({v}) applies to a serving run, not to --phase (one phase's steady step: "
+            "no arrivals, no scheduler, no trace)",
+        )
+    require(
+        f.phase != "decode" or f.isl is None,
+        f"--isl ({f.isl}) applies to --phase prefill; --phase decode takes --context",
+    )
+
+
 def trace_routing(path: str, model: ModelSpec) -> RoutingProfile:
     """Per-expert loads per MoE layer counted from a routing trace (``.parquet`` / ``.npz``),
     the profile the busiest EP rank's load comes from (:mod:`moeplan.serve.iteration.balance`)."""
@@ -381,6 +424,7 @@ class ServeSimSetup:
 
 def prepare(f: ServeSimFlags) -> ServeSimSetup:
     """The flags checked and resolved: what is served, on which model and cluster."""
+    check_phase_only(f)
     phase_ctx = check_phase_flags(f.phase, f.batch_per_gpu, f.tokens_per_gpu, f.context, f.isl)
     flags = {k: getattr(f, k) for k in LAYOUT_FLAGS}
     d = resolve_deployment(

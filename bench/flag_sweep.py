@@ -1,0 +1,43 @@
+"""Sweep every flag of every command (tests/flag_registry.py) through ``moeplan``: each probe
+must change the ``--json`` answer, be refused with one line, or write its file. Prints one
+line per flag found ignored or failing and exits 1 if any (``make fuzz``).
+
+    python bench/flag_sweep.py [--only COMMAND] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from flag_registry import NOT_SWEPT, REGISTRY, check, make_trace  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="one command (e.g. 'serve-sim', 'trace stats')")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per moeplan run")
+    a = ap.parse_args()
+    bad = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = make_trace(Path(tmp))
+        for command, (_, probes) in REGISTRY.items():
+            if a.only and command != a.only:
+                continue
+            if command in NOT_SWEPT:
+                print(f"{command}: not swept ({NOT_SWEPT[command]})")
+                continue
+            for flag in probes:
+                why = check(command, flag, trace, a.timeout)
+                print(f"{command} {flag}: {'ok' if why is None else why}", flush=True)
+                bad += why is not None
+    print(f"{bad} flag(s) ignored or failing")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
