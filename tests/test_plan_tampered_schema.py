@@ -120,8 +120,8 @@ def refused(doc: dict[str, Any], field: str) -> str:
 
 LAYER = ("layout", "stages", 0, "modules", 0, "layer")
 CASES = [  # (plan, field path, tampered value, the words of the rule)
-    ("pipeline", LAYER, -1, "0..99999"),
-    ("pipeline", LAYER, 10**12, "0..99999"),
+    ("pipeline", LAYER, -1, "0..1023"),
+    ("pipeline", LAYER, 10**12, "0..1023"),
     ("pipeline", ("layout", "world_size"), 64, "must equal pp x"),
     ("pipeline", ("details", "microbatches"), 10**12, f"1..{MAX_MICRO_BATCHES}"),
     ("pipeline", ("layout", "stages", 1, "start_module"), 3, "consecutive"),

@@ -23,13 +23,11 @@ from moeplan.errors import MoeplanError, require, show
 from moeplan.planners.families import FAMILY
 from moeplan.specs import ModelSpec
 from moeplan.specs.cluster import MAX_GPUS_PER_NODE, MAX_NODES
+from moeplan.specs.limits import MAX_LAYERS  # a model has at most this many layers
 
 #: a parallel degree or GPU count past every GPU a cluster spec can hold is corrupt
 #: (specs/cluster.py bounds the nodes and GPUs per node)
 MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE
-#: the deepest model preset has 94 decoder layers (qwen3-235b-a22b, specs presets); 10^5
-#: leaves room for any model while refusing absurd indices before any allocation
-MAX_LAYERS = 100_000
 #: a micro-batch carries at least one request and ``serve-sim`` simulates at most 200,000
 #: requests (commands/serve_inputs.py ``MAX_REQUESTS``); ``run``'s global batch is at most
 #: 2^24 tokens (commands/run.py ``MAX_TOKENS``): 2^24 bounds both
