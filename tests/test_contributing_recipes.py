@@ -43,7 +43,9 @@ def test_a_new_gpu_is_one_record_then_loaded_and_priced(tmp_path, monkeypatch):
     monkeypatch.setattr(moeplan.specs, "cluster_table", lambda: table)
 
     fake, ref = load_cluster("fake-gpu-8"), load_cluster("h100-sxm-8")
-    assert fake.gpu.name == "fake-gpu" and fake.gpu.flops_bf16 == 2 * ref.gpu.flops_bf16
+    assert fake.gpu.name == "fake-gpu" and fake.gpu.flops_bf16 == pytest.approx(
+        2 * ref.gpu.flops_bf16, rel=1e-12
+    )
     assert "fake-gpu" in moeplan.specs.gpu_records()
     d = device_for(fake)
     assert d.reference == "h100_sxm" and d.sm_count == ref.gpu.sm_count

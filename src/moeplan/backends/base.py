@@ -11,6 +11,7 @@ Pure: no I/O, no torch; it reads GPU facts from the GPU record (:class:`moeplan.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,7 +32,7 @@ class Knobs(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EngineBackend:
+class EngineBackend(ABC):
     """One serving engine: its names, pinned release, scheduler model and defaults, memory
     and capability facts, and the parts of its launch flags that differ from other engines.
 
@@ -87,6 +88,7 @@ class EngineBackend:
     launch_module: str | None = None
 
     # ---- decisions ------------------------------------------------------------------------
+    @abstractmethod
     def default_chunk(self, gpu: GPUSpec) -> int:
         """Prompt tokens of one forward step by default on ``gpu`` (the engine's chunked
         prefill; per DP rank where :attr:`budgets_per_dp_rank`)."""
@@ -95,7 +97,7 @@ class EngineBackend:
     def default_running(self, gpu: GPUSpec) -> int:
         """Running sequences by default on ``gpu`` (per DP rank); engines whose cap comes
         from the KV pool (:attr:`running_cap`) do not use it."""
-        raise NotImplementedError
+        raise TypeError(f"{self.name} takes its running cap from the KV pool (running_cap)")
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""

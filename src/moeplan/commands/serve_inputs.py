@@ -42,7 +42,7 @@ LAYOUT_FLAGS = ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Deployment:
+class ServedInstance:
     """What serve-sim simulates: one instance ``layout`` (``replicas`` copies) or the P/D
     pair ``pd``, with the engine settings and instance knobs given or read from the plan."""
 
@@ -72,7 +72,7 @@ def resolve_deployment(
     phase: str | None,
     concurrency: int | None,
     trace_out: str | None,
-) -> Deployment:
+) -> ServedInstance:
     """The deployment of the flags; a plan written by ``moeplan plan`` is simulated as it
     served it (instance, replicas, knobs, chunk and running cap) unless a flag says else."""
     require(redundant_experts >= 0, f"--redundant-experts ({redundant_experts}) must be >= 0")
@@ -106,13 +106,13 @@ def resolve_deployment(
         a2a, tbo, kv_dtype = plan_knobs(served, a2a, tbo, kv_dtype)
     if redundant_experts and deployment is None:
         layout = replace(layout, redundant_experts=redundant_experts)
-    return Deployment(
+    return ServedInstance(
         layout=layout, pd=deployment, plan=the_plan, replicas=1 if replicas is None else replicas,
         chunk_tokens=chunk_tokens, max_running=max_running, a2a=a2a, tbo=tbo, kv_dtype=kv_dtype,
     )  # fmt: skip
 
 
-def check_fits_cluster(d: Deployment, c: ClusterSpec, one_instance: bool) -> None:
+def check_fits_cluster(d: ServedInstance, c: ClusterSpec, one_instance: bool) -> None:
     """One line when the deployment needs more GPUs than ``c`` has (``one_instance``: a
     closed loop or one phase, which run a single instance), with what would fit."""
     if d.pd is not None:
@@ -415,7 +415,7 @@ class ServeSimSetup:
 
     model: ModelSpec
     cluster: ClusterSpec
-    deployment: Deployment
+    deployment: ServedInstance
     jobs: int
     knob_flags: dict[str, Any]
     routing: RoutingProfile | None

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from moeplan.commands.serve_inputs import Deployment
+from moeplan.commands.serve_inputs import ServedInstance
 from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError, require
@@ -122,7 +122,7 @@ def simulate_single(
     m: ModelSpec,
     c: ClusterSpec,
     cm: CostModel,
-    d: Deployment,
+    d: ServedInstance,
     w: ServeWorkload,
     slo: SLO,
     knob_flags: dict[str, Any],
@@ -155,7 +155,7 @@ def _closed_loop(
     m: ModelSpec,
     c: ClusterSpec,
     cm: CostModel,
-    d: Deployment,
+    d: ServedInstance,
     w: ServeWorkload,
     slo: SLO,
     knobs: InstanceKnobs,
@@ -190,7 +190,7 @@ def _at_capacity(
     m: ModelSpec,
     c: ClusterSpec,
     cm: CostModel,
-    d: Deployment,
+    d: ServedInstance,
     w: ServeWorkload,
     slo: SLO,
     knobs: InstanceKnobs,

@@ -40,6 +40,7 @@ and :meth:`Deployment.pools`, from the layers above. Pure data and parsing: no t
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -65,26 +66,30 @@ class PoolSpec:
     chunk: int | None = None
 
 
-class Deployment:
+class Deployment(ABC):
     """Base of the five variants (module docstring). Not constructed itself."""
 
     __slots__ = ()
 
     @property
+    @abstractmethod
     def gpus(self) -> int:
         """GPUs of the whole deployment (every replica, every pool)."""
         raise NotImplementedError
 
     @property
+    @abstractmethod
     def label(self) -> str:
         """The one text form; :func:`parse` reads it back."""
         raise NotImplementedError
 
     @property
+    @abstractmethod
     def plan_family(self) -> str:
         """``plan.json``'s ``family`` of this deployment."""
         raise NotImplementedError
 
+    @abstractmethod
     def plan_layout(self) -> dict[str, Any]:
         """``plan.json``'s ``layout`` of this deployment (docs/API.md)."""
         raise NotImplementedError
