@@ -26,6 +26,7 @@ PUBLISHED = json.loads((ROOT / "published.json").read_text())
 FP8_BLOCK = 1 + 4 / (128 * 128)  # e4m3 + one fp32 scale per 128x128 block
 NVFP4 = 0.5 + 1 / 16  # e2m1 + one e4m3 scale per 16 (ModelOpt NVFP4)
 MXFP4 = 0.5 + 1 / 32  # e2m1 + one e8m0 scale per 32 (OCP MX)
+FP8_CHANNEL = 1.0  # e4m3, one scale per output row (not counted)
 INT4_G32 = 0.5 + 2 / 32  # packed int4 + one bf16 scale per 32, symmetric
 
 
@@ -91,6 +92,7 @@ STORED = {
     "openai--gpt-oss-20b": (MXFP4, 2.0),  # modules_to_not_convert self_attn
     "deepseek-ai--DeepSeek-V4-Flash": (MXFP4, FP8_BLOCK),  # expert_dtype fp4
     "zai-org--GLM-5-FP8": (FP8_BLOCK, None),
+    "zai-org--GLM-4.6-FP8": (FP8_CHANNEL, FP8_CHANNEL),
     "deepseek-ai--DeepSeek-V3.2": (FP8_BLOCK, FP8_BLOCK),
     "MiniMaxAI--MiniMax-M2.5": (FP8_BLOCK, FP8_BLOCK),
     "XiaomiMiMo--MiMo-V2-Flash": (FP8_BLOCK, FP8_BLOCK),
@@ -257,6 +259,10 @@ CACHE = {
         c, x, "layer_types", "full_attention", c["sliding_window"]
     ),
     "zai-org--GLM-5-FP8": lambda c, x: mla(c, x, indexer=True),
+    "zai-org--GLM-4.5": full_gqa,
+    "zai-org--GLM-4.5-Air": full_gqa,
+    "zai-org--GLM-4.6-FP8": full_gqa,
+    "zai-org--GLM-4.7": full_gqa,
 }
 
 

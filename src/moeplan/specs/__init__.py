@@ -15,7 +15,13 @@ from moeplan.errors import MoeplanError
 from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
 from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.model import ModelSpec, ModuleInfo
-from moeplan.specs.presets import ALIASES, MODEL_FILES, cluster_table, model_config, preset_hf_quant
+from moeplan.specs.presets import (
+    MODEL_FILES,
+    cluster_table,
+    model_config,
+    preset_hf_quant,
+    preset_key,
+)
 from moeplan.specs.workload import RoutingProfile, Workload
 
 __all__ = [
@@ -71,21 +77,32 @@ def model_from_dict(config: Any, name: str, hf_quant: Any = None) -> ModelSpec:
 
 
 def load_model(name: str) -> ModelSpec:
-    """The preset model ``name`` (e.g. ``deepseek-v3``), the ``config.json`` at a path, or a
-    checkpoint folder's ``config.json`` (and the ``hf_quant_config.json`` beside it). A bare
-    name is a preset unless a regular file, or a folder that no preset is named after, has it.
+    """The preset model ``name`` (e.g. ``deepseek-v3``, or the Hugging Face repo a preset ships,
+    e.g. ``zai-org/GLM-4.5-Air``), the ``config.json`` at a path, or a checkpoint folder's
+    ``config.json`` (and the ``hf_quant_config.json`` beside it). A bare name is a preset
+    unless a regular file, or a folder that no preset is named after, has it; a repo name is
+    a preset unless a file or folder of that path exists.
 
     Reading a user's config file here is the specs layer's one file access; it is for the
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
     from moeplan.specs.hf_config import config_path, is_folder, read_config_file  # bounded
 
-    if (name.endswith(".json") or "/" in name or os.sep in name or Path(name).is_file()
-            or (ALIASES.get(name, name) not in MODEL_FILES and is_folder(name))):  # fmt: skip
+    key = preset_key(name)
+    repo = key is not None and "/" in name and not _exists(name)  # a Hugging Face repo name
+    if not repo and (name.endswith(".json") or "/" in name or os.sep in name
+                     or Path(name).is_file() or (key is None and is_folder(name))):  # fmt: skip
         path = config_path(name)  # a checkpoint folder: its config.json
         label = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         return model_from_dict(read_config_file(path), name=label, hf_quant=_hf_quant(path))
-    return model_from_dict(model_config(name), name=name, hf_quant=preset_hf_quant(name))
+    return model_from_dict(model_config(name), name=key or name, hf_quant=preset_hf_quant(name))
+
+
+def _exists(name: str) -> bool:
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):  # ValueError: a NUL byte
+        return False
 
 
 def _hf_quant(config_path: Path) -> Any:

@@ -1,6 +1,7 @@
 """Per-layer readers of DeepSeek-style sparse attention and of the GQA MoE families with
-per-layer lists (DeepSeek-V3.2 / GLM-5 DSA, DeepSeek-V4 CSA / HCA, MiMo-V2, MiniMax-M2 / M3,
-Step-3.x). See :mod:`moeplan.specs.arch_families` for the conventions."""
+DeepSeek-style experts or per-layer lists (DeepSeek-V3.2 / GLM-5 DSA, DeepSeek-V4 CSA / HCA,
+GLM-4.x, MiMo-V2, MiniMax-M2 / M3, Step-3.x). See :mod:`moeplan.specs.arch_families` for the
+conventions."""
 
 from __future__ import annotations
 
@@ -43,6 +44,34 @@ def dsa(c: Cfg) -> tuple[LayerSpec, ...]:
     )  # fmt: skip
     experts, mlp = _deepseek_moe(c), dense(c)
     return tuple(LayerSpec(mixer=mixer, ffn=experts if f else mlp) for f in moe_flags(c, n))
+
+
+def glm4_moe(c: Cfg) -> tuple[LayerSpec, ...]:
+    """GLM-4.5 / 4.5-Air / 4.6 / 4.7 (``Glm4MoeForCausalLM``; transformers ``Glm4MoeConfig``
+    and ``modeling_glm4_moe.py``): GQA of ``head_dim`` whose q/k/v projections carry a bias when
+    ``attention_bias`` (``o_proj`` never does) and per-head q/k RMS norms when ``use_qk_norm``;
+    layers before ``first_k_dense_replace`` are dense MLPs of ``intermediate_size``, every later
+    layer MoE (the config has no layer step) with ``n_shared_experts`` x
+    ``moe_intermediate_size`` shared and ``Glm4MoeTopkRouter`` — sigmoid scores with an
+    ``e_score_correction_bias`` always (the config names no scoring function), grouped by
+    ``n_group`` / ``topk_group``. ``partial_rotary_factor`` rotates part of each head (RoPE is
+    elementwise and not priced; the cached key keeps its full ``head_dim``)."""
+    n = n_layers(c)
+    c.must_be("moe_layer_freq", (1,), "Glm4MoeConfig has no MoE layer step (every layer from "
+              "first_k_dense_replace is MoE)")  # fmt: skip
+    c.must_be("hidden_act", ("silu",), "the experts and MLPs are SiLU-gated (SGLang glm4_moe.py "
+              "Glm4MoeMLP refuses other activations)")  # fmt: skip
+    rotary = c.float("partial_rotary_factor", 1.0, hi=1.0)
+    if rotary <= 0.0:
+        raise MoeplanError(f"{c.field('partial_rotary_factor')} ({rotary}) must be in (0, 1]")
+    first = c.int("first_k_dense_replace", default=0, hi=n)
+    if first >= n:
+        raise MoeplanError(f"{c.field('first_k_dense_replace')} ({first}) leaves no MoE layer "
+                           f"of num_hidden_layers ({n})")  # fmt: skip
+    mixer = gqa(c, qk_norm=c.flag("use_qk_norm", False))
+    experts = _deepseek_moe(c, router="sigmoid", router_bias=True)
+    mlp = dense(c)
+    return tuple(LayerSpec(mixer=mixer, ffn=experts if i >= first else mlp) for i in range(n))
 
 
 V4_RATIOS = {0: "swa", 4: "csa", 128: "hca"}  # DeepSeek-V4 compress_ratios values

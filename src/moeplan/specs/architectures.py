@@ -24,6 +24,7 @@ from moeplan.specs import arch_families as fam
 from moeplan.specs import arch_sparse as sp
 from moeplan.specs.config_reader import Cfg
 from moeplan.specs.layers import LayerSpec, Tower
+from moeplan.specs.limits import MAX_LAYERS
 
 Reader = Callable[[Cfg], tuple[LayerSpec, ...]]
 
@@ -32,10 +33,16 @@ Reader = Callable[[Cfg], tuple[LayerSpec, ...]]
 class Architecture:
     """One supported architecture (see module docstring).
 
+    ``mtp_keys``: where the config states its multi-token-prediction (MTP / NextN) modules —
+    DeepSeek, GLM, Kimi, Step and MiniMax-M3 ``num_nextn_predict_layers``, Qwen3.5
+    ``mtp_num_hidden_layers``, MiniMax-M2 ``num_mtp_modules`` (with ``use_mtp``).
+
     ``embedding_active``: the publisher counts the input-embedding table in "activated"
     parameters (Qwen, Mistral, Google, Meta, NVIDIA, StepFun do; DeepSeek, Moonshot, OpenAI,
     Zhipu, MiniMax, Xiaomi do not); ``lm_head_active``: it counts the lm-head (MiniMax does
-    not: M2.5's "10B" and M3's "23B" activated are both without it). ``prefix``: the checkpoint's name of the decoder-layer
+    not: M2.5's "10B" and M3's "23B" activated are both without it; nor does Zhipu for GLM-4.x:
+    GLM-4.5-Air's "12B" and GLM-4.5's "32B" are 12.18B / 32.08B without it, 12.80B / 32.86B
+    with it). ``prefix``: the checkpoint's name of the decoder-layer
     list (quantization ignore lists name modules under it)."""
 
     name: str
@@ -45,6 +52,9 @@ class Architecture:
     source: str
     prefix: str = "model.layers"
     lm_head_active: bool = True
+    #: config keys holding the number of multi-token-prediction modules, first present wins
+    #: (each family's own name; absent: none)
+    mtp_keys: tuple[str, ...] = ("num_nextn_predict_layers",)
 
 
 _ENTRIES = (
@@ -72,7 +82,8 @@ _ENTRIES = (
                  sample="openai--gpt-oss-20b_config.json", source="transformers GptOssConfig"),
     Architecture(name="Qwen3_5MoeForConditionalGeneration", read=fam.qwen3_5,
                  embedding_active=True, sample="Qwen--Qwen3.5-35B-A3B_config.json",
-                 source="transformers Qwen3_5MoeTextConfig", prefix="model.language_model.layers"),
+                 source="transformers Qwen3_5MoeTextConfig", prefix="model.language_model.layers",
+                 mtp_keys=("mtp_num_hidden_layers",)),
     Architecture(name="Gemma4ForConditionalGeneration", read=fam.gemma4, embedding_active=True,
                  sample="google--gemma-4-26B-A4B_config.json",
                  source="transformers Gemma4TextConfig", prefix="model.language_model.layers"),
@@ -85,6 +96,9 @@ _ENTRIES = (
     Architecture(name="DeepseekV32ForCausalLM", read=sp.dsa, embedding_active=False,
                  sample="deepseek-ai--DeepSeek-V3.2_config.json",
                  source="DeepSeek-V3.2 inference/model.py"),
+    Architecture(name="Glm4MoeForCausalLM", read=sp.glm4_moe, embedding_active=False,
+                 lm_head_active=False, sample="zai-org--GLM-4.5-Air_config.json (transcribed)",
+                 source="transformers Glm4MoeConfig (modeling_glm4_moe.py)"),
     Architecture(name="GlmMoeDsaForCausalLM", read=sp.dsa, embedding_active=False,
                  sample="zai-org--GLM-5-FP8_config.json", source="transformers GlmMoeDsaConfig"),
     Architecture(name="DeepseekV4ForCausalLM", read=sp.deepseek_v4, embedding_active=False,
@@ -94,7 +108,7 @@ _ENTRIES = (
                  sample="XiaomiMiMo--MiMo-V2-Flash_config.json",
                  source="MiMo-V2-Flash modeling_mimo_v2_flash.py"),
     Architecture(name="MiniMaxM2ForCausalLM", read=sp.minimax, embedding_active=False,
-                 lm_head_active=False,
+                 lm_head_active=False, mtp_keys=("num_nextn_predict_layers", "num_mtp_modules"),
                  sample="MiniMaxAI--MiniMax-M2.5_config.json",
                  source="MiniMax-M2 modeling_minimax_m2.py"),
     Architecture(name="MiniMaxM3ForCausalLM", read=sp.minimax, embedding_active=False,
@@ -110,7 +124,7 @@ MODEL_TYPES = {
     "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
     "kimi_k2": "DeepseekV3ForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
-    "gpt_oss": "GptOssForCausalLM",
+    "gpt_oss": "GptOssForCausalLM", "glm4_moe": "Glm4MoeForCausalLM",
 }  # fmt: skip
 
 
@@ -128,6 +142,14 @@ def architecture_of(config: dict[str, Any], name: str) -> Architecture:
         f"config[{name}].{field} ({show(key)}) is not a supported architecture: supported are "
         f"{', '.join(ARCHITECTURES)} (add one in moeplan.specs.architectures)"
     )
+
+
+def mtp_layers(lm: Cfg, arch: Architecture) -> int:
+    """Multi-token-prediction modules the config declares (``arch.mtp_keys``; 0 when none is
+    present or ``use_mtp`` is false)."""
+    if not lm.flag("use_mtp", True):
+        return 0
+    return lm.int(*arch.mtp_keys, default=0, hi=MAX_LAYERS)
 
 
 def language_model(root: Cfg) -> Cfg:

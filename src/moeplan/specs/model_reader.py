@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from moeplan.errors import MoeplanError, show
-from moeplan.specs.architectures import architecture_of, language_model, towers
+from moeplan.specs.architectures import architecture_of, language_model, mtp_layers, towers
 from moeplan.specs.config_reader import Cfg
 from moeplan.specs.hf_config import is_native, native_to_hf, spec_kwargs_from_config
 from moeplan.specs.layer_build import uniform_fields
@@ -40,8 +40,9 @@ def spec_kwargs(config: Any, name: str) -> dict[str, Any]:
     root = Cfg(config, name)
     lm = language_model(root)
     extra = dict(
-        towers=towers(root), module_prefix=arch.prefix, active_counts_lm_head=arch.lm_head_active
-    )
+        towers=towers(root), module_prefix=arch.prefix, active_counts_lm_head=arch.lm_head_active,
+        num_nextn_predict_layers=mtp_layers(lm, arch),
+    )  # fmt: skip
     tie = lm.flag("tie_word_embeddings", root.flag("tie_word_embeddings", False))
     if arch.read is None:
         kw = spec_kwargs_from_config(lm.data if lm is not root else config, name)

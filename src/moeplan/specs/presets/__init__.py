@@ -31,6 +31,26 @@ def _verbatim(repo: str) -> str:
     return f"verbatim Hugging Face config.json of {repo}, as kept in {AIC} (Apache-2.0)"
 
 
+def _glm(repo: str, card: str) -> str:
+    """GLM-4.x: no verbatim copy of the Hugging Face config.json was found in a public source
+    tree (aiconfigurator keeps an abridged GLM-4.7-FP8 one on a branch only); the file is a
+    transcription of the Glm4MoeConfig keys, checked against the model card's sizes."""
+    return (
+        f"transcription of {repo} config.json (keys of transformers Glm4MoeConfig; shape "
+        f"as in aiconfigurator's abridged zai-org--GLM-4.7-FP8_config.json and Megatron-Bridge "
+        f"docs/models/llm/glm45.md), checked against the model card: {card}"
+    )
+
+
+#: GLM-4.x FP8 checkpoints: llm-compressor channel FP8 (compressed-tensors ``float-quantized``,
+#: one scale per output row, dynamic per-token activations; routers and lm_head left in bf16)
+_GLM_FP8 = "; quantization_config: compressed-tensors channel FP8 (llm-compressor)"
+_GLM45 = "zai-org/GLM-4.5 card (355B total, 32B active; MTP layer not counted)"
+_GLM45_AIR = "zai-org/GLM-4.5 card (GLM-4.5-Air: 106B total, 12B active)"
+_GLM46 = "zai-org/GLM-4.6 card (GLM-4.5's shape, 355B; context 200K: max_position 202752)"
+_GLM47 = "zai-org/GLM-4.7 card (GLM-4.6's shape, 355B)"
+
+
 #: the one table of model presets (adding one: a row here and its file in ``configs/``)
 PRESETS: dict[str, Preset] = {
     "deepseek-v2": Preset(file="DeepSeek-V2.json", repo="deepseek-ai/DeepSeek-V2",
@@ -47,16 +67,38 @@ PRESETS: dict[str, Preset] = {
                             source=_verbatim("Qwen/Qwen3-30B-A3B")),
     "qwen3-235b-a22b": Preset(file="Qwen3-235B-A22B.json", repo="Qwen/Qwen3-235B-A22B",
                               source=_verbatim("Qwen/Qwen3-235B-A22B")),
+    "qwen3-235b-a22b-2507-fp8": Preset(
+        file="Qwen3-235B-A22B-Instruct-2507-FP8.transcribed.json",
+        repo="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+        source="transcription: Qwen3-235B-A22B.json (verbatim) with the Instruct-2507 card's "
+               "context (max_position_embeddings 262144, rope_theta 5e6) and Qwen's FP8 "
+               "quantization_config (fine-grained fp8, 128x128 blocks, dynamic activations; "
+               "routers and lm_head in bf16), as the Qwen3-*-FP8 cards describe"),
     "mixtral-8x7b": Preset(file="Mixtral-8x7B-v0.1.json", repo="mistralai/Mixtral-8x7B-v0.1",
                            source=_verbatim("mistralai/Mixtral-8x7B-v0.1")),
     "gpt-oss-120b": Preset(file="GPT-OSS-120B.json", repo="openai/gpt-oss-120b",
                            source=_verbatim("openai/gpt-oss-120b")),
+    "gpt-oss-20b": Preset(file="GPT-OSS-20B.json", repo="openai/gpt-oss-20b",
+                          source=_verbatim("openai/gpt-oss-20b")),
     "deepseek-v4-flash": Preset(file="DeepSeek-V4-Flash.json", repo="deepseek-ai/DeepSeek-V4-Flash",
                                 source=_verbatim("deepseek-ai/DeepSeek-V4-Flash")),
     "qwen3.5-35b-a3b": Preset(file="Qwen3.5-35B-A3B.json", repo="Qwen/Qwen3.5-35B-A3B",
                               source=_verbatim("Qwen/Qwen3.5-35B-A3B")),
     "kimi-k2.5": Preset(file="Kimi-K2.5.json", repo="moonshotai/Kimi-K2.5",
                         source=_verbatim("moonshotai/Kimi-K2.5")),
+    "glm-4.5": Preset(file="GLM-4.5.transcribed.json", repo="zai-org/GLM-4.5",
+                      source=_glm("zai-org/GLM-4.5", _GLM45)),
+    "glm-4.5-air": Preset(file="GLM-4.5-Air.transcribed.json", repo="zai-org/GLM-4.5-Air",
+                          source=_glm("zai-org/GLM-4.5-Air", _GLM45_AIR)),
+    "glm-4.5-air-fp8": Preset(file="GLM-4.5-Air-FP8.transcribed.json",
+                              repo="zai-org/GLM-4.5-Air-FP8",
+                              source=_glm("zai-org/GLM-4.5-Air-FP8", _GLM45_AIR) + _GLM_FP8),
+    "glm-4.6": Preset(file="GLM-4.6.transcribed.json", repo="zai-org/GLM-4.6",
+                      source=_glm("zai-org/GLM-4.6", _GLM46)),
+    "glm-4.6-fp8": Preset(file="GLM-4.6-FP8.transcribed.json", repo="zai-org/GLM-4.6-FP8",
+                          source=_glm("zai-org/GLM-4.6-FP8", _GLM46) + _GLM_FP8),
+    "glm-4.7": Preset(file="GLM-4.7.transcribed.json", repo="zai-org/GLM-4.7",
+                      source=_glm("zai-org/GLM-4.7", _GLM47)),
     "glm-5-fp8": Preset(file="GLM-5-FP8.json", repo="zai-org/GLM-5-FP8",
                         source=_verbatim("zai-org/GLM-5-FP8")),
     "llama-4-scout": Preset(file="Llama-4-Scout-17B-16E-Instruct.json",
@@ -72,7 +114,18 @@ PRESETS: dict[str, Preset] = {
                          source=_verbatim("MiniMaxAI/MiniMax-M3")),
 }  # fmt: skip
 MODEL_FILES = {name: p.file for name, p in PRESETS.items()}
-ALIASES = {"deepseek-r1": "deepseek-v3"}
+#: other names of a preset: DeepSeek-R1 is DeepSeek-V3's network; a Hugging Face repo name is
+#: the preset that ships its config (a path on disk of that name still wins, see
+#: :func:`moeplan.specs.load_model`); Qwen3-235B-A22B-Instruct-2507 is Qwen3-235B-A22B's network
+#: (its config differs in the context only — max_position_embeddings 262144, rope_theta 5e6 —
+#: Qwen/Qwen3-235B-A22B-Instruct-2507 model card, "Number of Parameters: 235B in total and 22B activated", 94 layers, 64 Q / 4 KV
+#: heads, 128 experts, 8 activated)
+ALIASES = {
+    "deepseek-r1": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
+    **{p.repo: name for name, p in PRESETS.items()},
+}
 
 
 def _read(*parts: str) -> Any:
@@ -80,11 +133,17 @@ def _read(*parts: str) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def preset_key(name: str) -> str | None:
+    """The preset ``name`` names — itself, an alias or a Hugging Face repo (``None``: none)."""
+    key = ALIASES.get(name, name)
+    return key if key in MODEL_FILES else None
+
+
 @cache
 def model_config(name: str) -> dict[str, Any]:
     """The shipped config dict of preset ``name``."""
-    key = ALIASES.get(name, name)
-    if key not in MODEL_FILES:
+    key = preset_key(name)
+    if key is None:
         raise MoeplanError(
             f"model ({name!r}) is not a preset; choose one of "
             f"{', '.join(MODEL_FILES)} or pass a config.json or checkpoint folder"
