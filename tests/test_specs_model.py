@@ -27,6 +27,12 @@ PUBLISHED = {
     "qwen2-57b-a14b": (57, 14),
     "mixtral-8x7b": (46.7, 12.9),
     "gpt-oss-120b": (117, 5.1),
+    # Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 card: 235B total, 22B activated
+    "qwen3-235b-a22b-2507-fp8": (235, 22),
+    # zai-org/GLM-4.5 card: GLM-4.5-Air 106B total, 12B active (MTP layer not counted)
+    "glm-4.5-air-fp8": (106, 12),
+    # zai-org/GLM-4.6 card: GLM-4.5's 355B-A32B network
+    "glm-4.6": (355, 32),
 }
 #: presets whose config is a sample under tests/data/configs/ (sizes checked there, against
 #: published.json with each figure's rounding): preset -> sample folder
@@ -39,6 +45,11 @@ SAMPLES = {
     "gemma-4-26b-a4b": "google--gemma-4-26B-A4B",
     "nemotron-3-nano-30b-a3b": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
     "minimax-m3": "MiniMaxAI--MiniMax-M3",
+    "gpt-oss-20b": "openai--gpt-oss-20b",
+    "glm-4.5": "zai-org--GLM-4.5",
+    "glm-4.5-air": "zai-org--GLM-4.5-Air",
+    "glm-4.6-fp8": "zai-org--GLM-4.6-FP8",
+    "glm-4.7": "zai-org--GLM-4.7",
 }
 
 
