@@ -193,3 +193,13 @@ def test_a_folder_of_a_repo_name_still_wins(tmp_path, monkeypatch):
 def test_fp8_lab_models_are_fp8_checkpoints():
     assert load_model("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8").quant.experts.bytes_per_weight > 1
     assert load_model("zai-org/GLM-4.5-Air-FP8").quant.experts.bytes_per_weight == 1.0
+
+
+@pytest.mark.parametrize("repo", list(LAB_MODELS))
+def test_launch_scripts_load_the_repo_the_lab_named(repo, tmp_path, monkeypatch):
+    """``--model Qwen/Qwen3-235B-A22B-Instruct-2507`` plans on Qwen3-235B-A22B's network and
+    launches the 2507 checkpoint, not the preset's own repo."""
+    from moeplan.export.plan_export import model_path_for
+
+    monkeypatch.chdir(tmp_path)
+    assert model_path_for(repo, None) == repo

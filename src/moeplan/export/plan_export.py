@@ -49,15 +49,15 @@ from moeplan.planners.families import FAMILY
 from moeplan.planners.layout import Layout
 from moeplan.serve.deployment import PDLayout, engine_layout, of
 from moeplan.specs import model_names
-from moeplan.specs.presets import model_repos
+from moeplan.specs.presets import model_repos, preset_key
 
 #: preset name -> the Hugging Face repo the launch scripts load (the one preset table)
 DEFAULT_MODEL_PATHS = model_repos()
 
 
 def model_path_for(model_arg: str, model_path: str | None) -> str:
-    """What the launch scripts load: ``--model-path``, the preset's HF repo, or the config's
-    folder. A bare preset name is refused (no engine can load it)."""
+    """What the launch scripts load: ``--model-path``, the preset's HF repo (or the repo name
+    given as ``--model``), or the config's folder. A bare preset name is refused (no engine can load it)."""
     if model_path is not None:
         require(model_path.strip() != "", "--model-path (empty) must name a repo or folder")
         require(
@@ -73,6 +73,8 @@ def model_path_for(model_arg: str, model_path: str | None) -> str:
     if model_arg in DEFAULT_MODEL_PATHS:
         return DEFAULT_MODEL_PATHS[model_arg]
     p = Path(model_arg)
+    if "/" in model_arg and preset_key(model_arg) is not None and not p.exists():
+        return model_arg  # a Hugging Face repo name of a preset: the engines load that repo
     if p.is_dir():
         return str(p.resolve())
     require(

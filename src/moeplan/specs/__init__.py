@@ -86,23 +86,16 @@ def load_model(name: str) -> ModelSpec:
     Reading a user's config file here is the specs layer's one file access; it is for the
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
-    from moeplan.specs.hf_config import config_path, is_folder, read_config_file  # bounded
+    from moeplan.specs.hf_config import config_path, exists, is_folder, read_config_file
 
     key = preset_key(name)
-    repo = key is not None and "/" in name and not _exists(name)  # a Hugging Face repo name
+    repo = key is not None and "/" in name and not exists(name)  # a Hugging Face repo name
     if not repo and (name.endswith(".json") or "/" in name or os.sep in name
                      or Path(name).is_file() or (key is None and is_folder(name))):  # fmt: skip
         path = config_path(name)  # a checkpoint folder: its config.json
         label = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
         return model_from_dict(read_config_file(path), name=label, hf_quant=_hf_quant(path))
     return model_from_dict(model_config(name), name=key or name, hf_quant=preset_hf_quant(name))
-
-
-def _exists(name: str) -> bool:
-    try:
-        return Path(name).exists()
-    except (OSError, ValueError):  # ValueError: a NUL byte
-        return False
 
 
 def _hf_quant(config_path: Path) -> Any:

@@ -225,6 +225,11 @@ def _mode(path: Path) -> int | None:
         os.close(fd)
 
 
+def exists(path: str | os.PathLike[str]) -> bool:
+    """True when something is at ``path`` (a file or a folder a user may name as a model)."""
+    return _mode(Path(path)) is not None
+
+
 def is_folder(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a folder (a checkpoint folder, as Hugging Face downloads one)."""
     mode = _mode(Path(path))
