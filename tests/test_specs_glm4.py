@@ -203,3 +203,17 @@ def test_launch_scripts_load_the_repo_the_lab_named(repo, tmp_path, monkeypatch)
 
     monkeypatch.chdir(tmp_path)
     assert model_path_for(repo, None) == repo
+
+
+# ---- engines ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_engines_load_glm4_and_split_its_attention_for_dp(engine):
+    """SGLang glm4_moe.py Glm4MoeAttention divides its heads by attn_tp_size; vLLM registers
+    Glm4MoeForCausalLM (model_executor/models/registry.py)."""
+    from moeplan.backends import backend
+
+    b = backend(engine)
+    arch = load_model("glm-4.5-air").architecture
+    assert arch == "Glm4MoeForCausalLM"
+    assert b.model_class_blocker(arch) is None
+    assert b.attn_dp_blocker(arch) is None

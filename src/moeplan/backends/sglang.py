@@ -43,6 +43,9 @@ ATTN_DP: frozenset[str] = frozenset(
         "Qwen3_5MoeForConditionalGeneration",  # qwen3_5.py
         "GptOssForCausalLM",  # gpt_oss.py GptOssAttention
         "GlmMoeDsaForCausalLM",  # glm4_moe.py
+        # glm4_moe.py Glm4MoeAttention.__init__: num_heads = total_num_heads // attn_tp_size
+        # (read at sgl-project/sglang 005ffc65)
+        "Glm4MoeForCausalLM",
         "Llama4ForConditionalGeneration",  # mllama4.py: the llama4.py Llama4Attention
         "NemotronHForCausalLM",  # nemotron_h.py NemotronHAttention
         "MiniMaxM3ForCausalLM",  # minimax_m3.py
