@@ -51,6 +51,7 @@ DEEPEP_MODELS = {
     "kimi-k2",
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
+    "qwen3-235b-a22b-2507-fp8",
 }
 
 
