@@ -61,7 +61,7 @@ def glm4_moe(c: Cfg) -> tuple[LayerSpec, ...]:
               "first_k_dense_replace is MoE)")  # fmt: skip
     c.must_be("hidden_act", ("silu",), "the experts and MLPs are SiLU-gated (SGLang glm4_moe.py "
               "Glm4MoeMLP refuses other activations)")  # fmt: skip
-    rotary = c.float("partial_rotary_factor", 1.0, hi=1.0)
+    rotary = c.float("partial_rotary_factor", 0.5, hi=1.0)  # Glm4MoeConfig default 0.5
     if rotary <= 0.0:
         raise MoeplanError(f"{c.field('partial_rotary_factor')} ({rotary}) must be in (0, 1]")
     first = c.int("first_k_dense_replace", default=0, hi=n)
