@@ -78,8 +78,14 @@ class KernelDB:
         devices: Mapping[str, Device],
         errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
         store: Store | None = None,
+        versions: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
     ) -> None:
         self._store = store
+        #: (gpu, engine, op) -> how the requested engine version is priced by that table
+        #: (table version, measured / nearest version / extrapolated, transfer error)
+        self.versions = dict(versions or {})
+        #: the (engine, version) its tables were chosen for; None: the newest of each
+        self.engine_version: tuple[str, str] | None = None
         self.tables: Mapping[tuple[str, str, str], KernelTable]
         if isinstance(tables, LazyTables):
             self.tables = tables
