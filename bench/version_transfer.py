@@ -33,9 +33,7 @@ def compute(gpu: str = GPU) -> dict[str, object]:
         if g != gpu or len(paths) < 2 or name.startswith("wideep_deepep"):
             continue
         for op, rename, lat, scale in FILES[name]:
-            tables = {
-                v: _read(p, op, rename, lat, scale, gpu, engine, v) for v, p in paths.items()
-            }
+            tables = {v: _read(p, op, rename, lat, scale, gpu, engine, v) for v, p in paths.items()}
             rows += leave_one_version_out(tables, device)
     by_engine, by_op = [], []
     for engine, op in sorted({(r.engine, r.op) for r in rows}):
@@ -86,6 +84,14 @@ def _figures(data: dict) -> list[tuple]:
     ]
 
 
+def _differ(x: tuple, y: tuple) -> bool:
+    """Two figures rows differ: another transfer, or a figure moved by more than 1e-3."""
+    return x[:2] != y[:2] or any(
+        (p is None) != (q is None) or (p is not None and abs(p - q) > 1e-3)
+        for p, q in zip(x[2:], y[2:], strict=True)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="compare with the shipped file")
@@ -94,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         shipped = json.loads(OUT.read_text(encoding="utf-8"))
         a, b = _figures(data), _figures(shipped)
-        bad = len(a) != len(b) or any(
-            x[:2] != y[:2] or any(abs((p or 0) - (q or 0)) > 1e-3 for p, q in zip(x[2:], y[2:]))
-            for x, y in zip(a, b)
-        )
+        bad = len(a) != len(b) or any(_differ(x, y) for x, y in zip(a, b, strict=False))
         print("version_transfer.json " + ("differs" if bad else "agrees"))
         return 1 if bad else 0
     OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

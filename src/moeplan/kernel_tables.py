@@ -417,5 +417,7 @@ def engine_cost_model(
     """:func:`moeplan.cost.cost_model_for` with the process-wide kernel database: the entry
     point for a cost model that prices kernels from ``engine``'s tables at ``version`` (the
     newest tables: ``None``; no engine: ``None``)."""
+    if not engine and version is not None:
+        raise MoeplanError(f"--engine-version ({version!r}) needs an engine's kernel tables")
     kernels = kernel_db(engine, version) if engine else None
     return cost_model_for(cluster, profile, engine=engine, kernels=kernels)
