@@ -107,6 +107,15 @@ def pricing_line(p: dict[str, Any]) -> str:
     return line + version_text(p.get("engine_version"))
 
 
+def release_label(p: dict[str, Any] | None) -> str:
+    """`` <release>`` (or `` (newest kernel tables)``) after an engine's name in a header
+    (``p``: :func:`moeplan.cost.provenance.pricing`); nothing without an engine."""
+    v = (p or {}).get("engine_version")
+    if not v:
+        return ""
+    return " (newest kernel tables)" if v["requested"] is None else f" {v['requested']}"
+
+
 def version_text(v: dict[str, Any] | None) -> str:
     """``; <engine> <version>: ...`` — the engine version and how each operation's table
     prices it (``v``: :func:`moeplan.cost.provenance.engine_version`); nothing for none."""
