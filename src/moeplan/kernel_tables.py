@@ -403,9 +403,10 @@ def _kernel_db(engine: str | None, version: str | None) -> KernelDB:
     versions = {
         k: version_record(k[1], k[2], choice, transfer) for k, (_, choice) in choices.items()
     }
-    db = KernelDB(LazyTables(loaders), devices, read_errors(), store=store, versions=versions)
-    db.engine_version = (engine, version) if version is not None else None
-    return db
+    asked = (engine, version) if engine is not None and version is not None else None
+    return KernelDB(
+        LazyTables(loaders), devices, read_errors(), store, versions=versions, engine_version=asked
+    )
 
 
 def engine_cost_model(

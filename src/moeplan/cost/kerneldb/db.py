@@ -18,6 +18,11 @@ the held-out errors per ``(gpu, engine, op, source)`` computed by :mod:`.evaluat
    reference did not measure takes the scaled model and the reference's residual field;
 4. no table for the engine and op anywhere: ``roofline`` (70 % of peak FLOP/s, 80 % of
    bandwidth, 5 µs floor — the CostModel's defaults).
+5. asked for one engine release (``--engine-version``: :attr:`KernelDB.versions`, chosen by
+   :mod:`moeplan.kernel_tables`): a price read from another release's table — a measured row
+   becomes ``transferred`` (a row of another release), the leave-one-version-out transfer
+   error is added to its source's error and the detail names the release
+   (:meth:`KernelDB._release`).
 
 No prediction is faster than the datasheet allows (:func:`peak_time`: FLOPs at the tensor
 peak, bytes at HBM / link bandwidth). A few table rows are (up to 1.8x on some fused-MoE rows,
@@ -80,13 +85,14 @@ class KernelDB:
         errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
         store: Store | None = None,
         versions: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+        engine_version: tuple[str, str] | None = None,
     ) -> None:
         self._store = store
         #: (gpu, engine, op) -> how the requested engine version is priced by that table
         #: (table version, measured / nearest version / extrapolated, transfer error)
         self.versions = dict(versions or {})
         #: the (engine, version) its tables were chosen for; None: the newest of each
-        self.engine_version: tuple[str, str] | None = None
+        self.engine_version = engine_version
         self.tables: Mapping[tuple[str, str, str], KernelTable]
         if isinstance(tables, LazyTables):
             self.tables = tables
