@@ -239,3 +239,15 @@ def test_the_human_header_names_the_release_and_how(capsys):
     ev = json.loads(out)["pricing"]["engine_version"]
     assert ev["ops"]["moe"]["how"] == EXTRAPOLATED and ev["ops"]["moe"]["table_version"] == "0.5.9"
     assert json.loads(out)["price_sources"]["transferred"]["seconds"] > 0.0
+
+
+def test_a_release_between_tables_takes_the_newest_older_one_with_its_error():
+    """SGLang 0.5.10 has wide-EP tables but no fused-MoE table: 0.5.9's, nearest version,
+    with SGLang's own fused-MoE leave-one-version-out figure."""
+    db = kernel_db("sglang", "0.5.10")
+    moe = db.versions[("h100_sxm", "sglang", "moe")]
+    assert (moe["how"], moe["table_version"]) == (NEAREST, "0.5.9")
+    shipped = read_version_transfer()["by_engine"][("sglang", "moe")]
+    assert (moe["error_median"], moe["error_p90"]) == (shipped["median"], shipped["p90"])
+    assert db.versions[("h100_sxm", "sglang", "wideep_context_moe")]["how"] == MEASURED
+    assert db.versions[("h100_sxm", "vllm", "moe")]["table_version"] == "0.24.0"  # others: newest
