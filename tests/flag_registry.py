@@ -127,6 +127,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--tpot-slo": R("--tpot-slo", "50"),
             "--slo-percentile": R("--slo-percentile", "50"),
             "--engine": P("--engine", "vllm", key="engine"),
+            "--engine-version": P("--engine-version", "0.5.9", key="step_ms"),
             "--cost-engine": P("--cost-engine", "none"),
             "--chunk-tokens": R("--chunk-tokens", "512"),
             "--max-running": R("--max-running", "16"),
@@ -167,6 +168,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--slo-percentile": P("--slo-percentile", "50", key="slo"),
             "--objective": P("--objective", "latency", key="objective"),
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
             "--cost-engine": P("--cost-engine", "none"),
             "--requests": P("--requests", "100", key="workload"),
             "--workload": R("--workload", "{tmp}/no-such-workload.json"),
@@ -204,6 +206,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         COST_MOE,
         {
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="rows"),
             "--cluster": P("--cluster", "h200-sxm-8"),
             "--gpu": P(
                 "--gpu", "h200-sxm", base=("cost", "moe", "--gpu", "h100-sxm", *COST_MOE[4:])
@@ -259,6 +262,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--layers": P("--layers", "4"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
             "--max-batch": P("--max-batch", "16"),
             "--imbalance": P("--imbalance", "1.5"),
             "--verify": P("--verify"),
@@ -288,6 +292,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--sync-pp": P("--sync-pp"),
             "--verify": P("--verify"),
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
         },
     ),
     "place": (
@@ -303,6 +308,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--redundant": P("--redundant", "4"),
             "--seed": P("--seed", "3"),
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
             "--export-sglang": F("--export-sglang", "{tmp}/eplb.json"),
             "--tables": F("--tables", "{tmp}/tables.npz"),
             "--heatmap": F("--heatmap", "{tmp}/heat.png"),
@@ -333,6 +339,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--any-divisor": P("--any-divisor"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--engine": P("--engine", "vllm"),
+            "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
             "--top": P("--top", "2"),
             "--export": F("--export", "{tmp}/export", "--out", "{tmp}/o"),
             "--model-path": R("--model-path", "{tmp}/no-such-folder"),

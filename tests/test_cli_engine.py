@@ -263,7 +263,7 @@ def _predict(db: KernelDB) -> list[tuple[float, str]]:
 
 def test_store_serves_the_same_variants_without_reading_tables(tmp_path):
     built = _predict(_db(tmp_path))
-    stored = sorted(tmp_path.glob("a100_sxm-vllm-moe-*.npz"))
+    stored = sorted(tmp_path.glob("a100_sxm-vllm-moe@*.npz"))
     assert len(stored) >= 2 and all(os.stat(p).st_mode & 0o077 == 0 for p in stored)
 
     def unread():
@@ -277,7 +277,9 @@ def test_store_misses_on_a_changed_table_a_corrupt_or_foreign_file(tmp_path):
     root = tmp_path / "store"
     built = _predict(_db(root))
     files = {k: p for k, (p, _) in table_files().items()}
-    other = tmp_path / "moe_perf.parquet"  # same rows, one more byte: another content key
+    # same release folder and rows, one more byte: another content key
+    other = tmp_path / files[STORE_KEY].parent.name / "moe_perf.parquet"
+    other.parent.mkdir()
     other.write_bytes(files[STORE_KEY].read_bytes() + b"\0")
     stale = DiskStore(root, {**files, STORE_KEY: other}, table_devices())
     store = DiskStore(root, files, table_devices())
@@ -287,11 +289,11 @@ def test_store_misses_on_a_changed_table_a_corrupt_or_foreign_file(tmp_path):
         path.write_bytes(b"not an npz")
     assert _predict(_db(root)) == built  # rebuilt and rewritten
     assert all(_unpack(p.read_bytes()) is not None for p in root.glob("*-variants-*.npz"))
-    (counts,) = root.glob("a100_sxm-vllm-moe-variants-*.npz")
+    (counts,) = root.glob("a100_sxm-vllm-moe@*-variants-*.npz")
     counts.chmod(0o620)  # writable by others: never read
     assert store.get(key) is None
     counts.chmod(0o600)
     assert store.get(key) is not None
     stale.put(key, {("x",): 1})  # the newer table's file replaces the older one
-    assert len(list(root.glob("a100_sxm-vllm-moe-variants-*.npz"))) == 1
+    assert len(list(root.glob("a100_sxm-vllm-moe@*-variants-*.npz"))) == 1
     assert store.get(key) is None and stale.get(key) == {("x",): 1}

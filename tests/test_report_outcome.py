@@ -15,7 +15,7 @@ import pytest
 
 from moeplan.cost import cost_model_for
 from moeplan.cost.provenance import quant_vs_bf16, source_errors
-from moeplan.kernel_tables import engine_cost_model, kernels_dir
+from moeplan.kernel_tables import engine_cost_model, table_files
 from moeplan.report.html import DIGITS, PLOTLY_FILE, Section, compact, figure_html, render
 from moeplan.report.serving import cdf_points
 from moeplan.search.job.outcome import quant_sentence
@@ -73,7 +73,7 @@ def test_quantized_experts_priced_slower_than_bf16_name_the_measured_row():
     q = quant_vs_bf16(engine_cost_model(c, None, "sglang"), m)
     assert q is not None and q["dtype"] == "w4a16_mxfp4" and q["ratio"] > 1
     assert "moe_perf" in q["table"] and "h100_sxm" in q["table"] and q["quant_source"] == "measured"
-    path = next(kernels_dir().glob("h100_sxm/moe/sglang/*/moe_perf.parquet"))
+    path = table_files()[("h100_sxm", "sglang", "moe")][0]  # the release that priced it
     t = pq.read_table(path).to_pandas()
     row = t[(t.moe_dtype == "w4a16_mxfp4") & (t.num_tokens == q["tokens"])
             & (t.hidden_size == m.hidden_size) & (t.num_experts == m.num_experts)

@@ -131,11 +131,15 @@ class DiskStore:
         content = hashlib.sha256(text.encode()).hexdigest()[:24]
         return self.root / f"{self._stem(key)}-{content}{SUFFIX}"
 
-    @staticmethod
-    def _stem(key: tuple) -> str:
-        """The part of a file name that names the variant (not the content it was built from)."""
+    def _stem(self, key: tuple) -> str:
+        """The part of a file name that names the variant and its table's engine version (not
+        the content it was built from): two versions of a table keep two files, neither
+        replacing the other."""
         gpu, engine, op = key[1:4]
-        return f"{gpu}-{engine}-{op}-{key[0]}-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}"
+        table = self.files.get((gpu, engine, op))
+        version = "" if table is None else table.parent.name
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        return f"{gpu}-{engine}-{op}@{version}-{key[0]}-{digest}"
 
     def get(self, key: tuple) -> Any | None:
         path = self.path(key)

@@ -3,7 +3,10 @@
 From ai-dynamo/aiconfigurator @ 095f58a5 (Apache-2.0, LICENSE in that folder), laid out as
 ``<gpu>/<family>/<engine>/<version>/<file>.parquet``. Latencies arrive in milliseconds
 (``latency``) or microseconds (``*_us``) and leave in seconds. Where an engine has the same
-file in several versions the newest is read. DeepEP is a library shared by the engines: its
+file in several versions the newest is read, unless an engine version is asked
+(``--engine-version``: :func:`table_choices`, :mod:`moeplan.backends.versions`; the
+leave-one-version-out transfer errors ``moeplan/data/version_transfer.json`` are stated beside
+every price read from another version's table). DeepEP is a library shared by the engines: its
 tables (collected under SGLang) serve ``sglang``, ``vllm`` and ``trtllm`` alike; the wide-EP
 MoE tables (DeepGEMM grouped GEMMs) serve ``sglang`` and ``vllm`` (:data:`WIDEEP_SHARED`).
 
@@ -35,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from moeplan.backends import BACKENDS, kernel_tables
+from moeplan.backends import BACKENDS, backend, kernel_tables
+from moeplan.backends.versions import MEASURED, TableChoice, check_version, table_for
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import (
     KERNEL_FAMILIES,
@@ -124,14 +128,12 @@ VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: tables serve every engine
 WIDEEP_SHARED = frozenset({"wideep_context_moe_perf.parquet", "wideep_generation_moe_perf.parquet"})
 ERRORS_FILE = "heldout_errors.json"
+#: the leave-one-version-out transfer errors (package data, ``bench/version_transfer.py``)
+TRANSFER_FILE = "version_transfer.json"
 
 
 def kernels_dir() -> Path:
     return Path(str(resources.files("moeplan").joinpath("data", "measured", "kernels")))
-
-
-def _version_key(v: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in v.replace("rc", ".rc.").split("."))
 
 
 def _numpy(column: Any) -> np.ndarray:
@@ -251,26 +253,51 @@ def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
     return table, frozen_fold.in_test_fold(keys), keys
 
 
-def table_files(root: Path | None = None) -> dict[tuple[str, str, str], tuple[Path, tuple]]:
-    """``(gpu, engine, op) -> (file, read arguments)`` of every shipped table (newest
-    version of each)."""
+def table_versions(root: Path | None = None) -> dict[tuple[str, str, str], dict[str, Path]]:
+    """``(gpu, engine folder, file) -> {version: file}`` of every shipped table, every version."""
     root = root or kernels_dir()
-    newest: dict[tuple[str, str, str], Path] = {}
+    found: dict[tuple[str, str, str], dict[str, Path]] = {}
     for path in sorted(root.glob("*/*/*/*/*.parquet")):
         gpu, _, engine, version = path.relative_to(root).parts[:4]
-        if path.name not in FILES:
-            continue
-        key = (gpu, path.name, engine)
-        if key not in newest or _version_key(version) > _version_key(newest[key].parent.name):
-            newest[key] = path
-    out: dict[tuple[str, str, str], tuple[Path, tuple]] = {}
-    for (gpu, name, engine), path in sorted(newest.items()):
-        engines = TABLE_ENGINES if name.startswith("wideep_deepep") else (engine,)
+        if path.name in FILES:
+            found.setdefault((gpu, engine, path.name), {})[version] = path
+    return found
+
+
+def engine_table_versions(engine: str, root: Path | None = None) -> tuple[str, ...]:
+    """The releases ``engine``'s own kernel tables were measured at, on any GPU, oldest first
+    (:meth:`moeplan.backends.base.EngineBackend.table_versions` of the table folders)."""
+    folders = [(e, v) for (_, e, _), vs in table_versions(root).items() for v in vs]
+    return backend(engine).table_versions(folders)
+
+
+def table_choices(
+    root: Path | None = None, engine: str | None = None, version: str | None = None
+) -> dict[tuple[str, str, str], tuple[Path, TableChoice]]:
+    """``(gpu, engine, op) -> (file, choice)`` of every shipped table: for ``engine``'s own
+    tables the version that prices ``version`` (:func:`moeplan.backends.versions.table_for`),
+    for every other table (and with ``version`` None) the newest."""
+    out: dict[tuple[str, str, str], tuple[Path, TableChoice]] = {}
+    for (gpu, folder, name), paths in sorted(table_versions(root).items()):
+        engines = TABLE_ENGINES if name.startswith("wideep_deepep") else (folder,)
         if name in WIDEEP_SHARED:
             engines = tuple(b.kernel_table for b in BACKENDS.values() if b.shares_wideep_tables)
-        for op, rename, lat, scale in FILES[name]:
-            for eng in engines:
-                out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))
+        for eng in engines:
+            choice = table_for(paths, version if eng == engine == folder else None)
+            for op, *_ in FILES[name]:
+                out[(gpu, eng, op)] = (paths[choice.table], choice)
+    return out
+
+
+def table_files(
+    root: Path | None = None, engine: str | None = None, version: str | None = None
+) -> dict[tuple[str, str, str], tuple[Path, tuple]]:
+    """``(gpu, engine, op) -> (file, read arguments)`` of every shipped table, at the versions
+    :func:`table_choices` picks (the newest of each by default)."""
+    out: dict[tuple[str, str, str], tuple[Path, tuple]] = {}
+    for (gpu, eng, op), (path, _) in table_choices(root, engine, version).items():
+        _, rename, lat, scale = next(f for f in FILES[path.name] if f[0] == op)
+        out[(gpu, eng, op)] = (path, (op, rename, lat, scale, gpu, eng, path.parent.name))
     return out
 
 
@@ -310,23 +337,88 @@ def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tup
     return {(r["gpu"], r["engine"], r["op"], r["source"]): (r["median"], r["p90"]) for r in rows}
 
 
+def version_transfer_path() -> Path:
+    """The shipped leave-one-version-out transfer errors (``bench/version_transfer.py``)."""
+    return Path(str(resources.files("moeplan").joinpath("data", TRANSFER_FILE)))
+
+
+def read_version_transfer(path: Path | None = None) -> dict[str, Any]:
+    """The shipped transfer errors: ``{"by_engine": {(engine, op): row}, "by_op": {op: row}}``,
+    each row with ``median``, ``p90``, ``rows`` and ``pairs`` (empty when the file is absent)."""
+    path = path or version_transfer_path()
+    if not path.is_file():
+        return {"by_engine": {}, "by_op": {}, "gpu": None}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        "gpu": data["gpu"],
+        "by_engine": {(r["engine"], r["op"]): r for r in data["by_engine"]},
+        "by_op": {r["op"]: r for r in data["by_op"]},
+    }
+
+
+def version_record(
+    engine: str, op: str, choice: TableChoice, transfer: dict[str, Any]
+) -> dict[str, Any]:
+    """How one operation of ``engine`` is priced at the requested version: the table version,
+    ``measured`` / ``nearest version`` / ``extrapolated``, and for a transfer the error
+    measured leave-one-version-out (the engine's own for that operation, else pooled over the
+    engines, else ``None``: one version of that table on every engine)."""
+    rec: dict[str, Any] = {"table_version": choice.table, "how": choice.how}
+    if choice.how == MEASURED:
+        return rec
+    row = transfer["by_engine"].get((engine, op))
+    scope = f"{engine} {op}, leave-one-version-out on {transfer['gpu']}"
+    if row is None:
+        row = transfer["by_op"].get(op)
+        scope = f"{op} pooled over engines, leave-one-version-out on {transfer['gpu']}"
+    if row is None:
+        return {**rec, "error_median": None, "error_p90": None,
+                "error_from": "not measured: one version of this table on every engine"}  # fmt: skip
+    return {**rec, "error_median": row["median"], "error_p90": row["p90"], "error_from": scope}
+
+
+def kernel_db(engine: str | None = None, version: str | None = None) -> KernelDB:
+    """The process-wide kernel database, one per requested ``engine`` version (tables read
+    once, models built on first use and kept on disk by :class:`DiskStore` unless
+    ``MOEPLAN_CACHE_DIR=off``): ``engine``'s own tables at the versions that price
+    ``version`` (:func:`table_choices`), every other table (and without ``version``) the
+    newest. A malformed version or one newer than every table of the engine is one line."""
+    if version is None or engine is None:
+        return _kernel_db(None, None)
+    check_version(engine, version, engine_table_versions(engine))
+    return _kernel_db(engine, version)
+
+
 @cache
-def kernel_db() -> KernelDB:
-    """The process-wide kernel database (tables read once, models built on first use and
-    kept on disk by :class:`DiskStore` unless ``MOEPLAN_CACHE_DIR=off``)."""
-    files = table_files()
+def _kernel_db(engine: str | None, version: str | None) -> KernelDB:
+    choices = table_choices(None, engine, version)
+    files = table_files(None, engine, version)
     devices = table_devices()
     root = cache_dir()
     store = (
         None if root is None else DiskStore(root, {k: p for k, (p, _) in files.items()}, devices)
     )
     loaders = {k: partial(_read, path, *args) for k, (path, args) in files.items()}
-    return KernelDB(LazyTables(loaders), devices, read_errors(), store=store)
+    transfer = read_version_transfer()
+    versions = {
+        k: version_record(k[1], k[2], choice, transfer) for k, (_, choice) in choices.items()
+    }
+    asked = (engine, version) if engine is not None and version is not None else None
+    return KernelDB(
+        LazyTables(loaders), devices, read_errors(), store, versions=versions, engine_version=asked
+    )
 
 
 def engine_cost_model(
-    cluster: ClusterSpec, profile: str | None = None, engine: str | None = "sglang"
+    cluster: ClusterSpec,
+    profile: str | None = None,
+    engine: str | None = "sglang",
+    version: str | None = None,
 ) -> CostModel:
     """:func:`moeplan.cost.cost_model_for` with the process-wide kernel database: the entry
-    point for a cost model that prices kernels from ``engine``'s tables (``None``: none)."""
-    return cost_model_for(cluster, profile, engine=engine, kernels=kernel_db() if engine else None)
+    point for a cost model that prices kernels from ``engine``'s tables at ``version`` (the
+    newest tables: ``None``; no engine: ``None``)."""
+    if not engine and version is not None:
+        raise MoeplanError(f"--engine-version ({version!r}) needs an engine's kernel tables")
+    kernels = kernel_db(engine, version) if engine else None
+    return cost_model_for(cluster, profile, engine=engine, kernels=kernels)

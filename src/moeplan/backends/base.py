@@ -12,10 +12,11 @@ Pure: no I/O, no torch; it reads GPU facts from the GPU record (:class:`moeplan.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from moeplan.backends.versions import sort_versions
 from moeplan.specs import GPUSpec
 
 GIB = 1024**3
@@ -46,7 +47,8 @@ class EngineBackend(ABC):
     label: str
     #: the engine name of its measured kernel tables (``moeplan.kernel_tables``)
     kernel_table: str
-    #: the release the launch facts were read from (None: none pinned)
+    #: the release the launch facts were read from (None: none pinned); not the releases its
+    #: kernel tables were measured at (:meth:`table_versions`, ``--engine-version``)
     version: str | None = None
     #: the flag line the exports target (``moeplan.export.constraints``), e.g. ``0.5.2x``
     flag_line: str | None = None
@@ -93,6 +95,13 @@ class EngineBackend(ABC):
         """Prompt tokens of one forward step by default on ``gpu`` (the engine's chunked
         prefill; per DP rank where :attr:`budgets_per_dp_rank`)."""
         raise NotImplementedError
+
+    def table_versions(self, folders: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+        """The releases its kernel tables were measured at, oldest first, read from the
+        ``(engine folder, version folder)`` pairs of the shipped tables
+        (:func:`moeplan.kernel_tables.table_versions`): what ``--engine-version`` prices as
+        ``measured`` on some GPU (:mod:`moeplan.backends.versions`). Not :attr:`version`."""
+        return sort_versions(v for e, v in folders if e == self.kernel_table)
 
     def default_running(self, gpu: GPUSpec) -> int:
         """Running sequences by default on ``gpu`` (per DP rank); engines whose cap comes

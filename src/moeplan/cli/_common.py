@@ -215,8 +215,21 @@ EngineOpt = Annotated[
 ]
 
 
-def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostModel:
-    """The cost model of ``--engine`` (one line, exit 2, for an unknown engine)."""
+EngineVersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Engine release whose kernel tables price it (e.g. 0.5.9; default: the newest "
+        "table of each kernel): another release's table where none was measured, with its "
+        "measured transfer error (docs/benchmarks/version_transfer.md).",
+    ),
+]
+
+
+def engine_cost(
+    cluster: ClusterSpec, profile: str | None, engine: str, version: str | None = None
+) -> CostModel:
+    """The cost model of ``--engine`` at ``--engine-version`` (one line, exit 2, for an
+    unknown engine or a version it cannot price)."""
     from moeplan.errors import require
     from moeplan.kernel_tables import engine_cost_model
 
@@ -224,7 +237,8 @@ def engine_cost(cluster: ClusterSpec, profile: str | None, engine: str) -> CostM
         engine in COST_ENGINES, f"--engine ({engine!r}) must be one of {', '.join(COST_ENGINES)}"
     )
     b = backend_or_none(engine)
-    return engine_cost_model(cluster, profile, None if b is None else b.kernel_table)
+    require(b is not None or version is None, "--engine-version needs an --engine with tables")
+    return engine_cost_model(cluster, profile, None if b is None else b.kernel_table, version)
 
 
 def print_pricing(price: dict[str, Any], sources: dict | None = None, what: str = "") -> None:

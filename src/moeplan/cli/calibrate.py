@@ -135,15 +135,8 @@ def _kernels(
             errors_out, json.dumps({"seed": seed, "folds": folds or 5, "errors": errors}, indent=1)
         )
     if json_out:
-        print_json(
-            {
-                "seed": seed,
-                "folds": folds or 5,
-                "rows": [r.to_dict() for r in rows],
-                "errors": errors,
-                "errors_out": errors_out,
-            }
-        )
+        out = {"seed": seed, "folds": folds or 5, "rows": [r.to_dict() for r in rows]}
+        print_json({**out, "errors": errors, "errors_out": errors_out})
         return
     t = Table(
         title="Kernel database error (|predicted/measured - 1|): held-out whole shapes "
@@ -152,17 +145,8 @@ def _kernels(
     for c in ("GPU", "engine", "op", "method", "regime", "load", "rows", "median", "p90"):
         t.add_column(c)
     for r in rows:
-        t.add_row(
-            r.gpu,
-            r.engine,
-            r.op,
-            r.method,
-            r.regime,
-            r.load,
-            str(r.n),
-            f"{r.median:.1%}",
-            f"{r.p90:.1%}",
-        )
+        cells = (r.gpu, r.engine, r.op, r.method, r.regime, r.load, str(r.n))
+        t.add_row(*cells, f"{r.median:.1%}", f"{r.p90:.1%}")
     console.print(t)
     if errors_out:
         console.print(f"error table written to {errors_out}")

@@ -14,6 +14,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, fmt_times, print_json, write_atomic
 from moeplan.commands.cost import (
     RANK_LOAD_COLS,
@@ -29,7 +30,7 @@ from moeplan.commands.cost import (
 )
 from moeplan.cost.kerneldb import KERNEL_FAMILIES, OPS, TABLE_ENGINES, Prediction
 from moeplan.errors import MoeplanError
-from moeplan.search.job.outcome import sources_line
+from moeplan.search.job.outcome import sources_line, version_text
 
 Opt = typer.Option
 
@@ -37,6 +38,7 @@ Opt = typer.Option
 def cost(
     op: Annotated[str, typer.Argument(help=f"Operation: {', '.join(OPS)}.")],
     engine: Annotated[str, Opt(help=f"Serving engine: {', '.join(TABLE_ENGINES)}.")] = "sglang",
+    engine_version: opt.EngineVersionOpt = None,
     cluster: Annotated[str | None, Opt(help="Cluster preset (default h100-sxm-8).")] = None,
     gpu: Annotated[str | None, Opt(help="GPU preset instead of a cluster.")] = None,
     table: Annotated[
@@ -135,11 +137,14 @@ def cost(
     from moeplan.kernel_tables import kernel_db
 
     query = {c: v for c, v in cols.items() if c in fam.columns or c in RANK_LOAD_COLS}
-    check_kernel_source(kernel_db(), engine, op, query)
-    preds = kernel_db().predict_many(op, dev, engine, query)
+    db = kernel_db(engine, engine_version)
+    check_kernel_source(db, engine, op, query)
+    preds = db.predict_many(op, dev, engine, query)
+    rec = db.versions.get((dev.table or dev.reference, engine, op))
+    ver = {"engine": engine, "requested": engine_version, "ops": {op: rec} if rec else {}}
     if out:
         write_atomic(out, predictions_parquet(out, cols, preds))
-    _report(op, engine, where, cols, preds, json_out, out)
+    _report(op, engine, where, cols, preds, json_out, out, ver)
 
 
 #: the flags that give a shape: every parameter of :func:`cost` named as a column of some
@@ -155,12 +160,13 @@ def _report(
     preds: list[Prediction],
     json_out: bool,
     out: str | None,
+    version: dict,
 ) -> None:
     names = list(cols)
     rows, ps = prediction_rows(cols, preds), cost_price_sources(op, preds)
     if json_out:
-        print_json({"op": op, "engine": engine, "device": where, "out": out, "rows": rows,
-                    "price_sources": ps})  # fmt: skip
+        print_json({"op": op, "engine": engine, "engine_version": version, "device": where,
+                    "out": out, "rows": rows, "price_sources": ps})  # fmt: skip
         return
     title = f"{op} on one GPU: {where}, engine {engine} (time per call, per GPU)"
     errs = [
@@ -187,7 +193,7 @@ def _report(
         for r, p, tm, err in zip(rows, preds, times, errs, strict=True):
             t.add_row(*[str(r[c]) for c in names], tm, p.source, err)
     console.print(t)
-    console.print(f"kernel table: {preds[0].detail}", markup=False)
+    console.print(f"kernel table: {preds[0].detail}{version_text(version)}", markup=False)
     console.print(sources_line(ps, "the predicted kernel time"))
     if out:
         console.print(f"table with predictions written to {out}")

@@ -63,6 +63,7 @@ def dep_command(
         ),
     ] = None,
     engine: opt.EngineOpt = DEFAULT_ENGINE,
+    engine_version: opt.EngineVersionOpt = None,
     max_batch: Annotated[
         int,
         typer.Option(
@@ -94,7 +95,7 @@ def dep_command(
     check_out(out, OUTPUTS)
     spec = load_model(model)
     cl = load_cluster(cluster)
-    cm = opt.engine_cost(cl, profile, engine)
+    cm = opt.engine_cost(cl, profile, engine, engine_version)
     work = "FinDEP: Algorithm 1 and the baselines" + (", brute force, CP-SAT" if verify else "")
     with opt.progress(not (quiet or as_json), work):
         report = dep.plan_dep(

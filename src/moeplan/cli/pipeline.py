@@ -77,6 +77,7 @@ def pipeline_command(
         typer.Option("--verify", help="Exact optimum of the same problem (exhaustive when small)."),
     ] = False,
     engine: opt.EngineOpt = DEFAULT_ENGINE,
+    engine_version: opt.EngineVersionOpt = None,
     out: opt.OutDirOpt = None,
     as_json: opt.JsonOpt = False,
     quiet: opt.QuietOpt = False,
@@ -88,7 +89,7 @@ def pipeline_command(
     degree = None if pp == "auto" else parse_int("--pp", pp, "or 'auto'")
     routing = routing_for(spec, routing_profile, top_p, routing_trace)
     workload = Workload(phase=phase, batch=batch, isl=isl, osl=osl, routing=routing)
-    cm = opt.engine_cost(cl, None, engine)
+    cm = opt.engine_cost(cl, None, engine, engine_version)
     work = "SMIDT: stage search over every PP degree" + (", exhaustive check" if verify else "")
     with opt.progress(not (quiet or as_json), work):
         res = plan_pipeline(spec, cl, workload, cm, pp=degree, async_pp=not sync_pp, verify=verify)

@@ -93,6 +93,7 @@ def place_cmd(
     ] = 0,
     seed: Annotated[int, typer.Option(help="Split seed")] = 0,
     engine: opt.EngineOpt = DEFAULT_ENGINE,
+    engine_version: opt.EngineVersionOpt = None,
     export_sglang: Annotated[
         Path | None,
         typer.Option("--export-sglang", help="Write SGLang --init-expert-location JSON"),
@@ -111,7 +112,7 @@ def place_cmd(
         redundant=redundant,
     )  # fmt: skip
     require(trace.exists(), f"--trace ({trace}) does not exist")
-    cm = opt.engine_cost(cl, None, engine)
+    cm = opt.engine_cost(cl, None, engine, engine_version)
     work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
     with opt.progress(not (quiet or as_json), work) as step:
         res, calls = run_place(trace, m, cm, nodes, cfg)

@@ -98,6 +98,7 @@ def plan_cmd(
         ),
     ] = "sglang",
     cost_engine: opt.CostEngineOpt = "engine",
+    engine_version: opt.EngineVersionOpt = None,
     requests: Annotated[
         int,
         typer.Option(
@@ -172,7 +173,8 @@ def plan_cmd(
         model=model, model_path=model_path, cluster=cluster, nodes=nodes, layers=layers,
         workload=workload, isl=isl, osl=osl, batch=batch, rate=rate, concurrency=concurrency,
         isl_dist=isl_dist, osl_dist=osl_dist, slo_ms=(ttft_slo, tpot_slo, slo_percentile),
-        objective=objective, engine=engine, cost_engine=cost_engine, requests=requests,
+        objective=objective, engine=(engine, engine_version), cost_engine=cost_engine,
+        requests=requests,
         trace=trace, families=families, profile=profile, any_divisor=any_divisor,
         placement=placement, seed=seed, out=out, jobs=jobs,
         knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a),

@@ -119,6 +119,7 @@ def serve_sim(
         ),
     ] = "sglang",
     cost_engine: opt.CostEngineOpt = "engine",
+    engine_version: opt.EngineVersionOpt = None,
     chunk_tokens: Annotated[
         int | None, typer.Option(help="Prefill chunk / token budget (default: searched).")
     ] = None,
@@ -190,7 +191,8 @@ def serve_sim(
         from moeplan.commands.serve_sim import phase_answer
 
         out = phase_answer(
-            m, c, d.layout, engine=engine, cost_engine=cost_engine, profile=profile, phase=phase,
+            m, c, d.layout, engine=(engine, engine_version), cost_engine=cost_engine,
+            profile=profile, phase=phase,
             per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu,
             context=s.phase_context, knob_flags=s.knob_flags, routing=s.routing,
         )  # fmt: skip

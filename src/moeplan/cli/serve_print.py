@@ -13,7 +13,7 @@ from moeplan.commands.serve_sim import overload_line
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
-from moeplan.search.job.outcome import sources_line
+from moeplan.search.job.outcome import release_label, sources_line
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout
@@ -38,9 +38,9 @@ def print_human(out: dict[str, Any], r: ServeResult | DisaggResult) -> None:
     copies = f" x{n} replicas ({out['gpus'] * n} GPUs in all)" if n > 1 else ""
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']} "
-        f"({out['gpus']} GPUs){copies}, {e['name']} scheduler ({e['policy']}, chunk "
-        f"{e['chunk_tokens']} tokens, cap {e['max_running']} requests), {load}, "
-        f"{w['requests']} requests (simulated; times from the cost model)."
+        f"({out['gpus']} GPUs){copies}, {e['name']}{release_label(out['pricing'])} scheduler "
+        f"({e['policy']}, chunk {e['chunk_tokens']} tokens, cap {e['max_running']} requests), "
+        f"{load}, {w['requests']} requests (simulated; times from the cost model)."
     )
     t = Table(title="Latency per request (simulated; one unit per row)")
     for col in ("metric", "p50", "p90", "p99"):
@@ -126,8 +126,8 @@ def print_phase(out: dict[str, Any]) -> None:
     knobs = ", ".join(f"{k}={v}" for k, v in out["knobs"].items() if v is not None)
     console.print(
         f"[bold]{out['model']}[/] on [bold]{out['cluster']}[/], {out['label']}, "
-        f"{out['engine']} ({knobs}): {out['phase']} step, steady state of the phase alone, "
-        "per GPU."
+        f"{out['engine']}{release_label(out['pricing'])} ({knobs}): {out['phase']} step, "
+        "steady state of the phase alone, per GPU."
     )
     if out["phase"] == "decode":
         what = f"{out['batch_per_gpu']} sequences at KV {out['context']}"

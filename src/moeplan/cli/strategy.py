@@ -21,6 +21,7 @@ from moeplan.cli._common import (
     DEFAULT_OSL,
     BatchOpt,
     EngineOpt,
+    EngineVersionOpt,
     IslOpt,
     OslOpt,
     OutDirOpt,
@@ -165,6 +166,7 @@ def strategy(
     any_divisor: Annotated[bool, typer.Option(help="Allow any divisor, not only 2^k.")] = False,
     profile: Annotated[str | None, typer.Option(help="Hardware profile name.")] = None,
     engine: EngineOpt = DEFAULT_ENGINE,
+    engine_version: EngineVersionOpt = None,
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
     export: Annotated[str | None, typer.Option(help="sglang or vllm.")] = None,
     model_path: Annotated[str | None, typer.Option(help="Checkpoint path for exports.")] = None,
@@ -184,7 +186,7 @@ def strategy(
     m = load_model(model)
     c = load_cluster(cluster, nodes)
     w = strategy_workload(m, batch=batch, isl=isl, osl=osl, rate=rate, skew=expert_skew, seed=seed)
-    cm = engine_cost(c, profile, engine)
+    cm = engine_cost(c, profile, engine, engine_version)
     sizes = node_sizes(c)
     with progress(not (quiet or json_out), "MixServe: enumerating TP/EP/DP/PP strategies"):
         a = analyze(

@@ -226,7 +226,7 @@ def job_spec(
     osl_dist: str | None,
     slo_ms: tuple[float, float, float],
     objective: str,
-    engine: str,
+    engine: tuple[str, str | None],
     cost_engine: str,
     requests: int,
     trace: str | None,
@@ -241,7 +241,8 @@ def job_spec(
 ) -> tuple[JobSpec, CostModel, int, Path]:
     """``plan``'s flags checked (one line each, before any planning) and turned into the
     job: its spec, the cost model, the worker count and the artifact folder. ``slo_ms``: TTFT
-    and TPOT SLOs in ms and their percentile; ``knobs``: ``--redundant-experts``, ``--tbo``,
+    and TPOT SLOs in ms and their percentile; ``engine``: ``--engine`` and
+    ``--engine-version``; ``knobs``: ``--redundant-experts``, ``--tbo``,
     ``--mtp``, ``--mtp-accept``, ``--kv-dtype`` and ``--a2a``."""
     redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a = knobs
     search = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
@@ -274,6 +275,7 @@ def job_spec(
     n_jobs = check_jobs(jobs)
     if trace is not None:  # read it whole now: a bad trace fails before planning, not after
         check_trace(trace, m.num_experts)
+    engine, engine_version = engine  # (--engine, --engine-version)
     engines = simulated()
     require(engine in engines, f"--engine ({engine!r}) must be {' or '.join(engines)}")
     require(
@@ -289,7 +291,9 @@ def job_spec(
     check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
-    cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    cm = engine_cost_model(
+        c, profile, engine=None if cost_engine == "none" else engine, version=engine_version
+    )
     check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir

@@ -388,6 +388,7 @@ class ServeSimFlags:
     slo_percentile: float
     engine: str
     cost_engine: str
+    engine_version: str | None
     chunk_tokens: int | None
     max_running: int | None
     requests: int
@@ -476,5 +477,7 @@ def sim_inputs(f: ServeSimFlags, s: ServeSimSetup) -> tuple[SLO, ServeWorkload, 
 
     engine = f.engine
     cost_engine = f.cost_engine
-    cm = engine_cost_model(c, f.profile, engine=None if cost_engine == "none" else engine)
+    cm = engine_cost_model(
+        c, f.profile, engine=None if cost_engine == "none" else engine, version=f.engine_version
+    )
     return slo, w, cm

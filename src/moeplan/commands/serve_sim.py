@@ -328,7 +328,7 @@ def phase_answer(
     c: ClusterSpec,
     layout: Layout,
     *,
-    engine: str,
+    engine: tuple[str, str | None],
     cost_engine: str,
     profile: str | None,
     phase: str,
@@ -343,13 +343,16 @@ def phase_answer(
     from moeplan.kernel_tables import engine_cost_model
 
     layout.validate(m, c)
+    engine, version = engine  # (--engine, --engine-version)
     engines = simulated()
     require(engine in engines, f"--engine ({engine!r}) must be one of {', '.join(engines)}")
     require(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
-    cost = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
+    cost = engine_cost_model(
+        c, profile, engine=None if cost_engine == "none" else engine, version=version
+    )
     require(
         knob_flags["kv_dtype"] in KV_DTYPES,
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",

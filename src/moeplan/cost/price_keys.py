@@ -9,7 +9,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from moeplan.cost.kerneldb.rows import BEYOND_NOTE, DTYPE_NOTE, EDGE_NOTE, PEAK_NOTE
+from moeplan.backends.versions import EXTRAPOLATED
+from moeplan.cost.kerneldb.rows import BEYOND_NOTE, DTYPE_NOTE, EDGE_NOTE, PEAK_NOTE, RELEASE_NOTE
 from moeplan.cost.kerneldb.sources import Prediction
 
 #: The detail of a DeepEP price across nodes (:mod:`moeplan.cost.wideep`): no table measures it.
@@ -18,6 +19,14 @@ INTERNODE_NOTE = "intra-node model moved to the RDMA link, no held-out rows"
 BYTES_A2A_NOTE = "DeepEP normal dispatch/combine model on bytes per rank"
 
 WHY_MEASURED = "the exact row of the measured table"
+NEAREST = (
+    "no table of the requested engine release: the newest older release's table, its "
+    "leave-one-version-out error added"
+)
+EXTRAPOLATED_RELEASE = (
+    "engine release older than every table: the oldest release's table (extrapolated), its "
+    "leave-one-version-out error added"
+)
 FLOOR = "raised to the datasheet floor (the table's model was faster than the peak)"
 NO_TABLE_ANY = "no table for this operation and engine on any GPU: datasheet peaks"
 NO_INTERNODE = "no inter-node table: the intra-node DeepEP model moved to the RDMA link"
@@ -39,6 +48,8 @@ PriceKey = tuple[str, str, str]
 def price_cause(p: Prediction) -> str:
     """Why ``p`` is priced from its source (a fixed sentence, module docstring)."""
     d = p.detail
+    if RELEASE_NOTE in d:
+        return EXTRAPOLATED_RELEASE if f"{RELEASE_NOTE} {EXTRAPOLATED}" in d else NEAREST
     if p.source == "measured":
         return WHY_MEASURED
     if p.source == "roofline":

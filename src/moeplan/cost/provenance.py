@@ -5,6 +5,8 @@ that the engine's own table prices slower than bf16. Pure: read from a :class:`C
   tables, and the source mix (share of kernel lookups per source, each operation's held-out
   error per source). Its one line for terminals and script headers is
   :func:`moeplan.search.job.outcome.pricing_line`.
+- :func:`engine_version`: the engine version asked (``--engine-version``) and, per operation,
+  the table release that priced it and how (measured, nearest version, extrapolated + error).
 - :func:`source_errors`: one row per source (measured / interpolated / transferred /
   roofline) with its share of lookups and the held-out error range over the operations it
   priced — the errors the kernel database ships (:mod:`moeplan.cost.kerneldb.sources`).
@@ -65,8 +67,34 @@ def pricing(cm: CostModel) -> dict[str, Any]:
         "lookups": total,
         "sources": {s: {"lookups": n, "share": n / total} for s, n in sorted(calls.items())},
         "ops": ops,
+        "engine_version": engine_version(cm, ops),
         "note": note + "; GEMMs, projections and inter-node traffic from the "
         f"{cm.profile_name} model",
+    }
+
+
+def engine_version(cm: CostModel, ops: Any = None) -> dict[str, Any] | None:
+    """The engine version ``cm``'s kernel tables price (``requested`` None: the newest table
+    of each operation) and, per operation priced so far (``ops``: :meth:`CostModel.provenance`,
+    default all asked), the table version and how it prices the request — ``measured``,
+    ``nearest version`` or ``extrapolated`` with the leave-one-version-out transfer error
+    (:mod:`moeplan.backends.versions`); ``None`` without an engine."""
+    kdb = cm._kdb
+    if kdb is None or cm.engine is None:
+        return None
+    ops = cm.provenance() if ops is None else ops
+    table = cm._device.table or cm._device.reference
+    asked = kdb.engine_version
+    per_op = {
+        op: dict(kdb.versions[(table, cm.engine, op)])
+        for op in sorted(ops)
+        if (table, cm.engine, op) in kdb.versions
+    }
+    return {
+        "engine": cm.engine,
+        "requested": None if asked is None else asked[1],
+        "tables_gpu": table,
+        "ops": per_op,
     }
 
 

@@ -18,6 +18,11 @@ the held-out errors per ``(gpu, engine, op, source)`` computed by :mod:`.evaluat
    reference did not measure takes the scaled model and the reference's residual field;
 4. no table for the engine and op anywhere: ``roofline`` (70 % of peak FLOP/s, 80 % of
    bandwidth, 5 µs floor — the CostModel's defaults).
+5. asked for one engine release (``--engine-version``: :attr:`KernelDB.versions`, chosen by
+   :mod:`moeplan.kernel_tables`): a price read from another release's table — a measured row
+   becomes ``transferred`` (a row of another release), the leave-one-version-out transfer
+   error is added to its source's error and the detail names the release
+   (:meth:`KernelDB._release`).
 
 No prediction is faster than the datasheet allows (:func:`peak_time`: FLOPs at the tensor
 peak, bytes at HBM / link bandwidth). A few table rows are (up to 1.8x on some fused-MoE rows,
@@ -37,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from moeplan.backends import kernel_tables
+from moeplan.backends.versions import MEASURED
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import (
     EXPLICIT,
@@ -47,7 +53,7 @@ from moeplan.cost.kerneldb.families import (
 from moeplan.cost.kerneldb.family import TABLE_COLS
 from moeplan.cost.kerneldb.fit import Analytic
 from moeplan.cost.kerneldb.normalize import normalize
-from moeplan.cost.kerneldb.rows import DTYPE_NOTE, own_rows, row_groups
+from moeplan.cost.kerneldb.rows import DTYPE_NOTE, RELEASE_NOTE, own_rows, row_groups
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.kerneldb.stored import stored_counts_ok, stored_variant_ok
 from moeplan.cost.kerneldb.variant import KernelTable, LazyTables, VariantModel
@@ -78,8 +84,15 @@ class KernelDB:
         devices: Mapping[str, Device],
         errors: Mapping[ErrorKey, tuple[float, float]] | None = None,
         store: Store | None = None,
+        versions: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+        engine_version: tuple[str, str] | None = None,
     ) -> None:
         self._store = store
+        #: (gpu, engine, op) -> how the requested engine version is priced by that table
+        #: (table version, measured / nearest version / extrapolated, transfer error)
+        self.versions = dict(versions or {})
+        #: the (engine, version) its tables were chosen for; None: the newest of each
+        self.engine_version = engine_version
         self.tables: Mapping[tuple[str, str, str], KernelTable]
         if isinstance(tables, LazyTables):
             self.tables = tables
@@ -237,11 +250,30 @@ class KernelDB:
                 errs[src] = self.error(table, engine, op, src)
             err = errs[src]
             out.append(
-                Prediction(
-                    seconds=s, source=src, error=_e(err, 0), error_p90=_e(err, 1), detail=detail
+                self._release(
+                    device, engine, op,
+                    Prediction(seconds=s, source=src, error=_e(err, 0), error_p90=_e(err, 1),
+                               detail=detail),
                 )
-            )
+            )  # fmt: skip
         return out
+
+    def _release(self, device: Device, engine: str, op: str, p: Prediction) -> Prediction:
+        """``p`` as a price of the requested engine release (:attr:`versions`): unchanged
+        where that release's own table priced it; else a measured row is ``transferred`` (a
+        row of another release), the leave-one-version-out error is added to the source's
+        error (``None`` when either is unknown) and the detail says which release."""
+        v = self.versions.get((device.table or device.reference, engine, op))
+        if v is None or v["how"] == MEASURED:
+            return p
+        med, p90 = v.get("error_median"), v.get("error_p90")
+        return Prediction(
+            seconds=p.seconds,
+            source="transferred" if p.source == "measured" else p.source,
+            error=_plus(p.error, med),
+            error_p90=_plus(p.error_p90, p90),
+            detail=f"{p.detail}{RELEASE_NOTE} {v['how']}, the {v['table_version']} table",
+        )
 
     def kinds_many(
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
@@ -260,8 +292,9 @@ class KernelDB:
             mask = (
                 (srcs == src) & (details == detail) if len(kinds) > 1 else np.ones(len(secs), bool)
             )
-            out.append((mask, Prediction(seconds=float(secs[i]), source=src, error=_e(err, 0),
-                                         error_p90=_e(err, 1), detail=detail)))  # fmt: skip
+            pred = Prediction(seconds=float(secs[i]), source=src, error=_e(err, 0),
+                              error_p90=_e(err, 1), detail=detail)  # fmt: skip
+            out.append((mask, self._release(device, engine, op, pred)))
         return secs, out
 
     def seconds_many(
@@ -417,6 +450,10 @@ def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:
     """The datasheet floor: no prediction may claim more FLOP/s or bytes/s than the peak."""
     peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
     return np.maximum(f.flops / peak, f.nbytes / (device.link_bw if link else device.mem_bw))
+
+
+def _plus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
 
 
 def _e(err: tuple[float, float] | None, i: int) -> float | None:

@@ -22,6 +22,8 @@ EDGE_NOTE = "residual of the shape's last measured row carried on"
 BEYOND_NOTE = "shape beyond the table: nearest shape's residual"
 PEAK_NOTE = "raised to the datasheet peak"
 DTYPE_NOTE = "no table for this dtype: another dtype's model"
+#: a price read from another engine release's table (``KernelDB._release``)
+RELEASE_NOTE = "; for the requested engine release:"
 
 
 def row_groups(

@@ -103,7 +103,43 @@ def pricing_line(p: dict[str, Any]) -> str:
     if p["engine"] is None:
         return f"kernel prices: {p['note']}"
     mix = ", ".join(f"{s} {v['share']:.0%}" for s, v in p["sources"].items()) or "none used"
-    return f"kernel prices: {p['note']}; sources of {p['lookups']:,} kernel lookups: {mix}"
+    line = f"kernel prices: {p['note']}; sources of {p['lookups']:,} kernel lookups: {mix}"
+    return line + version_text(p.get("engine_version"))
+
+
+def release_label(p: dict[str, Any] | None) -> str:
+    """`` <release>`` (or `` (newest kernel tables)``) after an engine's name in a header
+    (``p``: :func:`moeplan.cost.provenance.pricing`); nothing without an engine."""
+    v = (p or {}).get("engine_version")
+    if not v:
+        return ""
+    return " (newest kernel tables)" if v["requested"] is None else f" {v['requested']}"
+
+
+def version_text(v: dict[str, Any] | None) -> str:
+    """``; <engine> <version>: ...`` — the engine version and how each operation's table
+    prices it (``v``: :func:`moeplan.cost.provenance.engine_version`); nothing for none."""
+    if not v:
+        return ""
+    if v["requested"] is None:
+        tables = sorted({r["table_version"] for r in v["ops"].values()})
+        return f"; {v['engine']} version: the newest table of each kernel ({', '.join(tables)})"
+    groups: dict[tuple, list[str]] = {}
+    for op, r in v["ops"].items():
+        err = r.get("error_median")
+        key = (r["how"], r["table_version"], err, r.get("error_p90"))
+        groups.setdefault(key, []).append(op)
+    parts = []
+    for (how, table, med, p90), ops in sorted(groups.items(), key=lambda g: g[0][:2]):
+        what = f"{how} ({table})" if how != "measured" else "measured"
+        if how != "measured":
+            what += (
+                f", transfer error median {med:.0%} / p90 {p90:.0%}"
+                if med is not None
+                else ", transfer error not measured"
+            )
+        parts.append(f"{', '.join(ops)}: {what}")
+    return f"; {v['engine']} {v['requested']}: " + "; ".join(parts)
 
 
 def sources_line(ps: dict[str, dict[str, Any]], what: str) -> str:
