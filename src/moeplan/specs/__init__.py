@@ -15,14 +15,7 @@ from moeplan.errors import MoeplanError
 from moeplan.specs.cluster import ClusterSpec, GPUSpec, LinkSpec
 from moeplan.specs.gpu import gpu_from_record
 from moeplan.specs.model import ModelSpec, ModuleInfo
-from moeplan.specs.presets import (
-    ALIASES,
-    MODEL_FILES,
-    cluster_table,
-    model_config,
-    preset_hf_quant,
-    preset_of_repo,
-)
+from moeplan.specs.presets import ALIASES, MODEL_FILES, cluster_table, model_config, preset_hf_quant
 from moeplan.specs.workload import RoutingProfile, Workload
 
 __all__ = [
@@ -81,20 +74,12 @@ def load_model(name: str) -> ModelSpec:
     """The preset model ``name`` (e.g. ``deepseek-v3``), the ``config.json`` at a path, or a
     checkpoint folder's ``config.json`` (and the ``hf_quant_config.json`` beside it). A bare
     name is a preset unless a regular file, or a folder that no preset is named after, has it.
-    A Hugging Face repo id that names no local path (``openai/gpt-oss-20b``, or the name
-    alone) is the preset serving that repo's network
-    (:func:`~moeplan.specs.presets.preset_of_repo`), as the engines' launch commands name it.
 
     Reading a user's config file here is the specs layer's one file access; it is for the
     CLI's convenience, and planners only ever receive the resulting ``ModelSpec``.
     """
     from moeplan.specs.hf_config import config_path, is_folder, read_config_file  # bounded
 
-    repo_preset = None if Path(name).exists() else preset_of_repo(name)
-    if repo_preset is not None and ALIASES.get(name, name) not in MODEL_FILES:
-        return model_from_dict(
-            model_config(repo_preset), name=repo_preset, hf_quant=preset_hf_quant(repo_preset)
-        )
     if (name.endswith(".json") or "/" in name or os.sep in name or Path(name).is_file()
             or (ALIASES.get(name, name) not in MODEL_FILES and is_folder(name))):  # fmt: skip
         path = config_path(name)  # a checkpoint folder: its config.json

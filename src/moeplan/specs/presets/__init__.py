@@ -51,11 +51,6 @@ PRESETS: dict[str, Preset] = {
                            source=_verbatim("mistralai/Mixtral-8x7B-v0.1")),
     "gpt-oss-120b": Preset(file="GPT-OSS-120B.json", repo="openai/gpt-oss-120b",
                            source=_verbatim("openai/gpt-oss-120b")),
-    "gpt-oss-20b": Preset(file="GPT-OSS-20B.json", repo="openai/gpt-oss-20b",
-                          source="openai/gpt-oss-20b config.json (SOURCES.json)"),
-    "qwen3-235b-a22b-fp8": Preset(file="Qwen3-235B-A22B-FP8.derived.json",
-                                  repo="Qwen/Qwen3-235B-A22B-FP8",
-                                  source="derived: Qwen3-235B-A22B.json + block FP8 (SOURCES.json)"),
     "deepseek-v4-flash": Preset(file="DeepSeek-V4-Flash.json", repo="deepseek-ai/DeepSeek-V4-Flash",
                                 source=_verbatim("deepseek-ai/DeepSeek-V4-Flash")),
     "qwen3.5-35b-a3b": Preset(file="Qwen3.5-35B-A3B.json", repo="Qwen/Qwen3.5-35B-A3B",
@@ -78,26 +73,6 @@ PRESETS: dict[str, Preset] = {
 }  # fmt: skip
 MODEL_FILES = {name: p.file for name, p in PRESETS.items()}
 ALIASES = {"deepseek-r1": "deepseek-v3"}
-#: Hugging Face repos that serve a preset's network under another name: the same
-#: architecture, sizes and weight format, differing only in what no price depends on
-#: (post-training, context length, rope base). Qwen's 2507 instruct releases: model cards of
-#: Qwen/Qwen3-235B-A22B-Instruct-2507(-FP8) (235B total / 22B active, 94 layers, 128 experts
-#: top-8, 64 query / 4 KV heads, 262,144-token native context).
-REPO_ALIASES = {
-    "Qwen/Qwen3-235B-A22B-Instruct-2507": "qwen3-235b-a22b",
-    "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8": "qwen3-235b-a22b-fp8",
-}
-
-
-def preset_of_repo(repo: str) -> str | None:
-    """The preset whose network a Hugging Face repo id (``org/name``, or ``name`` alone)
-    serves, matched without case (None: no preset)."""
-    want = repo.strip().lower()
-    table = {r: n for r, n in REPO_ALIASES.items()} | {p.repo: n for n, p in PRESETS.items()}
-    for r, n in table.items():
-        if want in (r.lower(), r.lower().split("/", 1)[-1]):
-            return n
-    return None
 
 
 def _read(*parts: str) -> Any:
