@@ -77,9 +77,9 @@ def apply_launch(
 
 def _same_model(given: str, launched: str) -> bool:
     """Whether ``--model`` and the launch command's model name one network."""
-    from moeplan.specs.presets import preset_of_repo
+    from moeplan.specs.presets import preset_key
 
-    return given == launched or preset_of_repo(launched) in (given, preset_of_repo(given))
+    return given == launched or preset_key(launched) in (given, preset_key(given))
 
 
 def launch_report(command: str, s: LaunchSettings) -> dict[str, Any]:
