@@ -99,6 +99,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--nodes": P("--nodes", "2", "--attn-dp", "16", "--moe-ep", "16"),
             "--plan": R("--plan", "{tmp}/missing-plan.json", "--attn-tp", "2"),
             "--pd": R("--pd", "1*attn-tp1:1*attn-tp1"),
+            "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
             "--attn-tp": P("--attn-tp", "2", "--attn-dp", "1", key="label", base=DP2),
             "--attn-dp": P("--attn-dp", "2", "--attn-tp", "1", key="label", base=TP2),
             "--moe-tp": P("--moe-tp", "2", "--moe-ep", "1", key="label", base=TP2),

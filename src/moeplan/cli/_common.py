@@ -61,6 +61,17 @@ class Table(_RichTable):
 err_console = SafeConsole(stderr=True, highlight=False)
 
 
+def given_on_command_line(ctx: typer.Context) -> Callable[[str], bool]:
+    """Whether the running command's parameter ``name`` was typed (not its default); the
+    source is compared by name, as Typer carries its own copy of Click's enum."""
+
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+
+    return given
+
+
 def print_json(obj: Any) -> None:
     """Print one JSON object on stdout (:func:`moeplan.commands.json_text.json_text`)."""
     sys.stdout.write(json_text(obj) + "\n")

@@ -18,8 +18,14 @@ from typing import Annotated
 import typer
 
 from moeplan.cli import _common as opt
-from moeplan.cli._common import QuietOpt, print_json, progress, write_atomic
-from moeplan.cli.serve_print import print_pd, print_phase, print_single
+from moeplan.cli._common import (
+    QuietOpt,
+    given_on_command_line,
+    print_json,
+    progress,
+    write_atomic,
+)
+from moeplan.cli.serve_print import print_launch, print_pd, print_phase, print_single
 from moeplan.commands.serve_inputs import (
     DEFAULT_TPOT_SLO_MS,
     DEFAULT_TTFT_SLO_MS,
@@ -45,6 +51,7 @@ __all__ = ["register", "serve_sim"]
 
 
 def serve_sim(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
         typer.Option(help="Model preset, config.json or checkpoint folder (default: the plan's)."),
@@ -61,6 +68,14 @@ def serve_sim(
         ),
     ] = None,
     pd: Annotated[str | None, typer.Option(help=PD_HELP)] = None,
+    launch: Annotated[
+        str | None,
+        typer.Option(
+            help="An engine's own launch command, quoted ('vllm serve M -tp 4 ...', 'python -m "
+            "sglang.launch_server ...', 'trtllm-serve M ...'): its model, engine, layout and "
+            "instance knobs, read exactly (unknown flags refused; unpriced ones reported)."
+        ),
+    ] = None,
     attn_tp: Annotated[int | None, typer.Option(help="Attention TP degree (default 1).")] = None,
     attn_dp: Annotated[int | None, typer.Option(help="Attention DP degree (default 1).")] = None,
     moe_tp: Annotated[int | None, typer.Option(help="MoE TP degree (default 1).")] = None,
@@ -184,7 +199,15 @@ def serve_sim(
     step of one phase alone per GPU."""
     if trace_out:
         check_target(trace_out)  # not a device, FIFO or folder: refused before the work
-    f = ServeSimFlags(**{k: v for k, v in locals().items() if k not in ("json_out", "quiet")})
+    values = {k: v for k, v in locals().items() if k not in ("ctx", "json_out", "quiet", "launch")}
+    launched = None
+    if launch is not None:
+        from moeplan.commands.launch_flags import apply_launch, launch_report
+
+        values, settings = apply_launch(launch, values, given=given_on_command_line(ctx))
+        launched = launch_report(launch, settings)
+        engine, mtp, model = values["engine"], values["mtp"], values["model"]
+    f = ServeSimFlags(**values)
     s = prepare(f)
     m, c, d, n_jobs = s.model, s.cluster, s.deployment, s.jobs
     if phase is not None:
@@ -196,10 +219,13 @@ def serve_sim(
             per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu,
             context=s.phase_context, knob_flags=s.knob_flags, routing=s.routing,
         )  # fmt: skip
+        if launched:
+            out["launch"] = launched
         if json_out:
             print_json(out)
         else:
             print_phase(out)
+            print_launch(launched)
         return
     slo, w, cm = sim_inputs(f, s)
     from moeplan.commands.serve_sim import iterations_trace, simulate_pd, simulate_single
@@ -208,10 +234,13 @@ def serve_sim(
         with workers(n_jobs, carry=[cm]):
             pools, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
                                  requests=requests, mtp=mtp, mtp_accept=mtp_accept)  # fmt: skip
+        if launched:
+            out["launch"] = launched
         if json_out:
             print_json(out)
         else:
             print_pd(out, d.pd, pools)
+            print_launch(launched)
         return
     closed = w.concurrency is not None
     work = f"simulating {d.layout.label}" + ("" if rate or closed else ": SLO capacity search")
@@ -221,10 +250,13 @@ def serve_sim(
     if trace_out:
         write_atomic(trace_out, iterations_trace(sim, m, c, d.layout))
         out["trace"] = trace_out
+    if launched:
+        out["launch"] = launched
     if json_out:
         print_json(out)
     else:
         print_single(out, r, knobs)
+        print_launch(launched)
 
 
 def register(app: typer.Typer) -> None:

@@ -142,3 +142,15 @@ def print_phase(out: dict[str, Any]) -> None:
     console.print(f"  breakdown (ms, sums to the step): {parts}")
     console.print(pricing_line(out["pricing"]))
     console.print(sources_line(out["price_sources"], "the step"))
+
+
+def print_launch(launch: dict[str, Any] | None) -> None:
+    """What moeplan read of ``--launch`` and did not price (each flag with why)."""
+    if not launch:
+        return
+    console.print(f"Read from the {launch['engine']} launch command.")
+    for item in launch["not_priced"]:
+        console.print(f"[yellow]not priced[/]: {item['flag']} — {item['why']}")
+    if launch["no_effect"]:
+        names = ", ".join(i["flag"] for i in launch["no_effect"])
+        console.print(f"no effect on these figures: {names}")
