@@ -1,6 +1,8 @@
 """Search the colocated deployment space by SLO-bound capacity, with a certificate.
 
-Every layout of :mod:`moeplan.search.colocated.space` gets an upper bound of its capacity
+Every layout of :mod:`moeplan.search.colocated.space`, with each instance-knob variant the
+engine allows (:func:`moeplan.serve.knobs.knob_variants`: a candidate per variant, as
+``serve-sim`` would run it), gets an upper bound of its capacity
 (:func:`moeplan.search.capacity.bound.capacity_bound`, over every engine configuration the knob search
 may pick). The layout with the best analytic estimate
 (:func:`moeplan.search.colocated.evaluate.analytic_rate`, capped by its bound; its engine knobs are the
