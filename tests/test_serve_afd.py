@@ -17,7 +17,7 @@ from moeplan.planners.dep import brute_force, evaluate, pppipe, solve
 from moeplan.planners.dep.decode import decode_problem
 from moeplan.planners.dep.schedule import DepConfig
 from moeplan.planners.plan import Plan
-from moeplan.planners.rank import FAMILY_NAMES, PlanResult
+from moeplan.planners.rank import PlanResult
 from moeplan.search.disagg.rank import search_pools
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.deployment import AFDLayout
@@ -101,8 +101,12 @@ def test_expert_weights_that_do_not_fit_are_refused():
         AFDIteration(m, c, CostModel(c), AFDLayout(ag=8, eg=4))
 
 
-def test_pd_and_afd_are_ranked_families_with_plans():
-    """Both families come back served on the same footing, with plans that round-trip."""
+def test_pd_is_ranked_and_afd_is_a_research_answer_with_its_plan():
+    """P/D comes back served; AFD, which no engine launches, is not searched and says which
+    rule (``not_served``); its own search and plan (moeplan's runtime runs it) round-trip."""
+    from moeplan.search.disagg.rank import POOL_PLANS, disagg_setup
+    from moeplan.search.disagg.search import search_disaggregated
+
     m = load_model("qwen3-30b-a3b")
     c = replace(load_cluster("h100-sxm-8"), gpus_per_node=4)  # a small space: quick
     result = PlanResult(
@@ -116,17 +120,21 @@ def test_pd_and_afd_are_ranked_families_with_plans():
     w = ServeWorkload(
         num_requests=100, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=32)
     )
-    served, why, _, _ = search_pools(
-        result, CostModel(c), w, SLO(ttft_s=1.0, tpot_s=0.05), rate_given=False
-    )
-    assert why == {}
-    fams = {s.entry.family: s for s in served}
-    assert set(fams) == {"pd", "afd"} and all(f in FAMILY_NAMES for f in fams)
+    slo = SLO(ttft_s=1.0, tpot_s=0.05)
+    served, why, _, _ = search_pools(result, CostModel(c), w, slo, rate_given=False)
+    assert set(why) == {"afd"} and "launches no afd deployment" in why["afd"]
+    assert {s.entry.family for s in served} == {"pd"}
+    ctx, _, _ = disagg_setup(result, CostModel(c), w, slo)
+    assert ctx is not None
+    done, _ = search_disaggregated(ctx, ["afd"], incumbent=0.0, requests=100)
+    afd_served = [k for k in done if k.family == "afd"]
+    assert afd_served
+    afd = POOL_PLANS["afd"](ctx, afd_served[0].candidate(ctx))
+    for plan in [s.entry.plan for s in served] + [afd]:
+        assert Plan.from_json(plan.to_json()).family == plan.family
     for s in served:
         summ = s.summary()
         assert summ["gpus"] <= c.num_gpus and summ["metrics"]["output_tokens_per_s_per_gpu"] > 0
-        assert Plan.from_json(s.entry.plan.to_json()).family == s.entry.plan.family
-    afd = fams["afd"].entry.plan
     assert afd.family == "dep" and afd.details["seq_len"] == 1
     assert afd.details["r2"] <= afd.details["ma"]  # the runtime's DEP check (r2 <= ma * seq)
     closed = ServeWorkload(num_requests=50, rate=None, concurrency=8)

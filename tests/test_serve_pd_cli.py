@@ -152,9 +152,9 @@ def test_cli_pd_refuses_one_engine_knobs(capsys) -> None:
 
 
 def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
-    """A DeepSeek-V3 EP32 pool on 4x8 H100 with SGLang's kernels: priced with DeepEP (the
-    engine's all-to-all where it can run), and with two-batch overlap off or on, whichever
-    pool has more capacity (brute force over the two)."""
+    """A DeepSeek-V3 EP32 pool on 4x8 H100 with SGLang's kernels: priced with the fused MoE,
+    DeepEP (where it can run), and DeepEP with two-batch overlap, whichever pool has more
+    capacity (brute force over the three)."""
     from moeplan.kernel_tables import engine_cost_model
     from moeplan.search.disagg.pools import (
         Context,
@@ -180,7 +180,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     )
     lay = Layout(attn_dp=32, moe_ep=32)
     knobs = pool_knobs(c, lay)
-    assert [k.a2a for k in knobs] == ["deepep", "deepep"] and [k.tbo for k in knobs] == [0, 1]
+    assert [(k.a2a, k.tbo) for k in knobs] == [("nccl", 0), ("deepep", 0), ("deepep", 1)]
     for best, one in ((prefill_pool, _prefill_pool), (decode_pool, _decode_pool)):
         rates = [p.rate for k in knobs if (p := one(c, lay, k)) is not None]
         pool = best(c, lay)

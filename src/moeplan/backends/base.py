@@ -84,6 +84,11 @@ class EngineBackend(ABC):
     model_registry: str = ""
     #: the environment variable of a pipeline's layer partition (None: not settable)
     pp_partition_env: str | None = None
+    #: the deployment kinds it launches (:func:`moeplan.serve.deployment.launch_kind`:
+    #: ``colocated``, ``pd``, ``afd``, ``stages``, ``dep``); the search skips the others
+    deployments: frozenset[str] = frozenset({"colocated"})
+    #: why a kind it does not launch is refused: the rule and its source, by kind
+    no_deployment: Mapping[str, str] = field(default_factory=dict)
 
     # ---- launch (moeplan.export) ----------------------------------------------------------
     #: the export module writing its server commands (None: not exported)
@@ -126,6 +131,14 @@ class EngineBackend(ABC):
             f"{self.label} {self.version} has no attention DP (--attn-dp-size) for "
             f"{architecture}: its attention splits heads by the whole tp_size ({where})"
         )
+
+    def deployment_blocker(self, kind: str) -> str | None:
+        """Why the engine cannot launch a ``kind`` deployment, one line naming the rule
+        (None: it can)."""
+        if kind in self.deployments:
+            return None
+        why = self.no_deployment.get(kind, f"it launches {', '.join(sorted(self.deployments))}")
+        return f"{self.label} {self.version} launches no {kind} deployment: {why}"
 
     def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
         """The prefill chunk the engine needs for ``architecture`` at attention DP

@@ -65,6 +65,18 @@ NO_ATTN_DP = {
 #: arg_groups/memory_hook.py) over attention DP 32 is 128, so the export sets the chunk.
 PAGE_SIZE = {"DeepseekV4ForCausalLM": 256}
 LAUNCH_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 GiB GPUs
+#: the deployment kinds SGLang 0.5.23 launches: replicas of one server, and prefill/decode
+#: pools (python/sglang/srt/server_args.py ``--disaggregation-mode``, choices ``null``,
+#: ``prefill``, ``decode``; KV moved by ``--disaggregation-transfer-backend``)
+DEPLOYMENTS = frozenset({"colocated", "pd"})
+#: the kinds it does not launch, with the rule (attention-FFN disaggregation exists only in
+#: forks' ``--afd-perspective attn|ffn``, not in sgl-project/sglang's server_args.py)
+NO_DEPLOYMENT = {
+    "afd": "server_args.py --disaggregation-mode takes null, prefill or decode only; no "
+    "server runs attention and FFN on separate GPUs (a research deployment, moeplan run)",
+    "stages": "one server runs whole layers per pipeline stage (--pp-size), not per-module stages",
+    "dep": "no server runs FinDEP's DEP groups (a research deployment, moeplan run)",
+}
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
 KV_CACHE_DTYPE_FLAG = {"fp8": "fp8_e4m3", "bf16": "bf16"}
 
@@ -132,5 +144,7 @@ SGLANG = SGLangBackend(
     model_registry="python/sglang/srt/models",
     # python/sglang/srt/distributed/utils.py get_pp_indices
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
+    deployments=DEPLOYMENTS,
+    no_deployment=NO_DEPLOYMENT,
     launch_module="moeplan.export.sglang",
 )

@@ -29,6 +29,20 @@ from moeplan.specs import GPUSpec
 VERSION = "0.11.0"
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
 KV_CACHE_DTYPE_FLAG = {"fp8": "fp8", "bf16": "bfloat16"}
+#: the deployment kinds vLLM 0.11.0 launches: replicas of one server, and prefill/decode
+#: instances joined by a KV connector (``--kv-transfer-config`` with ``kv_role``
+#: ``kv_producer`` / ``kv_consumer``: docs/features/disagg_prefill.md, vllm/config/kv_transfer.py)
+DEPLOYMENTS = frozenset({"colocated", "pd"})
+#: the kinds it does not launch, with the rule (attention-FFN disaggregation, an ``afd_ffn_server``
+#: / ``vllm fserver``, exists only in forks of vllm-project/vllm, not in 0.11.0)
+NO_DEPLOYMENT = {
+    "afd": "vllm/entrypoints has no attention-FFN server in 0.11.0 (--kv-transfer-config "
+    "moves prefill KV only); no server runs attention and FFN on separate GPUs (a research "
+    "deployment, moeplan run)",
+    "stages": "one server runs whole layers per pipeline stage (--pipeline-parallel-size), "
+    "not per-module stages",
+    "dep": "no server runs FinDEP's DEP groups (a research deployment, moeplan run)",
+}
 A100_SM = 80  # compute capability 8.0: the A100 (vLLM tests its device name for "a100")
 
 
@@ -112,5 +126,7 @@ VLLM = VLLMBackend(
     ),
     model_registry="model_executor/models/registry.py",
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
+    deployments=DEPLOYMENTS,
+    no_deployment=NO_DEPLOYMENT,
     launch_module="moeplan.export.vllm",
 )

@@ -35,7 +35,7 @@ from moeplan.search.colocated.rank import replicated, require_steady, serve_resu
 from moeplan.search.disagg.given import simulate_given
 from moeplan.search.disagg.pools import Context, DisaggResult
 from moeplan.serve import SLO, IterationModel, ServeWorkload
-from moeplan.serve.deployment import PDLayout
+from moeplan.serve.deployment import PDLayout, require_launchable
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel, PhaseResult
 from moeplan.serve.iteration.price_sources import (
@@ -300,7 +300,9 @@ def simulate_pd(
 ) -> tuple[DisaggResult, dict[str, Any]]:
     """Simulate ``pd``: its result and the JSON answer (one engine's payload, the layout
     being the P/D pair, with the pools' text and loads); ``mtp``, ``mtp_accept``: the decode
-    pool's MTP draft tokens (0: off) and their acceptance, checked first."""
+    pool's MTP draft tokens (0: off) and their acceptance, checked first; a deployment
+    the engine cannot launch is refused (:func:`moeplan.serve.deployment.require_launchable`)."""
+    require_launchable(engine, pd)
     knobs = resolve_knobs(cm.engine, model, cluster, pd.prefill, mtp=mtp, mtp_accept=mtp_accept)
     c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
                 mtp=knobs.mtp, mtp_accept=knobs.mtp_accept)  # fmt: skip

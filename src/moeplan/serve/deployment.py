@@ -425,6 +425,29 @@ def of(x: Layout | Deployment) -> Deployment:
     return x if isinstance(x, Deployment) else Colocated(x)
 
 
+def launch_kind(d: Deployment) -> str:
+    """What an engine must launch to run ``d`` (:attr:`moeplan.backends.EngineBackend.deployments`):
+    ``colocated``, ``pd`` (colocated prefill and decode pools), ``afd`` (an attention-FFN
+    instance, alone or as a decode pool), ``stages`` or ``dep``."""
+    return d.visit(
+        colocated=lambda _: "colocated",
+        pd=lambda p: p.family,  # "pd", or "afd" for an AFD decode pool
+        afd=lambda _: "afd",
+        stages=lambda _: "stages",
+        dep=lambda _: "dep",
+    )
+
+
+def require_launchable(engine: str, d: Deployment) -> None:
+    """One line naming the engine's rule when ``engine`` cannot launch ``d``
+    (:meth:`moeplan.backends.EngineBackend.deployment_blocker`)."""
+    from moeplan.backends import backend
+
+    why = backend(engine).deployment_blocker(launch_kind(d))
+    if why is not None:
+        raise MoeplanError(f"--engine ({engine}) cannot run {d.label}: {why}")
+
+
 def is_colocated_prefill(layout: Layout | AFDLayout) -> bool:
     """Whether ``layout`` can be a prefill pool's instance (a colocated layout, not AFD)."""
     return isinstance(layout, Layout)

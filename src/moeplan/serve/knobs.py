@@ -218,16 +218,46 @@ class KnobEntry:
     apply: Callable[[Layout, InstanceKnobs, Any], tuple[Layout, InstanceKnobs]]
 
 
-def _a2a_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
-    engine, cluster = ctx
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """The instance knobs an engine can run for one layout of one model on one cluster:
+    the MoE all-to-all backends (``nccl``: the engine's fused MoE, always; ``deepep``),
+    whether two-batch overlap runs, whether multi-token prediction runs."""
+
+    a2a: tuple[str, ...]
+    tbo: bool
+    mtp: bool
+
+
+def allowed(engine: str | None, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> Allowed:
+    """What ``engine`` allows on ``layout`` (:class:`Allowed`), the one gate every search's
+    knob variants read (:func:`knob_variants`): DeepEP where
+    :func:`moeplan.cost.a2a.deepep_blockers` finds no blocker; two-batch overlap with DeepEP
+    only (SGLang ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``: both need a DeepEP
+    all-to-all backend, :mod:`moeplan.serve.iteration.instance_knobs`); MTP where the model
+    ships an MTP/NextN layer."""
     deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    return Allowed(
+        a2a=("nccl", "deepep") if deepep else ("nccl",),
+        tbo=deepep,
+        mtp=model.num_nextn_predict_layers > 0,
+    )
+
+
+def _a2a_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+    a2a = _allowed(model, layout, ctx).a2a
     if kn.tbo:  # two-batch overlap was asked for: only DeepEP runs it
-        return ("deepep",) if deepep else ()
-    return ("nccl", "deepep") if deepep else ("nccl",)
+        return ("deepep",) if "deepep" in a2a else ()
+    return a2a
 
 
 def _tbo_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
-    return (False, True) if kn.a2a == "deepep" else (False,)
+    return (False, True) if kn.a2a == "deepep" and _allowed(model, layout, ctx).tbo else (False,)
+
+
+def _allowed(model: ModelSpec, layout: Layout, ctx: tuple) -> Allowed:
+    engine, cluster = ctx
+    return allowed(engine, model, cluster, layout)
 
 
 def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
@@ -243,9 +273,10 @@ def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: 
 
 
 def _mtp_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
-    """Only the user's (``base``): the acceptance rate is the user's statement about their
-    workload, so MTP is never switched on by a search (no hidden default)."""
-    return (kn.mtp,)
+    """Only the user's (``base``) where the engine allows MTP (:func:`allowed`): the
+    acceptance rate is the user's statement about their workload, so MTP is never switched
+    on by a search (no hidden default)."""
+    return (kn.mtp,) if not kn.mtp or _allowed(model, layout, ctx).mtp else ()
 
 
 KNOB_ENTRIES: tuple[KnobEntry, ...] = (

@@ -152,13 +152,14 @@ def served_space(
     )
     osl = workload.osl.mean
     _require_reachable(cands, slo)
-    served, pruned = [], []
+    served, pruned, seen = [], [], set()
     for c in cands:
-        e = _entry(c, proposed, result)
-        if c.capacity is None:
-            if c.bound is not None:
-                pruned.append((e, c.bound_per_gpu(osl)))
+        if c.capacity is None:  # a layout's best bound only (candidates come by bound)
+            if c.bound is not None and c.layout not in seen:
+                seen.add(c.layout)
+                pruned.append((_entry(c, proposed, result), c.bound_per_gpu(osl)))
             continue
+        e = _entry(c, proposed, result)
         r = all_replicas(serve_result(c, workload, slo, rate_given), c.replicas)
         served.append(Served(entry=e, result=r, estimate_tokens_per_s_per_gpu=c.bound_per_gpu(osl)))
     top = cands[0] if cands and cands[0].capacity is not None else None
@@ -176,26 +177,30 @@ def served_space(
 
 
 def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignore[no-untyped-def]
-    """Each layout's instance knobs: the given ones (``search.base``, a
-    :class:`moeplan.search.ranking.rank.KnobSearch`) with the all-to-all backend resolved for the
-    layout (:func:`moeplan.cost.a2a.moe_backend`); without a search, the engine's defaults.
-    Knobs that are not given are not searched per layout here (None: the layout is skipped
-    when a given two-batch overlap needs DeepEP and the layout cannot have it)."""
+    """Each layout's instance-knob variants: with a search (``search``, a
+    :class:`moeplan.search.ranking.rank.KnobSearch`), every variant the engine allows
+    (:func:`moeplan.serve.knobs.knob_variants`: the all-to-all backend, two-batch overlap and
+    MTP as the disaggregated pools try them), the given knobs fixed — a given ``--a2a``
+    resolved for the layout (:func:`moeplan.cost.a2a.moe_backend`; none when a given two-batch
+    overlap needs DeepEP and the layout cannot have it); without a search, the engine's
+    defaults. Redundant experts are the layout's own here (the space's layouts need none)."""
     from moeplan.cost.a2a import moe_backend
     from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    from moeplan.serve.knobs import knob_variants
 
     m, c = result.model, result.cluster
 
     def knobs(lay: Layout):  # type: ignore[no-untyped-def]
         if search is None:
-            return resolve_knobs(cost.engine, m, c, lay)
+            return [resolve_knobs(cost.engine, m, c, lay)]
         base = search.base
         if search.a2a is not None:
             backend = moe_backend(search.a2a, cost.engine, m, c, lay.moe_tp, lay.moe_ep)
             if base.tbo and backend != "deepep":
-                return None
+                return []
             base = replace(base, a2a=backend)
-        return base
+        given = search.given | {"redundant_experts"}
+        return [kn for _, kn in knob_variants(cost.engine, m, c, lay, base, given)]
 
     return knobs
 

@@ -1,6 +1,8 @@
 """Search the colocated deployment space by SLO-bound capacity, with a certificate.
 
-Every layout of :mod:`moeplan.search.colocated.space` gets an upper bound of its capacity
+Every layout of :mod:`moeplan.search.colocated.space`, with each instance-knob variant the
+engine allows (:func:`moeplan.serve.knobs.knob_variants`: a candidate per variant, as
+``serve-sim`` would run it), gets an upper bound of its capacity
 (:func:`moeplan.search.capacity.bound.capacity_bound`, over every engine configuration the knob search
 may pick). The layout with the best analytic estimate
 (:func:`moeplan.search.colocated.evaluate.analytic_rate`, capped by its bound; its engine knobs are the
@@ -25,7 +27,7 @@ The winner's capacity is then re-estimated with its 95 % interval.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +112,8 @@ class Certificate:
 
     def sentence(self) -> str:
         return (
-            f"Search: of {self.layouts} colocated layouts ({self.infeasible} infeasible), "
+            f"Search: of {self.layouts} colocated layouts and knob variants ({self.infeasible} "
+            "infeasible), "
             f"{self.simulated} had their capacity simulated, {self.beaten_at_incumbent_rate} "
             f"missed the SLOs at the best capacity found so far (one steady run each), and "
             f"{self.pruned_by_bound} were pruned because an upper bound of their capacity "
@@ -269,28 +272,33 @@ def search_space(
     requests: int = DEFAULT_REQUESTS,
     space: list[Layout] | None = None,
     progress: Callable[[str], None] | None = None,
-    knobs_for: Callable[[Layout], InstanceKnobs | None] | None = None,
+    knobs_for: Callable[[Layout], Sequence[InstanceKnobs]] | None = None,
 ) -> tuple[list[SpaceCandidate], Certificate]:
     """Candidates best first (simulated ones by capacity per GPU, then the rest by bound) and
-    the certificate (module docstring)."""
+    the certificate (module docstring). ``knobs_for``: the instance-knob variants of a
+    layout (:func:`moeplan.serve.knobs.knob_variants`; none: the layout cannot run the given
+    knobs); each ``(layout, knobs)`` is a candidate of its own."""
     osl = workload.osl.mean
     cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
     cands = []
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
-        c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare)
         try:
-            c.knobs = knobs_for(lay) if knobs_for is not None else None
+            variants: list[InstanceKnobs | None] = (
+                list(knobs_for(lay)) if knobs_for is not None else [None]
+            )
         except MoeplanError as err:
-            c.reason = str(err)
-            cands.append(c)
+            cands.append(SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare,
+                                        reason=str(err)))  # fmt: skip
             continue
-        if knobs_for is not None and c.knobs is None:
-            c.reason = "the given two-batch overlap needs the DeepEP all-to-all on this layout"
-            cands.append(c)
+        if not variants:
+            cands.append(SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare,
+                reason="the given two-batch overlap needs the DeepEP all-to-all on this layout"))  # fmt: skip
             continue
-        prepare(c, model, cluster, cost, workload, slo, engine, knobs=False)
-        cands.append(c)
+        for kn in variants:  # every knob variant is a candidate of its own, bounded alone
+            c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare, knobs=kn)
+            prepare(c, model, cluster, cost, workload, slo, engine, knobs=False)
+            cands.append(c)
     order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
     best: SpaceCandidate | None = None
     simulated = beaten = 0

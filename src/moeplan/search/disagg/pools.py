@@ -17,9 +17,10 @@ over deployments (any pool counts, by SLO-bound capacity, with a certificate) is
    at the rate both pools sustain); the best per pair is kept (:func:`candidates`; the
    search scores every ``(x, y)`` this way as its analytic estimate).
 
-Each pool is priced with the engine's MoE all-to-all (DeepEP wherever it can run) and, with
-DeepEP, two-batch overlap off or on, whichever gives the pool more capacity
-(:func:`pool_knobs`).
+Each pool is priced with every instance-knob variant the engine allows — the fused MoE,
+DeepEP where it can run, with DeepEP two-batch overlap off or on — as the colocated search
+tries them (:func:`moeplan.serve.knobs.knob_variants`), whichever gives the pool more
+capacity (:func:`pool_knobs`).
 
 Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
 node (DP over the rest) with EP over the instance, plus pure TP within a node; AFD
@@ -45,9 +46,9 @@ from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.serve.deployment import AFDLayout, Colocated, DecodeLayout, PDLayout, instance
 from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import tokens_per_step
-from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.knobs import default_chunk, engine_config
+from moeplan.serve.knobs import default_chunk, engine_config, knob_variants
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pools.afd import AFDIteration, afd_engine_config, decode_engine_config
@@ -150,15 +151,13 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
 
 
 def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
-    """The instance knobs a pool of ``lay`` is tried with: the MoE all-to-all the engine
-    would run (DeepEP wherever it can, :func:`~moeplan.serve.iteration.instance_knobs.resolve_knobs`
-    with ``--a2a auto``), and with DeepEP two-batch overlap off and on (SGLang's flag; the
-    pool keeps the one with the higher capacity)."""
-    try:
-        base = resolve_knobs(c.cost.engine, c.model, c.cluster, lay)
-    except MoeplanError:
-        return [InstanceKnobs()]
-    return [base, replace(base, tbo=True)] if base.a2a == "deepep" else [base]
+    """The instance knobs a pool of ``lay`` is tried with: every variant the engine allows
+    (:func:`moeplan.serve.knobs.knob_variants`, the colocated search's own: the fused MoE,
+    DeepEP where it can run, and with DeepEP two-batch overlap off and on; the pool keeps
+    the one with the higher capacity)."""
+    given = frozenset({"redundant_experts", "mtp"})  # the layout's own; MTP: decode pools
+    return [kn for _, kn in knob_variants(c.cost.engine, c.model, c.cluster, lay, InstanceKnobs(),
+                                          given)] or [InstanceKnobs()]  # fmt: skip
 
 
 def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:

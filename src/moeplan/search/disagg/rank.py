@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from moeplan.backends import backend
 from moeplan.cost import CostModel
 from moeplan.planners.families import FAMILY, POOLED_FAMILIES
 from moeplan.planners.plan import Plan
@@ -31,6 +32,14 @@ from moeplan.serve.pools.afd import AFDIteration, bucket_up
 from moeplan.serve.workload.arrivals import ServeWorkload
 
 NEEDS = {f: FAMILY[f].needs for f in POOLED_FAMILIES}  # pools build on that family's plan
+
+
+def unlaunchable(engine: str) -> dict[str, str]:
+    """The pooled families ``engine`` cannot launch, with its rule: the search skips them
+    (a pooled family's name is its deployment's launch kind,
+    :func:`moeplan.serve.deployment.launch_kind`)."""
+    b = backend(engine)
+    return {f: why for f in NEEDS if (why := b.deployment_blocker(f)) is not None}
 
 
 def pools(k: Candidate) -> dict[str, Any]:
@@ -117,9 +126,11 @@ def disagg_setup(
         engine=engine, mtp=mtp[0], mtp_accept=mtp[1],
     )  # fmt: skip
     planned = {c.family for c in result.candidates}
-    why: dict[str, str] = {}
+    why: dict[str, str] = unlaunchable(engine)
     fams = []
     for fam, need in NEEDS.items():
+        if fam in why:
+            continue
         if need not in planned:
             why[fam] = f"its pools build on the {need} family, which was not planned"
         else:

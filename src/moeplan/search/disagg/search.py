@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from moeplan.planners.families import FAMILY
 from moeplan.search.capacity.slo import (
     CapacitySearch,
     SteadyProbe,
@@ -82,6 +83,8 @@ class DisaggCertificate:
     best_remaining_bound: float
     best_capacity: float
     incumbent_at_start: float
+    #: the pooled families searched (those the engine launches and whose base was planned)
+    families: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,12 +95,14 @@ class DisaggCertificate:
             "best_remaining_bound": self.best_remaining_bound,
             "best_capacity": self.best_capacity,
             "colocated_capacity": self.incumbent_at_start,
+            "families": list(self.families),
             "units": "output tokens/s per GPU",
         }
 
     def sentence(self) -> str:
         return (
-            f"Of {self.deployments} disaggregated deployments (P/D and attention-FFN pools, "
+            f"Of {self.deployments} disaggregated deployments (prefill pools with "
+            f"{' or '.join(FAMILY[f].decode for f in self.families)} decode pools, "
             f"any prefill:decode counts within the cluster, up to {MAX_INSTANCES} instances), "
             f"{self.simulated} had their "
             f"capacity simulated, {self.beaten_at_incumbent_rate} missed the SLOs at the best "
@@ -309,5 +314,6 @@ def search_disaggregated(
         best_remaining_bound=max((k.bound for k in pruned), default=0.0),
         best_capacity=done[0].capacity_per_gpu(osl) if done else 0.0,
         incumbent_at_start=incumbent,
+        families=tuple(families),
     )
     return done, cert

@@ -250,10 +250,11 @@ def begin_first(
     takes them only when the planners' result agrees (else they are cancelled and searched
     as usual). ``cost`` must be the ranking's memo (:func:`memo_cost`)."""
     from moeplan.search.disagg.pools import Context
-    from moeplan.search.disagg.rank import NEEDS
+    from moeplan.search.disagg.rank import NEEDS, unlaunchable
     from moeplan.search.disagg.search import first_searches
 
-    fams = [f for f, need in NEEDS.items() if need in families]
+    skip = unlaunchable(engine)
+    fams = [f for f, need in NEEDS.items() if need in families and f not in skip]
     if width() <= 1 or workload.rate is None or not fams:
         return result_of_planners(), None
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
