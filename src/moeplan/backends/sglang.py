@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
 
 VERSION = "0.5.23"
@@ -36,6 +37,7 @@ ATTN_DP: frozenset[str] = frozenset(
     {
         "DeepseekV2ForCausalLM",  # deepseek_v2.py (attn_tp_size)
         "DeepseekV3ForCausalLM",  # deepseek_v2.py (same classes)
+        "DeepseekV32ForCausalLM",  # deepseek_v2.py (same classes)
         "DeepseekV4ForCausalLM",  # deepseek_v4.py
         "KimiK25ForConditionalGeneration",  # kimi_k25.py: the DeepseekV3ForCausalLM text model
         "Qwen2MoeForCausalLM",  # qwen2_moe.py Qwen2MoeAttention
@@ -121,6 +123,7 @@ SGLANG = SGLangBackend(
     new_token_ratio=NEW_TOKEN_RATIO,
     state_ratio=STATE_RATIO,
     deepep=True,  # --moe-a2a-backend deepep (docs/advanced_features/expert_parallelism.md)
+    caps=SGLANG_CAPS,
     shares_wideep_tables=True,  # the wide-EP MoE tables were measured on SGLang
     attn_dp_architectures=ATTN_DP,
     no_attn_dp=NO_ATTN_DP,
