@@ -42,6 +42,10 @@ ATTN_DP: frozenset[str] = frozenset(
         "KimiK25ForConditionalGeneration",  # kimi_k25.py: the DeepseekV3ForCausalLM text model
         "Qwen2MoeForCausalLM",  # qwen2_moe.py Qwen2MoeAttention
         "Qwen3MoeForCausalLM",  # qwen3_moe.py Qwen3MoeAttention
+        "Qwen3VLMoeForConditionalGeneration",  # qwen3_vl_moe.py: qwen3_moe's decoder layer
+        "MiMoV2FlashForCausalLM",  # mimo_v2.py:688 attn_tp_size
+        "Step3p7FlashForCausalLM",  # step3p7.py: step3p5.py:295 attn_tp_size
+        "MiniMaxM2ForCausalLM",  # minimax_m2.py:643 MiniMaxM2Attention attn_tp_size
         "Qwen3_5MoeForConditionalGeneration",  # qwen3_5.py
         "GptOssForCausalLM",  # gpt_oss.py GptOssAttention
         "GlmMoeDsaForCausalLM",  # glm4_moe.py

@@ -341,8 +341,8 @@ def _r0514() -> Release:
         "deepseek_v2.ep": 1136, "deepseek_v2.attn": 1519, "qwen2_moe.ep": 438,
         "qwen2_moe.attn": 613, "qwen3_moe.ep": 347, "qwen3_moe.attn": 461,
         "qwen3_5.attn": 156, "gpt_oss.ep": 263, "gpt_oss.attn": 355, "llama4.attn": 223,
-        "nemotron_h.attn": 572, "minimax_m2.ep": 597, "minimax_m2.attn": 289,
-        "mimo_v2.ep": 356, "mimo_v2.attn": 107, "deepseek_v4.attn": 281,
+        "nemotron_h.attn": 572, "minimax_m2.ep": 597, "minimax_m2.attn": 735,
+        "mimo_v2.ep": 356, "mimo_v2.attn": 470, "deepseek_v4.attn": 281,
         "deepseek_v4.ep_file": "deepseek_v4.py:1587", "kv": 2337, "spec": 270,
         "ep_bf16": 210, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
     }  # fmt: skip
@@ -359,8 +359,8 @@ def _r0523() -> Release:
     lines = {
         "deepseek_v2.ep": 1524, "deepseek_v2.attn": 2051, "qwen2_moe.ep": 554,
         "qwen2_moe.attn": 911, "qwen3_moe.ep": 353, "qwen3_moe.attn": 502,
-        "qwen3_5.attn": 1281, "gpt_oss.ep": 277, "gpt_oss.attn": 391, "llama4.attn": 221,
-        "nemotron_h.attn": 694, "minimax_m2.ep": 607, "minimax_m2.attn": 293,
+        "qwen3_5.attn": 370, "gpt_oss.ep": 277, "gpt_oss.attn": 391, "llama4.attn": 221,
+        "nemotron_h.attn": 694, "minimax_m2.ep": 607, "minimax_m2.attn": 643,
         "mimo_v2.ep": 583, "mimo_v2.attn": 688, "deepseek_v4.attn": 1025,
         "deepseek_v4.ep_file": "deepseek_common/moe_transport.py:167",
         "step3p7.ep": 240, "step3p7.attn": 295, "kv": 1551, "spec": 1086,

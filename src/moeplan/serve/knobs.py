@@ -61,14 +61,25 @@ def engine_config(
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
+    mtp: int = 0,
 ) -> EngineConfig:
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
     the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
-    the KV dtype's bytes over bf16's (``--kv-dtype fp8``: 0.5)."""
+    the stored KV bytes over the model records' (``--kv-dtype fp8`` on bf16: 0.5). With
+    speculative decoding (``mtp`` draft tokens) the default running cap is the engine's
+    (:meth:`moeplan.backends.EngineBackend.mtp_running_cap`: SGLang's 48 per instance, split
+    over the DP ranks)."""
     b = _simulated(engine)
     chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
     run = SCHEDULERS[b.scheduler]
-    return run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    spec = b.mtp_running_cap() if mtp and max_running is None else None
+    if spec is not None:
+        dp = layout.attn_dp  # model_runner_kv_cache_mixin.py: max_num_reqs // dp_size per rank
+        cap = max(1, spec[0] // dp) * dp
+        if cap < cfg.max_running:
+            cfg = replace(cfg, max_running=cap)
+    return cfg
 
 
 def _prefill_first_config(
@@ -157,6 +168,7 @@ def candidates(
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
+    mtp: int = 0,
 ) -> list[EngineConfig]:
     """Configurations a search tries: the engine's defaults, then every smaller cap in
     :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
@@ -168,6 +180,7 @@ def candidates(
         chunk_tokens=chunk_tokens,
         max_running=max_running,
         kv_scale=kv_scale,
+        mtp=mtp,
     )
     if chunk_tokens is not None and max_running is not None:
         return [base]

@@ -182,7 +182,7 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
     Knobs that are not given are not searched per layout here (None: the layout is skipped
     when a given two-batch overlap needs DeepEP and the layout cannot have it)."""
     from moeplan.cost.a2a import moe_backend
-    from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    from moeplan.serve.iteration.instance_knobs import resolve_knobs, with_kv_cache
 
     m, c = result.model, result.cluster
 
@@ -195,7 +195,7 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
             if base.tbo and backend != "deepep":
                 return None
             base = replace(base, a2a=backend)
-        return base
+        return with_kv_cache(base, cost.engine, m, c)
 
     return knobs
 

@@ -116,6 +116,7 @@ def resolve_knobs(
     :class:`MoeplanError` (module docstring)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
+    check_engine_runs(engine, model, cluster)
     backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep)
     eng = backend_or_none(engine)
     if tbo and backend != "deepep":
@@ -173,3 +174,15 @@ def with_kv_cache(
         else:
             stored = eng.default_kv_dtype(model.architecture, fp8, cluster.gpu)
     return replace(knobs, kv_cache=stored, kv_model_bytes=stated)
+
+
+def check_engine_runs(engine: str | None, model: ModelSpec, cluster: ClusterSpec) -> None:
+    """One line (exit 2) when ``engine`` has no MoE kernel a table prices for the model's
+    experts on the cluster's GPU (:meth:`moeplan.backends.EngineBackend.moe_kernel_blocker`):
+    no layout of it can be served, so nothing is priced."""
+    b = backend_or_none(engine)
+    if b is None:
+        return
+    why = b.moe_kernel_blocker(model.quant.experts.format.kernel_dtype, cluster.gpu)
+    if why is not None:
+        raise MoeplanError(f"engine ({b.name}) cannot serve {model.name} here: {why}")
