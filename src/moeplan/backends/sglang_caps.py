@@ -21,9 +21,12 @@ How each fact is read:
 
 Rules over GPU and checkpoint:
 
-- DeepEP's MoE GEMMs: fp8 block-scaled weights (DeepGEMM) only; an unquantized (bf16) MoE
-  raises "Unquantized DeepEP MoE currently supports low_latency mode only" in normal mode
-  (layers/moe/ep_moe/layer.py ``DeepEPMoE.run_moe_core`` in 0.5.14), so prefill cannot run it.
+- DeepEP's MoE GEMMs: fp8 block-scaled weights (``Fp8Config``: DeepGEMM) only. An unquantized
+  (bf16) MoE raises "Unquantized DeepEP MoE currently supports low_latency mode only" in normal
+  mode unless ``--moe-runner-backend deep_gemm`` is given (layers/moe/ep_moe/layer.py
+  ``DeepEPMoE.run_moe_core`` in 0.5.14), so prefill cannot run it with the exported flags and
+  no table prices it; other quantizations (int4 compressed-tensors: Kimi-K2.5) reach
+  ``assert False, "forward_deepgemm_contiguous is deprecated"``.
 - mxfp4 MoE (gpt-oss): layers/quantization/mxfp4.py runs OpenAI's triton_kernels
   ``matmul_ogs`` with tuned layouts for SM100 and SM90 (``_swizzle_mxfp4``) and otherwise
   upcasts the experts to bf16; on SM80 no table prices either path (the A100 tables hold
@@ -324,8 +327,9 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
         ),
         deepep_moe_dtypes=_FP8_BLOCK,
         deepep_moe_source=(
-            f"layers/moe/ep_moe/layer.py:{lines['ep_bf16']} DeepEPMoE.run_moe_core: unquantized "
-            f"DeepEP MoE runs low_latency only ({v})"
+            f"layers/moe/ep_moe/layer.py DeepEPMoE: Fp8Config runs DeepGEMM (:{lines['ep_fp8']}); "
+            f"unquantized runs low_latency only (:{lines['ep_bf16']}); other quantizations "
+            f"hit 'forward_deepgemm_contiguous is deprecated' (:{lines['ep_bf16'] + 5}) ({v})"
         ),
         spec_running_cap=48,
         spec_running_source=(
@@ -344,7 +348,7 @@ def _r0514() -> Release:
         "nemotron_h.attn": 572, "minimax_m2.ep": 597, "minimax_m2.attn": 735,
         "mimo_v2.ep": 356, "mimo_v2.attn": 470, "deepseek_v4.attn": 281,
         "deepseek_v4.ep_file": "deepseek_v4.py:1587", "kv": 2337, "spec": 270,
-        "ep_bf16": 210, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
+        "ep_bf16": 210, "ep_fp8": 91, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
     }  # fmt: skip
     ops = {"DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57}
     mc = {
@@ -364,7 +368,7 @@ def _r0523() -> Release:
         "mimo_v2.ep": 583, "mimo_v2.attn": 688, "deepseek_v4.attn": 1025,
         "deepseek_v4.ep_file": "deepseek_common/moe_transport.py:167",
         "step3p7.ep": 240, "step3p7.attn": 295, "kv": 1551, "spec": 1086,
-        "ep_bf16": 291, "dsa_kv": "arg_groups/overrides.py:534 (fp8_e4m3 if major >= 10)",
+        "ep_bf16": 291, "ep_fp8": 110, "dsa_kv": "arg_groups/overrides.py:534 (fp8_e4m3 if major >= 10)",
     }  # fmt: skip
     ops = {
         "DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57,

@@ -240,7 +240,13 @@ def _a2a_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple)
 
 
 def _tbo_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
-    return (False, True) if kn.a2a == "deepep" else (False,)
+    """Two-batch overlap where DeepEP runs and the engine splits the family's decoder layer
+    (:meth:`moeplan.backends.EngineBackend.tbo_blocker`)."""
+    engine = ctx[0]
+    b = backend(engine) if engine in simulated() else None
+    if kn.a2a != "deepep" or (b is not None and b.tbo_blocker(model.architecture) is not None):
+        return (False,)
+    return (False, True)
 
 
 def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
