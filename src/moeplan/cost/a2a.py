@@ -126,6 +126,16 @@ def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: 
     return out
 
 
+def a2a_backends(
+    engine: str | None, model: ModelSpec, cluster: ClusterSpec, moe_tp: int, moe_ep: int
+) -> tuple[str, ...]:
+    """The MoE backends ``engine`` runs for this model on this cluster at MoE TP ``moe_tp`` x
+    EP ``moe_ep``: ``("nccl",)`` (its fused MoE) plus ``"deepep"`` where nothing blocks it
+    (:func:`deepep_blockers`: the engine's capability table, the expert dtype, the hardware)."""
+    ok = not deepep_blockers(engine, model, cluster, moe_tp, moe_ep)
+    return ("nccl", "deepep") if ok else ("nccl",)
+
+
 def moe_backend(
     a2a: str,
     engine: str | None,
