@@ -174,8 +174,7 @@ MtpAcceptOpt = Annotated[
 KvDtypeOpt = Annotated[
     str,
     typer.Option(
-        help="KV cache dtype: auto (the engine's default for the checkpoint and GPU), bf16 or "
-        "fp8."
+        help="KV cache dtype: auto (the engine's default for the checkpoint and GPU), bf16 or fp8."
     ),
 ]
 
