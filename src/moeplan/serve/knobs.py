@@ -73,13 +73,21 @@ def engine_config(
     chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
     run = SCHEDULERS[b.scheduler]
     cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
-    spec = b.mtp_running_cap() if mtp and max_running is None else None
-    if spec is not None:
-        dp = layout.attn_dp  # model_runner_kv_cache_mixin.py: max_num_reqs // dp_size per rank
-        cap = max(1, spec[0] // dp) * dp
-        if cap < cfg.max_running:
-            cfg = replace(cfg, max_running=cap)
+    cap = spec_running_cap(engine, layout.attn_dp, mtp) if max_running is None else None
+    if cap is not None and cap < cfg.max_running:
+        cfg = replace(cfg, max_running=cap)
     return cfg
+
+
+def spec_running_cap(engine: str | None, attn_dp: int, mtp: int) -> int | None:
+    """The instance's default running cap under speculative decoding with ``mtp`` draft
+    tokens (None: none, or no MTP): the engine's cap split evenly over the ``attn_dp`` ranks
+    (SGLang model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``:
+    ``max_num_reqs // self.dp_size`` per rank), at least one per rank."""
+    if not mtp or engine not in simulated():
+        return None
+    spec = backend(engine).mtp_running_cap()
+    return None if spec is None else max(1, spec[0] // attn_dp) * attn_dp
 
 
 def _prefill_first_config(
