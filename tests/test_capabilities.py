@@ -38,7 +38,9 @@ def test_sglang_facts_match_the_quoted_source():
     assert SGLANG.mtp_blocker("DeepseekV32ForCausalLM", "0.5.3") is not None
     # ep_moe/layer.py:210 (0.5.14) "Unquantized DeepEP MoE currently supports low_latency
     # mode only"
-    assert "layer.py:210" in SGLANG.deepep_blocker("DeepseekV3ForCausalLM", "bfloat16", "0.5.14")
+    assert "low_latency only (:210)" in SGLANG.deepep_blocker(
+        "DeepseekV3ForCausalLM", "bfloat16", "0.5.14"
+    )
     # arg_groups/speculative_hook.py:270 max_running_requests = 48
     assert SGLANG.mtp_running_cap("0.5.14")[0] == 48
     # vLLM: no speculative running cap; config/speculative.py:149 maps deepseek_v32 (0.11.0)
