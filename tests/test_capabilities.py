@@ -3,6 +3,8 @@ source lines quoted beside each oracle, and the rules that use them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from moeplan.backends import backend
@@ -146,3 +148,36 @@ def test_mtp_caps_the_running_batch_on_sglang_not_on_vllm():
         == engine_config("vllm", m, c, lay).max_running
     )
     assert InstanceKnobs().kv_stored == "bf16"
+
+
+def test_release_order_puts_rc_before_and_post_after_the_release():
+    from moeplan.backends.capabilities import version_key
+
+    assert version_key("1.3.0rc20") < version_key("1.3.0") < version_key("1.3.0.post1")
+    assert version_key("0.5.5") < version_key("0.5.5.post1") < version_key("0.5.6.post2")
+    assert version_key("0.5.9") < version_key("0.5.14") < version_key("0.5.23")
+
+
+def test_kv_auto_follows_each_engine_release():
+    """SGLang 0.5.14 server_args.py:3416: DSA models store fp8_e4m3 on SM100+, bf16 below;
+    vLLM 0.11.0 models/config.py:419 turns auto into fp8_ds_mla for DeepSeek-V3.2, 0.24.0
+    keeps the model dtype unless the checkpoint states FP8 (utils/torch_utils.py:373)."""
+    h200, b200 = load_cluster("h200-sxm-8").gpu, load_cluster("b200-8").gpu
+    dsa = "DeepseekV32ForCausalLM"
+    assert SGLANG.default_kv_dtype(dsa, False, h200, "0.5.14") == "bf16"
+    assert SGLANG.default_kv_dtype(dsa, False, b200, "0.5.14") == "fp8"
+    assert SGLANG.default_kv_dtype("DeepseekV3ForCausalLM", True, h200) == "fp8"
+    assert VLLM.default_kv_dtype(dsa, False, h200, "0.11.0") == "fp8"
+    assert VLLM.default_kv_dtype(dsa, False, h200, "0.24.0") == "bf16"
+    assert VLLM.default_kv_dtype("DeepseekV3ForCausalLM", True, h200, "0.11.0") == "bf16"
+    assert VLLM.default_kv_dtype("DeepseekV3ForCausalLM", True, h200, "0.24.0") == "fp8"
+
+
+def test_tbo_refused_for_a_family_without_an_operation_split():
+    c = load_cluster("h200-sxm-8")
+    m = load_model("deepseek-v3")
+    lay = Layout(attn_tp=1, attn_dp=8, moe_tp=1, moe_ep=8)
+    assert resolve_knobs("sglang", m, c, lay, tbo=True).tbo
+    fake = replace(m, architecture="Qwen3_5MoeForConditionalGeneration")
+    with pytest.raises(MoeplanError, match="two-batch overlap"):
+        resolve_knobs("sglang", fake, c, lay, a2a="auto", tbo=True)
