@@ -151,11 +151,12 @@ class EngineBackend(ABC):
         why = self.capability_blocker("deepep", architecture, version)
         if why is not None:
             return why
-        r, _ = self._caps().release(version or self.version)
+        v = version or self.version
+        r, _ = self._caps().release(v)
         if moe_dtype not in r.deepep_moe_dtypes:
             have = ", ".join(sorted(r.deepep_moe_dtypes)) or "none"
             return (
-                f"{self.label} {r.version} runs DeepEP's MoE with {have} experts only, not "
+                f"{self._caps().named(r, v)} runs DeepEP's MoE with {have} experts only, not "
                 f"{moe_dtype} ({r.deepep_moe_source})"
             )
         return None
@@ -185,14 +186,15 @@ class EngineBackend(ABC):
         ``gpu`` (None: it has)."""
         if self.caps is None:
             return None
-        r, _ = self.caps.release(version or self.version)
+        v = version or self.version
+        r, _ = self.caps.release(v)
         floor = r.moe_kernel_floor.get(moe_dtype)
         sm = gpu.sm_version
         if floor is None or (sm is not None and sm >= floor[0]):
             return None
         have = f"SM{sm}" if sm is not None else "of unstated compute capability"
         return (
-            f"{self.label} {r.version} has no {moe_dtype} MoE kernel moeplan can price below "
+            f"{self.caps.named(r, v)} has no {moe_dtype} MoE kernel moeplan can price below "
             f"SM{floor[0]}; {gpu.name} is {have} ({floor[1]})"
         )
 

@@ -120,15 +120,20 @@ class CapabilityTable:
         ``architecture``, naming the source (None: it can)."""
         fam, r = self.family(architecture, version)
         what = CAPABILITY_LABELS[capability]
+        name = self.named(r, version)
         if fam is None:
-            return (
-                f"{self.label} {r.version} has no model class for {architecture} "
-                f"({r.registry}), so no {what}"
-            )
+            return f"{name} has no model class for {architecture} ({r.registry}), so no {what}"
         fact: Fact = getattr(fam, capability)
         if fact.ok:
             return None
-        return f"{self.label} {r.version} has no {what} for {architecture} ({fact.source})"
+        return f"{name} has no {what} for {architecture} ({fact.source})"
+
+    def named(self, release: Release, version: str | None) -> str:
+        """How a message names ``version`` answered by ``release``: ``SGLang 0.5.4.post2 (as
+        0.5.3, the nearest release read)`` when inherited."""
+        if version is None or version == release.version:
+            return f"{self.label} {release.version}"
+        return f"{self.label} {version} (as {release.version}, the nearest release read)"
 
 
 VERSION_PARTS = 6  # major.minor.patch, rc/post marker, its number: padded for comparison

@@ -98,7 +98,7 @@ def _r053() -> Release:
                 no_mtp,
             ),
             "Qwen3VLMoeForConditionalGeneration": family(
-                (True, f"models/qwen3_vl_moe.py: Qwen3MoeDecoderLayer, qwen3_moe.py:177 ({v})"),
+                (True, f"models/qwen3_vl_moe.py: Qwen3MoeModel, qwen3_moe.py:177 ({v})"),
                 (True, f"models/qwen3_moe.py:307 attn_tp_size ({v})"),
                 (True, f"operations_strategy.py:45 Qwen3MoeDecoderLayer ({v})"),
                 no_mtp,
@@ -120,6 +120,12 @@ def _r053() -> Release:
                 (True, f"models/llama4.py:215 attn_tp_size ({v})"),
                 (False, f"{_NO_TBO} ({v})"),
                 no_mtp,
+            ),
+            "Glm4MoeForCausalLM": family(
+                (False, f"models/glm4_moe.py: {_NO} ({v})"),
+                (True, f"models/glm4_moe.py:195 Glm4MoeAttention attn_tp_size ({v})"),
+                (False, f"{_NO_TBO} ({v})"),
+                (True, f"configs/model_config.py:226 Glm4MoeForCausalLMNextN ({v})"),
             ),
         },
         kv_default=KvDefault(
@@ -162,7 +168,7 @@ def _r055() -> Release:
                 no_mtp,
             ),
             "Qwen3VLMoeForConditionalGeneration": family(
-                (True, f"models/qwen3_vl_moe.py: Qwen3MoeDecoderLayer, qwen3_moe.py:177 ({v})"),
+                (True, f"models/qwen3_vl_moe.py: Qwen3MoeModel, qwen3_moe.py:177 ({v})"),
                 (True, f"models/qwen3_moe.py:288 attn_tp_size ({v})"),
                 (True, f"operations_strategy.py:45 Qwen3MoeDecoderLayer ({v})"),
                 no_mtp,
@@ -190,6 +196,12 @@ def _r055() -> Release:
                 (False, f"models/nemotron_h.py: {_TP} ({v})"),
                 (False, f"{_NO_TBO} ({v})"),
                 no_mtp,
+            ),
+            "Glm4MoeForCausalLM": family(
+                (True, f"models/glm4_moe.py:492 forward_deepep ({v})"),
+                (True, f"models/glm4_moe.py:183 Glm4MoeAttention attn_tp_size ({v})"),
+                (False, f"{_NO_TBO} ({v})"),
+                (True, f"configs/model_config.py:258 Glm4MoeForCausalLMNextN ({v})"),
             ),
         }
     )
@@ -307,6 +319,9 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
         "MiMoV2FlashForCausalLM": family(
             ep("mimo_v2"), adp("mimo_v2"), tbo("MiMoV2DecoderLayer"), mtp("MiMoV2FlashForCausalLM")
         ),
+        "Glm4MoeForCausalLM": family(
+            ep("glm4_moe"), adp("glm4_moe"), tbo("Glm4MoeDecoderLayer"), mtp("Glm4MoeForCausalLM")
+        ),
     }
     if "step3p7.ep" in lines:  # step3p7.py: Step3p5ForCausalLM's text model
         fams["Step3p7FlashForCausalLM"] = family(
@@ -347,6 +362,7 @@ def _r0514() -> Release:
         "qwen3_5.attn": 156, "gpt_oss.ep": 263, "gpt_oss.attn": 355, "llama4.attn": 223,
         "nemotron_h.attn": 572, "minimax_m2.ep": 597, "minimax_m2.attn": 735,
         "mimo_v2.ep": 356, "mimo_v2.attn": 470, "deepseek_v4.attn": 281,
+        "glm4_moe.ep": 649, "glm4_moe.attn": 205,
         "deepseek_v4.ep_file": "deepseek_v4.py:1587", "kv": 2337, "spec": 270,
         "ep_bf16": 210, "ep_fp8": 91, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
     }  # fmt: skip
@@ -354,7 +370,7 @@ def _r0514() -> Release:
     mc = {
         "DeepseekV3ForCausalLM": 526, "DeepseekV4ForCausalLM": 535, "Qwen3MoeForCausalLM": 588,
         "Qwen3_5MoeForConditionalGeneration": 592, "NemotronHForCausalLM": 604,
-        "MiMoV2FlashForCausalLM": 562,
+        "MiMoV2FlashForCausalLM": 562, "Glm4MoeForCausalLM": 540,
     }  # fmt: skip
     return _newer("0.5.14", lines, ops, mc)
 
@@ -366,6 +382,7 @@ def _r0523() -> Release:
         "qwen3_5.attn": 370, "gpt_oss.ep": 277, "gpt_oss.attn": 391, "llama4.attn": 221,
         "nemotron_h.attn": 694, "minimax_m2.ep": 607, "minimax_m2.attn": 643,
         "mimo_v2.ep": 583, "mimo_v2.attn": 688, "deepseek_v4.attn": 1025,
+        "glm4_moe.ep": 630, "glm4_moe.attn": 234,
         "deepseek_v4.ep_file": "deepseek_common/moe_transport.py:167",
         "step3p7.ep": 240, "step3p7.attn": 295, "kv": 1551, "spec": 1086,
         "ep_bf16": 291, "ep_fp8": 110, "dsa_kv": "arg_groups/overrides.py:534 (fp8_e4m3 if major >= 10)",
@@ -378,7 +395,7 @@ def _r0523() -> Release:
         "DeepseekV3ForCausalLM": 1032, "GlmMoeDsaForCausalLM": 1038,
         "DeepseekV4ForCausalLM": 1043, "Qwen3MoeForCausalLM": 1155,
         "Qwen3_5MoeForConditionalGeneration": 1159, "NemotronHForCausalLM": 1198,
-        "MiMoV2FlashForCausalLM": 1094,
+        "MiMoV2FlashForCausalLM": 1094, "Glm4MoeForCausalLM": 1063,
     }  # fmt: skip
     return _newer("0.5.23", lines, ops, mc)
 

@@ -52,6 +52,7 @@ _REGISTRY_LINES = {
     "GlmMoeDsaForCausalLM": (0, 122),
     "MiMoV2FlashForCausalLM": (0, 175),
     "MiniMaxM2ForCausalLM": (0, 162),
+    "Glm4MoeForCausalLM": (88, 120),
 }
 #: architecture -> (0.11.0 line, 0.24.0 line) of its MTP mapping in config/speculative.py
 _MTP_LINES = {
@@ -62,6 +63,7 @@ _MTP_LINES = {
     "Qwen3_5MoeForConditionalGeneration": (0, 469),
     "NemotronHForCausalLM": (0, 441),
     "MiMoV2FlashForCausalLM": (0, 373),
+    "Glm4MoeForCausalLM": (167, 390),
 }
 
 
