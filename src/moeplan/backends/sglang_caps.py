@@ -145,7 +145,7 @@ def _r053() -> Release:
 def _r055() -> Release:
     v = "0.5.5.post1"
     ops = "operations_strategy.py:36"
-    mc = "configs/model_config.py:57"
+    mc = "configs/model_config.py:254"  # DeepseekV3ForCausalLM only (not V3.2)
     no_mtp = (False, f"{_NO_MTP} ({v})")
     nextn = (True, f"{mc} DeepseekV3ForCausalLMNextN ({v})")
     r = _r053()
@@ -154,7 +154,7 @@ def _r055() -> Release:
         {
             "DeepseekV2ForCausalLM": _deepseek(v, 926, 1119, ops, no_mtp),
             "DeepseekV3ForCausalLM": _deepseek(v, 926, 1119, ops, nextn),
-            "DeepseekV32ForCausalLM": _deepseek(v, 926, 1119, ops, nextn),
+            "DeepseekV32ForCausalLM": _deepseek(v, 926, 1119, ops, no_mtp),
             "Qwen2MoeForCausalLM": family(
                 (True, f"models/qwen2_moe.py:217 _forward_deepep ({v})"),
                 (True, f"models/qwen2_moe.py:317 attn_tp_size ({v})"),
