@@ -14,6 +14,21 @@ Adding an engine is one module plus one line here:
 
 A field left at its default is a part the engine lacks (no scheduler model: not simulated;
 no ``launch_module``: not exported), and every caller refuses it with one line.
+
+Capabilities (what a release runs per architecture family, GPU and checkpoint, each fact with
+the engine source line it was read from) are a backend's ``caps`` table
+(:mod:`moeplan.backends.capabilities`; :mod:`.sglang_caps`, :mod:`.vllm_caps`). The queries,
+``version`` None meaning the pinned release and any other version taking the nearest stated
+one; each blocker is one line naming rule and source, None when the engine runs it:
+
+- ``deepep_blocker(architecture, moe_dtype, version)``: a DeepEP MoE path for the family with
+  experts of that kernel dtype (:func:`moeplan.cost.a2a.a2a_backends` adds the hardware rules);
+- ``capability_blocker("attn_dp" | "tbo" | "mtp" | "deepep", architecture, version)``,
+  ``tbo_blocker``, ``mtp_blocker``;
+- ``mtp_running_cap(version)``: ``(cap, source)`` of the instance's running requests under
+  speculative decoding, or None;
+- ``moe_kernel_blocker(moe_dtype, gpu, version)``: no MoE kernel a table prices on that GPU;
+- ``default_kv_dtype(architecture, checkpoint_fp8, gpu, version)``: what ``auto`` stores.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from moeplan.backends.versions import sort_versions
+from moeplan.backends.capabilities import CapabilityTable
+from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
 
 GIB = 1024**3
@@ -68,6 +70,9 @@ class EngineBackend(ABC):
     state_ratio: float | None = None
 
     # ---- capabilities ---------------------------------------------------------------------
+    #: what each release runs per architecture family, GPU and checkpoint, read from the
+    #: engine's source (:mod:`moeplan.backends.capabilities`; None: no table read)
+    caps: CapabilityTable | None = None
     #: whether moeplan prices a DeepEP all-to-all path for it (moeplan.cost.a2a)
     deepep: bool = False
     #: whether the wide-EP DeepGEMM MoE tables (measured on SGLang) price its wide-EP MoE
@@ -139,6 +144,95 @@ class EngineBackend(ABC):
             return None
         why = self.no_deployment.get(kind, f"it launches {', '.join(sorted(self.deployments))}")
         return f"{self.label} {self.version} launches no {kind} deployment: {why}"
+
+    # ---- capability queries (the capability table, :attr:`caps`) -------------------------
+    # ``version`` None is the pinned release (:attr:`version`); a version the table does not
+    # state takes the nearest stated one (CapabilityTable.release). Each blocker is one line
+    # naming the rule and the engine source, None when the engine runs it.
+    def _caps(self) -> CapabilityTable:
+        if self.caps is None:
+            raise MoeplanError(f"{self.label} has no capability table read from its source")
+        return self.caps
+
+    def capability_blocker(
+        self, capability: str, architecture: str, version: str | None = None
+    ) -> str | None:
+        """Why the engine cannot run ``capability`` (``deepep``, ``attn_dp``, ``tbo``,
+        ``mtp``) for ``architecture``."""
+        if self.caps is None:
+            return f"{self.label} has no capability table read from its source"
+        return self.caps.blocker(capability, architecture, version or self.version)
+
+    def deepep_blocker(
+        self, architecture: str, moe_dtype: str, version: str | None = None
+    ) -> str | None:
+        """Why the engine has no DeepEP MoE path moeplan prices for ``architecture`` with
+        routed experts of ``moe_dtype`` (the kernel tables' ``moe_dtype``): the family's
+        DeepEP branch, then the dtypes DeepEP's grouped GEMM runs (and the wide-EP tables
+        price)."""
+        why = self.capability_blocker("deepep", architecture, version)
+        if why is not None:
+            return why
+        v = version or self.version
+        r, _ = self._caps().release(v)
+        if moe_dtype not in r.deepep_moe_dtypes:
+            have = ", ".join(sorted(r.deepep_moe_dtypes)) or "none"
+            return (
+                f"{self._caps().named(r, v)} runs DeepEP's MoE with {have} experts only, not "
+                f"{moe_dtype} ({r.deepep_moe_source})"
+            )
+        return None
+
+    def tbo_blocker(self, architecture: str, version: str | None = None) -> str | None:
+        """Why the engine has no two-batch overlap for ``architecture``."""
+        return self.capability_blocker("tbo", architecture, version)
+
+    def mtp_blocker(self, architecture: str, version: str | None = None) -> str | None:
+        """Why the engine cannot draft with ``architecture``'s own MTP / NextN layers."""
+        return self.capability_blocker("mtp", architecture, version)
+
+    def mtp_running_cap(self, version: str | None = None) -> tuple[int, str] | None:
+        """The instance's running-request cap under speculative decoding and its source
+        (None: the engine sets none)."""
+        if self.caps is None:
+            return None
+        r, _ = self.caps.release(version or self.version)
+        if r.spec_running_cap is None:
+            return None
+        return r.spec_running_cap, r.spec_running_source
+
+    def moe_kernel_blocker(
+        self, moe_dtype: str, gpu: GPUSpec, version: str | None = None
+    ) -> str | None:
+        """Why the engine has no MoE kernel moeplan can price for ``moe_dtype`` experts on
+        ``gpu`` (None: it has)."""
+        if self.caps is None:
+            return None
+        v = version or self.version
+        r, _ = self.caps.release(v)
+        floor = r.moe_kernel_floor.get(moe_dtype)
+        sm = gpu.sm_version
+        if floor is None or (sm is not None and sm >= floor[0]):
+            return None
+        have = f"SM{sm}" if sm is not None else "of unstated compute capability"
+        return (
+            f"{self.caps.named(r, v)} has no {moe_dtype} MoE kernel moeplan can price below "
+            f"SM{floor[0]}; {gpu.name} is {have} ({floor[1]})"
+        )
+
+    def default_kv_dtype(
+        self, architecture: str, checkpoint_fp8: bool, gpu: GPUSpec, version: str | None = None
+    ) -> str:
+        """``bf16`` or ``fp8``: what ``--kv-cache-dtype auto`` stores for a checkpoint of
+        ``architecture`` (``checkpoint_fp8``: its quantization config states an FP8 KV
+        cache) on ``gpu``. Without a table: the model dtype."""
+        if self.caps is None:
+            return "bf16"
+        kv = self.caps.release(version or self.version)[0].kv_default
+        floor = kv.fp8_from_sm.get(architecture)
+        if floor is not None and (gpu.sm_version or 0) >= floor:
+            return "fp8"
+        return "fp8" if checkpoint_fp8 and kv.checkpoint_fp8 else "bf16"
 
     def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
         """The prefill chunk the engine needs for ``architecture`` at attention DP

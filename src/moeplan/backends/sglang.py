@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
 
 VERSION = "0.5.23"
@@ -36,10 +37,15 @@ ATTN_DP: frozenset[str] = frozenset(
     {
         "DeepseekV2ForCausalLM",  # deepseek_v2.py (attn_tp_size)
         "DeepseekV3ForCausalLM",  # deepseek_v2.py (same classes)
+        "DeepseekV32ForCausalLM",  # deepseek_v2.py (same classes)
         "DeepseekV4ForCausalLM",  # deepseek_v4.py
         "KimiK25ForConditionalGeneration",  # kimi_k25.py: the DeepseekV3ForCausalLM text model
         "Qwen2MoeForCausalLM",  # qwen2_moe.py Qwen2MoeAttention
         "Qwen3MoeForCausalLM",  # qwen3_moe.py Qwen3MoeAttention
+        "Qwen3VLMoeForConditionalGeneration",  # qwen3_vl_moe.py: qwen3_moe's decoder layer
+        "MiMoV2FlashForCausalLM",  # mimo_v2.py:688 attn_tp_size
+        "Step3p7FlashForCausalLM",  # step3p7.py: step3p5.py:295 attn_tp_size
+        "MiniMaxM2ForCausalLM",  # minimax_m2.py:643 MiniMaxM2Attention attn_tp_size
         "Qwen3_5MoeForConditionalGeneration",  # qwen3_5.py
         "GptOssForCausalLM",  # gpt_oss.py GptOssAttention
         "GlmMoeDsaForCausalLM",  # glm4_moe.py
@@ -136,6 +142,7 @@ SGLANG = SGLangBackend(
     new_token_ratio=NEW_TOKEN_RATIO,
     state_ratio=STATE_RATIO,
     deepep=True,  # --moe-a2a-backend deepep (docs/advanced_features/expert_parallelism.md)
+    caps=SGLANG_CAPS,
     shares_wideep_tables=True,  # the wide-EP MoE tables were measured on SGLang
     attn_dp_architectures=ATTN_DP,
     no_attn_dp=NO_ATTN_DP,

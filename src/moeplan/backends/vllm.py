@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 
 from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
 
 VERSION = "0.11.0"
@@ -111,6 +112,7 @@ VLLM = VLLMBackend(
     # --all2all-backend deepep_* under --enable-expert-parallel
     # (docs/serving/expert_parallel_deployment.md)
     deepep=True,
+    caps=VLLM_CAPS,
     # DeepGEMM grouped GEMMs (vllm/model_executor/layers/fused_moe/deep_gemm_moe.py)
     shares_wideep_tables=True,
     # vllm/model_executor/models/registry.py of 0.11.0

@@ -182,7 +182,12 @@ MtpOpt = Annotated[
 MtpAcceptOpt = Annotated[
     float | None, typer.Option(help="Acceptance rate of each MTP draft token, in (0, 1].")
 ]
-KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: auto, bf16 or fp8.")]
+KvDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        help="KV cache dtype: auto (the engine's default for the checkpoint and GPU), bf16 or fp8."
+    ),
+]
 
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", help="No progress display (it is on stderr, off with --json).")

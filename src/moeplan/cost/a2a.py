@@ -6,8 +6,11 @@ exports (which flags are written), so the two always agree. Facts (sources):
 - DeepEP needs SM90+ GPUs, NVLink with full P2P between every pair of GPUs in a node and RDMA
   between nodes (deepseek-ai/DeepEP README, "Requirements").
 - SGLang runs DeepEP (``--moe-a2a-backend deepep``) only with ``ep_size == tp_size`` (no MoE
-  TP: sglang docs/advanced_features/expert_parallelism.md) and for the architectures of
-  ``_DEEPEP_V2_VALIDATED_ARCHITECTURES`` in server_args.py (DeepSeek V2/V3, Qwen3-MoE).
+  TP: sglang docs/advanced_features/expert_parallelism.md).
+- Which model families have a DeepEP MoE path, and with which expert dtypes, is the engine's
+  capability table read from its source (:meth:`moeplan.backends.EngineBackend.deepep_blocker`,
+  :mod:`moeplan.backends.capabilities`): e.g. SGLang's DeepEP MoE runs fp8 block-scaled
+  experts (DeepGEMM), so a BF16 checkpoint keeps the fused MoE under ``auto``.
 - vLLM's DeepEP all2all backends (``--all2all-backend deepep_high_throughput`` /
   ``deepep_low_latency``) run under ``--enable-expert-parallel`` (EP = TP x DP, no MoE TP:
   vllm docs/serving/expert_parallel_deployment.md). TRT-LLM's wide EP is not exported here.
@@ -30,9 +33,6 @@ A2A_CHOICES = ("auto", "deepep", "nccl")
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
 FULL_P2P_INTRA = frozenset({"nvswitch"})  # every GPU pair peer-connected (not nvlink-pairs/pcie)
 RDMA_INTER = frozenset({"ib", "roce"})
-DEEPEP_ARCHITECTURES = frozenset(
-    {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +51,10 @@ class GpuFacts:
 
 
 def deepep_hardware_blockers(
-    architecture: str, gpu: GpuFacts, intra: str, inter: str, gpus_per_node: int, nodes: int
+    gpu: GpuFacts, intra: str, inter: str, gpus_per_node: int, nodes: int
 ) -> list[str]:
-    """Why DeepEP cannot run this model on this hardware over ``nodes`` nodes (empty: it can)."""
+    """Why DeepEP cannot run on this hardware over ``nodes`` nodes (empty: it can)."""
     out = []
-    if architecture not in DEEPEP_ARCHITECTURES:
-        out.append(f"SGLang has no DeepEP MoE path for {architecture}")
     if not gpu.deepep:
         if not gpu.nccl:
             have = "not a CUDA GPU"
@@ -95,6 +93,8 @@ class HardwareFacts:
     intra: str
     inter: str
     gpus_per_node: int
+    #: the routed experts' kernel dtype (the kernel tables' ``moe_dtype``)
+    moe_dtype: str
 
     @classmethod
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> HardwareFacts:
@@ -104,6 +104,7 @@ class HardwareFacts:
             cluster.intra.kind,
             cluster.inter.kind,
             cluster.gpus_per_node,
+            model.quant.experts.format.kernel_dtype,
         )
 
 
@@ -114,15 +115,25 @@ def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: 
     if b is None or not b.deepep:
         have = ", ".join(n for n, x in BACKENDS.items() if x.deepep)
         out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
+    elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype)) is not None:
+        out.append(why)
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:
         out.append(f"DeepEP runs without MoE TP (moe_tp {moe_tp} != 1)")
     nodes = -(-moe_ep * moe_tp // hw.gpus_per_node)
-    out += deepep_hardware_blockers(
-        hw.architecture, hw.gpu, hw.intra, hw.inter, hw.gpus_per_node, nodes
-    )
+    out += deepep_hardware_blockers(hw.gpu, hw.intra, hw.inter, hw.gpus_per_node, nodes)
     return out
+
+
+def a2a_backends(
+    engine: str | None, model: ModelSpec, cluster: ClusterSpec, moe_tp: int, moe_ep: int
+) -> tuple[str, ...]:
+    """The MoE backends ``engine`` runs for this model on this cluster at MoE TP ``moe_tp`` x
+    EP ``moe_ep``: ``("nccl",)`` (its fused MoE) plus ``"deepep"`` where nothing blocks it
+    (:func:`deepep_blockers`: the engine's capability table, the expert dtype, the hardware)."""
+    ok = not deepep_blockers(engine, model, cluster, moe_tp, moe_ep)
+    return ("nccl", "deepep") if ok else ("nccl",)
 
 
 def moe_backend(

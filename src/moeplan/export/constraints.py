@@ -21,9 +21,8 @@ Facts encoded (sources):
   only on the ``none`` backend (sglang docs/advanced_features/expert_parallelism.md).
   ``tp_size % ep_size == 0`` (same page). DeepEP itself needs SM90 GPUs, NVLink with full P2P
   between every pair of GPUs in a node, and RDMA between nodes (deepseek-ai/DeepEP README,
-  "Requirements"); SGLang's DeepEP MoE path exists for DeepSeek V2/V3 (and Kimi K2, which uses
-  ``DeepseekV3ForCausalLM``) and Qwen3-MoE (``_DEEPEP_V2_VALIDATED_ARCHITECTURES`` in
-  server_args.py lists DeepseekV3/V4 and Qwen3Moe); GPT-OSS and Mixtral have none.
+  "Requirements"); which model families and expert dtypes have SGLang's DeepEP MoE path is the
+  backend's capability table (:meth:`moeplan.backends.EngineBackend.deepep_blocker`).
 - SGLang ``--init-expert-location FILE``: ``.json`` read with ``json.loads`` and a
   ``physical_to_logical_map`` [layers, physical experts] (srt/eplb/expert_location.py,
   ``compute_initial_expert_location_metadata``); physical experts = experts +
@@ -51,9 +50,6 @@ from dataclasses import dataclass
 
 from moeplan.backends.sglang import SGLANG as SGLANG_BACKEND
 from moeplan.backends.vllm import VLLM as VLLM_BACKEND
-from moeplan.cost.a2a import (  # noqa: E402,F401 (one set of DeepEP facts, re-exported)
-    DEEPEP_ARCHITECTURES as SGLANG_DEEPEP_ARCHITECTURES,
-)
 from moeplan.cost.a2a import (  # noqa: E402,F401
     DEEPEP_MIN_SM,
     FULL_P2P_INTRA,
@@ -169,6 +165,8 @@ class Target:
     inter: str
     num_nodes: int
     gpus_per_node: int
+    #: the routed experts' kernel dtype (the kernel tables' ``moe_dtype``; DeepEP's rule)
+    moe_dtype: str = "fp8_block"
 
     @classmethod
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> Target:
@@ -183,6 +181,7 @@ class Target:
             inter=cluster.inter.kind,
             num_nodes=cluster.num_nodes,
             gpus_per_node=cluster.gpus_per_node,
+            moe_dtype=model.quant.experts.format.kernel_dtype,
         )
 
     @property
@@ -196,11 +195,12 @@ class Target:
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
     """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can);
-    the facts are :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too),
-    the GPU's from its record (:mod:`moeplan.specs.gpu`)."""
-    return deepep_hardware_blockers(
-        t.architecture, t.gpu_facts, t.intra, t.inter, t.gpus_per_node, nodes
-    )
+    the facts are the backend's capability table and
+    :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too), the GPU's from
+    its record (:mod:`moeplan.specs.gpu`)."""
+    why = SGLANG_BACKEND.deepep_blocker(t.architecture, t.moe_dtype)
+    hw = deepep_hardware_blockers(t.gpu_facts, t.intra, t.inter, t.gpus_per_node, nodes)
+    return ([why] if why is not None else []) + hw
 
 
 def vllm_eplb_blockers(t: Target) -> list[str]:

@@ -9,8 +9,9 @@ backend's (:mod:`moeplan.backends`).
   ``dynamic_module_utils.resolve_trust_remote_code``); SGLang and vLLM pass
   ``--trust-remote-code`` through to them (e.g. Kimi-K2's tiktoken tokenizer,
   ``tokenization_kimi.py``). :func:`needs_remote_code` reads the config dict.
-- **DeepEP** per engine: :data:`moeplan.cost.a2a.DEEPEP_ARCHITECTURES` (one set of facts with
-  the cost model) and the GPUs' compute capabilities in the cluster presets' GPU records.
+- **DeepEP** per engine: the backend's capability table
+  (:meth:`moeplan.backends.EngineBackend.deepep_blocker`, one set of facts with the cost model)
+  and the GPUs' compute capabilities in the cluster presets' GPU records.
 """
 
 from __future__ import annotations

@@ -80,7 +80,12 @@ def _ep_args(
     if s.moe_ep <= 1:
         return []
     hw = HardwareFacts(
-        target.architecture, target.gpu_facts, target.intra, target.inter, target.gpus_per_node
+        target.architecture,
+        target.gpu_facts,
+        target.intra,
+        target.inter,
+        target.gpus_per_node,
+        target.moe_dtype,
     )
     if moe_backend(a2a, BACKEND.name, hw, None, s.moe_tp, s.moe_ep) == "deepep":
         return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]

@@ -61,14 +61,33 @@ def engine_config(
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
+    mtp: int = 0,
 ) -> EngineConfig:
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
     the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
-    the KV dtype's bytes over bf16's (``--kv-dtype fp8``: 0.5)."""
+    the stored KV bytes over the model records' (``--kv-dtype fp8`` on bf16: 0.5). With
+    speculative decoding (``mtp`` draft tokens) the default running cap is the engine's
+    (:meth:`moeplan.backends.EngineBackend.mtp_running_cap`: SGLang's 48 per instance, split
+    over the DP ranks)."""
     b = _simulated(engine)
     chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
     run = SCHEDULERS[b.scheduler]
-    return run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    cap = spec_running_cap(engine, layout.attn_dp, mtp) if max_running is None else None
+    if cap is not None and cap < cfg.max_running:
+        cfg = replace(cfg, max_running=cap)
+    return cfg
+
+
+def spec_running_cap(engine: str | None, attn_dp: int, mtp: int) -> int | None:
+    """The instance's default running cap under speculative decoding with ``mtp`` draft
+    tokens (None: none, or no MTP): the engine's cap split evenly over the ``attn_dp`` ranks
+    (SGLang model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``:
+    ``max_num_reqs // self.dp_size`` per rank), at least one per rank."""
+    if not mtp or engine not in simulated():
+        return None
+    spec = backend(engine).mtp_running_cap()
+    return None if spec is None else max(1, spec[0] // attn_dp) * attn_dp
 
 
 def _prefill_first_config(
@@ -157,6 +176,7 @@ def candidates(
     chunk_tokens: int | None = None,
     max_running: int | None = None,
     kv_scale: float = 1.0,
+    mtp: int = 0,
 ) -> list[EngineConfig]:
     """Configurations a search tries: the engine's defaults, then every smaller cap in
     :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
@@ -168,6 +188,7 @@ def candidates(
         chunk_tokens=chunk_tokens,
         max_running=max_running,
         kv_scale=kv_scale,
+        mtp=mtp,
     )
     if chunk_tokens is not None and max_running is not None:
         return [base]
@@ -234,13 +255,18 @@ def allowed(engine: str | None, model: ModelSpec, cluster: ClusterSpec, layout: 
     knob variants read (:func:`knob_variants`): DeepEP where
     :func:`moeplan.cost.a2a.deepep_blockers` finds no blocker; two-batch overlap with DeepEP
     only (SGLang ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``: both need a DeepEP
-    all-to-all backend, :mod:`moeplan.serve.iteration.instance_knobs`); MTP where the model
-    ships an MTP/NextN layer."""
+    all-to-all backend, :mod:`moeplan.serve.iteration.instance_knobs`) where the engine splits
+    the family's decoder layer (:meth:`moeplan.backends.EngineBackend.tbo_blocker`); MTP where
+    the model ships an MTP/NextN layer and the engine drafts with it
+    (:meth:`~moeplan.backends.EngineBackend.mtp_blocker`)."""
     deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    b = backend(engine) if engine in simulated() else None
+    tbo = deepep and (b is None or b.tbo_blocker(model.architecture) is None)
     return Allowed(
         a2a=("nccl", "deepep") if deepep else ("nccl",),
-        tbo=deepep,
-        mtp=model.num_nextn_predict_layers > 0,
+        tbo=tbo,
+        mtp=model.num_nextn_predict_layers > 0
+        and (b is None or b.mtp_blocker(model.architecture) is None),
     )
 
 

@@ -303,8 +303,9 @@ def evaluate_layout(
     try:
         layout.validate(model, cluster)
         kv_scale = knobs.kv_scale if knobs is not None else 1.0
+        mtp = knobs.mtp if knobs is not None else 0
         cands = candidates(
-            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale
+            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale, mtp=mtp
         )
         evaluate = (
             evaluator_factory(layout)

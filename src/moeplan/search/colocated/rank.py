@@ -185,7 +185,7 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
     overlap needs DeepEP and the layout cannot have it); without a search, the engine's
     defaults. Redundant experts are the layout's own here (the space's layouts need none)."""
     from moeplan.cost.a2a import moe_backend
-    from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    from moeplan.serve.iteration.instance_knobs import resolve_knobs, with_kv_cache
     from moeplan.serve.knobs import knob_variants
 
     m, c = result.model, result.cluster
@@ -200,7 +200,8 @@ def _knobs_for(search: Any, cost: CostModel, result: PlanResult):  # type: ignor
                 return []
             base = replace(base, a2a=backend)
         given = search.given | {"redundant_experts"}
-        return [kn for _, kn in knob_variants(cost.engine, m, c, lay, base, given)]
+        variants = knob_variants(cost.engine, m, c, lay, base, given)
+        return [with_kv_cache(kn, cost.engine, m, c) for _, kn in variants]
 
     return knobs
 

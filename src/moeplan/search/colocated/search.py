@@ -141,9 +141,17 @@ def prepare(
     a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it.
     ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate."""
     kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
+    mtp = c.knobs.mtp if c.knobs is not None else 0
     try:
         cfgs = candidates(
-            engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale
+            engine,
+            model,
+            cluster,
+            c.layout,
+            chunk_tokens,
+            max_running,
+            kv_scale=kv_scale,
+            mtp=mtp,
         )
         ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout, routing, knobs=c.knobs))
     except MoeplanError as err:

@@ -48,7 +48,7 @@ from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.knobs import default_chunk, engine_config, knob_variants
+from moeplan.serve.knobs import default_chunk, engine_config, knob_variants, spec_running_cap
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pools.afd import AFDIteration, afd_engine_config, decode_engine_config
@@ -243,7 +243,8 @@ def _decode_pool(
     def colocated(d: Colocated) -> tuple[Evaluator, int, int]:
         lay = d.layout
         ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
-        return ev, kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp), lay.attn_dp
+        scale = knobs.kv_scale if knobs is not None else 1.0  # the KV dtype the time prices
+        return ev, kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp, scale), lay.attn_dp
 
     def afd(a: AFDLayout) -> tuple[Evaluator, int, int]:
         per_rank = afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank
@@ -257,9 +258,10 @@ def _decode_pool(
         return None
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
     tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
-    b, d = _largest_batch(
-        ev, ctx, min(kv_bound, DECODE_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
-    )
+    cap = DECODE_RUNNING_CAP * ranks
+    spec = spec_running_cap(c.engine, ranks, knobs.mtp if knobs is not None else 0)
+    cap = min(cap, spec) if spec is not None else cap  # the engine's cap under MTP
+    b, d = _largest_batch(ev, ctx, min(kv_bound, cap), None if tpot is None else tpot * tau)
     if b == 0:
         return None
     try:

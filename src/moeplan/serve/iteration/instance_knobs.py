@@ -14,39 +14,54 @@ backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
   ``--speculative-algorithm EAGLE`` with the model's NextN layer); needs a model that ships one
   (``num_nextn_predict_layers`` > 0 in its config) and the acceptance rate ``mtp_accept`` the
   user states, in (0, 1] — no default.
-- ``kv_dtype``: ``auto`` (the engines' default: the model's activation dtype, bf16), ``bf16``
-  or ``fp8`` (1 byte per element: SGLang ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``).
+- ``kv_dtype``: ``auto`` (no flag: what the engine stores by default for this checkpoint on
+  this GPU, :meth:`moeplan.backends.EngineBackend.default_kv_dtype`), ``bf16`` or ``fp8``
+  (1 byte per element: SGLang ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``). The dtype stored
+  (``kv_cache``) prices both the KV pool (memory) and the KV reads (time).
+- ``tbo`` and ``mtp`` are the engine's for the model's family too (its capability table:
+  two-batch overlap, MTP/NextN drafting), each refusal one line naming the engine source.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from moeplan.backends import backend_or_none
 from moeplan.cost.a2a import A2A_CHOICES, moe_backend
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 KV_DTYPES = ("auto", "bf16", "fp8")
-KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8": 1.0}  # bytes per cached element
+KV_BYTES = {"bf16": 2.0, "fp8": 1.0}  # bytes per cached element of a stored dtype
 MAX_MTP = 8  # SGLang's speculative_num_steps examples go to 5; a bound on the search
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class InstanceKnobs:
-    """Resolved knobs (``a2a`` is ``"deepep"`` or ``"nccl"``)."""
+    """Resolved knobs (``a2a`` is ``"deepep"`` or ``"nccl"``). ``kv_dtype`` is the flag
+    (``auto``: none), ``kv_cache`` the dtype the engine stores for it (``""``: not resolved,
+    the flag's dtype, bf16 for ``auto``), ``kv_model_bytes`` the bytes per KV value the
+    model's records carry (its checkpoint's statement, 2 unstated): the memory model scales
+    them by :attr:`kv_scale`."""
 
     a2a: str = "nccl"
     tbo: bool = False
     mtp: int = 0
     mtp_accept: float = 0.0
     kv_dtype: str = "auto"
+    kv_cache: str = ""
+    kv_model_bytes: int = 2
 
     def __post_init__(self) -> None:
         require(self.a2a in ("deepep", "nccl"), f"knobs.a2a ({self.a2a!r}) must be resolved")
         require(
             self.kv_dtype in KV_DTYPES,
             f"--kv-dtype ({self.kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}",
+        )
+        require(
+            self.kv_cache in ("", *KV_BYTES),
+            f"knobs.kv_cache ({self.kv_cache!r}) must be one of {', '.join(KV_BYTES)}",
         )
         require(0 <= self.mtp <= MAX_MTP, f"--mtp ({self.mtp}) must be in 0..{MAX_MTP}")
         if self.mtp:
@@ -56,9 +71,16 @@ class InstanceKnobs:
             )
 
     @property
+    def kv_stored(self) -> str:
+        """The KV dtype the engine stores (``bf16`` or ``fp8``)."""
+        if self.kv_cache:
+            return self.kv_cache
+        return "bf16" if self.kv_dtype == "auto" else self.kv_dtype
+
+    @property
     def kv_scale(self) -> float:
-        """KV bytes per element over bf16's."""
-        return KV_BYTES[self.kv_dtype] / KV_BYTES["bf16"]
+        """Stored KV bytes per element over the bytes the model's records carry."""
+        return KV_BYTES[self.kv_stored] / self.kv_model_bytes
 
     @property
     def tokens_per_step(self) -> float:
@@ -74,6 +96,7 @@ class InstanceKnobs:
             "mtp": self.mtp,
             "mtp_accept": self.mtp_accept if self.mtp else None,
             "kv_dtype": self.kv_dtype,
+            "kv_cache_dtype": self.kv_stored,
         }
 
 
@@ -93,23 +116,73 @@ def resolve_knobs(
     :class:`MoeplanError` (module docstring)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
+    check_engine_runs(engine, model, cluster)
     backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    eng = backend_or_none(engine)
     if tbo and backend != "deepep":
         raise MoeplanError(
             f"--tbo needs the DeepEP all-to-all (the MoE backend here is {backend}: "
             "--a2a deepep on an EP layout without MoE TP, SM90 GPUs, NVLink P2P and RDMA)"
         )
+    if tbo and eng is not None and (why := eng.tbo_blocker(model.architecture)) is not None:
+        raise MoeplanError(f"--tbo cannot run here: {why}")
     require(mtp_accept is None or mtp > 0, f"--mtp-accept ({mtp_accept}) needs --mtp N (N >= 1)")
     if mtp:
         require(
             model.num_nextn_predict_layers > 0,
             f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {model.name} has none",
         )
+        if eng is not None and (why := eng.mtp_blocker(model.architecture)) is not None:
+            raise MoeplanError(f"--mtp ({mtp}) cannot run here: {why}")
         require(mtp_accept is not None, f"--mtp ({mtp}) needs --mtp-accept P in (0, 1]")
-    return InstanceKnobs(
-        a2a=backend,
-        tbo=bool(tbo),
-        mtp=mtp,
-        mtp_accept=float(mtp_accept or 0.0),
-        kv_dtype=kv_dtype,
+    return with_kv_cache(
+        InstanceKnobs(
+            a2a=backend,
+            tbo=bool(tbo),
+            mtp=mtp,
+            mtp_accept=float(mtp_accept or 0.0),
+            kv_dtype=kv_dtype,
+        ),
+        engine,
+        model,
+        cluster,
     )
+
+
+def model_kv_bytes(model: ModelSpec) -> int:
+    """Bytes per KV value the model's records carry: 1 where its checkpoint states an FP8 KV
+    cache (:func:`moeplan.specs.model_reader.quant_rules`), else 2."""
+    kinds = [x.mixer.kv_bytes for x in model.layer_specs if x.mixer.has_kv_cache]
+    return int(min(kinds)) if kinds else 2
+
+
+def with_kv_cache(
+    knobs: InstanceKnobs, engine: str | None, model: ModelSpec, cluster: ClusterSpec
+) -> InstanceKnobs:
+    """``knobs`` with the KV dtype the engine stores resolved: the flag's, or for ``auto`` the
+    engine's default for this checkpoint on this GPU
+    (:meth:`moeplan.backends.EngineBackend.default_kv_dtype`; no engine: the checkpoint's
+    statement)."""
+    stated = model_kv_bytes(model)
+    if knobs.kv_dtype != "auto":
+        stored = knobs.kv_dtype
+    else:
+        eng = backend_or_none(engine)
+        fp8 = stated == 1
+        if eng is None:
+            stored = "fp8" if fp8 else "bf16"
+        else:
+            stored = eng.default_kv_dtype(model.architecture, fp8, cluster.gpu)
+    return replace(knobs, kv_cache=stored, kv_model_bytes=stated)
+
+
+def check_engine_runs(engine: str | None, model: ModelSpec, cluster: ClusterSpec) -> None:
+    """One line (exit 2) when ``engine`` has no MoE kernel a table prices for the model's
+    experts on the cluster's GPU (:meth:`moeplan.backends.EngineBackend.moe_kernel_blocker`):
+    no layout of it can be served, so nothing is priced."""
+    b = backend_or_none(engine)
+    if b is None:
+        return
+    why = b.moe_kernel_blocker(model.quant.experts.format.kernel_dtype, cluster.gpu)
+    if why is not None:
+        raise MoeplanError(f"engine ({b.name}) cannot serve {model.name} here: {why}")

@@ -238,7 +238,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         ``None`` where they do not apply (no DeepEP, attention TP, other attention)."""
         if self._wide is None or self.layout.attn_tp != 1:
             return None
-        cm, md, kv = self.cost, self.model, self.knobs.kv_dtype
+        cm, md, kv = self.cost, self.model, self.knobs.kv_stored
         t = 0.0
         if rank.decode:
             d = cm.wide_mla(md, rank.decode, 1, rank.decode_ctx, kv)
@@ -274,7 +274,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         core = self._decode_core(rank.decode, rank.decode_ctx, layer is not None)
         for q, ctx in rank.prefill:
             core += cm.attention_core(md, 1, q, ctx, tp, layer)
-        if self.knobs.kv_scale < 1.0:  # an fp8 KV cache: the decode reads half the bytes
+        if self.knobs.kv_scale != 1.0:  # stored KV of another width than the tables': reads scale
             kv_read = rank.decode * rank.decode_ctx * kv_bytes_per_token_layer(md, tp)
             saved = kv_read * (1.0 - self.knobs.kv_scale) / (self.cluster.gpu.mem_bw * KV_BW_EFF)
             core = max(0.5 * core, core - saved)

@@ -132,11 +132,11 @@ class PhaseModel:
 
     # ---- pieces of one layer on one micro-batch ------------------------------------------
     def _attention(self, mb: MicroBatch) -> float:
-        md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_dtype
+        md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_stored
         t = cm.wide_mla(md, mb.seqs, mb.q, mb.ctx, kv) if self._wide and lay.attn_tp == 1 else None
         if t is None:
             t = cm.attention_layer(md, mb.seqs, mb.q, mb.ctx, lay.attn_tp, hc=False)
-            if self.knobs.kv_scale < 1.0:
+            if self.knobs.kv_scale != 1.0:  # stored KV of another width than the tables'
                 kv_read = mb.seqs * mb.ctx * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
                 saved = kv_read * (1.0 - self.knobs.kv_scale) / (cm.cluster.gpu.mem_bw * 0.8)
                 t = max(0.5 * t, t - saved)  # 0.8: CostModel DEFAULT_BW_EFF
