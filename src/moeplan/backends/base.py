@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from moeplan.backends.versions import sort_versions
 from moeplan.backends.capabilities import CapabilityTable
+from moeplan.backends.versions import sort_versions
 from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
 
