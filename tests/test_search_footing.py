@@ -22,9 +22,22 @@ from moeplan.search.disagg.rank import disagg_setup
 from moeplan.search.ranking.rank import KnobSearch
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
-from moeplan.specs import load_cluster, load_model
+from moeplan.specs import load_cluster, load_model, model_from_dict
+from moeplan.specs.presets import model_config
 
 DSV3 = load_model("deepseek-v3")
+#: DeepSeek-V3's block-FP8 quantization_config (its config.json): SGLang runs DeepEP's MoE
+#: with block-FP8 experts only (moeplan.backends.sglang_caps), so the bound test's small
+#: network is Qwen3-30B-A3B with FP8 block weights
+FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+             "weight_block_size": [128, 128]}  # fmt: skip
+
+
+def _qwen3_30b_fp8():
+    cfg = dict(model_config("qwen3-30b-a3b"), quantization_config=FP8_BLOCK)
+    return model_from_dict(cfg, name="qwen3-30b-a3b-fp8")
+
+
 OPEN = ServeWorkload(num_requests=10, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=64))
 
 
@@ -95,7 +108,7 @@ def test_no_steady_run_above_the_bound_meets_the_slos():
     where it runs): a steady run at ``ABOVE_BOUND`` x the pruning bound, with the knobs the
     search would simulate, misses the SLOs or is unstable — the bound is an upper bound of
     what serve-sim finds, knobs included."""
-    m = load_model("qwen3-30b-a3b")
+    m = _qwen3_30b_fp8()
     c = replace(load_cluster("h100-sxm-8"), gpus_per_node=2, name="h100-sxm-2")
     cm = engine_cost_model(c, engine="sglang")
     wl = ServeWorkload(num_requests=REQUESTS, rate=1.0, isl=LengthDist(mean=1024),
