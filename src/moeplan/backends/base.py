@@ -64,6 +64,9 @@ class EngineBackend(ABC):
     new_token_ratio: float = 0.0
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
+    #: the engine's own default KV-pool memory fraction (its meaning is the engine's; the
+    #: source is beside each backend's value)
+    default_mem_fraction: float = 1.0
 
     # ---- capabilities ---------------------------------------------------------------------
     #: whether moeplan prices a DeepEP all-to-all path for it (moeplan.cost.a2a)
@@ -98,6 +101,11 @@ class EngineBackend(ABC):
         """Running sequences by default on ``gpu`` (per DP rank); engines whose cap comes
         from the KV pool (:attr:`running_cap`) do not use it."""
         raise TypeError(f"{self.name} takes its running cap from the KV pool (running_cap)")
+
+    def kv_pool_tokens(self, free_tokens: int) -> int:
+        """The KV pool the engine allocates when the memory model's free memory holds
+        ``free_tokens`` tokens (all of them by default)."""
+        return free_tokens
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""
