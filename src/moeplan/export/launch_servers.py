@@ -2,7 +2,8 @@
 
 For each :class:`~moeplan.export.deployment.Slot`, one command per node it spans, written by
 the engine's launch writer (:mod:`moeplan.export.writers`: :mod:`moeplan.export.sglang`,
-:mod:`moeplan.export.vllm`), then for every engine alike: the environment that selects the
+:mod:`moeplan.export.vllm`, :mod:`moeplan.export.trtllm`, with the files its servers read),
+then for every engine alike: the environment that selects the
 slot's GPUs where the engine has no flag for it, the knobs' environment, the pipeline's layer
 partition as the engine's environment variable (its backend's ``pp_partition_env``), and the
 rules of the pinned release each server command breaks.
@@ -35,6 +36,8 @@ class ServerCommands:
     env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
     violations: tuple[str, ...]
+    #: files its servers read beside ``launch.sh`` (name -> text)
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def server_args(self) -> tuple[tuple[str, ...], ...]:
@@ -49,7 +52,8 @@ def _env(
     env += b.knob_env(slot.pool.knobs, slot.role)
     part = slot.pool.pp_partition
     if slot.strategy.pp > 1 and part is not None and len(part) == slot.strategy.pp:
-        assert b.pp_partition_env is not None
+        if b.pp_partition_env is None:  # the engine takes it in its own config (slot_files)
+            return env
         env.append((b.pp_partition_env, ",".join(map(str, part))))
     return env
 
@@ -70,6 +74,7 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
         env=tuple(env),
         warnings=tuple(dict.fromkeys(notes)),
         violations=tuple(dict.fromkeys(bad)),
+        files=tuple(w.slot_files(slot, ctx).items()),
     )
 
 
