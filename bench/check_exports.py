@@ -10,9 +10,10 @@
    :func:`moeplan.export.plan_export.engine_export`; and for each ``--serving MODEL:CLUSTER``
    pair, ``moeplan plan``'s own ``launch/`` folder (serving ranking included: replicas, P/D).
 3. Each ``launch.sh`` runs once per node rank with recording stand-ins for ``python``,
-   ``vllm``, ``ray`` and ``curl`` (nothing starts); every recorded server and router command
-   goes to the engine's own argument handling (CUDA faked as 8 GPUs of the cluster's compute
-   capability). Three deliberately wrong commands must fail (controls).
+   ``vllm``, ``trtllm-serve``, ``ray`` and ``curl`` (nothing starts); every recorded server and
+   router command goes to the engine's own argument handling (CUDA faked as 8 GPUs of the
+   cluster's compute capability; TensorRT-LLM's YAML beside the script is read too). Four
+   deliberately wrong commands must fail (controls).
 
 Prints the count that pass per engine, and ``PASS n/N``. Usage::
 
@@ -51,6 +52,7 @@ CONTROLS = [  # must fail: attention DP not dividing TP; an unknown flag; an unk
     ("sglang", ["--model-path", "MODEL", "--tp-size", "8", "--attn-dp-size", "3"]),
     ("vllm", ["m", "--tensor-parallel-size", "2", "--no-such-flag"]),
     ("router", ["--worker-urls", "http://a:1", "--policy", "no_such_policy"]),
+    ("trtllm", ["MODEL", "--tp_size", "8", "--no_such_flag", "1"]),
 ]
 
 
@@ -130,7 +132,7 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     """Every command ``script`` runs on every node rank (stand-in executables record them)."""
     bin_dir = work / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for exe in ("python", "python3", "vllm", "ray", "curl"):
+    for exe in ("python", "python3", "vllm", "ray", "curl", "trtllm-serve"):
         (bin_dir / exe).write_text(RECORDER)
         (bin_dir / exe).chmod(0o755)
     cmds: list[list[str]] = []
@@ -160,6 +162,8 @@ def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
             out.append({"kind": "router", "argv": c[3:], **gpu})
         elif c[:2] == ["vllm", "serve"]:
             out.append({"kind": "vllm", "argv": c[2:], **gpu})
+        elif c[:1] == ["trtllm-serve"]:
+            out.append({"kind": "trtllm", "argv": c[1:], **gpu})
     return out
 
 
@@ -188,7 +192,7 @@ def main() -> int:
         jobs, where = [], []
         for mn, cn, folder, sm, mem in rows:
             dep = json.loads((folder / "deployment.json").read_text())
-            for engine in ("sglang", "vllm"):
+            for engine in ("sglang", "vllm", "trtllm"):
                 nodes = max((n for s in (dep[engine] or {}).get("servers", [])
                              for n in s["nodes"]), default=0) + 1  # fmt: skip
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / mn / cn / engine)

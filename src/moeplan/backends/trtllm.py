@@ -45,7 +45,7 @@ Capabilities (the model/feature matrix of ``docs/source/models/supported-models.
 stored source, which is later than both pinned versions; no per-version copy of it could be
 read):
 
-- attention DP (``enable_attention_dp``) where the matrix says "Yes" (:data:`ATTN_DP`);
+- attention DP (``enable_attention_dp``) where the matrix says "Yes" (:data:`ADP_ARCHITECTURES`);
 - MoE backends (``MoeConfig.backend``): ``AUTO`` (default), ``CUTLASS``, ``CUTEDSL``,
   ``WIDEEP``, ``TRTLLM``, ``DEEPGEMM``, ``VANILLA``, ``TRITON``; redundant experts need
   ``WIDEEP`` with ``load_balancer: {num_slots}`` (``MoeLoadBalancerConfig``: ``num_slots``
@@ -91,7 +91,7 @@ KV_CACHE_DTYPE = {"fp8": "fp8"}
 #: architectures with attention DP "Yes" in docs/source/models/supported-models.md's
 #: model/feature matrix (the preset names; KimiK25 runs the DeepseekV3 text model, Qwen3.5's
 #: matrix row is its Qwen3_5MoeForCausalLM text model)
-ATTN_DP: frozenset[str] = frozenset(
+ADP_ARCHITECTURES: frozenset[str] = frozenset(
     {
         "DeepseekV3ForCausalLM",
         "DeepseekV32ForCausalLM",
@@ -107,7 +107,7 @@ ATTN_DP: frozenset[str] = frozenset(
 )
 _MATRIX = "docs/source/models/supported-models.md feature matrix"
 #: preset architectures the matrix does not mark "Yes" for attention DP, and why
-NO_ATTN_DP = {
+NO_ADP = {
     "Gemma4ForConditionalGeneration": f"'Untested' in the {_MATRIX}",
     "MixtralForCausalLM": f"not in the {_MATRIX}",
     "Qwen2MoeForCausalLM": f"not in the {_MATRIX}",
@@ -139,9 +139,9 @@ class TRTLLMBackend(EngineBackend):
 
     def attn_dp_blocker(self, architecture: str) -> str | None:
         """Why ``enable_attention_dp`` is not written for ``architecture`` (None: it is)."""
-        if architecture in ATTN_DP:
+        if architecture in ADP_ARCHITECTURES:
             return None
-        where = NO_ATTN_DP.get(architecture, f"not in the {_MATRIX}")
+        where = NO_ADP.get(architecture, f"not in the {_MATRIX}")
         return (
             f"{self.label} {self.version} has no attention DP (enable_attention_dp) for "
             f"{architecture}: {where}"
@@ -187,8 +187,8 @@ TRTLLM = TRTLLMBackend(
     new_token_ratio=NO_EVICT_RESERVE,
     default_mem_fraction=FREE_GPU_MEMORY_FRACTION,
     wideep_moe_op="trtllm_wideep_moe",
-    attn_dp_architectures=ATTN_DP,
-    no_attn_dp=NO_ATTN_DP,
+    attn_dp_architectures=ADP_ARCHITECTURES,
+    no_attn_dp=NO_ADP,
     missing_model_classes=MISSING_MODEL_CLASSES,
     model_registry="docs/source/models/supported-models.md, PyTorch backend",
     launch_module="moeplan.export.trtllm",

@@ -39,7 +39,7 @@ from moeplan.export.deployment import Slot
 from moeplan.export.sglang import ExportResult
 from moeplan.planners.layout import Layout
 
-PROGRAM = "trtllm-serve"
+SERVE_COMMAND = "trtllm-serve"
 #: GPUs of compute capability below this have no DeepseekV4 class
 #: (supported-models.md footnote 11: "only supported on Blackwell GPUs (SM100+)")
 SM100 = 100
@@ -136,7 +136,7 @@ def trtllm_args(
         return ExportResult(
             engine=BACKEND.name, args=(), expressible=False, warnings=(why + "; no arguments",)
         )
-    args = [PROGRAM, model_path, "--backend", "pytorch"]
+    args = [SERVE_COMMAND, model_path, "--backend", "pytorch"]
     args += ["--tp_size", str(s.attn_tp * s.attn_dp), "--pp_size", str(s.pp)]
     args += ["--ep_size", str(s.moe_ep)]
     args += ["--max_batch_size", str(max_batch_size or MAX_BATCH_SIZE)]
