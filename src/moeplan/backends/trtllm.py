@@ -62,7 +62,14 @@ read):
 ``speculative_config`` ``MTP``), as aiconfigurator's 1.2.0rc6.post2 and 1.3.0rc23 templates
 write them; the 1.3 template adds ``sparse_attention_config.implementation`` (MiniMax-M3's
 block-sparse attention), which moeplan does not write, and ``MTPDecodingConfig``'s
-``mtp_eagle_one_model`` flag is announced to do nothing from 1.3.
+``mtp_eagle_one_model`` flag is announced to do nothing from 1.3. A later stored
+``llm_args.py`` (of the 1.3 line or after: it has a ``deepseek_v4`` tokenizer alias; no copy
+tagged 1.3.0rc20 could be read) keeps every default above (``max_batch_size`` 2048,
+``max_num_tokens`` 8192, ``enable_chunked_prefill`` and ``enable_attention_dp`` False,
+``free_gpu_memory_fraction`` 0.9 within [0, 1]), adds the MoE backends ``DENSEGEMM``,
+``MARLIN`` and ``MEGAMOE_DEEPGEMM`` and KV-cache-aware routing in ``attention_dp_config``,
+validates ``kv_cache_config.dtype`` (``auto``, ``fp8``, ``nvfp4`` or a torch dtype name) and
+deprecates ``moe_cluster_parallel_size``; none of it changes a key moeplan writes.
 """
 
 from __future__ import annotations
