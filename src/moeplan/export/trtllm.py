@@ -29,7 +29,9 @@ in ``warnings`` and the plan exports the best option it can run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from moeplan.backends.trtllm import MAX_BATCH_SIZE, MAX_NUM_TOKENS
@@ -159,11 +161,14 @@ def _config_name(slot: Slot) -> str:
 def engine_args(
     strategy: Layout, *, model_path: str, target: Target, num_nodes: int
 ) -> ExportResult:
-    """:func:`trtllm_args` of one server (its YAML named ``config.yaml`` beside it)."""
-    del target
-    return trtllm_args(
-        strategy, model_path=model_path, config_path="config.yaml", num_nodes=num_nodes
-    )
+    """:func:`trtllm_args` of one server; a warning holds its YAML (``config.yaml`` beside
+    it, written as JSON, which YAML reads)."""
+    r = trtllm_args(strategy, model_path=model_path, config_path="config.yaml", num_nodes=num_nodes)
+    if not r.expressible:
+        return r
+    opts = json.dumps(llm_api_options(strategy, None, 0, target.num_experts))
+    note = f"write config.yaml (--extra_llm_api_options) beside it: {opts}"
+    return replace(r, warnings=(*r.warnings, note))
 
 
 def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]] | None:
