@@ -64,8 +64,8 @@ class EngineBackend(ABC):
     new_token_ratio: float = 0.0
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
-    #: the engine's own default KV-pool memory fraction (its meaning is the engine's; the
-    #: source is beside each backend's value)
+    #: the engine's own default KV-pool memory fraction (its meaning is the engine's, its
+    #: source beside each backend's value; 1.0: the memory model's free memory, all of it)
     default_mem_fraction: float = 1.0
 
     # ---- capabilities ---------------------------------------------------------------------
