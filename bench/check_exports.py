@@ -133,7 +133,7 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     """Every command ``script`` runs on every node rank (stand-in executables record them)."""
     bin_dir = work / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for exe in ("python", "python3", "vllm", "ray", "curl", "trtllm-serve"):
+    for exe in ("python", "python3", "vllm", "ray", "curl", "trtllm-serve", "mpirun"):
         (bin_dir / exe).write_text(RECORDER)
         (bin_dir / exe).chmod(0o755)
     cmds: list[list[str]] = []
@@ -163,8 +163,9 @@ def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
             out.append({"kind": "router", "argv": c[3:], **gpu})
         elif c[:2] == ["vllm", "serve"]:
             out.append({"kind": "vllm", "argv": c[2:], **gpu})
-        elif c[:1] == ["trtllm-serve"]:
-            out.append({"kind": "trtllm", "argv": c[1:], **gpu})
+        elif c[:1] in (["trtllm-serve"], ["mpirun"]) and "trtllm-serve" in c:
+            # trtllm-serve alone, or behind its MPI launch (mpirun ... trtllm-llmapi-launch)
+            out.append({"kind": "trtllm", "argv": c[c.index("trtllm-serve") + 1 :], **gpu})
     return out
 
 

@@ -39,27 +39,34 @@ def export(model: str, cluster: str, lay: Layout, knobs=None, redundant: int = 0
     return engine_export("trtllm", SimpleNamespace(model=m, cluster=c), ctx, [opt])
 
 
-def launched(tmp: Path, ex) -> list[list[str]]:
-    """The ``trtllm-serve`` commands ``ex``'s launch.sh runs (a recording stand-in), its files
-    written beside it as ``plan`` writes them."""
+def launched(tmp: Path, ex, rank: int = 0, nodes: int = 1) -> list[list[str]]:
+    """Every command ``ex``'s launch.sh runs on node ``rank`` (recording stand-ins for
+    ``trtllm-serve`` and ``mpirun``), its files written beside it as ``plan`` writes them."""
     bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "trtllm-serve").write_text(recorder())
-    (bin_dir / "trtllm-serve").chmod(0o755)
+    bin_dir.mkdir(exist_ok=True)
+    for exe in ("trtllm-serve", "mpirun"):
+        (bin_dir / exe).write_text(recorder())
+        (bin_dir / exe).chmod(0o755)
     for name, text in ex.files.items():
         (tmp / name).write_text(text)
-    log = tmp / "argv"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": "0"}
+    log = tmp / f"argv{rank}"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank)}
+    env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
     p = subprocess.run(["bash", str(tmp / "launch.sh")], env=env, capture_output=True)
     assert p.returncode == 0, p.stderr
     cmds, cur = [], []
-    for item in log.read_bytes().split(b"\0")[:-1]:
+    for item in log.read_bytes().split(b"\0")[:-1] if log.exists() else []:
         if item == b"<end>":
             cmds.append(cur)
             cur = []
         else:
             cur.append(item.decode())
-    return [c[1:] for c in cmds if c[0] == "trtllm-serve"]
+    return cmds
+
+
+def served(cmds: list[list[str]]) -> list[list[str]]:
+    """The ``trtllm-serve`` arguments of each recorded command (after an MPI prefix)."""
+    return [c[c.index("trtllm-serve") + 1 :] for c in cmds if "trtllm-serve" in c]
 
 
 def test_the_yaml_keys_are_llm_api_fields():
@@ -76,7 +83,7 @@ def test_attention_dp_launch_parses(tmp_path):
     assert ex.label == "x" and set(ex.files) == {"launch.sh", "stop.sh", "colocated-0.yaml"}
     opts = yaml.safe_load(ex.files["colocated-0.yaml"])
     assert opts == {"enable_attention_dp": True, "enable_chunked_prefill": True}
-    (argv,) = launched(tmp_path, ex)
+    (argv,) = served(launched(tmp_path, ex))
     f = cons.flags(argv)
     assert (f["--tp_size"], f["--ep_size"], f["--pp_size"]) == ("8", "8", "1")
     assert (f["--max_batch_size"], f["--max_num_tokens"]) == ("2048", "8192")
@@ -95,7 +102,7 @@ def test_knobs_go_into_the_yaml(tmp_path):
     assert opts["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 1}
     assert opts["kv_cache_config"] == {"dtype": "fp8"}
     assert opts["moe_config"] == {"backend": "WIDEEP", "load_balancer": {"num_slots": 264}}
-    (argv,) = launched(tmp_path, ex)
+    (argv,) = served(launched(tmp_path, ex))
     parsers.trtllm_source_check(argv)
     hybrid = llm_api_options(Layout(attn_tp=8, moe_tp=2, moe_ep=4), None, 0, 128)
     assert hybrid["moe_tensor_parallel_size"] == 2
@@ -118,13 +125,24 @@ def test_the_source_check_refuses_what_trtllm_refuses(tmp_path):
         parsers.trtllm_source_check(ok)
 
 
+def test_a_server_over_two_nodes_is_one_mpi_job_from_the_first(tmp_path):
+    """DeepSeek-V3 on 2 x 8 H100, attention DP16 x EP16: node 0 starts mpirun over both
+    nodes' 8 GPUs (16 ranks) running trtllm-llmapi-launch trtllm-serve; node 1 runs nothing."""
+    ex = export("deepseek-v3", "h100-sxm-8", Layout(attn_dp=16, moe_ep=16), nodes=2)
+    assert ex.label == "x" and ex.deployment["gpus"] == 16
+    (cmd,) = launched(tmp_path, ex, 0, 2)
+    assert cmd[:7] == ["mpirun", "--allow-run-as-root", "-H", "10.0.0.1:8,10.0.0.2:8", "-np",
+                       "16", "trtllm-llmapi-launch"]  # fmt: skip
+    (argv,) = served([cmd])
+    assert cons.flags(argv)["--tp_size"] == "16"
+    parsers.trtllm_source_check(argv)
+    assert launched(tmp_path, ex, 1, 2) == []
+
+
 def test_what_trtllm_serve_cannot_run_is_refused_with_the_rule():
-    """Attention TP x DP, a server over two nodes, DeepSeek-V2 (no PyTorch-backend class),
-    Mixtral with attention DP: a refusal naming the rule, nothing launched."""
+    """Attention TP x DP, DeepSeek-V2 (no PyTorch-backend class), Mixtral with attention DP:
+    a refusal naming the rule, nothing launched."""
     assert "enable_attention_dp" in unexpressible(Layout(attn_tp=2, attn_dp=4, moe_ep=8))
-    assert "mpirun" in unexpressible(Layout(attn_tp=16, moe_ep=16), nodes=2)
-    ex = export("deepseek-v3", "h100-sxm-8", Layout(attn_tp=16, moe_ep=16), nodes=2)
-    assert ex.label is None and "mpirun" in ex.text
     ex = export("deepseek-v2-lite", "h100-sxm-8", Layout(attn_tp=8, moe_ep=8))
     assert ex.label is None and "no model class" in ex.text
     ex = export("mixtral-8x7b", "h100-sxm-8", Layout(attn_dp=8, moe_ep=8))

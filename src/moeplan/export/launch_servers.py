@@ -41,8 +41,9 @@ class ServerCommands:
 
     @property
     def server_args(self) -> tuple[tuple[str, ...], ...]:
-        """The server command of every node (the last command of each)."""
-        return tuple(n[-1] for n in self.nodes)
+        """The server command of every node that runs one (the last command of each; a node
+        with none is reached by its first node's job, e.g. TensorRT-LLM's MPI launch)."""
+        return tuple(n[-1] for n in self.nodes if n)
 
 
 def _env(
@@ -67,7 +68,12 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
     if built is None:
         return ServerCommands(slot=slot, nodes=(), env=(), warnings=tuple(notes), violations=())
     env = _env(b, w, slot, ctx.target.gpus_per_node)
-    bad = [v for rank, node in enumerate(built) for v in w.check_server(node[-1], slot, ctx, rank)]
+    bad = [
+        v
+        for rank, node in enumerate(built)
+        if node
+        for v in w.check_server(node[-1], slot, ctx, rank)
+    ]
     return ServerCommands(
         slot=slot,
         nodes=tuple(tuple(tuple(c) for c in n) for n in built),

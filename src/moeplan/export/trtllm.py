@@ -21,10 +21,16 @@ when the layout replicates experts), ``speculative_config`` (MTP), ``kv_cache_co
 The flags repeat TensorRT-LLM's defaults where the plan priced them, so the file says what was
 simulated.
 
-Not written: servers spanning several nodes (``trtllm-serve`` runs them under ``mpirun`` /
-``srun`` with ``trtllm-llmapi-launch``, not one command per node) and P/D pools
-(``trtllm-serve disaggregated`` with a ``cache_transceiver_config`` per worker): both are said
-in ``warnings`` and the plan exports the best option it can run.
+A server over several nodes is one MPI job started from its first node, as TensorRT-LLM's
+multi-node examples run it (docs/source/commands/trtllm-serve: ``srun ... trtllm-llmapi-launch
+trtllm-serve``; its DeepSeek-R1 guide: ``mpirun -np 16 --hostfile ... --allow-run-as-root
+trtllm-llmapi-launch trtllm-serve``): ``mpirun --allow-run-as-root -H
+${NODE_0_ADDR}:8,${NODE_1_ADDR}:8 -np 16 trtllm-llmapi-launch trtllm-serve ...`` on that node,
+nothing on the others (MPI reaches them over ssh), whole nodes only.
+
+Not written: P/D pools (``trtllm-serve disaggregated`` with a ``cache_transceiver_config`` per
+worker) and a multi-node server on part of its nodes' GPUs: said in ``warnings``, and the plan
+exports the best option it can run.
 """
 
 from __future__ import annotations
@@ -37,11 +43,14 @@ from typing import Any
 from moeplan.backends.trtllm import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from moeplan.backends.trtllm import TRTLLM as BACKEND
 from moeplan.export.constraints import Target
-from moeplan.export.deployment import Slot
+from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.sglang import ExportResult
 from moeplan.planners.layout import Layout
 
 SERVE_COMMAND = "trtllm-serve"
+#: runs trtllm-serve on every MPI rank: rank 0 serves, the others run the model's workers
+#: (tensorrt_llm/llmapi/trtllm-llmapi-launch)
+MPI_LAUNCHER = "trtllm-llmapi-launch"
 #: GPUs of compute capability below this have no DeepseekV4 class
 #: (supported-models.md footnote 11: "only supported on Blackwell GPUs (SM100+)")
 SM100 = 100
@@ -68,19 +77,21 @@ YAML_KEYS = frozenset(
 )
 
 
-def unexpressible(s: Layout, nodes: int = 1) -> str | None:
+def unexpressible(s: Layout) -> str | None:
     """Why ``trtllm-serve`` (as moeplan writes it) cannot run ``s`` (None when it can)."""
     if s.attn_dp > 1 and s.attn_tp > 1:
         return (
             f"TensorRT-LLM cannot express attention TP{s.attn_tp} x DP{s.attn_dp}: "
             "enable_attention_dp makes every GPU of tp_size an attention-DP rank"
         )
-    if nodes > 1:
-        return (
-            f"a TensorRT-LLM server over {nodes} nodes runs under mpirun/srun with "
-            "trtllm-llmapi-launch, which moeplan does not write"
-        )
     return None
+
+
+def mpi_launch(hosts: list[str], gpus_per_node: int) -> list[str]:
+    """The MPI prefix of a server over ``hosts`` (one rank per GPU; module docstring)."""
+    spec = ",".join(f"{h}:{gpus_per_node}" for h in hosts)
+    n = str(len(hosts) * gpus_per_node)
+    return ["mpirun", "--allow-run-as-root", "-H", spec, "-np", n, MPI_LAUNCHER]
 
 
 def llm_api_options(
@@ -127,13 +138,12 @@ def trtllm_args(
     *,
     model_path: str,
     config_path: str,
-    num_nodes: int = 1,
     max_batch_size: int | None = None,
     max_num_tokens: int | None = None,
 ) -> ExportResult:
-    """``trtllm-serve`` arguments for ``strategy`` (one node); the YAML at ``config_path``."""
+    """``trtllm-serve`` arguments for ``strategy``; the YAML at ``config_path``."""
     s = strategy
-    why = unexpressible(s, num_nodes)
+    why = unexpressible(s)
     if why is not None:
         return ExportResult(
             engine=BACKEND.name, args=(), expressible=False, warnings=(why + "; no arguments",)
@@ -163,28 +173,38 @@ def engine_args(
 ) -> ExportResult:
     """:func:`trtllm_args` of one server; a warning holds its YAML (``config.yaml`` beside
     it, written as JSON, which YAML reads)."""
-    r = trtllm_args(strategy, model_path=model_path, config_path="config.yaml", num_nodes=num_nodes)
+    r = trtllm_args(strategy, model_path=model_path, config_path="config.yaml")
     if not r.expressible:
         return r
+    if num_nodes > 1:
+        hosts = [f"${{NODE_{n}_ADDR}}" for n in range(num_nodes)]
+        r = replace(r, args=(*mpi_launch(hosts, target.gpus_per_node), *r.args))
     opts = json.dumps(llm_api_options(strategy, None, 0, target.num_experts))
     note = f"write config.yaml (--extra_llm_api_options) beside it: {opts}"
     return replace(r, warnings=(*r.warnings, note))
 
 
 def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]] | None:
-    """:func:`trtllm_args` for a colocated slot on one node, plus ``--host 0.0.0.0 --port
-    P``, the prefill budget the plan priced and ``--trust_remote_code``; None for a slot
-    the writer cannot express (module docstring)."""
+    """:func:`trtllm_args` for a colocated slot, plus ``--host 0.0.0.0 --port P``, the
+    prefill budget the plan priced and ``--trust_remote_code``; over several nodes the MPI
+    job on the first and no command on the others; None for a slot the writer cannot
+    express (module docstring)."""
     s, pool = slot.strategy, slot.pool
     if slot.role != "colocated":
         notes.append(PD_NOTE)
+        return None
+    per_node = ctx.target.gpus_per_node
+    if len(slot.nodes) > 1 and len(slot.gpus) < per_node:
+        notes.append(
+            f"a TensorRT-LLM server over {len(slot.nodes)} nodes is written for whole nodes; "
+            f"this one uses {len(slot.gpus)} of {per_node} GPUs on each"
+        )
         return None
     chunk = BACKEND.chunk_args(pool.chunk, s.attn_dp) if pool.chunk else []
     r = trtllm_args(
         s,
         model_path=ctx.model_path,
         config_path="${HERE}/" + _config_name(slot),
-        num_nodes=len(slot.nodes),
         max_num_tokens=int(chunk[1]) if chunk else None,
     )
     notes += r.warnings
@@ -193,7 +213,10 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     args = [*r.args, "--host", "0.0.0.0", "--port", str(slot.port)]
     if ctx.remote_code:
         args.append("--trust_remote_code")
-    return [[args]]
+    if len(slot.nodes) == 1:
+        return [[args]]
+    hosts = [node_addr(n) for n in slot.nodes]
+    return [[[*mpi_launch(hosts, per_node), *args]], *([] for _ in slot.nodes[1:])]
 
 
 def slot_files(slot: Slot, ctx: Any) -> dict[str, str]:
