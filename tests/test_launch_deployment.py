@@ -135,7 +135,7 @@ def check_started(engine, ex, tmp, c, want: Counter, gpus: int) -> None:
 WHY = {  # the rules of the pinned releases that make an engine launch another deployment
     "sglang": ("has no attention DP", "needs ep_size 1 or tp_size", "has no model class"),
     "vllm": ("cannot express MoE TP",),
-    "trtllm": ("cannot express attention TP", "runs under mpirun/srun", "has no attention DP",
+    "trtllm": ("cannot express attention TP", "written for whole nodes", "has no attention DP",
                "has no model class", "SM100+", "num_slots"),
 }  # fmt: skip
 

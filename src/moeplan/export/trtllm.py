@@ -10,9 +10,11 @@ runs it, ``DefaultGroup`` resolving an unknown first argument to ``serve``)::
 
 Layout mapping (``llm_args.py`` ``_ParallelConfig.to_mapping``): ``--tp_size`` is the GPU count
 of one pipeline stage; ``enable_attention_dp`` makes every one of them an attention-DP rank
-(attention TP 1), so a layout with attention TP and DP both above 1 cannot be expressed;
-``--ep_size`` and ``moe_tensor_parallel_size`` split the MoE group of ``tp_size`` GPUs
-(``moe_tp x moe_ep = tp_size``). The YAML (``--extra_llm_api_options``, read by
+(``tensorrt_llm/_torch/modules/attention.py``: ``if mapping.enable_attention_dp: dp_size =
+tp_size; tp_size = 1``; the KV cache manager likewise), so a layout with attention TP and DP
+both above 1 cannot be expressed; ``--ep_size`` and ``moe_tensor_parallel_size`` split the MoE
+group of ``tp_size`` GPUs (``tensorrt_llm/mapping.py`` ``Mapping.__init__``: "tp_size must
+equal to moe_tp_size * moe_ep_size * moe_cluster_size"). The YAML (``--extra_llm_api_options``, read by
 ``update_llm_args_with_extra_dict`` into ``TorchLlmArgs``, a ``StrictBaseModel`` with
 ``extra="forbid"``: an unknown key is refused) holds what has no flag: ``enable_attention_dp``,
 ``moe_tensor_parallel_size``, ``enable_chunked_prefill: true`` (the simulator chunks prompts:
