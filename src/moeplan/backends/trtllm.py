@@ -17,7 +17,9 @@ moeplan's ``mixed`` scheduler model with TensorRT-LLM's own parameters:
 - ``max_batch_size`` 2048 and ``max_num_tokens`` 8192 on every GPU (llm_args.py
   ``BaseLlmArgs`` fields; serve.py ``--max_batch_size`` / ``--max_num_tokens`` default to
   ``BuildConfig.model_fields[...]``, the same numbers); per attention-DP rank: each rank's
-  executor runs its own scheduler over the requests dispatched to it;
+  executor runs its own scheduler over the requests dispatched to it
+  (``tensorrt_llm/_torch/pyexecutor/py_executor.py`` ``_fetch_new_requests``: under attention
+  DP ``total_max_num_active_requests = self.dist.tp_size * self.max_num_active_requests``);
 - ``BaseLlmArgs.validate_runtime_args`` warns when ``max_batch_size > max_num_tokens``: the
   budget is meant to cover one token of every running request (the ``mixed`` model's rule);
 - ``enable_chunked_prefill`` False by default (``BaseLlmArgs``; serve.py
