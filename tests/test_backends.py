@@ -122,6 +122,9 @@ def test_trtllm_capabilities():
     assert b.model_class_blocker("MiniMaxM3ForCausalLM") is not None
     assert b.model_class_blocker("Qwen3MoeForCausalLM") is None
     assert deepep_blockers("trtllm", MODEL, H100, 1, 8)
+    assert "attention TP2 x DP4" in b.layout_blocker(2, 4, 1, 8)
+    assert b.layout_blocker(1, 8, 1, 8) is None and b.layout_blocker(8, 1, 2, 4) is None
+    assert backend("sglang").layout_blocker(2, 4, 1, 8) is None
     assert b.wideep_moe_op == "trtllm_wideep_moe" and not b.shares_wideep_tables
 
 

@@ -126,6 +126,12 @@ class EngineBackend(ABC):
             f"{architecture}: its attention splits heads by the whole tp_size ({where})"
         )
 
+    def layout_blocker(self, attn_tp: int, attn_dp: int, moe_tp: int, moe_ep: int) -> str | None:
+        """Why the engine's launch options cannot express an instance of these degrees, one
+        line naming the rule (None: they can; a search may skip what this refuses)."""
+        del attn_tp, attn_dp, moe_tp, moe_ep
+        return None
+
     def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
         """The prefill chunk the engine needs for ``architecture`` at attention DP
         ``attn_dp`` (None: its default works)."""

@@ -156,6 +156,18 @@ class TRTLLMBackend(EngineBackend):
             f"{architecture}: {where}"
         )
 
+    def layout_blocker(self, attn_tp: int, attn_dp: int, moe_tp: int, moe_ep: int) -> str | None:
+        """Attention TP and DP both above 1: ``enable_attention_dp`` makes every GPU of
+        ``tp_size`` an attention-DP rank (``tensorrt_llm/_torch/modules/attention.py``: ``if
+        mapping.enable_attention_dp: dp_size = tp_size; tp_size = 1``)."""
+        del moe_tp, moe_ep
+        if attn_dp > 1 and attn_tp > 1:
+            return (
+                f"{self.label} cannot express attention TP{attn_tp} x DP{attn_dp}: "
+                "enable_attention_dp makes every GPU of tp_size an attention-DP rank"
+            )
+        return None
+
     def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
         """``--max_num_tokens`` is each attention-DP rank's budget: the instance total over
         ``attn_dp``."""

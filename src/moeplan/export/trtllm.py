@@ -80,13 +80,9 @@ YAML_KEYS = frozenset(
 
 
 def unexpressible(s: Layout) -> str | None:
-    """Why ``trtllm-serve`` (as moeplan writes it) cannot run ``s`` (None when it can)."""
-    if s.attn_dp > 1 and s.attn_tp > 1:
-        return (
-            f"TensorRT-LLM cannot express attention TP{s.attn_tp} x DP{s.attn_dp}: "
-            "enable_attention_dp makes every GPU of tp_size an attention-DP rank"
-        )
-    return None
+    """Why ``trtllm-serve`` cannot run ``s`` (None when it can):
+    :meth:`moeplan.backends.trtllm.TRTLLMBackend.layout_blocker`."""
+    return BACKEND.layout_blocker(s.attn_tp, s.attn_dp, s.moe_tp, s.moe_ep)
 
 
 def mpi_launch(hosts: list[str], gpus_per_node: int) -> list[str]:
