@@ -10,7 +10,12 @@ arguments:
   ``ServerArgs(...)`` and its ``__post_init__`` resolution and checks);
 - vLLM: ``vllm serve``'s parser (``vllm.entrypoints.openai.cli_args.make_arg_parser``) and
   ``AsyncEngineArgs.from_cli_args``;
-- sglang-router: ``sglang_router.launch_router.parse_router_args``.
+- sglang-router: ``sglang_router.launch_router.parse_router_args``;
+- TensorRT-LLM: ``trtllm-serve``'s click command (``tensorrt_llm.commands.serve.serve``,
+  parsed with ``make_context``) and its YAML through ``TorchLlmArgs`` where the wheel is
+  installed, else :func:`trtllm_source_check` against the options and fields read from its
+  source (``bench/data/trtllm_1.2_llm_api.json``: the 1.2.1 wheel is not on the package index,
+  only a stub that downloads from NVIDIA's index).
 
 Reads JSON lines ``{"id", "kind", "argv", "sm", "gpus"}`` on stdin, writes
 ``{"id", "ok", "error"}`` lines on stdout.
@@ -151,7 +156,107 @@ def _router(argv: list[str]) -> None:
     parse_router_args(argv)
 
 
-CHECKS = {"sglang": _sglang, "vllm": _vllm, "router": _router}
+#: the TensorRT-LLM 1.2 argument facts read from its source (see the file's "source")
+TRTLLM_FACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                            "trtllm_1.2_llm_api.json")  # fmt: skip
+
+
+def _trtllm(argv: list[str]) -> None:
+    """``trtllm-serve``'s own click command and ``TorchLlmArgs`` where ``tensorrt_llm`` is
+    installed, else :func:`trtllm_source_check` (the facts read from its source)."""
+    try:
+        from tensorrt_llm.commands.serve import serve
+        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, update_llm_args_with_extra_dict
+    except ImportError:
+        trtllm_source_check(argv)
+        return
+    import yaml
+
+    ctx = serve.make_context("trtllm-serve", list(argv))
+    p = ctx.params
+    with open(p["extra_llm_api_options"]) as f:
+        extra = yaml.safe_load(f) or {}
+    base = TorchLlmArgs(model=p["model"], tensor_parallel_size=p["tensor_parallel_size"],
+                        pipeline_parallel_size=p["pipeline_parallel_size"],
+                        moe_expert_parallel_size=p["moe_expert_parallel_size"],
+                        max_batch_size=p["max_batch_size"], max_num_tokens=p["max_num_tokens"],
+                        gpus_per_node=8).model_dump()  # fmt: skip
+    TorchLlmArgs(**update_llm_args_with_extra_dict(base, extra))
+
+
+def trtllm_source_check(argv: list[str], facts_path: str = TRTLLM_FACTS) -> None:
+    """``trtllm-serve`` arguments and their ``--extra_llm_api_options`` YAML against the
+    click options and LLM API fields read from TensorRT-LLM's source (raises ValueError):
+    every flag an option of ``serve`` with a value of its type, every YAML key a field of
+    its class (``StrictBaseModel``: unknown keys are refused), the MoE backend one of its
+    choices, and the parallel sizes a valid ``Mapping`` (``moe_tp x moe_ep = tp_size``)."""
+    import yaml
+
+    with open(facts_path) as f:
+        facts = json.load(f)
+    opts = facts["serve_options"]
+    if not argv or argv[0].startswith("--"):
+        raise ValueError("trtllm-serve: the MODEL argument is missing")
+    got: dict[str, str] = {}
+    i = 1
+    while i < len(argv):
+        flag = argv[i]
+        kind = opts.get(flag)
+        if kind is None:
+            raise ValueError(f"trtllm-serve: no such option: {flag}")
+        if kind == "flag":
+            got[flag], i = "", i + 1
+            continue
+        if i + 1 >= len(argv):
+            raise ValueError(f"trtllm-serve: option {flag} requires an argument")
+        value = argv[i + 1]
+        if isinstance(kind, list) and value not in kind:
+            raise ValueError(f"trtllm-serve: {flag} {value!r} is not one of {kind}")
+        if kind in ("int", "float"):
+            int(value) if kind == "int" else float(value)
+        got[flag], i = value, i + 2
+    tp = int(got.get("--tp_size", got.get("--tensor_parallel_size", 1)))
+    ep = int(got.get("--ep_size", got.get("--moe_expert_parallel_size", 1)))
+    frac = float(got.get("--kv_cache_free_gpu_memory_fraction", 0.9))
+    if not 0 <= frac <= 1:  # KvCacheConfig.free_gpu_memory_fraction: ge=0, le=1
+        raise ValueError(f"free_gpu_memory_fraction ({frac}) must be in [0, 1]")
+    path = got.get("--extra_llm_api_options", got.get("--config"))
+    extra = {}
+    if path is not None:
+        with open(path) as f:
+            extra = yaml.safe_load(f) or {}
+    _fields(extra, facts["TorchLlmArgs"], "TorchLlmArgs")
+    _fields(extra.get("kv_cache_config", {}), facts["KvCacheConfig"], "KvCacheConfig")
+    moe = extra.get("moe_config", {})
+    _fields(moe, facts["MoeConfig"], "MoeConfig")
+    if "backend" in moe and moe["backend"] not in facts["MoeConfig.backend"]:
+        raise ValueError(f"moe_config.backend ({moe['backend']!r}) is not a MoeConfig choice")
+    lb = moe.get("load_balancer") or {}
+    _fields(lb, facts["MoeLoadBalancerConfig"], "MoeLoadBalancerConfig")
+    if "num_slots" in lb and lb["num_slots"] % ep:  # MoeLoadBalancerConfig.setup
+        raise ValueError(f"num_slots ({lb['num_slots']}) must be divisible by ep_size ({ep})")
+    spec = extra.get("speculative_config")
+    if spec is not None:
+        if spec.get("decoding_type") != "MTP":
+            raise ValueError(f"speculative_config: decoding_type {spec.get('decoding_type')!r}")
+        _fields(spec, facts["MTPDecodingConfig"], "MTPDecodingConfig")
+        if int(spec.get("num_nextn_predict_layers", 1)) < 1:  # PositiveInt
+            raise ValueError("num_nextn_predict_layers must be positive")
+    for key in ("enable_attention_dp", "enable_chunked_prefill"):
+        if not isinstance(extra.get(key, False), bool):
+            raise ValueError(f"{key} ({extra[key]!r}) must be a boolean")
+    moe_tp = int(extra.get("moe_tensor_parallel_size", tp // max(1, ep)))
+    if moe_tp * ep != tp:  # Mapping: moe_tp_size * moe_ep_size * moe_cluster_size == tp_size
+        raise ValueError(f"moe_tp ({moe_tp}) x moe_ep ({ep}) must equal tp_size ({tp})")
+
+
+def _fields(d: dict, fields: list[str], cls: str) -> None:
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ValueError(f"{cls}: extra inputs are not permitted: {unknown}")
+
+
+CHECKS = {"sglang": _sglang, "vllm": _vllm, "router": _router, "trtllm": _trtllm}
 
 
 def main() -> None:

@@ -77,15 +77,55 @@ def test_the_fake_engine_is_gone_after_its_test():
         backend("fake")
 
 
-def test_an_engine_without_a_scheduler_is_refused_by_the_simulator():
-    """TensorRT-LLM has kernel tables only: the simulator refuses it in one line."""
-    assert backend("trtllm").scheduler is None
-    with pytest.raises(
-        MoeplanError, match=r"engine \('trtllm'\) must be one of \('sglang', 'vllm'\)"
-    ):
-        engine_config("trtllm", MODEL, H100, Layout())
-    assert backends.simulated() == backends.exported() == ("sglang", "vllm")
+def test_every_engine_is_simulated_and_exported():
+    """SGLang, vLLM and TensorRT-LLM each have a scheduler model and a launch export."""
+    assert backends.simulated() == backends.exported() == ("sglang", "vllm", "trtllm")
     assert backends.kernel_tables() == ("sglang", "vllm", "trtllm")
+
+
+def test_trtllm_scheduler_is_in_flight_batching_with_its_own_budgets():
+    """TensorRT-LLM: mixed batches, max_batch_size 2048 and max_num_tokens 8192 per
+    attention-DP rank on every GPU, GUARANTEED_NO_EVICT (the whole output reserved)."""
+    b = backend("trtllm")
+    a100 = load_cluster("a100-sxm-8")
+    assert b.scheduler == "mixed" and b.budgets_per_dp_rank and b.chunk_above_running
+    for c in (H100, a100):
+        assert (b.default_chunk(c.gpu), b.default_running(c.gpu)) == (8192, 2048)
+    lay = Layout(attn_dp=4, moe_ep=4)
+    cfg = engine_config("trtllm", MODEL, H100, lay)
+    assert (cfg.policy, cfg.chunk_tokens, cfg.max_running) == ("mixed", 4 * 8192, 4 * 2048)
+    assert cfg.admit_reserve == 1.0
+    assert engine_config("vllm", MODEL, H100, lay).admit_reserve == 0.0
+
+
+def test_trtllm_kv_pool_is_its_free_memory_fraction():
+    """The KV pool is free_gpu_memory_fraction (0.9) of the memory the weights and a
+    max_num_tokens step leave; SGLang's and vLLM's take all of it in this model."""
+    b = backend("trtllm")
+    assert b.default_mem_fraction == 0.9
+    lay = Layout(attn_tp=2, moe_ep=2)
+    free = kv_capacity_tokens(MODEL, H100, lay, 8192)
+    assert engine_config("trtllm", MODEL, H100, lay).kv_tokens_per_rank == int(0.9 * free)
+    assert engine_config("vllm", MODEL, H100, lay).kv_tokens_per_rank == free
+    assert backend("sglang").kv_pool_tokens(free) == backend("vllm").kv_pool_tokens(free) == free
+
+
+def test_trtllm_capabilities():
+    """Attention DP where the feature matrix says Yes; DeepSeek-V2 (AutoDeploy only) and
+    MiniMax-M3 (sparse class only) have no PyTorch-backend class; no DeepEP priced."""
+    b = backend("trtllm")
+    assert b.attn_dp_blocker("DeepseekV3ForCausalLM") is None
+    assert b.attn_dp_blocker("Qwen3MoeForCausalLM") is None
+    why = b.attn_dp_blocker("MixtralForCausalLM")
+    assert why is not None and "enable_attention_dp" in why
+    assert b.model_class_blocker("DeepseekV2ForCausalLM") is not None
+    assert b.model_class_blocker("MiniMaxM3ForCausalLM") is not None
+    assert b.model_class_blocker("Qwen3MoeForCausalLM") is None
+    assert deepep_blockers("trtllm", MODEL, H100, 1, 8)
+    assert "attention TP2 x DP4" in b.layout_blocker(2, 4, 1, 8)
+    assert b.layout_blocker(1, 8, 1, 8) is None and b.layout_blocker(8, 1, 2, 4) is None
+    assert backend("sglang").layout_blocker(2, 4, 1, 8) is None
+    assert b.wideep_moe_op == "trtllm_wideep_moe" and not b.shares_wideep_tables
 
 
 def test_vllm_a100_rule_reads_the_gpu_record():

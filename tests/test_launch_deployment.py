@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from argv_recorder import recorder
 from moeplan.export import constraints as cons
@@ -47,9 +48,19 @@ def degrees(engine: str, args) -> tuple[int, int, int, int, int]:
         tp, dp = int(f["--tp-size"]), int(f.get("--attn-dp-size", 1))
         ep = int(f.get("--ep-size", 1))
         return tp // dp, dp, tp // ep, ep, int(f.get("--pp-size", 1))
+    if engine == "trtllm":  # attention DP and MoE TP are in its YAML (trtllm_degrees)
+        raise AssertionError("read TensorRT-LLM's degrees with trtllm_degrees")
     tp, dp = int(f["--tensor-parallel-size"]), int(f.get("--data-parallel-size", 1))
     ep = tp * dp if "--enable-expert-parallel" in f else 1
     return tp, dp, tp * dp // ep, ep, int(f.get("--pipeline-parallel-size", 1))
+
+
+def trtllm_degrees(args, yaml_text: str) -> tuple[int, int, int, int, int]:
+    """(attn_tp, attn_dp, moe_tp, moe_ep, pp) of a ``trtllm-serve`` command and its YAML."""
+    f, opts = cons.flags(args), yaml.safe_load(yaml_text)
+    tp, ep = int(f["--tp_size"]), int(f.get("--ep_size", 1))
+    dp = tp if opts.get("enable_attention_dp") else 1
+    return tp // dp, dp, tp // ep, ep, int(f.get("--pp_size", 1))
 
 
 def key(s: Layout) -> tuple[int, int, int, int, int]:
@@ -124,7 +135,9 @@ def check_started(engine, ex, tmp, c, want: Counter, gpus: int) -> None:
 WHY = {  # the rules of the pinned releases that make an engine launch another deployment
     "sglang": ("has no attention DP", "needs ep_size 1 or tp_size", "has no model class"),
     "vllm": ("cannot express MoE TP",),
-}
+    "trtllm": ("cannot express attention TP", "written for whole nodes", "has no attention DP",
+               "has no model class", "SM100+", "num_slots"),
+}  # fmt: skip
 
 
 def test_every_preset_pair_launches_its_winner():
@@ -144,10 +157,14 @@ def test_every_preset_pair_launches_its_winner():
                 n[engine, "other"] += 1
                 continue
             assert e.deployment["gpus"] == lay["world_size"] == result.winner.gpus
-            assert len(e.servers) == 1 and degrees(engine, e.servers[0][0]) == want
+            args = e.servers[0][0]
+            got = (trtllm_degrees(args, e.files["colocated-0.yaml"]) if engine == "trtllm"
+                   else degrees(engine, args))  # fmt: skip
+            assert len(e.servers) == 1 and got == want
             n[engine, "winner"] += 1
     assert n["sglang", "winner"] + n["sglang", "other"] >= 200, n  # 215 pairs fit today
     assert n["sglang", "winner"] > n["sglang", "other"] and n["vllm", "winner"] > 0, n
+    assert n["trtllm", "winner"] > 0 and n["trtllm", "other"] > 0, n
 
 
 def fake_served(entry: Entry, knobs=None) -> SimpleNamespace:

@@ -147,3 +147,22 @@ def test_estimate_never_exceeds_bound_and_lazy_order_is_eager(gpus, tpot):
             assert s.cfg == e.cfg and s.estimate == e.estimate
     if gpus == 8:  # the cut leaves layouts unestimated
         assert any(s.cfg is None for s in order)
+
+
+def test_a_layout_the_engine_cannot_launch_is_not_priced():
+    """TensorRT-LLM cannot launch attention TP2 x DP4 (enable_attention_dp makes every GPU an
+    attention-DP rank): the search gives it its rule as the reason and no bound; the same
+    layout is priced for SGLang, and attention DP8 is priced for TensorRT-LLM."""
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    cm = cost_model_for(c, None)
+    wl = ServeWorkload(
+        num_requests=60, rate=1.0, isl=LengthDist(mean=1024), osl=LengthDist(mean=64), seed=1
+    )
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    hybrid, adp = Layout(attn_tp=2, attn_dp=4, moe_ep=8), Layout(attn_dp=8, moe_ep=8)
+    got, _ = search_space(m, c, cm, wl, slo, engine="trtllm", requests=60, space=[hybrid, adp])
+    by = {s.layout: s for s in got}
+    assert "attention TP2 x DP4" in by[hybrid].reason and by[hybrid].bound is None
+    assert by[adp].reason == "" and by[adp].bound is not None
+    (sg,), _ = search_space(m, c, cm, wl, slo, engine="sglang", requests=60, space=[hybrid])
+    assert sg.reason == "" and sg.bound is not None

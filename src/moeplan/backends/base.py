@@ -68,6 +68,9 @@ class EngineBackend(ABC):
     new_token_ratio: float = 0.0
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
+    #: the engine's own default KV-pool memory fraction (its meaning is the engine's, its
+    #: source beside each backend's value; 1.0: the memory model's free memory, all of it)
+    default_mem_fraction: float = 1.0
 
     # ---- capabilities ---------------------------------------------------------------------
     #: what each release runs per architecture family, GPU and checkpoint, read from the
@@ -117,6 +120,11 @@ class EngineBackend(ABC):
         """Running sequences by default on ``gpu`` (per DP rank); engines whose cap comes
         from the KV pool (:attr:`running_cap`) do not use it."""
         raise TypeError(f"{self.name} takes its running cap from the KV pool (running_cap)")
+
+    def kv_pool_tokens(self, free_tokens: int) -> int:
+        """The KV pool the engine allocates when the memory model's free memory holds
+        ``free_tokens`` tokens (all of them by default)."""
+        return free_tokens
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""
@@ -233,6 +241,12 @@ class EngineBackend(ABC):
         if floor is not None and (gpu.sm_version or 0) >= floor:
             return "fp8"
         return "fp8" if checkpoint_fp8 and kv.checkpoint_fp8 else "bf16"
+
+    def layout_blocker(self, attn_tp: int, attn_dp: int, moe_tp: int, moe_ep: int) -> str | None:
+        """Why the engine's launch options cannot express an instance of these degrees, one
+        line naming the rule (None: they can; a search may skip what this refuses)."""
+        del attn_tp, attn_dp, moe_tp, moe_ep
+        return None
 
     def required_chunk(self, architecture: str, attn_dp: int) -> int | None:
         """The prefill chunk the engine needs for ``architecture`` at attention DP

@@ -1,35 +1,216 @@
-"""TensorRT-LLM: what moeplan has of it today — its measured kernel tables only.
+"""TensorRT-LLM (PyTorch backend, ``trtllm-serve``): in-flight batching, its KV manager, its
+capabilities and launch facts (sources per fact).
 
-Its kernels price a cost model (``--engine trtllm`` on the cost commands), including its own
-wide-EP MoE kernel (CUTLASS MoE on a rank's slots, both phases: ``trtllm_wideep_moe``). It has
-no scheduler model (the serving simulation refuses it), no DeepEP path moeplan prices and no
-launch export.
+Sources. The launch flags target the newest wheel on the package index, 1.2.1 (``flag_line``);
+the kernel tables are 1.3.0rc20 (H100) and 1.0.0 (A100). The wheel itself is a stub that
+fetches from NVIDIA's index, so the facts below were read from the TensorRT-LLM sources stored
+for ``search`` (a 1.2-line ``tensorrt_llm/llmapi/llm_args.py``: its ``MTPDecodingConfig``
+warns that a flag "will do nothing in release 1.3"; ``tensorrt_llm/commands/serve.py`` of the
+same line) and checked against aiconfigurator's per-version ``trtllm-serve`` YAML templates
+(``extra_engine_args.<version>.yaml.j2``, 1.2.0rc6.post2 and 1.3.0rc23).
 
-The strategy planner's memory check sizes activations by a default prefill chunk; for a
-TensorRT-LLM-priced cost model it uses SGLang's GPU-memory rule
-(:meth:`moeplan.backends.sglang.SGLangBackend.default_chunk`), not a TensorRT-LLM default.
+Scheduler (``tensorrt_llm/_torch/pyexecutor/scheduler.py``: ``BindCapacityScheduler`` then
+``BindMicroBatchScheduler``, whose ``schedule`` returns context *and* generation requests of
+one iteration) — in-flight batching mixes prefill and decode in one forward step, which is
+moeplan's ``mixed`` scheduler model with TensorRT-LLM's own parameters:
+
+- ``max_batch_size`` 2048 and ``max_num_tokens`` 8192 on every GPU (llm_args.py
+  ``BaseLlmArgs`` fields; serve.py ``--max_batch_size`` / ``--max_num_tokens`` default to
+  ``BuildConfig.model_fields[...]``, the same numbers); per attention-DP rank: each rank's
+  executor runs its own scheduler over the requests dispatched to it
+  (``tensorrt_llm/_torch/pyexecutor/py_executor.py`` ``_fetch_new_requests``: under attention
+  DP ``total_max_num_active_requests = self.dist.tp_size * self.max_num_active_requests``);
+- ``BaseLlmArgs.validate_runtime_args`` warns when ``max_batch_size > max_num_tokens``: the
+  budget is meant to cover one token of every running request (the ``mixed`` model's rule);
+- ``enable_chunked_prefill`` False by default (``BaseLlmArgs``; serve.py
+  ``--enable_chunked_prefill`` flag): a prompt then enters one iteration whole or waits, and
+  one longer than ``max_num_tokens`` is not scheduled. moeplan's mixed model chunks prompts,
+  so every exported YAML sets ``enable_chunked_prefill: true`` — the launched server runs what
+  was priced;
+- ``scheduler_config.capacity_scheduler_policy`` ``GUARANTEED_NO_EVICT`` (``SchedulerConfig``
+  default; serve.py's ``get_llm_args`` sets it too): a request is admitted only when the KV
+  blocks of its whole output fit beside those of every running request, so nothing is ever
+  evicted — ``new_token_ratio`` 1.0 (the whole outstanding output reserved at admission).
+  ``MAX_UTILIZATION`` (admit on current use, evict under pressure) is the other policy; it is
+  not the default and is not modelled;
+- the overlap scheduler is on (``TorchLlmArgs.disable_overlap_scheduler`` False).
+
+KV manager (``KvCacheConfig``): ``free_gpu_memory_fraction`` 0.9 of the memory left free after
+the weights and a profiling forward pass of ``max_num_tokens`` tokens (serve.py
+``--kv_cache_free_gpu_memory_fraction`` default 0.9, help "Free GPU memory fraction reserved
+for KV Cache, after allocating model weights and buffers"), so the pool is 0.9 of moeplan's
+free-memory capacity (:meth:`TRTLLMBackend.kv_pool_tokens`) — unlike SGLang's static fraction
+and vLLM's utilisation, which are shares of the whole GPU. ``tokens_per_block`` 32,
+``enable_block_reuse`` True, ``dtype`` ``auto``.
+
+Capabilities (the model/feature matrix of ``docs/source/models/supported-models.md`` in the
+stored source, which is later than both pinned versions; no per-version copy of it could be
+read):
+
+- attention DP (``enable_attention_dp``) where the matrix says "Yes" (:data:`ADP_ARCHITECTURES`);
+- MoE backends (``MoeConfig.backend``): ``AUTO`` (default), ``CUTLASS``, ``CUTEDSL``,
+  ``WIDEEP``, ``TRTLLM``, ``DEEPGEMM``, ``VANILLA``, ``TRITON``; redundant experts need
+  ``WIDEEP`` with ``load_balancer: {num_slots}`` (``MoeLoadBalancerConfig``: ``num_slots``
+  divisible by the EP size). moeplan prices no DeepEP path for TensorRT-LLM (its wide-EP
+  all-to-all is its own), prices its wide-EP MoE from its own table (``trtllm_wideep_moe``);
+- MTP: ``speculative_config: {decoding_type: MTP, num_nextn_predict_layers: N}``
+  (``MTPDecodingConfig``, PyTorch backend only);
+- model classes: :data:`MISSING_MODEL_CLASSES` (the preset architectures the PyTorch backend
+  has no class for).
+
+1.2.1 against 1.3.0rc20 (what moeplan writes): the same YAML keys (``enable_attention_dp``,
+``enable_chunked_prefill``, ``max_batch_size``, ``max_num_tokens``, ``kv_cache_config``
+``free_gpu_memory_fraction`` / ``dtype``, ``moe_config.backend`` / ``load_balancer``,
+``speculative_config`` ``MTP``), as aiconfigurator's 1.2.0rc6.post2 and 1.3.0rc23 templates
+write them; the 1.3 template adds ``sparse_attention_config.implementation`` (MiniMax-M3's
+block-sparse attention), which moeplan does not write, and ``MTPDecodingConfig``'s
+``mtp_eagle_one_model`` flag is announced to do nothing from 1.3. A later stored
+``llm_args.py`` (of the 1.3 line or after: it has a ``deepseek_v4`` tokenizer alias; no copy
+tagged 1.3.0rc20 could be read) keeps every default above (``max_batch_size`` 2048,
+``max_num_tokens`` 8192, ``enable_chunked_prefill`` and ``enable_attention_dp`` False,
+``free_gpu_memory_fraction`` 0.9 within [0, 1]), adds the MoE backends ``DENSEGEMM``,
+``MARLIN`` and ``MEGAMOE_DEEPGEMM`` and KV-cache-aware routing in ``attention_dp_config``,
+validates ``kv_cache_config.dtype`` (``auto``, ``fp8``, ``nvfp4`` or a torch dtype name) and
+deprecates ``moe_cluster_parallel_size``; none of it changes a key moeplan writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from moeplan.backends.base import EngineBackend
-from moeplan.backends.sglang import SGLANG
+from moeplan.backends.base import EngineBackend, Knobs
 from moeplan.specs import GPUSpec
+
+VERSION = "1.2.1"
+#: the release of the H100 kernel tables (moe/attention/mla/comm/trtllm/1.3.0rc20)
+TABLE_VERSION = "1.3.0rc20"
+MAX_BATCH_SIZE = 2048  # llm_args.py BaseLlmArgs.max_batch_size (= BuildConfig's default)
+MAX_NUM_TOKENS = 8192  # llm_args.py BaseLlmArgs.max_num_tokens (= BuildConfig's default)
+#: KvCacheConfig.free_gpu_memory_fraction; serve.py --kv_cache_free_gpu_memory_fraction
+FREE_GPU_MEMORY_FRACTION = 0.9
+#: GUARANTEED_NO_EVICT (SchedulerConfig.capacity_scheduler_policy): the whole output reserved
+NO_EVICT_RESERVE = 1.0
+#: ``kv_cache_config.dtype`` per moeplan KV dtype (``auto``: the key is not written). Only
+#: ``fp8`` is a value the PyTorch backend names besides ``auto`` (KvCacheConfig.dtype's
+#: "auto" default is the checkpoint's dtype): a bf16 request on a checkpoint with an fp8 KV
+#: cache cannot be written and stays ``auto``.
+KV_CACHE_DTYPE = {"fp8": "fp8"}
+
+#: architectures with attention DP "Yes" in docs/source/models/supported-models.md's
+#: model/feature matrix (the preset names; KimiK25 runs the DeepseekV3 text model, Qwen3.5's
+#: matrix row is its Qwen3_5MoeForCausalLM text model)
+ADP_ARCHITECTURES: frozenset[str] = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "DeepseekV32ForCausalLM",
+        "DeepseekV4ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "Glm4MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Llama4ForConditionalGeneration",
+        "GptOssForCausalLM",
+        "NemotronHForCausalLM",
+    }
+)
+_MATRIX = "docs/source/models/supported-models.md feature matrix"
+#: preset architectures the matrix does not mark "Yes" for attention DP, and why
+NO_ADP = {
+    "Gemma4ForConditionalGeneration": f"'Untested' in the {_MATRIX}",
+    "MixtralForCausalLM": f"not in the {_MATRIX}",
+    "Qwen2MoeForCausalLM": f"not in the {_MATRIX}",
+    "GlmMoeDsaForCausalLM": f"not in the {_MATRIX}",
+}
+#: preset architectures without a PyTorch-backend class (supported-models.md): DeepSeek-V2
+#: runs on the AutoDeploy backend only (its footnote 5); MiniMax-M3 has the
+#: MiniMaxM3SparseForConditionalGeneration class only
+MISSING_MODEL_CLASSES = frozenset({"DeepseekV2ForCausalLM", "MiniMaxM3ForCausalLM"})
 
 
 @dataclass(frozen=True, kw_only=True)
 class TRTLLMBackend(EngineBackend):
-    """TensorRT-LLM (module docstring): kernel tables only."""
+    """TensorRT-LLM (module docstring)."""
 
     def default_chunk(self, gpu: GPUSpec) -> int:
-        return SGLANG.default_chunk(gpu)
+        """``max_num_tokens`` 8192 on every GPU (per attention-DP rank)."""
+        del gpu
+        return MAX_NUM_TOKENS
+
+    def default_running(self, gpu: GPUSpec) -> int:
+        """``max_batch_size`` 2048 on every GPU (per attention-DP rank)."""
+        del gpu
+        return MAX_BATCH_SIZE
+
+    def kv_pool_tokens(self, free_tokens: int) -> int:
+        """``free_gpu_memory_fraction`` of the KV tokens the free memory holds."""
+        return int(free_tokens * self.default_mem_fraction)
+
+    def attn_dp_blocker(self, architecture: str) -> str | None:
+        """Why ``enable_attention_dp`` is not written for ``architecture`` (None: it is)."""
+        if architecture in ADP_ARCHITECTURES:
+            return None
+        where = NO_ADP.get(architecture, f"not in the {_MATRIX}")
+        return (
+            f"{self.label} {self.version} has no attention DP (enable_attention_dp) for "
+            f"{architecture}: {where}"
+        )
+
+    def layout_blocker(self, attn_tp: int, attn_dp: int, moe_tp: int, moe_ep: int) -> str | None:
+        """Attention TP and DP both above 1: ``enable_attention_dp`` makes every GPU of
+        ``tp_size`` an attention-DP rank (``tensorrt_llm/_torch/modules/attention.py``: ``if
+        mapping.enable_attention_dp: dp_size = tp_size; tp_size = 1``)."""
+        del moe_tp, moe_ep
+        if attn_dp > 1 and attn_tp > 1:
+            return (
+                f"{self.label} cannot express attention TP{attn_tp} x DP{attn_dp}: "
+                "enable_attention_dp makes every GPU of tp_size an attention-DP rank"
+            )
+        return None
+
+    def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
+        """``--max_num_tokens`` is each attention-DP rank's budget: the instance total over
+        ``attn_dp``."""
+        if not chunk_tokens:
+            return []
+        return ["--max_num_tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
+
+    def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
+        """None: ``trtllm-serve`` takes the knobs in its YAML (:meth:`llm_api_options`)."""
+        del knobs, role
+        return []
+
+    def llm_api_options(self, knobs: Knobs | None) -> dict[str, Any]:
+        """The ``--extra_llm_api_options`` entries of an instance's knobs: MTP as
+        ``speculative_config`` and the KV dtype as ``kv_cache_config.dtype``."""
+        out: dict[str, Any] = {}
+        if knobs is None:
+            return out
+        if knobs.mtp:
+            out["speculative_config"] = {
+                "decoding_type": "MTP",
+                "num_nextn_predict_layers": knobs.mtp,
+            }
+        if knobs.kv_dtype in KV_CACHE_DTYPE:
+            out["kv_cache_config"] = {"dtype": KV_CACHE_DTYPE[knobs.kv_dtype]}
+        return out
 
 
 TRTLLM = TRTLLMBackend(
     name="trtllm",
     label="TensorRT-LLM",
     kernel_table="trtllm",
+    version=VERSION,
+    flag_line="1.2.x",  # trtllm-serve flags and LLM API keys of the 1.2 line (module docstring)
+    scheduler="mixed",
+    budgets_per_dp_rank=True,
+    chunk_above_running=True,  # BaseLlmArgs.validate_runtime_args
+    new_token_ratio=NO_EVICT_RESERVE,
+    default_mem_fraction=FREE_GPU_MEMORY_FRACTION,
     wideep_moe_op="trtllm_wideep_moe",
+    attn_dp_architectures=ADP_ARCHITECTURES,
+    no_attn_dp=NO_ADP,
+    missing_model_classes=MISSING_MODEL_CLASSES,
+    model_registry="docs/source/models/supported-models.md, PyTorch backend",
+    launch_module="moeplan.export.trtllm",
 )

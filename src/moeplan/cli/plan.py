@@ -93,8 +93,8 @@ def plan_cmd(
     engine: Annotated[
         str,
         typer.Option(
-            help="Engine modelled: sglang or vllm — its scheduler and, unless --cost-engine none, "
-            "its measured kernels (moeplan.cost.kerneldb)."
+            help="Engine modelled: sglang, vllm or trtllm — its scheduler and, unless "
+            "--cost-engine none, its measured kernels (moeplan.cost.kerneldb)."
         ),
     ] = "sglang",
     cost_engine: opt.CostEngineOpt = "engine",

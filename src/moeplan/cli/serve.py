@@ -129,7 +129,7 @@ def serve_sim(
     engine: Annotated[
         str,
         typer.Option(
-            help="Engine modelled: sglang or vllm — its scheduler and, unless --cost-engine "
+            help="Engine modelled: sglang, vllm or trtllm — its scheduler and, unless --cost-engine "
             "none, its measured kernels (as `moeplan plan`)."
         ),
     ] = "sglang",

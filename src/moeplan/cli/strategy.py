@@ -168,7 +168,7 @@ def strategy(
     engine: EngineOpt = DEFAULT_ENGINE,
     engine_version: EngineVersionOpt = None,
     top: Annotated[int, typer.Option(help="How many strategies to show.")] = 10,
-    export: Annotated[str | None, typer.Option(help="sglang or vllm.")] = None,
+    export: Annotated[str | None, typer.Option(help="sglang, vllm or trtllm.")] = None,
     model_path: Annotated[str | None, typer.Option(help="Checkpoint path for exports.")] = None,
     out: OutDirOpt = None,
     verify: Annotated[

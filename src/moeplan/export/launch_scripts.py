@@ -71,6 +71,8 @@ def _nodes_preamble(num_nodes: int) -> list[str]:
 def _start(sc: ServerCommands, index: int) -> list[str]:
     """The lines running ``sc``'s command of its ``index``-th node."""
     cmds = sc.nodes[index]
+    if not cmds:  # started from the slot's first node (an MPI job reaches this one)
+        return [f"    :  # {sc.slot.name} runs here as ranks of its job on node {sc.slot.nodes[0]}"]
     env = [f"{k}={v}" for k, v in sc.env]
     lines = [render_command(c, indent="    ") for c in cmds[:-1]]  # e.g. `ray start --head`
     prefix = ["start", sc.slot.name, *(["env", *env] if env else [])]

@@ -2,7 +2,8 @@
 
 For each :class:`~moeplan.export.deployment.Slot`, one command per node it spans, written by
 the engine's launch writer (:mod:`moeplan.export.writers`: :mod:`moeplan.export.sglang`,
-:mod:`moeplan.export.vllm`), then for every engine alike: the environment that selects the
+:mod:`moeplan.export.vllm`, :mod:`moeplan.export.trtllm`, with the files its servers read),
+then for every engine alike: the environment that selects the
 slot's GPUs where the engine has no flag for it, the knobs' environment, the pipeline's layer
 partition as the engine's environment variable (its backend's ``pp_partition_env``), and the
 rules of the pinned release each server command breaks.
@@ -35,11 +36,14 @@ class ServerCommands:
     env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...]
     violations: tuple[str, ...]
+    #: files its servers read beside ``launch.sh`` (name -> text)
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def server_args(self) -> tuple[tuple[str, ...], ...]:
-        """The server command of every node (the last command of each)."""
-        return tuple(n[-1] for n in self.nodes)
+        """The server command of every node that runs one (the last command of each; a node
+        with none is reached by its first node's job, e.g. TensorRT-LLM's MPI launch)."""
+        return tuple(n[-1] for n in self.nodes if n)
 
 
 def _env(
@@ -49,7 +53,8 @@ def _env(
     env += b.knob_env(slot.pool.knobs, slot.role)
     part = slot.pool.pp_partition
     if slot.strategy.pp > 1 and part is not None and len(part) == slot.strategy.pp:
-        assert b.pp_partition_env is not None
+        if b.pp_partition_env is None:  # the engine takes it in its own config (slot_files)
+            return env
         env.append((b.pp_partition_env, ",".join(map(str, part))))
     return env
 
@@ -63,13 +68,19 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
     if built is None:
         return ServerCommands(slot=slot, nodes=(), env=(), warnings=tuple(notes), violations=())
     env = _env(b, w, slot, ctx.target.gpus_per_node)
-    bad = [v for rank, node in enumerate(built) for v in w.check_server(node[-1], slot, ctx, rank)]
+    bad = [
+        v
+        for rank, node in enumerate(built)
+        if node
+        for v in w.check_server(node[-1], slot, ctx, rank)
+    ]
     return ServerCommands(
         slot=slot,
         nodes=tuple(tuple(tuple(c) for c in n) for n in built),
         env=tuple(env),
         warnings=tuple(dict.fromkeys(notes)),
         violations=tuple(dict.fromkeys(bad)),
+        files=tuple(w.slot_files(slot, ctx).items()),
     )
 
 

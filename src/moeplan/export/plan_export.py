@@ -382,7 +382,11 @@ def engine_export(
             node_args=scs[0].server_args,
             warnings=tuple(notes),
             skipped=tuple(skipped),
-            files={"launch.sh": text, "stop.sh": render_stop(head[:2])},
+            files={
+                "launch.sh": text,
+                "stop.sh": render_stop(head[:2]),
+                **{name: body for sc in scs for name, body in sc.files},
+            },
             deployment=dep,
             servers=tuple(sc.server_args for sc in scs),
         )

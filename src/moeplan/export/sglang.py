@@ -212,6 +212,12 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     return out
 
 
+def slot_files(slot: Slot, ctx: Any) -> dict[str, str]:
+    """None: SGLang's servers take every option as a flag."""
+    del slot, ctx
+    return {}
+
+
 def server_env(slot: Slot, gpus_per_node: int) -> list[tuple[str, str]]:
     """None: ``--base-gpu-id`` selects the slot's GPUs."""
     del slot, gpus_per_node

@@ -196,6 +196,12 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     return out
 
 
+def slot_files(slot: Slot, ctx: Any) -> dict[str, str]:
+    """None: vLLM's servers take every option as a flag."""
+    del slot, ctx
+    return {}
+
+
 def server_env(slot: Slot, gpus_per_node: int) -> list[tuple[str, str]]:
     """vLLM has no base-GPU flag: ``CUDA_VISIBLE_DEVICES`` selects a slot smaller than a node."""
     if len(slot.gpus) < gpus_per_node:

@@ -32,6 +32,10 @@ class LaunchWriter(Protocol):
         when the engine cannot express the slot's layout (``notes`` say why)."""
         ...
 
+    def slot_files(self, slot: Slot, ctx: Any) -> dict[str, str]:
+        """Files a slot's servers read beside ``launch.sh`` (name -> text; e.g. a config)."""
+        ...
+
     def server_env(self, slot: Slot, gpus_per_node: int) -> list[tuple[str, str]]:
         """The environment that selects the slot's GPUs (empty: a flag does)."""
         ...

@@ -190,7 +190,8 @@ def write_launch_folder(
     folder: Path, exports: dict[str, LaunchExport], expert_location: str | None
 ) -> Path:
     """``launch/``: ``deployment.json`` (what each engine's files start) and per engine
-    ``launch.sh`` / ``stop.sh`` (executable) with the ``expert_location.json`` they pass."""
+    ``launch.sh`` / ``stop.sh`` (executable), the files its servers read (TensorRT-LLM's
+    YAML) and the ``expert_location.json`` they pass."""
     folder.mkdir()
     deployments = {e: ex.deployment for e, ex in exports.items()}
     (folder / "deployment.json").write_text(json.dumps(deployments, indent=1) + "\n")
@@ -199,7 +200,8 @@ def write_launch_folder(
         sub.mkdir()
         for name, text in (ex.files or {"launch.sh": ex.text}).items():
             (sub / name).write_text(text, encoding="utf-8")
-            (sub / name).chmod(0o755)
+            if name.endswith(".sh"):
+                (sub / name).chmod(0o755)
         if expert_location is not None and "--init-expert-location" in ex.text:
             (sub / "expert_location.json").write_text(expert_location)
     return folder

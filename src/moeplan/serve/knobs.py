@@ -10,9 +10,12 @@ model and gives its defaults; the two scheduler models (:data:`SCHEDULERS`):
   rank, capped by the backend's request pool and, for models with recurrent state (linear /
   state-space layers), by the states its ``state_ratio`` share of the cache memory holds; the
   backend's ``new_token_ratio`` reserved for future output at admission.
-- ``mixed`` (vLLM V1): mixed prefill/decode batches, the backend's default batched tokens and
-  sequences per DP engine rank (an instance of ``attn_dp`` ranks runs ``attn_dp`` times both);
-  KV allocated on demand.
+- ``mixed`` (vLLM V1, TensorRT-LLM's in-flight batching): mixed prefill/decode batches, the
+  backend's default batched tokens and sequences per DP engine rank (an instance of
+  ``attn_dp`` ranks runs ``attn_dp`` times both); the backend's ``new_token_ratio`` of the
+  outstanding output reserved at admission (vLLM 0: KV allocated on demand; TensorRT-LLM's
+  ``GUARANTEED_NO_EVICT`` 1) and its KV pool from the free memory
+  (:meth:`moeplan.backends.EngineBackend.kv_pool_tokens`).
 
 The KV pool comes from :func:`moeplan.serve.layout.kv_capacity_tokens` with the chunk as the
 activation budget (no chunking: 16384 tokens assumed).
@@ -137,10 +140,11 @@ def _mixed_config(
     max_running: int | None,
     kv_scale: float,
 ) -> EngineConfig:
-    """vLLM V1: one scheduler per DP engine rank, each with its own ``max_num_seqs`` and
-    ``max_num_batched_tokens`` (vLLM docs/serving/data_parallel_deployment.md: every DP rank
-    is a separate core engine; v1/core/sched/scheduler.py reads both from its own
-    scheduler config): the instance's budgets are ``attn_dp`` times the per-rank defaults.
+    """vLLM V1 and TensorRT-LLM: one scheduler per DP engine rank, each with its own
+    ``max_num_seqs`` and ``max_num_batched_tokens`` (vLLM docs/serving/data_parallel_deployment.md:
+    every DP rank is a separate core engine; v1/core/sched/scheduler.py reads both from its own
+    scheduler config; TensorRT-LLM's ``max_batch_size`` / ``max_num_tokens`` per rank): the
+    instance's budgets are ``attn_dp`` times the per-rank defaults.
     Given budgets are the instance's (exported per rank: :meth:`moeplan.backends.EngineBackend.chunk_args`)."""
     dp = layout.attn_dp
     cap = max_running or b.default_running(cluster.gpu) * dp
@@ -149,15 +153,19 @@ def _mixed_config(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
     )
     seqs = -(-cap // dp) if fixed else 0  # a running sequence's state, before the token pool
-    per_rank = kv_capacity_tokens(
+    free = kv_capacity_tokens(
         model, cluster, layout, rank_chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale, seqs
     )
+    per_rank = b.kv_pool_tokens(free)
+    if per_rank < 1:
+        raise MoeplanError(f"layout ({layout.label}) leaves no KV pool on {cluster.gpu.name}")
     return EngineConfig(
         policy="mixed",
         chunk_tokens=chunk_tokens if chunk_tokens is not None else max(chunk * dp, cap + 1),
         max_running=cap,
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
+        admit_reserve=b.new_token_ratio,
     )
 
 

@@ -20,6 +20,10 @@ then the rest in decreasing bound order. For each, with an incumbent of capacity
 - else its capacity is searched (:func:`moeplan.search.capacity.slo.slo_capacity`) and it may
   become the incumbent.
 
+A layout the engine's launch options cannot express
+(:meth:`moeplan.backends.EngineBackend.layout_blocker`, e.g. TensorRT-LLM's attention TP x
+DP) is not priced: its reason names the rule.
+
 :class:`Certificate` records the proof: how many layouts the space holds, how many were
 simulated, beaten or pruned, the largest bound left unsimulated and the winner's capacity.
 The winner's capacity is then re-estimated with its 95 % interval.
@@ -31,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from moeplan.backends import backend
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
@@ -289,8 +294,13 @@ def search_space(
     osl = workload.osl.mean
     cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
     cands = []
+    b = backend(engine)
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
+        why = b.layout_blocker(lay.attn_tp, lay.attn_dp, lay.moe_tp, lay.moe_ep)
+        if why is not None:  # the engine cannot launch it: not priced
+            cands.append(SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare, reason=why))
+            continue
         try:
             variants: list[InstanceKnobs | None] = (
                 list(knobs_for(lay)) if knobs_for is not None else [None]
