@@ -99,6 +99,11 @@ class EngineBackend(ABC):
         from the KV pool (:attr:`running_cap`) do not use it."""
         raise TypeError(f"{self.name} takes its running cap from the KV pool (running_cap)")
 
+    def rank_running_limit(self, gpu: GPUSpec) -> int:
+        """The most running sequences one attention-DP rank's scheduler admits when the launch
+        sets no cap: the request pool (:attr:`running_cap`) or the default running cap."""
+        return self.running_cap if self.running_cap is not None else self.default_running(gpu)
+
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""
         if architecture not in self.missing_model_classes:

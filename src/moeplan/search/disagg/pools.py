@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from moeplan.backends import backend
-from moeplan.backends.sglang import RUNNING_CAP
 from moeplan.cost import CostModel
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY
@@ -62,8 +61,6 @@ from moeplan.serve.pools.pd import (
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-#: the decode-batch search's running cap per rank, whatever the engine: SGLang's request pool
-DECODE_RUNNING_CAP = RUNNING_CAP
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
@@ -257,10 +254,11 @@ def _decode_pool(
     if big > per_rank:
         return None
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
+    # the launch files set no running cap: each rank runs at most its engine's default
+    # (SGLang's request pool, vLLM's max_num_seqs per DP engine rank)
+    running = backend(c.engine).rank_running_limit(c.cluster.gpu) * ranks
     tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
-    b, d = _largest_batch(
-        ev, ctx, min(kv_bound, DECODE_RUNNING_CAP * ranks), None if tpot is None else tpot * tau
-    )
+    b, d = _largest_batch(ev, ctx, min(kv_bound, running), None if tpot is None else tpot * tau)
     if b == 0:
         return None
     try:
