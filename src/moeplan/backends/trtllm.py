@@ -32,4 +32,8 @@ TRTLLM = TRTLLMBackend(
     label="TensorRT-LLM",
     kernel_table="trtllm",
     wideep_moe_op="trtllm_wideep_moe",
+    # tensorrt_llm/llmapi/llm_args.py KvCacheConfig ``free_gpu_memory_fraction`` (default
+    # 0.9): the share of the memory free after weights and activations given to the KV cache
+    mem_fraction_rule="free",
+    default_mem_fraction=0.9,
 )

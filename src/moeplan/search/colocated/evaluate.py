@@ -304,8 +304,10 @@ def evaluate_layout(
         layout.validate(model, cluster)
         kv_scale = knobs.kv_scale if knobs is not None else 1.0
         cands = candidates(
-            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale
-        )
+            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale,
+            mem_fraction=knobs.mem_fraction if knobs is not None else None,
+            deepep=knobs is not None and knobs.a2a == "deepep",
+        )  # fmt: skip
         evaluate = (
             evaluator_factory(layout)
             if evaluator_factory is not None

@@ -28,6 +28,7 @@ from moeplan.search.disagg.pools import (
 )
 from moeplan.search.disagg.search import pool_candidate, search_capacity
 from moeplan.serve.deployment import AFDLayout, PDLayout, instance
+from moeplan.serve.knobs import kv_pool
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO
 
@@ -42,7 +43,8 @@ def _check_layout(c: Context, lay: Layout, role: str) -> None:
     """:func:`_check_fits` of a colocated instance."""
     try:
         lay.validate(c.model, c.cluster)
-        per_rank = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp)
+        pool = kv_pool(c.engine, c.model, c.cluster, lay, 0, c.mem_fraction, role=role)
+        per_rank = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp, pool=pool)
     except MoeplanError as err:
         raise MoeplanError(f"--pd {role} layout ({lay.label}): {err}") from None
     need = c.workload.isl.max + (c.workload.osl.max if role == "decode" else 1)

@@ -14,6 +14,10 @@ backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
   ``--speculative-algorithm EAGLE`` with the model's NextN layer); needs a model that ships one
   (``num_nextn_predict_layers`` > 0 in its config) and the acceptance rate ``mtp_accept`` the
   user states, in (0, 1] — no default.
+- ``mem_fraction``: the engine's memory fraction the KV pool is sized at (SGLang
+  ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization``, TensorRT-LLM
+  ``free_gpu_memory_fraction``; :class:`moeplan.cost.memory.KVPool`), in (0, 1); None: the
+  engine's own default for the instance (:func:`moeplan.serve.knobs.kv_pool`).
 - ``kv_dtype``: ``auto`` (the engines' default: the model's activation dtype, bf16), ``bf16``
   or ``fp8`` (1 byte per element: SGLang ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``).
 """
@@ -41,9 +45,14 @@ class InstanceKnobs:
     mtp: int = 0
     mtp_accept: float = 0.0
     kv_dtype: str = "auto"
+    mem_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require(self.a2a in ("deepep", "nccl"), f"knobs.a2a ({self.a2a!r}) must be resolved")
+        require(
+            self.mem_fraction is None or 0.0 < self.mem_fraction < 1.0,
+            f"--mem-fraction ({self.mem_fraction}) must be in (0, 1)",
+        )
         require(
             self.kv_dtype in KV_DTYPES,
             f"--kv-dtype ({self.kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}",
@@ -74,6 +83,7 @@ class InstanceKnobs:
             "mtp": self.mtp,
             "mtp_accept": self.mtp_accept if self.mtp else None,
             "kv_dtype": self.kv_dtype,
+            "mem_fraction": self.mem_fraction,
         }
 
 
@@ -88,6 +98,7 @@ def resolve_knobs(
     mtp: int = 0,
     mtp_accept: float | None = None,
     kv_dtype: str = "auto",
+    mem_fraction: float | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
     :class:`MoeplanError` (module docstring)."""
@@ -112,4 +123,5 @@ def resolve_knobs(
         mtp=mtp,
         mtp_accept=float(mtp_accept or 0.0),
         kv_dtype=kv_dtype,
+        mem_fraction=mem_fraction,
     )
