@@ -83,12 +83,13 @@ def decode_graph_max_bs(gpu_mib: float, tp: int) -> int:
     return 512
 
 
-def graph_reserve_mib(ctx: MemoryContext) -> float:
+def graph_reserve_mib(ctx: MemoryContext, padding: bool = True) -> float:
     """What SGLang reserves outside its static pool besides activations (MiB): 512 of
-    metadata, ``tp_size x pp_size / 8`` GiB, the decode CUDA graphs (2 x max_bs; with DP
-    attention 3 x max_bs x dp, 1.5 x more above max_bs 300), the prefill graphs (1.5 GiB
-    with MLA) and 2 GiB of DeepEP buffers on a decoding instance
-    (python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``,
+    metadata, ``tp_size x pp_size / 8`` GiB, the decode CUDA graphs (2 x max_bs), the
+    prefill graphs (1.5 GiB with MLA), 2 GiB of DeepEP buffers on a decoding instance and,
+    with ``padding``, DP attention's padding (3 x max_bs x dp, 1.5 x more above max_bs
+    300: "DP attention needs more padding ... likely due to some inefficiencies in torch
+    allocator") (python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``,
     ``reserve_for_graph_mb``, ``reserve_for_deepep_a2a_mb``, read at commit 031ed82 of the
     0.5.2x line). Departures: a non-MLA prefill graph's 8 MiB per captured batch size and
     the breakable-graph DeepEP GiB are left out."""
@@ -97,7 +98,7 @@ def graph_reserve_mib(ctx: MemoryContext) -> float:
     out = 512 + ctx.tp * ctx.pp / 8 * 1024
     if decodes:
         out += max_bs * 2
-        if ctx.attn_dp > 1:
+        if ctx.attn_dp > 1 and padding:
             out += max_bs * ctx.attn_dp * 3
             if max_bs > 300:
                 out += max_bs * ctx.attn_dp * 1.5
@@ -114,7 +115,9 @@ def default_mem_fraction_static(ctx: MemoryContext) -> float:
     with ``reserved_mem`` = 1.5 MiB per activation token (the instance's
     ``chunked_prefill_size``, or a decode server's running batch x draft tokens; at least
     2048) + :func:`graph_reserve_mib`, at least 10 GiB on GPUs above 60 GiB (the floor applies
-    before the DeepEP term). No post-capture sizing, no VLM factor."""
+    before the DeepEP term). No post-capture sizing, no VLM factor. It can be <= 0 (a large
+    instance chunk, DP attention's padding on many ranks): SGLang then has no pool unless the
+    launch gives the fraction, as moeplan's launch files do."""
     gpu_mib = ctx.gpu.mem_bytes / MIB
     max_bs = decode_graph_max_bs(gpu_mib, ctx.tp)
     act = max(max_bs * (ctx.mtp + 1), 2048) if ctx.role == "decode" else max(ctx.chunk, 2048)
@@ -134,8 +137,10 @@ class SGLangBackend(EngineBackend):
         return default_mem_fraction_static(ctx)
 
     def mem_headroom(self, ctx: MemoryContext) -> float:
-        """:func:`graph_reserve_mib` (bytes): what any fraction must leave beside a step."""
-        return graph_reserve_mib(ctx) * MIB
+        """What any fraction must leave beside a step (bytes): :func:`graph_reserve_mib`
+        without DP attention's padding, which SGLang's own comment puts down to allocator
+        inefficiency (on 32 DP ranks it alone is 72 GiB, more than an H100 holds)."""
+        return graph_reserve_mib(ctx, padding=False) * MIB
 
     def default_chunk(self, gpu: GPUSpec) -> int:
         """server_args.py by GPU memory (MiB): ``if gpu_mem < 35 * 1024:

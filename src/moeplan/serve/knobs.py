@@ -82,6 +82,11 @@ def kv_pool(
         mtp=mtp,
     )
     f = b.mem_fraction(ctx) if mem_fraction is None else mem_fraction
+    if mem_fraction is None and not 0.0 < f < 1.0:
+        raise MoeplanError(
+            f"{b.label}'s default memory fraction for layout ({layout.label}) at a prefill "
+            f"chunk of {chunk} tokens is {f:g}: its reserve leaves no pool; give --mem-fraction"
+        )
     return KVPool(b.mem_fraction_rule, f, b.mem_headroom(ctx))
 
 
