@@ -183,6 +183,7 @@ class ServeResult:
                 "chunk_tokens": e.chunk_tokens,
                 "max_running": e.max_running,
                 "kv_tokens": e.kv_tokens,
+                "mem_fraction": e.mem_fraction,
             },
             "metrics": m,
         }
