@@ -6,7 +6,9 @@ The layout type itself (degrees, validation, the one label) is
 KV capacity (tokens) comes from :mod:`moeplan.cost.memory`: the GPU's memory minus the
 weights of the worst stage, the activations of one forward pass of the engine's token budget,
 the all-to-all buffers and ``RESERVED_BYTES``, divided by the KV bytes one token costs one
-GPU of a stage (its layers only). With attention DP each DP rank has its own KV pool;
+GPU of a stage (its layers only); with an engine's pool rule
+(:class:`moeplan.cost.memory.KVPool`) the bytes are what the engine's memory fraction gives
+its pool. With attention DP each DP rank has its own KV pool;
 :func:`kv_capacity_tokens` returns the per-rank capacity (one request must fit in one rank).
 Sliding-window layers are charged the full context (an over-estimate for GPT-OSS).
 """
