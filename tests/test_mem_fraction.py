@@ -16,7 +16,7 @@ from moeplan.backends import backend
 from moeplan.backends.base import MemoryContext
 from moeplan.backends.sglang import default_mem_fraction_static
 from moeplan.cost import memory as mem
-from moeplan.export.constraints import Target
+from moeplan.export.constraints import SGLANG_PINNED, VLLM_PINNED, Target, _unknown, flags
 from moeplan.export.sglang import sglang_args
 from moeplan.export.vllm import vllm_args
 from moeplan.planners.layout import Layout
@@ -114,12 +114,10 @@ def test_the_launch_files_carry_the_fraction():
     v = vllm_args(TP2, model_path="m", target=TARGET, num_nodes=1, knobs=k).args
     assert s[s.index("--mem-fraction-static") + 1] == "0.834"
     assert v[v.index("--gpu-memory-utilization") + 1] == "0.834"
-    assert (
-        "--mem-fraction-static"
-        not in sglang_args(
-            TP2, model_path="m", target=TARGET, num_nodes=1, knobs=InstanceKnobs()
-        ).args
-    )
+    # flags of the pinned releases (export/constraints.py), not refused as unknown
+    assert not _unknown(flags(s), SGLANG_PINNED) and not _unknown(flags(v), VLLM_PINNED)
+    plain = sglang_args(TP2, model_path="m", target=TARGET, num_nodes=1, knobs=InstanceKnobs())
+    assert "--mem-fraction-static" not in plain.args
 
 
 SERVE = ("serve-sim", "--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--attn-tp", "2",
