@@ -146,3 +146,17 @@ def test_a_fraction_too_small_for_the_weights_names_the_fraction_and_the_need(ca
     assert rc == 2
     assert "--mem-fraction (0.05) leaves layout" in err
     assert "GiB per GPU before any KV cache" in err
+
+
+def test_the_scheduler_search_tries_each_fraction_and_a_given_one_alone():
+    from moeplan.serve.knobs import candidates
+
+    tried = candidates("sglang", QWEN, H100, TP2, fractions=MEM_FRACTIONS)
+    # SGLang's default follows the chunk (1.5 MiB per token): 0.875 at 2048, 0.684 at 16384
+    assert {c.mem_fraction for c in tried if c.chunk_tokens == 2048} == {0.875}
+    tried = [c for c in tried if c.chunk_tokens == 8192]
+    assert {c.mem_fraction for c in tried} == {0.834, *MEM_FRACTIONS}
+    pools = {c.mem_fraction: c.kv_tokens_per_rank for c in tried}
+    assert pools[0.8] < pools[0.834] < pools[0.85] < pools[0.95]
+    given = candidates("vllm", QWEN, H100, TP2, mem_fraction=0.7)
+    assert {c.mem_fraction for c in given} == {0.7}
