@@ -160,9 +160,9 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     from moeplan.search.disagg.pools import (
         Context,
         _decode_pool,
-        _fractions,
         _prefill_pool,
         decode_pool,
+        pool_fractions,
         pool_knobs,
         prefill_pool,
     )
@@ -184,7 +184,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     knobs = pool_knobs(c, lay)
     assert [k.a2a for k in knobs] == ["deepep", "deepep"] and [k.tbo for k in knobs] == [0, 1]
     for best, one in ((prefill_pool, _prefill_pool), (decode_pool, _decode_pool)):
-        kns = [replace(k, mem_fraction=f) for k in knobs for f in _fractions(c)]
+        kns = [replace(k, mem_fraction=f) for k in knobs for f in pool_fractions(c)]
         rates = [p.rate for k in kns if (p := one(c, lay, k)) is not None]
         pool = best(c, lay)
         assert pool is not None and pool.rate == max(rates) and "DeepEP" in pool.note

@@ -165,12 +165,12 @@ def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
 def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
-    kns = [replace(k, mem_fraction=f) for k in pool_knobs(c, lay) for f in _fractions(c)]
+    kns = [replace(k, mem_fraction=f) for k in pool_knobs(c, lay) for f in pool_fractions(c)]
     pools = [p for k in kns if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
 
-def _fractions(c: Context) -> tuple[float | None, ...]:
+def pool_fractions(c: Context) -> tuple[float | None, ...]:
     """The memory fractions a pool is tried at: the user's, else the engine's default
     (None, first: a tie keeps it) and :data:`moeplan.serve.knobs.MEM_FRACTIONS` — the
     launch files carry the one kept. A prefill pool's capacity does not depend on it (only
@@ -243,7 +243,7 @@ def _colocated_decode_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     kns = pool_knobs(c, lay)
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
         kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
-    kns = [replace(k, mem_fraction=f) for k in kns for f in _fractions(c)]
+    kns = [replace(k, mem_fraction=f) for k in kns for f in pool_fractions(c)]
     pools = [p for k in kns if (p := _decode_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
