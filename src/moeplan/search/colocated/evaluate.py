@@ -22,7 +22,7 @@ from moeplan.planners.layout import Layout
 from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.knobs import candidates, default_chunk, engine_config
+from moeplan.serve.knobs import candidates, default_chunk, engine_config, mem_fraction_values
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 
@@ -304,10 +304,11 @@ def evaluate_layout(
     try:
         layout.validate(model, cluster)
         kv_scale = knobs.kv_scale if knobs is not None else 1.0
+        given = knobs.mem_fraction if knobs is not None else None
         cands = candidates(
             engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale,
-            mem_fraction=knobs.mem_fraction if knobs is not None else None,
-            deepep=knobs is not None and knobs.a2a == "deepep",
+            mem_fraction=given, deepep=knobs is not None and knobs.a2a == "deepep",
+            fractions=tuple(f for f in mem_fraction_values(engine, given) if f is not None),
         )  # fmt: skip
         evaluate = (
             evaluator_factory(layout)
@@ -331,6 +332,8 @@ def evaluate_layout(
         if isinstance(evaluate, IterationModel)
         else {}
     )
+    if knobs is not None and cfg.mem_fraction is not None:  # the launch files carry it
+        knobs = replace(knobs, mem_fraction=cfg.mem_fraction)
     return ServeResult(
         layout=layout,
         feasible=True,
