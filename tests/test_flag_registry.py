@@ -30,6 +30,7 @@ SAMPLE = [
     ("serve-sim", "--replicas"),
     ("serve-sim", "--isl-dist"),
     ("serve-sim", "--kv-dtype"),
+    ("serve-sim", "--mem-fraction"),
     ("serve-sim", "--batch-per-gpu"),
     ("cost", "--num-tokens"),
     ("cost", "--moe-dtype"),

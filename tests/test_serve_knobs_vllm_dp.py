@@ -7,12 +7,15 @@ from __future__ import annotations
 import pytest
 
 from moeplan.backends import backend
+from moeplan.cost.memory import KVPool
 from moeplan.planners.layout import Layout
 from moeplan.serve.knobs import candidates, engine_config
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
+#: vLLM's default KV pool: 0.9 of the GPU holds everything the instance allocates
+POOL = KVPool("total", 0.9)
 H100, A100 = load_cluster("h100-sxm-8"), load_cluster("a100-sxm-8")
 
 
@@ -23,7 +26,7 @@ def test_defaults_are_per_dp_rank(cluster, seqs, tokens, dp):
     cfg = engine_config("vllm", MODEL, cluster, lay)
     assert (cfg.max_running, cfg.chunk_tokens) == (seqs * dp, tokens * dp)
     # the KV pool of a rank leaves room for that rank's own step, not the instance's
-    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, cluster, lay, tokens)
+    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, cluster, lay, tokens, pool=POOL)
     # exported per rank: the flag is vLLM's own default again
     assert backend("vllm").chunk_args(cfg.chunk_tokens, dp) == ["--max-num-batched-tokens", str(tokens)]  # fmt: skip
 
@@ -32,7 +35,7 @@ def test_given_budgets_are_the_instances():
     lay = Layout(attn_dp=4, moe_ep=4)
     cfg = engine_config("vllm", MODEL, H100, lay, chunk_tokens=16384, max_running=512)
     assert (cfg.chunk_tokens, cfg.max_running) == (16384, 512)
-    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, H100, lay, 4096)
+    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, H100, lay, 4096, pool=POOL)
 
 
 def test_search_candidates_scale_with_the_dp_ranks():

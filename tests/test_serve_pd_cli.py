@@ -4,6 +4,7 @@ deployment simulated by the P/D simulator, from text and from a P/D plan.json al
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -161,6 +162,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
         _decode_pool,
         _prefill_pool,
         decode_pool,
+        pool_fractions,
         pool_knobs,
         prefill_pool,
     )
@@ -182,6 +184,7 @@ def test_pd_pools_run_deepep_with_the_better_two_batch_overlap() -> None:
     knobs = pool_knobs(c, lay)
     assert [(k.a2a, k.tbo) for k in knobs] == [("nccl", 0), ("deepep", 0), ("deepep", 1)]
     for best, one in ((prefill_pool, _prefill_pool), (decode_pool, _decode_pool)):
-        rates = [p.rate for k in knobs if (p := one(c, lay, k)) is not None]
+        kns = [replace(k, mem_fraction=f) for k in knobs for f in pool_fractions(c)]
+        rates = [p.rate for k in kns if (p := one(c, lay, k)) is not None]
         pool = best(c, lay)
         assert pool is not None and pool.rate == max(rates) and "DeepEP" in pool.note

@@ -24,6 +24,24 @@ from moeplan.specs import GPUSpec
 GIB = 1024**3
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryContext:
+    """What an engine's default memory fraction reads of an instance: its GPU, its
+    tensor-parallel size (SGLang's ``tp_size``: the instance's GPUs per pipeline stage),
+    pipeline and attention-DP sizes, prefill chunk (the instance's), whether it runs
+    DeepEP, has MLA attention, its P/D role and the MTP draft tokens."""
+
+    gpu: GPUSpec
+    tp: int = 1
+    pp: int = 1
+    attn_dp: int = 1
+    chunk: int = 0
+    deepep: bool = False
+    mla: bool = False
+    role: str = "colocated"
+    mtp: int = 0
+
+
 class Knobs(Protocol):
     """What the launch flags read of an instance's knobs
     (:class:`moeplan.serve.iteration.instance_knobs.InstanceKnobs`)."""
@@ -32,6 +50,7 @@ class Knobs(Protocol):
     tbo: bool
     mtp: int
     kv_dtype: str
+    mem_fraction: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,9 +87,6 @@ class EngineBackend(ABC):
     new_token_ratio: float = 0.0
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
-    #: the engine's own default KV-pool memory fraction (its meaning is the engine's, its
-    #: source beside each backend's value; 1.0: the memory model's free memory, all of it)
-    default_mem_fraction: float = 1.0
 
     # ---- capabilities ---------------------------------------------------------------------
     #: what each release runs per architecture family, GPU and checkpoint, read from the
@@ -98,6 +114,16 @@ class EngineBackend(ABC):
     #: why a kind it does not launch is refused: the rule and its source, by kind
     no_deployment: Mapping[str, str] = field(default_factory=dict)
 
+    # ---- memory (moeplan.cost.memory.KVPool) --------------------------------------------
+    #: what its memory fraction covers: ``static``, ``total`` or ``free`` (None: no knob)
+    mem_fraction_rule: str | None = None
+    #: its default memory fraction where it is one number (None: computed, or no knob)
+    default_mem_fraction: float | None = None
+    #: the largest fraction ``plan`` tries (the engine's safe maximum, with its source)
+    max_mem_fraction: float = 0.95
+    #: the launch flag carrying the fraction (None: not a flag of its server command)
+    mem_fraction_flag: str | None = None
+
     # ---- launch (moeplan.export) ----------------------------------------------------------
     #: the export module writing its server commands (None: not exported)
     launch_module: str | None = None
@@ -121,10 +147,30 @@ class EngineBackend(ABC):
         from the KV pool (:attr:`running_cap`) do not use it."""
         raise TypeError(f"{self.name} takes its running cap from the KV pool (running_cap)")
 
-    def kv_pool_tokens(self, free_tokens: int) -> int:
-        """The KV pool the engine allocates when the memory model's free memory holds
-        ``free_tokens`` tokens (all of them by default)."""
-        return free_tokens
+    def rank_running_limit(self, gpu: GPUSpec) -> int:
+        """The most running sequences one attention-DP rank's scheduler admits when the launch
+        sets no cap: the request pool (:attr:`running_cap`) or the default running cap."""
+        return self.running_cap if self.running_cap is not None else self.default_running(gpu)
+
+    def mem_fraction(self, ctx: MemoryContext) -> float:
+        """The engine's own memory fraction for the instance ``ctx`` when none is given."""
+        if self.default_mem_fraction is None:
+            raise TypeError(f"{self.name} has no memory-fraction knob")
+        del ctx
+        return self.default_mem_fraction
+
+    def mem_headroom(self, ctx: MemoryContext) -> float:
+        """Bytes the engine needs outside its memory fraction besides a step's activations
+        and buffers (CUDA graphs, metadata), which a static fraction must leave free; 0
+        where the fraction's rule already counts them."""
+        del ctx
+        return 0.0
+
+    def mem_fraction_args(self, fraction: float | None) -> list[str]:
+        """The launch flag of a memory fraction (none when not given or not a flag)."""
+        if fraction is None or self.mem_fraction_flag is None:
+            return []
+        return [self.mem_fraction_flag, f"{fraction:g}"]
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.backends.base import GIB, EngineBackend, Knobs, MemoryContext
 from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
 
@@ -87,9 +87,81 @@ NO_DEPLOYMENT = {
 KV_CACHE_DTYPE_FLAG = {"fp8": "fp8_e4m3", "bf16": "bf16"}
 
 
+MIB = 1024**2
+
+
+def decode_graph_max_bs(gpu_mib: float, tp: int) -> int:
+    """SGLang's default largest decode CUDA-graph batch by GPU memory (MiB) and ``tp_size``
+    (python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``)."""
+    if gpu_mib < 20 * 1024:
+        return 8
+    if gpu_mib < 35 * 1024:
+        return 48 if tp < 4 else 160
+    if gpu_mib < 60 * 1024:
+        return 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 256 if tp < 4 else 512
+    return 512
+
+
+def graph_reserve_mib(ctx: MemoryContext, padding: bool = True) -> float:
+    """What SGLang reserves outside its static pool besides activations (MiB): 512 of
+    metadata, ``tp_size x pp_size / 8`` GiB, the decode CUDA graphs (2 x max_bs), the
+    prefill graphs (1.5 GiB with MLA), 2 GiB of DeepEP buffers on a decoding instance and,
+    with ``padding``, DP attention's padding (3 x max_bs x dp, 1.5 x more above max_bs
+    300: "DP attention needs more padding ... likely due to some inefficiencies in torch
+    allocator") (python/sglang/srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``,
+    ``reserve_for_graph_mb``, ``reserve_for_deepep_a2a_mb``, read at commit 031ed82 of the
+    0.5.2x line). Departures: a non-MLA prefill graph's 8 MiB per captured batch size and
+    the breakable-graph DeepEP GiB are left out."""
+    max_bs = decode_graph_max_bs(ctx.gpu.mem_bytes / MIB, ctx.tp)
+    decodes = ctx.role != "prefill"
+    out = 512 + ctx.tp * ctx.pp / 8 * 1024
+    if decodes:
+        out += max_bs * 2
+        if ctx.attn_dp > 1 and padding:
+            out += max_bs * ctx.attn_dp * 3
+            if max_bs > 300:
+                out += max_bs * ctx.attn_dp * 1.5
+    if ctx.role != "decode" and ctx.mla:
+        out += 1.5 * 1024
+    if decodes and ctx.deepep:
+        out += 2 * 1024
+    return out
+
+
+def default_mem_fraction_static(ctx: MemoryContext) -> float:
+    """SGLang's ``mem_fraction_static`` when none is given (memory_hook.py
+    ``handle_gpu_memory_settings``): ``round((gpu_mem - reserved_mem) / gpu_mem, 3)`` (MiB)
+    with ``reserved_mem`` = 1.5 MiB per activation token (the instance's
+    ``chunked_prefill_size``, or a decode server's running batch x draft tokens; at least
+    2048) + :func:`graph_reserve_mib`, at least 10 GiB on GPUs above 60 GiB (the floor applies
+    before the DeepEP term). No post-capture sizing, no VLM factor. It can be <= 0 (a large
+    instance chunk, DP attention's padding on many ranks): SGLang then has no pool unless the
+    launch gives the fraction, as moeplan's launch files do."""
+    gpu_mib = ctx.gpu.mem_bytes / MIB
+    max_bs = decode_graph_max_bs(gpu_mib, ctx.tp)
+    act = max(max_bs * (ctx.mtp + 1), 2048) if ctx.role == "decode" else max(ctx.chunk, 2048)
+    deepep = 2 * 1024 if ctx.role != "prefill" and ctx.deepep else 0
+    reserved = act * 1.5 + graph_reserve_mib(ctx) - deepep
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved - deepep) / gpu_mib, 3)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SGLangBackend(EngineBackend):
     """SGLang (module docstring)."""
+
+    def mem_fraction(self, ctx: MemoryContext) -> float:
+        """:func:`default_mem_fraction_static`."""
+        return default_mem_fraction_static(ctx)
+
+    def mem_headroom(self, ctx: MemoryContext) -> float:
+        """What any fraction must leave beside a step (bytes): :func:`graph_reserve_mib`
+        without DP attention's padding, which SGLang's own comment puts down to allocator
+        inefficiency (on 32 DP ranks it alone is 72 GiB, more than an H100 holds)."""
+        return graph_reserve_mib(ctx, padding=False) * MIB
 
     def default_chunk(self, gpu: GPUSpec) -> int:
         """server_args.py by GPU memory (MiB): ``if gpu_mem < 35 * 1024:
@@ -116,7 +188,8 @@ class SGLangBackend(EngineBackend):
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE
         --speculative-num-steps N --speculative-eagle-topk 1 --speculative-num-draft-tokens
-        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``."""
+        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``;
+        ``--mem-fraction-static``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -128,7 +201,7 @@ class SGLangBackend(EngineBackend):
             out.append(str(knobs.mtp + 1))
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
-        return out
+        return out + self.mem_fraction_args(knobs.mem_fraction)
 
 
 SGLANG = SGLangBackend(
@@ -153,5 +226,10 @@ SGLANG = SGLangBackend(
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
     deployments=DEPLOYMENTS,
     no_deployment=NO_DEPLOYMENT,
+    # model_runner_kv_cache_mixin.py profile_max_num_token (cost.memory.KVPool)
+    mem_fraction_rule="static",
+    # memory_hook.py: the fraction SGLang takes when it cannot read the GPU's memory
+    max_mem_fraction=0.95,
+    mem_fraction_flag="--mem-fraction-static",
     launch_module="moeplan.export.sglang",
 )

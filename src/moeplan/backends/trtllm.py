@@ -39,8 +39,8 @@ KV manager (``KvCacheConfig``): ``free_gpu_memory_fraction`` 0.9 of the memory l
 the weights and a profiling forward pass of ``max_num_tokens`` tokens (serve.py
 ``--kv_cache_free_gpu_memory_fraction`` default 0.9, help "Free GPU memory fraction reserved
 for KV Cache, after allocating model weights and buffers"), so the pool is 0.9 of moeplan's
-free-memory capacity (:meth:`TRTLLMBackend.kv_pool_tokens`) — unlike SGLang's static fraction
-and vLLM's utilisation, which are shares of the whole GPU. ``tokens_per_block`` 32,
+free-memory capacity (the ``free`` rule of :class:`moeplan.cost.memory.KVPool`) — unlike
+SGLang's static fraction and vLLM's utilisation, which are shares of the whole GPU. ``tokens_per_block`` 32,
 ``enable_block_reuse`` True, ``dtype`` ``auto``.
 
 Capabilities (the model/feature matrix of ``docs/source/models/supported-models.md`` in the
@@ -142,10 +142,6 @@ class TRTLLMBackend(EngineBackend):
         del gpu
         return MAX_BATCH_SIZE
 
-    def kv_pool_tokens(self, free_tokens: int) -> int:
-        """``free_gpu_memory_fraction`` of the KV tokens the free memory holds."""
-        return int(free_tokens * self.default_mem_fraction)
-
     def attn_dp_blocker(self, architecture: str) -> str | None:
         """Why ``enable_attention_dp`` is not written for ``architecture`` (None: it is)."""
         if architecture in ADP_ARCHITECTURES:
@@ -213,4 +209,8 @@ TRTLLM = TRTLLMBackend(
     missing_model_classes=MISSING_MODEL_CLASSES,
     model_registry="docs/source/models/supported-models.md, PyTorch backend",
     launch_module="moeplan.export.trtllm",
+    # tensorrt_llm/llmapi/llm_args.py KvCacheConfig ``free_gpu_memory_fraction`` (default
+    # 0.9): the share of the memory free after weights and activations given to the KV cache
+    mem_fraction_rule="free",
+    mem_fraction_flag="--kv_cache_free_gpu_memory_fraction",  # serve.py
 )

@@ -76,7 +76,7 @@ class VLLMBackend(EngineBackend):
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
-        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``."""
+        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; ``--gpu-memory-utilization``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -86,7 +86,7 @@ class VLLMBackend(EngineBackend):
             out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
-        return out
+        return out + self.mem_fraction_args(knobs.mem_fraction)
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """DeepEP's kernels by role: ``deepep_high_throughput`` (prefill-heavy instances) or
@@ -130,5 +130,17 @@ VLLM = VLLMBackend(
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
     deployments=DEPLOYMENTS,
     no_deployment=NO_DEPLOYMENT,
+    # vllm/v1/worker/gpu_worker.py determine_available_memory (0.11.0): the KV pool is
+    # total memory x gpu_memory_utilization less weights, profiled peak activations and
+    # non-torch memory
+    mem_fraction_rule="total",
+    # vllm/config/cache.py CacheConfig ``gpu_memory_utilization: float = Field(default=0.9,
+    # gt=0, le=1)`` (0.11.0)
+    default_mem_fraction=0.9,
+    # CacheConfig refuses a utilisation above 1; CUDA graphs are captured after the KV pool
+    # is allocated and not profiled in 0.11.0, so the rest of the GPU must hold them: the
+    # search stops at 0.95
+    max_mem_fraction=0.95,
+    mem_fraction_flag="--gpu-memory-utilization",
     launch_module="moeplan.export.vllm",
 )

@@ -155,6 +155,7 @@ def plan_cmd(
     mtp: opt.MtpOpt = 0,
     mtp_accept: opt.MtpAcceptOpt = None,
     kv_dtype: opt.KvDtypeOpt = "auto",
+    mem_fraction: opt.MemFractionOpt = None,
     a2a: Annotated[
         str | None, typer.Option(help="MoE all-to-all: auto, deepep or nccl (default: searched).")
     ] = None,
@@ -177,7 +178,7 @@ def plan_cmd(
         requests=requests,
         trace=trace, families=families, profile=profile, any_divisor=any_divisor,
         placement=placement, seed=seed, out=out, jobs=jobs,
-        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a),
+        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction),
     )  # fmt: skip
     show = not (quiet or json_out)
     from moeplan.report.plan_report import write_artifacts

@@ -176,6 +176,7 @@ def serve_sim(
     mtp: opt.MtpOpt = 0,
     mtp_accept: opt.MtpAcceptOpt = None,
     kv_dtype: opt.KvDtypeOpt = "auto",
+    mem_fraction: opt.MemFractionOpt = None,
     a2a: Annotated[
         str,
         typer.Option(help="MoE all-to-all: auto (DeepEP where it can run), deepep, nccl."),
@@ -233,7 +234,8 @@ def serve_sim(
     if d.pd is not None:
         with workers(n_jobs, carry=[cm]):
             pools, out = simulate_pd(d.pd, m, c, cm, w, slo, engine=engine, rate=rate,
-                                 requests=requests, mtp=mtp, mtp_accept=mtp_accept)  # fmt: skip
+                                 requests=requests, mtp=mtp, mtp_accept=mtp_accept,
+                                 mem_fraction=mem_fraction)  # fmt: skip
         if launched:
             out["launch"] = launched
         if json_out:

@@ -67,7 +67,7 @@ def print_human(out: dict[str, Any], r: ServeResult | DisaggResult) -> None:
         ),
         (
             "KV cache",
-            f"{m['kv_capacity_tokens']:,} tokens pooled, mean use "
+            f"{m['kv_capacity_tokens']:,} tokens pooled{_fraction(out)}, mean use "
             f"{100 * m['kv_utilisation']:.1f} %, peak {100 * m['kv_peak_utilisation']:.1f} %",
         ),
         ("preemptions (recomputed tokens)", f"{m['preemptions']} ({m['recomputed_tokens']:,})"),
@@ -86,6 +86,11 @@ def print_human(out: dict[str, Any], r: ServeResult | DisaggResult) -> None:
     )
     if "trace" in out:
         console.print(f"Chrome trace: {out['trace']}")
+
+
+def _fraction(out: dict[str, Any]) -> str:
+    f = out["engine"].get("mem_fraction")
+    return "" if f is None else f" at memory fraction {f:g}"
 
 
 def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> None:

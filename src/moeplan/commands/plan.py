@@ -104,8 +104,11 @@ def knob_search(
     mtp_accept: float | None,
     kv_dtype: str,
     a2a: str | None,
+    mem_fraction: float | None = None,
 ) -> Any:
-    """The instance knobs ``plan`` searches: the given ones fixed (one-line errors)."""
+    """The instance knobs ``plan`` searches: the given ones fixed (one-line errors); the
+    memory fraction, when not given, is searched with each layout's scheduler knobs
+    (:data:`moeplan.serve.knobs.MEM_FRACTIONS` beside the engine's default)."""
     from moeplan.cost.a2a import A2A_CHOICES
     from moeplan.search.ranking.rank import KnobSearch
     from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
@@ -137,8 +140,9 @@ def knob_search(
         if v is not None
     }
     base = InstanceKnobs(
-        tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0)
-    )
+        tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0),
+        mem_fraction=mem_fraction,
+    )  # fmt: skip
     return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
 
 
@@ -237,15 +241,15 @@ def job_spec(
     seed: int,
     out: str | None,
     jobs: int | None,
-    knobs: tuple[int | None, bool | None, int, float | None, str, str | None],
+    knobs: tuple[int | None, bool | None, int, float | None, str, str | None, float | None],
 ) -> tuple[JobSpec, CostModel, int, Path]:
     """``plan``'s flags checked (one line each, before any planning) and turned into the
     job: its spec, the cost model, the worker count and the artifact folder. ``slo_ms``: TTFT
     and TPOT SLOs in ms and their percentile; ``engine``: ``--engine`` and
     ``--engine-version``; ``knobs``: ``--redundant-experts``, ``--tbo``,
-    ``--mtp``, ``--mtp-accept``, ``--kv-dtype`` and ``--a2a``."""
-    redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a = knobs
-    search = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a)
+    ``--mtp``, ``--mtp-accept``, ``--kv-dtype``, ``--a2a`` and ``--mem-fraction``."""
+    redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction = knobs
+    search = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction)
     m: ModelSpec = load_model(model)
     require(
         mtp == 0 or m.num_nextn_predict_layers > 0,

@@ -316,6 +316,7 @@ RUN_ONLY_FLAGS: tuple[tuple[str, str, Any], ...] = (
     ("slo_percentile", "--slo-percentile", 90.0),
     ("chunk_tokens", "--chunk-tokens", None),
     ("max_running", "--max-running", None),
+    ("mem_fraction", "--mem-fraction", None),
     ("requests", "--requests", DEFAULT_REQUESTS),
     ("seed", "--seed", 0),
     ("trace_out", "--trace-out", None),
@@ -404,6 +405,7 @@ class ServeSimFlags:
     mtp: int
     mtp_accept: float | None
     kv_dtype: str
+    mem_fraction: float | None
     a2a: str
     routing_trace: str | None
     jobs: int | None
@@ -426,6 +428,10 @@ class ServeSimSetup:
 def prepare(f: ServeSimFlags) -> ServeSimSetup:
     """The flags checked and resolved: what is served, on which model and cluster."""
     check_phase_only(f)
+    require(
+        f.mem_fraction is None or 0.0 < f.mem_fraction < 1.0,
+        f"--mem-fraction ({f.mem_fraction}) must be in (0, 1)",
+    )
     phase_ctx = check_phase_flags(f.phase, f.batch_per_gpu, f.tokens_per_gpu, f.context, f.isl)
     flags = {k: getattr(f, k) for k in LAYOUT_FLAGS}
     d = resolve_deployment(
@@ -447,7 +453,8 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
     )
     check_fits_cluster(d, c, one_instance=f.phase is not None or f.concurrency is not None)
     n_jobs = check_jobs(f.jobs)
-    knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype)
+    knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype,
+                      mem_fraction=f.mem_fraction)  # fmt: skip
     routing = trace_routing(f.routing_trace, m) if f.routing_trace else None
     return ServeSimSetup(
         model=m, cluster=c, deployment=d, jobs=n_jobs, knob_flags=knob_flags, routing=routing,

@@ -94,6 +94,7 @@ def payload(
             "max_running": e.max_running,
             "kv_tokens": e.kv_tokens,
             "kv_tokens_per_rank": e.kv_tokens_per_rank,
+            "mem_fraction": e.mem_fraction,
         },
         "workload": {
             "requests": w.num_requests,
@@ -297,6 +298,7 @@ def simulate_pd(
     requests: int,
     mtp: int = 0,
     mtp_accept: float | None = None,
+    mem_fraction: float | None = None,
 ) -> tuple[DisaggResult, dict[str, Any]]:
     """Simulate ``pd``: its result and the JSON answer (one engine's payload, the layout
     being the P/D pair, with the pools' text and loads); ``mtp``, ``mtp_accept``: the decode
@@ -305,7 +307,7 @@ def simulate_pd(
     require_launchable(engine, pd)
     knobs = resolve_knobs(cm.engine, model, cluster, pd.prefill, mtp=mtp, mtp_accept=mtp_accept)
     c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
-                mtp=knobs.mtp, mtp_accept=knobs.mtp_accept)  # fmt: skip
+                mtp=knobs.mtp, mtp_accept=knobs.mtp_accept, mem_fraction=mem_fraction)  # fmt: skip
     r = simulate_given(c, pd, rate_given=rate is not None, requests=requests)
     at = rate if rate is not None else r.max_rate_meeting_slo_rps or None
     require(

@@ -15,6 +15,12 @@ Building blocks that every planner combines for its own layout. Conventions:
 - ``RESERVED_BYTES`` covers the CUDA context, allocator fragmentation and NCCL's own
   buffers (aiconfigurator's system.yaml uses 3.5 GiB "other" + ~0.4 GiB NCCL for H100).
 
+The KV pool of a served instance follows its engine's memory fraction (:class:`KVPool`):
+what the fraction of the GPU covers differs by engine (``static``: weights + KV pool, SGLang;
+``total``: everything the instance allocates, vLLM; ``free``: a share of what is left after
+weights, activations and the reserve, TensorRT-LLM). Without a pool rule the KV cache takes
+everything the weights, the step's activations, the buffers and the reserve leave.
+
 One memory model for every family and command: a planner describes a GPU's
 bytes as a :class:`MemoryBreakdown` (weights + KV + activations + buffers + the reserve);
 its fit check is :func:`fits` (``total <= GPU memory``, i.e. the rest within
@@ -310,25 +316,83 @@ def instance_breakdown(
     return best
 
 
+#: what an engine's memory fraction covers (:class:`KVPool`), as a message says it
+POOL_TEXT = {
+    "static": "the fraction holds weights and KV pool, the rest a step and the engine's graphs",
+    "total": "the fraction holds weights, activations, the reserve and the KV pool",
+    "free": "the fraction is the KV pool's share of what weights and activations leave",
+}
+POOL_RULES = tuple(POOL_TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class KVPool:
+    """How an engine sizes its KV pool from its memory fraction ``fraction`` of a GPU of
+    ``G`` bytes holding weights ``W``, a step's activations and buffers ``A`` and the reserve
+    ``R`` (CUDA context, NCCL, fragmentation: :data:`RESERVED_BYTES`):
+
+    - ``static`` (SGLang ``--mem-fraction-static``): ``fraction`` of the memory free at start
+      (``G - R``) holds weights and KV pool; the rest must hold ``A`` and the engine's
+      ``headroom`` (CUDA graphs; SGLang
+      python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py
+      ``profile_max_num_token``: ``rest_memory = available_gpu_memory - total_gpu_memory *
+      (1 - mem_fraction_static)``, ``available_gpu_memory`` read after the weights load);
+    - ``total`` (vLLM ``--gpu-memory-utilization``): ``fraction * G`` holds everything the
+      instance allocates, the KV pool what weights, the profiled peak activations and the
+      non-torch memory leave (vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
+      ``requested_memory - non_kv_cache_memory``, 0.11.0);
+    - ``free`` (TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction``): ``fraction`` of
+      the memory free after weights, activations and the reserve."""
+
+    rule: str
+    fraction: float
+    #: bytes the engine needs outside a ``static`` pool besides a step (CUDA graphs)
+    headroom: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.rule in POOL_RULES, f"pool.rule ({self.rule!r}) must be one of {POOL_RULES}")
+        require(
+            0.0 < self.fraction < 1.0,
+            f"--mem-fraction ({self.fraction!r}) must be in (0, 1)",
+        )
+
+    def kv_bytes(self, gpu_mem_bytes: float, weights: float, step: float) -> float:
+        """Bytes of the KV pool (state included) on a GPU of ``gpu_mem_bytes`` holding
+        ``weights`` and a step's activations and buffers ``step``; <= 0 when none fits (for
+        ``static``, also when the rest of the memory cannot hold the step and the headroom)."""
+        free = gpu_mem_bytes - RESERVED_BYTES
+        f = self.fraction
+        if self.rule == "static":
+            return f * free - weights if step + self.headroom <= (1.0 - f) * free else 0.0
+        if self.rule == "total":
+            return f * gpu_mem_bytes - weights - step - RESERVED_BYTES
+        return f * (free - weights - step)
+
+
 def kv_capacity(
     model: ModelSpec,
     shape: InstanceShape,
     gpu_mem_bytes: float,
     step_tokens: int,
     seqs: int = 0,
+    pool: KVPool | None = None,
 ) -> tuple[int, float]:
     """(KV tokens one attention-DP rank can hold on the tightest stage, the bytes per GPU
     that stage needs before any KV cache — the fixed state of ``seqs`` sequences included).
-    The capacity is <= 0 when nothing fits; it is the largest ``n`` with
-    ``instance_breakdown(..., n, ..., seqs).fits(gpu_mem_bytes)``."""
+    The capacity is <= 0 when nothing fits. Without ``pool`` it is the largest ``n`` with
+    ``instance_breakdown(..., n, ..., seqs).fits(gpu_mem_bytes)``; with it, the engine's
+    pool (:class:`KVPool`) less the fixed state."""
     act, buf = step_bytes(model, shape, step_tokens)
     stages = stage_layers(model.num_layers, shape.pp)
     best: tuple[int, float] | None = None
     for i, layers in enumerate(stages):
         per_token, fixed = _stage_rates(model, shape, layers)
-        need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
-        need += act + buf + RESERVED_BYTES + seqs * fixed
-        left = gpu_mem_bytes - need
+        weights = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        need = weights + act + buf + RESERVED_BYTES + seqs * fixed
+        if pool is None:
+            left = gpu_mem_bytes - need
+        else:
+            left = pool.kv_bytes(gpu_mem_bytes, weights, act + buf) - seqs * fixed
         tokens = int(left // per_token) if per_token > 0 else (MAX_POOL_TOKENS if left > 0 else 0)
         best = (tokens, need) if best is None or tokens < best[0] else best
     assert best is not None
@@ -337,7 +401,7 @@ def kv_capacity(
 
 def state_split(
     model: ModelSpec, shape: InstanceShape, gpu_mem_bytes: float, step_tokens: int,
-    state_ratio: float,
+    state_ratio: float, pool: KVPool | None = None,
 ) -> tuple[int, int]:  # fmt: skip
     """``(KV tokens, sequences)`` per rank when the cache memory is split as SGLang splits it
     for models with recurrent state: ``state_ratio / (1 + state_ratio)`` of it holds the
@@ -347,8 +411,11 @@ def state_split(
     tokens, seqs = MAX_POOL_TOKENS, MAX_POOL_TOKENS
     for i, layers in enumerate(stages):
         per_token, fixed = _stage_rates(model, shape, layers)
-        need = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
-        free = gpu_mem_bytes - need - act - buf - RESERVED_BYTES
+        weights = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        if pool is None:
+            free = gpu_mem_bytes - weights - act - buf - RESERVED_BYTES
+        else:
+            free = pool.kv_bytes(gpu_mem_bytes, weights, act + buf)
         states = max(0.0, free) * state_ratio / (1 + state_ratio)
         if fixed > 0:
             seqs = min(seqs, int(states // fixed))

@@ -103,6 +103,7 @@ _SGLANG_COMMON = frozenset(
         "--disaggregation-transfer-backend",
         "--disaggregation-bootstrap-port",
         "--chunked-prefill-size",
+        "--mem-fraction-static",  # server_args.py ServerArgs.mem_fraction_static
     }
 )
 SGLANG_PINNED = EngineVersion(
@@ -145,6 +146,7 @@ VLLM_PINNED = EngineVersion(
             "--port",
             "--kv-transfer-config",
             "--max-num-batched-tokens",
+            "--gpu-memory-utilization",  # vllm/config/cache.py CacheConfig
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",

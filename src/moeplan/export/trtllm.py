@@ -138,8 +138,10 @@ def trtllm_args(
     config_path: str,
     max_batch_size: int | None = None,
     max_num_tokens: int | None = None,
+    mem_fraction: float | None = None,
 ) -> ExportResult:
-    """``trtllm-serve`` arguments for ``strategy``; the YAML at ``config_path``."""
+    """``trtllm-serve`` arguments for ``strategy``; the YAML at ``config_path``; the KV pool's
+    free-memory fraction ``mem_fraction`` (None: the engine's default, written explicitly)."""
     s = strategy
     why = unexpressible(s)
     if why is not None:
@@ -151,7 +153,7 @@ def trtllm_args(
     args += ["--ep_size", str(s.moe_ep)]
     args += ["--max_batch_size", str(max_batch_size or MAX_BATCH_SIZE)]
     args += ["--max_num_tokens", str(max_num_tokens or MAX_NUM_TOKENS)]
-    args += ["--kv_cache_free_gpu_memory_fraction", str(BACKEND.default_mem_fraction)]
+    args += BACKEND.mem_fraction_args(mem_fraction or BACKEND.default_mem_fraction)
     args += ["--extra_llm_api_options", config_path]
     warnings = []
     if s.fused:
@@ -204,6 +206,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
         model_path=ctx.model_path,
         config_path="${HERE}/" + _config_name(slot),
         max_num_tokens=int(chunk[1]) if chunk else None,
+        mem_fraction=getattr(pool.knobs, "mem_fraction", None),
     )
     notes += r.warnings
     if not r.expressible:

@@ -14,11 +14,13 @@ model and gives its defaults; the two scheduler models (:data:`SCHEDULERS`):
   backend's default batched tokens and sequences per DP engine rank (an instance of
   ``attn_dp`` ranks runs ``attn_dp`` times both); the backend's ``new_token_ratio`` of the
   outstanding output reserved at admission (vLLM 0: KV allocated on demand; TensorRT-LLM's
-  ``GUARANTEED_NO_EVICT`` 1) and its KV pool from the free memory
-  (:meth:`moeplan.backends.EngineBackend.kv_pool_tokens`).
+  ``GUARANTEED_NO_EVICT`` 1) and its KV pool at the engine's memory fraction
+  (:func:`kv_pool`).
 
 The KV pool comes from :func:`moeplan.serve.layout.kv_capacity_tokens` with the chunk as the
-activation budget (no chunking: 16384 tokens assumed).
+activation budget (no chunking: 16384 tokens assumed), at the engine's memory fraction
+(:func:`kv_pool`: the user's ``--mem-fraction`` or the engine's own default, its rule from
+the backend).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moeplan.backends import EngineBackend, backend, simulated
+from moeplan.backends.base import MemoryContext
 from moeplan.cost.a2a import deepep_blockers
+from moeplan.cost.memory import KVPool
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.serve.engine.config import EngineConfig
@@ -45,6 +49,59 @@ def default_chunk(engine: str, cluster: ClusterSpec) -> int:
     """The engine's default step size on ``cluster``'s GPU
     (:meth:`moeplan.backends.EngineBackend.default_chunk`)."""
     return backend(engine).default_chunk(cluster.gpu)
+
+
+#: the memory fractions ``plan`` tries beside the engine's default (up to its safe maximum,
+#: :attr:`moeplan.backends.EngineBackend.max_mem_fraction`)
+MEM_FRACTIONS = (0.8, 0.85, 0.9, 0.95)
+
+
+def kv_pool(
+    engine: str | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: Layout,
+    chunk: int,
+    mem_fraction: float | None = None,
+    *,
+    deepep: bool = False,
+    role: str = "colocated",
+    mtp: int = 0,
+) -> KVPool | None:
+    """The engine's KV pool rule at ``mem_fraction`` (None: the engine's default for this
+    instance); None for no engine or an engine without the knob."""
+    b = backend(engine) if engine in simulated() else None
+    if b is None or b.mem_fraction_rule is None:
+        return None
+    ctx = MemoryContext(
+        gpu=cluster.gpu,
+        tp=layout.stage_gpus,
+        pp=layout.pp,
+        attn_dp=layout.attn_dp,
+        chunk=chunk,
+        deepep=deepep,
+        mla=model.attention == "mla",
+        role=role,
+        mtp=mtp,
+    )
+    f = b.mem_fraction(ctx) if mem_fraction is None else mem_fraction
+    if mem_fraction is None and not 0.0 < f < 1.0:
+        raise MoeplanError(
+            f"{b.label}'s default memory fraction for layout ({layout.label}) at a prefill "
+            f"chunk of {chunk} tokens is {f:g}: its reserve leaves no pool; give --mem-fraction"
+        )
+    return KVPool(b.mem_fraction_rule, f, b.mem_headroom(ctx))
+
+
+def mem_fraction_values(engine: str | None, given: float | None) -> tuple[float | None, ...]:
+    """The fractions a search tries: the user's, else the engine's default (None) and
+    :data:`MEM_FRACTIONS` up to the engine's safe maximum."""
+    if given is not None:
+        return (given,)
+    b = backend(engine) if engine in simulated() else None
+    if b is None or b.mem_fraction_rule is None:
+        return (None,)
+    return (None, *(f for f in MEM_FRACTIONS if f <= b.max_mem_fraction))
 
 
 def _simulated(engine: str) -> EngineBackend:
@@ -65,21 +122,30 @@ def engine_config(
     max_running: int | None = None,
     kv_scale: float = 1.0,
     mtp: int = 0,
+    mem_fraction: float | None = None,
+    deepep: bool = False,
+    role: str = "colocated",
 ) -> EngineConfig:
     """The engine's scheduler with its defaults for ``cluster`` unless given; KV capacity from
-    the memory model (raises :class:`MoeplanError` when the weights do not fit); ``kv_scale``
-    the stored KV bytes over the model records' (``--kv-dtype fp8`` on bf16: 0.5). With
+    the memory model at the engine's memory fraction (``mem_fraction``; None: the engine's
+    default, :func:`kv_pool`; raises :class:`MoeplanError` when the weights do not fit);
+    ``kv_scale`` the stored KV bytes over the model records' (``--kv-dtype fp8`` on bf16: 0.5);
+    ``role``: the instance's P/D role (``colocated``, ``prefill``, ``decode``). With
     speculative decoding (``mtp`` draft tokens) the default running cap is the engine's
     (:meth:`moeplan.backends.EngineBackend.mtp_running_cap`: SGLang's 48 per instance, split
     over the DP ranks)."""
     b = _simulated(engine)
     chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
+    inst_chunk = chunk * layout.attn_dp if b.budgets_per_dp_rank and chunk_tokens is None else chunk
+    pool = kv_pool(
+        engine, model, cluster, layout, inst_chunk, mem_fraction, deepep=deepep, role=role
+    )
     run = SCHEDULERS[b.scheduler]
-    cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale)
+    cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale, pool)
     cap = spec_running_cap(engine, layout.attn_dp, mtp) if max_running is None else None
     if cap is not None and cap < cfg.max_running:
         cfg = replace(cfg, max_running=cap)
-    return cfg
+    return replace(cfg, mem_fraction=None if pool is None else pool.fraction)
 
 
 def spec_running_cap(engine: str | None, attn_dp: int, mtp: int) -> int | None:
@@ -102,20 +168,23 @@ def _prefill_first_config(
     chunk_tokens: int | None,
     max_running: int | None,
     kv_scale: float,
+    pool: KVPool | None = None,
 ) -> EngineConfig:
     """SGLang's prefill-first scheduler (module docstring): one step budget for the
     instance, the running cap from the KV pool."""
     del chunk_tokens
     assert b.running_cap is not None and b.state_ratio is not None
     budget = chunk or UNCHUNKED_ACTIVATION_TOKENS
-    per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale)
+    per_rank = kv_capacity_tokens(model, cluster, layout, budget, kv_scale, pool=pool)
     dp = layout.attn_dp
     fixed = model.state_bytes_per_seq > 0 or any(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
     )
     seq_cap = b.running_cap
     if fixed:  # the engine's split of the cache memory between states and the token pool
-        per_rank, seq_cap = state_split(model, cluster, layout, budget, b.state_ratio, kv_scale)
+        per_rank, seq_cap = state_split(
+            model, cluster, layout, budget, b.state_ratio, kv_scale, pool
+        )
         if seq_cap < 1:
             raise MoeplanError(f"layout ({layout.label}) holds no sequence's recurrent state "
                                f"on {cluster.gpu.name}")  # fmt: skip
@@ -139,6 +208,7 @@ def _mixed_config(
     chunk_tokens: int | None,
     max_running: int | None,
     kv_scale: float,
+    pool: KVPool | None = None,
 ) -> EngineConfig:
     """vLLM V1 and TensorRT-LLM: one scheduler per DP engine rank, each with its own
     ``max_num_seqs`` and ``max_num_batched_tokens`` (vLLM docs/serving/data_parallel_deployment.md:
@@ -153,10 +223,9 @@ def _mixed_config(
         x.mixer.kind in ("csa", "hca") for x in model.layer_specs
     )
     seqs = -(-cap // dp) if fixed else 0  # a running sequence's state, before the token pool
-    free = kv_capacity_tokens(
-        model, cluster, layout, rank_chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale, seqs
+    per_rank = kv_capacity_tokens(
+        model, cluster, layout, rank_chunk or UNCHUNKED_ACTIVATION_TOKENS, kv_scale, seqs, pool
     )
-    per_rank = b.kv_pool_tokens(free)
     if per_rank < 1:
         raise MoeplanError(f"layout ({layout.label}) leaves no KV pool on {cluster.gpu.name}")
     return EngineConfig(
@@ -185,9 +254,15 @@ def candidates(
     max_running: int | None = None,
     kv_scale: float = 1.0,
     mtp: int = 0,
+    mem_fraction: float | None = None,
+    deepep: bool = False,
+    fractions: tuple[float, ...] = (),
 ) -> list[EngineConfig]:
     """Configurations a search tries: the engine's defaults, then every smaller cap in
-    :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one)."""
+    :data:`CAPS` with every chunk in :data:`CHUNKS`; a given knob is fixed (both: one).
+    ``mem_fraction``: the engine's memory fraction (None: its default); ``fractions``: other
+    fractions tried at the default chunk and running cap (a fraction leaving no KV pool is
+    skipped)."""
     base = engine_config(
         engine,
         model,
@@ -197,10 +272,32 @@ def candidates(
         max_running=max_running,
         kv_scale=kv_scale,
         mtp=mtp,
+        mem_fraction=mem_fraction,
+        deepep=deepep,
     )
-    if chunk_tokens is not None and max_running is not None:
-        return [base]
     out = [base]
+    for f in fractions:
+        if f == base.mem_fraction:
+            continue
+        try:
+            out.append(
+                engine_config(
+                    engine,
+                    model,
+                    cluster,
+                    layout,
+                    chunk_tokens=chunk_tokens,
+                    max_running=max_running,
+                    kv_scale=kv_scale,
+                    mtp=mtp,
+                    mem_fraction=f,
+                    deepep=deepep,
+                )  # fmt: skip
+            )
+        except MoeplanError:
+            continue
+    if chunk_tokens is not None and max_running is not None:
+        return out
     b = backend(engine)
     per = layout.attn_dp if b.budgets_per_dp_rank else 1
     chunks = tuple(c * per for c in CHUNKS) if chunk_tokens is None else (chunk_tokens,)
@@ -223,6 +320,8 @@ def candidates(
                         chunk_tokens=chunk,
                         max_running=cap,
                         kv_scale=kv_scale,
+                        mem_fraction=mem_fraction,
+                        deepep=deepep,
                     )
                 )
             except MoeplanError:

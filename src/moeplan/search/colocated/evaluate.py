@@ -22,7 +22,7 @@ from moeplan.planners.layout import Layout
 from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.knobs import candidates, default_chunk, engine_config
+from moeplan.serve.knobs import candidates, default_chunk, engine_config, mem_fraction_values
 from moeplan.serve.metrics import SLO, Probe, ServeMetrics, run_stable, summarize
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 
@@ -183,6 +183,7 @@ class ServeResult:
                 "chunk_tokens": e.chunk_tokens,
                 "max_running": e.max_running,
                 "kv_tokens": e.kv_tokens,
+                "mem_fraction": e.mem_fraction,
             },
             "metrics": m,
         }
@@ -304,9 +305,12 @@ def evaluate_layout(
         layout.validate(model, cluster)
         kv_scale = knobs.kv_scale if knobs is not None else 1.0
         mtp = knobs.mtp if knobs is not None else 0
+        given = knobs.mem_fraction if knobs is not None else None
         cands = candidates(
-            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale, mtp=mtp
-        )
+            engine, model, cluster, layout, chunk_tokens, max_running, kv_scale=kv_scale, mtp=mtp,
+            mem_fraction=given, deepep=knobs is not None and knobs.a2a == "deepep",
+            fractions=tuple(f for f in mem_fraction_values(engine, given) if f is not None),
+        )  # fmt: skip
         evaluate = (
             evaluator_factory(layout)
             if evaluator_factory is not None
@@ -329,6 +333,8 @@ def evaluate_layout(
         if isinstance(evaluate, IterationModel)
         else {}
     )
+    if knobs is not None and cfg.mem_fraction is not None:  # the launch files carry it
+        knobs = replace(knobs, mem_fraction=cfg.mem_fraction)
     return ServeResult(
         layout=layout,
         feasible=True,

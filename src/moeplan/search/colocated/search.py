@@ -32,7 +32,7 @@ The winner's capacity is then re-estimated with its 95 % interval.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moeplan.backends import backend
@@ -55,7 +55,7 @@ from moeplan.serve.engine.run import EngineConfig
 from moeplan.serve.iteration.batch_grid import GridEvaluator
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.model import IterationModel
-from moeplan.serve.knobs import candidates
+from moeplan.serve.knobs import candidates, mem_fraction_values
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -147,17 +147,13 @@ def prepare(
     ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate."""
     kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
     mtp = c.knobs.mtp if c.knobs is not None else 0
+    given = c.knobs.mem_fraction if c.knobs is not None else None
     try:
         cfgs = candidates(
-            engine,
-            model,
-            cluster,
-            c.layout,
-            chunk_tokens,
-            max_running,
-            kv_scale=kv_scale,
-            mtp=mtp,
-        )
+            engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale,
+            mtp=mtp, mem_fraction=given, deepep=c.knobs is not None and c.knobs.a2a == "deepep",
+            fractions=tuple(f for f in mem_fraction_values(engine, given) if f is not None),
+        )  # fmt: skip
         ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout, routing, knobs=c.knobs))
     except MoeplanError as err:
         c.reason = str(err)
@@ -186,6 +182,8 @@ def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
         ((analytic_rate(ev, k, isl, osl, slo), k) for k in c.cfgs if k.chunk_tokens == base),
         key=lambda ek: ek[0].rate_rps,
     )
+    if c.knobs is not None and c.cfg.mem_fraction is not None:  # the launch files carry it
+        c.knobs = replace(c.knobs, mem_fraction=c.cfg.mem_fraction)
 
 
 REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)

@@ -24,10 +24,12 @@ from moeplan.search.disagg.pools import (
     DisaggResult,
     InstanceCapacity,
     decode_pool,
+    pool_fractions,
     prefill_pool,
 )
 from moeplan.search.disagg.search import pool_candidate, search_capacity
 from moeplan.serve.deployment import AFDLayout, PDLayout, instance
+from moeplan.serve.knobs import kv_pool
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO
 
@@ -39,12 +41,21 @@ def _check_fits(c: Context, lay: Layout | AFDLayout, role: str) -> None:
 
 
 def _check_layout(c: Context, lay: Layout, role: str) -> None:
-    """:func:`_check_fits` of a colocated instance."""
-    try:
-        lay.validate(c.model, c.cluster)
-        per_rank = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp)
-    except MoeplanError as err:
-        raise MoeplanError(f"--pd {role} layout ({lay.label}): {err}") from None
+    """:func:`_check_fits` of a colocated instance: the largest KV pool of the memory
+    fractions its pool is tried at (:func:`~moeplan.search.disagg.pools.pool_fractions`; the
+    first one's error when none holds a pool)."""
+    per_rank, first = 0, None
+    for f in pool_fractions(c):
+        try:
+            lay.validate(c.model, c.cluster)
+            pool = kv_pool(c.engine, c.model, c.cluster, lay, 0, f, role=role)
+            got = kv_capacity_tokens(c.model, c.cluster, lay, lay.attn_dp, pool=pool)
+        except MoeplanError as err:
+            first = first or err
+            continue
+        per_rank = max(per_rank, got)
+    if not per_rank and first is not None:
+        raise MoeplanError(f"--pd {role} layout ({lay.label}): {first}")
     need = c.workload.isl.max + (c.workload.osl.max if role == "decode" else 1)
     require(
         need <= per_rank,

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from moeplan.backends import backend
-from moeplan.backends.sglang import RUNNING_CAP
 from moeplan.cost import CostModel
+from moeplan.cost.memory import KVPool
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY
 from moeplan.planners.layout import Layout
@@ -47,8 +47,15 @@ from moeplan.serve.deployment import AFDLayout, Colocated, DecodeLayout, PDLayou
 from moeplan.serve.engine.config import EngineConfig, Evaluator, SimResult
 from moeplan.serve.engine.run import tokens_per_step
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
-from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.knobs import default_chunk, engine_config, knob_variants, spec_running_cap
+from moeplan.serve.iteration.model import Batch, IterationModel, iteration_model
+from moeplan.serve.knobs import (
+    default_chunk,
+    engine_config,
+    knob_variants,
+    kv_pool,
+    mem_fraction_values,
+    spec_running_cap,
+)
 from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.serve.metrics import SLO, queue_stable
 from moeplan.serve.pools.afd import AFDIteration, afd_engine_config, decode_engine_config
@@ -63,8 +70,6 @@ from moeplan.serve.pools.pd import (
 from moeplan.serve.workload.arrivals import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
-#: the decode-batch search's running cap per rank, whatever the engine: SGLang's request pool
-DECODE_RUNNING_CAP = RUNNING_CAP
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
@@ -83,6 +88,9 @@ class Context:
     #: decode pools run them; 0: off
     mtp: int = 0
     mtp_accept: float = 0.0
+    #: the engine memory fraction the user gave (``--mem-fraction``; None: the engine's
+    #: default for each pool's instance)
+    mem_fraction: float | None = None
 
     @property
     def reserve(self) -> float:
@@ -154,24 +162,38 @@ def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
     """The instance knobs a pool of ``lay`` is tried with: every variant the engine allows
     (:func:`moeplan.serve.knobs.knob_variants`, the colocated search's own: the fused MoE,
     DeepEP where it can run, and with DeepEP two-batch overlap off and on; the pool keeps
-    the one with the higher capacity)."""
+    the one with the higher capacity), at the pool's memory fraction."""
     given = frozenset({"redundant_experts", "mtp"})  # the layout's own; MTP: decode pools
-    return [kn for _, kn in knob_variants(c.cost.engine, c.model, c.cluster, lay, InstanceKnobs(),
-                                          given)] or [InstanceKnobs()]  # fmt: skip
+    base = InstanceKnobs(mem_fraction=c.mem_fraction)
+    return [kn for _, kn in knob_variants(c.cost.engine, c.model, c.cluster, lay, base,
+                                          given)] or [base]  # fmt: skip
 
 
 def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
-    pools = [p for k in pool_knobs(c, lay) if (p := _prefill_pool(c, lay, k)) is not None]
+    kns = [replace(k, mem_fraction=f) for k in pool_knobs(c, lay) for f in pool_fractions(c)]
+    pools = [p for k in kns if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
+
+
+def pool_fractions(c: Context) -> tuple[float | None, ...]:
+    """The memory fractions a pool is tried at: the user's, else the engine's default
+    (None, first: a tie keeps it) and :data:`moeplan.serve.knobs.MEM_FRACTIONS` — the
+    launch files carry the one kept. A prefill pool's capacity does not depend on it (only
+    whether a prompt fits); a decode pool's batch may be bounded by its KV pool."""
+    return mem_fraction_values(c.engine, c.mem_fraction)
 
 
 def _prefill_pool(c: Context, lay: Layout, knobs: InstanceKnobs) -> InstanceCapacity | None:
     try:
         chunk = default_chunk(c.engine, c.cluster) * lay.attn_dp  # one budget per DP rank
-        cfg = engine_config(c.engine, c.model, c.cluster, lay, chunk_tokens=chunk)
-        ev = IterationModel(c.model, c.cluster, c.cost, lay, knobs=knobs)
+        cfg = engine_config(
+            c.engine, c.model, c.cluster, lay, chunk_tokens=chunk,
+            mem_fraction=knobs.mem_fraction, deepep=knobs.a2a == "deepep", role="prefill",
+        )  # fmt: skip
+        knobs = replace(knobs, mem_fraction=cfg.mem_fraction)  # the launch files carry it
+        ev = _model(c, lay, knobs)
     except MoeplanError:
         return None
     isl = c.workload.isl.mean
@@ -228,8 +250,14 @@ def _colocated_decode_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     kns = pool_knobs(c, lay)
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
         kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
+    kns = [replace(k, mem_fraction=f) for k in kns for f in pool_fractions(c)]
     pools = [p for k in kns if (p := _decode_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
+
+
+def _model(c: Context, lay: Layout, knobs: InstanceKnobs) -> IterationModel:
+    """The pool's iteration model, one for every memory fraction (it prices no memory)."""
+    return iteration_model(c.model, c.cluster, c.cost, lay, knobs=replace(knobs, mem_fraction=None))
 
 
 def _decode_pool(
@@ -242,9 +270,8 @@ def _decode_pool(
 
     def colocated(d: Colocated) -> tuple[Evaluator, int, int]:
         lay = d.layout
-        ev = DecodeStepEvaluator(IterationModel(md, c.cluster, c.cost, lay, knobs=knobs))
-        scale = knobs.kv_scale if knobs is not None else 1.0  # the KV dtype the time prices
-        return ev, kv_capacity_tokens(md, c.cluster, lay, lay.attn_dp, scale), lay.attn_dp
+        ev = DecodeStepEvaluator(_model(c, lay, knobs or InstanceKnobs()))
+        return ev, _decode_kv(c, lay, lay.attn_dp, knobs), lay.attn_dp
 
     def afd(a: AFDLayout) -> tuple[Evaluator, int, int]:
         per_rank = afd_engine_config(md, c.cluster, a, a.ag, c.reserve).kv_tokens_per_rank
@@ -257,31 +284,54 @@ def _decode_pool(
     if big > per_rank:
         return None
     kv_bound = max(1, int(per_rank * ranks / (w.isl.mean + w.osl.mean)))
+    # the launch files set no running cap: each rank runs at most its engine's default
+    # (SGLang's request pool, vLLM's max_num_seqs per DP engine rank)
+    running = backend(c.engine).rank_running_limit(c.cluster.gpu) * ranks
     tau = tokens_per_step(ev)  # MTP: tau tokens per step; TPOT = step / tau
-    cap = DECODE_RUNNING_CAP * ranks
     spec = spec_running_cap(c.engine, ranks, knobs.mtp if knobs is not None else 0)
-    cap = min(cap, spec) if spec is not None else cap  # the engine's cap under MTP
+    cap = min(running, spec) if spec is not None else running  # the engine's cap under MTP
     b, d = _largest_batch(ev, ctx, min(kv_bound, cap), None if tpot is None else tpot * tau)
     if b == 0:
         return None
     try:
-        cfg = _decode_cfg(c, lay, b)
+        cfg = _decode_cfg(c, lay, b, knobs)
     except MoeplanError:
         return None
+    if knobs is not None:  # the launch files carry the fraction the pool was sized at
+        knobs = replace(knobs, mem_fraction=cfg.mem_fraction)
     why = "KV capacity" if b == kv_bound else "running cap" if tpot is None else "TPOT SLO"
     rate = b * tau / (max(1, w.osl.mean - 1) * d)
     note = f"batch {b} ({why}){_knob_note(knobs)}"
     return InstanceCapacity(layout=lay, cfg=cfg, evaluate=ev, rate=rate, note=note, knobs=knobs)
 
 
-def _decode_cfg(c: Context, lay: DecodeLayout, cap: int) -> EngineConfig:
+def _decode_pool_rule(c: Context, lay: Layout, knobs: InstanceKnobs | None) -> KVPool | None:
+    """The engine's KV pool of a decode instance (its ``decode`` role's default fraction
+    unless the knobs fix one)."""
+    k = knobs or InstanceKnobs()
+    return kv_pool(c.engine, c.model, c.cluster, lay, 0, k.mem_fraction,
+                   deepep=k.a2a == "deepep", role="decode", mtp=k.mtp)  # fmt: skip
+
+
+def _decode_kv(c: Context, lay: Layout, budget: int, knobs: InstanceKnobs | None) -> int:
+    """KV tokens per rank of a decode instance stepping ``budget`` tokens."""
+    pool = _decode_pool_rule(c, lay, knobs)
+    scale = knobs.kv_scale if knobs is not None else 1.0  # the KV dtype the time prices
+    return kv_capacity_tokens(c.model, c.cluster, lay, budget, scale, pool=pool)
+
+
+def _decode_cfg(
+    c: Context, lay: DecodeLayout, cap: int, knobs: InstanceKnobs | None = None
+) -> EngineConfig:
+    def colocated(d: Colocated) -> EngineConfig:
+        cfg = decode_engine_config(
+            cap, _decode_kv(c, d.layout, cap + 1, knobs), d.layout.attn_dp, c.reserve
+        )
+        pool = _decode_pool_rule(c, d.layout, knobs)
+        return replace(cfg, mem_fraction=None if pool is None else pool.fraction)
+
     return instance(lay).visit(
-        colocated=lambda d: decode_engine_config(
-            cap,
-            kv_capacity_tokens(c.model, c.cluster, d.layout, cap + 1),
-            d.layout.attn_dp,
-            c.reserve,
-        ),
+        colocated=colocated,
         afd=lambda a: afd_engine_config(c.model, c.cluster, a, cap, c.reserve),
     )
 

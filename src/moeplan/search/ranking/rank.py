@@ -136,7 +136,10 @@ def _serve_rank(
 
     model, cluster = result.model, result.cluster
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
-    ctx, fams, _ = disagg_setup(result, cost, workload, slo, engine=engine, mtp=mtp)
+    frac = None if knob_search is None else knob_search.base.mem_fraction
+    ctx, fams, _ = disagg_setup(
+        result, cost, workload, slo, engine=engine, mtp=mtp, mem_fraction=frac
+    )
     # the colocated search and each pooled family's first deployment depend on nothing of
     # each other: side by side (moeplan.search.job.fanout; the colocated one reports progress)
     coloc = partial(_timed, served_space, result, cost, workload, slo, engine=engine,
@@ -163,7 +166,7 @@ def _serve_rank(
     t0 = time.perf_counter()
     steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
-        mtp=mtp, requests=requests, incumbent=cert.winner_capacity,
+        mtp=mtp, mem_fraction=frac, requests=requests, incumbent=cert.winner_capacity,
         first_found=first, cands=cands, ahead=ahead,
     )  # fmt: skip
     # its own time: the first deployments' searches (wherever they ran) and the rest
@@ -258,8 +261,9 @@ def begin_first(
     if width() <= 1 or workload.rate is None or not fams:
         return result_of_planners(), None
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
+    frac = None if knob_search is None else knob_search.base.mem_fraction
     ctx = Context(model=model, cluster=cluster, cost=cost, workload=workload, slo=slo,
-                  engine=engine, mtp=mtp[0], mtp_accept=mtp[1])  # fmt: skip
+                  engine=engine, mtp=mtp[0], mtp_accept=mtp[1], mem_fraction=frac)  # fmt: skip
     cost.pin(model, cluster)  # type: ignore[attr-defined]
     with sharing(cost):
         handle = begin([partial(_timed, first_searches, ctx, fams, requests, interval=True)])

@@ -110,7 +110,8 @@ def serve_explanation(
         f"It is bound by {w.result.bound}{step}. SLO use at p{pct:g}: TTFT "
         f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
         f"TPOT {tpot * 1e3:.1f} of {slo.tpot_s * 1e3:.0f} ms ({tpot / slo.tpot_s:.0%}); "  # type: ignore[operator]
-        f"KV cache {m.kv_utilisation:.0%} used on average, {m.preemptions} preemptions."
+        f"KV cache {m.kv_utilisation:.0%} used on average{_fraction(w.result)}, "
+        f"{m.preemptions} preemptions."
     )
     if len(ranking.ranked) > 1 and ranking.ranked[1].metrics is not None:
         r = ranking.ranked[1]
@@ -135,6 +136,12 @@ def serve_explanation(
             f"ranking differs — the serving simulation decides."
         )
     return out
+
+
+def _fraction(result: Any) -> str:
+    """`` (memory fraction F)`` of the engine's KV pool the winner was sized at, if any."""
+    f = result.engine.mem_fraction if result.engine is not None else None
+    return "" if f is None else f" (pool at engine memory fraction {f:g})"
 
 
 def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:

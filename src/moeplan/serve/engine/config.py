@@ -36,6 +36,8 @@ class EngineConfig:
     kv_tokens: int
     kv_tokens_per_rank: int = 0  # 0: same as kv_tokens
     admit_reserve: float = 0.0
+    #: the engine's memory fraction the KV pool was sized at (None: no engine rule)
+    mem_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require(

@@ -14,6 +14,10 @@ backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
   ``--speculative-algorithm EAGLE`` with the model's NextN layer); needs a model that ships one
   (``num_nextn_predict_layers`` > 0 in its config) and the acceptance rate ``mtp_accept`` the
   user states, in (0, 1] — no default.
+- ``mem_fraction``: the engine's memory fraction the KV pool is sized at (SGLang
+  ``--mem-fraction-static``, vLLM ``--gpu-memory-utilization``, TensorRT-LLM
+  ``free_gpu_memory_fraction``; :class:`moeplan.cost.memory.KVPool`), in (0, 1); None: the
+  engine's own default for the instance (:func:`moeplan.serve.knobs.kv_pool`).
 - ``kv_dtype``: ``auto`` (no flag: what the engine stores by default for this checkpoint on
   this GPU, :meth:`moeplan.backends.EngineBackend.default_kv_dtype`), ``bf16`` or ``fp8``
   (1 byte per element: SGLang ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``). The dtype stored
@@ -52,9 +56,14 @@ class InstanceKnobs:
     kv_dtype: str = "auto"
     kv_cache: str = ""
     kv_model_bytes: int = 2
+    mem_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require(self.a2a in ("deepep", "nccl"), f"knobs.a2a ({self.a2a!r}) must be resolved")
+        require(
+            self.mem_fraction is None or 0.0 < self.mem_fraction < 1.0,
+            f"--mem-fraction ({self.mem_fraction}) must be in (0, 1)",
+        )
         require(
             self.kv_dtype in KV_DTYPES,
             f"--kv-dtype ({self.kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}",
@@ -97,6 +106,7 @@ class InstanceKnobs:
             "mtp_accept": self.mtp_accept if self.mtp else None,
             "kv_dtype": self.kv_dtype,
             "kv_cache_dtype": self.kv_stored,
+            "mem_fraction": self.mem_fraction,
         }
 
 
@@ -111,6 +121,7 @@ def resolve_knobs(
     mtp: int = 0,
     mtp_accept: float | None = None,
     kv_dtype: str = "auto",
+    mem_fraction: float | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
     :class:`MoeplanError` (module docstring)."""
@@ -142,6 +153,7 @@ def resolve_knobs(
             mtp=mtp,
             mtp_accept=float(mtp_accept or 0.0),
             kv_dtype=kv_dtype,
+            mem_fraction=mem_fraction,
         ),
         engine,
         model,

@@ -61,11 +61,10 @@ communication is not overlapped with compute.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
-from itertools import accumulate
 from typing import NamedTuple
 
 from moeplan.cost import CostModel
@@ -282,25 +281,29 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
 
     def _decode_core(self, seqs: int, ctx: int, sliding: bool) -> float:
         """Decode attention core of ``seqs`` sequences at mean context ``ctx``, made
-        non-decreasing in ``ctx`` over the engine's context grid (:func:`.grid.bucket_grid`):
-        the price at ``ctx`` or at any grid context below it, whichever is larger. A decode
-        step reads every cached key, so it cannot get cheaper with more keys; the kernel
-        prices can (up to 7 % on A100 at a measured line's end, 32,767 -> 33,279 keys, where
-        the correction switches from the table's line to its residual field). At a grid
-        context (every context the engine asks) the price is read from the grid's one
-        vectorised query, the same kernel row :meth:`CostModel.attention_core` prices."""
+        non-decreasing in ``ctx`` over the engine's context grid (:func:`.grid.bucket_grid`,
+        :func:`decode_envelope`). A decode step reads every cached key, so it can neither get
+        cheaper with more keys nor dearer with fewer; the kernel prices do both: a dip of up
+        to 7 % on A100 at a measured line's end (32,767 -> 33,279 keys, where the correction
+        switches from the table's line to its residual field), and single measured rows up
+        to 6x their neighbours (vLLM 0.14.0's A100 ``generation_mla`` table: 1.95 ms at
+        batch 2, step 31, where steps 15 and 63 take 0.36 and 0.33 ms and step 16,383 takes
+        0.53 ms). Up to :data:`FLOOR_HORIZON` keys the price at a grid context is the least
+        price at it or any longer grid context (a dip lowers the contexts before it, a spike
+        is never read); beyond it, the largest at it or any shorter one. At a grid context
+        (every context the engine asks) the price comes from the grid's one vectorised
+        query, the same kernel rows :meth:`CostModel.attention_core` prices."""
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         layer = md.sliding_layers[0] if sliding else None
-        if seqs <= 0 or ctx <= 1:
+        if seqs <= 0 or ctx < _grid_block(0)[0]:
             return cm.attention_core(md, seqs, 1, ctx, tp, layer)
         grid, raws, top = self._floors.get((seqs, sliding), ([], [], []))
-        if not grid or grid[-1] < ctx:
-            # the grid priced by blocks, up to the block holding ctx: every layout with this
-            # attention TP asks the same blocks (memoised block by block, the missing ones
-            # priced in one query: :mod:`moeplan.search.job.memo_cost`); the prices and their
-            # running maximum are the same
+        if not grid or grid[-1] < max(ctx, _horizon_end()):
+            # the grid priced by blocks, up to the horizon or the block holding ctx: every
+            # layout with this attention TP asks the same blocks (memoised block by block,
+            # the missing ones priced in one query: :mod:`moeplan.search.job.memo_cost`)
             blocks, end = [], grid[-1] if grid else 0
-            while end < ctx:
+            while end < max(ctx, _horizon_end()):
                 blocks.append(_grid_block(end))
                 end = blocks[-1][-1]
             grid, raws = list(grid), list(raws)
@@ -308,14 +311,14 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             for block, prices in zip(blocks, priced, strict=True):
                 grid += block
                 raws += prices
-            top = list(accumulate(raws, max))
+            top = decode_envelope(grid, raws)
             self._floors[seqs, sliding] = (grid, raws, top)
         at = bisect_left(grid, ctx)
-        if at < len(grid) and grid[at] == ctx:  # an engine context: the same kernel row
+        if grid[at] == ctx:  # an engine context: the same kernel rows
             return top[at]
         self._warm_attention(seqs, ctx, layer)
         raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
-        return raw if at == 0 else max(raw, top[at - 1])
+        return min(max(raw, top[at - 1]) if at else raw, top[at])
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
         """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``:
@@ -445,6 +448,29 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
 
 
 FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
+#: the longest context the decode-attention tables measure (their ``step`` column ends at
+#: 131,071 in every shipped ``generation_*`` table): the grid is priced at least this far
+FLOOR_HORIZON = 131_071
+
+
+@lru_cache(maxsize=1)
+def _horizon_end() -> int:
+    """The last grid context within :data:`FLOOR_HORIZON`."""
+    return bucket_grid(FLOOR_HORIZON)[-1]
+
+
+def decode_envelope(grid: list[int], raws: list[float]) -> list[float]:
+    """Non-decreasing decode prices on ``grid`` (:meth:`IterationModel._decode_core`): up to
+    :data:`FLOOR_HORIZON` the suffix minimum of ``raws`` (the grid there is always priced
+    whole, so a price never depends on how far the grid was asked), beyond it the running
+    maximum."""
+    h = bisect_right(grid, FLOOR_HORIZON)
+    env = list(raws)
+    for i in range(h - 2, -1, -1):
+        env[i] = min(env[i], env[i + 1])
+    for i in range(max(h, 1), len(env)):
+        env[i] = max(env[i], env[i - 1])
+    return env
 
 
 @lru_cache(maxsize=64)  # a handful of octaves; each block's tuple built once
