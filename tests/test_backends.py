@@ -100,14 +100,14 @@ def test_trtllm_scheduler_is_in_flight_batching_with_its_own_budgets():
 
 def test_trtllm_kv_pool_is_its_free_memory_fraction():
     """The KV pool is free_gpu_memory_fraction (0.9) of the memory the weights and a
-    max_num_tokens step leave; SGLang's and vLLM's take all of it in this model."""
+    max_num_tokens step leave; vLLM's 0.9 utilisation is of the whole GPU, so its pool is
+    smaller than all the free memory by 0.1 of the GPU."""
     b = backend("trtllm")
     assert b.default_mem_fraction == 0.9
     lay = Layout(attn_tp=2, moe_ep=2)
     free = kv_capacity_tokens(MODEL, H100, lay, 8192)
     assert engine_config("trtllm", MODEL, H100, lay).kv_tokens_per_rank == int(0.9 * free)
-    assert engine_config("vllm", MODEL, H100, lay).kv_tokens_per_rank == free
-    assert backend("sglang").kv_pool_tokens(free) == backend("vllm").kv_pool_tokens(free) == free
+    assert engine_config("vllm", MODEL, H100, lay).kv_tokens_per_rank < free
 
 
 def test_trtllm_capabilities():
