@@ -115,6 +115,11 @@ def check_settings(s: BenchSettings) -> None:
         f"--request-rate ({s.request_rate}) must be positive or inf",
     )
     require(s.burstiness > 0, f"--burstiness ({s.burstiness}) must be positive")
+    require(
+        s.burstiness == 1.0 or not math.isinf(s.request_rate),
+        f"--burstiness ({s.burstiness}) applies to a finite --request-rate (inf sends every "
+        "prompt at t = 0)",
+    )
 
 
 def requests_of(p: Prompts, due: np.ndarray, max_concurrency: int | None) -> Requests:

@@ -110,7 +110,7 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
         raise MoeplanError(f"row {r['case_id']} dataset ({r['dataset']!r}) must be random or sharegpt")
     values: dict[str, Any] = {k: None for k in DEPLOYMENT_FLAGS}
     values.update(
-        cluster=CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
+        model=r["model"], cluster=CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
         engine_version=r["engine_version"] or None, redundant_experts=0, mtp=0,
         kv_dtype="auto", a2a="auto",
     )  # fmt: skip
