@@ -81,6 +81,7 @@ COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--j
 BENCH = ("bench", *LITE, *H100, "--num-prompts", "20", "--random-input-len", "256",
          "--random-output-len", "16", "--json")  # fmt: skip
 BENCH_DP2 = (*BENCH, "--attn-dp", "2", "--moe-ep", "2")
+BENCH_SPREAD = (*BENCH, "--random-range-ratio", "0.5")  # lengths the seed draws
 
 #: command (space-separated words) -> its base question and a probe per flag.
 REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
@@ -186,8 +187,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--request-rate": P("--request-rate", "5", key="duration"),
             "--burstiness": R("--burstiness", "0.5"),  # a burst has no gaps
             "--max-concurrency": P("--max-concurrency", "2", key="max_concurrent_requests"),
-            "--seed": P("--seed", "3", "--random-range-ratio", "0.5", key="total_input_tokens",
-                        base=(*BENCH, "--random-range-ratio", "0.5")),  # fmt: skip
+            "--seed": P("--seed", "3", key="total_input_tokens", base=BENCH_SPREAD),
             "--dataset-name": R("--dataset-name", "sharegpt"),
             "--dataset-path": R("--dataset-path", "{tmp}/missing.csv"),
             "--random-input-len": P("--random-input-len", "128", key="total_input_tokens"),

@@ -169,8 +169,11 @@ def test_compare_reads_the_lengths_a_vllm_result_sent(capsys, tmp_path):
         ('{"foo": 1}', "unknown result format"),
         ('{"mean_e2el_ms": 3.0, "num_prompts": 3}', "duration"),
         ('{"duration": 1, "mean_e2el_ms": 3.0}', "num_prompts"),
-        ('{"duration": 1, "mean_e2el_ms": 3.0, "num_prompts": 2, "input_lens": [1, -4], '
-         '"output_lens": [1, 1]}', "input_lens[1]"),
+        (
+            '{"duration": 1, "mean_e2el_ms": 3.0, "num_prompts": 2, "input_lens": [1, -4], '
+            '"output_lens": [1, 1]}',
+            "input_lens[1]",
+        ),
         ("not json", "neither"),
     ],
 )

@@ -108,9 +108,7 @@ def validate(
     rows_out: Annotated[
         str | None, typer.Option("--rows-out", help="Write every row's figures here (CSV).")
     ] = None,
-    limit: Annotated[
-        int | None, typer.Option(help="Only the first N rows (a quick look).")
-    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N rows (a quick look).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     jobs: Annotated[
         int | None, typer.Option(help="Worker processes (default: the CPUs this process may use).")

@@ -37,7 +37,6 @@ from moeplan.commands.bench_workload import (
     DEFAULT_NUM_PROMPTS,
     MAX_PROMPTS,
     Prompts,
-    fixed_lengths,
     random_lengths,
     read_lengths,
     send_times,
@@ -87,9 +86,7 @@ def prompts_of(s: BenchSettings) -> Prompts:
         "prompts: --dataset-path of their lengths)",
     )
     n = s.num_prompts
-    require(
-        n is None or 1 <= n <= MAX_PROMPTS, f"--num-prompts ({n}) must be in 1..{MAX_PROMPTS}"
-    )
+    require(n is None or 1 <= n <= MAX_PROMPTS, f"--num-prompts ({n}) must be in 1..{MAX_PROMPTS}")
     if s.dataset_path is not None:
         return read_lengths(s.dataset_path, n)
     if s.dataset_name == "sharegpt":
@@ -169,9 +166,7 @@ def merge(parts: list[tuple[np.ndarray, SimResult]], n: int) -> Run:
         # a closed loop sends its requests in index order (arrival_s is when each was sent)
         sent[idx], first[idx], fin[idx] = res.arrival_s, res.first_token_s, res.finish_s
         isl[idx], osl[idx] = res.isl, res.osl
-    require(
-        bool(np.all(np.isfinite(fin))), "bench: a prompt was never served (simulator stopped)"
-    )
+    require(bool(np.all(np.isfinite(fin))), "bench: a prompt was never served (simulator stopped)")
     return Run(
         sent_s=sent, first_s=first, finish_s=fin, isl=isl, osl=osl,
         itl_s=np.concatenate([r.itl_s for _, r in parts]),

@@ -86,14 +86,14 @@ def _rate(v: Any, path: str) -> float:
     try:
         r = float(v)
     except (TypeError, ValueError):
-        raise MoeplanError(f"--compare ({path}) request_rate ({v!r}) must be a number or inf") from None
+        raise MoeplanError(
+            f"--compare ({path}) request_rate ({v!r}) must be a number or inf"
+        ) from None
     require(r > 0, f"--compare ({path}) request_rate ({v!r}) must be positive or inf")
     return r
 
 
-def read_result(
-    path: str, client: dict[str, Any], given: Any
-) -> tuple[Measured, dict[str, Any]]:
+def read_result(path: str, client: dict[str, Any], given: Any) -> tuple[Measured, dict[str, Any]]:
     """The measured result of ``path`` and the client settings of its run (``client``: the
     bench flags; a flag typed on the command line must agree with the file)."""
     _, obj = _load(path)
@@ -156,8 +156,7 @@ def _sent(obj: dict[str, Any], path: str, n: int) -> Prompts | None:
         return None
     require(
         isinstance(a, list) and isinstance(b, list) and len(a) == len(b) == n,
-        f"--compare ({path}) input_lens and output_lens must be lists of num_prompts ({n}) "
-        "lengths",
+        f"--compare ({path}) input_lens and output_lens must be lists of num_prompts ({n}) lengths",
     )
     for name, xs in (("input_lens", a), ("output_lens", b)):
         for i, x in enumerate(xs):
@@ -165,7 +164,9 @@ def _sent(obj: dict[str, Any], path: str, n: int) -> Prompts | None:
                 isinstance(x, int) and x >= 1,
                 f"--compare ({path}) {name}[{i}] ({x!r}) must be a whole number >= 1",
             )
-    return Prompts(np.asarray(a, np.int64), np.asarray(b, np.int64), f"{len(a)} prompts of {Path(path).name}")
+    return Prompts(
+        np.asarray(a, np.int64), np.asarray(b, np.int64), f"{len(a)} prompts of {Path(path).name}"
+    )
 
 
 def _sglang_random(client: dict[str, Any], path: str) -> Prompts:

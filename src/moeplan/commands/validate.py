@@ -54,7 +54,9 @@ REQUIRED = (
 
 
 def shipped_csv() -> Path:
-    return Path(str(resources.files("moeplan").joinpath("data", "benchmarks", "lab_a100_h100_moe.csv")))
+    return Path(
+        str(resources.files("moeplan").joinpath("data", "benchmarks", "lab_a100_h100_moe.csv"))
+    )
 
 
 def read_rows(path: str | None) -> list[dict[str, str]]:
@@ -86,7 +88,9 @@ def _int(r: dict[str, str], col: str) -> int:
         v = float(r[col])
     except ValueError:
         raise MoeplanError(f"row {r['case_id']} {col} ({r[col]!r}) must be a number") from None
-    require(v == int(v) and v >= 1, f"row {r['case_id']} {col} ({r[col]!r}) must be a whole number >= 1")
+    require(
+        v == int(v) and v >= 1, f"row {r['case_id']} {col} ({r[col]!r}) must be a whole number >= 1"
+    )
     return int(v)
 
 
@@ -96,7 +100,10 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     from moeplan.commands.bench import DEPLOYMENT_FLAGS, BenchSettings
     from moeplan.commands.bench_workload import fixed_lengths, random_lengths
 
-    require(r["gpu"] in CLUSTER, f"row {r['case_id']} gpu ({r['gpu']!r}) must be one of {', '.join(CLUSTER)}")
+    require(
+        r["gpu"] in CLUSTER,
+        f"row {r['case_id']} gpu ({r['gpu']!r}) must be one of {', '.join(CLUSTER)}",
+    )
     n = _int(r, "num_prompts")
     rate = float(r["request_rate"]) if r["request_rate"] else math.inf
     cap = _int(r, "max_concurrency") if r["max_concurrency"].strip() else None
@@ -107,7 +114,9 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
         isl, osl = round(float(r["mean_in"])), round(float(r["mean_out"]))
         p = fixed_lengths(n, isl, osl, f"sharegpt: the report's mean lengths {isl}/{osl}, fixed")
     else:
-        raise MoeplanError(f"row {r['case_id']} dataset ({r['dataset']!r}) must be random or sharegpt")
+        raise MoeplanError(
+            f"row {r['case_id']} dataset ({r['dataset']!r}) must be random or sharegpt"
+        )
     values: dict[str, Any] = {k: None for k in DEPLOYMENT_FLAGS}
     values.update(
         model=r["model"], cluster=CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
@@ -169,7 +178,9 @@ def spearman(x: list[float], y: list[float]) -> float | None:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def score(rows: list[dict[str, str]], results: list[dict[str, Any]], split: dict[str, Any]) -> dict[str, Any]:
+def score(
+    rows: list[dict[str, str]], results: list[dict[str, Any]], split: dict[str, Any]
+) -> dict[str, Any]:
     """The tables (per half, metric, dimension, group) and the rank agreement per group."""
     by_id = {x["case_id"]: x for x in results}
     tables: dict[str, Any] = {}
@@ -192,7 +203,9 @@ def score(rows: list[dict[str, str]], results: list[dict[str, Any]], split: dict
     groups = []
     seen: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for r in rows:
-        seen.setdefault((r["doc"], r["dataset"], r["isl"], r["osl"], r["num_prompts"]), []).append(r)
+        seen.setdefault((r["doc"], r["dataset"], r["isl"], r["osl"], r["num_prompts"]), []).append(
+            r
+        )
     for key, members in seen.items():
         ran = [r for r in members if by_id[r["case_id"]]["ran"] and _measured(r)["total_tok_s"]]
         if len(ran) < 2:
@@ -210,7 +223,9 @@ def score(rows: list[dict[str, str]], results: list[dict[str, Any]], split: dict
     return {"tables": tables, "groups": groups}
 
 
-def validate_answer(path: str | None, *, limit: int | None = None, jobs: int | None = None) -> dict[str, Any]:
+def validate_answer(
+    path: str | None, *, limit: int | None = None, jobs: int | None = None
+) -> dict[str, Any]:
     """``moeplan validate``'s JSON answer."""
     from moeplan.commands.workers import check_jobs, workers
     from moeplan.search.job import fanout
@@ -263,7 +278,9 @@ def validate_text(out: dict[str, Any]) -> str:
         rhos = [g["spearman"] for g in gs if g["spearman"] is not None]
         same = sum(g["same_best"] for g in gs)
         med = f"{np.median(rhos):.2f}" if rhos else "n/a"
-        lines.append(f"rank agreement: {len(gs)} groups, same best in {same}, median Spearman {med}")
+        lines.append(
+            f"rank agreement: {len(gs)} groups, same best in {same}, median Spearman {med}"
+        )
         for g in gs:
             rho = "n/a" if g["spearman"] is None else f"{g['spearman']:+.2f}"
             lines.append(f"  {g['doc']} {g['dataset']} {g['isl']}/{g['osl']} x{g['num_prompts']}: "
