@@ -81,6 +81,7 @@ COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--j
 BENCH = ("bench", *LITE, *H100, "--num-prompts", "20", "--random-input-len", "256",
          "--random-output-len", "16", "--json")  # fmt: skip
 BENCH_DP2 = (*BENCH, "--attn-dp", "2", "--moe-ep", "2")
+BENCH_TP2 = (*BENCH, "--attn-tp", "2", "--moe-ep", "2")
 BENCH_SPREAD = (*BENCH, "--random-range-ratio", "0.5")  # lengths the seed draws
 
 #: command (space-separated words) -> its base question and a probe per flag.
@@ -163,10 +164,21 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--plan": R("--plan", "{tmp}/missing-plan.json"),
             "--pd": R("--pd", "1*attn-tp1:1*attn-tp1"),
             "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
-            "--attn-tp": P("--attn-tp", "2", key="moeplan.layout"),
-            "--attn-dp": P("--attn-dp", "2", key="moeplan.layout"),
-            "--moe-tp": P("--moe-tp", "2", key="moeplan.layout"),
-            "--moe-ep": P("--moe-ep", "2", key="moeplan.layout"),
+            "--attn-tp": P(
+                "--attn-tp", "2", "--attn-dp", "1", key="moeplan.layout", base=BENCH_DP2
+            ),
+            "--attn-dp": P(
+                "--attn-dp", "2", "--attn-tp", "1", key="moeplan.layout", base=BENCH_TP2
+            ),
+            "--moe-tp": P("--moe-tp", "2", "--moe-ep", "1", key="moeplan.layout", base=BENCH_TP2),
+            "--moe-ep": P(
+                "--moe-ep",
+                "2",
+                "--moe-tp",
+                "1",
+                key="moeplan.layout",
+                base=(*BENCH, "--attn-tp", "2", "--moe-tp", "2"),
+            ),  # fmt: skip
             "--pp": P("--pp", "2", key="moeplan.layout"),
             "--micro-batches": R("--micro-batches", "4"),
             "--replicas": P("--replicas", "2", key="moeplan.gpus"),

@@ -146,7 +146,7 @@ def test_compare_round_trip(capsys, tmp_path):
     assert code == 0, err
     cmp = json.loads(out2)["moeplan"]["compare"]
     assert json.loads(out2)["max_concurrency"] == 8  # taken from the file
-    assert cmp["format"] == "vllm"
+    assert cmp["format"] == "vllm bench serve"
     for k in ("duration", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms"):
         assert abs(cmp["metrics"][k]["error"]) < 1e-9
 

@@ -39,6 +39,8 @@ COMPARED = (
     "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms",
     "median_e2el_ms", "p99_e2el_ms",
 )  # fmt: skip
+#: the result formats read (a benchmark client's, not an engine's)
+VLLM_RESULT, SGLANG_RESULT = "vllm bench serve", "sglang.bench_serving"
 #: SGLang's names of vLLM's keys (python/sglang/bench_serving.py, ``result``)
 SGLANG_NAMES = {f"{s}_e2el_ms": f"{s}_e2e_latency_ms" for s in ("mean", "median", "std", "p99")}
 
@@ -62,12 +64,12 @@ def _load(path: str) -> tuple[str, dict[str, Any]]:
     text = p.read_text(encoding="utf-8", errors="replace").strip()
     require(bool(text), f"--compare ({path}) is empty")
     try:
-        return "vllm", _obj(json.loads(text), path)
+        return "json", _obj(json.loads(text), path)
     except json.JSONDecodeError:
         pass
     lines = [x for x in text.splitlines() if x.strip()]
     try:
-        return "sglang", _obj(json.loads(lines[-1]), path)
+        return "jsonl", _obj(json.loads(lines[-1]), path)
     except json.JSONDecodeError:
         raise MoeplanError(
             f"--compare ({path}) is neither a vllm bench serve --save-result JSON nor a "
@@ -98,9 +100,9 @@ def read_result(path: str, client: dict[str, Any], given: Any) -> tuple[Measured
     bench flags; a flag typed on the command line must agree with the file)."""
     _, obj = _load(path)
     if "mean_e2e_latency_ms" in obj:
-        fmt = "sglang"
+        fmt = SGLANG_RESULT
     elif "mean_e2el_ms" in obj or "input_lens" in obj:
-        fmt = "vllm"
+        fmt = VLLM_RESULT
     else:
         raise MoeplanError(
             f"--compare ({path}) is an unknown result format: neither mean_e2el_ms (vllm "
@@ -116,7 +118,7 @@ def read_result(path: str, client: dict[str, Any], given: Any) -> tuple[Measured
     stated: dict[str, Any] = {"request_rate": _rate(obj.get("request_rate", "inf"), path)}
     if obj.get("max_concurrency") is not None:
         stated["max_concurrency"] = int(obj["max_concurrency"])
-    if fmt == "vllm":
+    if fmt == VLLM_RESULT:
         if obj.get("burstiness") is not None:
             stated["burstiness"] = float(obj["burstiness"])
         n = obj.get("num_prompts", obj.get("completed"))
@@ -134,15 +136,15 @@ def read_result(path: str, client: dict[str, Any], given: Any) -> tuple[Measured
                 f"{k} ({v}); give one of them"
             )
         out[k] = v
-    prompts = _sent(obj, path, stated["num_prompts"]) if fmt == "vllm" else None
-    if fmt == "sglang":
+    prompts = _sent(obj, path, stated["num_prompts"]) if fmt == VLLM_RESULT else None
+    if fmt == SGLANG_RESULT:
         prompts = _sglang_random(out, path)
     metrics = {}
     for k in VLLM_KEYS:
-        src = SGLANG_NAMES.get(k, k) if fmt == "sglang" else k
+        src = SGLANG_NAMES.get(k, k) if fmt == SGLANG_RESULT else k
         if isinstance(obj.get(src), int | float):
             metrics[k] = float(obj[src])
-    if fmt == "sglang" and "input_throughput" in obj and "output_throughput" in obj:
+    if fmt == SGLANG_RESULT and "input_throughput" in obj and "output_throughput" in obj:
         metrics["total_token_throughput"] = float(obj["input_throughput"]) + float(
             obj["output_throughput"]
         )
