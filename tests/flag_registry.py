@@ -194,7 +194,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="moeplan.scheduler"),
             "--a2a": P("--a2a", "nccl", base=BENCH_DP2),
-            "--routing-trace": P("--routing-trace", "{trace}", key="duration"),
+            "--routing-trace": P("--routing-trace", "{trace}", base=BENCH_DP2),
             "--num-prompts": P("--num-prompts", "10", key="completed"),
             "--request-rate": P("--request-rate", "5", key="duration"),
             "--burstiness": R("--burstiness", "0.5"),  # a burst has no gaps
