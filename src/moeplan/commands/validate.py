@@ -21,7 +21,7 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
 - rank agreement per comparison group (the runs of one report with the same dataset, lengths
   and prompt count, two or more of them run): Spearman's rho between predicted and measured
   total-token throughput, and whether the measured best (highest measured total-token
-  throughput) is the predicted best.
+  throughput) is the predicted best (a tie for the predicted best counts as neither).
 """
 
 from __future__ import annotations
@@ -217,7 +217,8 @@ def score(
             "doc": key[0], "dataset": key[1], "isl": key[2], "osl": key[3], "num_prompts": key[4],
             "half": half_of(key[0], split), "runs": len(ran), "not_run": len(members) - len(ran),
             "spearman": spearman(pred, meas),  # type: ignore[arg-type]
-            "same_best": best_m == best_p,
+            # a tie for the predicted best cannot name one: neither same nor different
+            "same_best": None if pred.count(pred[best_p]) > 1 else best_m == best_p,
             "measured_best": ran[best_m]["case_id"], "predicted_best": ran[best_p]["case_id"],
         })  # fmt: skip
     return {"tables": tables, "groups": groups}
@@ -276,22 +277,28 @@ def validate_text(out: dict[str, Any]) -> str:
                                  f"p90 {s['p90']:6.1%}  bias {s['bias']:+6.1%}")  # fmt: skip
         gs = [g for g in out["groups"] if g["half"] == half]
         rhos = [g["spearman"] for g in gs if g["spearman"] is not None]
-        same = sum(g["same_best"] for g in gs)
+        same = sum(g["same_best"] is True for g in gs)
+        tied = sum(g["same_best"] is None for g in gs)
         med = f"{np.median(rhos):.2f}" if rhos else "n/a"
         lines.append(
-            f"rank agreement: {len(gs)} groups, same best in {same}, median Spearman {med}"
+            f"rank agreement: {len(gs)} groups, same best in {same}, predicted best tied in "
+            f"{tied}, median Spearman {med} over {len(rhos)}"
         )
         for g in gs:
             rho = "n/a" if g["spearman"] is None else f"{g['spearman']:+.2f}"
             lines.append(f"  {g['doc']} {g['dataset']} {g['isl']}/{g['osl']} x{g['num_prompts']}: "
                          f"{g['runs']} runs, rho {rho}, best {g['measured_best']} "
-                         f"{'=' if g['same_best'] else '!='} predicted {g['predicted_best']}")  # fmt: skip
+                         f"{_mark(g['same_best'])} predicted {g['predicted_best']}")  # fmt: skip
     missing = [r for r in out["rows"] if not r["ran"]]
     if missing:
         lines.append("")
         lines.append(f"not run ({len(missing)}):")
         lines += [f"  {r['case_id']}: {r['reason']}" for r in missing]
     return "\n".join(lines)
+
+
+def _mark(same: bool | None) -> str:
+    return "=" if same else "tie, first" if same is None else "!="
 
 
 def rows_csv(out: dict[str, Any]) -> str:
