@@ -162,7 +162,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--cluster": P("--cluster", "h200-sxm-8", key="moeplan.cluster"),
             "--nodes": R("--nodes", "0"),
             "--plan": R("--plan", "{tmp}/missing-plan.json"),
-            "--pd": R("--pd", "1*attn-tp1:1*attn-tp1"),
+            "--pd": P("--pd", "1*attn-tp1:1*attn-tp1", key="moeplan.layout"),
             "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
             "--attn-tp": P(
                 "--attn-tp", "2", "--attn-dp", "1", key="moeplan.layout", base=BENCH_DP2

@@ -219,10 +219,21 @@ def test_dataset_file_jsonl_lengths_are_sent(capsys, tmp_path):
         (("--burstiness", "0.5"), "--burstiness"),
         (("--request-rate", "-1"), "--request-rate"),
         (("--max-concurrency", "0"), "--max-concurrency"),
-        (("--pd", "1*attn-tp1:1*attn-tp1"), "--pd"),
+        (("--pd", "1*attn-tp1:1*attn-tp1", "--max-concurrency", "4"), "--max-concurrency"),
     ],
 )
 def test_settings_moeplan_cannot_express_are_refused(capsys, extra, field):
     code, out, err = run_main(capsys, *BENCH, *extra, "--json")
     assert code == 2 and out == ""
     assert field in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_burst_on_a_pd_pair_serves_every_prompt(capsys):
+    code, out, err = run_main(capsys, *BENCH, "--pd", "1*attn-tp1:1*attn-tp1", "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["completed"] == 30 and ans["moeplan"]["gpus"] == 2
+    # the decode pool streams the first token after the prefill and the KV transfer; the
+    # last completion ends the run
+    assert ans["duration"] * 1e3 >= ans["p99_e2el_ms"] - 1e-6
+    assert ans["mean_ttft_ms"] < ans["mean_e2el_ms"]

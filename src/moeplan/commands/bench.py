@@ -238,11 +238,8 @@ def simulate_bench(
     from moeplan.serve.knobs import engine_config
 
     m, c, d = setup.model, setup.cluster, setup.deployment
-    require(
-        d.pd is None,
-        "--pd: a benchmark's finite run is simulated on one colocated deployment; simulate "
-        "a P/D pair under an open stream with serve-sim --pd",
-    )
+    if d.pd is not None:
+        return _simulate_pd(setup, cm, engine, p, s)
     lay = d.layout
     knobs = resolve_knobs(cm.engine, m, c, lay, **setup.knob_flags)
     cfg = engine_config(
@@ -350,8 +347,8 @@ def bench_answer(
         "cluster": setup.cluster.name,
         "engine": engine,
         "engine_version": values.get("engine_version"),
-        "layout": d.layout.label,
-        "gpus": d.layout.gpus * d.replicas,
+        "layout": d.layout.label if d.pd is None else d.pd.label,
+        "gpus": d.layout.gpus * d.replicas if d.pd is None else d.pd.gpus,
         "settings": s.to_dict(),
         "prompts": p.source,
         "scheduler": record,
@@ -400,3 +397,51 @@ def text_block(out: dict[str, Any]) -> str:
         for x in mp["launch"]["not_priced"]:
             rows.append(f"not priced: {x['flag']} ({x['why']})")
     return "\n".join(rows)
+
+
+def _simulate_pd(
+    setup: Any, cm: Any, engine: str, p: Prompts, s: BenchSettings
+) -> tuple[Run, dict[str, Any]]:
+    """:func:`simulate_bench` of a prefill/decode pair: each pool's scheduler as
+    ``serve-sim --pd`` sizes it without SLO limits (:func:`moeplan.search.disagg.given.given_pools`),
+    the prompts sent to the prefill pool as one open stream
+    (:func:`moeplan.serve.pools.pd.simulate_pd`)."""
+    from moeplan.search.disagg.given import given_pools
+    from moeplan.search.disagg.pools import Context, make_candidate
+    from moeplan.serve import SLO, LengthDist, ServeWorkload
+    from moeplan.serve.deployment import require_launchable
+    from moeplan.serve.iteration.instance_knobs import resolve_knobs
+    from moeplan.serve.pools.pd import simulate_pd
+
+    pd, n = setup.deployment.pd, len(p.isl)
+    require(
+        s.max_concurrency is None or s.max_concurrency >= n,
+        f"--max-concurrency ({s.max_concurrency}) with --pd: the P/D pools are simulated "
+        "under an open stream of sends; give no cap, or simulate one colocated instance",
+    )
+    require_launchable(engine, pd)
+    flags = setup.knob_flags
+    knobs = resolve_knobs(cm.engine, setup.model, setup.cluster, pd.prefill, mtp=flags["mtp"],
+                          mtp_accept=flags["mtp_accept"])  # fmt: skip
+
+    def dist(x: np.ndarray) -> LengthDist:
+        lo, hi = int(x.min()), int(x.max())
+        if lo == hi:
+            return LengthDist(mean=lo)
+        return LengthDist(kind="uniform", low=lo, high=hi, mean=max(1, round(float(x.mean()))))
+
+    w = ServeWorkload(num_requests=n, rate=1.0, isl=dist(p.isl), osl=dist(p.osl))
+    ctx = Context(model=setup.model, cluster=setup.cluster, cost=cm, workload=w, slo=SLO(),
+                  engine=engine, mtp=knobs.mtp, mtp_accept=knobs.mtp_accept)  # fmt: skip
+    pre, dec = given_pools(ctx, pd)
+    cand = make_candidate(ctx, pre, dec, pd.x, pd.y)
+    due = send_times(n, s.request_rate, s.burstiness, s.seed)
+    zero = np.zeros(n, dtype=np.int64)
+    res = simulate_pd(Requests(arrival_s=due, isl=p.isl, osl=p.osl, cached=zero), cand.setup).result
+    record = {
+        "pd": pd.label,
+        "prefill": {"chunk_tokens": pre.cfg.chunk_tokens, "max_running": pre.cfg.max_running},
+        "decode": {"max_running": dec.cfg.max_running, "kv_tokens": dec.cfg.kv_tokens},
+        "replicas": 1,
+    }
+    return merge([(np.arange(n), res)], n), record
