@@ -237,3 +237,23 @@ def test_a_burst_on_a_pd_pair_serves_every_prompt(capsys):
     # last completion ends the run
     assert ans["duration"] * 1e3 >= ans["p99_e2el_ms"] - 1e-6
     assert ans["mean_ttft_ms"] < ans["mean_e2el_ms"]
+
+
+def test_compare_reads_an_sglang_bench_serving_line(capsys, tmp_path):
+    # python/sglang/bench_serving.py appends one JSON object per run; the last is read
+    res = {"dataset_name": "random", "request_rate": float("inf"), "max_concurrency": 4,
+           "random_input_len": 256, "random_output_len": 16, "random_range_ratio": 1.0,
+           "duration": 2.0, "completed": 30, "mean_e2e_latency_ms": 500.0,
+           "input_throughput": 3840.0, "output_throughput": 240.0, "mean_ttft_ms": 50.0}  # fmt: skip
+    f = tmp_path / "sglang.jsonl"
+    f.write_text(json.dumps({"duration": 1.0}) + "\n" + json.dumps(res) + "\n")
+    code, out, err = run_main(capsys, *BENCH[:5], "--compare", str(f), "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    cmp = ans["moeplan"]["compare"]
+    assert cmp["format"] == "sglang.bench_serving"
+    # SGLang's rule at range ratio 1: every prompt its full length
+    assert ans["total_input_tokens"] == 30 * 256 and ans["max_concurrency"] == 4
+    m = cmp["metrics"]
+    assert m["total_token_throughput"]["measured"] == pytest.approx(3840.0 + 240.0)
+    assert m["mean_e2el_ms"]["measured"] == pytest.approx(500.0)
