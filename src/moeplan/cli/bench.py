@@ -17,7 +17,7 @@ import typer
 
 from moeplan.cli._common import given_on_command_line, print_json, write_atomic
 from moeplan.cli.serve import serve_sim
-from moeplan.commands.bench import DEPLOYMENT_FLAGS
+from moeplan.commands.bench import CLIENT, CLIENT_PARAMS, DEPLOYMENT_FLAGS, parse_rate
 
 __all__ = ["register"]
 
@@ -31,7 +31,7 @@ def bench(ctx: typer.Context, **kw: Any) -> None:
 
     given = given_on_command_line(ctx)
     client = {k: kw[k] for k in CLIENT}
-    client["request_rate"] = _rate(kw["request_rate"])
+    client["request_rate"] = parse_rate(kw["request_rate"])
     measured = None
     if kw["compare"] is not None:
         measured, client = read_result(kw["compare"], client, given)
@@ -48,49 +48,16 @@ def bench(ctx: typer.Context, **kw: Any) -> None:
         typer.echo(compare_text(out) if measured is not None else text_block(out))
 
 
-def _rate(text: str) -> float:
-    from moeplan.errors import require
-
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    require(v > 0, f"--request-rate ({text!r}) must be a positive number or inf")
-    return v
-
-
-#: ``vllm bench serve``'s client flags (its names and defaults: vllm/benchmarks/serve.py,
-#: vllm/benchmarks/datasets/random.py)
-CLIENT = (
-    "num_prompts", "request_rate", "burstiness", "max_concurrency", "seed", "dataset_name",
-    "dataset_path", "random_input_len", "random_output_len", "random_range_ratio",
-)  # fmt: skip
-_CLIENT_PARAMS = {
-    "num_prompts": (int | None, None, "Prompts sent (default 1000, or every row of --dataset-path)."),
-    "request_rate": (str, "inf", "Requests/s, or inf: every prompt sent at t = 0."),
-    "burstiness": (float, 1.0, "Gamma shape of the gaps at a finite rate (1: Poisson)."),
-    "max_concurrency": (int | None, None, "Most requests in flight (the client holds the rest)."),
-    "seed": (int, 0, "Seed of the lengths and the send times."),
-    "dataset_name": (str, "random", "random, or sharegpt (needs --dataset-path of its lengths)."),
-    "dataset_path": (str | None, None, "CSV or JSONL of input_len,output_len per prompt."),
-    "random_input_len": (int, 1024, "random: prompt tokens (mean)."),
-    "random_output_len": (int, 128, "random: output tokens (mean)."),
-    "random_range_ratio": (float, 0.0, "random: lengths uniform on [L(1-r), L(1+r)]."),
-    "compare": (str | None, None, "A `vllm bench serve --save-result` JSON or "
-                "`sglang.bench_serving --output-file` JSONL: its settings, predicted vs measured."),
-}  # fmt: skip
-
-
 def _signature() -> inspect.Signature:
     """bench's parameters: ctx, serve-sim's deployment flags (with --launch and --json), then
-    the client flags (:data:`_CLIENT_PARAMS`)."""
+    the client flags (:data:`CLIENT_PARAMS`)."""
     hints = typing.get_type_hints(serve_sim, include_extras=True)
     serve = inspect.signature(serve_sim).parameters
     kind = inspect.Parameter.KEYWORD_ONLY
     params = [serve["ctx"].replace(annotation=typer.Context)]
     for name in (*DEPLOYMENT_FLAGS, "launch", "json_out"):
         params.append(serve[name].replace(annotation=hints[name], kind=kind))
-    for name, (tp, default, text) in _CLIENT_PARAMS.items():
+    for name, (tp, default, text) in CLIENT_PARAMS.items():
         ann = Annotated[tp, typer.Option(help=text)]  # type: ignore[valid-type]
         params.append(inspect.Parameter(name, kind, default=default, annotation=ann))
     return inspect.Signature(params)

@@ -270,6 +270,38 @@ def simulate_bench(
     return merge(parts, n), record
 
 
+def parse_rate(text: str) -> float:
+    """``--request-rate``: a positive number or ``inf``."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    require(v > 0, f"--request-rate ({text!r}) must be a positive number or inf")
+    return v
+
+
+#: ``vllm bench serve``'s client flags (its names and defaults: vllm/benchmarks/serve.py,
+#: vllm/benchmarks/datasets/random.py)
+CLIENT = (
+    "num_prompts", "request_rate", "burstiness", "max_concurrency", "seed", "dataset_name",
+    "dataset_path", "random_input_len", "random_output_len", "random_range_ratio",
+)  # fmt: skip
+CLIENT_PARAMS = {
+    "num_prompts": (int | None, None, "Prompts sent (default 1000, or every row of --dataset-path)."),
+    "request_rate": (str, "inf", "Requests/s, or inf: every prompt sent at t = 0."),
+    "burstiness": (float, 1.0, "Gamma shape of the gaps at a finite rate (1: Poisson)."),
+    "max_concurrency": (int | None, None, "Most requests in flight (the client holds the rest)."),
+    "seed": (int, 0, "Seed of the lengths and the send times."),
+    "dataset_name": (str, "random", "random, or sharegpt (needs --dataset-path of its lengths)."),
+    "dataset_path": (str | None, None, "CSV or JSONL of input_len,output_len per prompt."),
+    "random_input_len": (int, 1024, "random: prompt tokens (mean)."),
+    "random_output_len": (int, 128, "random: output tokens (mean)."),
+    "random_range_ratio": (float, 0.0, "random: lengths uniform on [L(1-r), L(1+r)]."),
+    "compare": (str | None, None, "A `vllm bench serve --save-result` JSON or "
+                "`sglang.bench_serving --output-file` JSONL: its settings, predicted vs measured."),
+}  # fmt: skip
+
+
 #: ``serve-sim`` flags a benchmark does not take, at the values that leave them out
 _NOT_BENCH = dict(
     rate=None, concurrency=None, think_ms=0.0, arrival="poisson", cv=1.0, isl=None, osl=None,
