@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from moeplan.commands.bench_workload import (
     read_lengths,
     send_times,
 )
+from moeplan.commands.serve_inputs import ServeSimFlags
 from moeplan.errors import MoeplanError, require
 from moeplan.serve.engine.config import SimResult
 from moeplan.serve.workload.arrivals import Requests
@@ -309,13 +310,9 @@ _NOT_BENCH = dict(
     slo_percentile=90.0, requests=DEFAULT_NUM_PROMPTS, seed=0, trace_out=None, phase=None,
     batch_per_gpu=None, tokens_per_gpu=None, context=None, jobs=1,
 )  # fmt: skip
-#: the deployment flags ``bench`` shares with ``serve-sim`` (same names, same meaning)
-DEPLOYMENT_FLAGS = (
-    "model", "cluster", "nodes", "plan", "pd", "attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp",
-    "micro_batches", "replicas", "engine", "cost_engine", "engine_version", "chunk_tokens",
-    "max_running", "profile", "redundant_experts", "tbo", "mtp", "mtp_accept", "kv_dtype",
-    "a2a", "routing_trace",
-)  # fmt: skip
+#: the deployment flags ``bench`` shares with ``serve-sim`` (same names, same meaning): every
+#: serve-sim flag but the request stream's, SLOs' and one phase's (:data:`_NOT_BENCH`)
+DEPLOYMENT_FLAGS = tuple(f.name for f in fields(ServeSimFlags) if f.name not in _NOT_BENCH)
 
 
 def deployment(
@@ -323,7 +320,7 @@ def deployment(
 ) -> tuple[Any, Any, dict[str, Any] | None]:
     """The deployment of ``values`` (bench's deployment flags by name), read through a launch
     command when given: serve-sim's setup, its cost model and the launch record."""
-    from moeplan.commands.serve_inputs import ServeSimFlags, prepare
+    from moeplan.commands.serve_inputs import prepare
     from moeplan.kernel_tables import engine_cost_model
 
     launched = None
