@@ -78,6 +78,12 @@ COST_DE = ("cost", "deepep_ll_dispatch", *H100, "--hidden-size", "2048", "--num-
 
 COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--json")
 
+BENCH = ("bench", *LITE, *H100, "--num-prompts", "20", "--random-input-len", "256",
+         "--random-output-len", "16", "--json")  # fmt: skip
+BENCH_DP2 = (*BENCH, "--attn-dp", "2", "--moe-ep", "2")
+BENCH_TP2 = (*BENCH, "--attn-tp", "2", "--moe-ep", "2")
+BENCH_SPREAD = (*BENCH, "--random-range-ratio", "0.5")  # lengths the seed draws
+
 #: command (space-separated words) -> its base question and a probe per flag.
 REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
     "inspect": (
@@ -148,6 +154,66 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
             "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
             "--routing-trace": P("--routing-trace", "{trace}", key="routing"),
+        },
+    ),
+    "bench": (
+        BENCH,
+        {
+            "--model": P("--model", "qwen3-30b-a3b", key="moeplan.model"),
+            "--cluster": P("--cluster", "h200-sxm-8", key="moeplan.cluster"),
+            "--nodes": R("--nodes", "0"),
+            "--plan": R("--plan", "{tmp}/missing-plan.json"),
+            "--pd": P("--pd", "1*attn-tp1:1*attn-tp1", key="moeplan.layout"),
+            "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
+            "--attn-tp": P(
+                "--attn-tp", "2", "--attn-dp", "1", key="moeplan.layout", base=BENCH_DP2
+            ),
+            "--attn-dp": P(
+                "--attn-dp", "2", "--attn-tp", "1", key="moeplan.layout", base=BENCH_TP2
+            ),
+            "--moe-tp": P("--moe-tp", "2", "--moe-ep", "1", key="moeplan.layout", base=BENCH_TP2),
+            "--moe-ep": P(
+                "--moe-ep",
+                "2",
+                "--moe-tp",
+                "1",
+                key="moeplan.layout",
+                base=(*BENCH, "--attn-tp", "2", "--moe-tp", "2"),
+            ),  # fmt: skip
+            "--pp": P("--pp", "2", key="moeplan.layout"),
+            "--micro-batches": R("--micro-batches", "4"),
+            "--replicas": P("--replicas", "2", key="moeplan.gpus"),
+            "--engine": P("--engine", "vllm", key="moeplan.engine"),
+            "--engine-version": P("--engine-version", "0.5.9", key="duration"),
+            "--cost-engine": P("--cost-engine", "none", key="duration"),
+            "--chunk-tokens": P("--chunk-tokens", "64", key="moeplan.scheduler"),
+            "--max-running": P("--max-running", "2", key="moeplan.scheduler"),
+            "--profile": R("--profile", "{tmp}/no-such-profile.json"),
+            "--redundant-experts": P("--redundant-experts", "8", base=BENCH_DP2),
+            "--tbo": P("--tbo", base=BENCH_DP2),
+            "--mtp": R("--mtp", "1"),  # DeepSeek-V2-Lite has no MTP layer
+            "--mtp-accept": R("--mtp-accept", "0.5"),
+            "--kv-dtype": P("--kv-dtype", "fp8", key="moeplan.scheduler"),
+            "--a2a": P("--a2a", "nccl", base=BENCH_DP2),
+            "--routing-trace": P("--routing-trace", "{trace}", base=BENCH_DP2),
+            "--num-prompts": P("--num-prompts", "10", key="completed"),
+            "--request-rate": P("--request-rate", "5", key="duration"),
+            "--burstiness": R("--burstiness", "0.5"),  # a burst has no gaps
+            "--max-concurrency": P("--max-concurrency", "2", key="max_concurrent_requests"),
+            "--seed": P("--seed", "3", key="total_input_tokens", base=BENCH_SPREAD),
+            "--dataset-name": R("--dataset-name", "sharegpt"),
+            "--dataset-path": R("--dataset-path", "{tmp}/missing.csv"),
+            "--random-input-len": P("--random-input-len", "128", key="total_input_tokens"),
+            "--random-output-len": P("--random-output-len", "8", key="total_output_tokens"),
+            "--random-range-ratio": P("--random-range-ratio", "0.5", key="total_input_tokens"),
+            "--compare": R("--compare", "{tmp}/missing.json"),
+        },
+    ),
+    "validate": (
+        ("validate", "--limit", "1", "--json"),
+        {
+            "--limit": P("--limit", "2", key="runs"),
+            "--rows-out": F("--rows-out", "{tmp}/rows.csv"),
         },
     ),
     "plan": (

@@ -78,6 +78,7 @@ _app = typer.Typer(
 #: :data:`app` load them all. ``tests/test_cli_lazy.py`` checks this table against what the
 #: modules register.
 COMMAND_MODULES = {
+    "bench": "bench",
     "calibrate": "calibrate",
     "clusters": "models",
     "cost": "cost",
@@ -91,6 +92,7 @@ COMMAND_MODULES = {
     "serve-sim": "serve",
     "strategy": "strategy",
     "trace": "trace",
+    "validate": "bench",
 }
 _registered: set[str] = set()
 

@@ -76,9 +76,16 @@ def apply_launch(
 
 
 def _same_model(given: str, launched: str) -> bool:
-    """Whether ``--model`` and the launch command's model name one network."""
+    """Whether ``--model`` and the launch command's model name one network (a launch command
+    may serve a local copy named as the hub repository: ``GLM-4.5-Air`` for
+    ``zai-org/GLM-4.5-Air``)."""
     from moeplan.specs.presets import preset_key
 
+    if (
+        given.rstrip("/").rsplit("/", 1)[-1].lower()
+        == launched.rstrip("/").rsplit("/", 1)[-1].lower()
+    ):
+        return True
     return given == launched or preset_key(launched) in (given, preset_key(given))
 
 

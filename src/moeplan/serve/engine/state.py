@@ -121,11 +121,13 @@ class EngineState:
 
     def _push_arrival(self, t: float) -> None:
         """Queue the next request at ``t`` plus its think time (``t``: when its client's
-        previous request finished, or 0)."""
+        previous request finished, or 0), not before its due time (``Requests.due_s``)."""
         i = self.next_arrival
         if i < len(self.arrival):
-            think = self.r.think_s
+            think, due = self.r.think_s, self.r.due_s
             self.arrival[i] = t + (0.0 if think is None else float(think[i]))
+            if due is not None and due[i] > self.arrival[i]:
+                self.arrival[i] = float(due[i])
             self._push(self.arrival[i], ARRIVAL, i)
             self.next_arrival = i + 1
 

@@ -240,6 +240,9 @@ class Requests:
     cached: np.ndarray
     closed: int = 0  # > 0: closed loop with this many clients (arrival_s ignored)
     think_s: np.ndarray | None = None  # closed loop: think time before each request (s)
+    #: closed loop: when each request is due at the earliest (a benchmark client's schedule
+    #: under a concurrency cap: sent at the later of its due time and a free slot)
+    due_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -270,6 +273,15 @@ class Requests:
                 and bool(np.all(np.isfinite(self.think_s) & (self.think_s >= 0)))
             ),
             "requests.think_s must have one finite value >= 0 per request",
+        )
+        require(
+            self.due_s is None
+            or (
+                self.closed > 0
+                and len(self.due_s) == n
+                and bool(np.all(np.isfinite(self.due_s) & (self.due_s >= 0)))
+            ),
+            "requests.due_s applies to a closed loop, one finite value >= 0 per request",
         )
 
     def __len__(self) -> int:

@@ -1,0 +1,315 @@
+"""``moeplan validate [FILE.csv]``: every measured benchmark run of a CSV through ``moeplan
+bench``, scored.
+
+A row (the columns of ``moeplan/data/benchmarks/lab_a100_h100_moe.csv``) is one ``vllm bench
+serve`` run: ``serve_flags`` is the engine's launch command, ``engine_version`` its release,
+``gpu`` the node (``A100`` → ``a100-sxm-8``, ``H100`` → ``h100-sxm-8``), ``dataset`` with
+``isl``/``osl``/``num_prompts`` the prompts, ``request_rate`` and ``max_concurrency`` the
+client. ``random`` prompts are vLLM's rule at the default range ratio 0 (every prompt
+``isl`` tokens asking ``osl``); ``sharegpt`` prompts are the report's stated mean lengths,
+fixed (``mean_in``/``mean_out``: moeplan ships no per-request ShareGPT length trace, so the
+spread of the lengths is not simulated). A row moeplan cannot run (an engine it does not
+simulate, a layout that cannot hold the weights, a flag it cannot read) is listed with the
+one-line reason, never dropped.
+
+Scores, for each half of the frozen split (``split.json`` beside the shipped CSV: reports by
+the SHA-256 of their name, fixed before any error was looked at) and for every row:
+
+- per metric (total-token throughput, mean TTFT, mean TPOT) and per group (all, GPU, engine,
+  model): the median and the 90th percentile of ``|predicted / measured - 1|`` and the bias
+  ``median(predicted / measured) - 1``;
+- rank agreement per comparison group (the runs of one report with the same dataset, lengths
+  and prompt count, two or more of them run): Spearman's rho between predicted and measured
+  total-token throughput, and whether the measured best (highest measured total-token
+  throughput) is the predicted best (a tie for the predicted best counts as neither).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moeplan.errors import MoeplanError, require
+
+CLUSTER = {"A100": "a100-sxm-8", "H100": "h100-sxm-8"}
+#: metric: (the CSV's measured column, bench's key)
+SCORED = {
+    "total_tok_s": ("total_tok_s", "total_token_throughput"),
+    "mean_ttft_ms": ("mean_ttft_ms", "mean_ttft_ms"),
+    "mean_tpot_ms": ("mean_tpot_ms", "mean_tpot_ms"),
+}
+DIMENSIONS = ("all", "gpu", "engine", "model")
+REQUIRED = (
+    "case_id", "doc", "model", "gpu", "engine", "engine_version", "serve_flags", "dataset",
+    "num_prompts", "isl", "osl", "mean_in", "mean_out", "request_rate", "max_concurrency",
+    *(v[0] for v in SCORED.values()),
+)  # fmt: skip
+
+
+def shipped_csv() -> Path:
+    return Path(
+        str(resources.files("moeplan").joinpath("data", "benchmarks", "lab_a100_h100_moe.csv"))
+    )
+
+
+def read_rows(path: str | None) -> list[dict[str, str]]:
+    """The CSV's rows (one line for a missing column or an empty file)."""
+    p = Path(path) if path else shipped_csv()
+    require(p.is_file(), f"FILE ({p}) must be a readable CSV")
+    with p.open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+        require(not missing, f"FILE ({p}) lacks the column {missing[0] if missing else ''}")
+        rows = list(reader)
+    require(bool(rows), f"FILE ({p}) holds no run")
+    return rows
+
+
+def read_split() -> dict[str, Any]:
+    """The frozen split of the shipped runs (``split.json``)."""
+    path = resources.files("moeplan").joinpath("data", "benchmarks", "split.json")
+    return json.loads(path.read_text())
+
+
+def half_of(doc: str, split: dict[str, Any]) -> str:
+    """``dev`` or ``test`` for a report of the split, else ``unsplit``."""
+    return "dev" if doc in split["dev"] else "test" if doc in split["test"] else "unsplit"
+
+
+def _int(r: dict[str, str], col: str) -> int:
+    try:
+        v = float(r[col])
+    except ValueError:
+        raise MoeplanError(f"row {r['case_id']} {col} ({r[col]!r}) must be a number") from None
+    require(
+        v == int(v) and v >= 1, f"row {r['case_id']} {col} ({r[col]!r}) must be a whole number >= 1"
+    )
+    return int(v)
+
+
+def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
+    """A row's deployment values, client settings and prompts (one line for a setting
+    moeplan cannot express)."""
+    from moeplan.commands.bench import DEPLOYMENT_FLAGS, BenchSettings
+    from moeplan.commands.bench_workload import fixed_lengths, random_lengths
+
+    require(
+        r["gpu"] in CLUSTER,
+        f"row {r['case_id']} gpu ({r['gpu']!r}) must be one of {', '.join(CLUSTER)}",
+    )
+    n = _int(r, "num_prompts")
+    rate = float(r["request_rate"]) if r["request_rate"] else math.inf
+    cap = _int(r, "max_concurrency") if r["max_concurrency"].strip() else None
+    s = BenchSettings(num_prompts=n, request_rate=rate, max_concurrency=cap)
+    if r["dataset"] == "random":
+        p = random_lengths(n, _int(r, "isl"), _int(r, "osl"), 0.0, 0)
+    elif r["dataset"] == "sharegpt":
+        isl, osl = round(float(r["mean_in"])), round(float(r["mean_out"]))
+        p = fixed_lengths(n, isl, osl, f"sharegpt: the report's mean lengths {isl}/{osl}, fixed")
+    else:
+        raise MoeplanError(
+            f"row {r['case_id']} dataset ({r['dataset']!r}) must be random or sharegpt"
+        )
+    values: dict[str, Any] = {k: None for k in DEPLOYMENT_FLAGS}
+    values.update(
+        model=r["model"], cluster=CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
+        engine_version=r["engine_version"] or None, redundant_experts=0, mtp=0,
+        kv_dtype="auto", a2a="auto",
+    )  # fmt: skip
+    return values, s, p
+
+
+def run_row(r: dict[str, str]) -> dict[str, Any]:
+    """One row through bench: its predicted figures, or the reason it was not run."""
+    from moeplan.commands.bench import bench_answer
+
+    try:
+        values, s, p = bench_inputs(r)
+        out = bench_answer(values, s, launch=r["serve_flags"], prompts=p)
+    except MoeplanError as e:
+        return {"case_id": r["case_id"], "ran": False, "reason": str(e)}
+    pred = {k: out[key] for k, (_, key) in SCORED.items()}
+    pred["duration"] = out["duration"]
+    return {"case_id": r["case_id"], "ran": True, "predicted": pred,
+            "layout": out["moeplan"]["layout"], "prompts": out["moeplan"]["prompts"]}  # fmt: skip
+
+
+def _measured(r: dict[str, str]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for k, (col, _) in SCORED.items():
+        try:
+            v = float(r[col])
+        except ValueError:
+            v = math.nan
+        out[k] = v if math.isfinite(v) and v > 0 else None
+    return out
+
+
+def _summary(ratios: list[float]) -> dict[str, Any]:
+    a = np.asarray(ratios, dtype=float)
+    err = np.abs(a - 1)
+    return {"n": len(a), "median": float(np.median(err)), "p90": float(np.percentile(err, 90)),
+            "bias": float(np.median(a) - 1)}  # fmt: skip
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rho (average ranks for ties); None when a side is constant."""
+
+    def ranks(v: list[float]) -> np.ndarray:
+        a = np.asarray(v, dtype=float)
+        order = np.argsort(a, kind="stable")
+        rk = np.empty(len(a))
+        rk[order] = np.arange(len(a), dtype=float)
+        for val in np.unique(a):  # ties share their mean rank
+            m = a == val
+            rk[m] = rk[m].mean()
+        return rk
+
+    rx, ry = ranks(x), ranks(y)
+    if np.std(rx) == 0 or np.std(ry) == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def score(
+    rows: list[dict[str, str]], results: list[dict[str, Any]], split: dict[str, Any]
+) -> dict[str, Any]:
+    """The tables (per half, metric, dimension, group) and the rank agreement per group."""
+    by_id = {x["case_id"]: x for x in results}
+    tables: dict[str, Any] = {}
+    for half in ("dev", "test", "all"):
+        sel = [r for r in rows if by_id[r["case_id"]]["ran"]
+               and (half == "all" or half_of(r["doc"], split) == half)]  # fmt: skip
+        tables[half] = {}
+        for metric in SCORED:
+            t: dict[str, dict[str, Any]] = {}
+            for dim in DIMENSIONS:
+                keys: dict[str, list[float]] = {}
+                for r in sel:
+                    m = _measured(r)[metric]
+                    if m is None:
+                        continue
+                    key = "all" if dim == "all" else r[dim]
+                    keys.setdefault(key, []).append(by_id[r["case_id"]]["predicted"][metric] / m)
+                t[dim] = {k: _summary(v) for k, v in sorted(keys.items())}
+            tables[half][metric] = t
+    groups = []
+    seen: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for r in rows:
+        seen.setdefault((r["doc"], r["dataset"], r["isl"], r["osl"], r["num_prompts"]), []).append(
+            r
+        )
+    for key, members in seen.items():
+        ran = [r for r in members if by_id[r["case_id"]]["ran"] and _measured(r)["total_tok_s"]]
+        if len(ran) < 2:
+            continue
+        meas = [_measured(r)["total_tok_s"] for r in ran]
+        pred = [by_id[r["case_id"]]["predicted"]["total_tok_s"] for r in ran]
+        best_m, best_p = int(np.argmax(meas)), int(np.argmax(pred))
+        groups.append({
+            "doc": key[0], "dataset": key[1], "isl": key[2], "osl": key[3], "num_prompts": key[4],
+            "half": half_of(key[0], split), "runs": len(ran), "not_run": len(members) - len(ran),
+            "spearman": spearman(pred, meas),  # type: ignore[arg-type]
+            # a tie for the predicted best cannot name one: neither same nor different
+            "same_best": None if pred.count(pred[best_p]) > 1 else best_m == best_p,
+            "measured_best": ran[best_m]["case_id"], "predicted_best": ran[best_p]["case_id"],
+        })  # fmt: skip
+    return {"tables": tables, "groups": groups}
+
+
+def validate_answer(
+    path: str | None, *, limit: int | None = None, jobs: int | None = None
+) -> dict[str, Any]:
+    """``moeplan validate``'s JSON answer."""
+    from moeplan.commands.workers import check_jobs, workers
+    from moeplan.search.job import fanout
+
+    require(limit is None or limit >= 1, f"--limit ({limit}) must be >= 1")
+    rows = read_rows(path)[:limit]
+    n_jobs = check_jobs(jobs)
+    split = read_split()
+    thunks = [lambda r=r: run_row(r) for r in rows]
+    with workers(n_jobs):
+        results = fanout.fan_out(thunks)
+    by_id = {x["case_id"]: x for x in results}
+    out_rows = []
+    for r in rows:
+        x = by_id[r["case_id"]]
+        m = _measured(r)
+        row = {"case_id": r["case_id"], "doc": r["doc"], "half": half_of(r["doc"], split),
+               "gpu": r["gpu"], "engine": r["engine"], "model": r["model"], "ran": x["ran"]}  # fmt: skip
+        if x["ran"]:
+            row["layout"], row["prompts"] = x["layout"], x["prompts"]
+            for k in SCORED:
+                p = x["predicted"][k]
+                row[k] = {"predicted": p, "measured": m[k], "ratio": p / m[k] if m[k] else None}
+        else:
+            row["reason"] = x["reason"]
+        out_rows.append(row)
+    return {
+        "file": str(path or shipped_csv().name),
+        "split": {"rule": split["rule"], "dev": split["dev"], "test": split["test"]},
+        "runs": len(rows),
+        "ran": sum(x["ran"] for x in results),
+        **score(rows, results, split),
+        "rows": out_rows,
+    }
+
+
+def validate_text(out: dict[str, Any]) -> str:
+    """The error tables and the rank agreement, per half."""
+    lines = [f"{out['ran']} of {out['runs']} runs of {out['file']} simulated with moeplan bench"]
+    for half in ("dev", "test"):
+        lines.append("")
+        lines.append(f"== {half} half ==")
+        for metric, t in out["tables"][half].items():
+            lines.append(f"{metric}: |pred/meas - 1| median, p90; bias = median(pred/meas) - 1")
+            for dim in DIMENSIONS:
+                for key, s in t[dim].items():
+                    lines.append(f"  {dim:<7}{key:<44}n={s['n']:<4}median {s['median']:6.1%}  "
+                                 f"p90 {s['p90']:6.1%}  bias {s['bias']:+6.1%}")  # fmt: skip
+        gs = [g for g in out["groups"] if g["half"] == half]
+        rhos = [g["spearman"] for g in gs if g["spearman"] is not None]
+        same = sum(g["same_best"] is True for g in gs)
+        tied = sum(g["same_best"] is None for g in gs)
+        med = f"{np.median(rhos):.2f}" if rhos else "n/a"
+        lines.append(
+            f"rank agreement: {len(gs)} groups, same best in {same}, predicted best tied in "
+            f"{tied}, median Spearman {med} over {len(rhos)}"
+        )
+        for g in gs:
+            rho = "n/a" if g["spearman"] is None else f"{g['spearman']:+.2f}"
+            lines.append(f"  {g['doc']} {g['dataset']} {g['isl']}/{g['osl']} x{g['num_prompts']}: "
+                         f"{g['runs']} runs, rho {rho}, best {g['measured_best']} "
+                         f"{_mark(g['same_best'])} predicted {g['predicted_best']}")  # fmt: skip
+    missing = [r for r in out["rows"] if not r["ran"]]
+    if missing:
+        lines.append("")
+        lines.append(f"not run ({len(missing)}):")
+        lines += [f"  {r['case_id']}: {r['reason']}" for r in missing]
+    return "\n".join(lines)
+
+
+def _mark(same: bool | None) -> str:
+    return "=" if same else "tie, first" if same is None else "!="
+
+
+def rows_csv(out: dict[str, Any]) -> str:
+    """Every row's predicted and measured figures (``--rows-out``)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    cols = [f"{k}_{s}" for k in SCORED for s in ("predicted", "measured", "ratio")]
+    w.writerow(["case_id", "doc", "half", "gpu", "engine", "model", "ran", "reason", *cols])
+    for r in out["rows"]:
+        vals = [r.get(k, {}).get(s) if r["ran"] else "" for k in SCORED
+                for s in ("predicted", "measured", "ratio")]  # fmt: skip
+        w.writerow([r["case_id"], r["doc"], r["half"], r["gpu"], r["engine"], r["model"],
+                    r["ran"], r.get("reason", ""), *vals])  # fmt: skip
+    return buf.getvalue()

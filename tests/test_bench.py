@@ -1,0 +1,259 @@
+"""``moeplan bench``: a finite benchmark run as ``vllm bench serve`` sends and measures it.
+
+Oracles: closed forms of the engine with a constant iteration time (one request alone, N
+identical requests in one burst, a concurrency cap of one, a cap that holds a due request),
+vLLM's own definitions (``vllm/benchmarks/serve.py``: TPOT excludes the first token; the
+``--save-result`` key names), vLLM's random-dataset bounds, and a ``--compare`` round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cli_run import run_main
+from moeplan.commands.bench import (
+    VLLM_KEYS,
+    merge,
+    peak_concurrency,
+    requests_of,
+    shares,
+    vllm_metrics,
+)
+from moeplan.commands.bench_workload import Prompts, random_lengths, send_times
+from moeplan.errors import MoeplanError
+from moeplan.serve.engine.config import EngineConfig
+from moeplan.serve.engine.run import simulate
+
+D = 0.01  # the fake engine's iteration time (s)
+CFG = EngineConfig(policy="prefill-first", chunk_tokens=8192, max_running=1024, kv_tokens=10**6)
+
+
+def _run(isl, osl, due=None, cap=None):
+    p = Prompts(np.asarray(isl, np.int64), np.asarray(osl, np.int64), "test")
+    due = np.zeros(len(p.isl)) if due is None else np.asarray(due, float)
+    res = simulate(requests_of(p, due, cap), CFG, lambda _batch: D)
+    return vllm_metrics(merge([(np.arange(len(p.isl)), res)], len(p.isl)))
+
+
+def test_one_request_alone_takes_ttft_plus_out_minus_one_tpot():
+    m = _run([100], [10])
+    # one prefill iteration gives the first token, nine decode steps the rest
+    assert m["mean_ttft_ms"] == pytest.approx(D * 1e3)
+    assert m["mean_tpot_ms"] == pytest.approx(D * 1e3)
+    assert m["duration"] == pytest.approx(m["mean_ttft_ms"] / 1e3 + 9 * m["mean_tpot_ms"] / 1e3)
+    assert m["mean_e2el_ms"] == pytest.approx(10 * D * 1e3)
+    assert m["max_concurrent_requests"] == 1
+
+
+def test_a_burst_of_identical_requests_admitted_at_once():
+    n, osl = 8, 5
+    m = _run([100] * n, [osl] * n)  # 800 prompt tokens fit one 8192-token prefill
+    assert m["duration"] == pytest.approx(osl * D)
+    assert m["median_ttft_ms"] == pytest.approx(D * 1e3)
+    assert m["p99_ttft_ms"] == pytest.approx(D * 1e3)
+    assert m["total_token_throughput"] == pytest.approx(n * (100 + osl) / (osl * D))
+    assert m["max_concurrent_requests"] == n
+    assert m["completed"] == n and m["total_output_tokens"] == n * osl
+
+
+def test_a_concurrency_cap_of_one_serves_the_burst_in_series():
+    n, osl = 4, 6
+    m = _run([50] * n, [osl] * n, cap=1)
+    assert m["duration"] == pytest.approx(n * osl * D)
+    assert m["max_concurrent_requests"] == 1
+    # TTFT counts from the send: a held request's wait in the client is not in it
+    assert m["mean_ttft_ms"] == pytest.approx(D * 1e3)
+
+
+def test_a_capped_request_is_sent_at_its_due_time_not_before():
+    # one slot; the second prompt is due long after the first finishes
+    m = _run([50, 50], [3, 3], due=[0.0, 1.0], cap=1)
+    assert m["duration"] == pytest.approx(1.0 + 3 * D)
+    assert m["mean_e2el_ms"] == pytest.approx(3 * D * 1e3)
+
+
+def test_tpot_excludes_the_first_token_and_one_token_requests():
+    # a one-token request has no TPOT; the other: (e2e - ttft) / (out - 1)
+    m = _run([100, 100], [1, 4])
+    assert m["mean_tpot_ms"] == pytest.approx(D * 1e3)
+    assert m["mean_itl_ms"] == pytest.approx(D * 1e3)
+
+
+def test_peak_concurrency_frees_a_slot_before_the_next_send():
+    assert peak_concurrency(np.array([0.0, 1.0]), np.array([1.0, 2.0])) == 1
+    assert peak_concurrency(np.array([0.0, 0.5]), np.array([1.0, 2.0])) == 2
+
+
+def test_replicas_share_prompts_and_the_cap_round_robin():
+    parts = shares(5, 2, 3)
+    assert [list(i) for i, _ in parts] == [[0, 2, 4], [1, 3]]
+    assert [k for _, k in parts] == [2, 1]
+
+
+def test_random_lengths_follow_vllm_bounds():
+    p = random_lengths(2000, 1000, 100, 0.25, seed=3)
+    assert p.isl.min() >= 750 and p.isl.max() <= 1250
+    assert p.osl.min() >= 75 and p.osl.max() <= 125
+    assert p.isl.max() > 1200 and p.isl.min() < 800  # the whole range is drawn
+    fixed = random_lengths(10, 1000, 100, 0.0, seed=0)
+    assert set(fixed.isl) == {1000} and set(fixed.osl) == {100}
+    with pytest.raises(MoeplanError, match="range-ratio"):
+        random_lengths(10, 1000, 100, 1.0, seed=0)
+
+
+def test_send_times_burst_and_rate():
+    assert not send_times(5, math.inf, 1.0, 0).any()
+    t = send_times(1000, 10.0, 1.0, 0)
+    assert np.all(np.diff(t) >= 0)
+    assert t[-1] == pytest.approx(100.0)  # vLLM rescales the last send to n / rate
+    steady = send_times(4, 2.0, math.inf, 0)
+    assert np.allclose(steady, [0.5, 1.0, 1.5, 2.0])
+
+
+BENCH = ("bench", "--model", "deepseek-v2-lite", "--cluster", "h100-sxm-8", "--num-prompts",
+         "30", "--random-input-len", "256", "--random-output-len", "16")  # fmt: skip
+
+
+def test_bench_json_has_vllm_save_result_keys(capsys):
+    code, out, err = run_main(capsys, *BENCH, "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert set(VLLM_KEYS) <= set(ans)
+    assert ans["completed"] == 30 and ans["total_input_tokens"] == 30 * 256
+    assert ans["total_token_throughput"] == pytest.approx(30 * (256 + 16) / ans["duration"])
+    assert ans["moeplan"]["kind"].startswith("simulated finite run")
+
+
+def test_bench_prints_the_benchmark_block(capsys):
+    code, out, err = run_main(capsys, *BENCH)
+    assert code == 0, err
+    for line in ("Benchmark duration (s):", "Total token throughput (tok/s):",
+                 "Mean TTFT (ms):", "P99 ITL (ms):", "Peak concurrent requests:"):  # fmt: skip
+        assert line in out
+
+
+def test_compare_round_trip(capsys, tmp_path):
+    code, out, _ = run_main(capsys, *BENCH, "--max-concurrency", "8", "--json")
+    assert code == 0
+    f = tmp_path / "result.json"
+    f.write_text(out)
+    code, out2, err = run_main(capsys, *BENCH[:-6], "--random-input-len", "256",
+                               "--random-output-len", "16", "--compare", str(f), "--json")  # fmt: skip
+    assert code == 0, err
+    cmp = json.loads(out2)["moeplan"]["compare"]
+    assert json.loads(out2)["max_concurrency"] == 8  # taken from the file
+    assert cmp["format"] == "vllm bench serve"
+    for k in ("duration", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms"):
+        assert abs(cmp["metrics"][k]["error"]) < 1e-9
+
+
+def test_compare_reads_the_lengths_a_vllm_result_sent(capsys, tmp_path):
+    res = {"duration": 10.0, "num_prompts": 3, "request_rate": "inf", "max_concurrency": None,
+           "mean_e2el_ms": 1.0, "input_lens": [100, 200, 300], "output_lens": [5, 6, 7],
+           "total_token_throughput": 100.0}  # fmt: skip
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(res))
+    code, out, err = run_main(capsys, *BENCH[:5], "--compare", str(f), "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["total_input_tokens"] == 600 and ans["total_output_tokens"] == 18
+
+
+@pytest.mark.parametrize(
+    "content, field",
+    [
+        ('{"foo": 1}', "unknown result format"),
+        ('{"mean_e2el_ms": 3.0, "num_prompts": 3}', "duration"),
+        ('{"duration": 1, "mean_e2el_ms": 3.0}', "num_prompts"),
+        (
+            '{"duration": 1, "mean_e2el_ms": 3.0, "num_prompts": 2, "input_lens": [1, -4], '
+            '"output_lens": [1, 1]}',
+            "input_lens[1]",
+        ),
+        ("not json", "neither"),
+    ],
+)
+def test_compare_bad_result_is_one_line(capsys, tmp_path, content, field):
+    f = tmp_path / "bad.json"
+    f.write_text(content)
+    code, out, err = run_main(capsys, *BENCH[:5], "--compare", str(f), "--json")
+    assert code == 2 and out == ""
+    assert field in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "rows, field",
+    [
+        ("input_len,output_len\n100,10\n-5,10\n", "input_len"),
+        ("input_len,output_len\n100,10.5\n", "output_len"),
+        ("input_len,output_len\n100,0\n", "output_len"),
+        ("input_len\n100\n", "output_len"),
+    ],
+)
+def test_dataset_file_with_bad_lengths_is_refused(capsys, tmp_path, rows, field):
+    f = tmp_path / "lengths.csv"
+    f.write_text(rows)
+    code, out, err = run_main(capsys, *BENCH[:5], "--dataset-path", str(f), "--json")
+    assert code == 2 and out == ""
+    assert field in err and len(err.strip().splitlines()) == 1
+
+
+def test_dataset_file_jsonl_lengths_are_sent(capsys, tmp_path):
+    f = tmp_path / "lengths.jsonl"
+    f.write_text('{"input_len": 64, "output_len": 4}\n{"input_len": 128, "output_len": 8}\n')
+    code, out, err = run_main(capsys, *BENCH[:5], "--dataset-path", str(f), "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["completed"] == 2 and ans["total_input_tokens"] == 192
+
+
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        (("--dataset-name", "sharegpt"), "sharegpt"),
+        (("--dataset-name", "sonnet"), "--dataset-name"),
+        (("--burstiness", "0.5"), "--burstiness"),
+        (("--request-rate", "-1"), "--request-rate"),
+        (("--max-concurrency", "0"), "--max-concurrency"),
+        (("--pd", "1*attn-tp1:1*attn-tp1", "--max-concurrency", "4"), "--max-concurrency"),
+    ],
+)
+def test_settings_moeplan_cannot_express_are_refused(capsys, extra, field):
+    code, out, err = run_main(capsys, *BENCH, *extra, "--json")
+    assert code == 2 and out == ""
+    assert field in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_burst_on_a_pd_pair_serves_every_prompt(capsys):
+    code, out, err = run_main(capsys, *BENCH, "--pd", "1*attn-tp1:1*attn-tp1", "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["completed"] == 30 and ans["moeplan"]["gpus"] == 2
+    # the decode pool streams the first token after the prefill and the KV transfer; the
+    # last completion ends the run
+    assert ans["duration"] * 1e3 >= ans["p99_e2el_ms"] - 1e-6
+    assert ans["mean_ttft_ms"] < ans["mean_e2el_ms"]
+
+
+def test_compare_reads_an_sglang_bench_serving_line(capsys, tmp_path):
+    # python/sglang/bench_serving.py appends one JSON object per run; the last is read
+    res = {"dataset_name": "random", "request_rate": float("inf"), "max_concurrency": 4,
+           "random_input_len": 256, "random_output_len": 16, "random_range_ratio": 1.0,
+           "duration": 2.0, "completed": 30, "mean_e2e_latency_ms": 500.0,
+           "input_throughput": 3840.0, "output_throughput": 240.0, "mean_ttft_ms": 50.0}  # fmt: skip
+    f = tmp_path / "sglang.jsonl"
+    f.write_text(json.dumps({"duration": 1.0}) + "\n" + json.dumps(res) + "\n")
+    code, out, err = run_main(capsys, *BENCH[:5], "--compare", str(f), "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    cmp = ans["moeplan"]["compare"]
+    assert cmp["format"] == "sglang.bench_serving"
+    # SGLang's rule at range ratio 1: every prompt its full length
+    assert ans["total_input_tokens"] == 30 * 256 and ans["max_concurrency"] == 4
+    m = cmp["metrics"]
+    assert m["total_token_throughput"]["measured"] == pytest.approx(3840.0 + 240.0)
+    assert m["mean_e2el_ms"]["measured"] == pytest.approx(500.0)

@@ -1,0 +1,102 @@
+"""``moeplan validate``: every measured run of a CSV through ``moeplan bench``, scored per
+half of the frozen split.
+
+Oracles: the split file against its own stated rule (fixed by the report names alone,
+disjoint, covering every report of the shipped CSV); a three-row CSV whose rows are
+simulated, listed as not run with the reason, and scored; bad input refused in one line.
+The full 126-row validation is ``-m slow``."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+
+import pytest
+
+from cli_run import run_main
+from moeplan.commands.validate import read_rows, read_split, shipped_csv, spearman
+
+
+def test_the_split_is_fixed_by_the_report_names_and_disjoint():
+    split = read_split()
+    docs = sorted({r["doc"] for r in read_rows(None)})
+    dev, test = set(split["dev"]), set(split["test"])
+    assert not dev & test
+    assert dev | test == set(docs)
+    ordered = sorted(docs, key=lambda d: hashlib.sha256(d.encode()).hexdigest())
+    assert set(ordered[: len(docs) // 2]) == dev  # the rule the file states
+    assert split["rows"]["dev"] + split["rows"]["test"] == len(read_rows(None))
+
+
+def _three_rows(tmp_path) -> str:
+    rows = {r["case_id"]: r for r in read_rows(None)}
+    pick = ["gpt-oss-20b/h100#06", "gpt-oss-20b/h100#10", "gpt-oss-20b/h100#03"]  # #03: TRT-LLM
+    with shipped_csv().open() as f:
+        fields = csv.DictReader(f).fieldnames
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for c in pick:
+        w.writerow(rows[c])
+    path = tmp_path / "three.csv"
+    path.write_text(buf.getvalue())
+    return str(path)
+
+
+def test_validate_three_rows(capsys, tmp_path):
+    path = _three_rows(tmp_path)
+    out_csv = tmp_path / "rows.csv"
+    code, out, err = run_main(capsys, "validate", path, "--jobs", "1", "--json",
+                              "--rows-out", str(out_csv))  # fmt: skip
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["runs"] == 3
+    by_id = {r["case_id"]: r for r in ans["rows"]}
+    trt = by_id["gpt-oss-20b/h100#03"]
+    if not trt["ran"]:  # an engine moeplan does not simulate: listed with why
+        assert "trtllm" in trt["reason"]
+    ran = [r for r in ans["rows"] if r["ran"]]
+    assert len(ran) == ans["ran"] >= 2
+    for r in ran:
+        t = r["total_tok_s"]
+        assert t["ratio"] == pytest.approx(t["predicted"] / t["measured"])
+    t = ans["tables"]["dev"]["total_tok_s"]["all"]["all"]  # gpt-oss-20b/h100 is a dev report
+    assert t["n"] == len(ran)
+    (group,) = [g for g in ans["groups"] if g["isl"] == "32000"]
+    assert group["half"] == "dev" and group["runs"] == 2
+    assert out_csv.read_text().count("\n") == 4
+
+
+def test_validate_text_reports_both_halves(capsys, tmp_path):
+    code, out, err = run_main(capsys, "validate", _three_rows(tmp_path), "--jobs", "1")
+    assert code == 0, err
+    assert "== dev half ==" in out and "== test half ==" in out
+    assert "rank agreement" in out
+
+
+def test_validate_bad_csv_is_one_line(capsys, tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("case_id,doc\nx,y\n")
+    out_csv = tmp_path / "rows.csv"
+    code, out, err = run_main(capsys, "validate", str(f), "--rows-out", str(out_csv))
+    assert code == 2 and out == "" and not out_csv.exists()
+    assert "lacks the column" in err and len(err.strip().splitlines()) == 1
+
+
+def test_spearman():
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1], [1, 2]) is None
+
+
+@pytest.mark.slow
+def test_validate_every_lab_run(capsys):
+    code, out, err = run_main(capsys, "validate", "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["runs"] == 126
+    not_run = {r["case_id"]: r["reason"] for r in ans["rows"] if not r["ran"]}
+    assert "glm-4.5-air/h100#05" in not_run and "GiB" in not_run["glm-4.5-air/h100#05"]
+    assert all(reason for reason in not_run.values())
