@@ -194,6 +194,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--mtp": R("--mtp", "1"),  # DeepSeek-V2-Lite has no MTP layer
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="moeplan.scheduler"),
+            "--mem-fraction": P("--mem-fraction", "0.6", key="moeplan.scheduler"),
             "--a2a": P("--a2a", "nccl", base=BENCH_DP2),
             "--routing-trace": P("--routing-trace", "{trace}", base=BENCH_DP2),
             "--num-prompts": P("--num-prompts", "10", key="completed"),

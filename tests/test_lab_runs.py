@@ -38,7 +38,7 @@ def _rows() -> list[dict[str, str]]:
 
 def _args(r: dict[str, str]) -> list[str]:
     return [
-        "serve-sim", "--launch", r["serve_flags"], "--cluster", CLUSTER[r["gpu"]],
+        "serve-sim", "--launch", r["serve_flags"], "--model", r["model"], "--cluster", CLUSTER[r["gpu"]],
         "--engine-version", r["engine_version"], "--concurrency", "8", "--requests", "16",
         "--isl", "512", "--osl", "32", "--jobs", "1", "--json",
     ]  # fmt: skip

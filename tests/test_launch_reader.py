@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from moeplan.backends.launch_reader import gpus_of, grammars, read_launch, serve_flags
+from moeplan.backends.launch_grammars import grammars
+from moeplan.backends.launch_reader import gpus_of, read_launch, serve_flags
 from moeplan.errors import MoeplanError
 
 G = grammars()

@@ -18,7 +18,7 @@ A flag the engine's table does not know is refused with one line naming it, so a
 moeplan cannot read exactly is never guessed. Each engine's flags, their meaning and the
 parallel arithmetic live in its module (:mod:`moeplan.backends.sglang_args`,
 :mod:`moeplan.backends.vllm_args`, :mod:`moeplan.backends.trtllm_args`), each fact with its
-engine source.
+engine source; :func:`moeplan.backends.launch_grammars.grammars` lists them.
 
 Pure: parses a string, no I/O.
 """
@@ -343,12 +343,3 @@ def gpus_of(s: LaunchSettings, grammars: Mapping[str, EngineArgs]) -> int:
     """GPUs the command starts (all replicas)."""
     d = grammars[s.engine].degrees(s)
     return d.attn_tp * d.attn_dp * d.pp * d.replicas
-
-
-def grammars() -> dict[str, EngineArgs]:
-    """Every engine's launch grammar by engine name."""
-    from moeplan.backends.sglang_args import SGLANG_ARGS
-    from moeplan.backends.trtllm_args import TRTLLM_ARGS
-    from moeplan.backends.vllm_args import VLLM_ARGS
-
-    return {g.engine: g for g in (SGLANG_ARGS, VLLM_ARGS, TRTLLM_ARGS)}

@@ -245,7 +245,8 @@ def simulate_bench(
     knobs = resolve_knobs(cm.engine, m, c, lay, **setup.knob_flags)
     cfg = engine_config(
         engine, m, c, lay, chunk_tokens=d.chunk_tokens, max_running=d.max_running,
-        kv_scale=knobs.kv_scale,
+        kv_scale=knobs.kv_scale, mtp=knobs.mtp, mem_fraction=knobs.mem_fraction,
+        deepep=knobs.a2a == "deepep",
     )  # fmt: skip
     big = int(np.max(p.isl + p.osl))
     require(
@@ -461,7 +462,8 @@ def _simulate_pd(
 
     w = ServeWorkload(num_requests=n, rate=1.0, isl=dist(p.isl), osl=dist(p.osl))
     ctx = Context(model=setup.model, cluster=setup.cluster, cost=cm, workload=w, slo=SLO(),
-                  engine=engine, mtp=knobs.mtp, mtp_accept=knobs.mtp_accept)  # fmt: skip
+                  engine=engine, mtp=knobs.mtp, mtp_accept=knobs.mtp_accept,
+                  mem_fraction=knobs.mem_fraction)  # fmt: skip
     pre, dec = given_pools(ctx, pd)
     cand = make_candidate(ctx, pre, dec, pd.x, pd.y)
     due = send_times(n, s.request_rate, s.burstiness, s.seed)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from moeplan.backends.launch_reader import LaunchSettings, grammars, read_launch, serve_flags
+from moeplan.backends.launch_grammars import grammars
+from moeplan.backends.launch_reader import LaunchSettings, read_launch, serve_flags
 from moeplan.errors import MoeplanError
 
 #: moeplan's flag spelling of each ``serve-sim`` value a launch command can set
