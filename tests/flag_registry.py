@@ -454,9 +454,12 @@ def make_trace(folder: Path, timeout: float = 120) -> str:
     return str(path)
 
 
-def check(command: str, flag: str, trace: str, timeout: float = 300) -> str | None:
+def check(
+    command: str, flag: str, trace: str, timeout: float = 300, answers: dict | None = None
+) -> str | None:
     """None when ``flag`` of ``command`` is read (its probe changes the answer, is refused
-    with one line, or writes its file), else why not."""
+    with one line, or writes its file), else why not. ``answers``, when given, keeps each
+    base question's answer so that a sweep runs it once."""
     base_args, probes = REGISTRY[command]
     probe = probes[flag]
     with tempfile.TemporaryDirectory() as tmp:
@@ -477,7 +480,13 @@ def check(command: str, flag: str, trace: str, timeout: float = 300) -> str | No
             if code == 0 and target.exists():
                 return None
             return f"exit {code}, file written: {target.exists()}, {err.strip()[-200:]!r}"
-        code, a, err = _moeplan(base, timeout)
+        key = tuple(x.replace(tmp, "{tmp}") for x in base)
+        if answers is not None and key in answers:
+            code, a, err = answers[key]
+        else:
+            code, a, err = _moeplan(base, timeout)
+            if answers is not None:
+                answers[key] = (code, a, err)
         if code != 0:
             return f"base question fails: exit {code}, {err.strip()[-200:]!r}"
         with tempfile.TemporaryDirectory() as tmp2:
