@@ -329,13 +329,26 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "1.0",
                 base=("strategy", *LITE, *H100, "--expert-skew", "1.0", "--json"),
             ),
-            "--all-sizes": P("--all-sizes"),
-            "--any-divisor": P("--any-divisor"),
+            # one node has no smaller deployment; 8 or 16 GPUs have only power-of-two divisors
+            "--all-sizes": P(
+                "--all-sizes", base=("strategy", *LITE, *H100, "--nodes", "2", "--json")
+            ),
+            "--any-divisor": P(
+                "--any-divisor",
+                key="evaluated",
+                base=("strategy", "--model", "kimi-k2", *H100, "--nodes", "3", "--json"),
+            ),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--engine": P("--engine", "vllm"),
             "--top": P("--top", "2"),
-            "--export": F("--export", "{tmp}/export", "--out", "{tmp}/o"),
-            "--model-path": R("--model-path", "{tmp}/no-such-folder"),
+            "--export": P("--export", "sglang", key="export"),
+            # the checkpoint of the launch command: a path on the serving machine
+            "--model-path": P(
+                "--model-path",
+                "/models/dsv2-lite",
+                key="export",
+                base=("strategy", *LITE, *H100, "--export", "sglang", "--json"),
+            ),
             "--verify": P("--verify"),
         },
     ),

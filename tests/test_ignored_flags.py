@@ -69,3 +69,9 @@ def test_cost_refuses_an_unknown_kernel_source(capsys):
                      "--hidden-size", "2048", "--inter-size", "1408", "--topk", "6",
                      "--num-experts", "64", "--kernel-source", "bogus", "--json")  # fmt: skip
     assert "--kernel-source ('bogus')" in line and "sglang_fused_moe_triton" in line
+
+
+def test_strategy_model_path_without_export_is_refused(capsys):
+    line = _one_line(capsys, "strategy", "--model", "deepseek-v2-lite", "--cluster",
+                     "h100-sxm-8", "--model-path", "/models/x", "--json")  # fmt: skip
+    assert line.startswith("moeplan: error: --model-path (") and "--export" in line
