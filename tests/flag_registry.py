@@ -381,8 +381,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--measured": P("--measured", "a100_sxm"),
             "--seed": P("--seed", "3"),
             "--device": R("--device", "bogus"),
-            "--quick": P("--quick"),
-            "--name": P("--name", "x"),
+            "--quick": R("--quick"),  # --device only (a measuring run)
+            "--name": R("--name", "x"),
             "--kernels": P("--kernels"),
             "--op": R("--op", "bogus"),
             "--folds": P("--folds", "3"),

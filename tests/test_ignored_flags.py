@@ -75,3 +75,17 @@ def test_strategy_model_path_without_export_is_refused(capsys):
     line = _one_line(capsys, "strategy", "--model", "deepseek-v2-lite", "--cluster",
                      "h100-sxm-8", "--model-path", "/models/x", "--json")  # fmt: skip
     assert line.startswith("moeplan: error: --model-path (") and "--export" in line
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (("--quick",), "--quick needs --device"),
+        (("--name", "x", "--quick"), "--quick, --name need --device"),
+        (("--kernels", "--device", "cpu"), "--device fit a profile"),
+        (("--kernels", "--measured", "a100_sxm", "--out", "p.json"), "--out, --measured fit"),
+    ],
+)
+def test_calibrate_refuses_a_flag_of_the_other_mode(capsys, args, names):
+    line = _one_line(capsys, "calibrate", *args, "--json")
+    assert line.startswith("moeplan: error: ") and names in line

@@ -72,12 +72,22 @@ def calibrate(
 ) -> None:
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
     if kernels:
+        fit_only = {"--device": device, "--quick": quick, "--name": name, "--out": out,
+                    "--measured": measured != "h100_sxm"}  # fmt: skip
+        given = [flag for flag, value in fit_only.items() if value]
+        if given:
+            raise MoeplanError(f"{', '.join(given)} fit a profile; --kernels evaluates the "
+                               "kernel database (give one or the other)")  # fmt: skip
         _kernels(op, seed, folds, errors_out, json_out)
         return
     if op or folds is not None or errors_out:
         raise MoeplanError("--op, --folds and --errors-out need --kernels")
-    if rows_out and device is None:
-        raise MoeplanError("--rows-out needs --device")
+    needs_device = [
+        f for f, v in (("--rows-out", rows_out), ("--quick", quick), ("--name", name)) if v
+    ]
+    if needs_device and device is None:
+        verb = "needs" if len(needs_device) == 1 else "need"
+        raise MoeplanError(f"{', '.join(needs_device)} {verb} --device")
     skipped: list[list[str]] = []
     if device is not None:
         profile, report, rows, skipped = _measure(
