@@ -76,6 +76,7 @@ COST_AR = ("cost", "allreduce", *H100, "--message-size", "1048576", "--num-gpus"
 COST_DE = ("cost", "deepep_ll_dispatch", *H100, "--hidden-size", "2048", "--num-token", "128",
            "--num-topk", "6", "--num-experts", "64", "--json")  # fmt: skip
 
+KERNELS = ("calibrate", "--kernels", "--op", "mhc", "--json")  # the smallest table
 COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--json")
 
 #: command (space-separated words) -> its base question and a probe per flag.
@@ -385,9 +386,9 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--name": R("--name", "x"),
             "--kernels": P("--kernels"),
             "--op": R("--op", "bogus"),
-            "--folds": P("--folds", "3"),
-            "--errors-out": F("--errors-out", "{tmp}/e.csv"),
-            "--rows-out": F("--rows-out", "{tmp}/r.csv"),
+            "--folds": P("--folds", "2", base=KERNELS),
+            "--errors-out": F("--errors-out", "{tmp}/e.json", base=KERNELS),
+            "--rows-out": R("--rows-out", "{tmp}/r.json"),  # --device only (a measuring run)
         },
     ),
     "run": (
