@@ -152,8 +152,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         PLAN,
         {
             "--model": P("--model", "qwen3-30b-a3b", key="model"),
-            # a path on the serving machine, written into the launch files (tests/test_launch_deployment.py);
-            # a preset name is refused (no engine loads it)
+            # a path on the serving machine, written into the launch files
+            # (tests/test_launch_deployment.py); a preset name is refused (no engine loads it)
             "--model-path": R("--model-path", "deepseek-v2-lite"),
             "--cluster": P("--cluster", "h200-sxm-8", key="cluster"),
             "--nodes": P("--nodes", "2"),
