@@ -10,15 +10,17 @@ target, not a result). A record says what produced it, ``command`` and ``date``,
 
 - ``bench``: written by ``python bench/run_all.py --record BENCH``; ``rows`` holds the
   benchmark's rows. A doc number matches a number of the rows (a field, or a number inside a
-  text field) rounded to the digits the doc shows, in the same unit or scaled by a power of
-  1,000 or by 100 (s and ms, a fraction and a percentage).
+  text field) rounded to the digits the doc shows, in the same unit or scaled (s and ms, a
+  fraction and a percentage, millions).
 - ``gpu``, ``peer``, ``long``, ``test``: a run this machine cannot repeat in a test (it needs
   a GPU, a peer tool such as aiconfigurator, or a long sweep) or a fact pinned by a test;
   ``figures`` holds the run's figures as printed, transcribed when it was run. A doc number
   matches one of them as written.
 
 So a figure in a linked block changes only with its record: rerunning the benchmark (or,
-for the exempt kinds, transcribing a new run with its command and date).
+for the exempt kinds, transcribing a new run with its command and date). The match is by
+value, not by cell: a figure swapped with another figure of the same record, or a small
+count edited into another number of the record, is not caught.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ _HIDDEN = [
     re.compile(r"\]\([^)]*\)"),  # link targets
     re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),  # dates
 ]
-_SCALES = (1.0, 100.0, 0.01, 1e3, 1e-3, 1e6, 1e-6)
+# the doc's unit against the record's: the same, a percentage of a fraction, s and ms,
+# millions written "11.6 M"
+_SCALES = (1.0, 100.0, 1e3, 1e-3, 1e-6)
 
 
 @dataclass(frozen=True)
