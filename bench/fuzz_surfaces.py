@@ -120,18 +120,23 @@ PLANS = {
     "strategy": ["strategy", *LITE],
     "served": ["plan", *LITE, "--requests", "50", "--families", "strategy", "--no-placement"],
 }
-#: (plan, path of the field, value): refused by every reader (the plan's schema and model).
-KNOWN_BAD: list[tuple[str, tuple[Any, ...], Any]] = [
-    ("pipeline", ("layout", "stages", 0, "modules", 0, "layer"), -1),
-    ("pipeline", ("layout", "stages", 0, "modules", 0, "layer"), 10**12),
-    ("pipeline", ("layout", "world_size"), 64),
-    ("strategy", ("layout", "world_size"), 64),
-    ("strategy", ("layout", "attn", "dp"), -1),
-    ("served", ("layout", "world_size"), 64),
-    ("served", ("predicted", "serving", "knobs", "tbo"), []),
-    ("served", ("predicted", "serving", "serve_layout", "micro_batches"), 10**12),
-    ("served", ("predicted", "serving", "gpus"), -1),
-]
+#: (plan, paths of the field, value): refused by every reader (the plan's schema and
+#: model); the first path the plan has is tampered (a served plan's winner may be colocated
+#: or disaggregated).
+KNOWN_BAD: list[tuple[str, list[tuple[Any, ...]], Any]] = [
+    ("pipeline", [("layout", "stages", 0, "modules", 0, "layer")], -1),
+    ("pipeline", [("layout", "stages", 0, "modules", 0, "layer")], 10**12),
+    ("pipeline", [("layout", "world_size")], 64),
+    ("strategy", [("layout", "world_size")], 64),
+    ("strategy", [("layout", "attn", "dp")], -1),
+    ("served", [("layout", "world_size")], 64),
+    ("served", [("predicted", "serving", "knobs", "tbo"),
+                ("details", "disaggregation", "decode", "knobs", "tbo")], []),
+    ("served", [("predicted", "serving", "serve_layout", "micro_batches"),
+                ("details", "disaggregation", "prefill", "micro_batches")], 10**12),
+    ("served", [("predicted", "serving", "gpus")], -1),
+    ("served", [("details", "disaggregation", "gpus"), ("predicted", "serving", "gpus")], 64),
+]  # fmt: skip
 PHASE = ["--phase", "decode", "--batch-per-gpu", "8", "--context", "1024", "--json"]
 
 
@@ -171,10 +176,11 @@ def plan_file_cases(rng: random.Random, tmp: Path, n: int) -> list[Case]:
         p.write_text(json.dumps(doc))
         return p
 
-    for name, path, value in KNOWN_BAD:
+    for name, paths, value in KNOWN_BAD:
         doc = copy.deepcopy(plans[name])
-        if not _set(doc, path, value):
-            raise RuntimeError(f"{name} plan has no field {path}")
+        path = next((q for q in paths if _set(doc, q, value)), None)
+        if path is None:
+            raise RuntimeError(f"{name} plan has none of the fields {paths}")
         p = write(name, doc)
         what = f"{name} plan {'.'.join(map(str, path))} = {value!r}"
         out.append((f"serve-sim {what}", ["serve-sim", "--plan", str(p), *PHASE], "2", {}))
