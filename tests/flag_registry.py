@@ -176,7 +176,9 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--trace": P("--trace", "{trace}"),
             "--families": P("--families", "pipeline"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
-            "--any-divisor": P("--any-divisor"),
+            # 8 or 16 GPUs have only power-of-two divisors; on 24 any divisor is the default
+            # and powers of two leave deepseek-v2-lite no strategy shape (refused)
+            "--any-divisor": R("--powers-of-two", base=(*PLAN, "--nodes", "3")),
             "--placement": P(
                 "--no-placement", "--trace", "{trace}", base=(*PLAN, "--trace", "{trace}")
             ),
