@@ -68,11 +68,11 @@ class Number:
 
 def blocks(doc: Path) -> list[Block]:
     """Table rows (not header or separator rows) and paragraphs of ``doc``, outside code
-    fences and headings."""
+    blocks (fenced or indented) and headings."""
     lines = doc.read_text(encoding="utf-8").splitlines()
     out: list[Block] = []
     para: list[tuple[int, str]] = []
-    fenced = False
+    fenced = indented = False  # in a fenced / an indented code block
 
     def flush() -> None:
         if para:
@@ -86,6 +86,9 @@ def blocks(doc: Path) -> list[Block]:
             fenced = not fenced
             continue
         if fenced:
+            continue
+        if indented or (not para and line.startswith("    ") and s):
+            indented = bool(s)  # an indented code block ends at a blank line
             continue
         if s.startswith("|"):
             flush()
