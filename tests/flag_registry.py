@@ -23,8 +23,11 @@ EXEMPT = frozenset({"--jobs", "--quiet", "--json", "--out"})
 
 #: Keys of an answer that vary from run to run (wall time, paths): left out of comparisons.
 VOLATILE = frozenset(
-    {"elapsed_s", "timings_s", "search_ms", "artifacts", "launch", "out", "trace", "path"}
-)
+    {"elapsed_s", "timings_s", "search_ms", "artifacts", "launch", "out", "trace", "path",
+     "solve_s", "solve_ms", "warmup_ms", "wall_ms", "wall_s"}
+)  # fmt: skip
+#: Timing keys whose name is an answer elsewhere (``seconds`` of ``price_sources``), by path.
+VOLATILE_PATHS = frozenset({("search", "disaggregated", "seconds")})
 
 
 @dataclass(frozen=True)
@@ -448,11 +451,12 @@ def _moeplan(args: list[str], timeout: float) -> tuple[int, str, str]:
     return r.returncode, r.stdout, r.stderr
 
 
-def _strip(x):
+def _strip(x, path: tuple[str, ...] = ()):
     if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items() if k not in VOLATILE}
+        return {k: _strip(v, (*path, k)) for k, v in x.items()
+                if k not in VOLATILE and (*path, k) not in VOLATILE_PATHS}  # fmt: skip
     if isinstance(x, list):
-        return [_strip(v) for v in x]
+        return [_strip(v, path) for v in x]
     return x
 
 
