@@ -2,7 +2,7 @@
 must change the ``--json`` answer, be refused with one line, or write its file. Prints one
 line per flag found ignored or failing and exits 1 if any (``make fuzz``).
 
-    python bench/flag_sweep.py [--only COMMAND] [--flags F ...] [--timeout S] [--budget S]
+    python bench/flag_sweep.py [--only COMMAND] [--flags NAME ...] [--timeout S] [--budget S]
 
 ``--budget`` stops the sweep after that many seconds and lists the flags it left unswept.
 """
@@ -24,7 +24,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="one command (e.g. 'serve-sim', 'trace stats')")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per moeplan run")
-    ap.add_argument("--flags", nargs="+", help="only these flags (e.g. what a --budget left)")
+    ap.add_argument("--flags", nargs="+", help="only these flags, without their dashes "
+                    "(e.g. model-path any-divisor: what a --budget left)")  # fmt: skip
     ap.add_argument("--budget", type=float, help="stop after this many seconds in all")
     a = ap.parse_args()
     start = time.monotonic()
@@ -40,7 +41,7 @@ def main() -> int:
                 print(f"{command}: not swept ({NOT_SWEPT[command]})")
                 continue
             for flag in probes:
-                if a.flags and flag not in a.flags:
+                if a.flags and flag.removeprefix("--") not in a.flags:
                     continue
                 if a.budget is not None and time.monotonic() - start > a.budget:
                     left.append(f"{command} {flag}")
