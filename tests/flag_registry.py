@@ -302,7 +302,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         ("place", "--trace", "{trace}", "--model", "deepseek-v2-lite", "--ep", "4", "--json"),
         {
             "--trace": R("--trace", "{tmp}/no-such-trace.npz"),
-            "--model": P("--model", "deepseek-v2-lite"),
+            # the model must match the trace (26 MoE layers of 64 experts): another is refused
+            "--model": R("--model", "qwen2-57b-a14b"),
             "--ep": P("--ep", "8"),
             "--mode": P("--mode", "tp"),
             "--baselines": P("--no-baselines"),
