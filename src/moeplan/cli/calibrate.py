@@ -17,6 +17,8 @@ from moeplan.commands.calibrate import fit_measured, fit_rows, kernel_errors
 from moeplan.errors import MoeplanError
 from moeplan.measured import MEASURED
 
+DEFAULT_MEASURED = "h100_sxm"  # the measurement set fitted when none is named
+
 
 def calibrate(
     measured: Annotated[
@@ -25,7 +27,7 @@ def calibrate(
             help=f"Measurement set: one of {', '.join(MEASURED)}, or a folder with "
             "gemm_perf.parquet and nccl_perf.parquet."
         ),
-    ] = "h100_sxm",
+    ] = DEFAULT_MEASURED,
     seed: Annotated[int, typer.Option(help="Seed of the 20% held-out split.")] = 0,
     out: Annotated[
         str | None, typer.Option(help="Write the fitted HardwareProfile JSON here.")
@@ -73,7 +75,7 @@ def calibrate(
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
     if kernels:
         fit_only = {"--device": device, "--quick": quick, "--name": name, "--out": out,
-                    "--measured": measured != "h100_sxm"}  # fmt: skip
+                    "--measured": measured != DEFAULT_MEASURED}  # fmt: skip
         given = [flag for flag, value in fit_only.items() if value]
         if given:
             raise MoeplanError(f"{', '.join(given)} fit a profile; --kernels evaluates the "
