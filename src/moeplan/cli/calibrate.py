@@ -13,8 +13,7 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, err_console, print_json, write_atomic
-from moeplan.commands.calibrate import fit_measured, fit_rows, kernel_errors
-from moeplan.errors import MoeplanError
+from moeplan.commands.calibrate import check_mode, fit_measured, fit_rows, kernel_errors
 from moeplan.measured import MEASURED
 
 DEFAULT_MEASURED = "h100_sxm"  # the measurement set fitted when none is named
@@ -73,23 +72,12 @@ def calibrate(
     ] = None,
 ) -> None:
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
+    check_mode(kernels, device, {"--quick": quick, "--name": name, "--out": out,
+               "--measured": measured != DEFAULT_MEASURED, "--rows-out": rows_out,
+               "--op": op, "--folds": folds is not None, "--errors-out": errors_out})  # fmt: skip
     if kernels:
-        fit_only = {"--device": device, "--quick": quick, "--name": name, "--out": out,
-                    "--measured": measured != DEFAULT_MEASURED}  # fmt: skip
-        given = [flag for flag, value in fit_only.items() if value]
-        if given:
-            raise MoeplanError(f"{', '.join(given)} fit a profile; --kernels evaluates the "
-                               "kernel database (give one or the other)")  # fmt: skip
         _kernels(op, seed, folds, errors_out, json_out)
         return
-    if op or folds is not None or errors_out:
-        raise MoeplanError("--op, --folds and --errors-out need --kernels")
-    needs_device = [
-        f for f, v in (("--rows-out", rows_out), ("--quick", quick), ("--name", name)) if v
-    ]
-    if needs_device and device is None:
-        verb = "needs" if len(needs_device) == 1 else "need"
-        raise MoeplanError(f"{', '.join(needs_device)} {verb} --device")
     skipped: list[list[str]] = []
     if device is not None:
         profile, report, rows, skipped = _measure(
