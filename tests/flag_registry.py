@@ -192,7 +192,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "uniform:256:1024",
                 base=(*PLAN, "--isl-dist", "uniform:256:1024"),
             ),
-            "--redundant-experts": P("--redundant-experts", "8"),
+            "--redundant-experts": R("--redundant-experts", "8"),  # not applied by the search
             "--tbo": P("--tbo"),
             "--mtp": R("--mtp", "1"),
             "--mtp-accept": P(

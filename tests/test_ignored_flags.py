@@ -89,3 +89,11 @@ def test_strategy_model_path_without_export_is_refused(capsys):
 def test_calibrate_refuses_a_flag_of_the_other_mode(capsys, args, names):
     line = _one_line(capsys, "calibrate", *args, "--json")
     assert line.startswith("moeplan: error: ") and names in line
+
+
+def test_plan_redundant_experts_is_refused_not_ignored(capsys, tmp_path):
+    """The deployment search sets no redundant experts on a layout: N = 8 gave the same plan."""
+    line = _one_line(capsys, "plan", "--model", "deepseek-v2-lite", "--cluster", "h100-sxm-8",
+                     "--redundant-experts", "8", "--out", str(tmp_path / "o"), "--json")  # fmt: skip
+    assert line.startswith("moeplan: error: --redundant-experts (8)") and "serve-sim" in line
+    assert not (tmp_path / "o").exists()

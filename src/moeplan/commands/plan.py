@@ -108,7 +108,12 @@ def knob_search(
     from moeplan.search.ranking.rank import KnobSearch
     from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
 
-    require(redundant is None or redundant >= 0, f"--redundant-experts ({redundant}) must be >= 0")
+    require(
+        redundant is None,
+        f"--redundant-experts ({redundant}) is not applied by moeplan plan: its deployment search "
+        "sets no redundant experts on a layout; price them on one with moeplan serve-sim "
+        "--redundant-experts N",
+    )
     require(
         kv_dtype in KV_DTYPES, f"--kv-dtype ({kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}"
     )
@@ -128,7 +133,6 @@ def knob_search(
         n
         for n, v in (
             ("tbo", tbo),
-            ("redundant_experts", redundant),
             ("a2a", a2a),
             ("mtp", mtp or None),
         )
@@ -137,7 +141,7 @@ def knob_search(
     base = InstanceKnobs(
         tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0)
     )
-    return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
+    return KnobSearch(base=base, given=frozenset(given), a2a=a2a)
 
 
 def plan_warnings(spec: JobSpec, outcome: PlanOutcome) -> list[str]:
@@ -285,7 +289,7 @@ def job_spec(
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(c, profile, engine=None if cost_engine == "none" else engine)
-    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
+    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir
 
