@@ -41,7 +41,7 @@ test-browser: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
-fuzz: $(STAMP)  # ~250 malformed inputs through the CLI, 30 s limit each (~10 min); every flag swept
+fuzz: $(STAMP)  # malformed inputs through the CLI, 30 s limit each (docs/benchmarks/fuzz.md); every flag swept
 	$(BIN)/python bench/fuzz_all.py --cases 150
 	$(BIN)/python bench/flag_sweep.py
 

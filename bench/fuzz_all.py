@@ -2,7 +2,8 @@
 
 Each case is one ``python -m moeplan ...`` subprocess under a wall-clock limit. A case passes
 when the command exits 0 or 2 (user error) without a traceback, prints at most one stderr line
-when it fails, and ends before the limit. Inputs are seeded mutations of:
+when it fails, prints valid JSON (no bare ``NaN``) under ``--json``, and ends before the
+limit. Inputs are seeded mutations of:
 
 - model configs (every key of four presets → wrong types, huge/negative/zero/non-finite numbers,
   4,300-digit integers, deletions; plus byte-level damage: non-UTF-8, truncation, deep nesting,
@@ -12,6 +13,10 @@ when it fails, and ends before the limit. Inputs are seeded mutations of:
 - SGLang dumps (``torch.save`` dicts with wrong types/shapes/maps) → ``trace import``;
 - tampered ``plan.json`` and bad ``--timeout`` → ``run --plan``;
 - out-of-range flags;
+- the surfaces of ``bench/fuzz_surfaces.py``: kernel-variant cache files holding the wrong
+  value (a miss, rebuilt: the same answer as a clean cache), tampered plan files (refused by
+  ``serve-sim --plan`` and ``run --plan``), ``hf_quant_config.json`` fields of the wrong type
+  or unpriced (refused naming the field);
 - the kinds of ``bench/fuzz_kinds.py``: huge and non-finite numbers in every numeric flag and
   in the grammars, non-UTF-8 locales, NUL bytes and ESC sequences from files, special files
   (FIFO, folder, ``/dev/null``) at every path moeplan reads and in the kernel-variant cache,
@@ -19,7 +24,8 @@ when it fails, and ends before the limit. Inputs are seeded mutations of:
 
 The limit is 30 s per case (``plan``: 120 s, a valid full-size plan is slow on 2 cores).
 
-``python bench/fuzz_all.py [--cases N] [--kinds all|configs|new] [--root CHECKOUT] [--limit S]``
+``python bench/fuzz_all.py [--cases N] [--kinds all|configs|new|surfaces] [--root CHECKOUT]
+[--limit S]``
 prints one JSON line
 per failing case and a summary; ``--root`` runs another checkout's ``src`` (for before/after
 figures). ``run()`` returns the summary rows for ``bench/run_all.py``.
@@ -398,10 +404,11 @@ def run_case(
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return {"rc": None, "hang": True, "traceback": False, "internal": False, "lines": 0,
+        return {"stdout": "", "rc": None, "hang": True, "traceback": False, "internal": False, "lines": 0,
                 "err": "", "s": limit}  # fmt: skip
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
     return {
+        "stdout": p.stdout,
         "rc": p.returncode,
         "hang": False,
         "traceback": "Traceback" in p.stderr,
@@ -420,8 +427,9 @@ def _limit(argv: list[str], limit: float) -> float:
 def all_cases(
     seed: int, n: int, tmp: Path, kinds: str = "all"
 ) -> list[tuple[str, list[str], str, dict[str, str]]]:
-    """``kinds``: ``configs`` (the generators above), ``new`` (``bench/fuzz_kinds.py``) or
-    ``all``; each case with the environment it adds (``{}``: none)."""
+    """``kinds``: ``configs`` (the generators above), ``new`` (``bench/fuzz_kinds.py``),
+    ``surfaces`` (``bench/fuzz_surfaces.py``) or ``all``; each case with the environment it
+    adds (``{}``: none)."""
     rng = random.Random(seed)
     old: list[Case] = []
     if kinds in ("all", "configs"):
@@ -438,7 +446,46 @@ def all_cases(
         from fuzz_kinds import kind_cases
 
         cases += kind_cases(rng, tmp, n)
+    if kinds in ("all", "surfaces"):
+        sys.path.insert(0, str(ROOT / "bench"))
+        from fuzz_surfaces import surface_cases
+
+        cases += surface_cases(rng, tmp, max(n // 5, 10))
     return cases
+
+
+def _strict_json(text: str) -> bool:
+    """``text`` is one JSON value with no bare ``NaN`` / ``Infinity``."""
+
+    def bare(c: str) -> Any:
+        raise ValueError(c)
+
+    try:
+        json.loads(text, parse_constant=bare)
+    except ValueError:
+        return False
+    return True
+
+
+def judge(what: str, argv: list[str], expect: str, r: dict[str, Any]) -> dict[str, Any] | None:
+    """None when the run ``r`` of a case keeps its contract, else the finding. ``r`` loses
+    its ``stdout`` and gains the flags the summary counts."""
+    out = r.pop("stdout")
+    same = Path(expect[5:]).read_text() if expect.startswith("same:") else None
+    code = "0" if same is not None else expect
+    r["accepted_bad"] = code != "any" and r["rc"] is not None and str(r["rc"]) != code
+    r["invalid_json"] = "--json" in argv and r["rc"] == 0 and not _strict_json(out)
+    r["answer_differs"] = same is not None and r["rc"] == 0 and out != same
+    ok = (
+        not r["hang"]
+        and not r["traceback"]
+        and r["rc"] in (0, 2)
+        and (r["rc"] == 0 or r["lines"] == 1)
+        and not r["accepted_bad"]
+        and not r["invalid_json"]
+        and not r["answer_differs"]
+    )
+    return None if ok else {"case": what, "argv": " ".join(argv[:3]), "expect": code, **r}
 
 
 def fuzz(
@@ -455,18 +502,9 @@ def fuzz(
             results = list(
                 pool.map(lambda c: run_case(c[1], root, _limit(c[1], limit), c[3]), cases)
             )
-    bad = []
-    for (what, argv, expect, _env), r in zip(cases, results, strict=True):
-        r["accepted_bad"] = expect != "any" and r["rc"] is not None and str(r["rc"]) != expect
-        ok = (
-            not r["hang"]
-            and not r["traceback"]
-            and r["rc"] in (0, 2)
-            and (r["rc"] == 0 or r["lines"] == 1)
-            and not r["accepted_bad"]
-        )
-        if not ok:
-            bad.append({"case": what, "argv": " ".join(argv[:3]), "expect": expect, **r})
+        verdicts = [judge(what, argv, expect, r) for (what, argv, expect, _), r in
+                    zip(cases, results, strict=True)]  # fmt: skip
+        bad = [v for v in verdicts if v is not None]
     return {
         "runs": len(cases),
         "tracebacks": sum(r["traceback"] for r in results),
@@ -475,6 +513,8 @@ def fuzz(
         "exit_not_0_or_2": sum(r["rc"] not in (0, 2) for r in results if not r["hang"]),
         "multi_line_errors": sum(r["rc"] not in (0, None) and r["lines"] > 1 for r in results),
         "wrong_exit_for_bad_input": sum(r["accepted_bad"] for r in results),
+        "invalid_json": sum(r["invalid_json"] for r in results),
+        "answer_differs_from_clean_cache": sum(r["answer_differs"] for r in results),
         "failing": bad,
     }
 
@@ -500,6 +540,8 @@ def run() -> list[dict]:
             "exit_not_0_or_2",
             "multi_line_errors",
             "wrong_exit_for_bad_input",
+            "invalid_json",
+            "answer_differs_from_clean_cache",
         )
     ]
 
@@ -510,8 +552,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose src/ is fuzzed")
     ap.add_argument("--limit", type=float, default=30.0, help="seconds per case")
-    ap.add_argument("--kinds", choices=("all", "configs", "new"), default="all",
-                    help="configs: the malformed-input generators; new: bench/fuzz_kinds.py")  # fmt: skip
+    ap.add_argument("--kinds", choices=("all", "configs", "new", "surfaces"), default="all",
+                    help="configs: the malformed-input generators; new: bench/fuzz_kinds.py; "
+                    "surfaces: bench/fuzz_surfaces.py")  # fmt: skip
     a = ap.parse_args()
     s = fuzz(a.cases, a.seed, a.root.resolve(), a.limit, kinds=a.kinds)
     for b in s["failing"]:

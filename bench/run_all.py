@@ -7,6 +7,11 @@ machine is shared and noisy — a ``reference`` measured in the same run and ``r
 module without one is a standalone benchmark (it installs a peer, sweeps for an hour, or
 takes its own arguments): the table names it with the command that runs it. Run one file
 alone with ``python bench/bench_x.py``; run all with ``make bench``.
+
+``--record`` also writes each benchmark's rows to ``docs/benchmarks/data/<bench>.json`` with
+the command, the date and the load average: the figures the docs quote from it are checked
+against that file (tests/test_docs_benchmarks.py), so a figure is changed by rerunning its
+benchmark, not by hand.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,9 +47,23 @@ def _runnable(run: object) -> bool:
                for p in params)  # fmt: skip
 
 
+def record(folder: Path, bench: str, rows: list[dict]) -> None:
+    """One benchmark's rows with what produced them (command, UTC date, load average)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "command": f"python bench/run_all.py --record {bench}",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "kind": "bench",
+        "load_average": round(os.getloadavg()[0], 2),
+        "rows": rows,
+    }
+    (folder / f"{bench}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def main(argv: list[str]) -> int:
     here = Path(__file__).parent
-    only = set(argv)
+    recording = "--record" in argv
+    only = {a for a in argv if a != "--record"}
     rows: list[dict] = []
     failed: list[str] = []
     for path in sorted(here.glob("bench_*.py")):
@@ -64,6 +84,8 @@ def main(argv: list[str]) -> int:
             continue
         for row in got:
             rows.append({"bench": path.stem, **row})
+        if recording:
+            record(here.parent / "docs" / "benchmarks" / "data", path.stem, got)
         print(f"{path.stem}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     table = Table(title="moeplan benchmarks")
     for col in ("bench", "name", "value", "unit", "reference", "ratio", "target", "note"):

@@ -23,8 +23,11 @@ EXEMPT = frozenset({"--jobs", "--quiet", "--json", "--out"})
 
 #: Keys of an answer that vary from run to run (wall time, paths): left out of comparisons.
 VOLATILE = frozenset(
-    {"elapsed_s", "timings_s", "search_ms", "artifacts", "launch", "out", "trace", "path"}
-)
+    {"elapsed_s", "timings_s", "search_ms", "artifacts", "launch", "out", "trace", "path",
+     "solve_s", "solve_ms", "warmup_ms", "wall_ms", "wall_s"}
+)  # fmt: skip
+#: Timing keys whose name is an answer elsewhere (``seconds`` of ``price_sources``), by path.
+VOLATILE_PATHS = frozenset({("search", "disaggregated", "seconds")})
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ COST_AR = ("cost", "allreduce", *H100, "--message-size", "1048576", "--num-gpus"
 COST_DE = ("cost", "deepep_ll_dispatch", *H100, "--hidden-size", "2048", "--num-token", "128",
            "--num-topk", "6", "--num-experts", "64", "--json")  # fmt: skip
 
+KERNELS = ("calibrate", "--kernels", "--op", "mhc", "--json")  # the smallest table
 COST_DN = ("cost", "deepep_normal_dispatch", *COST_DE[2:-1], "--sms", "24", "--json")
 
 BENCH = ("bench", *LITE, *H100, "--num-prompts", "20", "--random-input-len", "256",
@@ -221,7 +225,9 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         PLAN,
         {
             "--model": P("--model", "qwen3-30b-a3b", key="model"),
-            "--model-path": R("--model-path", "{tmp}/no-such-folder"),
+            # a path on the serving machine, written into the launch files
+            # (tests/test_launch_deployment.py); a preset name is refused (no engine loads it)
+            "--model-path": R("--model-path", "deepseek-v2-lite"),
             "--cluster": P("--cluster", "h200-sxm-8", key="cluster"),
             "--nodes": P("--nodes", "2"),
             "--layers": P("--layers", "4"),
@@ -244,7 +250,9 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--trace": P("--trace", "{trace}"),
             "--families": P("--families", "pipeline"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
-            "--any-divisor": P("--any-divisor"),
+            # 8 or 16 GPUs have only power-of-two divisors; on 24 any divisor is the default
+            # and powers of two leave deepseek-v2-lite no strategy shape (refused)
+            "--any-divisor": R("--powers-of-two", base=(*PLAN, "--nodes", "3")),
             "--placement": P(
                 "--no-placement", "--trace", "{trace}", base=(*PLAN, "--trace", "{trace}")
             ),
@@ -255,18 +263,11 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "uniform:256:1024",
                 base=(*PLAN, "--isl-dist", "uniform:256:1024"),
             ),
-            "--redundant-experts": P("--redundant-experts", "8"),
+            "--redundant-experts": R("--redundant-experts", "8"),  # not applied by the search
             "--tbo": P("--tbo"),
             "--mtp": R("--mtp", "1"),
-            "--mtp-accept": P(
-                "--mtp-accept",
-                "0.5",
-                "--model",
-                "deepseek-v3",
-                "--nodes",
-                "2",
-                base=(*PLAN, "--model", "deepseek-v3", "--nodes", "2"),
-            ),
+            # read with --mtp only (a plan of deepseek-v3 with MTP is too long for the sweep)
+            "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8"),
             "--mem-fraction": P("--mem-fraction", "0.6"),
             "--a2a": P("--a2a", "nccl"),
@@ -369,7 +370,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         ("place", "--trace", "{trace}", "--model", "deepseek-v2-lite", "--ep", "4", "--json"),
         {
             "--trace": R("--trace", "{tmp}/no-such-trace.npz"),
-            "--model": P("--model", "deepseek-v2-lite"),
+            # the model must match the trace (26 MoE layers of 64 experts): another is refused
+            "--model": R("--model", "qwen2-57b-a14b"),
             "--ep": P("--ep", "8"),
             "--mode": P("--mode", "tp"),
             "--baselines": P("--no-baselines"),
@@ -405,14 +407,27 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 "1.0",
                 base=("strategy", *LITE, *H100, "--expert-skew", "1.0", "--json"),
             ),
-            "--all-sizes": P("--all-sizes"),
-            "--any-divisor": P("--any-divisor"),
+            # one node has no smaller deployment; 8 or 16 GPUs have only power-of-two divisors
+            "--all-sizes": P(
+                "--all-sizes", base=("strategy", *LITE, *H100, "--nodes", "2", "--json")
+            ),
+            "--any-divisor": P(
+                "--any-divisor",
+                key="evaluated",
+                base=("strategy", "--model", "kimi-k2", *H100, "--nodes", "3", "--json"),
+            ),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--engine": P("--engine", "vllm"),
             "--engine-version": P("--engine-version", "0.5.9", key="pricing.engine_version"),
             "--top": P("--top", "2"),
-            "--export": F("--export", "{tmp}/export", "--out", "{tmp}/o"),
-            "--model-path": R("--model-path", "{tmp}/no-such-folder"),
+            "--export": P("--export", "sglang", key="export"),
+            # the checkpoint of the launch command: a path on the serving machine
+            "--model-path": P(
+                "--model-path",
+                "/models/dsv2-lite",
+                key="export",
+                base=("strategy", *LITE, *H100, "--export", "sglang", "--json"),
+            ),
             "--verify": P("--verify"),
         },
     ),
@@ -445,13 +460,13 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--measured": P("--measured", "a100_sxm"),
             "--seed": P("--seed", "3"),
             "--device": R("--device", "bogus"),
-            "--quick": P("--quick"),
-            "--name": P("--name", "x"),
+            "--quick": R("--quick"),  # --device only (a measuring run)
+            "--name": R("--name", "x"),
             "--kernels": P("--kernels"),
             "--op": R("--op", "bogus"),
-            "--folds": P("--folds", "3"),
-            "--errors-out": F("--errors-out", "{tmp}/e.csv"),
-            "--rows-out": F("--rows-out", "{tmp}/r.csv"),
+            "--folds": P("--folds", "2", base=KERNELS),
+            "--errors-out": F("--errors-out", "{tmp}/e.json", base=KERNELS),
+            "--rows-out": R("--rows-out", "{tmp}/r.json"),  # --device only (a measuring run)
         },
     ),
     "run": (
@@ -507,11 +522,12 @@ def _moeplan(args: list[str], timeout: float) -> tuple[int, str, str]:
     return r.returncode, r.stdout, r.stderr
 
 
-def _strip(x):
+def _strip(x, path: tuple[str, ...] = ()):
     if isinstance(x, dict):
-        return {k: _strip(v) for k, v in x.items() if k not in VOLATILE}
+        return {k: _strip(v, (*path, k)) for k, v in x.items()
+                if k not in VOLATILE and (*path, k) not in VOLATILE_PATHS}  # fmt: skip
     if isinstance(x, list):
-        return [_strip(v) for v in x]
+        return [_strip(v, path) for v in x]
     return x
 
 
@@ -531,9 +547,12 @@ def make_trace(folder: Path, timeout: float = 120) -> str:
     return str(path)
 
 
-def check(command: str, flag: str, trace: str, timeout: float = 300) -> str | None:
+def check(
+    command: str, flag: str, trace: str, timeout: float = 300, answers: dict | None = None
+) -> str | None:
     """None when ``flag`` of ``command`` is read (its probe changes the answer, is refused
-    with one line, or writes its file), else why not."""
+    with one line, or writes its file), else why not. ``answers``, when given, keeps each
+    base question's answer so that a sweep runs it once."""
     base_args, probes = REGISTRY[command]
     probe = probes[flag]
     with tempfile.TemporaryDirectory() as tmp:
@@ -554,7 +573,13 @@ def check(command: str, flag: str, trace: str, timeout: float = 300) -> str | No
             if code == 0 and target.exists():
                 return None
             return f"exit {code}, file written: {target.exists()}, {err.strip()[-200:]!r}"
-        code, a, err = _moeplan(base, timeout)
+        key = tuple(x.replace(tmp, "{tmp}") for x in base)
+        if answers is not None and key in answers:
+            code, a, err = answers[key]
+        else:
+            code, a, err = _moeplan(base, timeout)
+            if answers is not None:
+                answers[key] = (code, a, err)
         if code != 0:
             return f"base question fails: exit {code}, {err.strip()[-200:]!r}"
         with tempfile.TemporaryDirectory() as tmp2:

@@ -61,10 +61,10 @@ def test_plan_knob_search_fixes_the_given_knobs():
 
 def test_serve_workload_keeps_the_rate_given_and_reads_distributions():
     w = plan_cmd.read_workload(None, 1024, 64, 8, None)
-    sw = plan_cmd.serve_workload(w, 120, 3.0, None, "uniform:100:300", None, 7)
+    sw = plan_cmd.serve_workload(w, 120, 3.0, "uniform:100:300", None, 7)
     assert sw.rate == 3.0 and sw.isl.mean == 200 and sw.osl.mean == 64 and sw.seed == 7
-    closed = plan_cmd.serve_workload(w, 120, None, 16, None, None, 0)
-    assert closed.rate is None and closed.concurrency == 16
+    placeholder = plan_cmd.serve_workload(w, 120, None, None, None, 0)
+    assert placeholder.rate == 1.0 and placeholder.concurrency is None
 
 
 def test_node_sizes_are_powers_of_two_below_the_cluster_and_it():

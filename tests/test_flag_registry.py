@@ -4,9 +4,21 @@ refused with one line. The full sweep is ``bench/flag_sweep.py`` (``make fuzz``)
 
 from __future__ import annotations
 
+import json
+import tempfile
+
 import pytest
 
-from flag_registry import EXEMPT, NOT_SWEPT, REGISTRY, all_flags, check, make_trace
+from flag_registry import (
+    EXEMPT,
+    NOT_SWEPT,
+    REGISTRY,
+    _moeplan,
+    _strip,
+    all_flags,
+    check,
+    make_trace,
+)
 
 
 def test_every_flag_of_every_command_has_a_probe():
@@ -46,3 +58,24 @@ def trace(tmp_path_factory):
 @pytest.mark.parametrize("command, flag", SAMPLE)
 def test_a_sample_of_flags_is_read_not_ignored(command, flag, trace):
     assert check(command, flag, trace) is None
+
+
+def _answer(command: str, trace: str):
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [a.replace("{tmp}", tmp).replace("{trace}", trace) for a in REGISTRY[command][0]]
+        code, out, err = _moeplan(args, 600)
+    assert code == 0, err
+    return _strip(json.loads(out))
+
+
+SLOW = pytest.mark.slow
+STABLE = ["dep", "place", *(pytest.param(c, marks=SLOW) for c in REGISTRY
+          if c not in ("dep", "place", "run", "trace import"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", STABLE)
+def test_a_base_answer_is_the_same_in_two_runs(command, trace):
+    """The sweep's oracle: outside the volatile keys (timings, paths) a question's answer
+    does not vary, so a changed answer is the flag's doing (dep and place report their
+    solve times, plan its search's)."""
+    assert _answer(command, trace) == _answer(command, trace)

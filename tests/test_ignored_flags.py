@@ -69,3 +69,31 @@ def test_cost_refuses_an_unknown_kernel_source(capsys):
                      "--hidden-size", "2048", "--inter-size", "1408", "--topk", "6",
                      "--num-experts", "64", "--kernel-source", "bogus", "--json")  # fmt: skip
     assert "--kernel-source ('bogus')" in line and "sglang_fused_moe_triton" in line
+
+
+def test_strategy_model_path_without_export_is_refused(capsys):
+    line = _one_line(capsys, "strategy", "--model", "deepseek-v2-lite", "--cluster",
+                     "h100-sxm-8", "--model-path", "/models/x", "--json")  # fmt: skip
+    assert line.startswith("moeplan: error: --model-path (") and "--export" in line
+
+
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (("--quick",), "--quick needs --device"),
+        (("--name", "x", "--quick"), "--quick, --name need --device"),
+        (("--kernels", "--device", "cpu"), "--device fit a profile"),
+        (("--kernels", "--measured", "a100_sxm", "--out", "p.json"), "--out, --measured fit"),
+    ],
+)
+def test_calibrate_refuses_a_flag_of_the_other_mode(capsys, args, names):
+    line = _one_line(capsys, "calibrate", *args, "--json")
+    assert line.startswith("moeplan: error: ") and names in line
+
+
+def test_plan_redundant_experts_is_refused_not_ignored(capsys, tmp_path):
+    """The deployment search sets no redundant experts on a layout: N = 8 gave the same plan."""
+    line = _one_line(capsys, "plan", "--model", "deepseek-v2-lite", "--cluster", "h100-sxm-8",
+                     "--redundant-experts", "8", "--out", str(tmp_path / "o"), "--json")  # fmt: skip
+    assert line.startswith("moeplan: error: --redundant-experts (8)") and "serve-sim" in line
+    assert not (tmp_path / "o").exists()

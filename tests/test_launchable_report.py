@@ -62,14 +62,13 @@ def _outcome(workload: dict, rate_rps: float | None = None):
 def test_header_names_the_served_load():
     """A given rate is named (not "rate not set", not the analytic batch); without one, each
     deployment's SLO-bound capacity and the winner's; the SLO limits in full milliseconds."""
-    base = {"isl": "2048", "osl": "256", "rate_rps": None, "concurrency": None}
+    base = {"isl": "2048", "osl": "256", "rate_rps": None}
     text = served_text(_outcome({**base, "rate_rps": 4.0}))
     assert "Poisson arrivals at 4 requests/s" in text and "not set" not in text
     assert "2048 prompt + 256 output tokens" in text and "prompts ×" not in text
     assert "TTFT ≤ 2,000 ms, TPOT ≤ 100 ms" in text and "p90" in text
     text = served_text(_outcome(base, rate_rps=12.345))
     assert "SLO-bound capacity" in text and "12.35 requests/s" in text
-    assert "16 requests in flight" in served_text(_outcome({**base, "concurrency": 16}))
 
 
 def test_launch_scripts_say_the_full_model_does_not_fit(demo):

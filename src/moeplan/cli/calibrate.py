@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, err_console, print_json, write_atomic
-from moeplan.commands.calibrate import fit_measured, fit_rows, kernel_errors
-from moeplan.errors import MoeplanError
+from moeplan.commands.calibrate import check_mode, fit_measured, fit_rows, kernel_errors
 from moeplan.measured import MEASURED
+
+DEFAULT_MEASURED = "h100_sxm"  # the measurement set fitted when none is named
 
 
 def calibrate(
@@ -25,7 +26,7 @@ def calibrate(
             help=f"Measurement set: one of {', '.join(MEASURED)}, or a folder with "
             "gemm_perf.parquet and nccl_perf.parquet."
         ),
-    ] = "h100_sxm",
+    ] = DEFAULT_MEASURED,
     seed: Annotated[int, typer.Option(help="Seed of the 20% held-out split.")] = 0,
     out: Annotated[
         str | None, typer.Option(help="Write the fitted HardwareProfile JSON here.")
@@ -71,13 +72,12 @@ def calibrate(
     ] = None,
 ) -> None:
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
+    check_mode(kernels, device, {"--quick": quick, "--name": name, "--out": out,
+               "--measured": measured != DEFAULT_MEASURED, "--rows-out": rows_out,
+               "--op": op, "--folds": folds is not None, "--errors-out": errors_out})  # fmt: skip
     if kernels:
         _kernels(op, seed, folds, errors_out, json_out)
         return
-    if op or folds is not None or errors_out:
-        raise MoeplanError("--op, --folds and --errors-out need --kernels")
-    if rows_out and device is None:
-        raise MoeplanError("--rows-out needs --device")
     skipped: list[list[str]] = []
     if device is not None:
         profile, report, rows, skipped = _measure(

@@ -142,8 +142,8 @@ def plan_cmd(
     redundant_experts: Annotated[
         int | None,
         typer.Option(
-            help="Redundant experts per MoE layer (default: searched, 0 or the smallest making "
-            "E + R divisible by EP, at most E/8)."
+            help="Refused: the deployment search sets no redundant experts (serve-sim "
+            "--redundant-experts)."
         ),
     ] = None,
     tbo: Annotated[

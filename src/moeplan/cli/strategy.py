@@ -49,7 +49,7 @@ from moeplan.commands.strategy import (
     strategy_workload,
     verify_fused,
 )
-from moeplan.errors import check_int, require
+from moeplan.errors import check_int, require, show
 from moeplan.export.constraints import Target
 from moeplan.export.sglang import ExportResult
 from moeplan.kernel_tables import pricing, pricing_line
@@ -181,6 +181,11 @@ def strategy(
     require(top >= 1, f"--top ({top}) must be >= 1")
     require(ttft_slo is None or ttft_slo > 0, f"--ttft-slo ({ttft_slo}) must be > 0 ms")
     require(itl_slo is None or itl_slo > 0, f"--itl-slo ({itl_slo}) must be > 0 ms")
+    require(
+        model_path is None or export is not None,
+        f"--model-path ({show(model_path)}) names the checkpoint of an --export launch command; "
+        "give --export sglang|vllm with it",
+    )
     check_out(out, OUTPUTS)
     check_int("--seed", seed, 0, 2**32 - 1)
     m = load_model(model)

@@ -12,6 +12,28 @@ from moeplan.errors import MoeplanError
 from moeplan.measured import read_gemm, read_nccl
 
 
+def check_mode(kernels: bool, device: str | None, given: dict[str, Any]) -> None:
+    """``calibrate``'s three modes each read their own flags: fitting NVIDIA's tables,
+    measuring this machine (``--device``: ``--quick``, ``--name``, ``--rows-out``) and
+    evaluating the kernel database (``--kernels``: ``--op``, ``--folds``, ``--errors-out``).
+    A flag of another mode is refused, not ignored. ``given``: flag -> whether it was given
+    (``--measured``: a set other than the default)."""
+    on = {flag for flag, value in given.items() if value}
+    if kernels:
+        fit = [f for f in ("--device", "--quick", "--name", "--out", "--measured") if f in on]
+        fit = fit if device is None else ["--device", *fit]
+        if fit:
+            raise MoeplanError(f"{', '.join(fit)} fit a profile; --kernels evaluates the "
+                               "kernel database (give one or the other)")  # fmt: skip
+        return
+    if on & {"--op", "--folds", "--errors-out"}:
+        raise MoeplanError("--op, --folds and --errors-out need --kernels")
+    measuring = [f for f in ("--rows-out", "--quick", "--name") if f in on]
+    if measuring and device is None:
+        verb = "needs" if len(measuring) == 1 else "need"
+        raise MoeplanError(f"{', '.join(measuring)} {verb} --device")
+
+
 def fit_measured(measured: str, seed: int) -> tuple[Any, list[Any]]:
     """The HardwareProfile fitted to the shipped measurement set ``measured`` (or a folder)
     and its fit reports (20 % of rows held out, ``seed``)."""

@@ -22,11 +22,10 @@ def check_plan_knobs(
     *,
     a2a: str | None,
     tbo: bool | None,
-    redundant: int | None,
 ) -> None:
     """``--a2a deepep`` / ``--tbo`` need DeepEP on some EP layout (MoE TP 1, every EP size
-    dividing the GPU count); ``--redundant-experts R > 0`` needs some EP size dividing
-    ``E + R``. Raises one-line :class:`MoeplanError` naming flag, value and rule."""
+    dividing the GPU count). Raises one-line :class:`MoeplanError` naming flag, value and
+    rule."""
     check_engine_runs(engine, model, cluster)
     sizes = _ep_sizes(cluster)
     b = backend_or_none(engine)
@@ -39,11 +38,3 @@ def check_plan_knobs(
         if all(why):
             flag = "--a2a (deepep)" if a2a == "deepep" else "--tbo"
             raise MoeplanError(f"{flag} cannot run on any layout here: {why[-1][0]}")
-    if redundant:
-        slots = model.num_experts + redundant
-        if not any(slots % ep == 0 for ep in sizes):
-            raise MoeplanError(
-                f"--redundant-experts ({redundant}): no EP size dividing {cluster.num_gpus} "
-                f"GPUs divides num_experts + redundant experts ({model.num_experts} + "
-                f"{redundant} = {slots})"
-            )

@@ -39,20 +39,18 @@ def serve_workload(
     w: Workload,
     requests: int,
     rate: float | None,
-    concurrency: int | None,
     isl_dist: str | None,
     osl_dist: str | None,
     seed: int,
 ) -> ServeWorkload:
-    """The request stream of the serving footing (a placeholder rate when none is given:
+    """The open request stream of the serving footing (a placeholder rate when none is given:
     each plan is then simulated at its own largest SLO-meeting rate)."""
     isl = LengthDist.parse(isl_dist) if isl_dist else LengthDist(mean=w.isl)
     osl = LengthDist.parse(osl_dist) if osl_dist else LengthDist(mean=w.osl)
     given = rate if rate is not None else w.rate
     return ServeWorkload(
         num_requests=requests,
-        rate=None if concurrency else (given or 1.0),
-        concurrency=concurrency,
+        rate=given or 1.0,
         isl=isl,
         osl=osl,
         seed=seed,
@@ -113,7 +111,12 @@ def knob_search(
     from moeplan.search.ranking.rank import KnobSearch
     from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs
 
-    require(redundant is None or redundant >= 0, f"--redundant-experts ({redundant}) must be >= 0")
+    require(
+        redundant is None,
+        f"--redundant-experts ({redundant}) is not applied by moeplan plan: its deployment search "
+        "sets no redundant experts on a layout; price them on one with moeplan serve-sim "
+        "--redundant-experts N",
+    )
     require(
         kv_dtype in KV_DTYPES, f"--kv-dtype ({kv_dtype!r}) must be one of {', '.join(KV_DTYPES)}"
     )
@@ -133,7 +136,6 @@ def knob_search(
         n
         for n, v in (
             ("tbo", tbo),
-            ("redundant_experts", redundant),
             ("a2a", a2a),
             ("mtp", mtp or None),
         )
@@ -143,7 +145,7 @@ def knob_search(
         tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0),
         mem_fraction=mem_fraction,
     )  # fmt: skip
-    return KnobSearch(base=base, given=frozenset(given), redundant=redundant, a2a=a2a)
+    return KnobSearch(base=base, given=frozenset(given), a2a=a2a)
 
 
 def plan_warnings(spec: JobSpec, outcome: PlanOutcome) -> list[str]:
@@ -268,7 +270,6 @@ def job_spec(
         bool(fams) and all(f in PROPOSING_FAMILIES for f in fams),
         f"families ({families!r}) must be a comma-separated subset of {','.join(PROPOSING_FAMILIES)}",
     )
-    require(rate is None or concurrency is None, "--rate and --concurrency are exclusive")
     require(
         concurrency is None,
         f"--concurrency ({concurrency}) is not modelled by moeplan plan: it ranks deployments on "
@@ -288,17 +289,15 @@ def job_spec(
     )
     ttft_slo, tpot_slo, slo_percentile = slo_ms
     slo = SLO(ttft_s=ttft_slo / 1e3, tpot_s=tpot_slo / 1e3, percentile=slo_percentile)
-    check_requests(
-        requests, slo.percentile if concurrency is None else 50.0, MIN_REQUESTS, MAX_REQUESTS
-    )
-    sw = serve_workload(w, requests, rate, concurrency, isl_dist, osl_dist, seed)
+    check_requests(requests, slo.percentile, MIN_REQUESTS, MAX_REQUESTS)
+    sw = serve_workload(w, requests, rate, isl_dist, osl_dist, seed)
     check_rate(rate, 1, sw, slo)  # fed whole to one instance: the largest run of the search
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(
         c, profile, engine=None if cost_engine == "none" else engine, version=engine_version
     )
-    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo, redundant=redundant_experts)
+    check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"
     from moeplan.report.plan_report import check_outdir
 
@@ -306,7 +305,7 @@ def job_spec(
     full = load_model(model)
     spec = JobSpec(
         model=m, cluster=c, workload=w, serve_workload=sw, slo=slo, families=fams,
-        objective=objective, engine=engine, rate_given=rate is not None or concurrency is not None,
+        objective=objective, engine=engine, rate_given=rate is not None,
         requests=requests, knob_search=search, any_divisor=any_divisor,
         alternatives=[load_cluster(n) for n in cluster_names()], placement=placement,
         trace=trace, trace_source=trace_source(trace, m.num_experts), seed=seed,

@@ -116,8 +116,6 @@ def served_text(outcome: PlanOutcome) -> str:
     slo = r.slo
     if sw["rate_rps"] is not None:
         load = f"Poisson arrivals at {sw['rate_rps']:g} requests/s"
-    elif sw["concurrency"]:
-        load = f"{sw['concurrency']} requests in flight (closed loop)"
     else:
         win = outcome.winner.result.max_rate_meeting_slo_rps
         at = f"; the winner's: {win:,.2f} requests/s" if win else ""

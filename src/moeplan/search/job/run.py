@@ -190,7 +190,7 @@ def workload_dict(ranking: ServeRanking) -> dict[str, Any]:
     length distribution in words."""
     sw = ranking.workload
     return {"requests": sw.num_requests, "rate_rps": sw.rate if ranking.rate_given else None,
-            "concurrency": sw.concurrency, "isl": describe(sw.isl), "osl": describe(sw.osl),
+            "isl": describe(sw.isl), "osl": describe(sw.osl),
             "arrival": sw.arrival, "seed": sw.seed}  # fmt: skip
 
 

@@ -278,12 +278,10 @@ def begin_first(
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KnobSearch:
     """The instance knobs of a deployment search: ``base`` holds the given ones (and the
-    defaults of the others), ``given`` names the :data:`KNOB_ENTRIES` entries not searched,
-    ``redundant`` the given redundant-expert count (``None``: searched)."""
+    defaults of the others), ``given`` names the :data:`KNOB_ENTRIES` entries not searched."""
 
     base: InstanceKnobs = InstanceKnobs()
     given: frozenset[str] = frozenset()
-    redundant: int | None = None
     a2a: str | None = None  # the requested backend (auto / deepep / nccl), resolved per layout
 
 

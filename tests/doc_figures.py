@@ -1,0 +1,213 @@
+"""The figures of the benchmark docs (``docs/BENCHMARKS.md``, ``docs/benchmarks/*.md``) and
+the records they come from.
+
+A block of a doc (a table row, or a paragraph / list item between blank lines) is linked to
+its record by a comment inside it, ``<!-- figures: NAME -->`` or ``<!-- figures: NAME; given
+2 8 -->``, naming ``docs/benchmarks/data/NAME.json``. Every number of a linked block must be
+found in the record, or be one of the block's ``given`` numbers (the question and the
+target, not a result). A record says what produced it, ``command`` and ``date``, and its
+``kind``:
+
+- ``bench``: written by ``python bench/run_all.py --record BENCH``; ``rows`` holds the
+  benchmark's rows. A doc number matches a number of the rows (a field, or a number inside a
+  text field) rounded to the digits the doc shows, in the same unit or scaled (s and ms, a
+  fraction and a percentage, millions).
+- ``gpu``, ``peer``, ``long``, ``test``: a run this machine cannot repeat in a test (it needs
+  a GPU, a peer tool such as aiconfigurator, or a long sweep) or a fact pinned by a test;
+  ``figures`` holds the run's figures as printed, transcribed when it was run. A doc number
+  matches one of them as written.
+
+So a figure in a linked block changes only with its record: rerunning the benchmark (or,
+for the exempt kinds, transcribing a new run with its command and date). The match is by
+value, not by cell: a figure swapped with another figure of the same record, or a small
+count edited into another number of the record, is not caught.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "docs" / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
+DATA = ROOT / "docs" / "benchmarks" / "data"
+KINDS = {"bench", "gpu", "peer", "long", "test"}
+
+MARKER = re.compile(r"<!--\s*figures:\s*([\w.-]+)\s*(?:;\s*given\s+([^>]*?))?\s*-->")
+# a number standing alone: not part of a name (H100, Qwen3, DP16), a version (0.12.0) or a
+# date; an optional k / M multiplier (57k, 1.15 M is two tokens and reads 1.15)
+NUMBER = re.compile(r"(?<![\w.])(\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?)([kM]?)(?!\w|\.\d)")
+_HIDDEN = [
+    re.compile(r"<!--.*?-->"),  # comments (the markers)
+    re.compile(r"`[^`]*`"),  # code: commands and their arguments are inputs
+    re.compile(r"\]\([^)]*\)"),  # link targets
+    re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),  # dates
+]
+# the doc's unit against the record's: the same, a percentage of a fraction, s and ms,
+# millions written "11.6 M"
+_SCALES = (1.0, 100.0, 1e3, 1e-3, 1e-6)
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: Path
+    line: int  # 1-based first line
+    text: str
+    record: str | None  # the NAME of its marker
+    given: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Number:
+    text: str  # as written (with its k / M)
+    value: float  # times its multiplier
+    tolerance: float  # half a unit of the last digit shown
+
+
+def blocks(doc: Path) -> list[Block]:
+    """Table rows (not header or separator rows) and paragraphs of ``doc``, outside code
+    blocks (fenced or indented) and headings."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    out: list[Block] = []
+    para: list[tuple[int, str]] = []
+    fenced = indented = False  # in a fenced / an indented code block
+
+    def flush() -> None:
+        if para:
+            out.append(_block(doc, para[0][0], "\n".join(t for _, t in para)))
+            para.clear()
+
+    for i, line in enumerate(lines, 1):
+        s = line.strip()
+        if s.startswith("```"):
+            flush()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if indented or (not para and line.startswith("    ") and s):
+            indented = bool(s)  # an indented code block ends at a blank line
+            continue
+        if s.startswith("|"):
+            flush()
+            separator = set(s) <= set("|-: ")
+            nxt = lines[i].strip() if i < len(lines) else ""
+            header = set(nxt) <= set("|-: ") and nxt.startswith("|")
+            if not separator and not header:
+                out.append(_block(doc, i, s))
+            continue
+        if not s or s.startswith("#"):
+            flush()
+            continue
+        if s.startswith(("- ", "* ")) or re.match(r"\d+\. ", s):
+            flush()
+        para.append((i, line))
+    flush()
+    return out
+
+
+def _block(doc: Path, line: int, text: str) -> Block:
+    m = MARKER.search(re.sub(r"`[^`]*`", " ", text))  # a marker quoted in code is text
+    given = tuple(m.group(2).split()) if m and m.group(2) else ()
+    return Block(doc, line, text, m.group(1) if m else None, given)
+
+
+def visible(text: str) -> str:
+    """``text`` as a reader sees its numbers: code, link targets, comments and dates left
+    out, ``10 000`` written ``10000``."""
+    for pattern in _HIDDEN:
+        text = pattern.sub(" ", text)
+    return re.sub(r"(?<![\d,.])(\d{1,3}) (\d{3})(?![\d,.])", r"\1\2", text)
+
+
+def numbers(text: str) -> list[Number]:
+    """The numbers a reader sees in ``text`` (see :data:`NUMBER`)."""
+    out = []
+    for m in NUMBER.finditer(visible(text)):
+        digits, mult = m.group(1), {"k": 1e3, "M": 1e6, "": 1.0}[m.group(2)]
+        mantissa = digits.split("e")[0].replace(",", "")
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        exp = int(digits.split("e")[1]) if "e" in digits else 0
+        value = float(digits.replace(",", "")) * mult
+        tol = 0.5 * 10.0 ** (exp - decimals) * mult * (1 + 1e-9)
+        out.append(Number(m.group(0), value, tol))
+    return out
+
+
+def load_record(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def record_problems(name: str, rec: dict) -> list[str]:
+    """What a record lacks: its command, its date, a known kind and its figures."""
+    bad = []
+    if not str(rec.get("command", "")).strip():
+        bad.append(f"{name}: no command")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(rec.get("date", ""))):
+        bad.append(f"{name}: date {rec.get('date')!r} is not YYYY-MM-DD")
+    kind = rec.get("kind")
+    if kind not in KINDS:
+        bad.append(f"{name}: kind {kind!r} not one of {sorted(KINDS)}")
+    elif kind == "bench":
+        if not rec.get("rows") or not str(rec["command"]).startswith("python bench/"):
+            bad.append(f"{name}: a bench record holds the rows of a python bench/ command")
+    elif not rec.get("figures"):
+        bad.append(f"{name}: no figures")
+    return bad
+
+
+def _values(x) -> list[float]:
+    if isinstance(x, bool):
+        return []
+    if isinstance(x, (int, float)):
+        return [float(x)]
+    if isinstance(x, str):
+        return [n.value for n in numbers(x)]
+    if isinstance(x, dict):
+        return [v for y in x.values() for v in _values(y)]
+    if isinstance(x, list):
+        return [v for y in x for v in _values(y)]
+    return []
+
+
+def unmatched(block: Block, rec: dict) -> list[str]:
+    """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``)."""
+    given = set(block.given)
+    if rec.get("kind") == "bench":
+        vals = _values({k: v for k, v in rec.items() if k != "command"})
+        return [
+            n.text
+            for n in numbers(block.text)
+            if n.text not in given
+            and not any(abs(v * s - n.value) <= n.tolerance for v in vals for s in _SCALES)
+        ]
+    figures = {str(f) for f in rec.get("figures", [])}
+    return [n.text for n in numbers(block.text) if n.text not in given | figures]
+
+
+def check_docs(docs: list[Path] = DOCS) -> tuple[list[str], list[Block]]:
+    """Every linked block's numbers against its record: the mismatches (``doc:line: ...``)
+    and the blocks with numbers that name no record."""
+    bad: list[str] = []
+    loose: list[Block] = []
+    cache: dict[str, dict | None] = {}
+    for doc in docs:
+        for b in blocks(doc):
+            where = f"{doc.relative_to(ROOT)}:{b.line}"
+            if b.record is None:
+                if numbers(b.text):
+                    loose.append(b)
+                continue
+            if b.record not in cache:
+                path = DATA / f"{b.record}.json"
+                cache[b.record] = load_record(b.record) if path.exists() else None
+            rec = cache[b.record]
+            if rec is None:
+                bad.append(f"{where}: no record docs/benchmarks/data/{b.record}.json")
+                continue
+            missing = unmatched(b, rec)
+            if missing:
+                bad.append(f"{where}: not in {b.record}.json: {', '.join(missing)}")
+    return bad, loose
