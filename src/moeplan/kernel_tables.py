@@ -283,7 +283,8 @@ def table_choices(
         if name in WIDEEP_SHARED:
             engines = tuple(b.kernel_table for b in BACKENDS.values() if b.shares_wideep_tables)
         for eng in engines:
-            choice = table_for(paths, version if eng == engine == folder else None)
+            asked = eng == folder and eng == engine  # the requested engine's own tables
+            choice = table_for(paths, version if asked else None)
             for op, *_ in FILES[name]:
                 out[(gpu, eng, op)] = (paths[choice.table], choice)
     return out

@@ -75,6 +75,12 @@ def backend(name: str) -> EngineBackend:
     return b
 
 
+def priced_engine(cost_engine: str, engine: str) -> str | None:
+    """The engine whose measured kernel tables price a run: ``engine``, or None when
+    ``--cost-engine`` is :data:`NO_ENGINE` (the calibrated GEMM/NCCL model alone)."""
+    return None if cost_engine == NO_ENGINE else engine
+
+
 def backend_or_none(name: str | None) -> EngineBackend | None:
     """The backend of ``name``, or None for no engine (``None``, :data:`NO_ENGINE`, or a
     name no backend has)."""
@@ -91,5 +97,6 @@ __all__ = [
     "exported",
     "kernel_tables",
     "names",
+    "priced_engine",
     "simulated",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from moeplan.backends import priced_engine
 from moeplan.commands.bench_workload import (
     DATASETS,
     DEFAULT_NUM_PROMPTS,
@@ -341,7 +342,7 @@ def deployment(
         f"--cost-engine ({f.cost_engine!r}) must be 'engine' or 'none'",
     )
     cm = engine_cost_model(
-        setup.cluster, f.profile, engine=None if f.cost_engine == "none" else f.engine,
+        setup.cluster, f.profile, engine=priced_engine(f.cost_engine, f.engine),
         version=f.engine_version,
     )  # fmt: skip
     return setup, cm, launched

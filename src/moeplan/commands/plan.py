@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from moeplan.backends import simulated
+from moeplan.backends import priced_engine, simulated
 from moeplan.commands.knob_checks import check_plan_knobs
 from moeplan.commands.steady import check_rate, check_requests
 from moeplan.commands.workers import check_jobs
@@ -295,7 +295,7 @@ def job_spec(
     if isl_dist or osl_dist:
         w = replace(w, isl=sw.isl.mean, osl=sw.osl.mean)
     cm = engine_cost_model(
-        c, profile, engine=None if cost_engine == "none" else engine, version=engine_version
+        c, profile, engine=priced_engine(cost_engine, engine), version=engine_version
     )
     check_plan_knobs(cm.engine, m, c, a2a=a2a, tbo=tbo)
     outdir = Path(out) if out else Path("out") / f"{m.name}-{c.name}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from moeplan.backends import simulated
+from moeplan.backends import priced_engine, simulated
 from moeplan.commands.serve_plan import layout_from_plan, plan_knobs, served_deployment
 from moeplan.commands.steady import check_fits, check_rate
 from moeplan.commands.workers import check_jobs
@@ -485,6 +485,6 @@ def sim_inputs(f: ServeSimFlags, s: ServeSimSetup) -> tuple[SLO, ServeWorkload, 
     engine = f.engine
     cost_engine = f.cost_engine
     cm = engine_cost_model(
-        c, f.profile, engine=None if cost_engine == "none" else engine, version=f.engine_version
+        c, f.profile, engine=priced_engine(cost_engine, engine), version=f.engine_version
     )
     return slo, w, cm

@@ -22,6 +22,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from moeplan.backends import priced_engine
 from moeplan.commands.serve_inputs import ServedInstance
 from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
@@ -354,9 +355,7 @@ def phase_answer(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",
     )
-    cost = engine_cost_model(
-        c, profile, engine=None if cost_engine == "none" else engine, version=version
-    )
+    cost = engine_cost_model(c, profile, engine=priced_engine(cost_engine, engine), version=version)
     require(
         knob_flags["kv_dtype"] in KV_DTYPES,
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
