@@ -77,7 +77,7 @@ LAUNCH_DEFAULT_CHUNK = 4096  # memory_hook.py: chunked_prefill_size for 40-60 Gi
 DEPLOYMENTS = frozenset({"colocated", "pd"})
 #: the kinds it does not launch, with the rule (attention-FFN disaggregation exists only in
 #: forks' ``--afd-perspective attn|ffn``, not in sgl-project/sglang's server_args.py)
-NO_DEPLOYMENT = {
+SGLANG_NO_DEPLOYMENT = {
     "afd": "server_args.py --disaggregation-mode takes null, prefill or decode only; no "
     "server runs attention and FFN on separate GPUs (a research deployment, moeplan run)",
     "stages": "one server runs whole layers per pipeline stage (--pp-size), not per-module stages",
@@ -225,7 +225,7 @@ SGLANG = SGLangBackend(
     # python/sglang/srt/distributed/utils.py get_pp_indices
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
     deployments=DEPLOYMENTS,
-    no_deployment=NO_DEPLOYMENT,
+    no_deployment=SGLANG_NO_DEPLOYMENT,
     # model_runner_kv_cache_mixin.py profile_max_num_token (cost.memory.KVPool)
     mem_fraction_rule="static",
     # memory_hook.py: the fraction SGLang takes when it cannot read the GPU's memory

@@ -34,7 +34,13 @@ from moeplan.backends.launch_reader import (
 from moeplan.errors import MoeplanError, show
 
 #: ``--kv-cache-dtype`` choices (server_args.py): ``auto`` is the checkpoint's dtype
-KV_DTYPES = {"auto": None, "bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+SGLANG_KV_DTYPES = {
+    "auto": None,
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+}
 #: ``--speculative-algorithm`` values drafting with the model's own MTP / EAGLE head
 #: (python/sglang/srt/speculative/spec_info.py ``SpeculativeAlgorithm``; NEXTN is EAGLE)
 MTP_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
@@ -114,7 +120,7 @@ SGLANG_ARGS = EngineArgs(
         setting(("--mem-fraction-static",), "mem_fraction", fraction, "ServerArgs"),
         setting(("--chunked-prefill-size",), "step_tokens", positive_int, "ServerArgs"),
         setting(("--max-running-requests",), "max_running", positive_int, "ServerArgs"),
-        setting(("--kv-cache-dtype",), "kv_dtype", choice(KV_DTYPES), "ServerArgs"),
+        setting(("--kv-cache-dtype",), "kv_dtype", choice(SGLANG_KV_DTYPES), "ServerArgs"),
         setting(("--context-length",), "max_model_len", positive_int, "ServerArgs"),
         setting(("--quantization",), "quantization", lambda f, t: t, "ServerArgs"),
         setting(("--moe-a2a-backend",), "a2a", choice(A2A), "ServerArgs"),

@@ -28,7 +28,7 @@ from moeplan.errors import MoeplanError
 
 NO_EFFECT_SERVER = "an API-server setting: no effect on any performance figure"
 #: ``--backend`` (serve.py): moeplan models the PyTorch backend, the default since 1.0
-BACKENDS = {"pytorch": "pytorch"}
+SERVE_BACKENDS = {"pytorch": "pytorch"}
 
 
 def _degrees(s: LaunchSettings) -> Degrees:
@@ -61,7 +61,9 @@ TRTLLM_ARGS = EngineArgs(
         setting(("--max_num_tokens",), "step_tokens", positive_int, "serve.py"),
         setting(("--max_batch_size",), "max_running", positive_int, "serve.py"),
         setting(("--max_seq_len",), "max_model_len", positive_int, "serve.py"),
-        no_effect(("--backend",), "moeplan models the PyTorch backend", value=choice(BACKENDS)),
+        no_effect(
+            ("--backend",), "moeplan models the PyTorch backend", value=choice(SERVE_BACKENDS)
+        ),
         no_effect(("--extra_llm_api_options",), "refused (not read)", value=_refuse_yaml),
         no_effect(("--host",), NO_EFFECT_SERVER),
         no_effect(("--port",), NO_EFFECT_SERVER),

@@ -36,7 +36,7 @@ KV_CACHE_DTYPE_FLAG = {"fp8": "fp8", "bf16": "bfloat16"}
 DEPLOYMENTS = frozenset({"colocated", "pd"})
 #: the kinds it does not launch, with the rule (attention-FFN disaggregation, an ``afd_ffn_server``
 #: / ``vllm fserver``, exists only in forks of vllm-project/vllm, not in 0.11.0)
-NO_DEPLOYMENT = {
+VLLM_NO_DEPLOYMENT = {
     "afd": "vllm/entrypoints has no attention-FFN server in 0.11.0 (--kv-transfer-config "
     "moves prefill KV only); no server runs attention and FFN on separate GPUs (a research "
     "deployment, moeplan run)",
@@ -129,7 +129,7 @@ VLLM = VLLMBackend(
     model_registry="model_executor/models/registry.py",
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
     deployments=DEPLOYMENTS,
-    no_deployment=NO_DEPLOYMENT,
+    no_deployment=VLLM_NO_DEPLOYMENT,
     # vllm/v1/worker/gpu_worker.py determine_available_memory (0.11.0): the KV pool is
     # total memory x gpu_memory_utilization less weights, profiled peak activations and
     # non-torch memory

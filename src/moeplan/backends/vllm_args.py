@@ -35,7 +35,13 @@ from moeplan.errors import MoeplanError, show
 
 #: ``--kv-cache-dtype`` choices (arg_utils ``CacheDType``): ``auto`` is the checkpoint's
 #: dtype, the engine default moeplan's ``--kv-dtype auto`` names
-KV_DTYPES = {"auto": None, "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+VLLM_KV_DTYPES = {
+    "auto": None,
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+}
 #: ``--speculative-config`` methods that draft with the checkpoint's own MTP / EAGLE head
 #: (vllm/config/speculative.py ``SpeculativeMethod``); n-gram and draft models are not MTP
 MTP_METHODS = frozenset(
@@ -108,7 +114,7 @@ VLLM_ARGS = EngineArgs(
         setting(("--gpu-memory-utilization",), "mem_fraction", fraction, "CacheConfig"),
         setting(("--max-num-batched-tokens",), "step_tokens", positive_int, "SchedulerConfig"),
         setting(("--max-num-seqs",), "max_running", positive_int, "SchedulerConfig"),
-        setting(("--kv-cache-dtype",), "kv_dtype", choice(KV_DTYPES), "CacheConfig"),
+        setting(("--kv-cache-dtype",), "kv_dtype", choice(VLLM_KV_DTYPES), "CacheConfig"),
         setting(("--max-model-len",), "max_model_len", positive_int, "ModelConfig"),
         setting(("-q", "--quantization"), "quantization", lambda f, t: t, "ModelConfig"),
         group(("--speculative-config",), _spec_config, "SpeculativeConfig"),

@@ -38,7 +38,7 @@ import numpy as np
 
 from moeplan.errors import MoeplanError, require
 
-CLUSTER = {"A100": "a100-sxm-8", "H100": "h100-sxm-8"}
+LAB_CLUSTER = {"A100": "a100-sxm-8", "H100": "h100-sxm-8"}
 #: metric: (the CSV's measured column, bench's key)
 SCORED = {
     "total_tok_s": ("total_tok_s", "total_token_throughput"),
@@ -101,8 +101,8 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     from moeplan.commands.bench_workload import fixed_lengths, random_lengths
 
     require(
-        r["gpu"] in CLUSTER,
-        f"row {r['case_id']} gpu ({r['gpu']!r}) must be one of {', '.join(CLUSTER)}",
+        r["gpu"] in LAB_CLUSTER,
+        f"row {r['case_id']} gpu ({r['gpu']!r}) must be one of {', '.join(LAB_CLUSTER)}",
     )
     n = _int(r, "num_prompts")
     rate = float(r["request_rate"]) if r["request_rate"] else math.inf
@@ -119,7 +119,7 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
         )
     values: dict[str, Any] = {k: None for k in DEPLOYMENT_FLAGS}
     values.update(
-        model=r["model"], cluster=CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
+        model=r["model"], cluster=LAB_CLUSTER[r["gpu"]], engine=r["engine"], cost_engine="engine",
         engine_version=r["engine_version"] or None, redundant_experts=0, mtp=0,
         kv_dtype="auto", a2a="auto",
     )  # fmt: skip
