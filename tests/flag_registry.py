@@ -71,6 +71,9 @@ SERVE = ("serve-sim", *LITE, *H100, "--rate", "2", "--requests", "50", "--isl", 
 SERVE_SLO = tuple(a for a in SERVE if a not in ("--rate", "2"))  # the SLO-capacity search
 PLAN = ("plan", *LITE, *H100, "--requests", "50", "--families", "strategy", "--out", "{tmp}/o",
         "--json")  # fmt: skip
+#: a plan whose experts DeepEP runs (block FP8 on Hopper): the all-to-all knobs matter
+PLAN_FP8 = ("plan", "--model", "qwen3-235b-a22b-2507-fp8", "--cluster", "h200-sxm-8", "--requests",
+            "50", "--families", "strategy", "--no-placement", "--out", "{tmp}/o", "--json")  # fmt: skip
 MOE = ("--hidden-size", "2048", "--inter-size", "1408", "--topk", "6", "--num-experts", "64")
 COST_MOE = ("cost", "moe", *H100, "--num-tokens", "128", *MOE, "--json")
 COST_ATT = ("cost", "context_attention", *H100, "--batch-size", "4", "--isl", "1024",
@@ -264,13 +267,13 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
                 base=(*PLAN, "--isl-dist", "uniform:256:1024"),
             ),
             "--redundant-experts": R("--redundant-experts", "8"),  # not applied by the search
-            "--tbo": P("--tbo"),
+            "--tbo": P("--tbo", base=PLAN_FP8),
             "--mtp": R("--mtp", "1"),
             # read with --mtp only (a plan of deepseek-v3 with MTP is too long for the sweep)
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8"),
             "--mem-fraction": P("--mem-fraction", "0.6"),
-            "--a2a": P("--a2a", "nccl"),
+            "--a2a": P("--a2a", "nccl", base=PLAN_FP8),  # DeepEP runs block-FP8 experts
         },
     ),
     "cost": (

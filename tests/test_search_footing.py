@@ -21,7 +21,7 @@ from moeplan.search.disagg.pools import Context, pool_knobs
 from moeplan.search.disagg.rank import disagg_setup
 from moeplan.search.ranking.rank import KnobSearch
 from moeplan.serve import SLO, LengthDist, ServeWorkload
-from moeplan.serve.iteration.instance_knobs import resolve_knobs
+from moeplan.serve.iteration.instance_knobs import InstanceKnobs, resolve_knobs
 from moeplan.specs import load_cluster, load_model, model_from_dict
 from moeplan.specs.presets import model_config
 
@@ -91,6 +91,15 @@ def test_colocated_layouts_try_deepep_and_two_batch_overlap_where_allowed():
     assert _variants("sglang", DSV3, a100, ep) == {("nccl", False)}
     given = KnobSearch(given=frozenset({"a2a"}), a2a="nccl")
     assert _variants("sglang", DSV3, h200, ep, given) == {("nccl", False)}
+    # the P/D pools keep the user's knobs as the colocated layouts do (plan --a2a / --tbo)
+    held = replace(ctx, knob_search=given)
+    assert {(k.a2a, k.tbo) for k in pool_knobs(held, ep)} == {("nccl", False)}
+    tbo = KnobSearch(base=InstanceKnobs(tbo=True), given=frozenset({"tbo"}))
+    assert {(k.a2a, k.tbo) for k in pool_knobs(replace(ctx, knob_search=tbo), ep)} == {
+        ("deepep", True)
+    }
+    nccl_tbo = KnobSearch(base=InstanceKnobs(tbo=True), given=frozenset({"tbo", "a2a"}), a2a="nccl")
+    assert pool_knobs(replace(ctx, knob_search=nccl_tbo), ep) == []
 
 
 #: a steady run at this multiple of a layout's bound must miss the SLOs: the 15 % margin

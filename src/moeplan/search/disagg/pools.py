@@ -35,9 +35,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from moeplan.backends import backend
 from moeplan.cost import CostModel
+from moeplan.cost.a2a import moe_backend
 from moeplan.cost.memory import KVPool
 from moeplan.errors import MoeplanError
 from moeplan.planners.families import FAMILY
@@ -91,6 +93,9 @@ class Context:
     #: the engine memory fraction the user gave (``--mem-fraction``; None: the engine's
     #: default for each pool's instance)
     mem_fraction: float | None = None
+    #: the instance knobs the user gave (``plan --a2a / --tbo / --kv-dtype``: a
+    #: :class:`moeplan.search.ranking.rank.KnobSearch`); the pools search only the others
+    knob_search: Any = None
 
     @property
     def reserve(self) -> float:
@@ -165,6 +170,15 @@ def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
     the one with the higher capacity), at the pool's memory fraction."""
     given = frozenset({"redundant_experts", "mtp"})  # the layout's own; MTP: decode pools
     base = InstanceKnobs(mem_fraction=c.mem_fraction)
+    ks = c.knob_search
+    if ks is not None:  # the user's knobs hold, as on the colocated layouts
+        given |= ks.given
+        base = replace(ks.base, mtp=0, mtp_accept=0.0, mem_fraction=c.mem_fraction)
+        if ks.a2a is not None:
+            a2a = moe_backend(ks.a2a, c.cost.engine, c.model, c.cluster, lay.moe_tp, lay.moe_ep)
+            if base.tbo and a2a != "deepep":
+                return []  # the given two-batch overlap needs DeepEP, which cannot run here
+            base = replace(base, a2a=a2a)
     return [kn for _, kn in knob_variants(c.cost.engine, c.model, c.cluster, lay, base,
                                           given)] or [base]  # fmt: skip
 

@@ -109,6 +109,7 @@ def disagg_setup(
     engine: str = "sglang",
     mtp: tuple[int, float] = (0, 0.0),
     mem_fraction: float | None = None,
+    knob_search: Any = None,
 ) -> tuple[Context | None, list[str], dict[str, str]]:
     """The search's context (None for a closed loop), the pooled families it searches and
     why each other one is not served."""
@@ -125,6 +126,7 @@ def disagg_setup(
     ctx = Context(
         model=result.model, cluster=result.cluster, cost=cost, workload=workload, slo=slo,
         engine=engine, mtp=mtp[0], mtp_accept=mtp[1], mem_fraction=mem_fraction,
+        knob_search=knob_search,
     )  # fmt: skip
     planned = {c.family for c in result.candidates}
     why: dict[str, str] = unlaunchable(engine)
@@ -149,6 +151,7 @@ def search_pools(
     rate_given: bool = True,
     mtp: tuple[int, float] = (0, 0.0),
     mem_fraction: float | None = None,
+    knob_search: Any = None,
     progress: Callable[[str], None] | None = None,
     requests: int = DEFAULT_REQUESTS,
     incumbent: float = 0.0,
@@ -165,8 +168,9 @@ def search_pools(
     ``cands``: its space (:func:`moeplan.search.disagg.search.space`), when already built;
     ``ahead``: the interval :func:`first_searches` searched ahead, if any."""
     ctx, fams, why = disagg_setup(
-        result, cost, workload, slo, engine=engine, mtp=mtp, mem_fraction=mem_fraction
-    )
+        result, cost, workload, slo, engine=engine, mtp=mtp, mem_fraction=mem_fraction,
+        knob_search=knob_search,
+    )  # fmt: skip
     if ctx is None:
         return [], why, None, {}
     done, cert = search_disaggregated(

@@ -138,8 +138,9 @@ def _serve_rank(
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     frac = None if knob_search is None else knob_search.base.mem_fraction
     ctx, fams, _ = disagg_setup(
-        result, cost, workload, slo, engine=engine, mtp=mtp, mem_fraction=frac
-    )
+        result, cost, workload, slo, engine=engine, mtp=mtp, mem_fraction=frac,
+        knob_search=knob_search,
+    )  # fmt: skip
     # the colocated search and each pooled family's first deployment depend on nothing of
     # each other: side by side (moeplan.search.job.fanout; the colocated one reports progress)
     coloc = partial(_timed, served_space, result, cost, workload, slo, engine=engine,
@@ -166,7 +167,8 @@ def _serve_rank(
     t0 = time.perf_counter()
     steady, why, disagg_cert, disagg_records = search_pools(
         result, cost, workload, slo, engine=engine, rate_given=rate_given, progress=progress,
-        mtp=mtp, mem_fraction=frac, requests=requests, incumbent=cert.winner_capacity,
+        mtp=mtp, mem_fraction=frac, knob_search=knob_search, requests=requests,
+        incumbent=cert.winner_capacity,
         first_found=first, cands=cands, ahead=ahead,
     )  # fmt: skip
     # its own time: the first deployments' searches (wherever they ran) and the rest
@@ -263,7 +265,8 @@ def begin_first(
     mtp = (0, 0.0) if knob_search is None else (knob_search.base.mtp, knob_search.base.mtp_accept)
     frac = None if knob_search is None else knob_search.base.mem_fraction
     ctx = Context(model=model, cluster=cluster, cost=cost, workload=workload, slo=slo,
-                  engine=engine, mtp=mtp[0], mtp_accept=mtp[1], mem_fraction=frac)  # fmt: skip
+                  engine=engine, mtp=mtp[0], mtp_accept=mtp[1], mem_fraction=frac,
+                  knob_search=knob_search)  # fmt: skip
     cost.pin(model, cluster)  # type: ignore[attr-defined]
     with sharing(cost):
         handle = begin([partial(_timed, first_searches, ctx, fams, requests, interval=True)])
