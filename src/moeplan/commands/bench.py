@@ -243,7 +243,7 @@ def simulate_bench(
     if d.pd is not None:
         return _simulate_pd(setup, cm, engine, p, s)
     lay = d.layout
-    knobs = resolve_knobs(cm.engine, m, c, lay, **setup.knob_flags)
+    knobs = resolve_knobs(cm.engine, m, c, lay, **setup.knob_flags, version=cm.engine_version)
     cfg = engine_config(
         engine, m, c, lay, chunk_tokens=d.chunk_tokens, max_running=d.max_running,
         kv_scale=knobs.kv_scale, mtp=knobs.mtp, mem_fraction=knobs.mem_fraction,
@@ -452,7 +452,7 @@ def _simulate_pd(
     )
     require_launchable(engine, pd)
     flags = setup.knob_flags
-    knobs = resolve_knobs(cm.engine, setup.model, setup.cluster, pd.prefill, mtp=flags["mtp"],
+    knobs = resolve_knobs(cm.engine, setup.model, setup.cluster, pd.prefill, version=cm.engine_version, mtp=flags["mtp"],
                           mtp_accept=flags["mtp_accept"])  # fmt: skip
 
     def dist(x: np.ndarray) -> LengthDist:

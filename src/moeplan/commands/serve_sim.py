@@ -136,7 +136,7 @@ def simulate_single(
     """Simulate ``d``'s instance under ``w`` with the instance knobs of ``knob_flags`` (the
     engine's defaults for those not given): the JSON answer, the result, the simulation (its
     iterations make the Chrome trace) and the knobs."""
-    knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags)
+    knobs = resolve_knobs(cm.engine, m, c, d.layout, **knob_flags, version=cm.engine_version)
     closed = w.concurrency is not None
     if closed:  # a closed loop: the knob search and one run
         r, sim = _closed_loop(m, c, cm, d, w, slo, knobs, engine=engine, routing=routing)
@@ -306,7 +306,8 @@ def simulate_pd(
     pool's MTP draft tokens (0: off) and their acceptance, checked first; a deployment
     the engine cannot launch is refused (:func:`moeplan.serve.deployment.require_launchable`)."""
     require_launchable(engine, pd)
-    knobs = resolve_knobs(cm.engine, model, cluster, pd.prefill, mtp=mtp, mtp_accept=mtp_accept)
+    knobs = resolve_knobs(cm.engine, model, cluster, pd.prefill, mtp=mtp, mtp_accept=mtp_accept,
+                          version=cm.engine_version)  # fmt: skip
     c = Context(model=model, cluster=cluster, cost=cm, workload=w, slo=slo, engine=engine,
                 mtp=knobs.mtp, mtp_accept=knobs.mtp_accept, mem_fraction=mem_fraction)  # fmt: skip
     r = simulate_given(c, pd, rate_given=rate is not None, requests=requests)
@@ -361,7 +362,7 @@ def phase_answer(
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
     )
     n = int(per_gpu or 0)
-    knobs = resolve_knobs(cost.engine, m, c, layout, **knob_flags)
+    knobs = resolve_knobs(cost.engine, m, c, layout, **knob_flags, version=cost.engine_version)
     r = PhaseModel(m, c, cost, layout, knobs, routing).step(phase, n, context)
     return {
         "model": m.name,

@@ -72,15 +72,16 @@ def deepep_hardware_blockers(
 
 
 def deepep_blockers(
-    engine: str | None, model: ModelSpec, cluster: ClusterSpec, moe_tp: int, moe_ep: int
+    engine: str | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    moe_tp: int,
+    moe_ep: int,
+    version: str | None = None,
 ) -> list[str]:
-    """Why ``engine`` cannot run DeepEP for MoE TP ``moe_tp`` x EP ``moe_ep`` (empty: it can)."""
-    return layout_blockers(
-        engine,
-        HardwareFacts.of(model, cluster),
-        moe_tp,
-        moe_ep,
-    )
+    """Why ``engine`` (release ``version``; None: its pinned one) cannot run DeepEP for MoE TP
+    ``moe_tp`` x EP ``moe_ep`` (empty: it can)."""
+    return layout_blockers(engine, HardwareFacts.of(model, cluster), moe_tp, moe_ep, version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +109,16 @@ class HardwareFacts:
         )
 
 
-def layout_blockers(engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int) -> list[str]:
+def layout_blockers(
+    engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int, version: str | None = None
+) -> list[str]:
     """:func:`deepep_blockers` on :class:`HardwareFacts`."""
     out = []
     b = backend_or_none(engine)
     if b is None or not b.deepep:
         have = ", ".join(n for n, x in BACKENDS.items() if x.deepep)
         out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
-    elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype)) is not None:
+    elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype, version)) is not None:
         out.append(why)
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
@@ -143,6 +146,7 @@ def moe_backend(
     cluster: ClusterSpec | None,
     moe_tp: int,
     moe_ep: int,
+    version: str | None = None,
 ) -> str:
     """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its all-to-all) for ``a2a`` in
     :data:`A2A_CHOICES` (module docstring); ``deepep`` where it cannot run raises one line.
@@ -156,7 +160,7 @@ def moe_backend(
     else:
         assert cluster is not None
         hw = HardwareFacts.of(model, cluster)
-    blockers = layout_blockers(engine, hw, moe_tp, moe_ep)
+    blockers = layout_blockers(engine, hw, moe_tp, moe_ep, version)
     if a2a == "deepep":
         if blockers:
             raise MoeplanError(f"--a2a (deepep) cannot run here: {blockers[0]}")

@@ -247,6 +247,14 @@ class CostModel(MixerLayers, Prefetch):
         return out
 
     @property
+    def engine_version(self) -> str | None:
+        """The engine release its kernel tables were chosen for (``--engine-version``; None:
+        the newest table of each operation, and the engine's pinned release for its
+        capabilities)."""
+        asked = self._kdb.engine_version if self._kdb is not None else None
+        return None if asked is None else asked[1]
+
+    @property
     def profile_name(self) -> str:
         return self.profile.name if self.profile else "roofline(datasheet)"
 

@@ -122,20 +122,26 @@ def resolve_knobs(
     mtp_accept: float | None = None,
     kv_dtype: str = "auto",
     mem_fraction: float | None = None,
+    version: str | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
-    :class:`MoeplanError` (module docstring)."""
+    :class:`MoeplanError` (module docstring); the engine's capabilities are release
+    ``version``'s (None: its pinned release)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
-    check_engine_runs(engine, model, cluster)
-    backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    check_engine_runs(engine, model, cluster, version)
+    backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep, version)
     eng = backend_or_none(engine)
     if tbo and backend != "deepep":
         raise MoeplanError(
             f"--tbo needs the DeepEP all-to-all (the MoE backend here is {backend}: "
             "--a2a deepep on an EP layout without MoE TP, SM90 GPUs, NVLink P2P and RDMA)"
         )
-    if tbo and eng is not None and (why := eng.tbo_blocker(model.architecture)) is not None:
+    if (
+        tbo
+        and eng is not None
+        and (why := eng.tbo_blocker(model.architecture, version)) is not None
+    ):
         raise MoeplanError(f"--tbo cannot run here: {why}")
     require(mtp_accept is None or mtp > 0, f"--mtp-accept ({mtp_accept}) needs --mtp N (N >= 1)")
     if mtp:
@@ -143,7 +149,7 @@ def resolve_knobs(
             model.num_nextn_predict_layers > 0,
             f"--mtp ({mtp}) needs a model with an MTP/NextN layer; {model.name} has none",
         )
-        if eng is not None and (why := eng.mtp_blocker(model.architecture)) is not None:
+        if eng is not None and (why := eng.mtp_blocker(model.architecture, version)) is not None:
             raise MoeplanError(f"--mtp ({mtp}) cannot run here: {why}")
         require(mtp_accept is not None, f"--mtp ({mtp}) needs --mtp-accept P in (0, 1]")
     return with_kv_cache(
@@ -188,13 +194,15 @@ def with_kv_cache(
     return replace(knobs, kv_cache=stored, kv_model_bytes=stated)
 
 
-def check_engine_runs(engine: str | None, model: ModelSpec, cluster: ClusterSpec) -> None:
+def check_engine_runs(
+    engine: str | None, model: ModelSpec, cluster: ClusterSpec, version: str | None = None
+) -> None:
     """One line (exit 2) when ``engine`` has no MoE kernel a table prices for the model's
     experts on the cluster's GPU (:meth:`moeplan.backends.EngineBackend.moe_kernel_blocker`):
     no layout of it can be served, so nothing is priced."""
     b = backend_or_none(engine)
     if b is None:
         return
-    why = b.moe_kernel_blocker(model.quant.experts.format.kernel_dtype, cluster.gpu)
+    why = b.moe_kernel_blocker(model.quant.experts.format.kernel_dtype, cluster.gpu, version)
     if why is not None:
         raise MoeplanError(f"engine ({b.name}) cannot serve {model.name} here: {why}")
