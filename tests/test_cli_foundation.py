@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from moeplan.specs.presets import PRESETS
+
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -20,7 +22,7 @@ def test_models_json():
     assert isinstance(obj, dict) and set(obj) == {"models"}  # one object, as every --json
     out = obj["models"]
     names = {r["name"] for r in out}
-    assert "deepseek-v3" in names and "qwen3.5-35b-a3b" in names and len(out) == 17
+    assert "deepseek-v3" in names and "qwen3.5-35b-a3b" in names and len(out) == len(PRESETS)
     assert all({"name", "architecture", "params_total", "params_active"} <= r.keys() for r in out)
 
 

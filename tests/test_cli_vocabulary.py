@@ -45,8 +45,8 @@ def _err(capsys, args: list[str]) -> tuple[int, str]:
             "--seed (-1) must be >= 0",
         ),
         (["plan", "--seed", str(10**23)], "--seed"),
-        (["plan", "--engine", "trt"], "--engine ('trt') must be sglang or vllm"),
-        (["plan", "--rate", "1", "--concurrency", "4"], "exclusive"),
+        (["plan", "--engine", "trt"], "--engine ('trt') must be one of sglang, vllm, trtllm"),
+        (["plan", "--rate", "1", "--concurrency", "4"], "--concurrency (4) is not modelled"),
         (
             ["dep", "--model", "deepseek-v2-lite", "--cluster", "findep-c", "--seq", "128"],
             "No such option",

@@ -31,6 +31,8 @@ CHEAP = {  # command -> one cheap real invocation ({tmp}: a folder holding a syn
     "plan": "plan --model mixtral-8x7b --cluster nope",
     "run": "run --plan {tmp}/no-plan.json",
     "serve-sim": "serve-sim --model mixtral-8x7b --cluster h100-sxm-8 --requests 5",  # no fit
+    "bench": "bench --model mixtral-8x7b --cluster h100-sxm-8 --num-prompts 4",  # no fit
+    "validate": "validate {tmp}/none.csv",
     "strategy": "strategy --model mixtral-8x7b --cluster h100-sxm-8",
     "trace synth": "trace synth --model mixtral-8x7b --requests 4 --out {tmp}/t.npz",
     "trace import": "trace import {tmp}/none.pt --from sglang-statistics --out {tmp}/l.json",

@@ -282,7 +282,7 @@ def job_spec(
         check_trace(trace, m.num_experts)
     engine, engine_version = engine  # (--engine, --engine-version)
     engines = simulated()
-    require(engine in engines, f"--engine ({engine!r}) must be {' or '.join(engines)}")
+    require(engine in engines, f"--engine ({engine!r}) must be one of {', '.join(engines)}")
     require(
         cost_engine in ("engine", "none"),
         f"--cost-engine ({cost_engine!r}) must be 'engine' or 'none'",

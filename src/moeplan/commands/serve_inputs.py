@@ -452,6 +452,8 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
         "search); a closed loop (--concurrency) drives one instance",
     )
     check_fits_cluster(d, c, one_instance=f.phase is not None or f.concurrency is not None)
+    if d.pd is None:  # the layout's cut of the model, before anything is sized on it
+        d.layout.validate(m, c)
     n_jobs = check_jobs(f.jobs)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype,
                       mem_fraction=f.mem_fraction)  # fmt: skip
