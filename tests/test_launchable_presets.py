@@ -61,11 +61,16 @@ def check_exports(mn, cn, result) -> dict[str, int]:
     )
     t = cons.Target.of(result.model, result.cluster)
     strat = next(c for c in result.candidates if c.family == "strategy")
-    seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0}
+    seen = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0,
+            "trtllm": 0, "trtllm_refused": 0}  # fmt: skip
     for engine, ex in exports.items():
         assert ex.text.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
         assert ("vllm-ascend" in ex.text) == (cn == "mixserve-910b")
         assert "org/" + mn in ex.text and f" {mn} " not in ex.text.split("model path:")[1][:60]
+        if ex.label is None and engine == "trtllm":  # no model class, SM, or layout: says why
+            assert ex.text.rstrip().endswith("exit 1"), (mn, cn)
+            seen["trtllm_refused"] += 1
+            continue
         if ex.label is None and "has no model class" in ex.text:  # the pinned SGLang release
             assert engine == "sglang" and ex.text.rstrip().endswith("exit 1"), (mn, cn)
             seen["no_model_class"] += 1
@@ -79,7 +84,10 @@ def check_exports(mn, cn, result) -> dict[str, int]:
             seen["refused"] += 1
             continue
         first = ex.deployment["servers"][0]  # node_args: its command on every node it spans
-        assert len(ex.node_args) == len(first["nodes"]), (mn, cn)
+        if engine == "trtllm":  # one MPI job started from the first node runs every node
+            assert len(ex.node_args) == 1 or len(ex.node_args) == len(first["nodes"]), (mn, cn)
+        else:
+            assert len(ex.node_args) == len(first["nodes"]), (mn, cn)
         world = first["gpus"]
         for srv in ex.deployment["servers"]:  # each server's GPUs are its degrees'
             assert srv["gpus"] == srv["attn_tp"] * srv["attn_dp"] * srv["pp"], (mn, cn)
@@ -96,7 +104,8 @@ def check_exports(mn, cn, result) -> dict[str, int]:
 
 def test_every_preset_pair_launches_or_says_why():
     rows = planned(("strategy",))
-    totals = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0}
+    totals = {"sglang": 0, "vllm": 0, "refused": 0, "deepep": 0, "no_model_class": 0,
+              "trtllm": 0, "trtllm_refused": 0}  # fmt: skip
     for mn, cn, result in rows:
         for k, v in check_exports(mn, cn, result).items():
             totals[k] += v
@@ -105,6 +114,8 @@ def test_every_preset_pair_launches_or_says_why():
     assert totals["sglang"] + totals["no_model_class"] == len(rows)
     assert totals["no_model_class"] < len(rows) // 10
     assert totals["vllm"] + totals["refused"] == len(rows)
+    # TensorRT-LLM launches or says why (a model class, the GPU's SM, a layout it cannot set)
+    assert totals["trtllm"] + totals["trtllm_refused"] == len(rows) and totals["trtllm"] > 0
     assert 0 < totals["deepep"] < len(rows)
 
 
