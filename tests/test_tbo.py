@@ -14,7 +14,7 @@ from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.model import Batch, IterationModel
-from moeplan.serve.iteration.phase import PhaseModel
+from moeplan.serve.iteration.phase import PhaseModel, prefill_batch
 from moeplan.serve.iteration.tbo import extend_cut, tbo_halves
 from moeplan.specs import load_cluster, load_model
 
@@ -176,3 +176,32 @@ def h200_phase(h200):
     lay = Layout(attn_dp=8, moe_ep=8)
     kn = resolve_knobs("sglang", DSV3, c, lay, a2a="deepep", tbo=True)
     return PhaseModel(DSV3, c, cm, lay, kn)
+
+
+@pytest.mark.parametrize(
+    "tokens,isl,groups",
+    [
+        # 16,384 at ISL 4,000: four prompts and a 384-token chunk (keys (4000 + 384) // 2)
+        (16384, 4000, ((4, 4000, 4000), (1, 384, 2192))),
+        (16384, 4096, ((4, 4096, 4096),)),
+        (1000, 4000, ((1, 1000, 2500),)),
+    ],
+)
+def test_prefill_budget_is_not_rounded_up(tokens, isl, groups):
+    mb = prefill_batch(tokens, isl)
+    assert mb.groups == groups and mb.tokens == tokens
+
+
+def test_prefill_step_prices_the_budget(h200):
+    """The step's tokens per second count the budget's tokens, and at ISL 4,000 the step of
+    16,384 tokens prices fewer tokens' work than five whole prompts (20,000)."""
+    c, cm = h200
+    lay = Layout(attn_dp=8, moe_ep=8)
+    kn = resolve_knobs("sglang", DSV3, c, lay, a2a="deepep", tbo=True)
+    pm = PhaseModel(DSV3, c, cm, lay, kn)
+    r = pm.step("prefill", 16384, 4000)
+    assert r.tokens_per_s_per_gpu == pytest.approx(16384 / r.step_s, rel=1e-12)
+    five = pm.step("prefill", 20000, 4000)
+    assert r.step_s < five.step_s
+    # the TBO halves cut at the balanced boundary: 8,000 and 8,384 tokens
+    assert extend_cut([4000] * 4 + [384]) == 8000

@@ -2,7 +2,9 @@
 
 - ``decode``: every GPU holds ``batch_per_gpu`` sequences at KV length ``context``; one step
   advances each by ``InstanceKnobs.tokens_per_step`` tokens (1 without MTP).
-- ``prefill``: every GPU takes ``tokens_per_gpu`` prompt tokens in prompts of ``isl`` tokens.
+- ``prefill``: every GPU takes ``tokens_per_gpu`` prompt tokens in prompts of ``isl`` tokens:
+  whole prompts and one chunk of the rest, as a chunked-prefill engine fills its budget
+  (:func:`prefill_batch`; 16,384 tokens at ISL 4,000 are four prompts and a 384-token chunk).
 
 One step on the busiest GPU, per decoder layer (``W = attn_tp * attn_dp`` GPUs, each attention
 DP rank holding ``attn_tp`` GPUs' share of the sequences):
@@ -338,11 +340,17 @@ class PhaseModel:
 
 
 def prefill_batch(tokens: int, isl: int) -> MicroBatch:
-    """A prefill step's ``tokens`` on one attention rank in prompts of ``isl`` tokens: whole
-    prompts, the budget rounded up to a whole prompt."""
-    seqs = max(1, -(-tokens // isl))
-    q = min(isl, tokens)
-    return MicroBatch((seqs, q, q))
+    """A prefill step's ``tokens`` on one attention rank in prompts of ``isl`` tokens, as a
+    chunked-prefill engine fills its token budget: ``tokens // isl`` whole prompts and a
+    chunk of the remaining ``r = tokens % isl`` tokens of one more prompt (SGLang's
+    ``PrefillAdder.add_one_req`` truncates the prompt that does not fit to the budget left,
+    ``trunc_len = self.rem_chunk_tokens // self.page_size * self.page_size``, page size 1 by
+    default; python/sglang/srt/managers/schedule_policy.py, v0.5.x), never rounded up to a
+    whole prompt. In the steady state the cut chunk sits anywhere in
+    its prompt; it is priced at keys ``(isl + r) / 2`` after it, so its queries see
+    ``isl / 2`` keys on average, as a prompt's tokens do over its whole prefill."""
+    whole, rest = divmod(tokens, isl)
+    return MicroBatch((whole, isl, isl), (1 if rest else 0, rest, (isl + rest) // 2))
 
 
 def _first_moe(model: ModelSpec) -> int:
