@@ -12,8 +12,11 @@ Users of the mechanism:
 - two-batch overlap (SGLang ``--enable-two-batch-overlap``, DeepSeek-V3 report §3.4, DeepSeek
   profile-data): the batch is split into two micro-batches, each a chain of
   ``compute`` (attention, experts) and ``comm`` (DeepEP dispatch / combine) pieces per layer,
-  so one micro-batch's communication runs under the other's compute
-  (:func:`two_batch`, :func:`layered_chain`);
+  so one micro-batch's communication runs under the other's compute; the serving paths
+  (:mod:`moeplan.serve.iteration.tbo`, :mod:`moeplan.serve.iteration.phase`) schedule the
+  two in the engine's fixed issue order (:func:`alternating_makespan`, non-decreasing in
+  every piece); :func:`two_batch` and :func:`layered_chain` build identical chains for the
+  list schedule;
 - MixServe's fused AR-A2A (Algorithms 1-2): chunk ``j``'s inter-node round on ``"inter"``
   followed by its intra-node collective on ``"intra"`` (:func:`fused_rounds`), which
   reproduces :func:`moeplan.planners.strategy.fused.critical_path`.
