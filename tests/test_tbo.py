@@ -205,3 +205,16 @@ def test_prefill_step_prices_the_budget(h200):
     assert r.step_s < five.step_s
     # the TBO halves cut at the balanced boundary: 8,000 and 8,384 tokens
     assert extend_cut([4000] * 4 + [384]) == 8000
+
+
+def test_mtp_verify_splits_by_sequence(h200):
+    """MTP's verify batch (N + 1 tokens per sequence) splits by sequences, bs // 2: one
+    sequence per rank runs as one batch, two are split one and one."""
+    c, cm = h200
+    lay = Layout(attn_dp=8, moe_ep=8)
+    kn = resolve_knobs("sglang", DSV3, c, lay, a2a="deepep", tbo=True, mtp=1, mtp_accept=0.7)
+    it = IterationModel(DSV3, c, cm, lay, knobs=kn)
+    assert "overlap" not in it.breakdown(Batch(8, 2000, ()))
+    assert "overlap" in it.breakdown(Batch(16, 2000, ()))
+    assert tbo_halves(Batch(2, 900, ()), per_seq=2) is None
+    assert tbo_halves(Batch(6, 900, ()), per_seq=2) == (Batch(2, 900, ()), Batch(4, 900, ()))

@@ -417,16 +417,16 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             return self._mtp_breakdown(batch)
         return self._plain_breakdown(batch)
 
-    def _plain_breakdown(self, batch: Batch, split: bool = True) -> dict[str, float]:
-        """:meth:`breakdown` without MTP; ``split=False``: no two-batch overlap (a batch of
-        fewer than two sequences, counted before MTP's verify tokens)."""
+    def _plain_breakdown(self, batch: Batch, per_seq: int = 1) -> dict[str, float]:
+        """:meth:`breakdown` without MTP; ``per_seq``: decode tokens per sequence (MTP's
+        verify tokens), the unit two-batch overlap splits the decode tokens in."""
         lay = self.layout
         if batch.sequences == 0:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
         rank = busiest_part(mb, lay.attn_dp)
-        halves = tbo_halves(rank) if self.knobs.tbo and split and lay.pp == 1 else None
+        halves = tbo_halves(rank, per_seq) if self.knobs.tbo and lay.pp == 1 else None
         if halves is not None:  # SGLang's split (serve/iteration/tbo.py); None: one batch
             return self._two_batch(mb, rank, halves)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]

@@ -65,12 +65,13 @@ def extend_cut(lens: Sequence[int], threshold: float = TBO_TOKEN_THRESHOLD) -> i
     return left if 0 < left < total else None
 
 
-def tbo_halves(batch: Any) -> tuple[Any, Any] | None:
-    """The two micro-batches SGLang runs ``batch`` as (a :class:`~.model.Batch`), or
-    ``None`` where it runs one batch (module docstring)."""
+def tbo_halves(batch: Any, per_seq: int = 1) -> tuple[Any, Any] | None:
+    """The two micro-batches SGLang runs ``batch`` as (a :class:`~.model.Batch` whose decode
+    tokens are ``per_seq`` per sequence: MTP's verify), or ``None`` where it runs one batch
+    (module docstring)."""
     kind = type(batch)
     if not batch.prefill:
-        first = batch.decode // 2
+        first = batch.decode // per_seq // 2 * per_seq
         if first == 0:
             return None
         return kind(first, batch.decode_ctx, ()), kind(batch.decode - first, batch.decode_ctx, ())
