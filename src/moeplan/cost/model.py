@@ -9,9 +9,12 @@
 - Attention core (scores, softmax, values): the profile's α-β over
   ``q_tokens * keys * heads * (d_k + d_v)`` when it has one (FinDEP Eq. 8), else a roofline
   of its FLOPs (at half the GEMM rate: softmax and masking) against the KV-cache read.
-- Grouped expert GEMMs: one launch for all local experts (as fused-MoE kernels do) for a
-  roofline profile — compute and weight traffic add up over experts; FinDEP's α-β profile
-  keeps the paper's per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
+- Grouped expert GEMMs: one launch for the local experts (as fused-MoE kernels do) for a
+  roofline profile — compute and weight traffic add up over the experts the batch hits, the
+  expected distinct experts of ``N`` tokens routed at random,
+  ``E_local (1 - (1 - k / E)^N)`` (:func:`.kerneldb.load.experts_hit`; a decode batch of a
+  few tokens reads a few experts' weights, not all); FinDEP's α-β profile keeps the paper's
+  per-expert form ``3 (E/eg) t_gm(me M H)`` (Eq. 3).
 - Quantized weights (``model.quant``): a roofline GEMM or grouped-expert
   GEMM reads its weight operand at the module's bytes per weight (scales included) and runs
   at its compute dtype's datasheet rate — the bf16 rate for weight-only methods, the fp8 /
@@ -57,6 +60,7 @@ from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import TABLE_ENGINES, KernelDB, Prediction, device_for
 from moeplan.cost.kerneldb.comm import deepep_internode
 from moeplan.cost.kerneldb.families import DEEPEP_RANKS
+from moeplan.cost.kerneldb.load import experts_hit
 from moeplan.cost.kerneldb.pricing import (
     ALLREDUCE_GPUS,
     BF16_BYTES,
@@ -501,9 +505,14 @@ class CostModel(MixerLayers, Prefetch):
         i = model.moe_intermediate_size / tp
         h = model.hidden_size
         w = model.quant.experts
-        return self.grouped_gemm(
-            tokens_per_expert, 2 * i, h, num_local_experts, w
-        ) + self.grouped_gemm(tokens_per_expert, h, i, num_local_experts, w)
+        m, groups = tokens_per_expert, num_local_experts
+        if not isinstance(self._gemm, AlphaBeta) and m > 0:
+            # the roofline reads the weights of the local experts the batch hits (module
+            # docstring): N = tokens_per_expert * E / k tokens routed at random
+            k, e = model.top_k, model.num_experts
+            hit = num_local_experts * experts_hit(m * e / k, np.full(1, min(1.0, k / e)))
+            m, groups = m * num_local_experts / hit, hit
+        return self.grouped_gemm(m, 2 * i, h, groups, w) + self.grouped_gemm(m, h, i, groups, w)
 
     def warm_expert_ffn(
         self,

@@ -10,14 +10,26 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   ``trtllm_wideep_moe`` in both phases (TRT-LLM 1.3.0rc10's H100 table, with ``num_slots``),
   queried with the rank's own load: ``num_tokens = T * ep`` tokens entering the group,
   ``num_experts = E + R``, and ``distribution = "explicit"`` with ``rank_pairs = T k imb``
-  routed copies on ``rank_hit = (E + R) / ep`` local experts, ``imb`` the busiest rank's load
-  over the mean: the placement's factor (a routing profile's per-expert loads after EPLB,
+  routed copies on ``rank_hit`` local experts, ``imb`` the busiest rank's load over the mean: the placement's factor (a routing profile's per-expert loads after EPLB,
   the caller's ``imbalance``) times, with ``batch_spread``, the busiest rank of one batch of
   ``T * ep`` tokens drawn from the routing (:mod:`.ep_spread`: the slowest rank gates the
   step; at 8,192 tokens per GPU over EP32 1.008, at 128 over EP72 1.073). The product
   treats every rank as the busiest one: exact for a balanced placement, an upper bound
   otherwise (EP72 with ``R = 32`` and equal per-expert loads, placement 1.125: product 1.207,
   :func:`.ep_spread.spread` on the placement's shares 1.171).
+- Experts hit: ``rank_hit`` is the expected number of the rank's ``(E + R) / ep`` slots that
+  receive a token, not all of them: each of the ``T ep imb`` tokens behind the busiest rank's
+  load reaches a given slot with probability ``k / (E + R)`` (balanced random routing;
+  a replicated expert's tokens split over its replicas), so
+  ``rank_hit = (E + R) / ep * (1 - (1 - k / (E + R))^(T ep imb))``
+  (:func:`.kerneldb.load.experts_hit`). The weight reads of the grouped GEMM scale with it
+  (the ``explicit`` load's bytes, :mod:`.kerneldb.wideep_features`): at one decode token
+  per rank on DeepSeek-V3 EP8 a rank reads about 7 of its 32 experts. Decision: only this
+  explicit load and :meth:`.model.CostModel.expert_ffn`'s analytic fallback assumed every
+  local expert hit; the fused-MoE tables are queried at their own ``num_tokens`` with the
+  load their rows were measured with (:mod:`.kerneldb.load`, ``min(E / ep, N k / ep)`` for
+  the balanced router) and a measured MoE fit's :class:`.kernel_fits.MoeShape` takes the
+  same closed form, so neither is corrected again.
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
   and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
@@ -63,6 +75,7 @@ from moeplan.cost.kerneldb.base import BF16_BYTES
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
 from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
+from moeplan.cost.kerneldb.load import experts_hit
 from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.price_keys import INTERNODE_NOTE
@@ -89,6 +102,13 @@ def tbo_gemm_factor(device: Device, phase: str) -> float:
         return 1.0
     sms = sm_count(device)
     return sms / (sms - TBO_RESERVED_SMS)
+
+
+def rank_hit(tokens: float, top_k: int, slots: int, ep: int) -> float:
+    """Expected slots of one of ``ep`` ranks hit by ``tokens`` tokens routed to ``top_k`` of
+    ``slots`` at random (module docstring, "Experts hit")."""
+    local = slots // ep
+    return experts_hit(tokens, np.full(local, min(1.0, top_k / slots)))
 
 
 class WideMoE(NamedTuple):
@@ -177,7 +197,7 @@ class WideEP:
             "moe_dtype": moe_dtype(md),
             "distribution": EXPLICIT,
             "rank_pairs": q.tokens * md.top_k * q.imbalance,
-            "rank_hit": slots / q.ep,
+            "rank_hit": rank_hit(q.tokens * q.ep * q.imbalance, md.top_k, slots, q.ep),
         }
         op = f"wideep_{q.phase}_moe"
         own = backend(self._engine).wideep_moe_op

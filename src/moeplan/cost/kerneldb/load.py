@@ -57,6 +57,21 @@ def busiest_rank(
     return _power_law(int(round(num_tokens)), int(num_experts), int(topk), int(ep), alpha)
 
 
+def experts_hit(tokens: float, shares: np.ndarray | list[float]) -> float:
+    """Expected distinct experts receiving at least one of ``tokens`` tokens, each routed
+    independently to expert ``e`` with probability ``shares[e]`` (``sum shares = k``: a
+    token's ``k`` distinct experts): ``sum_e 1 - (1 - p_e)^T``. Balanced random routing
+    (``p_e = k / E``) gives ``E (1 - (1 - k / E)^T)``; a routing profile's per-expert loads
+    give their own ``p_e``. Linearity of expectation: exact for any joint law of one token's
+    ``k`` experts with these marginals, tokens independent."""
+    p = np.clip(np.asarray(shares, dtype=float), 0.0, 1.0)
+    if tokens <= 0 or p.size == 0:
+        return 0.0
+    sure = p >= 1.0
+    miss = np.exp(float(tokens) * np.log1p(-np.where(sure, 0.0, p)))
+    return float(np.sum(np.where(sure, 1.0, 1.0 - miss)))
+
+
 #: Largest power-law exponent: at alpha = 100, 99 % of the loads drawn on [1, b] lie within 5 %
 #: of the smallest (inverse CDF (1 - u)^(-1/99) at u = 0.99 is 1.047), i.e. balanced; far
 #: larger values overflow the sampler (alpha = 1e308 ended in non-finite loads).

@@ -77,7 +77,7 @@ from moeplan.serve.iteration.grid import bucket_grid
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.mtp import MtpMixin
 from moeplan.serve.iteration.prefetch import PrefetchMixin
-from moeplan.serve.iteration.tbo import TwoBatchMixin
+from moeplan.serve.iteration.tbo import TwoBatchMixin, tbo_halves
 from moeplan.serve.layout import stage_layers
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
@@ -417,17 +417,18 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             return self._mtp_breakdown(batch)
         return self._plain_breakdown(batch)
 
-    def _plain_breakdown(self, batch: Batch, split: bool = True) -> dict[str, float]:
-        """:meth:`breakdown` without MTP; ``split=False``: no two-batch overlap (a batch of
-        fewer than two sequences, counted before MTP's verify tokens)."""
+    def _plain_breakdown(self, batch: Batch, per_seq: int = 1) -> dict[str, float]:
+        """:meth:`breakdown` without MTP; ``per_seq``: decode tokens per sequence (MTP's
+        verify tokens), the unit two-batch overlap splits the decode tokens in."""
         lay = self.layout
         if batch.sequences == 0:
             return {"period_s": 0.0, "latency_s": 0.0, "micro_batches": 0}
         m = min(lay.micro_batches, batch.sequences) if lay.pp > 1 else 1
         mb = busiest_part(batch, m)
-        if self.knobs.tbo and split and lay.pp == 1 and batch.sequences >= 2:
-            return self._two_batch(mb)
         rank = busiest_part(mb, lay.attn_dp)
+        halves = tbo_halves(rank, per_seq) if self.knobs.tbo and lay.pp == 1 else None
+        if halves is not None:  # SGLang's split (serve/iteration/tbo.py); None: one batch
+            return self._two_batch(mb, rank, halves)
         parts = [self._stage(s, mb, rank) for s in range(lay.pp)]
         stage_s = [sum(p.values()) for p in parts]
         p2p_bytes = mb.tokens / lay.stage_gpus * self.model.hidden_bytes

@@ -26,9 +26,9 @@ class MtpMixin:
         sequence) plus ``mtp_draft``, ``N`` draft passes (module docstring)."""
         n = self.knobs.mtp
         verify = type(batch)(batch.decode * (n + 1), batch.decode_ctx, batch.prefill)
-        # two-batch overlap splits sequences (SGLang's split of a verify batch): one
+        # two-batch overlap splits sequences (SGLang's split of a verify batch, bs // 2): one
         # sequence's N + 1 verify tokens are not two micro-batches
-        out = dict(self._plain_breakdown(verify, split=batch.sequences >= 2))
+        out = dict(self._plain_breakdown(verify, per_seq=n + 1))
         draft = n * self._memo(("mtp", batch.decode, batch.decode_ctx), self._draft, batch)
         out["mtp_draft"] = draft
         out["period_s"] += draft

@@ -2,7 +2,9 @@
 
 - ``decode``: every GPU holds ``batch_per_gpu`` sequences at KV length ``context``; one step
   advances each by ``InstanceKnobs.tokens_per_step`` tokens (1 without MTP).
-- ``prefill``: every GPU takes ``tokens_per_gpu`` prompt tokens in prompts of ``isl`` tokens.
+- ``prefill``: every GPU takes ``tokens_per_gpu`` prompt tokens in prompts of ``isl`` tokens:
+  whole prompts and one chunk of the rest, as a chunked-prefill engine fills its budget
+  (:func:`prefill_batch`; 16,384 tokens at ISL 4,000 are four prompts and a 384-token chunk).
 
 One step on the busiest GPU, per decoder layer (``W = attn_tp * attn_dp`` GPUs, each attention
 DP rank holding ``attn_tp`` GPUs' share of the sequences):
@@ -24,11 +26,14 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
 - ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
 - ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
-Two-batch overlap (``knobs.tbo``): the rank's sequences split in two halves, each priced at its
-own size (the split's cost: smaller kernels, and in prefill the compute on the SMs DeepEP's
-normal kernels leave, :func:`moeplan.cost.wideep.tbo_gemm_factor`), scheduled by :func:`moeplan.cost.overlap.makespan`
-as two chains of ``compute`` (attention, experts, dense) and ``comm`` (dispatch, combine)
-pieces; ``overlap`` (negative) is the makespan minus the sum of every piece.
+Two-batch overlap (``knobs.tbo``): the rank's batch split in two micro-batches by SGLang's rule
+(:mod:`moeplan.serve.iteration.tbo`: decode ``bs // 2`` sequences, none with one sequence;
+prefill at the balanced prompt boundary, or at half the tokens with a prompt cut across the
+two), each priced at its own size (the split's cost: smaller kernels, and in prefill the
+compute on the SMs DeepEP's normal kernels leave, :func:`moeplan.cost.wideep.tbo_gemm_factor`),
+scheduled by :func:`moeplan.cost.overlap.alternating_makespan` as two chains of ``compute``
+(attention, experts, dense) and ``comm`` (dispatch, combine) pieces; ``overlap`` (negative) is
+the makespan minus the sum of every piece.
 
 MTP (``knobs.mtp = N``, decode): the verify pass is the step above with ``N + 1`` tokens per
 sequence (attention priced as ``N + 1`` decode queries per sequence: an upper bound, the
@@ -46,11 +51,12 @@ from dataclasses import dataclass, field, replace
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.cost.ep_spread import balanced_spread
-from moeplan.cost.overlap import Piece, makespan
+from moeplan.cost.overlap import Piece, alternating_makespan
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+from moeplan.serve.iteration.tbo import extend_cut
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
 
 PHASES = ("prefill", "decode")
@@ -65,16 +71,42 @@ MAX_PER_GPU = 1 << 22  # a bound on the phase inputs (tokens or sequences per GP
 
 
 class MicroBatch:
-    """``seqs`` sequences of ``q`` new tokens at KV length ``ctx`` on one attention rank."""
+    """Groups of ``seqs`` sequences of ``q`` new tokens at KV length ``ctx`` (keys after the
+    new tokens) on one attention rank; empty groups are dropped."""
 
-    __slots__ = ("ctx", "q", "seqs")
+    __slots__ = ("groups",)
 
-    def __init__(self, seqs: int, q: int, ctx: int) -> None:
-        self.seqs, self.q, self.ctx = seqs, q, ctx
+    def __init__(self, *groups: tuple[int, int, int]) -> None:
+        self.groups = tuple(g for g in groups if g[0] > 0 and g[1] > 0)
+
+    @property
+    def seqs(self) -> int:
+        return sum(g[0] for g in self.groups)
 
     @property
     def tokens(self) -> int:
-        return self.seqs * self.q
+        return sum(g[0] * g[1] for g in self.groups)
+
+    @property
+    def decode(self) -> bool:
+        """One new token per sequence (a decode step; priced with the decode kernels)."""
+        return all(g[1] == 1 for g in self.groups)
+
+    def cut(self, tokens: int) -> tuple[MicroBatch, MicroBatch]:
+        """The first ``tokens`` tokens in group order and the rest; a sequence cut in two
+        leaves its first part at its own keys and its second attending to all of them."""
+        a: list[tuple[int, int, int]] = []
+        b: list[tuple[int, int, int]] = []
+        for seqs, q, ctx in self.groups:
+            if tokens >= seqs * q:
+                a.append((seqs, q, ctx))
+                tokens -= seqs * q
+                continue
+            whole, part = divmod(tokens, q)
+            a += [(whole, q, ctx), (1 if part else 0, part, ctx - q + part)]
+            b += [(1 if part else 0, q - part, ctx), (seqs - whole - (1 if part else 0), q, ctx)]
+            tokens = 0
+        return MicroBatch(*a), MicroBatch(*b)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,18 +164,23 @@ class PhaseModel:
 
     # ---- pieces of one layer on one micro-batch ------------------------------------------
     def _attention(self, mb: MicroBatch) -> float:
-        md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_stored
-        t = cm.wide_mla(md, mb.seqs, mb.q, mb.ctx, kv) if self._wide and lay.attn_tp == 1 else None
-        if t is None:
-            t = cm.attention_layer(md, mb.seqs, mb.q, mb.ctx, lay.attn_tp, hc=False)
-            if self.knobs.kv_scale != 1.0:  # stored KV of another width than the tables'
-                kv_read = mb.seqs * mb.ctx * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
-                saved = kv_read * (1.0 - self.knobs.kv_scale) / (cm.cluster.gpu.mem_bw * 0.8)
-                t = max(0.5 * t, t - saved)  # 0.8: CostModel DEFAULT_BW_EFF
+        t = sum(self._attention_group(*g) for g in mb.groups)
+        md, cm, lay = self.model, self.cost, self.layout
         if lay.attn_tp > 1:
             nbytes = mb.tokens * md.hidden_bytes
             t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
         return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
+
+    def _attention_group(self, seqs: int, q: int, ctx: int) -> float:
+        md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_stored
+        t = cm.wide_mla(md, seqs, q, ctx, kv) if self._wide and lay.attn_tp == 1 else None
+        if t is None:
+            t = cm.attention_layer(md, seqs, q, ctx, lay.attn_tp, hc=False)
+            if self.knobs.kv_scale != 1.0:  # stored KV of another width than the tables'
+                kv_read = seqs * ctx * mem.kv_bytes_per_token_layer(md, lay.attn_tp)
+                saved = kv_read * (1.0 - self.knobs.kv_scale) / (cm.cluster.gpu.mem_bw * 0.8)
+                t = max(0.5 * t, t - saved)  # 0.8: CostModel DEFAULT_BW_EFF
+        return t
 
     def _moe(self, mb: MicroBatch, imb: float) -> tuple[float, float, float, float]:
         """(router + shared experts, dispatch, routed GEMMs, combine) of one MoE layer."""
@@ -151,7 +188,7 @@ class PhaseModel:
         t_gpu = mb.tokens / lay.attn_tp  # tokens entering the EP group per GPU
         pre = cm.router(md, mb.tokens) + cm.shared_expert(md, mb.tokens, lay.attn_tp)
         if self._wide is not None:
-            shared = cm.wide_shared_expert(md, mb.tokens, mb.q == 1) if lay.attn_tp == 1 else None
+            shared = cm.wide_shared_expert(md, mb.tokens, mb.decode) if lay.attn_tp == 1 else None
             if shared is not None:  # the wide-EP MLP tables (CostModel.wide_shared_expert)
                 pre = cm.router(md, mb.tokens) + shared
             w = self._wide.moe(
@@ -160,7 +197,7 @@ class PhaseModel:
                 lay.moe_ep,
                 redundant=lay.redundant_experts,
                 imbalance=imb,
-                phase="generation" if mb.q == 1 else "context",
+                phase="generation" if mb.decode else "context",
             )
             return pre, w.dispatch, w.gemm, w.combine
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
@@ -214,7 +251,7 @@ class PhaseModel:
         """Breakdown of one forward pass over ``halves`` (one micro-batch, or two overlapped)."""
         chains = [self.steps(mb) for mb in halves]
         if len(halves) > 1 and self._wide is not None:  # DeepEP normal keeps its SMs busy
-            f = self._wide.tbo_gemm_factor("context" if halves[0].q > 1 else "generation")
+            f = self._wide.tbo_gemm_factor("generation" if halves[0].decode else "context")
             chains = [[(k, s * f if k in TBO_SLOWED else s) for k, s in c] for c in chains]
         out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
         for chain in chains:
@@ -222,11 +259,8 @@ class PhaseModel:
                 out[key] += sec
         out["other"] += self.lm_head(sum(mb.seqs for mb in halves))
         if len(halves) > 1:
-            span = makespan(
-                [
-                    [Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c if s > 0]
-                    for c in chains
-                ]
+            span = alternating_makespan(
+                [[Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c] for c in chains]
             )
             out["overlap"] = span - sum(sum(s for _, s in c) for c in chains)
         return out
@@ -243,22 +277,23 @@ class PhaseModel:
         require(1 <= context <= MAX_PER_GPU, f"context ({context}) must be in 1..{MAX_PER_GPU}")
         kn, lay = self.knobs, self.layout
         if phase == "decode":
-            seqs, q = per_gpu * lay.attn_tp, 1
+            seqs = per_gpu * lay.attn_tp
             draft_tokens = kn.mtp if kn.mtp else 0
-            full = MicroBatch(seqs * (draft_tokens + 1), 1, context)
+            full = MicroBatch((seqs * (draft_tokens + 1), 1, context))
+            split = seqs // 2 * (draft_tokens + 1)  # SGLang: bs // 2 sequences (tbo.py)
         else:
             require(kn.mtp == 0, "--mtp applies to --phase decode")
-            seqs = max(1, -(-per_gpu * lay.attn_tp // context))
-            q = min(context, per_gpu * lay.attn_tp)
-            full = MicroBatch(seqs, q, q)
-        halves = self._split(full) if kn.tbo else [full]
+            full = prefill_batch(per_gpu * lay.attn_tp, context)
+            seqs = full.seqs
+            split = extend_cut([q for n, q, _ in full.groups for _ in range(n)]) or 0
+        halves = list(full.cut(split)) if kn.tbo and split else [full]
         parts = self._forward(halves)
         if phase == "decode" and kn.mtp:
-            one = MicroBatch(seqs, 1, context)
+            one = MicroBatch((seqs, 1, context))
             draft = sum(s for _, s in self.steps(one, layers=_first_moe(self.model) + 1)[-5:])
             parts["other"] += kn.mtp * (draft + self.lm_head(seqs))
         step_s = sum(parts.values())
-        made = seqs * kn.tokens_per_step if phase == "decode" else seqs * q
+        made = seqs * kn.tokens_per_step if phase == "decode" else full.tokens
         return PhaseResult(
             phase=phase,
             per_gpu=per_gpu,
@@ -279,17 +314,6 @@ class PhaseModel:
         md, lay = self.model, self.layout
         t_gpu = mb.tokens / lay.attn_tp
         return balanced_spread(t_gpu * lay.moe_ep, lay.moe_ep, md.top_k, md.num_experts)
-
-    @staticmethod
-    def _split(mb: MicroBatch) -> list[MicroBatch]:
-        """Two-batch overlap's halves: sequences split evenly (one long prompt: its tokens)."""
-        if mb.seqs >= 2:
-            return [
-                MicroBatch(-(-mb.seqs // 2), mb.q, mb.ctx),
-                MicroBatch(mb.seqs // 2, mb.q, mb.ctx),
-            ]
-        half = max(1, mb.q // 2)
-        return [MicroBatch(1, half, half), MicroBatch(1, mb.q - half, mb.q)]
 
     def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
         """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
@@ -313,6 +337,20 @@ class PhaseModel:
                 f"{gpu.mem_bytes / 1024**3:.1f} GiB"
             )
         return out
+
+
+def prefill_batch(tokens: int, isl: int) -> MicroBatch:
+    """A prefill step's ``tokens`` on one attention rank in prompts of ``isl`` tokens, as a
+    chunked-prefill engine fills its token budget: ``tokens // isl`` whole prompts and a
+    chunk of the remaining ``r = tokens % isl`` tokens of one more prompt (SGLang's
+    ``PrefillAdder.add_one_req`` truncates the prompt that does not fit to the budget left,
+    ``trunc_len = self.rem_chunk_tokens // self.page_size * self.page_size``, page size 1 by
+    default; python/sglang/srt/managers/schedule_policy.py, v0.5.x), never rounded up to a
+    whole prompt. In the steady state the cut chunk sits anywhere in
+    its prompt; it is priced at keys ``(isl + r) / 2`` after it, so its queries see
+    ``isl / 2`` keys on average, as a prompt's tokens do over its whole prefill."""
+    whole, rest = divmod(tokens, isl)
+    return MicroBatch((whole, isl, isl), (1 if rest else 0, rest, (isl + rest) // 2))
 
 
 def _first_moe(model: ModelSpec) -> int:
