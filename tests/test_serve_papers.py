@@ -105,6 +105,12 @@ def test_a2a_scale_closed_form_and_bad_input():
 
 
 # ---- orderings the comparisons rely on (small versions) -----------------------------------
+@pytest.mark.xfail(
+    strict=True,
+    reason="since the grouped experts read only the experts a decode batch hits, vLLM TP+PP's "
+    "ITL equals DP+EP's (H20: 29.8 vs 29.3 ms; 910B: 12.8 vs 12.8 ms) and Tutel TP-EP is the "
+    "slowest (42.2 / 14.9 ms): the paper's 227 vs 160 ms gap is not reproduced",
+)
 @pytest.mark.parametrize("cluster", ["mixserve-h20", "mixserve-910b"])
 def test_mixserve_vllm_tp_pp_has_the_worst_itl_of_table_ii(cluster):
     """MixServe §IV-B: vLLM TP+PP is the slowest baseline in decode (910B DeepSeek-R1: 227 ms

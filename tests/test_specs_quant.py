@@ -244,15 +244,19 @@ def test_decode_gemm_time_follows_the_stored_bytes():
 
 
 def test_decode_grouped_experts_read_the_quantized_bytes():
-    """One token per expert on all 128 experts: grouped-expert time above the floor scales by
-    the experts' bytes ratio against the same model in bf16."""
+    """One token per expert on average over 128 local experts: grouped-expert time above the
+    floor scales by the experts' bytes ratio against the same model in bf16, over the experts
+    the batch hits (N = E / k tokens routed at random hit E (1 - (1 - k/E)^N) of them, each
+    with E / hit tokens)."""
     cm = CostModel(load_cluster("h100-sxm-8"))
     awq = model_from_dict(_data("qwen3_30b_a3b_awq"), "awq")
     plain = replace(awq, quant=UNQUANTIZED)
     a = cm._roof.alpha
     q, p = cm.expert_ffn(awq, 1.0, 128) - 2 * a, cm.expert_ffn(plain, 1.0, 128) - 2 * a
     h, i = awq.hidden_size, awq.moe_intermediate_size
-    act = 2 * (h + 2 * i) + 2 * (i + h)  # bf16 inputs and outputs of the two GEMMs per expert
+    e, k = awq.num_experts, awq.top_k
+    m = e / (e * (1 - (1 - k / e) ** (e / k)))  # tokens per expert hit
+    act = m * (2 * (h + 2 * i) + 2 * (i + h))  # bf16 inputs and outputs of the two GEMMs
     assert q / p == pytest.approx((act + 3 * h * i * INT4_G128_ZERO) / (act + 6 * h * i), rel=1e-9)
 
 
