@@ -33,6 +33,12 @@ class FakeBackend(EngineBackend):
     def default_running(self, gpu):
         return 64
 
+    def chunk_args(self, chunk_tokens, attn_dp):
+        return []  # a fake engine exports nothing
+
+    def knob_args(self, knobs, role="colocated"):
+        return []
+
 
 FAKE = FakeBackend(
     name="fake",

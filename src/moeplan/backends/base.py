@@ -133,7 +133,6 @@ class EngineBackend(ABC):
     def default_chunk(self, gpu: GPUSpec) -> int:
         """Prompt tokens of one forward step by default on ``gpu`` (the engine's chunked
         prefill; per DP rank where :attr:`budgets_per_dp_rank`)."""
-        raise NotImplementedError
 
     def table_versions(self, folders: Iterable[tuple[str, str]]) -> tuple[str, ...]:
         """The releases its kernel tables were measured at, oldest first, read from the
@@ -300,14 +299,14 @@ class EngineBackend(ABC):
         del architecture, attn_dp
         return None
 
+    @abstractmethod
     def chunk_args(self, chunk_tokens: int | None, attn_dp: int) -> list[str]:
         """The flag of an instance's prefill chunk (the instance's total prompt tokens per
         iteration, as priced); none when not given."""
-        raise NotImplementedError
 
+    @abstractmethod
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """The flags of an instance's knobs (two-batch overlap, MTP, KV dtype)."""
-        raise NotImplementedError
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """The environment of an instance's knobs (none by default)."""

@@ -75,24 +75,20 @@ class Deployment(ABC):
     @abstractmethod
     def gpus(self) -> int:
         """GPUs of the whole deployment (every replica, every pool)."""
-        raise NotImplementedError
 
     @property
     @abstractmethod
     def label(self) -> str:
         """The one text form; :func:`parse` reads it back."""
-        raise NotImplementedError
 
     @property
     @abstractmethod
     def plan_family(self) -> str:
         """``plan.json``'s ``family`` of this deployment."""
-        raise NotImplementedError
 
     @abstractmethod
     def plan_layout(self) -> dict[str, Any]:
         """``plan.json``'s ``layout`` of this deployment (docs/API.md)."""
-        raise NotImplementedError
 
     def __str__(self) -> str:
         return self.label

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from moeplan.backends import EngineBackend, backend, simulated
@@ -263,37 +264,16 @@ def candidates(
     ``mem_fraction``: the engine's memory fraction (None: its default); ``fractions``: other
     fractions tried at the default chunk and running cap (a fraction leaving no KV pool is
     skipped)."""
-    base = engine_config(
-        engine,
-        model,
-        cluster,
-        layout,
-        chunk_tokens=chunk_tokens,
-        max_running=max_running,
-        kv_scale=kv_scale,
-        mtp=mtp,
-        mem_fraction=mem_fraction,
-        deepep=deepep,
+    config = partial(
+        engine_config, engine, model, cluster, layout, kv_scale=kv_scale, mtp=mtp, deepep=deepep
     )
+    base = config(chunk_tokens=chunk_tokens, max_running=max_running, mem_fraction=mem_fraction)
     out = [base]
     for f in fractions:
         if f == base.mem_fraction:
             continue
         try:
-            out.append(
-                engine_config(
-                    engine,
-                    model,
-                    cluster,
-                    layout,
-                    chunk_tokens=chunk_tokens,
-                    max_running=max_running,
-                    kv_scale=kv_scale,
-                    mtp=mtp,
-                    mem_fraction=f,
-                    deepep=deepep,
-                )  # fmt: skip
-            )
+            out.append(config(chunk_tokens=chunk_tokens, max_running=max_running, mem_fraction=f))
         except MoeplanError:
             continue
     if chunk_tokens is not None and max_running is not None:
@@ -311,19 +291,7 @@ def candidates(
             ):
                 continue
             try:
-                out.append(
-                    engine_config(
-                        engine,
-                        model,
-                        cluster,
-                        layout,
-                        chunk_tokens=chunk,
-                        max_running=cap,
-                        kv_scale=kv_scale,
-                        mem_fraction=mem_fraction,
-                        deepep=deepep,
-                    )
-                )
+                out.append(config(chunk_tokens=chunk, max_running=cap, mem_fraction=mem_fraction))
             except MoeplanError:
                 continue
     return out
