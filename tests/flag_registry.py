@@ -209,7 +209,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--burstiness": R("--burstiness", "0.5"),  # a burst has no gaps
             "--max-concurrency": P("--max-concurrency", "2", key="max_concurrent_requests"),
             "--seed": P("--seed", "3", key="total_input_tokens", base=BENCH_SPREAD),
-            "--dataset-name": R("--dataset-name", "sharegpt"),
+            "--dataset-name": P("--dataset-name", "sharegpt", key="total_input_tokens"),
             "--dataset-path": R("--dataset-path", "{tmp}/missing.csv"),
             "--random-input-len": P("--random-input-len", "128", key="total_input_tokens"),
             "--random-output-len": P("--random-output-len", "8", key="total_output_tokens"),

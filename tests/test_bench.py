@@ -23,7 +23,12 @@ from moeplan.commands.bench import (
     shares,
     vllm_metrics,
 )
-from moeplan.commands.bench_workload import Prompts, random_lengths, send_times
+from moeplan.commands.bench_workload import (
+    Prompts,
+    random_lengths,
+    send_times,
+    sharegpt_lengths,
+)
 from moeplan.errors import MoeplanError
 from moeplan.serve.engine.config import EngineConfig
 from moeplan.serve.engine.run import simulate
@@ -192,6 +197,7 @@ def test_compare_bad_result_is_one_line(capsys, tmp_path, content, field):
         ("input_len,output_len\n100,10.5\n", "output_len"),
         ("input_len,output_len\n100,0\n", "output_len"),
         ("input_len\n100\n", "output_len"),
+        ("input_len,output_len\nabc,10\n", "input_len"),
     ],
 )
 def test_dataset_file_with_bad_lengths_is_refused(capsys, tmp_path, rows, field):
@@ -214,7 +220,6 @@ def test_dataset_file_jsonl_lengths_are_sent(capsys, tmp_path):
 @pytest.mark.parametrize(
     "extra, field",
     [
-        (("--dataset-name", "sharegpt"), "sharegpt"),
         (("--dataset-name", "sonnet"), "--dataset-name"),
         (("--burstiness", "0.5"), "--burstiness"),
         (("--request-rate", "-1"), "--request-rate"),
@@ -257,3 +262,51 @@ def test_compare_reads_an_sglang_bench_serving_line(capsys, tmp_path):
     m = cmp["metrics"]
     assert m["total_token_throughput"]["measured"] == pytest.approx(3840.0 + 240.0)
     assert m["mean_e2el_ms"]["measured"] == pytest.approx(500.0)
+
+
+def _shipped_sharegpt() -> np.ndarray:
+    from importlib import resources
+
+    text = resources.files("moeplan").joinpath("data", "benchmarks", "sharegpt_first_turns.csv")
+    rows = text.read_text().splitlines()
+    assert rows[0] == "input_len,output_len"
+    return np.array([[int(x) for x in r.split(",")] for r in rows[1:]])
+
+
+def test_shipped_sharegpt_pairs_pass_vllms_filter():
+    # vllm/benchmarks/datasets/utils.py is_valid_sequence: both >= 4, prompt <= 1024,
+    # prompt + output <= 2048
+    a = _shipped_sharegpt()
+    assert len(a) == 5316
+    assert np.all(a >= 4) and np.all(a[:, 0] <= 1024) and np.all(a.sum(axis=1) <= 2048)
+    assert 100 < a[:, 0].mean() < a[:, 1].mean()  # short prompts, long answers
+
+
+def test_sharegpt_draws_the_shipped_pairs_in_a_seeded_shuffle():
+    a = _shipped_sharegpt()
+    p = sharegpt_lengths(50, 7)
+    order = np.random.default_rng(7).permutation(len(a))[:50]
+    assert np.array_equal(p.isl, a[order, 0]) and np.array_equal(p.osl, a[order, 1])
+    more = sharegpt_lengths(len(a) + 10, 0)  # beyond the trace: drawn again with replacement
+    assert len(more.isl) == len(a) + 10
+    assert sorted(more.isl[: len(a)].tolist()) == sorted(a[:, 0].tolist())
+
+
+def test_sharegpt_scaled_to_a_runs_means_keeps_its_totals_and_spread():
+    p = sharegpt_lengths(1000, 0, (214.5, 199.9))
+    raw = sharegpt_lengths(1000, 0)
+    assert p.isl.sum() == pytest.approx(214_500, abs=500)  # whole tokens: rounding only
+    assert p.osl.sum() == pytest.approx(199_900, abs=500)
+    # the same prompts, in the same order, stretched: the ranks are unchanged
+    assert np.all(np.diff(p.osl[np.argsort(raw.osl, kind="stable")]) >= 0)
+    assert p.osl.max() > 2 * p.osl.mean()  # the long answers that end a burst are there
+
+
+def test_bench_sharegpt_sends_the_shipped_lengths(capsys):
+    code, out, err = run_main(capsys, *BENCH[:5], "--dataset-name", "sharegpt", "--num-prompts",
+                              "20", "--json")  # fmt: skip
+    assert code == 0, err
+    ans = json.loads(out)
+    a = _shipped_sharegpt()[np.random.default_rng(0).permutation(5316)[:20]]
+    assert ans["total_input_tokens"] == int(a[:, 0].sum())
+    assert ans["total_output_tokens"] == int(a[:, 1].sum())

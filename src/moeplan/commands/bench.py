@@ -41,9 +41,10 @@ from moeplan.commands.bench_workload import (
     random_lengths,
     read_lengths,
     send_times,
+    sharegpt_lengths,
 )
 from moeplan.commands.serve_inputs import ServeSimFlags
-from moeplan.errors import MoeplanError, require
+from moeplan.errors import require
 from moeplan.serve.engine.config import SimResult
 from moeplan.serve.workload.arrivals import Requests
 
@@ -92,11 +93,7 @@ def prompts_of(s: BenchSettings) -> Prompts:
     if s.dataset_path is not None:
         return read_lengths(s.dataset_path, n)
     if s.dataset_name == "sharegpt":
-        raise MoeplanError(
-            "--dataset-name sharegpt needs --dataset-path of the prompt/output token lengths "
-            "the benchmark sent (CSV or JSONL with input_len, output_len): ShareGPT's lengths "
-            "depend on the model's tokenizer, and moeplan ships no token-length trace of it"
-        )
+        return sharegpt_lengths(n or DEFAULT_NUM_PROMPTS, s.seed)
     return random_lengths(
         n or DEFAULT_NUM_PROMPTS, s.random_input_len, s.random_output_len,
         s.random_range_ratio, s.seed,
@@ -295,7 +292,7 @@ CLIENT_PARAMS = {
     "burstiness": (float, 1.0, "Gamma shape of the gaps at a finite rate (1: Poisson)."),
     "max_concurrency": (int | None, None, "Most requests in flight (the client holds the rest)."),
     "seed": (int, 0, "Seed of the lengths and the send times."),
-    "dataset_name": (str, "random", "random, or sharegpt (needs --dataset-path of its lengths)."),
+    "dataset_name": (str, "random", "random, or sharegpt (the shipped ShareGPT first-turn lengths)."),
     "dataset_path": (str | None, None, "CSV or JSONL of input_len,output_len per prompt."),
     "random_input_len": (int, 1024, "random: prompt tokens (mean)."),
     "random_output_len": (int, 128, "random: output tokens (mean)."),

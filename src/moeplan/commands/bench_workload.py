@@ -8,10 +8,32 @@
   ``r = --random-range-ratio`` in ``[0, 1)``), drawn with ``numpy.random.default_rng(seed)``,
   inputs first. vLLM subtracts the tokenizer's special tokens from ``L`` first; moeplan has no
   tokenizer and takes that count as 0 (one or two tokens of thousands).
-- ``sharegpt``: no public per-request token-length trace of ShareGPT_V3_unfiltered_cleaned_split
-  is shipped with moeplan, and its lengths depend on the model's tokenizer, so a ShareGPT run
-  is given by its lengths: ``--dataset-path`` of the prompt/output lengths the benchmark sent,
-  or, in ``moeplan validate``, a report's stated mean lengths (fixed).
+- ``sharegpt`` (vLLM ``vllm/benchmarks/datasets/sharegpt.py``, ``ShareGPTDataset``, and
+  ``utils.py`` ``is_valid_sequence``, read at the stored ``237145ea``): vLLM reads
+  ShareGPT_V3_unfiltered_cleaned_split.json, keeps conversations of two or more turns,
+  shuffles them with ``random.seed(seed)``, and sends the first ``--num-prompts`` whose
+  first turn (the prompt) and second turn (its token count is the output length) pass the
+  filter: prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048. moeplan has
+  neither the file nor the model's tokenizer, so it ships a public per-request trace of
+  ShareGPT token lengths instead (:data:`SHAREGPT_FILE`, :func:`sharegpt_lengths`): the first
+  turns of Sarathi-Serve's ``data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv``
+  (github.com/microsoft/sarathi-serve at ``72339db5``, Apache-2.0; Llama-2 tokenizer; one row
+  per turn, a conversation's later turns carrying its history in their prefill), a
+  conversation's first turn being a row whose prefill is shorter than the previous row's
+  prefill + decode, passed through vLLM's filter above: 5,316 (prompt, output) pairs, mean
+  136 / 472 tokens. Assumptions: that release of ShareGPT and Llama-2's tokenizer stand for
+  the file and tokenizer of the run (a run's own lengths differ: vLLM's 1,000-prompt sample
+  of ShareGPT_V3 measures about 214 / 200 tokens per prompt in the lab runs), and a first
+  prompt longer than the previous conversation's whole context is read as that
+  conversation's next turn and lost (the trace has no conversation id). Prompts are drawn
+  as vLLM draws them: a shuffle of the pairs by ``numpy.random.default_rng(seed)`` standing
+  for Python's ``random.shuffle``, the first ``n`` taken, more than the trace holds drawn
+  again with replacement (vLLM's ``maybe_oversample_requests``). Given a run's measured mean
+  lengths (``moeplan validate``: the report's ``mean_in``/``mean_out``, its total tokens over
+  its prompts), each drawn length is scaled by the ratio of that mean to the drawn prompts'
+  mean (whole tokens, at least 1), so the run's token totals are the report's: the trace
+  gives the SHAPE of the spread (the long requests that set a burst's duration), the run
+  its own reported totals; nothing is fitted to a measured speed.
 - ``--dataset-path FILE``: a CSV (header ``input_len,output_len``) or JSON Lines (objects with
   ``input_len`` and ``output_len``) of whole, positive token counts; the first
   ``--num-prompts`` rows are sent in file order (all of them without ``--num-prompts``).
@@ -29,9 +51,11 @@ Pure: file reading aside (:func:`read_lengths`), no I/O.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +68,11 @@ DATASETS = ("random", "sharegpt")
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_RANGE_RATIO = 1024, 128, 0.0
 DEFAULT_NUM_PROMPTS = 1000
 MAX_PROMPTS = 200_000  # serve-sim's bound on simulated requests
+#: the shipped ShareGPT first-turn lengths (module docstring: source, licence, filter)
+SHAREGPT_FILE = "sharegpt_first_turns.csv"
+#: vLLM's ShareGPT filter (vllm/benchmarks/datasets/utils.py, is_valid_sequence defaults,
+#: read at 237145ea): min_len, max_prompt_len, max_total_len
+SHAREGPT_MIN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
 
 
 @dataclass(frozen=True)
@@ -80,10 +109,38 @@ def random_lengths(
     return Prompts(isl.astype(np.int64), osl.astype(np.int64), src)
 
 
-def fixed_lengths(n: int, isl: int, osl: int, source: str) -> Prompts:
-    """``n`` prompts of ``isl`` tokens asking ``osl`` tokens each."""
-    require(isl >= 1 and osl >= 1, f"lengths ({isl}, {osl}) must be >= 1 token each")
-    return Prompts(np.full(n, isl, np.int64), np.full(n, osl, np.int64), source)
+def sharegpt_trace() -> tuple[np.ndarray, np.ndarray]:
+    """The shipped ShareGPT (prompt, output) token lengths, in file order."""
+    path = resources.files("moeplan").joinpath("data", "benchmarks", SHAREGPT_FILE)
+    a = np.loadtxt(io.StringIO(path.read_text()), delimiter=",", skiprows=1, dtype=np.int64)
+    isl, osl = a[:, 0], a[:, 1]
+    require(
+        bool(np.all(np.minimum(isl, osl) >= SHAREGPT_MIN) and np.all(isl <= SHAREGPT_MAX_PROMPT)
+             and np.all(isl + osl <= SHAREGPT_MAX_TOTAL)),
+        f"{SHAREGPT_FILE} holds a pair outside vLLM's ShareGPT filter",
+    )  # fmt: skip
+    return isl, osl
+
+
+def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None) -> Prompts:
+    """``n`` prompts of vLLM's ``sharegpt`` dataset drawn from the shipped trace (module
+    docstring); ``means``: a run's measured mean (prompt, output) lengths, to which the
+    drawn lengths are scaled."""
+    ti, to = sharegpt_trace()
+    order = np.random.default_rng(seed).permutation(len(ti))
+    if n > len(order):  # vLLM oversamples with replacement
+        extra = np.random.default_rng(seed + 1).integers(0, len(ti), n - len(order))
+        order = np.concatenate([order, extra])
+    isl, osl = ti[order[:n]], to[order[:n]]
+    src = f"sharegpt: {n} prompts of the {len(ti)} shipped first turns (Sarathi-Serve trace)"
+    if means is not None:
+        mi, mo = means
+        require(mi >= 1 and mo >= 1, f"sharegpt mean lengths ({mi}, {mo}) must be >= 1 token")
+        si, so = mi / float(isl.mean()), mo / float(osl.mean())
+        isl = np.maximum(1, np.rint(isl * si)).astype(np.int64)
+        osl = np.maximum(1, np.rint(osl * so)).astype(np.int64)
+        src += f", lengths scaled x{si:.2f} / x{so:.2f} to the run's means {mi:g} / {mo:g}"
+    return Prompts(isl, osl, src)
 
 
 def _whole(value: object, field: str, where: str) -> int:

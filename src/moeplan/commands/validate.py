@@ -6,9 +6,10 @@ serve`` run: ``serve_flags`` is the engine's launch command, ``engine_version`` 
 ``gpu`` the node (``A100`` → ``a100-sxm-8``, ``H100`` → ``h100-sxm-8``), ``dataset`` with
 ``isl``/``osl``/``num_prompts`` the prompts, ``request_rate`` and ``max_concurrency`` the
 client. ``random`` prompts are vLLM's rule at the default range ratio 0 (every prompt
-``isl`` tokens asking ``osl``); ``sharegpt`` prompts are the report's stated mean lengths,
-fixed (``mean_in``/``mean_out``: moeplan ships no per-request ShareGPT length trace, so the
-spread of the lengths is not simulated). A row moeplan cannot run (an engine it does not
+``isl`` tokens asking ``osl``); ``sharegpt`` prompts are drawn from the shipped ShareGPT
+first-turn trace (seed 0) with their lengths scaled to the report's measured means
+(``mean_in``/``mean_out``: :func:`moeplan.commands.bench_workload.sharegpt_lengths`), so
+the spread of the lengths, and the long requests that end a burst, are simulated. A row moeplan cannot run (an engine it does not
 simulate, a layout that cannot hold the weights, a flag it cannot read) is listed with the
 one-line reason, never dropped.
 
@@ -94,11 +95,20 @@ def _int(r: dict[str, str], col: str) -> int:
     return int(v)
 
 
+def _float(r: dict[str, str], col: str) -> float:
+    try:
+        v = float(r[col])
+    except ValueError:
+        raise MoeplanError(f"row {r['case_id']} {col} ({r[col]!r}) must be a number") from None
+    require(math.isfinite(v) and v >= 1, f"row {r['case_id']} {col} ({r[col]!r}) must be >= 1")
+    return v
+
+
 def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     """A row's deployment values, client settings and prompts (one line for a setting
     moeplan cannot express)."""
     from moeplan.commands.bench import DEPLOYMENT_FLAGS, BenchSettings
-    from moeplan.commands.bench_workload import fixed_lengths, random_lengths
+    from moeplan.commands.bench_workload import random_lengths, sharegpt_lengths
 
     require(
         r["gpu"] in LAB_CLUSTER,
@@ -111,8 +121,7 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     if r["dataset"] == "random":
         p = random_lengths(n, _int(r, "isl"), _int(r, "osl"), 0.0, 0)
     elif r["dataset"] == "sharegpt":
-        isl, osl = round(float(r["mean_in"])), round(float(r["mean_out"]))
-        p = fixed_lengths(n, isl, osl, f"sharegpt: the report's mean lengths {isl}/{osl}, fixed")
+        p = sharegpt_lengths(n, 0, (_float(r, "mean_in"), _float(r, "mean_out")))
     else:
         raise MoeplanError(
             f"row {r['case_id']} dataset ({r['dataset']!r}) must be random or sharegpt"
