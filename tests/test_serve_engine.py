@@ -218,3 +218,31 @@ def test_request_larger_than_kv_is_rejected():
 
     with pytest.raises(MoeplanError, match="KV pool"):
         simulate(requests_from_rows([0.0], [900], [200]), _cfg(kv_tokens=1000), const(1e-3))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_burst_admission_reserves_each_new_requests_whole_output(fast):
+    # SGLang's PrefillAdder (managers/schedule_policy.py): a request admitted into the batch
+    # being formed reserves its prompt and its whole max_new_tokens, the requests already
+    # running 0.7 of their outstanding output. Four requests of 10 prompt tokens asking 20
+    # at t = 0 into a 104-token pool, every iteration D long:
+    #   t = 0: r0 10 + 20 = 30, r1 30 + 30 = 60, r2 60 + 30 = 90 <= 104; r3 90 + 30 = 120 > 104
+    #   t = D: r3 alone: 30 prompt tokens in use + 10 + at most 0.7 x 60 + 20 = 102 <= 104
+    # (counting the admissions at 0.7, r3 fits at t = 0: 30 + 10 + 0.7 x 80 = 96)
+    d = 0.01
+    reqs = requests_from_rows(np.zeros(4), [10] * 4, [20] * 4)
+    new = _cfg(kv_tokens=104, admit_reserve=0.7, admit_reserve_new=1.0)
+    res = simulate(reqs, new, const(d), fast_forward=fast)
+    assert np.allclose(res.admit_s, [0, 0, 0, d])
+    assert np.allclose(res.first_token_s, [d, d, d, 2 * d])
+    old = simulate(reqs, _cfg(kv_tokens=104, admit_reserve=0.7), const(d), fast_forward=fast)
+    assert np.allclose(old.admit_s, 0) and np.allclose(old.first_token_s, d)
+
+
+def test_sglang_new_admissions_reserve_their_whole_output():
+    from moeplan.serve.knobs import engine_config
+
+    m, c = load_model("deepseek-v2-lite"), load_cluster("h100-sxm-8")
+    sg = engine_config("sglang", m, c, Layout(attn_tp=1))
+    assert (sg.admit_reserve, sg.admit_reserve_new) == (0.7, 1.0)
+    assert engine_config("vllm", m, c, Layout(attn_tp=1)).admit_reserve_new is None

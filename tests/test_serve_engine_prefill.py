@@ -47,6 +47,7 @@ def _runs(draw):  # type: ignore[no-untyped-def]
         max_running=draw(st.integers(1, 8)),
         kv_tokens=max(isl) + draw(st.integers(1, 4)) + 500 * draw(st.integers(0, 6)),
         admit_reserve=draw(st.sampled_from([0.0, 0.5, 1.0])),
+        admit_reserve_new=draw(st.sampled_from([None, 1.0])),
     )
     horizon = draw(st.sampled_from([None, 2.0, 7.75]))
     return reqs, cfg, horizon, draw(st.booleans())

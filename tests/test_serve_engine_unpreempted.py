@@ -68,6 +68,7 @@ def _streams(draw, pool: bool):  # type: ignore[no-untyped-def]
         # from a pool one request fills (preemptions) to one that never fills
         kv_tokens=big + draw(st.sampled_from([0, 50, 500, 5000, 10**6])),
         admit_reserve=draw(st.sampled_from([0.0, 0.5, 0.7, 1.0])),
+        admit_reserve_new=draw(st.sampled_from([None, 1.0])),
     )
     horizon = draw(st.sampled_from([None, 2.0, 7.75]))
     return reqs, cfg, horizon, draw(st.booleans())

@@ -85,6 +85,9 @@ class EngineBackend(ABC):
     running_cap: int | None = None
     #: share of future output reserved at admission (0: KV allocated on demand)
     new_token_ratio: float = 0.0
+    #: share of its future output a request reserves in the step that admits it (None: the
+    #: :attr:`new_token_ratio` every running request reserves)
+    admission_token_ratio: float | None = None
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
 

@@ -7,8 +7,16 @@ Scheduler (python/sglang/srt/server_args.py and managers/scheduler.py):
 - ``max_running_requests = max_total_num_tokens // 2`` per DP rank, capped by its request
   pool (4096 here) and, for models with recurrent state (linear / state-space layers), by
   the states its ``mamba_full_memory_ratio`` share of the cache memory holds;
-- ``new_token_ratio`` 0.7 reserved for future output at admission (its initial value; SGLang
-  decays it towards 0.1 while nothing is retracted — kept constant, a conservative departure).
+- ``new_token_ratio`` 0.7 of the running requests' outstanding output reserved when a
+  prefill batch is formed (its initial value; SGLang decays it towards 0.1 while nothing is
+  retracted — kept constant, a conservative departure), while a request admitted into the
+  batch being formed reserves its whole outstanding output (``PrefillAdder``:
+  ``_get_running_request_total_token_offset`` charges a running request
+  ``min(max_new_tokens - len(output_ids), CLIP_MAX_NEW_TOKENS) * new_token_ratio``,
+  ``add_one_req`` checks and ``_update_prefill_budget`` charges a new one its prompt plus
+  ``min(max_new_tokens, CLIP_MAX_NEW_TOKENS)`` unscaled; managers/schedule_policy.py, read at
+  the stored ``00550cd1``; the 4,096-token clip is above every output moeplan is asked for
+  but is not applied).
 
 Launch facts of the pinned 0.5.23 release: attention DP per architecture
 (:data:`ATTN_DP`), the KV page size some architectures force (:data:`PAGE_SIZE`), the
@@ -213,6 +221,7 @@ SGLANG = SGLangBackend(
     scheduler="prefill-first",
     running_cap=RUNNING_CAP,
     new_token_ratio=NEW_TOKEN_RATIO,
+    admission_token_ratio=1.0,  # schedule_policy.py PrefillAdder.add_one_req (docstring)
     state_ratio=STATE_RATIO,
     deepep=True,  # --moe-a2a-backend deepep (docs/advanced_features/expert_parallelism.md)
     caps=SGLANG_CAPS,

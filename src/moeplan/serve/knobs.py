@@ -197,6 +197,7 @@ def _prefill_first_config(
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
         admit_reserve=b.new_token_ratio,
+        admit_reserve_new=b.admission_token_ratio,
     )
 
 
@@ -236,6 +237,7 @@ def _mixed_config(
         kv_tokens=per_rank * dp,
         kv_tokens_per_rank=per_rank,
         admit_reserve=b.new_token_ratio,
+        admit_reserve_new=b.admission_token_ratio,
     )
 
 

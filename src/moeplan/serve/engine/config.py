@@ -36,6 +36,9 @@ class EngineConfig:
     kv_tokens: int
     kv_tokens_per_rank: int = 0  # 0: same as kv_tokens
     admit_reserve: float = 0.0
+    #: the share of its outstanding output a request reserves in the iteration that admits
+    #: it (None: ``admit_reserve``); later iterations count it at ``admit_reserve``
+    admit_reserve_new: float | None = None
     #: the engine's memory fraction the KV pool was sized at (None: no engine rule)
     mem_fraction: float | None = None
 
@@ -49,6 +52,10 @@ class EngineConfig:
         require(
             0.0 <= self.admit_reserve <= 1.0,
             f"engine.admit_reserve ({self.admit_reserve}) must be in [0, 1]",
+        )
+        require(
+            self.admit_reserve_new is None or 0.0 <= self.admit_reserve_new <= 1.0,
+            f"engine.admit_reserve_new ({self.admit_reserve_new}) must be in [0, 1]",
         )
         if self.policy == "mixed":
             require(

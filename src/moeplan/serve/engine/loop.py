@@ -224,13 +224,17 @@ class Engine(IterationEnd):
             self.now,
         )
         room = max_running - len(running)  # admissions max_running allows
+        # the running requests' outstanding output at ``reserve``, this iteration's
+        # admissions' at ``reserve_new`` (run.py's docstring)
+        held, new, fresh = reserve * remaining, self.reserve_new, 0.0
         while budget > 0 and waiting and room > 0:
             r = waiting[0]
             p = produced[r]
             need = isl[r] + p
             rem = osl[r] - p
-            if kv + need + reserve * (remaining + rem) > cap:
+            if kv + need + held + fresh + new * rem > cap:
                 break
+            fresh += new * rem
             waiting.popleft()
             if admit[r] != admit[r]:  # NaN: first admission
                 admit[r] = now

@@ -15,8 +15,9 @@ checks it against the general loop):
   request, so the requests of one iteration are consecutive and at most one request (the
   last admitted) is part-way through its prompt between iterations;
 - the admission test is the engine's: the KV in use plus the request's prompt plus
-  ``admit_reserve`` times the running requests' outstanding output (one token each, itself
-  included) must fit the pool.
+  ``admit_reserve`` times the outstanding output of the requests running before the
+  iteration and ``admit_reserve_new`` times that of the iteration's admissions (one token
+  each, itself included) must fit the pool.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ class _Queue:
             e.reserve,
             e.kv_cap,
         )
+        held, new, fresh = reserve * nrun, e.reserve_new, 0.0  # as Engine._admit
         while budget > 0 and j < arrived and nrun < max_running:
             need = isl[j]
-            if kv + need + reserve * (nrun + 1) > cap:
+            if kv + need + held + fresh + new > cap:
                 break
+            fresh += new
             admit[j] = t
             kv += need
             nrun += 1

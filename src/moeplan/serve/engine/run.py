@@ -12,8 +12,10 @@ Policies (:class:`EngineConfig`):
 Requests are admitted in arrival order (FCFS, no skipping) while ``max_running`` and the KV
 pool allow: admission allocates the whole (re)prefill — prompt plus tokens already generated,
 the prefix-cache hit included — and requires room for ``admit_reserve`` times the outstanding
-output tokens of every running request (SGLang's ``new_token_ratio``; vLLM allocates on
-demand: 0). Each decode step allocates one token per decoding request; when the pool is full
+output tokens of every request running before the iteration (SGLang's ``new_token_ratio``;
+vLLM allocates on demand: 0) plus ``admit_reserve_new`` times those of the requests the
+iteration admits, itself included (SGLang: 1, a new request's whole ``max_new_tokens``;
+None: ``admit_reserve``). Each decode step allocates one token per decoding request; when the pool is full
 the most recently admitted request is preempted (vLLM's recompute preemption: its KV is freed,
 it goes back to the head of the queue, and later re-prefills its prompt and generated tokens,
 counted separately as recomputed tokens). The pool is never over-committed (checked).

@@ -111,6 +111,8 @@ class EngineState:
         self.budget = cfg.chunk_tokens or (1 << 62)
         self.kv_cap = cfg.kv_tokens
         self.reserve = cfg.admit_reserve
+        r_new = cfg.admit_reserve_new
+        self.reserve_new = cfg.admit_reserve if r_new is None else r_new
         self.max_running = cfg.max_running
         #: every request has one output token (a P/D prefill instance): :mod:`.engine_prefill`
         self.prefill_only = int(reqs.osl.max()) == 1

@@ -185,12 +185,14 @@ class DecodePoolEngine(UnpreemptedEngine):
         )  # fmt: skip
         running = self.running
         room = self.max_running - len(running)
+        held, new, fresh = reserve * remaining, self.reserve_new, 0.0  # as Engine._admit
         while budget > 0 and waiting and room > 0:
             r = waiting[0]
             need = isl[r]
             rem = osl[r]
-            if kv + need + reserve * (remaining + rem) > cap:
+            if kv + need + held + fresh + new * rem > cap:
                 break
+            fresh += new * rem
             waiting.popleft()
             admit[r] = now
             running[r] = None
