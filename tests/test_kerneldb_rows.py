@@ -134,3 +134,13 @@ def test_memo_cost_answers_as_the_model_once_per_question() -> None:
     assert len(calls) == 2  # one call per distinct argument tuple
     assert memo.attention_core(model, 7, 1, 900, tp=2) == bare.attention_core(model, 7, 1, 900, 2)
     assert memo.engine == bare.engine  # plain attributes pass through
+
+
+def test_a_dtype_column_resolves_each_rows_alias(db):
+    # the aliases (families.DTYPE_ALIASES: bf16 -> bfloat16) per row, whatever the mix
+    op, c = next((op, c) for (g, e, op) in db.tables if g == "h100_sxm" and e == "sglang"
+                 for c in KERNEL_FAMILIES[op].columns if c.endswith("dtype"))  # fmt: skip
+    row = _rows(db, op, 5, 0)
+    row[c] = np.array(["bf16", "fp8", "bfloat16", "bf16", "fp16"])
+    cols, n = normalize(KERNEL_FAMILIES[op], row)
+    assert n == 5 and cols[c].tolist() == ["bfloat16", "fp8", "bfloat16", "bfloat16", "float16"]

@@ -45,6 +45,7 @@ def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str,
                 raise MoeplanError(f"{fam.op}.{c} ({bad:g}) must be finite and {rule}")
         elif c not in fam.variant_cols and c != "distribution":
             raise MoeplanError(f"{fam.op}.{c} ({str(a[0])!r}) must be a number")
-        elif c.endswith("dtype"):
-            cols[c] = np.array([DTYPE_ALIASES.get(str(x), str(x)) for x in a])
+        elif c.endswith("dtype"):  # each distinct name resolved once (a column repeats one)
+            names, at = np.unique(a.astype(str), return_inverse=True)
+            cols[c] = np.array([DTYPE_ALIASES.get(x, x) for x in names.tolist()])[at]
     return cols, n
