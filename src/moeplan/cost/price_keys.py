@@ -39,7 +39,10 @@ OUTSIDE = "shape outside the measured range: the table GPU's model, uncorrected"
 BYTES_A2A = "no table row for an all-to-all given as bytes per rank: the DeepEP model"
 BEYOND = "shape beyond the table: the nearest measured shape's residual"
 BETWEEN = "shape between measured rows of this GPU's table"
-ANALYTIC = "no kernel table for GEMMs, projections and other collectives"
+ANALYTIC = (
+    "no kernel table for GEMMs, projections, element-wise passes (norms, RoPE, activation) "
+    "and other collectives"
+)
 WHY_NO_ENGINE = "no engine's kernel tables asked: every operation from the GEMM/NCCL model"
 
 PriceKey = tuple[str, str, str]

@@ -12,7 +12,9 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
 - ``attention``: the attention block of the rank's sequences — the wide-EP MLA tables when the
   MoE runs on DeepEP without attention TP (:meth:`CostModel.wide_mla`), else
   :meth:`CostModel.attention_layer` (a ``--kv-dtype fp8`` cache reads half the KV bytes:
-  the difference at the roofline's HBM rate) — plus the TP all-reduce of its output.
+  the difference at the roofline's HBM rate) — plus the TP all-reduce of its output and the
+  layer's two fused residual-add RMSNorms (:meth:`CostModel.layer_norms`, memory-bound:
+  :mod:`moeplan.cost.elementwise`).
 - ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
   :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
   DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
@@ -24,7 +26,7 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   the routing at its token count (:mod:`moeplan.cost.ep_spread`, priced in
   :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product).
 - ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
-- ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
+- ``other``: the final norm, the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
 Two-batch overlap (``knobs.tbo``): the rank's batch split in two micro-batches by SGLang's rule
 (:mod:`moeplan.serve.iteration.tbo`: decode ``bs // 2`` sequences, none with one sequence;
@@ -169,6 +171,7 @@ class PhaseModel:
         if lay.attn_tp > 1:
             nbytes = mb.tokens * md.hidden_bytes
             t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
+        t += cm.layer_norms(md, mb.tokens)  # the layer's two fused residual-add RMSNorms
         return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
 
     def _attention_group(self, seqs: int, q: int, ctx: int) -> float:
@@ -258,6 +261,7 @@ class PhaseModel:
             for key, sec in chain:
                 out[key] += sec
         out["other"] += self.lm_head(sum(mb.seqs for mb in halves))
+        out["other"] += self.cost.final_norm(self.model, sum(mb.tokens for mb in halves))
         if len(halves) > 1:
             span = alternating_makespan(
                 [[Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c] for c in chains]
@@ -291,7 +295,8 @@ class PhaseModel:
         if phase == "decode" and kn.mtp:
             one = MicroBatch((seqs, 1, context))
             draft = sum(s for _, s in self.steps(one, layers=_first_moe(self.model) + 1)[-5:])
-            parts["other"] += kn.mtp * (draft + self.lm_head(seqs))
+            head = self.lm_head(seqs) + self.cost.final_norm(self.model, seqs)
+            parts["other"] += kn.mtp * (draft + head)
         step_s = sum(parts.values())
         made = seqs * kn.tokens_per_step if phase == "decode" else full.tokens
         return PhaseResult(
