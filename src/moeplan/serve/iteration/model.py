@@ -347,6 +347,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
                 redundant=lay.redundant_experts,
                 imbalance=imb,
                 phase="context" if prefill else "generation",
+                batch_spread=self.knobs.routing == "random",
             )
             shared = cm.wide_shared_expert(md, t_r, not prefill) if lay.attn_tp == 1 else None
             if shared is None:

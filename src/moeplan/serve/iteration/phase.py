@@ -24,7 +24,8 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   experts) or contiguously without redundant experts; 1 for a static profile; times the
   caller's factor; on the DeepEP path times the busiest rank of one micro-batch drawn from
   the routing at its token count (:mod:`moeplan.cost.ep_spread`, priced in
-  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product).
+  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product) —
+  none with ``knobs.routing = "balanced"`` (every rank its exact share in every batch).
 - ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
 - ``other``: the final norm, the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
@@ -201,6 +202,7 @@ class PhaseModel:
                 redundant=lay.redundant_experts,
                 imbalance=imb,
                 phase="generation" if mb.decode else "context",
+                batch_spread=self.knobs.routing == "random",
             )
             return pre, w.dispatch, w.gemm, w.combine
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
@@ -314,7 +316,7 @@ class PhaseModel:
     def _spread(self, mb: MicroBatch) -> float:
         """The busiest rank of one micro-batch's routing on the wide-EP path (what
         :class:`moeplan.cost.wideep.WideEP` prices: :mod:`moeplan.cost.ep_spread`); 1 else."""
-        if self._wide is None:
+        if self._wide is None or self.knobs.routing == "balanced":
             return 1.0
         md, lay = self.model, self.layout
         t_gpu = mb.tokens / lay.attn_tp
