@@ -24,22 +24,30 @@ tool; figures transcribed, not fitted):
   published: 1,850 output tokens/s per GPU / 21 tokens/s per user = 88 sequences per GPU
   (with 1.85 tokens per step, a step of 1.85 / 21 s = 88 ms).
   Daily averages include off-peak hours: a lower bound on a saturated deployment.
+- ``deepseek-profile``: deepseek-ai/profile-data, decoding: EP128 on 16 nodes of H800, 128
+  requests per GPU at a 4K prompt, two micro-batches overlapping computation and all-to-all,
+  bf16 KV, absolutely balanced MoE routing (its README), no MTP; its throughput, 2,324 output
+  tokens/s per GPU, is InferSim's reading of the profile (alibaba/InferSim README). EP128 over
+  256 experts leaves no room for redundant ones (256 / 128 = 2 per GPU). Priced with
+  ``--routing balanced``.
 - ``rtp-llm``: Alibaba RTP-LLM "DeepSeek Reproduce Tech Report" (H800, RoCE): prefill EP32,
   two 4K requests per GPU in 1.5 s (5,333 tokens/s per GPU); decode EP144 with 32 redundant
   experts and MTP, 13,200 concurrent requests (91.7 per GPU) at 4K in / 2K out (mean KV
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
-Routing: balanced (no per-expert loads of these runs are public), the busiest EP rank of each
-batch priced at the batch's token count (:mod:`moeplan.cost.ep_spread`).
+Routing: balanced placement (no per-expert loads of these runs are public) with random
+routing within a batch — the busiest EP rank of each batch priced at the batch's token count
+(:mod:`moeplan.cost.ep_spread`) — except DeepSeek's profile, which states balanced routing.
 
 Unsourced steps (:data:`SENSITIVITY`): every row is priced again with each step that moves
 it and has no engine line, profile or measurement behind it set to its alternatives — the
 two-batch-overlap SM reserve (sourced for DeepGEMM, SGLang's cap; assumed for the attention
 core; 24 SMs is DeepEP's README budget, SGLang's default is 20: cost/wideep.py), the
 link-floor exponent of a communication kernel moved to another link (``LINK_FLOOR_EXPONENT``,
-cost/kerneldb/fit.py) and the DeepEP transfer from one NVLink node to RDMA (no held-out rows:
-it runs at 0.56-0.72 of DeepEP's published inter-node speed, tests/test_wideep.py and
-tests/test_cost_kerneldb_internode.py; the variant prices it at that published speed).
+cost/kerneldb/fit.py) and the normal kernels' DeepEP transfer from one NVLink node to RDMA
+(no held-out rows: it runs at 0.56-0.72 of DeepEP's published inter-node speed,
+tests/test_cost_kerneldb_internode.py; the variant prices it at that published speed; the
+low-latency kernels take DeepEP's published inter-node figures, cost/deepep_ll.py).
 
 Run: ``PYTHONPATH=src python bench/bench_published.py`` (prints the table of
 docs/benchmarks/published.md — with, for the lmsys prefill rows, the busiest-rank imbalance
@@ -84,6 +92,7 @@ class Deployment(NamedTuple):
     published: float
     mtp: int = 0
     note: str = ""
+    routing: str = "random"
 
 
 DEPLOYMENTS = (
@@ -107,6 +116,10 @@ DEPLOYMENTS = (
         "rtp-llm", "h800-sxm-8", 18, 144, 32, "decode", 92, 5120, 1850, mtp=1,
         note="RoCE; at the 20 tok/s per-user SLA",
     ),
+    Deployment(
+        "deepseek-profile", "h800-sxm-8", 16, 128, 0, "decode", 128, 4096, 2324,
+        note="profile-data; balanced routing", routing="balanced",
+    ),
 )  # fmt: skip
 
 
@@ -116,7 +129,7 @@ def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     lay = Layout(attn_dp=d.ep, moe_ep=d.ep, redundant_experts=d.redundant)
     kn = resolve_knobs(
         "sglang", DSV3, c, lay, a2a="deepep", tbo=True, mtp=d.mtp,
-        mtp_accept=V3_MTP_ACCEPT if d.mtp else None,
+        mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing,
     )  # fmt: skip
     return PhaseModel(DSV3, c, cm, lay, kn, imbalance=imbalance)
 
@@ -146,9 +159,9 @@ def implied_imbalance(d: Deployment, hi: float = 2.0, steps: int = 14) -> float 
     return (lo + hi) / 2
 
 
-#: the mean ratio of moeplan's inter-node DeepEP time to DeepEP's published one, H800:
-#: low-latency 0.64 over EP16-256 dispatch and combine (tests/test_wideep.py), normal 0.64
-#: over EP16-64 (tests/test_cost_kerneldb_internode.py)
+#: the mean ratio of moeplan's inter-node DeepEP normal time to DeepEP's published one,
+#: H800, over EP16-64 (tests/test_cost_kerneldb_internode.py); the low-latency kernels are
+#: priced at DeepEP's published inter-node figures already (cost/deepep_ll.py)
 DEEPEP_PUBLISHED_RATIO = 0.64
 
 
@@ -165,8 +178,9 @@ def _patched(obj: object, name: str, value: object) -> Iterator[None]:
 def _internode_at_published_speed() -> Callable:
     orig = wideep.WideEP._internode
 
-    def scaled(self, *args, **kw):  # type: ignore[no-untyped-def]
-        return orig(self, *args, **kw) * DEEPEP_PUBLISHED_RATIO
+    def scaled(self, q, op, kind, *args, **kw):  # type: ignore[no-untyped-def]
+        t = orig(self, q, op, kind, *args, **kw)
+        return t * DEEPEP_PUBLISHED_RATIO if kind == "normal" else t
 
     return scaled
 
@@ -178,7 +192,7 @@ SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
     ("no TBO reserve", wideep, "TBO_RESERVED_SMS", lambda: 0),
     ("link-floor exponent 0", fit, "LINK_FLOOR_EXPONENT", lambda: 0.0),
     ("link-floor exponent 1", fit, "LINK_FLOOR_EXPONENT", lambda: 1.0),
-    ("inter-node DeepEP at published speed", wideep.WideEP, "_internode",
+    ("inter-node DeepEP normal at published speed", wideep.WideEP, "_internode",
      _internode_at_published_speed),
 )  # fmt: skip
 
@@ -252,7 +266,7 @@ def run() -> list[dict]:
                 "unit": "tokens/s per GPU (predicted)",
                 "reference": d.published,
                 "ratio": got / d.published,
-                "target": "within 15 %" if d.source == "lmsys" else "",
+                "target": "within 15 %" if d.source in ("lmsys", "deepseek-profile") else "",
                 "note": d.note or "published",
             }
         )

@@ -161,6 +161,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
             "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
             "--routing-trace": P("--routing-trace", "{trace}", key="routing"),
+            "--routing": P("--routing", "balanced", key="knobs.routing", base=V3),
         },
     ),
     "bench": (
@@ -204,6 +205,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--mem-fraction": P("--mem-fraction", "0.6", key="moeplan.scheduler"),
             "--a2a": P("--a2a", "nccl", base=BENCH_DP2),
             "--routing-trace": P("--routing-trace", "{trace}", base=BENCH_DP2),
+            "--routing": P("--routing", "balanced", base=BENCH_DP2),
             "--num-prompts": P("--num-prompts", "10", key="completed"),
             "--request-rate": P("--request-rate", "5", key="duration"),
             "--burstiness": R("--burstiness", "0.5"),  # a burst has no gaps
@@ -274,6 +276,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--kv-dtype": P("--kv-dtype", "fp8"),
             "--mem-fraction": P("--mem-fraction", "0.6"),
             "--a2a": P("--a2a", "nccl", base=PLAN_FP8),  # DeepEP runs block-FP8 experts
+            "--routing": P("--routing", "balanced", base=PLAN_FP8),
         },
     ),
     "cost": (

@@ -42,8 +42,11 @@ def test_sensitivity_table_is_the_bench_output_and_restores_every_step():
         )
         assert [round(x, 3) for x in [base, *alts]] == doc[name], name
         moved = {lab for lab, a in zip(labels, alts, strict=True) if abs(a - base) > 1e-9}
-        # decode has no SM reserve (SGLang's decode strategy sets no DeepGEMM cap) and every
-        # decode row crosses nodes; every prefill row feels the reserve
-        tbo = {lab for lab in labels if "TBO" in lab}
-        assert (moved & tbo == set()) if d.phase == "decode" else tbo <= moved
+        # decode has no SM reserve (SGLang's decode strategy sets no DeepGEMM cap) and its
+        # inter-node low-latency kernels are DeepEP's published figures, no transferred model:
+        # no unsourced step moves it; every prefill row feels the reserve and the transfer
+        if d.phase == "decode":
+            assert moved == set(), (name, moved)
+            continue
+        assert {lab for lab in labels if "TBO" in lab} <= moved
         assert {"link-floor exponent 0", "link-floor exponent 1"} <= moved

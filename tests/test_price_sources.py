@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from moeplan.cost.kerneldb.rows import own_rows
-from moeplan.cost.price_keys import NO_INTERNODE, WHY_NO_ENGINE
+from moeplan.cost.price_keys import NO_INTERNODE_LL, WHY_NO_ENGINE
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
 from moeplan.report.trust import _trust_sentence
@@ -83,12 +83,12 @@ def test_inter_node_deepep_is_the_transferred_share_with_its_reason() -> None:
     ps = phase_price_sources(m, c, cm, lay, knobs, None, "decode", 64, 2048)
     comm = r.breakdown["dispatch"] + r.breakdown["combine"]
     assert ps["transferred"]["seconds"] == pytest.approx(comm, rel=1e-6)
-    assert ps["transferred"]["reason"] == NO_INTERNODE
+    assert ps["transferred"]["reason"] == NO_INTERNODE_LL  # decode: the low-latency kernels
     assert ps["transferred"]["heldout_error"] is None  # no held-out rows across nodes
     assert ps["transferred"]["heldout_covers"] == 0.0
     assert _total(ps)[0] == pytest.approx(r.step_s, rel=1e-9)
     said = _trust_sentence(SimpleNamespace(price_sources=ps))
-    assert NO_INTERNODE in said and "outside the measured range" not in said
+    assert NO_INTERNODE_LL in said and "outside the measured range" not in said
 
 
 def test_a_run_adds_up_to_its_busy_seconds() -> None:

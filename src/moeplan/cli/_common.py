@@ -188,6 +188,7 @@ KvDtypeOpt = Annotated[
         help="KV cache dtype: auto (the engine's default for the checkpoint and GPU), bf16 or fp8."
     ),
 ]
+RoutingOpt = Annotated[str, typer.Option(help="random: each batch draws its tokens' experts, the busiest EP rank above the mean (default); balanced: every rank its exact share in every batch (DeepSeek's profile).")]  # fmt: skip
 MemFractionOpt = Annotated[float | None, typer.Option(help="Engine memory fraction in (0, 1): SGLang --mem-fraction-static, vLLM --gpu-memory-utilization, TRT-LLM free_gpu_memory_fraction (default: searched from the engine's own default up to 0.95).")]  # fmt: skip
 
 QuietOpt = Annotated[

@@ -159,6 +159,7 @@ def plan_cmd(
     a2a: Annotated[
         str | None, typer.Option(help="MoE all-to-all: auto, deepep or nccl (default: searched).")
     ] = None,
+    routing: opt.RoutingOpt = "random",
     json_out: opt.JsonOpt = False,
     jobs: Annotated[
         int | None,
@@ -178,7 +179,7 @@ def plan_cmd(
         requests=requests,
         trace=trace, families=families, profile=profile, any_divisor=any_divisor,
         placement=placement, seed=seed, out=out, jobs=jobs,
-        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction),
+        knobs=(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction, routing),
     )  # fmt: skip
     show = not (quiet or json_out)
     from moeplan.report.plan_report import write_artifacts

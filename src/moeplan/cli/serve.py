@@ -185,6 +185,7 @@ def serve_sim(
         str | None,
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
+    routing: opt.RoutingOpt = "random",
     json_out: opt.JsonOpt = False,
     quiet: QuietOpt = False,
     jobs: Annotated[

@@ -103,6 +103,7 @@ def knob_search(
     kv_dtype: str,
     a2a: str | None,
     mem_fraction: float | None = None,
+    routing: str = "random",
 ) -> Any:
     """The instance knobs ``plan`` searches: the given ones fixed (one-line errors); the
     memory fraction, when not given, is searched with each layout's scheduler knobs
@@ -143,7 +144,7 @@ def knob_search(
     }
     base = InstanceKnobs(
         tbo=bool(tbo), kv_dtype=kv_dtype, mtp=mtp, mtp_accept=float(mtp_accept or 0.0),
-        mem_fraction=mem_fraction,
+        mem_fraction=mem_fraction, routing=routing,
     )  # fmt: skip
     return KnobSearch(base=base, given=frozenset(given), a2a=a2a)
 
@@ -243,15 +244,18 @@ def job_spec(
     seed: int,
     out: str | None,
     jobs: int | None,
-    knobs: tuple[int | None, bool | None, int, float | None, str, str | None, float | None],
+    knobs: tuple[int | None, bool | None, int, float | None, str, str | None, float | None, str],
 ) -> tuple[JobSpec, CostModel, int, Path]:
     """``plan``'s flags checked (one line each, before any planning) and turned into the
     job: its spec, the cost model, the worker count and the artifact folder. ``slo_ms``: TTFT
     and TPOT SLOs in ms and their percentile; ``engine``: ``--engine`` and
     ``--engine-version``; ``knobs``: ``--redundant-experts``, ``--tbo``,
-    ``--mtp``, ``--mtp-accept``, ``--kv-dtype``, ``--a2a`` and ``--mem-fraction``."""
-    redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction = knobs
-    search = knob_search(redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction)
+    ``--mtp``, ``--mtp-accept``, ``--kv-dtype``, ``--a2a``, ``--mem-fraction`` and
+    ``--routing``."""
+    redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction, routing = knobs
+    search = knob_search(
+        redundant_experts, tbo, mtp, mtp_accept, kv_dtype, a2a, mem_fraction, routing
+    )
     m: ModelSpec = load_model(model)
     require(
         mtp == 0 or m.num_nextn_predict_layers > 0,

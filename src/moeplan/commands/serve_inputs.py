@@ -408,6 +408,7 @@ class ServeSimFlags:
     mem_fraction: float | None
     a2a: str
     routing_trace: str | None
+    routing: str
     jobs: int | None
 
 
@@ -456,7 +457,7 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
         d.layout.validate(m, c)
     n_jobs = check_jobs(f.jobs)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype,
-                      mem_fraction=f.mem_fraction)  # fmt: skip
+                      mem_fraction=f.mem_fraction, routing=f.routing or "random")  # fmt: skip
     routing = trace_routing(f.routing_trace, m) if f.routing_trace else None
     return ServeSimSetup(
         model=m, cluster=c, deployment=d, jobs=n_jobs, knob_flags=knob_flags, routing=routing,

@@ -26,6 +26,9 @@
   engine's tables have it, else ``transferred``.
 - Collectives through :func:`moeplan.cost.collectives.collective_time`, with the profile's
   measured intra-node fits where they exist.
+- Element-wise passes (a layer's fused residual-add RMSNorms, RoPE and QK-norm in an attention
+  block priced from GEMMs, SwiGLU's activation beside GEMM-priced MLPs): their bytes at the
+  GEMM model's memory rate (:meth:`CostModel.elementwise`, :mod:`moeplan.cost.elementwise`).
 
 ``CostModel(cluster, profile, engine="sglang" | "vllm" | "trtllm")`` prices the operations
 whose kernels differ by engine from NVIDIA's measured kernel tables and the model that
@@ -55,6 +58,7 @@ from functools import cached_property
 
 import numpy as np
 
+from moeplan.cost import elementwise as ew
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
 from moeplan.cost.kerneldb import TABLE_ENGINES, KernelDB, Prediction, device_for
@@ -478,6 +482,7 @@ class CostModel(MixerLayers, Prefetch):
         else:
             kv = max(1.0, model.num_kv_heads / tp)
             proj = gemm(t, (nh + 2 * kv) * model.head_dim, h) + gemm(t, h, nh * model.head_dim)
+        proj += self.elementwise(t * ew.attention_bytes(model, tp))  # RoPE, QK-norm
         return proj + self.attention_core(model, num_seqs, q_len, ctx_len, tp, layer)
 
     def expert_ffn(
@@ -532,7 +537,8 @@ class CostModel(MixerLayers, Prefetch):
     def _swiglu(self, tokens: float, inter: float, tp: int, h: int, w: ModuleQuant) -> float:
         if inter <= 0 or tokens <= 0:
             return 0.0
-        return self.gemm(tokens, 2 * inter / tp, h, w) + self.gemm(tokens, h, inter / tp, w)
+        act = self.elementwise(tokens * ew.swiglu_act_bytes(inter, tp))  # silu(gate) * up
+        return self.gemm(tokens, 2 * inter / tp, h, w) + self.gemm(tokens, h, inter / tp, w) + act
 
     def shared_expert(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
         q = model.quant.shared
@@ -541,6 +547,24 @@ class CostModel(MixerLayers, Prefetch):
     def dense_mlp(self, model: ModelSpec, tokens: float, tp: int = 1) -> float:
         q = model.quant.dense
         return self._swiglu(tokens, model.dense_intermediate_size, tp, model.hidden_size, q)
+
+    def elementwise(self, nbytes: float) -> float:
+        """A memory-bound element-wise pass moving ``nbytes`` (read + written): the bytes at
+        the memory rate of the GEMM model (the profile's measured roofline, else the
+        datasheet bandwidth at :data:`DEFAULT_BW_EFF`; :mod:`moeplan.cost.elementwise`)."""
+        if nbytes <= 0:
+            return 0.0
+        g = self._gemm
+        return nbytes / (g.bw if isinstance(g, Roofline) else self._roof.bw)
+
+    def layer_norms(self, model: ModelSpec, tokens: float) -> float:
+        """A decoder layer's two fused residual-add RMSNorms over ``tokens`` tokens
+        (pre-attention and pre-MLP; :func:`.elementwise.layer_norm_bytes`)."""
+        return self.elementwise(tokens * ew.layer_norm_bytes(model))
+
+    def final_norm(self, model: ModelSpec, tokens: float) -> float:
+        """The final fused residual-add RMSNorm over ``tokens`` tokens (before the lm-head)."""
+        return self.elementwise(tokens * ew.final_norm_bytes(model))
 
     def router(self, model: ModelSpec, tokens: float) -> float:
         return self.gemm(tokens, model.num_experts, model.hidden_size, model.quant.router)

@@ -15,6 +15,8 @@ from moeplan.cost.kerneldb.sources import Prediction
 
 #: The detail of a DeepEP price across nodes (:mod:`moeplan.cost.wideep`): no table measures it.
 INTERNODE_NOTE = "intra-node model moved to the RDMA link, no held-out rows"
+#: The detail of a DeepEP low-latency price across nodes (:mod:`moeplan.cost.deepep_ll`).
+PUBLISHED_LL_NOTE = "DeepEP's published inter-node low-latency rate, scaled to the RDMA link"
 #: The detail of an intra-node all-to-all priced on bytes per rank (:mod:`.kerneldb.pricing`).
 BYTES_A2A_NOTE = "DeepEP normal dispatch/combine model on bytes per rank"
 
@@ -30,6 +32,10 @@ EXTRAPOLATED_RELEASE = (
 FLOOR = "raised to the datasheet floor (the table's model was faster than the peak)"
 NO_TABLE_ANY = "no table for this operation and engine on any GPU: datasheet peaks"
 NO_INTERNODE = "no inter-node table: the intra-node DeepEP model moved to the RDMA link"
+NO_INTERNODE_LL = (
+    "no inter-node table: DeepEP's published low-latency figures (H800, CX7), scaled to the "
+    "cluster's RDMA bandwidth"
+)
 NO_DTYPE_TABLE = "no table for this weight dtype: another dtype's model, scaled by the datasheet"
 NO_GPU_TABLE = (
     "no table of this operation for this GPU: another GPU's table scaled by this GPU's datasheet"
@@ -39,7 +45,10 @@ OUTSIDE = "shape outside the measured range: the table GPU's model, uncorrected"
 BYTES_A2A = "no table row for an all-to-all given as bytes per rank: the DeepEP model"
 BEYOND = "shape beyond the table: the nearest measured shape's residual"
 BETWEEN = "shape between measured rows of this GPU's table"
-ANALYTIC = "no kernel table for GEMMs, projections and other collectives"
+ANALYTIC = (
+    "no kernel table for GEMMs, projections, element-wise passes (norms, RoPE, activation) "
+    "and other collectives"
+)
 WHY_NO_ENGINE = "no engine's kernel tables asked: every operation from the GEMM/NCCL model"
 
 PriceKey = tuple[str, str, str]
@@ -58,6 +67,8 @@ def price_cause(p: Prediction) -> str:
         return BEYOND if d.endswith(BEYOND_NOTE) else BETWEEN
     if d.endswith(INTERNODE_NOTE):
         return NO_INTERNODE
+    if d.endswith(PUBLISHED_LL_NOTE):
+        return NO_INTERNODE_LL
     if d.endswith(DTYPE_NOTE):
         return NO_DTYPE_TABLE
     if "scaled to" in d and "datasheet" in d:

@@ -33,12 +33,14 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
   and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
-  intra-node analytic model moved to the RDMA link (:meth:`Analytic.scaled`, the rule of
-  :mod:`.kerneldb.comm`) for the remote bytes and kept on NVLink for the local ones, the
-  longer of the two: normal kernels send a token once per destination *node* over RDMA
-  (expected distinct remote nodes among its ``k`` experts) and forward it over NVLink once per
-  destination rank; low-latency kernels send every routed copy (``k`` per token) straight to
-  its rank, ``(ep - g) / ep`` of them over RDMA. The busiest receiver's bytes scale by ``imb``.
+  normal kernels (prefill) take the intra-node analytic model moved to the RDMA link
+  (:meth:`Analytic.scaled`, the rule of :mod:`.kerneldb.comm`) for the remote bytes and kept
+  on NVLink for the local ones, the longer of the two: a token is sent once per destination
+  *node* over RDMA (expected distinct remote nodes among its ``k`` experts) and forwarded over
+  NVLink once per destination rank. Low-latency kernels (decode), which send every routed copy
+  straight to its rank, take DeepEP's published inter-node latencies at the rate they imply,
+  scaled to the cluster's RDMA bandwidth, never below the intra-node table's price of the
+  same tokens (:mod:`.deepep_ll`). The busiest receiver's bytes scale by ``imb``.
 
 Two-batch overlap in prefill: DeepEP's normal kernels keep their SMs
 (:data:`TBO_RESERVED_SMS`) while the other micro-batch computes, so the compute of an
@@ -70,6 +72,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from moeplan.backends import backend
+from moeplan.cost.deepep_ll import ll_seconds
 from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb.base import BF16_BYTES
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
@@ -78,7 +81,7 @@ from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.load import experts_hit
 from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
-from moeplan.cost.price_keys import INTERNODE_NOTE
+from moeplan.cost.price_keys import INTERNODE_NOTE, PUBLISHED_LL_NOTE
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -241,15 +244,13 @@ class WideEP:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
         md, g = q.model, self._cluster.gpus_per_node
         nodes = -(-q.ep // g)
+        if kind == "ll":  # DeepEP's published inter-node figures (cost/deepep_ll.py)
+            return self._internode_ll(q, op, direction, slots, nodes)
         elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
         k = np.array([float(md.top_k)])
-        if kind == "normal":
-            remote = float(dest_ranks(np.array([float(slots)]), k, nodes)[0]) * (nodes - 1) / nodes
-            local = float(dest_ranks(np.array([float(slots)]), k, q.ep)[0]) * (g - 1) / q.ep
-        else:
-            remote = md.top_k * (q.ep - g) / q.ep
-            local = md.top_k * (g - 1) / q.ep
+        remote = float(dest_ranks(np.array([float(slots)]), k, nodes)[0]) * (nodes - 1) / nodes
+        local = float(dest_ranks(np.array([float(slots)]), k, q.ep)[0]) * (g - 1) / q.ep
         rdma = replace(self._device, link_bw=self._cluster.inter.bw)
         t_rdma = link_seconds(vm.model.scaled(vm.device, rdma, True), rdma, per_token * remote)
         t_nvl = link_seconds(
@@ -263,3 +264,22 @@ class WideEP:
                 detail=f"DeepEP {kind} {direction} over {nodes} nodes: {INTERNODE_NOTE}",
             ),
         )
+
+    def _internode_ll(self, q: _Query, op: str, direction: str, slots: int, nodes: int) -> float:
+        """Low-latency ``direction`` across ``nodes`` nodes from DeepEP's published figures,
+        never below the measured intra-node price of the same tokens
+        (:func:`.deepep_ll.ll_seconds`)."""
+        md = q.model
+        shape = {
+            "num_token": q.tokens * q.imbalance,
+            "hidden_size": md.hidden_size,
+            "num_topk": md.top_k,
+            "num_experts": slots,
+        }
+        floor = self._kdb.predict(op, self._device, self._engine, **shape).seconds
+        t = ll_seconds(
+            q.tokens, md.hidden_size, md.top_k, q.ep, direction, q.imbalance,
+            self._cluster.inter.bw, floor,
+        )  # fmt: skip
+        detail = f"DeepEP ll {direction} over {nodes} nodes: {PUBLISHED_LL_NOTE}"
+        return self._note("deepep", Prediction(seconds=t, source="transferred", detail=detail))

@@ -22,6 +22,13 @@ backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
   this GPU, :meth:`moeplan.backends.EngineBackend.default_kv_dtype`), ``bf16`` or ``fp8``
   (1 byte per element: SGLang ``--kv-cache-dtype fp8_e4m3``, vLLM ``fp8``). The dtype stored
   (``kv_cache``) prices both the KV pool (memory) and the KV reads (time).
+- ``routing``: how one batch's tokens pick their experts beside the placement's expected
+  shares. ``random`` (the default): each token's experts are a draw, so the busiest EP rank of
+  a batch carries more than the mean (:mod:`moeplan.cost.ep_spread`, on the DeepEP path);
+  ``balanced``: every rank receives exactly its share in every batch — what DeepSeek's own
+  profile states (deepseek-ai/profile-data README: the profiles simulate an absolutely
+  balanced MoE routing). A routing trace's per-expert loads (``--routing-trace``) enter the
+  placement either way.
 - ``tbo`` and ``mtp`` are the engine's for the model's family too (its capability table:
   two-batch overlap, MTP/NextN drafting), each refusal one line naming the engine source.
 """
@@ -37,6 +44,7 @@ from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
 
 KV_DTYPES = ("auto", "bf16", "fp8")
+ROUTINGS = ("random", "balanced")  # a batch's spread over EP ranks (module docstring)
 KV_BYTES = {"bf16": 2.0, "fp8": 1.0}  # bytes per cached element of a stored dtype
 MAX_MTP = 8  # SGLang's speculative_num_steps examples go to 5; a bound on the search
 
@@ -57,8 +65,13 @@ class InstanceKnobs:
     kv_cache: str = ""
     kv_model_bytes: int = 2
     mem_fraction: float | None = None
+    routing: str = "random"
 
     def __post_init__(self) -> None:
+        require(
+            self.routing in ROUTINGS,
+            f"--routing ({self.routing!r}) must be one of {', '.join(ROUTINGS)}",
+        )
         require(self.a2a in ("deepep", "nccl"), f"knobs.a2a ({self.a2a!r}) must be resolved")
         require(
             self.mem_fraction is None or 0.0 < self.mem_fraction < 1.0,
@@ -107,6 +120,7 @@ class InstanceKnobs:
             "kv_dtype": self.kv_dtype,
             "kv_cache_dtype": self.kv_stored,
             "mem_fraction": self.mem_fraction,
+            "routing": self.routing,
         }
 
 
@@ -122,6 +136,7 @@ def resolve_knobs(
     mtp_accept: float | None = None,
     kv_dtype: str = "auto",
     mem_fraction: float | None = None,
+    routing: str = "random",
     version: str | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
@@ -160,6 +175,7 @@ def resolve_knobs(
             mtp_accept=float(mtp_accept or 0.0),
             kv_dtype=kv_dtype,
             mem_fraction=mem_fraction,
+            routing=routing,
         ),
         engine,
         model,

@@ -36,7 +36,11 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   collectives and all-to-all by Algorithms 1-2 overlapped, or by the same sharded bytes sent
   RS -> A2A -> AG when cheaper, as the strategy planner prices it (:mod:`moeplan.serve.iteration.fused`).
 - Dense layers: ``dense_mlp`` sharded ``dense_tp`` ways.
-- The last stage adds the lm-head GEMM for one logit row per sequence.
+- Element-wise work (:mod:`moeplan.cost.elementwise`): every layer's two fused residual-add
+  RMSNorms on the rank's ``T_r`` tokens (in its attention part), RoPE / QK-norm inside
+  GEMM-priced attention, SwiGLU's activation beside GEMM-priced MLPs.
+- The last stage adds the final norm of the rank's tokens and the lm-head GEMM for one logit
+  row per sequence.
 
 Pipeline (SMIDT §IV, vLLM/SGLang PP): the batch is split into ``m = min(micro_batches,
 sequences)`` micro-batches that circulate through the ``pp`` stages; the busiest micro-batch's
@@ -224,13 +228,15 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         return v
 
     def _attention(self, rank: Batch, mixer: int) -> float:
-        """The layer's mixer block and, where the model has them, its hyper-connections
-        (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
+        """The layer's mixer block, its two fused residual-add RMSNorms (pre-attention and
+        pre-MLP, :meth:`CostModel.layer_norms`) and, where the model has them, its
+        hyper-connections (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
         return self._memo(("attn", rank, mixer), self._attention_hc, rank, mixer)
 
     def _attention_hc(self, rank: Batch, mixer: int) -> float:
         hc = self.cost.hyper_connections(self.model, rank.tokens, mixer)
-        return self._attention_raw(rank, mixer) + hc
+        norms = self.cost.layer_norms(self.model, rank.tokens)  # pre-attention and pre-MLP
+        return self._attention_raw(rank, mixer) + hc + norms
 
     def _wide_attention(self, rank: Batch) -> float | None:
         """The wide-EP MLA tables for the rank's decode sequences and prefill chunks, or
@@ -341,6 +347,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
                 redundant=lay.redundant_experts,
                 imbalance=imb,
                 phase="context" if prefill else "generation",
+                batch_spread=self.knobs.routing == "random",
             )
             shared = cm.wide_shared_expert(md, t_r, not prefill) if lay.attn_tp == 1 else None
             if shared is None:
@@ -406,7 +413,9 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
                 out["dense"] += count * mlp
                 out["comm"] += count * gs
         if s == lay.pp - 1:
-            out["lm_head"] = cm.gemm(rank.sequences, md.vocab_size / lay.attn_tp, md.hidden_size)
+            out["lm_head"] = cm.gemm(
+                rank.sequences, md.vocab_size / lay.attn_tp, md.hidden_size
+            ) + cm.final_norm(md, t_r)
         return out
 
     def breakdown(self, batch: Batch) -> dict[str, float]:

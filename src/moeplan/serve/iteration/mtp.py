@@ -7,7 +7,7 @@ as :mod:`moeplan.serve.iteration.phase` prices it:
   query at the sequence's context: an upper bound, the kernel reads the KV once per
   sequence); the prefill chunks of the same iteration as without MTP;
 - draft: ``N`` passes of the MTP module — one MoE decoder layer (the model's first MoE layer's
-  price) and the lm-head at one token per decoding sequence — not overlapped.
+  price), its final norm and the lm-head at one token per decoding sequence — not overlapped.
 
 The engine advances each decoding sequence by ``InstanceKnobs.tokens_per_step`` tokens per
 step in expectation (:class:`moeplan.serve.engine.run.Engine`).
@@ -51,6 +51,5 @@ class MtpMixin:
             mlp, gs = self._dense_layer(mb.tokens)
             t += mlp + gs
         md = self.model
-        return t + self.cost.gemm(
-            rank.sequences, md.vocab_size / self.layout.attn_tp, md.hidden_size
-        )
+        head = self.cost.gemm(rank.sequences, md.vocab_size / self.layout.attn_tp, md.hidden_size)
+        return t + head + self.cost.final_norm(md, rank.tokens)  # the module's norm before it

@@ -12,7 +12,9 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
 - ``attention``: the attention block of the rank's sequences — the wide-EP MLA tables when the
   MoE runs on DeepEP without attention TP (:meth:`CostModel.wide_mla`), else
   :meth:`CostModel.attention_layer` (a ``--kv-dtype fp8`` cache reads half the KV bytes:
-  the difference at the roofline's HBM rate) — plus the TP all-reduce of its output.
+  the difference at the roofline's HBM rate) — plus the TP all-reduce of its output and the
+  layer's two fused residual-add RMSNorms (:meth:`CostModel.layer_norms`, memory-bound:
+  :mod:`moeplan.cost.elementwise`).
 - ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
   :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
   DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
@@ -22,9 +24,10 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   experts) or contiguously without redundant experts; 1 for a static profile; times the
   caller's factor; on the DeepEP path times the busiest rank of one micro-batch drawn from
   the routing at its token count (:mod:`moeplan.cost.ep_spread`, priced in
-  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product).
+  :class:`moeplan.cost.wideep.WideEP`; ``PhaseResult.imbalance`` reports the product) —
+  none with ``knobs.routing = "balanced"`` (every rank its exact share in every batch).
 - ``dense``: dense layers' MLP (sharded ``dense_tp``) and its all-reduce.
-- ``other``: the lm-head GEMM (one row per sequence) and MTP's draft passes.
+- ``other``: the final norm, the lm-head GEMM (one row per sequence) and MTP's draft passes.
 
 Two-batch overlap (``knobs.tbo``): the rank's batch split in two micro-batches by SGLang's rule
 (:mod:`moeplan.serve.iteration.tbo`: decode ``bs // 2`` sequences, none with one sequence;
@@ -169,6 +172,7 @@ class PhaseModel:
         if lay.attn_tp > 1:
             nbytes = mb.tokens * md.hidden_bytes
             t += cm.collective("all_reduce", nbytes, lay.attn_tp, self._nodes["attn"])
+        t += cm.layer_norms(md, mb.tokens)  # the layer's two fused residual-add RMSNorms
         return t + cm.hyper_connections(md, mb.tokens)  # mHC (mean over layers), 0 without
 
     def _attention_group(self, seqs: int, q: int, ctx: int) -> float:
@@ -198,6 +202,7 @@ class PhaseModel:
                 redundant=lay.redundant_experts,
                 imbalance=imb,
                 phase="generation" if mb.decode else "context",
+                batch_spread=self.knobs.routing == "random",
             )
             return pre, w.dispatch, w.gemm, w.combine
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
@@ -258,6 +263,7 @@ class PhaseModel:
             for key, sec in chain:
                 out[key] += sec
         out["other"] += self.lm_head(sum(mb.seqs for mb in halves))
+        out["other"] += self.cost.final_norm(self.model, sum(mb.tokens for mb in halves))
         if len(halves) > 1:
             span = alternating_makespan(
                 [[Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c] for c in chains]
@@ -291,7 +297,8 @@ class PhaseModel:
         if phase == "decode" and kn.mtp:
             one = MicroBatch((seqs, 1, context))
             draft = sum(s for _, s in self.steps(one, layers=_first_moe(self.model) + 1)[-5:])
-            parts["other"] += kn.mtp * (draft + self.lm_head(seqs))
+            head = self.lm_head(seqs) + self.cost.final_norm(self.model, seqs)
+            parts["other"] += kn.mtp * (draft + head)
         step_s = sum(parts.values())
         made = seqs * kn.tokens_per_step if phase == "decode" else full.tokens
         return PhaseResult(
@@ -309,7 +316,7 @@ class PhaseModel:
     def _spread(self, mb: MicroBatch) -> float:
         """The busiest rank of one micro-batch's routing on the wide-EP path (what
         :class:`moeplan.cost.wideep.WideEP` prices: :mod:`moeplan.cost.ep_spread`); 1 else."""
-        if self._wide is None:
+        if self._wide is None or self.knobs.routing == "balanced":
             return 1.0
         md, lay = self.model, self.layout
         t_gpu = mb.tokens / lay.attn_tp
