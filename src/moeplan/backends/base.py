@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from moeplan.backends.capabilities import CapabilityTable
+from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions
 from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
+from moeplan.specs.cluster import has_fp4_tensor_cores
+from moeplan.specs.quant import WeightFormat
+
+NVFP4 = "nvfp4"  # the kernel tables' moe_dtype of NVFP4 (W4A4) experts
 
 GIB = 1024**3
 
@@ -258,20 +262,54 @@ class EngineBackend(ABC):
         self, moe_dtype: str, gpu: GPUSpec, version: str | None = None
     ) -> str | None:
         """Why the engine has no MoE kernel moeplan can price for ``moe_dtype`` experts on
-        ``gpu`` (None: it has)."""
+        ``gpu`` (None: it has): NVFP4 on a GPU without FP4 tensor cores where the release has
+        no weight-only fallback (:class:`~.capabilities.Nvfp4Moe`), or a dtype below the
+        release's ``moe_kernel_floor``."""
+        v = version or self.version
+        nv = self.nvfp4_moe(v)
+        no_fp4 = moe_dtype == NVFP4 and not has_fp4_tensor_cores(gpu)
+        if no_fp4 and nv is not None and nv.fallback is None:
+            return (
+                f"{self.label} {v} has no NVFP4 MoE kernel without FP4 tensor cores "
+                f"({nv.fallback_source}); {gpu.name} is {self._sm(gpu)} (FP4 tensor cores "
+                "need compute capability >= 10.0)"
+            )
         if self.caps is None:
             return None
-        v = version or self.version
         r, _ = self.caps.release(v)
         floor = r.moe_kernel_floor.get(moe_dtype)
         sm = gpu.sm_version
         if floor is None or (sm is not None and sm >= floor[0]):
             return None
-        have = f"SM{sm}" if sm is not None else "of unstated compute capability"
         return (
             f"{self.caps.named(r, v)} has no {moe_dtype} MoE kernel moeplan can price below "
-            f"SM{floor[0]}; {gpu.name} is {have} ({floor[1]})"
+            f"SM{floor[0]}; {gpu.name} is {self._sm(gpu)} ({floor[1]})"
         )
+
+    @staticmethod
+    def _sm(gpu: GPUSpec) -> str:
+        sm = gpu.sm_version
+        return f"SM{sm}" if sm is not None else "of unstated compute capability"
+
+    def nvfp4_moe(self, version: str | None = None) -> Nvfp4Moe | None:
+        """How release ``version`` runs NVFP4 routed experts (None: not read)."""
+        if self.caps is None:
+            return None
+        return self.caps.release(version or self.version)[0].nvfp4_moe
+
+    def moe_format(
+        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
+    ) -> WeightFormat:
+        """The experts' format as the engine runs it on ``gpu``: NVFP4 experts on a GPU without
+        FP4 tensor cores run the release's weight-only fallback (same bytes, bf16 compute,
+        priced from the fallback's kernel tables); anything else as stored. A release with
+        no fallback is refused before pricing (:meth:`moe_kernel_blocker`)."""
+        if fmt.kernel_dtype != NVFP4 or has_fp4_tensor_cores(gpu):
+            return fmt
+        nv = self.nvfp4_moe(version)
+        if nv is None or nv.fallback is None:
+            return fmt
+        return replace(fmt, compute="bf16", kernel_dtype=nv.fallback)
 
     def default_kv_dtype(
         self, architecture: str, checkpoint_fp8: bool, gpu: GPUSpec, version: str | None = None

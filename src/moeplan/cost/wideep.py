@@ -76,7 +76,6 @@ from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, lin
 from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.load import experts_hit
-from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.price_keys import INTERNODE_NOTE
 from moeplan.errors import MoeplanError
@@ -194,7 +193,11 @@ class WideEP:
             "num_experts": slots,
             "moe_ep_size": q.ep,
             "moe_tp_size": 1,
-            "moe_dtype": moe_dtype(md),
+            # the experts as the engine runs them on this GPU (NVFP4's fallback without FP4
+            # tensor cores: :meth:`moeplan.backends.EngineBackend.moe_format`)
+            "moe_dtype": backend(self._engine)
+            .moe_format(md.quant.experts.format, self._cluster.gpu)
+            .kernel_dtype,
             "distribution": EXPLICIT,
             "rank_pairs": q.tokens * md.top_k * q.imbalance,
             "rank_hit": rank_hit(q.tokens * q.ep * q.imbalance, md.top_k, slots, q.ep),

@@ -1,0 +1,89 @@
+"""NVFP4 experts per engine and GPU: on a GPU with FP4 tensor cores (compute capability >= 10.0)
+each engine runs its NVFP4 MoE kernel and the tables' ``nvfp4`` rows price it; below that
+SGLang and vLLM run their Marlin W4A16 fallback (the same 0.5625 bytes per weight, bf16
+compute, priced from the W4A16 Marlin tables), and TensorRT-LLM, which has none, is refused
+with one line (exit 2) through the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cli_run import run_main
+from moeplan.backends import backend
+from moeplan.kernel_tables import engine_cost_model
+from moeplan.specs import gpu_records, load_cluster, load_model
+from moeplan.specs.cluster import has_fp4_tensor_cores
+from moeplan.specs.quant import BF16, ModuleQuant
+
+QWEN = Path(__file__).parent / "data" / "configs" / "nvidia--Qwen3.5-122B-A10B-NVFP4"
+NVFP4 = 0.5 + 1 / 16
+
+
+def test_fp4_tensor_cores_from_compute_capability():
+    g = gpu_records()
+    assert has_fp4_tensor_cores(g["b200"])
+    assert not any(has_fp4_tensor_cores(g[n]) for n in ("h100-sxm", "h200-sxm", "a100-80g"))
+    assert not has_fp4_tensor_cores(replace(g["b200"], compute_capability=None))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_marlin_fallback_below_sm100(engine):
+    m = load_model(str(QWEN / "config.json"))
+    fmt = m.quant.experts.format
+    assert fmt.kernel_dtype == "nvfp4"
+    b, g = backend(engine), gpu_records()
+    assert b.moe_kernel_blocker("nvfp4", g["h100-sxm"]) is None
+    run = b.moe_format(fmt, g["h100-sxm"])
+    assert (run.kernel_dtype, run.compute, run.bytes_per_weight) == ("int4_wo", "bf16", NVFP4)
+    assert b.moe_format(fmt, g["b200"]) is fmt  # FP4 tensor cores: runs as stored
+    nv = b.nvfp4_moe()
+    assert nv is not None and nv.fallback == "int4_wo" and "py:" in nv.fallback_source
+
+
+def test_the_fallback_is_what_the_cost_model_prices():
+    """On H100 the NVFP4 experts cost exactly what W4A16 experts of the same bytes cost (the
+    Marlin tables), and differ from their bf16 price."""
+    m = load_model(str(QWEN / "config.json"))
+    cm = engine_cost_model(load_cluster("h100-sxm-8"), None, engine="sglang")
+    fmt = replace(m.quant.experts.format, compute="bf16", kernel_dtype="int4_wo")
+    w4a16 = replace(
+        m, quant=replace(m.quant, experts=ModuleQuant(bytes_per_weight=NVFP4, format=fmt))
+    )
+    plain = replace(
+        m, quant=replace(m.quant, experts=ModuleQuant(bytes_per_weight=2.0, format=BF16))
+    )
+    for tokens in (4.0, 64.0):
+        got = cm.expert_ffn(m, tokens, m.num_experts / 8)
+        assert got == cm.expert_ffn(w4a16, tokens, m.num_experts / 8)
+        assert got != cm.expert_ffn(plain, tokens, m.num_experts / 8)
+    assert cm.runs(m).quant.experts.format.kernel_dtype == "int4_wo"
+
+
+def test_no_change_on_blackwell():
+    m = load_model(str(QWEN / "config.json"))
+    cm = engine_cost_model(load_cluster("b200-8"), None, engine="sglang")
+    assert cm.runs(m) is m
+
+
+def test_trtllm_refuses_nvfp4_on_hopper_through_the_cli(capsys):
+    code, out, err = run_main(
+        capsys, "bench", "--model", str(QWEN), "--cluster", "h100-sxm-8", "--engine", "trtllm",
+        "--attn-tp", "8", "--moe-ep", "8", "--num-prompts", "4", "--json",
+    )  # fmt: skip
+    line = err.strip()
+    assert code == 2 and out == "" and "\n" not in line, err
+    assert "NVFP4" in line and "h100-sxm is SM90" in line and "create_moe.py" in line
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_sglang_and_vllm_price_the_fallback_through_the_cli(capsys, engine):
+    code, out, err = run_main(
+        capsys, "bench", "--model", str(QWEN), "--cluster", "h100-sxm-8", "--engine", engine,
+        "--attn-tp", "8", "--moe-ep", "8", "--num-prompts", "4", "--random-input-len", "256",
+        "--random-output-len", "16", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert '"completed": 4' in out
