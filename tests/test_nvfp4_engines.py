@@ -87,3 +87,54 @@ def test_sglang_and_vllm_price_the_fallback_through_the_cli(capsys, engine):
     )  # fmt: skip
     assert code == 0, err
     assert '"completed": 4' in out
+
+
+# ---- NVFP4 dispatch: DeepEP's message size by the engine's rule ---------------------------
+V31 = Path(__file__).parent / "data" / "configs" / "nvidia--DeepSeek-V3.1-NVFP4"
+FP8_DISPATCH = 1 + 4 / 128  # e4m3 + one fp32 scale per 128 (DeepEP README)
+
+
+@pytest.mark.parametrize(
+    ("engine", "phase", "gpu", "want"),
+    [
+        ("sglang", "generation", "b200", NVFP4),  # low_latency_dispatch(use_nvfp4=True)
+        ("sglang", "context", "b200", FP8_DISPATCH),  # normal dispatch: fp8
+        ("trtllm", "context", "b200", NVFP4),  # post-quant all-to-all, both phases
+        ("trtllm", "generation", "b200", NVFP4),
+        ("vllm", "generation", "b200", FP8_DISPATCH),  # no NVFP4 dispatch read
+        ("sglang", "generation", "h100-sxm", FP8_DISPATCH),  # no FP4: Marlin, bf16 inputs
+    ],
+)  # fmt: skip
+def test_dispatch_bytes_per_element(engine, phase, gpu, want):
+    got = backend(engine).dispatch_bytes("nvfp4", phase, gpu_records()[gpu])
+    assert got == want
+    assert backend(engine).dispatch_bytes("fp8_block", phase, gpu_records()[gpu]) == FP8_DISPATCH
+
+
+def test_nvfp4_dispatch_moves_the_bytes_of_fewer_fp8_tokens():
+    """Inside a node the DeepEP tables measured fp8 dispatches: an NVFP4 decode dispatch of T
+    tokens costs what the fp8 dispatch of T * 0.5625 / 1.03125 tokens costs (same bytes);
+    the bf16 combine is unchanged, and the prefill (normal kernels, fp8) too."""
+    nv = load_model(str(V31 / "config.json"))
+    assert nv.quant.experts.format.kernel_dtype == "nvfp4"
+    fp8 = replace(
+        nv,
+        quant=replace(
+            nv.quant,
+            experts=ModuleQuant(
+                bytes_per_weight=1.0, format=replace(BF16, name="fp8", bits=8, kernel_dtype="fp8")
+            ),
+        ),
+    )
+    w = engine_cost_model(load_cluster("b200-8"), None, engine="sglang").wide_ep
+    assert w.dispatch_bytes(nv, "generation") == NVFP4
+    for t in (16.0, 128.0):
+        a = w.moe(nv, t, 8, phase="generation", batch_spread=False)
+        b = w.moe(fp8, t * NVFP4 / FP8_DISPATCH, 8, phase="generation", batch_spread=False)
+        c = w.moe(fp8, t, 8, phase="generation", batch_spread=False)
+        assert a.dispatch == pytest.approx(b.dispatch, rel=1e-12)
+        assert a.dispatch < c.dispatch
+        assert a.combine == pytest.approx(c.combine, rel=1e-12)
+        p = w.moe(nv, t, 8, phase="context", batch_spread=False)
+        q = w.moe(fp8, t, 8, phase="context", batch_spread=False)
+        assert p.dispatch == pytest.approx(q.dispatch, rel=1e-12)

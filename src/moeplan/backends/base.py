@@ -24,6 +24,12 @@ from moeplan.specs.cluster import has_fp4_tensor_cores
 from moeplan.specs.quant import WeightFormat
 
 NVFP4 = "nvfp4"  # the kernel tables' moe_dtype of NVFP4 (W4A4) experts
+#: bytes per hidden element of DeepEP's fp8 dispatch: e4m3 + one fp32 scale per 128
+#: (deepseek-ai/DeepEP README, low-latency and normal dispatch with fp8)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+#: bytes per hidden element of an NVFP4 dispatch: e2m1 + one e4m3 scale per 16 (the NVFP4
+#: activation quantization of the experts' input: ModelOpt NVFP4QTensor, block 16)
+NVFP4_DISPATCH_BYTES = 0.5 + 1.0 / 16
 
 GIB = 1024**3
 
@@ -296,6 +302,21 @@ class EngineBackend(ABC):
         if self.caps is None:
             return None
         return self.caps.release(version or self.version)[0].nvfp4_moe
+
+    def dispatch_bytes(
+        self, moe_dtype: str, phase: str, gpu: GPUSpec, version: str | None = None
+    ) -> float:
+        """Bytes per hidden element one dispatched token carries in ``phase`` (``context`` /
+        ``generation``): :data:`NVFP4_DISPATCH_BYTES` where the release dispatches the NVFP4
+        experts' quantized activations in that phase (:class:`~.capabilities.Nvfp4Moe`
+        ``dispatch_phases``) on a GPU that runs NVFP4, else DeepEP's fp8
+        (:data:`FP8_DISPATCH_BYTES`)."""
+        if moe_dtype != NVFP4 or not has_fp4_tensor_cores(gpu):
+            return FP8_DISPATCH_BYTES
+        nv = self.nvfp4_moe(version)
+        if nv is None or phase not in nv.dispatch_phases:
+            return FP8_DISPATCH_BYTES
+        return NVFP4_DISPATCH_BYTES
 
     def moe_format(
         self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None

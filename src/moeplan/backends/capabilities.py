@@ -77,14 +77,16 @@ class Nvfp4Moe:
     with FP4 tensor cores (``runner_flags``: the launch flags that pin it, empty when it is
     the default), and below that ``fallback``: the kernel tables' ``moe_dtype`` its
     weight-only fallback is priced as (4-bit weights dequantized into bf16: Marlin), or
-    ``None`` when the release has none (refused); ``dispatch_source``: where its DeepEP
-    low-latency dispatch carries NVFP4 activations (empty: it dispatches fp8 / bf16). Each
-    with the engine source."""
+    ``None`` when the release has none (refused); ``dispatch_phases``: the phases
+    (``context`` / ``generation``) whose expert-parallel dispatch carries the experts'
+    NVFP4-quantized activations instead of fp8 (``dispatch_source``: where, and under which
+    launch setting). Each with the engine source."""
 
     runner: str
     runner_source: str
     fallback: str | None
     fallback_source: str
+    dispatch_phases: tuple[str, ...] = ()
     dispatch_source: str = ""
 
 

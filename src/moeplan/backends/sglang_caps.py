@@ -374,6 +374,7 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
                 f"layers/quantization/modelopt_quant.py:{lines['nvfp4_marlin']} "
                 f"ModelOptNvFp4FusedMoEMethod: Marlin W4A16 fallback on SM80-SM99 ({v})"
             ),
+            dispatch_phases=("generation",),
             dispatch_source=(
                 f"layers/quantization/modelopt_quant.py:{lines['nvfp4_dispatch']} input_global_scale "
                 f"under SGLANG_MOE_NVFP4_DISPATCH -> layers/moe/token_dispatcher/deepep.py:"

@@ -214,6 +214,12 @@ TRTLLM_NVFP4 = Nvfp4Moe(
         "tensorrt_llm/_torch/modules/fused_moe/create_moe.py get_moe_cls: no NVFP4 MoE class "
         "below SM100 (@01f8de52)"
     ),
+    dispatch_phases=("context", "generation"),
+    dispatch_source=(
+        "tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py WideEPMoE.__init__: "
+        "use_postquant_alltoall = TRTLLM_MOE_POST_QUANT_ALLTOALLV (default 1) and has_nvfp4(): "
+        "the all-to-all carries the NVFP4-quantized activations (@01303b38)"
+    ),
 )
 
 TRTLLM = TRTLLMBackend(

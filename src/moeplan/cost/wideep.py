@@ -31,7 +31,10 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   the balanced router) and a measured MoE fit's :class:`.kernel_fits.MoeShape` takes the
   same closed form, so neither is corrected again.
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
-  and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
+  (1.03125 bytes per element) or, where the engine dispatches NVFP4 experts' quantized
+  activations (:meth:`moeplan.backends.EngineBackend.dispatch_bytes`), NVFP4 (0.5625), and
+  combine in bf16 (the deepep_* families; an NVFP4 dispatch inside a node is the fp8 table at
+  the same bytes: ``T * 0.5625 / 1.03125`` tokens). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
   intra-node analytic model moved to the RDMA link (:meth:`Analytic.scaled`, the rule of
   :mod:`.kerneldb.comm`) for the remote bytes and kept on NVLink for the local ones, the
@@ -70,6 +73,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from moeplan.backends import backend
+from moeplan.backends.base import FP8_DISPATCH_BYTES
 from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb.base import BF16_BYTES
 from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, link_seconds
@@ -88,8 +92,6 @@ if TYPE_CHECKING:
 
 #: the phase names of the wide-EP tables (TensorRT-LLM's context and generation)
 TABLE_PHASES = ("context", "generation")
-FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
-FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
 #: SMs DeepEP's normal kernels hold during an overlapped prefill: the tables' budget
 #: (:data:`~.kerneldb.comm.DEEPEP_SMS`, DeepEP's README setting; sources there)
 TBO_RESERVED_SMS = int(DEEPEP_SMS)
@@ -210,14 +212,26 @@ class WideEP:
         p = self._kdb.predict(op, self._device, self._engine, **shape)
         return self._note(op, p)
 
+    def dispatch_bytes(self, model: ModelSpec, phase: str) -> float:
+        """Bytes per hidden element of one dispatched token: the engine's rule
+        (:meth:`moeplan.backends.EngineBackend.dispatch_bytes`: NVFP4 activations 0.5625, else
+        DeepEP's fp8 1.03125)."""
+        fmt = model.quant.experts.format
+        return backend(self._engine).dispatch_bytes(fmt.kernel_dtype, phase, self._cluster.gpu)
+
     def _comm(self, q: _Query, direction: str) -> float:
         kind = "normal" if q.phase == "context" else "ll"
         op = f"deepep_{kind}_{direction}"
         md, g = q.model, self._cluster.gpus_per_node
         slots = md.num_experts + q.redundant
         if q.ep <= min(g, DEEPEP_RANKS):
+            # the tables measured fp8 dispatches: a dispatch of smaller elements moves the
+            # bytes of proportionally fewer fp8 tokens (transferred by bytes)
+            ratio = 1.0
+            if direction == "dispatch":
+                ratio = self.dispatch_bytes(md, q.phase) / FP8_DISPATCH_BYTES
             shape: dict[str, object] = {
-                "num_token": q.tokens * q.imbalance,
+                "num_token": q.tokens * q.imbalance * ratio,
                 "hidden_size": md.hidden_size,
                 "num_topk": md.top_k,
                 "num_experts": slots,
@@ -244,7 +258,7 @@ class WideEP:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
         md, g = q.model, self._cluster.gpus_per_node
         nodes = -(-q.ep // g)
-        elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16_BYTES
+        elem = self.dispatch_bytes(md, q.phase) if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
         k = np.array([float(md.top_k)])
         if kind == "normal":
