@@ -138,3 +138,50 @@ def test_nvfp4_dispatch_moves_the_bytes_of_fewer_fp8_tokens():
         p = w.moe(nv, t, 8, phase="context", batch_spread=False)
         q = w.moe(fp8, t, 8, phase="context", batch_spread=False)
         assert p.dispatch == pytest.approx(q.dispatch, rel=1e-12)
+
+
+# ---- launch flags: the priced MoE runner pinned in SGLang's export ------------------------
+def _target(gpu: str, sm: int, moe_dtype: str):
+    from moeplan.export.constraints import Target
+
+    return Target(
+        architecture="DeepseekV3ForCausalLM", num_experts=256, gpu=gpu, gpu_sm=sm,
+        gpu_nccl=True, gpu_deepep=True, intra="nvswitch", inter="ib", num_nodes=1,
+        gpus_per_node=8, moe_dtype=moe_dtype,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("gpu", "sm", "dtype", "runner"),
+    [
+        ("b200", 100, "nvfp4", "flashinfer_trtllm"),
+        ("h100-sxm", 90, "nvfp4", "marlin"),
+        ("b200", 100, "fp8_block", None),
+    ],
+)
+def test_sglang_launch_pins_the_priced_runner_and_reads_back(gpu, sm, dtype, runner):
+    from moeplan.backends.launch_grammars import grammars
+    from moeplan.backends.launch_reader import read_launch
+    from moeplan.export.sglang import sglang_args
+    from moeplan.planners.layout import Layout
+
+    lay = Layout(attn_tp=8, attn_dp=1, moe_tp=1, moe_ep=8, pp=1)
+    r = sglang_args(lay, model_path="m", target=_target(gpu, sm, dtype), num_nodes=1)
+    args = list(r.args)
+    if runner is None:
+        assert "--moe-runner-backend" not in args
+    else:
+        assert args[args.index("--moe-runner-backend") + 1] == runner
+    s = read_launch(" ".join(args), grammars())
+    assert s.moe_runner == runner
+
+
+def test_an_unpriced_runner_in_a_launch_is_one_line():
+    from moeplan.backends.launch_grammars import grammars
+    from moeplan.backends.launch_reader import read_launch
+    from moeplan.errors import MoeplanError
+
+    cmd = "python -m sglang.launch_server --model-path m --tp-size 8 --moe-runner-backend cutlass"
+    with pytest.raises(MoeplanError) as err:
+        read_launch(cmd, grammars())
+    assert "--moe-runner-backend ('cutlass') must be one of" in str(err.value)

@@ -318,6 +318,15 @@ class EngineBackend(ABC):
             return FP8_DISPATCH_BYTES
         return NVFP4_DISPATCH_BYTES
 
+    def moe_runner_args(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[str]:
+        """Launch flags pinning the MoE runner moeplan priced for ``moe_dtype`` experts on a
+        GPU of compute capability ``gpu_sm`` (empty: the engine's default is the priced one,
+        or it has no such flag)."""
+        del moe_dtype, gpu_sm, version
+        return []
+
     def moe_format(
         self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
     ) -> WeightFormat:
