@@ -195,3 +195,54 @@ def test_top_level_nvfp4_reads_0_5625(tmp_path):
     m = load_model(str(V31 / "config.json"))
     assert m.quant.experts.bytes_per_weight == pytest.approx(NVFP4, rel=1e-12)
     assert m.quant.experts.format.kernel_dtype == "nvfp4"
+
+
+GEMMA4 = ROOT / "google--gemma-4-26B-A4B"
+
+
+def _gemma(tmp_path: Path, quantization: dict) -> Path:
+    d = tmp_path / GEMMA4.name
+    d.mkdir()
+    shutil.copy(GEMMA4 / "config.json", d / "config.json")
+    (d / "hf_quant_config.json").write_text(
+        json.dumps({"producer": {"name": "modelopt"}, "quantization": quantization})
+    )
+    return d
+
+
+def test_gemma4_experts_are_their_own_modules(tmp_path):
+    """Gemma-4 keeps its routed experts as ``layers.N.experts.{gate_up,down}_proj`` beside a
+    dense ``layers.N.mlp``: an NVFP4 checkpoint that leaves attention, the dense MLP and the
+    router in bf16 (``...mlp*`` excluded) stores the experts at 0.5625 B/weight, not bf16."""
+    q = {
+        "quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+        "exclude_modules": [
+            "lm_head", "model.language_model.layers.*.self_attn*",
+            "model.language_model.layers.*.mlp*", "model.language_model.layers.*.router*",
+            "model.vision_tower*", "model.embed_vision*",
+        ],
+    }  # fmt: skip
+    m = load_model(str(_gemma(tmp_path, q) / "config.json"))
+    assert m.quant.experts.bytes_per_weight == pytest.approx(NVFP4, rel=1e-12)
+    assert m.quant.shared.bytes_per_weight == 2.0  # the dense MLP
+    assert m.quant.attention.bytes_per_weight == 2.0
+    bf16 = load_model(str(GEMMA4 / "config.json"))
+    assert m.expert_weight_bytes / bf16.expert_weight_bytes == pytest.approx(NVFP4 / 2)
+
+
+def test_gemma4_unfused_expert_entries_cover_the_fused_experts(tmp_path):
+    """A MIXED_PRECISION map listing unfused ``experts.E.gate_proj`` entries (ModelOpt
+    quantizes Gemma-4's experts unfused) covers moeplan's fused expert modules."""
+    layers = {
+        f"model.language_model.layers.{n}.experts.{e}.{p}": {"quant_algo": "NVFP4", "group_size": 16}
+        for n in range(30) for e in range(2) for p in ("gate_proj", "up_proj", "down_proj")
+    }  # fmt: skip
+    layers |= {
+        f"model.language_model.layers.{n}.mlp.{p}": {"quant_algo": "FP8"}
+        for n in range(30) for p in ("gate_proj", "up_proj", "down_proj")
+    }  # fmt: skip
+    q = {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}
+    m = load_model(str(_gemma(tmp_path, q) / "config.json"))
+    assert m.quant.experts.bytes_per_weight == pytest.approx(NVFP4, rel=1e-12)
+    assert m.quant.shared.bytes_per_weight == pytest.approx(FP8, rel=1e-12)
+    assert m.quant.attention.bytes_per_weight == 2.0

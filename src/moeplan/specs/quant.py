@@ -215,7 +215,7 @@ class QuantRules:
                     return fmt
             return BF16
         if self.layers:
-            return BF16 if self._ignore.match(name) else self.layer_format(name)
+            return BF16 if self._ignore.match(name) else self.layer_format(name, cls)
         if self._ignore.match(name) or (cls == "lm_head" and not self.lm_head):
             return BF16
         for targets, fmt in self.groups:
@@ -223,11 +223,14 @@ class QuantRules:
                 return fmt
         return BF16
 
-    def layer_format(self, name: str) -> WeightFormat:
+    def layer_format(self, name: str, cls: str = "") -> WeightFormat:
         """The ``layers`` map's format of module ``name``: its own entry, else its nearest
         parent's (a fused expert tensor listed as ``...experts``), else the one format of the
         entries under it (a checkpoint that lists ``...experts.0.gate_proj`` where moeplan
-        names a fused module); a module the map does not reach is unquantized (bf16).
+        names a fused module) or, for routed experts (``cls``), under their ``experts``
+        module (a fused ``experts.gate_up_proj`` whose checkpoint lists the unfused
+        ``experts.0.gate_proj``: vLLM's FusedMoE prefix rule); a module the map does not
+        reach is unquantized (bf16).
         Entries under one module that disagree are one error line: its bytes would be a
         guess. The lookup follows vLLM's ``ModelOptMixedPrecisionConfig._resolve_quant_algo``
         (direct, then by prefix; ``model_executor/layers/quantization/modelopt.py``)."""
@@ -240,6 +243,8 @@ class QuantRules:
             if fmt is not None:
                 return fmt
         below = self._under.get(name)
+        if not below and cls == "experts" and ".experts" in name:
+            below = self._under.get(name[: name.index(".experts") + len(".experts")])
         if not below:
             return BF16
         if len(below) > 1:
