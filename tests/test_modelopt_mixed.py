@@ -246,3 +246,13 @@ def test_gemma4_unfused_expert_entries_cover_the_fused_experts(tmp_path):
     assert m.quant.experts.bytes_per_weight == pytest.approx(NVFP4, rel=1e-12)
     assert m.quant.shared.bytes_per_weight == pytest.approx(FP8, rel=1e-12)
     assert m.quant.attention.bytes_per_weight == 2.0
+
+
+def test_a_null_quant_algo_is_unquantized_weights_and_a_missing_one_refused(tmp_path, capsys):
+    """ModelOpt writes ``quant_algo: null`` when it quantized only the KV cache."""
+    d = _gemma(tmp_path, {"quant_algo": None, "kv_cache_quant_algo": "FP8"})
+    m = load_model(str(d / "config.json"))
+    assert m.quant.experts.bytes_per_weight == 2.0 and m.quant.attention.bytes_per_weight == 2.0
+    (d / "hf_quant_config.json").write_text(json.dumps({"quantization": {"group_size": 16}}))
+    code, _, err = run_main(capsys, "inspect", str(d), "--json")
+    assert code == 2 and "quant_algo" in err and "\n" not in err.strip()

@@ -408,10 +408,14 @@ def _modelopt(q: dict[str, Any], name: str) -> QuantRules:
     """ModelOpt ``quant_algo``: one algorithm for every linear module but ``exclude_modules``
     (``ignore``), or ``MIXED_PRECISION`` with ``quantized_layers``, one ``{quant_algo,
     group_size}`` per module prefix; a module the map does not name stays unquantized
-    (ModelOpt lists every quantized layer there, ``process_layer_quant_config``)."""
+    (ModelOpt lists every quantized layer there, ``process_layer_quant_config``). An explicit
+    ``null`` is ModelOpt's own value for weights left unquantized (a KV-cache-only export);
+    a missing key is refused."""
     key = "ignore" if "ignore" in q else "exclude_modules"
     ignore = _not_convert(q, name, key)
     algo = q.get("quant_algo")
+    if "quant_algo" in q and algo is None:  # ModelOpt's export of a KV-cache-only checkpoint
+        return QuantRules(method="modelopt", groups=(), ignore=ignore, matcher="glob")
     if not (isinstance(algo, str) and algo.upper() == MIXED):
         fmt = _modelopt_format(q, name, "", None)
         return QuantRules(method="modelopt", groups=(((), fmt),), ignore=ignore, matcher="glob")
