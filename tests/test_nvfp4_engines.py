@@ -185,3 +185,28 @@ def test_an_unpriced_runner_in_a_launch_is_one_line():
     with pytest.raises(MoeplanError) as err:
         read_launch(cmd, grammars())
     assert "--moe-runner-backend ('cutlass') must be one of" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "sm", "dtype", "env"),
+    [
+        ("0.11.0", 100, "nvfp4", [("VLLM_USE_FLASHINFER_MOE_FP4", "1"),
+                                  ("VLLM_FLASHINFER_MOE_BACKEND", "latency")]),
+        ("0.24.0", 100, "nvfp4", []),  # flashinfer_trtllm is its default
+        ("0.11.0", 90, "nvfp4", []),  # Marlin by default
+        ("0.11.0", 100, "fp8_block", []),
+    ],
+)  # fmt: skip
+def test_vllm_launch_environment_selects_the_priced_nvfp4_runner(version, sm, dtype, env):
+    assert backend("vllm").moe_runner_env(dtype, sm, version) == env
+
+
+def test_the_sglang_runner_flag_is_a_flag_of_the_pinned_release():
+    from moeplan.export.constraints import SGLANG_PINNED, flags
+    from moeplan.export.sglang import sglang_args
+    from moeplan.planners.layout import Layout
+
+    lay = Layout(attn_tp=8, attn_dp=1, moe_tp=1, moe_ep=8, pp=1)
+    r = sglang_args(lay, model_path="m", target=_target("b200", 100, "nvfp4"), num_nodes=1)
+    assert "--moe-runner-backend" in flags(r.args)
+    assert set(flags(r.args)) <= SGLANG_PINNED.known_flags

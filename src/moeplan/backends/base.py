@@ -327,6 +327,15 @@ class EngineBackend(ABC):
         del moe_dtype, gpu_sm, version
         return []
 
+    def moe_runner_env(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The environment selecting the MoE runner moeplan priced for ``moe_dtype`` experts
+        on a GPU of compute capability ``gpu_sm`` where the engine has no flag for it (none by
+        default)."""
+        del moe_dtype, gpu_sm, version
+        return []
+
     def moe_format(
         self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
     ) -> WeightFormat:
