@@ -232,8 +232,9 @@ class QuantRules:
         ``experts.0.gate_proj``: vLLM's FusedMoE prefix rule); a module the map does not
         reach is unquantized (bf16).
         Entries under one module that disagree are one error line: its bytes would be a
-        guess. The lookup follows vLLM's ``ModelOptMixedPrecisionConfig._resolve_quant_algo``
-        (direct, then by prefix; ``model_executor/layers/quantization/modelopt.py``)."""
+        guess. The lookup follows the engines' ``ModelOptMixedPrecisionConfig._resolve_quant_algo``
+        (direct, then by prefix: vLLM 0.24.0 model_executor/layers/quantization/modelopt.py:2392,
+        SGLang 0.5.23 python/sglang/srt/layers/quantization/modelopt_quant.py:978)."""
         fmt = self._layers.get(name)
         if fmt is not None:
             return fmt

@@ -350,9 +350,10 @@ def _int4_awq(group: int, compute: str) -> WeightFormat:
 #: the algorithm's default). The names are those ModelOpt writes
 #: (``modelopt/torch/export/quant_utils.py`` ``process_layer_quant_config``: FP8,
 #: FP8_PER_CHANNEL_PER_TOKEN, W4A16_AWQ, W4A8_AWQ, W8A8_SQ_PER_CHANNEL, NVFP4, NVFP4_AWQ,
-#: W4A8_MXFP4_FP8) plus W4A16_NVFP4 and MXFP8, which vLLM's ``ModelOptMixedPrecisionConfig``
-#: (``model_executor/layers/quantization/modelopt.py``) also loads. Per-channel / per-tensor
-#: scales are not counted (module docstring of :mod:`.quant`).
+#: W4A8_MXFP4_FP8) plus W4A16_NVFP4 and MXFP8, which vLLM 0.24.0 also loads
+#: (``model_executor/layers/quantization/modelopt.py:105-118``). Per-channel / per-tensor
+#: scales are not counted (module docstring of :mod:`.quant`). FP8_PB_WO (vLLM's list) is
+#: refused: its scale layout is not read here.
 _MODELOPT: dict[str, Any] = {
     "FP8": lambda g: WeightFormat(name="fp8", bits=8, compute="fp8", kernel_dtype="fp8"),
     "FP8_PER_CHANNEL_PER_TOKEN": lambda g: WeightFormat(
