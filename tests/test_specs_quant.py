@@ -83,11 +83,11 @@ CASES = [
     (("qwen3-30b-a3b", _ct({"num_bits": 4, "type": "float", "strategy": "tensor_group",
                             "group_size": 16}, {"num_bits": 4, "type": "float"},
                            format="nvfp4-pack-quantized")),
-     0.5 + 1 / 16, 0.5 + 1 / 16, "fp8", "int4_wo"),
+     0.5 + 1 / 16, 0.5 + 1 / 16, "fp8", "nvfp4"),
     (("mixtral-8x7b", {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
                        "ignore": ["lm_head", "model.layers.*.block_sparse_moe.gate",
                                   "model.layers.*.self_attn*"]}),
-     0.5 + 1 / 16, 2.0, "fp8", "int4_wo"),  # NVIDIA NVFP4 MoE checkpoint: attention kept bf16
+     0.5 + 1 / 16, 2.0, "fp8", "nvfp4"),  # NVIDIA NVFP4 MoE checkpoint: attention kept bf16
     (("qwen3-30b-a3b", {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4",
                         "exclude_modules": ["lm_head"]}),
      0.5 + 1 / 16, 0.5 + 1 / 16, "bf16", "int4_wo"),
@@ -266,7 +266,11 @@ BAD = [
     ({"quant_method": "gptq", "bits": 4, "group_size": 0}, ("group_size",)),
     ({"quant_method": "awq", "bits": "four"}, ("bits",)),
     ({"quant_method": "bitsandbytes"}, ("load_in_4bit",)),
-    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, ("quant_algo", "MIXED")),
+    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, ("quantized_layers",)),
+    (
+        {"quant_method": "modelopt", "quant_algo": "NVFP8"},
+        ("quant_algo", "'NVFP8'", "not supported"),
+    ),
     ({"quant_method": "fp8", "weight_block_size": [128]}, ("weight_block_size",)),
     ({**_ct({"num_bits": 4}), "format": "marlin-24"}, ("format", "marlin-24")),
     (_ct({"num_bits": 4, "strategy": "group"}), ("group_size",)),

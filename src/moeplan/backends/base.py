@@ -13,13 +13,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from moeplan.backends.capabilities import CapabilityTable
+from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions
 from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
+from moeplan.specs.cluster import has_fp4_tensor_cores
+from moeplan.specs.quant import WeightFormat
+
+NVFP4 = "nvfp4"  # the kernel tables' moe_dtype of NVFP4 (W4A4) experts
+#: bytes per hidden element of DeepEP's fp8 dispatch: e4m3 + one fp32 scale per 128
+#: (deepseek-ai/DeepEP README, low-latency and normal dispatch with fp8)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+#: bytes per hidden element of an NVFP4 dispatch: e2m1 + one e4m3 scale per 16 (the NVFP4
+#: activation quantization of the experts' input: ModelOpt NVFP4QTensor, block 16)
+NVFP4_DISPATCH_BYTES = 0.5 + 1.0 / 16
 
 GIB = 1024**3
 
@@ -261,20 +271,87 @@ class EngineBackend(ABC):
         self, moe_dtype: str, gpu: GPUSpec, version: str | None = None
     ) -> str | None:
         """Why the engine has no MoE kernel moeplan can price for ``moe_dtype`` experts on
-        ``gpu`` (None: it has)."""
+        ``gpu`` (None: it has): NVFP4 on a GPU without FP4 tensor cores where the release has
+        no weight-only fallback (:class:`~.capabilities.Nvfp4Moe`), or a dtype below the
+        release's ``moe_kernel_floor``."""
+        v = version or self.version
+        nv = self.nvfp4_moe(v)
+        no_fp4 = moe_dtype == NVFP4 and not has_fp4_tensor_cores(gpu)
+        if no_fp4 and nv is not None and nv.fallback is None:
+            return (
+                f"{self.label} {v} has no NVFP4 MoE kernel without FP4 tensor cores "
+                f"({nv.fallback_source}); {gpu.name} is {self._sm(gpu)} (FP4 tensor cores "
+                "need compute capability >= 10.0)"
+            )
         if self.caps is None:
             return None
-        v = version or self.version
         r, _ = self.caps.release(v)
         floor = r.moe_kernel_floor.get(moe_dtype)
         sm = gpu.sm_version
         if floor is None or (sm is not None and sm >= floor[0]):
             return None
-        have = f"SM{sm}" if sm is not None else "of unstated compute capability"
         return (
             f"{self.caps.named(r, v)} has no {moe_dtype} MoE kernel moeplan can price below "
-            f"SM{floor[0]}; {gpu.name} is {have} ({floor[1]})"
+            f"SM{floor[0]}; {gpu.name} is {self._sm(gpu)} ({floor[1]})"
         )
+
+    @staticmethod
+    def _sm(gpu: GPUSpec) -> str:
+        sm = gpu.sm_version
+        return f"SM{sm}" if sm is not None else "of unstated compute capability"
+
+    def nvfp4_moe(self, version: str | None = None) -> Nvfp4Moe | None:
+        """How release ``version`` runs NVFP4 routed experts (None: not read)."""
+        if self.caps is None:
+            return None
+        return self.caps.release(version or self.version)[0].nvfp4_moe
+
+    def dispatch_bytes(
+        self, moe_dtype: str, phase: str, gpu: GPUSpec, version: str | None = None
+    ) -> float:
+        """Bytes per hidden element one dispatched token carries in ``phase`` (``context`` /
+        ``generation``): :data:`NVFP4_DISPATCH_BYTES` where the release dispatches the NVFP4
+        experts' quantized activations in that phase (:class:`~.capabilities.Nvfp4Moe`
+        ``dispatch_phases``) on a GPU that runs NVFP4, else DeepEP's fp8
+        (:data:`FP8_DISPATCH_BYTES`)."""
+        if moe_dtype != NVFP4 or not has_fp4_tensor_cores(gpu):
+            return FP8_DISPATCH_BYTES
+        nv = self.nvfp4_moe(version)
+        if nv is None or phase not in nv.dispatch_phases:
+            return FP8_DISPATCH_BYTES
+        return NVFP4_DISPATCH_BYTES
+
+    def moe_runner_args(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[str]:
+        """Launch flags pinning the MoE runner moeplan priced for ``moe_dtype`` experts on a
+        GPU of compute capability ``gpu_sm`` (empty: the engine's default is the priced one,
+        or it has no such flag)."""
+        del moe_dtype, gpu_sm, version
+        return []
+
+    def moe_runner_env(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The environment selecting the MoE runner moeplan priced for ``moe_dtype`` experts
+        on a GPU of compute capability ``gpu_sm`` where the engine has no flag for it (none by
+        default)."""
+        del moe_dtype, gpu_sm, version
+        return []
+
+    def moe_format(
+        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
+    ) -> WeightFormat:
+        """The experts' format as the engine runs it on ``gpu``: NVFP4 experts on a GPU without
+        FP4 tensor cores run the release's weight-only fallback (same bytes, bf16 compute,
+        priced from the fallback's kernel tables); anything else as stored. A release with
+        no fallback is refused before pricing (:meth:`moe_kernel_blocker`)."""
+        if fmt.kernel_dtype != NVFP4 or has_fp4_tensor_cores(gpu):
+            return fmt
+        nv = self.nvfp4_moe(version)
+        if nv is None or nv.fallback is None:
+            return fmt
+        return replace(fmt, compute="bf16", kernel_dtype=nv.fallback)
 
     def default_kv_dtype(
         self, architecture: str, checkpoint_fp8: bool, gpu: GPUSpec, version: str | None = None

@@ -14,7 +14,8 @@ release maps every architecture moeplan reads (``architectures[0]``,
 Facts that are rules over the GPU and the checkpoint rather than the family live on the
 release too: the MoE weight dtypes DeepEP's grouped GEMM runs (``deepep_moe_dtypes``), the
 MoE kernels a GPU lacks (``moe_kernel_floor``: the lowest compute capability with a kernel
-for a dtype, else refused), the running cap under speculative decoding and the KV dtype
+for a dtype, else refused), how NVFP4 MoE runs with and without FP4 tensor cores
+(:class:`Nvfp4Moe`), the running cap under speculative decoding and the KV dtype
 ``--kv-cache-dtype auto`` resolves to.
 
 Versions: a table states the releases it read; any other version takes the nearest stated
@@ -71,6 +72,25 @@ class KvDefault:
 
 
 @dataclass(frozen=True, slots=True)
+class Nvfp4Moe:
+    """How a release runs NVFP4 routed experts: ``runner``, the MoE runner it picks on a GPU
+    with FP4 tensor cores (``runner_flags``: the launch flags that pin it, empty when it is
+    the default), and below that ``fallback``: the kernel tables' ``moe_dtype`` its
+    weight-only fallback is priced as (4-bit weights dequantized into bf16: Marlin), or
+    ``None`` when the release has none (refused); ``dispatch_phases``: the phases
+    (``context`` / ``generation``) whose expert-parallel dispatch carries the experts'
+    NVFP4-quantized activations instead of fp8 (``dispatch_source``: where, and under which
+    launch setting). Each with the engine source."""
+
+    runner: str
+    runner_source: str
+    fallback: str | None
+    fallback_source: str
+    dispatch_phases: tuple[str, ...] = ()
+    dispatch_source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Release:
     """Everything one engine version's source says that moeplan reads (module docstring)."""
 
@@ -86,6 +106,8 @@ class Release:
     spec_running_source: str = ""
     #: ``moe_dtype`` -> (lowest compute capability with a kernel moeplan can price, source)
     moe_kernel_floor: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    #: NVFP4 routed experts with and without FP4 tensor cores (None: not read)
+    nvfp4_moe: Nvfp4Moe | None = None
 
 
 @dataclass(frozen=True, slots=True)

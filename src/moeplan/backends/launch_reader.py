@@ -51,6 +51,7 @@ SETTING_NAMES = (
     "max_model_len",
     "quantization",
     "attention_backend",
+    "moe_runner",
 )
 
 
@@ -160,6 +161,7 @@ class LaunchSettings:
     max_model_len: int | None = None
     quantization: str | None = None
     attention_backend: str | None = None
+    moe_runner: str | None = None
     #: ``(flag, why)`` of flags read and dropped: no effect on any figure
     no_effect: tuple[tuple[str, str], ...] = ()
     #: ``(flag, why)`` of flags that change speed in a way moeplan does not model

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, EngineBackend, Knobs, MemoryContext
+from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
 from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
+from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
 
 VERSION = "0.5.23"
 RUNNING_CAP = 4096
@@ -192,6 +193,19 @@ class SGLangBackend(EngineBackend):
         under DP attention (server_args.py)."""
         del attn_dp
         return ["--chunked-prefill-size", str(chunk_tokens)] if chunk_tokens else []
+
+    def moe_runner_args(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[str]:
+        """NVFP4 experts: ``--moe-runner-backend`` pinned to what
+        :class:`~moeplan.backends.capabilities.Nvfp4Moe` says ``auto`` resolves to and the
+        tables price: ``flashinfer_trtllm`` with FP4 tensor cores (SM >= 100), ``marlin``
+        (the W4A16 fallback) below."""
+        nv = self.nvfp4_moe(version)
+        if moe_dtype != NVFP4 or nv is None or gpu_sm is None:
+            return []
+        runner = nv.runner if gpu_sm >= FP4_TENSOR_CORE_SM else "marlin"
+        return ["--moe-runner-backend", runner]
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE

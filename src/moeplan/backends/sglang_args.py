@@ -46,6 +46,11 @@ SGLANG_KV_DTYPES = {
 MTP_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
 #: ``--moe-a2a-backend`` (server_args.py): ``none`` is the all-gather/all-reduce path
 A2A = {"none": "nccl", "deepep": "deepep"}
+#: ``--moe-runner-backend`` values moeplan prices (layers/moe/utils.py ``MoeRunnerBackend``,
+#: 0.5.14 / 0.5.23): ``auto``, the NVFP4 runner ``auto`` resolves to on SM100 and the Marlin
+#: W4A16 fallback below (layers/quantization/modelopt_quant.py ``create_moe_runner``); the
+#: other runners have no table moeplan reads
+MOE_RUNNERS = {"auto": "auto", "flashinfer_trtllm": "flashinfer_trtllm", "marlin": "marlin"}
 NO_EFFECT_SERVER = "an API-server setting: no effect on any performance figure"
 SPEC = (
     "--speculative-algorithm",
@@ -124,6 +129,7 @@ SGLANG_ARGS = EngineArgs(
         setting(("--context-length",), "max_model_len", positive_int, "ServerArgs"),
         setting(("--quantization",), "quantization", lambda f, t: t, "ServerArgs"),
         setting(("--moe-a2a-backend",), "a2a", choice(A2A), "ServerArgs"),
+        setting(("--moe-runner-backend",), "moe_runner", choice(MOE_RUNNERS), "ServerArgs"),
         setting(("--enable-two-batch-overlap",), "tbo", None, "ServerArgs"),
         group(("--speculative-algorithm",), lambda f, t: t, "ServerArgs"),
         group(("--speculative-num-steps",), positive_int, "ServerArgs"),

@@ -37,6 +37,17 @@ Rules over GPU and checkpoint:
   ``_handle_eagle_family`` from 0.5.14), split over the DP ranks
   (model_executor/model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs``:
   ``max_num_reqs // self.dp_size``).
+- NVFP4 MoE (ModelOpt ``modelopt_fp4``; 0.5.14 and 0.5.23):
+  layers/quantization/modelopt_quant.py ``ModelOptNvFp4FusedMoEMethod.create_moe_runner``
+  resolves ``--moe-runner-backend auto`` to ``flashinfer_trtllm`` (TRT-LLM-gen kernels via
+  FlashInfer) on SM100 and to ``marlin`` on SM80-SM99; ``__init__`` accepts the Marlin
+  fallback on SM80+ (W4A16: fp4 weights dequantized into bf16, priced from the W4A16 Marlin
+  tables). Dense NVFP4 linears below SM100 need ``--fp4-gemm-backend marlin``
+  (``ModelOptFp4LinearMethod.process_weights_after_loading``). DeepEP carries NVFP4
+  activations in its low-latency dispatch when ``SGLANG_MOE_NVFP4_DISPATCH`` is set: the
+  dispatcher gets the experts' ``input_global_scale`` (modelopt_quant.py), which selects
+  ``DeepEPOutputDtype.NVFP4`` (layers/moe/utils.py ``get_deepep_output_dtype``) and
+  ``low_latency_dispatch(..., use_nvfp4=True)`` (layers/moe/token_dispatcher/deepep.py).
 - KV dtype ``auto``: model_executor/model_runner.py ``configure_kv_cache_dtype``: fp8_e4m3
   when the checkpoint's ``kv_cache_quant_algo`` is FP8, else the model dtype; DeepSeek's DSA
   models (V3.2, GLM-5) default to fp8_e4m3 on SM100+ and bf16 below
@@ -47,7 +58,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.backends.capabilities import CapabilityTable, KvDefault, Release, family
+from moeplan.backends.capabilities import CapabilityTable, KvDefault, Nvfp4Moe, Release, family
 
 _REGISTRY = "python/sglang/srt/models: no EntryClass for it"
 _NO = "no forward_deepep branch"
@@ -352,6 +363,24 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
             f"max_running_requests = 48 ({v})"
         ),
         moe_kernel_floor=_MXFP4_FLOOR,
+        nvfp4_moe=Nvfp4Moe(
+            runner="flashinfer_trtllm",
+            runner_source=(
+                f"layers/quantization/modelopt_quant.py:{lines['nvfp4_runner']} create_moe_runner: "
+                f"auto is FLASHINFER_TRTLLM on SM100, MARLIN on SM80-SM99 ({v})"
+            ),
+            fallback="int4_wo",
+            fallback_source=(
+                f"layers/quantization/modelopt_quant.py:{lines['nvfp4_marlin']} "
+                f"ModelOptNvFp4FusedMoEMethod: Marlin W4A16 fallback on SM80-SM99 ({v})"
+            ),
+            dispatch_phases=("generation",),
+            dispatch_source=(
+                f"layers/quantization/modelopt_quant.py:{lines['nvfp4_dispatch']} input_global_scale "
+                f"under SGLANG_MOE_NVFP4_DISPATCH -> layers/moe/token_dispatcher/deepep.py:"
+                f"{lines['nvfp4_ll']} low_latency_dispatch(use_nvfp4=True) ({v})"
+            ),
+        ),
     )
 
 
@@ -365,6 +394,7 @@ def _r0514() -> Release:
         "glm4_moe.ep": 649, "glm4_moe.attn": 205,
         "deepseek_v4.ep_file": "deepseek_v4.py:1587", "kv": 2337, "spec": 270,
         "ep_bf16": 210, "ep_fp8": 91, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
+        "nvfp4_runner": 2317, "nvfp4_marlin": 1771, "nvfp4_dispatch": 2108, "nvfp4_ll": 729,
     }  # fmt: skip
     ops = {"DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57}
     mc = {
@@ -386,6 +416,7 @@ def _r0523() -> Release:
         "deepseek_v4.ep_file": "deepseek_common/moe_transport.py:167",
         "step3p7.ep": 240, "step3p7.attn": 295, "kv": 1551, "spec": 1086,
         "ep_bf16": 291, "ep_fp8": 110, "dsa_kv": "arg_groups/overrides.py:534 (fp8_e4m3 if major >= 10)",
+        "nvfp4_runner": 3117, "nvfp4_marlin": 2379, "nvfp4_dispatch": 2923, "nvfp4_ll": 855,
     }  # fmt: skip
     ops = {
         "DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57,

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moeplan.backends.base import EngineBackend, Knobs
+from moeplan.backends.capabilities import Nvfp4Moe
 from moeplan.specs import GPUSpec
 
 VERSION = "1.2.1"
@@ -176,6 +177,16 @@ class TRTLLMBackend(EngineBackend):
         del knobs, role
         return []
 
+    def nvfp4_moe(self, version: str | None = None) -> Nvfp4Moe | None:
+        """NVFP4 routed experts (the tables' 1.3.0rc20 line): ``MoeConfig.backend`` picks the
+        MoE class (tensorrt_llm/_torch/modules/fused_moe/create_moe.py ``get_moe_cls``, stored
+        NVIDIA/TensorRT-LLM @ 01f8de52): CUTLASS (the default), TRTLLM (``TRTLLMGenFusedMoE``
+        for nvfp4 / fp8 block / mxfp4), WIDEEP, CUTEDSL, DEEPGEMM; none has an NVFP4 path
+        without FP4 tensor cores (a Marlin W4A16 class for SM89-SM99, fused_moe_marlin.py,
+        exists only in later commits, 06d4e712): refused below SM100."""
+        del version
+        return TRTLLM_NVFP4
+
     def llm_api_options(self, knobs: Knobs | None) -> dict[str, Any]:
         """The ``--extra_llm_api_options`` entries of an instance's knobs: MTP as
         ``speculative_config`` and the KV dtype as ``kv_cache_config.dtype``."""
@@ -191,6 +202,25 @@ class TRTLLMBackend(EngineBackend):
             out["kv_cache_config"] = {"dtype": KV_CACHE_DTYPE[knobs.kv_dtype]}
         return out
 
+
+TRTLLM_NVFP4 = Nvfp4Moe(
+    runner="CUTLASS",
+    runner_source=(
+        "tensorrt_llm/_torch/modules/fused_moe/create_moe.py get_moe_cls: MoeConfig.backend "
+        "CUTLASS by default (@01f8de52)"
+    ),
+    fallback=None,
+    fallback_source=(
+        "tensorrt_llm/_torch/modules/fused_moe/create_moe.py get_moe_cls: no NVFP4 MoE class "
+        "below SM100 (@01f8de52)"
+    ),
+    dispatch_phases=("context", "generation"),
+    dispatch_source=(
+        "tensorrt_llm/_torch/modules/fused_moe/fused_moe_wide_ep.py WideEPMoE.__init__: "
+        "use_postquant_alltoall = TRTLLM_MOE_POST_QUANT_ALLTOALLV (default 1) and has_nvfp4(): "
+        "the all-to-all carries the NVFP4-quantized activations (@01303b38)"
+    ),
+)
 
 TRTLLM = TRTLLMBackend(
     name="trtllm",

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, EngineBackend, Knobs
+from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs
 from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
+from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
 
 VERSION = "0.11.0"
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
@@ -87,6 +88,23 @@ class VLLMBackend(EngineBackend):
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         return out + self.mem_fraction_args(knobs.mem_fraction)
+
+    def moe_runner_env(
+        self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
+    ) -> list[tuple[str, str]]:
+        """NVFP4 experts with FP4 tensor cores: the pinned 0.11.0 runs its own CUTLASS fp4 MoE
+        unless ``VLLM_USE_FLASHINFER_MOE_FP4=1`` (envs.py:1179, read by
+        quantization/utils/flashinfer_fp4_moe.py:28), and ``VLLM_FLASHINFER_MOE_BACKEND=latency``
+        selects FlashInfer's TRT-LLM-gen kernels (quantization/utils/flashinfer_utils.py:242):
+        the runner 0.24.0 picks first and its kernel tables measured (``Nvfp4Moe``); a release
+        whose default already is that runner, or a GPU below SM100 (the priced Marlin fallback
+        by default), needs nothing."""
+        nv = self.nvfp4_moe(version)
+        if moe_dtype != NVFP4 or gpu_sm is None or gpu_sm < FP4_TENSOR_CORE_SM:
+            return []
+        if nv is None or nv.runner != "cutlass":
+            return []
+        return [("VLLM_USE_FLASHINFER_MOE_FP4", "1"), ("VLLM_FLASHINFER_MOE_BACKEND", "latency")]
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """DeepEP's kernels by role: ``deepep_high_throughput`` (prefill-heavy instances) or

@@ -23,11 +23,20 @@ wheels' sources: 0.11.0 (the lab's runs and the pinned launch facts; 0.10.2 inhe
   (model_executor/models/config.py:419); 0.24.0 takes the checkpoint's
   ``kv_cache_quant_algo`` (utils/torch_utils.py:373 ``resolve_kv_cache_dtype_string``), else
   the model dtype (DeepSeek-V3.2's ``bfloat16`` is ``auto``: models/config.py:37).
+- NVFP4 MoE (ModelOpt / compressed-tensors W4A4): 0.11.0
+  model_executor/layers/quantization/utils/nvfp4_moe_support.py ``detect_nvfp4_moe_support``
+  runs vLLM's CUTLASS fp4 MoE where ``cutlass_fp4_supported`` (SM100), FlashInfer's CUTLASS
+  MoE only under ``VLLM_USE_FLASHINFER_MOE_FP4=1`` (flashinfer_fp4_moe.py:28), and falls back
+  to the Marlin FP4 MoE below (line 46-49); 0.24.0 model_executor/layers/fused_moe/oracle/
+  nvfp4.py ``select_nvfp4_moe_backend`` takes the first supported of FLASHINFER_TRTLLM,
+  FLASHINFER_CUTEDSL, FLASHINFER_CUTEDSL_BATCHED, FLASHINFER_CUTLASS, VLLM_CUTLASS, MARLIN
+  (line 165): TRT-LLM-gen kernels on SM100, Marlin below. The Marlin path is weight-only
+  (fp4 weights dequantized into bf16): priced from the W4A16 Marlin tables.
 """
 
 from __future__ import annotations
 
-from moeplan.backends.capabilities import CapabilityTable, KvDefault, Release, family
+from moeplan.backends.capabilities import CapabilityTable, KvDefault, Nvfp4Moe, Release, family
 
 _REG = "model_executor/models/registry.py"
 _EP = "model_executor/layers/fused_moe/layer.py FusedMoE all2all prepare/finalize"
@@ -67,6 +76,34 @@ _MTP_LINES = {
 }
 
 
+_NVFP4 = (
+    Nvfp4Moe(
+        runner="cutlass",
+        runner_source=(
+            "model_executor/layers/quantization/utils/nvfp4_moe_support.py:30 "
+            "cutlass_fp4_supported: vLLM CUTLASS fp4 MoE on SM100 (0.11.0)"
+        ),
+        fallback="int4_wo",
+        fallback_source=(
+            "model_executor/layers/quantization/utils/nvfp4_moe_support.py:46 "
+            "Marlin FP4 MoE fallback without cutlass fp4 (0.11.0)"
+        ),
+    ),
+    Nvfp4Moe(
+        runner="flashinfer_trtllm",
+        runner_source=(
+            "model_executor/layers/fused_moe/oracle/nvfp4.py:165 select_nvfp4_moe_backend: "
+            "FLASHINFER_TRTLLM first (0.24.0)"
+        ),
+        fallback="int4_wo",
+        fallback_source=(
+            "model_executor/layers/fused_moe/oracle/nvfp4.py:171 MARLIN, the supported "
+            "backend below SM100 (0.24.0)"
+        ),
+    ),
+)
+
+
 def _release(v: str, i: int, dbo: str, kv: KvDefault) -> Release:
     fams = {}
     for arch, lines in _REGISTRY_LINES.items():
@@ -90,6 +127,7 @@ def _release(v: str, i: int, dbo: str, kv: KvDefault) -> Release:
         deepep_moe_source=(
             f"model_executor/layers/fused_moe/deep_gemm_moe.py DeepGEMM fp8 block-scaled ({v})"
         ),
+        nvfp4_moe=_NVFP4[i],
     )
 
 

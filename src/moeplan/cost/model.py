@@ -54,10 +54,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 
 import numpy as np
 
+from moeplan.backends import backend
 from moeplan.cost import elementwise as ew
 from moeplan.cost.collectives import collective_time, is_mesh, pair_bandwidth
 from moeplan.cost.kernel_fits import AttnShape, MoeShape
@@ -124,6 +126,7 @@ class CostModel(MixerLayers, Prefetch):
         self._a2a: dict[tuple[float, int], Prediction | None] = {}
         self._groups: dict[int, tuple[object, list[tuple[int, int]] | None]] = {}
         self._views: dict[tuple[int, int], tuple[ModelSpec, ModelSpec]] = {}
+        self._run_as: dict[int, tuple[ModelSpec, ModelSpec]] = {}
         if engine is not None:
             if engine not in TABLE_ENGINES:
                 raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(TABLE_ENGINES)}")
@@ -485,10 +488,30 @@ class CostModel(MixerLayers, Prefetch):
         proj += self.elementwise(t * ew.attention_bytes(model, tp))  # RoPE, QK-norm
         return proj + self.attention_core(model, num_seqs, q_len, ctx_len, tp, layer)
 
+    def runs(self, model: ModelSpec) -> ModelSpec:
+        """``model`` with its routed experts as the engine runs them on this GPU
+        (:meth:`moeplan.backends.EngineBackend.moe_format`: NVFP4 experts without FP4 tensor
+        cores run the engine's weight-only fallback, same bytes, bf16 compute, priced from
+        the fallback's tables); ``model`` itself without an engine or where nothing changes."""
+        if self.engine is None:
+            return model
+        hit = self._run_as.get(id(model))
+        if hit is not None and hit[0] is model:
+            return hit[1]
+        q = model.quant.experts
+        fmt = backend(self.engine).moe_format(q.format, self.cluster.gpu)
+        out = model
+        if fmt != q.format:
+            mq = ModuleQuant(bytes_per_weight=q.bytes_per_weight, format=fmt)
+            out = replace(model, quant=replace(model.quant, experts=mq))
+        self._run_as[id(model)] = (model, out)
+        return out
+
     def expert_ffn(
         self, model: ModelSpec, tokens_per_expert: float, num_local_experts: float, tp: int = 1
     ) -> float:
         """SwiGLU routed experts on one GPU: gate+up then down, each expert ``tokens_per_expert``."""
+        model = self.runs(model)
         if self._kdb is not None:
             shape = moe_shape(model, tokens_per_expert, num_local_experts, tp)
             if shape is not None:
@@ -530,6 +553,7 @@ class CostModel(MixerLayers, Prefetch):
         later calls are memo hits with the same answers). A no-op without kernel tables."""
         if self._kdb is None:
             return
+        model = self.runs(model)
         shapes = [moe_shape(model, x, num_local_experts, tp) for x in tokens_per_expert]
         assert self.engine is not None
         self._kdb.warm("moe", self._device, self.engine, [s for s in shapes if s is not None])

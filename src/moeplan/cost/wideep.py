@@ -31,7 +31,10 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   the balanced router) and a measured MoE fit's :class:`.kernel_fits.MoeShape` takes the
   same closed form, so neither is corrected again.
 - Dispatch / combine: DeepEP's kernels, ``T`` tokens per rank, hidden ``H``, dispatch in fp8
-  and combine in bf16 (the deepep_* families). Inside one 8-GPU node: the tables' measured /
+  (1.03125 bytes per element) or, where the engine dispatches NVFP4 experts' quantized
+  activations (:meth:`moeplan.backends.EngineBackend.dispatch_bytes`), NVFP4 (0.5625), and
+  combine in bf16 (the deepep_* families; an NVFP4 dispatch inside a node is the fp8 table at
+  the same bytes: ``T * 0.5625 / 1.03125`` tokens). Inside one 8-GPU node: the tables' measured /
   interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
   normal kernels (prefill) take the intra-node analytic model moved to the RDMA link
   (:meth:`Analytic.scaled`, the rule of :mod:`.kerneldb.comm`) for the remote bytes and kept
@@ -72,6 +75,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from moeplan.backends import backend
+from moeplan.backends.base import FP8_DISPATCH_BYTES
 from moeplan.cost.deepep_ll import ll_seconds
 from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb.base import BF16_BYTES
@@ -79,7 +83,6 @@ from moeplan.cost.kerneldb.comm import DEEPEP_RANKS, DEEPEP_SMS, dest_ranks, lin
 from moeplan.cost.kerneldb.families import EXPLICIT
 from moeplan.cost.kerneldb.fit import sm_count
 from moeplan.cost.kerneldb.load import experts_hit
-from moeplan.cost.kerneldb.pricing import moe_dtype
 from moeplan.cost.kerneldb.sources import Prediction
 from moeplan.cost.price_keys import INTERNODE_NOTE, PUBLISHED_LL_NOTE
 from moeplan.errors import MoeplanError
@@ -92,8 +95,6 @@ if TYPE_CHECKING:
 
 #: the phase names of the wide-EP tables (TensorRT-LLM's context and generation)
 TABLE_PHASES = ("context", "generation")
-FP8_BYTES = 1.0  # DeepEP dispatches fp8 activations (+ one fp32 scale per 128 elements)
-FP8_SCALE = 4.0 / 128  # bytes of scale per element (DeepEP README, fp8 dispatch)
 #: SMs DeepEP's normal kernels hold during an overlapped prefill: the tables' budget
 #: (:data:`~.kerneldb.comm.DEEPEP_SMS`, DeepEP's README setting; sources there)
 TBO_RESERVED_SMS = int(DEEPEP_SMS)
@@ -197,7 +198,11 @@ class WideEP:
             "num_experts": slots,
             "moe_ep_size": q.ep,
             "moe_tp_size": 1,
-            "moe_dtype": moe_dtype(md),
+            # the experts as the engine runs them on this GPU (NVFP4's fallback without FP4
+            # tensor cores: :meth:`moeplan.backends.EngineBackend.moe_format`)
+            "moe_dtype": backend(self._engine)
+            .moe_format(md.quant.experts.format, self._cluster.gpu)
+            .kernel_dtype,
             "distribution": EXPLICIT,
             "rank_pairs": q.tokens * md.top_k * q.imbalance,
             "rank_hit": rank_hit(q.tokens * q.ep * q.imbalance, md.top_k, slots, q.ep),
@@ -210,14 +215,26 @@ class WideEP:
         p = self._kdb.predict(op, self._device, self._engine, **shape)
         return self._note(op, p)
 
+    def dispatch_bytes(self, model: ModelSpec, phase: str) -> float:
+        """Bytes per hidden element of one dispatched token: the engine's rule
+        (:meth:`moeplan.backends.EngineBackend.dispatch_bytes`: NVFP4 activations 0.5625, else
+        DeepEP's fp8 1.03125)."""
+        fmt = model.quant.experts.format
+        return backend(self._engine).dispatch_bytes(fmt.kernel_dtype, phase, self._cluster.gpu)
+
     def _comm(self, q: _Query, direction: str) -> float:
         kind = "normal" if q.phase == "context" else "ll"
         op = f"deepep_{kind}_{direction}"
         md, g = q.model, self._cluster.gpus_per_node
         slots = md.num_experts + q.redundant
         if q.ep <= min(g, DEEPEP_RANKS):
+            # the tables measured fp8 dispatches: a dispatch of smaller elements moves the
+            # bytes of proportionally fewer fp8 tokens (transferred by bytes)
+            ratio = 1.0
+            if direction == "dispatch":
+                ratio = self.dispatch_bytes(md, q.phase) / FP8_DISPATCH_BYTES
             shape: dict[str, object] = {
-                "num_token": q.tokens * q.imbalance,
+                "num_token": q.tokens * q.imbalance * ratio,
                 "hidden_size": md.hidden_size,
                 "num_topk": md.top_k,
                 "num_experts": slots,
@@ -246,7 +263,7 @@ class WideEP:
         nodes = -(-q.ep // g)
         if kind == "ll":  # DeepEP's published inter-node figures (cost/deepep_ll.py)
             return self._internode_ll(q, op, direction, slots, nodes)
-        elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16_BYTES
+        elem = self.dispatch_bytes(md, q.phase) if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
         k = np.array([float(md.top_k)])
         remote = float(dest_ranks(np.array([float(slots)]), k, nodes)[0]) * (nodes - 1) / nodes
@@ -270,15 +287,21 @@ class WideEP:
         never below the measured intra-node price of the same tokens
         (:func:`.deepep_ll.ll_seconds`)."""
         md = q.model
+        # an NVFP4 dispatch moves the bytes of proportionally fewer fp8 tokens (as inside a node)
+        ratio = (
+            self.dispatch_bytes(md, q.phase) / FP8_DISPATCH_BYTES
+            if direction == "dispatch"
+            else 1.0
+        )
         shape = {
-            "num_token": q.tokens * q.imbalance,
+            "num_token": q.tokens * q.imbalance * ratio,
             "hidden_size": md.hidden_size,
             "num_topk": md.top_k,
             "num_experts": slots,
         }
         floor = self._kdb.predict(op, self._device, self._engine, **shape).seconds
         t = ll_seconds(
-            q.tokens, md.hidden_size, md.top_k, q.ep, direction, q.imbalance,
+            q.tokens * ratio, md.hidden_size, md.top_k, q.ep, direction, q.imbalance,
             self._cluster.inter.bw, floor,
         )  # fmt: skip
         detail = f"DeepEP ll {direction} over {nodes} nodes: {PUBLISHED_LL_NOTE}"

@@ -110,7 +110,8 @@ SGLANG_PINNED = EngineVersion(
     engine=SGLANG_BACKEND.name,
     version=str(SGLANG_BACKEND.flag_line),
     attn_dp_flag="--attn-dp-size",
-    known_flags=_SGLANG_COMMON | {"--attn-dp-size"},
+    # --moe-runner-backend: server_args.py ServerArgs.moe_runner_backend (0.5.14, 0.5.23)
+    known_flags=_SGLANG_COMMON | {"--attn-dp-size", "--moe-runner-backend"},
     source="sgl-project/sglang PR #41818 (--attn-dp-size)",
 )
 SGLANG_LEGACY = EngineVersion(

@@ -68,6 +68,7 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
     if built is None:
         return ServerCommands(slot=slot, nodes=(), env=(), warnings=tuple(notes), violations=())
     env = _env(b, w, slot, ctx.target.gpus_per_node)
+    env += b.moe_runner_env(ctx.target.moe_dtype, ctx.target.gpu_sm)
     bad = [
         v
         for rank, node in enumerate(built)

@@ -142,6 +142,7 @@ def sglang_args(
             args += ["--ep-num-redundant-experts", str(redundant_experts)]
     elif redundant_experts and s.moe_ep > 1:  # SGLang's own EPLB places the replicas
         args += ["--ep-num-redundant-experts", str(redundant_experts), "--enable-eplb"]
+    args += BACKEND.moe_runner_args(target.moe_dtype, target.gpu_sm)
     if knobs is not None:
         args += BACKEND.knob_args(knobs)
     if s.pp > 1:

@@ -65,6 +65,19 @@ class GPUSpec:
         return int(major) * 10 + int(minor or 0)
 
 
+#: the lowest compute capability (``major * 10 + minor``) with FP4 tensor cores: Blackwell
+#: (SM100 B200 / GB200, SM103 B300 / GB300; NVIDIA Blackwell architecture technical brief:
+#: fifth-generation Tensor Cores with FP4 / NVFP4)
+FP4_TENSOR_CORE_SM = 100
+
+
+def has_fp4_tensor_cores(gpu: GPUSpec) -> bool:
+    """Whether ``gpu`` runs NVFP4 GEMMs on FP4 tensor cores (compute capability >= 10.0).
+    The one place that reads it: a GPU record's own field can replace this rule."""
+    sm = gpu.sm_version
+    return sm is not None and sm >= FP4_TENSOR_CORE_SM
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LinkSpec:
     """One link level: kind, bandwidth per GPU per direction (bytes/s), latency (s)."""

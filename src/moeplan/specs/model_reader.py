@@ -146,12 +146,11 @@ def _side_rules(side: dict[str, Any] | None, name: str) -> QuantRules | None:
 
 def _agree_rules(rules: QuantRules, side: QuantRules, name: str) -> None:
     """config.json's and hf_quant_config.json's weight formats and excluded modules agree."""
-    if rules.groups != side.groups:
+    if rules.groups != side.groups or rules.layers != side.layers:
         raise MoeplanError(
-            f"config[{name}].quantization_config weight format ({rules.groups[0][1].name}, group "
-            f"{rules.groups[0][1].group_size}) contradicts {HF_QUANT_FILE} quantization "
-            f"(quant_algo / group_size: {side.groups[0][1].name}, group "
-            f"{side.groups[0][1].group_size}): the two files must describe one checkpoint"
+            f"config[{name}].quantization_config weight format ({_formats(rules)}) contradicts "
+            f"{HF_QUANT_FILE} quantization (quant_algo / group_size / quantized_layers: "
+            f"{_formats(side)}): the two files must describe one checkpoint"
         )
     if set(rules.ignore) != set(side.ignore):
         extra = sorted(set(rules.ignore) ^ set(side.ignore))[:3]
@@ -160,6 +159,14 @@ def _agree_rules(rules: QuantRules, side: QuantRules, name: str) -> None:
             f"exclude_modules differ (e.g. {show(extra)}): the two files must describe one "
             "checkpoint"
         )
+
+
+def _formats(rules: QuantRules) -> str:
+    """The weight formats a rule set states, for an error line."""
+    fmts = [f for _, f in rules.groups] + [f for _, f in rules.layers]
+    names = sorted({f"{f.name}, group {f.group_size}" for f in fmts})
+    more = f" over {len(rules.layers)} quantized_layers" if rules.layers else ""
+    return "; ".join(names) + more
 
 
 def _as_modelopt(side: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -212,7 +219,9 @@ def with_quantization(spec: Any, config: Any, name: str, hf_quant: Any = None) -
     if rules is None:
         return spec
     quant = rules.resolve(linear_modules(spec))
-    experts = expert_format(config, name)
+    # ``expert_dtype`` describes DeepSeek's own checkpoint (its fp8 ``quantization_config``
+    # leaves the experts to it); a ModelOpt re-quantization states the experts itself
+    experts = expert_format(config, name) if rules.method != "modelopt" else None
     if experts is not None:
         mq = ModuleQuant(bytes_per_weight=experts.bytes_per_weight, format=experts)
         quant = replace(quant, experts=mq)

@@ -167,7 +167,9 @@ class QuantRules:
     ``groups``: ``(targets, format)`` in config order, the first whose targets match a module
     wins (an empty ``targets`` matches every linear module but the lm-head); ``ignore``: the
     excluded patterns, read with ``matcher`` (``hf`` or ``ct``); ``lm_head``: whether the
-    lm-head is covered when no target names it (GPTQ's ``lm_head`` flag).
+    lm-head is covered when no target names it (GPTQ's ``lm_head`` flag); ``layers``: a
+    per-module map (ModelOpt ``MIXED_PRECISION`` ``quantized_layers``, module prefix ->
+    format) used instead of ``groups`` when set (:meth:`layer_format`).
     """
 
     method: str
@@ -175,16 +177,28 @@ class QuantRules:
     ignore: tuple[str, ...] = ()
     matcher: str = "hf"
     lm_head: bool = False
+    layers: tuple[tuple[str, WeightFormat], ...] = ()
 
     kv_bytes: int = 0  # bytes per cached KV value the checkpoint states (0: not stated)
     _ignore: PatternSet | None = field(default=None, repr=False, compare=False)
     _targets: tuple[PatternSet, ...] = field(default=(), repr=False, compare=False)
+    _layers: dict[str, WeightFormat] = field(default_factory=dict, repr=False, compare=False)
+    _under: dict[str, frozenset[WeightFormat]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         require(self.matcher in MATCHERS, f"matcher ({self.matcher!r}) must be in {MATCHERS}")
         if self._ignore is not None:  # compiled by the rules this copy was made from
             return
         object.__setattr__(self, "_ignore", PatternSet(self.ignore, self.matcher, "ignore"))
+        under: dict[str, set[WeightFormat]] = {}
+        for prefix, fmt in self.layers:
+            self._layers[prefix] = fmt
+            parts = prefix.split(".")
+            for i in range(1, len(parts)):
+                under.setdefault(".".join(parts[:i]), set()).add(fmt)
+        self._under.update({k: frozenset(v) for k, v in under.items()})
         if self.matcher == "ct":
             sets = tuple(PatternSet(t, "ct", "targets") for t, _ in self.groups)
             object.__setattr__(self, "_targets", sets)
@@ -200,12 +214,47 @@ class QuantRules:
                 if targets.match(name):
                     return fmt
             return BF16
+        if self.layers:
+            return BF16 if self._ignore.match(name) else self.layer_format(name, cls)
         if self._ignore.match(name) or (cls == "lm_head" and not self.lm_head):
             return BF16
         for targets, fmt in self.groups:
             if not targets or any(name.endswith(t) for t in targets):
                 return fmt
         return BF16
+
+    def layer_format(self, name: str, cls: str = "") -> WeightFormat:
+        """The ``layers`` map's format of module ``name``: its own entry, else its nearest
+        parent's (a fused expert tensor listed as ``...experts``), else the one format of the
+        entries under it (a checkpoint that lists ``...experts.0.gate_proj`` where moeplan
+        names a fused module) or, for routed experts (``cls``), under their ``experts``
+        module (a fused ``experts.gate_up_proj`` whose checkpoint lists the unfused
+        ``experts.0.gate_proj``: vLLM's FusedMoE prefix rule); a module the map does not
+        reach is unquantized (bf16).
+        Entries under one module that disagree are one error line: its bytes would be a
+        guess. The lookup follows the engines' ``ModelOptMixedPrecisionConfig._resolve_quant_algo``
+        (direct, then by prefix: vLLM 0.24.0 model_executor/layers/quantization/modelopt.py:2392,
+        SGLang 0.5.23 python/sglang/srt/layers/quantization/modelopt_quant.py:978)."""
+        fmt = self._layers.get(name)
+        if fmt is not None:
+            return fmt
+        parts = name.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            fmt = self._layers.get(".".join(parts[:i]))
+            if fmt is not None:
+                return fmt
+        below = self._under.get(name)
+        if not below and cls == "experts" and ".experts" in name:
+            below = self._under.get(name[: name.index(".experts") + len(".experts")])
+        if not below:
+            return BF16
+        if len(below) > 1:
+            raise MoeplanError(
+                f"quantization_config.quantized_layers gives the modules under {name} "
+                f"{len(below)} formats ({', '.join(sorted(f.name for f in below))}): one module "
+                "must have one format"
+            )
+        return next(iter(below))
 
     def resolve(self, modules: Iterable[tuple[str, str, int]]) -> WeightQuant:
         """Apply to ``(class, name, params)`` linear modules (:func:`linear_modules`)."""

@@ -66,7 +66,8 @@ def _mlp(prefix: str, h: int, inter: int, gated: bool, names: tuple[str, ...] = 
 def linear_modules(m: Any) -> Iterator[tuple[str, str, int]]:
     """``(class, name, params)`` of every linear module of spec ``m`` (see module docstring;
     Mixtral ``block_sparse_moe.experts.N.w1``, GPT-OSS fused ``mlp.experts.gate_up_proj``,
-    Qwen ``mlp.shared_expert``, DeepSeek ``mlp.shared_experts``, Nemotron-H ``mixer.*``)."""
+    Qwen ``mlp.shared_expert``, DeepSeek ``mlp.shared_experts``, Nemotron-H ``mixer.*``,
+    Gemma-4 ``experts.gate_up_proj`` with its dense ``mlp`` beside them)."""
     arch = m.architecture.lower().replace("_", "")
     h = m.hidden_size
     ffn_at = "mixer" if "nemotronh" in arch else "mlp"
@@ -85,12 +86,16 @@ def linear_modules(m: Any) -> Iterator[tuple[str, str, int]]:
                     ("mlp.experts.gate_up_proj", 2 * h * i),
                     ("mlp.experts.down_proj", h * i),
                 ]
+            elif "gemma4" in arch:  # transformers Gemma4TextExperts: 3D tensors beside the MLP
+                experts = [("experts.gate_up_proj", 2 * h * i), ("experts.down_proj", h * i)]
             else:
                 experts = _mlp(f"{ffn_at}.experts.0", h, i, f.gated)
             for suffix, n in experts:
                 yield "experts", f"{pre}.{suffix}", n
             if f.shared_intermediate_size:
-                for suffix, n in _mlp(shared_name, h, f.shared_intermediate_size, f.gated):
+                # Gemma-4's dense MLP runs beside the experts (Gemma4TextDecoderLayer.mlp)
+                at = "mlp" if "gemma4" in arch else shared_name
+                for suffix, n in _mlp(at, h, f.shared_intermediate_size, f.gated):
                     yield "shared", f"{pre}.{suffix}", n
         elif f.kind == "dense":
             for suffix, n in _mlp(ffn_at, h, f.intermediate_size, f.gated):

@@ -23,9 +23,10 @@ checkpoints of that method hold on disk:
   ``scale_dtype`` (default bf16, fp8 for 4-bit floats such as nvfp4), zero points
   (asymmetric) in ``num_bits``; ``block`` strategy: one scale per ``block_structure``.
 
-- ``modelopt`` (NVIDIA ModelOpt, ``quant_algo`` FP8 / NVFP4 / W4A16_NVFP4): e4m3 per tensor,
-  or e2m1 with one fp8 scale per 16; NVFP4 activations are charged at the fp8 rate (no fp4
-  datasheet rate in moeplan); ``ignore`` / ``exclude_modules`` are shell globs.
+- ``modelopt`` (NVIDIA ModelOpt ``quant_algo``, :data:`_MODELOPT`): FP8 e4m3 per tensor,
+  NVFP4 e2m1 with one e4m3 scale per 16 (0.5625 bytes per weight), INT4 AWQ, MXFP4 / MXFP8;
+  ``MIXED_PRECISION`` reads the per-module ``quantized_layers`` map exactly (a module it does
+  not name stays bf16); ``ignore`` / ``exclude_modules`` are shell globs.
 
 Anything else — a different ``quant_method``, a sparse compressed-tensors format, a value
 of the wrong type — is one :class:`MoeplanError` line; never a silent bf16.
@@ -43,6 +44,7 @@ FP16_SCALE = 2  # AWQ / GPTQ scales are fp16
 FP32_SCALE = 4  # DeepSeek fp8 weight_scale_inv, bitsandbytes absmax
 E8M0_SCALE = 1  # OCP microscaling (MXFP4) shared exponent
 MXFP4_GROUP = 32  # OCP MX spec: 32 elements per shared scale
+NVFP4_GROUP = 16  # NVIDIA NVFP4: 16 e2m1 elements share one e4m3 scale
 BNB_BLOCK = 64  # bitsandbytes 4-bit blocksize (quantize_4bit default)
 BNB_NESTED_BLOCK = 256  # double quantization: absmax quantized in blocks of 256
 #: ignore / target entries a config may list: ModelOpt writes one per module it leaves out,
@@ -261,7 +263,9 @@ def _ct_weights(g: dict[str, Any], name: str, at: str, packed: bool) -> WeightFo
         scale = 1 if kind == "float" and bits == 4 else 2
     stored = bits if packed or bits >= 8 else 8
     zero = 0.0 if _bool(w, name, "symmetric", True, wat) or not group else stored / 8
-    if kind == "float":
+    if kind == "float" and bits == 4 and group == NVFP4_GROUP and compute == "fp8":
+        kdt = "nvfp4"  # W4A4 NVFP4 (fp4 activations): the tables' nvfp4 rows
+    elif kind == "float":
         kdt = ("fp8_block" if strategy == "block" else "fp8") if bits == 8 else "int4_wo"
     else:
         kdt = "int4_wo" if bits <= 4 else ("int8" if compute == "int8" else "int8_wo")
@@ -308,35 +312,131 @@ def _compressed_tensors(q: dict[str, Any], name: str) -> QuantRules:
     )
 
 
-#: ModelOpt ``quant_algo`` -> (weight bits, compute): NVFP4 = e2m1 weights with one fp8
-#: (e4m3) scale per 16 (+ one fp32 per tensor, not counted); FP8 = e4m3 per tensor.
-_MODELOPT = {"FP8": (8, "fp8"), "NVFP4": (4, "fp8"), "W4A16_NVFP4": (4, "bf16")}
-NVFP4_GROUP = 16  # NVIDIA NVFP4: 16 elements per fp8 scale
+E4M3_SCALE = 1  # NVFP4's per-block scale is one fp8 (e4m3) byte
+AWQ_GROUP = 128  # ModelOpt INT4 AWQ block size (``awq_block_size``) when a layer omits it
+
+
+def _nvfp4(group: int, compute: str) -> WeightFormat:
+    """NVIDIA NVFP4: e2m1 weights, one e4m3 scale per ``group`` (16) and one fp32 scale per
+    tensor (``weight_scale_2``, not counted): ``0.5 + 1/16 = 0.5625`` bytes per weight.
+    W4A4 (activations quantized the same way) runs the FP4 tensor cores; its price comes from
+    the kernel tables' ``nvfp4`` rows (``compute`` ``fp8`` is only the roofline's rate, moeplan
+    has no fp4 datasheet rate). Source: NVIDIA ModelOpt
+    ``modelopt/torch/quantization/qtensor/nvfp4_tensor.py`` (``NVFP4QTensor``: block 16,
+    ``float8_e4m3fn`` per-block scale, fp32 ``weights_scaling_factor_2``)."""
+    return WeightFormat(
+        name="nvfp4",
+        bits=4,
+        group_size=group,
+        scale_bytes=E4M3_SCALE,
+        compute=compute,
+        # W4A16 NVFP4 runs weight-only (Marlin in vLLM ``ModelOptNvFp4FusedMoE`` with
+        # ``use_a16``): priced from the W4A16 Marlin tables
+        kernel_dtype="nvfp4" if compute == "fp8" else "int4_wo",
+    )
+
+
+def _int4_awq(group: int, compute: str) -> WeightFormat:
+    """ModelOpt INT4 AWQ: packed int4, one scale in the model dtype (2 bytes) per group, no
+    zero point (``has_zero_point: false``), a per-input-channel ``pre_quant_scale`` (not
+    counted); W4A8 adds per-tensor fp8 activations."""
+    return WeightFormat(
+        name="int4", bits=4, group_size=group, scale_bytes=FP16_SCALE, compute=compute,
+        kernel_dtype="int4_wo",
+    )  # fmt: skip
+
+
+#: ModelOpt ``quant_algo`` -> its weight format, given the layer's ``group_size`` (``None``:
+#: the algorithm's default). The names are those ModelOpt writes
+#: (``modelopt/torch/export/quant_utils.py`` ``process_layer_quant_config``: FP8,
+#: FP8_PER_CHANNEL_PER_TOKEN, W4A16_AWQ, W4A8_AWQ, W8A8_SQ_PER_CHANNEL, NVFP4, NVFP4_AWQ,
+#: W4A8_MXFP4_FP8) plus W4A16_NVFP4 and MXFP8, which vLLM 0.24.0 also loads
+#: (``model_executor/layers/quantization/modelopt.py:105-118``). Per-channel / per-tensor
+#: scales are not counted (module docstring of :mod:`.quant`). FP8_PB_WO (vLLM's list) is
+#: refused: its scale layout is not read here.
+_MODELOPT: dict[str, Any] = {
+    "FP8": lambda g: WeightFormat(name="fp8", bits=8, compute="fp8", kernel_dtype="fp8"),
+    "FP8_PER_CHANNEL_PER_TOKEN": lambda g: WeightFormat(
+        name="fp8", bits=8, compute="fp8", kernel_dtype="fp8"
+    ),
+    "NVFP4": lambda g: _nvfp4(g or NVFP4_GROUP, "fp8"),
+    "NVFP4_AWQ": lambda g: _nvfp4(g or NVFP4_GROUP, "fp8"),
+    "W4A16_NVFP4": lambda g: _nvfp4(g or NVFP4_GROUP, "bf16"),
+    "W4A16_AWQ": lambda g: _int4_awq(g or AWQ_GROUP, "bf16"),
+    "W4A8_AWQ": lambda g: _int4_awq(g or AWQ_GROUP, "fp8"),
+    "W8A8_SQ_PER_CHANNEL": lambda g: WeightFormat(
+        name="int8", bits=8, compute="int8", kernel_dtype="int8"
+    ),
+    # OCP MX: e2m1 / e4m3 elements with one e8m0 scale per 32
+    "W4A8_MXFP4_FP8": lambda g: WeightFormat(
+        name="mxfp4",
+        bits=4,
+        group_size=g or MXFP4_GROUP,
+        scale_bytes=E8M0_SCALE,
+        compute="fp8",
+        kernel_dtype="w4a8_mxfp4_mxfp8",
+    ),  # fmt: skip
+    "MXFP8": lambda g: WeightFormat(
+        name="mxfp8",
+        bits=8,
+        group_size=g or MXFP4_GROUP,
+        scale_bytes=E8M0_SCALE,
+        compute="fp8",
+        kernel_dtype="fp8_block",
+    ),  # fmt: skip
+}
+MIXED = "MIXED_PRECISION"
+
+
+def _modelopt_format(d: dict[str, Any], name: str, at: str, group: int | None) -> WeightFormat:
+    """The format one ``quant_algo`` (+ ``group_size``) object states; an algorithm moeplan
+    does not know is one error line (never read as bf16)."""
+    algo = d.get("quant_algo")
+    key = algo.upper() if isinstance(algo, str) else None
+    require(
+        key in _MODELOPT,
+        f"{_field(name, at + 'quant_algo')} ({show(algo)}) is not supported: known ModelOpt "
+        f"algorithms are {', '.join(_MODELOPT)}, {MIXED}; moeplan does not guess the weight "
+        "size of a quantized checkpoint",
+    )
+    g = d.get("group_size")
+    own = group if g is None else check_int(_field(name, at + "group_size"), g, 1, MAX_GROUP)
+    fmt: WeightFormat = _MODELOPT[key](own)
+    return fmt
 
 
 def _modelopt(q: dict[str, Any], name: str) -> QuantRules:
-    algo = str(q.get("quant_algo") or "").upper()
-    require(
-        algo in _MODELOPT,
-        f"{_field(name, 'quant_algo')} ({show(q.get('quant_algo'))}) "
-        f"must be one of {', '.join(_MODELOPT)} (per-layer MIXED_PRECISION is not modelled)",
-    )
-    bits, compute = _MODELOPT[algo]
-    if bits == 8:
-        fmt = WeightFormat(name="fp8", bits=8, compute="fp8", kernel_dtype="fp8")
-    else:
-        group = _int(q, name, "group_size", NVFP4_GROUP, 1, MAX_GROUP)
-        fmt = WeightFormat(
-            name="nvfp4",
-            bits=4,
-            group_size=group,
-            scale_bytes=1,
-            compute=compute,
-            kernel_dtype="int4_wo",
-        )
+    """ModelOpt ``quant_algo``: one algorithm for every linear module but ``exclude_modules``
+    (``ignore``), or ``MIXED_PRECISION`` with ``quantized_layers``, one ``{quant_algo,
+    group_size}`` per module prefix; a module the map does not name stays unquantized
+    (ModelOpt lists every quantized layer there, ``process_layer_quant_config``). An explicit
+    ``null`` is ModelOpt's own value for weights left unquantized (a KV-cache-only export);
+    a missing key is refused."""
     key = "ignore" if "ignore" in q else "exclude_modules"
+    ignore = _not_convert(q, name, key)
+    algo = q.get("quant_algo")
+    if "quant_algo" in q and algo is None:  # ModelOpt's export of a KV-cache-only checkpoint
+        return QuantRules(method="modelopt", groups=(), ignore=ignore, matcher="glob")
+    if not (isinstance(algo, str) and algo.upper() == MIXED):
+        fmt = _modelopt_format(q, name, "", None)
+        return QuantRules(method="modelopt", groups=(((), fmt),), ignore=ignore, matcher="glob")
+    layers = q.get("quantized_layers")
+    ok = isinstance(layers, dict) and 0 < len(layers) <= MAX_PATTERNS
+    require(
+        ok,
+        f"{_field(name, 'quantized_layers')} ({show(layers)}) must be a non-empty object of "
+        f"module prefix -> {{quant_algo, group_size}} ({MIXED})",
+    )
+    top = q.get("group_size")
+    group = None if top is None else check_int(_field(name, "group_size"), top, 1, MAX_GROUP)
+    out: list[tuple[str, WeightFormat]] = []
+    for prefix, d in layers.items():
+        at = f"quantized_layers[{str(prefix)[:80]!r}]."
+        ok = isinstance(d, dict) and 0 < len(prefix) <= MAX_PATTERN_CHARS
+        require(ok, f"{_field(name, at[:-1])} ({show(d)}) must be an object with quant_algo")
+        out.append((prefix, _modelopt_format(d, name, at, group)))
     return QuantRules(
-        method="modelopt", groups=(((), fmt),), ignore=_not_convert(q, name, key), matcher="glob"
+        method="modelopt", groups=(), layers=tuple(out), ignore=ignore, matcher="glob"
     )
 
 
