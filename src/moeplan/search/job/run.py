@@ -221,7 +221,7 @@ def _placement(result: PlanResult, ep: int, spec: JobSpec, cm: CostModel) -> Any
 
     m, c = result.model, result.cluster
     cfg = PlaceConfig(ep=ep, mode="dp", baselines=True, seed=spec.seed)
-    ev = cost_evaluator(cm, m, ep, c.nodes_spanned(ep))
+    ev = cost_evaluator(cm, m, ep, c.domains_spanned(ep))
     layers = m.num_moe_layers
     src: Any = spec.trace_source
     if src is None:
