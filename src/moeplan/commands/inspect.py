@@ -132,7 +132,13 @@ def cluster_rows() -> list[dict[str, Any]]:
 
 
 def inspect_model(
-    model: str, *, cluster: str | None, nodes: int | None, gpus: int | None, context: int
+    model: str,
+    *,
+    cluster: str | None,
+    nodes: int | None,
+    gpus: int | None,
+    context: int,
+    racks: int | None = None,
 ) -> dict[str, Any]:
     """``inspect``'s answer: sizes, FLOPs per token, KV cache per token, weight storage per
     module, layer kinds and, with ``cluster``, the weight floor per GPU over ``gpus``."""
@@ -165,7 +171,7 @@ def inspect_model(
     require(gpus is None or gpus >= 1, f"--gpus ({gpus}) must be >= 1")
     require(gpus is None or cluster is not None, "--gpus needs --cluster (the GPUs it counts)")
     if cluster is not None:
-        c = load_cluster(cluster, nodes)
+        c = load_cluster(cluster, nodes, racks)
         n = gpus or c.num_gpus
         floor = mem.floor_breakdown(m, n)  # the planners' memory model, one token
         out["memory"] = {

@@ -210,7 +210,7 @@ class WideEP:
     def _comm(self, q: _Query, direction: str) -> float:
         kind = "normal" if q.phase == "context" else "ll"
         op = f"deepep_{kind}_{direction}"
-        md, g = q.model, self._cluster.gpus_per_node
+        md, g = q.model, self._cluster.nvlink_domain
         slots = md.num_experts + q.redundant
         if q.ep <= min(g, DEEPEP_RANKS):
             shape: dict[str, object] = {
@@ -239,7 +239,7 @@ class WideEP:
         )
         if vm is None:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
-        md, g = q.model, self._cluster.gpus_per_node
+        md, g = q.model, min(self._cluster.nvlink_domain, q.ep)  # NVLink peers of a rank
         nodes = -(-q.ep // g)
         elem = FP8_BYTES + FP8_SCALE if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
