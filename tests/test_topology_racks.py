@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -138,3 +139,48 @@ def test_bad_topology_is_one_line_exit_2(args, needles, tmp_path):
     assert p.returncode == 2 and len(lines) == 1 and p.stdout == "", p.stderr
     assert all(n in lines[0] for n in needles), lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def _fake_served(entry):
+    metrics = SimpleNamespace(output_tokens_per_s_per_gpu=100.0)
+    return SimpleNamespace(entry=entry, metrics=metrics, result=SimpleNamespace(knobs=None))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_launch_folders_on_nvl72_use_trays_of_4_and_the_mnnvl_environment(engine):
+    """P/D 2 x prefill EP4 : 1 x decode EP64 of DeepSeek-V3 on one GB200 NVL72 rack: each
+    prefill server on one tray of 4 GPUs, the decode server on 16 trays (4 GPUs each), and
+    only the server spanning trays exports NCCL's multi-node NVLink switches. On DGX B200
+    nodes of 8 the same decode server spans 8 nodes over the network: no MNNVL environment."""
+    from moeplan.export import constraints as cons
+    from moeplan.export.plan_export import ExportContext, engine_export, serving_options
+    from moeplan.search.ranking.entries import Entry
+
+    m = load_model("deepseek-v3")
+    pd = PDLayout(
+        prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=64, moe_ep=64), x=2, y=1
+    )
+    (opt,) = serving_options(
+        SimpleNamespace(ranked=[_fake_served(Entry(family="pd", label="pd", layout=pd, plan=None))])
+    )
+    for c, span, mnnvl in (
+        (load_cluster("gb200-nvl72"), 16, True),
+        (load_cluster("b200-sxm-8", 9), 8, False),
+    ):
+        ctx = ExportContext(
+            model_path="org/d", target=cons.Target.of(m, c), planned_layers=61, full_layers=61
+        )
+        ex = engine_export(engine, SimpleNamespace(model=m, cluster=c), ctx, [opt])
+        servers = {
+            (s["role"], len(s["nodes"]), len(s["gpus_per_node"])) for s in ex.deployment["servers"]
+        }
+        gpn = c.gpus_per_node
+        assert servers == {("prefill", 1, 4), ("decode", span, gpn)}, servers
+        lines = ex.text.splitlines()
+        decode = [x for x in lines if "start decode-0" in x]
+        prefill = [x for x in lines if "start prefill-" in x]
+        assert decode and prefill
+        assert all(
+            ("NCCL_MNNVL_ENABLE=1" in x and "NCCL_CUMEM_ENABLE=1" in x) == mnnvl for x in decode
+        )
+        assert not any("NCCL_MNNVL_ENABLE" in x for x in prefill)

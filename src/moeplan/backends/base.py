@@ -108,6 +108,10 @@ class EngineBackend(ABC):
     model_registry: str = ""
     #: the environment variable of a pipeline's layer partition (None: not settable)
     pp_partition_env: str | None = None
+    #: the environment a server spanning several trays of one NVLink domain (GB200 / GB300
+    #: NVL72, multi-node NVLink) needs so that NCCL reaches its peers over NVLink, not the
+    #: network (empty: none); the launch files export it on such servers only
+    mnnvl_env: tuple[tuple[str, str], ...] = ()
     #: the deployment kinds it launches (:func:`moeplan.serve.deployment.launch_kind`:
     #: ``colocated``, ``pd``, ``afd``, ``stages``, ``dep``); the search skips the others
     deployments: frozenset[str] = frozenset({"colocated"})

@@ -52,18 +52,23 @@ def pricing(cm: CostModel) -> dict[str, Any]:
             calls[src] = calls.get(src, 0) + int(cell["calls"] or 0)
     total = sum(calls.values())
     tables = f"NVIDIA's measured {cm.engine} tables on {dev.table}"
+    # a GPU record naming tables the package does not ship prices as one without them
+    kdb = cm._kdb
+    shipped = dev.table is not None and (
+        kdb is None or any(k[0] == dev.table and k[1] == cm.engine for k in kdb.tables)
+    )
     note = (
         f"{cm.engine} kernels from {tables}"
-        if dev.table is not None
+        if shipped
         else f"no measured tables for {gpu}: {cm.engine} kernels transferred from the "
         f"{dev.reference} tables, scaled by the {gpu} datasheet"
     )
     return {
         "engine": cm.engine,
         "gpu": gpu,
-        "tables_gpu": dev.table,
+        "tables_gpu": dev.table if shipped else None,
         "reference_gpu": dev.reference,
-        "transferred_gpu": dev.table is None,
+        "transferred_gpu": not shipped,
         "lookups": total,
         "sources": {s: {"lookups": n, "share": n / total} for s, n in sorted(calls.items())},
         "ops": ops,
