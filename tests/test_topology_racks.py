@@ -184,3 +184,28 @@ def test_launch_folders_on_nvl72_use_trays_of_4_and_the_mnnvl_environment(engine
             ("NCCL_MNNVL_ENABLE=1" in x and "NCCL_CUMEM_ENABLE=1" in x) == mnnvl for x in decode
         )
         assert not any("NCCL_MNNVL_ENABLE" in x for x in prefill)
+
+
+def test_the_plan_says_which_link_the_winners_all_to_all_runs_on():
+    """The plan's topology sentence: EP48 on NVL72 runs over NVLink and would cross the
+    network in HGX domains of 8, where it takes longer (DeepEP's priced kernels); EP72 on 9
+    DGX B200 nodes crosses the network and would be shorter in one NVLink domain; a single
+    node has no other topology to compare with."""
+    from moeplan.kernel_tables import engine_cost_model
+    from moeplan.search.ranking.topology import exchange_s, topology_sentence
+
+    m = load_model("deepseek-v3")
+    rack = engine_cost_model(load_cluster("gb200-nvl72"), engine="sglang")
+    s = topology_sentence(rack, m, 48)
+    assert s is not None and "runs over NVLink" in s and "would run over the network" in s
+    assert "longer there" in s
+    hgx = engine_cost_model(load_cluster("b200-sxm-8", 9), engine="sglang")
+    s = topology_sentence(hgx, m, 72)
+    assert s is not None and "runs over the network" in s and "shorter there" in s
+    t_rack, net_rack = exchange_s(rack, m, 48)
+    t_hgx, net_hgx = exchange_s(hgx, m, 48)
+    assert (net_rack, net_hgx) == (False, True) and t_rack < t_hgx
+    assert (
+        topology_sentence(engine_cost_model(load_cluster("h100-sxm-8"), engine="sglang"), m, 8)
+        is None
+    )
