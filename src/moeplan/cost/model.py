@@ -129,7 +129,7 @@ class CostModel(MixerLayers, Prefetch):
                     "moeplan.kernel_tables.kernel_db() or use kernel_tables.engine_cost_model"
                 )
             self._kdb = kernels
-            self._device = device_for(cluster)
+            self._device = kernels.held(device_for(cluster))
 
     def __repr__(self) -> str:
         eng = f", engine={self.engine}" if self.engine else ""

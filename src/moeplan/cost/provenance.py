@@ -44,7 +44,7 @@ def pricing(cm: CostModel) -> dict[str, Any]:
             "ops": {},
             "note": f"no engine: every operation from the {cm.profile_name} GEMM/NCCL model",
         }
-    dev = device_for(cm.cluster)
+    dev = device_for(cm.cluster) if cm._kdb is None else cm._kdb.held(device_for(cm.cluster))
     ops = cm.provenance()
     calls: dict[str, int] = {}
     for cells in ops.values():
@@ -52,11 +52,7 @@ def pricing(cm: CostModel) -> dict[str, Any]:
             calls[src] = calls.get(src, 0) + int(cell["calls"] or 0)
     total = sum(calls.values())
     tables = f"NVIDIA's measured {cm.engine} tables on {dev.table}"
-    # a GPU record naming tables the package does not ship prices as one without them
-    kdb = cm._kdb
-    shipped = dev.table is not None and (
-        kdb is None or any(k[0] == dev.table and k[1] == cm.engine for k in kdb.tables)
-    )
+    shipped = dev.table is not None
     note = (
         f"{cm.engine} kernels from {tables}"
         if shipped
