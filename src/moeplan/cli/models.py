@@ -48,7 +48,10 @@ def clusters(json_out: JSON = False) -> None:
     for r in rows:
         t.add_row(
             r["name"],
-            f"{r['nodes']}x{r['gpus_per_node']}",
+            f"{r['nodes']}x{r['gpus_per_node']}"
+            + (
+                f" (NVLink {r['nvlink_domain']})" if r["nvlink_domain"] > r["gpus_per_node"] else ""
+            ),
             r["gpu"],
             f"{r['flops_bf16'] / 1e12:.0f} TF/s",
             fmt_bytes(r["mem_bytes"]),
