@@ -26,7 +26,7 @@ from moeplan.cli.models import inspect
 ROOT = Path(__file__).parents[1] / "tests" / "data" / "configs"
 #: the smallest shipped 8-GPU preset whose memory holds the checkpoint as stored
 BIG = {
-    "Qwen--Qwen3-Coder-480B-A35B-Instruct": "b200-8",  # 960 GB bf16
+    "Qwen--Qwen3-Coder-480B-A35B-Instruct": "b200-sxm-8",  # 960 GB bf16
     "MiniMaxAI--MiniMax-M3": "h200-sxm-8",  # 852 GB bf16
     "deepseek-ai--DeepSeek-V3.2": "h200-sxm-8",  # 674 GB fp8
     "zai-org--GLM-5-FP8": "h200-sxm-8",  # 746 GB fp8

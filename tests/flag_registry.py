@@ -98,6 +98,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         {
             "--cluster": P("--cluster", "h200-sxm-8"),
             "--nodes": P("--nodes", "2"),
+            "--racks": R("--racks", "2"),  # h100-sxm-8 is not a rack cluster
             "--gpus": P("--gpus", "4"),
             "--context": P("--context", "8192", key="context"),
         },
@@ -110,6 +111,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--model": P("--model", "qwen3-30b-a3b", key="model"),
             "--cluster": P("--cluster", "h200-sxm-8", key="cluster"),
             "--nodes": P("--nodes", "2", "--attn-dp", "16", "--moe-ep", "16"),
+            "--racks": R("--racks", "2"),  # h100-sxm-8 is not a rack cluster
             "--plan": R("--plan", "{tmp}/missing-plan.json", "--attn-tp", "2"),
             "--pd": R("--pd", "1*attn-tp1:1*attn-tp1"),
             "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
@@ -170,6 +172,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--model": P("--model", "qwen3-30b-a3b", key="moeplan.model"),
             "--cluster": P("--cluster", "h200-sxm-8", key="moeplan.cluster"),
             "--nodes": R("--nodes", "0"),
+            "--racks": R("--racks", "2"),  # h100-sxm-8 is not a rack cluster
             "--plan": R("--plan", "{tmp}/missing-plan.json"),
             "--pd": P("--pd", "1*attn-tp1:1*attn-tp1", key="moeplan.layout"),
             "--launch": P("--launch", "vllm serve deepseek-ai/DeepSeek-V2-Lite -tp 2"),
@@ -235,6 +238,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--model-path": R("--model-path", "deepseek-v2-lite"),
             "--cluster": P("--cluster", "h200-sxm-8", key="cluster"),
             "--nodes": P("--nodes", "2"),
+            "--racks": R("--racks", "2"),  # h100-sxm-8 is not a rack cluster
             "--layers": P("--layers", "4"),
             "--isl": P("--isl", "512", key="workload"),
             "--osl": P("--osl", "64", key="workload"),
@@ -402,6 +406,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--batch": P("--batch", "8"),
             "--rate": P("--rate", "2"),
             "--nodes": P("--nodes", "2"),
+            "--racks": R("--racks", "2"),  # h100-sxm-8 is not a rack cluster
             "--ttft-slo": P("--ttft-slo", "50"),
             "--itl-slo": P("--itl-slo", "5"),
             "--rank-by": P("--rank-by", "ttft"),

@@ -162,7 +162,7 @@ def test_kv_auto_follows_each_engine_release():
     """SGLang 0.5.14 server_args.py:3416: DSA models store fp8_e4m3 on SM100+, bf16 below;
     vLLM 0.11.0 models/config.py:419 turns auto into fp8_ds_mla for DeepSeek-V3.2, 0.24.0
     keeps the model dtype unless the checkpoint states FP8 (utils/torch_utils.py:373)."""
-    h200, b200 = load_cluster("h200-sxm-8").gpu, load_cluster("b200-8").gpu
+    h200, b200 = load_cluster("h200-sxm-8").gpu, load_cluster("b200-sxm-8").gpu
     dsa = "DeepseekV32ForCausalLM"
     assert SGLANG.default_kv_dtype(dsa, False, h200, "0.5.14") == "bf16"
     assert SGLANG.default_kv_dtype(dsa, False, b200, "0.5.14") == "fp8"

@@ -114,9 +114,11 @@ def test_time_equals_the_shard_simulation(name, nodes, g, op):
 
 
 def _multi_node_presets():
+    """Every preset on 2 and 4 NVLink domains: nodes, or racks of a rack cluster."""
     for name in cluster_names():
-        for nodes in (2, 4):
-            yield load_cluster(name, nodes)
+        rack = load_cluster(name).mnnvl
+        for n in (2, 4):
+            yield load_cluster(name, racks=n) if rack else load_cluster(name, n)
 
 
 @pytest.mark.parametrize("nbytes", [4e3, 1e6, 64e6, 4e9])
@@ -125,8 +127,8 @@ def test_all_reduce_is_reduce_scatter_plus_all_gather_on_every_preset(nbytes):
     (measured intra-node fits where it has them). Exact: the inter ring AR is its RS + AG."""
     for cl in _multi_node_presets():
         cm = cost_model_for(cl)
-        for g in range(2, cl.gpus_per_node + 1):
-            for nodes in range(2, cl.num_nodes + 1):
+        for g in range(2, cl.nvlink_domain + 1):
+            for nodes in range(2, cl.num_domains + 1):
                 n = g * nodes
                 ar = collective_time("all_reduce", nbytes, n, nodes, cl)
                 rs_ag = sum(collective_time(op, nbytes, n, nodes, cl) for op in OPS)
@@ -155,8 +157,8 @@ def test_network_step_on_a_1_over_g_share_is_the_cheaper_order_on_every_preset(o
     """The other two-level order (intra on nbytes/nodes, then (nodes-1)/nodes of nbytes per
     GPU over the network) is never faster: every preset's NIC is no faster than its fabric."""
     for cl in _multi_node_presets():
-        nodes = cl.num_nodes
-        for g in range(2, cl.gpus_per_node + 1):
+        nodes = cl.num_domains
+        for g in range(2, cl.nvlink_domain + 1):
             other = intra_time(op, nbytes / nodes, g, cl) + ring_time(op, nbytes, nodes, cl.inter)
             assert collective_time(op, nbytes, g * nodes, nodes, cl) <= other * (1 + 1e-12)
 

@@ -187,7 +187,7 @@ def _stage_ctx(cl, model, w: Workload, pp: int) -> StageContext:
         routing=RoutingProfile.static(model.top_k),
         pp=pp,
         r=cl.num_gpus // pp,
-        gpus_per_node=cl.gpus_per_node,
+        nvlink_domain=cl.nvlink_domain,
     )
 
 

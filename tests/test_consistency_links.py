@@ -35,6 +35,9 @@ EXPECTED = {
     "roce-200g": ("200 Gb/s RoCE per NPU", 200 / 8 * GB),
     "cx7-ndr": ("50 GB/s per GPU", 50 * GB),
     "cx6-hdr": ("25 GB/s per GPU", 25 * GB),
+    "nvlink5-nvl72": ("900 GB/s per GPU per direction", 900 * GB),
+    "ib-xdr-rack": ("inter_rack_bw 100 GB/s per GPU per direction", 100 * GB),
+    "cx8-xdr": ("800 Gb/s per GPU", 800 / 8 * GB),
 }
 
 

@@ -15,18 +15,17 @@ from cli_run import run_main
 from moeplan.backends import backend
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.specs import gpu_records, load_cluster, load_model
-from moeplan.specs.cluster import has_fp4_tensor_cores
 from moeplan.specs.quant import BF16, ModuleQuant
 
 QWEN = Path(__file__).parent / "data" / "configs" / "nvidia--Qwen3.5-122B-A10B-NVFP4"
 NVFP4 = 0.5 + 1 / 16
 
 
-def test_fp4_tensor_cores_from_compute_capability():
+def test_fp4_tensor_cores_from_the_record():
     g = gpu_records()
-    assert has_fp4_tensor_cores(g["b200"])
-    assert not any(has_fp4_tensor_cores(g[n]) for n in ("h100-sxm", "h200-sxm", "a100-80g"))
-    assert not has_fp4_tensor_cores(replace(g["b200"], compute_capability=None))
+    assert all(g[n].fp4_tensor_cores for n in ("b200", "gb200", "b300", "gb300"))
+    assert not any(g[n].fp4_tensor_cores for n in ("h100-sxm", "h200-sxm", "a100-80g"))
+    assert not replace(g["b200"], fp4_ratio=None).fp4_tensor_cores
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -64,7 +63,7 @@ def test_the_fallback_is_what_the_cost_model_prices():
 
 def test_no_change_on_blackwell():
     m = load_model(str(QWEN / "config.json"))
-    cm = engine_cost_model(load_cluster("b200-8"), None, engine="sglang")
+    cm = engine_cost_model(load_cluster("b200-sxm-8"), None, engine="sglang")
     assert cm.runs(m) is m
 
 
@@ -126,7 +125,7 @@ def test_nvfp4_dispatch_moves_the_bytes_of_fewer_fp8_tokens():
             ),
         ),
     )
-    w = engine_cost_model(load_cluster("b200-8"), None, engine="sglang").wide_ep
+    w = engine_cost_model(load_cluster("b200-sxm-8"), None, engine="sglang").wide_ep
     assert w.dispatch_bytes(nv, "generation") == NVFP4
     for t in (16.0, 128.0):
         a = w.moe(nv, t, 8, phase="generation", batch_spread=False)

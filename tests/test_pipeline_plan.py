@@ -50,7 +50,7 @@ def _check_plan(res, model, cluster, workload):
         routing=workload.routing_for(model.top_k),
         pp=plan.pp,
         r=r,
-        gpus_per_node=cluster.gpus_per_node,
+        nvlink_domain=cluster.nvlink_domain,
     )
     seen = []
     assert plan.stages[0].start_module == 0

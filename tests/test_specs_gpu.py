@@ -56,3 +56,30 @@ def test_every_preset_cluster_builds_its_device_from_the_record(cluster: str) ->
     assert d.sm_count == c.gpu.sm_count and d.reference == c.gpu.reference_tables
     assert d.flops_fp8 == pytest.approx(c.gpu.flops_bf16 * c.gpu.fp8_ratio)
     assert d.table == c.gpu.kernel_tables
+
+
+def test_blackwell_records_equal_nvidias_figures() -> None:
+    """By hand from NVIDIA's own figures: shared/data/measured/{b200_sxm,gb200}/system.yaml
+    (GB200: mem_capacity 189,471 MiB as nvidia-smi reports it, 8 TB/s, 2.5 PF bf16, 5 PF fp8,
+    10 PF fp4, sm_version 100; B200: 180 GiB, 7.7 TB/s, 2.25 / 4.5 / 9 PF) and the HGX B300 /
+    GB300 NVL72 datasheets (dense rates: half the sparse ones; FP4 dense as stated)."""
+    g = gpu_records()
+    gb = g["gb200"]
+    assert gb.mem_bytes == 189_471 * 2**20 and gb.mem_bw == 8e12 and gb.flops_bf16 == 2.5e15
+    assert gb.flops_bf16 * gb.fp8_ratio == 5e15 and gb.flops_bf16 * gb.fp4_ratio == 10e15
+    b = g["b200"]
+    assert b.mem_bytes == 180 * 2**30 and b.mem_bw == 7.7e12
+    assert b.flops_bf16 * b.fp8_ratio == 4.5e15 and b.flops_bf16 * b.fp4_ratio == 9e15
+    assert g["b300"].flops_bf16 * g["b300"].fp4_ratio == 108e15 / 8  # HGX B300: 108 PF / 8
+    assert g["gb300"].flops_bf16 * g["gb300"].fp4_ratio == 1080e15 / 72  # GB300 NVL72
+    sm = {n: g[n].sm_version for n in ("b200", "gb200", "b300", "gb300")}
+    assert sm == {"b200": 100, "gb200": 100, "b300": 103, "gb300": 103}
+    assert (b.kernel_tables, gb.kernel_tables) == ("b200_sxm", "gb200")
+
+
+def test_fp4_tensor_cores_exactly_on_blackwell() -> None:
+    """FP4 tensor cores arrive with Blackwell (SM100+): every record says so through its
+    ``fp4_ratio``, which the quantisation code reads as ``fp4_tensor_cores``."""
+    for name, gpu in gpu_records().items():
+        blackwell = gpu.sm_version is not None and gpu.sm_version >= 100
+        assert gpu.fp4_tensor_cores == blackwell, name

@@ -217,7 +217,7 @@ def test_tp_all_reduce_is_the_engine_custom_all_reduce_in_every_family(q):
         routing=RoutingProfile.static(model.top_k),
         pp=1,
         r=8,
-        gpus_per_node=8,
+        nvlink_domain=8,
     )
     attn = modules_of(model, ctx.routing)[0]
     comm = cost_model_evaluator(cm)(attn, Choice(tp=8, ep=1, dpmoe=1), ctx).comm_s

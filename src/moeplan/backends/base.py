@@ -20,7 +20,6 @@ from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions
 from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
-from moeplan.specs.cluster import has_fp4_tensor_cores
 from moeplan.specs.quant import WeightFormat
 
 NVFP4 = "nvfp4"  # the kernel tables' moe_dtype of NVFP4 (W4A4) experts
@@ -121,6 +120,10 @@ class EngineBackend(ABC):
     model_registry: str = ""
     #: the environment variable of a pipeline's layer partition (None: not settable)
     pp_partition_env: str | None = None
+    #: the environment a server spanning several trays of one NVLink domain (GB200 / GB300
+    #: NVL72, multi-node NVLink) needs so that NCCL reaches its peers over NVLink, not the
+    #: network (empty: none); the launch files export it on such servers only
+    mnnvl_env: tuple[tuple[str, str], ...] = ()
     #: the deployment kinds it launches (:func:`moeplan.serve.deployment.launch_kind`:
     #: ``colocated``, ``pd``, ``afd``, ``stages``, ``dep``); the search skips the others
     deployments: frozenset[str] = frozenset({"colocated"})
@@ -276,7 +279,7 @@ class EngineBackend(ABC):
         release's ``moe_kernel_floor``."""
         v = version or self.version
         nv = self.nvfp4_moe(v)
-        no_fp4 = moe_dtype == NVFP4 and not has_fp4_tensor_cores(gpu)
+        no_fp4 = moe_dtype == NVFP4 and not gpu.fp4_tensor_cores
         if no_fp4 and nv is not None and nv.fallback is None:
             return (
                 f"{self.label} {v} has no NVFP4 MoE kernel without FP4 tensor cores "
@@ -314,7 +317,7 @@ class EngineBackend(ABC):
         experts' quantized activations in that phase (:class:`~.capabilities.Nvfp4Moe`
         ``dispatch_phases``) on a GPU that runs NVFP4, else DeepEP's fp8
         (:data:`FP8_DISPATCH_BYTES`)."""
-        if moe_dtype != NVFP4 or not has_fp4_tensor_cores(gpu):
+        if moe_dtype != NVFP4 or not gpu.fp4_tensor_cores:
             return FP8_DISPATCH_BYTES
         nv = self.nvfp4_moe(version)
         if nv is None or phase not in nv.dispatch_phases:
@@ -346,7 +349,7 @@ class EngineBackend(ABC):
         FP4 tensor cores run the release's weight-only fallback (same bytes, bf16 compute,
         priced from the fallback's kernel tables); anything else as stored. A release with
         no fallback is refused before pricing (:meth:`moe_kernel_blocker`)."""
-        if fmt.kernel_dtype != NVFP4 or has_fp4_tensor_cores(gpu):
+        if fmt.kernel_dtype != NVFP4 or gpu.fp4_tensor_cores:
             return fmt
         nv = self.nvfp4_moe(version)
         if nv is None or nv.fallback is None:

@@ -247,6 +247,13 @@ SGLANG = SGLangBackend(
     model_registry="python/sglang/srt/models",
     # python/sglang/srt/distributed/utils.py get_pp_indices
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
+    # sgl-project/sglang @ 001067ff python/sglang/srt/entrypoints/engine.py
+    # _set_envs_and_config: on a GB200/GB300 (is_mnnvl_fabric_device) with nnodes > 1 it
+    # setdefaults NCCL_CUMEM_ENABLE=1 and NCCL_MNNVL_ENABLE=1 ("cross-node NVLink needs NCCL's
+    # cuMem-based buffers and MNNVL transport"; user-set values win), and otherwise forces
+    # NCCL_CUMEM_ENABLE to int(--enable-symm-mem) = 0 when unset: exported, the launch does
+    # not depend on the device-name check of the release it meets
+    mnnvl_env=(("NCCL_MNNVL_ENABLE", "1"), ("NCCL_CUMEM_ENABLE", "1")),
     deployments=DEPLOYMENTS,
     no_deployment=SGLANG_NO_DEPLOYMENT,
     # model_runner_kv_cache_mixin.py profile_max_num_token (cost.memory.KVPool)

@@ -146,6 +146,12 @@ VLLM = VLLMBackend(
     ),
     model_registry="model_executor/models/registry.py",
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
+    # vllm/env_override.py (0.9 / 0.10 line, stored copy): "NCCL requires NCCL_CUMEM_ENABLE to
+    # work with multi-node NVLink, typically on GB200-NVL72 systems"; vLLM forces it to 0
+    # unless /dev/nvidia-caps-imex-channels exists, and keeps an explicitly set value
+    # ("NCCL_CUMEM_ENABLE is set to %s, skipping override"); NCCL_MNNVL_ENABLE=1 is NCCL's own
+    # switch for the multi-node NVLink transport (NCCL environment variables)
+    mnnvl_env=(("NCCL_MNNVL_ENABLE", "1"), ("NCCL_CUMEM_ENABLE", "1")),
     deployments=DEPLOYMENTS,
     no_deployment=VLLM_NO_DEPLOYMENT,
     # vllm/v1/worker/gpu_worker.py determine_available_memory (0.11.0): the KV pool is

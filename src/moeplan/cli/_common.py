@@ -163,6 +163,10 @@ def write_outputs(
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 NodesOpt = Annotated[int | None, typer.Option(help="Override the cluster's node count.")]
+RacksOpt = Annotated[
+    int | None,
+    typer.Option(help="Racks of a rack cluster (gb200-nvl72, gb300-nvl72: 72 GPUs per rack)."),
+]
 
 # ---- the serving footing's flags (``plan`` and ``serve-sim``)
 TtftSloOpt = Annotated[float, typer.Option(help="TTFT SLO in ms (at --slo-percentile).")]

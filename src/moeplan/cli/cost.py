@@ -138,6 +138,7 @@ def cost(
 
     query = {c: v for c, v in cols.items() if c in fam.columns or c in RANK_LOAD_COLS}
     db = kernel_db(engine, engine_version)
+    dev = db.held(dev)
     check_kernel_source(db, engine, op, query)
     preds = db.predict_many(op, dev, engine, query)
     rec = db.versions.get((dev.table or dev.reference, engine, op))

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from moeplan.cli import _common as opt
 from moeplan.cli._common import NodesOpt, Table, console, fmt_bytes, fmt_count, print_json
 from moeplan.commands.inspect import cluster_rows, inspect_model, model_rows
 
@@ -47,7 +48,10 @@ def clusters(json_out: JSON = False) -> None:
     for r in rows:
         t.add_row(
             r["name"],
-            f"{r['nodes']}x{r['gpus_per_node']}",
+            f"{r['nodes']}x{r['gpus_per_node']}"
+            + (
+                f" (NVLink {r['nvlink_domain']})" if r["nvlink_domain"] > r["gpus_per_node"] else ""
+            ),
             r["gpu"],
             f"{r['flops_bf16'] / 1e12:.0f} TF/s",
             fmt_bytes(r["mem_bytes"]),
@@ -64,13 +68,16 @@ def inspect(
         str | None, typer.Option(help="Cluster preset for the memory floor.")
     ] = None,
     nodes: NodesOpt = None,
+    racks: opt.RacksOpt = None,
     gpus: Annotated[int | None, typer.Option(help="Degree (GPUs) for the memory floor.")] = None,
     context: Annotated[int, typer.Option(help="Context length for attention FLOPs.")] = 4096,
     json_out: JSON = False,
 ) -> None:
     """Sizes, FLOPs per token, KV cache per token, weight storage (quantization) per module
     and the weight floor per GPU of a model."""
-    out = inspect_model(model, cluster=cluster, nodes=nodes, gpus=gpus, context=context)
+    out = inspect_model(
+        model, cluster=cluster, nodes=nodes, racks=racks, gpus=gpus, context=context
+    )
     if json_out:
         print_json(out)
         return

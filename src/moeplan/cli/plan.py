@@ -50,6 +50,7 @@ def plan_cmd(
     ] = None,
     cluster: Annotated[str, typer.Option(help="Cluster preset.")] = "smidt-a40",
     nodes: opt.NodesOpt = None,
+    racks: opt.RacksOpt = None,
     layers: Annotated[
         int | None,
         typer.Option(
@@ -172,7 +173,7 @@ def plan_cmd(
     """Plan MODEL on CLUSTER with every family, rank them, explain and export the winner."""
     t_start = time.perf_counter()
     spec, cm, n_jobs, outdir = job_spec(
-        model=model, model_path=model_path, cluster=cluster, nodes=nodes, layers=layers,
+        model=model, model_path=model_path, cluster=cluster, nodes=nodes, racks=racks, layers=layers,
         workload=workload, isl=isl, osl=osl, batch=batch, rate=rate, concurrency=concurrency,
         isl_dist=isl_dist, osl_dist=osl_dist, slo_ms=(ttft_slo, tpot_slo, slo_percentile),
         objective=objective, engine=(engine, engine_version), cost_engine=cost_engine,

@@ -60,6 +60,7 @@ def serve_sim(
         str | None, typer.Option(help="Cluster preset (default: the plan's).")
     ] = None,
     nodes: opt.NodesOpt = None,
+    racks: opt.RacksOpt = None,
     plan: Annotated[
         str | None,
         typer.Option(

@@ -26,6 +26,7 @@ from moeplan.cli._common import (
     OslOpt,
     OutDirOpt,
     QuietOpt,
+    RacksOpt,
     Table,
     check_out,
     console,
@@ -153,6 +154,7 @@ def strategy(
     batch: BatchOpt = DEFAULT_BATCH,
     rate: Annotated[float | None, typer.Option(help="Arrival rate (req/s) for M/M/1.")] = None,
     nodes: Annotated[int | None, typer.Option(help="Override the preset's node count.")] = None,
+    racks: RacksOpt = None,
     ttft_slo: Annotated[float | None, typer.Option(help="TTFT SLO (ms).")] = None,
     itl_slo: Annotated[float | None, typer.Option(help="ITL SLO (ms).")] = None,
     rank_by: Annotated[str, typer.Option(help=f"One of {RANK_BY}.")] = "throughput",
@@ -189,7 +191,7 @@ def strategy(
     check_out(out, OUTPUTS)
     check_int("--seed", seed, 0, 2**32 - 1)
     m = load_model(model)
-    c = load_cluster(cluster, nodes)
+    c = load_cluster(cluster, nodes, racks)
     w = strategy_workload(m, batch=batch, isl=isl, osl=osl, rate=rate, skew=expert_skew, seed=seed)
     cm = engine_cost(c, profile, engine, engine_version)
     sizes = node_sizes(c)

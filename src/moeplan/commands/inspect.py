@@ -110,6 +110,9 @@ def model_rows() -> list[dict[str, Any]]:
 
 def cluster_rows() -> list[dict[str, Any]]:
     """One row per shipped cluster preset (bandwidth per GPU per direction)."""
+    from moeplan.cost import profile_names
+
+    profiles = set(profile_names())
     rows: list[dict[str, Any]] = []
     for name in cluster_names():
         c = load_cluster(name)
@@ -118,13 +121,15 @@ def cluster_rows() -> list[dict[str, Any]]:
                 "name": name,
                 "nodes": c.num_nodes,
                 "gpus_per_node": c.gpus_per_node,
+                "nvlink_domain": c.nvlink_domain,
                 "gpu": c.gpu.name,
                 "flops_bf16": c.gpu.flops_bf16,
                 "mem_bytes": c.gpu.mem_bytes,
                 "intra_bw": c.intra.bw,
                 "intra_kind": c.intra.kind,
                 "inter_bw": c.inter.bw,
-                "profile": c.profile,
+                # the cluster's fitted profile where one is shipped, else roofline (None)
+                "profile": c.profile if c.profile in profiles else None,
                 "source": c.source,
             }
         )
@@ -132,7 +137,13 @@ def cluster_rows() -> list[dict[str, Any]]:
 
 
 def inspect_model(
-    model: str, *, cluster: str | None, nodes: int | None, gpus: int | None, context: int
+    model: str,
+    *,
+    cluster: str | None,
+    nodes: int | None,
+    gpus: int | None,
+    context: int,
+    racks: int | None = None,
 ) -> dict[str, Any]:
     """``inspect``'s answer: sizes, FLOPs per token, KV cache per token, weight storage per
     module, layer kinds and, with ``cluster``, the weight floor per GPU over ``gpus``."""
@@ -165,7 +176,7 @@ def inspect_model(
     require(gpus is None or gpus >= 1, f"--gpus ({gpus}) must be >= 1")
     require(gpus is None or cluster is not None, "--gpus needs --cluster (the GPUs it counts)")
     if cluster is not None:
-        c = load_cluster(cluster, nodes)
+        c = load_cluster(cluster, nodes, racks)
         n = gpus or c.num_gpus
         floor = mem.floor_breakdown(m, n)  # the planners' memory model, one token
         out["memory"] = {

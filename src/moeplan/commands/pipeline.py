@@ -159,7 +159,7 @@ def pipeline_price_sources(
 
     p = res.plan
     ctx = StageContext(model=model, workload=workload, routing=workload.routing_for(model.top_k),
-                       pp=p.pp, r=p.r, gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+                       pp=p.pp, r=p.r, nvlink_domain=cluster.nvlink_domain)  # fmt: skip
 
     def period(c: CostModel) -> list[float]:
         ev = cost_model_evaluator(c)

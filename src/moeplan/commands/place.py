@@ -79,7 +79,7 @@ def place_setup(
         f"model.num_experts ({m.num_experts}) must be divisible by ep ({ep})",
     )
     cl = load_cluster(cluster)
-    nodes = cl.nodes_spanned(ep)
+    nodes = cl.domains_spanned(ep)
     require(
         ep <= cl.num_gpus * max(1, nodes),
         f"ep ({ep}) must be <= the cluster's GPUs ({cl.num_gpus})",

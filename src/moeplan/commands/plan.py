@@ -222,6 +222,7 @@ def job_spec(
     model_path: str | None,
     cluster: str,
     nodes: int | None,
+    racks: int | None = None,
     layers: int | None,
     workload: str | None,
     isl: int,
@@ -267,7 +268,7 @@ def job_spec(
     from moeplan.export.plan_export import model_path_for
 
     launch_path = model_path_for(model, model_path)  # a bad --model-path fails before planning
-    c: ClusterSpec = load_cluster(cluster, nodes)
+    c: ClusterSpec = load_cluster(cluster, nodes, racks)
     w = read_workload(workload, isl, osl, batch, rate)
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
     require(

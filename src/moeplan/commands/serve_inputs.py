@@ -365,6 +365,7 @@ class ServeSimFlags:
     model: str | None
     cluster: str | None
     nodes: int | None
+    racks: int | None
     plan: str | None
     pd: str | None
     attn_tp: int | None
@@ -446,7 +447,7 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
     m = load_model(f.model or d.plan.model)  # type: ignore[union-attr]
     if d.plan is not None:  # its layers against the model simulated
         check_plan_model(d.plan, m)
-    c = load_cluster(f.cluster or d.plan.cluster, f.nodes)  # type: ignore[union-attr]
+    c = load_cluster(f.cluster or d.plan.cluster, f.nodes, f.racks)  # type: ignore[union-attr]
     require(
         f.replicas is None or f.concurrency is None,
         f"--replicas ({f.replicas}) applies to open workloads (--rate or the SLO-capacity "

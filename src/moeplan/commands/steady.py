@@ -65,7 +65,8 @@ def check_requests(
 
 def check_fits(what: str, gpus: int, cluster: ClusterSpec, per_copy: int | None = None) -> None:
     """One line when ``what`` needs more than the cluster's GPUs: how many copies of a
-    ``per_copy``-GPU instance fit, and the ``--nodes`` that would hold it all."""
+    ``per_copy``-GPU instance fit, and the ``--nodes`` (``--racks`` on a rack cluster) that
+    would hold it all."""
     n = cluster.num_gpus
     if gpus <= n:
         return
@@ -74,7 +75,10 @@ def check_fits(what: str, gpus: int, cluster: ClusterSpec, per_copy: int | None 
     if per_copy is not None and n >= per_copy:
         hints.append(f"at most {n // per_copy} of its {per_copy}-GPU instances fit (--replicas "
                      f"{n // per_copy})")  # fmt: skip
-    if nodes <= MAX_NODES:
+    if cluster.mnnvl:  # a rack cluster grows by whole NVLink domains
+        racks = math.ceil(gpus / cluster.nvlink_domain)
+        hints.append(f"--racks {racks} gives {racks * cluster.nvlink_domain} GPUs")
+    elif nodes <= MAX_NODES:
         hints.append(f"--nodes {nodes} gives {nodes * cluster.gpus_per_node} GPUs")
     raise MoeplanError(
         f"{what} needs {gpus} GPUs; the cluster has {n} ({cluster.name}, {cluster.num_nodes} "

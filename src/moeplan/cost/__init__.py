@@ -64,7 +64,8 @@ def cost_model_for(
     engine: str | None = None,
     kernels: KernelDB | None = None,
 ) -> CostModel:
-    """The cost model of ``cluster``: the named profile, else the cluster's own, else roofline.
+    """The cost model of ``cluster``: the named profile, else the cluster's own when one is
+    shipped, else roofline.
 
     ``profile='roofline'`` forces the datasheet roofline. ``engine`` (sglang, vllm, trtllm)
     prices fused MoE, attention/MLA and intra-node all-reduce/all-to-all from the kernel
@@ -73,6 +74,8 @@ def cost_model_for(
     does both); ``None`` keeps the model without it.
     """
     name = profile if profile is not None else cluster.profile
+    if profile is None and name is not None and name not in profile_names():
+        name = None  # the cluster's measurement set ships no fitted profile (Blackwell): roofline
     if name is None or name == "roofline":
         return CostModel(cluster, engine=engine, kernels=kernels)
     return CostModel(cluster, load_profile(name), engine=engine, kernels=kernels)

@@ -51,9 +51,10 @@ class GpuFacts:
 
 
 def deepep_hardware_blockers(
-    gpu: GpuFacts, intra: str, inter: str, gpus_per_node: int, nodes: int
+    gpu: GpuFacts, intra: str, inter: str, domain_gpus: int, nodes: int
 ) -> list[str]:
-    """Why DeepEP cannot run on this hardware over ``nodes`` nodes (empty: it can)."""
+    """Why DeepEP cannot run on this hardware over ``nodes`` NVLink domains of
+    ``domain_gpus`` GPUs each (empty: it can)."""
     out = []
     if not gpu.deepep:
         if not gpu.nccl:
@@ -64,7 +65,7 @@ def deepep_hardware_blockers(
             tail = " (no DeepEP support in its GPU record)" if gpu.sm >= DEEPEP_MIN_SM else ""
             have = f"SM{gpu.sm}{tail}"
         out.append(f"DeepEP needs SM{DEEPEP_MIN_SM}+ GPUs; {gpu.name} is {have}")
-    if gpus_per_node > 1 and intra not in FULL_P2P_INTRA:
+    if domain_gpus > 1 and intra not in FULL_P2P_INTRA:
         out.append(f"DeepEP needs NVLink P2P between every GPU pair of a node; {intra} is not")
     if nodes > 1 and inter not in RDMA_INTER:
         out.append(f"DeepEP needs RDMA between nodes; {inter} is not")
@@ -93,7 +94,8 @@ class HardwareFacts:
     gpu: GpuFacts
     intra: str
     inter: str
-    gpus_per_node: int
+    #: GPUs of one NVLink domain (the node, or an NVL72 rack)
+    domain_gpus: int
     #: the routed experts' kernel dtype (the kernel tables' ``moe_dtype``)
     moe_dtype: str
 
@@ -104,7 +106,7 @@ class HardwareFacts:
             GpuFacts.of(cluster.gpu),
             cluster.intra.kind,
             cluster.inter.kind,
-            cluster.gpus_per_node,
+            cluster.nvlink_domain,
             model.quant.experts.format.kernel_dtype,
         )
 
@@ -124,8 +126,8 @@ def layout_blockers(
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:
         out.append(f"DeepEP runs without MoE TP (moe_tp {moe_tp} != 1)")
-    nodes = -(-moe_ep * moe_tp // hw.gpus_per_node)
-    out += deepep_hardware_blockers(hw.gpu, hw.intra, hw.inter, hw.gpus_per_node, nodes)
+    nodes = -(-moe_ep * moe_tp // hw.domain_gpus)
+    out += deepep_hardware_blockers(hw.gpu, hw.intra, hw.inter, hw.domain_gpus, nodes)
     return out
 
 

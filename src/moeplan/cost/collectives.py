@@ -75,6 +75,11 @@ parts use the mesh formulas on a mesh fabric.
 
 When a :class:`HardwareProfile` has a measured fit for ``(op, n)`` inside one node, that fit
 replaces the intra-node formula.
+
+"Node" above is the NVLink domain (:attr:`moeplan.specs.ClusterSpec.nvlink_domain`): the
+machine on an HGX / DGX server, the whole rack of 72 GPUs on GB200 / GB300 NVL72, whose trays
+of 4 reach each other over the NVLink switches. A group of 16 ranks is one domain on NVL72
+(priced at NVLink bandwidth) and two on 8-GPU B200 nodes (the network step at the NIC's).
 """
 
 from __future__ import annotations
@@ -112,10 +117,10 @@ def is_mesh(link: LinkSpec) -> bool:
 
 
 def pair_bandwidth(cluster: ClusterSpec) -> float:
-    """Bytes/s per direction of one GPU-pair link inside a node (the whole per-GPU bandwidth
-    on a switched fabric, ``bw / (gpus_per_node - 1)`` on a full mesh)."""
+    """Bytes/s per direction of one GPU-pair link inside an NVLink domain (the whole per-GPU
+    bandwidth on a switched fabric, ``bw / (nvlink_domain - 1)`` on a full mesh)."""
     intra = cluster.intra
-    return intra.bw / max(1, cluster.gpus_per_node - 1) if is_mesh(intra) else intra.bw
+    return intra.bw / max(1, cluster.nvlink_domain - 1) if is_mesh(intra) else intra.bw
 
 
 def mesh_time(op: str, nbytes: float, n: int, link: LinkSpec, pair_links: int) -> float:
@@ -133,7 +138,7 @@ def mesh_time(op: str, nbytes: float, n: int, link: LinkSpec, pair_links: int) -
 def intra_time(op: str, nbytes: float, n: int, cluster: ClusterSpec) -> float:
     """One node's formula for ``n`` ranks: mesh or ring by the intra link's kind."""
     if is_mesh(cluster.intra):
-        return mesh_time(op, nbytes, n, cluster.intra, cluster.gpus_per_node - 1)
+        return mesh_time(op, nbytes, n, cluster.intra, cluster.nvlink_domain - 1)
     return ring_time(op, nbytes, n, cluster.intra)
 
 
@@ -145,7 +150,7 @@ def collective_time(
     cluster: ClusterSpec,
     intra_fit: IntraFit | None = None,
 ) -> float:
-    """Seconds for collective ``op`` over ``n`` ranks spread over ``nodes`` nodes."""
+    """Seconds for collective ``op`` over ``n`` ranks spread over ``nodes`` NVLink domains."""
     if n <= 1 or nbytes <= 0:
         return 0.0
     _check_op(op)

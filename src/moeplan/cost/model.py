@@ -136,7 +136,7 @@ class CostModel(MixerLayers, Prefetch):
                     "moeplan.kernel_tables.kernel_db() or use kernel_tables.engine_cost_model"
                 )
             self._kdb = kernels
-            self._device = device_for(cluster)
+            self._device = kernels.held(device_for(cluster))
 
     def __repr__(self) -> str:
         eng = f", engine={self.engine}" if self.engine else ""
@@ -601,7 +601,8 @@ class CostModel(MixerLayers, Prefetch):
         return None if m is None else float(m(nbytes))
 
     def collective(self, op: str, nbytes: float, group_size: int, nodes: int = 1) -> float:
-        """Collective over ``group_size`` ranks spanning ``nodes`` nodes (nccl-tests bytes)."""
+        """Collective over ``group_size`` ranks spanning ``nodes`` NVLink domains (nodes, or
+        NVL72 racks: :meth:`~moeplan.specs.ClusterSpec.domains_spanned`; nccl-tests bytes)."""
         # the engines' custom all-reduce is a CUDA kernel over NVLink/NVSwitch peer memory;
         # a full-mesh fabric (Ascend HCCS) runs HCCL, priced by the mesh formulas
         kdb_ar = op == "all_reduce" and group_size in ALLREDUCE_GPUS
@@ -611,8 +612,9 @@ class CostModel(MixerLayers, Prefetch):
                 "allreduce", {"message_size": nbytes / BF16_BYTES, "num_gpus": group_size}
             )
         if self._kdb is not None and nbytes > 0 and op == "all_to_all":
-            # DeepEP: one 8-GPU node, or whole 8-GPU nodes (internode kernels, transferred)
-            whole = nodes <= 1 or self.cluster.gpus_per_node == DEEPEP_RANKS
+            # DeepEP: one 8-GPU NVLink domain, or whole 8-GPU domains (internode kernels,
+            # transferred); ``nodes`` counts NVLink domains (ClusterSpec.domains_spanned)
+            whole = nodes <= 1 or self.cluster.nvlink_domain == DEEPEP_RANKS
             if whole and group_size == DEEPEP_RANKS * max(1, nodes):
                 p = self._a2a.get((nbytes, nodes))
                 if p is None:
@@ -634,7 +636,7 @@ class CostModel(MixerLayers, Prefetch):
 
     def p2p(self, nbytes: float, inter_node: bool) -> float:
         """Point-to-point send between two GPUs (pipeline stages, KV transfers, fused rounds):
-        latency + bytes / the bandwidth one GPU pair has — the GPU's NIC across nodes, its
+        latency + bytes / the bandwidth one GPU pair has — the GPU's NIC across NVLink domains, its
         whole per-GPU bandwidth on a switched fabric, one pair link
         (:func:`~moeplan.cost.collectives.pair_bandwidth`) on a full mesh (HCCS)."""
         if nbytes <= 0:
@@ -658,6 +660,6 @@ class CostModel(MixerLayers, Prefetch):
             return 0.0
         if self.profile is not None and (ag, eg) in self.profile.a2e:
             return self.profile.a2e[(ag, eg)](bytes_per_expert_gpu)
-        link = self.cluster.inter if ag + eg > self.cluster.gpus_per_node else self.cluster.intra
+        link = self.cluster.inter if ag + eg > self.cluster.nvlink_domain else self.cluster.intra
         send = bytes_per_expert_gpu * eg / ag
         return link.latency + max(bytes_per_expert_gpu, send) / link.bw

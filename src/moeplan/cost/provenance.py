@@ -44,7 +44,7 @@ def pricing(cm: CostModel) -> dict[str, Any]:
             "ops": {},
             "note": f"no engine: every operation from the {cm.profile_name} GEMM/NCCL model",
         }
-    dev = device_for(cm.cluster)
+    dev = device_for(cm.cluster) if cm._kdb is None else cm._kdb.held(device_for(cm.cluster))
     ops = cm.provenance()
     calls: dict[str, int] = {}
     for cells in ops.values():
@@ -52,18 +52,19 @@ def pricing(cm: CostModel) -> dict[str, Any]:
             calls[src] = calls.get(src, 0) + int(cell["calls"] or 0)
     total = sum(calls.values())
     tables = f"NVIDIA's measured {cm.engine} tables on {dev.table}"
+    shipped = dev.table is not None
     note = (
         f"{cm.engine} kernels from {tables}"
-        if dev.table is not None
+        if shipped
         else f"no measured tables for {gpu}: {cm.engine} kernels transferred from the "
         f"{dev.reference} tables, scaled by the {gpu} datasheet"
     )
     return {
         "engine": cm.engine,
         "gpu": gpu,
-        "tables_gpu": dev.table,
+        "tables_gpu": dev.table if shipped else None,
         "reference_gpu": dev.reference,
-        "transferred_gpu": dev.table is None,
+        "transferred_gpu": not shipped,
         "lookups": total,
         "sources": {s: {"lookups": n, "share": n / total} for s, n in sorted(calls.items())},
         "ops": ops,

@@ -225,7 +225,7 @@ class WideEP:
     def _comm(self, q: _Query, direction: str) -> float:
         kind = "normal" if q.phase == "context" else "ll"
         op = f"deepep_{kind}_{direction}"
-        md, g = q.model, self._cluster.gpus_per_node
+        md, g = q.model, self._cluster.nvlink_domain
         slots = md.num_experts + q.redundant
         if q.ep <= min(g, DEEPEP_RANKS):
             # the tables measured fp8 dispatches: a dispatch of smaller elements moves the
@@ -259,7 +259,7 @@ class WideEP:
         )
         if vm is None:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
-        md, g = q.model, self._cluster.gpus_per_node
+        md, g = q.model, min(self._cluster.nvlink_domain, q.ep)  # NVLink peers of a rank
         nodes = -(-q.ep // g)
         if kind == "ll":  # DeepEP's published inter-node figures (cost/deepep_ll.py)
             return self._internode_ll(q, op, direction, slots, nodes)

@@ -170,6 +170,9 @@ class Target:
     gpus_per_node: int
     #: the routed experts' kernel dtype (the kernel tables' ``moe_dtype``; DeepEP's rule)
     moe_dtype: str = "fp8_block"
+    #: GPUs of one NVLink domain when it spans several nodes (an NVL72 rack; ``None``: the
+    #: node), :attr:`moeplan.specs.ClusterSpec.nvlink_domain`
+    nvlink_domain: int | None = None
 
     @classmethod
     def of(cls, model: ModelSpec, cluster: ClusterSpec) -> Target:
@@ -185,7 +188,18 @@ class Target:
             num_nodes=cluster.num_nodes,
             gpus_per_node=cluster.gpus_per_node,
             moe_dtype=model.quant.experts.format.kernel_dtype,
+            nvlink_domain=cluster.domain_gpus,
         )
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs that reach each other over NVLink: the node, or the rack (NVL72)."""
+        return self.nvlink_domain or self.gpus_per_node
+
+    @property
+    def mnnvl(self) -> bool:
+        """Multi-node NVLink: one NVLink domain spans several nodes (trays of an NVL72)."""
+        return self.domain_gpus > self.gpus_per_node
 
     @property
     def cuda(self) -> bool:
@@ -197,12 +211,14 @@ class Target:
 
 
 def deepep_blockers(t: Target, nodes: int) -> list[str]:
-    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes (empty: it can);
+    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes, ``t``'s NVLink
+    domains of them deciding what crosses the network (empty: it can);
     the facts are the backend's capability table and
     :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too), the GPU's from
     its record (:mod:`moeplan.specs.gpu`)."""
     why = SGLANG_BACKEND.deepep_blocker(t.architecture, t.moe_dtype)
-    hw = deepep_hardware_blockers(t.gpu_facts, t.intra, t.inter, t.gpus_per_node, nodes)
+    domains = -(-nodes * t.gpus_per_node // t.domain_gpus)
+    hw = deepep_hardware_blockers(t.gpu_facts, t.intra, t.inter, t.domain_gpus, domains)
     return ([why] if why is not None else []) + hw
 
 

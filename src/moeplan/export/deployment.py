@@ -82,9 +82,13 @@ class Slot:
         return len(self.nodes) * len(self.gpus)
 
 
-def place(pools: Sequence[Pool], *, gpus_per_node: int, num_nodes: int) -> list[Slot]:
+def place(
+    pools: Sequence[Pool], *, gpus_per_node: int, num_nodes: int, nodes_per_domain: int = 1
+) -> list[Slot]:
     """Every instance of ``pools`` on GPUs and ports (module docstring); refuses a deployment
-    that needs more GPUs than the cluster has."""
+    that needs more GPUs than the cluster has. An instance that spans several nodes but fits
+    one NVLink domain of ``nodes_per_domain`` nodes (the trays of an NVL72 rack) starts on a
+    domain's first free node so that its ranks never straddle two racks."""
     need = sum(p.count * p.strategy.world_size for p in pools)
     require(
         need <= gpus_per_node * num_nodes,
@@ -110,6 +114,8 @@ def place(pools: Sequence[Pool], *, gpus_per_node: int, num_nodes: int) -> list[
                 if gpu:
                     node, gpu = node + 1, 0
                 span = w // gpus_per_node
+                if span <= nodes_per_domain < node % nodes_per_domain + span:
+                    node += nodes_per_domain - node % nodes_per_domain  # the next rack
                 nodes, gpus = tuple(range(node, node + span)), tuple(range(gpus_per_node))
                 node += span
             require(

@@ -46,10 +46,10 @@ class ServerCommands:
         return tuple(n[-1] for n in self.nodes if n)
 
 
-def _env(
-    b: EngineBackend, w: LaunchWriter, slot: Slot, gpus_per_node: int
-) -> list[tuple[str, str]]:
-    env = w.server_env(slot, gpus_per_node)
+def _env(b: EngineBackend, w: LaunchWriter, slot: Slot, target: Any) -> list[tuple[str, str]]:
+    env = w.server_env(slot, target.gpus_per_node)
+    if target.mnnvl and len(slot.nodes) > 1:  # trays of one NVLink domain (NVL72)
+        env += list(b.mnnvl_env)
     env += b.knob_env(slot.pool.knobs, slot.role)
     part = slot.pool.pp_partition
     if slot.strategy.pp > 1 and part is not None and len(part) == slot.strategy.pp:
@@ -67,7 +67,7 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
     built = w.server_nodes(slot, ctx, notes)
     if built is None:
         return ServerCommands(slot=slot, nodes=(), env=(), warnings=tuple(notes), violations=())
-    env = _env(b, w, slot, ctx.target.gpus_per_node)
+    env = _env(b, w, slot, ctx.target)
     env += b.moe_runner_env(ctx.target.moe_dtype, ctx.target.gpu_sm)
     bad = [
         v

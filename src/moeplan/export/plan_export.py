@@ -355,7 +355,12 @@ def engine_export(
         if not pools:
             continue
         try:
-            slots = place(pools, gpus_per_node=c.gpus_per_node, num_nodes=c.num_nodes)
+            slots = place(
+                pools,
+                gpus_per_node=c.gpus_per_node,
+                num_nodes=c.num_nodes,
+                nodes_per_domain=c.nodes_per_domain,
+            )
         except MoeplanError as err:
             skipped.append(f"{o.label}: {err}")
             continue

@@ -84,7 +84,7 @@ def _ep_args(
         target.gpu_facts,
         target.intra,
         target.inter,
-        target.gpus_per_node,
+        target.domain_gpus,
         target.moe_dtype,
     )
     if moe_backend(a2a, BACKEND.name, hw, None, s.moe_tp, s.moe_ep) == "deepep":

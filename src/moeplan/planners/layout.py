@@ -8,8 +8,8 @@ grammar (:mod:`moeplan.planners.strategy.space`), the serving simulator
 An instance is ``pp`` pipeline stages of ``W = attn_tp * attn_dp = moe_tp * moe_ep`` GPUs
 each (MixServe's per-block grammar, §III-B; SMIDT's stages, §IV). Inside a stage, ranks are
 laid out with the TP axis innermost (contiguous GPUs), so a TP group of ``t`` GPUs spans
-``ceil(t / gpus_per_node)`` nodes and an EP group (strided by ``moe_tp``) spans every node the
-stage spans. Dense layers are sharded ``dense_tp`` ways (default ``attn_tp``) and replicated
+``ceil(t / nvlink_domain)`` NVLink domains (nodes, or NVL72 racks) and an EP group (strided by
+``moe_tp``) spans every domain the stage spans. Dense layers are sharded ``dense_tp`` ways (default ``attn_tp``) and replicated
 over the rest of the stage, as SGLang/vLLM do for the first dense layers of DeepSeek.
 ``replicas`` independent instances serve a deployment, each fed its share of the load.
 

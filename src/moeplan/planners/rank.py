@@ -163,9 +163,9 @@ def strategy_candidate(
     p = best.prefill
     inter = (
         best.strategy.moe_ep > 1
-        and cluster.num_nodes > 1
+        and cluster.num_domains > 1
         or best.strategy.pp > 1
-        and cluster.num_nodes > 1
+        and cluster.num_domains > 1
     )
     comm = p.comm_s + p.p2p_s
     bound = _bound_from_shares(p.compute_s, 0 if inter else comm, comm if inter else 0)
@@ -230,7 +230,7 @@ def dep_candidate(
     )
     util = rep.utilization(problem, result)
     top = max(util, key=lambda k: util[k])
-    inter = problem.ag + problem.eg > cluster.gpus_per_node
+    inter = problem.ag + problem.eg > cluster.nvlink_domain
     bound = (
         "compute"
         if top in ("AG", "EG") or "AG" in top or "EG" in top
@@ -272,7 +272,7 @@ def pipeline_candidate(
     tps = p.throughput_tokens_per_s
     top = max(range(len(p.stages)), key=lambda i: p.stages[i].time_s + p.stages[i].p2p_s)
     st = p.stages[top]
-    inter = cluster.num_nodes > 1 and st.p2p_s > 0
+    inter = cluster.num_domains > 1 and st.p2p_s > 0
     bound = (
         "compute"
         if p.pp == 1

@@ -136,7 +136,8 @@ def inputs_section(outcome: PlanOutcome) -> Section:
     rows: list[list[Any]] = [
         ["model", f"{m.name} ({m.architecture}), {m.num_layers} layers, {m.num_experts} experts, "
                   f"top-{m.top_k}, {m.params_total / 1e9:.1f}B params"],
-        ["cluster", f"{c.name}: {c.num_nodes}×{c.gpus_per_node} {c.gpu.name}, "
+        ["cluster", f"{c.name}: {c.num_nodes}×{c.gpus_per_node} {c.gpu.name}"
+                    f"{f' (NVLink domains of {c.nvlink_domain})' if c.mnnvl else ''}, "
                     f"{c.gpu.mem_bytes / GIB:.0f} GiB, intra {c.intra.kind} "
                     f"{c.intra.bw / 1e9:.1f} GB/s, inter {c.inter.kind} {c.inter.bw / 1e9:.2f} GB/s"],
         ["cluster source", c.source],

@@ -106,13 +106,23 @@ def _hf_quant(config_path: Path) -> Any:
     return read_json_file(side, "hf_quant_config.json") if side.is_file() else None
 
 
-def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
-    """The preset cluster ``name``; ``nodes`` replaces its node count."""
+def load_cluster(name: str, nodes: int | None = None, racks: int | None = None) -> ClusterSpec:
+    """The preset cluster ``name``; ``nodes`` replaces its node count, ``racks`` its count of
+    NVLink domains on a rack cluster (GB200 / GB300 NVL72). Each is a one-line error where it
+    does not apply: both at once, ``racks`` on a cluster whose NVLink domain is its node, a
+    node count that is not a whole number of NVLink domains."""
     table = cluster_table()
+    renamed = table.get("renamed", {})
+    if name in renamed:
+        raise MoeplanError(
+            f"cluster ({name!r}) is named {renamed[name]!r}: use --cluster {renamed[name]}"
+        )
     if name not in table["clusters"]:
         raise MoeplanError(
             f"cluster ({name!r}) is not a preset; choose one of {', '.join(table['clusters'])}"
         )
+    if nodes is not None and racks is not None:
+        raise MoeplanError(f"racks ({racks}) and nodes ({nodes}) both size the cluster: give one")
     c = table["clusters"][name]
     if c["gpu"] not in table["gpus"]:
         raise MoeplanError(f"cluster[{name}].gpu ({c['gpu']!r}) has no record in gpus")
@@ -127,5 +137,8 @@ def load_cluster(name: str, nodes: int | None = None) -> ClusterSpec:
         inter=LinkSpec(kind=lo["kind"], bw=lo["bw"], latency=lo["latency"]),
         profile=c.get("profile"),
         source=c["source"],
+        domain_gpus=c.get("nvlink_domain"),
     )
+    if racks is not None:
+        return cluster.with_racks(racks)
     return cluster if nodes is None else cluster.with_nodes(nodes)

@@ -15,7 +15,13 @@ each with its source in ``sources`` (one text per field):
   (``moeplan.kernel_tables``) or ``null``; ``reference_tables``: the kernel-table GPU whose
   kernel efficiencies this GPU borrows (itself when it has tables);
 - ``nccl``: the engines' collectives run NCCL on it (a CUDA GPU); ``deepep``: DeepEP's
-  expert-parallel kernels run on it.
+  expert-parallel kernels run on it;
+- ``fp4_ratio``: dense FP4 tensor peak over the bf16 peak, ``null`` on a GPU without FP4
+  tensor cores (everything before Blackwell): :attr:`GPUSpec.fp4_tensor_cores` reads it, and
+  with it whether NVFP4 / MXFP4 weights run natively.
+
+The SM version the engines dispatch kernels on (100 for B200 / GB200, 103 for B300 / GB300)
+is the compute capability's (:attr:`GPUSpec.sm_version`).
 
 A record missing a field, or with one of the wrong type, is a one-line error naming the GPU
 and the field.
@@ -41,6 +47,7 @@ RECORD_FIELDS: dict[str, bool] = {
     "reference_tables": False,
     "nccl": False,
     "deepep": False,
+    "fp4_ratio": True,
 }
 RATES = ("flops_bf16", "mem_bytes", "mem_bw")
 _BOOLS = ("nccl", "deepep")

@@ -37,6 +37,7 @@ keeps built variants and variant counts across processes — this module does no
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -104,6 +105,14 @@ class KernelDB:
         self._memo: dict[tuple, Prediction] = {}
         self._variant_keys: dict[tuple[str, str, str], dict[tuple, int]] = {}
         self._chosen: dict[tuple, tuple | None] = {}  # choose()'s answers (variants are fixed)
+
+    def held(self, device: Device) -> Device:
+        """``device`` as this database prices it: a GPU record naming kernel tables the
+        database does not hold (a package without the Blackwell folders) prices as a GPU
+        without tables — transferred from its reference, with the reference's errors."""
+        if device.table is None or any(k[0] == device.table for k in self.tables):
+            return device
+        return replace(device, table=None)
 
     # ---- variants ------------------------------------------------------------------------
     def variants(self, gpu: str, engine: str, op: str) -> dict[tuple, int]:

@@ -22,7 +22,7 @@ of requests in flight in the whole pipeline), summed over the workload's passes 
 * **Attention / MLP**: ``ceil(mb/d)`` sequences per DP group, heads (or MLP columns) split ``t``.
 * **MoE**: replica group of ``t·e`` GPUs serves ``n = tokens/d``; each EP rank's ``n/e`` tokens
   go through dispatch and combine all-to-all over ``e`` ranks (spanning
-  ``min(e, ceil(t·e / gpus_per_node))`` nodes — DPMoE shrinks the group and its span), routed
+  ``min(e, ceil(t·e / nvlink_domain))`` NVLink domains — DPMoE shrinks the group and its span), routed
   experts at ``n·k/E`` tokens each (``k`` = the layer's mean activated experts, × the EP
   imbalance when the profile has expert loads), ``E/e`` local experts split ``t``, shared
   experts on ``n/e`` tokens. Addition: only the local experts that some token picks run (and
@@ -104,7 +104,9 @@ class StageContext:
     routing: RoutingProfile
     pp: int
     r: int
-    gpus_per_node: int
+    #: GPUs of one NVLink domain (the node, or an NVL72 rack): a group past them crosses the
+    #: network
+    nvlink_domain: int
 
     @property
     def micro_batch(self) -> int:
@@ -123,8 +125,8 @@ class StageContext:
         return sum(rep * seqs * q for rep, seqs, q, _ in self.passes())
 
     def span(self, members: int, stride: int = 1) -> int:
-        """Nodes spanned by ``members`` ranks ``stride`` apart inside a stage."""
-        return max(1, min(members, math.ceil(members * stride / self.gpus_per_node)))
+        """NVLink domains spanned by ``members`` ranks ``stride`` apart inside a stage."""
+        return max(1, min(members, math.ceil(members * stride / self.nvlink_domain)))
 
 
 Evaluator = Callable[[ModuleRef, Choice, StageContext], ModuleCost]
@@ -312,8 +314,8 @@ def memory_reserve(ctx: StageContext) -> float:
 def p2p_seconds(cm: CostModel, ctx: StageContext, boundary: int) -> float:
     """Activation send from stage ``boundary`` to the next, per micro-batch, one GPU's shard
     to its counterpart GPU: :meth:`CostModel.p2p`, which prices one GPU pair's link (on a
-    full-mesh fabric such as HCCS, one of the ``gpus_per_node - 1`` pair links)."""
-    inter = ctx.r >= ctx.gpus_per_node or ((boundary + 1) * ctx.r) % ctx.gpus_per_node == 0
+    full-mesh fabric such as HCCS, one of the ``nvlink_domain - 1`` pair links)."""
+    inter = ctx.r >= ctx.nvlink_domain or ((boundary + 1) * ctx.r) % ctx.nvlink_domain == 0
     return sum(
         rep * cm.p2p(seqs * q * ctx.model.hidden_bytes / ctx.r, inter)
         for rep, seqs, q, _ in ctx.passes()

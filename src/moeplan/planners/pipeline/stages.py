@@ -224,7 +224,7 @@ def stage_tables(
         routing=routing,
         pp=pp,
         r=cluster.num_gpus // pp,
-        gpus_per_node=cluster.gpus_per_node,
+        nvlink_domain=cluster.nvlink_domain,
     )
     return ctx, build_tables(modules_of(model, routing), ctx, evaluate)
 

@@ -67,22 +67,24 @@ def spans_nodes(degree: int, stride: int, gpus_per_node: int) -> bool:
     return group_nodes(degree, stride, gpus_per_node) > 1
 
 
-#: cost model -> gpus per node -> memoised seconds (weak: dropped with the cost model)
+#: cost model -> GPUs per NVLink domain -> memoised seconds (weak: dropped with the cost model)
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Collectives:
     """Memoised collective and P2P seconds from one cost model (see module docstring)."""
 
-    __slots__ = ("cm", "gpus_per_node", "_memo")
+    __slots__ = ("cm", "domain_gpus", "_memo")
 
-    def __init__(self, cost_model: CollectiveCost, gpus_per_node: int) -> None:
-        self.cm, self.gpus_per_node = cost_model, gpus_per_node
+    def __init__(self, cost_model: CollectiveCost, domain_gpus: int) -> None:
+        """``domain_gpus``: GPUs of one NVLink domain (the node, or an NVL72 rack): a group
+        spanning more of them crosses the network."""
+        self.cm, self.domain_gpus = cost_model, domain_gpus
         try:  # shared by every evaluator on this cost model (analyze, --all-sizes, the CLI)
             memo = _MEMO.setdefault(cost_model, {})
         except TypeError:  # a cost model that takes no weak reference keeps its own
             memo = {}
-        self._memo: dict[tuple, float] = memo.setdefault(gpus_per_node, {})
+        self._memo: dict[tuple, float] = memo.setdefault(domain_gpus, {})
 
     def time(self, op: str, nbytes: float, degree: int, stride: int = 1) -> float:
         """``op`` over ``degree`` ranks ``stride`` apart, ``nbytes`` in nccl-tests convention
@@ -92,7 +94,7 @@ class Collectives:
         key = (op, nbytes, degree, stride)
         v = self._memo.get(key)
         if v is None:
-            nodes = group_nodes(degree, stride, self.gpus_per_node)
+            nodes = group_nodes(degree, stride, self.domain_gpus)
             v = self._memo[key] = float(self.cm.collective(op, nbytes, degree, nodes))
         return v
 
@@ -168,7 +170,8 @@ def layer_comm(
 
 
 def p2p_boundaries(pp: int, num_nodes: int) -> tuple[int, int]:
-    """(intra-node, inter-node) stage boundaries of ``pp`` stages laid over ``num_nodes``."""
+    """(NVLink, network) stage boundaries of ``pp`` stages laid over ``num_nodes`` NVLink
+    domains (nodes, or racks on NVL72)."""
     if pp <= 1:
         return 0, 0
     inter = min(pp, num_nodes) - 1

@@ -129,7 +129,7 @@ class StrategyEvaluator:
         self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cost_model: CostLike
     ) -> None:
         self.model, self.cluster, self.workload, self.cm = model, cluster, workload, cost_model
-        self.coll = Collectives(cost_model, cluster.gpus_per_node)
+        self.coll = Collectives(cost_model, cluster.nvlink_domain)
         routing = workload.routing_for(model.top_k)
         self._routing = routing
         self._moe_kinds = Counter(routing.k(i) for i in range(model.num_moe_layers))
@@ -256,7 +256,7 @@ class StrategyEvaluator:
         moe_m, dense_m, moe_u = self.layer_comm(s, q_len)
         nm, nd = md.num_moe_layers, md.num_dense_layers
         nbytes = math.ceil(self.workload.batch / s.attn_dp) * q_len * md.hidden_bytes
-        intra, inter = p2p_boundaries(s.pp, self.cluster.num_nodes)
+        intra, inter = p2p_boundaries(s.pp, self.cluster.num_domains)
         p2p = intra * self.coll.p2p(nbytes, False) + inter * self.coll.p2p(nbytes, True)
         return PhaseTime(
             compute_s=nm * moe_c + nd * dense_c,

@@ -222,7 +222,7 @@ def limiting_part(
     elif top == "experts":
         m, w = batch * model.top_k / model.num_experts, model.expert_weight_bytes
     elif top == "communication":
-        inter = layout.stage_gpus > cluster.gpus_per_node
+        inter = layout.stage_gpus > cluster.nvlink_domain
         return ("inter" if inter else "intra") + "-node communication"
     else:
         return top

@@ -139,7 +139,7 @@ def _powers(limit: int) -> Iterator[int]:
 def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[Layout]:
     """Candidate colocated instance layouts up to ``max_gpus`` (module docstring)."""
     out = []
-    gpn = cluster.gpus_per_node
+    gpn = cluster.nvlink_domain  # attention TP over NVLink peers only
     for g in _powers(max_gpus):
         for tp in _powers(min(g, gpn)):
             out.append(Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))

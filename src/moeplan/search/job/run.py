@@ -156,19 +156,22 @@ def _outcome(
 ) -> PlanOutcome:
     """Assemble the outcome; the kernel-price record is read after every price was asked."""
     from moeplan.cost.mixer_prices import stand_in_fields
+    from moeplan.search.ranking.topology import topology_sentence
 
     m, c = spec.model, spec.cluster
     price = {**pricing(cost), **stand_in_fields(m, cost.engine is not None)}
     step = step_bound(ranking, m, c, cost)
+    ep = max(ep for _, ep in instance_eps(ranking.winner.entry.layout))
+    topo = topology_sentence(cost, m, ep)
     return PlanOutcome(
         model=m, full_layers=(spec.full_model or m).num_layers, cluster=c, analytic=result,
         ranking=ranking, plan=winner_plan(result, place_res, spec.trace, ranking),
-        explanation=tuple(serve_explanation(ranking, result, step_bound=step)),
+        explanation=(*serve_explanation(ranking, result, step_bound=step), *([topo] if topo else [])),
         served_workload=workload_dict(ranking), limits=limits_sentence(ranking, step),
         fill=cluster_fill(ranking, c.num_gpus), curves=curves, timeline=timeline,
         dep_schedules=schedules, placement=place_res, placement_note=place_note,
         placement_changes=placement_changes(place_res, spec.trace),
-        winner_ep=max(ep for _, ep in instance_eps(ranking.winner.entry.layout)),
+        winner_ep=ep,
         pricing=price, lookup_sources=tuple(source_errors(price)),
         price_sources=winner_price_sources(ranking, m, c, cost), profile_fit=profile_fit(cost),
         quant=_quant(cost, m, ranking), fit_notes=tuple(fit_notes(m, c, spec.full_model)),
@@ -221,7 +224,7 @@ def _placement(result: PlanResult, ep: int, spec: JobSpec, cm: CostModel) -> Any
 
     m, c = result.model, result.cluster
     cfg = PlaceConfig(ep=ep, mode="dp", baselines=True, seed=spec.seed)
-    ev = cost_evaluator(cm, m, ep, c.nodes_spanned(ep))
+    ev = cost_evaluator(cm, m, ep, c.domains_spanned(ep))
     layers = m.num_moe_layers
     src: Any = spec.trace_source
     if src is None:

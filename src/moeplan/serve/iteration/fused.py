@@ -41,7 +41,7 @@ def fused_layer(
     ``cost`` (TP = ``tp`` GPUs of one node, EP = ``nodes`` nodes)."""
     x = -(-tokens // nodes) * model.hidden_bytes  # the tokens one node (one TP group) holds
     chunk = x * k * imbalance * a2a_scale / (nodes * tp)
-    coll = Collectives(cost, cost.cluster.gpus_per_node)
+    coll = Collectives(cost, cost.cluster.nvlink_domain)
     return FusedLayer.priced(nodes=nodes, tp=tp, chunk_bytes=chunk, output_bytes=x, coll=coll)
 
 

@@ -176,7 +176,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         self._a2a_scale = a2a_scale(lar, layout.moe_ep)
         route = routing if routing is not None else RoutingProfile.static(model.top_k)
         moe_index = {layer: i for i, layer in enumerate(model.moe_layers)}
-        gpn = cluster.gpus_per_node
+        gpn = cluster.nvlink_domain  # NVLink peers: a group past them crosses the network
         w = layout.stage_gpus
         self._nodes = {
             "attn": -(-layout.attn_tp // gpn),

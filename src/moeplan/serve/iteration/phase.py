@@ -150,7 +150,7 @@ class PhaseModel:
             layout,
             knobs,
         )
-        gpn = cluster.gpus_per_node
+        gpn = cluster.nvlink_domain  # NVLink peers: a group past them crosses the network
         self._nodes = {
             "attn": -(-layout.attn_tp // gpn),
             "dense": -(-layout.dense_tp // gpn),

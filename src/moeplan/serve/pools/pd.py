@@ -60,8 +60,9 @@ def kv_senders(model: ModelSpec, prefill: Layout) -> int:
 
 
 def transfer_inter_node(cluster: ClusterSpec, layout: PDLayout) -> bool:
-    """KV moves over the inter-node link unless the whole deployment sits in one node."""
-    return layout.gpus > cluster.gpus_per_node
+    """KV moves over the network unless the whole deployment sits in one NVLink domain (a
+    node, or an NVL72 rack)."""
+    return layout.gpus > cluster.nvlink_domain
 
 
 def kv_transfer_s(
