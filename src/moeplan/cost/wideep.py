@@ -35,8 +35,9 @@ Per GPU of an EP group of ``ep`` ranks (``E + R`` physical experts, ``(E + R) / 
   activations (:meth:`moeplan.backends.EngineBackend.dispatch_bytes`), NVFP4 (0.5625), and
   combine in bf16 (the deepep_* families; an NVFP4 dispatch inside a node is the fp8 table at
   the same bytes: ``T * 0.5625 / 1.03125`` tokens). Inside one 8-GPU node: the tables' measured /
-  interpolated rows (``num_experts = E + R``). Across ``n`` nodes of ``g`` GPUs: the
-  normal kernels (prefill) take the intra-node analytic model moved to the RDMA link
+  interpolated rows (``num_experts = E + R``). Past the tables' 8 ranks inside one NVLink
+  domain (an NVL72 rack): the intra-node analytic model on NVLink, for both kernels. Across
+  ``n`` NVLink domains of ``g`` GPUs: the normal kernels (prefill) take the intra-node analytic model moved to the RDMA link
   (:meth:`Analytic.scaled`, the rule of :mod:`.kerneldb.comm`) for the remote bytes and kept
   on NVLink for the local ones, the longer of the two: a token is sent once per destination
   *node* over RDMA (expected distinct remote nodes among its ``k`` experts) and forwarded over
@@ -261,7 +262,7 @@ class WideEP:
             raise MoeplanError(f"no DeepEP table for {op} on {self._device.reference}")
         md, g = q.model, min(self._cluster.nvlink_domain, q.ep)  # NVLink peers of a rank
         nodes = -(-q.ep // g)
-        if kind == "ll":  # DeepEP's published inter-node figures (cost/deepep_ll.py)
+        if kind == "ll" and nodes > 1:  # DeepEP's published inter-node figures (deepep_ll.py)
             return self._internode_ll(q, op, direction, slots, nodes)
         elem = self.dispatch_bytes(md, q.phase) if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
