@@ -17,10 +17,14 @@ paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
 from collections import Counter, namedtuple
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from types import SimpleNamespace
 
 from moeplan.commands.pipeline import read_routing_profile
@@ -512,15 +516,35 @@ def print_table(recs: list) -> None:
         print("| " + " | ".join(_fmt(f, v) for f, v in zip(fields, vals, strict=True)) + " |")
 
 
+def record(path: Path, tables: dict[str, list], fused: dict, rows: list[dict]) -> None:
+    """The run's claim rows, every table's records and the fused/unfused factors, with the
+    command and the date: the record ``docs/benchmarks/papers.md`` is checked against."""
+    doc = {
+        "command": "python bench/bench_serve_papers.py --record",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "kind": "bench",
+        "load_average": round(os.getloadavg()[0], 2),
+        "rows": rows,
+        "tables": {k: [r._asdict() for r in recs] for k, recs in tables.items()},
+        "fused_over_unfused": fused,
+    }
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
 if __name__ == "__main__":
     t0 = time.perf_counter()
     ms, sem, tp, sm = mixserve_records(), semmoe_records(), semmoe_tp_records(), smidt_records()
     for recs in (ms, sem, tp, sm):
         print_table(recs)
+    fused = {}
     for c, m in MIXSERVE_CASES:
         cl = load_cluster(c)
-        print(
-            f"\n{c} {m} fused / unfused: {fused_breakdown(load_model(m), cl, cost_model_for(cl))}"
-        )
-    print_table(mixserve_rows(ms) + semmoe_rows(sem) + semmoe_tp_rows(tp) + smidt_rows(sm))
+        fused[f"{c} {m}"] = fused_breakdown(load_model(m), cl, cost_model_for(cl))
+        print(f"\n{c} {m} fused / unfused: {fused[f'{c} {m}']}")
+    rows = mixserve_rows(ms) + semmoe_rows(sem) + semmoe_tp_rows(tp) + smidt_rows(sm)
+    print_table(rows)
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")
+    if "--record" in sys.argv:
+        data = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "data"
+        tables = {"mixserve": ms, "semmoe": sem, "semmoe_tp": tp, "smidt": sm}
+        record(data / "bench_serve_papers.json", tables, fused, rows)
