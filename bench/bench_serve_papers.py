@@ -356,7 +356,10 @@ def _served(model, cluster, p, arm: str) -> list[tuple[str, Layout, int, EngineC
     counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
     fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None, launchable_as=None)
     lay = pipeline_entries(fake)[-1].layout  # type: ignore[arg-type]  # the EP-span reading
-    out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
+    try:
+        out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
+    except MoeplanError:  # its weights leave this layout no KV cache: not servable
+        return []
     for rep, n in dpmoe_replicas(p) if arm == "smidt" else []:
         try:
             return [*out, ("smidt-replicas", rep, n, engine_config("sglang", model, cluster, rep))]
@@ -475,6 +478,8 @@ def smidt_rows(recs: list[SmidtRec]) -> list[dict]:
             rows.append(_row(name, s, (rng[0] + rng[1]) / 2, f"in {rng[0]}-{rng[1]}", note))
     at = {(r.cluster, r.nodes, r.task, r.arm): r.tokens_per_s for r in recs}
     for c, n, task in pre:
+        if (c, n, task, "no_pp") not in at:  # no PP-free layout is servable there
+            continue
         best_pp = max(at.get((c, n, task, a), 0.0) for a in ("uniform", "time_balanced"))
         s, name = best_pp / at[(c, n, task, "no_pp")], f"SMIDT best PP baseline / no PP, {c} x{n}"
         rows.append(_row(f"{name}, {task}", s, None, "> 1 (PP beats no PP)", str(s > 1)))

@@ -50,8 +50,8 @@ _HIDDEN = [
     re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),  # dates
 ]
 # the doc's unit against the record's: the same, a percentage of a fraction, s and ms,
-# millions written "11.6 M", bytes written in GB
-_SCALES = (1.0, 100.0, 1e3, 1e-3, 1e-6, 1e-9)
+# µs, millions written "11.6 M", bytes written in GB
+_SCALES = (1.0, 100.0, 1e3, 1e6, 1e-3, 1e-6, 1e-9)
 
 
 @dataclass(frozen=True)
