@@ -21,7 +21,7 @@ from doc_figures import (
     visible,
 )
 
-#: Numbers in blocks that name no record yet (published.md's, linked by its own work).
+#: Numbers in blocks that name no record yet (published.md's tables).
 #: They may only shrink: a new figure comes with its record.
 MAX_UNLINKED = 301
 
