@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,8 +66,12 @@ def big_modelopt(folder: Path) -> Path:
     return folder / "config.json"
 
 
-def bench_inspect() -> None:
+def bench_inspect(record: bool = False) -> None:
+    """Print each config's ``inspect`` times; ``record``: also write them, with the command,
+    date and load average, to docs/benchmarks/data/bench_configs.json (the record
+    docs/benchmarks/kerneldb-layers.md's figures are checked against)."""
     paths = {folder: str(ROOT / folder / "config.json") for folder in sorted(CLUSTER)}
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         big = big_modelopt(Path(tmp) / "big")
         mb = (big.parent / "hf_quant_config.json").stat().st_size / 1e6
@@ -78,6 +83,17 @@ def bench_inspect() -> None:
                 f"{label:48s} inspect {own:6.3f} s (command's work), {cli:6.3f} s (through "
                 "the CLI parser); best of 3, in-process"
             )
+            rows.append({"config": label, "command_s": own, "cli_s": cli})
+    if record:
+        doc = {
+            "command": "python bench/bench_configs.py inspect --record",
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "kind": "bench",
+            "load_average": round(os.getloadavg()[0], 2),
+            "rows": rows,
+        }
+        out = Path(__file__).parents[1] / "docs" / "benchmarks" / "data" / "bench_configs.json"
+        out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def bench_plan(only: list[str]) -> None:
@@ -107,4 +123,4 @@ if __name__ == "__main__":  # plan [substring ...]: only the folders naming one 
     if len(sys.argv) > 1 and sys.argv[1] == "plan":
         bench_plan(sys.argv[2:])
     else:
-        bench_inspect()
+        bench_inspect(record="--record" in sys.argv)

@@ -26,14 +26,19 @@ GPU that rate is (``rate * osl / GPUs``: SLO-bound capacity per GPU), and what b
 Rows for ``run()``: per (cluster, model, SLO) the PD and AFD capacity per GPU with the
 colocated one as the reference (``ratio`` = family / colocated; 0 when the family cannot
 serve). ``python bench/bench_disagg.py --table`` prints the markdown table of
-docs/benchmarks/disaggregation.md. Runtime ≲ 3 minutes on 2 shared cores.
+docs/benchmarks/disaggregation.md, and ``--record`` also writes them to
+docs/benchmarks/data/bench_disagg.json, the record that page is checked against. Runtime:
+minutes on 2 shared cores (about 9 under a load of 15).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
@@ -238,7 +243,9 @@ def run() -> list[dict]:
     return out
 
 
-def table() -> None:
+def table(rows_out: list[dict] | None = None) -> None:
+    """Print the markdown table of docs/benchmarks/disaggregation.md; ``rows_out`` collects
+    its rows (each family's row with its cluster, model and SLO)."""
     print(
         "| cluster | model | SLO | family | deployment | GPUs | max rate (req/s) | "
         "tok/s/GPU | TTFT p90 (ms) | TPOT p90 (ms) | bound |"
@@ -246,6 +253,8 @@ def table() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for where, mname, sname, rows in scenarios():
         for r in rows:
+            if rows_out is not None:
+                rows_out.append({"cluster": where, "model": mname, "slo": sname, **r})
             print(
                 f"| {where} | {mname} | {sname.split(' ')[0]} | {r['family']} | {r['label']} "
                 f"| {r['gpus']} | {r['rate']:.2f} | {r['per_gpu']:.1f} | "
@@ -256,10 +265,24 @@ def table() -> None:
 
 if __name__ == "__main__":
     t0 = time.perf_counter()
-    if "--table" in sys.argv:
-        table()
-        for row in oracle_rows():
+    if "--table" in sys.argv or "--record" in sys.argv:
+        rows: list[dict] = []
+        table(rows)
+        oracle = oracle_rows()
+        for row in oracle:
             print(f"| {row['name']} | {row['value']:.4f} | {row['note']} |")
+        if "--record" in sys.argv:
+            # the record docs/benchmarks/disaggregation.md is checked against
+            path = Path(__file__).resolve().parents[1] / "docs/benchmarks/data/bench_disagg.json"
+            doc = {
+                "command": "python bench/bench_disagg.py --record",
+                "date": time.strftime("%Y-%m-%d", time.gmtime()),
+                "kind": "bench",
+                "load_average": round(os.getloadavg()[0], 2),
+                "rows": rows,
+                "oracle": oracle,
+            }
+            path.write_text(json.dumps(doc, indent=1) + "\n")
     else:
         for row in run():
             print(row)

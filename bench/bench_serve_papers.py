@@ -17,10 +17,14 @@ paper's ratio (from its text, not measured here), ``ratio`` = simulated / paper.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 import time
 from collections import Counter, namedtuple
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from types import SimpleNamespace
 
 from moeplan.commands.pipeline import read_routing_profile
@@ -352,7 +356,10 @@ def _served(model, cluster, p, arm: str) -> list[tuple[str, Layout, int, EngineC
     counted into the EP span), and for SMIDT also as the first DPMoE reading that fits."""
     fake = SimpleNamespace(detail=SimpleNamespace(plan=p), label=arm, plan=None, launchable_as=None)
     lay = pipeline_entries(fake)[-1].layout  # type: ignore[arg-type]  # the EP-span reading
-    out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
+    try:
+        out = [(arm, lay, 1, engine_config("sglang", model, cluster, lay))]
+    except MoeplanError:  # its weights leave this layout no KV cache: not servable
+        return []
     for rep, n in dpmoe_replicas(p) if arm == "smidt" else []:
         try:
             return [*out, ("smidt-replicas", rep, n, engine_config("sglang", model, cluster, rep))]
@@ -471,6 +478,8 @@ def smidt_rows(recs: list[SmidtRec]) -> list[dict]:
             rows.append(_row(name, s, (rng[0] + rng[1]) / 2, f"in {rng[0]}-{rng[1]}", note))
     at = {(r.cluster, r.nodes, r.task, r.arm): r.tokens_per_s for r in recs}
     for c, n, task in pre:
+        if (c, n, task, "no_pp") not in at:  # no PP-free layout is servable there
+            continue
         best_pp = max(at.get((c, n, task, a), 0.0) for a in ("uniform", "time_balanced"))
         s, name = best_pp / at[(c, n, task, "no_pp")], f"SMIDT best PP baseline / no PP, {c} x{n}"
         rows.append(_row(f"{name}, {task}", s, None, "> 1 (PP beats no PP)", str(s > 1)))
@@ -512,15 +521,35 @@ def print_table(recs: list) -> None:
         print("| " + " | ".join(_fmt(f, v) for f, v in zip(fields, vals, strict=True)) + " |")
 
 
+def record(path: Path, tables: dict[str, list], fused: dict, rows: list[dict]) -> None:
+    """The run's claim rows, every table's records and the fused/unfused factors, with the
+    command and the date: the record ``docs/benchmarks/papers.md`` is checked against."""
+    doc = {
+        "command": "python bench/bench_serve_papers.py --record",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "kind": "bench",
+        "load_average": round(os.getloadavg()[0], 2),
+        "rows": rows,
+        "tables": {k: [r._asdict() for r in recs] for k, recs in tables.items()},
+        "fused_over_unfused": fused,
+    }
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
 if __name__ == "__main__":
     t0 = time.perf_counter()
     ms, sem, tp, sm = mixserve_records(), semmoe_records(), semmoe_tp_records(), smidt_records()
     for recs in (ms, sem, tp, sm):
         print_table(recs)
+    fused = {}
     for c, m in MIXSERVE_CASES:
         cl = load_cluster(c)
-        print(
-            f"\n{c} {m} fused / unfused: {fused_breakdown(load_model(m), cl, cost_model_for(cl))}"
-        )
-    print_table(mixserve_rows(ms) + semmoe_rows(sem) + semmoe_tp_rows(tp) + smidt_rows(sm))
+        fused[f"{c} {m}"] = fused_breakdown(load_model(m), cl, cost_model_for(cl))
+        print(f"\n{c} {m} fused / unfused: {fused[f'{c} {m}']}")
+    rows = mixserve_rows(ms) + semmoe_rows(sem) + semmoe_tp_rows(tp) + smidt_rows(sm)
+    print_table(rows)
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")
+    if "--record" in sys.argv:
+        data = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "data"
+        tables = {"mixserve": ms, "semmoe": sem, "semmoe_tp": tp, "smidt": sm}
+        record(data / "bench_serve_papers.json", tables, fused, rows)

@@ -96,7 +96,7 @@ def searched(model: str, cluster: str, requests: int) -> dict | None:
         wl,
         SLO_GRID,
         requests=requests,
-        knobs_for=lambda lay: resolve_knobs(cm.engine, m, c, lay),
+        knobs_for=lambda lay: [resolve_knobs(cm.engine, m, c, lay)],  # plan's default knobs
     )
     w = ranked[0] if ranked else None
     if w is None or w.capacity is None or w.capacity_per_gpu(OSL) <= 0:

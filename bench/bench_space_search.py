@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from pathlib import Path
 
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.search.colocated.search import SpaceCandidate, prepare, search_capacity, search_space
@@ -49,7 +51,7 @@ def run(case: str, requests: int) -> dict:
         wl,
         slo,
         requests=requests,
-        knobs_for=lambda lay: resolve_knobs(cm.engine, m, c, lay),  # plan's default knobs
+        knobs_for=lambda lay: [resolve_knobs(cm.engine, m, c, lay)],  # plan's default knobs
     )
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     w = ranked[0]
@@ -135,11 +137,38 @@ def main() -> None:
         action="store_true",
         help="simulate every layout's capacity instead of searching",
     )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="also add each row to docs/benchmarks/data/bench_space_search.json (the record "
+        "docs/BENCHMARKS.md's search table is checked against)",
+    )
     args = ap.parse_args()
     for case in args.cases:
         for n in args.requests:
             f = exhaustive if args.exhaustive else run
-            print(json.dumps(f(case, n)), flush=True)
+            row = f(case, n)
+            print(json.dumps(row), flush=True)
+            if args.record:
+                record(row, exhaustive=args.exhaustive)
+
+
+def record(row: dict, exhaustive: bool) -> None:
+    """Add ``row`` to docs/benchmarks/data/bench_space_search.json, replacing the row of the
+    same case, request count and mode, with the date and the load average of this run."""
+    path = Path(__file__).resolve().parents[1] / "docs/benchmarks/data/bench_space_search.json"
+    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    key = (row["case"], row["requests"], exhaustive)
+    rows = [r for r in rows if (r["case"], r["requests"], r.get("exhaustive", False)) != key]
+    doc = {
+        "command": "python bench/bench_space_search.py --requests N --cases CASE [--exhaustive] "
+        "--record (each row's case and requests)",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "kind": "bench",
+        "load_average": round(os.getloadavg()[0], 2),
+        "rows": [*rows, {**row, "exhaustive": exhaustive}],
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ target, not a result). A record says what produced it, ``command`` and ``date``,
   benchmark's rows. A doc number matches a number of the rows (a field, or a number inside a
   text field) rounded to the digits the doc shows, in the same unit or scaled (s and ms, a
   fraction and a percentage, millions).
+- ``output``: a file the project ships that a long run wrote (``file``, a path in the
+  repository, e.g. the held-out errors ``moeplan calibrate --kernels --errors-out`` writes);
+  its numbers are read from that file as it is now and matched as a bench's rows are, so
+  rewriting the file without the doc (or the doc without the file) fails.
 - ``gpu``, ``peer``, ``long``, ``test``: a run this machine cannot repeat in a test (it needs
   a GPU, a peer tool such as aiconfigurator, or a long sweep) or a fact pinned by a test;
   ``figures`` holds the run's figures as printed, transcribed when it was run. A doc number
@@ -33,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 DATA = ROOT / "docs" / "benchmarks" / "data"
-KINDS = {"bench", "gpu", "peer", "long", "test"}
+KINDS = {"bench", "output", "gpu", "peer", "long", "test"}
 
 MARKER = re.compile(r"<!--\s*figures:\s*([\w.-]+)\s*(?:;\s*given\s+([^>]*?))?\s*-->")
 # a number standing alone: not part of a name (H100, Qwen3, DP16), a version (0.12.0) or a
@@ -46,8 +50,8 @@ _HIDDEN = [
     re.compile(r"\b\d{4}-\d{2}-\d{2}\b"),  # dates
 ]
 # the doc's unit against the record's: the same, a percentage of a fraction, s and ms,
-# millions written "11.6 M"
-_SCALES = (1.0, 100.0, 1e3, 1e-3, 1e-6)
+# µs, millions written "11.6 M", bytes written in GB
+_SCALES = (1.0, 100.0, 1e3, 1e6, 1e-3, 1e-6, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,11 @@ def numbers(text: str) -> list[Number]:
 
 
 def load_record(name: str) -> dict:
-    return json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    """The record ``NAME``; an ``output`` record's ``rows`` are its file's contents."""
+    rec = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    if rec.get("kind") == "output" and (ROOT / str(rec.get("file", ""))).is_file():
+        rec["rows"] = json.loads((ROOT / rec["file"]).read_text(encoding="utf-8"))
+    return rec
 
 
 def record_problems(name: str, rec: dict) -> list[str]:
@@ -153,6 +161,9 @@ def record_problems(name: str, rec: dict) -> list[str]:
     elif kind == "bench":
         if not rec.get("rows") or not str(rec["command"]).startswith("python bench/"):
             bad.append(f"{name}: a bench record holds the rows of a python bench/ command")
+    elif kind == "output":
+        if not rec.get("rows"):
+            bad.append(f"{name}: an output record names a file of the repository it was read from")
     elif not rec.get("figures"):
         bad.append(f"{name}: no figures")
     return bad
@@ -175,8 +186,8 @@ def _values(x) -> list[float]:
 def unmatched(block: Block, rec: dict) -> list[str]:
     """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``)."""
     given = set(block.given)
-    if rec.get("kind") == "bench":
-        vals = _values({k: v for k, v in rec.items() if k != "command"})
+    if rec.get("kind") in ("bench", "output"):
+        vals = _values({k: v for k, v in rec.items() if k not in ("command", "file")})
         return [
             n.text
             for n in numbers(block.text)

@@ -21,9 +21,9 @@ from doc_figures import (
     visible,
 )
 
-#: Numbers in blocks that name no record yet (the detailed tables and the prose). They may
-#: only shrink: a new figure comes with its record.
-MAX_UNLINKED = 6187
+#: Numbers in blocks that name no record yet (published.md's tables).
+#: They may only shrink: a new figure comes with its record.
+MAX_UNLINKED = 301
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +62,25 @@ def test_unlinked_figures_do_not_grow(checked):
     )
 
 
-@pytest.mark.xfail(strict=True, reason="6,187 numbers of the detailed tables and prose unlinked")
+@pytest.mark.xfail(strict=True, reason="301 numbers unlinked (published.md)")
 def test_every_figure_in_the_docs_is_linked(checked):
     _, loose = checked
     assert not loose
 
 
-def _edited(text: str, avoid: set[str]) -> str:
+def _edited(text: str, avoid: set[str], held=lambda e: False) -> str:
     """``text`` (a number as written) raised by 37 % or more, with as many decimals and its
-    suffix, and none of the numbers in ``avoid`` (a swap is not what this edit tests)."""
+    suffix, and none of the numbers in ``avoid`` nor one the record holds (``held``: a swap
+    is not what this edit tests)."""
     suffix = text[-1] if text[-1] in "kM" else ""
     digits = text.removesuffix(suffix).replace(",", "")
     decimals = len(digits.split(".")[1]) if "." in digits and "e" not in digits else 0
     v = float(digits)
     edits = [v * f for f in (1.37, 1.53, 1.71, 2.3, 3.7, 5.3, 9.1)]
     edits += [v + k * 10.0**-decimals for k in (7, 13, 97, 997)]
-    return next(e for e in (f"{x:.{decimals}f}{suffix}" for x in edits) if e not in avoid)
+    return next(
+        e for e in (f"{x:.{decimals}f}{suffix}" for x in edits) if e not in avoid and not held(e)
+    )
 
 
 def test_a_figure_edited_by_hand_is_caught():
@@ -97,7 +100,13 @@ def test_a_figure_edited_by_hand_is_caught():
             # a swap with another figure of the block or of a transcribed record is not a
             # fresh number (doc_figures says so)
             avoid = {n.text for n in numbers(b.text)} | {str(f) for f in rec.get("figures", [])}
-            edited = _edited(target.text, avoid)
+
+            # a bench or output record is matched by value: an edit onto another of its
+            # values (at the digits shown) is a swap too
+            def held(e: str, b=b, rec=rec) -> bool:
+                return not unmatched(type(b)(b.doc, b.line, e, b.record, ()), rec)
+
+            edited = _edited(target.text, avoid, held)
             seen = visible(b.text)
             at = next(m for m in NUMBER.finditer(seen) if m.group(0) == target.text)
             text = seen[: at.start()] + edited + seen[at.end() :]
