@@ -114,14 +114,17 @@ def _serving_figures(outcome: PlanOutcome) -> Section:
     s = Section(
         title="Under load: throughput, latency distributions, latency against rate",
         paragraphs=[
-            "Every deployment simulated with continuous batching: output tokens/s per GPU "
-            "against tokens/s per user (the Pareto front labelled); the per-request TTFT and "
-            "TPOT of the top plans at their operating point; and their latency percentiles "
-            "as the Poisson arrival rate grows from a quarter to 1.25x the largest rate "
-            "meeting the SLOs. SLO limits are the dashed red lines.",
+            "Every deployment the search kept, simulated with continuous batching in "
+            "steady state at a sweep of loads (a tenth of its largest rate meeting the SLOs "
+            "up to that rate): output tokens/s per GPU against tokens/s per user, the "
+            "non-dominated points joined and labelled as the Pareto front, the others "
+            "faint; the per-request TTFT and TPOT of the top plans at their operating "
+            "point; and their latency percentiles on the same steady runs, up to 1.25x the "
+            "largest rate meeting the SLOs (the point at that rate is the verdict's own "
+            "run). SLO limits are the dashed red lines.",
         ],
         figures=[
-            fig.serving_pareto(ranking, outcome.family_names),
+            fig.serving_pareto(ranking, curves),
             fig.latency_distributions(curves, ranking.slo),
         ],
     )
