@@ -32,6 +32,8 @@ from moeplan.search.capacity.slo import SteadyProbe, steady_probe, window_metric
 from moeplan.search.job.fanout import fan_out
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.result import ServeRanking
+from moeplan.serve.iteration.batch_grid import GridEvaluator
+from moeplan.serve.iteration.model import iteration_model
 from moeplan.serve.metrics import SLO, ServeMetrics
 from moeplan.serve.workload.arrivals import ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -59,7 +61,6 @@ def point_probe(
     (:data:`moeplan.search.disagg.search.WINDOW_LIFETIMES`)."""
     from moeplan.search.disagg.pools import DisaggResult
     from moeplan.search.disagg.search import WINDOW_LIFETIMES
-    from moeplan.search.ranking.views import rerun_evaluator
     from moeplan.serve.pools.pd import simulate_pd
 
     r = x.result
@@ -80,6 +81,17 @@ def point_probe(
         r.engine, rerun_evaluator(x, model, cluster, cost), workload, slo, rate / reps,
         requests=workload.num_requests, replicas=reps,
     )  # fmt: skip
+
+
+def rerun_evaluator(
+    x: Served, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> GridEvaluator:
+    """The iteration prices of colocated ``x``'s reruns: as the search priced its runs (its
+    instance knobs, decode batches on the batch grid), so a curve point is the deployment
+    the ranking measured."""
+    return GridEvaluator(
+        iteration_model(model, cluster, cost, x.result.layout, knobs=x.result.knobs)
+    )
 
 
 def instance_gpus(x: Served) -> int:

@@ -24,9 +24,8 @@ from moeplan.planners.rank import PlanResult
 from moeplan.search.job.fanout import fan_out
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.result import ServeRanking, _per_replica
+from moeplan.search.ranking.sweep import all_points, front, label_of, rerun_evaluator, sweep
 from moeplan.serve.engine.run import SimResult, simulate
-from moeplan.serve.iteration.batch_grid import GridEvaluator
-from moeplan.serve.iteration.model import iteration_model
 from moeplan.serve.workload.arrivals import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -257,7 +256,6 @@ def serving_curves(
     shows the verdict's own figures. Open-loop workloads at SLO-bound capacity only have a
     sweep; a given rate or concurrency keeps ``rate`` and ``sweep`` empty and ``front`` of
     the ranking's own points (:meth:`ServeRanking.pareto`)."""
-    from moeplan.search.ranking.sweep import all_points, front, label_of, sweep
 
     work: dict[str, Callable[[], dict[str, list[float]]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
@@ -365,17 +363,6 @@ def _rerun(
     assert r.engine is not None
     wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
     return simulate(generate(wl), r.engine, rerun_evaluator(x, model, cluster, cost))
-
-
-def rerun_evaluator(
-    x: Served, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
-) -> GridEvaluator:
-    """The iteration prices of colocated ``x``'s reruns: as the search priced its runs (its
-    instance knobs, decode batches on the batch grid), so a curve point is the deployment
-    the ranking measured."""
-    return GridEvaluator(
-        iteration_model(model, cluster, cost, x.result.layout, knobs=x.result.knobs)
-    )
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:
