@@ -119,9 +119,18 @@ def _size_record(cluster: ClusterSpec, ranking: ServeRanking | None, why: str) -
         deployment=None if best is None else best[0].entry.layout_label,
         bound_output_tokens_per_s_per_gpu=w,
         bound_rps=w * cluster.num_gpus / ranking.workload.osl.mean,
-        certificate=ranking.search,
+        certificate=_certificate(ranking),
     )
     return rec
+
+
+def _certificate(ranking: ServeRanking) -> dict[str, Any]:
+    """The search's certificate and capacity records (``plan --json``'s ``search``) without
+    its wall time."""
+    dis = ranking.search.get("disaggregated")
+    if dis is None:
+        return dict(ranking.search)
+    return {**ranking.search, "disaggregated": {k: v for k, v in dis.items() if k != "seconds"}}
 
 
 def check_args(x: Served, copies: int, rate: float) -> list[str]:
@@ -248,7 +257,7 @@ def _answer(
             "serves_rps": serves,
             "batch_cap": None if x.result.engine is None else x.result.engine.max_running,
         },
-        "certificate": ranking.search,
+        "certificate": _certificate(ranking),
         "certificate_sentence": ranking.certificate_sentence,
         "smaller": proof,
         "sizes_tried": [{k: v for k, v in r.items() if k != "certificate"} for r in tried],
@@ -277,7 +286,7 @@ def _check(
     mt = window_metrics(p, instance_gpus(x), slo)
     ttft, tpot = mt.at_percentile(slo.percentile)
     return {
-        "serve_sim_args": check_args(x, copies, rate),
+        "serve_sim_args": ["--nodes", str(c.num_nodes), *check_args(x, copies, rate)],
         "rate_rps": rate,
         f"ttft_p{slo.percentile:g}_s": ttft,
         f"tpot_p{slo.percentile:g}_s": tpot,
