@@ -19,7 +19,6 @@ from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.rank import PROPOSING_FAMILIES
 from moeplan.search.job.outcome import PlanOutcome
 from moeplan.search.job.run import JobSpec
-from moeplan.search.ranking.views import side_by_side
 from moeplan.serve import SLO, LengthDist, ServeWorkload
 from moeplan.specs import ClusterSpec, ModelSpec, Workload, cluster_names, load_cluster, load_model
 
@@ -179,7 +178,7 @@ def plan_json(
         "workload": outcome.served_workload,
         "candidates": [s.summary() for s in ranking.ranked],
         "pareto": outcome.curves.get("front") or ranking.pareto(),
-        "aggregated_vs_disaggregated": side_by_side(ranking),
+        "aggregated_vs_disaggregated": outcome.side_by_side,
         "not_served": ranking.not_served,
         "pruned": [
             {

@@ -78,6 +78,18 @@ def _serving_section(outcome: PlanOutcome) -> Section:
     s.table(["#", "family", "layout", "GPUs", "meets SLOs", "output tokens/s per GPU",
              f"TTFT {pct} (ms)", f"TPOT {pct} (ms)", "max rate meeting SLOs (req/s)",
              "limited by"], rows, highlight=0)  # fmt: skip
+    both = outcome.side_by_side
+    if both is not None:
+        keys = (both["aggregated"], both["disaggregated"])
+        s.table(["", "deployment", "GPUs", "max rate meeting SLOs (req/s)",
+                 "output tokens/s per GPU", "tokens/s per user", f"TTFT {pct} (ms)",
+                 f"TPOT {pct} (ms)", "limited by"],
+                [[kind, r["deployment"], r["gpus"], f"{r['max_rate_meeting_slo_rps'] or 0:,.2f}",
+                  f"{r['output_tokens_per_s_per_gpu']:,.1f}", f"{r['tokens_per_s_per_user']:,.1f}",
+                  f"{r[f'ttft_{pct}_s'] * 1e3:,.0f}", f"{r[f'tpot_{pct}_s'] * 1e3:,.1f}",
+                  r["limited_by"]] for kind, r in zip(("aggregated", "disaggregated"), keys,
+                                                      strict=True)],
+                highlight=0 if both["winner"] == "aggregated" else 1)  # fmt: skip
     return s
 
 
