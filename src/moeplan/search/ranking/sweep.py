@@ -174,6 +174,23 @@ def verdict_point(x: Served, slo: SLO) -> dict[str, Any] | None:
     return point(x, m, rate, not x.result.overloaded, "capacity (the verdict's run)", slo, life)
 
 
+def given_load_points(ranking: ServeRanking) -> list[dict[str, Any]]:
+    """Each simulated deployment's run at the user's load (a given rate or concurrency), as a
+    point: the front of a ranking that has no sweep."""
+    out = []
+    for x in ranking.ranked:
+        m = x.metrics
+        if m is None:
+            continue
+        w = ranking.workload
+        rate = w.rate if w.concurrency is None else m.requests / max(m.duration_s, 1e-12)
+        probe = x.result.run
+        life = _lifetime(probe) if probe is not None else m.e2e_p50_s
+        out.append(point(x, m, rate or 0.0, not x.result.overloaded, "the given load",
+                         ranking.slo, life))  # fmt: skip
+    return out
+
+
 def sweep(
     ranking: ServeRanking,
     model: ModelSpec,

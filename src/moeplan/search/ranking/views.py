@@ -24,7 +24,14 @@ from moeplan.planners.rank import PlanResult
 from moeplan.search.job.fanout import fan_out
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.result import ServeRanking, _per_replica
-from moeplan.search.ranking.sweep import all_points, front, label_of, rerun_evaluator, sweep
+from moeplan.search.ranking.sweep import (
+    all_points,
+    front,
+    given_load_points,
+    label_of,
+    rerun_evaluator,
+    sweep,
+)
 from moeplan.serve.engine.run import SimResult, simulate
 from moeplan.serve.workload.arrivals import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -255,7 +262,7 @@ def serving_curves(
     latency-vs-rate curves drawn from those same points (``rate``): at the capacity a curve
     shows the verdict's own figures. Open-loop workloads at SLO-bound capacity only have a
     sweep; a given rate or concurrency keeps ``rate`` and ``sweep`` empty and ``front`` of
-    the ranking's own points (:meth:`ServeRanking.pareto`)."""
+    the ranking's own runs at that load (:func:`given_load_points`)."""
 
     work: dict[str, Callable[[], dict[str, list[float]]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
@@ -276,7 +283,7 @@ def serving_curves(
             label: [_curve_point(p) for p in swept[label]] for label in work if label in swept
         },
         "sweep": swept,
-        "front": front(all_points(swept)) if swept else ranking.pareto(),
+        "front": front(all_points(swept) if swept else given_load_points(ranking)),
     }
 
 
