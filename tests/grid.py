@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,11 @@ def plan(name: str, out: Path, **slo: float) -> dict:
                 "--json", "--out", str(out))  # fmt: skip
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
+
+
+@cache
+def planned(name: str) -> tuple[dict, Path]:
+    """Grid question ``name`` planned once per test process (its JSON and artifact folder):
+    the tests of one question share the run."""
+    out = Path(tempfile.mkdtemp(prefix="moeplan-grid-")) / "o"
+    return plan(name, out), out

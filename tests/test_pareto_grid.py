@@ -11,13 +11,13 @@ import re
 
 import pytest
 
-from grid import QUESTIONS, moeplan, params, plan, slo_ms
+import grid
+from grid import QUESTIONS, moeplan, params, slo_ms
 
 
 @pytest.fixture(scope="module", params=params())
-def planned(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp("grid")
-    return request.param, plan(request.param, out), out
+def planned(request):
+    return request.param, *grid.planned(request.param)
 
 
 def figures(html: str) -> dict[str, list[dict]]:

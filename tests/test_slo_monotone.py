@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grid import QUESTIONS, params, plan, slo_ms
+from grid import QUESTIONS, params, plan, planned, slo_ms
 from hypothesis_budget import examples
 from moeplan.backends import priced_engine
 from moeplan.kernel_tables import engine_cost_model
@@ -58,15 +58,15 @@ def test_the_search_bound_is_nondecreasing_in_each_slo(lay, ttft, tpot, looser, 
 
 
 @pytest.fixture(scope="module", params=params())
-def base(request, tmp_path_factory):
-    return request.param, plan(request.param, tmp_path_factory.mktemp("base"))
+def base(request):
+    return request.param, planned(request.param)[0]
 
 
 def _per_gpu(out: dict) -> float:
     return out["winner"]["metrics"]["output_tokens_per_s_per_gpu"]
 
 
-@pytest.mark.parametrize("which", ["ttft", "tpot"])
+@pytest.mark.parametrize("which", ["tpot", pytest.param("ttft", marks=pytest.mark.slow)])
 def test_loosening_an_slo_never_lowers_the_winners_capacity_per_gpu(base, which, tmp_path):
     """Twice the SLO: the winner's SLO-bound capacity (output tokens/s per GPU, the figure the
     deployments are ranked by) is at least the tighter SLO's."""
@@ -75,3 +75,24 @@ def test_loosening_an_slo_never_lowers_the_winners_capacity_per_gpu(base, which,
     slo = {"ttft_ms": 2 * ttft} if which == "ttft" else {"tpot_ms": 2 * tpot}
     loose = plan(name, tmp_path / "o", **slo)
     assert _per_gpu(loose) >= _per_gpu(out) * (1 - 1e-9), (out["winner"], loose["winner"])
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the capacity search sizes each probe's warm-up, drain "
+                   "and horizon by the SLO lifetime (TTFT SLO + output x TPOT SLO), so two SLOs "
+                   "measure different request windows; near saturation the queue-growth "
+                   "verdict differs between them (measured: 21.1 -> 16.8 req/s per instance "
+                   "when the TTFT SLO goes 2 s -> 4 s, limited by 'queue growth')")  # fmt: skip
+def test_one_layouts_capacity_never_drops_when_the_ttft_slo_loosens():
+    from moeplan.search.capacity.sim import layout_capacity
+
+    m, c, cost = _priced()
+    lay = Layout(attn_tp=2, moe_tp=2)
+
+    def cap(ttft_ms: float) -> float:
+        slo = SLO(ttft_s=ttft_ms / 1e3, tpot_s=0.05, percentile=90.0)
+        got = layout_capacity(m, c, cost, lay, W, slo, engine="sglang", requests=300, replicas=4)
+        assert got.capacity is not None
+        return got.capacity.rate_rps
+
+    assert cap(4000) >= cap(2000)
