@@ -28,7 +28,12 @@ from functools import partial
 from typing import Any
 
 from moeplan.cost import CostModel
-from moeplan.search.capacity.slo import SteadyProbe, steady_probe, window_metrics
+from moeplan.search.capacity.slo import (
+    WINDOW_LIFETIMES,
+    SteadyProbe,
+    steady_probe,
+    window_metrics,
+)
 from moeplan.search.job.fanout import fan_out
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.result import ServeRanking
@@ -57,10 +62,9 @@ def point_probe(
 ) -> SteadyProbe:
     """The steady run ``serve-sim --rate RATE`` makes of ``x``'s deployment (``rate``: into
     the whole deployment): one colocated instance at its share of a round-robin feed over
-    its replicas, or the P/D (AFD) pools as one unit with the pooled window
-    (:data:`moeplan.search.disagg.search.WINDOW_LIFETIMES`)."""
+    its replicas, or the P/D (AFD) pools as one unit; the measured window spans
+    :data:`moeplan.search.capacity.slo.WINDOW_LIFETIMES` at least."""
     from moeplan.search.disagg.pools import DisaggResult
-    from moeplan.search.disagg.search import WINDOW_LIFETIMES
     from moeplan.serve.pools.pd import simulate_pd
 
     r = x.result
@@ -79,7 +83,7 @@ def point_probe(
     reps = x.entry.replicas
     return steady_probe(
         r.engine, rerun_evaluator(x, model, cluster, cost), workload, slo, rate / reps,
-        requests=workload.num_requests, replicas=reps,
+        requests=workload.num_requests, replicas=reps, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
 
 
