@@ -16,6 +16,7 @@ from hypothesis_budget import examples
 from moeplan.backends import priced_engine
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
+from moeplan.search.capacity.slo import RATE_TOL
 from moeplan.search.colocated.search import SpaceCandidate, prepare
 from moeplan.search.job.memo_cost import memo_cost
 from moeplan.serve import SLO, LengthDist, ServeWorkload
@@ -69,12 +70,14 @@ def _per_gpu(out: dict) -> float:
 @pytest.mark.parametrize("which", ["tpot", pytest.param("ttft", marks=pytest.mark.slow)])
 def test_loosening_an_slo_never_lowers_the_winners_capacity_per_gpu(base, which, tmp_path):
     """Twice the SLO: the winner's SLO-bound capacity (output tokens/s per GPU, the figure the
-    deployments are ranked by) is at least the tighter SLO's."""
+    deployments are ranked by) is at least the tighter SLO's, to the resolution the capacity
+    search brackets it to (:data:`moeplan.search.capacity.slo.RATE_TOL`: two searches end
+    anywhere inside their brackets)."""
     name, out = base
     ttft, tpot = slo_ms(QUESTIONS[name])
     slo = {"ttft_ms": 2 * ttft} if which == "ttft" else {"tpot_ms": 2 * tpot}
     loose = plan(name, tmp_path / "o", **slo)
-    assert _per_gpu(loose) >= _per_gpu(out) * (1 - 1e-9), (out["winner"], loose["winner"])
+    assert _per_gpu(loose) >= _per_gpu(out) * (1 - RATE_TOL), (out["winner"], loose["winner"])
 
 
 @pytest.mark.slow
@@ -93,4 +96,4 @@ def test_one_layouts_capacity_never_drops_when_the_ttft_slo_loosens():
         assert got.capacity is not None
         return got.capacity.rate_rps
 
-    assert cap(4000) >= cap(2000)
+    assert cap(4000) >= cap(2000) * (1 - RATE_TOL)
