@@ -20,7 +20,8 @@ A probe at rate ``r`` (requests/s into one instance) simulates:
   5,000 requests agree within 1 %: tests/test_serve_capacity.py).
 - **Drain excluded.** Arrivals continue for ``TAIL_LIFETIMES x r x W`` requests after the
   measured ones, so the measured requests finish under full load, not while the queue empties.
-- **Measured**: ``requests`` requests (the same count and seed for every candidate). The
+- **Measured**: ``requests`` requests (the same count and seed for every candidate), and at
+  least :data:`WINDOW_LIFETIMES` lifetimes of arrivals when they arrive faster. The
   probe meets the SLOs when both percentiles are within their limits *and* the queue is
   stable over the measured window (:func:`_no_growth`): an overloaded
   rate (rho >= 1) never meets the SLOs, however short the run.
