@@ -1,5 +1,5 @@
 """``moeplan recommend``: the sizes it tries, how a size's best fill and bound are read from
-the search, and the issue's question end to end (its answer checked by ``serve-sim``, the size
+the search, and a user's question end to end (its answer checked by ``serve-sim``, the size
 below excluded by the search's bound)."""
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ def test_the_bound_is_the_largest_capacity_or_bound_the_search_states():
     assert bound_per_gpu(r) == 700.0
 
 
-ISSUE = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--rate", "40", "--ttft-slo",
+QUESTION = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--rate", "40", "--ttft-slo",
          "2000", "--tpot-slo", "50"]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_the_issues_question_is_answered_checked_and_the_size_below_excluded():
-    p = moeplan("recommend", *ISSUE, "--json")
+def test_forty_requests_a_second_is_answered_checked_and_the_size_below_excluded():
+    p = moeplan("recommend", *QUESTION, "--json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["gpus"] >= 1 and out["deployment"]["layout"] and out["certificate"]["certificate"]
