@@ -23,6 +23,7 @@ that run's figures: its percentiles meet the SLOs at the rate.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import replace
 from typing import Any
 
@@ -303,7 +304,8 @@ def answer_lines(out: dict[str, Any]) -> list[str]:
         f"{out['gpus']} GPUs ({out['cluster']}) serve {out['rate_rps']:g} req/s of "
         f"{out['model']} under the SLOs: {copies}{d['layout']} ({d['family']}, "
         f"{d['gpus']} GPUs each), {d['serves_rps']:.4g} req/s at most.",
-        f"Check (serve-sim {' '.join(chk['serve_sim_args'])}): TTFT {pct} "
+        f"Check (moeplan serve-sim --model {out['model']} {shlex.join(chk['serve_sim_args'])}): "
+        f"TTFT {pct} "
         f"{chk[f'ttft_{pct}_s'] * 1e3:,.0f} ms, TPOT {pct} {chk[f'tpot_{pct}_s'] * 1e3:,.1f} ms, "
         f"{'meets' if chk['meets_slo'] else 'misses'} the SLOs.",
     ]
