@@ -91,6 +91,9 @@ BENCH_DP2 = (*BENCH, "--attn-dp", "2", "--moe-ep", "2")
 BENCH_TP2 = (*BENCH, "--attn-tp", "2", "--moe-ep", "2")
 BENCH_SPREAD = (*BENCH, "--random-range-ratio", "0.5")  # lengths the seed draws
 
+RECOMMEND = ("recommend", *LITE, *H100, "--rate", "2", "--requests", "50", "--isl", "512",
+             "--osl", "32", "--json")  # fmt: skip
+
 #: command (space-separated words) -> its base question and a probe per flag.
 REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
     "inspect": (
@@ -227,6 +230,21 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         {
             "--limit": P("--limit", "2", key="runs"),
             "--rows-out": F("--rows-out", "{tmp}/rows.csv"),
+        },
+    ),
+    "recommend": (
+        RECOMMEND,
+        {
+            "--model": P("--model", "qwen3-30b-a3b", key="model"),
+            "--cluster": P("--cluster", "h200-sxm-8", key="cluster"),
+            "--rate": P("--rate", "3", key="rate_rps"),
+            "--ttft-slo": P("--ttft-slo", "500", key="slo"),
+            "--tpot-slo": P("--tpot-slo", "20", key="slo"),
+            "--slo-percentile": P("--slo-percentile", "50", key="slo"),
+            "--isl": P("--isl", "1024", key="check"),
+            "--osl": P("--osl", "64", key="check"),
+            "--engine": P("--engine", "vllm", key="check"),
+            "--requests": P("--requests", "100", key="check"),
         },
     ),
     "plan": (

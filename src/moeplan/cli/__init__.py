@@ -88,6 +88,7 @@ COMMAND_MODULES = {
     "pipeline": "pipeline",
     "place": "place",
     "plan": "plan",
+    "recommend": "recommend",
     "run": "run",
     "serve-sim": "serve",
     "strategy": "strategy",

@@ -178,7 +178,8 @@ def plan_json(
         },
         "workload": outcome.served_workload,
         "candidates": [s.summary() for s in ranking.ranked],
-        "pareto": ranking.pareto(),
+        "pareto": outcome.curves.get("front", []),
+        "aggregated_vs_disaggregated": outcome.side_by_side,
         "not_served": ranking.not_served,
         "pruned": [
             {

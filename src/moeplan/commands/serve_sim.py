@@ -30,7 +30,7 @@ from moeplan.errors import MoeplanError, require
 from moeplan.kernel_tables import pricing
 from moeplan.planners.layout import Layout
 from moeplan.search.capacity.sim import layout_capacity
-from moeplan.search.capacity.slo import steady_probe
+from moeplan.search.capacity.slo import WINDOW_LIFETIMES, steady_probe
 from moeplan.search.colocated.evaluate import ServeResult, evaluate_layout, run_workload
 from moeplan.search.colocated.rank import replicated, require_steady, serve_result
 from moeplan.search.disagg.given import simulate_given
@@ -269,6 +269,7 @@ def _operating_probe(cand: Any, w: ServeWorkload, slo: SLO, rate: float | None, 
         rate / cand.replicas,
         requests=requests,
         replicas=cand.replicas,
+        window_lifetimes=WINDOW_LIFETIMES,
     )
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 ARTIFACTS = frozenset(
     {
         "plan.json",
+        "pareto.csv",
         "report.html",
         "timeline.json",
         "sglang.sh",
@@ -175,6 +176,7 @@ def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
             )
             files["expert_location"] = str(out.write("expert_location.json", loc))
         files["plan"] = str(out.write("plan.json", plan.to_json()))
+        files["pareto"] = str(out.write("pareto.csv", pareto_csv(outcome.curves)))
         timeline = json.dumps(outcome.timeline, default=_np)
         files["timeline"] = str(out.write("timeline.json", timeline))
         exports = {lf.name.split("/")[1]: lf.export for lf in launchers if lf.export is not None}
@@ -184,6 +186,30 @@ def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
         files["plotly"] = str(out.write(PLOTLY_FILE, plotly_js()))
         files["report"] = str(out.write("report.html", html))
     return files
+
+
+PARETO_COLUMNS = ("on_front", "family", "deployment", "gpus", "rate_rps", "concurrency",
+                  "batch_cap", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "ttft_p50_s",
+                  "ttft_p90_s", "tpot_p50_s", "tpot_p90_s", "meets_slo", "source")  # fmt: skip
+
+
+def pareto_csv(curves: dict[str, Any]) -> str:
+    """The load sweep's operating points as CSV (one row per point, ``on_front`` 1 for the
+    Pareto front's): the figures of ``plan --json``'s ``pareto`` and the report's chart."""
+    import csv
+    import io
+
+    front = curves.get("front") or []
+    keys = {(p.get("label"), p.get("rate_rps")) for p in front}
+    rows = [p for pts in (curves.get("sweep") or {}).values() for p in pts
+            if p["source"] != "overload"] or list(front)  # fmt: skip
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(PARETO_COLUMNS)
+    for p in rows:
+        on = int((p.get("label"), p.get("rate_rps")) in keys)
+        w.writerow([on, *(p.get(k, "") for k in PARETO_COLUMNS[1:])])
+    return buf.getvalue()
 
 
 def write_launch_folder(

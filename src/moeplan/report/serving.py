@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from moeplan.report.figures import COLORS, log_ticks
+from moeplan.report.figures import log_ticks
 
 if TYPE_CHECKING:
     from moeplan.search.ranking.result import ServeRanking
@@ -25,58 +25,83 @@ CDF_POINTS = 200  # quantiles drawn per latency distribution: finer than a 420 p
 SLO_COLOR = "#c33"
 
 
-def serving_pareto(ranking: ServeRanking, names: dict[str, str] | None = None) -> go.Figure:
-    """Output tokens/s per GPU against tokens/s per user (1 / median TPOT), every simulated
-    deployment; the non-dominated front as a line, its points labelled."""
-    names = names or {}
+def serving_pareto(ranking: ServeRanking, curves: dict[str, Any]) -> go.Figure:
+    """Output tokens/s per GPU against tokens/s per user (1 / median TPOT): every steady
+    operating point of the load sweep (``curves["sweep"]``, one colour per deployment,
+    faint), the non-dominated front (``curves["front"]``) as a labelled line, and the
+    region whose tokens/s per user is within the TPOT SLO shaded."""
     fig = go.Figure()
-    for fam in dict.fromkeys(x.entry.family for x in ranking.ranked):
-        mine = [
-            (x, x.metrics)
-            for x in ranking.ranked
-            if x.entry.family == fam and x.metrics is not None and x.metrics.tpot_p50_s > 0
-        ]
-        if not mine:
+    swept = curves.get("sweep") or {}
+    for i, (label, pts) in enumerate(swept.items()):
+        pts = [p for p in pts if p["stable"] and p["tokens_per_s_per_user"] > 0]
+        if not pts:
             continue
-        xs = [x for x, _ in mine]
-        fig.add_scatter(
-            x=[1.0 / m.tpot_p50_s for _, m in mine],
-            y=[m.output_tokens_per_s_per_gpu for _, m in mine],
-            mode="markers",
-            name=names.get(fam, fam),
-            marker={
-                "color": COLORS.get(fam),
-                "size": 11,
-                "symbol": ["circle" if x.result.meets_slo else "x" for x in xs],
-            },
-            text=[
-                f"{x.entry.layout.label}<br>{'meets' if x.result.meets_slo else 'misses'} the SLOs"
-                for x in xs
-            ],
-            hoverinfo="text+x+y",
-        )
-    front = ranking.pareto()
-    if front:
-        pts = sorted(front, key=lambda p: p["tokens_per_s_per_user"])
         fig.add_scatter(
             x=[p["tokens_per_s_per_user"] for p in pts],
             y=[p["tokens_per_s_per_gpu"] for p in pts],
-            mode="lines+text",
-            text=[p["label"].split(": ", 1)[-1].replace(" : ", " :<br>") for p in pts],
-            textposition=[_text_side(i, len(pts)) for i in range(len(pts))],
+            mode="markers+lines",
+            name=label,
+            opacity=0.35,
+            line={"color": LINE_COLORS[i % len(LINE_COLORS)], "width": 1},
+            marker={
+                "color": LINE_COLORS[i % len(LINE_COLORS)],
+                "size": 8,
+                "symbol": ["circle" if p["meets_slo"] else "x" for p in pts],
+            },
+            text=[_hover(p) for p in pts],
+            hoverinfo="text",
+        )
+    front = sorted(curves.get("front") or [], key=lambda p: p["tokens_per_s_per_user"])
+    if front:
+        fig.add_scatter(
+            x=[p["tokens_per_s_per_user"] for p in front],
+            y=[p["tokens_per_s_per_gpu"] for p in front],
+            mode="lines+markers+text",
+            text=[_short(p) for p in front],
+            textposition=[_text_side(i, len(front)) for i in range(len(front))],
             textfont={"size": 10},
             cliponaxis=False,
             name="Pareto front",
-            line={"color": "#555", "dash": "dash"},
+            line={"color": "#222", "width": 2},
+            marker={"color": "#222", "size": 9},
+            hovertext=[_hover(p) for p in front],
+            hoverinfo="text",
         )
+    tpot = ranking.slo.tpot_s
+    if tpot:
+        fig.add_vrect(
+            x0=1.0 / tpot, x1=1.0 / tpot * 1e3, fillcolor="#2f9e62", opacity=0.08,
+            line_width=0, annotation_text=f"within the TPOT SLO ({tpot * 1e3:,.0f} ms)",
+            annotation_position="top left",
+        )  # fmt: skip
+    xs = [p["tokens_per_s_per_user"] for pts in swept.values() for p in pts]
+    xs += [p["tokens_per_s_per_user"] for p in front]
+    if xs:
+        fig.update_xaxes(range=[0, 1.1 * max(xs)])
     fig.update_layout(
-        title="Throughput per GPU against speed per user (simulated; "
-        "x = failed SLOs; front labelled)",
-        xaxis_title="tokens/s per user (1 / median TPOT)",
+        title="Pareto front: throughput per GPU against speed per user (simulated steady "
+        "runs; x = misses the SLOs)",
+        xaxis_title="output tokens/s per user (1 / median TPOT)",
         yaxis_title="output tokens/s per GPU",
-        height=440,
+        height=480,
+        legend={"orientation": "h", "y": -0.25},
     )
     return fig
+
+
+def _short(p: dict[str, Any]) -> str:
+    """A front point's label: its deployment and load, short enough to sit on the chart."""
+    return f"{p['deployment'].replace(' : ', ' :<br>')}<br>{p['rate_rps']:,.3g} req/s"
+
+
+def _hover(p: dict[str, Any]) -> str:
+    """A point's figures on hover: deployment, rate, batch cap, TTFT and TPOT p90."""
+    cap = "" if p.get("batch_cap") is None else f", batch cap {p['batch_cap']}"
+    return (
+        f"{p['label']}<br>{p['rate_rps']:,.3g} req/s{cap}<br>TTFT p90 "
+        f"{p['ttft_p90_s'] * 1e3:,.0f} ms, TPOT p90 {p['tpot_p90_s'] * 1e3:,.1f} ms<br>"
+        f"{'meets' if p['meets_slo'] else 'misses'} the SLOs"
+    )
 
 
 def _text_side(i: int, n: int) -> str:

@@ -23,7 +23,13 @@ from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
 from moeplan.planners.plan import Plan
 from moeplan.planners.rank import PlanResult
-from moeplan.search.capacity.slo import CI_TARGET, SteadyProbe, steady_probe, window_metrics
+from moeplan.search.capacity.slo import (
+    CI_TARGET,
+    WINDOW_LIFETIMES,
+    SteadyProbe,
+    steady_probe,
+    window_metrics,
+)
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.colocated.search import Certificate, SpaceCandidate, search_space
 from moeplan.search.colocated.space import layouts
@@ -80,15 +86,17 @@ def serve_result(
             workload,
             slo,
             workload.rate / c.replicas,  # type: ignore[operator]
-            requests=cap.requests,
+            requests=workload.num_requests,  # the run at the rate alone, as serve-sim --rate
             replicas=c.replicas,
+            window_lifetimes=WINDOW_LIFETIMES,
         )
     if probe is None:  # no rate meets the SLOs: what a light load gets (1/64 of the estimate)
         assert c.estimate is not None
         light = c.estimate.rate_rps / IDLE_FRACTION
         p = steady_probe(
-            c.cfg, c.evaluate, workload, slo, light, requests=cap.requests, replicas=c.replicas
-        )
+            c.cfg, c.evaluate, workload, slo, light, requests=cap.requests, replicas=c.replicas,
+            window_lifetimes=WINDOW_LIFETIMES,
+        )  # fmt: skip
         return ServeResult(
             layout=c.layout,
             feasible=True,

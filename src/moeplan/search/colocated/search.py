@@ -42,6 +42,7 @@ from moeplan.planners.layout import Layout
 from moeplan.search.capacity.bound import Bound, capacity_bound
 from moeplan.search.capacity.slo import (
     DEFAULT_REQUESTS,
+    WINDOW_LIFETIMES,
     Capacity,
     CapacitySearch,
     SteadyProbe,
@@ -213,6 +214,7 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
         ref_rps=ref,
         cap_rps=c.bound.rate_rps,
         met_rps=c.beaten_at or None,
+        window_lifetimes=WINDOW_LIFETIMES,
     )
     c.capacity, c.probe = slo_capacity(
         c.cfg, c.evaluate, workload, slo, search, replicas=c.replicas, cache=c.runs
@@ -225,8 +227,9 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     assert w.bound is not None and w.capacity is not None
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt, ref_rps=_start(w)[1], cap_rps=w.bound.rate_rps
-    )
+        guess_rps=pt[0], requests=requests, known=pt, ref_rps=_start(w)[1],
+        cap_rps=w.bound.rate_rps, window_lifetimes=WINDOW_LIFETIMES,
+    )  # fmt: skip
     w.capacity, w.probe = slo_capacity(
         w.cfg, w.evaluate, workload, slo, search, replicas=w.replicas, cache=w.runs
     )
@@ -239,7 +242,7 @@ def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n
     ref = _start(c)[1]
     p = steady_probe(
         c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, ref_rps=ref,
-        horizon=True, stop_on_miss=True,
+        horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     c.beaten_at = rate
     if p.meets(slo):

@@ -26,8 +26,10 @@ def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResul
     w, slo = c.workload, c.slo
     probe = pc.probe
     if rate_given and w.rate is not None:
+        # the run at the rate alone (its window sized at that rate, not the search's
+        # reference): the same run as the load sweep's point there (moeplan.search.ranking.sweep)
         probe = steady_probe(
-            None, None, w, slo, w.rate, requests=cap.requests, runner=pc.runner(c),
+            None, None, w, slo, w.rate, requests=w.num_requests, runner=pc.runner(c),
             window_lifetimes=WINDOW_LIFETIMES,
         )  # fmt: skip
     if probe is None:  # no rate meets the SLOs: the metrics of the lowest rate tried

@@ -49,6 +49,7 @@ from typing import Any
 
 from moeplan.planners.families import FAMILY
 from moeplan.search.capacity.slo import (
+    WINDOW_LIFETIMES,  # noqa: F401 (re-exported)
     CapacitySearch,
     SteadyProbe,
     slo_capacity,
@@ -68,7 +69,6 @@ from moeplan.search.job.fanout import fan_out, width
 from moeplan.serve.pools.pd import prefill_view
 from moeplan.serve.workload.arrivals import Requests
 
-WINDOW_LIFETIMES = 2.0  # measured window: two SLO lifetimes of arrivals at least (docstring)
 REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate, capped by the bound
 
 

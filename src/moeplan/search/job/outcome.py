@@ -57,7 +57,10 @@ class PlanOutcome:
     served_workload: dict[str, Any]  # the request stream every deployment was served
     limits: str  # what limits the winner: the SLO it uses most and the per-step bottleneck
     fill: ClusterFill | None  # None when the winner uses the whole cluster
-    curves: dict[str, Any]  # {"latency": {label: {ttft_s, tpot_s}}, "rate": {label: [...]}}
+    curves: dict[str, Any]  # latency, rate curves, load sweep and its front (ranking.views)
+    side_by_side: dict[str, Any] | None = (
+        None  # best aggregated vs disaggregated (views.side_by_side)
+    )
     timeline: dict[str, Any]  # Chrome trace of the winner's simulated engine iterations
     dep_schedules: dict[str, Any] = field(default_factory=dict)  # FinDEP and PPPipe, 2 layers
     placement: PlacementResult | None = None  # Sem-MoE's placement on the winner's EP

@@ -46,6 +46,7 @@ from moeplan.search.ranking.rank import (
     serving_trace,
 )
 from moeplan.search.ranking.result import ServeRanking
+from moeplan.search.ranking.views import side_by_side
 from moeplan.serve.deployment import of
 from moeplan.serve.metrics import SLO
 from moeplan.serve.workload.arrivals import ServeWorkload
@@ -169,6 +170,7 @@ def _outcome(
         explanation=(*serve_explanation(ranking, result, step_bound=step), *([topo] if topo else [])),
         served_workload=workload_dict(ranking), limits=limits_sentence(ranking, step),
         fill=cluster_fill(ranking, c.num_gpus), curves=curves, timeline=timeline,
+        side_by_side=side_by_side(ranking),
         dep_schedules=schedules, placement=place_res, placement_note=place_note,
         placement_changes=placement_changes(place_res, spec.trace),
         winner_ep=ep,

@@ -61,8 +61,6 @@ from moeplan.search.ranking.result import (  # noqa: F401 (re-exported)
     all_replicas,
 )
 from moeplan.search.ranking.views import (  # noqa: F401 (re-exported)
-    CURVE_FRACTIONS,
-    CURVE_REQUESTS,
     _operating_workload,
     _rerun,
     describe,

@@ -5,8 +5,7 @@ A SMIDT plan whose DPMoE replication ``d`` divides the attention DP is served as
 independent replicas (:func:`moeplan.search.ranking.family_layouts.pipeline_entries`): one replica is
 simulated on its share of the load (:func:`_per_replica`, round-robin) and its result scaled
 to the whole deployment (:func:`all_replicas`: totals and rates times ``d``, per-GPU figures
-and latencies unchanged). :meth:`ServeRanking.pareto` is the front in (output tokens/s per
-GPU, tokens/s per user = 1 / median TPOT) that the report draws.
+and latencies unchanged).
 """
 
 from __future__ import annotations
@@ -39,36 +38,6 @@ class ServeRanking:
     @property
     def winner(self) -> Served:
         return self.ranked[0]
-
-    def pareto(self) -> list[dict[str, Any]]:
-        """Simulated points not dominated in (output tokens/s per GPU, tokens/s per user =
-        1 / median TPOT)."""
-        pts: list[dict[str, Any]] = []
-        for s in self.ranked:
-            m = s.metrics
-            if m is None or not m.tpot_p50_s > 0:
-                continue
-            pts.append(
-                {
-                    "label": f"{s.entry.family}: {s.entry.layout_label}",
-                    "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
-                    "tokens_per_s_per_user": 1.0 / m.tpot_p50_s,
-                    "meets_slo": s.result.meets_slo,
-                }
-            )
-        front = [
-            p
-            for p in pts
-            if not any(
-                q["tokens_per_s_per_gpu"] >= p["tokens_per_s_per_gpu"]
-                and q["tokens_per_s_per_user"] >= p["tokens_per_s_per_user"]
-                and q != p
-                and (q["tokens_per_s_per_gpu"], q["tokens_per_s_per_user"])
-                != (p["tokens_per_s_per_gpu"], p["tokens_per_s_per_user"])
-                for q in pts
-            )
-        ]
-        return sorted(front, key=lambda p: -p["tokens_per_s_per_gpu"])
 
 
 def _per_replica(workload: ServeWorkload, replicas: int) -> ServeWorkload:

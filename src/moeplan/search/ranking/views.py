@@ -24,10 +24,15 @@ from moeplan.planners.rank import PlanResult
 from moeplan.search.job.fanout import fan_out
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.result import ServeRanking, _per_replica
+from moeplan.search.ranking.sweep import (
+    all_points,
+    front,
+    given_load_points,
+    label_of,
+    rerun_evaluator,
+    sweep,
+)
 from moeplan.serve.engine.run import SimResult, simulate
-from moeplan.serve.iteration.batch_grid import GridEvaluator
-from moeplan.serve.iteration.model import iteration_model
-from moeplan.serve.metrics import SLO, summarize
 from moeplan.serve.workload.arrivals import LengthDist, ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
@@ -128,6 +133,10 @@ def serve_explanation(
             f"{'' if r.result.meets_slo else ' (misses the SLOs)'}; the winner is "
             f"{ratio:.2f}x per GPU."
         )
+    both = side_by_side(ranking)
+    if both is not None:
+        out.append(f"Aggregated against disaggregated: the {both['winner']} one wins: "
+                   f"{both['reason']}.")  # fmt: skip
     a = result.winner
     if a.family != w.entry.family:
         out.append(
@@ -136,6 +145,57 @@ def serve_explanation(
             f"ranking differs — the serving simulation decides."
         )
     return out
+
+
+def side_by_side(ranking: ServeRanking) -> dict[str, Any] | None:
+    """The best aggregated (colocated) and the best disaggregated (P/D, AFD) deployment of
+    the ranking, each with its figures, and the reason the one ranked first wins (None when
+    the ranking kept only one kind)."""
+    agg = next((x for x in ranking.ranked if x.entry.family not in POOLED_FAMILIES
+                and x.metrics is not None), None)  # fmt: skip
+    dis = next((x for x in ranking.ranked if x.entry.family in POOLED_FAMILIES
+                and x.metrics is not None), None)  # fmt: skip
+    if agg is None or dis is None:
+        return None
+    pct = ranking.slo.percentile
+
+    def row(x: Served) -> dict[str, Any]:
+        m = x.metrics
+        assert m is not None
+        ttft, tpot = m.at_percentile(pct)
+        return {
+            "family": x.entry.family,
+            "deployment": x.entry.layout_label,
+            "gpus": x.entry.gpus,
+            "meets_slo": x.result.meets_slo,
+            "max_rate_meeting_slo_rps": x.result.max_rate_meeting_slo_rps,
+            "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+            "tokens_per_s_per_user": 1.0 / m.tpot_p50_s if m.tpot_p50_s > 0 else 0.0,
+            f"ttft_p{pct:g}_s": ttft,
+            f"tpot_p{pct:g}_s": tpot,
+            "limited_by": x.result.bound,
+        }
+
+    first = ranking.ranked.index(agg) < ranking.ranked.index(dis)
+    win, lose = (agg, dis) if first else (dis, agg)
+    a, b = row(win), row(lose)
+    if not lose.result.meets_slo:
+        why = f"{b['deployment']} misses the SLOs at every rate simulated"
+    else:
+        ratio = a["output_tokens_per_s_per_gpu"] / max(b["output_tokens_per_s_per_gpu"], 1e-12)
+        why = (
+            f"{a['deployment']} serves {ratio:.2f}x the output tokens/s per GPU of "
+            f"{b['deployment']} at their largest SLO-meeting rates "
+            f"({a['output_tokens_per_s_per_gpu']:,.0f} against "
+            f"{b['output_tokens_per_s_per_gpu']:,.0f}); the other is limited by "
+            f"{b['limited_by']}"
+        )
+    return {
+        "aggregated": row(agg),
+        "disaggregated": row(dis),
+        "winner": "aggregated" if first else "disaggregated",
+        "reason": why,
+    }
 
 
 def _fraction(result: Any) -> str:
@@ -179,10 +239,6 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
     return out
 
 
-CURVE_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)  # of each plan's largest SLO-meeting rate
-CURVE_REQUESTS = 300  # requests per point of a latency-rate curve
-
-
 def _operating_workload(ranking: ServeRanking, s: Served) -> ServeWorkload:
     """The load ``s``'s metrics were taken at: the user's, else its largest SLO rate."""
     rate = s.result.max_rate_meeting_slo_rps
@@ -198,48 +254,49 @@ def serving_curves(
     cost: CostModel,
     *,
     top: int = 3,
-    fractions: tuple[float, ...] = CURVE_FRACTIONS,
 ) -> dict[str, Any]:
-    """For the ``top`` simulated plans: per-request TTFT/TPOT at their operating point, and
-    p90 TTFT/TPOT against the arrival rate (``fractions`` of the largest SLO-meeting rate;
-    open-loop workloads only). Same seed at every rate (common random numbers)."""
-    work: dict[str, Callable[[], tuple[dict[str, list[float]], Any]]] = {}
+    """Per-request TTFT/TPOT of the ``top`` simulated plans at their operating point
+    (``latency``); the load sweep of every simulated plan (``sweep``,
+    :mod:`moeplan.search.ranking.sweep`: steady runs at fractions of its SLO-bound capacity
+    and its verdict run at the capacity), its Pareto ``front``, and the ``top`` plans'
+    latency-vs-rate curves drawn from those same points (``rate``): at the capacity a curve
+    shows the verdict's own figures. Open-loop workloads at SLO-bound capacity only have a
+    sweep; a given rate or concurrency keeps ``rate`` and ``sweep`` empty and ``front`` of
+    the ranking's own runs at that load (:func:`given_load_points`)."""
+
+    work: dict[str, Callable[[], dict[str, list[float]]]] = {}
     done = [x for x in ranking.ranked if x.result.engine is not None][:top]
     for x in done:
-        label = f"{x.entry.family}: {x.entry.layout_label}"
         kept = operating_run(x)
-        run = (
+        work[label_of(x)] = (
             partial(_latencies, kept)
             if kept is not None
             else partial(_rerun_latencies, x, _operating_workload(ranking, x), model, cluster, cost)
         )
-        base = x.result.max_rate_meeting_slo_rps or ranking.workload.rate
-        points: list[Callable[[], dict[str, float]]] | None = None  # None: no rate curve
-        if base and ranking.workload.concurrency is None:
-            probe = replace(
-                ranking.workload, num_requests=min(CURVE_REQUESTS, ranking.workload.num_requests)
-            )
-            points = [
-                partial(_curve_point, x, probe, base * f, model, cluster, cost, ranking.slo)
-                for f in fractions
-            ]
-        work[label] = partial(_plan_curves, run, points)
     # each plan's runs together (they price the same deployment: one process prices its new
     # shapes once), the plans side by side when the caller runs workers
-    got = dict(zip(work, fan_out(list(work.values())), strict=True))
+    latency = dict(zip(work, fan_out(list(work.values())), strict=True))
+    swept = sweep(ranking, model, cluster, cost)
     return {
-        "latency": {label: lat for label, (lat, _) in got.items()},
-        "rate": {label: pts for label, (_, pts) in got.items() if pts is not None},
+        "latency": latency,
+        "rate": {
+            label: [_curve_point(p) for p in swept[label]] for label in work if label in swept
+        },
+        "sweep": swept,
+        "front": front(all_points(swept) if swept else given_load_points(ranking)),
     }
 
 
-def _plan_curves(
-    run: Callable[[], dict[str, list[float]]],
-    points: list[Callable[[], dict[str, float]]] | None,
-) -> tuple[dict[str, list[float]], list[dict[str, float]] | None]:
-    """One plan's per-request latencies and its rate curve's points, in order (None: no
-    curve)."""
-    return run(), None if points is None else [p() for p in points]
+def _curve_point(p: dict[str, Any]) -> dict[str, Any]:
+    """One point of a latency-vs-rate curve: a sweep point's rate, p90s and tokens/s per
+    GPU, and whether it is the verdict's run."""
+    return {
+        "rate_rps": p["rate_rps"],
+        "ttft_p90_s": p["ttft_p90_s"],
+        "tpot_p90_s": p["tpot_p90_s"],
+        "output_tokens_per_s_per_gpu": p["tokens_per_s_per_gpu"],
+        "verdict": p["source"].startswith("capacity"),
+    }
 
 
 def _latencies(res: SimResult) -> dict[str, list[float]]:
@@ -256,25 +313,6 @@ def _rerun_latencies(
 ) -> dict[str, list[float]]:
     """:func:`_latencies` of ``x`` simulated again on ``wl``."""
     return _latencies(_rerun(x, wl, model, cluster, cost))
-
-
-def _curve_point(
-    x: Served,
-    probe: ServeWorkload,
-    rate: float,
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    cost: CostModel,
-    slo: SLO,
-) -> dict[str, float]:
-    """One point of a rate curve: ``x`` rerun at ``rate``, its p90s and tokens/s per GPU."""
-    m = summarize(_rerun(x, probe.with_rate(rate), model, cluster, cost), x.result.layout.gpus, slo)
-    return {
-        "rate_rps": rate,
-        "ttft_p90_s": m.ttft_p90_s,
-        "tpot_p90_s": m.tpot_p90_s,
-        "output_tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
-    }
 
 
 def serving_trace(
@@ -332,17 +370,6 @@ def _rerun(
     assert r.engine is not None
     wl = _per_replica(wl, x.entry.replicas)  # one instance of a replicated deployment
     return simulate(generate(wl), r.engine, rerun_evaluator(x, model, cluster, cost))
-
-
-def rerun_evaluator(
-    x: Served, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
-) -> GridEvaluator:
-    """The iteration prices of colocated ``x``'s reruns: as the search priced its runs (its
-    instance knobs, decode batches on the batch grid), so a curve point is the deployment
-    the ranking measured."""
-    return GridEvaluator(
-        iteration_model(model, cluster, cost, x.result.layout, knobs=x.result.knobs)
-    )
 
 
 def served_plan(s: Served, ranking: ServeRanking) -> Plan:
