@@ -204,7 +204,7 @@ def recommend(
             continue
         best = best_fill(ranking, c)
         assert best is not None
-        return _answer(m, c, w, slo, rate, best, ranking, tried, cost)
+        return _answer(m, c, w, slo, rate, best, ranking, tried, cost, (kind.name, engine))
     raise MoeplanError(
         f"--rate ({rate:g} req/s) is more than {max_nodes} nodes of {kind.name} serve under "
         f"the SLOs: the most is {max(r['serves_rps'] for r in tried):.4g} req/s"
@@ -221,8 +221,10 @@ def _answer(
     ranking: ServeRanking,
     tried: list[dict[str, Any]],
     cost: Any,
+    asked: tuple[str, str],
 ) -> dict[str, Any]:
-    """The JSON answer at size ``c``: the deployment, its check run at ``rate`` and why the
+    """The JSON answer at size ``c`` (``asked``: the cluster kind and engine the question
+    named, which the check's ``serve-sim`` arguments repeat): the deployment, its check run at ``rate`` and why the
     size below does not serve it."""
     x, copies, serves = best
     below = tried[-2] if len(tried) > 1 else None
@@ -262,7 +264,7 @@ def _answer(
         "certificate_sentence": ranking.certificate_sentence,
         "smaller": proof,
         "sizes_tried": [{k: v for k, v in r.items() if k != "certificate"} for r in tried],
-        "check": _check(x, copies, rate, w, slo, m, c, cost),
+        "check": _check(x, copies, rate, w, slo, m, c, cost, asked),
     }
 
 
@@ -275,8 +277,10 @@ def _check(
     m: ModelSpec,
     c: ClusterSpec,
     cost: Any,
+    asked: tuple[str, str],
 ) -> dict[str, Any]:
-    """The answer simulated at ``rate`` as ``serve-sim`` does (its arguments and figures)."""
+    """The answer simulated at ``rate`` as ``serve-sim`` does (its arguments, every one the
+    question fixed, and figures)."""
     pooled = x.entry.family in POOLED_FAMILIES
     at = rate / copies if pooled else rate
     if pooled:
@@ -287,7 +291,29 @@ def _check(
     mt = window_metrics(p, instance_gpus(x), slo)
     ttft, tpot = mt.at_percentile(slo.percentile)
     return {
-        "serve_sim_args": ["--nodes", str(c.num_nodes), *check_args(x, copies, rate)],
+        "serve_sim_args": [
+            "--cluster",
+            asked[0],
+            "--nodes",
+            str(c.num_nodes),
+            "--engine",
+            asked[1],
+            "--isl",
+            str(round(w.isl.mean)),
+            "--osl",
+            str(round(w.osl.mean)),
+            "--ttft-slo",
+            f"{slo.ttft_s * 1e3:g}",
+            "--tpot-slo",
+            f"{slo.tpot_s * 1e3:g}",
+            "--slo-percentile",
+            f"{slo.percentile:g}",
+            "--requests",
+            str(w.num_requests),
+            "--seed",
+            str(w.seed),
+            *check_args(x, copies, rate),
+        ],  # fmt: skip
         "rate_rps": rate,
         f"ttft_p{slo.percentile:g}_s": ttft,
         f"tpot_p{slo.percentile:g}_s": tpot,
