@@ -104,20 +104,24 @@ _SGLANG_COMMON = frozenset(
         "--disaggregation-bootstrap-port",
         "--chunked-prefill-size",
         "--mem-fraction-static",  # server_args.py ServerArgs.mem_fraction_static
+        "--max-running-requests",  # arg_groups/fields/schedule.py (0.5.23)
+        "--disaggregation-ib-device",  # arg_groups/fields/disagg.py (0.5.23)
     }
 )
 SGLANG_PINNED = EngineVersion(
     engine=SGLANG_BACKEND.name,
     version=str(SGLANG_BACKEND.flag_line),
     attn_dp_flag="--attn-dp-size",
-    known_flags=_SGLANG_COMMON | {"--attn-dp-size"},
+    known_flags=_SGLANG_COMMON | {"--attn-dp-size", "--cuda-graph-max-bs-decode"},
     source="sgl-project/sglang PR #41818 (--attn-dp-size)",
 )
 SGLANG_LEGACY = EngineVersion(
     engine="sglang",
     version="0.5.x before PR #41818",
     attn_dp_flag="--enable-dp-attention",
-    known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention"},
+    # server_args.py ServerArgs.cuda_graph_max_bs (one size for every phase before the
+    # per-phase cuda_graph_config of the 0.5.2x line)
+    known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention", "--cuda-graph-max-bs"},
     source="sglang server_args.py (enable_dp_attention, dp_size)",
 )
 VLLM_PINNED = EngineVersion(
@@ -147,6 +151,8 @@ VLLM_PINNED = EngineVersion(
             "--kv-transfer-config",
             "--max-num-batched-tokens",
             "--gpu-memory-utilization",  # vllm/config/cache.py CacheConfig
+            "--max-num-seqs",  # vllm/config/scheduler.py SchedulerConfig (0.11.0)
+            "--cuda-graph-sizes",  # vllm/config/scheduler.py SchedulerConfig (0.11.0)
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",

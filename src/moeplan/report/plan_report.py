@@ -102,6 +102,8 @@ def launch_exports(
         notes=notes,
         pricing=pricing,
         remote_code=remote_code,
+        gpu=result.cluster.gpu,
+        mla=result.model.attention == "mla",
     )
     return deployment_exports(result, serving, ctx)
 
@@ -178,7 +180,8 @@ def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
         timeline = json.dumps(outcome.timeline, default=_np)
         files["timeline"] = str(out.write("timeline.json", timeline))
         exports = {lf.name.split("/")[1]: lf.export for lf in launchers if lf.export is not None}
-        files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
+        write_launch_folder(out.path("launch"), exports, loc)
+        files["launch"] = str(outdir / "launch")  # the final folder, not the set's staging one
         for engine in exports:  # each engine's launch.sh (what --json's artifacts name)
             files[engine] = str(outdir / "launch" / engine / "launch.sh")
         files["plotly"] = str(out.write(PLOTLY_FILE, plotly_js()))
