@@ -129,6 +129,8 @@ class EngineBackend(ABC):
     launch_module: str | None = None
     #: the launch flag of the running-request cap (None: not a flag of its server command)
     running_flag: str | None = None
+    #: the container image of the pinned release the Kubernetes manifests run (None: none)
+    image: str | None = None
 
     # ---- decisions ------------------------------------------------------------------------
     @abstractmethod

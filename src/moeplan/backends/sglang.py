@@ -254,4 +254,5 @@ SGLANG = SGLangBackend(
     # attention-DP rank divides (model_executor/pool_configurator.py
     # ``max_running_requests // attn_dp_size``, 0.5.23)
     running_flag="--max-running-requests",
+    image=f"lmsysorg/sglang:v{VERSION}",  # docker/Dockerfile, published per release tag
 )

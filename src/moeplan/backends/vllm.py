@@ -161,4 +161,5 @@ VLLM = VLLMBackend(
     launch_module="moeplan.export.vllm",
     # vllm/config/scheduler.py SchedulerConfig.max_num_seqs: one DP engine rank's cap
     running_flag="--max-num-seqs",
+    image=f"vllm/vllm-openai:v{VERSION}",  # docker/Dockerfile vllm-openai target, per release
 )

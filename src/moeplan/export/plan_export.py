@@ -40,6 +40,7 @@ from typing import Any
 from moeplan.backends import backend, exported
 from moeplan.errors import MoeplanError, require, show
 from moeplan.export import constraints as cons
+from moeplan.export import k8s
 from moeplan.export.deployment import Pool, Slot, place, summary
 from moeplan.export.launch_scripts import render_launch, render_stop
 from moeplan.export.launch_servers import router_command, server_commands
@@ -132,6 +133,8 @@ class LaunchExport:
     deployment: dict[str, Any] | None = None
     #: every server's engine command of every node it spans, in launch order
     servers: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    #: ``launch/k8s/<engine>.yaml`` (:mod:`moeplan.export.k8s`; None for a refusal)
+    k8s: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -408,8 +411,11 @@ def engine_export(
         text = render_launch(
             scs, router, num_nodes=c.num_nodes, comments=comments, literals=(ctx.model_path,)
         )
+        objs, why = k8s.manifests(engine, scs, router, literals=(ctx.model_path,))
+        k8s_head = [*head[:2], f"launches: {o.family} {o.label}", *_k8s_lines(engine, why)]
         return LaunchExport(
             engine=engine,
+            k8s=k8s.render(objs, k8s_head),
             text=text,
             label=o.label,
             per_gpu=o.per_gpu,
@@ -466,6 +472,20 @@ def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[st
             strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
         )
     return {e: engine_export(e, result, ctx, options, winner) for e in exported()}
+
+
+def _k8s_lines(engine: str, why: Sequence[str]) -> list[str]:
+    """The head of ``launch/k8s/<engine>.yaml``: what to create first, or why it is empty."""
+    if why:
+        return [f"no manifests: {w}; run launch/{engine}/launch.sh instead" for w in why]
+    return [
+        f"create first: kubectl create configmap moeplan-{engine}-files "
+        f"--from-file=launch/{engine}/ (the files the servers read, mounted at {k8s.MOUNT})",
+        f"P/D servers read their RDMA devices from: kubectl create configmap "
+        f"{k8s.RDMA_CONFIGMAP} --from-literal=MOEPLAN_IB_DEVICE=mlx5_0 (your devices; the pods "
+        "need the cluster's RDMA resources too)",
+        "multi-node servers are LeaderWorkerSets: install kubernetes-sigs/lws first",
+    ]
 
 
 def _deployment_lines(dep: dict[str, Any], router: str, num_nodes: int) -> list[str]:

@@ -194,7 +194,8 @@ def write_launch_folder(
 ) -> Path:
     """``launch/``: ``deployment.json`` (what each engine's files start) and per engine
     ``launch.sh`` / ``stop.sh`` (executable), the files its servers read (TensorRT-LLM's
-    YAML) and the ``expert_location.json`` they pass."""
+    YAML) and the ``expert_location.json`` they pass; ``k8s/<engine>.yaml`` the same
+    deployment as Kubernetes objects (:mod:`moeplan.export.k8s`)."""
     folder.mkdir()
     deployments = {e: ex.deployment for e, ex in exports.items()}
     (folder / "deployment.json").write_text(json.dumps(deployments, indent=1) + "\n")
@@ -207,6 +208,9 @@ def write_launch_folder(
                 (sub / name).chmod(0o755)
         if expert_location is not None and "--init-expert-location" in ex.text:
             (sub / "expert_location.json").write_text(expert_location)
+        if ex.k8s is not None:
+            (folder / "k8s").mkdir(exist_ok=True)
+            (folder / "k8s" / f"{engine}.yaml").write_text(ex.k8s, encoding="utf-8")
     return folder
 
 
