@@ -20,6 +20,7 @@ import yaml
 
 from argv_recorder import recorder
 from moeplan.export import constraints as cons
+from moeplan.export.deployment import Pool
 from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
     PREFILL_UNIT,
@@ -327,3 +328,34 @@ def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
     if engine == "vllm":  # vLLM 0.11.0 picks the DeepEP kernels by environment variable
         assert "VLLM_ALL2ALL_BACKEND=deepep_high_throughput" in ex.text
         assert "VLLM_ALL2ALL_BACKEND=deepep_low_latency" in ex.text
+
+
+def test_every_copy_that_fills_the_cluster_is_started_with_its_pins(tmp_path):
+    """A 6-GPU P/D deployment (2 prefill TP2 : 1 decode TP2) on two 8-GPU nodes: the two
+    copies that fill the cluster are both started (4 prefill, 2 decode servers, 12 GPUs);
+    each server's command carries the running cap and memory fraction its pool was simulated
+    with (the decode's CUDA-graph batch too), as deployment.json records them."""
+    m, c = load_model("mixtral-8x7b"), load_cluster("h200-sxm-8", 2)
+    lay = Layout(attn_tp=2, moe_tp=2)
+    pre = Pool(role="prefill", strategy=lay, count=2, chunk=8192, max_running=128,
+               mem_fraction=0.8)  # fmt: skip
+    dec = Pool(role="decode", strategy=lay, count=1, max_running=616, mem_fraction=0.9)
+    opt = Option(strategy=None, label="pd", family="pd", per_gpu=1.0, unit=PREFILL_UNIT,
+                 pools=(pre, dec), fill=True)  # fmt: skip
+    ctx = ExportContext(model_path="org/m", target=cons.Target.of(m, c), planned_layers=32,
+                        full_layers=32, gpu=c.gpu)  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    dep = ex.deployment
+    assert dep["copies"] == 2 and dep["gpus"] == 12
+    assert [s["name"] for s in dep["servers"]] == [
+        "prefill-0", "prefill-1", "decode-0", "prefill-2", "prefill-3", "decode-1"]  # fmt: skip
+    assert {s["nodes"][0] for s in dep["servers"]} == {0, 1}
+    for s, argv in zip(dep["servers"], ex.servers, strict=True):
+        f = cons.flags(list(argv[0]))
+        p = s["pinned"]
+        assert int(f["--max-running-requests"]) == p["max_running"] == (
+            616 if s["role"] == "decode" else 128)  # fmt: skip
+        assert float(f["--mem-fraction-static"]) == p["mem_fraction"]
+        graph = f.get("--cuda-graph-max-bs-decode")
+        assert (graph is None) == (s["role"] == "prefill")  # SGLang disables them on prefill
+        assert p["cuda_graph_max_bs"] == (None if graph is None else int(graph))
