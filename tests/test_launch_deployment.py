@@ -359,3 +359,29 @@ def test_every_copy_that_fills_the_cluster_is_started_with_its_pins(tmp_path):
         graph = f.get("--cuda-graph-max-bs-decode")
         assert (graph is None) == (s["role"] == "prefill")  # SGLang disables them on prefill
         assert p["cuda_graph_max_bs"] == (None if graph is None else int(graph))
+
+
+@pytest.mark.parametrize(("asked", "legacy"), [(None, False), ("0.5.23", False), ("0.5.3", True)])
+def test_sglang_flags_are_spelled_for_the_release_asked(asked, legacy):
+    """An SGLang release before the pinned flag line gets ``--dp-size N --enable-dp-attention``
+    and ``--cuda-graph-max-bs``; the pinned line ``--attn-dp-size`` and the per-phase
+    ``--cuda-graph-max-bs-decode``; each passes that release's flag list."""
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    opt = Option(strategy=Layout(attn_tp=1, attn_dp=4, moe_tp=4), label="dp4", family="strategy",
+                 per_gpu=1.0, unit=PREFILL_UNIT, replicas=2)  # fmt: skip
+    ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
+                        full_layers=48, gpu=c.gpu,
+                        versions={} if asked is None else {"sglang": asked})  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    assert ex.deployment is not None, ex.text
+    argv = list(ex.servers[0][0])
+    f = cons.flags(argv)
+    if legacy:
+        assert f["--dp-size"] == "4" and "--enable-dp-attention" in f and "--attn-dp-size" not in f
+        assert "--cuda-graph-max-bs" in f and "--cuda-graph-max-bs-decode" not in f
+    else:
+        assert f["--attn-dp-size"] == "4" and "--dp-size" not in f
+        assert "--cuda-graph-max-bs-decode" in f
+    version = cons.sglang_version(asked)
+    assert (version is cons.SGLANG_LEGACY) == legacy
+    assert not cons.check_sglang(argv, ctx.target, gpus_used=4, version=version)

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.backends.sglang import SGLANG as SGLANG_BACKEND
+from moeplan.backends.versions import version_key
 from moeplan.backends.vllm import VLLM as VLLM_BACKEND
 from moeplan.cost.a2a import (  # noqa: E402,F401
     DEEPEP_MIN_SM,
@@ -124,6 +125,23 @@ SGLANG_LEGACY = EngineVersion(
     known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention", "--cuda-graph-max-bs"},
     source="sglang server_args.py (enable_dp_attention, dp_size)",
 )
+#: the first release of the pinned flag line (SGLang ``flag_line`` 0.5.2x, whose flags were read
+#: from 0.5.23); a release asked below it gets :data:`SGLANG_LEGACY`'s spelling, which 0.5.23
+#: still accepts (server_args.py ``DeprecatedStoreTrueAction`` for --enable-dp-attention).
+#: The release that introduced --attn-dp-size (PR #41818) was not pinned down more closely
+SGLANG_LINE_START = "0.5.20"
+#: the pinned line's spelling -> the legacy spelling of the same setting
+SGLANG_LEGACY_RENAMES = {"--cuda-graph-max-bs-decode": "--cuda-graph-max-bs"}
+
+
+def sglang_version(requested: str | None) -> EngineVersion:
+    """The SGLang flag spelling of the release ``requested`` (``--engine-version``; None:
+    the pinned line)."""
+    if requested is None or version_key(requested) >= version_key(SGLANG_LINE_START):
+        return SGLANG_PINNED
+    return SGLANG_LEGACY
+
+
 VLLM_PINNED = EngineVersion(
     engine=VLLM_BACKEND.name,
     version=str(VLLM_BACKEND.flag_line),

@@ -163,6 +163,9 @@ class ExportContext:
     remote_code: bool = False  # the checkpoint ships its own code (launch_facts.needs_remote_code)
     gpu: Any = None  # the cluster's GPU record (GPUSpec): the engines' memory and graph rules
     mla: bool = False  # the model's attention is MLA (SGLang's prefill-graph reserve)
+    #: the release asked of an engine (``--engine-version``; engine -> version): the flag
+    #: spelling its launch files use where the engine's writer knows several
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:

@@ -186,6 +186,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     ``--init-expert-location`` where the placement was made for the slot's EP size."""
     s, pool = slot.strategy, slot.pool
     loc = location(slot, ctx, notes)
+    version = cons.sglang_version(ctx.versions.get(BACKEND.name))
     out = []
     for rank in range(len(slot.nodes)):
         r = sglang_args(
@@ -198,6 +199,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
             expert_location=loc,
             redundant_experts=ctx.redundant if loc else pool.redundant,
             knobs=pool.knobs,
+            version=version,
         )
         args = [*r.args, "--host", "0.0.0.0", "--port", str(slot.port)]
         if slot.gpus[0]:
@@ -212,6 +214,8 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
             args.append("--trust-remote-code")
         args += chunk_args(BACKEND, slot, ctx)
         args += pinned_args(BACKEND, slot, ctx)
+        if version is not SGLANG_PINNED:
+            args = [cons.SGLANG_LEGACY_RENAMES.get(a, a) for a in args]
         out.append([args])
         if rank == 0:
             notes += r.warnings
@@ -238,6 +242,7 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
         args,
         ctx.target,
         gpus_used=slot.gpu_count,
+        version=cons.sglang_version(ctx.versions.get(BACKEND.name)),
         location_width=ctx.placement_width if loc else None,
     )
 

@@ -85,6 +85,7 @@ def launch_exports(
     pricing: str = "",
     notes: tuple[str, ...] = (),
     remote_code: bool = False,
+    versions: dict[str, str] | None = None,
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
     serving ranking's order when there is one, else by the analytic prefill figure.
@@ -104,8 +105,16 @@ def launch_exports(
         remote_code=remote_code,
         gpu=result.cluster.gpu,
         mla=result.model.attention == "mla",
+        versions=versions or {},
     )
     return deployment_exports(result, serving, ctx)
+
+
+def asked_versions(pricing: dict[str, Any]) -> dict[str, str]:
+    """``{engine: release}`` of an ``--engine-version`` the plan was asked for (its kernel
+    tables' engine), which that engine's launch files spell their flags for."""
+    v = (pricing or {}).get("engine_version") or {}
+    return {v["engine"]: v["requested"]} if v.get("requested") and v.get("engine") else {}
 
 
 def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
@@ -121,6 +130,7 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
         pricing=pricing_line(outcome.pricing),
         notes=outcome.fit_notes,
         remote_code=needs_remote_code(config),
+        versions=asked_versions(outcome.pricing),
     )
     out = []
     for engine, ex in exports.items():
