@@ -17,13 +17,19 @@ import kubernetes_validate
 
 SCHEMAS = Path(__file__).parent / "data" / "k8s_schemas"
 K8S = "1.31.0"
-CRDS = {"LeaderWorkerSet": "leaderworkerset.json.gz"}
+CRDS = {
+    "LeaderWorkerSet": "leaderworkerset.json.gz",
+    "DynamoGraphDeployment": "dynamographdeployment.excerpt.json",  # an excerpt: SOURCE.md
+}
 
 
 @cache
 def crd(kind: str) -> dict[str, Any]:
-    with gzip.open(SCHEMAS / CRDS[kind], "rt") as f:
-        return json.load(f)
+    path = SCHEMAS / CRDS[kind]
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
 
 
 def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -34,6 +40,13 @@ def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if obj["kind"] == "LeaderWorkerSet":
         t = spec["leaderWorkerTemplate"]
         return [t.get("leaderTemplate", t["workerTemplate"]), t["workerTemplate"]]
+    if obj["kind"] == "DynamoGraphDeployment":  # extraPodSpec: a PodSpec and its main container
+        out = []
+        for svc in spec["services"].values():
+            pod = dict(svc.get("extraPodSpec", {}))
+            pod["containers"] = [pod.pop("mainContainer"), *pod.get("containers", [])]
+            out.append({"spec": pod})
+        return out
     return []
 
 

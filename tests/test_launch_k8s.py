@@ -116,3 +116,43 @@ def test_a_wrong_manifest_fails_its_schema():
     for o in (svc, lws):
         with pytest.raises(jsonschema.ValidationError):
             validate(o)
+
+
+@pytest.mark.parametrize("case", ["sglang-replicas", "sglang-two-nodes", "sglang-pd", "vllm-pd"])
+def test_dynamo_graph_validates_and_runs_each_pool_as_launch_sh_does(case):
+    """The DynamoGraphDeployment: valid against the CRD excerpt and, its pods, Kubernetes
+    1.31; one service per pool with the pool's servers as replicas, the deployment's GPUs,
+    and the first server's engine arguments less what Dynamo owns (host, port, GPU base,
+    multi-node rendezvous)."""
+    engine, model, cluster, nodes, opt = CASES[case]
+    ex = _export(engine, model, cluster, nodes, opt)
+    assert ex.dynamo is not None, ex.k8s
+    (obj,) = [o for o in yaml.safe_load_all(ex.dynamo) if o]
+    validate(obj)
+    assert k8s.dynamo_gpus(obj) == ex.deployment["gpus"]
+    services = obj["spec"]["services"]
+    roles = {s["role"] for s in ex.deployment["servers"]}
+    assert set(services) == {"Frontend"} | {{"colocated": "worker"}.get(r, r) for r in roles}
+    for role in roles:
+        svc = services[{"colocated": "worker"}.get(role, role)]
+        first = next(i for i, s in enumerate(ex.deployment["servers"]) if s["role"] == role)
+        assert svc["replicas"] == ex.deployment["pools"][role]["instances"]
+        want, drop = list(ex.servers[first][0]), set(k8s.DYNAMO_DROPPED)
+        want = [a for i, a in enumerate(want) if a not in drop and want[i - 1] not in drop]
+        got = [_shell_form(a, {k8s.MOUNT: "${HERE}",
+                               "$(MOEPLAN_IB_DEVICE)": "${MOEPLAN_IB_DEVICE}"})
+               for a in svc["extraPodSpec"]["mainContainer"]["args"]]  # fmt: skip
+        if engine == "vllm":  # vllm serve MODEL ... -> --model MODEL ...
+            assert got[:2] == ["--model", want[2]] and got[2:] == want[3:]
+        else:
+            assert got == want[3:]
+
+
+def test_a_wrong_dynamo_graph_fails_its_schema():
+    engine, model, cluster, nodes, opt = CASES["sglang-two-nodes"]
+    (obj,) = [o for o in yaml.safe_load_all(_export(engine, model, cluster, nodes, opt).dynamo)
+              if o]  # fmt: skip
+    svc = obj["spec"]["services"]["worker"]
+    for bad in ({"multinode": {"nodeCount": 1}}, {"replicas": "1"}, {"gpus": 8}):
+        with pytest.raises(jsonschema.ValidationError):
+            validate({**obj, "spec": {**obj["spec"], "services": {"worker": {**svc, **bad}}}})

@@ -131,6 +131,9 @@ class EngineBackend(ABC):
     running_flag: str | None = None
     #: the container image of the pinned release the Kubernetes manifests run (None: none)
     image: str | None = None
+    #: Dynamo's backend framework name and worker module (ai-dynamo/dynamo components/src/
+    #: dynamo/<engine>; None: moeplan writes no DynamoGraphDeployment for it)
+    dynamo_worker: tuple[str, str] | None = None
 
     # ---- decisions ------------------------------------------------------------------------
     @abstractmethod
@@ -195,6 +198,12 @@ class EngineBackend(ABC):
         """The flags pinning :meth:`graph_max_bs` (none where the engine has no such flag)."""
         del ctx, max_running
         return []
+
+    def dynamo_args(self, argv: list[str], role: str) -> list[str]:
+        """A server command's arguments as Dynamo's worker takes them (default: the engine's
+        own, after the program)."""
+        del role
+        return argv[3:] if argv[:2] == ["python", "-m"] else argv[1:]
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""

@@ -255,4 +255,6 @@ SGLANG = SGLangBackend(
     # ``max_running_requests // attn_dp_size``, 0.5.23)
     running_flag="--max-running-requests",
     image=f"lmsysorg/sglang:v{VERSION}",  # docker/Dockerfile, published per release tag
+    # ai-dynamo/dynamo components/src/dynamo/sglang: SGLang's ServerArgs after the module
+    dynamo_worker=("sglang", "dynamo.sglang"),
 )

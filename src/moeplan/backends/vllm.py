@@ -104,6 +104,14 @@ class VLLMBackend(EngineBackend):
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
+    def dynamo_args(self, argv: list[str], role: str) -> list[str]:
+        """``vllm serve MODEL ARGS`` as ``--model MODEL ARGS`` (Dynamo's vLLM worker parses
+        AsyncEngineArgs); the prefill / decode role is the service's ``subComponentType``,
+        from which Dynamo writes the worker's role flag (its operator drops the older
+        ``--is-prefill-worker`` and sets ``--disaggregation-mode``)."""
+        del role
+        return ["--model", argv[2], *argv[3:]]
+
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """DeepEP's kernels by role: ``deepep_high_throughput`` (prefill-heavy instances) or
         ``deepep_low_latency`` (decode instances), chosen in vLLM 0.11.0 by the environment
@@ -162,4 +170,6 @@ VLLM = VLLMBackend(
     # vllm/config/scheduler.py SchedulerConfig.max_num_seqs: one DP engine rank's cap
     running_flag="--max-num-seqs",
     image=f"vllm/vllm-openai:v{VERSION}",  # docker/Dockerfile vllm-openai target, per release
+    # ai-dynamo/dynamo components/src/dynamo/vllm: vLLM's AsyncEngineArgs, the model as --model
+    dynamo_worker=("vllm", "dynamo.vllm"),
 )

@@ -326,3 +326,126 @@ def _empty(x: Any) -> str:
     if isinstance(x, list):
         return "[]"
     return _scalar(x)
+
+
+# ---- Dynamo (ai-dynamo/dynamo DynamoGraphDeployment, nvidia.com/v1alpha1) -------------------
+DGD_API = "nvidia.com/v1alpha1"
+#: Dynamo's runtime image per backend framework, without a tag: the Dynamo release whose image
+#: carries the engine release the plan pinned is the user's choice
+DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/{framework}-runtime"
+#: server flags Dynamo's worker does not take: its runtime owns the HTTP endpoint and the GPUs
+#: of the pod, and its operator writes a multi-node server's rendezvous flags (spec.services
+#: .<name>.multinode.nodeCount)
+DYNAMO_DROPPED = (
+    "--host",
+    "--port",
+    "--base-gpu-id",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+)
+
+
+def _dynamo_args(argv: Sequence[str], literals: Collection[str]) -> list[str] | None:
+    """A server command's engine arguments for Dynamo's worker (``python3 -m dynamo.<engine>``
+    takes the engine's own arguments, the model as ``--model`` for vLLM)."""
+    out: list[str] = []
+    skip = False
+    subst = {"${HERE}": MOUNT, "${MOEPLAN_IB_DEVICE}": "$(MOEPLAN_IB_DEVICE)"}
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in DYNAMO_DROPPED:
+            skip = True
+            continue
+        t = _k8s_text(a, a in literals, subst)
+        if t is None:
+            return None
+        out.append(t)
+    return out
+
+
+def dynamo(
+    engine: str, servers: Sequence[ServerCommands], literals: Collection[str] = ()
+) -> tuple[dict[str, Any] | None, str | None]:
+    """One ``DynamoGraphDeployment`` of the deployment: a frontend and one service per pool
+    (its instances as ``replicas``, a multi-node instance as ``multinode.nodeCount``), each
+    running the pool's first server's engine arguments under ``python3 -m dynamo.<engine>``;
+    None and why when the engine's backend names no Dynamo worker."""
+    b = backend(engine)
+    if b.dynamo_worker is None:
+        return None, f"{b.label} has no Dynamo worker moeplan writes"
+    framework, module = b.dynamo_worker
+    image = DYNAMO_IMAGE.format(framework=framework)
+    services: dict[str, Any] = {
+        "Frontend": {
+            "componentType": "frontend",
+            "replicas": 1,
+            "extraPodSpec": {
+                "mainContainer": {
+                    "name": "main",
+                    "image": image,
+                    "command": ["python3", "-m", "dynamo.frontend"],
+                    "args": ["--http-port", "8000"],
+                }
+            },
+        }
+    }
+    firsts: dict[str, ServerCommands] = {}
+    counts: dict[str, int] = {}
+    for sc in servers:
+        firsts.setdefault(sc.slot.role, sc)
+        counts[sc.slot.role] = counts.get(sc.slot.role, 0) + 1
+    for role, sc in firsts.items():
+        if any(len(n) != 1 for n in sc.nodes):
+            return None, f"{sc.slot.name} runs several commands on a node (a Ray or MPI job)"
+        argv = _dynamo_args(sc.nodes[0][0], literals)
+        if argv is None:
+            return None, f"{sc.slot.name} names a shell variable the cluster has no value for"
+        argv = b.dynamo_args(argv, role)
+        svc: dict[str, Any] = {
+            "componentType": "worker",
+            "replicas": counts[role],
+            "resources": {"limits": {"gpu": str(len(sc.slot.gpus))}},
+            "extraPodSpec": {
+                "mainContainer": {
+                    "name": "main",
+                    "image": image,
+                    "command": ["python3", "-m", module],
+                    "args": argv,
+                    "volumeMounts": [{"name": "files", "mountPath": MOUNT, "readOnly": True}],
+                },
+                "volumes": [
+                    {
+                        "name": "files",
+                        "configMap": {"name": f"moeplan-{engine}-files", "optional": True},
+                    }
+                ],
+            },
+        }
+        if role != "colocated":
+            svc["subComponentType"] = role
+        if len(sc.slot.nodes) > 1:
+            svc["multinode"] = {"nodeCount": len(sc.slot.nodes)}
+        env = _env(sc, argv)
+        if env:
+            svc["envs"] = env
+        services[{"colocated": "worker"}.get(role, role)] = svc
+    name = f"moeplan-{engine}"
+    obj = {
+        "apiVersion": DGD_API,
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": name},
+        "spec": {"backendFramework": framework, "services": services},
+    }
+    return obj, None
+
+
+def dynamo_gpus(obj: Mapping[str, Any]) -> int:
+    """The GPUs a DynamoGraphDeployment requests: replicas x GPUs x nodes of each service."""
+    n = 0
+    for svc in obj["spec"]["services"].values():
+        g = int(svc.get("resources", {}).get("limits", {}).get("gpu", 0))
+        n += svc.get("replicas", 1) * g * svc.get("multinode", {}).get("nodeCount", 1)
+    return n

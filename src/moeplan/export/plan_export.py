@@ -135,6 +135,8 @@ class LaunchExport:
     servers: tuple[tuple[tuple[str, ...], ...], ...] = ()
     #: ``launch/k8s/<engine>.yaml`` (:mod:`moeplan.export.k8s`; None for a refusal)
     k8s: str | None = None
+    #: ``launch/k8s/<engine>-dynamo.yaml``: the DynamoGraphDeployment (None: none written)
+    dynamo: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -416,9 +418,12 @@ def engine_export(
         )
         objs, why = k8s.manifests(engine, scs, router, literals=(ctx.model_path,))
         k8s_head = [*head[:2], f"launches: {o.family} {o.label}", *_k8s_lines(engine, why)]
+        dgd, no_dgd = k8s.dynamo(engine, scs, literals=(ctx.model_path,))
+        k8s_head += [f"no DynamoGraphDeployment: {no_dgd}"] if no_dgd else []
         return LaunchExport(
             engine=engine,
             k8s=k8s.render(objs, k8s_head),
+            dynamo=None if dgd is None else k8s.render([dgd], [*head[:2], *DYNAMO_HEAD]),
             text=text,
             label=o.label,
             per_gpu=o.per_gpu,
@@ -475,6 +480,14 @@ def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[st
             strategy=None, label=w.label, family=w.family, per_gpu=w.per_gpu, unit=PREFILL_UNIT
         )
     return {e: engine_export(e, result, ctx, options, winner) for e in exported()}
+
+
+#: the head of ``launch/k8s/<engine>-dynamo.yaml``
+DYNAMO_HEAD = (
+    "a DynamoGraphDeployment (ai-dynamo/dynamo operator, nvidia.com/v1alpha1): a frontend and "
+    "one service per pool running its servers' engine arguments; pick the Dynamo release whose "
+    "runtime image carries the pinned engine release and add its tag to the images",
+)
 
 
 def _k8s_lines(engine: str, why: Sequence[str]) -> list[str]:

@@ -221,6 +221,8 @@ def write_launch_folder(
         if ex.k8s is not None:
             (folder / "k8s").mkdir(exist_ok=True)
             (folder / "k8s" / f"{engine}.yaml").write_text(ex.k8s, encoding="utf-8")
+        if ex.dynamo is not None:
+            (folder / "k8s" / f"{engine}-dynamo.yaml").write_text(ex.dynamo, encoding="utf-8")
     return folder
 
 
