@@ -11,8 +11,9 @@
    pair, ``moeplan plan``'s own ``launch/`` folder (serving ranking included: replicas, P/D).
 3. Each ``launch.sh`` runs once per node rank with recording stand-ins for ``python``,
    ``vllm``, ``trtllm-serve``, ``ray`` and ``curl`` (nothing starts); every recorded server and
-   router command, and every container command of ``launch/k8s/<engine>.yaml`` (each
-   LeaderWorkerSet worker rank written in), goes to the engine's own argument handling (CUDA
+   router command, every container command of ``launch/k8s/<engine>.yaml`` (each
+   LeaderWorkerSet worker rank written in) and every Dynamo worker of
+   ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
    faked as 8 GPUs of the cluster's compute capability; TensorRT-LLM's YAML beside the
    script is read too). Four deliberately wrong commands must fail (controls).
 4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
@@ -191,6 +192,36 @@ def k8s_commands(folder: Path, engine: str) -> list[list[str]]:
                             a = a.replace(k, v)
                         argv.append(a.replace("$$(", "$("))
                     out.append(argv)
+    return out + dynamo_commands(folder, engine)
+
+
+#: Dynamo's worker module -> the engine command whose arguments it takes
+DYNAMO_WORKERS = {"dynamo.sglang": ["python", "-m", "sglang.launch_server"],
+                  "dynamo.vllm": ["vllm", "serve"]}  # fmt: skip
+
+
+def dynamo_commands(folder: Path, engine: str) -> list[list[str]]:
+    """The workers of ``launch/k8s/<engine>-dynamo.yaml`` as engine commands (Dynamo's vLLM
+    worker takes the model as ``--model``, ``vllm serve`` as its first argument)."""
+    import yaml
+
+    from moeplan.export.k8s import MOUNT
+
+    path = folder / "k8s" / f"{engine}-dynamo.yaml"
+    if not path.exists():
+        return []
+    out = []
+    for o in yaml.safe_load_all(path.read_text()):
+        for svc in (o or {}).get("spec", {}).get("services", {}).values():
+            c = svc["extraPodSpec"]["mainContainer"]
+            head = DYNAMO_WORKERS.get(c["command"][-1])
+            if head is None:  # the frontend
+                continue
+            args = [a.replace("$(MOEPLAN_IB_DEVICE)", IB_DEVICE).replace(MOUNT, str(folder / engine))
+                    .replace("$$(", "$(") for a in c["args"]]  # fmt: skip
+            if args[:1] == ["--model"]:
+                args = args[1:]
+            out.append([*head, *args])
     return out
 
 
