@@ -283,12 +283,17 @@ def main() -> int:
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=ENGINES,
                     help="engines whose launch folders are checked (trtllm alone installs "
                     "nothing: its facts are read from its source, bench/data)")  # fmt: skip
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="write the launch folders here (kept) instead of a temporary folder")  # fmt: skip
+    ap.add_argument("--serving-only", action="store_true",
+                    help="check only the --serving plans' folders (not every preset pair's)")  # fmt: skip
     a = ap.parse_args()
     wheels = bool({"sglang", "vllm"} & set(a.engines))
     site = ensure_venv(a.venv) if wheels else Path(tempfile.gettempdir())
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        rows = analytic_folders(out / "a") + serving_folders(a.serving, out / "s")
+        out = a.keep or Path(tmp)
+        rows = [] if a.serving_only else analytic_folders(out / "a")
+        rows += serving_folders(a.serving, out / "s")
         jobs, where, pins, unchecked, refused = [], [], [], 0, {}
         for mn, cn, folder, sm, mem in rows:
             dep = json.loads((folder / "deployment.json").read_text())
