@@ -145,6 +145,7 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     cmds: list[list[str]] = []
     for rank in range(nodes):
         log = work / f"argv{rank}"
+        log.unlink(missing_ok=True)  # the stand-ins append: a log is one run's commands
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank),
                "MOEPLAN_IB_DEVICE": IB_DEVICE}  # fmt: skip
         env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
@@ -295,14 +296,14 @@ def main() -> int:
         rows = [] if a.serving_only else analytic_folders(out / "a")
         rows += serving_folders(a.serving, out / "s")
         jobs, where, pins, unchecked, refused = [], [], [], 0, {}
-        for mn, cn, folder, sm, mem in rows:
+        for row, (mn, cn, folder, sm, mem) in enumerate(rows):
             dep = json.loads((folder / "deployment.json").read_text())
             for engine in a.engines:
                 refused[engine] = refused.get(engine, 0) + (dep[engine] is None)
                 servers = (dep[engine] or {}).get("servers", [])
                 by_port = {str(s["port"]): s.get("pinned") for s in servers}
                 nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
-                cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / mn / cn / engine)
+                cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
                 for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
                     for j in jobs_of(cs, sm, mem):
                         if j["kind"] == "router" and not wheels:  # no sglang-router wheel
