@@ -156,3 +156,20 @@ def test_a_wrong_dynamo_graph_fails_its_schema():
     for bad in ({"multinode": {"nodeCount": 1}}, {"replicas": "1"}, {"gpus": 8}):
         with pytest.raises(jsonschema.ValidationError):
             validate({**obj, "spec": {**obj["spec"], "services": {"worker": {**svc, **bad}}}})
+
+
+def test_vllm_data_parallel_over_two_nodes_is_a_leader_worker_set_and_no_dynamo_graph():
+    """vLLM's data parallelism over two nodes: the second node's command differs in more than
+    its rank (--data-parallel-start-rank 8, --headless): a LeaderWorkerSet of size 2 holds it
+    as its one worker's template; a Dynamo service has one pod template and no address of
+    its first node, so no DynamoGraphDeployment is written and the file says why."""
+    ex = _export("vllm", "deepseek-v2-lite", "h100-sxm-8", 2,
+                 _colocated(Layout(attn_tp=1, attn_dp=16, moe_tp=1, moe_ep=16), 1))  # fmt: skip
+    objs = [o for o in yaml.safe_load_all(ex.k8s) if o]
+    assert sorted(o["kind"] for o in objs) == ["LeaderWorkerSet", "Service"]
+    for o in objs:
+        validate(o)
+    lws = objs[0] if objs[0]["kind"] == "LeaderWorkerSet" else objs[1]
+    worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert "--headless" in worker["args"] and "--data-parallel-start-rank" in worker["args"]
+    assert ex.dynamo is None and "no DynamoGraphDeployment: colocated-0" in ex.k8s

@@ -400,9 +400,12 @@ def dynamo(
     for role, sc in firsts.items():
         if any(len(n) != 1 for n in sc.nodes):
             return None, f"{sc.slot.name} runs several commands on a node (a Ray or MPI job)"
-        argv = _dynamo_args(sc.nodes[0][0], literals)
+        per_node = [_dynamo_args(n[0], literals) for n in sc.nodes]
+        argv = per_node[0]
         if argv is None:
             return None, f"{sc.slot.name} names a shell variable the cluster has no value for"
+        if any(a != argv for a in per_node[1:]):  # one pod template for every node
+            return None, f"{sc.slot.name}'s node commands differ in more than the rendezvous"
         argv = b.dynamo_args(argv, role)
         svc: dict[str, Any] = {
             "componentType": "worker",
