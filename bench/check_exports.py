@@ -11,11 +11,16 @@
    pair, ``moeplan plan``'s own ``launch/`` folder (serving ranking included: replicas, P/D).
 3. Each ``launch.sh`` runs once per node rank with recording stand-ins for ``python``,
    ``vllm``, ``trtllm-serve``, ``ray`` and ``curl`` (nothing starts); every recorded server and
-   router command goes to the engine's own argument handling (CUDA faked as 8 GPUs of the
-   cluster's compute capability; TensorRT-LLM's YAML beside the script is read too). Four
-   deliberately wrong commands must fail (controls).
+   router command, every container command of ``launch/k8s/<engine>.yaml`` (each
+   LeaderWorkerSet worker rank written in) and every Dynamo worker of
+   ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
+   faked as 8 GPUs of the cluster's compute capability; TensorRT-LLM's YAML beside the
+   script is read too). Four deliberately wrong commands must fail (controls).
+4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
+   decode CUDA-graph batch, chunk, TBO, MTP, redundant experts, placement file) must equal
+   what ``deployment.json`` says the command pins (:func:`pinned_differences`).
 
-Prints the count that pass per engine, and ``PASS n/N``. Usage::
+Prints the count that pass per engine, the pinned values that differ, and ``PASS n/N``. Usage::
 
     python bench/check_exports.py [--venv DIR] [--serving mixtral-8x7b:a100-sxm-8 ...]
 """
@@ -41,6 +46,7 @@ LIGHT = [  # pure / small packages the engines' argument modules import at load 
     "openai", "openai-harmony", "jiter", "httpx", "anyio", "distro", "sniffio", "httpcore",
     "h11", "dill",
 ]  # fmt: skip
+IB_DEVICE = "mlx5_0"  # MOEPLAN_IB_DEVICE of the runs: the device engine_parsers.py fakes
 STUBS = (  # GPU kernels, compilers and optional front ends: never reached by argument handling
     "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C,torchvision,tvm_ffi,"
     "sentencepiece,pynvml,compressed_tensors,sgl_kernel,gguf"
@@ -139,7 +145,9 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     cmds: list[list[str]] = []
     for rank in range(nodes):
         log = work / f"argv{rank}"
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank)}
+        log.unlink(missing_ok=True)  # the stand-ins append: a log is one run's commands
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank),
+               "MOEPLAN_IB_DEVICE": IB_DEVICE}  # fmt: skip
         env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
         subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=120)
         cur: list[str] = []
@@ -152,11 +160,98 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
     return cmds
 
 
+def k8s_commands(folder: Path, engine: str) -> list[list[str]]:
+    """Every container command of ``launch/k8s/<engine>.yaml``, with what the cluster
+    supplies written in: each worker's ``LWS_WORKER_INDEX`` (1 .. size - 1), the leader's
+    address, the files' ConfigMap mounted at the launch folder, the RDMA device, and ``$$``
+    read as ``$`` (Kubernetes' escape)."""
+    import yaml
+
+    from moeplan.export.k8s import MOUNT
+
+    path = folder / "k8s" / f"{engine}.yaml"
+    if not path.exists():
+        return []
+    out = []
+    for o in yaml.safe_load_all(path.read_text()):
+        if not o or o["kind"] not in ("Deployment", "LeaderWorkerSet"):
+            continue
+        if o["kind"] == "Deployment":
+            pods = [(o["spec"]["template"]["spec"], [0])]
+        else:
+            t = o["spec"]["leaderWorkerTemplate"]
+            pods = [(t["leaderTemplate"]["spec"], [0]),
+                    (t["workerTemplate"]["spec"], list(range(1, t["size"])))]  # fmt: skip
+        for pod, ranks in pods:
+            for c in pod["containers"]:
+                for r in ranks:
+                    sub = {"$(LWS_WORKER_INDEX)": str(r), "$(LWS_LEADER_ADDRESS)": "10.0.0.1",
+                           "$(MOEPLAN_IB_DEVICE)": IB_DEVICE, MOUNT: str(folder / engine)}  # fmt: skip
+                    argv = []
+                    for a in c["command"] + c["args"]:
+                        for k, v in sub.items():
+                            a = a.replace(k, v)
+                        argv.append(a.replace("$$(", "$("))
+                    out.append(argv)
+    return out + dynamo_commands(folder, engine)
+
+
+#: Dynamo's worker module -> the engine command whose arguments it takes
+DYNAMO_WORKERS = {"dynamo.sglang": ["python", "-m", "sglang.launch_server"],
+                  "dynamo.vllm": ["vllm", "serve"]}  # fmt: skip
+
+
+def dynamo_commands(folder: Path, engine: str) -> list[list[str]]:
+    """The workers of ``launch/k8s/<engine>-dynamo.yaml`` as engine commands (Dynamo's vLLM
+    worker takes the model as ``--model``, ``vllm serve`` as its first argument)."""
+    import yaml
+
+    from moeplan.export.k8s import MOUNT
+
+    path = folder / "k8s" / f"{engine}-dynamo.yaml"
+    if not path.exists():
+        return []
+    out = []
+    for o in yaml.safe_load_all(path.read_text()):
+        for svc in (o or {}).get("spec", {}).get("services", {}).values():
+            c = svc["extraPodSpec"]["mainContainer"]
+            head = DYNAMO_WORKERS.get(c["command"][-1])
+            if head is None:  # the frontend
+                continue
+            args = [a.replace("$(MOEPLAN_IB_DEVICE)", IB_DEVICE).replace(MOUNT, str(folder / engine))
+                    .replace("$$(", "$(") for a in c["args"]]  # fmt: skip
+            if args[:1] == ["--model"]:
+                args = args[1:]
+            out.append([*head, *args])
+    return out
+
+
+def pinned_differences(resolved: dict, pinned: dict) -> list[str]:
+    """Where an engine's resolution of a server command differs from what deployment.json
+    says the command pins (keys both state; a pinned None is the engine's default)."""
+    out = []
+    for k, want in pinned.items():
+        if want is None or k not in resolved:
+            continue
+        got = resolved[k]
+        if k == "expert_location":
+            same = str(got).endswith("expert_location.json")
+        elif isinstance(want, float):
+            same = got is not None and abs(float(got) - want) < 1e-9
+        else:
+            same = got == want
+        if not same:
+            out.append(f"{k}: engine {got!r}, deployment.json {want!r}")
+    return out
+
+
 def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
     """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU)."""
     gpu = {"sm": sm, "gpus": 8, "mem_gib": int(mem) >> 30}
     out = []
     for c in cmds:
+        port = c[c.index("--port") + 1] if "--port" in c[:-1] else None
+        gpu = {**gpu, "port": port}
         if c[:3] == ["python", "-m", "sglang.launch_server"]:
             out.append({"kind": "sglang", "argv": c[3:], **gpu})
         elif c[:3] == ["python", "-m", "sglang_router.launch_router"]:
@@ -189,26 +284,34 @@ def main() -> int:
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=ENGINES,
                     help="engines whose launch folders are checked (trtllm alone installs "
                     "nothing: its facts are read from its source, bench/data)")  # fmt: skip
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="write the launch folders here (kept) instead of a temporary folder")  # fmt: skip
+    ap.add_argument("--serving-only", action="store_true",
+                    help="check only the --serving plans' folders (not every preset pair's)")  # fmt: skip
     a = ap.parse_args()
     wheels = bool({"sglang", "vllm"} & set(a.engines))
     site = ensure_venv(a.venv) if wheels else Path(tempfile.gettempdir())
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        rows = analytic_folders(out / "a") + serving_folders(a.serving, out / "s")
-        jobs, where, unchecked, refused = [], [], 0, {}
-        for mn, cn, folder, sm, mem in rows:
+        out = a.keep or Path(tmp)
+        rows = [] if a.serving_only else analytic_folders(out / "a")
+        rows += serving_folders(a.serving, out / "s")
+        jobs, where, pins, unchecked, refused = [], [], [], 0, {}
+        for row, (mn, cn, folder, sm, mem) in enumerate(rows):
             dep = json.loads((folder / "deployment.json").read_text())
             for engine in a.engines:
                 refused[engine] = refused.get(engine, 0) + (dep[engine] is None)
-                nodes = max((n for s in (dep[engine] or {}).get("servers", [])
-                             for n in s["nodes"]), default=0) + 1  # fmt: skip
-                cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / mn / cn / engine)
-                for j in jobs_of(cmds, sm, mem):
-                    if j["kind"] == "router" and not wheels:  # sglang-router's wheel is absent
-                        unchecked += 1
-                        continue
-                    jobs.append(j)
-                    where.append(f"{mn}@{cn} {engine}")
+                servers = (dep[engine] or {}).get("servers", [])
+                by_port = {str(s["port"]): s.get("pinned") for s in servers}
+                nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
+                cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
+                for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
+                    for j in jobs_of(cs, sm, mem):
+                        if j["kind"] == "router" and not wheels:  # no sglang-router wheel
+                            unchecked += 1
+                            continue
+                        jobs.append(j)
+                        where.append(f"{mn}@{cn} {engine} {src}")
+                        pins.append(by_port.get(j["port"]) if j["kind"] != "router" else None)
         q = str(model_folder("qwen3-30b-a3b", out))
         kinds = {*a.engines, *(["router"] if wheels else [])}
         controls = [{"kind": k, "argv": [q if a == "MODEL" else a for a in v], "sm": 90,
@@ -225,6 +328,19 @@ def main() -> int:
     for w, r in zip(where, got, strict=True):
         if not r["ok"]:
             print(f"FAIL {w}: {r['error'][:300]}")
+    compared = differ = 0
+    for w, r, p in zip(where, got, pins, strict=True):
+        if not r["ok"] or not p or not r.get("resolved"):
+            continue
+        compared += 1
+        d = pinned_differences(r["resolved"], p)
+        if d:
+            differ += 1
+            print(f"PINNED {w}: " + "; ".join(d))
+    print(
+        f"pinned values: {compared} server commands resolved by their engine, {differ} "
+        "differ from deployment.json"
+    )
     for k, v in sorted(refused.items()):
         print(f"{k}: {v} of {len(rows)} launch folders launch nothing (a refusal script)")
     if unchecked:
@@ -232,7 +348,7 @@ def main() -> int:
     ok, n = sum(r["ok"] for r in got), len(got)
     print(f"PASS {ok}/{n} ({100 * ok / max(n, 1):.1f} %) over {len(rows)} launch folders; "
           f"{len(ctl)} wrong controls all refused")  # fmt: skip
-    return 0 if ok == n else 1
+    return 0 if ok == n and differ == 0 else 1
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 Run by the project's Python with ``PYTHONPATH`` = the scratch folder where the SGLang, vLLM and
 sglang-router wheels were installed ``--no-deps``. Their imports that are not installed
 (kernels, tokenizers' heavy deps, web servers) resolve to inert stand-ins, and CUDA is faked as
-8 GPUs of the chosen compute capability, so that exactly the engines' own code reads the
-arguments:
+8 GPUs of the chosen compute capability (and one RDMA device, :data:`IB_DEVICE`), so that
+exactly the engines' own code reads the arguments:
 
 - SGLang: ``sglang.srt.server_args.prepare_server_args`` (``ServerArgs.add_cli_args``, then
   ``ServerArgs(...)`` and its ``__post_init__`` resolution and checks);
@@ -18,7 +18,8 @@ arguments:
   only a stub that downloads from NVIDIA's index).
 
 Reads JSON lines ``{"id", "kind", "argv", "sm", "gpus"}`` on stdin, writes
-``{"id", "ok", "error"}`` lines on stdout.
+``{"id", "ok", "error", "resolved"}`` lines on stdout (``resolved``: for SGLang and vLLM, the
+values the launch files pin as the engine resolved them; else null).
 """
 
 from __future__ import annotations
@@ -116,15 +117,52 @@ def fake_cuda(sm: int, gpus: int, mem_gib: int) -> None:
     torch.version.cuda = torch.version.cuda or "12.8"
 
 
-def _sglang(argv: list[str]) -> None:
+#: the RDMA device the bench's launch folders name (MOEPLAN_IB_DEVICE) and the sysfs folder
+#: SGLang 0.5.23 lists devices from before it accepts --disaggregation-ib-device
+#: (arg_groups/validation_hook.py validate_ib_devices)
+IB_DEVICE = "mlx5_0"
+IB_SYSFS = "/sys/class/infiniband"
+
+
+def fake_ib() -> None:
+    """One RDMA device, :data:`IB_DEVICE`, in the sysfs folder SGLang reads."""
+    isdir, listdir = os.path.isdir, os.listdir
+    os.path.isdir = lambda p: p == IB_SYSFS or isdir(p)
+    os.listdir = lambda p=".": [IB_DEVICE] if p == IB_SYSFS else listdir(p)
+
+
+def _sglang(argv: list[str]) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
     server_args = prepare_server_args(argv)
     server_args.resolve_once()  # what launch_server.run_server does before starting
     server_args.check_server_args()
+    return _sglang_resolved(server_args)
 
 
-def _vllm(argv: list[str]) -> None:
+def _sglang_resolved(server_args) -> dict:
+    """The resolved values the launch files pin (bench/check_exports.py compares them with
+    deployment.json), read from SGLang's resolved view of the arguments
+    (arg_groups/model_override_base.py ``resolved_view``); the decode CUDA-graph batch is
+    None where the decode graphs are disabled."""
+    from sglang.srt.arg_groups.model_override_base import resolved_view
+
+    a = resolved_view(server_args)
+    dec = a.cuda_graph_config.decode
+    return {
+        "mem_fraction": a.mem_fraction_static,
+        "max_running_flag": a.max_running_requests,
+        "chunk_tokens": a.chunked_prefill_size,
+        "cuda_graph_max_bs": None if str(dec.backend) == "disabled" else dec.max_bs,
+        "tbo": bool(a.enable_two_batch_overlap),
+        "mtp": int(a.speculative_num_steps or 0),
+        "redundant_experts": int(a.ep_num_redundant_experts or 0),
+        "expert_location": a.init_expert_location,
+        "ib_device": a.disaggregation_ib_device,
+    }
+
+
+def _vllm(argv: list[str]) -> dict:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.openai.cli_args import make_arg_parser
 
@@ -135,7 +173,12 @@ def _vllm(argv: list[str]) -> None:
     _vllm_cuda()
     parser = make_arg_parser(FlexibleArgumentParser())
     args = parser.parse_args(["--model", argv[0], *argv[1:]])
-    AsyncEngineArgs.from_cli_args(args)
+    e = AsyncEngineArgs.from_cli_args(args)
+    return {  # the values the launch files pin, as vLLM's engine arguments hold them
+        "mem_fraction": e.gpu_memory_utilization,
+        "max_running_flag": e.max_num_seqs,
+        "cuda_graph_max_bs": max(e.cuda_graph_sizes) if e.cuda_graph_sizes else None,
+    }
 
 
 def _vllm_cuda() -> None:
@@ -266,6 +309,7 @@ def main() -> None:
     import torch._inductor.compile_fx  # noqa: F401
 
     sys.meta_path.insert(0, _StubFinder())
+    fake_ib()
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", ",".join(map(str, range(8))))
     done_sm = None
     for line in sys.stdin:
@@ -276,8 +320,8 @@ def main() -> None:
         sink = io.StringIO()
         try:
             with redirect_stdout(sink), redirect_stderr(sink):
-                CHECKS[job["kind"]](job["argv"])
-            out = {"id": job["id"], "ok": True, "error": ""}
+                resolved = CHECKS[job["kind"]](job["argv"])
+            out = {"id": job["id"], "ok": True, "error": "", "resolved": resolved}
         except BaseException as err:  # SystemExit from argparse included
             tb = traceback.extract_tb(err.__traceback__)[-int(os.environ.get("MOEPLAN_TB", 2)) :]
             where = " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in tb)

@@ -20,6 +20,7 @@ import yaml
 
 from argv_recorder import recorder
 from moeplan.export import constraints as cons
+from moeplan.export.deployment import Pool
 from moeplan.export.launch_facts import needs_remote_code
 from moeplan.export.plan_export import (
     PREFILL_UNIT,
@@ -78,7 +79,12 @@ def run(tmp: Path, text: str, nodes: int) -> list[list[str]]:
     cmds: list[list[str]] = []
     for rank in range(nodes):
         log = tmp / f"argv{rank}"
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank)}
+        env = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "ARGV_LOG": str(log),
+            "NODE_RANK": str(rank),
+            "MOEPLAN_IB_DEVICE": "mlx5_0",
+        }
         env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
         p = subprocess.run(["bash", str(tmp / "launch.sh")], env=env, capture_output=True)
         assert p.returncode == 0, p.stderr
@@ -169,7 +175,9 @@ def test_every_preset_pair_launches_its_winner():
 
 def fake_served(entry: Entry, knobs=None) -> SimpleNamespace:
     metrics = SimpleNamespace(output_tokens_per_s_per_gpu=100.0)
-    return SimpleNamespace(entry=entry, metrics=metrics, result=SimpleNamespace(knobs=knobs))
+    return SimpleNamespace(
+        entry=entry, metrics=metrics, result=SimpleNamespace(knobs=knobs, engine=None)
+    )
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
@@ -278,36 +286,6 @@ def test_pipeline_entry_exports_its_layer_partition(tmp_path):
         assert f"{var}_PP_LAYER_PARTITION=20,28" in ex.text and "inside layer 1" in ex.text
 
 
-def test_stop_ends_only_what_launch_recorded(tmp_path):
-    """stop.sh (hostile comment lines inert) ends the process group launch.sh recorded for
-    this node and leaves another process alone."""
-    import os
-    import signal
-    import time
-
-    from moeplan.export.launch_scripts import render_stop
-
-    (tmp_path / "stop.sh").write_text(render_stop(["x\ntouch PWNED", "$(touch PWNED)"]))
-    mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
-        (tmp_path / "pids.0").write_text(f"{mine.pid}\n")
-        p = subprocess.run(["bash", str(tmp_path / "stop.sh")], capture_output=True, text=True,
-                           env={"PATH": "/usr/bin:/bin"})  # fmt: skip
-        assert p.returncode == 0, p.stderr
-        for _ in range(50):
-            if mine.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert mine.poll() == -signal.SIGTERM and other.poll() is None
-        assert not (tmp_path / "pids.0").exists() and not list(tmp_path.glob("PWNED*"))
-    finally:
-        for proc in (mine, other):
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
     """Each P/D pool's servers carry the knobs the pool was priced with (DeepEP: vLLM's
@@ -350,3 +328,60 @@ def test_pd_pools_carry_their_knobs_and_the_prefill_chunk(tmp_path, engine):
     if engine == "vllm":  # vLLM 0.11.0 picks the DeepEP kernels by environment variable
         assert "VLLM_ALL2ALL_BACKEND=deepep_high_throughput" in ex.text
         assert "VLLM_ALL2ALL_BACKEND=deepep_low_latency" in ex.text
+
+
+def test_every_copy_that_fills_the_cluster_is_started_with_its_pins(tmp_path):
+    """A 6-GPU P/D deployment (2 prefill TP2 : 1 decode TP2) on two 8-GPU nodes: the two
+    copies that fill the cluster are both started (4 prefill, 2 decode servers, 12 GPUs);
+    each server's command carries the running cap and memory fraction its pool was simulated
+    with (the decode's CUDA-graph batch too), as deployment.json records them."""
+    m, c = load_model("mixtral-8x7b"), load_cluster("h200-sxm-8", 2)
+    lay = Layout(attn_tp=2, moe_tp=2)
+    pre = Pool(role="prefill", strategy=lay, count=2, chunk=8192, max_running=128,
+               mem_fraction=0.8)  # fmt: skip
+    dec = Pool(role="decode", strategy=lay, count=1, max_running=616, mem_fraction=0.9)
+    opt = Option(strategy=None, label="pd", family="pd", per_gpu=1.0, unit=PREFILL_UNIT,
+                 pools=(pre, dec), fill=True)  # fmt: skip
+    ctx = ExportContext(model_path="org/m", target=cons.Target.of(m, c), planned_layers=32,
+                        full_layers=32, gpu=c.gpu)  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    dep = ex.deployment
+    assert dep["copies"] == 2 and dep["gpus"] == 12
+    assert [s["name"] for s in dep["servers"]] == [
+        "prefill-0", "prefill-1", "decode-0", "prefill-2", "prefill-3", "decode-1"]  # fmt: skip
+    assert {s["nodes"][0] for s in dep["servers"]} == {0, 1}
+    for s, argv in zip(dep["servers"], ex.servers, strict=True):
+        f = cons.flags(list(argv[0]))
+        p = s["pinned"]
+        assert int(f["--max-running-requests"]) == p["max_running"] == (
+            616 if s["role"] == "decode" else 128)  # fmt: skip
+        assert float(f["--mem-fraction-static"]) == p["mem_fraction"]
+        graph = f.get("--cuda-graph-max-bs-decode")
+        assert (graph is None) == (s["role"] == "prefill")  # SGLang disables them on prefill
+        assert p["cuda_graph_max_bs"] == (None if graph is None else int(graph))
+
+
+@pytest.mark.parametrize(("asked", "legacy"), [(None, False), ("0.5.23", False), ("0.5.3", True)])
+def test_sglang_flags_are_spelled_for_the_release_asked(asked, legacy):
+    """An SGLang release before the pinned flag line gets ``--dp-size N --enable-dp-attention``
+    and ``--cuda-graph-max-bs``; the pinned line ``--attn-dp-size`` and the per-phase
+    ``--cuda-graph-max-bs-decode``; each passes that release's flag list."""
+    m, c = load_model("qwen3-30b-a3b"), load_cluster("h100-sxm-8")
+    opt = Option(strategy=Layout(attn_tp=1, attn_dp=4, moe_tp=4), label="dp4", family="strategy",
+                 per_gpu=1.0, unit=PREFILL_UNIT, replicas=2)  # fmt: skip
+    ctx = ExportContext(model_path="org/q", target=cons.Target.of(m, c), planned_layers=48,
+                        full_layers=48, gpu=c.gpu,
+                        versions={} if asked is None else {"sglang": asked})  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    assert ex.deployment is not None, ex.text
+    argv = list(ex.servers[0][0])
+    f = cons.flags(argv)
+    if legacy:
+        assert f["--dp-size"] == "4" and "--enable-dp-attention" in f and "--attn-dp-size" not in f
+        assert "--cuda-graph-max-bs" in f and "--cuda-graph-max-bs-decode" not in f
+    else:
+        assert f["--attn-dp-size"] == "4" and "--dp-size" not in f
+        assert "--cuda-graph-max-bs-decode" in f
+    version = cons.sglang_version(asked)
+    assert (version is cons.SGLANG_LEGACY) == legacy
+    assert not cons.check_sglang(argv, ctx.target, gpus_used=4, version=version)

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from html import escape
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +65,12 @@ def test_every_artifact_exists_and_parses(planned):
         assert os.access(path, os.X_OK)
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert set(out["artifacts"]) >= {"plan", "report", "timeline", "sglang", "vllm", "launch"}
-    json.loads((folder / "launch" / "deployment.json").read_text())
+    for kind in ("launch", "sglang", "vllm", "plan", "report"):  # the final paths, each there
+        assert Path(out["artifacts"][kind]).resolve().is_relative_to(folder.resolve())
+        assert Path(out["artifacts"][kind]).exists(), kind
+    deployments = json.loads((folder / "launch" / "deployment.json").read_text())
+    for engine, dep in deployments.items():  # every launched deployment has its manifests
+        assert (dep is not None) == (folder / "launch" / "k8s" / f"{engine}.yaml").is_file()
     assert not list(folder.glob(".*.tmp"))  # no temp files left behind
 
 

@@ -96,6 +96,7 @@ def test_refusal_quotes_everything(tmp_path, value):
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
+    """A model path reaches the server byte for byte, ``${HERE}`` in it included."""
     m, c = load_model("mixtral-8x7b"), load_cluster("h100-sxm-8")
     result = SimpleNamespace(model=m, cluster=c)
     opt = Option(
@@ -119,7 +120,7 @@ def test_engine_export_of_a_hostile_model_path(tmp_path, engine):
         if not ex.node_args:  # refused by the engine's rules (e.g. a path that is a flag)
             assert cmds == [] and "cannot launch" in ex.text
             continue
-        assert len(cmds) == 1 and expanded(value, tmp_path / str(i) / "w") in cmds[0]
+        assert len(cmds) == 1 and value in cmds[0]  # the user's path: nothing in it expanded
 
 
 def test_nul_byte_is_refused():

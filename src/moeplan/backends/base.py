@@ -143,6 +143,13 @@ class EngineBackend(ABC):
     # ---- launch (moeplan.export) ----------------------------------------------------------
     #: the export module writing its server commands (None: not exported)
     launch_module: str | None = None
+    #: the launch flag of the running-request cap (None: not a flag of its server command)
+    running_flag: str | None = None
+    #: the container image of the pinned release the Kubernetes manifests run (None: none)
+    image: str | None = None
+    #: Dynamo's backend framework name and worker module (ai-dynamo/dynamo components/src/
+    #: dynamo/<engine>; None: moeplan writes no DynamoGraphDeployment for it)
+    dynamo_worker: tuple[str, str] | None = None
 
     # ---- decisions ------------------------------------------------------------------------
     @abstractmethod
@@ -186,6 +193,33 @@ class EngineBackend(ABC):
         if fraction is None or self.mem_fraction_flag is None:
             return []
         return [self.mem_fraction_flag, f"{fraction:g}"]
+
+    def running_args(self, max_running: int | None, attn_dp: int) -> list[str]:
+        """The launch flag of an instance's running-request cap (``max_running``: the
+        instance's total, as simulated): per attention-DP rank where
+        :attr:`budgets_per_dp_rank` (rounded up), else the total; none when not given."""
+        if not max_running or self.running_flag is None:
+            return []
+        per = -(-max_running // max(1, attn_dp)) if self.budgets_per_dp_rank else max_running
+        return [self.running_flag, str(per)]
+
+    def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
+        """The largest decode batch the engine captures a CUDA graph for, for the instance
+        ``ctx`` with running cap ``max_running`` (None: it captures no decode graph, or moeplan
+        does not state it for this engine)."""
+        del ctx, max_running
+        return None
+
+    def graph_args(self, ctx: MemoryContext, max_running: int | None) -> list[str]:
+        """The flags pinning :meth:`graph_max_bs` (none where the engine has no such flag)."""
+        del ctx, max_running
+        return []
+
+    def dynamo_args(self, argv: list[str], role: str) -> list[str]:
+        """A server command's arguments as Dynamo's worker takes them (default: the engine's
+        own, after the program)."""
+        del role
+        return argv[3:] if argv[:2] == ["python", "-m"] else argv[1:]
 
     def model_class_blocker(self, architecture: str) -> str | None:
         """Why the pinned release cannot load ``architecture`` (None: it can)."""

@@ -97,6 +97,8 @@ KV_CACHE_DTYPE_FLAG = {"fp8": "fp8_e4m3", "bf16": "bf16"}
 
 
 MIB = 1024**2
+#: the decode CUDA-graph batch flag of 0.5.23 (arg_groups/fields/exec_.py)
+GRAPH_FLAG = "--cuda-graph-max-bs-decode"
 
 
 def decode_graph_max_bs(gpu_mib: float, tp: int) -> int:
@@ -207,6 +209,22 @@ class SGLangBackend(EngineBackend):
         runner = nv.runner if gpu_sm >= FP4_TENSOR_CORE_SM else "marlin"
         return ["--moe-runner-backend", runner]
 
+    def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
+        """The decode CUDA-graph batch the memory model reserves for
+        (:func:`decode_graph_max_bs`); None on a prefill server, whose decode graphs SGLang
+        disables (arg_groups/cuda_graph_hook.py ``apply_cuda_graph_disaggregation_roles``,
+        0.5.23)."""
+        del max_running
+        if ctx.role == "prefill":
+            return None
+        return decode_graph_max_bs(ctx.gpu.mem_bytes / MIB, ctx.tp)
+
+    def graph_args(self, ctx: MemoryContext, max_running: int | None) -> list[str]:
+        """``--cuda-graph-max-bs-decode`` (arg_groups/fields/exec_.py
+        ``cuda_graph_max_bs_decode``, 0.5.23)."""
+        n = self.graph_max_bs(ctx, max_running)
+        return [] if n is None else [GRAPH_FLAG, str(n)]
+
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE
         --speculative-num-steps N --speculative-eagle-topk 1 --speculative-num-draft-tokens
@@ -262,4 +280,11 @@ SGLANG = SGLangBackend(
     max_mem_fraction=0.95,
     mem_fraction_flag="--mem-fraction-static",
     launch_module="moeplan.export.sglang",
+    # arg_groups/fields/schedule.py max_running_requests: the instance's total, which each
+    # attention-DP rank divides (model_executor/pool_configurator.py
+    # ``max_running_requests // attn_dp_size``, 0.5.23)
+    running_flag="--max-running-requests",
+    image=f"lmsysorg/sglang:v{VERSION}",  # docker/Dockerfile, published per release tag
+    # ai-dynamo/dynamo components/src/dynamo/sglang: SGLang's ServerArgs after the module
+    dynamo_worker=("sglang", "dynamo.sglang"),
 )

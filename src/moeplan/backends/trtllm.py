@@ -243,4 +243,6 @@ TRTLLM = TRTLLMBackend(
     # 0.9): the share of the memory free after weights and activations given to the KV cache
     mem_fraction_rule="free",
     mem_fraction_flag="--kv_cache_free_gpu_memory_fraction",  # serve.py
+    # NGC's release container of the pinned version (docs/source/installation/containers.md)
+    image=f"nvcr.io/nvidia/tensorrt-llm/release:{VERSION}",
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs
+from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
 from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -45,6 +45,8 @@ VLLM_NO_DEPLOYMENT = {
     "not per-module stages",
     "dep": "no server runs FinDEP's DEP groups (a research deployment, moeplan run)",
 }
+#: the largest default CUDA-graph batch (vllm/config/scheduler.py, 0.11.0)
+GRAPH_MAX = 512
 A100_SM = 80  # compute capability 8.0: the A100 (vLLM tests its device name for "a100")
 
 
@@ -74,6 +76,20 @@ class VLLMBackend(EngineBackend):
         if not chunk_tokens:
             return []
         return ["--max-num-batched-tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
+
+    def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
+        """vLLM 0.11.0's default ``cuda_graph_sizes``: ``min(max_num_seqs * 2, 512)`` of one DP
+        engine rank (vllm/config/scheduler.py ``SchedulerConfig.__post_init__``), with
+        ``max_num_seqs`` the rank's share of ``max_running`` (else its default)."""
+        seqs = (
+            -(-max_running // max(1, ctx.attn_dp)) if max_running else self.default_running(ctx.gpu)
+        )
+        return min(seqs * 2, GRAPH_MAX)
+
+    def graph_args(self, ctx: MemoryContext, max_running: int | None) -> list[str]:
+        """``--cuda-graph-sizes N``: capture ``[1, 2, 4] + range(8, N + 1, 8)``
+        (vllm/config/scheduler.py ``cuda_graph_sizes``, 0.11.0)."""
+        return ["--cuda-graph-sizes", str(self.graph_max_bs(ctx, max_running))]
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
@@ -105,6 +121,14 @@ class VLLMBackend(EngineBackend):
         if nv is None or nv.runner != "cutlass":
             return []
         return [("VLLM_USE_FLASHINFER_MOE_FP4", "1"), ("VLLM_FLASHINFER_MOE_BACKEND", "latency")]
+
+    def dynamo_args(self, argv: list[str], role: str) -> list[str]:
+        """``vllm serve MODEL ARGS`` as ``--model MODEL ARGS`` (Dynamo's vLLM worker parses
+        AsyncEngineArgs); the prefill / decode role is the service's ``subComponentType``,
+        from which Dynamo writes the worker's role flag (its operator drops the older
+        ``--is-prefill-worker`` and sets ``--disaggregation-mode``)."""
+        del role
+        return ["--model", argv[2], *argv[3:]]
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """DeepEP's kernels by role: ``deepep_high_throughput`` (prefill-heavy instances) or
@@ -167,4 +191,9 @@ VLLM = VLLMBackend(
     max_mem_fraction=0.95,
     mem_fraction_flag="--gpu-memory-utilization",
     launch_module="moeplan.export.vllm",
+    # vllm/config/scheduler.py SchedulerConfig.max_num_seqs: one DP engine rank's cap
+    running_flag="--max-num-seqs",
+    image=f"vllm/vllm-openai:v{VERSION}",  # docker/Dockerfile vllm-openai target, per release
+    # ai-dynamo/dynamo components/src/dynamo/vllm: vLLM's AsyncEngineArgs, the model as --model
+    dynamo_worker=("vllm", "dynamo.vllm"),
 )

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.backends.sglang import SGLANG as SGLANG_BACKEND
+from moeplan.backends.versions import version_key
 from moeplan.backends.vllm import VLLM as VLLM_BACKEND
 from moeplan.cost.a2a import (  # noqa: E402,F401
     DEEPEP_MIN_SM,
@@ -104,6 +105,8 @@ _SGLANG_COMMON = frozenset(
         "--disaggregation-bootstrap-port",
         "--chunked-prefill-size",
         "--mem-fraction-static",  # server_args.py ServerArgs.mem_fraction_static
+        "--max-running-requests",  # arg_groups/fields/schedule.py (0.5.23)
+        "--disaggregation-ib-device",  # arg_groups/fields/disagg.py (0.5.23)
     }
 )
 SGLANG_PINNED = EngineVersion(
@@ -111,16 +114,36 @@ SGLANG_PINNED = EngineVersion(
     version=str(SGLANG_BACKEND.flag_line),
     attn_dp_flag="--attn-dp-size",
     # --moe-runner-backend: server_args.py ServerArgs.moe_runner_backend (0.5.14, 0.5.23)
-    known_flags=_SGLANG_COMMON | {"--attn-dp-size", "--moe-runner-backend"},
+    known_flags=_SGLANG_COMMON
+    | {"--attn-dp-size", "--moe-runner-backend", "--cuda-graph-max-bs-decode"},
     source="sgl-project/sglang PR #41818 (--attn-dp-size)",
 )
 SGLANG_LEGACY = EngineVersion(
     engine="sglang",
     version="0.5.x before PR #41818",
     attn_dp_flag="--enable-dp-attention",
-    known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention"},
+    # server_args.py ServerArgs.cuda_graph_max_bs (one size for every phase before the
+    # per-phase cuda_graph_config of the 0.5.2x line)
+    known_flags=_SGLANG_COMMON | {"--dp-size", "--enable-dp-attention", "--cuda-graph-max-bs"},
     source="sglang server_args.py (enable_dp_attention, dp_size)",
 )
+#: the first release of the pinned flag line (SGLang ``flag_line`` 0.5.2x, whose flags were read
+#: from 0.5.23); a release asked below it gets :data:`SGLANG_LEGACY`'s spelling, which 0.5.23
+#: still accepts (server_args.py ``DeprecatedStoreTrueAction`` for --enable-dp-attention).
+#: The release that introduced --attn-dp-size (PR #41818) was not pinned down more closely
+SGLANG_LINE_START = "0.5.20"
+#: the pinned line's spelling -> the legacy spelling of the same setting
+SGLANG_LEGACY_RENAMES = {"--cuda-graph-max-bs-decode": "--cuda-graph-max-bs"}
+
+
+def sglang_version(requested: str | None) -> EngineVersion:
+    """The SGLang flag spelling of the release ``requested`` (``--engine-version``; None:
+    the pinned line)."""
+    if requested is None or version_key(requested) >= version_key(SGLANG_LINE_START):
+        return SGLANG_PINNED
+    return SGLANG_LEGACY
+
+
 VLLM_PINNED = EngineVersion(
     engine=VLLM_BACKEND.name,
     version=str(VLLM_BACKEND.flag_line),
@@ -148,6 +171,8 @@ VLLM_PINNED = EngineVersion(
             "--kv-transfer-config",
             "--max-num-batched-tokens",
             "--gpu-memory-utilization",  # vllm/config/cache.py CacheConfig
+            "--max-num-seqs",  # vllm/config/scheduler.py SchedulerConfig (0.11.0)
+            "--cuda-graph-sizes",  # vllm/config/scheduler.py SchedulerConfig (0.11.0)
         }
     ),
     source="vllm docs/serving/expert_parallel_deployment.md, config/parallel.py",

@@ -47,6 +47,10 @@ class Pool:
     redundant: int = 0
     pp_partition: tuple[int, ...] | None = None  # layers per stage (None: the engine's split)
     chunk: int | None = None  # the prefill chunk (tokens) the plan priced (None: engine default)
+    #: the running-request cap the plan simulated (the instance's total; None: engine default)
+    max_running: int | None = None
+    #: the memory fraction its KV pool was sized at (None: no engine rule)
+    mem_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require(self.role in ROLES, f"pool.role ({self.role!r}) must be one of {ROLES}")
@@ -96,9 +100,12 @@ def place(
     )
     out: list[Slot] = []
     node, gpu = 0, 0  # next free GPU
+    seen: dict[str, int] = {}  # servers per role so far: names stay unique over the pools
     for pool in pools:
         w = pool.strategy.world_size
-        for i in range(pool.count):
+        for _ in range(pool.count):
+            i = seen.get(pool.role, 0)
+            seen[pool.role] = i + 1
             if w <= gpus_per_node:
                 if gpu + w > gpus_per_node:
                     node, gpu = node + 1, 0
@@ -148,15 +155,24 @@ def url(slot: Slot) -> str:
     return f"http://{node_addr(slot.nodes[0])}:{slot.port}"
 
 
-def summary(slots: Sequence[Slot], engine: str, router: bool) -> dict[str, Any]:
+def summary(
+    slots: Sequence[Slot],
+    engine: str,
+    router: bool,
+    pinned: Sequence[dict[str, Any]] | None = None,
+    copies: int = 1,
+) -> dict[str, Any]:
     """``launch/deployment.json`` for one engine: every server's role, nodes, GPUs, port and
-    degrees, the pools and the total GPUs (module docstring)."""
+    degrees with what its command pins (``pinned``, one dict per slot: memory fraction,
+    running cap, CUDA-graph batch, chunk, knobs), the pools, the copies of the planned
+    deployment they make and the total GPUs (module docstring)."""
     pools: dict[str, dict[str, Any]] = {}
     servers = []
-    for s in slots:
+    for k, s in enumerate(slots):
         st = s.strategy
         servers.append(
             {
+                **({} if pinned is None else {"pinned": pinned[k]}),
                 "name": s.name,
                 "role": s.role,
                 "nodes": list(s.nodes),
@@ -177,5 +193,6 @@ def summary(slots: Sequence[Slot], engine: str, router: bool) -> dict[str, Any]:
         "gpus": sum(s.gpu_count for s in slots),
         "servers": servers,
         "pools": pools,
+        "copies": copies,
         "router": {"node": 0, "port": ROUTER_PORT} if router else None,
     }

@@ -18,23 +18,28 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from moeplan.errors import require, show
 from moeplan.textsafe import escape_controls
 
 HERE = 'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"'
 #: The shell variables an exported argument may name (expanded when the script runs): the
-#: script's folder, the multi-node rendezvous address and rank, the PD instances' nodes 0 and
-#: the launch folder's node addresses.
-SHELL_VARS = re.compile(r"\$\{(HERE|MASTER_ADDR|NODE_RANK|(?:PREFILL|DECODE|NODE)_[0-9]+_ADDR)\}")
+#: script's folder, the multi-node rendezvous address and rank, the RDMA devices of a P/D
+#: server's KV transfer, the PD instances' nodes 0 and the launch folder's node addresses.
+SHELL_VARS = re.compile(
+    r"\$\{(HERE|MASTER_ADDR|NODE_RANK|MOEPLAN_IB_DEVICE|(?:PREFILL|DECODE|NODE)_[0-9]+_ADDR)\}"
+)
 _PLAIN = re.compile(r"[\w@%+=:,./-]*", re.ASCII)  # shlex's characters that need no quotes
 
 
-def _quote(a: str) -> str:
-    """``a`` as one shell word: literal text single-quoted, :data:`SHELL_VARS` expanded."""
+def _quote(a: str, literal: bool = False) -> str:
+    """``a`` as one shell word: literal text single-quoted, :data:`SHELL_VARS` expanded
+    unless ``literal`` (a user's string, e.g. a model path: nothing in it is expanded)."""
     require("\x00" not in a, f"launcher argument ({show(a)}) must not contain a NUL byte")
-    parts = SHELL_VARS.split(a)  # literal, var name, literal, var name, ..., literal
+    parts = (
+        [a] if literal else SHELL_VARS.split(a)
+    )  # literal, var name, literal, var name, ..., literal
     if len(parts) == 1:
         return shlex.quote(a)
     literals = parts[0::2]
@@ -51,10 +56,11 @@ def comment(text: str) -> str:
     return "# " + escape_controls(str(text))
 
 
-def render_command(args: Sequence[str], indent: str = "") -> str:
-    """One command, a flag and its value per line; ``${VAR}`` left for the shell."""
+def render_command(args: Sequence[str], indent: str = "", literals: Collection[str] = ()) -> str:
+    """One command, a flag and its value per line; ``${VAR}`` left for the shell except in
+    an argument equal to one of ``literals`` (the user's strings, quoted whole)."""
     require(len(args) > 0, "launcher args (empty) must name a command")
-    quoted = [_quote(a) for a in args]
+    quoted = [_quote(a, a in literals) for a in args]
     body, cur = [], quoted[0]
     for a in quoted[1:]:
         if a.startswith("--"):

@@ -40,11 +40,13 @@ from typing import Any
 from moeplan.backends import backend, exported
 from moeplan.errors import MoeplanError, require, show
 from moeplan.export import constraints as cons
-from moeplan.export.deployment import Pool, place, summary
+from moeplan.export import k8s
+from moeplan.export.deployment import Pool, Slot, place, summary
 from moeplan.export.launch_scripts import render_launch, render_stop
 from moeplan.export.launch_servers import router_command, server_commands
 from moeplan.export.launcher import render_refusal
 from moeplan.export.pp_partition import layer_partition
+from moeplan.export.slot_args import location, pinned
 from moeplan.planners.families import FAMILY
 from moeplan.planners.layout import Layout
 from moeplan.serve.deployment import PDLayout, engine_layout, of
@@ -131,6 +133,10 @@ class LaunchExport:
     deployment: dict[str, Any] | None = None
     #: every server's engine command of every node it spans, in launch order
     servers: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    #: ``launch/k8s/<engine>.yaml`` (:mod:`moeplan.export.k8s`; None for a refusal)
+    k8s: str | None = None
+    #: ``launch/k8s/<engine>-dynamo.yaml``: the DynamoGraphDeployment (None: none written)
+    dynamo: str | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -157,6 +163,11 @@ class ExportContext:
     notes: tuple[str, ...] = ()  # said at the top of every script (e.g. the full model's fit)
     pricing: str = ""  # which engine's kernels priced the plan (moeplan.kernel_tables.pricing_line)
     remote_code: bool = False  # the checkpoint ships its own code (launch_facts.needs_remote_code)
+    gpu: Any = None  # the cluster's GPU record (GPUSpec): the engines' memory and graph rules
+    mla: bool = False  # the model's attention is MLA (SGLang's prefill-graph reserve)
+    #: the release asked of an engine (``--engine-version``; engine -> version): the flag
+    #: spelling its launch files use where the engine's writer knows several
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:
@@ -184,11 +195,18 @@ class Option:
     pools: tuple[Pool, ...] = ()  # explicit pools (P/D); default: the replicas of ``strategy``
     pp_partition: tuple[int, ...] | None = None  # layers per pipeline stage (pp_partition.py)
     notes: tuple[str, ...] = ()  # said in the script when this option is launched
+    #: the scheduler the serving simulation ran a colocated instance with (EngineConfig; None:
+    #: the engine's defaults)
+    engine: Any = None
+    #: copies of the whole deployment that fill the cluster (the verdict's cluster fill); the
+    #: launch folder starts every one
+    fill: bool = False
 
     def deploy_pools(self) -> tuple[Pool, ...]:
-        """What the launch folder starts (empty: nothing an engine launches)."""
+        """What the launch folder starts for one copy (empty: nothing an engine launches)."""
         if self.pools or self.strategy is None:
             return self.pools
+        e = self.engine
         pool = Pool(
             role="colocated",
             strategy=self.strategy,
@@ -196,8 +214,16 @@ class Option:
             knobs=self.knobs,
             redundant=self.redundant,
             pp_partition=self.pp_partition,
+            chunk=None if e is None else e.chunk_tokens,
+            max_running=None if e is None else e.max_running,
+            mem_fraction=None if e is None else e.mem_fraction,
         )
         return (pool,)
+
+    def copies(self, cluster_gpus: int) -> int:
+        """Copies of :meth:`deploy_pools` that fit ``cluster_gpus`` (1 unless :attr:`fill`)."""
+        gpus = sum(p.count * p.strategy.world_size for p in self.deploy_pools())
+        return max(1, cluster_gpus // gpus) if self.fill and gpus else 1
 
 
 PREFILL_UNIT = "prompt tokens/s per GPU (batch prefill)"
@@ -241,14 +267,26 @@ ANALYTIC_OPTIONS: dict[str, Callable[[Any, int], list[Option]]] = {
 }
 
 
-def _pd_pools(lay: Layout | PDLayout) -> tuple[Pool, ...]:
-    """Both pools of a P/D layout; none for a colocated layout (its replicas are the
-    option's) or AFD decode (no engine launches it)."""
+def _pd_pools(lay: Layout | PDLayout, result: Any) -> tuple[Pool, ...]:
+    """Both pools of a P/D layout with the running cap and memory fraction each pool was
+    simulated with (``result.setup``'s prefill and decode configurations) and the decode
+    layout's redundant experts; none for a colocated layout (its replicas are the option's)
+    or AFD decode (no engine launches it)."""
     d = of(lay)
     if FAMILY[d.visit(pd=lambda pd: pd.family, default=lambda _: "strategy")].launch != "pools":
         return ()
-    return tuple(Pool(role=p.role, strategy=p.layout, count=p.count, knobs=p.knobs, chunk=p.chunk)
-                 for p in d.pools())  # fmt: skip
+    setup = getattr(result, "setup", None)
+    cfgs = {} if setup is None else {"prefill": setup.prefill_cfg, "decode": setup.decode_cfg}
+    red = d.visit(pd=lambda pd: {"decode": getattr(pd.decode, "redundant_experts", 0)},
+                  default=lambda _: {})  # fmt: skip
+    out = []
+    for p in d.pools():
+        e = cfgs.get(p.role)
+        out.append(Pool(role=p.role, strategy=p.layout, count=p.count, knobs=p.knobs,
+                        chunk=p.chunk, redundant=red.get(p.role, 0),
+                        max_running=None if e is None else e.max_running,
+                        mem_fraction=None if e is None else e.mem_fraction))  # fmt: skip
+    return tuple(out)
 
 
 def serving_options(serving: Any) -> list[Option]:
@@ -276,9 +314,11 @@ def serving_options(serving: Any) -> list[Option]:
                 knobs=s.result.knobs,
                 redundant=of(lay).redundant_experts,  # PD / AFD pools: none
                 replicas=s.entry.replicas,
-                pools=_pd_pools(lay),
+                pools=_pd_pools(lay, s.result),
                 pp_partition=part,
                 notes=tuple(notes),
+                engine=s.result.engine,
+                fill=True,
             )
         )
     return out
@@ -355,12 +395,7 @@ def engine_export(
         if not pools:
             continue
         try:
-            slots = place(
-                pools,
-                gpus_per_node=c.gpus_per_node,
-                num_nodes=c.num_nodes,
-                nodes_per_domain=c.nodes_per_domain,
-            )
+            slots, copies = _place_copies(o, c.gpus_per_node, c.num_nodes, c.nodes_per_domain)
         except MoeplanError as err:
             skipped.append(f"{o.label}: {err}")
             continue
@@ -373,12 +408,22 @@ def engine_export(
         router, what = router_command(engine, scs)
         notes = list(dict.fromkeys([*o.notes, *(w for sc in scs for w in sc.warnings)]))
         gap = win.per_gpu / o.per_gpu if o.per_gpu > 0 else float("inf")
-        dep = summary(slots, engine, router is not None)
+        b = backend(engine)
+        pins = [pinned(b, sc.slot, ctx, location(sc.slot, ctx, [])) for sc in scs]
+        dep = summary(slots, engine, router is not None, pins, copies)
         comments = _comments(head, win, o, gap, skipped, notes)
         comments += _deployment_lines(dep, what, c.num_nodes)
-        text = render_launch(scs, router, num_nodes=c.num_nodes, comments=comments)
+        text = render_launch(
+            scs, router, num_nodes=c.num_nodes, comments=comments, literals=(ctx.model_path,)
+        )
+        objs, why = k8s.manifests(engine, scs, router, literals=(ctx.model_path,))
+        k8s_head = [*head[:2], f"launches: {o.family} {o.label}", *_k8s_lines(engine, why)]
+        dgd, no_dgd = k8s.dynamo(engine, scs, literals=(ctx.model_path,))
+        k8s_head += [f"no DynamoGraphDeployment: {no_dgd}"] if no_dgd else []
         return LaunchExport(
             engine=engine,
+            k8s=k8s.render(objs, k8s_head),
+            dynamo=None if dgd is None else k8s.render([dgd], [*head[:2], *DYNAMO_HEAD]),
             text=text,
             label=o.label,
             per_gpu=o.per_gpu,
@@ -406,6 +451,28 @@ def engine_export(
     )
 
 
+def _place_copies(
+    o: Option, gpus_per_node: int, num_nodes: int, nodes_per_domain: int = 1
+) -> tuple[list[Slot], int]:
+    """The option's servers placed, as many copies of its deployment as fill the cluster
+    (:meth:`Option.copies`; fewer when that many do not place on whole nodes, or across the
+    NVLink domains of ``nodes_per_domain`` nodes), and that count."""
+    pools = o.deploy_pools()
+    k = o.copies(gpus_per_node * num_nodes)
+    while True:
+        try:
+            return place(
+                pools * k,
+                gpus_per_node=gpus_per_node,
+                num_nodes=num_nodes,
+                nodes_per_domain=nodes_per_domain,
+            ), k
+        except MoeplanError:
+            if k == 1:
+                raise
+            k -= 1
+
+
 def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[str, LaunchExport]:
     """Each engine's launch folder for a plan outcome: ``result`` (the families' ranking) and
     ``serving`` (the serving ranking, None when not simulated) — in the serving ranking's
@@ -422,13 +489,37 @@ def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[st
     return {e: engine_export(e, result, ctx, options, winner) for e in exported()}
 
 
+#: the head of ``launch/k8s/<engine>-dynamo.yaml``
+DYNAMO_HEAD = (
+    "a DynamoGraphDeployment (ai-dynamo/dynamo operator, nvidia.com/v1alpha1): a frontend and "
+    "one service per pool running its servers' engine arguments; pick the Dynamo release whose "
+    "runtime image carries the pinned engine release and add its tag to the images",
+)
+
+
+def _k8s_lines(engine: str, why: Sequence[str]) -> list[str]:
+    """The head of ``launch/k8s/<engine>.yaml``: what to create first, or why it is empty."""
+    if why:
+        return [f"no manifests: {w}; run launch/{engine}/launch.sh instead" for w in why]
+    return [
+        f"create first: kubectl create configmap moeplan-{engine}-files "
+        f"--from-file=launch/{engine}/ (the files the servers read, mounted at {k8s.MOUNT})",
+        f"P/D servers read their RDMA devices from: kubectl create configmap "
+        f"{k8s.RDMA_CONFIGMAP} --from-literal=MOEPLAN_IB_DEVICE=mlx5_0 (your devices; the pods "
+        "need the cluster's RDMA resources too)",
+        "multi-node servers are LeaderWorkerSets: install kubernetes-sigs/lws first",
+    ]
+
+
 def _deployment_lines(dep: dict[str, Any], router: str, num_nodes: int) -> list[str]:
     """What the script starts, in words."""
     pools = "; ".join(
         f"{p['instances']} {role} server{'s' * (p['instances'] > 1)} of {p['layout']}"
         for role, p in dep["pools"].items()
     )
-    out = [f"starts {pools}: {dep['gpus']} GPUs in all; {router}"]
+    k = dep.get("copies", 1)
+    copies = f"{k} copies of the planned deployment (they fill the cluster): " if k > 1 else ""
+    out = [f"starts {copies}{pools}: {dep['gpus']} GPUs in all; {router}"]
     if num_nodes > 1:
         out.append(
             f"run it on each of the {num_nodes} nodes with NODE_RANK set to 0..{num_nodes - 1} "

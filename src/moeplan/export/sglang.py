@@ -25,7 +25,7 @@ from moeplan.errors import require
 from moeplan.export import constraints as cons
 from moeplan.export.constraints import SGLANG_PINNED, EngineVersion, Target, deepep_blockers
 from moeplan.export.deployment import Slot, node_addr
-from moeplan.export.slot_args import chunk_args, location
+from moeplan.export.slot_args import chunk_args, location, pinned_args
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
@@ -166,6 +166,10 @@ def sglang_args(
 # ---- the launch writer (moeplan.export.writers.LaunchWriter) ---------------------------------
 TRANSFER_BACKEND = "mooncake"  # SGLang --disaggregation-transfer-backend (its default)
 PD_PROXY_NOTE: str | None = None  # sglang-router runs P/D itself (--pd-disaggregation)
+#: the RDMA devices Mooncake moves KV over, a variable launch.sh requires before it starts a
+#: P/D server (arg_groups/fields/disagg.py ``disaggregation_ib_device``: one device, a
+#: comma-separated list or a per-GPU JSON mapping; on multi-NIC nodes the default picks one)
+IB_DEVICE = "${MOEPLAN_IB_DEVICE}"
 
 
 def engine_args(
@@ -183,6 +187,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     ``--init-expert-location`` where the placement was made for the slot's EP size."""
     s, pool = slot.strategy, slot.pool
     loc = location(slot, ctx, notes)
+    version = cons.sglang_version(ctx.versions.get(BACKEND.name))
     out = []
     for rank in range(len(slot.nodes)):
         r = sglang_args(
@@ -195,6 +200,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
             expert_location=loc,
             redundant_experts=ctx.redundant if loc else pool.redundant,
             knobs=pool.knobs,
+            version=version,
         )
         args = [*r.args, "--host", "0.0.0.0", "--port", str(slot.port)]
         if slot.gpus[0]:
@@ -202,11 +208,15 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
         if slot.role != "colocated":
             args += ["--disaggregation-mode", slot.role]
             args += ["--disaggregation-transfer-backend", TRANSFER_BACKEND]
+            args += ["--disaggregation-ib-device", IB_DEVICE]
         if slot.bootstrap_port is not None:
             args += ["--disaggregation-bootstrap-port", str(slot.bootstrap_port)]
         if ctx.remote_code:
             args.append("--trust-remote-code")
         args += chunk_args(BACKEND, slot, ctx)
+        args += pinned_args(BACKEND, slot, ctx)
+        if version is not SGLANG_PINNED:
+            args = [cons.SGLANG_LEGACY_RENAMES.get(a, a) for a in args]
         out.append([args])
         if rank == 0:
             notes += r.warnings
@@ -233,6 +243,7 @@ def check_server(args: list[str], slot: Slot, ctx: Any, rank: int) -> list[str]:
         args,
         ctx.target,
         gpus_used=slot.gpu_count,
+        version=cons.sglang_version(ctx.versions.get(BACKEND.name)),
         location_width=ctx.placement_width if loc else None,
     )
 

@@ -1,11 +1,13 @@
-"""Server flags every engine's launch writer shares: the placement file a slot gets and its
-prefill chunk (pure: a slot and the export context in, arguments out)."""
+"""Server flags every engine's launch writer shares: the placement file a slot gets, its
+prefill chunk and the scheduler figures the plan simulated (memory fraction, running cap,
+decode CUDA-graph batch) (pure: a slot and the export context in, arguments out)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from moeplan.backends import EngineBackend
+from moeplan.backends.base import MemoryContext
 from moeplan.export.deployment import Slot
 
 
@@ -34,3 +36,56 @@ def chunk_args(b: EngineBackend, slot: Slot, ctx: Any) -> list[str]:
         return b.chunk_args(slot.pool.chunk, s.attn_dp)
     need = b.required_chunk(ctx.target.architecture, s.attn_dp)
     return [] if need is None else ["--chunked-prefill-size", str(need)]
+
+
+def memory_context(slot: Slot, ctx: Any) -> MemoryContext | None:
+    """What the engine's memory rules read of the slot's instance (None: the export context
+    has no GPU record)."""
+    if ctx.gpu is None:
+        return None
+    s, k = slot.strategy, slot.pool.knobs
+    return MemoryContext(
+        gpu=ctx.gpu,
+        tp=s.stage_size,
+        pp=s.pp,
+        attn_dp=s.attn_dp,
+        chunk=slot.pool.chunk or 0,
+        deepep=getattr(k, "a2a", "") == "deepep",
+        mla=ctx.mla,
+        role=slot.role,
+        mtp=getattr(k, "mtp", 0),
+    )
+
+
+def pinned_args(b: EngineBackend, slot: Slot, ctx: Any) -> list[str]:
+    """The flags that pin what the plan simulated beside the knobs: the memory fraction (when
+    the knobs do not carry it), the running-request cap and the decode CUDA-graph batch."""
+    pool = slot.pool
+    out: list[str] = []
+    if getattr(pool.knobs, "mem_fraction", None) is None:
+        out += b.mem_fraction_args(pool.mem_fraction)
+    out += b.running_args(pool.max_running, slot.strategy.attn_dp)
+    mc = memory_context(slot, ctx)
+    if mc is not None:
+        out += b.graph_args(mc, pool.max_running)
+    return out
+
+
+def pinned(b: EngineBackend, slot: Slot, ctx: Any, location_file: str | None) -> dict[str, Any]:
+    """What one server's command pins, as ``launch/deployment.json`` records it (the export
+    bench compares the engines' resolution of the commands with it)."""
+    pool, k = slot.pool, slot.pool.knobs
+    mc = memory_context(slot, ctx)
+    running = b.running_args(pool.max_running, slot.strategy.attn_dp)
+    return {
+        "mem_fraction": getattr(k, "mem_fraction", None) or pool.mem_fraction,
+        "max_running": pool.max_running,
+        "max_running_flag": None if not running else int(running[1]),
+        "cuda_graph_max_bs": None if mc is None else b.graph_max_bs(mc, pool.max_running),
+        "chunk_tokens": pool.chunk,
+        "a2a": getattr(k, "a2a", None),
+        "tbo": bool(getattr(k, "tbo", False)),
+        "mtp": int(getattr(k, "mtp", 0)),
+        "redundant_experts": max(ctx.redundant if location_file else 0, pool.redundant),
+        "expert_location": location_file,
+    }

@@ -206,7 +206,8 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
         model_path=ctx.model_path,
         config_path="${HERE}/" + _config_name(slot),
         max_num_tokens=int(chunk[1]) if chunk else None,
-        mem_fraction=getattr(pool.knobs, "mem_fraction", None),
+        max_batch_size=-(-pool.max_running // s.attn_dp) if pool.max_running else None,
+        mem_fraction=getattr(pool.knobs, "mem_fraction", None) or pool.mem_fraction,
     )
     notes += r.warnings
     if not r.expressible:

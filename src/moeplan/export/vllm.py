@@ -27,7 +27,7 @@ from moeplan.export import constraints as cons
 from moeplan.export.constraints import Target, vllm_eplb_blockers
 from moeplan.export.deployment import Slot, node_addr
 from moeplan.export.sglang import ExportResult
-from moeplan.export.slot_args import chunk_args
+from moeplan.export.slot_args import chunk_args, pinned_args
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 
@@ -186,6 +186,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
                 kv = {"kv_connector": PD_CONNECTOR, "kv_role": "kv_both"}
                 args += ["--kv-transfer-config", json.dumps(kv)]
             args += chunk_args(BACKEND, slot, ctx)
+            args += pinned_args(BACKEND, slot, ctx)
             if ctx.remote_code:
                 args.append("--trust-remote-code")
         out.append([args])

@@ -86,6 +86,7 @@ def launch_exports(
     pricing: str = "",
     notes: tuple[str, ...] = (),
     remote_code: bool = False,
+    versions: dict[str, str] | None = None,
 ) -> dict[str, LaunchExport]:
     """Each engine's launch script (:mod:`moeplan.export.plan_export`) for ``plan``: in the
     serving ranking's order when there is one, else by the analytic prefill figure.
@@ -103,8 +104,18 @@ def launch_exports(
         notes=notes,
         pricing=pricing,
         remote_code=remote_code,
+        gpu=result.cluster.gpu,
+        mla=result.model.attention == "mla",
+        versions=versions or {},
     )
     return deployment_exports(result, serving, ctx)
+
+
+def asked_versions(pricing: dict[str, Any]) -> dict[str, str]:
+    """``{engine: release}`` of an ``--engine-version`` the plan was asked for (its kernel
+    tables' engine), which that engine's launch files spell their flags for."""
+    v = (pricing or {}).get("engine_version") or {}
+    return {v["engine"]: v["requested"]} if v.get("requested") and v.get("engine") else {}
 
 
 def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
@@ -120,6 +131,7 @@ def launch_files(outcome: PlanOutcome) -> list[LaunchFile]:
         pricing=pricing_line(outcome.pricing),
         notes=outcome.fit_notes,
         remote_code=needs_remote_code(config),
+        versions=asked_versions(outcome.pricing),
     )
     out = []
     for engine, ex in exports.items():
@@ -180,7 +192,8 @@ def write_artifacts(outdir: Path, outcome: PlanOutcome) -> dict[str, str]:
         timeline = json.dumps(outcome.timeline, default=_np)
         files["timeline"] = str(out.write("timeline.json", timeline))
         exports = {lf.name.split("/")[1]: lf.export for lf in launchers if lf.export is not None}
-        files["launch"] = str(write_launch_folder(out.path("launch"), exports, loc))
+        write_launch_folder(out.path("launch"), exports, loc)
+        files["launch"] = str(outdir / "launch")  # the final folder, not the set's staging one
         for engine in exports:  # each engine's launch.sh (what --json's artifacts name)
             files[engine] = str(outdir / "launch" / engine / "launch.sh")
         files["plotly"] = str(out.write(PLOTLY_FILE, plotly_js()))
@@ -217,7 +230,8 @@ def write_launch_folder(
 ) -> Path:
     """``launch/``: ``deployment.json`` (what each engine's files start) and per engine
     ``launch.sh`` / ``stop.sh`` (executable), the files its servers read (TensorRT-LLM's
-    YAML) and the ``expert_location.json`` they pass."""
+    YAML) and the ``expert_location.json`` they pass; ``k8s/<engine>.yaml`` the same
+    deployment as Kubernetes objects (:mod:`moeplan.export.k8s`)."""
     folder.mkdir()
     deployments = {e: ex.deployment for e, ex in exports.items()}
     (folder / "deployment.json").write_text(json.dumps(deployments, indent=1) + "\n")
@@ -230,6 +244,11 @@ def write_launch_folder(
                 (sub / name).chmod(0o755)
         if expert_location is not None and "--init-expert-location" in ex.text:
             (sub / "expert_location.json").write_text(expert_location)
+        if ex.k8s is not None:
+            (folder / "k8s").mkdir(exist_ok=True)
+            (folder / "k8s" / f"{engine}.yaml").write_text(ex.k8s, encoding="utf-8")
+        if ex.dynamo is not None:
+            (folder / "k8s" / f"{engine}-dynamo.yaml").write_text(ex.dynamo, encoding="utf-8")
     return folder
 
 
