@@ -143,7 +143,9 @@ def test_bad_topology_is_one_line_exit_2(args, needles, tmp_path):
 
 def _fake_served(entry):
     metrics = SimpleNamespace(output_tokens_per_s_per_gpu=100.0)
-    return SimpleNamespace(entry=entry, metrics=metrics, result=SimpleNamespace(knobs=None))
+    return SimpleNamespace(
+        entry=entry, metrics=metrics, result=SimpleNamespace(knobs=None, engine=None, setup=None)
+    )
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
