@@ -448,7 +448,7 @@ class KernelDB:
 
 def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:
     """The datasheet floor: no prediction may claim more FLOP/s or bytes/s than the peak."""
-    peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+    peak = device.tensor_peak(f.fp8)
     return np.maximum(f.flops / peak, f.nbytes / (device.link_bw if link else device.mem_bw))
 
 
