@@ -15,9 +15,23 @@ MoE tables (DeepGEMM grouped GEMMs) serve ``sglang`` and ``vllm`` (:data:`WIDEEP
 the shipped held-out errors ``heldout_errors.json``) and :func:`engine_cost_model` hands it
 to a :class:`~moeplan.cost.CostModel` (the pure core never loads tables itself).
 
+GPUs: ``h100_sxm`` and ``a100_sxm``, and the Blackwell ``b200_sxm`` and ``gb200`` (every file
+of :data:`FILES` NVIDIA measured there, the engines' newest versions read by default). Their
+GEMM tables come per engine (``<gpu>/gemm/{sglang,vllm,trtllm}/<version>/gemm_perf.parquet``,
+each engine's own dense-GEMM kernels: cuBLAS bf16, DeepGEMM / CUTLASS fp8, FlashInfer CuTe-DSL /
+CUTLASS nvfp4) and are not a kernel family of this database: the measurement set of the GPU
+(:mod:`moeplan.measured`, the profile's GEMM roofline) reads TensorRT-LLM's (the collector of
+the H100 / A100 sets' ``gemm_perf.parquet``) and :func:`moeplan.measured.read_gemm` reads
+another engine's when asked; NCCL (``comm/nccl``) is read there too. TensorRT-LLM's
+all-to-all on GB200 (``comm/trtllm/*/trtllm_alltoall_perf.parquet``: prepare / dispatch /
+combine of its NVLink one- and two-sided kernels, EP 2-64, bf16 / fp8 / nvfp4) is shipped
+and not read: moeplan has no price path for TensorRT-LLM's own MoE all-to-all to read it
+into (:mod:`moeplan.backends.trtllm`: no DeepEP path for TensorRT-LLM).
+
 Tables with a frozen test fold (:mod:`moeplan.cost.kerneldb.frozen_fold`) are read without
 their test-fold rows: no fit, residual field, development fold or price sees them;
-:func:`frozen_test_rows` is their one reader (the final test error, never development).
+:func:`frozen_test_rows` (the fold's manifest) and :func:`frozen_fold_loaders` (the final
+test error of ``moeplan calibrate --kernels --test-fold``) are their only readers.
 
 Built variants are kept on disk between processes by :class:`~moeplan.kernel_store.DiskStore`
 (:mod:`moeplan.kernel_store`: content keys, trust checks, the size cap;
