@@ -10,8 +10,8 @@ evaluate_test.transfer_scored`): B200 -> GB200 and GB200 -> B200 (the same SM100
 another Blackwell part: the proxy for B200 -> B300 and GB200 -> GB300, which have no tables)
 and H100 -> B200 (across a generation, reported). The test-fold rows are in no table the
 database holds. Writes ``src/moeplan/data/gpu_transfer.json``: per transfer, engine (and
-``all``), operation and dtype, median and 90th percentile of ``|priced / measured - 1|``; the
-``stated`` rows (per engine and operation, and pooled over engines) are what
+``all``), operation and dtype (``transfers``) and pooled over dtypes (``pooled``), median
+and 90th percentile of ``|priced / measured - 1|``; the ``stated`` rows (per engine and operation, and pooled over engines) are what
 :class:`~moeplan.cost.kerneldb.KernelDB` attaches to a price transferred from the reference
 GPU (:data:`STATED`). ``--check`` exits 1 when the shipped file differs from a recomputation
 by more than 1e-3 in any figure.
@@ -39,23 +39,25 @@ OUT = Path(__file__).resolve().parents[1] / "src" / "moeplan" / "data" / gpu_tra
 
 def compute(ops: list[str] | None = None) -> dict[str, object]:
     db = kernel_db()
-    transfers, stated = [], []
+    transfers, pooled, stated = [], [], []
     for src, dst in PAIRS:
         scored = transfer_scored(db, src, dst, ops)
         measured_as = f"{src} -> {dst}"
         for c in cells(scored):
             transfers.append({"transfer": measured_as, **_row(c)})
-        pooled = cells(replace(s, dtype=np.full(len(s.err), "all")) for s in scored)
+        over = cells(replace(s, dtype=np.full(len(s.err), "all")) for s in scored)
+        pooled += [{"transfer": measured_as, **_row(c)} for c in over]
         for ref, pair in STATED.items():
             if pair == (src, dst):
                 stated += [{"reference": ref, "measured_as": measured_as, **_row(c)}
-                           for c in pooled]  # fmt: skip
+                           for c in over]  # fmt: skip
     return {
         "what": "|priced / measured - 1| of every development row of the destination table GPU "
         "priced from the source GPU's variant of the same dtype (the database's transfer); "
         "'stated' is attached to prices transferred from 'reference' to a GPU without tables",
         "command": "python bench/blackwell_transfer.py",
         "transfers": transfers,
+        "pooled": pooled,
         "stated": stated,
     }
 
@@ -67,7 +69,7 @@ def _row(c) -> dict[str, object]:
 
 def markdown(data: dict) -> str:
     out = ["| transfer | op | dtype | rows | median | p90 |", "|---|---|---|---|---|---|"]
-    for r in data["transfers"]:
+    for r in data["pooled"] + data["transfers"]:
         if r["engine"] == "all":
             out.append(f"| {r['transfer']} | {r['op']} | {r['dtype']} | {r['rows']:,} "
                        f"| {100 * r['median']:.1f}% | {100 * r['p90']:.1f}% |")  # fmt: skip
@@ -78,7 +80,7 @@ def _figures(data: dict) -> list[tuple]:
     return [
         (tuple(str(r.get(c)) for c in ("transfer", "reference", "engine", "op", "dtype")),
          r["median"], r["p90"])
-        for k in ("transfers", "stated") for r in data[k]
+        for k in ("transfers", "pooled", "stated") for r in data[k]
     ]  # fmt: skip
 
 

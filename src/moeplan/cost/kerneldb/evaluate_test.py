@@ -2,11 +2,12 @@
 
 Every frozen table (B200 and GB200) is read twice by the I/O layer: the database's copy
 without its test-fold rows (every fit, residual field and price) and the test-fold rows alone
-(:func:`moeplan.kernel_tables.frozen_fold_loaders`). Each test row is priced by
-:meth:`~.db.KernelDB.predict_many` on its own GPU as a user's question is — its dtype columns
-and the kernel it was measured with (``kernel_source``: the row's own variant) — and scored
-``|priced / measured - 1|``. No test row is in any table the database holds, so every price is
-an interpolation or the variant's model (never ``measured``).
+(:func:`moeplan.kernel_tables.frozen_fold_loaders`). Each test row of the kernel the database
+prices its dtype with (the engine's default for the dtype) is priced by
+:meth:`~.db.KernelDB.seconds_many` on its own GPU as a user's question is — its shape and
+dtype columns, no kernel named — and scored ``|priced / measured - 1|``. No test row is in
+any table the database holds, so every price is an interpolation or the variant's model
+(never ``measured``).
 
 Cells are GPU x operation x dtype (the family's dtype columns, ``kernel_source`` aside: the
 MoE weight dtype, attention's compute and KV-cache dtypes, an MLA module's projections),
@@ -88,20 +89,41 @@ class Scored:
 
 
 def score_table(db: KernelDB, device: Device, test: KernelTable) -> Scored | None:
-    """The test rows of one table priced by ``db`` on ``device`` (its own GPU)."""
+    """The test rows of one table priced by ``db`` on ``device`` (its own GPU), each as a
+    user's question of its dtype is: the rows of the kernel the database prices that dtype
+    with (:meth:`~.db.KernelDB.choose`: the engine's default kernel), not the other kernels
+    the collector also timed (a price the database never gives)."""
     if not len(test.latency):
         return None
     fam = KERNEL_FAMILIES[test.op]
     cols = {c: np.asarray(test.columns[c]) for c in fam.columns if c in test.columns}
-    secs = db.seconds_many(test.op, device, test.engine, cols)
-    shape_cols = tuple(c for c in cols if c not in TOKEN_AXES and c not in LOAD_COLUMNS)
+    dtype = dtype_label(test.op, cols)
+    names = [c for c in fam.variant_cols if c not in TABLE_COLS and c in cols]
+    keep = np.zeros(len(dtype), bool)
+    for d in sorted(set(dtype.tolist())):
+        sel = dtype == d
+        i = int(np.argmax(sel))
+        key = db.choose(test.gpu, test.engine, test.op, {c: str(cols[c][i]) for c in names})
+        if key is None:
+            continue
+        chosen = dict(zip(fam.variant_cols, key, strict=True))
+        for c in TABLE_COLS:
+            if c in chosen and c in cols:
+                sel = sel & (np.asarray(cols[c]).astype(str) == chosen[c])
+        keep |= sel
+    if not keep.any():
+        return None
+    cols = {c: v[keep] for c, v in cols.items()}
+    query = {c: v for c, v in cols.items() if c not in TABLE_COLS}
+    secs = db.seconds_many(test.op, device, test.engine, query)
+    shape_cols = tuple(c for c in query if c not in TOKEN_AXES and c not in LOAD_COLUMNS)
     return Scored(
         test.gpu,
         test.engine,
         test.op,
-        dtype_label(test.op, cols),
-        np.array([repr(k) for k in row_keys(cols, shape_cols, len(test.latency))]),
-        np.abs(secs / test.latency - 1.0),
+        dtype[keep],
+        np.array([repr(k) for k in row_keys(query, shape_cols, int(keep.sum()))]),
+        np.abs(secs / test.latency[keep] - 1.0),
     )
 
 
