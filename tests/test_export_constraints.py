@@ -47,6 +47,7 @@ def target(
 # the same DeepEPMoE (no w4a16 DeepEP path).
 DEEPEP_CLUSTERS = {
     "findep-c", "findep-d", "mixserve-h20", "h100-sxm-8", "h200-sxm-8", "h800-sxm-8", "b200-8",
+    "gb200-4",
 }  # fmt: skip
 DEEPEP_MODELS = {"deepseek-v3", "kimi-k2", "glm-5-fp8", "qwen3-235b-a22b-2507-fp8"}
 
@@ -209,7 +210,7 @@ def test_vllm_eplb_only_where_it_runs(redundant, ep):
 
 # DeepEP per GPU, by hand from the sources (DeepEP README: SM90+ CUDA GPUs; Blackwell B200 runs
 # it in SGLang's GB200/B200 wide-EP deployments; Ampere, Ada and Ascend do not)
-DEEPEP_GPUS = {"h100-sxm", "h200-sxm", "h800", "h20", "b200"}
+DEEPEP_GPUS = {"h100-sxm", "h200-sxm", "h800", "h20", "b200", "gb200"}
 
 
 @pytest.mark.parametrize("gpu", sorted(gpu_records()))
