@@ -495,6 +495,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--op": R("--op", "bogus"),
             "--folds": P("--folds", "2", base=KERNELS),
             "--errors-out": F("--errors-out", "{tmp}/e.json", base=KERNELS),
+            "--test-fold": P("--test-fold", base=KERNELS),  # the frozen B200 / GB200 fold
             "--rows-out": R("--rows-out", "{tmp}/r.json"),  # --device only (a measuring run)
         },
     ),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from moeplan.cost.kerneldb import frozen_fold
-from moeplan.kernel_tables import frozen_test_rows, kernels_dir, table_loaders
+from moeplan.kernel_tables import frozen_fold_loaders, frozen_test_rows, kernels_dir, table_loaders
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -92,15 +92,38 @@ def test_the_development_reader_drops_the_test_fold(tmp_path):
         frozen_test_rows(open_dst)
 
 
-def test_only_the_manifest_tool_reads_the_test_fold():
-    """``frozen_test_rows`` is called nowhere in the package but where it is defined."""
-    callers = []
+def test_only_the_final_test_error_reads_the_test_fold():
+    """``frozen_test_rows`` (the manifest's reader) is called nowhere in the package;
+    ``frozen_fold_loaders`` (the test-fold rows for a price) only by the final test error
+    (``calibrate --kernels --test-fold``: commands/calibrate.py), and the reader's
+    ``test_fold`` switch is turned on only inside ``frozen_fold_loaders``."""
+    callers: dict[str, list[str]] = {"frozen_test_rows": [], "frozen_fold_loaders": []}
+    switched = []
     for path in (ROOT / "src" / "moeplan").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name | ast.Attribute) and "frozen_test_rows" in (
-                getattr(node, "id", None),
-                getattr(node, "attr", None),
-            ):
-                callers.append(path.name)
-    assert callers == []
+            for name, found in callers.items():
+                if isinstance(node, ast.Name | ast.Attribute) and name in (
+                    getattr(node, "id", None),
+                    getattr(node, "attr", None),
+                ):
+                    found.append(path.name)
+            if isinstance(node, ast.keyword) and node.arg == "test_fold":
+                switched.append(path.name)
+    assert callers["frozen_test_rows"] == []
+    assert callers["frozen_fold_loaders"] == ["calibrate.py"]
+    assert switched == ["kernel_tables.py"]
+
+
+def test_the_test_fold_reader_returns_exactly_the_rows_the_database_drops():
+    """A frozen table's development rows and its test-fold rows partition its rows."""
+    key = ("gb200", "vllm", "generation_mla_module")
+    dev = table_loaders()[key]()
+    test = frozen_fold_loaders(("gb200",))[key]()
+    path = Path(dev.origin)
+    table, mask, _ = frozen_test_rows(path)
+    assert len(test.latency) == int(mask.sum()) > 0
+    assert len(dev.latency) + len(test.latency) == table.num_rows
+    every = sorted(np.asarray(table.column("latency").to_pylist()) * 1e-3)
+    both = sorted(np.concatenate([dev.latency, test.latency]))
+    assert np.allclose(every, both)

@@ -15,9 +15,23 @@ MoE tables (DeepGEMM grouped GEMMs) serve ``sglang`` and ``vllm`` (:data:`WIDEEP
 the shipped held-out errors ``heldout_errors.json``) and :func:`engine_cost_model` hands it
 to a :class:`~moeplan.cost.CostModel` (the pure core never loads tables itself).
 
+GPUs: ``h100_sxm`` and ``a100_sxm``, and the Blackwell ``b200_sxm`` and ``gb200`` (every file
+of :data:`FILES` NVIDIA measured there, the engines' newest versions read by default). Their
+GEMM tables come per engine (``<gpu>/gemm/{sglang,vllm,trtllm}/<version>/gemm_perf.parquet``,
+each engine's own dense-GEMM kernels: cuBLAS bf16, DeepGEMM / CUTLASS fp8, FlashInfer CuTe-DSL /
+CUTLASS nvfp4) and are not a kernel family of this database: the measurement set of the GPU
+(:mod:`moeplan.measured`, the profile's GEMM roofline) reads TensorRT-LLM's (the collector of
+the H100 / A100 sets' ``gemm_perf.parquet``) and :func:`moeplan.measured.read_gemm` reads
+another engine's when asked; NCCL (``comm/nccl``) is read there too. TensorRT-LLM's
+all-to-all on GB200 (``comm/trtllm/*/trtllm_alltoall_perf.parquet``: prepare / dispatch /
+combine of its NVLink one- and two-sided kernels, EP 2-64, bf16 / fp8 / nvfp4) is shipped
+and not read: moeplan has no price path for TensorRT-LLM's own MoE all-to-all to read it
+into (:mod:`moeplan.backends.trtllm`: no DeepEP path for TensorRT-LLM).
+
 Tables with a frozen test fold (:mod:`moeplan.cost.kerneldb.frozen_fold`) are read without
 their test-fold rows: no fit, residual field, development fold or price sees them;
-:func:`frozen_test_rows` is their one reader (the final test error, never development).
+:func:`frozen_test_rows` (the fold's manifest) and :func:`frozen_fold_loaders` (the final
+test error of ``moeplan calibrate --kernels --test-fold``) are their only readers.
 
 Built variants are kept on disk between processes by :class:`~moeplan.kernel_store.DiskStore`
 (:mod:`moeplan.kernel_store`: content keys, trust checks, the size cap;
@@ -128,6 +142,9 @@ VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: tables serve every engine
 WIDEEP_SHARED = frozenset({"wideep_context_moe_perf.parquet", "wideep_generation_moe_perf.parquet"})
 ERRORS_FILE = "heldout_errors.json"
+#: the leave-one-GPU-out errors of the Blackwell table GPUs (package data,
+#: ``bench/blackwell_transfer.py``): stated beside a price transferred from them
+GPU_TRANSFER_FILE = "gpu_transfer.json"
 #: the leave-one-version-out transfer errors (package data, ``bench/version_transfer.py``)
 TRANSFER_FILE = "version_transfer.json"
 
@@ -163,7 +180,10 @@ def _read(
     gpu: str,
     engine: str,
     version: str,
+    test_fold: bool = False,
 ) -> KernelTable:
+    """One table's rows of ``op``: without a frozen table's test fold (every development
+    path), or only that fold (``test_fold``: :func:`frozen_fold_loaders`, the final test error)."""
     import pyarrow.parquet as pq
 
     fam = KERNEL_FAMILIES[op]
@@ -192,7 +212,10 @@ def _read(
     for c, value in where.items():  # rows of another op in the same file
         ok &= _numpy(table.column(c)).astype(str) == value
     if frozen:  # the frozen test fold stays out of every development path
-        ok &= ~_test_mask(path.name, table, keys)
+        test = _test_mask(path.name, table, keys)
+        ok &= test if test_fold else ~test
+    elif test_fold:
+        raise MoeplanError(f"kernel table {path} has no frozen test fold")
     for c, arr in cols.items():
         if arr.dtype.kind in "US" and any(a in arr for a in VALUE_ALIASES):
             cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in arr.tolist()])
@@ -309,6 +332,21 @@ def table_loaders(
     return {k: partial(_read, path, *args) for k, (path, args) in table_files(root).items()}
 
 
+def frozen_fold_loaders(
+    gpus: tuple[str, ...] = frozen_fold.FROZEN_GPUS, root: Path | None = None
+) -> dict[tuple[str, str, str], Callable[[], KernelTable]]:
+    """``(gpu, engine, op) -> loader`` of the frozen test-fold rows of the tables the database
+    reads on ``gpus`` (the newest version of each, as :func:`table_loaders`): the one reader
+    of those rows for a price, called only for the final test error
+    (``moeplan calibrate --kernels --test-fold``, :mod:`moeplan.cost.kerneldb.evaluate_test`)."""
+    out: dict[tuple[str, str, str], Callable[[], KernelTable]] = {}
+    for key, (path, args) in table_files(root).items():
+        own = key[1] == path.parts[-3]  # a table shared by engines is scored once, as its own
+        if own and key[0] in gpus and frozen_fold.frozen_table(table_relpath(path)):
+            out[key] = partial(_read, path, *args, test_fold=True)
+    return out
+
+
 def read_tables(root: Path | None = None) -> list[KernelTable]:
     """Every shipped table, read now (the database itself reads them lazily)."""
     return [load() for load in table_loaders(root).values()]
@@ -336,6 +374,21 @@ def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tup
         return {}
     rows = json.loads(path.read_text(encoding="utf-8"))["errors"]
     return {(r["gpu"], r["engine"], r["op"], r["source"]): (r["median"], r["p90"]) for r in rows}
+
+
+def gpu_transfer_path() -> Path:
+    """The shipped leave-one-GPU-out errors of the Blackwell tables (``bench/blackwell_transfer.py``)."""
+    return Path(str(resources.files("moeplan").joinpath("data", GPU_TRANSFER_FILE)))
+
+
+def read_gpu_transfer(path: Path | None = None) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """``(reference GPU, engine or "all", op) -> (median, p90)`` of the stated transfer
+    errors (empty when the file is absent)."""
+    path = path or gpu_transfer_path()
+    if not path.is_file():
+        return {}
+    rows = json.loads(path.read_text(encoding="utf-8"))["stated"]
+    return {(r["reference"], r["engine"], r["op"]): (r["median"], r["p90"]) for r in rows}
 
 
 def version_transfer_path() -> Path:
@@ -406,8 +459,9 @@ def _kernel_db(engine: str | None, version: str | None) -> KernelDB:
     }
     asked = (engine, version) if engine is not None and version is not None else None
     return KernelDB(
-        LazyTables(loaders), devices, read_errors(), store, versions=versions, engine_version=asked
-    )
+        LazyTables(loaders), devices, read_errors(), store, versions=versions,
+        engine_version=asked, gpu_transfer=read_gpu_transfer(),
+    )  # fmt: skip
 
 
 def engine_cost_model(

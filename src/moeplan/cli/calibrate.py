@@ -13,7 +13,14 @@ from typing import Annotated
 import typer
 
 from moeplan.cli._common import QuietOpt, Table, console, err_console, print_json, write_atomic
-from moeplan.commands.calibrate import check_mode, fit_measured, fit_rows, kernel_errors
+from moeplan.commands.calibrate import (
+    check_mode,
+    fit_measured,
+    fit_rows,
+    fold_test_errors,
+    fold_test_tables,
+    kernel_errors,
+)
 from moeplan.measured import MEASURED
 
 DEFAULT_MEASURED = "h100_sxm"  # the measurement set fitted when none is named
@@ -63,6 +70,13 @@ def calibrate(
             help="With --kernels: write the per-source error table (heldout_errors.json)."
         ),
     ] = None,
+    test_fold: Annotated[
+        bool,
+        typer.Option(
+            help="With --kernels: the final error on the frozen test fold of the B200 / GB200 "
+            "tables per GPU x engine x op x dtype, and the stated leave-one-GPU-out errors."
+        ),
+    ] = False,
     rows_out: Annotated[
         str | None,
         typer.Option(
@@ -74,7 +88,11 @@ def calibrate(
     """Fit GEMM (roofline) and NCCL (piecewise α-β) models; R² and held-out error per fit."""
     check_mode(kernels, device, {"--quick": quick, "--name": name, "--out": out,
                "--measured": measured != DEFAULT_MEASURED, "--rows-out": rows_out,
-               "--op": op, "--folds": folds is not None, "--errors-out": errors_out})  # fmt: skip
+               "--op": op, "--folds": folds is not None, "--errors-out": errors_out,
+               "--test-fold": test_fold})  # fmt: skip
+    if kernels and test_fold:
+        _test_fold(op, errors_out, json_out)
+        return
     if kernels:
         _kernels(op, seed, folds, errors_out, json_out)
         return
@@ -150,6 +168,25 @@ def _kernels(
     console.print(t)
     if errors_out:
         console.print(f"error table written to {errors_out}")
+
+
+def _test_fold(ops: list[str] | None, errors_out: str | None, json_out: bool) -> None:
+    """``--kernels --test-fold``: the final test error cells and the stated transfer errors."""
+    cells, transfer = fold_test_errors(ops)
+    rows = [c.to_dict() for c in cells]
+    if errors_out:
+        write_atomic(errors_out, json.dumps({"method": "frozen_test", "cells": rows}, indent=1))
+    if json_out:
+        print_json({"test_fold": rows, "gpu_transfer": transfer.get("stated", []),
+                    "errors_out": errors_out})  # fmt: skip
+        return
+    for title, head, body in fold_test_tables(cells, transfer):
+        t = Table(title=title)
+        for c in head:
+            t.add_column(c)
+        for r in body:
+            t.add_row(*r)
+        console.print(t)
 
 
 def _pct(x: float | None, scale: float = 100, fmt: str = ".1f") -> str:

@@ -15,7 +15,8 @@ from moeplan.measured import read_gemm, read_nccl
 def check_mode(kernels: bool, device: str | None, given: dict[str, Any]) -> None:
     """``calibrate``'s three modes each read their own flags: fitting NVIDIA's tables,
     measuring this machine (``--device``: ``--quick``, ``--name``, ``--rows-out``) and
-    evaluating the kernel database (``--kernels``: ``--op``, ``--folds``, ``--errors-out``).
+    evaluating the kernel database (``--kernels``: ``--op``, ``--folds``, ``--errors-out``,
+    ``--test-fold``).
     A flag of another mode is refused, not ignored. ``given``: flag -> whether it was given
     (``--measured``: a set other than the default)."""
     on = {flag for flag, value in given.items() if value}
@@ -25,9 +26,12 @@ def check_mode(kernels: bool, device: str | None, given: dict[str, Any]) -> None
         if fit:
             raise MoeplanError(f"{', '.join(fit)} fit a profile; --kernels evaluates the "
                                "kernel database (give one or the other)")  # fmt: skip
+        if "--test-fold" in on and "--folds" in on:
+            raise MoeplanError("--folds splits the development tables; --test-fold scores the "
+                               "frozen test fold (give one or the other)")  # fmt: skip
         return
-    if on & {"--op", "--folds", "--errors-out"}:
-        raise MoeplanError("--op, --folds and --errors-out need --kernels")
+    if on & {"--op", "--folds", "--errors-out", "--test-fold"}:
+        raise MoeplanError("--op, --folds, --errors-out and --test-fold need --kernels")
     measuring = [f for f in ("--rows-out", "--quick", "--name") if f in on]
     if measuring and device is None:
         verb = "needs" if len(measuring) == 1 else "need"
@@ -90,3 +94,56 @@ def kernel_errors(
         (device_for(load_cluster(DSA_CLUSTER)), dsa_tables()),
     ]
     return kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds, others=others)
+
+
+def fold_test_errors(ops: list[str] | None) -> tuple[list[Any], dict[str, Any]]:
+    """``--kernels --test-fold``: the final test error of the kernel database on the frozen
+    test fold of the B200 and GB200 tables, per GPU x engine x op x dtype
+    (:mod:`moeplan.cost.kerneldb.evaluate_test`), and the shipped leave-one-GPU-out errors
+    stated for GPUs that borrow those tables (``gpu_transfer.json``)."""
+    import json
+
+    from moeplan.cost.kerneldb import OPS
+    from moeplan.cost.kerneldb.evaluate_test import fold_errors
+    from moeplan.kernel_tables import (
+        frozen_fold_loaders,
+        gpu_transfer_path,
+        kernel_db,
+        table_devices,
+    )
+
+    for o in ops or []:
+        if o not in OPS:
+            raise MoeplanError(f"op ({o!r}) must be one of {', '.join(OPS)}")
+    loaders = frozen_fold_loaders()
+    tests = [load() for k, load in sorted(loaders.items()) if ops is None or k[2] in ops]
+    cells = fold_errors(kernel_db(), table_devices(), tests)
+    path = gpu_transfer_path()
+    transfer = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return cells, transfer
+
+
+def fold_test_tables(cells: list[Any], transfer: dict[str, Any]) -> list[tuple[str, tuple, list]]:
+    """(title, columns, rows of texts) of ``--kernels --test-fold``'s printed tables."""
+    from moeplan.cost.kerneldb.evaluate_test import MEDIAN_TARGET, MIN_ROWS, MIN_SHAPES, P90_TARGET
+
+    title = (f"Kernel database error on the frozen test fold (|priced/measured - 1|; target "
+             f"median <= {MEDIAN_TARGET:.0%}, p90 <= {P90_TARGET:.0%} where rows >= {MIN_ROWS} "
+             f"of >= {MIN_SHAPES} shapes)")  # fmt: skip
+    rows = [
+        (c.gpu, c.engine, c.op, c.dtype, str(c.rows), str(c.shapes), f"{c.median:.1%}",
+         f"{c.p90:.1%}", ("met" if c.met else "MISSED") if c.judged else "too few rows")
+        for c in cells
+    ]  # fmt: skip
+    out = [(title, ("GPU", "engine", "op", "dtype", "rows", "shapes", "median", "p90", "target"),
+            rows)]  # fmt: skip
+    stated = [
+        (r["reference"], r["measured_as"], r["op"], str(r["rows"]), f"{r['median']:.1%}",
+         f"{r['p90']:.1%}")
+        for r in transfer.get("stated", []) if r["engine"] == "all"
+    ]  # fmt: skip
+    if stated:
+        out.append(("Leave-one-GPU-out error stated beside prices transferred from a Blackwell "
+                    "table GPU (gpu_transfer.json, pooled over engines)",
+                    ("borrowing from", "measured as", "op", "rows", "median", "p90"), stated))  # fmt: skip
+    return out

@@ -62,6 +62,7 @@ from moeplan.cost.kerneldb.feature_base import (
     WaveFeatures,
     row_kernels,
 )
+from moeplan.cost.kerneldb.moe_features import WEIGHT_BYTES, rate_tier
 
 # DeepSeek-V3 MLA dimensions (config.json: qk_nope_head_dim 128, qk_rope_head_dim 64,
 # v_head_dim 128, kv_lora_rank 512) — the model NVIDIA's MLA tables were collected for.
@@ -99,11 +100,6 @@ TRITON_MLA_SETUP_KEYS = 64.0
 #: (p90 23.3 % with it, 38.4 % without: the cell's figure is the latter).
 TRTLLM_MLA = "default"
 TRTLLM_MLA_HEAD_BLOCK = 64  # heads per block of TRT-LLM's MLA decode (tables: 64 -> 128 doubles)
-
-# DeepSeek-V3 projection sizes (config.json: hidden_size 7168, q_lora_rank 1536): the
-# module tables time the whole MLA block, projections included.
-DSV3_HIDDEN, DSV3_Q_LORA, MLA_KV_LORA, MLA_ROPE = 7168, 1536, 512, 64
-GEMM_BYTES = {"bfloat16": 2.0, "fp8_block": 1.0, "fp8": 1.0}
 
 
 def _kv_bytes(cols: Columns) -> np.ndarray:
@@ -232,7 +228,9 @@ def _generation_mla(cols: Columns) -> Features:
 # DeepSeek-V3 projection sizes (config.json: hidden_size 7168, q_lora_rank 1536): the
 # module tables time the whole MLA block, projections included.
 DSV3_HIDDEN, DSV3_Q_LORA, MLA_KV_LORA, MLA_ROPE = 7168, 1536, 512, 64
-GEMM_BYTES = {"bfloat16": 2.0, "fp8_block": 1.0, "fp8": 1.0}
+#: projection weight bytes per element of a ``gemm_type`` (NVFP4 with its block scales,
+#: :data:`~.moe_features.WEIGHT_BYTES`)
+GEMM_BYTES = {"bfloat16": 2.0, "fp8_block": 1.0, "fp8": 1.0, "nvfp4": WEIGHT_BYTES["nvfp4"]}
 
 
 def _module(core: Callable[[Columns], Features], absorbed: bool) -> Callable[[Columns], Features]:
@@ -250,7 +248,7 @@ def _module(core: Callable[[Columns], Features], absorbed: bool) -> Callable[[Co
             c,
             flops=c.flops + 2 * c.tokens * weights,
             nbytes=c.nbytes + weights * wb + 2 * BF16_BYTES * c.tokens * DSV3_HIDDEN,
-            fp8=np.char.startswith(gemm, "fp8"),
+            fp8=np.maximum(c.fp8, rate_tier(gemm)),
         )
 
     return feats

@@ -15,7 +15,13 @@ the held-out errors per ``(gpu, engine, op, source)`` computed by :mod:`.evaluat
    reference table GPU's own price of the row (step 2) times the ratio of the reference's
    model scaled by this GPU's datasheet to the reference's model, ``transferred``: a GPU whose
    datasheet equals the reference's gets the reference's measured rows (ratio 1). A dtype the
-   reference did not measure takes the scaled model and the reference's residual field;
+   reference did not measure takes the scaled model and the reference's residual field.
+   The reference GPUs are tried in :data:`REFERENCE_ORDER` (a Blackwell GPU borrows from
+   the other Blackwell table GPU before the H100). The error stated beside a transferred
+   price on a GPU without tables is the leave-one-GPU-out error of its reference
+   (:attr:`KernelDB.gpu_transfer`: B200 -> GB200 for a GPU borrowing B200's tables, GB200 ->
+   B200 for GB200's; ``moeplan/data/gpu_transfer.json``) where one was measured, else the
+   ``other`` row of the held-out error table;
 4. no table for the engine and op anywhere: ``roofline`` (70 % of peak FLOP/s, 80 % of
    bandwidth, 5 µs floor — the CostModel's defaults).
 5. asked for one engine release (``--engine-version``: :attr:`KernelDB.versions`, chosen by
@@ -87,8 +93,12 @@ class KernelDB:
         store: Store | None = None,
         versions: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
         engine_version: tuple[str, str] | None = None,
+        gpu_transfer: Mapping[tuple[str, str, str], tuple[float, float]] | None = None,
     ) -> None:
         self._store = store
+        #: (reference table GPU, engine or "all", op) -> (median, p90) leave-one-GPU-out
+        #: error of a price transferred from that reference to a GPU without tables
+        self.gpu_transfer = dict(gpu_transfer or {})
         #: (gpu, engine, op) -> how the requested engine version is priced by that table
         #: (table version, measured / nearest version / extrapolated, transfer error)
         self.versions = dict(versions or {})
@@ -209,10 +219,17 @@ class KernelDB:
 
     # ---- prediction ----------------------------------------------------------------------
     def error(
-        self, gpu: str | None, engine: str, op: str, source: str
+        self, gpu: str | None, engine: str, op: str, source: str, reference: str | None = None
     ) -> tuple[float, float] | None:
+        """The (median, p90) error of a ``source`` price: a GPU without tables (``gpu``
+        ``None``) whose ``reference`` has a measured leave-one-GPU-out error takes it
+        (:attr:`gpu_transfer`: the engine's own, else pooled over engines)."""
         if source == "measured":
             return (0.0, 0.0)
+        if gpu is None and source == "transferred" and reference is not None:
+            for eng in (engine, "all"):
+                if (reference, eng, op) in self.gpu_transfer:
+                    return self.gpu_transfer[(reference, eng, op)]
         return self.errors.get((gpu or "other", engine, op, source))
 
     def predict(
@@ -256,7 +273,7 @@ class KernelDB:
         out = []
         for s, src, detail in zip(secs.tolist(), srcs.tolist(), details.tolist(), strict=True):
             if src not in errs:
-                errs[src] = self.error(table, engine, op, src)
+                errs[src] = self.error(table, engine, op, src, device.reference)
             err = errs[src]
             out.append(
                 self._release(
@@ -297,7 +314,7 @@ class KernelDB:
             kinds.setdefault(kind, i)
         out = []
         for (src, detail), i in kinds.items():
-            err = self.error(table, engine, op, src)
+            err = self.error(table, engine, op, src, device.reference)
             mask = (
                 (srcs == src) & (details == detail) if len(kinds) > 1 else np.ones(len(secs), bool)
             )
@@ -457,7 +474,7 @@ class KernelDB:
 
 def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:
     """The datasheet floor: no prediction may claim more FLOP/s or bytes/s than the peak."""
-    peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+    peak = device.tensor_peak(f.fp8)
     return np.maximum(f.flops / peak, f.nbytes / (device.link_bw if link else device.mem_bw))
 
 
@@ -469,9 +486,18 @@ def _e(err: tuple[float, float] | None, i: int) -> float | None:
     return None if err is None else err[i]
 
 
-def _refs(reference: str) -> list[str]:
-    other = "a100_sxm" if reference == "h100_sxm" else "h100_sxm"
-    return [reference, other]
+#: the table GPUs a GPU borrows kernels from, in order, by its reference: the same
+#: generation first (B200 and GB200 run the same SM100 kernels; A100 and H100 the older ones)
+REFERENCE_ORDER = {
+    "h100_sxm": ("h100_sxm", "a100_sxm"),
+    "a100_sxm": ("a100_sxm", "h100_sxm"),
+    "b200_sxm": ("b200_sxm", "gb200", "h100_sxm"),
+    "gb200": ("gb200", "b200_sxm", "h100_sxm"),
+}
+
+
+def _refs(reference: str) -> tuple[str, ...]:
+    return REFERENCE_ORDER.get(reference, (reference, "h100_sxm"))
 
 
 def _family(op: str) -> Family:

@@ -247,11 +247,13 @@ def summarize(scored: Iterable[Scored]) -> list[ErrorRow]:
 def evaluate_all(
     db: KernelDB, ops: Iterable[str] | None = None, seed: int = 0, max_folds: int | None = None
 ) -> list[Scored]:
-    """Every evaluation for every (gpu, engine, op) with tables."""
+    """Every evaluation for every (gpu, engine, op) with tables on the development GPUs
+    (:data:`GPUS`); B200 and GB200 are scored on their frozen test fold instead
+    (:mod:`.evaluate_test`, ``moeplan calibrate --kernels --test-fold``)."""
     out = []
     for gpu, engine, op in sorted(db.tables):
-        if ops is not None and op not in ops:
-            continue
+        if gpu not in GPUS or (ops is not None and op not in ops):
+            continue  # the frozen GPUs' tables: their test fold (:mod:`.evaluate_test`)
         other = GPUS[1] if gpu == GPUS[0] else GPUS[0]
         logo = leave_one_gpu_out(db, other, gpu, engine, op)
         like = leave_one_gpu_out(db, other, gpu, engine, op, True) if op == "moe" else None

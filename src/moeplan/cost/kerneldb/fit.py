@@ -2,7 +2,7 @@
 
 Model (seconds, one GPU): ``t = floor + ||(per_work work, flops / (e_f F), bytes / (e_b B))||_p``
 — the three costs overlap as a p-norm (``p = 1``: they add up; ``p -> inf``: only the largest
-counts; kernels that pipeline loads with math sit in between, so ``p`` is fitted) — with ``F`` the datasheet tensor peak (fp8 rows: the fp8 peak) and ``B`` the HBM bandwidth
+counts; kernels that pipeline loads with math sit in between, so ``p`` is fitted) — with ``F`` the datasheet tensor peak (fp8 rows: the fp8 peak, fp4 rows the fp4 peak) and ``B`` the HBM bandwidth
 (the intra-node link bandwidth for communication families). ``e_f`` and ``e_b`` are the
 kernel family's compute and memory efficiencies — what transfers to another GPU; the floor
 (launch and synchronisation) and the per-work cost (routing, permutation, per-sequence setup)
@@ -82,7 +82,7 @@ class Analytic:
     floor_in_norm: bool = False  # the floor overlaps the other terms (host time, see fit)
 
     def predict(self, f: Features, device: Device, link: bool) -> np.ndarray:
-        peak = np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+        peak = device.tensor_peak(f.fp8)
         bw = device.link_bw if link else device.mem_bw
         compute = f.flops / (self.flops_eff * peak)
         memory = f.nbytes / (self.bw_eff * bw)
@@ -230,7 +230,7 @@ class ResidualField:
 def _datasheet_time(f: Features, device: Device, link: bool) -> np.ndarray:
     """FLOPs at the tensor peak or bytes at full bandwidth, whichever is longer (as
     ``db.peak_time``, which this module cannot import: db imports it)."""
-    flops = f.flops / np.where(f.fp8, device.flops_fp8, device.flops_bf16)
+    flops = f.flops / device.tensor_peak(f.fp8)
     return np.maximum(flops, f.nbytes / (device.link_bw if link else device.mem_bw))
 
 

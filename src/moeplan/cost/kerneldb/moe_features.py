@@ -6,7 +6,9 @@ writes and combines all ``N k`` routed hidden vectors (with an expert map, Trito
 writes zeros for the other ranks' pairs and ``moe_sum`` reads the whole ``N x k x H``
 cache); a cost per routed pair regardless of ``H`` fitted worse (held-out p90 up to 2.5
 points, docs/benchmarks/kerneldb-moe.md) — ``P`` pairs on the rank, ``hit`` distinct
-local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 / mxfp4 0.5).
+local experts, ``w`` weight bytes per element (bf16 2, fp8 1, int4 / mxfp4 0.5, nvfp4 0.5625
+with its block scales); the FLOPs run at the rate of the dtype (:func:`rate_tier`: NVFP4 on
+FP4 tensor cores, FP8 and MXFP4 x MXFP8 at the fp8 rate), each dtype a variant of its own.
 ``distribution = "explicit"`` takes ``P`` and ``hit`` from the row (a routing trace's
 per-expert counts); it sits at the balanced rows' load coordinate, so the residual
 field corrects it like a balanced shape with that much work (departure: no table row has a
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moeplan.cost.kerneldb.base import BF16_BYTES, Columns, Features
+from moeplan.cost.kerneldb.base import BF16_BYTES, FP4_TIER, Columns, Features
 from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.feature_base import PATH_COORD, row_kernels
@@ -40,9 +42,28 @@ WEIGHT_BYTES = {
     "w4a16_mxfp4": 0.5,
     "mxfp4": 0.5,
     "int4": 0.5,
+    # NVFP4: E2M1 values + one FP8 (E4M3) scale per 16 elements (NVIDIA, "Introducing NVFP4
+    # for efficient and accurate low-precision inference"; TensorRT-LLM / FlashInfer
+    # ``sf_vec_size = 16``); the per-tensor fp32 scale is negligible
+    "nvfp4": 0.5 + 1 / 16,
+    # MXFP4 weights, MXFP8 activations: E2M1 values + one E8M0 scale per 32 elements (OCP
+    # Microscaling Formats v1.0, block size 32)
+    "w4a8_mxfp4_mxfp8": 0.5 + 1 / 32,
 }
-#: ``moe_dtype`` values whose GEMMs run at the fp8 rate
-FP8_COMPUTE = {"fp8", "fp8_block"}
+#: ``moe_dtype`` values whose GEMMs run at the fp8 rate (MXFP4 x MXFP8: Blackwell's mixed
+#: FP4 x FP8 tensor-core MMA runs at the FP8 rate, CUTLASS ``tcgen05`` f8f6f4 kinds)
+FP8_COMPUTE = {"fp8", "fp8_block", "w4a8_mxfp4_mxfp8"}
+#: dtypes whose GEMMs run on FP4 tensor cores (both operands FP4: NVFP4 weights and
+#: activations); a GPU without them (:attr:`~.device.Device.flops_fp4`) reads its fp8 peak
+FP4_COMPUTE = {"nvfp4"}
+
+
+def rate_tier(dtype: np.ndarray) -> np.ndarray:
+    """Each row's tensor rate tier (:attr:`~.base.Features.fp8`) from its GEMM dtype."""
+    d = np.asarray(dtype).astype(str)
+    return np.where(np.isin(d, list(FP4_COMPUTE)), FP4_TIER, np.isin(d, list(FP8_COMPUTE)))
+
+
 #: ``distribution`` of a row whose busiest-rank load is given (``rank_pairs``, ``rank_hit``:
 #: per-expert counts from a routing trace, optionally after EPLB, see :func:`.load.eplb_busiest`)
 EXPLICIT = "explicit"
@@ -112,7 +133,7 @@ def _moe(cols: Columns) -> Features:
         flops=6.0 * pairs * h * inter,
         nbytes=hit * 3 * h * inter * wbytes + 2 * BF16_BYTES * n * h,
         work=n * k * h / WORK_HIDDEN,
-        fp8=np.isin(dtype, list(FP8_COMPUTE)),
+        fp8=rate_tier(dtype),
         tokens=n,
         coords=coords,
     )

@@ -26,7 +26,7 @@ from moeplan.cost.kerneldb.base import col as _f
 from moeplan.cost.kerneldb.base import l2 as _l2
 from moeplan.cost.kerneldb.eplb_load import eplb_power_law_many
 from moeplan.cost.kerneldb.load import busiest_rank_many, power_law_alpha
-from moeplan.cost.kerneldb.moe_features import EXPLICIT, FP8_COMPUTE, WEIGHT_BYTES, WORK_HIDDEN
+from moeplan.cost.kerneldb.moe_features import EXPLICIT, WEIGHT_BYTES, WORK_HIDDEN, rate_tier
 from moeplan.errors import MoeplanError
 
 EPLB_SUFFIX = "_eplb"
@@ -75,7 +75,7 @@ def _trtllm_wideep(cols: Columns) -> Features:
         flops=6.0 * pairs * h * inter,
         nbytes=hit * 3 * h * inter * wbytes + 2 * BF16_BYTES * pairs * h,
         work=pairs * h / WORK_HIDDEN,
-        fp8=np.isin(dtype, list(FP8_COMPUTE)),
+        fp8=rate_tier(dtype),
         tokens=n,
         coords=coords,
     )
