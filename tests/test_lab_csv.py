@@ -53,3 +53,7 @@ def test_rows_without_a_published_block_keep_only_the_conclusion_figures():
         assert float(r["total_tok_s"]) == pytest.approx(tps, abs=0.005)
         assert float(r["mean_tpot_ms"]) == pytest.approx(tpot, abs=0.005)
         assert r["mean_ttft_ms"] == r["duration_s"] == ""
+        if r["label"] == "optimized":
+            # the report's Conclusion "Serving Command", its optimized configuration
+            assert "GLM-4.5-Air-FP8" in r["serve_flags"] and "--ep-size 4" in r["serve_flags"]
+            assert r["quant"] == "fp8"
