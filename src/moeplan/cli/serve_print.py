@@ -125,6 +125,7 @@ def print_pd(out: dict[str, Any], pd: PDLayout, r: DisaggResult) -> None:
     console.print(pricing_line(out["pricing"]))
     if out["price_sources"]:
         console.print(sources_line(out["price_sources"], "the pools' runs"))
+        console.print(interval_line(out["interval"]))
 
 
 def print_phase(out: dict[str, Any]) -> None:

@@ -329,6 +329,7 @@ def simulate_pd(
     wl = w.with_rate(extra["rate_simulated_rps"])
     out.update(extra, pricing=pricing(cm),
                price_sources=pd_run_price_sources(r.setup, wl, model, cluster, cm))  # fmt: skip
+    out["interval"] = headline_interval(None, out["price_sources"])  # one run per pool
     return r, out
 
 

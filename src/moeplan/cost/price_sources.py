@@ -172,7 +172,7 @@ def headline_interval(
 ) -> dict[str, Any]:
     """The headline figure's two error halves side by side: ``simulation_rel``, the 95 %
     interval's relative half-width from independent simulated streams (the capacity search;
-    ``None`` where the run has none, a closed loop), and the kernel prices' band
+    ``None`` where the run has none: a closed loop, a P/D pair), and the kernel prices' band
     (:func:`price_band`), which moves a throughput or capacity by the same relative amount
     to first order (both are inverse in the step time). ``combined_rel`` adds the two as
     independent errors (root of the sum of squares, the unknown half as 0); ``dominant`` is

@@ -174,7 +174,7 @@ def interval_line(rec: dict[str, Any]) -> str:
     kernel prices' error band and which dominates (``rec``:
     :func:`moeplan.cost.price_sources.headline_interval`)."""
     sim, band = rec["simulation_noise_rel"], rec["kernel_price_error_rel"]
-    sim_txt = "no interval (one closed-loop run)" if sim is None else f"+/-{sim:.1%} (95 %)"
+    sim_txt = "no interval (one simulated run)" if sim is None else f"+/-{sim:.1%} (95 %)"
     if band is None:
         band_txt = "no held-out figure for any priced second"
     else:
