@@ -26,8 +26,9 @@ from compare_plans import diff, leaves  # noqa: E402
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "baseline"
 #: top-level keys the baseline predates, allowed only in the new output: ``price_sources``
-#: (each price source's share of the priced seconds), added after the baseline was recorded
-ADDED = frozenset({"price_sources"})
+#: (each price source's share of the priced seconds) and ``interval`` (the headline's
+#: simulation noise beside the kernel prices' band), added after the baseline was recorded
+ADDED = frozenset({"price_sources", "interval"})
 
 QWEN = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024", "--osl", "256",
         "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500", "--no-placement"]  # fmt: skip
