@@ -65,6 +65,18 @@ def test_the_larger_half_dominates_and_both_combine(sim: float, dominant: str) -
     assert f"dominant: {dominant}" in line and "+/-5.0% (median)" in line
 
 
+def test_no_half_is_named_when_most_seconds_have_no_heldout_figure() -> None:
+    """97 % of the seconds transferred with no held-out figure (another GPU's tables): the
+    band over the other 3 % is stated, but it is not compared with the simulation noise."""
+    src = {"transferred": _src(0.97, None, 0.0), "roofline": _src(0.03, 0.10)}
+    rec = headline_interval(0.14, src)
+    assert rec["kernel_price_error_rel"] == pytest.approx(0.003)
+    assert rec["kernel_price_error_covers"] == pytest.approx(0.03)
+    assert rec["dominant"] is None
+    assert "over 3% of priced seconds" in interval_line(rec)
+    assert "no half named" in interval_line(rec)
+
+
 def test_a_closed_loop_run_has_no_simulation_half() -> None:
     rec = headline_interval(None, SOURCES)
     assert rec["dominant"] is None and rec["combined_rel"] == pytest.approx(0.05)

@@ -143,6 +143,9 @@ def _weighted_median(pairs: list[tuple[float | None, float]]) -> float | None:
 
 #: the two halves :func:`headline_interval` compares
 DOMINANT = ("simulation noise", "kernel prices")
+#: the least share of priced seconds the kernel prices' band must cover to be compared with
+#: the simulation noise: below it most seconds have no held-out figure and no half is named
+MIN_COVER = 0.5
 
 
 def price_band(sources: dict[str, dict[str, Any]]) -> tuple[float | None, float]:
@@ -176,12 +179,13 @@ def headline_interval(
     (:func:`price_band`), which moves a throughput or capacity by the same relative amount
     to first order (both are inverse in the step time). ``combined_rel`` adds the two as
     independent errors (root of the sum of squares, the unknown half as 0); ``dominant`` is
-    the larger half (``None`` when either is unknown)."""
+    the larger half (``None`` when either is unknown, or the band covers less than
+    :data:`MIN_COVER` of the priced seconds)."""
     band, covers = price_band(sources)
     halves = [simulation_rel, band]
     known = [h for h in halves if h is not None]
     dominant = None
-    if simulation_rel is not None and band is not None:
+    if simulation_rel is not None and band is not None and covers >= MIN_COVER:
         dominant = DOMINANT[1] if band > simulation_rel else DOMINANT[0]
     return {
         "simulation_noise_rel": simulation_rel,

@@ -183,4 +183,6 @@ def interval_line(rec: dict[str, Any]) -> str:
             "" if cov >= 0.995 else f" over {cov:.0%} of priced seconds"
         )
     lead = f"; dominant: {rec['dominant']}" if rec["dominant"] else ""
+    if band is not None and sim is not None and not rec["dominant"]:
+        lead = "; no half named: most priced seconds have no held-out figure"
     return f"interval: simulation noise {sim_txt}, kernel prices {band_txt}{lead}"
