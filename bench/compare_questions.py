@@ -26,9 +26,10 @@ from compare_plans import diff, leaves  # noqa: E402
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "baseline"
 #: top-level keys the baseline predates, allowed only in the new output: ``price_sources``
-#: (each price source's share of the priced seconds) and ``aggregated_vs_disaggregated`` (the
-#: best colocated and disaggregated deployments side by side), added after the baseline
-ADDED = frozenset({"price_sources", "aggregated_vs_disaggregated"})
+#: (each price source's share of the priced seconds), ``aggregated_vs_disaggregated`` (the
+#: best colocated and disaggregated deployments side by side) and ``interval`` (the headline's
+#: simulation noise beside the kernel prices' band), added after the baseline was recorded
+ADDED = frozenset({"price_sources", "aggregated_vs_disaggregated", "interval"})
 
 QWEN = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024", "--osl", "256",
         "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500", "--no-placement"]  # fmt: skip

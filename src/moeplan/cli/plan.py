@@ -31,7 +31,7 @@ from moeplan.kernel_tables import pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILY_NAMES, PROPOSING_FAMILIES, PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
-from moeplan.search.job.outcome import PlanOutcome, sources_line
+from moeplan.search.job.outcome import PlanOutcome, interval_line, sources_line
 from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
 
@@ -209,6 +209,7 @@ def plan_cmd(
     console.print(pricing_line(outcome.pricing))
     if outcome.price_sources:
         console.print(sources_line(outcome.price_sources, "the winner's run"))
+        console.print(interval_line(outcome.interval))
     if outcome.pricing["stand_in_note"]:
         console.print(outcome.pricing["stand_in_note"])
     if outcome.placement_note:

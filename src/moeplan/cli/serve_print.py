@@ -13,7 +13,7 @@ from moeplan.commands.serve_sim import overload_line
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
-from moeplan.search.job.outcome import release_label, sources_line
+from moeplan.search.job.outcome import interval_line, release_label, sources_line
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout
@@ -104,6 +104,7 @@ def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> N
         )
     console.print(pricing_line(out["pricing"]))
     console.print(sources_line(out["price_sources"], "the run"))
+    console.print(interval_line(out["interval"]))
     if out["pricing"]["stand_in_note"]:
         console.print(out["pricing"]["stand_in_note"])
     for line in out["warnings"]:
@@ -124,6 +125,7 @@ def print_pd(out: dict[str, Any], pd: PDLayout, r: DisaggResult) -> None:
     console.print(pricing_line(out["pricing"]))
     if out["price_sources"]:
         console.print(sources_line(out["price_sources"], "the pools' runs"))
+        console.print(interval_line(out["interval"]))
 
 
 def print_phase(out: dict[str, Any]) -> None:

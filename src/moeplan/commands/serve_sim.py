@@ -26,6 +26,7 @@ from moeplan.backends import priced_engine
 from moeplan.commands.serve_inputs import ServedInstance
 from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
+from moeplan.cost.price_sources import headline_interval
 from moeplan.errors import MoeplanError, require
 from moeplan.kernel_tables import pricing
 from moeplan.planners.layout import Layout
@@ -150,6 +151,8 @@ def simulate_single(
     out["capacity"] = cap_rec
     out.update(_provenance(m, cm, d.layout, knobs))
     out["price_sources"] = layout_run_price_sources(m, c, cm, d.layout, knobs, routing, sim)
+    half = None if cap_rec is None else cap_rec["ci95_half_width_rel"]
+    out["interval"] = headline_interval(half, out["price_sources"])
     return out, r, sim, knobs
 
 
@@ -327,6 +330,7 @@ def simulate_pd(
     wl = w.with_rate(extra["rate_simulated_rps"])
     out.update(extra, pricing=pricing(cm),
                price_sources=pd_run_price_sources(r.setup, wl, model, cluster, cm))  # fmt: skip
+    out["interval"] = headline_interval(None, out["price_sources"])  # one run per pool
     return r, out
 
 

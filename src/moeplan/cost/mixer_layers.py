@@ -61,11 +61,13 @@ class MixerLayers:
         q_len: int,
         ctx_len: int,
         tp: int = 1,
+        kv: str | None = None,
     ) -> float | None:
         """Layer ``layer``'s whole mixer block on one TP rank when its kind has its own
         measured tables (:mod:`.mixers`: DSA / CSA / HCA / MSA modules, GDN / KDA / Mamba-2
         kernels + projections), 0 for a layer without a mixer, else ``None`` (the attention
-        paths price it)."""
+        paths price it). ``kv``: the KV dtype the deployment stores (``bf16`` / ``fp8``;
+        ``None``: the layer's own), which picks the module table's kernel rows."""
         m = model.layer_specs[layer].mixer
         if m.kind == "none":  # a block without a mixer (Nemotron-H's MoE / MLP-only layers)
             return 0.0
@@ -77,7 +79,7 @@ class MixerLayers:
         total, preds = price_mixer(
             self._kdb, self._device, self.engine, m, model.hidden_size,
             w.format.kernel_dtype, (num_seqs, q_len, max(ctx_len, q_len), tp),
-            lambda a, b, c: self.gemm(a, b, c, w),
+            lambda a, b, c: self.gemm(a, b, c, w), kv,
         )  # fmt: skip
         return self._charged(total, preds)
 

@@ -8,8 +8,12 @@ on one TP rank (heads split ``tp`` ways) is priced as NVIDIA's tables time it:
   ``ctx_len - q_len`` keys — so a DSA layer at long context costs its indexer over every key
   plus attention over ``index_topk`` keys, not dense attention over all of them. The module's
   ``architecture`` (DSA) is the table model whose dimensions match the layer's (else
-  DeepSeek-V3.2's, and the prediction's detail says so); KV cache fp8 when the layer's cache is
-  one byte a value; projection dtype from the checkpoint's attention quantization.
+  DeepSeek-V3.2's, and the prediction's detail says so); KV cache fp8 when the deployment
+  stores fp8 (the layer's own width when unstated); projection dtype from the checkpoint's
+  attention quantization. A DSA prefill chunk whose sequence holds at most ``index_topk``
+  keys reads the dense-MHA kernel's rows, as SGLang runs it (:func:`dsa_dense_prefill`);
+  the wide-EP attention (attention DP) prices the same block at TP 1
+  (:meth:`moeplan.cost.CostModel.sparse_mixers`).
 - ``gdn`` / ``kda``: the short convolution + the delta rule (two kernels, each from its table:
   the engine's kernel for that role, the one with most measured rows) plus the input and
   output projections as GEMMs. The convolution covers the layer's q, k and v channels; where
@@ -79,16 +83,25 @@ def dsa_architecture(m: Mixer, hidden: int) -> tuple[str, bool]:
 
 
 def module_call(
-    m: Mixer, hidden: int, gemm_type: str, num_seqs: int, q_len: int, ctx_len: int, tp: int
+    m: Mixer,
+    hidden: int,
+    gemm_type: str,
+    num_seqs: int,
+    q_len: int,
+    ctx_len: int,
+    tp: int,
+    kv: str | None = None,
 ) -> Call:
-    """The module-table query of a sparse-attention layer on one TP rank."""
+    """The module-table query of a sparse-attention layer on one TP rank; ``kv`` the KV
+    cache dtype the deployment stores (``bf16`` / ``fp8``; ``None``: the layer's own)."""
     phase = "generation" if q_len == 1 else "context"
+    fp8_kv = m.kv_bytes == 1 if kv is None else kv == "fp8"
     shape: dict[str, object] = {
         "batch_size": num_seqs,
         "isl": q_len,
         "step": max(0, ctx_len - q_len),
         "num_heads": _split(m.num_heads, tp),
-        "kv_cache_dtype": "fp8" if m.kv_bytes == 1 else "bfloat16",
+        "kv_cache_dtype": "fp8" if fp8_kv else "bfloat16",
         "gemm_type": "fp8_block" if gemm_type.startswith("fp8") else "bfloat16",
     }
     if m.kind == "dsa":
@@ -97,6 +110,38 @@ def module_call(
         shape["compress_ratio"] = m.compress_ratio
         shape["kv_cache_dtype"] = "fp8"  # DeepSeek-V4 caches compressed KV in fp8 (tables)
     return Call(op=f"{phase}_{m.kind}_module", shape=shape)
+
+
+def dsa_dense_prefill(m: Mixer, q_len: int, ctx_len: int) -> bool:
+    """Whether a DSA prefill chunk runs the dense-MHA kernel instead of the indexer and sparse
+    MLA: SGLang's NSA backend does when the longest sequence of the batch holds at most
+    ``index_topk`` keys (every key would be selected anyway) on SM90 / SM100 (SGLang
+    0.5.14 ``layers/attention/nsa_backend.py`` ``NativeSparseAttnBackend.set_nsa_prefill_impl``:
+    ``max_kv_len <= nsa_index_topk``, later releases the same default through
+    ``SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD``). The module tables measure both
+    kernels (``*_dense_mha_*`` rows up to 2,048 keys, sparse rows from 4,096); an engine
+    whose table has no dense kernel (vLLM's ``FLASHMLA_SPARSE``) runs sparse throughout."""
+    return m.kind == "dsa" and q_len > 1 and ctx_len <= m.index_topk
+
+
+def module_kernel(db: KernelDB, device: Device, engine: str, c: Call, dense: bool) -> str | None:
+    """The module kernel (``kernel_source``) of a DSA query: among the engine's variants
+    with the query's KV dtype, projection dtype and architecture, the dense-MHA kernel when
+    ``dense`` (:func:`dsa_dense_prefill`) else a sparse one — the one with most measured rows
+    on the GPU's tables, else its reference's; ``None`` where the table names no such
+    kernel (the database's own choice then)."""
+    want = (c.shape["kv_cache_dtype"], c.shape["gemm_type"], c.shape["architecture"])
+    for gpu in (device.table, device.reference):
+        if gpu is None:
+            continue
+        found = [
+            (n, k[0])
+            for k, n in db.variants(gpu, engine, c.op).items()
+            if tuple(k[1:4]) == want and ("dense" in str(k[0])) == dense
+        ]
+        if found:
+            return max(found)[1]
+    return None
 
 
 def recurrent_calls(m: Mixer, num_seqs: int, q_len: int, tp: int) -> list[Call]:
@@ -206,13 +251,15 @@ def price_mixer(
     gemm_type: str,
     shape: tuple[int, int, int, int],
     gemm: object,
+    kv: str | None = None,
 ) -> tuple[float, list[tuple[str, Prediction]]]:
     """Seconds of one ``m`` layer on one TP rank for ``shape`` = (sequences, new tokens per
     sequence, keys per sequence, tp), and the kernel predictions behind it (op, prediction).
-    ``gemm(m, n, k)`` prices the recurrent kinds' projections (the CostModel's GEMM)."""
+    ``gemm(m, n, k)`` prices the recurrent kinds' projections (the CostModel's GEMM); ``kv``
+    the stored KV dtype (``None``: the layer's own)."""
     num_seqs, q_len, ctx_len, tp = shape
     if m.kind in MODULE_TABLE_KINDS:
-        calls = [module_call(m, hidden, gemm_type, num_seqs, q_len, ctx_len, tp)]
+        calls = [module_call(m, hidden, gemm_type, num_seqs, q_len, ctx_len, tp, kv)]
     else:
         calls = recurrent_calls(m, num_seqs, q_len, tp)
     preds: list[tuple[str, Prediction]] = []
@@ -220,6 +267,10 @@ def price_mixer(
         cols = dict(c.shape)
         if c.role != "module":
             cols["kernel_source"] = role_kernel(db, device, engine, c.op, c.role)
+        elif m.kind == "dsa":
+            dense = dsa_dense_prefill(m, q_len, ctx_len)
+            if (kernel := module_kernel(db, device, engine, c, dense)) is not None:
+                cols["kernel_source"] = kernel
         if c.role == "conv" and m.kind != "mamba2" and keys_only_conv(db, device, engine, c.op):
             # the table's conv rows convolve nk dk channels: ask for the layer's q, k, v
             cols["num_k_heads"] = (2 * _split(m.lin_key_heads, tp) * m.lin_key_dim

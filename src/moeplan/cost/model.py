@@ -77,6 +77,7 @@ from moeplan.cost.kerneldb.pricing import (
 )
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.cost.mixer_layers import MixerLayers
+from moeplan.cost.mixers import MODULE_TABLE_KINDS
 from moeplan.cost.prefetch import Prefetch
 from moeplan.cost.price_keys import price_key
 from moeplan.cost.profile import HardwareProfile
@@ -205,9 +206,16 @@ class CostModel(MixerLayers, Prefetch):
         """The MLA block of a wide-EP deployment (attention DP, fp8 projections) from the
         engine's ``wideep_*_mla`` tables (fp8 KV), or ``None`` (no table, not DeepSeek-V3's MLA
         shape). Decode rows hold the context in ``isl``; with a bf16 KV cache the extra KV
-        bytes are read at the roofline's HBM rate (DEFAULT_BW_EFF of the datasheet)."""
+        bytes are read at the roofline's HBM rate (DEFAULT_BW_EFF of the datasheet). A model
+        whose layers are sparse attention (DSA: DeepSeek-V3.2, GLM-5) runs the same sparse
+        block under attention DP as under TP 1 — indexer over every key, MLA over the
+        ``index_topk`` selected — so its price is :meth:`sparse_mixers` at TP 1, never the
+        dense MLA tables."""
         if self._kdb is None or num_seqs <= 0 or q_len <= 0:
             return None
+        sparse = self.sparse_mixers(model, num_seqs, q_len, ctx_len, 1, kv_dtype)
+        if sparse is not None:
+            return sparse
         q = mla_module_query(model, num_seqs, q_len, ctx_len, 1)
         op = "wideep_generation_mla" if q_len == 1 else "wideep_context_mla"
         if q is None or (self._device.reference, self.engine, op) not in self._kdb.tables:
@@ -224,6 +232,25 @@ class CostModel(MixerLayers, Prefetch):
             extra = num_seqs * ctx_len * model.kv_bytes_per_token_layer() / 2
             t += extra / (self.cluster.gpu.mem_bw * DEFAULT_BW_EFF)
         return t
+
+    def sparse_mixers(
+        self, model: ModelSpec, num_seqs: int, q_len: int, ctx_len: int, tp: int, kv: str
+    ) -> float | None:
+        """The mean over the layers of :meth:`mixer_layer` (KV cache ``kv``) when every layer's
+        mixer is a module-table sparse attention (DSA / CSA / HCA / MSA), else ``None``: the
+        sparse block is priced from its own tables wherever the MLA / wide-EP paths would
+        price a dense one."""
+        specs = model.layer_specs
+        if not specs or any(x.mixer.kind not in MODULE_TABLE_KINDS for x in specs):
+            return None
+        groups = self._mixer_groups(model) or [(0, len(specs))]
+        total = 0.0
+        for i, count in groups:
+            t = self.mixer_layer(model, i, num_seqs, q_len, ctx_len, tp, kv)
+            if t is None:
+                return None
+            total += count * t
+        return total / len(specs)
 
     def wide_shared_expert(self, model: ModelSpec, tokens: float, decode: bool) -> float | None:
         """The shared expert of a wide-EP deployment (attention DP: every token of the rank,

@@ -139,3 +139,63 @@ def _weighted_median(pairs: list[tuple[float | None, float]]) -> float | None:
         if acc >= half:
             return float(v)  # type: ignore[arg-type]
     return float(pairs[-1][0])  # type: ignore[arg-type]
+
+
+#: the two halves :func:`headline_interval` compares
+DOMINANT = ("simulation noise", "kernel prices")
+#: the least share of priced seconds the kernel prices' band must cover to be compared with
+#: the simulation noise: below it most seconds have no held-out figure and no half is named
+MIN_COVER = 0.5
+
+
+def price_band(sources: dict[str, dict[str, Any]]) -> tuple[float | None, float]:
+    """(relative error band, share of priced seconds it covers) of a figure priced by
+    ``sources`` (:func:`summarize`'s record). Each source's prices are taken as off together
+    by its held-out error ``e_s`` (one systematic deviation: a table's interpolation, a
+    transfer to another GPU, the roofline's efficiencies — correlated within a source), the
+    sources independently of each other, so a source moves the figure by ``share_s e_s`` and
+    the band is ``sqrt(sum_s (share_s e_s)^2)``. The held-out error is a median relative
+    error (half of the held-out prices lie within it), so the band is a median band too. A
+    source without a held-out figure (``heldout_error`` ``None``; its ``heldout_covers`` the
+    part of its seconds that has one) is left out and the covered share says so; ``None``
+    when no priced second has a figure."""
+    acc, covered = 0.0, 0.0
+    for r in sources.values():
+        err, share = r.get("heldout_error"), float(r.get("share") or 0.0)
+        if err is None or share <= 0.0:
+            continue
+        part = share * float(r.get("heldout_covers") or 1.0)
+        acc += (part * float(err)) ** 2
+        covered += part
+    return (acc**0.5 if covered > 0.0 else None), min(1.0, covered)
+
+
+def headline_interval(
+    simulation_rel: float | None, sources: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The headline figure's two error halves side by side: ``simulation_rel``, the 95 %
+    interval's relative half-width from independent simulated streams (the capacity search;
+    ``None`` where the run has none: a closed loop, a P/D pair), and the kernel prices' band
+    (:func:`price_band`), which moves a throughput or capacity by the same relative amount
+    to first order (both are inverse in the step time). ``combined_rel`` adds the two as
+    independent errors (root of the sum of squares, the unknown half as 0); ``dominant`` is
+    the larger half (``None`` when either is unknown, or the band covers less than
+    :data:`MIN_COVER` of the priced seconds)."""
+    band, covers = price_band(sources)
+    halves = [simulation_rel, band]
+    known = [h for h in halves if h is not None]
+    dominant = None
+    if simulation_rel is not None and band is not None and covers >= MIN_COVER:
+        dominant = DOMINANT[1] if band > simulation_rel else DOMINANT[0]
+    return {
+        "simulation_noise_rel": simulation_rel,
+        "kernel_price_error_rel": band,
+        "kernel_price_error_covers": covers,
+        "combined_rel": sum(h * h for h in known) ** 0.5 if known else None,
+        "dominant": dominant,
+        "definition": "simulation noise: the 95 % interval's half-width over independent "
+        "simulated streams; kernel prices: each price source's held-out median error times "
+        "its share of the priced seconds, sources independent (root of the sum of squares), "
+        "over the share of seconds with a held-out figure; combined: both as independent "
+        "relative errors",
+    }

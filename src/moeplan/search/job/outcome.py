@@ -84,6 +84,19 @@ class PlanOutcome:
         """The serving winner (:class:`moeplan.search.ranking.entries.Served`)."""
         return self.ranking.winner
 
+    @property
+    def interval(self) -> dict[str, Any]:
+        """The headline capacity's error halves (:func:`moeplan.cost.price_sources.
+        headline_interval`): the winner's 95 % capacity interval from the capacity search
+        (none when the rate was given or the record is another layout's) beside its kernel
+        prices' band."""
+        from moeplan.cost.price_sources import headline_interval
+
+        rec = self.ranking.search.get("winner_capacity") or {}
+        same = rec.get("layout") == self.winner.entry.layout.label
+        half = rec.get("ci95_half_width_rel") if same and not self.ranking.rate_given else None
+        return headline_interval(half, self.price_sources)
+
 
 def quant_sentence(q: dict[str, Any] | None) -> str | None:
     """A quantized checkpoint priced slower than bf16 by the engine's own table, in words
@@ -157,3 +170,22 @@ def sources_line(ps: dict[str, dict[str, Any]], what: str) -> str:
     return f"price sources (shares of the priced seconds of {what}): " + (
         ", ".join(parts) or "none"
     )
+
+
+def interval_line(rec: dict[str, Any]) -> str:
+    """One line for terminals: the headline figure's simulation-noise half-width beside the
+    kernel prices' error band and which dominates (``rec``:
+    :func:`moeplan.cost.price_sources.headline_interval`)."""
+    sim, band = rec["simulation_noise_rel"], rec["kernel_price_error_rel"]
+    sim_txt = "no interval (one simulated run)" if sim is None else f"+/-{sim:.1%} (95 %)"
+    if band is None:
+        band_txt = "no held-out figure for any priced second"
+    else:
+        cov = rec["kernel_price_error_covers"]
+        band_txt = f"+/-{band:.1%} (median)" + (
+            "" if cov >= 0.995 else f" over {cov:.0%} of priced seconds"
+        )
+    lead = f"; dominant: {rec['dominant']}" if rec["dominant"] else ""
+    if band is not None and sim is not None and not rec["dominant"]:
+        lead = "; no half named: most priced seconds have no held-out figure"
+    return f"interval: simulation noise {sim_txt}, kernel prices {band_txt}{lead}"

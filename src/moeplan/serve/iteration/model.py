@@ -260,10 +260,11 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
     def _attention_raw(self, rank: Batch, mixer: int) -> float:
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         # a mixer kind with its own tables (DSA/CSA/HCA/MSA, GDN/KDA/Mamba-2): whole blocks
-        t = cm.mixer_layer(md, mixer, rank.decode, 1, rank.decode_ctx, tp)
+        kv = self.knobs.kv_stored  # the stored KV dtype picks the module tables' kernel rows
+        t = cm.mixer_layer(md, mixer, rank.decode, 1, rank.decode_ctx, tp, kv)
         if t is not None:
             for q, ctx in rank.prefill:
-                t += cm.mixer_layer(md, mixer, 1, q, ctx, tp)  # type: ignore[operator]
+                t += cm.mixer_layer(md, mixer, 1, q, ctx, tp, kv)  # type: ignore[operator]
             return t
         layer = mixer if md.is_sliding_layer(mixer) else None
         wide = None if layer is not None else self._wide_attention(rank)

@@ -178,6 +178,8 @@ class PhaseModel:
     def _attention_group(self, seqs: int, q: int, ctx: int) -> float:
         md, cm, lay, kv = self.model, self.cost, self.layout, self.knobs.kv_stored
         t = cm.wide_mla(md, seqs, q, ctx, kv) if self._wide and lay.attn_tp == 1 else None
+        if t is None:  # a sparse-attention model: its module tables at the stored KV dtype
+            t = cm.sparse_mixers(md, seqs, q, ctx, lay.attn_tp, kv)
         if t is None:
             t = cm.attention_layer(md, seqs, q, ctx, lay.attn_tp, hc=False)
             if self.knobs.kv_scale != 1.0:  # stored KV of another width than the tables'
