@@ -59,12 +59,13 @@ prompt and 100 output tokens) against the blog's figures combined at the best P:
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -403,6 +404,17 @@ def run() -> list[dict]:
                 "note": refusal(d) or d.note or "published",
             }
         )
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        report()
+    rows.append(
+        {
+            "name": "printed tables",
+            "value": len(DEPLOYMENTS),
+            "unit": "rows",
+            "note": buf.getvalue(),
+        }
+    )
     memo, cold = layer_price_rate()
     floor = _dict_rate()
     rows.append(
@@ -420,6 +432,13 @@ def run() -> list[dict]:
 
 
 def main() -> None:
+    report()
+    plan()
+
+
+def report() -> None:
+    """Print the tables of docs/benchmarks/published.md (the published rows, the GB200 rows'
+    step by part and price sources, the sensitivity table) and the layer price rate."""
     print(
         "| source | GPU | phase | layout | per GPU | context | published | predicted | ratio "
         "| implied imbalance |"
@@ -433,7 +452,8 @@ def main() -> None:
         imp = implied_imbalance(d) if d.source == "lmsys" and d.phase == "prefill" else None
         res = f"{got:,.0f} | {got / d.published:.2f}" if got else "refused | "
         print(
-            f"| {d.source} | {d.cluster.split('-')[0].upper()} | {d.phase} | {lay} | "
+            f"| {d.source}{', perfect EPLB' if 'perfect' in d.note else ''} | "
+            f"{d.cluster.split('-')[0].upper()} | {d.phase} | {lay} | "
             f"{batch(d)} | {d.context} | {d.published:,.0f} | {res} | "
             f"{'' if imp is None else f'{imp:.3f}'} |"
         )
@@ -458,6 +478,10 @@ def main() -> None:
         print(f"| {label(d)} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")
+
+
+def plan() -> None:
+    """With ``--plan``: ``moeplan plan`` on the lmsys cluster against the blog's figures."""
     if "--plan" in sys.argv[1:]:
         winner, got, m = plan_row()
         print(
