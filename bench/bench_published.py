@@ -470,6 +470,11 @@ def report() -> None:
         srcs = "; ".join(f"{op} {'/'.join(v)}" for op, v in price_sources(d).items())
         print(f"- {label(d)}: {step} (step {sum(parts.values()):.1f}); prices: {srcs}")
     print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
+    print(
+        f"TBO reserve as priced {wideep.TBO_RESERVED_SMS} SMs; inter-node DeepEP normal at "
+        f"{DEEPEP_PUBLISHED_RATIO} of DeepEP's published time; unmeasured prices "
+        f"+-{UNMEASURED_ERROR}\n"
+    )
     print("| row | as priced | " + " | ".join(lab for lab, *_ in SENSITIVITY) + " |")
     print("|---" * (len(SENSITIVITY) + 2) + "|")
     for d, b, alts in sensitivity():
