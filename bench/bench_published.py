@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from moeplan.cost import wideep
+from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.kerneldb import KernelDB, fit
 from moeplan.cost.provenance import pricing
 from moeplan.errors import MoeplanError
@@ -78,7 +79,7 @@ from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration import phase
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
-from moeplan.serve.iteration.phase import PhaseModel
+from moeplan.serve.iteration.phase import MicroBatch, PhaseModel
 from moeplan.specs import ModelSpec, load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
@@ -436,6 +437,53 @@ def main() -> None:
     plan()
 
 
+def _derived() -> None:
+    """The figures the doc's prose reads off the rows: the lmsys figures per node, the batch
+    spread of the lmsys micro-batches, the balancedness the implied imbalances mean, the
+    prefill step's growth from 2K to 4K and DeepSeek's decode batch from its per-user rate."""
+    pre2, pre4, perfect, dec = DEPLOYMENTS[:4]
+    print(
+        "\nlmsys published per node: prefill "
+        + ", ".join(f"{d.context} {d.published * 8:,.0f}" for d in (pre2, pre4, perfect))
+        + f" (perfect EPLB last, {perfect.published / pre4.published:.2f}x the run with the "
+        f"data's distribution); decode {dec.published * 8:,.0f}"
+    )
+    k, e = DSV3.top_k, DSV3.num_experts
+    t_pre, t_dec = pre2.per_gpu // 2 * pre2.ep, dec.per_gpu // 2 * dec.ep  # one micro-batch
+    print(
+        f"batch spread (busiest rank / mean): prefill {pre2.per_gpu // 2:,} tokens per GPU per "
+        f"micro-batch over EP{pre2.ep} ({t_pre:,} tokens) {balanced_spread(t_pre, pre2.ep, k, e):.3f}; "
+        f"decode {dec.per_gpu // 2} sequences per micro-batch over EP{dec.ep} ({t_dec:,} tokens, "
+        f"{t_dec * k // dec.ep:,} routed copies per rank) {balanced_spread(t_dec, dec.ep, k, e):.3f}"
+    )
+    imps = [implied_imbalance(d) for d in (pre2, pre4)]
+    print(
+        "balancedness the published prefill runs imply (1 / implied imbalance): "
+        + " / ".join(f"{1 / x:.2f}" for x in imps if x)
+    )
+    print(
+        f"prefill step 2K -> 4K: predicted +{predict(pre2)[0] / predict(pre4)[0] - 1:.1%}, "
+        f"published -{1 - pre4.published / pre2.published:.1%} in throughput"
+    )
+    pm = _phase_model(pre2)
+    att = [
+        dict(pm.steps(MicroBatch((n, isl, isl)), layers=1))["attention"] * 1e3
+        for n, isl in ((pre2.per_gpu // 2 // 2048, 2048), (pre2.per_gpu // 2 // 4096, 4096))
+    ]
+    print(
+        f"prefill attention per layer (MLA with its projections) at 4 x 2,048 vs 2 x 4,096 "
+        f"tokens per micro-batch: {att[0]:.2f} vs {att[1]:.2f} ms (+{att[1] / att[0] - 1:.0%})"
+    )
+    ds = DEPLOYMENTS[5]
+    per_user = 21  # tokens/s per user: the middle of DeepSeek's published 20-22
+    steps = 1 + V3_MTP_ACCEPT
+    print(
+        f"DeepSeek decode batch: {ds.published:,.0f} / {per_user} tokens/s per user = "
+        f"{ds.published / per_user:.0f} sequences per GPU; with MTP's {steps:.2f} tokens per "
+        f"step a step of {steps / per_user * 1e3:.0f} ms"
+    )
+
+
 def report() -> None:
     """Print the tables of docs/benchmarks/published.md (the published rows, the GB200 rows'
     step by part and price sources, the sensitivity table) and the layer price rate."""
@@ -457,6 +505,7 @@ def report() -> None:
             f"{batch(d)} | {d.context} | {d.published:,.0f} | {res} | "
             f"{'' if imp is None else f'{imp:.3f}'} |"
         )
+    _derived()
     print("\nGB200 rows: the step (ms) by part and the sources of each operation's prices:\n")
     for d in DEPLOYMENTS:
         if d.source != "lmsys-gb200":
