@@ -70,13 +70,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from moeplan.cost import wideep
-from moeplan.cost.ep_spread import balanced_spread
+from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
 from moeplan.cost.kerneldb import KernelDB, fit
 from moeplan.cost.provenance import pricing
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
+from moeplan.planners.placement.eplb import rebalance_experts
 from moeplan.serve.iteration import phase
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import MicroBatch, PhaseModel
@@ -473,6 +476,30 @@ def _derived() -> None:
     print(
         f"prefill attention per layer (MLA with its projections) at 4 x 2,048 vs 2 x 4,096 "
         f"tokens per micro-batch: {att[0]:.2f} vs {att[1]:.2f} ms (+{att[1] / att[0] - 1:.0%})"
+    )
+    bal = predict(dec._replace(routing="balanced"))[0]
+    print(
+        f"lmsys decode balanced -> random routing: {bal:,.0f} -> {predict(dec)[0]:,.0f} "
+        f"({bal / dec.published:.2f} -> {predict(dec)[0] / dec.published:.2f}); the busiest of "
+        f"{dec.ep} ranks {max_of_normals(dec.ep):.2f} standard deviations above the mean"
+    )
+    # uniform expert popularity placed by the project's EPLB (serve/iteration/balance.py)
+    slots = e + dec.redundant
+    phy2log, _, logcnt = rebalance_experts(np.ones((1, e)), slots, DSV3.n_group, dec.nodes, dec.ep)
+    per_gpu = (1.0 / logcnt[0][phy2log[0]]).reshape(dec.ep, -1).sum(axis=1)
+    top = per_gpu.max() / per_gpu.mean()
+    print(
+        f"uniform popularity under EPLB at EP{dec.ep}: {slots // dec.ep} slots per GPU, "
+        f"{int((per_gpu == per_gpu.max()).sum())} of {dec.ep} GPUs at {top:.3f}x the mean; times "
+        f"the batch spread {top * balanced_spread(t_dec, dec.ep, k, e):.3f}, the spread on the "
+        f"placement's shares {spread(t_dec, per_gpu / per_gpu.sum(), k, e):.3f}"
+    )
+    comb = 100 / (2000 / predict(pre2)[0] + 100 / predict(dec)[0])
+    print(
+        f"lmsys prefill 2K and decode combined at the best P:D ratio for 2,000 / 100 tokens: "
+        f"100 / (2000 / {predict(pre2)[0]:,.0f} + 100 / {predict(dec)[0]:,.0f}) = {comb:.0f} "
+        f"output tokens/s per GPU vs {PLAN_PUBLISHED:.0f} from the published figures "
+        f"({comb / PLAN_PUBLISHED:.2f})"
     )
     ds = DEPLOYMENTS[5]
     per_user = 21  # tokens/s per user: the middle of DeepSeek's published 20-22
