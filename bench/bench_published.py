@@ -35,6 +35,17 @@ tool; figures transcribed, not fitted):
   experts and MTP, 13,200 concurrent requests (91.7 per GPU) at 4K in / 2K out (mean KV
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
+- ``lmsys-gb200``: lmsys.org blog 2025-09-25 "Deploying DeepSeek on GB200 NVL72 with PD and
+  Large Scale EP (Part II)" (reproduction: sgl-project/sglang issue #10903): DeepSeek V3/R1
+  at 2,000-token inputs on one GB200 NVL72 rack; decode on 48 ranks, prefill instances of 4
+  ranks (BF16 attention + FP8 MoE) and 2 ranks (FP8 attention + NVFP4 MoE and output
+  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The decode
+  batch "is chosen to make KV cache roughly full (... 1408 for 2k ISL)": the fp8 rows take
+  1,408, the bf16-KV row the largest batch that fits (:func:`kv_full_batch`); prefill the
+  H100 post's 16,384 tokens per GPU (the post follows its setup). Two-batch overlap off: the
+  post overlaps the combine with the down GEMM and the shared experts instead (not priced).
+  Decode places 32 redundant experts (the H100 post's EPLB) so that 288 slots divide over 48.
+
 Routing: balanced placement (no per-expert loads of these runs are public) with random
 routing within a batch — the busiest EP rank of each batch priced at the batch's token count
 (:mod:`moeplan.cost.ep_spread`) — except DeepSeek's profile, which states balanced routing.
