@@ -35,6 +35,17 @@ tool; figures transcribed, not fitted):
   experts and MTP, 13,200 concurrent requests (91.7 per GPU) at 4K in / 2K out (mean KV
   about 5,120) reach 20 tokens/s per user, 1,850 tokens/s per GPU.
 
+- ``lmsys-gb200``: lmsys.org blog 2025-09-25 "Deploying DeepSeek on GB200 NVL72 with PD and
+  Large Scale EP (Part II)" (reproduction: sgl-project/sglang issue #10903): DeepSeek V3/R1
+  at 2,000-token inputs on one GB200 NVL72 rack; decode on 48 ranks, prefill instances of 4
+  ranks (BF16 attention + FP8 MoE) and 2 ranks (FP8 attention + NVFP4 MoE and output
+  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The decode
+  batch "is chosen to make KV cache roughly full (... 1408 for 2k ISL)": the fp8 rows take
+  1,408, the bf16-KV row the largest batch that fits (:func:`kv_full_batch`); prefill the
+  H100 post's 16,384 tokens per GPU (the post follows its setup). Two-batch overlap off: the
+  post overlaps the combine with the down GEMM and the shared experts instead (not priced).
+  Decode places 32 redundant experts (the H100 post's EPLB) so that 288 slots divide over 48.
+
 Routing: balanced placement (no per-expert loads of these runs are public) with random
 routing within a batch — the busiest EP rank of each batch priced at the batch's token count
 (:mod:`moeplan.cost.ep_spread`) — except DeepSeek's profile, which states balanced routing.
@@ -59,24 +70,44 @@ prompt and 100 output tokens) against the blog's figures combined at the best P:
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import replace
+from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
+from moeplan.backends.base import EngineBackend
 from moeplan.cost import wideep
-from moeplan.cost.kerneldb import fit
+from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
+from moeplan.cost.kerneldb import KernelDB, fit
+from moeplan.cost.provenance import pricing
+from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.layout import Layout
+from moeplan.planners.placement.eplb import rebalance_experts
 from moeplan.serve.iteration import phase
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
-from moeplan.serve.iteration.phase import PhaseModel
-from moeplan.specs import load_cluster, load_model
+from moeplan.serve.iteration.phase import MicroBatch, PhaseModel
+from moeplan.specs import ModelSpec, load_cluster, load_model
 
 DSV3 = load_model("deepseek-v3")
+#: NVIDIA's ModelOpt NVFP4 checkpoint of DeepSeek (routed experts and, per its
+#: ``hf_quant_config.json``, every linear but the MLA down/up projections in NVFP4; fp8 KV)
+NVFP4 = "nvidia--DeepSeek-V3.1-NVFP4"
+_CONFIGS = Path(__file__).resolve().parents[1] / "tests" / "data" / "configs"
+
+
+def _model(name: str) -> ModelSpec:
+    return DSV3 if name == "deepseek-v3" else load_model(str(_CONFIGS / name))
+
+
 V3_MTP_ACCEPT = 0.85  # DeepSeek-V3 report §5.4.3: 85-90 % acceptance of the second token
 
 
@@ -93,6 +124,12 @@ class Deployment(NamedTuple):
     mtp: int = 0
     note: str = ""
     routing: str = "random"
+    model: str = "deepseek-v3"
+    kv_dtype: str = "auto"
+    tbo: bool = True
+    a2a: str = "deepep"
+    #: ``per_gpu`` of a decode row is the batch that fills the KV cache (``kv_full_batch``)
+    fill_kv: bool = False
 
 
 DEPLOYMENTS = (
@@ -120,24 +157,117 @@ DEPLOYMENTS = (
         "deepseek-profile", "h800-sxm-8", 16, 128, 0, "decode", 128, 4096, 2324,
         note="profile-data; balanced routing", routing="balanced",
     ),
+    Deployment(
+        "lmsys-gb200", "gb200-nvl72", 18, 4, 0, "prefill", 16384, 2000, 18_471, tbo=False,
+        kv_dtype="bf16", note="BF16 attention + FP8 MoE",
+    ),
+    Deployment(
+        "lmsys-gb200", "gb200-nvl72", 18, 48, 32, "decode", 0, 2000, 9_087, tbo=False,
+        kv_dtype="bf16", fill_kv=True, note="BF16 attention + FP8 MoE; batch fills the KV cache",
+    ),
+    Deployment(
+        "lmsys-gb200", "gb200-nvl72", 18, 2, 0, "prefill", 16384, 2000, 26_156, tbo=False,
+        kv_dtype="fp8", a2a="auto", model=NVFP4, note="FP8 attention + NVFP4 MoE",
+    ),
+    Deployment(
+        "lmsys-gb200", "gb200-nvl72", 18, 48, 32, "decode", 1408, 2000, 13_386, tbo=False,
+        kv_dtype="fp8", model=NVFP4, note="FP8 attention + NVFP4 MoE; batch 1,408 (the blog's)",
+    ),
 )  # fmt: skip
 
 
 def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     c = load_cluster(d.cluster, d.nodes)
+    md = _model(d.model)
     cm = engine_cost_model(c, engine="sglang")
     lay = Layout(attn_dp=d.ep, moe_ep=d.ep, redundant_experts=d.redundant)
     kn = resolve_knobs(
-        "sglang", DSV3, c, lay, a2a="deepep", tbo=True, mtp=d.mtp,
-        mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing,
+        "sglang", md, c, lay, a2a=d.a2a, tbo=d.tbo, mtp=d.mtp,
+        mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing, kv_dtype=d.kv_dtype,
     )  # fmt: skip
-    return PhaseModel(DSV3, c, cm, lay, kn, imbalance=imbalance)
+    return PhaseModel(md, c, cm, lay, kn, imbalance=imbalance)
+
+
+def kv_full_batch(pm: PhaseModel, context: int, hi: int = 4096) -> int:
+    """The most sequences per GPU whose KV at ``context`` tokens fits the GPU with the
+    instance's weights, buffers and reserve (the phase model's memory check, bisection): the
+    batch "chosen to make KV cache roughly full" of the GB200 part II blog."""
+    lo = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            pm.memory(mid, context, mid)
+            lo = mid
+        except MoeplanError:
+            hi = mid
+    return lo
+
+
+def batch(d: Deployment) -> int:
+    """The row's sequences (decode) or prompt tokens (prefill) per GPU."""
+    return kv_full_batch(_phase_model(d), d.context) if d.fill_kv else d.per_gpu
+
+
+def label(d: Deployment) -> str:
+    """The row's name in the sensitivity table."""
+    name = f"{d.source} {d.phase} {d.context}"
+    if "perfect" in d.note:
+        name += " perfect EPLB"
+    if d.source == "lmsys-gb200":
+        name += " " + d.note.split(";")[0]
+    return name
+
+
+def price_sources(d: Deployment) -> dict[str, list[str]]:
+    """Each operation the row's step priced and the sources of its prices (measured,
+    interpolated, transferred, roofline: :func:`moeplan.cost.provenance.pricing`)."""
+    pm = _phase_model(d)
+    pm.step(d.phase, batch(d), d.context)
+    return {op: sorted(cells) for op, cells in pricing(pm.cost)["ops"].items()}
+
+
+def _nvfp4_deepep_allowed() -> Callable:
+    """:meth:`EngineBackend.deepep_blocker` asked about fp8 block experts where the checkpoint's
+    are NVFP4: SGLang 0.5.23 runs NVFP4 experts under DeepEP's low-latency dispatch with
+    ``--moe-runner-backend flashinfer_cutedsl`` (layers/moe/ep_moe/layer.py:119-124
+    ``DeepEPMoE.__init__`` hands modelopt_fp4 + flashinfer_cutedsl to the MoE runner;
+    layers/moe/moe_runner/flashinfer_cutedsl.py:626 takes ``DeepEPLLDispatchOutput``;
+    layers/moe/utils.py:678 ``is_flashinfer_cutedsl_v1_path``), the decode path of the GB200
+    part II post; the capability table holds one DeepEP dtype rule for both phases."""
+    orig = EngineBackend.deepep_blocker
+
+    def allowed(self, architecture, moe_dtype, version=None):  # type: ignore[no-untyped-def]
+        dtype = "fp8_block" if moe_dtype == "nvfp4" else moe_dtype
+        return orig(self, architecture, dtype, version)
+
+    return allowed
+
+
+def nvfp4_decode_diagnostic(d: Deployment) -> tuple[float, dict[str, float]]:
+    """A decode row with NVFP4 experts priced with DeepEP allowed for them
+    (:func:`_nvfp4_deepep_allowed`): a diagnostic of what the capability rule alone refuses,
+    never the row's prediction."""
+    with _patched(EngineBackend, "deepep_blocker", _nvfp4_deepep_allowed()):
+        return predict(d)
+
+
+def refusal(d: Deployment) -> str | None:
+    """Why moeplan cannot price ``d``'s published setup (None: it can)."""
+    try:
+        _phase_model(d).step(d.phase, batch(d), d.context)
+    except MoeplanError as e:
+        return str(e)
+    return None
 
 
 def predict(d: Deployment) -> tuple[float, dict[str, float]]:
     """Tokens/s per GPU of ``d``'s phase and its breakdown (ms), balanced routing (the
-    busiest rank of each batch at its token count)."""
-    r = _phase_model(d).step(d.phase, d.per_gpu, d.context)
+    busiest rank of each batch at its token count); 0 and no breakdown where moeplan
+    refuses the published setup (:func:`refusal` says why)."""
+    try:
+        r = _phase_model(d).step(d.phase, batch(d), d.context)
+    except MoeplanError:
+        return 0.0, {}
     return r.tokens_per_s_per_gpu, {k: v * 1e3 for k, v in r.breakdown.items()}
 
 
@@ -157,6 +287,10 @@ def implied_imbalance(d: Deployment, hi: float = 2.0, steps: int = 14) -> float 
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if rate(mid) > d.published else (lo, mid)
     return (lo + hi) / 2
+
+
+#: the sources whose rows are held to 15 % (tests/test_serve_phase.py)
+TARGETED = ("lmsys", "deepseek-profile", "lmsys-gb200")
 
 
 #: the mean ratio of moeplan's inter-node DeepEP normal time to DeepEP's published one,
@@ -185,6 +319,38 @@ def _internode_at_published_speed() -> Callable:
     return scaled
 
 
+#: the p90 held-out error the Blackwell tables are held to (docs/benchmarks/kerneldb-blackwell.md:
+#: median <= 10 %, p90 <= 25 %): the alternative of a price with no measured row near it
+UNMEASURED_ERROR = 0.25
+
+
+def _unmeasured_scaled(factor: float) -> Callable:
+    """:meth:`KernelDB.predict` with every kernel-table price that no measured row stands
+    behind (``transferred`` from another GPU or shape range, or ``roofline``) times
+    ``factor``; DeepEP's prices are varied on their own (:func:`_wide_nvlink_deepep_scaled`)."""
+    orig = KernelDB.predict
+
+    def scaled(self, op, device, engine="sglang", **shape):  # type: ignore[no-untyped-def]
+        p = orig(self, op, device, engine, **shape)
+        if p.source in ("transferred", "roofline") and not op.startswith("deepep"):
+            return replace(p, seconds=p.seconds * factor)
+        return p
+
+    return scaled
+
+
+def _wide_nvlink_deepep_scaled(factor: float) -> Callable:
+    """DeepEP past the tables' 8 ranks inside one NVLink domain (an NVL72 rack: the
+    intra-node model moved to more ranks, no measured row) times ``factor``."""
+    orig = wideep.WideEP._internode
+
+    def scaled(self, q, op, kind, *args, **kw):  # type: ignore[no-untyped-def]
+        t = orig(self, q, op, kind, *args, **kw)
+        return t * factor if q.ep <= self._cluster.nvlink_domain else t
+
+    return scaled
+
+
 #: (label, object, attribute, value) of each alternative of an unsourced step
 SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
     ("TBO reserve 20 SMs (SGLang default)", wideep, "TBO_RESERVED_SMS", lambda: 20),
@@ -194,6 +360,14 @@ SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
     ("link-floor exponent 1", fit, "LINK_FLOOR_EXPONENT", lambda: 1.0),
     ("inter-node DeepEP normal at published speed", wideep.WideEP, "_internode",
      _internode_at_published_speed),
+    ("unmeasured kernel prices -25 %", KernelDB, "predict",
+     lambda: _unmeasured_scaled(1 - UNMEASURED_ERROR)),
+    ("unmeasured kernel prices +25 %", KernelDB, "predict",
+     lambda: _unmeasured_scaled(1 + UNMEASURED_ERROR)),
+    ("DeepEP past 8 NVLink ranks -25 %", wideep.WideEP, "_internode",
+     lambda: _wide_nvlink_deepep_scaled(1 - UNMEASURED_ERROR)),
+    ("DeepEP past 8 NVLink ranks +25 %", wideep.WideEP, "_internode",
+     lambda: _wide_nvlink_deepep_scaled(1 + UNMEASURED_ERROR)),
 )  # fmt: skip
 
 
@@ -260,16 +434,28 @@ def run() -> list[dict]:
         got, _ = predict(d)
         rows.append(
             {
-                "name": f"{d.source} {d.cluster} {d.phase} EP{d.ep} x{d.per_gpu} ctx {d.context}"
-                + (" (perfect EPLB)" if "perfect" in d.note else ""),
+                "name": f"{d.source} {d.cluster} {d.phase} EP{d.ep} x{batch(d)} ctx {d.context}"
+                + (" (perfect EPLB)" if "perfect" in d.note else "")
+                + (f" ({d.note.split(';')[0]})" if d.source == "lmsys-gb200" else ""),
                 "value": got,
                 "unit": "tokens/s per GPU (predicted)",
                 "reference": d.published,
                 "ratio": got / d.published,
-                "target": "within 15 %" if d.source in ("lmsys", "deepseek-profile") else "",
-                "note": d.note or "published",
+                "target": "within 15 %" if d.source in TARGETED else "",
+                "note": refusal(d) or d.note or "published",
             }
         )
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        report()
+    rows.append(
+        {
+            "name": "printed tables",
+            "value": len(DEPLOYMENTS),
+            "unit": "rows",
+            "note": buf.getvalue(),
+        }
+    )
     memo, cold = layer_price_rate()
     floor = _dict_rate()
     rows.append(
@@ -287,6 +473,84 @@ def run() -> list[dict]:
 
 
 def main() -> None:
+    report()
+    plan()
+
+
+def _derived() -> None:
+    """The figures the doc's prose reads off the rows: the lmsys figures per node, the batch
+    spread of the lmsys micro-batches, the balancedness the implied imbalances mean, the
+    prefill step's growth from 2K to 4K and DeepSeek's decode batch from its per-user rate."""
+    pre2, pre4, perfect, dec = DEPLOYMENTS[:4]
+    print(
+        "\nlmsys published per node: prefill "
+        + ", ".join(f"{d.context} {d.published * 8:,.0f}" for d in (pre2, pre4, perfect))
+        + f" (perfect EPLB last, {perfect.published / pre4.published:.2f}x the run with the "
+        f"data's distribution); decode {dec.published * 8:,.0f}"
+    )
+    k, e = DSV3.top_k, DSV3.num_experts
+    t_pre, t_dec = pre2.per_gpu // 2 * pre2.ep, dec.per_gpu // 2 * dec.ep  # one micro-batch
+    print(
+        f"batch spread (busiest rank / mean): prefill {pre2.per_gpu // 2:,} tokens per GPU per "
+        f"micro-batch over EP{pre2.ep} ({t_pre:,} tokens) {balanced_spread(t_pre, pre2.ep, k, e):.3f}; "
+        f"decode {dec.per_gpu // 2} sequences per micro-batch over EP{dec.ep} ({t_dec:,} tokens, "
+        f"{t_dec * k // dec.ep:,} routed copies per rank) {balanced_spread(t_dec, dec.ep, k, e):.3f}"
+    )
+    imps = [implied_imbalance(d) for d in (pre2, pre4)]
+    print(
+        "balancedness the published prefill runs imply (1 / implied imbalance): "
+        + " / ".join(f"{1 / x:.2f}" for x in imps if x)
+    )
+    print(
+        f"prefill step 2K -> 4K: predicted +{predict(pre2)[0] / predict(pre4)[0] - 1:.1%}, "
+        f"published -{1 - pre4.published / pre2.published:.1%} in throughput"
+    )
+    pm = _phase_model(pre2)
+    att = [
+        dict(pm.steps(MicroBatch((n, isl, isl)), layers=1))["attention"] * 1e3
+        for n, isl in ((pre2.per_gpu // 2 // 2048, 2048), (pre2.per_gpu // 2 // 4096, 4096))
+    ]
+    print(
+        f"prefill attention per layer (MLA with its projections) at 4 x 2,048 vs 2 x 4,096 "
+        f"tokens per micro-batch: {att[0]:.2f} vs {att[1]:.2f} ms (+{att[1] / att[0] - 1:.0%})"
+    )
+    bal = predict(dec._replace(routing="balanced"))[0]
+    print(
+        f"lmsys decode balanced -> random routing: {bal:,.0f} -> {predict(dec)[0]:,.0f} "
+        f"({bal / dec.published:.2f} -> {predict(dec)[0] / dec.published:.2f}); the busiest of "
+        f"{dec.ep} ranks {max_of_normals(dec.ep):.2f} standard deviations above the mean"
+    )
+    # uniform expert popularity placed by the project's EPLB (serve/iteration/balance.py)
+    slots = e + dec.redundant
+    phy2log, _, logcnt = rebalance_experts(np.ones((1, e)), slots, DSV3.n_group, dec.nodes, dec.ep)
+    per_gpu = (1.0 / logcnt[0][phy2log[0]]).reshape(dec.ep, -1).sum(axis=1)
+    top = per_gpu.max() / per_gpu.mean()
+    print(
+        f"uniform popularity under EPLB at EP{dec.ep}: {slots // dec.ep} slots per GPU, "
+        f"{int((per_gpu == per_gpu.max()).sum())} of {dec.ep} GPUs at {top:.3f}x the mean; times "
+        f"the batch spread {top * balanced_spread(t_dec, dec.ep, k, e):.3f}, the spread on the "
+        f"placement's shares {spread(t_dec, per_gpu / per_gpu.sum(), k, e):.3f}"
+    )
+    comb = 100 / (2000 / predict(pre2)[0] + 100 / predict(dec)[0])
+    print(
+        f"lmsys prefill 2K and decode combined at the best P:D ratio for 2,000 / 100 tokens: "
+        f"100 / (2000 / {predict(pre2)[0]:,.0f} + 100 / {predict(dec)[0]:,.0f}) = {comb:.0f} "
+        f"output tokens/s per GPU vs {PLAN_PUBLISHED:.0f} from the published figures "
+        f"({comb / PLAN_PUBLISHED:.2f})"
+    )
+    ds = DEPLOYMENTS[5]
+    per_user = 21  # tokens/s per user: the middle of DeepSeek's published 20-22
+    steps = 1 + V3_MTP_ACCEPT
+    print(
+        f"DeepSeek decode batch: {ds.published:,.0f} / {per_user} tokens/s per user = "
+        f"{ds.published / per_user:.0f} sequences per GPU; with MTP's {steps:.2f} tokens per "
+        f"step a step of {steps / per_user * 1e3:.0f} ms"
+    )
+
+
+def report() -> None:
+    """Print the tables of docs/benchmarks/published.md (the published rows, the GB200 rows'
+    step by part and price sources, the sensitivity table) and the layer price rate."""
     print(
         "| source | GPU | phase | layout | per GPU | context | published | predicted | ratio "
         "| implied imbalance |"
@@ -295,24 +559,59 @@ def main() -> None:
     for d in DEPLOYMENTS:
         got, _ = predict(d)
         lay = f"EP{d.ep}+R{d.redundant}, {d.nodes} nodes" + (f", MTP{d.mtp}" if d.mtp else "")
+        if d.source == "lmsys-gb200":
+            lay = f"EP{d.ep}+R{d.redundant}, {d.note.split(';')[0]}"
         imp = implied_imbalance(d) if d.source == "lmsys" and d.phase == "prefill" else None
+        res = f"{got:,.0f} | {got / d.published:.2f}" if got else "refused | "
         print(
-            f"| {d.source} | {d.cluster.split('-')[0].upper()} | {d.phase} | {lay} | "
-            f"{d.per_gpu} | {d.context} | {d.published:,.0f} | {got:,.0f} | "
-            f"{got / d.published:.2f} | {'' if imp is None else f'{imp:.3f}'} |"
+            f"| {d.source}{', perfect EPLB' if 'perfect' in d.note else ''} | "
+            f"{d.cluster.split('-')[0].upper()} | {d.phase} | {lay} | "
+            f"{batch(d)} | {d.context} | {d.published:,.0f} | {res} | "
+            f"{'' if imp is None else f'{imp:.3f}'} |"
         )
+    _derived()
+    print("\nGB200 rows: the step (ms) by part and the sources of each operation's prices:\n")
+    for d in DEPLOYMENTS:
+        if d.source != "lmsys-gb200":
+            continue
+        why = refusal(d)
+        if why is not None:
+            print(f"- {label(d)}: refused: {why}")
+            if d.phase == "decode" and d.model == NVFP4:
+                got, parts = nvfp4_decode_diagnostic(d)
+                step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+                print(
+                    f"  with SGLang's DeepEP low-latency NVFP4 path allowed (diagnostic): "
+                    f"{got:,.0f} ({got / d.published:.3f}); {step} "
+                    f"(step {sum(parts.values()):.1f})"
+                )
+            continue
+        _, parts = predict(d)
+        step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+        srcs = "; ".join(f"{op} {'/'.join(v)}" for op, v in price_sources(d).items())
+        print(f"- {label(d)}: {step} (step {sum(parts.values()):.1f}); prices: {srcs}")
     print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
+    print(
+        f"TBO reserve as priced {wideep.TBO_RESERVED_SMS} SMs; inter-node DeepEP normal at "
+        f"{DEEPEP_PUBLISHED_RATIO} of DeepEP's published time; unmeasured prices "
+        f"+-{UNMEASURED_ERROR}\n"
+    )
     print("| row | as priced | " + " | ".join(lab for lab, *_ in SENSITIVITY) + " |")
     print("|---" * (len(SENSITIVITY) + 2) + "|")
     for d, b, alts in sensitivity():
-        row = f"{d.source} {d.phase} {d.context}" + (" perfect EPLB" if "perfect" in d.note else "")
-        print(f"| {row} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
+        if not b:
+            continue
+        print(f"| {label(d)} | {b:.3f} | " + " | ".join(f"{a:.3f}" for a in alts) + " |")
     memo, cold = layer_price_rate()
     print(f"\nwide-EP layer price: {memo:,.0f} memoised evaluations/s, {cold:,.0f} cold/s")
+
+
+def plan() -> None:
+    """With ``--plan``: ``moeplan plan`` on the lmsys cluster against the blog's figures."""
     if "--plan" in sys.argv[1:]:
-        label, got, m = plan_row()
+        winner, got, m = plan_row()
         print(
-            f"\nmoeplan {' '.join(PLAN_ARGS[:-1])}: {label}: {got:,.1f} output tokens/s per "
+            f"\nmoeplan {' '.join(PLAN_ARGS[:-1])}: {winner}: {got:,.1f} output tokens/s per "
             f"GPU at {m['goodput_rps']:.1f} requests/s (TTFT p90 {m['ttft_p90_s']:.2f} s, "
             f"TPOT p90 {m['tpot_p90_s'] * 1e3:.0f} ms) vs {PLAN_PUBLISHED:,.0f} published: "
             f"{got / PLAN_PUBLISHED:.2f} (target within 25 %)"

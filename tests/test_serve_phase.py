@@ -4,6 +4,7 @@ mechanism's bounds and the published SGLang 96 x H100 DeepSeek-V3 deployment."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,88 @@ def test_deepep_refused_where_it_cannot_run(capsys):
         "--batch-per-gpu", "8", "--context", "100",
     )  # fmt: skip
     assert code == 2 and "SM90" in out + err
+
+
+# ---- SGLang on GB200 NVL72, part II (lmsys.org 2025-09-25, DeepSeek V3/R1, 2,000-token inputs) --
+NVFP4_CKPT = str(Path(__file__).parent / "data" / "configs" / "nvidia--DeepSeek-V3.1-NVFP4")
+
+
+def _gb200(capsys, model, ep, kv, *rest):
+    """``serve-sim --phase`` on one GB200 NVL72 rack at the blog's layout: attention DP = EP,
+    no two-batch overlap (the blog overlaps the combine with the down GEMM instead, which
+    moeplan does not price), KV in ``kv``."""
+    redundant = ["--redundant-experts", "32"] if ep == 48 else []
+    return _cli(
+        capsys, "serve-sim", "--model", model, "--cluster", "gb200-nvl72",
+        "--attn-dp", str(ep), "--moe-ep", str(ep), *redundant, "--kv-dtype", kv, *rest, "--json",
+    )  # fmt: skip
+
+
+def test_gb200_bf16_attention_fp8_moe_prefill_within_15_percent(capsys):
+    """Prefill instances of 4 ranks, BF16 attention + FP8 MoE, 16,384 prompt tokens per GPU
+    at 2,000-token prompts (the H100 blog's setup, which the post follows): 18,471 input
+    tokens/s per GPU published; predicted 18,642 (1.009)."""
+    code, out, err = _gb200(
+        capsys, "deepseek-v3", 4, "bf16", "--a2a", "deepep", "--phase", "prefill",
+        "--tokens-per-gpu", "16384", "--isl", "2000",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(18471, rel=0.15)
+
+
+def test_gb200_bf16_attention_fp8_moe_decode_within_15_percent(capsys):
+    """Decode on 48 ranks (32 redundant experts: 288 slots over 48), BF16 attention + FP8 MoE,
+    the batch that fills the KV cache at 2,000 tokens (1,135 sequences per GPU in bf16 KV;
+    1,136 does not fit): 9,087 output tokens/s per GPU published; predicted 9,462 (1.041)."""
+    code, out, err = _gb200(
+        capsys, "deepseek-v3", 48, "bf16", "--a2a", "deepep", "--phase", "decode",
+        "--batch-per-gpu", "1135", "--context", "2000",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(9087, rel=0.15)
+    code, out, err = _gb200(
+        capsys, "deepseek-v3", 48, "bf16", "--a2a", "deepep", "--phase", "decode",
+        "--batch-per-gpu", "1136", "--context", "2000",
+    )  # fmt: skip
+    assert code == 2 and "GiB per GPU" in out + err
+
+
+PREFILL_NVFP4_MISSED = (
+    "bar missed: 26,156 published, refused: phase step needs 198.7 GiB per GPU on 2 ranks "
+    "(the blog offloads weights to the host; moeplan prices no offloading)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=PREFILL_NVFP4_MISSED)
+def test_gb200_fp8_attention_nvfp4_moe_prefill_within_15_percent(capsys):
+    """Prefill instances of 2 ranks, FP8 attention + NVFP4 MoE: 26,156 input tokens/s per GPU
+    published. The NVFP4 checkpoint needs 198.7 GiB per GPU on 2 GB200s (185 GiB usable); the
+    blog scales down by offloading weights to host memory with prefetching, which moeplan
+    does not price: refused, a strict xfail."""
+    code, out, err = _gb200(
+        capsys, NVFP4_CKPT, 2, "fp8", "--phase", "prefill", "--tokens-per-gpu", "16384",
+        "--isl", "2000",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(26156, rel=0.15)
+
+
+DECODE_NVFP4_MISSED = (
+    "bar missed: 13,386 published, refused: SGLang's DeepEP MoE runs fp8_block experts only "
+    "in moeplan's capability table (the blog runs NVFP4 through FlashInfer's CuTe DSL masked "
+    "GEMM under DeepEP low-latency; no wide-EP NVFP4 table); with the rule lifted the bench's "
+    "diagnostic prices 11,872, ratio 0.887"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=DECODE_NVFP4_MISSED)
+def test_gb200_fp8_attention_nvfp4_moe_decode_within_15_percent(capsys):
+    """Decode on 48 ranks, FP8 attention + NVFP4 MoE, 1,408 sequences per GPU (the blog's
+    batch for 2K inputs): 13,386 output tokens/s per GPU published; refused (DeepEP with
+    NVFP4 experts), a strict xfail."""
+    code, out, err = _gb200(
+        capsys, NVFP4_CKPT, 48, "fp8", "--a2a", "deepep", "--phase", "decode",
+        "--batch-per-gpu", "1408", "--context", "2000",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(13386, rel=0.15)
