@@ -14,7 +14,7 @@
    router command, every container command of ``launch/k8s/<engine>.yaml`` (each
    LeaderWorkerSet worker rank written in) and every Dynamo worker of
    ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
-   faked as 8 GPUs of the cluster's compute capability; TensorRT-LLM's YAML beside the
+   faked as the GPUs of one of the cluster's nodes (a rack's tray of 4, a server's 8) of its compute capability; TensorRT-LLM's YAML beside the
    script is read too). Four deliberately wrong commands must fail (controls).
 4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
    decode CUDA-graph batch, chunk, TBO, MTP, redundant experts, placement file) must equal
@@ -90,8 +90,9 @@ def model_folder(name: str, out: Path) -> Path:
     return folder
 
 
-def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
-    """``(model, cluster, launch folder, sm)`` of every preset pair's colocated winner."""
+def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float, int]]:
+    """``(model, cluster, launch folder, sm, GPU memory, GPUs per node)`` of every preset
+    pair's colocated winner."""
     sys.path.insert(0, str(REPO / "src"))
     from moeplan.cost import cost_model_for
     from moeplan.errors import MoeplanError
@@ -112,11 +113,11 @@ def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
             ex = launch_exports(r, r.winner.plan, model_path=path, full_layers=m.num_layers)
             out.mkdir(parents=True, exist_ok=True)
             folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
-            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes))
+            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes, c.gpus_per_node))
     return rows
 
 
-def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float]]:
+def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float, int]]:
     """``moeplan plan``'s own launch folders (serving ranking included)."""
     from moeplan.specs import load_cluster
 
@@ -130,8 +131,9 @@ def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, i
         subprocess.run([sys.executable, "-m", "moeplan", "plan", "--model", mn, "--cluster", cn,
                         "--model-path", path, "--out", str(dst), "--quiet", "--requests", "300"],
                        check=True, env=env, capture_output=True)  # fmt: skip
-        g = load_cluster(cn).gpu
-        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes))
+        cl = load_cluster(cn)
+        g = cl.gpu
+        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes, cl.gpus_per_node))
     return rows
 
 
@@ -245,9 +247,10 @@ def pinned_differences(resolved: dict, pinned: dict) -> list[str]:
     return out
 
 
-def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
-    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU)."""
-    gpu = {"sm": sm, "gpus": 8, "mem_gib": int(mem) >> 30}
+def jobs_of(cmds: list[list[str]], sm: int, mem: float, gpn: int) -> list[dict]:
+    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU,
+    ``gpn`` of them per node: a rack's tray of 4, a server's 8)."""
+    gpu = {"sm": sm, "gpus": gpn, "mem_gib": int(mem) >> 30}
     out = []
     for c in cmds:
         port = c[c.index("--port") + 1] if "--port" in c[:-1] else None
@@ -296,7 +299,7 @@ def main() -> int:
         rows = [] if a.serving_only else analytic_folders(out / "a")
         rows += serving_folders(a.serving, out / "s")
         jobs, where, pins, unchecked, refused = [], [], [], 0, {}
-        for row, (mn, cn, folder, sm, mem) in enumerate(rows):
+        for row, (mn, cn, folder, sm, mem, gpn) in enumerate(rows):
             dep = json.loads((folder / "deployment.json").read_text())
             for engine in a.engines:
                 refused[engine] = refused.get(engine, 0) + (dep[engine] is None)
@@ -305,7 +308,7 @@ def main() -> int:
                 nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
                 for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
-                    for j in jobs_of(cs, sm, mem):
+                    for j in jobs_of(cs, sm, mem, gpn):
                         if j["kind"] == "router" and not wheels:  # no sglang-router wheel
                             unchecked += 1
                             continue
