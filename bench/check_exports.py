@@ -14,8 +14,8 @@
    router command, every container command of ``launch/k8s/<engine>.yaml`` (each
    LeaderWorkerSet worker rank written in) and every Dynamo worker of
    ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
-   faked as the GPUs of one of the cluster's nodes (a rack's tray of 4, a server's 8) of its compute capability; TensorRT-LLM's YAML beside the
-   script is read too). Four deliberately wrong commands must fail (controls).
+   faked as one node's GPUs of the cluster's compute capability: a rack's tray of 4, a
+   server's 8; TensorRT-LLM's YAML beside the script is read too). Four deliberately wrong commands must fail (controls).
 4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
    decode CUDA-graph batch, chunk, TBO, MTP, redundant experts, placement file) must equal
    what ``deployment.json`` says the command pins (:func:`pinned_differences`).
