@@ -204,6 +204,10 @@ def test_the_plan_says_which_link_the_winners_all_to_all_runs_on():
     hgx = engine_cost_model(load_cluster("b200-sxm-8", 9), engine="sglang")
     s = topology_sentence(hgx, m, 72)
     assert s is not None and "runs over the network" in s and "shorter there" in s
+    # B200's winner inside the node: the sentence prices the next wider group on both sides
+    s = topology_sentence(hgx, m, 8)
+    assert s is not None and "(the same link)" in s
+    assert "An EP16 group would run over the network" in s and "shorter there" in s
     t_rack, net_rack = exchange_s(rack, m, 48)
     t_hgx, net_hgx = exchange_s(hgx, m, 48)
     assert (net_rack, net_hgx) == (False, True) and t_rack < t_hgx
