@@ -14,8 +14,8 @@
    router command, every container command of ``launch/k8s/<engine>.yaml`` (each
    LeaderWorkerSet worker rank written in) and every Dynamo worker of
    ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
-   faked as 8 GPUs of the cluster's compute capability; TensorRT-LLM's YAML beside the
-   script is read too). Four deliberately wrong commands must fail (controls).
+   faked as one node's GPUs of the cluster's compute capability: a rack's tray of 4, a
+   server's 8; TensorRT-LLM's YAML beside the script is read too). Four deliberately wrong commands must fail (controls).
 4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
    decode CUDA-graph batch, chunk, TBO, MTP, redundant experts, placement file) must equal
    what ``deployment.json`` says the command pins (:func:`pinned_differences`).
@@ -46,6 +46,7 @@ LIGHT = [  # pure / small packages the engines' argument modules import at load 
     "openai", "openai-harmony", "jiter", "httpx", "anyio", "distro", "sniffio", "httpcore",
     "h11", "dill",
 ]  # fmt: skip
+MAX_NODES = 1024  # node addresses given to every recorded launch.sh run
 IB_DEVICE = "mlx5_0"  # MOEPLAN_IB_DEVICE of the runs: the device engine_parsers.py fakes
 STUBS = (  # GPU kernels, compilers and optional front ends: never reached by argument handling
     "triton,IPython,uvicorn,opentelemetry,vllm._C,vllm._moe_C,torchvision,tvm_ffi,"
@@ -80,18 +81,23 @@ def ensure_venv(venv: Path) -> Path:
 
 def model_folder(name: str, out: Path) -> Path:
     """A local model folder holding the preset's ``config.json`` (what SGLang's resolution
-    reads; no weights are needed to resolve the arguments)."""
+    reads; no weights are needed to resolve the arguments). The folder ships no remote code,
+    so the config's ``auto_map`` (naming the checkpoint's own ``configuration_*.py``, which
+    ``--trust-remote-code`` would import) is left out: transformers resolves its own class
+    of the ``model_type``, as for a checkpoint without code files."""
     from moeplan.specs.presets import model_config
 
     folder = out / "models" / name
     if not folder.is_dir():
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text(json.dumps(model_config(name)))
+        cfg = {k: v for k, v in model_config(name).items() if k != "auto_map"}
+        (folder / "config.json").write_text(json.dumps(cfg))
     return folder
 
 
-def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
-    """``(model, cluster, launch folder, sm)`` of every preset pair's colocated winner."""
+def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float, int]]:
+    """``(model, cluster, launch folder, sm, GPU memory, GPUs per node)`` of every preset
+    pair's colocated winner."""
     sys.path.insert(0, str(REPO / "src"))
     from moeplan.cost import cost_model_for
     from moeplan.errors import MoeplanError
@@ -112,11 +118,11 @@ def analytic_folders(out: Path) -> list[tuple[str, str, Path, int, float]]:
             ex = launch_exports(r, r.winner.plan, model_path=path, full_layers=m.num_layers)
             out.mkdir(parents=True, exist_ok=True)
             folder = write_launch_folder(out / f"{mn}@{cn}", ex, None)
-            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes))
+            rows.append((mn, cn, folder, c.gpu.sm_version or 90, c.gpu.mem_bytes, c.gpus_per_node))
     return rows
 
 
-def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float]]:
+def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, int, float, int]]:
     """``moeplan plan``'s own launch folders (serving ranking included)."""
     from moeplan.specs import load_cluster
 
@@ -130,9 +136,51 @@ def serving_folders(pairs: list[str], out: Path) -> list[tuple[str, str, Path, i
         subprocess.run([sys.executable, "-m", "moeplan", "plan", "--model", mn, "--cluster", cn,
                         "--model-path", path, "--out", str(dst), "--quiet", "--requests", "300"],
                        check=True, env=env, capture_output=True)  # fmt: skip
-        g = load_cluster(cn).gpu
-        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes))
+        cl = load_cluster(cn)
+        g = cl.gpu
+        rows.append((mn, cn, dst / "launch", g.sm_version or 90, g.mem_bytes, cl.gpus_per_node))
     return rows
+
+
+def rack_folder(out: Path) -> list[tuple[str, str, Path, int, float, int]]:
+    """SGLang's GB200 NVL72 deployment of DeepSeek-V3 (LMSYS blog, GB200 NVL72 part II:
+    prefill instances of 4 ranks, one decode instance of 48 ranks with 32 redundant experts)
+    as a P/D launch folder on one ``gb200-nvl72`` rack: 3 prefill servers on a tray each,
+    the decode server over 12 trays of 4 GPUs with the MNNVL environment. Its serving
+    figures are a stand-in (the folder's commands are what is checked, not its ranking)."""
+    from types import SimpleNamespace
+
+    from moeplan.export import constraints as cons
+    from moeplan.export.plan_export import ExportContext, engine_export, serving_options
+    from moeplan.planners.layout import Layout
+    from moeplan.report.plan_report import write_launch_folder
+    from moeplan.search.ranking.entries import Entry
+    from moeplan.serve.deployment import PDLayout
+    from moeplan.specs import load_cluster, load_model
+
+    mn, cn = "deepseek-v3", "gb200-nvl72"
+    m, c = load_model(mn), load_cluster(cn)
+    pd = PDLayout(
+        prefill=Layout(attn_dp=4, moe_ep=4),
+        decode=Layout(attn_dp=48, moe_ep=48, redundant_experts=32),
+        x=3,
+        y=1,
+    )
+    served = SimpleNamespace(
+        entry=Entry(family="pd", label=pd.label, layout=pd, plan=None),
+        metrics=SimpleNamespace(output_tokens_per_s_per_gpu=1.0),
+        result=SimpleNamespace(knobs=None, engine=None, setup=None),
+    )
+    (opt,) = serving_options(SimpleNamespace(ranked=[served]))
+    ctx = ExportContext(
+        model_path=str(model_folder(mn, out)), target=cons.Target.of(m, c),
+        planned_layers=m.num_layers, full_layers=m.num_layers,
+    )  # fmt: skip
+    res = SimpleNamespace(model=m, cluster=c)
+    ex = {e: engine_export(e, res, ctx, [opt]) for e in ("sglang", "vllm")}
+    out.mkdir(parents=True, exist_ok=True)
+    folder = write_launch_folder(out / f"rack-{mn}@{cn}", ex, None)
+    return [(mn, cn, folder, c.gpu.sm_version or 100, c.gpu.mem_bytes, c.gpus_per_node)]
 
 
 def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
@@ -148,7 +196,8 @@ def recorded(script: Path, nodes: int, work: Path) -> list[list[str]]:
         log.unlink(missing_ok=True)  # the stand-ins append: a log is one run's commands
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ARGV_LOG": str(log), "NODE_RANK": str(rank),
                "MOEPLAN_IB_DEVICE": IB_DEVICE}  # fmt: skip
-        env |= {f"NODE_{r}_ADDR": f"10.0.0.{r + 1}" for r in range(nodes)}
+        # a script asks for every node of its cluster (a rack's 18 trays), used or not
+        env |= {f"NODE_{r}_ADDR": f"10.0.{r // 250}.{r % 250 + 1}" for r in range(MAX_NODES)}
         subprocess.run(["bash", str(script)], env=env, capture_output=True, timeout=120)
         cur: list[str] = []
         for item in log.read_bytes().split(b"\0")[:-1] if log.exists() else []:
@@ -245,9 +294,10 @@ def pinned_differences(resolved: dict, pinned: dict) -> list[str]:
     return out
 
 
-def jobs_of(cmds: list[list[str]], sm: int, mem: float) -> list[dict]:
-    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU)."""
-    gpu = {"sm": sm, "gpus": 8, "mem_gib": int(mem) >> 30}
+def jobs_of(cmds: list[list[str]], sm: int, mem: float, gpn: int) -> list[dict]:
+    """The engine-parser jobs of the recorded commands (CUDA faked as the cluster's GPU,
+    ``gpn`` of them per node: a rack's tray of 4, a server's 8)."""
+    gpu = {"sm": sm, "gpus": gpn, "mem_gib": int(mem) >> 30}
     out = []
     for c in cmds:
         port = c[c.index("--port") + 1] if "--port" in c[:-1] else None
@@ -286,6 +336,9 @@ def main() -> int:
                     "nothing: its facts are read from its source, bench/data)")  # fmt: skip
     ap.add_argument("--keep", type=Path, default=None,
                     help="write the launch folders here (kept) instead of a temporary folder")  # fmt: skip
+    ap.add_argument("--rack", action="store_true",
+                    help="also check SGLang's GB200 NVL72 P/D deployment (decode on 48 ranks "
+                    "over 12 trays) exported on gb200-nvl72")  # fmt: skip
     ap.add_argument("--serving-only", action="store_true",
                     help="check only the --serving plans' folders (not every preset pair's)")  # fmt: skip
     a = ap.parse_args()
@@ -295,8 +348,9 @@ def main() -> int:
         out = a.keep or Path(tmp)
         rows = [] if a.serving_only else analytic_folders(out / "a")
         rows += serving_folders(a.serving, out / "s")
+        rows += rack_folder(out / "r") if a.rack else []
         jobs, where, pins, unchecked, refused = [], [], [], 0, {}
-        for row, (mn, cn, folder, sm, mem) in enumerate(rows):
+        for row, (mn, cn, folder, sm, mem, gpn) in enumerate(rows):
             dep = json.loads((folder / "deployment.json").read_text())
             for engine in a.engines:
                 refused[engine] = refused.get(engine, 0) + (dep[engine] is None)
@@ -305,7 +359,7 @@ def main() -> int:
                 nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
                 for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
-                    for j in jobs_of(cs, sm, mem):
+                    for j in jobs_of(cs, sm, mem, gpn):
                         if j["kind"] == "router" and not wheels:  # no sglang-router wheel
                             unchecked += 1
                             continue

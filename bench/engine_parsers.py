@@ -146,13 +146,20 @@ def _sglang_resolved(server_args) -> dict:
     (arg_groups/model_override_base.py ``resolved_view``); the decode CUDA-graph batch is
     None where the decode graphs are disabled."""
     from sglang.srt.arg_groups.model_override_base import resolved_view
+    from sglang.srt.runtime_context import attn_dp_enabled_of
 
     a = resolved_view(server_args)
     dec = a.cuda_graph_config.decode
+    # with DP attention SGLang keeps each rank's chunk, the flag // attn_dp_size
+    # (arg_groups/parallel_hook.py _handle_data_parallelism); deployment.json pins the
+    # instance's, so the rank's is read back as the instance's
+    chunk = a.chunked_prefill_size
+    if chunk is not None and chunk > 0 and attn_dp_enabled_of(a):
+        chunk *= a.attn_dp_size
     return {
         "mem_fraction": a.mem_fraction_static,
         "max_running_flag": a.max_running_requests,
-        "chunk_tokens": a.chunked_prefill_size,
+        "chunk_tokens": chunk,
         "cuda_graph_max_bs": None if str(dec.backend) == "disabled" else dec.max_bs,
         "tbo": bool(a.enable_two_batch_overlap),
         "mtp": int(a.speculative_num_steps or 0),

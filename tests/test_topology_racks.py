@@ -204,6 +204,10 @@ def test_the_plan_says_which_link_the_winners_all_to_all_runs_on():
     hgx = engine_cost_model(load_cluster("b200-sxm-8", 9), engine="sglang")
     s = topology_sentence(hgx, m, 72)
     assert s is not None and "runs over the network" in s and "shorter there" in s
+    # B200's winner inside the node: the sentence prices the next wider group on both sides
+    s = topology_sentence(hgx, m, 8)
+    assert s is not None and "(the same link)" in s
+    assert "An EP16 group would run over the network" in s and "shorter there" in s
     t_rack, net_rack = exchange_s(rack, m, 48)
     t_hgx, net_hgx = exchange_s(hgx, m, 48)
     assert (net_rack, net_hgx) == (False, True) and t_rack < t_hgx
@@ -211,3 +215,25 @@ def test_the_plan_says_which_link_the_winners_all_to_all_runs_on():
         topology_sentence(engine_cost_model(load_cluster("h100-sxm-8"), engine="sglang"), m, 8)
         is None
     )
+
+
+def test_pd_decode_space_holds_wide_ep_within_the_rack_and_not_past_the_b200_node():
+    """The P/D decode instances of a rack include every multiple of 8 GPUs within the NVLink
+    domain (48 ranks with 32 redundant experts, as SGLang's GB200 deployment: 256 + 32 = 6 x
+    48), never a size whose redundant experts would exceed E / 8; servers of 8 get only the
+    powers of two (their wide EP crosses the network)."""
+    from moeplan.search.disagg.pools import domain_decode_layouts, serve_layouts
+
+    m = load_model("deepseek-v3")
+    rack, hgx = load_cluster("gb200-nvl72"), load_cluster("b200-sxm-8", 9)
+    wide = domain_decode_layouts(m, rack, rack.num_gpus - 1)
+    eps = {(lay.moe_ep, lay.redundant_experts) for lay in wide}
+    assert eps == {(24, 8), (40, 24), (48, 32), (56, 24)}
+    assert all((256 + r) % ep == 0 and r <= 256 // 8 for ep, r in eps)
+    assert Layout(attn_tp=1, attn_dp=48, moe_tp=1, moe_ep=48, redundant_experts=32) in wide
+    assert max(lay.gpus for lay in wide) <= rack.num_gpus - 1
+    assert domain_decode_layouts(m, hgx, hgx.num_gpus - 1) == []
+    assert {lay.moe_ep for lay in serve_layouts(m, rack, 71)} == {1, 2, 4, 8, 16, 32, 64}
+    # two racks: an instance of the whole domain (72 ranks, 32 redundant experts) joins
+    two = load_cluster("gb200-nvl72", racks=2)
+    assert (72, 32) in {(x.moe_ep, x.redundant_experts) for x in domain_decode_layouts(m, two, 143)}

@@ -368,11 +368,19 @@ def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: 
     E / :data:`MAX_REDUNDANT_FRACTION`). Replicas buy balance only against a routing profile
     with per-expert loads, which the deployment search does not take: with balanced routing
     they would cost memory and buy nothing, so they are tried where they enable an EP size."""
-    ep, e = layout.moe_ep, model.num_experts
+    r = redundant_for(model, layout.moe_ep)
+    return () if r is None else (r,)
+
+
+def redundant_for(model: ModelSpec, ep: int) -> int | None:
+    """The fewest redundant experts ``R`` making ``E + R`` divisible by ``ep`` (0 when ``ep``
+    divides ``E``), or None when that takes more than ``E /``
+    :data:`MAX_REDUNDANT_FRACTION`."""
+    e = model.num_experts
     if ep <= 1 or e % ep == 0:
-        return (0,)
+        return 0
     r = ep - e % ep
-    return (r,) if r <= e // MAX_REDUNDANT_FRACTION else ()
+    return r if r <= e // MAX_REDUNDANT_FRACTION else None
 
 
 def _mtp_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:

@@ -23,7 +23,9 @@ tries them (:func:`moeplan.serve.knobs.knob_variants`), whichever gives the pool
 capacity (:func:`pool_knobs`).
 
 Candidate pool layouts: power-of-two instance sizes below the budget; attention TP within a
-node (DP over the rest) with EP over the instance, plus pure TP within a node; AFD
+node (DP over the rest) with EP over the instance, plus pure TP within a node; where one
+NVLink domain spans nodes (a GB200 NVL72 rack), wide-EP decode instances of every multiple of
+8 GPUs within the domain too (:func:`domain_decode_layouts`, 48 as SGLang deploys); AFD
 instances with ``ag`` in {1/8, 1/4, 3/8, 1/2, 3/4} of the instance. Pipelines are not
 tried as pools: with PP2/PP4 prefill instances added, the analytic capacity ranked a PP4
 prefill pool first and its simulation gave 35 % less than the non-PP pick (DeepSeek-V3 on
@@ -56,6 +58,7 @@ from moeplan.serve.knobs import (
     knob_variants,
     kv_pool,
     mem_fraction_values,
+    redundant_for,
     spec_running_cap,
 )
 from moeplan.serve.layout import kv_capacity_tokens
@@ -73,6 +76,11 @@ from moeplan.serve.workload.arrivals import ServeWorkload, generate
 from moeplan.specs import ClusterSpec, ModelSpec
 
 TPOT_MARGIN = 0.9  # decode batch sized for 90 % of the TPOT SLO (mixed arrivals, context growth)
+#: GPUs between the wide-EP decode sizes tried within a multi-node NVLink domain
+#: (:func:`domain_decode_layouts`): an HGX server's 8, so 24, 40, 48, 56 (and 72 past one
+#: instance) join the powers of two on a rack of 72 (SGLang's GB200 NVL72 blog, part II:
+#: decode on 48 ranks)
+WIDE_EP_STEP = 8
 AFD_AG_SHARES = (1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
 
 
@@ -145,13 +153,45 @@ def serve_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list
             out.append(Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g))
         if 1 < g <= gpn:
             out.append(Layout(attn_tp=g, attn_dp=1, moe_tp=g, moe_ep=1))
+    return _valid(model, cluster, out)
+
+
+def _valid(model: ModelSpec, cluster: ClusterSpec, layouts: list[Layout]) -> list[Layout]:
     valid = []
-    for lay in out:
+    for lay in layouts:
         try:
             valid.append(lay.validate(model, cluster))
         except MoeplanError:
             continue
     return valid
+
+
+def domain_decode_layouts(model: ModelSpec, cluster: ClusterSpec, max_gpus: int) -> list[Layout]:
+    """Wide-EP decode instances within a multi-node NVLink domain (a GB200 / GB300 NVL72
+    rack) past the powers of two of :func:`serve_layouts`: every multiple of
+    :data:`WIDE_EP_STEP` GPUs up to the domain (and ``max_gpus``), EP over the instance,
+    attention TP a power of two up to :data:`WIDE_EP_STEP` (DP over the rest), with the fewest redundant
+    experts that make ``E + R`` divisible by the EP size (at most ``E / 8``, the search's rule,
+    :func:`moeplan.serve.knobs.redundant_for`): SGLang's GB200 NVL72 deployment decodes
+    DeepSeek-V3 on 48 ranks with 32 redundant experts. Past the node every such group's
+    all-to-all runs over NVLink only where the domain spans nodes; on servers of 8 it crosses
+    the network, so the powers of two are the space there."""
+    if not cluster.mnnvl:
+        return []
+    out = []
+    top = min(cluster.nvlink_domain, max_gpus)
+    for g in range(WIDE_EP_STEP, top + 1, WIDE_EP_STEP):
+        if g & (g - 1) == 0:  # a power of two: serve_layouts has it
+            continue
+        r = redundant_for(model, g)
+        if r is None:
+            continue
+        for tp in _powers(WIDE_EP_STEP):  # attention TP within an HGX-sized group
+            if g % tp == 0:
+                out.append(
+                    Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g, redundant_experts=r)
+                )
+    return _valid(model, cluster, out)
 
 
 def afd_layouts(max_gpus: int) -> list[AFDLayout]:
@@ -378,7 +418,8 @@ def decode_pools(c: Context, family: str) -> list[InstanceCapacity]:
     decs_l: list[DecodeLayout] = (
         list(afd_layouts(n - 1))
         if FAMILY[family].decode != "colocated"
-        else list(serve_layouts(c.model, c.cluster, n - 1))
+        else serve_layouts(c.model, c.cluster, n - 1)
+        + domain_decode_layouts(c.model, c.cluster, n - 1)
     )
     return [d for lay in decs_l if (d := decode_pool(c, lay))]
 

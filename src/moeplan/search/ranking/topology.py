@@ -90,16 +90,39 @@ def topology_sentence(cm: CostModel, model: ModelSpec, ep: int) -> str | None:
     t_alt, net_alt = exchange_s(CostModel(alt, cm.profile, cm.engine, cm._kdb), model, ep)
     layers = model.num_moe_layers
     ratio = t_alt / t if t > 0 else 1.0
-    if net == net_alt:
-        verdict = "the same link"
-    elif ratio >= 1:
-        verdict = f"{ratio:.2f}x longer there"
-    else:
-        verdict = f"{1 / ratio:.2f}x shorter there"
     return (
         f"Topology: {here}. The winner's EP{ep} all-to-all (dispatch + combine of "
         f"{A2A_TOKENS} tokens per rank) runs over {_link(c, net)}: {t * 1e6:,.0f} us per MoE "
         f"layer, {t * layers * 1e3:.2f} ms per decode step ({layers} MoE layers); with "
         f"{alt_name} it would run over {_link(alt, net_alt)}: {t_alt * 1e6:,.0f} us per layer, "
-        f"{t_alt * layers * 1e3:.2f} ms per step ({verdict})."
+        f"{t_alt * layers * 1e3:.2f} ms per step ({_verdict(net, net_alt, ratio)})."
+        + _wider(cm, alt, model, ep)
+    )
+
+
+def _verdict(net: bool, net_alt: bool, ratio: float) -> str:
+    if net == net_alt:
+        return "the same link"
+    if ratio >= 1:
+        return f"{ratio:.2f}x longer there"
+    return f"{1 / ratio:.2f}x shorter there"
+
+
+def _wider(cm: CostModel, alt: ClusterSpec, model: ModelSpec, ep: int) -> str:
+    """When the winner's group runs on the same link on both sides, what the next wider
+    group (twice the ranks, within the cluster) costs on each: why the cluster of servers
+    keeps its decode group inside the node, or why the rack's wider one pays (empty when
+    no wider group fits or both sides still share a link)."""
+    c, wide = cm.cluster, 2 * ep
+    if wide > c.num_gpus or c.domains_spanned(ep) != 1 or alt.domains_spanned(ep) != 1:
+        return ""
+    t, net = exchange_s(cm, model, wide)
+    t_alt, net_alt = exchange_s(CostModel(alt, cm.profile, cm.engine, cm._kdb), model, wide)
+    if net == net_alt:
+        return ""
+    layers = model.num_moe_layers
+    return (
+        f" An EP{wide} group would run over {_link(c, net)} here, {t * layers * 1e3:.2f} ms "
+        f"per step, against {t_alt * layers * 1e3:.2f} ms over {_link(alt, net_alt)} there "
+        f"({_verdict(net, net_alt, t_alt / t if t > 0 else 1.0)})."
     )
