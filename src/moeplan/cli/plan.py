@@ -35,6 +35,8 @@ from moeplan.search.job.outcome import PlanOutcome, interval_line, sources_line
 from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
 
+TRACE = "Routing trace (.parquet/.npz) for Sem-MoE placement (--trace: its older name)."
+
 
 def plan_cmd(
     model: Annotated[
@@ -113,7 +115,7 @@ def plan_cmd(
             help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate)."
         ),
     ] = None,
-    trace: Annotated[str | None, typer.Option(help="Routing trace for Sem-MoE placement.")] = None,
+    trace: Annotated[str | None, typer.Option("--routing-trace", "--trace", help=TRACE)] = None,
     families: Annotated[
         str,
         typer.Option(
@@ -235,10 +237,11 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
         f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {_ms(slo.ttft_s)}, "
         f"TPOT ≤ {_ms(slo.tpot_s)}"
     )
+    console.print(outcome.explanation[0], style="bold", markup=False)  # the answer first
     _serving_table(ranking)
     for fam, why in ranking.not_served.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
-    for line in outcome.explanation:
+    for line in outcome.explanation[1:]:
         console.print(line)
     _analytic_table(result)
     for fam, why in result.skipped.items():
@@ -286,7 +289,7 @@ def _serving_table(ranking: ServeRanking) -> None:
             f"TPOT\np{pct:g}\n{p_unit}",
             "output\ntok/s\nper GPU",
             "max\nreq/s",
-            "bound",
+            "limited by",
         ),
     )
     for i, s in enumerate(rows, 1):
@@ -319,10 +322,11 @@ def _serving_table(ranking: ServeRanking) -> None:
 
 def _compact_table(title: str, columns: tuple[str, ...]) -> Table:
     """A table with a rule under its header and no side borders (room for 8 columns in 80):
-    the text columns (``deployment``, ``plan``, ``bound``) wrap, the figures never do."""
+    the text columns (``deployment``, ``plan``, ``bound``, ``limited by``) wrap, the figures
+    never do."""
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
     for col in columns:
-        wraps = col in ("deployment", "plan", "bound")
+        wraps = col in ("deployment", "plan", "bound", "limited by")
         t.add_column(col, no_wrap=not wraps, justify="right" if col == "GPUs" else "left")
     return t
 
