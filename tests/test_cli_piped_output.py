@@ -41,6 +41,9 @@ def test_help_is_whole_and_plain_at_80_columns():
     assert len(_widest(out)) <= WIDTH, _widest(out)
     plan = " ".join(_piped("plan", "--help").split())
     assert "--routing-trace" in plan and "``" not in plan
+    top = " ".join(_piped("--help").split())  # each command's first sentence, whole
+    assert "with the search's proof that one size fewer cannot." in top
+    assert "..." not in top.split("[ARGS]...", 1)[1]  # Click's cut of a long first line
 
 
 @pytest.mark.parametrize(

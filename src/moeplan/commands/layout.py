@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -46,6 +47,9 @@ def plain_help(command: Any) -> Any:
     for attr in ("help", "short_help"):
         if getattr(command, attr, None):
             setattr(command, attr, getattr(command, attr).replace("``", ""))
+    if command.help and not command.short_help:  # Click would cut it at 45 characters
+        first = " ".join(command.help.split("\n\n", 1)[0].split())
+        command.short_help = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0]
     for param in getattr(command, "params", ()):
         if getattr(param, "help", None):
             param.help = param.help.replace("``", "")
