@@ -124,12 +124,10 @@ def test_cluster_fill_counts_whole_copies():
 def test_limits_name_the_slo_it_uses_most_and_the_step():
     r = _ranking(8, 1.0, 1.94, 0.04)
     text = limits_sentence(r, "memory bandwidth (experts)")
-    assert "the TTFT SLO, which more load breaks first (SLO use at p90: TTFT 97%, TPOT 40%)" in text
+    assert "the TTFT SLO. SLO use at p90: TTFT 97%, TPOT 40%" in text
     assert "memory bandwidth (experts)" in text
     queue = limits_sentence(_ranking(8, 1.0, 0.5, 0.04, "queue growth (rho >= 1)"), None)
-    assert (
-        "queue growth (rho >= 1), which more load breaks first (SLO use at p90: TTFT 25%" in queue
-    )
+    assert "queue growth (rho >= 1). SLO use at p90: TTFT 25%, TPOT 40%" in queue
     pooled = limit_words("TPOT", "decode pool: batch 64 (KV capacity)")
     assert pooled == "the TPOT SLO; the rate is set by its decode pool: batch 64 (KV capacity)"
 

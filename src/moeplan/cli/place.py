@@ -29,7 +29,7 @@ from moeplan.cli._common import (
     print_json,
     write_atomic,
 )
-from moeplan.commands.glossary import glossary
+from moeplan.commands.glossary import PLACE_TRACE_HELP, glossary
 from moeplan.commands.place import (
     expert_location,
     place_json,
@@ -78,11 +78,8 @@ def _print_table(res: PlacementResult) -> None:
         )
 
 
-TRACE_HELP = "Routing trace (.parquet or .npz; --trace: its older name)."
-
-
 def place_cmd(
-    trace: Annotated[Path, typer.Option("--routing-trace", "--trace", help=TRACE_HELP)],
+    trace: Annotated[Path, typer.Option("--routing-trace", "--trace", help=PLACE_TRACE_HELP)],
     model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")],
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (devices)")],
     mode: Annotated[str, typer.Option(help="Attention parallelism: dp or tp")] = "dp",

@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.commands.glossary import FAMILY_SHORT_NAMES, glossary
+from moeplan.commands.glossary import FAMILY_SHORT_NAMES, PLAN_TRACE_HELP, glossary
 from moeplan.commands.plan import job_spec, plan_json, plan_warnings
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
 from moeplan.commands.workers import workers
@@ -34,8 +34,6 @@ from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 from moeplan.search.job.outcome import PlanOutcome, interval_line, sources_line
 from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
-
-TRACE = "Routing trace (.parquet/.npz) for Sem-MoE placement (--trace: its older name)."
 
 
 def plan_cmd(
@@ -115,7 +113,9 @@ def plan_cmd(
             help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate)."
         ),
     ] = None,
-    trace: Annotated[str | None, typer.Option("--routing-trace", "--trace", help=TRACE)] = None,
+    trace: Annotated[
+        str | None, typer.Option("--routing-trace", "--trace", help=PLAN_TRACE_HELP)
+    ] = None,
     families: Annotated[
         str,
         typer.Option(
@@ -322,8 +322,7 @@ def _serving_table(ranking: ServeRanking) -> None:
 
 def _compact_table(title: str, columns: tuple[str, ...]) -> Table:
     """A table with a rule under its header and no side borders (room for 8 columns in 80):
-    the text columns (``deployment``, ``plan``, ``bound``, ``limited by``) wrap, the figures
-    never do."""
+    the text columns (deployment, plan, bound, limited by) wrap, the figures never do."""
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
     for col in columns:
         wraps = col in ("deployment", "plan", "bound", "limited by")

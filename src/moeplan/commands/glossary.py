@@ -64,3 +64,9 @@ PIPELINE_CHOICES = (
     "SMIDT's DPMoE: replicas kept in spare memory, shrinking its all-to-all); bottleneck = "
     "the slowest stage's time, which sets the pipeline's pace."
 )
+
+
+#: ``--routing-trace`` names a routing trace (.parquet/.npz) on every command that reads one
+#: (plan, place, serve-sim, pipeline); plan and place also take ``--trace``, its older name.
+PLAN_TRACE_HELP = "Routing trace (.parquet/.npz) for Sem-MoE placement (--trace: its older name)."
+PLACE_TRACE_HELP = "Routing trace (.parquet or .npz; --trace: its older name)."

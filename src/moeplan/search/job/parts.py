@@ -111,9 +111,9 @@ def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
     ttft, tpot = m.at_percentile(slo.percentile)
     uses = [f"{k} {v / lim:.0%}" for k, v, lim in (("TTFT", ttft, slo.ttft_s),
                                                    ("TPOT", tpot, slo.tpot_s)) if lim]  # fmt: skip
-    use = f" (SLO use at p{slo.percentile:g}: {', '.join(uses)})" if uses else " (no SLO set)"
+    use = f"SLO use at p{slo.percentile:g}: {', '.join(uses)}" if uses else "no SLO set"
     step_part = f"; within each engine step the most time goes to {step}" if step else ""
-    return f"What limits this deployment: {w.result.bound}, which more load breaks first{use}{step_part}."
+    return f"What limits this deployment: {w.result.bound}. {use}{step_part}."
 
 
 def cluster_fill(ranking: ServeRanking, cluster_gpus: int) -> ClusterFill | None:
