@@ -98,3 +98,13 @@ def test_piped_plan_fits_80_columns(tmp_path):
                  "50", "--families", "strategy,dep", "--out", str(tmp_path / "o"))  # fmt: skip
     assert len(_widest(out)) <= WIDTH, _widest(out)
     assert "…" not in out
+
+
+def test_family_legend_gives_each_family_one_meaning_and_the_afd_terms():
+    from moeplan.commands.glossary import family_legend
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    line = family_legend(["pd", "afd", "pd", "strategy"])
+    assert line.startswith(f"families: P/D = {FAMILY_NAMES['pd']}; AFD = {FAMILY_NAMES['afd']}")
+    assert line.count("P/D =") == 1 and "terms: ag = GPUs running attention" in line
+    assert "terms:" not in family_legend(["strategy", "pd"])

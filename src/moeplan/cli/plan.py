@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.commands.glossary import FAMILY_SHORT_NAMES, PLAN_TRACE_HELP, glossary
+from moeplan.commands.glossary import FAMILY_SHORT_NAMES, PLAN_TRACE_HELP, family_legend, glossary
 from moeplan.commands.plan import job_spec, plan_json, plan_warnings
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
 from moeplan.commands.workers import workers
@@ -311,13 +311,7 @@ def _serving_table(ranking: ServeRanking) -> None:
             style="bold green" if i == 1 else None,
         )
     console.print(st)
-    fams = list(dict.fromkeys(s.entry.family for s in rows))
-    console.print(
-        "families: "
-        + "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
-        + ".",
-        style="dim",
-    )
+    console.print(family_legend(s.entry.family for s in rows), style="dim")
 
 
 def _compact_table(title: str, columns: tuple[str, ...]) -> Table:

@@ -8,6 +8,8 @@ and the line explaining SMIDT's stage choices.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 #: term -> its meaning in plain words (source: the paper that defines it)
 TERMS: dict[str, str] = {
     # FinDEP (disaggregated attention / expert GPUs), Sections 3-4
@@ -55,6 +57,17 @@ FAMILY_SHORT_NAMES = {
     "pd": "P/D",
     "afd": "AFD",
 }
+
+
+def family_legend(families: Iterable[str]) -> str:
+    """``families: P/D = ...; MixServe = ....``: each family of a table's rows (in their order)
+    with its meaning in one line, and the terms of attention-FFN layout labels (AG, EG) when
+    an AFD row is among them."""
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    fams = list(dict.fromkeys(families))
+    names = "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
+    return f"families: {names}." + (f" {glossary('ag', 'eg')}" if "afd" in fams else "")
 
 
 #: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
