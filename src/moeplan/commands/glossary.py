@@ -61,13 +61,15 @@ FAMILY_SHORT_NAMES = {
 
 def family_legend(families: Iterable[str]) -> str:
     """``families: P/D = ...; MixServe = ....``: each family of a table's rows (in their order)
-    with its meaning in one line, and the terms of attention-FFN layout labels (AG, EG) when
-    an AFD row is among them."""
+    with its meaning in one line, and the terms of attention/expert group labels (AG, EG)
+    when a family laid out in groups is among them."""
+    from moeplan.planners.families import FAMILY
     from moeplan.planners.rank import FAMILY_NAMES
 
     fams = list(dict.fromkeys(families))
     names = "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
-    return f"families: {names}." + (f" {glossary('ag', 'eg')}" if "afd" in fams else "")
+    groups = any(f in FAMILY and FAMILY[f].layout == "groups" for f in fams)
+    return f"families: {names}." + (f" {glossary('ag', 'eg')}" if groups else "")
 
 
 #: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
