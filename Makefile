@@ -13,7 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[runtime,dev,hf]"
 	touch $(STAMP)
 
+# make demo: first a GPU users serve on (Qwen3-30B-A3B on one 8 x H100 SXM node, about 50 s on
+# 2 CPU cores), then two of the papers' testbeds (SMIDT's A40 nodes, FinDEP's cluster A).
 demo: $(STAMP)
+	$(BIN)/moeplan plan --model qwen3-30b-a3b --cluster h100-sxm-8 --out out/demo-qwen3-30b-h100
 	$(BIN)/moeplan plan --model qwen3-235b-a22b --cluster smidt-a40 --out out/demo-qwen3-235b-smidt-a40
 	$(BIN)/moeplan plan --model deepseek-v2 --layers 8 --cluster findep-a --out out/demo-deepseek-v2-findep-a
 	@echo "Next: ./moeplan --help (the README's commands, from this folder), or put .venv/bin on"

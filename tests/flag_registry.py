@@ -274,14 +274,17 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--cost-engine": P("--cost-engine", "none"),
             "--requests": P("--requests", "100", key="workload"),
             "--workload": R("--workload", "{tmp}/no-such-workload.json"),
-            "--trace": P("--trace", "{trace}"),
+            "--routing-trace": P("--routing-trace", "{trace}"),
             "--families": P("--families", "pipeline"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             # 8 or 16 GPUs have only power-of-two divisors; on 24 any divisor is the default
             # and powers of two leave deepseek-v2-lite no strategy shape (refused)
             "--any-divisor": R("--powers-of-two", base=(*PLAN, "--nodes", "3")),
             "--placement": P(
-                "--no-placement", "--trace", "{trace}", base=(*PLAN, "--trace", "{trace}")
+                "--no-placement",
+                "--routing-trace",
+                "{trace}",
+                base=(*PLAN, "--routing-trace", "{trace}"),
             ),
             "--seed": P(
                 "--seed",
@@ -395,9 +398,18 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
         },
     ),
     "place": (
-        ("place", "--trace", "{trace}", "--model", "deepseek-v2-lite", "--ep", "4", "--json"),
+        (
+            "place",
+            "--routing-trace",
+            "{trace}",
+            "--model",
+            "deepseek-v2-lite",
+            "--ep",
+            "4",
+            "--json",
+        ),
         {
-            "--trace": R("--trace", "{tmp}/no-such-trace.npz"),
+            "--routing-trace": R("--routing-trace", "{tmp}/no-such-trace.npz"),
             # the model must match the trace (26 MoE layers of 64 experts): another is refused
             "--model": R("--model", "qwen2-57b-a14b"),
             "--ep": P("--ep", "8"),

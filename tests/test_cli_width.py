@@ -10,6 +10,7 @@ import pytest
 
 from moeplan.cli import _common, main
 from moeplan.cli._common import fmt_times, plural
+from moeplan.search.capacity.slo import limit_words
 
 WIDTH = 80
 
@@ -203,7 +204,7 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
                 0.062453,
                 570.5,
                 13.37,
-                "prefill pool compute (2 instances at the TTFT SLO)",
+                limit_words("TTFT", "prefill pool compute (2 instances at the TTFT SLO)"),
             ),
             _served(
                 "strategy",
@@ -213,7 +214,7 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
                 0.09957,
                 483.3,
                 15.10,
-                "the TPOT limit",
+                limit_words("TPOT"),
             ),
             _served(
                 "afd",
@@ -223,7 +224,7 @@ def test_plan_tables_fit_80_columns_with_long_layouts(capsys, monkeypatch):
                 0.084245,
                 427.7,
                 13.36,
-                "decode pool: batch 259 (KV capacity)",
+                limit_words("queue growth (rho >= 1)", "decode pool: batch 259 (KV capacity)"),
                 meets=False,
             ),
         ],

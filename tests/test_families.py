@@ -149,5 +149,4 @@ def test_capacity_sentence_names_what_its_rate_feeds(family, unit):
     ranking = NS(search={"winner_capacity": rec}, winner=NS(entry=entry, metrics=None),
                  rate_given=False, certificate_sentence="")  # fmt: skip
     out = _capacity_sentences(ranking, NS(cluster=NS(num_gpus=8)))  # type: ignore[arg-type]
-    assert out == [f"Capacity: 2.00 req/s {unit} (95 % interval 1.00..3.00, +/-50.0%), "
-                   "limited by TTFT."]  # fmt: skip
+    assert out == [f"Capacity: 2.00 req/s {unit} (95 % interval 1.00..3.00, +/-50.0%)."]

@@ -230,6 +230,11 @@ def test_report_lists_the_launch_files_written_and_the_served_load(planned):
     assert "prompts ×" not in header and "SLO-bound capacity" in header
     assert f"{out['workload']['isl']} prompt + {out['workload']['osl']} output tokens" in header
     assert out["limits"].startswith("What limits this deployment") and escape(out["limits"]) in page
+    # one limit in every place: the lead sentence, the limits and the winner's table row
+    lead, bound = out["explanation"][0], out["winner"]["bound"]
+    assert lead.startswith("Deploy ") and lead.endswith(f"; limited by {bound}.")
+    assert out["limits"].startswith(f"What limits this deployment: {bound}. ")
+    assert not any("bound by" in x for x in out["explanation"])
     fill = out["cluster_fill"]
     if fill is not None:
         assert fill["copies"] * fill["gpus"] + fill["idle_gpus"] == fill["cluster_gpus"]

@@ -18,6 +18,7 @@ from moeplan.cost.provenance import quant_vs_bf16, source_errors
 from moeplan.kernel_tables import engine_cost_model, table_files
 from moeplan.report.html import DIGITS, PLOTLY_FILE, Section, compact, figure_html, render
 from moeplan.report.serving import cdf_points
+from moeplan.search.capacity.slo import limit_words
 from moeplan.search.job.outcome import quant_sentence
 from moeplan.search.job.parts import cluster_fill, limits_sentence
 from moeplan.serve.metrics import SLO
@@ -105,7 +106,7 @@ def _ranking(gpus: int, tok_s: float, ttft: float, tpot: float, limited: str = "
     metrics = SimpleNamespace(output_tokens_per_s=tok_s,
                               at_percentile=lambda p: (ttft, tpot))  # fmt: skip
     layout = SimpleNamespace(label="L")
-    winner = SimpleNamespace(metrics=metrics, result=SimpleNamespace(bound="the TTFT limit"),
+    winner = SimpleNamespace(metrics=metrics, result=SimpleNamespace(bound=limit_words(limited)),
                              entry=SimpleNamespace(gpus=gpus, layout=layout))  # fmt: skip
     return SimpleNamespace(
         winner=winner,
@@ -123,11 +124,12 @@ def test_cluster_fill_counts_whole_copies():
 def test_limits_name_the_slo_it_uses_most_and_the_step():
     r = _ranking(8, 1.0, 1.94, 0.04)
     text = limits_sentence(r, "memory bandwidth (experts)")
-    assert "the TTFT SLO (SLO use at p90: TTFT 97%, TPOT 40%)" in text
+    assert "the TTFT SLO. SLO use at p90: TTFT 97%, TPOT 40%" in text
     assert "memory bandwidth (experts)" in text
     queue = limits_sentence(_ranking(8, 1.0, 0.5, 0.04, "queue growth (rho >= 1)"), None)
-    assert "queue growth (rho >= 1) (SLO use at p90: TTFT 25%, TPOT 40%)" in queue
-    assert "the TTFT limit" in queue
+    assert "queue growth (rho >= 1). SLO use at p90: TTFT 25%, TPOT 40%" in queue
+    pooled = limit_words("TPOT", "decode pool: batch 64 (KV capacity)")
+    assert pooled == "the TPOT SLO; the rate is set by its decode pool: batch 64 (KV capacity)"
 
 
 def test_log_axes_label_every_tick_in_full():

@@ -27,8 +27,9 @@ CHEAP = {  # command -> one cheap real invocation ({tmp}: a folder holding a syn
     "clusters": "clusters",
     "inspect": "inspect mixtral-8x7b",
     "pipeline": "pipeline --model mixtral-8x7b --cluster nope",
-    "place": "place --trace {tmp}/t.npz --model mixtral-8x7b --ep 2",
+    "place": "place --routing-trace {tmp}/t.npz --model mixtral-8x7b --ep 2",
     "plan": "plan --model mixtral-8x7b --cluster nope",
+    "recommend": "recommend --model mixtral-8x7b --cluster nope --rate 1",
     "run": "run --plan {tmp}/no-plan.json",
     "serve-sim": "serve-sim --model mixtral-8x7b --cluster h100-sxm-8 --requests 5",  # no fit
     "bench": "bench --model mixtral-8x7b --cluster h100-sxm-8 --num-prompts 4",  # no fit

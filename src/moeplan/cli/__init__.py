@@ -58,6 +58,7 @@ import typer  # noqa: E402
 import typer.main  # noqa: E402
 
 from moeplan.cli._bounds import guard_numbers  # noqa: E402
+from moeplan.commands.layout import plain_help  # noqa: E402
 from moeplan.errors import MoeplanError, Terminated, show, sigterm_raises  # noqa: E402
 from moeplan.textsafe import escape_controls, register_fallback  # noqa: E402
 
@@ -70,6 +71,7 @@ _app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # Click's help wraps every text whole; rich's table cuts long ones
 )
 
 #: command word -> the module of this package whose ``register(app)`` adds it. ``main``
@@ -144,7 +146,7 @@ def _command(args: list[str] | None = None) -> Any:
     without ``args``), built per call as ``app()`` does, so commands registered later are
     in it; every numeric flag bounded (:mod:`moeplan.cli._bounds`)."""
     _register_commands(args)
-    return guard_numbers(typer.main.get_command(_app))
+    return plain_help(guard_numbers(typer.main.get_command(_app)))
 
 
 def _no_nul(args: list[str]) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +15,7 @@ from rich.table import Table as _RichTable
 
 from moeplan.backends import NO_ENGINE, backend_or_none, names
 from moeplan.commands.json_text import json_text
+from moeplan.commands.layout import output_width
 from moeplan.io import OutputSet, write_atomic
 from moeplan.textsafe import escape_controls
 
@@ -39,13 +39,7 @@ class SafeConsole(Console):
                 yield Segment(escape_controls(seg.text, keep="\n"), seg.style, seg.control)
 
 
-#: Width of human output written to a file or a pipe when ``COLUMNS`` is unset (a terminal's
-#: own width is used on a terminal; ``COLUMNS`` wins everywhere, as for rich and coreutils).
-PIPE_WIDTH = 140
-console = SafeConsole(
-    highlight=False,
-    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH,
-)
+console = SafeConsole(highlight=False, width=output_width())
 
 
 class Table(_RichTable):

@@ -29,7 +29,7 @@ from moeplan.cli._common import (
     print_json,
     write_atomic,
 )
-from moeplan.commands.glossary import glossary
+from moeplan.commands.glossary import PLACE_TRACE_HELP, glossary
 from moeplan.commands.place import (
     expert_location,
     place_json,
@@ -79,7 +79,7 @@ def _print_table(res: PlacementResult) -> None:
 
 
 def place_cmd(
-    trace: Annotated[Path, typer.Option("--trace", help="Trace file (.parquet or .npz)")],
+    trace: Annotated[Path, typer.Option("--routing-trace", "--trace", help=PLACE_TRACE_HELP)],
     model: Annotated[str, typer.Option(help="Model preset, config.json or checkpoint folder.")],
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (devices)")],
     mode: Annotated[str, typer.Option(help="Attention parallelism: dp or tp")] = "dp",
@@ -111,7 +111,7 @@ def place_cmd(
         model, ep, cluster, mode=mode, baselines=baselines, seed=seed, step_tokens=step_tokens,
         redundant=redundant,
     )  # fmt: skip
-    require(trace.exists(), f"--trace ({trace}) does not exist")
+    require(trace.exists(), f"--routing-trace ({trace}) does not exist")
     cm = opt.engine_cost(cl, None, engine, engine_version)
     work = "Sem-MoE: co-clustering the trace" + (" and the baselines" if baselines else "")
     with opt.progress(not (quiet or as_json), work) as step:

@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from moeplan.cli import _common as opt
 from moeplan.cli._common import Table, console, err_console, fmt_time, fmt_times, print_json
-from moeplan.commands.glossary import FAMILY_SHORT_NAMES, glossary
+from moeplan.commands.glossary import FAMILY_SHORT_NAMES, PLAN_TRACE_HELP, family_legend, glossary
 from moeplan.commands.plan import job_spec, plan_json, plan_warnings
 from moeplan.commands.serve_inputs import DEFAULT_TPOT_SLO_MS, DEFAULT_TTFT_SLO_MS
 from moeplan.commands.workers import workers
@@ -113,7 +113,9 @@ def plan_cmd(
             help="Workload JSON {phase, batch, isl, osl, rate} (replaces --isl/--osl/--batch/--rate)."
         ),
     ] = None,
-    trace: Annotated[str | None, typer.Option(help="Routing trace for Sem-MoE placement.")] = None,
+    trace: Annotated[
+        str | None, typer.Option("--routing-trace", "--trace", help=PLAN_TRACE_HELP)
+    ] = None,
     families: Annotated[
         str,
         typer.Option(
@@ -235,10 +237,11 @@ def _print_human(outcome: PlanOutcome, files: dict[str, str], elapsed: float) ->
         f"at {load}; SLO p{slo.percentile:g}: TTFT ≤ {_ms(slo.ttft_s)}, "
         f"TPOT ≤ {_ms(slo.tpot_s)}"
     )
+    console.print(outcome.explanation[0], style="bold", markup=False)  # the answer first
     _serving_table(ranking)
     for fam, why in ranking.not_served.items():
         console.print(f"[yellow]{FAMILY_NAMES[fam]} not simulated:[/] {why}")
-    for line in outcome.explanation:
+    for line in outcome.explanation[1:]:
         console.print(line)
     _analytic_table(result)
     for fam, why in result.skipped.items():
@@ -286,7 +289,7 @@ def _serving_table(ranking: ServeRanking) -> None:
             f"TPOT\np{pct:g}\n{p_unit}",
             "output\ntok/s\nper GPU",
             "max\nreq/s",
-            "bound",
+            "limited by",
         ),
     )
     for i, s in enumerate(rows, 1):
@@ -308,21 +311,15 @@ def _serving_table(ranking: ServeRanking) -> None:
             style="bold green" if i == 1 else None,
         )
     console.print(st)
-    fams = list(dict.fromkeys(s.entry.family for s in rows))
-    console.print(
-        "families: "
-        + "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
-        + ".",
-        style="dim",
-    )
+    console.print(family_legend(s.entry.family for s in rows), style="dim")
 
 
 def _compact_table(title: str, columns: tuple[str, ...]) -> Table:
     """A table with a rule under its header and no side borders (room for 8 columns in 80):
-    the text columns (``deployment``, ``plan``, ``bound``) wrap, the figures never do."""
+    the text columns (deployment, plan, bound, limited by) wrap, the figures never do."""
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
     for col in columns:
-        wraps = col in ("deployment", "plan", "bound")
+        wraps = col in ("deployment", "plan", "bound", "limited by")
         t.add_column(col, no_wrap=not wraps, justify="right" if col == "GPUs" else "left")
     return t
 

@@ -26,7 +26,7 @@ def recommend(
 ) -> None:
     """Fewest GPUs of CLUSTER's kind (GPUs of one node, then whole nodes) and the deployment
     serving RATE under the SLOs, with the search's proof that one size fewer cannot."""
-    from moeplan.commands.recommend import answer_lines, recommend
+    from moeplan.commands.recommend import COMMAND_INDENT, answer_lines, recommend
 
     out = recommend(model=model, cluster=cluster, rate=rate, ttft_slo_ms=ttft_slo,
                     tpot_slo_ms=tpot_slo, percentile=slo_percentile, isl=isl, osl=osl,
@@ -35,7 +35,7 @@ def recommend(
         print_json(out)
         return
     for line in answer_lines(out):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=line.startswith(COMMAND_INDENT))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,8 @@ and the line explaining SMIDT's stage choices.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 #: term -> its meaning in plain words (source: the paper that defines it)
 TERMS: dict[str, str] = {
     # FinDEP (disaggregated attention / expert GPUs), Sections 3-4
@@ -57,6 +59,19 @@ FAMILY_SHORT_NAMES = {
 }
 
 
+def family_legend(families: Iterable[str]) -> str:
+    """``families: P/D = ...; MixServe = ....``: each family of a table's rows (in their order)
+    with its meaning in one line, and the terms of attention/expert group labels (AG, EG)
+    when a family laid out in groups is among them."""
+    from moeplan.planners.families import FAMILY
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    fams = list(dict.fromkeys(families))
+    names = "; ".join(f"{FAMILY_SHORT_NAMES.get(f, f)} = {FAMILY_NAMES[f]}" for f in fams)
+    groups = any(f in FAMILY and FAMILY[f].layout == "groups" for f in fams)
+    return f"families: {names}." + (f" {glossary('ag', 'eg')}" if groups else "")
+
+
 #: what the ``choices`` column's letters mean (SMIDT's module choice, Section 3)
 PIPELINE_CHOICES = (
     "choices: per run of layers, t = tensor-parallel degree inside the module, e = expert-"
@@ -64,3 +79,9 @@ PIPELINE_CHOICES = (
     "SMIDT's DPMoE: replicas kept in spare memory, shrinking its all-to-all); bottleneck = "
     "the slowest stage's time, which sets the pipeline's pace."
 )
+
+
+#: ``--routing-trace`` names a routing trace (.parquet/.npz) on every command that reads one
+#: (plan, place, serve-sim, pipeline); plan and place also take ``--trace``, its older name.
+PLAN_TRACE_HELP = "Routing trace (.parquet/.npz) for Sem-MoE placement (--trace: its older name)."
+PLACE_TRACE_HELP = "Routing trace (.parquet or .npz; --trace: its older name)."

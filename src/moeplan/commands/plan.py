@@ -81,7 +81,7 @@ def check_trace(trace: str, num_experts: int) -> None:
     """Stream ``trace`` once through the reader's checks (format, ranges, expert ids)."""
     from moeplan.traces.format import iter_trace
 
-    require(Path(trace).exists(), f"--trace ({trace}) does not exist")
+    require(Path(trace).exists(), f"--routing-trace ({trace}) does not exist")
     for _ in iter_trace(trace, num_experts=num_experts):
         pass
 

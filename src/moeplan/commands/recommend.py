@@ -322,6 +322,10 @@ def _check(
     }
 
 
+#: Leads a line of :func:`answer_lines` that is a shell command (printed unwrapped, to copy).
+COMMAND_INDENT = "  "
+
+
 def answer_lines(out: dict[str, Any]) -> list[str]:
     """The answer in words: the size, the deployment, the check run and the proof below."""
     d, chk, pct = out["deployment"], out["check"], f"p{out['slo']['percentile']:g}"
@@ -330,10 +334,11 @@ def answer_lines(out: dict[str, Any]) -> list[str]:
         f"{out['gpus']} GPUs ({out['cluster']}) serve {out['rate_rps']:g} req/s of "
         f"{out['model']} under the SLOs: {copies}{d['layout']} ({d['family']}, "
         f"{d['gpus']} GPUs each), {d['serves_rps']:.4g} req/s at most.",
-        f"Check (moeplan serve-sim --model {out['model']} {shlex.join(chk['serve_sim_args'])}): "
-        f"TTFT {pct} "
-        f"{chk[f'ttft_{pct}_s'] * 1e3:,.0f} ms, TPOT {pct} {chk[f'tpot_{pct}_s'] * 1e3:,.1f} ms, "
-        f"{'meets' if chk['meets_slo'] else 'misses'} the SLOs.",
+        f"Check: TTFT {pct} {chk[f'ttft_{pct}_s'] * 1e3:,.0f} ms, TPOT {pct} "
+        f"{chk[f'tpot_{pct}_s'] * 1e3:,.1f} ms, {'meets' if chk['meets_slo'] else 'misses'} "
+        "the SLOs; the run:",
+        f"{COMMAND_INDENT}moeplan serve-sim --model {shlex.join([out['model']])} "
+        f"{shlex.join(chk['serve_sim_args'])}",
     ]
     if out["smaller"] is not None:
         lines.append(f"One size fewer: {out['smaller']['sentence']}.")

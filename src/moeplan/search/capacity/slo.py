@@ -311,6 +311,19 @@ def steady_probe(
     return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
 
 
+#: What more load breaks first (:meth:`SteadyProbe.limit`), in the words the output prints.
+LIMIT_WORDS = {"TTFT": "the TTFT SLO", "TPOT": "the TPOT SLO", "none": "no SLO at the rates tried"}
+
+
+def limit_words(limited_by: str, pool: str | None = None) -> str:
+    """What limits a deployment's SLO capacity, as every part of the output says it (the
+    verdict, the tables, the report, the JSON's ``limits``): what more load breaks first
+    (:meth:`SteadyProbe.limit`: the TTFT or TPOT SLO, or the queue), and for a
+    disaggregated deployment the pool whose throughput its rate is matched to."""
+    first = LIMIT_WORDS.get(limited_by, limited_by)
+    return first if pool is None else f"{first}; the rate is set by its {pool}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Capacity:
     """SLO-bound capacity of one instance (requests/s into it) with its 95 % interval."""

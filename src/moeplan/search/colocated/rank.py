@@ -27,6 +27,7 @@ from moeplan.search.capacity.slo import (
     CI_TARGET,
     WINDOW_LIFETIMES,
     SteadyProbe,
+    limit_words,
     steady_probe,
     window_metrics,
 )
@@ -119,7 +120,7 @@ def serve_result(
         overloaded=not probe.stable,
         max_rate_meeting_slo_rps=cap.rate_rps,
         meets_slo=probe.meets(slo),
-        bound=f"the {cap.limited_by} limit" if rate_given is False else cap.limited_by,
+        bound=limit_words(cap.limited_by),
         estimate=c.estimate,
         knobs=c.knobs,
         run=probe,

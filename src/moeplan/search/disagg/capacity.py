@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.search.capacity.slo import steady_probe, window_metrics
+from moeplan.search.capacity.slo import limit_words, steady_probe, window_metrics
 from moeplan.search.disagg.pools import Context, DisaggResult, bound
 from moeplan.search.disagg.search import WINDOW_LIFETIMES, PoolCandidate, copies, with_interval
 
@@ -47,7 +47,7 @@ def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResul
         overloaded=probe is not None and not probe.stable,
         max_rate_meeting_slo_rps=cap.rate_rps,
         meets_slo=probe is not None and cap.rate_rps > 0 and probe.meets(slo),
-        bound=bound(k),
+        bound=limit_words(cap.limited_by, bound(k)),
     )
 
 

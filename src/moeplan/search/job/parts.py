@@ -101,31 +101,19 @@ def _pools_price_sources(
 
 
 def limits_sentence(ranking: ServeRanking, step: str | None) -> str:
-    """What limits the winner: the SLO it uses most at its operating point (or the queue), and
-    where each engine step's time goes."""
+    """What limits the winner, in the words of the lead sentence and the serving table (its
+    ``bound``, :func:`moeplan.search.capacity.slo.limit_words`), with the share of each SLO
+    it uses at its operating point and where each engine step's time goes."""
     w = ranking.winner
     m, slo = w.metrics, ranking.slo
     if m is None:
         return w.result.reason
     ttft, tpot = m.at_percentile(slo.percentile)
-    uses = {k: v / lim for k, v, lim in (("TTFT", ttft, slo.ttft_s), ("TPOT", tpot, slo.tpot_s))
-            if lim}  # fmt: skip
-    rec = ranking.search.get("winner_capacity") or {}
-    first = rec.get("limited_by") if rec.get("layout") == w.entry.layout.label else None
-    if uses:
-        top = first or max(uses, key=lambda k: uses[k])
-        use = ", ".join(f"{k} {v:.0%}" for k, v in uses.items())
-        slo_part = (f"the {top} SLO" if top in uses else str(top)) + (
-            f" (SLO use at p{slo.percentile:g}: {use})"
-        )
-    else:
-        slo_part = "no SLO (none set)"
-    step_part = (
-        f"within each engine step the most time goes to {step}"
-        if step
-        else f"the simulation names its bound: {w.result.bound}"
-    )
-    return f"What limits this deployment: {slo_part}, which more load breaks first; {step_part}."
+    uses = [f"{k} {v / lim:.0%}" for k, v, lim in (("TTFT", ttft, slo.ttft_s),
+                                                   ("TPOT", tpot, slo.tpot_s)) if lim]  # fmt: skip
+    use = f"SLO use at p{slo.percentile:g}: {', '.join(uses)}" if uses else "no SLO set"
+    step_part = f"; within each engine step the most time goes to {step}" if step else ""
+    return f"What limits this deployment: {w.result.bound}. {use}{step_part}."
 
 
 def cluster_fill(ranking: ServeRanking, cluster_gpus: int) -> ClusterFill | None:

@@ -98,21 +98,15 @@ def serve_explanation(
         return [f"No deployment could be simulated: {w.result.reason}"]
     slo, pct = ranking.slo, ranking.slo.percentile
     ttft, tpot = m.at_percentile(pct)
-    at = (
-        "at a given load"
-        if ranking.rate_given
-        else f"at its largest SLO-meeting rate, {w.result.max_rate_meeting_slo_rps:.2f} req/s"
-    )
     out = [
-        f"The {FAMILY_NAMES[w.entry.family]} deployment {w.entry.layout_label} wins on "
-        f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s "
-        f"per GPU ({m.output_tokens_per_s:,.0f} in all) {at} (simulated, steady state over "
-        f"{m.requests} measured requests)."
+        lead_sentence(ranking),
+        f"Simulated in steady state over {m.requests} measured requests: "
+        f"{m.output_tokens_per_s:,.0f} output tokens/s in all.",
     ]
     out += _capacity_sentences(ranking, result)
-    step = f"; within each engine step most time goes to {step_bound}" if step_bound else ""
+    step = f"Within each engine step most time goes to {step_bound}. " if step_bound else ""
     out.append(
-        f"It is bound by {w.result.bound}{step}. SLO use at p{pct:g}: TTFT "
+        f"{step}SLO use at p{pct:g}: TTFT "
         f"{ttft * 1e3:.0f} of {slo.ttft_s * 1e3:.0f} ms ({ttft / slo.ttft_s:.0%}), "  # type: ignore[operator]
         f"TPOT {tpot * 1e3:.1f} of {slo.tpot_s * 1e3:.0f} ms ({tpot / slo.tpot_s:.0%}); "  # type: ignore[operator]
         f"KV cache {m.kv_utilisation:.0%} used on average{_fraction(w.result)}, "
@@ -140,11 +134,36 @@ def serve_explanation(
     a = result.winner
     if a.family != w.entry.family:
         out.append(
-            f"By the families' own analytic figures (prefill of one batch) "
-            f"{FAMILY_NAMES[a.family]} ({a.label}) leads; under load with both SLOs the "
-            f"ranking differs — the serving simulation decides."
+            f"The analytic table below (each family's own figure for one prefill batch) "
+            f"ranks {FAMILY_NAMES[a.family]} first; under load with both SLOs the ranking "
+            f"differs — the serving simulation decides."
         )
     return out
+
+
+def lead_sentence(ranking: ServeRanking) -> str:
+    """The answer first, in one sentence: the deployment, its figures and what limits it (the
+    winner's ``bound``, :func:`moeplan.search.capacity.slo.limit_words`: the same words as
+    the serving table's and the JSON's ``limits``)."""
+    from moeplan.planners.rank import FAMILY_NAMES
+
+    w = ranking.winner
+    m = w.metrics
+    if m is None:
+        return f"No deployment could be simulated: {w.result.reason}"
+    pct = ranking.slo.percentile
+    ttft, tpot = m.at_percentile(pct)
+    at = (
+        "at the given load"
+        if ranking.rate_given
+        else f"at {w.result.max_rate_meeting_slo_rps:.2f} req/s (its largest SLO-meeting rate)"
+    )
+    return (
+        f"Deploy {w.entry.layout_label} ({FAMILY_NAMES[w.entry.family]}) on "
+        f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU "
+        f"{at}, TTFT p{pct:g} {ttft * 1e3:,.0f} ms, TPOT p{pct:g} {tpot * 1e3:.1f} ms; "
+        f"limited by {w.result.bound}."
+    )
 
 
 def side_by_side(ranking: ServeRanking) -> dict[str, Any] | None:
@@ -218,8 +237,7 @@ def _capacity_sentences(ranking: ServeRanking, result: PlanResult) -> list[str]:
         )
         out.append(
             f"Capacity: {rec['rate_rps_per_instance']:.2f} req/s {unit} (95 % interval "
-            f"{lo:.2f}..{hi:.2f}, +/-{rec['ci95_half_width_rel']:.1%}), limited by "
-            f"{rec['limited_by']}."
+            f"{lo:.2f}..{hi:.2f}, +/-{rec['ci95_half_width_rel']:.1%})."
         )
     n = result.cluster.num_gpus
     g = w.entry.gpus
