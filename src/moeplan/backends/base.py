@@ -392,6 +392,19 @@ class EngineBackend(ABC):
             return FP8_DISPATCH_BYTES
         return NVFP4_DISPATCH_BYTES
 
+    def dispatch_env(
+        self, moe_dtype: str, a2a: str | None, role: str, version: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The environment of a ``role`` server (``prefill`` / ``decode`` / ``colocated``) on
+        the ``a2a`` backend that makes its DeepEP dispatch carry the NVFP4 experts'
+        activations where :meth:`dispatch_bytes` prices them so
+        (:class:`~.capabilities.Nvfp4Moe` ``dispatch_env``; empty otherwise)."""
+        nv = self.nvfp4_moe(version)
+        phase = {"prefill": "context", "decode": "generation"}.get(role)
+        if moe_dtype != NVFP4 or nv is None or a2a != "deepep" or phase is None:
+            return []
+        return list(nv.dispatch_env) if phase in nv.dispatch_phases else []
+
     def moe_runner_args(
         self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
     ) -> list[str]:

@@ -81,7 +81,7 @@ class Nvfp4Moe:
     ``None`` when the release has none (refused); ``dispatch_phases``: the phases
     (``context`` / ``generation``) whose expert-parallel dispatch carries the experts'
     NVFP4-quantized activations instead of fp8 (``dispatch_source``: where, and under which
-    launch setting). Each with the engine source."""
+    launch setting; ``dispatch_env``: that setting). Each with the engine source."""
 
     runner: str
     runner_source: str
@@ -89,6 +89,8 @@ class Nvfp4Moe:
     fallback_source: str
     dispatch_phases: tuple[str, ...] = ()
     dispatch_source: str = ""
+    #: the environment that turns that dispatch on (empty: on by default)
+    dispatch_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -416,6 +416,8 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
                 f"under SGLANG_MOE_NVFP4_DISPATCH -> layers/moe/token_dispatcher/deepep.py:"
                 f"{lines['nvfp4_ll']} low_latency_dispatch(use_nvfp4=True) ({v})"
             ),
+            # environ.py SGLANG_MOE_NVFP4_DISPATCH = EnvBool(False) (0.5.23: :1185)
+            dispatch_env=(("SGLANG_MOE_NVFP4_DISPATCH", "1"),),
         ),
     )
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from moeplan.backends import BACKENDS, backend_or_none
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, GPUSpec, ModelSpec
+from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
 
 A2A_CHOICES = ("auto", "deepep", "nccl")
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
@@ -132,6 +133,12 @@ def layout_blockers(
         out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
     elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype, version, phase)) is not None:
         out.append(why)
+    elif b.deepep_ll_args(hw.moe_dtype, version) and (hw.gpu.sm or 0) < FP4_TENSOR_CORE_SM:
+        out.append(
+            f"{b.label} runs {hw.moe_dtype} experts under DeepEP with FP4 tensor-core kernels "
+            f"(SM{FP4_TENSOR_CORE_SM}+); {hw.gpu.name} runs them as the weight-only fallback, "
+            "which DeepEP does not take"
+        )
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:
