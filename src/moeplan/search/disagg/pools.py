@@ -163,8 +163,9 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
     return out
 
 
-def pool_knobs(c: Context, lay: Layout, phase: str) -> list[InstanceKnobs]:
-    """The instance knobs a ``phase`` pool of ``lay`` is tried with: every variant the engine allows
+def pool_knobs(c: Context, lay: Layout, phase: str | None = None) -> list[InstanceKnobs]:
+    """The instance knobs a ``phase`` pool of ``lay`` (``prefill`` / ``decode``; None: the
+    knobs both phases run) is tried with: every variant the engine allows
     (:func:`moeplan.serve.knobs.knob_variants`, the colocated search's own: the fused MoE,
     DeepEP where it can run, and with DeepEP two-batch overlap off and on; the pool keeps
     the one with the higher capacity), at the pool's memory fraction."""
