@@ -223,3 +223,8 @@ def test_nvfp4_deepep_per_phase_knobs():
     assert resolve_knobs("sglang", m, c, lay).a2a == "nccl"
     with pytest.raises(MoeplanError, match="not in prefill"):
         resolve_knobs("sglang", m, c, lay, a2a="deepep", phase="prefill")
+    # below FP4 tensor cores the experts run the Marlin fallback, which DeepEP does not take
+    h100 = load_cluster("h100-sxm-8", 2)
+    with pytest.raises(MoeplanError, match="FP4 tensor-core kernels"):
+        resolve_knobs("sglang", m, h100, lay, a2a="deepep", phase="decode")
+    assert resolve_knobs("sglang", m, h100, lay, phase="decode").a2a == "nccl"
