@@ -83,7 +83,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from moeplan.backends.base import EngineBackend
 from moeplan.cost import wideep
 from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
 from moeplan.cost.kerneldb import KernelDB, fit
@@ -184,6 +183,7 @@ def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     kn = resolve_knobs(
         "sglang", md, c, lay, a2a=d.a2a, tbo=d.tbo, mtp=d.mtp,
         mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing, kv_dtype=d.kv_dtype,
+        phase=d.phase,
     )  # fmt: skip
     return PhaseModel(md, c, cm, lay, kn, imbalance=imbalance)
 
@@ -224,31 +224,6 @@ def price_sources(d: Deployment) -> dict[str, list[str]]:
     pm = _phase_model(d)
     pm.step(d.phase, batch(d), d.context)
     return {op: sorted(cells) for op, cells in pricing(pm.cost)["ops"].items()}
-
-
-def _nvfp4_deepep_allowed() -> Callable:
-    """:meth:`EngineBackend.deepep_blocker` asked about fp8 block experts where the checkpoint's
-    are NVFP4: SGLang 0.5.23 runs NVFP4 experts under DeepEP's low-latency dispatch with
-    ``--moe-runner-backend flashinfer_cutedsl`` (layers/moe/ep_moe/layer.py:119-124
-    ``DeepEPMoE.__init__`` hands modelopt_fp4 + flashinfer_cutedsl to the MoE runner;
-    layers/moe/moe_runner/flashinfer_cutedsl.py:626 takes ``DeepEPLLDispatchOutput``;
-    layers/moe/utils.py:678 ``is_flashinfer_cutedsl_v1_path``), the decode path of the GB200
-    part II post; the capability table holds one DeepEP dtype rule for both phases."""
-    orig = EngineBackend.deepep_blocker
-
-    def allowed(self, architecture, moe_dtype, version=None):  # type: ignore[no-untyped-def]
-        dtype = "fp8_block" if moe_dtype == "nvfp4" else moe_dtype
-        return orig(self, architecture, dtype, version)
-
-    return allowed
-
-
-def nvfp4_decode_diagnostic(d: Deployment) -> tuple[float, dict[str, float]]:
-    """A decode row with NVFP4 experts priced with DeepEP allowed for them
-    (:func:`_nvfp4_deepep_allowed`): a diagnostic of what the capability rule alone refuses,
-    never the row's prediction."""
-    with _patched(EngineBackend, "deepep_blocker", _nvfp4_deepep_allowed()):
-        return predict(d)
 
 
 def refusal(d: Deployment) -> str | None:
@@ -577,14 +552,6 @@ def report() -> None:
         why = refusal(d)
         if why is not None:
             print(f"- {label(d)}: refused: {why}")
-            if d.phase == "decode" and d.model == NVFP4:
-                got, parts = nvfp4_decode_diagnostic(d)
-                step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
-                print(
-                    f"  with SGLang's DeepEP low-latency NVFP4 path allowed (diagnostic): "
-                    f"{got:,.0f} ({got / d.published:.3f}); {step} "
-                    f"(step {sum(parts.values()):.1f})"
-                )
             continue
         _, parts = predict(d)
         step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())

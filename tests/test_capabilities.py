@@ -181,3 +181,50 @@ def test_tbo_refused_for_a_family_without_an_operation_split():
     fake = replace(m, architecture="Qwen3_5MoeForConditionalGeneration")
     with pytest.raises(MoeplanError, match="two-batch overlap"):
         resolve_knobs("sglang", fake, c, lay, a2a="auto", tbo=True)
+
+
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.5.post1", "0.5.14", "0.5.23"])
+def test_sglang_nvfp4_deepep_decode_only(version):
+    """NVFP4 experts under DeepEP run on the low-latency dispatch only: 0.5.3
+    ep_moe/layer.py:489-491 (low-latency output -> forward_flashinfer_cutedsl; normal output
+    asserts DeepGEMM fp8, :487) through 0.5.23 (moe_runner/flashinfer_cutedsl.py:624-626 takes
+    DeepEPLLDispatchOutput): decode allowed, prefill and a colocated server refused."""
+    arch = "DeepseekV3ForCausalLM"
+    assert SGLANG.deepep_blocker(arch, "nvfp4", version, "decode") is None
+    prefill = SGLANG.deepep_blocker(arch, "nvfp4", version, "prefill")
+    assert "low-latency dispatch only (decode), not in prefill" in prefill
+    assert f"({version})" in prefill
+    assert "server that prefills" in SGLANG.deepep_blocker(arch, "nvfp4", version)
+    # fp8 block experts run under both dispatches; int4 under neither
+    assert SGLANG.deepep_blocker(arch, "fp8_block", version, "prefill") is None
+    assert SGLANG.deepep_blocker(arch, "int4_wo", version, "decode") is not None
+
+
+def test_sglang_nvfp4_deepep_decode_launch_flags():
+    """The decode server's flags: the runner that takes the low-latency dispatch and the mode
+    (arg_groups/fields/exec_.py:884 moe_runner_backend, :898 deepep_mode, 0.5.23); none for
+    fp8 block experts, which run under both."""
+    assert SGLANG.deepep_ll_args("nvfp4") == [
+        "--moe-runner-backend", "flashinfer_cutedsl", "--deepep-mode", "low_latency",
+    ]  # fmt: skip
+    assert SGLANG.deepep_ll_args("fp8_block") == []
+    assert VLLM.deepep_ll_args("nvfp4") == []
+
+
+def test_nvfp4_deepep_per_phase_knobs():
+    """resolve_knobs: a decode instance of the NVFP4 checkpoint takes DeepEP (``auto`` picks
+    it), a prefill one keeps the fused MoE under ``auto`` and refuses ``deepep``."""
+    m = load_model("tests/data/configs/nvidia--DeepSeek-V3.1-NVFP4")
+    c = load_cluster("gb200-nvl72", 18)
+    lay = Layout(attn_dp=8, moe_ep=8)
+    assert resolve_knobs("sglang", m, c, lay, phase="decode").a2a == "deepep"
+    assert resolve_knobs("sglang", m, c, lay, a2a="deepep", phase="decode").a2a == "deepep"
+    assert resolve_knobs("sglang", m, c, lay, phase="prefill").a2a == "nccl"
+    assert resolve_knobs("sglang", m, c, lay).a2a == "nccl"
+    with pytest.raises(MoeplanError, match="not in prefill"):
+        resolve_knobs("sglang", m, c, lay, a2a="deepep", phase="prefill")
+    # below FP4 tensor cores the experts run the Marlin fallback, which DeepEP does not take
+    h100 = load_cluster("h100-sxm-8", 2)
+    with pytest.raises(MoeplanError, match="FP4 tensor-core kernels"):
+        resolve_knobs("sglang", m, h100, lay, a2a="deepep", phase="decode")
+    assert resolve_knobs("sglang", m, h100, lay, phase="decode").a2a == "nccl"

@@ -385,3 +385,36 @@ def test_sglang_flags_are_spelled_for_the_release_asked(asked, legacy):
     version = cons.sglang_version(asked)
     assert (version is cons.SGLANG_LEGACY) == legacy
     assert not cons.check_sglang(argv, ctx.target, gpus_used=4, version=version)
+
+
+def test_nvfp4_pd_decode_servers_run_deepep_low_latency(tmp_path):
+    """An NVFP4 checkpoint's P/D deployment on a GB200 rack: the decode servers run DeepEP's
+    low-latency dispatch with the runner that takes NVFP4 experts there (``--moe-runner-backend
+    flashinfer_cutedsl --deepep-mode low_latency``) and the NVFP4 dispatch the price assumes
+    (``SGLANG_MOE_NVFP4_DISPATCH=1``); the prefill servers keep the fused MoE and the runner
+    ``auto`` resolves to on SM100 (flashinfer_trtllm)."""
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+
+    ckpt = Path(__file__).parent / "data" / "configs" / "nvidia--DeepSeek-V3.1-NVFP4"
+    m, c = load_model(str(ckpt)), load_cluster("gb200-nvl72", 18)
+    pd = PDLayout(prefill=Layout(attn_dp=4, moe_ep=4), decode=Layout(attn_dp=8, moe_ep=8),
+                  x=1, y=1, prefill_knobs=InstanceKnobs(a2a="nccl"),
+                  decode_knobs=InstanceKnobs(a2a="deepep"), prefill_chunk=16384)  # fmt: skip
+    e = Entry(family="pd", label="pd", layout=pd, plan=None)
+    (opt,) = serving_options(SimpleNamespace(ranked=[fake_served(e)]))
+    ctx = ExportContext(model_path="org/d", target=cons.Target.of(m, c), planned_layers=61,
+                        full_layers=61)  # fmt: skip
+    ex = engine_export("sglang", SimpleNamespace(model=m, cluster=c), ctx, [opt])
+    servers = servers_of(run(tmp_path, ex.text, c.num_nodes))
+    by_role: dict[str, list[dict[str, str]]] = {"prefill": [], "decode": []}
+    for _, _, a in servers:
+        f = cons.flags(a)
+        by_role[f["--disaggregation-mode"]].append(f)
+    assert by_role["prefill"] and by_role["decode"]
+    for f in by_role["decode"]:
+        assert f["--moe-a2a-backend"] == "deepep" and f["--deepep-mode"] == "low_latency"
+        assert f["--moe-runner-backend"] == "flashinfer_cutedsl"
+    for f in by_role["prefill"]:
+        assert f.get("--moe-a2a-backend", "none") == "none" and "--deepep-mode" not in f
+        assert f["--moe-runner-backend"] == "flashinfer_trtllm"
+    assert "SGLANG_MOE_NVFP4_DISPATCH=1" in ex.text

@@ -209,3 +209,37 @@ def test_the_sglang_runner_flag_is_a_flag_of_the_pinned_release():
     r = sglang_args(lay, model_path="m", target=_target("b200", 100, "nvfp4"), num_nodes=1)
     assert "--moe-runner-backend" in flags(r.args)
     assert set(flags(r.args)) <= SGLANG_PINNED.known_flags
+
+
+def test_sglang_nvfp4_pd_decode_server_runs_deepep_low_latency():
+    """A P/D decode server of NVFP4 experts on DeepEP: ``--moe-runner-backend
+    flashinfer_cutedsl --deepep-mode low_latency`` (SGLang's NVFP4 path under DeepEP's
+    low-latency dispatch, moe_runner/flashinfer_cutedsl.py:624-626, 0.5.23), one runner flag,
+    every flag the pinned release's, no rule broken; the prefill server of the same layout
+    keeps the fused MoE and its priced runner; the launch reads back."""
+    from moeplan.backends.launch_grammars import grammars
+    from moeplan.backends.launch_reader import read_launch
+    from moeplan.export.constraints import SGLANG_PINNED, check_sglang, flags
+    from moeplan.export.sglang import sglang_args
+    from moeplan.planners.layout import Layout
+
+    lay = Layout(attn_dp=8, moe_ep=8)
+    t = _target("b200", 100, "nvfp4")
+    dec = list(sglang_args(lay, model_path="m", target=t, num_nodes=1, role="decode").args)
+    f = flags(dec)
+    assert f["--moe-a2a-backend"] == "deepep"
+    assert f["--moe-runner-backend"] == "flashinfer_cutedsl"
+    assert f["--deepep-mode"] == "low_latency"
+    assert dec.count("--moe-runner-backend") == 1
+    assert set(f) <= SGLANG_PINNED.known_flags
+    assert check_sglang(dec, t, gpus_used=8) == []
+    i = dec.index("--attn-dp-size")  # the reader spells attention DP --dp-size
+    back = read_launch(" ".join(dec[:i] + dec[i + 2 :]), grammars())
+    assert (back.moe_runner, back.a2a) == ("flashinfer_cutedsl", "deepep")
+    pre = flags(sglang_args(lay, model_path="m", target=t, num_nodes=1, role="prefill").args)
+    assert pre.get("--moe-a2a-backend", "none") == "none" and "--deepep-mode" not in pre
+    assert pre["--moe-runner-backend"] == "flashinfer_trtllm"
+    # the same DeepEP flags without the low-latency mode break the rule, one line
+    bad = check_sglang([a for a in dec if a not in ("--deepep-mode", "low_latency")], t,
+                       gpus_used=8)  # fmt: skip
+    assert any("server that prefills" in b for b in bad)

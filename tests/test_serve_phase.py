@@ -258,22 +258,27 @@ def test_gb200_fp8_attention_nvfp4_moe_prefill_within_15_percent(capsys):
     assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(26156, rel=0.15)
 
 
-DECODE_NVFP4_MISSED = (
-    "bar missed: 13,386 published, refused: SGLang's DeepEP MoE runs fp8_block experts only "
-    "in moeplan's capability table (the blog runs NVFP4 through FlashInfer's CuTe DSL masked "
-    "GEMM under DeepEP low-latency; no wide-EP NVFP4 table); with the rule lifted the bench's "
-    "diagnostic prices 11,872, ratio 0.887"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=DECODE_NVFP4_MISSED)
 def test_gb200_fp8_attention_nvfp4_moe_decode_within_15_percent(capsys):
     """Decode on 48 ranks, FP8 attention + NVFP4 MoE, 1,408 sequences per GPU (the blog's
-    batch for 2K inputs): 13,386 output tokens/s per GPU published; refused (DeepEP with
-    NVFP4 experts), a strict xfail."""
+    batch for 2K inputs): 13,386 output tokens/s per GPU published; SGLang runs the NVFP4
+    experts under DeepEP's low-latency dispatch (``flashinfer_cutedsl``): predicted 11,872
+    (0.887)."""
     code, out, err = _gb200(
         capsys, NVFP4_CKPT, 48, "fp8", "--a2a", "deepep", "--phase", "decode",
         "--batch-per-gpu", "1408", "--context", "2000",
     )  # fmt: skip
     assert code == 0, out + err
     assert json.loads(out)["tokens_per_s_per_gpu"] == pytest.approx(13386, rel=0.15)
+
+
+def test_nvfp4_deepep_refused_in_prefill_one_line(capsys):
+    """The same NVFP4 checkpoint on DeepEP in prefill: DeepEP's normal dispatch has no NVFP4
+    handler in SGLang, so ``--a2a deepep`` is one line naming the rule, exit 2."""
+    code, out, err = _gb200(
+        capsys, NVFP4_CKPT, 4, "fp8", "--a2a", "deepep", "--phase", "prefill",
+        "--tokens-per-gpu", "16384", "--isl", "2000",
+    )  # fmt: skip
+    text = (out + err).strip()
+    assert code == 2 and "\n" not in text, text
+    assert "low-latency dispatch only (decode), not in prefill" in text
+    assert "flashinfer_cutedsl.py:624-626" in text

@@ -267,24 +267,58 @@ class EngineBackend(ABC):
         return self.caps.blocker(capability, architecture, version or self.version)
 
     def deepep_blocker(
-        self, architecture: str, moe_dtype: str, version: str | None = None
+        self,
+        architecture: str,
+        moe_dtype: str,
+        version: str | None = None,
+        phase: str | None = None,
     ) -> str | None:
         """Why the engine has no DeepEP MoE path moeplan prices for ``architecture`` with
-        routed experts of ``moe_dtype`` (the kernel tables' ``moe_dtype``): the family's
-        DeepEP branch, then the dtypes DeepEP's grouped GEMM runs (and the wide-EP tables
-        price)."""
+        routed experts of ``moe_dtype`` (the kernel tables' ``moe_dtype``) in ``phase``
+        (``prefill``: DeepEP's normal dispatch, ``decode``: its low-latency dispatch, None: a
+        server running both): the family's DeepEP branch, then the dtypes DeepEP's grouped
+        GEMM runs (and the wide-EP tables price) and those it runs under the low-latency
+        dispatch only (:attr:`~.capabilities.Release.deepep_ll_runners`)."""
         why = self.capability_blocker("deepep", architecture, version)
         if why is not None:
             return why
         v = version or self.version
         r, _ = self._caps().release(v)
-        if moe_dtype not in r.deepep_moe_dtypes:
-            have = ", ".join(sorted(r.deepep_moe_dtypes)) or "none"
+        if moe_dtype in r.deepep_moe_dtypes:
+            return None
+        if moe_dtype in r.deepep_ll_runners:
+            if phase == "decode":
+                return None
+            where = "prefill" if phase == "prefill" else "a server that prefills"
             return (
-                f"{self._caps().named(r, v)} runs DeepEP's MoE with {have} experts only, not "
-                f"{moe_dtype} ({r.deepep_moe_source})"
+                f"{self._caps().named(r, v)} runs DeepEP's MoE with {moe_dtype} experts under "
+                f"its low-latency dispatch only (decode), not in {where} "
+                f"({r.deepep_ll_source})"
             )
-        return None
+        have = ", ".join(sorted(r.deepep_moe_dtypes)) or "none"
+        return (
+            f"{self._caps().named(r, v)} runs DeepEP's MoE with {have} experts only, not "
+            f"{moe_dtype} ({r.deepep_moe_source})"
+        )
+
+    def deepep_ll_args(self, moe_dtype: str, version: str | None = None) -> list[str]:
+        """The launch flags of a decode server running ``moe_dtype`` experts under DeepEP's
+        low-latency dispatch only (:attr:`~.capabilities.Release.deepep_ll_runners`): the MoE
+        runner that takes that dispatch and the low-latency mode (empty: the dtype runs
+        under both dispatches, or the engine has no such path)."""
+        if self.caps is None:
+            return []
+        r, _ = self.caps.release(version or self.version)
+        runner = r.deepep_ll_runners.get(moe_dtype)
+        if runner is None or moe_dtype in r.deepep_moe_dtypes:
+            return []
+        return self.deepep_ll_flags(runner)
+
+    def deepep_ll_flags(self, runner: str) -> list[str]:
+        """The engine's spelling of "this MoE runner, DeepEP low-latency dispatch only"
+        (none: the engine has no such launch setting)."""
+        del runner
+        return []
 
     def tbo_blocker(self, architecture: str, version: str | None = None) -> str | None:
         """Why the engine has no two-batch overlap for ``architecture``."""
@@ -357,6 +391,19 @@ class EngineBackend(ABC):
         if nv is None or phase not in nv.dispatch_phases:
             return FP8_DISPATCH_BYTES
         return NVFP4_DISPATCH_BYTES
+
+    def dispatch_env(
+        self, moe_dtype: str, a2a: str | None, role: str, version: str | None = None
+    ) -> list[tuple[str, str]]:
+        """The environment of a ``role`` server (``prefill`` / ``decode`` / ``colocated``) on
+        the ``a2a`` backend that makes its DeepEP dispatch carry the NVFP4 experts'
+        activations where :meth:`dispatch_bytes` prices them so
+        (:class:`~.capabilities.Nvfp4Moe` ``dispatch_env``; empty otherwise)."""
+        nv = self.nvfp4_moe(version)
+        phase = {"prefill": "context", "decode": "generation"}.get(role)
+        if moe_dtype != NVFP4 or nv is None or a2a != "deepep" or phase is None:
+            return []
+        return list(nv.dispatch_env) if phase in nv.dispatch_phases else []
 
     def moe_runner_args(
         self, moe_dtype: str, gpu_sm: int | None, version: str | None = None

@@ -12,7 +12,8 @@ release maps every architecture moeplan reads (``architectures[0]``,
 - ``mtp``: the engine loads the model's own MTP / NextN layers as the speculative draft.
 
 Facts that are rules over the GPU and the checkpoint rather than the family live on the
-release too: the MoE weight dtypes DeepEP's grouped GEMM runs (``deepep_moe_dtypes``), the
+release too: the MoE weight dtypes DeepEP's grouped GEMM runs (``deepep_moe_dtypes``), those
+it runs under DeepEP's low-latency dispatch only, the decode phase (``deepep_ll_runners``), the
 MoE kernels a GPU lacks (``moe_kernel_floor``: the lowest compute capability with a kernel
 for a dtype, else refused), how NVFP4 MoE runs with and without FP4 tensor cores
 (:class:`Nvfp4Moe`), the running cap under speculative decoding and the KV dtype
@@ -80,7 +81,7 @@ class Nvfp4Moe:
     ``None`` when the release has none (refused); ``dispatch_phases``: the phases
     (``context`` / ``generation``) whose expert-parallel dispatch carries the experts'
     NVFP4-quantized activations instead of fp8 (``dispatch_source``: where, and under which
-    launch setting). Each with the engine source."""
+    launch setting; ``dispatch_env``: that setting). Each with the engine source."""
 
     runner: str
     runner_source: str
@@ -88,6 +89,8 @@ class Nvfp4Moe:
     fallback_source: str
     dispatch_phases: tuple[str, ...] = ()
     dispatch_source: str = ""
+    #: the environment that turns that dispatch on (empty: on by default)
+    dispatch_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,11 @@ class Release:
     #: MoE weight dtypes (kernel tables' ``moe_dtype``) DeepEP's MoE runs, and the source
     deepep_moe_dtypes: frozenset[str] = frozenset()
     deepep_moe_source: str = ""
+    #: MoE weight dtypes DeepEP runs under its low-latency dispatch only (decode; prefill's
+    #: normal dispatch has no handler for them), each with the ``--moe-runner-backend`` that
+    #: runs it, and the source
+    deepep_ll_runners: Mapping[str, str] = field(default_factory=dict)
+    deepep_ll_source: str = ""
     #: the running-request cap of the instance under speculative decoding (None: none)
     spec_running_cap: int | None = None
     spec_running_source: str = ""

@@ -209,6 +209,12 @@ class SGLangBackend(EngineBackend):
         runner = nv.runner if gpu_sm >= FP4_TENSOR_CORE_SM else "marlin"
         return ["--moe-runner-backend", runner]
 
+    def deepep_ll_flags(self, runner: str) -> list[str]:
+        """``--moe-runner-backend RUNNER --deepep-mode low_latency``
+        (arg_groups/fields/exec_.py:884 ``moe_runner_backend``, :898 ``deepep_mode``, 0.5.23;
+        server_args.py ``--deepep-mode`` from 0.5.3)."""
+        return ["--moe-runner-backend", runner, "--deepep-mode", "low_latency"]
+
     def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
         """The decode CUDA-graph batch the memory model reserves for
         (:func:`decode_graph_max_bs`); None on a prefill server, whose decode graphs SGLang

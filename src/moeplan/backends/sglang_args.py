@@ -47,10 +47,17 @@ MTP_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
 #: ``--moe-a2a-backend`` (server_args.py): ``none`` is the all-gather/all-reduce path
 A2A = {"none": "nccl", "deepep": "deepep"}
 #: ``--moe-runner-backend`` values moeplan prices (layers/moe/utils.py ``MoeRunnerBackend``,
-#: 0.5.14 / 0.5.23): ``auto``, the NVFP4 runner ``auto`` resolves to on SM100 and the Marlin
-#: W4A16 fallback below (layers/quantization/modelopt_quant.py ``create_moe_runner``); the
-#: other runners have no table moeplan reads
-MOE_RUNNERS = {"auto": "auto", "flashinfer_trtllm": "flashinfer_trtllm", "marlin": "marlin"}
+#: 0.5.14 / 0.5.23): ``auto``, the NVFP4 runner ``auto`` resolves to on SM100, the Marlin
+#: W4A16 fallback below (layers/quantization/modelopt_quant.py ``create_moe_runner``) and
+#: the NVFP4 runner under DeepEP's low-latency dispatch (``flashinfer_cutedsl``:
+#: layers/moe/moe_runner/flashinfer_cutedsl.py:624-626, 0.5.23); the other runners have no
+#: table moeplan reads
+MOE_RUNNERS = {
+    "auto": "auto",
+    "flashinfer_trtllm": "flashinfer_trtllm",
+    "marlin": "marlin",
+    "flashinfer_cutedsl": "flashinfer_cutedsl",
+}
 NO_EFFECT_SERVER = "an API-server setting: no effect on any performance figure"
 SPEC = (
     "--speculative-algorithm",
@@ -131,6 +138,12 @@ SGLANG_ARGS = EngineArgs(
         setting(("--moe-a2a-backend",), "a2a", choice(A2A), "ServerArgs"),
         setting(("--moe-runner-backend",), "moe_runner", choice(MOE_RUNNERS), "ServerArgs"),
         setting(("--enable-two-batch-overlap",), "tbo", None, "ServerArgs"),
+        unpriced(
+            ("--deepep-mode",),
+            "moeplan prices DeepEP's normal dispatch in prefill and its low-latency one in "
+            "decode (``auto``); a pinned mode changes prefill's (arg_groups/fields/exec_.py:898 "
+            "deepep_mode, 0.5.23)",
+        ),
         group(("--speculative-algorithm",), lambda f, t: t, "ServerArgs"),
         group(("--speculative-num-steps",), positive_int, "ServerArgs"),
         group(("--speculative-eagle-topk",), positive_int, "ServerArgs"),

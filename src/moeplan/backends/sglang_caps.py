@@ -27,6 +27,21 @@ Rules over GPU and checkpoint:
   ``DeepEPMoE.run_moe_core`` in 0.5.14), so prefill cannot run it with the exported flags and
   no table prices it; other quantizations (int4 compressed-tensors: Kimi-K2.5) reach
   ``assert False, "forward_deepgemm_contiguous is deprecated"``.
+- NVFP4 experts under DeepEP: from 0.5.3 (0.5.2 has no flashinfer_cutedsl branch in
+  layers/moe/ep_moe/layer.py), ``--moe-runner-backend flashinfer_cutedsl`` runs ModelOpt
+  NVFP4 experts on DeepEP's low-latency dispatch output (FlashInfer's CuTe DSL masked GEMM);
+  its normal dispatch (prefill) has no NVFP4 handler. 0.5.3: ``DeepEPMoE.moe_impl`` sends
+  low-latency output to ``forward_flashinfer_cutedsl`` (:489-491) and asserts DeepGEMM fp8 on
+  normal output (:487); 0.5.5.post1: ``run_moe_core`` (:206-211; normal: :205); 0.5.14:
+  ``DeepEPMoE.__init__`` hands modelopt_fp4 + flashinfer_cutedsl to the MoE runner
+  (:98-102), whose ``register_fused_func("deepep", "flashinfer_cutedsl")`` takes
+  ``DeepEPLLDispatchOutput`` (moe_runner/flashinfer_cutedsl.py:460-462; layers/moe/utils.py:372
+  ``is_flashinfer_cutedsl_v1_path``); 0.5.23: the same at layer.py:118-124,
+  flashinfer_cutedsl.py:624-626, utils.py:678, and arg_groups/moe_hook.py:363-378 forces
+  ``--deepep-mode low_latency`` for that runner ("no DeepEP normal-dispatch handler") and
+  refuses ``normal``. The decode server's launch flags: ``--moe-runner-backend
+  flashinfer_cutedsl --deepep-mode low_latency`` (arg_groups/fields/exec_.py:884
+  ``moe_runner_backend``, :898 ``deepep_mode``, 0.5.23).
 - mxfp4 MoE (gpt-oss): layers/quantization/mxfp4.py runs OpenAI's triton_kernels
   ``matmul_ogs`` with tuned layouts for SM100 and SM90 (``_swizzle_mxfp4``) and otherwise
   upcasts the experts to bf16; on SM80 no table prices either path (the A100 tables hold
@@ -67,6 +82,8 @@ _NO_TBO = "no operation split in operations_strategy init_new_tbo"
 _NO_MTP = "no draft class in configs/model_config.py"
 _DSA_KV = {"DeepseekV32ForCausalLM": 100, "GlmMoeDsaForCausalLM": 100}
 _FP8_BLOCK = frozenset({"fp8_block"})
+#: NVFP4 experts under DeepEP's low-latency dispatch only, and the runner that takes it
+_NVFP4_LL = {"nvfp4": "flashinfer_cutedsl"}
 _MXFP4_FLOOR = {
     "w4a16_mxfp4": (90, "layers/quantization/mxfp4.py _swizzle_mxfp4: SM100/SM90 layouts only"),
 }
@@ -147,6 +164,11 @@ def _r053() -> Release:
         deepep_moe_source=(
             f"layers/moe/ep_moe/layer.py:487 DeepEPMoE.moe_impl asserts DeepGEMM fp8 ({v})"
         ),
+        deepep_ll_runners=_NVFP4_LL,
+        deepep_ll_source=(
+            f"layers/moe/ep_moe/layer.py:489-491 DeepEPMoE.moe_impl: low-latency output to "
+            f"forward_flashinfer_cutedsl; normal output asserts DeepGEMM fp8 (:487) ({v})"
+        ),
         spec_running_cap=48,
         spec_running_source=f"server_args.py:1060 max_running_requests = 48 (EAGLE, {v})",
         moe_kernel_floor=_MXFP4_FLOOR,
@@ -223,6 +245,12 @@ def _r055() -> Release:
         kv_default=r.kv_default,
         deepep_moe_dtypes=_FP8_BLOCK,
         deepep_moe_source=f"layers/moe/ep_moe/layer.py DeepEPMoE: fp8 w8a8 or w4afp8 ({v})",
+        deepep_ll_runners=_NVFP4_LL,
+        deepep_ll_source=(
+            f"layers/moe/ep_moe/layer.py:206-211 DeepEPMoE.run_moe_core: low-latency output "
+            f"with flashinfer_cutedsl + modelopt_fp4 to forward_flashinfer_cutedsl; normal "
+            f"output: 'forward_deepgemm_contiguous is deprecated' (:205) ({v})"
+        ),
         spec_running_cap=48,
         spec_running_source=f"server_args.py:1514 max_running_requests = 48 (EAGLE, {v})",
         moe_kernel_floor=_MXFP4_FLOOR,
@@ -357,6 +385,14 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
             f"unquantized runs low_latency only (:{lines['ep_bf16']}); other quantizations "
             f"hit 'forward_deepgemm_contiguous is deprecated' (:{lines['ep_bf16'] + 5}) ({v})"
         ),
+        deepep_ll_runners=_NVFP4_LL,
+        deepep_ll_source=(
+            f"layers/moe/ep_moe/layer.py:{lines['ll_layer']} DeepEPMoE.__init__ hands "
+            f"modelopt_fp4 + flashinfer_cutedsl to the MoE runner; "
+            f"moe_runner/flashinfer_cutedsl.py:{lines['ll_runner']} takes DeepEPLLDispatchOutput "
+            f"only; layers/moe/utils.py:{lines['ll_v1']} is_flashinfer_cutedsl_v1_path{lines['ll_mode']} "
+            f"({v})"
+        ),
         spec_running_cap=48,
         spec_running_source=(
             f"arg_groups/speculative_hook.py:{lines['spec']} _handle_eagle_family "
@@ -380,6 +416,8 @@ def _newer(v: str, lines: dict[str, Any], ops: dict[str, int], mc: dict[str, int
                 f"under SGLANG_MOE_NVFP4_DISPATCH -> layers/moe/token_dispatcher/deepep.py:"
                 f"{lines['nvfp4_ll']} low_latency_dispatch(use_nvfp4=True) ({v})"
             ),
+            # environ.py SGLANG_MOE_NVFP4_DISPATCH = EnvBool(False) (0.5.23: :1185)
+            dispatch_env=(("SGLANG_MOE_NVFP4_DISPATCH", "1"),),
         ),
     )
 
@@ -395,6 +433,7 @@ def _r0514() -> Release:
         "deepseek_v4.ep_file": "deepseek_v4.py:1587", "kv": 2337, "spec": 270,
         "ep_bf16": 210, "ep_fp8": 91, "dsa_kv": "server_args.py:3416 _set_default_dsa_kv_cache_dtype",
         "nvfp4_runner": 2317, "nvfp4_marlin": 1771, "nvfp4_dispatch": 2108, "nvfp4_ll": 729,
+        "ll_layer": "98-102", "ll_runner": "460-462", "ll_v1": 372, "ll_mode": "",
     }  # fmt: skip
     ops = {"DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57}
     mc = {
@@ -417,6 +456,8 @@ def _r0523() -> Release:
         "step3p7.ep": 240, "step3p7.attn": 295, "kv": 1551, "spec": 1086,
         "ep_bf16": 291, "ep_fp8": 110, "dsa_kv": "arg_groups/overrides.py:534 (fp8_e4m3 if major >= 10)",
         "nvfp4_runner": 3117, "nvfp4_marlin": 2379, "nvfp4_dispatch": 2923, "nvfp4_ll": 855,
+        "ll_layer": "118-124", "ll_runner": "624-626", "ll_v1": 678,
+        "ll_mode": "; arg_groups/moe_hook.py:363-378 forces --deepep-mode low_latency, refuses normal",
     }  # fmt: skip
     ops = {
         "DeepseekV2DecoderLayer": 39, "Qwen3MoeDecoderLayer": 48, "MiMoV2DecoderLayer": 57,

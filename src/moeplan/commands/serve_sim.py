@@ -367,7 +367,9 @@ def phase_answer(
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
     )
     n = int(per_gpu or 0)
-    knobs = resolve_knobs(cost.engine, m, c, layout, **knob_flags, version=cost.engine_version)
+    knobs = resolve_knobs(
+        cost.engine, m, c, layout, **knob_flags, version=cost.engine_version, phase=phase
+    )
     r = PhaseModel(m, c, cost, layout, knobs, routing).step(phase, n, context)
     return {
         "model": m.name,

@@ -10,7 +10,9 @@ exports (which flags are written), so the two always agree. Facts (sources):
 - Which model families have a DeepEP MoE path, and with which expert dtypes, is the engine's
   capability table read from its source (:meth:`moeplan.backends.EngineBackend.deepep_blocker`,
   :mod:`moeplan.backends.capabilities`): e.g. SGLang's DeepEP MoE runs fp8 block-scaled
-  experts (DeepGEMM), so a BF16 checkpoint keeps the fused MoE under ``auto``.
+  experts (DeepGEMM), so a BF16 checkpoint keeps the fused MoE under ``auto``; NVFP4 experts
+  run under DeepEP's low-latency dispatch only, so a decode server (``phase`` ``decode``) takes
+  DeepEP with them and a prefill or colocated one does not.
 - vLLM's DeepEP all2all backends (``--all2all-backend deepep_high_throughput`` /
   ``deepep_low_latency``) run under ``--enable-expert-parallel`` (EP = TP x DP, no MoE TP:
   vllm docs/serving/expert_parallel_deployment.md). TRT-LLM's wide EP is not exported here.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from moeplan.backends import BACKENDS, backend_or_none
 from moeplan.errors import MoeplanError
 from moeplan.specs import ClusterSpec, GPUSpec, ModelSpec
+from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
 
 A2A_CHOICES = ("auto", "deepep", "nccl")
 DEEPEP_MIN_SM = 90  # DeepEP README: "Hopper (SM90) GPUs"
@@ -79,10 +82,13 @@ def deepep_blockers(
     moe_tp: int,
     moe_ep: int,
     version: str | None = None,
+    phase: str | None = None,
 ) -> list[str]:
     """Why ``engine`` (release ``version``; None: its pinned one) cannot run DeepEP for MoE TP
-    ``moe_tp`` x EP ``moe_ep`` (empty: it can)."""
-    return layout_blockers(engine, HardwareFacts.of(model, cluster), moe_tp, moe_ep, version)
+    ``moe_tp`` x EP ``moe_ep`` in ``phase`` (``prefill`` / ``decode``; None: a server running
+    both) (empty: it can)."""
+    hw = HardwareFacts.of(model, cluster)
+    return layout_blockers(engine, hw, moe_tp, moe_ep, version, phase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +118,12 @@ class HardwareFacts:
 
 
 def layout_blockers(
-    engine: str | None, hw: HardwareFacts, moe_tp: int, moe_ep: int, version: str | None = None
+    engine: str | None,
+    hw: HardwareFacts,
+    moe_tp: int,
+    moe_ep: int,
+    version: str | None = None,
+    phase: str | None = None,
 ) -> list[str]:
     """:func:`deepep_blockers` on :class:`HardwareFacts`."""
     out = []
@@ -120,8 +131,14 @@ def layout_blockers(
     if b is None or not b.deepep:
         have = ", ".join(n for n, x in BACKENDS.items() if x.deepep)
         out.append(f"engine {engine} has no DeepEP path moeplan prices ({have})")
-    elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype, version)) is not None:
+    elif (why := b.deepep_blocker(hw.architecture, hw.moe_dtype, version, phase)) is not None:
         out.append(why)
+    elif b.deepep_ll_args(hw.moe_dtype, version) and (hw.gpu.sm or 0) < FP4_TENSOR_CORE_SM:
+        out.append(
+            f"{b.label} runs {hw.moe_dtype} experts under DeepEP with FP4 tensor-core kernels "
+            f"(SM{FP4_TENSOR_CORE_SM}+); {hw.gpu.name} runs them as the weight-only fallback, "
+            "which DeepEP does not take"
+        )
     if moe_ep <= 1:
         out.append(f"DeepEP needs moe_ep > 1 (got {moe_ep})")
     if moe_tp != 1:
@@ -149,9 +166,11 @@ def moe_backend(
     moe_tp: int,
     moe_ep: int,
     version: str | None = None,
+    phase: str | None = None,
 ) -> str:
     """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its all-to-all) for ``a2a`` in
-    :data:`A2A_CHOICES` (module docstring); ``deepep`` where it cannot run raises one line.
+    :data:`A2A_CHOICES` (module docstring) in ``phase`` (``prefill`` / ``decode``; None: a
+    server running both); ``deepep`` where it cannot run raises one line.
     ``model`` may be the :class:`HardwareFacts` directly (``cluster`` then ``None``)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
@@ -162,7 +181,7 @@ def moe_backend(
     else:
         assert cluster is not None
         hw = HardwareFacts.of(model, cluster)
-    blockers = layout_blockers(engine, hw, moe_tp, moe_ep, version)
+    blockers = layout_blockers(engine, hw, moe_tp, moe_ep, version, phase)
     if a2a == "deepep":
         if blockers:
             raise MoeplanError(f"--a2a (deepep) cannot run here: {blockers[0]}")

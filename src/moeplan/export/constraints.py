@@ -107,6 +107,8 @@ _SGLANG_COMMON = frozenset(
         "--mem-fraction-static",  # server_args.py ServerArgs.mem_fraction_static
         "--max-running-requests",  # arg_groups/fields/schedule.py (0.5.23)
         "--disaggregation-ib-device",  # arg_groups/fields/disagg.py (0.5.23)
+        # server_args.py --deepep-mode (0.5.3: :2193); arg_groups/fields/exec_.py:898 (0.5.23)
+        "--deepep-mode",
     }
 )
 SGLANG_PINNED = EngineVersion(
@@ -235,13 +237,14 @@ class Target:
         return GpuFacts(self.gpu, self.gpu_sm, self.gpu_nccl, self.gpu_deepep)
 
 
-def deepep_blockers(t: Target, nodes: int) -> list[str]:
-    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes, ``t``'s NVLink
+def deepep_blockers(t: Target, nodes: int, phase: str | None = None) -> list[str]:
+    """Why SGLang's DeepEP backend cannot run on ``t`` over ``nodes`` nodes in ``phase``
+    (``decode``: a server on DeepEP's low-latency dispatch only; None: both), ``t``'s NVLink
     domains of them deciding what crosses the network (empty: it can);
     the facts are the backend's capability table and
     :func:`moeplan.cost.a2a.deepep_hardware_blockers` (the cost model's too), the GPU's from
     its record (:mod:`moeplan.specs.gpu`)."""
-    why = SGLANG_BACKEND.deepep_blocker(t.architecture, t.moe_dtype)
+    why = SGLANG_BACKEND.deepep_blocker(t.architecture, t.moe_dtype, phase=phase)
     domains = -(-nodes * t.gpus_per_node // t.domain_gpus)
     hw = deepep_hardware_blockers(t.gpu_facts, t.intra, t.inter, t.domain_gpus, domains)
     return ([why] if why is not None else []) + hw
@@ -318,7 +321,10 @@ def check_sglang(
     if backend == "deepep":
         if ep != tp:
             bad.append(f"--moe-a2a-backend deepep needs ep_size == tp_size ({ep} != {tp})")
-        bad += deepep_blockers(t, nodes)
+        # a server pinned to DeepEP's low-latency dispatch and the runner that takes it
+        ll = SGLANG_BACKEND.deepep_ll_args(t.moe_dtype)
+        on_ll = bool(ll) and all(f.get(k) == v for k, v in zip(ll[::2], ll[1::2], strict=True))
+        bad += deepep_blockers(t, nodes, "decode" if on_ll else None)
     if "--enable-two-batch-overlap" in f and backend != "deepep":
         bad.append("--enable-two-batch-overlap needs --moe-a2a-backend deepep")
     redundant = _int(f, "--ep-num-redundant-experts", 0)

@@ -69,6 +69,8 @@ def server_commands(engine: str, slot: Slot, ctx: Any) -> ServerCommands:
         return ServerCommands(slot=slot, nodes=(), env=(), warnings=tuple(notes), violations=())
     env = _env(b, w, slot, ctx.target)
     env += b.moe_runner_env(ctx.target.moe_dtype, ctx.target.gpu_sm)
+    a2a = slot.pool.knobs.a2a if slot.pool.knobs is not None else None
+    env += b.dispatch_env(ctx.target.moe_dtype, a2a, slot.role)
     bad = [
         v
         for rank, node in enumerate(built)

@@ -73,10 +73,18 @@ def attn_dp_args(attn_dp: int, version: EngineVersion) -> list[str]:
 
 
 def _ep_args(
-    s: Layout, tp: int, target: Target, nodes: int, warnings: list[str], a2a: str = "auto"
+    s: Layout,
+    tp: int,
+    target: Target,
+    nodes: int,
+    warnings: list[str],
+    a2a: str = "auto",
+    phase: str | None = None,
 ) -> list[str]:
     """``--ep-size`` and the DeepEP backend where :func:`moeplan.cost.a2a.moe_backend` (the
-    cost model's decision) picks it for ``a2a``."""
+    cost model's decision for a server running ``phase``; None: both) picks it for ``a2a``;
+    experts DeepEP runs under its low-latency dispatch only add that dispatch's MoE runner
+    and mode (:meth:`moeplan.backends.EngineBackend.deepep_ll_args`)."""
     if s.moe_ep <= 1:
         return []
     hw = HardwareFacts(
@@ -87,8 +95,9 @@ def _ep_args(
         target.domain_gpus,
         target.moe_dtype,
     )
-    if moe_backend(a2a, BACKEND.name, hw, None, s.moe_tp, s.moe_ep) == "deepep":
-        return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep"]
+    if moe_backend(a2a, BACKEND.name, hw, None, s.moe_tp, s.moe_ep, phase=phase) == "deepep":
+        ll = BACKEND.deepep_ll_args(target.moe_dtype)
+        return ["--ep-size", str(s.moe_ep), "--moe-a2a-backend", "deepep", *ll]
     blockers = deepep_blockers(target, nodes)
     if a2a == "nccl":
         return ["--ep-size", str(s.moe_ep)]
@@ -118,10 +127,12 @@ def sglang_args(
     redundant_experts: int = 0,
     version: EngineVersion = SGLANG_PINNED,
     knobs: InstanceKnobs | None = None,
+    role: str = "colocated",
 ) -> ExportResult:
     """``python -m sglang.launch_server`` arguments for ``strategy`` on node ``node_rank``;
     ``knobs``: the instance knobs the plan priced (MoE backend, two-batch overlap, MTP, KV
-    dtype; :meth:`moeplan.backends.EngineBackend.knob_args`)."""
+    dtype; :meth:`moeplan.backends.EngineBackend.knob_args`); ``role``: ``colocated``, or
+    the P/D pool's ``prefill`` / ``decode`` (the phase its DeepEP dispatch runs)."""
     s = strategy
     tp = s.stage_size
     args = [
@@ -135,14 +146,17 @@ def sglang_args(
         *attn_dp_args(s.attn_dp, version),
     ]
     warnings: list[str] = []
-    args += _ep_args(s, tp, target, num_nodes, warnings, knobs.a2a if knobs else "auto")
+    phase = None if role == "colocated" else role
+    ep_args = _ep_args(s, tp, target, num_nodes, warnings, knobs.a2a if knobs else "auto", phase)
+    args += ep_args
     if expert_location is not None:
         args += ["--init-expert-location", expert_location]
         if redundant_experts:
             args += ["--ep-num-redundant-experts", str(redundant_experts)]
     elif redundant_experts and s.moe_ep > 1:  # SGLang's own EPLB places the replicas
         args += ["--ep-num-redundant-experts", str(redundant_experts), "--enable-eplb"]
-    args += BACKEND.moe_runner_args(target.moe_dtype, target.gpu_sm)
+    if "--moe-runner-backend" not in ep_args:  # DeepEP's low-latency runner pins its own
+        args += BACKEND.moe_runner_args(target.moe_dtype, target.gpu_sm)
     if knobs is not None:
         args += BACKEND.knob_args(knobs)
     if s.pp > 1:
@@ -201,6 +215,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
             redundant_experts=ctx.redundant if loc else pool.redundant,
             knobs=pool.knobs,
             version=version,
+            role=slot.role,
         )
         args = [*r.args, "--host", "0.0.0.0", "--port", str(slot.port)]
         if slot.gpus[0]:

@@ -327,8 +327,15 @@ class Allowed:
     mtp: bool
 
 
-def allowed(engine: str | None, model: ModelSpec, cluster: ClusterSpec, layout: Layout) -> Allowed:
-    """What ``engine`` allows on ``layout`` (:class:`Allowed`), the one gate every search's
+def allowed(
+    engine: str | None,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    layout: Layout,
+    phase: str | None = None,
+) -> Allowed:
+    """What ``engine`` allows on ``layout`` (:class:`Allowed`) for an instance running
+    ``phase`` (``prefill`` / ``decode``: a P/D pool; None: both), the one gate every search's
     knob variants read (:func:`knob_variants`): DeepEP where
     :func:`moeplan.cost.a2a.deepep_blockers` finds no blocker; two-batch overlap with DeepEP
     only (SGLang ``--enable-two-batch-overlap``, vLLM ``--enable-dbo``: both need a DeepEP
@@ -336,7 +343,7 @@ def allowed(engine: str | None, model: ModelSpec, cluster: ClusterSpec, layout: 
     the family's decoder layer (:meth:`moeplan.backends.EngineBackend.tbo_blocker`); MTP where
     the model ships an MTP/NextN layer and the engine drafts with it
     (:meth:`~moeplan.backends.EngineBackend.mtp_blocker`)."""
-    deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep)
+    deepep = not deepep_blockers(engine, model, cluster, layout.moe_tp, layout.moe_ep, phase=phase)
     b = backend(engine) if engine in simulated() else None
     tbo = deepep and (b is None or b.tbo_blocker(model.architecture) is None)
     return Allowed(
@@ -359,8 +366,8 @@ def _tbo_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple)
 
 
 def _allowed(model: ModelSpec, layout: Layout, ctx: tuple) -> Allowed:
-    engine, cluster = ctx
-    return allowed(engine, model, cluster, layout)
+    engine, cluster, phase = ctx
+    return allowed(engine, model, cluster, layout, phase)
 
 
 def _redundant_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
@@ -413,11 +420,13 @@ def knob_variants(
     layout: Layout,
     base: InstanceKnobs,
     given: frozenset[str] = frozenset(),
+    phase: str | None = None,
 ) -> list[tuple[Layout, InstanceKnobs]]:
-    """Every ``(layout, knobs)`` the search tries: each :data:`KNOB_ENTRIES` entry not in
-    ``given`` expands the variants by its values (``base`` and ``layout`` hold the given)."""
+    """Every ``(layout, knobs)`` the search tries for an instance running ``phase``
+    (:func:`allowed`): each :data:`KNOB_ENTRIES` entry not in ``given`` expands the variants
+    by its values (``base`` and ``layout`` hold the given)."""
     variants = [(layout, base)]
-    ctx = (engine, cluster)
+    ctx = (engine, cluster, phase)
     for entry in KNOB_ENTRIES:
         if entry.name in given:
             continue

@@ -203,8 +203,9 @@ def afd_layouts(max_gpus: int) -> list[AFDLayout]:
     return out
 
 
-def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
-    """The instance knobs a pool of ``lay`` is tried with: every variant the engine allows
+def pool_knobs(c: Context, lay: Layout, phase: str | None = None) -> list[InstanceKnobs]:
+    """The instance knobs a ``phase`` pool of ``lay`` (``prefill`` / ``decode``; None: the
+    knobs both phases run) is tried with: every variant the engine allows
     (:func:`moeplan.serve.knobs.knob_variants`, the colocated search's own: the fused MoE,
     DeepEP where it can run, and with DeepEP two-batch overlap off and on; the pool keeps
     the one with the higher capacity), at the pool's memory fraction."""
@@ -215,18 +216,21 @@ def pool_knobs(c: Context, lay: Layout) -> list[InstanceKnobs]:
         given |= ks.given
         base = replace(ks.base, mtp=0, mtp_accept=0.0, mem_fraction=c.mem_fraction)
         if ks.a2a is not None:
-            a2a = moe_backend(ks.a2a, c.cost.engine, c.model, c.cluster, lay.moe_tp, lay.moe_ep)
+            a2a = moe_backend(ks.a2a, c.cost.engine, c.model, c.cluster, lay.moe_tp,
+                              lay.moe_ep, phase=phase)  # fmt: skip
             if base.tbo and a2a != "deepep":
                 return []  # the given two-batch overlap needs DeepEP, which cannot run here
             base = replace(base, a2a=a2a)
     return [kn for _, kn in knob_variants(c.cost.engine, c.model, c.cluster, lay, base,
-                                          given)] or [base]  # fmt: skip
+                                          given, phase)] or [base]  # fmt: skip
 
 
 def prefill_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """Capacity of a prefill instance (None when it does not fit or misses the TTFT SLO),
     with the better of :func:`pool_knobs`."""
-    kns = [replace(k, mem_fraction=f) for k in pool_knobs(c, lay) for f in pool_fractions(c)]
+    kns = [
+        replace(k, mem_fraction=f) for k in pool_knobs(c, lay, "prefill") for f in pool_fractions(c)
+    ]
     pools = [p for k in kns if (p := _prefill_pool(c, lay, k)) is not None]
     return max(pools, key=lambda p: p.rate, default=None)
 
@@ -301,7 +305,7 @@ def decode_pool(c: Context, lay: DecodeLayout) -> InstanceCapacity | None:
 
 def _colocated_decode_pool(c: Context, lay: Layout) -> InstanceCapacity | None:
     """:func:`decode_pool` of a colocated instance: the best of its knobs."""
-    kns = pool_knobs(c, lay)
+    kns = pool_knobs(c, lay, "decode")
     if c.mtp:  # the user's MTP on every decode pool (its model must ship an MTP layer)
         kns = [replace(k, mtp=c.mtp, mtp_accept=c.mtp_accept) for k in kns]
     kns = [replace(k, mem_fraction=f) for k in kns for f in pool_fractions(c)]

@@ -138,14 +138,16 @@ def resolve_knobs(
     mem_fraction: float | None = None,
     routing: str = "random",
     version: str | None = None,
+    phase: str | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
     :class:`MoeplanError` (module docstring); the engine's capabilities are release
-    ``version``'s (None: its pinned release)."""
+    ``version``'s (None: its pinned release), for an instance running ``phase``
+    (``prefill`` / ``decode``: a P/D pool; None: both)."""
     if a2a not in A2A_CHOICES:
         raise MoeplanError(f"--a2a ({a2a!r}) must be one of {', '.join(A2A_CHOICES)}")
     check_engine_runs(engine, model, cluster, version)
-    backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep, version)
+    backend = moe_backend(a2a, engine, model, cluster, layout.moe_tp, layout.moe_ep, version, phase)
     eng = backend_or_none(engine)
     if tbo and backend != "deepep":
         raise MoeplanError(
