@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from moeplan.cost import CostModel, HardwareProfile
+from moeplan.cost import elementwise as ew
 from moeplan.cost.kernel_fits import MoeShape
 from moeplan.cost.linear import AlphaBeta, Roofline
 from moeplan.profiling import calibrate as cal
@@ -68,14 +69,20 @@ def test_shapes_are_what_the_cost_model_prices(name):
         assert (view.num_attention_heads, view.num_kv_heads, view.head_dim) in dims  # timed
         for t in (1, 300, 4096):
             proj = sum(cm.gemm(*s) for s in attention_gemms(view, t))
-            want = cm.attention_layer(model, 1, t, t, layer=layer, hc=False) - cm.attention_core(
-                model, 1, t, t, layer=layer
+            # the block less its core and its element-wise passes (RoPE, QK-norm: not GEMMs)
+            want = (
+                cm.attention_layer(model, 1, t, t, layer=layer, hc=False)
+                - cm.attention_core(model, 1, t, t, layer=layer)
+                - cm.elementwise(t * ew.attention_bytes(view, 1))
             )
             assert proj == pytest.approx(want, rel=1e-12), (layer, t)
         (m, n1, k1), (_, n2, k2) = expert_gemms(model, t)[:2]
         assert cm.gemm(m, n1, k1) + cm.gemm(m, n2, k2) == pytest.approx(cm.expert_ffn(model, m, 1))
         shared = sum(cm.gemm(*s) for s in expert_gemms(model, t)[2:])
-        assert shared == pytest.approx(cm.shared_expert(model, t))
+        act = cm.elementwise(t * ew.swiglu_act_bytes(model.shared_intermediate_size))
+        if not model.shared_intermediate_size:  # no shared expert: nothing priced
+            act = 0.0
+        assert shared + act == pytest.approx(cm.shared_expert(model, t))  # SwiGLU's silu * up
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-235b-a22b"])
