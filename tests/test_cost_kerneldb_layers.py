@@ -19,6 +19,7 @@ import pytest
 from moeplan.cost.kerneldb import device_for
 from moeplan.cost.kerneldb.evaluate import heldout_shapes
 from moeplan.cost.kerneldb.evaluate_other import other_gpu
+from moeplan.cost.kerneldb.frozen_fold import FROZEN_GPUS
 from moeplan.cost.kerneldb.layer_families import LAYER_FAMILIES
 from moeplan.infersim_tables import DSA_CLUSTER, dsa_tables, gdn_tables
 from moeplan.kernel_tables import kernel_db
@@ -49,7 +50,8 @@ def _bar(gpu: str, engine: str, op: str, max_folds: int | None) -> None:
 def _cells():
     db = kernel_db()
     for gpu, engine, op in sorted(db.tables):
-        if op not in LAYER_FAMILIES or op in ONE_SHAPE:
+        # B200 / GB200: their error is the frozen test fold's (tests/test_kerneldb_blackwell.py)
+        if op not in LAYER_FAMILIES or op in ONE_SHAPE or gpu in FROZEN_GPUS:
             continue
         marks = []
         if (gpu, engine, op) in MISSES:
@@ -148,10 +150,27 @@ def test_every_new_price_states_its_error() -> None:
     leave-one-GPU-out error where a second GPU measured the op (InferSim H20 / H800)."""
     db = kernel_db()
     for gpu, engine, op in db.tables:
-        if op not in LAYER_FAMILIES:
+        if op not in LAYER_FAMILIES or gpu in FROZEN_GPUS:  # Blackwell: the next test
             continue
         if op not in ONE_SHAPE:
             assert db.error(gpu, engine, op, "interpolated") is not None, (engine, op)
         assert db.error(gpu, engine, op, "roofline") is not None, (engine, op)
     for op in ("context_gdn", "generation_gdn", "dsa_sparse_attn"):
         assert db.error(None, "sglang", op, "transferred") is not None, op
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the B200 / GB200 tables' own prices carry no development held-out error in "
+    "heldout_errors.json (their final error is the frozen test fold's, reported by "
+    "`moeplan calibrate --kernels --test-fold`, not attached to a price)",
+)
+def test_every_blackwell_price_states_its_error() -> None:
+    db = kernel_db()
+    missing = [
+        (gpu, engine, op)
+        for gpu, engine, op in db.tables
+        if gpu in FROZEN_GPUS and op in LAYER_FAMILIES and op not in ONE_SHAPE
+        if db.error(gpu, engine, op, "interpolated") is None
+    ]
+    assert not missing, f"{len(missing)} Blackwell tables without a stated error: {missing[:3]}"

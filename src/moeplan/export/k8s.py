@@ -37,7 +37,7 @@ from moeplan.export.launch_servers import ServerCommands
 
 MOUNT = "/moeplan"  # where the ConfigMap of the launch folder's files is mounted
 LWS_API = "leaderworkerset.x-k8s.io/v1"
-GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's resource name
 SERVER_LABEL = "moeplan.server"
 #: the router's image: sglang-router at the release the shell scripts' router commands were
 #: checked with (bench/check_exports.py PINNED)
@@ -101,7 +101,7 @@ def _pod(
         "command": argv[:1],
         "args": argv[1:],
         "ports": [{"containerPort": port, "name": "http"}],
-        "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus}},
+        "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
         "volumeMounts": [
             {"name": "shm", "mountPath": "/dev/shm"},
             {"name": "files", "mountPath": MOUNT, "readOnly": True},
@@ -277,7 +277,7 @@ def gpus(objs: Iterable[Mapping[str, Any]]) -> int:
             continue
         for pod, count in pods:
             for c in pod["containers"]:
-                n += count * int(c.get("resources", {}).get("requests", {}).get(GPU, 0))
+                n += count * int(c.get("resources", {}).get("requests", {}).get(GPU_RESOURCE, 0))
     return n
 
 
