@@ -155,17 +155,7 @@ def _server(
         if argv is None:
             return [], f"{s.name} names a shell variable the cluster has no value for"
         pod = _pod(engine, image, argv, _env(sc, argv), len(s.gpus), s.port)
-        dep = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": pod},
-            },
-        }
-        return [dep, svc], None
+        return [_deployment(name, labels, pod), svc], None
     lead = {**subst, node_addr(s.nodes[0]): "$(LWS_LEADER_ADDRESS)"}
     ranks = [_args(n[0], literals, lead) for n in sc.nodes]
     if any(r is None for r in ranks):
@@ -226,7 +216,12 @@ def _router(engine: str, router: Sequence[str], hosts: Mapping[str, str]) -> lis
             }
         ]
     }
-    dep = {
+    return [_deployment(name, labels, pod), _service(name, labels, [("http", port)])]
+
+
+def _deployment(name: str, labels: dict[str, str], pod: dict[str, Any]) -> dict[str, Any]:
+    """One replica of ``pod`` as an ``apps/v1`` Deployment selected by ``labels``."""
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
@@ -236,7 +231,6 @@ def _router(engine: str, router: Sequence[str], hosts: Mapping[str, str]) -> lis
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
-    return [dep, _service(name, labels, [("http", port)])]
 
 
 def manifests(
