@@ -179,7 +179,8 @@ def _usage_error(err: Exception) -> int | None:
     code = getattr(err, "exit_code", None)
     if not (callable(fmt) and isinstance(code, int)):
         return None
-    if type(err).__name__ == "NoArgsIsHelpError":  # help already printed on stdout
+    if type(err).__name__ == "NoArgsIsHelpError":  # a bare group: its help, on stdout
+        print(fmt())
         return 0
     ctx = getattr(err, "ctx", None)
     where = f" (see 'moeplan {ctx.info_name} --help')" if ctx and ctx.parent else ""
