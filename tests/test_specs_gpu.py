@@ -65,13 +65,17 @@ def test_blackwell_records_equal_nvidias_figures() -> None:
     GB300 NVL72 datasheets (dense rates: half the sparse ones; FP4 dense as stated)."""
     g = gpu_records()
     gb = g["gb200"]
-    assert gb.mem_bytes == 189_471 * 2**20 and gb.mem_bw == 8e12 and gb.flops_bf16 == 2.5e15
-    assert gb.flops_bf16 * gb.fp8_ratio == 5e15 and gb.flops_bf16 * gb.fp4_ratio == 10e15
+    approx = pytest.approx  # datasheet products of floats read from JSON
+    assert gb.mem_bytes == 189_471 * 2**20
+    assert (gb.mem_bw, gb.flops_bf16) == (approx(8e12), approx(2.5e15))
+    assert gb.flops_bf16 * gb.fp8_ratio == approx(5e15)
+    assert gb.flops_bf16 * gb.fp4_ratio == approx(10e15)
     b = g["b200"]
-    assert b.mem_bytes == 180 * 2**30 and b.mem_bw == 7.7e12
-    assert b.flops_bf16 * b.fp8_ratio == 4.5e15 and b.flops_bf16 * b.fp4_ratio == 9e15
-    assert g["b300"].flops_bf16 * g["b300"].fp4_ratio == 108e15 / 8  # HGX B300: 108 PF / 8
-    assert g["gb300"].flops_bf16 * g["gb300"].fp4_ratio == 1080e15 / 72  # GB300 NVL72
+    assert b.mem_bytes == 180 * 2**30 and b.mem_bw == approx(7.7e12)
+    assert b.flops_bf16 * b.fp8_ratio == approx(4.5e15)
+    assert b.flops_bf16 * b.fp4_ratio == approx(9e15)
+    assert g["b300"].flops_bf16 * g["b300"].fp4_ratio == approx(108e15 / 8)  # HGX B300
+    assert g["gb300"].flops_bf16 * g["gb300"].fp4_ratio == approx(1080e15 / 72)  # GB300 NVL72
     sm = {n: g[n].sm_version for n in ("b200", "gb200", "b300", "gb300")}
     assert sm == {"b200": 100, "gb200": 100, "b300": 103, "gb300": 103}
     assert (b.kernel_tables, gb.kernel_tables) == ("b200_sxm", "gb200")

@@ -64,16 +64,20 @@ def _k8s_text(a: str, literal: bool, subst: Mapping[str, str]) -> str | None:
 
 
 def _args(
-    argv: Sequence[str], literals: Collection[str], subst: Mapping[str, str]
+    argv: Sequence[str],
+    literals: Collection[str],
+    subst: Mapping[str, str],
+    dropped: Collection[str] = ("--base-gpu-id",),
 ) -> list[str] | None:
-    """``argv`` for a container (module docstring): ``--base-gpu-id`` left out."""
+    """``argv`` for a container (module docstring): each flag of ``dropped`` left out with its
+    value (``--base-gpu-id`` by default); None where a shell variable has no value here."""
     out: list[str] = []
     skip = False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a == "--base-gpu-id":
+        if a in dropped:
             skip = True
             continue
         t = _k8s_text(a, a in literals, subst)
@@ -343,21 +347,8 @@ DYNAMO_DROPPED = (
 def _dynamo_args(argv: Sequence[str], literals: Collection[str]) -> list[str] | None:
     """A server command's engine arguments for Dynamo's worker (``python3 -m dynamo.<engine>``
     takes the engine's own arguments, the model as ``--model`` for vLLM)."""
-    out: list[str] = []
-    skip = False
     subst = {"${HERE}": MOUNT, "${MOEPLAN_IB_DEVICE}": "$(MOEPLAN_IB_DEVICE)"}
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in DYNAMO_DROPPED:
-            skip = True
-            continue
-        t = _k8s_text(a, a in literals, subst)
-        if t is None:
-            return None
-        out.append(t)
-    return out
+    return _args(argv, literals, subst, DYNAMO_DROPPED)
 
 
 def dynamo(
