@@ -172,3 +172,39 @@ def test_the_record_is_what_the_code_computes_on_a_cell():
         assert (g.rows, g.shapes) == (c["rows"], c["shapes"])
         assert g.median == pytest.approx(c["median"], abs=1e-6)
         assert g.p90 == pytest.approx(c["p90"], abs=1e-6)
+
+
+def test_stated_errors_pool_a_tables_dtypes_and_proxies_name_their_source() -> None:
+    """The error stated beside a frozen table's price: its test rows' median / p90 pooled
+    over dtypes (hand-computed), and a table without test rows takes the same op's from the
+    nearest source in the reference order, the largest of the candidates, named."""
+    import numpy as np
+
+    from moeplan.cost.kerneldb.evaluate_test import Scored, proxy_errors, stated_errors
+
+    def sc(engine: str, dtype: str, errs: list[float]) -> Scored:
+        n = len(errs)
+        return Scored("gb200", engine, "moe", np.array([dtype] * n),
+                      np.array([f"s{i}" for i in range(n)]), np.array(errs))  # fmt: skip
+
+    stated = stated_errors([sc("sglang", "a", [0.1, 0.3]), sc("sglang", "b", [0.2, 0.4, 0.5]),
+                            sc("vllm", "a", [0.05])])  # fmt: skip
+    by = {(e["engine"]): e for e in stated}
+    pooled = [0.1, 0.3, 0.2, 0.4, 0.5]
+    assert by["sglang"]["median"] == pytest.approx(0.3)
+    assert by["sglang"]["p90"] == pytest.approx(float(np.percentile(pooled, 90)))
+    assert by["sglang"]["rows"] == 5 and by["vllm"]["rows"] == 1
+    order = {"b200_sxm": ("b200_sxm", "gb200", "h100_sxm"), "gb200": ("gb200", "b200_sxm")}
+    dev = {("h100_sxm", "trtllm", "mla", "interpolated"): (0.07, 0.2)}
+    tables = [("gb200", "sglang", "moe"), ("gb200", "trtllm", "moe"), ("b200_sxm", "vllm", "moe"),
+              ("b200_sxm", "trtllm", "mla"), ("b200_sxm", "vllm", "gemm")]  # fmt: skip
+    got = {(e["gpu"], e["engine"], e["op"]): e for e in proxy_errors(tables, stated, dev, order)}
+    assert ("gb200", "sglang", "moe") not in got  # its own test rows state it
+    own = got[("gb200", "trtllm", "moe")]  # the same op, same GPU, other engines: the largest
+    assert (own["median"], own["p90"]) == (by["sglang"]["median"], by["sglang"]["p90"])
+    assert own["method"] == "proxy: frozen_test of moe on gb200"
+    assert got[("b200_sxm", "vllm", "moe")]["method"] == "proxy: frozen_test of moe on gb200"
+    dev_row = got[("b200_sxm", "trtllm", "mla")]
+    assert (dev_row["median"], dev_row["p90"]) == (0.07, 0.2)
+    assert dev_row["method"] == "proxy: heldout_shape on h100_sxm"
+    assert ("b200_sxm", "vllm", "gemm") not in got  # no source anywhere: nothing is made up

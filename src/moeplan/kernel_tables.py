@@ -142,6 +142,8 @@ VALUE_ALIASES = {"fp8_e4m3": "fp8"}
 #: tables serve every engine
 WIDEEP_SHARED = frozenset({"wideep_context_moe_perf.parquet", "wideep_generation_moe_perf.parquet"})
 ERRORS_FILE = "heldout_errors.json"
+#: the frozen tables' test-fold errors, stated beside their prices
+FROZEN_ERRORS_FILE = "frozen_test_errors.json"
 #: the leave-one-GPU-out errors of the Blackwell table GPUs (package data,
 #: ``bench/blackwell_transfer.py``): stated beside a price transferred from them
 GPU_TRANSFER_FILE = "gpu_transfer.json"
@@ -369,11 +371,19 @@ def table_devices() -> dict[str, Device]:
 
 
 def read_errors(path: Path | None = None) -> dict[tuple[str, str, str, str], tuple[float, float]]:
-    path = path or kernels_dir() / ERRORS_FILE
-    if not path.is_file():
-        return {}
-    rows = json.loads(path.read_text(encoding="utf-8"))["errors"]
-    return {(r["gpu"], r["engine"], r["op"], r["source"]): (r["median"], r["p90"]) for r in rows}
+    """``(gpu, engine, op, source) -> (median, p90)``: the development folds' held-out errors
+    (``heldout_errors.json``) and, for the frozen tables, the final test fold's
+    (``frozen_test_errors.json``, ``moeplan calibrate --kernels --test-fold --errors-out``);
+    a key in both keeps the development error (``path``: that file alone)."""
+    files = [path] if path is not None else [kernels_dir() / FROZEN_ERRORS_FILE,
+                                             kernels_dir() / ERRORS_FILE]  # fmt: skip
+    out: dict[tuple[str, str, str, str], tuple[float, float]] = {}
+    for f in files:
+        if not f.is_file():
+            continue
+        for r in json.loads(f.read_text(encoding="utf-8")).get("errors", []):
+            out[(r["gpu"], r["engine"], r["op"], r["source"])] = (r["median"], r["p90"])
+    return out
 
 
 def gpu_transfer_path() -> Path:

@@ -172,10 +172,11 @@ def _kernels(
 
 def _test_fold(ops: list[str] | None, errors_out: str | None, json_out: bool) -> None:
     """``--kernels --test-fold``: the final test error cells and the stated transfer errors."""
-    cells, transfer = fold_test_errors(ops)
+    cells, transfer, stated = fold_test_errors(ops)
     rows = [c.to_dict() for c in cells]
     if errors_out:
-        write_atomic(errors_out, json.dumps({"method": "frozen_test", "cells": rows}, indent=1))
+        body = {"method": "frozen_test", "cells": rows, "errors": stated}
+        write_atomic(errors_out, json.dumps(body, indent=1))
     if json_out:
         print_json({"test_fold": rows, "gpu_transfer": transfer.get("stated", []),
                     "errors_out": errors_out})  # fmt: skip

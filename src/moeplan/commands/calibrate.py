@@ -96,19 +96,33 @@ def kernel_errors(
     return kernel_calibration(kernel_db(), ops, seed=seed, max_folds=folds, others=others)
 
 
-def fold_test_errors(ops: list[str] | None) -> tuple[list[Any], dict[str, Any]]:
+def fold_test_errors(
+    ops: list[str] | None,
+) -> tuple[list[Any], dict[str, Any], list[dict[str, Any]]]:
     """``--kernels --test-fold``: the final test error of the kernel database on the frozen
     test fold of the B200 and GB200 tables, per GPU x engine x op x dtype
-    (:mod:`moeplan.cost.kerneldb.evaluate_test`), and the shipped leave-one-GPU-out errors
-    stated for GPUs that borrow those tables (``gpu_transfer.json``)."""
+    (:mod:`moeplan.cost.kerneldb.evaluate_test`), the shipped leave-one-GPU-out errors
+    stated for GPUs that borrow those tables (``gpu_transfer.json``), and the error each
+    frozen table's prices state (:func:`~moeplan.cost.kerneldb.evaluate_test.stated_errors`,
+    shipped as ``frozen_test_errors.json`` by ``--errors-out``)."""
     import json
 
     from moeplan.cost.kerneldb import OPS
-    from moeplan.cost.kerneldb.evaluate_test import fold_errors
+    from moeplan.cost.kerneldb.db import REFERENCE_ORDER
+    from moeplan.cost.kerneldb.evaluate_test import (
+        cells,
+        fold_scores,
+        proxy_errors,
+        stated_errors,
+    )
+    from moeplan.cost.kerneldb.frozen_fold import FROZEN_GPUS
     from moeplan.kernel_tables import (
+        ERRORS_FILE,
         frozen_fold_loaders,
         gpu_transfer_path,
         kernel_db,
+        kernels_dir,
+        read_errors,
         table_devices,
     )
 
@@ -117,10 +131,16 @@ def fold_test_errors(ops: list[str] | None) -> tuple[list[Any], dict[str, Any]]:
             raise MoeplanError(f"op ({o!r}) must be one of {', '.join(OPS)}")
     loaders = frozen_fold_loaders()
     tests = [load() for k, load in sorted(loaders.items()) if ops is None or k[2] in ops]
-    cells = fold_errors(kernel_db(), table_devices(), tests)
+    db = kernel_db()
+    scored = fold_scores(db, table_devices(), tests)
     path = gpu_transfer_path()
     transfer = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return cells, transfer
+    stated = stated_errors(scored)
+    if ops is None:  # every frozen table states an error: its own fold's, or a proxy's
+        frozen = [k for k in db.tables if k[0] in FROZEN_GPUS]
+        stated += proxy_errors(frozen, stated, read_errors(kernels_dir() / ERRORS_FILE),
+                               REFERENCE_ORDER)  # fmt: skip
+    return cells(scored), transfer, stated
 
 
 def fold_test_tables(cells: list[Any], transfer: dict[str, Any]) -> list[tuple[str, tuple, list]]:

@@ -147,6 +147,18 @@ def cells(scored: Iterable[Scored]) -> list[FoldCell]:
     return out
 
 
+def fold_scores(
+    db: KernelDB,
+    devices: Mapping[str, Device],
+    tests: Iterable[KernelTable],
+    ops: Iterable[str] | None = None,
+) -> list[Scored]:
+    """The scored rows of the test-fold tables ``tests`` (module docstring)."""
+    wanted = None if ops is None else set(ops)
+    scored = [score_table(db, devices[t.gpu], t) for t in tests if wanted is None or t.op in wanted]
+    return [s for s in scored if s is not None]
+
+
 def fold_errors(
     db: KernelDB,
     devices: Mapping[str, Device],
@@ -154,9 +166,70 @@ def fold_errors(
     ops: Iterable[str] | None = None,
 ) -> list[FoldCell]:
     """The final test error cells of the test-fold tables ``tests`` (module docstring)."""
-    wanted = None if ops is None else set(ops)
-    scored = [score_table(db, devices[t.gpu], t) for t in tests if wanted is None or t.op in wanted]
-    return cells(s for s in scored if s is not None)
+    return cells(fold_scores(db, devices, tests, ops))
+
+
+#: the price source a test row of a frozen table gets (no test row is in a table the
+#: database holds: an interpolation or the variant's model, module docstring)
+STATED_SOURCE = "interpolated"
+
+
+def stated_errors(scored: Iterable[Scored]) -> list[dict[str, object]]:
+    """The error stated beside a price of a frozen table: per GPU x engine x op, the median
+    and p90 of the test rows' errors pooled over the dtypes (a price names its table, not
+    the cell), with the rows and shapes behind it. The rows of ``heldout_errors.json``
+    (``gpu``, ``engine``, ``op``, ``source``, ``median``, ``p90``) so the database reads them
+    as it reads the development folds' errors of the other GPUs."""
+    groups: dict[tuple[str, str, str], list[Scored]] = {}
+    for s in scored:
+        groups.setdefault((s.gpu, s.engine, s.op), []).append(s)
+    out: list[dict[str, object]] = []
+    for (gpu, engine, op), parts in sorted(groups.items()):
+        err = np.concatenate([p.err for p in parts])
+        shapes = len({f"{i}|{k}" for i, p in enumerate(parts) for k in p.shape.tolist()})
+        out.append({
+            "gpu": gpu, "engine": engine, "op": op, "source": STATED_SOURCE,
+            "median": float(np.median(err)), "p90": float(np.percentile(err, 90)),
+            "rows": len(err), "shapes": shapes, "method": METHOD,
+        })  # fmt: skip
+    return out
+
+
+def proxy_errors(
+    tables: Iterable[tuple[str, str, str]],
+    stated: list[dict[str, object]],
+    dev: Mapping[tuple[str, str, str, str], tuple[float, float]],
+    order: Mapping[str, tuple[str, ...]],
+) -> list[dict[str, object]]:
+    """The error stated beside the prices of a frozen table the test fold holds no scored row
+    of (whole-shape folds leave a table of one or two shapes without test rows): the same
+    op's, from the nearest source, named in ``method``: the test fold's errors of the same
+    op on the same GPU (other engines), then on the GPUs of ``order`` (the database's
+    :data:`~.db.REFERENCE_ORDER`: the other Blackwell GPU first), then the development
+    folds' error ``dev`` of the op on an unfrozen GPU of ``order``. Pooled errors are not at
+    hand here, so the largest median and p90 of the candidates are stated (a bound, not a
+    pooled figure)."""
+    by_op: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for e in stated:
+        by_op.setdefault((str(e["gpu"]), str(e["op"])), []).append(e)
+    have = {(e["gpu"], e["engine"], e["op"]) for e in stated}
+    out: list[dict[str, object]] = []
+    for gpu, engine, op in sorted(tables):
+        if (gpu, engine, op) in have:
+            continue
+        for ref in order.get(gpu, (gpu,)):
+            found = [(float(e["median"]), float(e["p90"])) for e in by_op.get((ref, op), [])]
+            method = f"{METHOD} of {op} on {ref}"
+            if not found and (ref, engine, op, STATED_SOURCE) in dev:
+                found, method = [dev[(ref, engine, op, STATED_SOURCE)]], f"heldout_shape on {ref}"
+            if found:
+                out.append({
+                    "gpu": gpu, "engine": engine, "op": op, "source": STATED_SOURCE,
+                    "median": max(m for m, _ in found), "p90": max(p for _, p in found),
+                    "rows": 0, "shapes": 0, "method": f"proxy: {method}",
+                })  # fmt: skip
+                break
+    return out
 
 
 def transfer_scored(
