@@ -49,11 +49,13 @@ def glossary(*terms: str) -> str:
     return "terms: " + "; ".join(f"{t} = {TERMS[t]}" for t in terms) + "."
 
 
-#: the families' names in table cells (the long names, FAMILY_NAMES, head the explanations)
+#: the families' names in table cells: what the deployment is, in the engines' words; the
+#: paper behind each (MixServe, SMIDT, FinDEP) is named once in the legend under the table
+#: (:func:`family_legend`, from the long names ``FAMILY_NAMES``)
 FAMILY_SHORT_NAMES = {
-    "strategy": "MixServe",
-    "pipeline": "SMIDT",
-    "dep": "FinDEP",
+    "strategy": "colocated",
+    "pipeline": "pipelined",
+    "dep": "attn/expert split",
     "pd": "P/D",
     "afd": "AFD",
 }

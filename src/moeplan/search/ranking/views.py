@@ -159,7 +159,7 @@ def lead_sentence(ranking: ServeRanking) -> str:
         else f"at {w.result.max_rate_meeting_slo_rps:.2f} req/s (its largest SLO-meeting rate)"
     )
     return (
-        f"Deploy {w.entry.layout_label} ({FAMILY_NAMES[w.entry.family]}) on "
+        f"Deploy {w.entry.layout_label}, {FAMILY_NAMES[w.entry.family]}, on "
         f"{w.entry.gpus} GPUs: {m.output_tokens_per_s_per_gpu:,.1f} output tokens/s per GPU "
         f"{at}, TTFT p{pct:g} {ttft * 1e3:,.0f} ms, TPOT p{pct:g} {tpot * 1e3:.1f} ms; "
         f"limited by {w.result.bound}."
