@@ -153,7 +153,7 @@ def _all_finite(items: Iterable[Any], depth: int) -> bool:
     """``all(_finite(x, depth) for x in items)``, with the plain items checked at C speed: a
     variant's exact-row dict holds one tuple of floats and strings per measured row (tens of
     thousands), checked on every load from the store. Items of types that hold no float are
-    skipped, floats are checked as one array, and tuples of one length are checked column by
+    skipped, floats and float arrays are checked as one array, and tuples of one length are checked column by
     column (one level deeper, as their items are)."""
     items = items if type(items) is list else list(items)
     if not items:
@@ -165,6 +165,9 @@ def _all_finite(items: Iterable[Any], depth: int) -> bool:
         return True
     if kinds == {float}:
         return bool(np.isfinite(np.array(items, dtype=float)).all())
+    if kinds == {np.ndarray}:  # a shape line's coordinates and residuals, per shape
+        floats = [a.ravel() for a in items if a.dtype.kind == "f"]
+        return not floats or bool(np.isfinite(np.concatenate(floats)).all())
     if kinds == {tuple} and len(set(map(len, items))) == 1:
         return all(_all_finite(list(col), depth + 1) for col in zip(*items, strict=True))
     return all(_finite(x, depth) for x in items if type(x) not in _PLAIN)
