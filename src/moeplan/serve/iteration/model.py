@@ -460,7 +460,9 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         return out
 
 
-FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
+#: the decode grid's first block: its contexts below this (63 of them); then one block per
+#: octave, so a decode step's envelope prices the octaves from its context on, not all
+FIRST_BLOCK = 64
 #: the longest context the decode-attention tables measure (their ``step`` column ends at
 #: 131,071 in every shipped ``generation_*`` table): the grid is priced at least this far
 FLOOR_HORIZON = 131_071
