@@ -5,8 +5,10 @@ the codec decodes only what it wrote (random graphs: a value or :class:`CodecErr
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -259,6 +261,67 @@ def test_store_values_of_the_wrong_shape_are_misses():
         assert not stored_counts_ok(bad, op)
     assert not stored_variant_ok(real, op, ("another", *key))
     assert not stored_variant_ok(real, "moe", key)
+
+
+def _finite_oracle(value, depth=0):
+    """Every float in ``value`` finite, item by item (what ``stored._finite`` answers)."""
+    from moeplan.cost.kerneldb.stored import SCHEMA, _attrs
+
+    if depth > 16:
+        return False
+    if isinstance(value, (float, np.floating)):
+        return math.isfinite(value)
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind != "f" or bool(np.isfinite(value).all())
+    if isinstance(value, (list, tuple)):
+        return all(_finite_oracle(x, depth + 1) for x in value)
+    if isinstance(value, dict):
+        return all(_finite_oracle(k, depth + 1) and _finite_oracle(x, depth + 1)
+                   for k, x in value.items())  # fmt: skip
+    if type(value) in SCHEMA:
+        attrs = _attrs(value)
+        return attrs is not None and all(_finite_oracle(x, depth + 1) for x in attrs.values())
+    return True
+
+
+def test_finite_check_finds_every_non_finite_float():
+    """The store's finiteness check (floats checked as arrays, row tuples column by column)
+    answers as an item-by-item walk does: a NaN or infinity anywhere — a row key of a
+    variant's exact-row dict, a nested list, a NumPy scalar, a value — is found, and a
+    nesting deeper than the walk allows is refused."""
+    from moeplan.cost.kerneldb.stored import _finite
+    from moeplan.kernel_tables import kernel_db
+
+    nan, inf = float("nan"), float("inf")
+    deep: object = 1.0
+    for _ in range(20):
+        deep = [deep]
+    rows = {(float(i), "bf16", 2.0 * i): 1e-5 * (i + 1) for i in range(50)}
+    cases = [
+        rows,
+        {**rows, (1.5, "bf16", nan): 1e-5},
+        {**rows, (1.5, "bf16", 3.0): inf},
+        {(1.0, "a"): 1.0, (2.0,): 2.0},
+        {(1.0, ("x", -inf)): 1.0},
+        [1.0, "x", 3, True, None, (2.0, [np.float64(nan)])],
+        [1.0, "x", 3, True, None, (2.0, [np.float64(4.0)])],
+        [(), (), ()],
+        [(np.zeros(3), np.ones(2)), (np.zeros(3), np.array([1.0, nan]))],
+        (np.arange(3), np.array([0.5, 1.5])),
+        deep,
+        [[[]]],
+        {"a": {"b": (1.0, [2.0, {"c": -inf}])}},
+    ]
+    for value in cases:
+        assert _finite(value) == _finite_oracle(value), value
+    assert not _finite(cases[1]) and not _finite(cases[2]) and not _finite(deep)
+    db = kernel_db()
+    op, table = "allreduce", ("h100_sxm", "sglang")
+    real = db.variant(*table, op, next(iter(db.variants(*table, op))))
+    assert _finite(real) and _finite_oracle(real)
+    bad = copy.copy(real)  # the database's own variant stays as built
+    bad.exact = {**real.exact, next(iter(real.exact))[:-1] + (nan,): 1e-5}
+    assert not _finite(bad) and not _finite_oracle(bad)
 
 
 def test_json_output_is_always_valid_json(capsys):

@@ -418,6 +418,29 @@ class CostModel(MixerLayers, Prefetch):
             return secs.tolist()
         return self._kdb.seconds_many(op, self._device, self.engine, arrays).tolist()
 
+    def decode_core_floors(
+        self,
+        model: ModelSpec,
+        num_seqs: int,
+        ctxs: Sequence[int],
+        tp: int = 1,
+        layer: int | None = None,
+    ) -> list[float] | None:
+        """A lower bound of each :meth:`decode_core_prices` at ``ctxs`` (the kernel tables'
+        model and datasheet floor, :meth:`KernelDB.floor_many`), or ``None`` where none is
+        kept: without kernel tables, and in an accounting copy (every priced row's key
+        counts there, so every row is priced)."""
+        if self._kdb is None or num_seqs <= 0 or self._scale is not None:
+            return None
+        model = self.layer_model(model, layer)
+        sliding = layer is not None and model.is_sliding_layer(layer)
+        ((op, shape),) = attention_query(model, num_seqs, 1, 1, tp, sliding)  # the decode row
+        n = len(ctxs)
+        arrays = {k: np.asarray([v] * n) for k, v in shape.items()}
+        arrays["step"] = np.asarray([max(0, c - 1) for c in ctxs])
+        assert self.engine is not None
+        return self._kdb.floor_many(op, self._device, self.engine, arrays).tolist()
+
     def decode_core_blocks(
         self,
         model: ModelSpec,

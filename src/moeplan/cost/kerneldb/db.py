@@ -330,6 +330,64 @@ class KernelDB:
         row (a caller that keeps no provenance: a grid of decode contexts)."""
         return self._priced(op, device, engine, columns)[1]
 
+    def floor_many(
+        self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
+    ) -> np.ndarray:
+        """A lower bound of each row's :meth:`seconds_many`, without the lookups and the
+        residual field's neighbour query (the analytic model and the datasheet floor only):
+        a caller that needs the least price over many rows prices only the rows whose bound
+        could still undercut it. A row's price is its variant's model times ``exp`` of a
+        residual of that variant — a measured row's own, one interpolated between measured
+        residuals, a weighted mean or median of neighbours' — or the bare model, never below
+        the datasheet floor; so it is at least the model times ``exp`` of the least measured
+        residual (or 1), raised to the floor. Transferred rows carry the same factor on the
+        scaled model. The bound is lowered by :data:`FLOOR_MARGIN` for rounding."""
+        fam = _family(op)
+        if engine not in TABLE_ENGINES:
+            raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(TABLE_ENGINES)}")
+        cols, n = normalize(fam, columns)
+        names = [c for c in fam.variant_cols if c not in TABLE_COLS]
+        names += [c for c in TABLE_COLS if c in cols and c in fam.variant_cols]
+        out = np.zeros(n)
+        for want, idx in row_groups(names, cols, n):
+            sub = cols if idx is None else {c: np.asarray(cols[c])[idx] for c in cols}
+            got = self._floor_group(fam, device, engine, want, sub)
+            if idx is None:
+                return got
+            out[idx] = got
+        return out
+
+    def _floor_group(
+        self,
+        fam: Family,
+        device: Device,
+        engine: str,
+        want: dict[str, str],
+        cols: dict[str, np.ndarray],
+    ) -> np.ndarray:
+        """:meth:`floor_many` of rows sharing their variant columns (as :meth:`_predict_group`
+        chooses their variant)."""
+        own = device.table
+        key = self.choose(own, engine, fam.op, want) if own else None
+        if key is not None:
+            vm = self.variant(own, engine, fam.op, key)  # type: ignore[arg-type]
+            assert vm is not None
+            f = vm.featurize(cols)
+            base = vm.model.predict(f, device, fam.link) * _least_factor(vm)
+            return np.maximum(base, peak_time(f, device, fam.link)) * (1.0 - FLOOR_MARGIN)
+        for ref in _refs(device.reference):
+            rkey = self.choose(ref, engine, fam.op, want)
+            if rkey is None:
+                rkey = self.choose(ref, engine, fam.op, {})
+            if rkey is not None:
+                vm = self.variant(ref, engine, fam.op, rkey)
+                assert vm is not None
+                f = vm.featurize(cols, device)
+                t = vm.model.scaled(vm.device, device, fam.link).predict(f, device, fam.link)
+                t = t * _least_factor(vm)
+                return np.maximum(t, peak_time(f, device, fam.link)) * (1.0 - FLOOR_MARGIN)
+        return ROOFLINE.predict(fam.features(cols), device, fam.link) * (1.0 - FLOOR_MARGIN)
+
     def _priced(
         self, op: str, device: Device, engine: str, columns: Mapping[str, np.ndarray]
     ) -> tuple[str | None, np.ndarray, np.ndarray, np.ndarray]:
@@ -470,6 +528,18 @@ class KernelDB:
             corr, _, inside = vm.field.query(f.coords)
             t = t * np.exp(np.where(inside, corr, 0.0))
         return np.maximum(t, peak_time(f, device, fam.link))
+
+
+#: relative slack of :meth:`KernelDB.floor_many`'s bound: a price and its bound are computed
+#: along different paths (``exp(log y)`` for a measured row, a residual averaged), which
+#: may round apart by a few units in the last place
+FLOOR_MARGIN = 1e-9
+
+
+def _least_factor(vm: VariantModel) -> float:
+    """``exp`` of the least residual of ``vm``'s measured rows, at most 1: the least factor
+    its exact rows, shape lines, line ends and residual field put on its model."""
+    return float(np.exp(min(0.0, float(vm.residual.min())))) if len(vm.residual) else 1.0
 
 
 def peak_time(f: Features, device: Device, link: bool) -> np.ndarray:

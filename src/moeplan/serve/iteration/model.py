@@ -206,8 +206,10 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         self._p2p_inter = [((s + 1) * w) % gpn == 0 or w >= gpn for s in range(layout.pp - 1)]
         self._cache: dict[Batch, float] = {}
         self._parts: dict[tuple, float | tuple[float, float]] = {}
-        # per (decode sequences, sliding): engine grid contexts and their running max price
-        self._floors: dict[tuple[int, bool], tuple[list[int], list[float], list[float]]] = {}
+        # per (decode sequences, sliding): the engine grid's decode prices (DecodeGrid)
+        self._grids: dict[tuple[int, bool], DecodeGrid] = {}
+        # per sliding: [grids whose bound was asked, grids it spared a block of] (DecodeGrid)
+        self._tallies: dict[bool, list[int]] = {False: [0, 0], True: [0, 0]}
         self._warmed: set[tuple] = set()  # shapes priced ahead (PrefetchMixin)
 
     def __call__(self, batch: Batch) -> float:
@@ -298,34 +300,34 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         0.53 ms). Up to :data:`FLOOR_HORIZON` keys the price at a grid context is the least
         price at it or any longer grid context (a dip lowers the contexts before it, a spike
         is never read); beyond it, the largest at it or any shorter one. At a grid context
-        (every context the engine asks) the price comes from the grid's one vectorised
-        query, the same kernel rows :meth:`CostModel.attention_core` prices."""
+        (every context the engine asks) the price comes from the grid's vectorised block
+        queries, the same kernel rows :meth:`CostModel.attention_core` prices; the blocks
+        are priced as far as the least price can still change (:class:`DecodeGrid`)."""
         cm, md, tp = self.cost, self.model, self.layout.attn_tp
         layer = md.sliding_layers[0] if sliding else None
         if seqs <= 0 or ctx < _grid_block(0)[0]:
             return cm.attention_core(md, seqs, 1, ctx, tp, layer)
-        grid, raws, top = self._floors.get((seqs, sliding), ([], [], []))
-        if not grid or grid[-1] < max(ctx, _horizon_end()):
-            # the grid priced by blocks, up to the horizon or the block holding ctx: every
-            # layout with this attention TP asks the same blocks (memoised block by block,
-            # the missing ones priced in one query: :mod:`moeplan.search.job.memo_cost`)
-            blocks, end = [], grid[-1] if grid else 0
-            while end < max(ctx, _horizon_end()):
-                blocks.append(_grid_block(end))
-                end = blocks[-1][-1]
-            grid, raws = list(grid), list(raws)
-            priced = cm.decode_core_blocks(md, seqs, blocks, tp, layer)
-            for block, prices in zip(blocks, priced, strict=True):
-                grid += block
-                raws += prices
-            top = decode_envelope(grid, raws)
-            self._floors[seqs, sliding] = (grid, raws, top)
-        at = bisect_left(grid, ctx)
-        if grid[at] == ctx:  # an engine context: the same kernel rows
-            return top[at]
+        grid = self._grids.get((seqs, sliding))
+        if grid is None:
+            # every layout with this attention TP asks the same blocks (memoised block by
+            # block, the missing ones priced in one query: :mod:`moeplan.search.job.memo_cost`)
+            tally = self._tallies[sliding]
+            bounded = tally[0] < BOUND_TRIALS or tally[1] > 0  # else the bound never spares
+            grid = self._grids[seqs, sliding] = DecodeGrid(
+                lambda blocks: cm.decode_core_blocks(md, seqs, blocks, tp, layer),
+                (lambda ctxs: cm.decode_core_floors(md, seqs, ctxs, tp, layer))
+                if bounded
+                else None,
+                tally,
+            )
+        grid.extend(ctx)
+        at = bisect_left(grid.grid, ctx)
+        if grid.grid[at] == ctx:  # an engine context: the same kernel rows
+            return grid.top(at)
+        top, below = grid.top(at), grid.top(at - 1) if at else None
         self._warm_attention(seqs, ctx, layer)
         raw = cm.attention_core(md, seqs, 1, ctx, tp, layer)
-        return min(max(raw, top[at - 1]) if at else raw, top[at])
+        return min(max(raw, below) if below is not None else raw, top)
 
     def _gather_scatter(self, tokens: float, group: int, nodes: int) -> float:
         """AG before and RS after a block sharded over ``group`` GPUs holding ``tokens``:
@@ -458,7 +460,9 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         return out
 
 
-FIRST_BLOCK = 1024  # the decode grid's first block: its contexts below this (191 of them)
+#: the decode grid's first block: its contexts below this (63 of them); then one block per
+#: octave, so a decode step's envelope prices the octaves from its context on, not all
+FIRST_BLOCK = 64
 #: the longest context the decode-attention tables measure (their ``step`` column ends at
 #: 131,071 in every shipped ``generation_*`` table): the grid is priced at least this far
 FLOOR_HORIZON = 131_071
@@ -482,6 +486,126 @@ def decode_envelope(grid: list[int], raws: list[float]) -> list[float]:
     for i in range(max(h, 1), len(env)):
         env[i] = max(env[i], env[i - 1])
     return env
+
+
+class DecodeGrid:
+    """The decode attention core of one sequence count at the engine's grid contexts
+    (:func:`_grid_block`'s blocks, up to :data:`FLOOR_HORIZON` and as far as asked) and its
+    non-decreasing envelope (:func:`decode_envelope`), each block priced when an envelope
+    value first needs it: ``price(blocks)`` gives each block's prices
+    (:meth:`CostModel.decode_core_blocks`), ``floors(ctxs)`` a lower bound of the price at
+    each context (:meth:`CostModel.decode_core_floors`), or ``None``.
+
+    Within the horizon the envelope at index ``i`` is the least price at ``i`` or after it
+    up to the horizon. ``i``'s block is priced, then in one query every later block before
+    the first context whose bound reaches the least price found: no price after it can
+    undercut that price, so the value is the whole grid's, bit for bit (a row's price does
+    not depend on the rows sharing its query). A decode step asks a context or two of a
+    sequence count, and the bound passes the prices an octave or two on (a price grows with
+    the keys it reads), so a part of the grid's ~400 contexts is priced instead of all.
+    Without a bound (no kernel tables; an accounting copy, whose every priced row counts)
+    the whole grid is priced at once. Beyond the horizon the envelope is the largest price
+    from the horizon's last context on: every block up to the asked one is priced.
+
+    ``floors`` ``None``: no bound is asked, and the blocks from ``i``'s to the horizon are
+    priced at once. ``tally`` counts, over the grids of one kind of layer, those whose bound
+    was asked and those it spared a block of: a sliding-window layer's price stops growing
+    past its window, so its bound spares nothing, and :class:`IterationModel` stops asking
+    it after :data:`BOUND_TRIALS` grids that spared nothing (the prices are the same either
+    way)."""
+
+    def __init__(
+        self,
+        price: Callable[[list[tuple[int, ...]]], list[list[float]]],
+        floors: Callable[[list[int]], list[float] | None] | None,
+        tally: list[int] | None = None,
+    ) -> None:
+        self._price, self._floors = price, floors
+        self._tally = tally if tally is not None else [0, 0]
+        self._spared = False
+        self.grid: list[int] = []
+        self._blocks: list[tuple[int, ...]] = []
+        self._starts: list[int] = []  # grid index of each block's first context
+        self._raws: list[float] = []  # nan: not priced yet
+        self._suffix: list[float] | None = None  # least lower bound from each index on
+        self._asked = False  # floors asked (once: the horizon's grid never changes)
+        self._top: dict[int, float] = {}
+        self.extend(_horizon_end())
+
+    def extend(self, ctx: int) -> None:
+        """Add (unpriced) blocks until the grid reaches ``ctx``."""
+        end = self.grid[-1] if self.grid else 0
+        while end < ctx:
+            block = _grid_block(end)
+            self._starts.append(len(self.grid))
+            self._blocks.append(block)
+            self.grid += block
+            self._raws += [math.nan] * len(block)
+            end = block[-1]
+        self._h = bisect_right(self.grid, FLOOR_HORIZON)
+
+    def _ensure(self, blocks: list[int]) -> None:
+        """Price the blocks of ``blocks`` (indices) not priced yet, in one query."""
+        todo = [k for k in blocks if math.isnan(self._raws[self._starts[k]])]
+        if not todo:
+            return
+        priced = self._price([self._blocks[k] for k in todo])
+        for k, prices in zip(todo, priced, strict=True):
+            self._raws[self._starts[k] : self._starts[k] + len(prices)] = prices
+
+    def _block_of(self, i: int) -> int:
+        return bisect_right(self._starts, i) - 1
+
+    def _least_after(self) -> list[float] | None:
+        """The least lower bound from each grid index to the horizon (``None``: no bound)."""
+        if not self._asked and self._floors is not None:
+            self._asked, h = True, self._h
+            floors = self._floors(self.grid[:h])
+            if floors is not None:
+                self._tally[0] += 1
+                suffix = [math.inf] * (h + 1)
+                for j in range(h - 1, -1, -1):
+                    suffix[j] = min(floors[j], suffix[j + 1])
+                self._suffix = suffix
+        return self._suffix
+
+    def top(self, i: int) -> float:
+        """The envelope at grid index ``i`` (:func:`decode_envelope`'s value there)."""
+        got = self._top.get(i)
+        if got is not None:
+            return got
+        h, raws = self._h, self._raws
+        suffix = self._least_after() if i < h - 1 else None
+        if suffix is None:  # every block up to the horizon's (and i's) at once
+            first = 0 if self._floors is not None or i >= h - 1 else self._block_of(i)
+            self._ensure(list(range(first, self._block_of(max(i, h - 1)) + 1)))
+        if i >= h - 1:  # beyond the horizon: the running maximum from its last context
+            value = max(raws[h - 1 : i + 1])
+        else:  # i's block, then at once every block before the bound passes its least price
+            k = self._block_of(i)
+            self._ensure([k])
+            end = min(self._starts[k] + len(self._blocks[k]), h)
+            value = min(raws[i:end])
+            if suffix is None:  # no bound: every price up to the horizon counts
+                value, end = min(value, min(raws[end:h], default=math.inf)), h
+            elif end < h and not value <= suffix[end]:
+                past = bisect_left(suffix, value, end, h)  # the bound is non-decreasing
+                last = self._block_of(past - 1)
+                self._ensure(list(range(k + 1, last + 1)))
+                stop = min(self._starts[last] + len(self._blocks[last]), h)
+                value = min(value, min(raws[end:stop]))
+                end = stop
+            if end < h and not self._spared:
+                self._spared = True
+                self._tally[1] += 1
+        self._top[i] = value
+        return value
+
+
+#: decode grids of one kind of layer (full or sliding-window attention) whose lower bound
+#: is asked before, none of them spared a block, the kind's grids are priced whole
+#: (:class:`DecodeGrid`): a bound costs a query of the analytic model over the grid
+BOUND_TRIALS = 8
 
 
 @lru_cache(maxsize=64)  # a handful of octaves; each block's tuple built once
