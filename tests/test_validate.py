@@ -100,3 +100,26 @@ def test_validate_every_lab_run(capsys):
     not_run = {r["case_id"]: r["reason"] for r in ans["rows"] if not r["ran"]}
     assert "glm-4.5-air/h100#05" in not_run and "GiB" in not_run["glm-4.5-air/h100#05"]
     assert all(reason for reason in not_run.values())
+
+
+def test_random_rows_send_the_runs_own_token_totals():
+    """A random row's outputs are the run's (ended at the end-of-sequence token, below the
+    ``osl`` cap): gpt-oss-120b's 4K run generated 134.52 tokens per request on average
+    (report: 67,259 of 500 x 200), so 67,260 whole tokens over 500 prompts, each 134 or 135."""
+    from moeplan.commands.validate import random_run_lengths
+
+    r = {r["case_id"]: r for r in read_rows(None)}["gpt-oss-120b/a100#08"]
+    assert (r["dataset"], r["osl"], r["num_prompts"]) == ("random", "200", "500")
+    p = random_run_lengths(r, 500)
+    assert int(p.osl.sum()) == 67260 and set(p.osl.tolist()) == {134, 135}
+    assert int(p.isl.sum()) == round(float(r["mean_in"]) * 500)
+    assert p.isl.max() - p.isl.min() <= 1 and p.osl.max() <= 200
+
+
+def test_random_row_mean_above_its_cap_is_one_line():
+    from moeplan.commands.validate import random_run_lengths
+    from moeplan.errors import MoeplanError
+
+    r = dict({r["case_id"]: r for r in read_rows(None)}["gpt-oss-120b/a100#08"], mean_out="201")
+    with pytest.raises(MoeplanError, match=r"mean_out \(201\) must not exceed osl \(200\)"):
+        random_run_lengths(r, 500)

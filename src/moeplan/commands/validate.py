@@ -5,8 +5,14 @@ A row (the columns of ``moeplan/data/benchmarks/lab_a100_h100_moe.csv``) is one 
 serve`` run: ``serve_flags`` is the engine's launch command, ``engine_version`` its release,
 ``gpu`` the node (``A100`` → ``a100-sxm-8``, ``H100`` → ``h100-sxm-8``), ``dataset`` with
 ``isl``/``osl``/``num_prompts`` the prompts, ``request_rate`` and ``max_concurrency`` the
-client. ``random`` prompts are vLLM's rule at the default range ratio 0 (every prompt
-``isl`` tokens asking ``osl``); ``sharegpt`` prompts are drawn from the shipped ShareGPT
+client. ``random`` prompts (range ratio 0) carry the run's own token totals
+(:func:`random_run_lengths`): ``osl`` is only a cap, since ``vllm bench serve`` sends it as
+``max_completion_tokens`` and asks the engine to ignore the end-of-sequence token only under
+``--ignore-eos`` (a ``store_true`` flag, ``vllm/benchmarks/serve.py``; the payload's
+``ignore_eos`` set by ``_update_payload_common`` in
+``vllm/benchmarks/lib/endpoint_request_func.py``, read at the stored ``02cfb534``), which
+the lab's benchmark commands do not give, so a request that emits its end-of-sequence token
+stops early (gpt-oss: 134 of 200 tokens per request on average); ``sharegpt`` prompts are drawn from the shipped ShareGPT
 first-turn trace (seed 0) with their lengths scaled to the report's measured means
 (``mean_in``/``mean_out``: :func:`moeplan.commands.bench_workload.sharegpt_lengths`), so
 the spread of the lengths, and the long requests that end a burst, are simulated. A row moeplan cannot run (an engine it does not
@@ -104,11 +110,41 @@ def _float(r: dict[str, str], col: str) -> float:
     return v
 
 
+def spread(total: int, n: int) -> np.ndarray:
+    """``n`` whole lengths, as even as can be, summing to ``total`` (the first ``total % n``
+    one token longer)."""
+    base, extra = divmod(total, n)
+    return np.full(n, base, dtype=np.int64) + (np.arange(n) < extra)
+
+
+def random_run_lengths(r: dict[str, str], n: int) -> Any:
+    """A ``random`` row's prompts: its measured token totals (``mean_in``/``mean_out`` times
+    the prompts, whole tokens) spread evenly over its ``n`` prompts, capped by the nominal
+    ``isl``/``osl`` (module docstring: the output cap and the end-of-sequence token). The
+    report gives totals only, so every request stands at the run's mean: the spread of the
+    lengths that ended early is not known."""
+    from moeplan.commands.bench_workload import Prompts
+
+    isl, osl = _int(r, "isl"), _int(r, "osl")
+    mean_in, mean_out = _float(r, "mean_in"), _float(r, "mean_out")
+    require(
+        mean_out <= osl,
+        f"row {r['case_id']} mean_out ({r['mean_out']}) must not exceed osl ({osl}): "
+        "osl is the requests' output cap",
+    )
+    tin, tout = round(mean_in * n), round(mean_out * n)
+    src = (
+        f"random: the run's {tin} input / {tout} output tokens over {n} prompts "
+        f"(nominal {isl}/{osl}; outputs end at the end-of-sequence token or the cap)"
+    )
+    return Prompts(spread(tin, n), spread(tout, n), src)
+
+
 def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     """A row's deployment values, client settings and prompts (one line for a setting
     moeplan cannot express)."""
     from moeplan.commands.bench import DEPLOYMENT_FLAGS, BenchSettings
-    from moeplan.commands.bench_workload import random_lengths, sharegpt_lengths
+    from moeplan.commands.bench_workload import sharegpt_lengths
 
     require(
         r["gpu"] in LAB_CLUSTER,
@@ -119,7 +155,7 @@ def bench_inputs(r: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
     cap = _int(r, "max_concurrency") if r["max_concurrency"].strip() else None
     s = BenchSettings(num_prompts=n, request_rate=rate, max_concurrency=cap)
     if r["dataset"] == "random":
-        p = random_lengths(n, _int(r, "isl"), _int(r, "osl"), 0.0, 0)
+        p = random_run_lengths(r, n)
     elif r["dataset"] == "sharegpt":
         p = sharegpt_lengths(n, 0, (_float(r, "mean_in"), _float(r, "mean_out")))
     else:
