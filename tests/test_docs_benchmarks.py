@@ -21,9 +21,8 @@ from doc_figures import (
     visible,
 )
 
-#: Numbers in blocks that name no record yet (published.md's tables).
-#: They may only shrink: a new figure comes with its record.
-MAX_UNLINKED = 33
+#: Numbers in blocks that name no record: none (a new figure comes with its record).
+MAX_UNLINKED = 0
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +61,6 @@ def test_unlinked_figures_do_not_grow(checked):
     )
 
 
-@pytest.mark.xfail(strict=True, reason="33 numbers unlinked (published.md)")
 def test_every_figure_in_the_docs_is_linked(checked):
     _, loose = checked
     assert not loose
