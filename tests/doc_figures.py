@@ -3,26 +3,31 @@ the records they come from.
 
 A block of a doc (a table row, or a paragraph / list item between blank lines) is linked to
 its record by a comment inside it, ``<!-- figures: NAME -->`` or ``<!-- figures: NAME; given
-2 8 -->``, naming ``docs/benchmarks/data/NAME.json``. Every number of a linked block must be
+2 8 -->``, naming ``docs/benchmarks/data/NAME.json`` (``NAME + OTHER``: a block quoting two
+machine-written records is matched against both). Every number of a linked block must be
 found in the record, or be one of the block's ``given`` numbers (the question and the
 target, not a result). A record says what produced it, ``command`` and ``date``, and its
-``kind``:
+``kind``; only runs this machine cannot repeat may be transcribed:
 
-- ``bench``: written by ``python bench/run_all.py --record BENCH``; ``rows`` holds the
-  benchmark's rows. A doc number matches a number of the rows (a field, or a number inside a
-  text field) rounded to the digits the doc shows, in the same unit or scaled (s and ms, a
-  fraction and a percentage, millions).
-- ``output``: a file the project ships that a long run wrote (``file``, a path in the
-  repository, e.g. the held-out errors ``moeplan calibrate --kernels --errors-out`` writes);
-  its numbers are read from that file as it is now and matched as a bench's rows are, so
-  rewriting the file without the doc (or the doc without the file) fails.
-- ``gpu``, ``peer``, ``long``, ``test``: a run this machine cannot repeat in a test (it needs
-  a GPU, a peer tool such as aiconfigurator, or a long sweep) or a fact pinned by a test;
-  ``figures`` holds the run's figures as printed, transcribed when it was run. A doc number
+- ``bench``: rows a program wrote: ``python bench/run_all.py --record BENCH`` (the
+  benchmark's ``run()`` rows), ``python bench/record_cli.py NAME -- ARGS`` (a ``moeplan
+  ... --json`` answer) or a bench script's own ``--record``. A doc number matches a number of
+  the rows (a field, or a number inside a text field) rounded to the digits the doc shows, in
+  the same unit or scaled (s and ms, a fraction and a percentage, millions).
+- ``output``: a file a run wrote as it is (``file``, a path in the repository: a command's
+  ``--json`` answer redirected there, ``--errors-out``, ``--rows-out``); its numbers are read
+  from that file and matched as a bench's rows are, so rewriting the file without the doc (or
+  the doc without the file) fails.
+- ``gpu``, ``peer``: a run that needs a GPU or a peer tool such as aiconfigurator; ``figures``
+  holds the run's figures as printed, transcribed with its command and date. A doc number
   matches one of them as written.
 
+:data:`PENDING` names the records still transcribed from runs this machine can repeat (kinds
+``long`` and ``test``): each is re-recorded by its ``command`` as a ``bench`` or ``output``
+record, and the list only shrinks.
+
 So a figure in a linked block changes only with its record: rerunning the benchmark (or,
-for the exempt kinds, transcribing a new run with its command and date). The match is by
+for a GPU or peer run, transcribing a new run with its command and date). The match is by
 value, not by cell: a figure swapped with another figure of the same record, or a small
 count edited into another number of the record, is not caught.
 """
@@ -37,9 +42,63 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 DATA = ROOT / "docs" / "benchmarks" / "data"
-KINDS = {"bench", "output", "gpu", "peer", "long", "test"}
+#: written by a program / transcribed from a run that needs a GPU or a peer tool
+MACHINE_WRITTEN = {"bench", "output"}
+TRANSCRIBED = {"gpu", "peer"}
+KINDS = MACHINE_WRITTEN | TRANSCRIBED
+#: records still transcribed from a run this machine can repeat (a long sweep, a test's
+#: printout), each with the command that re-records it; only shrinks
+PENDING: set[str] = {
+    "cpu-moe-layer",
+    "deepep-h800",
+    "deepep-internode",
+    "dep-verification",
+    "disagg-search",
+    "disagg-tests",
+    "engine-speed",
+    "findep-pppipe",
+    "findep-solve",
+    "flag-sweep",
+    "fuzz-surfaces",
+    "fuzz",
+    "kerneldb-attention-terms",
+    "kerneldb-blackwell",
+    "kerneldb-cold-start",
+    "kerneldb-heldout",
+    "kerneldb-layer-kinds",
+    "kerneldb-leave-one-gpu-out",
+    "kerneldb-moe-terms",
+    "kerneldb-regimes",
+    "kerneldb-terms",
+    "launch-check",
+    "papers-lar-tests",
+    "pipeline-tests",
+    "placement-tests",
+    "plan-speed-engine-gc",
+    "plan-speed-second-pass",
+    "published-price-speed",
+    "published-wideep",
+    "rack-launch-check",
+    "rack-plan",
+    "runtime-cpu",
+    "runtime-measurements",
+    "semmoe-guard",
+    "semmoe-scale",
+    "serve-capacity-test",
+    "serve-oracles",
+    "space-oracle",
+    "space-search-cuts",
+    "strategy-one-path",
+    "trtllm-launch-check",
+    "trtllm-wideep",
+    "validate",
+    "version-transfer",
+    "vllm-dp-budgets",
+}
 
-MARKER = re.compile(r"<!--\s*figures:\s*([\w.-]+)\s*(?:;\s*given\s+([^>]*?))?\s*-->")
+MARKER = re.compile(
+    r"<!--\s*figures:\s*([\w.-]+(?:\s*\+\s*[\w.-]+)*)\s*(?:;\s*given\s+([^>]*?))?\s*-->"
+)
 # a number standing alone: not part of a name (H100, Qwen3, DP16), a version (0.12.0) or a
 # date; an optional k / M multiplier (57k, 1.15 M is two tokens and reads 1.15)
 NUMBER = re.compile(r"(?<![\w.])(\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?)([kM]?)(?!\w|\.\d)")
@@ -59,7 +118,7 @@ class Block:
     doc: Path
     line: int  # 1-based first line
     text: str
-    record: str | None  # the NAME of its marker
+    record: str | None  # the NAME of its marker (``A+B`` for two records)
     given: tuple[str, ...]
 
 
@@ -115,7 +174,8 @@ def blocks(doc: Path) -> list[Block]:
 def _block(doc: Path, line: int, text: str) -> Block:
     m = MARKER.search(re.sub(r"`[^`]*`", " ", text))  # a marker quoted in code is text
     given = tuple(m.group(2).split()) if m and m.group(2) else ()
-    return Block(doc, line, text, m.group(1) if m else None, given)
+    name = re.sub(r"\s+", "", m.group(1)) if m else None
+    return Block(doc, line, text, name, given)
 
 
 def visible(text: str) -> str:
@@ -141,7 +201,14 @@ def numbers(text: str) -> list[Number]:
 
 
 def load_record(name: str) -> dict:
-    """The record ``NAME``; an ``output`` record's ``rows`` are its file's contents."""
+    """The record ``NAME``; an ``output`` record's ``rows`` are its file's contents; ``A+B``
+    is one ``bench`` record whose rows are both records' (without their commands)."""
+    if "+" in name:
+        parts = [load_record(n) for n in name.split("+")]
+        kinds = {r.get("kind") for r in parts}
+        kind = "bench" if kinds <= MACHINE_WRITTEN else "+".join(sorted(map(str, kinds)))
+        rows = [{k: v for k, v in r.items() if k not in ("command", "file")} for r in parts]
+        return {"kind": kind, "rows": rows}
     rec = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
     if rec.get("kind") == "output" and (ROOT / str(rec.get("file", ""))).is_file():
         rec["rows"] = json.loads((ROOT / rec["file"]).read_text(encoding="utf-8"))
@@ -156,7 +223,10 @@ def record_problems(name: str, rec: dict) -> list[str]:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(rec.get("date", ""))):
         bad.append(f"{name}: date {rec.get('date')!r} is not YYYY-MM-DD")
     kind = rec.get("kind")
-    if kind not in KINDS:
+    if name in PENDING and kind in ("long", "test"):
+        if not rec.get("figures"):
+            bad.append(f"{name}: no figures")
+    elif kind not in KINDS:
         bad.append(f"{name}: kind {kind!r} not one of {sorted(KINDS)}")
     elif kind == "bench":
         if not rec.get("rows") or not str(rec["command"]).startswith("python bench/"):
@@ -186,7 +256,7 @@ def _values(x) -> list[float]:
 def unmatched(block: Block, rec: dict) -> list[str]:
     """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``)."""
     given = set(block.given)
-    if rec.get("kind") in ("bench", "output"):
+    if rec.get("kind") in MACHINE_WRITTEN:
         vals = _values({k: v for k, v in rec.items() if k not in ("command", "file")})
         return [
             n.text
@@ -212,8 +282,8 @@ def check_docs(docs: list[Path] = DOCS) -> tuple[list[str], list[Block]]:
                     loose.append(b)
                 continue
             if b.record not in cache:
-                path = DATA / f"{b.record}.json"
-                cache[b.record] = load_record(b.record) if path.exists() else None
+                known = all((DATA / f"{n}.json").exists() for n in b.record.split("+"))
+                cache[b.record] = load_record(b.record) if known else None
             rec = cache[b.record]
             if rec is None:
                 bad.append(f"{where}: no record docs/benchmarks/data/{b.record}.json")
