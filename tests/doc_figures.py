@@ -18,6 +18,10 @@ target, not a result). A record says what produced it, ``command`` and ``date``,
   ``--json`` answer redirected there, ``--errors-out``, ``--rows-out``); its numbers are read
   from that file and matched as a bench's rows are, so rewriting the file without the doc (or
   the doc without the file) fails.
+- ``pinned``: facts a test computes and holds (``figures``: ``{label: number}``; ``tests``:
+  the test files). Each named test reads the record with :func:`pinned` and asserts every
+  figure equal to what the code computes or the bound it holds, so a figure edited in the
+  record fails that test and one edited in the doc fails here; matched as a bench's rows.
 - ``gpu``, ``peer``: a run that needs a GPU or a peer tool such as aiconfigurator; ``figures``
   holds the run's figures as printed, transcribed with its command and date. A doc number
   matches one of them as written.
@@ -43,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 DATA = ROOT / "docs" / "benchmarks" / "data"
 #: written by a program / transcribed from a run that needs a GPU or a peer tool
-MACHINE_WRITTEN = {"bench", "output"}
+MACHINE_WRITTEN = {"bench", "output", "pinned"}
 TRANSCRIBED = {"gpu", "peer"}
 KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: records still transcribed from a run this machine can repeat (a long sweep, a test's
@@ -59,8 +63,8 @@ PENDING: set[str] = {
     "findep-pppipe",
     "findep-solve",
     "flag-sweep",
-    "fuzz-surfaces",
     "fuzz",
+    "fuzz-surfaces",
     "kerneldb-attention-terms",
     "kerneldb-blackwell",
     "kerneldb-cold-start",
@@ -76,8 +80,6 @@ PENDING: set[str] = {
     "placement-tests",
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
-    "published-price-speed",
-    "published-wideep",
     "rack-launch-check",
     "rack-plan",
     "runtime-cpu",
@@ -93,7 +95,6 @@ PENDING: set[str] = {
     "trtllm-wideep",
     "validate",
     "version-transfer",
-    "vllm-dp-budgets",
 }
 
 MARKER = re.compile(
@@ -215,6 +216,14 @@ def load_record(name: str) -> dict:
     return rec
 
 
+def pinned(name: str) -> dict[str, float]:
+    """The figures of the ``pinned`` record ``NAME``, by label: what a test asserts equal to
+    what the code computes (or the bound it holds)."""
+    rec = load_record(name)
+    assert rec.get("kind") == "pinned", (name, rec.get("kind"))
+    return rec["figures"]
+
+
 def record_problems(name: str, rec: dict) -> list[str]:
     """What a record lacks: its command, its date, a known kind and its figures."""
     bad = []
@@ -234,6 +243,16 @@ def record_problems(name: str, rec: dict) -> list[str]:
     elif kind == "output":
         if not rec.get("rows"):
             bad.append(f"{name}: an output record names a file of the repository it was read from")
+    elif kind == "pinned":
+        tests = rec.get("tests") or []
+        if not isinstance(rec.get("figures"), dict) or not rec["figures"] or not tests:
+            bad.append(
+                f"{name}: a pinned record holds figures by label and the tests that hold them"
+            )
+        for t in tests:
+            path = ROOT / t
+            if not path.is_file() or f'pinned("{name}")' not in path.read_text(encoding="utf-8"):
+                bad.append(f'{name}: {t} does not read it (pinned("{name}"))')
     elif not rec.get("figures"):
         bad.append(f"{name}: no figures")
     return bad
@@ -257,7 +276,10 @@ def unmatched(block: Block, rec: dict) -> list[str]:
     """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``)."""
     given = set(block.given)
     if rec.get("kind") in MACHINE_WRITTEN:
-        vals = _values({k: v for k, v in rec.items() if k not in ("command", "file")})
+        # what produced the record is not a figure: its command, file, tests and a note
+        vals = _values(
+            {k: v for k, v in rec.items() if k not in ("command", "file", "tests", "note")}
+        )
         return [
             n.text
             for n in numbers(block.text)
