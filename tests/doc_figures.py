@@ -54,8 +54,6 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: printout), each with the command that re-records it; only shrinks
 PENDING: set[str] = {
     "cpu-moe-layer",
-    "deepep-h800",
-    "deepep-internode",
     "dep-verification",
     "disagg-search",
     "disagg-tests",
@@ -92,7 +90,6 @@ PENDING: set[str] = {
     "space-search-cuts",
     "strategy-one-path",
     "trtllm-launch-check",
-    "trtllm-wideep",
     "validate",
     "version-transfer",
 }
