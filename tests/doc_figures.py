@@ -73,7 +73,6 @@ PENDING: set[str] = {
     "kerneldb-regimes",
     "kerneldb-terms",
     "launch-check",
-    "pipeline-tests",
     "placement-tests",
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
