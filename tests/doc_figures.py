@@ -86,7 +86,6 @@ PENDING: set[str] = {
     "serve-oracles",
     "space-oracle",
     "space-search-cuts",
-    "strategy-one-path",
     "trtllm-launch-check",
     "validate",
     "version-transfer",
