@@ -15,9 +15,10 @@ target, not a result). A record says what produced it, ``command`` and ``date``,
   the rows (a field, or a number inside a text field) rounded to the digits the doc shows, in
   the same unit or scaled (s and ms, a fraction and a percentage, millions).
 - ``output``: a file a run wrote as it is (``file``, a path in the repository: a command's
-  ``--json`` answer redirected there, ``--errors-out``, ``--rows-out``); its numbers are read
-  from that file and matched as a bench's rows are, so rewriting the file without the doc (or
-  the doc without the file) fails.
+  ``--json`` answer redirected there, ``--errors-out``, ``--rows-out``, or what a command
+  printed, kept by ``python bench/record_output.py NAME -- COMMAND``); its numbers are read
+  from that file (a JSON document's values, a text's numbers) and matched as a bench's rows
+  are, so rewriting the file without the doc (or the doc without the file) fails.
 - ``pinned``: facts a test computes and holds (``figures``: ``{label: number}``; ``tests``:
   the test files). Each named test reads the record with :func:`pinned` and asserts every
   figure equal to what the code computes or the bound it holds, so a figure edited in the
@@ -27,8 +28,8 @@ target, not a result). A record says what produced it, ``command`` and ``date``,
   matches one of them as written.
 
 :data:`PENDING` names the records still transcribed from runs this machine can repeat (kinds
-``long`` and ``test``): each is re-recorded by its ``command`` as a ``bench`` or ``output``
-record, and the list only shrinks.
+``long`` and ``test``): each names the command that re-records it as a ``bench``, ``output``
+or ``pinned`` record (``rerecord``), and the list only shrinks.
 
 So a figure in a linked block changes only with its record: rerunning the benchmark (or,
 for a GPU or peer run, transcribing a new run with its command and date). The match is by
@@ -205,8 +206,11 @@ def load_record(name: str) -> dict:
         rows = [{k: v for k, v in r.items() if k not in ("command", "file")} for r in parts]
         return {"kind": kind, "rows": rows}
     rec = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
-    if rec.get("kind") == "output" and (ROOT / str(rec.get("file", ""))).is_file():
-        rec["rows"] = json.loads((ROOT / rec["file"]).read_text(encoding="utf-8"))
+    path = ROOT / str(rec.get("file", ""))
+    if rec.get("kind") == "output" and path.is_file():
+        text = path.read_text(encoding="utf-8")
+        # a JSON file's values; printed text (bench/record_output.py's .txt) read as a reader does
+        rec["rows"] = json.loads(text) if path.suffix == ".json" else text
     return rec
 
 
@@ -229,6 +233,8 @@ def record_problems(name: str, rec: dict) -> list[str]:
     if name in PENDING and kind in ("long", "test"):
         if not rec.get("figures"):
             bad.append(f"{name}: no figures")
+        if not str(rec.get("rerecord", "")).strip():
+            bad.append(f"{name}: a pending record names the command that re-records it")
     elif kind not in KINDS:
         bad.append(f"{name}: kind {kind!r} not one of {sorted(KINDS)}")
     elif kind == "bench":
