@@ -86,7 +86,6 @@ PENDING: set[str] = {
     "space-search-cuts",
     "trtllm-launch-check",
     "validate",
-    "version-transfer",
 }
 
 MARKER = re.compile(
