@@ -81,7 +81,6 @@ PENDING: set[str] = {
     "semmoe-guard",
     "semmoe-scale",
     "serve-capacity-test",
-    "serve-oracles",
     "space-oracle",
     "space-search-cuts",
     "trtllm-launch-check",
