@@ -65,7 +65,6 @@ PENDING: set[str] = {
     "fuzz",
     "fuzz-surfaces",
     "kerneldb-attention-terms",
-    "kerneldb-blackwell",
     "kerneldb-cold-start",
     "kerneldb-layer-kinds",
     "kerneldb-moe-terms",
