@@ -80,7 +80,6 @@ PENDING: set[str] = {
     "runtime-measurements",
     "semmoe-guard",
     "semmoe-scale",
-    "serve-capacity-test",
     "space-oracle",
     "space-search-cuts",
     "trtllm-launch-check",
