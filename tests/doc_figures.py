@@ -82,7 +82,6 @@ PENDING: set[str] = {
     "semmoe-scale",
     "space-oracle",
     "space-search-cuts",
-    "trtllm-launch-check",
     "validate",
 }
 
