@@ -74,7 +74,6 @@ PENDING: set[str] = {
     "placement-tests",
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
-    "rack-launch-check",
     "rack-plan",
     "runtime-cpu",
     "runtime-measurements",
