@@ -73,7 +73,6 @@ PENDING: set[str] = {
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
     "rack-plan",
-    "runtime-cpu",
     "runtime-measurements",
     "semmoe-guard",
     "semmoe-scale",
