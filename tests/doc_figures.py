@@ -3,26 +3,36 @@ the records they come from.
 
 A block of a doc (a table row, or a paragraph / list item between blank lines) is linked to
 its record by a comment inside it, ``<!-- figures: NAME -->`` or ``<!-- figures: NAME; given
-2 8 -->``, naming ``docs/benchmarks/data/NAME.json``. Every number of a linked block must be
+2 8 -->``, naming ``docs/benchmarks/data/NAME.json`` (``NAME + OTHER``: a block quoting two
+machine-written records is matched against both). Every number of a linked block must be
 found in the record, or be one of the block's ``given`` numbers (the question and the
 target, not a result). A record says what produced it, ``command`` and ``date``, and its
-``kind``:
+``kind``; only runs this machine cannot repeat may be transcribed:
 
-- ``bench``: written by ``python bench/run_all.py --record BENCH``; ``rows`` holds the
-  benchmark's rows. A doc number matches a number of the rows (a field, or a number inside a
-  text field) rounded to the digits the doc shows, in the same unit or scaled (s and ms, a
-  fraction and a percentage, millions).
-- ``output``: a file the project ships that a long run wrote (``file``, a path in the
-  repository, e.g. the held-out errors ``moeplan calibrate --kernels --errors-out`` writes);
-  its numbers are read from that file as it is now and matched as a bench's rows are, so
-  rewriting the file without the doc (or the doc without the file) fails.
-- ``gpu``, ``peer``, ``long``, ``test``: a run this machine cannot repeat in a test (it needs
-  a GPU, a peer tool such as aiconfigurator, or a long sweep) or a fact pinned by a test;
-  ``figures`` holds the run's figures as printed, transcribed when it was run. A doc number
+- ``bench``: rows a program wrote: ``python bench/run_all.py --record BENCH`` (the
+  benchmark's ``run()`` rows), ``python bench/record_cli.py NAME -- ARGS`` (a ``moeplan
+  ... --json`` answer) or a bench script's own ``--record``. A doc number matches a number of
+  the rows (a field, or a number inside a text field) rounded to the digits the doc shows, in
+  the same unit or scaled (s and ms, a fraction and a percentage, millions).
+- ``output``: a file a run wrote as it is (``file``, a path in the repository: a command's
+  ``--json`` answer redirected there, ``--errors-out``, ``--rows-out``, or what a command
+  printed, kept by ``python bench/record_output.py NAME -- COMMAND``); its numbers are read
+  from that file (a JSON document's values, a text's numbers) and matched as a bench's rows
+  are, so rewriting the file without the doc (or the doc without the file) fails.
+- ``pinned``: facts a test computes and holds (``figures``: ``{label: number}``; ``tests``:
+  the test files). Each named test reads the record with :func:`pinned` and asserts every
+  figure equal to what the code computes or the bound it holds, so a figure edited in the
+  record fails that test and one edited in the doc fails here; matched as a bench's rows.
+- ``gpu``, ``peer``: a run that needs a GPU or a peer tool such as aiconfigurator; ``figures``
+  holds the run's figures as printed, transcribed with its command and date. A doc number
   matches one of them as written.
 
+:data:`PENDING` names the records still transcribed from runs this machine can repeat (kinds
+``long`` and ``test``): each names the command that re-records it as a ``bench``, ``output``
+or ``pinned`` record (``rerecord``), and the list only shrinks.
+
 So a figure in a linked block changes only with its record: rerunning the benchmark (or,
-for the exempt kinds, transcribing a new run with its command and date). The match is by
+for a GPU or peer run, transcribing a new run with its command and date). The match is by
 value, not by cell: a figure swapped with another figure of the same record, or a small
 count edited into another number of the record, is not caught.
 """
@@ -34,12 +44,46 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "BENCHMARKS.md", *sorted((ROOT / "docs" / "benchmarks").glob("*.md"))]
 DATA = ROOT / "docs" / "benchmarks" / "data"
-KINDS = {"bench", "output", "gpu", "peer", "long", "test"}
+#: written by a program / transcribed from a run that needs a GPU or a peer tool
+MACHINE_WRITTEN = {"bench", "output", "pinned"}
+TRANSCRIBED = {"gpu", "peer"}
+KINDS = MACHINE_WRITTEN | TRANSCRIBED
+#: records still transcribed from a run this machine can repeat (a long sweep, a test's
+#: printout), each with the command that re-records it; only shrinks
+PENDING: set[str] = {
+    "cpu-moe-layer",
+    "dep-verification",
+    "disagg-search",
+    "engine-speed",
+    "findep-solve",
+    "flag-sweep",
+    "fuzz",
+    "fuzz-surfaces",
+    "kerneldb-attention-terms",
+    "kerneldb-cold-start",
+    "kerneldb-layer-kinds",
+    "kerneldb-moe-terms",
+    "kerneldb-terms",
+    "launch-check",
+    "plan-speed-engine-gc",
+    "plan-speed-second-pass",
+    "rack-plan",
+    "runtime-measurements",
+    "semmoe-guard",
+    "semmoe-scale",
+    "space-oracle",
+    "space-search-cuts",
+    "validate",
+}
 
-MARKER = re.compile(r"<!--\s*figures:\s*([\w.-]+)\s*(?:;\s*given\s+([^>]*?))?\s*-->")
+MARKER = re.compile(
+    r"<!--\s*figures:\s*([\w.-]+(?:\s*\+\s*[\w.-]+)*)\s*(?:;\s*given\s+([^>]*?))?\s*-->"
+)
 # a number standing alone: not part of a name (H100, Qwen3, DP16), a version (0.12.0) or a
 # date; an optional k / M multiplier (57k, 1.15 M is two tokens and reads 1.15)
 NUMBER = re.compile(r"(?<![\w.])(\d+(?:,\d{3})*(?:\.\d+)?(?:e-?\d+)?)([kM]?)(?!\w|\.\d)")
@@ -59,7 +103,7 @@ class Block:
     doc: Path
     line: int  # 1-based first line
     text: str
-    record: str | None  # the NAME of its marker
+    record: str | None  # the NAME of its marker (``A+B`` for two records)
     given: tuple[str, ...]
 
 
@@ -115,7 +159,8 @@ def blocks(doc: Path) -> list[Block]:
 def _block(doc: Path, line: int, text: str) -> Block:
     m = MARKER.search(re.sub(r"`[^`]*`", " ", text))  # a marker quoted in code is text
     given = tuple(m.group(2).split()) if m and m.group(2) else ()
-    return Block(doc, line, text, m.group(1) if m else None, given)
+    name = re.sub(r"\s+", "", m.group(1)) if m else None
+    return Block(doc, line, text, name, given)
 
 
 def visible(text: str) -> str:
@@ -141,11 +186,33 @@ def numbers(text: str) -> list[Number]:
 
 
 def load_record(name: str) -> dict:
-    """The record ``NAME``; an ``output`` record's ``rows`` are its file's contents."""
+    """The record ``NAME``; an ``output`` record's ``rows`` are its file's contents; ``A+B``
+    is one ``bench`` record whose rows are both records' (without their commands)."""
+    if "+" in name:
+        parts = [load_record(n) for n in name.split("+")]
+        kinds = {r.get("kind") for r in parts}
+        kind = "bench" if kinds <= MACHINE_WRITTEN else "+".join(sorted(map(str, kinds)))
+        rows = [{k: v for k, v in r.items() if k not in ("command", "file")} for r in parts]
+        match = "row" if any(r.get("match") == "row" for r in parts) else None
+        return {"kind": kind, "rows": rows, **({"match": match} if match else {})}
     rec = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
-    if rec.get("kind") == "output" and (ROOT / str(rec.get("file", ""))).is_file():
-        rec["rows"] = json.loads((ROOT / rec["file"]).read_text(encoding="utf-8"))
+    path = ROOT / str(rec.get("file", ""))
+    if rec.get("kind") == "output" and path.is_file():
+        text = path.read_text(encoding="utf-8")
+        # a JSON file's values; printed text (bench/record_output.py's .txt) read as a reader does
+        if path.suffix == ".json":
+            rec["rows"] = json.loads(text)
+        else:  # a unit printed against its number ("149.06s", "2.5x") is read apart from it
+            rec["rows"] = re.sub(r"(\d)(s|ms|us|µs|x|GB|MB|MiB|GiB)\b", r"\1 \2", text)
     return rec
+
+
+def pinned(name: str) -> dict[str, float]:
+    """The figures of the ``pinned`` record ``NAME``, by label: what a test asserts equal to
+    what the code computes (or the bound it holds)."""
+    rec = load_record(name)
+    assert rec.get("kind") == "pinned", (name, rec.get("kind"))
+    return rec["figures"]
 
 
 def record_problems(name: str, rec: dict) -> list[str]:
@@ -156,7 +223,12 @@ def record_problems(name: str, rec: dict) -> list[str]:
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(rec.get("date", ""))):
         bad.append(f"{name}: date {rec.get('date')!r} is not YYYY-MM-DD")
     kind = rec.get("kind")
-    if kind not in KINDS:
+    if name in PENDING and kind in ("long", "test"):
+        if not rec.get("figures"):
+            bad.append(f"{name}: no figures")
+        if not str(rec.get("rerecord", "")).strip():
+            bad.append(f"{name}: a pending record names the command that re-records it")
+    elif kind not in KINDS:
         bad.append(f"{name}: kind {kind!r} not one of {sorted(KINDS)}")
     elif kind == "bench":
         if not rec.get("rows") or not str(rec["command"]).startswith("python bench/"):
@@ -164,6 +236,16 @@ def record_problems(name: str, rec: dict) -> list[str]:
     elif kind == "output":
         if not rec.get("rows"):
             bad.append(f"{name}: an output record names a file of the repository it was read from")
+    elif kind == "pinned":
+        tests = rec.get("tests") or []
+        if not isinstance(rec.get("figures"), dict) or not rec["figures"] or not tests:
+            bad.append(
+                f"{name}: a pinned record holds figures by label and the tests that hold them"
+            )
+        for t in tests:
+            path = ROOT / t
+            if not path.is_file() or f'pinned("{name}")' not in path.read_text(encoding="utf-8"):
+                bad.append(f'{name}: {t} does not read it (pinned("{name}"))')
     elif not rec.get("figures"):
         bad.append(f"{name}: no figures")
     return bad
@@ -183,17 +265,60 @@ def _values(x) -> list[float]:
     return []
 
 
+def _leaves(x) -> list[list[float]]:
+    """The values of every object of ``x`` (at any depth) that holds a scalar: the rows of a
+    JSON output, one list each."""
+    out: list[list[float]] = []
+    if isinstance(x, dict):
+        scalars = {k: v for k, v in x.items() if not isinstance(v, (dict, list))}
+        if scalars:
+            out.append(_values(scalars))
+        for v in x.values():
+            out += _leaves(v)
+    elif isinstance(x, list):
+        for v in x:
+            out += _leaves(v)
+    return out
+
+
+def _held(vals: list[float], n: Number) -> bool:
+    # a number is read without its sign (NUMBER), so it matches a value's magnitude
+    return any(abs(abs(v) * s - n.value) <= n.tolerance for v in vals for s in _SCALES)
+
+
 def unmatched(block: Block, rec: dict) -> list[str]:
-    """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``)."""
+    """The numbers of ``block`` its record ``rec`` does not hold (nor its ``given``).
+
+    A record with ``"match": "row"`` (an output of thousands of cells, where almost any
+    number is some cell's by chance) holds a block only within one of its rows: every number
+    of the block from one object of the output."""
     given = set(block.given)
-    if rec.get("kind") in ("bench", "output"):
-        vals = _values({k: v for k, v in rec.items() if k not in ("command", "file")})
-        return [
-            n.text
-            for n in numbers(block.text)
-            if n.text not in given
-            and not any(abs(v * s - n.value) <= n.tolerance for v in vals for s in _SCALES)
-        ]
+    shown = [n for n in numbers(block.text) if n.text not in given]
+    if rec.get("kind") in MACHINE_WRITTEN and rec.get("match") == "row":
+        if "_cells" not in rec:  # every value with its row's index, once per record
+            rows = _leaves(rec.get("rows"))
+            rec["_cells"] = (
+                np.abs(np.array([v for r in rows for v in r], dtype=float)),
+                np.array([i for i, r in enumerate(rows) for _ in r], dtype=int),
+                len(rows),
+            )
+        vals, row_of, n_rows = rec["_cells"]
+        held = np.zeros((len(shown), n_rows), dtype=bool)  # number x row
+        for i, n in enumerate(shown):
+            hit = np.zeros(len(vals), dtype=bool)
+            for sc in _SCALES:
+                hit |= np.abs(vals * sc - n.value) <= n.tolerance
+            held[i, row_of[hit]] = True
+        if not shown or n_rows == 0:
+            return [n.text for n in shown]
+        best = int(held.sum(axis=0).argmax())
+        return [n.text for i, n in enumerate(shown) if not held[i, best]]
+    if rec.get("kind") in MACHINE_WRITTEN:
+        # what produced the record is not a figure: its command, file, tests and a note
+        vals = _values(
+            {k: v for k, v in rec.items() if k not in ("command", "file", "tests", "note")}
+        )
+        return [n.text for n in numbers(block.text) if n.text not in given and not _held(vals, n)]
     figures = {str(f) for f in rec.get("figures", [])}
     return [n.text for n in numbers(block.text) if n.text not in given | figures]
 
@@ -212,8 +337,8 @@ def check_docs(docs: list[Path] = DOCS) -> tuple[list[str], list[Block]]:
                     loose.append(b)
                 continue
             if b.record not in cache:
-                path = DATA / f"{b.record}.json"
-                cache[b.record] = load_record(b.record) if path.exists() else None
+                known = all((DATA / f"{n}.json").exists() for n in b.record.split("+"))
+                cache[b.record] = load_record(b.record) if known else None
             rec = cache[b.record]
             if rec is None:
                 bad.append(f"{where}: no record docs/benchmarks/data/{b.record}.json")

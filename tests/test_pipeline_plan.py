@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from doc_figures import pinned
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.pipeline import (
@@ -247,12 +248,25 @@ def test_plan_dict_and_speedups_for_qwen3_on_smidt_a40():
         assert res.speedup(name) is not None and math.isfinite(res.speedup(name))
 
 
+#: the memory above what a "no plan fits" error names that must admit a plan
+MARGIN = 0.02
+
+
 def test_memory_named_by_no_plan_error_is_enough():
     """With 2 % more than the memory the error names, a plan exists."""
     model, cluster = load_model("deepseek-v3"), load_cluster("a100-sxm-8")
     with pytest.raises(MoeplanError, match="no plan fits") as err:
         plan_pipeline(model, cluster, WORKLOAD, cost_model_for(cluster), baselines=False)
     need = float(str(err.value).split("needs at least ")[1].split(" GiB")[0]) * 2**30
-    bigger = replace(cluster, gpu=replace(cluster.gpu, mem_bytes=need * 1.02))
+    bigger = replace(cluster, gpu=replace(cluster.gpu, mem_bytes=need * (1 + MARGIN)))
     res = plan_pipeline(model, bigger, WORKLOAD, cost_model_for(bigger), baselines=False)
     _check_plan(res, model, bigger, WORKLOAD)
+
+
+def test_the_docs_figures_are_these_cases():
+    """pipeline.md's figures (docs/benchmarks/data/pipeline-tests.json): the real-table
+    cases' layers and GPUs and the memory margin."""
+    figures = pinned("pipeline-tests")
+    assert figures["real_table_layers_max"] == max(layers for _, layers, _ in _small_cases())
+    assert figures["real_table_gpus"] == load_cluster("a100-sxm-8").num_gpus
+    assert figures["memory_margin"] == MARGIN

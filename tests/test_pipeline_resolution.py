@@ -8,6 +8,7 @@ every joint choice assignment, memory summed in bytes.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
@@ -15,11 +16,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from doc_figures import pinned
 from hypothesis_budget import examples
-from moeplan.planners.pipeline.refine import certify, memory_free_bound
+from moeplan.planners.pipeline.refine import (
+    MAX_RESOLUTION,
+    REFINE_STEP,
+    TOL,
+    certify,
+    memory_free_bound,
+)
 from moeplan.planners.pipeline.search import discretize, search_partition
 
 GAP = 0.005
+#: random instances of the certified search against the byte-level optimum
+INSTANCES = 60
 
 
 def exact_bytes(times, mems, capacity, stages):
@@ -57,7 +67,7 @@ def instances(draw):
     return times, mems, capacity, stages
 
 
-@settings(max_examples=examples(60))
+@settings(max_examples=examples(INSTANCES))
 @given(instances())
 def test_certified_search_within_half_a_percent_of_the_exact_byte_optimum(inst):
     times, mems, capacity, stages = inst
@@ -100,3 +110,15 @@ def test_memory_free_bound_is_the_best_contiguous_split():
         for c in itertools.combinations(range(1, 5), 1)
     )
     assert memory_free_bound(times, 2) == pytest.approx(best, rel=1e-9)
+
+
+def test_the_docs_figures_are_the_certified_search():
+    """pipeline.md's figures (docs/benchmarks/data/pipeline-tests.json): the starting and
+    largest resolution, the refinement step, the certified gap and this file's oracle."""
+    figures = pinned("pipeline-tests")
+    start = inspect.signature(certify).parameters["resolution"].default
+    assert (figures["resolution_start"], figures["resolution_max"]) == (start, MAX_RESOLUTION)
+    assert figures["refine_step"] == REFINE_STEP
+    assert figures["certified_gap"] == TOL
+    assert figures["oracle_instances"] == INSTANCES
+    assert figures["oracle_gap"] == GAP

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from doc_figures import pinned
 from moeplan.planners.pipeline.search import (
     WindowKnapsack,
     discretize,
@@ -26,14 +27,21 @@ def _tradeoff(mem: np.ndarray, time: np.ndarray) -> np.ndarray:
     return out
 
 
+#: the random instances: modules, choices per module and stages (each an inclusive range)
+MODULES, CHOICES, STAGES = (1, 12), (1, 4), (1, 4)
+BLOCKS, SEEDS_PER_BLOCK = 8, 30
+
+
 def _instance(seed: int):
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 13))
-    times = [rng.uniform(0.1, 2.0, size=int(rng.integers(1, 5))) for _ in range(n)]
+    n = int(rng.integers(MODULES[0], MODULES[1] + 1))
+    times = [
+        rng.uniform(0.1, 2.0, size=int(rng.integers(CHOICES[0], CHOICES[1] + 1))) for _ in range(n)
+    ]
     mems = [rng.uniform(0.5, 4.0, size=len(t)) * 1e9 for t in times]
     # faster choices tend to use more memory (DPMoE-like trade-off)
     mems = [_tradeoff(m, t) if rng.random() < 0.7 else m for m, t in zip(mems, times, strict=True)]
-    stages = int(rng.integers(1, min(n, 4) + 1))
+    stages = int(rng.integers(STAGES[0], min(n, STAGES[1]) + 1))
     need = sum(float(m.min()) for m in mems) / stages
     cap_bytes = float(rng.uniform(0.9, 2.0)) * need + 4e9
     units, base, cap = discretize(mems, cap_bytes, resolution=int(rng.integers(8, 64)))
@@ -69,11 +77,11 @@ def _check_partition(part, times, mems, units, base, cap, cap_bytes, stages):
         assert sum(float(times[m][part.choice[m]]) for m in range(a, b)) == pytest.approx(st)
 
 
-@pytest.mark.parametrize("block", range(8))
+@pytest.mark.parametrize("block", range(BLOCKS))
 def test_search_matches_exhaustive_on_random_instances(block):
     """240 random instances: search bottleneck within eps of the exact optimum; same feasibility."""
     solved = 0
-    for seed in range(block * 30, block * 30 + 30):
+    for seed in range(block * SEEDS_PER_BLOCK, (block + 1) * SEEDS_PER_BLOCK):
         times, mems, units, base, cap, cap_bytes, stages = _instance(seed)
         got = search_partition(times, units, cap, stages, eps=EPS, base=base)
         exact = exhaustive_partition(times, units, cap, stages, base=base)
@@ -162,3 +170,13 @@ def test_level_memory_finds_the_least_peak_memory_at_the_bottleneck():
         assert tighter is None or tighter.bottleneck > limit
         checked += 1
     assert checked >= 30
+
+
+def test_the_docs_figures_are_these_instances():
+    """pipeline.md's figures (docs/benchmarks/data/pipeline-tests.json) are the instances
+    the search is checked on."""
+    figures = pinned("pipeline-tests")
+    assert figures["search_instances"] == BLOCKS * SEEDS_PER_BLOCK
+    assert (figures["modules_min"], figures["modules_max"]) == MODULES
+    assert (figures["choices_min"], figures["choices_max"]) == CHOICES
+    assert (figures["stages_min"], figures["stages_max"]) == STAGES

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from doc_figures import pinned
 from moeplan.search.capacity.slo import (
     CapacitySearch,
     instance_stream,
@@ -79,6 +80,10 @@ def _linear(b: Batch) -> float:  # 5 ms + 1 ms per decode sequence + 1 us per pr
     return 0.005 + 0.001 * b.decode + 1e-6 * sum(q for q, _ in b.prefill)
 
 
+#: measured requests of the shorter and the longer run of the interval check
+SHORT, LONG = 600, 2400
+
+
 @pytest.mark.parametrize("seed", [0, 2])
 def test_capacity_interval_holds_the_longer_runs_estimate(seed):
     """A TPOT-bound engine (decode step linear in the batch), 600 measured requests vs 2,400
@@ -89,8 +94,8 @@ def test_capacity_interval_holds_the_longer_runs_estimate(seed):
     slo = SLO(ttft_s=2.0, tpot_s=0.04)
     cfg = EngineConfig(policy="prefill-first", chunk_tokens=4096, max_running=256, kv_tokens=10**7)
     wl = _wl(seed=seed)
-    short, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=600))
-    long, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=2400))
+    short, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=SHORT))
+    long, _ = slo_capacity(cfg, _linear, wl, slo, CapacitySearch(guess_rps=20.0, requests=LONG))
     assert short.low_rps <= short.rate_rps <= short.high_rps
     assert short.low_rps <= long.rate_rps <= short.high_rps
     assert long.high_rps - long.low_rps < short.high_rps - short.low_rps
@@ -148,3 +153,17 @@ def test_engine_horizon_keeps_everything_before_it():
     assert np.array_equal(cut.finish_s[done], full.finish_s[done])
     assert np.array_equal(cut.first_token_s[done], full.first_token_s[done])
     assert np.isnan(cut.finish_s[~done]).all()
+
+
+def test_the_docs_figures_are_this_check():
+    """BENCHMARKS.md's figures (docs/benchmarks/data/serve-capacity-test.json): the
+    interval's confidence and the two runs' requests."""
+    from statistics import NormalDist
+
+    from moeplan.search.capacity.slo import Z95
+
+    assert pinned("serve-capacity-test") == {
+        "interval_percent": round(100 * (2 * NormalDist().cdf(Z95) - 1)),
+        "short_requests": SHORT,
+        "long_requests": LONG,
+    }

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from doc_figures import pinned
 from hypothesis_budget import examples
 from moeplan.cost import cost_model_for
 from moeplan.planners.layout import Layout
@@ -48,11 +51,21 @@ def real():
     return IterationModel(model, cluster, cost_model_for(cluster), layout)
 
 
+#: a 5,000-token prompt in chunks of 2,048: (new tokens, context) of each prefill iteration
+CHUNKS = [(2048, 2048), (2048, 4096), (904, 5000)]
+#: the M/D/1 checks: requests of the sample path and its tolerance; Poisson requests of the
+#: mean wait, its load and tolerance
+LINDLEY_REQUESTS, EXACT = 3000, 1e-9
+PK_REQUESTS, PK_RHO, PK_TOL = 100_000, 0.5, 0.03
+#: random workloads of the token-conservation property
+CONSERVATION_EXAMPLES = 40
+
+
 def test_single_request_ttft_is_its_prefill_iterations(real):
     """Alone, TTFT = the sum of its prefill chunk iterations at their real contexts."""
     reqs = requests_from_rows([0.0], [5000], [40])
     res = simulate(reqs, _cfg(chunk_tokens=2048), real)
-    chunks = [(2048, 2048), (2048, 4096), (904, 5000)]
+    chunks = CHUNKS
     exact = sum(real(Batch(0, 0, ((q, c),))) for q, c in chunks)
     bucketed = sum(real(Batch(0, 0, ((q, bucket(c)),))) for q, c in chunks)
     ttft = res.first_token_s[0] - res.arrival_s[0]
@@ -83,24 +96,42 @@ def _md1(n: int, seed: int, rate: float, d: float, osl: int):
 def test_md1_sample_path_is_lindley():
     """Batch cap 1, fixed service D: every wait follows W' = max(0, W + D - gap) exactly."""
     d, osl = 0.01, 10
-    reqs, res = _md1(3000, 1, 6.0, d, osl)
+    reqs, res = _md1(LINDLEY_REQUESTS, 1, 6.0, d, osl)
     service = osl * d  # one prefill iteration (first token) + osl-1 decode iterations
     wait, expect = 0.0, []
     for gap in np.diff(reqs.arrival_s, prepend=reqs.arrival_s[0]):
         wait = max(0.0, wait + service - gap) if expect else 0.0
         expect.append(wait)
-    np.testing.assert_allclose(res.admit_s - res.arrival_s, expect, atol=1e-9)
-    np.testing.assert_allclose(res.finish_s - res.admit_s, service, rtol=1e-9)
+    np.testing.assert_allclose(res.admit_s - res.arrival_s, expect, atol=EXACT)
+    np.testing.assert_allclose(res.finish_s - res.admit_s, service, rtol=EXACT)
+
+
+@functools.cache
+def _pk_error() -> float:
+    """The simulated M/D/1 mean wait over Pollaczek-Khinchine's, less one (Poisson arrivals at
+    load :data:`PK_RHO`, cap 1, fixed service)."""
+    d, osl = 0.01, 10
+    service = osl * d
+    _, res = _md1(PK_REQUESTS, 0, PK_RHO / service, d, osl)
+    wait = float((res.admit_s - res.arrival_s).mean())
+    return wait / (PK_RHO * service / (2 * (1 - PK_RHO))) - 1
 
 
 def test_md1_mean_wait_matches_pollaczek_khinchine():
     """Poisson arrivals, cap 1, fixed service: mean wait = rho D / 2(1 - rho) within 3 %."""
-    d, osl, rate = 0.01, 10, 5.0
-    service = osl * d
-    rho = rate * service
-    _, res = _md1(100_000, 0, rate, d, osl)
-    wait = float((res.admit_s - res.arrival_s).mean())
-    assert wait == pytest.approx(rho * service / (2 * (1 - rho)), rel=0.03)
+    assert abs(_pk_error()) <= PK_TOL
+
+
+def test_the_docs_figures_are_these_oracles():
+    """serve.md's figures (docs/benchmarks/data/serve-oracles.json): the oracles' sizes and
+    tolerances, and the M/D/1 mean wait's error this run measures (to the digit shown)."""
+    figures = pinned("serve-oracles")
+    assert figures["single_request_chunks"] == len(CHUNKS)
+    assert (figures["lindley_requests"], figures["exact_tolerance"]) == (LINDLEY_REQUESTS, EXACT)
+    assert (figures["pk_requests"], figures["pk_load"]) == (PK_REQUESTS, PK_RHO)
+    assert figures["pk_tolerance"] == PK_TOL
+    assert abs(figures["pk_error_measured"] - abs(_pk_error())) < 5e-4
+    assert figures["conservation_examples"] == CONSERVATION_EXAMPLES
 
 
 def _check_run(reqs, cfg, res):
@@ -118,7 +149,7 @@ def _check_run(reqs, cfg, res):
     assert res.output_tokens - len(reqs) - res.preemptions <= dec <= res.output_tokens - len(reqs)
 
 
-@settings(derandomize=True, deadline=None, max_examples=examples(40))
+@settings(derandomize=True, deadline=None, max_examples=examples(CONSERVATION_EXAMPLES))
 @given(
     n=st.integers(1, 40),
     seed=st.integers(0, 10_000),
@@ -180,13 +211,13 @@ def test_fast_forward_equals_single_steps():
         return 2e-3 + 1e-5 * b.tokens + 3e-9 * b.decode * b.decode_ctx
 
     fast, slow = (simulate(generate(w), cfg, ev, fast_forward=f) for f in (True, False))
-    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
-    np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
-    np.testing.assert_allclose(fast.iter_end_s, slow.iter_end_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=EXACT)
+    np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=EXACT)
+    np.testing.assert_allclose(fast.iter_end_s, slow.iter_end_s, rtol=EXACT)
     np.testing.assert_array_equal(fast.iter_kv, slow.iter_kv)
     assert fast.preemptions == slow.preemptions
     ms = [summarize(r, 8) for r in (fast, slow)]
-    assert ms[0].itl_p90_s == pytest.approx(ms[1].itl_p90_s, rel=1e-9)
+    assert ms[0].itl_p90_s == pytest.approx(ms[1].itl_p90_s, rel=EXACT)
     assert (
         fast.itl_weight.sum()
         == slow.itl_weight.sum()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from doc_figures import pinned
 from moeplan.backends import backend
 from moeplan.cost.memory import KVPool
 from moeplan.planners.layout import Layout
@@ -43,3 +44,13 @@ def test_search_candidates_scale_with_the_dp_ranks():
     four = candidates("vllm", MODEL, H100, Layout(attn_dp=4, moe_ep=4))
     assert sorted({c.chunk_tokens for c in four}) == [4 * c for c in sorted({c.chunk_tokens for c in one})]  # fmt: skip
     assert max(c.max_running for c in four) == 4 * max(c.max_running for c in one)
+
+
+def test_the_docs_figures_are_the_per_rank_defaults():
+    """BENCHMARKS.md's figures (docs/benchmarks/data/vllm-dp-budgets.json) are the budgets
+    of one DP rank on H100."""
+    cfg = engine_config("vllm", MODEL, H100, Layout(attn_dp=1, moe_ep=1))
+    assert pinned("vllm-dp-budgets") == {
+        "h100_max_num_seqs_per_dp_rank": cfg.max_running,
+        "h100_max_num_batched_tokens_per_dp_rank": cfg.chunk_tokens,
+    }

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from doc_figures import pinned
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
@@ -44,6 +45,8 @@ BATCHES = [
     Batch(5, 700, ((512, 2048), (300, 300))),
     Batch(0, 0, ((2048, 2048),)),
 ]
+#: LAR values outside [0, 1] (and NaN) that are refused
+REFUSED = (-0.1, 1.5, float("nan"))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda lay: lay.label)
@@ -94,7 +97,7 @@ def test_a2a_scale_closed_form_and_bad_input():
     assert a2a_scale(None, 8) == 1.0
     assert a2a_scale(0.5, 8) == pytest.approx(0.5 / 0.875)
     assert a2a_scale(0.3, 1) == 1.0  # no EP: nothing to scale
-    for bad in (-0.1, 1.5, float("nan")):
+    for bad in REFUSED:
         with pytest.raises(MoeplanError, match=r"lar \(.*\) must be a fraction in \[0, 1\]"):
             IterationModel(QWEN, H100, ROOF, LAYOUTS[0], lar=bad)
         with pytest.raises(MoeplanError, match="lar"):
@@ -182,3 +185,14 @@ def test_smidt_pp_beats_no_pp_on_32_a40_and_too_deep_pp_declines():
         tps[pp] = run_workload(cfg, w, it, lay.gpus, SLO())[1].total_tokens_per_s
     assert tps[4] > 2 * tps[1]
     assert tps[16] < tps[4]
+
+
+def test_the_docs_figures_are_these_tests():
+    """papers.md's figures (docs/benchmarks/data/papers-lar-tests.json): the layouts and
+    batches the identity and the closed form are checked on, and the refused values."""
+    assert pinned("papers-lar-tests") == {
+        "layouts": len(LAYOUTS),
+        "batches": len(BATCHES),
+        "refused_below": REFUSED[0],
+        "refused_above": REFUSED[1],
+    }

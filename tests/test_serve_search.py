@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from doc_figures import pinned
 from moeplan.cost import cost_model_for
 from moeplan.errors import MoeplanError
 from moeplan.planners.layout import Layout
@@ -63,6 +64,10 @@ def test_bisection_finds_the_threshold(limit):
     assert len(calls) < 40
 
 
+#: simulated rates the bisection is checked against; the analytic estimate's tolerance
+SCAN_POINTS, ANALYTIC_TOL = 96, 0.03
+
+
 def test_bisection_matches_a_scan_of_simulated_rates():
     """M/D/1-like engine (cap 1, fixed service): bisection = largest passing rate of a scan."""
     slo = SLO(ttft_s=0.3)
@@ -74,7 +79,7 @@ def test_bisection_matches_a_scan_of_simulated_rates():
     def run(rate: float):
         return summarize(simulate(generate(base.with_rate(rate)), cfg, lambda b: 0.02), 1, slo)
 
-    scan = [r for r in np.linspace(0.5, 10.0, 96) if run(r).meets(slo)]
+    scan = [r for r in np.linspace(0.5, 10.0, SCAN_POINTS) if run(r).meets(slo)]
     got = max_rate_meeting_slo(run, slo, hi=4.0, rel_tol=0.01)
     assert max(scan) * 0.985 <= got <= max(scan) + 0.1
 
@@ -110,7 +115,7 @@ def test_analytic_rate_matches_closed_loop_simulation():
     res = simulate(generate(w), cfg, lambda batch: d)
     sim_rate = len(res.osl) / float(res.finish_s.max())
     assert est.batch == b
-    assert est.rate_rps == pytest.approx(sim_rate, rel=0.03)
+    assert est.rate_rps == pytest.approx(sim_rate, rel=ANALYTIC_TOL)
 
 
 def _fake_factory(layout: Layout):
@@ -208,3 +213,9 @@ def test_bound_names_kv_roofline_side_and_link_level():
     assert limiting_part({"comm": 1.0}, m, MODEL, two, wide, 8) == "inter-node communication"
     full = dc_replace(m, kv_peak_utilisation=0.99)
     assert limiting_part(experts, full, MODEL, H100, lay, 8) == "KV capacity"
+
+
+def test_the_docs_figures_are_these_oracles():
+    """serve.md's figures (docs/benchmarks/data/serve-oracles.json) of the rate search."""
+    figures = pinned("serve-oracles")
+    assert (figures["scan_points"], figures["analytic_tolerance"]) == (SCAN_POINTS, ANALYTIC_TOL)

@@ -22,6 +22,7 @@ import math
 
 import pytest
 
+from doc_figures import pinned
 from moeplan.cost import CostModel, cost_model_for
 from moeplan.cost.kerneldb import device_for
 from moeplan.kernel_tables import kernel_db
@@ -235,3 +236,9 @@ def test_without_an_engine_the_tp_all_reduce_is_eq2_rs_plus_ag(attn_tp, nodes):
     want = cm.collective("reduce_scatter", x, attn_tp, nodes)
     want += cm.collective("all_gather", x, attn_tp, nodes)
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_the_docs_figures_are_these_clusters():
+    """strategy.md's figure (docs/benchmarks/data/strategy-one-path.json): the clusters the
+    per-layer communication is recomputed on."""
+    assert pinned("strategy-one-path") == {"clusters": len(CLUSTERS)}

@@ -36,6 +36,7 @@ INF = float("inf")
 
 TOL = 0.002  # certified gap to a lower bound before refining further
 MAX_RESOLUTION = 8192  # units per GPU memory: 16x the default 512
+REFINE_STEP = 4  # each refinement multiplies the resolution by this
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,10 +150,10 @@ def certify(
             cert = _cert(part, bound, "stopped: this PP degree cannot win at its bound", limit)
             return units, base, resolution, part, cert
         worth = None
-        if resolution * 4 > max_resolution:
+        if resolution * REFINE_STEP > max_resolution:
             got, cert = _in_bytes(times, mems, capacity, stages, eps, bound, part, limit)
             return units, base, resolution, got, cert
-        resolution *= 4
+        resolution *= REFINE_STEP
         units, base, _ = discretize(mems, capacity, resolution)
 
 
