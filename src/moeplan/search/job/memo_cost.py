@@ -7,7 +7,10 @@ TP ``t``). :class:`MemoCost` forwards every method call to the wrapped model onc
 distinct argument tuple (plain values, tuples and lists compared by value; any other object —
 the model and cluster specs, the same objects throughout a search — by identity).
 :func:`memo_cost` wraps a model once (a :class:`MemoCost` is returned as it is), so every
-search of one ``moeplan plan`` shares one memo. Pure: no I/O.
+search of one ``moeplan plan`` shares one memo. Prices a caller derives from the answers
+alone (an iteration model's decode-attention envelope or mixer block, the same in every layout
+with that attention TP) are kept in :meth:`MemoCost.shared_table`, one table per what they
+depend on. Pure: no I/O.
 
 A memo can be handed on: :meth:`MemoCost.mark` notes where it stands, :meth:`MemoCost.since`
 lists the answers added after a mark and :meth:`MemoCost.absorb` adds such a list to another
