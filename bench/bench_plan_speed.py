@@ -52,7 +52,8 @@ CASES = {
     "b200x9": [*RACK, "--cluster", "b200-sxm-8", "--nodes", "9"],
 }
 DEFAULT_CASES = ["one", "16n"]
-VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts"}
+VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts",
+          "solve_s"}  # fmt: skip
 
 
 def python_env(src: str | None = None) -> dict[str, str]:
