@@ -15,7 +15,18 @@ Python's bytecode cache is on, as it is by default: the runs go without
 ``PYTHONDONTWRITEBYTECODE`` (set on some sandboxes; with it, every run compiles moeplan's
 modules again, 0.26 s here) after one import that writes the cache (:func:`warm_bytecode`).
 
-Run: ``python bench/bench_plan_speed.py [--cases one 16n] [--jobs N] [--repeat K]``.
+The rack cases are the Blackwell issue's questions, DeepSeek-V3 with ``plan``'s default
+question (ISL 2048 / OSL 256, TTFT 2 s / TPOT 100 ms p90, 1,000 measured requests) on one
+GB200 NVL72 rack (``gb200``) and on nine DGX B200 nodes (``b200x9``), placement and curves
+included as the command runs them.
+
+``--ref COMMIT``: each run of this tree alternates with a run of ``COMMIT``'s ``src`` (taken
+with ``git archive`` into a temporary folder), both at ``--jobs`` N, instead of ``--jobs 1``
+against ``--jobs N``; the summary gives both medians of wall and CPU seconds and checks that
+both print the same plan.
+
+Run: ``python bench/bench_plan_speed.py [--cases one 16n gb200 b200x9] [--jobs N]
+[--repeat K] [--ref COMMIT]``.
 """
 
 from __future__ import annotations
@@ -33,19 +44,41 @@ import time
 QUESTION = ["--model", "qwen3-30b-a3b", "--cluster", "h100-sxm-8", "--isl", "1024", "--osl",
             "256", "--ttft-slo", "2000", "--tpot-slo", "50", "--requests", "500",
             "--no-placement", "--json", "--quiet"]  # fmt: skip
-CASES = {"one": [], "16n": ["--nodes", "16"]}
-VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts"}
+RACK = ["--model", "deepseek-v3", "--json", "--quiet"]  # plan's default question
+CASES = {
+    "one": QUESTION,
+    "16n": [*QUESTION, "--nodes", "16"],
+    "gb200": [*RACK, "--cluster", "gb200-nvl72"],
+    "b200x9": [*RACK, "--cluster", "b200-sxm-8", "--nodes", "9"],
+}
+DEFAULT_CASES = ["one", "16n"]
+VARIES = {"timings_s", "elapsed_s", "pricing", "seconds", "search_ms", "launch", "artifacts",
+          "solve_s"}  # fmt: skip
 
 
-def python_env() -> dict[str, str]:
-    """This process's environment with Python's bytecode cache on (its default)."""
-    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+def python_env(src: str | None = None) -> dict[str, str]:
+    """This process's environment with Python's bytecode cache on (its default); ``src``: a
+    source folder put first on ``PYTHONPATH`` (another commit's ``moeplan``)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join([src, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
-def warm_bytecode() -> None:
+def warm_bytecode(src: str | None = None) -> None:
     """Import the CLI once with the bytecode cache on, so the timed runs read it."""
     subprocess.run([sys.executable, "-c", "import moeplan.cli.plan"], check=True,
-                   env=python_env())  # fmt: skip
+                   env=python_env(src))  # fmt: skip
+
+
+def checkout_src(commit: str, into: str) -> str:
+    """``commit``'s ``src`` folder written under ``into`` (``git archive``); its path."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, text=True,
+                         capture_output=True, cwd=os.path.dirname(os.path.abspath(__file__)))  # fmt: skip
+    tar = subprocess.run(["git", "archive", commit, "src"], check=True, capture_output=True,
+                         cwd=top.stdout.strip())  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", into], input=tar.stdout, check=True)
+    return os.path.join(into, "src")
 
 
 def machine_speed_s() -> float:
@@ -63,16 +96,17 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _plan(extra: list[str], jobs: int) -> dict:
+def _plan(args: list[str], jobs: int, src: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "moeplan", "plan", *QUESTION, *extra, "--jobs", str(jobs),
-               "--out", out]  # fmt: skip
+        cmd = [sys.executable, "-m", "moeplan", "plan", *args, "--jobs", str(jobs), "--out", out]
         cpu0, t0 = _cpu(), time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=python_env())
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                           env=python_env(src))  # fmt: skip
         wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
     if p.returncode != 0:
         raise SystemExit(f"plan failed ({p.returncode}): {p.stderr[-2000:]}")
-    return {"jobs": jobs, "wall_s": wall, "cpu_s": cpu, "plan": json.loads(p.stdout)}
+    return {"jobs": jobs, "wall_s": wall, "cpu_s": cpu, "plan": json.loads(p.stdout),
+            "load_average": os.getloadavg()}  # fmt: skip
 
 
 def _same(x: object, y: object) -> bool:
@@ -99,12 +133,58 @@ def run() -> list[dict]:
     }]  # fmt: skip
 
 
+def _summary(r: dict) -> dict:
+    s = r["plan"]["search"]["winner_capacity"]
+    return {"wall_s": round(r["wall_s"], 2), "cpu_s": round(r["cpu_s"], 2),
+            "load_average": [round(x, 2) for x in r["load_average"]], "winner": s["layout"],
+            "out_tok_s_per_gpu": s["output_tokens_per_s_per_gpu"],
+            "ci95_half_width_rel": s["ci95_half_width_rel"]}  # fmt: skip
+
+
+def _median_min_max(xs: list[float]) -> list[float]:
+    xs = sorted(xs)
+    return [round(statistics.median(xs), 2), round(xs[0], 2), round(xs[-1], 2)]
+
+
+def against(commit: str, cases: list[str], jobs: int, repeat: int) -> None:
+    """Each case's runs of this tree alternating with ``commit``'s, at ``jobs`` workers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = checkout_src(commit, tmp)
+        tree = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        warm_bytecode(ref)
+        warm_bytecode(tree)
+        speed = [machine_speed_s()]
+        for case in cases:
+            runs: dict[str, list[dict]] = {"ref": [], "tree": []}
+            for _ in range(repeat):
+                for name, src in (("ref", ref), ("tree", tree)):
+                    runs[name].append(_plan(CASES[case], jobs, src))
+                    print(json.dumps({"case": case, "code": name, "commit": commit,
+                                      "jobs": jobs, **_summary(runs[name][-1])}), flush=True)  # fmt: skip
+            speed.append(machine_speed_s())
+            first = runs["ref"][0]["plan"]
+            print(json.dumps({
+                "case": case, "jobs": jobs, "ref": commit,
+                "same_plan": all(_same(first, r["plan"]) for rs in runs.values() for r in rs),
+                **{f"{k}_wall_s_median_min_max": _median_min_max([r["wall_s"] for r in rs])
+                   for k, rs in runs.items()},
+                **{f"{k}_cpu_s_median_min_max": _median_min_max([r["cpu_s"] for r in rs])
+                   for k, rs in runs.items()},
+                "load_average": os.getloadavg(),
+                "machine_speed_s_before_after": [round(x, 2) for x in speed[-2:]],
+            }), flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--cases", nargs="+", default=DEFAULT_CASES, choices=list(CASES))
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--repeat", type=int, default=1, help="runs of each --jobs, alternating")
+    ap.add_argument("--ref", help="a commit whose src runs alternate with this tree's")
     a = ap.parse_args()
+    if a.ref:
+        against(a.ref, a.cases, a.jobs, a.repeat)
+        return
     warm_bytecode()
     speed = [machine_speed_s()]
     for case in a.cases:

@@ -166,3 +166,38 @@ def test_decode_core_blocks_in_one_query_equal_each_block_alone(setup):
     assert counting.asked == [2]  # answered by the memo
     assert memo.decode_core_blocks(m, 37, blocks, 1, None)[:2] == first
     assert counting.asked == [2, 1]  # only the third block was priced
+
+
+def test_tables_shared_across_layouts_change_no_price():
+    """Iteration models of many layouts sharing one memo's tables (the decode-attention
+    envelopes and mixer blocks of one attention TP, asked in an order that extends one
+    layout's envelope past the horizon before another reads it) price every batch bit for
+    bit as models each with a cold cost model of their own; the tables are shared (an
+    envelope is made once per attention TP), and a model the same layout with another KV
+    dtype keeps its own mixer blocks."""
+    from moeplan.serve.iteration.instance_knobs import InstanceKnobs
+
+    c, m = load_cluster("h100-sxm-8", 2), load_model("deepseek-v2-lite")
+    lays = [
+        Layout(attn_tp=tp, attn_dp=g // tp, moe_tp=1, moe_ep=g)
+        for g in (2, 4, 8, 16)
+        for tp in (1, 2, 4)
+        if tp <= g
+    ] + [Layout(attn_tp=4, attn_dp=1, moe_tp=4, moe_ep=1)]
+    kns = [InstanceKnobs(), InstanceKnobs(kv_dtype="fp8")]
+    batches = [
+        Batch(300, 200_000, ()),  # a context past the envelope's horizon first
+        *(Batch(b, ctx, ()) for b in (1, 7, 64, 100, 513) for ctx in (1, 97, 2049, 2050, 9000)),
+        Batch(3, 2049, ((512, 512),)),
+        Batch(0, 0, ((2048, 2048), (100, 4000))),
+    ]
+    memo = memo_cost(_cold(c))
+    shared = [IterationModel(m, c, memo, lay, knobs=kn) for lay in lays for kn in kns]
+    plain = _cold(c)
+    alone = [IterationModel(m, c, plain, lay, knobs=kn) for lay in lays for kn in kns]
+    for a, b in zip(shared, alone, strict=True):
+        for batch in batches:
+            assert a(batch) == b(batch), (a.layout.label, a.knobs.kv_dtype, batch)
+    floors = {id(x._floors) for x in shared}
+    assert len(floors) == len({lay.attn_tp for lay in lays})
+    assert len({id(x._attn) for x in shared}) == len({lay.attn_tp for lay in lays}) * len(kns)

@@ -71,6 +71,7 @@ caps it at 4 nodes, which uniform routing over <= 4 nodes respects). Pure: no I/
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -114,6 +115,13 @@ def rank_hit(tokens: float, top_k: int, slots: int, ep: int) -> float:
     ``slots`` at random (module docstring, "Experts hit")."""
     local = slots // ep
     return experts_hit(tokens, np.full(local, min(1.0, top_k / slots)))
+
+
+@lru_cache(maxsize=1024)
+def _dest_ranks(slots: int, top_k: int, ranks: int) -> float:
+    """:func:`~.kerneldb.comm.dest_ranks` of one token (``top_k`` of ``slots`` experts over
+    ``ranks``), remembered: every token count of a layout asks the same."""
+    return float(dest_ranks(np.array([float(slots)]), np.array([float(top_k)]), ranks)[0])
 
 
 class WideMoE(NamedTuple):
@@ -266,9 +274,8 @@ class WideEP:
             return self._internode_ll(q, op, direction, slots, nodes)
         elem = self.dispatch_bytes(md, q.phase) if direction == "dispatch" else BF16_BYTES
         per_token = md.hidden_size * elem * q.tokens * q.imbalance
-        k = np.array([float(md.top_k)])
-        remote = float(dest_ranks(np.array([float(slots)]), k, nodes)[0]) * (nodes - 1) / nodes
-        local = float(dest_ranks(np.array([float(slots)]), k, q.ep)[0]) * (g - 1) / q.ep
+        remote = _dest_ranks(slots, md.top_k, nodes) * (nodes - 1) / nodes
+        local = _dest_ranks(slots, md.top_k, q.ep) * (g - 1) / q.ep
         rdma = replace(self._device, link_bw=self._cluster.inter.bw)
         t_rdma = link_seconds(vm.model.scaled(vm.device, rdma, True), rdma, per_token * remote)
         t_nvl = link_seconds(

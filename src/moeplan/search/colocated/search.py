@@ -142,19 +142,30 @@ def prepare(
     routing: RoutingProfile | None = None,
     *,
     knobs: bool = True,
+    configs: dict | None = None,
 ) -> None:
     """Bound and engine knobs of ``c`` (``reason`` set when it cannot serve the workload);
     a given knob is fixed (:func:`moeplan.serve.knobs.candidates`); ``c.knobs`` price it.
-    ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate."""
+    ``knobs=False``: the bound only; :func:`pick_knobs` adds the knobs and the estimate.
+    ``configs``: the engine configurations already made for the same model, cluster, engine
+    and caps, by what else they depend on (the layout and the knobs that enter them: the
+    knob variants of one layout differing only in two-batch overlap share them)."""
     kv_scale = c.knobs.kv_scale if c.knobs is not None else 1.0
     mtp = c.knobs.mtp if c.knobs is not None else 0
     given = c.knobs.mem_fraction if c.knobs is not None else None
+    deepep = c.knobs is not None and c.knobs.a2a == "deepep"
+    key = (c.layout, kv_scale, mtp, given, deepep)
     try:
-        cfgs = candidates(
-            engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale,
-            mtp=mtp, mem_fraction=given, deepep=c.knobs is not None and c.knobs.a2a == "deepep",
-            fractions=tuple(f for f in mem_fraction_values(engine, given) if f is not None),
-        )  # fmt: skip
+        made = None if configs is None else configs.get(key)
+        if made is None:
+            made = candidates(
+                engine, model, cluster, c.layout, chunk_tokens, max_running, kv_scale=kv_scale,
+                mtp=mtp, mem_fraction=given, deepep=deepep,
+                fractions=tuple(f for f in mem_fraction_values(engine, given) if f is not None),
+            )  # fmt: skip
+            if configs is not None:
+                configs[key] = made
+        cfgs = list(made)
         ev = GridEvaluator(IterationModel(model, cluster, cost, c.layout, routing, knobs=c.knobs))
     except MoeplanError as err:
         c.reason = str(err)
@@ -296,6 +307,7 @@ def search_space(
     cost = memo_cost(cost)  # type: ignore[assignment]  # shared across the layouts
     cands = []
     b = backend(engine)
+    configs: dict = {}  # engine configurations by layout and knobs (prepare)
     for lay in space if space is not None else layouts(model, cluster):
         reps, spare = copies(cluster, lay)
         why = b.layout_blocker(lay.attn_tp, lay.attn_dp, lay.moe_tp, lay.moe_ep)
@@ -316,7 +328,7 @@ def search_space(
             continue
         for kn in variants:  # every knob variant is a candidate of its own, bounded alone
             c = SpaceCandidate(layout=lay, replicas=reps, spare_gpus=spare, knobs=kn)
-            prepare(c, model, cluster, cost, workload, slo, engine, knobs=False)
+            prepare(c, model, cluster, cost, workload, slo, engine, knobs=False, configs=configs)
             cands.append(c)
     order = sorted((c for c in cands if c.bound is not None), key=lambda c: -c.bound_per_gpu(osl))
     best: SpaceCandidate | None = None

@@ -7,7 +7,10 @@ TP ``t``). :class:`MemoCost` forwards every method call to the wrapped model onc
 distinct argument tuple (plain values, tuples and lists compared by value; any other object —
 the model and cluster specs, the same objects throughout a search — by identity).
 :func:`memo_cost` wraps a model once (a :class:`MemoCost` is returned as it is), so every
-search of one ``moeplan plan`` shares one memo. Pure: no I/O.
+search of one ``moeplan plan`` shares one memo. Prices a caller derives from the answers
+alone (an iteration model's decode-attention envelope or mixer block, the same in every layout
+with that attention TP) are kept in :meth:`MemoCost.shared_table`, one table per what they
+depend on. Pure: no I/O.
 
 A memo can be handed on: :meth:`MemoCost.mark` notes where it stands, :meth:`MemoCost.since`
 lists the answers added after a mark and :meth:`MemoCost.absorb` adds such a list to another
@@ -42,6 +45,7 @@ class MemoCost:
         self._memo: dict[tuple, Any] = {}
         self._methods: dict[str, Callable[..., Any]] = {}
         self._pinned: dict[int, Any] = {}  # objects keyed by identity, kept alive
+        self._tables: dict[tuple, dict] = {}
 
     def _key(self, v: Any) -> Any:
         """``v`` itself when plain or a hashable tuple; a list by value; any other object
@@ -102,6 +106,19 @@ class MemoCost:
             for i, prices in zip(todo, got, strict=True):
                 memo[keys[i]] = prices
         return [memo[k] for k in keys]
+
+    def shared_table(self, *parts: Any) -> dict:
+        """One dictionary per distinct ``parts`` (keyed as arguments are), for a caller's
+        prices derived from this model's answers alone: every iteration model of a search
+        whose derived price depends only on ``parts`` shares it (e.g. the decode-attention
+        envelopes of every layout with one attention TP,
+        :meth:`moeplan.serve.iteration.model.IterationModel._decode_core`). Not handed on to
+        other processes: a copy fills its own."""
+        key = tuple(self._key(p) for p in parts)
+        t = self._tables.get(key)
+        if t is None:
+            t = self._tables[key] = {}
+        return t
 
     # ---- handing answers on (module docstring) --------------------------------------------
     def pin(self, *objs: Any) -> None:

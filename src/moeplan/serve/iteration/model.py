@@ -210,6 +210,17 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         self._grids: dict[tuple[int, bool], DecodeGrid] = {}
         # per sliding: [grids whose bound was asked, grids it spared a block of] (DecodeGrid)
         self._tallies: dict[bool, list[int]] = {False: [0, 0], True: [0, 0]}
+        # prices that depend on the attention TP and KV knobs only, not on the rest of the
+        # layout: a cost model that shares tables across a search's layouts (MemoCost) holds
+        # them once for every layout with that attention block
+        table = getattr(cost, "shared_table", None)
+        tp, kv = layout.attn_tp, (self.knobs.kv_stored, self.knobs.kv_scale)
+        # per (busiest rank's batch, mixer): the layer's mixer block (:meth:`_attention`)
+        self._attn: dict[tuple[Batch, int], float] = (
+            {}
+            if table is None
+            else table("attention", model, cluster, tp, *kv, self._wide is not None)
+        )
         self._warmed: set[tuple] = set()  # shapes priced ahead (PrefetchMixin)
 
     def __call__(self, batch: Batch) -> float:
@@ -233,7 +244,11 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         """The layer's mixer block, its two fused residual-add RMSNorms (pre-attention and
         pre-MLP, :meth:`CostModel.layer_norms`) and, where the model has them, its
         hyper-connections (mHC at the mixer and FFN sites, :meth:`CostModel.hyper_connections`)."""
-        return self._memo(("attn", rank, mixer), self._attention_hc, rank, mixer)
+        key = (rank, mixer)
+        v = self._attn.get(key)
+        if v is None:
+            v = self._attn[key] = self._attention_hc(rank, mixer)
+        return v
 
     def _attention_hc(self, rank: Batch, mixer: int) -> float:
         hc = self.cost.hyper_connections(self.model, rank.tokens, mixer)
