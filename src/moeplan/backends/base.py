@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions
@@ -31,6 +31,9 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 NVFP4_DISPATCH_BYTES = 0.5 + 1.0 / 16
 
 GIB = 1024**3
+
+if TYPE_CHECKING:
+    from moeplan.cost.offload import WeightOffload
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +63,7 @@ class Knobs(Protocol):
     mtp: int
     kv_dtype: str
     mem_fraction: float | None
+    offload: WeightOffload | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +154,13 @@ class EngineBackend(ABC):
     #: Dynamo's backend framework name and worker module (ai-dynamo/dynamo components/src/
     #: dynamo/<engine>; None: moeplan writes no DynamoGraphDeployment for it)
     dynamo_worker: tuple[str, str] | None = None
+
+    # ---- weight offload (moeplan.cost.offload) ---------------------------------------------
+    #: the flags of the grouped weight offloader: group size, layers offloaded per group,
+    #: prefetch step, then any fixed flags it needs (None: the engine has no such offloader)
+    offload_flags: tuple[str, ...] | None = None
+    #: why the engine cannot offload weights (with its source), when it has no such flags
+    no_offload: str = "no grouped weight-offload flags in its launch options"
 
     # ---- decisions ------------------------------------------------------------------------
     @abstractmethod
@@ -471,6 +482,22 @@ class EngineBackend(ABC):
     @abstractmethod
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """The flags of an instance's knobs (two-batch overlap, MTP, KV dtype)."""
+
+    def offload_blocker(self) -> str | None:
+        """Why the engine cannot offload weights to host memory (None: it can)."""
+        return None if self.offload_flags is not None else self.no_offload
+
+    def offload_args(self, offload: WeightOffload | None) -> list[str]:
+        """The offloader's flags for ``offload`` (none without one): group size, layers per
+        group and prefetch step under the engine's own names (:attr:`offload_flags`)."""
+        if offload is None or self.offload_flags is None:
+            return []
+        group, num, step, *fixed = self.offload_flags
+        vals = (offload.group_size, offload.num_in_group, offload.prefetch_step)
+        return [
+            *(x for f, v in zip((group, num, step), vals, strict=True) for x in (f, str(v))),
+            *fixed,
+        ]
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """The environment of an instance's knobs (none by default)."""

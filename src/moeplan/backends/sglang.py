@@ -234,8 +234,8 @@ class SGLangBackend(EngineBackend):
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE
         --speculative-num-steps N --speculative-eagle-topk 1 --speculative-num-draft-tokens
-        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``;
-        ``--mem-fraction-static``."""
+        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``; the
+        weight offload's flags; ``--mem-fraction-static``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -247,6 +247,7 @@ class SGLangBackend(EngineBackend):
             out.append(str(knobs.mtp + 1))
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
+        out += self.offload_args(knobs.offload)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
 
@@ -271,6 +272,17 @@ SGLANG = SGLangBackend(
     model_registry="python/sglang/srt/models",
     # python/sglang/srt/distributed/utils.py get_pp_indices
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
+    # python/sglang/srt/server_args.py --offload-group-size / --offload-num-in-group /
+    # --offload-prefetch-step / --offload-mode (read by utils/offloader.py create_offloader:
+    # OffloaderV2 when the group size is > 0); mode cpu: weights in pinned host memory, as the
+    # GB200 NVFP4 prefill of sgl-project/sglang issue #10903 runs it
+    offload_flags=(
+        "--offload-group-size",
+        "--offload-num-in-group",
+        "--offload-prefetch-step",
+        "--offload-mode",
+        "cpu",
+    ),  # fmt: skip
     # sgl-project/sglang @ 001067ff python/sglang/srt/entrypoints/engine.py
     # _set_envs_and_config: on a GB200/GB300 (is_mnnvl_fabric_device) with nnodes > 1 it
     # setdefaults NCCL_CUMEM_ENABLE=1 and NCCL_MNNVL_ENABLE=1 ("cross-node NVLink needs NCCL's

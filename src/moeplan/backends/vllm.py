@@ -93,7 +93,7 @@ class VLLMBackend(EngineBackend):
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
-        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; ``--gpu-memory-utilization``."""
+        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; the weight offload's flags; ``--gpu-memory-utilization``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -103,6 +103,7 @@ class VLLMBackend(EngineBackend):
             out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
+        out += self.offload_args(knobs.offload)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
     def moe_runner_env(
@@ -170,6 +171,10 @@ VLLM = VLLMBackend(
     ),
     model_registry="model_executor/models/registry.py",
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
+    # vllm/config/offload.py PrefetchOffloadConfig (offload_group_size, offload_num_in_group,
+    # offload_prefetch_step; the prefetch backend is chosen when the group size is set) and
+    # vllm/engine/arg_utils.py's offload argument group (vllm-project/vllm PR #29941, 0.13+)
+    offload_flags=("--offload-group-size", "--offload-num-in-group", "--offload-prefetch-step"),
     # vllm/env_override.py (0.9 / 0.10 line, stored copy): "NCCL requires NCCL_CUMEM_ENABLE to
     # work with multi-node NVLink, typically on GB200-NVL72 systems"; vLLM forces it to 0
     # unless /dev/nvidia-caps-imex-channels exists, and keeps an explicitly set value
