@@ -65,19 +65,15 @@ class WeightOffload:
     prefetch_step: int = 1
 
     def __post_init__(self) -> None:
+        g, n, p = self.group_size, self.num_in_group, self.prefetch_step
+        flag = f"--weight-offload ({g}:{n}:{p})"
+        require(isinstance(g, int) and g >= 1, f"{flag}: the group size must be an integer >= 1")
         require(
-            isinstance(self.group_size, int) and self.group_size >= 1,
-            f"offload group size ({self.group_size}) must be an integer >= 1",
+            isinstance(n, int) and 1 <= n <= g,
+            f"{flag}: the layers offloaded per group must be in 1..{g}, the group size "
+            "(vllm/config/offload.py validate_offload_config)",
         )
-        require(
-            isinstance(self.num_in_group, int) and 1 <= self.num_in_group <= self.group_size,
-            f"offload layers per group ({self.num_in_group}) must be in 1..{self.group_size} "
-            "(the group size; vllm/config/offload.py validate_offload_config)",
-        )
-        require(
-            isinstance(self.prefetch_step, int) and self.prefetch_step >= 1,
-            f"offload prefetch step ({self.prefetch_step}) must be an integer >= 1",
-        )
+        require(isinstance(p, int) and p >= 1, f"{flag}: the prefetch step must be >= 1")
 
     @classmethod
     def parse(cls, text: str) -> WeightOffload:

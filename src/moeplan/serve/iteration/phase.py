@@ -401,6 +401,13 @@ class PhaseModel:
         shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale, offload=offload)
         return mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
 
+    def memory_need(
+        self, phase: str, per_gpu: int, context: int, offload: WeightOffload | None
+    ) -> float:
+        """Bytes per GPU the phase step needs under ``offload`` (no fit check)."""
+        full, seqs = self._batch(phase, per_gpu, context)
+        return self._breakdown(seqs, context, full.tokens, offload).total
+
     def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
         """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
         the KV dtype, activations and all-to-all buffers of a step of ``tokens`` per
