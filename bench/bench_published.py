@@ -39,7 +39,11 @@ tool; figures transcribed, not fitted):
   Large Scale EP (Part II)" (reproduction: sgl-project/sglang issue #10903): DeepSeek V3/R1
   at 2,000-token inputs on one GB200 NVL72 rack; decode on 48 ranks, prefill instances of 4
   ranks (BF16 attention + FP8 MoE) and 2 ranks (FP8 attention + NVFP4 MoE and output
-  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The decode
+  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The NVFP4
+  prefill instance offloads weights to host memory: ``--offload-mode cpu --offload-group-size
+  2 --offload-num-in-group 1 --offload-prefetch-step 1`` in the reproduction's low-precision
+  prefill command (copied in ai-dynamo/dynamo components/backends/sglang/slurm_jobs/scripts/
+  gb200-fp4-prefill.sh), priced by :mod:`moeplan.cost.offload`. The decode
   batch "is chosen to make KV cache roughly full (... 1408 for 2k ISL)": the fp8 rows take
   1,408, the bf16-KV row the largest batch that fits (:func:`kv_full_batch`); prefill the
   H100 post's 16,384 tokens per GPU (the post follows its setup). Two-batch overlap off: the
@@ -86,6 +90,7 @@ import numpy as np
 from moeplan.cost import wideep
 from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
 from moeplan.cost.kerneldb import KernelDB, fit
+from moeplan.cost.offload import WeightOffload
 from moeplan.cost.provenance import pricing
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
@@ -129,6 +134,8 @@ class Deployment(NamedTuple):
     a2a: str = "deepep"
     #: ``per_gpu`` of a decode row is the batch that fills the KV cache (``kv_full_batch``)
     fill_kv: bool = False
+    #: the weight offload of the published run (``GROUP:NUM:PREFETCH``; "": none)
+    offload: str = ""
 
 
 DEPLOYMENTS = (
@@ -166,7 +173,8 @@ DEPLOYMENTS = (
     ),
     Deployment(
         "lmsys-gb200", "gb200-nvl72", 18, 2, 0, "prefill", 16384, 2000, 26_156, tbo=False,
-        kv_dtype="fp8", a2a="auto", model=NVFP4, note="FP8 attention + NVFP4 MoE",
+        kv_dtype="fp8", a2a="auto", model=NVFP4, note="FP8 attention + NVFP4 MoE; weight offload 2:1:1",
+        offload="2:1:1",
     ),
     Deployment(
         "lmsys-gb200", "gb200-nvl72", 18, 48, 32, "decode", 1408, 2000, 13_386, tbo=False,
@@ -183,7 +191,7 @@ def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     kn = resolve_knobs(
         "sglang", md, c, lay, a2a=d.a2a, tbo=d.tbo, mtp=d.mtp,
         mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing, kv_dtype=d.kv_dtype,
-        phase=d.phase,
+        phase=d.phase, offload=WeightOffload.parse(d.offload) if d.offload else None,
     )  # fmt: skip
     return PhaseModel(md, c, cm, lay, kn, imbalance=imbalance)
 
@@ -326,6 +334,21 @@ def _wide_nvlink_deepep_scaled(factor: float) -> Callable:
     return scaled
 
 
+def _host_link_scaled(factor: float) -> Callable:
+    """The weight offload's copies over a host link ``factor`` times the GPU record's
+    bandwidth (no table measures the offload's price)."""
+    orig = PhaseModel.offload_transfers
+
+    def scaled(self, off):  # type: ignore[no-untyped-def]
+        secs, layers = orig(self, off)
+        return [s / factor for s in secs], layers
+
+    return scaled
+
+
+#: the host link's alternatives (a GB200's NVLink-C2C, 450 GB/s per direction, +-25 %)
+HOST_LINK_ERROR = 0.25
+
 #: (label, object, attribute, value) of each alternative of an unsourced step
 SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
     ("TBO reserve 20 SMs (SGLang default)", wideep, "TBO_RESERVED_SMS", lambda: 20),
@@ -343,6 +366,10 @@ SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
      lambda: _wide_nvlink_deepep_scaled(1 - UNMEASURED_ERROR)),
     ("DeepEP past 8 NVLink ranks +25 %", wideep.WideEP, "_internode",
      lambda: _wide_nvlink_deepep_scaled(1 + UNMEASURED_ERROR)),
+    ("host link -25 %", PhaseModel, "offload_transfers",
+     lambda: _host_link_scaled(1 - HOST_LINK_ERROR)),
+    ("host link +25 %", PhaseModel, "offload_transfers",
+     lambda: _host_link_scaled(1 + HOST_LINK_ERROR)),
 )  # fmt: skip
 
 
