@@ -90,7 +90,7 @@ import numpy as np
 from moeplan.cost import wideep
 from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
 from moeplan.cost.kerneldb import KernelDB, fit
-from moeplan.cost.offload import WeightOffload
+from moeplan.cost.offload import WeightOffload, offload_memory
 from moeplan.cost.provenance import pricing
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
@@ -550,6 +550,34 @@ def _derived() -> None:
     )
 
 
+def offload_line(d: Deployment) -> str:
+    """The weight offload of ``d``'s run: what it moves, its copies per step, the step's wait
+    for them, the smallest offload moeplan's ``auto`` picks instead, and the row at half the
+    host link (the two GPUs of a GB200 superchip sharing one C2C link)."""
+    pm = _phase_model(d)
+    off = pm.knobs.offload
+    assert off is not None
+    secs, layers = pm.offload_transfers(off)
+    m, gib = pm.model, 1024**3
+    local = (m.num_experts + d.redundant) / d.ep
+    om = offload_memory(m, off, range(m.num_layers), local)
+    need = pm.memory_need(d.phase, d.per_gpu, d.context, None)
+    auto = pm.fit_offload(d.phase, d.per_gpu, d.context)
+    moved = sum(1 for i in layers if m.is_moe_layer(i))
+    with _patched(PhaseModel, "offload_transfers", _host_link_scaled(0.5)):
+        half = predict(d)[0] / d.published
+    _, parts = predict(d)
+    return (
+        f"weight offload {off.label}: {need / gib:.1f} GiB per GPU without it; {len(layers)} of "
+        f"{m.num_layers} layers offloaded ({moved} MoE), {om.offloaded / gib:.1f} GiB of routed "
+        f"experts on the host, {om.buffers / gib:.1f} GiB of prefetch buffers; copies "
+        f"{max(secs) * 1e3:.1f} ms per layer, {sum(secs) * 1e3:.1f} ms per step at "
+        f"{pm.cluster.gpu.host_link_bw / 1e9:.0f} GB/s per direction; the step waits "
+        f"{parts.get('offload', 0.0):.1f} ms; auto picks {auto.label if auto else 'none'}; "
+        f"at half the host link the row is {half:.3f}"
+    )
+
+
 def report() -> None:
     """Print the tables of docs/benchmarks/published.md (the published rows, the GB200 rows'
     step by part and price sources, the sensitivity table) and the layer price rate."""
@@ -584,6 +612,8 @@ def report() -> None:
         step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
         srcs = "; ".join(f"{op} {'/'.join(v)}" for op, v in price_sources(d).items())
         print(f"- {label(d)}: {step} (step {sum(parts.values()):.1f}); prices: {srcs}")
+        if d.offload:
+            print(f"  {offload_line(d)}")
     print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
     print(
         f"TBO reserve as priced {wideep.TBO_RESERVED_SMS} SMs; inter-node DeepEP normal at "
