@@ -397,6 +397,7 @@ class PhaseModel:
     def _breakdown(
         self, seqs: int, context: int, tokens: int, offload: WeightOffload | None
     ) -> mem.MemoryBreakdown:
+        """The one memory model's bytes per GPU of a step (no fit check) under ``offload``."""
         md, lay = self.model, self.layout
         shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale, offload=offload)
         return mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
