@@ -36,6 +36,34 @@ if TYPE_CHECKING:
     from moeplan.cost.offload import WeightOffload
 
 
+#: the groups a fused-MoE collective runs over (:class:`EpCollective`)
+EP_GROUPS = ("moe", "dp", "tp")
+
+
+@dataclass(frozen=True, slots=True)
+class EpCollective:
+    """One collective of an engine's fused-MoE expert parallelism (no DeepEP): ``op`` (the
+    nccl-tests name: ``all_gather``, ``reduce_scatter``, ``all_reduce``) over ``group`` —
+    ``moe``: every GPU of the MoE group (attention TP x DP), ``dp``: the attention-DP ranks
+    (one per attention-TP group), ``tp``: one attention-TP group — moving ``bytes_per_token``
+    bytes per token of its buffer. The buffer (nccl-tests convention,
+    :mod:`moeplan.cost.collectives`) holds the tokens of every attention-DP rank for ``moe``
+    and ``dp``, one DP rank's tokens for ``tp``."""
+
+    op: str
+    group: str
+    bytes_per_token: float
+
+
+@dataclass(frozen=True, slots=True)
+class FusedEpComm:
+    """The collectives an engine runs before (``dispatch``) and after (``combine``) its
+    fused MoE under expert parallelism without DeepEP (:meth:`EngineBackend.fused_ep_comm`)."""
+
+    dispatch: tuple[EpCollective, ...]
+    combine: tuple[EpCollective, ...]
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryContext:
     """What an engine's default memory fraction reads of an instance: its GPU, its
@@ -402,6 +430,34 @@ class EngineBackend(ABC):
         if nv is None or phase not in nv.dispatch_phases:
             return FP8_DISPATCH_BYTES
         return NVFP4_DISPATCH_BYTES
+
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm:
+        """The collectives of the fused MoE under expert parallelism ``moe_ep`` without DeepEP,
+        with ``attn_dp`` attention-DP ranks, in a prefill (``prefill``) or decode step;
+        ``hidden_bytes``: one token's hidden state as the engine holds it (bf16),
+        ``router_bytes``: one token's router logits.
+
+        Every rank holds all of its MoE group's tokens before the experts and runs its local
+        experts on them; no token is sent per routed copy. Under attention TP
+        (``attn_dp == 1``) the tokens are already on every rank (the attention output's
+        all-reduce), and the partial expert outputs are summed by one all-reduce over the
+        MoE group. Under attention DP the ranks all-gather the hidden states and
+        reduce-scatter the outputs over the MoE group: TensorRT-LLM's fused MoE without its
+        all-to-all (``tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py``
+        ``forward_chunk``: ``allgather`` of the inputs under ``use_dp``;
+        ``interface.py`` ``MoE.reducescatter_or_allreduce``: reduce-scatter under attention
+        DP, all-reduce otherwise; read from the stored main branch, after 1.2.1). Departure:
+        TensorRT-LLM gathers the quantized activations of fp8 / NVFP4 experts; they are
+        priced at bf16 here. SGLang and vLLM override this with their own paths."""
+        del moe_ep, prefill, router_bytes
+        if attn_dp <= 1:
+            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
+        return FusedEpComm(
+            (EpCollective("all_gather", "moe", hidden_bytes),),
+            (EpCollective("reduce_scatter", "moe", hidden_bytes),),
+        )
 
     def dispatch_env(
         self, moe_dtype: str, a2a: str | None, role: str, version: str | None = None

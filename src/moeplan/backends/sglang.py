@@ -27,7 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
+from moeplan.backends.base import (
+    GIB,
+    NVFP4,
+    EngineBackend,
+    EpCollective,
+    FusedEpComm,
+    Knobs,
+    MemoryContext,
+)
 from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -195,6 +203,48 @@ class SGLangBackend(EngineBackend):
         under DP attention (server_args.py)."""
         del attn_dp
         return ["--chunked-prefill-size", str(chunk_tokens)] if chunk_tokens else []
+
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm:
+        """``--moe-a2a-backend none`` (SGLang's default) with ``--ep-size``: the MoE layer's
+        tokens are gathered whole on every rank of the TP group (= the MoE group), each rank
+        runs its local experts (``token_dispatcher/standard.py`` ``StandardDispatcher``:
+        other ranks' experts map to -1), and the outputs are summed over the group.
+
+        - Attention TP: ``communicator.py`` ``_gather_hidden_states_and_residual`` with
+          ``attn_dp_size == 1`` is the attention output's ``tensor_model_parallel_all_reduce``
+          (the tokens are then on every rank: no dispatch); the MoE block's
+          ``tensor_model_parallel_all_reduce`` of its output is the combine (models/
+          deepseek_v2.py ``DeepseekV2MoE.forward_normal``).
+        - Attention DP (``ScatterMode.FULL`` for a sparse MLP without an a2a backend,
+          ``communicator.py`` ``LayerScatterModes._compute_mlp_mode``): ``dp_gather_partial``
+          into the global buffer, by ``DpPaddingMode.get_dp_padding_mode``
+          (``dp_attention.py``): a prefill batch (``is_extend_in_batch`` and ``dp_size > 1``)
+          is ``SUM_LEN``, gathered by ``_dp_gather_via_all_reduce`` (an all-reduce of the
+          zero-padded buffer of every rank's tokens); a decode batch of even ranks
+          (``sum_len * 2 >= max_len * dp_size``) is ``MAX_LEN``, gathered by
+          ``_dp_gather_via_all_gather``. The combine is a reduce-scatter of the outputs
+          (``moe/utils.py`` ``should_use_dp_reduce_scatterv``, when ``moe_ep_size ==
+          attn_dp_size``; ``communicator.py`` ``_scatter_hidden_states``'s
+          ``dp_reduce_scatter_tensor`` under ``MAX_LEN``), else the MoE's all-reduce then a
+          local ``dp_scatter``.
+
+        Read from the stored main branch (``communicator.py``, ``dp_attention.py``,
+        ``moe/utils.py``; the 0.5.4 line has the same gather and the all-reduce + scatter
+        combine under ``SUM_LEN``). The hidden states travel in bf16: the FP4 all-gather
+        (``should_use_flashinfer_cutlass_moe_fp4_allgather``) runs only under
+        ``--moe-runner-backend flashinfer_cutlass``, and the NVFP4 runner moeplan prices
+        and exports is ``flashinfer_trtllm`` (:meth:`moe_runner_args`)."""
+        del router_bytes
+        if attn_dp <= 1:
+            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
+        gather = "all_reduce" if prefill else "all_gather"
+        combine = "reduce_scatter" if moe_ep == attn_dp or not prefill else "all_reduce"
+        return FusedEpComm(
+            (EpCollective(gather, "moe", hidden_bytes),),
+            (EpCollective(combine, "moe", hidden_bytes),),
+        )
 
     def moe_runner_args(
         self, moe_dtype: str, gpu_sm: int | None, version: str | None = None

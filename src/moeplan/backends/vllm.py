@@ -23,7 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
+from moeplan.backends.base import (
+    GIB,
+    NVFP4,
+    EngineBackend,
+    EpCollective,
+    FusedEpComm,
+    Knobs,
+    MemoryContext,
+)
 from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -90,6 +98,33 @@ class VLLMBackend(EngineBackend):
         """``--cuda-graph-sizes N``: capture ``[1, 2, 4] + range(8, N + 1, 8)``
         (vllm/config/scheduler.py ``cuda_graph_sizes``, 0.11.0)."""
         return ["--cuda-graph-sizes", str(self.graph_max_bs(ctx, max_running))]
+
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm:
+        """``--enable-expert-parallel`` with the default all2all backend,
+        ``allgather_reducescatter`` (vllm/envs.py ``VLLM_ALL2ALL_BACKEND`` default, 0.11.0;
+        ``ParallelConfig.all2all_backend`` from 0.11.1).
+
+        - No DP (``data_parallel_size == 1``): no all2all manager runs (``use_all2all`` needs
+          ``dp_size > 1``); the tokens are on every TP rank, each runs its local experts and
+          ``FusedMoE`` sums the outputs with ``tensor_model_parallel_all_reduce``
+          (``reduce_results``; model_executor/layers/fused_moe/layer.py).
+        - DP: ``AgRsAll2AllManager.dispatch`` all-gathers (``all_gatherv``) the hidden states
+          and the router logits over the DP group, ``combine`` reduce-scatters
+          (``reduce_scatterv``) the outputs over it (distributed/device_communicators/
+          all2all.py); with TP inside each DP rank the outputs are then all-reduced over
+          that TP group. The same in prefill and decode."""
+        del moe_ep, prefill
+        if attn_dp <= 1:
+            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
+        combine = (
+            EpCollective("reduce_scatter", "dp", hidden_bytes),
+            EpCollective("all_reduce", "tp", hidden_bytes),
+        )
+        return FusedEpComm(
+            (EpCollective("all_gather", "dp", hidden_bytes + router_bytes),), combine
+        )
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",

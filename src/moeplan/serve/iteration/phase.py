@@ -17,8 +17,10 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   :mod:`moeplan.cost.elementwise`).
 - ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
   :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
-  DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
-  the routed copies each way. The busiest EP rank carries ``imbalance`` times the mean load:
+  DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the engine's
+  gather of the MoE group's tokens and the reduction of the outputs
+  (:mod:`moeplan.serve.iteration.ep_comm`; without an engine, the all-to-all of the routed
+  copies each way). The busiest EP rank carries ``imbalance`` times the mean load:
   the routing profile's per-expert load placed by the project's EPLB
   (:func:`moeplan.planners.placement.eplb.rebalance_experts`, with the layout's redundant
   experts) or contiguously without redundant experts; 1 for a static profile; times the
@@ -69,6 +71,7 @@ from moeplan.cost.overlap import Piece, alternating_makespan
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
+from moeplan.serve.iteration.ep_comm import fused_ep_seconds
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.tbo import extend_cut
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -221,6 +224,12 @@ class PhaseModel:
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_gpu * self._k * imb
         gemm = cm.expert_ffn(md, copies / e_local, e_local, lay.moe_tp)
+        tokens = mb.tokens * lay.attn_dp  # the MoE group's tokens: every attention-DP rank's
+        fused = fused_ep_seconds(
+            cm, md, lay, self.cluster.nvlink_domain, not mb.decode, tokens, mb.tokens
+        )
+        if fused is not None:  # the engine's gather / reduce collectives (serve/iteration/ep_comm)
+            return pre, fused[0], gemm, fused[1]
         a2a = 0.0
         if lay.moe_ep > 1:
             nbytes = copies * md.hidden_bytes
