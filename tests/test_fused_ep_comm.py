@@ -39,8 +39,10 @@ def test_attention_tp_is_one_all_reduce_on_every_engine():
     # partial expert outputs are summed over the MoE group
     for name in ("sglang", "vllm", "trtllm"):
         comm = backend(name).fused_ep_comm(1, 4, True, H, ROUTER)
-        assert comm.dispatch == ()
+        assert comm is not None and comm.dispatch == ()
         assert comm.combine == (EpCollective("all_reduce", "moe", H),)
+    # TensorRT-LLM under attention DP keeps its all-to-all (MNNVL / NVLink one-sided)
+    assert backend("trtllm").fused_ep_comm(2, 2, True, H, ROUTER) is None
 
 
 def test_sglang_attention_dp_gathers_by_all_reduce_in_prefill_and_all_gather_in_decode():

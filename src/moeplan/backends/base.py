@@ -433,31 +433,18 @@ class EngineBackend(ABC):
 
     def fused_ep_comm(
         self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
-    ) -> FusedEpComm:
+    ) -> FusedEpComm | None:
         """The collectives of the fused MoE under expert parallelism ``moe_ep`` without DeepEP,
         with ``attn_dp`` attention-DP ranks, in a prefill (``prefill``) or decode step;
         ``hidden_bytes``: one token's hidden state as the engine holds it (bf16),
-        ``router_bytes``: one token's router logits.
+        ``router_bytes``: one token's router logits. None: an all-to-all of the routed
+        copies each way (an engine that states no path of its own keeps it).
 
-        Every rank holds all of its MoE group's tokens before the experts and runs its local
-        experts on them; no token is sent per routed copy. Under attention TP
-        (``attn_dp == 1``) the tokens are already on every rank (the attention output's
-        all-reduce), and the partial expert outputs are summed by one all-reduce over the
-        MoE group. Under attention DP the ranks all-gather the hidden states and
-        reduce-scatter the outputs over the MoE group: TensorRT-LLM's fused MoE without its
-        all-to-all (``tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py``
-        ``forward_chunk``: ``allgather`` of the inputs under ``use_dp``;
-        ``interface.py`` ``MoE.reducescatter_or_allreduce``: reduce-scatter under attention
-        DP, all-reduce otherwise; read from the stored main branch, after 1.2.1). Departure:
-        TensorRT-LLM gathers the quantized activations of fp8 / NVFP4 experts; they are
-        priced at bf16 here. SGLang and vLLM override this with their own paths."""
-        del moe_ep, prefill, router_bytes
-        if attn_dp <= 1:
-            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
-        return FusedEpComm(
-            (EpCollective("all_gather", "moe", hidden_bytes),),
-            (EpCollective("reduce_scatter", "moe", hidden_bytes),),
-        )
+        The engines' own paths (SGLang, vLLM, TensorRT-LLM under attention TP) send no token
+        per routed copy: every rank holds all of its MoE group's tokens before the experts
+        and runs its local experts on them, and the outputs are summed over the group."""
+        del attn_dp, moe_ep, prefill, hidden_bytes, router_bytes
+        return None
 
     def dispatch_env(
         self, moe_dtype: str, a2a: str | None, role: str, version: str | None = None

@@ -206,7 +206,7 @@ class SGLangBackend(EngineBackend):
 
     def fused_ep_comm(
         self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
-    ) -> FusedEpComm:
+    ) -> FusedEpComm | None:
         """``--moe-a2a-backend none`` (SGLang's default) with ``--ep-size``: the MoE layer's
         tokens are gathered whole on every rank of the TP group (= the MoE group), each rank
         runs its local experts (``token_dispatcher/standard.py`` ``StandardDispatcher``:

@@ -101,7 +101,7 @@ class VLLMBackend(EngineBackend):
 
     def fused_ep_comm(
         self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
-    ) -> FusedEpComm:
+    ) -> FusedEpComm | None:
         """``--enable-expert-parallel`` with the default all2all backend,
         ``allgather_reducescatter`` (vllm/envs.py ``VLLM_ALL2ALL_BACKEND`` default, 0.11.0;
         ``ParallelConfig.all2all_backend`` from 0.11.1).

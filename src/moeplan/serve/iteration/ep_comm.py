@@ -68,13 +68,16 @@ def fused_ep_seconds(
 ) -> tuple[float, float] | None:
     """``(dispatch, combine)`` seconds of one MoE layer's fused expert parallelism on the
     engine of ``cost`` (module docstring), the attention-DP ranks holding ``tokens`` tokens
-    together and one of them ``dp_tokens``; None where ``cost`` prices no engine (the
-    all-to-all of moeplan's own model stays) or the layout has no EP."""
+    together and one of them ``dp_tokens``; None where ``cost`` prices no engine or its
+    engine states no such path (the all-to-all of moeplan's own model stays), or the layout
+    has no EP."""
     b = backend_or_none(cost.engine)
     if b is None or layout.moe_ep <= 1:
         return None
     router_bytes = model.num_experts * model.hidden_bytes / model.hidden_size
     comm = b.fused_ep_comm(layout.attn_dp, layout.moe_ep, prefill, model.hidden_bytes, router_bytes)
+    if comm is None:
+        return None
     groups = group_ranks(layout, gpn)
     disp = sum(collective_seconds(cost, c, groups, tokens, dp_tokens) for c in comm.dispatch)
     comb = sum(collective_seconds(cost, c, groups, tokens, dp_tokens) for c in comm.combine)
