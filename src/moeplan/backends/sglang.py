@@ -231,9 +231,10 @@ class SGLangBackend(EngineBackend):
           local ``dp_scatter``.
 
         Read from the stored main branch (``communicator.py``, ``dp_attention.py``,
-        ``moe/utils.py``; the 0.5.4 line has the same gather and the all-reduce + scatter
-        combine under ``SUM_LEN``). The hidden states travel in bf16: the FP4 all-gather
-        (``should_use_flashinfer_cutlass_moe_fp4_allgather``) runs only under
+        ``moe/utils.py``); a stored 0.5-line ``communicator.py`` (the one with
+        ``get_global_server_args``) has the same gather, and under ``SUM_LEN`` the MoE's
+        all-reduce then ``dp_scatter`` as the combine. The hidden states travel in bf16: the
+        FP4 all-gather (``should_use_flashinfer_cutlass_moe_fp4_allgather``) runs only under
         ``--moe-runner-backend flashinfer_cutlass``, and the NVFP4 runner moeplan prices
         and exports is ``flashinfer_trtllm`` (:meth:`moe_runner_args`)."""
         del router_bytes

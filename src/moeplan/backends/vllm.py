@@ -103,8 +103,9 @@ class VLLMBackend(EngineBackend):
         self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
     ) -> FusedEpComm | None:
         """``--enable-expert-parallel`` with the default all2all backend,
-        ``allgather_reducescatter`` (vllm/envs.py ``VLLM_ALL2ALL_BACKEND`` default, 0.11.0;
-        ``ParallelConfig.all2all_backend`` from 0.11.1).
+        ``allgather_reducescatter`` (vllm/envs.py ``VLLM_ALL2ALL_BACKEND``, its default in the
+        stored 0.11-line ``envs.py``; later releases move it to ``--all2all-backend``,
+        vllm/config/parallel.py ``ParallelConfig.all2all_backend``, same default).
 
         - No DP (``data_parallel_size == 1``): no all2all manager runs (``use_all2all`` needs
           ``dp_size > 1``); the tokens are on every TP rank, each runs its local experts and
