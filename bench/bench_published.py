@@ -39,7 +39,11 @@ tool; figures transcribed, not fitted):
   Large Scale EP (Part II)" (reproduction: sgl-project/sglang issue #10903): DeepSeek V3/R1
   at 2,000-token inputs on one GB200 NVL72 rack; decode on 48 ranks, prefill instances of 4
   ranks (BF16 attention + FP8 MoE) and 2 ranks (FP8 attention + NVFP4 MoE and output
-  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The decode
+  projection); 18,471 / 9,087 and 26,156 / 13,386 input / output tokens/s per GPU. The NVFP4
+  prefill instance offloads weights to host memory: ``--offload-mode cpu --offload-group-size
+  2 --offload-num-in-group 1 --offload-prefetch-step 1`` in the reproduction's low-precision
+  prefill command (copied in ai-dynamo/dynamo components/backends/sglang/slurm_jobs/scripts/
+  gb200-fp4-prefill.sh), priced by :mod:`moeplan.cost.offload`. The decode
   batch "is chosen to make KV cache roughly full (... 1408 for 2k ISL)": the fp8 rows take
   1,408, the bf16-KV row the largest batch that fits (:func:`kv_full_batch`); prefill the
   H100 post's 16,384 tokens per GPU (the post follows its setup). Two-batch overlap off: the
@@ -87,6 +91,7 @@ import numpy as np
 from moeplan.cost import wideep
 from moeplan.cost.ep_spread import balanced_spread, max_of_normals, spread
 from moeplan.cost.kerneldb import KernelDB, fit
+from moeplan.cost.offload import WeightOffload, offload_memory
 from moeplan.cost.provenance import pricing
 from moeplan.errors import MoeplanError
 from moeplan.kernel_tables import engine_cost_model
@@ -130,6 +135,8 @@ class Deployment(NamedTuple):
     a2a: str = "deepep"
     #: ``per_gpu`` of a decode row is the batch that fills the KV cache (``kv_full_batch``)
     fill_kv: bool = False
+    #: the weight offload of the published run (``GROUP:NUM:PREFETCH``; "": none)
+    offload: str = ""
 
 
 DEPLOYMENTS = (
@@ -167,7 +174,8 @@ DEPLOYMENTS = (
     ),
     Deployment(
         "lmsys-gb200", "gb200-nvl72", 18, 2, 0, "prefill", 16384, 2000, 26_156, tbo=False,
-        kv_dtype="fp8", a2a="auto", model=NVFP4, note="FP8 attention + NVFP4 MoE",
+        kv_dtype="fp8", a2a="auto", model=NVFP4, note="FP8 attention + NVFP4 MoE; weight offload 2:1:1",
+        offload="2:1:1",
     ),
     Deployment(
         "lmsys-gb200", "gb200-nvl72", 18, 48, 32, "decode", 1408, 2000, 13_386, tbo=False,
@@ -184,7 +192,7 @@ def _phase_model(d: Deployment, imbalance: float = 1.0) -> PhaseModel:
     kn = resolve_knobs(
         "sglang", md, c, lay, a2a=d.a2a, tbo=d.tbo, mtp=d.mtp,
         mtp_accept=V3_MTP_ACCEPT if d.mtp else None, routing=d.routing, kv_dtype=d.kv_dtype,
-        phase=d.phase,
+        phase=d.phase, offload=WeightOffload.parse(d.offload) if d.offload else None,
     )  # fmt: skip
     return PhaseModel(md, c, cm, lay, kn, imbalance=imbalance)
 
@@ -327,6 +335,21 @@ def _wide_nvlink_deepep_scaled(factor: float) -> Callable:
     return scaled
 
 
+def _host_link_scaled(factor: float) -> Callable:
+    """The weight offload's copies over a host link ``factor`` times the GPU record's
+    bandwidth (no table measures the offload's price)."""
+    orig = PhaseModel.offload_transfers
+
+    def scaled(self, off):  # type: ignore[no-untyped-def]
+        secs, layers = orig(self, off)
+        return [s / factor for s in secs], layers
+
+    return scaled
+
+
+#: the host link's alternatives (a GB200's NVLink-C2C, 450 GB/s per direction, +-25 %)
+HOST_LINK_ERROR = 0.25
+
 #: (label, object, attribute, value) of each alternative of an unsourced step
 SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
     ("TBO reserve 20 SMs (SGLang default)", wideep, "TBO_RESERVED_SMS", lambda: 20),
@@ -344,6 +367,10 @@ SENSITIVITY: tuple[tuple[str, object, str, Callable[[], object]], ...] = (
      lambda: _wide_nvlink_deepep_scaled(1 - UNMEASURED_ERROR)),
     ("DeepEP past 8 NVLink ranks +25 %", wideep.WideEP, "_internode",
      lambda: _wide_nvlink_deepep_scaled(1 + UNMEASURED_ERROR)),
+    ("host link -25 %", PhaseModel, "offload_transfers",
+     lambda: _host_link_scaled(1 - HOST_LINK_ERROR)),
+    ("host link +25 %", PhaseModel, "offload_transfers",
+     lambda: _host_link_scaled(1 + HOST_LINK_ERROR)),
 )  # fmt: skip
 
 
@@ -524,6 +551,34 @@ def _derived() -> None:
     )
 
 
+def offload_line(d: Deployment) -> str:
+    """The weight offload of ``d``'s run: what it moves, its copies per step, the step's wait
+    for them, the smallest offload moeplan's ``auto`` picks instead, and the row at half the
+    host link (the two GPUs of a GB200 superchip sharing one C2C link)."""
+    pm = _phase_model(d)
+    off = pm.knobs.offload
+    assert off is not None
+    secs, layers = pm.offload_transfers(off)
+    m, gib = pm.model, 1024**3
+    local = (m.num_experts + d.redundant) / d.ep
+    om = offload_memory(m, off, range(m.num_layers), local)
+    need = pm.memory_need(d.phase, d.per_gpu, d.context, None)
+    auto = pm.fit_offload(d.phase, d.per_gpu, d.context)
+    moved = sum(1 for i in layers if m.is_moe_layer(i))
+    with _patched(PhaseModel, "offload_transfers", _host_link_scaled(0.5)):
+        half = predict(d)[0] / d.published
+    _, parts = predict(d)
+    return (
+        f"weight offload {off.label}: {need / gib:.1f} GiB per GPU without it; {len(layers)} of "
+        f"{m.num_layers} layers offloaded ({moved} MoE), {om.offloaded / gib:.1f} GiB of routed "
+        f"experts on the host, {om.buffers / gib:.1f} GiB of prefetch buffers; copies "
+        f"{max(secs) * 1e3:.1f} ms per layer, {sum(secs) * 1e3:.1f} ms per step at "
+        f"{pm.cluster.gpu.host_link_bw / 1e9:.0f} GB/s per direction; the step waits "
+        f"{parts.get('offload', 0.0):.1f} ms; auto picks {auto.label if auto else 'none'}; "
+        f"at half the host link the row is {half:.3f}"
+    )
+
+
 def report() -> None:
     """Print the tables of docs/benchmarks/published.md (the published rows, the GB200 rows'
     step by part and price sources, the sensitivity table) and the layer price rate."""
@@ -558,6 +613,8 @@ def report() -> None:
         step = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
         srcs = "; ".join(f"{op} {'/'.join(v)}" for op, v in price_sources(d).items())
         print(f"- {label(d)}: {step} (step {sum(parts.values()):.1f}); prices: {srcs}")
+        if d.offload:
+            print(f"  {offload_line(d)}")
     print("\nSensitivity to the unsourced steps (ratio to the published figure):\n")
     print(
         f"TBO reserve as priced {wideep.TBO_RESERVED_SMS} SMs; inter-node DeepEP normal at "

@@ -167,6 +167,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
             "--routing-trace": P("--routing-trace", "{trace}", key="routing"),
             "--routing": P("--routing", "balanced", key="knobs.routing", base=V3),
+            # deepseek-v2-lite has 27 layers on an H100 with a PCIe host link: 9 of them offloaded
+            "--weight-offload": P("--weight-offload", "3:1:1", key="knobs.weight_offload"),
         },
     ),
     "bench": (

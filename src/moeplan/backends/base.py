@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions
@@ -31,6 +31,37 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 NVFP4_DISPATCH_BYTES = 0.5 + 1.0 / 16
 
 GIB = 1024**3
+
+if TYPE_CHECKING:
+    from moeplan.cost.offload import WeightOffload
+
+
+#: the groups a fused-MoE collective runs over (:class:`EpCollective`)
+EP_GROUPS = ("moe", "dp", "tp")
+
+
+@dataclass(frozen=True, slots=True)
+class EpCollective:
+    """One collective of an engine's fused-MoE expert parallelism (no DeepEP): ``op`` (the
+    nccl-tests name: ``all_gather``, ``reduce_scatter``, ``all_reduce``) over ``group`` —
+    ``moe``: every GPU of the MoE group (attention TP x DP), ``dp``: the attention-DP ranks
+    (one per attention-TP group), ``tp``: one attention-TP group — moving ``bytes_per_token``
+    bytes per token of its buffer. The buffer (nccl-tests convention,
+    :mod:`moeplan.cost.collectives`) holds the tokens of every attention-DP rank for ``moe``
+    and ``dp``, one DP rank's tokens for ``tp``."""
+
+    op: str
+    group: str
+    bytes_per_token: float
+
+
+@dataclass(frozen=True, slots=True)
+class FusedEpComm:
+    """The collectives an engine runs before (``dispatch``) and after (``combine``) its
+    fused MoE under expert parallelism without DeepEP (:meth:`EngineBackend.fused_ep_comm`)."""
+
+    dispatch: tuple[EpCollective, ...]
+    combine: tuple[EpCollective, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +91,7 @@ class Knobs(Protocol):
     mtp: int
     kv_dtype: str
     mem_fraction: float | None
+    offload: WeightOffload | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +182,13 @@ class EngineBackend(ABC):
     #: Dynamo's backend framework name and worker module (ai-dynamo/dynamo components/src/
     #: dynamo/<engine>; None: moeplan writes no DynamoGraphDeployment for it)
     dynamo_worker: tuple[str, str] | None = None
+
+    # ---- weight offload (moeplan.cost.offload) ---------------------------------------------
+    #: the flags of the grouped weight offloader: group size, layers offloaded per group,
+    #: prefetch step, then any fixed flags it needs (None: the engine has no such offloader)
+    offload_flags: tuple[str, ...] | None = None
+    #: why the engine cannot offload weights (with its source), when it has no such flags
+    no_offload: str = "no grouped weight-offload flags in its launch options"
 
     # ---- decisions ------------------------------------------------------------------------
     @abstractmethod
@@ -392,6 +431,21 @@ class EngineBackend(ABC):
             return FP8_DISPATCH_BYTES
         return NVFP4_DISPATCH_BYTES
 
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm | None:
+        """The collectives of the fused MoE under expert parallelism ``moe_ep`` without DeepEP,
+        with ``attn_dp`` attention-DP ranks, in a prefill (``prefill``) or decode step;
+        ``hidden_bytes``: one token's hidden state as the engine holds it (bf16),
+        ``router_bytes``: one token's router logits. None: an all-to-all of the routed
+        copies each way (an engine that states no path of its own keeps it).
+
+        The engines' own paths (SGLang, vLLM, TensorRT-LLM under attention TP) send no token
+        per routed copy: every rank holds all of its MoE group's tokens before the experts
+        and runs its local experts on them, and the outputs are summed over the group."""
+        del attn_dp, moe_ep, prefill, hidden_bytes, router_bytes
+        return None
+
     def dispatch_env(
         self, moe_dtype: str, a2a: str | None, role: str, version: str | None = None
     ) -> list[tuple[str, str]]:
@@ -471,6 +525,22 @@ class EngineBackend(ABC):
     @abstractmethod
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """The flags of an instance's knobs (two-batch overlap, MTP, KV dtype)."""
+
+    def offload_blocker(self) -> str | None:
+        """Why the engine cannot offload weights to host memory (None: it can)."""
+        return None if self.offload_flags is not None else self.no_offload
+
+    def offload_args(self, offload: WeightOffload | None) -> list[str]:
+        """The offloader's flags for ``offload`` (none without one): group size, layers per
+        group and prefetch step under the engine's own names (:attr:`offload_flags`)."""
+        if offload is None or self.offload_flags is None:
+            return []
+        group, num, step, *fixed = self.offload_flags
+        vals = (offload.group_size, offload.num_in_group, offload.prefetch_step)
+        return [
+            *(x for f, v in zip((group, num, step), vals, strict=True) for x in (f, str(v))),
+            *fixed,
+        ]
 
     def knob_env(self, knobs: Knobs | None, role: str = "colocated") -> list[tuple[str, str]]:
         """The environment of an instance's knobs (none by default)."""

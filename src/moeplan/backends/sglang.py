@@ -27,7 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
+from moeplan.backends.base import (
+    GIB,
+    NVFP4,
+    EngineBackend,
+    EpCollective,
+    FusedEpComm,
+    Knobs,
+    MemoryContext,
+)
 from moeplan.backends.sglang_caps import SGLANG_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -196,6 +204,49 @@ class SGLangBackend(EngineBackend):
         del attn_dp
         return ["--chunked-prefill-size", str(chunk_tokens)] if chunk_tokens else []
 
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm | None:
+        """``--moe-a2a-backend none`` (SGLang's default) with ``--ep-size``: the MoE layer's
+        tokens are gathered whole on every rank of the TP group (= the MoE group), each rank
+        runs its local experts (``token_dispatcher/standard.py`` ``StandardDispatcher``:
+        other ranks' experts map to -1), and the outputs are summed over the group.
+
+        - Attention TP: ``communicator.py`` ``_gather_hidden_states_and_residual`` with
+          ``attn_dp_size == 1`` is the attention output's ``tensor_model_parallel_all_reduce``
+          (the tokens are then on every rank: no dispatch); the MoE block's
+          ``tensor_model_parallel_all_reduce`` of its output is the combine (models/
+          deepseek_v2.py ``DeepseekV2MoE.forward_normal``).
+        - Attention DP (``ScatterMode.FULL`` for a sparse MLP without an a2a backend,
+          ``communicator.py`` ``LayerScatterModes._compute_mlp_mode``): ``dp_gather_partial``
+          into the global buffer, by ``DpPaddingMode.get_dp_padding_mode``
+          (``dp_attention.py``): a prefill batch (``is_extend_in_batch`` and ``dp_size > 1``)
+          is ``SUM_LEN``, gathered by ``_dp_gather_via_all_reduce`` (an all-reduce of the
+          zero-padded buffer of every rank's tokens); a decode batch of even ranks
+          (``sum_len * 2 >= max_len * dp_size``) is ``MAX_LEN``, gathered by
+          ``_dp_gather_via_all_gather``. The combine is a reduce-scatter of the outputs
+          (``moe/utils.py`` ``should_use_dp_reduce_scatterv``, when ``moe_ep_size ==
+          attn_dp_size``; ``communicator.py`` ``_scatter_hidden_states``'s
+          ``dp_reduce_scatter_tensor`` under ``MAX_LEN``), else the MoE's all-reduce then a
+          local ``dp_scatter``.
+
+        Read from the stored main branch (``communicator.py``, ``dp_attention.py``,
+        ``moe/utils.py``); a stored 0.5-line ``communicator.py`` (the one with
+        ``get_global_server_args``) has the same gather, and under ``SUM_LEN`` the MoE's
+        all-reduce then ``dp_scatter`` as the combine. The hidden states travel in bf16: the
+        FP4 all-gather (``should_use_flashinfer_cutlass_moe_fp4_allgather``) runs only under
+        ``--moe-runner-backend flashinfer_cutlass``, and the NVFP4 runner moeplan prices
+        and exports is ``flashinfer_trtllm`` (:meth:`moe_runner_args`)."""
+        del router_bytes
+        if attn_dp <= 1:
+            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
+        gather = "all_reduce" if prefill else "all_gather"
+        combine = "reduce_scatter" if moe_ep == attn_dp or not prefill else "all_reduce"
+        return FusedEpComm(
+            (EpCollective(gather, "moe", hidden_bytes),),
+            (EpCollective(combine, "moe", hidden_bytes),),
+        )
+
     def moe_runner_args(
         self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
     ) -> list[str]:
@@ -234,8 +285,8 @@ class SGLangBackend(EngineBackend):
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-two-batch-overlap``; MTP as ``--speculative-algorithm EAGLE
         --speculative-num-steps N --speculative-eagle-topk 1 --speculative-num-draft-tokens
-        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``;
-        ``--mem-fraction-static``."""
+        N+1`` (DeepSeek's NextN module is loaded as the EAGLE draft); ``--kv-cache-dtype``; the
+        weight offload's flags; ``--mem-fraction-static``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -247,6 +298,7 @@ class SGLangBackend(EngineBackend):
             out.append(str(knobs.mtp + 1))
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
+        out += self.offload_args(knobs.offload)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
 
@@ -271,6 +323,17 @@ SGLANG = SGLangBackend(
     model_registry="python/sglang/srt/models",
     # python/sglang/srt/distributed/utils.py get_pp_indices
     pp_partition_env="SGLANG_PP_LAYER_PARTITION",
+    # python/sglang/srt/server_args.py --offload-group-size / --offload-num-in-group /
+    # --offload-prefetch-step / --offload-mode (read by utils/offloader.py create_offloader:
+    # OffloaderV2 when the group size is > 0); mode cpu: weights in pinned host memory, as the
+    # GB200 NVFP4 prefill of sgl-project/sglang issue #10903 runs it
+    offload_flags=(
+        "--offload-group-size",
+        "--offload-num-in-group",
+        "--offload-prefetch-step",
+        "--offload-mode",
+        "cpu",
+    ),  # fmt: skip
     # sgl-project/sglang @ 001067ff python/sglang/srt/entrypoints/engine.py
     # _set_envs_and_config: on a GB200/GB300 (is_mnnvl_fabric_device) with nnodes > 1 it
     # setdefaults NCCL_CUMEM_ENABLE=1 and NCCL_MNNVL_ENABLE=1 ("cross-node NVLink needs NCCL's

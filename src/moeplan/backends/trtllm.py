@@ -79,7 +79,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from moeplan.backends.base import EngineBackend, Knobs
+from moeplan.backends.base import EngineBackend, EpCollective, FusedEpComm, Knobs
 from moeplan.backends.capabilities import Nvfp4Moe
 from moeplan.specs import GPUSpec
 
@@ -142,6 +142,22 @@ class TRTLLMBackend(EngineBackend):
         """``max_batch_size`` 2048 on every GPU (per attention-DP rank)."""
         del gpu
         return MAX_BATCH_SIZE
+
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm | None:
+        """Without attention DP the fused MoE's outputs are summed by one all-reduce over the
+        MoE group and no token is dispatched (``_torch/modules/fused_moe/interface.py``
+        ``MoE.reducescatter_or_allreduce``: all-reduce without attention DP; the inputs are on
+        every rank). Under attention DP the MoE chooses an all-to-all where it can
+        (``fused_moe_cutlass.py`` / ``fused_moe_trtllm_gen.py`` ``alltoall_method_type``:
+        the MNNVL / NVLink one-sided all-to-all where ``MnnvlMemory.supports_mnnvl()``),
+        else all-gather + reduce-scatter: kept as the all-to-all here (None). Read from the
+        stored main branch, after 1.2.1."""
+        del moe_ep, prefill, router_bytes
+        if attn_dp > 1:
+            return None
+        return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
 
     def attn_dp_blocker(self, architecture: str) -> str | None:
         """Why ``enable_attention_dp`` is not written for ``architecture`` (None: it is)."""

@@ -23,7 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from moeplan.backends.base import GIB, NVFP4, EngineBackend, Knobs, MemoryContext
+from moeplan.backends.base import (
+    GIB,
+    NVFP4,
+    EngineBackend,
+    EpCollective,
+    FusedEpComm,
+    Knobs,
+    MemoryContext,
+)
 from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -91,9 +99,37 @@ class VLLMBackend(EngineBackend):
         (vllm/config/scheduler.py ``cuda_graph_sizes``, 0.11.0)."""
         return ["--cuda-graph-sizes", str(self.graph_max_bs(ctx, max_running))]
 
+    def fused_ep_comm(
+        self, attn_dp: int, moe_ep: int, prefill: bool, hidden_bytes: float, router_bytes: float
+    ) -> FusedEpComm | None:
+        """``--enable-expert-parallel`` with the default all2all backend,
+        ``allgather_reducescatter`` (vllm/envs.py ``VLLM_ALL2ALL_BACKEND``, its default in the
+        stored 0.11-line ``envs.py``; later releases move it to ``--all2all-backend``,
+        vllm/config/parallel.py ``ParallelConfig.all2all_backend``, same default).
+
+        - No DP (``data_parallel_size == 1``): no all2all manager runs (``use_all2all`` needs
+          ``dp_size > 1``); the tokens are on every TP rank, each runs its local experts and
+          ``FusedMoE`` sums the outputs with ``tensor_model_parallel_all_reduce``
+          (``reduce_results``; model_executor/layers/fused_moe/layer.py).
+        - DP: ``AgRsAll2AllManager.dispatch`` all-gathers (``all_gatherv``) the hidden states
+          and the router logits over the DP group, ``combine`` reduce-scatters
+          (``reduce_scatterv``) the outputs over it (distributed/device_communicators/
+          all2all.py); with TP inside each DP rank the outputs are then all-reduced over
+          that TP group. The same in prefill and decode."""
+        del moe_ep, prefill
+        if attn_dp <= 1:
+            return FusedEpComm((), (EpCollective("all_reduce", "moe", hidden_bytes),))
+        combine = (
+            EpCollective("reduce_scatter", "dp", hidden_bytes),
+            EpCollective("all_reduce", "tp", hidden_bytes),
+        )
+        return FusedEpComm(
+            (EpCollective("all_gather", "dp", hidden_bytes + router_bytes),), combine
+        )
+
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
-        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; ``--gpu-memory-utilization``."""
+        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; the weight offload's flags; ``--gpu-memory-utilization``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -103,6 +139,7 @@ class VLLMBackend(EngineBackend):
             out += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
+        out += self.offload_args(knobs.offload)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
     def moe_runner_env(
@@ -170,6 +207,10 @@ VLLM = VLLMBackend(
     ),
     model_registry="model_executor/models/registry.py",
     pp_partition_env="VLLM_PP_LAYER_PARTITION",  # vllm/distributed/utils.py get_pp_indices
+    # vllm/config/offload.py PrefetchOffloadConfig (offload_group_size, offload_num_in_group,
+    # offload_prefetch_step; the prefetch backend is chosen when the group size is set) and
+    # vllm/engine/arg_utils.py's offload argument group (vllm-project/vllm PR #29941, 0.13+)
+    offload_flags=("--offload-group-size", "--offload-num-in-group", "--offload-prefetch-step"),
     # vllm/env_override.py (0.9 / 0.10 line, stored copy): "NCCL requires NCCL_CUMEM_ENABLE to
     # work with multi-node NVLink, typically on GB200-NVL72 systems"; vLLM forces it to 0
     # unless /dev/nvidia-caps-imex-channels exists, and keeps an explicitly set value

@@ -187,6 +187,14 @@ def serve_sim(
         typer.Option(help="Routing trace: per-expert loads, placed by EPLB with the replicas."),
     ] = None,
     routing: opt.RoutingOpt = "random",
+    weight_offload: Annotated[
+        str,
+        typer.Option(
+            help="--phase: weights offloaded to host memory, GROUP:NUM[:PREFETCH] as the "
+            "engine's --offload-group-size/--offload-num-in-group/--offload-prefetch-step "
+            "(e.g. 2:1:1); auto: the smallest that fits when the weights do not; off: none."
+        ),
+    ] = "auto",
     json_out: opt.JsonOpt = False,
     quiet: QuietOpt = False,
     jobs: Annotated[
@@ -221,6 +229,7 @@ def serve_sim(
             profile=profile, phase=phase,
             per_gpu=batch_per_gpu if phase == "decode" else tokens_per_gpu,
             context=s.phase_context, knob_flags=s.knob_flags, routing=s.routing,
+            offload=weight_offload,
         )  # fmt: skip
         if launched:
             out["launch"] = launched

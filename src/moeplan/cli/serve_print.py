@@ -145,8 +145,15 @@ def print_phase(out: dict[str, Any]) -> None:
         f"[bold]{out['tokens_per_s_per_gpu']:,.0f}[/] {out['tokens_kind']}/s per GPU"
     )
     bd = out["breakdown_ms"]
-    parts = ", ".join(f"{k} {bd[k]:.2f}" for k in (*BREAKDOWN_KEYS, "overlap") if k in bd)
+    parts = ", ".join(
+        f"{k} {bd[k]:.2f}" for k in (*BREAKDOWN_KEYS, "overlap", "offload") if k in bd
+    )
     console.print(f"  breakdown (ms, sums to the step): {parts}")
+    if out.get("weight_offload"):
+        wo = out["weight_offload"]
+        console.print(
+            f"  weight offload {wo['flags']} ({wo['chosen']}): {wo['why']}; {wo['price']}"
+        )
     console.print(pricing_line(out["pricing"]))
     console.print(sources_line(out["price_sources"], "the step"))
 

@@ -307,7 +307,7 @@ _NOT_BENCH = dict(
     rate=None, concurrency=None, think_ms=0.0, arrival="poisson", cv=1.0, isl=None, osl=None,
     isl_dist=None, osl_dist=None, prefix_hit=0.0, ttft_slo=2000.0, tpot_slo=100.0,
     slo_percentile=90.0, requests=DEFAULT_NUM_PROMPTS, seed=0, trace_out=None, phase=None,
-    batch_per_gpu=None, tokens_per_gpu=None, context=None, jobs=1,
+    batch_per_gpu=None, tokens_per_gpu=None, context=None, jobs=1, weight_offload="auto",
 )  # fmt: skip
 #: the deployment flags ``bench`` shares with ``serve-sim`` (same names, same meaning): every
 #: serve-sim flag but the request stream's, SLOs' and one phase's (:data:`_NOT_BENCH`)

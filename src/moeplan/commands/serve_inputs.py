@@ -325,8 +325,14 @@ RUN_ONLY_FLAGS: tuple[tuple[str, str, Any], ...] = (
 
 def check_phase_only(f: ServeSimFlags) -> None:
     """One line when ``--phase`` is given with a flag it does not read (:data:`RUN_ONLY_FLAGS`;
-    ``--isl`` with ``--phase decode``, whose context is ``--context``)."""
+    ``--isl`` with ``--phase decode``, whose context is ``--context``), or when a serving run
+    is given a weight offload (priced in one phase's step only)."""
     if f.phase is None:
+        require(
+            f.weight_offload in ("auto", "off"),
+            f"--weight-offload ({f.weight_offload}) applies to --phase (the offload's copies "
+            "are priced in one phase's step, not in a serving run's iterations)",
+        )
         return
     for name, flag, default in RUN_ONLY_FLAGS:
         v = getattr(f, name)
@@ -411,6 +417,7 @@ class ServeSimFlags:
     routing_trace: str | None
     routing: str
     jobs: int | None
+    weight_offload: str = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

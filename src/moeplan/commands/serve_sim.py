@@ -12,7 +12,8 @@ answer is :func:`payload`'s object plus what its kind adds.
 Phase JSON keys (fixed): ``phase``, ``step_ms``, ``tokens_per_s_per_gpu``, ``batch_per_gpu``
 (decode) or ``tokens_per_gpu`` (prefill), ``context``, ``breakdown_ms`` (``attention, moe,
 dispatch, combine, dense, other`` and, under two-batch overlap, a negative ``overlap``; they
-sum to ``step_ms``).
+sum to ``step_ms``; with a weight offload, ``offload``: the step's wait for the host link),
+``weight_offload`` (None, or the offload priced: :func:`offload_answer`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from moeplan.backends import priced_engine
+from moeplan.backends import backend_or_none, priced_engine
 from moeplan.commands.serve_inputs import ServedInstance
 from moeplan.commands.steady import require_boundable
 from moeplan.cost import CostModel
+from moeplan.cost.offload import AUTO, OFF, WeightOffload, offload_memory
 from moeplan.cost.price_sources import headline_interval
 from moeplan.errors import MoeplanError, require
 from moeplan.kernel_tables import pricing
@@ -347,9 +349,13 @@ def phase_answer(
     context: int,
     knob_flags: dict[str, Any],
     routing: RoutingProfile | None,
+    offload: str = AUTO,
 ) -> dict[str, Any]:
     """``serve-sim --phase``: check the flags the phase reads, build the cost model, price
-    the phase step; the JSON answer (keys: module docstring)."""
+    the phase step; the JSON answer (keys: module docstring). ``offload``: the weight
+    offload given (``GROUP:NUM[:PREFETCH]``), ``off``, or ``auto``: the smallest that fits
+    (:meth:`PhaseModel.fit_offload`) when the weights do not fit, the GPU's record has a host
+    link and the engine has the offloader's flags."""
     from moeplan.backends import simulated
     from moeplan.kernel_tables import engine_cost_model
 
@@ -367,10 +373,20 @@ def phase_answer(
         f"--kv-dtype ({knob_flags['kv_dtype']!r}) must be one of {', '.join(KV_DTYPES)}",
     )
     n = int(per_gpu or 0)
+    given = None if offload in (AUTO, OFF) else WeightOffload.parse(offload)
     knobs = resolve_knobs(
-        cost.engine, m, c, layout, **knob_flags, version=cost.engine_version, phase=phase
-    )
-    r = PhaseModel(m, c, cost, layout, knobs, routing).step(phase, n, context)
+        cost.engine, m, c, layout, **knob_flags, version=cost.engine_version, phase=phase,
+        offload=given,
+    )  # fmt: skip
+    pm = PhaseModel(m, c, cost, layout, knobs, routing)
+    eng = backend_or_none(cost.engine)
+    can = c.gpu.host_link_bw is not None and (eng is None or eng.offload_blocker() is None)
+    if given is None and offload == AUTO and can:
+        chosen = pm.fit_offload(phase, n, context)
+        if chosen is not None:
+            knobs = replace(knobs, offload=chosen)
+            pm = PhaseModel(m, c, cost, layout, knobs, routing)
+    r = pm.step(phase, n, context)
     return {
         "model": m.name,
         "cluster": c.name,
@@ -380,10 +396,54 @@ def phase_answer(
         "layout": layout.to_dict(),
         "knobs": knobs.to_dict(),
         **_result(r, phase, n, context),
+        "weight_offload": offload_answer(pm, r, phase, n, context, given is not None),
         "routing": "balanced (static profile)" if routing is None else routing.source,
         "note": "steady state of this phase alone, per GPU (busiest GPU's step), no arrivals",
         "pricing": pricing(cost),
         "price_sources": phase_price_sources(m, c, cost, layout, knobs, routing, phase, n, context),
+    }
+
+
+def offload_answer(
+    pm: PhaseModel, r: PhaseResult, phase: str, per_gpu: int, context: int, given: bool
+) -> dict[str, Any] | None:
+    """The weight offload the step priced (None: none): its flags, whether given or chosen,
+    why (the memory without it) and its price (the copies per forward pass over the host
+    link, the step's wait for them)."""
+    off = pm.knobs.offload
+    if off is None:
+        return None
+    m, lay, gpu = pm.model, pm.layout, pm.cluster.gpu
+    local = (m.num_experts + lay.redundant_experts) / lay.moe_ep
+    om = offload_memory(m, off, range(m.num_layers), local, lay.moe_tp)
+    secs, layers = pm.offload_transfers(off)
+    without = pm.memory_need(phase, per_gpu, context, None)
+    gib = 1024**3
+    wait = r.breakdown.get("offload", 0.0)
+    return {
+        "flags": off.label,
+        "group_size": off.group_size,
+        "num_in_group": off.num_in_group,
+        "prefetch_step": off.prefetch_step,
+        "chosen": "given" if given else "auto",
+        "layers": list(layers),
+        "offloaded_gib_per_gpu": om.offloaded / gib,
+        "prefetch_buffers_gib": om.buffers / gib,
+        "need_without_gib_per_gpu": without / gib,
+        "host_link_gb_per_s": (gpu.host_link_bw or 0.0) / 1e9,
+        "transfer_ms_per_pass": sum(secs) * 1e3,
+        "wait_ms": wait * 1e3,
+        "why": (
+            f"without it the step needs {without / gib:.1f} GiB per GPU, {gpu.name} has "
+            f"{gpu.mem_bytes / gib:.1f}; {len(layers)} of {m.num_layers} layers offloaded "
+            f"({om.offloaded / gib:.1f} GiB of routed experts on the host, "
+            f"{om.buffers / gib:.1f} GiB of prefetch buffers on the GPU)"
+        ),
+        "price": (
+            f"{sum(secs) * 1e3:.1f} ms of copies per forward pass at "
+            f"{(gpu.host_link_bw or 0.0) / 1e9:.0f} GB/s per direction, prefetched "
+            f"{off.prefetch_step} offloaded layer(s) ahead: the step waits {wait * 1e3:.1f} ms"
+        ),
     }
 
 

@@ -18,7 +18,9 @@ exports (which flags are written), so the two always agree. Facts (sources):
   vllm docs/serving/expert_parallel_deployment.md). TRT-LLM's wide EP is not exported here.
 - ``auto`` picks DeepEP wherever the engine can run it for the layout (what the exports
   emit), the fused MoE otherwise; ``nccl`` keeps the engine's default fused MoE (SGLang
-  ``--moe-a2a-backend none``, vLLM's default all2all backend).
+  ``--moe-a2a-backend none``, vLLM's default all2all backend), whose collectives the engine
+  backend states (:meth:`moeplan.backends.base.EngineBackend.fused_ep_comm`: the MoE group's
+  tokens gathered and the outputs reduced, no all-to-all of routed copies).
 
 Pure: no I/O.
 """
@@ -168,7 +170,8 @@ def moe_backend(
     version: str | None = None,
     phase: str | None = None,
 ) -> str:
-    """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its all-to-all) for ``a2a`` in
+    """``"deepep"`` or ``"nccl"`` (the engine's fused MoE with its own collectives,
+    :meth:`moeplan.backends.base.EngineBackend.fused_ep_comm`) for ``a2a`` in
     :data:`A2A_CHOICES` (module docstring) in ``phase`` (``prefill`` / ``decode``; None: a
     server running both); ``deepep`` where it cannot run raises one line.
     ``model`` may be the :class:`HardwareFacts` directly (``cluster`` then ``None``)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.cost.offload import WeightOffload, offload_memory
 from moeplan.errors import require
 from moeplan.specs import ModelSpec, layer_math
 from moeplan.specs.layers import LATENT_KINDS
@@ -209,7 +210,8 @@ class InstanceShape:
     stages, routed experts held per GPU (``(E + redundant) / moe_ep``), the all-to-all's
     experts per token ``k``, whether MixServe's fused RS-Combine/AG-Dispatch runs, and the
     KV cache's bytes relative to the model's own KV dtype (``kv_scale``: 0.5 for an fp8 cache
-    of a bf16 model)."""
+    of a bf16 model), and the weight offload to host memory (``offload``: None, none;
+    :mod:`moeplan.cost.offload`)."""
 
     attn_tp: int
     attn_dp: int
@@ -221,6 +223,7 @@ class InstanceShape:
     k: float
     fused: bool = False
     kv_scale: float = 1.0
+    offload: WeightOffload | None = None
 
     def __post_init__(self) -> None:
         for f in ("attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "dense_tp"):
@@ -248,7 +251,9 @@ def stage_weights(
 ) -> float:
     """Weights on one GPU of the stage holding ``layers``: attention, routed + shared experts
     or the dense MLP per layer; the embedding on the first stage, the lm-head on the last
-    (each vocab-parallel over ``attn_tp``)."""
+    (each vocab-parallel over ``attn_tp``). With a weight offload, the offloaded layers'
+    routed experts live on the host and the GPU holds the offloader's prefetch buffers
+    instead (:func:`moeplan.cost.offload.offload_memory`)."""
     s, q = shape, model.quant
     attn = attn_weight_bytes(model, s.attn_tp)
     moe = expert_weight_bytes(model, s.local_experts, s.moe_tp) + shared_weight_bytes(
@@ -260,6 +265,8 @@ def stage_weights(
         total += model.embedding_params * q.embedding.bytes_per_weight / s.attn_tp
     if last:
         total += model.lm_head_params * q.lm_head.bytes_per_weight / s.attn_tp
+    if s.offload is not None:
+        total -= offload_memory(model, s.offload, layers, s.local_experts, s.moe_tp).saved
     return total
 
 

@@ -35,7 +35,8 @@ class GPUSpec:
     """One accelerator: dense bf16 FLOP/s, memory bytes and memory bandwidth (bytes/s), and
     the record of :mod:`moeplan.specs.gpu` (compute capability, SMs, SM clock, fp8 / int8
     rate over bf16, its measured and reference tables, NCCL and DeepEP support, and the dense
-    FP4 tensor rate over bf16 where the GPU has FP4 tensor cores).
+    FP4 tensor rate over bf16 where the GPU has FP4 tensor cores, and the bandwidth to host
+    memory per direction where the record states it).
 
     The preset loader requires every record field; a GPUSpec built in code (a card measured
     on the spot, a test) leaves the ones it does not know at ``None`` / ``False``, and every
@@ -61,11 +62,19 @@ class GPUSpec:
     nccl: bool = False
     deepep: bool = False
     fp4_ratio: float | None = None
+    host_link_bw: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("flops_bf16", "mem_bytes", "mem_bw"):
             check_float(f"gpu[{self.name}].{f}", getattr(self, f), positive=True)
-        for f in ("sm_count", "sm_clock_mhz", "fp8_ratio", "int8_ratio", "fp4_ratio"):
+        for f in (
+            "sm_count",
+            "sm_clock_mhz",
+            "fp8_ratio",
+            "int8_ratio",
+            "fp4_ratio",
+            "host_link_bw",
+        ):
             if getattr(self, f) is not None:
                 check_float(f"gpu[{self.name}].{f}", getattr(self, f), positive=True)
 

@@ -18,7 +18,11 @@ each with its source in ``sources`` (one text per field):
   expert-parallel kernels run on it;
 - ``fp4_ratio``: dense FP4 tensor peak over the bf16 peak, ``null`` on a GPU without FP4
   tensor cores (everything before Blackwell): :attr:`GPUSpec.fp4_tensor_cores` reads it, and
-  with it whether NVFP4 / MXFP4 weights run natively.
+  with it whether NVFP4 / MXFP4 weights run natively;
+- ``host_link_bw``: bytes/s per direction between the GPU and its host's memory (PCIe to
+  an x86 host, NVLink-C2C to the Grace CPU of a GB200 / GB300), what weights offloaded to
+  the host cross every forward pass (:mod:`moeplan.cost.offload`); ``null`` where the
+  record has no figure: weight offload is refused on that GPU.
 
 The SM version the engines dispatch kernels on (100 for B200 / GB200, 103 for B300 / GB300)
 is the compute capability's (:attr:`GPUSpec.sm_version`).
@@ -48,6 +52,7 @@ RECORD_FIELDS: dict[str, bool] = {
     "nccl": False,
     "deepep": False,
     "fp4_ratio": True,
+    "host_link_bw": True,
 }
 RATES = ("flops_bf16", "mem_bytes", "mem_bw")
 _BOOLS = ("nccl", "deepep")

@@ -29,6 +29,12 @@ backend, two-batch overlap, multi-token prediction and the KV-cache dtype.
   profile states (deepseek-ai/profile-data README: the profiles simulate an absolutely
   balanced MoE routing). A routing trace's per-expert loads (``--routing-trace``) enter the
   placement either way.
+- ``offload``: the weight offload to host memory (:class:`moeplan.cost.offload.WeightOffload`,
+  the engine's ``--offload-group-size / --offload-num-in-group / --offload-prefetch-step``);
+  None: none. Given, it must suit the model and the GPU
+  (:meth:`moeplan.cost.offload.WeightOffload.check`: a host-link figure in the GPU's record,
+  no group past the model's layers) and the engine must have the flags
+  (:meth:`moeplan.backends.EngineBackend.offload_blocker`).
 - ``tbo`` and ``mtp`` are the engine's for the model's family too (its capability table:
   two-batch overlap, MTP/NextN drafting), each refusal one line naming the engine source.
 """
@@ -39,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from moeplan.backends import backend_or_none
 from moeplan.cost.a2a import A2A_CHOICES, moe_backend
+from moeplan.cost.offload import WeightOffload
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout
 from moeplan.specs import ClusterSpec, ModelSpec
@@ -66,6 +73,7 @@ class InstanceKnobs:
     kv_model_bytes: int = 2
     mem_fraction: float | None = None
     routing: str = "random"
+    offload: WeightOffload | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -121,6 +129,7 @@ class InstanceKnobs:
             "kv_cache_dtype": self.kv_stored,
             "mem_fraction": self.mem_fraction,
             "routing": self.routing,
+            "weight_offload": None if self.offload is None else self.offload.label,
         }
 
 
@@ -139,6 +148,7 @@ def resolve_knobs(
     routing: str = "random",
     version: str | None = None,
     phase: str | None = None,
+    offload: WeightOffload | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
     :class:`MoeplanError` (module docstring); the engine's capabilities are release
@@ -169,6 +179,10 @@ def resolve_knobs(
         if eng is not None and (why := eng.mtp_blocker(model.architecture, version)) is not None:
             raise MoeplanError(f"--mtp ({mtp}) cannot run here: {why}")
         require(mtp_accept is not None, f"--mtp ({mtp}) needs --mtp-accept P in (0, 1]")
+    if offload is not None:
+        offload.check(model, cluster.gpu)
+        if eng is not None and (why := eng.offload_blocker()) is not None:
+            raise MoeplanError(f"--weight-offload ({offload.label}) cannot run here: {why}")
     return with_kv_cache(
         InstanceKnobs(
             a2a=backend,
@@ -178,6 +192,7 @@ def resolve_knobs(
             kv_dtype=kv_dtype,
             mem_fraction=mem_fraction,
             routing=routing,
+            offload=offload,
         ),
         engine,
         model,

@@ -20,12 +20,14 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   the summed context), and one core call per prefill chunk at its real context.
 - MoE: router and shared experts on ``T_r`` tokens (shared experts sharded like attention);
   routed experts on the busiest EP rank: ``T k imbalance / moe_ep`` token copies over its
-  ``E / moe_ep`` experts (``expert_ffn``, split ``moe_tp``), dispatch and combine all-to-all
+  ``E / moe_ep`` experts (``expert_ffn``, split ``moe_tp``); on an engine, its fused-MoE
+  collectives (the MoE group's tokens gathered, the outputs reduced:
+  :mod:`moeplan.serve.iteration.ep_comm`); without one, dispatch and combine all-to-all
   over the EP group (bytes scaled by the imbalance, the busiest receiver), AG/RS over
   ``moe_tp``. ``imbalance`` = the routing profile's max/mean over EP ranks for that layer
   times the caller's factor (e.g. after EPLB); ``k`` = the profile's mean activated experts.
 - Local activation rate (Sem-MoE §3, "LAR"): by default a token's ``k`` activations land on
-  the EP ranks uniformly, so ``1 - 1/moe_ep`` of the dispatch/combine bytes leave the GPU
+  the EP ranks uniformly, so ``1 - 1/moe_ep`` of the all-to-all's bytes leave the GPU
   (the collective's pairwise formula keeps ``1/n`` local). Given a placement's measured
   ``lar`` (the fraction of activations whose expert sits on the token's own EP rank), the
   bytes handed to the collective are scaled by ``(1 - lar) / (1 - 1/moe_ep)``, so the bytes
@@ -76,6 +78,7 @@ from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
+from moeplan.serve.iteration.ep_comm import fused_ep_seconds
 from moeplan.serve.iteration.fused import fused_comm, fused_layer
 from moeplan.serve.iteration.grid import bucket_grid
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
@@ -379,6 +382,10 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             + cm.shared_expert(md, t_r, lay.attn_tp)
             + cm.expert_ffn(md, load, e_local, lay.moe_tp)
         )
+        gpn = self.cluster.nvlink_domain
+        fused = None if lay.fused else fused_ep_seconds(cm, md, lay, gpn, prefill, t_mb, t_r)
+        if fused is not None:  # the engine's gather / reduce collectives (iteration/ep_comm)
+            return compute, fused[0] + fused[1]
         group_tokens = t_mb / lay.moe_ep
         comm = self._gather_scatter(group_tokens, lay.moe_tp, self._nodes["moe_tp"])
         if lay.moe_ep > 1:

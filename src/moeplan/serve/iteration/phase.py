@@ -17,8 +17,10 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   :mod:`moeplan.cost.elementwise`).
 - ``moe``: router, shared experts (on DeepEP without attention TP: the wide-EP MLP tables,
   :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
-  DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the all-to-all of
-  the routed copies each way. The busiest EP rank carries ``imbalance`` times the mean load:
+  DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the engine's
+  gather of the MoE group's tokens and the reduction of the outputs
+  (:mod:`moeplan.serve.iteration.ep_comm`; without an engine, the all-to-all of the routed
+  copies each way). The busiest EP rank carries ``imbalance`` times the mean load:
   the routing profile's per-expert load placed by the project's EPLB
   (:func:`moeplan.planners.placement.eplb.rebalance_experts`, with the layout's redundant
   experts) or contiguously without redundant experts; 1 for a static profile; times the
@@ -38,6 +40,16 @@ scheduled by :func:`moeplan.cost.overlap.alternating_makespan` as two chains of 
 (attention, experts, dense) and ``comm`` (dispatch, combine) pieces; ``overlap`` (negative) is
 the makespan minus the sum of every piece.
 
+Weight offload (``knobs.offload``, :mod:`moeplan.cost.offload`): the offloaded layers' routed
+experts live in host memory and cross the GPU's host link every forward pass, prefetched
+``prefetch_step`` offloaded layers ahead on a copy stream; the memory holds the GPU's share
+without them plus the prefetch buffers. The pass is :func:`moeplan.cost.offload.offloaded_span`
+over the layers' times (each layer's pieces in the order above; under two-batch overlap both
+micro-batches' pieces of the layer, scaled to the overlapped pass) and the work after the last
+layer; ``offload`` in the breakdown is what it adds: the compute stream's wait for copies the
+layers in between do not cover. :meth:`PhaseModel.fit_offload` finds the smallest offload the
+engine's flags express that makes the phase fit when the weights alone do not.
+
 MTP (``knobs.mtp = N``, decode): the verify pass is the step above with ``N + 1`` tokens per
 sequence (attention priced as ``N + 1`` decode queries per sequence: an upper bound, the
 kernel reads the KV once per sequence), plus ``N`` draft passes of the MTP module (one MoE
@@ -54,10 +66,12 @@ from dataclasses import dataclass, field, replace
 from moeplan.cost import CostModel
 from moeplan.cost import memory as mem
 from moeplan.cost.ep_spread import balanced_spread
+from moeplan.cost.offload import WeightOffload, layer_bytes, offloaded_span
 from moeplan.cost.overlap import Piece, alternating_makespan
 from moeplan.errors import MoeplanError, require
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
+from moeplan.serve.iteration.ep_comm import fused_ep_seconds
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.tbo import extend_cut
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -210,6 +224,12 @@ class PhaseModel:
         e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
         copies = t_gpu * self._k * imb
         gemm = cm.expert_ffn(md, copies / e_local, e_local, lay.moe_tp)
+        tokens = mb.tokens * lay.attn_dp  # the MoE group's tokens: every attention-DP rank's
+        fused = fused_ep_seconds(
+            cm, md, lay, self.cluster.nvlink_domain, not mb.decode, tokens, mb.tokens
+        )
+        if fused is not None:  # the engine's gather / reduce collectives (serve/iteration/ep_comm)
+            return pre, fused[0], gemm, fused[1]
         a2a = 0.0
         if lay.moe_ep > 1:
             nbytes = copies * md.hidden_bytes
@@ -264,14 +284,46 @@ class PhaseModel:
         for chain in chains:
             for key, sec in chain:
                 out[key] += sec
-        out["other"] += self.lm_head(sum(mb.seqs for mb in halves))
-        out["other"] += self.cost.final_norm(self.model, sum(mb.tokens for mb in halves))
+        tail = self.lm_head(sum(mb.seqs for mb in halves))
+        tail += self.cost.final_norm(self.model, sum(mb.tokens for mb in halves))
+        out["other"] += tail
         if len(halves) > 1:
             span = alternating_makespan(
                 [[Piece("comm" if k in COMM_KEYS else "compute", s) for k, s in c] for c in chains]
             )
             out["overlap"] = span - sum(sum(s for _, s in c) for c in chains)
+        if self.knobs.offload is not None:
+            out["offload"] = self._offload_wait(chains, sum(out.values()), tail)
         return out
+
+    def _offload_wait(
+        self, chains: list[list[tuple[str, float]]], span: float, tail: float
+    ) -> float:
+        """Seconds the weight offload adds to a forward pass of ``span`` seconds whose layers'
+        pieces are ``chains`` and whose work after the last layer takes ``tail`` (module
+        docstring)."""
+        off = self.knobs.offload
+        assert off is not None
+        layers = [0.0] * self.model.num_layers
+        for chain in chains:
+            i = -1
+            for key, sec in chain:
+                i += key == "attention"  # every layer opens with its attention block
+                layers[i] += sec
+        scale = (span - tail) / sum(layers) if sum(layers) > 0 else 1.0
+        compute = [x * scale for x in layers] + [tail]
+        wait = offloaded_span(compute, *self.offload_transfers(off), off.prefetch_step) - span
+        return max(0.0, wait)  # 0 up to rounding when every copy is covered
+
+    def offload_transfers(self, off: WeightOffload) -> tuple[list[float], list[int]]:
+        """(seconds each offloaded layer's copy takes over the host link, the offloaded
+        layers)."""
+        md, lay, gpu = self.model, self.layout, self.cluster.gpu
+        assert gpu.host_link_bw is not None  # WeightOffload.check
+        e_local = (md.num_experts + lay.redundant_experts) / lay.moe_ep
+        layers = list(off.layers(md.num_layers))
+        secs = [layer_bytes(md, i, e_local, lay.moe_tp) / gpu.host_link_bw for i in layers]
+        return secs, layers
 
     def step(self, phase: str, per_gpu: int, context: int) -> PhaseResult:
         """The steady step of ``phase`` with ``per_gpu`` sequences (decode) or prompt tokens
@@ -284,15 +336,10 @@ class PhaseModel:
         )
         require(1 <= context <= MAX_PER_GPU, f"context ({context}) must be in 1..{MAX_PER_GPU}")
         kn, lay = self.knobs, self.layout
+        full, seqs = self._batch(phase, per_gpu, context)
         if phase == "decode":
-            seqs = per_gpu * lay.attn_tp
-            draft_tokens = kn.mtp if kn.mtp else 0
-            full = MicroBatch((seqs * (draft_tokens + 1), 1, context))
-            split = seqs // 2 * (draft_tokens + 1)  # SGLang: bs // 2 sequences (tbo.py)
+            split = seqs // 2 * (kn.mtp + 1)  # SGLang: bs // 2 sequences (tbo.py)
         else:
-            require(kn.mtp == 0, "--mtp applies to --phase decode")
-            full = prefill_batch(per_gpu * lay.attn_tp, context)
-            seqs = full.seqs
             split = extend_cut([q for n, q, _ in full.groups for _ in range(n)]) or 0
         halves = list(full.cut(split)) if kn.tbo and split else [full]
         parts = self._forward(halves)
@@ -315,6 +362,38 @@ class PhaseModel:
             memory_bytes=self.memory(seqs, context, full.tokens),
         )
 
+    def _batch(self, phase: str, per_gpu: int, context: int) -> tuple[MicroBatch, int]:
+        """The step's tokens on one attention rank and its sequences (module docstring)."""
+        kn, lay = self.knobs, self.layout
+        if phase == "decode":
+            seqs = per_gpu * lay.attn_tp
+            return MicroBatch((seqs * (kn.mtp + 1), 1, context)), seqs
+        require(kn.mtp == 0, "--mtp applies to --phase decode")
+        full = prefill_batch(per_gpu * lay.attn_tp, context)
+        return full, full.seqs
+
+    def fit_offload(self, phase: str, per_gpu: int, context: int) -> WeightOffload | None:
+        """The smallest weight offload the engine's flags express (fewest offloaded layers,
+        then the fewest per group, prefetch step 1: the engines' default) under which the
+        phase fits, when the weights with the step alone do not fit the GPU (a KV cache that
+        does not fit is the batch's to shrink, not offloading's); None when the phase fits
+        as it is, when only its KV does not, or when no offload makes it fit."""
+        md = self.model
+        full, seqs = self._batch(phase, per_gpu, context)
+        if self._breakdown(seqs, context, full.tokens, None).fits(self.cluster.gpu.mem_bytes):
+            return None
+        if self._breakdown(0, context, full.tokens, None).fits(self.cluster.gpu.mem_bytes):
+            return None  # the weights and the step fit: the KV is what does not
+        n = md.num_layers
+        cands = [WeightOffload(g, k) for g in range(1, n + 1) for k in range(1, g + 1)]
+        cands.sort(key=lambda o: (len(o.layers(n)), o.num_in_group, o.group_size))
+        for off in cands:
+            if not any(md.is_moe_layer(i) for i in off.layers(n)):
+                continue
+            if self._breakdown(seqs, context, full.tokens, off).fits(self.cluster.gpu.mem_bytes):
+                return off
+        return None
+
     def _spread(self, mb: MicroBatch) -> float:
         """The busiest rank of one micro-batch's routing on the wide-EP path (what
         :class:`moeplan.cost.wideep.WideEP` prices: :mod:`moeplan.cost.ep_spread`); 1 else."""
@@ -324,14 +403,28 @@ class PhaseModel:
         t_gpu = mb.tokens / lay.attn_tp
         return balanced_spread(t_gpu * lay.moe_ep, lay.moe_ep, md.top_k, md.num_experts)
 
+    def _breakdown(
+        self, seqs: int, context: int, tokens: int, offload: WeightOffload | None
+    ) -> mem.MemoryBreakdown:
+        """The one memory model's bytes per GPU of a step (no fit check) under ``offload``."""
+        md, lay = self.model, self.layout
+        shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale, offload=offload)
+        return mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
+
+    def memory_need(
+        self, phase: str, per_gpu: int, context: int, offload: WeightOffload | None
+    ) -> float:
+        """Bytes per GPU the phase step needs under ``offload`` (no fit check)."""
+        full, seqs = self._batch(phase, per_gpu, context)
+        return self._breakdown(seqs, context, full.tokens, offload).total
+
     def memory(self, seqs: int, context: int, tokens: int) -> dict[str, float]:
         """Bytes per GPU (weights with the redundant experts, KV of ``seqs`` x ``context`` at
         the KV dtype, activations and all-to-all buffers of a step of ``tokens`` per
         attention rank, reserve) by the one memory model
         (:func:`moeplan.cost.memory.instance_breakdown`); raises when over the GPU."""
-        md, lay, gpu = self.model, self.layout, self.cluster.gpu
-        shape = replace(lay.memory_shape(md), kv_scale=self.knobs.kv_scale)
-        b = mem.instance_breakdown(md, shape, seqs * context, tokens * lay.attn_dp)
+        lay, gpu = self.layout, self.cluster.gpu
+        b = self._breakdown(seqs, context, tokens, self.knobs.offload)
         out = {
             "weights": b.weights,
             "kv_cache": b.kv_cache,
@@ -342,7 +435,9 @@ class PhaseModel:
         if not b.fits(gpu.mem_bytes):
             raise MoeplanError(
                 f"phase step needs {b.total / 1024**3:.1f} GiB per GPU ({lay.label}, "
-                f"{seqs} sequences x {context} tokens of KV); {gpu.name} has "
+                f"{seqs} sequences x {context} tokens of KV"
+                + (f", weight offload {off.label}" if (off := self.knobs.offload) else "")
+                + f"); {gpu.name} has "
                 f"{gpu.mem_bytes / 1024**3:.1f} GiB"
             )
         return out
