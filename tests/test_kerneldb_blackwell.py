@@ -2,7 +2,7 @@
 rows (NVFP4 on FP4 tensor cores, not pooled with bf16), the measurement sets read from the
 per-engine tables, the leave-one-GPU-out error stated beside a price transferred from a
 Blackwell table GPU, and the final test error of the frozen fold as recorded in
-docs/benchmarks/data/kerneldb-blackwell.json (cells meeting the targets asserted, the others
+docs/benchmarks/data/out/kerneldb-test-fold.json (cells meeting the targets asserted, the others
 strict xfails stating their figure; a cheap cell recomputed against the record)."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from moeplan.kernel_tables import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = json.loads((ROOT / "docs/benchmarks/data/kerneldb-blackwell.json").read_text())
+#: the saved output of ``moeplan calibrate --kernels --test-fold --json`` (the docs' record)
+RECORD = json.loads((ROOT / "docs/benchmarks/data/out/kerneldb-test-fold.json").read_text())
 SHAPE = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
 
 
