@@ -1,5 +1,5 @@
 """The fused MoE's expert-parallel collectives without DeepEP: the engines' decision
-(:meth:`EngineBackend.fused_ep_comm`) and its price (:mod:`moeplan.serve.iteration.ep_comm`),
+(:meth:`EngineBackend.fused_ep_comm`) and its price (:mod:`moeplan.planners.ep_comm`),
 against bytes and seconds computed by hand; the DeepEP path and the engine-less path keep
 their all-to-all."""
 
@@ -12,8 +12,8 @@ from moeplan.backends.base import EpCollective
 from moeplan.cost import CostModel
 from moeplan.cost.collectives import collective_time
 from moeplan.kernel_tables import engine_cost_model
+from moeplan.planners.ep_comm import fused_ep_seconds, group_ranks
 from moeplan.planners.layout import Layout
-from moeplan.serve.iteration.ep_comm import fused_ep_seconds, group_ranks
 from moeplan.serve.iteration.instance_knobs import resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel, prefill_batch
 from moeplan.specs import load_cluster, load_model

@@ -105,6 +105,17 @@ def test_layer_comm_equals_recomputation_from_cost_model_calls(name, nodes, engi
         for q in (w.isl, 1):
             got = ev.layer_comm(s, q)
             want = _expected_layer_comm(cm, cl, model, w, s, q, k, ev.imbalance(s.moe_ep))
+            engine = ev._engine_ep(s, q)
+            if engine is not None:  # the engine's EP collectives replace Eq. 5's MoE part
+                x = math.ceil(w.batch / s.attn_dp) * q * model.hidden_bytes
+                attn = (
+                    0.0
+                    if s.attn_tp <= 1
+                    else cm.collective(
+                        "all_reduce", x, s.attn_tp, _nodes(s.attn_tp, 1, cl.gpus_per_node)
+                    )
+                )
+                want = (attn + engine, want[1])  # fmt: skip
             assert got[:2] == pytest.approx(want, rel=1e-12, abs=1e-15), (s.label, q)
         checked += 1
     assert checked >= 10

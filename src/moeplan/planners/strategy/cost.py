@@ -232,12 +232,32 @@ class StrategyEvaluator:
         )
         dense = 2 * c.attn_allreduce  # a dense MLP all-reduces like attention (Eq. 5, no A2A)
         if not s.fused:
+            engine = self._engine_ep(s, q_len)
+            if engine is not None:  # the engine's own EP collectives replace Eq. 5's MoE part
+                return c.attn_allreduce + engine, dense, c.attn_allreduce + engine
             return c.total, dense, c.total
         ag, rs = self.fused_layer(s, q_len).times()
         attn, seq = c.attn_allreduce, ag.sequential + rs.sequential
         # latency-bound steps (decode) may prefer the sequential RS -> A2A -> AG: take the
         # cheaper schedule per phase, as a runtime with both paths would
         return attn + min(ag.fused + rs.fused, seq), dense, attn + seq
+
+    def _engine_ep(self, s: Layout, q_len: int) -> float | None:
+        """Seconds of one MoE layer's expert parallelism as the cost model's engine runs it
+        without DeepEP (its gather and reduce collectives,
+        :func:`moeplan.planners.ep_comm.fused_ep_seconds`), the very price the
+        serving model gives the layout; None where the engine keeps an all-to-all, no engine
+        is priced, or the layout runs MixServe's fused rounds: Eq. 5 / Algs. 1-2 stand."""
+        from moeplan.planners.ep_comm import fused_ep_seconds
+
+        if s.fused or getattr(self.cm, "engine", None) is None:  # MixServe's fused rounds
+            return None
+        b = self.workload.batch
+        tokens, dp_tokens = b * q_len, math.ceil(b / s.attn_dp) * q_len
+        got = fused_ep_seconds(
+            self.cm, self.model, s, self.cluster.nvlink_domain, q_len > 1, tokens, dp_tokens
+        )  # type: ignore[arg-type]
+        return None if got is None else got[0] + got[1]
 
     def fused_layer(self, s: Layout, q_len: int) -> FusedLayer:
         """Algs. 1-2 for one MoE layer of ``s`` (MoE TP = node, EP = nodes), priced."""

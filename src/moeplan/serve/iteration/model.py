@@ -22,7 +22,7 @@ Per decoder layer, on the busiest GPU of a stage of ``W = attn_tp * attn_dp`` GP
   routed experts on the busiest EP rank: ``T k imbalance / moe_ep`` token copies over its
   ``E / moe_ep`` experts (``expert_ffn``, split ``moe_tp``); on an engine, its fused-MoE
   collectives (the MoE group's tokens gathered, the outputs reduced:
-  :mod:`moeplan.serve.iteration.ep_comm`); without one, dispatch and combine all-to-all
+  :mod:`moeplan.planners.ep_comm`); without one, dispatch and combine all-to-all
   over the EP group (bytes scaled by the imbalance, the busiest receiver), AG/RS over
   ``moe_tp``. ``imbalance`` = the routing profile's max/mean over EP ranks for that layer
   times the caller's factor (e.g. after EPLB); ``k`` = the profile's mean activated experts.
@@ -76,9 +76,9 @@ from typing import NamedTuple
 from moeplan.cost import CostModel
 from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
+from moeplan.planners.ep_comm import fused_ep_seconds
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
-from moeplan.serve.iteration.ep_comm import fused_ep_seconds
 from moeplan.serve.iteration.fused import fused_comm, fused_layer
 from moeplan.serve.iteration.grid import bucket_grid
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
@@ -384,7 +384,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         )
         gpn = self.cluster.nvlink_domain
         fused = None if lay.fused else fused_ep_seconds(cm, md, lay, gpn, prefill, t_mb, t_r)
-        if fused is not None:  # the engine's gather / reduce collectives (iteration/ep_comm)
+        if fused is not None:  # the engine's gather / reduce collectives (planners/ep_comm)
             return compute, fused[0] + fused[1]
         group_tokens = t_mb / lay.moe_ep
         comm = self._gather_scatter(group_tokens, lay.moe_tp, self._nodes["moe_tp"])

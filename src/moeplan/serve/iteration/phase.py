@@ -19,7 +19,7 @@ DP rank holding ``attn_tp`` GPUs' share of the sequences):
   :meth:`CostModel.wide_shared_expert`) and the routed experts' GEMMs; ``dispatch`` / ``combine``:
   DeepEP's kernels (:mod:`moeplan.cost.wideep`) or, on the fused-MoE path, the engine's
   gather of the MoE group's tokens and the reduction of the outputs
-  (:mod:`moeplan.serve.iteration.ep_comm`; without an engine, the all-to-all of the routed
+  (:mod:`moeplan.planners.ep_comm`; without an engine, the all-to-all of the routed
   copies each way). The busiest EP rank carries ``imbalance`` times the mean load:
   the routing profile's per-expert load placed by the project's EPLB
   (:func:`moeplan.planners.placement.eplb.rebalance_experts`, with the layout's redundant
@@ -69,9 +69,9 @@ from moeplan.cost.ep_spread import balanced_spread
 from moeplan.cost.offload import WeightOffload, layer_bytes, offloaded_span
 from moeplan.cost.overlap import Piece, alternating_makespan
 from moeplan.errors import MoeplanError, require
+from moeplan.planners.ep_comm import fused_ep_seconds
 from moeplan.planners.layout import Layout
 from moeplan.serve.iteration.balance import layer_imbalances
-from moeplan.serve.iteration.ep_comm import fused_ep_seconds
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.tbo import extend_cut
 from moeplan.specs import ClusterSpec, ModelSpec, RoutingProfile
@@ -228,7 +228,7 @@ class PhaseModel:
         fused = fused_ep_seconds(
             cm, md, lay, self.cluster.nvlink_domain, not mb.decode, tokens, mb.tokens
         )
-        if fused is not None:  # the engine's gather / reduce collectives (serve/iteration/ep_comm)
+        if fused is not None:  # the engine's gather / reduce collectives (planners/ep_comm)
             return pre, fused[0], gemm, fused[1]
         a2a = 0.0
         if lay.moe_ep > 1:
