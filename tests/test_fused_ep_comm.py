@@ -76,7 +76,7 @@ def test_sglang_prefill_oracle_gb200_dp2_ep2():
     and 10 µs + 15.93 µs = 25.93 µs."""
     c = load_cluster("gb200-nvl72")
     lay = Layout(attn_dp=2, moe_ep=2)
-    assert c.intra.bw == 900e9 and c.intra.latency == 1e-5  # the oracle's inputs
+    assert (c.intra.bw, c.intra.latency) == pytest.approx((900e9, 1e-5))  # the oracle's inputs
     assert group_ranks(lay, c.nvlink_domain)["moe"] == (2, 1)
     disp, comb = fused_ep_seconds(FormulaCost("sglang", c), DSV3, lay, 72, True, 2000, 1000)
     assert disp == pytest.approx(2 * (1e-5 + 14.336e6 / 900e9), rel=1e-9)
