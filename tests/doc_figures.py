@@ -56,7 +56,6 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: records still transcribed from a run this machine can repeat (a long sweep, a test's
 #: printout), each with the command that re-records it; only shrinks
 PENDING: set[str] = {
-    "cpu-moe-layer",
     "dep-verification",
     "disagg-search",
     "engine-speed",
