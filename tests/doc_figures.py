@@ -56,10 +56,8 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: records still transcribed from a run this machine can repeat (a long sweep, a test's
 #: printout), each with the command that re-records it; only shrinks
 PENDING: set[str] = {
-    "dep-verification",
     "disagg-search",
     "engine-speed",
-    "findep-solve",
     "flag-sweep",
     "fuzz",
     "fuzz-surfaces",
