@@ -65,7 +65,6 @@ PENDING: set[str] = {
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
     "rack-plan",
-    "runtime-measurements",
     "semmoe-guard",
     "semmoe-scale",
     "space-oracle",
