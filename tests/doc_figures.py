@@ -57,7 +57,6 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: printout), each with the command that re-records it; only shrinks
 PENDING: set[str] = {
     "disagg-search",
-    "engine-speed",
     "flag-sweep",
     "fuzz",
     "fuzz-surfaces",
