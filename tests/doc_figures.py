@@ -74,8 +74,6 @@ PENDING: set[str] = {
     "plan-speed-second-pass",
     "rack-plan",
     "runtime-measurements",
-    "semmoe-guard",
-    "semmoe-scale",
     "space-oracle",
     "space-search-cuts",
     "validate",
