@@ -76,7 +76,6 @@ PENDING: set[str] = {
     "runtime-measurements",
     "space-oracle",
     "space-search-cuts",
-    "validate",
 }
 
 MARKER = re.compile(
