@@ -63,7 +63,6 @@ PENDING: set[str] = {
     "findep-solve",
     "flag-sweep",
     "fuzz",
-    "fuzz-surfaces",
     "kerneldb-attention-terms",
     "kerneldb-cold-start",
     "kerneldb-layer-kinds",
