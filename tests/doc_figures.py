@@ -62,7 +62,6 @@ PENDING: set[str] = {
     "engine-speed",
     "findep-solve",
     "flag-sweep",
-    "fuzz",
     "kerneldb-attention-terms",
     "kerneldb-cold-start",
     "kerneldb-layer-kinds",
