@@ -14,10 +14,15 @@ Rows (reference measured in the same run):
 - ``peak_rss_mb``: peak RSS of the place() process; reference: the trace's size as dense
   in-memory arrays; ratio < 1 means it never held the trace;
 - ``lar_vs_best_baseline``: Sem-MoE held-out LAR / best baseline LAR (target >= 1.15).
+
+``python bench/bench_placement.py [--requests N] [--seed S]`` prints the rows as JSON lines
+(the same child on another trace of the generator: ``--requests 1024 --seed 0`` is ``moeplan
+trace synth``'s default trace, ~263k occurrences, to compare peak memory across trace lengths).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -55,21 +60,26 @@ cc.greedy(aff.counts, aff.freq, 8, cc.row_cap(aff.freq, 8, 0.05))
 t_greedy = time.perf_counter() - t0
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 lar = {k: v.metrics["lar"] for k, v in res.methods.items()}
-print(json.dumps({"n": n, "read_s": t_read, "place_s": t_place, "solve_s": res.solve_s,
+print(json.dumps({"n": n, "affinity_bytes": aff.counts.nbytes, "read_s": t_read, "place_s": t_place, "solve_s": res.solve_s,
                   "greedy_s": t_greedy, "rss": rss, "lar": lar,
                   "imbalance": res.methods["semmoe"].metrics["imbalance"],
                   "objective": res.objective}))
 """
 
 
-def _trace_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"moeplan_bench_placement_{OCCURRENCES}.parquet"
+def _trace_file(requests: int, seed: int) -> Path:
+    name = (
+        f"moeplan_bench_placement_{OCCURRENCES}.parquet"
+        if (requests, seed) == (OCCURRENCES // MEAN_LEN, 1)
+        else f"moeplan_bench_placement_r{requests}_s{seed}.parquet"
+    )
+    path = Path(tempfile.gettempdir()) / name
     if path.exists():
         return path
     from moeplan.traces.format import TraceWriter
     from moeplan.traces.synthetic import SynthConfig, iter_synthesize
 
-    cfg = SynthConfig(num_requests=OCCURRENCES // MEAN_LEN, seed=1)
+    cfg = SynthConfig(num_requests=requests, seed=seed)
     w = TraceWriter(path)
     try:
         for chunk in iter_synthesize(cfg):
@@ -81,8 +91,10 @@ def _trace_file() -> Path:
     return path
 
 
-def run() -> list[dict]:
-    path = _trace_file()
+def run(requests: int = OCCURRENCES // MEAN_LEN, seed: int = 1) -> list[dict]:
+    """The rows on the generator's trace of ``requests`` requests (seed ``seed``); the
+    defaults are the 1M-occurrence benchmark."""
+    path = _trace_file(requests, seed)
     env = dict(os.environ)
     env["PYTHONPATH"] = (
         str(Path(__file__).resolve().parents[1] / "src") + os.pathsep + env.get("PYTHONPATH", "")
@@ -126,7 +138,8 @@ def run() -> list[dict]:
             "reference": dense / 2**20,
             "ratio": r["rss"] / dense,
             "target": "bounded (< trace)",
-            "note": "peak RSS of the place() process vs the dense trace size",
+            "note": "peak RSS of the place() process vs the dense trace size; affinity "
+            f"table {r['affinity_bytes'] / 2**20:.1f} MiB",
         },
         {
             "name": "lar_vs_best_baseline",
@@ -142,5 +155,9 @@ def run() -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=OCCURRENCES // MEAN_LEN)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    for row in run(a.requests, a.seed):
         print(json.dumps(row))

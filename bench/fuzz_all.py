@@ -25,9 +25,10 @@ limit. Inputs are seeded mutations of:
 The limit is 30 s per case (``plan``: 120 s, a valid full-size plan is slow on 2 cores).
 
 ``python bench/fuzz_all.py [--cases N] [--kinds all|configs|new|surfaces] [--root CHECKOUT]
-[--limit S]``
+[--limit S] [--workers W]``
 prints one JSON line
-per failing case and a summary; ``--root`` runs another checkout's ``src`` (for before/after
+per failing case and a summary (cases run ``W`` at a time, 2 by default; 1 on a machine other
+jobs share, so that a case's limit measures the case and not its neighbour); ``--root`` runs another checkout's ``src`` (for before/after
 figures). ``run()`` returns the summary rows for ``bench/run_all.py``.
 """
 
@@ -552,11 +553,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose src/ is fuzzed")
     ap.add_argument("--limit", type=float, default=30.0, help="seconds per case")
+    ap.add_argument("--workers", type=int, default=2, help="cases run at a time")
     ap.add_argument("--kinds", choices=("all", "configs", "new", "surfaces"), default="all",
                     help="configs: the malformed-input generators; new: bench/fuzz_kinds.py; "
                     "surfaces: bench/fuzz_surfaces.py")  # fmt: skip
     a = ap.parse_args()
-    s = fuzz(a.cases, a.seed, a.root.resolve(), a.limit, kinds=a.kinds)
+    if a.workers < 1:
+        ap.error(f"--workers ({a.workers}) must be >= 1")
+    s = fuzz(a.cases, a.seed, a.root.resolve(), a.limit, a.workers, kinds=a.kinds)
     for b in s["failing"]:
         print(json.dumps(b))
     print(

@@ -58,17 +58,12 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 PENDING: set[str] = {
     "disagg-search",
     "flag-sweep",
-    "fuzz",
-    "fuzz-surfaces",
     "launch-check",
     "plan-speed-engine-gc",
     "plan-speed-second-pass",
     "rack-plan",
-    "semmoe-guard",
-    "semmoe-scale",
     "space-oracle",
     "space-search-cuts",
-    "validate",
 }
 
 MARKER = re.compile(
