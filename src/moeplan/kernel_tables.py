@@ -214,7 +214,7 @@ def _read(
     for c, value in where.items():  # rows of another op in the same file
         ok &= _numpy(table.column(c)).astype(str) == value
     if frozen:  # the frozen test fold stays out of every development path
-        test = _test_mask(path.name, table, keys)
+        test = frozen_fold.fold_mask(path.name, _key_codes(table, keys), keys, n)
         ok &= test if test_fold else ~test
     elif test_fold:
         raise MoeplanError(f"kernel table {path} has no frozen test fold")
@@ -255,15 +255,18 @@ def _key_columns(schema: Any) -> tuple[str, ...]:
     return frozen_fold.key_columns(schema.names, [_arrow_kind(f.type) for f in schema])
 
 
-def _shape_keys(name: str, table: Any, keys: tuple[str, ...]) -> list[str]:
-    cols = {c: np.asarray(table.column(c).to_pylist()) for c in keys}
-    if not cols:
-        return [name] * table.num_rows
-    return frozen_fold.shape_keys(name, cols, keys)
-
-
-def _test_mask(name: str, table: Any, keys: tuple[str, ...]) -> np.ndarray:
-    return frozen_fold.in_test_fold(_shape_keys(name, table, keys))
+def _key_codes(table: Any, keys: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The shape-key columns of an Arrow table as :data:`frozen_fold.Column` pairs: each
+    column's distinct values (a missing value as ``None``) and each row's index into them,
+    factorised by Arrow's hash (``dictionary_encode``), not row by row in Python."""
+    out = {}
+    for c in keys:
+        col = table.column(c)
+        enc = (col.combine_chunks() if hasattr(col, "combine_chunks") else col).dictionary_encode(
+            null_encoding="encode"
+        )
+        out[c] = (np.asarray(enc.dictionary.to_pylist()), _numpy(enc.indices))
+    return out
 
 
 def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
@@ -274,8 +277,11 @@ def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
     if not frozen_fold.frozen_table(table_relpath(path)):
         raise MoeplanError(f"kernel table {path} has no frozen test fold")
     table = pq.ParquetFile(path).read()
-    keys = _shape_keys(path.name, table, _key_columns(table.schema))
-    return table, frozen_fold.in_test_fold(keys), keys
+    names = _key_columns(table.schema)
+    shapes, index = frozen_fold.shape_index(
+        path.name, _key_codes(table, names), names, table.num_rows
+    )
+    return table, frozen_fold.in_test_fold(shapes)[index], [shapes[i] for i in index.tolist()]
 
 
 def table_versions(root: Path | None = None) -> dict[tuple[str, str, str], dict[str, Path]]:
