@@ -127,3 +127,42 @@ def test_the_test_fold_reader_returns_exactly_the_rows_the_database_drops():
     every = sorted(np.asarray(table.column("latency").to_pylist()) * 1e-3)
     both = sorted(np.concatenate([dev.latency, test.latency]))
     assert np.allclose(every, both)
+
+
+def test_shape_keys_per_shape_equal_the_rule_row_by_row(tmp_path):
+    """The reader builds each distinct shape's key once (Arrow's dictionary codes); the keys
+    and the fold must be the rule's, written row by row, on integer, string, boolean and
+    missing values, in any row order."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    heads = rng.choice([8, 16, 64, 128], n)
+    dtype = rng.choice(["bf16", "fp8", "nvfp4"], n)
+    table = pa.table(
+        {
+            "num_heads": pa.array(heads, pa.int32()),
+            "dtype": pa.array(dtype, pa.large_string()),
+            "backend": pa.array(rng.choice(["a", "bb", None], n).tolist(), pa.string()),
+            "tp_size": pa.array([None if i % 7 == 0 else int(i % 3) for i in range(n)], pa.int64()),
+            "causal": pa.array((heads > 16).tolist(), pa.bool_()),
+            "num_tokens": pa.array(rng.integers(1, 9000, n), pa.int64()),
+            "latency": pa.array(rng.random(n) + 0.1),
+        }
+    )
+    path = tmp_path / "gb200/attention/sglang/0.5.14/context_attention_perf.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path, row_group_size=1000)  # several chunks per column
+    _, mask, keys = frozen_test_rows(path)
+    names = ("backend", "causal", "dtype", "num_heads", "tp_size")
+    vals = {c: np.asarray(table.column(c).to_pylist()).astype(str) for c in names}
+    want = [path.name + "|" + "|".join(f"{c}={vals[c][i]}" for c in names) for i in range(n)]
+    assert keys == want
+    assert "backend=None" in want[next(i for i in range(n) if vals["backend"][i] == "None")]
+    hashed = [int.from_bytes(hashlib.sha256(k.encode()).digest()[:8], "big") % 5 == 0 for k in want]
+    assert mask.tolist() == hashed
+    assert 0 < mask.sum() < n
+    assert frozen_fold.fold_mask(path.name, vals, names).tolist() == hashed  # plain columns

@@ -155,22 +155,35 @@ def kernels_dir() -> Path:
     return Path(str(resources.files("moeplan").joinpath("data", "measured", "kernels")))
 
 
-def _numpy(column: Any) -> np.ndarray:
+def _numpy(
+    column: Any, rows: np.ndarray | None = None, aliases: dict[str, str] | None = None
+) -> np.ndarray:
     """One Arrow column as numpy without ``to_numpy`` (which imports pandas): numbers from
-    the value buffer, strings through their dictionary."""
+    the value buffer, strings through their dictionary. ``rows`` (a boolean mask) keeps
+    those rows and ``aliases`` renames string values; a string column's are applied to its
+    dictionary and codes before the kept rows are spelled out."""
     import pyarrow as pa
 
     arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
-    if arr.null_count:
-        return np.asarray(arr.to_pylist())
-    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+    numeric = pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
+    if not arr.null_count and numeric:
         values = np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype())
-        return values[arr.offset : arr.offset + len(arr)].copy()
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        values = values[arr.offset : arr.offset + len(arr)]
+        return values.copy() if rows is None else values[rows]
+    if not arr.null_count and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         enc = arr.dictionary_encode()
-        words = np.array([str(w) for w in enc.dictionary.to_pylist()] or [""])
-        return words[_numpy(enc.indices)]
-    return np.asarray(arr.to_pylist())
+        words = _aliased(np.array([str(w) for w in enc.dictionary.to_pylist()] or [""]), aliases)
+        codes = _numpy(enc.indices)
+        return words[codes if rows is None else codes[rows]]
+    values = _aliased(np.asarray(arr.to_pylist()), aliases)
+    return values if rows is None else values[rows]
+
+
+def _aliased(values: np.ndarray, aliases: dict[str, str] | None) -> np.ndarray:
+    """``values`` with every string in ``aliases`` renamed (the same array when none is)."""
+    if not aliases or values.dtype.kind not in "US" or not any(a in values for a in aliases):
+        return values
+    return np.array([aliases.get(x, x) for x in values.tolist()])
 
 
 def _read(
@@ -199,29 +212,26 @@ def _read(
     except Exception as err:  # pyarrow raises several types for corrupt files
         raise MoeplanError(f"kernel table {path} could not be read: {err}") from None
     have = set(table.column_names)
-    cols: dict[str, np.ndarray] = {}
-    n = table.num_rows
     for c in fam.columns:
-        src = rename.get(c, c)
-        if src in have:
-            cols[c] = _numpy(table.column(src))
-        elif c in fam.defaults:
-            cols[c] = np.full(n, fam.defaults[c])
-        else:
-            raise MoeplanError(f"kernel table {path} lacks column {src!r}")
+        if rename.get(c, c) not in have and c not in fam.defaults:
+            raise MoeplanError(f"kernel table {path} lacks column {rename.get(c, c)!r}")
+    n = table.num_rows
     latency = sum(np.asarray(_numpy(table.column(c)), float) for c in lat) * scale
     ok = np.isfinite(latency) & (latency > 0)
     for c, value in where.items():  # rows of another op in the same file
         ok &= _numpy(table.column(c)).astype(str) == value
     if frozen:  # the frozen test fold stays out of every development path
-        test = _test_mask(path.name, table, keys)
+        test = frozen_fold.fold_mask(path.name, _key_codes(table, keys), keys, n)
         ok &= test if test_fold else ~test
     elif test_fold:
         raise MoeplanError(f"kernel table {path} has no frozen test fold")
-    for c, arr in cols.items():
-        if arr.dtype.kind in "US" and any(a in arr for a in VALUE_ALIASES):
-            cols[c] = np.array([VALUE_ALIASES.get(x, x) for x in arr.tolist()])
-    cols = {c: v[ok] for c, v in cols.items()}
+    kept = int(ok.sum())
+    cols = {
+        c: _numpy(table.column(rename.get(c, c)), ok, VALUE_ALIASES)
+        if rename.get(c, c) in have
+        else np.full(kept, fam.defaults[c])
+        for c in fam.columns
+    }
     return KernelTable(
         gpu=gpu,
         engine=engine,
@@ -255,15 +265,18 @@ def _key_columns(schema: Any) -> tuple[str, ...]:
     return frozen_fold.key_columns(schema.names, [_arrow_kind(f.type) for f in schema])
 
 
-def _shape_keys(name: str, table: Any, keys: tuple[str, ...]) -> list[str]:
-    cols = {c: np.asarray(table.column(c).to_pylist()) for c in keys}
-    if not cols:
-        return [name] * table.num_rows
-    return frozen_fold.shape_keys(name, cols, keys)
-
-
-def _test_mask(name: str, table: Any, keys: tuple[str, ...]) -> np.ndarray:
-    return frozen_fold.in_test_fold(_shape_keys(name, table, keys))
+def _key_codes(table: Any, keys: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The shape-key columns of an Arrow table as :data:`frozen_fold.Column` pairs: each
+    column's distinct values (a missing value as ``None``) and each row's index into them,
+    factorised by Arrow's hash (``dictionary_encode``), not row by row in Python."""
+    out = {}
+    for c in keys:
+        col = table.column(c)
+        enc = (col.combine_chunks() if hasattr(col, "combine_chunks") else col).dictionary_encode(
+            null_encoding="encode"
+        )
+        out[c] = (np.asarray(enc.dictionary.to_pylist()), _numpy(enc.indices))
+    return out
 
 
 def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
@@ -274,8 +287,11 @@ def frozen_test_rows(path: Path) -> tuple[Any, np.ndarray, list[str]]:
     if not frozen_fold.frozen_table(table_relpath(path)):
         raise MoeplanError(f"kernel table {path} has no frozen test fold")
     table = pq.ParquetFile(path).read()
-    keys = _shape_keys(path.name, table, _key_columns(table.schema))
-    return table, frozen_fold.in_test_fold(keys), keys
+    names = _key_columns(table.schema)
+    shapes, index = frozen_fold.shape_index(
+        path.name, _key_codes(table, names), names, table.num_rows
+    )
+    return table, frozen_fold.in_test_fold(shapes)[index], [shapes[i] for i in index.tolist()]
 
 
 def table_versions(root: Path | None = None) -> dict[tuple[str, str, str], dict[str, Path]]:

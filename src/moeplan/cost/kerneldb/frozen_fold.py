@@ -98,16 +98,86 @@ def key_columns(names: Sequence[str], kinds: Sequence[str]) -> tuple[str, ...]:
     )
 
 
-def shape_keys(file_name: str, cols: Mapping[str, np.ndarray], names: Sequence[str]) -> list[str]:
-    """Each row's shape key: ``file_name`` then ``column=value`` of ``names`` (sorted)."""
-    n = len(next(iter(cols.values()))) if cols else 0
-    if not names:
-        return [file_name] * n
-    vals = [np.asarray(cols[c]).astype(str) for c in names]
-    return [
-        file_name + "|" + "|".join(f"{c}={v[i]}" for c, v in zip(names, vals, strict=True))
-        for i in range(n)
-    ]
+#: a key column: its values per row, or its distinct values and each row's index into them
+Column = np.ndarray | tuple[np.ndarray, np.ndarray]
+
+
+def shape_index(
+    file_name: str, cols: Mapping[str, Column], names: Sequence[str], rows: int | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The distinct shape keys of a table's rows and each row's index into them.
+
+    A key is ``file_name`` then ``column=value`` of ``names`` (sorted), each value written
+    as ``numpy.ndarray.astype(str)`` writes it. The rows are factorised column by column and
+    a key string is built once per distinct shape, not per row: a table holds hundreds of
+    rows (token counts, loads) per shape. ``rows``: the row count, for a table without key
+    columns (else the length of the columns)."""
+    coded = [_codes(cols[c]) for c in names]
+    n = len(coded[0][1]) if coded else rows if rows is not None else _rows(cols)
+    words, codes = [], []
+    shape = np.zeros(n, np.int64)
+    distinct = 1
+    for values, code in coded:
+        words.append(np.asarray(values).astype(str))
+        codes.append(code)
+        # distinct (shape so far, value) pairs, renumbered 0..k-1 so the code stays below n
+        shape, distinct = _dense(shape * len(values) + code, distinct * len(values))
+    first = np.zeros(distinct, np.intp)
+    first[shape] = np.arange(n)  # a row of each shape (every row of a shape has its values)
+    keys = [
+        "|".join([file_name, *(f"{c}={w[k[r]]}" for c, w, k in zip(names, words, codes, strict=True))])
+        for r in first.tolist()
+    ] if names else [file_name]  # fmt: skip
+    return keys, shape.astype(np.intp, copy=False)
+
+
+def _rows(cols: Mapping[str, Column]) -> int:
+    col = next(iter(cols.values()), np.zeros(0))
+    return len(col[1] if isinstance(col, tuple) else col)
+
+
+def _codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
+    """A key column as its distinct values and each row's index into them (``np.unique``;
+    a column of Python objects, such as one with missing values, by equality)."""
+    if isinstance(col, tuple):
+        return col
+    values = np.asarray(col)
+    if values.dtype.kind != "O":
+        uniq, code = np.unique(values, return_inverse=True)
+        return uniq, code.reshape(-1)
+    seen: dict[object, int] = {}
+    code = np.fromiter(
+        (seen.setdefault(v, len(seen)) for v in values.tolist()), np.intp, len(values)
+    )
+    uniq = np.empty(len(seen), object)
+    uniq[:] = list(seen)
+    return uniq, code
+
+
+def _dense(code: np.ndarray, bound: int) -> tuple[np.ndarray, int]:
+    """``code`` (values in ``[0, bound)``) renumbered to ``0..k-1`` in order, and ``k``:
+    by a presence table when ``bound`` is small against the rows, else by sorting."""
+    if bound <= 4 * len(code) + 4096:
+        present = np.zeros(bound, bool)
+        present[code] = True
+        rank = np.cumsum(present) - 1
+        return rank[code], int(present.sum())
+    uniq, inverse = np.unique(code, return_inverse=True)
+    return inverse.reshape(-1), len(uniq)
+
+
+def shape_keys(file_name: str, cols: Mapping[str, Column], names: Sequence[str]) -> list[str]:
+    """Each row's shape key (:func:`shape_index`, one entry per row)."""
+    keys, index = shape_index(file_name, cols, names)
+    return [keys[i] for i in index.tolist()]
+
+
+def fold_mask(
+    file_name: str, cols: Mapping[str, Column], names: Sequence[str], rows: int | None = None
+) -> np.ndarray:
+    """Boolean mask of a table's rows in the test fold, hashing each distinct shape once."""
+    keys, index = shape_index(file_name, cols, names, rows)
+    return in_test_fold(keys)[index]
 
 
 def in_test_fold(keys: Sequence[str]) -> np.ndarray:
