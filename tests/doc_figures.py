@@ -58,7 +58,6 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 PENDING: set[str] = {
     "cpu-moe-layer",
     "dep-verification",
-    "disagg-search",
     "engine-speed",
     "findep-solve",
     "flag-sweep",
