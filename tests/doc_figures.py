@@ -76,7 +76,6 @@ PENDING: set[str] = {
     "semmoe-guard",
     "semmoe-scale",
     "space-oracle",
-    "space-search-cuts",
     "validate",
 }
 
