@@ -75,7 +75,6 @@ PENDING: set[str] = {
     "runtime-measurements",
     "semmoe-guard",
     "semmoe-scale",
-    "space-oracle",
     "validate",
 }
 
