@@ -70,7 +70,6 @@ PENDING: set[str] = {
     "kerneldb-terms",
     "launch-check",
     "plan-speed-engine-gc",
-    "plan-speed-second-pass",
     "rack-plan",
     "runtime-measurements",
     "semmoe-guard",
