@@ -69,7 +69,6 @@ PENDING: set[str] = {
     "kerneldb-moe-terms",
     "kerneldb-terms",
     "launch-check",
-    "plan-speed-engine-gc",
     "rack-plan",
     "runtime-measurements",
     "semmoe-guard",
