@@ -68,7 +68,6 @@ PENDING: set[str] = {
     "kerneldb-layer-kinds",
     "kerneldb-moe-terms",
     "kerneldb-terms",
-    "rack-plan",
     "runtime-measurements",
     "semmoe-guard",
     "semmoe-scale",
