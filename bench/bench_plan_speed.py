@@ -6,10 +6,11 @@ them (``16n``). Each case runs ``--jobs 1`` (every simulation in the planning pr
 reference) and ``--jobs N`` (N = the CPUs this process may use) in the same run, and checks
 that both print the same plan (the JSON less timings, temporary paths and kernel-lookup
 counts: ``tests/test_fanout.py``). CPU seconds are the process's and its workers' user +
-system time. Prints one JSON line per run and a summary line per case (with ``--repeat``, the
-runs alternate and the summary gives each ``--jobs``'s median, lowest and highest wall time:
-this kind of shared machine varies by 10 % and more from run to run), and the machine's
-speed in the same window: the CPU seconds of a fixed loop (:func:`machine_speed_s`).
+system time. Prints one JSON line per run (with the plan's own ``timings_s``) and a summary
+line per case (with ``--repeat``, the runs alternate and the summary gives each ``--jobs``'s
+median, lowest and highest wall time: this kind of shared machine varies by 10 % and more from
+run to run), and the machine's speed in the same window: the CPU seconds of a fixed loop
+(:func:`machine_speed_s`).
 
 Python's bytecode cache is on, as it is by default: the runs go without
 ``PYTHONDONTWRITEBYTECODE`` (set on some sandboxes; with it, every run compiles moeplan's
@@ -196,7 +197,8 @@ def main() -> None:
             print(json.dumps({"case": case, "jobs": r["jobs"], "wall_s": round(r["wall_s"], 2),
                               "cpu_s": round(r["cpu_s"], 2), "winner": s["layout"],
                               "out_tok_s_per_gpu": s["output_tokens_per_s_per_gpu"],
-                              "ci95_half_width_rel": s["ci95_half_width_rel"]}))  # fmt: skip
+                              "ci95_half_width_rel": s["ci95_half_width_rel"],
+                              "timings_s": r["plan"].get("timings_s")}))  # fmt: skip
         walls = {j: sorted(r["wall_s"] for r in runs if r["jobs"] == j) for j in (1, a.jobs)}
         speed.append(machine_speed_s())
         print(json.dumps({

@@ -12,7 +12,8 @@ both sides. Pairs whose model fits no layout of the cluster, or where no layout 
 SLOs, are listed as such.
 
 Run: ``python bench/bench_space_oracle.py [--models M ...] [--clusters C ...] [--requests N]
-[--max-gpus G]``. Prints one JSON line per pair and a summary line last. Long: an 8-GPU pair
+[--max-gpus G]`` (every named model on every named cluster), or ``--pairs MODEL:CLUSTER ...``
+(exactly those pairs). Prints one JSON line per pair and a summary line last. Long: an 8-GPU pair
 simulates ~50 layouts to capacity (minutes of CPU each on a 2-core box).
 """
 
@@ -141,14 +142,22 @@ def main() -> None:
     ap.add_argument("--clusters", nargs="+", default=None)
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--max-gpus", type=int, default=8, help="skip clusters with more GPUs")
+    ap.add_argument(
+        "--pairs", nargs="+", default=None, help="MODEL:CLUSTER pairs instead of the grid"
+    )
     args = ap.parse_args()
+    if args.pairs:
+        pairs = [tuple(p.split(":", 1)) for p in args.pairs]
+    else:
+        pairs = [
+            (m, c) for m in args.models or model_names() for c in args.clusters or cluster_names()
+        ]
     rows = []
-    for mn in args.models or model_names():
-        for cn in args.clusters or cluster_names():
-            if load_cluster(cn).num_gpus > args.max_gpus:
-                continue
-            rows.append(check_pair(mn, cn, args.requests))
-            print(json.dumps(rows[-1]), flush=True)
+    for mn, cn in pairs:
+        if load_cluster(cn).num_gpus > args.max_gpus:
+            continue
+        rows.append(check_pair(mn, cn, args.requests))
+        print(json.dumps(rows[-1]), flush=True)
     scored = [r for r in rows if "ratio" in r]
     print(json.dumps({
         "summary": True, "pairs": len(rows), "scored": len(scored),

@@ -2,12 +2,13 @@
 
 For each case: the colocated space searched by SLO-bound capacity
 (:func:`moeplan.search.colocated.search.search_space`, the engine's measured-kernel cost model as
-``moeplan plan`` uses it) at each ``--requests`` count, same seed. Prints one JSON line per
+``moeplan plan`` uses it) at each ``--requests`` count and arrival seed (``--seeds``, default
+0: plan's). Prints one JSON line per
 (case, requests): winner, capacity per GPU with its 95 % interval, the certificate, every
 simulated layout's bound vs capacity (the bound must never be below), wall and CPU seconds.
 
 Run: ``python bench/bench_space_search.py [--requests 500 5000] [--cases qwen8 dsv3-2x8 qwen16n]
-[--exhaustive]`` (``--exhaustive``: every layout simulated — the search's oracle).
+[--seeds 0 1 ...] [--exhaustive]`` (``--exhaustive``: every layout simulated — the search's oracle).
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ CASES = {  # the questions of the search's design notes (model, cluster, nodes, 
 }
 
 
-def run(case: str, requests: int) -> dict:
+def run(case: str, requests: int, seed: int = 0) -> dict:
     model, cluster, nodes, isl, osl, ttft, tpot = CASES[case]
     m = load_model(model)
     c = load_cluster(cluster)
     c = c.with_nodes(nodes) if nodes != c.num_nodes else c
     cm = engine_cost_model(c, None, engine="sglang")
     wl = ServeWorkload(
-        num_requests=requests, rate=1.0, isl=LengthDist(mean=isl), osl=LengthDist(mean=osl), seed=0
+        num_requests=requests,
+        rate=1.0,
+        isl=LengthDist(mean=isl),
+        osl=LengthDist(mean=osl),
+        seed=seed,
     )
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -69,6 +74,7 @@ def run(case: str, requests: int) -> dict:
     return {
         "case": case,
         "requests": requests,
+        "seed": seed,
         "wall_s": wall,
         "cpu_s": cpu,
         "winner": w.layout.label,
@@ -83,7 +89,7 @@ def run(case: str, requests: int) -> dict:
     }
 
 
-def exhaustive(case: str, requests: int) -> dict:
+def exhaustive(case: str, requests: int, seed: int = 0) -> dict:
     """Every layout's capacity simulated (the oracle of the search): the best, and whether
     each bound is at least its layout's simulated capacity."""
     model, cluster, nodes, isl, osl, ttft, tpot = CASES[case]
@@ -92,7 +98,11 @@ def exhaustive(case: str, requests: int) -> dict:
     c = c.with_nodes(nodes) if nodes != c.num_nodes else c
     cm = MemoCost(engine_cost_model(c, None, engine="sglang"))
     wl = ServeWorkload(
-        num_requests=requests, rate=1.0, isl=LengthDist(mean=isl), osl=LengthDist(mean=osl), seed=0
+        num_requests=requests,
+        rate=1.0,
+        isl=LengthDist(mean=isl),
+        osl=LengthDist(mean=osl),
+        seed=seed,
     )
     slo = SLO(ttft_s=ttft, tpot_s=tpot)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -118,6 +128,7 @@ def exhaustive(case: str, requests: int) -> dict:
     return {
         "case": case,
         "requests": requests,
+        "seed": seed,
         "mode": "exhaustive",
         "wall_s": time.perf_counter() - t0,
         "cpu_s": time.process_time() - c0,
@@ -132,6 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--cases", nargs="+", default=["qwen8"], choices=sorted(CASES))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="arrival-stream seeds")
     ap.add_argument(
         "--exhaustive",
         action="store_true",
@@ -146,23 +158,28 @@ def main() -> None:
     args = ap.parse_args()
     for case in args.cases:
         for n in args.requests:
-            f = exhaustive if args.exhaustive else run
-            row = f(case, n)
-            print(json.dumps(row), flush=True)
-            if args.record:
-                record(row, exhaustive=args.exhaustive)
+            for seed in args.seeds:
+                f = exhaustive if args.exhaustive else run
+                row = f(case, n, seed)
+                print(json.dumps(row), flush=True)
+                if args.record:
+                    record(row, exhaustive=args.exhaustive)
 
 
 def record(row: dict, exhaustive: bool) -> None:
     """Add ``row`` to docs/benchmarks/data/bench_space_search.json, replacing the row of the
-    same case, request count and mode, with the date and the load average of this run."""
+    same case, request count, seed and mode, with the date and the load average of this run."""
     path = Path(__file__).resolve().parents[1] / "docs/benchmarks/data/bench_space_search.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
-    key = (row["case"], row["requests"], exhaustive)
-    rows = [r for r in rows if (r["case"], r["requests"], r.get("exhaustive", False)) != key]
+    key = (row["case"], row["requests"], row["seed"], exhaustive)
+    rows = [
+        r
+        for r in rows
+        if (r["case"], r["requests"], r.get("seed", 0), r.get("exhaustive", False)) != key
+    ]
     doc = {
-        "command": "python bench/bench_space_search.py --requests N --cases CASE [--exhaustive] "
-        "--record (each row's case and requests)",
+        "command": "python bench/bench_space_search.py --requests N --cases CASE [--seeds S] "
+        "[--exhaustive] --record (each row's case, requests and seed)",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "kind": "bench",
         "load_average": round(os.getloadavg()[0], 2),

@@ -45,7 +45,8 @@ def record(name: str, args: list[str], keep: list[str] | None = None) -> dict:
         raise SystemExit(f"moeplan {' '.join(args)}: exit {done.returncode}: {done.stderr[-500:]}")
     output = kept(json.loads(done.stdout), set(keep) if keep else None)
     path = DATA / f"{name}.json"
-    rows = json.loads(path.read_text())["rows"] if path.exists() else []
+    # a transcribed record of the same name (no rows) is replaced by the machine-written one
+    rows = json.loads(path.read_text()).get("rows", []) if path.exists() else []
     row = {"args": args, **({"keep": keep} if keep else {}), "output": output}
     rows = [r for r in rows if r.get("args") != args] + [row]
     doc = {

@@ -56,14 +56,7 @@ KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: records still transcribed from a run this machine can repeat (a long sweep, a test's
 #: printout), each with the command that re-records it; only shrinks
 PENDING: set[str] = {
-    "disagg-search",
     "flag-sweep",
-    "launch-check",
-    "plan-speed-engine-gc",
-    "plan-speed-second-pass",
-    "rack-plan",
-    "space-oracle",
-    "space-search-cuts",
 }
 
 MARKER = re.compile(
