@@ -184,3 +184,47 @@ def test_an_interval_searched_ahead_equals_the_one_searched_in_place():
         recs[0] == recs[1]
         and recs[0]["ci95_rps_per_instance"][0] < recs[0]["rate_rps_per_instance"]
     )
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            return not any(line.startswith("State:\tZ") for line in f)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+def test_workers_die_with_a_planning_process_killed_outright(tmp_path):
+    """SIGKILL of the planning process (a caller's timeout) runs no cleanup: its workers end
+    too, not as orphans computing on."""
+    import signal
+
+    mark = tmp_path / "worker.pid"
+
+    def in_worker() -> None:
+        mark.write_text(str(os.getpid()))
+        time.sleep(60)
+
+    planner = os.fork()
+    if planner == 0:  # the planning process: one thunk here, one in a worker
+        try:
+            with using(forked(2)):
+                fan_out([lambda: time.sleep(60), in_worker])
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + 30
+    while not mark.exists() or not mark.read_text():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.05)
+    worker = int(mark.read_text())
+    os.kill(planner, signal.SIGKILL)
+    os.waitpid(planner, 0)
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the worker outlived its planning process"

@@ -12,6 +12,7 @@ the pieces run one after another.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing as mp
 import os
@@ -45,8 +46,29 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _start() -> None:
-    """A worker: the default SIGTERM (the pool stops its workers so), no pools of its own."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent dies
+
+
+def _die_with(parent: int) -> None:
+    """On Linux, have the kernel kill this worker when the planning process ``parent`` dies
+    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``): a planning process killed outright (SIGKILL, a
+    caller's timeout) runs no ``finally`` that stops its pool, and its workers would go on
+    computing a search nobody reads, as orphans. Elsewhere nothing is set."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+def _start(parent: int) -> None:
+    """A worker: the default SIGTERM (the pool stops its workers so), no pools of its own,
+    and no life past the planning process ``parent``."""
+    _die_with(parent)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the planning process
     fanout.install(fanout.serial)
@@ -76,7 +98,10 @@ def _pool(jobs: int, thunks: Sequence[Callable[[], Any]], carry: Sequence[CostMo
     sys.stdout.flush()  # a worker flushes its copy of a buffer when it exits
     sys.stderr.flush()
     pool = ProcessPoolExecutor(
-        min(jobs, len(thunks) - first), mp_context=mp.get_context("fork"), initializer=_start
+        min(jobs, len(thunks) - first),
+        mp_context=mp.get_context("fork"),
+        initializer=_start,
+        initargs=(os.getpid(),),
     )
     try:  # a fork context starts every worker at the first submit
         pending = [pool.submit(_call, i) for i in range(first, len(thunks))]
