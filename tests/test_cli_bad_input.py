@@ -124,14 +124,12 @@ def test_plan_unreachable_slo_is_one_line_with_the_best_tpot_and_no_out_folder(c
 def test_a_rate_past_what_a_steady_run_simulates_is_refused_with_the_largest(
     capsys, tmp_path, command, replicas
 ):
-    """--rate 1e6 at the default SLOs (lifetime 2 s + 256 x 100 ms = 27.6 s): the first
-    stream's warm-up and drain are STREAM_LIFETIMES lifetimes of arrivals per instance, so at
-    most (2 M - 1000 measured) / (STREAM_LIFETIMES x 27.6 s) req/s per instance run, not a
-    MemoryError (or the OOM killer) minutes later."""
+    """--rate 1e6 at the default SLOs (lifetime 2 s + 256 x 100 ms = 27.6 s): warm-up and
+    drain are 3 lifetimes of arrivals per instance, so at most (2 M - 1000 measured) / (3 x
+    27.6 s) req/s per instance run; was a MemoryError (or the OOM killer) minutes later."""
     from moeplan.commands.steady import MAX_SIMULATED
-    from moeplan.search.capacity.slo import STREAM_LIFETIMES
 
-    largest = math.floor((MAX_SIMULATED - 1000) / (STREAM_LIFETIMES * 27.6) * replicas)
+    largest = math.floor((MAX_SIMULATED - 1000) / (3 * 27.6) * replicas)
     out = tmp_path / "o"
     extra = ["--out", str(out)] if command == "plan" else ["--replicas", str(replicas)]
     line = _one_line(capsys, command, *QWEN, "--rate", "1e6", "--requests", "1000", *extra)
@@ -142,13 +140,12 @@ def test_a_rate_past_what_a_steady_run_simulates_is_refused_with_the_largest(
 
 def test_the_largest_rate_offered_is_accepted_and_one_more_is_not():
     from moeplan.commands.steady import MAX_SIMULATED, check_rate
-    from moeplan.search.capacity.slo import STREAM_LIFETIMES
     from moeplan.serve import SLO, LengthDist, ServeWorkload
 
     w = ServeWorkload(num_requests=1000, rate=1.0, isl=LengthDist(mean=2048),
                       osl=LengthDist(mean=256))  # fmt: skip
     slo = SLO(ttft_s=2.0, tpot_s=0.1)
-    largest = math.floor((MAX_SIMULATED - 1000) / (STREAM_LIFETIMES * 27.6))
+    largest = math.floor((MAX_SIMULATED - 1000) / (3 * 27.6))
     check_rate(largest, 1, w, slo)
     with pytest.raises(MoeplanError, match=f"is {largest:,} req/s"):
         check_rate(largest + 1, 1, w, slo)

@@ -307,16 +307,16 @@ def _warm_up(
     """The warm-up count the run's own lifetimes ask for (module docstring, "Warm-up"): the
     first rung ``w`` of the ladder, from rung ``k`` on, with ``w >= WARM_LIFETIMES x rate x``
     the mean lifetime of requests ``[w/2, w)``: ``(w, True)``; ``(w, False)`` once the rungs
-    after the first pass ``WARM_LIFETIMES x rate x cap_s`` (a mean lifetime past the cap: no
-    steady state, a miss). Only events up to ``known`` are read (at most the last arrival:
-    any longer stream has the very same ones); a request not done by then lives at least
-    until then, and a rung those lower bounds already fail is passed. Undecided (a block not
-    done that might still settle, or a rung past the stream): None. Each decision stays what
-    it is when more of the run is known, so any stream that decides decides the same; the
-    second value is the first rung not yet passed (a later call may start there)."""
+    pass ``WARM_LIFETIMES x rate x cap_s`` (a mean lifetime past the cap: no steady state, a
+    miss). Only events up to ``known`` are read (at most the last arrival: any longer stream
+    has the very same ones); a request not done by then lives at least until then, and a
+    rung those lower bounds already fail is passed. Undecided (a block not done that might
+    still settle, or a rung past the stream): None. Each decision stays what it is when
+    more of the run is known, so any stream that decides decides the same; the second value
+    is the first rung not yet passed (a later call may start there)."""
     while True:
         w = _rung(k)
-        if k > 0 and w > WARM_LIFETIMES * rate * cap_s:
+        if w > WARM_LIFETIMES * rate * cap_s:
             return (w, False), k
         if w > len(arr):
             return None, k
@@ -523,8 +523,7 @@ def lower_bound_misses(
         return None
     life = lifetime_s(workload, slo)
     how = _Window(rate, requests, window_lifetimes, life, True)
-    # the last rung a warm-up may settle on (the first is always tried)
-    top = max(float(WARM_BASE), WARM_LIFETIMES * rate * LIFE_CAP * life)
+    top = WARM_LIFETIMES * rate * LIFE_CAP * life  # the last rung a warm-up may settle on
     n = math.ceil(top) + max(requests, math.ceil(window_lifetimes / WARM_LIFETIMES * top)) + 1
     reqs = instance_stream(workload, rate, max(n, 2 * WARM_BASE), replicas=1)
     arr = reqs.arrival_s
@@ -538,7 +537,7 @@ def lower_bound_misses(
     first: SteadyProbe | None = None
     while got[1]:
         w = _rung(k)
-        if k > 0 and w > top:
+        if w > top:
             break
         size = max(requests, math.ceil(window_lifetimes / WARM_LIFETIMES * w))
         if w + size > len(arr):
