@@ -18,7 +18,8 @@ from typing import Any
 from moeplan.errors import MoeplanError
 from moeplan.search.capacity.slo import (
     CI_TARGET,
-    STREAM_LIFETIMES,
+    TAIL_LIFETIMES,
+    WARM_LIFETIMES,
     lifetime_s,
     percentile_boundable,
 )
@@ -106,11 +107,11 @@ def require_boundable(rec: dict[str, Any], layout: str, percentile: float) -> No
 
 def check_rate(rate: float | None, instances: int, w: ServeWorkload, slo: SLO) -> None:
     """One line when a steady run at ``rate`` (fed round-robin to ``instances``) would
-    simulate more than :data:`MAX_SIMULATED` requests: its first stream's warm-up and drain
-    are ``STREAM_LIFETIMES`` SLO lifetimes of arrivals. Says the largest rate run."""
+    simulate more than :data:`MAX_SIMULATED` requests: its warm-up and drain are
+    ``WARM_LIFETIMES + TAIL_LIFETIMES`` SLO lifetimes of arrivals. Says the largest rate run."""
     if rate is None:
         return
-    life, span = lifetime_s(w, slo), STREAM_LIFETIMES
+    life, span = lifetime_s(w, slo), WARM_LIFETIMES + TAIL_LIFETIMES
     per = rate / max(1, instances)
     n = math.ceil(span * per * life) + w.num_requests
     if n <= MAX_SIMULATED:

@@ -12,36 +12,22 @@ A probe at rate ``r`` (requests/s into one instance) simulates:
 - **Round-robin feed.** A deployment of ``replicas`` instances receives one Poisson (or gamma)
   stream at ``replicas x r`` and deals it round-robin; the simulated instance receives every
   ``replicas``-th arrival (:func:`instance_stream`), not a Poisson stream of its own.
-- **Warm-up from the run** (:func:`_warm_up`). The first ``w`` requests are not measured,
-  ``w`` the first rung of a ladder (``WARM_BASE x WARM_RATIO^k`` requests) with
-  ``w >= WARM_LIFETIMES x r x`` the mean lifetime (arrival to last token) of requests
-  ``[w/2, w)``: by Little's law the number in flight reaches its steady value ``r x
-  lifetime`` after one lifetime; a second lets the batch relax near the limit (600 and 5,000
-  measured requests agree within 1 %: tests/test_serve_capacity.py). The lifetime is the
-  run's own, not one the SLOs allow, so the requests a probe measures do not depend on the
-  SLO: a looser SLO judges the very same requests, and a rate that meets a tighter SLO
-  meets it (with one exception by design, below). Rungs are decided from events up to the
-  last arrival only (a request not done by then lives at least until then), so a longer
-  stream decides them the same: the first stream's length changes nothing but speed, and a
-  stream too short for its window is doubled and run again. A warm-up that would need more
-  than ``LIFE_CAP`` SLO lifetimes of arrivals never settles: a queue-growth miss (a limit in
-  the SLO: looser, it only passes more).
-- **Drain excluded.** Arrivals continue after the measured ones until the measured requests
-  are judged (their last finish, or the horizon below), so they finish under full load, not
-  while the queue empties.
+- **Warm-up excluded.** The first ``ceil(WARM_LIFETIMES x r x W)`` requests are not measured,
+  ``W`` = the request lifetime the SLOs allow (TTFT SLO + mean output length x TPOT SLO): by
+  Little's law the number in flight reaches its steady value ``r x lifetime`` after one
+  lifetime; a second lets the batch relax near the limit (with one, a TPOT-bound engine's
+  capacity from 300 measured requests was 14 % above that from 5,000; with two, 600 and
+  5,000 requests agree within 1 %: tests/test_serve_capacity.py).
+- **Drain excluded.** Arrivals continue for ``TAIL_LIFETIMES x r x W`` requests after the
+  measured ones, so the measured requests finish under full load, not while the queue empties.
 - **Measured**: ``requests`` requests (the same count and seed for every candidate), and at
-  least :data:`WINDOW_LIFETIMES` of the run's lifetimes of arrivals when they arrive
-  faster. The probe meets the SLOs when both percentiles are within their limits *and* the
-  queue is stable over the measured window (:func:`_no_growth`, which reads no SLO): an
-  overloaded rate (rho >= 1.05 on the closed-form engine of the tests) never meets the SLOs.
-- **Horizon** (capacity verdicts): the run is judged as stopped one SLO lifetime after the
-  last measured arrival; a measured request not done by then misses (its end-to-end time
-  exceeds TTFT SLO + output tokens x TPOT SLO) and counts as infinitely late. A looser SLO's
-  horizon is later, so it only turns infinitely late requests into finite ones.
+  least :data:`WINDOW_LIFETIMES` lifetimes of arrivals when they arrive faster. The
+  probe meets the SLOs when both percentiles are within their limits *and* the queue is
+  stable over the measured window (:func:`_no_growth`): an overloaded
+  rate (rho >= 1) never meets the SLOs, however short the run.
 
-Arrival gaps are drawn at unit rate and scaled by ``1/r`` (every rate sees the same request
-sequence on a scaled clock; longer streams extend shorter ones). Nearby rates measure nearly
-the same requests (the ladder's rungs are 19 % apart, so most nearby rates share one).
+Arrival gaps are drawn at unit rate and scaled by ``1/r`` (common random numbers: every rate
+sees the same request sequence on a scaled clock; longer streams extend shorter ones).
 
 **Confidence interval.** Requests that share a queue are correlated over a request lifetime,
 often as long as a whole measured window, so no interval from one run is honest: the
@@ -73,7 +59,7 @@ import numpy as np
 from moeplan.errors import MoeplanError
 from moeplan.search.capacity.certain_miss import certain_miss
 from moeplan.search.job.fanout import fan_out
-from moeplan.serve.engine.run import Engine, EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate
 from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
 from moeplan.serve.workload.arrivals import Requests, ServeWorkload, requests_from_rows
 
@@ -92,7 +78,7 @@ DOWN_CHECK = 0.9
 DOWN_STEPS = 3
 # Stability: at rho >= 1 the admission queue grows by about (rho - 1) seconds of waiting per
 # second of arrivals, however long it already is; a stable queue's two halves differ by
-# noise only. GROWTH_SLOPE = 0.02 flags rho >= ~1.02; GROWTH_FLOOR (1 % of the mean) ignores
+# noise only. GROWTH_SLOPE = 0.02 flags rho >= ~1.02; GROWTH_FLOOR (1 % of the SLO) ignores
 # differences too small to matter. Both are this module's choices, checked by the
 # overload and 500-vs-5000-request tests.
 GROWTH_SLOPE = 0.02
@@ -100,13 +86,12 @@ GROWTH_FLOOR = 0.01
 GROWTH_Z = 2.0  # standard errors of the halves' difference: noise, not growth
 MAX_STEPS = 40  # growths when bracketing a rate
 MAX_HALVINGS = 10  # below 1/1024 of the starting rate (an upper bound) the capacity is 0
-# The measured window spans two of the run's own lifetimes of arrivals at least (more
-# requests than asked when they arrive faster: window_lifetimes / WARM_LIFETIMES x the
-# warm-up count), colocated and pooled deployments alike: the queue-growth verdict compares
-# the window's halves, and over a window shorter than a lifetime requests that share a queue
-# make it noise (Qwen3-30B-A3B, attn TP2 / MoE TP2 x 4 on 8 H100, 300 measured requests:
-# with no floor the capacity fell from 21.1 to 16.8 req/s per instance, "queue growth", when
-# the TTFT SLO went from 2 s to 4 s).
+# The measured window spans two SLO lifetimes of arrivals at least (more requests than asked
+# when they arrive faster), colocated and pooled deployments alike: the queue-growth verdict
+# compares the window's halves, and over a window shorter than a lifetime requests that
+# share a queue make it noise (Qwen3-30B-A3B, attn TP2 / MoE TP2 x 4 on 8 H100, 300 measured
+# requests: with no floor the capacity fell from 21.1 to 16.8 req/s per instance, "queue
+# growth", when the TTFT SLO went from 2 s to 4 s; with it, 20.42 and 20.44).
 WINDOW_LIFETIMES = 2.0
 
 
@@ -210,13 +195,12 @@ def _tau(x: np.ndarray) -> float:
     return max(1.0, k * float(np.var(m, ddof=1)) * _inflation(m) / var)
 
 
-def _no_growth(x: np.ndarray, t: np.ndarray) -> bool:
+def _no_growth(x: np.ndarray, t: np.ndarray, limit_s: float | None) -> bool:
     """No queue growth over the measured window: the second half's mean of ``x`` (seconds,
     by arrival time ``t``) exceeds the first half's by at most the largest of
-    ``GROWTH_SLOPE`` x the time between the halves' mean arrivals, ``GROWTH_FLOOR`` x the
-    window's mean, and ``GROWTH_Z`` standard errors of the difference (the noise of a stable
-    queue around its trend; from batch means, since requests that share a queue are
-    correlated). Nothing here depends on the SLO: a looser SLO judges the queue the same."""
+    ``GROWTH_SLOPE`` x the time between the halves' mean arrivals, ``GROWTH_FLOOR`` x the SLO,
+    and ``GROWTH_Z`` standard errors of the difference (the noise of a stable queue; from
+    batch means, since requests that share a queue are correlated)."""
     ok = ~np.isnan(x)
     x, t = x[ok], t[ok]
     if len(x) < 4:
@@ -227,11 +211,8 @@ def _no_growth(x: np.ndarray, t: np.ndarray) -> bool:
         return False
     rise = float(b.mean() - a.mean())
     dt = float(t[h:].mean() - t[:h].mean())
-    # the noise of a queue's waits around their trend: a growing queue's trend is not noise
-    # (read as correlation it would hide the growth it is)
-    resid = x - np.polyval(np.polyfit(t, x, 1), t) if float(np.ptp(t)) > 0 else x
-    se = float(np.sqrt(_tau(resid) * (a.var() / len(a) + b.var() / len(b))))
-    floor = GROWTH_FLOOR * float(np.mean(x))
+    se = float(np.sqrt(_tau(x) * (a.var() / len(a) + b.var() / len(b))))
+    floor = GROWTH_FLOOR * (limit_s if limit_s is not None else float(np.mean(x)))
     return rise <= max(floor, GROWTH_SLOPE * dt, GROWTH_Z * se)
 
 
@@ -274,160 +255,6 @@ def _levels(x: np.ndarray, p: float) -> tuple[float, float, float]:
 Runner = Callable[[Requests, float | None], SimResult]  # requests, horizon (s) -> run
 
 
-# The warm-up ladder (module docstring, "Warm-up from the run"): warm-up counts
-# ``WARM_BASE x WARM_RATIO^k`` requests; the run's own lifetimes pick the rung. Fourth roots
-# of 2 keep a rung within 19 % of the count Little's law asks for; 8 requests is the least
-# warm-up (this module's choices).
-WARM_BASE = 8
-WARM_RATIO = 2.0**0.25
-# A warm-up whose blocks' mean lifetime stays past LIFE_CAP SLO lifetimes (TTFT SLO + mean
-# output tokens x TPOT SLO) never settles into a steady state that meets the SLOs: the probe
-# is a queue-growth miss without a longer stream. 1.5 leaves room for a mean above the
-# percentiles the SLOs bound (an exponential wait's mean is 1.44 x its median). This
-# module's choice; it depends on the SLO only through a limit, so a looser SLO never
-# judges a run a tighter one passed.
-LIFE_CAP = 1.5
-MAX_STREAM = 2_000_000  # requests of one simulated stream at most
-# The first stream simulated: warm-up and tail of this many SLO lifetimes of arrivals at the
-# reference rate besides the measured requests (a rung of the ladder may ask for a little
-# more than WARM_LIFETIMES; a longer stream is simulated when one is short).
-STREAM_LIFETIMES = WARM_LIFETIMES * WARM_RATIO + TAIL_LIFETIMES
-
-
-def _rung(k: int) -> int:
-    return math.ceil(WARM_BASE * WARM_RATIO**k)
-
-
-Finish = Callable[[int, int], np.ndarray]  # finish times of requests [lo, hi) so far
-
-
-def _warm_up(
-    arr: np.ndarray, finish: Finish, rate: float, cap_s: float, known: float, k: int = 0
-) -> tuple[tuple[int, bool] | None, int]:
-    """The warm-up count the run's own lifetimes ask for (module docstring, "Warm-up"): the
-    first rung ``w`` of the ladder, from rung ``k`` on, with ``w >= WARM_LIFETIMES x rate x``
-    the mean lifetime of requests ``[w/2, w)``: ``(w, True)``; ``(w, False)`` once the rungs
-    pass ``WARM_LIFETIMES x rate x cap_s`` (a mean lifetime past the cap: no steady state, a
-    miss). Only events up to ``known`` are read (at most the last arrival: any longer stream
-    has the very same ones); a request not done by then lives at least until then, and a
-    rung those lower bounds already fail is passed. Undecided (a block not done that might
-    still settle, or a rung past the stream): None. Each decision stays what it is when
-    more of the run is known, so any stream that decides decides the same; the second value
-    is the first rung not yet passed (a later call may start there)."""
-    while True:
-        w = _rung(k)
-        if w > WARM_LIFETIMES * rate * cap_s:
-            return (w, False), k
-        if w > len(arr):
-            return None, k
-        a, f = arr[w // 2 : w], finish(w // 2, w)
-        done = f <= known  # NaN compares False
-        if w < WARM_LIFETIMES * rate * float(np.where(done, f, known).mean() - a.mean()):
-            k += 1
-            continue
-        return ((w, True) if done.all() else None), k
-
-
-@dataclass(frozen=True, slots=True)
-class _Window:
-    """How a run is measured (:func:`steady_probe`): the probe's rate, measured count, SLO
-    lifetime and whether the verdict stops at the horizon."""
-
-    rate: float
-    requests: int
-    window_lifetimes: float
-    life: float
-    horizon: bool
-
-    def ladder(
-        self, arr: np.ndarray, finish: Finish, known: float, k: int = 0
-    ) -> tuple[tuple[slice, bool] | None, int]:
-        """The measured window and whether the warm-up settled (None: not yet known), and
-        the ladder's first rung not yet passed (:func:`_warm_up`)."""
-        cap = LIFE_CAP * self.life
-        got, k = _warm_up(arr, finish, self.rate, cap, min(known, float(arr[-1])), k)
-        if got is None:
-            return None, k
-        w, settled = got
-        size = max(self.requests, math.ceil(self.window_lifetimes / WARM_LIFETIMES * w))
-        if not settled:  # a miss whatever follows: the window as far as the stream holds it
-            lo = max(0, min(w, len(arr) - size))
-            return (slice(lo, min(len(arr), lo + size)), False), k
-        return (slice(w, w + size), True), k
-
-    def horizon_at(self, arr: np.ndarray, win: slice) -> float:
-        """One SLO lifetime after the window's last arrival."""
-        return float(arr[win.stop - 1]) + self.life
-
-    def judged(self, res: SimResult, known: float) -> tuple[slice, SimResult, bool] | None:
-        """The window of a run (recorded up to ``known``), the run as judged (stopped at the
-        horizon when ``horizon``) and whether it settled; None when the stream does not
-        cover the window and its verdict (simulate a longer one). A stream covers a verdict
-        when it still has arrivals after it: the requests it judges finish under load."""
-        arr = res.arrival_s
-        got, _ = self.ladder(arr, lambda lo, hi: res.finish_s[lo:hi], known)
-        if got is None:
-            return None
-        win, settled = got
-        if not settled:
-            return win, res, False
-        if win.stop > len(arr):
-            return None
-        if self.horizon:
-            at = self.horizon_at(arr, win)
-            return (win, _cut(res, at), True) if float(arr[-1]) > at else None
-        fin = res.finish_s[win]
-        last = float(fin.max()) if not np.isnan(fin).any() else math.inf
-        return (win, res, True) if float(arr[-1]) > last else None
-
-    def stop(
-        self, reqs: Requests, slo: SLO, on_miss: bool
-    ) -> tuple[Callable[[Engine], bool], list]:
-        """An engine stop predicate that ends the run once its verdict is known: past the
-        horizon (``horizon``), a warm-up past the cap, a window the stream cannot hold, or
-        (``on_miss``) a miss certain on the window; and the list it appends the stop time to
-        (the run is recorded up to then)."""
-        arr = reqs.arrival_s
-        state: dict[str, Any] = {"k": 0}
-        stopped: list[float] = []
-
-        def stop(e: Engine) -> bool:
-            now = e.now
-            if "win" not in state:
-                got, state["k"] = self.ladder(
-                    arr, lambda lo, hi: np.asarray(e.finish[lo:hi]), now, state["k"]
-                )
-                if got is None:
-                    return False
-                win, settled = got
-                if not settled or win.stop > len(arr):
-                    stopped.append(now)
-                    return True
-                state["win"] = win
-                state["at"] = self.horizon_at(arr, win) if self.horizon else math.inf
-                state["miss"] = certain_miss(reqs, win, slo) if on_miss else None
-            if now > state["at"] or (state["miss"] is not None and state["miss"](e)):
-                stopped.append(now)
-                return True
-            return False
-
-        return stop, stopped
-
-
-def _cut(res: SimResult, at: float) -> SimResult:
-    """``res`` as a run stopped at ``at`` leaves it: events after ``at`` not yet happened."""
-
-    def before(x: np.ndarray) -> np.ndarray:
-        return np.where(x <= at, x, np.nan)
-
-    return replace(
-        res,
-        admit_s=before(res.admit_s),
-        first_token_s=before(res.first_token_s),
-        finish_s=before(res.finish_s),
-    )
-
-
 def steady_probe(
     cfg: EngineConfig | None,
     evaluate: Evaluator | None,
@@ -437,124 +264,51 @@ def steady_probe(
     *,
     requests: int,
     replicas: int = 1,
+    ref_rps: float | None = None,
     runner: Runner | None = None,
     horizon: bool = False,
     window_lifetimes: float = 0.0,
     stop_on_miss: bool = False,
 ) -> SteadyProbe:
-    """Simulate one instance at ``rate`` requests/s and measure it (module docstring). The
-    warm-up and the measured window come from the run's own request lifetimes (the warm-up
-    ladder), so they do not depend on the SLO: a looser SLO judges the very same requests.
-    A stream too short for the window is doubled and run again (longer streams extend
-    shorter ones: the answer does not depend on the first length). ``runner`` simulates a deployment that is not one engine (P/D
-    pools: the user's view of :func:`moeplan.serve.pools.pd.simulate_pd`); default:
-    :func:`simulate` with ``cfg``. ``horizon``: judge the run as stopped one SLO lifetime
-    after the last measured arrival (a verdict only: a measured request not done by then
-    misses an SLO, its end-to-end time past TTFT SLO + output tokens x TPOT SLO, and counts
-    as infinitely late). ``window_lifetimes``: measure at least that many lifetimes of
-    arrivals (``window_lifetimes / WARM_LIFETIMES`` x the warm-up count) when more than
-    ``requests`` arrive in them: a queue that grows by a few percent of the load per second
-    shows over a window of a lifetime, not over a fifth of one. ``stop_on_miss`` (one engine,
-    open loop): stop once a miss is certain on the run's window
-    (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full
-    run's, the percentiles are not)."""
+    """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
+    warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
+    search share them, so every rate measures the same requests (common random numbers).
+    ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
+    :func:`moeplan.serve.pools.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
+    ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
+    only: a measured request not done by then misses an SLO — its end-to-end time exceeds
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late).
+    ``window_lifetimes``: measure at least that many SLO lifetimes of arrivals at the
+    reference rate (more than ``requests`` when they arrive faster): a queue that grows by
+    a few percent of the load per second shows over a window of a lifetime, not over a
+    fifth of one. ``stop_on_miss`` (one engine, open loop): stop once a miss is certain
+    (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full run's, the
+    percentiles are not)."""
     life = lifetime_s(workload, slo)
-    how = _Window(rate, requests, window_lifetimes, life, horizon)
-    n = math.ceil(STREAM_LIFETIMES * rate * life) + max(
-        requests, math.ceil(window_lifetimes * rate * life)
-    )
-    most = 2 * n  # a verdict's longest stream
-    while True:
-        reqs = instance_stream(workload, rate, max(n, 2 * WARM_BASE), replicas)
-        last = float(reqs.arrival_s[-1])
-        if runner is None:
-            assert cfg is not None and evaluate is not None
-            stop, stopped = how.stop(reqs, slo, stop_on_miss and not reqs.closed)
-            res = simulate(
-                reqs, cfg, evaluate, horizon_s=last if horizon else None,
-                stop=stop if horizon or stop_on_miss else None,
-            )  # fmt: skip
-            got = how.judged(res, stopped[0] if stopped else last)
-        else:
-            res = runner(reqs, last if horizon else None)
-            got = how.judged(res, last)
-        if got is not None:
-            break
-        if horizon and n >= most:  # a verdict undecided on the longest stream: a miss
-            size = min(requests, len(res.arrival_s))
-            got = slice(len(res.arrival_s) - size, len(res.arrival_s)), res, False
-            break
-        if n > MAX_STREAM:
-            raise MoeplanError(
-                f"rate ({rate:.4g} req/s per instance) never settles within {MAX_STREAM:,} "
-                "simulated requests: the stream would not cover its measured window"
-            )
-        n = min(2 * n, most) if horizon else 2 * n
-    win, res, settled = got
+    ref = max(rate, ref_rps or rate)
+    warm = math.ceil(WARM_LIFETIMES * ref * life)
+    tail = math.ceil(TAIL_LIFETIMES * ref * life)
+    requests = max(requests, math.ceil(window_lifetimes * ref * life))
+    reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
+    win = slice(warm, warm + requests)
+    stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
+    if runner is None:
+        assert cfg is not None and evaluate is not None
+        miss = certain_miss(reqs, win, slo) if stop_on_miss and not reqs.closed else None
+        res = simulate(reqs, cfg, evaluate, horizon_s=stop, stop=miss)
+    else:
+        res = runner(reqs, stop)
     ttft, tpot, _ = request_latencies(res)
     late = np.isnan(res.finish_s[win])
     tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
     tp = np.where(late & (res.osl[win] > 1), np.inf, tpot[win])
     arr = res.arrival_s[win]
+    decode_limit = None if slo.tpot_s is None else slo.tpot_s * workload.osl.mean
     wait = np.where(np.isnan(res.admit_s[win]), np.inf, res.admit_s[win] - arr)
     decode = np.where(late, np.inf, res.finish_s[win] - res.first_token_s[win])
-    stable = settled and _no_growth(wait, arr) and _no_growth(decode, arr)
+    stable = _no_growth(wait, arr, slo.ttft_s) and _no_growth(decode, arr, decode_limit)
     p = slo.percentile
     return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
-
-
-def lower_bound_misses(
-    runner: Runner,
-    workload: ServeWorkload,
-    slo: SLO,
-    rate: float,
-    *,
-    requests: int,
-    window_lifetimes: float = 0.0,
-) -> SteadyProbe | None:
-    """A probe that proves the TTFT miss of a deployment at ``rate`` from a cheaper run
-    whose every request lives no longer and gets its first token no later (``runner``: a
-    P/D deployment's prefill pool alone, :func:`moeplan.serve.pools.pd.prefill_view`), or
-    None when it cannot. The deployment's own run settles its warm-up on a rung no lower
-    than the cheaper run's (its lifetimes are longer), so its window is one of those from
-    that rung up to the cap (or the warm-up never settles: a miss); when the cheaper run's
-    TTFT percentile misses the SLO on every one of them, so does the deployment's."""
-    if slo.ttft_s is None:
-        return None
-    life = lifetime_s(workload, slo)
-    how = _Window(rate, requests, window_lifetimes, life, True)
-    top = WARM_LIFETIMES * rate * LIFE_CAP * life  # the last rung a warm-up may settle on
-    n = math.ceil(top) + max(requests, math.ceil(window_lifetimes / WARM_LIFETIMES * top)) + 1
-    reqs = instance_stream(workload, rate, max(n, 2 * WARM_BASE), replicas=1)
-    arr = reqs.arrival_s
-    res = runner(reqs, float(arr[-1]))
-    got, k = _warm_up(
-        arr, lambda lo, hi: res.finish_s[lo:hi], rate, LIFE_CAP * life, float(arr[-1])
-    )
-    if got is None:
-        return None
-    ttft = np.where(np.isnan(res.first_token_s), np.inf, res.first_token_s - arr)
-    first: SteadyProbe | None = None
-    while got[1]:
-        w = _rung(k)
-        if w > top:
-            break
-        size = max(requests, math.ceil(window_lifetimes / WARM_LIFETIMES * w))
-        if w + size > len(arr):
-            return None
-        win = slice(w, w + size)
-        with np.errstate(invalid="ignore"):
-            if not float(np.percentile(ttft[win], slo.percentile)) > slo.ttft_s:
-                return None
-        if first is None:
-            lv = _levels(ttft[win], slo.percentile)
-            tp = (0.0, 0.0, 0.0)
-            first = SteadyProbe(rate, res, win, lv, tp, True)
-        k += 1
-    if first is None:  # no rung settles below the cap: neither does the deployment's
-        win, _ = how.ladder(arr, lambda lo, hi: res.finish_s[lo:hi], float(arr[-1]))[0]
-        return SteadyProbe(rate, res, win, _levels(ttft[win], slo.percentile), (0.0,) * 3, False)
-    return first
 
 
 #: What more load breaks first (:meth:`SteadyProbe.limit`), in the words the output prints.
@@ -714,18 +468,21 @@ class CapacitySearch:
     ``guess_rps`` seeds the bracket (an analytic estimate or bound); ``requests`` is the
     measured request count of every probe; ``interval=False`` skips the confidence-interval
     searches (low = high = the point); ``known`` = a point bracket ``(lo, hi)`` found before
-    (same workload and requests), kept. ``full=False`` skips the run at capacity to its end (no
+    (same workload and requests), kept; ``ref_rps`` (at least the guess) sets the warm-up and
+    tail of every probe: an upper bound of the capacity keeps the warm-up at least one
+    lifetime at every rate probed. ``full=False`` skips the run at capacity to its end (no
     probe returned). ``step``: the bracket's first step (:func:`_bracket`).
     ``window_lifetimes``: the shortest measured window, in SLO lifetimes of arrivals
     (:func:`steady_probe`). ``cap_rps``: an upper bound of the capacity proven without
     simulation, which the bracket steps up to instead of past (:func:`_bracket`).
-    ``met_rps``: a rate whose probe, in the cache, met the SLOs: the bracket starts from
-    it."""
+    ``met_rps``: a rate whose probe, in the cache with this ``ref_rps``, met the SLOs: the
+    bracket starts from it."""
 
     guess_rps: float
     requests: int = DEFAULT_REQUESTS
     interval: bool = True
     known: tuple[float, float] | None = None
+    ref_rps: float | None = None
     full: bool = True
     step: float = 1.0
     window_lifetimes: float = 0.0
@@ -747,31 +504,34 @@ def slo_capacity(
     """The capacity of one instance (module docstring) searched as ``search`` says, and the
     probe at it (None when no rate meets the SLOs). ``replicas``: the instances the arrivals
     are dealt round-robin to (:func:`instance_stream`); ``runner``: as :func:`steady_probe`.
-    ``cache``: the probes of an earlier call with the same workload, requests and replicas
-    (the same runs), by rate, reused and extended."""
+    ``cache``: the probes of an earlier call with the same workload, requests, replicas and
+    ``ref_rps`` (the same runs: common random numbers), reused and extended."""
     requests, window_lifetimes, cap_rps = search.requests, search.window_lifetimes, search.cap_rps
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
 
     g = max(search.guess_rps, 1e-6)
+    ref = max(g, search.ref_rps or g)
 
-    def probe_at(wl: ServeWorkload, r: float) -> SteadyProbe:
+    def probe_at(wl: ServeWorkload, ref: float, r: float) -> SteadyProbe:
         return steady_probe(
-            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, runner=runner,
-            horizon=True, window_lifetimes=window_lifetimes,
+            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, ref_rps=ref,
+            runner=runner, horizon=True, window_lifetimes=window_lifetimes,
         )  # fmt: skip
 
-    def prober(wl: ServeWorkload, probes: dict) -> Callable[[float], SteadyProbe]:
+    def prober(wl: ServeWorkload, ref: float, probes: dict) -> Callable[[float], SteadyProbe]:
         def probe(r: float) -> SteadyProbe:
-            if r not in probes:
-                probes[r] = probe_at(wl, r)
-            return probes[r]
+            if (r, ref) not in probes:
+                probes[r, ref] = probe_at(wl, ref, r)
+            return probes[r, ref]
 
         return probe
 
     def prefetch(rates: list[float]) -> None:
-        todo = [r for r in rates if r not in probes]
-        for r, p in zip(todo, fan_out([partial(probe_at, workload, r) for r in todo]), strict=True):
-            probes[r] = p
+        todo = [r for r in rates if (r, ref) not in probes]
+        for r, p in zip(
+            todo, fan_out([partial(probe_at, workload, ref, r) for r in todo]), strict=True
+        ):
+            probes[r, ref] = p
 
     def verdict_of(probe: Callable[[float], SteadyProbe]) -> Verdict:
         def verdict(r: float) -> tuple[bool, float]:
@@ -780,7 +540,7 @@ def slo_capacity(
 
         return verdict
 
-    probe = prober(workload, probes)
+    probe = prober(workload, ref, probes)
     if search.known is not None:
         lo, hi = search.known
     else:
@@ -791,7 +551,7 @@ def slo_capacity(
         top = max(hi, lo * (1.0 + RATE_TOL)) if math.isfinite(hi) else lo * (1.0 + RATE_TOL)
 
         def replica(wl: ServeWorkload) -> float:
-            return _bracket(verdict_of(prober(wl, {})), lo, top, REPLICA_STEP, cap_rps)[0]
+            return _bracket(verdict_of(prober(wl, ref, {})), lo, top, REPLICA_STEP, cap_rps)[0]
 
         low, high = _replicated(replica, workload, lo)
     limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
@@ -800,20 +560,20 @@ def slo_capacity(
         point_high_rps=hi,
         low_rps=low,
         high_rps=high if math.isfinite(high) else lo,
-        requests=_measured_count(probe(lo)) if lo > 0 else requests,
+        requests=max(requests, math.ceil(window_lifetimes * ref * lifetime_s(workload, slo))),
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,
-        probes=sum(1 for k in probes if not isinstance(k, tuple)),
+        probes=sum(1 for k in probes if k[0] != "full"),
         boundable=percentile_boundable(requests, slo.percentile),
     )
     if not search.full:
         return cap, None
     run = None  # the run at capacity again, to its end: its metrics are reported
-    if lo > 0 and ("full", lo) in probes:
-        run = probes["full", lo]  # type: ignore[index]
+    if lo > 0 and ("full", lo, ref) in probes:
+        run = probes["full", lo, ref]  # type: ignore[index]
     elif lo > 0:
-        run = probes["full", lo] = steady_probe(  # type: ignore[index]
+        run = probes["full", lo, ref] = steady_probe(  # type: ignore[index]
             cfg,
             evaluate,
             workload,
@@ -821,14 +581,11 @@ def slo_capacity(
             lo,
             requests=requests,
             replicas=replicas,
+            ref_rps=ref,
             runner=runner,
             window_lifetimes=window_lifetimes,
         )
     return cap, run
-
-
-def _measured_count(p: SteadyProbe) -> int:
-    return p.window.stop - p.window.start
 
 
 def percentile_boundable(n: int, p: float) -> bool:

@@ -198,22 +198,31 @@ def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
         c.knobs = replace(c.knobs, mem_fraction=c.cfg.mem_fraction)
 
 
-def _guess(c: SpaceCandidate) -> float:
-    """The capacity search's first rate: the analytic estimate capped by the bound."""
+REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
+
+
+def _start(c: SpaceCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (``REF_MARGIN`` x that, capped by
+    the bound; probes above it size their own), as :func:`slo_capacity` takes them."""
     assert c.bound is not None
     est = c.estimate.rate_rps if c.estimate is not None else 0.0
-    return min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
+    guess = min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
+    g = max(guess, 1e-6)
+    return guess, max(g, min(c.bound.rate_rps, REF_MARGIN * guess))
 
 
 def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
     """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only
-    (:func:`_guess`); a layout that met the SLOs at the incumbent's rate starts from that
+    (:func:`_start`); a layout that met the SLOs at the incumbent's rate starts from that
     very run."""
     assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+    guess, ref = _start(c)
     search = CapacitySearch(
-        guess_rps=_guess(c),
+        guess_rps=guess,
         requests=requests,
         interval=False,
+        ref_rps=ref,
         cap_rps=c.bound.rate_rps,
         met_rps=c.beaten_at or None,
         window_lifetimes=WINDOW_LIFETIMES,
@@ -229,7 +238,7 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     assert w.bound is not None and w.capacity is not None
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt,
+        guess_rps=pt[0], requests=requests, known=pt, ref_rps=_start(w)[1],
         cap_rps=w.bound.rate_rps, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     w.capacity, w.probe = slo_capacity(
@@ -239,15 +248,16 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
 
 def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n: int) -> bool:
     """Whether ``c`` misses the SLOs at ``rate``: the very run its capacity search would make
-    there, stopped once the miss is certain; a run
+    there (same warm-up and tail, :func:`_start`), stopped once the miss is certain; a run
     that meets them is kept for the search (it ran to its horizon)."""
+    ref = _start(c)[1]
     p = steady_probe(
-        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas,
+        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, ref_rps=ref,
         horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     c.beaten_at = rate
     if p.meets(slo):
-        c.runs[rate] = p
+        c.runs[rate, ref] = p
         return False
     return True
 

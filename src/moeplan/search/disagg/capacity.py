@@ -33,7 +33,8 @@ def result_of(pc: PoolCandidate, c: Context, *, rate_given: bool) -> DisaggResul
             window_lifetimes=WINDOW_LIFETIMES,
         )  # fmt: skip
     if probe is None:  # no rate meets the SLOs: the metrics of the lowest rate tried
-        low = min((r for r in pc.runs if not isinstance(r, tuple)), default=None)
+        low = min((r for r in pc.runs if isinstance(r, tuple) and r[0] != "full"),
+                  key=lambda r: r[0], default=None)  # fmt: skip
         probe = None if low is None else pc.runs[low]
     return DisaggResult(
         setup=k.setup,

@@ -14,8 +14,8 @@ colocated search (:mod:`moeplan.search.colocated.search`):
 
 Capacity is :func:`moeplan.search.capacity.slo.slo_capacity` on the whole deployment (one arrival
 stream dealt round-robin over the prefill instances, :func:`moeplan.serve.pools.pd.simulate_pd`),
-with a measured window of at least :data:`WINDOW_LIFETIMES` of its own request lifetimes of
-arrivals; its bracket steps up to the deployment's bound, not past it, and a deployment that met the SLOs
+with a measured window of at least :data:`WINDOW_LIFETIMES` SLO lifetimes of arrivals; its
+bracket steps up to the deployment's bound, not past it, and a deployment that met the SLOs
 at the incumbent's rate starts its bracket from that very run.
 
 **Side by side** (:mod:`moeplan.search.job.fanout`, when the caller runs workers): step 1's
@@ -33,11 +33,11 @@ round-robin replicas, the same decode layout gave 110.5 and 61.9 req/s. The anal
 bounds cost nothing to simulate and are never below the simulated capacity.
 
 **Decision: the measured window spans two lifetimes.** A deployment's arrival rate is every
-instance's together (178 req/s for an AFD deployment of Qwen3-30B-A3B on 8 H100), so 500
-measured requests arrive in 2.8 s, a fifth of one request's 14.8 s lifetime there: over so
-short a window a KV-bound decode pool's slowly growing queue does not show, and over one
-lifetime a growth test still mistakes noise for growth. The window spans at least two of
-the run's own lifetimes (:mod:`moeplan.search.capacity.slo`).
+instance's together (178 req/s for the AFD deployment above), so 500 measured requests
+arrived in 2.8 s, a fifth of one request's 14.8 s lifetime: a KV-bound decode pool's slowly
+growing queue did not show and the capacity was 178 req/s with 500 requests, 156 with 5,000.
+With a window of at least one lifetime, 500 requests gave 123 (a growth test over one
+lifetime still mistakes noise for growth); with two, 500 and 5,000 both give 156 req/s.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from moeplan.search.capacity.slo import (
     WINDOW_LIFETIMES,  # noqa: F401 (re-exported)
     CapacitySearch,
     SteadyProbe,
-    lower_bound_misses,
     slo_capacity,
     steady_probe,
 )
@@ -69,6 +68,8 @@ from moeplan.search.disagg.space import (  # noqa: F401 (re-exported: the space'
 from moeplan.search.job.fanout import fan_out, width
 from moeplan.serve.pools.pd import prefill_view
 from moeplan.serve.workload.arrivals import Requests
+
+REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate, capped by the bound
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,54 +114,57 @@ class DisaggCertificate:
         )
 
 
-def _guess(pc: PoolCandidate) -> float:
-    """The capacity search's first rate: the analytic estimate capped by the bound."""
-    return min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+def _start(pc: PoolCandidate) -> tuple[float, float]:
+    """The capacity search's first rate (the analytic estimate capped by the bound) and the
+    reference rate sizing every probe's warm-up and tail (:data:`REF_MARGIN` x that)."""
+    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
+    return guess, max(guess, min(pc.bound_rps, REF_MARGIN * guess))
 
 
 def _probe_run(
     pc: PoolCandidate, c: Context, rate: float, requests: int
 ) -> tuple[SteadyProbe, bool]:
-    """One steady run at ``rate``, the very run the capacity search would make there, and
-    True — unless the prefill pool alone already proves the SLO miss there
-    (:func:`moeplan.serve.pools.pd.prefill_view`: the same prefill runs, TTFT and lifetime
-    never above the deployment's; :func:`moeplan.search.capacity.slo.lower_bound_misses`):
-    that run, and False."""
+    """One steady run at ``rate``, the very run the capacity search would make there (same
+    reference rate), and True — unless the prefill pool alone already misses the SLOs there
+    (:func:`moeplan.serve.pools.pd.prefill_view`: the same prefill runs, TTFT never above the
+    deployment's): that run, and False."""
+    _, ref = _start(pc)
     setup = pc.candidate(c).setup
 
     def prefill_only(reqs: Requests, stop: float | None) -> Any:
         return prefill_view(reqs, setup, horizon_s=stop)
 
-    pre = lower_bound_misses(
-        prefill_only, c.workload, c.slo, rate, requests=requests,
-        window_lifetimes=WINDOW_LIFETIMES,
+    pre = steady_probe(
+        None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
+        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
-    if pre is not None:
+    if not pre.meets(c.slo):
         return pre, False
     return steady_probe(
         None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
-        horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
     ), True  # fmt: skip
 
 
 def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
     """:func:`_probe_run`, kept: a whole deployment's run in ``pc.runs`` (the capacity search
     reuses it), a prefill pool's in ``pc.prefill_runs``."""
-    if not _known(pc, rate):
+    key = (rate, _start(pc)[1])
+    if key not in pc.runs and rate not in pc.prefill_runs:
         _keep(pc, rate, _probe_run(pc, c, rate, requests))
-    return pc.runs[rate] if rate in pc.runs else pc.prefill_runs[rate]
+    return pc.runs[key] if key in pc.runs else pc.prefill_runs[rate]
 
 
 def _keep(pc: PoolCandidate, rate: float, run: tuple[SteadyProbe, bool]) -> None:
     p, whole = run
     if whole:
-        pc.runs[rate] = p
+        pc.runs[rate, _start(pc)[1]] = p
     else:
         pc.prefill_runs[rate] = p
 
 
 def _known(pc: PoolCandidate, rate: float) -> bool:
-    return rate in pc.runs or rate in pc.prefill_runs
+    return (rate, _start(pc)[1]) in pc.runs or rate in pc.prefill_runs
 
 
 def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: int) -> None:
@@ -177,9 +181,10 @@ def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: i
 
 
 def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool = True) -> None:
-    """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_guess`."""
+    """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
+    guess, ref = _start(pc)
     search = CapacitySearch(
-        guess_rps=_guess(pc), requests=requests, interval=False, full=full,
+        guess_rps=guess, requests=requests, interval=False, ref_rps=ref, full=full,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
         met_rps=pc.beaten_at or None,  # it met the SLOs there: why it is searched
     )  # fmt: skip
@@ -197,9 +202,10 @@ def _searched(pc: PoolCandidate, c: Context, requests: int) -> tuple:
 def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     """``pc``'s capacity again, its point bracket kept, with its 95 % interval."""
     assert pc.capacity is not None
+    _, ref = _start(pc)
     pt = (pc.capacity.rate_rps, pc.capacity.point_high_rps)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt,
+        guess_rps=pt[0], requests=requests, known=pt, ref_rps=ref,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
     pc.capacity, pc.probe = slo_capacity(
