@@ -1,6 +1,7 @@
 """Sweep every flag of every command (tests/flag_registry.py) through ``moeplan``: each probe
 must change the ``--json`` answer, be refused with one line, or write its file. Prints one
-line per flag found ignored or failing and exits 1 if any (``make fuzz``).
+line per flag (``ok`` or why not), then per command the flags swept, read and the seconds
+taken, and exits 1 if any flag was found ignored or failing (``make fuzz``).
 
     python bench/flag_sweep.py [--only COMMAND] [--flags NAME ...] [--timeout S] [--budget S]
 
@@ -30,7 +31,8 @@ def main() -> int:
     a = ap.parse_args()
     start = time.monotonic()
     left: list[str] = []
-    bad = 0
+    bad = total = 0
+    summary: list[str] = []
     answers: dict = {}  # each base question runs once
     with tempfile.TemporaryDirectory() as tmp:
         trace = make_trace(Path(tmp))
@@ -40,6 +42,7 @@ def main() -> int:
             if command in NOT_SWEPT:
                 print(f"{command}: not swept ({NOT_SWEPT[command]})")
                 continue
+            began, swept, read = time.monotonic(), 0, 0
             for flag in probes:
                 if a.flags and flag.removeprefix("--") not in a.flags:
                     continue
@@ -49,9 +52,17 @@ def main() -> int:
                 why = check(command, flag, trace, a.timeout, answers)
                 print(f"{command} {flag}: {'ok' if why is None else why}", flush=True)
                 bad += why is not None
+                swept, read = swept + 1, read + (why is None)
+                total += 1
+            if swept:
+                summary.append(f"{command}: {swept} swept, {read} read, "
+                               f"{time.monotonic() - began:.0f} s")  # fmt: skip
+    for line in summary:
+        print(line)
     if left:
         print(f"not swept within --budget {a.budget:.0f} s: {' '.join(left)}")
-    print(f"{bad} flag(s) ignored or failing, {len(left)} not swept")
+    print(f"{total} flag(s) swept in {time.monotonic() - start:.0f} s: {bad} ignored or "
+          f"failing, {len(left)} not swept")  # fmt: skip
     return 1 if bad else 0
 
 

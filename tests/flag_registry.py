@@ -89,6 +89,9 @@ BENCH = ("bench", *LITE, *H100, "--num-prompts", "20", "--random-input-len", "25
          "--random-output-len", "16", "--json")  # fmt: skip
 BENCH_DP2 = (*BENCH, "--attn-dp", "2", "--moe-ep", "2")
 BENCH_TP2 = (*BENCH, "--attn-tp", "2", "--moe-ep", "2")
+#: a block-FP8 model that DeepEP runs: the all-to-all knobs matter
+BENCH_FP8 = (*BENCH, "--model", "deepseek-v3", "--cluster", "h200-sxm-8", "--attn-dp", "8",
+             "--moe-ep", "8")  # fmt: skip
 BENCH_SPREAD = (*BENCH, "--random-range-ratio", "0.5")  # lengths the seed draws
 
 RECOMMEND = ("recommend", *LITE, *H100, "--rate", "2", "--requests", "50", "--isl", "512",
@@ -160,11 +163,11 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--tokens-per-gpu": P("--tokens-per-gpu", "8192", key="step_ms", base=PREFILL),
             "--context": P("--context", "4096", key="step_ms"),
             "--redundant-experts": P("--redundant-experts", "8", base=DP2),
-            "--tbo": P("--tbo", base=DP2),
+            "--tbo": P("--tbo", base=V3),  # DeepEP runs block-FP8 experts, not BF16 ones
             "--mtp": P("--mtp", "1", "--mtp-accept", "0.7", base=V3),
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
-            "--a2a": P("--a2a", "nccl", base=DP2),  # auto: DeepEP where it runs
+            "--a2a": P("--a2a", "nccl", base=V3),  # auto: DeepEP where it runs (block FP8)
             "--routing-trace": P("--routing-trace", "{trace}", key="routing"),
             "--routing": P("--routing", "balanced", key="knobs.routing", base=V3),
             # deepseek-v2-lite has 27 layers on an H100 with a PCIe host link: 9 of them offloaded
@@ -206,12 +209,12 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--max-running": P("--max-running", "2", key="moeplan.scheduler"),
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--redundant-experts": P("--redundant-experts", "8", base=BENCH_DP2),
-            "--tbo": P("--tbo", base=BENCH_DP2),
+            "--tbo": P("--tbo", base=BENCH_FP8),
             "--mtp": R("--mtp", "1"),  # DeepSeek-V2-Lite has no MTP layer
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="moeplan.scheduler"),
             "--mem-fraction": P("--mem-fraction", "0.6", key="moeplan.scheduler"),
-            "--a2a": P("--a2a", "nccl", base=BENCH_DP2),
+            "--a2a": P("--a2a", "nccl", base=BENCH_FP8),
             "--routing-trace": P("--routing-trace", "{trace}", base=BENCH_DP2),
             "--routing": P("--routing", "balanced", base=BENCH_DP2),
             "--num-prompts": P("--num-prompts", "10", key="completed"),
