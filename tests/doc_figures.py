@@ -55,9 +55,7 @@ TRANSCRIBED = {"gpu", "peer"}
 KINDS = MACHINE_WRITTEN | TRANSCRIBED
 #: records still transcribed from a run this machine can repeat (a long sweep, a test's
 #: printout), each with the command that re-records it; only shrinks
-PENDING: set[str] = {
-    "flag-sweep",
-}
+PENDING: set[str] = set()
 
 MARKER = re.compile(
     r"<!--\s*figures:\s*([\w.-]+(?:\s*\+\s*[\w.-]+)*)\s*(?:;\s*given\s+([^>]*?))?\s*-->"

@@ -24,7 +24,7 @@ from doc_figures import (
 
 #: Records still transcribed from a run this machine can repeat (doc_figures.PENDING).
 #: They may only shrink: a record re-recorded by its command leaves the list.
-MAX_PENDING = 1
+MAX_PENDING = 0
 
 #: Numbers in blocks that name no record: none (a new figure comes with its record).
 MAX_UNLINKED = 0
