@@ -1,10 +1,11 @@
 """``price_sources`` on the commands that price with the cost model: ``strategy``,
-``pipeline``, ``dep``, ``place`` and ``cost``.
+``pipeline``, ``dep``, ``place``, ``cost``, ``bench`` and ``recommend``.
 
 Oracles: each command's own headline figure (the split's seconds add up to it: the #1
 strategy's prefill step plus ``osl`` decode steps, read back from its TTFT and ITL; the chosen
 partition's ``period_s``; the FinDEP ``iteration_s``; Sem-MoE's ``moe_layer_time_s``; the one
-kernel's ``predicted_ms``), the shares (they sum to 1), the cost model with no kernel tables
+kernel's ``predicted_ms``; a one-copy burst's ``duration``: the engine is busy from the first
+send to the last completion), the shares (they sum to 1), the cost model with no kernel tables
 (``--engine none``: every second is roofline) and the one kernel's source (its share is 1)."""
 
 from __future__ import annotations
@@ -114,3 +115,45 @@ def test_a_strategy_on_fewer_nodes_is_priced_on_its_nodes(capsys):
     d = _json(capsys, args)
     assert d["strategies"][0]["num_gpus"] < 32  # the case this checks: fewer nodes win
     _check(d["price_sources"], _strategy_busy(d))
+
+
+BENCH = ["bench", "--model", LITE, "--cluster", "h100-sxm-8", "--num-prompts", "40",
+         "--random-input-len", "512", "--random-output-len", "32"]  # fmt: skip
+
+
+def test_a_bursts_split_adds_up_to_its_duration(capsys):
+    """``--request-rate inf`` on one copy: every prompt is sent at t = 0 and the engine runs
+    iteration after iteration until the last completion, so the priced seconds are the
+    benchmark's duration."""
+    d = _json(capsys, BENCH)
+    ps = d["moeplan"]["price_sources"]
+    _check(ps, d["duration"])
+    assert ps["roofline"]["share"] < 1.0  # the engine's tables price part of it
+    d = _json(capsys, [*BENCH, "--cost-engine", "none"])
+    _check(d["moeplan"]["price_sources"], d["duration"])
+    assert abs(d["moeplan"]["price_sources"]["roofline"]["share"] - 1.0) < 1e-9
+
+
+def test_a_pd_benchs_split_covers_both_pools(capsys):
+    d = _json(capsys, [*BENCH, "--pd", "1*attn-tp1:1*attn-tp1"])
+    ps = d["moeplan"]["price_sources"]
+    # both pools' engine iterations: at least the decode pool's busy time, the whole run
+    # at most twice over (two instances)
+    total = sum(r["seconds"] for r in ps.values())
+    _check(ps, total)
+    assert 0.0 < total <= 2.0 * d["duration"] * (1 + 1e-9)
+
+
+def test_recommends_answer_says_its_shares(capsys):
+    args = ["recommend", "--model", LITE, "--cluster", "h100-sxm-8", "--rate", "5", "--ttft-slo",
+            "2000", "--tpot-slo", "50", "--isl", "512", "--osl", "64", "--requests", "100"]  # fmt: skip
+    d = _json(capsys, args)
+    ps = d["price_sources"]
+    _check(ps, sum(r["seconds"] for r in ps.values()))
+    assert sum(r["seconds"] for r in ps.values()) > 0.0
+    main(args)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "shares of the priced seconds of the check run's engine iterations" in out
+    main(BENCH)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "shares of the priced seconds of the run's engine iterations" in out

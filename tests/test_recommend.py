@@ -60,6 +60,8 @@ def test_forty_requests_a_second_is_answered_checked_and_the_size_below_excluded
     assert out["gpus"] >= 1 and out["deployment"]["layout"] and out["certificate"]["certificate"]
     assert out["deployment"]["serves_rps"] >= 40
     assert out["check"]["meets_slo"]
+    shares = [r["share"] for r in out["price_sources"].values()]  # the check run's split
+    assert abs(sum(shares) - 1.0) < 1e-9 and min(shares) >= 0.0
     below = out["smaller"]
     if out["gpus"] > 1:  # the size below serves less than the rate, by the search's bound
         assert (

@@ -62,6 +62,8 @@ def test_validate_three_rows(capsys, tmp_path):
     for r in ran:
         t = r["total_tok_s"]
         assert t["ratio"] == pytest.approx(t["predicted"] / t["measured"])
+        shares = [x["share"] for x in r["price_sources"].values()]  # the run's priced seconds
+        assert abs(sum(shares) - 1.0) < 1e-9
     t = ans["tables"]["dev"]["total_tok_s"]["all"]["all"]  # gpt-oss-20b/h100 is a dev report
     assert t["n"] == len(ran)
     (group,) = [g for g in ans["groups"] if g["isl"] == "32000"]

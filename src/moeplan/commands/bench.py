@@ -45,7 +45,9 @@ from moeplan.commands.bench_workload import (
 )
 from moeplan.commands.serve_inputs import ServeSimFlags
 from moeplan.errors import require
+from moeplan.search.job.outcome import sources_line
 from moeplan.serve.engine.config import SimResult
+from moeplan.serve.iteration.price_sources import layout_run_price_sources, pd_runs_price_sources
 from moeplan.serve.workload.arrivals import Requests
 
 #: the keys of a ``vllm bench serve --save-result`` file that moeplan predicts, in that
@@ -266,6 +268,9 @@ def simulate_bench(
         "kv_tokens": cfg.kv_tokens,
         "replicas": d.replicas,
         "knobs": knobs.to_dict(),
+        "price_sources": layout_run_price_sources(
+            m, c, cm, lay, knobs, setup.routing, *(r for _, r in parts)
+        ),
     }
     return merge(parts, n), record
 
@@ -362,6 +367,7 @@ def bench_answer(
     setup, cm, launched = deployment(values, launch, given or (lambda _n: False))
     engine = launched["engine"] if launched else values["engine"]
     run, record = simulate_bench(setup, cm, engine, p, s)
+    sources = record.pop("price_sources")
     out = vllm_metrics(run)
     d = setup.deployment
     out["num_prompts"] = len(p.isl)
@@ -382,6 +388,7 @@ def bench_answer(
         "scheduler": record,
         "preemptions": run.preemptions,
         "pricing": pricing(cm),
+        "price_sources": sources,
         "launch": launched,
     }
     return out
@@ -421,6 +428,8 @@ def text_block(out: dict[str, Any]) -> str:
         f"{' x' + str(mp['scheduler']['replicas']) if mp['scheduler']['replicas'] > 1 else ''}; "
         f"prompts {mp['prompts']}; {mp['kind']}"
     )
+    if mp["price_sources"]:
+        rows.append(sources_line(mp["price_sources"], "the run's engine iterations"))
     if mp["launch"]:
         for x in mp["launch"]["not_priced"]:
             rows.append(f"not priced: {x['flag']} ({x['why']})")
@@ -466,11 +475,13 @@ def _simulate_pd(
     cand = make_candidate(ctx, pre, dec, pd.x, pd.y)
     due = send_times(n, s.request_rate, s.burstiness, s.seed)
     zero = np.zeros(n, dtype=np.int64)
-    res = simulate_pd(Requests(arrival_s=due, isl=p.isl, osl=p.osl, cached=zero), cand.setup).result
+    run = simulate_pd(Requests(arrival_s=due, isl=p.isl, osl=p.osl, cached=zero), cand.setup)
+    res = run.result
     record = {
         "pd": pd.label,
         "prefill": {"chunk_tokens": pre.cfg.chunk_tokens, "max_running": pre.cfg.max_running},
         "decode": {"max_running": dec.cfg.max_running, "kv_tokens": dec.cfg.kv_tokens},
         "replicas": 1,
+        "price_sources": pd_runs_price_sources(cand.setup, run, setup.model, setup.cluster, cm),
     }
     return merge([(np.arange(n), res)], n), record

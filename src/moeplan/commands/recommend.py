@@ -33,8 +33,9 @@ from moeplan.errors import MoeplanError, check_int, require
 from moeplan.kernel_tables import engine_cost_model
 from moeplan.planners.families import POOLED_FAMILIES
 from moeplan.planners.rank import PROPOSING_FAMILIES, plan
-from moeplan.search.capacity.slo import window_metrics
+from moeplan.search.capacity.slo import SteadyProbe, window_metrics
 from moeplan.search.job.memo_cost import memo_cost
+from moeplan.search.job.outcome import sources_line
 from moeplan.search.ranking.entries import Served
 from moeplan.search.ranking.rank import serve_rank
 from moeplan.search.ranking.result import ServeRanking
@@ -227,6 +228,7 @@ def _answer(
     named, which the check's ``serve-sim`` arguments repeat): the deployment, its check run at ``rate`` and why the
     size below does not serve it."""
     x, copies, serves = best
+    chk, probe = _check(x, copies, rate, w, slo, m, c, cost, asked)
     below = tried[-2] if len(tried) > 1 else None
     proof = None
     if below is not None:
@@ -264,8 +266,40 @@ def _answer(
         "certificate_sentence": ranking.certificate_sentence,
         "smaller": proof,
         "sizes_tried": [{k: v for k, v in r.items() if k != "certificate"} for r in tried],
-        "check": _check(x, copies, rate, w, slo, m, c, cost, asked),
+        "check": chk,
+        "price_sources": _check_price_sources(x, copies, rate, w, m, c, cost, probe),
     }
+
+
+def _check_price_sources(
+    x: Served,
+    copies: int,
+    rate: float,
+    w: ServeWorkload,
+    m: ModelSpec,
+    c: ClusterSpec,
+    cost: Any,
+    probe: SteadyProbe,
+) -> dict[str, Any]:
+    """``price_sources`` of the answer at ``rate`` (:mod:`moeplan.cost.price_sources`): the
+    seconds of the check's steady run ``probe`` of one instance per price source, or, pooled, both
+    pools' instances simulated at their share of the rate (as ``plan`` splits a P/D
+    winner); ``{}`` where a pool is not an engine instance (an attention-FFN pool)."""
+    from moeplan.serve.iteration.model import IterationModel
+    from moeplan.serve.iteration.price_sources import pd_run_price_sources, run_price_sources
+
+    r = x.result
+    if x.entry.family in POOLED_FAMILIES:
+        setup = getattr(r, "setup", None)
+        if setup is None:
+            return {}
+        return pd_run_price_sources(setup, w.with_rate(rate / copies), m, c, cost)
+    lay = r.layout
+
+    def priced(cm: Any) -> IterationModel:
+        return IterationModel(m, c, cm, lay, knobs=r.knobs)
+
+    return run_price_sources(cost, priced, probe.res)
 
 
 def _check(
@@ -278,9 +312,9 @@ def _check(
     c: ClusterSpec,
     cost: Any,
     asked: tuple[str, str],
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], SteadyProbe]:
     """The answer simulated at ``rate`` as ``serve-sim`` does (its arguments, every one the
-    question fixed, and figures)."""
+    question fixed, and figures) and that run."""
     pooled = x.entry.family in POOLED_FAMILIES
     at = rate / copies if pooled else rate
     if pooled:
@@ -319,7 +353,7 @@ def _check(
         f"tpot_p{slo.percentile:g}_s": tpot,
         "stable": p.stable,
         "meets_slo": p.meets(slo),
-    }
+    }, p
 
 
 #: Leads a line of :func:`answer_lines` that is a shell command (printed unwrapped, to copy).
@@ -340,6 +374,8 @@ def answer_lines(out: dict[str, Any]) -> list[str]:
         f"{COMMAND_INDENT}moeplan serve-sim --model {shlex.join([out['model']])} "
         f"{shlex.join(chk['serve_sim_args'])}",
     ]
+    if out["price_sources"]:
+        lines.append(sources_line(out["price_sources"], "the check run's engine iterations"))
     if out["smaller"] is not None:
         lines.append(f"One size fewer: {out['smaller']['sentence']}.")
     lines.append(out["certificate_sentence"])

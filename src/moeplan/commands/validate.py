@@ -183,7 +183,8 @@ def run_row(r: dict[str, str]) -> dict[str, Any]:
     pred = {k: out[key] for k, (_, key) in SCORED.items()}
     pred["duration"] = out["duration"]
     return {"case_id": r["case_id"], "ran": True, "predicted": pred,
-            "layout": out["moeplan"]["layout"], "prompts": out["moeplan"]["prompts"]}  # fmt: skip
+            "layout": out["moeplan"]["layout"], "prompts": out["moeplan"]["prompts"],
+            "price_sources": out["moeplan"]["price_sources"]}  # fmt: skip
 
 
 def _measured(r: dict[str, str]) -> dict[str, float | None]:
@@ -292,6 +293,7 @@ def validate_answer(
                "gpu": r["gpu"], "engine": r["engine"], "model": r["model"], "ran": x["ran"]}  # fmt: skip
         if x["ran"]:
             row["layout"], row["prompts"] = x["layout"], x["prompts"]
+            row["price_sources"] = x["price_sources"]  # the predicted run's priced seconds
             for k in SCORED:
                 p = x["predicted"][k]
                 row[k] = {"predicted": p, "measured": m[k], "ratio": p / m[k] if m[k] else None}

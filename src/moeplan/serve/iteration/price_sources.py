@@ -88,10 +88,13 @@ def run_classes(*runs: Any) -> tuple[list[Batch], list[float]]:
     return batches, seconds
 
 
-def run_price_sources(cost: CostModel, priced: Priced, res: Any) -> dict[str, dict[str, Any]]:
-    """``price_sources`` of a simulated run ``res``; ``priced(cost)`` is the deployment's
-    iteration model on ``cost`` (batch -> seconds)."""
-    batches, seconds = run_classes(res)
+def run_price_sources(
+    cost: CostModel, priced: Priced, res: Any, *more: Any
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of a simulated run ``res`` (and ``more`` runs of the same deployment,
+    taken together); ``priced(cost)`` is the deployment's iteration model on ``cost`` (batch
+    -> seconds)."""
+    batches, seconds = run_classes(res, *more)
     split = attribute(cost, lambda c: _each(priced(c), batches))
     weights = [s / t if t > 0.0 else 0.0 for s, t in zip(seconds, split[0], strict=True)]
     return summarize(split, weights, **analytic(cost))
@@ -105,13 +108,15 @@ def layout_run_price_sources(
     knobs: InstanceKnobs,
     routing: RoutingProfile | None,
     res: Any,
+    *more: Any,
 ) -> dict[str, dict[str, Any]]:
-    """``price_sources`` of the run ``res`` of one instance of ``layout``."""
+    """``price_sources`` of the run ``res`` of one instance of ``layout`` (and ``more`` runs of
+    its copies, taken together: ``moeplan bench``'s replicas)."""
 
     def priced(cm: CostModel) -> IterationModel:
         return IterationModel(model, cluster, cm, layout, routing, knobs=knobs)
 
-    return run_price_sources(cost, priced, res)
+    return run_price_sources(cost, priced, res, *more)
 
 
 def pd_run_price_sources(
@@ -124,10 +129,22 @@ def pd_run_price_sources(
     from moeplan.serve.pools.pd import simulate_pd
     from moeplan.serve.workload.arrivals import generate
 
+    if setup.layout.decode_instance.colocated_layout is None:  # an attention-FFN decode pool
+        return {}
+    return pd_runs_price_sources(
+        setup, simulate_pd(generate(workload), setup), model, cluster, cost
+    )
+
+
+def pd_runs_price_sources(
+    setup: Any, run: Any, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
+) -> dict[str, dict[str, Any]]:
+    """``price_sources`` of one simulated run of a prefill/decode deployment (``run``: what
+    :func:`moeplan.serve.pools.pd.simulate_pd` returned on ``setup``): every instance's run of
+    both pools together; ``{}`` when the decode pool is not an engine instance."""
     pd = setup.layout
     if pd.decode_instance.colocated_layout is None:  # an attention-FFN decode pool
         return {}
-    run = simulate_pd(generate(workload), setup)
     splits, weights = [], []
     for lay, knobs, runs in ((pd.prefill, pd.prefill_knobs, run.prefill_runs),
                              (pd.decode, pd.decode_knobs, run.decode_runs)):  # fmt: skip
