@@ -139,7 +139,10 @@ DYNAMO_SOURCE = (
 )
 #: ``trtllm-serve`` flag -> the Dynamo worker's flag setting the same LLM API argument
 #: (serve.py ``get_llm_args`` / Dynamo main.py ``arg_map``; the YAML is merged over both by
-#: ``update_llm_args_with_extra_options``)
+#: ``update_llm_args_with_extra_options``). What neither takes a flag for agrees: both set
+#: ``scheduler_config`` to ``GUARANTEED_NO_EVICT`` with batch-size tuning
+#: (``DynamicBatchConfig``; serve.py @ 00209af1 and main.py @ f57c4fe5) and ``gpus_per_node``
+#: to the GPUs the process sees
 DYNAMO_FLAGS = {
     "--tp_size": "--tensor-parallel-size",  # tensor_parallel_size
     "--pp_size": "--pipeline-parallel-size",  # pipeline_parallel_size
