@@ -244,7 +244,7 @@ def k8s_commands(folder: Path, engine: str) -> list[list[str]]:
                             a = a.replace(k, v)
                         argv.append(a.replace("$$(", "$("))
                     out.append(argv)
-    return out + dynamo_commands(folder, engine)
+    return out
 
 
 #: Dynamo's worker module -> the engine command whose arguments it takes (TensorRT-LLM's
@@ -402,7 +402,8 @@ def main() -> int:
                 by_port = {str(s["port"]): s.get("pinned") for s in servers}
                 nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
-                for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
+                for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine)),
+                                ("dynamo", dynamo_commands(folder, engine))):  # fmt: skip
                     for j in jobs_of(cs, sm, mem, gpn):
                         if j["kind"] == "router" and not wheels:  # no sglang-router wheel
                             unchecked += 1
@@ -426,6 +427,9 @@ def main() -> int:
         by[j["kind"]][1] += 1
     for k, (ok, n) in sorted(by.items()):
         print(f"{k}: {ok}/{n} commands pass the engine's own argument handling")
+    for src in ("launch.sh", "k8s", "dynamo"):
+        mine = [r["ok"] for w, r in zip(where, got, strict=True) if w.endswith(f" {src}")]
+        print(f"  from {src}: {sum(mine)}/{len(mine)}")
     for w, r in zip(where, got, strict=True):
         if not r["ok"]:
             print(f"FAIL {w}: {r['error'][:300]}")

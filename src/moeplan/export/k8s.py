@@ -22,6 +22,14 @@ RDMA devices from key ``MOEPLAN_IB_DEVICE`` of ConfigMap ``moeplan-rdma`` (a pod
 start until it exists: the cluster's counterpart of launch.sh's check). Both are the user's to
 create (the file's head says how). A user's string (the model path) is passed as is, its
 ``$(`` written ``$$(`` so that Kubernetes does not expand it.
+
+``launch/k8s/<engine>-dynamo.yaml`` (:func:`dynamo`) runs the same pools as one Dynamo
+``DynamoGraphDeployment``: SGLang's and vLLM's Dynamo workers take the engine's own arguments,
+TensorRT-LLM's worker flags of its own, each setting the LLM API argument of a
+``trtllm-serve`` flag (:meth:`moeplan.backends.trtllm.TRTLLMBackend.dynamo_args`); what Dynamo
+owns (:data:`DYNAMO_DROPPED`, TensorRT-LLM's ``--backend pytorch``) is left out, anything
+else the worker cannot take means no graph, and the file says why. A TensorRT-LLM server over
+several nodes gets none (:data:`moeplan.backends.trtllm.DYNAMO_MULTINODE`).
 """
 
 from __future__ import annotations
