@@ -27,8 +27,11 @@ from moeplan.specs import load_cluster, load_model
 
 MODEL_PATH = "/models/$(HOME)/${HERE}/m"  # a user's path: nothing in it may be expanded
 DYNAMO_TRTLLM = json.loads((SCHEMAS / "dynamo_trtllm_args.json").read_text())
-#: ``trtllm-serve`` flag -> the LLM API argument it sets (tensorrt_llm/commands/serve.py,
-#: ``get_llm_args`` of the 1.2 line: the click options' names are its parameters)
+#: ``trtllm-serve`` flag -> the LLM API argument it sets (NVIDIA/TensorRT-LLM
+#: tensorrt_llm/commands/serve.py @ 00209af1, the commit of bench/data/trtllm_1.2_llm_api.json:
+#: each click option's parameter passed to ``get_llm_args``; ``--tp_size`` is an alias of
+#: ``--tensor_parallel_size``, ``--kv_cache_free_gpu_memory_fraction`` of
+#: ``--free_gpu_memory_fraction``, which builds ``KvCacheConfig(free_gpu_memory_fraction=)``)
 SERVE_SETS = {
     "--backend": "backend",
     "--tp_size": "tensor_parallel_size",
