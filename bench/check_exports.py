@@ -15,7 +15,9 @@
    LeaderWorkerSet worker rank written in) and every Dynamo worker of
    ``launch/k8s/<engine>-dynamo.yaml`` goes to the engine's own argument handling (CUDA
    faked as one node's GPUs of the cluster's compute capability: a rack's tray of 4, a
-   server's 8; TensorRT-LLM's YAML beside the script is read too). Four deliberately wrong commands must fail (controls).
+   server's 8; TensorRT-LLM's YAML beside the script is read too; Dynamo's TensorRT-LLM worker
+   as the ``trtllm-serve`` command of the same LLM API arguments, by Dynamo's source:
+   :func:`dynamo_trtllm_serve`). Five deliberately wrong commands must fail (controls).
 4. Each server command's values as SGLang / vLLM resolve them (memory fraction, running cap,
    decode CUDA-graph batch, chunk, TBO, MTP, redundant experts, placement file) must equal
    what ``deployment.json`` says the command pins (:func:`pinned_differences`).
@@ -242,17 +244,56 @@ def k8s_commands(folder: Path, engine: str) -> list[list[str]]:
                             a = a.replace(k, v)
                         argv.append(a.replace("$$(", "$("))
                     out.append(argv)
-    return out + dynamo_commands(folder, engine)
+    return out
 
 
-#: Dynamo's worker module -> the engine command whose arguments it takes
+#: Dynamo's worker module -> the engine command whose arguments it takes (TensorRT-LLM's
+#: worker has flags of its own: :func:`dynamo_trtllm_serve` writes them as trtllm-serve's)
 DYNAMO_WORKERS = {"dynamo.sglang": ["python", "-m", "sglang.launch_server"],
-                  "dynamo.vllm": ["vllm", "serve"]}  # fmt: skip
+                  "dynamo.vllm": ["vllm", "serve"], "dynamo.trtllm": ["trtllm-serve"]}  # fmt: skip
+#: Dynamo's TensorRT-LLM worker as read from its source (its SOURCE.md): the flags of its
+#: parser and the LLM API argument each sets
+DYNAMO_TRTLLM = REPO / "tests" / "data" / "k8s_schemas" / "dynamo_trtllm_args.json"
+
+
+def dynamo_trtllm_serve(args: list[str]) -> list[str]:
+    """Dynamo's TensorRT-LLM worker arguments as the ``trtllm-serve`` command setting the
+    same LLM API arguments, by Dynamo's source (:data:`DYNAMO_TRTLLM`), not moeplan's
+    mapping: each flag through the argument it sets in Dynamo's ``arg_map`` to the serve
+    option of that name (serve.py names its click options after them; the KV pool's
+    ``free_gpu_memory_fraction`` is ``--free_gpu_memory_fraction``), the model first, the
+    YAML as ``--extra_llm_api_options``, the ``--override-engine-args`` object's ``true``
+    values as switches, and the backend Dynamo sets. A flag Dynamo's parser lacks becomes
+    an option no parser has, so the check fails."""
+    d = json.loads(DYNAMO_TRTLLM.read_text())
+    model, out = "", []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if d["flags"].get(flag) in (None, "flag") or i + 1 >= len(args):
+            out.append(f"--not-a-dynamo-trtllm-flag{flag}")
+            i += 1
+            continue
+        value = args[i + 1]
+        if flag == d["extra_engine_args"]:
+            out += ["--extra_llm_api_options", value]
+        elif flag == d["override_engine_args"]:
+            for k, v in json.loads(value).items():
+                out.append(f"--{k}" if v is True else f"--not-a-switch-{k}")
+        elif d["sets"].get(flag) == "model":
+            model = value
+        elif flag in d["sets"]:
+            out += [f"--{d['sets'][flag].split('.')[-1]}", value]
+        else:  # a Dynamo setting outside the LLM API
+            out.append(f"--dynamo-only{flag}")
+        i += 2
+    return ["trtllm-serve", model, *out, "--backend", d["fixed"]["backend"]]
 
 
 def dynamo_commands(folder: Path, engine: str) -> list[list[str]]:
     """The workers of ``launch/k8s/<engine>-dynamo.yaml`` as engine commands (Dynamo's vLLM
-    worker takes the model as ``--model``, ``vllm serve`` as its first argument)."""
+    worker takes the model as ``--model``, ``vllm serve`` as its first argument; TensorRT-LLM's
+    through :func:`dynamo_trtllm_serve`)."""
     import yaml
 
     from moeplan.export.k8s import MOUNT
@@ -269,6 +310,9 @@ def dynamo_commands(folder: Path, engine: str) -> list[list[str]]:
                 continue
             args = [a.replace("$(MOEPLAN_IB_DEVICE)", IB_DEVICE).replace(MOUNT, str(folder / engine))
                     .replace("$$(", "$(") for a in c["args"]]  # fmt: skip
+            if head == ["trtllm-serve"]:
+                out.append(dynamo_trtllm_serve(args))
+                continue
             if args[:1] == ["--model"]:
                 args = args[1:]
             out.append([*head, *args])
@@ -358,7 +402,8 @@ def main() -> int:
                 by_port = {str(s["port"]): s.get("pinned") for s in servers}
                 nodes = max((n for s in servers for n in s["nodes"]), default=0) + 1
                 cmds = recorded(folder / engine / "launch.sh", nodes, out / "w" / str(row) / engine)
-                for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine))):
+                for src, cs in (("launch.sh", cmds), ("k8s", k8s_commands(folder, engine)),
+                                ("dynamo", dynamo_commands(folder, engine))):  # fmt: skip
                     for j in jobs_of(cs, sm, mem, gpn):
                         if j["kind"] == "router" and not wheels:  # no sglang-router wheel
                             unchecked += 1
@@ -368,8 +413,11 @@ def main() -> int:
                         pins.append(by_port.get(j["port"]) if j["kind"] != "router" else None)
         q = str(model_folder("qwen3-30b-a3b", out))
         kinds = {*a.engines, *(["router"] if wheels else [])}
+        # and a Dynamo TensorRT-LLM worker whose EP size does not divide its TP size
+        wrong = dynamo_trtllm_serve(["--model-path", "MODEL", "--tensor-parallel-size", "8",
+                                     "--expert-parallel-size", "3"])[1:]  # fmt: skip
         controls = [{"kind": k, "argv": [q if a == "MODEL" else a for a in v], "sm": 90,
-                     "gpus": 8} for k, v in CONTROLS if k in kinds]  # fmt: skip
+                     "gpus": 8} for k, v in [*CONTROLS, ("trtllm", wrong)] if k in kinds]  # fmt: skip
         res = check(site, jobs + controls)
     got, ctl = res[: len(jobs)], res[len(jobs) :]
     assert not any(r["ok"] for r in ctl), f"a control passed: {ctl}"
@@ -379,6 +427,9 @@ def main() -> int:
         by[j["kind"]][1] += 1
     for k, (ok, n) in sorted(by.items()):
         print(f"{k}: {ok}/{n} commands pass the engine's own argument handling")
+    for src in ("launch.sh", "k8s", "dynamo"):
+        mine = [r["ok"] for w, r in zip(where, got, strict=True) if w.endswith(f" {src}")]
+        print(f"  from {src}: {sum(mine)}/{len(mine)}")
     for w, r in zip(where, got, strict=True):
         if not r["ok"]:
             print(f"FAIL {w}: {r['error'][:300]}")

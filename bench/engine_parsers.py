@@ -267,7 +267,8 @@ def trtllm_source_check(argv: list[str], facts_path: str = TRTLLM_FACTS) -> None
         got[flag], i = value, i + 2
     tp = int(got.get("--tp_size", got.get("--tensor_parallel_size", 1)))
     ep = int(got.get("--ep_size", got.get("--moe_expert_parallel_size", 1)))
-    frac = float(got.get("--kv_cache_free_gpu_memory_fraction", 0.9))
+    frac = float(got.get("--kv_cache_free_gpu_memory_fraction",
+                         got.get("--free_gpu_memory_fraction", 0.9)))  # fmt: skip
     if not 0 <= frac <= 1:  # KvCacheConfig.free_gpu_memory_fraction: ge=0, le=1
         raise ValueError(f"free_gpu_memory_fraction ({frac}) must be in [0, 1]")
     path = got.get("--extra_llm_api_options", got.get("--config"))

@@ -95,14 +95,17 @@ def test_attention_dp_launch_parses(tmp_path):
 def test_knobs_go_into_the_yaml(tmp_path):
     """MTP, an fp8 KV cache and redundant experts: speculative_config MTP, kv_cache_config
     dtype fp8 and the WIDEEP MoE backend with E + R slots; MoE TP x EP both > 1 writes
-    moe_tensor_parallel_size."""
-    knobs = InstanceKnobs(mtp=1, mtp_accept=0.7, kv_dtype="fp8")
+    moe_tensor_parallel_size. The YAML's kv_cache_config replaces the one the fraction flag
+    built (TensorRT-LLM's update_llm_args_with_extra_dict merges ``llm_args |
+    llm_args_dict``, a key's whole value), so it repeats the flag's fraction."""
+    knobs = InstanceKnobs(mtp=1, mtp_accept=0.7, kv_dtype="fp8", mem_fraction=0.8)
     ex = export("deepseek-v3", "h200-sxm-8", Layout(attn_dp=8, moe_ep=8), knobs, redundant=8)
     opts = yaml.safe_load(ex.files["colocated-0.yaml"])
     assert opts["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 1}
-    assert opts["kv_cache_config"] == {"dtype": "fp8"}
+    assert opts["kv_cache_config"] == {"dtype": "fp8", "free_gpu_memory_fraction": 0.8}
     assert opts["moe_config"] == {"backend": "WIDEEP", "load_balancer": {"num_slots": 264}}
     (argv,) = served(launched(tmp_path, ex))
+    assert cons.flags(argv)["--kv_cache_free_gpu_memory_fraction"] == "0.8"
     parsers.trtllm_source_check(argv)
     hybrid = llm_api_options(Layout(attn_tp=8, moe_tp=2, moe_ep=4), None, 0, 128)
     assert hybrid["moe_tensor_parallel_size"] == 2

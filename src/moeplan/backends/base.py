@@ -182,6 +182,9 @@ class EngineBackend(ABC):
     #: Dynamo's backend framework name and worker module (ai-dynamo/dynamo components/src/
     #: dynamo/<engine>; None: moeplan writes no DynamoGraphDeployment for it)
     dynamo_worker: tuple[str, str] | None = None
+    #: why a server over several nodes gets no Dynamo service (None: one service of
+    #: ``multinode.nodeCount`` pods runs it, as its LeaderWorkerSet does)
+    dynamo_multinode: str | None = None
 
     # ---- weight offload (moeplan.cost.offload) ---------------------------------------------
     #: the flags of the grouped weight offloader: group size, layers offloaded per group,
@@ -256,7 +259,8 @@ class EngineBackend(ABC):
 
     def dynamo_args(self, argv: list[str], role: str) -> list[str]:
         """A server command's arguments as Dynamo's worker takes them (default: the engine's
-        own, after the program)."""
+        own, after the program); a :class:`~moeplan.errors.MoeplanError` names a setting the
+        worker cannot take (no graph is written then)."""
         del role
         return argv[3:] if argv[:2] == ["python", "-m"] else argv[1:]
 

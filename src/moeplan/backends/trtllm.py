@@ -76,11 +76,13 @@ deprecates ``moe_cluster_parallel_size``; none of it changes a key moeplan write
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from moeplan.backends.base import EngineBackend, EpCollective, FusedEpComm, Knobs
 from moeplan.backends.capabilities import Nvfp4Moe
+from moeplan.errors import MoeplanError
 from moeplan.specs import GPUSpec
 
 VERSION = "1.2.1"
@@ -127,6 +129,49 @@ NO_ADP = {
 #: runs on the AutoDeploy backend only (its footnote 5); MiniMax-M3 has the
 #: MiniMaxM3SparseForConditionalGeneration class only
 MISSING_MODEL_CLASSES = frozenset({"DeepseekV2ForCausalLM", "MiniMaxM3ForCausalLM"})
+
+
+#: Dynamo's TensorRT-LLM worker, read at ai-dynamo/dynamo @ f57c4fe5 (DYNAMO_SOURCE)
+DYNAMO_SOURCE = (
+    "ai-dynamo/dynamo @ f57c4fe5360d6a63e3d9b9365325933305beec2c: "
+    "components/src/dynamo/trtllm/utils/trtllm_utils.py cmd_line_args (its flags) and "
+    "components/src/dynamo/trtllm/main.py init (the LLM API arguments they set)"
+)
+#: ``trtllm-serve`` flag -> the Dynamo worker's flag setting the same LLM API argument
+#: (serve.py ``get_llm_args`` / Dynamo main.py ``arg_map``; the YAML is merged over both by
+#: ``update_llm_args_with_extra_options``). What neither takes a flag for agrees: both set
+#: ``scheduler_config`` to ``GUARANTEED_NO_EVICT`` with batch-size tuning
+#: (``DynamicBatchConfig``; serve.py @ 00209af1 and main.py @ f57c4fe5) and ``gpus_per_node``
+#: to the GPUs the process sees
+DYNAMO_FLAGS = {
+    "--tp_size": "--tensor-parallel-size",  # tensor_parallel_size
+    "--pp_size": "--pipeline-parallel-size",  # pipeline_parallel_size
+    "--ep_size": "--expert-parallel-size",  # moe_expert_parallel_size
+    "--max_batch_size": "--max-batch-size",  # max_batch_size
+    "--max_num_tokens": "--max-num-tokens",  # max_num_tokens
+    "--max_seq_len": "--max-seq-len",  # max_seq_len
+    # KvCacheConfig(free_gpu_memory_fraction=...) in both
+    "--kv_cache_free_gpu_memory_fraction": "--free-gpu-memory-fraction",
+    "--extra_llm_api_options": "--extra-engine-args",  # the LLM API YAML
+}
+#: the worker's ``--override-engine-args`` (a JSON object deep-merged into its LLM API
+#: arguments after the YAML): how a ``trtllm-serve`` switch without a worker flag is passed
+DYNAMO_OVERRIDE = "--override-engine-args"
+#: ``trtllm-serve`` switches -> the LLM API argument they set (serve.py)
+DYNAMO_SWITCHES = {"--trust_remote_code": "trust_remote_code"}
+#: ``trtllm-serve`` settings the worker sets itself, with the one value it sets: main.py's
+#: ``arg_map`` runs the PyTorch backend (``"backend": Backend.PYTORCH``), and the worker has
+#: no ``--backend`` flag
+DYNAMO_FIXED = {"--backend": "pytorch"}
+#: a TensorRT-LLM server over several nodes in Dynamo: why none is written
+DYNAMO_MULTINODE = (
+    "Dynamo's operator runs a multi-node TensorRT-LLM worker as an mpirun job of its own "
+    "(deploy/cloud/operator/internal/dynamo/backend_trtllm.go @ 396bbf11: "
+    "'mpirun -n <GPUs> -H <leader>,<workers>' without slot counts over an SSH key Secret, the "
+    "worker's command joined unquoted into a 'bash -c' string), not moeplan's MPI job "
+    "('-H <node>:<GPUs per node>', arguments passed as they are), so the ranks' placement "
+    "and the model path could differ from launch.sh's"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,6 +263,44 @@ class TRTLLMBackend(EngineBackend):
             out["kv_cache_config"] = {"dtype": KV_CACHE_DTYPE[knobs.kv_dtype]}
         return out
 
+    def dynamo_args(self, argv: list[str], role: str) -> list[str]:
+        """``trtllm-serve MODEL ARGS`` as Dynamo's worker takes them (``python3 -m
+        dynamo.trtllm``, :data:`DYNAMO_SOURCE`): the model as ``--model-path``, each flag as
+        the worker's flag of the same LLM API argument (:data:`DYNAMO_FLAGS`), the switches
+        in one ``--override-engine-args`` object, and what the worker sets itself
+        (:data:`DYNAMO_FIXED`) left out where it is the value the worker sets; anything
+        else is refused (MoeplanError), never dropped."""
+        if role != "colocated":
+            raise MoeplanError(f"moeplan writes no {self.label} {role} server")
+        if len(argv) < 2 or argv[0] != "trtllm-serve" or argv[1].startswith("--"):
+            raise MoeplanError(f"not a trtllm-serve MODEL command: {argv[:2]}")
+        out = ["--model-path", argv[1]]
+        override: dict[str, Any] = {}
+        i = 2
+        while i < len(argv):
+            flag = argv[i]
+            if flag in DYNAMO_SWITCHES:
+                override[DYNAMO_SWITCHES[flag]] = True
+                i += 1
+                continue
+            if i + 1 >= len(argv):
+                raise MoeplanError(f"trtllm-serve {flag} has no value")
+            value = argv[i + 1]
+            if flag in DYNAMO_FIXED:
+                if value != DYNAMO_FIXED[flag]:
+                    raise MoeplanError(
+                        f"Dynamo's {self.label} worker runs {flag} {DYNAMO_FIXED[flag]}, "
+                        f"not {value}"
+                    )
+            elif flag in DYNAMO_FLAGS:
+                out += [DYNAMO_FLAGS[flag], value]
+            else:
+                raise MoeplanError(f"Dynamo's {self.label} worker has no flag for {flag}")
+            i += 2
+        if override:
+            out += [DYNAMO_OVERRIDE, json.dumps(override, sort_keys=True)]
+        return out
+
 
 TRTLLM_NVFP4 = Nvfp4Moe(
     runner="CUTLASS",
@@ -261,4 +344,8 @@ TRTLLM = TRTLLMBackend(
     mem_fraction_flag="--kv_cache_free_gpu_memory_fraction",  # serve.py
     # NGC's release container of the pinned version (docs/source/installation/containers.md)
     image=f"nvcr.io/nvidia/tensorrt-llm/release:{VERSION}",
+    # ai-dynamo/dynamo components/src/dynamo/trtllm (DYNAMO_SOURCE): flags of its own, the
+    # LLM API YAML as --extra-engine-args (dynamo_args)
+    dynamo_worker=("trtllm", "dynamo.trtllm"),
+    dynamo_multinode=DYNAMO_MULTINODE,
 )

@@ -22,6 +22,14 @@ RDMA devices from key ``MOEPLAN_IB_DEVICE`` of ConfigMap ``moeplan-rdma`` (a pod
 start until it exists: the cluster's counterpart of launch.sh's check). Both are the user's to
 create (the file's head says how). A user's string (the model path) is passed as is, its
 ``$(`` written ``$$(`` so that Kubernetes does not expand it.
+
+``launch/k8s/<engine>-dynamo.yaml`` (:func:`dynamo`) runs the same pools as one Dynamo
+``DynamoGraphDeployment``: SGLang's and vLLM's Dynamo workers take the engine's own arguments,
+TensorRT-LLM's worker flags of its own, each setting the LLM API argument of a
+``trtllm-serve`` flag (:meth:`moeplan.backends.trtllm.TRTLLMBackend.dynamo_args`); what Dynamo
+owns (:data:`DYNAMO_DROPPED`, TensorRT-LLM's ``--backend pytorch``) is left out, anything
+else the worker cannot take means no graph, and the file says why. A TensorRT-LLM server over
+several nodes gets none (:data:`moeplan.backends.trtllm.DYNAMO_MULTINODE`).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from moeplan.backends import backend
+from moeplan.errors import MoeplanError
 from moeplan.export.deployment import Slot, node_addr, url
 from moeplan.export.launch_servers import ServerCommands
 
@@ -345,8 +354,10 @@ DYNAMO_DROPPED = (
 
 
 def _dynamo_args(argv: Sequence[str], literals: Collection[str]) -> list[str] | None:
-    """A server command's engine arguments for Dynamo's worker (``python3 -m dynamo.<engine>``
-    takes the engine's own arguments, the model as ``--model`` for vLLM)."""
+    """A server command's engine arguments for Dynamo's worker, less :data:`DYNAMO_DROPPED`
+    (``python3 -m dynamo.<engine>`` takes SGLang's and vLLM's own arguments, the model as
+    ``--model`` for vLLM; TensorRT-LLM's worker has flags of its own, which the backend's
+    ``dynamo_args`` maps)."""
     subst = {"${HERE}": MOUNT, "${MOEPLAN_IB_DEVICE}": "$(MOEPLAN_IB_DEVICE)"}
     return _args(argv, literals, subst, DYNAMO_DROPPED)
 
@@ -357,7 +368,9 @@ def dynamo(
     """One ``DynamoGraphDeployment`` of the deployment: a frontend and one service per pool
     (its instances as ``replicas``, a multi-node instance as ``multinode.nodeCount``), each
     running the pool's first server's engine arguments under ``python3 -m dynamo.<engine>``;
-    None and why when the engine's backend names no Dynamo worker."""
+    None and why when the engine's backend names no Dynamo worker, a server spans nodes its
+    backend's Dynamo worker cannot (``dynamo_multinode``) or has a setting the worker cannot
+    take."""
     b = backend(engine)
     if b.dynamo_worker is None:
         return None, f"{b.label} has no Dynamo worker moeplan writes"
@@ -383,6 +396,8 @@ def dynamo(
         firsts.setdefault(sc.slot.role, sc)
         counts[sc.slot.role] = counts.get(sc.slot.role, 0) + 1
     for role, sc in firsts.items():
+        if len(sc.slot.nodes) > 1 and b.dynamo_multinode is not None:
+            return None, f"{sc.slot.name} spans {len(sc.slot.nodes)} nodes: {b.dynamo_multinode}"
         if any(len(n) != 1 for n in sc.nodes):
             return None, f"{sc.slot.name} runs several commands on a node (a Ray or MPI job)"
         per_node = [_dynamo_args(n[0], literals) for n in sc.nodes]
@@ -391,7 +406,10 @@ def dynamo(
             return None, f"{sc.slot.name} names a shell variable the cluster has no value for"
         if any(a != argv for a in per_node[1:]):  # one pod template for every node
             return None, f"{sc.slot.name}'s node commands differ in more than the rendezvous"
-        argv = b.dynamo_args(argv, role)
+        try:
+            argv = b.dynamo_args(argv, role)
+        except MoeplanError as err:
+            return None, f"{sc.slot.name}: {err}"
         svc: dict[str, Any] = {
             "componentType": "worker",
             "replicas": counts[role],

@@ -423,7 +423,9 @@ def engine_export(
         return LaunchExport(
             engine=engine,
             k8s=k8s.render(objs, k8s_head),
-            dynamo=None if dgd is None else k8s.render([dgd], [*head[:2], *DYNAMO_HEAD]),
+            dynamo=None
+            if dgd is None
+            else k8s.render([dgd], [*head[:2], *DYNAMO_HEAD, _files_line(engine)]),
             text=text,
             label=o.label,
             per_gpu=o.per_gpu,
@@ -492,9 +494,18 @@ def deployment_exports(result: Any, serving: Any, ctx: ExportContext) -> dict[st
 #: the head of ``launch/k8s/<engine>-dynamo.yaml``
 DYNAMO_HEAD = (
     "a DynamoGraphDeployment (ai-dynamo/dynamo operator, nvidia.com/v1alpha1): a frontend and "
-    "one service per pool running its servers' engine arguments; pick the Dynamo release whose "
-    "runtime image carries the pinned engine release and add its tag to the images",
+    "one service per pool running its servers' engine arguments (TensorRT-LLM's as its "
+    "worker's own flags); pick the Dynamo release whose runtime image carries the pinned engine "
+    "release and add its tag to the images",
 )
+
+
+def _files_line(engine: str) -> str:
+    """What to create before the manifests: the ConfigMap of the launch folder's files."""
+    return (
+        f"create first: kubectl create configmap moeplan-{engine}-files "
+        f"--from-file=launch/{engine}/ (the files the servers read, mounted at {k8s.MOUNT})"
+    )
 
 
 def _k8s_lines(engine: str, why: Sequence[str]) -> list[str]:
@@ -502,8 +513,7 @@ def _k8s_lines(engine: str, why: Sequence[str]) -> list[str]:
     if why:
         return [f"no manifests: {w}; run launch/{engine}/launch.sh instead" for w in why]
     return [
-        f"create first: kubectl create configmap moeplan-{engine}-files "
-        f"--from-file=launch/{engine}/ (the files the servers read, mounted at {k8s.MOUNT})",
+        _files_line(engine),
         f"P/D servers read their RDMA devices from: kubectl create configmap "
         f"{k8s.RDMA_CONFIGMAP} --from-literal=MOEPLAN_IB_DEVICE=mlx5_0 (your devices; the pods "
         "need the cluster's RDMA resources too)",

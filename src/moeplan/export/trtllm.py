@@ -19,8 +19,9 @@ equal to moe_tp_size * moe_ep_size * moe_cluster_size"). The YAML (``--extra_llm
 ``extra="forbid"``: an unknown key is refused) holds what has no flag: ``enable_attention_dp``,
 ``moe_tensor_parallel_size``, ``enable_chunked_prefill: true`` (the simulator chunks prompts:
 :mod:`moeplan.backends.trtllm`), ``moe_config`` (``WIDEEP`` with ``load_balancer.num_slots``
-when the layout replicates experts), ``speculative_config`` (MTP), ``kv_cache_config.dtype``.
-The flags repeat TensorRT-LLM's defaults where the plan priced them, so the file says what was
+when the layout replicates experts), ``speculative_config`` (MTP), ``kv_cache_config.dtype``
+(with the flag's ``free_gpu_memory_fraction`` beside it: the YAML's ``kv_cache_config``
+replaces the flag's whole, ``llm_args | llm_args_dict``). The flags repeat TensorRT-LLM's defaults where the plan priced them, so the file says what was
 simulated.
 
 A server over several nodes is one MPI job started from its first node, as TensorRT-LLM's
@@ -207,7 +208,7 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
         config_path="${HERE}/" + _config_name(slot),
         max_num_tokens=int(chunk[1]) if chunk else None,
         max_batch_size=-(-pool.max_running // s.attn_dp) if pool.max_running else None,
-        mem_fraction=getattr(pool.knobs, "mem_fraction", None) or pool.mem_fraction,
+        mem_fraction=_mem_fraction(pool),
     )
     notes += r.warnings
     if not r.expressible:
@@ -221,8 +222,16 @@ def server_nodes(slot: Slot, ctx: Any, notes: list[str]) -> list[list[list[str]]
     return [[[*mpi_launch(hosts, per_node), *args]], *([] for _ in slot.nodes[1:])]
 
 
+def _mem_fraction(pool: Any) -> float | None:
+    """The pool's KV free-memory fraction (its knobs' first; None: the engine's default)."""
+    return getattr(pool.knobs, "mem_fraction", None) or pool.mem_fraction
+
+
 def slot_files(slot: Slot, ctx: Any) -> dict[str, str]:
-    """The slot's ``--extra_llm_api_options`` YAML."""
+    """The slot's ``--extra_llm_api_options`` YAML. A ``kv_cache_config`` it writes replaces
+    the one ``--kv_cache_free_gpu_memory_fraction`` built, whole (``llm_args.py``
+    ``update_llm_args_with_extra_dict``: ``llm_args | llm_args_dict``), so it carries the
+    same ``free_gpu_memory_fraction``."""
     pool = slot.pool
     opts = llm_api_options(
         slot.strategy,
@@ -231,6 +240,9 @@ def slot_files(slot: Slot, ctx: Any) -> dict[str, str]:
         ctx.target.num_experts,
         pool.pp_partition,
     )
+    if "kv_cache_config" in opts:
+        frac = _mem_fraction(pool) or BACKEND.default_mem_fraction
+        opts["kv_cache_config"] = {**opts["kv_cache_config"], "free_gpu_memory_fraction": frac}
     head = f"# {BACKEND.label} {BACKEND.flag_line} LLM API options of {slot.name} (moeplan)\n"
     return {_config_name(slot): head + render_yaml(opts)}
 
