@@ -36,8 +36,11 @@ A probe at rate ``r`` (requests/s into one instance) simulates:
   TTFT SLO + output tokens x TPOT SLO) and counts as infinitely late. The simulation is
   causal, so a run stopped later is the same run observed longer.
 - **Verdict.** The probe meets the SLOs when both percentiles are within their limits *and*
-  the queue is stable over the measured window (:func:`_no_growth`): an overloaded rate
-  (rho >= 1) never meets the SLOs, however short the run.
+  the queue is stable over the measured window (:func:`_no_growth`; and, for a capacity
+  probe, at most ``slots`` more requests arrived than left between the window's first and
+  last arrivals: a queue grown by a deployment's worth is no steady state, however loose
+  the SLOs that its short window leaves unmet): an overloaded rate (rho >= 1) does not meet
+  the SLOs once the window is long enough to tell its growth from noise.
 
 Arrival gaps are drawn at unit rate and scaled by ``1/r`` (common random numbers: every rate
 sees the same request sequence on a scaled clock; longer streams extend shorter ones).
@@ -56,7 +59,7 @@ depend on the SLO: the geometry above reads none, and the horizon only stops the
 earlier or later. (2) The verdict on one run is monotone: a percentile within a tighter
 limit is within a looser one; a request infinitely late at the later horizon is so at the
 earlier; the queue-growth floor grows with the limit (``GROWTH_FLOOR`` x the SLO) and its
-other terms read no SLO; a stop on a certain miss (:mod:`moeplan.search.capacity.certain_miss`)
+other terms, like the count of requests that arrived and left, read no SLO; a stop on a certain miss (:mod:`moeplan.search.capacity.certain_miss`)
 is the full run's verdict; the rates past the proven bound that miss without a run are
 fewer under ``L`` (the bound is nondecreasing in each SLO:
 :mod:`moeplan.search.capacity.bound`, property-tested). So every rate that meets ``T``
@@ -377,6 +380,10 @@ def steady_probe(
     wait = np.where(np.isnan(res.admit_s[win]), np.inf, res.admit_s[win] - arr)
     decode = np.where(late, np.inf, res.finish_s[win] - res.first_token_s[win])
     stable = _no_growth(wait, arr, slo.ttft_s) and _no_growth(decode, arr, decode_limit)
+    if slots is not None and stable:  # more came than left: a queue past the slots' worth
+        fin = res.finish_s
+        left = int(np.count_nonzero((fin > arr[0]) & (fin <= arr[-1])))
+        stable = len(arr) - 1 - left <= slots
     p = slo.percentile
     return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
 
