@@ -13,24 +13,34 @@ A probe at rate ``r`` (requests/s into one instance) simulates:
 - **Round-robin feed.** A deployment of ``replicas`` instances receives one Poisson (or gamma)
   stream at ``replicas x r`` and deals it round-robin; the simulated instance receives every
   ``replicas``-th arrival (:func:`instance_stream`), not a Poisson stream of its own.
-- **Probe geometry** (what a capacity search measures). A request lifetime of arrivals is
-  ``SLOT_ARRIVALS x slots`` requests, ``slots`` = the requests the deployment holds in
-  service at saturation (:func:`in_service`: its running cap or the mean requests its KV
-  pool holds; of a P/D deployment, every instance's): by Little's law a saturated
-  deployment receives ``slots`` arrivals per request lifetime. It reads the deployment and
-  the workload, never the SLO or the rate, so every rate and every SLO measures the very
-  same requests (common random numbers). **Warm-up excluded**: the first ``WARM_LIFETIMES``
-  lifetimes of arrivals are not measured; **measured**: ``requests`` requests (the same
-  count and seed for every candidate), and at least :data:`WINDOW_LIFETIMES` lifetimes of
-  arrivals; **drain excluded**: arrivals continue ``TAIL_LIFETIMES`` lifetimes past the
-  measured ones, so those finish under full load. Why twice the slots: a decode pool near
-  saturation relaxes slowly (DeepSeek-V2-Lite on 6 H100, P/D 4:1, ISL 2,048 / OSL 256 at
-  170 req/s: its mean decode time settles after some 12,000 arrivals, seven times its
-  1,704 slots); with one lifetime = the slots, its probes read that slow rise as queue
-  growth from 116 req/s on (capacity 115 req/s, against 175 with the SLO's lifetime), with
-  twice the slots it is 174.9 under TPOT 50 and 100 ms alike. A run at a given rate (not a
-  capacity search: ``serve-sim --rate``, the load sweep) sizes the same counts from the SLO
-  lifetime at that rate instead (:func:`lifetime_s`).
+- **Probe geometry** (what a capacity search measures). ``slots`` = the requests the
+  deployment holds in service at saturation (:func:`in_service`: its running cap or the
+  mean requests its KV pool holds; of a P/D deployment, every instance's): by Little's law
+  a saturated deployment receives ``slots`` arrivals per request lifetime. **Warm-up
+  excluded**: the first ``WARM_LIFETIMES x SLOT_ARRIVALS x slots`` requests are not
+  measured. A lifetime of arrivals at rate ``r`` is ``SLOT_ARRIVALS x min(slots, r x
+  L(r))``, ``L(r)`` the request lifetime of an engine instance at saturation
+  (:func:`saturated_lifetime`: its decode step at ``slots`` sequences, stretched by the
+  prefill the arrivals bring; of a P/D deployment none is read: ``slots``). **Measured**:
+  ``requests`` requests (the same count and seed for every candidate), and at least
+  :data:`WINDOW_LIFETIMES` lifetimes of arrivals; **drain excluded**: arrivals continue
+  ``TAIL_LIFETIMES`` lifetimes past the measured ones, so those finish under full load.
+  All of it reads the deployment, the workload and the rate, never the SLO, so every SLO
+  measures the very same requests at a rate. Why the warm-up is sized at saturation, and
+  twice the slots: an engine whose decode step grows with its batch relaxes slowly (a
+  longer step holds more requests, which lengthen the step). DeepSeek-V2-Lite on 6 H100,
+  P/D 4:1, ISL 2,048 / OSL 256 at 170 req/s: the mean decode time settles after some
+  12,000 arrivals, seven times its 1,704 slots; with a warm-up and window of one lifetime
+  = the slots, its probes read that slow rise as queue growth from 116 req/s on (capacity
+  115 req/s, against 175 with the SLO's lifetime), with twice the slots it is 174.9 under
+  TPOT 50 and 100 ms alike. Qwen3-30B-A3B, attn TP2 / MoE TP2 x 4 on 8 H100 (ISL 1,024 /
+  OSL 256, TPOT 50 ms) at 22.5 req/s: a warm-up of four of its own lifetimes at that rate
+  (826 requests) left the decode time rising 7 % across the window ("queue growth", where
+  its capacity is 29.8 req/s); the window and tail need no such length, and
+  ``r x L(r)`` keeps a colocated instance's probes near its load (its 596 slots are three
+  times what its TPOT-bound batch holds). A run at a given rate (not a capacity search:
+  ``serve-sim --rate``, the load sweep) sizes the same counts from the SLO lifetime at
+  that rate instead (:func:`lifetime_s`).
 - **Horizon** (capacity verdicts): the run stops one SLO lifetime after the last measured
   arrival; a measured request not done by then misses an SLO (its end-to-end time exceeds
   TTFT SLO + output tokens x TPOT SLO) and counts as infinitely late. The simulation is
@@ -108,7 +118,8 @@ import numpy as np
 from moeplan.errors import MoeplanError
 from moeplan.search.capacity.certain_miss import certain_miss
 from moeplan.search.job.fanout import fan_out
-from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
+from moeplan.serve.iteration.model import Batch
 from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
 from moeplan.serve.workload.arrivals import Requests, ServeWorkload, requests_from_rows
 
@@ -171,6 +182,34 @@ def in_service(cfg: EngineConfig, workload: ServeWorkload) -> int:
     return max(1, min(cfg.max_running, cfg.kv_tokens // per))
 
 
+Lifetime = Callable[[float], float]  # arrival rate (requests/s) -> a request's lifetime (s)
+
+
+def saturated_lifetime(cfg: EngineConfig, evaluate: Evaluator, workload: ServeWorkload) -> Lifetime:
+    """A mean request's lifetime in one engine instance at a rate ``r``, saturated: its
+    prompt's prefill alone (in the engine's chunks) and its output tokens at the decode step
+    of :func:`in_service` sequences at the mean context, stretched by the prefill iterations
+    the other arrivals bring (a share ``r x`` one prompt's prefill in full chunks of the
+    time; all of it: an infinite lifetime). The deployment, the workload and the rate only,
+    never the SLO (module docstring, "Probe geometry")."""
+    isl, osl = max(1, round(workload.isl.mean)), max(1, round(workload.osl.mean))
+    chunk = cfg.chunk_tokens or isl
+    q = min(isl, chunk)
+    alone = sum(evaluate(Batch(0, 0, ((min(q, isl - s), s + min(q, isl - s)),)))
+                for s in range(0, isl, q))  # fmt: skip
+    per_chunk = max(1, chunk // isl)
+    share = evaluate(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
+    step = evaluate(Batch(in_service(cfg, workload), isl + osl // 2, ())) / tokens_per_step(
+        evaluate
+    )
+
+    def life(rate: float) -> float:
+        busy = rate * share
+        return math.inf if busy >= 1.0 else alone + osl * step / (1.0 - busy)
+
+    return life
+
+
 def instance_stream(workload: ServeWorkload, rate: float, n: int, replicas: int) -> Requests:
     """The first ``n`` requests one instance receives when a stream at ``replicas x rate`` is
     dealt round-robin over ``replicas`` instances (module docstring)."""
@@ -199,6 +238,7 @@ class SteadyProbe:
     ttft: tuple[float, float, float]
     tpot: tuple[float, float, float]
     stable: bool
+    stopped: bool = False  # stopped on a certain miss: ``meets`` is the full run's, not the rest
 
     def meets(self, slo: SLO, level: int = 1) -> bool:
         return (
@@ -334,6 +374,7 @@ def steady_probe(
     requests: int,
     replicas: int = 1,
     slots: int | None = None,
+    life_s: Lifetime | None = None,
     runner: Runner | None = None,
     horizon: bool = False,
     window_lifetimes: float = 0.0,
@@ -341,9 +382,11 @@ def steady_probe(
 ) -> SteadyProbe:
     """Simulate one instance at ``rate`` requests/s (module docstring) and measure it.
     ``slots``: the deployment's requests in service at saturation (:func:`in_service`); the
-    warm-up, tail and least window are that many requests per lifetime (module docstring,
-    "Probe geometry"): every rate and every SLO measures the very same requests. None (a
-    run at a given rate, not a capacity search): ``rate`` x the SLO lifetime instead.
+    warm-up is sized from them, the least window and the tail from them or ``rate x
+    life_s(rate)`` when fewer (``life_s``: its saturated request lifetime,
+    :func:`saturated_lifetime`; module docstring, "Probe geometry"): every SLO measures the
+    very same requests.
+    None (a run at a given rate, not a capacity search): ``rate`` x the SLO lifetime instead.
     ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
     :func:`moeplan.serve.pools.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
     ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
@@ -357,9 +400,12 @@ def steady_probe(
     (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full
     run's, the percentiles are not)."""
     life = lifetime_s(workload, slo)
-    # arrivals per lifetime: SLOT_ARRIVALS x the slots, else the SLO lifetime's at this rate
-    per_life = SLOT_ARRIVALS * slots if slots is not None else rate * life
-    warm = math.ceil(WARM_LIFETIMES * per_life)
+    if slots is None:  # a run at a given rate: the SLO lifetime's arrivals at this rate
+        per_life = warm_life = rate * life
+    else:  # a capacity probe's: the deployment's, never the SLO's (module docstring)
+        held = slots if life_s is None else min(slots, rate * life_s(rate))
+        per_life, warm_life = SLOT_ARRIVALS * max(1.0, held), SLOT_ARRIVALS * slots
+    warm = math.ceil(WARM_LIFETIMES * warm_life)
     tail = math.ceil(TAIL_LIFETIMES * per_life)
     requests = max(requests, math.ceil(window_lifetimes * per_life))
     reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
@@ -370,7 +416,7 @@ def steady_probe(
         miss = certain_miss(reqs, win, slo) if stop_on_miss and not reqs.closed else None
         res = simulate(reqs, cfg, evaluate, horizon_s=stop, stop=miss)
     else:
-        res = runner(reqs, stop)
+        miss, res = None, runner(reqs, stop)
     ttft, tpot, _ = request_latencies(res)
     late = np.isnan(res.finish_s[win])
     tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
@@ -385,7 +431,8 @@ def steady_probe(
         left = int(np.count_nonzero((fin > arr[0]) & (fin <= arr[-1])))
         stable = len(arr) - 1 - left <= slots
     p = slo.percentile
-    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
+    stopped = miss is not None and bool(np.isnan(res.finish_s[win]).any()) and not stable
+    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable, stopped)
 
 
 #: What more load breaks first (:meth:`SteadyProbe.limit`), in the words the output prints.
@@ -588,9 +635,10 @@ class CapacitySearch:
     capacity from :mod:`moeplan.search.capacity.bound` is). ``requests`` is the measured
     request count of every probe; ``interval=False`` skips the confidence-interval searches
     (low = high = the point); ``known`` = a point bracket ``(lo, hi)`` found before (same
-    workload, requests and slots), kept. ``slots``: the deployment's requests in service at
-    saturation, sizing every probe (:func:`steady_probe`; default :func:`in_service` of the
-    engine). ``full=False`` skips the run at capacity to its end (no probe returned).
+    workload, requests and slots), kept. ``slots`` and ``life_s``: the deployment's requests
+    in service and request lifetime at saturation, sizing every probe (:func:`steady_probe`;
+    default :func:`in_service` and :func:`saturated_lifetime` of the engine; a runner's
+    deployment gives its slots, and its probes then read no lifetime). ``full=False`` skips the run at capacity to its end (no probe returned).
     ``window_lifetimes``: the shortest measured window, in lifetimes of arrivals
     (:func:`steady_probe`). ``cap_rps``: an upper bound of the capacity proven without
     simulation, nondecreasing in each SLO: rates past it miss without a run
@@ -601,6 +649,7 @@ class CapacitySearch:
     interval: bool = True
     known: tuple[float, float] | None = None
     slots: int | None = None
+    life_s: Lifetime | None = None
     full: bool = True
     window_lifetimes: float = 0.0
     cap_rps: float = math.inf
@@ -624,17 +673,18 @@ def slo_capacity(
     slots (the same runs), reused and extended; keyed by ``(rate, slots)``."""
     requests, window_lifetimes, cap_rps = search.requests, search.window_lifetimes, search.cap_rps
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
-    if search.slots is not None:
-        slots = search.slots
-    else:
+    slots, life = search.slots, search.life_s
+    if slots is None:
         assert cfg is not None, "a runner's deployment states its slots"
         slots = in_service(cfg, workload)
+    if life is None and runner is None and cfg is not None and evaluate is not None:
+        life = saturated_lifetime(cfg, evaluate, workload)
     g = max(search.guess_rps, FLOOR_RPS)
 
     def probe_at(wl: ServeWorkload, r: float, stop: bool = False) -> SteadyProbe:
         return steady_probe(
             cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, slots=slots,
-            runner=runner, horizon=True, window_lifetimes=window_lifetimes,
+            life_s=life, runner=runner, horizon=True, window_lifetimes=window_lifetimes,
             stop_on_miss=stop and runner is None,
         )  # fmt: skip
 
@@ -676,13 +726,16 @@ def slo_capacity(
             return _bracket(verdict_of(prober(wl, {})), lo, top, REPLICA_STEP, cap_rps)[0]
 
         low, high = _replicated(replica, workload, lo)
-    limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
+    limited = "none"
+    if math.isfinite(hi):  # what more load breaks first, read on a run not stopped early
+        at = probe(hi)
+        limited = (probe_at(workload, hi) if at.stopped else at).limit(slo)
     cap = Capacity(
         rate_rps=lo,
         point_high_rps=hi,
         low_rps=low,
         high_rps=high if math.isfinite(high) else lo,
-        requests=max(requests, math.ceil(window_lifetimes * SLOT_ARRIVALS * slots)),
+        requests=_measured(probe(lo if lo > 0 else hi)),
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,
@@ -704,10 +757,16 @@ def slo_capacity(
             requests=requests,
             replicas=replicas,
             slots=slots,
+            life_s=life,
             runner=runner,
             window_lifetimes=window_lifetimes,
         )
     return cap, run
+
+
+def _measured(p: SteadyProbe) -> int:
+    """The requests a probe measured (its window)."""
+    return p.window.stop - p.window.start
 
 
 def percentile_boundable(n: int, p: float) -> bool:

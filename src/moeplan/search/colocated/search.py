@@ -45,8 +45,10 @@ from moeplan.search.capacity.slo import (
     WINDOW_LIFETIMES,
     Capacity,
     CapacitySearch,
+    Lifetime,
     SteadyProbe,
     in_service,
+    saturated_lifetime,
     slo_capacity,
     steady_probe,
 )
@@ -206,11 +208,13 @@ def _start(c: SpaceCandidate) -> float:
     return c.bound.rate_rps
 
 
-def _slots(c: SpaceCandidate, workload: ServeWorkload) -> int:
-    """The requests ``c``'s engine holds in service at saturation: what sizes every probe of
-    its capacity search (:func:`moeplan.search.capacity.slo.in_service`; never the SLO)."""
-    assert c.cfg is not None
-    return in_service(c.cfg, workload)
+def _geometry(c: SpaceCandidate, workload: ServeWorkload) -> tuple[int, Lifetime]:
+    """The requests ``c``'s engine holds in service at saturation and a request's lifetime
+    there: what sizes every probe of its capacity search
+    (:func:`moeplan.search.capacity.slo.in_service`,
+    :func:`~moeplan.search.capacity.slo.saturated_lifetime`; never the SLO)."""
+    assert c.cfg is not None and c.evaluate is not None
+    return in_service(c.cfg, workload), saturated_lifetime(c.cfg, c.evaluate, workload)
 
 
 def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
@@ -218,11 +222,13 @@ def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, reques
     (:func:`_start`); a run its search makes that it already made at the incumbent's rate
     is reused (the same run)."""
     assert c.cfg is not None and c.evaluate is not None and c.bound is not None
+    slots, life = _geometry(c, workload)
     search = CapacitySearch(
         guess_rps=_start(c),
         requests=requests,
         interval=False,
-        slots=_slots(c, workload),
+        slots=slots,
+        life_s=life,
         cap_rps=c.bound.rate_rps,
         window_lifetimes=WINDOW_LIFETIMES,
     )
@@ -236,8 +242,9 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     assert w.cfg is not None and w.evaluate is not None
     assert w.bound is not None and w.capacity is not None
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+    slots, life = _geometry(w, workload)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt, slots=_slots(w, workload),
+        guess_rps=pt[0], requests=requests, known=pt, slots=slots, life_s=life,
         cap_rps=w.bound.rate_rps, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     w.capacity, w.probe = slo_capacity(
@@ -247,12 +254,12 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
 
 def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n: int) -> bool:
     """Whether ``c`` misses the SLOs at ``rate``: the very run its capacity search would make
-    there (same probe geometry, :func:`_slots`), stopped once the miss is certain; a run
+    there (same probe geometry, :func:`_geometry`), stopped once the miss is certain; a run
     that meets them is kept for the search (it ran to its horizon)."""
-    slots = _slots(c, workload)
+    slots, life = _geometry(c, workload)
     p = steady_probe(
         c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, slots=slots,
-        horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
+        life_s=life, horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     c.beaten_at = rate
     if p.meets(slo):
