@@ -69,9 +69,10 @@ depend on the SLO: the geometry above reads none, and the horizon only stops the
 earlier or later. (2) The verdict on one run is monotone: a percentile within a tighter
 limit is within a looser one; a request infinitely late at the later horizon is so at the
 earlier; the queue-growth floor grows with the limit (``GROWTH_FLOOR`` x the SLO) and its
-other terms, like the count of requests that arrived and left, read no SLO; a stop on a certain miss (:mod:`moeplan.search.capacity.certain_miss`)
-is the full run's verdict; the rates past the proven bound that miss without a run are
-fewer under ``L`` (the bound is nondecreasing in each SLO:
+other terms, like the count of requests that arrived and left, read no SLO; a stop on a
+certain miss (:mod:`moeplan.search.capacity.certain_miss`) is the full run's verdict; the
+rates past the proven bound that miss without a run are fewer under ``L`` (the bound is
+nondecreasing in each SLO:
 :mod:`moeplan.search.capacity.bound`, property-tested). So every rate that meets ``T``
 meets ``L``, and so does every coarse point that holds. (3) The walk: let ``a <= b`` be the
 start points (the start is the bound), ``j_T`` and ``j_L`` the cells found. If ``b``
