@@ -639,11 +639,11 @@ class CapacitySearch:
     workload, requests and slots), kept. ``slots`` and ``life_s``: the deployment's requests
     in service and request lifetime at saturation, sizing every probe (:func:`steady_probe`;
     default :func:`in_service` and :func:`saturated_lifetime` of the engine; a runner's
-    deployment gives its slots, and its probes then read no lifetime). ``full=False`` skips the run at capacity to its end (no probe returned).
-    ``window_lifetimes``: the shortest measured window, in lifetimes of arrivals
-    (:func:`steady_probe`). ``cap_rps``: an upper bound of the capacity proven without
-    simulation, nondecreasing in each SLO: rates past it miss without a run
-    (:func:`_grid_search`)."""
+    deployment gives its slots, and its probes then read no lifetime). ``full=False`` skips
+    the run at capacity to its end (no probe returned). ``window_lifetimes``: the shortest
+    measured window, in lifetimes of arrivals (:func:`steady_probe`). ``cap_rps``: an upper
+    bound of the capacity proven without simulation, nondecreasing in each SLO: rates past
+    it miss without a run (:func:`_grid_search`)."""
 
     guess_rps: float
     requests: int = DEFAULT_REQUESTS
