@@ -99,7 +99,7 @@ def test_a_capacity_probe_measures_the_same_requests_under_any_slo():
     """A capacity probe's geometry is the deployment's (its slots), not the SLO's: under TPOT
     50 and 100 ms the run at one rate is the same run and measures the same requests, and a
     rate that meets the tighter SLO meets the looser."""
-    from moeplan.search.capacity.slo import in_service, steady_probe
+    from moeplan.search.capacity.slo import in_service, saturated_lifetime, steady_probe
     from moeplan.serve.engine.config import EngineConfig
     from moeplan.serve.iteration.model import Batch
 
@@ -110,10 +110,10 @@ def test_a_capacity_probe_measures_the_same_requests_under_any_slo():
                        kv_tokens=10**6)  # fmt: skip
     wl = ServeWorkload(num_requests=100, rate=1.0, isl=LengthDist(mean=512),
                        osl=LengthDist(mean=64), seed=3)  # fmt: skip
-    slots = in_service(cfg, wl)
+    slots, life = in_service(cfg, wl), saturated_lifetime(cfg, step, wl)
     runs = [
         steady_probe(cfg, step, wl, SLO(ttft_s=1.0, tpot_s=t, percentile=90.0), 40.0,
-                     requests=100, slots=slots, horizon=True, window_lifetimes=2.0)
+                     requests=100, slots=slots, life_s=life, horizon=True, window_lifetimes=2.0)
         for t in (0.05, 0.1)
     ]  # fmt: skip
     tight, loose = runs
