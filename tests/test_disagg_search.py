@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from moeplan.cost import CostModel
-from moeplan.search.capacity.slo import CapacitySearch, slo_capacity
+from moeplan.search.capacity.slo import SLOT_ARRIVALS, CapacitySearch, slo_capacity
 from moeplan.search.disagg import search as ds
 from moeplan.search.disagg.given import simulate_given
 from moeplan.search.disagg.pools import Context
@@ -87,21 +87,21 @@ def test_search_finds_the_exhaustive_best_with_a_sound_certificate(ctx, exhausti
 
 
 def test_measured_window_spans_two_lifetimes(ctx) -> None:
-    """A deployment's arrivals are every instance's together: at its capacity the measured
-    requests are at least two SLO lifetimes of arrivals, whatever --requests says, so a
-    small and a ten times larger request count give the same steady figure."""
+    """A deployment's arrivals are every instance's together: the measured requests are at
+    least two lifetimes of arrivals (:data:`SLOT_ARRIVALS` x its slots each), whatever
+    --requests says, so a small and a ten times larger request count give the same steady
+    figure."""
     k = max(ds.space(ctx, FAMILIES), key=lambda k: k.estimate)
     caps = []
     for n in (REQUESTS, 10 * REQUESTS):
-        guess, ref = ds._start(k)
         search = CapacitySearch(
-            guess_rps=guess, requests=n, interval=False, ref_rps=ref, full=False,
-            window_lifetimes=ds.WINDOW_LIFETIMES,
+            guess_rps=ds._start(k), requests=n, interval=False, slots=k.slots(ctx), full=False,
+            window_lifetimes=ds.WINDOW_LIFETIMES, cap_rps=k.bound_rps,
         )  # fmt: skip
         cap, _ = slo_capacity(None, None, ctx.workload, ctx.slo, search, runner=k.runner(ctx))
         caps.append(cap.rate_rps)
-    life = ctx.slo.ttft_s + ctx.workload.osl.mean * ctx.slo.tpot_s
-    assert ds.WINDOW_LIFETIMES * caps[0] * life > 10 * REQUESTS  # the rule sets both windows
+    # the rule sets both windows: two lifetimes of arrivals, from the deployment's slots
+    assert ds.WINDOW_LIFETIMES * SLOT_ARRIVALS * k.slots(ctx) > 10 * REQUESTS
     assert caps[0] == pytest.approx(caps[1], rel=0.02)
 
 

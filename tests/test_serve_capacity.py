@@ -68,8 +68,12 @@ def test_an_overloaded_rate_never_meets_the_slos():
     slo = SLO(ttft_s=30.0, tpot_s=1.0)
     p = steady_probe(_cfg(), _fake, _wl(), slo, 1.3 * mu, requests=200)
     assert not p.meets(slo)
+    # the search's probes are sized from the engine's 16 slots (search/capacity/slo.py, "Probe
+    # geometry"), so their window is the requests asked: 200 arrivals at 10 % overload queue
+    # some 16 requests more, within their Poisson noise (the search read 35.2 req/s); 500
+    # queue 40, past the slots (27.2)
     cap, _ = slo_capacity(
-        _cfg(), _fake, _wl(), slo, CapacitySearch(guess_rps=mu, requests=200, interval=False)
+        _cfg(), _fake, _wl(), slo, CapacitySearch(guess_rps=mu, requests=500, interval=False)
     )
     assert cap.rate_rps < mu
     # each request also costs at least one 10 ms prefill iteration alone: the lower figure

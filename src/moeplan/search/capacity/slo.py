@@ -2,32 +2,92 @@
 
 **Definition.** The SLO-bound capacity of an engine instance is the largest sustained arrival
 rate at which the SLO percentiles (TTFT and TPOT at ``slo.percentile``) hold *in steady
-state*, at that rate and at every lower rate checked (:func:`_sustained`: a deployment sized
-for a load must also meet its SLOs when the load is lighter); per GPU it is that rate x the mean output length / the instance's GPUs, in output
-tokens/s per GPU. ``moeplan plan``, ``moeplan serve-sim``, the report and the JSON all use
-:func:`slo_capacity`.
+state*, at that rate and at the lower rates checked (:func:`_grid_search`, "every lower
+rate": a deployment sized for a load must also meet its SLOs when the load is lighter); per
+GPU it is that rate x the mean output length / the instance's GPUs, in output tokens/s per
+GPU. ``moeplan plan``, ``moeplan serve-sim``, the report and the JSON all use
+:func:`slo_capacity`. Loosening an SLO never lowers it (below, "Monotone in each SLO").
 
 A probe at rate ``r`` (requests/s into one instance) simulates:
 
 - **Round-robin feed.** A deployment of ``replicas`` instances receives one Poisson (or gamma)
   stream at ``replicas x r`` and deals it round-robin; the simulated instance receives every
   ``replicas``-th arrival (:func:`instance_stream`), not a Poisson stream of its own.
-- **Warm-up excluded.** The first ``ceil(WARM_LIFETIMES x r x W)`` requests are not measured,
-  ``W`` = the request lifetime the SLOs allow (TTFT SLO + mean output length x TPOT SLO): by
-  Little's law the number in flight reaches its steady value ``r x lifetime`` after one
-  lifetime; a second lets the batch relax near the limit (with one, a TPOT-bound engine's
-  capacity from 300 measured requests was 14 % above that from 5,000; with two, 600 and
-  5,000 requests agree within 1 %: tests/test_serve_capacity.py).
-- **Drain excluded.** Arrivals continue for ``TAIL_LIFETIMES x r x W`` requests after the
-  measured ones, so the measured requests finish under full load, not while the queue empties.
-- **Measured**: ``requests`` requests (the same count and seed for every candidate), and at
-  least :data:`WINDOW_LIFETIMES` lifetimes of arrivals when they arrive faster. The
-  probe meets the SLOs when both percentiles are within their limits *and* the queue is
-  stable over the measured window (:func:`_no_growth`): an overloaded
-  rate (rho >= 1) never meets the SLOs, however short the run.
+- **Probe geometry** (what a capacity search measures). ``slots`` = the requests the
+  deployment holds in service at saturation (:func:`in_service`: its running cap or the
+  mean requests its KV pool holds; of a P/D deployment, every instance's): by Little's law
+  a saturated deployment receives ``slots`` arrivals per request lifetime. **Warm-up
+  excluded**: the first ``WARM_LIFETIMES x SLOT_ARRIVALS x slots`` requests are not
+  measured. A lifetime of arrivals at rate ``r`` is ``SLOT_ARRIVALS x min(slots, r x
+  L(r))``, ``L(r)`` the request lifetime of an engine instance at saturation
+  (:func:`saturated_lifetime`: its decode step at ``slots`` sequences, stretched by the
+  prefill the arrivals bring; of a P/D deployment none is read: ``slots``). **Measured**:
+  ``requests`` requests (the same count and seed for every candidate), and at least
+  :data:`WINDOW_LIFETIMES` lifetimes of arrivals; **drain excluded**: arrivals continue
+  ``TAIL_LIFETIMES`` lifetimes past the measured ones, so those finish under full load.
+  All of it reads the deployment, the workload and the rate, never the SLO, so every SLO
+  measures the very same requests at a rate. Why the warm-up is sized at saturation, and
+  twice the slots: an engine whose decode step grows with its batch relaxes slowly (a
+  longer step holds more requests, which lengthen the step). DeepSeek-V2-Lite on 6 H100,
+  P/D 4:1, ISL 2,048 / OSL 256 at 170 req/s: the mean decode time settles after some
+  12,000 arrivals, seven times its 1,704 slots; with a warm-up and window of one lifetime
+  = the slots, its probes read that slow rise as queue growth from 116 req/s on (capacity
+  115 req/s, against 175 with the SLO's lifetime), with twice the slots it is 174.9 under
+  TPOT 50 and 100 ms alike. Qwen3-30B-A3B, attn TP2 / MoE TP2 x 4 on 8 H100 (ISL 1,024 /
+  OSL 256, TPOT 50 ms) at 22.5 req/s: a warm-up of four of its own lifetimes at that rate
+  (826 requests) left the decode time rising 7 % across the window ("queue growth", where
+  its capacity is 29.8 req/s); the window and tail need no such length, and
+  ``r x L(r)`` keeps a colocated instance's probes near its load (its 596 slots are three
+  times what its TPOT-bound batch holds). A run at a given rate (not a capacity search:
+  ``serve-sim --rate``, the load sweep) sizes the same counts from the SLO lifetime at
+  that rate instead (:func:`lifetime_s`).
+- **Horizon** (capacity verdicts): the run stops one SLO lifetime after the last measured
+  arrival; a measured request not done by then misses an SLO (its end-to-end time exceeds
+  TTFT SLO + output tokens x TPOT SLO) and counts as infinitely late. The simulation is
+  causal, so a run stopped later is the same run observed longer.
+- **Verdict.** The probe meets the SLOs when both percentiles are within their limits *and*
+  the queue is stable over the measured window (:func:`_no_growth`; and, for a capacity
+  probe, at most ``slots`` more requests arrived than left between the window's first and
+  last arrivals: a queue grown by a deployment's worth is no steady state, however loose
+  the SLOs that its short window leaves unmet): an overloaded rate (rho >= 1) does not meet
+  the SLOs once the window is long enough to tell its growth from noise.
 
 Arrival gaps are drawn at unit rate and scaled by ``1/r`` (common random numbers: every rate
 sees the same request sequence on a scaled clock; longer streams extend shorter ones).
+
+**Search** (:func:`_grid_search`). Rates live on a fixed grid, ``(1 + RATE_TOL)^i``
+requests/s, and every :data:`CELL`-th of them is a coarse point (37 % apart). A coarse point
+*holds* when it and the :data:`DOWN_CELLS` coarse point below it meet the SLOs ("every lower
+rate": down to 0.73 of it). From the coarse point at or below the start (an upper bound of
+the capacity), the search walks one coarse point at a time: up to the first that does not
+hold, or down to the first that holds; then it bisects that cell over the fine grid (five
+runs). The point bracket is two neighbouring grid rates, ``RATE_TOL`` apart.
+
+**Monotone in each SLO** (this module's decision; a property test drives the search with
+random verdicts). Take a tighter SLO ``T`` and a looser ``L``. (1) A probe's run does not
+depend on the SLO: the geometry above reads none, and the horizon only stops the same run
+earlier or later. (2) The verdict on one run is monotone: a percentile within a tighter
+limit is within a looser one; a request infinitely late at the later horizon is so at the
+earlier; the queue-growth floor grows with the limit (``GROWTH_FLOOR`` x the SLO) and its
+other terms, like the count of requests that arrived and left, read no SLO; a stop on a
+certain miss (:mod:`moeplan.search.capacity.certain_miss`) is the full run's verdict; the
+rates past the proven bound that miss without a run are fewer under ``L`` (the bound is
+nondecreasing in each SLO:
+:mod:`moeplan.search.capacity.bound`, property-tested). So every rate that meets ``T``
+meets ``L``, and so does every coarse point that holds. (3) The walk: let ``a <= b`` be the
+start points (the start is the bound), ``j_T`` and ``j_L`` the cells found. If ``b``
+holds under ``L``, ``L`` walks up from ``b`` to ``j_L >= b``; ``T`` ends below ``a <= b``
+when ``a`` fails, else at its first failure above ``a``, and every point in ``[b, j_T]``
+holds under ``T`` hence under ``L``: ``j_L >= j_T``. If ``b`` fails under ``L``, every
+point in ``(j_L, b]`` fails under ``L`` hence under ``T``, so ``T``'s walk, up or down,
+stops at or below ``j_L``. (4) In cells ``j_T < j_L`` the capacities are ordered by their
+cells; in one cell both bisect the same fine points in the same order, and the first
+point where they part meets ``L`` only: ``L`` ends at or above it, ``T`` below it. The
+walk's ends (:data:`FLOOR_RPS`, :data:`CEILING_RPS`) are fixed rates, not the start's
+multiples, so they keep (3). The search's bounds are nondecreasing in each SLO; what the
+deployment *is* (a colocated layout's engine knobs, picked by an estimate under the SLO; a
+P/D decode pool's running cap, sized at the TPOT SLO) may differ between SLOs, and then the
+two capacities are of two deployments.
 
 **Confidence interval.** Requests that share a queue are correlated over a request lifetime,
 often as long as a whole measured window, so no interval from one run is honest: the
@@ -59,23 +119,35 @@ import numpy as np
 from moeplan.errors import MoeplanError
 from moeplan.search.capacity.certain_miss import certain_miss
 from moeplan.search.job.fanout import fan_out
-from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate
+from moeplan.serve.engine.run import EngineConfig, Evaluator, SimResult, simulate, tokens_per_step
+from moeplan.serve.iteration.model import Batch
 from moeplan.serve.metrics import SLO, ServeMetrics, request_latencies, summarize
 from moeplan.serve.workload.arrivals import Requests, ServeWorkload, requests_from_rows
 
 DEFAULT_REQUESTS = 1000  # measured requests per probe, plan and serve-sim alike
-WARM_LIFETIMES = 2.0  # warm-up: two SLO lifetimes of arrivals (module docstring)
+WARM_LIFETIMES = 2.0  # warm-up: two lifetimes of arrivals (module docstring)
 TAIL_LIFETIMES = 1.0  # arrivals kept up one lifetime after the last measured request
+SLOT_ARRIVALS = 2.0  # a capacity probe's lifetime of arrivals: twice the slots (docstring)
 RATE_TOL = 0.01  # bisection resolution, relative
 CI_TARGET = 0.05  # steady when the 95 % interval's half-width is within 5 % of the capacity
 Z95 = 1.959963984540054  # two-sided 95 % normal quantile
-# "Every lower rate": an engine can miss a TPOT limit at a moderate rate and meet it at a
-# higher one (under SGLang's prefill-first scheduler a queue batches prompts into fewer
-# prefill iterations that interrupt decoding less). Capacity is the largest rate below which
-# the checked rates all meet the SLOs: rates down to DOWN_CHECK^DOWN_STEPS (0.73) of it are
-# checked in steps of 10 % (this module's choice; a load 27 % below capacity is light).
-DOWN_CHECK = 0.9
-DOWN_STEPS = 3
+# The search's grid (module docstring, "Search"): rates (1 + RATE_TOL)^i requests/s, and
+# every CELL-th of them a coarse point, 1.01^32 = 1.375 apart. "Every lower rate": an engine
+# can miss a TPOT limit at a moderate rate and meet it at a higher one (under SGLang's
+# prefill-first scheduler a queue batches prompts into fewer prefill iterations that
+# interrupt decoding less), so a coarse point holds only when the DOWN_CELLS coarse point
+# below it meets the SLOs too: a capacity in a cell has its cell's base and the point below
+# checked, down to 0.73 of the base (this module's choice; a load 27 % below capacity is
+# light). A coarse step of 37 % walks a start at twice the capacity down in two runs; with
+# 17 % steps and two points below, the searches took two runs more (Qwen3-30B-A3B on 8
+# H100, ISL 1,024 / OSL 256, 500 requests).
+CELL = 32
+DOWN_CELLS = 1
+# The walk's ends, requests/s per instance (this module's choice, far outside any rate the
+# presets serve: 1e-4 req/s is one request in three hours): below FLOOR_RPS the capacity
+# is 0, above CEILING_RPS unbounded. They do not depend on the SLO (module docstring).
+FLOOR_RPS = 1e-4
+CEILING_RPS = 1e7
 # Stability: at rho >= 1 the admission queue grows by about (rho - 1) seconds of waiting per
 # second of arrivals, however long it already is; a stable queue's two halves differ by
 # noise only. GROWTH_SLOPE = 0.02 flags rho >= ~1.02; GROWTH_FLOOR (1 % of the SLO) ignores
@@ -84,14 +156,14 @@ DOWN_STEPS = 3
 GROWTH_SLOPE = 0.02
 GROWTH_FLOOR = 0.01
 GROWTH_Z = 2.0  # standard errors of the halves' difference: noise, not growth
-MAX_STEPS = 40  # growths when bracketing a rate
-MAX_HALVINGS = 10  # below 1/1024 of the starting rate (an upper bound) the capacity is 0
-# The measured window spans two SLO lifetimes of arrivals at least (more requests than asked
+MAX_STEPS = 40  # growths when bracketing a replication's rate
+MAX_HALVINGS = 10  # below 1/1024 of the point a replication's capacity is 0
+# The measured window spans two lifetimes of arrivals at least (more requests than asked
 # when they arrive faster), colocated and pooled deployments alike: the queue-growth verdict
 # compares the window's halves, and over a window shorter than a lifetime requests that
 # share a queue make it noise (Qwen3-30B-A3B, attn TP2 / MoE TP2 x 4 on 8 H100, 300 measured
 # requests: with no floor the capacity fell from 21.1 to 16.8 req/s per instance, "queue
-# growth", when the TTFT SLO went from 2 s to 4 s; with it, 20.42 and 20.44).
+# growth", when the TTFT SLO went from 2 s to 4 s; with two SLO lifetimes, 20.42 and 20.44).
 WINDOW_LIFETIMES = 2.0
 
 
@@ -100,6 +172,43 @@ def lifetime_s(workload: ServeWorkload, slo: SLO) -> float:
     if slo.ttft_s is None and slo.tpot_s is None:
         raise MoeplanError("slo (no TTFT and no TPOT limit) must bind one: capacity needs an SLO")
     return (slo.ttft_s or 0.0) + workload.osl.mean * (slo.tpot_s or 0.0)
+
+
+def in_service(cfg: EngineConfig, workload: ServeWorkload) -> int:
+    """The requests one engine instance holds in service at saturation (module docstring,
+    "Probe geometry"): its running cap, or the sequences of a mean request (prompt and
+    output) its KV pool holds, whichever is fewer; at least 1. It reads the deployment and
+    the workload only, never the SLO."""
+    per = max(1, round(workload.isl.mean + workload.osl.mean))
+    return max(1, min(cfg.max_running, cfg.kv_tokens // per))
+
+
+Lifetime = Callable[[float], float]  # arrival rate (requests/s) -> a request's lifetime (s)
+
+
+def saturated_lifetime(cfg: EngineConfig, evaluate: Evaluator, workload: ServeWorkload) -> Lifetime:
+    """A mean request's lifetime in one engine instance at a rate ``r``, saturated: its
+    prompt's prefill alone (in the engine's chunks) and its output tokens at the decode step
+    of :func:`in_service` sequences at the mean context, stretched by the prefill iterations
+    the other arrivals bring (a share ``r x`` one prompt's prefill in full chunks of the
+    time; all of it: an infinite lifetime). The deployment, the workload and the rate only,
+    never the SLO (module docstring, "Probe geometry")."""
+    isl, osl = max(1, round(workload.isl.mean)), max(1, round(workload.osl.mean))
+    chunk = cfg.chunk_tokens or isl
+    q = min(isl, chunk)
+    alone = sum(evaluate(Batch(0, 0, ((min(q, isl - s), s + min(q, isl - s)),)))
+                for s in range(0, isl, q))  # fmt: skip
+    per_chunk = max(1, chunk // isl)
+    share = evaluate(Batch(0, 0, ((q, q),) * per_chunk)) / per_chunk * math.ceil(isl / q)
+    step = evaluate(Batch(in_service(cfg, workload), isl + osl // 2, ())) / tokens_per_step(
+        evaluate
+    )
+
+    def life(rate: float) -> float:
+        busy = rate * share
+        return math.inf if busy >= 1.0 else alone + osl * step / (1.0 - busy)
+
+    return life
 
 
 def instance_stream(workload: ServeWorkload, rate: float, n: int, replicas: int) -> Requests:
@@ -130,6 +239,7 @@ class SteadyProbe:
     ttft: tuple[float, float, float]
     tpot: tuple[float, float, float]
     stable: bool
+    stopped: bool = False  # stopped on a certain miss: ``meets`` is the full run's, not the rest
 
     def meets(self, slo: SLO, level: int = 1) -> bool:
         return (
@@ -264,31 +374,41 @@ def steady_probe(
     *,
     requests: int,
     replicas: int = 1,
-    ref_rps: float | None = None,
+    slots: int | None = None,
+    life_s: Lifetime | None = None,
     runner: Runner | None = None,
     horizon: bool = False,
     window_lifetimes: float = 0.0,
     stop_on_miss: bool = False,
 ) -> SteadyProbe:
-    """Simulate one instance at ``rate`` requests/s (module docstring) and measure it. The
-    warm-up and tail counts are those of rate ``ref_rps`` (default ``rate``): probes of one
-    search share them, so every rate measures the same requests (common random numbers).
+    """Simulate one instance at ``rate`` requests/s (module docstring) and measure it.
+    ``slots``: the deployment's requests in service at saturation (:func:`in_service`); the
+    warm-up is sized from them, the least window and the tail from them or ``rate x
+    life_s(rate)`` when fewer (``life_s``: its saturated request lifetime,
+    :func:`saturated_lifetime`; module docstring, "Probe geometry"): every SLO measures the
+    very same requests.
+    None (a run at a given rate, not a capacity search): ``rate`` x the SLO lifetime instead.
     ``runner`` simulates a deployment that is not one engine (P/D pools: the user's view of
     :func:`moeplan.serve.pools.pd.simulate_pd`); default: :func:`simulate` with ``cfg``.
     ``horizon``: stop the engine one SLO lifetime after the last measured arrival (a verdict
     only: a measured request not done by then misses an SLO — its end-to-end time exceeds
-    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late).
-    ``window_lifetimes``: measure at least that many SLO lifetimes of arrivals at the
-    reference rate (more than ``requests`` when they arrive faster): a queue that grows by
-    a few percent of the load per second shows over a window of a lifetime, not over a
-    fifth of one. ``stop_on_miss`` (one engine, open loop): stop once a miss is certain
-    (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full run's, the
-    percentiles are not)."""
+    TTFT SLO + output tokens x TPOT SLO — and counts as infinitely late; a looser SLO's
+    horizon is later, and the run up to the earlier one is the same run).
+    ``window_lifetimes``: measure at least that many lifetimes of arrivals (more than
+    ``requests`` when they arrive faster): a queue that grows by a few percent of the load
+    per second shows over a window of a lifetime, not over a fifth of one. ``stop_on_miss``
+    (one engine, open loop): stop once a miss is certain
+    (:mod:`moeplan.search.capacity.certain_miss`; a verdict only: ``meets`` is the full
+    run's, the percentiles are not)."""
     life = lifetime_s(workload, slo)
-    ref = max(rate, ref_rps or rate)
-    warm = math.ceil(WARM_LIFETIMES * ref * life)
-    tail = math.ceil(TAIL_LIFETIMES * ref * life)
-    requests = max(requests, math.ceil(window_lifetimes * ref * life))
+    if slots is None:  # a run at a given rate: the SLO lifetime's arrivals at this rate
+        per_life = warm_life = rate * life
+    else:  # a capacity probe's: the deployment's, never the SLO's (module docstring)
+        held = slots if life_s is None else min(slots, rate * life_s(rate))
+        per_life, warm_life = SLOT_ARRIVALS * max(1.0, held), SLOT_ARRIVALS * slots
+    warm = math.ceil(WARM_LIFETIMES * warm_life)
+    tail = math.ceil(TAIL_LIFETIMES * per_life)
+    requests = max(requests, math.ceil(window_lifetimes * per_life))
     reqs = instance_stream(workload, rate, warm + requests + tail, replicas)
     win = slice(warm, warm + requests)
     stop = float(reqs.arrival_s[win.stop - 1]) + life if horizon else None
@@ -297,7 +417,7 @@ def steady_probe(
         miss = certain_miss(reqs, win, slo) if stop_on_miss and not reqs.closed else None
         res = simulate(reqs, cfg, evaluate, horizon_s=stop, stop=miss)
     else:
-        res = runner(reqs, stop)
+        miss, res = None, runner(reqs, stop)
     ttft, tpot, _ = request_latencies(res)
     late = np.isnan(res.finish_s[win])
     tt = np.where(np.isnan(res.first_token_s[win]), np.inf, ttft[win])
@@ -307,8 +427,13 @@ def steady_probe(
     wait = np.where(np.isnan(res.admit_s[win]), np.inf, res.admit_s[win] - arr)
     decode = np.where(late, np.inf, res.finish_s[win] - res.first_token_s[win])
     stable = _no_growth(wait, arr, slo.ttft_s) and _no_growth(decode, arr, decode_limit)
+    if slots is not None and stable:  # more came than left: a queue past the slots' worth
+        fin = res.finish_s
+        left = int(np.count_nonzero((fin > arr[0]) & (fin <= arr[-1])))
+        stable = len(arr) - 1 - left <= slots
     p = slo.percentile
-    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable)
+    stopped = miss is not None and bool(np.isnan(res.finish_s[win]).any()) and not stable
+    return SteadyProbe(rate, res, win, _levels(tt, p), _levels(tp, p), stable, stopped)
 
 
 #: What more load breaks first (:meth:`SteadyProbe.limit`), in the words the output prints.
@@ -429,65 +554,106 @@ def _narrow(ok: Verdict, lo: float, hi: float) -> tuple[float, float]:
     return lo, hi
 
 
-def _sustained(
-    ok: Verdict,
-    guess: float,
-    step: float = 1.0,
+def _grid_rate(i: int) -> float:
+    """Rate ``i`` of the search's grid: ``(1 + RATE_TOL)^i`` requests/s (module docstring,
+    "Search")."""
+    return (1.0 + RATE_TOL) ** i
+
+
+def _grid_index(rate: float) -> int:
+    """The grid's largest index whose rate is at most ``rate``."""
+    i = math.floor(math.log(rate) / math.log1p(RATE_TOL))
+    while _grid_rate(i + 1) <= rate:
+        i += 1
+    while _grid_rate(i) > rate:
+        i -= 1
+    return i
+
+
+Meets = Callable[[float], bool]  # rate -> meets the SLOs (a run's verdict)
+
+
+def _grid_search(
+    meets: Meets,
+    start: float,
     cap: float = math.inf,
     prefetch: Callable[[list[float]], None] | None = None,
-    met: float | None = None,
 ) -> tuple[float, float]:
-    """Bracket of the largest rate ``r`` with ``ok`` at ``r`` and at every rate checked below
-    it (``r x DOWN_CHECK^k``, k = 1..DOWN_STEPS): a failing lower rate moves the search
-    below it (module docstring, "every lower rate"). ``cap``: as :func:`_bracket`.
-    ``prefetch``: runs the lower rates' probes before ``ok`` reads them (all of them, also
-    past a failing one, so the runs made do not depend on how they are run). ``met``: a rate
-    ``ok`` is known to hold at (its probe already made): the bracket starts there when it is
-    above the guess's start."""
-    lo = guess / (1 + 4 * RATE_TOL)
-    if met is not None and met > lo:
-        lo = met
-    lo, hi = _bracket(ok, lo, max(guess, lo * (1 + 4 * RATE_TOL)), step, cap)
-    for _ in range(MAX_STEPS):
-        if lo <= 0:
-            return lo, hi
-        rates = [lo * DOWN_CHECK**k for k in range(1, DOWN_STEPS + 1)]
+    """The point bracket ``(lo, hi)`` of the capacity (module docstring, "Search"): a walk
+    over the coarse points, one :data:`CELL` at a time, from the coarse point at or below
+    ``start`` up to the first that fails (or down to the first that holds), where a coarse
+    point holds when its rate and the :data:`DOWN_CELLS` coarse points below it meet the
+    SLOs; then a bisection of the cell found over the fine grid. ``cap``: a rate above
+    ``cap x (1 + RATE_TOL)`` misses without a run (an upper bound of the capacity proven
+    without simulation, nondecreasing in each SLO). ``prefetch``: runs a coarse point's
+    lower checks before they are read (side by side when the caller allows it; the same
+    runs either way). ``lo = 0`` when no coarse point above :data:`FLOOR_RPS` holds;
+    ``hi = inf`` when every one up to :data:`CEILING_RPS` does."""
+    top = cap * (1.0 + RATE_TOL)
+
+    def fine(i: int) -> bool:
+        r = _grid_rate(i)
+        return r <= top and meets(r)
+
+    def coarse(k: int) -> bool:
+        if not fine(k * CELL):
+            return False
+        lower = [(k - d) * CELL for d in range(1, DOWN_CELLS + 1)]
         if prefetch is not None:
-            prefetch(rates)  # independent runs: side by side when the caller allows it
-        bad = next((r for r in rates if not ok(r)[0]), None)
-        if bad is None:
-            return lo, hi
-        lo, hi = _bracket(ok, bad * DOWN_CHECK, bad)
-    return lo, hi
+            prefetch([_grid_rate(i) for i in lower if _grid_rate(i) <= top])
+        return all(fine(i) for i in lower)
+
+    bottom = _grid_index(FLOOR_RPS) // CELL + 1
+    ceiling = _grid_index(CEILING_RPS) // CELL
+    k = min(max(_grid_index(max(start, FLOOR_RPS)) // CELL, bottom), ceiling)
+    if coarse(k):  # up to the first coarse point that fails
+        while True:
+            if k >= ceiling:
+                return _grid_rate(k * CELL), math.inf
+            if not coarse(k + 1):
+                break
+            k += 1
+    else:  # down to the first that holds
+        while True:
+            k -= 1
+            if k < bottom:
+                return 0.0, _grid_rate((k + 1) * CELL)
+            if coarse(k):
+                break
+    lo, hi = k * CELL, (k + 1) * CELL  # fine(lo) holds, fine(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fine(mid) else (lo, mid)
+    return _grid_rate(lo), _grid_rate(hi)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CapacitySearch:
     """How :func:`slo_capacity` searches one instance's capacity (module docstring).
 
-    ``guess_rps`` seeds the bracket (an analytic estimate or bound); ``requests`` is the
-    measured request count of every probe; ``interval=False`` skips the confidence-interval
-    searches (low = high = the point); ``known`` = a point bracket ``(lo, hi)`` found before
-    (same workload and requests), kept; ``ref_rps`` (at least the guess) sets the warm-up and
-    tail of every probe: an upper bound of the capacity keeps the warm-up at least one
-    lifetime at every rate probed. ``full=False`` skips the run at capacity to its end (no
-    probe returned). ``step``: the bracket's first step (:func:`_bracket`).
-    ``window_lifetimes``: the shortest measured window, in SLO lifetimes of arrivals
-    (:func:`steady_probe`). ``cap_rps``: an upper bound of the capacity proven without
-    simulation, which the bracket steps up to instead of past (:func:`_bracket`).
-    ``met_rps``: a rate whose probe, in the cache with this ``ref_rps``, met the SLOs: the
-    bracket starts from it."""
+    ``guess_rps`` picks the walk's first coarse point (:func:`_grid_search`); the capacity is
+    monotone in each SLO when it is nondecreasing in each SLO (an upper bound of the
+    capacity from :mod:`moeplan.search.capacity.bound` is). ``requests`` is the measured
+    request count of every probe; ``interval=False`` skips the confidence-interval searches
+    (low = high = the point); ``known`` = a point bracket ``(lo, hi)`` found before (same
+    workload, requests and slots), kept. ``slots`` and ``life_s``: the deployment's requests
+    in service and request lifetime at saturation, sizing every probe (:func:`steady_probe`;
+    default :func:`in_service` and :func:`saturated_lifetime` of the engine; a runner's
+    deployment gives its slots, and its probes then read no lifetime). ``full=False`` skips
+    the run at capacity to its end (no probe returned). ``window_lifetimes``: the shortest
+    measured window, in lifetimes of arrivals (:func:`steady_probe`). ``cap_rps``: an upper
+    bound of the capacity proven without simulation, nondecreasing in each SLO: rates past
+    it miss without a run (:func:`_grid_search`)."""
 
     guess_rps: float
     requests: int = DEFAULT_REQUESTS
     interval: bool = True
     known: tuple[float, float] | None = None
-    ref_rps: float | None = None
+    slots: int | None = None
+    life_s: Lifetime | None = None
     full: bool = True
-    step: float = 1.0
     window_lifetimes: float = 0.0
     cap_rps: float = math.inf
-    met_rps: float | None = None
 
 
 def slo_capacity(
@@ -505,33 +671,40 @@ def slo_capacity(
     probe at it (None when no rate meets the SLOs). ``replicas``: the instances the arrivals
     are dealt round-robin to (:func:`instance_stream`); ``runner``: as :func:`steady_probe`.
     ``cache``: the probes of an earlier call with the same workload, requests, replicas and
-    ``ref_rps`` (the same runs: common random numbers), reused and extended."""
+    slots (the same runs), reused and extended; keyed by ``(rate, slots)``."""
     requests, window_lifetimes, cap_rps = search.requests, search.window_lifetimes, search.cap_rps
     probes: dict[tuple, SteadyProbe] = {} if cache is None else cache  # type: ignore[assignment]
+    slots, life = search.slots, search.life_s
+    if slots is None:
+        assert cfg is not None, "a runner's deployment states its slots"
+        slots = in_service(cfg, workload)
+    if life is None and runner is None and cfg is not None and evaluate is not None:
+        life = saturated_lifetime(cfg, evaluate, workload)
+    g = max(search.guess_rps, FLOOR_RPS)
 
-    g = max(search.guess_rps, 1e-6)
-    ref = max(g, search.ref_rps or g)
-
-    def probe_at(wl: ServeWorkload, ref: float, r: float) -> SteadyProbe:
+    def probe_at(wl: ServeWorkload, r: float, stop: bool = False) -> SteadyProbe:
         return steady_probe(
-            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, ref_rps=ref,
-            runner=runner, horizon=True, window_lifetimes=window_lifetimes,
+            cfg, evaluate, wl, slo, r, requests=requests, replicas=replicas, slots=slots,
+            life_s=life, runner=runner, horizon=True, window_lifetimes=window_lifetimes,
+            stop_on_miss=stop and runner is None,
         )  # fmt: skip
 
-    def prober(wl: ServeWorkload, ref: float, probes: dict) -> Callable[[float], SteadyProbe]:
+    def prober(
+        wl: ServeWorkload, probes: dict, stop: bool = False
+    ) -> Callable[[float], SteadyProbe]:
         def probe(r: float) -> SteadyProbe:
-            if (r, ref) not in probes:
-                probes[r, ref] = probe_at(wl, ref, r)
-            return probes[r, ref]
+            if (r, slots) not in probes:
+                probes[r, slots] = probe_at(wl, r, stop)
+            return probes[r, slots]
 
         return probe
 
     def prefetch(rates: list[float]) -> None:
-        todo = [r for r in rates if (r, ref) not in probes]
+        todo = [r for r in rates if (r, slots) not in probes]
         for r, p in zip(
-            todo, fan_out([partial(probe_at, workload, ref, r) for r in todo]), strict=True
+            todo, fan_out([partial(probe_at, workload, r, True) for r in todo]), strict=True
         ):
-            probes[r, ref] = p
+            probes[r, slots] = p
 
     def verdict_of(probe: Callable[[float], SteadyProbe]) -> Verdict:
         def verdict(r: float) -> tuple[bool, float]:
@@ -540,27 +713,30 @@ def slo_capacity(
 
         return verdict
 
-    probe = prober(workload, ref, probes)
+    probe = prober(workload, probes, stop=True)
     if search.known is not None:
         lo, hi = search.known
     else:
-        lo, hi = _sustained(verdict_of(probe), g, search.step, cap_rps, prefetch, search.met_rps)
+        lo, hi = _grid_search(lambda r: probe(r).meets(slo), g, cap_rps, prefetch)
     low, high = lo, hi
     if search.interval and lo > 0:
         # another stream's crossing near the point (module docstring, "Confidence interval")
         top = max(hi, lo * (1.0 + RATE_TOL)) if math.isfinite(hi) else lo * (1.0 + RATE_TOL)
 
         def replica(wl: ServeWorkload) -> float:
-            return _bracket(verdict_of(prober(wl, ref, {})), lo, top, REPLICA_STEP, cap_rps)[0]
+            return _bracket(verdict_of(prober(wl, {})), lo, top, REPLICA_STEP, cap_rps)[0]
 
         low, high = _replicated(replica, workload, lo)
-    limited = probe(hi).limit(slo) if math.isfinite(hi) else "none"
+    limited = "none"
+    if math.isfinite(hi):  # what more load breaks first, read on a run not stopped early
+        at = probe(hi)
+        limited = (probe_at(workload, hi) if at.stopped else at).limit(slo)
     cap = Capacity(
         rate_rps=lo,
         point_high_rps=hi,
         low_rps=low,
         high_rps=high if math.isfinite(high) else lo,
-        requests=max(requests, math.ceil(window_lifetimes * ref * lifetime_s(workload, slo))),
+        requests=_measured(probe(lo if lo > 0 else hi)),
         seed=workload.seed,
         replicas=replicas,
         limited_by=limited,
@@ -570,10 +746,10 @@ def slo_capacity(
     if not search.full:
         return cap, None
     run = None  # the run at capacity again, to its end: its metrics are reported
-    if lo > 0 and ("full", lo, ref) in probes:
-        run = probes["full", lo, ref]  # type: ignore[index]
+    if lo > 0 and ("full", lo, slots) in probes:
+        run = probes["full", lo, slots]  # type: ignore[index]
     elif lo > 0:
-        run = probes["full", lo, ref] = steady_probe(  # type: ignore[index]
+        run = probes["full", lo, slots] = steady_probe(  # type: ignore[index]
             cfg,
             evaluate,
             workload,
@@ -581,11 +757,17 @@ def slo_capacity(
             lo,
             requests=requests,
             replicas=replicas,
-            ref_rps=ref,
+            slots=slots,
+            life_s=life,
             runner=runner,
             window_lifetimes=window_lifetimes,
         )
     return cap, run
+
+
+def _measured(p: SteadyProbe) -> int:
+    """The requests a probe measured (its window)."""
+    return p.window.stop - p.window.start
 
 
 def percentile_boundable(n: int, p: float) -> bool:

@@ -11,7 +11,7 @@ then the rest in decreasing bound order. For each, with an incumbent of capacity
 
 - its bound is at most ``C``: it cannot win — *pruned by bound*;
 - else one steady run at the rate that would give it ``C`` per GPU — the very run its
-  capacity search would make there, same warm-up and tail: a shorter warm-up read a queue
+  capacity search would make there, same probe geometry: a shorter warm-up read a queue
   still filling as growth (DeepSeek-V2-Lite on 8 A100, attn TP1xDP2 / MoE TP2 x 4: "queue
   growth" at 17.2 req/s with two lifetimes of warm-up at that rate, stable and within the
   SLOs with the search's, whose capacity was 18.4) — if the SLOs miss there, its capacity is
@@ -45,7 +45,10 @@ from moeplan.search.capacity.slo import (
     WINDOW_LIFETIMES,
     Capacity,
     CapacitySearch,
+    Lifetime,
     SteadyProbe,
+    in_service,
+    saturated_lifetime,
     slo_capacity,
     steady_probe,
 )
@@ -198,33 +201,35 @@ def pick_knobs(c: SpaceCandidate, workload: ServeWorkload, slo: SLO) -> None:
         c.knobs = replace(c.knobs, mem_fraction=c.cfg.mem_fraction)
 
 
-REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate (capped by the bound)
-
-
-def _start(c: SpaceCandidate) -> tuple[float, float]:
-    """The capacity search's first rate (the analytic estimate capped by the bound) and the
-    reference rate sizing every probe's warm-up and tail (``REF_MARGIN`` x that, capped by
-    the bound; probes above it size their own), as :func:`slo_capacity` takes them."""
+def _start(c: SpaceCandidate) -> float:
+    """The capacity search's start: the layout's bound (nondecreasing in each SLO, so the
+    capacity is monotone in each SLO: :mod:`moeplan.search.capacity.slo`, "Search")."""
     assert c.bound is not None
-    est = c.estimate.rate_rps if c.estimate is not None else 0.0
-    guess = min(c.bound.rate_rps, est) if est > 0 else c.bound.rate_rps
-    g = max(guess, 1e-6)
-    return guess, max(g, min(c.bound.rate_rps, REF_MARGIN * guess))
+    return c.bound.rate_rps
+
+
+def _geometry(c: SpaceCandidate, workload: ServeWorkload) -> tuple[int, Lifetime]:
+    """The requests ``c``'s engine holds in service at saturation and a request's lifetime
+    there: what sizes every probe of its capacity search
+    (:func:`moeplan.search.capacity.slo.in_service`,
+    :func:`~moeplan.search.capacity.slo.saturated_lifetime`; never the SLO)."""
+    assert c.cfg is not None and c.evaluate is not None
+    return in_service(c.cfg, workload), saturated_lifetime(c.cfg, c.evaluate, workload)
 
 
 def search_capacity(c: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests: int) -> None:
     """``c.capacity`` and ``c.probe`` (no interval), from a start that depends on ``c`` only
-    (:func:`_start`); a layout that met the SLOs at the incumbent's rate starts from that
-    very run."""
+    (:func:`_start`); a run its search makes that it already made at the incumbent's rate
+    is reused (the same run)."""
     assert c.cfg is not None and c.evaluate is not None and c.bound is not None
-    guess, ref = _start(c)
+    slots, life = _geometry(c, workload)
     search = CapacitySearch(
-        guess_rps=guess,
+        guess_rps=_start(c),
         requests=requests,
         interval=False,
-        ref_rps=ref,
+        slots=slots,
+        life_s=life,
         cap_rps=c.bound.rate_rps,
-        met_rps=c.beaten_at or None,
         window_lifetimes=WINDOW_LIFETIMES,
     )
     c.capacity, c.probe = slo_capacity(
@@ -237,8 +242,9 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
     assert w.cfg is not None and w.evaluate is not None
     assert w.bound is not None and w.capacity is not None
     pt = (w.capacity.rate_rps, w.capacity.point_high_rps)
+    slots, life = _geometry(w, workload)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt, ref_rps=_start(w)[1],
+        guess_rps=pt[0], requests=requests, known=pt, slots=slots, life_s=life,
         cap_rps=w.bound.rate_rps, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     w.capacity, w.probe = slo_capacity(
@@ -248,16 +254,16 @@ def with_interval(w: SpaceCandidate, workload: ServeWorkload, slo: SLO, requests
 
 def _beaten(c: SpaceCandidate, rate: float, workload: ServeWorkload, slo: SLO, n: int) -> bool:
     """Whether ``c`` misses the SLOs at ``rate``: the very run its capacity search would make
-    there (same warm-up and tail, :func:`_start`), stopped once the miss is certain; a run
+    there (same probe geometry, :func:`_geometry`), stopped once the miss is certain; a run
     that meets them is kept for the search (it ran to its horizon)."""
-    ref = _start(c)[1]
+    slots, life = _geometry(c, workload)
     p = steady_probe(
-        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, ref_rps=ref,
-        horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
+        c.cfg, c.evaluate, workload, slo, rate, requests=n, replicas=c.replicas, slots=slots,
+        life_s=life, horizon=True, stop_on_miss=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     c.beaten_at = rate
     if p.meets(slo):
-        c.runs[rate, ref] = p
+        c.runs[rate, slots] = p
         return False
     return True
 

@@ -14,9 +14,9 @@ colocated search (:mod:`moeplan.search.colocated.search`):
 
 Capacity is :func:`moeplan.search.capacity.slo.slo_capacity` on the whole deployment (one arrival
 stream dealt round-robin over the prefill instances, :func:`moeplan.serve.pools.pd.simulate_pd`),
-with a measured window of at least :data:`WINDOW_LIFETIMES` SLO lifetimes of arrivals; its
-bracket steps up to the deployment's bound, not past it, and a deployment that met the SLOs
-at the incumbent's rate starts its bracket from that very run.
+with a measured window of at least :data:`WINDOW_LIFETIMES` lifetimes of arrivals (a
+lifetime's arrivals from the deployment's slots: :meth:`PoolCandidate.slots`); its search
+starts at the deployment's bound and never runs past it.
 
 **Side by side** (:mod:`moeplan.search.job.fanout`, when the caller runs workers): step 1's
 searches depend on no incumbent, so they run beside each other and beside the colocated
@@ -38,6 +38,8 @@ arrived in 2.8 s, a fifth of one request's 14.8 s lifetime: a KV-bound decode po
 growing queue did not show and the capacity was 178 req/s with 500 requests, 156 with 5,000.
 With a window of at least one lifetime, 500 requests gave 123 (a growth test over one
 lifetime still mistakes noise for growth); with two, 500 and 5,000 both give 156 req/s.
+(Those lifetimes were the SLO's; a capacity probe's lifetime is now the deployment's own,
+:mod:`moeplan.search.capacity.slo`, "Probe geometry".)
 """
 
 from __future__ import annotations
@@ -68,8 +70,6 @@ from moeplan.search.disagg.space import (  # noqa: F401 (re-exported: the space'
 from moeplan.search.job.fanout import fan_out, width
 from moeplan.serve.pools.pd import prefill_view
 from moeplan.serve.workload.arrivals import Requests
-
-REF_MARGIN = 1.5  # warm-up sized for this multiple of the starting rate, capped by the bound
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,57 +114,57 @@ class DisaggCertificate:
         )
 
 
-def _start(pc: PoolCandidate) -> tuple[float, float]:
-    """The capacity search's first rate (the analytic estimate capped by the bound) and the
-    reference rate sizing every probe's warm-up and tail (:data:`REF_MARGIN` x that)."""
-    guess = min(pc.estimate_rps, pc.bound_rps) if pc.estimate_rps > 0 else pc.bound_rps
-    return guess, max(guess, min(pc.bound_rps, REF_MARGIN * guess))
+def _start(pc: PoolCandidate) -> float:
+    """The capacity search's start: the deployment's bound from its pools (nondecreasing in
+    each SLO, so the capacity is monotone in each SLO: :mod:`moeplan.search.capacity.slo`,
+    "Search")."""
+    return pc.bound_rps
 
 
 def _probe_run(
     pc: PoolCandidate, c: Context, rate: float, requests: int
 ) -> tuple[SteadyProbe, bool]:
     """One steady run at ``rate``, the very run the capacity search would make there (same
-    reference rate), and True — unless the prefill pool alone already misses the SLOs there
+    probe geometry), and True — unless the prefill pool alone already misses the SLOs there
     (:func:`moeplan.serve.pools.pd.prefill_view`: the same prefill runs, TTFT never above the
     deployment's): that run, and False."""
-    _, ref = _start(pc)
     setup = pc.candidate(c).setup
+    slots = pc.slots(c)
 
     def prefill_only(reqs: Requests, stop: float | None) -> Any:
         return prefill_view(reqs, setup, horizon_s=stop)
 
     pre = steady_probe(
         None, None, c.workload, c.slo, rate, requests=requests, runner=prefill_only,
-        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        slots=slots, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
     )  # fmt: skip
     if not pre.meets(c.slo):
         return pre, False
     return steady_probe(
         None, None, c.workload, c.slo, rate, requests=requests, runner=pc.runner(c),
-        ref_rps=ref, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
+        slots=slots, horizon=True, window_lifetimes=WINDOW_LIFETIMES,
     ), True  # fmt: skip
 
 
 def _probe(pc: PoolCandidate, c: Context, rate: float, requests: int) -> SteadyProbe:
     """:func:`_probe_run`, kept: a whole deployment's run in ``pc.runs`` (the capacity search
     reuses it), a prefill pool's in ``pc.prefill_runs``."""
-    key = (rate, _start(pc)[1])
+    key = (rate, pc.slots(c))
     if key not in pc.runs and rate not in pc.prefill_runs:
-        _keep(pc, rate, _probe_run(pc, c, rate, requests))
+        _keep(pc, c, rate, _probe_run(pc, c, rate, requests))
     return pc.runs[key] if key in pc.runs else pc.prefill_runs[rate]
 
 
-def _keep(pc: PoolCandidate, rate: float, run: tuple[SteadyProbe, bool]) -> None:
+def _keep(pc: PoolCandidate, c: Context, rate: float, run: tuple[SteadyProbe, bool]) -> None:
     p, whole = run
     if whole:
-        pc.runs[rate, _start(pc)[1]] = p
+        pc.runs[rate, pc.slots(c)] = p
     else:
         pc.prefill_runs[rate] = p
 
 
-def _known(pc: PoolCandidate, rate: float) -> bool:
-    return (rate, _start(pc)[1]) in pc.runs or rate in pc.prefill_runs
+def _known(pc: PoolCandidate, c: Context, rate: float) -> bool:
+    return (rate, pc.slots(c)) in pc.runs or rate in pc.prefill_runs
 
 
 def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: int) -> None:
@@ -174,19 +174,17 @@ def _look_ahead(ahead: list[PoolCandidate], c: Context, best: float, requests: i
     what it decides is what probing one at a time decides."""
     osl = c.workload.osl.mean
     todo = [(k, best * k.gpus / osl) for k in ahead]
-    todo = [(k, r) for k, r in todo if not _known(k, r)]
+    todo = [(k, r) for k, r in todo if not _known(k, c, r)]
     runs = fan_out([partial(_probe_run, k, c, r, requests) for k, r in todo])
     for (k, r), run in zip(todo, runs, strict=True):
-        _keep(k, r, run)
+        _keep(k, c, r, run)
 
 
 def search_capacity(pc: PoolCandidate, c: Context, requests: int, *, full: bool = True) -> None:
     """``pc.capacity`` (no interval) and ``pc.probe``, from :func:`_start`."""
-    guess, ref = _start(pc)
     search = CapacitySearch(
-        guess_rps=guess, requests=requests, interval=False, ref_rps=ref, full=full,
+        guess_rps=_start(pc), requests=requests, interval=False, slots=pc.slots(c), full=full,
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
-        met_rps=pc.beaten_at or None,  # it met the SLOs there: why it is searched
     )  # fmt: skip
     pc.capacity, pc.probe = slo_capacity(
         None, None, c.workload, c.slo, search, runner=pc.runner(c), cache=pc.runs
@@ -202,10 +200,9 @@ def _searched(pc: PoolCandidate, c: Context, requests: int) -> tuple:
 def with_interval(pc: PoolCandidate, c: Context, requests: int) -> None:
     """``pc``'s capacity again, its point bracket kept, with its 95 % interval."""
     assert pc.capacity is not None
-    _, ref = _start(pc)
     pt = (pc.capacity.rate_rps, pc.capacity.point_high_rps)
     search = CapacitySearch(
-        guess_rps=pt[0], requests=requests, known=pt, ref_rps=ref,
+        guess_rps=pt[0], requests=requests, known=pt, slots=pc.slots(c),
         window_lifetimes=WINDOW_LIFETIMES, cap_rps=pc.bound_rps,
     )  # fmt: skip
     pc.capacity, pc.probe = slo_capacity(
@@ -293,7 +290,7 @@ def search_disaggregated(
                      f"{k.candidate(c).layout.label}")  # fmt: skip
         if best > 0:
             r = best * k.gpus / osl  # the incumbent's capacity per GPU, as this rate
-            if width() > 1 and not _known(k, r):
+            if width() > 1 and not _known(k, c, r):
                 _look_ahead([j for j in rest[i:] if j.bound > best][: width()], c, best, requests)
             k.beaten_at = r
             if not _probe(k, c, r, requests).meets(c.slo):

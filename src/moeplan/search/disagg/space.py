@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from moeplan.search.capacity.slo import Capacity, SteadyProbe
+from moeplan.search.capacity.slo import Capacity, SteadyProbe, in_service
 from moeplan.search.disagg.bound import (
     decode_rate_bound,
     deployment_rate_bound,
@@ -74,6 +74,15 @@ class PoolCandidate:
             return simulate_pd(reqs, setup, horizon_s=stop).result
 
         return run
+
+    def slots(self, c: Context) -> int:
+        """The requests the deployment holds in service at saturation, what sizes its
+        probes (:func:`moeplan.search.capacity.slo.in_service`; never the SLO): each decode
+        instance's, and each prefill instance's prompts of one full prefill iteration."""
+        setup, w = self.candidate(c).setup, c.workload
+        isl = max(1, round(w.isl.mean))
+        per_prefill = max(1, (setup.prefill_cfg.chunk_tokens or isl) // isl)
+        return self.x * per_prefill + self.y * in_service(setup.decode_cfg, w)
 
     def capacity_per_gpu(self, osl: float) -> float:
         return 0.0 if self.capacity is None else self.capacity.per_gpu(osl, self.gpus)
