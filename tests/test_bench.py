@@ -310,3 +310,24 @@ def test_bench_sharegpt_sends_the_shipped_lengths(capsys):
     a = _shipped_sharegpt()[np.random.default_rng(0).permutation(5316)[:20]]
     assert ans["total_input_tokens"] == int(a[:, 0].sum())
     assert ans["total_output_tokens"] == int(a[:, 1].sum())
+
+
+def test_grid_priced_decode_steps_match_exact_prices(capsys, monkeypatch):
+    """Oracle: the same burst priced exactly (every decode batch size through the cost
+    model) — the batch grid moves the run's figures by at most 0.1 % (batches of 200
+    sequences: the grid's interpolated range)."""
+    import moeplan.serve.iteration.batch_grid as grid
+
+    args = ("bench", "--model", "gpt-oss-20b", "--cluster", "h100-sxm-8", "--num-prompts",
+            "203", "--random-input-len", "128", "--random-output-len", "64", "--random-range-ratio",
+            "0.5", "--json")  # fmt: skip
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err
+    got = json.loads(out)
+    monkeypatch.setattr(grid, "EXACT_BELOW", 10**9)  # every decode batch priced exactly
+    code, out, err = run_main(capsys, *args)
+    assert code == 0, err
+    exact = json.loads(out)
+    assert got["duration"] != exact["duration"]  # the grid was used: prices differ a little
+    for k in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_e2el_ms"):
+        assert got[k] == pytest.approx(exact[k], rel=1e-3), k
