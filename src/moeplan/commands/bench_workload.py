@@ -34,6 +34,15 @@
   mean (whole tokens, at least 1), so the run's token totals are the report's: the trace
   gives the SHAPE of the spread (the long requests that set a burst's duration), the run
   its own reported totals; nothing is fitted to a measured speed.
+  Limit: the trace's outputs end at 1,024 tokens and are near symmetric (median 473, mean
+  472), so scaled to a run's mean of ~200 its longest output is ~420 tokens, while vLLM's
+  filter admits outputs up to 2,048 minus the prompt. A burst ends with its longest
+  requests: on the lab's gpt-oss-20b / vLLM 0.11.0 / H100 burst (1,000 prompts) the same
+  prompts with log-normal outputs of the same mean (sigma 0.6 / 1.0, longest 1,060 / 1,973
+  tokens) take the predicted duration from 12.5 s to 15.0 / 19.6 s (measured 24.8 s;
+  ``bench/sharegpt_tail.py``). The
+  source string of every draw states its longest output; ``--dataset-path`` with the run's
+  own lengths removes the assumption.
 - ``--dataset-path FILE``: a CSV (header ``input_len,output_len``) or JSON Lines (objects with
   ``input_len`` and ``output_len``) of whole, positive token counts; the first
   ``--num-prompts`` rows are sent in file order (all of them without ``--num-prompts``).
@@ -140,6 +149,12 @@ def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None
         isl = np.maximum(1, np.rint(isl * si)).astype(np.int64)
         osl = np.maximum(1, np.rint(osl * so)).astype(np.int64)
         src += f", lengths scaled x{si:.2f} / x{so:.2f} to the run's means {mi:g} / {mo:g}"
+    # a burst ends with its longest requests: say how long the drawn tail is and where the
+    # trace's own outputs end
+    src += (
+        f"; longest output {int(osl.max())} tokens (the trace's outputs end at "
+        f"{int(to.max())} before scaling: a burst's duration is set by its longest outputs)"
+    )
     return Prompts(isl, osl, src)
 
 
