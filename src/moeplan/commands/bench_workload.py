@@ -40,9 +40,8 @@
   requests: on the lab's gpt-oss-20b / vLLM 0.11.0 / H100 burst (1,000 prompts) the same
   prompts with log-normal outputs of the same mean (sigma 0.6 / 1.0, longest 1,060 / 1,973
   tokens) take the predicted duration from 12.5 s to 15.0 / 19.6 s (measured 24.8 s;
-  ``bench/sharegpt_tail.py``). The
-  source string of every draw states its longest output; ``--dataset-path`` with the run's
-  own lengths removes the assumption.
+  ``bench/sharegpt_tail.py``). The source string of every draw states its longest output;
+  ``--dataset-path`` with the run's own lengths removes the assumption.
 - ``--dataset-path FILE``: a CSV (header ``input_len,output_len``) or JSON Lines (objects with
   ``input_len`` and ``output_len``) of whole, positive token counts; the first
   ``--num-prompts`` rows are sent in file order (all of them without ``--num-prompts``).
