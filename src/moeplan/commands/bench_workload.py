@@ -151,8 +151,9 @@ def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None
     # a burst ends with its longest requests: say how long the drawn tail is and where the
     # trace's own outputs end
     src += (
-        f"; longest output {int(osl.max())} tokens (the trace's outputs end at "
-        f"{int(to.max())} before scaling: a burst's duration is set by its longest outputs)"
+        f"; longest output {int(osl.max())} tokens (the trace's outputs end at {int(to.max())}"
+        f"{' before scaling' if means is not None else ''}: a burst's duration is set by its "
+        "longest outputs)"
     )
     return Prompts(isl, osl, src)
 
