@@ -171,37 +171,3 @@ def test_the_docs_figures_are_this_check():
         "short_requests": SHORT,
         "long_requests": LONG,
     }
-
-
-@pytest.mark.parametrize("phi", [0.9, 0.98])
-def test_growth_test_false_alarms_stay_under_their_level_on_correlated_noise(phi):
-    """Oracle: a stationary AR(1) series (no growth; ``phi`` the neighbour correlation of
-    requests that share a queue) is flagged as growing at most as often as the test's
-    nominal one-sided level, 1 - Phi(GROWTH_Z), over 1,000 series: the batch-means standard
-    error is read with Student's t, not the normal quantile."""
-    from scipy.special import ndtr
-
-    from moeplan.search.capacity import slo
-
-    rng = np.random.default_rng(7)
-    n, trials = 400, 1000
-    t = np.arange(n) * 1e-9  # no time between halves: the slope term is 0
-    alarms = 0
-    for _ in range(trials):
-        e = rng.standard_normal(n)
-        x = np.empty(n)
-        x[0] = e[0] / math.sqrt(1 - phi * phi)
-        for i in range(1, n):
-            x[i] = phi * x[i - 1] + e[i]
-        alarms += not slo._no_growth(x + 100.0, t, 1e-9)  # floor 1e-11 s: the noise decides
-    assert alarms / trials <= 1.0 - float(ndtr(slo.GROWTH_Z))
-
-
-def test_growth_critical_value_is_students_t_for_batch_means():
-    """Closed form: 10 batch means give 9 degrees of freedom, t(0.9772, 9) = 2.32; a series
-    read as independent keeps the normal 2.0; many batches tend to the normal value."""
-    from moeplan.search.capacity.slo import GROWTH_Z, growth_z
-
-    assert growth_z(10, 5.0) == pytest.approx(2.32, abs=0.01)
-    assert growth_z(10, 1.0) == GROWTH_Z
-    assert growth_z(10_000, 5.0) == pytest.approx(GROWTH_Z, abs=1e-3)
