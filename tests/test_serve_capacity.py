@@ -171,3 +171,20 @@ def test_the_docs_figures_are_this_check():
         "short_requests": SHORT,
         "long_requests": LONG,
     }
+
+
+def test_a_growth_at_a_given_rate_is_confirmed_over_a_longer_window():
+    """A run at a given rate whose queue grows is run again over CONFIRM_WINDOWS times its
+    window and that run is the answer: 30 % past the fake engine's throughput both windows
+    grow (unstable, the longer window reported); at half of it neither does (one window)."""
+    from moeplan.search.capacity.slo import CONFIRM_WINDOWS
+
+    mu = CAP / (OSL * STEP_S)  # the fake engine's throughput, requests/s
+    slo = SLO(ttft_s=30.0, tpot_s=1.0)
+    over = steady_probe(_cfg(), _fake, _wl(), slo, 1.3 * mu, requests=200)
+    short = steady_probe(_cfg(), _fake, _wl(), slo, 1.3 * mu, requests=200, confirm=False)
+    assert not over.stable and not short.stable
+    n = short.window.stop - short.window.start
+    assert over.window.stop - over.window.start == CONFIRM_WINDOWS * n
+    calm = steady_probe(_cfg(), _fake, _wl(), slo, 0.5 * mu, requests=200)
+    assert calm.stable and calm.window.stop - calm.window.start == n
