@@ -23,7 +23,6 @@ import numpy as np
 
 from moeplan.commands.bench_workload import sharegpt_lengths
 
-ROW = "gpt-oss-20b/h100#01"
 MEANS = (215.31, 193.98)  # the row's mean_in / mean_out (lab_a100_h100_moe.csv)
 BENCH = ["bench", "--launch", "vllm serve openai/gpt-oss-20b", "--cluster", "h100-sxm-8",
          "--engine-version", "0.11.0", "--json"]  # fmt: skip

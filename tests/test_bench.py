@@ -321,13 +321,23 @@ def test_grid_priced_decode_steps_match_exact_prices(capsys, monkeypatch):
     args = ("bench", "--model", "gpt-oss-20b", "--cluster", "h100-sxm-8", "--num-prompts",
             "203", "--random-input-len", "128", "--random-output-len", "64", "--random-range-ratio",
             "0.5", "--json")  # fmt: skip
+    below = grid._grid_below
+    between: list[int] = []  # batch sizes the grid interpolated (not on a grid point)
+
+    def spy(b: int) -> tuple[int, int]:
+        lo, hi = below(b)
+        if lo != b:
+            between.append(b)
+        return lo, hi
+
+    monkeypatch.setattr(grid, "_grid_below", spy)
     code, out, err = run_main(capsys, *args)
     assert code == 0, err
     got = json.loads(out)
+    assert between  # the grid interpolated some decode steps of this run
     monkeypatch.setattr(grid, "EXACT_BELOW", 10**9)  # every decode batch priced exactly
     code, out, err = run_main(capsys, *args)
     assert code == 0, err
     exact = json.loads(out)
-    assert got["duration"] != exact["duration"]  # the grid was used: prices differ a little
     for k in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_e2el_ms"):
         assert got[k] == pytest.approx(exact[k], rel=1e-3), k
