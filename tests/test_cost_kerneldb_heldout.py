@@ -39,6 +39,10 @@ MISSES = {
     ("a100_sxm", "vllm", "generation_mla"): "median 4.3 %, p90 38.4 % (h = 1 runs vLLM's "
     "non-grouped kernel, 4.7x a key; no shape but itself shows it, so a held-out h = 1 is "
     "priced as the grouped kernel)",
+    # the H100 vLLM MLA cells read vLLM 0.24.0's tables (the newest shipped); the tail's
+    # cause is not examined
+    ("h100_sxm", "vllm", "context_mla"): "median 6.3 %, p90 25.3 % (bar 25 %)",
+    ("h100_sxm", "vllm", "generation_mla"): "median 5.8 %, p90 32.3 %",
 }
 LOGO_MISSES = {
     ("a100_sxm", "vllm", "moe"): "25.0 % (vLLM 0.14 on A100 vs 0.24 on H100: a near-constant "

@@ -207,8 +207,20 @@ class Engine(IterationEnd):
     def _admit(self, budget: int, chunks: list, pre: list) -> int:
         """Admit waiting requests in arrival order while the budget, ``max_running`` and the
         KV pool allow, each with its first chunk; the budget left."""
-        waiting, running, max_running = self.waiting, self.running, self.max_running
-        isl, osl, produced, cached = self.isl, self.osl, self.produced, self.cached
+        waiting, produced = self.waiting, self.produced
+        r = waiting[0]  # the loop's first test, alone: a full pool admits nobody (most calls)
+        p = produced[r]
+        need = self.isl[r] + p  # the same sum in the same order as the loop's (fresh = 0)
+        if (
+            self.kv_used
+            + need
+            + self.reserve * self.remaining
+            + self.reserve_new * (self.osl[r] - p)
+            > self.kv_cap
+        ):
+            return budget
+        running, max_running = self.running, self.max_running
+        isl, osl, cached = self.isl, self.osl, self.cached
         admit, state, left, at, prefilling = (
             self.admit,
             self.state,
