@@ -16,7 +16,14 @@ import json
 import pytest
 
 from cli_run import run_main
-from moeplan.commands.validate import read_rows, read_split, shipped_csv, spearman
+from moeplan.commands.validate import (
+    MEASURED,
+    read_rows,
+    read_split,
+    repeated_runs,
+    shipped_csv,
+    spearman,
+)
 
 
 def test_the_split_is_fixed_by_the_report_names_and_disjoint():
@@ -125,3 +132,20 @@ def test_random_row_mean_above_its_cap_is_one_line():
     r = dict({r["case_id"]: r for r in read_rows(None)}["gpt-oss-120b/a100#08"], mean_out="201")
     with pytest.raises(MoeplanError, match=r"mean_out \(201\) must not exceed osl \(200\)"):
         random_run_lengths(r, 500)
+
+
+def test_repeated_measurements_across_reports_are_listed():
+    """The lab's GLM-4.5-Air H100 report repeated its A100 report's eight ``random`` runs
+    figure for figure: such copies (here the shipped A100 rows under the H100 report's name)
+    are listed against the run they repeat. The shipped CSV has none; a copy within one
+    report, or runs with fewer than four figures given, are not listed."""
+    rows = read_rows(None)
+    assert repeated_runs(rows) == []
+    a100 = [r for r in rows if r["doc"] == "glm-4.5-air/a100" and r["dataset"] == "random"]
+    assert len(a100) == 8
+    copies = [{**r, "doc": "glm-4.5-air/h100", "case_id": f"copy#{i}"} for i, r in enumerate(a100)]
+    got = {x["case_id"]: (x["same_as"], x["figures"]) for x in repeated_runs(rows + copies)}
+    assert got == {f"copy#{i}": (r["case_id"], len(MEASURED)) for i, r in enumerate(a100)}
+    assert repeated_runs([a100[0], {**a100[0], "case_id": "same-report"}]) == []
+    sparse = {**{c: "" for c in MEASURED}, "total_tok_s": "1", "doc": "x", "case_id": "s"}
+    assert repeated_runs([sparse, {**sparse, "doc": "y", "case_id": "t"}]) == []

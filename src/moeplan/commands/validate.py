@@ -29,6 +29,15 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
   and prompt count, two or more of them run): Spearman's rho between predicted and measured
   total-token throughput, and whether the measured best (highest measured total-token
   throughput) is the predicted best (a tie for the predicted best counts as neither).
+
+Measured figures repeated across reports (:func:`repeated_runs`): two runs of different
+reports whose every measured figure (:data:`MEASURED`, at least :data:`REPEAT_MIN` of them
+given) is written the same cannot both be measurements (ten figures to two decimals); the
+answer lists them (``repeated``) and scores them as given, since the CSV cannot say which
+copy is the measurement. The lab's GLM-4.5-Air H100 report repeats its A100 report's eight
+``random`` runs figure for figure in its "Other Benchmark Cases" blocks; the shipped CSV takes
+those H100 runs from the report's Conclusion table instead (their ``length_note`` says so)
+and has no repeated run.
 """
 
 from __future__ import annotations
@@ -53,6 +62,13 @@ SCORED = {
     "mean_tpot_ms": ("mean_tpot_ms", "mean_tpot_ms"),
 }
 DIMENSIONS = ("all", "gpu", "engine", "model")
+#: the measured columns compared by :func:`repeated_runs` (what ``vllm bench serve`` prints)
+MEASURED = (
+    "duration_s", "req_per_s", "out_tok_s", "total_tok_s", "mean_ttft_ms", "median_ttft_ms",
+    "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
+)  # fmt: skip
+#: figures two runs must both give, all written the same, to count as repeated
+REPEAT_MIN = 4
 REQUIRED = (
     "case_id", "doc", "model", "gpu", "engine", "engine_version", "serve_flags", "dataset",
     "num_prompts", "isl", "osl", "mean_in", "mean_out", "request_rate", "max_concurrency",
@@ -270,6 +286,22 @@ def score(
     return {"tables": tables, "groups": groups}
 
 
+def repeated_runs(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Runs whose measured figures repeat, as written, those of an earlier run of another
+    report (module docstring): ``case_id``, ``same_as`` and the figures compared."""
+    first: dict[tuple[str, ...], dict[str, str]] = {}
+    out = []
+    for r in rows:
+        given = tuple(c for c in MEASURED if r.get(c, "").strip())
+        if len(given) < REPEAT_MIN:
+            continue
+        key = tuple(f"{c}={r[c].strip()}" for c in given)
+        seen = first.setdefault(key, r)
+        if seen is not r and seen["doc"] != r["doc"]:
+            out.append({"case_id": r["case_id"], "same_as": seen["case_id"], "figures": len(given)})
+    return out
+
+
 def validate_answer(
     path: str | None, *, limit: int | None = None, jobs: int | None = None
 ) -> dict[str, Any]:
@@ -306,6 +338,7 @@ def validate_answer(
         "runs": len(rows),
         "ran": sum(x["ran"] for x in results),
         **score(rows, results, split),
+        "repeated": repeated_runs(rows),
         "rows": out_rows,
     }
 
@@ -336,6 +369,12 @@ def validate_text(out: dict[str, Any]) -> str:
             lines.append(f"  {g['doc']} {g['dataset']} {g['isl']}/{g['osl']} x{g['num_prompts']}: "
                          f"{g['runs']} runs, rho {rho}, best {g['measured_best']} "
                          f"{_mark(g['same_best'])} predicted {g['predicted_best']}")  # fmt: skip
+    if out["repeated"]:
+        lines.append("")
+        lines.append(f"measured figures repeated across reports ({len(out['repeated'])}; "
+                     "scored as given, check the source):")  # fmt: skip
+        lines += [f"  {x['case_id']} = {x['same_as']} ({x['figures']} figures)"
+                  for x in out["repeated"]]  # fmt: skip
     missing = [r for r in out["rows"] if not r["ran"]]
     if missing:
         lines.append("")
