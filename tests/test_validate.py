@@ -17,7 +17,7 @@ import pytest
 
 from cli_run import run_main
 from moeplan.commands.validate import (
-    MEASURED,
+    MEASURED_COLUMNS,
     read_rows,
     read_split,
     repeated_runs,
@@ -145,7 +145,7 @@ def test_repeated_measurements_across_reports_are_listed():
     assert len(a100) == 8
     copies = [{**r, "doc": "glm-4.5-air/h100", "case_id": f"copy#{i}"} for i, r in enumerate(a100)]
     got = {x["case_id"]: (x["same_as"], x["figures"]) for x in repeated_runs(rows + copies)}
-    assert got == {f"copy#{i}": (r["case_id"], len(MEASURED)) for i, r in enumerate(a100)}
+    assert got == {f"copy#{i}": (r["case_id"], len(MEASURED_COLUMNS)) for i, r in enumerate(a100)}
     assert repeated_runs([a100[0], {**a100[0], "case_id": "same-report"}]) == []
-    sparse = {**{c: "" for c in MEASURED}, "total_tok_s": "1", "doc": "x", "case_id": "s"}
+    sparse = {**{c: "" for c in MEASURED_COLUMNS}, "total_tok_s": "1", "doc": "x", "case_id": "s"}
     assert repeated_runs([sparse, {**sparse, "doc": "y", "case_id": "t"}]) == []

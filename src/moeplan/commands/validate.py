@@ -31,8 +31,8 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
   throughput) is the predicted best (a tie for the predicted best counts as neither).
 
 Measured figures repeated across reports (:func:`repeated_runs`): two runs of different
-reports whose every measured figure (:data:`MEASURED`, at least :data:`REPEAT_MIN` of them
-given) is written the same cannot both be measurements (ten figures to two decimals); the
+reports whose every measured figure (:data:`MEASURED_COLUMNS`, at least :data:`REPEAT_MIN`
+of them given) is written the same cannot both be measurements (ten figures to two decimals); the
 answer lists them (``repeated``) and scores them as given, since the CSV cannot say which
 copy is the measurement. The lab's GLM-4.5-Air H100 report repeats its A100 report's eight
 ``random`` runs figure for figure in its "Other Benchmark Cases" blocks; the shipped CSV takes
@@ -63,7 +63,7 @@ SCORED = {
 }
 DIMENSIONS = ("all", "gpu", "engine", "model")
 #: the measured columns compared by :func:`repeated_runs` (what ``vllm bench serve`` prints)
-MEASURED = (
+MEASURED_COLUMNS = (
     "duration_s", "req_per_s", "out_tok_s", "total_tok_s", "mean_ttft_ms", "median_ttft_ms",
     "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
 )  # fmt: skip
@@ -292,7 +292,7 @@ def repeated_runs(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     first: dict[tuple[str, ...], dict[str, str]] = {}
     out = []
     for r in rows:
-        given = tuple(c for c in MEASURED if r.get(c, "").strip())
+        given = tuple(c for c in MEASURED_COLUMNS if r.get(c, "").strip())
         if len(given) < REPEAT_MIN:
             continue
         key = tuple(f"{c}={r[c].strip()}" for c in given)
