@@ -32,9 +32,9 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
 
 Measured figures repeated across reports (:func:`repeated_runs`): two runs of different
 reports whose every measured figure (:data:`MEASURED_COLUMNS`, at least :data:`REPEAT_MIN`
-of them given) is written the same cannot both be measurements (ten figures to two decimals); the
-answer lists them (``repeated``) and scores them as given, since the CSV cannot say which
-copy is the measurement. The lab's GLM-4.5-Air H100 report repeats its A100 report's eight
+of them given) is written the same cannot both be measurements; the answer lists them
+(``repeated``) and scores them as given, since the CSV cannot say which copy is the
+measurement. The lab's GLM-4.5-Air H100 report repeats its A100 report's eight
 ``random`` runs figure for figure in its "Other Benchmark Cases" blocks; the shipped CSV takes
 those H100 runs from the report's Conclusion table instead (their ``length_note`` says so)
 and has no repeated run.
@@ -67,7 +67,8 @@ MEASURED_COLUMNS = (
     "duration_s", "req_per_s", "out_tok_s", "total_tok_s", "mean_ttft_ms", "median_ttft_ms",
     "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
 )  # fmt: skip
-#: figures two runs must both give, all written the same, to count as repeated
+#: figures two runs must both give, all written the same, to count as repeated (a run taken
+#: from a report's summary table gives two, total TPS and mean TPOT, which can match by chance)
 REPEAT_MIN = 4
 REQUIRED = (
     "case_id", "doc", "model", "gpu", "engine", "engine_version", "serve_flags", "dataset",
