@@ -80,13 +80,22 @@ def validate(
     jobs: Annotated[
         int | None, typer.Option(help="Worker processes (default: the CPUs this process may use).")
     ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Also answer each comparison group's question with moeplan's own pick (every "
+            "TP/DP/EP launch of the group's engines, checkpoints and GPU counts) and check it "
+            "against the measured best (agrees, disagrees, tie, or unverified with both figures).",
+        ),
+    ] = False,
 ) -> None:
     """Run every measured benchmark of FILE through `moeplan bench` and score the
     predictions: error by GPU, engine and model, and rank agreement per report, on the frozen
     development and test halves."""
     from moeplan.commands.validate import rows_csv, validate_answer, validate_text
 
-    out = validate_answer(file, limit=limit, jobs=jobs)
+    out = validate_answer(file, limit=limit, jobs=jobs, plan=plan)
     if rows_out:
         write_atomic(rows_out, rows_csv(out))
     if json_out:

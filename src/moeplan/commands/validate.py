@@ -26,9 +26,14 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
   model): the median and the 90th percentile of ``|predicted / measured - 1|`` and the bias
   ``median(predicted / measured) - 1``;
 - rank agreement per comparison group (the runs of one report with the same dataset, lengths
-  and prompt count, two or more of them run): Spearman's rho between predicted and measured
-  total-token throughput, and whether the measured best (highest measured total-token
-  throughput) is the predicted best (a tie for the predicted best counts as neither).
+  and prompt count, two or more of them run; ShareGPT runs by their prompt count alone, since
+  the CSV's ShareGPT lengths are measured means: :func:`comparison_groups`): Spearman's rho
+  between predicted and measured total-token throughput, and whether the measured best
+  (highest measured total-token throughput) is the predicted best (a tie for the predicted
+  best counts as neither);
+- with ``--plan``, moeplan's own pick for each group's question over every launch of the
+  group's engines, checkpoints and GPU counts, checked against the measured best
+  (:mod:`moeplan.commands.lab_plan`).
 
 Measured figures repeated across reports (:func:`repeated_runs`): two runs of different
 reports whose every measured figure (:data:`MEASURED_COLUMNS`, at least :data:`REPEAT_MIN`
@@ -200,7 +205,8 @@ def run_row(r: dict[str, str]) -> dict[str, Any]:
     pred = {k: out[key] for k, (_, key) in SCORED.items()}
     pred["duration"] = out["duration"]
     return {"case_id": r["case_id"], "ran": True, "predicted": pred,
-            "layout": out["moeplan"]["layout"], "prompts": out["moeplan"]["prompts"],
+            "layout": out["moeplan"]["layout"], "gpus": out["moeplan"]["gpus"],
+            "prompts": out["moeplan"]["prompts"],
             "price_sources": out["moeplan"]["price_sources"]}  # fmt: skip
 
 
@@ -264,15 +270,7 @@ def score(
                 t[dim] = {k: _summary(v) for k, v in sorted(keys.items())}
             tables[half][metric] = t
     groups = []
-    seen: dict[tuple[str, ...], list[dict[str, str]]] = {}
-    for r in rows:
-        seen.setdefault((r["doc"], r["dataset"], r["isl"], r["osl"], r["num_prompts"]), []).append(
-            r
-        )
-    for key, members in seen.items():
-        ran = [r for r in members if by_id[r["case_id"]]["ran"] and _measured(r)["total_tok_s"]]
-        if len(ran) < 2:
-            continue
+    for key, members, ran in comparison_groups(rows, by_id):
         meas = [_measured(r)["total_tok_s"] for r in ran]
         pred = [by_id[r["case_id"]]["predicted"]["total_tok_s"] for r in ran]
         best_m, best_p = int(np.argmax(meas)), int(np.argmax(pred))
@@ -285,6 +283,28 @@ def score(
             "measured_best": ran[best_m]["case_id"], "predicted_best": ran[best_p]["case_id"],
         })  # fmt: skip
     return {"tables": tables, "groups": groups}
+
+
+def comparison_groups(
+    rows: list[dict[str, str]], by_id: dict[str, dict[str, Any]]
+) -> list[tuple[tuple[str, ...], list[dict[str, str]], list[dict[str, str]]]]:
+    """(key, every run, the runs simulated with a measured throughput) of each comparison
+    group (one report's runs of the same dataset, lengths and prompt count) with two or more
+    runs simulated, in the CSV's order. A ``random`` row's ``isl``/``osl`` are the lengths it
+    asked for; a ``sharegpt`` row's are the means it measured (the output mean moves with
+    where each model stops), so ShareGPT runs of one report are grouped by their prompt count
+    alone (the same seeded draw of the dataset) and their key's lengths are empty."""
+    seen: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for r in rows:
+        asked = (r["isl"], r["osl"]) if r["dataset"] == "random" else ("", "")
+        key = (r["doc"], r["dataset"], *asked, r["num_prompts"])
+        seen.setdefault(key, []).append(r)
+    out = []
+    for key, members in seen.items():
+        ran = [r for r in members if by_id[r["case_id"]]["ran"] and _measured(r)["total_tok_s"]]
+        if len(ran) >= 2:
+            out.append((key, members, ran))
+    return out
 
 
 def repeated_runs(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -304,9 +324,10 @@ def repeated_runs(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
 
 
 def validate_answer(
-    path: str | None, *, limit: int | None = None, jobs: int | None = None
+    path: str | None, *, limit: int | None = None, jobs: int | None = None, plan: bool = False
 ) -> dict[str, Any]:
-    """``moeplan validate``'s JSON answer."""
+    """``moeplan validate``'s JSON answer; ``plan``: with moeplan's pick for each comparison
+    group's question (:mod:`moeplan.commands.lab_plan`)."""
     from moeplan.commands.workers import check_jobs, workers
     from moeplan.search.job import fanout
 
@@ -317,7 +338,8 @@ def validate_answer(
     thunks = [lambda r=r: run_row(r) for r in rows]
     with workers(n_jobs):
         results = fanout.fan_out(thunks)
-    by_id = {x["case_id"]: x for x in results}
+        by_id = {x["case_id"]: x for x in results}
+        picks = _plan(rows, by_id, split) if plan else None
     out_rows = []
     for r in rows:
         x = by_id[r["case_id"]]
@@ -340,8 +362,32 @@ def validate_answer(
         "ran": sum(x["ran"] for x in results),
         **score(rows, results, split),
         "repeated": repeated_runs(rows),
+        **({"plan": picks} if picks is not None else {}),
         "rows": out_rows,
     }
+
+
+def _plan(
+    rows: list[dict[str, str]], by_id: dict[str, dict[str, Any]], split: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """moeplan's pick for every comparison group's question, its launches priced by the
+    active fan-out (:mod:`moeplan.commands.lab_plan`)."""
+    from moeplan.commands.lab_plan import candidates, price_launch, verdict
+    from moeplan.search.job import fanout
+
+    groups = {(g["doc"], g["dataset"], g["isl"], g["osl"], g["num_prompts"]): g
+              for g in score(rows, list(by_id.values()), split)["groups"]}  # fmt: skip
+    asked = []
+    for key, _members, ran in comparison_groups(rows, by_id):
+        best = next(r for r in ran if r["case_id"] == groups[key]["measured_best"])
+        asked.append((key, ran, best, candidates(ran, by_id)))
+    thunks = [lambda b=best, c=c: price_launch(b, *c) for _k, _r, best, cs in asked for c in cs]
+    priced = iter(fanout.fan_out(thunks))
+    out = []
+    for key, ran, _best, cs in asked:
+        mine = [next(priced) for _ in cs]
+        out.append(verdict(groups[key], ran, by_id, lambda r: _measured(r)["total_tok_s"], mine))
+    return out
 
 
 def validate_text(out: dict[str, Any]) -> str:
@@ -367,7 +413,7 @@ def validate_text(out: dict[str, Any]) -> str:
         )
         for g in gs:
             rho = "n/a" if g["spearman"] is None else f"{g['spearman']:+.2f}"
-            lines.append(f"  {g['doc']} {g['dataset']} {g['isl']}/{g['osl']} x{g['num_prompts']}: "
+            lines.append(f"  {g['doc']} {group_name(g)}: "
                          f"{g['runs']} runs, rho {rho}, best {g['measured_best']} "
                          f"{_mark(g['same_best'])} predicted {g['predicted_best']}")  # fmt: skip
     if out["repeated"]:
@@ -376,12 +422,23 @@ def validate_text(out: dict[str, Any]) -> str:
                      "scored as given, check the source):")  # fmt: skip
         lines += [f"  {x['case_id']} = {x['same_as']} ({x['figures']} figures)"
                   for x in out["repeated"]]  # fmt: skip
+    if "plan" in out:
+        from moeplan.commands.lab_plan import plan_text
+
+        lines += plan_text(out["plan"])
     missing = [r for r in out["rows"] if not r["ran"]]
     if missing:
         lines.append("")
         lines.append(f"not run ({len(missing)}):")
         lines += [f"  {r['case_id']}: {r['reason']}" for r in missing]
     return "\n".join(lines)
+
+
+def group_name(g: dict[str, Any]) -> str:
+    """A comparison group's dataset, lengths and prompts, e.g. ``random 4000/200 x500`` or
+    ``sharegpt x1000`` (the dataset's own lengths)."""
+    lengths = f" {g['isl']}/{g['osl']}" if g["isl"] else ""
+    return f"{g['dataset']}{lengths} x{g['num_prompts']}"
 
 
 def _mark(same: bool | None) -> str:
