@@ -144,3 +144,11 @@ def test_verdicts():
     assert q["pick_over_best_predicted"] == pytest.approx(1.5)
     q = _ask({"a": 80.0, "b": 90.0, "c": 100.0}, {"a": 10.0, "b": 50.0, "c": 50.0}, [])
     assert q["verdict"] == "tie"  # b and c: the same deployment, flags not priced
+
+
+def test_layout_kind():
+    from moeplan.commands.lab_plan import layout_kind
+
+    assert layout_kind("attn TP4xDP1 / MoE TP1xEP4") == "tp/ep"
+    assert layout_kind("attn TP1xDP8 / MoE TP1xEP8") == "attention DP"
+    assert layout_kind("attn TP1xDP2 / MoE TP2xEP1 / PP2x2mb") == "pipeline"

@@ -194,6 +194,14 @@ def verdict(
     }  # fmt: skip
 
 
+def layout_kind(layout: str) -> str:
+    """What sets a layout apart from the plain TP/EP layouts every report measured: a
+    pipeline, attention data parallelism, or neither (``tp/ep``)."""
+    if " / PP" in layout:
+        return "pipeline"
+    return "tp/ep" if "xDP1 " in layout else "attention DP"
+
+
 def plan_text(plan: list[dict[str, Any]]) -> list[str]:
     """The text section of ``validate --plan``: a count per half and a line per question."""
     from moeplan.commands.validate import group_name
@@ -206,6 +214,14 @@ def plan_text(plan: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"{half}: {len(qs)} questions: " + ", ".join(f"{k} {v}" for k, v in counts.items())
         )
+        kinds: dict[str, int] = {}
+        for q in qs:
+            if q["verdict"] == "unverified":
+                k = layout_kind(q["pick"]["layout"])
+                kinds[k] = kinds.get(k, 0) + 1
+        if kinds:
+            lines.append("  unverified picks by layout: "
+                         + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))  # fmt: skip
         for q in qs:
             p, b = q["pick"], q["measured_best"]
             head = f"  {q['doc']} {group_name(q)}: {q['verdict']}, {q['candidates']} candidates"
