@@ -152,3 +152,23 @@ def test_layout_kind():
     assert layout_kind("attn TP4xDP1 / MoE TP1xEP4") == "tp/ep"
     assert layout_kind("attn TP1xDP8 / MoE TP1xEP8") == "attention DP"
     assert layout_kind("attn TP1xDP2 / MoE TP2xEP1 / PP2x2mb") == "pipeline"
+
+
+def test_a_repeat_of_the_measured_best_launch_agrees():
+    members = [
+        {
+            "case_id": c,
+            "engine": "vllm",
+            "engine_version": "0.11.0",
+            "model": "m",
+            "serve_flags": "vllm serve m  --async-scheduling",
+        }  # fmt: skip
+        for c in ("a", "b")
+    ]
+    members[1]["serve_flags"] = "vllm serve m --async-scheduling"  # same words, other spacing
+    by_id = {"a": {"layout": "L1", "gpus": 1, "predicted": {"total_tok_s": 10.0}},
+             "b": {"layout": "L1", "gpus": 1, "predicted": {"total_tok_s": 10.1}}}  # fmt: skip
+    group = {"doc": "d", "dataset": "sharegpt", "isl": "", "osl": "", "num_prompts": "2",
+             "half": "dev", "measured_best": "a"}  # fmt: skip
+    q = verdict(group, members, by_id, lambda r: {"a": 5.0, "b": 4.9}[r["case_id"]], [])
+    assert q["pick"]["case_id"] == "b" and q["verdict"] == "agrees"

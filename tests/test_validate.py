@@ -149,3 +149,22 @@ def test_repeated_measurements_across_reports_are_listed():
     assert repeated_runs([a100[0], {**a100[0], "case_id": "same-report"}]) == []
     sparse = {**{c: "" for c in MEASURED_COLUMNS}, "total_tok_s": "1", "doc": "x", "case_id": "s"}
     assert repeated_runs([sparse, {**sparse, "doc": "y", "case_id": "t"}]) == []
+
+
+def test_a_repeat_of_the_measured_best_launch_is_the_same_best():
+    from moeplan.commands.validate import score
+
+    rows = [
+        r for r in read_rows(None) if r["case_id"] in ("gpt-oss-20b/a100#04", "gpt-oss-20b/a100#05")
+    ]
+    assert rows[0]["serve_flags"] == rows[1]["serve_flags"]  # one launch, measured twice
+    hi, lo = sorted(rows, key=lambda r: -float(r["total_tok_s"]))
+
+    def pred(t):
+        return {"total_tok_s": t, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0}
+
+    res = [{"case_id": lo["case_id"], "ran": True, "predicted": pred(2.0)},
+           {"case_id": hi["case_id"], "ran": True, "predicted": pred(1.0)}]  # fmt: skip
+    (g,) = score(rows, res, read_split())["groups"]
+    assert g["measured_best"] == hi["case_id"] and g["predicted_best"] == lo["case_id"]
+    assert g["same_best"] is True

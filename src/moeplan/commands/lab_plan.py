@@ -18,7 +18,8 @@ moeplan answers it over a space of its own, then looks the answer up among the r
   for ``random``), a generated launch on the prompts of the group's measured best run (the
   outputs a model of the group emitted before its end-of-sequence token); the pick has the
   highest predicted total-token throughput.
-- **The verdict.** ``agrees``: the pick is the measured best run; ``disagrees``: the pick is
+- **The verdict.** ``agrees``: the pick is the measured best run, or a run of the same
+  launch command measured again (:func:`moeplan.commands.validate.same_config`); ``disagrees``: the pick is
   another measured run (both measured figures given); ``tie``: the top prediction is shared by
   runs that differ only in flags moeplan does not price, the measured best among them;
   ``unverified``: the pick was not measured — its predicted figure and the measured best's
@@ -33,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from moeplan.commands.validate import same_config
 from moeplan.errors import MoeplanError
 
 #: engine: the launch program ``launch_space`` writes (each engine's launch grammar reads it)
@@ -175,8 +177,11 @@ def verdict(
     best_id = group["measured_best"]
     best = next(c for c in cands if c["case_id"] == best_id)
     tied = [c for c in cands if c["predicted"] == top]
+    rows = {r["case_id"]: r for r in members}
     if pick["case_id"] is None:
         kind = "unverified"
+    elif same_config(rows[pick["case_id"]], rows[best_id]):  # the best, or its repeat
+        kind = "agrees"
     elif len(tied) > 1 and any(c["case_id"] == best_id for c in tied):
         kind = "tie"
     else:

@@ -29,8 +29,9 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
   and prompt count, two or more of them run; ShareGPT runs by their prompt count alone, since
   the CSV's ShareGPT lengths are measured means: :func:`comparison_groups`): Spearman's rho
   between predicted and measured total-token throughput, and whether the measured best
-  (highest measured total-token throughput) is the predicted best (a tie for the predicted
-  best counts as neither);
+  (highest measured total-token throughput) is the predicted best, or the same launch
+  measured again (:func:`same_config`; otherwise a tie for the predicted best counts as
+  neither);
 - with ``--plan``, moeplan's own pick for each group's question over every launch of the
   group's engines, checkpoints and GPU counts, checked against the measured best
   (:mod:`moeplan.commands.lab_plan`).
@@ -274,15 +275,24 @@ def score(
         meas = [_measured(r)["total_tok_s"] for r in ran]
         pred = [by_id[r["case_id"]]["predicted"]["total_tok_s"] for r in ran]
         best_m, best_p = int(np.argmax(meas)), int(np.argmax(pred))
+        same = best_m == best_p or same_config(ran[best_m], ran[best_p])
         groups.append({
             "doc": key[0], "dataset": key[1], "isl": key[2], "osl": key[3], "num_prompts": key[4],
             "half": half_of(key[0], split), "runs": len(ran), "not_run": len(members) - len(ran),
             "spearman": spearman(pred, meas),  # type: ignore[arg-type]
             # a tie for the predicted best cannot name one: neither same nor different
-            "same_best": None if pred.count(pred[best_p]) > 1 else best_m == best_p,
+            "same_best": True if same else None if pred.count(pred[best_p]) > 1 else False,
             "measured_best": ran[best_m]["case_id"], "predicted_best": ran[best_p]["case_id"],
         })  # fmt: skip
     return {"tables": tables, "groups": groups}
+
+
+def same_config(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether two runs are one configuration measured twice: the same checkpoint, engine,
+    release and launch command (word for word). Either is then "the measured best
+    configuration"; which copy measured higher is the run-to-run spread."""
+    keys = ("model", "engine", "engine_version")
+    return all(a[k] == b[k] for k in keys) and a["serve_flags"].split() == b["serve_flags"].split()
 
 
 def comparison_groups(
