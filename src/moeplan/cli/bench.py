@@ -36,6 +36,9 @@ def bench(ctx: typer.Context, **kw: Any) -> None:
     if kw["compare"] is not None:
         measured, client = read_result(kw["compare"], client, given)
     values = {k: kw[k] for k in DEPLOYMENT_FLAGS}
+    if kw["search"] or kw["search_gpus"] is not None:
+        _search(kw, values, client, given)
+        return
     out = bench_answer(
         values, BenchSettings(**client), launch=kw["launch"], given=given,
         prompts=measured.prompts if measured is not None else None,
@@ -46,6 +49,24 @@ def bench(ctx: typer.Context, **kw: Any) -> None:
         print_json(out)
     else:
         typer.echo(compare_text(out) if measured is not None else text_block(out))
+
+
+def _search(kw: dict[str, Any], values: dict[str, Any], client: dict[str, Any], given: Any) -> None:
+    """``bench --search``: every launch of the engine ranked (:mod:`moeplan.commands.bench_search`)."""
+    from moeplan.commands.bench import BenchSettings
+    from moeplan.commands.bench_search import search_answer, search_text
+    from moeplan.errors import require
+
+    require(kw["search"], "--search-gpus needs --search")
+    require(kw["launch"] is None, "--launch is one launch; --search ranks every launch: drop one")
+    require(
+        kw["compare"] is None, "--compare checks one launch; --search ranks every launch: drop one"
+    )
+    out = search_answer(values, BenchSettings(**client), kw["search_gpus"], given)
+    if kw["json_out"]:
+        print_json(out)
+    else:
+        typer.echo(search_text(out))
 
 
 def _signature() -> inspect.Signature:

@@ -311,6 +311,10 @@ CLIENT_PARAMS = {
     "random_range_ratio": (float, 0.0, "random: lengths uniform on [L(1-r), L(1+r)]."),
     "compare": (str | None, None, "A `vllm bench serve --save-result` JSON or "
                 "`sglang.bench_serving --output-file` JSONL: its settings, predicted vs measured."),
+    "search": (bool, False, "Run the benchmark on every TP/DP/EP/PP launch of --engine on one "
+               "node and rank them (no --launch or layout flags)."),
+    "search_gpus": (str | None, None, "--search: GPU counts of the server, comma-separated "
+                    "(default: powers of two up to the node's GPUs)."),
 }  # fmt: skip
 
 
