@@ -20,7 +20,8 @@ def test_search_ranks_every_launch_as_bench_runs_it(capsys):
     code, out, err = run_main(capsys, "bench", *ARGS, "--search", "--search-gpus", "1,2", "--json")
     assert code == 0, err
     ans = json.loads(out)
-    launches = launch_space("vllm", "gpt-oss-20b", 1) + launch_space("vllm", "gpt-oss-20b", 2)
+    repo = "openai/gpt-oss-20b"  # the preset's checkpoint: what the launch loads
+    launches = launch_space("vllm", repo, 1) + launch_space("vllm", repo, 2)
     assert sorted(r["launch"] for r in ans["ranked"]) == sorted(launches)
     figures = [r["total_token_throughput"] for r in ans["ranked"]]
     assert figures == sorted(figures, reverse=True)
@@ -28,7 +29,9 @@ def test_search_ranks_every_launch_as_bench_runs_it(capsys):
         code, o, e = run_main(capsys, "bench", *ARGS, "--launch", r["launch"], "--json")
         assert code == 0, e
         alone = json.loads(o)
-        assert r["total_token_throughput"] == pytest.approx(alone["total_token_throughput"], rel=1e-9)
+        assert r["total_token_throughput"] == pytest.approx(
+            alone["total_token_throughput"], rel=1e-9
+        )
         assert r["gpus"] == alone["moeplan"]["gpus"]
 
 

@@ -52,6 +52,7 @@ def search_answer(values: dict[str, Any], s: Any, gpus: str | None, given: Any) 
     """``moeplan bench --search``'s JSON answer: every launch ranked (module docstring)."""
     from moeplan.commands.bench import bench_answer, prompts_of
     from moeplan.commands.lab_plan import PROGRAMS, launch_space
+    from moeplan.export.plan_export import DEFAULT_MODEL_PATHS
     from moeplan.specs import load_cluster
 
     for name in SEARCHED:
@@ -66,9 +67,11 @@ def search_answer(values: dict[str, Any], s: Any, gpus: str | None, given: Any) 
     cluster = load_cluster(values["cluster"], values.get("nodes"), values.get("racks"))
     counts = parse_gpus(gpus, cluster.gpus_per_node)
     p = prompts_of(s)
+    # the launch loads the preset's Hugging Face repo (a preset name is no checkpoint)
+    served = DEFAULT_MODEL_PATHS.get(values["model"], values["model"])
     ran, refused = [], []
     for g in counts:
-        for cmd in launch_space(engine, values["model"], g):
+        for cmd in launch_space(engine, served, g):
             try:
                 out = bench_answer(dict(values), s, launch=cmd, given=given, prompts=p)
             except MoeplanError as e:
