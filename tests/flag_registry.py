@@ -228,12 +228,15 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--random-output-len": P("--random-output-len", "8", key="total_output_tokens"),
             "--random-range-ratio": P("--random-range-ratio", "0.5", key="total_input_tokens"),
             "--compare": R("--compare", "{tmp}/missing.json"),
+            "--search": P("--search", "--search-gpus", "1"),
+            "--search-gpus": R("--search-gpus", "2"),  # needs --search
         },
     ),
     "validate": (
         ("validate", "--limit", "1", "--json"),
         {
             "--limit": P("--limit", "2", key="runs"),
+            "--plan": P("--plan", key="plan"),
             "--rows-out": F("--rows-out", "{tmp}/rows.csv"),
         },
     ),

@@ -43,6 +43,7 @@ def test_search_ranks_every_launch_as_bench_runs_it(capsys):
         (("--search", "--search-gpus", "two"), "--search-gpus ('two') must be"),
         (("--search-gpus", "2"), "--search-gpus needs --search"),
         (("--search", "--launch", "vllm serve gpt-oss-20b"), "--launch is one launch"),
+        (("--search", "--engine", "tgi"), "--engine ('tgi') must be one of"),
     ],
 )
 def test_search_bad_input_is_one_line(capsys, extra, words):

@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from moeplan.commands.bench import DEPLOYMENT_FLAGS, bench_answer
-from moeplan.commands.lab_plan import launch_space, verdict
+from moeplan.commands.lab_plan import launch_space, plan_answer, verdict
 from moeplan.commands.launch_flags import apply_launch
 from moeplan.commands.validate import bench_inputs, read_rows, shipped_csv, validate_answer
 from moeplan.errors import MoeplanError
@@ -77,8 +77,8 @@ def _two_run_csv(tmp_path, prompts: int) -> str:
 
 def test_the_pick_is_the_best_of_every_candidate_benched_alone(tmp_path):
     path = _two_run_csv(tmp_path, 40)
-    out = validate_answer(path, jobs=1, plan=True)
-    (q,) = out["plan"]
+    out = validate_answer(path, jobs=1)
+    (q,) = plan_answer(path, out, jobs=1)
     rows = read_rows(path)
     measured_best = max(rows, key=lambda r: float(r["total_tok_s"]))
     # 2 runs + the 5 launches of vLLM on 2 GPUs, of which -tp 2 and -pp 2 are the runs'

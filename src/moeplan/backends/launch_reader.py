@@ -96,6 +96,11 @@ def group(names: tuple[str, ...], value: Callable[[str, str], Any] | None, why: 
     return Flag(names, None, value, "group", why)
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, smallest first (a launch space's degrees)."""
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
 def _text(flag: str, text: str) -> str:
     del flag
     return text
@@ -213,6 +218,9 @@ class EngineArgs:
     mtp_flags: frozenset[str] = frozenset()
     #: the draft tokens per step those flags give (refusing what moeplan cannot model)
     mtp_steps: Callable[[Mapping[str, Any]], int] = lambda flags: 0
+    #: every launch command of one server of a model on a GPU count, one per parallel
+    #: layout the flags state (``moeplan bench --search``, ``validate --plan``)
+    space: Callable[[str, int], list[str]] = lambda model, gpus: []
 
     def by_name(self) -> dict[str, Flag]:
         out: dict[str, Flag] = {}

@@ -24,6 +24,7 @@ from moeplan.backends.launch_reader import (
     EngineArgs,
     LaunchSettings,
     choice,
+    divisors,
     fraction,
     group,
     no_effect,
@@ -109,6 +110,28 @@ def _degrees(s: LaunchSettings) -> Degrees:
     return Degrees(attn_tp=tp, attn_dp=1, moe_tp=tp // ep, moe_ep=ep, pp=pp, replicas=dp)
 
 
+def _space(model: str, gpus: int) -> list[str]:
+    """``P`` pipeline stages (``--pp-size``) of ``W`` GPUs: ``--tp-size W`` with ``--ep-size
+    E`` (``E`` divides ``W``) and attention DP ``--dp-size D --enable-dp-attention`` (``D``
+    divides ``W``); without a pipeline also ``D`` plain copies of ``--tp-size T`` (``--dp-size
+    D``, ``T x D = gpus``)."""
+    head, out = f"python3 -m sglang.launch_server --model-path {model}", []
+    for pp in divisors(gpus):
+        w, stage = gpus // pp, f" --pp-size {pp}" if pp > 1 else ""
+        for ep in divisors(w):
+            for dp in divisors(w):
+                cmd = head + f" --tp-size {w}" + (f" --ep-size {ep}" if ep > 1 else "")
+                out.append(
+                    cmd + (f" --dp-size {dp} --enable-dp-attention" if dp > 1 else "") + stage
+                )
+    for dp in divisors(gpus)[1:]:  # plain copies: dp servers of tp GPUs each
+        tp = gpus // dp
+        for ep in divisors(tp):
+            out.append(head + f" --tp-size {tp}" + (f" --ep-size {ep}" if ep > 1 else "")
+                       + f" --dp-size {dp}")  # fmt: skip
+    return out
+
+
 SGLANG_ARGS = EngineArgs(
     engine="sglang",
     programs=(
@@ -118,6 +141,7 @@ SGLANG_ARGS = EngineArgs(
     ),
     positional_model=False,
     degrees=_degrees,
+    space=_space,
     instance_step_tokens=lambda v, dp: v,
     instance_max_running=lambda v, dp: v,
     mtp_flags=frozenset(SPEC),

@@ -19,6 +19,7 @@ from moeplan.backends.launch_reader import (
     EngineArgs,
     LaunchSettings,
     choice,
+    divisors,
     fraction,
     no_effect,
     positive_int,
@@ -46,11 +47,27 @@ def _refuse_yaml(flag: str, text: str) -> str:
     )
 
 
+def _space(model: str, gpus: int) -> list[str]:
+    """``P`` pipeline stages (``--pp_size``) of ``W`` GPUs: ``--tp_size W --ep_size E``
+    (``E`` divides ``W``); no attention DP (a launch flag of the options file, not read)."""
+    out = []
+    for pp in divisors(gpus):
+        w, stage = gpus // pp, f" --pp_size {pp}" if pp > 1 else ""
+        for ep in divisors(w):
+            out.append(
+                f"trtllm-serve {model} --tp_size {w}"
+                + (f" --ep_size {ep}" if ep > 1 else "")
+                + stage
+            )
+    return out
+
+
 TRTLLM_ARGS = EngineArgs(
     engine="trtllm",
     programs=(("trtllm-serve",), ("trtllm-serve", "serve")),
     positional_model=True,
     degrees=_degrees,
+    space=_space,
     instance_step_tokens=lambda v, dp: v,
     instance_max_running=lambda v, dp: v,
     flags=(

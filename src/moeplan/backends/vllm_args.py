@@ -24,6 +24,7 @@ from moeplan.backends.launch_reader import (
     EngineArgs,
     LaunchSettings,
     choice,
+    divisors,
     fraction,
     group,
     no_effect,
@@ -96,6 +97,21 @@ def _degrees(s: LaunchSettings) -> Degrees:
     return Degrees(attn_tp=tp, attn_dp=dp, moe_tp=group_size // ep, moe_ep=ep, pp=pp)
 
 
+def _space(model: str, gpus: int) -> list[str]:
+    """``P`` pipeline stages (``-pp``, ``P`` divides ``gpus``) of ``W`` GPUs: ``-tp T -dp D``
+    with ``T x D = W``, with and without ``--enable-expert-parallel`` (EP over every rank of
+    the stage's ``T x D``; only when more than one)."""
+    out = []
+    for pp in divisors(gpus):
+        w, stage = gpus // pp, f" -pp {pp}" if pp > 1 else ""
+        for tp in divisors(w):
+            dp = w // tp
+            base = f"vllm serve {model}" + (f" -tp {tp}" if tp > 1 else "")
+            base += (f" -dp {dp}" if dp > 1 else "") + stage
+            out += [base, base + " --enable-expert-parallel"] if w > 1 else [base]
+    return out
+
+
 VLLM_ARGS = EngineArgs(
     engine="vllm",
     programs=(("vllm", "serve"),),
@@ -105,6 +121,7 @@ VLLM_ARGS = EngineArgs(
     instance_max_running=lambda v, dp: v * dp,
     mtp_flags=frozenset({"--speculative-config"}),
     mtp_steps=_mtp_steps,
+    space=_space,
     flags=(
         setting(("--model",), "model", lambda f, t: t, "the checkpoint served"),
         setting(("-tp", "--tensor-parallel-size"), "tp", positive_int, "ParallelConfig"),

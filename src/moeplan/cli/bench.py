@@ -116,13 +116,19 @@ def validate(
     development and test halves."""
     from moeplan.commands.validate import rows_csv, validate_answer, validate_text
 
-    out = validate_answer(file, limit=limit, jobs=jobs, plan=plan)
+    out = validate_answer(file, limit=limit, jobs=jobs)
+    text = validate_text(out)
+    if plan:
+        from moeplan.commands.lab_plan import plan_answer, plan_text
+
+        out["plan"] = plan_answer(file, out, limit=limit, jobs=jobs)
+        text = "\n".join([text, *plan_text(out["plan"])])
     if rows_out:
         write_atomic(rows_out, rows_csv(out))
     if json_out:
         print_json(out)
     else:
-        typer.echo(validate_text(out))
+        typer.echo(text)
 
 
 def register(app: typer.Typer) -> None:

@@ -51,7 +51,7 @@ def parse_gpus(text: str | None, node_gpus: int) -> list[int]:
 def search_answer(values: dict[str, Any], s: Any, gpus: str | None, given: Any) -> dict[str, Any]:
     """``moeplan bench --search``'s JSON answer: every launch ranked (module docstring)."""
     from moeplan.commands.bench import bench_answer, prompts_of
-    from moeplan.commands.lab_plan import PROGRAMS, launch_space
+    from moeplan.commands.lab_plan import launch_space
     from moeplan.export.plan_export import DEFAULT_MODEL_PATHS
     from moeplan.specs import load_cluster
 
@@ -60,8 +60,11 @@ def search_answer(values: dict[str, Any], s: Any, gpus: str | None, given: Any) 
             values.get(name) is None,
             f"--{name.replace('_', '-')} ({values.get(name)}) is what --search varies: drop it",
         )
+    from moeplan.backends.launch_grammars import grammars
+
     engine = values["engine"]
-    require(engine in PROGRAMS, f"--engine ({engine!r}) must be one of {', '.join(PROGRAMS)}")
+    known = sorted(grammars())
+    require(engine in known, f"--engine ({engine!r}) must be one of {', '.join(known)}")
     require(bool(values.get("model")), "--model is required with --search")
     require(bool(values.get("cluster")), "--cluster is required with --search")
     cluster = load_cluster(values["cluster"], values.get("nodes"), values.get("racks"))

@@ -34,68 +34,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from moeplan.commands.validate import same_config
+from moeplan.commands.validate import (
+    SCORED,
+    bench_inputs,
+    comparison_groups,
+    measured_figures,
+    read_rows,
+    same_config,
+)
 from moeplan.errors import MoeplanError
-
-#: engine: the launch program ``launch_space`` writes (each engine's launch grammar reads it)
-PROGRAMS = {
-    "vllm": "vllm serve {model}",
-    "sglang": "python3 -m sglang.launch_server --model-path {model}",
-    "trtllm": "trtllm-serve {model}",
-}
-
-
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 def launch_space(engine: str, model: str, gpus: int) -> list[str]:
     """Every launch command of one ``engine`` server of ``model`` on ``gpus`` GPUs, one per
-    parallel layout its flags can state (module docstring). ``P`` pipeline stages (``P``
-    divides ``gpus``) of ``W = gpus / P`` GPUs each, and in a stage:
+    parallel layout its flags can state (the engine's launch grammar,
+    :attr:`moeplan.backends.launch_reader.EngineArgs.space`)."""
+    from moeplan.backends.launch_grammars import grammars
 
-    - vLLM: ``-tp T -dp D`` with ``T x D = W``, with and without ``--enable-expert-parallel``
-      (EP over all ``T x D`` ranks; only when more than one);
-    - SGLang: ``--tp-size W`` with ``--ep-size E`` (``E`` divides ``W``) and attention DP
-      ``--dp-size D --enable-dp-attention`` (``D`` divides ``W``); without a pipeline also
-      ``D`` plain copies of ``--tp-size T`` (``--dp-size D``, ``T x D = gpus``);
-    - TensorRT-LLM: ``--tp_size W --ep_size E`` (``E`` divides ``W``)."""
-    if engine not in PROGRAMS:
-        raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(PROGRAMS)}")
+    g = grammars()
+    if engine not in g:
+        raise MoeplanError(f"engine ({engine!r}) must be one of {', '.join(sorted(g))}")
     if gpus < 1:
         raise MoeplanError(f"gpus ({gpus}) must be >= 1")
-    head = PROGRAMS[engine].format(model=model)
-    out: list[str] = []
-    for pp in _divisors(gpus):
-        w = gpus // pp
-        if engine == "vllm":
-            stage = f" -pp {pp}" if pp > 1 else ""
-            for tp in _divisors(w):
-                dp = w // tp
-                base = head + (f" -tp {tp}" if tp > 1 else "") + (f" -dp {dp}" if dp > 1 else "")
-                out.append(base + stage)
-                if w > 1:
-                    out.append(base + stage + " --enable-expert-parallel")
-        elif engine == "sglang":
-            stage = f" --pp-size {pp}" if pp > 1 else ""
-            for ep in _divisors(w):
-                for dp in _divisors(w):
-                    cmd = head + f" --tp-size {w}" + (f" --ep-size {ep}" if ep > 1 else "")
-                    cmd += f" --dp-size {dp} --enable-dp-attention" if dp > 1 else ""
-                    out.append(cmd + stage)
-        else:
-            stage = f" --pp_size {pp}" if pp > 1 else ""
-            for ep in _divisors(w):
-                out.append(
-                    head + f" --tp_size {w}" + (f" --ep_size {ep}" if ep > 1 else "") + stage
-                )
-    if engine == "sglang":
-        for dp in _divisors(gpus)[1:]:  # plain copies: dp servers of tp GPUs each
-            tp = gpus // dp
-            for ep in _divisors(tp):
-                out.append(head + f" --tp-size {tp}" + (f" --ep-size {ep}" if ep > 1 else "")
-                           + f" --dp-size {dp}")  # fmt: skip
-    return out
+    return g[engine].space(model, gpus)
 
 
 def deployment_key(engine: str, version: str, model: str, layout: str, gpus: int) -> tuple:
@@ -123,7 +84,6 @@ def price_launch(best: dict[str, str], engine: str, version: str, model: str, cm
     """A generated launch on the prompts of the group's measured best run ``best``: its
     predicted total-token throughput, layout and GPUs, or the reason it cannot run."""
     from moeplan.commands.bench import bench_answer
-    from moeplan.commands.validate import bench_inputs
 
     try:
         values, s, p = bench_inputs({**best, "engine": engine, "engine_version": version,
@@ -238,3 +198,36 @@ def plan_text(plan: list[dict[str, Any]]) -> list[str]:
                     f"{b['measured']:,.0f}, predicted {b['predicted']:,.0f}")  # fmt: skip
             lines.append(f"{head}; pick {pick} ({p['case_id'] or 'not measured'}): {fig}; {best}")
     return lines
+
+
+def plan_answer(
+    path: str | None, out: dict[str, Any], *, limit: int | None = None, jobs: int | None = None
+) -> list[dict[str, Any]]:
+    """moeplan's pick for every comparison group's question of ``out`` (``validate``'s answer
+    for the same ``path`` and ``limit``), its launches priced by ``jobs`` workers."""
+    from moeplan.commands.workers import check_jobs, workers
+    from moeplan.search.job import fanout
+
+    rows = read_rows(path)[:limit]
+    by_id: dict[str, dict[str, Any]] = {}
+    for x in out["rows"]:
+        by_id[x["case_id"]] = {"ran": x["ran"]}
+        if x["ran"]:
+            by_id[x["case_id"]].update(layout=x["layout"], gpus=x["gpus"],
+                                       predicted={k: x[k]["predicted"] for k in SCORED})  # fmt: skip
+    groups = {(g["doc"], g["dataset"], g["isl"], g["osl"], g["num_prompts"]): g
+              for g in out["groups"]}  # fmt: skip
+    asked = []
+    for key, _members, ran in comparison_groups(rows, by_id):
+        best = next(r for r in ran if r["case_id"] == groups[key]["measured_best"])
+        asked.append((key, ran, best, candidates(ran, by_id)))
+    thunks = [lambda b=best, c=c: price_launch(b, *c) for _k, _r, best, cs in asked for c in cs]
+    with workers(check_jobs(jobs)):
+        priced = iter(fanout.fan_out(thunks))
+    picks = []
+    for key, ran, _best, cs in asked:
+        mine = [next(priced) for _ in cs]
+        picks.append(
+            verdict(groups[key], ran, by_id, lambda r: measured_figures(r)["total_tok_s"], mine)
+        )
+    return picks

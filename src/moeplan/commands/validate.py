@@ -211,7 +211,7 @@ def run_row(r: dict[str, str]) -> dict[str, Any]:
             "price_sources": out["moeplan"]["price_sources"]}  # fmt: skip
 
 
-def _measured(r: dict[str, str]) -> dict[str, float | None]:
+def measured_figures(r: dict[str, str]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for k, (col, _) in SCORED.items():
         try:
@@ -263,7 +263,7 @@ def score(
             for dim in DIMENSIONS:
                 keys: dict[str, list[float]] = {}
                 for r in sel:
-                    m = _measured(r)[metric]
+                    m = measured_figures(r)[metric]
                     if m is None:
                         continue
                     key = "all" if dim == "all" else r[dim]
@@ -272,7 +272,7 @@ def score(
             tables[half][metric] = t
     groups = []
     for key, members, ran in comparison_groups(rows, by_id):
-        meas = [_measured(r)["total_tok_s"] for r in ran]
+        meas = [measured_figures(r)["total_tok_s"] for r in ran]
         pred = [by_id[r["case_id"]]["predicted"]["total_tok_s"] for r in ran]
         best_m, best_p = int(np.argmax(meas)), int(np.argmax(pred))
         same = best_m == best_p or same_config(ran[best_m], ran[best_p])
@@ -311,7 +311,9 @@ def comparison_groups(
         seen.setdefault(key, []).append(r)
     out = []
     for key, members in seen.items():
-        ran = [r for r in members if by_id[r["case_id"]]["ran"] and _measured(r)["total_tok_s"]]
+        ran = [
+            r for r in members if by_id[r["case_id"]]["ran"] and measured_figures(r)["total_tok_s"]
+        ]
         if len(ran) >= 2:
             out.append((key, members, ran))
     return out
@@ -334,10 +336,10 @@ def repeated_runs(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
 
 
 def validate_answer(
-    path: str | None, *, limit: int | None = None, jobs: int | None = None, plan: bool = False
+    path: str | None, *, limit: int | None = None, jobs: int | None = None
 ) -> dict[str, Any]:
-    """``moeplan validate``'s JSON answer; ``plan``: with moeplan's pick for each comparison
-    group's question (:mod:`moeplan.commands.lab_plan`)."""
+    """``moeplan validate``'s JSON answer (``--plan`` adds :mod:`moeplan.commands.lab_plan`'s
+    to it)."""
     from moeplan.commands.workers import check_jobs, workers
     from moeplan.search.job import fanout
 
@@ -348,16 +350,15 @@ def validate_answer(
     thunks = [lambda r=r: run_row(r) for r in rows]
     with workers(n_jobs):
         results = fanout.fan_out(thunks)
-        by_id = {x["case_id"]: x for x in results}
-        picks = _plan(rows, by_id, split) if plan else None
+    by_id = {x["case_id"]: x for x in results}
     out_rows = []
     for r in rows:
         x = by_id[r["case_id"]]
-        m = _measured(r)
+        m = measured_figures(r)
         row = {"case_id": r["case_id"], "doc": r["doc"], "half": half_of(r["doc"], split),
                "gpu": r["gpu"], "engine": r["engine"], "model": r["model"], "ran": x["ran"]}  # fmt: skip
         if x["ran"]:
-            row["layout"], row["prompts"] = x["layout"], x["prompts"]
+            row["layout"], row["gpus"], row["prompts"] = x["layout"], x["gpus"], x["prompts"]
             row["price_sources"] = x["price_sources"]  # the predicted run's priced seconds
             for k in SCORED:
                 p = x["predicted"][k]
@@ -372,32 +373,8 @@ def validate_answer(
         "ran": sum(x["ran"] for x in results),
         **score(rows, results, split),
         "repeated": repeated_runs(rows),
-        **({"plan": picks} if picks is not None else {}),
         "rows": out_rows,
     }
-
-
-def _plan(
-    rows: list[dict[str, str]], by_id: dict[str, dict[str, Any]], split: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """moeplan's pick for every comparison group's question, its launches priced by the
-    active fan-out (:mod:`moeplan.commands.lab_plan`)."""
-    from moeplan.commands.lab_plan import candidates, price_launch, verdict
-    from moeplan.search.job import fanout
-
-    groups = {(g["doc"], g["dataset"], g["isl"], g["osl"], g["num_prompts"]): g
-              for g in score(rows, list(by_id.values()), split)["groups"]}  # fmt: skip
-    asked = []
-    for key, _members, ran in comparison_groups(rows, by_id):
-        best = next(r for r in ran if r["case_id"] == groups[key]["measured_best"])
-        asked.append((key, ran, best, candidates(ran, by_id)))
-    thunks = [lambda b=best, c=c: price_launch(b, *c) for _k, _r, best, cs in asked for c in cs]
-    priced = iter(fanout.fan_out(thunks))
-    out = []
-    for key, ran, _best, cs in asked:
-        mine = [next(priced) for _ in cs]
-        out.append(verdict(groups[key], ran, by_id, lambda r: _measured(r)["total_tok_s"], mine))
-    return out
 
 
 def validate_text(out: dict[str, Any]) -> str:
@@ -432,10 +409,6 @@ def validate_text(out: dict[str, Any]) -> str:
                      "scored as given, check the source):")  # fmt: skip
         lines += [f"  {x['case_id']} = {x['same_as']} ({x['figures']} figures)"
                   for x in out["repeated"]]  # fmt: skip
-    if "plan" in out:
-        from moeplan.commands.lab_plan import plan_text
-
-        lines += plan_text(out["plan"])
     missing = [r for r in out["rows"] if not r["ran"]]
     if missing:
         lines.append("")
