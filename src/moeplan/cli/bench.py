@@ -106,7 +106,7 @@ def validate(
         typer.Option(
             "--plan",
             help="Also answer each comparison group's question with moeplan's own pick (every "
-            "TP/DP/EP launch of the group's engines, checkpoints and GPU counts) and check it "
+            "TP/DP/EP/PP launch of the group's engines, checkpoints and GPU counts) and check it "
             "against the measured best (agrees, disagrees, tie, or unverified with both figures).",
         ),
     ] = False,

@@ -80,7 +80,9 @@ def candidates(
     ]
 
 
-def price_launch(best: dict[str, str], engine: str, version: str, model: str, cmd: str):  # type: ignore[no-untyped-def]
+def price_launch(
+    best: dict[str, str], engine: str, version: str, model: str, cmd: str
+) -> dict[str, Any]:
     """A generated launch on the prompts of the group's measured best run ``best``: its
     predicted total-token throughput, layout and GPUs, or the reason it cannot run."""
     from moeplan.commands.bench import bench_answer
@@ -106,12 +108,11 @@ def verdict(
 ) -> dict[str, Any]:
     """The question's answer (module docstring): the pick, its figures and the verdict.
     ``members``: the group's runs that ran; ``priced``: its generated launches, priced."""
-    runs = {}
-    for r in members:
-        x = by_id[r["case_id"]]
-        key = deployment_key(r["engine"], r["engine_version"], r["model"], x["layout"],
-                             int(x["gpus"]))  # fmt: skip
-        runs.setdefault(key, []).append(r)
+    measured_keys = {
+        deployment_key(r["engine"], r["engine_version"], r["model"], by_id[r["case_id"]]["layout"],
+                       int(by_id[r["case_id"]]["gpus"]))
+        for r in members
+    }  # fmt: skip
     cands: list[dict[str, Any]] = [
         {"case_id": r["case_id"], "launch": r["serve_flags"], "layout": by_id[r["case_id"]]["layout"],
          "gpus": by_id[r["case_id"]]["gpus"], "engine": r["engine"], "model": r["model"],
@@ -126,7 +127,7 @@ def verdict(
             continue
         key = deployment_key(x["engine"], x["engine_version"], x["model"], x["layout"],
                              int(x["gpus"]))  # fmt: skip
-        if key in runs or key in seen:  # measured (its run is priced) or already a candidate
+        if key in measured_keys or key in seen:  # measured (its run is priced) or already asked
             continue
         seen.add(key)
         cands.append({"case_id": None, "launch": x["launch"], "layout": x["layout"],
