@@ -341,3 +341,61 @@ def test_grid_priced_decode_steps_match_exact_prices(capsys, monkeypatch):
     exact = json.loads(out)
     for k in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "p99_e2el_ms"):
         assert got[k] == pytest.approx(exact[k], rel=1e-3), k
+
+
+def _chunks(isl, osl, cfg=CFG, step_s=D):
+    p = Prompts(np.asarray(isl, np.int64), np.asarray(osl, np.int64), "test")
+    res = simulate(requests_of(p, np.zeros(len(p.isl)), None), cfg, lambda _batch: step_s)
+    return merge([(np.arange(len(p.isl)), res)], len(p.isl))
+
+
+def test_peak_output_tokens_per_s_closed_form():
+    """Closed form: 8 identical requests served together, one chunk each at the end of
+    every 13 ms iteration (the prefill's first token, then a decode step's): second 0 holds
+    iterations 1..76 (76 x 13 ms < 1 s <= 77 x 13 ms), second 1 iterations 77..150."""
+    n, osl, step = 8, 150, 0.013
+    run = _chunks([100] * n, [osl] * n, step_s=step)
+    assert len(run.chunk_s) == n * osl
+    m = vllm_metrics(run)
+    assert m["max_output_tokens_per_s"] == n * 76
+    # two buckets only: what is not in the first is in the second
+    assert m["duration"] == pytest.approx(osl * step) and osl - 76 < 76
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CFG,
+        EngineConfig(policy="mixed", chunk_tokens=512, max_running=64, kv_tokens=10**6),
+        # a small pool: the newest requests are preempted and their prompts recomputed
+        EngineConfig(policy="mixed", chunk_tokens=512, max_running=64, kv_tokens=2_000),
+        EngineConfig(policy="prefill-first", chunk_tokens=256, max_running=64, kv_tokens=2_000),
+    ],
+)
+def test_every_output_token_reaches_the_client_once(cfg):
+    """Conservation oracle: one token per chunk (no MTP), so the chunks the client receives
+    are the output tokens, with or without preemption."""
+    rng = np.random.default_rng(3)
+    isl, osl = rng.integers(20, 300, 60), rng.integers(1, 80, 60)
+    run = _chunks(isl, osl, cfg)
+    assert len(run.chunk_s) == int(osl.sum())
+    # no chunk before its request's send or after the run's last finish
+    assert run.chunk_s.min() >= 0 and run.chunk_s.max() <= run.finish_s.max() + 1e-12
+    if cfg.kv_tokens == 2_000:
+        assert run.preemptions > 0  # the case it covers
+
+
+def test_bench_pd_and_replicas_deliver_every_output_token(capsys, monkeypatch):
+    """Conservation through the P/D pools (first token with the KV, second at the decode
+    instance's entry) and through copies of an instance (chunks merged)."""
+    import moeplan.commands.bench as bench
+
+    runs = []
+    real = bench.vllm_metrics
+    monkeypatch.setattr(bench, "vllm_metrics", lambda run: runs.append(run) or real(run))
+    for extra in (("--pd", "1*attn-tp1:1*attn-tp1"), ("--replicas", "2")):
+        code, out, err = run_main(capsys, *BENCH, *extra, "--json")
+        assert code == 0, err
+        ans = json.loads(out)
+        assert len(runs[-1].chunk_s) == ans["total_output_tokens"], extra
+        assert ans["max_output_tokens_per_s"] > 0

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import importlib.util
 import io
 import json
+from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -37,13 +40,14 @@ def test_the_split_is_fixed_by_the_report_names_and_disjoint():
     assert split["rows"]["dev"] + split["rows"]["test"] == len(read_rows(None))
 
 
-def _three_rows(tmp_path) -> str:
+def _three_rows(tmp_path, peaks: bool = False) -> str:
+    """Three shipped rows as a CSV of the lab's columns (``peaks``: and the peak column)."""
     rows = {r["case_id"]: r for r in read_rows(None)}
     pick = ["gpt-oss-20b/h100#06", "gpt-oss-20b/h100#10", "gpt-oss-20b/h100#03"]  # #03: TRT-LLM
     with shipped_csv().open() as f:
-        fields = csv.DictReader(f).fieldnames
+        fields = list(csv.DictReader(f).fieldnames or ())
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields)
+    w = csv.DictWriter(buf, fieldnames=fields + ["peak_out_tok_s"] * peaks, extrasaction="ignore")
     w.writeheader()
     for c in pick:
         w.writerow(rows[c])
@@ -161,10 +165,71 @@ def test_a_repeat_of_the_measured_best_launch_is_the_same_best():
     hi, lo = sorted(rows, key=lambda r: -float(r["total_tok_s"]))
 
     def pred(t):
-        return {"total_tok_s": t, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0}
+        return {"total_tok_s": t, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0, "peak_out_tok_s": 1.0}
 
     res = [{"case_id": lo["case_id"], "ran": True, "predicted": pred(2.0)},
            {"case_id": hi["case_id"], "ran": True, "predicted": pred(1.0)}]  # fmt: skip
     (g,) = score(rows, res, read_split())["groups"]
     assert g["measured_best"] == hi["case_id"] and g["predicted_best"] == lo["case_id"]
     assert g["same_best"] is True
+
+
+def test_shipped_rows_carry_their_reports_peaks():
+    """The peaks file names shipped runs only, each with one positive peak, and the shipped
+    rows carry exactly those (a row its report prints no peak for has none)."""
+    peaks = resources.files("moeplan").joinpath("data", "benchmarks", "lab_peaks.csv")
+    with peaks.open() as f:
+        got = {r["case_id"]: float(r["peak_out_tok_s"]) for r in csv.DictReader(f)}
+    rows = read_rows(None)
+    assert set(got) <= {r["case_id"] for r in rows} and all(v > 0 for v in got.values())
+    for r in rows:
+        assert (float(r["peak_out_tok_s"]) if r["peak_out_tok_s"] else None) == got.get(
+            r["case_id"]
+        )
+    # the GPT-OSS-120B H100 report prints no peak (its vLLM 0.10.2 blocks predate it)
+    assert not any(k.startswith("gpt-oss-120b/h100") for k in got)
+    assert got["glm-4.5-air/h100#04"] == 17690  # the report's TP4+EP4 block
+
+
+def test_a_csv_peak_column_is_scored_and_optional(capsys, tmp_path):
+    """A CSV without the peak column is read (the lab's own has none); with it, the peak is
+    scored as predicted / measured."""
+    code, out, err = run_main(capsys, "validate", _three_rows(tmp_path, peaks=True), "--jobs",
+                              "1", "--json")  # fmt: skip
+    assert code == 0, err
+    ans = json.loads(out)
+    by_id = {r["case_id"]: r for r in ans["rows"]}
+    assert by_id["gpt-oss-20b/h100#06"]["peak_out_tok_s"]["measured"] is None  # none printed
+    peak = by_id["gpt-oss-20b/h100#10"]["peak_out_tok_s"]
+    assert peak["measured"] > 0 and peak["ratio"] == pytest.approx(
+        peak["predicted"] / peak["measured"]
+    )
+
+
+def _lab_peaks():
+    spec = importlib.util.spec_from_file_location(
+        "lab_peaks", Path(__file__).resolve().parent.parent / "bench" / "lab_peaks.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_row_takes_the_peak_of_the_block_printing_its_figures():
+    """The report parser: the block with the row's duration and total throughput gives the
+    peak; no such block, or two with different peaks, give none."""
+    lp = _lab_peaks()
+
+    def block(dur, tot, peak):
+        return (f"============ Serving Benchmark Result ============\n"
+                f"Benchmark duration (s):                  {dur}\n"
+                f"Peak output token throughput (tok/s):    {peak}\n"
+                f"Total Token throughput (tok/s):          {tot}\n")  # fmt: skip
+
+    found = lp.blocks(block(33.39, 12411.25, 17690.00) + block(66.93, 6189.64, 6512.00))
+    row = {"duration_s": "66.93", "total_tok_s": "6189.64"}
+    assert lp.peak_of(row, found) == 6512.0
+    assert lp.peak_of({"duration_s": "10", "total_tok_s": "6189.64"}, found) is None
+    twice = lp.blocks(block(66.93, 6189.64, 6512) + block(66.93, 6189.64, 7000))
+    assert lp.peak_of(row, twice) is None
+    assert lp.peak_of({"duration_s": "", "total_tok_s": "1"}, found) is None

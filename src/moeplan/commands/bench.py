@@ -25,7 +25,12 @@ excluded); ITL every gap between two consecutive chunks of a request (one token 
 or an MTP step's tokens); E2EL send to last token; means, medians, standard deviations and
 percentiles (numpy's linear interpolation) over requests (ITL: over gaps); throughputs over
 the duration; ``max_concurrent_requests`` the peak of requests in flight (half-open
-intervals ``[send, finish)``). The JSON keys are ``vllm bench serve --save-result``'s
+intervals ``[send, finish)``); ``max_output_tokens_per_s`` ("Peak output token throughput")
+the most chunks received in one second of the run, seconds counted from the first send
+(``int(t - first send)``; every chunk of a request: its first token, one per decode step,
+one at the end of a preempted request's recomputed prompt: :func:`chunk_times`) — one token
+per chunk, so tokens, but for MTP, whose chunks carry a step's tokens (vLLM counts the
+chunks its timestamps mark). The JSON keys are ``vllm bench serve --save-result``'s
 (:data:`VLLM_KEYS`), and moeplan's own under ``moeplan``.
 """
 
@@ -63,7 +68,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 VLLM_KEYS = (
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
     "request_throughput", "output_throughput", "total_token_throughput",
-    "max_concurrent_requests",
+    "max_output_tokens_per_s", "max_concurrent_requests",
     *(f"{s}_{m}_ms" for m in METRICS for s in ("mean", "median", "std", "p99")),
 )  # fmt: skip
 
@@ -163,6 +168,26 @@ class Run:
     itl_s: np.ndarray
     itl_weight: np.ndarray
     preemptions: int
+    chunk_s: np.ndarray  # when each chunk reached the client (:func:`chunk_times`)
+
+
+def chunk_times(res: SimResult) -> np.ndarray:
+    """When each chunk of ``res``'s requests reached the client: every first token, every
+    token a prompt's completion delivered after it (``resumed_s``), and at each iteration's
+    end one per decoding request (``iter_decode``); unordered."""
+    first = res.first_token_s[np.isfinite(res.first_token_s)]
+    return np.concatenate([first, res.resumed_s, np.repeat(res.iter_end_s, res.iter_decode)])
+
+
+def peak_chunks_per_s(sent: np.ndarray, finish: np.ndarray, chunks: np.ndarray) -> float:
+    """vLLM's "Peak output token throughput": the most chunks in one second-wide bucket,
+    bucket ``int(t - first send)`` of ``ceil(last finish - first send) + 1`` buckets
+    (``calculate_metrics``, vllm/benchmarks/serve.py at ``009e6d4a``)."""
+    t0 = float(np.min(sent))
+    n = int(np.ceil(float(np.max(finish)) - t0)) + 1
+    b = np.floor(chunks - t0).astype(np.int64)  # int() of a non-negative offset
+    b = b[(b >= 0) & (b < n)]
+    return float(np.bincount(b, minlength=n).max()) if b.size else 0.0
 
 
 def merge(parts: list[tuple[np.ndarray, SimResult]], n: int) -> Run:
@@ -179,6 +204,7 @@ def merge(parts: list[tuple[np.ndarray, SimResult]], n: int) -> Run:
         itl_s=np.concatenate([r.itl_s for _, r in parts]),
         itl_weight=np.concatenate([r.itl_weight for _, r in parts]),
         preemptions=sum(r.preemptions for _, r in parts),
+        chunk_s=np.concatenate([chunk_times(r) for _, r in parts]),
     )  # fmt: skip
 
 
@@ -224,6 +250,7 @@ def vllm_metrics(run: Run) -> dict[str, Any]:
         "request_throughput": len(run.isl) / dur,
         "output_throughput": tout / dur,
         "total_token_throughput": (tin + tout) / dur,
+        "max_output_tokens_per_s": peak_chunks_per_s(run.sent_s, run.finish_s, run.chunk_s),
         "max_concurrent_requests": peak_concurrency(run.sent_s, run.finish_s),
     }
     out.update(_stats(ttft, "ttft"))
@@ -422,6 +449,7 @@ def text_block(out: dict[str, Any]) -> str:
         line("Total generated tokens:", out["total_output_tokens"]),
         num("Request throughput (req/s):", out["request_throughput"]),
         num("Output token throughput (tok/s):", out["output_throughput"]),
+        num("Peak output token throughput (tok/s):", out["max_output_tokens_per_s"]),
         line("Peak concurrent requests:", out["max_concurrent_requests"]),
         num("Total token throughput (tok/s):", out["total_token_throughput"]),
     ]

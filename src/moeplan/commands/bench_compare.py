@@ -34,8 +34,8 @@ from moeplan.errors import MoeplanError, require
 
 #: the metrics compared, in the order printed
 COMPARED = (
-    "duration", "request_throughput", "output_throughput", "total_token_throughput",
-    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+    "duration", "request_throughput", "output_throughput", "max_output_tokens_per_s",
+    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
     "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms",
     "median_e2el_ms", "p99_e2el_ms",
 )  # fmt: skip

@@ -89,3 +89,9 @@ class SimResult:
     prefill_tokens: int  # first-time prompt tokens prefilled (cache hits excluded)
     recomputed_tokens: int  # re-prefilled after preemption
     output_tokens: int
+    #: when a prompt's completion delivered a token other than its request's first one: a
+    #: preempted request's recomputed prompt (its next token), a P/D decode instance's entry
+    #: (the request's second token); with ``first_token_s`` and one token (one chunk) per
+    #: decoding request at each iteration's end (``iter_decode``), every chunk the client
+    #: receives (:func:`moeplan.commands.bench.chunk_times`)
+    resumed_s: np.ndarray

@@ -151,9 +151,10 @@ class IterationEnd(EngineState):
             out += 1
             if first[r] != first[r]:  # NaN: the first token
                 first[r] = t
-            else:
+            else:  # a recomputed prompt: its next token
                 self.itl.append(t - last_tok[r])
                 self.itl_w.append(1)
+                self.resumed.append(t)
             last_tok[r] = t
             o = osl[r]
             if p == o:

@@ -106,6 +106,7 @@ class EngineState:
         self.stop = stop
         self.itl: list[float] = []
         self.itl_w: list[int] = []
+        self.resumed: list[float] = []  # SimResult.resumed_s
         # the scheduler's knobs, read once per iteration
         self.mixed = cfg.policy == "mixed"
         self.budget = cfg.chunk_tokens or (1 << 62)
@@ -170,4 +171,5 @@ class EngineState:
             prefill_tokens=self.prefill_tokens,
             recomputed_tokens=self.recomputed,
             output_tokens=round(self.out_tokens),
+            resumed_s=f(self.resumed, dtype=float),
         )

@@ -326,4 +326,7 @@ def _combine(
         prefill_tokens=sum(r.prefill_tokens for r in pre),
         recomputed_tokens=sum(r.recomputed_tokens for r in pre + dec),
         output_tokens=int(reqs.osl.sum()),
+        # a decode instance's entry delivers the request's second token (the first came
+        # with its KV: ``kv_at``), and its own recomputed prompts their next ones
+        resumed_s=cat([col("first_token_s"), col("resumed_s")]) if dec else np.zeros(0),
     )
