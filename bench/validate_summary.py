@@ -8,13 +8,14 @@ dataset (ShareGPT bursts or random prompts) and the rank agreement's counts.
   model: ``n``, the median and 90th percentile of ``|predicted / measured - 1|``, the bias
   ``median(predicted / measured) - 1``). The answer's rows carry no dataset: it is read from
   the CSV that ran (the shipped one unless ``--csv`` names another) by ``case_id``;
+- ``gpu_datasets``: the same per metric and (GPU, dataset), keyed ``"H100 sharegpt"``;
 - ``ranks``: the comparison groups, those whose measured best is the predicted best, those
   whose predicted best is tied, and the median Spearman rho over the groups that have one
   (what ``moeplan validate`` prints as its rank agreement line).
 
     python bench/validate_summary.py ANSWER.json [--csv FILE]
 
-prints one JSON document: ``{half: {"runs", "datasets", "ranks"}}``.
+prints one JSON document: ``{half: {"runs", "datasets", "gpu_datasets", "ranks"}}``.
 """
 
 from __future__ import annotations
@@ -29,22 +30,30 @@ from moeplan.commands.validate import SCORED, _summary, read_rows
 
 def summary(answer: dict, csv_path: str | None = None) -> dict:
     """The per-half figures of ``answer`` (``moeplan validate --json``)."""
-    dataset = {r["case_id"]: r["dataset"] for r in read_rows(csv_path)}
+    rows = read_rows(csv_path)
+    dataset = {r["case_id"]: r["dataset"] for r in rows}
+    gpu = {r["case_id"]: r["gpu"] for r in rows}
     out: dict = {}
     for half in ("dev", "test"):
         datasets: dict = {}
+        gpu_datasets: dict = {}
         for metric in SCORED:
             ratios: dict[str, list[float]] = {}
+            by_gpu: dict[str, list[float]] = {}
             for r in answer["rows"]:
                 ratio = r.get(metric, {}).get("ratio") if r["ran"] else None
                 if r["half"] == half and ratio is not None:
                     ratios.setdefault(dataset[r["case_id"]], []).append(ratio)
+                    key = f"{gpu[r['case_id']]} {dataset[r['case_id']]}"
+                    by_gpu.setdefault(key, []).append(ratio)
             datasets[metric] = {k: _summary(v) for k, v in sorted(ratios.items())}
+            gpu_datasets[metric] = {k: _summary(v) for k, v in sorted(by_gpu.items())}
         groups = [g for g in answer["groups"] if g["half"] == half]
         rhos = [g["spearman"] for g in groups if g["spearman"] is not None]
         out[half] = {
             "runs": sum(r["half"] == half for r in answer["rows"]),
             "datasets": datasets,
+            "gpu_datasets": gpu_datasets,
             "ranks": {
                 "groups": len(groups),
                 "same_best": sum(g["same_best"] is True for g in groups),
