@@ -88,8 +88,8 @@ def _edited(text: str, avoid: set[str], held=lambda e: False) -> str:
     digits = text.removesuffix(suffix).replace(",", "")
     decimals = len(digits.split(".")[1]) if "." in digits and "e" not in digits else 0
     v = float(digits)
-    edits = [v * f for f in (1.37, 1.53, 1.71, 2.3, 3.7, 5.3, 9.1)]
-    edits += [v + k * 10.0**-decimals for k in (7, 13, 97, 997)]
+    edits = [v * f for f in (1.37, 1.53, 1.71, 2.3, 3.7, 5.3, 9.1, 13.7, 29.3)]
+    edits += [v + k * 10.0**-decimals for k in (7, 13, 97, 997, 9973)]
     return next(
         e for e in (f"{x:.{decimals}f}{suffix}" for x in edits) if e not in avoid and not held(e)
     )

@@ -165,7 +165,13 @@ def test_a_repeat_of_the_measured_best_launch_is_the_same_best():
     hi, lo = sorted(rows, key=lambda r: -float(r["total_tok_s"]))
 
     def pred(t):
-        return {"total_tok_s": t, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0, "peak_out_tok_s": 1.0}
+        return {
+            "total_tok_s": t,
+            "mean_ttft_ms": 1.0,
+            "mean_tpot_ms": 1.0,
+            "mean_itl_ms": 1.0,
+            "peak_out_tok_s": 1.0,
+        }
 
     res = [{"case_id": lo["case_id"], "ran": True, "predicted": pred(2.0)},
            {"case_id": hi["case_id"], "ran": True, "predicted": pred(1.0)}]  # fmt: skip

@@ -22,7 +22,9 @@ one-line reason, never dropped.
 Scores, for each half of the frozen split (``split.json`` beside the shipped CSV: reports by
 the SHA-256 of their name, fixed before any error was looked at) and for every row:
 
-- per metric (total-token throughput, mean TTFT, mean TPOT, and where a row gives it the
+- per metric (total-token throughput, mean TTFT, mean TPOT, and where a row gives them the
+  mean ITL — the mean gap between two tokens of a request, the engine's step time weighted
+  by the requests in each step, which the request-weighted TPOT is not — and the
   peak output token throughput: ``peak_out_tok_s``, vLLM's "Peak output token throughput",
   the most output tokens of one second, which a burst's tail and TTFT wave do not set; the
   shipped rows' come from their reports' result blocks, ``bench/lab_peaks.py``) and per group (all, GPU, engine,
@@ -69,11 +71,13 @@ SCORED = {
     "total_tok_s": ("total_tok_s", "total_token_throughput"),
     "mean_ttft_ms": ("mean_ttft_ms", "mean_ttft_ms"),
     "mean_tpot_ms": ("mean_tpot_ms", "mean_tpot_ms"),
+    "mean_itl_ms": ("mean_itl_ms", "mean_itl_ms"),
     "peak_out_tok_s": ("peak_out_tok_s", "max_output_tokens_per_s"),
 }
-#: scored where a row gives it, not required of a CSV: the lab's CSV has no peak column;
-#: the shipped rows take theirs from ``lab_peaks.csv`` (:func:`read_rows`)
-OPTIONAL = frozenset({"peak_out_tok_s"})
+#: scored where a row gives it, not required of a CSV: the lab's CSV has no peak column
+#: (the shipped rows take theirs from ``lab_peaks.csv``: :func:`read_rows`), and a run taken
+#: from a report's summary table no ITL
+OPTIONAL = frozenset({"mean_itl_ms", "peak_out_tok_s"})
 DIMENSIONS = ("all", "gpu", "engine", "model")
 #: the measured columns compared by :func:`repeated_runs` (what ``vllm bench serve`` prints)
 MEASURED_COLUMNS = (
