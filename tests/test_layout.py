@@ -100,3 +100,50 @@ def test_runtime_mesh_is_built_from_the_layout():
     groups = mesh.group_lists()
     for axis, size in [("attn_tp", 2), ("attn_dp", 4), ("moe_tp", 4), ("moe_ep", 2)]:
         assert len(groups[axis]) == 16 // size and {len(g) for g in groups[axis]} == {size}
+
+
+def test_a_tp_shard_must_hold_whole_fp8_scale_blocks():
+    """Oracle: the engines' own load errors (vLLM / SGLang ``validate_fp8_block_shape``,
+    ``Fp8MoEMethod.create_weights``): Qwen3-235B-A22B-FP8 (experts of 1536, 128 x 128 blocks)
+    is refused at MoE TP8 (192 per shard) and runs at TP4 (384) and TP8 with EP (whole
+    experts); DeepSeek-V3 (2048) runs at MoE TP16 (128) and not at TP32 (64), and its shared
+    experts (2048) split by attention TP the same way."""
+    from moeplan.specs import load_cluster, load_model
+
+    qwen, one = load_model("qwen3-235b-a22b-2507-fp8"), load_cluster("h100-sxm-8")
+    with pytest.raises(MoeplanError, match=r"moe_intermediate_size \(1536\) / moe_tp \(8\) = 192"):
+        Layout(attn_tp=8, moe_tp=8).validate(qwen, one)
+    Layout(attn_tp=4, moe_tp=4).validate(qwen, one)
+    Layout(attn_tp=8, moe_ep=8).validate(qwen, one)
+    ds, four = load_model("deepseek-v3"), load_cluster("h100-sxm-8", nodes=4)
+    Layout(attn_tp=16, moe_tp=16).validate(ds, four)
+    with pytest.raises(MoeplanError, match=r"moe_intermediate_size \(2048\) / moe_tp \(32\) = 64"):
+        Layout(attn_tp=1, attn_dp=32, moe_tp=32).validate(ds, four)
+    with pytest.raises(MoeplanError, match=r"shared_intermediate_size \(2048\) / attn_tp \(32\)"):
+        Layout(attn_tp=32, moe_ep=32).validate(ds, four)
+
+
+def test_block_rule_matches_brute_force_over_every_preset_and_split():
+    """Every shipped preset, every MoE TP degree up to 64: a layout is refused for its experts
+    exactly when the shard is not a multiple of both block sides (brute force over the
+    degrees), and never for a checkpoint without blocks."""
+    from moeplan.planners.layout import block_problems
+    from moeplan.specs import load_model, model_names
+
+    seen = 0
+    for name in model_names():
+        try:
+            m = load_model(name)
+        except MoeplanError:
+            continue
+        block = m.quant.experts.format.block
+        for t in (2, 4, 8, 16, 32, 64):
+            if m.moe_intermediate_size % t:
+                continue
+            lay = Layout(attn_dp=t, moe_tp=t)
+            refused = any("moe_intermediate_size" in p for p in block_problems(m, lay))
+            shard = m.moe_intermediate_size // t
+            want = bool(block) and any(shard % b for b in block)
+            assert refused == want, (name, t)
+            seen += want
+    assert seen >= 3  # the rule fires on some of them

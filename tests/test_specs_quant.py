@@ -390,3 +390,23 @@ def test_strategy_memory_of_pure_ep_matches_the_quantized_total(case):
     final_norm = 2 * model.hidden_size  # the one weight MixServe's memory leaves out
     want = model.weight_bytes_total() - routed * 7 / 8 - final_norm
     assert weights == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "q",
+    [
+        {"quant_method": "fp8", "weight_block_size": [128, 64]},
+        _ct(
+            {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 64]},
+            {"num_bits": 8, "type": "float"},
+            format="float-quantized",
+        ),  # fmt: skip
+    ],
+)
+def test_a_scale_block_keeps_its_two_sides(q):
+    """``weight_block_size`` / ``block_structure`` ``[rows, cols]``: the output side
+    (``block_n``) and the input side (``block_k``) both kept, their product the group the
+    bytes count; a per-channel FP8 checkpoint has no block."""
+    f = _with("qwen3-30b-a3b", q).quant.experts.format
+    assert f.block == (128, 64) and f.group_size == 128 * 64
+    assert _with("qwen3-30b-a3b", {"quant_method": "fp8"}).quant.experts.format.block == ()

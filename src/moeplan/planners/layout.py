@@ -17,6 +17,18 @@ One text form, :attr:`Layout.label` (also ``str(layout)``), is printed by the CL
 ``--json`` outputs and the exports, e.g. ``attn TP4xDP2 / MoE TP8xEP1``,
 ``attn TP8xDP2 / MoE TP8xEP2 fused``, ``attn TP1xDP8 / MoE TP1xEP8+R32 / PP2x4mb x2 replicas``;
 ``serve-sim --pd`` reads the same text back (:mod:`moeplan.serve.deployment`).
+
+Block-scaled weights (a checkpoint's ``weight_block_size``, e.g. 128 x 128 FP8 blocks) keep
+one scale per block, so a TP shard must hold whole blocks: a module split ``t`` ways needs its
+sharded dimension over ``t`` to be a multiple of the block (:func:`block_problems`). vLLM and
+SGLang refuse anything else at load — ``validate_fp8_block_shape`` (``quantization/utils/
+fp8_utils.py`` of both) and ``Fp8MoEMethod.create_weights`` (``quantization/fp8.py``):
+"... is not divisible by weight quantization block_n / block_k" — e.g. Qwen3-235B-A22B-FP8's
+experts (``moe_intermediate_size`` 1536) at MoE TP8 (192 per shard). Checked for the routed
+experts (split ``moe_tp`` ways), the shared experts (``attn_tp``) and the dense MLPs
+(``dense_tp``), whose intermediate dimension the split cuts (the gate/up projections' output,
+``block_n``, and the down projection's input, ``block_k``); attention projections, whose
+shards are whole heads, are not checked.
 """
 
 from __future__ import annotations
@@ -229,6 +241,8 @@ class Layout:
         )
         for ok, msg in rules:
             require(ok, msg)
+        for msg in block_problems(model, self):
+            raise MoeplanError(msg)
         return self
 
     def memory_shape(self, model: ModelSpec) -> mem.InstanceShape:
@@ -317,3 +331,34 @@ def layout_int_obj(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str,
     if not isinstance(value, Mapping):
         raise MoeplanError(f"{where}.{key} ({type(value).__name__}) must be a JSON object")
     return value
+
+
+def block_problems(model: ModelSpec, layout: Layout) -> list[str]:
+    """The TP splits of ``layout`` that cut a block-scaled module of ``model`` inside a scale
+    block (module docstring), one line each naming the rule."""
+    q = model.quant
+    modules = (
+        ("experts", "moe_intermediate_size", model.moe_intermediate_size, layout.moe_tp, "moe_tp"),
+        ("shared", "shared_intermediate_size", model.shared_intermediate_size, layout.attn_tp,
+         "attn_tp"),
+        ("dense", "dense_intermediate_size", model.dense_intermediate_size, layout.dense_tp,
+         "dense_tp"),
+    )  # fmt: skip
+    out = []
+    for module, field_name, size, t, degree in modules:
+        block = getattr(q, module).format.block
+        if not block or t <= 1 or size <= 0 or size % t:
+            continue
+        if module == "shared" and not model.num_shared_experts:
+            continue
+        if module == "dense" and not model.num_dense_layers:
+            continue
+        shard = size // t
+        if shard % block[0] or shard % block[1]:
+            out.append(
+                f"model.{field_name} ({size}) / {degree} ({t}) = {shard} must be a multiple of "
+                f"the checkpoint's weight block ({block[0]} x {block[1]}): each TP shard holds "
+                "whole scale blocks (vLLM and SGLang refuse it at load: validate_fp8_block_shape,"
+                " 'not divisible by weight quantization block_n')"
+            )
+    return out

@@ -60,6 +60,9 @@ class WeightFormat:
     zero_bytes: float = 0.0
     compute: str = "bf16"
     kernel_dtype: str = "bfloat16"  # the measured kernel tables' ``moe_dtype`` / ``gemm_type``
+    #: a 2-D scale block ``(block_n, block_k)``: output rows by input columns per scale
+    #: (``weight_block_size``, compressed-tensors ``block_structure``); () otherwise
+    block: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         p = f"weight format ({self.name})"
@@ -69,6 +72,10 @@ class WeightFormat:
             v = getattr(self, f)
             require(0 <= v <= 8, f"{p}.{f} ({show(v)}) must be in [0, 8]")
         require(self.compute in COMPUTE, f"{p}.compute ({self.compute!r}) must be in {COMPUTE}")
+        require(
+            len(self.block) in (0, 2) and all(b >= 1 for b in self.block),
+            f"{p}.block ({self.block}) must be () or (block_n, block_k)",
+        )
 
     @property
     def bytes_per_weight(self) -> float:
@@ -89,6 +96,7 @@ class WeightFormat:
             "zero_bytes": self.zero_bytes,
             "compute": self.compute,
             "kernel_dtype": self.kernel_dtype,
+            **({"block": list(self.block)} if self.block else {}),
         }
 
 

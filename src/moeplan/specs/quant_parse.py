@@ -123,15 +123,16 @@ def _group(q: dict[str, Any], name: str, key: str) -> int:
     return max(g, 0)
 
 
-def _block(v: Any, name: str, key: str) -> int:
-    """Weights per scale of a ``[rows, cols]`` block (``"128x128"`` accepted)."""
+def _block(v: Any, name: str, key: str) -> tuple[int, int]:
+    """A ``[rows, cols]`` scale block (``"128x128"`` accepted): rows of the output dimension
+    (``block_n``), columns of the input one (``block_k``)."""
     if isinstance(v, str) and re.fullmatch(r"\d{1,4}x\d{1,4}", v):
         v = [int(x) for x in v.split("x")]
     require(
         isinstance(v, list) and len(v) == 2, f"{_field(name, key)} ({show(v)}) must be [rows, cols]"
     )
     rows, cols = (check_int(_field(name, key), b, 1, 2**12) for b in v)
-    return rows * cols
+    return rows, cols
 
 
 def _one(method: str, fmt: WeightFormat, ignore: tuple, **kw: Any) -> QuantRules:
@@ -139,13 +140,15 @@ def _one(method: str, fmt: WeightFormat, ignore: tuple, **kw: Any) -> QuantRules
 
 
 def _fp8(q: dict[str, Any], name: str) -> QuantRules:
-    block = q.get("weight_block_size")
-    group = 0 if block is None else _block(block, name, "weight_block_size")
+    v = q.get("weight_block_size")
+    block = () if v is None else _block(v, name, "weight_block_size")
+    group = block[0] * block[1] if block else 0
     kind = "fp8_block" if group else "fp8"
     fmt = WeightFormat(
         name=kind,
         bits=8,
         group_size=group,
+        block=block,
         scale_bytes=FP32_SCALE if group else 0,
         compute="fp8",
         kernel_dtype=kind,
@@ -251,11 +254,12 @@ def _ct_weights(g: dict[str, Any], name: str, at: str, packed: bool) -> WeightFo
     bits = check_int(_field(name, wat + "num_bits"), w.get("num_bits"), 1, 16)
     kind = _choice(w, name, "type", ("int", "float"), "int", wat)
     strategy = _choice(w, name, "strategy", _CT_STRATEGIES, "tensor", wat)
-    group = 0
+    group, block = 0, ()
     if strategy in ("group", "tensor_group"):
         group = check_int(_field(name, wat + "group_size"), w.get("group_size"), 1, MAX_GROUP)
     elif strategy == "block":
-        group = _block(w.get("block_structure"), name, wat + "block_structure")
+        block = _block(w.get("block_structure"), name, wat + "block_structure")
+        group = block[0] * block[1]
     if bits >= 16:
         return BF16
     scale = _DTYPE_BYTES.get(str(w.get("scale_dtype") or "").removeprefix("torch."))
@@ -273,6 +277,7 @@ def _ct_weights(g: dict[str, Any], name: str, at: str, packed: bool) -> WeightFo
         name=f"{'fp' if kind == 'float' else 'int'}{bits}",
         bits=stored,
         group_size=group,
+        block=block,
         scale_bytes=scale,
         zero_bytes=zero,
         compute=compute,
