@@ -358,8 +358,7 @@ def test_peak_output_tokens_per_s_closed_form():
     assert len(run.chunk_s) == n * osl
     m = vllm_metrics(run)
     assert m["max_output_tokens_per_s"] == n * 76
-    # two buckets only: what is not in the first is in the second
-    assert m["duration"] == pytest.approx(osl * step) and osl - 76 < 76
+    assert m["duration"] == pytest.approx(osl * step)  # iterations 77..150 fill the second
 
 
 @pytest.mark.parametrize(

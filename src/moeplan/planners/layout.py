@@ -354,11 +354,12 @@ def block_problems(model: ModelSpec, layout: Layout) -> list[str]:
         if module == "dense" and not model.num_dense_layers:
             continue
         shard = size // t
-        if shard % block[0] or shard % block[1]:
+        side = "block_n" if shard % block[0] else "block_k" if shard % block[1] else None
+        if side is not None:
             out.append(
                 f"model.{field_name} ({size}) / {degree} ({t}) = {shard} must be a multiple of "
                 f"the checkpoint's weight block ({block[0]} x {block[1]}): each TP shard holds "
                 "whole scale blocks (vLLM and SGLang refuse it at load: validate_fp8_block_shape,"
-                " 'not divisible by weight quantization block_n')"
+                f" 'not divisible by weight quantization {side}')"
             )
     return out
