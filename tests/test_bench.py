@@ -30,6 +30,7 @@ from moeplan.commands.bench_workload import (
     sharegpt_lengths,
 )
 from moeplan.errors import MoeplanError
+from moeplan.serve.cuda_graphs import OUTSIDE_GRAPHS_FLAG, outside_graphs
 from moeplan.serve.engine.config import EngineConfig
 from moeplan.serve.engine.run import simulate
 
@@ -398,3 +399,62 @@ def test_bench_pd_and_replicas_deliver_every_output_token(capsys, monkeypatch):
         ans = json.loads(out)
         assert len(runs[-1].chunk_s) == ans["total_output_tokens"], extra
         assert ans["max_output_tokens_per_s"] > 0
+
+
+def test_outside_graphs_share_closed_form():
+    """Iterations of 1, 2, 3, 4 s with 0, 600, 512 and 1,200 decoding sequences: above a
+    capture size of 512 are the 2 s and 4 s steps (6 of 10 s); over two attention-DP ranks
+    (300, 256, 600 per rank) only the 4 s step."""
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(iter_start_s=np.array([0.0, 1.0, 3.0, 6.0]),
+                          iter_end_s=np.array([1.0, 3.0, 6.0, 10.0]),
+                          iter_decode=np.array([0, 600, 512, 1200]))  # fmt: skip
+    assert outside_graphs([run], 1, 512) == pytest.approx(0.6)
+    assert outside_graphs([run], 2, 512) == pytest.approx(0.4)
+    assert outside_graphs([run, run], 1, 2000) == 0.0
+
+
+GRAPH_BURST = ["bench", "--cluster", "h100-sxm-8", "--dataset-name", "random",
+               "--random-input-len", "214", "--random-output-len", "200",
+               "--num-prompts", "1000", "--json"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("launch", "flagged"),
+    [("vllm serve openai/gpt-oss-20b", True),
+     ("vllm serve openai/gpt-oss-20b --max-num-seqs 256", False)],
+)  # fmt: skip
+def test_a_burst_above_the_capture_size_is_flagged(capsys, launch, flagged):
+    """vLLM 0.11.0 on an H100 captures decode graphs up to 512 sequences: a burst of 1,000
+    prompts it runs at once (its default running cap, 1,024) spends its time above that and
+    is flagged; capped at 256 running requests no step can be above (exactly 0)."""
+    code, out, err = run_main(capsys, *GRAPH_BURST, "--launch", launch)
+    assert code == 0, err
+    g = json.loads(out)["moeplan"]["scheduler"]["cuda_graphs"]
+    assert g["capture_max_batch_per_rank"] == 512 and g["flagged"] is flagged
+    if flagged:
+        assert g["engine_time_above_share"] > OUTSIDE_GRAPHS_FLAG
+    else:
+        assert g["engine_time_above_share"] == 0.0
+    code, out, err = run_main(capsys, *[a for a in GRAPH_BURST if a != "--json"],
+                              "--launch", launch)  # fmt: skip
+    assert code == 0, err
+    assert ("outside CUDA graphs:" in out) is flagged
+
+
+@pytest.mark.parametrize(("concurrency", "flagged"), [("1000", True), ("64", False)])
+def test_serve_sim_states_its_run_outside_cuda_graphs(capsys, concurrency, flagged):
+    """serve-sim records the same share for its run: a closed loop of 1,000 clients on vLLM
+    (H100: capture size 512) runs above it; one of 64 never can (exactly 0)."""
+    code, out, err = run_main(capsys, "serve-sim", "--model", "qwen3-30b-a3b", "--cluster",
+                              "h100-sxm-8", "--engine", "vllm", "--concurrency", concurrency,
+                              "--isl", "214", "--osl", "200", "--json")  # fmt: skip
+    assert code == 0, err
+    g = json.loads(out)["cuda_graphs"]
+    assert g["capture_max_batch_per_rank"] == 512 and g["flagged"] is flagged
+    assert (
+        (g["engine_time_above_share"] > OUTSIDE_GRAPHS_FLAG)
+        if flagged
+        else (g["engine_time_above_share"] == 0.0)
+    )

@@ -21,6 +21,7 @@ import pytest
 from cli_run import run_main
 from moeplan.commands.validate import (
     MEASURED_COLUMNS,
+    graphs_group,
     read_rows,
     read_split,
     repeated_runs,
@@ -80,6 +81,11 @@ def test_validate_three_rows(capsys, tmp_path):
     (group,) = [g for g in ans["groups"] if g["isl"] == "32000"]
     assert group["half"] == "dev" and group["runs"] == 2
     assert out_csv.read_text().count("\n") == 4
+    assert out_csv.read_text().splitlines()[0].endswith(",engine_time_above_cuda_graphs")
+    # every simulated run in exactly one CUDA-graph regime (graphs_group)
+    regimes = ans["tables"]["dev"]["total_tok_s"]["graphs"]
+    assert set(regimes) <= {"above capture", "within capture", "not stated"}
+    assert sum(s["n"] for s in regimes.values()) == len(ran)
 
 
 def test_validate_text_reports_both_halves(capsys, tmp_path):
@@ -239,3 +245,14 @@ def test_a_row_takes_the_peak_of_the_block_printing_its_figures():
     twice = lp.blocks(block(66.93, 6189.64, 6512) + block(66.93, 6189.64, 7000))
     assert lp.peak_of(row, twice) is None
     assert lp.peak_of({"duration_s": "", "total_tok_s": "1"}, found) is None
+
+
+def test_graphs_group_names_each_regime():
+    def rec(share, flagged):
+        return {"graphs": {"capture_max_batch_per_rank": 512, "engine_time_above_share": share,
+                           "flagged": flagged}}  # fmt: skip
+
+    assert graphs_group(rec(0.5, True)) == "above capture"
+    assert graphs_group(rec(0.0, False)) == "within capture"
+    assert graphs_group(rec(None, False)) == "not stated"
+    assert graphs_group({"graphs": None}) == "not stated"  # a P/D pair

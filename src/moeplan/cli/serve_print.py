@@ -14,6 +14,7 @@ from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
 from moeplan.search.job.outcome import interval_line, release_label, sources_line
+from moeplan.serve.cuda_graphs import graphs_line
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout
@@ -104,6 +105,9 @@ def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> N
         )
     console.print(pricing_line(out["pricing"]))
     console.print(sources_line(out["price_sources"], "the run"))
+    graphs = graphs_line(out.get("cuda_graphs"))
+    if graphs:
+        console.print(graphs)
     console.print(interval_line(out["interval"]))
     if out["pricing"]["stand_in_note"]:
         console.print(out["pricing"]["stand_in_note"])

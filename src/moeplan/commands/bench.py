@@ -32,6 +32,9 @@ one at the end of a preempted request's recomputed prompt: :func:`chunk_times`) 
 per chunk, so tokens, but for MTP, whose chunks carry a step's tokens (vLLM counts the
 chunks its timestamps mark). The JSON keys are ``vllm bench serve --save-result``'s
 (:data:`VLLM_KEYS`), and moeplan's own under ``moeplan``.
+
+A run above the engine's CUDA-graph capture size says so
+(:mod:`moeplan.serve.cuda_graphs`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from moeplan.commands.bench_workload import (
 from moeplan.commands.serve_inputs import ServeSimFlags
 from moeplan.errors import require
 from moeplan.search.job.outcome import sources_line
+from moeplan.serve.cuda_graphs import graphs_line, graphs_record
 from moeplan.serve.engine.config import SimResult
 from moeplan.serve.iteration.price_sources import layout_run_price_sources, pd_runs_price_sources
 from moeplan.serve.workload.arrivals import Requests
@@ -302,6 +306,7 @@ def simulate_bench(
         "kv_tokens": cfg.kv_tokens,
         "replicas": d.replicas,
         "knobs": knobs.to_dict(),
+        "cuda_graphs": graphs_record(engine, m, c, lay, cfg, knobs, [r for _, r in parts]),
         "price_sources": layout_run_price_sources(
             m, c, cm, lay, knobs, setup.routing, *(r for _, r in parts)
         ),
@@ -469,6 +474,9 @@ def text_block(out: dict[str, Any]) -> str:
     )
     if mp["price_sources"]:
         rows.append(sources_line(mp["price_sources"], "the run's engine iterations"))
+    graphs = graphs_line(mp["scheduler"].get("cuda_graphs"))
+    if graphs:
+        rows.append(graphs)
     if mp["launch"]:
         for x in mp["launch"]["not_priced"]:
             rows.append(f"not priced: {x['flag']} ({x['why']})")

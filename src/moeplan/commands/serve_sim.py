@@ -39,6 +39,7 @@ from moeplan.search.colocated.rank import replicated, require_steady, serve_resu
 from moeplan.search.disagg.given import simulate_given
 from moeplan.search.disagg.pools import Context, DisaggResult
 from moeplan.serve import SLO, IterationModel, ServeWorkload
+from moeplan.serve.cuda_graphs import graphs_record
 from moeplan.serve.deployment import PDLayout, require_launchable
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel, PhaseResult
@@ -153,6 +154,8 @@ def simulate_single(
     out["capacity"] = cap_rec
     out.update(_provenance(m, cm, d.layout, knobs))
     out["price_sources"] = layout_run_price_sources(m, c, cm, d.layout, knobs, routing, sim)
+    assert r.engine is not None
+    out["cuda_graphs"] = graphs_record(engine, m, c, d.layout, r.engine, knobs, [sim])
     half = None if cap_rec is None else cap_rec["ci95_half_width_rel"]
     out["interval"] = headline_interval(half, out["price_sources"])
     return out, r, sim, knobs

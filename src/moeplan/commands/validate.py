@@ -29,7 +29,10 @@ the SHA-256 of their name, fixed before any error was looked at) and for every r
   the most output tokens of one second, which a burst's tail and TTFT wave do not set; the
   shipped rows' come from their reports' result blocks, ``bench/lab_peaks.py``) and per group (all, GPU, engine,
   model): the median and the 90th percentile of ``|predicted / measured - 1|`` and the bias
-  ``median(predicted / measured) - 1``;
+  ``median(predicted / measured) - 1``; and per CUDA-graph regime (``graphs``: the runs
+  ``moeplan bench`` flags as spending more than a tenth of their engine time in decode
+  steps above the engine's CUDA-graph capture size, whose host work and eager kernels it
+  does not price, against the rest: :func:`graphs_group`);
 - rank agreement per comparison group (the runs of one report with the same dataset, lengths
   and prompt count, two or more of them run; ShareGPT runs by their prompt count alone, since
   the CSV's ShareGPT lengths are measured means: :func:`comparison_groups`): Spearman's rho
@@ -78,7 +81,10 @@ SCORED = {
 #: (the shipped rows take theirs from ``lab_peaks.csv``: :func:`read_rows`), and a run taken
 #: from a report's summary table no ITL
 OPTIONAL = frozenset({"mean_itl_ms", "peak_out_tok_s"})
-DIMENSIONS = ("all", "gpu", "engine", "model")
+#: ``graphs``: whether the predicted run spent more than a tenth of its engine time in decode
+#: steps above the engine's CUDA-graph capture size (:mod:`moeplan.serve.cuda_graphs`:
+#: priced optimistic), by :func:`graphs_group`
+DIMENSIONS = ("all", "gpu", "engine", "model", "graphs")
 #: the measured columns compared by :func:`repeated_runs` (what ``vllm bench serve`` prints)
 MEASURED_COLUMNS = (
     "duration_s", "req_per_s", "out_tok_s", "total_tok_s", "mean_ttft_ms", "median_ttft_ms",
@@ -224,7 +230,8 @@ def run_row(r: dict[str, str]) -> dict[str, Any]:
     return {"case_id": r["case_id"], "ran": True, "predicted": pred,
             "layout": out["moeplan"]["layout"], "gpus": out["moeplan"]["gpus"],
             "prompts": out["moeplan"]["prompts"],
-            "price_sources": out["moeplan"]["price_sources"]}  # fmt: skip
+            "price_sources": out["moeplan"]["price_sources"],
+            "graphs": out["moeplan"]["scheduler"].get("cuda_graphs")}  # fmt: skip
 
 
 def measured_figures(r: dict[str, str]) -> dict[str, float | None]:
@@ -236,6 +243,16 @@ def measured_figures(r: dict[str, str]) -> dict[str, float | None]:
             v = math.nan
         out[k] = v if math.isfinite(v) and v > 0 else None
     return out
+
+
+def graphs_group(result: dict[str, Any]) -> str:
+    """A simulated row's CUDA-graph regime (:data:`DIMENSIONS`): ``above capture`` (flagged
+    by ``moeplan bench``), ``within capture``, or ``not stated`` (an engine or deployment
+    whose capture size moeplan does not state)."""
+    g = result.get("graphs")
+    if not g or g["engine_time_above_share"] is None:
+        return "not stated"
+    return "above capture" if g["flagged"] else "within capture"
 
 
 def _summary(ratios: list[float]) -> dict[str, Any]:
@@ -282,8 +299,9 @@ def score(
                     m = measured_figures(r)[metric]
                     if m is None:
                         continue
-                    key = "all" if dim == "all" else r[dim]
-                    keys.setdefault(key, []).append(by_id[r["case_id"]]["predicted"][metric] / m)
+                    x = by_id[r["case_id"]]
+                    key = "all" if dim == "all" else graphs_group(x) if dim == "graphs" else r[dim]
+                    keys.setdefault(key, []).append(x["predicted"][metric] / m)
                 t[dim] = {k: _summary(v) for k, v in sorted(keys.items())}
             tables[half][metric] = t
     groups = []
@@ -376,6 +394,7 @@ def validate_answer(
         if x["ran"]:
             row["layout"], row["gpus"], row["prompts"] = x["layout"], x["gpus"], x["prompts"]
             row["price_sources"] = x["price_sources"]  # the predicted run's priced seconds
+            row["cuda_graphs"] = x["graphs"]  # the share of its engine time above capture
             for k in SCORED:
                 p = x["predicted"][k]
                 row[k] = {"predicted": p, "measured": m[k], "ratio": p / m[k] if m[k] else None}
@@ -451,10 +470,13 @@ def rows_csv(out: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     cols = [f"{k}_{s}" for k in SCORED for s in ("predicted", "measured", "ratio")]
-    w.writerow(["case_id", "doc", "half", "gpu", "engine", "model", "ran", "reason", *cols])
+    w.writerow(["case_id", "doc", "half", "gpu", "engine", "model", "ran", "reason", *cols,
+                "engine_time_above_cuda_graphs"])  # fmt: skip
     for r in out["rows"]:
         vals = [r.get(k, {}).get(s) if r["ran"] else "" for k in SCORED
                 for s in ("predicted", "measured", "ratio")]  # fmt: skip
+        g = r.get("cuda_graphs") or {}
+        above = g.get("engine_time_above_share")
         w.writerow([r["case_id"], r["doc"], r["half"], r["gpu"], r["engine"], r["model"],
-                    r["ran"], r.get("reason", ""), *vals])  # fmt: skip
+                    r["ran"], r.get("reason", ""), *vals, "" if above is None else above])  # fmt: skip
     return buf.getvalue()
