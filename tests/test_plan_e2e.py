@@ -303,3 +303,20 @@ def test_model_that_fits_nowhere_names_the_smallest_cluster(tmp_path):
 def test_bad_families_one_line():
     p = run("plan", "--families", "strategy,magic", "--quiet")
     assert p.returncode == 2 and "families" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_the_winners_run_outside_cuda_graphs_is_stated(planned):
+    """``cuda_graphs``: the colocated winner's steady run, its share of engine time in decode
+    steps above the engine's capture size (moeplan.serve.cuda_graphs) recomputed from that
+    share and the flag's rule; None for a winner that keeps no such run (P/D pools)."""
+    from moeplan.serve.cuda_graphs import OUTSIDE_GRAPHS_FLAG
+
+    out, _ = planned
+    g = out["cuda_graphs"]
+    if out["winner"]["family"] in ("pd", "afd"):
+        assert g is None
+        return
+    assert g is not None
+    share = g["engine_time_above_share"]
+    assert g["flagged"] == (share is not None and share > OUTSIDE_GRAPHS_FLAG)
+    assert share is None or 0.0 <= share <= 1.0

@@ -34,6 +34,7 @@ from moeplan.search.capacity.slo import DEFAULT_REQUESTS
 from moeplan.search.job.outcome import PlanOutcome, interval_line, sources_line
 from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
+from moeplan.serve.cuda_graphs import graphs_line
 
 
 def plan_cmd(
@@ -212,6 +213,9 @@ def plan_cmd(
     if outcome.price_sources:
         console.print(sources_line(outcome.price_sources, "the winner's run"))
         console.print(interval_line(outcome.interval))
+    graphs = graphs_line(outcome.cuda_graphs)
+    if graphs:
+        console.print(graphs)
     if outcome.pricing["stand_in_note"]:
         console.print(outcome.pricing["stand_in_note"])
     if outcome.placement_note:

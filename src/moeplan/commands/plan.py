@@ -213,6 +213,7 @@ def plan_json(
         **({"placement_skipped": outcome.placement_note} if outcome.placement_note else {}),
         "pricing": outcome.pricing,
         "price_sources": outcome.price_sources,
+        "cuda_graphs": outcome.cuda_graphs,
         "interval": outcome.interval,
         "warnings": warnings,
     }

@@ -57,15 +57,15 @@ def graphs_record(
     cluster: ClusterSpec,
     lay: Layout,
     cfg: EngineConfig,
-    knobs: InstanceKnobs,
+    knobs: InstanceKnobs | None,
     runs: list[SimResult],
 ) -> dict[str, Any]:
     """The engine's decode capture size per attention-DP rank (None: not stated), the share
     of ``runs``' engine time above it and whether that flags the run (module docstring)."""
     ctx = MemoryContext(
         gpu=cluster.gpu, tp=lay.stage_gpus, pp=lay.pp, attn_dp=lay.attn_dp,
-        chunk=cfg.chunk_tokens or 0, deepep=knobs.a2a == "deepep",
-        mla=model.attention == "mla", mtp=knobs.mtp,
+        chunk=cfg.chunk_tokens or 0, deepep=knobs is not None and knobs.a2a == "deepep",
+        mla=model.attention == "mla", mtp=0 if knobs is None else knobs.mtp,
     )  # fmt: skip
     cap = backend(engine).graph_max_bs(ctx, cfg.max_running) if engine in simulated() else None
     share = None if cap is None else outside_graphs(runs, lay.attn_dp, cap)

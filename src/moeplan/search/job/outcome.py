@@ -72,6 +72,8 @@ class PlanOutcome:
     # the winner's priced seconds per source: moeplan.search.job.parts.winner_price_sources
     price_sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     profile_fit: dict[str, Any] = field(default_factory=dict)  # the GEMM/NCCL fits' errors
+    # the winner's run outside CUDA graphs: moeplan.search.job.parts.winner_graphs
+    cuda_graphs: dict[str, Any] | None = None
     quant: dict[str, Any] | None = None  # moeplan.cost.provenance.quant_vs_bf16
     fit_notes: tuple[str, ...] = ()  # e.g. the full model's weights do not fit
     model_path: str = ""  # what the launch files load

@@ -55,6 +55,21 @@ def step_bound(
     return limiting_part(bd, m, model, cluster, lay, est.batch)
 
 
+def winner_graphs(
+    ranking: ServeRanking, engine: str, model: ModelSpec, cluster: ClusterSpec
+) -> dict[str, Any] | None:
+    """The colocated winner's steady run outside the engine's CUDA graphs
+    (:func:`moeplan.serve.cuda_graphs.graphs_record`); None for a deployment that keeps no
+    such run (disaggregated pools, an analytic result)."""
+    from moeplan.serve.cuda_graphs import graphs_record
+
+    r = ranking.winner.result
+    probe = getattr(r, "run", None)
+    if probe is None or r.engine is None or not hasattr(r.layout, "attn_dp"):
+        return None
+    return graphs_record(engine, model, cluster, r.layout, r.engine, r.knobs, [probe.res])
+
+
 def winner_price_sources(
     ranking: ServeRanking, model: ModelSpec, cluster: ClusterSpec, cost: CostModel
 ) -> dict[str, Any]:

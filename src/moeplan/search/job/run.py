@@ -33,6 +33,7 @@ from moeplan.search.job.parts import (
     placement_changes,
     profile_fit,
     step_bound,
+    winner_graphs,
     winner_price_sources,
 )
 from moeplan.search.ranking.rank import (
@@ -176,6 +177,7 @@ def _outcome(
         winner_ep=ep,
         pricing=price, lookup_sources=tuple(source_errors(price)),
         price_sources=winner_price_sources(ranking, m, c, cost), profile_fit=profile_fit(cost),
+        cuda_graphs=winner_graphs(ranking, spec.engine, m, c),
         quant=_quant(cost, m, ranking), fit_notes=tuple(fit_notes(m, c, spec.full_model)),
         model_path=spec.model_path, trace=spec.trace, timings={**result.timings, **timings},
         family_names={k: v[0].upper() + v[1:] for k, v in FAMILY_NAMES.items()},
