@@ -33,6 +33,26 @@ def test_search_ranks_every_launch_as_bench_runs_it(capsys):
             alone["total_token_throughput"], rel=1e-9
         )
         assert r["gpus"] == alone["moeplan"]["gpus"]
+        assert r["cuda_graphs"] == alone["moeplan"]["scheduler"]["cuda_graphs"]
+
+
+def test_search_marks_the_launches_run_outside_cuda_graphs():
+    """The table marks each flagged launch and says what the mark means; none unflagged."""
+    from moeplan.commands.bench_search import search_text
+
+    def launch(flagged: bool) -> dict:
+        return {"gpus": 1, "total_token_throughput": 1000.0, "total_token_throughput_per_gpu": 1000.0,
+                "mean_ttft_ms": 10.0, "mean_tpot_ms": 5.0, "launch": f"vllm serve m {flagged}",
+                "cuda_graphs": {"capture_max_batch_per_rank": 512, "flagged": flagged,
+                                "engine_time_above_share": 0.5 if flagged else 0.0}}  # fmt: skip
+
+    out = {"engine": "vllm", "cluster": "h100-sxm-8", "model": "m", "prompts": "p",
+           "ranked": [launch(True), launch(False)], "refused": []}  # fmt: skip
+    lines = search_text(out).splitlines()
+    assert "1,000*" in lines[2] and "1,000*" not in lines[3]
+    assert lines[-1].startswith("* 1 launch(es) spend over 10% of their engine time")
+    out["ranked"] = [launch(False)]
+    assert "*" not in search_text(out)
 
 
 @pytest.mark.parametrize(

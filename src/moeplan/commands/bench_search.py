@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.errors import MoeplanError, require
+from moeplan.serve.cuda_graphs import OUTSIDE_GRAPHS_FLAG
 
 #: deployment flags the search sets itself (each candidate's launch states them)
 SEARCHED = ("plan", "pd", "attn_tp", "attn_dp", "moe_tp", "moe_ep", "pp", "micro_batches",
@@ -88,6 +89,7 @@ def search_answer(values: dict[str, Any], s: Any, gpus: str | None, given: Any) 
                 "output_throughput": out["output_throughput"], "duration": out["duration"],
                 "mean_ttft_ms": out["mean_ttft_ms"], "mean_tpot_ms": out["mean_tpot_ms"],
                 "price_sources": mp["price_sources"],
+                "cuda_graphs": mp["scheduler"].get("cuda_graphs"),
             })  # fmt: skip
     require(bool(ran), f"no launch of {engine} could run the benchmark: {refused[0]['reason']}"
             if refused else "no launch to search")  # fmt: skip
@@ -113,11 +115,21 @@ def search_text(out: dict[str, Any]) -> str:
         f"ranked by simulated total-token throughput (prompts {out['prompts']})",
         f"{'#':>3} {'GPUs':>4} {'total tok/s':>12} {'per GPU':>9} {'TTFT ms':>9} {'TPOT ms':>8}  launch",
     ]
+    flagged = 0
     for i, r in enumerate(out["ranked"], 1):
+        g = r.get("cuda_graphs") or {}
+        mark = "*" if g.get("flagged") else " "
+        flagged += mark == "*"
         rows.append(
-            f"{i:>3} {r['gpus']:>4} {r['total_token_throughput']:>12,.0f} "
+            f"{i:>3} {r['gpus']:>4} {r['total_token_throughput']:>12,.0f}{mark}"
             f"{r['total_token_throughput_per_gpu']:>9,.0f} {r['mean_ttft_ms']:>9,.0f} "
             f"{r['mean_tpot_ms']:>8.1f}  {r['launch']}"
+        )
+    if flagged:
+        rows.append(
+            f"* {flagged} launch(es) spend over {OUTSIDE_GRAPHS_FLAG:.0%} of their engine time in "
+            "decode steps above the engine's CUDA-graph capture size: priced optimistic "
+            "(moeplan.serve.cuda_graphs), so rank them below what their figures say"
         )
     if out["refused"]:
         rows.append(f"refused ({len(out['refused'])}):")
