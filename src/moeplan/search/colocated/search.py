@@ -27,6 +27,24 @@ DP) is not priced: its reason names the rule.
 :class:`Certificate` records the proof: how many layouts the space holds, how many were
 simulated, beaten or pruned, the largest bound left unsimulated and the winner's capacity.
 The winner's capacity is then re-estimated with its 95 % interval.
+
+**What the certificate costs.** Every layout whose bound exceeds the winner's capacity needs
+its one run at the incumbent's rate, and that run's cost is its warm-up (sized from the
+layout's slots, :mod:`moeplan.search.capacity.slo`, "Probe geometry"): on DeepSeek-V3 over
+one GB200 NVL72 rack (``plan``'s default question, ``--jobs 1``), 119 such runs took 32 and
+46 s of CPU in two runs, each stopped on a certain miss 28 to 56 simulated seconds into its
+measured window, after 440 to 1,650 simulated seconds of warm-up. The bound is loosest for
+attention DP under SGLang's prefill-first scheduler, whose prefill part takes the prompts in
+their cheapest arrangement, every DP rank prefilling at once (bound over simulated capacity
+per GPU on the six layouts simulated there: 5.2 at DP8, 3.8 and 2.1 at DP4, 2.9 and 1.7 at
+DP2, 1.3 at DP1).
+
+**Decision: the runs at the incumbent's rate are made one at a time.** Made two at a time
+in forked workers (as the disaggregated search's look-ahead makes its own), the same GB200
+plan took 116.7 s wall and 162 s CPU against 95.9 s and 120 s one at a time (one run each,
+the same box within minutes, two cores): each look-ahead forks the planning process anew,
+a worker prices its layout's iterations again in its own memo, and the disaggregated
+search's first deployments already hold the second core.
 """
 
 from __future__ import annotations

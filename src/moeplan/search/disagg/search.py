@@ -24,6 +24,15 @@ search (:func:`first_searches`); in step 2 the next deployments' runs at the inc
 are made together (:func:`_look_ahead`), and a deployment whose incumbent moved meanwhile is
 probed again at the new rate. What is decided is what one-at-a-time probing decides.
 
+**Decision: the rest of the search waits for the colocated winner.** Step 2 depends on the
+colocated winner only through its start, ``max(colocated, the first deployments' best)``, so
+it could run in a worker beside the colocated search from the first deployments' best
+whenever that is the larger. Measured (one run each, two cores, the same box within
+minutes): DeepSeek-V3 on one GB200 NVL72 rack 101.4 s wall against 95.9 s, on nine DGX B200
+73.3 s against 53.9 s. The worker prices every deployment again in its own memo (what the
+colocated search priced in the planning process is not in it) and takes the core the
+colocated search's own capacity probes use.
+
 **Decision: pool capacities simulated alone are not used as the bound.** Measured on
 Qwen3-30B-A3B, 8 H100, ISL 1024 / OSL 256, TTFT 2 s / TPOT 50 ms: a prefill instance's
 TTFT-bound capacity alone costs 0.2-0.4 s, but a decode instance's TPOT-bound capacity alone
