@@ -84,16 +84,19 @@ def test_the_pick_is_the_best_of_every_candidate_benched_alone(tmp_path):
     # 2 runs + the 5 launches of vLLM on 2 GPUs, of which -tp 2 and -pp 2 are the runs'
     assert q["candidates"] == 5 and q["measured_runs"] == 2 and q["refused"] == 0
     values, s, p = bench_inputs(measured_best)
-    alone = {}
+    alone, flags = {}, {}
     for cmd in launch_space("vllm", "openai/gpt-oss-120b", 2):
         a = bench_answer(dict(values), s, launch=cmd, prompts=p)
         alone[a["moeplan"]["layout"]] = a["total_token_throughput"]
+        flags[a["moeplan"]["layout"]] = a["moeplan"]["scheduler"]["cuda_graphs"]["flagged"]
     for r in rows:  # a run is priced with its own flags on its own prompts
         v, s2, p2 = bench_inputs(r)
         a = bench_answer(v, s2, launch=r["serve_flags"], prompts=p2)
         alone[a["moeplan"]["layout"]] = a["total_token_throughput"]
+        flags[a["moeplan"]["layout"]] = a["moeplan"]["scheduler"]["cuda_graphs"]["flagged"]
     ranked = {c["layout"]: c["predicted"] for c in q["ranking"]}
     assert ranked.keys() == alone.keys()
+    assert {c["layout"]: c["outside_graphs"] for c in q["ranking"]} == flags
     for k, v in alone.items():
         assert ranked[k] == pytest.approx(v, rel=1e-9)
     assert q["pick"]["predicted"] == pytest.approx(max(alone.values()), rel=1e-9)
@@ -123,12 +126,12 @@ def _ask(measured: dict[str, float], predicted: dict[str, float], priced: list[d
     return verdict(group, members, by_id, lambda r: measured[r["case_id"]], priced)
 
 
-def _gen(layout, tok, ran=True):
+def _gen(layout, tok, ran=True, outside=False):
     if not ran:
         return {"launch": "x", "ran": False, "reason": "weights do not fit"}
     return {"launch": f"vllm serve m # {layout}", "ran": True, "engine": "vllm",
             "engine_version": "0.11.0", "model": "m", "layout": layout, "gpus": 2,
-            "total_tok_s": tok}  # fmt: skip
+            "total_tok_s": tok, "outside_graphs": outside}  # fmt: skip
 
 
 def test_verdicts():
@@ -144,6 +147,21 @@ def test_verdicts():
     assert q["pick_over_best_predicted"] == pytest.approx(1.5)
     q = _ask({"a": 80.0, "b": 90.0, "c": 100.0}, {"a": 10.0, "b": 50.0, "c": 50.0}, [])
     assert q["verdict"] == "tie"  # b and c: the same deployment, flags not priced
+
+
+def test_a_pick_run_outside_cuda_graphs_says_so():
+    """The pick's run above the engine's CUDA-graph capture size is marked in the answer,
+    counted per half and named optimistic on its line; a pick within is not."""
+    from moeplan.commands.lab_plan import plan_text
+
+    q = _ask({"a": 100.0, "b": 90.0}, {"a": 50.0, "b": 40.0}, [_gen("L3", 60.0, outside=True)])
+    assert q["pick"]["outside_graphs"] is True
+    text = plan_text([q])
+    assert "  picks run outside CUDA graphs (priced optimistic): 1" in text
+    assert any("(outside CUDA graphs: optimistic)" in line for line in text)
+    q = _ask({"a": 100.0, "b": 90.0}, {"a": 50.0, "b": 40.0}, [_gen("L3", 60.0)])
+    assert q["pick"]["outside_graphs"] is False
+    assert not any("(outside CUDA graphs" in line for line in plan_text([q]))
 
 
 def test_layout_kind():

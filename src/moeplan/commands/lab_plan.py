@@ -96,7 +96,14 @@ def price_launch(
     mp = out["moeplan"]
     return {"launch": cmd, "ran": True, "engine": engine, "engine_version": version,
             "model": model, "layout": mp["layout"], "gpus": mp["gpus"],
-            "total_tok_s": out["total_token_throughput"]}  # fmt: skip
+            "total_tok_s": out["total_token_throughput"],
+            "outside_graphs": _flagged(mp["scheduler"].get("cuda_graphs"))}  # fmt: skip
+
+
+def _flagged(graphs: dict[str, Any] | None) -> bool:
+    """Whether a predicted run spent over a tenth of its engine time in decode steps above
+    the engine's CUDA-graph capture size (:mod:`moeplan.serve.cuda_graphs`: optimistic)."""
+    return bool(graphs and graphs["flagged"])
 
 
 def verdict(
@@ -116,7 +123,8 @@ def verdict(
     cands: list[dict[str, Any]] = [
         {"case_id": r["case_id"], "launch": r["serve_flags"], "layout": by_id[r["case_id"]]["layout"],
          "gpus": by_id[r["case_id"]]["gpus"], "engine": r["engine"], "model": r["model"],
-         "predicted": by_id[r["case_id"]]["predicted"]["total_tok_s"], "measured": measured(r)}
+         "predicted": by_id[r["case_id"]]["predicted"]["total_tok_s"], "measured": measured(r),
+         "outside_graphs": by_id[r["case_id"]].get("outside_graphs", False)}
         for r in members
     ]  # fmt: skip
     seen: set[tuple] = set()
@@ -132,7 +140,8 @@ def verdict(
         seen.add(key)
         cands.append({"case_id": None, "launch": x["launch"], "layout": x["layout"],
                       "gpus": x["gpus"], "engine": x["engine"], "model": x["model"],
-                      "predicted": x["total_tok_s"], "measured": None})  # fmt: skip
+                      "predicted": x["total_tok_s"], "measured": None,
+                      "outside_graphs": x["outside_graphs"]})  # fmt: skip
     cands.sort(key=lambda c: -c["predicted"])
     pick, top = cands[0], cands[0]["predicted"]
     best_id = group["measured_best"]
@@ -156,7 +165,8 @@ def verdict(
         "pick": pick, "measured_best": best,
         "pick_over_best_predicted": pick["predicted"] / best["predicted"],
         "ranking": [{k: c[k] for k in ("case_id", "engine", "model", "layout", "gpus",
-                                        "predicted", "measured")} for c in cands],
+                                        "predicted", "measured", "outside_graphs")}
+                    for c in cands],
     }  # fmt: skip
 
 
@@ -188,11 +198,15 @@ def plan_text(plan: list[dict[str, Any]]) -> list[str]:
         if kinds:
             lines.append("  unverified picks by layout: "
                          + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))  # fmt: skip
+        outside = sum(q["pick"]["outside_graphs"] for q in qs)
+        lines.append(f"  picks run outside CUDA graphs (priced optimistic): {outside}")
         for q in qs:
             p, b = q["pick"], q["measured_best"]
             head = f"  {q['doc']} {group_name(q)}: {q['verdict']}, {q['candidates']} candidates"
             pick = f"{p['engine']} {p['model']} {p['layout']} on {p['gpus']} GPU(s)"
             fig = f"predicted {p['predicted']:,.0f} tok/s"
+            if p["outside_graphs"]:
+                fig += " (outside CUDA graphs: optimistic)"
             if p["measured"] is not None:
                 fig += f", measured {p['measured']:,.0f}"
             best = (f"measured best {b['case_id']} ({b['layout']}): measured "
@@ -215,7 +229,8 @@ def plan_answer(
         by_id[x["case_id"]] = {"ran": x["ran"]}
         if x["ran"]:
             by_id[x["case_id"]].update(layout=x["layout"], gpus=x["gpus"],
-                                       predicted={k: x[k]["predicted"] for k in SCORED})  # fmt: skip
+                                       predicted={k: x[k]["predicted"] for k in SCORED},
+                                       outside_graphs=_flagged(x.get("cuda_graphs")))  # fmt: skip
     groups = {(g["doc"], g["dataset"], g["isl"], g["osl"], g["num_prompts"]): g
               for g in out["groups"]}  # fmt: skip
     asked = []
