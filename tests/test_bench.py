@@ -437,24 +437,18 @@ def test_a_burst_above_the_capture_size_is_flagged(capsys, launch, flagged):
         assert g["engine_time_above_share"] > OUTSIDE_GRAPHS_FLAG
     else:
         assert g["engine_time_above_share"] == 0.0
-    code, out, err = run_main(capsys, *[a for a in GRAPH_BURST if a != "--json"],
-                              "--launch", launch)  # fmt: skip
-    assert code == 0, err
-    assert ("outside CUDA graphs:" in out) is flagged
+    from moeplan.commands.bench import text_block  # what the command prints without --json
+
+    assert ("outside CUDA graphs:" in text_block(json.loads(out))) is flagged
 
 
-@pytest.mark.parametrize(("concurrency", "flagged"), [("1000", True), ("64", False)])
-def test_serve_sim_states_its_run_outside_cuda_graphs(capsys, concurrency, flagged):
-    """serve-sim records the same share for its run: a closed loop of 1,000 clients on vLLM
-    (H100: capture size 512) runs above it; one of 64 never can (exactly 0)."""
+def test_serve_sim_states_its_run_outside_cuda_graphs(capsys):
+    """serve-sim records the same share for its run: a closed loop of 600 clients on vLLM
+    (H100: capture size 512) runs above it (the exact zero below it: the bench test above)."""
     code, out, err = run_main(capsys, "serve-sim", "--model", "qwen3-30b-a3b", "--cluster",
-                              "h100-sxm-8", "--engine", "vllm", "--concurrency", concurrency,
-                              "--isl", "214", "--osl", "200", "--json")  # fmt: skip
+                              "h100-sxm-8", "--engine", "vllm", "--concurrency", "600",
+                              "--requests", "1200", "--isl", "214", "--osl", "200", "--json")  # fmt: skip
     assert code == 0, err
     g = json.loads(out)["cuda_graphs"]
-    assert g["capture_max_batch_per_rank"] == 512 and g["flagged"] is flagged
-    assert (
-        (g["engine_time_above_share"] > OUTSIDE_GRAPHS_FLAG)
-        if flagged
-        else (g["engine_time_above_share"] == 0.0)
-    )
+    assert g["capture_max_batch_per_rank"] == 512 and g["flagged"] is True
+    assert g["engine_time_above_share"] > OUTSIDE_GRAPHS_FLAG
