@@ -166,3 +166,22 @@ def test_placement_changes_the_answer_only_from_a_trace_it_beats_contiguous_on()
     assert not placement_changes(placement(0.9, fallback=True), "t.npz")
     assert not placement_changes(placement(1 - PLACEMENT_GAIN / 2), "t.npz")  # within noise
     assert not placement_changes(None, "t.npz")
+
+
+def test_the_trust_section_states_a_winner_run_outside_cuda_graphs():
+    """The report's "How far to trust the prices" carries the flag line of a winner whose run
+    spends over a tenth of its engine time above the capture size, and nothing otherwise."""
+    from moeplan.report.trust import error_section
+
+    def section(graphs):
+        o = SimpleNamespace(pricing={"engine": None, "note": "no engine tables"},
+                            price_sources={}, lookup_sources=(), quant=None,
+                            cuda_graphs=graphs)  # fmt: skip
+        return " ".join(error_section(o).paragraphs)
+
+    flagged = {"capture_max_batch_per_rank": 512, "engine_time_above_share": 0.73,
+               "flagged": True}  # fmt: skip
+    assert "The winner's run: outside CUDA graphs: 73% of the engine's time" in section(flagged)
+    assert "outside CUDA graphs" not in section({**flagged, "engine_time_above_share": 0.05,
+                                                 "flagged": False})  # fmt: skip
+    assert "outside CUDA graphs" not in section(None)

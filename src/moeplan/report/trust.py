@@ -1,6 +1,6 @@
 """Report sections on trust and inputs: each price source's share of the winner's priced
-seconds with its held-out error and why it is not measured, the quantized-kernel
-note, the GEMM/NCCL fits, and the inputs as actually served (formatted from
+seconds with its held-out error and why it is not measured, the winner's run outside the
+engine's CUDA graphs (:mod:`moeplan.serve.cuda_graphs`), the quantized-kernel note, the GEMM/NCCL fits, and the inputs as actually served (formatted from
 :class:`moeplan.search.job.outcome.PlanOutcome`)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 
 from moeplan.report.html import Section
 from moeplan.search.job.outcome import PlanOutcome, quant_sentence
+from moeplan.serve.cuda_graphs import graphs_line
 from moeplan.units import GIB
 
 #: What each kernel-price source is, in words (moeplan.cost.kerneldb.sources).
@@ -54,6 +55,9 @@ def error_section(outcome: PlanOutcome) -> Section:
             rows,
         )
         s.paragraphs.append(_trust_sentence(outcome))
+    graphs = graphs_line(outcome.cuda_graphs)
+    if graphs:
+        s.paragraphs.append(f"The winner's run: {graphs}.")
     q = quant_sentence(outcome.quant)
     if q:
         s.paragraphs.append(f"Note: {q}.")
