@@ -31,10 +31,9 @@ from moeplan.kernel_tables import pricing_line
 from moeplan.planners.families import FAMILY
 from moeplan.planners.rank import FAMILY_NAMES, PROPOSING_FAMILIES, PlanResult
 from moeplan.search.capacity.slo import DEFAULT_REQUESTS
-from moeplan.search.job.outcome import PlanOutcome, interval_line, sources_line
+from moeplan.search.job.outcome import PlanOutcome, graphs_line, interval_line, sources_line
 from moeplan.search.job.run import plan_job
 from moeplan.search.ranking.rank import ServeRanking, describe
-from moeplan.serve.cuda_graphs import graphs_line
 
 
 def plan_cmd(

@@ -13,8 +13,7 @@ from moeplan.commands.serve_sim import overload_line
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
-from moeplan.search.job.outcome import interval_line, release_label, sources_line
-from moeplan.serve.cuda_graphs import graphs_line
+from moeplan.search.job.outcome import graphs_line, interval_line, release_label, sources_line
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout

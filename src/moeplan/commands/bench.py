@@ -59,8 +59,8 @@ from moeplan.commands.bench_workload import (
 )
 from moeplan.commands.serve_inputs import ServeSimFlags
 from moeplan.errors import require
-from moeplan.search.job.outcome import sources_line
-from moeplan.serve.cuda_graphs import graphs_line, graphs_record
+from moeplan.search.job.outcome import graphs_line, sources_line
+from moeplan.serve.cuda_graphs import graphs_record
 from moeplan.serve.engine.config import SimResult
 from moeplan.serve.iteration.price_sources import layout_run_price_sources, pd_runs_price_sources
 from moeplan.serve.workload.arrivals import Requests

@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.report.html import Section
-from moeplan.search.job.outcome import PlanOutcome, quant_sentence
-from moeplan.serve.cuda_graphs import graphs_line
+from moeplan.search.job.outcome import PlanOutcome, graphs_line, quant_sentence
 from moeplan.units import GIB
 
 #: What each kernel-price source is, in words (moeplan.cost.kerneldb.sources).

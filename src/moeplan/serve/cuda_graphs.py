@@ -74,16 +74,3 @@ def graphs_record(
         "engine_time_above_share": share,
         "flagged": share is not None and share > OUTSIDE_GRAPHS_FLAG,
     }
-
-
-def graphs_line(rec: dict[str, Any] | None) -> str | None:
-    """The line a command prints under its figures for a flagged run (None: not flagged)."""
-    if not rec or not rec["flagged"]:
-        return None
-    return (
-        f"outside CUDA graphs: {rec['engine_time_above_share']:.0%} of the engine's time is in "
-        f"decode steps of more than {rec['capture_max_batch_per_rank']} sequences per rank, "
-        "above the engine's CUDA-graph capture size; moeplan prices them with graph-captured "
-        "kernel times and no host work, so these figures are optimistic (moeplan validate "
-        "scores such runs apart)"
-    )

@@ -191,3 +191,17 @@ def interval_line(rec: dict[str, Any]) -> str:
     if band is not None and sim is not None and not rec["dominant"]:
         lead = "; no half named: most priced seconds have no held-out figure"
     return f"interval: simulation noise {sim_txt}, kernel prices {band_txt}{lead}"
+
+
+def graphs_line(rec: dict[str, Any] | None) -> str | None:
+    """The line a command prints under its figures for a run that
+    :mod:`moeplan.serve.cuda_graphs` flags (``rec``: its record; None: not flagged)."""
+    if not rec or not rec["flagged"]:
+        return None
+    return (
+        f"outside CUDA graphs: {rec['engine_time_above_share']:.0%} of the engine's time is in "
+        f"decode steps of more than {rec['capture_max_batch_per_rank']} sequences per rank, "
+        "above the engine's CUDA-graph capture size; moeplan prices them with graph-captured "
+        "kernel times and no host work, so these figures are optimistic (moeplan validate "
+        "scores such runs apart)"
+    )
