@@ -1,6 +1,7 @@
 """Report sections on trust and inputs: each price source's share of the winner's priced
 seconds with its held-out error and why it is not measured, the winner's run outside the
-engine's CUDA graphs (:mod:`moeplan.serve.cuda_graphs`), the quantized-kernel note, the GEMM/NCCL fits, and the inputs as actually served (formatted from
+engine's CUDA graphs (:mod:`moeplan.serve.cuda_graphs`), the quantized-kernel note, the
+GEMM/NCCL fits, and the inputs as actually served (formatted from
 :class:`moeplan.search.job.outcome.PlanOutcome`)."""
 
 from __future__ import annotations
