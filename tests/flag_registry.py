@@ -164,6 +164,8 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--context": P("--context", "4096", key="step_ms"),
             "--redundant-experts": P("--redundant-experts", "8", base=DP2),
             "--tbo": P("--tbo", base=V3),  # DeepEP runs block-FP8 experts, not BF16 ones
+            # SGLang overlaps its host work by default: off, the step adds it
+            "--overlap-schedule": P("--no-overlap-schedule", key="step_ms", base=PHASE),
             "--mtp": P("--mtp", "1", "--mtp-accept", "0.7", base=V3),
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="memory_gib_per_gpu"),
@@ -210,6 +212,7 @@ REGISTRY: dict[str, tuple[tuple[str, ...], dict[str, Probe]]] = {
             "--profile": R("--profile", "{tmp}/no-such-profile.json"),
             "--redundant-experts": P("--redundant-experts", "8", base=BENCH_DP2),
             "--tbo": P("--tbo", base=BENCH_FP8),
+            "--overlap-schedule": P("--no-overlap-schedule", key="duration"),
             "--mtp": R("--mtp", "1"),  # DeepSeek-V2-Lite has no MTP layer
             "--mtp-accept": R("--mtp-accept", "0.5"),
             "--kv-dtype": P("--kv-dtype", "fp8", key="moeplan.scheduler"),

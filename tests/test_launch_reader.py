@@ -50,7 +50,8 @@ def test_lab_flags_that_change_speed_unmodelled_are_listed_not_dropped():
     s = read_launch(rows["attention-backend=triton"]["serve_flags"], G)
     assert [f for f, _ in s.not_priced] == ["--attention-backend triton"]
     s = read_launch(rows["async-scheduling"]["serve_flags"], G)
-    assert [f for f, _ in s.not_priced] == ["--async-scheduling"]
+    assert s.not_priced == () and s.overlap_on  # priced: moeplan.cost.host
+    assert serve_flags(s, G)["overlap_schedule"] is True
     s = read_launch(rows["tool-call-parser=glm"]["serve_flags"], G)
     assert {f for f, _ in s.no_effect} == {"--tool-call-parser", "--reasoning-parser"}
     assert s.not_priced == ()

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
-from moeplan.backends.versions import sort_versions
-from moeplan.errors import MoeplanError
+from moeplan.backends.versions import sort_versions, version_key
+from moeplan.errors import MoeplanError, require
 from moeplan.specs import GPUSpec
 from moeplan.specs.quant import WeightFormat
 
@@ -132,6 +132,13 @@ class EngineBackend(ABC):
     #: share ratio of the cache memory given to recurrent states (None: none split off)
     state_ratio: float | None = None
 
+    #: the first release whose scheduler overlaps its host work with the GPU step by default
+    #: (:mod:`moeplan.cost.host`; ``""``: every release moeplan knows; None: none does)
+    overlap_since: str | None = None
+    #: the launch flags turning that overlap on and off (None: the engine has no such flag)
+    overlap_on_flag: str | None = None
+    overlap_off_flag: str | None = None
+
     # ---- capabilities ---------------------------------------------------------------------
     #: what each release runs per architecture family, GPU and checkpoint, read from the
     #: engine's source (:mod:`moeplan.backends.capabilities`; None: no table read)
@@ -244,6 +251,29 @@ class EngineBackend(ABC):
             return []
         per = -(-max_running // max(1, attn_dp)) if self.budgets_per_dp_rank else max_running
         return [self.running_flag, str(per)]
+
+    def host_overlap(self, version: str | None = None) -> bool:
+        """Whether release ``version`` (None: the pinned one) overlaps its scheduler's host work
+        with the GPU step by default (:attr:`overlap_since`; :mod:`moeplan.cost.host`)."""
+        if self.overlap_since is None:
+            return False
+        if not self.overlap_since:
+            return True
+        release = version or self.version
+        return release is not None and version_key(release) >= version_key(self.overlap_since)
+
+    def overlap_args(self, overlap: bool | None, version: str | None = None) -> list[str]:
+        """The flag setting the host overlap to ``overlap`` where it differs from release
+        ``version``'s default (none for None: the default)."""
+        if overlap is None or overlap == self.host_overlap(version):
+            return []
+        flag = self.overlap_on_flag if overlap else self.overlap_off_flag
+        require(
+            flag is not None,
+            f"--{'' if overlap else 'no-'}overlap-schedule: {self.label} has no flag turning "
+            f"its host overlap {'on' if overlap else 'off'}",
+        )
+        return [str(flag)]
 
     def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
         """The largest decode batch the engine captures a CUDA graph for, for the instance

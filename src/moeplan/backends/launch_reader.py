@@ -47,6 +47,8 @@ SETTING_NAMES = (
     "kv_dtype",
     "mtp",
     "tbo",
+    "overlap_on",
+    "overlap_off",
     "a2a",
     "max_model_len",
     "quantization",
@@ -162,6 +164,9 @@ class LaunchSettings:
     kv_dtype: str | None = None
     mtp: int = 0
     tbo: bool | None = None
+    #: the flag turning the scheduler's host overlap on / off (:mod:`moeplan.cost.host`)
+    overlap_on: bool = False
+    overlap_off: bool = False
     a2a: str | None = None
     max_model_len: int | None = None
     quantization: str | None = None
@@ -342,6 +347,10 @@ def serve_flags(s: LaunchSettings, grammars: Mapping[str, EngineArgs]) -> dict[s
         out["mtp"] = s.mtp
     if s.tbo is not None:
         out["tbo"] = s.tbo
+    if s.overlap_on and s.overlap_off:
+        raise MoeplanError("launch command turns the host overlap both on and off")
+    if s.overlap_on or s.overlap_off:
+        out["overlap_schedule"] = s.overlap_on
     if s.a2a is not None:
         out["a2a"] = s.a2a
     if s.mem_fraction is not None:

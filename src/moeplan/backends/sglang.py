@@ -309,6 +309,10 @@ SGLANG = SGLangBackend(
     version=VERSION,
     flag_line="0.5.2x",  # sgl-project/sglang PR #41818 (--attn-dp-size)
     scheduler="prefill-first",
+    # the overlap scheduler, on since v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4, "zero-overhead
+    # batch scheduler"); server_args.py --disable-overlap-schedule turns it off
+    overlap_since="",
+    overlap_off_flag="--disable-overlap-schedule",
     running_cap=RUNNING_CAP,
     new_token_ratio=NEW_TOKEN_RATIO,
     admission_token_ratio=1.0,  # schedule_policy.py PrefillAdder.add_one_req (docstring)

@@ -162,6 +162,7 @@ SGLANG_ARGS = EngineArgs(
         setting(("--moe-a2a-backend",), "a2a", choice(A2A), "ServerArgs"),
         setting(("--moe-runner-backend",), "moe_runner", choice(MOE_RUNNERS), "ServerArgs"),
         setting(("--enable-two-batch-overlap",), "tbo", None, "ServerArgs"),
+        setting(("--disable-overlap-schedule",), "overlap_off", None, "ServerArgs"),
         unpriced(
             ("--deepep-mode",),
             "moeplan prices DeepEP's normal dispatch in prefill and its low-latency one in "

@@ -328,6 +328,9 @@ TRTLLM = TRTLLMBackend(
     version=VERSION,
     flag_line="1.2.x",  # trtllm-serve flags and LLM API keys of the 1.2 line (module docstring)
     scheduler="mixed",
+    # the PyTorch backend's overlap scheduler is on (TorchLlmArgs.disable_overlap_scheduler
+    # False; docs features/overlap-scheduler); turned off by an LLM API key, not a flag
+    overlap_since="",
     budgets_per_dp_rank=True,
     chunk_above_running=True,  # BaseLlmArgs.validate_runtime_args
     new_token_ratio=NO_EVICT_RESERVE,

@@ -185,6 +185,13 @@ VLLM = VLLMBackend(
     version=VERSION,
     flag_line="0.11+",  # --eplb-config JSON (EPLBConfig in vllm/config/parallel.py since 0.10.2)
     scheduler="mixed",
+    # --async-scheduling (vllm-project/vllm PR #19970; SchedulerConfig.async_scheduling False
+    # in 0.11.0); on by default after PR #27614 (the last item of the plan in vllm-project/vllm
+    # issue #27679, merged after PRs #31332 / #31373 of December 2025): moeplan takes 0.14.0,
+    # the first release of 2026, as the first with it, not read from a stored release
+    overlap_since="0.14.0",
+    overlap_on_flag="--async-scheduling",
+    overlap_off_flag="--no-async-scheduling",
     budgets_per_dp_rank=True,
     # vllm config: max_num_batched_tokens must cover max_num_seqs
     chunk_above_running=True,

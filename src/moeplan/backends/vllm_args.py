@@ -135,12 +135,8 @@ VLLM_ARGS = EngineArgs(
         setting(("--max-model-len",), "max_model_len", positive_int, "ModelConfig"),
         setting(("-q", "--quantization"), "quantization", lambda f, t: t, "ModelConfig"),
         group(("--speculative-config",), _spec_config, "SpeculativeConfig"),
-        unpriced(
-            ("--async-scheduling",),
-            "overlaps the scheduler's CPU work with the GPU step; moeplan prices no host "
-            "time between steps, so its figure is the same with or without it",
-            takes_value=False,
-        ),
+        setting(("--async-scheduling",), "overlap_on", None, "SchedulerConfig"),
+        setting(("--no-async-scheduling",), "overlap_off", None, "SchedulerConfig"),
         unpriced(
             ("--enforce-eager",),
             "no CUDA graphs; the kernel tables were measured with graphs",

@@ -174,6 +174,14 @@ def serve_sim(
         bool | None,
         typer.Option("--tbo/--no-tbo", help="Two-batch overlap (default off, as the engines)."),
     ] = None,
+    overlap_schedule: Annotated[
+        bool | None,
+        typer.Option(
+            "--overlap-schedule/--no-overlap-schedule",
+            help="The scheduler's host work overlapped with the GPU step (vLLM "
+            "--async-scheduling, SGLang's overlap scheduler); default: the engine release's.",
+        ),
+    ] = None,
     mtp: opt.MtpOpt = 0,
     mtp_accept: opt.MtpAcceptOpt = None,
     kv_dtype: opt.KvDtypeOpt = "auto",

@@ -62,6 +62,7 @@ from moeplan.errors import require
 from moeplan.search.job.outcome import graphs_line, sources_line
 from moeplan.serve.cuda_graphs import graphs_record
 from moeplan.serve.engine.config import SimResult
+from moeplan.serve.host_record import host_record
 from moeplan.serve.iteration.price_sources import layout_run_price_sources, pd_runs_price_sources
 from moeplan.serve.workload.arrivals import Requests
 
@@ -307,6 +308,9 @@ def simulate_bench(
         "replicas": d.replicas,
         "knobs": knobs.to_dict(),
         "cuda_graphs": graphs_record(engine, m, c, lay, cfg, knobs, [r for _, r in parts]),
+        "host": host_record(
+            cm.engine, cm.engine_version, knobs, lay.attn_dp, [r for _, r in parts]
+        ),
         "price_sources": layout_run_price_sources(
             m, c, cm, lay, knobs, setup.routing, *(r for _, r in parts)
         ),

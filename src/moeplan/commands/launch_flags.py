@@ -31,6 +31,7 @@ FLAG_OF = {
     "kv_dtype": "--kv-dtype",
     "mtp": "--mtp",
     "tbo": "--tbo",
+    "overlap_schedule": "--overlap-schedule",
     "a2a": "--a2a",
     "mem_fraction": "--mem-fraction",
 }

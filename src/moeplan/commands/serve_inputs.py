@@ -418,6 +418,7 @@ class ServeSimFlags:
     routing: str
     jobs: int | None
     weight_offload: str = "auto"
+    overlap_schedule: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -449,6 +450,11 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
         redundant_experts=f.redundant_experts, phase=f.phase, concurrency=f.concurrency,
         trace_out=f.trace_out,
     )  # fmt: skip
+    require(
+        f.overlap_schedule is None or d.pd is None,
+        "--overlap-schedule does not apply to --pd (each pool runs its engine release's "
+        "default host overlap)",
+    )
     require(bool(f.model or d.plan), "--model is required without --plan")
     require(bool(f.cluster or d.plan), "--cluster is required without --plan")
     m = load_model(f.model or d.plan.model)  # type: ignore[union-attr]
@@ -465,7 +471,8 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
         d.layout.validate(m, c)
     n_jobs = check_jobs(f.jobs)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype,
-                      mem_fraction=f.mem_fraction, routing=f.routing or "random")  # fmt: skip
+                      mem_fraction=f.mem_fraction, routing=f.routing or "random",
+                      overlap=f.overlap_schedule)  # fmt: skip
     routing = trace_routing(f.routing_trace, m) if f.routing_trace else None
     return ServeSimSetup(
         model=m, cluster=c, deployment=d, jobs=n_jobs, knob_flags=knob_flags, routing=routing,

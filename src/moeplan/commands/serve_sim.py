@@ -41,6 +41,7 @@ from moeplan.search.disagg.pools import Context, DisaggResult
 from moeplan.serve import SLO, IterationModel, ServeWorkload
 from moeplan.serve.cuda_graphs import graphs_record
 from moeplan.serve.deployment import PDLayout, require_launchable
+from moeplan.serve.host_record import host_record
 from moeplan.serve.iteration.instance_knobs import KV_DTYPES, InstanceKnobs, resolve_knobs
 from moeplan.serve.iteration.phase import PhaseModel, PhaseResult
 from moeplan.serve.iteration.price_sources import (
@@ -156,6 +157,7 @@ def simulate_single(
     out["price_sources"] = layout_run_price_sources(m, c, cm, d.layout, knobs, routing, sim)
     assert r.engine is not None
     out["cuda_graphs"] = graphs_record(engine, m, c, d.layout, r.engine, knobs, [sim])
+    out["host"] = host_record(cm.engine, cm.engine_version, knobs, d.layout.attn_dp, [sim])
     half = None if cap_rec is None else cap_rec["ci95_half_width_rel"]
     out["interval"] = headline_interval(half, out["price_sources"])
     return out, r, sim, knobs

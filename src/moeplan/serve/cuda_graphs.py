@@ -6,8 +6,9 @@ attention-DP rank: vLLM 0.11.0's ``min(2 x max_num_seqs, 512)``, SGLang's
 ``cuda_graph_max_bs``; :meth:`moeplan.backends.EngineBackend.graph_max_bs`) and runs a larger
 one eagerly, launching every kernel from the host, while its scheduler, input preparation
 and output handling grow with the running requests. moeplan prices every decode step with
-the kernel tables' times, which were measured under CUDA graphs, and no host work: nothing
-public measures either at these batch sizes. So a run records the share of its engine time
+the kernel tables' times, which were measured under CUDA graphs, and the host work at one
+published per-sequence figure (:mod:`moeplan.cost.host`): nothing public measures eager
+launches or the host work at these batch sizes. So a run records the share of its engine time
 spent in decode steps above the capture size (``moeplan bench``:
 ``moeplan.scheduler.cuda_graphs``; ``serve-sim``: ``cuda_graphs``, of its run at the
 operating rate), and a run with more than :data:`OUTSIDE_GRAPHS_FLAG` of it there says so:

@@ -212,6 +212,7 @@ def limiting_part(
         "experts": bd.get("moe", 0.0) + bd.get("dense", 0.0),
         "communication": bd.get("comm", 0.0) + bd.get("p2p", 0.0),
         "pipeline bubbles": max(0.0, bd.get("bubble_s", 0.0)),
+        "engine host work": bd.get("host_exposed_s", 0.0),  # moeplan.cost.host
     }
     top = max(parts, key=lambda k: parts[k])
     ridge = cluster.gpu.flops_bf16 / cluster.gpu.mem_bw

@@ -74,6 +74,9 @@ class InstanceKnobs:
     mem_fraction: float | None = None
     routing: str = "random"
     offload: WeightOffload | None = None
+    #: the scheduler's host work overlapped with the GPU step (vLLM ``--async-scheduling``,
+    #: SGLang's overlap scheduler; :mod:`moeplan.cost.host`); None: the engine's default
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -130,6 +133,7 @@ class InstanceKnobs:
             "mem_fraction": self.mem_fraction,
             "routing": self.routing,
             "weight_offload": None if self.offload is None else self.offload.label,
+            "overlap_schedule": self.overlap,
         }
 
 
@@ -149,6 +153,7 @@ def resolve_knobs(
     version: str | None = None,
     phase: str | None = None,
     offload: WeightOffload | None = None,
+    overlap: bool | None = None,
 ) -> InstanceKnobs:
     """The knobs for these flags (``tbo=None``: off, the engines' default), or one-line
     :class:`MoeplanError` (module docstring); the engine's capabilities are release
@@ -183,8 +188,13 @@ def resolve_knobs(
         offload.check(model, cluster.gpu)
         if eng is not None and (why := eng.offload_blocker()) is not None:
             raise MoeplanError(f"--weight-offload ({offload.label}) cannot run here: {why}")
+    if overlap is not None:
+        if eng is None:
+            raise MoeplanError("--overlap-schedule needs an engine (--engine)")
+        eng.overlap_args(overlap, version)  # one line where the engine has no such flag
     return with_kv_cache(
         InstanceKnobs(
+            overlap=overlap,
             a2a=backend,
             tbo=bool(tbo),
             mtp=mtp,

@@ -60,8 +60,14 @@ prefill chunks, low-latency otherwise) and a DP-attention MLA block the wide-EP 
 every decode a speculative step, verify plus draft (:mod:`moeplan.serve.iteration.mtp`); an
 fp8 KV cache halves the decode KV read. The busiest EP rank's load comes from :mod:`moeplan.serve.iteration.balance`.
 
-Departures: engine CPU overheads and CUDA-graph padding are not modelled; without ``tbo``
-communication is not overlapped with compute.
+Engine host work (:mod:`moeplan.cost.host`): with an engine, each step adds its scheduler's
+host work for the busiest attention-DP rank's sequences (one engine core per rank), in series
+with the GPU's time or, where the engine overlaps it (:meth:`EngineBackend.host_overlap`, or
+``knobs.overlap``), as the longer of the two; the breakdown's ``host_s`` is the host work,
+``host_exposed_s`` the part the step waits for. Without an engine no host work is priced.
+
+Departures: CUDA-graph padding is not modelled; without ``tbo`` communication is not
+overlapped with compute.
 """
 
 from __future__ import annotations
@@ -73,7 +79,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
+from moeplan.backends import backend_or_none
 from moeplan.cost import CostModel
+from moeplan.cost.host import host_seconds, step_seconds
 from moeplan.cost.memory import kv_bytes_per_token_layer
 from moeplan.errors import require
 from moeplan.planners.ep_comm import fused_ep_seconds
@@ -225,6 +233,15 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
             else table("attention", model, cluster, tp, *kv, self._wide is not None)
         )
         self._warmed: set[tuple] = set()  # shapes priced ahead (PrefetchMixin)
+        eng = backend_or_none(cost.engine)
+        # None: no engine, no host work priced; else whether the step overlaps it
+        self._overlap: bool | None = (
+            None
+            if eng is None
+            else self.knobs.overlap
+            if self.knobs.overlap is not None
+            else eng.host_overlap(cost.engine_version)
+        )
 
     def __call__(self, batch: Batch) -> float:
         t = self._cache.get(batch)
@@ -446,10 +463,20 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
     def breakdown(self, batch: Batch) -> dict[str, float]:
         """Period and its parts (seconds): per-kind sums over stages of the busiest
         micro-batch, P2P, pipeline latency, bottleneck stage and the micro-batch count; with
-        MTP also ``mtp_draft`` (:mod:`moeplan.serve.iteration.mtp`)."""
-        if self.knobs.mtp and batch.decode:
-            return self._mtp_breakdown(batch)
-        return self._plain_breakdown(batch)
+        MTP also ``mtp_draft`` (:mod:`moeplan.serve.iteration.mtp`); with an engine the host
+        work ``host_s`` and the part of it the period waits for, ``host_exposed_s``."""
+        out = (
+            self._mtp_breakdown(batch)
+            if self.knobs.mtp and batch.decode
+            else self._plain_breakdown(batch)
+        )
+        if self._overlap is None or not batch.sequences:
+            return out
+        gpu = out["period_s"]
+        host = host_seconds(-(-batch.sequences // self.layout.attn_dp))
+        out["period_s"] = step_seconds(gpu, host, self._overlap)
+        out["host_s"], out["host_exposed_s"] = host, out["period_s"] - gpu
+        return out
 
     def _plain_breakdown(self, batch: Batch, per_seq: int = 1) -> dict[str, float]:
         """:meth:`breakdown` without MTP; ``per_seq``: decode tokens per sequence (MTP's
