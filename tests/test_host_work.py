@@ -122,3 +122,42 @@ def test_bench_states_the_host_price_and_async_scheduling_shortens_the_run():
     assert "10634" in hp["source"] and 0.0 < hp["decode_host_share"] < 1.0
     assert fast["duration"] < plain["duration"]
     assert fast["mean_itl_ms"] < plain["mean_itl_ms"]
+
+
+def test_search_turns_the_overlap_on_where_the_release_runs_it():
+    """vLLM 0.11.0 leaves --async-scheduling off: a search turns it on for one-node,
+    single-stage instances without speculation, and never where vLLM refuses it (PP > 1,
+    MTP, a TP group across nodes on Ray); SGLang overlaps already (the knob stays unset)."""
+    from moeplan.serve.knobs import knob_variants
+
+    def overlap(engine: str, lay: Layout, cluster=CLUSTER, **kw: object) -> set:
+        kn = InstanceKnobs(**kw)  # type: ignore[arg-type]
+        return {k.overlap for _, k in knob_variants(engine, MODEL, cluster, lay, kn)}
+
+    one = Layout(attn_tp=2, attn_dp=1, moe_tp=2, moe_ep=1)
+    assert overlap("vllm", one) == {True}
+    assert overlap("sglang", one) == {None}
+    assert overlap("vllm", Layout(attn_tp=2, attn_dp=1, moe_tp=2, moe_ep=1, pp=2)) == {None}
+    assert overlap("vllm", one, overlap=False) == {False}  # the user's setting holds
+    two_nodes = load_cluster("h100-sxm-8", 2)
+    wide = Layout(attn_tp=16, attn_dp=1, moe_tp=16, moe_ep=1)
+    assert overlap("vllm", wide, two_nodes) == {None}  # Ray: refused
+    dp = Layout(attn_tp=8, attn_dp=2, moe_tp=16, moe_ep=1)
+    assert overlap("vllm", dp, two_nodes) == {True}  # one DP rank per node: no Ray
+
+
+def test_exported_vllm_launch_carries_async_scheduling_and_its_rules():
+    """The launch flag of the overlap, and the export check's rule (PP, speculation, Ray)."""
+    from moeplan.export.constraints import Target, check_vllm
+
+    t = Target.of(MODEL, CLUSTER)
+    base = ["--tensor-parallel-size", "2", "--async-scheduling"]
+    assert not check_vllm(base, t, gpus_used=2)
+    for extra in (["--pipeline-parallel-size", "2"], ["--speculative-config", "{}"]):
+        bad = check_vllm([*base, *extra], t, gpus_used=4 if "2" in extra else 2)
+        assert any("--async-scheduling needs" in b for b in bad), extra
+    vllm = backend("vllm")
+    kn = InstanceKnobs(overlap=True)
+    assert "--async-scheduling" in vllm.knob_args(kn)
+    assert "--async-scheduling" not in vllm.knob_args(InstanceKnobs())
+    assert "--disable-overlap-schedule" in backend("sglang").knob_args(InstanceKnobs(overlap=False))

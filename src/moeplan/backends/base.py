@@ -92,6 +92,7 @@ class Knobs(Protocol):
     kv_dtype: str
     mem_fraction: float | None
     offload: WeightOffload | None
+    overlap: bool | None
 
 
 @dataclass(frozen=True, kw_only=True)

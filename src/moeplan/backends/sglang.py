@@ -299,6 +299,7 @@ class SGLangBackend(EngineBackend):
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         out += self.offload_args(knobs.offload)
+        out += self.overlap_args(knobs.overlap)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
 

@@ -129,7 +129,9 @@ class VLLMBackend(EngineBackend):
 
     def knob_args(self, knobs: Knobs, role: str = "colocated") -> list[str]:
         """``--enable-dbo``; MTP as ``--speculative-config '{"method": "deepseek_mtp",
-        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; the weight offload's flags; ``--gpu-memory-utilization``."""
+        "num_speculative_tokens": N}'``; ``--kv-cache-dtype``; the weight offload's flags;
+        ``--async-scheduling`` where the knobs turn the host overlap on (:meth:`overlap_args`);
+        ``--gpu-memory-utilization``."""
         del role
         out: list[str] = []
         if knobs.tbo:
@@ -140,6 +142,7 @@ class VLLMBackend(EngineBackend):
         if knobs.kv_dtype in KV_CACHE_DTYPE_FLAG:
             out += ["--kv-cache-dtype", KV_CACHE_DTYPE_FLAG[knobs.kv_dtype]]
         out += self.offload_args(knobs.offload)
+        out += self.overlap_args(knobs.overlap)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
     def moe_runner_env(

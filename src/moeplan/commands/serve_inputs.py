@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.backends import priced_engine, simulated
-from moeplan.commands.serve_plan import layout_from_plan, plan_knobs, served_deployment
+from moeplan.commands.serve_plan import (
+    layout_from_plan,
+    plan_knobs,
+    plan_overlap,
+    served_deployment,
+)
 from moeplan.commands.steady import check_fits, check_rate
 from moeplan.commands.workers import check_jobs
 from moeplan.cost import CostModel
@@ -55,6 +60,8 @@ class ServedInstance:
     a2a: str
     tbo: bool | None
     kv_dtype: str
+    #: the plan's host overlap (:mod:`moeplan.cost.host`; None: the engine's default)
+    overlap: bool | None = None
 
 
 def resolve_deployment(
@@ -98,7 +105,9 @@ def resolve_deployment(
     else:
         layout, the_plan = _layout(plan, flags)
     served = served_deployment(the_plan) if the_plan is not None and pd is None else None
+    overlap = None
     if served is not None:  # what `moeplan plan` served, exactly (commands/serve_plan.py)
+        overlap = plan_overlap(served)
         layout = served.layout
         replicas = served.replicas if replicas is None else replicas
         chunk_tokens = served.chunk_tokens if chunk_tokens is None else chunk_tokens
@@ -109,6 +118,7 @@ def resolve_deployment(
     return ServedInstance(
         layout=layout, pd=deployment, plan=the_plan, replicas=1 if replicas is None else replicas,
         chunk_tokens=chunk_tokens, max_running=max_running, a2a=a2a, tbo=tbo, kv_dtype=kv_dtype,
+        overlap=overlap,
     )  # fmt: skip
 
 
@@ -472,7 +482,7 @@ def prepare(f: ServeSimFlags) -> ServeSimSetup:
     n_jobs = check_jobs(f.jobs)
     knob_flags = dict(a2a=d.a2a, tbo=d.tbo, mtp=f.mtp, mtp_accept=f.mtp_accept, kv_dtype=d.kv_dtype,
                       mem_fraction=f.mem_fraction, routing=f.routing or "random",
-                      overlap=f.overlap_schedule)  # fmt: skip
+                      overlap=d.overlap if f.overlap_schedule is None else f.overlap_schedule)  # fmt: skip
     routing = trace_routing(f.routing_trace, m) if f.routing_trace else None
     return ServeSimSetup(
         model=m, cluster=c, deployment=d, jobs=n_jobs, knob_flags=knob_flags, routing=routing,

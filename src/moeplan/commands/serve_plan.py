@@ -86,6 +86,15 @@ def plan_knobs(
     )
 
 
+def plan_overlap(served: ServedDeployment) -> bool | None:
+    """The plan's host overlap (``knobs.overlap_schedule``: true, false or null, the engine's
+    default); anything else is one line."""
+    v = (served.knobs or {}).get("overlap_schedule")
+    if v is not None and not isinstance(v, bool):
+        raise MoeplanError(f"plan knobs.overlap_schedule ({v!r}) must be true, false or null")
+    return v
+
+
 def layout_from_plan(plan: Plan) -> Layout:
     """The serving layout of a ``strategy`` or ``pipeline`` plan (pipeline: each block's most
     common module choice over all stages, DPMoE counted into the MoE EP span)."""

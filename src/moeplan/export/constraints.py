@@ -88,6 +88,7 @@ _SGLANG_COMMON = frozenset(
         "--ep-num-redundant-experts",
         "--enable-eplb",
         "--enable-two-batch-overlap",
+        "--disable-overlap-schedule",  # server_args.py ServerArgs.disable_overlap_schedule
         "--speculative-algorithm",
         "--speculative-num-steps",
         "--speculative-eagle-topk",
@@ -166,6 +167,7 @@ VLLM_PINNED = EngineVersion(
             "--distributed-executor-backend",
             "--trust-remote-code",
             "--enable-dbo",
+            "--async-scheduling",  # vllm/config/scheduler.py SchedulerConfig.async_scheduling
             "--speculative-config",
             "--kv-cache-dtype",
             "--host",
@@ -369,6 +371,15 @@ def check_vllm(
     pp = _int(f, "--pipeline-parallel-size")
     if tp * dp * pp != gpus_used:
         bad.append(f"TP x DP x PP ({tp * dp * pp}) must equal the plan's GPUs ({gpus_used})")
+    if "--async-scheduling" in f and (
+        pp > 1 or "--speculative-config" in f or f.get("--distributed-executor-backend") == "ray"
+    ):
+        # vllm/engine/arg_utils.py create_engine_config: refused with PP > 1 and speculation;
+        # tests/v1/engine/test_async_llm_dp.py: "Async scheduling is not supported with ray"
+        bad.append(
+            "--async-scheduling needs --pipeline-parallel-size 1, no speculative decoding and "
+            "no Ray executor"
+        )
     if "--enable-eplb" in f:
         if "--enable-expert-parallel" not in f:
             bad.append("--enable-eplb needs --enable-expert-parallel")

@@ -1,7 +1,8 @@
 """Engine knobs: an engine's scheduler with its defaults for a GPU, and the candidates a
 search tries; the instance knobs a deployment search tries (:data:`KNOB_ENTRIES`: the MoE
 all-to-all backend, two-batch overlap, redundant experts, multi-token prediction (the user's
-only) — one entry each, :func:`knob_variants`).
+only), the scheduler's host overlap (on where the engine runs it) — one entry each,
+:func:`knob_variants`).
 
 The engine's backend (:mod:`moeplan.backends`, each fact with its source) names its scheduler
 model and gives its defaults; the two scheduler models (:data:`SCHEDULERS`):
@@ -397,6 +398,35 @@ def _mtp_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple)
     return (kn.mtp,) if not kn.mtp or _allowed(model, layout, ctx).mtp else ()
 
 
+def _overlap_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tuple) -> tuple:
+    """The engine's host overlap on where its release leaves it off but has the flag and
+    runs it for this instance (:mod:`moeplan.cost.host`): overlapped, a step is never longer
+    (the longer of the GPU's and the host's time, not their sum), so a search does not try
+    both. vLLM's ``--async-scheduling`` refuses pipeline parallelism and speculative decoding
+    (vllm/engine/arg_utils.py ``create_engine_config``: "Async scheduling is not supported with
+    pipeline-parallel-size > 1", "speculative decoding is not supported with async
+    scheduling"), and Ray, which an instance whose tensor parallelism spans nodes runs on
+    (:mod:`moeplan.export.vllm`; vLLM's tests skip async scheduling with Ray: "Async
+    scheduling is not supported with ray"), so those keep the default. Without an engine, or
+    where the default is on already, the knob stays unset (the engine's default)."""
+    del model
+    engine, cluster, _ = ctx
+    eng = backend(engine) if engine in simulated() else None
+    nodes = -(-layout.gpus // cluster.gpus_per_node)
+    ray = nodes > 1 and not (layout.attn_dp >= nodes and layout.attn_dp % nodes == 0)
+    if (
+        eng is None
+        or kn.overlap is not None
+        or eng.host_overlap()
+        or eng.overlap_on_flag is None
+        or layout.pp > 1
+        or kn.mtp
+        or ray
+    ):
+        return (kn.overlap,)
+    return (True,)
+
+
 KNOB_ENTRIES: tuple[KnobEntry, ...] = (
     KnobEntry(
         name="a2a",
@@ -410,6 +440,11 @@ KNOB_ENTRIES: tuple[KnobEntry, ...] = (
         apply=lambda lay, kn, v: (replace(lay, redundant_experts=v), kn),
     ),
     KnobEntry(name="mtp", values=_mtp_values, apply=lambda lay, kn, v: (lay, replace(kn, mtp=v))),
+    KnobEntry(
+        name="overlap",
+        values=_overlap_values,
+        apply=lambda lay, kn, v: (lay, replace(kn, overlap=v)),
+    ),
 )
 
 
