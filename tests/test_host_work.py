@@ -161,3 +161,14 @@ def test_exported_vllm_launch_carries_async_scheduling_and_its_rules():
     assert "--async-scheduling" in vllm.knob_args(kn)
     assert "--async-scheduling" not in vllm.knob_args(InstanceKnobs())
     assert "--disable-overlap-schedule" in backend("sglang").knob_args(InstanceKnobs(overlap=False))
+
+
+def test_host_line_states_the_price_and_how_it_runs():
+    from moeplan.search.job.outcome import host_line
+
+    rec = {"overlapped": False, "seconds_per_sequence": HOST_S_PER_SEQ,
+           "decode_host_share": 0.25, "source": "x"}  # fmt: skip
+    line = host_line(rec)
+    assert line is not None and "21.5 us" in line and "in series" in line and "25%" in line
+    assert "overlapped" in str(host_line({**rec, "overlapped": True}))
+    assert host_line(None) is None

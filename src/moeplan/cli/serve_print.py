@@ -13,7 +13,13 @@ from moeplan.commands.serve_sim import overload_line
 from moeplan.kernel_tables import pricing_line
 from moeplan.search.colocated.evaluate import ServeResult
 from moeplan.search.disagg.pools import DisaggResult
-from moeplan.search.job.outcome import graphs_line, interval_line, release_label, sources_line
+from moeplan.search.job.outcome import (
+    graphs_line,
+    host_line,
+    interval_line,
+    release_label,
+    sources_line,
+)
 from moeplan.serve.iteration.instance_knobs import InstanceKnobs
 from moeplan.serve.iteration.phase import BREAKDOWN_KEYS
 from moeplan.serve.pools.pd import PDLayout
@@ -107,6 +113,9 @@ def print_single(out: dict[str, Any], r: ServeResult, knobs: InstanceKnobs) -> N
     graphs = graphs_line(out.get("cuda_graphs"))
     if graphs:
         console.print(graphs)
+    host = host_line(out.get("host"))
+    if host:
+        console.print(host)
     console.print(interval_line(out["interval"]))
     if out["pricing"]["stand_in_note"]:
         console.print(out["pricing"]["stand_in_note"])

@@ -59,7 +59,7 @@ from moeplan.commands.bench_workload import (
 )
 from moeplan.commands.serve_inputs import ServeSimFlags
 from moeplan.errors import require
-from moeplan.search.job.outcome import graphs_line, sources_line
+from moeplan.search.job.outcome import graphs_line, host_line, sources_line
 from moeplan.serve.cuda_graphs import graphs_record
 from moeplan.serve.engine.config import SimResult
 from moeplan.serve.host_record import host_record
@@ -481,6 +481,9 @@ def text_block(out: dict[str, Any]) -> str:
     graphs = graphs_line(mp["scheduler"].get("cuda_graphs"))
     if graphs:
         rows.append(graphs)
+    host = host_line(mp["scheduler"].get("host"))
+    if host:
+        rows.append(host)
     if mp["launch"]:
         for x in mp["launch"]["not_priced"]:
             rows.append(f"not priced: {x['flag']} ({x['why']})")

@@ -202,6 +202,24 @@ def graphs_line(rec: dict[str, Any] | None) -> str | None:
         f"outside CUDA graphs: {rec['engine_time_above_share']:.0%} of the engine's time is in "
         f"decode steps of more than {rec['capture_max_batch_per_rank']} sequences per rank, "
         "above the engine's CUDA-graph capture size; moeplan prices them with graph-captured "
-        "kernel times and no host work, so these figures are optimistic (moeplan validate "
-        "scores such runs apart)"
+        "kernel times, so these figures are optimistic (moeplan validate scores such runs "
+        "apart)"
+    )
+
+
+def host_line(rec: dict[str, Any] | None) -> str | None:
+    """The line stating a run's engine host work (:mod:`moeplan.serve.host_record`'s record;
+    None without an engine)."""
+    if not rec:
+        return None
+    how = (
+        "overlapped with the GPU step (a step waits only where it is longer)"
+        if rec["overlapped"]
+        else "in series with the GPU step (--overlap-schedule prices the engine's overlap, "
+        "vLLM's --async-scheduling)"
+    )
+    return (
+        f"engine host work: {rec['seconds_per_sequence'] * 1e6:.1f} us per sequence per step, "
+        f"{how}; the decode sequences' share of the engine's time {rec['decode_host_share']:.0%} "
+        "(one published figure for every engine: moeplan/cost/host.py)"
     )
