@@ -172,3 +172,14 @@ def test_host_line_states_the_price_and_how_it_runs():
     assert line is not None and "21.5 us" in line and "in series" in line and "25%" in line
     assert "overlapped" in str(host_line({**rec, "overlapped": True}))
     assert host_line(None) is None
+
+
+def test_vllm_011_refuses_async_scheduling_with_a_pipeline_or_speculation():
+    """vLLM 0.11's create_engine_config rule, one line; the lab's 0.10.2 ran it with -pp 2."""
+    pp2 = Layout(attn_tp=1, attn_dp=1, moe_tp=1, moe_ep=1, pp=2)
+    with pytest.raises(MoeplanError, match="refuses --async-scheduling with pipeline"):
+        resolve_knobs("vllm", MODEL, CLUSTER, pp2, overlap=True)
+    assert resolve_knobs("vllm", MODEL, CLUSTER, pp2, overlap=True, version="0.10.2").overlap
+    assert backend("vllm").overlap_blocker(1, 1, "0.11.0") is not None
+    assert backend("vllm").overlap_blocker(1, 0, "0.11.0") is None
+    assert backend("sglang").overlap_blocker(2, 1) is None

@@ -276,6 +276,12 @@ class EngineBackend(ABC):
         )
         return [str(flag)]
 
+    def overlap_blocker(self, pp: int, mtp: int, version: str | None = None) -> str | None:
+        """Why release ``version`` cannot overlap its host work for an instance of ``pp``
+        pipeline stages with ``mtp`` draft tokens (None: it can)."""
+        del pp, mtp, version
+        return None
+
     def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
         """The largest decode batch the engine captures a CUDA graph for, for the instance
         ``ctx`` with running cap ``max_running`` (None: it captures no decode graph, or moeplan

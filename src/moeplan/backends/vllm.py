@@ -32,6 +32,7 @@ from moeplan.backends.base import (
     Knobs,
     MemoryContext,
 )
+from moeplan.backends.versions import version_key
 from moeplan.backends.vllm_caps import VLLM_CAPS
 from moeplan.specs import GPUSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
@@ -84,6 +85,27 @@ class VLLMBackend(EngineBackend):
         if not chunk_tokens:
             return []
         return ["--max-num-batched-tokens", str(max(1, chunk_tokens // max(1, attn_dp)))]
+
+    def overlap_blocker(self, pp: int, mtp: int, version: str | None = None) -> str | None:
+        """vLLM 0.11's ``--async-scheduling`` with pipeline parallelism or speculative decoding
+        is refused (vllm/engine/arg_utils.py ``create_engine_config``: "Async scheduling is not
+        supported with pipeline-parallel-size > 1", "speculative decoding is not supported
+        with async scheduling"); the rule is applied to the 0.11 line whose source was read
+        (the lab's vLLM 0.10.2 ran it with ``-pp 2``)."""
+        release = version or self.version
+        if release is None or version_key(release)[0][:2] != (0, 11):
+            return None
+        if pp > 1:
+            return (
+                f"vLLM {release} refuses --async-scheduling with pipeline parallelism "
+                f"({pp} stages; vllm/engine/arg_utils.py create_engine_config)"
+            )
+        if mtp:
+            return (
+                f"vLLM {release} refuses --async-scheduling with speculative decoding "
+                "(vllm/engine/arg_utils.py create_engine_config)"
+            )
+        return None
 
     def graph_max_bs(self, ctx: MemoryContext, max_running: int | None) -> int | None:
         """vLLM 0.11.0's default ``cuda_graph_sizes``: ``min(max_num_seqs * 2, 512)`` of one DP

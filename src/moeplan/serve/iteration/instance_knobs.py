@@ -192,6 +192,8 @@ def resolve_knobs(
         if eng is None:
             raise MoeplanError("--overlap-schedule needs an engine (--engine)")
         eng.overlap_args(overlap, version)  # one line where the engine has no such flag
+        if overlap and (why := eng.overlap_blocker(layout.pp, mtp, version)) is not None:
+            raise MoeplanError(f"--overlap-schedule cannot run here: {why}")
     return with_kv_cache(
         InstanceKnobs(
             overlap=overlap,
