@@ -263,6 +263,11 @@ class EngineBackend(ABC):
         release = version or self.version
         return release is not None and version_key(release) >= version_key(self.overlap_since)
 
+    def overlaps(self, overlap: bool | None, version: str | None = None) -> bool:
+        """Whether an instance with the knob ``overlap`` (None: the release's default)
+        overlaps its host work (:meth:`host_overlap`)."""
+        return self.host_overlap(version) if overlap is None else overlap
+
     def overlap_args(self, overlap: bool | None, version: str | None = None) -> list[str]:
         """The flag setting the host overlap to ``overlap`` where it differs from release
         ``version``'s default (none for None: the default)."""

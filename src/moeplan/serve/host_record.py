@@ -31,9 +31,7 @@ def host_record(
     eng = backend_or_none(engine)
     if eng is None:
         return None
-    overlap = knobs.overlap if knobs is not None and knobs.overlap is not None else None
-    if overlap is None:
-        overlap = eng.host_overlap(version)
+    overlap = eng.overlaps(None if knobs is None else knobs.overlap, version)
     busy = host = 0.0
     for r in runs:
         busy += float((r.iter_end_s - r.iter_start_s).sum())

@@ -402,13 +402,11 @@ def _overlap_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tu
     """The engine's host overlap on where its release leaves it off but has the flag and
     runs it for this instance (:mod:`moeplan.cost.host`): overlapped, a step is never longer
     (the longer of the GPU's and the host's time, not their sum), so a search does not try
-    both. vLLM's ``--async-scheduling`` refuses pipeline parallelism and speculative decoding
-    (vllm/engine/arg_utils.py ``create_engine_config``: "Async scheduling is not supported with
-    pipeline-parallel-size > 1", "speculative decoding is not supported with async
-    scheduling"), and Ray, which an instance whose tensor parallelism spans nodes runs on
-    (:mod:`moeplan.export.vllm`; vLLM's tests skip async scheduling with Ray: "Async
-    scheduling is not supported with ray"), so those keep the default. Without an engine, or
-    where the default is on already, the knob stays unset (the engine's default)."""
+    both. Kept at the default where the release refuses it for the instance
+    (:meth:`EngineBackend.overlap_blocker`: vLLM 0.11 with a pipeline or MTP) and on Ray,
+    which an instance whose tensor parallelism spans nodes runs on (:mod:`moeplan.export.vllm`;
+    vLLM's tests skip async scheduling with Ray: "Async scheduling is not supported with
+    ray"). Without an engine, or where the default is on already, the knob stays unset."""
     del model
     engine, cluster, _ = ctx
     eng = backend(engine) if engine in simulated() else None
@@ -419,8 +417,7 @@ def _overlap_values(model: ModelSpec, layout: Layout, kn: InstanceKnobs, ctx: tu
         or kn.overlap is not None
         or eng.host_overlap()
         or eng.overlap_on_flag is None
-        or layout.pp > 1
-        or kn.mtp
+        or eng.overlap_blocker(layout.pp, kn.mtp) is not None
         or ray
     ):
         return (kn.overlap,)

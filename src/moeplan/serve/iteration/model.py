@@ -236,11 +236,7 @@ class IterationModel(TwoBatchMixin, MtpMixin, PrefetchMixin):
         eng = backend_or_none(cost.engine)
         # None: no engine, no host work priced; else whether the step overlaps it
         self._overlap: bool | None = (
-            None
-            if eng is None
-            else self.knobs.overlap
-            if self.knobs.overlap is not None
-            else eng.host_overlap(cost.engine_version)
+            None if eng is None else eng.overlaps(self.knobs.overlap, cost.engine_version)
         )
 
     def __call__(self, batch: Batch) -> float:
