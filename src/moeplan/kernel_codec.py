@@ -10,8 +10,8 @@ rebuilds without calling anything a file names:
 - instances of the classes in :data:`CLASSES` only, rebuilt with ``object.__new__`` and their
   attributes set directly (no ``__init__``, ``__setstate__`` or property runs), each checked to
   carry exactly its declared slots;
-- a kernel family by its op name (:data:`moeplan.cost.kerneldb.KERNEL_FAMILIES`), a SciPy
-  ``cKDTree`` by its points (built again, which gives the same tree).
+- a kernel family by its op name (:data:`moeplan.cost.kerneldb.KERNEL_FAMILIES`). A residual
+  field's k-d tree is not an attribute: the field builds it again on its first search.
 
 Anything else does not encode (:class:`CodecError`: not cached) or does not decode
 (:class:`CodecError`: a cache miss).
@@ -91,8 +91,6 @@ def _enc(v: Any, arrays: list[np.ndarray]) -> Any:
         return {"d": [[_enc(k, arrays), _enc(x, arrays)] for k, x in v.items()]}
     if isinstance(v, Family):
         return {"f": v.op}
-    if type(v).__name__ == "cKDTree":
-        return {"k": [_enc(np.asarray(v.data), arrays), int(v.leafsize)]}
     cls = type(v)
     if CLASSES.get(cls.__name__) is not cls:
         raise CodecError(f"{cls.__module__}.{cls.__qualname__} is not stored")
@@ -189,8 +187,6 @@ class _Decoder:
             return a.tobytes()
         if tag == "f" and isinstance(body, str) and body in KERNEL_FAMILIES:
             return KERNEL_FAMILIES[body]
-        if tag == "k" and isinstance(body, list) and len(body) == 2:
-            return self.kdtree(self.dec(body[0], d), body[1])
         if tag == "o" and isinstance(body, list) and len(body) == 2:
             return self.instance(body[0], body[1], d)
         raise CodecError(f"unknown graph node {tag!r}")
@@ -270,17 +266,6 @@ class _Decoder:
                 raise CodecError("ragged lengths do not cover the values")
             cols.append(np.split(flat, np.cumsum(lengths)[:-1]))
         return list(zip(*cols, strict=True))
-
-    @staticmethod
-    def kdtree(data: Any, leafsize: Any) -> Any:
-        from scipy.spatial import cKDTree
-
-        ok = isinstance(data, np.ndarray) and data.ndim == 2 and data.dtype.kind == "f"
-        if not ok or type(leafsize) is not int or not 1 <= leafsize <= 1 << 20:
-            raise CodecError("kd-tree must be 2-d float points and a leaf size")
-        if not np.isfinite(data).all():
-            raise CodecError("kd-tree points must be finite")
-        return cKDTree(data, leafsize=leafsize)
 
     def instance(self, name: Any, state: Any, depth: int) -> Any:
         cls = CLASSES.get(name) if isinstance(name, str) else None

@@ -504,10 +504,24 @@ def _kernel_db(engine: str | None, version: str | None) -> KernelDB:
         k: version_record(k[1], k[2], choice, transfer) for k, (_, choice) in choices.items()
     }
     asked = (engine, version) if engine is not None and version is not None else None
-    return KernelDB(
+    db = KernelDB(
         LazyTables(loaders), devices, read_errors(), store, versions=versions,
         engine_version=asked, gpu_transfer=read_gpu_transfer(),
     )  # fmt: skip
+    _DATABASES.append(db)
+    return db
+
+
+#: every process-wide kernel database made so far (:func:`save_memos`)
+_DATABASES: list[KernelDB] = []
+
+
+def save_memos() -> int:
+    """Write back the residual-field answers of every process-wide kernel database to its
+    store (:meth:`KernelDB.save_memos`): a later moeplan process answers the same kernel
+    rows without the neighbour search. The console script calls it as it ends. The number of
+    variant files written."""
+    return sum(db.save_memos() for db in _DATABASES)
 
 
 def engine_cost_model(

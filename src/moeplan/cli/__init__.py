@@ -217,11 +217,22 @@ def main(argv: list[str] | None = None) -> None:
             _main(sys.argv[1:])
         finally:
             _quiet_sigint()
+            _save_memos()
             # the process ends next: its objects leave the cyclic collector's reach, so the
             # interpreter's shutdown collections do not walk them (0.2 -> 0.07 s after a plan)
             gc.freeze()
     else:
         _main(list(argv))
+
+
+def _save_memos() -> None:
+    """Keep the kernel rows this run priced for the next run (:func:`moeplan.kernel_tables.
+    save_memos`), when it priced any; a cache that cannot be written is skipped (it is a
+    cache)."""
+    tables = sys.modules.get("moeplan.kernel_tables")
+    if tables is not None:
+        with contextlib.suppress(Exception):
+            tables.save_memos()
 
 
 def _main(args: list[str]) -> None:

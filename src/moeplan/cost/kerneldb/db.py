@@ -207,6 +207,19 @@ class KernelDB:
                 )
         return self._variants[vk]
 
+    def save_memos(self) -> int:
+        """Write back to the store every variant whose residual field answered rows it had
+        not kept (:class:`~.fit.ResidualField`): a later process reads the answers instead of
+        searching again. The number of variants written (0 without a store)."""
+        if self._store is None:
+            return 0
+        n = 0
+        for vk, vm in self._variants.items():
+            if vm is not None and vm.field.fold_memo():
+                self._store.put(("variant", *vk), vm)
+                n += 1
+        return n
+
     def _build_variant(self, gpu: str, engine: str, op: str, key: tuple) -> VariantModel:
         t = self.tables[(gpu, engine, op)]
         fam = KERNEL_FAMILIES[op]

@@ -33,6 +33,7 @@ the residual there carries on (as a shape line's end residual does along its tok
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -180,7 +181,14 @@ class Analytic:
 
 
 class ResidualField:
-    """Log residuals of measured rows, queried by nearest neighbours in smooth coordinates."""
+    """Log residuals of measured rows, queried by nearest neighbours in smooth coordinates.
+
+    Answers are kept (:data:`MEMO_MAX_ROWS` rows at most): a query row asked again, in this
+    process or — the field being stored with its variant (:mod:`moeplan.kernel_store`) — in
+    a later one, is answered from ``memo_coords`` / ``memo_out`` instead of the neighbour
+    search. A row's answer depends on that row alone (its neighbours, their residuals and
+    distances), so a kept answer is the search's own, bit for bit. The k-d tree is built on
+    the first row not kept (SciPy's import and the build are skipped when every row is)."""
 
     def __init__(
         self,
@@ -190,8 +198,6 @@ class ResidualField:
         robust: bool = False,
         carry: tuple[int, ...] = (),
     ) -> None:
-        from scipy.spatial import cKDTree
-
         self.coords, self.carry = coords, tuple(a for a in carry if a < coords.shape[1])
         self.residual = residual
         self.lo = coords.min(axis=0) - 1e-9
@@ -199,7 +205,8 @@ class ResidualField:
         w = np.ones(coords.shape[1])
         w[: len(weights)] = weights[: coords.shape[1]]
         self.weights, self.robust = w, robust
-        self._tree = cKDTree(coords * w)
+        self.memo_coords = np.zeros((0, coords.shape[1]))
+        self.memo_out = np.zeros((0, 3))
 
     def beyond(self, coords: np.ndarray) -> np.ndarray:
         """Rows outside the measured range on a ``carry`` axis (their residual is carried)."""
@@ -211,12 +218,29 @@ class ResidualField:
     def query(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log correction, distance to the nearest row, inside the measured box); on the
         ``carry`` axes a query beyond the box is moved to its nearest edge first."""
+        coords = np.ascontiguousarray(coords, dtype=float)
+        state = _state(self)
+        keys = _row_keys(coords)
+        at = [state.index.get(k, -1) for k in keys]
+        miss = [i for i, j in enumerate(at) if j < 0]
+        out = np.empty((len(coords), 3))
+        if len(miss) < len(coords):
+            hit = np.array([i for i, j in enumerate(at) if j >= 0])
+            out[hit] = state.rows(self)[[j for j in at if j >= 0]]
+        if miss:
+            got = np.column_stack(self._search(coords[miss], state))
+            out[miss] = got
+            state.keep(self, [keys[i] for i in miss], coords[miss], got)
+        return out[:, 0], out[:, 1], out[:, 2].astype(bool)
+
+    def _search(self, coords: np.ndarray, state: _FieldState) -> tuple[np.ndarray, ...]:
+        """The neighbour search of :meth:`query` for rows not kept."""
         if self.carry:
             coords = np.array(coords, dtype=float)
             for a in self.carry:
                 coords[:, a] = np.clip(coords[:, a], self.lo[a] + 2e-9, self.hi[a] - 2e-9)
         k = min(NEIGHBOURS, len(self.residual))
-        d, j = self._tree.query(coords * self.weights, k=k)
+        d, j = state.tree(self).query(coords * self.weights, k=k)
         d, j = d.reshape(len(coords), k), j.reshape(len(coords), k)
         w = 1.0 / (d + SOFTEN) ** 2
         r = self.residual[j]
@@ -224,7 +248,87 @@ class ResidualField:
         # nearness in unweighted log2 units (the weights only rank the neighbours)
         near = np.sqrt(((self.coords[j] - coords[:, None, :]) ** 2).sum(axis=2)).min(axis=1)
         inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (near <= NEAR)
-        return corr, near, inside
+        return corr, near, inside.astype(float)
+
+    def fold_memo(self) -> bool:
+        """Move the answers kept since the field was built or read into ``memo_coords`` /
+        ``memo_out`` (what a store writes); whether there were any."""
+        return _state(self).fold(self)
+
+
+#: query rows a residual field keeps answered at most (:class:`ResidualField`): past it new
+#: rows are answered, not kept. 250,000 rows of 7 coordinates are about 20 MB of its file.
+MEMO_MAX_ROWS = 250_000
+
+
+def _row_keys(coords: np.ndarray) -> list[bytes]:
+    """Each row of a C-contiguous float array as its bytes (a dict key)."""
+    if len(coords) == 0:
+        return []
+    return coords.view(np.dtype((np.void, coords.shape[1] * coords.itemsize))).ravel().tolist()
+
+
+class _FieldState:
+    """What a :class:`ResidualField` holds only while the process runs: its k-d tree, the
+    index of its kept rows, and the rows kept since it was built or read."""
+
+    __slots__ = ("_tree", "index", "_new_coords", "_new_out", "_rows")
+
+    def __init__(self, field: ResidualField) -> None:
+        self._tree = None
+        keys = _row_keys(np.ascontiguousarray(field.memo_coords))
+        self.index: dict[bytes, int] = dict(zip(keys, range(len(keys)), strict=True))
+        self._new_coords: list[np.ndarray] = []
+        self._new_out: list[np.ndarray] = []
+        self._rows: np.ndarray | None = None
+
+    def tree(self, field: ResidualField):  # noqa: ANN201 (SciPy imported here)
+        if self._tree is None:
+            from scipy.spatial import cKDTree
+
+            self._tree = cKDTree(field.coords * field.weights)
+        return self._tree
+
+    def rows(self, field: ResidualField) -> np.ndarray:
+        """Every kept answer, indexed as :attr:`index`."""
+        if self._rows is None:
+            self._rows = np.concatenate([field.memo_out, *self._new_out])
+        return self._rows
+
+    def keep(self, field: ResidualField, keys: list[bytes], coords: np.ndarray,
+             out: np.ndarray) -> None:  # fmt: skip
+        """Keep the answers ``out`` of rows ``coords`` (their ``keys``) not kept yet, up to
+        :data:`MEMO_MAX_ROWS` rows."""
+        n, pick = len(self.index), []
+        for i, k in enumerate(keys):
+            if n >= MEMO_MAX_ROWS:
+                break
+            if k not in self.index:
+                self.index[k] = n
+                n += 1
+                pick.append(i)
+        if pick:
+            self._new_coords.append(coords[pick])
+            self._new_out.append(out[pick])
+            self._rows = None
+
+    def fold(self, field: ResidualField) -> bool:
+        if not self._new_out:
+            return False
+        field.memo_coords = np.concatenate([field.memo_coords, *self._new_coords])
+        field.memo_out = np.concatenate([field.memo_out, *self._new_out])
+        self._new_coords, self._new_out, self._rows = [], [], None
+        return True
+
+
+_STATES: weakref.WeakKeyDictionary[ResidualField, _FieldState] = weakref.WeakKeyDictionary()
+
+
+def _state(field: ResidualField) -> _FieldState:
+    got = _STATES.get(field)
+    if got is None:
+        got = _STATES[field] = _FieldState(field)
+    return got
 
 
 def _datasheet_time(f: Features, device: Device, link: bool) -> np.ndarray:
