@@ -50,6 +50,7 @@ import numpy as np
 
 from moeplan.backends import kernel_tables
 from moeplan.backends.versions import MEASURED
+from moeplan.cost.kerneldb import price_memo
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import (
     EXPLICIT,
@@ -208,14 +209,15 @@ class KernelDB:
         return self._variants[vk]
 
     def save_memos(self) -> int:
-        """Write back to the store every variant whose residual field answered rows it had
-        not kept (:class:`~.fit.ResidualField`): a later process reads the answers instead of
-        searching again. The number of variants written (0 without a store)."""
+        """Write back to the store every variant that priced rows it had not kept (its own
+        prices, :mod:`.price_memo`, and its residual field's answers,
+        :class:`~.fit.ResidualField`): a later process reads the answers instead of pricing
+        again. The number of variants written (0 without a store)."""
         if self._store is None:
             return 0
         n = 0
         for vk, vm in self._variants.items():
-            if vm is not None and vm.field.fold_memo():
+            if vm is not None and (vm.field.fold_memo() | price_memo.fold(vm)):
                 self._store.put(("variant", *vk), vm)
                 n += 1
         return n
@@ -462,6 +464,19 @@ class KernelDB:
         exact row, shape line, the line's end carried past it, residual field, model."""
         vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
         assert vm is not None
+        return price_memo.priced(
+            vm, device, cols, n, lambda c, m: self._own_prices_of(fam, device, vm, c, m)
+        )
+
+    def _own_prices_of(
+        self,
+        fam: Family,
+        device: Device,
+        vm: VariantModel,
+        cols: dict[str, np.ndarray],
+        n: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_own_prices` of rows no variant kept (:mod:`.price_memo`)."""
         lookups = self._lookup(vm, cols, n)
         f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
         base = vm.model.predict(f, device, fam.link)

@@ -221,12 +221,12 @@ class ResidualField:
         coords = np.ascontiguousarray(coords, dtype=float)
         state = _state(self)
         keys = _row_keys(coords)
-        at = [state.index.get(k, -1) for k in keys]
-        miss = [i for i, j in enumerate(at) if j < 0]
+        at = np.fromiter((state.index.get(k, -1) for k in keys), np.int64, len(keys))
+        miss = np.flatnonzero(at < 0).tolist()
         out = np.empty((len(coords), 3))
         if len(miss) < len(coords):
-            hit = np.array([i for i, j in enumerate(at) if j >= 0])
-            out[hit] = state.rows(self)[[j for j in at if j >= 0]]
+            hit = np.flatnonzero(at >= 0)
+            out[hit] = state.answers(self, at[hit])
         if miss:
             got = np.column_stack(self._search(coords[miss], state))
             out[miss] = got
@@ -270,17 +270,17 @@ def _row_keys(coords: np.ndarray) -> list[bytes]:
 
 class _FieldState:
     """What a :class:`ResidualField` holds only while the process runs: its k-d tree, the
-    index of its kept rows, and the rows kept since it was built or read."""
+    index of its kept rows, and the answers kept since it was built or read (index
+    ``len(field.memo_out) + i`` is ``new[i]``)."""
 
-    __slots__ = ("_tree", "index", "_new_coords", "_new_out", "_rows")
+    __slots__ = ("_tree", "index", "new", "_new_coords")
 
     def __init__(self, field: ResidualField) -> None:
         self._tree = None
         keys = _row_keys(np.ascontiguousarray(field.memo_coords))
         self.index: dict[bytes, int] = dict(zip(keys, range(len(keys)), strict=True))
+        self.new: list[list[float]] = []
         self._new_coords: list[np.ndarray] = []
-        self._new_out: list[np.ndarray] = []
-        self._rows: np.ndarray | None = None
 
     def tree(self, field: ResidualField):  # noqa: ANN201 (SciPy imported here)
         if self._tree is None:
@@ -289,35 +289,39 @@ class _FieldState:
             self._tree = cKDTree(field.coords * field.weights)
         return self._tree
 
-    def rows(self, field: ResidualField) -> np.ndarray:
-        """Every kept answer, indexed as :attr:`index`."""
-        if self._rows is None:
-            self._rows = np.concatenate([field.memo_out, *self._new_out])
-        return self._rows
+    def answers(self, field: ResidualField, at: np.ndarray) -> np.ndarray:
+        """The kept answers at indices ``at``."""
+        stored = field.memo_out
+        old = at < len(stored)
+        if old.all():
+            return stored[at]
+        out = np.empty((len(at), 3))
+        out[old] = stored[at[old]]
+        out[~old] = [self.new[j - len(stored)] for j in at[~old].tolist()]
+        return out
 
     def keep(self, field: ResidualField, keys: list[bytes], coords: np.ndarray,
              out: np.ndarray) -> None:  # fmt: skip
         """Keep the answers ``out`` of rows ``coords`` (their ``keys``) not kept yet, up to
         :data:`MEMO_MAX_ROWS` rows."""
-        n, pick = len(self.index), []
+        pick, rows, n = [], out.tolist(), len(field.memo_out) + len(self.new)
         for i, k in enumerate(keys):
             if n >= MEMO_MAX_ROWS:
                 break
             if k not in self.index:
                 self.index[k] = n
-                n += 1
+                self.new.append(rows[i])
                 pick.append(i)
+                n += 1
         if pick:
             self._new_coords.append(coords[pick])
-            self._new_out.append(out[pick])
-            self._rows = None
 
     def fold(self, field: ResidualField) -> bool:
-        if not self._new_out:
+        if not self._new_coords:
             return False
         field.memo_coords = np.concatenate([field.memo_coords, *self._new_coords])
-        field.memo_out = np.concatenate([field.memo_out, *self._new_out])
-        self._new_coords, self._new_out, self._rows = [], [], None
+        field.memo_out = np.concatenate([field.memo_out, np.asarray(self.new, dtype=float)])
+        self._new_coords, self.new = [], []
         return True
 
 
