@@ -114,6 +114,13 @@ def test_the_console_script_keeps_rows_for_its_next_run(tmp_path):
 # ---- a variant's own prices (price_memo) ------------------------------------------------
 
 
+def device(name: str):
+    from moeplan.cost.kerneldb.device import Device
+
+    return Device(name=name, flops_bf16=1e15, flops_fp8=2e15, mem_bw=3e12, link_bw=4e11,
+                  reference="h100_sxm", sm_count=132, table="h100_sxm")  # fmt: skip
+
+
 class Stub:
     """A variant stand-in with empty kept answers (what VariantModel starts with)."""
 
@@ -137,18 +144,8 @@ def stub_price(calls):
 
 def test_kept_prices_are_the_pricing_and_are_asked_once():
     from moeplan.cost.kerneldb import price_memo
-    from moeplan.cost.kerneldb.device import Device
 
-    dev = Device(
-        name="gpu",
-        flops_bf16=1e15,
-        flops_fp8=2e15,
-        mem_bw=3e12,
-        link_bw=4e11,
-        reference="h100_sxm",
-        sm_count=132,
-        table="h100_sxm",
-    )
+    dev = device("gpu")
     vm, calls = Stub(), []
     price = stub_price(calls)
     rng = np.random.default_rng(0)
@@ -176,16 +173,7 @@ def test_kept_prices_are_the_pricing_and_are_asked_once():
     got = price_memo.priced(vm2, dev, cols, 40, price)
     assert calls == [] and all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
     # another device, another text value, a varying text column, one row: priced afresh
-    other = Device(
-        name="gpu2",
-        flops_bf16=1e15,
-        flops_fp8=2e15,
-        mem_bw=3e12,
-        link_bw=4e11,
-        reference="h100_sxm",
-        sm_count=132,
-        table="h100_sxm",
-    )
+    other = device("gpu2")
     price_memo.priced(vm2, other, cols, 40, price)
     price_memo.priced(vm2, dev, {**cols, "k": np.array(["y"] * 40)}, 40, price)
     mixed = {**cols, "k": np.array(["x", "y"] * 20)}
@@ -201,18 +189,8 @@ def test_a_kept_whole_number_is_not_the_same_float():
     """A measured row is found by its text (1 and 1.0 differ there): the two dtypes keep
     apart."""
     from moeplan.cost.kerneldb import price_memo
-    from moeplan.cost.kerneldb.device import Device
 
-    dev = Device(
-        name="gpu",
-        flops_bf16=1e15,
-        flops_fp8=2e15,
-        mem_bw=3e12,
-        link_bw=4e11,
-        reference="h100_sxm",
-        sm_count=132,
-        table="h100_sxm",
-    )
+    dev = device("gpu")
     vm, calls = Stub(), []
     price = stub_price(calls)
     cols = {"a": np.arange(1, 5), "b": np.ones(4), "k": np.array(["x"] * 4)}
@@ -223,19 +201,9 @@ def test_a_kept_whole_number_is_not_the_same_float():
 
 def test_past_the_cap_prices_are_priced_not_kept(monkeypatch):
     from moeplan.cost.kerneldb import price_memo
-    from moeplan.cost.kerneldb.device import Device
 
     monkeypatch.setattr(price_memo, "MEMO_MAX_ROWS", 7)
-    dev = Device(
-        name="gpu",
-        flops_bf16=1e15,
-        flops_fp8=2e15,
-        mem_bw=3e12,
-        link_bw=4e11,
-        reference="h100_sxm",
-        sm_count=132,
-        table="h100_sxm",
-    )
+    dev = device("gpu")
     vm, calls = Stub(), []
     price = stub_price(calls)
     cols = {"a": np.arange(1, 21), "b": np.ones(20), "k": np.array(["x"] * 20)}

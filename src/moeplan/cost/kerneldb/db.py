@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -464,19 +465,10 @@ class KernelDB:
         exact row, shape line, the line's end carried past it, residual field, model."""
         vm = self.variant(device.table, engine, fam.op, key)  # type: ignore[arg-type]
         assert vm is not None
-        return price_memo.priced(
-            vm, device, cols, n, lambda c, m: self._own_prices_of(fam, device, vm, c, m)
-        )
+        return price_memo.priced(vm, device, cols, n, partial(self._own_rows, fam, device, vm))
 
-    def _own_prices_of(
-        self,
-        fam: Family,
-        device: Device,
-        vm: VariantModel,
-        cols: dict[str, np.ndarray],
-        n: int,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_own_prices` of rows no variant kept (:mod:`.price_memo`)."""
+    def _own_rows(self, fam: Family, device: Device, vm: VariantModel, cols: dict, n: int):  # noqa: ANN201
+        """:meth:`_own_prices` of rows ``vm`` has not kept (:mod:`.price_memo`)."""
         lookups = self._lookup(vm, cols, n)
         f = vm.featurize(cols)  # the variant's kernel for kernel-specific terms
         base = vm.model.predict(f, device, fam.link)

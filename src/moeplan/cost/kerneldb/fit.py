@@ -40,6 +40,7 @@ import numpy as np
 
 from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import Features
+from moeplan.cost.kerneldb.price_memo import run_state
 
 NEIGHBOURS = 8
 SOFTEN = 0.3  # log2 units added to neighbour distances (weights 1 / (d + SOFTEN)^2)
@@ -329,10 +330,7 @@ _STATES: weakref.WeakKeyDictionary[ResidualField, _FieldState] = weakref.WeakKey
 
 
 def _state(field: ResidualField) -> _FieldState:
-    got = _STATES.get(field)
-    if got is None:
-        got = _STATES[field] = _FieldState(field)
-    return got
+    return run_state(_STATES, field, _FieldState)  # type: ignore[no-any-return]
 
 
 def _datasheet_time(f: Features, device: Device, link: bool) -> np.ndarray:

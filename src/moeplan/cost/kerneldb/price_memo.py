@@ -114,11 +114,17 @@ class _State:
 _STATES: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
 
 
-def _state(vm: Any) -> _State:
-    got = _STATES.get(vm)
+def run_state(states: weakref.WeakKeyDictionary, owner: Any, make: Callable[[Any], Any]) -> Any:
+    """``owner``'s state of this process in ``states`` (made by ``make(owner)`` on first
+    use): what a stored object holds only while the process runs."""
+    got = states.get(owner)
     if got is None:
-        got = _STATES[vm] = _State(vm)
+        got = states[owner] = make(owner)
     return got
+
+
+def _state(vm: Any) -> _State:
+    return run_state(_STATES, vm, _State)
 
 
 def priced(
