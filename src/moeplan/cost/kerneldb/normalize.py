@@ -46,6 +46,10 @@ def normalize(fam: Family, columns: Mapping[str, np.ndarray]) -> tuple[dict[str,
         elif c not in fam.variant_cols and c != "distribution":
             raise MoeplanError(f"{fam.op}.{c} ({str(a[0])!r}) must be a number")
         elif c.endswith("dtype"):  # each distinct name resolved once (a column repeats one)
+            first = str(a[0])
+            if bool((a == a[0]).all()):  # one name (the usual query): no sort
+                cols[c] = np.full(n, DTYPE_ALIASES.get(first, first))
+                continue
             names, at = np.unique(a.astype(str), return_inverse=True)
             cols[c] = np.array([DTYPE_ALIASES.get(x, x) for x in names.tolist()])[at]
     return cols, n
