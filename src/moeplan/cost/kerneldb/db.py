@@ -202,24 +202,27 @@ class KernelDB:
             if (gpu, engine, op) not in self.tables:
                 self._variants[vk] = None
             else:
-                self._variants[vk] = self._stored(
+                vm = self._variants[vk] = self._stored(
                     ("variant", *vk),
                     lambda: self._build_variant(gpu, engine, op, key),
                     lambda v: stored_variant_ok(v, op, key),
                 )
+                if self._store is not None and vm is not None:  # the answers kept for it
+                    price_memo.attach(vm, self._store.get(("memo", *vk)))
         return self._variants[vk]
 
     def save_memos(self) -> int:
-        """Write back to the store every variant that priced rows it had not kept (its own
-        prices, :mod:`.price_memo`, and its residual field's answers,
-        :class:`~.fit.ResidualField`): a later process reads the answers instead of pricing
-        again. The number of variants written (0 without a store)."""
+        """Write to the store the answers of every variant that priced rows it had not kept
+        (its own prices, :mod:`.price_memo`), one file beside each variant's: a later process
+        reads them instead of pricing again. The number of files written (0 without a
+        store)."""
         if self._store is None:
             return 0
         n = 0
         for vk, vm in self._variants.items():
-            if vm is not None and (vm.field.fold_memo() | price_memo.fold(vm)):
-                self._store.put(("variant", *vk), vm)
+            kept = None if vm is None else price_memo.stored(vm)
+            if kept is not None:
+                self._store.put(("memo", *vk), kept)
                 n += 1
         return n
 

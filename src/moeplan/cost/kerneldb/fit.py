@@ -184,12 +184,9 @@ class Analytic:
 class ResidualField:
     """Log residuals of measured rows, queried by nearest neighbours in smooth coordinates.
 
-    Answers are kept (:data:`MEMO_MAX_ROWS` rows at most): a query row asked again, in this
-    process or — the field being stored with its variant (:mod:`moeplan.kernel_store`) — in
-    a later one, is answered from ``memo_coords`` / ``memo_out`` instead of the neighbour
-    search. A row's answer depends on that row alone (its neighbours, their residuals and
-    distances), so a kept answer is the search's own, bit for bit. The k-d tree is built on
-    the first row not kept (SciPy's import and the build are skipped when every row is)."""
+    The k-d tree is built on the first query, not stored with the variant: a process whose
+    every row a variant kept (:mod:`.price_memo`) never asks the field, so never imports
+    SciPy's spatial module nor builds the tree."""
 
     def __init__(
         self,
@@ -206,8 +203,6 @@ class ResidualField:
         w = np.ones(coords.shape[1])
         w[: len(weights)] = weights[: coords.shape[1]]
         self.weights, self.robust = w, robust
-        self.memo_coords = np.zeros((0, coords.shape[1]))
-        self.memo_out = np.zeros((0, 3))
 
     def beyond(self, coords: np.ndarray) -> np.ndarray:
         """Rows outside the measured range on a ``carry`` axis (their residual is carried)."""
@@ -219,29 +214,12 @@ class ResidualField:
     def query(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log correction, distance to the nearest row, inside the measured box); on the
         ``carry`` axes a query beyond the box is moved to its nearest edge first."""
-        coords = np.ascontiguousarray(coords, dtype=float)
-        state = _state(self)
-        keys = _row_keys(coords)
-        at = np.fromiter((state.index.get(k, -1) for k in keys), np.int64, len(keys))
-        miss = np.flatnonzero(at < 0).tolist()
-        out = np.empty((len(coords), 3))
-        if len(miss) < len(coords):
-            hit = np.flatnonzero(at >= 0)
-            out[hit] = state.answers(self, at[hit])
-        if miss:
-            got = np.column_stack(self._search(coords[miss], state))
-            out[miss] = got
-            state.keep(self, [keys[i] for i in miss], coords[miss], got)
-        return out[:, 0], out[:, 1], out[:, 2].astype(bool)
-
-    def _search(self, coords: np.ndarray, state: _FieldState) -> tuple[np.ndarray, ...]:
-        """The neighbour search of :meth:`query` for rows not kept."""
         if self.carry:
             coords = np.array(coords, dtype=float)
             for a in self.carry:
                 coords[:, a] = np.clip(coords[:, a], self.lo[a] + 2e-9, self.hi[a] - 2e-9)
         k = min(NEIGHBOURS, len(self.residual))
-        d, j = state.tree(self).query(coords * self.weights, k=k)
+        d, j = run_state(_TREES, self, _tree).query(coords * self.weights, k=k)
         d, j = d.reshape(len(coords), k), j.reshape(len(coords), k)
         w = 1.0 / (d + SOFTEN) ** 2
         r = self.residual[j]
@@ -249,88 +227,17 @@ class ResidualField:
         # nearness in unweighted log2 units (the weights only rank the neighbours)
         near = np.sqrt(((self.coords[j] - coords[:, None, :]) ** 2).sum(axis=2)).min(axis=1)
         inside = np.all((coords >= self.lo) & (coords <= self.hi), axis=1) & (near <= NEAR)
-        return corr, near, inside.astype(float)
-
-    def fold_memo(self) -> bool:
-        """Move the answers kept since the field was built or read into ``memo_coords`` /
-        ``memo_out`` (what a store writes); whether there were any."""
-        return _state(self).fold(self)
+        return corr, near, inside
 
 
-#: query rows a residual field keeps answered at most (:class:`ResidualField`): past it new
-#: rows are answered, not kept. 250,000 rows of 7 coordinates are about 20 MB of its file.
-MEMO_MAX_ROWS = 250_000
+def _tree(field: ResidualField):  # noqa: ANN202 (SciPy imported here, on first use)
+    from scipy.spatial import cKDTree
+
+    return cKDTree(field.coords * field.weights)
 
 
-def _row_keys(coords: np.ndarray) -> list[bytes]:
-    """Each row of a C-contiguous float array as its bytes (a dict key)."""
-    if len(coords) == 0:
-        return []
-    return coords.view(np.dtype((np.void, coords.shape[1] * coords.itemsize))).ravel().tolist()
-
-
-class _FieldState:
-    """What a :class:`ResidualField` holds only while the process runs: its k-d tree, the
-    index of its kept rows, and the answers kept since it was built or read (index
-    ``len(field.memo_out) + i`` is ``new[i]``)."""
-
-    __slots__ = ("_tree", "index", "new", "_new_coords")
-
-    def __init__(self, field: ResidualField) -> None:
-        self._tree = None
-        keys = _row_keys(np.ascontiguousarray(field.memo_coords))
-        self.index: dict[bytes, int] = dict(zip(keys, range(len(keys)), strict=True))
-        self.new: list[list[float]] = []
-        self._new_coords: list[np.ndarray] = []
-
-    def tree(self, field: ResidualField):  # noqa: ANN201 (SciPy imported here)
-        if self._tree is None:
-            from scipy.spatial import cKDTree
-
-            self._tree = cKDTree(field.coords * field.weights)
-        return self._tree
-
-    def answers(self, field: ResidualField, at: np.ndarray) -> np.ndarray:
-        """The kept answers at indices ``at``."""
-        stored = field.memo_out
-        old = at < len(stored)
-        if old.all():
-            return stored[at]
-        out = np.empty((len(at), 3))
-        out[old] = stored[at[old]]
-        out[~old] = [self.new[j - len(stored)] for j in at[~old].tolist()]
-        return out
-
-    def keep(self, field: ResidualField, keys: list[bytes], coords: np.ndarray,
-             out: np.ndarray) -> None:  # fmt: skip
-        """Keep the answers ``out`` of rows ``coords`` (their ``keys``) not kept yet, up to
-        :data:`MEMO_MAX_ROWS` rows."""
-        pick, rows, n = [], out.tolist(), len(field.memo_out) + len(self.new)
-        for i, k in enumerate(keys):
-            if n >= MEMO_MAX_ROWS:
-                break
-            if k not in self.index:
-                self.index[k] = n
-                self.new.append(rows[i])
-                pick.append(i)
-                n += 1
-        if pick:
-            self._new_coords.append(coords[pick])
-
-    def fold(self, field: ResidualField) -> bool:
-        if not self._new_coords:
-            return False
-        field.memo_coords = np.concatenate([field.memo_coords, *self._new_coords])
-        field.memo_out = np.concatenate([field.memo_out, np.asarray(self.new, dtype=float)])
-        self._new_coords, self.new = [], []
-        return True
-
-
-_STATES: weakref.WeakKeyDictionary[ResidualField, _FieldState] = weakref.WeakKeyDictionary()
-
-
-def _state(field: ResidualField) -> _FieldState:
-    return run_state(_STATES, field, _FieldState)  # type: ignore[no-any-return]
+#: each residual field's k-d tree, built on its first query (:class:`ResidualField`)
+_TREES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _datasheet_time(f: Features, device: Device, link: bool) -> np.ndarray:

@@ -7,8 +7,8 @@ answer it gave (seconds, source, detail) under the row's numeric columns, in a *
 named by the device, the numeric columns' names and dtype kinds (a whole number and the same
 float are different keys: a measured row is looked up by its text) and the text columns'
 values (one value per column in a kept query; a query whose text column varies is not
-kept). The variant's store (:mod:`moeplan.kernel_store`) writes the kept answers with it,
-so a later process answers the same rows without the look-ups, the features, the model and
+kept). The variant's store (:mod:`moeplan.kernel_store`) keeps the answers in a file beside
+the variant's (:func:`stored`, :func:`attach`), so a later process answers the same rows without the look-ups, the features, the model and
 the neighbour search. A one-row query takes the scalar path (:func:`.rows.own_rows`), whose
 floats need not be the vector path's bit for bit, so one-row answers are kept in spaces of
 their own and answer one-row queries only. At most :data:`MEMO_MAX_ROWS` rows are kept per
@@ -181,19 +181,20 @@ def _code(st: _State, label: tuple[str, str]) -> int:
 
 def _keep(st: _State, space: _Space, keys: list[bytes], x: np.ndarray, secs: np.ndarray,
           codes: np.ndarray) -> None:  # fmt: skip
-    pick = []
-    for i, k in enumerate(keys):
-        if st.rows >= MEMO_MAX_ROWS:
-            break
-        if k not in space.index:
-            space.index[k] = len(space.secs)
-            space.secs.append(float(secs[i]))
-            space.codes.append(int(codes[i]))
-            pick.append(i)
-            st.rows += 1
-    if pick:
-        space.new_keys.append(x[pick])
-        st.grown = True
+    """Keep rows no kept row answered (``keys`` were looked up just before): one of each
+    repeated row, up to :data:`MEMO_MAX_ROWS` rows."""
+    room = MEMO_MAX_ROWS - st.rows
+    if room <= 0:
+        return
+    first = dict(zip(keys, range(len(keys)), strict=True))  # a repeated row's answer is one
+    pick = list(first.values())[:room]
+    start = len(space.secs)
+    space.index.update(zip(list(first)[:room], range(start, start + len(pick)), strict=True))
+    space.secs.extend(secs[pick].tolist())
+    space.codes.extend(codes[pick].tolist())
+    space.new_keys.append(x[pick])
+    st.rows += len(pick)
+    st.grown = True
 
 
 def fold(vm: Any) -> bool:
@@ -244,3 +245,29 @@ def memo_ok(vm: Any) -> bool:
         return True
     except (AttributeError, TypeError):
         return False
+
+
+def stored(vm: Any) -> dict[str, Any] | None:
+    """What a store keeps of ``vm``'s answers, after folding the new ones in; ``None`` when
+    nothing was added since it was read."""
+    if not fold(vm):
+        return None
+    return {"spaces": vm.memo_spaces, "keys": vm.memo_keys, "secs": vm.memo_secs,
+            "codes": vm.memo_codes, "labels": vm.memo_labels}  # fmt: skip
+
+
+def attach(vm: Any, value: Any) -> bool:
+    """Give ``vm`` (just built or read, nothing asked yet) the answers a store kept for it
+    (:func:`stored`); a value not of that shape is ignored (a cache miss). Whether any were
+    attached."""
+    names = ("spaces", "keys", "secs", "codes", "labels")
+    if not isinstance(value, dict) or set(value) != set(names) or vm in _STATES:
+        return False
+    probe = type("Kept", (), {})()
+    for n in names:
+        setattr(probe, f"memo_{n}", value[n])
+    if not memo_ok(probe):
+        return False
+    for n in names:
+        setattr(vm, f"memo_{n}", value[n])
+    return True

@@ -62,8 +62,6 @@ SCHEMA: dict[type, dict[str, Any]] = {
         "hi": _f(1),
         "weights": _f(1),
         "robust": bool,
-        "memo_coords": _f(2),
-        "memo_out": _f(2),
     },
     Analytic: {
         "floor": _NUM,
@@ -219,8 +217,6 @@ def stored_variant_ok(value: Any, op: str, key: tuple) -> bool:
         n > 0
         and len(value.residual) == n
         and value.field.coords.shape[0] == n
-        and value.field.memo_coords.shape[1:] == value.field.coords.shape[1:]
-        and value.field.memo_out.shape == (len(value.field.memo_coords), 3)
         and all(isinstance(a, np.ndarray) and len(a) == n for a in value.cols.values())
         and all(type(k) is str and type(v) is str for k, v in value.key.items())
     )

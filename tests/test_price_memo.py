@@ -1,6 +1,7 @@
-"""A residual field's kept answers (``ResidualField`` memo) are its neighbour search's own,
-bit for bit: asked again, read back from a stored variant, or past the row cap; and a field
-whose every row is kept builds no k-d tree (the oracle: a fresh field's search)."""
+"""A variant's kept prices (``cost/kerneldb/price_memo.py``) are its pricing's own, bit for
+bit: asked again, in another order, read back from the store's file, past the row cap; a
+residual field builds its k-d tree on first use (the oracle: a brute-force neighbour
+search), so a run whose every row was kept imports no SciPy spatial module."""
 
 from __future__ import annotations
 
@@ -18,64 +19,36 @@ from moeplan.cost.kerneldb.fit import ResidualField
 from moeplan.kernel_store import _pack, _unpack
 
 
-def field_of(seed: int, robust: bool, carry: tuple[int, ...]) -> ResidualField:
+def brute_query(f: ResidualField, q: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The oracle: every row's distance, the k nearest by sorting (no ties: random floats)."""
+    qq = np.array(q, dtype=float)
+    for a in f.carry:
+        qq[:, a] = np.clip(qq[:, a], f.lo[a] + 2e-9, f.hi[a] - 2e-9)
+    dist = np.sqrt((((qq[:, None, :] - f.coords[None]) * f.weights) ** 2).sum(axis=2))
+    j = np.argsort(dist, axis=1)[:, : fit.NEIGHBOURS]
+    d = np.take_along_axis(dist, j, 1)
+    w = 1.0 / (d + fit.SOFTEN) ** 2
+    r = f.residual[j]
+    corr = fit._weighted_median(r, w) if f.robust else (r * w).sum(axis=1) / w.sum(axis=1)
+    near = np.sqrt(((f.coords[j] - qq[:, None, :]) ** 2).sum(axis=2)).min(axis=1)
+    inside = np.all((qq >= f.lo) & (qq <= f.hi), axis=1) & (near <= fit.NEAR)
+    return corr, near, inside
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), robust=st.booleans(), carry=st.sampled_from([(), (2,)]))
+def test_the_field_built_on_first_use_finds_the_nearest_rows(seed, robust, carry):
     rng = np.random.default_rng(seed)
-    coords = np.floor(rng.uniform(0, 12, size=(300, 3)))  # a grid, as the tables are
-    return ResidualField(coords, rng.normal(0, 0.3, 300), (1.0, 2.0), robust, carry)
-
-
-def fresh_search(f: ResidualField, q: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The oracle: the same field's search, on a copy that has kept nothing."""
-    g = copy.copy(f)
-    g.memo_coords, g.memo_out = np.zeros((0, f.coords.shape[1])), np.zeros((0, 3))
-    corr, near, inside = g._search(np.ascontiguousarray(q, dtype=float), fit._state(g))
-    return corr, near, inside.astype(bool)
-
-
-def same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> bool:
-    return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    robust=st.booleans(),
-    carry=st.sampled_from([(), (2,)]),
-    picks=st.lists(st.integers(0, 39), min_size=1, max_size=60),
-)
-def test_kept_answers_are_the_search_bit_for_bit(seed, robust, carry, picks):
-    f = field_of(seed, robust, carry)
-    pool = np.random.default_rng(seed + 1).uniform(-3, 15, size=(40, 3))  # some outside
-    pool[::5] = f.coords[:8]  # some on measured rows
-    first = pool[picks[: len(picks) // 2 + 1]]
-    second = pool[picks]  # repeats the first query's rows, in another order, with new ones
-    assert same(f.query(first), fresh_search(f, first))
-    assert same(f.query(second), fresh_search(f, second))
-    assert same(f.query(second), fresh_search(f, second))  # every row kept now
-
-
-def test_a_stored_field_answers_without_a_tree():
-    f = field_of(3, False, ())
-    q = np.random.default_rng(4).uniform(0, 12, size=(50, 3))
-    want = f.query(q)
-    assert f.fold_memo() and not f.fold_memo()  # folded once; nothing new after
-    back = _unpack(_pack(f))
-    assert back.memo_out.shape == (50, 3)
-    assert same(back.query(q), want)
-    assert fit._state(back)._tree is None  # answered from the kept rows alone
-    more = np.vstack([q[:5], [[1.5, 2.5, 3.5]]])
-    assert same(back.query(more), fresh_search(f, more))  # one new row: searched
-    assert fit._state(back)._tree is not None
-
-
-def test_past_the_cap_answers_are_searched_not_kept(monkeypatch):
-    monkeypatch.setattr(fit, "MEMO_MAX_ROWS", 10)
-    f = field_of(5, True, ())
-    q = np.random.default_rng(6).uniform(0, 12, size=(25, 3))
-    assert same(f.query(q), fresh_search(f, q))
-    assert same(f.query(q[::-1]), fresh_search(f, q[::-1]))
-    f.fold_memo()
-    assert len(f.memo_coords) == 10 and f.memo_out.shape == (10, 3)
+    f = ResidualField(rng.uniform(0, 12, size=(200, 3)), rng.normal(0, 0.3, 200), (1.0, 2.0),
+                      robust, carry)  # fmt: skip
+    assert f not in fit._TREES  # nothing built until asked
+    q = rng.uniform(-3, 15, size=(30, 3))
+    got = f.query(q)
+    assert f in fit._TREES
+    want = brute_query(f, q)
+    assert np.allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    assert np.allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+    assert np.array_equal(got[2], want[2])
 
 
 def test_a_stored_memo_of_the_wrong_shape_is_a_miss():
@@ -87,13 +60,11 @@ def test_a_stored_memo_of_the_wrong_shape_is_a_miss():
     key = next(iter(db.variants(*table, op)))
     v = _unpack(_pack(db.variant(*table, op, key)))
     assert stored_variant_ok(v, op, key)
-    v.field.memo_coords = np.zeros((3, v.field.coords.shape[1] + 1))
-    v.field.memo_out = np.zeros((3, 3))
-    assert not stored_variant_ok(v, op, key)
-    v.field.memo_coords = np.zeros((3, v.field.coords.shape[1]))
-    v.field.memo_out = np.zeros((2, 3))
-    assert not stored_variant_ok(v, op, key)
-    v.field.memo_out = np.full((3, 3), np.nan)
+    v.memo_spaces, v.memo_labels = ["s"], [["measured", "d"]]
+    v.memo_keys, v.memo_secs = [np.zeros((2, 3))], [np.ones(2)]
+    v.memo_codes = [np.zeros(2, dtype=np.int64)]
+    assert stored_variant_ok(v, op, key)
+    v.memo_codes = [np.array([0, 5])]  # a label that is not there
     assert not stored_variant_ok(v, op, key)
 
 
@@ -258,7 +229,48 @@ def test_kernel_prices_answered_twice_are_the_same(tmp_path):
             from moeplan.cost.kerneldb import price_memo
 
             price_memo.fold(vm)
-            vm.field.fold_memo()
             db._variants[key] = _unpack(_pack(vm))
     third = db.seconds_many("generation_attention", dev, "vllm", cols)
     assert np.array_equal(first, third)
+
+
+def test_kept_answers_travel_in_their_own_file_and_bad_ones_are_ignored():
+    """``stored`` / ``attach``: a copy of the variant, given the stored answers, answers the
+    same rows without pricing; a value of another shape is a miss."""
+    from moeplan.cost.kerneldb import price_memo
+    from moeplan.kernel_tables import kernel_db, table_devices
+
+    db = kernel_db("vllm", "0.11.0")
+    dev = table_devices()["h100_sxm"]
+    cols = {"batch_size": np.full(50, 40), "isl": np.ones(50, dtype=int),
+            "num_heads": np.full(50, 16), "num_key_value_heads": np.full(50, 2),
+            "head_dim": np.full(50, 128), "step": np.arange(7, 7 + 50 * 41, 41)}  # fmt: skip
+    want = db.seconds_many("generation_attention", dev, "vllm", cols)
+    (vk,) = [k for k, v in db._variants.items() if v is not None and k[2] ==
+             "generation_attention" and k[0] == "h100_sxm"][:1]  # fmt: skip
+    vm = db._variants[vk]
+    kept = price_memo.stored(vm)
+    assert kept is not None and price_memo.stored(vm) is None  # nothing new the second time
+    back = _unpack(_pack(kept))
+    fresh = copy.deepcopy(vm)
+    fresh.memo_spaces, fresh.memo_keys, fresh.memo_secs = [], [], []
+    fresh.memo_codes, fresh.memo_labels = [], []
+    for bad in (None, 7, {**back, "secs": [np.ones(3)]}, {**back, "codes": [np.ones(2)]},
+                {k: v for k, v in back.items() if k != "labels"}):  # fmt: skip
+        assert not price_memo.attach(copy.deepcopy(fresh), bad)
+    assert price_memo.attach(fresh, back)
+    calls = []
+
+    def never(c, m):
+        calls.append(m)
+        raise AssertionError("priced a kept row")
+
+    got = price_memo.priced(fresh, dev, _normalized(cols), 50, never)
+    assert calls == [] and np.array_equal(got[0], want)
+
+
+def _normalized(cols):
+    from moeplan.cost.kerneldb import KERNEL_FAMILIES
+    from moeplan.cost.kerneldb.normalize import normalize
+
+    return normalize(KERNEL_FAMILIES["generation_attention"], cols)[0]
