@@ -8,8 +8,9 @@ lengths (214 / 200, ``chat``); Qwen3-235B-A22B-FP8 TP8 EP8 with SGLang, 1,000 pr
 Python's bytecode cache warm (:func:`warm_bytecode`).
 
 The kernel-variant cache (``MOEPLAN_CACHE_DIR``) is a new empty folder per source tree: each
-tree's first run of a case builds the variants it needs (a user's first run: ``cold``), the
-timed runs after it read them (a user's second run: ``warm``, what the target means). With
+tree's first run of a case builds the variants it needs and keeps the prices it asked
+(a user's first run: ``cold``), the timed runs after it read both (a user's second run of
+the same command: ``warm``, what the target means). With
 ``--against SRC`` (the ``src`` folder of another checkout, e.g. ``git worktree add`` of the
 parent commit) the runs alternate reference, this tree, reference, this tree (A, B, A, B), so
 both see the same machine: this box is shared, its load moves wall times by several times,

@@ -2,8 +2,9 @@
 
 Cold start: building one kernel variant (selection, dedupe, features, the SciPy fit and its
 residual field) takes 0.2–1 s, and a planner with an engine touches five or more. Built
-variants (with the answers their residual fields have given, :class:`~moeplan.cost.kerneldb.fit.ResidualField`,
-written back as the console script ends: :func:`moeplan.kernel_tables.save_memos`) are therefore kept on disk by :class:`DiskStore` under :func:`cache_dir`, one ``.npz``
+variants are therefore kept on disk (and, in a file beside each, the prices it answered,
+:mod:`moeplan.cost.kerneldb.price_memo`, written as the console script ends:
+:func:`moeplan.kernel_tables.save_memos`) by :class:`DiskStore` under :func:`cache_dir`, one ``.npz``
 file per variant (:mod:`moeplan.kernel_codec`: a JSON graph and arrays, read with
 ``allow_pickle=False``; nothing in the file can run code) named by a content key — SHA-256 of the table file, of every source file of
 ``moeplan.cost.kerneldb``, of :mod:`moeplan.kernel_tables`, of this module and of the codec, the table GPU's
