@@ -133,6 +133,12 @@ def test_kept_prices_are_the_pricing_and_are_asked_once():
     more["a"] = more["a"] + np.array([0, 0, 0, 100, 100, 100])
     got = price_memo.priced(vm, dev, more, 6, price)  # three kept, three new
     assert calls == [40, 3] and np.array_equal(got[0], price(dict(more), 6)[0])
+    calls.clear()
+    last = {c: np.concatenate([cols[c][:4], cols[c][:1] + 1000]) for c in ("a", "b")}
+    last["k"] = cols["k"][:5]
+    price_memo.priced(vm, dev, last, 5, price)  # one row new in a longer query
+    assert calls == [2]  # priced as two rows (the vector path), never as one
+    calls[:] = [40, 3]
     # the kept answers travel with the variant (a stored file) and answer without pricing
     assert price_memo.fold(vm) and not price_memo.fold(vm)
     assert price_memo.memo_ok(vm)

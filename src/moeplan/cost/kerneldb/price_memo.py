@@ -8,8 +8,8 @@ named by the device, the numeric columns' names and dtype kinds (a whole number 
 float are different keys: a measured row is looked up by its text) and the text columns'
 values (one value per column in a kept query; a query whose text column varies is not
 kept). The variant's store (:mod:`moeplan.kernel_store`) keeps the answers in a file beside
-the variant's (:func:`stored`, :func:`attach`), so a later process answers the same rows without the look-ups, the features, the model and
-the neighbour search. A one-row query takes the scalar path (:func:`.rows.own_rows`), whose
+the variant's (:func:`stored`, :func:`attach`), so a later process answers the same rows
+without the look-ups, the features, the model and the neighbour search. A one-row query takes the scalar path (:func:`.rows.own_rows`), whose
 floats need not be the vector path's bit for bit, so one-row answers are kept in spaces of
 their own and answer one-row queries only. At most :data:`MEMO_MAX_ROWS` rows are kept per
 variant.
@@ -158,8 +158,11 @@ def priced(
         secs[hit] = [kept_s[j] for j in rows]
         codes[hit] = [kept_c[j] for j in rows]
     if len(miss):
-        sub = cols if len(miss) == n else {c: np.asarray(a)[miss] for c, a in cols.items()}
-        s, src, det = price(dict(sub), len(miss))
+        # one row missing from a longer query is priced as two (itself twice): a one-row
+        # query would take the scalar path, and this space keeps the vector path's answers
+        idx = np.repeat(miss, 2) if len(miss) == 1 < n else miss
+        sub = cols if len(idx) == n else {c: np.asarray(a)[idx] for c, a in cols.items()}
+        s, src, det = (a[: len(miss)] for a in price(dict(sub), len(idx)))
         got = np.fromiter(
             (_code(st, (a, b)) for a, b in zip(src.tolist(), det.tolist(), strict=True)),
             dtype=np.int64,
