@@ -51,23 +51,6 @@ def test_the_field_built_on_first_use_finds_the_nearest_rows(seed, robust, carry
     assert np.array_equal(got[2], want[2])
 
 
-def test_a_stored_memo_of_the_wrong_shape_is_a_miss():
-    from moeplan.cost.kerneldb.stored import stored_variant_ok
-    from moeplan.kernel_tables import kernel_db
-
-    db = kernel_db()
-    op, table = "allreduce", ("h100_sxm", "sglang")
-    key = next(iter(db.variants(*table, op)))
-    v = _unpack(_pack(db.variant(*table, op, key)))
-    assert stored_variant_ok(v, op, key)
-    v.memo_spaces, v.memo_labels = ["s"], [["measured", "d"]]
-    v.memo_keys, v.memo_secs = [np.zeros((2, 3))], [np.ones(2)]
-    v.memo_codes = [np.zeros(2, dtype=np.int64)]
-    assert stored_variant_ok(v, op, key)
-    v.memo_codes = [np.array([0, 5])]  # a label that is not there
-    assert not stored_variant_ok(v, op, key)
-
-
 def test_the_console_script_keeps_rows_for_its_next_run(tmp_path):
     """Two runs of one command print the same answer; the second reads the rows the first
     kept and imports no k-d tree (``python -X importtime`` lists every import)."""
@@ -93,11 +76,7 @@ def device(name: str):
 
 
 class Stub:
-    """A variant stand-in with empty kept answers (what VariantModel starts with)."""
-
-    def __init__(self) -> None:
-        self.memo_spaces, self.memo_keys, self.memo_secs = [], [], []
-        self.memo_codes, self.memo_labels = [], []
+    """A variant stand-in (kept answers hang on any object)."""
 
 
 def stub_price(calls):
@@ -140,12 +119,11 @@ def test_kept_prices_are_the_pricing_and_are_asked_once():
     assert calls == [2]  # priced as two rows (the vector path), never as one
     calls[:] = [40, 3]
     # the kept answers travel with the variant (a stored file) and answer without pricing
-    assert price_memo.fold(vm) and not price_memo.fold(vm)
-    assert price_memo.memo_ok(vm)
-    back = _unpack(_pack({"v": [vm.memo_spaces, vm.memo_keys, vm.memo_secs, vm.memo_codes,
-                                vm.memo_labels]}))["v"]  # fmt: skip
+    kept = price_memo.stored(vm)
+    assert kept is not None and price_memo.stored(vm) is None  # nothing new the second time
+    assert price_memo.memo_ok(kept)
     vm2 = Stub()
-    vm2.memo_spaces, vm2.memo_keys, vm2.memo_secs, vm2.memo_codes, vm2.memo_labels = back
+    assert price_memo.attach(vm2, _unpack(_pack(kept)))
     calls.clear()
     got = price_memo.priced(vm2, dev, cols, 40, price)
     assert calls == [] and all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
@@ -189,28 +167,24 @@ def test_past_the_cap_prices_are_priced_not_kept(monkeypatch):
         got = price_memo.priced(vm, dev, cols, 20, price)
         assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
     assert calls == [20, 20, 13]
-    price_memo.fold(vm)
-    assert sum(len(s) for s in vm.memo_secs) == 7
+    assert sum(len(s) for s in price_memo.stored(vm)["secs"]) == 7
 
 
 def test_malformed_kept_prices_are_refused():
     from moeplan.cost.kerneldb.price_memo import memo_ok
 
-    vm = Stub()
-    assert memo_ok(vm)
-    vm.memo_spaces, vm.memo_labels = ["s"], [["measured", "d"]]
-    vm.memo_keys, vm.memo_secs = [np.zeros((2, 3))], [np.ones(2)]
-    vm.memo_codes = [np.zeros(2, dtype=np.int64)]
-    assert memo_ok(vm)
-    for attr, bad in [("memo_codes", [np.array([0, 1])]), ("memo_secs", [np.ones(3)]),
-                      ("memo_secs", [np.array([1.0, np.nan])]), ("memo_secs", [-np.ones(2)]),
-                      ("memo_keys", [np.zeros((2, 3), dtype=np.float32)]),
-                      ("memo_labels", [["measured"]]), ("memo_spaces", ["s", "t"]),
-                      ("memo_codes", [np.zeros(2)])]:  # fmt: skip
-        keep = getattr(vm, attr)
-        setattr(vm, attr, bad)
-        assert not memo_ok(vm), attr
-        setattr(vm, attr, keep)
+    good = {"spaces": ["s"], "labels": [["measured", "d"]], "keys": [np.zeros((2, 3))],
+            "secs": [np.ones(2)], "codes": [np.zeros(2, dtype=np.int64)]}  # fmt: skip
+    assert memo_ok(good)
+    assert memo_ok({"spaces": [], "labels": [], "keys": [], "secs": [], "codes": []})
+    for name, bad in [("codes", [np.array([0, 1])]), ("secs", [np.ones(3)]),
+                      ("secs", [np.array([1.0, np.nan])]), ("secs", [-np.ones(2)]),
+                      ("keys", [np.zeros((2, 3), dtype=np.float32)]),
+                      ("labels", [["measured"]]), ("spaces", ["s", "t"]),
+                      ("codes", [np.zeros(2)])]:  # fmt: skip
+        assert not memo_ok({**good, name: bad}), name
+    for bad in (None, 7, [], {k: v for k, v in good.items() if k != "labels"}):
+        assert not memo_ok(bad)
 
 
 def test_kernel_prices_answered_twice_are_the_same(tmp_path):
@@ -230,12 +204,14 @@ def test_kernel_prices_answered_twice_are_the_same(tmp_path):
         "generation_attention", dev, "vllm", {c: v[::-1] for c, v in cols.items()}
     )
     assert np.array_equal(first, again[::-1])
+    from moeplan.cost.kerneldb import price_memo
+
     for key, vm in list(db._variants.items()):
         if vm is not None and key[2] == "generation_attention":
-            from moeplan.cost.kerneldb import price_memo
-
-            price_memo.fold(vm)
-            db._variants[key] = _unpack(_pack(vm))
+            kept = price_memo.stored(vm)
+            copy_of = _unpack(_pack(vm))  # a variant read back, with its answers' file
+            assert kept is None or price_memo.attach(copy_of, _unpack(_pack(kept)))
+            db._variants[key] = copy_of
     third = db.seconds_many("generation_attention", dev, "vllm", cols)
     assert np.array_equal(first, third)
 
@@ -258,9 +234,7 @@ def test_kept_answers_travel_in_their_own_file_and_bad_ones_are_ignored():
     kept = price_memo.stored(vm)
     assert kept is not None and price_memo.stored(vm) is None  # nothing new the second time
     back = _unpack(_pack(kept))
-    fresh = copy.deepcopy(vm)
-    fresh.memo_spaces, fresh.memo_keys, fresh.memo_secs = [], [], []
-    fresh.memo_codes, fresh.memo_labels = [], []
+    fresh = copy.deepcopy(vm)  # a variant read back: nothing kept yet
     for bad in (None, 7, {**back, "secs": [np.ones(3)]}, {**back, "codes": [np.ones(2)]},
                 {k: v for k, v in back.items() if k != "labels"}):  # fmt: skip
         assert not price_memo.attach(copy.deepcopy(fresh), bad)

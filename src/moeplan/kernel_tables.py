@@ -517,10 +517,10 @@ _DATABASES: list[KernelDB] = []
 
 
 def save_memos() -> int:
-    """Write back the residual-field answers of every process-wide kernel database to its
-    store (:meth:`KernelDB.save_memos`): a later moeplan process answers the same kernel
-    rows without the neighbour search. The console script calls it as it ends. The number of
-    variant files written."""
+    """Write the kernel prices every process-wide kernel database priced and had not kept to
+    its store (:meth:`KernelDB.save_memos`): a later moeplan process answers the same rows
+    without pricing them. The console script calls it as it ends. The number of files
+    written."""
     return sum(db.save_memos() for db in _DATABASES)
 
 

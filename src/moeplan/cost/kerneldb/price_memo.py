@@ -7,12 +7,14 @@ answer it gave (seconds, source, detail) under the row's numeric columns, in a *
 named by the device, the numeric columns' names and dtype kinds (a whole number and the same
 float are different keys: a measured row is looked up by its text) and the text columns'
 values (one value per column in a kept query; a query whose text column varies is not
-kept). The variant's store (:mod:`moeplan.kernel_store`) keeps the answers in a file beside
-the variant's (:func:`stored`, :func:`attach`), so a later process answers the same rows
-without the look-ups, the features, the model and the neighbour search. A one-row query takes the scalar path (:func:`.rows.own_rows`), whose
-floats need not be the vector path's bit for bit, so one-row answers are kept in spaces of
-their own and answer one-row queries only. At most :data:`MEMO_MAX_ROWS` rows are kept per
-variant.
+kept). The answers live beside the variant while the process runs, and the variant's store
+(:mod:`moeplan.kernel_store`) keeps them in a file beside the variant's (:func:`stored`,
+:func:`attach`), so a later process answers the same rows without the look-ups, the
+features, the model and the neighbour search. A one-row query takes the scalar path
+(:func:`.rows.own_rows`), whose floats need not be the vector path's bit for bit, so one-row
+answers are kept in spaces of their own and answer one-row queries only; a single row
+missing from a longer query is priced as two (itself twice), on the vector path. At most
+:data:`MEMO_MAX_ROWS` rows are kept per variant.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def row_bytes(x: np.ndarray) -> list[bytes]:
     return x.view(np.dtype((np.void, x.shape[1] * x.itemsize))).ravel().tolist()
 
 
-def _space(device: Device, cols: Mapping[str, np.ndarray]) -> tuple[str, list[str]] | None:
-    """The space of a query and its numeric columns; ``None`` when a text column varies."""
+def _space(device: Device, cols: Mapping[str, np.ndarray], n: int) -> tuple[str, list[str]] | None:
+    """The space of a query of ``n`` rows and its numeric columns; ``None`` when a text
+    column varies."""
     nums, texts = [], []
     for c in sorted(cols):
         a = cols[c]
@@ -52,7 +55,7 @@ def _space(device: Device, cols: Mapping[str, np.ndarray]) -> tuple[str, list[st
             return None
         texts.append(f"{c}={first}")
     kinds = ",".join(f"{c}:{cols[c].dtype.kind}" for c in nums)
-    path = "scalar" if len(cols[nums[0]] if nums else cols[next(iter(cols))]) == 1 else "vector"
+    path = "scalar" if n == 1 else "vector"
     return f"{device!r}|{kinds}|{';'.join(texts)}|{path}", nums
 
 
@@ -83,20 +86,20 @@ class _Space:
 
 
 class _State:
-    """A variant's kept answers while the process runs (:func:`_state`)."""
+    """A variant's kept answers while the process runs (:func:`_state`), from a stored value
+    (:func:`stored`) or none."""
 
     __slots__ = ("spaces", "labels", "label_code", "rows", "grown", "_arrays")
 
-    def __init__(self, vm: Any) -> None:
-        self.labels: list[tuple[str, str]] = [tuple(p) for p in vm.memo_labels]
+    def __init__(self, value: dict[str, Any] | None = None) -> None:
+        v = value or {"spaces": [], "keys": [], "secs": [], "codes": [], "labels": []}
+        self.labels: list[tuple[str, str]] = [tuple(p) for p in v["labels"]]
         self.label_code = {p: i for i, p in enumerate(self.labels)}
         self.spaces: dict[str, _Space] = {
-            s: _Space(k, v, c)
-            for s, k, v, c in zip(
-                vm.memo_spaces, vm.memo_keys, vm.memo_secs, vm.memo_codes, strict=True
-            )
+            s: _Space(k, t, c)
+            for s, k, t, c in zip(v["spaces"], v["keys"], v["secs"], v["codes"], strict=True)
         }
-        self.rows = sum(len(v) for v in vm.memo_secs)
+        self.rows = sum(len(t) for t in v["secs"])
         self.grown = False
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -124,7 +127,7 @@ def run_state(states: weakref.WeakKeyDictionary, owner: Any, make: Callable[[Any
 
 
 def _state(vm: Any) -> _State:
-    return run_state(_STATES, vm, _State)
+    return run_state(_STATES, vm, lambda _: _State())
 
 
 def priced(
@@ -136,7 +139,7 @@ def priced(
 ) -> Priced:
     """``price(cols, n)``, with the rows ``vm`` kept answered from its memo and the others
     priced (as one query) and kept (module docstring)."""
-    sp = _space(device, cols)
+    sp = _space(device, cols, n)
     if sp is None:
         return price(dict(cols), n)
     name, nums = sp
@@ -200,77 +203,60 @@ def _keep(st: _State, space: _Space, keys: list[bytes], x: np.ndarray, secs: np.
     st.grown = True
 
 
-def fold(vm: Any) -> bool:
-    """Move the answers ``vm`` kept since it was built or read into its ``memo_*``
-    attributes (what a store writes); whether there were any."""
+def stored(vm: Any) -> dict[str, Any] | None:
+    """What a store keeps of ``vm``'s answers (every kept row, in index order per space);
+    ``None`` when none was added since the variant was built or read."""
     st = _STATES.get(vm)
     if st is None or not st.grown:
-        return False
-    spaces, keys, secs, codes = [], [], [], []
+        return None
+    out: dict[str, list[Any]] = {"spaces": [], "keys": [], "secs": [], "codes": []}
     for name, sp in st.spaces.items():
         k = sp.joined_keys()
         if k is None or not len(sp.secs):
             continue
-        spaces.append(name)
-        keys.append(k)
-        secs.append(np.asarray(sp.secs, dtype=np.float64))
-        codes.append(np.asarray(sp.codes, dtype=np.int64))
-    vm.memo_spaces, vm.memo_keys, vm.memo_secs, vm.memo_codes = spaces, keys, secs, codes
-    vm.memo_labels = [list(p) for p in st.labels]
+        out["spaces"].append(name)
+        out["keys"].append(k)
+        out["secs"].append(np.asarray(sp.secs, dtype=np.float64))
+        out["codes"].append(np.asarray(sp.codes, dtype=np.int64))
     st.grown = False
-    return True
+    return {**out, "labels": [list(p) for p in st.labels]}
 
 
-def memo_ok(vm: Any) -> bool:
-    """A stored variant's kept answers have the shape :func:`fold` writes."""
-    try:
-        n = len(vm.memo_spaces)
-        lists = (vm.memo_keys, vm.memo_secs, vm.memo_codes)
-        if not all(type(v) is list and len(v) == n for v in lists):
-            return False
-        if not all(type(s) is str for s in vm.memo_spaces) or len(set(vm.memo_spaces)) != n:
-            return False
-        labels = vm.memo_labels
-        if type(labels) is not list or not all(
-            type(p) is list and len(p) == 2 and all(type(t) is str for t in p) for p in labels
-        ):
-            return False
-        for k, s, c in zip(*lists, strict=True):
-            ok = (
-                isinstance(k, np.ndarray) and k.dtype == np.float64 and k.ndim == 2
-                and isinstance(s, np.ndarray) and s.dtype == np.float64 and s.shape == (len(k),)
-                and isinstance(c, np.ndarray) and c.dtype == np.int64 and c.shape == (len(k),)
-                and bool(np.all((c >= 0) & (c < len(labels))))
-                and bool(np.all(np.isfinite(k))) and bool(np.all(np.isfinite(s) & (s > 0)))
-            )  # fmt: skip
-            if not ok:
-                return False
-        return True
-    except (AttributeError, TypeError):
+def memo_ok(value: Any) -> bool:
+    """``value`` has the shape :func:`stored` writes (anything else is a cache miss)."""
+    names = ("spaces", "keys", "secs", "codes", "labels")
+    if not isinstance(value, dict) or set(value) != set(names):
         return False
-
-
-def stored(vm: Any) -> dict[str, Any] | None:
-    """What a store keeps of ``vm``'s answers, after folding the new ones in; ``None`` when
-    nothing was added since it was read."""
-    if not fold(vm):
-        return None
-    return {"spaces": vm.memo_spaces, "keys": vm.memo_keys, "secs": vm.memo_secs,
-            "codes": vm.memo_codes, "labels": vm.memo_labels}  # fmt: skip
+    spaces, labels = value["spaces"], value["labels"]
+    lists = (value["keys"], value["secs"], value["codes"])
+    if type(spaces) is not list or not all(
+        type(v) is list and len(v) == len(spaces) for v in lists
+    ):
+        return False
+    if not all(type(s) is str for s in spaces) or len(set(spaces)) != len(spaces):
+        return False
+    if type(labels) is not list or not all(
+        type(p) is list and len(p) == 2 and all(type(t) is str for t in p) for p in labels
+    ):
+        return False
+    for k, s, c in zip(*lists, strict=True):
+        ok = (
+            isinstance(k, np.ndarray) and k.dtype == np.float64 and k.ndim == 2
+            and isinstance(s, np.ndarray) and s.dtype == np.float64 and s.shape == (len(k),)
+            and isinstance(c, np.ndarray) and c.dtype == np.int64 and c.shape == (len(k),)
+            and bool(np.all((c >= 0) & (c < len(labels))))
+            and bool(np.all(np.isfinite(k))) and bool(np.all(np.isfinite(s) & (s > 0)))
+        )  # fmt: skip
+        if not ok:
+            return False
+    return True
 
 
 def attach(vm: Any, value: Any) -> bool:
     """Give ``vm`` (just built or read, nothing asked yet) the answers a store kept for it
     (:func:`stored`); a value not of that shape is ignored (a cache miss). Whether any were
     attached."""
-    names = ("spaces", "keys", "secs", "codes", "labels")
-    if not isinstance(value, dict) or set(value) != set(names) or vm in _STATES:
+    if vm in _STATES or not memo_ok(value):
         return False
-    probe = type("Kept", (), {})()
-    for n in names:
-        setattr(probe, f"memo_{n}", value[n])
-    if not memo_ok(probe):
-        return False
-    for n in names:
-        setattr(vm, f"memo_{n}", value[n])
+    _STATES[vm] = _State(value)
     return True

@@ -21,7 +21,6 @@ from moeplan.cost.kerneldb.device import Device
 from moeplan.cost.kerneldb.families import KERNEL_FAMILIES, Family
 from moeplan.cost.kerneldb.feature_base import WaveFeatures
 from moeplan.cost.kerneldb.fit import Analytic, ResidualField
-from moeplan.cost.kerneldb.price_memo import memo_ok
 from moeplan.cost.kerneldb.variant import VariantModel
 
 _NUM = (int, float)
@@ -48,11 +47,6 @@ SCHEMA: dict[type, dict[str, Any]] = {
         "field": ResidualField,
         "exact": dict,
         "_lines": dict,
-        "memo_spaces": list,
-        "memo_keys": list,
-        "memo_secs": list,
-        "memo_codes": list,
-        "memo_labels": list,
     },
     ResidualField: {
         "coords": _f(2),
@@ -221,4 +215,4 @@ def stored_variant_ok(value: Any, op: str, key: tuple) -> bool:
         and all(type(k) is str and type(v) is str for k, v in value.key.items())
     )
     same = value.family is fam and tuple(value.key.get(c) for c in fam.variant_cols) == key
-    return shapes_ok and same and memo_ok(value) and _finite(value)
+    return shapes_ok and same and _finite(value)

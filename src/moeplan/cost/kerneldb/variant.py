@@ -110,13 +110,6 @@ class VariantModel:
         keys = row_keys(self.cols, names, len(self.y))
         self.exact = dict(zip(keys, self.y.tolist(), strict=True))
         self._lines = self._build_lines(keys)
-        # answers kept across processes (:mod:`.price_memo`): spaces, per space the rows'
-        # numeric columns, seconds and label codes, and the labels (source, detail)
-        self.memo_spaces: list[str] = []
-        self.memo_keys: list[np.ndarray] = []
-        self.memo_secs: list[np.ndarray] = []
-        self.memo_codes: list[np.ndarray] = []
-        self.memo_labels: list[list[str]] = []
 
     @property
     def rows(self) -> int:
