@@ -54,14 +54,24 @@ def test_vllm_and_trtllm_defaults_are_their_constants():
     assert backend("trtllm").default_mem_fraction == 0.9
 
 
-def test_the_vllm_default_pool_is_the_whole_gpu_pool_less_a_tenth_of_the_gpu():
-    """vLLM's pool is ``0.9 G - weights - activations - reserve``: the pool without an engine
-    rule (all the memory the rest leaves, the figure before the knob) less ``0.1 G``."""
+def test_the_vllm_default_pool_is_its_profile_closed_form():
+    """vLLM's pool (v1/worker/gpu_worker.py ``determine_available_memory``) by hand:
+    ``0.9 G`` less the weights, the larger of the step's activations and the dummy sampler
+    run's logits (28 bytes x min(1024 sequences, 8192 tokens) x the 151,936-word vocabulary
+    on an H100) and the profiled non-torch memory (0.2 GiB), over the per-token KV."""
     cfg = engine_config("vllm", QWEN, H100, TP2)
-    whole = kv_capacity_tokens(QWEN, H100, TP2, 8192)
+    shape = TP2.memory_shape(QWEN)
+    weights = mem.stage_weights(QWEN, shape, range(QWEN.num_layers), True, True)
+    act, buf = mem.step_bytes(QWEN, shape, 8192)
+    sampler = 28 * 1024 * 151_936
+    assert QWEN.vocab_size == 151_936 and sampler > act + buf
     per_token = QWEN.num_layers * mem.kv_bytes_per_token_layer(QWEN, 2)
-    less = whole - cfg.kv_tokens_per_rank
-    assert abs(less - 0.1 * H100.gpu.mem_bytes / per_token) <= 2, less
+    pool = 0.9 * H100.gpu.mem_bytes - weights - sampler - 0.2 * GIB
+    assert cfg.kv_tokens_per_rank == int(pool // per_token)
+    # the same GPU's whole pool without an engine rule charges the 4 GiB reserve instead
+    whole = kv_capacity_tokens(QWEN, H100, TP2, 8192)
+    rest = H100.gpu.mem_bytes - weights - act - buf - mem.RESERVED_BYTES
+    assert whole == int(rest // per_token)
 
 
 @settings(max_examples=60, deadline=None)

@@ -15,8 +15,17 @@ from moeplan.serve.layout import kv_capacity_tokens
 from moeplan.specs import load_cluster, load_model
 
 MODEL = load_model("qwen3-30b-a3b")
-#: vLLM's default KV pool: 0.9 of the GPU holds everything the instance allocates
-POOL = KVPool("total", 0.9)
+
+
+def pool(seqs: int, tokens: int) -> KVPool:
+    """vLLM's default KV pool of one rank: 0.9 of the GPU holds everything the instance
+    allocates; its profile charges 0.2 GiB of non-torch memory and the dummy sampler run of
+    the rank's ``min(seqs, tokens)`` rows (28 bytes per logit)."""
+    rows = min(seqs, tokens)
+    return KVPool("total", 0.9, reserve=0.2 * 1024**3, profile=28.0 * rows * MODEL.vocab_size,
+                  window_block=16)  # fmt: skip
+
+
 H100, A100 = load_cluster("h100-sxm-8"), load_cluster("a100-sxm-8")
 
 
@@ -27,7 +36,9 @@ def test_defaults_are_per_dp_rank(cluster, seqs, tokens, dp):
     cfg = engine_config("vllm", MODEL, cluster, lay)
     assert (cfg.max_running, cfg.chunk_tokens) == (seqs * dp, tokens * dp)
     # the KV pool of a rank leaves room for that rank's own step, not the instance's
-    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, cluster, lay, tokens, pool=POOL)
+    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(
+        MODEL, cluster, lay, tokens, pool=pool(seqs, tokens)
+    )
     # exported per rank: the flag is vLLM's own default again
     assert backend("vllm").chunk_args(cfg.chunk_tokens, dp) == ["--max-num-batched-tokens", str(tokens)]  # fmt: skip
 
@@ -36,7 +47,9 @@ def test_given_budgets_are_the_instances():
     lay = Layout(attn_dp=4, moe_ep=4)
     cfg = engine_config("vllm", MODEL, H100, lay, chunk_tokens=16384, max_running=512)
     assert (cfg.chunk_tokens, cfg.max_running) == (16384, 512)
-    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(MODEL, H100, lay, 4096, pool=POOL)
+    assert cfg.kv_tokens_per_rank == kv_capacity_tokens(
+        MODEL, H100, lay, 4096, pool=pool(128, 4096)
+    )
 
 
 def test_search_candidates_scale_with_the_dp_ranks():

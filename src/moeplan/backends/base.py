@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from moeplan.backends.capabilities import CapabilityTable, Nvfp4Moe
 from moeplan.backends.versions import sort_versions, version_key
 from moeplan.errors import MoeplanError, require
-from moeplan.specs import GPUSpec
+from moeplan.specs import GPUSpec, ModelSpec
 from moeplan.specs.quant import WeightFormat
 
 NVFP4 = "nvfp4"  # the kernel tables' moe_dtype of NVFP4 (W4A4) experts
@@ -179,6 +179,13 @@ class EngineBackend(ABC):
     max_mem_fraction: float = 0.95
     #: the launch flag carrying the fraction (None: not a flag of its server command)
     mem_fraction_flag: str | None = None
+    #: bytes outside torch's allocator the fraction's own accounting charges (None: the
+    #: memory model's whole reserve, :data:`moeplan.cost.memory.RESERVED_BYTES`)
+    pool_reserve: float | None = None
+    #: > 0: its KV blocks (of this many tokens) are shared between full and sliding-window
+    #: layers, a window layer holding only the blocks over its window
+    #: (:attr:`moeplan.cost.memory.KVPool.window_block`); 0: every layer costs per token
+    window_block: int = 0
 
     # ---- launch (moeplan.export) ----------------------------------------------------------
     #: the export module writing its server commands (None: not exported)
@@ -536,6 +543,25 @@ class EngineBackend(ABC):
         if nv is None or nv.fallback is None:
             return fmt
         return replace(fmt, compute="bf16", kernel_dtype=nv.fallback)
+
+    def profile_bytes(
+        self, model: ModelSpec, gpu: GPUSpec, rank_seqs: int | None, rank_tokens: int | None
+    ) -> float:
+        """Bytes the engine's start-up memory profile holds besides a forward step's
+        activations when it sizes its KV pool (the larger of the two is charged; 0: none),
+        for a rank's running cap ``rank_seqs`` and step budget ``rank_tokens`` (None: the
+        engine's defaults on ``gpu``)."""
+        del model, gpu, rank_seqs, rank_tokens
+        return 0.0
+
+    def expert_alignment(
+        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
+    ) -> tuple[int, int]:
+        """``(intermediate, hidden)``: the multiples the engine pads one routed expert's
+        per-rank intermediate size and its hidden size to when it loads ``fmt`` experts on
+        ``gpu`` (the padded weights are what it holds in memory); ``(1, 1)``: as stored."""
+        del fmt, gpu, version
+        return (1, 1)
 
     def default_kv_dtype(
         self, architecture: str, checkpoint_fp8: bool, gpu: GPUSpec, version: str | None = None

@@ -13,6 +13,22 @@ Scheduler (vllm/engine/arg_utils.py ``_set_default_args``; v1/core/sched/schedul
 The A100 test reads the GPU record: the A100 is the one GPU of compute capability 8.0 with
 >= 70 GiB among the shipped records (:func:`is_a100`).
 
+KV pool (``--gpu-memory-utilization``, :class:`moeplan.cost.memory.KVPool` rule ``total``), as
+its start-up profile sizes it (v1/worker/gpu_worker.py ``determine_available_memory``): the
+fraction of the GPU less the weights as loaded (MXFP4 experts padded for the MoE kernel the
+GPU gets, :meth:`VLLMBackend.expert_alignment`), the larger of a step's activations and the
+dummy sampler run (:meth:`VLLMBackend.profile_bytes`), and the non-torch memory the profile
+sees (:data:`VLLM_NON_TORCH_BYTES`; the CUDA context and the CUDA graphs live outside the
+fraction). Full and sliding-window layers share one block pool (the hybrid KV cache
+manager), a window layer holding only the blocks over its window
+(:data:`VLLM_BLOCK_TOKENS`). Checked against vLLM's own logs of GPT-OSS-120B on one GPU
+(``tests/test_vllm_memory_profile.py``): the Marlin path's 65.97 GiB of loaded weights
+(issue #23278, 0.10.1) is modelled within 0.5 %; that run's "Available KV cache memory:
+-2.14 GiB" (default flags, H100) is modelled at +0.6 GiB on an 80 GiB record, 2.7 GiB
+optimistic (the CUDA-visible 79.2 GiB of an H100 accounts for 0.7 of it). Not modelled:
+the Triton path's loading peak on SM90 (64.38 GiB logged by 0.14.1, issue #33155, against
+60.7 GiB of stored weights; no log of the 0.10 / 0.11 releases).
+
 Launch facts of the pinned 0.11.0 release: the model classes it lacks, the layer-partition
 variable of a pipeline; attention DP (``--data-parallel-size``) replicates the attention of
 any model (vllm/v1/engine/core.py ``DPEngineCoreProc``).
@@ -34,10 +50,33 @@ from moeplan.backends.base import (
 )
 from moeplan.backends.versions import version_key
 from moeplan.backends.vllm_caps import VLLM_CAPS
-from moeplan.specs import GPUSpec
+from moeplan.specs import GPUSpec, ModelSpec
 from moeplan.specs.cluster import FP4_TENSOR_CORE_SM
+from moeplan.specs.quant import WeightFormat
 
 VERSION = "0.11.0"
+#: the non-torch memory vLLM's profile charges inside ``--gpu-memory-utilization`` (the
+#: ``pool_reserve`` of :data:`VLLM`, its sources beside it)
+VLLM_NON_TORCH_BYTES = 0.2 * 1024**3
+#: bytes per logit the dummy sampler run of vLLM's profile holds at its peak, read from the
+#: V1 sampler (v1/sample/sampler.py, ops/topk_topp_sampler.py ``forward_native`` and
+#: ``apply_top_k_top_p``; FlashInfer's sampler is opt-in, ``VLLM_USE_FLASHINFER_SAMPLER``) with
+#: the dummy metadata's top-k and top-p set: the model's bf16 logits (2), their float32 copy
+#: (4), the sorted values (4) and int64 indices (8), the top-p softmax (4), the top-k and top-p
+#: masks (1 + 1) and the re-scattered logits (4) live together: 28
+SAMPLER_BYTES_PER_LOGIT = 28
+#: vLLM's KV block on CUDA, in tokens (vllm/config/cache.py ``block_size``: 16 unless set)
+VLLM_BLOCK_TOKENS = 16
+#: MXFP4 expert padding per MoE backend (model_executor/layers/quantization/mxfp4.py,
+#: ``Mxfp4MoEMethod.create_weights``): Marlin (below SM90) pads the intermediate per rank to
+#: 128 and the hidden size to 256, FlashInfer's SM100 backends both to 256, Triton the
+#: intermediate to 64 (:meth:`VLLMBackend.expert_alignment`)
+MARLIN_INTER_ALIGN, MARLIN_HIDDEN_ALIGN = 128, 256
+FI_MXFP4_ALIGN = 256
+TRITON_MXFP4_INTER_ALIGN = 64
+#: the compute capability vLLM's ``is_device_capability(100)`` check admits (an exact match in
+#: the stored 0.11 copy: B200 and GB200; B300 / GB300, 10.3, take the Triton path there)
+FI_MXFP4_SM = 100
 #: KV cache dtype spellings (``--kv-cache-dtype``; ``auto``: no flag, the engine's default)
 KV_CACHE_DTYPE_FLAG = {"fp8": "fp8", "bf16": "bfloat16"}
 #: the deployment kinds vLLM 0.11.0 launches: replicas of one server, and prefill/decode
@@ -167,6 +206,41 @@ class VLLMBackend(EngineBackend):
         out += self.overlap_args(knobs.overlap)
         return out + self.mem_fraction_args(knobs.mem_fraction)
 
+    def profile_bytes(
+        self, model: ModelSpec, gpu: GPUSpec, rank_seqs: int | None, rank_tokens: int | None
+    ) -> float:
+        """The dummy sampler run of vLLM's start-up profile (v1/worker/gpu_model_runner.py
+        ``profile_run`` -> ``_dummy_sampler_run`` on ``min(max_num_seqs,
+        max_num_batched_tokens)`` rows of a rank, every TP rank sampling over the whole
+        vocabulary): :data:`SAMPLER_BYTES_PER_LOGIT` bytes per row and vocabulary entry."""
+        seqs = self.default_running(gpu) if rank_seqs is None else rank_seqs
+        tokens = self.default_chunk(gpu) if rank_tokens is None else rank_tokens
+        return float(SAMPLER_BYTES_PER_LOGIT * max(0, min(seqs, tokens)) * model.vocab_size)
+
+    def expert_alignment(
+        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
+    ) -> tuple[int, int]:
+        """MXFP4 experts (GPT-OSS) are padded as the MoE backend vLLM picks on the GPU needs
+        them (model_executor/layers/quantization/mxfp4.py, ``get_mxfp4_backend`` and
+        ``Mxfp4MoEMethod.create_weights``, read at the stored copy of the 0.11 line; every
+        release is taken to pad alike): below SM90 the Marlin backend (its kernel needs
+        ``n % 256 == 0`` and ``k % 128 == 0``): intermediate per rank to 128, hidden to 256;
+        on SM100 with FlashInfer (a dependency of the CUDA wheels) the TRT-LLM-gen BF16
+        backend: both to 256; elsewhere (SM90, SM103, SM120) the Triton backend: the intermediate
+        to 64. GPT-OSS (hidden and intermediate 2,880) on an A100 at one rank thus holds
+        experts of 3,072 x 2,944: +9.0 % of their bytes."""
+        del version
+        if fmt.name != "mxfp4":
+            return (1, 1)
+        sm = gpu.sm_version
+        if sm is None:
+            return (1, 1)
+        if sm < 90:
+            return (MARLIN_INTER_ALIGN, MARLIN_HIDDEN_ALIGN)
+        if sm == FI_MXFP4_SM:
+            return (FI_MXFP4_ALIGN, FI_MXFP4_ALIGN)
+        return (TRITON_MXFP4_INTER_ALIGN, 1)
+
     def moe_runner_env(
         self, moe_dtype: str, gpu_sm: int | None, version: str | None = None
     ) -> list[tuple[str, str]]:
@@ -255,6 +329,17 @@ VLLM = VLLMBackend(
     # total memory x gpu_memory_utilization less weights, profiled peak activations and
     # non-torch memory
     mem_fraction_rule="total",
+    # the non-torch memory that profile charges is its increase over the snapshot taken
+    # before the model loads, not the CUDA context: "non_torch_memory takes 0.16GiB" (H100,
+    # one GPU; vllm-project/vllm PR #12126's log, 2025-01-16) and 0.20GiB (several workers
+    # of 24 GiB; PR #14447's log, 2025-04-12): the larger, 0.2 GiB
+    pool_reserve=VLLM_NON_TORCH_BYTES,
+    # the hybrid KV cache manager (on unless --disable-hybrid-kv-cache-manager; 0.10 and
+    # later) keeps one block pool for full and sliding-window layers, and a sliding-window
+    # layer frees the blocks wholly before its window (v1/core/single_type_kv_cache_manager.py
+    # SlidingWindowManager.remove_skipped_blocks); blocks of 16 tokens (CacheConfig
+    # block_size on CUDA)
+    window_block=VLLM_BLOCK_TOKENS,
     # vllm/config/cache.py CacheConfig ``gpu_memory_utilization: float = Field(default=0.9,
     # gt=0, le=1)`` (0.11.0)
     default_mem_fraction=0.9,

@@ -305,6 +305,9 @@ def simulate_bench(
         "chunk_tokens": cfg.chunk_tokens,
         "max_running": cfg.max_running,
         "kv_tokens": cfg.kv_tokens,
+        # the window blocks a request holds besides its context (tokens of the pool's
+        # per-token rate; 0: every layer costs per token)
+        "kv_window_tokens_per_request": cfg.seq_kv,
         "replicas": d.replicas,
         "knobs": knobs.to_dict(),
         "cuda_graphs": graphs_record(engine, m, c, lay, cfg, knobs, [r for _, r in parts]),

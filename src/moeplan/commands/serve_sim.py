@@ -100,6 +100,7 @@ def payload(
             "max_running": e.max_running,
             "kv_tokens": e.kv_tokens,
             "kv_tokens_per_rank": e.kv_tokens_per_rank,
+            "kv_window_tokens_per_request": e.seq_kv,
             "mem_fraction": e.mem_fraction,
         },
         "workload": {

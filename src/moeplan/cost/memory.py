@@ -30,7 +30,8 @@ can be reported above the GPU's memory. ``moeplan inspect`` uses :func:`floor_br
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from moeplan.cost.offload import WeightOffload, offload_memory
 from moeplan.errors import require
@@ -88,6 +89,40 @@ def expert_weight_bytes(model: ModelSpec, num_local_experts: float, tp: int = 1)
         num_local_experts * model.expert_params / tp * model.quant.experts.bytes_per_weight
         + model.router_params * model.quant.router.bytes_per_weight
     )
+
+
+def padded_experts(model: ModelSpec, moe_tp: int, align: tuple[int, int]) -> ModelSpec:
+    """``model`` with its routed experts at the bytes an engine holds when it pads one
+    expert's per-rank intermediate size (``ceil(I / moe_tp)``) to a multiple of ``align[0]``
+    and the hidden size to one of ``align[1]`` (:meth:`moeplan.backends.EngineBackend.
+    expert_alignment`): the experts' bytes per weight scaled by the padded expert's
+    parameters over the stored one's, scales and biases alike. ``model`` itself when nothing
+    pads. Only memory reads the result (the kernel tables time the engine's own padded
+    kernels on the stored shapes)."""
+    ai, ah = align
+    require(ai >= 1 and ah >= 1, f"expert alignment ({ai}, {ah}) must be >= 1")
+    h = model.hidden_size
+    i_rank = -(-model.moe_intermediate_size // moe_tp)
+    i_pad, h_pad = -(-i_rank // ai) * ai, -(-h // ah) * ah
+    if (i_pad, h_pad) == (i_rank, h) or model.num_experts == 0:
+        return model
+    key = (id(model), moe_tp, align)
+    hit = _PADDED.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    g, b = model.gated_experts, model.expert_bias
+    ratio = layer_math.mlp_params(h_pad, i_pad, g, b) / layer_math.mlp_params(h, i_rank, g, b)
+    q = model.quant.experts
+    mq = replace(q, bytes_per_weight=q.bytes_per_weight * ratio)
+    out = replace(model, quant=replace(model.quant, experts=mq))
+    if len(_PADDED) >= 256:
+        _PADDED.clear()
+    _PADDED[key] = (model, out)
+    return out
+
+
+#: :func:`padded_experts` answers by (model id, moe_tp, alignment), the model kept alive
+_PADDED: dict[tuple[int, int, tuple[int, int]], tuple[ModelSpec, ModelSpec]] = {}
 
 
 def shared_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
@@ -290,11 +325,52 @@ def step_bytes(model: ModelSpec, shape: InstanceShape, step_tokens: int) -> tupl
 MAX_POOL_TOKENS = 2**31 - 1
 
 
-def _stage_rates(model: ModelSpec, shape: InstanceShape, layers: range) -> tuple[float, float]:
+def _stage_rates(
+    model: ModelSpec, shape: InstanceShape, layers: range, pool: KVPool | None = None
+) -> tuple[float, float]:
     """(cache bytes per token, fixed cache bytes per sequence) of one stage on one GPU, each
-    layer by its kind (:func:`kv_bytes_per_token_layer`, :func:`fixed_bytes_per_seq`)."""
-    per_token = sum(kv_bytes_per_token_layer(model, shape.attn_tp, i) for i in layers)
+    layer by its kind (:func:`kv_bytes_per_token_layer`, :func:`fixed_bytes_per_seq`); the
+    sliding-window layers left out of the per-token rate where the pool shares its blocks
+    with them (:attr:`KVPool.window_block`, :func:`window_tokens_per_seq`)."""
+    shared = _shares_windows(model, layers, pool)
+    per_token = sum(
+        kv_bytes_per_token_layer(model, shape.attn_tp, i)
+        for i in layers
+        if not (shared and model.layer_specs[i].mixer.kind == "swa")
+    )
     return per_token * shape.kv_scale, fixed_bytes_per_seq(model, shape.attn_tp, layers)
+
+
+def _shares_windows(model: ModelSpec, layers: range, pool: KVPool | None) -> bool:
+    """Whether ``pool`` charges the stage's sliding-window layers per sequence: it shares
+    its blocks, and the stage has both window and full-cache layers."""
+    if pool is None or not pool.window_block:
+        return False
+    kinds = {model.layer_specs[i].mixer.kind for i in layers}
+    return "swa" in kinds and bool(kinds - {"swa"})
+
+
+def window_tokens_per_seq(model: ModelSpec, shape: InstanceShape, pool: KVPool | None) -> int:
+    """What one running sequence's sliding-window layers hold in a pool that shares its
+    blocks with them, in tokens of the pool's per-token rate (its full layers), on the
+    stage where that is most: the blocks covering a window of ``W`` tokens,
+    ``ceil((W - 1) / B) + 1`` blocks of ``B`` tokens (vLLM v1/core/single_type_kv_cache_manager.py
+    ``SlidingWindowManager`` frees every block wholly before the window). 0 where the pool
+    charges every layer per token."""
+    worst = 0
+    for layers in stage_layers(model.num_layers, shape.pp):
+        if not _shares_windows(model, layers, pool):
+            continue
+        assert pool is not None
+        b = pool.window_block
+        full, _ = _stage_rates(model, shape, layers, pool)
+        held = sum(
+            (-(-(m.window - 1) // b) + 1) * b * kv_bytes_per_token_layer(model, shape.attn_tp, i)
+            for i in layers
+            if (m := model.layer_specs[i].mixer).kind == "swa"
+        )
+        worst = max(worst, math.ceil(held * shape.kv_scale / full - 1e-9))
+    return worst
 
 
 def instance_breakdown(
@@ -347,7 +423,9 @@ class KVPool:
     - ``total`` (vLLM ``--gpu-memory-utilization``): ``fraction * G`` holds everything the
       instance allocates, the KV pool what weights, the profiled peak activations and the
       non-torch memory leave (vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
-      ``requested_memory - non_kv_cache_memory``, 0.11.0);
+      ``requested_memory - non_kv_cache_memory``, 0.11.0), ``reserve`` being the
+      non-torch memory that profile charges (the CUDA context and the CUDA graphs live in
+      the rest of the GPU);
     - ``free`` (TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction``): ``fraction`` of
       the memory free after weights, activations and the reserve."""
 
@@ -355,6 +433,20 @@ class KVPool:
     fraction: float
     #: bytes the engine needs outside a ``static`` pool besides a step (CUDA graphs)
     headroom: float = 0.0
+    #: bytes outside torch's allocator a ``total`` fraction charges (vLLM's profiled
+    #: non-torch increase; default: the whole reserve)
+    reserve: float = RESERVED_BYTES
+    #: bytes the engine's start-up profile holds besides a step (vLLM's dummy sampler run);
+    #: a ``total`` fraction charges the larger of the two
+    profile: float = 0.0
+    #: the multiples the engine pads a routed expert's per-rank intermediate size and the
+    #: hidden size to when it loads them (:func:`padded_experts`)
+    expert_align: tuple[int, int] = (1, 1)
+    #: > 0: the pool's blocks (of this many tokens) are shared between full and sliding-
+    #: window layers, a window layer holding only the blocks that cover its window
+    #: (:func:`window_tokens_per_seq`), so only the full layers cost per token; 0: every
+    #: layer's cache costs per token
+    window_block: int = 0
 
     def __post_init__(self) -> None:
         require(self.rule in POOL_RULES, f"pool.rule ({self.rule!r}) must be one of {POOL_RULES}")
@@ -362,6 +454,9 @@ class KVPool:
             0.0 < self.fraction < 1.0,
             f"--mem-fraction ({self.fraction!r}) must be in (0, 1)",
         )
+        require(self.reserve >= 0, f"pool.reserve ({self.reserve!r}) must be >= 0")
+        require(self.profile >= 0, f"pool.profile ({self.profile!r}) must be >= 0")
+        require(self.window_block >= 0, f"pool.window_block ({self.window_block!r}) must be >= 0")
 
     def kv_bytes(self, gpu_mem_bytes: float, weights: float, step: float) -> float:
         """Bytes of the KV pool (state included) on a GPU of ``gpu_mem_bytes`` holding
@@ -372,8 +467,13 @@ class KVPool:
         if self.rule == "static":
             return f * free - weights if step + self.headroom <= (1.0 - f) * free else 0.0
         if self.rule == "total":
-            return f * gpu_mem_bytes - weights - step - RESERVED_BYTES
+            return f * gpu_mem_bytes - weights - max(step, self.profile) - self.reserve
         return f * (free - weights - step)
+
+
+def _held(model: ModelSpec, shape: InstanceShape, pool: KVPool | None) -> ModelSpec:
+    """``model`` with its routed experts as the pool's engine holds them (padded)."""
+    return model if pool is None else padded_experts(model, shape.moe_tp, pool.expert_align)
 
 
 def kv_capacity(
@@ -391,10 +491,11 @@ def kv_capacity(
     pool (:class:`KVPool`) less the fixed state."""
     act, buf = step_bytes(model, shape, step_tokens)
     stages = stage_layers(model.num_layers, shape.pp)
+    held = _held(model, shape, pool)
     best: tuple[int, float] | None = None
     for i, layers in enumerate(stages):
-        per_token, fixed = _stage_rates(model, shape, layers)
-        weights = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        per_token, fixed = _stage_rates(model, shape, layers, pool)
+        weights = stage_weights(held, shape, layers, i == 0, i == len(stages) - 1)
         need = weights + act + buf + RESERVED_BYTES + seqs * fixed
         if pool is None:
             left = gpu_mem_bytes - need
@@ -415,10 +516,11 @@ def state_split(
     sequences' fixed state, the rest the token pool (the tightest stage of each)."""
     act, buf = step_bytes(model, shape, step_tokens)
     stages = stage_layers(model.num_layers, shape.pp)
+    held = _held(model, shape, pool)
     tokens, seqs = MAX_POOL_TOKENS, MAX_POOL_TOKENS
     for i, layers in enumerate(stages):
-        per_token, fixed = _stage_rates(model, shape, layers)
-        weights = stage_weights(model, shape, layers, i == 0, i == len(stages) - 1)
+        per_token, fixed = _stage_rates(model, shape, layers, pool)
+        weights = stage_weights(held, shape, layers, i == 0, i == len(stages) - 1)
         if pool is None:
             free = gpu_mem_bytes - weights - act - buf - RESERVED_BYTES
         else:

@@ -33,6 +33,7 @@ from typing import Any
 
 from moeplan.backends import EngineBackend, backend, simulated
 from moeplan.backends.base import MemoryContext
+from moeplan.cost import memory as mem
 from moeplan.cost.a2a import deepep_blockers
 from moeplan.cost.memory import KVPool
 from moeplan.errors import MoeplanError
@@ -69,9 +70,14 @@ def kv_pool(
     deepep: bool = False,
     role: str = "colocated",
     mtp: int = 0,
+    running: int | None = None,
 ) -> KVPool | None:
     """The engine's KV pool rule at ``mem_fraction`` (None: the engine's default for this
-    instance); None for no engine or an engine without the knob."""
+    instance); None for no engine or an engine without the knob. The pool also carries what
+    the engine's own memory profile charges (:meth:`moeplan.backends.EngineBackend.
+    profile_bytes`, for ``running`` sequences of the instance, None: the engine's default
+    cap) and how it pads the routed experts it loads (:meth:`moeplan.backends.EngineBackend.
+    expert_alignment`)."""
     b = backend(engine) if engine in simulated() else None
     if b is None or b.mem_fraction_rule is None:
         return None
@@ -92,7 +98,18 @@ def kv_pool(
             f"{b.label}'s default memory fraction for layout ({layout.label}) at a prefill "
             f"chunk of {chunk} tokens is {f:g}: its reserve leaves no pool; give --mem-fraction"
         )
-    return KVPool(b.mem_fraction_rule, f, b.mem_headroom(ctx))
+    dp = layout.attn_dp
+    rank_seqs = -(-running // dp) if running else None
+    rank_tokens = -(-chunk // dp) if chunk else None
+    return KVPool(
+        b.mem_fraction_rule,
+        f,
+        b.mem_headroom(ctx),
+        reserve=mem.RESERVED_BYTES if b.pool_reserve is None else b.pool_reserve,
+        profile=b.profile_bytes(model, cluster.gpu, rank_seqs, rank_tokens),
+        expert_align=b.expert_alignment(model.quant.experts.format, cluster.gpu),
+        window_block=b.window_block,
+    )
 
 
 def mem_fraction_values(engine: str | None, given: float | None) -> tuple[float | None, ...]:
@@ -140,8 +157,9 @@ def engine_config(
     chunk = b.default_chunk(cluster.gpu) if chunk_tokens is None else chunk_tokens
     inst_chunk = chunk * layout.attn_dp if b.budgets_per_dp_rank and chunk_tokens is None else chunk
     pool = kv_pool(
-        engine, model, cluster, layout, inst_chunk, mem_fraction, deepep=deepep, role=role
-    )
+        engine, model, cluster, layout, inst_chunk, mem_fraction, deepep=deepep, role=role,
+        running=max_running,
+    )  # fmt: skip
     run = SCHEDULERS[b.scheduler]
     cfg = run(b, model, cluster, layout, chunk, chunk_tokens, max_running, kv_scale, pool)
     cap = spec_running_cap(engine, layout.attn_dp, mtp) if max_running is None else None
@@ -231,7 +249,9 @@ def _mixed_config(
     )
     if per_rank < 1:
         raise MoeplanError(f"layout ({layout.label}) leaves no KV pool on {cluster.gpu.name}")
+    shape = replace(layout.memory_shape(model), kv_scale=kv_scale)
     return EngineConfig(
+        seq_kv=mem.window_tokens_per_seq(model, shape, pool),
         policy="mixed",
         chunk_tokens=chunk_tokens if chunk_tokens is not None else max(chunk * dp, cap + 1),
         max_running=cap,

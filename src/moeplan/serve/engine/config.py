@@ -41,6 +41,10 @@ class EngineConfig:
     admit_reserve_new: float | None = None
     #: the engine's memory fraction the KV pool was sized at (None: no engine rule)
     mem_fraction: float | None = None
+    #: KV tokens a request holds from its admission to its end besides its context (the
+    #: blocks of its sliding-window layers in a pool that shares them,
+    #: :func:`moeplan.cost.memory.window_tokens_per_seq`)
+    seq_kv: int = 0
 
     def __post_init__(self) -> None:
         require(
@@ -49,6 +53,7 @@ class EngineConfig:
         require(self.chunk_tokens >= 0, f"engine.chunk_tokens ({self.chunk_tokens}) must be >= 0")
         require(self.max_running >= 1, f"engine.max_running ({self.max_running}) must be >= 1")
         require(self.kv_tokens >= 1, f"engine.kv_tokens ({self.kv_tokens}) must be >= 1")
+        require(self.seq_kv >= 0, f"engine.seq_kv ({self.seq_kv}) must be >= 0")
         require(
             0.0 <= self.admit_reserve <= 1.0,
             f"engine.admit_reserve ({self.admit_reserve}) must be in [0, 1]",

@@ -62,7 +62,7 @@ class IterationEnd(EngineState):
         remaining, out, n_dec, sum_ctx, kv = (
             self.remaining, self.out_tokens, self.n_dec, self.sum_ctx, self.kv_used
         )  # fmt: skip
-        tps, pop = self.tps, heapq.heappop
+        tps, pop, w = self.tps, heapq.heappop, self.seq_kv
         while fin and fin[0] <= step:
             for r, ep in due.pop(pop(fin)):  # by finishing step, then in order of entry
                 if epoch[r] != ep or state[r] != DECODE:
@@ -77,7 +77,7 @@ class IterationEnd(EngineState):
                 n_dec -= 1
                 ctx = base_ctx[r] + j * tps
                 sum_ctx -= ctx
-                kv -= ctx  # the request's KV is freed (as in :meth:`_finish`)
+                kv -= ctx + w  # the request's KV is freed (as in :meth:`_finish`)
                 del running[r]
                 state[r] = DONE
                 finish[r] = t

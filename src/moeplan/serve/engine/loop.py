@@ -214,6 +214,7 @@ class Engine(IterationEnd):
         if (
             self.kv_used
             + need
+            + self.seq_kv
             + self.reserve * self.remaining
             + self.reserve_new * (self.osl[r] - p)
             > self.kv_cap
@@ -228,12 +229,13 @@ class Engine(IterationEnd):
             self.prefill_ctx,
             self.prefilling,
         )
-        kv, remaining, reserve, cap, now = (
+        kv, remaining, reserve, cap, now, w = (
             self.kv_used,
             self.remaining,
             self.reserve,
             self.kv_cap,
             self.now,
+            self.seq_kv,
         )
         room = max_running - len(running)  # admissions max_running allows
         # the running requests' outstanding output at ``reserve``, this iteration's
@@ -244,7 +246,7 @@ class Engine(IterationEnd):
             p = produced[r]
             need = isl[r] + p
             rem = osl[r] - p
-            if kv + need + held + fresh + new * rem > cap:
+            if kv + need + w + held + fresh + new * rem > cap:
                 break
             fresh += new * rem
             waiting.popleft()
@@ -253,7 +255,7 @@ class Engine(IterationEnd):
             state[r] = PREFILL
             running[r] = None
             room -= 1
-            kv += need
+            kv += need + w
             remaining += rem
             c = cached[r]
             q = need - c
@@ -281,11 +283,11 @@ class Engine(IterationEnd):
             self.produced[r] = self.base_prod[r] + gained
             self.n_dec -= 1
             self.sum_ctx -= ctx
-            self.kv_used -= ctx
+            self.kv_used -= ctx + self.seq_kv
             if k > 0:
                 self.last_tok[r] = self.last_dec_end
         else:
-            self.kv_used -= self.isl[r] + self.produced[r]
+            self.kv_used -= self.isl[r] + self.produced[r] + self.seq_kv
             self.prefilling.remove(r)
         self.remaining -= self.osl[r] - self.produced[r]
         self.epoch[r] += 1

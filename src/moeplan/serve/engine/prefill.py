@@ -72,14 +72,14 @@ class _Queue:
             e.reserve,
             e.kv_cap,
         )
-        held, new, fresh = reserve * nrun, e.reserve_new, 0.0  # as Engine._admit
+        held, new, fresh, w = reserve * nrun, e.reserve_new, 0.0, e.seq_kv  # as Engine._admit
         while budget > 0 and j < arrived and nrun < max_running:
             need = isl[j]
-            if kv + need + held + fresh + new > cap:
+            if kv + need + w + held + fresh + new > cap:
                 break
             fresh += new
             admit[j] = t
-            kv += need
+            kv += need + w
             nrun += 1
             c = cached[j]
             q = need - c
@@ -112,7 +112,7 @@ class _Queue:
             at_t = [t] * k
             e.first[lo:hi] = at_t
             e.finish[lo:hi] = at_t
-            self.kv -= sum(e.isl[lo:hi])
+            self.kv -= sum(e.isl[lo:hi]) + k * e.seq_kv
             self.nrun -= k
             self.done += k
 

@@ -52,7 +52,7 @@ class EngineState:
         horizon_s: float | None = None,
         stop: Callable[[Any], bool] | None = None,
     ) -> None:
-        big = int(np.max(reqs.isl + reqs.osl))
+        big = int(np.max(reqs.isl + reqs.osl)) + cfg.seq_kv
         require(
             big <= cfg.kv_tokens_per_rank,
             f"request isl+osl ({big}) must fit the KV pool of one rank "
@@ -111,6 +111,7 @@ class EngineState:
         self.mixed = cfg.policy == "mixed"
         self.budget = cfg.chunk_tokens or (1 << 62)
         self.kv_cap = cfg.kv_tokens
+        self.seq_kv = cfg.seq_kv  # held from admission to the end besides the context
         self.reserve = cfg.admit_reserve
         r_new = cfg.admit_reserve_new
         self.reserve_new = cfg.admit_reserve if r_new is None else r_new
@@ -139,7 +140,7 @@ class EngineState:
         return tokens if self.tps == 1 else math.ceil(tokens / self.tps - 1e-9)
 
     def _finish(self, r: int, t: float, ctx: float) -> None:
-        self.kv_used -= ctx
+        self.kv_used -= ctx + self.seq_kv
         del self.running[r]
         self.state[r] = DONE
         self.finish[r] = t

@@ -122,7 +122,7 @@ class UnpreemptedEngine(Engine):
             first[r] = last_tok[r] = t
             o = osl[r]
             if o == 1:  # its only token: done, its KV freed
-                self.kv_used -= end
+                self.kv_used -= end + self.seq_kv
                 self.finish[r] = t
                 del self.running[r]
                 continue
@@ -144,11 +144,12 @@ class UnpreemptedEngine(Engine):
     def _decode_finish(self, t: float, step: int) -> None:
         fin, due, ctx_end, finish = self.finishers, self.leaving, self.ctx_end, self.finish
         sum_ctx, kv, done, pop, running = self.sum_ctx, self.kv_used, 0, heapq.heappop, self.running
+        w = self.seq_kv
         while fin and fin[0] <= step:
             for r in due.pop(pop(fin)):
                 c = ctx_end[r]
                 sum_ctx -= c
-                kv -= c
+                kv -= c + w
                 finish[r] = t
                 del running[r]
                 done += 1
@@ -186,9 +187,10 @@ class DecodePoolEngine(UnpreemptedEngine):
         running = self.running
         room = self.max_running - len(running)
         held, new, fresh = reserve * remaining, self.reserve_new, 0.0  # as Engine._admit
+        w = self.seq_kv
         while budget > 0 and waiting and room > 0:
             r = waiting[0]
-            need = isl[r]
+            need = isl[r] + w
             rem = osl[r]
             if kv + need + held + fresh + new * rem > cap:
                 break
@@ -225,7 +227,7 @@ class DecodePoolEngine(UnpreemptedEngine):
             first[r] = t
             o = osl[r]
             if o == 1:  # its only token: done, its KV freed
-                self.kv_used -= isl[r]
+                self.kv_used -= isl[r] + self.seq_kv
                 self.finish[r] = t
                 del self.running[r]
                 continue
