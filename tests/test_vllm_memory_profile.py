@@ -236,3 +236,19 @@ def test_the_pool_against_vllms_own_available_kv_log():
     assert got - (-2.14) < 3.0
     old = 0.9 * H100.gpu.mem_bytes - _weights(OSS120, TP1, (1, 1)) - act - buf - 4 * GIB
     assert 6.5 < old / GIB < 7.0
+
+
+def test_bench_states_the_pool_it_ran_with():
+    """``moeplan bench``'s text names the instance's KV pool, its memory fraction, the window
+    blocks each request holds and the running cap, as the engine configuration has them."""
+    from moeplan.commands.bench import pool_line
+
+    cfg = engine_config("vllm", OSS120, A100, TP1)
+    sched = {"kv_tokens": cfg.kv_tokens, "max_running": cfg.max_running,
+             "kv_window_tokens_per_request": cfg.seq_kv, "mem_fraction": cfg.mem_fraction}  # fmt: skip
+    line = pool_line(sched)
+    assert line == (
+        f"KV pool: {cfg.kv_tokens:,} tokens per instance at memory fraction 0.9; each request "
+        "also holds 144 tokens' worth of sliding-window blocks; running cap 256"
+    )
+    assert pool_line({"decode": {}}) is None

@@ -308,6 +308,8 @@ def simulate_bench(
         # the window blocks a request holds besides its context (tokens of the pool's
         # per-token rate; 0: every layer costs per token)
         "kv_window_tokens_per_request": cfg.seq_kv,
+        # the engine's memory fraction the pool was sized at (None: no engine rule)
+        "mem_fraction": cfg.mem_fraction,
         "replicas": d.replicas,
         "knobs": knobs.to_dict(),
         "cuda_graphs": graphs_record(engine, m, c, lay, cfg, knobs, [r for _, r in parts]),
@@ -487,10 +489,28 @@ def text_block(out: dict[str, Any]) -> str:
     host = host_line(mp["scheduler"].get("host"))
     if host:
         rows.append(host)
+    pool = pool_line(mp["scheduler"])
+    if pool:
+        rows.append(pool)
     if mp["launch"]:
         for x in mp["launch"]["not_priced"]:
             rows.append(f"not priced: {x['flag']} ({x['why']})")
     return "\n".join(rows)
+
+
+def pool_line(sched: dict[str, Any]) -> str | None:
+    """The line stating one instance's KV pool and running cap as the engine sizes them
+    (None for a run without one pool: P/D pools print their own)."""
+    if "kv_tokens" not in sched:
+        return None
+    frac = sched.get("mem_fraction")
+    at = f" at memory fraction {frac:g}" if frac is not None else ""
+    w = sched.get("kv_window_tokens_per_request", 0)
+    windows = f"; each request also holds {w:,} tokens' worth of sliding-window blocks" if w else ""
+    return (
+        f"KV pool: {sched['kv_tokens']:,} tokens per instance{at}{windows}; running cap "
+        f"{sched['max_running']:,}"
+    )
 
 
 def _simulate_pd(
