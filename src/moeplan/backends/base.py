@@ -554,13 +554,11 @@ class EngineBackend(ABC):
         del model, gpu, rank_seqs, rank_tokens
         return 0.0
 
-    def expert_alignment(
-        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
-    ) -> tuple[int, int]:
+    def expert_alignment(self, fmt: WeightFormat, gpu: GPUSpec) -> tuple[int, int]:
         """``(intermediate, hidden)``: the multiples the engine pads one routed expert's
         per-rank intermediate size and its hidden size to when it loads ``fmt`` experts on
         ``gpu`` (the padded weights are what it holds in memory); ``(1, 1)``: as stored."""
-        del fmt, gpu, version
+        del fmt, gpu
         return (1, 1)
 
     def default_kv_dtype(

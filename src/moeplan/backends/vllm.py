@@ -217,9 +217,7 @@ class VLLMBackend(EngineBackend):
         tokens = self.default_chunk(gpu) if rank_tokens is None else rank_tokens
         return float(SAMPLER_BYTES_PER_LOGIT * max(0, min(seqs, tokens)) * model.vocab_size)
 
-    def expert_alignment(
-        self, fmt: WeightFormat, gpu: GPUSpec, version: str | None = None
-    ) -> tuple[int, int]:
+    def expert_alignment(self, fmt: WeightFormat, gpu: GPUSpec) -> tuple[int, int]:
         """MXFP4 experts (GPT-OSS) are padded as the MoE backend vLLM picks on the GPU needs
         them (model_executor/layers/quantization/mxfp4.py, ``get_mxfp4_backend`` and
         ``Mxfp4MoEMethod.create_weights``, read at the stored copy of the 0.11 line; every
@@ -229,7 +227,6 @@ class VLLMBackend(EngineBackend):
         backend: both to 256; elsewhere (SM90, SM103, SM120) the Triton backend: the intermediate
         to 64. GPT-OSS (hidden and intermediate 2,880) on an A100 at one rank thus holds
         experts of 3,072 x 2,944: +9.0 % of their bytes."""
-        del version
         if fmt.name != "mxfp4":
             return (1, 1)
         sm = gpu.sm_version

@@ -106,23 +106,11 @@ def padded_experts(model: ModelSpec, moe_tp: int, align: tuple[int, int]) -> Mod
     i_pad, h_pad = -(-i_rank // ai) * ai, -(-h // ah) * ah
     if (i_pad, h_pad) == (i_rank, h) or model.num_experts == 0:
         return model
-    key = (id(model), moe_tp, align)
-    hit = _PADDED.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
     g, b = model.gated_experts, model.expert_bias
     ratio = layer_math.mlp_params(h_pad, i_pad, g, b) / layer_math.mlp_params(h, i_rank, g, b)
     q = model.quant.experts
     mq = replace(q, bytes_per_weight=q.bytes_per_weight * ratio)
-    out = replace(model, quant=replace(model.quant, experts=mq))
-    if len(_PADDED) >= 256:
-        _PADDED.clear()
-    _PADDED[key] = (model, out)
-    return out
-
-
-#: :func:`padded_experts` answers by (model id, moe_tp, alignment), the model kept alive
-_PADDED: dict[tuple[int, int, tuple[int, int]], tuple[ModelSpec, ModelSpec]] = {}
+    return replace(model, quant=replace(model.quant, experts=mq))
 
 
 def shared_weight_bytes(model: ModelSpec, tp: int = 1) -> float:
