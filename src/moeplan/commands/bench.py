@@ -345,7 +345,7 @@ CLIENT_PARAMS = {
     "burstiness": (float, 1.0, "Gamma shape of the gaps at a finite rate (1: Poisson)."),
     "max_concurrency": (int | None, None, "Most requests in flight (the client holds the rest)."),
     "seed": (int, 0, "Seed of the lengths and the send times."),
-    "dataset_name": (str, "random", "random, or sharegpt (the shipped ShareGPT first-turn lengths)."),
+    "dataset_name": (str, "random", "random, or sharegpt (the shipped lengths of vLLM's seed-0 ShareGPT sample)."),
     "dataset_path": (str | None, None, "CSV or JSONL of input_len,output_len per prompt."),
     "random_input_len": (int, 1024, "random: prompt tokens (mean)."),
     "random_output_len": (int, 128, "random: output tokens (mean)."),

@@ -14,34 +14,27 @@
   shuffles them with ``random.seed(seed)``, and sends the first ``--num-prompts`` whose
   first turn (the prompt) and second turn (its token count is the output length) pass the
   filter: prompt and output >= 4 tokens, prompt <= 1024, prompt + output <= 2048. moeplan has
-  neither the file nor the model's tokenizer, so it ships a public per-request trace of
-  ShareGPT token lengths instead (:data:`SHAREGPT_FILE`, :func:`sharegpt_lengths`): the first
-  turns of Sarathi-Serve's ``data/processed_traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv``
-  (github.com/microsoft/sarathi-serve at ``72339db5``, Apache-2.0; Llama-2 tokenizer; one row
-  per turn, a conversation's later turns carrying its history in their prefill), a
-  conversation's first turn being a row whose prefill is shorter than the previous row's
-  prefill + decode, passed through vLLM's filter above: 5,316 (prompt, output) pairs, mean
-  136 / 472 tokens. Assumptions: that release of ShareGPT and Llama-2's tokenizer stand for
-  the file and tokenizer of the run (a run's own lengths differ: vLLM's 1,000-prompt sample
-  of ShareGPT_V3 measures about 214 / 200 tokens per prompt in the lab runs), and a first
-  prompt longer than the previous conversation's whole context is read as that
-  conversation's next turn and lost (the trace has no conversation id). Prompts are drawn
-  as vLLM draws them: a shuffle of the pairs by ``numpy.random.default_rng(seed)`` standing
-  for Python's ``random.shuffle``, the first ``n`` taken, more than the trace holds drawn
-  again with replacement (vLLM's ``maybe_oversample_requests``). Given a run's measured mean
-  lengths (``moeplan validate``: the report's ``mean_in``/``mean_out``, its total tokens over
-  its prompts), each drawn length is scaled by the ratio of that mean to the drawn prompts'
-  mean (whole tokens, at least 1), so the run's token totals are the report's: the trace
-  gives the SHAPE of the spread (the long requests that set a burst's duration), the run
-  its own reported totals; nothing is fitted to a measured speed.
-  Limit: the trace's outputs end at 1,024 tokens and are near symmetric (median 473, mean
-  472), so scaled to a run's mean of ~200 its longest output is ~420 tokens, while vLLM's
-  filter admits outputs up to 2,048 minus the prompt. A burst ends with its longest
-  requests: on the lab's gpt-oss-20b / vLLM 0.11.0 / H100 burst (1,000 prompts) the same
-  prompts with log-normal outputs of the same mean (sigma 0.6 / 1.0, longest 1,060 / 1,973
-  tokens) take the predicted duration from 12.5 s to 15.0 / 19.6 s (measured 24.8 s;
-  ``bench/sharegpt_tail.py``). The source string of every draw states its longest output;
-  ``--dataset-path`` with the run's own lengths removes the assumption.
+  neither the file nor the model's tokenizer, so it ships that sample's token lengths
+  (:data:`SHAREGPT_FILE`, :func:`sharegpt_lengths`): the first 16,384 pairs vLLM's own
+  sampling code draws with seed 0, counted with Llama-3.1's tokenizer (github.com/JonnyKong/
+  vidur ``data/processed_traces/sharegpt_v3_filtered.csv`` at ``941a76c3``, MIT; its generator
+  is a copy of vLLM's ``sample_sharegpt_requests``; the data file's README gives the steps).
+  With ``--seed 0`` (vLLM's default) a run of ``n`` prompts sends the file's first ``n`` rows
+  in file order, the very requests vLLM sends (its first 1,000: mean 215 / 198 tokens, the lab
+  runs measure 214-218 / 187-200). Another seed shuffles other conversations to the front,
+  which moeplan cannot know: it draws ``n`` rows by a permutation of the file seeded with
+  ``numpy.random.default_rng(seed)`` (the same distribution, other requests). More prompts
+  than the file holds are drawn again with replacement (vLLM's ``maybe_oversample_requests``
+  does so only past the whole dataset's ~50,000 valid pairs: a stated departure). Given a
+  run's measured mean lengths (``moeplan validate``: the report's ``mean_in``/``mean_out``,
+  its total tokens over its prompts), each drawn length is scaled by the ratio of that mean
+  to the drawn prompts' mean (whole tokens, at least 1), so the run's token totals are the
+  report's (the model's own tokenizer, and replies that end early at the end-of-sequence
+  token): the sample gives the requests and the spread of their lengths (the long replies
+  that set a burst's duration, the short ones whose TPOT a prefill stall inflates), the run
+  its own reported totals; nothing is fitted to a measured speed. Assumption: the model's
+  tokenizer counts each conversation in proportion to Llama-3.1's. ``--dataset-path`` with the
+  run's own lengths removes it.
 - ``--dataset-path FILE``: a CSV (header ``input_len,output_len``) or JSON Lines (objects with
   ``input_len`` and ``output_len``) of whole, positive token counts; the first
   ``--num-prompts`` rows are sent in file order (all of them without ``--num-prompts``).
@@ -76,8 +69,8 @@ DATASETS = ("random", "sharegpt")
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_RANGE_RATIO = 1024, 128, 0.0
 DEFAULT_NUM_PROMPTS = 1000
 MAX_PROMPTS = 200_000  # serve-sim's bound on simulated requests
-#: the shipped ShareGPT first-turn lengths (module docstring: source, licence, filter)
-SHAREGPT_FILE = "sharegpt_first_turns.csv"
+#: the shipped lengths of vLLM's ShareGPT sample (module docstring: source, licence, filter)
+SHAREGPT_FILE = "sharegpt_v3_sample.csv"
 #: vLLM's ShareGPT filter (vllm/benchmarks/datasets/utils.py, is_valid_sequence defaults,
 #: read at 237145ea): min_len, max_prompt_len, max_total_len
 SHAREGPT_MIN, SHAREGPT_MAX_PROMPT, SHAREGPT_MAX_TOTAL = 4, 1024, 2048
@@ -131,16 +124,17 @@ def sharegpt_trace() -> tuple[np.ndarray, np.ndarray]:
 
 
 def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None) -> Prompts:
-    """``n`` prompts of vLLM's ``sharegpt`` dataset drawn from the shipped trace (module
-    docstring); ``means``: a run's measured mean (prompt, output) lengths, to which the
-    drawn lengths are scaled."""
+    """``n`` prompts of vLLM's ``sharegpt`` dataset from the shipped sample (module
+    docstring): seed 0 sends the file's first ``n`` rows, as vLLM does; ``means``: a run's
+    measured mean (prompt, output) lengths, to which the drawn lengths are scaled."""
     ti, to = sharegpt_trace()
-    order = np.random.default_rng(seed).permutation(len(ti))
-    if n > len(order):  # vLLM oversamples with replacement
+    order = np.arange(len(ti)) if seed == 0 else np.random.default_rng(seed).permutation(len(ti))
+    if n > len(order):  # past the sample: drawn again with replacement
         extra = np.random.default_rng(seed + 1).integers(0, len(ti), n - len(order))
         order = np.concatenate([order, extra])
     isl, osl = ti[order[:n]], to[order[:n]]
-    src = f"sharegpt: {n} prompts of the {len(ti)} shipped first turns (Sarathi-Serve trace)"
+    how = "vLLM's seed-0 order" if seed == 0 else f"a permutation seeded {seed}"
+    src = f"sharegpt: {n} prompts of the {len(ti)} shipped pairs of vLLM's sample ({how})"
     if means is not None:
         mi, mo = means
         require(mi >= 1 and mo >= 1, f"sharegpt mean lengths ({mi}, {mo}) must be >= 1 token")
@@ -148,13 +142,8 @@ def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None
         isl = np.maximum(1, np.rint(isl * si)).astype(np.int64)
         osl = np.maximum(1, np.rint(osl * so)).astype(np.int64)
         src += f", lengths scaled x{si:.2f} / x{so:.2f} to the run's means {mi:g} / {mo:g}"
-    # a burst ends with its longest requests: say how long the drawn tail is and where the
-    # trace's own outputs end
-    src += (
-        f"; longest output {int(osl.max())} tokens (the trace's outputs end at {int(to.max())}"
-        f"{' before scaling' if means is not None else ''}: a burst's duration is set by its "
-        "longest outputs)"
-    )
+    # a burst ends with its longest requests: say how long the drawn tail is
+    src += f"; longest output {int(osl.max())} tokens, median {int(np.median(osl))}"
     return Prompts(isl, osl, src)
 
 

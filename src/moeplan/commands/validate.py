@@ -12,8 +12,9 @@ client. ``random`` prompts (range ratio 0) carry the run's own token totals
 ``ignore_eos`` set by ``_update_payload_common`` in
 ``vllm/benchmarks/lib/endpoint_request_func.py``, read at the stored ``02cfb534``), which
 the lab's benchmark commands do not give, so a request that emits its end-of-sequence token
-stops early (gpt-oss: 134 of 200 tokens per request on average); ``sharegpt`` prompts are drawn from the shipped ShareGPT
-first-turn trace (seed 0) with their lengths scaled to the report's measured means
+stops early (gpt-oss: 134 of 200 tokens per request on average); ``sharegpt`` prompts are the first ``num_prompts`` of
+the shipped lengths of vLLM's own seed-0 ShareGPT sample (the requests the lab's runs sent,
+counted with Llama-3.1's tokenizer) with their lengths scaled to the report's measured means
 (``mean_in``/``mean_out``: :func:`moeplan.commands.bench_workload.sharegpt_lengths`), so
 the spread of the lengths, and the long requests that end a burst, are simulated. A row moeplan cannot run (an engine it does not
 simulate, a layout that cannot hold the weights, a flag it cannot read) is listed with the
