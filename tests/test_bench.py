@@ -321,6 +321,8 @@ def test_sharegpt_seed_0_sends_the_file_in_order_other_seeds_a_permutation():
     more = sharegpt_lengths(len(a) + 10, 0)  # beyond the sample: drawn again with replacement
     assert len(more.isl) == len(a) + 10
     assert np.array_equal(more.isl[: len(a)], a[:, 0])
+    assert "the 10 past the sample drawn again with replacement" in more.source
+    assert "replacement" not in p.source
 
 
 def test_sharegpt_scaled_to_a_runs_means_keeps_its_totals_and_spread():

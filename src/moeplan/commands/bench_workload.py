@@ -134,6 +134,8 @@ def sharegpt_lengths(n: int, seed: int, means: tuple[float, float] | None = None
         order = np.concatenate([order, extra])
     isl, osl = ti[order[:n]], to[order[:n]]
     how = "vLLM's seed-0 order" if seed == 0 else f"a permutation seeded {seed}"
+    if n > len(ti):
+        how += f"; the {n - len(ti)} past the sample drawn again with replacement"
     src = f"sharegpt: {n} prompts of the {len(ti)} shipped pairs of vLLM's sample ({how})"
     if means is not None:
         mi, mo = means
